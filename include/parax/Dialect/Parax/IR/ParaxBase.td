@@ -1,0 +1,112 @@
+//===- ParaxBase.td - parax dialect, enums, attributes -----*- tablegen -*-===//
+
+#ifndef PARAX_DIALECT_PARAX_IR_PARAXBASE_TD
+#define PARAX_DIALECT_PARAX_IR_PARAXBASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+def Parax_Dialect : Dialect {
+  let name = "parax";
+  let cppNamespace = "::parax";
+  let summary = "Transformer-level tensor ops with sharding annotations";
+  let description = [{
+    The `parax` dialect describes a Transformer model graph at the level the
+    auto-parallelization planner reasons about: one op per kernel-sized piece
+    of work (a linear, an attention, a norm, an MoE router, the experts), each
+    of which knows its FLOPs and the bytes it moves (`CostOpInterface`).
+
+    Conventions:
+
+    * A model is a `func.func`; its parameters are function arguments that
+      carry `parax.param = "<checkpoint tensor name>"` (Hugging Face naming).
+      A name containing `{e}` names a stack of per-expert tensors along
+      dimension 0 (`...experts.{e}.w1.weight`, e = 0 .. E-1).
+    * Every op of a model built by `python -m parax.models` carries
+      `parax.layer = i`: `-1` for the prologue (embeddings), `0 .. L-1` for the
+      decoder layers, `L` for the epilogue (final norm, lm head, loss).
+    * `parax.linear` computes `y = x · W` with `W : [in, out]` (Megatron's
+      convention); `transpose_w` declares `W : [out, in]`, the layout in which
+      Hugging Face stores `nn.Linear` weights, so checkpoints map 1:1.
+    * Shardings: `parax.grid` declares a device grid with named axes;
+      `#parax.sharding` gives, per tensor dimension, the grid axes it is split
+      over, and the axes over which the value is a pending partial sum. Ops
+      carry `parax.shardings = [...]` (one per result), function arguments and
+      results `parax.sharding = ...`.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// Discardable attribute names used across the project.
+    static constexpr ::llvm::StringLiteral kParamAttrName = "parax.param";
+    static constexpr ::llvm::StringLiteral kLayerAttrName = "parax.layer";
+    static constexpr ::llvm::StringLiteral kShardingAttrName = "parax.sharding";
+    static constexpr ::llvm::StringLiteral kShardingsAttrName = "parax.shardings";
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def Parax_ScoreFunc : I32EnumAttr<"ScoreFunc", "router scoring function", [
+    I32EnumAttrCase<"Softmax", 0, "softmax">,
+    I32EnumAttrCase<"Sigmoid", 1, "sigmoid">]> {
+  let cppNamespace = "::parax";
+  let genSpecializedAttr = 0;
+}
+def Parax_ScoreFuncAttr : EnumAttr<Parax_Dialect, Parax_ScoreFunc, "score_func">;
+
+def Parax_GeluApprox : I32EnumAttr<"GeluApprox", "GELU approximation", [
+    I32EnumAttrCase<"None", 0, "none">,
+    I32EnumAttrCase<"Tanh", 1, "tanh">]> {
+  let cppNamespace = "::parax";
+  let genSpecializedAttr = 0;
+}
+def Parax_GeluApproxAttr : EnumAttr<Parax_Dialect, Parax_GeluApprox, "gelu_approx">;
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+def Parax_ShardingAttr : AttrDef<Parax_Dialect, "Sharding"> {
+  let mnemonic = "sharding";
+  let summary = "how a tensor value is laid out over a device grid";
+  let description = [{
+    `#parax.sharding<@grid, [{dp}, {}, {tp} ]>` splits dimension 0 over grid
+    axis `dp` and dimension 2 over `tp`; dimension 1 is replicated. A dimension
+    split over several axes lists them major to minor (`{dp, tp}`). Axes not
+    named anywhere replicate the value.
+
+    `partial = {tp}` marks a pending partial sum over `tp`: every `tp` rank
+    holds a summand and the value is their sum (the output of a row-parallel
+    linear before its all-reduce).
+
+    Constraints (checked by the verifier): every axis exists in the grid; no
+    axis is used twice (across dimensions and `partial`); the list has one
+    entry per tensor dimension; the product of the sizes of the axes that
+    split a static dimension divides it.
+  }];
+  let parameters = (ins
+    "::mlir::FlatSymbolRefAttr":$grid,
+    // One ArrayAttr of StringAttr (axis names) per tensor dimension.
+    "::mlir::ArrayAttr":$dims,
+    // Axis names over which the value is a pending partial sum.
+    "::mlir::ArrayAttr":$partial_axes
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Axis names splitting tensor dimension `dim`, major to minor.
+    ::llvm::SmallVector<::llvm::StringRef> getSplitAxes(unsigned dim) const;
+    /// All axis names used anywhere in this sharding.
+    ::llvm::SmallVector<::llvm::StringRef> getAllAxes() const;
+    bool isPartial() const { return !getPartialAxes().empty(); }
+  }];
+}
+
+#endif // PARAX_DIALECT_PARAX_IR_PARAXBASE_TD

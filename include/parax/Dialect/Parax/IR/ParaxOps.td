@@ -1,0 +1,471 @@
+//===- ParaxOps.td - parax dialect operations --------------*- tablegen -*-===//
+//
+// Transformer-level ops. Each op's constraints are numbered (C1, C2, ...) in
+// its description; the verifier's messages and the -verify-diagnostics tests
+// (test/Dialect/Parax/ops-invalid.mlir) follow the same numbering.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARAX_DIALECT_PARAX_IR_PARAXOPS_TD
+#define PARAX_DIALECT_PARAX_IR_PARAXOPS_TD
+
+include "parax/Dialect/Parax/IR/ParaxBase.td"
+include "parax/Dialect/Parax/IR/ParaxInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Parax_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
+def Parax_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+
+// A compute op of a model graph: pure, with a cost.
+// `costOverrides` names the interface methods the op defines instead of the
+// defaults (every operand read once, every result written once).
+class Parax_Op<string mnemonic, list<Trait> traits = [],
+               list<string> costOverrides = []>
+    : Op<Parax_Dialect, mnemonic,
+         !listconcat(traits, [Pure, DeclareOpInterfaceMethods<Parax_CostOpInterface,
+                                                             costOverrides>])> {
+  let hasVerifier = 1;
+}
+
+// Default textual form: operands, attributes, functional type.
+class Parax_FunctionalOp<string mnemonic, list<Trait> traits = [],
+                         list<string> costOverrides = []>
+    : Parax_Op<mnemonic, traits, costOverrides> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Device grid
+//===----------------------------------------------------------------------===//
+
+def Parax_GridOp : Op<Parax_Dialect, "grid", [Symbol]> {
+  let summary = "a device grid with named axes";
+  let description = [{
+    Declares a logical grid of devices; shardings name its axes. The last axis
+    is the innermost (consecutive ranks), so `tp` placed last keeps a
+    tensor-parallel group inside one node.
+
+    ```mlir
+    parax.grid @cluster(pp = 2, dp = 4, tp = 8)
+    ```
+
+    C1: at least one axis. C2: every size is positive. C3: axis names are
+    non-empty and unique.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$axis_names,
+                       DenseI64ArrayAttr:$shape);
+  let assemblyFormat = "$sym_name custom<GridAxes>($axis_names, $shape) attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Size of the named axis, or std::nullopt when the grid has no such axis.
+    std::optional<int64_t> getAxisSize(::llvm::StringRef name);
+    /// Number of devices of the grid.
+    int64_t getNumDevices();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+def Parax_EmbeddingOp : Parax_FunctionalOp<"embedding", [], ["getBytesRead"]> {
+  let summary = "token embedding lookup";
+  let description = [{
+    Gathers rows of `table : [V, H]` at `ids`; the result has the shape of
+    `ids` with `H` appended.
+
+    ```mlir
+    %h = parax.embedding %ids, %wte : (tensor<2x16xi32>, tensor<256x64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    C1: `table` has rank 2. C2: result shape = `ids` shape + [H]. C3: result
+    element type = `table` element type.
+  }];
+  let arguments = (ins Parax_IndexTensor:$ids, Parax_FloatTensor:$table);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_PositionEmbeddingOp : Parax_FunctionalOp<"position_embedding", [], ["getBytesRead"]> {
+  let summary = "learned absolute position embedding";
+  let description = [{
+    Rows `offset .. offset + S - 1` of `table : [P, H]` as a `[1, S, H]`
+    tensor, to be added (broadcast over the batch) to the token embedding, as
+    in GPT-2/3.
+
+    ```mlir
+    %p = parax.position_embedding %wpe {offset = 0} : (tensor<128x64xf32>) -> tensor<1x16x64xf32>
+    ```
+
+    C1: `table` has rank 2 and the result is `[1, S, H]` with H from the
+    table. C2: `offset >= 0` and `offset + S <= P`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$table,
+                       DefaultValuedAttr<I64Attr, "0">:$offset);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def Parax_LinearOp : Parax_Op<"linear"> {
+  let summary = "y = x · W (+ bias)";
+  let description = [{
+    `x : [..., in]`, `W : [in, out]` (or `[out, in]` with `transpose_w`, the
+    Hugging Face `nn.Linear` layout), optional `bias : [out]`; the result is
+    `[..., out]`. Column-parallel splits `out`; row-parallel splits `in`.
+
+    ```mlir
+    %y = parax.linear %x, %w {transpose_w} : (tensor<2x16x64xf32>, tensor<128x64xf32>) -> tensor<2x16x128xf32>
+    ```
+
+    C1: `x` has rank >= 1 and `W` rank 2. C2: `x`'s last dimension = `in`.
+    C3: `bias`, when present, is `[out]`. C4: result = `x` shape with the last
+    dimension replaced by `out`. C5: one element type for all operands and the
+    result.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight,
+                       Optional<Parax_FloatTensor>:$bias,
+                       UnitAttr:$transpose_w);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let extraClassDeclaration = [{
+    int64_t getInFeatures();
+    int64_t getOutFeatures();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation and position encoding
+//===----------------------------------------------------------------------===//
+
+def Parax_RmsNormOp : Parax_FunctionalOp<"rms_norm"> {
+  let summary = "RMSNorm over the last dimension";
+  let description = [{
+    `y = x / sqrt(mean(x^2) + eps) * weight` over the last dimension.
+
+    ```mlir
+    %y = parax.rms_norm %x, %w {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    C1: `weight` is `[H]` with H = `x`'s last dimension. C2: result type =
+    `x` type. C3: `eps > 0`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight, F64Attr:$eps);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_LayerNormOp : Parax_FunctionalOp<"layer_norm"> {
+  let summary = "LayerNorm over the last dimension";
+  let description = [{
+    `y = (x - mean) / sqrt(var + eps) * weight + bias` over the last dimension.
+
+    ```mlir
+    %y = parax.layer_norm %x, %w, %b {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    C1: `weight` and `bias` are `[H]` with H = `x`'s last dimension. C2:
+    result type = `x` type. C3: `eps > 0`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight,
+                       Parax_FloatTensor:$bias, F64Attr:$eps);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
+  let summary = "rotary position embedding";
+  let description = [{
+    Rotates the first `rotary_dim` features of every head of
+    `x : [B, S, heads, head_dim]` by position-dependent angles
+    `pos / theta^(2i / rotary_dim)`, positions `position_offset .. + S - 1`.
+    Pairs are `(i, i + rotary_dim/2)` (Llama's rotate-half layout), or
+    `(2i, 2i+1)` with `interleaved`. `rotary_dim < head_dim` is partial
+    rotary (the rest passes through). `scaling` carries a Hugging Face
+    `rope_scaling` dictionary (`rope_type` = `llama3` or `yarn` with its
+    factors) unchanged.
+
+    ```mlir
+    %q = parax.rope %x {theta = 500000.0 : f64, rotary_dim = 16} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
+    ```
+
+    C1: `x` has rank 4 and the result has its type. C2: `theta > 0`. C3:
+    `rotary_dim` is positive, even and at most `head_dim`. C4:
+    `position_offset >= 0`. C5: `scaling`, when present, has a string
+    `rope_type` of `llama3`, `yarn` or `linear` and a float `factor`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, F64Attr:$theta,
+                       I64Attr:$rotary_dim,
+                       UnitAttr:$interleaved,
+                       DefaultValuedAttr<I64Attr, "0">:$position_offset,
+                       OptionalAttr<DictionaryAttr>:$scaling);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
+  let summary = "scaled dot-product attention, grouped-query";
+  let description = [{
+    `q : [B, S, num_heads, head_dim]`, `k : [B, Skv, num_kv_heads, head_dim]`,
+    `v : [B, Skv, num_kv_heads, Dv]`; query head `h` attends to KV head
+    `h / (num_heads / num_kv_heads)`. `softmax(q · kᵀ · scale) · v`, with
+    query `i` seeing keys `0 .. i + Skv - S` when `causal`. The result is
+    `[B, S, num_heads, Dv]`. No `S × Skv` matrix is part of the op's
+    contract: kernels may (and the CUDA one does) tile it away.
+
+    ```mlir
+    %o = parax.attention %q, %k, %v {causal, num_heads = 4, num_kv_heads = 2, head_dim = 16, scale = 0.25 : f64}
+        : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> tensor<2x16x4x16xf32>
+    ```
+
+    C1: `q`, `k`, `v` and the result have rank 4. C2: `q` has `num_heads`
+    heads of `head_dim`; `k` has `num_kv_heads` heads of `head_dim`; `v` has
+    `num_kv_heads` heads. C3: `num_kv_heads` divides `num_heads`. C4: batch
+    sizes agree, `k` and `v` have one sequence length, and the result is
+    `[B, S, num_heads, Dv]`. C5: `scale > 0`. C6: with `causal`, `Skv >= S`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$q, Parax_FloatTensor:$k,
+                       Parax_FloatTensor:$v, UnitAttr:$causal,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads,
+                       I64Attr:$head_dim, F64Attr:$scale);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Parax_BinaryOp<string mnemonic, string what> : Parax_FunctionalOp<mnemonic> {
+  let summary = "elementwise " # what;
+  let description = [{
+    Elementwise on operands of equal rank; a dimension of size 1 broadcasts
+    against the other operand's (numpy rules, ranks equal).
+
+    C1: equal ranks and element types. C2: each dimension pair is equal or
+    one of them is 1. C3: the result has the broadcast shape.
+  }];
+  let arguments = (ins Parax_FloatTensor:$lhs, Parax_FloatTensor:$rhs);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_AddOp : Parax_BinaryOp<"add", "addition">;
+def Parax_MulOp : Parax_BinaryOp<"mul", "multiplication">;
+
+class Parax_UnaryOp<string mnemonic, string what> : Parax_FunctionalOp<mnemonic> {
+  let summary = "elementwise " # what;
+  let description = [{
+    C1: the result type equals the operand type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_SiluOp : Parax_UnaryOp<"silu", "SiLU, x · sigmoid(x)">;
+def Parax_SigmoidOp : Parax_UnaryOp<"sigmoid", "logistic sigmoid">;
+
+def Parax_GeluOp : Parax_Op<"gelu"> {
+  let summary = "elementwise GELU";
+  let description = [{
+    Exact (`none`, erf) or `tanh`-approximated GELU (GPT-2's `gelu_new`).
+
+    ```mlir
+    %y = parax.gelu tanh %x : (tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+    ```
+
+    C1: the result type equals the operand type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_GeluApproxAttr:$approximate);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = "$approximate $x attr-dict `:` functional-type(operands, results)";
+}
+
+def Parax_SwigluOp : Parax_FunctionalOp<"swiglu"> {
+  let summary = "gated SiLU, silu(gate) · up";
+  let description = [{
+    The gate of Llama's MLP as one op: `silu(gate) * up`.
+
+    C1: `gate`, `up` and the result have one type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$gate, Parax_FloatTensor:$up);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+def Parax_ReshapeOp : Parax_FunctionalOp<"reshape", [], ["getBytesRead", "getBytesWritten"]> {
+  let summary = "reshape (a view: no data moves)";
+  let description = [{
+    ```mlir
+    %y = parax.reshape %x : (tensor<2x16x64xf32>) -> tensor<2x16x4x16xf32>
+    ```
+
+    C1: static shapes with equal element counts and one element type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_TransposeOp : Parax_FunctionalOp<"transpose"> {
+  let summary = "permute dimensions";
+  let description = [{
+    `result.shape[i] = x.shape[permutation[i]]`.
+
+    C1: `permutation` is a permutation of `0 .. rank-1`. C2: the result shape
+    follows it; element types agree.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, DenseI64ArrayAttr:$permutation);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_SliceOp : Parax_FunctionalOp<"slice", [], ["getBytesRead"]> {
+  let summary = "contiguous slice along one dimension";
+  let description = [{
+    Elements `start .. start + size - 1` of dimension `dim` (`size` is the
+    result's extent there).
+
+    ```mlir
+    %y = parax.slice %x {dim = 3, start = 0} : (tensor<2x16x4x24xf32>) -> tensor<2x16x4x16xf32>
+    ```
+
+    C1: `0 <= dim < rank`. C2: the result equals `x` except along `dim`.
+    C3: `start >= 0` and the slice lies inside `x`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, I64Attr:$dim, I64Attr:$start);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_ConcatOp : Parax_Op<"concat"> {
+  let summary = "concatenate along one dimension";
+  let description = [{
+    ```mlir
+    %y = parax.concat %a, %b {dim = 3} : (tensor<2x16x4x16xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x24xf32>
+    ```
+
+    C1: at least one input, all of one rank and element type; `0 <= dim <
+    rank`. C2: inputs agree outside `dim`; the result's extent along `dim` is
+    their sum.
+  }];
+  let arguments = (ins Variadic<Parax_FloatTensor>:$inputs, I64Attr:$dim);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
+}
+
+def Parax_BroadcastOp : Parax_FunctionalOp<"broadcast"> {
+  let summary = "broadcast size-1 dimensions to the result shape";
+  let description = [{
+    ```mlir
+    %y = parax.broadcast %x : (tensor<2x16x1x8xf32>) -> tensor<2x16x4x8xf32>
+    ```
+
+    C1: equal ranks and element types; every dimension of `x` equals the
+    result's or is 1.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+def Parax_RouterOp : Parax_Op<"router"> {
+  let summary = "MoE router: scores, top-k experts and their weights";
+  let description = [{
+    `logits = x · gateᵀ` with `gate : [E, H]` (the checkpoint layout);
+    scores = `softmax` or `sigmoid` of the logits. Experts are chosen by the
+    top-k of `scores + bias` (DeepSeek-V3's correction bias, used for the
+    choice only), restricted, when `num_groups > 1`, to the `topk_groups`
+    groups of experts whose best two biased scores sum highest. The weights
+    are the chosen experts' scores, divided by their sum when `normalize`,
+    times `scaling_factor`. Results: `weights : [..., top_k]` (element type
+    of `x`) and `indices : [..., top_k]` (i32), in descending score order.
+
+    Mixtral: softmax, normalize (equivalent to a softmax over the top-k
+    logits). Qwen2-MoE: softmax, no normalize. DeepSeek-V3: sigmoid, bias,
+    8 groups / top 4, normalize, scaling 2.5.
+
+    ```mlir
+    %w, %i = parax.router softmax %x, %g {num_experts = 8, top_k = 2, normalize}
+        : (tensor<2x16x64xf32>, tensor<8x64xf32>) -> (tensor<2x16x2xf32>, tensor<2x16x2xi32>)
+    ```
+
+    C1: `gate` is `[num_experts, H]` with H = `x`'s last dimension; `bias`,
+    when present, is `[num_experts]`. C2: `0 < top_k <= num_experts`. C3:
+    `num_groups` divides `num_experts`, `0 < topk_groups <= num_groups`, and
+    the allowed groups hold at least `top_k` experts. C4: both results have
+    `x`'s shape with the last dimension replaced by `top_k`; `weights` has
+    `x`'s element type, `indices` is i32. C5: `scaling_factor > 0`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$gate,
+                       Optional<Parax_FloatTensor>:$bias,
+                       Parax_ScoreFuncAttr:$score_func,
+                       I64Attr:$num_experts, I64Attr:$top_k,
+                       UnitAttr:$normalize,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scaling_factor,
+                       DefaultValuedAttr<I64Attr, "1">:$num_groups,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
+  let results = (outs Parax_FloatTensor:$weights, StaticShapeTensorOf<[I32]>:$indices);
+  let assemblyFormat = [{
+    $score_func $x `,` $gate (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Parax_ExpertsOp : Parax_Op<"experts", [], ["getBytesRead"]> {
+  let summary = "routed gated FFN experts, combined by the router's weights";
+  let description = [{
+    For every token `t` and each of its `k` choices `e = indices[t, j]`:
+    `y[t] += weights[t, j] · down_e(silu(gate_e(x[t])) · up_e(x[t]))`.
+    Expert weights are stacked in checkpoint layout: `w_gate, w_up : [E, F, H]`,
+    `w_down : [E, H, F]`. Routing is dropless: every chosen (token, expert)
+    pair is computed, so sharded and unsharded runs agree exactly.
+
+    ```mlir
+    %y = parax.experts %x, %w, %i, %wg, %wu, %wd
+        : (tensor<2x16x64xf32>, tensor<2x16x2xf32>, tensor<2x16x2xi32>,
+           tensor<8x96x64xf32>, tensor<8x96x64xf32>, tensor<8x64x96xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    C1: `w_gate` and `w_up` are `[E, F, H]`, `w_down` is `[E, H, F]`, with H
+    = `x`'s last dimension. C2: `weights` and `indices` have `x`'s shape with
+    the last dimension replaced by one `k`. C3: the result has `x`'s type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weights,
+                       Parax_IndexTensor:$indices, Parax_FloatTensor:$w_gate,
+                       Parax_FloatTensor:$w_up, Parax_FloatTensor:$w_down);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let extraClassDeclaration = [{
+    int64_t getNumExperts();
+    int64_t getFfnDim();
+    int64_t getTopK();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+def Parax_CrossEntropyOp : Parax_FunctionalOp<"cross_entropy"> {
+  let summary = "mean token cross-entropy of logits against labels";
+  let description = [{
+    `mean_t(logsumexp(logits[t]) - logits[t, labels[t]])`, a scalar f32.
+
+    ```mlir
+    %l = parax.cross_entropy %logits, %labels : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<f32>
+    ```
+
+    C1: `labels` has `logits`' shape without the last dimension. C2: the
+    result is a rank-0 f32 tensor.
+  }];
+  let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+}
+
+#endif // PARAX_DIALECT_PARAX_IR_PARAXOPS_TD

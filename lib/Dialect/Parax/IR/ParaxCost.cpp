@@ -1,0 +1,139 @@
+//===- ParaxCost.cpp - FLOPs and bytes of every parax op -----------------===//
+//
+// Forward-pass counts for the shapes in the IR; the conventions (what a norm
+// or an activation costs per element, how attention's causal mask and the
+// experts' weight reads are counted) are written down in docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+
+#include "parax/Dialect/Parax/IR/ParaxInterfaces.cpp.inc"
+
+using namespace mlir;
+using namespace parax;
+
+uint64_t parax::getNumElements(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return 0;
+  return tensor.getNumElements();
+}
+
+static uint64_t elementBytes(Type type) {
+  Type element = cast<ShapedType>(type).getElementType();
+  return (element.getIntOrFloatBitWidth() + 7) / 8;
+}
+
+uint64_t parax::getTensorBytes(Type type) {
+  uint64_t elements = getNumElements(type);
+  return elements ? elements * elementBytes(type) : 0;
+}
+
+static uint64_t numel(Value value) { return getNumElements(value.getType()); }
+static uint64_t bytes(Value value) { return getTensorBytes(value.getType()); }
+static int64_t lastDim(Value value) {
+  return cast<RankedTensorType>(value.getType()).getShape().back();
+}
+static int64_t dimSize(Value value, unsigned dim) {
+  return cast<RankedTensorType>(value.getType()).getDimSize(dim);
+}
+
+uint64_t parax::detail::defaultBytesRead(Operation *op) {
+  uint64_t total = 0;
+  for (Value operand : op->getOperands())
+    total += bytes(operand);
+  return total;
+}
+
+uint64_t parax::detail::defaultBytesWritten(Operation *op) {
+  uint64_t total = 0;
+  for (Value result : op->getResults())
+    total += bytes(result);
+  return total;
+}
+
+// Embeddings: gathers, no arithmetic; only the rows looked up are read.
+uint64_t EmbeddingOp::getFlops() { return 0; }
+uint64_t EmbeddingOp::getBytesRead() {
+  return bytes(getIds()) + bytes(getResult());
+}
+uint64_t PositionEmbeddingOp::getFlops() { return 0; }
+uint64_t PositionEmbeddingOp::getBytesRead() { return bytes(getResult()); }
+
+// 2·M·in·out multiply-adds, plus one add per output for the bias.
+uint64_t LinearOp::getFlops() {
+  uint64_t in = getInFeatures(), out = getOutFeatures();
+  uint64_t rows = numel(getX()) / in;
+  return 2 * rows * in * out + (getBias() ? rows * out : 0);
+}
+
+// Per element: RMSNorm square, accumulate, scale, weight (4); LayerNorm adds
+// the mean, subtraction and bias (8).
+uint64_t RmsNormOp::getFlops() { return 4 * numel(getX()); }
+uint64_t LayerNormOp::getFlops() { return 8 * numel(getX()); }
+
+// Two multiplies and an add per rotated element.
+uint64_t RopeOp::getFlops() {
+  uint64_t rotated = numel(getX()) / dimSize(getX(), 3) * getRotaryDim();
+  return 3 * rotated;
+}
+
+// Scores q·k (2·d per pair), softmax (5 per pair), p·v (2·Dv per pair); a
+// causal mask keeps, for query i, keys 0 .. i + (Skv - S).
+uint64_t AttentionOp::getFlops() {
+  uint64_t batch = dimSize(getQ(), 0), seq = dimSize(getQ(), 1),
+           keys = dimSize(getK(), 1), heads = getNumHeads(),
+           headDim = getHeadDim(), valueDim = dimSize(getV(), 3);
+  uint64_t pairs = seq * keys;
+  if (getCausal())
+    pairs = seq * (keys - seq) + seq * (seq + 1) / 2;
+  return batch * heads * pairs * (2 * headDim + 5 + 2 * valueDim);
+}
+
+uint64_t AddOp::getFlops() { return numel(getResult()); }
+uint64_t MulOp::getFlops() { return numel(getResult()); }
+uint64_t SiluOp::getFlops() { return 4 * numel(getResult()); }
+uint64_t SigmoidOp::getFlops() { return 3 * numel(getResult()); }
+uint64_t GeluOp::getFlops() { return 8 * numel(getResult()); }
+uint64_t SwigluOp::getFlops() { return 5 * numel(getResult()); }
+
+// A reshape is a view of its operand: no kernel, no traffic.
+uint64_t ReshapeOp::getFlops() { return 0; }
+uint64_t ReshapeOp::getBytesRead() { return 0; }
+uint64_t ReshapeOp::getBytesWritten() { return 0; }
+uint64_t TransposeOp::getFlops() { return 0; }
+uint64_t SliceOp::getFlops() { return 0; }
+uint64_t SliceOp::getBytesRead() { return bytes(getResult()); }
+uint64_t ConcatOp::getFlops() { return 0; }
+uint64_t BroadcastOp::getFlops() { return 0; }
+
+// The gate GEMM, then per score: the activation (about 4) and selection (1).
+uint64_t RouterOp::getFlops() {
+  uint64_t hidden = lastDim(getX()), experts = getNumExperts();
+  uint64_t tokens = numel(getX()) / hidden;
+  return 2 * tokens * hidden * experts + 5 * tokens * experts;
+}
+
+// Per routed (token, expert) pair: three GEMVs (gate, up, down), swiglu, and
+// the weighted accumulation into the output.
+uint64_t ExpertsOp::getFlops() {
+  uint64_t hidden = lastDim(getX()), ffn = getFfnDim(), k = getTopK();
+  uint64_t pairs = numel(getX()) / hidden * k;
+  return pairs * (3 * 2 * hidden * ffn + 5 * ffn + 2 * hidden);
+}
+
+// Only the experts that some token chose have their weights read: at most
+// min(E, tokens · k) of them (all of them for any realistic batch).
+uint64_t ExpertsOp::getBytesRead() {
+  uint64_t experts = getNumExperts();
+  uint64_t pairs = numel(getX()) / lastDim(getX()) * getTopK();
+  uint64_t touched = std::min(experts, pairs);
+  uint64_t weightBytes =
+      bytes(getWGate()) + bytes(getWUp()) + bytes(getWDown());
+  return bytes(getX()) + bytes(getWeights()) + bytes(getIndices()) +
+         weightBytes / experts * touched;
+}
+
+// logsumexp (max, exp, sum, log ≈ 4 per logit) and the label pick.
+uint64_t CrossEntropyOp::getFlops() { return 4 * numel(getLogits()); }

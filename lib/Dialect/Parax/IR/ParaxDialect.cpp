@@ -1,0 +1,272 @@
+//===- ParaxDialect.cpp - parax dialect, attributes, attribute verifiers --===//
+
+#include "parax/Dialect/Parax/IR/ParaxDialect.h"
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace parax;
+
+#include "parax/Dialect/Parax/IR/ParaxDialect.cpp.inc"
+#include "parax/Dialect/Parax/IR/ParaxEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "parax/Dialect/Parax/IR/ParaxAttrs.cpp.inc"
+
+void ParaxDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "parax/Dialect/Parax/IR/ParaxOps.cpp.inc"
+      >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "parax/Dialect/Parax/IR/ParaxAttrs.cpp.inc"
+      >();
+}
+
+std::optional<int64_t> parax::getLayer(Operation *op) {
+  if (auto layer = op->getAttrOfType<IntegerAttr>(ParaxDialect::kLayerAttrName))
+    return layer.getValue().getSExtValue();
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// ShardingAttr
+//===----------------------------------------------------------------------===//
+
+// Prints `{a, b}`.
+static void printAxisSet(AsmPrinter &printer, ArrayAttr axes) {
+  printer << '{';
+  llvm::interleaveComma(axes, printer, [&](Attribute axis) {
+    printer << cast<StringAttr>(axis).getValue();
+  });
+  printer << '}';
+}
+
+// Parses `{a, b}` (axis names are bare identifiers).
+static ParseResult parseAxisSet(AsmParser &parser, ArrayAttr &axes) {
+  SmallVector<Attribute> names;
+  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Braces, [&] {
+        StringRef name;
+        if (parser.parseKeyword(&name))
+          return failure();
+        names.push_back(parser.getBuilder().getStringAttr(name));
+        return success();
+      }))
+    return failure();
+  axes = parser.getBuilder().getArrayAttr(names);
+  return success();
+}
+
+// `<@grid, [{dp}, {}, {tp}]>` or `<@grid, [{}, {}], partial = {tp}>`.
+Attribute ShardingAttr::parse(AsmParser &parser, Type) {
+  FlatSymbolRefAttr grid;
+  SmallVector<Attribute> dims;
+  ArrayAttr partial = parser.getBuilder().getArrayAttr({});
+  if (parser.parseLess() || parser.parseAttribute(grid) || parser.parseComma() ||
+      parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+        ArrayAttr axes;
+        if (parseAxisSet(parser, axes))
+          return failure();
+        dims.push_back(axes);
+        return success();
+      }))
+    return {};
+  if (succeeded(parser.parseOptionalComma())) {
+    if (parser.parseKeyword("partial") || parser.parseEqual() ||
+        parseAxisSet(parser, partial))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<ShardingAttr>(
+      parser.getContext(), grid, parser.getBuilder().getArrayAttr(dims), partial);
+}
+
+void ShardingAttr::print(AsmPrinter &printer) const {
+  printer << '<' << getGrid() << ", [";
+  llvm::interleaveComma(getDims(), printer, [&](Attribute dim) {
+    printAxisSet(printer, cast<ArrayAttr>(dim));
+  });
+  printer << ']';
+  if (isPartial()) {
+    printer << ", partial = ";
+    printAxisSet(printer, getPartialAxes());
+  }
+  printer << '>';
+}
+
+LogicalResult
+ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                     FlatSymbolRefAttr grid, ArrayAttr dims, ArrayAttr partial) {
+  if (!grid)
+    return emitError() << "sharding needs a grid";
+  llvm::StringSet<> seen;
+  auto checkAxes = [&](Attribute list, StringRef where) -> LogicalResult {
+    auto axes = dyn_cast<ArrayAttr>(list);
+    if (!axes)
+      return emitError() << "sharding " << where << " must be a list of axes";
+    for (Attribute axis : axes) {
+      auto name = dyn_cast<StringAttr>(axis);
+      if (!name || name.getValue().empty())
+        return emitError() << "sharding " << where
+                           << " must list grid axis names";
+      if (!seen.insert(name.getValue()).second)
+        return emitError() << "grid axis '" << name.getValue()
+                           << "' is used twice in one sharding";
+    }
+    return success();
+  };
+  for (auto [i, dim] : llvm::enumerate(dims))
+    if (failed(checkAxes(dim, "dimension " + std::to_string(i))))
+      return failure();
+  return checkAxes(partial, "partial");
+}
+
+SmallVector<StringRef> ShardingAttr::getSplitAxes(unsigned dim) const {
+  SmallVector<StringRef> axes;
+  for (Attribute axis : cast<ArrayAttr>(getDims()[dim]))
+    axes.push_back(cast<StringAttr>(axis).getValue());
+  return axes;
+}
+
+SmallVector<StringRef> ShardingAttr::getAllAxes() const {
+  SmallVector<StringRef> axes;
+  for (unsigned d = 0, e = getDims().size(); d < e; ++d)
+    llvm::append_range(axes, getSplitAxes(d));
+  for (Attribute axis : getPartialAxes())
+    axes.push_back(cast<StringAttr>(axis).getValue());
+  return axes;
+}
+
+LogicalResult
+parax::verifySharding(ShardingAttr sharding, Type type, Operation *anchor,
+                      function_ref<InFlightDiagnostic()> emitError) {
+  auto grid =
+      SymbolTable::lookupNearestSymbolFrom<GridOp>(anchor, sharding.getGrid());
+  if (!grid)
+    return emitError() << "sharding refers to unknown grid "
+                       << sharding.getGrid();
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return emitError() << "sharding annotates a value of type " << type
+                       << ", not a ranked tensor";
+  if (static_cast<int64_t>(sharding.getDims().size()) != tensor.getRank())
+    return emitError() << "sharding has " << sharding.getDims().size()
+                       << " dimension entries but the value has rank "
+                       << tensor.getRank();
+  for (StringRef axis : sharding.getAllAxes())
+    if (!grid.getAxisSize(axis))
+      return emitError() << "unknown grid axis '" << axis << "' (grid "
+                         << sharding.getGrid() << " has axes "
+                         << grid.getAxisNames() << ")";
+  for (int64_t d = 0; d < tensor.getRank(); ++d) {
+    int64_t parts = 1;
+    for (StringRef axis : sharding.getSplitAxes(d))
+      parts *= *grid.getAxisSize(axis);
+    int64_t size = tensor.getDimSize(d);
+    if (!ShapedType::isDynamic(size) && size % parts != 0)
+      return emitError() << "dimension " << d << " of size " << size
+                         << " is not divisible by " << parts
+                         << " (split over grid axes {"
+                         << llvm::join(sharding.getSplitAxes(d), ", ") << "})";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attribute verification
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParaxDialect::verifyOperationAttribute(Operation *op,
+                                                     NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == kLayerAttrName) {
+    auto layer = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!layer || !layer.getType().isInteger())
+      return op->emitError() << "'" << name << "' must be an integer";
+    if (layer.getValue().getSExtValue() < -1)
+      return op->emitError() << "'" << name
+                             << "' must be >= -1 (-1 is the prologue)";
+    return success();
+  }
+  if (name == kShardingsAttrName) {
+    auto list = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!list || list.size() != op->getNumResults())
+      return op->emitError() << "'" << name << "' must list one sharding per "
+                             << "result (" << op->getNumResults() << ")";
+    for (auto [i, element] : llvm::enumerate(list)) {
+      auto sharding = dyn_cast<ShardingAttr>(element);
+      if (!sharding)
+        return op->emitError() << "'" << name << "' entry " << i
+                               << " is not a #parax.sharding";
+      if (failed(verifySharding(sharding, op->getResult(i).getType(), op, [&] {
+            return op->emitError() << "result #" << i << ": ";
+          })))
+        return failure();
+    }
+    return success();
+  }
+  return op->emitError() << "unknown parax attribute '" << name << "'";
+}
+
+LogicalResult ParaxDialect::verifyRegionArgAttribute(Operation *op,
+                                                     unsigned regionIndex,
+                                                     unsigned argIndex,
+                                                     NamedAttribute attr) {
+  auto function = dyn_cast<FunctionOpInterface>(op);
+  if (!function)
+    return op->emitError() << "parax argument attributes belong on functions";
+  Type type = function.getArgumentTypes()[argIndex];
+  StringRef name = attr.getName().getValue();
+  auto emitArgError = [&]() {
+    return op->emitError() << "argument #" << argIndex << ": ";
+  };
+  if (name == kParamAttrName) {
+    auto tensorName = dyn_cast<StringAttr>(attr.getValue());
+    if (!tensorName || tensorName.getValue().empty())
+      return emitArgError() << "'" << name
+                            << "' must be a non-empty checkpoint tensor name";
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!tensor || !tensor.hasStaticShape())
+      return emitArgError() << "a parameter must be a tensor of static shape";
+    if (tensorName.getValue().contains("{e}") && tensor.getRank() < 1)
+      return emitArgError() << "a stacked '{e}' parameter needs rank >= 1";
+    return success();
+  }
+  if (name == kShardingAttrName) {
+    auto sharding = dyn_cast<ShardingAttr>(attr.getValue());
+    if (!sharding)
+      return emitArgError() << "'" << name << "' must be a #parax.sharding";
+    return verifySharding(sharding, type, op, emitArgError);
+  }
+  return emitArgError() << "unknown parax argument attribute '" << name << "'";
+}
+
+LogicalResult ParaxDialect::verifyRegionResultAttribute(Operation *op,
+                                                        unsigned regionIndex,
+                                                        unsigned resultIndex,
+                                                        NamedAttribute attr) {
+  auto function = dyn_cast<FunctionOpInterface>(op);
+  if (!function)
+    return op->emitError() << "parax result attributes belong on functions";
+  auto emitResultError = [&]() {
+    return op->emitError() << "result #" << resultIndex << ": ";
+  };
+  if (attr.getName().getValue() == kShardingAttrName) {
+    auto sharding = dyn_cast<ShardingAttr>(attr.getValue());
+    if (!sharding)
+      return emitResultError() << "'" << kShardingAttrName
+                               << "' must be a #parax.sharding";
+    return verifySharding(sharding, function.getResultTypes()[resultIndex], op,
+                          emitResultError);
+  }
+  return emitResultError() << "unknown parax result attribute '"
+                           << attr.getName().getValue() << "'";
+}

@@ -1,0 +1,513 @@
+//===- ParaxOps.cpp - parax op verifiers and custom syntax ---------------===//
+//
+// Verifier messages start with the constraint label of the op's description
+// (C1, C2, ...), so a message leads to the rule it enforces.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace parax;
+
+static RankedTensorType tensorOf(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+static bool isIdentifier(StringRef name) {
+  if (name.empty() || !(llvm::isAlpha(name.front()) || name.front() == '_'))
+    return false;
+  return llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+}
+
+//===----------------------------------------------------------------------===//
+// GridOp
+//===----------------------------------------------------------------------===//
+
+// `(dp = 2, tp = 4)`
+static ParseResult parseGridAxes(OpAsmParser &parser, ArrayAttr &names,
+                                 DenseI64ArrayAttr &shape) {
+  SmallVector<Attribute> nameList;
+  SmallVector<int64_t> sizes;
+  if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Paren, [&] {
+        StringRef name;
+        int64_t size;
+        if (parser.parseKeyword(&name) || parser.parseEqual() ||
+            parser.parseInteger(size))
+          return failure();
+        nameList.push_back(parser.getBuilder().getStringAttr(name));
+        sizes.push_back(size);
+        return success();
+      }))
+    return failure();
+  names = parser.getBuilder().getArrayAttr(nameList);
+  shape = parser.getBuilder().getDenseI64ArrayAttr(sizes);
+  return success();
+}
+
+static void printGridAxes(OpAsmPrinter &printer, GridOp, ArrayAttr names,
+                          DenseI64ArrayAttr shape) {
+  printer << '(';
+  for (auto [i, name] : llvm::enumerate(names)) {
+    if (i)
+      printer << ", ";
+    printer << cast<StringAttr>(name).getValue() << " = "
+            << (i < shape.size() ? shape[i] : 0);
+  }
+  printer << ')';
+}
+
+LogicalResult GridOp::verify() {
+  if (getAxisNames().empty())
+    return emitOpError("C1: a grid needs at least one axis");
+  if (getAxisNames().size() != getShape().size())
+    return emitOpError("C1: ") << getAxisNames().size() << " axis names but "
+                               << getShape().size() << " sizes";
+  for (int64_t size : getShape())
+    if (size <= 0)
+      return emitOpError("C2: grid axis sizes must be positive, got ") << size;
+  llvm::StringSet<> seen;
+  for (Attribute attr : getAxisNames()) {
+    StringRef name = cast<StringAttr>(attr).getValue();
+    if (!isIdentifier(name))
+      return emitOpError("C3: grid axis name '")
+             << name << "' is not an identifier";
+    if (!seen.insert(name).second)
+      return emitOpError("C3: grid axis '") << name << "' is declared twice";
+  }
+  return success();
+}
+
+std::optional<int64_t> GridOp::getAxisSize(StringRef name) {
+  auto shape = getShape();
+  for (auto [i, attr] : llvm::enumerate(getAxisNames()))
+    if (cast<StringAttr>(attr).getValue() == name && i < shape.size())
+      return shape[i];
+  return std::nullopt;
+}
+
+int64_t GridOp::getNumDevices() {
+  int64_t devices = 1;
+  for (int64_t size : getShape())
+    devices *= size;
+  return devices;
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  RankedTensorType table = tensorOf(getTable()), ids = tensorOf(getIds()),
+                   result = tensorOf(getResult());
+  if (table.getRank() != 2)
+    return emitOpError("C1: table must have rank 2, got ") << table.getRank();
+  SmallVector<int64_t> expected(ids.getShape());
+  expected.push_back(table.getDimSize(1));
+  if (result.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError("C2: result shape must be the ids shape + [")
+           << table.getDimSize(1) << "]";
+  if (result.getElementType() != table.getElementType())
+    return emitOpError("C3: result element type must match the table's");
+  return success();
+}
+
+LogicalResult PositionEmbeddingOp::verify() {
+  RankedTensorType table = tensorOf(getTable()), result = tensorOf(getResult());
+  if (table.getRank() != 2 || result.getRank() != 3 ||
+      result.getDimSize(0) != 1 || result.getDimSize(2) != table.getDimSize(1) ||
+      result.getElementType() != table.getElementType())
+    return emitOpError("C1: expected a [P, H] table and a [1, S, H] result");
+  int64_t offset = getOffset();
+  if (offset < 0 || offset + result.getDimSize(1) > table.getDimSize(0))
+    return emitOpError("C2: positions ")
+           << offset << " .. " << offset + result.getDimSize(1) - 1
+           << " exceed the table's " << table.getDimSize(0) << " rows";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// LinearOp
+//===----------------------------------------------------------------------===//
+
+int64_t LinearOp::getInFeatures() {
+  return tensorOf(getWeight()).getDimSize(getTransposeW() ? 1 : 0);
+}
+int64_t LinearOp::getOutFeatures() {
+  return tensorOf(getWeight()).getDimSize(getTransposeW() ? 0 : 1);
+}
+
+LogicalResult LinearOp::verify() {
+  RankedTensorType x = tensorOf(getX()), w = tensorOf(getWeight()),
+                   result = tensorOf(getResult());
+  if (x.getRank() < 1 || w.getRank() != 2)
+    return emitOpError("C1: x needs rank >= 1 and the weight rank 2");
+  int64_t in = getInFeatures(), out = getOutFeatures();
+  if (x.getShape().back() != in)
+    return emitOpError("C2: x's last dimension (")
+           << x.getShape().back() << ") must equal the weight's in features ("
+           << in << (getTransposeW() ? ", weight is [out, in])" : ", weight is [in, out])");
+  if (getBias()) {
+    RankedTensorType bias = tensorOf(getBias());
+    if (bias.getRank() != 1 || bias.getDimSize(0) != out)
+      return emitOpError("C3: bias must be [") << out << "]";
+  }
+  SmallVector<int64_t> expected(x.getShape());
+  expected.back() = out;
+  if (result.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError("C4: result shape must be x's with the last dimension ")
+           << out;
+  Type element = x.getElementType();
+  if (w.getElementType() != element || result.getElementType() != element ||
+      (getBias() && tensorOf(getBias()).getElementType() != element))
+    return emitOpError("C5: operands and result must share one element type");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Norms and rope
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyNorm(Operation *op, Value x, ValueRange params,
+                                Value result, double eps) {
+  RankedTensorType xType = tensorOf(x);
+  if (xType.getRank() < 1)
+    return op->emitOpError("C1: x needs rank >= 1");
+  int64_t hidden = xType.getShape().back();
+  for (Value param : params) {
+    RankedTensorType type = tensorOf(param);
+    if (type.getRank() != 1 || type.getDimSize(0) != hidden)
+      return op->emitOpError("C1: norm parameters must be [") << hidden << "]";
+  }
+  if (result.getType() != xType)
+    return op->emitOpError("C2: result type must equal x's type");
+  if (!(eps > 0))
+    return op->emitOpError("C3: eps must be positive");
+  return success();
+}
+
+LogicalResult RmsNormOp::verify() {
+  return verifyNorm(*this, getX(), getWeight(), getResult(),
+                    getEps().convertToDouble());
+}
+
+LogicalResult LayerNormOp::verify() {
+  return verifyNorm(*this, getX(), {getWeight(), getBias()}, getResult(),
+                    getEps().convertToDouble());
+}
+
+LogicalResult RopeOp::verify() {
+  RankedTensorType x = tensorOf(getX());
+  if (x.getRank() != 4 || getResult().getType() != x)
+    return emitOpError("C1: x must be [B, S, heads, head_dim] and the result "
+                       "of the same type");
+  if (!(getTheta().convertToDouble() > 0))
+    return emitOpError("C2: theta must be positive");
+  int64_t rotary = getRotaryDim(), headDim = x.getDimSize(3);
+  if (rotary <= 0 || rotary % 2 != 0 || rotary > headDim)
+    return emitOpError("C3: rotary_dim must be positive, even and at most "
+                       "head_dim (")
+           << headDim << "), got " << rotary;
+  if (getPositionOffset() < 0)
+    return emitOpError("C4: position_offset must be >= 0");
+  if (auto scaling = getScalingAttr()) {
+    auto type = scaling.getAs<StringAttr>("rope_type");
+    if (!type || !llvm::is_contained(ArrayRef<StringRef>{"llama3", "yarn", "linear"},
+                                     type.getValue()))
+      return emitOpError("C5: scaling needs rope_type = \"llama3\", \"yarn\" "
+                         "or \"linear\"");
+    if (!scaling.getAs<FloatAttr>("factor"))
+      return emitOpError("C5: scaling needs a float 'factor'");
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  RankedTensorType q = tensorOf(getQ()), k = tensorOf(getK()),
+                   v = tensorOf(getV()), result = tensorOf(getResult());
+  if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4 ||
+      result.getRank() != 4)
+    return emitOpError("C1: q, k, v and the result must have rank 4 "
+                       "[B, S, heads, head_dim]");
+  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(),
+          headDim = getHeadDim();
+  if (heads <= 0 || kvHeads <= 0 || headDim <= 0)
+    return emitOpError("C2: num_heads, num_kv_heads and head_dim must be "
+                       "positive");
+  if (q.getDimSize(2) != heads || q.getDimSize(3) != headDim)
+    return emitOpError("C2: q must have ")
+           << heads << " heads of " << headDim << ", got [" << q.getDimSize(2)
+           << ", " << q.getDimSize(3) << "]";
+  if (k.getDimSize(2) != kvHeads || k.getDimSize(3) != headDim)
+    return emitOpError("C2: k must have ")
+           << kvHeads << " heads of " << headDim << ", got ["
+           << k.getDimSize(2) << ", " << k.getDimSize(3) << "]";
+  if (v.getDimSize(2) != kvHeads)
+    return emitOpError("C2: v must have ") << kvHeads << " heads";
+  if (heads % kvHeads != 0)
+    return emitOpError("C3: num_kv_heads (")
+           << kvHeads << ") must divide num_heads (" << heads << ")";
+  if (k.getDimSize(0) != q.getDimSize(0) || v.getDimSize(0) != q.getDimSize(0) ||
+      k.getDimSize(1) != v.getDimSize(1))
+    return emitOpError("C4: batch sizes must agree and k, v must share a "
+                       "sequence length");
+  SmallVector<int64_t> expected = {q.getDimSize(0), q.getDimSize(1), heads,
+                                   v.getDimSize(3)};
+  if (result.getShape() != ArrayRef<int64_t>(expected) ||
+      result.getElementType() != q.getElementType())
+    return emitOpError("C4: result must be [B, S, num_heads, Dv] of q's "
+                       "element type");
+  if (!(getScale().convertToDouble() > 0))
+    return emitOpError("C5: scale must be positive");
+  if (getCausal() && k.getDimSize(1) < q.getDimSize(1))
+    return emitOpError("C6: causal attention needs at least as many keys as "
+                       "queries");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyBroadcastBinary(Operation *op) {
+  RankedTensorType lhs = tensorOf(op->getOperand(0)),
+                   rhs = tensorOf(op->getOperand(1)),
+                   result = tensorOf(op->getResult(0));
+  if (lhs.getRank() != rhs.getRank() ||
+      lhs.getElementType() != rhs.getElementType())
+    return op->emitOpError("C1: operands must have equal ranks and element "
+                           "types");
+  SmallVector<int64_t> shape;
+  for (auto [a, b] : llvm::zip(lhs.getShape(), rhs.getShape())) {
+    if (a != b && a != 1 && b != 1)
+      return op->emitOpError("C2: dimensions ")
+             << a << " and " << b << " do not broadcast";
+    shape.push_back(a == 1 ? b : a);
+  }
+  if (result.getShape() != ArrayRef<int64_t>(shape) ||
+      result.getElementType() != lhs.getElementType())
+    return op->emitOpError("C3: result must have the broadcast shape");
+  return success();
+}
+
+LogicalResult AddOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult MulOp::verify() { return verifyBroadcastBinary(*this); }
+
+static LogicalResult verifySameType(Operation *op) {
+  Type type = op->getOperand(0).getType();
+  for (Value value : llvm::concat<Value>(op->getOperands(), op->getResults()))
+    if (value.getType() != type)
+      return op->emitOpError("C1: operands and result must have one type");
+  return success();
+}
+
+LogicalResult SiluOp::verify() { return verifySameType(*this); }
+LogicalResult SigmoidOp::verify() { return verifySameType(*this); }
+LogicalResult GeluOp::verify() { return verifySameType(*this); }
+LogicalResult SwigluOp::verify() { return verifySameType(*this); }
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType x = tensorOf(getX()), result = tensorOf(getResult());
+  if (x.getNumElements() != result.getNumElements() ||
+      x.getElementType() != result.getElementType())
+    return emitOpError("C1: reshape must keep the element count (")
+           << x.getNumElements() << " vs " << result.getNumElements()
+           << ") and the element type";
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  RankedTensorType x = tensorOf(getX()), result = tensorOf(getResult());
+  ArrayRef<int64_t> perm = getPermutation();
+  SmallVector<bool> seen(x.getRank(), false);
+  if (static_cast<int64_t>(perm.size()) != x.getRank())
+    return emitOpError("C1: permutation must have ") << x.getRank() << " entries";
+  for (int64_t p : perm) {
+    if (p < 0 || p >= x.getRank() || seen[p])
+      return emitOpError("C1: permutation is not a permutation of 0 .. ")
+             << x.getRank() - 1;
+    seen[p] = true;
+  }
+  for (auto [i, p] : llvm::enumerate(perm))
+    if (result.getRank() != x.getRank() ||
+        result.getDimSize(i) != x.getDimSize(p))
+      return emitOpError("C2: result shape does not follow the permutation");
+  if (result.getElementType() != x.getElementType())
+    return emitOpError("C2: element types must agree");
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  RankedTensorType x = tensorOf(getX()), result = tensorOf(getResult());
+  int64_t dim = getDim(), start = getStart();
+  if (dim < 0 || dim >= x.getRank())
+    return emitOpError("C1: dim must be in [0, ") << x.getRank() << ")";
+  if (result.getRank() != x.getRank() ||
+      result.getElementType() != x.getElementType())
+    return emitOpError("C2: result must have x's rank and element type");
+  for (int64_t d = 0; d < x.getRank(); ++d)
+    if (d != dim && result.getDimSize(d) != x.getDimSize(d))
+      return emitOpError("C2: result must equal x outside dimension ") << dim;
+  if (start < 0 || start + result.getDimSize(dim) > x.getDimSize(dim))
+    return emitOpError("C3: slice [")
+           << start << ", " << start + result.getDimSize(dim)
+           << ") lies outside dimension " << dim << " of size "
+           << x.getDimSize(dim);
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("C1: needs at least one input");
+  RankedTensorType first = tensorOf(getInputs().front()),
+                   result = tensorOf(getResult());
+  int64_t dim = getDim();
+  if (dim < 0 || dim >= first.getRank())
+    return emitOpError("C1: dim must be in [0, ") << first.getRank() << ")";
+  int64_t total = 0;
+  for (Value input : getInputs()) {
+    RankedTensorType type = tensorOf(input);
+    if (type.getRank() != first.getRank() ||
+        type.getElementType() != first.getElementType())
+      return emitOpError("C1: inputs must share rank and element type");
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      if (d != dim && type.getDimSize(d) != first.getDimSize(d))
+        return emitOpError("C2: inputs must agree outside dimension ") << dim;
+    total += type.getDimSize(dim);
+  }
+  SmallVector<int64_t> expected(first.getShape());
+  expected[dim] = total;
+  if (result.getShape() != ArrayRef<int64_t>(expected) ||
+      result.getElementType() != first.getElementType())
+    return emitOpError("C2: result extent along dimension ")
+           << dim << " must be " << total;
+  return success();
+}
+
+LogicalResult BroadcastOp::verify() {
+  RankedTensorType x = tensorOf(getX()), result = tensorOf(getResult());
+  if (x.getRank() != result.getRank() ||
+      x.getElementType() != result.getElementType())
+    return emitOpError("C1: operand and result must have equal ranks and "
+                       "element types");
+  for (auto [a, b] : llvm::zip(x.getShape(), result.getShape()))
+    if (a != b && a != 1)
+      return emitOpError("C1: dimension of size ")
+             << a << " cannot broadcast to " << b;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyRoutedShape(Operation *op, RankedTensorType x,
+                                       RankedTensorType routed, int64_t k,
+                                       StringRef label, StringRef what) {
+  SmallVector<int64_t> expected(x.getShape());
+  expected.back() = k;
+  if (routed.getShape() != ArrayRef<int64_t>(expected))
+    return op->emitOpError(label)
+           << ": " << what << " must have x's shape with the last dimension "
+           << k;
+  return success();
+}
+
+LogicalResult RouterOp::verify() {
+  RankedTensorType x = tensorOf(getX()), gate = tensorOf(getGate());
+  int64_t experts = getNumExperts(), k = getTopK();
+  if (x.getRank() < 1 || gate.getRank() != 2 || gate.getDimSize(0) != experts ||
+      gate.getDimSize(1) != x.getShape().back())
+    return emitOpError("C1: gate must be [num_experts, H] = [")
+           << experts << ", " << (x.getRank() ? x.getShape().back() : 0) << "]";
+  if (getBias()) {
+    RankedTensorType bias = tensorOf(getBias());
+    if (bias.getRank() != 1 || bias.getDimSize(0) != experts)
+      return emitOpError("C1: bias must be [") << experts << "]";
+  }
+  if (k <= 0 || k > experts)
+    return emitOpError("C2: top_k must be in [1, num_experts], got ") << k;
+  int64_t groups = getNumGroups(), topkGroups = getTopkGroups();
+  if (groups <= 0 || experts % groups != 0)
+    return emitOpError("C3: num_groups (")
+           << groups << ") must divide num_experts (" << experts << ")";
+  if (topkGroups <= 0 || topkGroups > groups)
+    return emitOpError("C3: topk_groups must be in [1, num_groups]");
+  if (topkGroups * (experts / groups) < k)
+    return emitOpError("C3: the ")
+           << topkGroups << " allowed groups hold fewer than top_k experts";
+  if (failed(verifyRoutedShape(*this, x, tensorOf(getWeights()), k, "C4",
+                               "weights")) ||
+      failed(verifyRoutedShape(*this, x, tensorOf(getIndices()), k, "C4",
+                               "indices")))
+    return failure();
+  if (tensorOf(getWeights()).getElementType() != x.getElementType())
+    return emitOpError("C4: weights must have x's element type");
+  if (!(getScalingFactor().convertToDouble() > 0))
+    return emitOpError("C5: scaling_factor must be positive");
+  return success();
+}
+
+int64_t ExpertsOp::getNumExperts() { return tensorOf(getWGate()).getDimSize(0); }
+int64_t ExpertsOp::getFfnDim() { return tensorOf(getWGate()).getDimSize(1); }
+int64_t ExpertsOp::getTopK() {
+  return tensorOf(getIndices()).getShape().back();
+}
+
+LogicalResult ExpertsOp::verify() {
+  RankedTensorType x = tensorOf(getX()), gate = tensorOf(getWGate()),
+                   up = tensorOf(getWUp()), down = tensorOf(getWDown());
+  if (x.getRank() < 1 || gate.getRank() != 3)
+    return emitOpError("C1: w_gate must be [E, F, H]");
+  int64_t e = gate.getDimSize(0), f = gate.getDimSize(1),
+          h = x.getShape().back();
+  if (gate.getDimSize(2) != h)
+    return emitOpError("C1: w_gate must be [E, F, H] with H = ") << h;
+  if (up.getShape() != gate.getShape())
+    return emitOpError("C1: w_up must have w_gate's shape [")
+           << e << ", " << f << ", " << h << "]";
+  if (down.getRank() != 3 || down.getDimSize(0) != e ||
+      down.getDimSize(1) != h || down.getDimSize(2) != f)
+    return emitOpError("C1: w_down must be [E, H, F] = [")
+           << e << ", " << h << ", " << f << "]";
+  RankedTensorType weights = tensorOf(getWeights());
+  int64_t k = weights.getRank() ? weights.getShape().back() : 0;
+  if (failed(verifyRoutedShape(*this, x, weights, k, "C2", "weights")) ||
+      failed(verifyRoutedShape(*this, x, tensorOf(getIndices()), k, "C2",
+                               "indices")))
+    return failure();
+  if (getResult().getType() != x)
+    return emitOpError("C3: result must have x's type");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+LogicalResult CrossEntropyOp::verify() {
+  RankedTensorType logits = tensorOf(getLogits()),
+                   labels = tensorOf(getLabels());
+  if (logits.getRank() < 1 ||
+      labels.getShape() != logits.getShape().drop_back())
+    return emitOpError("C1: labels must have the logits' shape without the "
+                       "last dimension");
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "parax/Dialect/Parax/IR/ParaxOps.cpp.inc"

@@ -1,0 +1,17 @@
+//===- InitAll.cpp - register everything parax provides ------------------===//
+
+#include "parax/InitAll.h"
+
+#include "parax/Dialect/Parax/IR/ParaxDialect.h"
+#include "parax/Dialect/Parax/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/IR/DialectRegistry.h"
+
+void parax::registerAllDialects(mlir::DialectRegistry &registry) {
+  registry.insert<parax::ParaxDialect, mlir::func::FuncDialect,
+                  mlir::shard::ShardDialect>();
+}
+
+void parax::registerAllPasses() { parax::registerParaxPasses(); }

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs everything parax needs on a fresh Debian 12 machine, then configures
+# and builds. Idempotent: when every package is present it only (re)builds.
+#
+#   scripts/setup.sh            # install + configure + build into ./build
+#   PARAX_SKIP_BUILD=1 scripts/setup.sh   # install only
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${PARAX_BUILD_DIR:-$root/build}"
+
+# --- Debian packages -------------------------------------------------------
+apt_packages=(
+  # compiler half: MLIR/LLVM 22 (bookworm-security)
+  libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
+  # build
+  cmake ninja-build ccache g++ pkg-config
+  # tests and benchmarks
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # runtime half
+  libopenmpi-dev openmpi-bin libopenblas-dev libprotobuf-dev protobuf-compiler
+  # python (the project venv is made from Debian's interpreter)
+  python3 python3-venv
+)
+
+missing=()
+for p in "${apt_packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: Debian packages present"
+fi
+
+# --- Python virtual environment (pinned) -----------------------------------
+venv="$root/.venv"
+req="$root/python/requirements.txt"
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum "$req" | cut -d' ' -f1)"
+if [ ! -x "$venv/bin/python" ]; then
+  /usr/bin/python3 -m venv "$venv"
+fi
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing pinned Python packages"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  echo "$want" > "$stamp"
+else
+  echo "setup: Python packages present"
+fi
+
+# --- configure + build -----------------------------------------------------
+if [ "${PARAX_SKIP_BUILD:-0}" = 1 ]; then exit 0; fi
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S "$root" -B "$build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    -DPython3_EXECUTABLE="$venv/bin/python"
+fi
+jobs="${PARAX_JOBS:-$(nproc)}"
+cmake --build "$build" -j "$jobs"
