@@ -1,0 +1,48 @@
+"""python3 -m parax.models PRESET|config.json [--layers N] [--batch B --seq S]
+                          [--dtype bf16|f32] [--loss] -o model.mlir"""
+
+import argparse
+import sys
+
+from .builder import DTYPES, build_model
+from .config import ConfigError, load_config
+from .presets import PRESETS
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python3 -m parax.models",
+        description="Write the parax IR of a model preset or Hugging Face config.json.")
+    parser.add_argument("model", nargs="?",
+                        help=f"a preset ({', '.join(PRESETS)}) or a config.json path")
+    parser.add_argument("--layers", type=int, help="override the number of layers")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seq", type=int, help="sequence length (default: min(2048, max positions))")
+    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    parser.add_argument("--loss", action="store_true",
+                        help="take labels and return the mean cross-entropy loss")
+    parser.add_argument("-o", "--output", default="-", help="output file ('-' = stdout)")
+    parser.add_argument("--list", action="store_true", help="list the presets")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(PRESETS))
+        return 0
+    if not args.model:
+        parser.error("a preset or config.json is required")
+    try:
+        cfg = load_config(args.model, layers=args.layers)
+        text = build_model(cfg, batch=args.batch, seq=args.seq, dtype=args.dtype,
+                           loss=args.loss)
+    except (ConfigError, ValueError) as e:
+        print(f"parax.models: error: {e}", file=sys.stderr)
+        return 1
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

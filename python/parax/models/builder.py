@@ -1,0 +1,377 @@
+"""ModelConfig -> parax IR text.
+
+The emitted function is
+
+    func.func @forward(%tokens: tensor<BxSxi32>, <parameters>...) -> logits
+
+(with `--loss`: an extra `%labels` argument and a scalar loss result). Every
+parameter is a function argument named by its Hugging Face checkpoint tensor
+(`parax.param`), in the checkpoint's own layout; every op carries its layer
+(`parax.layer`: -1 prologue, 0..L-1 decoder layers, L epilogue).
+"""
+
+import math
+
+from .config import ModelConfig
+
+DTYPES = {"bf16": "bf16", "f32": "f32", "f16": "f16"}
+
+
+def f64(x):
+    """A float attribute literal MLIR parses (it needs a '.' in the mantissa)."""
+    s = repr(float(x))
+    if "e" in s and "." not in s.split("e")[0]:
+        mantissa, exp = s.split("e")
+        s = f"{mantissa}.0e{exp}"
+    return f"{s} : f64"
+
+
+def _dict_attr(d):
+    items = []
+    for key in sorted(d):
+        value = d[key]
+        if isinstance(value, bool):
+            items.append(f"{key} = {'true' if value else 'false'}")
+        elif isinstance(value, int):
+            items.append(f"{key} = {value} : i64")
+        elif isinstance(value, float):
+            items.append(f"{key} = {f64(value)}")
+        else:
+            items.append(f'{key} = "{value}"')
+    return "{" + ", ".join(items) + "}"
+
+
+class _Emitter:
+    """Accumulates parameters (function arguments) and op lines."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+        self.args = []          # (ssa, type, attrs)
+        self.params = {}        # checkpoint name -> ssa (tied weights share one)
+        self.lines = []
+        self.counter = 0
+        self.layer = -1
+
+    def ty(self, shape, dtype=None):
+        dims = "x".join(str(d) for d in shape)
+        elem = dtype or self.dtype
+        return f"tensor<{dims}x{elem}>" if shape else f"tensor<{elem}>"
+
+    def arg(self, name, shape, dtype="i32"):
+        ssa = f"%{name}"
+        self.args.append((ssa, self.ty(shape, dtype), ""))
+        return ssa, list(shape)
+
+    def param(self, name, shape):
+        if name in self.params:
+            return self.params[name]
+        ssa = f"%p{len(self.params)}"
+        attrs = f'{{parax.param = "{name}"}}'
+        self.args.append((ssa, self.ty(shape), attrs))
+        self.params[name] = (ssa, list(shape))
+        return self.params[name]
+
+    def op(self, name, operands, result_shapes, attrs="", prefix="",
+           result_dtypes=None):
+        """Emits `%r = parax.<name> [prefix] operands {attrs} : (...) -> (...)`."""
+        results = []
+        for _ in result_shapes:
+            results.append(f"%{self.counter}")
+            self.counter += 1
+        dtypes = result_dtypes or [None] * len(result_shapes)
+        layer_attr = f"parax.layer = {self.layer} : i64"
+        attr_text = f"{{{attrs + ', ' if attrs else ''}{layer_attr}}}"
+        operand_types = ", ".join(self.ty_of(o) for o in operands)
+        result_types = ", ".join(self.ty(s, d) for s, d in zip(result_shapes, dtypes))
+        if len(result_shapes) > 1:
+            result_types = f"({result_types})"
+        head = f"parax.{name} {prefix + ' ' if prefix else ''}"
+        self.lines.append(
+            f"    {', '.join(results)} = {head}{', '.join(o[0] for o in operands)} "
+            f"{attr_text} : ({operand_types}) -> {result_types}")
+        values = [(r, list(s), d) for r, s, d in zip(results, result_shapes, dtypes)]
+        self._types.update({r: self.ty(s, d) for r, s, d in values})
+        out = [(r, s) for r, s, _ in values]
+        return out[0] if len(out) == 1 else out
+
+    _types = None
+
+    def ty_of(self, value):
+        ssa, shape = value
+        if ssa in self._types:
+            return self._types[ssa]
+        for a_ssa, a_ty, _ in self.args:
+            if a_ssa == ssa:
+                return a_ty
+        raise KeyError(ssa)
+
+
+class _Builder:
+    def __init__(self, cfg: ModelConfig, batch, seq, dtype):
+        self.cfg = cfg
+        self.B, self.S = batch, seq
+        self.e = _Emitter(DTYPES[dtype])
+        self.e._types = {}
+
+    # --- small helpers --------------------------------------------------------
+    def linear(self, x, weight_name, out, inp, bias_name=None, hf_layout=True):
+        """nn.Linear: weight [out, in] (transpose_w); Conv1D: [in, out]."""
+        e = self.e
+        w = e.param(weight_name, [out, inp] if hf_layout else [inp, out])
+        operands = [x, w]
+        if bias_name:
+            operands.append(e.param(bias_name, [out]))
+        shape = x[1][:-1] + [out]
+        return e.op("linear", operands, [shape], "transpose_w" if hf_layout else "")
+
+    def rms_norm(self, x, name, eps):
+        w = self.e.param(name, [x[1][-1]])
+        return self.e.op("rms_norm", [x, w], [x[1]], f"eps = {f64(eps)}")
+
+    def layer_norm(self, x, prefix, eps):
+        h = x[1][-1]
+        w = self.e.param(prefix + ".weight", [h])
+        b = self.e.param(prefix + ".bias", [h])
+        return self.e.op("layer_norm", [x, w, b], [x[1]], f"eps = {f64(eps)}")
+
+    def reshape(self, x, shape):
+        return self.e.op("reshape", [x], [shape])
+
+    def slice(self, x, dim, start, size):
+        shape = list(x[1])
+        shape[dim] = size
+        return self.e.op("slice", [x], [shape], f"dim = {dim} : i64, start = {start} : i64")
+
+    def rope(self, x, rotary_dim, interleaved=False):
+        cfg = self.cfg
+        attrs = f"rotary_dim = {rotary_dim} : i64, theta = {f64(cfg.rope_theta)}"
+        if interleaved:
+            attrs += ", interleaved"
+        if cfg.rope_scaling:
+            scaling = dict(cfg.rope_scaling)
+            rope_type = scaling.pop("rope_type", None) or scaling.pop("type", None)
+            scaling.pop("type", None)
+            scaling["rope_type"] = rope_type
+            scaling["factor"] = float(scaling["factor"])
+            attrs += f", scaling = {_dict_attr(scaling)}"
+        return self.e.op("rope", [x], [x[1]], attrs)
+
+    def attention(self, q, k, v, heads, kv_heads, head_dim, scale):
+        shape = q[1][:3] + [v[1][3]]
+        attrs = (f"causal, head_dim = {head_dim} : i64, num_heads = {heads} : i64, "
+                 f"num_kv_heads = {kv_heads} : i64, scale = {f64(scale)}")
+        return self.e.op("attention", [q, k, v], [shape], attrs)
+
+    def gated_mlp(self, x, prefix, width, names=("gate_proj", "up_proj", "down_proj")):
+        h = self.cfg.hidden
+        g = self.linear(x, f"{prefix}.{names[0]}.weight", width, h)
+        u = self.linear(x, f"{prefix}.{names[1]}.weight", width, h)
+        s = self.e.op("swiglu", [g, u], [g[1]])
+        return self.linear(s, f"{prefix}.{names[2]}.weight", h, width)
+
+    # --- attention blocks -----------------------------------------------------
+    def gqa_attention(self, x, prefix):
+        cfg, B, S = self.cfg, self.B, self.S
+        h, nh, nkv, hd = cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim
+        bias = cfg.attention_bias
+        q = self.linear(x, f"{prefix}.q_proj.weight", nh * hd, h,
+                        f"{prefix}.q_proj.bias" if bias else None)
+        k = self.linear(x, f"{prefix}.k_proj.weight", nkv * hd, h,
+                        f"{prefix}.k_proj.bias" if bias else None)
+        v = self.linear(x, f"{prefix}.v_proj.weight", nkv * hd, h,
+                        f"{prefix}.v_proj.bias" if bias else None)
+        q = self.rope(self.reshape(q, [B, S, nh, hd]), hd)
+        k = self.rope(self.reshape(k, [B, S, nkv, hd]), hd)
+        v = self.reshape(v, [B, S, nkv, hd])
+        o = self.attention(q, k, v, nh, nkv, hd, 1.0 / math.sqrt(hd))
+        o = self.reshape(o, [B, S, nh * hd])
+        return self.linear(o, f"{prefix}.o_proj.weight", h, nh * hd)
+
+    def mla_attention(self, x, prefix):
+        """DeepSeek-V3 multi-head latent attention, in its explicit form (the
+        latent KV is expanded per head by kv_b_proj; no weight absorption)."""
+        cfg, B, S, e = self.cfg, self.B, self.S, self.e
+        h, nh = cfg.hidden, cfg.heads
+        nope, rope_d, vd = cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
+        qk = nope + rope_d
+        if cfg.q_lora_rank:
+            q = self.linear(x, f"{prefix}.q_a_proj.weight", cfg.q_lora_rank, h)
+            q = self.rms_norm(q, f"{prefix}.q_a_layernorm.weight", cfg.norm_eps)
+            q = self.linear(q, f"{prefix}.q_b_proj.weight", nh * qk, cfg.q_lora_rank)
+        else:
+            q = self.linear(x, f"{prefix}.q_proj.weight", nh * qk, h)
+        q = self.reshape(q, [B, S, nh, qk])
+        q_nope = self.slice(q, 3, 0, nope)
+        q_pe = self.rope(self.slice(q, 3, nope, rope_d), rope_d, interleaved=True)
+        ckv = self.linear(x, f"{prefix}.kv_a_proj_with_mqa.weight",
+                          cfg.kv_lora_rank + rope_d, h)
+        c = self.slice(ckv, 2, 0, cfg.kv_lora_rank)
+        k_pe = self.reshape(self.slice(ckv, 2, cfg.kv_lora_rank, rope_d), [B, S, 1, rope_d])
+        k_pe = self.rope(k_pe, rope_d, interleaved=True)
+        c = self.rms_norm(c, f"{prefix}.kv_a_layernorm.weight", cfg.norm_eps)
+        kv = self.linear(c, f"{prefix}.kv_b_proj.weight", nh * (nope + vd),
+                         cfg.kv_lora_rank)
+        kv = self.reshape(kv, [B, S, nh, nope + vd])
+        k_nope = self.slice(kv, 3, 0, nope)
+        v = self.slice(kv, 3, nope, vd)
+        k_pe = e.op("broadcast", [k_pe], [[B, S, nh, rope_d]])
+        qf = e.op("concat", [q_nope, q_pe], [[B, S, nh, qk]], "dim = 3 : i64")
+        kf = e.op("concat", [k_nope, k_pe], [[B, S, nh, qk]], "dim = 3 : i64")
+        scale = 1.0 / math.sqrt(qk)
+        scaling = cfg.rope_scaling or {}
+        if scaling.get("mscale_all_dim") and float(scaling.get("factor", 1)) > 1:
+            m = 0.1 * float(scaling["mscale_all_dim"]) * math.log(float(scaling["factor"])) + 1.0
+            scale *= m * m
+        o = self.attention(qf, kf, v, nh, nh, qk, scale)
+        o = self.reshape(o, [B, S, nh * vd])
+        return self.linear(o, f"{prefix}.o_proj.weight", h, nh * vd)
+
+    # --- MLP blocks -----------------------------------------------------------
+    def moe(self, x, prefix):
+        cfg, e = self.cfg, self.e
+        h, E, k, F = cfg.hidden, cfg.num_experts, cfg.top_k, cfg.moe_ffn
+        if cfg.family == "mixtral":
+            gate_name, experts = f"{prefix}.gate.weight", f"{prefix}.experts.{{e}}"
+            names = ("w1", "w3", "w2")
+        else:
+            gate_name, experts = f"{prefix}.gate.weight", f"{prefix}.experts.{{e}}"
+            names = ("gate_proj", "up_proj", "down_proj")
+        operands = [x, e.param(gate_name, [E, h])]
+        if cfg.router_bias:
+            operands.append(e.param(f"{prefix}.gate.e_score_correction_bias", [E]))
+        attrs = [f"num_experts = {E} : i64", f"top_k = {k} : i64"]
+        if cfg.normalize_topk:
+            attrs.append("normalize")
+        if cfg.routed_scaling != 1.0:
+            attrs.append(f"scaling_factor = {f64(cfg.routed_scaling)}")
+        if cfg.num_groups > 1:
+            attrs += [f"num_groups = {cfg.num_groups} : i64",
+                      f"topk_groups = {cfg.topk_groups} : i64"]
+        routed_shape = x[1][:-1] + [k]
+        weights, indices = e.op("router", operands, [routed_shape, routed_shape],
+                                ", ".join(attrs), prefix=cfg.score_func,
+                                result_dtypes=[None, "i32"])
+        wg = e.param(f"{experts}.{names[0]}.weight", [E, F, h])
+        wu = e.param(f"{experts}.{names[1]}.weight", [E, F, h])
+        wd = e.param(f"{experts}.{names[2]}.weight", [E, h, F])
+        y = e.op("experts", [x, weights, indices, wg, wu, wd], [x[1]])
+        if cfg.shared_ffn:
+            if cfg.family == "qwen2_moe":
+                shared = self.gated_mlp(x, f"{prefix}.shared_expert", cfg.shared_ffn)
+                gate = self.linear(x, f"{prefix}.shared_expert_gate.weight", 1, h)
+                gate = e.op("sigmoid", [gate], [gate[1]])
+                shared = e.op("mul", [gate, shared], [shared[1]])
+            else:
+                shared = self.gated_mlp(x, f"{prefix}.shared_experts", cfg.shared_ffn)
+            y = e.op("add", [y, shared], [y[1]])
+        return y
+
+    # --- families -------------------------------------------------------------
+    def build_decoder(self, tokens):
+        """Llama, Mixtral, Qwen2-MoE, DeepSeek-V3: pre-norm RMSNorm decoders."""
+        cfg, e = self.cfg, self.e
+        e.layer = -1
+        table = e.param("model.embed_tokens.weight", [cfg.vocab, cfg.hidden])
+        hidden = e.op("embedding", [tokens, table], [tokens[1] + [cfg.hidden]])
+        for i in range(cfg.layers):
+            e.layer = i
+            p = f"model.layers.{i}"
+            x = self.rms_norm(hidden, f"{p}.input_layernorm.weight", cfg.norm_eps)
+            if cfg.family == "deepseek_v3":
+                a = self.mla_attention(x, f"{p}.self_attn")
+            else:
+                a = self.gqa_attention(x, f"{p}.self_attn")
+            hidden = e.op("add", [hidden, a], [hidden[1]])
+            x = self.rms_norm(hidden, f"{p}.post_attention_layernorm.weight", cfg.norm_eps)
+            if cfg.is_moe_layer(i):
+                block = "block_sparse_moe" if cfg.family == "mixtral" else "mlp"
+                m = self.moe(x, f"{p}.{block}")
+            else:
+                m = self.gated_mlp(x, f"{p}.mlp", cfg.ffn)
+            hidden = e.op("add", [hidden, m], [hidden[1]])
+        e.layer = cfg.layers
+        x = self.rms_norm(hidden, "model.norm.weight", cfg.norm_eps)
+        head = "model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight"
+        return self.linear(x, head, cfg.vocab, cfg.hidden)
+
+    def build_gpt2(self, tokens):
+        cfg, e, B, S = self.cfg, self.e, self.B, self.S
+        h, nh, hd = cfg.hidden, cfg.heads, cfg.head_dim
+        if S > cfg.max_positions:
+            raise ValueError(f"sequence {S} exceeds n_positions {cfg.max_positions}")
+        e.layer = -1
+        wte = e.param("transformer.wte.weight", [cfg.vocab, h])
+        wpe = e.param("transformer.wpe.weight", [cfg.max_positions, h])
+        tok = e.op("embedding", [tokens, wte], [tokens[1] + [h]])
+        pos = e.op("position_embedding", [wpe], [[1, S, h]], "offset = 0 : i64")
+        hidden = e.op("add", [tok, pos], [tok[1]])
+        for i in range(cfg.layers):
+            e.layer = i
+            p = f"transformer.h.{i}"
+            x = self.layer_norm(hidden, f"{p}.ln_1", cfg.norm_eps)
+            # c_attn is one Conv1D [H, 3H]: slice its weight and bias into q, k, v.
+            w = e.param(f"{p}.attn.c_attn.weight", [h, 3 * h])
+            b = e.param(f"{p}.attn.c_attn.bias", [3 * h])
+            qkv = []
+            for j in range(3):
+                wj = self.slice(w, 1, j * h, h)
+                bj = self.slice(b, 0, j * h, h)
+                y = e.op("linear", [x, wj, bj], [[B, S, h]])
+                qkv.append(self.reshape(y, [B, S, nh, hd]))
+            o = self.attention(*qkv, nh, nh, hd, 1.0 / math.sqrt(hd))
+            o = self.reshape(o, [B, S, h])
+            a = self.linear(o, f"{p}.attn.c_proj.weight", h, h,
+                            f"{p}.attn.c_proj.bias", hf_layout=False)
+            hidden = e.op("add", [hidden, a], [hidden[1]])
+            x = self.layer_norm(hidden, f"{p}.ln_2", cfg.norm_eps)
+            f = self.linear(x, f"{p}.mlp.c_fc.weight", cfg.ffn, h,
+                            f"{p}.mlp.c_fc.bias", hf_layout=False)
+            f = e.op("gelu", [f], [f[1]], prefix=cfg.gelu_approx)
+            m = self.linear(f, f"{p}.mlp.c_proj.weight", h, cfg.ffn,
+                            f"{p}.mlp.c_proj.bias", hf_layout=False)
+            hidden = e.op("add", [hidden, m], [hidden[1]])
+        e.layer = cfg.layers
+        x = self.layer_norm(hidden, "transformer.ln_f", cfg.norm_eps)
+        # The lm head is tied to wte ([V, H], i.e. [out, in]).
+        return self.linear(x, "transformer.wte.weight", cfg.vocab, h)
+
+    def build(self, loss=False):
+        e = self.e
+        tokens = e.arg("tokens", [self.B, self.S])
+        labels = e.arg("labels", [self.B, self.S]) if loss else None
+        if self.cfg.family == "gpt2":
+            logits = self.build_gpt2(tokens)
+        else:
+            logits = self.build_decoder(tokens)
+        result = logits
+        if loss:
+            result = e.op("cross_entropy", [logits, labels], [[]],
+                          result_dtypes=["f32"])
+        result_type = e.ty_of(result)
+        args = ",\n      ".join(f"{ssa}: {ty}{' ' + attrs if attrs else ''}"
+                               for ssa, ty, attrs in e.args)
+        header = (f"// parax model: {self.cfg.name} ({self.cfg.family}), "
+                  f"{self.cfg.layers} layers, batch {self.B}, sequence {self.S}\n")
+        return (header + "module {\n"
+                f"  func.func @forward(\n      {args}) -> {result_type} {{\n"
+                + "\n".join(e.lines) + "\n"
+                f"    return {result[0]} : {result_type}\n  }}\n}}\n")
+
+
+def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False):
+    """Returns the parax IR text of `cfg`'s forward pass (and loss with `loss`)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if seq is None:
+        seq = min(2048, cfg.max_positions)
+    if batch < 1 or seq < 1:
+        raise ValueError("batch and sequence must be positive")
+    return _Builder(cfg, batch, seq, dtype).build(loss=loss)
+
+
+def parameter_shapes(cfg: ModelConfig):
+    """Checkpoint tensor name -> shape, as the built graph declares them
+    (a name with `{e}` is a stack of per-expert tensors along dim 0)."""
+    b = _Builder(cfg, 1, 1 if cfg.family != "gpt2" else 1, "bf16")
+    b.build()
+    return {name: shape for name, (_, shape) in b.e.params.items()}

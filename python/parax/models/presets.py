@@ -1,0 +1,132 @@
+"""Preset model configs, written with the field names of each family's Hugging
+Face `config.json` (values as published on the Hugging Face hub for the named
+checkpoint; the tiny presets are ours, for tests).
+"""
+
+# Llama 3.1 rope scaling, as in meta-llama/Llama-3.1-{8,70,405}B config.json.
+_LLAMA31_ROPE_SCALING = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3",
+}
+
+PRESETS = {
+    # --- tiny models, one per family, for tests -------------------------------
+    "tiny-llama": {
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 256,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "tie_word_embeddings": False,
+    },
+    "tiny-gpt2": {
+        "model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+        "vocab_size": 256, "n_positions": 128, "layer_norm_epsilon": 1e-5,
+        "activation_function": "gelu_new",
+    },
+    "tiny-mixtral": {
+        "model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 256,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "tie_word_embeddings": False,
+    },
+    "tiny-qwen2-moe": {
+        "model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 128,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 256,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "num_experts": 8, "num_experts_per_tok": 2,
+        "norm_topk_prob": False, "tie_word_embeddings": False,
+    },
+    "tiny-deepseek-v3": {
+        "model_type": "deepseek_v3", "hidden_size": 64,
+        "intermediate_size": 128, "moe_intermediate_size": 32,
+        "num_hidden_layers": 2, "first_k_dense_replace": 1,
+        "num_attention_heads": 4, "num_key_value_heads": 4,
+        "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 16, "vocab_size": 256,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0, "n_routed_experts": 8, "n_shared_experts": 1,
+        "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+        "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+        "scoring_func": "sigmoid", "tie_word_embeddings": False,
+    },
+    # --- published models ------------------------------------------------------
+    # meta-llama/Meta-Llama-3-8B
+    "llama3-8b": {
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+        "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "vocab_size": 128256,
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0, "tie_word_embeddings": False,
+    },
+    # meta-llama/Llama-3.1-70B
+    "llama3-70b": {
+        "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+        "num_hidden_layers": 80, "num_attention_heads": 64,
+        "num_key_value_heads": 8, "vocab_size": 128256,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0, "rope_scaling": _LLAMA31_ROPE_SCALING,
+        "tie_word_embeddings": False,
+    },
+    # meta-llama/Llama-3.1-405B
+    "llama3-405b": {
+        "model_type": "llama", "hidden_size": 16384,
+        "intermediate_size": 53248, "num_hidden_layers": 126,
+        "num_attention_heads": 128, "num_key_value_heads": 8,
+        "vocab_size": 128256, "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "rope_scaling": _LLAMA31_ROPE_SCALING, "tie_word_embeddings": False,
+    },
+    # meta-llama/Llama-2-7b-hf (the Llama 2 member of the family)
+    "llama2-7b": {
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+        "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 32, "vocab_size": 32000,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "tie_word_embeddings": False,
+    },
+    # GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288,
+    # 96 heads, context 2048; GPT-2 BPE vocabulary of 50257), GPT-2 layout.
+    # GPT-3's alternating locally banded sparse attention is not modelled.
+    "gpt3-175b": {
+        "model_type": "gpt2", "n_embd": 12288, "n_layer": 96, "n_head": 96,
+        "vocab_size": 50257, "n_positions": 2048, "layer_norm_epsilon": 1e-5,
+        "activation_function": "gelu_new",
+    },
+    # mistralai/Mixtral-8x7B-v0.1
+    "mixtral-8x7b": {
+        "model_type": "mixtral", "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8,
+        "vocab_size": 32000, "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+        "num_local_experts": 8, "num_experts_per_tok": 2,
+        "tie_word_embeddings": False,
+    },
+    # deepseek-ai/DeepSeek-V3 (the multi-token-prediction module is not built)
+    "deepseek-v3": {
+        "model_type": "deepseek_v3", "hidden_size": 7168,
+        "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61, "first_k_dense_replace": 3,
+        "num_attention_heads": 128, "num_key_value_heads": 128,
+        "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+        "max_position_embeddings": 163840, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": {
+            "beta_fast": 32, "beta_slow": 1, "factor": 40,
+            "mscale": 1.0, "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096, "type": "yarn",
+        },
+        "n_routed_experts": 256, "n_shared_experts": 1,
+        "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+        "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+        "scoring_func": "sigmoid", "tie_word_embeddings": False,
+    },
+}
