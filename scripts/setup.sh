@@ -34,8 +34,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo_cmd=""
   if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
-  $sudo_cmd apt-get update -qq
-  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  log="$(mktemp /tmp/parax-apt.XXXXXX.log)"
+  if ! { $sudo_cmd apt-get update -qq && \
+         $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    tail -n 30 "$log"
+    echo "setup: apt-get failed (full log: $log)" >&2
+    exit 1
+  fi
 else
   echo "setup: Debian packages present"
 fi

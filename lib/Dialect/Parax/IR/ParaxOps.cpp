@@ -214,7 +214,7 @@ LogicalResult RopeOp::verify() {
     return emitOpError("C3: rotary_dim must be positive, even and at most "
                        "head_dim (")
            << headDim << "), got " << rotary;
-  if (getPositionOffset() < 0)
+  if (static_cast<int64_t>(getPositionOffset()) < 0)
     return emitOpError("C4: position_offset must be >= 0");
   if (auto scaling = getScalingAttr()) {
     auto type = scaling.getAs<StringAttr>("rope_type");

@@ -28,13 +28,15 @@ struct ModelTotals {
 
 // 1234567 -> "1.23 M"
 std::string humanCount(double value, StringRef unit = "") {
-  static const char *prefixes[] = {"", " K", " M", " G", " T", " P", " E"};
+  static const char *prefixes[] = {"", "K", "M", "G", "T", "P", "E"};
   int i = 0;
   while (value >= 1000 && i < 6) {
     value /= 1000;
     ++i;
   }
-  return llvm::formatv("{0:F2}{1}{2}", value, prefixes[i], unit).str();
+  std::string suffix = (prefixes[i] + unit).str();
+  return llvm::formatv("{0:F2}{1}{2}", value, suffix.empty() ? "" : " ", suffix)
+      .str();
 }
 
 FailureOr<ModelTotals> summarize(func::FuncOp function) {
@@ -81,7 +83,8 @@ struct ParaxModelSummaryPass
     std::unique_ptr<llvm::ToolOutputFile> file =
         openOutputFile(output, &error);
     if (!file) {
-      getOperation().emitError() << "cannot open summary output: " << error;
+      mlir::emitError(getOperation().getLoc())
+          << "cannot open summary output: " << error;
       return signalPassFailure();
     }
     llvm::raw_ostream &os = file->os();

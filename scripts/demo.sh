@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The main job (for now): build preset models, verify them with parax-opt and
+# print a summary of each — parameters, bytes, FLOPs per token.
+#
+#   scripts/demo.sh                       # llama3-8b, mixtral-8x7b, deepseek-v3
+#   scripts/demo.sh llama3-405b gpt3-175b # any presets (python3 -m parax.models --list)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${PARAX_BUILD_DIR:-$root/build}"
+"$root/scripts/setup.sh" >/dev/null
+presets=("$@")
+[ ${#presets[@]} -gt 0 ] || presets=(llama3-8b mixtral-8x7b deepseek-v3)
+out="$(mktemp -d /tmp/parax-demo.XXXXXX)"
+for preset in "${presets[@]}"; do
+  echo "== $preset (batch 1, sequence 2048, bf16)"
+  PYTHONPATH="$root/python" "$root/.venv/bin/python" -m parax.models "$preset" \
+    -o "$out/$preset.mlir"
+  # Parse, verify and summarise; the IR itself goes to /dev/null.
+  "$build/bin/parax-opt" "$out/$preset.mlir" --parax-model-summary -o /dev/null
+done
+echo "(IR written to $out)"

@@ -1,0 +1,532 @@
+// RUN: parax-opt %s -split-input-file -verify-diagnostics
+
+// Every op verifier rule (C1, C2, ... of the op's description) rejects what it
+// should, with an error located at the op.
+
+func.func @negative_embedding_table_rank(%ids: tensor<2xi32>, %t: tensor<4xf32>) {
+  // expected-error @+1 {{C1: table must have rank 2}}
+  %0 = parax.embedding %ids, %t : (tensor<2xi32>, tensor<4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_embedding_result_shape(%ids: tensor<2xi32>, %t: tensor<8x4xf32>) {
+  // expected-error @+1 {{C2: result shape must be the ids shape + [4]}}
+  %0 = parax.embedding %ids, %t : (tensor<2xi32>, tensor<8x4xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_embedding_element_type(%ids: tensor<2xi32>, %t: tensor<8x4xf32>) {
+  // expected-error @+1 {{C3: result element type must match the table's}}
+  %0 = parax.embedding %ids, %t : (tensor<2xi32>, tensor<8x4xf32>) -> tensor<2x4xbf16>
+  return
+}
+
+// -----
+
+func.func @negative_embedding_float_ids(%ids: tensor<2xf32>, %t: tensor<8x4xf32>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of 32-bit signless integer or 64-bit signless integer values}}
+  %0 = parax.embedding %ids, %t : (tensor<2xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_dynamic_shape(%x: tensor<?x64xf32>, %w: tensor<64x64xf32>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of floating-point values}}
+  %0 = parax.linear %x, %w : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @negative_position_embedding_shape(%t: tensor<8x4xf32>) {
+  // expected-error @+1 {{C1: expected a [P, H] table and a [1, S, H] result}}
+  %0 = parax.position_embedding %t : (tensor<8x4xf32>) -> tensor<2x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_position_embedding_range(%t: tensor<8x4xf32>) {
+  // expected-error @+1 {{C2: positions 6 .. 9 exceed the table's 8 rows}}
+  %0 = parax.position_embedding %t {offset = 6} : (tensor<8x4xf32>) -> tensor<1x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_linear_weight_rank(%x: tensor<2x4xf32>, %w: tensor<4xf32>) {
+  // expected-error @+1 {{C1: x needs rank >= 1 and the weight rank 2}}
+  %0 = parax.linear %x, %w : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_linear_in_features(%x: tensor<2x4xf32>, %w: tensor<8x4xf32>) {
+  // [8, 4] is [in, out] without transpose_w: in = 8 does not match x's 4.
+  // expected-error @+1 {{C2: x's last dimension (4) must equal the weight's in features (8, weight is [in, out])}}
+  %0 = parax.linear %x, %w : (tensor<2x4xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_linear_bias(%x: tensor<2x4xf32>, %w: tensor<4x8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{C3: bias must be [8]}}
+  %0 = parax.linear %x, %w, %b : (tensor<2x4xf32>, tensor<4x8xf32>, tensor<4xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_linear_result(%x: tensor<2x4xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{C4: result shape must be x's with the last dimension 8}}
+  %0 = parax.linear %x, %w {transpose_w} : (tensor<2x4xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_linear_element_types(%x: tensor<2x4xf32>, %w: tensor<4x8xbf16>) {
+  // expected-error @+1 {{C5: operands and result must share one element type}}
+  %0 = parax.linear %x, %w : (tensor<2x4xf32>, tensor<4x8xbf16>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rms_norm_weight(%x: tensor<2x4xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{C1: norm parameters must be [4]}}
+  %0 = parax.rms_norm %x, %w {eps = 1.0e-5 : f64} : (tensor<2x4xf32>, tensor<8xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rms_norm_result(%x: tensor<2x4xf32>, %w: tensor<4xf32>) {
+  // expected-error @+1 {{C2: result type must equal x's type}}
+  %0 = parax.rms_norm %x, %w {eps = 1.0e-5 : f64} : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xbf16>
+  return
+}
+
+// -----
+
+func.func @negative_rms_norm_eps(%x: tensor<2x4xf32>, %w: tensor<4xf32>) {
+  // expected-error @+1 {{C3: eps must be positive}}
+  %0 = parax.rms_norm %x, %w {eps = 0.0 : f64} : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_layer_norm_bias(%x: tensor<2x4xf32>, %w: tensor<4xf32>, %b: tensor<2xf32>) {
+  // expected-error @+1 {{C1: norm parameters must be [4]}}
+  %0 = parax.layer_norm %x, %w, %b {eps = 1.0e-5 : f64} : (tensor<2x4xf32>, tensor<4xf32>, tensor<2xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_rank(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{C1: x must be [B, S, heads, head_dim] and the result of the same type}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8} : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_theta(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C2: theta must be positive}}
+  %0 = parax.rope %x {theta = -1.0 : f64, rotary_dim = 8} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_odd_rotary_dim(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C3: rotary_dim must be positive, even and at most head_dim (8), got 5}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 5} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_rotary_dim_too_large(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C3: rotary_dim must be positive, even and at most head_dim (8), got 16}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 16} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_offset(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C4: position_offset must be >= 0}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, position_offset = -3} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_scaling_type(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C5: scaling needs rope_type = "llama3", "yarn" or "linear"}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, scaling = {rope_type = "ntk", factor = 2.0 : f64}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_scaling_factor(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C5: scaling needs a float 'factor'}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, scaling = {rope_type = "llama3"}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_rank(%q: tensor<1x4x8xf32>, %k: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C1: q, k, v and the result must have rank 4}}
+  %0 = parax.attention %q, %k, %k {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64} : (tensor<1x4x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_heads(%q: tensor<1x4x4x8xf32>, %k: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C2: q must have 2 heads of 8, got [4, 8]}}
+  %0 = parax.attention %q, %k, %k {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64} : (tensor<1x4x4x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_kv_heads(%q: tensor<1x4x4x8xf32>, %k: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C2: k must have 1 heads of 8, got [2, 8]}}
+  %0 = parax.attention %q, %k, %k {num_heads = 4, num_kv_heads = 1, head_dim = 8, scale = 0.35 : f64} : (tensor<1x4x4x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_gqa_ratio(%q: tensor<1x4x4x8xf32>, %k: tensor<1x4x3x8xf32>) {
+  // expected-error @+1 {{C3: num_kv_heads (3) must divide num_heads (4)}}
+  %0 = parax.attention %q, %k, %k {num_heads = 4, num_kv_heads = 3, head_dim = 8, scale = 0.35 : f64} : (tensor<1x4x4x8xf32>, tensor<1x4x3x8xf32>, tensor<1x4x3x8xf32>) -> tensor<1x4x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_kv_lengths(%q: tensor<1x4x2x8xf32>, %k: tensor<1x4x2x8xf32>, %v: tensor<1x6x2x8xf32>) {
+  // expected-error @+1 {{C4: batch sizes must agree and k, v must share a sequence length}}
+  %0 = parax.attention %q, %k, %v {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64} : (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x6x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_result(%q: tensor<1x4x2x8xf32>, %k: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C4: result must be [B, S, num_heads, Dv] of q's element type}}
+  %0 = parax.attention %q, %k, %k {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64} : (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x1x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_scale(%q: tensor<1x4x2x8xf32>, %k: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C5: scale must be positive}}
+  %0 = parax.attention %q, %k, %k {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.0 : f64} : (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_causal_fewer_keys(%q: tensor<1x4x2x8xf32>, %k: tensor<1x2x2x8xf32>) {
+  // expected-error @+1 {{C6: causal attention needs at least as many keys as queries}}
+  %0 = parax.attention %q, %k, %k {causal, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64} : (tensor<1x4x2x8xf32>, tensor<1x2x2x8xf32>, tensor<1x2x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_add_ranks(%a: tensor<2x4xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{C1: operands must have equal ranks and element types}}
+  %0 = parax.add %a, %b : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_mul_broadcast(%a: tensor<2x4xf32>, %b: tensor<2x3xf32>) {
+  // expected-error @+1 {{C2: dimensions 4 and 3 do not broadcast}}
+  %0 = parax.mul %a, %b : (tensor<2x4xf32>, tensor<2x3xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_add_result(%a: tensor<2x4xf32>, %b: tensor<1x4xf32>) {
+  // expected-error @+1 {{C3: result must have the broadcast shape}}
+  %0 = parax.add %a, %b : (tensor<2x4xf32>, tensor<1x4xf32>) -> tensor<1x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_silu_type(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C1: operands and result must have one type}}
+  %0 = parax.silu %a : (tensor<2x4xf32>) -> tensor<2x4xbf16>
+  return
+}
+
+// -----
+
+func.func @negative_sigmoid_type(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C1: operands and result must have one type}}
+  %0 = parax.sigmoid %a : (tensor<2x4xf32>) -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @negative_gelu_type(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C1: operands and result must have one type}}
+  %0 = parax.gelu tanh %a : (tensor<2x4xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_gelu_approximation(%a: tensor<2x4xf32>) {
+  // expected-error @+2 {{expected ::parax::GeluApprox to be one of: none, tanh}}
+  // expected-error @+1 {{failed to parse Parax_GeluApproxAttr}}
+  %0 = parax.gelu erf %a : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_swiglu_types(%a: tensor<2x4xf32>, %b: tensor<2x8xf32>) {
+  // expected-error @+1 {{C1: operands and result must have one type}}
+  %0 = parax.swiglu %a, %b : (tensor<2x4xf32>, tensor<2x8xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_reshape_count(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C1: reshape must keep the element count (8 vs 9) and the element type}}
+  %0 = parax.reshape %a : (tensor<2x4xf32>) -> tensor<3x3xf32>
+  return
+}
+
+// -----
+
+func.func @negative_transpose_permutation(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C1: permutation is not a permutation of 0 .. 1}}
+  %0 = parax.transpose %a {permutation = array<i64: 1, 1>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @negative_transpose_result(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C2: result shape does not follow the permutation}}
+  %0 = parax.transpose %a {permutation = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_slice_dim(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C1: dim must be in [0, 2)}}
+  %0 = parax.slice %a {dim = 2, start = 0} : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_slice_other_dims(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C2: result must equal x outside dimension 1}}
+  %0 = parax.slice %a {dim = 1, start = 0} : (tensor<2x4xf32>) -> tensor<1x2xf32>
+  return
+}
+
+// -----
+
+func.func @negative_slice_range(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C3: slice [3, 5) lies outside dimension 1 of size 4}}
+  %0 = parax.slice %a {dim = 1, start = 3} : (tensor<2x4xf32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @negative_concat_empty() {
+  // expected-error @+1 {{C1: needs at least one input}}
+  %0 = parax.concat {dim = 0} : () -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @negative_concat_mismatch(%a: tensor<2x4xf32>, %b: tensor<3x4xf32>) {
+  // expected-error @+1 {{C2: inputs must agree outside dimension 1}}
+  %0 = parax.concat %a, %b {dim = 1} : (tensor<2x4xf32>, tensor<3x4xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_concat_result(%a: tensor<2x4xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{C2: result extent along dimension 1 must be 8}}
+  %0 = parax.concat %a, %b {dim = 1} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @negative_broadcast(%a: tensor<2x4xf32>) {
+  // expected-error @+1 {{C1: dimension of size 2 cannot broadcast to 3}}
+  %0 = parax.broadcast %a : (tensor<2x4xf32>) -> tensor<3x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_router_gate(%x: tensor<4x8xf32>, %g: tensor<8x4xf32>) {
+  // The gate is [num_experts, H] (checkpoint layout), not [H, E].
+  // expected-error @+1 {{C1: gate must be [num_experts, H] = [4, 8]}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 4, top_k = 2} : (tensor<4x8xf32>, tensor<8x4xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_router_bias(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{C1: bias must be [4]}}
+  %w, %i = parax.router sigmoid %x, %g, %b {num_experts = 4, top_k = 2} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_router_top_k(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{C2: top_k must be in [1, num_experts], got 5}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 4, top_k = 5} : (tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x5xf32>, tensor<4x5xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_router_groups(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{C3: num_groups (3) must divide num_experts (4)}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 4, top_k = 2, num_groups = 3} : (tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_router_topk_groups(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{C3: topk_groups must be in [1, num_groups]}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 4, top_k = 2, num_groups = 2, topk_groups = 3} : (tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_router_group_capacity(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
+  // One allowed group of two experts cannot supply three choices.
+  // expected-error @+1 {{C3: the 1 allowed groups hold fewer than top_k experts}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 4, top_k = 3, num_groups = 2, topk_groups = 1} : (tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x3xf32>, tensor<4x3xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_router_result_shape(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{C4: weights must have x's shape with the last dimension 2}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 4, top_k = 2} : (tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x3xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_router_scaling(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+1 {{C5: scaling_factor must be positive}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 4, top_k = 2, scaling_factor = 0.0 : f64} : (tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_router_score_func(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+2 {{expected ::parax::ScoreFunc to be one of: softmax, sigmoid}}
+  // expected-error @+1 {{failed to parse Parax_ScoreFuncAttr}}
+  %w, %i = parax.router relu %x, %g {num_experts = 4, top_k = 2} : (tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_experts_hidden(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x2xi32>,
+                                   %g: tensor<4x16x4xf32>, %d: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{C1: w_gate must be [E, F, H] with H = 8}}
+  %0 = parax.experts %x, %w, %i, %g, %g, %d : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>, tensor<4x16x4xf32>, tensor<4x16x4xf32>, tensor<4x8x16xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_experts_up(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x2xi32>,
+                               %g: tensor<4x16x8xf32>, %u: tensor<4x12x8xf32>, %d: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{C1: w_up must have w_gate's shape [4, 16, 8]}}
+  %0 = parax.experts %x, %w, %i, %g, %u, %d : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>, tensor<4x16x8xf32>, tensor<4x12x8xf32>, tensor<4x8x16xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_experts_down(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x2xi32>,
+                                 %g: tensor<4x16x8xf32>, %d: tensor<4x16x8xf32>) {
+  // expected-error @+1 {{C1: w_down must be [E, H, F] = [4, 8, 16]}}
+  %0 = parax.experts %x, %w, %i, %g, %g, %d : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_experts_routing(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x3xi32>,
+                                    %g: tensor<4x16x8xf32>, %d: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{C2: indices must have x's shape with the last dimension 2}}
+  %0 = parax.experts %x, %w, %i, %g, %g, %d : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x3xi32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_experts_result(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x2xi32>,
+                                   %g: tensor<4x16x8xf32>, %d: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{C3: result must have x's type}}
+  %0 = parax.experts %x, %w, %i, %g, %g, %d : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_cross_entropy_labels(%l: tensor<2x4x16xf32>, %y: tensor<2x16xi32>) {
+  // expected-error @+1 {{C1: labels must have the logits' shape without the last dimension}}
+  %0 = parax.cross_entropy %l, %y : (tensor<2x4x16xf32>, tensor<2x16xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @negative_cross_entropy_result(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %0 = parax.cross_entropy %l, %y : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<2xf32>
+  return
+}

@@ -1,0 +1,115 @@
+// RUN: parax-opt %s | parax-opt | FileCheck %s
+// RUN: parax-opt %s --mlir-print-op-generic | parax-opt | FileCheck %s
+
+// Round trip of every parax op: printed, re-parsed and printed again.
+
+// CHECK-LABEL: func.func @embeddings
+func.func @embeddings(%ids: tensor<2x16xi32>, %wte: tensor<256x64xf32>, %wpe: tensor<128x64xbf16>)
+    -> (tensor<2x16x64xf32>, tensor<1x16x64xbf16>) {
+  // CHECK: parax.embedding %{{.*}}, %{{.*}} : (tensor<2x16xi32>, tensor<256x64xf32>) -> tensor<2x16x64xf32>
+  %h = parax.embedding %ids, %wte : (tensor<2x16xi32>, tensor<256x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.position_embedding %{{.*}} {offset = 8 : i64} : (tensor<128x64xbf16>) -> tensor<1x16x64xbf16>
+  %p = parax.position_embedding %wpe {offset = 8} : (tensor<128x64xbf16>) -> tensor<1x16x64xbf16>
+  return %h, %p : tensor<2x16x64xf32>, tensor<1x16x64xbf16>
+}
+
+// CHECK-LABEL: func.func @linears
+func.func @linears(%x: tensor<2x16x64xf32>, %w: tensor<64x128xf32>, %wt: tensor<128x64xf32>, %b: tensor<128xf32>)
+    -> (tensor<2x16x128xf32>, tensor<2x16x128xf32>) {
+  // CHECK: parax.linear %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x16x64xf32>, tensor<64x128xf32>, tensor<128xf32>) -> tensor<2x16x128xf32>
+  %y = parax.linear %x, %w, %b : (tensor<2x16x64xf32>, tensor<64x128xf32>, tensor<128xf32>) -> tensor<2x16x128xf32>
+  // CHECK: parax.linear %{{.*}}, %{{.*}} {transpose_w} : (tensor<2x16x64xf32>, tensor<128x64xf32>) -> tensor<2x16x128xf32>
+  %z = parax.linear %x, %wt {transpose_w} : (tensor<2x16x64xf32>, tensor<128x64xf32>) -> tensor<2x16x128xf32>
+  return %y, %z : tensor<2x16x128xf32>, tensor<2x16x128xf32>
+}
+
+// CHECK-LABEL: func.func @norms_and_rope
+func.func @norms_and_rope(%x: tensor<2x16x64xf32>, %w: tensor<64xf32>, %b: tensor<64xf32>, %q: tensor<2x16x4x16xf32>)
+    -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>) {
+  // CHECK: parax.rms_norm %{{.*}}, %{{.*}} {eps = 1.000000e-05 : f64}
+  %r = parax.rms_norm %x, %w {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.layer_norm %{{.*}}, %{{.*}}, %{{.*}} {eps = 1.000000e-05 : f64}
+  %l = parax.layer_norm %x, %w, %b {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.rope %{{.*}} {rotary_dim = 16 : i64, theta = 5.000000e+05 : f64}
+  %e = parax.rope %q {theta = 500000.0 : f64, rotary_dim = 16} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
+  // Partial, interleaved rotary with a position offset and Llama 3.1 scaling.
+  // CHECK: parax.rope %{{.*}} {interleaved, position_offset = 4 : i64, rotary_dim = 8 : i64, scaling = {factor = 8.000000e+00 : f64, rope_type = "llama3"}, theta = 1.000000e+04 : f64}
+  %p = parax.rope %q {theta = 10000.0 : f64, rotary_dim = 8, interleaved, position_offset = 4, scaling = {rope_type = "llama3", factor = 8.0 : f64}} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
+  return %r, %l, %e, %p : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>
+}
+
+// CHECK-LABEL: func.func @attention
+func.func @attention(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x16xf32>, %v: tensor<2x16x2x8xf32>,
+                     %kc: tensor<2x24x2x16xf32>, %vc: tensor<2x24x2x8xf32>)
+    -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) {
+  // Grouped-query (4 query heads, 2 KV heads), value head dim 8 != qk head dim 16.
+  // CHECK: parax.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, scale = 2.500000e-01 : f64}
+  %o = parax.attention %q, %k, %v {causal, num_heads = 4, num_kv_heads = 2, head_dim = 16, scale = 0.25 : f64}
+      : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x8xf32>) -> tensor<2x16x4x8xf32>
+  // More keys than queries (a cached prefix).
+  // CHECK: parax.attention {{.*}} : (tensor<2x16x4x16xf32>, tensor<2x24x2x16xf32>, tensor<2x24x2x8xf32>) -> tensor<2x16x4x8xf32>
+  %c = parax.attention %q, %kc, %vc {causal, num_heads = 4, num_kv_heads = 2, head_dim = 16, scale = 0.25 : f64}
+      : (tensor<2x16x4x16xf32>, tensor<2x24x2x16xf32>, tensor<2x24x2x8xf32>) -> tensor<2x16x4x8xf32>
+  return %o, %c : tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>
+}
+
+// CHECK-LABEL: func.func @elementwise
+func.func @elementwise(%a: tensor<2x16x64xf32>, %b: tensor<1x16x64xf32>, %g: tensor<2x16x1xf32>)
+    -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
+  // CHECK: parax.add %{{.*}}, %{{.*}} : (tensor<2x16x64xf32>, tensor<1x16x64xf32>) -> tensor<2x16x64xf32>
+  %0 = parax.add %a, %b : (tensor<2x16x64xf32>, tensor<1x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.mul %{{.*}}, %{{.*}} : (tensor<2x16x1xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  %1 = parax.mul %g, %a : (tensor<2x16x1xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.silu
+  %2 = parax.silu %a : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.sigmoid
+  %3 = parax.sigmoid %a : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.gelu tanh
+  %4 = parax.gelu tanh %a : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.gelu none
+  %5 = parax.gelu none %a : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.swiglu
+  %6 = parax.swiglu %a, %0 : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  return %0, %1, %2, %3, %4, %5, %6 : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>
+}
+
+// CHECK-LABEL: func.func @shapes
+func.func @shapes(%x: tensor<2x16x64xf32>, %h: tensor<2x16x4x24xf32>, %r: tensor<2x16x1x8xf32>)
+    -> (tensor<2x16x4x16xf32>, tensor<2x4x16x16xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x32xf32>) {
+  // CHECK: parax.reshape %{{.*}} : (tensor<2x16x64xf32>) -> tensor<2x16x4x16xf32>
+  %0 = parax.reshape %x : (tensor<2x16x64xf32>) -> tensor<2x16x4x16xf32>
+  // CHECK: parax.transpose %{{.*}} {permutation = array<i64: 0, 2, 1, 3>}
+  %1 = parax.transpose %0 {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x16xf32>) -> tensor<2x4x16x16xf32>
+  // CHECK: parax.slice %{{.*}} {dim = 3 : i64, start = 16 : i64} : (tensor<2x16x4x24xf32>) -> tensor<2x16x4x8xf32>
+  %2 = parax.slice %h {dim = 3, start = 16} : (tensor<2x16x4x24xf32>) -> tensor<2x16x4x8xf32>
+  // CHECK: parax.broadcast %{{.*}} : (tensor<2x16x1x8xf32>) -> tensor<2x16x4x8xf32>
+  %3 = parax.broadcast %r : (tensor<2x16x1x8xf32>) -> tensor<2x16x4x8xf32>
+  // CHECK: parax.concat %{{.*}}, %{{.*}} {dim = 3 : i64} : (tensor<2x16x4x24xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x32xf32>
+  %4 = parax.concat %h, %3 {dim = 3} : (tensor<2x16x4x24xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x32xf32>
+  return %0, %1, %2, %4 : tensor<2x16x4x16xf32>, tensor<2x4x16x16xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x32xf32>
+}
+
+// CHECK-LABEL: func.func @moe
+func.func @moe(%x: tensor<2x16x64xf32>, %gate: tensor<8x64xf32>, %bias: tensor<8xf32>,
+               %wg: tensor<8x96x64xf32>, %wu: tensor<8x96x64xf32>, %wd: tensor<8x64x96xf32>)
+    -> (tensor<2x16x64xf32>, tensor<2x16x4xf32>) {
+  // Mixtral-style: softmax, top-2, renormalised.
+  // CHECK: %{{.*}}, %{{.*}} = parax.router softmax %{{.*}}, %{{.*}} {normalize, num_experts = 8 : i64, top_k = 2 : i64}
+  %w, %i = parax.router softmax %x, %gate {num_experts = 8, top_k = 2, normalize}
+      : (tensor<2x16x64xf32>, tensor<8x64xf32>) -> (tensor<2x16x2xf32>, tensor<2x16x2xi32>)
+  // CHECK: parax.experts
+  %y = parax.experts %x, %w, %i, %wg, %wu, %wd
+      : (tensor<2x16x64xf32>, tensor<2x16x2xf32>, tensor<2x16x2xi32>, tensor<8x96x64xf32>, tensor<8x96x64xf32>, tensor<8x64x96xf32>) -> tensor<2x16x64xf32>
+  // DeepSeek-V3-style: sigmoid, correction bias, group-limited, scaled.
+  // CHECK: parax.router sigmoid %{{.*}}, %{{.*}}, %{{.*}} {normalize, num_experts = 8 : i64, num_groups = 4 : i64, scaling_factor = 2.500000e+00 : f64, top_k = 4 : i64, topk_groups = 2 : i64}
+  %w2, %i2 = parax.router sigmoid %x, %gate, %bias {num_experts = 8, top_k = 4, normalize, scaling_factor = 2.5 : f64, num_groups = 4, topk_groups = 2}
+      : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8xf32>) -> (tensor<2x16x4xf32>, tensor<2x16x4xi32>)
+  return %y, %w2 : tensor<2x16x64xf32>, tensor<2x16x4xf32>
+}
+
+// CHECK-LABEL: func.func @loss
+func.func @loss(%logits: tensor<2x16x256xf32>, %labels: tensor<2x16xi32>) -> tensor<f32> {
+  // CHECK: parax.cross_entropy %{{.*}}, %{{.*}} : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<f32>
+  %l = parax.cross_entropy %logits, %labels : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -1,0 +1,168 @@
+// RUN: parax-opt %s -split-input-file -verify-diagnostics
+
+// Invalid grids, shardings and parax attributes give errors located at the op
+// or function that carries them.
+
+// expected-error @+1 {{C2: grid axis sizes must be positive, got 0}}
+parax.grid @g(dp = 0)
+
+// -----
+
+// expected-error @+1 {{C3: grid axis 'tp' is declared twice}}
+parax.grid @g(tp = 2, tp = 4)
+
+// -----
+
+// expected-error @+1 {{expected '='}}
+parax.grid @g(tp)
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
+// expected-error @+1 {{argument #0: unknown grid axis 'ep' (grid @g has axes ["dp", "tp"])}}
+func.func @negative_unknown_axis(%x: tensor<8x8xf32> {parax.sharding = #parax.sharding<@g, [{ep}, {}]>}) {
+  return
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
+// expected-error @+1 {{grid axis 'tp' is used twice in one sharding}}
+func.func @negative_axis_twice(%x: tensor<8x8xf32> {parax.sharding = #parax.sharding<@g, [{tp}, {tp}]>}) {
+  return
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
+// An axis may not both split a dimension and hold a partial sum.
+// expected-error @+1 {{grid axis 'tp' is used twice in one sharding}}
+func.func @negative_split_and_partial(%x: tensor<8x8xf32> {parax.sharding = #parax.sharding<@g, [{tp}, {}], partial = {tp}>}) {
+  return
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
+// expected-error @+1 {{argument #0: dimension 1 of size 6 is not divisible by 4 (split over grid axes {tp})}}
+func.func @negative_not_divisible(%x: tensor<8x6xf32> {parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) {
+  return
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
+// Two axes on one dimension multiply: 12 is not divisible by 2 x 4.
+// expected-error @+1 {{dimension 0 of size 12 is not divisible by 8 (split over grid axes {dp, tp})}}
+func.func @negative_not_divisible_multi(%x: tensor<12x8xf32> {parax.sharding = #parax.sharding<@g, [{dp, tp}, {}]>}) {
+  return
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
+// expected-error @+1 {{argument #0: sharding has 1 dimension entries but the value has rank 2}}
+func.func @negative_rank_mismatch(%x: tensor<8x8xf32> {parax.sharding = #parax.sharding<@g, [{dp}]>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: sharding refers to unknown grid @nowhere}}
+func.func @negative_unknown_grid(%x: tensor<8x8xf32> {parax.sharding = #parax.sharding<@nowhere, [{dp}, {}]>}) {
+  return
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
+// expected-error @+1 {{result #0: dimension 0 of size 6 is not divisible by 4}}
+func.func @negative_function_result(%x: tensor<6xf32>) -> (tensor<6xf32> {parax.sharding = #parax.sharding<@g, [{tp}]>}) {
+  return %x : tensor<6xf32>
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
+func.func @negative_op_result(%x: tensor<8x6xf32>) {
+  // expected-error @+1 {{result #0: dimension 1 of size 6 is not divisible by 4}}
+  %y = parax.silu %x {parax.shardings = [#parax.sharding<@g, [{}, {tp}]>]} : (tensor<8x6xf32>) -> tensor<8x6xf32>
+  return
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
+func.func @negative_shardings_count(%x: tensor<8x8xf32>, %gate: tensor<4x8xf32>) {
+  // expected-error @+1 {{'parax.shardings' must list one sharding per result (2)}}
+  %w, %i = parax.router softmax %x, %gate {num_experts = 4, top_k = 2, parax.shardings = [#parax.sharding<@g, [{dp}, {}]>]}
+      : (tensor<8x8xf32>, tensor<4x8xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>)
+  return
+}
+
+// -----
+
+func.func @negative_shardings_entry(%x: tensor<8x8xf32>) {
+  // expected-error @+1 {{'parax.shardings' entry 0 is not a #parax.sharding}}
+  %y = parax.silu %x {parax.shardings = ["tp"]} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected '{'}}
+func.func @negative_sharding_syntax(%x: tensor<8xf32> {parax.sharding = #parax.sharding<@g, [tp]>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'parax.param' must be a non-empty checkpoint tensor name}}
+func.func @negative_param_empty(%w: tensor<8xf32> {parax.param = ""}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'parax.param' must be a non-empty checkpoint tensor name}}
+func.func @negative_param_not_string(%w: tensor<8xf32> {parax.param = 3 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: a parameter must be a tensor of static shape}}
+func.func @negative_param_dynamic(%w: tensor<?xf32> {parax.param = "w"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: unknown parax argument attribute 'parax.weight'}}
+func.func @negative_unknown_arg_attr(%w: tensor<8xf32> {parax.weight = "w"}) {
+  return
+}
+
+// -----
+
+func.func @negative_layer_type(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'parax.layer' must be an integer}}
+  %y = parax.silu %x {parax.layer = "three"} : (tensor<8xf32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_layer_value(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'parax.layer' must be >= -1 (-1 is the prologue)}}
+  %y = parax.silu %x {parax.layer = -2 : i64} : (tensor<8xf32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_unknown_op_attr(%x: tensor<8xf32>) {
+  // expected-error @+1 {{unknown parax attribute 'parax.stage_id'}}
+  %y = parax.silu %x {parax.stage_id = 1 : i64} : (tensor<8xf32>) -> tensor<8xf32>
+  return
+}
