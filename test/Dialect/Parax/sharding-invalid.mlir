@@ -103,7 +103,7 @@ func.func @negative_shardings_count(%x: tensor<8x8xf32>, %gate: tensor<4x8xf32>)
 // -----
 
 func.func @negative_shardings_entry(%x: tensor<8x8xf32>) {
-  // expected-error @+1 {{'parax.shardings' entry 0 is not a #parax.sharding}}
+  // expected-error @+1 {{result #0: expected a #parax.sharding, got "tp"}}
   %y = parax.silu %x {parax.shardings = ["tp"]} : (tensor<8x8xf32>) -> tensor<8x8xf32>
   return
 }
@@ -133,6 +133,13 @@ func.func @negative_param_not_string(%w: tensor<8xf32> {parax.param = 3 : i64}) 
 
 // expected-error @+1 {{argument #0: a parameter must be a tensor of static shape}}
 func.func @negative_param_dynamic(%w: tensor<?xf32> {parax.param = "w"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: expected a #parax.sharding, got "tp"}}
+func.func @negative_arg_sharding_type(%x: tensor<8xf32> {parax.sharding = "tp"}) {
   return
 }
 

@@ -184,6 +184,16 @@ parax::verifySharding(ShardingAttr sharding, Type type, Operation *anchor,
 // Discardable attribute verification
 //===----------------------------------------------------------------------===//
 
+// `attr` must be a #parax.sharding valid for a value of `type`.
+static LogicalResult
+verifyShardingOf(Attribute attr, Type type, Operation *anchor,
+                 function_ref<InFlightDiagnostic()> emitError) {
+  auto sharding = dyn_cast<ShardingAttr>(attr);
+  if (!sharding)
+    return emitError() << "expected a #parax.sharding, got " << attr;
+  return verifySharding(sharding, type, anchor, emitError);
+}
+
 LogicalResult ParaxDialect::verifyOperationAttribute(Operation *op,
                                                      NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
@@ -201,16 +211,11 @@ LogicalResult ParaxDialect::verifyOperationAttribute(Operation *op,
     if (!list || list.size() != op->getNumResults())
       return op->emitError() << "'" << name << "' must list one sharding per "
                              << "result (" << op->getNumResults() << ")";
-    for (auto [i, element] : llvm::enumerate(list)) {
-      auto sharding = dyn_cast<ShardingAttr>(element);
-      if (!sharding)
-        return op->emitError() << "'" << name << "' entry " << i
-                               << " is not a #parax.sharding";
-      if (failed(verifySharding(sharding, op->getResult(i).getType(), op, [&] {
+    for (auto [i, element] : llvm::enumerate(list))
+      if (failed(verifyShardingOf(element, op->getResult(i).getType(), op, [&] {
             return op->emitError() << "result #" << i << ": ";
           })))
         return failure();
-    }
     return success();
   }
   return op->emitError() << "unknown parax attribute '" << name << "'";
@@ -240,12 +245,8 @@ LogicalResult ParaxDialect::verifyRegionArgAttribute(Operation *op,
       return emitArgError() << "a stacked '{e}' parameter needs rank >= 1";
     return success();
   }
-  if (name == kShardingAttrName) {
-    auto sharding = dyn_cast<ShardingAttr>(attr.getValue());
-    if (!sharding)
-      return emitArgError() << "'" << name << "' must be a #parax.sharding";
-    return verifySharding(sharding, type, op, emitArgError);
-  }
+  if (name == kShardingAttrName)
+    return verifyShardingOf(attr.getValue(), type, op, emitArgError);
   return emitArgError() << "unknown parax argument attribute '" << name << "'";
 }
 
@@ -259,14 +260,10 @@ LogicalResult ParaxDialect::verifyRegionResultAttribute(Operation *op,
   auto emitResultError = [&]() {
     return op->emitError() << "result #" << resultIndex << ": ";
   };
-  if (attr.getName().getValue() == kShardingAttrName) {
-    auto sharding = dyn_cast<ShardingAttr>(attr.getValue());
-    if (!sharding)
-      return emitResultError() << "'" << kShardingAttrName
-                               << "' must be a #parax.sharding";
-    return verifySharding(sharding, function.getResultTypes()[resultIndex], op,
-                          emitResultError);
-  }
+  if (attr.getName().getValue() == kShardingAttrName)
+    return verifyShardingOf(attr.getValue(),
+                            function.getResultTypes()[resultIndex], op,
+                            emitResultError);
   return emitResultError() << "unknown parax result attribute '"
                            << attr.getName().getValue() << "'";
 }
