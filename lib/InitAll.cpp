@@ -4,6 +4,7 @@
 
 #include "parax/Dialect/Parax/IR/ParaxDialect.h"
 #include "parax/Dialect/Parax/Transforms/Passes.h"
+#include "parax/Plan/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -14,4 +15,7 @@ void parax::registerAllDialects(mlir::DialectRegistry &registry) {
                   mlir::shard::ShardDialect>();
 }
 
-void parax::registerAllPasses() { parax::registerParaxPasses(); }
+void parax::registerAllPasses() {
+  parax::registerParaxPasses();
+  parax::registerParaxPlanPasses();
+}

@@ -218,6 +218,20 @@ LogicalResult ParaxDialect::verifyOperationAttribute(Operation *op,
         return failure();
     return success();
   }
+  if (name == kStageAttrName) {
+    auto stage = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!stage || !stage.getType().isInteger() ||
+        stage.getValue().getSExtValue() < 0)
+      return op->emitError() << "'" << name
+                             << "' must be a non-negative integer";
+    return success();
+  }
+  if (name == kPlanAttrName) {
+    if (!isa<DictionaryAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << name
+                             << "' must be a dictionary on a function";
+    return success();
+  }
   return op->emitError() << "unknown parax attribute '" << name << "'";
 }
 

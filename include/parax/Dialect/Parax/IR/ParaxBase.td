@@ -46,6 +46,8 @@ def Parax_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kLayerAttrName = "parax.layer";
     static constexpr ::llvm::StringLiteral kShardingAttrName = "parax.sharding";
     static constexpr ::llvm::StringLiteral kShardingsAttrName = "parax.shardings";
+    static constexpr ::llvm::StringLiteral kStageAttrName = "parax.stage";
+    static constexpr ::llvm::StringLiteral kPlanAttrName = "parax.plan";
   }];
 }
 

@@ -1,0 +1,61 @@
+//===- Cluster.h - cluster descriptions for the planner ---------*- C++ -*-===//
+//
+// A cluster: identical devices, `devicesPerNode` per node joined by a fast
+// intra-node link (NVLink), nodes joined by a slower scale-out network. All
+// figures in SI units (FLOP/s, bytes, bytes/s per device per direction,
+// seconds). Presets and their sources: docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARAX_PLAN_CLUSTER_H
+#define PARAX_PLAN_CLUSTER_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace parax::plan {
+
+struct LinkSpec {
+  double bandwidth = 0; // bytes/s per device, one direction (line rate)
+  double efficiency = 1; // achievable fraction of `bandwidth` for large messages
+  double hopLatency = 0; // seconds per ring step (NCCL Simple protocol)
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string device;
+  int64_t devicesPerNode = 0;
+  int64_t nodes = 0;
+  std::map<std::string, double> peakFlops; // per dtype: "bf16", "f16", "f32", "fp8"
+  double hbmBytes = 0;
+  double hbmBandwidth = 0;
+  double matmulEfficiency = 1; // achievable fraction of peak for large GEMMs
+  double memoryEfficiency = 1; // achievable fraction of HBM bandwidth
+  LinkSpec intraNode;
+  LinkSpec interNode;
+  double collectiveLatency = 8.4e-6; // fixed launch cost of a collective
+
+  int64_t numDevices() const { return devicesPerNode * nodes; }
+  /// Peak FLOP/s for `dtype`, or 0 when the device has no figure for it.
+  double peak(llvm::StringRef dtype) const;
+  /// The cluster as JSON (the format parseCluster reads).
+  std::string toJson() const;
+};
+
+/// Reads a cluster from JSON text (see docs/cost-model.md for the fields).
+llvm::Expected<ClusterSpec> parseCluster(llvm::StringRef json,
+                                         llvm::StringRef source = "<json>");
+
+/// `PRESET`, `PRESET:nodes=N[,devices_per_node=D]`, or a path to a JSON file.
+llvm::Expected<ClusterSpec> resolveCluster(llvm::StringRef spec);
+
+/// Names of the shipped presets, sorted.
+std::vector<std::string> clusterPresetNames();
+
+} // namespace parax::plan
+
+#endif // PARAX_PLAN_CLUSTER_H

@@ -1,0 +1,47 @@
+//===- CostModel.h - time of computation and collectives --------*- C++ -*-===//
+//
+// Roofline per op and alpha-beta collectives on the link their group spans
+// (hierarchical when a group spans nodes). Formulas and sources:
+// docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARAX_PLAN_COSTMODEL_H
+#define PARAX_PLAN_COSTMODEL_H
+
+#include "parax/Plan/Cluster.h"
+
+namespace parax::plan {
+
+enum class CollectiveKind { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
+llvm::StringRef toString(CollectiveKind kind);
+
+/// A communicator group: `size` ranks, `perNode` of them on each node.
+struct Group {
+  int64_t size = 1;
+  int64_t perNode = 1;
+  int64_t nodes() const { return (size + perNode - 1) / perNode; }
+};
+
+/// The group of `size` ranks spaced `stride` apart in rank order (grid axes
+/// inner to it multiply into the stride), on `cluster`'s nodes.
+Group makeGroup(const ClusterSpec &cluster, int64_t size, int64_t stride);
+
+/// Seconds for one collective over `bytes` (the full buffer: for all-gather
+/// the gathered size, for reduce-scatter the input size, for all-to-all the
+/// bytes each rank holds).
+double collectiveTime(const ClusterSpec &cluster, CollectiveKind kind,
+                      double bytes, Group group);
+
+/// Peak FLOP/s of `dtype` on the cluster's devices (bf16's when the device
+/// lists no figure for it).
+double peakFlops(const ClusterSpec &cluster, llvm::StringRef dtype);
+
+/// Seconds for `flops` of arithmetic at `peak` FLOP/s, reading/writing
+/// `bytes` of HBM: the larger of the two, each at its achievable fraction.
+double rooflineTime(const ClusterSpec &cluster, double flops, double bytes,
+                    double peak);
+
+} // namespace parax::plan
+
+#endif // PARAX_PLAN_COSTMODEL_H

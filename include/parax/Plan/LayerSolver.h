@@ -1,0 +1,91 @@
+//===- LayerSolver.h - exact op shardings for one layer ---------*- C++ -*-===//
+//
+// Chooses, for every op of a layer graph, how it runs on a tensor-parallel
+// group of `tp` devices: replicated, or one of the splits its rule allows
+// (a linear: output features = column-parallel, input features =
+// row-parallel with a partial-sum result; attention: by heads; norms and
+// elementwise ops: follow their input). Resharding between a producer's and a
+// consumer's layout costs the collective of DESIGN §4 (partial -> replicated:
+// all_reduce; partial -> split: reduce_scatter; split -> replicated:
+// all_gather; split -> other split: all_to_all; replicated -> split: free).
+//
+// The solution is exact: a dynamic program over the ops in program order
+// whose state is the layout of every live value, minimising the layer's
+// time (compute by roofline + communication). Nothing about Megatron's
+// column-then-row pairing is written in: it is what the minimum is.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARAX_PLAN_LAYERSOLVER_H
+#define PARAX_PLAN_LAYERSOLVER_H
+
+#include "parax/Plan/CostModel.h"
+#include "parax/Plan/ModelGraph.h"
+
+#include <string>
+
+namespace parax::plan {
+
+/// A value's layout over the tensor-parallel axis.
+enum : int8_t { kReplicated = -1, kPartial = -2, kDead = -3 };
+/// Printed as "R", "P" or "S<dim>".
+std::string layoutName(int8_t layout);
+
+struct TpContext {
+  const ClusterSpec *cluster = nullptr;
+  double peak = 0;              // FLOP/s of the model's dtype
+  int64_t tp = 1;
+  Group group;                  // the tensor-parallel group
+  int64_t ep = 1;               // expert-parallel degree (experts / ep here)
+  bool sequenceParallel = false; // layer boundary split on the sequence
+  double sequences = 1;         // per microbatch (or per step)
+  double queryLen = 1;          // new tokens per sequence
+  double contextLen = 1;        // keys per query (incl. the new tokens)
+  double kvBytes = 2;           // KV cache element bytes (decode)
+  bool decode = false;          // attention reads a KV cache of contextLen
+  double computeWeight = 1;     // train: 3 (forward + backward)
+  double commWeight = 1;        // train: 2 (forward + backward conjugates)
+  /// Constraints for tests: op index -> strategy name that must be chosen.
+  std::vector<std::pair<int, std::string>> forced;
+  double tokens() const { return sequences * queryLen; }
+};
+
+struct CollectiveUse {
+  CollectiveKind kind;
+  double bytes;
+  int opIndex; // the consumer whose input needed it
+};
+
+struct LayerPlan {
+  bool feasible = false;
+  llvm::SmallVector<std::string> strategy;           // per op
+  llvm::SmallVector<llvm::SmallVector<int8_t>> layouts; // per op, per result
+  double computeTime = 0; // forward, per device
+  double commTime = 0;    // forward tensor-parallel collectives
+  double selectiveRecomputeTime = 0;
+  double weightBytes = 0;       // per device
+  double expertWeightBytes = 0; // per device (included in weightBytes)
+  double weightParams = 0;      // per device
+  double expertParams = 0;      // per device
+  /// Activations kept for backward per microbatch per device, by recompute
+  /// policy: none, selective, full (layer inputs only).
+  double activationBytes[3] = {0, 0, 0};
+  double workingBytes = 0;      // one layer's activations (full recompute)
+  double kvBytesPerToken = 0;   // per device per token of context
+  double alltoallBytes = 0;     // expert dispatch (= combine) bytes per device
+  llvm::SmallVector<CollectiveUse> collectives; // forward
+  double objective = 0;
+};
+
+/// `lastLayer`: the layer's outputs leave the model (no boundary layout).
+LayerPlan solveLayer(const LayerGraph &layer, const TpContext &context,
+                     bool lastLayer = false);
+
+/// The same minimum by enumerating every combination of strategies (for
+/// tests on small layers; exponential).
+double solveLayerExhaustively(const LayerGraph &layer, const TpContext &context,
+                              bool lastLayer = false);
+
+} // namespace parax::plan
+
+#endif // PARAX_PLAN_LAYERSOLVER_H

@@ -1,0 +1,101 @@
+//===- ModelGraph.h - the planner's view of a parax model -------*- C++ -*-===//
+//
+// analyzeModel reads a parax function and groups its ops by `parax.layer`
+// into layer graphs: per op its class, FLOPs and weight bytes (from
+// CostOpInterface), and the activation values it reads and writes. Identical
+// layers share a signature, so the planner solves one representative per
+// distinct layer kind.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARAX_PLAN_MODELGRAPH_H
+#define PARAX_PLAN_MODELGRAPH_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <string>
+#include <vector>
+
+namespace parax::plan {
+
+enum class OpClass {
+  Embedding,
+  PositionEmbedding,
+  Linear,
+  Norm,
+  Rope,
+  Attention,
+  Unary,
+  Swiglu,
+  Add,
+  Mul,
+  Reshape,
+  Transpose,
+  Slice,
+  Concat,
+  Broadcast,
+  Router,
+  Experts,
+  CrossEntropy,
+};
+
+/// An activation value inside a layer graph.
+struct ValueNode {
+  llvm::SmallVector<int64_t> shape;
+  double bytesPerToken = 0; // at the IR's shape, divided by its token count
+};
+
+struct OpNode {
+  OpClass kind;
+  mlir::Operation *op = nullptr;     // in the representative layer
+  llvm::SmallVector<int> inputs;     // activation value ids (weights excluded)
+  llvm::SmallVector<int> results;    // value ids
+  double flopsPerToken = 0;          // attention: projections only (see below)
+  double weightBytes = 0;            // parameters read (whole, unsharded)
+  double weightParams = 0;           // parameter elements
+  // Attention: heads, KV heads, qk and v head dims, causal.
+  int64_t heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
+  bool causal = false;
+  // Linear: in/out features. Experts: E, F, k. Slice/concat: the dim.
+  int64_t in = 0, out = 0;
+  int64_t numExperts = 0, ffn = 0, topK = 0;
+  int64_t dim = -1;
+  llvm::SmallVector<int64_t> permutation;
+};
+
+struct LayerGraph {
+  int64_t index = 0; // parax.layer (-1 prologue, L epilogue)
+  std::string signature;
+  std::vector<OpNode> ops;
+  llvm::SmallVector<ValueNode> values;
+  llvm::SmallVector<int> inputs;  // values defined outside the layer
+  llvm::SmallVector<int> outputs; // values used outside the layer
+  double params = 0;     // parameter elements owned by this layer
+  double paramBytes = 0;
+  double expertParams = 0; // of which in routed experts
+  bool hasAttention = false, hasExperts = false;
+  int64_t kvHeads = 0, headDim = 0, valueDim = 0; // for the KV cache
+};
+
+struct ModelGraph {
+  std::vector<LayerGraph> layers; // in order: prologue, 0 .. L-1, epilogue
+  int64_t numDecoderLayers = 0;
+  int64_t irBatch = 0, irSeq = 0; // shape of the token input
+  int64_t elementBytes = 2;       // parameter/activation element size
+  std::string dtype = "bf16";
+  double params = 0, paramBytes = 0;
+  double activeParams = 0;        // per token (routed experts: k of E)
+  double forwardFlopsPerToken = 0; // at the IR's sequence length
+  int64_t hidden = 0;
+  /// KV cache bytes per token of context at `kvBytes` per element.
+  double kvCacheBytesPerToken(int64_t kvBytes) const;
+};
+
+/// Reads `function`; on malformed input (an op without a layer, an op with no
+/// planner rule, no token input) emits an error at the op and fails.
+mlir::FailureOr<ModelGraph> analyzeModel(mlir::func::FuncOp function);
+
+} // namespace parax::plan
+
+#endif // PARAX_PLAN_MODELGRAPH_H

@@ -1,0 +1,113 @@
+//===- Planner.h - search for the best placement ----------------*- C++ -*-===//
+//
+// searchPlans enumerates the factorizations of the cluster's devices into
+// pp x dp x ep x tp (tp innermost and inside a node), microbatch sizes,
+// pipeline schedules, ZeRO stages, recompute policies and sequence
+// parallelism; chooses every op's tensor-parallel layout exactly per layer
+// kind (LayerSolver) and the pipeline stage boundaries by dynamic programming
+// over layers; and returns the best plans that fit in memory, each with its
+// time and memory breakdown. When nothing fits it says which memory term
+// overflows, by how much, and the smallest change that fits.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARAX_PLAN_PLANNER_H
+#define PARAX_PLAN_PLANNER_H
+
+#include "parax/Plan/Cluster.h"
+#include "parax/Plan/LayerSolver.h"
+#include "parax/Plan/ModelGraph.h"
+#include "parax/Plan/Workload.h"
+
+#include "llvm/Support/JSON.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace parax::plan {
+
+struct PlanOptions {
+  int topK = 5;
+  /// Usable share of HBM (allocator fragmentation, workspace).
+  double memoryHeadroom = 0.9;
+  /// Per device: CUDA context, NCCL buffers, library workspace.
+  double reservedBytes = 1.5e9;
+  /// Skip the "what would fit" follow-up search when nothing fits.
+  bool explainInfeasible = true;
+};
+
+struct MemoryBreakdown {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0,
+         kvCache = 0, reserved = 0;
+  double total() const {
+    return weights + gradients + optimizer + activations + kvCache + reserved;
+  }
+};
+
+struct Plan {
+  // Degrees: devices = pp * dp * ep * tp; dense layers see dp * ep replicas.
+  int64_t pp = 1, dp = 1, ep = 1, tp = 1;
+  bool sequenceParallel = false;
+  int64_t microBatch = 1, microBatches = 1;
+  Schedule schedule = Schedule::OneFOneB;
+  int64_t virtualStages = 1;
+  int zero = 0;
+  Recompute recompute = Recompute::None;
+  /// First index (into ModelGraph::layers) of each stage.
+  std::vector<int64_t> stageStart;
+
+  // Times (seconds per step). Exposed communication only.
+  double stepTime = 0;
+  double computeTime = 0; // on the slowest stage, all microbatches
+  double bubbleTime = 0;
+  double tpComm = 0, ppComm = 0, dpComm = 0, epComm = 0;
+  double optimizerTime = 0;
+  // Results.
+  double mfu = 0;            // train, prefill
+  double tokensPerSecond = 0;
+  double tokensPerSecondPerDevice = 0;
+  double weightReadBound = 0; // decode: weight bytes on a device / HBM bandwidth
+  MemoryBreakdown memory;     // the fullest stage
+  double capacity = 0;        // usable bytes per device
+  bool fits = false;
+  double objective = 0;       // smaller is better
+  /// Forward collectives per step by kind, over decoder layers and overall.
+  std::map<std::string, int64_t> decoderCollectives, allCollectives;
+
+  std::string degrees() const;
+};
+
+struct PlanResult {
+  std::vector<Plan> plans; // best first, feasible only
+  std::optional<Plan> closest; // when nothing fits: the least overflowing
+  std::string explanation;     // when nothing fits: why, and what would
+  int64_t evaluated = 0;
+  double searchSeconds = 0;
+  int64_t devices = 0;
+  double params = 0, activeParams = 0, paramBytes = 0;
+  double kvBytesPerToken = 0; // whole model, at the workload's KV dtype
+  double modelFlopsPerToken = 0;
+};
+
+PlanResult searchPlans(const ModelGraph &model, const ClusterSpec &cluster,
+                       const Workload &workload,
+                       const PlanOptions &options = {});
+
+/// The per-layer op layouts of `plan` (for writing onto the IR): one
+/// LayerPlan per entry of model.layers.
+std::vector<LayerPlan> layerPlansFor(const ModelGraph &model,
+                                     const ClusterSpec &cluster,
+                                     const Workload &workload, const Plan &plan);
+
+/// A readable ranked table, and the same as JSON.
+std::string formatPlans(const PlanResult &result, const ClusterSpec &cluster,
+                        const Workload &workload);
+llvm::json::Value plansToJson(const PlanResult &result,
+                              const ClusterSpec &cluster,
+                              const Workload &workload);
+
+} // namespace parax::plan
+
+#endif // PARAX_PLAN_PLANNER_H

@@ -1,0 +1,59 @@
+//===- Workload.h - what the plan is for ------------------------*- C++ -*-===//
+
+#ifndef PARAX_PLAN_WORKLOAD_H
+#define PARAX_PLAN_WORKLOAD_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string>
+
+namespace parax::plan {
+
+enum class WorkloadKind { Train, Prefill, Decode };
+enum class Objective { Throughput, Latency };
+enum class Schedule { GPipe, OneFOneB, Interleaved };
+enum class Recompute { None, Selective, Full };
+
+llvm::StringRef toString(WorkloadKind kind);
+llvm::StringRef toString(Objective objective);
+llvm::StringRef toString(Schedule schedule);
+llvm::StringRef toString(Recompute recompute);
+
+struct Workload {
+  WorkloadKind kind = WorkloadKind::Train;
+  /// Sequences per step (train: global batch; prefill/decode: concurrent
+  /// requests).
+  int64_t batch = 0;
+  /// Tokens per sequence (train, prefill); the prompt length for prefill.
+  int64_t seq = 0;
+  /// Decode: tokens already in the KV cache.
+  int64_t context = 0;
+  /// Train: sequences per microbatch; 0 lets the planner choose.
+  int64_t microBatch = 0;
+  std::string kvDtype = "bf16";
+  Objective objective = Objective::Throughput;
+  /// Decode/prefill: the step latency must not exceed this (seconds; 0: none).
+  double latencyBound = 0;
+  // Pin a search dimension (unset: searched).
+  std::optional<int> zero;
+  std::optional<Recompute> recompute;
+  std::optional<Schedule> schedule;
+  std::optional<int64_t> tp, pp, dp, ep;
+
+  std::string toString() const;
+};
+
+/// `train:batch=1024,seq=4096[,mbs=1][,zero=1][,recompute=selective]`,
+/// `prefill:batch=8,seq=2048`, `decode:batch=64,context=4096[,kv=fp8]`;
+/// also `objective=latency|throughput`, `latency_ms=50`, `schedule=1f1b`,
+/// and `tp=`, `pp=`, `dp=`, `ep=` to pin degrees.
+llvm::Expected<Workload> parseWorkload(llvm::StringRef spec);
+
+/// Bytes per element of a dtype name (bf16, f16, f32, fp8, int8), 0 if unknown.
+int64_t dtypeBytes(llvm::StringRef dtype);
+
+} // namespace parax::plan
+
+#endif // PARAX_PLAN_WORKLOAD_H

@@ -1,0 +1,595 @@
+//===- LayerSolver.cpp - exact op shardings for one layer -----------------===//
+
+#include "parax/Plan/LayerSolver.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <functional>
+#include <limits>
+#include <unordered_map>
+
+using namespace parax::plan;
+using llvm::SmallVector;
+
+std::string parax::plan::layoutName(int8_t layout) {
+  if (layout == kReplicated)
+    return "R";
+  if (layout == kPartial)
+    return "P";
+  return "S" + std::to_string(layout);
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Strategy {
+  std::string name;
+  SmallVector<int8_t, 4> in;
+  SmallVector<int8_t, 2> out;
+  double computeFrac = 1; // share of the op's FLOPs on one device
+  double weightFrac = 1;  // share of the op's weights on one device
+  double kvFrac = 1;      // share of the op's KV cache on one device
+  // Communication inside the op: kind and bytes per token.
+  std::optional<std::pair<CollectiveKind, double>> internal;
+};
+
+class Solver {
+public:
+  Solver(const LayerGraph &layer, const TpContext &ctx, bool lastLayer)
+      : layer(layer), ctx(ctx), t(ctx.tp), lastLayer(lastLayer) {}
+
+  LayerPlan solve();
+  double exhaustive();
+
+private:
+  const LayerGraph &layer;
+  const TpContext &ctx;
+  int64_t t;
+  bool lastLayer;
+
+  const ValueNode &value(int id) const { return layer.values[id]; }
+  int rank(int id) const { return value(id).shape.size(); }
+  double fullBytes(int id) const { return value(id).bytesPerToken * ctx.tokens(); }
+  double share(int8_t layout) const {
+    return layout >= 0 ? 1.0 / t : 1.0;
+  }
+
+  // Whether value `id` may be split over the group along `dim`. Dimension 0
+  // is the batch (data parallelism's business, not tensor parallelism's);
+  // dimension 1 of an activation is the sequence (sequence parallelism).
+  bool splittable(int id, int dim) const {
+    int r = rank(id);
+    if (t <= 1 || dim < 0 || dim >= r)
+      return false;
+    if (r >= 2 && dim == 0)
+      return false;
+    if (r >= 2 && dim == 1)
+      return static_cast<int64_t>(ctx.queryLen) % t == 0;
+    return value(id).shape[dim] % t == 0;
+  }
+
+  int8_t boundaryLayout(int id) const {
+    if (ctx.sequenceParallel && rank(id) >= 3 && splittable(id, 1))
+      return 1;
+    return kReplicated;
+  }
+
+  void passThrough(const OpNode &op, SmallVector<Strategy> &out,
+                   llvm::function_ref<bool(int)> dimAllowed) const;
+  SmallVector<Strategy> strategies(const OpNode &op) const;
+  double opTime(const OpNode &op, const Strategy &s) const;
+  std::pair<double, std::optional<CollectiveKind>>
+  reshard(int id, int8_t from, int8_t to) const;
+  double attentionFlops(const OpNode &op) const;
+  double collective(CollectiveKind kind, double bytes) const {
+    if (kind == CollectiveKind::AllToAll)
+      bytes /= t;
+    return collectiveTime(*ctx.cluster, kind, bytes, ctx.group);
+  }
+  // collective() over the whole of value `id`, memoised (the inner loop of
+  // the dynamic program asks for the same few again and again).
+  double valueCollective(int id, CollectiveKind kind) const {
+    size_t slot = id * 5 + static_cast<int>(kind);
+    if (collectiveCache.size() <= slot)
+      collectiveCache.resize(layer.values.size() * 5, -1);
+    double &cached = collectiveCache[slot];
+    if (cached < 0)
+      cached = collective(kind, fullBytes(id));
+    return cached;
+  }
+  mutable std::vector<double> collectiveCache;
+};
+
+void Solver::passThrough(const OpNode &op, SmallVector<Strategy> &out,
+                         llvm::function_ref<bool(int)> dimAllowed) const {
+  Strategy replicated{"replicated"};
+  replicated.in.assign(op.inputs.size(), kReplicated);
+  replicated.out.assign(op.results.size(), kReplicated);
+  out.push_back(replicated);
+  if (op.results.empty())
+    return;
+  int r = rank(op.results[0]);
+  for (int d = 0; d < r; ++d) {
+    if (!dimAllowed(d) || !splittable(op.results[0], d))
+      continue;
+    if (!llvm::all_of(op.inputs, [&](int in) {
+          return rank(in) == r && splittable(in, d);
+        }))
+      continue;
+    Strategy s{"split" + std::to_string(d)};
+    s.in.assign(op.inputs.size(), d);
+    s.out.assign(op.results.size(), d);
+    s.computeFrac = 1.0 / t;
+    out.push_back(s);
+  }
+}
+
+SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
+  SmallVector<Strategy> list;
+  auto all = [](int) { return true; };
+  auto addPartial = [&]() {
+    Strategy s{"partial"};
+    s.in.assign(op.inputs.size(), kPartial);
+    s.out.assign(op.results.size(), kPartial);
+    s.computeFrac = 1;
+    list.push_back(s);
+  };
+  switch (op.kind) {
+  case OpClass::Linear: {
+    int x = op.inputs[0];
+    int last = rank(x) - 1;
+    list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
+    if (op.out % t == 0 && t > 1) {
+      Strategy col{"column", {kReplicated}, {static_cast<int8_t>(last)}};
+      col.computeFrac = col.weightFrac = 1.0 / t;
+      list.push_back(col);
+    }
+    if (op.in % t == 0 && t > 1) {
+      Strategy row{"row", {static_cast<int8_t>(last)}, {kPartial}};
+      row.computeFrac = row.weightFrac = 1.0 / t;
+      list.push_back(row);
+    }
+    break;
+  }
+  case OpClass::Embedding: {
+    list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
+    const ValueNode &result = value(op.results[0]);
+    int64_t vocab = op.weightParams / result.shape.back();
+    if (t > 1 && vocab % t == 0) {
+      Strategy s{"vocab", {kReplicated}, {kPartial}};
+      s.weightFrac = 1.0 / t;
+      list.push_back(s);
+    }
+    if (splittable(op.results[0], rank(op.results[0]) - 1)) {
+      Strategy s{"hidden", {kReplicated},
+                 {static_cast<int8_t>(rank(op.results[0]) - 1)}};
+      s.weightFrac = 1.0 / t;
+      list.push_back(s);
+    }
+    break;
+  }
+  case OpClass::PositionEmbedding: {
+    list.push_back(Strategy{"replicated", {}, {kReplicated}});
+    for (int d : {1, 2})
+      if (splittable(op.results[0], d)) {
+        Strategy s{"split" + std::to_string(d), {}, {static_cast<int8_t>(d)}};
+        s.weightFrac = 1.0 / t;
+        list.push_back(s);
+      }
+    break;
+  }
+  case OpClass::Attention: {
+    list.push_back(Strategy{"replicated", {kReplicated, kReplicated, kReplicated},
+                            {kReplicated}});
+    if (t > 1 && op.heads % t == 0) {
+      if (op.kvHeads % t == 0) {
+        Strategy s{"heads", {2, 2, 2}, {2}};
+        s.computeFrac = s.kvFrac = 1.0 / t;
+        list.push_back(s);
+      } else {
+        // Fewer KV heads than ranks: each rank keeps all KV heads (Megatron
+        // replicates them).
+        Strategy s{"heads-kv-replicated", {2, kReplicated, kReplicated}, {2}};
+        s.computeFrac = 1.0 / t;
+        list.push_back(s);
+      }
+    }
+    break;
+  }
+  case OpClass::Norm:
+    passThrough(op, list, [&](int d) { return d != rank(op.results[0]) - 1; });
+    break;
+  case OpClass::Rope:
+    passThrough(op, list, [](int d) { return d != 3; });
+    addPartial();
+    break;
+  case OpClass::Unary:
+  case OpClass::Swiglu:
+    passThrough(op, list, all);
+    break;
+  case OpClass::Add:
+    passThrough(op, list, all);
+    addPartial();
+    break;
+  case OpClass::Mul: {
+    passThrough(op, list, all);
+    // Linear in each operand: partial times replicated is partial.
+    for (int p = 0; p < 2; ++p) {
+      Strategy s{"partial" + std::to_string(p)};
+      s.in = {kReplicated, kReplicated};
+      s.in[p] = kPartial;
+      s.out = {kPartial};
+      list.push_back(s);
+    }
+    break;
+  }
+  case OpClass::Slice:
+  case OpClass::Concat:
+    passThrough(op, list, [&](int d) { return d != op.dim; });
+    addPartial();
+    break;
+  case OpClass::Broadcast:
+    passThrough(op, list, all);
+    addPartial();
+    break;
+  case OpClass::Reshape: {
+    list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
+    addPartial();
+    const auto &a = value(op.inputs[0]).shape, &b = value(op.results[0]).shape;
+    for (size_t d = 0; d < a.size(); ++d) {
+      if (!splittable(op.inputs[0], d))
+        continue;
+      int64_t prefix = 1;
+      for (size_t i = 0; i < d; ++i)
+        prefix *= a[i];
+      int64_t prefixB = 1;
+      for (size_t e = 0; e < b.size(); prefixB *= b[e], ++e)
+        if (prefixB == prefix && splittable(op.results[0], e)) {
+          Strategy s{"split" + std::to_string(d)};
+          s.in = {static_cast<int8_t>(d)};
+          s.out = {static_cast<int8_t>(e)};
+          list.push_back(s);
+          break;
+        }
+    }
+    break;
+  }
+  case OpClass::Transpose: {
+    list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
+    addPartial();
+    for (size_t e = 0; e < op.permutation.size(); ++e) {
+      int d = op.permutation[e];
+      if (splittable(op.inputs[0], d) && splittable(op.results[0], e)) {
+        Strategy s{"split" + std::to_string(d)};
+        s.in = {static_cast<int8_t>(d)};
+        s.out = {static_cast<int8_t>(e)};
+        s.computeFrac = 1.0 / t;
+        list.push_back(s);
+      }
+    }
+    break;
+  }
+  case OpClass::Router: {
+    // The router stays replicated (its gate is small); tokens may be split.
+    list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated, kReplicated}});
+    if (rank(op.inputs[0]) >= 3 && splittable(op.inputs[0], 1)) {
+      Strategy s{"tokens", {1}, {1, 1}};
+      s.computeFrac = 1.0 / t;
+      list.push_back(s);
+    }
+    break;
+  }
+  case OpClass::Experts: {
+    list.push_back(Strategy{"replicated", {kReplicated, kReplicated, kReplicated},
+                            {kReplicated}});
+    if (t > 1 && op.ffn % t == 0) {
+      // Every expert's FFN split like a Megatron MLP: partial sums.
+      Strategy s{"ffn", {kReplicated, kReplicated, kReplicated}, {kPartial}};
+      s.computeFrac = s.weightFrac = 1.0 / t;
+      list.push_back(s);
+    }
+    break;
+  }
+  case OpClass::CrossEntropy: {
+    list.push_back(Strategy{"replicated", {kReplicated, kReplicated}, {kReplicated}});
+    int logits = op.inputs[0];
+    int last = rank(logits) - 1;
+    if (splittable(logits, last)) {
+      // Vocab-parallel: max and sum-exp all-reduced per token (8 bytes).
+      Strategy s{"vocab", {static_cast<int8_t>(last), kReplicated}, {kReplicated}};
+      s.computeFrac = 1.0 / t;
+      s.internal = std::make_pair(CollectiveKind::AllReduce, 8.0);
+      list.push_back(s);
+    }
+    break;
+  }
+  }
+  return list;
+}
+
+double Solver::attentionFlops(const OpNode &op) const {
+  double q = ctx.queryLen, c = ctx.contextLen;
+  double pairs = op.causal ? q * (c - q) + q * (q + 1) / 2 : q * c;
+  return ctx.sequences * op.heads * pairs *
+         (2.0 * op.headDim + 5 + 2.0 * op.valueDim);
+}
+
+double Solver::opTime(const OpNode &op, const Strategy &s) const {
+  if (op.kind == OpClass::Reshape)
+    return 0; // a view
+  double tokens = ctx.tokens();
+  double flops = op.kind == OpClass::Attention ? attentionFlops(op)
+                                               : op.flopsPerToken * tokens;
+  flops *= s.computeFrac;
+  double weights = op.weightBytes * s.weightFrac;
+  if (op.kind == OpClass::Experts) {
+    double local = double(op.numExperts) / ctx.ep;
+    double touched = std::min(local, tokens * op.topK);
+    weights *= touched / op.numExperts;
+  }
+  double bytes = weights;
+  for (auto [i, id] : llvm::enumerate(op.inputs))
+    bytes += fullBytes(id) * share(s.in[i]);
+  for (auto [i, id] : llvm::enumerate(op.results))
+    bytes += fullBytes(id) * share(s.out[i]);
+  if (op.kind == OpClass::Attention && ctx.decode)
+    bytes += ctx.sequences * ctx.contextLen * op.kvHeads *
+             (op.headDim + op.valueDim) * ctx.kvBytes * s.kvFrac;
+  return rooflineTime(*ctx.cluster, flops, bytes, ctx.peak);
+}
+
+std::pair<double, std::optional<CollectiveKind>>
+Solver::reshard(int id, int8_t from, int8_t to) const {
+  if (from == to || to == kDead)
+    return {0, std::nullopt};
+  if (from == kReplicated) // slicing or zero-filling is local
+    return {0, std::nullopt};
+  std::optional<CollectiveKind> kind;
+  if (to == kReplicated)
+    kind = from == kPartial ? CollectiveKind::AllReduce : CollectiveKind::AllGather;
+  else if (to == kPartial)
+    kind = CollectiveKind::AllGather;
+  else
+    kind = from == kPartial ? CollectiveKind::ReduceScatter : CollectiveKind::AllToAll;
+  return {valueCollective(id, *kind), kind};
+}
+
+// Every combination of strategies, costed exactly as solve() costs them.
+double Solver::exhaustive() {
+  const int n = layer.ops.size();
+  SmallVector<int> lastUse(layer.values.size(), -1);
+  for (auto [i, op] : llvm::enumerate(layer.ops))
+    for (int in : op.inputs)
+      lastUse[in] = i;
+  for (int out : layer.outputs)
+    lastUse[out] = n;
+  SmallVector<SmallVector<Strategy>> options(n);
+  for (int i = 0; i < n; ++i)
+    options[i] = strategies(layer.ops[i]);
+  SmallVector<int8_t> layout(layer.values.size(), kDead);
+  for (int in : layer.inputs)
+    layout[in] = boundaryLayout(in);
+  double best = kInf;
+  std::function<void(int, double)> visit = [&](int i, double cost) {
+    if (i == n) {
+      if (!lastLayer)
+        for (int out : layer.outputs)
+          cost += ctx.commWeight * reshard(out, layout[out], boundaryLayout(out)).first;
+      best = std::min(best, cost);
+      return;
+    }
+    const OpNode &op = layer.ops[i];
+    for (const Strategy &s : options[i]) {
+      double c = cost + ctx.computeWeight * opTime(op, s);
+      for (auto [k, in] : llvm::enumerate(op.inputs))
+        c += ctx.commWeight * reshard(in, layout[in], s.in[k]).first;
+      if (s.internal)
+        c += ctx.commWeight *
+             collective(s.internal->first, s.internal->second * ctx.tokens());
+      SmallVector<int8_t> saved(op.results.size());
+      for (auto [k, res] : llvm::enumerate(op.results)) {
+        saved[k] = layout[res];
+        layout[res] = s.out[k];
+      }
+      visit(i + 1, c);
+      for (auto [k, res] : llvm::enumerate(op.results))
+        layout[res] = saved[k];
+    }
+  };
+  visit(0, 0);
+  return best;
+}
+
+LayerPlan Solver::solve() {
+  const int n = layer.ops.size();
+  const int numValues = layer.values.size();
+  SmallVector<int> lastUse(numValues, -1);
+  for (auto [i, op] : llvm::enumerate(layer.ops))
+    for (int in : op.inputs)
+      lastUse[in] = i;
+  for (int out : layer.outputs)
+    lastUse[out] = n;
+
+  SmallVector<SmallVector<Strategy>> options(n);
+  for (int i = 0; i < n; ++i) {
+    options[i] = strategies(layer.ops[i]);
+    for (const auto &[index, name] : ctx.forced)
+      if (index == i)
+        llvm::erase_if(options[i], [&](const Strategy &s) { return s.name != name; });
+  }
+
+  struct Entry {
+    double cost;
+    int parent;
+    int choice;
+  };
+  // A state holds one layout byte per value live between two ops (in id
+  // order): small strings, cheap to hash.
+  using State = std::string;
+  SmallVector<int> definedAt(numValues, -1); // layer inputs: before op 0
+  for (auto [i, op] : llvm::enumerate(layer.ops))
+    for (int res : op.results)
+      definedAt[res] = i;
+  std::vector<SmallVector<int>> live(n + 1);
+  std::vector<SmallVector<int>> position(n + 1, SmallVector<int>(numValues, -1));
+  for (int i = 0; i <= n; ++i)
+    for (int v = 0; v < numValues; ++v)
+      if (definedAt[v] < i && lastUse[v] >= i) {
+        position[i][v] = live[i].size();
+        live[i].push_back(v);
+      }
+  auto layoutAt = [&](int i, const State &state, int v) -> int8_t {
+    int p = position[i][v];
+    return p < 0 ? kDead : static_cast<int8_t>(state[p]);
+  };
+
+  std::vector<std::unordered_map<State, int>> index(n + 1);
+  std::vector<std::vector<std::pair<State, Entry>>> states(n + 1);
+  State start(live[0].size(), static_cast<char>(kDead));
+  for (int in : layer.inputs)
+    if (position[0][in] >= 0)
+      start[position[0][in]] = boundaryLayout(in);
+  states[0].push_back({start, {0, -1, -1}});
+  index[0][start] = 0;
+
+  for (int i = 0; i < n; ++i) {
+    const OpNode &op = layer.ops[i];
+    SmallVector<double> opCost;
+    for (const Strategy &s : options[i]) {
+      double cost = ctx.computeWeight * opTime(op, s);
+      if (s.internal)
+        cost += ctx.commWeight *
+                collective(s.internal->first, s.internal->second * ctx.tokens());
+      opCost.push_back(cost);
+    }
+    for (int si = 0, se = states[i].size(); si < se; ++si) {
+      State state = states[i][si].first;
+      double base = states[i][si].second.cost;
+      for (auto [ci, s] : llvm::enumerate(options[i])) {
+        double cost = base + opCost[ci];
+        for (auto [k, in] : llvm::enumerate(op.inputs))
+          cost += ctx.commWeight * reshard(in, layoutAt(i, state, in), s.in[k]).first;
+        State next(live[i + 1].size(), 0);
+        for (auto [p, v] : llvm::enumerate(live[i + 1])) {
+          if (definedAt[v] == i)
+            next[p] = s.out[llvm::find(op.results, v) - op.results.begin()];
+          else
+            next[p] = state[position[i][v]];
+        }
+        auto [it, inserted] = index[i + 1].try_emplace(next, states[i + 1].size());
+        if (inserted)
+          states[i + 1].push_back({next, {cost, si, static_cast<int>(ci)}});
+        else if (cost < states[i + 1][it->second].second.cost)
+          states[i + 1][it->second].second = {cost, si, static_cast<int>(ci)};
+      }
+    }
+  }
+
+  LayerPlan plan;
+  // Close: outputs go back to the boundary layout (the last layer's are free).
+  int best = -1;
+  double bestCost = kInf;
+  for (int si = 0, se = states[n].size(); si < se; ++si) {
+    double cost = states[n][si].second.cost;
+    if (!lastLayer)
+      for (int out : layer.outputs)
+        cost += ctx.commWeight *
+                reshard(out, layoutAt(n, states[n][si].first, out),
+                        boundaryLayout(out))
+                    .first;
+    if (cost < bestCost) {
+      bestCost = cost;
+      best = si;
+    }
+  }
+  if (best < 0)
+    return plan;
+
+  // Walk back to the chosen strategies.
+  SmallVector<int> choice(n);
+  SmallVector<int> stateAt(n + 1);
+  stateAt[n] = best;
+  for (int i = n; i > 0; --i) {
+    const Entry &entry = states[i][stateAt[i]].second;
+    choice[i - 1] = entry.choice;
+    stateAt[i - 1] = entry.parent;
+  }
+
+  plan.feasible = true;
+  plan.objective = bestCost;
+  double tokens = ctx.tokens();
+  for (int i = 0; i < n; ++i) {
+    const OpNode &op = layer.ops[i];
+    const Strategy &s = options[i][choice[i]];
+    const State &state = states[i][stateAt[i]].first;
+    auto layoutOf = [&](int v) { return layoutAt(i, state, v); };
+    plan.strategy.push_back(s.name);
+    plan.layouts.push_back(SmallVector<int8_t>(s.out.begin(), s.out.end()));
+    double time = opTime(op, s);
+    plan.computeTime += time;
+    for (auto [k, in] : llvm::enumerate(op.inputs)) {
+      auto [commTime, kind] = reshard(in, layoutOf(in), s.in[k]);
+      plan.commTime += commTime;
+      if (kind)
+        plan.collectives.push_back({*kind, fullBytes(in), i});
+    }
+    if (s.internal) {
+      plan.commTime += collective(s.internal->first, s.internal->second * tokens);
+      plan.collectives.push_back({s.internal->first, s.internal->second * tokens, i});
+    }
+    double weightShare = s.weightFrac / (op.kind == OpClass::Experts ? ctx.ep : 1);
+    plan.weightBytes += op.weightBytes * weightShare;
+    plan.weightParams += op.weightParams * weightShare;
+    if (op.kind == OpClass::Experts) {
+      plan.expertWeightBytes += op.weightBytes * weightShare;
+      plan.expertParams += op.weightParams * weightShare;
+      plan.alltoallBytes += fullBytes(op.inputs[0]) * op.topK;
+    }
+    if (op.kind == OpClass::Attention)
+      plan.kvBytesPerToken +=
+          op.kvHeads * (op.headDim + op.valueDim) * ctx.kvBytes * s.kvFrac;
+    // Activations kept for the backward pass.
+    if (op.kind == OpClass::Reshape)
+      continue;
+    double kept = 0;
+    for (auto [k, res] : llvm::enumerate(op.results))
+      kept += fullBytes(res) * share(s.out[k]);
+    plan.activationBytes[0] += kept;
+    bool recomputed = op.kind == OpClass::Norm || op.kind == OpClass::Unary ||
+                      op.kind == OpClass::Swiglu || op.kind == OpClass::Rope ||
+                      op.kind == OpClass::Mul || op.kind == OpClass::Broadcast ||
+                      op.kind == OpClass::Concat || op.kind == OpClass::Attention;
+    if (recomputed)
+      plan.selectiveRecomputeTime += time;
+    else
+      plan.activationBytes[1] += kept;
+  }
+  // The last states' outputs closing back to the boundary.
+  if (!lastLayer)
+    for (int out : layer.outputs) {
+      auto [commTime, kind] =
+          reshard(out, layoutAt(n, states[n][best].first, out), boundaryLayout(out));
+      plan.commTime += commTime;
+      if (kind)
+        plan.collectives.push_back({*kind, fullBytes(out), n});
+    }
+  for (int in : layer.inputs)
+    plan.activationBytes[2] += fullBytes(in) * share(boundaryLayout(in));
+  plan.workingBytes = plan.activationBytes[0];
+  return plan;
+}
+
+} // namespace
+
+LayerPlan parax::plan::solveLayer(const LayerGraph &layer,
+                                  const TpContext &context, bool lastLayer) {
+  return Solver(layer, context, lastLayer).solve();
+}
+
+double parax::plan::solveLayerExhaustively(const LayerGraph &layer,
+                                           const TpContext &context,
+                                           bool lastLayer) {
+  return Solver(layer, context, lastLayer).exhaustive();
+}

@@ -1,0 +1,268 @@
+//===- ModelGraph.cpp - reading a parax model for the planner -------------===//
+
+#include "parax/Plan/ModelGraph.h"
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+
+using namespace mlir;
+using namespace parax;
+using namespace parax::plan;
+
+double ModelGraph::kvCacheBytesPerToken(int64_t kvBytes) const {
+  double total = 0;
+  for (const LayerGraph &layer : layers)
+    if (layer.hasAttention)
+      total += layer.kvHeads * (layer.headDim + layer.valueDim) * kvBytes;
+  return total;
+}
+
+static std::optional<OpClass> classify(Operation *op) {
+  return llvm::TypeSwitch<Operation *, std::optional<OpClass>>(op)
+      .Case<EmbeddingOp>([](auto) { return OpClass::Embedding; })
+      .Case<PositionEmbeddingOp>([](auto) { return OpClass::PositionEmbedding; })
+      .Case<LinearOp>([](auto) { return OpClass::Linear; })
+      .Case<RmsNormOp, LayerNormOp>([](auto) { return OpClass::Norm; })
+      .Case<RopeOp>([](auto) { return OpClass::Rope; })
+      .Case<AttentionOp>([](auto) { return OpClass::Attention; })
+      .Case<SiluOp, SigmoidOp, GeluOp>([](auto) { return OpClass::Unary; })
+      .Case<SwigluOp>([](auto) { return OpClass::Swiglu; })
+      .Case<AddOp>([](auto) { return OpClass::Add; })
+      .Case<MulOp>([](auto) { return OpClass::Mul; })
+      .Case<ReshapeOp>([](auto) { return OpClass::Reshape; })
+      .Case<TransposeOp>([](auto) { return OpClass::Transpose; })
+      .Case<SliceOp>([](auto) { return OpClass::Slice; })
+      .Case<ConcatOp>([](auto) { return OpClass::Concat; })
+      .Case<BroadcastOp>([](auto) { return OpClass::Broadcast; })
+      .Case<RouterOp>([](auto) { return OpClass::Router; })
+      .Case<ExpertsOp>([](auto) { return OpClass::Experts; })
+      .Case<CrossEntropyOp>([](auto) { return OpClass::CrossEntropy; })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+// A stable text for "same layer structure": op names, attributes other than
+// the layer index and annotations, types, and which value feeds which op.
+static void appendSignature(std::string &signature, const OpNode &node) {
+  llvm::raw_string_ostream os(signature);
+  Operation *op = node.op;
+  os << op->getName() << '(';
+  for (int input : node.inputs)
+    os << input << ',';
+  os << ")";
+  for (NamedAttribute attr : op->getAttrs()) {
+    StringRef name = attr.getName().getValue();
+    if (name == ParaxDialect::kLayerAttrName ||
+        name == ParaxDialect::kShardingsAttrName || name.starts_with("parax."))
+      continue;
+    os << name << '=' << attr.getValue() << ';';
+  }
+  os << ':';
+  for (Type type : op->getOperandTypes())
+    os << type << ',';
+  os << "->";
+  for (Type type : op->getResultTypes())
+    os << type << ',';
+  os << '\n';
+}
+
+FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
+  ModelGraph model;
+  Block &body = function.getBody().front();
+
+  // Parameters and the token input.
+  DenseSet<Value> weights;
+  for (BlockArgument arg : body.getArguments()) {
+    if (function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamAttrName)) {
+      weights.insert(arg);
+      model.params += getNumElements(arg.getType());
+      model.paramBytes += getTensorBytes(arg.getType());
+      auto type = cast<RankedTensorType>(arg.getType());
+      model.elementBytes = (type.getElementTypeBitWidth() + 7) / 8;
+      model.dtype = type.getElementType().isBF16()  ? "bf16"
+                    : type.getElementType().isF16() ? "f16"
+                    : type.getElementType().isF32() ? "f32"
+                                                    : "bf16";
+    } else if (!model.irBatch) {
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (type && type.getRank() == 2 && type.getElementType().isInteger()) {
+        model.irBatch = type.getDimSize(0);
+        model.irSeq = type.getDimSize(1);
+      }
+    }
+  }
+  if (!model.irBatch) {
+    function.emitError("the planner needs a token input: an integer "
+                       "[batch, sequence] argument that is not a parameter");
+    return failure();
+  }
+  double irTokens = double(model.irBatch) * model.irSeq;
+
+  // Group ops by layer, in program order.
+  std::map<int64_t, SmallVector<Operation *>> byLayer;
+  for (Operation &op : body.without_terminator()) {
+    std::optional<int64_t> layer = getLayer(&op);
+    if (!layer) {
+      op.emitError("the planner needs every op's 'parax.layer'");
+      return failure();
+    }
+    // Ops computing only on parameters (GPT-2's slices of the fused qkv
+    // weight) are part of their consumers' weights.
+    if (op.getNumOperands() &&
+        llvm::all_of(op.getOperands(), [&](Value v) { return weights.contains(v); })) {
+      for (Value result : op.getResults())
+        weights.insert(result);
+      continue;
+    }
+    byLayer[*layer].push_back(&op);
+  }
+
+  DenseMap<Value, int64_t> layerOf;
+  for (auto &[index, ops] : byLayer)
+    for (Operation *op : ops)
+      for (Value result : op->getResults())
+        layerOf[result] = index;
+
+  // Each parameter belongs to the first layer that reads it (tied weights
+  // count once).
+  DenseMap<int64_t, double> paramsOf, paramBytesOf, expertParamsOf;
+  for (BlockArgument arg : body.getArguments()) {
+    if (!function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamAttrName))
+      continue;
+    std::optional<int64_t> first;
+    bool expert = false;
+    SmallVector<Value> frontier = {arg};
+    while (!frontier.empty()) {
+      Value v = frontier.pop_back_val();
+      for (Operation *user : v.getUsers()) {
+        if (std::optional<int64_t> layer = getLayer(user))
+          first = first ? std::min(*first, *layer) : *layer;
+        expert |= isa<ExpertsOp>(user);
+        if (weights.contains(user->getResult(0)))
+          frontier.push_back(user->getResult(0));
+      }
+    }
+    if (!first)
+      continue;
+    paramsOf[*first] += getNumElements(arg.getType());
+    paramBytesOf[*first] += getTensorBytes(arg.getType());
+    if (expert)
+      expertParamsOf[*first] += getNumElements(arg.getType());
+  }
+
+  uint64_t totalFlops = 0;
+  for (auto &[index, ops] : byLayer) {
+    LayerGraph layer;
+    layer.index = index;
+    layer.params = paramsOf.lookup(index);
+    layer.paramBytes = paramBytesOf.lookup(index);
+    layer.expertParams = expertParamsOf.lookup(index);
+    DenseMap<Value, int> ids;
+    auto valueId = [&](Value v, bool external) {
+      auto [it, inserted] = ids.try_emplace(v, layer.values.size());
+      if (inserted) {
+        ValueNode node;
+        auto type = cast<RankedTensorType>(v.getType());
+        node.shape.assign(type.getShape().begin(), type.getShape().end());
+        node.bytesPerToken = getTensorBytes(type) / irTokens;
+        layer.values.push_back(node);
+        if (external)
+          layer.inputs.push_back(it->second);
+      }
+      return it->second;
+    };
+    for (Operation *op : ops) {
+      std::optional<OpClass> kind = classify(op);
+      auto cost = dyn_cast<CostOpInterface>(op);
+      if (!kind || !cost) {
+        op->emitError("the planner has no rule for this op");
+        return failure();
+      }
+      OpNode node;
+      node.kind = *kind;
+      node.op = op;
+      for (Value operand : op->getOperands()) {
+        if (weights.contains(operand)) {
+          node.weightBytes += getTensorBytes(operand.getType());
+          node.weightParams += getNumElements(operand.getType());
+          continue;
+        }
+        auto defining = layerOf.find(operand);
+        bool external = defining == layerOf.end() || defining->second != index;
+        node.inputs.push_back(valueId(operand, external));
+      }
+      for (Value result : op->getResults())
+        node.results.push_back(valueId(result, false));
+      uint64_t flops = cost.getFlops();
+      totalFlops += flops;
+      node.flopsPerToken = flops / irTokens;
+      if (auto attention = dyn_cast<AttentionOp>(op)) {
+        node.heads = attention.getNumHeads();
+        node.kvHeads = attention.getNumKvHeads();
+        node.headDim = attention.getHeadDim();
+        node.valueDim = cast<RankedTensorType>(attention.getV().getType()).getDimSize(3);
+        node.causal = attention.getCausal();
+        node.flopsPerToken = 0; // computed from the context by the planner
+        layer.hasAttention = true;
+        layer.kvHeads = node.kvHeads;
+        layer.headDim = node.headDim;
+        layer.valueDim = node.valueDim;
+      } else if (auto linear = dyn_cast<LinearOp>(op)) {
+        node.in = linear.getInFeatures();
+        node.out = linear.getOutFeatures();
+      } else if (auto experts = dyn_cast<ExpertsOp>(op)) {
+        node.numExperts = experts.getNumExperts();
+        node.ffn = experts.getFfnDim();
+        node.topK = experts.getTopK();
+        layer.hasExperts = true;
+      } else if (auto slice = dyn_cast<SliceOp>(op)) {
+        node.dim = slice.getDim();
+      } else if (auto concat = dyn_cast<ConcatOp>(op)) {
+        node.dim = concat.getDim();
+      } else if (auto transpose = dyn_cast<TransposeOp>(op)) {
+        node.permutation.assign(transpose.getPermutation().begin(),
+                                transpose.getPermutation().end());
+      } else if (auto router = dyn_cast<RouterOp>(op)) {
+        node.numExperts = router.getNumExperts();
+        node.topK = router.getTopK();
+      }
+      appendSignature(layer.signature, node);
+      layer.ops.push_back(std::move(node));
+    }
+    // Outputs: values used by another layer or returned.
+    for (auto &[value, id] : ids) {
+      if (llvm::is_contained(layer.inputs, id))
+        continue;
+      for (Operation *user : value.getUsers()) {
+        std::optional<int64_t> userLayer = getLayer(user);
+        if (!userLayer || *userLayer != index) {
+          layer.outputs.push_back(id);
+          break;
+        }
+      }
+    }
+    llvm::sort(layer.outputs);
+    model.layers.push_back(std::move(layer));
+  }
+
+  for (const LayerGraph &layer : model.layers) {
+    if (layer.index >= 0 && layer.hasAttention)
+      ++model.numDecoderLayers;
+    double routed = layer.expertParams;
+    double active = routed;
+    for (const OpNode &op : layer.ops)
+      if (op.kind == OpClass::Experts)
+        active = routed * op.topK / op.numExperts;
+    model.activeParams += layer.params - routed + active;
+  }
+  for (const LayerGraph &layer : model.layers)
+    for (const OpNode &op : layer.ops)
+      if (op.kind == OpClass::Linear && !model.hidden)
+        model.hidden = op.in;
+  model.forwardFlopsPerToken = totalFlops / irTokens;
+  return model;
+}

@@ -1,0 +1,178 @@
+//===- PlanPass.cpp - write the best plan onto the IR ---------------------===//
+
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+#include "parax/Plan/Passes.h"
+#include "parax/Plan/Planner.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace parax {
+#define GEN_PASS_DEF_PARAXPLANPASS
+#include "parax/Plan/Passes.h.inc"
+} // namespace parax
+
+using namespace mlir;
+using namespace parax;
+using namespace parax::plan;
+
+namespace {
+
+// One sharding over the plan's grid: dims split over `tp` where the layout
+// says so (plus `ep` on dimension 0 of expert weights), partial over `tp`.
+ShardingAttr makeSharding(MLIRContext *context, FlatSymbolRefAttr grid,
+                          int64_t rank, int8_t layout, int epDim = -1) {
+  Builder b(context);
+  SmallVector<Attribute> dims;
+  for (int64_t d = 0; d < rank; ++d) {
+    SmallVector<Attribute> axes;
+    if (d == epDim)
+      axes.push_back(b.getStringAttr("ep"));
+    if (layout == d)
+      axes.push_back(b.getStringAttr("tp"));
+    dims.push_back(b.getArrayAttr(axes));
+  }
+  SmallVector<Attribute> partial;
+  if (layout == kPartial)
+    partial.push_back(b.getStringAttr("tp"));
+  return ShardingAttr::get(context, grid, b.getArrayAttr(dims),
+                           b.getArrayAttr(partial));
+}
+
+// Which dimension of a weight operand the op's strategy splits over tp.
+int weightSplitDim(Operation *op, Value weight, StringRef strategy) {
+  if (auto linear = dyn_cast<LinearOp>(op)) {
+    if (weight != linear.getWeight())
+      return strategy == "column" ? 0 : kReplicated; // bias follows the output
+    bool t = linear.getTransposeW();
+    if (strategy == "column")
+      return t ? 0 : 1;
+    if (strategy == "row")
+      return t ? 1 : 0;
+    return kReplicated;
+  }
+  if (isa<EmbeddingOp>(op))
+    return strategy == "vocab" ? 0 : strategy == "hidden" ? 1 : kReplicated;
+  if (isa<PositionEmbeddingOp>(op))
+    return strategy == "split2" ? 1 : strategy == "split1" ? 0 : kReplicated;
+  if (auto experts = dyn_cast<ExpertsOp>(op)) {
+    if (strategy != "ffn")
+      return kReplicated;
+    return weight == experts.getWDown() ? 2 : 1;
+  }
+  return kReplicated;
+}
+
+struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    llvm::Expected<ClusterSpec> clusterSpec = resolveCluster(cluster);
+    if (!clusterSpec) {
+      module.emitError() << "parax-plan: " << llvm::toString(clusterSpec.takeError());
+      return signalPassFailure();
+    }
+    llvm::Expected<Workload> work = parseWorkload(workload);
+    if (!work) {
+      module.emitError() << "parax-plan: " << llvm::toString(work.takeError());
+      return signalPassFailure();
+    }
+    SmallVector<func::FuncOp> functions;
+    for (auto function : module.getOps<func::FuncOp>())
+      if (!function.isExternal() &&
+          !function.getBody().getOps<EmbeddingOp>().empty())
+        functions.push_back(function);
+    for (func::FuncOp function : functions)
+      if (failed(planFunction(module, function, *clusterSpec, *work)))
+        return signalPassFailure();
+  }
+
+  LogicalResult planFunction(ModuleOp module, func::FuncOp function,
+                             const ClusterSpec &clusterSpec,
+                             const Workload &work) {
+    FailureOr<ModelGraph> model = analyzeModel(function);
+    if (failed(model))
+      return failure();
+    PlanOptions options;
+    options.topK = 1;
+    PlanResult result = searchPlans(*model, clusterSpec, work, options);
+    if (result.plans.empty())
+      return function.emitError() << "parax-plan: " << result.explanation;
+    const Plan &plan = result.plans.front();
+    MLIRContext *context = module.getContext();
+    OpBuilder b(context);
+
+    // The grid.
+    std::string gridName = ("plan_" + function.getSymName()).str();
+    b.setInsertionPointToStart(module.getBody());
+    GridOp::create(b, function.getLoc(), gridName,
+                   b.getStrArrayAttr({"pp", "dp", "ep", "tp"}),
+                   b.getDenseI64ArrayAttr({plan.pp, plan.dp, plan.ep, plan.tp}));
+    auto grid = FlatSymbolRefAttr::get(context, gridName);
+
+    // Op layouts and stages.
+    std::vector<LayerPlan> layers =
+        layerPlansFor(*model, clusterSpec, work, plan);
+    for (size_t l = 0; l < model->layers.size(); ++l) {
+      int64_t stage = 0;
+      for (size_t s = 0; s < plan.stageStart.size(); ++s)
+        if (static_cast<int64_t>(l) >= plan.stageStart[s])
+          stage = s;
+      const LayerGraph &layer = model->layers[l];
+      const LayerPlan &lp = layers[l];
+      for (size_t i = 0; i < layer.ops.size(); ++i) {
+        Operation *op = layer.ops[i].op;
+        op->setAttr("parax.stage", b.getI64IntegerAttr(stage));
+        SmallVector<Attribute> shardings;
+        for (auto [k, result] : llvm::enumerate(op->getResults())) {
+          auto type = cast<RankedTensorType>(result.getType());
+          shardings.push_back(
+              makeSharding(context, grid, type.getRank(), lp.layouts[i][k]));
+        }
+        op->setAttr(ParaxDialect::kShardingsAttrName, b.getArrayAttr(shardings));
+        // Parameters take the layout the op's strategy needs (the first
+        // user decides for a tied weight).
+        for (Value operand : op->getOperands()) {
+          auto arg = dyn_cast<BlockArgument>(operand);
+          if (!arg || !function.getArgAttr(arg.getArgNumber(),
+                                           ParaxDialect::kParamAttrName) ||
+              function.getArgAttr(arg.getArgNumber(),
+                                  ParaxDialect::kShardingAttrName))
+            continue;
+          auto type = cast<RankedTensorType>(arg.getType());
+          int split = weightSplitDim(op, arg, lp.strategy[i]);
+          int epDim = isa<ExpertsOp>(op) && plan.ep > 1 ? 0 : -1;
+          function.setArgAttr(arg.getArgNumber(), ParaxDialect::kShardingAttrName,
+                              makeSharding(context, grid, type.getRank(), split, epDim));
+        }
+      }
+    }
+
+    // The plan summary.
+    NamedAttrList summary;
+    summary.append("cluster", b.getStringAttr(clusterSpec.name));
+    summary.append("devices", b.getI64IntegerAttr(result.devices));
+    summary.append("workload", b.getStringAttr(work.toString()));
+    summary.append("pp", b.getI64IntegerAttr(plan.pp));
+    summary.append("dp", b.getI64IntegerAttr(plan.dp));
+    summary.append("ep", b.getI64IntegerAttr(plan.ep));
+    summary.append("tp", b.getI64IntegerAttr(plan.tp));
+    summary.append("sequence_parallel", b.getBoolAttr(plan.sequenceParallel));
+    summary.append("micro_batch", b.getI64IntegerAttr(plan.microBatch));
+    summary.append("micro_batches", b.getI64IntegerAttr(plan.microBatches));
+    summary.append("schedule", b.getStringAttr(toString(plan.schedule)));
+    summary.append("zero", b.getI64IntegerAttr(plan.zero));
+    summary.append("recompute", b.getStringAttr(toString(plan.recompute)));
+    summary.append("step_time_s", b.getF64FloatAttr(plan.stepTime));
+    summary.append("mfu", b.getF64FloatAttr(plan.mfu));
+    summary.append("memory_per_device_bytes", b.getF64FloatAttr(plan.memory.total()));
+    summary.append("exposed_comm_s",
+                   b.getF64FloatAttr(plan.tpComm + plan.ppComm + plan.dpComm +
+                                     plan.epComm));
+    function->setAttr("parax.plan", summary.getDictionary(context));
+    return success();
+  }
+};
+
+} // namespace

@@ -1,0 +1,751 @@
+//===- Planner.cpp - search for the best placement ------------------------===//
+//
+// Formulas and their sources: docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parax/Plan/Planner.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+using namespace parax::plan;
+using llvm::formatv;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<int64_t> divisorsOf(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d * d <= n; ++d)
+    if (n % d == 0) {
+      out.push_back(d);
+      if (d != n / d)
+        out.push_back(n / d);
+    }
+  llvm::sort(out);
+  return out;
+}
+
+// Everything one layer contributes to a training configuration.
+struct LayerCost {
+  double time = 0;      // per microbatch: forward + backward (+ recompute)
+  double forward = 0;   // per microbatch
+  double backward = 0;
+  double tpComm = 0, epComm = 0;
+  double compute = 0;
+  double weights = 0, gradients = 0, optimizer = 0; // bytes per device
+  double activations = 0;  // per in-flight microbatch
+  double working = 0;      // full recompute: one layer's activations
+  double kvCache = 0;     // bytes per device (inference)
+  double denseParams = 0, expertParams = 0;
+};
+
+class Search {
+public:
+  Search(const ModelGraph &model, const ClusterSpec &cluster,
+         const Workload &workload, const PlanOptions &options)
+      : model(model), cluster(cluster), w(workload), opt(options) {
+    llvm::StringMap<int> ids;
+    for (const LayerGraph &layer : model.layers)
+      signature.push_back(ids.try_emplace(layer.signature, ids.size()).first->second);
+  }
+
+  PlanResult run();
+  TpContext context(int64_t tp, int64_t ep, bool sp, double sequences) const;
+  const LayerPlan &layerPlan(size_t layer, const TpContext &ctx);
+
+private:
+  const ModelGraph &model;
+  const ClusterSpec &cluster;
+  const Workload &w;
+  PlanOptions opt;
+  std::vector<int> signature;
+  std::map<std::tuple<int, int64_t, int64_t, bool, double, bool>, LayerPlan> cache;
+  int64_t evaluated = 0;
+  // The best objectives of feasible plans so far: a configuration whose
+  // lower bound is worse than the top-k-th cannot make the list.
+  std::vector<double> topObjectives;
+  double cutoff() const {
+    return topObjectives.size() < static_cast<size_t>(opt.topK)
+               ? kInf
+               : topObjectives.back();
+  }
+  void record(const Plan &plan) {
+    if (!plan.fits)
+      return;
+    topObjectives.insert(llvm::upper_bound(topObjectives, plan.objective),
+                         plan.objective);
+    if (topObjectives.size() > static_cast<size_t>(opt.topK))
+      topObjectives.pop_back();
+  }
+
+  bool train() const { return w.kind == WorkloadKind::Train; }
+  double capacity() const {
+    return cluster.hbmBytes * opt.memoryHeadroom - opt.reservedBytes;
+  }
+  void evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
+                     std::vector<Plan> &out);
+  void evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
+                         std::vector<Plan> &out);
+  std::vector<int64_t> partition(const std::vector<LayerCost> &costs,
+                                 int64_t pp, llvm::function_ref<double(int64_t)> inflight,
+                                 double &maxStage);
+  void finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
+                    llvm::function_ref<double(int64_t)> inflight);
+  void countCollectives(Plan &plan, const std::vector<const LayerPlan *> &plans);
+  double modelFlopsPerToken(double contextLen, double queryLen) const;
+};
+
+TpContext Search::context(int64_t tp, int64_t ep, bool sp,
+                          double sequences) const {
+  TpContext ctx;
+  ctx.cluster = &cluster;
+  ctx.peak = peakFlops(cluster, model.dtype);
+  ctx.tp = tp;
+  ctx.group = makeGroup(cluster, tp, 1);
+  ctx.ep = ep;
+  ctx.sequenceParallel = sp;
+  ctx.sequences = sequences;
+  ctx.kvBytes = dtypeBytes(w.kvDtype);
+  if (w.kind == WorkloadKind::Decode) {
+    ctx.queryLen = 1;
+    ctx.contextLen = w.context + 1;
+    ctx.decode = true;
+  } else {
+    ctx.queryLen = ctx.contextLen = w.seq;
+  }
+  ctx.computeWeight = train() ? 3 : 1;
+  ctx.commWeight = train() ? 2 : 1;
+  return ctx;
+}
+
+const LayerPlan &Search::layerPlan(size_t layer, const TpContext &ctx) {
+  bool last = layer + 1 == model.layers.size();
+  auto key = std::make_tuple(signature[layer], ctx.tp, ctx.ep,
+                             ctx.sequenceParallel, ctx.sequences, last);
+  auto it = cache.find(key);
+  if (it == cache.end())
+    it = cache.emplace(key, solveLayer(model.layers[layer], ctx, last)).first;
+  return it->second;
+}
+
+double Search::modelFlopsPerToken(double contextLen, double queryLen) const {
+  double flops = 0;
+  for (const LayerGraph &layer : model.layers)
+    for (const OpNode &op : layer.ops) {
+      if (op.kind != OpClass::Attention) {
+        flops += op.flopsPerToken;
+        continue;
+      }
+      double q = queryLen, c = contextLen;
+      double pairs = op.causal ? q * (c - q) + q * (q + 1) / 2 : q * c;
+      flops += op.heads * pairs / q * (2.0 * op.headDim + 5 + 2.0 * op.valueDim);
+    }
+  return flops;
+}
+
+// Stage boundaries by dynamic programming over the layer sequence:
+// best[s][i] = the smallest possible slowest-stage time when stages 0..s-1
+// hold layers [0, i). best[s][i] = min_j max(best[s-1][j], T(j, i)) over the
+// j whose stage fits in memory. best[s-1][.] grows with j and T(., i) shrinks,
+// so the minimum is where they cross: found by bisection, O(pp · L · log L).
+std::vector<int64_t>
+Search::partition(const std::vector<LayerCost> &costs, int64_t pp,
+                  llvm::function_ref<double(int64_t)> inflight, double &maxStage) {
+  int64_t n = costs.size();
+  std::vector<double> time(n + 1, 0), states(n + 1, 0), acts(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    time[i + 1] = time[i] + costs[i].time;
+    states[i + 1] = states[i] + costs[i].weights + costs[i].gradients +
+                    costs[i].optimizer + costs[i].kvCache;
+    acts[i + 1] = acts[i] + costs[i].activations;
+  }
+  double cap = capacity();
+  auto fits = [&](int64_t s, int64_t j, int64_t i) {
+    return states[i] - states[j] + inflight(s) * (acts[i] - acts[j]) <= cap;
+  };
+  std::vector<std::vector<double>> best(pp + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<int64_t>> from(pp + 1, std::vector<int64_t>(n + 1, -1));
+  best[0][0] = 0;
+  for (int64_t s = 1; s <= pp; ++s) {
+    for (int64_t i = s; i <= n - (pp - s); ++i) {
+      // Feasible j: [s-1, i-1], and memory needs j large enough (monotone).
+      int64_t lo = s - 1, hi = i - 1;
+      if (!fits(s - 1, hi, i))
+        continue;
+      int64_t a = lo, b = hi;
+      while (a < b) { // smallest j that fits
+        int64_t mid = (a + b) / 2;
+        if (fits(s - 1, mid, i))
+          b = mid;
+        else
+          a = mid + 1;
+      }
+      lo = a;
+      auto value = [&](int64_t j) {
+        return std::max(best[s - 1][j], time[i] - time[j]);
+      };
+      // Smallest j in [lo, hi] with best[s-1][j] >= T(j, i).
+      a = lo;
+      b = hi;
+      while (a < b) {
+        int64_t mid = (a + b) / 2;
+        if (best[s - 1][mid] >= time[i] - time[mid])
+          b = mid;
+        else
+          a = mid + 1;
+      }
+      for (int64_t j : {a - 1, a}) {
+        if (j < lo || j > hi)
+          continue;
+        double v = value(j);
+        if (v < best[s][i]) {
+          best[s][i] = v;
+          from[s][i] = j;
+        }
+      }
+    }
+  }
+  maxStage = best[pp][n];
+  if (!std::isfinite(maxStage))
+    return {};
+  std::vector<int64_t> starts(pp);
+  int64_t i = n;
+  for (int64_t s = pp; s >= 1; --s) {
+    starts[s - 1] = from[s][i];
+    i = from[s][i];
+  }
+  return starts;
+}
+
+void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
+                          llvm::function_ref<double(int64_t)> inflight) {
+  plan.capacity = capacity();
+  int64_t stages = plan.stageStart.size();
+  double worst = -kInf;
+  for (int64_t s = 0; s < stages; ++s) {
+    int64_t begin = plan.stageStart[s];
+    int64_t end = s + 1 < stages ? plan.stageStart[s + 1] : costs.size();
+    MemoryBreakdown m;
+    double working = 0;
+    for (int64_t l = begin; l < end; ++l) {
+      m.weights += costs[l].weights;
+      m.gradients += costs[l].gradients;
+      m.optimizer += costs[l].optimizer;
+      m.activations += inflight(s) * costs[l].activations;
+      working = std::max(working, costs[l].working);
+      m.kvCache += costs[l].kvCache;
+    }
+    m.activations += working;
+    m.reserved = opt.reservedBytes;
+    if (m.total() > worst) {
+      worst = m.total();
+      plan.memory = m;
+    }
+  }
+  plan.fits = plan.memory.total() - plan.memory.reserved <= plan.capacity;
+}
+
+void Search::countCollectives(Plan &plan,
+                              const std::vector<const LayerPlan *> &plans) {
+  for (size_t l = 0; l < plans.size(); ++l)
+    for (const CollectiveUse &use : plans[l]->collectives) {
+      std::string kind = toString(use.kind).str();
+      ++plan.allCollectives[kind];
+      int64_t index = model.layers[l].index;
+      if (index >= 0 && index < model.numDecoderLayers)
+        ++plan.decoderCollectives[kind];
+    }
+  if (plan.pp > 1)
+    plan.allCollectives["send_recv"] += plan.pp - 1;
+}
+
+void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
+                           std::vector<Plan> &out) {
+  int64_t replicas = dp * ep;
+  if (w.batch % replicas)
+    return;
+  int64_t local = w.batch / replicas;
+  std::vector<int64_t> mbsList;
+  if (w.microBatch)
+    mbsList = {w.microBatch};
+  else
+    for (int64_t m : {1, 2, 4, 8, 16})
+      mbsList.push_back(m);
+  Group tpGroup = makeGroup(cluster, tp, 1);
+  (void)tpGroup;
+  Group epGroup = makeGroup(cluster, ep, tp);
+  Group denseGroup = makeGroup(cluster, replicas, tp);
+  Group expertGroup = makeGroup(cluster, dp, tp * ep);
+  Group ppGroup = makeGroup(cluster, 2, tp * ep * dp);
+  double flopsPerToken = modelFlopsPerToken(w.seq, w.seq);
+  double peak = peakFlops(cluster, model.dtype);
+
+  for (int64_t mbs : mbsList) {
+    if (local % mbs)
+      continue;
+    int64_t m = local / mbs;
+    for (bool sp : {false, true}) {
+      if (sp && (tp == 1 || w.seq % tp))
+        continue;
+      TpContext ctx = context(tp, ep, sp, mbs);
+      std::vector<const LayerPlan *> plans;
+      bool ok = true;
+      for (size_t l = 0; l < model.layers.size(); ++l) {
+        plans.push_back(&layerPlan(l, ctx));
+        ok &= plans.back()->feasible;
+      }
+      if (!ok)
+        continue;
+      double boundaryBytes = model.hidden * model.elementBytes * ctx.tokens() /
+                             (sp ? tp : 1);
+      double p2p = pp > 1 ? collectiveTime(cluster, CollectiveKind::SendRecv,
+                                           boundaryBytes, ppGroup)
+                          : 0;
+      for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+        if (w.recompute && *w.recompute != rc)
+          continue;
+        for (Schedule sched : {Schedule::OneFOneB, Schedule::Interleaved, Schedule::GPipe}) {
+          if (w.schedule && *w.schedule != sched)
+            continue;
+          if (pp == 1 && sched != Schedule::OneFOneB)
+            continue;
+          int64_t v = 1;
+          if (sched == Schedule::Interleaved) {
+            v = 2;
+            if (model.numDecoderLayers % (pp * v) || m % pp)
+              continue;
+          }
+          auto inflight = [&](int64_t stage) -> double {
+            switch (sched) {
+            case Schedule::GPipe: return m;
+            case Schedule::OneFOneB: return std::min<int64_t>(m, pp - stage);
+            case Schedule::Interleaved:
+              return std::min<int64_t>(m, pp - stage) * (1.0 + (pp - 1.0) / (pp * m));
+            }
+            return m;
+          };
+          for (int zero = 0; zero <= 3; ++zero) {
+            if (w.zero && *w.zero != zero)
+              continue;
+            ++evaluated;
+            std::vector<LayerCost> costs(model.layers.size());
+            for (size_t l = 0; l < costs.size(); ++l) {
+              const LayerPlan &lp = *plans[l];
+              LayerCost &c = costs[l];
+              double a2a = ep > 1 && lp.alltoallBytes > 0
+                               ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll,
+                                                    lp.alltoallBytes, epGroup)
+                               : 0;
+              c.forward = lp.computeTime + lp.commTime + a2a;
+              c.backward = 2 * lp.computeTime + lp.commTime + a2a;
+              double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
+                             : rc == Recompute::Full    ? c.forward
+                                                        : 0;
+              c.time = c.forward + c.backward + extra;
+              c.compute = 3 * lp.computeTime + extra;
+              c.tpComm = 2 * lp.commTime;
+              c.epComm = 2 * a2a;
+              c.expertParams = lp.expertParams;
+              c.denseParams = lp.weightParams - lp.expertParams;
+              double e = model.elementBytes;
+              double dense = c.denseParams, expert = c.expertParams;
+              c.weights = zero == 3 ? e * (dense / replicas + expert / dp)
+                                    : e * (dense + expert);
+              c.gradients = zero >= 2 ? e * (dense / replicas + expert / dp)
+                                      : e * (dense + expert);
+              c.optimizer = zero >= 1 ? 12 * (dense / replicas + expert / dp)
+                                      : 12 * (dense + expert);
+              c.activations = rc == Recompute::Full
+                                  ? lp.activationBytes[2]
+                                  : lp.activationBytes[rc == Recompute::None ? 0 : 1];
+              c.working = rc == Recompute::Full ? lp.workingBytes : 0;
+            }
+            double slots = sched == Schedule::Interleaved
+                               ? m + (pp - 1.0) / v
+                               : m + pp - 1.0;
+            if (pp > 1) {
+              // No stage is faster than an equal share of the work.
+              double work = 0;
+              for (const LayerCost &c : costs)
+                work += c.time;
+              if (slots * work / pp > cutoff())
+                continue;
+            }
+            double stageTime = 0;
+            std::vector<int64_t> starts =
+                pp == 1 ? std::vector<int64_t>{0}
+                        : partition(costs, pp, inflight, stageTime);
+            if (starts.empty())
+              continue;
+            Plan plan;
+            plan.pp = pp;
+            plan.dp = dp;
+            plan.ep = ep;
+            plan.tp = tp;
+            plan.sequenceParallel = sp;
+            plan.microBatch = mbs;
+            plan.microBatches = m;
+            plan.schedule = sched;
+            plan.virtualStages = v;
+            plan.zero = zero;
+            plan.recompute = rc;
+            plan.stageStart = starts;
+            finishMemory(plan, costs, inflight);
+            // The slowest stage sets the pace.
+            double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,
+                   stageCompute = 0, denseParams = 0, expertParams = 0;
+            for (size_t s = 0; s < starts.size(); ++s) {
+              size_t begin = starts[s];
+              size_t end = s + 1 < starts.size() ? starts[s + 1] : costs.size();
+              double t = 0, b = 0, tpc = 0, epc = 0, comp = 0, dn = 0, ex = 0;
+              for (size_t l = begin; l < end; ++l) {
+                t += costs[l].time;
+                b += costs[l].backward;
+                tpc += costs[l].tpComm;
+                epc += costs[l].epComm;
+                comp += costs[l].compute;
+                dn += costs[l].denseParams;
+                ex += costs[l].expertParams;
+              }
+              if (t > slowest) {
+                slowest = t;
+                slowestBackward = b;
+                stageTp = tpc;
+                stageEp = epc;
+                stageCompute = comp;
+              }
+              denseParams = std::max(denseParams, dn);
+              expertParams = std::max(expertParams, ex);
+            }
+            double pipeline = slots * slowest;
+            double ppComm = pp > 1 ? 2 * slots * p2p * v : 0;
+            // Gradient synchronisation, overlapped with the last backward.
+            double e = model.elementBytes;
+            double sync = 0;
+            auto syncOver = [&](double params, Group group) {
+              if (group.size <= 1 || params <= 0)
+                return 0.0;
+              double bytes = params * e;
+              if (zero == 0)
+                return collectiveTime(cluster, CollectiveKind::AllReduce, bytes, group);
+              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter, bytes, group) +
+                         collectiveTime(cluster, CollectiveKind::AllGather, bytes, group);
+              if (zero == 3) // parameters gathered again for backward
+                t += collectiveTime(cluster, CollectiveKind::AllGather, bytes, group);
+              return t;
+            };
+            sync = syncOver(denseParams, denseGroup) + syncOver(expertParams, expertGroup);
+            double overlap = zero == 3 ? 0.9 * m * slowest : slowestBackward;
+            double dpExposed = std::max(0.0, sync - overlap);
+            double optimizerParams =
+                zero >= 1 ? denseParams / replicas + expertParams / dp
+                          : denseParams + expertParams;
+            plan.optimizerTime = 16.0 * optimizerParams /
+                                 (cluster.hbmBandwidth * cluster.memoryEfficiency);
+            plan.stepTime = pipeline + ppComm + dpExposed + plan.optimizerTime;
+            plan.computeTime = m * stageCompute;
+            plan.bubbleTime = (slots - m) * slowest;
+            plan.tpComm = m * stageTp;
+            plan.epComm = m * stageEp;
+            plan.ppComm = ppComm;
+            plan.dpComm = dpExposed;
+            double tokens = double(w.batch) * w.seq;
+            plan.tokensPerSecond = tokens / plan.stepTime;
+            plan.tokensPerSecondPerDevice = plan.tokensPerSecond / cluster.numDevices();
+            plan.mfu = 3 * flopsPerToken * tokens /
+                       (plan.stepTime * cluster.numDevices() * peak);
+            plan.objective = plan.stepTime;
+            countCollectives(plan, plans);
+            record(plan);
+            out.push_back(std::move(plan));
+          }
+        }
+      }
+    }
+  }
+}
+
+void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
+                               std::vector<Plan> &out) {
+  int64_t replicas = dp * ep;
+  if (replicas > w.batch)
+    return;
+  double sequences = std::ceil(double(w.batch) / replicas);
+  Group epGroup = makeGroup(cluster, ep, tp);
+  Group ppGroup = makeGroup(cluster, 2, tp * ep * dp);
+  bool decode = w.kind == WorkloadKind::Decode;
+  double flopsPerToken = decode ? modelFlopsPerToken(w.context + 1, 1)
+                                : modelFlopsPerToken(w.seq, w.seq);
+  double peak = peakFlops(cluster, model.dtype);
+  for (bool sp : {false, true}) {
+    if (sp && (decode || tp == 1 || w.seq % tp))
+      continue;
+    ++evaluated;
+    TpContext ctx = context(tp, ep, sp, sequences);
+    std::vector<const LayerPlan *> plans;
+    std::vector<LayerCost> costs(model.layers.size());
+    bool ok = true;
+    for (size_t l = 0; l < model.layers.size(); ++l) {
+      const LayerPlan &lp = layerPlan(l, ctx);
+      ok &= lp.feasible;
+      plans.push_back(&lp);
+      LayerCost &c = costs[l];
+      double a2a = ep > 1 && lp.alltoallBytes > 0
+                       ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll,
+                                            lp.alltoallBytes, epGroup)
+                       : 0;
+      c.time = c.forward = lp.computeTime + lp.commTime + a2a;
+      c.compute = lp.computeTime;
+      c.tpComm = lp.commTime;
+      c.epComm = a2a;
+      c.weights = lp.weightBytes;
+      c.working = lp.workingBytes;
+      c.kvCache = lp.kvBytesPerToken * sequences * ctx.contextLen;
+      c.denseParams = lp.weightParams;
+    }
+    if (!ok)
+      continue;
+    double stageTime = 0;
+    auto one = [](int64_t) { return 1.0; };
+    std::vector<int64_t> starts =
+        pp == 1 ? std::vector<int64_t>{0} : partition(costs, pp, one, stageTime);
+    if (starts.empty())
+      continue;
+    Plan plan;
+    plan.pp = pp;
+    plan.dp = dp;
+    plan.ep = ep;
+    plan.tp = tp;
+    plan.sequenceParallel = sp;
+    plan.microBatch = sequences;
+    plan.stageStart = starts;
+    finishMemory(plan, costs, one);
+    double total = 0, compute = 0, tpc = 0, epc = 0, weights = 0;
+    for (const LayerCost &c : costs) {
+      total += c.time;
+      compute += c.compute;
+      tpc += c.tpComm;
+      epc += c.epComm;
+    }
+    for (size_t s = 0; s < starts.size(); ++s) {
+      size_t begin = starts[s];
+      size_t end = s + 1 < starts.size() ? starts[s + 1] : costs.size();
+      double stageWeights = 0;
+      for (size_t l = begin; l < end; ++l)
+        stageWeights += costs[l].weights;
+      weights = std::max(weights, stageWeights);
+    }
+    double boundaryBytes = model.hidden * model.elementBytes * ctx.tokens();
+    double p2p = pp > 1 ? (pp - 1) * collectiveTime(cluster, CollectiveKind::SendRecv,
+                                                    boundaryBytes, ppGroup)
+                        : 0;
+    plan.stepTime = total + p2p;
+    plan.computeTime = compute;
+    plan.tpComm = tpc;
+    plan.epComm = epc;
+    plan.ppComm = p2p;
+    double tokens = w.batch * (decode ? 1.0 : double(w.seq));
+    plan.tokensPerSecond = tokens / plan.stepTime;
+    plan.tokensPerSecondPerDevice = plan.tokensPerSecond / cluster.numDevices();
+    plan.mfu = flopsPerToken * tokens / (plan.stepTime * cluster.numDevices() * peak);
+    plan.weightReadBound = weights / cluster.hbmBandwidth;
+    if (w.latencyBound > 0 && plan.stepTime > w.latencyBound)
+      plan.fits = false;
+    plan.objective = w.objective == Objective::Latency ? plan.stepTime
+                                                       : -plan.tokensPerSecondPerDevice;
+    countCollectives(plan, plans);
+    record(plan);
+    out.push_back(std::move(plan));
+  }
+}
+
+PlanResult Search::run() {
+  auto begin = std::chrono::steady_clock::now();
+  PlanResult result;
+  int64_t n = cluster.numDevices();
+  result.devices = n;
+  result.params = model.params;
+  result.activeParams = model.activeParams;
+  result.paramBytes = model.paramBytes;
+  result.kvBytesPerToken = model.kvCacheBytesPerToken(dtypeBytes(w.kvDtype));
+  result.modelFlopsPerToken =
+      w.kind == WorkloadKind::Decode ? modelFlopsPerToken(w.context + 1, 1)
+                                     : modelFlopsPerToken(w.seq, w.seq);
+  int64_t experts = 0;
+  for (const LayerGraph &layer : model.layers)
+    for (const OpNode &op : layer.ops)
+      if (op.kind == OpClass::Experts)
+        experts = op.numExperts;
+
+  std::vector<Plan> all;
+  for (int64_t tp : divisorsOf(n)) {
+    if (tp > cluster.devicesPerNode || cluster.devicesPerNode % tp)
+      continue; // tensor parallelism stays inside a node
+    if (w.tp && *w.tp != tp)
+      continue;
+    for (int64_t pp : divisorsOf(n / tp)) {
+      if (pp > std::max<int64_t>(model.numDecoderLayers, 1) || (w.pp && *w.pp != pp))
+        continue;
+      int64_t rest = n / tp / pp;
+      for (int64_t ep : divisorsOf(rest)) {
+        if (ep > 1 && (!experts || experts % ep))
+          continue;
+        if (w.ep && *w.ep != ep)
+          continue;
+        int64_t dp = rest / ep;
+        if (w.dp && *w.dp != dp)
+          continue;
+        if (train())
+          evaluateTrain(tp, pp, dp, ep, all);
+        else
+          evaluateInference(tp, pp, dp, ep, all);
+      }
+    }
+  }
+  result.evaluated = evaluated;
+
+  auto order = [](const Plan &a, const Plan &b) {
+    return std::make_tuple(a.objective, a.pp, a.dp, a.ep, a.tp, a.microBatch,
+                           int(a.schedule), a.zero, int(a.recompute),
+                           a.sequenceParallel) <
+           std::make_tuple(b.objective, b.pp, b.dp, b.ep, b.tp, b.microBatch,
+                           int(b.schedule), b.zero, int(b.recompute),
+                           b.sequenceParallel);
+  };
+  std::vector<Plan> feasible;
+  for (Plan &plan : all)
+    if (plan.fits)
+      feasible.push_back(plan);
+  llvm::sort(feasible, order);
+  if (feasible.size() > static_cast<size_t>(opt.topK))
+    feasible.resize(opt.topK);
+  result.plans = std::move(feasible);
+
+  if (result.plans.empty()) {
+    if (all.empty()) {
+      result.explanation =
+          formatv("no configuration applies: the batch ({0}) must be "
+                  "divisible by the data-parallel degree and {1} devices must "
+                  "factor into pp x dp x ep x tp with tp inside a {2}-device node",
+                  w.batch, n, cluster.devicesPerNode)
+              .str();
+    } else {
+      // The least overflowing plan, and what overflows.
+      const Plan *closest = nullptr;
+      double bestRatio = kInf;
+      for (const Plan &plan : all) {
+        double ratio = (plan.memory.total() - plan.memory.reserved) / plan.capacity;
+        if (w.latencyBound > 0 && ratio <= 1)
+          ratio = plan.stepTime / w.latencyBound; // fits, but too slow
+        if (ratio < bestRatio || (ratio == bestRatio && order(plan, *closest))) {
+          bestRatio = ratio;
+          closest = &plan;
+        }
+      }
+      result.closest = *closest;
+      const MemoryBreakdown &m = closest->memory;
+      double over = m.total() - m.reserved - closest->capacity;
+      std::pair<const char *, double> terms[] = {
+          {"weights", m.weights},         {"gradients", m.gradients},
+          {"optimizer state", m.optimizer}, {"activations", m.activations},
+          {"KV cache", m.kvCache}};
+      auto largest = *llvm::max_element(
+          terms, [](auto &a, auto &b) { return a.second < b.second; });
+      if (over > 0)
+        result.explanation =
+            formatv("nothing fits in {0:F1} GB per device ({1:F1} GB usable): "
+                    "the least demanding plan ({2}) needs {3:F1} GB, {4:F1} GB "
+                    "over; its largest term is {5} ({6:F1} GB)",
+                    cluster.hbmBytes / 1e9, closest->capacity / 1e9,
+                    closest->degrees(), (m.total() - m.reserved) / 1e9,
+                    over / 1e9, largest.first, largest.second / 1e9)
+                .str();
+      else
+        result.explanation =
+            formatv("every plan that fits misses the latency bound of {0:F2} ms; "
+                    "the fastest ({1}) takes {2:F2} ms",
+                    w.latencyBound * 1e3, closest->degrees(),
+                    closest->stepTime * 1e3)
+                .str();
+    }
+  }
+  result.searchSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  return result;
+}
+
+} // namespace
+
+std::string Plan::degrees() const {
+  std::string text = formatv("pp{0} dp{1} ep{2} tp{3}", pp, dp, ep, tp).str();
+  if (sequenceParallel)
+    text += " sp";
+  return text;
+}
+
+PlanResult parax::plan::searchPlans(const ModelGraph &model,
+                                    const ClusterSpec &cluster,
+                                    const Workload &workload,
+                                    const PlanOptions &options) {
+  PlanResult result = Search(model, cluster, workload, options).run();
+  if (!result.plans.empty() || !options.explainInfeasible || !result.closest)
+    return result;
+  // The smallest change that fits: more nodes (doubling), and for inference
+  // a smaller batch.
+  PlanOptions quiet = options;
+  quiet.explainInfeasible = false;
+  quiet.topK = 1;
+  auto started = std::chrono::steady_clock::now();
+  for (int64_t factor = 2; factor <= 64; factor *= 2) {
+    ClusterSpec bigger = cluster;
+    bigger.nodes = cluster.nodes * factor;
+    PlanResult retry = Search(model, bigger, workload, quiet).run();
+    if (!retry.plans.empty()) {
+      const Plan &p = retry.plans.front();
+      result.explanation +=
+          formatv(". Smallest change that fits: {0} nodes ({1} devices), e.g. "
+                  "{2} at {3:F3} s per step",
+                  bigger.nodes, bigger.numDevices(), p.degrees(), p.stepTime)
+              .str();
+      break;
+    }
+  }
+  if (workload.kind != WorkloadKind::Train)
+    for (int64_t batch = workload.batch / 2; batch >= 1; batch /= 2) {
+      Workload smaller = workload;
+      smaller.batch = batch;
+      PlanResult retry = Search(model, cluster, smaller, quiet).run();
+      if (!retry.plans.empty()) {
+        result.explanation +=
+            formatv("; or on this cluster, batch {0}", batch).str();
+        break;
+      }
+    }
+  result.searchSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+std::vector<LayerPlan> parax::plan::layerPlansFor(const ModelGraph &model,
+                                                  const ClusterSpec &cluster,
+                                                  const Workload &workload,
+                                                  const Plan &plan) {
+  Search search(model, cluster, workload, PlanOptions());
+  double sequences = workload.kind == WorkloadKind::Train
+                         ? plan.microBatch
+                         : std::ceil(double(workload.batch) / (plan.dp * plan.ep));
+  TpContext ctx = search.context(plan.tp, plan.ep, plan.sequenceParallel, sequences);
+  std::vector<LayerPlan> out;
+  for (size_t l = 0; l < model.layers.size(); ++l)
+    out.push_back(search.layerPlan(l, ctx));
+  return out;
+}

@@ -1,0 +1,156 @@
+//===- Report.cpp - plans as a readable table and as JSON -----------------===//
+
+#include "parax/Plan/Planner.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace parax::plan;
+using llvm::formatv;
+
+static double gb(double bytes) { return bytes / 1e9; }
+
+static std::string collectivesText(const std::map<std::string, int64_t> &counts) {
+  std::string text;
+  for (const auto &[kind, count] : counts)
+    text += formatv("{0}{1} {2}", text.empty() ? "" : ", ", kind, count).str();
+  return text.empty() ? "none" : text;
+}
+
+std::string parax::plan::formatPlans(const PlanResult &result,
+                                     const ClusterSpec &cluster,
+                                     const Workload &workload) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  bool train = workload.kind == WorkloadKind::Train;
+  os << formatv("cluster   {0}: {1} x {2} ({3} nodes of {4}), {5:F0} GB HBM "
+                "each\n",
+                cluster.name, result.devices, cluster.device, cluster.nodes,
+                cluster.devicesPerNode, gb(cluster.hbmBytes));
+  os << formatv("workload  {0}, objective {1}\n", workload.toString(),
+                toString(workload.objective));
+  os << formatv("model     {0:F2} B parameters ({1:F2} B active per token), "
+                "{2:F1} GB; KV cache {3:F1} KiB per token; {4:F2} GFLOP per "
+                "token forward\n",
+                result.params / 1e9, result.activeParams / 1e9,
+                gb(result.paramBytes), result.kvBytesPerToken / 1024,
+                result.modelFlopsPerToken / 1e9);
+  os << formatv("search    {0} configurations\n\n", result.evaluated);
+  if (result.plans.empty()) {
+    os << "no plan: " << result.explanation << "\n";
+    return text;
+  }
+  if (train)
+    os << formatv("{0,-2} {1,-22} {2,-9} {3,-11} {4,-4} {5,-9} {6,9} {7,6} | "
+                  "{8,7} {9,6} {10,6} {11,6} {12,7} | {13,7} {14,7} {15,7} "
+                  "{16,7} {17,7}\n",
+                  "#", "degrees", "mbs x m", "schedule", "zero", "recompute",
+                  "step s", "MFU", "weights", "grads", "optim", "act", "tot/GB",
+                  "tp s", "pp s", "dp s", "ep s", "bubble");
+  else
+    os << formatv("{0,-2} {1,-22} {2,-6} {3,11} {4,12} {5,11} | {6,7} {7,6} "
+                  "{8,7} | {9,8} {10,8} {11,8}\n",
+                  "#", "degrees", "seqs", "latency ms", "tok/s/device",
+                  "w-read ms", "weights", "KV", "tot/GB", "tp ms", "pp ms",
+                  "ep ms");
+  for (auto [i, p] : llvm::enumerate(result.plans)) {
+    const MemoryBreakdown &m = p.memory;
+    if (train)
+      os << formatv("{0,-2} {1,-22} {2,-9} {3,-11} {4,-4} {5,-9} {6,9:F3} "
+                    "{7,5:F1}% | {8,7:F1} {9,6:F1} {10,6:F1} {11,6:F1} {12,7:F1} "
+                    "| {13,7:F3} {14,7:F3} {15,7:F3} {16,7:F3} {17,7:F3}\n",
+                    i + 1, p.degrees(),
+                    formatv("{0}x{1}", p.microBatch, p.microBatches).str(),
+                    p.schedule == Schedule::Interleaved
+                        ? formatv("interl.v{0}", p.virtualStages).str()
+                        : toString(p.schedule).str(),
+                    p.zero, toString(p.recompute), p.stepTime, 100 * p.mfu,
+                    gb(m.weights), gb(m.gradients), gb(m.optimizer),
+                    gb(m.activations), gb(m.total()), p.tpComm, p.ppComm,
+                    p.dpComm, p.epComm, p.bubbleTime);
+    else
+      os << formatv("{0,-2} {1,-22} {2,-6} {3,11:F3} {4,12:F1} {5,11:F3} | "
+                    "{6,7:F1} {7,6:F1} {8,7:F1} | {9,8:F3} {10,8:F3} {11,8:F3}\n",
+                    i + 1, p.degrees(), p.microBatch, p.stepTime * 1e3,
+                    p.tokensPerSecondPerDevice, p.weightReadBound * 1e3,
+                    gb(m.weights), gb(m.kvCache), gb(m.total()), p.tpComm * 1e3,
+                    p.ppComm * 1e3, p.epComm * 1e3);
+  }
+  const Plan &best = result.plans.front();
+  os << formatv("\nbest: {0}; stages start at layer graph indices [", best.degrees());
+  for (auto [i, s] : llvm::enumerate(best.stageStart))
+    os << (i ? ", " : "") << s;
+  os << "]\n";
+  os << formatv("forward collectives per step: decoder layers: {0}; all: {1}\n",
+                collectivesText(best.decoderCollectives),
+                collectivesText(best.allCollectives));
+  os << formatv("memory per device (fullest stage): {0:F1} of {1:F1} GB usable "
+                "+ {2:F1} GB reserved\n",
+                gb(best.memory.total() - best.memory.reserved),
+                gb(best.capacity), gb(best.memory.reserved));
+  return text;
+}
+
+llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
+                                           const ClusterSpec &cluster,
+                                           const Workload &workload) {
+  llvm::json::Array plans;
+  auto planJson = [&](const Plan &p) {
+    llvm::json::Object collectives;
+    for (const auto &[kind, count] : p.allCollectives)
+      collectives[kind] = count;
+    llvm::json::Object decoder;
+    for (const auto &[kind, count] : p.decoderCollectives)
+      decoder[kind] = count;
+    llvm::json::Array stages;
+    for (int64_t s : p.stageStart)
+      stages.push_back(s);
+    return llvm::json::Object{
+        {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"tp", p.tp},
+        {"sequence_parallel", p.sequenceParallel},
+        {"micro_batch", p.microBatch}, {"micro_batches", p.microBatches},
+        {"schedule", toString(p.schedule)}, {"virtual_stages", p.virtualStages},
+        {"zero", p.zero}, {"recompute", toString(p.recompute)},
+        {"stage_start", std::move(stages)},
+        {"step_time_s", p.stepTime}, {"mfu", p.mfu},
+        {"tokens_per_s", p.tokensPerSecond},
+        {"tokens_per_s_per_device", p.tokensPerSecondPerDevice},
+        {"weight_read_bound_s", p.weightReadBound},
+        {"time_s",
+         llvm::json::Object{{"compute", p.computeTime}, {"bubble", p.bubbleTime},
+                            {"tp_comm", p.tpComm}, {"pp_comm", p.ppComm},
+                            {"dp_comm", p.dpComm}, {"ep_comm", p.epComm},
+                            {"optimizer", p.optimizerTime}}},
+        {"memory_bytes",
+         llvm::json::Object{{"weights", p.memory.weights},
+                            {"gradients", p.memory.gradients},
+                            {"optimizer", p.memory.optimizer},
+                            {"activations", p.memory.activations},
+                            {"kv_cache", p.memory.kvCache},
+                            {"reserved", p.memory.reserved},
+                            {"total", p.memory.total()},
+                            {"usable", p.capacity}}},
+        {"collectives_per_step", std::move(collectives)},
+        {"decoder_collectives_per_step", std::move(decoder)}};
+  };
+  for (const Plan &p : result.plans)
+    plans.push_back(planJson(p));
+  llvm::json::Object root{
+      {"cluster", cluster.name},
+      {"devices", result.devices},
+      {"workload", workload.toString()},
+      {"objective", toString(workload.objective)},
+      {"model", llvm::json::Object{{"parameters", result.params},
+                                   {"active_parameters", result.activeParams},
+                                   {"parameter_bytes", result.paramBytes},
+                                   {"kv_bytes_per_token", result.kvBytesPerToken},
+                                   {"flops_per_token", result.modelFlopsPerToken}}},
+      {"evaluated", result.evaluated},
+      {"plans", std::move(plans)}};
+  if (result.plans.empty()) {
+    root["explanation"] = result.explanation;
+    if (result.closest)
+      root["closest"] = planJson(*result.closest);
+  }
+  return root;
+}

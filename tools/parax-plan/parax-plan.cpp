@@ -1,0 +1,156 @@
+//===- parax-plan.cpp - rank TP / PP / DP / EP plans for a model ----------===//
+//
+//   parax-plan MODEL.mlir|PRESET --cluster C --workload W [--top K] [--json]
+//
+// A PRESET is built with the Python model builder (python -m parax.models) at
+// the workload's sequence length. Exit status: 0 with plans, 1 on bad input,
+// 2 when nothing fits (the explanation is printed).
+//
+//===----------------------------------------------------------------------===//
+
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+#include "parax/InitAll.h"
+#include "parax/Plan/Planner.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cstdlib>
+
+using namespace llvm;
+using namespace parax::plan;
+
+static cl::opt<std::string> input(cl::Positional, cl::Required,
+                                  cl::desc("<model.mlir | preset>"));
+static cl::opt<std::string> clusterOpt("cluster", cl::Required,
+                                       cl::desc("cluster preset (PRESET[:nodes=N]) or JSON file"));
+static cl::opt<std::string> workloadOpt(
+    "workload", cl::Required,
+    cl::desc("train:batch=B,seq=S | prefill:batch=B,seq=S | decode:batch=B,context=C"));
+static cl::opt<int> topOpt("top", cl::init(5), cl::desc("number of plans to show"));
+static cl::opt<bool> jsonOpt("json", cl::desc("print JSON instead of a table"));
+static cl::opt<bool> timingOpt("timing",
+                               cl::desc("print the search time to stderr"));
+static cl::opt<bool> printCluster("print-cluster",
+                                  cl::desc("print the cluster as JSON and exit"));
+
+#ifndef PARAX_PYTHON_EXECUTABLE
+#define PARAX_PYTHON_EXECUTABLE "python3"
+#endif
+#ifndef PARAX_PYTHON_DIR
+#define PARAX_PYTHON_DIR ""
+#endif
+
+// Builds a preset with the Python model builder into `path`.
+static bool buildPreset(StringRef preset, int64_t seq, StringRef path) {
+  const char *python = std::getenv("PARAX_PYTHON");
+  std::string exe = python ? python : PARAX_PYTHON_EXECUTABLE;
+  ErrorOr<std::string> found = sys::findProgramByName(exe);
+  if (!found) {
+    errs() << "parax-plan: cannot find the Python interpreter '" << exe << "'\n";
+    return false;
+  }
+  std::string seqText = std::to_string(seq);
+  SmallVector<StringRef> args = {*found, "-m", "parax.models", preset,
+                                 "--seq", seqText, "-o", path};
+  // The child inherits our environment, with the package on its path.
+  ::setenv("PYTHONPATH", PARAX_PYTHON_DIR, /*overwrite=*/1);
+  std::string error;
+  int rc = sys::ExecuteAndWait(*found, args, /*Env=*/std::nullopt, {},
+                               /*SecondsToWait=*/300, 0, &error);
+  if (rc != 0) {
+    errs() << "parax-plan: building preset '" << preset << "' failed"
+           << (error.empty() ? "" : ": " + error) << "\n";
+    return false;
+  }
+  return true;
+}
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv, "parax planner\n");
+
+  Expected<ClusterSpec> cluster = resolveCluster(clusterOpt);
+  if (!cluster) {
+    errs() << "parax-plan: " << toString(cluster.takeError()) << "\n";
+    return 1;
+  }
+  if (printCluster) {
+    outs() << cluster->toJson() << "\n";
+    return 0;
+  }
+  Expected<Workload> workload = parseWorkload(workloadOpt);
+  if (!workload) {
+    errs() << "parax-plan: " << toString(workload.takeError()) << "\n";
+    return 1;
+  }
+
+  std::string path = input;
+  SmallString<128> temp;
+  if (!sys::fs::exists(path)) {
+    if (std::error_code ec = sys::fs::createTemporaryFile("parax-plan", "mlir", temp)) {
+      errs() << "parax-plan: cannot create a temporary file: " << ec.message() << "\n";
+      return 1;
+    }
+    int64_t seq = workload->kind == WorkloadKind::Decode ? 16 : workload->seq;
+    if (!buildPreset(input, seq, temp))
+      return 1;
+    path = temp.str().str();
+  }
+
+  mlir::DialectRegistry registry;
+  parax::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  llvm::SourceMgr sourceMgr;
+  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(path, sourceMgr, &context);
+  if (!temp.empty())
+    sys::fs::remove(temp);
+  if (!module)
+    return 1;
+  mlir::func::FuncOp model;
+  for (auto function : module->getOps<mlir::func::FuncOp>())
+    if (!function.isExternal() && !function.getBody().getOps<parax::EmbeddingOp>().empty()) {
+      model = function;
+      break;
+    }
+  if (!model) {
+    errs() << "parax-plan: " << input << " has no model function (a func.func "
+           << "with a parax.embedding)\n";
+    return 1;
+  }
+  mlir::FailureOr<ModelGraph> graph = analyzeModel(model);
+  if (mlir::failed(graph))
+    return 1;
+  if (workload->kind != WorkloadKind::Decode && graph->irSeq != workload->seq)
+    errs() << formatv("parax-plan: note: the IR was built for sequence {0}; "
+                      "costs are scaled to the workload's {1}\n",
+                      graph->irSeq, workload->seq);
+
+  PlanOptions options;
+  options.topK = topOpt;
+  auto start = std::chrono::steady_clock::now();
+  PlanResult result = searchPlans(*graph, *cluster, *workload, options);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (jsonOpt)
+    outs() << formatv("{0:2}", plansToJson(result, *cluster, *workload)) << "\n";
+  else
+    outs() << formatPlans(result, *cluster, *workload);
+  if (timingOpt)
+    errs() << formatv("search time: {0:F4} s ({1} configurations)\n", seconds,
+                      result.evaluated);
+  return result.plans.empty() ? 2 : 0;
+}
