@@ -44,6 +44,7 @@ struct LayerCost {
   double weights = 0, gradients = 0, optimizer = 0; // bytes per device
   double activations = 0;  // per in-flight microbatch
   double working = 0;      // full recompute: one layer's activations
+  double gathered = 0;     // ZeRO-3: the layer's weights while it runs
   double kvCache = 0;     // bytes per device (inference)
   double denseParams = 0, expertParams = 0;
 };
@@ -74,7 +75,7 @@ private:
   // lower bound is worse than the top-k-th cannot make the list.
   std::vector<double> topObjectives;
   double cutoff() const {
-    return topObjectives.size() < static_cast<size_t>(opt.topK)
+    return !opt.prune || topObjectives.size() < static_cast<size_t>(opt.topK)
                ? kInf
                : topObjectives.back();
   }
@@ -97,7 +98,15 @@ private:
                          std::vector<Plan> &out);
   std::vector<int64_t> partition(const std::vector<LayerCost> &costs,
                                  int64_t pp, llvm::function_ref<double(int64_t)> inflight,
-                                 double &maxStage);
+                                 double &maxStage) {
+    std::vector<double> time, states, acts;
+    for (const LayerCost &c : costs) {
+      time.push_back(c.time);
+      states.push_back(c.weights + c.gradients + c.optimizer + c.kvCache);
+      acts.push_back(c.activations);
+    }
+    return partitionStages(time, states, acts, inflight, capacity(), pp, maxStage);
+  }
   void finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
                     llvm::function_ref<double(int64_t)> inflight);
   void countCollectives(Plan &plan, const std::vector<const LayerPlan *> &plans);
@@ -152,80 +161,6 @@ double Search::modelFlopsPerToken(double contextLen, double queryLen) const {
   return flops;
 }
 
-// Stage boundaries by dynamic programming over the layer sequence:
-// best[s][i] = the smallest possible slowest-stage time when stages 0..s-1
-// hold layers [0, i). best[s][i] = min_j max(best[s-1][j], T(j, i)) over the
-// j whose stage fits in memory. best[s-1][.] grows with j and T(., i) shrinks,
-// so the minimum is where they cross: found by bisection, O(pp · L · log L).
-std::vector<int64_t>
-Search::partition(const std::vector<LayerCost> &costs, int64_t pp,
-                  llvm::function_ref<double(int64_t)> inflight, double &maxStage) {
-  int64_t n = costs.size();
-  std::vector<double> time(n + 1, 0), states(n + 1, 0), acts(n + 1, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    time[i + 1] = time[i] + costs[i].time;
-    states[i + 1] = states[i] + costs[i].weights + costs[i].gradients +
-                    costs[i].optimizer + costs[i].kvCache;
-    acts[i + 1] = acts[i] + costs[i].activations;
-  }
-  double cap = capacity();
-  auto fits = [&](int64_t s, int64_t j, int64_t i) {
-    return states[i] - states[j] + inflight(s) * (acts[i] - acts[j]) <= cap;
-  };
-  std::vector<std::vector<double>> best(pp + 1, std::vector<double>(n + 1, kInf));
-  std::vector<std::vector<int64_t>> from(pp + 1, std::vector<int64_t>(n + 1, -1));
-  best[0][0] = 0;
-  for (int64_t s = 1; s <= pp; ++s) {
-    for (int64_t i = s; i <= n - (pp - s); ++i) {
-      // Feasible j: [s-1, i-1], and memory needs j large enough (monotone).
-      int64_t lo = s - 1, hi = i - 1;
-      if (!fits(s - 1, hi, i))
-        continue;
-      int64_t a = lo, b = hi;
-      while (a < b) { // smallest j that fits
-        int64_t mid = (a + b) / 2;
-        if (fits(s - 1, mid, i))
-          b = mid;
-        else
-          a = mid + 1;
-      }
-      lo = a;
-      auto value = [&](int64_t j) {
-        return std::max(best[s - 1][j], time[i] - time[j]);
-      };
-      // Smallest j in [lo, hi] with best[s-1][j] >= T(j, i).
-      a = lo;
-      b = hi;
-      while (a < b) {
-        int64_t mid = (a + b) / 2;
-        if (best[s - 1][mid] >= time[i] - time[mid])
-          b = mid;
-        else
-          a = mid + 1;
-      }
-      for (int64_t j : {a - 1, a}) {
-        if (j < lo || j > hi)
-          continue;
-        double v = value(j);
-        if (v < best[s][i]) {
-          best[s][i] = v;
-          from[s][i] = j;
-        }
-      }
-    }
-  }
-  maxStage = best[pp][n];
-  if (!std::isfinite(maxStage))
-    return {};
-  std::vector<int64_t> starts(pp);
-  int64_t i = n;
-  for (int64_t s = pp; s >= 1; --s) {
-    starts[s - 1] = from[s][i];
-    i = from[s][i];
-  }
-  return starts;
-}
-
 void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
                           llvm::function_ref<double(int64_t)> inflight) {
   plan.capacity = capacity();
@@ -235,16 +170,18 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
     int64_t begin = plan.stageStart[s];
     int64_t end = s + 1 < stages ? plan.stageStart[s + 1] : costs.size();
     MemoryBreakdown m;
-    double working = 0;
+    double working = 0, gathered = 0;
     for (int64_t l = begin; l < end; ++l) {
       m.weights += costs[l].weights;
       m.gradients += costs[l].gradients;
       m.optimizer += costs[l].optimizer;
       m.activations += inflight(s) * costs[l].activations;
       working = std::max(working, costs[l].working);
+      gathered = std::max(gathered, costs[l].gathered);
       m.kvCache += costs[l].kvCache;
     }
     m.activations += working;
+    m.weights += 2 * gathered; // ZeRO-3: this layer's and the prefetched next
     m.reserved = opt.reservedBytes;
     if (m.total() > worst) {
       worst = m.total();
@@ -368,6 +305,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                                   ? lp.activationBytes[2]
                                   : lp.activationBytes[rc == Recompute::None ? 0 : 1];
               c.working = rc == Recompute::Full ? lp.workingBytes : 0;
+              c.gathered = zero == 3 ? e * (dense + expert) : 0;
             }
             double slots = sched == Schedule::Interleaved
                                ? m + (pp - 1.0) / v
@@ -535,14 +473,20 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       compute += c.compute;
       tpc += c.tpComm;
       epc += c.epComm;
+      weights += c.weights;
     }
+    // What one replica (tp x pp devices; ep ranks hold other experts) has
+    // left for the KV cache.
+    plan.kvRoom = 0;
     for (size_t s = 0; s < starts.size(); ++s) {
       size_t begin = starts[s];
       size_t end = s + 1 < starts.size() ? starts[s + 1] : costs.size();
-      double stageWeights = 0;
-      for (size_t l = begin; l < end; ++l)
-        stageWeights += costs[l].weights;
-      weights = std::max(weights, stageWeights);
+      double used = 0, working = 0;
+      for (size_t l = begin; l < end; ++l) {
+        used += costs[l].weights;
+        working = std::max(working, costs[l].working);
+      }
+      plan.kvRoom += tp * std::max(0.0, capacity() - used - working);
     }
     double boundaryBytes = model.hidden * model.elementBytes * ctx.tokens();
     double p2p = pp > 1 ? (pp - 1) * collectiveTime(cluster, CollectiveKind::SendRecv,
@@ -684,6 +628,79 @@ PlanResult Search::run() {
 }
 
 } // namespace
+
+// Stage boundaries by dynamic programming over the layer sequence:
+// best[s][i] = the smallest possible slowest-stage time when stages 0..s-1
+// hold layers [0, i). best[s][i] = min_j max(best[s-1][j], T(j, i)) over the
+// j whose stage fits in memory. best[s-1][.] grows with j and T(., i) shrinks,
+// so the minimum is where they cross: found by bisection, O(pp · L · log L).
+std::vector<int64_t> parax::plan::partitionStages(
+    llvm::ArrayRef<double> layerTime, llvm::ArrayRef<double> layerStates,
+    llvm::ArrayRef<double> layerActivations,
+    llvm::function_ref<double(int64_t)> inflight, double capacity, int64_t pp,
+    double &maxStage) {
+  int64_t n = layerTime.size();
+  maxStage = kInf;
+  if (pp < 1 || pp > n)
+    return {};
+  std::vector<double> time(n + 1, 0), states(n + 1, 0), acts(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    time[i + 1] = time[i] + layerTime[i];
+    states[i + 1] = states[i] + layerStates[i];
+    acts[i + 1] = acts[i] + layerActivations[i];
+  }
+  auto fits = [&](int64_t s, int64_t j, int64_t i) {
+    return states[i] - states[j] + inflight(s) * (acts[i] - acts[j]) <= capacity;
+  };
+  std::vector<std::vector<double>> best(pp + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<int64_t>> from(pp + 1, std::vector<int64_t>(n + 1, -1));
+  best[0][0] = 0;
+  for (int64_t s = 1; s <= pp; ++s) {
+    for (int64_t i = s; i <= n - (pp - s); ++i) {
+      // Feasible j: [s-1, i-1]; memory needs j large enough (monotone).
+      int64_t lo = s - 1, hi = i - 1;
+      if (!fits(s - 1, hi, i))
+        continue;
+      int64_t a = lo, b = hi;
+      while (a < b) { // smallest j that fits
+        int64_t mid = (a + b) / 2;
+        if (fits(s - 1, mid, i))
+          b = mid;
+        else
+          a = mid + 1;
+      }
+      lo = a;
+      // Smallest j in [lo, hi] with best[s-1][j] >= T(j, i).
+      b = hi;
+      while (a < b) {
+        int64_t mid = (a + b) / 2;
+        if (best[s - 1][mid] >= time[i] - time[mid])
+          b = mid;
+        else
+          a = mid + 1;
+      }
+      for (int64_t j : {a - 1, a}) {
+        if (j < lo || j > hi)
+          continue;
+        double v = std::max(best[s - 1][j], time[i] - time[j]);
+        if (v < best[s][i]) {
+          best[s][i] = v;
+          from[s][i] = j;
+        }
+      }
+    }
+  }
+  maxStage = best[pp][n];
+  if (!std::isfinite(maxStage))
+    return {};
+  std::vector<int64_t> starts(pp);
+  int64_t i = n;
+  for (int64_t s = pp; s >= 1; --s) {
+    starts[s - 1] = from[s][i];
+    i = from[s][i];
+  }
+  return starts;
+}
 
 std::string Plan::degrees() const {
   std::string text = formatv("pp{0} dp{1} ep{2} tp{3}", pp, dp, ep, tp).str();

@@ -49,10 +49,10 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                   "tp s", "pp s", "dp s", "ep s", "bubble");
   else
     os << formatv("{0,-2} {1,-22} {2,-6} {3,11} {4,12} {5,11} | {6,7} {7,6} "
-                  "{8,7} | {9,8} {10,8} {11,8}\n",
+                  "{8,7} {9,8} | {10,8} {11,8} {12,8}\n",
                   "#", "degrees", "seqs", "latency ms", "tok/s/device",
-                  "w-read ms", "weights", "KV", "tot/GB", "tp ms", "pp ms",
-                  "ep ms");
+                  "w-read ms", "weights", "KV", "tot/GB", "KV room", "tp ms",
+                  "pp ms", "ep ms");
   for (auto [i, p] : llvm::enumerate(result.plans)) {
     const MemoryBreakdown &m = p.memory;
     if (train)
@@ -70,11 +70,12 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                     p.dpComm, p.epComm, p.bubbleTime);
     else
       os << formatv("{0,-2} {1,-22} {2,-6} {3,11:F3} {4,12:F1} {5,11:F3} | "
-                    "{6,7:F1} {7,6:F1} {8,7:F1} | {9,8:F3} {10,8:F3} {11,8:F3}\n",
+                    "{6,7:F1} {7,6:F1} {8,7:F1} {9,8:F1} | {10,8:F3} {11,8:F3} "
+                    "{12,8:F3}\n",
                     i + 1, p.degrees(), p.microBatch, p.stepTime * 1e3,
                     p.tokensPerSecondPerDevice, p.weightReadBound * 1e3,
-                    gb(m.weights), gb(m.kvCache), gb(m.total()), p.tpComm * 1e3,
-                    p.ppComm * 1e3, p.epComm * 1e3);
+                    gb(m.weights), gb(m.kvCache), gb(m.total()), gb(p.kvRoom),
+                    p.tpComm * 1e3, p.ppComm * 1e3, p.epComm * 1e3);
   }
   const Plan &best = result.plans.front();
   os << formatv("\nbest: {0}; stages start at layer graph indices [", best.degrees());
@@ -116,6 +117,7 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
         {"tokens_per_s", p.tokensPerSecond},
         {"tokens_per_s_per_device", p.tokensPerSecondPerDevice},
         {"weight_read_bound_s", p.weightReadBound},
+        {"kv_room_bytes", p.kvRoom},
         {"time_s",
          llvm::json::Object{{"compute", p.computeTime}, {"bubble", p.bubbleTime},
                             {"tp_comm", p.tpComm}, {"pp_comm", p.ppComm},

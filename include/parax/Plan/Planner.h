@@ -36,6 +36,9 @@ struct PlanOptions {
   double reservedBytes = 1.5e9;
   /// Skip the "what would fit" follow-up search when nothing fits.
   bool explainInfeasible = true;
+  /// Skip configurations whose lower bound cannot reach the top k (the
+  /// result is the same; tests compare both).
+  bool prune = true;
 };
 
 struct MemoryBreakdown {
@@ -68,7 +71,11 @@ struct Plan {
   double mfu = 0;            // train, prefill
   double tokensPerSecond = 0;
   double tokensPerSecondPerDevice = 0;
-  double weightReadBound = 0; // decode: weight bytes on a device / HBM bandwidth
+  /// Decode: the weights one device reads per step (all its stages, one after
+  /// the other) over its HBM bandwidth: a lower bound on the step time.
+  double weightReadBound = 0;
+  /// Inference: bytes a replica (tp x pp devices) has left for the KV cache.
+  double kvRoom = 0;
   MemoryBreakdown memory;     // the fullest stage
   double capacity = 0;        // usable bytes per device
   bool fits = false;
@@ -94,6 +101,18 @@ struct PlanResult {
 PlanResult searchPlans(const ModelGraph &model, const ClusterSpec &cluster,
                        const Workload &workload,
                        const PlanOptions &options = {});
+
+/// Pipeline stage boundaries: splits layers [0, n) into `pp` contiguous
+/// non-empty stages minimising the slowest stage's time, where stage s must
+/// hold its layers' states plus `inflight(s)` copies of their activations
+/// within `capacity`. Returns each stage's first layer (empty if nothing
+/// fits) and sets `maxStage`. Exact (dynamic programming).
+std::vector<int64_t> partitionStages(llvm::ArrayRef<double> layerTime,
+                                     llvm::ArrayRef<double> layerStates,
+                                     llvm::ArrayRef<double> layerActivations,
+                                     llvm::function_ref<double(int64_t)> inflight,
+                                     double capacity, int64_t pp,
+                                     double &maxStage);
 
 /// The per-layer op layouts of `plan` (for writing onto the IR): one
 /// LayerPlan per entry of model.layers.

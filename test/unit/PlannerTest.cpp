@@ -1,0 +1,362 @@
+//===- PlannerTest.cpp - the planner's parts against hand counts ----------===//
+//
+// The column/row names here are ours (y = x · W, Megatron's); the seed
+// article's "row split" is our column-parallel (docs/glossary.md).
+
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+#include "parax/InitAll.h"
+#include "parax/Plan/Planner.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+using namespace mlir;
+using namespace parax::plan;
+using llvm::Expected;
+
+namespace {
+
+class PlannerTest : public ::testing::Test {
+protected:
+  PlannerTest() {
+    DialectRegistry registry;
+    parax::registerAllDialects(registry);
+    context.appendDialectRegistry(registry);
+    context.loadAllAvailableDialects();
+    cluster = cantFail(resolveCluster("dgx-h100"));
+  }
+
+  ModelGraph analyze(const std::string &source) {
+    module = parseSourceString<ModuleOp>(source, &context);
+    EXPECT_TRUE(module);
+    auto function = *module->getOps<func::FuncOp>().begin();
+    FailureOr<ModelGraph> graph = analyzeModel(function);
+    EXPECT_TRUE(succeeded(graph));
+    return *graph;
+  }
+
+  // tokens -> embedding (prologue); layer 0: two linears (`residual` adds
+  // the residual connection); epilogue: the lm head. Hidden 1024, FFN 4096,
+  // 8 x 2048 tokens, bf16.
+  std::string mlp(bool residual = false) {
+    if (!residual) {
+      std::string text = mlp(true);
+      text.replace(text.find("  %r = parax.add"), text.find("  %l =") - text.find("  %r = parax.add"), "");
+      text.replace(text.find("parax.linear %r,"), 16, "parax.linear %d,");
+      return text;
+    }
+    return R"mlir(
+func.func @forward(%tok: tensor<8x2048xi32>,
+    %emb: tensor<1024x1024xbf16> {parax.param = "emb"},
+    %up: tensor<4096x1024xbf16> {parax.param = "up"},
+    %down: tensor<1024x4096xbf16> {parax.param = "down"},
+    %head: tensor<1024x1024xbf16> {parax.param = "head"}) -> tensor<8x2048x1024xbf16> {
+  %h = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<8x2048xi32>, tensor<1024x1024xbf16>) -> tensor<8x2048x1024xbf16>
+  %u = parax.linear %h, %up {transpose_w, parax.layer = 0 : i64} : (tensor<8x2048x1024xbf16>, tensor<4096x1024xbf16>) -> tensor<8x2048x4096xbf16>
+  %d = parax.linear %u, %down {transpose_w, parax.layer = 0 : i64} : (tensor<8x2048x4096xbf16>, tensor<1024x4096xbf16>) -> tensor<8x2048x1024xbf16>
+  %r = parax.add %h, %d {parax.layer = 0 : i64} : (tensor<8x2048x1024xbf16>, tensor<8x2048x1024xbf16>) -> tensor<8x2048x1024xbf16>
+  %l = parax.linear %r, %head {transpose_w, parax.layer = 1 : i64} : (tensor<8x2048x1024xbf16>, tensor<1024x1024xbf16>) -> tensor<8x2048x1024xbf16>
+  return %l : tensor<8x2048x1024xbf16>
+}
+)mlir";
+  }
+
+  TpContext tpContext(int64_t tp) {
+    TpContext ctx;
+    ctx.cluster = &cluster;
+    ctx.peak = peakFlops(cluster, "bf16");
+    ctx.tp = tp;
+    ctx.group = makeGroup(cluster, tp, 1);
+    ctx.sequences = 8;
+    ctx.queryLen = ctx.contextLen = 2048;
+    return ctx;
+  }
+
+  static std::vector<std::string> kinds(const LayerPlan &plan) {
+    std::vector<std::string> out;
+    for (const CollectiveUse &use : plan.collectives)
+      out.push_back(toString(use.kind).str());
+    return out;
+  }
+
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module;
+  ClusterSpec cluster;
+};
+
+TEST_F(PlannerTest, MegatronPairingComesOutOfTheSearch) {
+  ModelGraph model = analyze(mlp());
+  const LayerGraph &layer = model.layers[1];
+  ASSERT_EQ(layer.index, 0);
+  LayerPlan plan = solveLayer(layer, tpContext(4));
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(plan.strategy[0], "column");
+  EXPECT_EQ(plan.strategy[1], "row");
+  EXPECT_EQ(kinds(plan), std::vector<std::string>({"all_reduce"}));
+}
+
+// With the residual add in the layer, the solver splits the add between a
+// reduce-scatter and an all-gather (the two halves of a ring all-reduce, as
+// sequence parallelism does): same bytes, the add done on a quarter each.
+TEST_F(PlannerTest, ResidualAddMaySplitTheAllReduce) {
+  ModelGraph model = analyze(mlp(/*residual=*/true));
+  LayerPlan plan = solveLayer(model.layers[1], tpContext(4));
+  EXPECT_EQ(plan.strategy[0], "column");
+  EXPECT_EQ(plan.strategy[1], "row");
+  EXPECT_EQ(kinds(plan), std::vector<std::string>({"reduce_scatter", "all_gather"}));
+  TpContext ctx = tpContext(4);
+  ctx.forced = {{2, "replicated"}}; // the add on whole tensors
+  LayerPlan whole = solveLayer(model.layers[1], ctx);
+  EXPECT_EQ(kinds(whole), std::vector<std::string>({"all_reduce"}));
+  EXPECT_LT(plan.objective, whole.objective);
+}
+
+TEST_F(PlannerTest, ForcedPairingsCostTheirCollectives) {
+  ModelGraph model = analyze(mlp());
+  const LayerGraph &layer = model.layers[1];
+  auto forced = [&](const char *first, const char *second) {
+    TpContext ctx = tpContext(4);
+    ctx.forced = {{0, first}, {1, second}};
+    return solveLayer(layer, ctx);
+  };
+  LayerPlan colRow = forced("column", "row");
+  LayerPlan colCol = forced("column", "column");
+  LayerPlan rowRow = forced("row", "row");
+  // col -> col: gather the split activation for the second layer, and its
+  // split output at the end (the seed article's "row -> row").
+  EXPECT_EQ(kinds(colCol), std::vector<std::string>({"all_gather", "all_gather"}));
+  // row -> row: partial sums before the second layer (a reduce-scatter leaves
+  // them split as it needs) and after it (the article's "col -> col").
+  EXPECT_EQ(kinds(rowRow), std::vector<std::string>({"reduce_scatter", "all_reduce"}));
+  EXPECT_EQ(kinds(colRow), std::vector<std::string>({"all_reduce"}));
+  EXPECT_LT(colRow.commTime, colCol.commTime);
+  EXPECT_LT(colRow.commTime, rowRow.commTime);
+  EXPECT_LT(colRow.objective, colCol.objective);
+  EXPECT_LT(colRow.objective, rowRow.objective);
+}
+
+TEST_F(PlannerTest, DynamicProgramMatchesExhaustiveEnumeration) {
+  ModelGraph model = analyze(mlp());
+  for (int64_t tp : {1, 2, 4, 8})
+    for (bool sp : {false, true}) {
+      TpContext ctx = tpContext(tp);
+      ctx.sequenceParallel = sp;
+      for (size_t l = 0; l < model.layers.size(); ++l) {
+        bool last = l + 1 == model.layers.size();
+        LayerPlan plan = solveLayer(model.layers[l], ctx, last);
+        double exhaustive = solveLayerExhaustively(model.layers[l], ctx, last);
+        EXPECT_NEAR(plan.objective, exhaustive, 1e-12 * exhaustive)
+            << "layer " << l << " tp " << tp << " sp " << sp;
+      }
+    }
+}
+
+// A grouped-query attention block: q/k/v projections, attention, output
+// projection and the residual add.
+TEST_F(PlannerTest, AttentionSplitsByHeadsAndMatchesExhaustive) {
+  std::string source = R"mlir(
+func.func @forward(%tok: tensor<2x512xi32>,
+    %emb: tensor<512x1024xbf16> {parax.param = "emb"},
+    %wq: tensor<1024x1024xbf16> {parax.param = "q"},
+    %wk: tensor<256x1024xbf16> {parax.param = "k"},
+    %wv: tensor<256x1024xbf16> {parax.param = "v"},
+    %wo: tensor<1024x1024xbf16> {parax.param = "o"}) -> tensor<2x512x1024xbf16> {
+  %h = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<2x512xi32>, tensor<512x1024xbf16>) -> tensor<2x512x1024xbf16>
+  %q = parax.linear %h, %wq {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x1024xbf16>, tensor<1024x1024xbf16>) -> tensor<2x512x1024xbf16>
+  %k = parax.linear %h, %wk {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x1024xbf16>, tensor<256x1024xbf16>) -> tensor<2x512x256xbf16>
+  %v = parax.linear %h, %wv {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x1024xbf16>, tensor<256x1024xbf16>) -> tensor<2x512x256xbf16>
+  %q4 = parax.reshape %q {parax.layer = 0 : i64} : (tensor<2x512x1024xbf16>) -> tensor<2x512x8x128xbf16>
+  %k4 = parax.reshape %k {parax.layer = 0 : i64} : (tensor<2x512x256xbf16>) -> tensor<2x512x2x128xbf16>
+  %v4 = parax.reshape %v {parax.layer = 0 : i64} : (tensor<2x512x256xbf16>) -> tensor<2x512x2x128xbf16>
+  %o = parax.attention %q4, %k4, %v4 {causal, num_heads = 8, num_kv_heads = 2, head_dim = 128, scale = 0.088 : f64, parax.layer = 0 : i64}
+      : (tensor<2x512x8x128xbf16>, tensor<2x512x2x128xbf16>, tensor<2x512x2x128xbf16>) -> tensor<2x512x8x128xbf16>
+  %o3 = parax.reshape %o {parax.layer = 0 : i64} : (tensor<2x512x8x128xbf16>) -> tensor<2x512x1024xbf16>
+  %y = parax.linear %o3, %wo {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x1024xbf16>, tensor<1024x1024xbf16>) -> tensor<2x512x1024xbf16>
+  %r = parax.add %h, %y {parax.layer = 0 : i64} : (tensor<2x512x1024xbf16>, tensor<2x512x1024xbf16>) -> tensor<2x512x1024xbf16>
+  return %r : tensor<2x512x1024xbf16>
+}
+)mlir";
+  ModelGraph model = analyze(source);
+  const LayerGraph &layer = model.layers[1];
+  TpContext ctx = tpContext(2);
+  ctx.sequences = 2;
+  ctx.queryLen = ctx.contextLen = 512;
+  LayerPlan plan = solveLayer(layer, ctx, /*lastLayer=*/true);
+  // q, k, v column-parallel, attention by heads, o row-parallel.
+  EXPECT_EQ(plan.strategy[0], "column");
+  EXPECT_EQ(plan.strategy[1], "column");
+  EXPECT_EQ(plan.strategy[2], "column");
+  EXPECT_EQ(plan.strategy[6], "heads");
+  EXPECT_EQ(plan.strategy[8], "row");
+  EXPECT_NEAR(plan.objective, solveLayerExhaustively(layer, ctx, true),
+              1e-12 * plan.objective);
+  // Four ranks but two KV heads: KV heads are replicated, queries split.
+  ctx.tp = 4;
+  ctx.group = makeGroup(cluster, 4, 1);
+  LayerPlan four = solveLayer(layer, ctx, true);
+  EXPECT_EQ(four.strategy[6], "heads-kv-replicated");
+  EXPECT_NEAR(four.objective, solveLayerExhaustively(layer, ctx, true),
+              1e-12 * four.objective);
+}
+
+TEST_F(PlannerTest, StagePartitionMatchesBruteForce) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> time(1, 10), mem(1, 5);
+  for (int trial = 0; trial < 200; ++trial) {
+    int n = 3 + trial % 8;
+    int pp = 1 + trial % std::min(n, 4);
+    std::vector<double> t(n), s(n), a(n);
+    for (int i = 0; i < n; ++i) {
+      t[i] = time(rng);
+      s[i] = mem(rng);
+      a[i] = mem(rng);
+    }
+    double capacity = 6 + trial % 20;
+    auto inflight = [&](int64_t stage) { return double(pp - stage); };
+    double best = 0;
+    std::vector<int64_t> starts = partitionStages(t, s, a, inflight, capacity, pp, best);
+    // Brute force over every choice of pp-1 cut points.
+    double brute = std::numeric_limits<double>::infinity();
+    std::function<void(int, int, double)> cut = [&](int stage, int begin, double worst) {
+      int remaining = pp - stage;
+      if (remaining == 1) {
+        double st = 0, sm = 0, sa = 0;
+        for (int i = begin; i < n; ++i)
+          st += t[i], sm += s[i], sa += a[i];
+        if (sm + inflight(stage) * sa <= capacity)
+          brute = std::min(brute, std::max(worst, st));
+        return;
+      }
+      double st = 0, sm = 0, sa = 0;
+      for (int end = begin + 1; end <= n - (remaining - 1); ++end) {
+        st += t[end - 1], sm += s[end - 1], sa += a[end - 1];
+        if (sm + inflight(stage) * sa <= capacity)
+          cut(stage + 1, end, std::max(worst, st));
+      }
+    };
+    cut(0, 0, 0);
+    if (std::isinf(brute)) {
+      EXPECT_TRUE(starts.empty()) << "trial " << trial;
+    } else {
+      ASSERT_EQ(starts.size(), size_t(pp)) << "trial " << trial;
+      EXPECT_DOUBLE_EQ(best, brute) << "trial " << trial;
+    }
+  }
+}
+
+TEST_F(PlannerTest, PruningKeepsTheOptimum) {
+  ModelGraph model = analyze(mlp());
+  Workload w = cantFail(parseWorkload("train:batch=64,seq=2048"));
+  ClusterSpec two = cantFail(resolveCluster("dgx-h100:nodes=2"));
+  PlanOptions pruned, full;
+  full.prune = false;
+  PlanResult a = searchPlans(model, two, w, pruned);
+  PlanResult b = searchPlans(model, two, w, full);
+  ASSERT_FALSE(a.plans.empty());
+  ASSERT_EQ(a.plans.size(), b.plans.size());
+  for (size_t i = 0; i < a.plans.size(); ++i) {
+    EXPECT_EQ(a.plans[i].degrees(), b.plans[i].degrees());
+    EXPECT_DOUBLE_EQ(a.plans[i].stepTime, b.plans[i].stepTime);
+  }
+}
+
+TEST_F(PlannerTest, TensorParallelGroupsStayInsideANode) {
+  ModelGraph model = analyze(mlp());
+  Workload w = cantFail(parseWorkload("train:batch=64,seq=2048"));
+  PlanOptions all;
+  all.topK = 1000;
+  PlanResult result = searchPlans(model, cantFail(resolveCluster("dgx-h100:nodes=4")), w, all);
+  ASSERT_FALSE(result.plans.empty());
+  for (const Plan &plan : result.plans)
+    EXPECT_LE(plan.tp, 8) << plan.degrees();
+}
+
+TEST_F(PlannerTest, CollectiveTimesFollowTheAlphaBetaForms) {
+  // 1 GB all-reduce over 8 H100s: 2·7/8 · 1 GB / (450 GB/s · 0.82), plus
+  // 14 steps of 3.4 us and the 8.4 us launch.
+  Group node = makeGroup(cluster, 8, 1);
+  double expected = 8.4e-6 + 14 * 3.4e-6 + 2.0 * 7 / 8 * 1e9 / (450e9 * 0.82);
+  EXPECT_NEAR(collectiveTime(cluster, CollectiveKind::AllReduce, 1e9, node),
+              expected, 1e-9);
+  // A group of 16 over two nodes goes hierarchical and is slower than one
+  // inside a node.
+  ClusterSpec two = cantFail(resolveCluster("dgx-h100:nodes=2"));
+  Group spanning = makeGroup(two, 16, 1);
+  EXPECT_EQ(spanning.nodes(), 2);
+  EXPECT_GT(collectiveTime(two, CollectiveKind::AllReduce, 1e9, spanning),
+            collectiveTime(two, CollectiveKind::AllReduce, 1e9, node));
+  // Small messages are latency-bound (LL protocol): tens of microseconds.
+  double small = collectiveTime(cluster, CollectiveKind::AllReduce, 16384, node);
+  EXPECT_GT(small, 5e-6);
+  EXPECT_LT(small, 30e-6);
+}
+
+TEST(ClusterTest, PresetsParseAndOverridesApply) {
+  for (const std::string &name : clusterPresetNames()) {
+    Expected<ClusterSpec> spec = resolveCluster(name);
+    ASSERT_TRUE(!!spec) << llvm::toString(spec.takeError());
+    EXPECT_GT(spec->peak("bf16"), 0) << name;
+    // The JSON form reads back to the same cluster.
+    Expected<ClusterSpec> again = parseCluster(spec->toJson());
+    ASSERT_TRUE(!!again) << llvm::toString(again.takeError());
+    EXPECT_EQ(again->hbmBytes, spec->hbmBytes);
+  }
+  ClusterSpec h100 = cantFail(resolveCluster("dgx-h100:nodes=4"));
+  EXPECT_EQ(h100.numDevices(), 32);
+  EXPECT_DOUBLE_EQ(h100.hbmBandwidth, 3.35e12);
+}
+
+TEST(ClusterTest, BadInputNamesTheProblem) {
+  auto message = [](Expected<ClusterSpec> spec) {
+    return spec ? std::string("ok") : llvm::toString(spec.takeError());
+  };
+  EXPECT_NE(message(resolveCluster("dgx-h999")).find("neither a preset"),
+            std::string::npos);
+  EXPECT_NE(message(resolveCluster("dgx-h100:nodes=0")).find("positive integer"),
+            std::string::npos);
+  EXPECT_NE(message(resolveCluster("dgx-h100:gpus=4")).find("unknown option 'gpus'"),
+            std::string::npos);
+  EXPECT_NE(message(parseCluster("{", "c.json")).find("c.json: invalid JSON"),
+            std::string::npos);
+  std::string json = cantFail(resolveCluster("dgx-h100")).toJson();
+  std::string noHbm = json;
+  noHbm.replace(noHbm.find("\"hbm_gb\""), 8, "\"hbm_xx\"");
+  EXPECT_NE(message(parseCluster(noHbm, "c.json")).find("field 'hbm_xx' is not a cluster field"),
+            std::string::npos);
+  std::string negative = json;
+  negative.replace(negative.find("\"nodes\": 1"), 10, "\"nodes\": -1");
+  EXPECT_NE(message(parseCluster(negative, "c.json")).find("field 'nodes' must be a positive integer"),
+            std::string::npos);
+}
+
+TEST(WorkloadTest, ParsesAndRejects) {
+  Workload w = cantFail(parseWorkload("decode:batch=32,context=4096,kv=fp8,tp=4"));
+  EXPECT_EQ(w.kind, WorkloadKind::Decode);
+  EXPECT_EQ(w.objective, Objective::Latency);
+  EXPECT_EQ(dtypeBytes(w.kvDtype), 1);
+  EXPECT_EQ(*w.tp, 4);
+  auto message = [](llvm::StringRef spec) {
+    Expected<Workload> w = parseWorkload(spec);
+    return w ? std::string("ok") : llvm::toString(w.takeError());
+  };
+  EXPECT_NE(message("serve:batch=1").find("kind must be train, prefill or decode"),
+            std::string::npos);
+  EXPECT_NE(message("train:batch=8").find("needs seq=N"), std::string::npos);
+  EXPECT_NE(message("decode:batch=8").find("needs context=N"), std::string::npos);
+  EXPECT_NE(message("train:batch=8,seq=16,mbs=3").find("mbs must divide batch"),
+            std::string::npos);
+  EXPECT_NE(message("train:batch=8,seq=16,zero=4").find("zero must be"),
+            std::string::npos);
+  EXPECT_NE(message("train:batch=x,seq=16").find("'batch' needs an integer"),
+            std::string::npos);
+  EXPECT_NE(message("train:batch=8,seq=16,foo=1").find("unknown key 'foo'"),
+            std::string::npos);
+}
+
+} // namespace
