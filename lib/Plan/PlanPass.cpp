@@ -70,12 +70,12 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     ModuleOp module = getOperation();
     llvm::Expected<ClusterSpec> clusterSpec = resolveCluster(cluster);
     if (!clusterSpec) {
-      module.emitError() << "parax-plan: " << llvm::toString(clusterSpec.takeError());
+      mlir::emitError(module.getLoc()) << "parax-plan: " << llvm::toString(clusterSpec.takeError());
       return signalPassFailure();
     }
     llvm::Expected<Workload> work = parseWorkload(workload);
     if (!work) {
-      module.emitError() << "parax-plan: " << llvm::toString(work.takeError());
+      mlir::emitError(module.getLoc()) << "parax-plan: " << llvm::toString(work.takeError());
       return signalPassFailure();
     }
     SmallVector<func::FuncOp> functions;

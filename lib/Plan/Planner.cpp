@@ -193,15 +193,22 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
 
 void Search::countCollectives(Plan &plan,
                               const std::vector<const LayerPlan *> &plans) {
-  for (size_t l = 0; l < plans.size(); ++l)
-    for (const CollectiveUse &use : plans[l]->collectives) {
-      std::string kind = toString(use.kind).str();
-      ++plan.allCollectives[kind];
-      int64_t index = model.layers[l].index;
-      if (index >= 0 && index < model.numDecoderLayers)
-        ++plan.decoderCollectives[kind];
-    }
-  if (plan.pp > 1)
+  for (size_t l = 0; l < plans.size(); ++l) {
+    int64_t index = model.layers[l].index;
+    bool decoder = index >= 0 && index < model.numDecoderLayers;
+    auto count = [&](CollectiveKind kind, int64_t n) {
+      std::string name = toString(kind).str();
+      plan.allCollectives[name] += n;
+      if (decoder)
+        plan.decoderCollectives[name] += n;
+    };
+    for (const CollectiveUse &use : plans[l]->collectives)
+      count(use.kind, 1);
+    // Expert parallelism: dispatch and combine.
+    if (plan.ep > 1 && plans[l]->alltoallBytes > 0)
+      count(CollectiveKind::AllToAll, 2);
+  }
+  if (plan.pp > 1) // one boundary crossing per stage boundary
     plan.allCollectives["send_recv"] += plan.pp - 1;
 }
 

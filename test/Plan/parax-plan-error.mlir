@@ -1,0 +1,33 @@
+// RUN: parax-opt %s -split-input-file -verify-diagnostics --parax-plan="cluster=dgx-h100 workload=train:batch=8,seq=16"
+// RUN: not parax-opt %s -split-input-file --parax-plan="cluster=nonesuch workload=train:batch=8,seq=16" 2>&1 | FileCheck %s --check-prefix=CLUSTER
+// RUN: not parax-opt %s --parax-plan="cluster=dgx-h100 workload=train:seq=16" 2>&1 | FileCheck %s --check-prefix=WORKLOAD
+
+// CLUSTER: cluster 'nonesuch' is neither a preset
+// WORKLOAD: workload 'train:seq=16': needs batch=N
+
+// A model whose weights (one 96 GB linear) cannot fit in 8 x 80 GB with any
+// placement the planner may use: the error says what overflows.
+// expected-error @+1 {{parax-plan: nothing fits in 80.0 GB per device}}
+func.func @negative_too_big(%tok: tensor<1x16xi32>,
+    %emb: tensor<64x16384xbf16> {parax.param = "emb"},
+    %w: tensor<3000000x16384xbf16> {parax.param = "w"}) -> tensor<1x16x3000000xbf16> {
+  %h = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<1x16xi32>, tensor<64x16384xbf16>) -> tensor<1x16x16384xbf16>
+  %y = parax.linear %h, %w {transpose_w, parax.layer = 0 : i64} : (tensor<1x16x16384xbf16>, tensor<3000000x16384xbf16>) -> tensor<1x16x3000000xbf16>
+  return %y : tensor<1x16x3000000xbf16>
+}
+
+// -----
+
+func.func @negative_no_layer(%tok: tensor<1x16xi32>, %emb: tensor<64x32xbf16> {parax.param = "emb"}) -> tensor<1x16x32xbf16> {
+  // expected-error @+1 {{the planner needs every op's 'parax.layer'}}
+  %h = parax.embedding %tok, %emb : (tensor<1x16xi32>, tensor<64x32xbf16>) -> tensor<1x16x32xbf16>
+  return %h : tensor<1x16x32xbf16>
+}
+
+// -----
+
+// expected-error @+1 {{the planner needs a token input}}
+func.func @negative_no_tokens(%ids: tensor<16xi32>, %emb: tensor<64x32xbf16> {parax.param = "emb"}) -> tensor<16x32xbf16> {
+  %h = parax.embedding %ids, %emb {parax.layer = -1 : i64} : (tensor<16xi32>, tensor<64x32xbf16>) -> tensor<16x32xbf16>
+  return %h : tensor<16x32xbf16>
+}

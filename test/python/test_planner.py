@@ -1,0 +1,138 @@
+"""parax-plan against the figures of the reference texts (../shared/seeds and
+reference/hardware-and-formulas.md), through its JSON output."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+from parax.models import PRESETS, build_model, load_config
+
+CLUSTERS = ["dgx-a100-80gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "gb200-nvl72"]
+
+
+@pytest.fixture(scope="session")
+def parax_plan(parax_opt):
+    return os.path.join(os.path.dirname(parax_opt), "parax-plan")
+
+
+@pytest.fixture(scope="session")
+def model_file(tmp_path_factory):
+    cache = {}
+
+    def get(preset, seq=2048, layers=None):
+        key = (preset, seq, layers)
+        if key not in cache:
+            path = tmp_path_factory.mktemp("models") / f"{preset}-{seq}-{layers}.mlir"
+            path.write_text(build_model(load_config(preset, layers=layers), seq=seq))
+            cache[key] = str(path)
+        return cache[key]
+    return get
+
+
+def plan(parax_plan, model, cluster, workload, *extra, expect=0):
+    proc = subprocess.run([parax_plan, model, "--cluster", cluster, "--workload", workload,
+                           "--json", *extra], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == expect, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_llama31_70b_figures(parax_plan, model_file):
+    # 70.6 B parameters, 141 GB of bf16 weights, 320 KiB of KV cache per token.
+    out = plan(parax_plan, model_file("llama3-70b", 16), "dgx-h100",
+               "decode:batch=32,context=4096,tp=4,dp=1")
+    model = out["model"]
+    assert model["parameters"] == pytest.approx(70.6e9, rel=0.005)
+    assert model["parameter_bytes"] == pytest.approx(141e9, rel=0.005)
+    assert model["kv_bytes_per_token"] == 320 * 1024
+    best = out["plans"][0]
+    # Under TP a decode step does 2 all-reduces per layer: 160 for 80 layers.
+    assert best["decoder_collectives_per_step"] == {"all_reduce": 160}
+    # TP4 weight-read lower bound on H100: 141 GB / (4 x 3.35 TB/s) = 10.5 ms.
+    assert best["weight_read_bound_s"] == pytest.approx(10.5e-3, rel=0.01)
+    assert best["step_time_s"] > best["weight_read_bound_s"]
+
+
+@pytest.mark.parametrize("tp,dp,bound_ms,room_gb", [
+    (1, 4, 4.8, 55),    # four replicas: 16 GB / 3.35 TB/s; 55 GB of KV room each
+    (2, 2, 2.4, 125),   # TP2 x 2
+    (4, 1, 1.2, 265),   # one TP4 group: 265 GB of KV room together
+])
+def test_llama3_8b_on_four_h100(parax_plan, model_file, tp, dp, bound_ms, room_gb):
+    out = plan(parax_plan, model_file("llama3-8b", 16), "dgx-h100:devices_per_node=4",
+               f"decode:batch=4,context=4096,tp={tp},dp={dp}")
+    best = out["plans"][0]
+    assert best["weight_read_bound_s"] == pytest.approx(bound_ms * 1e-3, rel=0.03)
+    assert best["kv_room_bytes"] == pytest.approx(room_gb * 1e9, rel=0.03)
+    # "plus communication": above the bound, by the all-reduces when tp > 1.
+    assert best["step_time_s"] > best["weight_read_bound_s"]
+    assert (best["time_s"]["tp_comm"] > 0) == (tp > 1)
+
+
+def test_too_big_for_a_node_gets_pipeline_stages_across_nodes(parax_plan, model_file):
+    # 811 GB of bf16 weights do not fit one 8 x 80 GB node: serving it on two
+    # nodes needs pipeline stages across them, tensor parallelism inside.
+    out = plan(parax_plan, model_file("llama3-405b", 16), "dgx-h100:nodes=2",
+               "decode:batch=8,context=4096", "--top", "20")
+    assert out["plans"]
+    for p in out["plans"]:
+        assert p["tp"] <= 8
+        assert p["pp"] >= 2
+    # Training without ZeRO-3 (pinned to ZeRO-1) likewise takes stages.
+    out = plan(parax_plan, model_file("llama3-405b", 4096), "dgx-h100:nodes=16",
+               "train:batch=64,seq=4096,zero=1", "--top", "20")
+    assert out["plans"]
+    for p in out["plans"]:
+        assert p["tp"] <= 8 and p["pp"] >= 2
+
+
+def test_infeasible_says_why_and_what_would_fit(parax_plan, model_file):
+    proc = subprocess.run([parax_plan, model_file("llama3-70b", 4096), "--cluster",
+                           "dgx-h100:devices_per_node=1", "--workload", "train:batch=8,seq=4096"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "no plan: nothing fits in 80.0 GB per device" in proc.stdout
+    assert "its largest term is" in proc.stdout
+    assert "Smallest change that fits:" in proc.stdout
+
+
+def test_same_input_same_output(parax_plan, model_file):
+    model = model_file("mixtral-8x7b", 4096)
+    runs = [subprocess.run([parax_plan, model, "--cluster", "dgx-h100:nodes=2", "--workload",
+                            "train:batch=64,seq=4096", *extra], capture_output=True,
+                           timeout=300).stdout for extra in ([], [], ["--json"], ["--json"])]
+    assert runs[0] == runs[1] and runs[0]
+    assert runs[2] == runs[3] and runs[2]
+
+
+def test_expert_parallelism_is_searched(parax_plan, model_file):
+    out = plan(parax_plan, model_file("mixtral-8x7b", 4096), "dgx-h100:nodes=2",
+               "train:batch=64,seq=4096,ep=8")
+    best = out["plans"][0]
+    assert best["ep"] == 8
+    assert best["time_s"]["ep_comm"] > 0
+    # Dispatch and combine in each of the 32 MoE layers (forward).
+    assert best["decoder_collectives_per_step"]["all_to_all"] >= 64
+
+
+def test_bad_arguments(parax_plan, model_file):
+    for args, message in [
+        (["--cluster", "dgx-h100", "--workload", "train:batch=8"], "needs seq=N"),
+        (["--cluster", "dgx-h100:nodes=x", "--workload", "train:batch=8,seq=16"], "positive integer"),
+    ]:
+        proc = subprocess.run([parax_plan, model_file("tiny-llama", 16), *args],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1
+        assert message in proc.stderr
+
+
+@pytest.mark.parametrize("preset", sorted(p for p in PRESETS if not p.startswith("tiny")))
+def test_every_preset_on_every_cluster_answers(parax_plan, model_file, preset):
+    for cluster in CLUSTERS:
+        proc = subprocess.run([parax_plan, model_file(preset), "--cluster", f"{cluster}:nodes=4",
+                               "--workload", "train:batch=256,seq=2048", "--top", "1"],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode in (0, 2), proc.stderr
+        assert ("MFU" in proc.stdout) if proc.returncode == 0 else ("no plan:" in proc.stdout)
