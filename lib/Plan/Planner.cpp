@@ -257,17 +257,21 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
         if (w.recompute && *w.recompute != rc)
           continue;
-        for (Schedule sched : {Schedule::OneFOneB, Schedule::Interleaved, Schedule::GPipe}) {
+        // Schedules; interleaved 1F1B with v model chunks per device needs
+        // at least v layers per device and m a multiple of pp (Megatron's
+        // rule); chunks may differ by a layer.
+        const std::pair<Schedule, int64_t> schedules[] = {
+            {Schedule::OneFOneB, 1},    {Schedule::Interleaved, 2},
+            {Schedule::Interleaved, 4}, {Schedule::Interleaved, 8},
+            {Schedule::GPipe, 1}};
+        for (auto [sched, v] : schedules) {
           if (w.schedule && *w.schedule != sched)
             continue;
           if (pp == 1 && sched != Schedule::OneFOneB)
             continue;
-          int64_t v = 1;
-          if (sched == Schedule::Interleaved) {
-            v = 2;
-            if (model.numDecoderLayers % (pp * v) || m % pp)
-              continue;
-          }
+          if (sched == Schedule::Interleaved &&
+              (model.numDecoderLayers < pp * v || m % pp))
+            continue;
           auto inflight = [&](int64_t stage) -> double {
             switch (sched) {
             case Schedule::GPipe: return m;
@@ -382,11 +386,11 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               double bytes = params * e;
               if (zero == 0)
                 return collectiveTime(cluster, CollectiveKind::AllReduce, bytes, group);
-              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter, bytes, group) +
-                         collectiveTime(cluster, CollectiveKind::AllGather, bytes, group);
-              if (zero == 3) // parameters gathered again for backward
-                t += collectiveTime(cluster, CollectiveKind::AllGather, bytes, group);
-              return t;
+              double gather = collectiveTime(cluster, CollectiveKind::AllGather, bytes, group);
+              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter, bytes, group);
+              // ZeRO-1/2 gather the updated parameters once per step; ZeRO-3
+              // gathers them for every microbatch's forward and backward.
+              return t + (zero == 3 ? 2.0 * m * gather : gather);
             };
             sync = syncOver(denseParams, denseGroup) + syncOver(expertParams, expertGroup);
             double overlap = zero == 3 ? 0.9 * m * slowest : slowestBackward;
@@ -564,13 +568,18 @@ PlanResult Search::run() {
   }
   result.evaluated = evaluated;
 
-  auto order = [](const Plan &a, const Plan &b) {
+  // Ties go to the simpler plan: fewer stages, 1F1B before interleaved
+  // before GPipe, lower ZeRO stage, less recompute.
+  auto rank = [](Schedule s) {
+    return s == Schedule::OneFOneB ? 0 : s == Schedule::Interleaved ? 1 : 2;
+  };
+  auto order = [&](const Plan &a, const Plan &b) {
     return std::make_tuple(a.objective, a.pp, a.dp, a.ep, a.tp, a.microBatch,
-                           int(a.schedule), a.zero, int(a.recompute),
-                           a.sequenceParallel) <
+                           rank(a.schedule), a.virtualStages, a.zero,
+                           int(a.recompute), a.sequenceParallel) <
            std::make_tuple(b.objective, b.pp, b.dp, b.ep, b.tp, b.microBatch,
-                           int(b.schedule), b.zero, int(b.recompute),
-                           b.sequenceParallel);
+                           rank(b.schedule), b.virtualStages, b.zero,
+                           int(b.recompute), b.sequenceParallel);
   };
   std::vector<Plan> feasible;
   for (Plan &plan : all)

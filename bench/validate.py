@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Cost model against published measured training runs, row by row.
+
+    .venv/bin/python bench/validate.py [--build build]
+
+For each run the published configuration is pinned (degrees, microbatch,
+recompute where stated) and parax-plan predicts the step; we compare
+achieved FLOP/s per GPU. Megatron-LM (2021) reports hardware FLOPs, which
+count the recomputed forward pass (x 4/3 for full recompute); Llama 3
+reports model FLOPs (MFU). Sources are in docs/cost-model.md.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from parax.models import build_model, load_config  # noqa: E402
+
+# name, model, seq, cluster, workload, published TFLOP/s per GPU, kind of FLOPs
+RUNS = [
+    ("Megatron-LM GPT-3 175B, 1024 A100 (Narayanan 2021, Table 1)",
+     "bench/configs/megatron-175b.json", 2048, "dgx-a100-80gb:nodes=128",
+     "train:batch=1536,seq=2048,tp=8,pp=8,dp=16,mbs=1,recompute=full", 140, "hardware"),
+    ("Megatron-LM 530B, 2240 A100 (Narayanan 2021, Table 1)",
+     "bench/configs/megatron-530b.json", 2048, "dgx-a100-80gb:nodes=280",
+     "train:batch=2240,seq=2048,tp=8,pp=35,dp=8,mbs=1,recompute=full", 138, "hardware"),
+    ("Megatron-LM 1T, 3072 A100 (Narayanan 2021, Table 1)",
+     "bench/configs/megatron-1t.json", 2048, "dgx-a100-80gb:nodes=384",
+     "train:batch=3072,seq=2048,tp=8,pp=64,dp=6,mbs=1,recompute=full", 163, "hardware"),
+    ("Llama 3 405B, 8192 H100 (Llama 3 paper, Table 4)",
+     "llama3-405b", 8192, "dgx-h100:nodes=1024",
+     "train:batch=2048,seq=8192,tp=8,pp=16,dp=64,mbs=1", 430, "model"),
+    ("Llama 3 405B, 16384 H100 (Llama 3 paper, Table 4)",
+     "llama3-405b", 8192, "dgx-h100:nodes=2048",
+     "train:batch=2048,seq=8192,tp=8,pp=16,dp=128,mbs=1", 400, "model"),
+]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    args = parser.parse_args()
+    tool = os.path.join(args.build, "bin", "parax-plan")
+    print("| run | published TFLOP/s/GPU | parax predicts | ratio | predicted plan |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model, seq, cluster, workload, published, kind in RUNS:
+            source = os.path.join(ROOT, model) if model.endswith(".json") else model
+            path = os.path.join(tmp, os.path.basename(model) + ".mlir")
+            with open(path, "w") as f:
+                f.write(build_model(load_config(source), seq=seq))
+            out = subprocess.run([tool, path, "--cluster", cluster, "--workload", workload,
+                                  "--json", "--top", "1"], capture_output=True, text=True,
+                                 timeout=600)
+            result = json.loads(out.stdout)
+            if not result["plans"]:
+                print(f"| {name} | {published} | no plan: {result.get('explanation')} | | |")
+                continue
+            p = result["plans"][0]
+            peak = {"dgx-a100-80gb": 312e12, "dgx-h100": 989e12}[cluster.split(":")[0]]
+            tflops = p["mfu"] * peak / 1e12
+            if kind == "hardware" and p["recompute"] == "full":
+                tflops *= 4 / 3  # the recomputed forward counts as work done
+            plan = (f"tp{p['tp']} pp{p['pp']} dp{p['dp']}, {p['schedule']}"
+                    f"{' v' + str(p['virtual_stages']) if p['virtual_stages'] > 1 else ''}, "
+                    f"ZeRO-{p['zero']}, {p['recompute']} recompute, "
+                    f"step {p['step_time_s']:.2f} s (bubble {p['time_s']['bubble']:.2f}, "
+                    f"tp {p['time_s']['tp_comm']:.2f}, dp {p['time_s']['dp_comm']:.2f})")
+            print(f"| {name} | {published} ({kind}) | {tflops:.0f} | {tflops / published:.2f} | {plan} |")
+
+
+if __name__ == "__main__":
+    main()
