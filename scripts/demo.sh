@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job (for now): build preset models, verify them with parax-opt and
-# print a summary of each — parameters, bytes, FLOPs per token.
+# print a summary of each — parameters, bytes, FLOPs per token — then plan a
+# model for a cluster (training and decode).
 #
 #   scripts/demo.sh                       # llama3-8b, mixtral-8x7b, deepseek-v3
 #   scripts/demo.sh llama3-405b gpt3-175b # any presets (python3 -m parax.models --list)
@@ -18,4 +19,12 @@ for preset in "${presets[@]}"; do
   # Parse, verify and summarise; the IR itself goes to /dev/null.
   "$build/bin/parax-opt" "$out/$preset.mlir" --parax-model-summary -o /dev/null
 done
+echo
+echo "== plan: llama3-70b training on 4 x DGX H100 (32 GPUs), 1M-token batches"
+"$build/bin/parax-plan" llama3-70b --cluster dgx-h100:nodes=4 \
+  --workload train:batch=256,seq=4096 --top 3
+echo
+echo "== plan: llama3-70b decode on one DGX H100, 32 requests, 4K context"
+"$build/bin/parax-plan" llama3-70b --cluster dgx-h100 \
+  --workload decode:batch=32,context=4096 --top 3
 echo "(IR written to $out)"
