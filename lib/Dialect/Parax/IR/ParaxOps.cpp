@@ -115,6 +115,8 @@ LogicalResult EmbeddingOp::verify() {
            << table.getDimSize(1) << "]";
   if (result.getElementType() != table.getElementType())
     return emitOpError("C3: result element type must match the table's");
+  if (bool(getVocabGrid()) != bool(getVocabAxes()))
+    return emitOpError("C4: vocab_grid and vocab_axes come together");
   return success();
 }
 
@@ -507,6 +509,146 @@ LogicalResult CrossEntropyOp::verify() {
     return emitOpError("C1: labels must have the logits' shape without the "
                        "last dimension");
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Communication
+//===----------------------------------------------------------------------===//
+
+// The grid and the product of the sizes of `axes`, after checking that the
+// axes are distinct axes of the grid (C1).
+static FailureOr<int64_t> groupSize(Operation *op, FlatSymbolRefAttr gridRef,
+                                    ArrayAttr axes,
+                                    SymbolTableCollection &symbols) {
+  auto grid = symbols.lookupNearestSymbolFrom<GridOp>(op, gridRef);
+  if (!grid)
+    return op->emitOpError("C1: unknown grid ") << gridRef;
+  if (axes.empty())
+    return op->emitOpError("C1: needs at least one grid axis");
+  llvm::StringSet<> seen;
+  int64_t size = 1;
+  for (Attribute attr : axes) {
+    StringRef axis = cast<StringAttr>(attr).getValue();
+    std::optional<int64_t> axisSize = grid.getAxisSize(axis);
+    if (!axisSize)
+      return op->emitOpError("C1: unknown grid axis '")
+             << axis << "' (grid " << gridRef << " has axes "
+             << grid.getAxisNames() << ")";
+    if (!seen.insert(axis).second)
+      return op->emitOpError("C1: grid axis '") << axis << "' is named twice";
+    size *= *axisSize;
+  }
+  return size;
+}
+
+// `result` equals `x` except along `dim`, scaled by `num / den`.
+static LogicalResult checkScaledDim(Operation *op, Value x, Value result,
+                                    int64_t dim, int64_t num, int64_t den) {
+  auto in = cast<RankedTensorType>(x.getType());
+  auto out = cast<RankedTensorType>(result.getType());
+  if (dim < 0 || dim >= in.getRank())
+    return op->emitOpError("C2: dim ") << dim << " is out of range";
+  if (in.getDimSize(dim) * num % den != 0)
+    return op->emitOpError("C2: dimension ")
+           << dim << " of size " << in.getDimSize(dim)
+           << " does not divide by " << den;
+  SmallVector<int64_t> expected(in.getShape());
+  expected[dim] = in.getDimSize(dim) * num / den;
+  if (out.getShape() != ArrayRef<int64_t>(expected) ||
+      out.getElementType() != in.getElementType())
+    return op->emitOpError("C2: expected result ")
+           << RankedTensorType::get(expected, in.getElementType());
+  return success();
+}
+
+#define PARAX_GROUP_SIZE(Op)                                                   \
+  int64_t Op::getGroupSize(SymbolTableCollection &symbols) {                   \
+    FailureOr<int64_t> size = groupSize(*this, getGridAttr(), getAxes(), symbols); \
+    return failed(size) ? 0 : *size;                                           \
+  }                                                                            \
+  uint64_t Op::getFlops() { return 0; }
+PARAX_GROUP_SIZE(AllReduceOp)
+PARAX_GROUP_SIZE(AllGatherOp)
+PARAX_GROUP_SIZE(ReduceScatterOp)
+PARAX_GROUP_SIZE(AllToAllOp)
+PARAX_GROUP_SIZE(ShardSliceOp)
+PARAX_GROUP_SIZE(SendOp)
+PARAX_GROUP_SIZE(RecvOp)
+#undef PARAX_GROUP_SIZE
+
+LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(groupSize(*this, getGridAttr(), getAxes(), symbols)))
+    return failure();
+  if (getX().getType() != getResult().getType())
+    return emitOpError("C2: the result type must equal the operand type");
+  return success();
+}
+
+LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size = groupSize(*this, getGridAttr(), getAxes(), symbols);
+  if (failed(size))
+    return failure();
+  return checkScaledDim(*this, getX(), getResult(), getDim(), *size, 1);
+}
+
+LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size = groupSize(*this, getGridAttr(), getAxes(), symbols);
+  if (failed(size))
+    return failure();
+  return checkScaledDim(*this, getX(), getResult(), getDim(), 1, *size);
+}
+
+LogicalResult ShardSliceOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size = groupSize(*this, getGridAttr(), getAxes(), symbols);
+  if (failed(size))
+    return failure();
+  return checkScaledDim(*this, getX(), getResult(), getDim(), 1, *size);
+}
+
+LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size = groupSize(*this, getGridAttr(), getAxes(), symbols);
+  if (failed(size))
+    return failure();
+  int64_t split = getSplitDim(), concat = getConcatDim();
+  auto in = cast<RankedTensorType>(getX().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (split == concat || split < 0 || concat < 0 || split >= in.getRank() ||
+      concat >= in.getRank())
+    return emitOpError("C2: split and concat must be distinct dimensions");
+  if (in.getDimSize(split) % *size)
+    return emitOpError("C2: dimension ") << split << " does not divide by " << *size;
+  SmallVector<int64_t> expected(in.getShape());
+  expected[split] /= *size;
+  expected[concat] *= *size;
+  if (out.getShape() != ArrayRef<int64_t>(expected) ||
+      out.getElementType() != in.getElementType())
+    return emitOpError("C2: expected result ")
+           << RankedTensorType::get(expected, in.getElementType());
+  return success();
+}
+
+static LogicalResult verifyPeer(Operation *op, FlatSymbolRefAttr grid,
+                                ArrayAttr axes, int64_t peer,
+                                SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size = groupSize(op, grid, axes, symbols);
+  if (failed(size))
+    return failure();
+  if (axes.size() != 1)
+    return op->emitOpError("C1: point-to-point needs exactly one axis");
+  if (peer < 0 || peer >= *size)
+    return op->emitOpError("C2: peer ")
+           << peer << " is outside the axis (size " << *size << ")";
+  return success();
+}
+
+LogicalResult SendOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyPeer(*this, getGridAttr(), getAxes(),
+                    static_cast<int64_t>(getPeer()), symbols);
+}
+
+LogicalResult RecvOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyPeer(*this, getGridAttr(), getAxes(),
+                    static_cast<int64_t>(getPeer()), symbols);
 }
 
 #define GET_OP_CLASSES

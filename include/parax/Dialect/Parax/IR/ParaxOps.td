@@ -80,9 +80,17 @@ def Parax_EmbeddingOp : Parax_FunctionalOp<"embedding", [], ["getBytesRead"]> {
     ```
 
     C1: `table` has rank 2. C2: result shape = `ids` shape + [H]. C3: result
-    element type = `table` element type.
+    element type = `table` element type. C4: `vocab_grid` and `vocab_axes`
+    come together.
+
+    After partitioning, a vocab-parallel embedding names the grid axes its
+    table's rows are split over (`vocab_grid`, `vocab_axes`): the local table
+    holds rows `c·V .. (c+1)·V - 1` for this rank's coordinate `c` along them;
+    ids outside give zeros (a partial sum over those axes).
   }];
-  let arguments = (ins Parax_IndexTensor:$ids, Parax_FloatTensor:$table);
+  let arguments = (ins Parax_IndexTensor:$ids, Parax_FloatTensor:$table,
+                       OptionalAttr<FlatSymbolRefAttr>:$vocab_grid,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
   let results = (outs Parax_FloatTensor:$result);
 }
 
@@ -466,6 +474,149 @@ def Parax_CrossEntropyOp : Parax_FunctionalOp<"cross_entropy"> {
   }];
   let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels);
   let results = (outs 0DTensorOf<[F32]>:$result);
+}
+
+
+//===----------------------------------------------------------------------===//
+// Communication (per-rank programs after --parax-partition)
+//===----------------------------------------------------------------------===//
+
+// A collective over the ranks that differ only in `axes` of `grid`; every
+// rank of such a group runs the op on its local tensor. "P" below is the
+// product of the sizes of `axes`.
+class Parax_CommOp<string mnemonic, list<Trait> traits = []>
+    : Op<Parax_Dialect, mnemonic,
+         !listconcat(traits, [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+                              DeclareOpInterfaceMethods<Parax_CostOpInterface>])> {
+  code commonDeclaration = [{
+    /// Product of the sizes of `axes` in `grid` (0 if the grid is unknown).
+    int64_t getGroupSize(::mlir::SymbolTableCollection &symbols);
+  }];
+  let extraClassDeclaration = commonDeclaration;
+}
+
+def Parax_AllReduceOp : Parax_CommOp<"all_reduce"> {
+  let summary = "sum over a group of ranks";
+  let description = [{
+    Every rank receives the sum of all ranks' `x`: turns a partial sum over
+    `axes` into a whole value.
+
+    ```mlir
+    %y = parax.all_reduce %x over @g ["tp"] : tensor<2x16x64xf32> -> tensor<2x16x64xf32>
+    ```
+
+    C1: `grid` names a `parax.grid`; `axes` are distinct axes of it. C2: the
+    result type equals the operand type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, FlatSymbolRefAttr:$grid,
+                       StrArrayAttr:$axes);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = "$x `over` $grid $axes attr-dict `:` type($x) `->` type($result)";
+}
+
+def Parax_AllGatherOp : Parax_CommOp<"all_gather"> {
+  let summary = "concatenate the ranks' pieces along a dimension";
+  let description = [{
+    Rank order along `axes` (major to minor) is the order of the pieces.
+
+    ```mlir
+    %y = parax.all_gather %x over @g ["tp"] dim 2 : tensor<2x16x16xf32> -> tensor<2x16x64xf32>
+    ```
+
+    C1: as all_reduce. C2: the result equals `x` except along `dim`, where
+    it is P times larger.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, FlatSymbolRefAttr:$grid,
+                       StrArrayAttr:$axes, I64Attr:$dim);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = "$x `over` $grid $axes `dim` $dim attr-dict `:` type($x) `->` type($result)";
+}
+
+def Parax_ReduceScatterOp : Parax_CommOp<"reduce_scatter"> {
+  let summary = "sum over a group, each rank keeping its piece";
+  let description = [{
+    ```mlir
+    %y = parax.reduce_scatter %x over @g ["tp"] dim 1 : tensor<2x16x64xf32> -> tensor<2x4x64xf32>
+    ```
+
+    C1: as all_reduce. C2: the result equals `x` except along `dim`, where
+    it is P times smaller (`x`'s extent divisible by P).
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, FlatSymbolRefAttr:$grid,
+                       StrArrayAttr:$axes, I64Attr:$dim);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = "$x `over` $grid $axes `dim` $dim attr-dict `:` type($x) `->` type($result)";
+}
+
+def Parax_AllToAllOp : Parax_CommOp<"all_to_all"> {
+  let summary = "re-split: scatter along one dimension, gather along another";
+  let description = [{
+    Each rank splits `x` into P pieces along `split_dim`, sends piece i to
+    rank i of the group, and concatenates what it receives along
+    `concat_dim`.
+
+    ```mlir
+    %y = parax.all_to_all %x over @g ["tp"] split 2 concat 1 : tensor<2x4x64xf32> -> tensor<2x16x16xf32>
+    ```
+
+    C1: as all_reduce. C2: `split_dim` != `concat_dim`; the result equals `x`
+    except: `split_dim` P times smaller, `concat_dim` P times larger.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, FlatSymbolRefAttr:$grid,
+                       StrArrayAttr:$axes, I64Attr:$split_dim, I64Attr:$concat_dim);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `over` $grid $axes `split` $split_dim `concat` $concat_dim attr-dict `:` type($x) `->` type($result)
+  }];
+}
+
+def Parax_ShardSliceOp : Parax_CommOp<"shard_slice", [Pure]> {
+  let summary = "keep this rank's piece of a replicated value (no communication)";
+  let description = [{
+    The piece at this rank's coordinate along `axes` (major to minor) of the
+    `P` equal pieces of `x` along `dim`.
+
+    ```mlir
+    %y = parax.shard_slice %x over @g ["tp"] dim 2 : tensor<2x16x64xf32> -> tensor<2x16x16xf32>
+    ```
+
+    C1: as all_reduce. C2: as reduce_scatter.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, FlatSymbolRefAttr:$grid,
+                       StrArrayAttr:$axes, I64Attr:$dim);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = "$x `over` $grid $axes `dim` $dim attr-dict `:` type($x) `->` type($result)";
+}
+
+def Parax_SendOp : Parax_CommOp<"send"> {
+  let summary = "send a tensor to the rank at another coordinate of one axis";
+  let description = [{
+    The peer has this rank's coordinates except `peer` along the single axis
+    in `axes` (a pipeline stage boundary: axis `pp`).
+
+    ```mlir
+    parax.send %h over @g ["pp"] to 1 : tensor<2x16x64xf32>
+    ```
+
+    C1: as all_reduce, with exactly one axis. C2: `0 <= peer < size`.
+  }];
+  let arguments = (ins AnyRankedTensor:$x, FlatSymbolRefAttr:$grid,
+                       StrArrayAttr:$axes, I64Attr:$peer);
+  let assemblyFormat = "$x `over` $grid $axes `to` $peer attr-dict `:` type($x)";
+}
+
+def Parax_RecvOp : Parax_CommOp<"recv"> {
+  let summary = "receive a tensor from the rank at another coordinate of one axis";
+  let description = [{
+    ```mlir
+    %h = parax.recv over @g ["pp"] from 0 : tensor<2x16x64xf32>
+    ```
+
+    C1: as all_reduce, with exactly one axis. C2: `0 <= peer < size`.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$grid, StrArrayAttr:$axes, I64Attr:$peer);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "`over` $grid $axes `from` $peer attr-dict `:` type($result)";
 }
 
 #endif // PARAX_DIALECT_PARAX_IR_PARAXOPS_TD
