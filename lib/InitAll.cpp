@@ -4,6 +4,7 @@
 
 #include "parax/Dialect/Parax/IR/ParaxDialect.h"
 #include "parax/Dialect/Parax/Transforms/Passes.h"
+#include "parax/Partition/Passes.h"
 #include "parax/Plan/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -18,4 +19,5 @@ void parax::registerAllDialects(mlir::DialectRegistry &registry) {
 void parax::registerAllPasses() {
   parax::registerParaxPasses();
   parax::registerParaxPlanPasses();
+  parax::registerParaxPartitionPasses();
 }

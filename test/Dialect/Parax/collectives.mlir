@@ -23,6 +23,13 @@ func.func @collectives(%p: tensor<2x16x64xf32>, %s: tensor<2x16x16xf32>, %a: ten
   return %0, %1, %2, %3, %5 : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x4x64xf32>, tensor<2x16x16xf32>, tensor<2x16x16xf32>
 }
 
+// CHECK-LABEL: func.func @bias_as_partial
+func.func @bias_as_partial(%b: tensor<64xf32>) -> tensor<64xf32> {
+  // CHECK: parax.to_partial %{{.*}} over @g ["tp"] : tensor<64xf32> -> tensor<64xf32>
+  %0 = parax.to_partial %b over @g ["tp"] : tensor<64xf32> -> tensor<64xf32>
+  return %0 : tensor<64xf32>
+}
+
 // CHECK-LABEL: func.func @stage0
 func.func @stage0(%h: tensor<2x16x64xf32>) {
   // CHECK: parax.send %{{.*}} over @g ["pp"] to 1 : tensor<2x16x64xf32>

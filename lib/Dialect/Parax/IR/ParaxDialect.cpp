@@ -226,7 +226,7 @@ LogicalResult ParaxDialect::verifyOperationAttribute(Operation *op,
                              << "' must be a non-negative integer";
     return success();
   }
-  if (name == kPlanAttrName) {
+  if (name == kPlanAttrName || name == kPipelineAttrName) {
     if (!isa<DictionaryAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
       return op->emitError() << "'" << name
                              << "' must be a dictionary on a function";
@@ -261,6 +261,13 @@ LogicalResult ParaxDialect::verifyRegionArgAttribute(Operation *op,
   }
   if (name == kShardingAttrName)
     return verifyShardingOf(attr.getValue(), type, op, emitArgError);
+  if (name == kGlobalShardingAttrName) {
+    // Describes the global tensor, not this local one: no shape check.
+    if (!isa<ShardingAttr>(attr.getValue()))
+      return emitArgError() << "expected a #parax.sharding, got "
+                            << attr.getValue();
+    return success();
+  }
   return emitArgError() << "unknown parax argument attribute '" << name << "'";
 }
 

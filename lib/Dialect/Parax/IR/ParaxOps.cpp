@@ -572,11 +572,20 @@ PARAX_GROUP_SIZE(AllGatherOp)
 PARAX_GROUP_SIZE(ReduceScatterOp)
 PARAX_GROUP_SIZE(AllToAllOp)
 PARAX_GROUP_SIZE(ShardSliceOp)
+PARAX_GROUP_SIZE(ToPartialOp)
 PARAX_GROUP_SIZE(SendOp)
 PARAX_GROUP_SIZE(RecvOp)
 #undef PARAX_GROUP_SIZE
 
 LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(groupSize(*this, getGridAttr(), getAxes(), symbols)))
+    return failure();
+  if (getX().getType() != getResult().getType())
+    return emitOpError("C2: the result type must equal the operand type");
+  return success();
+}
+
+LogicalResult ToPartialOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (failed(groupSize(*this, getGridAttr(), getAxes(), symbols)))
     return failure();
   if (getX().getType() != getResult().getType())

@@ -48,6 +48,11 @@ def Parax_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kShardingsAttrName = "parax.shardings";
     static constexpr ::llvm::StringLiteral kStageAttrName = "parax.stage";
     static constexpr ::llvm::StringLiteral kPlanAttrName = "parax.plan";
+    static constexpr ::llvm::StringLiteral kPipelineAttrName = "parax.pipeline";
+    /// On a partitioned function's argument: the sharding of the global
+    /// tensor this local argument is a piece of (what the loader reads).
+    static constexpr ::llvm::StringLiteral kGlobalShardingAttrName =
+        "parax.global_sharding";
   }];
 }
 

@@ -588,6 +588,25 @@ def Parax_ShardSliceOp : Parax_CommOp<"shard_slice", [Pure]> {
   let assemblyFormat = "$x `over` $grid $axes `dim` $dim attr-dict `:` type($x) `->` type($result)";
 }
 
+def Parax_ToPartialOp : Parax_CommOp<"to_partial", [Pure]> {
+  let summary = "view a replicated value as a partial sum (no communication)";
+  let description = [{
+    The rank at coordinate 0 along `axes` keeps `x`, the others hold zeros,
+    so the sum over the group is `x` (a bias added before the all-reduce of a
+    row-parallel linear).
+
+    ```mlir
+    %y = parax.to_partial %b over @g ["tp"] : tensor<64xf32> -> tensor<64xf32>
+    ```
+
+    C1: as all_reduce. C2: the result type equals the operand type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, FlatSymbolRefAttr:$grid,
+                       StrArrayAttr:$axes);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = "$x `over` $grid $axes attr-dict `:` type($x) `->` type($result)";
+}
+
 def Parax_SendOp : Parax_CommOp<"send"> {
   let summary = "send a tensor to the rank at another coordinate of one axis";
   let description = [{

@@ -1,0 +1,37 @@
+//===- OpRules.h - how each op runs on local pieces -------------*- C++ -*-===//
+//
+// For an op whose results have given layouts, the layouts its operands must
+// have for the op to compute its local piece from local operands (weights
+// included), and the attribute changes of the local op. Ops with no such
+// layout (an attention split on its sequence, a norm split on its hidden
+// dimension) are errors at the op, never silently replicated.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARAX_PARTITION_OPRULES_H
+#define PARAX_PARTITION_OPRULES_H
+
+#include "parax/Partition/Layout.h"
+
+namespace parax::partition {
+
+/// Operand layouts for `op` given its result layouts; emits an error at the
+/// op and fails when the op cannot run in those layouts.
+mlir::FailureOr<llvm::SmallVector<Layout>>
+operandLayouts(mlir::Operation *op, llvm::ArrayRef<Layout> results,
+               const GridInfo &grid);
+
+/// Result layouts for an op nobody annotated, from its operands' layouts:
+/// layout-preserving ops follow their first activation operand, everything
+/// else is replicated.
+llvm::SmallVector<Layout> propagateLayouts(mlir::Operation *op,
+                                           llvm::ArrayRef<Layout> operands);
+
+/// Adjusts the attributes of the local copy `local` of an op partitioned with
+/// `results` layouts (head counts of attention, vocab axes of an embedding).
+void localizeAttributes(mlir::Operation *local, llvm::ArrayRef<Layout> results,
+                        const GridInfo &grid);
+
+} // namespace parax::partition
+
+#endif // PARAX_PARTITION_OPRULES_H

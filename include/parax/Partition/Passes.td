@@ -1,0 +1,37 @@
+//===- Passes.td - partitioning passes ---------------------*- tablegen -*-===//
+
+#ifndef PARAX_PARTITION_PASSES_TD
+#define PARAX_PARTITION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ParaxPartitionPass : Pass<"parax-partition", "mlir::ModuleOp"> {
+  let summary = "Rewrite an annotated model into per-stage SPMD programs";
+  let description = [{
+    Reads the shardings of an annotated model (from --parax-plan or written
+    by hand; unannotated ops follow their operands or are replicated) and
+    rewrites every model function into one function per pipeline stage
+    (`@<name>_stage<s>`, or the same name for one stage) on local shapes,
+    with the communication made explicit: all_reduce, all_gather,
+    reduce_scatter, all_to_all, shard_slice and to_partial between layouts,
+    send/recv across stage boundaries (grid axis `pp`). Each stage function
+    carries `parax.pipeline = {stage, stages, schedule, micro_batches}`.
+    Function results are made replicated. An op with no local rule for its
+    layout is an error at the op.
+  }];
+}
+
+def ParaxSpecializeRankPass : Pass<"parax-specialize-rank", "mlir::ModuleOp"> {
+  let summary = "Print what one rank of a partitioned program runs";
+  let description = [{
+    For rank `rank` of the grid of a partitioned module, prints its grid
+    coordinates, the stage function it runs, its local argument shapes, and
+    for every communication op the ranks of its group (or its peer). The IR
+    is unchanged.
+  }];
+  let options = [
+    Option<"rank", "rank", "int64_t", /*default=*/"0", "The rank to print">,
+  ];
+}
+
+#endif // PARAX_PARTITION_PASSES_TD

@@ -1,0 +1,223 @@
+//===- Layout.cpp - value layouts and resharding --------------------------===//
+
+#include "parax/Partition/Layout.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace parax;
+using namespace parax::partition;
+
+Layout Layout::replicated(int64_t rank) {
+  Layout layout;
+  layout.dims.resize(rank);
+  return layout;
+}
+
+Layout Layout::fromAttr(ShardingAttr sharding) {
+  Layout layout;
+  for (unsigned d = 0, e = sharding.getDims().size(); d < e; ++d) {
+    layout.dims.emplace_back();
+    for (StringRef axis : sharding.getSplitAxes(d))
+      layout.dims.back().push_back(axis.str());
+  }
+  for (Attribute axis : sharding.getPartialAxes())
+    layout.partial.push_back(cast<StringAttr>(axis).getValue().str());
+  return layout;
+}
+
+ShardingAttr Layout::toAttr(MLIRContext *context, FlatSymbolRefAttr grid) const {
+  Builder b(context);
+  SmallVector<Attribute> dimAttrs;
+  for (const auto &axes : dims) {
+    SmallVector<Attribute> names;
+    for (const std::string &axis : axes)
+      names.push_back(b.getStringAttr(axis));
+    dimAttrs.push_back(b.getArrayAttr(names));
+  }
+  SmallVector<Attribute> partialAttrs;
+  for (const std::string &axis : partial)
+    partialAttrs.push_back(b.getStringAttr(axis));
+  return ShardingAttr::get(context, grid, b.getArrayAttr(dimAttrs),
+                           b.getArrayAttr(partialAttrs));
+}
+
+bool Layout::isReplicated() const {
+  return partial.empty() &&
+         llvm::all_of(dims, [](const auto &axes) { return axes.empty(); });
+}
+
+std::string Layout::str() const {
+  std::string text = "[";
+  for (auto [i, axes] : llvm::enumerate(dims))
+    text += (i ? ", {" : "{") + llvm::join(axes, ", ") + "}";
+  text += "]";
+  if (!partial.empty())
+    text += ", partial = {" + llvm::join(partial, ", ") + "}";
+  return text;
+}
+
+int64_t GridInfo::product(ArrayRef<std::string> axes) const {
+  int64_t n = 1;
+  for (const std::string &axis : axes)
+    n *= sizes.lookup(axis);
+  return n;
+}
+
+RankedTensorType parax::partition::localType(RankedTensorType type,
+                                             const Layout &layout,
+                                             const GridInfo &grid) {
+  SmallVector<int64_t> shape(type.getShape());
+  for (auto [d, axes] : llvm::enumerate(layout.dims))
+    if (d < shape.size())
+      shape[d] /= grid.product(axes);
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
+namespace {
+
+// Builds the collectives one axis at a time, tracking the current layout.
+struct Resharder {
+  OpBuilder &b;
+  Location loc;
+  const GridInfo &grid;
+  Value value;
+  Layout cur;
+
+  RankedTensorType type() const { return cast<RankedTensorType>(value.getType()); }
+  ArrayAttr axes(StringRef axis) { return b.getStrArrayAttr({axis}); }
+
+  RankedTensorType scaled(int64_t dim, int64_t num, int64_t den) {
+    SmallVector<int64_t> shape(type().getShape());
+    shape[dim] = shape[dim] * num / den;
+    return RankedTensorType::get(shape, type().getElementType());
+  }
+
+  void allReduce(StringRef axis) {
+    value = AllReduceOp::create(b, loc, type(), value, grid.ref, axes(axis));
+  }
+  void reduceScatter(StringRef axis, int64_t dim) {
+    int64_t n = grid.sizes.lookup(axis);
+    value = ReduceScatterOp::create(b, loc, scaled(dim, 1, n), value, grid.ref,
+                                    axes(axis), b.getI64IntegerAttr(dim));
+  }
+  void allGather(StringRef axis, int64_t dim) {
+    int64_t n = grid.sizes.lookup(axis);
+    value = AllGatherOp::create(b, loc, scaled(dim, n, 1), value, grid.ref,
+                                axes(axis), b.getI64IntegerAttr(dim));
+  }
+  void allToAll(StringRef axis, int64_t split, int64_t concat) {
+    int64_t n = grid.sizes.lookup(axis);
+    SmallVector<int64_t> shape(type().getShape());
+    shape[split] /= n;
+    shape[concat] *= n;
+    value = AllToAllOp::create(
+        b, loc, RankedTensorType::get(shape, type().getElementType()), value,
+        grid.ref, axes(axis), b.getI64IntegerAttr(split),
+        b.getI64IntegerAttr(concat));
+  }
+  void shardSlice(StringRef axis, int64_t dim) {
+    int64_t n = grid.sizes.lookup(axis);
+    value = ShardSliceOp::create(b, loc, scaled(dim, 1, n), value, grid.ref,
+                                 axes(axis), b.getI64IntegerAttr(dim));
+  }
+  void toPartial(StringRef axis) {
+    value = ToPartialOp::create(b, loc, type(), value, grid.ref, axes(axis));
+  }
+
+  // Whether appending `axis` to the current split of `dim` moves toward
+  // `want` (the current axes are a prefix of the wanted ones, followed by it).
+  bool extends(const Layout &want, int64_t dim, StringRef axis) const {
+    const auto &have = cur.dims[dim], &target = want.dims[dim];
+    if (have.size() >= target.size() ||
+        !std::equal(have.begin(), have.end(), target.begin()))
+      return false;
+    return target[have.size()] == axis;
+  }
+  bool isPrefix(const Layout &want, int64_t dim) const {
+    const auto &have = cur.dims[dim], &target = want.dims[dim];
+    return have.size() <= target.size() &&
+           std::equal(have.begin(), have.end(), target.begin());
+  }
+  std::optional<int64_t> dimWanting(const Layout &want, StringRef axis) const {
+    for (int64_t d = 0, e = cur.dims.size(); d < e; ++d)
+      if (extends(want, d, axis))
+        return d;
+    return std::nullopt;
+  }
+
+  LogicalResult run(const Layout &want) {
+    int64_t rank = cur.dims.size();
+    // 1. Pending sums that are not wanted: reduce, scattering when a
+    //    dimension wants the axis next.
+    for (std::string axis : SmallVector<std::string, 2>(cur.partial)) {
+      if (llvm::is_contained(want.partial, axis))
+        continue;
+      if (std::optional<int64_t> d = dimWanting(want, axis)) {
+        reduceScatter(axis, *d);
+        cur.dims[*d].push_back(axis);
+      } else {
+        allReduce(axis);
+      }
+      llvm::erase(cur.partial, axis);
+    }
+    // 2. Splits that are not wanted, minor axis first: move them to the
+    //    dimension that wants them (all_to_all) or gather them.
+    for (int64_t d = 0; d < rank; ++d)
+      while (!isPrefix(want, d)) {
+        std::string axis = cur.dims[d].back();
+        cur.dims[d].pop_back();
+        std::optional<int64_t> e = dimWanting(want, axis);
+        if (e && *e != d) {
+          allToAll(axis, *e, d);
+          cur.dims[*e].push_back(axis);
+        } else {
+          allGather(axis, d);
+        }
+      }
+    // 3. Splits still missing: take this rank's piece.
+    for (int64_t d = 0; d < rank; ++d)
+      while (cur.dims[d].size() < want.dims[d].size()) {
+        std::string axis = want.dims[d][cur.dims[d].size()];
+        if (llvm::is_contained(cur.partial, axis) ||
+            llvm::any_of(cur.dims, [&](const auto &axes) {
+              return llvm::is_contained(axes, axis);
+            }))
+          return emitError(loc) << "cannot reshard " << cur.str() << " to "
+                                << want.str() << ": axis '" << axis
+                                << "' is still in use";
+        shardSlice(axis, d);
+        cur.dims[d].push_back(axis);
+      }
+    // 4. Sums that are wanted but not pending: a replicated value viewed as a
+    //    partial sum.
+    for (const std::string &axis : want.partial)
+      if (!llvm::is_contained(cur.partial, axis)) {
+        if (llvm::any_of(cur.dims, [&](const auto &axes) {
+              return llvm::is_contained(axes, axis);
+            }))
+          return emitError(loc) << "cannot make a value split over '" << axis
+                                << "' a partial sum over it";
+        toPartial(axis);
+        cur.partial.push_back(axis);
+      }
+    if (cur != want)
+      return emitError(loc) << "cannot reshard to " << want.str()
+                            << " (reached " << cur.str() << ")";
+    return success();
+  }
+};
+
+} // namespace
+
+FailureOr<Value> parax::partition::reshard(OpBuilder &builder, Location loc,
+                                           Value value, const Layout &have,
+                                           const Layout &want,
+                                           const GridInfo &grid) {
+  if (have == want)
+    return value;
+  Resharder r{builder, loc, grid, value, have};
+  if (failed(r.run(want)))
+    return failure();
+  return r.value;
+}

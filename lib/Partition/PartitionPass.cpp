@@ -1,0 +1,357 @@
+//===- PartitionPass.cpp - annotated model -> per-stage SPMD programs -----===//
+
+#include "parax/Partition/OpRules.h"
+#include "parax/Partition/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <map>
+
+namespace parax {
+#define GEN_PASS_DEF_PARAXPARTITIONPASS
+#include "parax/Partition/Passes.h.inc"
+} // namespace parax
+
+using namespace mlir;
+using namespace parax;
+using namespace parax::partition;
+
+namespace {
+
+constexpr StringLiteral kPipelineAxis = "pp";
+
+int64_t stageOf(Operation *op) {
+  if (auto stage = op->getAttrOfType<IntegerAttr>(ParaxDialect::kStageAttrName))
+    return stage.getInt();
+  return 0;
+}
+
+// The grid every sharding of `function` names (there must be one).
+FailureOr<GridInfo> findGrid(ModuleOp module, func::FuncOp function) {
+  FlatSymbolRefAttr ref;
+  bool conflict = false;
+  auto note = [&](Attribute attr) {
+    if (auto sharding = dyn_cast_or_null<ShardingAttr>(attr)) {
+      if (ref && ref != sharding.getGrid())
+        conflict = true;
+      ref = sharding.getGrid();
+    }
+  };
+  for (unsigned i = 0; i < function.getNumArguments(); ++i)
+    note(function.getArgAttr(i, ParaxDialect::kShardingAttrName));
+  for (unsigned i = 0; i < function.getNumResults(); ++i)
+    note(function.getResultAttr(i, ParaxDialect::kShardingAttrName));
+  function.walk([&](Operation *op) {
+    if (auto list = op->getAttrOfType<ArrayAttr>(ParaxDialect::kShardingsAttrName))
+      for (Attribute attr : list)
+        note(attr);
+  });
+  if (conflict) {
+    function.emitError("shardings of one function name different grids");
+    return failure();
+  }
+  GridOp grid;
+  if (ref) {
+    grid = SymbolTable::lookupNearestSymbolFrom<GridOp>(function, ref);
+  } else {
+    auto grids = module.getOps<GridOp>();
+    if (std::distance(grids.begin(), grids.end()) == 1)
+      grid = *grids.begin();
+  }
+  if (!grid) {
+    function.emitError("nothing says how to partition this function: annotate "
+                       "shardings (or run --parax-plan) over a parax.grid");
+    return failure();
+  }
+  GridInfo info;
+  info.ref = FlatSymbolRefAttr::get(grid.getSymNameAttr());
+  for (auto [name, size] : llvm::zip(grid.getAxisNames(), grid.getShape()))
+    info.sizes[cast<StringAttr>(name).getValue()] = size;
+  return info;
+}
+
+struct Local {
+  Value value;
+  Layout layout;
+};
+
+class FunctionPartitioner {
+public:
+  FunctionPartitioner(ModuleOp module, func::FuncOp function, GridInfo grid)
+      : module(module), function(function), grid(std::move(grid)),
+        builder(module.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  ModuleOp module;
+  func::FuncOp function;
+  GridInfo grid;
+  OpBuilder builder;
+  DenseMap<Value, Layout> layouts; // global layout of every original value
+
+  RankedTensorType globalType(Value v) {
+    return cast<RankedTensorType>(v.getType());
+  }
+  LogicalResult assignLayouts();
+  LogicalResult buildStage(int64_t stage, int64_t stages,
+                           const std::map<int64_t, SmallVector<Operation *>> &ops,
+                           DenseMap<Value, int64_t> &definedIn);
+};
+
+LogicalResult FunctionPartitioner::assignLayouts() {
+  for (BlockArgument arg : function.getArguments()) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type)
+      return function.emitError("argument #")
+             << arg.getArgNumber() << " is not a ranked tensor";
+    if (auto sharding = function.getArgAttrOfType<ShardingAttr>(
+            arg.getArgNumber(), ParaxDialect::kShardingAttrName))
+      layouts[arg] = Layout::fromAttr(sharding);
+    else
+      layouts[arg] = Layout::replicated(type.getRank());
+  }
+  for (Operation &op : function.getBody().front().without_terminator()) {
+    if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, ShardSliceOp,
+            ToPartialOp, SendOp, RecvOp>(op))
+      return op.emitError("this function is already partitioned");
+    SmallVector<Layout> results;
+    if (auto list = op.getAttrOfType<ArrayAttr>(ParaxDialect::kShardingsAttrName)) {
+      for (Attribute attr : list)
+        results.push_back(Layout::fromAttr(cast<ShardingAttr>(attr)));
+    } else {
+      SmallVector<Layout> operands;
+      for (Value operand : op.getOperands())
+        operands.push_back(layouts.lookup(operand));
+      results = propagateLayouts(&op, operands);
+    }
+    for (auto [result, layout] : llvm::zip(op.getResults(), results))
+      layouts[result] = layout;
+  }
+  return success();
+}
+
+LogicalResult FunctionPartitioner::buildStage(
+    int64_t stage, int64_t stages,
+    const std::map<int64_t, SmallVector<Operation *>> &byStage,
+    DenseMap<Value, int64_t> &definedIn) {
+  MLIRContext *context = module.getContext();
+  const SmallVector<Operation *> &ops = byStage.at(stage);
+  bool last = stage == stages - 1;
+  Operation *terminator = function.getBody().front().getTerminator();
+
+  // Arguments this stage reads, in the original order.
+  llvm::SetVector<unsigned> argNumbers;
+  llvm::SetVector<Value> received; // values from earlier stages
+  for (Operation *op : ops)
+    for (Value operand : op->getOperands()) {
+      if (auto arg = dyn_cast<BlockArgument>(operand))
+        argNumbers.insert(arg.getArgNumber());
+      else if (definedIn.lookup(operand) != stage)
+        received.insert(operand);
+    }
+  if (last)
+    for (Value result : terminator->getOperands()) {
+      if (auto arg = dyn_cast<BlockArgument>(result))
+        argNumbers.insert(arg.getArgNumber());
+      else if (definedIn.lookup(result) != stage)
+        received.insert(result);
+    }
+  SmallVector<unsigned> argList(argNumbers.begin(), argNumbers.end());
+  llvm::sort(argList);
+
+  std::string name = stages == 1 ? function.getSymName().str()
+                                 : (function.getSymName() + "_stage" +
+                                    std::to_string(stage)).str();
+  SmallVector<Type> argTypes;
+  for (unsigned a : argList)
+    argTypes.push_back(localType(globalType(function.getArgument(a)),
+                                 layouts[function.getArgument(a)], grid));
+  builder.setInsertionPoint(function);
+  auto stageFunction = func::FuncOp::create(
+      builder, function.getLoc(), name, builder.getFunctionType(argTypes, {}));
+  Block *entry = stageFunction.addEntryBlock();
+  for (auto [i, a] : llvm::enumerate(argList))
+    if (auto param = function.getArgAttr(a, ParaxDialect::kParamAttrName))
+      stageFunction.setArgAttr(i, ParaxDialect::kParamAttrName, param);
+  // Where each argument's slice comes from, for the loader: its sharding.
+  for (auto [i, a] : llvm::enumerate(argList))
+    if (auto sharding = function.getArgAttr(a, ParaxDialect::kShardingAttrName))
+      stageFunction.setArgAttr(i, "parax.global_sharding", sharding);
+
+  OpBuilder b = OpBuilder::atBlockBegin(entry);
+  DenseMap<Value, Local> local;
+  for (auto [i, a] : llvm::enumerate(argList))
+    local[function.getArgument(a)] = {entry->getArgument(i),
+                                      layouts[function.getArgument(a)]};
+  for (Value value : received) {
+    int64_t from = definedIn.lookup(value);
+    Type type = localType(globalType(value), layouts[value], grid);
+    Value recv = RecvOp::create(b, value.getLoc(), type, grid.ref,
+                                b.getStrArrayAttr({kPipelineAxis}),
+                                b.getI64IntegerAttr(from));
+    local[value] = {recv, layouts[value]};
+  }
+
+  // Resharded copies are shared by the consumers that want the same layout.
+  std::map<std::pair<void *, std::string>, Value> resharded;
+  auto get = [&](Value value, const Layout &want, Location loc) -> FailureOr<Value> {
+    const Local &have = local[value];
+    if (have.layout == want)
+      return have.value;
+    auto key = std::make_pair(value.getAsOpaquePointer(), want.str());
+    auto it = resharded.find(key);
+    if (it != resharded.end())
+      return it->second;
+    FailureOr<Value> out = reshard(b, loc, have.value, have.layout, want, grid);
+    if (succeeded(out))
+      resharded[key] = *out;
+    return out;
+  };
+
+  for (Operation *op : ops) {
+    SmallVector<Layout> results;
+    for (Value result : op->getResults())
+      results.push_back(layouts[result]);
+    FailureOr<SmallVector<Layout>> wanted = operandLayouts(op, results, grid);
+    if (failed(wanted))
+      return failure();
+    SmallVector<Value> operands;
+    for (auto [operand, want] : llvm::zip(op->getOperands(), *wanted)) {
+      FailureOr<Value> value = get(operand, want, op->getLoc());
+      if (failed(value))
+        return op->emitError("while partitioning this op");
+      operands.push_back(*value);
+    }
+    OperationState state(op->getLoc(), op->getName());
+    state.addOperands(operands);
+    for (auto [result, layout] : llvm::zip(op->getResults(), results))
+      state.addTypes(localType(globalType(result), layout, grid));
+    for (NamedAttribute attr : op->getAttrs())
+      if (attr.getName() != ParaxDialect::kShardingsAttrName &&
+          attr.getName() != ParaxDialect::kStageAttrName)
+        state.addAttribute(attr.getName(), attr.getValue());
+    Operation *copy = b.create(state);
+    localizeAttributes(copy, results, grid);
+    for (auto [result, newResult, layout] :
+         llvm::zip(op->getResults(), copy->getResults(), results))
+      local[result] = {newResult, layout};
+  }
+
+  // Values later stages read leave by send.
+  std::map<int64_t, llvm::SetVector<Value>> sends;
+  for (const auto &[other, otherOps] : byStage) {
+    if (other <= stage)
+      continue;
+    for (Operation *op : otherOps)
+      for (Value operand : op->getOperands())
+        if (!isa<BlockArgument>(operand) && definedIn.lookup(operand) == stage)
+          sends[other].insert(operand);
+    if (other == stages - 1)
+      for (Value result : terminator->getOperands())
+        if (!isa<BlockArgument>(result) && definedIn.lookup(result) == stage)
+          sends[other].insert(result);
+  }
+  for (auto &[to, values] : sends)
+    for (Value value : values)
+      SendOp::create(b, value.getLoc(), local[value].value, grid.ref,
+                     b.getStrArrayAttr({kPipelineAxis}), b.getI64IntegerAttr(to));
+
+  // The last stage returns the model's results, replicated.
+  SmallVector<Value> returns;
+  if (last)
+    for (Value result : terminator->getOperands()) {
+      FailureOr<Value> value =
+          get(result, Layout::replicated(globalType(result).getRank()),
+              terminator->getLoc());
+      if (failed(value))
+        return failure();
+      returns.push_back(*value);
+    }
+  func::ReturnOp::create(b, terminator->getLoc(), returns);
+  stageFunction.setType(builder.getFunctionType(
+      argTypes, ValueRange(returns).getTypes()));
+
+  // The schedule, for the runtime.
+  NamedAttrList pipeline;
+  pipeline.append("stage", builder.getI64IntegerAttr(stage));
+  pipeline.append("stages", builder.getI64IntegerAttr(stages));
+  if (auto plan = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPlanAttrName)) {
+    if (Attribute schedule = plan.get("schedule"))
+      pipeline.append("schedule", schedule);
+    if (Attribute micro = plan.get("micro_batches"))
+      pipeline.append("micro_batches", micro);
+    stageFunction->setAttr(ParaxDialect::kPlanAttrName, plan);
+  }
+  stageFunction->setAttr(ParaxDialect::kPipelineAttrName,
+                         pipeline.getDictionary(context));
+  return success();
+}
+
+LogicalResult FunctionPartitioner::run() {
+  if (failed(assignLayouts()))
+    return failure();
+  // Stages.
+  std::map<int64_t, SmallVector<Operation *>> byStage;
+  DenseMap<Value, int64_t> definedIn;
+  for (Operation &op : function.getBody().front().without_terminator()) {
+    int64_t stage = stageOf(&op);
+    for (Value operand : op.getOperands())
+      if (!isa<BlockArgument>(operand) && definedIn.lookup(operand) > stage)
+        return op.emitError("this op (stage ")
+               << stage << ") reads a value of a later stage ("
+               << definedIn.lookup(operand) << ")";
+    byStage[stage].push_back(&op);
+    for (Value result : op.getResults())
+      definedIn[result] = stage;
+  }
+  int64_t stages = byStage.empty() ? 1 : byStage.rbegin()->first + 1;
+  if (stages > 1) {
+    int64_t axis = grid.sizes.lookup(kPipelineAxis);
+    if (axis != stages)
+      return function.emitError("ops name ")
+             << stages << " pipeline stages but the grid's '" << kPipelineAxis
+             << "' axis has size " << axis;
+    for (int64_t s = 0; s < stages; ++s)
+      if (!byStage.count(s))
+        return function.emitError("pipeline stage ") << s << " has no ops";
+    Operation *terminator = function.getBody().front().getTerminator();
+    for (Value result : terminator->getOperands())
+      if (!isa<BlockArgument>(result) && definedIn.lookup(result) != stages - 1)
+        return function.emitError("the model's results must come from the "
+                                  "last pipeline stage");
+  } else if (byStage.empty()) {
+    byStage[0] = {};
+  }
+  for (int64_t s = 0; s < stages; ++s)
+    if (failed(buildStage(s, stages, byStage, definedIn)))
+      return failure();
+  function.erase();
+  return success();
+}
+
+struct ParaxPartitionPass
+    : public parax::impl::ParaxPartitionPassBase<ParaxPartitionPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> functions;
+    for (auto function : module.getOps<func::FuncOp>())
+      if (!function.isExternal() &&
+          llvm::any_of(function.getBody().front(), [](Operation &op) {
+            return isa<ParaxDialect>(op.getDialect());
+          }))
+        functions.push_back(function);
+    for (func::FuncOp function : functions) {
+      FailureOr<GridInfo> grid = findGrid(module, function);
+      if (failed(grid))
+        return signalPassFailure();
+      if (failed(FunctionPartitioner(module, function, *grid).run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,77 @@
+// RUN: parax-opt %s -split-input-file --parax-partition -verify-diagnostics
+
+// Layouts no local program can compute, and inconsistent stage annotations,
+// are errors at the op or function — never a crash or a silent replication.
+
+parax.grid @g(tp = 4)
+func.func @negative_norm_split_hidden(%x: tensor<2x16xf32>, %w: tensor<16xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{cannot partition this op with result layout [{}, {tp}]: a norm needs its whole last dimension}}
+  %y = parax.rms_norm %x, %w {eps = 1.0e-5 : f64, parax.shardings = [#parax.sharding<@g, [{}, {tp}]>]} : (tensor<2x16xf32>, tensor<16xf32>) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 4)
+func.func @negative_attention_sequence(%q: tensor<1x8x4x8xf32>) -> tensor<1x8x4x8xf32> {
+  // expected-error @+1 {{attention split on the sequence (context parallelism) is not supported}}
+  %o = parax.attention %q, %q, %q {num_heads = 4, num_kv_heads = 4, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {tp}, {}, {}]>]}
+      : (tensor<1x8x4x8xf32>, tensor<1x8x4x8xf32>, tensor<1x8x4x8xf32>) -> tensor<1x8x4x8xf32>
+  return %o : tensor<1x8x4x8xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 4)
+func.func @negative_kv_heads(%q: tensor<1x8x4x8xf32>, %k: tensor<1x8x2x8xf32>) -> tensor<1x8x4x8xf32> {
+  // expected-error @+1 {{2 KV heads do not split over 4 ranks (replicated KV heads are not supported yet)}}
+  %o = parax.attention %q, %k, %k {num_heads = 4, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}, {}]>]}
+      : (tensor<1x8x4x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x8x4x8xf32>
+  return %o : tensor<1x8x4x8xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 4)
+func.func @negative_partial_silu(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{it is not linear, its result cannot be a partial sum}}
+  %y = parax.silu %x {parax.shardings = [#parax.sharding<@g, [{}, {}], partial = {tp}>]} : (tensor<2x16xf32>) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+// expected-error @+1 {{ops name 2 pipeline stages but the grid's 'pp' axis has size 0}}
+func.func @negative_stages_without_pp(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = parax.silu %x {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %b = parax.silu %a {parax.stage = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return %b : tensor<4xf32>
+}
+
+// -----
+
+parax.grid @g(pp = 2)
+func.func @negative_backwards_stage(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = parax.silu %x {parax.stage = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @+1 {{this op (stage 0) reads a value of a later stage (1)}}
+  %b = parax.silu %a {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return %b : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{nothing says how to partition this function}}
+func.func @negative_no_grid(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = parax.silu %x : (tensor<4xf32>) -> tensor<4xf32>
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+func.func @negative_partitioned_twice(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{this function is already partitioned}}
+  %a = parax.all_reduce %x over @g ["tp"] : tensor<4xf32> -> tensor<4xf32>
+  return %a : tensor<4xf32>
+}

@@ -1,0 +1,169 @@
+// RUN: parax-opt %s -split-input-file --parax-partition | FileCheck %s
+
+// The resharding table on a two-linear MLP (our naming: y = x · W; the seed
+// article's "row" is our column), sequence parallelism, pipeline stages, data
+// parallelism and multi-axis grids.
+
+parax.grid @g(tp = 4)
+// Column then row: one all-reduce, nothing else.
+// CHECK-LABEL: func.func @col_row
+// CHECK-SAME: tensor<64x16xf32> {parax.global_sharding = #parax.sharding<@g, [{tp}, {}]>, parax.param = "up"}
+// CHECK-SAME: tensor<16x64xf32> {parax.global_sharding = #parax.sharding<@g, [{}, {tp}]>, parax.param = "down"}
+// CHECK: parax.linear {{.*}} -> tensor<2x8x64xf32>
+// CHECK: parax.linear {{.*}} -> tensor<2x8x16xf32>
+// CHECK-COUNT-1: parax.all_reduce
+// CHECK-NOT: parax.all_gather
+// CHECK: return
+func.func @col_row(%x: tensor<2x8x16xf32>,
+    %up: tensor<256x16xf32> {parax.param = "up", parax.sharding = #parax.sharding<@g, [{tp}, {}]>},
+    %down: tensor<16x256xf32> {parax.param = "down", parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) -> tensor<2x8x16xf32> {
+  %h = parax.linear %x, %up {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<2x8x16xf32>, tensor<256x16xf32>) -> tensor<2x8x256xf32>
+  %y = parax.linear %h, %down {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x256xf32>, tensor<16x256xf32>) -> tensor<2x8x16xf32>
+  return %y : tensor<2x8x16xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 4)
+// Column then column: gather for the second layer, gather its output.
+// CHECK-LABEL: func.func @col_col
+// CHECK-COUNT-2: parax.all_gather
+// CHECK-NOT: parax.all_reduce
+// CHECK: return
+func.func @col_col(%x: tensor<2x8x16xf32>, %a: tensor<256x16xf32> {parax.param = "a"}, %b: tensor<64x256xf32> {parax.param = "b"}) -> tensor<2x8x64xf32> {
+  %h = parax.linear %x, %a {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<2x8x16xf32>, tensor<256x16xf32>) -> tensor<2x8x256xf32>
+  %y = parax.linear %h, %b {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<2x8x256xf32>, tensor<64x256xf32>) -> tensor<2x8x64xf32>
+  return %y : tensor<2x8x64xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 4)
+// Row then row: the input sliced locally, partial sums before the second
+// layer (reduce-scattered to the split it needs) and after it.
+// CHECK-LABEL: func.func @row_row
+// CHECK: parax.shard_slice {{.*}} over @g ["tp"] dim 2
+// CHECK: parax.reduce_scatter {{.*}} over @g ["tp"] dim 2
+// CHECK: parax.all_reduce
+// CHECK-NOT: parax.all_gather
+// CHECK: return
+func.func @row_row(%x: tensor<2x8x16xf32>, %a: tensor<64x16xf32> {parax.param = "a"}, %b: tensor<16x64xf32> {parax.param = "b"}) -> tensor<2x8x16xf32> {
+  %h = parax.linear %x, %a {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  %y = parax.linear %h, %b {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x16xf32>
+  return %y : tensor<2x8x16xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 4)
+// A row-parallel linear with a bias adds it on one rank of the sum only.
+// CHECK-LABEL: func.func @row_bias
+// CHECK: parax.to_partial {{.*}} over @g ["tp"] : tensor<16xf32>
+// CHECK: parax.linear
+// CHECK: parax.all_reduce
+func.func @row_bias(%x: tensor<2x64xf32>, %w: tensor<64x16xf32> {parax.param = "w"}, %b: tensor<16xf32> {parax.param = "b"}) -> tensor<2x16xf32> {
+  %y = parax.linear %x, %w, %b {parax.shardings = [#parax.sharding<@g, [{}, {}], partial = {tp}>]} : (tensor<2x64xf32>, tensor<64x16xf32>, tensor<16xf32>) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 4)
+// Sequence parallelism: the norm and the residual add work on sequence
+// slices; the all-reduce becomes a reduce-scatter (into the sequence split)
+// and an all-gather (out of it, before the column-parallel linear).
+// CHECK-LABEL: func.func @sequence_parallel
+// CHECK: parax.rms_norm {{.*}} -> tensor<2x2x16xf32>
+// CHECK: parax.all_gather {{.*}} over @g ["tp"] dim 1 : tensor<2x2x16xf32> -> tensor<2x8x16xf32>
+// CHECK: parax.reduce_scatter {{.*}} over @g ["tp"] dim 1 : tensor<2x8x16xf32> -> tensor<2x2x16xf32>
+// CHECK: parax.add {{.*}} -> tensor<2x2x16xf32>
+// CHECK-NOT: parax.all_reduce
+func.func @sequence_parallel(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{}, {tp}, {}]>},
+    %n: tensor<16xf32> {parax.param = "n"}, %a: tensor<64x16xf32> {parax.param = "a"}, %b: tensor<16x64xf32> {parax.param = "b"})
+    -> (tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{}, {tp}, {}]>}) {
+  %h = parax.rms_norm %x, %n {eps = 1.0e-5 : f64, parax.shardings = [#parax.sharding<@g, [{}, {tp}, {}]>]} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %u = parax.linear %h, %a {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  %d = parax.linear %u, %b {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x16xf32>
+  %r = parax.add %x, %d {parax.shardings = [#parax.sharding<@g, [{}, {tp}, {}]>]} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %r : tensor<2x8x16xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 4)
+// A value split on one dimension and wanted on another moves by all_to_all;
+// an unannotated silu follows its operand.
+// CHECK-LABEL: func.func @resplit
+// CHECK: parax.silu {{.*}} -> tensor<8x2xf32>
+// CHECK: parax.all_to_all {{.*}} over @g ["tp"] split 0 concat 1 : tensor<8x2xf32> -> tensor<2x8xf32>
+func.func @resplit(%x: tensor<8x8xf32> {parax.sharding = #parax.sharding<@g, [{}, {tp}]>}, %w: tensor<8xf32> {parax.param = "w"})
+    -> (tensor<8x8xf32>) {
+  %s = parax.silu %x : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  %y = parax.rms_norm %s, %w {eps = 1.0e-5 : f64, parax.shardings = [#parax.sharding<@g, [{tp}, {}]>]} : (tensor<8x8xf32>, tensor<8xf32>) -> tensor<8x8xf32>
+  return %y : tensor<8x8xf32>
+}
+
+// -----
+
+parax.grid @g(pp = 2, tp = 2)
+// Two pipeline stages: one program each, one send/recv pair at the boundary.
+// CHECK-LABEL: func.func @pipe_stage0
+// CHECK-SAME: parax.pipeline = {stage = 0 : i64, stages = 2 : i64}
+// CHECK: parax.linear
+// CHECK: parax.send {{.*}} over @g ["pp"] to 1 : tensor<4x8xf32>
+// CHECK-NEXT: return
+// CHECK-LABEL: func.func @pipe_stage1
+// CHECK-SAME: parax.pipeline = {stage = 1 : i64, stages = 2 : i64}
+// CHECK: parax.recv over @g ["pp"] from 0 : tensor<4x8xf32>
+// CHECK: parax.linear
+// CHECK: return {{.*}} : tensor<4x8xf32>
+// CHECK-NOT: parax.send
+func.func @pipe(%x: tensor<4x8xf32>, %a: tensor<8x8xf32> {parax.param = "a"}, %b: tensor<8x8xf32> {parax.param = "b"}) -> tensor<4x8xf32> {
+  %h = parax.linear %x, %a {parax.stage = 0 : i64} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %y = parax.linear %h, %b {parax.stage = 1 : i64} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 2)
+// Data parallelism splits the batch: local shapes, no forward communication
+// (the results are gathered to be returned whole); on a [dp, tp] grid the
+// tensor-parallel all-reduce runs over tp only.
+// CHECK-LABEL: func.func @data_and_tensor
+// CHECK-SAME: %{{.*}}: tensor<2x8xi32>
+// CHECK: parax.embedding {{.*}} -> tensor<2x8x16xf32>
+// CHECK: parax.linear {{.*}} -> tensor<2x8x16xf32>
+// CHECK: parax.all_reduce {{.*}} over @g ["tp"] : tensor<2x8x16xf32>
+// CHECK: parax.all_gather {{.*}} over @g ["dp"] dim 0 : tensor<2x8x16xf32> -> tensor<4x8x16xf32>
+func.func @data_and_tensor(%t: tensor<4x8xi32> {parax.sharding = #parax.sharding<@g, [{dp}, {}]>},
+    %e: tensor<32x16xf32> {parax.param = "e"}, %w: tensor<16x16xf32> {parax.param = "w"}) -> tensor<4x8x16xf32> {
+  %h = parax.embedding %t, %e {parax.shardings = [#parax.sharding<@g, [{dp}, {}, {}]>]} : (tensor<4x8xi32>, tensor<32x16xf32>) -> tensor<4x8x16xf32>
+  %y = parax.linear %h, %w {parax.shardings = [#parax.sharding<@g, [{dp}, {}, {}], partial = {tp}>]} : (tensor<4x8x16xf32>, tensor<16x16xf32>) -> tensor<4x8x16xf32>
+  return %y : tensor<4x8x16xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+// Vocab-parallel embedding: the table's rows split, the lookup a partial sum.
+// CHECK-LABEL: func.func @vocab_parallel
+// CHECK: parax.embedding {{.*}} {vocab_axes = ["tp"], vocab_grid = @g} : (tensor<2x8xi32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+// CHECK: parax.all_reduce
+func.func @vocab_parallel(%t: tensor<2x8xi32>, %e: tensor<32x16xf32> {parax.param = "e"}) -> tensor<2x8x16xf32> {
+  %h = parax.embedding %t, %e {parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8xi32>, tensor<32x16xf32>) -> tensor<2x8x16xf32>
+  return %h : tensor<2x8x16xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+// Attention split by heads (grouped-query: 4 query and 2 KV heads become 2
+// and 1 per rank).
+// CHECK-LABEL: func.func @heads
+// CHECK: parax.attention {{.*}}num_heads = 2 : i64, num_kv_heads = 1 : i64{{.*}} : (tensor<1x8x2x8xf32>, tensor<1x8x1x8xf32>, tensor<1x8x1x8xf32>) -> tensor<1x8x2x8xf32>
+func.func @heads(%q: tensor<1x8x4x8xf32>, %k: tensor<1x8x2x8xf32>, %v: tensor<1x8x2x8xf32>) -> tensor<1x8x4x8xf32> {
+  %o = parax.attention %q, %k, %v {causal, num_heads = 4, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}, {}]>]}
+      : (tensor<1x8x4x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x8x4x8xf32>
+  return %o : tensor<1x8x4x8xf32>
+}
