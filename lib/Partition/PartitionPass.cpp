@@ -219,12 +219,53 @@ LogicalResult FunctionPartitioner::buildStage(
     FailureOr<SmallVector<Layout>> wanted = operandLayouts(op, results, grid);
     if (failed(wanted))
       return failure();
+    // Expert parallelism: the experts' stacked weights split on dimension 0.
+    Layout::Axes expertAxes;
+    auto experts = dyn_cast<ExpertsOp>(op);
+    if (experts) {
+      expertAxes = layouts[experts.getWGate()].dims[0];
+      for (unsigned i = 3; i < 6; ++i)
+        (*wanted)[i].dims[0] = expertAxes;
+    }
     SmallVector<Value> operands;
     for (auto [operand, want] : llvm::zip(op->getOperands(), *wanted)) {
       FailureOr<Value> value = get(operand, want, op->getLoc());
       if (failed(value))
         return op->emitError("while partitioning this op");
       operands.push_back(*value);
+    }
+    if (experts && !expertAxes.empty()) {
+      // Dispatch every routed token to its expert's rank, run the local
+      // experts on what arrives, send the results back and sum per token.
+      int64_t numExperts = experts.getNumExperts();
+      int64_t parts = grid.product(expertAxes);
+      if (numExperts % parts)
+        return op->emitError() << numExperts << " experts do not divide over "
+                               << parts << " expert-parallel ranks";
+      SmallVector<StringRef> axisNames(expertAxes.begin(), expertAxes.end());
+      auto x = cast<RankedTensorType>(operands[0].getType());
+      auto idx = cast<RankedTensorType>(operands[2].getType());
+      int64_t rows = parts * idx.getNumElements();
+      Type elem = x.getElementType();
+      auto dispatch = MoeDispatchOp::create(
+          b, op->getLoc(), RankedTensorType::get({rows, x.getShape().back()}, elem),
+          RankedTensorType::get({rows, 1}, elem),
+          RankedTensorType::get({rows, 1}, b.getI32Type()), operands[0],
+          operands[1], operands[2], grid.ref, b.getStrArrayAttr(axisNames),
+          b.getI64IntegerAttr(numExperts));
+      Value expertOut = ExpertsOp::create(
+          b, op->getLoc(), dispatch.getRows().getType(), dispatch.getRows(),
+          dispatch.getRowWeights(), dispatch.getRowExperts(), operands[3],
+          operands[4], operands[5]);
+      expertOut.getDefiningOp()->setAttrs(op->getDiscardableAttrDictionary());
+      expertOut.getDefiningOp()->removeAttr(ParaxDialect::kShardingsAttrName);
+      expertOut.getDefiningOp()->removeAttr(ParaxDialect::kStageAttrName);
+      Value combined = MoeCombineOp::create(
+          b, op->getLoc(), localType(globalType(op->getResult(0)), results[0], grid),
+          expertOut, operands[2], grid.ref, b.getStrArrayAttr(axisNames),
+          b.getI64IntegerAttr(numExperts));
+      local[op->getResult(0)] = {combined, results[0]};
+      continue;
     }
     OperationState state(op->getLoc(), op->getName());
     state.addOperands(operands);

@@ -167,3 +167,26 @@ func.func @heads(%q: tensor<1x8x4x8xf32>, %k: tensor<1x8x2x8xf32>, %v: tensor<1x
       : (tensor<1x8x4x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x8x4x8xf32>
   return %o : tensor<1x8x4x8xf32>
 }
+
+// -----
+
+parax.grid @g(ep = 4)
+// Expert parallelism: the router stays replicated; the experts' stacked
+// weights split over ep (2 of 8 experts per rank); tokens go to their
+// experts' ranks and back: exactly two all-to-alls (dispatch, combine).
+// CHECK-LABEL: func.func @expert_parallel
+// CHECK-SAME: tensor<2x16x8xf32> {parax.global_sharding = #parax.sharding<@g, [{ep}, {}, {}]>
+// CHECK: parax.router softmax
+// CHECK: parax.moe_dispatch {{.*}} over @g ["ep"] {num_experts = 8 : i64} : (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<1x4x2xi32>) -> (tensor<32x8xf32>, tensor<32x1xf32>, tensor<32x1xi32>)
+// CHECK: parax.experts {{.*}} : (tensor<32x8xf32>, tensor<32x1xf32>, tensor<32x1xi32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>) -> tensor<32x8xf32>
+// CHECK: parax.moe_combine {{.*}} over @g ["ep"] {num_experts = 8 : i64} : (tensor<32x8xf32>, tensor<1x4x2xi32>) -> tensor<1x4x8xf32>
+// CHECK-NOT: parax.moe_dispatch
+// CHECK: return
+func.func @expert_parallel(%x: tensor<1x4x8xf32>, %gate: tensor<8x8xf32> {parax.param = "gate"},
+    %wg: tensor<8x16x8xf32> {parax.param = "e.{e}.w1", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
+    %wu: tensor<8x16x8xf32> {parax.param = "e.{e}.w3", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
+    %wd: tensor<8x8x16xf32> {parax.param = "e.{e}.w2", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>}) -> tensor<1x4x8xf32> {
+  %w, %i = parax.router softmax %x, %gate {num_experts = 8, top_k = 2, normalize} : (tensor<1x4x8xf32>, tensor<8x8xf32>) -> (tensor<1x4x2xf32>, tensor<1x4x2xi32>)
+  %y = parax.experts %x, %w, %i, %wg, %wu, %wd : (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<1x4x8xf32>
+  return %y : tensor<1x4x8xf32>
+}

@@ -23,7 +23,8 @@
 namespace parax::partition {
 
 struct Layout {
-  llvm::SmallVector<llvm::SmallVector<std::string, 2>> dims;
+  using Axes = llvm::SmallVector<std::string, 2>;
+  llvm::SmallVector<Axes> dims;
   llvm::SmallVector<std::string, 2> partial;
 
   static Layout replicated(int64_t rank);

@@ -116,3 +116,30 @@ func.func @negative_vocab_attrs(%ids: tensor<2xi32>, %t: tensor<8x4xf32>) {
   %0 = parax.embedding %ids, %t {vocab_grid = @g} : (tensor<2xi32>, tensor<8x4xf32>) -> tensor<2x4xf32>
   return
 }
+
+// -----
+
+parax.grid @g(ep = 3)
+func.func @negative_dispatch_experts(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x2xi32>) {
+  // expected-error @+1 {{C2: 8 experts do not divide over 3 ranks}}
+  %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["ep"] {num_experts = 8} : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>) -> (tensor<24x8xf32>, tensor<24x1xf32>, tensor<24x1xi32>)
+  return
+}
+
+// -----
+
+parax.grid @g(ep = 2)
+func.func @negative_dispatch_rows(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x2xi32>) {
+  // expected-error @+1 {{C3: expected results [16, 8], [16, 1], [16, 1]}}
+  %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["ep"] {num_experts = 8} : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>) -> (tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xi32>)
+  return
+}
+
+// -----
+
+parax.grid @g(ep = 2)
+func.func @negative_combine_rows(%r: tensor<8x8xf32>, %i: tensor<4x2xi32>) {
+  // expected-error @+1 {{C3: expected rows [16, H] and a result of indices' leading shape with H appended}}
+  %y = parax.moe_combine %r, %i over @g ["ep"] {num_experts = 8} : (tensor<8x8xf32>, tensor<4x2xi32>) -> tensor<4x8xf32>
+  return
+}

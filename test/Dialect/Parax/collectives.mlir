@@ -50,3 +50,14 @@ func.func @vocab_parallel_embedding(%ids: tensor<2x16xi32>, %t: tensor<64x64xf32
   %0 = parax.embedding %ids, %t {vocab_grid = @g, vocab_axes = ["tp"]} : (tensor<2x16xi32>, tensor<64x64xf32>) -> tensor<2x16x64xf32>
   return %0 : tensor<2x16x64xf32>
 }
+
+// CHECK-LABEL: func.func @expert_parallel
+func.func @expert_parallel(%x: tensor<2x8x64xf32>, %w: tensor<2x8x2xf32>, %i: tensor<2x8x2xi32>,
+    %g: tensor<2x96x64xf32>, %u: tensor<2x96x64xf32>, %d: tensor<2x64x96xf32>) -> tensor<2x8x64xf32> {
+  // CHECK: parax.moe_dispatch %{{.*}}, %{{.*}}, %{{.*}} over @g ["tp"] {num_experts = 8 : i64} : (tensor<2x8x64xf32>, tensor<2x8x2xf32>, tensor<2x8x2xi32>) -> (tensor<128x64xf32>, tensor<128x1xf32>, tensor<128x1xi32>)
+  %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["tp"] {num_experts = 8} : (tensor<2x8x64xf32>, tensor<2x8x2xf32>, tensor<2x8x2xi32>) -> (tensor<128x64xf32>, tensor<128x1xf32>, tensor<128x1xi32>)
+  %y = parax.experts %r, %rw, %re, %g, %u, %d : (tensor<128x64xf32>, tensor<128x1xf32>, tensor<128x1xi32>, tensor<2x96x64xf32>, tensor<2x96x64xf32>, tensor<2x64x96xf32>) -> tensor<128x64xf32>
+  // CHECK: parax.moe_combine %{{.*}}, %{{.*}} over @g ["tp"] {num_experts = 8 : i64} : (tensor<128x64xf32>, tensor<2x8x2xi32>) -> tensor<2x8x64xf32>
+  %c = parax.moe_combine %y, %i over @g ["tp"] {num_experts = 8} : (tensor<128x64xf32>, tensor<2x8x2xi32>) -> tensor<2x8x64xf32>
+  return %c : tensor<2x8x64xf32>
+}

@@ -573,6 +573,8 @@ PARAX_GROUP_SIZE(ReduceScatterOp)
 PARAX_GROUP_SIZE(AllToAllOp)
 PARAX_GROUP_SIZE(ShardSliceOp)
 PARAX_GROUP_SIZE(ToPartialOp)
+PARAX_GROUP_SIZE(MoeDispatchOp)
+PARAX_GROUP_SIZE(MoeCombineOp)
 PARAX_GROUP_SIZE(SendOp)
 PARAX_GROUP_SIZE(RecvOp)
 #undef PARAX_GROUP_SIZE
@@ -633,6 +635,68 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &symbols) {
       out.getElementType() != in.getElementType())
     return emitOpError("C2: expected result ")
            << RankedTensorType::get(expected, in.getElementType());
+  return success();
+}
+
+// Tokens and choices of a [..., k] routing tensor.
+static std::pair<int64_t, int64_t> tokensAndChoices(Value indices) {
+  auto type = cast<RankedTensorType>(indices.getType());
+  int64_t k = type.getRank() ? type.getShape().back() : 1;
+  return {type.getNumElements() / std::max<int64_t>(k, 1), k};
+}
+
+LogicalResult MoeDispatchOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size = groupSize(*this, getGridAttr(), getAxes(), symbols);
+  if (failed(size))
+    return failure();
+  int64_t experts = getNumExperts();
+  if (experts <= 0 || experts % *size)
+    return emitOpError("C2: ") << experts << " experts do not divide over " << *size
+                               << " ranks";
+  auto x = cast<RankedTensorType>(getX().getType());
+  auto [tokens, k] = tokensAndChoices(getIndices());
+  ArrayRef<int64_t> lead = x.getShape().drop_back();
+  auto w = cast<RankedTensorType>(getWeights().getType());
+  auto i = cast<RankedTensorType>(getIndices().getType());
+  if (w.getShape() != i.getShape() || i.getShape().drop_back() != lead)
+    return emitOpError("C3: weights and indices must have x's leading shape "
+                       "and one k");
+  int64_t rows = *size * tokens * k, hidden = x.getShape().back();
+  auto rowsType = cast<RankedTensorType>(getRows().getType());
+  auto rowWeights = cast<RankedTensorType>(getRowWeights().getType());
+  auto rowExperts = cast<RankedTensorType>(getRowExperts().getType());
+  if (rowsType.getShape() != ArrayRef<int64_t>{rows, hidden} ||
+      rowWeights.getShape() != ArrayRef<int64_t>{rows, 1} ||
+      rowExperts.getShape() != ArrayRef<int64_t>{rows, 1} ||
+      rowsType.getElementType() != x.getElementType() ||
+      rowWeights.getElementType() != x.getElementType())
+    return emitOpError("C3: expected results [")
+           << rows << ", " << hidden << "], [" << rows << ", 1], [" << rows
+           << ", 1]";
+  return success();
+}
+
+LogicalResult MoeCombineOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size = groupSize(*this, getGridAttr(), getAxes(), symbols);
+  if (failed(size))
+    return failure();
+  int64_t experts = getNumExperts();
+  if (experts <= 0 || experts % *size)
+    return emitOpError("C2: ") << experts << " experts do not divide over " << *size
+                               << " ranks";
+  auto [tokens, k] = tokensAndChoices(getIndices());
+  auto rows = cast<RankedTensorType>(getRows().getType());
+  auto i = cast<RankedTensorType>(getIndices().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  int64_t hidden = rows.getRank() == 2 ? rows.getDimSize(1) : -1;
+  SmallVector<int64_t> expected(i.getShape().drop_back());
+  expected.push_back(hidden);
+  if (rows.getRank() != 2 || rows.getDimSize(0) != *size * tokens * k ||
+      result.getShape() != ArrayRef<int64_t>(expected) ||
+      result.getElementType() != rows.getElementType())
+    return emitOpError("C3: expected rows [")
+           << *size * tokens * k << ", H] and a result of indices' leading "
+           << "shape with H appended";
   return success();
 }
 

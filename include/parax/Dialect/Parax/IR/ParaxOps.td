@@ -429,7 +429,9 @@ def Parax_ExpertsOp : Parax_Op<"experts", [], ["getBytesRead"]> {
   let summary = "routed gated FFN experts, combined by the router's weights";
   let description = [{
     For every token `t` and each of its `k` choices `e = indices[t, j]`:
-    `y[t] += weights[t, j] · down_e(silu(gate_e(x[t])) · up_e(x[t]))`.
+    `y[t] += weights[t, j] · down_e(silu(gate_e(x[t])) · up_e(x[t]))`. A
+    choice outside `0 .. E-1` (an unused row after `moe_dispatch`, -1)
+    contributes nothing.
     Expert weights are stacked in checkpoint layout: `w_gate, w_up : [E, F, H]`,
     `w_down : [E, H, F]`. Routing is dropless: every chosen (token, expert)
     pair is computed, so sharded and unsharded runs agree exactly.
@@ -605,6 +607,68 @@ def Parax_ToPartialOp : Parax_CommOp<"to_partial", [Pure]> {
                        StrArrayAttr:$axes);
   let results = (outs Parax_FloatTensor:$result);
   let assemblyFormat = "$x `over` $grid $axes attr-dict `:` type($x) `->` type($result)";
+}
+
+def Parax_MoeDispatchOp : Parax_CommOp<"moe_dispatch"> {
+  let summary = "expert parallelism: send each routed token to its expert's rank";
+  let description = [{
+    The `num_experts` experts are spread over the `P` ranks of `axes`, rank
+    r owning experts `r·E/P .. (r+1)·E/P - 1`. Every (token t, choice j)
+    with expert `e = indices[t, j]` goes to e's rank with its router weight
+    `weights[t, j]` (an all-to-all). The receiver's buffers hold `P` blocks
+    of `T·k` rows, block i from rank i in (token, choice) order, then unused
+    rows: `rows[P·T·k, H]`, `row_weights[P·T·k, 1]`, and `row_experts[P·T·k,
+    1]` (the local expert index, -1 for an unused row). Dropless: no token is
+    ever dropped, so the result equals the unsharded experts.
+
+    ```mlir
+    %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["ep"] {num_experts = 8}
+        : (tensor<2x8x64xf32>, tensor<2x8x2xf32>, tensor<2x8x2xi32>)
+        -> (tensor<128x64xf32>, tensor<128x1xf32>, tensor<128x1xi32>)
+    ```
+
+    C1: as all_reduce. C2: `num_experts` divides by P. C3: `weights` and
+    `indices` have `x`'s leading shape and one `k`; with T tokens, the results
+    are `[P·T·k, H]`, `[P·T·k, 1]` (x's element type) and `[P·T·k, 1]` (i32).
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weights,
+                       StaticShapeTensorOf<[I32]>:$indices,
+                       FlatSymbolRefAttr:$grid, StrArrayAttr:$axes,
+                       I64Attr:$num_experts);
+  let results = (outs Parax_FloatTensor:$rows, Parax_FloatTensor:$row_weights,
+                      StaticShapeTensorOf<[I32]>:$row_experts);
+  let assemblyFormat = [{
+    $x `,` $weights `,` $indices `over` $grid $axes attr-dict `:`
+    `(` type($x) `,` type($weights) `,` type($indices) `)` `->`
+    `(` type($rows) `,` type($row_weights) `,` type($row_experts) `)`
+  }];
+}
+
+def Parax_MoeCombineOp : Parax_CommOp<"moe_combine"> {
+  let summary = "expert parallelism: return expert outputs and sum per token";
+  let description = [{
+    The inverse all-to-all of `moe_dispatch`: row blocks go back to the
+    ranks they came from, and each token's `k` rows (already scaled by their
+    router weights) are summed into the token. `indices` are the token's
+    expert choices, as given to the dispatch.
+
+    ```mlir
+    %y = parax.moe_combine %rows, %i over @g ["ep"] {num_experts = 8}
+        : (tensor<128x64xf32>, tensor<2x8x2xi32>) -> tensor<2x8x64xf32>
+    ```
+
+    C1: as all_reduce. C2: `num_experts` divides by P. C3: with `indices` of
+    T tokens and k choices, `rows` is `[P·T·k, H]` and the result is
+    `indices`' leading shape with `H` appended.
+  }];
+  let arguments = (ins Parax_FloatTensor:$rows, StaticShapeTensorOf<[I32]>:$indices,
+                       FlatSymbolRefAttr:$grid, StrArrayAttr:$axes,
+                       I64Attr:$num_experts);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = [{
+    $rows `,` $indices `over` $grid $axes attr-dict `:` `(` type($rows) `,`
+    type($indices) `)` `->` type($result)
+  }];
 }
 
 def Parax_SendOp : Parax_CommOp<"send"> {
