@@ -183,12 +183,19 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
             failed(wholeDim(3, "attention needs whole heads")))
           return failure();
         int64_t parts = grid.product(out.dims[2]);
-        if (static_cast<int64_t>(attention.getNumKvHeads()) % parts)
+        int64_t kvHeads = attention.getNumKvHeads();
+        Layout q = out;
+        if (kvHeads % parts == 0)
+          return SmallVector<Layout>{q, q, q};
+        // Fewer KV heads than ranks: every rank keeps all KV heads (Megatron
+        // replicates them), its query heads pick theirs.
+        if (parts % kvHeads)
           return unsupported(op, out)
-                 << attention.getNumKvHeads() << " KV heads do not split over "
-                 << parts << " ranks (replicated KV heads are not supported yet)";
-        Layout qkv = out;
-        return SmallVector<Layout>{qkv, qkv, qkv};
+                 << kvHeads << " KV heads neither split over nor evenly serve "
+                 << parts << " ranks";
+        Layout kv = out;
+        kv.dims[2].clear();
+        return SmallVector<Layout>{q, kv, kv};
       })
       .Case<RouterOp>([&](RouterOp router) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
@@ -258,10 +265,17 @@ void parax::partition::localizeAttributes(Operation *local,
                                           const GridInfo &grid) {
   Builder b(local->getContext());
   if (auto attention = dyn_cast<AttentionOp>(local)) {
-    int64_t parts = grid.product(results.front().dims[2]);
+    const auto &headAxes = results.front().dims[2];
+    int64_t parts = grid.product(headAxes);
     attention.setNumHeadsAttr(b.getI64IntegerAttr(attention.getNumHeads() / parts));
-    attention.setNumKvHeadsAttr(
-        b.getI64IntegerAttr(attention.getNumKvHeads() / parts));
+    if (attention.getNumKvHeads() % parts == 0) {
+      attention.setNumKvHeadsAttr(
+          b.getI64IntegerAttr(attention.getNumKvHeads() / parts));
+    } else {
+      SmallVector<StringRef> axes(headAxes.begin(), headAxes.end());
+      attention.setHeadGridAttr(grid.ref);
+      attention.setHeadAxesAttr(b.getStrArrayAttr(axes));
+    }
   } else if (auto embedding = dyn_cast<EmbeddingOp>(local)) {
     if (!results.front().partial.empty()) {
       SmallVector<StringRef> axes(results.front().partial.begin(),

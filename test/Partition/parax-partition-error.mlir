@@ -22,12 +22,12 @@ func.func @negative_attention_sequence(%q: tensor<1x8x4x8xf32>) -> tensor<1x8x4x
 
 // -----
 
-parax.grid @g(tp = 4)
-func.func @negative_kv_heads(%q: tensor<1x8x4x8xf32>, %k: tensor<1x8x2x8xf32>) -> tensor<1x8x4x8xf32> {
-  // expected-error @+1 {{2 KV heads do not split over 4 ranks (replicated KV heads are not supported yet)}}
-  %o = parax.attention %q, %k, %k {num_heads = 4, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}, {}]>]}
-      : (tensor<1x8x4x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x8x4x8xf32>
-  return %o : tensor<1x8x4x8xf32>
+parax.grid @g(tp = 8)
+func.func @negative_kv_heads(%q: tensor<1x8x24x8xf32>, %k: tensor<1x8x3x8xf32>) -> tensor<1x8x24x8xf32> {
+  // expected-error @+1 {{3 KV heads neither split over nor evenly serve 8 ranks}}
+  %o = parax.attention %q, %k, %k {num_heads = 24, num_kv_heads = 3, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}, {}]>]}
+      : (tensor<1x8x24x8xf32>, tensor<1x8x3x8xf32>, tensor<1x8x3x8xf32>) -> tensor<1x8x24x8xf32>
+  return %o : tensor<1x8x24x8xf32>
 }
 
 // -----

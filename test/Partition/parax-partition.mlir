@@ -190,3 +190,17 @@ func.func @expert_parallel(%x: tensor<1x4x8xf32>, %gate: tensor<8x8xf32> {parax.
   %y = parax.experts %x, %w, %i, %wg, %wu, %wd : (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<1x4x8xf32>
   return %y : tensor<1x4x8xf32>
 }
+
+// -----
+
+parax.grid @g(tp = 4)
+// Fewer KV heads (2) than ranks (4): KV heads stay whole on every rank, each
+// rank's query heads (2 of 8) name their global position for the mapping.
+// CHECK-LABEL: func.func @kv_heads_replicated
+// CHECK: parax.shard_slice {{.*}} over @g ["tp"] dim 2 : tensor<1x8x8x8xf32> -> tensor<1x8x2x8xf32>
+// CHECK: parax.attention {{.*}}head_axes = ["tp"], head_dim = 8 : i64, head_grid = @g, num_heads = 2 : i64, num_kv_heads = 2 : i64{{.*}} : (tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x8x2x8xf32>
+func.func @kv_heads_replicated(%q: tensor<1x8x8x8xf32>, %k: tensor<1x8x2x8xf32>, %v: tensor<1x8x2x8xf32>) -> tensor<1x8x8x8xf32> {
+  %o = parax.attention %q, %k, %v {causal, num_heads = 8, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}, {}]>]}
+      : (tensor<1x8x8x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x8x8x8xf32>
+  return %o : tensor<1x8x8x8xf32>
+}

@@ -256,7 +256,9 @@ LogicalResult AttentionOp::verify() {
            << k.getDimSize(2) << ", " << k.getDimSize(3) << "]";
   if (v.getDimSize(2) != kvHeads)
     return emitOpError("C2: v must have ") << kvHeads << " heads";
-  if (heads % kvHeads != 0)
+  if (bool(getHeadGrid()) != bool(getHeadAxes()))
+    return emitOpError("C7: head_grid and head_axes come together");
+  if (heads % kvHeads != 0 && !getHeadAxes())
     return emitOpError("C3: num_kv_heads (")
            << kvHeads << ") must divide num_heads (" << heads << ")";
   if (k.getDimSize(0) != q.getDimSize(0) || v.getDimSize(0) != q.getDimSize(0) ||

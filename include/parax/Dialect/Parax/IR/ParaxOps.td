@@ -233,14 +233,25 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
 
     C1: `q`, `k`, `v` and the result have rank 4. C2: `q` has `num_heads`
     heads of `head_dim`; `k` has `num_kv_heads` heads of `head_dim`; `v` has
-    `num_kv_heads` heads. C3: `num_kv_heads` divides `num_heads`. C4: batch
-    sizes agree, `k` and `v` have one sequence length, and the result is
-    `[B, S, num_heads, Dv]`. C5: `scale > 0`. C6: with `causal`, `Skv >= S`.
+    `num_kv_heads` heads. C3: `num_kv_heads` divides `num_heads` (unless the
+    query heads are a rank's slice, below). C4: batch sizes agree, `k` and
+    `v` have one sequence length, and the result is `[B, S, num_heads, Dv]`.
+    C5: `scale > 0`. C6: with `causal`, `Skv >= S`. C7: `head_grid` and
+    `head_axes` come together.
+
+    After partitioning with fewer KV heads than tensor-parallel ranks
+    (Megatron replicates KV heads), `head_grid`/`head_axes` say that `q`'s
+    heads are this rank's slice: local head `j` at coordinate `c` along
+    `head_axes` is global head `c · num_heads + j`, and attends to global KV
+    head `(c · num_heads + j) / (num_heads · P / num_kv_heads)` of the
+    replicated `k`, `v` (P: the ranks along `head_axes`).
   }];
   let arguments = (ins Parax_FloatTensor:$q, Parax_FloatTensor:$k,
                        Parax_FloatTensor:$v, UnitAttr:$causal,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads,
-                       I64Attr:$head_dim, F64Attr:$scale);
+                       I64Attr:$head_dim, F64Attr:$scale,
+                       OptionalAttr<FlatSymbolRefAttr>:$head_grid,
+                       OptionalAttr<StrArrayAttr>:$head_axes);
   let results = (outs Parax_FloatTensor:$result);
 }
 
