@@ -4,6 +4,7 @@
 
 #include "parax/Dialect/Parax/IR/ParaxDialect.h"
 #include "parax/Dialect/Parax/Transforms/Passes.h"
+#include "parax/Interop/Passes.h"
 #include "parax/Partition/Passes.h"
 #include "parax/Plan/Passes.h"
 
@@ -13,11 +14,14 @@
 
 void parax::registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<parax::ParaxDialect, mlir::func::FuncDialect,
-                  mlir::shard::ShardDialect>();
+                  mlir::shard::ShardDialect, mlir::linalg::LinalgDialect,
+                  mlir::arith::ArithDialect, mlir::math::MathDialect,
+                  mlir::tensor::TensorDialect>();
 }
 
 void parax::registerAllPasses() {
   parax::registerParaxPasses();
   parax::registerParaxPlanPasses();
   parax::registerParaxPartitionPasses();
+  parax::registerParaxInteropPasses();
 }

@@ -13,8 +13,8 @@ class DialectRegistry;
 } // namespace mlir
 
 namespace parax {
-/// Registers the parax dialect and the upstream dialects parax IR uses (func,
-/// and shard for interoperability).
+/// Registers the parax dialect and the upstream dialects parax IR uses (func;
+/// shard, linalg, arith, math and tensor for interoperability).
 void registerAllDialects(mlir::DialectRegistry &registry);
 /// Registers every parax pass with the global pass registry.
 void registerAllPasses();

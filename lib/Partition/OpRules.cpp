@@ -253,9 +253,18 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
-  if (auto reshape = dyn_cast<ReshapeOp>(op)) {
-    // Unknown grid sizes here: only identical-rank reshapes keep the layout.
-    (void)reshape;
+  if (auto linear = dyn_cast<LinearOp>(op); linear && operands.size() >= 2) {
+    // Column-parallel when W's out features are split; row-parallel (a
+    // partial sum) when x and W agree on a split of the in features.
+    const Layout &w = operands[1];
+    int64_t inDim = linear.getTransposeW() ? 1 : 0;
+    Layout out = in;
+    out.partial.clear();
+    out.dims.back() = w.dims[1 - inDim];
+    if (!w.dims[inDim].empty() && in.dims.back() == w.dims[inDim])
+      out.partial = w.dims[inDim];
+    results.push_back(out);
+    return results;
   }
   return replicated();
 }
