@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job (for now): build preset models, verify them with parax-opt and
 # print a summary of each — parameters, bytes, FLOPs per token — then plan a
-# model for a cluster (training and decode).
+# model for a cluster (training and decode), and partition a planned model
+# into per-rank programs.
 #
 #   scripts/demo.sh                       # llama3-8b, mixtral-8x7b, deepseek-v3
 #   scripts/demo.sh llama3-405b gpt3-175b # any presets (python3 -m parax.models --list)
@@ -27,4 +28,16 @@ echo
 echo "== plan: llama3-70b decode on one DGX H100, 32 requests, 4K context"
 "$build/bin/parax-plan" llama3-70b --cluster dgx-h100 \
   --workload decode:batch=32,context=4096 --top 3
+echo
+echo "== partition: llama3-8b (4 layers) for decode on pp2 x tp4; what rank 5 runs"
+PYTHONPATH="$root/python" "$root/.venv/bin/python" -m parax.models llama3-8b --layers 4 \
+  --seq 16 -o "$out/llama3-8b-4l.mlir"
+"$build/bin/parax-opt" "$out/llama3-8b-4l.mlir" \
+  --parax-plan="cluster=dgx-h100 workload=decode:batch=8,context=4096,pp=2,tp=4" \
+  --parax-partition -o "$out/llama3-8b-4l.partitioned.mlir"
+for kind in all_reduce all_gather reduce_scatter send recv; do
+  printf '  %-15s %s\n' "$kind" "$(grep -c "parax.$kind " "$out/llama3-8b-4l.partitioned.mlir" || true)"
+done
+"$build/bin/parax-opt" "$out/llama3-8b-4l.partitioned.mlir" \
+  --parax-specialize-rank=rank=5 -o /dev/null | grep -v "^    #"
 echo "(IR written to $out)"

@@ -126,8 +126,10 @@ struct ParaxSpecializeRankPass
             return std::to_string(r);
           }), ", ") << "]";
         }
-        os << ": " << op->getOperandTypes() << " -> " << op->getResultTypes()
-           << "\n";
+        os << ": ";
+        if (op->getNumOperands())
+          os << op->getOperandTypes() << " -> ";
+        os << op->getResultTypes() << "\n";
       });
     }
     markAllAnalysesPreserved();

@@ -335,12 +335,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                         : partition(costs, pp, inflight, stageTime);
             if (starts.empty())
               continue;
-            Plan plan;
-            plan.pp = pp;
-            plan.dp = dp;
-            plan.ep = ep;
-            plan.tp = tp;
-            plan.sequenceParallel = sp;
+            Plan plan = Plan::withDegrees(pp, dp, ep, tp, sp);
             plan.microBatch = mbs;
             plan.microBatches = m;
             plan.schedule = sched;
@@ -469,12 +464,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         pp == 1 ? std::vector<int64_t>{0} : partition(costs, pp, one, stageTime);
     if (starts.empty())
       continue;
-    Plan plan;
-    plan.pp = pp;
-    plan.dp = dp;
-    plan.ep = ep;
-    plan.tp = tp;
-    plan.sequenceParallel = sp;
+    Plan plan = Plan::withDegrees(pp, dp, ep, tp, sp);
     plan.microBatch = sequences;
     plan.stageStart = starts;
     finishMemory(plan, costs, one);
@@ -716,6 +706,17 @@ std::vector<int64_t> parax::plan::partitionStages(
     i = from[s][i];
   }
   return starts;
+}
+
+Plan Plan::withDegrees(int64_t pp, int64_t dp, int64_t ep, int64_t tp,
+                       bool sequenceParallel) {
+  Plan plan;
+  plan.pp = pp;
+  plan.dp = dp;
+  plan.ep = ep;
+  plan.tp = tp;
+  plan.sequenceParallel = sequenceParallel;
+  return plan;
 }
 
 std::string Plan::degrees() const {

@@ -75,3 +75,13 @@ func.func @negative_partitioned_twice(%x: tensor<4xf32>) -> tensor<4xf32> {
   %a = parax.all_reduce %x over @g ["tp"] : tensor<4xf32> -> tensor<4xf32>
   return %a : tensor<4xf32>
 }
+
+// -----
+
+parax.grid @g(tp = 2)
+parax.grid @h(tp = 2)
+// expected-error @+1 {{shardings of one function name different grids}}
+func.func @negative_conflicting_grids(%x: tensor<4xf32> {parax.sharding = #parax.sharding<@g, [{tp}]>}) -> tensor<4xf32> {
+  %a = parax.silu %x {parax.shardings = [#parax.sharding<@h, [{tp}]>]} : (tensor<4xf32>) -> tensor<4xf32>
+  return %a : tensor<4xf32>
+}

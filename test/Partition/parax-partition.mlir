@@ -204,3 +204,32 @@ func.func @kv_heads_replicated(%q: tensor<1x8x8x8xf32>, %k: tensor<1x8x2x8xf32>,
       : (tensor<1x8x8x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x8x8x8xf32>
   return %o : tensor<1x8x8x8xf32>
 }
+
+// -----
+
+parax.grid @g(pp = 2, dp = 2, tp = 2)
+// All three at once (dp2 x tp2 x pp2, 8 ranks): the batch split over dp, a
+// Megatron MLP per stage over tp, one send/recv pair between the stages.
+// CHECK-LABEL: func.func @three_d_stage0
+// CHECK-SAME: %{{.*}}: tensor<2x4x16xf32>
+// CHECK: parax.linear {{.*}} -> tensor<2x4x32xf32>
+// CHECK: parax.linear {{.*}} -> tensor<2x4x16xf32>
+// CHECK: parax.all_reduce {{.*}} over @g ["tp"] : tensor<2x4x16xf32>
+// CHECK: parax.send {{.*}} over @g ["pp"] to 1 : tensor<2x4x16xf32>
+// CHECK-LABEL: func.func @three_d_stage1
+// CHECK: parax.recv over @g ["pp"] from 0 : tensor<2x4x16xf32>
+// CHECK: parax.all_reduce {{.*}} over @g ["tp"] : tensor<2x4x16xf32>
+// CHECK: parax.all_gather {{.*}} over @g ["dp"] dim 0 : tensor<2x4x16xf32> -> tensor<4x4x16xf32>
+// CHECK: return {{.*}} : tensor<4x4x16xf32>
+func.func @three_d(%x: tensor<4x4x16xf32> {parax.sharding = #parax.sharding<@g, [{dp}, {}, {}]>},
+    %a0: tensor<64x16xf32> {parax.param = "a0", parax.sharding = #parax.sharding<@g, [{tp}, {}]>},
+    %b0: tensor<16x64xf32> {parax.param = "b0", parax.sharding = #parax.sharding<@g, [{}, {tp}]>},
+    %a1: tensor<64x16xf32> {parax.param = "a1", parax.sharding = #parax.sharding<@g, [{tp}, {}]>},
+    %b1: tensor<16x64xf32> {parax.param = "b1", parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) -> tensor<4x4x16xf32> {
+  %h0 = parax.linear %x, %a0 {transpose_w, parax.stage = 0 : i64, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {tp}]>]} : (tensor<4x4x16xf32>, tensor<64x16xf32>) -> tensor<4x4x64xf32>
+  %y0 = parax.linear %h0, %b0 {transpose_w, parax.stage = 0 : i64, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {}], partial = {tp}>]} : (tensor<4x4x64xf32>, tensor<16x64xf32>) -> tensor<4x4x16xf32>
+  %r0 = parax.add %x, %y0 {parax.stage = 0 : i64, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {}]>]} : (tensor<4x4x16xf32>, tensor<4x4x16xf32>) -> tensor<4x4x16xf32>
+  %h1 = parax.linear %r0, %a1 {transpose_w, parax.stage = 1 : i64, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {tp}]>]} : (tensor<4x4x16xf32>, tensor<64x16xf32>) -> tensor<4x4x64xf32>
+  %y1 = parax.linear %h1, %b1 {transpose_w, parax.stage = 1 : i64, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {}], partial = {tp}>]} : (tensor<4x4x64xf32>, tensor<16x64xf32>) -> tensor<4x4x16xf32>
+  return %y1 : tensor<4x4x16xf32>
+}

@@ -84,6 +84,8 @@ struct Plan {
   std::map<std::string, int64_t> decoderCollectives, allCollectives;
 
   std::string degrees() const;
+  static Plan withDegrees(int64_t pp, int64_t dp, int64_t ep, int64_t tp,
+                          bool sequenceParallel);
 };
 
 struct PlanResult {

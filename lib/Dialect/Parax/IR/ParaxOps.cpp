@@ -581,20 +581,22 @@ PARAX_GROUP_SIZE(SendOp)
 PARAX_GROUP_SIZE(RecvOp)
 #undef PARAX_GROUP_SIZE
 
-LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (failed(groupSize(*this, getGridAttr(), getAxes(), symbols)))
+// C1 and "the result type equals the operand type" (C2).
+template <typename OpT>
+static LogicalResult verifyTypePreserving(OpT op, SymbolTableCollection &symbols) {
+  if (failed(groupSize(op, op.getGridAttr(), op.getAxes(), symbols)))
     return failure();
-  if (getX().getType() != getResult().getType())
-    return emitOpError("C2: the result type must equal the operand type");
+  if (op.getX().getType() != op.getResult().getType())
+    return op.emitOpError("C2: the result type must equal the operand type");
   return success();
 }
 
+LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyTypePreserving(*this, symbols);
+}
+
 LogicalResult ToPartialOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (failed(groupSize(*this, getGridAttr(), getAxes(), symbols)))
-    return failure();
-  if (getX().getType() != getResult().getType())
-    return emitOpError("C2: the result type must equal the operand type");
-  return success();
+  return verifyTypePreserving(*this, symbols);
 }
 
 LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
