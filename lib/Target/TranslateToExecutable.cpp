@@ -1,0 +1,257 @@
+//===- TranslateToExecutable.cpp - partitioned IR -> .pxe -----------------===//
+
+#include "parax/Target/Executable.h"
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+#include "parax/InitAll.h"
+
+#include "parax/runtime/executable.pb.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <map>
+
+using namespace mlir;
+using namespace parax;
+
+namespace {
+
+constexpr uint32_t kFormatVersion = 1;
+
+FailureOr<pxe::DType> dtypeOf(Type type, Location loc) {
+  Type element = cast<ShapedType>(type).getElementType();
+  if (element.isF32()) return pxe::F32;
+  if (element.isBF16()) return pxe::BF16;
+  if (element.isF16()) return pxe::F16;
+  if (element.isInteger(32)) return pxe::I32;
+  if (element.isInteger(64)) return pxe::I64;
+  return emitError(loc) << "no executable dtype for " << element;
+}
+
+// Attribute -> pxe::Attr; dictionaries flatten into "name.key" entries.
+LogicalResult addAttr(google::protobuf::Map<std::string, pxe::Attr> &out,
+                      const std::string &name, Attribute attr, Location loc) {
+  pxe::Attr value;
+  if (auto b = dyn_cast<BoolAttr>(attr)) {
+    value.set_b(b.getValue());
+  } else if (auto i = dyn_cast<IntegerAttr>(attr)) {
+    value.set_i(i.getValue().getSExtValue());
+  } else if (auto f = dyn_cast<FloatAttr>(attr)) {
+    value.set_f(f.getValueAsDouble());
+  } else if (auto s = dyn_cast<StringAttr>(attr)) {
+    value.set_s(s.getValue().str());
+  } else if (isa<UnitAttr>(attr)) {
+    value.set_b(true);
+  } else if (auto ref = dyn_cast<FlatSymbolRefAttr>(attr)) {
+    value.set_s(ref.getValue().str());
+  } else if (auto dense = dyn_cast<DenseI64ArrayAttr>(attr)) {
+    for (int64_t v : dense.asArrayRef())
+      value.mutable_ints()->add_values(v);
+  } else if (auto score = dyn_cast<ScoreFuncAttr>(attr)) {
+    value.set_s(stringifyScoreFunc(score.getValue()).str());
+  } else if (auto gelu = dyn_cast<GeluApproxAttr>(attr)) {
+    value.set_s(stringifyGeluApprox(gelu.getValue()).str());
+  } else if (auto dict = dyn_cast<DictionaryAttr>(attr)) {
+    for (NamedAttribute entry : dict)
+      if (failed(addAttr(out, name + "." + entry.getName().str(), entry.getValue(), loc)))
+        return failure();
+    return success();
+  } else if (auto array = dyn_cast<ArrayAttr>(attr)) {
+    for (Attribute element : array) {
+      if (auto s = dyn_cast<StringAttr>(element))
+        value.mutable_strings()->add_values(s.getValue().str());
+      else if (auto i = dyn_cast<IntegerAttr>(element))
+        value.mutable_ints()->add_values(i.getValue().getSExtValue());
+      else
+        return emitError(loc) << "attribute '" << name << "' has no executable form";
+    }
+  } else {
+    return emitError(loc) << "attribute '" << name << "' has no executable form";
+  }
+  out[name] = value;
+  return success();
+}
+
+struct GridSizes {
+  std::map<std::string, int64_t> sizes;
+  int64_t product(ArrayAttr axes) const {
+    int64_t n = 1;
+    for (Attribute a : axes)
+      n *= sizes.at(cast<StringAttr>(a).getValue().str());
+    return n;
+  }
+};
+
+LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
+                             bool last, const GridSizes &grid, pxe::Stage &stage) {
+  stage.set_index(stageIndex);
+  DenseMap<Value, int32_t> ids;
+  auto addBuffer = [&](Value value) -> FailureOr<pxe::Buffer *> {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type || !type.hasStaticShape())
+      return emitError(value.getLoc()) << "executables hold static tensors only";
+    FailureOr<pxe::DType> dtype = dtypeOf(type, value.getLoc());
+    if (failed(dtype))
+      return failure();
+    pxe::Buffer *buffer = stage.add_buffers();
+    buffer->set_id(stage.buffers_size() - 1);
+    buffer->set_dtype(*dtype);
+    for (int64_t d : type.getShape())
+      buffer->add_shape(d);
+    buffer->set_role(pxe::TEMPORARY);
+    ids[value] = buffer->id();
+    return buffer;
+  };
+
+  int32_t inputs = 0;
+  for (BlockArgument arg : function.getArguments()) {
+    FailureOr<pxe::Buffer *> buffer = addBuffer(arg);
+    if (failed(buffer))
+      return failure();
+    unsigned n = arg.getArgNumber();
+    if (auto param = function.getArgAttrOfType<StringAttr>(n, ParaxDialect::kParamAttrName)) {
+      (*buffer)->set_role(pxe::PARAMETER);
+      (*buffer)->set_param_name(param.getValue().str());
+    } else {
+      (*buffer)->set_role(pxe::INPUT);
+      (*buffer)->set_input_index(inputs++);
+    }
+    auto type = cast<RankedTensorType>(arg.getType());
+    auto global = function.getArgAttrOfType<ShardingAttr>(
+        n, ParaxDialect::kGlobalShardingAttrName);
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      pxe::AxisList *axes = (*buffer)->add_split();
+      int64_t parts = 1;
+      if (global && d < static_cast<int64_t>(global.getDims().size()))
+        for (StringRef axis : global.getSplitAxes(d)) {
+          axes->add_axes(axis.str());
+          parts *= grid.sizes.at(axis.str());
+        }
+      (*buffer)->add_global_shape(type.getDimSize(d) * parts);
+    }
+    if (global)
+      for (Attribute axis : global.getPartialAxes())
+        (*buffer)->add_partial(cast<StringAttr>(axis).getValue().str());
+  }
+
+  for (Operation &op : function.getBody().front()) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      if (last)
+        for (Value value : ret.getOperands())
+          stage.add_outputs(ids.at(value));
+      continue;
+    }
+    if (!isa<ParaxDialect>(op.getDialect()))
+      return op.emitError("executables hold parax ops only");
+    pxe::Instruction *inst = stage.add_instructions();
+    inst->set_op(op.getName().stripDialect().str());
+    for (Value operand : op.getOperands()) {
+      auto it = ids.find(operand);
+      if (it == ids.end())
+        return op.emitError("operand defined outside the stage");
+      inst->add_operands(it->second);
+    }
+    for (Value result : op.getResults()) {
+      FailureOr<pxe::Buffer *> buffer = addBuffer(result);
+      if (failed(buffer))
+        return failure();
+      inst->add_results((*buffer)->id());
+    }
+    for (NamedAttribute attr : op.getAttrs()) {
+      std::string name = attr.getName().str();
+      if (name == ParaxDialect::kShardingsAttrName || name == ParaxDialect::kStageAttrName)
+        continue;
+      if (name == ParaxDialect::kLayerAttrName)
+        name = "layer";
+      if (failed(addAttr(*inst->mutable_attrs(), name, attr.getValue(), op.getLoc())))
+        return failure();
+    }
+  }
+  return success();
+}
+
+} // namespace
+
+LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &os) {
+  pxe::Executable exe;
+  exe.set_format_version(kFormatVersion);
+  GridSizes grid;
+  SmallVector<int64_t> shape;
+  auto grids = module.getOps<GridOp>();
+  if (std::distance(grids.begin(), grids.end()) > 1)
+    return module.emitError("an executable runs on one grid; the module has several");
+  if (!grids.empty()) {
+    GridOp g = *grids.begin();
+    for (auto [name, size] : llvm::zip(g.getAxisNames(), g.getShape())) {
+      std::string axis = cast<StringAttr>(name).getValue().str();
+      exe.mutable_grid()->add_axis_names(axis);
+      exe.mutable_grid()->add_shape(size);
+      grid.sizes[axis] = size;
+      shape.push_back(size);
+    }
+  }
+  int64_t devices = 1;
+  for (int64_t s : shape)
+    devices *= s;
+  for (int64_t rank = 0; rank < devices; ++rank) {
+    pxe::Coordinates *coords = exe.add_ranks();
+    SmallVector<int64_t> c(shape.size());
+    int64_t r = rank;
+    for (int64_t i = shape.size() - 1; i >= 0; --i) {
+      c[i] = r % shape[i];
+      r /= shape[i];
+    }
+    for (int64_t v : c)
+      coords->add_values(v);
+  }
+
+  // Stage functions, in stage order.
+  std::map<int64_t, func::FuncOp> stages;
+  std::string scheduleKind = "1f1b";
+  int64_t microBatches = 1;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    if (function.isExternal())
+      continue;
+    int64_t index = 0;
+    if (auto pipeline = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPipelineAttrName)) {
+      index = cast<IntegerAttr>(pipeline.get("stage")).getInt();
+      if (auto kind = pipeline.getAs<StringAttr>("schedule"))
+        scheduleKind = kind.getValue().str();
+      if (auto micro = pipeline.getAs<IntegerAttr>("micro_batches"))
+        microBatches = micro.getInt();
+    }
+    if (!stages.emplace(index, function).second)
+      return function.emitError("two functions for pipeline stage ") << index;
+  }
+  if (stages.empty())
+    return module.emitError("no function to translate");
+  int64_t expected = 0;
+  for (auto &[index, function] : stages) {
+    if (index != expected++)
+      return function.emitError("pipeline stages must be 0 .. n-1");
+    bool last = index + 1 == static_cast<int64_t>(stages.size());
+    if (failed(translateStage(function, index, last, grid, *exe.add_stages())))
+      return failure();
+  }
+  exe.mutable_schedule()->set_kind(scheduleKind);
+  exe.mutable_schedule()->set_micro_batches(microBatches);
+  std::string bytes;
+  if (!exe.SerializeToString(&bytes))
+    return module.emitError("cannot serialise the executable");
+  os << bytes;
+  return success();
+}
+
+void parax::registerToExecutableTranslation() {
+  TranslateFromMLIRRegistration registration(
+      "to-executable", "write a partitioned parax module as a .pxe executable",
+      [](Operation *op, llvm::raw_ostream &os) -> LogicalResult {
+        auto module = dyn_cast<ModuleOp>(op);
+        if (!module)
+          return op->emitError("expected a module");
+        return translateToExecutable(module, os);
+      },
+      [](DialectRegistry &registry) { registerAllDialects(registry); });
+}
