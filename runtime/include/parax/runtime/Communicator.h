@@ -1,0 +1,47 @@
+// Communicator.h - collectives over groups of grid ranks.
+//
+// A group is a set of grid axes (as a bit mask over the grid's axes, in
+// grid order): the ranks that differ from this one only along those axes,
+// ordered by their coordinates on them (major to minor). Executors see only
+// this interface; MPI (and NCCL, later) live behind it.
+
+#ifndef PARAX_RUNTIME_COMMUNICATOR_H
+#define PARAX_RUNTIME_COMMUNICATOR_H
+
+#include "parax/runtime/Status.h"
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace parax::runtime {
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Number of ranks in the group `axesMask`.
+  virtual int groupSize(unsigned axesMask) const = 0;
+  virtual Status allReduce(float *data, size_t n, unsigned axesMask) = 0;
+  /// out holds groupSize * n values, block i from the group's rank i.
+  virtual Status allGather(const float *in, size_t n, float *out, unsigned axesMask) = 0;
+  /// in holds groupSize blocks of n; out receives the sum of block `my index`.
+  virtual Status reduceScatter(const float *in, float *out, size_t n, unsigned axesMask) = 0;
+  /// in holds groupSize blocks of n (block i to rank i); out likewise from them.
+  virtual Status allToAll(const float *in, float *out, size_t n, unsigned axesMask) = 0;
+  virtual Status send(const float *data, size_t n, int peerRank) = 0;
+  virtual Status recv(float *data, size_t n, int peerRank) = 0;
+  /// Ends the whole job (every rank) after an error on this one.
+  [[noreturn]] virtual void abort(const std::string &message) = 0;
+};
+
+/// The MPI communicator for a grid of `shape` (MPI must be initialised and
+/// the world size equal to the grid size).
+StatusOr<std::unique_ptr<Communicator>>
+createMpiCommunicator(const std::vector<int64_t> &shape);
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_COMMUNICATOR_H

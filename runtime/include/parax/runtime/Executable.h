@@ -1,0 +1,31 @@
+// Executable.h - loading and validating a .pxe file.
+//
+// The runtime never trusts the file: every id, shape, dtype, op name, arity,
+// attribute and grid reference is checked before anything runs, and a bad
+// file gets an error naming the field.
+
+#ifndef PARAX_RUNTIME_EXECUTABLE_H
+#define PARAX_RUNTIME_EXECUTABLE_H
+
+#include "parax/runtime/Status.h"
+#include "parax/runtime/executable.pb.h"
+
+#include <string>
+
+namespace parax::runtime {
+
+/// Reads and validates `path`.
+StatusOr<pxe::Executable> loadExecutable(const std::string &path);
+
+/// Validates a parsed executable (exposed for tests).
+Status validateExecutable(const pxe::Executable &exe);
+
+/// Number of ranks of the executable's grid.
+int64_t gridSize(const pxe::Executable &exe);
+
+/// Size of a grid axis, or 0 when the grid has no such axis.
+int64_t axisSize(const pxe::Executable &exe, const std::string &axis);
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_EXECUTABLE_H

@@ -1,0 +1,44 @@
+// Executor.h - runs one rank's stage of an executable on the CPU.
+//
+// Buffers are assigned up front (prepare): parameters read from the
+// checkpoint (this rank's slice only), inputs sliced from the model inputs;
+// then run() executes the instructions in order, one kernel each.
+
+#ifndef PARAX_RUNTIME_EXECUTOR_H
+#define PARAX_RUNTIME_EXECUTOR_H
+
+#include "parax/runtime/Checkpoint.h"
+#include "parax/runtime/Communicator.h"
+#include "parax/runtime/Status.h"
+#include "parax/runtime/Tensor.h"
+#include "parax/runtime/executable.pb.h"
+
+#include <vector>
+
+namespace parax::runtime {
+
+class Executor {
+public:
+  /// `comm` may be null for a grid of one rank.
+  Status prepare(const pxe::Executable &exe, int rank, Communicator *comm,
+                 const Checkpoint &weights, const std::vector<Tensor> &inputs);
+  Status run();
+  /// The stage's outputs (the last stage only; empty elsewhere).
+  std::vector<Tensor> outputs() const;
+  int stage() const { return stage_; }
+  size_t instructionCount() const;
+
+private:
+  struct Impl;
+  const pxe::Executable *exe_ = nullptr;
+  const pxe::Stage *stageProto_ = nullptr;
+  Communicator *comm_ = nullptr;
+  int rank_ = 0;
+  int stage_ = 0;
+  std::vector<int64_t> coords_;
+  std::vector<Tensor> buffers_;
+};
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_EXECUTOR_H

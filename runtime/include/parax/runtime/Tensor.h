@@ -1,0 +1,32 @@
+// Tensor.h - host tensors of the CPU backend.
+//
+// Floating point values are computed in fp32 whatever their storage dtype
+// (bf16 checkpoints are widened on load); indices are int32.
+
+#ifndef PARAX_RUNTIME_TENSOR_H
+#define PARAX_RUNTIME_TENSOR_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace parax::runtime {
+
+struct Tensor {
+  bool isInt = false;
+  std::vector<int64_t> shape;
+  std::vector<float> f;    // when !isInt
+  std::vector<int32_t> i;  // when isInt
+
+  static Tensor floats(std::vector<int64_t> shape);
+  static Tensor ints(std::vector<int64_t> shape);
+  int64_t numel() const;
+  int64_t dim(int d) const { return shape[d < 0 ? shape.size() + d : d]; }
+  std::string shapeString() const;
+};
+
+int64_t numelOf(const std::vector<int64_t> &shape);
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_TENSOR_H

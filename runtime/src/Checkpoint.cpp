@@ -1,0 +1,350 @@
+// Checkpoint.cpp - safetensors (memory-mapped, sliced reads) and .npy files.
+
+#include "parax/runtime/Checkpoint.h"
+
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace parax::runtime {
+
+namespace {
+
+// A minimal JSON reader for the safetensors header: objects, arrays,
+// strings, numbers; nothing else is needed or accepted.
+struct Json {
+  enum Kind { Object, Array, String, Number } kind = Number;
+  std::map<std::string, Json> object;
+  std::vector<Json> array;
+  std::string string;
+  double number = 0;
+};
+
+class JsonParser {
+public:
+  JsonParser(const char *p, const char *end) : p_(p), end_(end) {}
+  bool parse(Json &out, int depth = 0) {
+    skip();
+    if (p_ >= end_ || depth > 16)
+      return false;
+    if (*p_ == '{') {
+      out.kind = Json::Object;
+      ++p_;
+      skip();
+      if (p_ < end_ && *p_ == '}') return ++p_, true;
+      while (true) {
+        Json key;
+        skip();
+        if (!parseString(key.string)) return false;
+        skip();
+        if (p_ >= end_ || *p_++ != ':') return false;
+        Json value;
+        if (!parse(value, depth + 1)) return false;
+        if (!out.object.emplace(key.string, std::move(value)).second) return false;
+        skip();
+        if (p_ < end_ && *p_ == ',') { ++p_; continue; }
+        if (p_ < end_ && *p_ == '}') return ++p_, true;
+        return false;
+      }
+    }
+    if (*p_ == '[') {
+      out.kind = Json::Array;
+      ++p_;
+      skip();
+      if (p_ < end_ && *p_ == ']') return ++p_, true;
+      while (true) {
+        Json value;
+        if (!parse(value, depth + 1)) return false;
+        out.array.push_back(std::move(value));
+        skip();
+        if (p_ < end_ && *p_ == ',') { ++p_; continue; }
+        if (p_ < end_ && *p_ == ']') return ++p_, true;
+        return false;
+      }
+    }
+    if (*p_ == '"') {
+      out.kind = Json::String;
+      return parseString(out.string);
+    }
+    out.kind = Json::Number;
+    const char *start = p_;
+    while (p_ < end_ && (isdigit(*p_) || *p_ == '-' || *p_ == '+' || *p_ == '.' || *p_ == 'e' || *p_ == 'E'))
+      ++p_;
+    if (p_ == start) return false;
+    out.number = std::strtod(std::string(start, p_).c_str(), nullptr);
+    return true;
+  }
+  bool atEnd() { skip(); return p_ == end_; }
+
+private:
+  void skip() { while (p_ < end_ && isspace(static_cast<unsigned char>(*p_))) ++p_; }
+  bool parseString(std::string &s) {
+    if (p_ >= end_ || *p_ != '"') return false;
+    ++p_;
+    while (p_ < end_ && *p_ != '"') {
+      if (*p_ == '\\') {
+        if (++p_ >= end_) return false;
+      }
+      s.push_back(*p_++);
+    }
+    if (p_ >= end_) return false;
+    ++p_;
+    return true;
+  }
+  const char *p_, *end_;
+};
+
+size_t dtypeSize(const std::string &dtype) {
+  if (dtype == "F32" || dtype == "I32") return 4;
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  if (dtype == "I64") return 8;
+  return 0;
+}
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {
+      int e = -1;
+      do { ++e; mant <<= 1; } while (!(mant & 0x400));
+      bits = sign | ((127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+} // namespace
+
+Checkpoint::~Checkpoint() {
+  if (map_)
+    munmap(const_cast<uint8_t *>(map_), mapSize_);
+}
+
+StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    return PARAX_ERROR(path + ": cannot open the checkpoint");
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < 8) {
+    ::close(fd);
+    return PARAX_ERROR(path + ": not a safetensors file (too short)");
+  }
+  void *map = mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED)
+    return PARAX_ERROR(path + ": cannot map the checkpoint");
+  std::shared_ptr<Checkpoint> ckpt(new Checkpoint());
+  ckpt->path_ = path;
+  ckpt->map_ = static_cast<const uint8_t *>(map);
+  ckpt->mapSize_ = st.st_size;
+  uint64_t headerSize = 0;
+  for (int i = 7; i >= 0; --i)
+    headerSize = (headerSize << 8) | ckpt->map_[i];
+  if (headerSize > ckpt->mapSize_ - 8 || headerSize > (uint64_t(1) << 30))
+    return PARAX_ERROR(path + ": header size " + std::to_string(headerSize) +
+                       " exceeds the file");
+  ckpt->dataOffset_ = 8 + headerSize;
+  const char *text = reinterpret_cast<const char *>(ckpt->map_ + 8);
+  JsonParser parser(text, text + headerSize);
+  Json root;
+  if (!parser.parse(root) || !parser.atEnd() || root.kind != Json::Object)
+    return PARAX_ERROR(path + ": the header is not a JSON object");
+  size_t dataSize = ckpt->mapSize_ - ckpt->dataOffset_;
+  for (const auto &[name, value] : root.object) {
+    if (name == "__metadata__")
+      continue;
+    std::string where = path + ": tensor '" + name + "'";
+    if (value.kind != Json::Object)
+      return PARAX_ERROR(where + " is not an object");
+    auto dtype = value.object.find("dtype");
+    auto shape = value.object.find("shape");
+    auto offsets = value.object.find("data_offsets");
+    if (dtype == value.object.end() || dtype->second.kind != Json::String ||
+        !dtypeSize(dtype->second.string))
+      return PARAX_ERROR(where + ": dtype missing or not F32/BF16/F16/I32/I64");
+    if (shape == value.object.end() || shape->second.kind != Json::Array)
+      return PARAX_ERROR(where + ": shape missing");
+    if (offsets == value.object.end() || offsets->second.kind != Json::Array ||
+        offsets->second.array.size() != 2)
+      return PARAX_ERROR(where + ": data_offsets missing");
+    Entry entry;
+    entry.dtype = dtype->second.string;
+    int64_t elements = 1;
+    for (const Json &d : shape->second.array) {
+      if (d.kind != Json::Number || d.number < 0 || d.number > 1e12)
+        return PARAX_ERROR(where + ": bad shape");
+      entry.shape.push_back(static_cast<int64_t>(d.number));
+      elements *= entry.shape.back();
+    }
+    double begin = offsets->second.array[0].number, end = offsets->second.array[1].number;
+    if (begin < 0 || end < begin || end > static_cast<double>(dataSize))
+      return PARAX_ERROR(where + ": data_offsets outside the file");
+    entry.begin = static_cast<size_t>(begin);
+    entry.end = static_cast<size_t>(end);
+    if (entry.end - entry.begin != static_cast<size_t>(elements) * dtypeSize(entry.dtype))
+      return PARAX_ERROR(where + ": byte size does not match its shape and dtype");
+    ckpt->entries_[name] = entry;
+  }
+  return ckpt;
+}
+
+const Checkpoint::Entry *Checkpoint::find(const std::string &name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &shape,
+                           const std::vector<int64_t> &start,
+                           const std::vector<int64_t> &size, Tensor &out) const {
+  const Entry *entry = find(name);
+  if (!entry)
+    return PARAX_ERROR(path_ + ": no tensor '" + name + "' (a missing weight)");
+  if (entry->shape != shape) {
+    std::string want, have;
+    for (int64_t d : shape) want += std::to_string(d) + " ";
+    for (int64_t d : entry->shape) have += std::to_string(d) + " ";
+    return PARAX_ERROR(path_ + ": tensor '" + name + "' has shape [ " + have +
+                       "], the executable expects [ " + want + "]");
+  }
+  size_t rank = shape.size();
+  size_t elem = dtypeSize(entry->dtype);
+  const uint8_t *base = map_ + dataOffset_ + entry->begin;
+  bool isInt = entry->dtype == "I32" || entry->dtype == "I64";
+  out = isInt ? Tensor::ints(size) : Tensor::floats(size);
+  std::vector<int64_t> strides(rank, 1);
+  for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  std::vector<int64_t> index(rank, 0);
+  int64_t n = out.numel();
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d)
+      offset += (start[d] + index[d]) * strides[d];
+    const uint8_t *p = base + offset * elem;
+    if (entry->dtype == "F32") {
+      std::memcpy(&out.f[k], p, 4);
+    } else if (entry->dtype == "BF16") {
+      uint32_t bits = uint32_t(p[0] | (p[1] << 8)) << 16;
+      std::memcpy(&out.f[k], &bits, 4);
+    } else if (entry->dtype == "F16") {
+      out.f[k] = halfToFloat(uint16_t(p[0] | (p[1] << 8)));
+    } else if (entry->dtype == "I32") {
+      std::memcpy(&out.i[k], p, 4);
+    } else {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      out.i[k] = static_cast<int32_t>(v);
+    }
+    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+      if (++index[d] < size[d])
+        break;
+      index[d] = 0;
+    }
+  }
+  return Status::ok();
+}
+
+StatusOr<Tensor> readNpy(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return PARAX_ERROR(path + ": cannot open");
+  char magic[8];
+  in.read(magic, 8);
+  if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    return PARAX_ERROR(path + ": not a .npy file");
+  uint32_t headerLen = 0;
+  if (magic[6] == 1) {
+    unsigned char b[2];
+    in.read(reinterpret_cast<char *>(b), 2);
+    headerLen = b[0] | (b[1] << 8);
+  } else {
+    unsigned char b[4];
+    in.read(reinterpret_cast<char *>(b), 4);
+    headerLen = b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
+  }
+  if (!in || headerLen > 65536)
+    return PARAX_ERROR(path + ": bad .npy header");
+  std::string header(headerLen, '\0');
+  in.read(header.data(), headerLen);
+  auto field = [&](const std::string &key) {
+    size_t k = header.find("'" + key + "'");
+    return k == std::string::npos ? std::string() : header.substr(k + key.size() + 2);
+  };
+  std::string descr = field("descr"), order = field("fortran_order"), shapeText = field("shape");
+  if (order.find("False") == std::string::npos || order.find("False") > 4)
+    return PARAX_ERROR(path + ": Fortran-ordered arrays are not supported");
+  std::string type;
+  for (const char *t : {"<f4", "<i4", "<i8"})
+    if (descr.find(t) != std::string::npos && descr.find(t) < 6)
+      type = t;
+  if (type.empty())
+    return PARAX_ERROR(path + ": dtype must be <f4, <i4 or <i8");
+  std::vector<int64_t> shape;
+  size_t open = shapeText.find('('), close = shapeText.find(')');
+  if (open == std::string::npos || close == std::string::npos)
+    return PARAX_ERROR(path + ": no shape in the header");
+  std::string dims = shapeText.substr(open + 1, close - open - 1);
+  size_t pos = 0;
+  while (pos < dims.size()) {
+    size_t next = dims.find(',', pos);
+    std::string item = dims.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    if (item.find_first_of("0123456789") != std::string::npos)
+      shape.push_back(std::stoll(item));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  Tensor t = type == "<f4" ? Tensor::floats(shape) : Tensor::ints(shape);
+  int64_t n = t.numel();
+  if (type == "<f4") {
+    in.read(reinterpret_cast<char *>(t.f.data()), n * 4);
+  } else if (type == "<i4") {
+    in.read(reinterpret_cast<char *>(t.i.data()), n * 4);
+  } else {
+    std::vector<int64_t> wide(n);
+    in.read(reinterpret_cast<char *>(wide.data()), n * 8);
+    for (int64_t k = 0; k < n; ++k)
+      t.i[k] = static_cast<int32_t>(wide[k]);
+  }
+  if (!in)
+    return PARAX_ERROR(path + ": truncated data");
+  return t;
+}
+
+Status writeNpy(const std::string &path, const Tensor &t) {
+  std::string shape = "(";
+  for (int64_t d : t.shape)
+    shape += std::to_string(d) + ",";
+  shape += ")";
+  std::string header = "{'descr': '" + std::string(t.isInt ? "<i4" : "<f4") +
+                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64)
+    header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  if (!out)
+    return PARAX_ERROR(path + ": cannot write");
+  out.write("\x93NUMPY\x01\x00", 8);
+  uint16_t len = header.size();
+  out.put(len & 0xff);
+  out.put(len >> 8);
+  out << header;
+  if (t.isInt)
+    out.write(reinterpret_cast<const char *>(t.i.data()), t.i.size() * 4);
+  else
+    out.write(reinterpret_cast<const char *>(t.f.data()), t.f.size() * 4);
+  return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
+}
+
+} // namespace parax::runtime

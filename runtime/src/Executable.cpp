@@ -1,0 +1,203 @@
+// Executable.cpp - loading and validating a .pxe file.
+
+#include "parax/runtime/Executable.h"
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace parax::runtime {
+
+namespace {
+
+constexpr uint32_t kFormatVersion = 1;
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+
+// Operand / result counts of every op the runtime knows (-1: variadic).
+const std::map<std::string, std::pair<int, int>> &arities() {
+  static const std::map<std::string, std::pair<int, int>> table = {
+      {"embedding", {2, 1}},      {"position_embedding", {1, 1}},
+      {"linear", {-1, 1}},        {"rms_norm", {2, 1}},
+      {"layer_norm", {3, 1}},     {"rope", {1, 1}},
+      {"attention", {3, 1}},      {"add", {2, 1}},
+      {"mul", {2, 1}},            {"silu", {1, 1}},
+      {"sigmoid", {1, 1}},        {"gelu", {1, 1}},
+      {"swiglu", {2, 1}},         {"reshape", {1, 1}},
+      {"transpose", {1, 1}},      {"slice", {1, 1}},
+      {"concat", {-1, 1}},        {"broadcast", {1, 1}},
+      {"router", {-1, 2}},        {"experts", {6, 1}},
+      {"cross_entropy", {2, 1}},  {"all_reduce", {1, 1}},
+      {"all_gather", {1, 1}},     {"reduce_scatter", {1, 1}},
+      {"all_to_all", {1, 1}},     {"shard_slice", {1, 1}},
+      {"to_partial", {1, 1}},     {"send", {1, 0}},
+      {"recv", {0, 1}},           {"moe_dispatch", {3, 3}},
+      {"moe_combine", {2, 1}},
+  };
+  return table;
+}
+
+Status fail(const std::string &where, const std::string &what) {
+  return Status::error(where + ": " + what);
+}
+
+} // namespace
+
+int64_t gridSize(const pxe::Executable &exe) {
+  int64_t n = 1;
+  for (int64_t s : exe.grid().shape())
+    n *= s;
+  return n;
+}
+
+int64_t axisSize(const pxe::Executable &exe, const std::string &axis) {
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+    if (exe.grid().axis_names(i) == axis)
+      return exe.grid().shape(i);
+  return 0;
+}
+
+Status validateExecutable(const pxe::Executable &exe) {
+  if (exe.format_version() != kFormatVersion)
+    return fail("format_version", "is " + std::to_string(exe.format_version()) +
+                                      ", this runtime reads " +
+                                      std::to_string(kFormatVersion));
+  const pxe::Grid &grid = exe.grid();
+  if (grid.axis_names_size() != grid.shape_size())
+    return fail("grid", "has " + std::to_string(grid.axis_names_size()) +
+                            " axis names but " + std::to_string(grid.shape_size()) +
+                            " sizes");
+  std::set<std::string> axes;
+  int64_t devices = 1;
+  for (int i = 0; i < grid.shape_size(); ++i) {
+    if (grid.shape(i) <= 0 || grid.shape(i) > (1 << 20))
+      return fail("grid.shape[" + std::to_string(i) + "]", "must be in [1, 2^20]");
+    if (!axes.insert(grid.axis_names(i)).second)
+      return fail("grid.axis_names", "'" + grid.axis_names(i) + "' appears twice");
+    devices *= grid.shape(i);
+    if (devices > (1 << 24))
+      return fail("grid", "has more than 2^24 ranks");
+  }
+  if (exe.ranks_size() != devices)
+    return fail("ranks", "lists " + std::to_string(exe.ranks_size()) +
+                             " ranks for a grid of " + std::to_string(devices));
+  for (int r = 0; r < exe.ranks_size(); ++r) {
+    const auto &c = exe.ranks(r).values();
+    if (c.size() != grid.shape_size())
+      return fail("ranks[" + std::to_string(r) + "]", "has the wrong number of coordinates");
+    int64_t linear = 0;
+    for (int i = 0; i < c.size(); ++i) {
+      if (c[i] < 0 || c[i] >= grid.shape(i))
+        return fail("ranks[" + std::to_string(r) + "]", "coordinate out of the grid");
+      linear = linear * grid.shape(i) + c[i];
+    }
+    if (linear != r)
+      return fail("ranks[" + std::to_string(r) + "]",
+                  "coordinates are not row-major order (rank " + std::to_string(linear) + ")");
+  }
+  if (exe.stages_size() == 0)
+    return fail("stages", "is empty");
+  int64_t pp = axisSize(exe, "pp");
+  if (exe.stages_size() > 1 && pp != exe.stages_size())
+    return fail("stages", std::to_string(exe.stages_size()) +
+                              " stages need a grid axis 'pp' of that size");
+
+  for (int s = 0; s < exe.stages_size(); ++s) {
+    const pxe::Stage &stage = exe.stages(s);
+    std::string where = "stages[" + std::to_string(s) + "]";
+    if (stage.index() != s)
+      return fail(where + ".index", "is " + std::to_string(stage.index()));
+    std::vector<bool> defined(stage.buffers_size(), false);
+    for (int b = 0; b < stage.buffers_size(); ++b) {
+      const pxe::Buffer &buffer = stage.buffers(b);
+      std::string bw = where + ".buffers[" + std::to_string(b) + "]";
+      if (buffer.id() != b)
+        return fail(bw + ".id", "is " + std::to_string(buffer.id()) + ", expected " + std::to_string(b));
+      if (buffer.dtype() == pxe::DTYPE_UNSPECIFIED || !pxe::DType_IsValid(buffer.dtype()))
+        return fail(bw + ".dtype", "is not a known dtype");
+      if (!pxe::Role_IsValid(buffer.role()) || buffer.role() == pxe::ROLE_UNSPECIFIED)
+        return fail(bw + ".role", "is not a known role");
+      int64_t elements = 1;
+      for (int64_t d : buffer.shape()) {
+        if (d <= 0)
+          return fail(bw + ".shape", "has a non-positive dimension");
+        elements *= d;
+        if (elements > kMaxElements)
+          return fail(bw + ".shape", "is too large");
+      }
+      if (buffer.role() == pxe::PARAMETER || buffer.role() == pxe::INPUT) {
+        defined[b] = true;
+        if (buffer.role() == pxe::PARAMETER && buffer.param_name().empty())
+          return fail(bw + ".param_name", "is empty");
+        if (buffer.global_shape_size() != buffer.shape_size() ||
+            buffer.split_size() != buffer.shape_size())
+          return fail(bw, "global_shape and split need one entry per dimension");
+        for (int d = 0; d < buffer.shape_size(); ++d) {
+          int64_t parts = 1;
+          for (const std::string &axis : buffer.split(d).axes()) {
+            int64_t n = axisSize(exe, axis);
+            if (!n)
+              return fail(bw + ".split", "names unknown grid axis '" + axis + "'");
+            parts *= n;
+          }
+          if (buffer.global_shape(d) != buffer.shape(d) * parts)
+            return fail(bw + ".global_shape",
+                        "dimension " + std::to_string(d) + " is not the local size times its split");
+        }
+        for (const std::string &axis : buffer.partial())
+          if (!axisSize(exe, axis))
+            return fail(bw + ".partial", "names unknown grid axis '" + axis + "'");
+      }
+    }
+    for (int k = 0; k < stage.instructions_size(); ++k) {
+      const pxe::Instruction &inst = stage.instructions(k);
+      std::string iw = where + ".instructions[" + std::to_string(k) + "] (" + inst.op() + ")";
+      auto arity = arities().find(inst.op());
+      if (arity == arities().end())
+        return fail(iw + ".op", "is not an op this runtime knows");
+      if ((arity->second.first >= 0 && inst.operands_size() != arity->second.first) ||
+          inst.results_size() != arity->second.second)
+        return fail(iw, "has the wrong number of operands or results");
+      for (int32_t id : inst.operands())
+        if (id < 0 || id >= stage.buffers_size() || !defined[id])
+          return fail(iw + ".operands", "buffer " + std::to_string(id) +
+                                            " is out of range or not yet computed");
+      for (int32_t id : inst.results()) {
+        if (id < 0 || id >= stage.buffers_size())
+          return fail(iw + ".results", "buffer " + std::to_string(id) + " is out of range");
+        if (defined[id])
+          return fail(iw + ".results", "buffer " + std::to_string(id) + " is written twice");
+        if (stage.buffers(id).role() != pxe::TEMPORARY)
+          return fail(iw + ".results", "buffer " + std::to_string(id) + " is not a temporary");
+        defined[id] = true;
+      }
+      for (const auto &[name, attr] : inst.attrs()) {
+        if (name == "axes" && attr.has_strings())
+          for (const std::string &axis : attr.strings().values())
+            if (!axisSize(exe, axis))
+              return fail(iw + ".attrs[axes]", "names unknown grid axis '" + axis + "'");
+      }
+    }
+    for (int32_t id : stage.outputs())
+      if (id < 0 || id >= stage.buffers_size() || !defined[id])
+        return fail(where + ".outputs", "buffer " + std::to_string(id) + " is not computed");
+  }
+  return Status::ok();
+}
+
+StatusOr<pxe::Executable> loadExecutable(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return PARAX_ERROR(path + ": cannot open the executable");
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  pxe::Executable exe;
+  if (!exe.ParseFromString(bytes.str()))
+    return PARAX_ERROR(path + ": not a parax executable (protobuf parse failed)");
+  Status status = validateExecutable(exe);
+  if (!status.isOk())
+    return Status::error(path + ": " + status.message());
+  return exe;
+}
+
+} // namespace parax::runtime

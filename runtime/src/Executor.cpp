@@ -1,0 +1,710 @@
+// Executor.cpp - CPU kernels (fp32; OpenBLAS sgemm for matmuls) and the
+// instruction loop. Semantics follow the parax op descriptions
+// (docs/dialect/ParaxDialect.md).
+
+#include "parax/runtime/Executor.h"
+#include "parax/runtime/Executable.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <numeric>
+
+namespace parax::runtime {
+
+namespace {
+
+using Attrs = google::protobuf::Map<std::string, pxe::Attr>;
+
+int64_t attrInt(const Attrs &a, const std::string &k, int64_t d = 0) {
+  auto it = a.find(k);
+  return it == a.end() ? d : (it->second.has_b() ? it->second.b() : it->second.i());
+}
+double attrFloat(const Attrs &a, const std::string &k, double d = 0) {
+  auto it = a.find(k);
+  return it == a.end() ? d : it->second.f();
+}
+std::string attrString(const Attrs &a, const std::string &k) {
+  auto it = a.find(k);
+  return it == a.end() ? "" : it->second.s();
+}
+bool attrFlag(const Attrs &a, const std::string &k) {
+  auto it = a.find(k);
+  return it != a.end() && it->second.b();
+}
+std::vector<std::string> attrStrings(const Attrs &a, const std::string &k) {
+  auto it = a.find(k);
+  if (it == a.end())
+    return {};
+  return {it->second.strings().values().begin(), it->second.strings().values().end()};
+}
+
+// Rows of the leading dims and the last dim.
+std::pair<int64_t, int64_t> rowsCols(const Tensor &t) {
+  int64_t cols = t.shape.empty() ? 1 : t.shape.back();
+  return {t.numel() / std::max<int64_t>(cols, 1), cols};
+}
+
+// Splits `t` into `parts` equal pieces along `dim`, concatenated piece-major.
+std::vector<float> piecesAlong(const Tensor &t, int dim, int parts) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= t.shape[d];
+  for (size_t d = dim + 1; d < t.shape.size(); ++d) inner *= t.shape[d];
+  int64_t len = t.shape[dim], chunk = len / parts;
+  std::vector<float> out(t.numel());
+  size_t k = 0;
+  for (int p = 0; p < parts; ++p)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t c = 0; c < chunk; ++c) {
+        const float *src = &t.f[(o * len + p * chunk + c) * inner];
+        std::copy(src, src + inner, &out[k]);
+        k += inner;
+      }
+  return out;
+}
+
+// The inverse: `parts` pieces (piece-major) joined along `dim` into `out`.
+void joinAlong(const std::vector<float> &pieces, int dim, int parts, Tensor &out) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= out.shape[d];
+  for (size_t d = dim + 1; d < out.shape.size(); ++d) inner *= out.shape[d];
+  int64_t len = out.shape[dim], chunk = len / parts;
+  size_t k = 0;
+  for (int p = 0; p < parts; ++p)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t c = 0; c < chunk; ++c) {
+        std::copy(&pieces[k], &pieces[k] + inner, &out.f[(o * len + p * chunk + c) * inner]);
+        k += inner;
+      }
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// Broadcasting index of `out` flat index k into `in` (same rank, dims 1 or equal).
+int64_t broadcastIndex(const Tensor &in, const Tensor &out, int64_t k) {
+  int64_t index = 0, stride = 1;
+  for (int64_t d = out.shape.size() - 1; d >= 0; --d) {
+    int64_t coord = k % out.shape[d];
+    k /= out.shape[d];
+    if (in.shape[d] != 1)
+      index += coord * stride;
+    stride *= in.shape[d];
+  }
+  return index;
+}
+
+} // namespace
+
+struct Executor::Impl {
+  Executor &e;
+  const pxe::Executable &exe;
+
+  unsigned axesMask(const std::vector<std::string> &axes, Status &status) {
+    unsigned mask = 0;
+    int last = -1;
+    for (const std::string &axis : axes) {
+      int index = -1;
+      for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+        if (exe.grid().axis_names(i) == axis)
+          index = i;
+      if (index <= last) {
+        status = Status::error("collective axes must be distinct grid axes in grid order");
+        return 0;
+      }
+      last = index;
+      mask |= 1u << index;
+    }
+    return mask;
+  }
+
+  // This rank's index within the group of `axes` (major to minor).
+  int64_t groupIndex(const std::vector<std::string> &axes) {
+    int64_t index = 0;
+    for (const std::string &axis : axes)
+      for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+        if (exe.grid().axis_names(i) == axis)
+          index = index * exe.grid().shape(i) + e.coords_[i];
+    return index;
+  }
+
+  int64_t groupSizeOf(const std::vector<std::string> &axes) {
+    int64_t n = 1;
+    for (const std::string &axis : axes)
+      n *= axisSize(exe, axis);
+    return n;
+  }
+
+  int peerRank(const std::string &axis, int64_t peer) {
+    int64_t rank = 0;
+    for (int i = 0; i < exe.grid().axis_names_size(); ++i) {
+      int64_t c = exe.grid().axis_names(i) == axis ? peer : e.coords_[i];
+      rank = rank * exe.grid().shape(i) + c;
+    }
+    return static_cast<int>(rank);
+  }
+
+  Status needComm(int64_t groupSize) {
+    if (groupSize > 1 && !e.comm_)
+      return Status::error("a collective over several ranks needs a communicator");
+    return Status::ok();
+  }
+
+  Status run(const pxe::Instruction &inst);
+};
+
+Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *comm,
+                         const Checkpoint &weights, const std::vector<Tensor> &inputs) {
+  exe_ = &exe;
+  comm_ = comm;
+  rank_ = rank;
+  if (rank < 0 || rank >= exe.ranks_size())
+    return Status::error("rank " + std::to_string(rank) + " is outside the grid");
+  coords_.assign(exe.ranks(rank).values().begin(), exe.ranks(rank).values().end());
+  stage_ = 0;
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+    if (exe.grid().axis_names(i) == "pp")
+      stage_ = static_cast<int>(coords_[i]);
+  if (stage_ >= exe.stages_size())
+    stage_ = 0;
+  stageProto_ = &exe.stages(stage_);
+  buffers_.assign(stageProto_->buffers_size(), Tensor());
+
+  for (const pxe::Buffer &buffer : stageProto_->buffers()) {
+    std::vector<int64_t> shape(buffer.shape().begin(), buffer.shape().end());
+    bool isInt = buffer.dtype() == pxe::I32 || buffer.dtype() == pxe::I64;
+    if (buffer.role() == pxe::TEMPORARY) {
+      buffers_[buffer.id()] = isInt ? Tensor::ints(shape) : Tensor::floats(shape);
+      continue;
+    }
+    // This rank's box of the global tensor: per dimension, the chunk at its
+    // coordinate along the split axes (major to minor).
+    std::vector<int64_t> global(buffer.global_shape().begin(), buffer.global_shape().end());
+    std::vector<int64_t> start(shape.size(), 0);
+    for (int d = 0; d < buffer.split_size(); ++d) {
+      int64_t index = 0;
+      for (const std::string &axis : buffer.split(d).axes())
+        for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+          if (exe.grid().axis_names(i) == axis)
+            index = index * exe.grid().shape(i) + coords_[i];
+      start[d] = index * shape[d];
+    }
+    bool zero = false;
+    for (const std::string &axis : buffer.partial())
+      for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+        if (exe.grid().axis_names(i) == axis && coords_[i] != 0)
+          zero = true;
+    Tensor &t = buffers_[buffer.id()];
+    if (buffer.role() == pxe::INPUT) {
+      if (buffer.input_index() < 0 || buffer.input_index() >= static_cast<int>(inputs.size()))
+        return Status::error("the executable wants input #" +
+                             std::to_string(buffer.input_index()) + " but " +
+                             std::to_string(inputs.size()) + " were given");
+      const Tensor &in = inputs[buffer.input_index()];
+      if (in.shape != global)
+        return Status::error("input #" + std::to_string(buffer.input_index()) +
+                             " has shape " + in.shapeString() + ", the executable expects " +
+                             Tensor{false, global, {}, {}}.shapeString());
+      t = isInt ? Tensor::ints(shape) : Tensor::floats(shape);
+      // Copy the box.
+      std::vector<int64_t> index(shape.size(), 0);
+      std::vector<int64_t> strides(shape.size(), 1);
+      for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
+        strides[d] = strides[d + 1] * global[d + 1];
+      for (int64_t k = 0; k < t.numel(); ++k) {
+        int64_t offset = 0;
+        for (size_t d = 0; d < shape.size(); ++d)
+          offset += (start[d] + index[d]) * strides[d];
+        if (isInt)
+          t.i[k] = in.isInt ? in.i[offset] : static_cast<int32_t>(in.f[offset]);
+        else
+          t.f[k] = in.isInt ? static_cast<float>(in.i[offset]) : in.f[offset];
+        for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+          if (++index[d] < shape[d]) break;
+          index[d] = 0;
+        }
+      }
+      continue;
+    }
+    // A parameter; "{e}" names a stack of per-expert tensors along dim 0.
+    const std::string &name = buffer.param_name();
+    size_t e = name.find("{e}");
+    if (e == std::string::npos) {
+      Status s = weights.readBox(name, global, start, shape, t);
+      if (!s.isOk())
+        return s;
+    } else {
+      t = Tensor::floats(shape);
+      std::vector<int64_t> inner(global.begin() + 1, global.end());
+      std::vector<int64_t> innerStart(start.begin() + 1, start.end());
+      std::vector<int64_t> innerSize(shape.begin() + 1, shape.end());
+      int64_t perExpert = numelOf(innerSize);
+      for (int64_t x = 0; x < shape[0]; ++x) {
+        std::string expert = name.substr(0, e) + std::to_string(start[0] + x) + name.substr(e + 3);
+        Tensor piece;
+        Status s = weights.readBox(expert, inner, innerStart, innerSize, piece);
+        if (!s.isOk())
+          return s;
+        std::copy(piece.f.begin(), piece.f.end(), t.f.begin() + x * perExpert);
+      }
+    }
+    if (zero)
+      std::fill(t.f.begin(), t.f.end(), 0.0f);
+  }
+  return Status::ok();
+}
+
+size_t Executor::instructionCount() const {
+  return stageProto_ ? stageProto_->instructions_size() : 0;
+}
+
+std::vector<Tensor> Executor::outputs() const {
+  std::vector<Tensor> out;
+  for (int32_t id : stageProto_->outputs())
+    out.push_back(buffers_[id]);
+  return out;
+}
+
+Status Executor::run() {
+  Impl impl{*this, *exe_};
+  for (int k = 0; k < stageProto_->instructions_size(); ++k) {
+    const pxe::Instruction &inst = stageProto_->instructions(k);
+    Status s = impl.run(inst);
+    if (!s.isOk())
+      return Status::error("stage " + std::to_string(stage_) + " instruction " +
+                           std::to_string(k) + " (" + inst.op() + "): " + s.message());
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::run(const pxe::Instruction &inst) {
+  std::vector<Tensor> &b = e.buffers_;
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  auto in = [&](int k) -> Tensor & { return b[inst.operands(k)]; };
+  auto out = [&](int k = 0) -> Tensor & { return b[inst.results(k)]; };
+
+  if (op == "embedding") {
+    Tensor &ids = in(0), &table = in(1), &y = out();
+    int64_t h = table.shape[1], rows = table.shape[0], offset = 0;
+    std::vector<std::string> axes = attrStrings(a, "vocab_axes");
+    if (!axes.empty())
+      offset = groupIndex(axes) * rows;
+    for (int64_t t = 0; t < ids.numel(); ++t) {
+      int64_t id = ids.i[t] - offset;
+      if (!axes.empty() && (id < 0 || id >= rows)) {
+        std::fill(&y.f[t * h], &y.f[t * h] + h, 0.0f);
+        continue;
+      }
+      if (id < 0 || id >= rows)
+        return Status::error("token id " + std::to_string(ids.i[t]) + " is outside the vocabulary of " + std::to_string(rows));
+      std::copy(&table.f[id * h], &table.f[id * h] + h, &y.f[t * h]);
+    }
+    return Status::ok();
+  }
+  if (op == "position_embedding") {
+    Tensor &table = in(0), &y = out();
+    int64_t s = y.shape[1], h = y.shape[2], offset = attrInt(a, "offset");
+    std::copy(&table.f[offset * h], &table.f[(offset + s) * h], y.f.begin());
+    return Status::ok();
+  }
+  if (op == "linear") {
+    Tensor &x = in(0), &w = in(1), &y = out();
+    bool t = attrFlag(a, "transpose_w");
+    auto [m, k] = rowsCols(x);
+    int64_t n = y.shape.back();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, t ? CblasTrans : CblasNoTrans, m, n, k,
+                1.0f, x.f.data(), k, w.f.data(), t ? k : n, 0.0f, y.f.data(), n);
+    if (inst.operands_size() == 3) {
+      Tensor &bias = in(2);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c)
+          y.f[r * n + c] += bias.f[c];
+    }
+    return Status::ok();
+  }
+  if (op == "rms_norm" || op == "layer_norm") {
+    Tensor &x = in(0), &w = in(1), &y = out();
+    auto [rows, h] = rowsCols(x);
+    double eps = attrFloat(a, "eps");
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = &x.f[r * h];
+      float *yr = &y.f[r * h];
+      double mean = 0, var = 0;
+      if (op == "layer_norm") {
+        for (int64_t c = 0; c < h; ++c) mean += xr[c];
+        mean /= h;
+      }
+      for (int64_t c = 0; c < h; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+      var /= h;
+      float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+      for (int64_t c = 0; c < h; ++c)
+        yr[c] = static_cast<float>(xr[c] - mean) * inv * w.f[c] +
+                (op == "layer_norm" ? in(2).f[c] : 0.0f);
+    }
+    return Status::ok();
+  }
+  if (op == "rope") {
+    Tensor &x = in(0), &y = out();
+    int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
+    int64_t rot = attrInt(a, "rotary_dim"), offset = attrInt(a, "position_offset");
+    double theta = attrFloat(a, "theta");
+    bool interleaved = attrFlag(a, "interleaved");
+    std::vector<double> invFreq(rot / 2);
+    for (int64_t i = 0; i < rot / 2; ++i)
+      invFreq[i] = 1.0 / std::pow(theta, 2.0 * i / rot);
+    std::string scaling = attrString(a, "scaling.rope_type");
+    if (scaling == "llama3") {
+      double factor = attrFloat(a, "scaling.factor"), low = attrFloat(a, "scaling.low_freq_factor"),
+             high = attrFloat(a, "scaling.high_freq_factor");
+      double old = static_cast<double>(attrInt(a, "scaling.original_max_position_embeddings"));
+      for (double &f : invFreq) {
+        double wavelen = 2 * M_PI / f;
+        if (wavelen > old / low) {
+          f /= factor;
+        } else if (wavelen >= old / high) {
+          double smooth = (old / wavelen - low) / (high - low);
+          f = (1 - smooth) * f / factor + smooth * f;
+        }
+      }
+    } else if (scaling == "linear") {
+      for (double &f : invFreq) f /= attrFloat(a, "scaling.factor");
+    } else if (!scaling.empty()) {
+      return Status::error("rope scaling '" + scaling + "' is not implemented by the CPU backend");
+    }
+    y.f = x.f;
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t h = 0; h < H; ++h) {
+          float *v = &y.f[((bb * S + s) * H + h) * D];
+          for (int64_t i = 0; i < rot / 2; ++i) {
+            double angle = (offset + s) * invFreq[i];
+            float c = std::cos(angle), sn = std::sin(angle);
+            int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + rot / 2;
+            float x0 = v[p], x1 = v[q];
+            v[p] = x0 * c - x1 * sn;
+            v[q] = x1 * c + x0 * sn;
+          }
+        }
+    return Status::ok();
+  }
+  if (op == "attention") {
+    Tensor &q = in(0), &k = in(1), &v = in(2), &y = out();
+    int64_t B = q.shape[0], S = q.shape[1], H = q.shape[2], D = q.shape[3];
+    int64_t T = k.shape[1], KH = k.shape[2], DV = v.shape[3];
+    bool causal = attrFlag(a, "causal");
+    float scale = static_cast<float>(attrFloat(a, "scale"));
+    std::vector<std::string> headAxes = attrStrings(a, "head_axes");
+    int64_t headOffset = 0, totalHeads = H;
+    if (!headAxes.empty()) {
+      headOffset = groupIndex(headAxes) * H;
+      totalHeads = H * groupSizeOf(headAxes);
+    }
+    int64_t group = totalHeads / KH;
+    std::vector<float> scores(T);
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t h = 0; h < H; ++h) {
+        int64_t kh = (headOffset + h) / group;
+        for (int64_t s = 0; s < S; ++s) {
+          int64_t visible = causal ? s + (T - S) + 1 : T;
+          const float *qv = &q.f[((bb * S + s) * H + h) * D];
+          float maxScore = -INFINITY;
+          for (int64_t t = 0; t < visible; ++t) {
+            const float *kv = &k.f[((bb * T + t) * KH + kh) * D];
+            float dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += qv[d] * kv[d];
+            scores[t] = dot * scale;
+            maxScore = std::max(maxScore, scores[t]);
+          }
+          double sum = 0;
+          for (int64_t t = 0; t < visible; ++t) {
+            scores[t] = std::exp(scores[t] - maxScore);
+            sum += scores[t];
+          }
+          float *yv = &y.f[((bb * S + s) * H + h) * DV];
+          std::fill(yv, yv + DV, 0.0f);
+          for (int64_t t = 0; t < visible; ++t) {
+            float p = static_cast<float>(scores[t] / sum);
+            const float *vv = &v.f[((bb * T + t) * KH + kh) * DV];
+            for (int64_t d = 0; d < DV; ++d) yv[d] += p * vv[d];
+          }
+        }
+      }
+    return Status::ok();
+  }
+  if (op == "add" || op == "mul") {
+    Tensor &l = in(0), &r = in(1), &y = out();
+    for (int64_t k = 0; k < y.numel(); ++k) {
+      float x = l.f[broadcastIndex(l, y, k)], z = r.f[broadcastIndex(r, y, k)];
+      y.f[k] = op == "add" ? x + z : x * z;
+    }
+    return Status::ok();
+  }
+  if (op == "silu" || op == "sigmoid" || op == "gelu") {
+    Tensor &x = in(0), &y = out();
+    bool tanhApprox = attrString(a, "approximate") == "tanh";
+    for (int64_t k = 0; k < x.numel(); ++k) {
+      float v = x.f[k];
+      if (op == "silu")
+        y.f[k] = silu(v);
+      else if (op == "sigmoid")
+        y.f[k] = 1.0f / (1.0f + std::exp(-v));
+      else if (tanhApprox)
+        y.f[k] = 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+      else
+        y.f[k] = 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f));
+    }
+    return Status::ok();
+  }
+  if (op == "swiglu") {
+    Tensor &g = in(0), &u = in(1), &y = out();
+    for (int64_t k = 0; k < g.numel(); ++k) y.f[k] = silu(g.f[k]) * u.f[k];
+    return Status::ok();
+  }
+  if (op == "reshape") {
+    out().f = in(0).f;
+    return Status::ok();
+  }
+  if (op == "transpose") {
+    Tensor &x = in(0), &y = out();
+    auto it = a.find("permutation");
+    if (it == a.end()) return Status::error("transpose without permutation");
+    std::vector<int64_t> perm(it->second.ints().values().begin(), it->second.ints().values().end());
+    int rank = x.shape.size();
+    std::vector<int64_t> xs(rank, 1);
+    for (int d = rank - 2; d >= 0; --d) xs[d] = xs[d + 1] * x.shape[d + 1];
+    std::vector<int64_t> index(rank, 0);
+    for (int64_t k = 0; k < y.numel(); ++k) {
+      int64_t offset = 0;
+      for (int d = 0; d < rank; ++d) offset += index[d] * xs[perm[d]];
+      y.f[k] = x.f[offset];
+      for (int d = rank - 1; d >= 0; --d) {
+        if (++index[d] < y.shape[d]) break;
+        index[d] = 0;
+      }
+    }
+    return Status::ok();
+  }
+  if (op == "slice" || op == "concat" || op == "broadcast") {
+    Tensor &y = out();
+    if (op == "broadcast") {
+      Tensor &x = in(0);
+      for (int64_t k = 0; k < y.numel(); ++k) y.f[k] = x.f[broadcastIndex(x, y, k)];
+      return Status::ok();
+    }
+    int dim = static_cast<int>(attrInt(a, "dim"));
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; ++d) outer *= y.shape[d];
+    for (size_t d = dim + 1; d < y.shape.size(); ++d) inner *= y.shape[d];
+    if (op == "slice") {
+      Tensor &x = in(0);
+      int64_t start = attrInt(a, "start"), len = x.shape[dim], n = y.shape[dim];
+      for (int64_t o = 0; o < outer; ++o)
+        std::copy(&x.f[(o * len + start) * inner], &x.f[(o * len + start + n) * inner],
+                  &y.f[o * n * inner]);
+      return Status::ok();
+    }
+    int64_t total = y.shape[dim], at = 0;
+    for (int k = 0; k < inst.operands_size(); ++k) {
+      Tensor &x = in(k);
+      int64_t n = x.shape[dim];
+      for (int64_t o = 0; o < outer; ++o)
+        std::copy(&x.f[o * n * inner], &x.f[(o + 1) * n * inner], &y.f[(o * total + at) * inner]);
+      at += n;
+    }
+    return Status::ok();
+  }
+  if (op == "router") {
+    Tensor &x = in(0), &gate = in(1), &w = out(0), &idx = out(1);
+    auto [tokens, h] = rowsCols(x);
+    int64_t E = gate.shape[0], K = attrInt(a, "top_k");
+    int64_t groups = attrInt(a, "num_groups", 1), topkGroups = attrInt(a, "topk_groups", 1);
+    bool sigmoidScores = attrString(a, "score_func") == "sigmoid";
+    bool normalize = attrFlag(a, "normalize");
+    double scaling = attrFloat(a, "scaling_factor", 1.0);
+    const Tensor *bias = inst.operands_size() == 3 ? &in(2) : nullptr;
+    std::vector<float> logits(tokens * E);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tokens, E, h, 1.0f, x.f.data(), h,
+                gate.f.data(), h, 0.0f, logits.data(), E);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<double> scores(E), choice(E);
+      const float *l = &logits[t * E];
+      if (sigmoidScores) {
+        for (int64_t e = 0; e < E; ++e) scores[e] = 1.0 / (1.0 + std::exp(-l[e]));
+      } else {
+        double m = *std::max_element(l, l + E), sum = 0;
+        for (int64_t e = 0; e < E; ++e) sum += (scores[e] = std::exp(l[e] - m));
+        for (double &s : scores) s /= sum;
+      }
+      for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? bias->f[e] : 0.0);
+      if (groups > 1) {
+        int64_t per = E / groups;
+        std::vector<std::pair<double, int64_t>> groupScore;
+        for (int64_t g = 0; g < groups; ++g) {
+          std::vector<double> members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+          std::partial_sort(members.begin(), members.begin() + std::min<int64_t>(2, per),
+                            members.end(), std::greater<double>());
+          groupScore.push_back({members[0] + (per > 1 ? members[1] : 0.0), g});
+        }
+        std::stable_sort(groupScore.begin(), groupScore.end(),
+                         [](auto &p, auto &q) { return p.first > q.first; });
+        std::vector<bool> allowed(groups, false);
+        for (int64_t g = 0; g < topkGroups; ++g) allowed[groupScore[g].second] = true;
+        for (int64_t e = 0; e < E; ++e)
+          if (!allowed[e / per]) choice[e] = -INFINITY;
+      }
+      std::vector<int64_t> order(E);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t p, int64_t q) { return choice[p] > choice[q]; });
+      double sum = 0;
+      for (int64_t j = 0; j < K; ++j) sum += scores[order[j]];
+      for (int64_t j = 0; j < K; ++j) {
+        double weight = scores[order[j]];
+        if (normalize) weight /= (sum + 1e-20);
+        w.f[t * K + j] = static_cast<float>(weight * scaling);
+        idx.i[t * K + j] = static_cast<int32_t>(order[j]);
+      }
+    }
+    return Status::ok();
+  }
+  if (op == "experts") {
+    Tensor &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &y = out();
+    auto [tokens, h] = rowsCols(x);
+    int64_t K = idx.shape.back(), E = wg.shape[0], F = wg.shape[1];
+    std::fill(y.f.begin(), y.f.end(), 0.0f);
+    std::vector<float> g(F), u(F), d(h);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t j = 0; j < K; ++j) {
+        int64_t e = idx.i[t * K + j];
+        if (e < 0 || e >= E) continue; // an unused dispatch row
+        const float *xt = &x.f[t * h];
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, F, h, 1.0f, &wg.f[e * F * h], h, xt, 1, 0.0f, g.data(), 1);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, F, h, 1.0f, &wu.f[e * F * h], h, xt, 1, 0.0f, u.data(), 1);
+        for (int64_t f = 0; f < F; ++f) g[f] = silu(g[f]) * u[f];
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, h, F, 1.0f, &wd.f[e * h * F], F, g.data(), 1, 0.0f, d.data(), 1);
+        float weight = w.f[t * K + j];
+        for (int64_t c = 0; c < h; ++c) y.f[t * h + c] += weight * d[c];
+      }
+    return Status::ok();
+  }
+  if (op == "cross_entropy") {
+    Tensor &logits = in(0), &labels = in(1), &y = out();
+    auto [tokens, V] = rowsCols(logits);
+    double total = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float *l = &logits.f[t * V];
+      double m = *std::max_element(l, l + V), sum = 0;
+      for (int64_t c = 0; c < V; ++c) sum += std::exp(l[c] - m);
+      int32_t label = labels.i[t];
+      if (label < 0 || label >= V) return Status::error("label out of range");
+      total += std::log(sum) + m - l[label];
+    }
+    y.f[0] = static_cast<float>(total / tokens);
+    return Status::ok();
+  }
+
+  // Communication.
+  std::vector<std::string> axes = attrStrings(a, "axes");
+  Status maskStatus = Status::ok();
+  unsigned mask = axesMask(axes, maskStatus);
+  if (!maskStatus.isOk()) return maskStatus;
+  int64_t P = groupSizeOf(axes);
+  Status ok = needComm(P);
+  if (!ok.isOk()) return ok;
+  if (op == "all_reduce") {
+    out().f = in(0).f;
+    return P == 1 ? Status::ok() : e.comm_->allReduce(out().f.data(), out().f.size(), mask);
+  }
+  if (op == "shard_slice" || op == "all_gather" || op == "reduce_scatter") {
+    int dim = static_cast<int>(attrInt(a, "dim"));
+    Tensor &x = in(0), &y = out();
+    if (op == "shard_slice") {
+      std::vector<float> pieces = piecesAlong(x, dim, P);
+      int64_t index = groupIndex(axes), n = y.numel();
+      std::copy(&pieces[index * n], &pieces[(index + 1) * n], y.f.begin());
+      return Status::ok();
+    }
+    if (op == "all_gather") {
+      std::vector<float> pieces(x.numel() * P);
+      Status s = P == 1 ? (pieces = x.f, Status::ok())
+                        : e.comm_->allGather(x.f.data(), x.numel(), pieces.data(), mask);
+      if (!s.isOk()) return s;
+      joinAlong(pieces, dim, P, y);
+      return Status::ok();
+    }
+    std::vector<float> pieces = piecesAlong(x, dim, P);
+    if (P == 1) { y.f = pieces; return Status::ok(); }
+    return e.comm_->reduceScatter(pieces.data(), y.f.data(), y.numel(), mask);
+  }
+  if (op == "all_to_all") {
+    int split = static_cast<int>(attrInt(a, "split_dim")), concat = static_cast<int>(attrInt(a, "concat_dim"));
+    Tensor &x = in(0), &y = out();
+    std::vector<float> pieces = piecesAlong(x, split, P), received(pieces.size());
+    Status s = P == 1 ? (received = pieces, Status::ok())
+                      : e.comm_->allToAll(pieces.data(), received.data(), x.numel() / P, mask);
+    if (!s.isOk()) return s;
+    joinAlong(received, concat, P, y);
+    return Status::ok();
+  }
+  if (op == "to_partial") {
+    out().f = in(0).f;
+    if (groupIndex(axes) != 0) std::fill(out().f.begin(), out().f.end(), 0.0f);
+    return Status::ok();
+  }
+  if (op == "send")
+    return e.comm_->send(in(0).f.data(), in(0).numel(), peerRank(axes.at(0), attrInt(a, "peer")));
+  if (op == "recv")
+    return e.comm_->recv(out().f.data(), out().numel(), peerRank(axes.at(0), attrInt(a, "peer")));
+  if (op == "moe_dispatch" || op == "moe_combine") {
+    int64_t E = attrInt(a, "num_experts"), local = E / P;
+    Tensor &idx = in(op == "moe_dispatch" ? 2 : 1);
+    int64_t pairs = idx.numel(), K = idx.shape.back();
+    if (op == "moe_dispatch") {
+      Tensor &x = in(0), &w = in(1), &rows = out(0), &rw = out(1), &re = out(2);
+      int64_t h = x.shape.back(), width = h + 2;
+      // Block j: the (token, choice) pairs routed to rank j, in order, each
+      // [h features, weight, local expert]; unused rows have expert -1.
+      std::vector<float> sendBuf(P * pairs * width, 0.0f), recvBuf(P * pairs * width);
+      std::vector<int64_t> fill(P, 0);
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t r = 0; r < pairs; ++r) sendBuf[(p * pairs + r) * width + h + 1] = -1;
+      for (int64_t k = 0; k < pairs; ++k) {
+        int64_t expert = idx.i[k], dest = expert / local;
+        if (expert < 0 || expert >= E) return Status::error("expert index out of range");
+        float *row = &sendBuf[(dest * pairs + fill[dest]++) * width];
+        std::copy(&x.f[(k / K) * h], &x.f[(k / K) * h] + h, row);
+        row[h] = w.f[k];
+        row[h + 1] = static_cast<float>(expert - dest * local);
+      }
+      Status s = P == 1 ? (recvBuf = sendBuf, Status::ok())
+                        : e.comm_->allToAll(sendBuf.data(), recvBuf.data(), pairs * width, mask);
+      if (!s.isOk()) return s;
+      for (int64_t r = 0; r < P * pairs; ++r) {
+        std::copy(&recvBuf[r * width], &recvBuf[r * width] + h, &rows.f[r * h]);
+        rw.f[r] = recvBuf[r * width + h];
+        re.i[r] = static_cast<int32_t>(recvBuf[r * width + h + 1]);
+      }
+      return Status::ok();
+    }
+    Tensor &rows = in(0), &y = out();
+    int64_t h = rows.shape.back();
+    std::vector<float> back(rows.f.size());
+    Status s = P == 1 ? (back = rows.f, Status::ok())
+                      : e.comm_->allToAll(rows.f.data(), back.data(), pairs * h, mask);
+    if (!s.isOk()) return s;
+    std::fill(y.f.begin(), y.f.end(), 0.0f);
+    std::vector<int64_t> fill(P, 0);
+    for (int64_t k = 0; k < pairs; ++k) {
+      int64_t dest = idx.i[k] / local;
+      const float *row = &back[(dest * pairs + fill[dest]++) * h];
+      for (int64_t c = 0; c < h; ++c) y.f[(k / K) * h + c] += row[c];
+    }
+    return Status::ok();
+  }
+  return Status::error("no CPU kernel for '" + op + "'");
+}
+
+} // namespace parax::runtime
