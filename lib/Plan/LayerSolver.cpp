@@ -172,7 +172,7 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
   }
   case OpClass::PositionEmbedding: {
     list.push_back(Strategy{"replicated", {}, {kReplicated}});
-    for (int d : {1, 2})
+    for (int d : {2}) // hidden only: sequence splits need per-rank offsets
       if (splittable(op.results[0], d)) {
         Strategy s{"split" + std::to_string(d), {}, {static_cast<int8_t>(d)}};
         s.weightFrac = 1.0 / t;
@@ -202,7 +202,9 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     passThrough(op, list, [&](int d) { return d != rank(op.results[0]) - 1; });
     break;
   case OpClass::Rope:
-    passThrough(op, list, [](int d) { return d != 3; });
+    // Whole rotary pairs, and whole sequences (positions would need per-rank
+    // offsets, which the partitioner does not emit).
+    passThrough(op, list, [](int d) { return d != 1 && d != 3; });
     addPartial();
     break;
   case OpClass::Unary:

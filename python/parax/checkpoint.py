@@ -1,0 +1,87 @@
+"""Random checkpoints in Hugging Face layout (safetensors), for tests.
+
+The tensor names and shapes are the model builder's parameters; a stacked
+`{e}` parameter is written as one tensor per expert, as checkpoints store
+them. Written with the standard library and numpy (no safetensors package).
+"""
+
+import json
+import struct
+
+import numpy as np
+
+from .models.builder import parameter_shapes
+
+
+def _bf16_bytes(array):
+    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    # round to nearest even
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return rounded.tobytes()
+
+
+def save_safetensors(path, tensors, dtype="f32"):
+    """tensors: name -> numpy array (float32 or int32)."""
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        array = tensors[name]
+        if array.dtype == np.int32:
+            data, code = np.ascontiguousarray(array).tobytes(), "I32"
+        elif dtype == "bf16":
+            data, code = _bf16_bytes(array), "BF16"
+        else:
+            data, code = np.ascontiguousarray(array, dtype=np.float32).tobytes(), "F32"
+        header[name] = {"dtype": code, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def load_safetensors(path):
+    """name -> float32 / int32 numpy array."""
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = data[begin:end]
+        if info["dtype"] == "F32":
+            array = np.frombuffer(raw, dtype=np.float32)
+        elif info["dtype"] == "BF16":
+            array = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif info["dtype"] == "I32":
+            array = np.frombuffer(raw, dtype=np.int32)
+        else:
+            raise ValueError(f"{path}: dtype {info['dtype']} not supported here")
+        out[name] = array.reshape(info["shape"]).copy()
+    return out
+
+
+def random_weights(cfg, seed=0):
+    """HF tensor name -> float32 array: weights ~ N(0, 0.02), norms ~ 1."""
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for name, shape in parameter_shapes(cfg).items():
+        def sample(shape, name=name):
+            if "norm" in name or name.endswith("ln_1.weight") or name.endswith("ln_2.weight") \
+                    or name.endswith("ln_f.weight"):
+                return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+            scale = 0.5 if name.endswith("bias") else 0.08
+            return (scale * rng.standard_normal(shape)).astype(np.float32)
+        if "{e}" in name:
+            for e in range(shape[0]):
+                weights[name.replace("{e}", str(e))] = sample(shape[1:])
+        else:
+            weights[name] = sample(shape)
+    return weights

@@ -1,0 +1,160 @@
+"""An independent numpy implementation of the model families, for the
+oracle: it reads Hugging Face tensor names and computes the forward pass the
+way the families' papers / reference code define it (not from parax IR).
+"""
+
+import math
+
+import numpy as np
+
+
+def _rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _layer_norm(x, w, b, eps):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _rope(x, theta, rot=None, interleaved=False):
+    """x: [B, S, H, D]; rotate-half (Llama) or interleaved pairs."""
+    b, s, h, d = x.shape
+    rot = rot or d
+    inv = 1.0 / (theta ** (np.arange(0, rot, 2) / rot))
+    angles = np.arange(s)[:, None] * inv[None, :]          # [S, rot/2]
+    cos, sin = np.cos(angles)[None, :, None, :], np.sin(angles)[None, :, None, :]
+    out = x.copy()
+    if interleaved:
+        x1, x2 = x[..., 0:rot:2], x[..., 1:rot:2]
+        out[..., 0:rot:2] = x1 * cos - x2 * sin
+        out[..., 1:rot:2] = x2 * cos + x1 * sin
+    else:
+        x1, x2 = x[..., : rot // 2], x[..., rot // 2: rot]
+        out[..., : rot // 2] = x1 * cos - x2 * sin
+        out[..., rot // 2: rot] = x2 * cos + x1 * sin
+    return out
+
+
+def _attention(q, k, v, scale, causal=True):
+    """q [B,S,H,D], k/v [B,S,KH,D]: grouped-query, causal softmax attention."""
+    h, kh = q.shape[2], k.shape[2]
+    k = np.repeat(k, h // kh, axis=2)
+    v = np.repeat(v, h // kh, axis=2)
+    scores = np.einsum("bshd,bthd->bhst", q, k) * scale
+    if causal:
+        s = q.shape[1]
+        scores = np.where(np.tril(np.ones((s, s), bool))[None, None], scores, -np.inf)
+    scores = scores - scores.max(-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhst,bthd->bshd", p, v)
+
+
+def _moe(cfg, w, prefix, x, names):
+    """Routed experts, each family's rule; x [T, H]."""
+    gate = w[f"{prefix}.gate.weight"]
+    logits = x @ gate.T
+    if cfg.score_func == "sigmoid":
+        scores = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        scores = np.exp(logits - logits.max(-1, keepdims=True))
+        scores /= scores.sum(-1, keepdims=True)
+    choice = scores + w.get(f"{prefix}.gate.e_score_correction_bias", 0.0)
+    if cfg.num_groups > 1:
+        per = cfg.num_experts // cfg.num_groups
+        grouped = choice.reshape(len(x), cfg.num_groups, per)
+        top2 = np.sort(grouped, axis=-1)[..., -2:].sum(-1)
+        keep = np.argsort(-top2, axis=-1, kind="stable")[:, : cfg.topk_groups]
+        mask = np.zeros((len(x), cfg.num_groups), bool)
+        np.put_along_axis(mask, keep, True, axis=1)
+        choice = np.where(np.repeat(mask, per, axis=1), choice, -np.inf)
+    top = np.argsort(-choice, axis=-1, kind="stable")[:, : cfg.top_k]
+    weights = np.take_along_axis(scores, top, axis=-1)
+    if cfg.normalize_topk:
+        weights = weights / (weights.sum(-1, keepdims=True) + 1e-20)
+    weights = weights * cfg.routed_scaling
+    out = np.zeros_like(x)
+    for t in range(len(x)):
+        for j in range(cfg.top_k):
+            e = top[t, j]
+            g = x[t] @ w[f"{prefix}.experts.{e}.{names[0]}.weight"].T
+            u = x[t] @ w[f"{prefix}.experts.{e}.{names[1]}.weight"].T
+            out[t] += weights[t, j] * ((_silu(g) * u) @ w[f"{prefix}.experts.{e}.{names[2]}.weight"].T)
+    return out
+
+
+def _mlp(w, prefix, x, names=("gate_proj", "up_proj", "down_proj")):
+    g = x @ w[f"{prefix}.{names[0]}.weight"].T
+    u = x @ w[f"{prefix}.{names[1]}.weight"].T
+    return (_silu(g) * u) @ w[f"{prefix}.{names[2]}.weight"].T
+
+
+def forward(cfg, w, tokens):
+    """Logits [B, S, V] of the model `cfg` with weights `w` on `tokens`."""
+    if cfg.family == "gpt2":
+        return _gpt2(cfg, w, tokens)
+    if cfg.family not in ("llama", "mixtral", "qwen2_moe"):
+        raise NotImplementedError(f"numpy reference: {cfg.family}")
+    b, s = tokens.shape
+    h = w["model.embed_tokens.weight"][tokens]
+    nh, kh, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
+    for i in range(cfg.layers):
+        p = f"model.layers.{i}"
+        x = _rms_norm(h, w[f"{p}.input_layernorm.weight"], cfg.norm_eps)
+
+        def proj(name, n):
+            y = x @ w[f"{p}.self_attn.{name}.weight"].T
+            if cfg.attention_bias:
+                y = y + w[f"{p}.self_attn.{name}.bias"]
+            return y.reshape(b, s, n, hd)
+        q = _rope(proj("q_proj", nh), cfg.rope_theta)
+        k = _rope(proj("k_proj", kh), cfg.rope_theta)
+        v = proj("v_proj", kh)
+        o = _attention(q, k, v, 1.0 / math.sqrt(hd)).reshape(b, s, nh * hd)
+        h = h + o @ w[f"{p}.self_attn.o_proj.weight"].T
+        x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
+        flat = x.reshape(b * s, -1)
+        if cfg.family == "llama":
+            m = _mlp(w, f"{p}.mlp", flat)
+        elif cfg.family == "mixtral":
+            m = _moe(cfg, w, f"{p}.block_sparse_moe", flat, ("w1", "w3", "w2"))
+        else:
+            m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"))
+            shared = _mlp(w, f"{p}.mlp.shared_expert", flat)
+            gate = 1.0 / (1.0 + np.exp(-(flat @ w[f"{p}.mlp.shared_expert_gate.weight"].T)))
+            m = m + gate * shared
+        h = h + m.reshape(b, s, -1)
+    x = _rms_norm(h, w["model.norm.weight"], cfg.norm_eps)
+    head = w["model.embed_tokens.weight"] if cfg.tie_embeddings else w["lm_head.weight"]
+    return x @ head.T
+
+
+def _gpt2(cfg, w, tokens):
+    b, s = tokens.shape
+    p = "transformer"
+    h = w[f"{p}.wte.weight"][tokens] + w[f"{p}.wpe.weight"][:s][None]
+    nh, hd = cfg.heads, cfg.head_dim
+    for i in range(cfg.layers):
+        q = f"{p}.h.{i}"
+        x = _layer_norm(h, w[f"{q}.ln_1.weight"], w[f"{q}.ln_1.bias"], cfg.norm_eps)
+        qkv = x @ w[f"{q}.attn.c_attn.weight"] + w[f"{q}.attn.c_attn.bias"]
+        qq, kk, vv = np.split(qkv, 3, axis=-1)
+        shape = (b, s, nh, hd)
+        o = _attention(qq.reshape(shape), kk.reshape(shape), vv.reshape(shape),
+                       1.0 / math.sqrt(hd)).reshape(b, s, -1)
+        h = h + o @ w[f"{q}.attn.c_proj.weight"] + w[f"{q}.attn.c_proj.bias"]
+        x = _layer_norm(h, w[f"{q}.ln_2.weight"], w[f"{q}.ln_2.bias"], cfg.norm_eps)
+        f = _gelu_tanh(x @ w[f"{q}.mlp.c_fc.weight"] + w[f"{q}.mlp.c_fc.bias"])
+        h = h + f @ w[f"{q}.mlp.c_proj.weight"] + w[f"{q}.mlp.c_proj.bias"]
+    x = _layer_norm(h, w[f"{p}.ln_f.weight"], w[f"{p}.ln_f.bias"], cfg.norm_eps)
+    return x @ w[f"{p}.wte.weight"].T
