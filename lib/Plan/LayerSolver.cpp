@@ -274,13 +274,9 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     break;
   }
   case OpClass::Router: {
-    // The router stays replicated (its gate is small); tokens may be split.
+    // The router stays replicated (its gate is small, and its integer
+    // choices are not communicated).
     list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated, kReplicated}});
-    if (rank(op.inputs[0]) >= 3 && splittable(op.inputs[0], 1)) {
-      Strategy s{"tokens", {1}, {1, 1}};
-      s.computeFrac = 1.0 / t;
-      list.push_back(s);
-    }
     break;
   }
   case OpClass::Experts: {

@@ -583,9 +583,10 @@ PlanResult Search::run() {
   if (result.plans.empty()) {
     if (all.empty()) {
       result.explanation =
-          formatv("no configuration applies: the batch ({0}) must be "
-                  "divisible by the data-parallel degree and {1} devices must "
-                  "factor into pp x dp x ep x tp with tp inside a {2}-device node",
+          formatv("no configuration applies: the batch ({0}) must cover the "
+                  "data-parallel replicas (dp x ep; divide them, for training) "
+                  "and {1} devices must factor into pp x dp x ep x tp with tp "
+                  "inside a {2}-device node",
                   w.batch, n, cluster.devicesPerNode)
               .str();
     } else {

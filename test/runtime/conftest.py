@@ -1,0 +1,84 @@
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+from parax import reference  # noqa: E402
+from parax.checkpoint import random_weights, save_safetensors  # noqa: E402
+from parax.models import build_model, load_config  # noqa: E402
+
+BUILD = os.environ.get("PARAX_BUILD_DIR", os.path.join(ROOT, "build"))
+BIN = os.path.join(BUILD, "bin")
+# A slow device on a fast network: the planner then splits even tiny models,
+# so the real plan -> partition -> translate path is what runs.
+ORACLE_CLUSTER = os.path.join(ROOT, "test", "runtime", "oracle-cluster.json")
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def tool(name):
+    path = os.path.join(BIN, name)
+    if not os.path.exists(path):
+        if os.environ.get("PARAX_COMPILER", "").upper() in ("ON", "1", "TRUE"):
+            pytest.fail(f"{path} is not built")
+        pytest.skip(f"{name} not built")
+    return path
+
+
+class Model:
+    """A tiny preset with random weights, tokens and the numpy reference."""
+
+    def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0):
+        self.cfg = load_config(preset, layers=layers)
+        self.dir = tmp
+        self.ir = os.path.join(tmp, "model.mlir")
+        with open(self.ir, "w") as f:
+            f.write(build_model(self.cfg, batch=batch, seq=seq, dtype="f32"))
+        self.weights = random_weights(self.cfg, seed=seed)
+        self.checkpoint = os.path.join(tmp, "weights.safetensors")
+        save_safetensors(self.checkpoint, self.weights)
+        rng = np.random.default_rng(seed + 1)
+        self.tokens = rng.integers(0, self.cfg.vocab, size=(batch, seq)).astype(np.int32)
+        self.tokens_path = os.path.join(tmp, "tokens.npy")
+        np.save(self.tokens_path, self.tokens)
+
+    def reference(self):
+        return reference.forward(self.cfg, self.weights, self.tokens)
+
+    def compile(self, name, workload=None, devices=1):
+        """plan (oracle cluster) -> partition -> translate; returns the .pxe."""
+        ir = self.ir
+        if workload:
+            ir = os.path.join(self.dir, f"{name}.mlir")
+            run([tool("parax-opt"), self.ir,
+                 f"--parax-plan=cluster={ORACLE_CLUSTER}:devices_per_node={devices} "
+                 f"workload={workload}", "--parax-partition", "-o", ir])
+        exe = os.path.join(self.dir, f"{name}.pxe")
+        run([tool("parax-translate"), "--to-executable", ir, "-o", exe])
+        return exe
+
+    def run(self, exe, ranks, extra=(), expect_ok=True):
+        out = os.path.join(self.dir, "out.npy")
+        if os.path.exists(out):
+            os.remove(out)
+        proc = subprocess.run(
+            ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
+             tool("parax-run"), exe, "--weights", self.checkpoint, "--input",
+             self.tokens_path, "--output", out, *extra],
+            capture_output=True, text=True, timeout=180, env=MPI_ENV)
+        if not expect_ok:
+            return proc
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return np.load(out)
+
+
+def run(cmd):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, " ".join(cmd) + "\n" + proc.stdout + proc.stderr
+    return proc

@@ -1,0 +1,98 @@
+"""The oracle: a partitioned program on N ranks under a real mpirun computes
+what the unpartitioned graph computes on one, and the single-rank program
+computes what an independent numpy implementation does.
+
+Tolerances (fp32 everywhere): single rank vs numpy 1e-4 absolute; sharded vs
+single rank 1e-5 absolute (only the order of floating-point sums differs).
+"""
+
+import numpy as np
+import pytest
+
+from conftest import Model
+
+NUMPY_TOL = 1e-4
+SHARDED_TOL = 1e-5
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe"])
+def test_single_rank_matches_numpy(tmp_path, preset):
+    model = Model(str(tmp_path), preset)
+    logits = model.run(model.compile("single"), 1)
+    ref = model.reference()
+    assert logits.shape == ref.shape
+    assert np.abs(logits - ref).max() < NUMPY_TOL
+
+
+# (preset, layers, workload pins, ranks)
+PLANS = [
+    ("tiny-llama", None, "tp=2,dp=1", 2),
+    ("tiny-llama", None, "tp=4,dp=1", 4),      # 2 KV heads on 4 ranks: replicated KV
+    ("tiny-llama", None, "pp=2,dp=1", 2),
+    ("tiny-llama", 4, "pp=4,dp=1", 4),
+    ("tiny-llama", None, "dp=2", 2),
+    ("tiny-llama", None, "tp=2,pp=2,dp=1", 4),
+    ("tiny-llama", None, "dp=2,tp=2", 4),
+    ("tiny-llama", None, "dp=2,tp=2,pp=2", 8),
+    ("tiny-gpt2", None, "tp=2,dp=1", 2),
+    ("tiny-mixtral", None, "ep=2,dp=1", 2),
+    ("tiny-mixtral", None, "ep=4,dp=1", 4),    # (the planner's batch: 4 replicas)
+    ("tiny-mixtral", None, "ep=2,tp=2,dp=1", 4),
+    ("tiny-qwen2-moe", None, "ep=2,dp=1", 2),
+]
+
+
+@pytest.mark.parametrize("preset,layers,pins,ranks", PLANS,
+                         ids=[f"{p[0]}-{p[2]}" for p in PLANS])
+def test_sharded_matches_single_rank(tmp_path, preset, layers, pins, ranks):
+    model = Model(str(tmp_path), preset, layers=layers)
+    single = model.run(model.compile("single"), 1)
+    workload = f"prefill:batch={max(2, ranks)},seq=8,{pins}"
+    sharded = model.run(model.compile("sharded", workload, ranks), ranks)
+    assert np.abs(sharded - single).max() < SHARDED_TOL
+    assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
+
+
+def test_wrong_rank_count_is_refused(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama")
+    proc = model.run(model.compile("tp2", "prefill:batch=2,seq=8,tp=2,dp=1", 2), 3,
+                     expect_ok=False)
+    assert proc.returncode != 0
+    assert "grid has 2 ranks but mpirun started 3 (use mpirun -np 2)" in proc.stderr
+
+
+def test_missing_weight_names_it(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama")
+    from parax.checkpoint import save_safetensors
+    weights = dict(model.weights)
+    del weights["model.layers.1.mlp.down_proj.weight"]
+    save_safetensors(model.checkpoint, weights)
+    proc = model.run(model.compile("single"), 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert "no tensor 'model.layers.1.mlp.down_proj.weight' (a missing weight)" in proc.stderr
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda b: b[: len(b) // 2], "not a parax executable"),
+    (lambda b: b"\x08\x07" + b[2:], "format_version"),
+    (lambda b: b"garbage" * 10, "not a parax executable"),
+])
+def test_hostile_executable_gets_a_named_error(tmp_path, damage, message):
+    model = Model(str(tmp_path), "tiny-llama")
+    exe = model.compile("single")
+    with open(exe, "rb") as f:
+        data = f.read()
+    with open(exe, "wb") as f:
+        f.write(damage(data))
+    proc = model.run(exe, 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+def test_corrupt_checkpoint_is_refused(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama")
+    with open(model.checkpoint, "r+b") as f:
+        f.write((10 ** 12).to_bytes(8, "little"))
+    proc = model.run(model.compile("single"), 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert "exceeds the file" in proc.stderr
