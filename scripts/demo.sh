@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The main job (for now): build preset models, verify them with parax-opt and
-# print a summary of each — parameters, bytes, FLOPs per token — then plan a
-# model for a cluster (training and decode), and partition a planned model
-# into per-rank programs.
+# The main job: a tiny model end to end (plan -> partition -> translate ->
+# mpirun on 4 CPU ranks, checked against the single-rank run), then preset
+# models verified and summarised (parameters, bytes, FLOPs per token), a
+# large model planned for a cluster (training and decode), and a planned
+# model partitioned into per-rank programs.
 #
 #   scripts/demo.sh                       # llama3-8b, mixtral-8x7b, deepseek-v3
 #   scripts/demo.sh llama3-405b gpt3-175b # any presets (python3 -m parax.models --list)
@@ -13,6 +14,11 @@ build="${PARAX_BUILD_DIR:-$root/build}"
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=(llama3-8b mixtral-8x7b deepseek-v3)
 out="$(mktemp -d /tmp/parax-demo.XXXXXX)"
+
+# End to end: a tiny Llama planned, partitioned, translated and run on 4 CPU
+# ranks under mpirun, compared with the single-rank run.
+PYTHONPATH="$root/python" "$root/.venv/bin/python" -m parax demo
+echo
 for preset in "${presets[@]}"; do
   echo "== $preset (batch 1, sequence 2048, bf16)"
   PYTHONPATH="$root/python" "$root/.venv/bin/python" -m parax.models "$preset" \

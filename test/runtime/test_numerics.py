@@ -96,3 +96,17 @@ def test_corrupt_checkpoint_is_refused(tmp_path):
     proc = model.run(model.compile("single"), 1, expect_ok=False)
     assert proc.returncode != 0
     assert "exceeds the file" in proc.stderr
+
+
+def test_front_door_demo_runs_end_to_end():
+    """The README's main job: plan, partition, translate, mpirun on 4 ranks."""
+    import os
+    import subprocess
+    import sys
+    from conftest import MPI_ENV, ROOT
+    proc = subprocess.run([sys.executable, "-m", "parax", "demo"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT,
+                          env=dict(MPI_ENV, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "parax-run: 4 rank(s)" in proc.stdout
+    assert "largest |difference| between the 4-rank and single-rank logits" in proc.stdout

@@ -1,0 +1,174 @@
+"""python3 -m parax: the front door that chains the tools.
+
+    python3 -m parax compile MODEL --cluster C --workload W -o model.pxe
+        MODEL: a preset or config.json (built with --batch/--seq/--layers/--dtype)
+        or a .mlir file; plans (printing the ranked table), partitions and
+        translates.
+    python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
+                         [--output logits.npy] [--ranks N]
+        runs it under mpirun (N defaults to the executable's grid size).
+    python3 -m parax demo
+        the README's main job: a tiny Llama planned, partitioned and run on 4
+        CPU ranks, compared with the single-rank run.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from .checkpoint import random_weights, save_safetensors
+from .models import build_model, load_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(os.environ.get("PARAX_BUILD_DIR", os.path.join(ROOT, "build")), "bin")
+ORACLE_CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracle-cluster.json")
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none",
+               OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+
+
+class ToolError(RuntimeError):
+    pass
+
+
+def _tool(name):
+    path = os.path.join(BIN, name)
+    if not os.path.exists(path):
+        raise ToolError(f"{path} is not built (run scripts/setup.sh)")
+    return path
+
+
+def _run(cmd, env=None, timeout=600, capture=True):
+    proc = subprocess.run(cmd, capture_output=capture, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise ToolError(f"{os.path.basename(cmd[0])} failed:\n{(proc.stdout or '')}{(proc.stderr or '')}")
+    return proc.stdout if capture else ""
+
+
+def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=None,
+                  dtype="bf16", workdir=None, show_plans=True):
+    """Builds (if needed), plans, partitions and translates; returns the
+    partitioned IR path."""
+    workdir = workdir or tempfile.mkdtemp(prefix="parax-")
+    ir = model
+    if not model.endswith(".mlir"):
+        ir = os.path.join(workdir, "model.mlir")
+        with open(ir, "w") as f:
+            f.write(build_model(load_config(model, layers=layers), batch=batch, seq=seq,
+                                dtype=dtype))
+    if show_plans:
+        print(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload,
+                    "--top", "3"]), end="")
+    partitioned = os.path.join(workdir, "partitioned.mlir")
+    _run([_tool("parax-opt"), ir, f"--parax-plan=cluster={cluster} workload={workload}",
+          "--parax-partition", "-o", partitioned])
+    _run([_tool("parax-translate"), "--to-executable", partitioned, "-o", output])
+    return partitioned
+
+
+def grid_size(partitioned):
+    """Ranks of the grid in a partitioned module (1 without a grid)."""
+    import re
+    with open(partitioned) as f:
+        m = re.search(r"parax\.grid @\S+ \(([^)]*)\)", f.read())
+    n = 1
+    if m:
+        for item in m.group(1).split(","):
+            n *= int(item.split("=")[1])
+    return n
+
+
+def run_model(exe, weights, inputs, output=None, ranks=1, steps=1):
+    cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
+           _tool("parax-run"), exe, "--weights", weights, "--steps", str(steps)]
+    for path in inputs:
+        cmd += ["--input", path]
+    if output:
+        cmd += ["--output", output]
+    return _run(cmd, env=MPI_ENV, timeout=600)
+
+
+def demo():
+    work = tempfile.mkdtemp(prefix="parax-demo-")
+    cfg = load_config("tiny-llama")
+    print("== model: tiny-llama (2 layers, hidden 64, 4 query / 2 KV heads), batch 2 x 8 "
+          "tokens, f32, random weights")
+    ir = os.path.join(work, "model.mlir")
+    with open(ir, "w") as f:
+        f.write(build_model(cfg, batch=2, seq=8, dtype="f32"))
+    weights = os.path.join(work, "weights.safetensors")
+    save_safetensors(weights, random_weights(cfg, seed=0))
+    tokens = os.path.join(work, "tokens.npy")
+    np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (2, 8)).astype(np.int32))
+
+    cluster = f"{ORACLE_CLUSTER}:devices_per_node=4"
+    print("\n== plan (4 CPU ranks, costed as a slow device on a fast network so that a tiny "
+          "model splits like a large one; tp=2 x pp=2 pinned)")
+    exe = os.path.join(work, "model.pxe")
+    partitioned = compile_model(ir, cluster, "prefill:batch=2,seq=8,tp=2,pp=2,dp=1", exe,
+                                workdir=work)
+    print("== collectives per rank (from --parax-specialize-rank)")
+    for rank in range(4):
+        text = _run([_tool("parax-opt"), partitioned, f"--parax-specialize-rank=rank={rank}",
+                     "-o", os.devnull])
+        lines = text.splitlines()
+        ops = [l.strip().split(" ")[0] for l in lines if l.startswith("    ") and not
+               l.strip().startswith("#")]
+        counts = {k: ops.count(k) for k in sorted(set(ops))}
+        print(f"  {lines[0]}  ->  " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+    single_exe = os.path.join(work, "single.pxe")
+    _run([_tool("parax-translate"), "--to-executable", ir, "-o", single_exe])
+    single_out, sharded_out = os.path.join(work, "single.npy"), os.path.join(work, "sharded.npy")
+    print("\n== run: single rank, then 4 ranks under mpirun")
+    print("  " + run_model(single_exe, weights, [tokens], single_out, ranks=1, steps=5).strip())
+    print("  " + run_model(exe, weights, [tokens], sharded_out, ranks=4, steps=5).strip())
+    diff = float(np.abs(np.load(sharded_out) - np.load(single_out)).max())
+    print(f"\n== largest |difference| between the 4-rank and single-rank logits: {diff:.3g}")
+    print(f"(files in {work})")
+    return 0 if diff < 1e-5 else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m parax", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compile", help="plan, partition and translate a model")
+    c.add_argument("model")
+    c.add_argument("--cluster", required=True)
+    c.add_argument("--workload", required=True)
+    c.add_argument("-o", "--output", required=True)
+    c.add_argument("--batch", type=int, default=1)
+    c.add_argument("--seq", type=int)
+    c.add_argument("--layers", type=int)
+    c.add_argument("--dtype", default="bf16")
+    r = sub.add_parser("run", help="run an executable under mpirun")
+    r.add_argument("executable")
+    r.add_argument("--weights", required=True)
+    r.add_argument("--input", action="append", default=[])
+    r.add_argument("--output")
+    r.add_argument("--ranks", type=int, required=True)
+    r.add_argument("--steps", type=int, default=1)
+    sub.add_parser("demo", help="the README's main job")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "compile":
+            compile_model(args.model, args.cluster, args.workload, args.output, args.batch,
+                          args.seq, args.layers, args.dtype)
+            return 0
+        if args.command == "run":
+            print(run_model(args.executable, args.weights, args.input, args.output,
+                            args.ranks, args.steps), end="")
+            return 0
+        return demo()
+    except (ToolError, ValueError) as e:
+        print(f"parax: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
