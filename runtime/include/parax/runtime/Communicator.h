@@ -42,6 +42,11 @@ public:
 StatusOr<std::unique_ptr<Communicator>>
 createMpiCommunicator(const std::vector<int64_t> &shape);
 
+/// In-process communicators for a grid of `shape`, one per rank, to be used
+/// from one thread each (unit tests): the same group semantics as MPI's.
+std::vector<std::unique_ptr<Communicator>>
+createThreadCommunicators(const std::vector<int64_t> &shape);
+
 } // namespace parax::runtime
 
 #endif // PARAX_RUNTIME_COMMUNICATOR_H

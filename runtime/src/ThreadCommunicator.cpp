@@ -1,0 +1,166 @@
+// ThreadCommunicator.cpp - in-process communicators (one thread per rank),
+// with the group semantics of the MPI one: a group is the ranks that differ
+// only along a set of grid axes, ordered by their coordinates on them.
+
+#include "parax/runtime/Communicator.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <mutex>
+
+namespace parax::runtime {
+
+namespace {
+
+struct World {
+  std::vector<int64_t> shape;
+  int size = 1;
+  std::mutex mutex;
+  std::condition_variable cv;
+  // A generation-counted barrier per group (only its members call it).
+  std::map<std::vector<int>, std::pair<int, long>> barriers; // members -> (arrived, generation)
+  std::vector<const float *> posted;
+  std::map<std::pair<int, int>, std::deque<std::vector<float>>> mailboxes;
+
+  std::vector<int64_t> coords(int rank) const {
+    std::vector<int64_t> c(shape.size());
+    for (int64_t i = shape.size() - 1; i >= 0; --i) {
+      c[i] = rank % shape[i];
+      rank /= shape[i];
+    }
+    return c;
+  }
+  // Members of `rank`'s group over `mask`, in group order.
+  std::vector<int> members(int rank, unsigned mask) const {
+    std::vector<int> out;
+    for (int r = 0; r < size; ++r) {
+      std::vector<int64_t> a = coords(r), b = coords(rank);
+      bool same = true;
+      for (size_t i = 0; i < shape.size(); ++i)
+        if (!(mask & (1u << i)) && a[i] != b[i])
+          same = false;
+      if (same)
+        out.push_back(r); // row-major order = group order (axes in grid order)
+    }
+    return out;
+  }
+  void barrier(const std::vector<int> &group) {
+    std::unique_lock<std::mutex> lock(mutex);
+    auto &[arrived, generation] = barriers[group];
+    long mine = generation;
+    if (++arrived == static_cast<int>(group.size())) {
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return barriers[group].second != mine; });
+    }
+  }
+};
+
+class ThreadCommunicator : public Communicator {
+public:
+  ThreadCommunicator(std::shared_ptr<World> world, int rank) : w_(std::move(world)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return w_->size; }
+  int groupSize(unsigned mask) const override {
+    return static_cast<int>(w_->members(rank_, mask).size());
+  }
+
+  // Posts `data`, waits for the group, lets `body` read every member's post,
+  // and waits again before anyone reuses its buffer.
+  template <typename F> Status exchange(const float *data, unsigned mask, F body) {
+    std::vector<int> group = w_->members(rank_, mask);
+    {
+      std::lock_guard<std::mutex> lock(w_->mutex);
+      w_->posted[rank_] = data;
+    }
+    w_->barrier(group);
+    std::vector<const float *> posts;
+    {
+      std::lock_guard<std::mutex> lock(w_->mutex);
+      for (int r : group)
+        posts.push_back(w_->posted[r]);
+    }
+    int me = static_cast<int>(std::find(group.begin(), group.end(), rank_) - group.begin());
+    body(posts, me);
+    w_->barrier(group);
+    return Status::ok();
+  }
+
+  Status allReduce(float *data, size_t n, unsigned mask) override {
+    std::vector<float> sum(n, 0.0f);
+    exchange(data, mask, [&](auto &posts, int) {
+      for (const float *p : posts)
+        for (size_t i = 0; i < n; ++i) sum[i] += p[i];
+    });
+    std::copy(sum.begin(), sum.end(), data);
+    return Status::ok();
+  }
+  Status allGather(const float *in, size_t n, float *out, unsigned mask) override {
+    return exchange(in, mask, [&](auto &posts, int) {
+      for (size_t j = 0; j < posts.size(); ++j)
+        std::copy(posts[j], posts[j] + n, out + j * n);
+    });
+  }
+  Status reduceScatter(const float *in, float *out, size_t n, unsigned mask) override {
+    return exchange(in, mask, [&](auto &posts, int me) {
+      std::fill(out, out + n, 0.0f);
+      for (const float *p : posts)
+        for (size_t i = 0; i < n; ++i) out[i] += p[me * n + i];
+    });
+  }
+  Status allToAll(const float *in, float *out, size_t n, unsigned mask) override {
+    return exchange(in, mask, [&](auto &posts, int me) {
+      for (size_t j = 0; j < posts.size(); ++j)
+        std::copy(posts[j] + me * n, posts[j] + (me + 1) * n, out + j * n);
+    });
+  }
+  Status send(const float *data, size_t n, int peer) override {
+    std::lock_guard<std::mutex> lock(w_->mutex);
+    w_->mailboxes[{rank_, peer}].emplace_back(data, data + n);
+    w_->cv.notify_all();
+    return Status::ok();
+  }
+  Status recv(float *data, size_t n, int peer) override {
+    std::unique_lock<std::mutex> lock(w_->mutex);
+    auto &box = w_->mailboxes[{peer, rank_}];
+    w_->cv.wait(lock, [&] { return !box.empty(); });
+    if (box.front().size() != n)
+      return Status::error("recv: expected " + std::to_string(n) + " values, got " +
+                           std::to_string(box.front().size()));
+    std::copy(box.front().begin(), box.front().end(), data);
+    box.pop_front();
+    return Status::ok();
+  }
+  [[noreturn]] void abort(const std::string &message) override {
+    std::fprintf(stderr, "rank %d: %s\n", rank_, message.c_str());
+    std::abort();
+  }
+
+private:
+  std::shared_ptr<World> w_;
+  int rank_;
+};
+
+} // namespace
+
+std::vector<std::unique_ptr<Communicator>>
+createThreadCommunicators(const std::vector<int64_t> &shape) {
+  auto world = std::make_shared<World>();
+  world->shape = shape;
+  world->size = 1;
+  for (int64_t s : shape)
+    world->size *= static_cast<int>(s);
+  world->posted.assign(world->size, nullptr);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < world->size; ++r)
+    comms.push_back(std::make_unique<ThreadCommunicator>(world, r));
+  return comms;
+}
+
+} // namespace parax::runtime
