@@ -22,7 +22,8 @@ def _bf16_bytes(array):
 
 def save_safetensors(path, tensors, dtype="f32"):
     """tensors: name -> numpy array (float32 or int32)."""
-    header, blobs, offset = {}, [], 0
+    # "format": "pt" is what transformers expects of a PyTorch checkpoint.
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
     for name in sorted(tensors):
         array = tensors[name]
         if array.dtype == np.int32:
@@ -85,3 +86,24 @@ def random_weights(cfg, seed=0):
         else:
             weights[name] = sample(shape)
     return weights
+
+
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel",
+                 "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                 "deepseek_v3": "DeepseekV3ForCausalLM"}
+
+
+def save_pretrained(directory, hf_config, weights):
+    """A Hugging Face model directory (config.json + model.safetensors) that
+    `transformers.AutoModelForCausalLM.from_pretrained` loads."""
+    import os
+    os.makedirs(directory, exist_ok=True)
+    config = dict(hf_config)
+    config.setdefault("architectures", [ARCHITECTURES[config["model_type"]]])
+    config.setdefault("torch_dtype", "float32")
+    # No dropout anywhere: the comparison is of deterministic forward passes.
+    for key in ("attention_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        config.setdefault(key, 0.0)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    save_safetensors(os.path.join(directory, "model.safetensors"), weights)
