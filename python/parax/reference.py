@@ -103,6 +103,8 @@ def forward(cfg, w, tokens):
     """Logits [B, S, V] of the model `cfg` with weights `w` on `tokens`."""
     if cfg.family == "gpt2":
         return _gpt2(cfg, w, tokens)
+    if cfg.family == "deepseek_v3":
+        return _deepseek_v3(cfg, w, tokens)
     if cfg.family not in ("llama", "mixtral", "qwen2_moe"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
     b, s = tokens.shape
@@ -158,3 +160,47 @@ def _gpt2(cfg, w, tokens):
         h = h + f @ w[f"{q}.mlp.c_proj.weight"] + w[f"{q}.mlp.c_proj.bias"]
     x = _layer_norm(h, w[f"{p}.ln_f.weight"], w[f"{p}.ln_f.bias"], cfg.norm_eps)
     return x @ w[f"{p}.wte.weight"].T
+
+
+def _mla(cfg, w, p, x):
+    """DeepSeek-V3 multi-head latent attention (explicit form), x [B, S, H]."""
+    b, s, _ = x.shape
+    nh, nope, rope_d, vd = cfg.heads, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
+    if cfg.q_lora_rank:
+        q = _rms_norm(x @ w[f"{p}.q_a_proj.weight"].T, w[f"{p}.q_a_layernorm.weight"],
+                      cfg.norm_eps) @ w[f"{p}.q_b_proj.weight"].T
+    else:
+        q = x @ w[f"{p}.q_proj.weight"].T
+    q = q.reshape(b, s, nh, nope + rope_d)
+    q_nope, q_pe = q[..., :nope], _rope(q[..., nope:], cfg.rope_theta, interleaved=True)
+    ckv = x @ w[f"{p}.kv_a_proj_with_mqa.weight"].T
+    latent, k_pe = ckv[..., : cfg.kv_lora_rank], ckv[..., cfg.kv_lora_rank:]
+    k_pe = _rope(k_pe.reshape(b, s, 1, rope_d), cfg.rope_theta, interleaved=True)
+    kv = (_rms_norm(latent, w[f"{p}.kv_a_layernorm.weight"], cfg.norm_eps)
+          @ w[f"{p}.kv_b_proj.weight"].T).reshape(b, s, nh, nope + vd)
+    k = np.concatenate([kv[..., :nope], np.broadcast_to(k_pe, (b, s, nh, rope_d))], axis=-1)
+    v = kv[..., nope:]
+    qf = np.concatenate([q_nope, q_pe], axis=-1)
+    o = _attention(qf, k, v, 1.0 / math.sqrt(nope + rope_d))
+    return o.reshape(b, s, nh * vd) @ w[f"{p}.o_proj.weight"].T
+
+
+def _deepseek_v3(cfg, w, tokens):
+    if cfg.rope_scaling:
+        raise NotImplementedError("numpy reference: DeepSeek-V3 with rope scaling")
+    b, s = tokens.shape
+    h = w["model.embed_tokens.weight"][tokens]
+    for i in range(cfg.layers):
+        p = f"model.layers.{i}"
+        x = _rms_norm(h, w[f"{p}.input_layernorm.weight"], cfg.norm_eps)
+        h = h + _mla(cfg, w, f"{p}.self_attn", x)
+        x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
+        flat = x.reshape(b * s, -1)
+        if cfg.is_moe_layer(i):
+            m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"))
+            m = m + _mlp(w, f"{p}.mlp.shared_experts", flat)
+        else:
+            m = _mlp(w, f"{p}.mlp", flat)
+        h = h + m.reshape(b, s, -1)
+    x = _rms_norm(h, w["model.norm.weight"], cfg.norm_eps)
+    return x @ w["lm_head.weight"].T

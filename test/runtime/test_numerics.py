@@ -15,7 +15,8 @@ NUMPY_TOL = 1e-4
 SHARDED_TOL = 1e-5
 
 
-@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe"])
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe",
+                                    "tiny-deepseek-v3"])
 def test_single_rank_matches_numpy(tmp_path, preset):
     model = Model(str(tmp_path), preset)
     logits = model.run(model.compile("single"), 1)
@@ -39,6 +40,8 @@ PLANS = [
     ("tiny-mixtral", None, "ep=4,dp=1", 4),    # (the planner's batch: 4 replicas)
     ("tiny-mixtral", None, "ep=2,tp=2,dp=1", 4),
     ("tiny-qwen2-moe", None, "ep=2,dp=1", 2),
+    ("tiny-deepseek-v3", None, "ep=2,dp=1", 2),
+    ("tiny-deepseek-v3", None, "tp=2,dp=1", 2),
 ]
 
 
