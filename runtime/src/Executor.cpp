@@ -179,55 +179,16 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
       buffers_[buffer.id()] = isInt ? Tensor::ints(shape) : Tensor::floats(shape);
       continue;
     }
-    // This rank's box of the global tensor: per dimension, the chunk at its
-    // coordinate along the split axes (major to minor).
     std::vector<int64_t> global(buffer.global_shape().begin(), buffer.global_shape().end());
-    std::vector<int64_t> start(shape.size(), 0);
-    for (int d = 0; d < buffer.split_size(); ++d) {
-      int64_t index = 0;
-      for (const std::string &axis : buffer.split(d).axes())
-        for (int i = 0; i < exe.grid().axis_names_size(); ++i)
-          if (exe.grid().axis_names(i) == axis)
-            index = index * exe.grid().shape(i) + coords_[i];
-      start[d] = index * shape[d];
-    }
+    std::vector<int64_t> start = boxStart(buffer);
     bool zero = false;
     for (const std::string &axis : buffer.partial())
       for (int i = 0; i < exe.grid().axis_names_size(); ++i)
         if (exe.grid().axis_names(i) == axis && coords_[i] != 0)
           zero = true;
     Tensor &t = buffers_[buffer.id()];
-    if (buffer.role() == pxe::INPUT) {
-      if (buffer.input_index() < 0 || buffer.input_index() >= static_cast<int>(inputs.size()))
-        return Status::error("the executable wants input #" +
-                             std::to_string(buffer.input_index()) + " but " +
-                             std::to_string(inputs.size()) + " were given");
-      const Tensor &in = inputs[buffer.input_index()];
-      if (in.shape != global)
-        return Status::error("input #" + std::to_string(buffer.input_index()) +
-                             " has shape " + in.shapeString() + ", the executable expects " +
-                             Tensor{false, global, {}, {}}.shapeString());
-      t = isInt ? Tensor::ints(shape) : Tensor::floats(shape);
-      // Copy the box.
-      std::vector<int64_t> index(shape.size(), 0);
-      std::vector<int64_t> strides(shape.size(), 1);
-      for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
-        strides[d] = strides[d + 1] * global[d + 1];
-      for (int64_t k = 0; k < t.numel(); ++k) {
-        int64_t offset = 0;
-        for (size_t d = 0; d < shape.size(); ++d)
-          offset += (start[d] + index[d]) * strides[d];
-        if (isInt)
-          t.i[k] = in.isInt ? in.i[offset] : static_cast<int32_t>(in.f[offset]);
-        else
-          t.f[k] = in.isInt ? static_cast<float>(in.i[offset]) : in.f[offset];
-        for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-          if (++index[d] < shape[d]) break;
-          index[d] = 0;
-        }
-      }
-      continue;
-    }
+    if (buffer.role() == pxe::INPUT)
+      continue; // setInputs
     // A parameter; "{e}" names a stack of per-expert tensors along dim 0.
     const std::string &name = buffer.param_name();
     size_t e = name.find("{e}");
@@ -253,7 +214,76 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     if (zero)
       std::fill(t.f.begin(), t.f.end(), 0.0f);
   }
+  return setInputs(inputs);
+}
+
+// Where this rank's box of a parameter or input starts in the global tensor:
+// per dimension, the chunk at its coordinate along the split axes (major to
+// minor).
+std::vector<int64_t> Executor::boxStart(const pxe::Buffer &buffer) const {
+  const pxe::Grid &grid = exe_->grid();
+  std::vector<int64_t> start(buffer.shape_size(), 0);
+  for (int d = 0; d < buffer.split_size() && d < buffer.shape_size(); ++d) {
+    int64_t index = 0;
+    for (const std::string &axis : buffer.split(d).axes())
+      for (int i = 0; i < grid.axis_names_size(); ++i)
+        if (grid.axis_names(i) == axis)
+          index = index * grid.shape(i) + coords_[i];
+    start[d] = index * buffer.shape(d);
+  }
+  return start;
+}
+
+// Copies this rank's box of every model input into its input buffer.
+Status Executor::setInputs(const std::vector<Tensor> &inputs) {
+  for (const pxe::Buffer &buffer : stageProto_->buffers()) {
+    if (buffer.role() != pxe::INPUT)
+      continue;
+    std::vector<int64_t> shape(buffer.shape().begin(), buffer.shape().end());
+    std::vector<int64_t> global(buffer.global_shape().begin(), buffer.global_shape().end());
+    bool isInt = buffer.dtype() == pxe::I32 || buffer.dtype() == pxe::I64;
+    if (buffer.input_index() < 0 || buffer.input_index() >= static_cast<int>(inputs.size()))
+      return Status::error("the executable wants input #" + std::to_string(buffer.input_index()) +
+                           " but " + std::to_string(inputs.size()) + " were given");
+    const Tensor &in = inputs[buffer.input_index()];
+    if (in.shape != global)
+      return Status::error("input #" + std::to_string(buffer.input_index()) + " has shape " +
+                           in.shapeString() + ", the executable expects " +
+                           Tensor{false, global, {}, {}}.shapeString());
+    std::vector<int64_t> start = boxStart(buffer);
+    Tensor &t = buffers_[buffer.id()];
+    t = isInt ? Tensor::ints(shape) : Tensor::floats(shape);
+    std::vector<int64_t> index(shape.size(), 0), strides(shape.size(), 1);
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
+      strides[d] = strides[d + 1] * global[d + 1];
+    for (int64_t k = 0; k < t.numel(); ++k) {
+      int64_t offset = 0;
+      for (size_t d = 0; d < shape.size(); ++d)
+        offset += (start[d] + index[d]) * strides[d];
+      if (isInt)
+        t.i[k] = in.isInt ? in.i[offset] : static_cast<int32_t>(in.f[offset]);
+      else
+        t.f[k] = in.isInt ? static_cast<float>(in.i[offset]) : in.f[offset];
+      for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+        if (++index[d] < shape[d])
+          break;
+        index[d] = 0;
+      }
+    }
+  }
   return Status::ok();
+}
+
+std::vector<std::vector<int64_t>> Executor::inputShapes() const {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const pxe::Buffer &buffer : stageProto_->buffers())
+    if (buffer.role() == pxe::INPUT) {
+      if (shapes.size() <= static_cast<size_t>(buffer.input_index()))
+        shapes.resize(buffer.input_index() + 1);
+      shapes[buffer.input_index()].assign(buffer.global_shape().begin(),
+                                          buffer.global_shape().end());
+    }
+  return shapes;
 }
 
 size_t Executor::instructionCount() const {

@@ -113,3 +113,16 @@ def test_front_door_demo_runs_end_to_end():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "parax-run: 4 rank(s)" in proc.stdout
     assert "largest |difference| between the 4-rank and single-rank logits" in proc.stdout
+
+
+def test_pipeline_with_several_microbatches(tmp_path):
+    """PP4 over four microbatches: inputs holding four times the executable's
+    batch run as four microbatches flowing through the stages."""
+    model = Model(str(tmp_path), "tiny-llama", layers=4, batch=1)
+    model.tokens = np.random.default_rng(7).integers(0, model.cfg.vocab, (4, 8)).astype(np.int32)
+    np.save(model.tokens_path, model.tokens)
+    single = model.run(model.compile("single"), 1)
+    sharded = model.run(model.compile("pp4", "prefill:batch=1,seq=8,pp=4,dp=1", 4), 4)
+    assert sharded.shape == (4, 8, model.cfg.vocab)
+    assert np.abs(sharded - single).max() < SHARDED_TOL
+    assert np.abs(sharded - model.reference()).max() < NUMPY_TOL

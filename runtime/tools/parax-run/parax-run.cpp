@@ -15,6 +15,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -96,15 +97,68 @@ int main(int argc, char **argv) {
     inputTensors.push_back(std::move(t.value()));
   }
 
+  // Microbatches: inputs holding k times the executable's batch run as k
+  // microbatches, each flowing through the pipeline stages in turn.
+  int64_t micro = 1;
+  int64_t exeBatch = 0;
+  for (const auto &buffer : exe.value().stages(0).buffers())
+    if (buffer.role() == parax::pxe::INPUT && buffer.input_index() == 0 &&
+        buffer.global_shape_size() > 0)
+      exeBatch = buffer.global_shape(0);
+  if (!inputTensors.empty() && exeBatch > 0 && !inputTensors[0].shape.empty()) {
+    int64_t given = inputTensors[0].shape[0];
+    if (given % exeBatch)
+      die("input #0 has " + std::to_string(given) + " rows, not a multiple of the "
+          "executable's batch " + std::to_string(exeBatch));
+    micro = given / exeBatch;
+  }
+  auto microbatch = [&](int64_t j) {
+    std::vector<Tensor> slice;
+    for (const Tensor &t : inputTensors) {
+      if (t.shape.empty() || t.shape[0] != exeBatch * micro) {
+        slice.push_back(t);
+        continue;
+      }
+      Tensor part = t;
+      part.shape[0] = exeBatch;
+      int64_t n = part.numel();
+      if (t.isInt)
+        part.i.assign(t.i.begin() + j * n, t.i.begin() + (j + 1) * n);
+      else
+        part.f.assign(t.f.begin() + j * n, t.f.begin() + (j + 1) * n);
+      slice.push_back(std::move(part));
+    }
+    return slice;
+  };
+
   Executor executor;
-  Status s = executor.prepare(exe.value(), rank, comm.get(), *ckpt.value(), inputTensors);
+  Status s = executor.prepare(exe.value(), rank, comm.get(), *ckpt.value(), microbatch(0));
   if (!s.isOk()) die(s.message());
   std::vector<double> times;
+  std::vector<Tensor> results; // the last stage's outputs, microbatches joined
   for (int step = 0; step < steps; ++step) {
     if (size > 1) MPI_Barrier(MPI_COMM_WORLD);
     auto start = std::chrono::steady_clock::now();
-    s = executor.run();
-    if (!s.isOk()) die(s.message());
+    results.clear();
+    for (int64_t j = 0; j < micro; ++j) {
+      if (j > 0) {
+        s = executor.setInputs(microbatch(j));
+        if (!s.isOk()) die(s.message());
+      }
+      s = executor.run();
+      if (!s.isOk()) die(s.message());
+      std::vector<Tensor> outs = executor.outputs();
+      for (size_t k = 0; k < outs.size(); ++k) {
+        if (results.size() <= k) {
+          results.push_back(outs[k]);
+          continue;
+        }
+        Tensor &r = results[k];
+        if (!r.shape.empty()) r.shape[0] += outs[k].shape[0];
+        r.f.insert(r.f.end(), outs[k].f.begin(), outs[k].f.end());
+        r.i.insert(r.i.end(), outs[k].i.begin(), outs[k].i.end());
+      }
+    }
     if (size > 1) MPI_Barrier(MPI_COMM_WORLD);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
@@ -116,16 +170,16 @@ int main(int argc, char **argv) {
     if (exe.value().grid().axis_names(i) != "pp" && coords[i] != 0)
       writer = false;
   if (writer) {
-    std::vector<Tensor> outs = executor.outputs();
     if (!output.empty()) {
-      if (outs.empty()) die("the executable has no outputs to write");
-      s = writeNpy(output, outs[0]);
+      if (results.empty()) die("the executable has no outputs to write");
+      s = writeNpy(output, results[0]);
       if (!s.isOk()) die(s.message());
     }
     std::sort(times.begin(), times.end());
-    std::printf("parax-run: %d rank(s), %zu instructions on rank %d, step time %.3f ms "
-                "(median of %d)\n",
-                size, executor.instructionCount(), rank, 1e3 * times[times.size() / 2], steps);
+    std::printf("parax-run: %d rank(s), %zu instructions on rank %d, %lld microbatch(es), "
+                "step time %.3f ms (median of %d)\n",
+                size, executor.instructionCount(), rank, static_cast<long long>(micro),
+                1e3 * times[times.size() / 2], steps);
   }
   comm.reset(); // frees the sub-communicators before MPI ends
   MPI_Finalize();

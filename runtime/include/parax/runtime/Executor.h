@@ -22,6 +22,10 @@ public:
   /// `comm` may be null for a grid of one rank.
   Status prepare(const pxe::Executable &exe, int rank, Communicator *comm,
                  const Checkpoint &weights, const std::vector<Tensor> &inputs);
+  /// Replaces the model inputs (the next microbatch) without reloading weights.
+  Status setInputs(const std::vector<Tensor> &inputs);
+  /// Global shapes of the model inputs this stage reads (by input index).
+  std::vector<std::vector<int64_t>> inputShapes() const;
   Status run();
   /// The stage's outputs (the last stage only; empty elsewhere).
   std::vector<Tensor> outputs() const;
@@ -30,6 +34,7 @@ public:
 
 private:
   struct Impl;
+  std::vector<int64_t> boxStart(const pxe::Buffer &buffer) const;
   const pxe::Executable *exe_ = nullptr;
   const pxe::Stage *stageProto_ = nullptr;
   Communicator *comm_ = nullptr;
