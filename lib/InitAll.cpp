@@ -7,6 +7,7 @@
 #include "parax/Interop/Passes.h"
 #include "parax/Partition/Passes.h"
 #include "parax/Plan/Passes.h"
+#include "parax/Target/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -24,4 +25,5 @@ void parax::registerAllPasses() {
   parax::registerParaxPlanPasses();
   parax::registerParaxPartitionPasses();
   parax::registerParaxInteropPasses();
+  parax::registerParaxTargetPasses();
 }

@@ -4,6 +4,7 @@
 #include "parax/Dialect/Parax/IR/ParaxOps.h"
 #include "parax/Partition/Passes.h"
 #include "parax/Plan/Passes.h"
+#include "parax/Target/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -16,8 +17,14 @@ void parax::buildPlanPartitionPipeline(OpPassManager &pm,
   plan.cluster = options.cluster;
   plan.workload = options.workload;
   pm.addPass(createParaxPlanPass(plan));
-  if (options.partition)
-    pm.addPass(createParaxPartitionPass());
+  if (!options.partition)
+    return;
+  pm.addPass(createParaxPartitionPass());
+  if (!options.executable.empty()) {
+    ParaxWriteExecutablePassOptions write;
+    write.output = options.executable;
+    pm.addPass(createParaxWriteExecutablePass(write));
+  }
 }
 
 FailureOr<plan::PlanResult>

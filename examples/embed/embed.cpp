@@ -5,7 +5,7 @@
 // plan -> partition pipeline, and prints the collectives each pipeline stage
 // (and so each rank of it) runs.
 //
-//   parax-embed-example [CLUSTER] [WORKLOAD]
+//   parax-embed-example [CLUSTER] [WORKLOAD] [EXECUTABLE.pxe]
 
 #include "parax/Dialect/Parax/IR/ParaxOps.h"
 #include "parax/Parax.h"
@@ -90,6 +90,7 @@ OwningOpRef<ModuleOp> buildModel(MLIRContext &ctx) {
 int main(int argc, char **argv) {
   std::string cluster = argc > 1 ? argv[1] : "dgx-h100:devices_per_node=4";
   std::string workload = argc > 2 ? argv[2] : "decode:batch=8,context=4096";
+  std::string executable = argc > 3 ? argv[3] : "embed.pxe";
 
   DialectRegistry registry;
   parax::registerAllDialects(registry);
@@ -116,9 +117,9 @@ int main(int argc, char **argv) {
     llvm::outs() << llvm::formatv("  plan {0}: step {1:F3} ms, {2:F2} GB per device\n",
                                   p.degrees(), p.stepTime * 1e3, p.memory.total() / 1e9);
 
-  // 2. The pipeline: plan (the best) and partition.
+  // 2. The pipeline: plan (the best), partition, write the executable.
   PassManager pm(&context);
-  parax::buildPlanPartitionPipeline(pm, {cluster, workload, /*partition=*/true});
+  parax::buildPlanPartitionPipeline(pm, {cluster, workload, /*partition=*/true, executable});
   if (failed(pm.run(*module)))
     return 1;
 
@@ -134,5 +135,6 @@ int main(int argc, char **argv) {
       llvm::outs() << " " << name << " x" << count;
     llvm::outs() << "\n";
   }
+  llvm::outs() << "executable: " << executable << "\n";
   return 0;
 }

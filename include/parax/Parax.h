@@ -21,6 +21,7 @@
 
 #include "parax/InitAll.h"
 #include "parax/Plan/Planner.h"
+#include "parax/Target/Executable.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
@@ -36,9 +37,12 @@ struct PipelineOptions {
   std::string workload = "train:batch=8,seq=2048";
   /// Add --parax-partition after the planner.
   bool partition = true;
+  /// When set (and partitioning), also write the .pxe executable there.
+  std::string executable;
 };
 
-/// Adds --parax-plan (and --parax-partition) to `pm`.
+/// Adds --parax-plan (and --parax-partition, and --parax-write-executable)
+/// to `pm`.
 void buildPlanPartitionPipeline(mlir::OpPassManager &pm,
                                 const PipelineOptions &options);
 

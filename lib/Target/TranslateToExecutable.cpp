@@ -2,7 +2,6 @@
 
 #include "parax/Target/Executable.h"
 #include "parax/Dialect/Parax/IR/ParaxOps.h"
-#include "parax/InitAll.h"
 
 #include "parax/runtime/executable.pb.h"
 
@@ -253,5 +252,7 @@ void parax::registerToExecutableTranslation() {
           return op->emitError("expected a module");
         return translateToExecutable(module, os);
       },
-      [](DialectRegistry &registry) { registerAllDialects(registry); });
+      [](DialectRegistry &registry) {
+        registry.insert<ParaxDialect, func::FuncDialect>();
+      });
 }
