@@ -174,9 +174,20 @@ LogicalResult FunctionPartitioner::buildStage(
   auto stageFunction = func::FuncOp::create(
       builder, function.getLoc(), name, builder.getFunctionType(argTypes, {}));
   Block *entry = stageFunction.addEntryBlock();
-  for (auto [i, a] : llvm::enumerate(argList))
-    if (auto param = function.getArgAttr(a, ParaxDialect::kParamAttrName))
+  // Parameters keep their checkpoint name; data arguments record which
+  // program input they are (a stage may read only some of them).
+  for (auto [i, a] : llvm::enumerate(argList)) {
+    if (auto param = function.getArgAttr(a, ParaxDialect::kParamAttrName)) {
       stageFunction.setArgAttr(i, ParaxDialect::kParamAttrName, param);
+      continue;
+    }
+    int64_t input = 0;
+    for (unsigned earlier = 0; earlier < a; ++earlier)
+      if (!function.getArgAttr(earlier, ParaxDialect::kParamAttrName))
+        ++input;
+    stageFunction.setArgAttr(i, ParaxDialect::kInputAttrName,
+                             builder.getI64IntegerAttr(input));
+  }
   // Where each argument's slice comes from, for the loader: its sharding.
   for (auto [i, a] : llvm::enumerate(argList))
     if (auto sharding = function.getArgAttr(a, ParaxDialect::kShardingAttrName))

@@ -106,8 +106,12 @@ struct ParaxSpecializeRankPass
       for (unsigned i = 0; i < function.getNumArguments(); ++i) {
         auto param =
             function.getArgAttrOfType<StringAttr>(i, ParaxDialect::kParamAttrName);
-        os << formatv("    #{0} {1}: {2}\n", i,
-                      param ? param.getValue() : StringRef("(input)"),
+        auto input =
+            function.getArgAttrOfType<IntegerAttr>(i, ParaxDialect::kInputAttrName);
+        std::string what = param ? param.getValue().str()
+                           : input ? llvm::formatv("(input {0})", input.getInt()).str()
+                                   : std::string("(input)");
+        os << llvm::formatv("    #{0} {1}: {2}\n", i, what,
                       function.getArgument(i).getType());
       }
       os << "  communication:\n";

@@ -114,8 +114,13 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
       (*buffer)->set_role(pxe::PARAMETER);
       (*buffer)->set_param_name(param.getValue().str());
     } else {
+      // A pipeline stage's data argument says which program input it is;
+      // an unpartitioned function's are the inputs in order.
+      auto index = function.getArgAttrOfType<IntegerAttr>(
+          n, ParaxDialect::kInputAttrName);
       (*buffer)->set_role(pxe::INPUT);
-      (*buffer)->set_input_index(inputs++);
+      (*buffer)->set_input_index(index ? index.getInt() : inputs);
+      ++inputs;
     }
     auto type = cast<RankedTensorType>(arg.getType());
     auto global = function.getArgAttrOfType<ShardingAttr>(

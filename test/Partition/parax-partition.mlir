@@ -126,6 +126,23 @@ func.func @pipe(%x: tensor<4x8xf32>, %a: tensor<8x8xf32> {parax.param = "a"}, %b
 
 // -----
 
+parax.grid @g(pp = 2)
+// A stage that reads only the second data input says so: the loader feeds
+// program input #1 (the labels), not its first data input.
+// CHECK-LABEL: func.func @inputs_stage0
+// CHECK-SAME: (%{{.*}}: tensor<2x8xi32> {parax.input = 0 : i64}
+// CHECK-LABEL: func.func @inputs_stage1
+// CHECK-SAME: (%{{.*}}: tensor<8x16xf32> {{{.*}}parax.param = "head"}
+// CHECK: parax.cross_entropy
+func.func @inputs(%tokens: tensor<2x8xi32>, %labels: tensor<2x8xi32>, %emb: tensor<16x8xf32> {parax.param = "emb"}, %head: tensor<8x16xf32> {parax.param = "head"}) -> tensor<f32> {
+  %x = parax.embedding %tokens, %emb {parax.stage = 0 : i64} : (tensor<2x8xi32>, tensor<16x8xf32>) -> tensor<2x8x8xf32>
+  %l = parax.linear %x, %head {parax.stage = 1 : i64} : (tensor<2x8x8xf32>, tensor<8x16xf32>) -> tensor<2x8x16xf32>
+  %loss = parax.cross_entropy %l, %labels {parax.stage = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 parax.grid @g(dp = 2, tp = 2)
 // Data parallelism splits the batch: local shapes, no forward communication
 // (the results are gathered to be returned whole); on a [dp, tp] grid the

@@ -34,12 +34,12 @@ def tool(name):
 class Model:
     """A tiny preset with random weights, tokens and the numpy reference."""
 
-    def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0):
+    def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False):
         self.cfg = load_config(preset, layers=layers)
         self.dir = tmp
         self.ir = os.path.join(tmp, "model.mlir")
         with open(self.ir, "w") as f:
-            f.write(build_model(self.cfg, batch=batch, seq=seq, dtype="f32"))
+            f.write(build_model(self.cfg, batch=batch, seq=seq, dtype="f32", loss=loss))
         self.weights = random_weights(self.cfg, seed=seed)
         self.checkpoint = os.path.join(tmp, "weights.safetensors")
         save_safetensors(self.checkpoint, self.weights)
@@ -47,9 +47,23 @@ class Model:
         self.tokens = rng.integers(0, self.cfg.vocab, size=(batch, seq)).astype(np.int32)
         self.tokens_path = os.path.join(tmp, "tokens.npy")
         np.save(self.tokens_path, self.tokens)
+        self.inputs = [self.tokens_path]
+        if loss:
+            self.labels = rng.integers(0, self.cfg.vocab, size=(batch, seq)).astype(np.int32)
+            self.labels_path = os.path.join(tmp, "labels.npy")
+            np.save(self.labels_path, self.labels)
+            self.inputs.append(self.labels_path)
 
     def reference(self):
         return reference.forward(self.cfg, self.weights, self.tokens)
+
+    def reference_loss(self):
+        """Mean token cross-entropy of the numpy logits against the labels."""
+        logits = self.reference().astype(np.float64)
+        logits -= logits.max(axis=-1, keepdims=True)
+        logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+        picked = np.take_along_axis(logp, self.labels[..., None].astype(np.int64), axis=-1)
+        return float(-picked.mean())
 
     def compile(self, name, workload=None, devices=1):
         """plan (oracle cluster) -> partition -> translate; returns the .pxe."""
@@ -69,8 +83,8 @@ class Model:
             os.remove(out)
         proc = subprocess.run(
             ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
-             tool("parax-run"), exe, "--weights", self.checkpoint, "--input",
-             self.tokens_path, "--output", out, *extra],
+             tool("parax-run"), exe, "--weights", self.checkpoint,
+             *[arg for path in self.inputs for arg in ("--input", path)], "--output", out, *extra],
             capture_output=True, text=True, timeout=180, env=MPI_ENV)
         if not expect_ok:
             return proc
@@ -82,3 +96,14 @@ def run(cmd):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, " ".join(cmd) + "\n" + proc.stdout + proc.stderr
     return proc
+
+
+def cuda_devices():
+    """GPUs nvidia-smi lists here (0 without a driver)."""
+    try:
+        proc = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    if proc.returncode != 0:
+        return 0
+    return sum(1 for line in proc.stdout.splitlines() if line.startswith("GPU "))

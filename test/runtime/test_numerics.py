@@ -126,3 +126,20 @@ def test_pipeline_with_several_microbatches(tmp_path):
     assert sharded.shape == (4, 8, model.cfg.vocab)
     assert np.abs(sharded - single).max() < SHARDED_TOL
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
+
+
+LOSS_PLANS = [("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("dp=2", 2), ("dp=2,tp=2,pp=2", 8)]
+
+
+@pytest.mark.parametrize("pins,ranks", [(None, 1)] + LOSS_PLANS,
+                         ids=["single"] + [p[0] for p in LOSS_PLANS])
+def test_training_loss_matches_numpy(tmp_path, pins, ranks):
+    """`--loss`: the mean token cross-entropy, one scalar, on every plan."""
+    model = Model(str(tmp_path), "tiny-llama", batch=max(2, ranks), loss=True)
+    if pins is None:
+        exe = model.compile("single")
+    else:
+        exe = model.compile("sharded", f"prefill:batch={max(2, ranks)},seq=8,{pins}", ranks)
+    loss = model.run(exe, ranks)
+    assert loss.shape == ()
+    assert abs(float(loss) - model.reference_loss()) < NUMPY_TOL

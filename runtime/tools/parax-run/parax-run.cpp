@@ -12,6 +12,9 @@
 #include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
+#ifdef PARAX_WITH_CUDA
+#include "parax/runtime/CudaExecutor.h"
+#endif
 
 #include <mpi.h>
 
@@ -19,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,7 +33,8 @@ namespace {
 void usage() {
   std::fprintf(stderr,
                "usage: mpirun -np N parax-run MODEL.pxe --weights W.safetensors "
-               "--input X.npy [--input Y.npy] [--output OUT.npy] [--steps K]\n");
+               "--input X.npy [--input Y.npy] [--output OUT.npy] [--steps K] "
+               "[--device cpu|cuda]\n");
 }
 
 } // namespace
@@ -51,6 +56,7 @@ int main(int argc, char **argv) {
   std::string model, weights, output;
   std::vector<std::string> inputs;
   int steps = 1;
+  std::string device = "cpu";
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -64,6 +70,7 @@ int main(int argc, char **argv) {
     else if (arg == "--input") inputs.push_back(value());
     else if (arg == "--output") output = value();
     else if (arg == "--steps") steps = std::atoi(value().c_str());
+    else if (arg == "--device") device = value();
     else if (arg == "--help" || arg == "-h") { usage(); MPI_Finalize(); return 0; }
     else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg);
     else model = arg;
@@ -73,6 +80,10 @@ int main(int argc, char **argv) {
     die("an executable and --weights are required");
   }
   if (steps < 1) die("--steps must be at least 1");
+  if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
+#ifndef PARAX_WITH_CUDA
+  if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
+#endif
 
   StatusOr<parax::pxe::Executable> exe = loadExecutable(model);
   if (!exe.isOk()) die(exe.status().message());
@@ -83,7 +94,7 @@ int main(int argc, char **argv) {
 
   std::vector<int64_t> shape(exe.value().grid().shape().begin(), exe.value().grid().shape().end());
   std::unique_ptr<Communicator> comm;
-  if (size > 1) {
+  if (size > 1 && device == "cpu") {
     auto created = createMpiCommunicator(shape);
     if (!created.isOk()) die(created.status().message());
     comm = std::move(created.value());
@@ -131,9 +142,50 @@ int main(int argc, char **argv) {
     return slice;
   };
 
-  Executor executor;
-  Status s = executor.prepare(exe.value(), rank, comm.get(), *ckpt.value(), microbatch(0));
-  if (!s.isOk()) die(s.message());
+  // The backend: the CPU executor, or the CUDA one (one GPU per rank, the
+  // local rank's; NCCL communicators when there are several ranks).
+  Executor cpu;
+  std::function<Status(const std::vector<Tensor> &)> setInputs;
+  std::function<Status()> runOnce;
+  std::function<std::vector<Tensor>()> stageOutputs;
+  int stageIndex = 0;
+  size_t instructions = 0;
+#ifdef PARAX_WITH_CUDA
+  CudaExecutor gpu;
+  NcclCommunicator *nccl = nullptr;
+#endif
+  Status s = Status::ok();
+  if (device == "cpu") {
+    s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), microbatch(0));
+    if (!s.isOk()) die(s.message());
+    setInputs = [&](const std::vector<Tensor> &in) { return cpu.setInputs(in); };
+    runOnce = [&] { return cpu.run(); };
+    stageOutputs = [&] { return cpu.outputs(); };
+    stageIndex = cpu.stage();
+    instructions = cpu.instructionCount();
+  } else {
+#ifdef PARAX_WITH_CUDA
+    int devices = cudaDeviceCount();
+    if (devices == 0) die("--device cuda: no CUDA device");
+    const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    int gpuIndex = (local ? std::atoi(local) : rank) % devices;
+    if (size > 1) {
+      auto created = createNcclCommunicator(shape, rank, size, gpuIndex);
+      if (!created.isOk()) die(created.status().message());
+      nccl = created.value();
+      if (rank == 0 && isHostStaged(nccl))
+        std::fprintf(stderr, "parax-run: %d ranks share %d GPU(s): collectives go through host "
+                             "memory and MPI, not NCCL\n", size, devices);
+    }
+    s = gpu.prepare(exe.value(), rank, nccl, *ckpt.value(), microbatch(0), gpuIndex);
+    if (!s.isOk()) die(s.message());
+    setInputs = [&](const std::vector<Tensor> &in) { return gpu.setInputs(in); };
+    runOnce = [&] { return gpu.run(); };
+    stageOutputs = [&] { return gpu.outputs(); };
+    stageIndex = gpu.stage();
+    instructions = gpu.instructionCount();
+#endif
+  }
   std::vector<double> times;
   std::vector<Tensor> results; // the last stage's outputs, microbatches joined
   for (int step = 0; step < steps; ++step) {
@@ -142,12 +194,12 @@ int main(int argc, char **argv) {
     results.clear();
     for (int64_t j = 0; j < micro; ++j) {
       if (j > 0) {
-        s = executor.setInputs(microbatch(j));
+        s = setInputs(microbatch(j));
         if (!s.isOk()) die(s.message());
       }
-      s = executor.run();
+      s = runOnce();
       if (!s.isOk()) die(s.message());
-      std::vector<Tensor> outs = executor.outputs();
+      std::vector<Tensor> outs = stageOutputs();
       for (size_t k = 0; k < outs.size(); ++k) {
         if (results.size() <= k) {
           results.push_back(outs[k]);
@@ -165,7 +217,7 @@ int main(int argc, char **argv) {
 
   // The writer: last stage, every other coordinate 0.
   const auto &coords = exe.value().ranks(rank).values();
-  bool writer = executor.stage() + 1 == exe.value().stages_size();
+  bool writer = stageIndex + 1 == exe.value().stages_size();
   for (int i = 0; i < coords.size(); ++i)
     if (exe.value().grid().axis_names(i) != "pp" && coords[i] != 0)
       writer = false;
@@ -176,12 +228,15 @@ int main(int argc, char **argv) {
       if (!s.isOk()) die(s.message());
     }
     std::sort(times.begin(), times.end());
-    std::printf("parax-run: %d rank(s), %zu instructions on rank %d, %lld microbatch(es), "
-                "step time %.3f ms (median of %d)\n",
-                size, executor.instructionCount(), rank, static_cast<long long>(micro),
+    std::printf("parax-run: %d rank(s) on %s, %zu instructions on rank %d, %lld "
+                "microbatch(es), step time %.3f ms (median of %d)\n",
+                size, device.c_str(), instructions, rank, static_cast<long long>(micro),
                 1e3 * times[times.size() / 2], steps);
   }
   comm.reset(); // frees the sub-communicators before MPI ends
+#ifdef PARAX_WITH_CUDA
+  destroyNcclCommunicator(nccl);
+#endif
   MPI_Finalize();
   return 0;
 }

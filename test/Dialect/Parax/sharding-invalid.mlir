@@ -173,3 +173,17 @@ func.func @negative_unknown_op_attr(%x: tensor<8xf32>) {
   %y = parax.silu %x {parax.stage_id = 1 : i64} : (tensor<8xf32>) -> tensor<8xf32>
   return
 }
+
+// -----
+
+// expected-error @+1 {{argument #0: 'parax.input' must be a non-negative integer input index}}
+func.func @negative_input_index(%x: tensor<8xi32> {parax.input = -1 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: a parameter cannot also be input #0}}
+func.func @negative_input_on_param(%w: tensor<8xf32> {parax.input = 0 : i64, parax.param = "w"}) {
+  return
+}

@@ -268,6 +268,16 @@ LogicalResult ParaxDialect::verifyRegionArgAttribute(Operation *op,
                             << attr.getValue();
     return success();
   }
+  if (name == kInputAttrName) {
+    auto index = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!index || index.getInt() < 0)
+      return emitArgError() << "'" << name
+                            << "' must be a non-negative integer input index";
+    if (function.getArgAttr(argIndex, kParamAttrName))
+      return emitArgError() << "a parameter cannot also be input #"
+                            << index.getInt();
+    return success();
+  }
   return emitArgError() << "unknown parax argument attribute '" << name << "'";
 }
 

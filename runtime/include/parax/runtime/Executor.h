@@ -31,6 +31,10 @@ public:
   std::vector<Tensor> outputs() const;
   int stage() const { return stage_; }
   size_t instructionCount() const;
+  /// For other backends, which load through this one and then take over.
+  const pxe::Stage &stageProgram() const { return *stageProto_; }
+  const std::vector<int64_t> &coordinates() const { return coords_; }
+  std::vector<Tensor> &hostBuffers() { return buffers_; }
 
 private:
   struct Impl;

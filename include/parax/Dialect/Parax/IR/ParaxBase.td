@@ -53,6 +53,10 @@ def Parax_Dialect : Dialect {
     /// tensor this local argument is a piece of (what the loader reads).
     static constexpr ::llvm::StringLiteral kGlobalShardingAttrName =
         "parax.global_sharding";
+    /// On a partitioned function's data (non-parameter) argument: which
+    /// input of the original program it is, counted over the original
+    /// function's data arguments (a pipeline stage reads only some).
+    static constexpr ::llvm::StringLiteral kInputAttrName = "parax.input";
   }];
 }
 

@@ -1,0 +1,1122 @@
+// CudaExecutor.cu - the CUDA backend: device buffers (fp32), cuBLAS GEMMs,
+// one CUDA kernel per op, flash-style attention (no S x S matrix: each block
+// streams key tiles through shared memory with an online softmax), NCCL
+// collectives with a watchdog (MPI host-staged when ranks share a GPU). Weights and inputs are loaded by the CPU
+// backend's loader and uploaded.
+
+#define OMPI_SKIP_MPICXX 1
+#include "parax/runtime/CudaExecutor.h"
+#include "parax/runtime/Executable.h"
+#include "parax/runtime/Executor.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+
+namespace parax::runtime {
+
+#define PARAX_CUDA(x)                                                          \
+  do {                                                                         \
+    cudaError_t e_ = (x);                                                      \
+    if (e_ != cudaSuccess)                                                     \
+      return Status::error(std::string(#x) + ": " + cudaGetErrorString(e_));   \
+  } while (0)
+#define PARAX_CUBLAS(x)                                                        \
+  do {                                                                         \
+    cublasStatus_t e_ = (x);                                                   \
+    if (e_ != CUBLAS_STATUS_SUCCESS)                                           \
+      return Status::error(std::string(#x) + ": cuBLAS status " +              \
+                           std::to_string(static_cast<int>(e_)));             \
+  } while (0)
+#define PARAX_NCCL(x)                                                          \
+  do {                                                                         \
+    ncclResult_t e_ = (x);                                                     \
+    if (e_ != ncclSuccess)                                                     \
+      return Status::error(std::string(#x) + ": " + ncclGetErrorString(e_));   \
+  } while (0)
+
+int cudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+//===----------------------------------------------------------------------===//
+// NCCL
+//===----------------------------------------------------------------------===//
+
+class NcclCommunicator {
+public:
+  std::vector<int64_t> shape;
+  int rank = 0, size = 1;
+  double timeout = 300;
+  // Host-staged: several ranks share one GPU (NCCL refuses a communicator
+  // with two ranks on one device), so collectives copy to the host and go
+  // through MPI. Slower, same results; it lets a one-GPU machine run every
+  // sharded program.
+  bool staged = false;
+  ncclComm_t world = nullptr;
+  std::vector<ncclComm_t> comms; // per axis mask (NCCL)
+  std::vector<MPI_Comm> mpiComms; // per axis mask (host-staged)
+  std::vector<int> sizes;
+
+  Status allReduce(float *buf, size_t n, unsigned mask, cudaStream_t stream) {
+    if (!staged) {
+      PARAX_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comms[mask], stream));
+      return wait(stream, "all_reduce");
+    }
+    std::vector<float> h(n);
+    Status st = toHost(h.data(), buf, n, stream);
+    if (!st.isOk()) return st;
+    MPI_Allreduce(MPI_IN_PLACE, h.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, mpiComms[mask]);
+    return toDevice(buf, h.data(), n, stream);
+  }
+  /// `out` holds sizes[mask] pieces of `n`, in group order.
+  Status allGather(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
+    if (!staged) {
+      PARAX_NCCL(ncclAllGather(in, out, n, ncclFloat, comms[mask], stream));
+      return wait(stream, "all_gather");
+    }
+    std::vector<float> a(n), b(n * sizes[mask]);
+    Status st = toHost(a.data(), in, n, stream);
+    if (!st.isOk()) return st;
+    MPI_Allgather(a.data(), static_cast<int>(n), MPI_FLOAT, b.data(), static_cast<int>(n), MPI_FLOAT,
+                  mpiComms[mask]);
+    return toDevice(out, b.data(), b.size(), stream);
+  }
+  /// `in` holds sizes[mask] pieces of `n`; `out` gets the sum of this rank's.
+  Status reduceScatter(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
+    if (!staged) {
+      PARAX_NCCL(ncclReduceScatter(in, out, n, ncclFloat, ncclSum, comms[mask], stream));
+      return wait(stream, "reduce_scatter");
+    }
+    std::vector<float> a(n * sizes[mask]), b(n);
+    Status st = toHost(a.data(), in, a.size(), stream);
+    if (!st.isOk()) return st;
+    MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, mpiComms[mask]);
+    return toDevice(out, b.data(), n, stream);
+  }
+  /// Piece p of `in` (n floats each) goes to group member p.
+  Status allToAll(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
+    if (!staged) {
+      PARAX_NCCL(ncclAlltoAll(in, out, n, ncclFloat, comms[mask], stream));
+      return wait(stream, "all_to_all");
+    }
+    std::vector<float> a(n * sizes[mask]), b(a.size());
+    Status st = toHost(a.data(), in, a.size(), stream);
+    if (!st.isOk()) return st;
+    MPI_Alltoall(a.data(), static_cast<int>(n), MPI_FLOAT, b.data(), static_cast<int>(n), MPI_FLOAT,
+                 mpiComms[mask]);
+    return toDevice(out, b.data(), b.size(), stream);
+  }
+  Status send(const float *buf, size_t n, int peer, cudaStream_t stream) {
+    if (!staged) {
+      PARAX_NCCL(ncclSend(buf, n, ncclFloat, peer, world, stream));
+      return wait(stream, "send");
+    }
+    std::vector<float> h(n);
+    Status st = toHost(h.data(), buf, n, stream);
+    if (!st.isOk()) return st;
+    MPI_Send(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD);
+    return Status::ok();
+  }
+  Status recv(float *buf, size_t n, int peer, cudaStream_t stream) {
+    if (!staged) {
+      PARAX_NCCL(ncclRecv(buf, n, ncclFloat, peer, world, stream));
+      return wait(stream, "recv");
+    }
+    std::vector<float> h(n);
+    MPI_Recv(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return toDevice(buf, h.data(), n, stream);
+  }
+
+  // Waits for `stream`, polling NCCL for asynchronous errors; aborts every
+  // communicator and reports on error or timeout.
+  Status wait(cudaStream_t stream, const std::string &op) {
+    auto start = std::chrono::steady_clock::now();
+    while (true) {
+      cudaError_t q = cudaStreamQuery(stream);
+      if (q == cudaSuccess)
+        return Status::ok();
+      if (q != cudaErrorNotReady)
+        return Status::error("rank " + std::to_string(rank) + ": " + op + ": " +
+                             cudaGetErrorString(q));
+      for (ncclComm_t c : comms) {
+        if (!c)
+          continue;
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(c, &async);
+        if (async != ncclSuccess && async != ncclInProgress) {
+          abortAll();
+          return Status::error("rank " + std::to_string(rank) + ": " + op +
+                               ": NCCL error " + ncclGetErrorString(async));
+        }
+      }
+      double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (elapsed > timeout) {
+        abortAll();
+        return Status::error("rank " + std::to_string(rank) + ": " + op + " timed out after " +
+                             std::to_string(static_cast<int>(timeout)) + " s");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  void abortAll() {
+    for (ncclComm_t &c : comms)
+      if (c) { ncclCommAbort(c); c = nullptr; }
+    if (world) { ncclCommAbort(world); world = nullptr; }
+  }
+  ~NcclCommunicator() {
+    for (ncclComm_t c : comms)
+      if (c) ncclCommDestroy(c);
+    if (world) ncclCommDestroy(world);
+    for (MPI_Comm &c : mpiComms)
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  }
+
+private:
+  static Status toHost(float *dst, const float *src, size_t n, cudaStream_t stream) {
+    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToHost, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+  static Status toDevice(float *dst, const float *src, size_t n, cudaStream_t stream) {
+    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyHostToDevice, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+};
+
+bool isHostStaged(const NcclCommunicator *comm) { return comm && comm->staged; }
+
+StatusOr<NcclCommunicator *>
+createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, int device,
+                       double timeoutSeconds) {
+  PARAX_CUDA(cudaSetDevice(device));
+  auto comm = std::make_unique<NcclCommunicator>();
+  comm->shape = shape;
+  comm->rank = rank;
+  comm->size = size;
+  comm->timeout = timeoutSeconds;
+  // Ranks on this node against GPUs on this node, agreed by every rank.
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int onNode = 1;
+  MPI_Comm_size(node, &onNode);
+  MPI_Comm_free(&node);
+  const char *forced = std::getenv("PARAX_COLLECTIVES");
+  int staged = (onNode > cudaDeviceCount()) || (forced && std::string(forced) == "mpi");
+  MPI_Allreduce(MPI_IN_PLACE, &staged, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  comm->staged = staged != 0;
+  if (!comm->staged) {
+    ncclUniqueId id;
+    if (rank == 0)
+      PARAX_NCCL(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    PARAX_NCCL(ncclCommInitRank(&comm->world, size, id, rank));
+  }
+  unsigned axes = shape.size();
+  std::vector<int64_t> coords(axes);
+  int64_t r = rank;
+  for (int64_t i = axes - 1; i >= 0; --i) {
+    coords[i] = r % shape[i];
+    r /= shape[i];
+  }
+  comm->comms.assign(1u << axes, nullptr);
+  comm->mpiComms.assign(1u << axes, MPI_COMM_NULL);
+  comm->sizes.assign(1u << axes, 1);
+  // Every rank splits for every mask in the same order (the splits are
+  // collective over the parent); every rank belongs to one group per mask.
+  for (unsigned mask = 1; mask < (1u << axes); ++mask) {
+    int64_t color = 0, key = 0, members = 1;
+    for (unsigned i = 0; i < axes; ++i) {
+      if (mask & (1u << i)) {
+        key = key * shape[i] + coords[i];
+        members *= shape[i];
+      } else {
+        color = color * shape[i] + coords[i];
+      }
+    }
+    if (comm->staged)
+      MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(color), static_cast<int>(key), &comm->mpiComms[mask]);
+    else
+      PARAX_NCCL(ncclCommSplit(comm->world, static_cast<int>(color), static_cast<int>(key),
+                               &comm->comms[mask], nullptr));
+    comm->sizes[mask] = static_cast<int>(members);
+  }
+  return comm.release();
+}
+
+void destroyNcclCommunicator(NcclCommunicator *comm) { delete comm; }
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxRank = 8;
+
+int blocksFor(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+struct Dims {
+  int rank = 0;
+  int64_t d[kMaxRank] = {};
+};
+Dims dimsOf(const std::vector<int64_t> &shape) {
+  Dims d;
+  d.rank = shape.size();
+  for (size_t i = 0; i < shape.size() && i < kMaxRank; ++i) d.d[i] = shape[i];
+  return d;
+}
+
+__device__ float siluF(float x) { return x / (1.0f + expf(-x)); }
+
+__global__ void embeddingKernel(const int32_t *ids, const float *table, float *out, int64_t tokens,
+                                int64_t h, int64_t rows, int64_t offset, bool masked) {
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < tokens * h; k += gridDim.x * blockDim.x) {
+    int64_t t = k / h, c = k % h, id = ids[t] - offset;
+    out[k] = (id < 0 || id >= rows) ? 0.0f : table[id * h + c];
+  }
+}
+
+__global__ void biasKernel(float *y, const float *bias, int64_t rows, int64_t n) {
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < rows * n; k += gridDim.x * blockDim.x)
+    y[k] += bias[k % n];
+}
+
+// One block per row.
+__global__ void normKernel(const float *x, const float *w, const float *b, float *y, int64_t h,
+                           float eps, bool layerNorm) {
+  __shared__ float partial[kThreads];
+  const float *xr = x + blockIdx.x * h;
+  float *yr = y + blockIdx.x * h;
+  float mean = 0;
+  if (layerNorm) {
+    float s = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += xr[c];
+    partial[threadIdx.x] = s;
+    __syncthreads();
+    for (int step = blockDim.x / 2; step > 0; step /= 2) {
+      if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+      __syncthreads();
+    }
+    mean = partial[0] / h;
+    __syncthreads();
+  }
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += (xr[c] - mean) * (xr[c] - mean);
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+    __syncthreads();
+  }
+  float inv = rsqrtf(partial[0] / h + eps);
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+    yr[c] = (xr[c] - mean) * inv * w[c] + (layerNorm ? b[c] : 0.0f);
+}
+
+__global__ void ropeKernel(float *v, const float *invFreq, int64_t B, int64_t S, int64_t H,
+                           int64_t D, int64_t rot, int64_t offset, bool interleaved) {
+  int64_t half = rot / 2, n = B * S * H * half;
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+    int64_t i = k % half, row = k / half, s = (row / H) % S;
+    float angle = (offset + s) * invFreq[i];
+    float c = cosf(angle), sn = sinf(angle);
+    float *x = v + row * D;
+    int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + half;
+    float x0 = x[p], x1 = x[q];
+    x[p] = x0 * c - x1 * sn;
+    x[q] = x1 * c + x0 * sn;
+  }
+}
+
+// Flash-style attention: one block per (batch, head, query); key tiles of
+// blockDim.x through shared memory, online softmax, output accumulated per
+// head-dimension lane. Nothing of size S x Skv is ever stored.
+__global__ void attentionKernel(const float *q, const float *k, const float *v, float *y,
+                                int64_t B, int64_t S, int64_t H, int64_t D, int64_t T,
+                                int64_t KH, int64_t DV, bool causal, float scale,
+                                int64_t headOffset, int64_t group) {
+  extern __shared__ float shared[];
+  float *scores = shared;               // [blockDim.x]
+  float *acc = shared + blockDim.x;     // [DV]
+  __shared__ float runningMax, runningSum, tileMax, tileSum;
+  int64_t row = blockIdx.x;
+  int64_t s = row % S, h = (row / S) % H, b = row / (S * H);
+  int64_t kh = (headOffset + h) / group;
+  int64_t visible = causal ? s + (T - S) + 1 : T;
+  const float *qv = q + ((b * S + s) * H + h) * D;
+  for (int64_t d = threadIdx.x; d < DV; d += blockDim.x) acc[d] = 0;
+  if (threadIdx.x == 0) { runningMax = -INFINITY; runningSum = 0; }
+  __syncthreads();
+  for (int64_t tile = 0; tile < visible; tile += blockDim.x) {
+    int64_t t = tile + threadIdx.x;
+    float score = -INFINITY;
+    if (t < visible) {
+      const float *kv = k + ((b * T + t) * KH + kh) * D;
+      float dot = 0;
+      for (int64_t d = 0; d < D; ++d) dot += qv[d] * kv[d];
+      score = dot * scale;
+    }
+    scores[threadIdx.x] = score;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float m = runningMax;
+      for (int j = 0; j < blockDim.x && tile + j < visible; ++j) m = fmaxf(m, scores[j]);
+      tileMax = m;
+    }
+    __syncthreads();
+    float m = tileMax;
+    float p = t < visible ? expf(score - m) : 0.0f;
+    scores[threadIdx.x] = p;
+    __syncthreads();
+    float rescale = expf(runningMax - m);
+    if (threadIdx.x == 0) {
+      float sum = 0;
+      for (int j = 0; j < blockDim.x && tile + j < visible; ++j) sum += scores[j];
+      tileSum = sum;
+    }
+    __syncthreads();
+    int64_t count = min((int64_t)blockDim.x, visible - tile);
+    for (int64_t d = threadIdx.x; d < DV; d += blockDim.x) {
+      float a = acc[d] * rescale;
+      for (int64_t j = 0; j < count; ++j)
+        a += scores[j] * v[((b * T + tile + j) * KH + kh) * DV + d];
+      acc[d] = a;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      runningSum = runningSum * rescale + tileSum;
+      runningMax = m;
+    }
+    __syncthreads();
+  }
+  float *out = y + ((b * S + s) * H + h) * DV;
+  for (int64_t d = threadIdx.x; d < DV; d += blockDim.x) out[d] = acc[d] / runningSum;
+}
+
+__device__ int64_t broadcastIndex(const Dims &in, const Dims &out, int64_t k) {
+  int64_t index = 0, stride = 1;
+  for (int d = out.rank - 1; d >= 0; --d) {
+    int64_t coord = k % out.d[d];
+    k /= out.d[d];
+    if (in.d[d] != 1) index += coord * stride;
+    stride *= in.d[d];
+  }
+  return index;
+}
+
+__global__ void binaryKernel(const float *l, const float *r, float *y, Dims ld, Dims rd, Dims od,
+                             int64_t n, bool add) {
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+    float a = l[broadcastIndex(ld, od, k)], b = r[broadcastIndex(rd, od, k)];
+    y[k] = add ? a + b : a * b;
+  }
+}
+
+__global__ void broadcastKernel(const float *x, float *y, Dims xd, Dims od, int64_t n) {
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x)
+    y[k] = x[broadcastIndex(xd, od, k)];
+}
+
+// kind: 0 silu, 1 sigmoid, 2 gelu tanh, 3 gelu erf
+__global__ void unaryKernel(const float *x, float *y, int64_t n, int kind) {
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+    float v = x[k];
+    if (kind == 0) y[k] = siluF(v);
+    else if (kind == 1) y[k] = 1.0f / (1.0f + expf(-v));
+    else if (kind == 2) y[k] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    else y[k] = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+  }
+}
+
+__global__ void swigluKernel(const float *g, const float *u, float *y, int64_t n) {
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x)
+    y[k] = siluF(g[k]) * u[k];
+}
+
+__global__ void transposeKernel(const float *x, float *y, Dims xd, Dims yd, Dims perm, int64_t n) {
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+    int64_t rem = k, offset = 0;
+    int64_t xs[kMaxRank];
+    xs[xd.rank - 1] = 1;
+    for (int d = xd.rank - 2; d >= 0; --d) xs[d] = xs[d + 1] * xd.d[d + 1];
+    for (int d = yd.rank - 1; d >= 0; --d) {
+      int64_t coord = rem % yd.d[d];
+      rem /= yd.d[d];
+      offset += coord * xs[perm.d[d]];
+    }
+    y[k] = x[offset];
+  }
+}
+
+// y[o, j, i] = x[o, start + j, i] for j < ny (x has nx along the middle).
+__global__ void sliceKernel(const float *x, float *y, int64_t outer, int64_t nx, int64_t ny,
+                            int64_t start, int64_t inner) {
+  int64_t n = outer * ny * inner;
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+    int64_t i = k % inner, j = (k / inner) % ny, o = k / (inner * ny);
+    y[k] = x[(o * nx + start + j) * inner + i];
+  }
+}
+
+// The inverse: place x (ny along the middle) at `start` of y (nx).
+__global__ void placeKernel(const float *x, float *y, int64_t outer, int64_t nx, int64_t ny,
+                            int64_t start, int64_t inner) {
+  int64_t n = outer * ny * inner;
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+    int64_t i = k % inner, j = (k / inner) % ny, o = k / (inner * ny);
+    y[(o * nx + start + j) * inner + i] = x[k];
+  }
+}
+
+// One thread per token: scores, choice (+bias, groups), top-k weights/indices.
+__global__ void routerKernel(const float *logits, const float *bias, float *scratch, float *weights,
+                             int32_t *indices, int64_t tokens, int64_t E, int64_t K, bool sigmoidScores,
+                             bool normalize, float scaling, int64_t groups, int64_t topkGroups) {
+  int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const float *l = logits + t * E;
+  float *scores = scratch + t * 2 * E, *choice = scores + E;
+  float m = -INFINITY, sum = 0;
+  for (int64_t e = 0; e < E; ++e) m = fmaxf(m, l[e]);
+  for (int64_t e = 0; e < E; ++e) {
+    scores[e] = sigmoidScores ? 1.0f / (1.0f + expf(-l[e])) : expf(l[e] - m);
+    sum += scores[e];
+  }
+  if (!sigmoidScores) for (int64_t e = 0; e < E; ++e) scores[e] /= sum;
+  for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? bias[e] : 0.0f);
+  if (groups > 1) {
+    int64_t per = E / groups;
+    for (int64_t kept = 0; kept < groups - topkGroups; ++kept) {
+      // Drop the group with the lowest top-2 sum among those still allowed.
+      int64_t worst = -1;
+      float worstScore = INFINITY;
+      for (int64_t g = 0; g < groups; ++g) {
+        float a = -INFINITY, b = -INFINITY;
+        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+          float c = choice[e];
+          if (c > a) { b = a; a = c; } else if (c > b) { b = c; }
+        }
+        if (a == -INFINITY) continue; // already dropped
+        float gs = a + (per > 1 ? b : 0.0f);
+        if (gs < worstScore || (gs == worstScore && g > worst)) { worstScore = gs; worst = g; }
+      }
+      for (int64_t e = worst * per; e < (worst + 1) * per; ++e) choice[e] = -INFINITY;
+    }
+  }
+  float total = 0;
+  for (int64_t j = 0; j < K; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; ++e)
+      if (best < 0 || choice[e] > choice[best]) best = e;
+    indices[t * K + j] = static_cast<int32_t>(best);
+    weights[t * K + j] = scores[best];
+    total += scores[best];
+    choice[best] = -INFINITY;
+  }
+  for (int64_t j = 0; j < K; ++j) {
+    float w = weights[t * K + j];
+    if (normalize) w /= (total + 1e-20f);
+    weights[t * K + j] = w * scaling;
+  }
+}
+
+// Expert FFNs: hidden[p, f] = silu(gate_e x) * (up_e x) per (token, choice) p.
+__global__ void expertsUpKernel(const float *x, const int32_t *idx, const float *wg, const float *wu,
+                                float *hidden, int64_t pairs, int64_t K, int64_t H, int64_t F, int64_t E) {
+  int64_t p = blockIdx.x;
+  int64_t e = idx[p];
+  if (e < 0 || e >= E) return;
+  const float *xt = x + (p / K) * H;
+  for (int64_t f = threadIdx.x; f < F; f += blockDim.x) {
+    const float *g = wg + (e * F + f) * H, *u = wu + (e * F + f) * H;
+    float a = 0, c = 0;
+    for (int64_t i = 0; i < H; ++i) { a += g[i] * xt[i]; c += u[i] * xt[i]; }
+    hidden[p * F + f] = siluF(a) * c;
+  }
+}
+
+__global__ void expertsDownKernel(const float *hidden, const int32_t *idx, const float *w,
+                                  const float *wd, float *y, int64_t pairs, int64_t K, int64_t H,
+                                  int64_t F, int64_t E) {
+  int64_t p = blockIdx.x;
+  int64_t e = idx[p];
+  if (e < 0 || e >= E) return;
+  float weight = w[p];
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    const float *d = wd + (e * H + c) * F;
+    float a = 0;
+    for (int64_t f = 0; f < F; ++f) a += d[f] * hidden[p * F + f];
+    atomicAdd(&y[(p / K) * H + c], weight * a);
+  }
+}
+
+__global__ void crossEntropyKernel(const float *logits, const int32_t *labels, float *total, int64_t V) {
+  __shared__ float partial[kThreads];
+  const float *l = logits + blockIdx.x * V;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, l[c]);
+  partial[threadIdx.x] = m;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + step]);
+    __syncthreads();
+  }
+  m = partial[0];
+  __syncthreads();
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) s += expf(l[c] - m);
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    atomicAdd(total, logf(partial[0]) + m - l[labels[blockIdx.x]]);
+}
+
+__global__ void scaleKernel(float *x, int64_t n, float factor) {
+  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) x[k] *= factor;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Executor
+//===----------------------------------------------------------------------===//
+
+struct DeviceBuffer {
+  std::vector<int64_t> shape;
+  bool isInt = false;
+  void *data = nullptr;
+  int64_t numel() const { return numelOf(shape); }
+  float *f() const { return static_cast<float *>(data); }
+  int32_t *i() const { return static_cast<int32_t *>(data); }
+};
+
+struct CudaExecutor::State {
+  Executor host; // loads weights and inputs, holds the program
+  const pxe::Executable *exe = nullptr;
+  NcclCommunicator *comm = nullptr;
+  std::vector<DeviceBuffer> buffers;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  float *scratch = nullptr;
+  size_t scratchSize = 0;
+
+  ~State() {
+    for (DeviceBuffer &b : buffers)
+      if (b.data) cudaFree(b.data);
+    if (scratch) cudaFree(scratch);
+    if (blas) cublasDestroy(blas);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  Status ensureScratch(size_t floats) {
+    if (floats <= scratchSize) return Status::ok();
+    if (scratch) PARAX_CUDA(cudaFree(scratch));
+    PARAX_CUDA(cudaMalloc(&scratch, floats * sizeof(float)));
+    scratchSize = floats;
+    return Status::ok();
+  }
+
+  Status upload(int id) {
+    const Tensor &t = host.hostBuffers()[id];
+    DeviceBuffer &d = buffers[id];
+    size_t bytes = t.numel() * 4;
+    if (bytes == 0) return Status::ok();
+    PARAX_CUDA(cudaMemcpyAsync(d.data, t.isInt ? (const void *)t.i.data() : (const void *)t.f.data(),
+                               bytes, cudaMemcpyHostToDevice, stream));
+    return Status::ok();
+  }
+
+  int64_t groupIndex(const std::vector<std::string> &axes) {
+    int64_t index = 0;
+    for (const std::string &axis : axes)
+      for (int i = 0; i < exe->grid().axis_names_size(); ++i)
+        if (exe->grid().axis_names(i) == axis)
+          index = index * exe->grid().shape(i) + host.coordinates()[i];
+    return index;
+  }
+  unsigned maskOf(const std::vector<std::string> &axes) {
+    unsigned mask = 0;
+    for (const std::string &axis : axes)
+      for (int i = 0; i < exe->grid().axis_names_size(); ++i)
+        if (exe->grid().axis_names(i) == axis) mask |= 1u << i;
+    return mask;
+  }
+  int64_t groupSize(const std::vector<std::string> &axes) {
+    int64_t n = 1;
+    for (const std::string &axis : axes) n *= axisSize(*exe, axis);
+    return n;
+  }
+  int peerRank(const std::string &axis, int64_t peer) {
+    int64_t rank = 0;
+    for (int i = 0; i < exe->grid().axis_names_size(); ++i) {
+      int64_t c = exe->grid().axis_names(i) == axis ? peer : host.coordinates()[i];
+      rank = rank * exe->grid().shape(i) + c;
+    }
+    return static_cast<int>(rank);
+  }
+
+  Status run(const pxe::Instruction &inst);
+};
+
+CudaExecutor::CudaExecutor() : s_(std::make_unique<State>()) {}
+CudaExecutor::~CudaExecutor() = default;
+int CudaExecutor::stage() const { return s_->host.stage(); }
+size_t CudaExecutor::instructionCount() const { return s_->host.instructionCount(); }
+
+Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunicator *comm,
+                             const Checkpoint &weights, const std::vector<Tensor> &inputs,
+                             int device) {
+  if (cudaDeviceCount() == 0)
+    return Status::error("no CUDA device");
+  PARAX_CUDA(cudaSetDevice(device));
+  State &s = *s_;
+  s.exe = &exe;
+  s.comm = comm;
+  Status st = s.host.prepare(exe, rank, nullptr, weights, inputs);
+  if (!st.isOk()) return st;
+  PARAX_CUDA(cudaStreamCreate(&s.stream));
+  PARAX_CUBLAS(cublasCreate(&s.blas));
+  PARAX_CUBLAS(cublasSetStream(s.blas, s.stream));
+  const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
+  s.buffers.resize(hostBuffers.size());
+  for (size_t id = 0; id < hostBuffers.size(); ++id) {
+    DeviceBuffer &d = s.buffers[id];
+    d.shape = hostBuffers[id].shape;
+    d.isInt = hostBuffers[id].isInt;
+    PARAX_CUDA(cudaMalloc(&d.data, std::max<int64_t>(d.numel(), 1) * 4));
+    const pxe::Buffer &proto = s.host.stageProgram().buffers(id);
+    if (proto.role() != pxe::TEMPORARY) {
+      st = s.upload(id);
+      if (!st.isOk()) return st;
+    }
+  }
+  PARAX_CUDA(cudaStreamSynchronize(s.stream));
+  return Status::ok();
+}
+
+Status CudaExecutor::setInputs(const std::vector<Tensor> &inputs) {
+  State &s = *s_;
+  Status st = s.host.setInputs(inputs);
+  if (!st.isOk()) return st;
+  for (const pxe::Buffer &b : s.host.stageProgram().buffers())
+    if (b.role() == pxe::INPUT) {
+      st = s.upload(b.id());
+      if (!st.isOk()) return st;
+    }
+  return Status::ok();
+}
+
+std::vector<Tensor> CudaExecutor::outputs() const {
+  std::vector<Tensor> out;
+  for (int32_t id : s_->host.stageProgram().outputs()) {
+    const DeviceBuffer &d = s_->buffers[id];
+    Tensor t = d.isInt ? Tensor::ints(d.shape) : Tensor::floats(d.shape);
+    cudaMemcpy(d.isInt ? (void *)t.i.data() : (void *)t.f.data(), d.data, d.numel() * 4,
+               cudaMemcpyDeviceToHost);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+Status CudaExecutor::run() {
+  State &s = *s_;
+  const pxe::Stage &stage = s.host.stageProgram();
+  for (int k = 0; k < stage.instructions_size(); ++k) {
+    Status st = s.run(stage.instructions(k));
+    if (st.isOk()) {
+      cudaError_t e = cudaGetLastError();
+      if (e != cudaSuccess) st = Status::error(cudaGetErrorString(e));
+    }
+    if (!st.isOk())
+      return Status::error("stage " + std::to_string(s.host.stage()) + " instruction " +
+                           std::to_string(k) + " (" + stage.instructions(k).op() + ") on the GPU: " +
+                           st.message());
+  }
+  PARAX_CUDA(cudaStreamSynchronize(s.stream));
+  return Status::ok();
+}
+
+namespace {
+using Attrs = google::protobuf::Map<std::string, pxe::Attr>;
+int64_t attrInt(const Attrs &a, const std::string &k, int64_t d = 0) {
+  auto it = a.find(k);
+  return it == a.end() ? d : (it->second.has_b() ? it->second.b() : it->second.i());
+}
+double attrFloat(const Attrs &a, const std::string &k, double d = 0) {
+  auto it = a.find(k);
+  return it == a.end() ? d : it->second.f();
+}
+std::string attrString(const Attrs &a, const std::string &k) {
+  auto it = a.find(k);
+  return it == a.end() ? "" : it->second.s();
+}
+std::vector<std::string> attrStrings(const Attrs &a, const std::string &k) {
+  auto it = a.find(k);
+  if (it == a.end()) return {};
+  return {it->second.strings().values().begin(), it->second.strings().values().end()};
+}
+// Outer (before dim), inner (after dim) extents.
+std::pair<int64_t, int64_t> around(const std::vector<int64_t> &shape, int dim) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  return {outer, inner};
+}
+} // namespace
+
+Status CudaExecutor::State::run(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  auto in = [&](int k) -> DeviceBuffer & { return buffers[inst.operands(k)]; };
+  auto out = [&](int k = 0) -> DeviceBuffer & { return buffers[inst.results(k)]; };
+  auto copy = [&](void *dst, const void *src, int64_t n) -> Status {
+    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice, stream));
+    return Status::ok();
+  };
+
+  if (op == "embedding") {
+    DeviceBuffer &ids = in(0), &table = in(1), &y = out();
+    std::vector<std::string> axes = attrStrings(a, "vocab_axes");
+    int64_t rows = table.shape[0], h = table.shape[1];
+    int64_t offset = axes.empty() ? 0 : groupIndex(axes) * rows;
+    embeddingKernel<<<blocksFor(y.numel()), kThreads, 0, stream>>>(ids.i(), table.f(), y.f(),
+                                                                   ids.numel(), h, rows, offset, !axes.empty());
+    return Status::ok();
+  }
+  if (op == "position_embedding") {
+    DeviceBuffer &table = in(0), &y = out();
+    int64_t h = y.shape[2];
+    return copy(y.f(), table.f() + attrInt(a, "offset") * h, y.numel());
+  }
+  if (op == "linear") {
+    DeviceBuffer &x = in(0), &w = in(1), &y = out();
+    bool t = attrInt(a, "transpose_w") != 0;
+    int64_t k = x.shape.back(), n = y.shape.back(), m = x.numel() / k;
+    const float one = 1.0f, zero = 0.0f;
+    // Row-major y[m, n] = x[m, k] . W: column-major y^T = W^T x^T.
+    PARAX_CUBLAS(cublasSgemm(blas, t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
+                             w.f(), t ? k : n, x.f(), k, &zero, y.f(), n));
+    if (inst.operands_size() == 3)
+      biasKernel<<<blocksFor(m * n), kThreads, 0, stream>>>(y.f(), in(2).f(), m, n);
+    return Status::ok();
+  }
+  if (op == "rms_norm" || op == "layer_norm") {
+    DeviceBuffer &x = in(0), &y = out();
+    int64_t h = x.shape.back(), rows = x.numel() / h;
+    bool layer = op == "layer_norm";
+    normKernel<<<rows, kThreads, 0, stream>>>(x.f(), in(1).f(), layer ? in(2).f() : nullptr, y.f(), h,
+                                              static_cast<float>(attrFloat(a, "eps")), layer);
+    return Status::ok();
+  }
+  if (op == "rope") {
+    DeviceBuffer &x = in(0), &y = out();
+    int64_t rot = attrInt(a, "rotary_dim");
+    double theta = attrFloat(a, "theta");
+    std::vector<float> invFreq(rot / 2);
+    for (int64_t i = 0; i < rot / 2; ++i) invFreq[i] = static_cast<float>(1.0 / std::pow(theta, 2.0 * i / rot));
+    std::string scaling = attrString(a, "scaling.rope_type");
+    if (scaling == "llama3") {
+      double factor = attrFloat(a, "scaling.factor"), low = attrFloat(a, "scaling.low_freq_factor"),
+             high = attrFloat(a, "scaling.high_freq_factor");
+      double old = static_cast<double>(attrInt(a, "scaling.original_max_position_embeddings"));
+      for (float &f : invFreq) {
+        double wavelen = 2 * M_PI / f;
+        if (wavelen > old / low) f = static_cast<float>(f / factor);
+        else if (wavelen >= old / high) {
+          double smooth = (old / wavelen - low) / (high - low);
+          f = static_cast<float>((1 - smooth) * f / factor + smooth * f);
+        }
+      }
+    } else if (scaling == "linear") {
+      for (float &f : invFreq) f = static_cast<float>(f / attrFloat(a, "scaling.factor"));
+    } else if (!scaling.empty()) {
+      return Status::error("rope scaling '" + scaling + "' is not implemented by the CUDA backend");
+    }
+    Status st = ensureScratch(invFreq.size());
+    if (!st.isOk()) return st;
+    PARAX_CUDA(cudaMemcpyAsync(scratch, invFreq.data(), invFreq.size() * 4, cudaMemcpyHostToDevice, stream));
+    st = copy(y.f(), x.f(), x.numel());
+    if (!st.isOk()) return st;
+    int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
+    ropeKernel<<<blocksFor(B * S * H * rot / 2), kThreads, 0, stream>>>(
+        y.f(), scratch, B, S, H, D, rot, attrInt(a, "position_offset"), attrInt(a, "interleaved") != 0);
+    // The scratch buffer is reused by later ops: finish before returning.
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+  if (op == "attention") {
+    DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &y = out();
+    int64_t B = q.shape[0], S = q.shape[1], H = q.shape[2], D = q.shape[3];
+    int64_t T = k.shape[1], KH = k.shape[2], DV = v.shape[3];
+    std::vector<std::string> headAxes = attrStrings(a, "head_axes");
+    int64_t headOffset = 0, totalHeads = H;
+    if (!headAxes.empty()) {
+      headOffset = groupIndex(headAxes) * H;
+      totalHeads = H * groupSize(headAxes);
+    }
+    int threads = 128;
+    size_t sharedBytes = (threads + DV) * sizeof(float);
+    attentionKernel<<<B * H * S, threads, sharedBytes, stream>>>(
+        q.f(), k.f(), v.f(), y.f(), B, S, H, D, T, KH, DV, attrInt(a, "causal") != 0,
+        static_cast<float>(attrFloat(a, "scale")), headOffset, totalHeads / KH);
+    return Status::ok();
+  }
+  if (op == "add" || op == "mul") {
+    DeviceBuffer &l = in(0), &r = in(1), &y = out();
+    binaryKernel<<<blocksFor(y.numel()), kThreads, 0, stream>>>(l.f(), r.f(), y.f(), dimsOf(l.shape),
+                                                                dimsOf(r.shape), dimsOf(y.shape), y.numel(),
+                                                                op == "add");
+    return Status::ok();
+  }
+  if (op == "silu" || op == "sigmoid" || op == "gelu") {
+    int kind = op == "silu" ? 0 : op == "sigmoid" ? 1 : attrString(a, "approximate") == "tanh" ? 2 : 3;
+    unaryKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(in(0).f(), out().f(), out().numel(), kind);
+    return Status::ok();
+  }
+  if (op == "swiglu") {
+    swigluKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(in(0).f(), in(1).f(), out().f(), out().numel());
+    return Status::ok();
+  }
+  if (op == "reshape")
+    return copy(out().data, in(0).data, out().numel());
+  if (op == "transpose") {
+    auto it = a.find("permutation");
+    if (it == a.end()) return Status::error("transpose without permutation");
+    std::vector<int64_t> perm(it->second.ints().values().begin(), it->second.ints().values().end());
+    transposeKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(
+        in(0).f(), out().f(), dimsOf(in(0).shape), dimsOf(out().shape), dimsOf(perm), out().numel());
+    return Status::ok();
+  }
+  if (op == "broadcast") {
+    broadcastKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(
+        in(0).f(), out().f(), dimsOf(in(0).shape), dimsOf(out().shape), out().numel());
+    return Status::ok();
+  }
+  if (op == "slice") {
+    int dim = static_cast<int>(attrInt(a, "dim"));
+    auto [outer, inner] = around(out().shape, dim);
+    sliceKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(
+        in(0).f(), out().f(), outer, in(0).shape[dim], out().shape[dim], attrInt(a, "start"), inner);
+    return Status::ok();
+  }
+  if (op == "concat") {
+    int dim = static_cast<int>(attrInt(a, "dim"));
+    auto [outer, inner] = around(out().shape, dim);
+    int64_t at = 0;
+    for (int k = 0; k < inst.operands_size(); ++k) {
+      placeKernel<<<blocksFor(in(k).numel()), kThreads, 0, stream>>>(
+          in(k).f(), out().f(), outer, out().shape[dim], in(k).shape[dim], at, inner);
+      at += in(k).shape[dim];
+    }
+    return Status::ok();
+  }
+  if (op == "router") {
+    DeviceBuffer &x = in(0), &gate = in(1), &w = out(0), &idx = out(1);
+    int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0];
+    Status st = ensureScratch(tokens * E * 3);
+    if (!st.isOk()) return st;
+    const float one = 1.0f, zero = 0.0f;
+    PARAX_CUBLAS(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, E, tokens, h, &one, gate.f(), h, x.f(), h,
+                             &zero, scratch, E));
+    routerKernel<<<blocksFor(tokens), kThreads, 0, stream>>>(
+        scratch, inst.operands_size() == 3 ? in(2).f() : nullptr, scratch + tokens * E, w.f(), idx.i(),
+        tokens, E, attrInt(a, "top_k"), attrString(a, "score_func") == "sigmoid", attrInt(a, "normalize") != 0,
+        static_cast<float>(attrFloat(a, "scaling_factor", 1.0)), attrInt(a, "num_groups", 1),
+        attrInt(a, "topk_groups", 1));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+  if (op == "experts") {
+    DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &y = out();
+    int64_t H = x.shape.back(), K = idx.shape.back(), pairs = idx.numel(), E = wg.shape[0], F = wg.shape[1];
+    Status st = ensureScratch(pairs * F);
+    if (!st.isOk()) return st;
+    PARAX_CUDA(cudaMemsetAsync(y.data, 0, y.numel() * 4, stream));
+    expertsUpKernel<<<pairs, kThreads, 0, stream>>>(x.f(), idx.i(), wg.f(), wu.f(), scratch, pairs, K, H, F, E);
+    expertsDownKernel<<<pairs, kThreads, 0, stream>>>(scratch, idx.i(), w.f(), wd.f(), y.f(), pairs, K, H, F, E);
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+  if (op == "cross_entropy") {
+    DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
+    int64_t V = logits.shape.back(), tokens = logits.numel() / V;
+    PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
+    crossEntropyKernel<<<tokens, kThreads, 0, stream>>>(logits.f(), labels.i(), y.f(), V);
+    scaleKernel<<<1, 1, 0, stream>>>(y.f(), 1, 1.0f / tokens);
+    return Status::ok();
+  }
+
+  // Communication.
+  std::vector<std::string> axes = attrStrings(a, "axes");
+  int64_t P = groupSize(axes);
+  unsigned mask = maskOf(axes);
+  if (P > 1 && !comm)
+    return Status::error("a collective over several ranks needs a communicator");
+  // Pieces along `dim` (piece-major) <-> the tensor: slice/place kernels.
+  auto toPieces = [&](const DeviceBuffer &t, int dim, float *dst) {
+    auto [outer, inner] = around(t.shape, dim);
+    int64_t chunk = t.shape[dim] / P;
+    for (int64_t p = 0; p < P; ++p)
+      sliceKernel<<<blocksFor(t.numel() / P), kThreads, 0, stream>>>(t.f(), dst + p * (t.numel() / P), outer,
+                                                                     t.shape[dim], chunk, p * chunk, inner);
+  };
+  auto fromPieces = [&](const float *src, int dim, DeviceBuffer &t) {
+    auto [outer, inner] = around(t.shape, dim);
+    int64_t chunk = t.shape[dim] / P;
+    for (int64_t p = 0; p < P; ++p)
+      placeKernel<<<blocksFor(t.numel() / P), kThreads, 0, stream>>>(src + p * (t.numel() / P), t.f(), outer,
+                                                                     t.shape[dim], chunk, p * chunk, inner);
+  };
+  if (op == "all_reduce") {
+    Status st = copy(out().data, in(0).data, out().numel());
+    if (!st.isOk() || P == 1) return st;
+    return comm->allReduce(out().f(), out().numel(), mask, stream);
+  }
+  if (op == "shard_slice") {
+    int dim = static_cast<int>(attrInt(a, "dim"));
+    auto [outer, inner] = around(in(0).shape, dim);
+    int64_t chunk = out().shape[dim];
+    sliceKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(in(0).f(), out().f(), outer, in(0).shape[dim],
+                                                                   chunk, groupIndex(axes) * chunk, inner);
+    return Status::ok();
+  }
+  if (op == "to_partial") {
+    if (groupIndex(axes) == 0) return copy(out().data, in(0).data, out().numel());
+    PARAX_CUDA(cudaMemsetAsync(out().data, 0, out().numel() * 4, stream));
+    return Status::ok();
+  }
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") {
+    DeviceBuffer &x = in(0), &y = out();
+    Status st = ensureScratch(std::max(x.numel(), y.numel()) * 2);
+    if (!st.isOk()) return st;
+    float *a0 = scratch, *a1 = scratch + std::max(x.numel(), y.numel());
+    if (op == "all_gather") {
+      int dim = static_cast<int>(attrInt(a, "dim"));
+      if (P == 1) return copy(y.data, x.data, y.numel());
+      st = comm->allGather(x.f(), a0, x.numel(), mask, stream);
+      if (!st.isOk()) return st;
+      fromPieces(a0, dim, y);
+      return Status::ok();
+    }
+    if (op == "reduce_scatter") {
+      int dim = static_cast<int>(attrInt(a, "dim"));
+      toPieces(x, dim, a0);
+      if (P == 1) return copy(y.data, a0, y.numel());
+      return comm->reduceScatter(a0, y.f(), y.numel(), mask, stream);
+    }
+    int split = static_cast<int>(attrInt(a, "split_dim")), concat = static_cast<int>(attrInt(a, "concat_dim"));
+    toPieces(x, split, a0);
+    if (P == 1) {
+      fromPieces(a0, concat, y);
+      return Status::ok();
+    }
+    st = comm->allToAll(a0, a1, x.numel() / P, mask, stream);
+    if (!st.isOk()) return st;
+    fromPieces(a1, concat, y);
+    return Status::ok();
+  }
+  if (op == "send" || op == "recv") {
+    int peer = peerRank(axes.at(0), attrInt(a, "peer"));
+    if (!comm)
+      return Status::error("send/recv needs a communicator");
+    if (op == "send")
+      return comm->send(in(0).f(), in(0).numel(), peer, stream);
+    return comm->recv(out().f(), out().numel(), peer, stream);
+  }
+  if (op == "moe_dispatch" || op == "moe_combine") {
+    // Routing is data-dependent: pack on the host (as the CPU backend
+    // does), exchange device buffers with ncclAlltoAll.
+    int64_t E = attrInt(a, "num_experts"), local = E / P;
+    DeviceBuffer &idxD = in(op == "moe_dispatch" ? 2 : 1);
+    int64_t pairs = idxD.numel(), K = idxD.shape.back();
+    std::vector<int32_t> idx(pairs);
+    PARAX_CUDA(cudaMemcpyAsync(idx.data(), idxD.data, pairs * 4, cudaMemcpyDeviceToHost, stream));
+    if (op == "moe_dispatch") {
+      DeviceBuffer &x = in(0), &w = in(1);
+      int64_t h = x.shape.back(), width = h + 2;
+      std::vector<float> hx(x.numel()), hw(pairs);
+      PARAX_CUDA(cudaMemcpyAsync(hx.data(), x.data, x.numel() * 4, cudaMemcpyDeviceToHost, stream));
+      PARAX_CUDA(cudaMemcpyAsync(hw.data(), w.data, pairs * 4, cudaMemcpyDeviceToHost, stream));
+      PARAX_CUDA(cudaStreamSynchronize(stream));
+      std::vector<float> send(P * pairs * width, 0.0f), recv(send.size());
+      std::vector<int64_t> fill(P, 0);
+      for (int64_t r = 0; r < P * pairs; ++r) send[r * width + h + 1] = -1;
+      for (int64_t k = 0; k < pairs; ++k) {
+        int64_t dest = idx[k] / local;
+        float *row = &send[(dest * pairs + fill[dest]++) * width];
+        std::copy(&hx[(k / K) * h], &hx[(k / K) * h] + h, row);
+        row[h] = hw[k];
+        row[h + 1] = static_cast<float>(idx[k] - dest * local);
+      }
+      Status st = ensureScratch(send.size() * 2);
+      if (!st.isOk()) return st;
+      PARAX_CUDA(cudaMemcpyAsync(scratch, send.data(), send.size() * 4, cudaMemcpyHostToDevice, stream));
+      if (P > 1) {
+        st = comm->allToAll(scratch, scratch + send.size(), pairs * width, mask, stream);
+        if (!st.isOk()) return st;
+        PARAX_CUDA(cudaMemcpy(recv.data(), scratch + send.size(), recv.size() * 4, cudaMemcpyDeviceToHost));
+      } else {
+        recv = send;
+      }
+      std::vector<float> rows(P * pairs * h), rw(P * pairs);
+      std::vector<int32_t> re(P * pairs);
+      for (int64_t r = 0; r < P * pairs; ++r) {
+        std::copy(&recv[r * width], &recv[r * width] + h, &rows[r * h]);
+        rw[r] = recv[r * width + h];
+        re[r] = static_cast<int32_t>(recv[r * width + h + 1]);
+      }
+      PARAX_CUDA(cudaMemcpyAsync(out(0).data, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, stream));
+      PARAX_CUDA(cudaMemcpyAsync(out(1).data, rw.data(), rw.size() * 4, cudaMemcpyHostToDevice, stream));
+      PARAX_CUDA(cudaMemcpyAsync(out(2).data, re.data(), re.size() * 4, cudaMemcpyHostToDevice, stream));
+      PARAX_CUDA(cudaStreamSynchronize(stream));
+      return Status::ok();
+    }
+    DeviceBuffer &rowsD = in(0);
+    int64_t h = rowsD.shape.back();
+    std::vector<float> back(rowsD.numel());
+    if (P > 1) {
+      Status st = ensureScratch(rowsD.numel());
+      if (!st.isOk()) return st;
+      st = comm->allToAll(rowsD.f(), scratch, pairs * h, mask, stream);
+      if (!st.isOk()) return st;
+      PARAX_CUDA(cudaMemcpy(back.data(), scratch, back.size() * 4, cudaMemcpyDeviceToHost));
+    } else {
+      PARAX_CUDA(cudaMemcpyAsync(back.data(), rowsD.data, back.size() * 4, cudaMemcpyDeviceToHost, stream));
+      PARAX_CUDA(cudaStreamSynchronize(stream));
+    }
+    std::vector<float> y(out().numel(), 0.0f);
+    std::vector<int64_t> fill(P, 0);
+    for (int64_t k = 0; k < pairs; ++k) {
+      int64_t dest = idx[k] / local;
+      const float *row = &back[(dest * pairs + fill[dest]++) * h];
+      for (int64_t c = 0; c < h; ++c) y[(k / K) * h + c] += row[c];
+    }
+    PARAX_CUDA(cudaMemcpyAsync(out().data, y.data(), y.size() * 4, cudaMemcpyHostToDevice, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+  return Status::error("no CUDA kernel for '" + op + "'");
+}
+
+} // namespace parax::runtime

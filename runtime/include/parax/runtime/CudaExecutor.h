@@ -1,0 +1,61 @@
+// CudaExecutor.h - the CUDA backend: the same executable, run on one GPU per
+// rank (cuBLAS GEMMs, a CUDA kernel per op, NCCL collectives).
+//
+// Built only when PARAX_ENABLE_CUDA resolves ON; this header has no CUDA
+// types, so CPU-only code can include it.
+
+#ifndef PARAX_RUNTIME_CUDAEXECUTOR_H
+#define PARAX_RUNTIME_CUDAEXECUTOR_H
+
+#include "parax/runtime/Checkpoint.h"
+#include "parax/runtime/Status.h"
+#include "parax/runtime/Tensor.h"
+#include "parax/runtime/executable.pb.h"
+
+#include <memory>
+#include <vector>
+
+namespace parax::runtime {
+
+/// GPUs visible to this process; 0 (never an error) when there is no driver,
+/// no device, or CUDA reports anything else ("no GPU, skip").
+int cudaDeviceCount();
+
+/// NCCL communicators for a grid: a world communicator (its id broadcast
+/// over MPI) split into one communicator per set of grid axes, and a
+/// watchdog that aborts them and reports rank and operation on an
+/// asynchronous error or after `timeoutSeconds`.
+/// When this node has more ranks than GPUs (NCCL allows one rank per device
+/// in a communicator), or PARAX_COLLECTIVES=mpi, every rank instead stages
+/// collectives through host memory and MPI: same results, lower bandwidth.
+/// Release with destroyNcclCommunicator (before MPI_Finalize).
+class NcclCommunicator;
+StatusOr<NcclCommunicator *>
+createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size,
+                       int device, double timeoutSeconds = 300);
+void destroyNcclCommunicator(NcclCommunicator *comm);
+/// True when `comm` stages collectives through MPI (see above).
+bool isHostStaged(const NcclCommunicator *comm);
+
+class CudaExecutor {
+public:
+  CudaExecutor();
+  ~CudaExecutor();
+  /// `comm` may be null for a grid of one rank.
+  Status prepare(const pxe::Executable &exe, int rank, NcclCommunicator *comm,
+                 const Checkpoint &weights, const std::vector<Tensor> &inputs,
+                 int device);
+  Status setInputs(const std::vector<Tensor> &inputs);
+  Status run(); // returns when the GPU is done
+  std::vector<Tensor> outputs() const;
+  int stage() const;
+  size_t instructionCount() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_CUDAEXECUTOR_H
