@@ -39,17 +39,33 @@ void usage() {
 
 } // namespace
 
+/// Started by an MPI launcher (Open MPI, MPICH, PMIx, Slurm)? A single rank
+/// started by hand runs without MPI: no launcher daemon is needed then.
+bool launchedByMpi() {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
+    if (std::getenv(name))
+      return true;
+  return false;
+}
+
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  const bool mpi = launchedByMpi();
   int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (mpi) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  auto finalize = [&] {
+    if (mpi)
+      MPI_Finalize();
+  };
   auto die = [&](const std::string &message) {
     std::fprintf(stderr, "parax-run: rank %d: %s\n", rank, message.c_str());
     std::fflush(stderr);
     if (size > 1)
       MPI_Abort(MPI_COMM_WORLD, 1);
-    MPI_Finalize();
+    finalize();
     std::exit(1);
   };
 
@@ -71,7 +87,7 @@ int main(int argc, char **argv) {
     else if (arg == "--output") output = value();
     else if (arg == "--steps") steps = std::atoi(value().c_str());
     else if (arg == "--device") device = value();
-    else if (arg == "--help" || arg == "-h") { usage(); MPI_Finalize(); return 0; }
+    else if (arg == "--help" || arg == "-h") { usage(); finalize(); return 0; }
     else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg);
     else model = arg;
   }
@@ -237,6 +253,6 @@ int main(int argc, char **argv) {
 #ifdef PARAX_WITH_CUDA
   destroyNcclCommunicator(nccl);
 #endif
-  MPI_Finalize();
+  finalize();
   return 0;
 }

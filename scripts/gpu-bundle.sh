@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prepares what scripts/gpu-check.sh needs on a GPU machine that has no
+# compiler, MPI or BLAS (this workplace's H200 image): the GPU cases compiled
+# here with their CPU and numpy results, the benchmark executables, a
+# CUDA-enabled parax-run, and the Debian packages of its runtime libraries
+# and of Open MPI. Everything lands in gpu-bundle/ (git-ignored; carry it).
+#
+#   scripts/gpu-bundle.sh [build-dir]      # needs a build with cuda=ON
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+out="$root/gpu-bundle"
+if ! ldd "$build/bin/parax-run" 2>/dev/null | grep -q libcudart; then
+  echo "gpu-bundle: $build/bin/parax-run was built without CUDA (configure with -DPARAX_ENABLE_CUDA=ON)" >&2
+  exit 1
+fi
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/debs"
+cp "$build/bin/parax-run" "$out/bin/"
+"$root/.venv/bin/python" "$root/test/runtime/cuda_cases.py" prepare "$out/cases" --bin "$build/bin"
+find "$out/cases" -name '*.mlir' -delete
+# Runtime libraries parax-run and Open MPI need that a CUDA image may lack
+# (CUDA's own libraries come from the image). Unpacked there without
+# overwriting anything.
+packages="libevent-core-2.1-7 libevent-pthreads-2.1-7 libgfortran5 libhwloc15 libmunge2
+          libopenblas0-pthread libopenmpi3 libprotobuf32 libquadmath0 libpmix2 openmpi-bin
+          openmpi-common"
+(cd "$out/debs" && apt-get download $packages >/dev/null)
+du -sh "$out"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Every GPU check, in one run (device time is short): the CUDA backend
+# against the CPU backend and numpy on every case of
+# test/runtime/cuda_cases.py (each op's kernel, --loss, MoE, MLA, TP, PP, DP,
+# EP and their mix), then timings of one Llama-3-8B layer (prefill 2048 and
+# a sequence-1 decode proxy). Results and logs go to $OUT (default ./gpu-out).
+#
+# On this workplace's GPU machine (no compiler there): run
+# scripts/gpu-bundle.sh here first, then carry gpu-bundle/. Where the whole
+# toolchain is present, `ctest -R numerics` runs the same cases (test_cuda.py).
+#
+# Exit status: 0 all cases pass, 1 a case failed, 77 no GPU (skip).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${OUT:-$root/gpu-out}"
+bundle="$root/gpu-bundle"
+mkdir -p "$out"
+exec > >(tee "$out/gpu-check.log") 2>&1
+
+if ! nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1 || ! grep -q '^GPU ' "$out/nvidia-smi.txt"; then
+  echo "gpu-check: no GPU here (nvidia-smi lists none): skipped"
+  exit 77
+fi
+cat "$out/nvidia-smi.txt"
+if [[ ! -x "$bundle/bin/parax-run" ]]; then
+  echo "gpu-check: $bundle/bin/parax-run missing: run scripts/gpu-bundle.sh first"
+  exit 1
+fi
+
+# Runtime libraries: the bundle's packages, never overwriting the image's.
+stage="$(mktemp -d)"
+for deb in "$bundle"/debs/*.deb; do dpkg -x "$deb" "$stage"; done
+cp -rn "$stage"/. / 2>/dev/null || true
+rm -rf "$stage"
+ldconfig 2>/dev/null || true
+libs=/usr/lib/x86_64-linux-gnu/openblas-pthread
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib \
+         $(python3 -c 'import glob, site; print(" ".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' 2>/dev/null); do
+  [[ -d "$d" ]] && libs="$libs:$d"
+done
+export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ldd "$bundle/bin/parax-run" >"$out/ldd.txt" 2>&1
+if grep -q "not found" "$out/ldd.txt"; then
+  echo "gpu-check: parax-run has unresolved libraries:"; grep "not found" "$out/ldd.txt"
+fi
+(mpirun --version | head -1) 2>&1 || echo "gpu-check: no mpirun (multi-rank cases will fail)"
+
+status=0
+echo "== correctness: GPU vs CPU vs numpy (tolerance 1e-4) =="
+timeout 420 python3 "$root/test/runtime/cuda_cases.py" check "$bundle/cases" \
+  --bin "$bundle/bin" --json "$out/check.json" || status=1
+echo "== timings (not pass/fail) =="
+timeout 240 python3 "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" \
+  --bin "$bundle/bin" --json "$out/bench.json" || echo "gpu-check: bench failed"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv >>"$out/nvidia-smi.txt" 2>&1
+echo "gpu-check: exit $status"
+exit $status

@@ -1,0 +1,209 @@
+"""GPU checks in two halves, so a GPU machine without the compiler can run
+them: `prepare` (here: compiler + CPU runtime) compiles each case and stores
+what the CPU backend and numpy compute; `check` (there: parax-run, mpirun,
+numpy) runs the same executables with `--device cuda` and compares.
+
+    python3 cuda_cases.py prepare DIR        # needs build/bin/parax-opt etc.
+    python3 cuda_cases.py check DIR [--bin BIN] [--json OUT.json] [--device cpu]
+    python3 cuda_cases.py bench DIR [--bin BIN] [--json OUT.json]
+
+test_cuda.py runs both halves in one process on a machine that has both.
+Tolerance: 1e-4 absolute against the CPU backend and against numpy (fp32
+storage and math on both backends, no TF32).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+TOL = 1e-4
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+
+# name -> (preset, layers, batch, seq, loss, workload pins or None, ranks)
+CASES = {
+    "llama": ("tiny-llama", None, 2, 8, False, None, 1),
+    "gpt2": ("tiny-gpt2", None, 2, 8, False, None, 1),
+    "mixtral": ("tiny-mixtral", None, 2, 8, False, None, 1),
+    "qwen2-moe": ("tiny-qwen2-moe", None, 2, 8, False, None, 1),
+    "deepseek-v3": ("tiny-deepseek-v3", None, 2, 8, False, None, 1),
+    "llama-seq200": ("tiny-llama", None, 1, 200, False, None, 1),  # several key tiles
+    "llama-loss": ("tiny-llama", None, 2, 8, True, None, 1),
+    "llama-tp2": ("tiny-llama", None, 2, 8, False, "tp=2,dp=1", 2),
+    "llama-pp2": ("tiny-llama", None, 2, 8, False, "pp=2,dp=1", 2),
+    "llama-dp2": ("tiny-llama", None, 2, 8, False, "dp=2", 2),
+    "llama-dp2-tp2-pp2": ("tiny-llama", None, 8, 8, False, "dp=2,tp=2,pp=2", 8),
+    "llama-loss-tp2-pp2": ("tiny-llama", None, 2, 8, True, "tp=2,pp=2,dp=1", 4),
+    "gpt2-tp2": ("tiny-gpt2", None, 2, 8, False, "tp=2,dp=1", 2),
+    "mixtral-ep2-tp2": ("tiny-mixtral", None, 4, 8, False, "ep=2,tp=2,dp=1", 4),
+    "qwen2-moe-ep2": ("tiny-qwen2-moe", None, 2, 8, False, "ep=2,dp=1", 2),
+    "deepseek-v3-ep2": ("tiny-deepseek-v3", None, 2, 8, False, "ep=2,dp=1", 2),
+    "deepseek-v3-tp2": ("tiny-deepseek-v3", None, 2, 8, False, "tp=2,dp=1", 2),
+}
+
+
+def _run(cmd, timeout=300, env=None):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    return proc
+
+
+def parax_run(bin_dir, case_dir, exe, ranks, inputs, output, device, steps=1, timeout=300):
+    # One rank runs without a launcher (parax-run then skips MPI).
+    launcher = [] if ranks == 1 else ["mpirun", "-np", str(ranks), "--oversubscribe",
+                                      "--bind-to", "none"]
+    cmd = launcher + [os.path.join(bin_dir, "parax-run"), exe, "--weights",
+           os.path.join(case_dir, "weights.safetensors"), "--output", output,
+           "--device", device, "--steps", str(steps)]
+    for path in inputs:
+        cmd += ["--input", path]
+    proc = _run(cmd, timeout=timeout, env=MPI_ENV)
+    return np.load(output), proc.stdout + proc.stderr
+
+
+def prepare(name, root, bin_dir):
+    """Compiles case `name` under root/name; stores the CPU and numpy results."""
+    from conftest import Model  # the compiler half: pytest's helper
+    preset, layers, batch, seq, loss, pins, ranks = CASES[name]
+    case_dir = os.path.join(root, name)
+    os.makedirs(case_dir, exist_ok=True)
+    model = Model(case_dir, preset, layers=layers, batch=batch, seq=seq, loss=loss)
+    single = model.compile("single")
+    cpu = model.run(single, 1)
+    ref = np.float32(model.reference_loss()) if loss else model.reference()
+    exe = single if pins is None else \
+        model.compile("sharded", f"prefill:batch={batch},seq={seq},{pins}", ranks)
+    np.save(os.path.join(case_dir, "cpu.npy"), cpu)
+    np.save(os.path.join(case_dir, "numpy.npy"), ref)
+    with open(os.path.join(case_dir, "case.json"), "w") as f:
+        json.dump({"exe": os.path.basename(exe), "ranks": ranks,
+                   "inputs": [os.path.basename(p) for p in model.inputs]}, f)
+
+
+def check(name, root, bin_dir, device="cuda"):
+    """Runs case `name` on the GPU; returns its figures (raises on a failed run).
+    (`device="cpu"` checks the harness itself on a machine without a GPU.)"""
+    case_dir = os.path.join(root, name)
+    with open(os.path.join(case_dir, "case.json")) as f:
+        case = json.load(f)
+    gpu, log = parax_run(bin_dir, case_dir, os.path.join(case_dir, case["exe"]), case["ranks"],
+                         [os.path.join(case_dir, p) for p in case["inputs"]],
+                         os.path.join(case_dir, "gpu.npy"), device)
+    cpu = np.load(os.path.join(case_dir, "cpu.npy"))
+    ref = np.load(os.path.join(case_dir, "numpy.npy"))
+    if gpu.shape != cpu.shape:
+        raise RuntimeError(f"{name}: GPU output shape {gpu.shape}, CPU {cpu.shape}")
+    vs_cpu = float(np.abs(gpu - cpu).max())
+    vs_numpy = float(np.abs(gpu - ref).max())
+    return {"case": name, "ranks": case["ranks"], "max_abs_vs_cpu": vs_cpu,
+            "max_abs_vs_numpy": vs_numpy, "ok": vs_cpu < TOL and vs_numpy < TOL,
+            "host_staged": "host memory and MPI" in log}
+
+
+# --- performance (figures, not pass/fail) ------------------------------------
+
+BENCH = {  # name -> (preset, layers, batch, seq)
+    "llama3-8b-1layer-prefill2048": ("llama3-8b", 1, 1, 2048),
+    "llama3-8b-1layer-decode-proxy": ("llama3-8b", 1, 1, 1),
+}
+
+
+def prepare_bench(root, bin_dir):
+    """Only the executables travel (weights are made where they run)."""
+    from parax.models import build_model, load_config
+    for name, (preset, layers, batch, seq) in BENCH.items():
+        d = os.path.join(root, name)
+        os.makedirs(d, exist_ok=True)
+        ir = os.path.join(d, "model.mlir")
+        with open(ir, "w") as f:
+            f.write(build_model(load_config(preset, layers=layers), batch=batch, seq=seq, dtype="f32"))
+        _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir,
+              "-o", os.path.join(d, "model.pxe")])
+        os.remove(ir)
+
+
+def bench(root, bin_dir):
+    from parax.checkpoint import save_safetensors
+    from parax.models import load_config
+    from parax.models.builder import parameter_shapes
+    results = []
+    for name, (preset, layers, batch, seq) in BENCH.items():
+        d = os.path.join(root, name)
+        cfg = load_config(preset, layers=layers)
+        weights_path = os.path.join(d, "weights.safetensors")
+        shapes = parameter_shapes(cfg)
+        if not os.path.exists(weights_path):
+            rng = np.random.default_rng(0)
+            weights = {}
+            for key, shape in shapes.items():
+                if "{e}" in key:
+                    raise RuntimeError("bench presets are dense")
+                weights[key] = (np.ones(shape, np.float32) if "norm" in key else
+                                0.02 * rng.standard_normal(shape, dtype=np.float32))
+            save_safetensors(weights_path, weights)
+            del weights
+        tokens = os.path.join(d, "tokens.npy")
+        np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (batch, seq)).astype(np.int32))
+        _, log = parax_run(bin_dir, d, os.path.join(d, "model.pxe"), 1, [tokens],
+                           os.path.join(d, "out.npy"), "cuda", steps=10, timeout=500)
+        step_ms = float(log.split("step time ")[1].split(" ms")[0])
+        params = sum(int(np.prod(s)) for s in shapes.values())
+        matmul = params - cfg.vocab * cfg.hidden  # the embedding is a gather
+        tokens_n = batch * seq
+        flops = 2 * matmul * tokens_n + 4 * batch * seq * seq * cfg.heads * cfg.head_dim * layers
+        results.append({"case": name, "step_ms_median_of_10": step_ms,
+                        "tflops": flops / step_ms / 1e9, "weight_bytes": 4 * params,
+                        "weights_read_tb_per_s": 4 * params / step_ms / 1e9})
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("verb", choices=["prepare", "check", "bench"])
+    ap.add_argument("dir")
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    ap.add_argument("--json")
+    ap.add_argument("--device", default="cuda", help="check: cpu tests the harness")
+    args = ap.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    if args.verb == "prepare":
+        sys.path.insert(0, HERE)
+        for name in CASES:
+            prepare(name, args.dir, args.bin)
+        prepare_bench(args.dir, args.bin)
+        return 0
+    results, failed = [], 0
+    if args.verb == "check":
+        for name in CASES:
+            start = time.time()
+            try:
+                r = check(name, args.dir, args.bin, args.device)
+            except Exception as e:  # report every case, then fail
+                r = {"case": name, "ok": False, "error": str(e)[-2000:]}
+            r["seconds"] = round(time.time() - start, 2)
+            failed += not r["ok"]
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    else:
+        results = bench(args.dir, args.bin)
+        for r in results:
+            print(json.dumps(r), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
