@@ -16,7 +16,7 @@ if ! ldd "$build/bin/parax-run" 2>/dev/null | grep -q libcudart; then
 fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/debs"
-cp "$build/bin/parax-run" "$out/bin/"
+cp "$build/bin/parax-run" "$build/bin/parax-cuda-bench" "$out/bin/"
 "$root/.venv/bin/python" "$root/test/runtime/cuda_cases.py" prepare "$out/cases" --bin "$build/bin"
 find "$out/cases" -name '*.mlir' -delete
 # Runtime libraries parax-run and Open MPI need that a CUDA image may lack

@@ -49,9 +49,42 @@ status=0
 echo "== correctness: GPU vs CPU vs numpy (tolerance 1e-4) =="
 timeout 420 python3 "$root/test/runtime/cuda_cases.py" check "$bundle/cases" \
   --bin "$bundle/bin" --json "$out/check.json" || status=1
-echo "== timings (not pass/fail) =="
+echo "== GEMM and HBM figures (not pass/fail) =="
+timeout 180 "$bundle/bin/parax-cuda-bench" 2>&1 | tee "$out/cuda-bench.txt" || echo "gpu-check: cuda bench failed"
+echo "== Llama-3-8B layer timings (not pass/fail) =="
 timeout 240 python3 "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" \
   --bin "$bundle/bin" --json "$out/bench.json" || echo "gpu-check: bench failed"
+# Summary: pass counts, and the decode proxy against its HBM lower bound
+# (weight bytes / the copy bandwidth measured above).
+python3 - "$out" >"$out/summary.txt" <<'PY' 2>&1
+import json, os, re, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return []
+check = load("check.json")
+print(f"correctness: {sum(r.get('ok', False) for r in check)} of {len(check)} cases pass")
+for r in check:
+    if not r.get("ok"):
+        print("  FAILED", r.get("case"), r.get("error", r)[:400] if isinstance(r.get("error"), str) else r)
+bw = None
+try:
+    m = re.search(r"HBM: .* ([0-9.]+) TB/s", open(os.path.join(out, "cuda-bench.txt")).read())
+    bw = float(m.group(1)) if m else None
+except OSError:
+    pass
+for r in load("bench.json"):
+    line = f"{r['case']}: {r['step_ms_median_of_10']:.3f} ms, {r['tflops']:.1f} TFLOP/s"
+    if bw and "decode" in r["case"]:
+        bound_ms = r["weight_bytes"] / (bw * 1e12) * 1e3
+        line += (f", HBM bound {bound_ms:.3f} ms (the step takes "
+                 f"{r['step_ms_median_of_10'] / bound_ms:.2f}x the bound)")
+    print(line)
+PY
+cat "$out/summary.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv >>"$out/nvidia-smi.txt" 2>&1
 echo "gpu-check: exit $status"
 exit $status

@@ -19,5 +19,14 @@ llvm_config.with_environment("PATH", config.parax_tools_dir, append_path=True)
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%parax_src", config.parax_src_root))
 
+# cuda-build: parax-run has the CUDA backend; cuda: and a GPU answers here.
 if config.parax_cuda:
-    config.available_features.add("cuda")
+    config.available_features.add("cuda-build")
+    import subprocess
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                                timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        listed = ""
+    if any(line.startswith("GPU ") for line in listed.splitlines()):
+        config.available_features.add("cuda")

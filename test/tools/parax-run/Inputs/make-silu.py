@@ -1,0 +1,13 @@
+# Writes a one-op program's inputs for the parax-run lit tests: x.npy (an
+# input), empty.safetensors (no parameters) and want.npy (silu(x) in numpy).
+import sys
+
+import numpy as np
+
+from parax.checkpoint import save_safetensors
+
+out = sys.argv[1]
+x = np.linspace(-3, 3, 8, dtype=np.float32).reshape(2, 4)
+np.save(f"{out}/x.npy", x)
+np.save(f"{out}/want.npy", x / (1 + np.exp(-x)))
+save_safetensors(f"{out}/empty.safetensors", {})
