@@ -67,7 +67,7 @@ if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$root" -B "$build" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-    -DPython3_EXECUTABLE="$venv/bin/python"
+    -DPython3_EXECUTABLE="$venv/bin/python" ${PARAX_CMAKE_ARGS:-}
 fi
 jobs="${PARAX_JOBS:-$(nproc)}"
 cmake --build "$build" -j "$jobs"
