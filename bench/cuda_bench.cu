@@ -15,6 +15,7 @@
 #define OMPI_SKIP_MPICXX 1
 #include "parax/runtime/Checkpoint.h"
 #include "parax/runtime/CudaExecutor.h"
+#include "BenchUtil.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -31,6 +32,7 @@
 #include <vector>
 
 using namespace parax::runtime;
+using namespace parax::bench;
 
 namespace {
 
@@ -44,10 +46,6 @@ namespace {
     }                                                                          \
   } while (0)
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Seconds per call of `f` (GPU work on stream 0), median of `reps`.
 double gpuTime(const std::function<void()> &f, int reps) {
@@ -70,40 +68,7 @@ double gpuTime(const std::function<void()> &f, int reps) {
   return median(t);
 }
 
-double wallTime(const std::function<void()> &f, int reps) {
-  f();
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    auto s = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
-  }
-  return median(t);
-}
 
-parax::pxe::Buffer *addBuffer(parax::pxe::Stage &stage, std::vector<int64_t> shape,
-                              parax::pxe::Role role) {
-  auto *b = stage.add_buffers();
-  b->set_id(stage.buffers_size() - 1);
-  b->set_dtype(parax::pxe::F32);
-  b->set_role(role);
-  for (int64_t d : shape) {
-    b->add_shape(d);
-    b->add_global_shape(d);
-    b->add_split();
-  }
-  return b;
-}
-
-std::string emptyCheckpoint() {
-  std::string path = "/tmp/parax-cuda-bench-empty.safetensors";
-  std::ofstream f(path, std::ios::binary);
-  const char header[] = "{}      ";
-  uint64_t n = 8;
-  f.write(reinterpret_cast<const char *>(&n), 8);
-  f.write(header, 8);
-  return path;
-}
 
 __global__ void toBf16(const float *x, __nv_bfloat16 *y, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -112,7 +77,7 @@ __global__ void toBf16(const float *x, __nv_bfloat16 *y, size_t n) {
 }
 
 void gemms() {
-  auto ckpt = Checkpoint::open(emptyCheckpoint());
+  auto ckpt = Checkpoint::open(emptyCheckpoint("/tmp/parax-cuda-bench-empty.safetensors"));
   if (!ckpt.isOk()) { std::printf("%s\n", ckpt.status().message().c_str()); std::exit(1); }
   cublasHandle_t blas;
   CHECK(cublasCreate(&blas));
@@ -123,26 +88,14 @@ void gemms() {
            {2048, 4096, 4096}, {2048, 4096, 1024}, {2048, 4096, 14336}, {2048, 14336, 4096},
            {2048, 4096, 128256}, {1, 4096, 14336}}) {
     const int m = std::get<0>(mkn), k = std::get<1>(mkn), n = std::get<2>(mkn);
-    parax::pxe::Executable exe;
-    exe.set_format_version(1);
-    exe.add_ranks();
-    auto &s = *exe.add_stages();
-    addBuffer(s, {m, k}, parax::pxe::INPUT)->set_input_index(0);
-    addBuffer(s, {k, n}, parax::pxe::INPUT)->set_input_index(1);
-    addBuffer(s, {m, n}, parax::pxe::TEMPORARY);
-    auto *inst = s.add_instructions();
-    inst->set_op("linear");
-    inst->add_operands(0);
-    inst->add_operands(1);
-    inst->add_results(2);
-    s.add_outputs(2);
+    parax::pxe::Executable exe = linearProgram(m, k, n);
     Tensor x = Tensor::floats({m, k}), w = Tensor::floats({k, n});
     for (size_t i = 0; i < x.f.size(); ++i) x.f[i] = std::sin(0.001 * i);
     for (size_t i = 0; i < w.f.size(); ++i) w.f[i] = 0.01f * std::cos(0.001 * i);
     CudaExecutor ex;
     Status st = ex.prepare(exe, 0, nullptr, *ckpt.value(), {x, w}, 0);
     if (!st.isOk()) { std::printf("prepare: %s\n", st.message().c_str()); std::exit(1); }
-    double tLinear = wallTime([&] { (void)ex.run(); }, 20);
+    double tLinear = timeIt([&] { (void)ex.run(); }, 20);
 
     // The same product through cuBLAS alone (row-major: C^T = W^T X^T).
     float *dx, *dw, *dy;

@@ -9,6 +9,7 @@
 #include "parax/runtime/Checkpoint.h"
 #include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executor.h"
+#include "BenchUtil.h"
 
 #include <cblas.h>
 #include <mpi.h>
@@ -23,37 +24,12 @@
 #include <vector>
 
 using namespace parax::runtime;
+using namespace parax::bench;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
-double timeIt(const std::function<void()> &f, int reps) {
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    auto s = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
-  }
-  return median(t);
-}
 
-parax::pxe::Buffer *addBuffer(parax::pxe::Stage &stage, std::vector<int64_t> shape,
-                              parax::pxe::Role role) {
-  auto *b = stage.add_buffers();
-  b->set_id(stage.buffers_size() - 1);
-  b->set_dtype(parax::pxe::F32);
-  b->set_role(role);
-  for (int64_t d : shape) {
-    b->add_shape(d);
-    b->add_global_shape(d);
-    b->add_split();
-  }
-  return b;
-}
 
 // A one-rank executable around `build`.
 parax::pxe::Executable program(const std::function<void(parax::pxe::Stage &)> &build) {
@@ -64,19 +40,8 @@ parax::pxe::Executable program(const std::function<void(parax::pxe::Stage &)> &b
   return exe;
 }
 
-// An empty checkpoint file (the programs below take no parameters).
-std::string emptyCheckpoint() {
-  std::string path = "/tmp/parax-bench-empty.safetensors";
-  std::ofstream f(path, std::ios::binary);
-  const char header[] = "{}      ";
-  uint64_t n = 8;
-  f.write(reinterpret_cast<const char *>(&n), 8);
-  f.write(header, 8);
-  return path;
-}
-
 void kernels() {
-  auto ckpt = Checkpoint::open(emptyCheckpoint());
+  auto ckpt = Checkpoint::open(emptyCheckpoint("/tmp/parax-bench-empty.safetensors"));
   // 1. Dispatch overhead: 1000 adds of one element.
   const int n = 1000;
   auto exe = program([&](parax::pxe::Stage &s) {
@@ -106,17 +71,7 @@ void kernels() {
   std::printf("linear vs cblas_sgemm (one thread, median of 7, GFLOP/s):\n");
   for (auto [m, k, nn] : std::vector<std::tuple<int, int, int>>{
            {256, 1024, 1024}, {1024, 1024, 1024}, {2048, 512, 2048}, {16, 4096, 4096}}) {
-    auto lin = program([&](parax::pxe::Stage &s) {
-      addBuffer(s, {m, k}, parax::pxe::INPUT)->set_input_index(0);
-      addBuffer(s, {k, nn}, parax::pxe::INPUT)->set_input_index(1);
-      addBuffer(s, {m, nn}, parax::pxe::TEMPORARY);
-      auto *inst = s.add_instructions();
-      inst->set_op("linear");
-      inst->add_operands(0);
-      inst->add_operands(1);
-      inst->add_results(2);
-      s.add_outputs(2);
-    });
+    auto lin = linearProgram(m, k, nn);
     Tensor x = Tensor::floats({m, k}), w = Tensor::floats({k, nn});
     for (size_t i = 0; i < x.f.size(); ++i) x.f[i] = std::sin(0.001 * i);
     for (size_t i = 0; i < w.f.size(); ++i) w.f[i] = std::cos(0.001 * i);

@@ -6,6 +6,7 @@
 
 #define OMPI_SKIP_MPICXX 1
 #include "parax/runtime/CudaExecutor.h"
+#include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
 
@@ -228,33 +229,20 @@ createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, in
     PARAX_NCCL(ncclCommInitRank(&comm->world, size, id, rank));
   }
   unsigned axes = shape.size();
-  std::vector<int64_t> coords(axes);
-  int64_t r = rank;
-  for (int64_t i = axes - 1; i >= 0; --i) {
-    coords[i] = r % shape[i];
-    r /= shape[i];
-  }
   comm->comms.assign(1u << axes, nullptr);
   comm->mpiComms.assign(1u << axes, MPI_COMM_NULL);
   comm->sizes.assign(1u << axes, 1);
   // Every rank splits for every mask in the same order (the splits are
   // collective over the parent); every rank belongs to one group per mask.
   for (unsigned mask = 1; mask < (1u << axes); ++mask) {
-    int64_t color = 0, key = 0, members = 1;
-    for (unsigned i = 0; i < axes; ++i) {
-      if (mask & (1u << i)) {
-        key = key * shape[i] + coords[i];
-        members *= shape[i];
-      } else {
-        color = color * shape[i] + coords[i];
-      }
-    }
+    GroupSplit g = groupSplit(shape, rank, mask);
     if (comm->staged)
-      MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(color), static_cast<int>(key), &comm->mpiComms[mask]);
+      MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(g.color), static_cast<int>(g.key),
+                     &comm->mpiComms[mask]);
     else
-      PARAX_NCCL(ncclCommSplit(comm->world, static_cast<int>(color), static_cast<int>(key),
+      PARAX_NCCL(ncclCommSplit(comm->world, static_cast<int>(g.color), static_cast<int>(g.key),
                                &comm->comms[mask], nullptr));
-    comm->sizes[mask] = static_cast<int>(members);
+    comm->sizes[mask] = static_cast<int>(g.members);
   }
   return comm.release();
 }
@@ -758,24 +746,6 @@ Status CudaExecutor::run() {
 }
 
 namespace {
-using Attrs = google::protobuf::Map<std::string, pxe::Attr>;
-int64_t attrInt(const Attrs &a, const std::string &k, int64_t d = 0) {
-  auto it = a.find(k);
-  return it == a.end() ? d : (it->second.has_b() ? it->second.b() : it->second.i());
-}
-double attrFloat(const Attrs &a, const std::string &k, double d = 0) {
-  auto it = a.find(k);
-  return it == a.end() ? d : it->second.f();
-}
-std::string attrString(const Attrs &a, const std::string &k) {
-  auto it = a.find(k);
-  return it == a.end() ? "" : it->second.s();
-}
-std::vector<std::string> attrStrings(const Attrs &a, const std::string &k) {
-  auto it = a.find(k);
-  if (it == a.end()) return {};
-  return {it->second.strings().values().begin(), it->second.strings().values().end()};
-}
 // Outer (before dim), inner (after dim) extents.
 std::pair<int64_t, int64_t> around(const std::vector<int64_t> &shape, int dim) {
   int64_t outer = 1, inner = 1;

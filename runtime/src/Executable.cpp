@@ -200,4 +200,33 @@ StatusOr<pxe::Executable> loadExecutable(const std::string &path) {
   return exe;
 }
 
+int64_t attrInt(const Attrs &a, const std::string &key, int64_t otherwise) {
+  auto it = a.find(key);
+  if (it == a.end())
+    return otherwise;
+  return it->second.has_b() ? it->second.b() : it->second.i();
+}
+
+double attrFloat(const Attrs &a, const std::string &key, double otherwise) {
+  auto it = a.find(key);
+  return it == a.end() ? otherwise : it->second.f();
+}
+
+std::string attrString(const Attrs &a, const std::string &key) {
+  auto it = a.find(key);
+  return it == a.end() ? "" : it->second.s();
+}
+
+bool attrFlag(const Attrs &a, const std::string &key) {
+  auto it = a.find(key);
+  return it != a.end() && it->second.b();
+}
+
+std::vector<std::string> attrStrings(const Attrs &a, const std::string &key) {
+  auto it = a.find(key);
+  if (it == a.end())
+    return {};
+  return {it->second.strings().values().begin(), it->second.strings().values().end()};
+}
+
 } // namespace parax::runtime

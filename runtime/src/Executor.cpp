@@ -17,31 +17,6 @@ namespace parax::runtime {
 
 namespace {
 
-using Attrs = google::protobuf::Map<std::string, pxe::Attr>;
-
-int64_t attrInt(const Attrs &a, const std::string &k, int64_t d = 0) {
-  auto it = a.find(k);
-  return it == a.end() ? d : (it->second.has_b() ? it->second.b() : it->second.i());
-}
-double attrFloat(const Attrs &a, const std::string &k, double d = 0) {
-  auto it = a.find(k);
-  return it == a.end() ? d : it->second.f();
-}
-std::string attrString(const Attrs &a, const std::string &k) {
-  auto it = a.find(k);
-  return it == a.end() ? "" : it->second.s();
-}
-bool attrFlag(const Attrs &a, const std::string &k) {
-  auto it = a.find(k);
-  return it != a.end() && it->second.b();
-}
-std::vector<std::string> attrStrings(const Attrs &a, const std::string &k) {
-  auto it = a.find(k);
-  if (it == a.end())
-    return {};
-  return {it->second.strings().values().begin(), it->second.strings().values().end()};
-}
-
 // Rows of the leading dims and the last dim.
 std::pair<int64_t, int64_t> rowsCols(const Tensor &t) {
   int64_t cols = t.shape.empty() ? 1 : t.shape.back();

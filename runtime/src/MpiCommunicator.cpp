@@ -36,30 +36,16 @@ public:
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     unsigned axes = shape_.size();
-    std::vector<int64_t> coords(axes);
-    int64_t r = rank_;
-    for (int64_t i = axes - 1; i >= 0; --i) {
-      coords[i] = r % shape_[i];
-      r /= shape_[i];
-    }
     comms_.assign(1u << axes, MPI_COMM_NULL);
     sizes_.assign(1u << axes, 1);
     for (unsigned mask = 1; mask < (1u << axes); ++mask) {
-      int64_t color = 0, key = 0, members = 1;
-      for (unsigned i = 0; i < axes; ++i) {
-        if (mask & (1u << i)) {
-          key = key * shape_[i] + coords[i];
-          members *= shape_[i];
-        } else {
-          color = color * shape_[i] + coords[i];
-        }
-      }
-      Status s = check(MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(color),
-                                      static_cast<int>(key), &comms_[mask]),
+      GroupSplit g = groupSplit(shape_, rank_, mask);
+      Status s = check(MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(g.color),
+                                      static_cast<int>(g.key), &comms_[mask]),
                        "MPI_Comm_split");
       if (!s.isOk())
         return s;
-      sizes_[mask] = static_cast<int>(members);
+      sizes_[mask] = static_cast<int>(g.members);
     }
     return Status::ok();
   }
@@ -119,6 +105,24 @@ private:
 };
 
 } // namespace
+
+GroupSplit groupSplit(const std::vector<int64_t> &shape, int64_t rank, unsigned axesMask) {
+  std::vector<int64_t> coords(shape.size());
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
+    coords[i] = rank % shape[i];
+    rank /= shape[i];
+  }
+  GroupSplit g;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (axesMask & (1u << i)) {
+      g.key = g.key * shape[i] + coords[i];
+      g.members *= shape[i];
+    } else {
+      g.color = g.color * shape[i] + coords[i];
+    }
+  }
+  return g;
+}
 
 StatusOr<std::unique_ptr<Communicator>>
 createMpiCommunicator(const std::vector<int64_t> &shape) {

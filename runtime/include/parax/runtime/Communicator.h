@@ -37,6 +37,14 @@ public:
   [[noreturn]] virtual void abort(const std::string &message) = 0;
 };
 
+/// This rank's group over the axes in `axesMask`, as a communicator split
+/// wants it: `color` numbers the group (the coordinates off those axes),
+/// `key` this rank's place in it (the coordinates on them), `members` its size.
+struct GroupSplit {
+  int64_t color = 0, key = 0, members = 1;
+};
+GroupSplit groupSplit(const std::vector<int64_t> &shape, int64_t rank, unsigned axesMask);
+
 /// The MPI communicator for a grid of `shape` (MPI must be initialised and
 /// the world size equal to the grid size).
 StatusOr<std::unique_ptr<Communicator>>

@@ -11,6 +11,7 @@
 #include "parax/runtime/executable.pb.h"
 
 #include <string>
+#include <vector>
 
 namespace parax::runtime {
 
@@ -25,6 +26,15 @@ int64_t gridSize(const pxe::Executable &exe);
 
 /// Size of a grid axis, or 0 when the grid has no such axis.
 int64_t axisSize(const pxe::Executable &exe, const std::string &axis);
+
+/// An instruction's attributes, read with defaults (validation has checked
+/// the kinds): integers (booleans read as 0/1), floats, strings, string lists.
+using Attrs = google::protobuf::Map<std::string, pxe::Attr>;
+int64_t attrInt(const Attrs &a, const std::string &key, int64_t otherwise = 0);
+double attrFloat(const Attrs &a, const std::string &key, double otherwise = 0);
+std::string attrString(const Attrs &a, const std::string &key);
+bool attrFlag(const Attrs &a, const std::string &key);
+std::vector<std::string> attrStrings(const Attrs &a, const std::string &key);
 
 } // namespace parax::runtime
 
