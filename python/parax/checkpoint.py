@@ -13,11 +13,16 @@ import numpy as np
 from .models.builder import parameter_shapes
 
 
+def round_to_bf16(array):
+    """float32 values rounded to the nearest bfloat16 (ties to even), as float32."""
+    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).reshape(np.shape(array))
+
+
 def _bf16_bytes(array):
-    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-    # round to nearest even
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return rounded.tobytes()
+    bits = round_to_bf16(array).view(np.uint32)
+    return (bits >> 16).astype(np.uint16).tobytes()
 
 
 def save_safetensors(path, tensors, dtype="f32"):

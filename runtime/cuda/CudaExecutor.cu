@@ -11,6 +11,7 @@
 #include "parax/runtime/Executor.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -279,6 +280,12 @@ __global__ void embeddingKernel(const int32_t *ids, const float *table, float *o
     int64_t t = k / h, c = k % h, id = ids[t] - offset;
     out[k] = (id < 0 || id >= rows) ? 0.0f : table[id * h + c];
   }
+}
+
+__global__ void toBf16Kernel(const float *x, __nv_bfloat16 *y, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = __float2bfloat16(x[i]);
 }
 
 __global__ void biasKernel(float *y, const float *bias, int64_t rows, int64_t n) {
@@ -593,11 +600,39 @@ __global__ void scaleKernel(float *x, int64_t n, float factor) {
 struct DeviceBuffer {
   std::vector<int64_t> shape;
   bool isInt = false;
+  bool bf16 = false; // a bf16 GEMM weight (see gemmWeightsInBf16)
   void *data = nullptr;
   int64_t numel() const { return numelOf(shape); }
+  size_t bytes() const { return std::max<int64_t>(numel(), 1) * (bf16 ? 2 : 4); }
   float *f() const { return static_cast<float *>(data); }
   int32_t *i() const { return static_cast<int32_t *>(data); }
+  __nv_bfloat16 *h() const { return static_cast<__nv_bfloat16 *>(data); }
 };
+
+// Round to nearest even, as the hardware does (NaN stays NaN).
+uint16_t toBf16Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// Parameters stored in bf16 on the device: those the executable declares
+// bf16 and that only `linear` reads, as its weight. Their GEMMs run on bf16
+// tensor cores with fp32 accumulation (activations are rounded to bf16 on the
+// way in; outputs stay fp32). Every other buffer is fp32.
+std::vector<bool> gemmWeightsInBf16(const pxe::Stage &stage) {
+  std::vector<bool> bf16(stage.buffers_size(), false);
+  for (const pxe::Buffer &b : stage.buffers())
+    bf16[b.id()] = b.role() == pxe::PARAMETER && b.dtype() == pxe::BF16;
+  for (const pxe::Instruction &inst : stage.instructions())
+    for (int i = 0; i < inst.operands_size(); ++i)
+      if (inst.op() != "linear" || i != 1)
+        bf16[inst.operands(i)] = false;
+  return bf16;
+}
 
 struct CudaExecutor::State {
   Executor host; // loads weights and inputs, holds the program
@@ -630,6 +665,12 @@ struct CudaExecutor::State {
     DeviceBuffer &d = buffers[id];
     size_t bytes = t.numel() * 4;
     if (bytes == 0) return Status::ok();
+    if (d.bf16) {
+      std::vector<uint16_t> half(t.numel());
+      for (size_t i = 0; i < half.size(); ++i) half[i] = toBf16Bits(t.f[i]);
+      PARAX_CUDA(cudaMemcpy(d.data, half.data(), half.size() * 2, cudaMemcpyHostToDevice));
+      return Status::ok();
+    }
     PARAX_CUDA(cudaMemcpyAsync(d.data, t.isInt ? (const void *)t.i.data() : (const void *)t.f.data(),
                                bytes, cudaMemcpyHostToDevice, stream));
     return Status::ok();
@@ -687,12 +728,14 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUBLAS(cublasCreate(&s.blas));
   PARAX_CUBLAS(cublasSetStream(s.blas, s.stream));
   const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
+  std::vector<bool> bf16 = gemmWeightsInBf16(s.host.stageProgram());
   s.buffers.resize(hostBuffers.size());
   for (size_t id = 0; id < hostBuffers.size(); ++id) {
     DeviceBuffer &d = s.buffers[id];
     d.shape = hostBuffers[id].shape;
     d.isInt = hostBuffers[id].isInt;
-    PARAX_CUDA(cudaMalloc(&d.data, std::max<int64_t>(d.numel(), 1) * 4));
+    d.bf16 = bf16[id];
+    PARAX_CUDA(cudaMalloc(&d.data, d.bytes()));
     const pxe::Buffer &proto = s.host.stageProgram().buffers(id);
     if (proto.role() != pxe::TEMPORARY) {
       st = s.upload(id);
@@ -785,8 +828,18 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t k = x.shape.back(), n = y.shape.back(), m = x.numel() / k;
     const float one = 1.0f, zero = 0.0f;
     // Row-major y[m, n] = x[m, k] . W: column-major y^T = W^T x^T.
-    PARAX_CUBLAS(cublasSgemm(blas, t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-                             w.f(), t ? k : n, x.f(), k, &zero, y.f(), n));
+    if (w.bf16) {
+      Status st = ensureScratch((m * k + 1) / 2);
+      if (!st.isOk()) return st;
+      auto *xb = reinterpret_cast<__nv_bfloat16 *>(scratch);
+      toBf16Kernel<<<blocksFor(m * k), kThreads, 0, stream>>>(x.f(), xb, m * k);
+      PARAX_CUBLAS(cublasGemmEx(blas, t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
+                                w.h(), CUDA_R_16BF, t ? k : n, xb, CUDA_R_16BF, k, &zero, y.f(),
+                                CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      PARAX_CUBLAS(cublasSgemm(blas, t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
+                               w.f(), t ? k : n, x.f(), k, &zero, y.f(), n));
+    }
     if (inst.operands_size() == 3)
       biasKernel<<<blocksFor(m * n), kThreads, 0, stream>>>(y.f(), in(2).f(), m, n);
     return Status::ok();

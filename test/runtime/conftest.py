@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from parax import reference  # noqa: E402
-from parax.checkpoint import random_weights, save_safetensors  # noqa: E402
+from parax.checkpoint import random_weights, round_to_bf16, save_safetensors  # noqa: E402
 from parax.models import build_model, load_config  # noqa: E402
 
 BUILD = os.environ.get("PARAX_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -34,15 +34,18 @@ def tool(name):
 class Model:
     """A tiny preset with random weights, tokens and the numpy reference."""
 
-    def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False):
+    def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
+                 dtype="f32"):
         self.cfg = load_config(preset, layers=layers)
         self.dir = tmp
         self.ir = os.path.join(tmp, "model.mlir")
         with open(self.ir, "w") as f:
-            f.write(build_model(self.cfg, batch=batch, seq=seq, dtype="f32", loss=loss))
+            f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss))
         self.weights = random_weights(self.cfg, seed=seed)
+        if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
+            self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
         self.checkpoint = os.path.join(tmp, "weights.safetensors")
-        save_safetensors(self.checkpoint, self.weights)
+        save_safetensors(self.checkpoint, self.weights, dtype=dtype)
         rng = np.random.default_rng(seed + 1)
         self.tokens = rng.integers(0, self.cfg.vocab, size=(batch, seq)).astype(np.int32)
         self.tokens_path = os.path.join(tmp, "tokens.npy")

@@ -143,3 +143,16 @@ def test_training_loss_matches_numpy(tmp_path, pins, ranks):
     loss = model.run(exe, ranks)
     assert loss.shape == ()
     assert abs(float(loss) - model.reference_loss()) < NUMPY_TOL
+
+
+@pytest.mark.parametrize("preset,pins,ranks", [("tiny-llama", None, 1), ("tiny-mixtral", None, 1),
+                                               ("tiny-llama", "tp=2,pp=2,dp=1", 4)],
+                         ids=["llama", "mixtral", "llama-tp2-pp2"])
+def test_bf16_executable_computes_in_fp32_on_the_cpu(tmp_path, preset, pins, ranks):
+    """A bf16 program and checkpoint: the CPU backend computes in fp32 from
+    the checkpoint's bf16 values, so it matches numpy on those values."""
+    model = Model(str(tmp_path), preset, dtype="bf16")
+    exe = model.compile("single") if pins is None else \
+        model.compile("sharded", f"prefill:batch=2,seq=8,{pins}", ranks)
+    logits = model.run(exe, ranks)
+    assert np.abs(logits - model.reference()).max() < NUMPY_TOL
