@@ -325,13 +325,15 @@ __global__ void normKernel(const float *x, const float *w, const float *b, float
     yr[c] = (xr[c] - mean) * inv * w[c] + (layerNorm ? b[c] : 0.0f);
 }
 
-__global__ void ropeKernel(float *v, const float *invFreq, int64_t B, int64_t S, int64_t H,
+// Angles in double, as the CPU backend computes them (float loses ~1e-4 rad
+// at position 2048).
+__global__ void ropeKernel(float *v, const double *invFreq, int64_t B, int64_t S, int64_t H,
                            int64_t D, int64_t rot, int64_t offset, bool interleaved) {
   int64_t half = rot / 2, n = B * S * H * half;
   for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
     int64_t i = k % half, row = k / half, s = (row / H) % S;
-    float angle = (offset + s) * invFreq[i];
-    float c = cosf(angle), sn = sinf(angle);
+    double angle = (offset + s) * invFreq[i];
+    float c = static_cast<float>(cos(angle)), sn = static_cast<float>(sin(angle));
     float *x = v + row * D;
     int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + half;
     float x0 = x[p], x1 = x[q];
@@ -584,7 +586,9 @@ __global__ void crossEntropyKernel(const float *logits, const int32_t *labels, f
     __syncthreads();
   }
   if (threadIdx.x == 0)
-    atomicAdd(total, logf(partial[0]) + m - l[labels[blockIdx.x]]);
+    atomicAdd(total, labels[blockIdx.x] < 0 || labels[blockIdx.x] >= V
+                         ? NAN  // a label outside the vocabulary
+                         : logf(partial[0]) + m - l[labels[blockIdx.x]]);
 }
 
 __global__ void scaleKernel(float *x, int64_t n, float factor) {
@@ -855,35 +859,18 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "rope") {
     DeviceBuffer &x = in(0), &y = out();
     int64_t rot = attrInt(a, "rotary_dim");
-    double theta = attrFloat(a, "theta");
-    std::vector<float> invFreq(rot / 2);
-    for (int64_t i = 0; i < rot / 2; ++i) invFreq[i] = static_cast<float>(1.0 / std::pow(theta, 2.0 * i / rot));
-    std::string scaling = attrString(a, "scaling.rope_type");
-    if (scaling == "llama3") {
-      double factor = attrFloat(a, "scaling.factor"), low = attrFloat(a, "scaling.low_freq_factor"),
-             high = attrFloat(a, "scaling.high_freq_factor");
-      double old = static_cast<double>(attrInt(a, "scaling.original_max_position_embeddings"));
-      for (float &f : invFreq) {
-        double wavelen = 2 * M_PI / f;
-        if (wavelen > old / low) f = static_cast<float>(f / factor);
-        else if (wavelen >= old / high) {
-          double smooth = (old / wavelen - low) / (high - low);
-          f = static_cast<float>((1 - smooth) * f / factor + smooth * f);
-        }
-      }
-    } else if (scaling == "linear") {
-      for (float &f : invFreq) f = static_cast<float>(f / attrFloat(a, "scaling.factor"));
-    } else if (!scaling.empty()) {
-      return Status::error("rope scaling '" + scaling + "' is not implemented by the CUDA backend");
-    }
-    Status st = ensureScratch(invFreq.size());
+    StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(a);
+    if (!frequencies.isOk()) return frequencies.status();
+    const std::vector<double> &invFreq = frequencies.value();
+    Status st = ensureScratch(invFreq.size() * 2); // doubles
     if (!st.isOk()) return st;
-    PARAX_CUDA(cudaMemcpyAsync(scratch, invFreq.data(), invFreq.size() * 4, cudaMemcpyHostToDevice, stream));
+    PARAX_CUDA(cudaMemcpyAsync(scratch, invFreq.data(), invFreq.size() * 8, cudaMemcpyHostToDevice, stream));
     st = copy(y.f(), x.f(), x.numel());
     if (!st.isOk()) return st;
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
     ropeKernel<<<blocksFor(B * S * H * rot / 2), kThreads, 0, stream>>>(
-        y.f(), scratch, B, S, H, D, rot, attrInt(a, "position_offset"), attrInt(a, "interleaved") != 0);
+        y.f(), reinterpret_cast<const double *>(scratch), B, S, H, D, rot, attrInt(a, "position_offset"),
+        attrInt(a, "interleaved") != 0);
     // The scratch buffer is reused by later ops: finish before returning.
     PARAX_CUDA(cudaStreamSynchronize(stream));
     return Status::ok();

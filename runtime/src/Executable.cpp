@@ -2,6 +2,7 @@
 
 #include "parax/runtime/Executable.h"
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -227,6 +228,34 @@ std::vector<std::string> attrStrings(const Attrs &a, const std::string &key) {
   if (it == a.end())
     return {};
   return {it->second.strings().values().begin(), it->second.strings().values().end()};
+}
+
+StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a) {
+  int64_t rot = attrInt(a, "rotary_dim");
+  double theta = attrFloat(a, "theta");
+  std::vector<double> invFreq(rot / 2);
+  for (int64_t i = 0; i < rot / 2; ++i)
+    invFreq[i] = 1.0 / std::pow(theta, 2.0 * i / rot);
+  std::string scaling = attrString(a, "scaling.rope_type");
+  if (scaling == "llama3") {
+    double factor = attrFloat(a, "scaling.factor"), low = attrFloat(a, "scaling.low_freq_factor"),
+           high = attrFloat(a, "scaling.high_freq_factor");
+    double old = static_cast<double>(attrInt(a, "scaling.original_max_position_embeddings"));
+    for (double &f : invFreq) {
+      double wavelen = 2 * M_PI / f;
+      if (wavelen > old / low) {
+        f /= factor;
+      } else if (wavelen >= old / high) {
+        double smooth = (old / wavelen - low) / (high - low);
+        f = (1 - smooth) * f / factor + smooth * f;
+      }
+    }
+  } else if (scaling == "linear") {
+    for (double &f : invFreq) f /= attrFloat(a, "scaling.factor");
+  } else if (!scaling.empty()) {
+    return Status::error("rope scaling '" + scaling + "' is not implemented by the runtime");
+  }
+  return invFreq;
 }
 
 } // namespace parax::runtime

@@ -355,30 +355,11 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     Tensor &x = in(0), &y = out();
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
     int64_t rot = attrInt(a, "rotary_dim"), offset = attrInt(a, "position_offset");
-    double theta = attrFloat(a, "theta");
     bool interleaved = attrFlag(a, "interleaved");
-    std::vector<double> invFreq(rot / 2);
-    for (int64_t i = 0; i < rot / 2; ++i)
-      invFreq[i] = 1.0 / std::pow(theta, 2.0 * i / rot);
-    std::string scaling = attrString(a, "scaling.rope_type");
-    if (scaling == "llama3") {
-      double factor = attrFloat(a, "scaling.factor"), low = attrFloat(a, "scaling.low_freq_factor"),
-             high = attrFloat(a, "scaling.high_freq_factor");
-      double old = static_cast<double>(attrInt(a, "scaling.original_max_position_embeddings"));
-      for (double &f : invFreq) {
-        double wavelen = 2 * M_PI / f;
-        if (wavelen > old / low) {
-          f /= factor;
-        } else if (wavelen >= old / high) {
-          double smooth = (old / wavelen - low) / (high - low);
-          f = (1 - smooth) * f / factor + smooth * f;
-        }
-      }
-    } else if (scaling == "linear") {
-      for (double &f : invFreq) f /= attrFloat(a, "scaling.factor");
-    } else if (!scaling.empty()) {
-      return Status::error("rope scaling '" + scaling + "' is not implemented by the CPU backend");
-    }
+    StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(a);
+    if (!frequencies.isOk())
+      return frequencies.status();
+    const std::vector<double> &invFreq = frequencies.value();
     y.f = x.f;
     for (int64_t bb = 0; bb < B; ++bb)
       for (int64_t s = 0; s < S; ++s)

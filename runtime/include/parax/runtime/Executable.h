@@ -36,6 +36,10 @@ std::string attrString(const Attrs &a, const std::string &key);
 bool attrFlag(const Attrs &a, const std::string &key);
 std::vector<std::string> attrStrings(const Attrs &a, const std::string &key);
 
+/// A `rope` instruction's inverse frequencies (rotary_dim / 2 of them), with
+/// its `scaling.*` attributes applied (none, linear, llama3).
+StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a);
+
 } // namespace parax::runtime
 
 #endif // PARAX_RUNTIME_EXECUTABLE_H
