@@ -1,8 +1,9 @@
-// CudaExecutor.cu - the CUDA backend: device buffers (fp32), cuBLAS GEMMs,
-// one CUDA kernel per op, flash-style attention (no S x S matrix: each block
-// streams key tiles through shared memory with an online softmax), NCCL
-// collectives with a watchdog (MPI host-staged when ranks share a GPU). Weights and inputs are loaded by the CPU
-// backend's loader and uploaded.
+// CudaExecutor.cu - the CUDA backend: device buffers (fp32; bf16 GEMM
+// weights in bf16 programs), cuBLAS GEMMs, one CUDA kernel per op,
+// flash-style attention (no S x S matrix: each block streams key tiles
+// through shared memory with an online softmax), NCCL collectives on their
+// own stream with a watchdog (MPI host-staged when ranks share a GPU).
+// Weights and inputs are loaded by the CPU backend's loader and uploaded.
 
 #define OMPI_SKIP_MPICXX 1
 #include "parax/runtime/CudaExecutor.h"
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -73,11 +75,29 @@ public:
   std::vector<ncclComm_t> comms; // per axis mask (NCCL)
   std::vector<MPI_Comm> mpiComms; // per axis mask (host-staged)
   std::vector<int> sizes;
+  // NCCL work runs on its own stream, ordered after the compute stream's
+  // work so far by `ready`, and the compute stream continues after it by
+  // `done`.
+  cudaStream_t commStream = nullptr;
+  cudaEvent_t ready = nullptr, done = nullptr;
+
+  Status onCommStream(cudaStream_t compute, const std::string &op,
+                      const std::function<ncclResult_t(cudaStream_t)> &issue) {
+    PARAX_CUDA(cudaEventRecord(ready, compute));
+    PARAX_CUDA(cudaStreamWaitEvent(commStream, ready, 0));
+    ncclResult_t e = issue(commStream);
+    if (e != ncclSuccess)
+      return Status::error("rank " + std::to_string(rank) + ": " + op + ": " + ncclGetErrorString(e));
+    PARAX_CUDA(cudaEventRecord(done, commStream));
+    PARAX_CUDA(cudaStreamWaitEvent(compute, done, 0));
+    return wait(commStream, op);
+  }
 
   Status allReduce(float *buf, size_t n, unsigned mask, cudaStream_t stream) {
     if (!staged) {
-      PARAX_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comms[mask], stream));
-      return wait(stream, "all_reduce");
+      return onCommStream(stream, "all_reduce", [&](cudaStream_t c) {
+        return ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comms[mask], c);
+      });
     }
     std::vector<float> h(n);
     Status st = toHost(h.data(), buf, n, stream);
@@ -88,8 +108,9 @@ public:
   /// `out` holds sizes[mask] pieces of `n`, in group order.
   Status allGather(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
     if (!staged) {
-      PARAX_NCCL(ncclAllGather(in, out, n, ncclFloat, comms[mask], stream));
-      return wait(stream, "all_gather");
+      return onCommStream(stream, "all_gather", [&](cudaStream_t c) {
+        return ncclAllGather(in, out, n, ncclFloat, comms[mask], c);
+      });
     }
     std::vector<float> a(n), b(n * sizes[mask]);
     Status st = toHost(a.data(), in, n, stream);
@@ -101,8 +122,9 @@ public:
   /// `in` holds sizes[mask] pieces of `n`; `out` gets the sum of this rank's.
   Status reduceScatter(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
     if (!staged) {
-      PARAX_NCCL(ncclReduceScatter(in, out, n, ncclFloat, ncclSum, comms[mask], stream));
-      return wait(stream, "reduce_scatter");
+      return onCommStream(stream, "reduce_scatter", [&](cudaStream_t c) {
+        return ncclReduceScatter(in, out, n, ncclFloat, ncclSum, comms[mask], c);
+      });
     }
     std::vector<float> a(n * sizes[mask]), b(n);
     Status st = toHost(a.data(), in, a.size(), stream);
@@ -113,8 +135,9 @@ public:
   /// Piece p of `in` (n floats each) goes to group member p.
   Status allToAll(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
     if (!staged) {
-      PARAX_NCCL(ncclAlltoAll(in, out, n, ncclFloat, comms[mask], stream));
-      return wait(stream, "all_to_all");
+      return onCommStream(stream, "all_to_all", [&](cudaStream_t c) {
+        return ncclAlltoAll(in, out, n, ncclFloat, comms[mask], c);
+      });
     }
     std::vector<float> a(n * sizes[mask]), b(a.size());
     Status st = toHost(a.data(), in, a.size(), stream);
@@ -125,8 +148,9 @@ public:
   }
   Status send(const float *buf, size_t n, int peer, cudaStream_t stream) {
     if (!staged) {
-      PARAX_NCCL(ncclSend(buf, n, ncclFloat, peer, world, stream));
-      return wait(stream, "send");
+      return onCommStream(stream, "send", [&](cudaStream_t c) {
+        return ncclSend(buf, n, ncclFloat, peer, world, c);
+      });
     }
     std::vector<float> h(n);
     Status st = toHost(h.data(), buf, n, stream);
@@ -136,8 +160,9 @@ public:
   }
   Status recv(float *buf, size_t n, int peer, cudaStream_t stream) {
     if (!staged) {
-      PARAX_NCCL(ncclRecv(buf, n, ncclFloat, peer, world, stream));
-      return wait(stream, "recv");
+      return onCommStream(stream, "recv", [&](cudaStream_t c) {
+        return ncclRecv(buf, n, ncclFloat, peer, world, c);
+      });
     }
     std::vector<float> h(n);
     MPI_Recv(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -186,6 +211,9 @@ public:
     if (world) ncclCommDestroy(world);
     for (MPI_Comm &c : mpiComms)
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    if (ready) cudaEventDestroy(ready);
+    if (done) cudaEventDestroy(done);
+    if (commStream) cudaStreamDestroy(commStream);
   }
 
 private:
@@ -228,6 +256,9 @@ createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, in
       PARAX_NCCL(ncclGetUniqueId(&id));
     MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     PARAX_NCCL(ncclCommInitRank(&comm->world, size, id, rank));
+    PARAX_CUDA(cudaStreamCreateWithFlags(&comm->commStream, cudaStreamNonBlocking));
+    PARAX_CUDA(cudaEventCreateWithFlags(&comm->ready, cudaEventDisableTiming));
+    PARAX_CUDA(cudaEventCreateWithFlags(&comm->done, cudaEventDisableTiming));
   }
   unsigned axes = shape.size();
   comm->comms.assign(1u << axes, nullptr);
