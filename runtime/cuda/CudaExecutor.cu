@@ -135,8 +135,17 @@ public:
   /// Piece p of `in` (n floats each) goes to group member p.
   Status allToAll(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
     if (!staged) {
+      // Grouped send/recv: ncclAlltoAll would raise the NCCL floor from
+      // 2.18 (ncclCommSplit) to 2.28.
       return onCommStream(stream, "all_to_all", [&](cudaStream_t c) {
-        return ncclAlltoAll(in, out, n, ncclFloat, comms[mask], c);
+        ncclResult_t e = ncclGroupStart();
+        for (int p = 0; e == ncclSuccess && p < sizes[mask]; ++p) {
+          e = ncclSend(in + p * n, n, ncclFloat, p, comms[mask], c);
+          if (e == ncclSuccess)
+            e = ncclRecv(out + p * n, n, ncclFloat, p, comms[mask], c);
+        }
+        ncclResult_t end = ncclGroupEnd();
+        return e != ncclSuccess ? e : end;
       });
     }
     std::vector<float> a(n * sizes[mask]), b(a.size());
@@ -1087,7 +1096,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   }
   if (op == "moe_dispatch" || op == "moe_combine") {
     // Routing is data-dependent: pack on the host (as the CPU backend
-    // does), exchange device buffers with ncclAlltoAll.
+    // does), exchange device buffers with an all-to-all.
     int64_t E = attrInt(a, "num_experts"), local = E / P;
     DeviceBuffer &idxD = in(op == "moe_dispatch" ? 2 : 1);
     int64_t pairs = idxD.numel(), K = idxD.shape.back();
