@@ -45,18 +45,19 @@ if grep -q "not found" "$out/ldd.txt"; then
 fi
 (mpirun --version | head -1) 2>&1 || echo "gpu-check: no mpirun (multi-rank cases will fail)"
 
+py="${PARAX_PYTHON:-python3}" # the image's python3 has numpy
 status=0
 echo "== correctness: GPU vs CPU vs numpy (tolerance 1e-4) =="
-timeout 200 python3 "$root/test/runtime/cuda_cases.py" check "$bundle/cases" \
+timeout 200 "$py" "$root/test/runtime/cuda_cases.py" check "$bundle/cases" \
   --bin "$bundle/bin" --json "$out/check.json" || status=1
 echo "== GEMM and HBM figures (not pass/fail) =="
 timeout 100 "$bundle/bin/parax-cuda-bench" 2>&1 | tee "$out/cuda-bench.txt" || echo "gpu-check: cuda bench failed"
 echo "== Llama-3-8B layer timings (not pass/fail) =="
-timeout 170 python3 "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" \
+timeout 170 "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" \
   --bin "$bundle/bin" --json "$out/bench.json" || echo "gpu-check: bench failed"
 # Summary: pass counts, and the decode proxy against its HBM lower bound
 # (weight bytes / the copy bandwidth measured above).
-python3 - "$out" >"$out/summary.txt" <<'PY' 2>&1
+"$py" - "$out" >"$out/summary.txt" <<'PY' 2>&1
 import json, os, re, sys
 out = sys.argv[1]
 def load(name):
@@ -66,10 +67,14 @@ def load(name):
     except (OSError, ValueError):
         return []
 check = load("check.json")
-print(f"correctness: {sum(r.get('ok', False) for r in check)} of {len(check)} cases pass")
+if check:
+    print(f"correctness: {sum(r.get('ok', False) for r in check)} of {len(check)} cases pass")
+else:
+    print("correctness: no results (the check did not run: see gpu-check.log)")
 for r in check:
     if not r.get("ok"):
-        print("  FAILED", r.get("case"), r.get("error", r)[:400] if isinstance(r.get("error"), str) else r)
+        error = r.get("error")
+        print("  FAILED", r.get("case"), error[-400:].strip() if isinstance(error, str) else r)
 bw = None
 try:
     m = re.search(r"HBM: .* ([0-9.]+) TB/s", open(os.path.join(out, "cuda-bench.txt")).read())
