@@ -212,6 +212,7 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     passThrough(op, list, all);
     break;
   case OpClass::Add:
+  case OpClass::Broadcast:
     passThrough(op, list, all);
     addPartial();
     break;
@@ -230,10 +231,6 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
   case OpClass::Slice:
   case OpClass::Concat:
     passThrough(op, list, [&](int d) { return d != op.dim; });
-    addPartial();
-    break;
-  case OpClass::Broadcast:
-    passThrough(op, list, all);
     addPartial();
     break;
   case OpClass::Reshape: {

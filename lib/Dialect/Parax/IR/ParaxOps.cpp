@@ -649,14 +649,26 @@ static std::pair<int64_t, int64_t> tokensAndChoices(Value indices) {
   return {type.getNumElements() / std::max<int64_t>(k, 1), k};
 }
 
-LogicalResult MoeDispatchOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  FailureOr<int64_t> size = groupSize(*this, getGridAttr(), getAxes(), symbols);
+// C2 of moe_dispatch and moe_combine: the size of the group over `axes`,
+// which must divide the experts.
+template <typename MoeExchangeOp>
+static FailureOr<int64_t> expertGroupSize(MoeExchangeOp op,
+                                          SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size =
+      groupSize(op, op.getGridAttr(), op.getAxes(), symbols);
   if (failed(size))
     return failure();
-  int64_t experts = getNumExperts();
+  int64_t experts = op.getNumExperts();
   if (experts <= 0 || experts % *size)
-    return emitOpError("C2: ") << experts << " experts do not divide over " << *size
-                               << " ranks";
+    return op.emitOpError("C2: ")
+           << experts << " experts do not divide over " << *size << " ranks";
+  return size;
+}
+
+LogicalResult MoeDispatchOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size = expertGroupSize(*this, symbols);
+  if (failed(size))
+    return failure();
   auto x = cast<RankedTensorType>(getX().getType());
   auto [tokens, k] = tokensAndChoices(getIndices());
   ArrayRef<int64_t> lead = x.getShape().drop_back();
@@ -681,13 +693,9 @@ LogicalResult MoeDispatchOp::verifySymbolUses(SymbolTableCollection &symbols) {
 }
 
 LogicalResult MoeCombineOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  FailureOr<int64_t> size = groupSize(*this, getGridAttr(), getAxes(), symbols);
+  FailureOr<int64_t> size = expertGroupSize(*this, symbols);
   if (failed(size))
     return failure();
-  int64_t experts = getNumExperts();
-  if (experts <= 0 || experts % *size)
-    return emitOpError("C2: ") << experts << " experts do not divide over " << *size
-                               << " ranks";
   auto [tokens, k] = tokensAndChoices(getIndices());
   auto rows = cast<RankedTensorType>(getRows().getType());
   auto i = cast<RankedTensorType>(getIndices().getType());
