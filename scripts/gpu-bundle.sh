@@ -17,7 +17,8 @@ fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/debs"
 cp "$build/bin/parax-run" "$build/bin/parax-cuda-bench" "$out/bin/"
-"$root/.venv/bin/python" "$root/test/runtime/cuda_cases.py" prepare "$out/cases" --bin "$build/bin"
+PARAX_BUILD_DIR="$build" "$root/.venv/bin/python" "$root/test/runtime/cuda_cases.py" \
+  prepare "$out/cases" --bin "$build/bin"
 find "$out/cases" -name '*.mlir' -delete
 # Runtime libraries parax-run and Open MPI need that a CUDA image may lack
 # (CUDA's own libraries come from the image). Unpacked there without

@@ -3,7 +3,7 @@ them: `prepare` (here: compiler + CPU runtime) compiles each case and stores
 what the CPU backend and numpy compute; `check` (there: parax-run, mpirun,
 numpy) runs the same executables with `--device cuda` and compares.
 
-    python3 cuda_cases.py prepare DIR        # needs build/bin/parax-opt etc.
+    python3 cuda_cases.py prepare DIR        # needs $PARAX_BUILD_DIR/bin/parax-opt etc.
     python3 cuda_cases.py check DIR [--bin BIN] [--json OUT.json] [--device cpu]
     python3 cuda_cases.py bench DIR [--bin BIN] [--json OUT.json]
 
@@ -80,8 +80,9 @@ def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, tim
     return np.load(output), proc.stdout + proc.stderr
 
 
-def prepare(name, root, bin_dir):
-    """Compiles case `name` under root/name; stores the CPU and numpy results."""
+def prepare(name, root):
+    """Compiles case `name` under root/name; stores the CPU and numpy results
+    (with the tools of $PARAX_BUILD_DIR, default build/, as the tests do)."""
     from conftest import Model  # the compiler half: pytest's helper
     preset, layers, batch, seq, loss, pins, ranks, *rest = CASES[name]
     dtype = rest[0] if rest else "f32"
@@ -199,7 +200,7 @@ def main():
     if args.verb == "prepare":
         sys.path.insert(0, HERE)
         for name in CASES:
-            prepare(name, args.dir, args.bin)
+            prepare(name, args.dir)
         prepare_bench(args.dir, args.bin)
         return 0
     results, failed = [], 0

@@ -18,6 +18,6 @@ pytestmark = pytest.mark.skipif(cuda_devices() == 0, reason="no CUDA device (nvi
 
 @pytest.mark.parametrize("name", list(cuda_cases.CASES))
 def test_gpu_matches_cpu_and_numpy(tmp_path, name):
-    cuda_cases.prepare(name, str(tmp_path), BIN)
+    cuda_cases.prepare(name, str(tmp_path))
     result = cuda_cases.check(name, str(tmp_path), BIN)
     assert result["ok"], result
