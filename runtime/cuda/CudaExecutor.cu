@@ -26,6 +26,13 @@
 #include <string>
 #include <thread>
 
+// Kernel launches and dynamic shared memory through macros, so that the SIMT
+// emulator (simt/Simt.h: this file compiled as plain C++) can run them.
+#ifndef PARAX_LAUNCH
+#define PARAX_LAUNCH(kernel, grid, block, shared, stream) kernel<<<grid, block, shared, stream>>>
+#define PARAX_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 namespace parax::runtime {
 
 #define PARAX_CUDA(x)                                                          \
@@ -389,7 +396,7 @@ __global__ void attentionKernel(const float *q, const float *k, const float *v, 
                                 int64_t B, int64_t S, int64_t H, int64_t D, int64_t T,
                                 int64_t KH, int64_t DV, bool causal, float scale,
                                 int64_t headOffset, int64_t group) {
-  extern __shared__ float shared[];
+  PARAX_DYNAMIC_SHARED(float, shared);
   float *scores = shared;               // [blockDim.x]
   float *acc = shared + blockDim.x;     // [DV]
   __shared__ float runningMax, runningSum, tileMax, tileSum;
@@ -857,7 +864,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     std::vector<std::string> axes = attrStrings(a, "vocab_axes");
     int64_t rows = table.shape[0], h = table.shape[1];
     int64_t offset = axes.empty() ? 0 : groupIndex(axes) * rows;
-    embeddingKernel<<<blocksFor(y.numel()), kThreads, 0, stream>>>(ids.i(), table.f(), y.f(),
+    PARAX_LAUNCH(embeddingKernel, blocksFor(y.numel()), kThreads, 0, stream)(ids.i(), table.f(), y.f(),
                                                                    ids.numel(), h, rows, offset, !axes.empty());
     return Status::ok();
   }
@@ -876,7 +883,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       Status st = ensureScratch((m * k + 1) / 2);
       if (!st.isOk()) return st;
       auto *xb = reinterpret_cast<__nv_bfloat16 *>(scratch);
-      toBf16Kernel<<<blocksFor(m * k), kThreads, 0, stream>>>(x.f(), xb, m * k);
+      PARAX_LAUNCH(toBf16Kernel, blocksFor(m * k), kThreads, 0, stream)(x.f(), xb, m * k);
       PARAX_CUBLAS(cublasGemmEx(blas, t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
                                 w.h(), CUDA_R_16BF, t ? k : n, xb, CUDA_R_16BF, k, &zero, y.f(),
                                 CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -885,14 +892,14 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
                                w.f(), t ? k : n, x.f(), k, &zero, y.f(), n));
     }
     if (inst.operands_size() == 3)
-      biasKernel<<<blocksFor(m * n), kThreads, 0, stream>>>(y.f(), in(2).f(), m, n);
+      PARAX_LAUNCH(biasKernel, blocksFor(m * n), kThreads, 0, stream)(y.f(), in(2).f(), m, n);
     return Status::ok();
   }
   if (op == "rms_norm" || op == "layer_norm") {
     DeviceBuffer &x = in(0), &y = out();
     int64_t h = x.shape.back(), rows = x.numel() / h;
     bool layer = op == "layer_norm";
-    normKernel<<<rows, kThreads, 0, stream>>>(x.f(), in(1).f(), layer ? in(2).f() : nullptr, y.f(), h,
+    PARAX_LAUNCH(normKernel, rows, kThreads, 0, stream)(x.f(), in(1).f(), layer ? in(2).f() : nullptr, y.f(), h,
                                               static_cast<float>(attrFloat(a, "eps")), layer);
     return Status::ok();
   }
@@ -908,7 +915,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     st = copy(y.f(), x.f(), x.numel());
     if (!st.isOk()) return st;
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
-    ropeKernel<<<blocksFor(B * S * H * rot / 2), kThreads, 0, stream>>>(
+    PARAX_LAUNCH(ropeKernel, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
         y.f(), reinterpret_cast<const double *>(scratch), B, S, H, D, rot, attrInt(a, "position_offset"),
         attrInt(a, "interleaved") != 0);
     // The scratch buffer is reused by later ops: finish before returning.
@@ -927,25 +934,25 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     }
     int threads = 128;
     size_t sharedBytes = (threads + DV) * sizeof(float);
-    attentionKernel<<<B * H * S, threads, sharedBytes, stream>>>(
+    PARAX_LAUNCH(attentionKernel, B * H * S, threads, sharedBytes, stream)(
         q.f(), k.f(), v.f(), y.f(), B, S, H, D, T, KH, DV, attrInt(a, "causal") != 0,
         static_cast<float>(attrFloat(a, "scale")), headOffset, totalHeads / KH);
     return Status::ok();
   }
   if (op == "add" || op == "mul") {
     DeviceBuffer &l = in(0), &r = in(1), &y = out();
-    binaryKernel<<<blocksFor(y.numel()), kThreads, 0, stream>>>(l.f(), r.f(), y.f(), dimsOf(l.shape),
+    PARAX_LAUNCH(binaryKernel, blocksFor(y.numel()), kThreads, 0, stream)(l.f(), r.f(), y.f(), dimsOf(l.shape),
                                                                 dimsOf(r.shape), dimsOf(y.shape), y.numel(),
                                                                 op == "add");
     return Status::ok();
   }
   if (op == "silu" || op == "sigmoid" || op == "gelu") {
     int kind = op == "silu" ? 0 : op == "sigmoid" ? 1 : attrString(a, "approximate") == "tanh" ? 2 : 3;
-    unaryKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(in(0).f(), out().f(), out().numel(), kind);
+    PARAX_LAUNCH(unaryKernel, blocksFor(out().numel()), kThreads, 0, stream)(in(0).f(), out().f(), out().numel(), kind);
     return Status::ok();
   }
   if (op == "swiglu") {
-    swigluKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(in(0).f(), in(1).f(), out().f(), out().numel());
+    PARAX_LAUNCH(swigluKernel, blocksFor(out().numel()), kThreads, 0, stream)(in(0).f(), in(1).f(), out().f(), out().numel());
     return Status::ok();
   }
   if (op == "reshape")
@@ -954,19 +961,19 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     auto it = a.find("permutation");
     if (it == a.end()) return Status::error("transpose without permutation");
     std::vector<int64_t> perm(it->second.ints().values().begin(), it->second.ints().values().end());
-    transposeKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(
+    PARAX_LAUNCH(transposeKernel, blocksFor(out().numel()), kThreads, 0, stream)(
         in(0).f(), out().f(), dimsOf(in(0).shape), dimsOf(out().shape), dimsOf(perm), out().numel());
     return Status::ok();
   }
   if (op == "broadcast") {
-    broadcastKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(
+    PARAX_LAUNCH(broadcastKernel, blocksFor(out().numel()), kThreads, 0, stream)(
         in(0).f(), out().f(), dimsOf(in(0).shape), dimsOf(out().shape), out().numel());
     return Status::ok();
   }
   if (op == "slice") {
     int dim = static_cast<int>(attrInt(a, "dim"));
     auto [outer, inner] = around(out().shape, dim);
-    sliceKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(
+    PARAX_LAUNCH(sliceKernel, blocksFor(out().numel()), kThreads, 0, stream)(
         in(0).f(), out().f(), outer, in(0).shape[dim], out().shape[dim], attrInt(a, "start"), inner);
     return Status::ok();
   }
@@ -975,7 +982,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     auto [outer, inner] = around(out().shape, dim);
     int64_t at = 0;
     for (int k = 0; k < inst.operands_size(); ++k) {
-      placeKernel<<<blocksFor(in(k).numel()), kThreads, 0, stream>>>(
+      PARAX_LAUNCH(placeKernel, blocksFor(in(k).numel()), kThreads, 0, stream)(
           in(k).f(), out().f(), outer, out().shape[dim], in(k).shape[dim], at, inner);
       at += in(k).shape[dim];
     }
@@ -989,7 +996,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     const float one = 1.0f, zero = 0.0f;
     PARAX_CUBLAS(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, E, tokens, h, &one, gate.f(), h, x.f(), h,
                              &zero, scratch, E));
-    routerKernel<<<blocksFor(tokens), kThreads, 0, stream>>>(
+    PARAX_LAUNCH(routerKernel, blocksFor(tokens), kThreads, 0, stream)(
         scratch, inst.operands_size() == 3 ? in(2).f() : nullptr, scratch + tokens * E, w.f(), idx.i(),
         tokens, E, attrInt(a, "top_k"), attrString(a, "score_func") == "sigmoid", attrInt(a, "normalize") != 0,
         static_cast<float>(attrFloat(a, "scaling_factor", 1.0)), attrInt(a, "num_groups", 1),
@@ -1003,8 +1010,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     Status st = ensureScratch(pairs * F);
     if (!st.isOk()) return st;
     PARAX_CUDA(cudaMemsetAsync(y.data, 0, y.numel() * 4, stream));
-    expertsUpKernel<<<pairs, kThreads, 0, stream>>>(x.f(), idx.i(), wg.f(), wu.f(), scratch, pairs, K, H, F, E);
-    expertsDownKernel<<<pairs, kThreads, 0, stream>>>(scratch, idx.i(), w.f(), wd.f(), y.f(), pairs, K, H, F, E);
+    PARAX_LAUNCH(expertsUpKernel, pairs, kThreads, 0, stream)(x.f(), idx.i(), wg.f(), wu.f(), scratch, pairs, K, H, F, E);
+    PARAX_LAUNCH(expertsDownKernel, pairs, kThreads, 0, stream)(scratch, idx.i(), w.f(), wd.f(), y.f(), pairs, K, H, F, E);
     PARAX_CUDA(cudaStreamSynchronize(stream));
     return Status::ok();
   }
@@ -1012,8 +1019,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
     int64_t V = logits.shape.back(), tokens = logits.numel() / V;
     PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
-    crossEntropyKernel<<<tokens, kThreads, 0, stream>>>(logits.f(), labels.i(), y.f(), V);
-    scaleKernel<<<1, 1, 0, stream>>>(y.f(), 1, 1.0f / tokens);
+    PARAX_LAUNCH(crossEntropyKernel, tokens, kThreads, 0, stream)(logits.f(), labels.i(), y.f(), V);
+    PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, 1.0f / tokens);
     return Status::ok();
   }
 
@@ -1028,14 +1035,14 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     auto [outer, inner] = around(t.shape, dim);
     int64_t chunk = t.shape[dim] / P;
     for (int64_t p = 0; p < P; ++p)
-      sliceKernel<<<blocksFor(t.numel() / P), kThreads, 0, stream>>>(t.f(), dst + p * (t.numel() / P), outer,
+      PARAX_LAUNCH(sliceKernel, blocksFor(t.numel() / P), kThreads, 0, stream)(t.f(), dst + p * (t.numel() / P), outer,
                                                                      t.shape[dim], chunk, p * chunk, inner);
   };
   auto fromPieces = [&](const float *src, int dim, DeviceBuffer &t) {
     auto [outer, inner] = around(t.shape, dim);
     int64_t chunk = t.shape[dim] / P;
     for (int64_t p = 0; p < P; ++p)
-      placeKernel<<<blocksFor(t.numel() / P), kThreads, 0, stream>>>(src + p * (t.numel() / P), t.f(), outer,
+      PARAX_LAUNCH(placeKernel, blocksFor(t.numel() / P), kThreads, 0, stream)(src + p * (t.numel() / P), t.f(), outer,
                                                                      t.shape[dim], chunk, p * chunk, inner);
   };
   if (op == "all_reduce") {
@@ -1047,7 +1054,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int dim = static_cast<int>(attrInt(a, "dim"));
     auto [outer, inner] = around(in(0).shape, dim);
     int64_t chunk = out().shape[dim];
-    sliceKernel<<<blocksFor(out().numel()), kThreads, 0, stream>>>(in(0).f(), out().f(), outer, in(0).shape[dim],
+    PARAX_LAUNCH(sliceKernel, blocksFor(out().numel()), kThreads, 0, stream)(in(0).f(), out().f(), outer, in(0).shape[dim],
                                                                    chunk, groupIndex(axes) * chunk, inner);
     return Status::ok();
   }

@@ -68,15 +68,16 @@ def _run(cmd, timeout=300, env=None):
     return proc
 
 
-def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, timeout=300):
+def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, timeout=300,
+              tool="parax-run", env=None):
     # One rank runs without a launcher (parax-run then skips MPI).
     launcher = [] if ranks == 1 else ["mpirun", "-np", str(ranks), "--oversubscribe",
                                       "--bind-to", "none"]
-    cmd = launcher + [os.path.join(bin_dir, "parax-run"), exe, "--weights", weights,
+    cmd = launcher + [os.path.join(bin_dir, tool), exe, "--weights", weights,
                       "--output", output, "--device", device, "--steps", str(steps)]
     for path in inputs:
         cmd += ["--input", path]
-    proc = _run(cmd, timeout=timeout, env=MPI_ENV)
+    proc = _run(cmd, timeout=timeout, env=dict(MPI_ENV, **(env or {})))
     return np.load(output), proc.stdout + proc.stderr
 
 
@@ -102,16 +103,17 @@ def prepare(name, root):
                    "inputs": [os.path.basename(p) for p in model.inputs]}, f)
 
 
-def check(name, root, bin_dir, device="cuda"):
+def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None):
     """Runs case `name` on the GPU; returns its figures (raises on a failed run).
-    (`device="cpu"` checks the harness itself on a machine without a GPU.)"""
+    (`device="cpu"` checks the harness itself on a machine without a GPU;
+    `tool="parax-run-simt"` runs the CUDA backend on the SIMT emulator.)"""
     case_dir = os.path.join(root, name)
     with open(os.path.join(case_dir, "case.json")) as f:
         case = json.load(f)
     gpu, log = parax_run(bin_dir, os.path.join(case_dir, "weights.safetensors"),
                          os.path.join(case_dir, case["exe"]), case["ranks"],
                          [os.path.join(case_dir, p) for p in case["inputs"]],
-                         os.path.join(case_dir, "gpu.npy"), device)
+                         os.path.join(case_dir, "gpu.npy"), device, tool=tool, env=env)
     cpu = np.load(os.path.join(case_dir, "cpu.npy"))
     ref = np.load(os.path.join(case_dir, "numpy.npy"))
     if gpu.shape != cpu.shape:
@@ -195,6 +197,9 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--json")
     ap.add_argument("--device", default="cuda", help="cpu: tests the harness itself")
+    ap.add_argument("--tool", default="parax-run",
+                    help="parax-run-simt: the CUDA backend on the SIMT emulator (no GPU)")
+    ap.add_argument("--cases", help="comma-separated subset of the cases")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     if args.verb == "prepare":
@@ -205,10 +210,10 @@ def main():
         return 0
     results, failed = [], 0
     if args.verb == "check":
-        for name in CASES:
+        for name in (args.cases.split(",") if args.cases else CASES):
             start = time.time()
             try:
-                r = check(name, args.dir, args.bin, args.device)
+                r = check(name, args.dir, args.bin, args.device, args.tool)
             except Exception as e:  # report every case, then fail
                 r = {"case": name, "ok": False, "error": str(e)[-2000:]}
             r["seconds"] = round(time.time() - start, 2)

@@ -1,0 +1,350 @@
+// Simt.cpp - the SIMT emulator's kernel execution and runtime API (see
+// Simt.h): blocks one after another, each block's threads as fibers that
+// switch at __syncthreads(); memory in host allocations that are tracked so
+// that copies outside them fail.
+
+#include "Simt.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace parax::simt {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024; // virtual; pages appear when used
+
+struct Fiber {
+  ucontext_t context;
+  ThreadContext thread;
+  char *stack = nullptr; // a guard page below kStackBytes
+  bool done = false, waiting = false;
+};
+
+struct State {
+  ucontext_t home; // the launching code, between fibers
+  std::vector<Fiber> fibers;
+  Fiber *running = nullptr;
+  const std::function<void()> *body = nullptr;
+  std::vector<unsigned char> shared;
+  std::map<uintptr_t, size_t> allocations; // base -> bytes
+  cudaError_t lastError = cudaSuccess;
+  cudaError_t sticky = cudaSuccess; // a failed kernel spoils the context
+  int device = 0;
+};
+
+State &state() {
+  static State s;
+  return s;
+}
+
+void fail(cudaError_t error, const std::string &message) {
+  std::fprintf(stderr, "simt: %s\n", message.c_str());
+  State &s = state();
+  s.lastError = error;
+  if (error == cudaErrorLaunchFailure)
+    s.sticky = error;
+}
+
+void fiberMain() {
+  State &s = state();
+  (*s.body)();
+  s.running->done = true;
+  // Returning resumes `home` (uc_link).
+}
+
+char *newStack() {
+  long page = sysconf(_SC_PAGESIZE);
+  void *p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    std::perror("simt: mmap of a fiber stack");
+    std::abort();
+  }
+  mprotect(p, page, PROT_NONE); // overflow faults instead of corrupting
+  return static_cast<char *>(p) + page;
+}
+
+std::string coords(uint3 b) {
+  return "(" + std::to_string(b.x) + ", " + std::to_string(b.y) + ", " + std::to_string(b.z) + ")";
+}
+
+bool reverseOrder() {
+  static const bool reverse = [] {
+    const char *order = std::getenv("PARAX_SIMT_ORDER");
+    return order && std::string(order) == "reverse";
+  }();
+  return reverse;
+}
+
+// Runs one block to completion; false (with the error set) on a barrier
+// that only some of its threads reach.
+bool runBlock(const char *kernel, uint3 block, dim3 grid, dim3 threads) {
+  State &s = state();
+  unsigned n = threads.x * threads.y * threads.z;
+  for (unsigned t = 0; t < n; ++t) {
+    Fiber &f = s.fibers[t];
+    f.thread.thread = {t % threads.x, (t / threads.x) % threads.y, t / (threads.x * threads.y)};
+    f.thread.block = block;
+    f.thread.blockSize = threads;
+    f.thread.gridSize = grid;
+    f.done = f.waiting = false;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack;
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &s.home;
+    makecontext(&f.context, fiberMain, 0);
+  }
+  bool reverse = reverseOrder();
+  while (true) {
+    unsigned done = 0, waiting = 0;
+    for (unsigned i = 0; i < n; ++i) {
+      Fiber &f = s.fibers[reverse ? n - 1 - i : i];
+      if (!f.done) {
+        f.waiting = false;
+        s.running = &f;
+        swapcontext(&s.home, &f.context);
+        s.running = nullptr;
+      }
+      done += f.done;
+      waiting += f.waiting;
+    }
+    if (done == n)
+      return true;
+    if (done > 0) {
+      fail(cudaErrorLaunchFailure,
+           std::string(kernel) + ": __syncthreads() reached by " + std::to_string(waiting) +
+               " threads of block " + coords(block) + " while " + std::to_string(done) +
+               " had exited (a GPU hangs or misbehaves here)");
+      return false;
+    }
+    // Every thread is at the barrier: release them all.
+  }
+}
+
+} // namespace
+
+const ThreadContext &current() {
+  State &s = state();
+  if (!s.running) {
+    std::fprintf(stderr, "simt: threadIdx/blockIdx used outside a kernel\n");
+    std::abort();
+  }
+  return s.running->thread;
+}
+
+void syncthreads() {
+  State &s = state();
+  Fiber *f = s.running;
+  f->waiting = true;
+  swapcontext(&f->context, &s.home);
+}
+
+void *dynamicShared() { return state().shared.data(); }
+
+void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t,
+            const std::function<void()> &body) {
+  State &s = state();
+  if (s.sticky != cudaSuccess)
+    return fail(s.sticky, std::string(kernel) + ": launched after an earlier kernel failed");
+  if (s.running)
+    return fail(cudaErrorLaunchFailure, std::string(kernel) + ": launched from inside a kernel");
+  uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.z > 64)
+    return fail(cudaErrorInvalidConfiguration,
+                std::string(kernel) + ": " + std::to_string(threads) +
+                    " threads per block (1..1024, z at most 64)");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 ||
+      grid.z > 65535)
+    return fail(cudaErrorInvalidConfiguration,
+                std::string(kernel) + ": grid " + coords({grid.x, grid.y, grid.z}) +
+                    " (x 1..2^31-1, y and z 1..65535)");
+  if (shared > 48 * 1024)
+    return fail(cudaErrorInvalidValue, std::string(kernel) + ": " + std::to_string(shared) +
+                                           " bytes of dynamic shared memory (48 KiB without "
+                                           "cudaFuncSetAttribute)");
+  while (s.fibers.size() < threads) {
+    s.fibers.emplace_back();
+    s.fibers.back().stack = newStack();
+  }
+  s.shared.assign(shared, 0xff);
+  s.body = &body;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x)
+        if (!runBlock(kernel, {x, y, z}, grid, block))
+          return;
+}
+
+bool isDeviceRange(const void *ptr, size_t bytes) {
+  State &s = state();
+  uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  auto it = s.allocations.upper_bound(p);
+  if (it == s.allocations.begin())
+    return false;
+  --it;
+  return p >= it->first && p + bytes <= it->first + it->second;
+}
+
+} // namespace parax::simt
+
+using parax::simt::isDeviceRange;
+using parax::simt::state;
+
+namespace {
+std::string range(const void *p, size_t bytes) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "[%p, +%zu)", p, bytes);
+  return text;
+}
+cudaError_t invalid(const char *call, const std::string &what) {
+  std::fprintf(stderr, "simt: %s: %s\n", call, what.c_str());
+  return cudaErrorInvalidValue;
+}
+} // namespace
+
+__nv_bfloat16 __float2bfloat16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN stays NaN
+    return {static_cast<uint16_t>((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u); // round to nearest even
+  return {static_cast<uint16_t>(u >> 16)};
+}
+
+float __bfloat162float(__nv_bfloat16 x) {
+  uint32_t u = uint32_t(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+cudaError_t cudaGetDeviceCount(int *count) {
+  const char *env = std::getenv("PARAX_SIMT_DEVICES");
+  *count = env ? std::atoi(env) : 64;
+  return *count > 0 ? cudaSuccess : cudaErrorNoDevice;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  if (device < 0 || device >= count)
+    return cudaErrorInvalidDevice;
+  state().device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+  size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256; // CUDA aligns to 256
+  void *p = std::aligned_alloc(256, rounded);
+  if (!p)
+    return cudaErrorMemoryAllocation;
+  std::memset(p, 0xff, rounded); // never-written floats read as NaN
+  state().allocations[reinterpret_cast<uintptr_t>(p)] = bytes;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *ptr) {
+  if (!ptr)
+    return cudaSuccess;
+  auto &allocations = state().allocations;
+  auto it = allocations.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == allocations.end())
+    return invalid("cudaFree", range(ptr, 0) + " is not an allocation's start");
+  allocations.erase(it);
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t) {
+  if (state().sticky != cudaSuccess)
+    return state().sticky;
+  if (bytes == 0)
+    return cudaSuccess;
+  bool dstDevice = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  bool srcDevice = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost)
+    dstDevice = isDeviceRange(dst, 1), srcDevice = isDeviceRange(src, 1);
+  if (dstDevice && !isDeviceRange(dst, bytes))
+    return invalid("cudaMemcpy", "destination " + range(dst, bytes) + " is not inside one allocation");
+  if (srcDevice && !isDeviceRange(src, bytes))
+    return invalid("cudaMemcpy", "source " + range(src, bytes) + " is not inside one allocation");
+  if (!dstDevice && isDeviceRange(dst, 1))
+    return invalid("cudaMemcpy", "destination " + range(dst, bytes) + " is device memory, the kind says host");
+  if (!srcDevice && isDeviceRange(src, 1))
+    return invalid("cudaMemcpy", "source " + range(src, bytes) + " is device memory, the kind says host");
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t) {
+  if (bytes && !isDeviceRange(dst, bytes))
+    return invalid("cudaMemset", range(dst, bytes) + " is not inside one allocation");
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
+struct SimtStream {};
+struct SimtEvent {};
+
+cudaError_t cudaStreamCreate(cudaStream_t *stream) {
+  *stream = new SimtStream;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned) { return cudaStreamCreate(stream); }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete stream;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return state().sticky; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return state().sticky; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
+  return event ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned) {
+  *event = new SimtEvent;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  return event ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  auto &s = state();
+  cudaError_t e = s.lastError;
+  s.lastError = s.sticky;
+  return e;
+}
+
+const char *cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess: return "no error";
+  case cudaErrorInvalidValue: return "invalid argument";
+  case cudaErrorMemoryAllocation: return "out of memory";
+  case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+  case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+  case cudaErrorInvalidDevice: return "invalid device ordinal";
+  case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+  case cudaErrorNotReady: return "device not ready";
+  case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}

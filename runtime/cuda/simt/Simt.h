@@ -1,0 +1,241 @@
+// Simt.h - a CPU emulator of the CUDA subset the CUDA backend uses, so that
+// CudaExecutor.cu compiles as plain C++ and its kernels, launches, cuBLAS
+// calls and NCCL calls run (and are tested) on machines without a GPU.
+//
+// - Kernels: each block runs on the calling thread, its threads as fibers
+//   (ucontext) switched at __syncthreads(). A barrier that some threads of a
+//   block reach while others exit, a block of more than 1024 threads, a grid
+//   over the hardware's limits or more than 48 KiB of dynamic shared memory
+//   fail the launch (cudaGetLastError), as on a GPU (which would hang or
+//   refuse). PARAX_SIMT_ORDER=reverse runs the threads between barriers in
+//   reverse order, exposing missing barriers the forward order hides.
+// - Memory: cudaMalloc'ed bytes start as 0xff (NaN floats, -1 integers), so
+//   reading what was never written shows; copies and GEMM operands are
+//   checked against their allocations.
+// - cuBLAS: sgemm and bf16 GemmEx on OpenBLAS (column-major, the same
+//   argument checks as cuBLAS); NCCL on MPI (the unique id must reach every
+//   rank, splits, collectives, grouped send/recv).
+// - Streams and events are synchronous: everything has finished when a call
+//   returns. PARAX_SIMT_DEVICES sets the device count (default 64).
+//
+// Include through the shim headers in include/ (cuda_runtime.h, ...), which
+// take the place of the CUDA toolkit's.
+
+#ifndef PARAX_SIMT_SIMT_H
+#define PARAX_SIMT_SIMT_H
+
+#include <math.h>
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+//===----------------------------------------------------------------------===//
+// Kernel language
+//===----------------------------------------------------------------------===//
+
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x = 1, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {}
+};
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+// Blocks run one after another, so one static copy per kernel serves as the
+// block's shared memory.
+#define __shared__ static
+
+namespace parax::simt {
+struct ThreadContext {
+  uint3 thread, block; // threadIdx, blockIdx
+  dim3 blockSize, gridSize; // blockDim, gridDim
+};
+/// The emulated thread now running.
+const ThreadContext &current();
+void syncthreads();
+/// This block's dynamic shared memory (the launch's `shared` bytes).
+void *dynamicShared();
+} // namespace parax::simt
+
+#define threadIdx (::parax::simt::current().thread)
+#define blockIdx (::parax::simt::current().block)
+#define blockDim (::parax::simt::current().blockSize)
+#define gridDim (::parax::simt::current().gridSize)
+#define __syncthreads() ::parax::simt::syncthreads()
+#define PARAX_DYNAMIC_SHARED(T, name) T *name = static_cast<T *>(::parax::simt::dynamicShared())
+
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+template <typename T> T min(T a, T b) { return b < a ? b : a; }
+template <typename T> T max(T a, T b) { return a < b ? b : a; }
+/// Fibers of one block never run at once: a plain read-modify-write.
+inline float atomicAdd(float *address, float value) {
+  float old = *address;
+  *address = old + value;
+  return old;
+}
+
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+__nv_bfloat16 __float2bfloat16(float x);
+float __bfloat162float(__nv_bfloat16 x);
+
+//===----------------------------------------------------------------------===//
+// Runtime API
+//===----------------------------------------------------------------------===//
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorNoDevice = 100,
+  cudaErrorNotReady = 600,
+  cudaErrorLaunchFailure = 719,
+};
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+typedef struct SimtStream *cudaStream_t;
+typedef struct SimtEvent *cudaEvent_t;
+constexpr unsigned cudaStreamNonBlocking = 1;
+constexpr unsigned cudaEventDisableTiming = 2;
+
+cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaMalloc(void **ptr, size_t bytes);
+template <typename T> cudaError_t cudaMalloc(T **ptr, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void **>(ptr), bytes);
+}
+cudaError_t cudaFree(void *ptr);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaStreamCreate(cudaStream_t *stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaGetLastError();
+const char *cudaGetErrorString(cudaError_t error);
+
+namespace parax::simt {
+/// Runs `body` once per thread of every block (see the file comment); a
+/// failed launch sets the error cudaGetLastError returns.
+void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+            const std::function<void()> &body);
+/// True when [ptr, ptr + bytes) lies inside one cudaMalloc allocation.
+bool isDeviceRange(const void *ptr, size_t bytes);
+
+template <typename Kernel> struct Launch;
+template <typename... Params> struct Launch<void (*)(Params...)> {
+  void (*kernel)(Params...);
+  const char *name;
+  dim3 grid, block;
+  size_t shared;
+  cudaStream_t stream;
+  template <typename... Args> void operator()(Args &&...args) const {
+    // Converted once, as a kernel launch converts its arguments; each thread
+    // then gets its own copy of the parameters.
+    std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+    launch(name, grid, block, shared, stream, [&] { std::apply(kernel, params); });
+  }
+};
+} // namespace parax::simt
+
+#define PARAX_LAUNCH(kernel, grid, block, shared, stream)                                          \
+  ::parax::simt::Launch<decltype(&kernel)>{&kernel, #kernel, dim3(grid), dim3(block), shared, stream}
+
+//===----------------------------------------------------------------------===//
+// cuBLAS
+//===----------------------------------------------------------------------===//
+
+enum cublasStatus_t {
+  CUBLAS_STATUS_SUCCESS = 0,
+  CUBLAS_STATUS_NOT_INITIALIZED = 1,
+  CUBLAS_STATUS_INVALID_VALUE = 7,
+  CUBLAS_STATUS_NOT_SUPPORTED = 15,
+};
+enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
+enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
+typedef struct SimtBlas *cublasHandle_t;
+
+cublasStatus_t cublasCreate(cublasHandle_t *handle);
+cublasStatus_t cublasDestroy(cublasHandle_t handle);
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                           int m, int n, int k, const float *alpha, const float *A, int lda,
+                           const float *B, int ldb, const float *beta, float *C, int ldc);
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                            int m, int n, int k, const void *alpha, const void *A, cudaDataType_t Atype,
+                            int lda, const void *B, cudaDataType_t Btype, int ldb, const void *beta,
+                            void *C, cudaDataType_t Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo);
+
+//===----------------------------------------------------------------------===//
+// NCCL (on MPI)
+//===----------------------------------------------------------------------===//
+
+enum ncclResult_t {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+};
+enum ncclDataType_t { ncclFloat32 = 7, ncclFloat = 7 };
+enum ncclRedOp_t { ncclSum = 0 };
+typedef struct {
+  char internal[128];
+} ncclUniqueId;
+typedef struct SimtNcclComm *ncclComm_t;
+typedef struct SimtNcclConfig ncclConfig_t;
+#define NCCL_SPLIT_NOCOLOR -1
+
+const char *ncclGetErrorString(ncclResult_t result);
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *error);
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendCount, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvCount, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclGroupStart();
+ncclResult_t ncclGroupEnd();
+
+#endif // PARAX_SIMT_SIMT_H

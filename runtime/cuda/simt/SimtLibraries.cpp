@@ -1,0 +1,338 @@
+// SimtLibraries.cpp - the SIMT emulator's cuBLAS (on OpenBLAS) and NCCL (on
+// MPI) subsets (see Simt.h). Arguments are checked as the libraries check
+// them, and every buffer must lie inside device memory.
+
+#include "Simt.h"
+
+#include <cblas.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using parax::simt::isDeviceRange;
+
+namespace {
+
+template <typename Result>
+Result complain(Result result, const char *call, const std::string &what) {
+  std::fprintf(stderr, "simt: %s: %s\n", call, what.c_str());
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// cuBLAS
+//===----------------------------------------------------------------------===//
+
+// Elements a column-major operand of `rows` x `cols` with leading dimension
+// `ld` spans.
+size_t span(int rows, int cols, int ld) {
+  return rows == 0 || cols == 0 ? 0 : size_t(cols - 1) * ld + rows;
+}
+
+cublasStatus_t checkGemm(const char *call, cublasHandle_t handle, cublasOperation_t ta,
+                         cublasOperation_t tb, int m, int n, int k, const void *A, size_t aBytes,
+                         int lda, const void *B, size_t bBytes, int ldb, const void *C, int ldc) {
+  if (!handle)
+    return complain(CUBLAS_STATUS_NOT_INITIALIZED, call, "no handle");
+  if (m < 0 || n < 0 || k < 0)
+    return complain(CUBLAS_STATUS_INVALID_VALUE, call, "negative m, n or k");
+  int aRows = ta == CUBLAS_OP_N ? m : k, aCols = ta == CUBLAS_OP_N ? k : m;
+  int bRows = tb == CUBLAS_OP_N ? k : n, bCols = tb == CUBLAS_OP_N ? n : k;
+  if (lda < std::max(1, aRows) || ldb < std::max(1, bRows) || ldc < std::max(1, m))
+    return complain(CUBLAS_STATUS_INVALID_VALUE, call,
+                    "leading dimension below the rows (lda " + std::to_string(lda) + " for " +
+                        std::to_string(aRows) + ", ldb " + std::to_string(ldb) + " for " +
+                        std::to_string(bRows) + ", ldc " + std::to_string(ldc) + " for " +
+                        std::to_string(m) + ")");
+  auto inside = [&](const void *p, size_t elements, size_t bytes) {
+    return elements == 0 || isDeviceRange(p, elements * bytes);
+  };
+  if (!inside(A, span(aRows, aCols, lda), aBytes))
+    return complain(CUBLAS_STATUS_INVALID_VALUE, call, "A reaches outside its device allocation");
+  if (!inside(B, span(bRows, bCols, ldb), bBytes))
+    return complain(CUBLAS_STATUS_INVALID_VALUE, call, "B reaches outside its device allocation");
+  if (!inside(C, span(m, n, ldc), 4))
+    return complain(CUBLAS_STATUS_INVALID_VALUE, call, "C reaches outside its device allocation");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+CBLAS_TRANSPOSE blasOp(cublasOperation_t op) { return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans; }
+
+std::vector<float> widen(const void *bf16, size_t elements) {
+  std::vector<float> out(elements);
+  const auto *in = static_cast<const __nv_bfloat16 *>(bf16);
+  for (size_t i = 0; i < elements; ++i)
+    out[i] = __bfloat162float(in[i]);
+  return out;
+}
+
+} // namespace
+
+struct SimtBlas {
+  cudaStream_t stream = nullptr;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t *handle) {
+  *handle = new SimtBlas;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+  if (!handle)
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const float *alpha, const float *A, int lda, const float *B,
+                           int ldb, const float *beta, float *C, int ldc) {
+  cublasStatus_t st = checkGemm("cublasSgemm", handle, ta, tb, m, n, k, A, 4, lda, B, 4, ldb, C, ldc);
+  if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0)
+    return st;
+  cblas_sgemm(CblasColMajor, blasOp(ta), blasOp(tb), m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType_t aType,
+                            int lda, const void *B, cudaDataType_t bType, int ldb, const void *beta,
+                            void *C, cudaDataType_t cType, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t) {
+  if (aType != bType || cType != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
+    return complain(CUBLAS_STATUS_NOT_SUPPORTED, "cublasGemmEx",
+                    "emulated for A and B of one type (fp32 or bf16), C fp32, fp32 compute");
+  size_t width = aType == CUDA_R_16BF ? 2 : 4;
+  cublasStatus_t st = checkGemm("cublasGemmEx", handle, ta, tb, m, n, k, A, width, lda, B, width, ldb, C, ldc);
+  if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0)
+    return st;
+  const float *a = static_cast<const float *>(A), *b = static_cast<const float *>(B);
+  std::vector<float> wideA, wideB;
+  if (aType == CUDA_R_16BF) {
+    wideA = widen(A, span(ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+    wideB = widen(B, span(tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+    a = wideA.data();
+    b = wideB.data();
+  }
+  cblas_sgemm(CblasColMajor, blasOp(ta), blasOp(tb), m, n, k, *static_cast<const float *>(alpha), a,
+              lda, b, ldb, *static_cast<const float *>(beta), static_cast<float *>(C), ldc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+//===----------------------------------------------------------------------===//
+// NCCL
+//===----------------------------------------------------------------------===//
+
+struct SimtNcclComm {
+  MPI_Comm mpi = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+};
+
+namespace {
+
+struct PendingP2P {
+  bool send;
+  void *buf;
+  size_t count;
+  int peer;
+  ncclComm_t comm;
+};
+int groupDepth = 0;
+std::vector<PendingP2P> pending;
+
+bool mpiAlive() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return !finalized;
+}
+
+ncclResult_t checkBuffer(const char *call, const void *p, size_t count, ncclDataType_t type) {
+  if (type != ncclFloat)
+    return complain(ncclInvalidArgument, call, "emulated for ncclFloat only");
+  if (count && !isDeviceRange(p, count * 4))
+    return complain(ncclInvalidArgument, call,
+                    "buffer of " + std::to_string(count) + " floats is not device memory");
+  return ncclSuccess;
+}
+
+ncclResult_t checkComm(const char *call, ncclComm_t comm) {
+  if (!comm || comm->mpi == MPI_COMM_NULL)
+    return complain(ncclInvalidArgument, call, "no communicator");
+  return ncclSuccess;
+}
+
+ncclResult_t mpiResult(int code) { return code == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
+
+#define SIMT_TRY(x)                                                                               \
+  do {                                                                                            \
+    ncclResult_t r_ = (x);                                                                        \
+    if (r_ != ncclSuccess)                                                                        \
+      return r_;                                                                                  \
+  } while (0)
+
+} // namespace
+
+const char *ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+  case ncclSuccess: return "no error";
+  case ncclUnhandledCudaError: return "unhandled cuda error";
+  case ncclSystemError: return "unhandled system error";
+  case ncclInternalError: return "internal error";
+  case ncclInvalidArgument: return "invalid argument";
+  case ncclInvalidUsage: return "invalid usage";
+  case ncclRemoteError: return "remote process exited or there was a network error";
+  case ncclInProgress: return "NCCL operation in progress";
+  }
+  return "unknown result code";
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  std::random_device random;
+  for (char &c : id->internal)
+    c = static_cast<char>(random());
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  int worldSize = 0, worldRank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
+  if (nranks != worldSize || rank != worldRank)
+    return complain(ncclInvalidArgument, "ncclCommInitRank",
+                    "emulated for the MPI world's ranks only (rank " + std::to_string(rank) + " of " +
+                        std::to_string(nranks) + ")");
+  // Every rank must hold the same id: NCCL would hang otherwise.
+  uint64_t hash = 1469598103934665603ull;
+  for (char c : id.internal)
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  uint64_t lo = hash, hi = hash;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (lo != hi)
+    return complain(ncclInvalidUsage, "ncclCommInitRank",
+                    "the ranks hold different unique ids (a real NCCL hangs here)");
+  auto *c = new SimtNcclComm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi);
+  c->rank = rank;
+  c->size = nranks;
+  *comm = c;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *) {
+  SIMT_TRY(checkComm("ncclCommSplit", comm));
+  MPI_Comm split = MPI_COMM_NULL;
+  SIMT_TRY(mpiResult(MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color,
+                                    key, &split)));
+  *newcomm = nullptr;
+  if (split == MPI_COMM_NULL)
+    return ncclSuccess;
+  auto *c = new SimtNcclComm;
+  c->mpi = split;
+  MPI_Comm_rank(split, &c->rank);
+  MPI_Comm_size(split, &c->size);
+  *newcomm = c;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm && comm->mpi != MPI_COMM_NULL && mpiAlive())
+    MPI_Comm_free(&comm->mpi);
+  delete comm;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *error) {
+  SIMT_TRY(checkComm("ncclCommGetAsyncError", comm));
+  *error = ncclSuccess;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+  SIMT_TRY(checkComm("ncclAllReduce", comm));
+  SIMT_TRY(checkBuffer("ncclAllReduce", send, count, type));
+  SIMT_TRY(checkBuffer("ncclAllReduce", recv, count, type));
+  return mpiResult(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                                 MPI_FLOAT, MPI_SUM, comm->mpi));
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendCount, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t) {
+  SIMT_TRY(checkComm("ncclAllGather", comm));
+  SIMT_TRY(checkBuffer("ncclAllGather", send, sendCount, type));
+  SIMT_TRY(checkBuffer("ncclAllGather", recv, sendCount * comm->size, type));
+  const float *own = static_cast<const float *>(recv) + sendCount * comm->rank;
+  return mpiResult(MPI_Allgather(send == own ? MPI_IN_PLACE : send, static_cast<int>(sendCount),
+                                 MPI_FLOAT, recv, static_cast<int>(sendCount), MPI_FLOAT, comm->mpi));
+}
+
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvCount, ncclDataType_t type,
+                               ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+  SIMT_TRY(checkComm("ncclReduceScatter", comm));
+  SIMT_TRY(checkBuffer("ncclReduceScatter", send, recvCount * comm->size, type));
+  SIMT_TRY(checkBuffer("ncclReduceScatter", recv, recvCount, type));
+  if (send == recv)
+    return complain(ncclInvalidArgument, "ncclReduceScatter", "in place is not emulated");
+  std::vector<int> counts(comm->size, static_cast<int>(recvCount));
+  return mpiResult(MPI_Reduce_scatter(send, recv, counts.data(), MPI_FLOAT, MPI_SUM, comm->mpi));
+}
+
+namespace {
+ncclResult_t pointToPoint(const char *call, bool send, void *buf, size_t count, ncclDataType_t type,
+                          int peer, ncclComm_t comm) {
+  SIMT_TRY(checkComm(call, comm));
+  SIMT_TRY(checkBuffer(call, buf, count, type));
+  if (peer < 0 || peer >= comm->size)
+    return complain(ncclInvalidArgument, call,
+                    "peer " + std::to_string(peer) + " of " + std::to_string(comm->size));
+  if (groupDepth > 0) {
+    pending.push_back({send, buf, count, peer, comm});
+    return ncclSuccess;
+  }
+  int n = static_cast<int>(count);
+  return mpiResult(send ? MPI_Send(buf, n, MPI_FLOAT, peer, 0, comm->mpi)
+                        : MPI_Recv(buf, n, MPI_FLOAT, peer, 0, comm->mpi, MPI_STATUS_IGNORE));
+}
+} // namespace
+
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t) {
+  return pointToPoint("ncclSend", true, const_cast<void *>(send), count, type, peer, comm);
+}
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t) {
+  return pointToPoint("ncclRecv", false, recv, count, type, peer, comm);
+}
+
+ncclResult_t ncclGroupStart() {
+  ++groupDepth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (groupDepth == 0)
+    return complain(ncclInvalidUsage, "ncclGroupEnd", "without ncclGroupStart");
+  if (--groupDepth > 0)
+    return ncclSuccess;
+  // Receives first, then sends: every pairing completes, whatever the order.
+  std::vector<MPI_Request> requests;
+  for (bool sends : {false, true})
+    for (const PendingP2P &p : pending)
+      if (p.send == sends) {
+        requests.emplace_back();
+        int n = static_cast<int>(p.count);
+        if (p.send)
+          MPI_Isend(p.buf, n, MPI_FLOAT, p.peer, 0, p.comm->mpi, &requests.back());
+        else
+          MPI_Irecv(p.buf, n, MPI_FLOAT, p.peer, 0, p.comm->mpi, &requests.back());
+      }
+  pending.clear();
+  return mpiResult(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+}

@@ -1,0 +1,2 @@
+// cuda_runtime.h - the SIMT emulator's stand-in for the CUDA toolkit header (see Simt.h).
+#include "../Simt.h"
