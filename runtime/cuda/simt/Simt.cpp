@@ -77,8 +77,8 @@ std::string coords(uint3 b) {
   return "(" + std::to_string(b.x) + ", " + std::to_string(b.y) + ", " + std::to_string(b.z) + ")";
 }
 
-bool reverseOrder() {
-  static const bool reverse = [] {
+bool &reverseOrder() {
+  static bool reverse = [] {
     const char *order = std::getenv("PARAX_SIMT_ORDER");
     return order && std::string(order) == "reverse";
   }();
@@ -183,6 +183,10 @@ void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream
         if (!runBlock(kernel, {x, y, z}, grid, block))
           return;
 }
+
+void setReverseOrder(bool reverse) { reverseOrder() = reverse; }
+
+void clearErrors() { state().lastError = state().sticky = cudaSuccess; }
 
 bool isDeviceRange(const void *ptr, size_t bytes) {
   State &s = state();

@@ -24,6 +24,9 @@
 #ifndef PARAX_SIMT_SIMT_H
 #define PARAX_SIMT_SIMT_H
 
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 // Open MPI's C++ bindings need a library we do not link
+#endif
 #include <math.h>
 #include <mpi.h>
 
@@ -146,6 +149,11 @@ void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream
             const std::function<void()> &body);
 /// True when [ptr, ptr + bytes) lies inside one cudaMalloc allocation.
 bool isDeviceRange(const void *ptr, size_t bytes);
+/// Threads between barriers in reverse order (default: PARAX_SIMT_ORDER).
+void setReverseOrder(bool reverse);
+/// Forgets a failed kernel (which otherwise spoils every later call, as on
+/// a GPU): for tests that fail launches on purpose.
+void clearErrors();
 
 template <typename Kernel> struct Launch;
 template <typename... Params> struct Launch<void (*)(Params...)> {

@@ -1,0 +1,147 @@
+"""One-op programs: each CUDA kernel against the CPU backend, op by op, with
+the shapes that stress it (rows wider than a block, several key tiles,
+partial and interleaved RoPE, grouped heads, Dv != Dqk, broadcasts, groups
+in the router, a label outside the vocabulary...). cuda_cases.py prepares
+and checks them with the model cases.
+
+Each entry: name -> (function arguments, body, result type, values), where
+an argument is (name, type, param) -- param names a checkpoint tensor, else
+the argument is an input -- and `values` maps an argument to a generator
+kind ("normal", "ids:V", "experts:E" for router indices, "ones").
+"""
+
+import numpy as np
+
+F = "f32"
+
+
+def t(*shape, elem=F):
+    return "tensor<" + "x".join(str(s) for s in shape) + ("x" if shape else "") + elem + ">"
+
+
+OPS = {
+    "embedding": (
+        [("ids", t(2, 5, elem="i32"), None), ("table", t(300, 40), "table")],
+        "parax.embedding %ids, %table", t(2, 5, 40), {"ids": "ids:300"}),
+    "position_embedding": (
+        [("table", t(64, 40), "table")],
+        "parax.position_embedding %table {offset = 7 : i64}", t(1, 5, 40), {}),
+    "linear": (
+        [("x", t(3, 5, 70), None), ("w", t(70, 90), "w")],
+        "parax.linear %x, %w", t(3, 5, 90), {}),
+    "linear-transposed-bias": (
+        [("x", t(3, 5, 70), None), ("w", t(90, 70), "w"), ("b", t(90), "b")],
+        "parax.linear %x, %w, %b {transpose_w}", t(3, 5, 90), {}),
+    "rms_norm-wide": (  # a row wider than a block of 256 threads
+        [("x", t(3, 700), None), ("w", t(700), "w")],
+        "parax.rms_norm %x, %w {eps = 1.0e-06 : f64}", t(3, 700), {}),
+    "layer_norm-odd": (
+        [("x", t(4, 3, 37), None), ("w", t(37), "w"), ("b", t(37), "b")],
+        "parax.layer_norm %x, %w, %b {eps = 1.0e-05 : f64}", t(4, 3, 37), {}),
+    "rope-partial-offset": (
+        [("x", t(2, 6, 3, 16), None)],
+        "parax.rope %x {theta = 10000.0 : f64, rotary_dim = 8, position_offset = 1000}",
+        t(2, 6, 3, 16), {}),
+    "rope-interleaved-llama3": (
+        [("x", t(1, 9, 2, 32), None)],
+        'parax.rope %x {theta = 500000.0 : f64, rotary_dim = 32, interleaved, position_offset = 3,'
+        ' scaling = {rope_type = "llama3", factor = 8.0 : f64, low_freq_factor = 1.0 : f64,'
+        ' high_freq_factor = 4.0 : f64, original_max_position_embeddings = 16 : i64}}',
+        t(1, 9, 2, 32), {}),
+    "attention-gqa-tiles": (  # 300 keys: three 128-key tiles; 6 heads over 2 KV heads
+        [("q", t(1, 300, 6, 16), None), ("k", t(1, 300, 2, 16), None), ("v", t(1, 300, 2, 16), None)],
+        "parax.attention %q, %k, %v {causal, head_dim = 16 : i64, num_heads = 6 : i64,"
+        " num_kv_heads = 2 : i64, scale = 0.25 : f64}", t(1, 300, 6, 16), {}),
+    "attention-full-dv": (  # not causal; value width differs from query width
+        [("q", t(2, 7, 4, 24), None), ("k", t(2, 7, 4, 24), None), ("v", t(2, 7, 4, 16), None)],
+        "parax.attention %q, %k, %v {head_dim = 24 : i64, num_heads = 4 : i64,"
+        " num_kv_heads = 4 : i64, scale = 0.2 : f64}", t(2, 7, 4, 16), {}),
+    "add-broadcast": (
+        [("a", t(2, 1, 5), None), ("b", t(1, 3, 1), None)],
+        "parax.add %a, %b", t(2, 3, 5), {}),
+    "mul-broadcast": (
+        [("a", t(2, 4, 1), None), ("b", t(2, 4, 33), None)],
+        "parax.mul %a, %b", t(2, 4, 33), {}),
+    "silu": ([("x", t(3, 333), None)], "parax.silu %x", t(3, 333), {}),
+    "sigmoid": ([("x", t(3, 333), None)], "parax.sigmoid %x", t(3, 333), {}),
+    "gelu-tanh": ([("x", t(3, 333), None)], "parax.gelu tanh %x", t(3, 333), {}),
+    "gelu-erf": ([("x", t(3, 333), None)], "parax.gelu none %x", t(3, 333), {}),
+    "swiglu": ([("g", t(3, 333), None), ("u", t(3, 333), None)], "parax.swiglu %g, %u",
+               t(3, 333), {}),
+    "reshape": ([("x", t(2, 3, 20), None)], "parax.reshape %x", t(2, 3, 4, 5), {}),
+    "transpose": ([("x", t(2, 3, 4, 5), None)],
+                  "parax.transpose %x {permutation = array<i64: 2, 0, 3, 1>}", t(4, 2, 5, 3), {}),
+    "broadcast": ([("x", t(2, 1, 3, 1), None)], "parax.broadcast %x", t(2, 4, 3, 5), {}),
+    "slice": ([("x", t(2, 9, 5), None)], "parax.slice %x {dim = 1 : i64, start = 3 : i64}",
+              t(2, 4, 5), {}),
+    "concat": ([("a", t(2, 3, 5), None), ("b", t(2, 3, 2), None), ("c", t(2, 3, 1), None)],
+               "parax.concat %a, %b, %c {dim = 2 : i64}", t(2, 3, 8), {}),
+    "router-softmax": (
+        [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate")],
+        "parax.router softmax %x, %gate {num_experts = 8 : i64, top_k = 2 : i64, normalize}",
+        (t(2, 5, 2), t(2, 5, 2, elem="i32")), {}),
+    "router-sigmoid-groups-bias": (
+        [("x", t(2, 5, 40), None), ("gate", t(16, 40), "gate"), ("bias", t(16), "bias")],
+        "parax.router sigmoid %x, %gate, %bias {num_experts = 16 : i64, top_k = 4 : i64, normalize,"
+        " num_groups = 4 : i64, topk_groups = 2 : i64, scaling_factor = 2.5 : f64}",
+        (t(2, 5, 4), t(2, 5, 4, elem="i32")), {}),
+    "experts": (
+        [("x", t(2, 3, 40), None), ("w", t(2, 3, 2), None), ("idx", t(2, 3, 2, elem="i32"), None),
+         ("wg", t(4, 300, 40), "wg"), ("wu", t(4, 300, 40), "wu"), ("wd", t(4, 40, 300), "wd")],
+        "parax.experts %x, %w, %idx, %wg, %wu, %wd", t(2, 3, 40), {"idx": "experts:4"}),
+    "cross_entropy": (
+        [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None)],
+        "parax.cross_entropy %logits, %labels", t(elem="f32"), {"labels": "ids:1000"}),
+}
+
+
+def cases():
+    """Case names: an op with two results gives one case per result."""
+    names = []
+    for name, (_, _, result, _) in OPS.items():
+        names += [f"{name}-weights", f"{name}-indices"] if isinstance(result, tuple) else [name]
+    return names
+
+
+def _op(case):
+    for suffix, k in (("-weights", 0), ("-indices", 1)):
+        if case.endswith(suffix) and case[:-len(suffix)] in OPS:
+            return case[:-len(suffix)], k
+    return case, 0
+
+
+def mlir(case):
+    """The one-op function; it returns the case's result of the op."""
+    name, k = _op(case)
+    args, body, result, _ = OPS[name]
+    params = ",\n    ".join(
+        f"%{a}: {ty}" + (f' {{parax.param = "{p}"}}' if p else "") for a, ty, p in args)
+    results = result if isinstance(result, tuple) else (result,)
+    operand_types = ", ".join(ty for a, ty, _ in args if f"%{a}" in body)
+    names = ", ".join(f"%r{i}" for i in range(len(results)))
+    return (f"func.func @f(\n    {params}) -> {results[k]} {{\n"
+            f"  {names} = {body} : ({operand_types}) -> ({', '.join(results)})\n"
+            f"  return %r{k} : {results[k]}\n}}\n")
+
+
+def _shape(ty):
+    inner = ty[len("tensor<"):-1].split("x")
+    return tuple(int(s) for s in inner[:-1]), inner[-1]
+
+
+def values(case, seed=0):
+    """(inputs in argument order, parameters by checkpoint name)."""
+    args, _, _, kinds = OPS[_op(case)[0]]
+    rng = np.random.default_rng(seed)
+    inputs, params = [], {}
+    for arg, ty, param in args:
+        shape, elem = _shape(ty)
+        kind = kinds.get(arg, "normal")
+        if kind.startswith("ids:"):
+            v = rng.integers(0, int(kind[4:]), shape).astype(np.int32)
+        elif kind.startswith("experts:"):
+            v = rng.integers(0, int(kind[8:]), shape).astype(np.int32)
+        else:
+            v = rng.standard_normal(shape).astype(np.float32)
+        (params.__setitem__(param, v) if param else inputs.append(v))
+    return inputs, params

@@ -1,0 +1,268 @@
+// The SIMT emulator (runtime/cuda/simt) behaves as a GPU does where the CUDA
+// backend relies on it, and fails where a GPU would hang, refuse or compute
+// garbage: that is what makes its runs of the CUDA backend worth having.
+
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+__global__ void writeIds(int *out) {
+  unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  unsigned perBlock = blockDim.x * blockDim.y * blockDim.z;
+  out[b * perBlock + t] += static_cast<int>(b * perBlock + t) + 1;
+}
+
+TEST(Simt, EveryThreadOfEveryBlockRunsOnceWithItsIndices) {
+  dim3 grid(3, 2, 2), block(4, 2, 3);
+  int n = 12 * 24;
+  int *d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, n * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, n * sizeof(int)), cudaSuccess);
+  PARAX_LAUNCH(writeIds, grid, block, 0, nullptr)(d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> h(n);
+  ASSERT_EQ(cudaMemcpy(h.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < n; ++i)
+    EXPECT_EQ(h[i], i + 1) << i;
+  cudaFree(d);
+}
+
+__global__ void blockSum(const float *x, float *out) {
+  __shared__ float partial[256];
+  partial[threadIdx.x] = x[blockIdx.x * blockDim.x + threadIdx.x];
+  __syncthreads();
+  for (unsigned step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step)
+      partial[threadIdx.x] += partial[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = partial[0];
+}
+
+TEST(Simt, BarriersOrderSharedMemoryInBothThreadOrders) {
+  std::vector<float> h(2 * 256);
+  for (size_t i = 0; i < h.size(); ++i)
+    h[i] = static_cast<float>(i % 7);
+  float *x = nullptr, *out = nullptr;
+  cudaMalloc(&x, h.size() * 4);
+  cudaMalloc(&out, 2 * 4);
+  cudaMemcpy(x, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+  for (bool reverse : {false, true}) {
+    parax::simt::setReverseOrder(reverse);
+    PARAX_LAUNCH(blockSum, 2, 256, 0, nullptr)(x, out);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    float sums[2];
+    cudaMemcpy(sums, out, 8, cudaMemcpyDeviceToHost);
+    float want0 = 0, want1 = 0;
+    for (int i = 0; i < 256; ++i)
+      want0 += h[i], want1 += h[256 + i];
+    EXPECT_EQ(sums[0], want0) << reverse;
+    EXPECT_EQ(sums[1], want1) << reverse;
+  }
+  parax::simt::setReverseOrder(false);
+  cudaFree(x);
+  cudaFree(out);
+}
+
+// Each thread reads its neighbour's shared slot: right only with the barrier.
+__global__ void neighbour(int *out, int salt, bool barrier) {
+  __shared__ int slot[64];
+  slot[threadIdx.x] = salt + static_cast<int>(threadIdx.x);
+  if (barrier)
+    __syncthreads();
+  out[threadIdx.x] = slot[(threadIdx.x + 1) % blockDim.x];
+}
+
+TEST(Simt, AMissingBarrierGivesWrongResultsInEitherOrder) {
+  int *d = nullptr;
+  cudaMalloc(&d, 64 * sizeof(int));
+  int salt = 1000;
+  for (bool barrier : {true, false})
+    for (bool reverse : {false, true}) {
+      parax::simt::setReverseOrder(reverse);
+      salt += 1000;
+      PARAX_LAUNCH(neighbour, 1, 64, 0, nullptr)(d, salt, barrier);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      std::vector<int> h(64);
+      cudaMemcpy(h.data(), d, 64 * sizeof(int), cudaMemcpyDeviceToHost);
+      int right = 0;
+      for (int t = 0; t < 64; ++t)
+        right += h[t] == salt + (t + 1) % 64;
+      if (barrier)
+        EXPECT_EQ(right, 64) << "reverse " << reverse;
+      else
+        EXPECT_LT(right, 64) << "reverse " << reverse;
+    }
+  parax::simt::setReverseOrder(false);
+  cudaFree(d);
+}
+
+__global__ void divergentBarrier(float *x) {
+  if (threadIdx.x == 0)
+    return;
+  __syncthreads();
+  x[threadIdx.x] = 1;
+}
+
+TEST(Simt, ABarrierSomeThreadsSkipFailsTheLaunchAndSpoilsTheContext) {
+  float *d = nullptr;
+  cudaMalloc(&d, 32 * 4);
+  PARAX_LAUNCH(divergentBarrier, 1, 32, 0, nullptr)(d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  // As on a GPU, the failure sticks: later calls report it too.
+  EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  parax::simt::clearErrors();
+  cudaFree(d);
+}
+
+__global__ void nothing() {}
+
+TEST(Simt, LaunchesOverTheHardwareLimitsAreRefused) {
+  PARAX_LAUNCH(nothing, 1, 1025, 0, nullptr)();
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  PARAX_LAUNCH(nothing, dim3(1, 65536), 32, 0, nullptr)();
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  PARAX_LAUNCH(nothing, 0, 32, 0, nullptr)();
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  PARAX_LAUNCH(nothing, 1, 32, 48 * 1024 + 4, nullptr)();
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  // Not sticky: the next launch works and the error is read once.
+  PARAX_LAUNCH(nothing, 1, 32, 48 * 1024, nullptr)();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+__global__ void reverseThroughDynamicShared(const float *x, float *y) {
+  PARAX_DYNAMIC_SHARED(float, buffer);
+  buffer[threadIdx.x] = x[threadIdx.x];
+  __syncthreads();
+  y[threadIdx.x] = buffer[blockDim.x - 1 - threadIdx.x];
+}
+
+TEST(Simt, DynamicSharedMemoryIsTheLaunchsBytes) {
+  std::vector<float> h(100);
+  for (int i = 0; i < 100; ++i)
+    h[i] = static_cast<float>(i);
+  float *x = nullptr, *y = nullptr;
+  cudaMalloc(&x, 400);
+  cudaMalloc(&y, 400);
+  cudaMemcpy(x, h.data(), 400, cudaMemcpyHostToDevice);
+  PARAX_LAUNCH(reverseThroughDynamicShared, 1, 100, 400, nullptr)(x, y);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaMemcpy(h.data(), y, 400, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(h[i], 99 - i);
+  cudaFree(x);
+  cudaFree(y);
+}
+
+TEST(Simt, FreshMemoryReadsAsNaNAndCopiesStayInsideAllocations) {
+  float *d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 10 * 4), cudaSuccess);
+  std::vector<float> h(11, 0.0f);
+  ASSERT_EQ(cudaMemcpy(h.data(), d, 10 * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_TRUE(std::isnan(h[i]));
+  EXPECT_EQ(cudaMemcpy(d, h.data(), 11 * 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(h.data(), d + 5, 6 * 4, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(d, d + 1, 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue); // a device source
+  EXPECT_EQ(cudaMemcpy(h.data(), h.data() + 1, 4, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemsetAsync(d + 8, 0, 3 * 4), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFree(d + 1), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+}
+
+// Column-major C[m, n] = op(A) op(B), by the definition.
+std::vector<float> naiveGemm(bool ta, bool tb, int m, int n, int k, const std::vector<float> &a, int lda,
+                             const std::vector<float> &b, int ldb) {
+  std::vector<float> c(m * n, 0.0f);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j)
+      for (int p = 0; p < k; ++p)
+        c[j * m + i] += (ta ? a[i * lda + p] : a[p * lda + i]) * (tb ? b[p * ldb + j] : b[j * ldb + p]);
+  return c;
+}
+
+TEST(Simt, SgemmComputesColumnMajorProductsAndChecksItsArguments) {
+  int m = 3, n = 5, k = 4;
+  cublasHandle_t blas = nullptr;
+  ASSERT_EQ(cublasCreate(&blas), CUBLAS_STATUS_SUCCESS);
+  std::vector<float> a(20), b(20);
+  for (int i = 0; i < 20; ++i)
+    a[i] = 0.5f * i - 3, b[i] = 1.0f - 0.25f * i;
+  float *da, *db, *dc;
+  cudaMalloc(&da, 80);
+  cudaMalloc(&db, 80);
+  cudaMalloc(&dc, m * n * 4);
+  cudaMemcpy(da, a.data(), 80, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), 80, cudaMemcpyHostToDevice);
+  const float one = 1, zero = 0;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      int lda = ta ? k : m, ldb = tb ? n : k;
+      ASSERT_EQ(cublasSgemm(blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+                            &one, da, lda, db, ldb, &zero, dc, m),
+                CUBLAS_STATUS_SUCCESS);
+      std::vector<float> c(m * n);
+      cudaMemcpy(c.data(), dc, c.size() * 4, cudaMemcpyDeviceToHost);
+      std::vector<float> want = naiveGemm(ta, tb, m, n, k, a, lda, b, ldb);
+      for (int i = 0; i < m * n; ++i)
+        EXPECT_FLOAT_EQ(c[i], want[i]) << ta << tb << i;
+    }
+  // A leading dimension below the rows, and an operand past its allocation.
+  EXPECT_EQ(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, m - 1, db, k, &zero, dc, m),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, m, db, k + 1, &zero, dc, m),
+            CUBLAS_STATUS_INVALID_VALUE);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+  cublasDestroy(blas);
+}
+
+TEST(Simt, Bf16RoundsToNearestEvenAndGemmExUsesTheRoundedValues) {
+  EXPECT_EQ(__bfloat162float(__float2bfloat16(1.00390625f)), 1.0f);      // a tie: to even
+  EXPECT_EQ(__bfloat162float(__float2bfloat16(1.01171875f)), 1.015625f); // a tie: to even
+  EXPECT_EQ(__bfloat162float(__float2bfloat16(std::nextafter(1.00390625f, 2.0f))), 1.0078125f);
+  EXPECT_TRUE(std::isnan(__bfloat162float(__float2bfloat16(NAN))));
+  int m = 2, n = 3, k = 4;
+  std::vector<float> a(m * k), b(k * n);
+  std::vector<__nv_bfloat16> ah(a.size()), bh(b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = 1.0f + 0.001f * i, ah[i] = __float2bfloat16(a[i]), a[i] = __bfloat162float(ah[i]);
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = 0.3f * i - 1, bh[i] = __float2bfloat16(b[i]), b[i] = __bfloat162float(bh[i]);
+  void *da, *db;
+  float *dc;
+  cudaMalloc(&da, ah.size() * 2);
+  cudaMalloc(&db, bh.size() * 2);
+  cudaMalloc(&dc, m * n * 4);
+  cudaMemcpy(da, ah.data(), ah.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, bh.data(), bh.size() * 2, cudaMemcpyHostToDevice);
+  cublasHandle_t blas = nullptr;
+  cublasCreate(&blas);
+  const float one = 1, zero = 0;
+  ASSERT_EQ(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, CUDA_R_16BF, m, db, CUDA_R_16BF,
+                         k, &zero, dc, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  std::vector<float> c(m * n);
+  cudaMemcpy(c.data(), dc, c.size() * 4, cudaMemcpyDeviceToHost);
+  std::vector<float> want = naiveGemm(false, false, m, n, k, a, m, b, k);
+  for (int i = 0; i < m * n; ++i)
+    EXPECT_FLOAT_EQ(c[i], want[i]) << i;
+  cublasDestroy(blas);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+}
+
+} // namespace
