@@ -389,69 +389,103 @@ __global__ void ropeKernel(float *v, const double *invFreq, int64_t B, int64_t S
   }
 }
 
-// Flash-style attention: one block per (batch, head, query); key tiles of
-// blockDim.x through shared memory, online softmax, output accumulated per
-// head-dimension lane. Nothing of size S x Skv is ever stored.
+// Flash-style attention on CUDA cores: one block per (batch, head, tile of
+// `qTile` queries). Key tiles of `kTile` keys pass through shared memory;
+// each query row keeps an online softmax (running max and sum), and the
+// output tile accumulates in shared memory, each element owned by one
+// thread. Nothing of size S x T is stored, and each key tile is read once
+// per query tile (not once per query).
+struct AttentionTiles {
+  int queries = 32, keys = 64;
+  // Floats of dynamic shared memory for head widths D (query/key), DV.
+  static int64_t floats(int q, int k, int64_t D, int64_t DV) {
+    return q * (D + 1) + k * (D + 1) + k * DV + q * k + q * DV + 3 * q;
+  }
+};
+
 __global__ void attentionKernel(const float *q, const float *k, const float *v, float *y,
                                 int64_t B, int64_t S, int64_t H, int64_t D, int64_t T,
                                 int64_t KH, int64_t DV, bool causal, float scale,
-                                int64_t headOffset, int64_t group) {
+                                int64_t headOffset, int64_t group, int qTile, int kTile) {
   PARAX_DYNAMIC_SHARED(float, shared);
-  float *scores = shared;               // [blockDim.x]
-  float *acc = shared + blockDim.x;     // [DV]
-  __shared__ float runningMax, runningSum, tileMax, tileSum;
-  int64_t row = blockIdx.x;
-  int64_t s = row % S, h = (row / S) % H, b = row / (S * H);
+  const int ds = static_cast<int>(D) + 1; // padded rows: keys fall in different banks
+  const int dv = static_cast<int>(DV), d0 = static_cast<int>(D);
+  float *qs = shared;               // [qTile][D + 1]
+  float *ks = qs + qTile * ds;      // [kTile][D + 1]
+  float *vs = ks + kTile * ds;      // [kTile][DV]
+  float *ps = vs + kTile * dv;      // [qTile][kTile]: scores, then probabilities
+  float *os = ps + qTile * kTile;   // [qTile][DV]: the unnormalised output
+  float *rowMax = os + qTile * dv, *rowSum = rowMax + qTile, *rowScale = rowSum + qTile;
+  int64_t tiles = (S + qTile - 1) / qTile;
+  int64_t qt = blockIdx.x % tiles, h = (blockIdx.x / tiles) % H, b = blockIdx.x / (tiles * H);
+  int64_t q0 = qt * qTile;
+  int rows = static_cast<int>(min((int64_t)qTile, S - q0));
   int64_t kh = (headOffset + h) / group;
-  int64_t visible = causal ? s + (T - S) + 1 : T;
-  const float *qv = q + ((b * S + s) * H + h) * D;
-  for (int64_t d = threadIdx.x; d < DV; d += blockDim.x) acc[d] = 0;
-  if (threadIdx.x == 0) { runningMax = -INFINITY; runningSum = 0; }
+  int64_t past = T - S; // keys before the first query's position
+  // Keys the tile's last query sees (causal), or all of them.
+  int64_t keysEnd = causal ? min(T, q0 + rows + past) : T;
+  for (int i = threadIdx.x; i < qTile * ds; i += blockDim.x) {
+    int r = i / ds, d = i % ds;
+    qs[i] = (r < rows && d < d0) ? q[((b * S + q0 + r) * H + h) * D + d] : 0.0f;
+  }
+  for (int i = threadIdx.x; i < qTile * dv; i += blockDim.x) os[i] = 0.0f;
+  for (int r = threadIdx.x; r < qTile; r += blockDim.x) {
+    rowMax[r] = -INFINITY;
+    rowSum[r] = 0.0f;
+  }
   __syncthreads();
-  for (int64_t tile = 0; tile < visible; tile += blockDim.x) {
-    int64_t t = tile + threadIdx.x;
-    float score = -INFINITY;
-    if (t < visible) {
-      const float *kv = k + ((b * T + t) * KH + kh) * D;
-      float dot = 0;
-      for (int64_t d = 0; d < D; ++d) dot += qv[d] * kv[d];
-      score = dot * scale;
+  for (int64_t t0 = 0; t0 < keysEnd; t0 += kTile) {
+    int cols = static_cast<int>(min((int64_t)kTile, keysEnd - t0));
+    for (int i = threadIdx.x; i < kTile * ds; i += blockDim.x) {
+      int j = i / ds, d = i % ds;
+      ks[i] = (j < cols && d < d0) ? k[((b * T + t0 + j) * KH + kh) * D + d] : 0.0f;
     }
-    scores[threadIdx.x] = score;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float m = runningMax;
-      for (int j = 0; j < blockDim.x && tile + j < visible; ++j) m = fmaxf(m, scores[j]);
-      tileMax = m;
+    for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
+      int j = i / dv, d = i % dv;
+      vs[i] = j < cols ? v[((b * T + t0 + j) * KH + kh) * DV + d] : 0.0f;
     }
     __syncthreads();
-    float m = tileMax;
-    float p = t < visible ? expf(score - m) : 0.0f;
-    scores[threadIdx.x] = p;
-    __syncthreads();
-    float rescale = expf(runningMax - m);
-    if (threadIdx.x == 0) {
-      float sum = 0;
-      for (int j = 0; j < blockDim.x && tile + j < visible; ++j) sum += scores[j];
-      tileSum = sum;
+    for (int i = threadIdx.x; i < qTile * kTile; i += blockDim.x) {
+      int r = i / kTile, j = i % kTile;
+      float score = -INFINITY;
+      if (r < rows && j < cols && (!causal || t0 + j <= q0 + r + past)) {
+        const float *qr = qs + r * ds, *kr = ks + j * ds;
+        float dot = 0.0f;
+        for (int d = 0; d < d0; ++d) dot += qr[d] * kr[d];
+        score = dot * scale;
+      }
+      ps[i] = score;
     }
     __syncthreads();
-    int64_t count = min((int64_t)blockDim.x, visible - tile);
-    for (int64_t d = threadIdx.x; d < DV; d += blockDim.x) {
-      float a = acc[d] * rescale;
-      for (int64_t j = 0; j < count; ++j)
-        a += scores[j] * v[((b * T + tile + j) * KH + kh) * DV + d];
-      acc[d] = a;
+    for (int r = threadIdx.x; r < qTile; r += blockDim.x) {
+      float *pr = ps + r * kTile;
+      float m = rowMax[r];
+      for (int j = 0; j < cols; ++j) m = fmaxf(m, pr[j]);
+      float sum = 0.0f;
+      for (int j = 0; j < kTile; ++j) {
+        float p = (j < cols && pr[j] != -INFINITY) ? expf(pr[j] - m) : 0.0f; // masked: 0
+        pr[j] = p;
+        sum += p;
+      }
+      float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
+      rowSum[r] = rowSum[r] * rescale + sum;
+      rowMax[r] = m;
+      rowScale[r] = rescale;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      runningSum = runningSum * rescale + tileSum;
-      runningMax = m;
+    for (int i = threadIdx.x; i < qTile * dv; i += blockDim.x) {
+      int r = i / dv, d = i % dv;
+      const float *pr = ps + r * kTile;
+      float a = os[i] * rowScale[r];
+      for (int j = 0; j < cols; ++j) a += pr[j] * vs[j * dv + d];
+      os[i] = a;
     }
     __syncthreads();
   }
-  float *out = y + ((b * S + s) * H + h) * DV;
-  for (int64_t d = threadIdx.x; d < DV; d += blockDim.x) out[d] = acc[d] / runningSum;
+  for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
+    int r = i / dv, d = i % dv;
+    y[((b * S + q0 + r) * H + h) * DV + d] = os[i] / rowSum[r];
+  }
 }
 
 __device__ int64_t broadcastIndex(const Dims &in, const Dims &out, int64_t k) {
@@ -694,6 +728,7 @@ struct CudaExecutor::State {
   cublasHandle_t blas = nullptr;
   float *scratch = nullptr;
   size_t scratchSize = 0;
+  int sharedOptIn = 48 * 1024; // bytes of shared memory a block may opt into
 
   ~State() {
     for (DeviceBuffer &b : buffers)
@@ -771,6 +806,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     return Status::error("no CUDA device");
   PARAX_CUDA(cudaSetDevice(device));
   State &s = *s_;
+  PARAX_CUDA(cudaDeviceGetAttribute(&s.sharedOptIn, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   s.exe = &exe;
   s.comm = comm;
   Status st = s.host.prepare(exe, rank, nullptr, weights, inputs);
@@ -932,11 +968,25 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       headOffset = groupIndex(headAxes) * H;
       totalHeads = H * groupSize(headAxes);
     }
-    int threads = 128;
-    size_t sharedBytes = (threads + DV) * sizeof(float);
-    PARAX_LAUNCH(attentionKernel, B * H * S, threads, sharedBytes, stream)(
+    // Tiles that fit the device's shared memory (opt-in beyond 48 KiB).
+    int64_t limit = sharedOptIn;
+    AttentionTiles tiles;
+    while (AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4 > limit && tiles.keys > 16)
+      tiles.keys /= 2;
+    while (AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4 > limit && tiles.queries > 8)
+      tiles.queries /= 2;
+    int64_t sharedBytes = AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4;
+    if (sharedBytes > limit)
+      return Status::error("attention: head widths " + std::to_string(D) + "/" + std::to_string(DV) +
+                           " need " + std::to_string(sharedBytes) + " bytes of shared memory; the device has " +
+                           std::to_string(limit));
+    if (sharedBytes > 48 * 1024)
+      PARAX_CUDA(cudaFuncSetAttribute(attentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(sharedBytes)));
+    int64_t blocks = B * H * ((S + tiles.queries - 1) / tiles.queries);
+    PARAX_LAUNCH(attentionKernel, blocks, 256, sharedBytes, stream)(
         q.f(), k.f(), v.f(), y.f(), B, S, H, D, T, KH, DV, attrInt(a, "causal") != 0,
-        static_cast<float>(attrFloat(a, "scale")), headOffset, totalHeads / KH);
+        static_cast<float>(attrFloat(a, "scale")), headOffset, totalHeads / KH, tiles.queries, tiles.keys);
     return Status::ok();
   }
   if (op == "add" || op == "mul") {

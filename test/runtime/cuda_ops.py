@@ -56,6 +56,10 @@ OPS = {
         [("q", t(2, 7, 4, 24), None), ("k", t(2, 7, 4, 24), None), ("v", t(2, 7, 4, 16), None)],
         "parax.attention %q, %k, %v {head_dim = 24 : i64, num_heads = 4 : i64,"
         " num_kv_heads = 4 : i64, scale = 0.2 : f64}", t(2, 7, 4, 16), {}),
+    "attention-wide-heads": (  # 512-wide heads: smaller tiles to fit shared memory
+        [("q", t(1, 5, 2, 512), None), ("k", t(1, 5, 2, 512), None), ("v", t(1, 5, 2, 512), None)],
+        "parax.attention %q, %k, %v {causal, head_dim = 512 : i64, num_heads = 2 : i64,"
+        " num_kv_heads = 2 : i64, scale = 0.04 : f64}", t(1, 5, 2, 512), {}),
     "add-broadcast": (
         [("a", t(2, 1, 5), None), ("b", t(1, 3, 1), None)],
         "parax.add %a, %b", t(2, 3, 5), {}),

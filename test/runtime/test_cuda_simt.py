@@ -2,8 +2,9 @@
 kernels run as CPU fibers, cuBLAS on OpenBLAS, NCCL on MPI), so that every
 build checks its kernels, launches and collectives without a GPU: each model
 and one-op case of cuda_cases.py against the CPU backend and numpy, twice --
-NCCL collectives with threads run in order, then host-staged MPI
-collectives (PARAX_COLLECTIVES=mpi) with the threads between barriers run in
+NCCL collectives with threads run in order, then as on the one-GPU machine
+(PARAX_SIMT_DEVICES=1: more ranks than GPUs, so collectives are staged
+through host memory and MPI) with the threads between barriers run in
 reverse, which exposes a missing __syncthreads() the first order hides.
 """
 
@@ -17,7 +18,7 @@ from conftest import BIN, tool
 def test_simt_matches_cpu_and_numpy(tmp_path, name):
     tool("parax-run-simt")
     cuda_cases.prepare_any(name, str(tmp_path), BIN)
-    for env in ({}, {"PARAX_COLLECTIVES": "mpi", "PARAX_SIMT_ORDER": "reverse"}):
+    for env in ({}, {"PARAX_SIMT_DEVICES": "1", "PARAX_SIMT_ORDER": "reverse"}):
         result = cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt", env=env)
         assert result["ok"], (env, result)
         ranks = result["ranks"]

@@ -139,6 +139,17 @@ TEST(Simt, LaunchesOverTheHardwareLimitsAreRefused) {
   // Not sticky: the next launch works and the error is read once.
   PARAX_LAUNCH(nothing, 1, 32, 48 * 1024, nullptr)();
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  // More shared memory after opting in, up to the device's limit.
+  int optIn = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&optIn, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+  EXPECT_EQ(cudaFuncSetAttribute(nothing, cudaFuncAttributeMaxDynamicSharedMemorySize, optIn + 1),
+            cudaErrorInvalidValue);
+  ASSERT_EQ(cudaFuncSetAttribute(nothing, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024),
+            cudaSuccess);
+  PARAX_LAUNCH(nothing, 1, 32, 100 * 1024, nullptr)();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  PARAX_LAUNCH(nothing, 1, 32, 100 * 1024 + 4, nullptr)();
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
 }
 
 __global__ void reverseThroughDynamicShared(const float *x, float *y) {

@@ -21,6 +21,7 @@ namespace parax::simt {
 namespace {
 
 constexpr size_t kStackBytes = 256 * 1024; // virtual; pages appear when used
+constexpr int kSharedDefault = 48 * 1024, kSharedOptIn = 227 * 1024; // H100/H200
 
 struct Fiber {
   ucontext_t context;
@@ -36,6 +37,7 @@ struct State {
   const std::function<void()> *body = nullptr;
   std::vector<unsigned char> shared;
   std::map<uintptr_t, size_t> allocations; // base -> bytes
+  std::map<const void *, int> sharedOptIn;  // kernel -> bytes of dynamic shared memory
   cudaError_t lastError = cudaSuccess;
   cudaError_t sticky = cudaSuccess; // a failed kernel spoils the context
   int device = 0;
@@ -150,8 +152,8 @@ void syncthreads() {
 
 void *dynamicShared() { return state().shared.data(); }
 
-void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t,
-            const std::function<void()> &body) {
+void launch(const void *function, const char *kernel, dim3 grid, dim3 block, size_t shared,
+            cudaStream_t, const std::function<void()> &body) {
   State &s = state();
   if (s.sticky != cudaSuccess)
     return fail(s.sticky, std::string(kernel) + ": launched after an earlier kernel failed");
@@ -167,10 +169,12 @@ void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream
     return fail(cudaErrorInvalidConfiguration,
                 std::string(kernel) + ": grid " + coords({grid.x, grid.y, grid.z}) +
                     " (x 1..2^31-1, y and z 1..65535)");
-  if (shared > 48 * 1024)
+  auto optIn = s.sharedOptIn.find(function);
+  size_t allowed = std::max(kSharedDefault, optIn == s.sharedOptIn.end() ? 0 : optIn->second);
+  if (shared > allowed)
     return fail(cudaErrorInvalidValue, std::string(kernel) + ": " + std::to_string(shared) +
-                                           " bytes of dynamic shared memory (48 KiB without "
-                                           "cudaFuncSetAttribute)");
+                                           " bytes of dynamic shared memory (" + std::to_string(allowed) +
+                                           " allowed: 48 KiB, more through cudaFuncSetAttribute)");
   while (s.fibers.size() < threads) {
     s.fibers.emplace_back();
     s.fibers.back().stack = newStack();
@@ -202,6 +206,7 @@ bool isDeviceRange(const void *ptr, size_t bytes) {
 
 using parax::simt::isDeviceRange;
 using parax::simt::state;
+using parax::simt::kSharedOptIn;
 
 namespace {
 std::string range(const void *p, size_t bytes) {
@@ -328,6 +333,21 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void *kernel, cudaFuncAttribute attribute, int value) {
+  if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > kSharedOptIn)
+    return invalid("cudaFuncSetAttribute", std::to_string(value) + " bytes of dynamic shared memory (at most " +
+                                               std::to_string(kSharedOptIn) + ")");
+  state().sharedOptIn[kernel] = value;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, int) {
+  if (attribute != cudaDevAttrMaxSharedMemoryPerBlockOptin)
+    return cudaErrorInvalidValue;
+  *value = kSharedOptIn;
   return cudaSuccess;
 }
 

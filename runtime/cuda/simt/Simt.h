@@ -139,14 +139,24 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+/// Shared memory beyond 48 KiB needs this per kernel, up to the opt-in
+/// limit (227 KiB, as on H100/H200).
+cudaError_t cudaFuncSetAttribute(const void *kernel, cudaFuncAttribute attribute, int value);
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel *kernel, cudaFuncAttribute attribute, int value) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void *>(kernel), attribute, value);
+}
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, int device);
 cudaError_t cudaGetLastError();
 const char *cudaGetErrorString(cudaError_t error);
 
 namespace parax::simt {
 /// Runs `body` once per thread of every block (see the file comment); a
 /// failed launch sets the error cudaGetLastError returns.
-void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
-            const std::function<void()> &body);
+void launch(const void *function, const char *kernel, dim3 grid, dim3 block, size_t shared,
+            cudaStream_t stream, const std::function<void()> &body);
 /// True when [ptr, ptr + bytes) lies inside one cudaMalloc allocation.
 bool isDeviceRange(const void *ptr, size_t bytes);
 /// Threads between barriers in reverse order (default: PARAX_SIMT_ORDER).
@@ -166,13 +176,15 @@ template <typename... Params> struct Launch<void (*)(Params...)> {
     // Converted once, as a kernel launch converts its arguments; each thread
     // then gets its own copy of the parameters.
     std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
-    launch(name, grid, block, shared, stream, [&] { std::apply(kernel, params); });
+    launch(reinterpret_cast<const void *>(kernel), name, grid, block, shared, stream,
+           [&] { std::apply(kernel, params); });
   }
 };
 } // namespace parax::simt
 
 #define PARAX_LAUNCH(kernel, grid, block, shared, stream)                                          \
-  ::parax::simt::Launch<decltype(&kernel)>{&kernel, #kernel, dim3(grid), dim3(block), shared, stream}
+  ::parax::simt::Launch<decltype(&kernel)>{&kernel, #kernel, dim3(grid), dim3(block),                 \
+                                            static_cast<size_t>(shared), stream}
 
 //===----------------------------------------------------------------------===//
 // cuBLAS
