@@ -672,6 +672,60 @@ __global__ void crossEntropyKernel(const float *logits, const int32_t *labels, f
                          : logf(partial[0]) + m - l[labels[blockIdx.x]]);
 }
 
+// MoE exchanges (the CPU backend's layout): pair k goes to rank
+// dest = idx[k] / local, into slot dest * pairs + (its order among the pairs
+// for dest); a slot row is [x row | weight | local expert, -1 when empty].
+// One thread per destination walks the pairs in order.
+__global__ void moeSlotsKernel(const int32_t *idx, int32_t *slot, int64_t pairs, int64_t local, int64_t P) {
+  int64_t dest = blockIdx.x * blockDim.x + threadIdx.x;
+  if (dest >= P) return;
+  int64_t fill = 0;
+  for (int64_t k = 0; k < pairs; ++k)
+    if (idx[k] >= 0 && idx[k] / local == dest) slot[k] = static_cast<int32_t>(dest * pairs + fill++);
+}
+
+__global__ void moeClearKernel(float *send, int64_t slots, int64_t h) {
+  int64_t width = h + 2;
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < slots * width; i += gridDim.x * blockDim.x)
+    send[i] = i % width == h + 1 ? -1.0f : 0.0f; // every slot empty first
+}
+
+__global__ void moeFillKernel(const float *x, const float *w, const int32_t *idx, const int32_t *slot,
+                              float *send, int64_t pairs, int64_t K, int64_t h, int64_t local) {
+  int64_t width = h + 2;
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < pairs * width; i += gridDim.x * blockDim.x) {
+    int64_t k = i / width, c = i % width;
+    int64_t s = slot[k];
+    if (s < 0) continue;
+    send[s * width + c] = c < h ? x[(k / K) * h + c] : c == h ? w[k] : static_cast<float>(idx[k] - (s / pairs) * local);
+  }
+}
+
+__global__ void moeUnpackKernel(const float *recv, float *rows, float *weights, int32_t *experts, int64_t slots,
+                                int64_t h) {
+  int64_t width = h + 2;
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < slots * width; i += gridDim.x * blockDim.x) {
+    int64_t r = i / width, c = i % width;
+    if (c < h) rows[r * h + c] = recv[i];
+    else if (c == h) weights[r] = recv[i];
+    else experts[r] = static_cast<int32_t>(recv[i]);
+  }
+}
+
+// y[t, c] = the sum over token t's pairs (in order) of their returned rows.
+__global__ void moeCombineKernel(const float *back, const int32_t *slot, float *y, int64_t tokens, int64_t K,
+                                 int64_t h) {
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < tokens * h; i += gridDim.x * blockDim.x) {
+    int64_t t = i / h, c = i % h;
+    float a = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      int64_t s = slot[t * K + j];
+      if (s >= 0) a += back[s * h + c];
+    }
+    y[i] = a;
+  }
+}
+
 __global__ void scaleKernel(float *x, int64_t n, float factor) {
   for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) x[k] *= factor;
 }
@@ -1152,75 +1206,43 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return comm->recv(out().f(), out().numel(), peer, stream);
   }
   if (op == "moe_dispatch" || op == "moe_combine") {
-    // Routing is data-dependent: pack on the host (as the CPU backend
-    // does), exchange device buffers with an all-to-all.
+    // Slots as the CPU backend fills them (moeSlotsKernel), an all-to-all of
+    // fixed blocks of `pairs` slots per rank, everything on the device.
     int64_t E = attrInt(a, "num_experts"), local = E / P;
-    DeviceBuffer &idxD = in(op == "moe_dispatch" ? 2 : 1);
-    int64_t pairs = idxD.numel(), K = idxD.shape.back();
-    std::vector<int32_t> idx(pairs);
-    PARAX_CUDA(cudaMemcpyAsync(idx.data(), idxD.data, pairs * 4, cudaMemcpyDeviceToHost, stream));
+    DeviceBuffer &idx = in(op == "moe_dispatch" ? 2 : 1);
+    int64_t pairs = idx.numel(), K = idx.shape.back(), slots = P * pairs;
+    int64_t h = in(0).shape.back();
+    int64_t width = op == "moe_dispatch" ? h + 2 : h;
+    Status st = ensureScratch(pairs + 2 * slots * width);
+    if (!st.isOk()) return st;
+    auto *slot = reinterpret_cast<int32_t *>(scratch);
+    float *send = scratch + pairs, *recv = send + slots * width;
+    PARAX_CUDA(cudaMemsetAsync(slot, 0xff, pairs * 4, stream)); // -1: no slot
+    PARAX_LAUNCH(moeSlotsKernel, blocksFor(P), kThreads, 0, stream)(idx.i(), slot, pairs, local, P);
     if (op == "moe_dispatch") {
       DeviceBuffer &x = in(0), &w = in(1);
-      int64_t h = x.shape.back(), width = h + 2;
-      std::vector<float> hx(x.numel()), hw(pairs);
-      PARAX_CUDA(cudaMemcpyAsync(hx.data(), x.data, x.numel() * 4, cudaMemcpyDeviceToHost, stream));
-      PARAX_CUDA(cudaMemcpyAsync(hw.data(), w.data, pairs * 4, cudaMemcpyDeviceToHost, stream));
-      PARAX_CUDA(cudaStreamSynchronize(stream));
-      std::vector<float> send(P * pairs * width, 0.0f), recv(send.size());
-      std::vector<int64_t> fill(P, 0);
-      for (int64_t r = 0; r < P * pairs; ++r) send[r * width + h + 1] = -1;
-      for (int64_t k = 0; k < pairs; ++k) {
-        int64_t dest = idx[k] / local;
-        float *row = &send[(dest * pairs + fill[dest]++) * width];
-        std::copy(&hx[(k / K) * h], &hx[(k / K) * h] + h, row);
-        row[h] = hw[k];
-        row[h + 1] = static_cast<float>(idx[k] - dest * local);
-      }
-      Status st = ensureScratch(send.size() * 2);
-      if (!st.isOk()) return st;
-      PARAX_CUDA(cudaMemcpyAsync(scratch, send.data(), send.size() * 4, cudaMemcpyHostToDevice, stream));
+      PARAX_LAUNCH(moeClearKernel, blocksFor(slots * width), kThreads, 0, stream)(send, slots, h);
+      PARAX_LAUNCH(moeFillKernel, blocksFor(pairs * width), kThreads, 0, stream)(
+          x.f(), w.f(), idx.i(), slot, send, pairs, K, h, local);
       if (P > 1) {
-        st = comm->allToAll(scratch, scratch + send.size(), pairs * width, mask, stream);
+        st = comm->allToAll(send, recv, pairs * width, mask, stream);
         if (!st.isOk()) return st;
-        PARAX_CUDA(cudaMemcpy(recv.data(), scratch + send.size(), recv.size() * 4, cudaMemcpyDeviceToHost));
       } else {
         recv = send;
       }
-      std::vector<float> rows(P * pairs * h), rw(P * pairs);
-      std::vector<int32_t> re(P * pairs);
-      for (int64_t r = 0; r < P * pairs; ++r) {
-        std::copy(&recv[r * width], &recv[r * width] + h, &rows[r * h]);
-        rw[r] = recv[r * width + h];
-        re[r] = static_cast<int32_t>(recv[r * width + h + 1]);
-      }
-      PARAX_CUDA(cudaMemcpyAsync(out(0).data, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, stream));
-      PARAX_CUDA(cudaMemcpyAsync(out(1).data, rw.data(), rw.size() * 4, cudaMemcpyHostToDevice, stream));
-      PARAX_CUDA(cudaMemcpyAsync(out(2).data, re.data(), re.size() * 4, cudaMemcpyHostToDevice, stream));
-      PARAX_CUDA(cudaStreamSynchronize(stream));
+      PARAX_LAUNCH(moeUnpackKernel, blocksFor(slots * width), kThreads, 0, stream)(
+          recv, out(0).f(), out(1).f(), out(2).i(), slots, h);
       return Status::ok();
     }
-    DeviceBuffer &rowsD = in(0);
-    int64_t h = rowsD.shape.back();
-    std::vector<float> back(rowsD.numel());
+    const float *back = in(0).f();
     if (P > 1) {
-      Status st = ensureScratch(rowsD.numel());
+      st = comm->allToAll(in(0).f(), recv, pairs * h, mask, stream);
       if (!st.isOk()) return st;
-      st = comm->allToAll(rowsD.f(), scratch, pairs * h, mask, stream);
-      if (!st.isOk()) return st;
-      PARAX_CUDA(cudaMemcpy(back.data(), scratch, back.size() * 4, cudaMemcpyDeviceToHost));
-    } else {
-      PARAX_CUDA(cudaMemcpyAsync(back.data(), rowsD.data, back.size() * 4, cudaMemcpyDeviceToHost, stream));
-      PARAX_CUDA(cudaStreamSynchronize(stream));
+      back = recv;
     }
-    std::vector<float> y(out().numel(), 0.0f);
-    std::vector<int64_t> fill(P, 0);
-    for (int64_t k = 0; k < pairs; ++k) {
-      int64_t dest = idx[k] / local;
-      const float *row = &back[(dest * pairs + fill[dest]++) * h];
-      for (int64_t c = 0; c < h; ++c) y[(k / K) * h + c] += row[c];
-    }
-    PARAX_CUDA(cudaMemcpyAsync(out().data, y.data(), y.size() * 4, cudaMemcpyHostToDevice, stream));
-    PARAX_CUDA(cudaStreamSynchronize(stream));
+    DeviceBuffer &y = out();
+    PARAX_LAUNCH(moeCombineKernel, blocksFor(y.numel()), kThreads, 0, stream)(back, slot, y.f(), y.numel() / h,
+                                                                              K, h);
     return Status::ok();
   }
   return Status::error("no CUDA kernel for '" + op + "'");
