@@ -306,7 +306,11 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxRank = 8;
 
-int blocksFor(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+// Blocks for a grid-stride loop over n elements (at least one: a grid of
+// zero blocks is an invalid launch).
+int blocksFor(int64_t n) {
+  return static_cast<int>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535));
+}
 
 struct Dims {
   int rank = 0;
@@ -615,37 +619,55 @@ __global__ void routerKernel(const float *logits, const float *bias, float *scra
   }
 }
 
-// Expert FFNs: hidden[p, f] = silu(gate_e x) * (up_e x) per (token, choice) p.
-__global__ void expertsUpKernel(const float *x, const int32_t *idx, const float *wg, const float *wu,
-                                float *hidden, int64_t pairs, int64_t K, int64_t H, int64_t F, int64_t E) {
-  int64_t p = blockIdx.x;
-  int64_t e = idx[p];
-  if (e < 0 || e >= E) return;
-  const float *xt = x + (p / K) * H;
-  for (int64_t f = threadIdx.x; f < F; f += blockDim.x) {
-    const float *g = wg + (e * F + f) * H, *u = wu + (e * F + f) * H;
-    float a = 0, c = 0;
-    for (int64_t i = 0; i < H; ++i) { a += g[i] * xt[i]; c += u[i] * xt[i]; }
-    hidden[p * F + f] = siluF(a) * c;
+// Experts as GEMMs: the pairs (token, choice) grouped by expert -- perm
+// lists them expert by expert, each in token order, and pos is the inverse
+// -- so that each expert's rows run through cuBLAS together.
+// One thread per expert walks the pairs.
+__global__ void expertCountKernel(const int32_t *idx, int32_t *count, int64_t pairs, int64_t E) {
+  int64_t e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= E) return;
+  int32_t n = 0;
+  for (int64_t k = 0; k < pairs; ++k) n += idx[k] == e;
+  count[e] = n;
+}
+
+__global__ void expertOrderKernel(const int32_t *idx, const int32_t *offset, int32_t *perm, int32_t *pos,
+                                  int64_t pairs, int64_t E) {
+  int64_t e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= E) return;
+  int32_t n = offset[e];
+  for (int64_t k = 0; k < pairs; ++k)
+    if (idx[k] == e) {
+      perm[n] = static_cast<int32_t>(k);
+      pos[k] = n++;
+    }
+}
+
+// xg[r, :] = x[token of pair perm[r], :]
+__global__ void gatherRowsKernel(const float *x, const int32_t *perm, float *xg, int64_t rows, int64_t K,
+                                 int64_t h) {
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < rows * h; i += gridDim.x * blockDim.x)
+    xg[i] = x[(perm[i / h] / K) * h + i % h];
+}
+
+// y[t, :] = sum over token t's pairs j (in order) of w[t, j] * down[pos[t, j], :]
+__global__ void expertsCombineKernel(const float *down, const float *w, const int32_t *pos, float *y,
+                                     int64_t tokens, int64_t K, int64_t h) {
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < tokens * h; i += gridDim.x * blockDim.x) {
+    int64_t t = i / h, c = i % h;
+    float a = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      int32_t r = pos[t * K + j];
+      if (r >= 0) a += w[t * K + j] * down[r * h + c]; // r < 0: an unused dispatch row
+    }
+    y[i] = a;
   }
 }
 
-__global__ void expertsDownKernel(const float *hidden, const int32_t *idx, const float *w,
-                                  const float *wd, float *y, int64_t pairs, int64_t K, int64_t H,
-                                  int64_t F, int64_t E) {
-  int64_t p = blockIdx.x;
-  int64_t e = idx[p];
-  if (e < 0 || e >= E) return;
-  float weight = w[p];
-  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
-    const float *d = wd + (e * H + c) * F;
-    float a = 0;
-    for (int64_t f = 0; f < F; ++f) a += d[f] * hidden[p * F + f];
-    atomicAdd(&y[(p / K) * H + c], weight * a);
-  }
-}
-
-__global__ void crossEntropyKernel(const float *logits, const int32_t *labels, float *total, int64_t V) {
+// One block per token; a label outside the vocabulary is reported through
+// `badToken` (the host turns it into an error, as the CPU backend does).
+__global__ void crossEntropyKernel(const float *logits, const int32_t *labels, float *total, int64_t V,
+                                   int32_t *badToken) {
   __shared__ float partial[kThreads];
   const float *l = logits + blockIdx.x * V;
   float m = -INFINITY;
@@ -666,10 +688,11 @@ __global__ void crossEntropyKernel(const float *logits, const int32_t *labels, f
     if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
     __syncthreads();
   }
-  if (threadIdx.x == 0)
-    atomicAdd(total, labels[blockIdx.x] < 0 || labels[blockIdx.x] >= V
-                         ? NAN  // a label outside the vocabulary
-                         : logf(partial[0]) + m - l[labels[blockIdx.x]]);
+  if (threadIdx.x == 0) {
+    int32_t label = labels[blockIdx.x];
+    if (label < 0 || label >= V) *badToken = static_cast<int32_t>(blockIdx.x);
+    else atomicAdd(total, logf(partial[0]) + m - l[label]);
+  }
 }
 
 // MoE exchanges (the CPU backend's layout): pair k goes to rank
@@ -759,16 +782,17 @@ uint16_t toBf16Bits(float x) {
 }
 
 // Parameters stored in bf16 on the device: those the executable declares
-// bf16 and that only `linear` reads, as its weight. Their GEMMs run on bf16
-// tensor cores with fp32 accumulation (activations are rounded to bf16 on the
-// way in; outputs stay fp32). Every other buffer is fp32.
+// bf16 and that only GEMMs read, as their weights (`linear`'s weight, the
+// `experts`' three stacks). Their GEMMs run on bf16 tensor cores with fp32
+// accumulation (activations are rounded to bf16 on the way in; outputs stay
+// fp32). Every other buffer is fp32.
 std::vector<bool> gemmWeightsInBf16(const pxe::Stage &stage) {
   std::vector<bool> bf16(stage.buffers_size(), false);
   for (const pxe::Buffer &b : stage.buffers())
     bf16[b.id()] = b.role() == pxe::PARAMETER && b.dtype() == pxe::BF16;
   for (const pxe::Instruction &inst : stage.instructions())
     for (int i = 0; i < inst.operands_size(); ++i)
-      if (inst.op() != "linear" || i != 1)
+      if (!(inst.op() == "linear" && i == 1) && !(inst.op() == "experts" && i >= 3))
         bf16[inst.operands(i)] = false;
   return bf16;
 }
@@ -846,6 +870,26 @@ struct CudaExecutor::State {
   }
 
   Status run(const pxe::Instruction &inst);
+
+  /// Row-major y[m, n] = x[m, k] . W, W stored [k, n] or, `transposeW`,
+  /// [n, k] (fp32 or bf16 at `w`, see DeviceBuffer::bf16). A bf16 W takes x
+  /// rounded to bf16 into `xb` (m * k elements).
+  Status gemm(const float *x, int64_t m, int64_t k, const void *w, bool bf16, bool transposeW, int64_t n,
+              float *y, __nv_bfloat16 *xb) {
+    const float one = 1.0f, zero = 0.0f;
+    // Column-major: y^T[n, m] = op(W^T) x^T.
+    cublasOperation_t op = transposeW ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int ldw = static_cast<int>(transposeW ? k : n);
+    if (bf16) {
+      PARAX_LAUNCH(toBf16Kernel, blocksFor(m * k), kThreads, 0, stream)(x, xb, m * k);
+      PARAX_CUBLAS(cublasGemmEx(blas, op, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, ldw, xb, CUDA_R_16BF, k,
+                                &zero, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      PARAX_CUBLAS(cublasSgemm(blas, op, CUBLAS_OP_N, n, m, k, &one, static_cast<const float *>(w), ldw, x, k,
+                               &zero, y, n));
+    }
+    return Status::ok();
+  }
 };
 
 CudaExecutor::CudaExecutor() : s_(std::make_unique<State>()) {}
@@ -965,22 +1009,14 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   }
   if (op == "linear") {
     DeviceBuffer &x = in(0), &w = in(1), &y = out();
-    bool t = attrInt(a, "transpose_w") != 0;
     int64_t k = x.shape.back(), n = y.shape.back(), m = x.numel() / k;
-    const float one = 1.0f, zero = 0.0f;
-    // Row-major y[m, n] = x[m, k] . W: column-major y^T = W^T x^T.
     if (w.bf16) {
       Status st = ensureScratch((m * k + 1) / 2);
       if (!st.isOk()) return st;
-      auto *xb = reinterpret_cast<__nv_bfloat16 *>(scratch);
-      PARAX_LAUNCH(toBf16Kernel, blocksFor(m * k), kThreads, 0, stream)(x.f(), xb, m * k);
-      PARAX_CUBLAS(cublasGemmEx(blas, t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-                                w.h(), CUDA_R_16BF, t ? k : n, xb, CUDA_R_16BF, k, &zero, y.f(),
-                                CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    } else {
-      PARAX_CUBLAS(cublasSgemm(blas, t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-                               w.f(), t ? k : n, x.f(), k, &zero, y.f(), n));
     }
+    Status st = gemm(x.f(), m, k, w.data, w.bf16, attrInt(a, "transpose_w") != 0, n, y.f(),
+                     reinterpret_cast<__nv_bfloat16 *>(scratch));
+    if (!st.isOk()) return st;
     if (inst.operands_size() == 3)
       PARAX_LAUNCH(biasKernel, blocksFor(m * n), kThreads, 0, stream)(y.f(), in(2).f(), m, n);
     return Status::ok();
@@ -1111,20 +1147,68 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "experts") {
     DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &y = out();
     int64_t H = x.shape.back(), K = idx.shape.back(), pairs = idx.numel(), E = wg.shape[0], F = wg.shape[1];
-    Status st = ensureScratch(pairs * F);
+    // Scratch: count, offset [E]; perm, pos [pairs] (ints); rows [pairs, H];
+    // gate, up [pairs, F]; down [pairs, H]; bf16 activations.
+    int64_t ints = 2 * E + 2 * pairs, widest = std::max(H, F);
+    Status st = ensureScratch(ints + pairs * (2 * H + 2 * F) + (pairs * widest + 1) / 2);
     if (!st.isOk()) return st;
-    PARAX_CUDA(cudaMemsetAsync(y.data, 0, y.numel() * 4, stream));
-    PARAX_LAUNCH(expertsUpKernel, pairs, kThreads, 0, stream)(x.f(), idx.i(), wg.f(), wu.f(), scratch, pairs, K, H, F, E);
-    PARAX_LAUNCH(expertsDownKernel, pairs, kThreads, 0, stream)(scratch, idx.i(), w.f(), wd.f(), y.f(), pairs, K, H, F, E);
+    auto *count = reinterpret_cast<int32_t *>(scratch);
+    int32_t *offset = count + E, *perm = offset + E, *pos = perm + pairs;
+    float *rows = scratch + ints, *gate = rows + pairs * H, *up = gate + pairs * F, *down = up + pairs * F;
+    auto *xb = reinterpret_cast<__nv_bfloat16 *>(down + pairs * H);
+    PARAX_LAUNCH(expertCountKernel, blocksFor(E), kThreads, 0, stream)(idx.i(), count, pairs, E);
+    // The host needs each expert's row count to size its GEMMs.
+    std::vector<int32_t> counts(E), offsets(E);
+    PARAX_CUDA(cudaMemcpyAsync(counts.data(), count, E * 4, cudaMemcpyDeviceToHost, stream));
     PARAX_CUDA(cudaStreamSynchronize(stream));
+    int32_t total = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      offsets[e] = total;
+      total += counts[e];
+    }
+    PARAX_CUDA(cudaMemcpyAsync(offset, offsets.data(), E * 4, cudaMemcpyHostToDevice, stream));
+    PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream)); // -1: an unused dispatch row
+    PARAX_LAUNCH(expertOrderKernel, blocksFor(E), kThreads, 0, stream)(idx.i(), offset, perm, pos, pairs, E);
+    PARAX_LAUNCH(gatherRowsKernel, blocksFor(int64_t(total) * H), kThreads, 0, stream)(x.f(), perm, rows, total,
+                                                                                      K, H);
+    auto at = [&](const DeviceBuffer &b, int64_t element) {
+      return static_cast<const char *>(b.data) + element * (b.bf16 ? 2 : 4);
+    };
+    for (int64_t e = 0; e < E; ++e) {
+      if (counts[e] == 0) continue;
+      int64_t r = offsets[e], m = counts[e];
+      // gate/up stacks are [E, F, H] and down [E, H, F]: x . W^T each.
+      st = gemm(rows + r * H, m, H, at(wg, e * F * H), wg.bf16, true, F, gate + r * F, xb);
+      if (st.isOk()) st = gemm(rows + r * H, m, H, at(wu, e * F * H), wu.bf16, true, F, up + r * F, xb);
+      if (!st.isOk()) return st;
+    }
+    PARAX_LAUNCH(swigluKernel, blocksFor(int64_t(total) * F), kThreads, 0, stream)(gate, up, gate, int64_t(total) * F);
+    for (int64_t e = 0; e < E; ++e) {
+      if (counts[e] == 0) continue;
+      int64_t r = offsets[e], m = counts[e];
+      st = gemm(gate + r * F, m, F, at(wd, e * H * F), wd.bf16, true, H, down + r * H, xb);
+      if (!st.isOk()) return st;
+    }
+    PARAX_LAUNCH(expertsCombineKernel, blocksFor(y.numel()), kThreads, 0, stream)(down, w.f(), pos, y.f(),
+                                                                                  y.numel() / H, K, H);
     return Status::ok();
   }
   if (op == "cross_entropy") {
     DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
     int64_t V = logits.shape.back(), tokens = logits.numel() / V;
+    Status st = ensureScratch(1);
+    if (!st.isOk()) return st;
+    auto *badToken = reinterpret_cast<int32_t *>(scratch);
     PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
-    PARAX_LAUNCH(crossEntropyKernel, tokens, kThreads, 0, stream)(logits.f(), labels.i(), y.f(), V);
+    PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream)); // -1: every label is valid
+    PARAX_LAUNCH(crossEntropyKernel, tokens, kThreads, 0, stream)(logits.f(), labels.i(), y.f(), V, badToken);
     PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, 1.0f / tokens);
+    int32_t bad = -1;
+    PARAX_CUDA(cudaMemcpyAsync(&bad, badToken, 4, cudaMemcpyDeviceToHost, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    if (bad >= 0)
+      return Status::error("label out of range at token " + std::to_string(bad) + " (vocabulary " +
+                           std::to_string(V) + ")");
     return Status::ok();
   }
 

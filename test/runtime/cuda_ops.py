@@ -93,6 +93,10 @@ OPS = {
         [("x", t(2, 3, 40), None), ("w", t(2, 3, 2), None), ("idx", t(2, 3, 2, elem="i32"), None),
          ("wg", t(4, 300, 40), "wg"), ("wu", t(4, 300, 40), "wu"), ("wd", t(4, 40, 300), "wd")],
         "parax.experts %x, %w, %idx, %wg, %wu, %wd", t(2, 3, 40), {"idx": "experts:4"}),
+    "experts-unused-rows": (  # expert -1: a dispatch slot no pair filled
+        [("x", t(8, 40), None), ("w", t(8, 1), None), ("idx", t(8, 1, elem="i32"), None),
+         ("wg", t(2, 24, 40), "wg"), ("wu", t(2, 24, 40), "wu"), ("wd", t(2, 40, 24), "wd")],
+        "parax.experts %x, %w, %idx, %wg, %wu, %wd", t(8, 40), {"idx": "experts-holes:2"}),
     "cross_entropy": (
         [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None)],
         "parax.cross_entropy %logits, %labels", t(elem="f32"), {"labels": "ids:1000"}),
@@ -145,6 +149,9 @@ def values(case, seed=0):
             v = rng.integers(0, int(kind[4:]), shape).astype(np.int32)
         elif kind.startswith("experts:"):
             v = rng.integers(0, int(kind[8:]), shape).astype(np.int32)
+        elif kind.startswith("experts-holes:"):
+            v = rng.integers(-1, int(kind[14:]), shape).astype(np.int32)
+            v.flat[0] = -1
         else:
             v = rng.standard_normal(shape).astype(np.float32)
         (params.__setitem__(param, v) if param else inputs.append(v))
