@@ -17,8 +17,31 @@
 #include <string>
 #include <vector>
 
+// Under AddressSanitizer the fibers' stack switches are announced to it, and
+// allocations are exact, so a kernel reading past a buffer is reported.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define PARAX_SIMT_ASAN 1
+#else
+#define PARAX_SIMT_ASAN 0
+#endif
+
 namespace parax::simt {
 namespace {
+
+#if PARAX_SIMT_ASAN
+const void *homeStack = nullptr;
+size_t homeStackSize = 0;
+void enterStack(void **save, const void *bottom, size_t size) { __sanitizer_start_switch_fiber(save, bottom, size); }
+void enteredStack(void *save, bool learnHome) {
+  __sanitizer_finish_switch_fiber(save, learnHome ? &homeStack : nullptr, learnHome ? &homeStackSize : nullptr);
+}
+#else
+void enterStack(void **, const void *, size_t) {}
+void enteredStack(void *, bool) {}
+const void *homeStack = nullptr;
+size_t homeStackSize = 0;
+#endif
 
 constexpr size_t kStackBytes = 256 * 1024; // virtual; pages appear when used
 constexpr int kSharedDefault = 48 * 1024, kSharedOptIn = 227 * 1024; // H100/H200
@@ -27,6 +50,7 @@ struct Fiber {
   ucontext_t context;
   ThreadContext thread;
   char *stack = nullptr; // a guard page below kStackBytes
+  void *fakeStack = nullptr; // AddressSanitizer's bookkeeping across switches
   bool done = false, waiting = false;
 };
 
@@ -58,8 +82,10 @@ void fail(cudaError_t error, const std::string &message) {
 
 void fiberMain() {
   State &s = state();
+  enteredStack(nullptr, true);
   (*s.body)();
   s.running->done = true;
+  enterStack(nullptr, homeStack, homeStackSize); // this fiber's stack ends here
   // Returning resumes `home` (uc_link).
 }
 
@@ -113,7 +139,10 @@ bool runBlock(const char *kernel, uint3 block, dim3 grid, dim3 threads) {
       if (!f.done) {
         f.waiting = false;
         s.running = &f;
+        void *save = nullptr;
+        enterStack(&save, f.stack, kStackBytes);
         swapcontext(&s.home, &f.context);
+        enteredStack(save, false);
         s.running = nullptr;
       }
       done += f.done;
@@ -147,7 +176,9 @@ void syncthreads() {
   State &s = state();
   Fiber *f = s.running;
   f->waiting = true;
+  enterStack(&f->fakeStack, homeStack, homeStackSize);
   swapcontext(&f->context, &s.home);
+  enteredStack(f->fakeStack, false);
 }
 
 void *dynamicShared() { return state().shared.data(); }
@@ -252,11 +283,12 @@ cudaError_t cudaSetDevice(int device) {
 }
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes) {
-  size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256; // CUDA aligns to 256
-  void *p = std::aligned_alloc(256, rounded);
-  if (!p)
+  // 256-byte aligned as CUDA's; exactly `bytes` long, so that reading past
+  // the end is caught under AddressSanitizer.
+  void *p = nullptr;
+  if (posix_memalign(&p, 256, std::max<size_t>(bytes, 1)) != 0)
     return cudaErrorMemoryAllocation;
-  std::memset(p, 0xff, rounded); // never-written floats read as NaN
+  std::memset(p, 0xff, bytes); // never-written floats read as NaN
   state().allocations[reinterpret_cast<uintptr_t>(p)] = bytes;
   *ptr = p;
   return cudaSuccess;
