@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The CUDA backend on the SIMT emulator under AddressSanitizer: a runtime-only
+# build with -fsanitize=address, then every model and one-op case of
+# cuda_cases.py. A kernel reading or writing past a device buffer (the
+# emulator's allocations are exact) fails its case with ASan's report.
+#   simt-asan.sh BUILD_DIR SOURCE_DIR PYTHON
+set -euo pipefail
+build="$1"
+source="$2"
+python="$3"
+asan="$build/simt-asan"
+cases="$(mktemp -d /tmp/parax-simt-asan.XXXXXX)"
+trap 'rm -rf "$cases"' EXIT
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S "$source" -B "$asan" -G Ninja -DPARAX_BUILD_COMPILER=OFF -DPARAX_ENABLE_CUDA=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
+  -DCMAKE_CXX_FLAGS="-fsanitize=address -fno-omit-frame-pointer" \
+  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address > "$cases/configure.log"
+cmake --build "$asan" --target parax-run-simt > "$cases/build.log"
+PARAX_BUILD_DIR="$build" "$python" "$source/test/runtime/cuda_cases.py" prepare "$cases" \
+  --bin "$build/bin" > "$cases/prepare.log"
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+"$python" "$source/test/runtime/cuda_cases.py" check "$cases" --bin "$asan/bin" --tool parax-run-simt
+echo "simt-asan: every case passes under AddressSanitizer"
