@@ -771,16 +771,6 @@ struct DeviceBuffer {
   __nv_bfloat16 *h() const { return static_cast<__nv_bfloat16 *>(data); }
 };
 
-// Round to nearest even, as the hardware does (NaN stays NaN).
-uint16_t toBf16Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 // Parameters stored in bf16 on the device: those the executable declares
 // bf16 and that only GEMMs read, as their weights (`linear`'s weight, the
 // `experts`' three stacks). Their GEMMs run on bf16 tensor cores with fp32
@@ -830,8 +820,8 @@ struct CudaExecutor::State {
     size_t bytes = t.numel() * 4;
     if (bytes == 0) return Status::ok();
     if (d.bf16) {
-      std::vector<uint16_t> half(t.numel());
-      for (size_t i = 0; i < half.size(); ++i) half[i] = toBf16Bits(t.f[i]);
+      std::vector<__nv_bfloat16> half(t.numel());
+      for (size_t i = 0; i < half.size(); ++i) half[i] = __float2bfloat16(t.f[i]); // to nearest even
       PARAX_CUDA(cudaMemcpy(d.data, half.data(), half.size() * 2, cudaMemcpyHostToDevice));
       return Status::ok();
     }
