@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -83,10 +84,18 @@ public:
   std::vector<MPI_Comm> mpiComms; // per axis mask (host-staged)
   std::vector<int> sizes;
   // NCCL work runs on its own stream, ordered after the compute stream's
-  // work so far by `ready`, and the compute stream continues after it by
-  // `done`.
+  // work so far by `ready`; the compute stream continues after it by the
+  // collective's own event. The host does not wait: `drain` (at every host
+  // synchronisation) watches the collectives in flight, oldest first.
   cudaStream_t commStream = nullptr;
-  cudaEvent_t ready = nullptr, done = nullptr;
+  cudaEvent_t ready = nullptr;
+  struct InFlight {
+    cudaEvent_t done;
+    std::string op;
+  };
+  std::deque<InFlight> inFlight;
+  std::vector<cudaEvent_t> spareEvents;
+  std::string issuer; // the instruction now running, for the watchdog's reports
 
   Status onCommStream(cudaStream_t compute, const std::string &op,
                       const std::function<ncclResult_t(cudaStream_t)> &issue) {
@@ -95,9 +104,56 @@ public:
     ncclResult_t e = issue(commStream);
     if (e != ncclSuccess)
       return Status::error("rank " + std::to_string(rank) + ": " + op + ": " + ncclGetErrorString(e));
+    cudaEvent_t done = nullptr;
+    if (spareEvents.empty()) {
+      PARAX_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    } else {
+      done = spareEvents.back();
+      spareEvents.pop_back();
+    }
     PARAX_CUDA(cudaEventRecord(done, commStream));
     PARAX_CUDA(cudaStreamWaitEvent(compute, done, 0));
-    return wait(commStream, op);
+    inFlight.push_back({done, op + " (" + issuer + ")"});
+    return Status::ok();
+  }
+
+  /// Waits until every collective issued so far has finished, polling NCCL
+  /// for asynchronous errors; on an error, or when one collective has not
+  /// finished after `timeout` seconds, aborts every communicator and names
+  /// this rank and that collective (with the instruction that issued it).
+  Status drain() {
+    while (!inFlight.empty()) {
+      InFlight &front = inFlight.front();
+      auto start = std::chrono::steady_clock::now();
+      while (true) {
+        for (ncclComm_t c : comms) {
+          if (!c)
+            continue;
+          ncclResult_t async = ncclSuccess;
+          ncclCommGetAsyncError(c, &async);
+          if (async != ncclSuccess && async != ncclInProgress) {
+            abortAll();
+            return Status::error("rank " + std::to_string(rank) + ": " + front.op + ": NCCL error " +
+                                 ncclGetErrorString(async));
+          }
+        }
+        cudaError_t q = cudaEventQuery(front.done);
+        if (q == cudaSuccess)
+          break;
+        if (q != cudaErrorNotReady)
+          return Status::error("rank " + std::to_string(rank) + ": " + front.op + ": " + cudaGetErrorString(q));
+        double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (elapsed > timeout) {
+          abortAll();
+          return Status::error("rank " + std::to_string(rank) + ": " + front.op + " timed out after " +
+                               std::to_string(static_cast<int>(timeout)) + " s");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      spareEvents.push_back(front.done);
+      inFlight.pop_front();
+    }
+    return Status::ok();
   }
 
   Status allReduce(float *buf, size_t n, unsigned mask, cudaStream_t stream) {
@@ -185,37 +241,6 @@ public:
     return toDevice(buf, h.data(), n, stream);
   }
 
-  // Waits for `stream`, polling NCCL for asynchronous errors; aborts every
-  // communicator and reports on error or timeout.
-  Status wait(cudaStream_t stream, const std::string &op) {
-    auto start = std::chrono::steady_clock::now();
-    while (true) {
-      cudaError_t q = cudaStreamQuery(stream);
-      if (q == cudaSuccess)
-        return Status::ok();
-      if (q != cudaErrorNotReady)
-        return Status::error("rank " + std::to_string(rank) + ": " + op + ": " +
-                             cudaGetErrorString(q));
-      for (ncclComm_t c : comms) {
-        if (!c)
-          continue;
-        ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(c, &async);
-        if (async != ncclSuccess && async != ncclInProgress) {
-          abortAll();
-          return Status::error("rank " + std::to_string(rank) + ": " + op +
-                               ": NCCL error " + ncclGetErrorString(async));
-        }
-      }
-      double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (elapsed > timeout) {
-        abortAll();
-        return Status::error("rank " + std::to_string(rank) + ": " + op + " timed out after " +
-                             std::to_string(static_cast<int>(timeout)) + " s");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
   void abortAll() {
     for (ncclComm_t &c : comms)
       if (c) { ncclCommAbort(c); c = nullptr; }
@@ -228,7 +253,8 @@ public:
     for (MPI_Comm &c : mpiComms)
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     if (ready) cudaEventDestroy(ready);
-    if (done) cudaEventDestroy(done);
+    for (InFlight &f : inFlight) cudaEventDestroy(f.done);
+    for (cudaEvent_t e : spareEvents) cudaEventDestroy(e);
     if (commStream) cudaStreamDestroy(commStream);
   }
 
@@ -274,7 +300,6 @@ createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, in
     PARAX_NCCL(ncclCommInitRank(&comm->world, size, id, rank));
     PARAX_CUDA(cudaStreamCreateWithFlags(&comm->commStream, cudaStreamNonBlocking));
     PARAX_CUDA(cudaEventCreateWithFlags(&comm->ready, cudaEventDisableTiming));
-    PARAX_CUDA(cudaEventCreateWithFlags(&comm->done, cudaEventDisableTiming));
   }
   unsigned axes = shape.size();
   comm->comms.assign(1u << axes, nullptr);
@@ -802,13 +827,33 @@ struct CudaExecutor::State {
     for (DeviceBuffer &b : buffers)
       if (b.data) cudaFree(b.data);
     if (scratch) cudaFree(scratch);
+    for (auto &[inst, frequencies] : ropeFrequencies) cudaFree(frequencies);
     if (blas) cublasDestroy(blas);
     if (stream) cudaStreamDestroy(stream);
   }
 
+  // RoPE's inverse frequencies per instruction, computed (in double) and
+  // uploaded once by prepare.
+  std::map<const pxe::Instruction *, double *> ropeFrequencies;
+
+  /// Waits for the GPU: for the collectives in flight first (the watchdog),
+  /// then for the compute stream. Every host synchronisation goes here.
+  Status sync() {
+    if (comm) {
+      Status st = comm->drain();
+      if (!st.isOk()) return st;
+    }
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+
   Status ensureScratch(size_t floats) {
     if (floats <= scratchSize) return Status::ok();
-    if (scratch) PARAX_CUDA(cudaFree(scratch));
+    if (scratch) {
+      Status st = sync(); // cudaFree waits for the device anyway
+      if (!st.isOk()) return st;
+      PARAX_CUDA(cudaFree(scratch));
+    }
     PARAX_CUDA(cudaMalloc(&scratch, floats * sizeof(float)));
     scratchSize = floats;
     return Status::ok();
@@ -917,6 +962,16 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
       if (!st.isOk()) return st;
     }
   }
+  for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
+    if (inst.op() != "rope") continue;
+    StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(inst.attrs());
+    if (!frequencies.isOk()) return frequencies.status();
+    double *device = nullptr;
+    PARAX_CUDA(cudaMalloc(&device, frequencies.value().size() * sizeof(double)));
+    s.ropeFrequencies[&inst] = device;
+    PARAX_CUDA(cudaMemcpy(device, frequencies.value().data(), frequencies.value().size() * sizeof(double),
+                          cudaMemcpyHostToDevice));
+  }
   PARAX_CUDA(cudaStreamSynchronize(s.stream));
   return Status::ok();
 }
@@ -949,6 +1004,8 @@ Status CudaExecutor::run() {
   State &s = *s_;
   const pxe::Stage &stage = s.host.stageProgram();
   for (int k = 0; k < stage.instructions_size(); ++k) {
+    if (s.comm)
+      s.comm->issuer = "stage " + std::to_string(s.host.stage()) + " instruction " + std::to_string(k);
     Status st = s.run(stage.instructions(k));
     if (st.isOk()) {
       cudaError_t e = cudaGetLastError();
@@ -959,7 +1016,7 @@ Status CudaExecutor::run() {
                            std::to_string(k) + " (" + stage.instructions(k).op() + ") on the GPU: " +
                            st.message());
   }
-  PARAX_CUDA(cudaStreamSynchronize(s.stream));
+  return s.sync();
   return Status::ok();
 }
 
@@ -1022,20 +1079,12 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "rope") {
     DeviceBuffer &x = in(0), &y = out();
     int64_t rot = attrInt(a, "rotary_dim");
-    StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(a);
-    if (!frequencies.isOk()) return frequencies.status();
-    const std::vector<double> &invFreq = frequencies.value();
-    Status st = ensureScratch(invFreq.size() * 2); // doubles
-    if (!st.isOk()) return st;
-    PARAX_CUDA(cudaMemcpyAsync(scratch, invFreq.data(), invFreq.size() * 8, cudaMemcpyHostToDevice, stream));
-    st = copy(y.f(), x.f(), x.numel());
+    Status st = copy(y.f(), x.f(), x.numel());
     if (!st.isOk()) return st;
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
     PARAX_LAUNCH(ropeKernel, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
-        y.f(), reinterpret_cast<const double *>(scratch), B, S, H, D, rot, attrInt(a, "position_offset"),
+        y.f(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset"),
         attrInt(a, "interleaved") != 0);
-    // The scratch buffer is reused by later ops: finish before returning.
-    PARAX_CUDA(cudaStreamSynchronize(stream));
     return Status::ok();
   }
   if (op == "attention") {
@@ -1131,7 +1180,6 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         tokens, E, attrInt(a, "top_k"), attrString(a, "score_func") == "sigmoid", attrInt(a, "normalize") != 0,
         static_cast<float>(attrFloat(a, "scaling_factor", 1.0)), attrInt(a, "num_groups", 1),
         attrInt(a, "topk_groups", 1));
-    PARAX_CUDA(cudaStreamSynchronize(stream));
     return Status::ok();
   }
   if (op == "experts") {
@@ -1150,7 +1198,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     // The host needs each expert's row count to size its GEMMs.
     std::vector<int32_t> counts(E), offsets(E);
     PARAX_CUDA(cudaMemcpyAsync(counts.data(), count, E * 4, cudaMemcpyDeviceToHost, stream));
-    PARAX_CUDA(cudaStreamSynchronize(stream));
+    st = sync();
+    if (!st.isOk()) return st;
     int32_t total = 0;
     for (int64_t e = 0; e < E; ++e) {
       offsets[e] = total;
@@ -1195,7 +1244,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, 1.0f / tokens);
     int32_t bad = -1;
     PARAX_CUDA(cudaMemcpyAsync(&bad, badToken, 4, cudaMemcpyDeviceToHost, stream));
-    PARAX_CUDA(cudaStreamSynchronize(stream));
+    st = sync();
+    if (!st.isOk()) return st;
     if (bad >= 0)
       return Status::error("label out of range at token " + std::to_string(bad) + " (vocabulary " +
                            std::to_string(V) + ")");

@@ -23,3 +23,20 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         assert result["ok"], (env, result)
         ranks = result["ranks"]
         assert result["host_staged"] == (ranks > 1 and bool(env)), result
+
+
+@pytest.mark.parametrize("fault,message", [
+    ("error", r"rank [01]: \w+ \(stage 0 instruction \d+\): NCCL error remote process exited"),
+    ("hang", r"rank [01]: \w+ \(stage 0 instruction \d+\) timed out after 1 s"),
+])
+def test_watchdog_names_rank_and_collective(tmp_path, fault, message):
+    """An NCCL error or a collective that never finishes (injected by the
+    emulator) ends the job with the rank, the collective and the instruction
+    that issued it -- not a hang and not a wrong result."""
+    import re
+    tool("parax-run-simt")
+    cuda_cases.prepare("llama-tp2", str(tmp_path))
+    env = {"PARAX_SIMT_NCCL_FAULT": fault, "PARAX_NCCL_TIMEOUT": "1"}
+    with pytest.raises(RuntimeError) as failure:
+        cuda_cases.check("llama-tp2", str(tmp_path), BIN, tool="parax-run-simt", env=env)
+    assert re.search(message, str(failure.value)), str(failure.value)[-2000:]

@@ -64,6 +64,7 @@ struct State {
   std::map<const void *, int> sharedOptIn;  // kernel -> bytes of dynamic shared memory
   cudaError_t lastError = cudaSuccess;
   cudaError_t sticky = cudaSuccess; // a failed kernel spoils the context
+  bool hung = false;                 // an injected NCCL hang (see ncclFault)
   int device = 0;
 };
 
@@ -221,6 +222,13 @@ void launch(const void *function, const char *kernel, dim3 grid, dim3 block, siz
 
 void setReverseOrder(bool reverse) { reverseOrder() = reverse; }
 
+const char *ncclFault() {
+  const char *fault = std::getenv("PARAX_SIMT_NCCL_FAULT");
+  return fault ? fault : "";
+}
+
+void markHung() { state().hung = true; }
+
 void clearErrors() { state().lastError = state().sticky = cudaSuccess; }
 
 bool isDeviceRange(const void *ptr, size_t bytes) {
@@ -362,6 +370,11 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   return event ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (!event)
+    return cudaErrorInvalidValue;
+  return state().hung ? cudaErrorNotReady : state().sticky;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;

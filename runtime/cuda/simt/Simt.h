@@ -14,7 +14,8 @@
 //   checked against their allocations.
 // - cuBLAS: sgemm and bf16 GemmEx on OpenBLAS (column-major, the same
 //   argument checks as cuBLAS); NCCL on MPI (the unique id must reach every
-//   rank, splits, collectives, grouped send/recv).
+//   rank, splits, collectives, grouped send/recv); PARAX_SIMT_NCCL_FAULT
+//   injects an asynchronous error or a hang, for the watchdog's tests.
 // - Streams and events are synchronous: everything has finished when a call
 //   returns. PARAX_SIMT_DEVICES sets the device count (default 64).
 //
@@ -139,6 +140,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 /// Shared memory beyond 48 KiB needs this per kernel, up to the opt-in
@@ -159,6 +161,12 @@ void launch(const void *function, const char *kernel, dim3 grid, dim3 block, siz
             cudaStream_t stream, const std::function<void()> &body);
 /// True when [ptr, ptr + bytes) lies inside one cudaMalloc allocation.
 bool isDeviceRange(const void *ptr, size_t bytes);
+/// Fault injection for watchdog tests (PARAX_SIMT_NCCL_FAULT): "error" makes
+/// every NCCL operation skip its transfer and its communicator report
+/// ncclRemoteError; "hang" makes them never finish (events recorded after
+/// them stay not ready).
+const char *ncclFault();
+void markHung();
 /// Threads between barriers in reverse order (default: PARAX_SIMT_ORDER).
 void setReverseOrder(bool reverse);
 /// Forgets a failed kernel (which otherwise spoils every later call, as on

@@ -132,6 +132,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
 struct SimtNcclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
   int rank = 0, size = 1;
+  ncclResult_t asyncError = ncclSuccess;
 };
 
 namespace {
@@ -165,6 +166,17 @@ ncclResult_t checkComm(const char *call, ncclComm_t comm) {
   if (!comm || comm->mpi == MPI_COMM_NULL)
     return complain(ncclInvalidArgument, call, "no communicator");
   return ncclSuccess;
+}
+
+// An injected fault (parax::simt::ncclFault): true when the operation must
+// not transfer anything.
+bool faulted(ncclComm_t comm) {
+  std::string fault = parax::simt::ncclFault();
+  if (fault == "error")
+    comm->asyncError = ncclRemoteError;
+  else if (fault == "hang")
+    parax::simt::markHung();
+  return !fault.empty();
 }
 
 ncclResult_t mpiResult(int code) { return code == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
@@ -250,7 +262,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *error) {
   SIMT_TRY(checkComm("ncclCommGetAsyncError", comm));
-  *error = ncclSuccess;
+  *error = comm->asyncError;
   return ncclSuccess;
 }
 
@@ -259,6 +271,8 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
   SIMT_TRY(checkComm("ncclAllReduce", comm));
   SIMT_TRY(checkBuffer("ncclAllReduce", send, count, type));
   SIMT_TRY(checkBuffer("ncclAllReduce", recv, count, type));
+  if (faulted(comm))
+    return ncclSuccess;
   return mpiResult(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
                                  MPI_FLOAT, MPI_SUM, comm->mpi));
 }
@@ -268,6 +282,8 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendCount, ncclD
   SIMT_TRY(checkComm("ncclAllGather", comm));
   SIMT_TRY(checkBuffer("ncclAllGather", send, sendCount, type));
   SIMT_TRY(checkBuffer("ncclAllGather", recv, sendCount * comm->size, type));
+  if (faulted(comm))
+    return ncclSuccess;
   const float *own = static_cast<const float *>(recv) + sendCount * comm->rank;
   return mpiResult(MPI_Allgather(send == own ? MPI_IN_PLACE : send, static_cast<int>(sendCount),
                                  MPI_FLOAT, recv, static_cast<int>(sendCount), MPI_FLOAT, comm->mpi));
@@ -278,6 +294,8 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvCount, n
   SIMT_TRY(checkComm("ncclReduceScatter", comm));
   SIMT_TRY(checkBuffer("ncclReduceScatter", send, recvCount * comm->size, type));
   SIMT_TRY(checkBuffer("ncclReduceScatter", recv, recvCount, type));
+  if (faulted(comm))
+    return ncclSuccess;
   if (send == recv)
     return complain(ncclInvalidArgument, "ncclReduceScatter", "in place is not emulated");
   std::vector<int> counts(comm->size, static_cast<int>(recvCount));
@@ -292,6 +310,8 @@ ncclResult_t pointToPoint(const char *call, bool send, void *buf, size_t count, 
   if (peer < 0 || peer >= comm->size)
     return complain(ncclInvalidArgument, call,
                     "peer " + std::to_string(peer) + " of " + std::to_string(comm->size));
+  if (faulted(comm))
+    return ncclSuccess;
   if (groupDepth > 0) {
     pending.push_back({send, buf, count, peer, comm});
     return ncclSuccess;

@@ -34,7 +34,9 @@ void usage() {
   std::fprintf(stderr,
                "usage: mpirun -np N parax-run MODEL.pxe --weights W.safetensors "
                "--input X.npy [--input Y.npy] [--output OUT.npy] [--steps K] "
-               "[--device cpu|cuda]\n");
+               "[--device cpu|cuda]\n"
+               "  PARAX_NCCL_TIMEOUT=S: the CUDA backend's watchdog gives up on a collective\n"
+               "  after S seconds (default 300)\n");
 }
 
 } // namespace
@@ -186,7 +188,10 @@ int main(int argc, char **argv) {
     const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     int gpuIndex = (local ? std::atoi(local) : rank) % devices;
     if (size > 1) {
-      auto created = createNcclCommunicator(shape, rank, size, gpuIndex);
+      const char *timeout = std::getenv("PARAX_NCCL_TIMEOUT");
+      double seconds = timeout ? std::atof(timeout) : 300;
+      if (!(seconds > 0)) die("PARAX_NCCL_TIMEOUT must be a positive number of seconds");
+      auto created = createNcclCommunicator(shape, rank, size, gpuIndex, seconds);
       if (!created.isOk()) die(created.status().message());
       nccl = created.value();
       if (rank == 0 && isHostStaged(nccl))
