@@ -65,6 +65,14 @@ int cudaDeviceCount() {
   return n;
 }
 
+// How a buffer is stored on the device: as the executable declares it,
+// except F16 held as F32 and I64 as I32 (as the CPU backend holds them).
+enum class Elem { F32, BF16, I32 };
+size_t elemBytes(Elem e) { return e == Elem::BF16 ? 2 : 4; }
+ncclDataType_t ncclTypeOf(Elem e) {
+  return e == Elem::BF16 ? ncclBfloat16 : e == Elem::I32 ? ncclInt32 : ncclFloat;
+}
+
 //===----------------------------------------------------------------------===//
 // NCCL
 //===----------------------------------------------------------------------===//
@@ -156,89 +164,94 @@ public:
     return Status::ok();
   }
 
-  Status allReduce(float *buf, size_t n, unsigned mask, cudaStream_t stream) {
+  // Every operation takes device buffers of `n` elements of `e`. The
+  // host-staged path moves them as floats (bf16 widened exactly; integers
+  // as their bits, never reduced).
+  Status allReduce(void *buf, size_t n, Elem e, unsigned mask, cudaStream_t stream) {
     if (!staged) {
       return onCommStream(stream, "all_reduce", [&](cudaStream_t c) {
-        return ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comms[mask], c);
+        return ncclAllReduce(buf, buf, n, ncclTypeOf(e), ncclSum, comms[mask], c);
       });
     }
-    std::vector<float> h(n);
-    Status st = toHost(h.data(), buf, n, stream);
+    std::vector<float> h;
+    Status st = toHost(h, buf, n, e, stream);
     if (!st.isOk()) return st;
     MPI_Allreduce(MPI_IN_PLACE, h.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, mpiComms[mask]);
-    return toDevice(buf, h.data(), n, stream);
+    return toDevice(buf, h, e, stream);
   }
   /// `out` holds sizes[mask] pieces of `n`, in group order.
-  Status allGather(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
+  Status allGather(const void *in, void *out, size_t n, Elem e, unsigned mask, cudaStream_t stream) {
     if (!staged) {
       return onCommStream(stream, "all_gather", [&](cudaStream_t c) {
-        return ncclAllGather(in, out, n, ncclFloat, comms[mask], c);
+        return ncclAllGather(in, out, n, ncclTypeOf(e), comms[mask], c);
       });
     }
-    std::vector<float> a(n), b(n * sizes[mask]);
-    Status st = toHost(a.data(), in, n, stream);
+    std::vector<float> a, b(n * sizes[mask]);
+    Status st = toHost(a, in, n, e, stream);
     if (!st.isOk()) return st;
     MPI_Allgather(a.data(), static_cast<int>(n), MPI_FLOAT, b.data(), static_cast<int>(n), MPI_FLOAT,
                   mpiComms[mask]);
-    return toDevice(out, b.data(), b.size(), stream);
+    return toDevice(out, b, e, stream);
   }
   /// `in` holds sizes[mask] pieces of `n`; `out` gets the sum of this rank's.
-  Status reduceScatter(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
+  Status reduceScatter(const void *in, void *out, size_t n, Elem e, unsigned mask, cudaStream_t stream) {
     if (!staged) {
       return onCommStream(stream, "reduce_scatter", [&](cudaStream_t c) {
-        return ncclReduceScatter(in, out, n, ncclFloat, ncclSum, comms[mask], c);
+        return ncclReduceScatter(in, out, n, ncclTypeOf(e), ncclSum, comms[mask], c);
       });
     }
-    std::vector<float> a(n * sizes[mask]), b(n);
-    Status st = toHost(a.data(), in, a.size(), stream);
+    std::vector<float> a, b(n);
+    Status st = toHost(a, in, n * sizes[mask], e, stream);
     if (!st.isOk()) return st;
-    MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, mpiComms[mask]);
-    return toDevice(out, b.data(), n, stream);
+    std::vector<int> counts(sizes[mask], static_cast<int>(n));
+    MPI_Reduce_scatter(a.data(), b.data(), counts.data(), MPI_FLOAT, MPI_SUM, mpiComms[mask]);
+    return toDevice(out, b, e, stream);
   }
-  /// Piece p of `in` (n floats each) goes to group member p.
-  Status allToAll(const float *in, float *out, size_t n, unsigned mask, cudaStream_t stream) {
+  /// Piece p of `in` (n elements each) goes to group member p.
+  Status allToAll(const void *in, void *out, size_t n, Elem e, unsigned mask, cudaStream_t stream) {
     if (!staged) {
       // Grouped send/recv: ncclAlltoAll would raise the NCCL floor from
       // 2.18 (ncclCommSplit) to 2.28.
+      size_t piece = n * elemBytes(e);
       return onCommStream(stream, "all_to_all", [&](cudaStream_t c) {
-        ncclResult_t e = ncclGroupStart();
-        for (int p = 0; e == ncclSuccess && p < sizes[mask]; ++p) {
-          e = ncclSend(in + p * n, n, ncclFloat, p, comms[mask], c);
-          if (e == ncclSuccess)
-            e = ncclRecv(out + p * n, n, ncclFloat, p, comms[mask], c);
+        ncclResult_t r = ncclGroupStart();
+        for (int p = 0; r == ncclSuccess && p < sizes[mask]; ++p) {
+          r = ncclSend(static_cast<const char *>(in) + p * piece, n, ncclTypeOf(e), p, comms[mask], c);
+          if (r == ncclSuccess)
+            r = ncclRecv(static_cast<char *>(out) + p * piece, n, ncclTypeOf(e), p, comms[mask], c);
         }
         ncclResult_t end = ncclGroupEnd();
-        return e != ncclSuccess ? e : end;
+        return r != ncclSuccess ? r : end;
       });
     }
-    std::vector<float> a(n * sizes[mask]), b(a.size());
-    Status st = toHost(a.data(), in, a.size(), stream);
+    std::vector<float> a, b(n * sizes[mask]);
+    Status st = toHost(a, in, b.size(), e, stream);
     if (!st.isOk()) return st;
     MPI_Alltoall(a.data(), static_cast<int>(n), MPI_FLOAT, b.data(), static_cast<int>(n), MPI_FLOAT,
                  mpiComms[mask]);
-    return toDevice(out, b.data(), b.size(), stream);
+    return toDevice(out, b, e, stream);
   }
-  Status send(const float *buf, size_t n, int peer, cudaStream_t stream) {
+  Status send(const void *buf, size_t n, Elem e, int peer, cudaStream_t stream) {
     if (!staged) {
       return onCommStream(stream, "send", [&](cudaStream_t c) {
-        return ncclSend(buf, n, ncclFloat, peer, world, c);
+        return ncclSend(buf, n, ncclTypeOf(e), peer, world, c);
       });
     }
-    std::vector<float> h(n);
-    Status st = toHost(h.data(), buf, n, stream);
+    std::vector<float> h;
+    Status st = toHost(h, buf, n, e, stream);
     if (!st.isOk()) return st;
     MPI_Send(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD);
     return Status::ok();
   }
-  Status recv(float *buf, size_t n, int peer, cudaStream_t stream) {
+  Status recv(void *buf, size_t n, Elem e, int peer, cudaStream_t stream) {
     if (!staged) {
       return onCommStream(stream, "recv", [&](cudaStream_t c) {
-        return ncclRecv(buf, n, ncclFloat, peer, world, c);
+        return ncclRecv(buf, n, ncclTypeOf(e), peer, world, c);
       });
     }
     std::vector<float> h(n);
     MPI_Recv(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    return toDevice(buf, h.data(), n, stream);
+    return toDevice(buf, h, e, stream);
   }
 
   void abortAll() {
@@ -259,13 +272,20 @@ public:
   }
 
 private:
-  static Status toHost(float *dst, const float *src, size_t n, cudaStream_t stream) {
-    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToHost, stream));
+  static Status toHost(std::vector<float> &dst, const void *src, size_t n, Elem e, cudaStream_t stream) {
+    dst.resize(n);
+    std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? n : 0);
+    void *landing = e == Elem::BF16 ? static_cast<void *>(narrow.data()) : dst.data();
+    PARAX_CUDA(cudaMemcpyAsync(landing, src, n * elemBytes(e), cudaMemcpyDeviceToHost, stream));
     PARAX_CUDA(cudaStreamSynchronize(stream));
+    for (size_t i = 0; i < narrow.size(); ++i) dst[i] = __bfloat162float(narrow[i]);
     return Status::ok();
   }
-  static Status toDevice(float *dst, const float *src, size_t n, cudaStream_t stream) {
-    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyHostToDevice, stream));
+  static Status toDevice(void *dst, const std::vector<float> &src, Elem e, cudaStream_t stream) {
+    std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? src.size() : 0);
+    for (size_t i = 0; i < narrow.size(); ++i) narrow[i] = __float2bfloat16(src[i]);
+    const void *from = e == Elem::BF16 ? static_cast<const void *>(narrow.data()) : src.data();
+    PARAX_CUDA(cudaMemcpyAsync(dst, from, src.size() * elemBytes(e), cudaMemcpyHostToDevice, stream));
     PARAX_CUDA(cudaStreamSynchronize(stream));
     return Status::ok();
   }
@@ -348,37 +368,46 @@ Dims dimsOf(const std::vector<int64_t> &shape) {
   return d;
 }
 
+// Floating-point storage: fp32 or bf16 (T); the math is fp32 either way.
+// Data movement copies the bits (W: uint32_t or uint16_t, by element size).
+__device__ __forceinline__ float ld(const float *p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(float *p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v) { p[i] = __float2bfloat16(v); }
+
 __device__ float siluF(float x) { return x / (1.0f + expf(-x)); }
 
-__global__ void embeddingKernel(const int32_t *ids, const float *table, float *out, int64_t tokens,
-                                int64_t h, int64_t rows, int64_t offset, bool masked) {
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < tokens * h; k += gridDim.x * blockDim.x) {
+#define PARAX_GRID_STRIDE(k, n)                                                                    \
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < (n);                        \
+       k += (int64_t)gridDim.x * blockDim.x)
+
+template <typename W>
+__global__ void embeddingKernel(const int32_t *ids, const W *table, W *out, int64_t tokens, int64_t h,
+                                int64_t rows, int64_t offset) {
+  PARAX_GRID_STRIDE(k, tokens * h) {
     int64_t t = k / h, c = k % h, id = ids[t] - offset;
-    out[k] = (id < 0 || id >= rows) ? 0.0f : table[id * h + c];
+    out[k] = (id < 0 || id >= rows) ? W(0) : table[id * h + c]; // all-zero bits: 0.0 in fp32 and bf16
   }
 }
 
 __global__ void toBf16Kernel(const float *x, __nv_bfloat16 *y, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    y[i] = __float2bfloat16(x[i]);
+  PARAX_GRID_STRIDE(i, n) y[i] = __float2bfloat16(x[i]);
 }
 
-__global__ void biasKernel(float *y, const float *bias, int64_t rows, int64_t n) {
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < rows * n; k += gridDim.x * blockDim.x)
-    y[k] += bias[k % n];
+template <typename T> __global__ void biasKernel(T *y, const T *bias, int64_t rows, int64_t n) {
+  PARAX_GRID_STRIDE(k, rows * n) st(y, k, ld(y, k) + ld(bias, k % n));
 }
 
 // One block per row.
-__global__ void normKernel(const float *x, const float *w, const float *b, float *y, int64_t h,
-                           float eps, bool layerNorm) {
+template <typename T>
+__global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, float eps, bool layerNorm) {
   __shared__ float partial[kThreads];
-  const float *xr = x + blockIdx.x * h;
-  float *yr = y + blockIdx.x * h;
+  const T *xr = x + blockIdx.x * h;
+  T *yr = y + blockIdx.x * h;
   float mean = 0;
   if (layerNorm) {
     float s = 0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += xr[c];
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += ld(xr, c);
     partial[threadIdx.x] = s;
     __syncthreads();
     for (int step = blockDim.x / 2; step > 0; step /= 2) {
@@ -389,7 +418,7 @@ __global__ void normKernel(const float *x, const float *w, const float *b, float
     __syncthreads();
   }
   float s = 0;
-  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += (xr[c] - mean) * (xr[c] - mean);
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += (ld(xr, c) - mean) * (ld(xr, c) - mean);
   partial[threadIdx.x] = s;
   __syncthreads();
   for (int step = blockDim.x / 2; step > 0; step /= 2) {
@@ -398,32 +427,33 @@ __global__ void normKernel(const float *x, const float *w, const float *b, float
   }
   float inv = rsqrtf(partial[0] / h + eps);
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-    yr[c] = (xr[c] - mean) * inv * w[c] + (layerNorm ? b[c] : 0.0f);
+    st(yr, c, (ld(xr, c) - mean) * inv * ld(w, c) + (layerNorm ? ld(b, c) : 0.0f));
 }
 
 // Angles in double, as the CPU backend computes them (float loses ~1e-4 rad
 // at position 2048).
-__global__ void ropeKernel(float *v, const double *invFreq, int64_t B, int64_t S, int64_t H,
-                           int64_t D, int64_t rot, int64_t offset, bool interleaved) {
-  int64_t half = rot / 2, n = B * S * H * half;
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+template <typename T>
+__global__ void ropeKernel(T *v, const double *invFreq, int64_t B, int64_t S, int64_t H, int64_t D, int64_t rot,
+                           int64_t offset, bool interleaved) {
+  int64_t half = rot / 2;
+  PARAX_GRID_STRIDE(k, B * S * H * half) {
     int64_t i = k % half, row = k / half, s = (row / H) % S;
     double angle = (offset + s) * invFreq[i];
     float c = static_cast<float>(cos(angle)), sn = static_cast<float>(sin(angle));
-    float *x = v + row * D;
+    T *x = v + row * D;
     int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + half;
-    float x0 = x[p], x1 = x[q];
-    x[p] = x0 * c - x1 * sn;
-    x[q] = x1 * c + x0 * sn;
+    float x0 = ld(x, p), x1 = ld(x, q);
+    st(x, p, x0 * c - x1 * sn);
+    st(x, q, x1 * c + x0 * sn);
   }
 }
 
 // Flash-style attention on CUDA cores: one block per (batch, head, tile of
-// `qTile` queries). Key tiles of `kTile` keys pass through shared memory;
-// each query row keeps an online softmax (running max and sum), and the
-// output tile accumulates in shared memory, each element owned by one
-// thread. Nothing of size S x T is stored, and each key tile is read once
-// per query tile (not once per query).
+// `qTile` queries). Key tiles of `kTile` keys pass through shared memory
+// (fp32 whatever the storage); each query row keeps an online softmax
+// (running max and sum), and the output tile accumulates in shared memory,
+// each element owned by one thread. Nothing of size S x T is stored, and
+// each key tile is read once per query tile (not once per query).
 struct AttentionTiles {
   int queries = 32, keys = 64;
   // Floats of dynamic shared memory for head widths D (query/key), DV.
@@ -432,9 +462,9 @@ struct AttentionTiles {
   }
 };
 
-__global__ void attentionKernel(const float *q, const float *k, const float *v, float *y,
-                                int64_t B, int64_t S, int64_t H, int64_t D, int64_t T,
-                                int64_t KH, int64_t DV, bool causal, float scale,
+template <typename T>
+__global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_t B, int64_t S, int64_t H,
+                                int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
                                 int64_t headOffset, int64_t group, int qTile, int kTile) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1; // padded rows: keys fall in different banks
@@ -450,12 +480,12 @@ __global__ void attentionKernel(const float *q, const float *k, const float *v, 
   int64_t q0 = qt * qTile;
   int rows = static_cast<int>(min((int64_t)qTile, S - q0));
   int64_t kh = (headOffset + h) / group;
-  int64_t past = T - S; // keys before the first query's position
+  int64_t past = T_ - S; // keys before the first query's position
   // Keys the tile's last query sees (causal), or all of them.
-  int64_t keysEnd = causal ? min(T, q0 + rows + past) : T;
+  int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
   for (int i = threadIdx.x; i < qTile * ds; i += blockDim.x) {
     int r = i / ds, d = i % ds;
-    qs[i] = (r < rows && d < d0) ? q[((b * S + q0 + r) * H + h) * D + d] : 0.0f;
+    qs[i] = (r < rows && d < d0) ? ld(q, ((b * S + q0 + r) * H + h) * D + d) : 0.0f;
   }
   for (int i = threadIdx.x; i < qTile * dv; i += blockDim.x) os[i] = 0.0f;
   for (int r = threadIdx.x; r < qTile; r += blockDim.x) {
@@ -467,11 +497,11 @@ __global__ void attentionKernel(const float *q, const float *k, const float *v, 
     int cols = static_cast<int>(min((int64_t)kTile, keysEnd - t0));
     for (int i = threadIdx.x; i < kTile * ds; i += blockDim.x) {
       int j = i / ds, d = i % ds;
-      ks[i] = (j < cols && d < d0) ? k[((b * T + t0 + j) * KH + kh) * D + d] : 0.0f;
+      ks[i] = (j < cols && d < d0) ? ld(k, ((b * T_ + t0 + j) * KH + kh) * D + d) : 0.0f;
     }
     for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
       int j = i / dv, d = i % dv;
-      vs[i] = j < cols ? v[((b * T + t0 + j) * KH + kh) * DV + d] : 0.0f;
+      vs[i] = j < cols ? ld(v, ((b * T_ + t0 + j) * KH + kh) * DV + d) : 0.0f;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < qTile * kTile; i += blockDim.x) {
@@ -513,7 +543,7 @@ __global__ void attentionKernel(const float *q, const float *k, const float *v, 
   }
   for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
     int r = i / dv, d = i % dv;
-    y[((b * S + q0 + r) * H + h) * DV + d] = os[i] / rowSum[r];
+    st(y, ((b * S + q0 + r) * H + h) * DV + d, os[i] / rowSum[r]);
   }
 }
 
@@ -528,37 +558,36 @@ __device__ int64_t broadcastIndex(const Dims &in, const Dims &out, int64_t k) {
   return index;
 }
 
-__global__ void binaryKernel(const float *l, const float *r, float *y, Dims ld, Dims rd, Dims od,
-                             int64_t n, bool add) {
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
-    float a = l[broadcastIndex(ld, od, k)], b = r[broadcastIndex(rd, od, k)];
-    y[k] = add ? a + b : a * b;
+template <typename T>
+__global__ void binaryKernel(const T *l, const T *r, T *y, Dims ld_, Dims rd, Dims od, int64_t n, bool add) {
+  PARAX_GRID_STRIDE(k, n) {
+    float a = ld(l, broadcastIndex(ld_, od, k)), b = ld(r, broadcastIndex(rd, od, k));
+    st(y, k, add ? a + b : a * b);
   }
 }
 
-__global__ void broadcastKernel(const float *x, float *y, Dims xd, Dims od, int64_t n) {
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x)
-    y[k] = x[broadcastIndex(xd, od, k)];
+template <typename W> __global__ void broadcastKernel(const W *x, W *y, Dims xd, Dims od, int64_t n) {
+  PARAX_GRID_STRIDE(k, n) y[k] = x[broadcastIndex(xd, od, k)];
 }
 
 // kind: 0 silu, 1 sigmoid, 2 gelu tanh, 3 gelu erf
-__global__ void unaryKernel(const float *x, float *y, int64_t n, int kind) {
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
-    float v = x[k];
-    if (kind == 0) y[k] = siluF(v);
-    else if (kind == 1) y[k] = 1.0f / (1.0f + expf(-v));
-    else if (kind == 2) y[k] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-    else y[k] = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+template <typename T> __global__ void unaryKernel(const T *x, T *y, int64_t n, int kind) {
+  PARAX_GRID_STRIDE(k, n) {
+    float v = ld(x, k), r;
+    if (kind == 0) r = siluF(v);
+    else if (kind == 1) r = 1.0f / (1.0f + expf(-v));
+    else if (kind == 2) r = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    else r = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    st(y, k, r);
   }
 }
 
-__global__ void swigluKernel(const float *g, const float *u, float *y, int64_t n) {
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x)
-    y[k] = siluF(g[k]) * u[k];
+template <typename T> __global__ void swigluKernel(const T *g, const T *u, T *y, int64_t n) {
+  PARAX_GRID_STRIDE(k, n) st(y, k, siluF(ld(g, k)) * ld(u, k));
 }
 
-__global__ void transposeKernel(const float *x, float *y, Dims xd, Dims yd, Dims perm, int64_t n) {
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+template <typename W> __global__ void transposeKernel(const W *x, W *y, Dims xd, Dims yd, Dims perm, int64_t n) {
+  PARAX_GRID_STRIDE(k, n) {
     int64_t rem = k, offset = 0;
     int64_t xs[kMaxRank];
     xs[xd.rank - 1] = 1;
@@ -573,29 +602,29 @@ __global__ void transposeKernel(const float *x, float *y, Dims xd, Dims yd, Dims
 }
 
 // y[o, j, i] = x[o, start + j, i] for j < ny (x has nx along the middle).
-__global__ void sliceKernel(const float *x, float *y, int64_t outer, int64_t nx, int64_t ny,
-                            int64_t start, int64_t inner) {
-  int64_t n = outer * ny * inner;
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+template <typename W>
+__global__ void sliceKernel(const W *x, W *y, int64_t outer, int64_t nx, int64_t ny, int64_t start, int64_t inner) {
+  PARAX_GRID_STRIDE(k, outer * ny * inner) {
     int64_t i = k % inner, j = (k / inner) % ny, o = k / (inner * ny);
     y[k] = x[(o * nx + start + j) * inner + i];
   }
 }
 
 // The inverse: place x (ny along the middle) at `start` of y (nx).
-__global__ void placeKernel(const float *x, float *y, int64_t outer, int64_t nx, int64_t ny,
-                            int64_t start, int64_t inner) {
-  int64_t n = outer * ny * inner;
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) {
+template <typename W>
+__global__ void placeKernel(const W *x, W *y, int64_t outer, int64_t nx, int64_t ny, int64_t start, int64_t inner) {
+  PARAX_GRID_STRIDE(k, outer * ny * inner) {
     int64_t i = k % inner, j = (k / inner) % ny, o = k / (inner * ny);
     y[(o * nx + start + j) * inner + i] = x[k];
   }
 }
 
 // One thread per token: scores, choice (+bias, groups), top-k weights/indices.
-__global__ void routerKernel(const float *logits, const float *bias, float *scratch, float *weights,
-                             int32_t *indices, int64_t tokens, int64_t E, int64_t K, bool sigmoidScores,
-                             bool normalize, float scaling, int64_t groups, int64_t topkGroups) {
+// The logits come from a GEMM in fp32; bias and weights have the storage T.
+template <typename T>
+__global__ void routerKernel(const float *logits, const T *bias, float *scratch, T *weights, int32_t *indices,
+                             int64_t tokens, int64_t E, int64_t K, bool sigmoidScores, bool normalize,
+                             float scaling, int64_t groups, int64_t topkGroups) {
   int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= tokens) return;
   const float *l = logits + t * E;
@@ -607,7 +636,7 @@ __global__ void routerKernel(const float *logits, const float *bias, float *scra
     sum += scores[e];
   }
   if (!sigmoidScores) for (int64_t e = 0; e < E; ++e) scores[e] /= sum;
-  for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? bias[e] : 0.0f);
+  for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? ld(bias, e) : 0.0f);
   if (groups > 1) {
     int64_t per = E / groups;
     for (int64_t kept = 0; kept < groups - topkGroups; ++kept) {
@@ -628,19 +657,20 @@ __global__ void routerKernel(const float *logits, const float *bias, float *scra
     }
   }
   float total = 0;
+  float chosen[64];
   for (int64_t j = 0; j < K; ++j) {
     int64_t best = -1;
     for (int64_t e = 0; e < E; ++e)
       if (best < 0 || choice[e] > choice[best]) best = e;
     indices[t * K + j] = static_cast<int32_t>(best);
-    weights[t * K + j] = scores[best];
+    chosen[j] = scores[best];
     total += scores[best];
     choice[best] = -INFINITY;
   }
   for (int64_t j = 0; j < K; ++j) {
-    float w = weights[t * K + j];
+    float w = chosen[j];
     if (normalize) w /= (total + 1e-20f);
-    weights[t * K + j] = w * scaling;
+    st(weights, t * K + j, w * scaling);
   }
 }
 
@@ -669,61 +699,30 @@ __global__ void expertOrderKernel(const int32_t *idx, const int32_t *offset, int
 }
 
 // xg[r, :] = x[token of pair perm[r], :]
-__global__ void gatherRowsKernel(const float *x, const int32_t *perm, float *xg, int64_t rows, int64_t K,
-                                 int64_t h) {
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < rows * h; i += gridDim.x * blockDim.x)
-    xg[i] = x[(perm[i / h] / K) * h + i % h];
+template <typename W>
+__global__ void gatherRowsKernel(const W *x, const int32_t *perm, W *xg, int64_t rows, int64_t K, int64_t h) {
+  PARAX_GRID_STRIDE(i, rows * h) xg[i] = x[(perm[i / h] / K) * h + i % h];
 }
 
 // y[t, :] = sum over token t's pairs j (in order) of w[t, j] * down[pos[t, j], :]
-__global__ void expertsCombineKernel(const float *down, const float *w, const int32_t *pos, float *y,
-                                     int64_t tokens, int64_t K, int64_t h) {
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < tokens * h; i += gridDim.x * blockDim.x) {
+template <typename T>
+__global__ void expertsCombineKernel(const float *down, const T *w, const int32_t *pos, T *y, int64_t tokens,
+                                     int64_t K, int64_t h) {
+  PARAX_GRID_STRIDE(i, tokens * h) {
     int64_t t = i / h, c = i % h;
     float a = 0.0f;
     for (int64_t j = 0; j < K; ++j) {
       int32_t r = pos[t * K + j];
-      if (r >= 0) a += w[t * K + j] * down[r * h + c]; // r < 0: an unused dispatch row
+      if (r >= 0) a += ld(w, t * K + j) * down[r * h + c]; // r < 0: an unused dispatch row
     }
-    y[i] = a;
-  }
-}
-
-// One block per token; a label outside the vocabulary is reported through
-// `badToken` (the host turns it into an error, as the CPU backend does).
-__global__ void crossEntropyKernel(const float *logits, const int32_t *labels, float *total, int64_t V,
-                                   int32_t *badToken) {
-  __shared__ float partial[kThreads];
-  const float *l = logits + blockIdx.x * V;
-  float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, l[c]);
-  partial[threadIdx.x] = m;
-  __syncthreads();
-  for (int step = blockDim.x / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + step]);
-    __syncthreads();
-  }
-  m = partial[0];
-  __syncthreads();
-  float s = 0;
-  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) s += expf(l[c] - m);
-  partial[threadIdx.x] = s;
-  __syncthreads();
-  for (int step = blockDim.x / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    int32_t label = labels[blockIdx.x];
-    if (label < 0 || label >= V) *badToken = static_cast<int32_t>(blockIdx.x);
-    else atomicAdd(total, logf(partial[0]) + m - l[label]);
+    st(y, i, a);
   }
 }
 
 // MoE exchanges (the CPU backend's layout): pair k goes to rank
 // dest = idx[k] / local, into slot dest * pairs + (its order among the pairs
-// for dest); a slot row is [x row | weight | local expert, -1 when empty].
-// One thread per destination walks the pairs in order.
+// for dest); a slot row is [x row | weight | local expert, -1 when empty],
+// in fp32 whatever the storage. One thread per destination walks the pairs.
 __global__ void moeSlotsKernel(const int32_t *idx, int32_t *slot, int64_t pairs, int64_t local, int64_t P) {
   int64_t dest = blockIdx.x * blockDim.x + threadIdx.x;
   if (dest >= P) return;
@@ -734,48 +733,82 @@ __global__ void moeSlotsKernel(const int32_t *idx, int32_t *slot, int64_t pairs,
 
 __global__ void moeClearKernel(float *send, int64_t slots, int64_t h) {
   int64_t width = h + 2;
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < slots * width; i += gridDim.x * blockDim.x)
-    send[i] = i % width == h + 1 ? -1.0f : 0.0f; // every slot empty first
+  PARAX_GRID_STRIDE(i, slots * width) send[i] = i % width == h + 1 ? -1.0f : 0.0f; // every slot empty first
 }
 
-__global__ void moeFillKernel(const float *x, const float *w, const int32_t *idx, const int32_t *slot,
-                              float *send, int64_t pairs, int64_t K, int64_t h, int64_t local) {
+template <typename T>
+__global__ void moeFillKernel(const T *x, const T *w, const int32_t *idx, const int32_t *slot, float *send,
+                              int64_t pairs, int64_t K, int64_t h, int64_t local) {
   int64_t width = h + 2;
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < pairs * width; i += gridDim.x * blockDim.x) {
+  PARAX_GRID_STRIDE(i, pairs * width) {
     int64_t k = i / width, c = i % width;
     int64_t s = slot[k];
     if (s < 0) continue;
-    send[s * width + c] = c < h ? x[(k / K) * h + c] : c == h ? w[k] : static_cast<float>(idx[k] - (s / pairs) * local);
+    send[s * width + c] = c < h    ? ld(x, (k / K) * h + c)
+                          : c == h ? ld(w, k)
+                                   : static_cast<float>(idx[k] - (s / pairs) * local);
   }
 }
 
-__global__ void moeUnpackKernel(const float *recv, float *rows, float *weights, int32_t *experts, int64_t slots,
-                                int64_t h) {
+template <typename T>
+__global__ void moeUnpackKernel(const float *recv, T *rows, T *weights, int32_t *experts, int64_t slots, int64_t h) {
   int64_t width = h + 2;
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < slots * width; i += gridDim.x * blockDim.x) {
+  PARAX_GRID_STRIDE(i, slots * width) {
     int64_t r = i / width, c = i % width;
-    if (c < h) rows[r * h + c] = recv[i];
-    else if (c == h) weights[r] = recv[i];
+    if (c < h) st(rows, r * h + c, recv[i]);
+    else if (c == h) st(weights, r, recv[i]);
     else experts[r] = static_cast<int32_t>(recv[i]);
   }
 }
 
 // y[t, c] = the sum over token t's pairs (in order) of their returned rows.
-__global__ void moeCombineKernel(const float *back, const int32_t *slot, float *y, int64_t tokens, int64_t K,
-                                 int64_t h) {
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < tokens * h; i += gridDim.x * blockDim.x) {
+template <typename T>
+__global__ void moeCombineKernel(const T *back, const int32_t *slot, T *y, int64_t tokens, int64_t K, int64_t h) {
+  PARAX_GRID_STRIDE(i, tokens * h) {
     int64_t t = i / h, c = i % h;
     float a = 0.0f;
     for (int64_t j = 0; j < K; ++j) {
       int64_t s = slot[t * K + j];
-      if (s >= 0) a += back[s * h + c];
+      if (s >= 0) a += ld(back, s * h + c);
     }
-    y[i] = a;
+    st(y, i, a);
+  }
+}
+
+// One block per token; a label outside the vocabulary is reported through
+// `badToken` (the host turns it into an error, as the CPU backend does).
+template <typename T>
+__global__ void crossEntropyKernel(const T *logits, const int32_t *labels, float *total, int64_t V,
+                                   int32_t *badToken) {
+  __shared__ float partial[kThreads];
+  const T *l = logits + blockIdx.x * V;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, ld(l, c));
+  partial[threadIdx.x] = m;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + step]);
+    __syncthreads();
+  }
+  m = partial[0];
+  __syncthreads();
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) s += expf(ld(l, c) - m);
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    int32_t label = labels[blockIdx.x];
+    if (label < 0 || label >= V) *badToken = static_cast<int32_t>(blockIdx.x);
+    else atomicAdd(total, logf(partial[0]) + m - ld(l, label));
   }
 }
 
 __global__ void scaleKernel(float *x, int64_t n, float factor) {
-  for (int64_t k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x) x[k] *= factor;
+  PARAX_GRID_STRIDE(k, n) x[k] *= factor;
 }
 
 } // namespace
@@ -786,30 +819,30 @@ __global__ void scaleKernel(float *x, int64_t n, float factor) {
 
 struct DeviceBuffer {
   std::vector<int64_t> shape;
-  bool isInt = false;
-  bool bf16 = false; // a bf16 GEMM weight (see gemmWeightsInBf16)
+  Elem elem = Elem::F32;
   void *data = nullptr;
   int64_t numel() const { return numelOf(shape); }
-  size_t bytes() const { return std::max<int64_t>(numel(), 1) * (bf16 ? 2 : 4); }
+  size_t bytes() const { return std::max<int64_t>(numel(), 1) * elemBytes(elem); }
   float *f() const { return static_cast<float *>(data); }
   int32_t *i() const { return static_cast<int32_t *>(data); }
-  __nv_bfloat16 *h() const { return static_cast<__nv_bfloat16 *>(data); }
+  template <typename T> T *as() const { return static_cast<T *>(data); }
 };
 
-// Parameters stored in bf16 on the device: those the executable declares
-// bf16 and that only GEMMs read, as their weights (`linear`'s weight, the
-// `experts`' three stacks). Their GEMMs run on bf16 tensor cores with fp32
-// accumulation (activations are rounded to bf16 on the way in; outputs stay
-// fp32). Every other buffer is fp32.
-std::vector<bool> gemmWeightsInBf16(const pxe::Stage &stage) {
-  std::vector<bool> bf16(stage.buffers_size(), false);
-  for (const pxe::Buffer &b : stage.buffers())
-    bf16[b.id()] = b.role() == pxe::PARAMETER && b.dtype() == pxe::BF16;
-  for (const pxe::Instruction &inst : stage.instructions())
-    for (int i = 0; i < inst.operands_size(); ++i)
-      if (!(inst.op() == "linear" && i == 1) && !(inst.op() == "experts" && i >= 3))
-        bf16[inst.operands(i)] = false;
-  return bf16;
+Elem elemOf(pxe::DType dtype) {
+  return dtype == pxe::BF16 ? Elem::BF16 : (dtype == pxe::I32 || dtype == pxe::I64) ? Elem::I32 : Elem::F32;
+}
+
+// Calls f with a value of the floating-point storage type of `b` (float or
+// __nv_bfloat16), so that one launch site instantiates the kernel for both.
+template <typename F> Status withFloat(const DeviceBuffer &b, F &&f) {
+  if (b.elem == Elem::BF16) return f(__nv_bfloat16{});
+  return f(float{});
+}
+// The same with the bit-width type (uint16_t or uint32_t) for data movement,
+// which works for integers too.
+template <typename F> Status withBits(const DeviceBuffer &b, F &&f) {
+  if (elemBytes(b.elem) == 2) return f(uint16_t{});
+  return f(uint32_t{});
 }
 
 struct CudaExecutor::State {
@@ -864,7 +897,7 @@ struct CudaExecutor::State {
     DeviceBuffer &d = buffers[id];
     size_t bytes = t.numel() * 4;
     if (bytes == 0) return Status::ok();
-    if (d.bf16) {
+    if (d.elem == Elem::BF16) {
       std::vector<__nv_bfloat16> half(t.numel());
       for (size_t i = 0; i < half.size(); ++i) half[i] = __float2bfloat16(t.f[i]); // to nearest even
       PARAX_CUDA(cudaMemcpy(d.data, half.data(), half.size() * 2, cudaMemcpyHostToDevice));
@@ -907,22 +940,30 @@ struct CudaExecutor::State {
   Status run(const pxe::Instruction &inst);
 
   /// Row-major y[m, n] = x[m, k] . W, W stored [k, n] or, `transposeW`,
-  /// [n, k] (fp32 or bf16 at `w`, see DeviceBuffer::bf16). A bf16 W takes x
-  /// rounded to bf16 into `xb` (m * k elements).
-  Status gemm(const float *x, int64_t m, int64_t k, const void *w, bool bf16, bool transposeW, int64_t n,
-              float *y, __nv_bfloat16 *xb) {
+  /// [n, k]. Each of x, W, y is fp32 or bf16 (their `Elem`); a bf16 W runs on
+  /// bf16 tensor cores with fp32 accumulation, an fp32 x then rounded to
+  /// bf16 into `xb` (m * k elements) first. An fp32 W needs an fp32 x.
+  Status gemm(const void *x, Elem xe, int64_t m, int64_t k, const void *w, Elem we, bool transposeW, int64_t n,
+              void *y, Elem ye, __nv_bfloat16 *xb) {
     const float one = 1.0f, zero = 0.0f;
     // Column-major: y^T[n, m] = op(W^T) x^T.
     cublasOperation_t op = transposeW ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ldw = static_cast<int>(transposeW ? k : n);
-    if (bf16) {
-      PARAX_LAUNCH(toBf16Kernel, blocksFor(m * k), kThreads, 0, stream)(x, xb, m * k);
-      PARAX_CUBLAS(cublasGemmEx(blas, op, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, ldw, xb, CUDA_R_16BF, k,
-                                &zero, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    } else {
-      PARAX_CUBLAS(cublasSgemm(blas, op, CUBLAS_OP_N, n, m, k, &one, static_cast<const float *>(w), ldw, x, k,
-                               &zero, y, n));
+    if (we == Elem::BF16) {
+      if (xe == Elem::F32) {
+        PARAX_LAUNCH(toBf16Kernel, blocksFor(m * k), kThreads, 0, stream)(static_cast<const float *>(x), xb,
+                                                                         m * k);
+        x = xb;
+      }
+      PARAX_CUBLAS(cublasGemmEx(blas, op, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, ldw, x, CUDA_R_16BF, k,
+                                &zero, y, ye == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+      return Status::ok();
     }
+    if (xe != Elem::F32 || ye != Elem::F32)
+      return Status::error("a GEMM with fp32 weights needs fp32 activations");
+    PARAX_CUBLAS(cublasSgemm(blas, op, CUBLAS_OP_N, n, m, k, &one, static_cast<const float *>(w), ldw,
+                             static_cast<const float *>(x), k, &zero, static_cast<float *>(y), n));
     return Status::ok();
   }
 };
@@ -948,15 +989,13 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUBLAS(cublasCreate(&s.blas));
   PARAX_CUBLAS(cublasSetStream(s.blas, s.stream));
   const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
-  std::vector<bool> bf16 = gemmWeightsInBf16(s.host.stageProgram());
   s.buffers.resize(hostBuffers.size());
   for (size_t id = 0; id < hostBuffers.size(); ++id) {
     DeviceBuffer &d = s.buffers[id];
-    d.shape = hostBuffers[id].shape;
-    d.isInt = hostBuffers[id].isInt;
-    d.bf16 = bf16[id];
-    PARAX_CUDA(cudaMalloc(&d.data, d.bytes()));
     const pxe::Buffer &proto = s.host.stageProgram().buffers(id);
+    d.shape = hostBuffers[id].shape;
+    d.elem = hostBuffers[id].isInt ? Elem::I32 : elemOf(proto.dtype());
+    PARAX_CUDA(cudaMalloc(&d.data, d.bytes()));
     if (proto.role() != pxe::TEMPORARY) {
       st = s.upload(id);
       if (!st.isOk()) return st;
@@ -992,9 +1031,15 @@ std::vector<Tensor> CudaExecutor::outputs() const {
   std::vector<Tensor> out;
   for (int32_t id : s_->host.stageProgram().outputs()) {
     const DeviceBuffer &d = s_->buffers[id];
-    Tensor t = d.isInt ? Tensor::ints(d.shape) : Tensor::floats(d.shape);
-    cudaMemcpy(d.isInt ? (void *)t.i.data() : (void *)t.f.data(), d.data, d.numel() * 4,
-               cudaMemcpyDeviceToHost);
+    Tensor t = d.elem == Elem::I32 ? Tensor::ints(d.shape) : Tensor::floats(d.shape);
+    if (d.elem == Elem::BF16) {
+      std::vector<__nv_bfloat16> half(d.numel());
+      cudaMemcpy(half.data(), d.data, half.size() * 2, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < half.size(); ++i) t.f[i] = __bfloat162float(half[i]);
+    } else {
+      cudaMemcpy(d.elem == Elem::I32 ? (void *)t.i.data() : (void *)t.f.data(), d.data, d.numel() * 4,
+                 cudaMemcpyDeviceToHost);
+    }
     out.push_back(std::move(t));
   }
   return out;
@@ -1017,7 +1062,6 @@ Status CudaExecutor::run() {
                            st.message());
   }
   return s.sync();
-  return Status::ok();
 }
 
 namespace {
@@ -1030,14 +1074,19 @@ std::pair<int64_t, int64_t> around(const std::vector<int64_t> &shape, int dim) {
 }
 } // namespace
 
+
 Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
   const std::string &op = inst.op();
   auto in = [&](int k) -> DeviceBuffer & { return buffers[inst.operands(k)]; };
   auto out = [&](int k = 0) -> DeviceBuffer & { return buffers[inst.results(k)]; };
-  auto copy = [&](void *dst, const void *src, int64_t n) -> Status {
-    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice, stream));
+  // Copies n elements of `like`'s storage.
+  auto copy = [&](void *dst, const void *src, int64_t n, const DeviceBuffer &like) -> Status {
+    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * elemBytes(like.elem), cudaMemcpyDeviceToDevice, stream));
     return Status::ok();
+  };
+  auto offsetOf = [](const DeviceBuffer &b, int64_t elements) {
+    return static_cast<char *>(b.data) + elements * elemBytes(b.elem);
   };
 
   if (op == "embedding") {
@@ -1045,47 +1094,59 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     std::vector<std::string> axes = attrStrings(a, "vocab_axes");
     int64_t rows = table.shape[0], h = table.shape[1];
     int64_t offset = axes.empty() ? 0 : groupIndex(axes) * rows;
-    PARAX_LAUNCH(embeddingKernel, blocksFor(y.numel()), kThreads, 0, stream)(ids.i(), table.f(), y.f(),
-                                                                   ids.numel(), h, rows, offset, !axes.empty());
-    return Status::ok();
+    return withBits(y, [&](auto w) {
+      using W = decltype(w);
+      PARAX_LAUNCH(embeddingKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(
+          ids.i(), table.as<W>(), y.as<W>(), ids.numel(), h, rows, offset);
+      return Status::ok();
+    });
   }
   if (op == "position_embedding") {
     DeviceBuffer &table = in(0), &y = out();
     int64_t h = y.shape[2];
-    return copy(y.f(), table.f() + attrInt(a, "offset") * h, y.numel());
+    return copy(y.data, offsetOf(table, attrInt(a, "offset") * h), y.numel(), y);
   }
   if (op == "linear") {
     DeviceBuffer &x = in(0), &w = in(1), &y = out();
     int64_t k = x.shape.back(), n = y.shape.back(), m = x.numel() / k;
-    if (w.bf16) {
+    if (w.elem == Elem::BF16 && x.elem == Elem::F32) {
       Status st = ensureScratch((m * k + 1) / 2);
       if (!st.isOk()) return st;
     }
-    Status st = gemm(x.f(), m, k, w.data, w.bf16, attrInt(a, "transpose_w") != 0, n, y.f(),
+    Status st = gemm(x.data, x.elem, m, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, y.data, y.elem,
                      reinterpret_cast<__nv_bfloat16 *>(scratch));
-    if (!st.isOk()) return st;
-    if (inst.operands_size() == 3)
-      PARAX_LAUNCH(biasKernel, blocksFor(m * n), kThreads, 0, stream)(y.f(), in(2).f(), m, n);
-    return Status::ok();
+    if (!st.isOk() || inst.operands_size() < 3) return st;
+    return withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(biasKernel<T>, blocksFor(m * n), kThreads, 0, stream)(y.as<T>(), in(2).as<T>(), m, n);
+      return Status::ok();
+    });
   }
   if (op == "rms_norm" || op == "layer_norm") {
     DeviceBuffer &x = in(0), &y = out();
     int64_t h = x.shape.back(), rows = x.numel() / h;
     bool layer = op == "layer_norm";
-    PARAX_LAUNCH(normKernel, rows, kThreads, 0, stream)(x.f(), in(1).f(), layer ? in(2).f() : nullptr, y.f(), h,
-                                              static_cast<float>(attrFloat(a, "eps")), layer);
-    return Status::ok();
+    return withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(normKernel<T>, rows, kThreads, 0, stream)(
+          x.as<T>(), in(1).as<T>(), layer ? in(2).as<T>() : nullptr, y.as<T>(), h,
+          static_cast<float>(attrFloat(a, "eps")), layer);
+      return Status::ok();
+    });
   }
   if (op == "rope") {
     DeviceBuffer &x = in(0), &y = out();
     int64_t rot = attrInt(a, "rotary_dim");
-    Status st = copy(y.f(), x.f(), x.numel());
+    Status st = copy(y.data, x.data, x.numel(), x);
     if (!st.isOk()) return st;
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
-    PARAX_LAUNCH(ropeKernel, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
-        y.f(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset"),
-        attrInt(a, "interleaved") != 0);
-    return Status::ok();
+    return withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(ropeKernel<T>, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
+          y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset"),
+          attrInt(a, "interleaved") != 0);
+      return Status::ok();
+    });
   }
   if (op == "attention") {
     DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &y = out();
@@ -1109,91 +1170,125 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::error("attention: head widths " + std::to_string(D) + "/" + std::to_string(DV) +
                            " need " + std::to_string(sharedBytes) + " bytes of shared memory; the device has " +
                            std::to_string(limit));
-    if (sharedBytes > 48 * 1024)
-      PARAX_CUDA(cudaFuncSetAttribute(attentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(sharedBytes)));
     int64_t blocks = B * H * ((S + tiles.queries - 1) / tiles.queries);
-    PARAX_LAUNCH(attentionKernel, blocks, 256, sharedBytes, stream)(
-        q.f(), k.f(), v.f(), y.f(), B, S, H, D, T, KH, DV, attrInt(a, "causal") != 0,
-        static_cast<float>(attrFloat(a, "scale")), headOffset, totalHeads / KH, tiles.queries, tiles.keys);
-    return Status::ok();
+    return withFloat(y, [&](auto t) {
+      using E = decltype(t);
+      if (sharedBytes > 48 * 1024)
+        PARAX_CUDA(cudaFuncSetAttribute(attentionKernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(sharedBytes)));
+      PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
+          q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, attrInt(a, "causal") != 0,
+          static_cast<float>(attrFloat(a, "scale")), headOffset, totalHeads / KH, tiles.queries, tiles.keys);
+      return Status::ok();
+    });
   }
   if (op == "add" || op == "mul") {
     DeviceBuffer &l = in(0), &r = in(1), &y = out();
-    PARAX_LAUNCH(binaryKernel, blocksFor(y.numel()), kThreads, 0, stream)(l.f(), r.f(), y.f(), dimsOf(l.shape),
-                                                                dimsOf(r.shape), dimsOf(y.shape), y.numel(),
-                                                                op == "add");
-    return Status::ok();
+    return withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(binaryKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
+          l.as<T>(), r.as<T>(), y.as<T>(), dimsOf(l.shape), dimsOf(r.shape), dimsOf(y.shape), y.numel(),
+          op == "add");
+      return Status::ok();
+    });
   }
   if (op == "silu" || op == "sigmoid" || op == "gelu") {
     int kind = op == "silu" ? 0 : op == "sigmoid" ? 1 : attrString(a, "approximate") == "tanh" ? 2 : 3;
-    PARAX_LAUNCH(unaryKernel, blocksFor(out().numel()), kThreads, 0, stream)(in(0).f(), out().f(), out().numel(), kind);
-    return Status::ok();
+    return withFloat(out(), [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(unaryKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(in(0).as<T>(), out().as<T>(),
+                                                                                 out().numel(), kind);
+      return Status::ok();
+    });
   }
   if (op == "swiglu") {
-    PARAX_LAUNCH(swigluKernel, blocksFor(out().numel()), kThreads, 0, stream)(in(0).f(), in(1).f(), out().f(), out().numel());
-    return Status::ok();
+    return withFloat(out(), [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(swigluKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+          in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel());
+      return Status::ok();
+    });
   }
   if (op == "reshape")
-    return copy(out().data, in(0).data, out().numel());
+    return copy(out().data, in(0).data, out().numel(), out());
   if (op == "transpose") {
     auto it = a.find("permutation");
     if (it == a.end()) return Status::error("transpose without permutation");
     std::vector<int64_t> perm(it->second.ints().values().begin(), it->second.ints().values().end());
-    PARAX_LAUNCH(transposeKernel, blocksFor(out().numel()), kThreads, 0, stream)(
-        in(0).f(), out().f(), dimsOf(in(0).shape), dimsOf(out().shape), dimsOf(perm), out().numel());
-    return Status::ok();
+    return withBits(out(), [&](auto w) {
+      using W = decltype(w);
+      PARAX_LAUNCH(transposeKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
+          in(0).as<W>(), out().as<W>(), dimsOf(in(0).shape), dimsOf(out().shape), dimsOf(perm), out().numel());
+      return Status::ok();
+    });
   }
   if (op == "broadcast") {
-    PARAX_LAUNCH(broadcastKernel, blocksFor(out().numel()), kThreads, 0, stream)(
-        in(0).f(), out().f(), dimsOf(in(0).shape), dimsOf(out().shape), out().numel());
-    return Status::ok();
+    return withBits(out(), [&](auto w) {
+      using W = decltype(w);
+      PARAX_LAUNCH(broadcastKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
+          in(0).as<W>(), out().as<W>(), dimsOf(in(0).shape), dimsOf(out().shape), out().numel());
+      return Status::ok();
+    });
   }
   if (op == "slice") {
     int dim = static_cast<int>(attrInt(a, "dim"));
     auto [outer, inner] = around(out().shape, dim);
-    PARAX_LAUNCH(sliceKernel, blocksFor(out().numel()), kThreads, 0, stream)(
-        in(0).f(), out().f(), outer, in(0).shape[dim], out().shape[dim], attrInt(a, "start"), inner);
-    return Status::ok();
+    return withBits(out(), [&, outer = outer, inner = inner](auto w) {
+      using W = decltype(w);
+      PARAX_LAUNCH(sliceKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
+          in(0).as<W>(), out().as<W>(), outer, in(0).shape[dim], out().shape[dim], attrInt(a, "start"), inner);
+      return Status::ok();
+    });
   }
   if (op == "concat") {
     int dim = static_cast<int>(attrInt(a, "dim"));
     auto [outer, inner] = around(out().shape, dim);
-    int64_t at = 0;
-    for (int k = 0; k < inst.operands_size(); ++k) {
-      PARAX_LAUNCH(placeKernel, blocksFor(in(k).numel()), kThreads, 0, stream)(
-          in(k).f(), out().f(), outer, out().shape[dim], in(k).shape[dim], at, inner);
-      at += in(k).shape[dim];
-    }
-    return Status::ok();
+    return withBits(out(), [&, outer = outer, inner = inner](auto w) {
+      using W = decltype(w);
+      int64_t at = 0;
+      for (int k = 0; k < inst.operands_size(); ++k) {
+        PARAX_LAUNCH(placeKernel<W>, blocksFor(in(k).numel()), kThreads, 0, stream)(
+            in(k).as<W>(), out().as<W>(), outer, out().shape[dim], in(k).shape[dim], at, inner);
+        at += in(k).shape[dim];
+      }
+      return Status::ok();
+    });
   }
   if (op == "router") {
     DeviceBuffer &x = in(0), &gate = in(1), &w = out(0), &idx = out(1);
-    int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0];
-    Status st = ensureScratch(tokens * E * 3);
+    int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0], K = attrInt(a, "top_k");
+    if (K > 64) return Status::error("router: top_k above 64");
+    // Logits [tokens, E] in fp32 = x . gate^T, then scores and choice (2E per token).
+    Status st = ensureScratch(tokens * E * 3 + (tokens * h + 1) / 2);
     if (!st.isOk()) return st;
-    const float one = 1.0f, zero = 0.0f;
-    PARAX_CUBLAS(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, E, tokens, h, &one, gate.f(), h, x.f(), h,
-                             &zero, scratch, E));
-    PARAX_LAUNCH(routerKernel, blocksFor(tokens), kThreads, 0, stream)(
-        scratch, inst.operands_size() == 3 ? in(2).f() : nullptr, scratch + tokens * E, w.f(), idx.i(),
-        tokens, E, attrInt(a, "top_k"), attrString(a, "score_func") == "sigmoid", attrInt(a, "normalize") != 0,
-        static_cast<float>(attrFloat(a, "scaling_factor", 1.0)), attrInt(a, "num_groups", 1),
-        attrInt(a, "topk_groups", 1));
-    return Status::ok();
+    float *logits = scratch, *choice = scratch + tokens * E;
+    auto *xb = reinterpret_cast<__nv_bfloat16 *>(scratch + tokens * E * 3);
+    st = gemm(x.data, x.elem, tokens, h, gate.data, gate.elem, true, E, logits, Elem::F32, xb);
+    if (!st.isOk()) return st;
+    return withFloat(w, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(routerKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
+          logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, w.as<T>(), idx.i(), tokens, E, K,
+          attrString(a, "score_func") == "sigmoid", attrInt(a, "normalize") != 0,
+          static_cast<float>(attrFloat(a, "scaling_factor", 1.0)), attrInt(a, "num_groups", 1),
+          attrInt(a, "topk_groups", 1));
+      return Status::ok();
+    });
   }
   if (op == "experts") {
     DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &y = out();
     int64_t H = x.shape.back(), K = idx.shape.back(), pairs = idx.numel(), E = wg.shape[0], F = wg.shape[1];
-    // Scratch: count, offset [E]; perm, pos [pairs] (ints); rows [pairs, H];
-    // gate, up [pairs, F]; down [pairs, H]; bf16 activations.
+    // Scratch: count, offset [E]; perm, pos [pairs] (ints); rows [pairs, H]
+    // (x's storage); gate, up [pairs, F]; down [pairs, H] (fp32); bf16
+    // activations for the GEMMs.
     int64_t ints = 2 * E + 2 * pairs, widest = std::max(H, F);
     Status st = ensureScratch(ints + pairs * (2 * H + 2 * F) + (pairs * widest + 1) / 2);
     if (!st.isOk()) return st;
     auto *count = reinterpret_cast<int32_t *>(scratch);
     int32_t *offset = count + E, *perm = offset + E, *pos = perm + pairs;
-    float *rows = scratch + ints, *gate = rows + pairs * H, *up = gate + pairs * F, *down = up + pairs * F;
+    float *rowsAt = scratch + ints, *gate = rowsAt + pairs * H, *up = gate + pairs * F, *down = up + pairs * F;
     auto *xb = reinterpret_cast<__nv_bfloat16 *>(down + pairs * H);
+    auto rows = [&](int64_t r) { return reinterpret_cast<char *>(rowsAt) + r * H * elemBytes(x.elem); };
     PARAX_LAUNCH(expertCountKernel, blocksFor(E), kThreads, 0, stream)(idx.i(), count, pairs, E);
     // The host needs each expert's row count to size its GEMMs.
     std::vector<int32_t> counts(E), offsets(E);
@@ -1208,29 +1303,37 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     PARAX_CUDA(cudaMemcpyAsync(offset, offsets.data(), E * 4, cudaMemcpyHostToDevice, stream));
     PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream)); // -1: an unused dispatch row
     PARAX_LAUNCH(expertOrderKernel, blocksFor(E), kThreads, 0, stream)(idx.i(), offset, perm, pos, pairs, E);
-    PARAX_LAUNCH(gatherRowsKernel, blocksFor(int64_t(total) * H), kThreads, 0, stream)(x.f(), perm, rows, total,
-                                                                                      K, H);
-    auto at = [&](const DeviceBuffer &b, int64_t element) {
-      return static_cast<const char *>(b.data) + element * (b.bf16 ? 2 : 4);
-    };
-    for (int64_t e = 0; e < E; ++e) {
+    st = withBits(x, [&](auto b) {
+      using W = decltype(b);
+      PARAX_LAUNCH(gatherRowsKernel<W>, blocksFor(int64_t(total) * H), kThreads, 0, stream)(
+          x.as<W>(), perm, reinterpret_cast<W *>(rowsAt), total, K, H);
+      return Status::ok();
+    });
+    if (!st.isOk()) return st;
+    for (int64_t e = 0; e < E && st.isOk(); ++e) {
       if (counts[e] == 0) continue;
       int64_t r = offsets[e], m = counts[e];
       // gate/up stacks are [E, F, H] and down [E, H, F]: x . W^T each.
-      st = gemm(rows + r * H, m, H, at(wg, e * F * H), wg.bf16, true, F, gate + r * F, xb);
-      if (st.isOk()) st = gemm(rows + r * H, m, H, at(wu, e * F * H), wu.bf16, true, F, up + r * F, xb);
-      if (!st.isOk()) return st;
+      st = gemm(rows(r), x.elem, m, H, offsetOf(wg, e * F * H), wg.elem, true, F, gate + r * F, Elem::F32, xb);
+      if (st.isOk())
+        st = gemm(rows(r), x.elem, m, H, offsetOf(wu, e * F * H), wu.elem, true, F, up + r * F, Elem::F32, xb);
     }
-    PARAX_LAUNCH(swigluKernel, blocksFor(int64_t(total) * F), kThreads, 0, stream)(gate, up, gate, int64_t(total) * F);
-    for (int64_t e = 0; e < E; ++e) {
+    if (!st.isOk()) return st;
+    PARAX_LAUNCH(swigluKernel<float>, blocksFor(int64_t(total) * F), kThreads, 0, stream)(gate, up, gate,
+                                                                                        int64_t(total) * F);
+    for (int64_t e = 0; e < E && st.isOk(); ++e) {
       if (counts[e] == 0) continue;
       int64_t r = offsets[e], m = counts[e];
-      st = gemm(gate + r * F, m, F, at(wd, e * H * F), wd.bf16, true, H, down + r * H, xb);
-      if (!st.isOk()) return st;
+      st = gemm(gate + r * F, Elem::F32, m, F, offsetOf(wd, e * H * F), wd.elem, true, H, down + r * H, Elem::F32,
+                xb);
     }
-    PARAX_LAUNCH(expertsCombineKernel, blocksFor(y.numel()), kThreads, 0, stream)(down, w.f(), pos, y.f(),
-                                                                                  y.numel() / H, K, H);
-    return Status::ok();
+    if (!st.isOk()) return st;
+    return withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(expertsCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
+          down, w.as<T>(), pos, y.as<T>(), y.numel() / H, K, H);
+      return Status::ok();
+    });
   }
   if (op == "cross_entropy") {
     DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
@@ -1240,7 +1343,13 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     auto *badToken = reinterpret_cast<int32_t *>(scratch);
     PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
     PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream)); // -1: every label is valid
-    PARAX_LAUNCH(crossEntropyKernel, tokens, kThreads, 0, stream)(logits.f(), labels.i(), y.f(), V, badToken);
+    st = withFloat(logits, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(crossEntropyKernel<T>, tokens, kThreads, 0, stream)(logits.as<T>(), labels.i(), y.f(), V,
+                                                                       badToken);
+      return Status::ok();
+    });
+    if (!st.isOk()) return st;
     PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, 1.0f / tokens);
     int32_t bad = -1;
     PARAX_CUDA(cudaMemcpyAsync(&bad, badToken, 4, cudaMemcpyDeviceToHost, stream));
@@ -1258,80 +1367,92 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   unsigned mask = maskOf(axes);
   if (P > 1 && !comm)
     return Status::error("a collective over several ranks needs a communicator");
-  // Pieces along `dim` (piece-major) <-> the tensor: slice/place kernels.
-  auto toPieces = [&](const DeviceBuffer &t, int dim, float *dst) {
-    auto [outer, inner] = around(t.shape, dim);
-    int64_t chunk = t.shape[dim] / P;
-    for (int64_t p = 0; p < P; ++p)
-      PARAX_LAUNCH(sliceKernel, blocksFor(t.numel() / P), kThreads, 0, stream)(t.f(), dst + p * (t.numel() / P), outer,
-                                                                     t.shape[dim], chunk, p * chunk, inner);
+  // Pieces along `dim` (piece-major) <-> the tensor: slice/place kernels on
+  // the tensor's bits; `pieces` is scratch laid out as the tensor's storage.
+  auto toPieces = [&](const DeviceBuffer &t, int dim, void *pieces) {
+    return withBits(t, [&](auto w) {
+      using W = decltype(w);
+      auto [outer, inner] = around(t.shape, dim);
+      int64_t chunk = t.shape[dim] / P, n = t.numel() / P;
+      for (int64_t p = 0; p < P; ++p)
+        PARAX_LAUNCH(sliceKernel<W>, blocksFor(n), kThreads, 0, stream)(
+            t.as<W>(), static_cast<W *>(pieces) + p * n, outer, t.shape[dim], chunk, p * chunk, inner);
+      return Status::ok();
+    });
   };
-  auto fromPieces = [&](const float *src, int dim, DeviceBuffer &t) {
-    auto [outer, inner] = around(t.shape, dim);
-    int64_t chunk = t.shape[dim] / P;
-    for (int64_t p = 0; p < P; ++p)
-      PARAX_LAUNCH(placeKernel, blocksFor(t.numel() / P), kThreads, 0, stream)(src + p * (t.numel() / P), t.f(), outer,
-                                                                     t.shape[dim], chunk, p * chunk, inner);
+  auto fromPieces = [&](const void *pieces, int dim, DeviceBuffer &t) {
+    return withBits(t, [&](auto w) {
+      using W = decltype(w);
+      auto [outer, inner] = around(t.shape, dim);
+      int64_t chunk = t.shape[dim] / P, n = t.numel() / P;
+      for (int64_t p = 0; p < P; ++p)
+        PARAX_LAUNCH(placeKernel<W>, blocksFor(n), kThreads, 0, stream)(
+            static_cast<const W *>(pieces) + p * n, t.as<W>(), outer, t.shape[dim], chunk, p * chunk, inner);
+      return Status::ok();
+    });
   };
   if (op == "all_reduce") {
-    Status st = copy(out().data, in(0).data, out().numel());
+    Status st = copy(out().data, in(0).data, out().numel(), out());
     if (!st.isOk() || P == 1) return st;
-    return comm->allReduce(out().f(), out().numel(), mask, stream);
+    return comm->allReduce(out().data, out().numel(), out().elem, mask, stream);
   }
   if (op == "shard_slice") {
     int dim = static_cast<int>(attrInt(a, "dim"));
     auto [outer, inner] = around(in(0).shape, dim);
     int64_t chunk = out().shape[dim];
-    PARAX_LAUNCH(sliceKernel, blocksFor(out().numel()), kThreads, 0, stream)(in(0).f(), out().f(), outer, in(0).shape[dim],
-                                                                   chunk, groupIndex(axes) * chunk, inner);
-    return Status::ok();
+    return withBits(out(), [&, outer = outer, inner = inner](auto w) {
+      using W = decltype(w);
+      PARAX_LAUNCH(sliceKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
+          in(0).as<W>(), out().as<W>(), outer, in(0).shape[dim], chunk, groupIndex(axes) * chunk, inner);
+      return Status::ok();
+    });
   }
   if (op == "to_partial") {
-    if (groupIndex(axes) == 0) return copy(out().data, in(0).data, out().numel());
-    PARAX_CUDA(cudaMemsetAsync(out().data, 0, out().numel() * 4, stream));
+    if (groupIndex(axes) == 0) return copy(out().data, in(0).data, out().numel(), out());
+    PARAX_CUDA(cudaMemsetAsync(out().data, 0, out().bytes(), stream));
     return Status::ok();
   }
   if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") {
     DeviceBuffer &x = in(0), &y = out();
-    Status st = ensureScratch(std::max(x.numel(), y.numel()) * 2);
+    int64_t largest = std::max(x.numel(), y.numel());
+    Status st = ensureScratch(largest * 2);
     if (!st.isOk()) return st;
-    float *a0 = scratch, *a1 = scratch + std::max(x.numel(), y.numel());
+    void *a0 = scratch, *a1 = scratch + largest;
     if (op == "all_gather") {
       int dim = static_cast<int>(attrInt(a, "dim"));
-      if (P == 1) return copy(y.data, x.data, y.numel());
-      st = comm->allGather(x.f(), a0, x.numel(), mask, stream);
+      if (P == 1) return copy(y.data, x.data, y.numel(), y);
+      st = comm->allGather(x.data, a0, x.numel(), x.elem, mask, stream);
       if (!st.isOk()) return st;
-      fromPieces(a0, dim, y);
-      return Status::ok();
+      return fromPieces(a0, dim, y);
     }
     if (op == "reduce_scatter") {
       int dim = static_cast<int>(attrInt(a, "dim"));
-      toPieces(x, dim, a0);
-      if (P == 1) return copy(y.data, a0, y.numel());
-      return comm->reduceScatter(a0, y.f(), y.numel(), mask, stream);
+      st = toPieces(x, dim, a0);
+      if (!st.isOk()) return st;
+      if (P == 1) return copy(y.data, a0, y.numel(), y);
+      return comm->reduceScatter(a0, y.data, y.numel(), y.elem, mask, stream);
     }
     int split = static_cast<int>(attrInt(a, "split_dim")), concat = static_cast<int>(attrInt(a, "concat_dim"));
-    toPieces(x, split, a0);
-    if (P == 1) {
-      fromPieces(a0, concat, y);
-      return Status::ok();
-    }
-    st = comm->allToAll(a0, a1, x.numel() / P, mask, stream);
+    st = toPieces(x, split, a0);
     if (!st.isOk()) return st;
-    fromPieces(a1, concat, y);
-    return Status::ok();
+    if (P == 1) return fromPieces(a0, concat, y);
+    st = comm->allToAll(a0, a1, x.numel() / P, x.elem, mask, stream);
+    if (!st.isOk()) return st;
+    return fromPieces(a1, concat, y);
   }
   if (op == "send" || op == "recv") {
     int peer = peerRank(axes.at(0), attrInt(a, "peer"));
     if (!comm)
       return Status::error("send/recv needs a communicator");
     if (op == "send")
-      return comm->send(in(0).f(), in(0).numel(), peer, stream);
-    return comm->recv(out().f(), out().numel(), peer, stream);
+      return comm->send(in(0).data, in(0).numel(), in(0).elem, peer, stream);
+    return comm->recv(out().data, out().numel(), out().elem, peer, stream);
   }
   if (op == "moe_dispatch" || op == "moe_combine") {
     // Slots as the CPU backend fills them (moeSlotsKernel), an all-to-all of
-    // fixed blocks of `pairs` slots per rank, everything on the device.
+    // fixed blocks of `pairs` slots per rank, everything on the device. The
+    // dispatch exchanges fp32 rows [x | weight | expert]; the combine the
+    // rows' own storage.
     int64_t E = attrInt(a, "num_experts"), local = E / P;
     DeviceBuffer &idx = in(op == "moe_dispatch" ? 2 : 1);
     int64_t pairs = idx.numel(), K = idx.shape.back(), slots = P * pairs;
@@ -1346,28 +1467,34 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     if (op == "moe_dispatch") {
       DeviceBuffer &x = in(0), &w = in(1);
       PARAX_LAUNCH(moeClearKernel, blocksFor(slots * width), kThreads, 0, stream)(send, slots, h);
-      PARAX_LAUNCH(moeFillKernel, blocksFor(pairs * width), kThreads, 0, stream)(
-          x.f(), w.f(), idx.i(), slot, send, pairs, K, h, local);
-      if (P > 1) {
-        st = comm->allToAll(send, recv, pairs * width, mask, stream);
-        if (!st.isOk()) return st;
-      } else {
-        recv = send;
-      }
-      PARAX_LAUNCH(moeUnpackKernel, blocksFor(slots * width), kThreads, 0, stream)(
-          recv, out(0).f(), out(1).f(), out(2).i(), slots, h);
-      return Status::ok();
+      return withFloat(x, [&](auto t) {
+        using T = decltype(t);
+        PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * width), kThreads, 0, stream)(
+            x.as<T>(), w.as<T>(), idx.i(), slot, send, pairs, K, h, local);
+        const float *received = send;
+        if (P > 1) {
+          Status sent = comm->allToAll(send, recv, pairs * width, Elem::F32, mask, stream);
+          if (!sent.isOk()) return sent;
+          received = recv;
+        }
+        PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(slots * width), kThreads, 0, stream)(
+            received, out(0).as<T>(), out(1).as<T>(), out(2).i(), slots, h);
+        return Status::ok();
+      });
     }
-    const float *back = in(0).f();
+    DeviceBuffer &rowsBack = in(0), &y = out();
+    const void *back = rowsBack.data;
     if (P > 1) {
-      st = comm->allToAll(in(0).f(), recv, pairs * h, mask, stream);
+      st = comm->allToAll(rowsBack.data, recv, pairs * h, rowsBack.elem, mask, stream);
       if (!st.isOk()) return st;
       back = recv;
     }
-    DeviceBuffer &y = out();
-    PARAX_LAUNCH(moeCombineKernel, blocksFor(y.numel()), kThreads, 0, stream)(back, slot, y.f(), y.numel() / h,
-                                                                              K, h);
-    return Status::ok();
+    return withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(moeCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
+          static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, K, h);
+      return Status::ok();
+    });
   }
   return Status::error("no CUDA kernel for '" + op + "'");
 }

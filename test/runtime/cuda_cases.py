@@ -51,15 +51,21 @@ CASES = {
     "qwen2-moe-ep2": ("tiny-qwen2-moe", None, 2, 8, False, "ep=2,dp=1", 2),
     "deepseek-v3-ep2": ("tiny-deepseek-v3", None, 2, 8, False, "ep=2,dp=1", 2),
     "deepseek-v3-tp2": ("tiny-deepseek-v3", None, 2, 8, False, "tp=2,dp=1", 2),
-    # bf16 GEMM weights (tensor cores, fp32 accumulation, activations rounded
-    # to bf16 on the way in): against fp32 within BF16_REL of the largest
-    # |logit|.
+    # bf16 storage throughout (GEMMs on tensor cores with fp32 accumulation,
+    # every other op in fp32 math, each result rounded to bf16; collectives
+    # in bf16): against the CPU backend's fp32 math from the same bf16
+    # checkpoint within BF16_REL of the largest |logit| (or of the loss).
     "llama-bf16": ("tiny-llama", None, 2, 8, False, None, 1, "bf16"),
     "mixtral-bf16": ("tiny-mixtral", None, 2, 8, False, None, 1, "bf16"),
     "llama-bf16-tp2-pp2": ("tiny-llama", None, 2, 8, False, "tp=2,pp=2,dp=1", 4, "bf16"),
+    "gpt2-bf16-tp2": ("tiny-gpt2", None, 2, 8, False, "tp=2,dp=1", 2, "bf16"),
+    "qwen2-moe-bf16-ep2": ("tiny-qwen2-moe", None, 2, 8, False, "ep=2,dp=1", 2, "bf16"),
+    "deepseek-v3-bf16-ep2": ("tiny-deepseek-v3", None, 2, 8, False, "ep=2,dp=1", 2, "bf16"),
+    "llama-loss-bf16-dp2-tp2": ("tiny-llama", None, 4, 8, True, "dp=2,tp=2", 4, "bf16"),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
+OP_TOL_BF16 = 1e-2
 
 
 def _run(cmd, timeout=300, env=None):
@@ -120,14 +126,16 @@ def prepare_op(case, root, bin_dir):
     for i, v in enumerate(inputs):
         names.append(f"input{i}.npy")
         np.save(os.path.join(case_dir, names[-1]), v)
-    save_safetensors(os.path.join(case_dir, "weights.safetensors"), params)
+    bf16 = cuda_ops.is_bf16(case)
+    save_safetensors(os.path.join(case_dir, "weights.safetensors"), params, dtype="bf16" if bf16 else "f32")
     cpu, _ = parax_run(bin_dir, os.path.join(case_dir, "weights.safetensors"), exe, 1,
                        [os.path.join(case_dir, n) for n in names],
                        os.path.join(case_dir, "cpu.npy"), "cpu")
     with open(os.path.join(case_dir, "case.json"), "w") as f:
-        # fp32 on both backends; only the order of the sums differs.
+        # fp32: only the order of the sums differs; bf16: the GPU rounds
+        # each result to bf16 (the CPU backend keeps fp32).
         json.dump({"exe": "op.pxe", "ranks": 1, "inputs": names, "numpy": False,
-                   "tolerance": OP_TOL * max(1.0, float(np.abs(cpu).max()))}, f)
+                   "tolerance": (OP_TOL_BF16 if bf16 else OP_TOL) * max(1.0, float(np.abs(cpu).max()))}, f)
 
 
 def all_cases():

@@ -104,14 +104,21 @@ OPS = {
 
 
 def cases():
-    """Case names: an op with two results gives one case per result."""
+    """Case names: an op with two results gives one case per result; each
+    case also in bf16 storage (suffix -bf16)."""
     names = []
     for name, (_, _, result, _) in OPS.items():
         names += [f"{name}-weights", f"{name}-indices"] if isinstance(result, tuple) else [name]
-    return names
+    return names + [n + "-bf16" for n in names]
+
+
+def is_bf16(case):
+    return case.endswith("-bf16")
 
 
 def _op(case):
+    if is_bf16(case):
+        case = case[:-len("-bf16")]
     for suffix, k in (("-weights", 0), ("-indices", 1)):
         if case.endswith(suffix) and case[:-len(suffix)] in OPS:
             return case[:-len(suffix)], k
@@ -119,7 +126,13 @@ def _op(case):
 
 
 def mlir(case):
-    """The one-op function; it returns the case's result of the op."""
+    """The one-op function; it returns the case's result of the op (bf16
+    cases: every f32 tensor but a loss in bf16)."""
+    text = _mlir(case)
+    return text.replace("xf32>", "xbf16>") if is_bf16(case) else text
+
+
+def _mlir(case):
     name, k = _op(case)
     args, body, result, _ = OPS[name]
     params = ",\n    ".join(
@@ -154,5 +167,8 @@ def values(case, seed=0):
             v.flat[0] = -1
         else:
             v = rng.standard_normal(shape).astype(np.float32)
+            if is_bf16(case):  # values bf16 holds exactly: both backends start equal
+                v = (v.view(np.uint32) + 0x7FFF + ((v.view(np.uint32) >> 16) & 1)) & 0xFFFF0000
+                v = v.astype(np.uint32).view(np.float32)
         (params.__setitem__(param, v) if param else inputs.append(v))
     return inputs, params

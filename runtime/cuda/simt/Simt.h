@@ -236,7 +236,7 @@ enum ncclResult_t {
   ncclRemoteError = 6,
   ncclInProgress = 7,
 };
-enum ncclDataType_t { ncclFloat32 = 7, ncclFloat = 7 };
+enum ncclDataType_t { ncclInt32 = 2, ncclFloat32 = 7, ncclFloat = 7, ncclBfloat16 = 9 };
 enum ncclRedOp_t { ncclSum = 0 };
 typedef struct {
   char internal[128];

@@ -34,7 +34,8 @@ size_t span(int rows, int cols, int ld) {
 
 cublasStatus_t checkGemm(const char *call, cublasHandle_t handle, cublasOperation_t ta,
                          cublasOperation_t tb, int m, int n, int k, const void *A, size_t aBytes,
-                         int lda, const void *B, size_t bBytes, int ldb, const void *C, int ldc) {
+                         int lda, const void *B, size_t bBytes, int ldb, const void *C, int ldc,
+                         size_t cBytes = 4) {
   if (!handle)
     return complain(CUBLAS_STATUS_NOT_INITIALIZED, call, "no handle");
   if (m < 0 || n < 0 || k < 0)
@@ -54,7 +55,7 @@ cublasStatus_t checkGemm(const char *call, cublasHandle_t handle, cublasOperatio
     return complain(CUBLAS_STATUS_INVALID_VALUE, call, "A reaches outside its device allocation");
   if (!inside(B, span(bRows, bCols, ldb), bBytes))
     return complain(CUBLAS_STATUS_INVALID_VALUE, call, "B reaches outside its device allocation");
-  if (!inside(C, span(m, n, ldc), 4))
+  if (!inside(C, span(m, n, ldc), cBytes))
     return complain(CUBLAS_STATUS_INVALID_VALUE, call, "C reaches outside its device allocation");
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -105,11 +106,13 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
                             int lda, const void *B, cudaDataType_t bType, int ldb, const void *beta,
                             void *C, cudaDataType_t cType, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t) {
-  if (aType != bType || cType != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
+  if (aType != bType || compute != CUBLAS_COMPUTE_32F || (cType == CUDA_R_16BF && aType != CUDA_R_16BF))
     return complain(CUBLAS_STATUS_NOT_SUPPORTED, "cublasGemmEx",
-                    "emulated for A and B of one type (fp32 or bf16), C fp32, fp32 compute");
+                    "emulated for A and B of one type (fp32 or bf16), C fp32 (or bf16 with bf16 A, B), "
+                    "fp32 compute");
   size_t width = aType == CUDA_R_16BF ? 2 : 4;
-  cublasStatus_t st = checkGemm("cublasGemmEx", handle, ta, tb, m, n, k, A, width, lda, B, width, ldb, C, ldc);
+  cublasStatus_t st = checkGemm("cublasGemmEx", handle, ta, tb, m, n, k, A, width, lda, B, width, ldb, C,
+                                ldc, cType == CUDA_R_16BF ? 2 : 4);
   if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0)
     return st;
   const float *a = static_cast<const float *>(A), *b = static_cast<const float *>(B);
@@ -120,8 +123,17 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
     a = wideA.data();
     b = wideB.data();
   }
+  float *c = static_cast<float *>(C);
+  std::vector<float> wideC;
+  if (cType == CUDA_R_16BF) {
+    wideC = widen(C, span(m, n, ldc));
+    c = wideC.data();
+  }
   cblas_sgemm(CblasColMajor, blasOp(ta), blasOp(tb), m, n, k, *static_cast<const float *>(alpha), a,
-              lda, b, ldb, *static_cast<const float *>(beta), static_cast<float *>(C), ldc);
+              lda, b, ldb, *static_cast<const float *>(beta), c, ldc);
+  auto *narrow = static_cast<__nv_bfloat16 *>(C);
+  for (size_t i = 0; i < wideC.size(); ++i)
+    narrow[i] = __float2bfloat16(wideC[i]); // fp32 accumulation, rounded once on the way out
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -140,7 +152,7 @@ namespace {
 struct PendingP2P {
   bool send;
   void *buf;
-  size_t count;
+  size_t count; // bytes
   int peer;
   ncclComm_t comm;
 };
@@ -153,14 +165,24 @@ bool mpiAlive() {
   return !finalized;
 }
 
+size_t bytesOf(ncclDataType_t type) { return type == ncclBfloat16 ? 2 : 4; }
+
 ncclResult_t checkBuffer(const char *call, const void *p, size_t count, ncclDataType_t type) {
-  if (type != ncclFloat)
-    return complain(ncclInvalidArgument, call, "emulated for ncclFloat only");
-  if (count && !isDeviceRange(p, count * 4))
+  if (type != ncclFloat && type != ncclBfloat16 && type != ncclInt32)
+    return complain(ncclInvalidArgument, call, "emulated for ncclFloat, ncclBfloat16 and ncclInt32");
+  if (count && !isDeviceRange(p, count * bytesOf(type)))
     return complain(ncclInvalidArgument, call,
-                    "buffer of " + std::to_string(count) + " floats is not device memory");
+                    "buffer of " + std::to_string(count) + " elements is not device memory");
   return ncclSuccess;
 }
+
+// Sums in fp32 for bf16 (MPI has no bf16), rounding once at the end.
+void narrowInto(void *p, const std::vector<float> &v) {
+  auto *out = static_cast<__nv_bfloat16 *>(p);
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = __float2bfloat16(v[i]);
+}
+MPI_Datatype mpiTypeOf(ncclDataType_t type) { return type == ncclInt32 ? MPI_INT : MPI_FLOAT; }
 
 ncclResult_t checkComm(const char *call, ncclComm_t comm) {
   if (!comm || comm->mpi == MPI_COMM_NULL)
@@ -273,8 +295,15 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
   SIMT_TRY(checkBuffer("ncclAllReduce", recv, count, type));
   if (faulted(comm))
     return ncclSuccess;
+  if (type == ncclBfloat16) {
+    std::vector<float> v = widen(send, count);
+    ncclResult_t r = mpiResult(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(count), MPI_FLOAT,
+                                             MPI_SUM, comm->mpi));
+    narrowInto(recv, v);
+    return r;
+  }
   return mpiResult(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
-                                 MPI_FLOAT, MPI_SUM, comm->mpi));
+                                 mpiTypeOf(type), MPI_SUM, comm->mpi));
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendCount, ncclDataType_t type,
@@ -284,9 +313,10 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendCount, ncclD
   SIMT_TRY(checkBuffer("ncclAllGather", recv, sendCount * comm->size, type));
   if (faulted(comm))
     return ncclSuccess;
-  const float *own = static_cast<const float *>(recv) + sendCount * comm->rank;
-  return mpiResult(MPI_Allgather(send == own ? MPI_IN_PLACE : send, static_cast<int>(sendCount),
-                                 MPI_FLOAT, recv, static_cast<int>(sendCount), MPI_FLOAT, comm->mpi));
+  int bytes = static_cast<int>(sendCount * bytesOf(type));
+  const char *own = static_cast<const char *>(recv) + size_t(bytes) * comm->rank;
+  return mpiResult(MPI_Allgather(send == own ? MPI_IN_PLACE : send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE,
+                                 comm->mpi));
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvCount, ncclDataType_t type,
@@ -299,7 +329,14 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvCount, n
   if (send == recv)
     return complain(ncclInvalidArgument, "ncclReduceScatter", "in place is not emulated");
   std::vector<int> counts(comm->size, static_cast<int>(recvCount));
-  return mpiResult(MPI_Reduce_scatter(send, recv, counts.data(), MPI_FLOAT, MPI_SUM, comm->mpi));
+  if (type == ncclBfloat16) {
+    std::vector<float> all = widen(send, recvCount * comm->size), mine(recvCount);
+    ncclResult_t r = mpiResult(MPI_Reduce_scatter(all.data(), mine.data(), counts.data(), MPI_FLOAT, MPI_SUM,
+                                                  comm->mpi));
+    narrowInto(recv, mine);
+    return r;
+  }
+  return mpiResult(MPI_Reduce_scatter(send, recv, counts.data(), mpiTypeOf(type), MPI_SUM, comm->mpi));
 }
 
 namespace {
@@ -312,13 +349,14 @@ ncclResult_t pointToPoint(const char *call, bool send, void *buf, size_t count, 
                     "peer " + std::to_string(peer) + " of " + std::to_string(comm->size));
   if (faulted(comm))
     return ncclSuccess;
+  size_t bytes = count * bytesOf(type);
   if (groupDepth > 0) {
-    pending.push_back({send, buf, count, peer, comm});
+    pending.push_back({send, buf, bytes, peer, comm});
     return ncclSuccess;
   }
-  int n = static_cast<int>(count);
-  return mpiResult(send ? MPI_Send(buf, n, MPI_FLOAT, peer, 0, comm->mpi)
-                        : MPI_Recv(buf, n, MPI_FLOAT, peer, 0, comm->mpi, MPI_STATUS_IGNORE));
+  int n = static_cast<int>(bytes);
+  return mpiResult(send ? MPI_Send(buf, n, MPI_BYTE, peer, 0, comm->mpi)
+                        : MPI_Recv(buf, n, MPI_BYTE, peer, 0, comm->mpi, MPI_STATUS_IGNORE));
 }
 } // namespace
 
@@ -349,9 +387,9 @@ ncclResult_t ncclGroupEnd() {
         requests.emplace_back();
         int n = static_cast<int>(p.count);
         if (p.send)
-          MPI_Isend(p.buf, n, MPI_FLOAT, p.peer, 0, p.comm->mpi, &requests.back());
+          MPI_Isend(p.buf, n, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests.back());
         else
-          MPI_Irecv(p.buf, n, MPI_FLOAT, p.peer, 0, p.comm->mpi, &requests.back());
+          MPI_Irecv(p.buf, n, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests.back());
       }
   pending.clear();
   return mpiResult(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
