@@ -102,6 +102,10 @@ int main(int argc, char **argv) {
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
 #endif
+  const char *timeout = std::getenv("PARAX_NCCL_TIMEOUT");
+  [[maybe_unused]] double ncclTimeout = timeout ? std::atof(timeout) : 300; // the CUDA backend's
+  if (!(ncclTimeout > 0))
+    die(std::string("PARAX_NCCL_TIMEOUT=") + timeout + ": not a positive number of seconds");
 
   StatusOr<parax::pxe::Executable> exe = loadExecutable(model);
   if (!exe.isOk()) die(exe.status().message());
@@ -188,10 +192,7 @@ int main(int argc, char **argv) {
     const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     int gpuIndex = (local ? std::atoi(local) : rank) % devices;
     if (size > 1) {
-      const char *timeout = std::getenv("PARAX_NCCL_TIMEOUT");
-      double seconds = timeout ? std::atof(timeout) : 300;
-      if (!(seconds > 0)) die("PARAX_NCCL_TIMEOUT must be a positive number of seconds");
-      auto created = createNcclCommunicator(shape, rank, size, gpuIndex, seconds);
+      auto created = createNcclCommunicator(shape, rank, size, gpuIndex, ncclTimeout);
       if (!created.isOk()) die(created.status().message());
       nccl = created.value();
       if (rank == 0 && isHostStaged(nccl))
