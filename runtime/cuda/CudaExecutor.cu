@@ -11,6 +11,7 @@
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -349,6 +350,7 @@ void destroyNcclCommunicator(NcclCommunicator *comm) { delete comm; }
 namespace {
 
 constexpr int kThreads = 256;
+constexpr size_t kLtWorkspace = 32u << 20; // cuBLASLt's workspace (32 MiB suits Hopper)
 constexpr int kMaxRank = 8;
 
 // Blocks for a grid-stride loop over n elements (at least one: a grid of
@@ -392,10 +394,6 @@ __global__ void embeddingKernel(const int32_t *ids, const W *table, W *out, int6
 
 __global__ void toBf16Kernel(const float *x, __nv_bfloat16 *y, int64_t n) {
   PARAX_GRID_STRIDE(i, n) y[i] = __float2bfloat16(x[i]);
-}
-
-template <typename T> __global__ void biasKernel(T *y, const T *bias, int64_t rows, int64_t n) {
-  PARAX_GRID_STRIDE(k, rows * n) st(y, k, ld(y, k) + ld(bias, k % n));
 }
 
 // One block per row.
@@ -852,6 +850,8 @@ struct CudaExecutor::State {
   std::vector<DeviceBuffer> buffers;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void *ltWorkspace = nullptr; // kLtWorkspace bytes for cuBLASLt's algorithms
   float *scratch = nullptr;
   size_t scratchSize = 0;
   int sharedOptIn = 48 * 1024; // bytes of shared memory a block may opt into
@@ -862,6 +862,8 @@ struct CudaExecutor::State {
     if (scratch) cudaFree(scratch);
     for (auto &[inst, frequencies] : ropeFrequencies) cudaFree(frequencies);
     if (blas) cublasDestroy(blas);
+    if (lt) cublasLtDestroy(lt);
+    if (ltWorkspace) cudaFree(ltWorkspace);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -939,31 +941,78 @@ struct CudaExecutor::State {
 
   Status run(const pxe::Instruction &inst);
 
-  /// Row-major y[m, n] = x[m, k] . W, W stored [k, n] or, `transposeW`,
-  /// [n, k]. Each of x, W, y is fp32 or bf16 (their `Elem`); a bf16 W runs on
-  /// bf16 tensor cores with fp32 accumulation, an fp32 x then rounded to
-  /// bf16 into `xb` (m * k elements) first. An fp32 W needs an fp32 x.
+  /// Row-major y[m, n] = x[m, k] . W (+ bias[n]), W stored [k, n] or,
+  /// `transposeW`, [n, k]. Each of x, W, y is fp32 or bf16 (their `Elem`);
+  /// a bf16 W runs on bf16 tensor cores with fp32 accumulation, an fp32 x
+  /// then rounded to bf16 into `xb` (m * k elements) first. An fp32 W needs
+  /// an fp32 x. With a bias (y's type), cuBLASLt adds it in its epilogue.
   Status gemm(const void *x, Elem xe, int64_t m, int64_t k, const void *w, Elem we, bool transposeW, int64_t n,
-              void *y, Elem ye, __nv_bfloat16 *xb) {
+              void *y, Elem ye, __nv_bfloat16 *xb, const void *bias = nullptr) {
     const float one = 1.0f, zero = 0.0f;
     // Column-major: y^T[n, m] = op(W^T) x^T.
     cublasOperation_t op = transposeW ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ldw = static_cast<int>(transposeW ? k : n);
+    if (we == Elem::F32 && (xe != Elem::F32 || ye != Elem::F32))
+      return Status::error("a GEMM with fp32 weights needs fp32 activations");
+    if (we == Elem::BF16 && xe == Elem::F32) {
+      PARAX_LAUNCH(toBf16Kernel, blocksFor(m * k), kThreads, 0, stream)(static_cast<const float *>(x), xb, m * k);
+      x = xb;
+    }
+    cudaDataType_t wType = we == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t yType = ye == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (bias)
+      return gemmWithBias(x, m, k, w, wType, op, ldw, n, y, yType, bias);
     if (we == Elem::BF16) {
-      if (xe == Elem::F32) {
-        PARAX_LAUNCH(toBf16Kernel, blocksFor(m * k), kThreads, 0, stream)(static_cast<const float *>(x), xb,
-                                                                         m * k);
-        x = xb;
-      }
       PARAX_CUBLAS(cublasGemmEx(blas, op, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, ldw, x, CUDA_R_16BF, k,
-                                &zero, y, ye == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT));
+                                &zero, y, yType, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return Status::ok();
     }
-    if (xe != Elem::F32 || ye != Elem::F32)
-      return Status::error("a GEMM with fp32 weights needs fp32 activations");
     PARAX_CUBLAS(cublasSgemm(blas, op, CUBLAS_OP_N, n, m, k, &one, static_cast<const float *>(w), ldw,
                              static_cast<const float *>(x), k, &zero, static_cast<float *>(y), n));
+    return Status::ok();
+  }
+
+  /// gemm's column-major product through cuBLASLt with the bias epilogue
+  /// (x has W's type here; the bias has y's).
+  Status gemmWithBias(const void *x, int64_t m, int64_t k, const void *w, cudaDataType_t wType,
+                      cublasOperation_t op, int ldw, int64_t n, void *y, cudaDataType_t yType, const void *bias) {
+    struct Descriptors {
+      cublasLtMatmulDesc_t op = nullptr;
+      cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+      cublasLtMatmulPreference_t preference = nullptr;
+      ~Descriptors() {
+        if (preference) cublasLtMatmulPreferenceDestroy(preference);
+        if (d) cublasLtMatrixLayoutDestroy(d);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (this->op) cublasLtMatmulDescDestroy(this->op);
+      }
+    } desc;
+    PARAX_CUBLAS(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    int32_t transa = op, transb = CUBLAS_OP_N;
+    uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+    PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
+    PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    bool t = op != CUBLAS_OP_N;
+    PARAX_CUBLAS(cublasLtMatrixLayoutCreate(&desc.a, wType, t ? k : n, t ? n : k, ldw));
+    PARAX_CUBLAS(cublasLtMatrixLayoutCreate(&desc.b, wType, k, m, k));
+    PARAX_CUBLAS(cublasLtMatrixLayoutCreate(&desc.d, yType, n, m, n));
+    PARAX_CUBLAS(cublasLtMatmulPreferenceCreate(&desc.preference));
+    uint64_t workspace = kLtWorkspace;
+    PARAX_CUBLAS(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &workspace, sizeof(workspace)));
+    cublasLtMatmulHeuristicResult_t best;
+    int found = 0;
+    PARAX_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1,
+                                                &best, &found));
+    if (found == 0)
+      return Status::error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(k) + "x" +
+                           std::to_string(n) + " GEMM with a bias");
+    const float one = 1.0f, zero = 0.0f;
+    PARAX_CUBLAS(cublasLtMatmul(lt, desc.op, &one, w, desc.a, x, desc.b, &zero, y, desc.d, y, desc.d, &best.algo,
+                                ltWorkspace, kLtWorkspace, stream));
     return Status::ok();
   }
 };
@@ -988,6 +1037,8 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUDA(cudaStreamCreate(&s.stream));
   PARAX_CUBLAS(cublasCreate(&s.blas));
   PARAX_CUBLAS(cublasSetStream(s.blas, s.stream));
+  PARAX_CUBLAS(cublasLtCreate(&s.lt));
+  PARAX_CUDA(cudaMalloc(&s.ltWorkspace, kLtWorkspace));
   const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
   s.buffers.resize(hostBuffers.size());
   for (size_t id = 0; id < hostBuffers.size(); ++id) {
@@ -1113,14 +1164,10 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       Status st = ensureScratch((m * k + 1) / 2);
       if (!st.isOk()) return st;
     }
-    Status st = gemm(x.data, x.elem, m, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, y.data, y.elem,
-                     reinterpret_cast<__nv_bfloat16 *>(scratch));
-    if (!st.isOk() || inst.operands_size() < 3) return st;
-    return withFloat(y, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(biasKernel<T>, blocksFor(m * n), kThreads, 0, stream)(y.as<T>(), in(2).as<T>(), m, n);
-      return Status::ok();
-    });
+    if (inst.operands_size() == 3 && in(2).elem != y.elem)
+      return Status::error("linear: the bias must have the result's element type");
+    return gemm(x.data, x.elem, m, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, y.data, y.elem,
+                reinterpret_cast<__nv_bfloat16 *>(scratch), inst.operands_size() == 3 ? in(2).data : nullptr);
   }
   if (op == "rms_norm" || op == "layer_norm") {
     DeviceBuffer &x = in(0), &y = out();

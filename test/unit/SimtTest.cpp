@@ -3,6 +3,7 @@
 // garbage: that is what makes its runs of the CUDA backend worth having.
 
 #include <cuda_bf16.h>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -274,6 +275,59 @@ TEST(Simt, Bf16RoundsToNearestEvenAndGemmExUsesTheRoundedValues) {
   cudaFree(da);
   cudaFree(db);
   cudaFree(dc);
+}
+
+TEST(Simt, LtMatmulAddsTheBiasAlongDsRowsAndChecksTheLayoutsChain) {
+  int m = 3, n = 4, k = 5;
+  std::vector<float> a(m * k), b(k * n), bias(m);
+  for (int i = 0; i < m * k; ++i) a[i] = 0.25f * i - 1;
+  for (int i = 0; i < k * n; ++i) b[i] = 0.5f - 0.125f * i;
+  for (int i = 0; i < m; ++i) bias[i] = 10.0f * (i + 1);
+  float *da, *db, *dd, *dbias;
+  cudaMalloc(&da, a.size() * 4);
+  cudaMalloc(&db, b.size() * 4);
+  cudaMalloc(&dd, m * n * 4);
+  cudaMalloc(&dbias, m * 4);
+  cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dbias, bias.data(), m * 4, cudaMemcpyHostToDevice);
+  cublasLtHandle_t lt;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, ld, wrong;
+  cublasLtMatmulPreference_t pref;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const void *biasPointer = dbias;
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPointer, sizeof(biasPointer)),
+            CUBLAS_STATUS_SUCCESS);
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m);
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k);
+  cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m);
+  cublasLtMatrixLayoutCreate(&wrong, CUDA_R_32F, m + 1, n, m + 1);
+  cublasLtMatmulPreferenceCreate(&pref);
+  cublasLtMatmulHeuristicResult_t best;
+  int found = 0;
+  ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &best, &found), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(found, 1);
+  const float one = 1, zero = 0;
+  ASSERT_EQ(cublasLtMatmul(lt, op, &one, da, la, db, lb, &zero, dd, ld, dd, ld, &best.algo, nullptr, 0, nullptr),
+            CUBLAS_STATUS_SUCCESS);
+  std::vector<float> d(m * n);
+  cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+  std::vector<float> want = naiveGemm(false, false, m, n, k, a, m, b, k);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i)
+      EXPECT_FLOAT_EQ(d[j * m + i], want[j * m + i] + bias[i]) << i << "," << j;
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, wrong, wrong, pref, 1, &best, &found),
+            CUBLAS_STATUS_INVALID_VALUE);
+  for (cublasLtMatrixLayout_t l : {la, lb, ld, wrong}) cublasLtMatrixLayoutDestroy(l);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(lt);
+  for (float *p : {da, db, dd, dbias}) cudaFree(p);
 }
 
 } // namespace

@@ -13,7 +13,7 @@
 //   reading what was never written shows; copies and GEMM operands are
 //   checked against their allocations.
 // - cuBLAS: sgemm and bf16 GemmEx on OpenBLAS (column-major, the same
-//   argument checks as cuBLAS); NCCL on MPI (the unique id must reach every
+//   argument checks as cuBLAS); cuBLASLt's matmul with the bias epilogue; NCCL on MPI (the unique id must reach every
 //   rank, splits, collectives, grouped send/recv); PARAX_SIMT_NCCL_FAULT
 //   injects an asynchronous error or a hang, for the watchdog's tests.
 // - Streams and events are synchronous: everything has finished when a call
@@ -221,6 +221,59 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int lda, const void *B, cudaDataType_t Btype, int ldb, const void *beta,
                             void *C, cudaDataType_t Ctype, int ldc, cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo);
+
+//===----------------------------------------------------------------------===//
+// cuBLASLt: matmul with the bias epilogue
+//===----------------------------------------------------------------------===//
+
+typedef struct SimtLt *cublasLtHandle_t;
+typedef struct SimtLtMatmulDesc *cublasLtMatmulDesc_t;
+typedef struct SimtLtLayout *cublasLtMatrixLayout_t;
+typedef struct SimtLtPreference *cublasLtMatmulPreference_t;
+typedef struct {
+  uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+typedef struct {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+enum cublasLtMatmulDescAttributes_t {
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+};
+enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
+enum cublasLtMatmulPreferenceAttributes_t { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 };
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                                              const void *value, size_t bytes);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType_t type, uint64_t rows,
+                                          uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *preference);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t preference);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
+                                                    cublasLtMatmulPreferenceAttributes_t attribute,
+                                                    const void *value, size_t bytes);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t preference, int requested,
+                                              cublasLtMatmulHeuristicResult_t *results, int *returned);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b,
+                              const void *beta, const void *C, cublasLtMatrixLayout_t c, void *D,
+                              cublasLtMatrixLayout_t d, const cublasLtMatmulAlgo_t *algo, void *workspace,
+                              size_t workspaceBytes, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
 // NCCL (on MPI)

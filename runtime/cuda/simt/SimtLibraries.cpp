@@ -138,6 +138,185 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
 }
 
 //===----------------------------------------------------------------------===//
+// cuBLASLt
+//===----------------------------------------------------------------------===//
+
+struct SimtLt {};
+struct SimtLtMatmulDesc {
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void *bias = nullptr;
+};
+struct SimtLtLayout {
+  cudaDataType_t type;
+  int64_t rows, cols, ld;
+};
+struct SimtLtPreference {
+  size_t workspace = 0;
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
+  *handle = new SimtLt;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F)
+    return complain(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulDescCreate", "emulated for fp32 compute and scale");
+  *desc = new SimtLtMatmulDesc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                                              const void *value, size_t bytes) {
+  if (!desc)
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  auto read = [&](auto &field) {
+    if (bytes != sizeof(field))
+      return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescSetAttribute", "wrong attribute size");
+    std::memcpy(&field, value, bytes);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  switch (attribute) {
+  case CUBLASLT_MATMUL_DESC_TRANSA: { int32_t op; cublasStatus_t st = read(op); desc->transa = cublasOperation_t(op); return st; }
+  case CUBLASLT_MATMUL_DESC_TRANSB: { int32_t op; cublasStatus_t st = read(op); desc->transb = cublasOperation_t(op); return st; }
+  case CUBLASLT_MATMUL_DESC_EPILOGUE: { uint32_t e; cublasStatus_t st = read(e); desc->epilogue = cublasLtEpilogue_t(e); return st; }
+  case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return read(desc->bias);
+  }
+  return complain(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulDescSetAttribute", "attribute not emulated");
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType_t type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (type != CUDA_R_32F && type != CUDA_R_16BF)
+    return complain(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatrixLayoutCreate", "emulated for fp32 and bf16");
+  if (ld < std::max<int64_t>(1, rows))
+    return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutCreate", "leading dimension below the rows");
+  *layout = new SimtLtLayout{type, int64_t(rows), int64_t(cols), ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete layout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *preference) {
+  *preference = new SimtLtPreference;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t preference) {
+  delete preference;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
+                                                    cublasLtMatmulPreferenceAttributes_t attribute,
+                                                    const void *value, size_t bytes) {
+  if (attribute != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || bytes != sizeof(uint64_t))
+    return complain(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulPreferenceSetAttribute", "attribute not emulated");
+  uint64_t workspace;
+  std::memcpy(&workspace, value, bytes);
+  preference->workspace = workspace;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace {
+// The shapes must chain: op(A) [m, k], op(B) [k, n], C and D [m, n].
+cublasStatus_t checkLt(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                       cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, int64_t &m, int64_t &n, int64_t &k) {
+  if (!desc || !a || !b || !c || !d)
+    return complain(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtMatmul", "a missing descriptor");
+  bool ta = desc->transa != CUBLAS_OP_N, tb = desc->transb != CUBLAS_OP_N;
+  m = ta ? a->cols : a->rows;
+  k = ta ? a->rows : a->cols;
+  n = tb ? b->rows : b->cols;
+  int64_t kb = tb ? b->cols : b->rows;
+  if (kb != k || d->rows != m || d->cols != n || c->rows != m || c->cols != n)
+    return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul",
+                    "layouts do not chain: op(A) " + std::to_string(m) + "x" + std::to_string(k) + ", op(B) " +
+                        std::to_string(kb) + "x" + std::to_string(n) + ", D " + std::to_string(d->rows) + "x" +
+                        std::to_string(d->cols));
+  if (a->type != b->type || (d->type == CUDA_R_16BF && a->type != CUDA_R_16BF))
+    return complain(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul",
+                    "emulated for A and B of one type, D fp32 (or bf16 with bf16 A, B)");
+  return CUBLAS_STATUS_SUCCESS;
+}
+size_t widthOf(cudaDataType_t type) { return type == CUDA_R_16BF ? 2 : 4; }
+bool inside(const void *p, const SimtLtLayout &l) {
+  return l.rows == 0 || l.cols == 0 || isDeviceRange(p, span(l.rows, l.cols, l.ld) * widthOf(l.type));
+}
+std::vector<float> asFloats(const void *p, const SimtLtLayout &l) {
+  size_t n = span(l.rows, l.cols, l.ld);
+  if (l.type == CUDA_R_16BF)
+    return widen(p, n);
+  const float *f = static_cast<const float *>(p);
+  return std::vector<float>(f, f + n);
+}
+} // namespace
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t preference, int requested,
+                                              cublasLtMatmulHeuristicResult_t *results, int *returned) {
+  int64_t m, n, k;
+  if (!handle || !preference)
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  cublasStatus_t st = checkLt(desc, a, b, c, d, m, n, k);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return st;
+  *returned = requested > 0 ? 1 : 0;
+  if (requested > 0)
+    results[0] = cublasLtMatmulHeuristicResult_t{{{0}}, 0, CUBLAS_STATUS_SUCCESS, 1.0f, {0, 0, 0, 0}};
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b,
+                              const void *beta, const void *C, cublasLtMatrixLayout_t c, void *D,
+                              cublasLtMatrixLayout_t d, const cublasLtMatmulAlgo_t *algo, void *, size_t,
+                              cudaStream_t) {
+  int64_t m, n, k;
+  if (!handle || !algo)
+    return complain(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtMatmul", "no handle or no algorithm");
+  cublasStatus_t st = checkLt(desc, a, b, c, d, m, n, k);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return st;
+  if (!inside(A, *a) || !inside(B, *b) || !inside(C, *c) || !inside(D, *d))
+    return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul", "an operand reaches outside its allocation");
+  bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  if (bias && (!desc->bias || !isDeviceRange(desc->bias, m * widthOf(d->type))))
+    return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul", "the bias is not m elements of device memory");
+  if (m == 0 || n == 0)
+    return CUBLAS_STATUS_SUCCESS;
+  std::vector<float> fa = asFloats(A, *a), fb = asFloats(B, *b), fd = asFloats(C, *c);
+  cblas_sgemm(CblasColMajor, blasOp(desc->transa), blasOp(desc->transb), int(m), int(n), int(k),
+              *static_cast<const float *>(alpha), fa.data(), int(a->ld), fb.data(), int(b->ld),
+              *static_cast<const float *>(beta), fd.data(), int(c->ld));
+  if (bias) { // the bias (D's type) broadcast along D's columns
+    std::vector<float> fbias = d->type == CUDA_R_16BF ? widen(desc->bias, m)
+                                                      : std::vector<float>(static_cast<const float *>(desc->bias),
+                                                                           static_cast<const float *>(desc->bias) + m);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i)
+        fd[j * c->ld + i] += fbias[i];
+  }
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      float v = fd[j * c->ld + i];
+      if (d->type == CUDA_R_16BF)
+        static_cast<__nv_bfloat16 *>(D)[j * d->ld + i] = __float2bfloat16(v);
+      else
+        static_cast<float *>(D)[j * d->ld + i] = v;
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+//===----------------------------------------------------------------------===//
 // NCCL
 //===----------------------------------------------------------------------===//
 
