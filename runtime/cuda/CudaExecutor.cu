@@ -15,6 +15,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <mpi.h>
 #include <nccl.h>
 
@@ -32,7 +33,7 @@
 // emulator (simt/Simt.h: this file compiled as plain C++) can run them.
 #ifndef PARAX_LAUNCH
 #define PARAX_LAUNCH(kernel, grid, block, shared, stream) kernel<<<grid, block, shared, stream>>>
-#define PARAX_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#define PARAX_DYNAMIC_SHARED(T, name) extern __shared__ __align__(128) T name[]
 #endif
 
 namespace parax::runtime {
@@ -542,6 +543,129 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
   for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
     int r = i / dv, d = i % dv;
     st(y, ((b * S + q0 + r) * H + h) * DV + d, os[i] / rowSum[r]);
+  }
+}
+
+// Attention on bf16 tensor cores (WMMA 16x16x16, fp32 accumulation), for
+// bf16 storage with head widths that are multiples of 16: one block of four
+// warps per (batch, head, 64 queries), each warp owning 16 query rows.
+// Per 64-key tile: S = Q K^T on tensor cores, the online softmax in fp32 by
+// one thread per row (P rounded to bf16), then P V on tensor cores into a
+// scratch tile that the block folds into the fp32 output (rescaled per
+// row). Shared memory rows are padded (8 bf16 / 4 fp32) to keep WMMA's
+// 256-bit alignment and spread the banks.
+struct TensorCoreTiles {
+  static constexpr int kQueries = 64, kKeys = 64, kWarps = 4;
+  // Bytes of dynamic shared memory for head widths D, DV.
+  static int64_t bytes(int64_t D, int64_t DV) {
+    return 2 * (kQueries * (D + 8) + kKeys * (D + 8) + kKeys * (DV + 8) + kQueries * (kKeys + 8)) +
+           4 * (kQueries * (kKeys + 4) + kQueries * (DV + 4) + kQueries * DV + 3 * kQueries);
+  }
+};
+
+__global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                          __nv_bfloat16 *y, int64_t B, int64_t S, int64_t H, int64_t D, int64_t T_,
+                                          int64_t KH, int64_t DV, bool causal, float scale, int64_t headOffset,
+                                          int64_t group) {
+  using namespace nvcuda;
+  constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
+  PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
+  const int dq = static_cast<int>(D), dv = static_cast<int>(DV);
+  const int ldq = dq + 8, ldv = dv + 8, ldp = KT + 8, lds = KT + 4, ldo = dv + 4;
+  auto *qs = reinterpret_cast<__nv_bfloat16 *>(shared); // [QT][ldq]
+  __nv_bfloat16 *ks = qs + QT * ldq;                    // [KT][ldq]
+  __nv_bfloat16 *vs = ks + KT * ldq;                    // [KT][ldv]
+  __nv_bfloat16 *ps = vs + KT * ldv;                    // [QT][ldp] probabilities
+  auto *ss = reinterpret_cast<float *>(ps + QT * ldp);  // [QT][lds] scores
+  float *ot = ss + QT * lds;                            // [QT][ldo] this tile's P V
+  float *os = ot + QT * ldo;                            // [QT][dv] the output so far
+  float *rowMax = os + QT * dv, *rowSum = rowMax + QT, *rowScale = rowSum + QT;
+  int64_t tiles = (S + QT - 1) / QT;
+  int64_t qt = blockIdx.x % tiles, h = (blockIdx.x / tiles) % H, b = blockIdx.x / (tiles * H);
+  int64_t q0 = qt * QT;
+  int rows = static_cast<int>(min((int64_t)QT, S - q0));
+  int64_t kh = (headOffset + h) / group, past = T_ - S;
+  int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
+  int warp = threadIdx.x / 32;
+  for (int i = threadIdx.x; i < QT * dq; i += blockDim.x) {
+    int r = i / dq, d = i % dq;
+    qs[r * ldq + d] = r < rows ? q[((b * S + q0 + r) * H + h) * D + d] : __float2bfloat16(0.0f);
+  }
+  for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) os[i] = 0.0f;
+  for (int r = threadIdx.x; r < QT; r += blockDim.x) {
+    rowMax[r] = -INFINITY;
+    rowSum[r] = 0.0f;
+  }
+  __syncthreads();
+  for (int64_t t0 = 0; t0 < keysEnd; t0 += KT) {
+    int cols = static_cast<int>(min((int64_t)KT, keysEnd - t0));
+    for (int i = threadIdx.x; i < KT * dq; i += blockDim.x) {
+      int j = i / dq, d = i % dq;
+      ks[j * ldq + d] = j < cols ? k[((b * T_ + t0 + j) * KH + kh) * D + d] : __float2bfloat16(0.0f);
+    }
+    for (int i = threadIdx.x; i < KT * dv; i += blockDim.x) {
+      int j = i / dv, d = i % dv;
+      vs[j * ldv + d] = j < cols ? v[((b * T_ + t0 + j) * KH + kh) * DV + d] : __float2bfloat16(0.0f);
+    }
+    __syncthreads();
+    // S[16 warp rows][KT] = Q K^T (K^T read as a column-major matrix_b).
+    for (int n0 = 0; n0 < KT; n0 += 16) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int d0 = 0; d0 < dq; d0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, qs + warp * 16 * ldq + d0, ldq);
+        wmma::load_matrix_sync(fb, ks + n0 * ldq + d0, ldq);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(ss + warp * 16 * lds + n0, acc, lds, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < QT; r += blockDim.x) {
+      float *sr = ss + r * lds;
+      float m = rowMax[r];
+      for (int j = 0; j < cols; ++j) {
+        bool visible = r < rows && (!causal || t0 + j <= q0 + r + past);
+        sr[j] = visible ? sr[j] * scale : -INFINITY;
+        m = fmaxf(m, sr[j]);
+      }
+      float sum = 0.0f;
+      for (int j = 0; j < KT; ++j) {
+        float p = (j < cols && sr[j] != -INFINITY) ? expf(sr[j] - m) : 0.0f;
+        __nv_bfloat16 pb = __float2bfloat16(p);
+        ps[r * ldp + j] = pb;
+        sum += __bfloat162float(pb); // the sum of what P V multiplies
+      }
+      float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
+      rowSum[r] = rowSum[r] * rescale + sum;
+      rowMax[r] = m;
+      rowScale[r] = rescale;
+    }
+    __syncthreads();
+    // ot[16 warp rows][DV] = P V.
+    for (int n0 = 0; n0 < dv; n0 += 16) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int j0 = 0; j0 < KT; j0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, ps + warp * 16 * ldp + j0, ldp);
+        wmma::load_matrix_sync(fb, vs + j0 * ldv + n0, ldv);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(ot + warp * 16 * ldo + n0, acc, ldo, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) {
+      int r = i / dv, d = i % dv;
+      os[i] = os[i] * rowScale[r] + ot[r * ldo + d];
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
+    int r = i / dv, d = i % dv;
+    y[((b * S + q0 + r) * H + h) * DV + d] = __float2bfloat16(os[i] / rowSum[r]);
   }
 }
 
@@ -1205,8 +1329,25 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       headOffset = groupIndex(headAxes) * H;
       totalHeads = H * groupSize(headAxes);
     }
-    // Tiles that fit the device's shared memory (opt-in beyond 48 KiB).
     int64_t limit = sharedOptIn;
+    bool causal = attrInt(a, "causal") != 0;
+    float scale = static_cast<float>(attrFloat(a, "scale"));
+    // bf16 with head widths in 16s: tensor cores (unless PARAX_ATTENTION=cuda-cores).
+    const char *choice = std::getenv("PARAX_ATTENTION");
+    int64_t tcBytes = TensorCoreTiles::bytes(D, DV);
+    if (y.elem == Elem::BF16 && D % 16 == 0 && DV % 16 == 0 && tcBytes <= limit &&
+        !(choice && std::string(choice) == "cuda-cores")) {
+      if (tcBytes > 48 * 1024)
+        PARAX_CUDA(cudaFuncSetAttribute(attentionTensorCoreKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(tcBytes)));
+      int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
+      PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
+          q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
+          T, KH, DV, causal, scale, headOffset, totalHeads / KH);
+      return Status::ok();
+    }
+    // Otherwise CUDA cores, with tiles that fit the device's shared memory
+    // (opt-in beyond 48 KiB).
     AttentionTiles tiles;
     while (AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4 > limit && tiles.keys > 16)
       tiles.keys /= 2;
@@ -1224,8 +1365,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         PARAX_CUDA(cudaFuncSetAttribute(attentionKernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(sharedBytes)));
       PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
-          q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, attrInt(a, "causal") != 0,
-          static_cast<float>(attrFloat(a, "scale")), headOffset, totalHeads / KH, tiles.queries, tiles.keys);
+          q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, causal, scale, headOffset,
+          totalHeads / KH, tiles.queries, tiles.keys);
       return Status::ok();
     });
   }

@@ -186,15 +186,18 @@ BENCH = {  # name -> (preset, layers, batch, seq, dtype)
 }
 
 
-# One op alone: name -> (batch, seq, heads, kv heads, head width), causal
-# attention with Llama-3-8B's shapes (fp32).
+# One op alone: name -> ((batch, seq, heads, kv heads, head width), dtype,
+# PARAX_ATTENTION), causal attention with Llama-3-8B's shapes: fp32 (CUDA
+# cores), bf16 on tensor cores and bf16 on CUDA cores.
 BENCH_ATTENTION = {
-    "attention-llama3-8b-prefill2048": (1, 2048, 32, 8, 128),
+    "attention-llama3-8b-prefill2048": ((1, 2048, 32, 8, 128), "f32", ""),
+    "attention-llama3-8b-prefill2048-bf16": ((1, 2048, 32, 8, 128), "bf16", ""),
+    "attention-llama3-8b-prefill2048-bf16-cuda-cores": ((1, 2048, 32, 8, 128), "bf16", "cuda-cores"),
 }
 
 
-def _attention_mlir(B, S, H, KH, D):
-    q, kv = f"tensor<{B}x{S}x{H}x{D}xf32>", f"tensor<{B}x{S}x{KH}x{D}xf32>"
+def _attention_mlir(B, S, H, KH, D, dtype="f32"):
+    q, kv = f"tensor<{B}x{S}x{H}x{D}x{dtype}>", f"tensor<{B}x{S}x{KH}x{D}x{dtype}>"
     return (f"func.func @f(%q: {q}, %k: {kv}, %v: {kv}) -> {q} {{\n"
             f"  %y = parax.attention %q, %k, %v {{causal, head_dim = {D} : i64, num_heads = {H} : i64,"
             f" num_kv_heads = {KH} : i64, scale = {D ** -0.5} : f64}} : ({q}, {kv}, {kv}) -> {q}\n"
@@ -204,12 +207,12 @@ def _attention_mlir(B, S, H, KH, D):
 def prepare_bench(root, bin_dir):
     """Only the executables travel (weights and inputs are made where they run)."""
     from parax.models import build_model, load_config
-    for name, dims in BENCH_ATTENTION.items():
+    for name, (dims, dtype, _) in BENCH_ATTENTION.items():
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
         ir = os.path.join(d, "op.mlir")
         with open(ir, "w") as f:
-            f.write(_attention_mlir(*dims))
+            f.write(_attention_mlir(*dims, dtype))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
         os.remove(ir)
     for name, (preset, layers, batch, seq, dtype) in BENCH.items():
@@ -260,7 +263,7 @@ def bench(root, bin_dir, device="cuda"):
         results.append({"case": name, "step_ms_median_of_10": step_ms,
                         "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes,
                         "weights_read_tb_per_s": weight_bytes / step_ms / 1e9})
-    for name, (B, S, H, KH, D) in BENCH_ATTENTION.items():
+    for name, ((B, S, H, KH, D), _, kernel) in BENCH_ATTENTION.items():
         d = os.path.join(root, name)
         rng = np.random.default_rng(2)
         inputs = []
@@ -270,7 +273,8 @@ def bench(root, bin_dir, device="cuda"):
         weights_path = os.path.join(d, "empty.safetensors")
         save_safetensors(weights_path, {})
         _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
-                           os.path.join(d, "out.npy"), device, steps=10, timeout=300)
+                           os.path.join(d, "out.npy"), device, steps=10, timeout=300,
+                           env={"PARAX_ATTENTION": kernel} if kernel else None)
         step_ms = float(log.split("step time ")[1].split(" ms")[0])
         # The causal half only: q.k and p.v over the keys each query sees.
         flops = 4 * B * H * D * S * (S + 1) / 2

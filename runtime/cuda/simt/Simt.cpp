@@ -59,7 +59,8 @@ struct State {
   std::vector<Fiber> fibers;
   Fiber *running = nullptr;
   const std::function<void()> *body = nullptr;
-  std::vector<unsigned char> shared;
+  std::vector<unsigned char> shared; // dynamic shared memory, 128-byte aligned within
+  std::string fault;                 // a rule broken by the running kernel
   std::map<uintptr_t, size_t> allocations; // base -> bytes
   std::map<const void *, int> sharedOptIn;  // kernel -> bytes of dynamic shared memory
   cudaError_t lastError = cudaSuccess;
@@ -182,7 +183,16 @@ void syncthreads() {
   enteredStack(f->fakeStack, false);
 }
 
-void *dynamicShared() { return state().shared.data(); }
+void *dynamicShared() {
+  uintptr_t p = reinterpret_cast<uintptr_t>(state().shared.data());
+  return reinterpret_cast<void *>((p + 127) / 128 * 128);
+}
+
+void fault(const char *what) {
+  State &s = state();
+  if (s.fault.empty())
+    s.fault = what;
+}
 
 void launch(const void *function, const char *kernel, dim3 grid, dim3 block, size_t shared,
             cudaStream_t, const std::function<void()> &body) {
@@ -211,13 +221,16 @@ void launch(const void *function, const char *kernel, dim3 grid, dim3 block, siz
     s.fibers.emplace_back();
     s.fibers.back().stack = newStack();
   }
-  s.shared.assign(shared, 0xff);
+  s.shared.assign(shared + 128, 0xff);
   s.body = &body;
+  s.fault.clear();
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x)
         if (!runBlock(kernel, {x, y, z}, grid, block))
           return;
+  if (!s.fault.empty())
+    fail(cudaErrorLaunchFailure, std::string(kernel) + ": " + s.fault);
 }
 
 void setReverseOrder(bool reverse) { reverseOrder() = reverse; }

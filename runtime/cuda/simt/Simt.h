@@ -94,6 +94,77 @@ __nv_bfloat16 __float2bfloat16(float x);
 float __bfloat162float(__nv_bfloat16 x);
 
 //===----------------------------------------------------------------------===//
+// WMMA (tensor-core fragments): every lane holds the whole tile, row-major,
+// and computes the whole product; loads and stores check the hardware's
+// rules (256-bit aligned pointers, ldm a multiple of 16 bytes).
+//===----------------------------------------------------------------------===//
+
+namespace parax::simt {
+/// A kernel broke a rule a GPU enforces: the launch fails when it ends.
+void fault(const char *what);
+} // namespace parax::simt
+
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+  static constexpr int rows = std::is_same<Use, matrix_b>::value ? K : M;
+  static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
+  static constexpr int num_elements = rows * cols;
+  T x[num_elements];
+};
+
+inline void checkTile(const void *p, unsigned ldm, size_t bytes) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0)
+    ::parax::simt::fault("wmma: a tile pointer not 256-bit aligned");
+  if ((ldm * bytes) % 16 != 0)
+    ::parax::simt::fault("wmma: ldm not a multiple of 16 bytes");
+}
+
+template <typename Use, int M, int N, int K, typename T, typename Layout, typename E>
+void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const E *p, unsigned ldm) {
+  static_assert(std::is_same<T, E>::value, "wmma: the pointer's type is the fragment's");
+  using F = fragment<Use, M, N, K, T, Layout>;
+  checkTile(p, ldm, sizeof(E));
+  for (int r = 0; r < F::rows; ++r)
+    for (int c = 0; c < F::cols; ++c)
+      f.x[r * F::cols + c] = std::is_same<Layout, row_major>::value ? p[r * ldm + c] : p[c * ldm + r];
+}
+template <int M, int N, int K>
+void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t layout) {
+  checkTile(p, ldm, sizeof(float));
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * N + c];
+}
+template <typename Use, int M, int N, int K, typename T, typename Layout, typename V>
+void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, V value) {
+  for (T &e : f.x)
+    e = static_cast<T>(value);
+}
+inline float widen(float x) { return x; }
+inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <int M, int N, int K, typename T, typename LA, typename LB>
+void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+              const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
+  fragment<accumulator, M, N, K, float> out;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float sum = c.x[i * N + j];
+      for (int k = 0; k < K; ++k)
+        sum += widen(a.x[i * K + k]) * widen(b.x[k * N + j]);
+      out.x[i * N + j] = sum;
+    }
+  d = out;
+}
+} // namespace nvcuda::wmma
+
+//===----------------------------------------------------------------------===//
 // Runtime API
 //===----------------------------------------------------------------------===//
 
