@@ -563,6 +563,25 @@ struct TensorCoreTiles {
   }
 };
 
+// One warp: out[16][16] (fp32, row-major) = a[16][k] . b[k][16] on tensor
+// cores; a is row-major, b is read as LayoutB and advances `bStep` elements
+// per 16 of k.
+template <typename LayoutB>
+__device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *b, int ldb, int bStep, int k,
+                                float *out, int ldo) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  for (int k0 = 0; k0 < k; k0 += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB> fb;
+    wmma::load_matrix_sync(fa, a + k0, lda);
+    wmma::load_matrix_sync(fb, b + (k0 / 16) * bStep, ldb);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+  wmma::store_matrix_sync(out, acc, ldo, wmma::mem_row_major);
+}
+
 __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                           __nv_bfloat16 *y, int64_t B, int64_t S, int64_t H, int64_t D, int64_t T_,
                                           int64_t KH, int64_t DV, bool causal, float scale, int64_t headOffset,
@@ -609,18 +628,9 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
     }
     __syncthreads();
     // S[16 warp rows][KT] = Q K^T (K^T read as a column-major matrix_b).
-    for (int n0 = 0; n0 < KT; n0 += 16) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int d0 = 0; d0 < dq; d0 += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-        wmma::load_matrix_sync(fa, qs + warp * 16 * ldq + d0, ldq);
-        wmma::load_matrix_sync(fb, ks + n0 * ldq + d0, ldq);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(ss + warp * 16 * lds + n0, acc, lds, wmma::mem_row_major);
-    }
+    for (int n0 = 0; n0 < KT; n0 += 16)
+      warpTileProduct<wmma::col_major>(qs + warp * 16 * ldq, ldq, ks + n0 * ldq, ldq, 16, dq,
+                                       ss + warp * 16 * lds + n0, lds);
     __syncthreads();
     for (int r = threadIdx.x; r < QT; r += blockDim.x) {
       float *sr = ss + r * lds;
@@ -644,18 +654,9 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
     }
     __syncthreads();
     // ot[16 warp rows][DV] = P V.
-    for (int n0 = 0; n0 < dv; n0 += 16) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int j0 = 0; j0 < KT; j0 += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, ps + warp * 16 * ldp + j0, ldp);
-        wmma::load_matrix_sync(fb, vs + j0 * ldv + n0, ldv);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(ot + warp * 16 * ldo + n0, acc, ldo, wmma::mem_row_major);
-    }
+    for (int n0 = 0; n0 < dv; n0 += 16)
+      warpTileProduct<wmma::row_major>(ps + warp * 16 * ldp, ldp, vs + n0, ldv, 16 * ldv, KT,
+                                       ot + warp * 16 * ldo + n0, ldo);
     __syncthreads();
     for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) {
       int r = i / dv, d = i % dv;
