@@ -1,0 +1,615 @@
+// Kernels.cuh - the CUDA backend's kernels, one (or a few) per op: fp32 math
+// on fp32 or bf16 storage, flash-style attention on CUDA cores and on bf16
+// tensor cores, MoE routing and exchanges. Included by CudaExecutor.cu only
+// (one translation unit), which launches them.
+
+#ifndef PARAX_RUNTIME_CUDA_KERNELS_CUH
+#define PARAX_RUNTIME_CUDA_KERNELS_CUH
+
+#include "CudaCommon.cuh"
+
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace parax::runtime {
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kLtWorkspace = 32u << 20; // cuBLASLt's workspace (32 MiB suits Hopper)
+constexpr int kMaxRank = 8;
+
+// Blocks for a grid-stride loop over n elements (at least one: a grid of
+// zero blocks is an invalid launch).
+int blocksFor(int64_t n) {
+  return static_cast<int>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535));
+}
+
+struct Dims {
+  int rank = 0;
+  int64_t d[kMaxRank] = {};
+};
+Dims dimsOf(const std::vector<int64_t> &shape) {
+  Dims d;
+  d.rank = shape.size();
+  for (size_t i = 0; i < shape.size() && i < kMaxRank; ++i) d.d[i] = shape[i];
+  return d;
+}
+
+// Floating-point storage: fp32 or bf16 (T); the math is fp32 either way.
+// Data movement copies the bits (W: uint32_t or uint16_t, by element size).
+__device__ __forceinline__ float ld(const float *p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(float *p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v) { p[i] = __float2bfloat16(v); }
+
+__device__ float siluF(float x) { return x / (1.0f + expf(-x)); }
+
+#define PARAX_GRID_STRIDE(k, n)                                                                    \
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < (n);                        \
+       k += (int64_t)gridDim.x * blockDim.x)
+
+template <typename W>
+__global__ void embeddingKernel(const int32_t *ids, const W *table, W *out, int64_t tokens, int64_t h,
+                                int64_t rows, int64_t offset) {
+  PARAX_GRID_STRIDE(k, tokens * h) {
+    int64_t t = k / h, c = k % h, id = ids[t] - offset;
+    out[k] = (id < 0 || id >= rows) ? W(0) : table[id * h + c]; // all-zero bits: 0.0 in fp32 and bf16
+  }
+}
+
+__global__ void toBf16Kernel(const float *x, __nv_bfloat16 *y, int64_t n) {
+  PARAX_GRID_STRIDE(i, n) y[i] = __float2bfloat16(x[i]);
+}
+
+// One block per row.
+template <typename T>
+__global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, float eps, bool layerNorm) {
+  __shared__ float partial[kThreads];
+  const T *xr = x + blockIdx.x * h;
+  T *yr = y + blockIdx.x * h;
+  float mean = 0;
+  if (layerNorm) {
+    float s = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += ld(xr, c);
+    partial[threadIdx.x] = s;
+    __syncthreads();
+    for (int step = blockDim.x / 2; step > 0; step /= 2) {
+      if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+      __syncthreads();
+    }
+    mean = partial[0] / h;
+    __syncthreads();
+  }
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += (ld(xr, c) - mean) * (ld(xr, c) - mean);
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+    __syncthreads();
+  }
+  float inv = rsqrtf(partial[0] / h + eps);
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+    st(yr, c, (ld(xr, c) - mean) * inv * ld(w, c) + (layerNorm ? ld(b, c) : 0.0f));
+}
+
+// Angles in double, as the CPU backend computes them (float loses ~1e-4 rad
+// at position 2048).
+template <typename T>
+__global__ void ropeKernel(T *v, const double *invFreq, int64_t B, int64_t S, int64_t H, int64_t D, int64_t rot,
+                           int64_t offset, bool interleaved) {
+  int64_t half = rot / 2;
+  PARAX_GRID_STRIDE(k, B * S * H * half) {
+    int64_t i = k % half, row = k / half, s = (row / H) % S;
+    double angle = (offset + s) * invFreq[i];
+    float c = static_cast<float>(cos(angle)), sn = static_cast<float>(sin(angle));
+    T *x = v + row * D;
+    int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + half;
+    float x0 = ld(x, p), x1 = ld(x, q);
+    st(x, p, x0 * c - x1 * sn);
+    st(x, q, x1 * c + x0 * sn);
+  }
+}
+
+// Flash-style attention on CUDA cores: one block per (batch, head, tile of
+// `qTile` queries). Key tiles of `kTile` keys pass through shared memory
+// (fp32 whatever the storage); each query row keeps an online softmax
+// (running max and sum), and the output tile accumulates in shared memory,
+// each element owned by one thread. Nothing of size S x T is stored, and
+// each key tile is read once per query tile (not once per query).
+struct AttentionTiles {
+  int queries = 32, keys = 64;
+  // Floats of dynamic shared memory for head widths D (query/key), DV.
+  static int64_t floats(int q, int k, int64_t D, int64_t DV) {
+    return q * (D + 1) + k * (D + 1) + k * DV + q * k + q * DV + 3 * q;
+  }
+};
+
+template <typename T>
+__global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_t B, int64_t S, int64_t H,
+                                int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
+                                int64_t headOffset, int64_t group, int qTile, int kTile) {
+  PARAX_DYNAMIC_SHARED(float, shared);
+  const int ds = static_cast<int>(D) + 1; // padded rows: keys fall in different banks
+  const int dv = static_cast<int>(DV), d0 = static_cast<int>(D);
+  float *qs = shared;               // [qTile][D + 1]
+  float *ks = qs + qTile * ds;      // [kTile][D + 1]
+  float *vs = ks + kTile * ds;      // [kTile][DV]
+  float *ps = vs + kTile * dv;      // [qTile][kTile]: scores, then probabilities
+  float *os = ps + qTile * kTile;   // [qTile][DV]: the unnormalised output
+  float *rowMax = os + qTile * dv, *rowSum = rowMax + qTile, *rowScale = rowSum + qTile;
+  int64_t tiles = (S + qTile - 1) / qTile;
+  int64_t qt = blockIdx.x % tiles, h = (blockIdx.x / tiles) % H, b = blockIdx.x / (tiles * H);
+  int64_t q0 = qt * qTile;
+  int rows = static_cast<int>(min((int64_t)qTile, S - q0));
+  int64_t kh = (headOffset + h) / group;
+  int64_t past = T_ - S; // keys before the first query's position
+  // Keys the tile's last query sees (causal), or all of them.
+  int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
+  for (int i = threadIdx.x; i < qTile * ds; i += blockDim.x) {
+    int r = i / ds, d = i % ds;
+    qs[i] = (r < rows && d < d0) ? ld(q, ((b * S + q0 + r) * H + h) * D + d) : 0.0f;
+  }
+  for (int i = threadIdx.x; i < qTile * dv; i += blockDim.x) os[i] = 0.0f;
+  for (int r = threadIdx.x; r < qTile; r += blockDim.x) {
+    rowMax[r] = -INFINITY;
+    rowSum[r] = 0.0f;
+  }
+  __syncthreads();
+  for (int64_t t0 = 0; t0 < keysEnd; t0 += kTile) {
+    int cols = static_cast<int>(min((int64_t)kTile, keysEnd - t0));
+    for (int i = threadIdx.x; i < kTile * ds; i += blockDim.x) {
+      int j = i / ds, d = i % ds;
+      ks[i] = (j < cols && d < d0) ? ld(k, ((b * T_ + t0 + j) * KH + kh) * D + d) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
+      int j = i / dv, d = i % dv;
+      vs[i] = j < cols ? ld(v, ((b * T_ + t0 + j) * KH + kh) * DV + d) : 0.0f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < qTile * kTile; i += blockDim.x) {
+      int r = i / kTile, j = i % kTile;
+      float score = -INFINITY;
+      if (r < rows && j < cols && (!causal || t0 + j <= q0 + r + past)) {
+        const float *qr = qs + r * ds, *kr = ks + j * ds;
+        float dot = 0.0f;
+        for (int d = 0; d < d0; ++d) dot += qr[d] * kr[d];
+        score = dot * scale;
+      }
+      ps[i] = score;
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < qTile; r += blockDim.x) {
+      float *pr = ps + r * kTile;
+      float m = rowMax[r];
+      for (int j = 0; j < cols; ++j) m = fmaxf(m, pr[j]);
+      float sum = 0.0f;
+      for (int j = 0; j < kTile; ++j) {
+        float p = (j < cols && pr[j] != -INFINITY) ? expf(pr[j] - m) : 0.0f; // masked: 0
+        pr[j] = p;
+        sum += p;
+      }
+      float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
+      rowSum[r] = rowSum[r] * rescale + sum;
+      rowMax[r] = m;
+      rowScale[r] = rescale;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < qTile * dv; i += blockDim.x) {
+      int r = i / dv, d = i % dv;
+      const float *pr = ps + r * kTile;
+      float a = os[i] * rowScale[r];
+      for (int j = 0; j < cols; ++j) a += pr[j] * vs[j * dv + d];
+      os[i] = a;
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
+    int r = i / dv, d = i % dv;
+    st(y, ((b * S + q0 + r) * H + h) * DV + d, os[i] / rowSum[r]);
+  }
+}
+
+// Attention on bf16 tensor cores (WMMA 16x16x16, fp32 accumulation), for
+// bf16 storage with head widths that are multiples of 16: one block of four
+// warps per (batch, head, 64 queries), each warp owning 16 query rows.
+// Per 64-key tile: S = Q K^T on tensor cores, the online softmax in fp32 by
+// one thread per row (P rounded to bf16), then P V on tensor cores into a
+// scratch tile that the block folds into the fp32 output (rescaled per
+// row). Shared memory rows are padded (8 bf16 / 4 fp32) to keep WMMA's
+// 256-bit alignment and spread the banks.
+struct TensorCoreTiles {
+  static constexpr int kQueries = 64, kKeys = 64, kWarps = 4;
+  // Bytes of dynamic shared memory for head widths D, DV.
+  static int64_t bytes(int64_t D, int64_t DV) {
+    return 2 * (kQueries * (D + 8) + kKeys * (D + 8) + kKeys * (DV + 8) + kQueries * (kKeys + 8)) +
+           4 * (kQueries * (kKeys + 4) + kQueries * (DV + 4) + kQueries * DV + 3 * kQueries);
+  }
+};
+
+// One warp: out[16][16] (fp32, row-major) = a[16][k] . b[k][16] on tensor
+// cores; a is row-major, b is read as LayoutB and advances `bStep` elements
+// per 16 of k.
+template <typename LayoutB>
+__device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *b, int ldb, int bStep, int k,
+                                float *out, int ldo) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  for (int k0 = 0; k0 < k; k0 += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB> fb;
+    wmma::load_matrix_sync(fa, a + k0, lda);
+    wmma::load_matrix_sync(fb, b + (k0 / 16) * bStep, ldb);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+  wmma::store_matrix_sync(out, acc, ldo, wmma::mem_row_major);
+}
+
+__global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                          __nv_bfloat16 *y, int64_t B, int64_t S, int64_t H, int64_t D, int64_t T_,
+                                          int64_t KH, int64_t DV, bool causal, float scale, int64_t headOffset,
+                                          int64_t group) {
+  using namespace nvcuda;
+  constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
+  PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
+  const int dq = static_cast<int>(D), dv = static_cast<int>(DV);
+  const int ldq = dq + 8, ldv = dv + 8, ldp = KT + 8, lds = KT + 4, ldo = dv + 4;
+  auto *qs = reinterpret_cast<__nv_bfloat16 *>(shared); // [QT][ldq]
+  __nv_bfloat16 *ks = qs + QT * ldq;                    // [KT][ldq]
+  __nv_bfloat16 *vs = ks + KT * ldq;                    // [KT][ldv]
+  __nv_bfloat16 *ps = vs + KT * ldv;                    // [QT][ldp] probabilities
+  auto *ss = reinterpret_cast<float *>(ps + QT * ldp);  // [QT][lds] scores
+  float *ot = ss + QT * lds;                            // [QT][ldo] this tile's P V
+  float *os = ot + QT * ldo;                            // [QT][dv] the output so far
+  float *rowMax = os + QT * dv, *rowSum = rowMax + QT, *rowScale = rowSum + QT;
+  int64_t tiles = (S + QT - 1) / QT;
+  int64_t qt = blockIdx.x % tiles, h = (blockIdx.x / tiles) % H, b = blockIdx.x / (tiles * H);
+  int64_t q0 = qt * QT;
+  int rows = static_cast<int>(min((int64_t)QT, S - q0));
+  int64_t kh = (headOffset + h) / group, past = T_ - S;
+  int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
+  int warp = threadIdx.x / 32;
+  for (int i = threadIdx.x; i < QT * dq; i += blockDim.x) {
+    int r = i / dq, d = i % dq;
+    qs[r * ldq + d] = r < rows ? q[((b * S + q0 + r) * H + h) * D + d] : __float2bfloat16(0.0f);
+  }
+  for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) os[i] = 0.0f;
+  for (int r = threadIdx.x; r < QT; r += blockDim.x) {
+    rowMax[r] = -INFINITY;
+    rowSum[r] = 0.0f;
+  }
+  __syncthreads();
+  for (int64_t t0 = 0; t0 < keysEnd; t0 += KT) {
+    int cols = static_cast<int>(min((int64_t)KT, keysEnd - t0));
+    for (int i = threadIdx.x; i < KT * dq; i += blockDim.x) {
+      int j = i / dq, d = i % dq;
+      ks[j * ldq + d] = j < cols ? k[((b * T_ + t0 + j) * KH + kh) * D + d] : __float2bfloat16(0.0f);
+    }
+    for (int i = threadIdx.x; i < KT * dv; i += blockDim.x) {
+      int j = i / dv, d = i % dv;
+      vs[j * ldv + d] = j < cols ? v[((b * T_ + t0 + j) * KH + kh) * DV + d] : __float2bfloat16(0.0f);
+    }
+    __syncthreads();
+    // S[16 warp rows][KT] = Q K^T (K^T read as a column-major matrix_b).
+    for (int n0 = 0; n0 < KT; n0 += 16)
+      warpTileProduct<wmma::col_major>(qs + warp * 16 * ldq, ldq, ks + n0 * ldq, ldq, 16, dq,
+                                       ss + warp * 16 * lds + n0, lds);
+    __syncthreads();
+    for (int r = threadIdx.x; r < QT; r += blockDim.x) {
+      float *sr = ss + r * lds;
+      float m = rowMax[r];
+      for (int j = 0; j < cols; ++j) {
+        bool visible = r < rows && (!causal || t0 + j <= q0 + r + past);
+        sr[j] = visible ? sr[j] * scale : -INFINITY;
+        m = fmaxf(m, sr[j]);
+      }
+      float sum = 0.0f;
+      for (int j = 0; j < KT; ++j) {
+        float p = (j < cols && sr[j] != -INFINITY) ? expf(sr[j] - m) : 0.0f;
+        __nv_bfloat16 pb = __float2bfloat16(p);
+        ps[r * ldp + j] = pb;
+        sum += __bfloat162float(pb); // the sum of what P V multiplies
+      }
+      float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
+      rowSum[r] = rowSum[r] * rescale + sum;
+      rowMax[r] = m;
+      rowScale[r] = rescale;
+    }
+    __syncthreads();
+    // ot[16 warp rows][DV] = P V.
+    for (int n0 = 0; n0 < dv; n0 += 16)
+      warpTileProduct<wmma::row_major>(ps + warp * 16 * ldp, ldp, vs + n0, ldv, 16 * ldv, KT,
+                                       ot + warp * 16 * ldo + n0, ldo);
+    __syncthreads();
+    for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) {
+      int r = i / dv, d = i % dv;
+      os[i] = os[i] * rowScale[r] + ot[r * ldo + d];
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
+    int r = i / dv, d = i % dv;
+    y[((b * S + q0 + r) * H + h) * DV + d] = __float2bfloat16(os[i] / rowSum[r]);
+  }
+}
+
+__device__ int64_t broadcastIndex(const Dims &in, const Dims &out, int64_t k) {
+  int64_t index = 0, stride = 1;
+  for (int d = out.rank - 1; d >= 0; --d) {
+    int64_t coord = k % out.d[d];
+    k /= out.d[d];
+    if (in.d[d] != 1) index += coord * stride;
+    stride *= in.d[d];
+  }
+  return index;
+}
+
+template <typename T>
+__global__ void binaryKernel(const T *l, const T *r, T *y, Dims ld_, Dims rd, Dims od, int64_t n, bool add) {
+  PARAX_GRID_STRIDE(k, n) {
+    float a = ld(l, broadcastIndex(ld_, od, k)), b = ld(r, broadcastIndex(rd, od, k));
+    st(y, k, add ? a + b : a * b);
+  }
+}
+
+template <typename W> __global__ void broadcastKernel(const W *x, W *y, Dims xd, Dims od, int64_t n) {
+  PARAX_GRID_STRIDE(k, n) y[k] = x[broadcastIndex(xd, od, k)];
+}
+
+// kind: 0 silu, 1 sigmoid, 2 gelu tanh, 3 gelu erf
+template <typename T> __global__ void unaryKernel(const T *x, T *y, int64_t n, int kind) {
+  PARAX_GRID_STRIDE(k, n) {
+    float v = ld(x, k), r;
+    if (kind == 0) r = siluF(v);
+    else if (kind == 1) r = 1.0f / (1.0f + expf(-v));
+    else if (kind == 2) r = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    else r = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    st(y, k, r);
+  }
+}
+
+template <typename T> __global__ void swigluKernel(const T *g, const T *u, T *y, int64_t n) {
+  PARAX_GRID_STRIDE(k, n) st(y, k, siluF(ld(g, k)) * ld(u, k));
+}
+
+template <typename W> __global__ void transposeKernel(const W *x, W *y, Dims xd, Dims yd, Dims perm, int64_t n) {
+  PARAX_GRID_STRIDE(k, n) {
+    int64_t rem = k, offset = 0;
+    int64_t xs[kMaxRank];
+    xs[xd.rank - 1] = 1;
+    for (int d = xd.rank - 2; d >= 0; --d) xs[d] = xs[d + 1] * xd.d[d + 1];
+    for (int d = yd.rank - 1; d >= 0; --d) {
+      int64_t coord = rem % yd.d[d];
+      rem /= yd.d[d];
+      offset += coord * xs[perm.d[d]];
+    }
+    y[k] = x[offset];
+  }
+}
+
+// y[o, j, i] = x[o, start + j, i] for j < ny (x has nx along the middle).
+template <typename W>
+__global__ void sliceKernel(const W *x, W *y, int64_t outer, int64_t nx, int64_t ny, int64_t start, int64_t inner) {
+  PARAX_GRID_STRIDE(k, outer * ny * inner) {
+    int64_t i = k % inner, j = (k / inner) % ny, o = k / (inner * ny);
+    y[k] = x[(o * nx + start + j) * inner + i];
+  }
+}
+
+// The inverse: place x (ny along the middle) at `start` of y (nx).
+template <typename W>
+__global__ void placeKernel(const W *x, W *y, int64_t outer, int64_t nx, int64_t ny, int64_t start, int64_t inner) {
+  PARAX_GRID_STRIDE(k, outer * ny * inner) {
+    int64_t i = k % inner, j = (k / inner) % ny, o = k / (inner * ny);
+    y[(o * nx + start + j) * inner + i] = x[k];
+  }
+}
+
+// One thread per token: scores, choice (+bias, groups), top-k weights/indices.
+// The logits come from a GEMM in fp32; bias and weights have the storage T.
+template <typename T>
+__global__ void routerKernel(const float *logits, const T *bias, float *scratch, T *weights, int32_t *indices,
+                             int64_t tokens, int64_t E, int64_t K, bool sigmoidScores, bool normalize,
+                             float scaling, int64_t groups, int64_t topkGroups) {
+  int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const float *l = logits + t * E;
+  float *scores = scratch + t * 2 * E, *choice = scores + E;
+  float m = -INFINITY, sum = 0;
+  for (int64_t e = 0; e < E; ++e) m = fmaxf(m, l[e]);
+  for (int64_t e = 0; e < E; ++e) {
+    scores[e] = sigmoidScores ? 1.0f / (1.0f + expf(-l[e])) : expf(l[e] - m);
+    sum += scores[e];
+  }
+  if (!sigmoidScores) for (int64_t e = 0; e < E; ++e) scores[e] /= sum;
+  for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? ld(bias, e) : 0.0f);
+  if (groups > 1) {
+    int64_t per = E / groups;
+    for (int64_t kept = 0; kept < groups - topkGroups; ++kept) {
+      // Drop the group with the lowest top-2 sum among those still allowed.
+      int64_t worst = -1;
+      float worstScore = INFINITY;
+      for (int64_t g = 0; g < groups; ++g) {
+        float a = -INFINITY, b = -INFINITY;
+        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+          float c = choice[e];
+          if (c > a) { b = a; a = c; } else if (c > b) { b = c; }
+        }
+        if (a == -INFINITY) continue; // already dropped
+        float gs = a + (per > 1 ? b : 0.0f);
+        if (gs < worstScore || (gs == worstScore && g > worst)) { worstScore = gs; worst = g; }
+      }
+      for (int64_t e = worst * per; e < (worst + 1) * per; ++e) choice[e] = -INFINITY;
+    }
+  }
+  float total = 0;
+  float chosen[64];
+  for (int64_t j = 0; j < K; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; ++e)
+      if (best < 0 || choice[e] > choice[best]) best = e;
+    indices[t * K + j] = static_cast<int32_t>(best);
+    chosen[j] = scores[best];
+    total += scores[best];
+    choice[best] = -INFINITY;
+  }
+  for (int64_t j = 0; j < K; ++j) {
+    float w = chosen[j];
+    if (normalize) w /= (total + 1e-20f);
+    st(weights, t * K + j, w * scaling);
+  }
+}
+
+// Experts as GEMMs: the pairs (token, choice) grouped by expert -- perm
+// lists them expert by expert, each in token order, and pos is the inverse
+// -- so that each expert's rows run through cuBLAS together.
+// One thread per expert walks the pairs.
+__global__ void expertCountKernel(const int32_t *idx, int32_t *count, int64_t pairs, int64_t E) {
+  int64_t e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= E) return;
+  int32_t n = 0;
+  for (int64_t k = 0; k < pairs; ++k) n += idx[k] == e;
+  count[e] = n;
+}
+
+__global__ void expertOrderKernel(const int32_t *idx, const int32_t *offset, int32_t *perm, int32_t *pos,
+                                  int64_t pairs, int64_t E) {
+  int64_t e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= E) return;
+  int32_t n = offset[e];
+  for (int64_t k = 0; k < pairs; ++k)
+    if (idx[k] == e) {
+      perm[n] = static_cast<int32_t>(k);
+      pos[k] = n++;
+    }
+}
+
+// xg[r, :] = x[token of pair perm[r], :]
+template <typename W>
+__global__ void gatherRowsKernel(const W *x, const int32_t *perm, W *xg, int64_t rows, int64_t K, int64_t h) {
+  PARAX_GRID_STRIDE(i, rows * h) xg[i] = x[(perm[i / h] / K) * h + i % h];
+}
+
+// y[t, :] = sum over token t's pairs j (in order) of w[t, j] * down[pos[t, j], :]
+template <typename T>
+__global__ void expertsCombineKernel(const float *down, const T *w, const int32_t *pos, T *y, int64_t tokens,
+                                     int64_t K, int64_t h) {
+  PARAX_GRID_STRIDE(i, tokens * h) {
+    int64_t t = i / h, c = i % h;
+    float a = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      int32_t r = pos[t * K + j];
+      if (r >= 0) a += ld(w, t * K + j) * down[r * h + c]; // r < 0: an unused dispatch row
+    }
+    st(y, i, a);
+  }
+}
+
+// MoE exchanges (the CPU backend's layout): pair k goes to rank
+// dest = idx[k] / local, into slot dest * pairs + (its order among the pairs
+// for dest); a slot row is [x row | weight | local expert, -1 when empty],
+// in fp32 whatever the storage. One thread per destination walks the pairs.
+__global__ void moeSlotsKernel(const int32_t *idx, int32_t *slot, int64_t pairs, int64_t local, int64_t P) {
+  int64_t dest = blockIdx.x * blockDim.x + threadIdx.x;
+  if (dest >= P) return;
+  int64_t fill = 0;
+  for (int64_t k = 0; k < pairs; ++k)
+    if (idx[k] >= 0 && idx[k] / local == dest) slot[k] = static_cast<int32_t>(dest * pairs + fill++);
+}
+
+__global__ void moeClearKernel(float *send, int64_t slots, int64_t h) {
+  int64_t width = h + 2;
+  PARAX_GRID_STRIDE(i, slots * width) send[i] = i % width == h + 1 ? -1.0f : 0.0f; // every slot empty first
+}
+
+template <typename T>
+__global__ void moeFillKernel(const T *x, const T *w, const int32_t *idx, const int32_t *slot, float *send,
+                              int64_t pairs, int64_t K, int64_t h, int64_t local) {
+  int64_t width = h + 2;
+  PARAX_GRID_STRIDE(i, pairs * width) {
+    int64_t k = i / width, c = i % width;
+    int64_t s = slot[k];
+    if (s < 0) continue;
+    send[s * width + c] = c < h    ? ld(x, (k / K) * h + c)
+                          : c == h ? ld(w, k)
+                                   : static_cast<float>(idx[k] - (s / pairs) * local);
+  }
+}
+
+template <typename T>
+__global__ void moeUnpackKernel(const float *recv, T *rows, T *weights, int32_t *experts, int64_t slots, int64_t h) {
+  int64_t width = h + 2;
+  PARAX_GRID_STRIDE(i, slots * width) {
+    int64_t r = i / width, c = i % width;
+    if (c < h) st(rows, r * h + c, recv[i]);
+    else if (c == h) st(weights, r, recv[i]);
+    else experts[r] = static_cast<int32_t>(recv[i]);
+  }
+}
+
+// y[t, c] = the sum over token t's pairs (in order) of their returned rows.
+template <typename T>
+__global__ void moeCombineKernel(const T *back, const int32_t *slot, T *y, int64_t tokens, int64_t K, int64_t h) {
+  PARAX_GRID_STRIDE(i, tokens * h) {
+    int64_t t = i / h, c = i % h;
+    float a = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      int64_t s = slot[t * K + j];
+      if (s >= 0) a += ld(back, s * h + c);
+    }
+    st(y, i, a);
+  }
+}
+
+// One block per token; a label outside the vocabulary is reported through
+// `badToken` (the host turns it into an error, as the CPU backend does).
+template <typename T>
+__global__ void crossEntropyKernel(const T *logits, const int32_t *labels, float *total, int64_t V,
+                                   int32_t *badToken) {
+  __shared__ float partial[kThreads];
+  const T *l = logits + blockIdx.x * V;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, ld(l, c));
+  partial[threadIdx.x] = m;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + step]);
+    __syncthreads();
+  }
+  m = partial[0];
+  __syncthreads();
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) s += expf(ld(l, c) - m);
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    int32_t label = labels[blockIdx.x];
+    if (label < 0 || label >= V) *badToken = static_cast<int32_t>(blockIdx.x);
+    else atomicAdd(total, logf(partial[0]) + m - ld(l, label));
+  }
+}
+
+__global__ void scaleKernel(float *x, int64_t n, float factor) {
+  PARAX_GRID_STRIDE(k, n) x[k] *= factor;
+}
+
+} // namespace
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_CUDA_KERNELS_CUH

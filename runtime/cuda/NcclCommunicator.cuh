@@ -1,0 +1,298 @@
+// NcclCommunicator.cuh - the CUDA backend's collectives: NCCL communicators
+// per set of grid axes (unique id over MPI, ncclCommSplit), issued on their
+// own stream, watched by a watchdog at host synchronisations; or, when
+// ranks share a GPU, staged through host memory and MPI.
+// Included by CudaExecutor.cu only (one translation unit).
+
+#ifndef PARAX_RUNTIME_CUDA_NCCLCOMMUNICATOR_CUH
+#define PARAX_RUNTIME_CUDA_NCCLCOMMUNICATOR_CUH
+
+#include "CudaCommon.cuh"
+#include "parax/runtime/Communicator.h"
+#include "parax/runtime/CudaExecutor.h"
+
+#include <cuda_bf16.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace parax::runtime {
+
+//===----------------------------------------------------------------------===//
+// NCCL
+//===----------------------------------------------------------------------===//
+
+class NcclCommunicator {
+public:
+  std::vector<int64_t> shape;
+  int rank = 0, size = 1;
+  double timeout = 300;
+  // Host-staged: several ranks share one GPU (NCCL refuses a communicator
+  // with two ranks on one device), so collectives copy to the host and go
+  // through MPI. Slower, same results; it lets a one-GPU machine run every
+  // sharded program.
+  bool staged = false;
+  ncclComm_t world = nullptr;
+  std::vector<ncclComm_t> comms; // per axis mask (NCCL)
+  std::vector<MPI_Comm> mpiComms; // per axis mask (host-staged)
+  std::vector<int> sizes;
+  // NCCL work runs on its own stream, ordered after the compute stream's
+  // work so far by `ready`; the compute stream continues after it by the
+  // collective's own event. The host does not wait: `drain` (at every host
+  // synchronisation) watches the collectives in flight, oldest first.
+  cudaStream_t commStream = nullptr;
+  cudaEvent_t ready = nullptr;
+  struct InFlight {
+    cudaEvent_t done;
+    std::string op;
+  };
+  std::deque<InFlight> inFlight;
+  std::vector<cudaEvent_t> spareEvents;
+  std::string issuer; // the instruction now running, for the watchdog's reports
+
+  Status onCommStream(cudaStream_t compute, const std::string &op,
+                      const std::function<ncclResult_t(cudaStream_t)> &issue) {
+    PARAX_CUDA(cudaEventRecord(ready, compute));
+    PARAX_CUDA(cudaStreamWaitEvent(commStream, ready, 0));
+    ncclResult_t e = issue(commStream);
+    if (e != ncclSuccess)
+      return Status::error("rank " + std::to_string(rank) + ": " + op + ": " + ncclGetErrorString(e));
+    cudaEvent_t done = nullptr;
+    if (spareEvents.empty()) {
+      PARAX_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    } else {
+      done = spareEvents.back();
+      spareEvents.pop_back();
+    }
+    PARAX_CUDA(cudaEventRecord(done, commStream));
+    PARAX_CUDA(cudaStreamWaitEvent(compute, done, 0));
+    inFlight.push_back({done, op + " (" + issuer + ")"});
+    return Status::ok();
+  }
+
+  /// Waits until every collective issued so far has finished, polling NCCL
+  /// for asynchronous errors; on an error, or when one collective has not
+  /// finished after `timeout` seconds, aborts every communicator and names
+  /// this rank and that collective (with the instruction that issued it).
+  Status drain() {
+    while (!inFlight.empty()) {
+      InFlight &front = inFlight.front();
+      auto start = std::chrono::steady_clock::now();
+      while (true) {
+        for (ncclComm_t c : comms) {
+          if (!c)
+            continue;
+          ncclResult_t async = ncclSuccess;
+          ncclCommGetAsyncError(c, &async);
+          if (async != ncclSuccess && async != ncclInProgress) {
+            abortAll();
+            return Status::error("rank " + std::to_string(rank) + ": " + front.op + ": NCCL error " +
+                                 ncclGetErrorString(async));
+          }
+        }
+        cudaError_t q = cudaEventQuery(front.done);
+        if (q == cudaSuccess)
+          break;
+        if (q != cudaErrorNotReady)
+          return Status::error("rank " + std::to_string(rank) + ": " + front.op + ": " + cudaGetErrorString(q));
+        double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (elapsed > timeout) {
+          abortAll();
+          return Status::error("rank " + std::to_string(rank) + ": " + front.op + " timed out after " +
+                               std::to_string(static_cast<int>(timeout)) + " s");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      spareEvents.push_back(front.done);
+      inFlight.pop_front();
+    }
+    return Status::ok();
+  }
+
+  // Every operation takes device buffers of `n` elements of `e`. The
+  // host-staged path moves them as floats (bf16 widened exactly; integers
+  // as their bits, never reduced).
+  Status allReduce(void *buf, size_t n, Elem e, unsigned mask, cudaStream_t stream) {
+    if (!staged) {
+      return onCommStream(stream, "all_reduce", [&](cudaStream_t c) {
+        return ncclAllReduce(buf, buf, n, ncclTypeOf(e), ncclSum, comms[mask], c);
+      });
+    }
+    std::vector<float> h;
+    Status st = toHost(h, buf, n, e, stream);
+    if (!st.isOk()) return st;
+    MPI_Allreduce(MPI_IN_PLACE, h.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, mpiComms[mask]);
+    return toDevice(buf, h, e, stream);
+  }
+  /// `out` holds sizes[mask] pieces of `n`, in group order.
+  Status allGather(const void *in, void *out, size_t n, Elem e, unsigned mask, cudaStream_t stream) {
+    if (!staged) {
+      return onCommStream(stream, "all_gather", [&](cudaStream_t c) {
+        return ncclAllGather(in, out, n, ncclTypeOf(e), comms[mask], c);
+      });
+    }
+    std::vector<float> a, b(n * sizes[mask]);
+    Status st = toHost(a, in, n, e, stream);
+    if (!st.isOk()) return st;
+    MPI_Allgather(a.data(), static_cast<int>(n), MPI_FLOAT, b.data(), static_cast<int>(n), MPI_FLOAT,
+                  mpiComms[mask]);
+    return toDevice(out, b, e, stream);
+  }
+  /// `in` holds sizes[mask] pieces of `n`; `out` gets the sum of this rank's.
+  Status reduceScatter(const void *in, void *out, size_t n, Elem e, unsigned mask, cudaStream_t stream) {
+    if (!staged) {
+      return onCommStream(stream, "reduce_scatter", [&](cudaStream_t c) {
+        return ncclReduceScatter(in, out, n, ncclTypeOf(e), ncclSum, comms[mask], c);
+      });
+    }
+    std::vector<float> a, b(n);
+    Status st = toHost(a, in, n * sizes[mask], e, stream);
+    if (!st.isOk()) return st;
+    std::vector<int> counts(sizes[mask], static_cast<int>(n));
+    MPI_Reduce_scatter(a.data(), b.data(), counts.data(), MPI_FLOAT, MPI_SUM, mpiComms[mask]);
+    return toDevice(out, b, e, stream);
+  }
+  /// Piece p of `in` (n elements each) goes to group member p.
+  Status allToAll(const void *in, void *out, size_t n, Elem e, unsigned mask, cudaStream_t stream) {
+    if (!staged) {
+      // Grouped send/recv: ncclAlltoAll would raise the NCCL floor from
+      // 2.18 (ncclCommSplit) to 2.28.
+      size_t piece = n * elemBytes(e);
+      return onCommStream(stream, "all_to_all", [&](cudaStream_t c) {
+        ncclResult_t r = ncclGroupStart();
+        for (int p = 0; r == ncclSuccess && p < sizes[mask]; ++p) {
+          r = ncclSend(static_cast<const char *>(in) + p * piece, n, ncclTypeOf(e), p, comms[mask], c);
+          if (r == ncclSuccess)
+            r = ncclRecv(static_cast<char *>(out) + p * piece, n, ncclTypeOf(e), p, comms[mask], c);
+        }
+        ncclResult_t end = ncclGroupEnd();
+        return r != ncclSuccess ? r : end;
+      });
+    }
+    std::vector<float> a, b(n * sizes[mask]);
+    Status st = toHost(a, in, b.size(), e, stream);
+    if (!st.isOk()) return st;
+    MPI_Alltoall(a.data(), static_cast<int>(n), MPI_FLOAT, b.data(), static_cast<int>(n), MPI_FLOAT,
+                 mpiComms[mask]);
+    return toDevice(out, b, e, stream);
+  }
+  Status send(const void *buf, size_t n, Elem e, int peer, cudaStream_t stream) {
+    if (!staged) {
+      return onCommStream(stream, "send", [&](cudaStream_t c) {
+        return ncclSend(buf, n, ncclTypeOf(e), peer, world, c);
+      });
+    }
+    std::vector<float> h;
+    Status st = toHost(h, buf, n, e, stream);
+    if (!st.isOk()) return st;
+    MPI_Send(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD);
+    return Status::ok();
+  }
+  Status recv(void *buf, size_t n, Elem e, int peer, cudaStream_t stream) {
+    if (!staged) {
+      return onCommStream(stream, "recv", [&](cudaStream_t c) {
+        return ncclRecv(buf, n, ncclTypeOf(e), peer, world, c);
+      });
+    }
+    std::vector<float> h(n);
+    MPI_Recv(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return toDevice(buf, h, e, stream);
+  }
+
+  void abortAll() {
+    for (ncclComm_t &c : comms)
+      if (c) { ncclCommAbort(c); c = nullptr; }
+    if (world) { ncclCommAbort(world); world = nullptr; }
+  }
+  ~NcclCommunicator() {
+    for (ncclComm_t c : comms)
+      if (c) ncclCommDestroy(c);
+    if (world) ncclCommDestroy(world);
+    for (MPI_Comm &c : mpiComms)
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    if (ready) cudaEventDestroy(ready);
+    for (InFlight &f : inFlight) cudaEventDestroy(f.done);
+    for (cudaEvent_t e : spareEvents) cudaEventDestroy(e);
+    if (commStream) cudaStreamDestroy(commStream);
+  }
+
+private:
+  static Status toHost(std::vector<float> &dst, const void *src, size_t n, Elem e, cudaStream_t stream) {
+    dst.resize(n);
+    std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? n : 0);
+    void *landing = e == Elem::BF16 ? static_cast<void *>(narrow.data()) : dst.data();
+    PARAX_CUDA(cudaMemcpyAsync(landing, src, n * elemBytes(e), cudaMemcpyDeviceToHost, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    for (size_t i = 0; i < narrow.size(); ++i) dst[i] = __bfloat162float(narrow[i]);
+    return Status::ok();
+  }
+  static Status toDevice(void *dst, const std::vector<float> &src, Elem e, cudaStream_t stream) {
+    std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? src.size() : 0);
+    for (size_t i = 0; i < narrow.size(); ++i) narrow[i] = __float2bfloat16(src[i]);
+    const void *from = e == Elem::BF16 ? static_cast<const void *>(narrow.data()) : src.data();
+    PARAX_CUDA(cudaMemcpyAsync(dst, from, src.size() * elemBytes(e), cudaMemcpyHostToDevice, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+};
+
+bool isHostStaged(const NcclCommunicator *comm) { return comm && comm->staged; }
+
+StatusOr<NcclCommunicator *>
+createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, int device,
+                       double timeoutSeconds) {
+  PARAX_CUDA(cudaSetDevice(device));
+  auto comm = std::make_unique<NcclCommunicator>();
+  comm->shape = shape;
+  comm->rank = rank;
+  comm->size = size;
+  comm->timeout = timeoutSeconds;
+  // Ranks on this node against GPUs on this node, agreed by every rank.
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int onNode = 1;
+  MPI_Comm_size(node, &onNode);
+  MPI_Comm_free(&node);
+  const char *forced = std::getenv("PARAX_COLLECTIVES");
+  int staged = (onNode > cudaDeviceCount()) || (forced && std::string(forced) == "mpi");
+  MPI_Allreduce(MPI_IN_PLACE, &staged, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  comm->staged = staged != 0;
+  if (!comm->staged) {
+    ncclUniqueId id;
+    if (rank == 0)
+      PARAX_NCCL(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    PARAX_NCCL(ncclCommInitRank(&comm->world, size, id, rank));
+    PARAX_CUDA(cudaStreamCreateWithFlags(&comm->commStream, cudaStreamNonBlocking));
+    PARAX_CUDA(cudaEventCreateWithFlags(&comm->ready, cudaEventDisableTiming));
+  }
+  unsigned axes = shape.size();
+  comm->comms.assign(1u << axes, nullptr);
+  comm->mpiComms.assign(1u << axes, MPI_COMM_NULL);
+  comm->sizes.assign(1u << axes, 1);
+  // Every rank splits for every mask in the same order (the splits are
+  // collective over the parent); every rank belongs to one group per mask.
+  for (unsigned mask = 1; mask < (1u << axes); ++mask) {
+    GroupSplit g = groupSplit(shape, rank, mask);
+    if (comm->staged)
+      MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(g.color), static_cast<int>(g.key),
+                     &comm->mpiComms[mask]);
+    else
+      PARAX_NCCL(ncclCommSplit(comm->world, static_cast<int>(g.color), static_cast<int>(g.key),
+                               &comm->comms[mask], nullptr));
+    comm->sizes[mask] = static_cast<int>(g.members);
+  }
+  return comm.release();
+}
+
+void destroyNcclCommunicator(NcclCommunicator *comm) { delete comm; }
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_CUDA_NCCLCOMMUNICATOR_CUH
