@@ -67,6 +67,19 @@ template <typename F> Status withBits(const DeviceBuffer &b, F &&f) {
   return f(uint32_t{});
 }
 
+constexpr size_t kLtWorkspace = 32u << 20;   // cuBLASLt's workspace (32 MiB suits Hopper)
+constexpr size_t kBlasWorkspace = 32u << 20; // cuBLAS's, set explicitly for graph capture
+
+// Ops whose work is all on the compute stream with no host synchronisation
+// and no allocation once the scratch buffer has its size: a stage of only
+// these can be captured as a CUDA graph.
+bool capturable(const std::string &op) {
+  static const char *const ops[] = {"embedding", "position_embedding", "linear", "rms_norm", "layer_norm",
+                                    "rope", "attention", "add", "mul", "silu", "sigmoid", "gelu", "swiglu",
+                                    "reshape", "transpose", "broadcast", "slice", "concat", "router"};
+  return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
+}
+
 struct CudaExecutor::State {
   Executor host; // loads weights and inputs, holds the program
   const pxe::Executable *exe = nullptr;
@@ -88,6 +101,8 @@ struct CudaExecutor::State {
     if (blas) cublasDestroy(blas);
     if (lt) cublasLtDestroy(lt);
     if (ltWorkspace) cudaFree(ltWorkspace);
+    if (graph) cudaGraphExecDestroy(graph);
+    if (blasWorkspace) cudaFree(blasWorkspace);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -164,6 +179,14 @@ struct CudaExecutor::State {
   }
 
   Status run(const pxe::Instruction &inst);
+  /// Issues every instruction of the stage (errors name the instruction).
+  Status issue();
+
+  // The step as a CUDA graph (see CudaExecutor::run).
+  bool graphs = false; // every instruction capturable, and not turned off
+  int eagerSteps = 0;
+  cudaGraphExec_t graph = nullptr;
+  void *blasWorkspace = nullptr; // cuBLAS's own, so that captures allocate nothing
 
   /// Row-major y[m, n] = x[m, k] . W (+ bias[n]), W stored [k, n] or,
   /// `transposeW`, [n, k]. Each of x, W, y is fp32 or bf16 (their `Elem`);
@@ -263,6 +286,12 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUBLAS(cublasSetStream(s.blas, s.stream));
   PARAX_CUBLAS(cublasLtCreate(&s.lt));
   PARAX_CUDA(cudaMalloc(&s.ltWorkspace, kLtWorkspace));
+  PARAX_CUDA(cudaMalloc(&s.blasWorkspace, kBlasWorkspace));
+  PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
+  const char *graphs = std::getenv("PARAX_CUDA_GRAPHS");
+  s.graphs = !(graphs && std::string(graphs) == "0");
+  for (const pxe::Instruction &inst : s.host.stageProgram().instructions())
+    s.graphs = s.graphs && capturable(inst.op());
   const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
   s.buffers.resize(hostBuffers.size());
   for (size_t id = 0; id < hostBuffers.size(); ++id) {
@@ -320,22 +349,49 @@ std::vector<Tensor> CudaExecutor::outputs() const {
   return out;
 }
 
-Status CudaExecutor::run() {
-  State &s = *s_;
-  const pxe::Stage &stage = s.host.stageProgram();
+Status CudaExecutor::State::issue() {
+  const pxe::Stage &stage = host.stageProgram();
   for (int k = 0; k < stage.instructions_size(); ++k) {
-    if (s.comm)
-      s.comm->issuer = "stage " + std::to_string(s.host.stage()) + " instruction " + std::to_string(k);
-    Status st = s.run(stage.instructions(k));
+    if (comm)
+      comm->issuer = "stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k);
+    Status st = run(stage.instructions(k));
     if (st.isOk()) {
       cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) st = Status::error(cudaGetErrorString(e));
     }
     if (!st.isOk())
-      return Status::error("stage " + std::to_string(s.host.stage()) + " instruction " +
-                           std::to_string(k) + " (" + stage.instructions(k).op() + ") on the GPU: " +
-                           st.message());
+      return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
+                           stage.instructions(k).op() + ") on the GPU: " + st.message());
   }
+  return Status::ok();
+}
+
+bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
+
+Status CudaExecutor::run() {
+  State &s = *s_;
+  // After one eager step (which sizes the scratch buffer), a stage that can
+  // be captured runs as one CUDA graph: one launch for the whole step
+  // instead of one per kernel (PARAX_CUDA_GRAPHS=0 turns this off).
+  if (s.graphs && s.eagerSteps > 0) {
+    if (!s.graph) {
+      PARAX_CUDA(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal));
+      Status st = s.issue();
+      cudaGraph_t captured = nullptr;
+      cudaError_t e = cudaStreamEndCapture(s.stream, &captured);
+      if (st.isOk() && e != cudaSuccess)
+        st = Status::error(std::string("capturing the step as a CUDA graph: ") + cudaGetErrorString(e));
+      if (st.isOk() && (e = cudaGraphInstantiate(&s.graph, captured, 0)) != cudaSuccess)
+        st = Status::error(std::string("instantiating the step's CUDA graph: ") + cudaGetErrorString(e));
+      if (captured) cudaGraphDestroy(captured);
+      if (!st.isOk()) return st;
+    }
+    PARAX_CUDA(cudaGraphLaunch(s.graph, s.stream));
+    return s.sync();
+  }
+  Status st = s.issue();
+  if (!st.isOk()) return st;
+  ++s.eagerSteps;
   return s.sync();
 }
 

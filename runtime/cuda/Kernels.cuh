@@ -25,7 +25,6 @@ namespace parax::runtime {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr size_t kLtWorkspace = 32u << 20; // cuBLASLt's workspace (32 MiB suits Hopper)
 constexpr int kMaxRank = 8;
 
 // Blocks for a grid-stride loop over n elements (at least one: a grid of

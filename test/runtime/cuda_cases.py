@@ -158,10 +158,13 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None):
     case_dir = os.path.join(root, name)
     with open(os.path.join(case_dir, "case.json")) as f:
         case = json.load(f)
+    # Two steps: the second replays the step as a CUDA graph where the stage
+    # allows it (one rank, no collectives), and its output is the one compared.
     gpu, log = parax_run(bin_dir, os.path.join(case_dir, "weights.safetensors"),
                          os.path.join(case_dir, case["exe"]), case["ranks"],
                          [os.path.join(case_dir, p) for p in case["inputs"]],
-                         os.path.join(case_dir, "gpu.npy"), device, tool=tool, env=env)
+                         os.path.join(case_dir, "gpu.npy"), device, steps=2 if case["ranks"] == 1 else 1,
+                         tool=tool, env=env)
     cpu = np.load(os.path.join(case_dir, "cpu.npy"))
     # One-op cases have no numpy result: the CPU backend stands for it (it is
     # checked against numpy model by model in the numerics suite).

@@ -330,4 +330,46 @@ TEST(Simt, LtMatmulAddsTheBiasAlongDsRowsAndChecksTheLayoutsChain) {
   for (float *p : {da, db, dd, dbias}) cudaFree(p);
 }
 
+__global__ void addOne(float *x, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    x[i] += 1.0f;
+}
+
+TEST(Simt, ACaptureRecordsStreamWorkForEachLaunchOfTheGraphAndRefusesHostSynchronisation) {
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  float *d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 8 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 8 * 4, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  PARAX_LAUNCH(addOne, 1, 32, 0, stream)(d, 8);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  std::vector<float> h(8);
+  cudaMemcpy(h.data(), d, 32, cudaMemcpyDeviceToHost);
+  EXPECT_EQ(h[0], 0.0f); // captured, not run
+  for (int launch = 1; launch <= 2; ++launch) {
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    cudaMemcpy(h.data(), d, 32, cudaMemcpyDeviceToHost);
+    for (float v : h)
+      EXPECT_EQ(v, static_cast<float>(launch));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  // Synchronising, copying from pageable host memory or allocating inside a
+  // capture is refused and spoils it.
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaMemcpyAsync(d, h.data(), 4, cudaMemcpyHostToDevice, stream), cudaErrorStreamCaptureUnsupported);
+  float *more = nullptr;
+  EXPECT_EQ(cudaMalloc(&more, 4), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+  cudaFree(d);
+  cudaStreamDestroy(stream);
+}
+
 } // namespace

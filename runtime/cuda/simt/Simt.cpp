@@ -67,6 +67,9 @@ struct State {
   cudaError_t sticky = cudaSuccess; // a failed kernel spoils the context
   bool hung = false;                 // an injected NCCL hang (see ncclFault)
   int device = 0;
+  bool capturing = false;                   // a stream capture is open
+  cudaError_t captureError = cudaSuccess;   // what spoiled it
+  std::vector<std::function<void()>> captured;
 };
 
 State &state() {
@@ -194,9 +197,21 @@ void fault(const char *what) {
     s.fault = what;
 }
 
-void launch(const void *function, const char *kernel, dim3 grid, dim3 block, size_t shared,
-            cudaStream_t, const std::function<void()> &body) {
+bool record(std::function<void()> work) {
   State &s = state();
+  if (!s.capturing)
+    return false;
+  s.captured.push_back(std::move(work));
+  return true;
+}
+
+void launch(const void *function, const char *kernel, dim3 grid, dim3 block, size_t shared,
+            cudaStream_t stream, std::function<void()> body) {
+  State &s = state();
+  if (s.capturing) {
+    s.captured.push_back([=] { launch(function, kernel, grid, block, shared, stream, body); });
+    return;
+  }
   if (s.sticky != cudaSuccess)
     return fail(s.sticky, std::string(kernel) + ": launched after an earlier kernel failed");
   if (s.running)
@@ -257,10 +272,21 @@ bool isDeviceRange(const void *ptr, size_t bytes) {
 } // namespace parax::simt
 
 using parax::simt::isDeviceRange;
+using parax::simt::record;
 using parax::simt::state;
 using parax::simt::kSharedOptIn;
 
 namespace {
+// A call a GPU refuses while a capture is open: it spoils the capture.
+bool refusedInCapture(const char *call) {
+  auto &s = state();
+  if (!s.capturing)
+    return false;
+  std::fprintf(stderr, "simt: %s during a stream capture\n", call);
+  s.captureError = cudaErrorStreamCaptureUnsupported;
+  return true;
+}
+
 std::string range(const void *p, size_t bytes) {
   char text[64];
   std::snprintf(text, sizeof(text), "[%p, +%zu)", p, bytes);
@@ -304,6 +330,8 @@ cudaError_t cudaSetDevice(int device) {
 }
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+  if (refusedInCapture("cudaMalloc"))
+    return cudaErrorStreamCaptureUnsupported;
   // 256-byte aligned as CUDA's; exactly `bytes` long, so that reading past
   // the end is caught under AddressSanitizer.
   void *p = nullptr;
@@ -318,6 +346,8 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes) {
 cudaError_t cudaFree(void *ptr) {
   if (!ptr)
     return cudaSuccess;
+  if (refusedInCapture("cudaFree"))
+    return cudaErrorStreamCaptureUnsupported;
   auto &allocations = state().allocations;
   auto it = allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == allocations.end())
@@ -345,18 +375,29 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     return invalid("cudaMemcpy", "destination " + range(dst, bytes) + " is device memory, the kind says host");
   if (!srcDevice && isDeviceRange(src, 1))
     return invalid("cudaMemcpy", "source " + range(src, bytes) + " is device memory, the kind says host");
+  if (state().capturing) {
+    if (!dstDevice || !srcDevice) { // pageable host memory cannot be captured
+      refusedInCapture("cudaMemcpyAsync to or from host memory");
+      return cudaErrorStreamCaptureUnsupported;
+    }
+    record([=] { std::memmove(dst, src, bytes); });
+    return cudaSuccess;
+  }
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+  if (refusedInCapture("cudaMemcpy (synchronous)"))
+    return cudaErrorStreamCaptureUnsupported;
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
 
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t) {
   if (bytes && !isDeviceRange(dst, bytes))
     return invalid("cudaMemset", range(dst, bytes) + " is not inside one allocation");
-  std::memset(dst, value, bytes);
+  if (!record([=] { std::memset(dst, value, bytes); }))
+    std::memset(dst, value, bytes);
   return cudaSuccess;
 }
 
@@ -372,8 +413,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete stream;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return state().sticky; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return state().sticky; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  if (refusedInCapture("cudaStreamSynchronize"))
+    return cudaErrorStreamCaptureUnsupported;
+  return state().sticky;
+}
+cudaError_t cudaStreamQuery(cudaStream_t) {
+  if (refusedInCapture("cudaStreamQuery"))
+    return cudaErrorStreamCaptureUnsupported;
+  return state().sticky;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   return event ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -387,6 +436,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event)
     return cudaErrorInvalidValue;
+  if (refusedInCapture("cudaEventQuery"))
+    return cudaErrorStreamCaptureUnsupported;
   return state().hung ? cudaErrorNotReady : state().sticky;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
@@ -409,6 +460,61 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, int) {
   return cudaSuccess;
 }
 
+struct SimtGraph {
+  std::vector<std::function<void()>> work;
+};
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  auto &s = state();
+  if (!stream)
+    return invalid("cudaStreamBeginCapture", "the legacy default stream cannot be captured");
+  if (s.capturing)
+    return invalid("cudaStreamBeginCapture", "a capture is already open");
+  s.capturing = true;
+  s.captureError = cudaSuccess;
+  s.captured.clear();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *graph) {
+  auto &s = state();
+  if (!s.capturing)
+    return invalid("cudaStreamEndCapture", "no capture is open");
+  s.capturing = false;
+  *graph = nullptr;
+  if (s.captureError != cudaSuccess)
+    return cudaErrorStreamCaptureInvalidated;
+  *graph = new SimtGraph{std::move(s.captured)};
+  s.captured.clear();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long) {
+  if (!graph)
+    return cudaErrorInvalidValue;
+  *exec = new SimtGraph(*graph);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+  if (!exec)
+    return cudaErrorInvalidValue;
+  if (refusedInCapture("cudaGraphLaunch"))
+    return cudaErrorStreamCaptureUnsupported;
+  for (const auto &work : exec->work)
+    work();
+  return state().sticky;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError() {
   auto &s = state();
   cudaError_t e = s.lastError;
@@ -427,6 +533,8 @@ const char *cudaGetErrorString(cudaError_t error) {
   case cudaErrorNoDevice: return "no CUDA-capable device is detected";
   case cudaErrorNotReady: return "device not ready";
   case cudaErrorLaunchFailure: return "unspecified launch failure";
+  case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+  case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
   }
   return "unknown error";
 }

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -178,6 +179,8 @@ enum cudaError_t {
   cudaErrorNoDevice = 100,
   cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -225,11 +228,32 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, int dev
 cudaError_t cudaGetLastError();
 const char *cudaGetErrorString(cudaError_t error);
 
+// CUDA graphs by stream capture: while a capture is open, stream work
+// (launches, device-to-device copies, memsets, cuBLAS, cuBLASLt) is recorded
+// instead of run; host synchronisation, copies to or from host memory and
+// allocation are refused and spoil the capture, as on a GPU.
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+typedef struct SimtGraph *cudaGraph_t;
+typedef struct SimtGraph *cudaGraphExec_t;
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+
 namespace parax::simt {
 /// Runs `body` once per thread of every block (see the file comment); a
 /// failed launch sets the error cudaGetLastError returns.
 void launch(const void *function, const char *kernel, dim3 grid, dim3 block, size_t shared,
-            cudaStream_t stream, const std::function<void()> &body);
+            cudaStream_t stream, std::function<void()> body);
+/// During a capture: keeps `work` for the graph and returns true; otherwise
+/// false (the caller runs it now).
+bool record(std::function<void()> work);
 /// True when [ptr, ptr + bytes) lies inside one cudaMalloc allocation.
 bool isDeviceRange(const void *ptr, size_t bytes);
 /// Fault injection for watchdog tests (PARAX_SIMT_NCCL_FAULT): "error" makes
@@ -254,9 +278,10 @@ template <typename... Params> struct Launch<void (*)(Params...)> {
   template <typename... Args> void operator()(Args &&...args) const {
     // Converted once, as a kernel launch converts its arguments; each thread
     // then gets its own copy of the parameters.
-    std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+    auto params = std::make_shared<std::tuple<std::decay_t<Params>...>>(std::forward<Args>(args)...);
+    auto k = kernel;
     launch(reinterpret_cast<const void *>(kernel), name, grid, block, shared, stream,
-           [&] { std::apply(kernel, params); });
+           [k, params] { std::apply(k, *params); });
   }
 };
 } // namespace parax::simt
@@ -284,6 +309,7 @@ typedef struct SimtBlas *cublasHandle_t;
 cublasStatus_t cublasCreate(cublasHandle_t *handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t bytes);
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                            int m, int n, int k, const float *alpha, const float *A, int lda,
                            const float *B, int ldb, const float *beta, float *C, int ldc);

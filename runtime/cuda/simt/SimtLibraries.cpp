@@ -13,6 +13,7 @@
 #include <vector>
 
 using parax::simt::isDeviceRange;
+using parax::simt::record;
 
 namespace {
 
@@ -91,13 +92,24 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t bytes) {
+  if (!handle)
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (bytes && !isDeviceRange(workspace, bytes))
+    return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasSetWorkspace", "the workspace is not device memory");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
                            int n, int k, const float *alpha, const float *A, int lda, const float *B,
                            int ldb, const float *beta, float *C, int ldc) {
   cublasStatus_t st = checkGemm("cublasSgemm", handle, ta, tb, m, n, k, A, 4, lda, B, 4, ldb, C, ldc);
   if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0)
     return st;
-  cblas_sgemm(CblasColMajor, blasOp(ta), blasOp(tb), m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+  float a = *alpha, b = *beta; // host scalars: read when the call is made (or captured)
+  auto run = [=] { cblas_sgemm(CblasColMajor, blasOp(ta), blasOp(tb), m, n, k, a, A, lda, B, ldb, b, C, ldc); };
+  if (!record(run))
+    run();
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -115,25 +127,30 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
                                 ldc, cType == CUDA_R_16BF ? 2 : 4);
   if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0)
     return st;
-  const float *a = static_cast<const float *>(A), *b = static_cast<const float *>(B);
-  std::vector<float> wideA, wideB;
-  if (aType == CUDA_R_16BF) {
-    wideA = widen(A, span(ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
-    wideB = widen(B, span(tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
-    a = wideA.data();
-    b = wideB.data();
-  }
-  float *c = static_cast<float *>(C);
-  std::vector<float> wideC;
-  if (cType == CUDA_R_16BF) {
-    wideC = widen(C, span(m, n, ldc));
-    c = wideC.data();
-  }
-  cblas_sgemm(CblasColMajor, blasOp(ta), blasOp(tb), m, n, k, *static_cast<const float *>(alpha), a,
-              lda, b, ldb, *static_cast<const float *>(beta), c, ldc);
-  auto *narrow = static_cast<__nv_bfloat16 *>(C);
-  for (size_t i = 0; i < wideC.size(); ++i)
-    narrow[i] = __float2bfloat16(wideC[i]); // fp32 accumulation, rounded once on the way out
+  float alphaValue = *static_cast<const float *>(alpha), betaValue = *static_cast<const float *>(beta);
+  auto run = [=] {
+    const float *a = static_cast<const float *>(A), *b = static_cast<const float *>(B);
+    std::vector<float> wideA, wideB;
+    if (aType == CUDA_R_16BF) {
+      wideA = widen(A, span(ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+      wideB = widen(B, span(tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+      a = wideA.data();
+      b = wideB.data();
+    }
+    float *c = static_cast<float *>(C);
+    std::vector<float> wideC;
+    if (cType == CUDA_R_16BF) {
+      wideC = widen(C, span(m, n, ldc));
+      c = wideC.data();
+    }
+    cblas_sgemm(CblasColMajor, blasOp(ta), blasOp(tb), m, n, k, alphaValue, a,
+                lda, b, ldb, betaValue, c, ldc);
+    auto *narrow = static_cast<__nv_bfloat16 *>(C);
+    for (size_t i = 0; i < wideC.size(); ++i)
+      narrow[i] = __float2bfloat16(wideC[i]); // fp32 accumulation, rounded once on the way out
+  };
+  if (!record(run))
+    run();
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -293,26 +310,34 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul", "the bias is not m elements of device memory");
   if (m == 0 || n == 0)
     return CUBLAS_STATUS_SUCCESS;
-  std::vector<float> fa = asFloats(A, *a), fb = asFloats(B, *b), fd = asFloats(C, *c);
-  cblas_sgemm(CblasColMajor, blasOp(desc->transa), blasOp(desc->transb), int(m), int(n), int(k),
-              *static_cast<const float *>(alpha), fa.data(), int(a->ld), fb.data(), int(b->ld),
-              *static_cast<const float *>(beta), fd.data(), int(c->ld));
-  if (bias) { // the bias (D's type) broadcast along D's columns
-    std::vector<float> fbias = d->type == CUDA_R_16BF ? widen(desc->bias, m)
-                                                      : std::vector<float>(static_cast<const float *>(desc->bias),
-                                                                           static_cast<const float *>(desc->bias) + m);
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < m; ++i)
-        fd[j * c->ld + i] += fbias[i];
-  }
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t i = 0; i < m; ++i) {
-      float v = fd[j * c->ld + i];
-      if (d->type == CUDA_R_16BF)
-        static_cast<__nv_bfloat16 *>(D)[j * d->ld + i] = __float2bfloat16(v);
-      else
-        static_cast<float *>(D)[j * d->ld + i] = v;
+  // Descriptors and host scalars as they are now (a graph keeps them).
+  SimtLtLayout la = *a, lb = *b, lc = *c, ld = *d;
+  SimtLtMatmulDesc ldesc = *desc;
+  float alphaValue = *static_cast<const float *>(alpha), betaValue = *static_cast<const float *>(beta);
+  auto run = [=] {
+    std::vector<float> fa = asFloats(A, la), fb = asFloats(B, lb), fd = asFloats(C, lc);
+    cblas_sgemm(CblasColMajor, blasOp(ldesc.transa), blasOp(ldesc.transb), int(m), int(n), int(k),
+                alphaValue, fa.data(), int(la.ld), fb.data(), int(lb.ld),
+                betaValue, fd.data(), int(lc.ld));
+    if (bias) { // the bias (D's type) broadcast along D's columns
+      std::vector<float> fbias = ld.type == CUDA_R_16BF ? widen(ldesc.bias, m)
+                                                        : std::vector<float>(static_cast<const float *>(ldesc.bias),
+                                                                             static_cast<const float *>(ldesc.bias) + m);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < m; ++i)
+          fd[j * lc.ld + i] += fbias[i];
     }
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i) {
+        float v = fd[j * lc.ld + i];
+        if (ld.type == CUDA_R_16BF)
+          static_cast<__nv_bfloat16 *>(D)[j * ld.ld + i] = __float2bfloat16(v);
+        else
+          static_cast<float *>(D)[j * ld.ld + i] = v;
+      }
+  };
+  if (!record(run))
+    run();
   return CUBLAS_STATUS_SUCCESS;
 }
 

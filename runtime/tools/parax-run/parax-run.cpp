@@ -36,7 +36,10 @@ void usage() {
                "--input X.npy [--input Y.npy] [--output OUT.npy] [--steps K] "
                "[--device cpu|cuda]\n"
                "  PARAX_NCCL_TIMEOUT=S: the CUDA backend's watchdog gives up on a collective\n"
-               "  after S seconds (default 300)\n");
+               "  after S seconds (default 300)\n"
+               "  PARAX_CUDA_GRAPHS=0: no CUDA graphs (by default a stage without collectives\n"
+               "  or host synchronisations replays its steps after the first as one graph)\n"
+               "  PARAX_ATTENTION=cuda-cores: bf16 attention without tensor cores\n");
 }
 
 } // namespace
@@ -250,10 +253,14 @@ int main(int argc, char **argv) {
       if (!s.isOk()) die(s.message());
     }
     std::sort(times.begin(), times.end());
+    std::string how;
+#ifdef PARAX_WITH_CUDA
+    if (device == "cuda" && gpu.replaysGraph()) how = ", steps after the first as one CUDA graph";
+#endif
     std::printf("parax-run: %d rank(s) on %s, %zu instructions on rank %d, %lld "
-                "microbatch(es), step time %.3f ms (median of %d)\n",
+                "microbatch(es), step time %.3f ms (median of %d)%s\n",
                 size, device.c_str(), instructions, rank, static_cast<long long>(micro),
-                1e3 * times[times.size() / 2], steps);
+                1e3 * times[times.size() / 2], steps, how.c_str());
   }
   comm.reset(); // frees the sub-communicators before MPI ends
 #ifdef PARAX_WITH_CUDA

@@ -46,10 +46,15 @@ public:
                  const Checkpoint &weights, const std::vector<Tensor> &inputs,
                  int device);
   Status setInputs(const std::vector<Tensor> &inputs);
-  Status run(); // returns when the GPU is done
+  /// One step; returns when the GPU is done. From the second step on, a
+  /// stage with no collectives and no host synchronisation replays the
+  /// step as one CUDA graph (PARAX_CUDA_GRAPHS=0: never).
+  Status run();
   std::vector<Tensor> outputs() const;
   int stage() const;
   size_t instructionCount() const;
+  /// True once steps run as one captured CUDA graph (see run()).
+  bool replaysGraph() const;
 
 private:
   struct State;
