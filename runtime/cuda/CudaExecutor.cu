@@ -633,7 +633,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     float *rowsAt = scratch + ints, *gate = rowsAt + pairs * H, *up = gate + pairs * F, *down = up + pairs * F;
     auto *xb = reinterpret_cast<__nv_bfloat16 *>(down + pairs * H);
     auto rows = [&](int64_t r) { return reinterpret_cast<char *>(rowsAt) + r * H * elemBytes(x.elem); };
-    PARAX_LAUNCH(expertCountKernel, blocksFor(E), kThreads, 0, stream)(idx.i(), count, pairs, E);
+    PARAX_CUDA(cudaMemsetAsync(count, 0, E * 4, stream));
+    PARAX_LAUNCH(expertCountKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), count, pairs, E);
     // The host needs each expert's row count to size its GEMMs.
     std::vector<int32_t> counts(E), offsets(E);
     PARAX_CUDA(cudaMemcpyAsync(counts.data(), count, E * 4, cudaMemcpyDeviceToHost, stream));
@@ -646,7 +647,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     }
     PARAX_CUDA(cudaMemcpyAsync(offset, offsets.data(), E * 4, cudaMemcpyHostToDevice, stream));
     PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream)); // -1: an unused dispatch row
-    PARAX_LAUNCH(expertOrderKernel, blocksFor(E), kThreads, 0, stream)(idx.i(), offset, perm, pos, pairs, E);
+    PARAX_LAUNCH(expertOrderKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), offset, perm, pos, pairs, E);
     st = withBits(x, [&](auto b) {
       using W = decltype(b);
       PARAX_LAUNCH(gatherRowsKernel<W>, blocksFor(int64_t(total) * H), kThreads, 0, stream)(

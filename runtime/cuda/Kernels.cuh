@@ -471,27 +471,28 @@ __global__ void routerKernel(const float *logits, const T *bias, float *scratch,
 }
 
 // Experts as GEMMs: the pairs (token, choice) grouped by expert -- perm
-// lists them expert by expert, each in token order, and pos is the inverse
-// -- so that each expert's rows run through cuBLAS together.
-// One thread per expert walks the pairs.
+// lists them expert by expert, and pos is the inverse -- so that each
+// expert's rows run through cuBLAS together. One thread per pair, with
+// atomics: the order within an expert is arbitrary, which changes nothing
+// (each row's GEMM result depends on its own row only, and every token
+// reads its rows back through pos in its own order).
 __global__ void expertCountKernel(const int32_t *idx, int32_t *count, int64_t pairs, int64_t E) {
-  int64_t e = blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= E) return;
-  int32_t n = 0;
-  for (int64_t k = 0; k < pairs; ++k) n += idx[k] == e;
-  count[e] = n;
+  PARAX_GRID_STRIDE(k, pairs) {
+    int32_t e = idx[k];
+    if (e >= 0 && e < E) atomicAdd(&count[e], 1); // e < 0: an unused dispatch row
+  }
 }
 
-__global__ void expertOrderKernel(const int32_t *idx, const int32_t *offset, int32_t *perm, int32_t *pos,
-                                  int64_t pairs, int64_t E) {
-  int64_t e = blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= E) return;
-  int32_t n = offset[e];
-  for (int64_t k = 0; k < pairs; ++k)
-    if (idx[k] == e) {
-      perm[n] = static_cast<int32_t>(k);
-      pos[k] = n++;
-    }
+// `cursor` starts at each expert's first row and ends past its last.
+__global__ void expertOrderKernel(const int32_t *idx, int32_t *cursor, int32_t *perm, int32_t *pos, int64_t pairs,
+                                  int64_t E) {
+  PARAX_GRID_STRIDE(k, pairs) {
+    int32_t e = idx[k];
+    if (e < 0 || e >= E) continue;
+    int32_t row = atomicAdd(&cursor[e], 1);
+    perm[row] = static_cast<int32_t>(k);
+    pos[k] = row;
+  }
 }
 
 // xg[r, :] = x[token of pair perm[r], :]

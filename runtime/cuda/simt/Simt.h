@@ -81,9 +81,9 @@ void *dynamicShared();
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 template <typename T> T min(T a, T b) { return b < a ? b : a; }
 template <typename T> T max(T a, T b) { return a < b ? b : a; }
-/// Fibers of one block never run at once: a plain read-modify-write.
-inline float atomicAdd(float *address, float value) {
-  float old = *address;
+/// Fibers never run at once: a plain read-modify-write.
+template <typename T> T atomicAdd(T *address, T value) {
+  T old = *address;
   *address = old + value;
   return old;
 }
