@@ -7,7 +7,8 @@
 //    projections at 2048 tokens), with TF32 and bf16 cublasGemmEx as the
 //    ceilings the fp32 path leaves on the table;
 // 2. HBM: device-to-device copy bandwidth (bytes read + written), the
-//    denominator of the decode lower bound (weight bytes / bandwidth).
+//    denominator of the decode lower bound (weight bytes / bandwidth);
+// 3. which GELU cuBLASLt's GELU_BIAS epilogue computes (tanh or erf form).
 // Medians of repeated runs, timed with CUDA events (the backend: wall clock
 // around run(), which returns when the GPU is done). Correctness of the
 // linear output against cublasSgemm is checked in the same run.
@@ -17,6 +18,7 @@
 #include "parax/runtime/CudaExecutor.h"
 #include "BenchUtil.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -141,6 +143,65 @@ void gemms() {
   cublasDestroy(blas);
 }
 
+// Which GELU cuBLASLt's GELU_BIAS epilogue computes (its documentation does
+// not say): D = gelu(x + bias) for x in [-4, 4] (A = x as m x 1, B = 1 x 1
+// of ones), against the tanh approximation and the erf form. The backend
+// fuses nothing into that epilogue until this is known.
+void geluEpilogueProbe() {
+  const int m = 81;
+  std::vector<float> x(m), bias(m, 0.0f);
+  for (int i = 0; i < m; ++i) x[i] = -4.0f + 0.1f * i;
+  float one = 1.0f, zero = 0.0f, *dx, *dones, *dd, *dbias;
+  CHECK(cudaMalloc(&dx, m * 4));
+  CHECK(cudaMalloc(&dones, 4));
+  CHECK(cudaMalloc(&dd, m * 4));
+  CHECK(cudaMalloc(&dbias, m * 4));
+  CHECK(cudaMemcpy(dx, x.data(), m * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(dones, &one, 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(dbias, bias.data(), m * 4, cudaMemcpyHostToDevice));
+  cublasLtHandle_t lt;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulPreference_t pref;
+  CHECK(cublasLtCreate(&lt));
+  CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+  const void *biasPointer = dbias;
+  CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPointer, sizeof(biasPointer)));
+  CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, 1, m));
+  CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, 1, 1, 1));
+  CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, 1, m));
+  CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulHeuristicResult_t best;
+  int found = 0;
+  CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &best, &found));
+  if (found == 0) {
+    std::printf("cuBLASLt GELU epilogue: no algorithm\n");
+  } else {
+    CHECK(cublasLtMatmul(lt, op, &one, dx, la, dones, lb, &zero, dd, ld, dd, ld, &best.algo, nullptr, 0, 0));
+    std::vector<float> d(m);
+    CHECK(cudaMemcpy(d.data(), dd, m * 4, cudaMemcpyDeviceToHost));
+    double vsTanh = 0, vsErf = 0;
+    for (int i = 0; i < m; ++i) {
+      double v = x[i];
+      double tanhForm = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+      double erfForm = 0.5 * v * (1 + std::erf(v * 0.7071067811865476));
+      vsTanh = std::max(vsTanh, std::fabs(d[i] - tanhForm));
+      vsErf = std::max(vsErf, std::fabs(d[i] - erfForm));
+    }
+    std::printf("cuBLASLt GELU_BIAS epilogue: max |diff| %.2e vs the tanh approximation, %.2e vs erf "
+                "(the forms differ by up to 4.7e-4)\n", vsTanh, vsErf);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(lt);
+  cudaFree(dx); cudaFree(dones); cudaFree(dd); cudaFree(dbias);
+}
+
 void bandwidth() {
   size_t bytes = size_t(4) << 30;
   void *a, *b;
@@ -167,5 +228,6 @@ int main() {
   std::printf("device: %s, %d SMs\n", p.name, p.multiProcessorCount);
   gemms();
   bandwidth();
+  geluEpilogueProbe();
   return 0;
 }
