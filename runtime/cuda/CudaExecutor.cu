@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -287,6 +288,14 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUBLAS(cublasLtCreate(&s.lt));
   PARAX_CUDA(cudaMalloc(&s.ltWorkspace, kLtWorkspace));
   PARAX_CUDA(cudaMalloc(&s.blasWorkspace, kBlasWorkspace));
+  // The attention kernels may use all the shared memory a block can opt
+  // into; set once here (not while a CUDA graph is being captured).
+  PARAX_CUDA(cudaFuncSetAttribute(attentionTensorCoreKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(attentionKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(attentionKernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  s.sharedOptIn));
   PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
   const char *graphs = std::getenv("PARAX_CUDA_GRAPHS");
   s.graphs = !(graphs && std::string(graphs) == "0");
@@ -373,19 +382,26 @@ Status CudaExecutor::run() {
   // After one eager step (which sizes the scratch buffer), a stage that can
   // be captured runs as one CUDA graph: one launch for the whole step
   // instead of one per kernel (PARAX_CUDA_GRAPHS=0 turns this off).
-  if (s.graphs && s.eagerSteps > 0) {
-    if (!s.graph) {
-      PARAX_CUDA(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal));
-      Status st = s.issue();
-      cudaGraph_t captured = nullptr;
-      cudaError_t e = cudaStreamEndCapture(s.stream, &captured);
-      if (st.isOk() && e != cudaSuccess)
-        st = Status::error(std::string("capturing the step as a CUDA graph: ") + cudaGetErrorString(e));
-      if (st.isOk() && (e = cudaGraphInstantiate(&s.graph, captured, 0)) != cudaSuccess)
-        st = Status::error(std::string("instantiating the step's CUDA graph: ") + cudaGetErrorString(e));
-      if (captured) cudaGraphDestroy(captured);
-      if (!st.isOk()) return st;
+  if (s.graphs && s.eagerSteps > 0 && !s.graph) {
+    PARAX_CUDA(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal));
+    Status st = s.issue();
+    cudaGraph_t captured = nullptr;
+    cudaError_t e = cudaStreamEndCapture(s.stream, &captured);
+    if (st.isOk() && e != cudaSuccess)
+      st = Status::error(std::string("capturing the step: ") + cudaGetErrorString(e));
+    if (st.isOk() && (e = cudaGraphInstantiate(&s.graph, captured, 0)) != cudaSuccess)
+      st = Status::error(std::string("instantiating the step's graph: ") + cudaGetErrorString(e));
+    if (captured) cudaGraphDestroy(captured);
+    if (!st.isOk()) {
+      // Graphs are an optimisation: say why, and run eagerly from now on.
+      std::fprintf(stderr, "parax-run: no CUDA graph for this stage (%s); running kernel by kernel\n",
+                   st.message().c_str());
+      (void)cudaGetLastError();
+      s.graph = nullptr;
+      s.graphs = false;
     }
+  }
+  if (s.graph) {
     PARAX_CUDA(cudaGraphLaunch(s.graph, s.stream));
     return s.sync();
   }
@@ -493,9 +509,6 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t tcBytes = TensorCoreTiles::bytes(D, DV);
     if (y.elem == Elem::BF16 && D % 16 == 0 && DV % 16 == 0 && tcBytes <= limit &&
         !(choice && std::string(choice) == "cuda-cores")) {
-      if (tcBytes > 48 * 1024)
-        PARAX_CUDA(cudaFuncSetAttribute(attentionTensorCoreKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(tcBytes)));
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
       PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
@@ -517,9 +530,6 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t blocks = B * H * ((S + tiles.queries - 1) / tiles.queries);
     return withFloat(y, [&](auto t) {
       using E = decltype(t);
-      if (sharedBytes > 48 * 1024)
-        PARAX_CUDA(cudaFuncSetAttribute(attentionKernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(sharedBytes)));
       PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
           q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, causal, scale, headOffset,
           totalHeads / KH, tiles.queries, tiles.keys);

@@ -176,7 +176,8 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None):
     tol = case["tolerance"]
     return {"case": name, "ranks": case["ranks"], "max_abs_vs_cpu": vs_cpu,
             "max_abs_vs_numpy": vs_numpy, "tolerance": tol, "ok": vs_cpu < tol and vs_numpy < tol,
-            "host_staged": "host memory and MPI" in log}
+            "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
+            "graph_refused": "no CUDA graph" in log}
 
 
 # --- performance (figures, not pass/fail) ------------------------------------

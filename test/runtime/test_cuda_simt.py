@@ -23,6 +23,10 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         assert result["ok"], (env, result)
         ranks = result["ranks"]
         assert result["host_staged"] == (ranks > 1 and bool(env)), result
+        # A capture the emulator refuses would be refused on a GPU too.
+        assert not result["graph_refused"], result
+        if name in ("llama", "gpt2", "llama-bf16", "op-attention-gqa-tiles-bf16"):
+            assert result["cuda_graph"], result
 
 
 @pytest.mark.parametrize("fault,message", [

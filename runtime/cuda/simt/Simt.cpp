@@ -446,6 +446,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaFuncSetAttribute(const void *kernel, cudaFuncAttribute attribute, int value) {
+  if (refusedInCapture("cudaFuncSetAttribute"))
+    return cudaErrorStreamCaptureUnsupported;
   if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > kSharedOptIn)
     return invalid("cudaFuncSetAttribute", std::to_string(value) + " bytes of dynamic shared memory (at most " +
                                                std::to_string(kSharedOptIn) + ")");
