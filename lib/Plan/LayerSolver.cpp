@@ -354,12 +354,6 @@ Solver::reshard(int id, int8_t from, int8_t to) const {
 // Every combination of strategies, costed exactly as solve() costs them.
 double Solver::exhaustive() {
   const int n = layer.ops.size();
-  SmallVector<int> lastUse(layer.values.size(), -1);
-  for (auto [i, op] : llvm::enumerate(layer.ops))
-    for (int in : op.inputs)
-      lastUse[in] = i;
-  for (int out : layer.outputs)
-    lastUse[out] = n;
   SmallVector<SmallVector<Strategy>> options(n);
   for (int i = 0; i < n; ++i)
     options[i] = strategies(layer.ops[i]);

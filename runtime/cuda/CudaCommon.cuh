@@ -8,10 +8,12 @@
 
 #include "parax/runtime/Status.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <string>
+#include <vector>
 
 // Kernel launches and dynamic shared memory through macros, so that the SIMT
 // emulator (simt/Simt.h: the backend compiled as plain C++) can run them.
@@ -48,6 +50,25 @@ enum class Elem { F32, BF16, I32 };
 size_t elemBytes(Elem e) { return e == Elem::BF16 ? 2 : 4; }
 ncclDataType_t ncclTypeOf(Elem e) {
   return e == Elem::BF16 ? ncclBfloat16 : e == Elem::I32 ? ncclInt32 : ncclFloat;
+}
+
+/// Host floats to `n` device elements of `e` (bf16 rounded to nearest even),
+/// and back (bf16 widened exactly); both wait for the copy.
+inline Status copyToDevice(void *dst, const float *src, size_t n, Elem e, cudaStream_t stream) {
+  std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? n : 0);
+  for (size_t i = 0; i < narrow.size(); ++i) narrow[i] = __float2bfloat16(src[i]);
+  const void *from = e == Elem::BF16 ? static_cast<const void *>(narrow.data()) : src;
+  PARAX_CUDA(cudaMemcpyAsync(dst, from, n * elemBytes(e), cudaMemcpyHostToDevice, stream));
+  PARAX_CUDA(cudaStreamSynchronize(stream));
+  return Status::ok();
+}
+inline Status copyToHost(float *dst, const void *src, size_t n, Elem e, cudaStream_t stream) {
+  std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? n : 0);
+  void *landing = e == Elem::BF16 ? static_cast<void *>(narrow.data()) : dst;
+  PARAX_CUDA(cudaMemcpyAsync(landing, src, n * elemBytes(e), cudaMemcpyDeviceToHost, stream));
+  PARAX_CUDA(cudaStreamSynchronize(stream));
+  for (size_t i = 0; i < narrow.size(); ++i) dst[i] = __bfloat162float(narrow[i]);
+  return Status::ok();
 }
 
 } // namespace parax::runtime

@@ -93,6 +93,7 @@ struct CudaExecutor::State {
   float *scratch = nullptr;
   size_t scratchSize = 0;
   int sharedOptIn = 48 * 1024; // bytes of shared memory a block may opt into
+  bool tensorCoreAttention = true; // bf16 attention on tensor cores (PARAX_ATTENTION)
 
   ~State() {
     for (DeviceBuffer &b : buffers)
@@ -139,14 +140,8 @@ struct CudaExecutor::State {
     DeviceBuffer &d = buffers[id];
     size_t bytes = t.numel() * 4;
     if (bytes == 0) return Status::ok();
-    if (d.elem == Elem::BF16) {
-      std::vector<__nv_bfloat16> half(t.numel());
-      for (size_t i = 0; i < half.size(); ++i) half[i] = __float2bfloat16(t.f[i]); // to nearest even
-      PARAX_CUDA(cudaMemcpy(d.data, half.data(), half.size() * 2, cudaMemcpyHostToDevice));
-      return Status::ok();
-    }
-    PARAX_CUDA(cudaMemcpyAsync(d.data, t.isInt ? (const void *)t.i.data() : (const void *)t.f.data(),
-                               bytes, cudaMemcpyHostToDevice, stream));
+    if (!t.isInt) return copyToDevice(d.data, t.f.data(), t.numel(), d.elem, stream);
+    PARAX_CUDA(cudaMemcpyAsync(d.data, t.i.data(), bytes, cudaMemcpyHostToDevice, stream));
     return Status::ok();
   }
 
@@ -299,6 +294,8 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
   const char *graphs = std::getenv("PARAX_CUDA_GRAPHS");
   s.graphs = !(graphs && std::string(graphs) == "0");
+  const char *attention = std::getenv("PARAX_ATTENTION");
+  s.tensorCoreAttention = !(attention && std::string(attention) == "cuda-cores");
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions())
     s.graphs = s.graphs && capturable(inst.op());
   const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
@@ -345,14 +342,10 @@ std::vector<Tensor> CudaExecutor::outputs() const {
   for (int32_t id : s_->host.stageProgram().outputs()) {
     const DeviceBuffer &d = s_->buffers[id];
     Tensor t = d.elem == Elem::I32 ? Tensor::ints(d.shape) : Tensor::floats(d.shape);
-    if (d.elem == Elem::BF16) {
-      std::vector<__nv_bfloat16> half(d.numel());
-      cudaMemcpy(half.data(), d.data, half.size() * 2, cudaMemcpyDeviceToHost);
-      for (size_t i = 0; i < half.size(); ++i) t.f[i] = __bfloat162float(half[i]);
-    } else {
-      cudaMemcpy(d.elem == Elem::I32 ? (void *)t.i.data() : (void *)t.f.data(), d.data, d.numel() * 4,
-                 cudaMemcpyDeviceToHost);
-    }
+    if (d.elem == Elem::I32)
+      cudaMemcpy(t.i.data(), d.data, d.numel() * 4, cudaMemcpyDeviceToHost);
+    else
+      (void)copyToHost(t.f.data(), d.data, d.numel(), d.elem, s_->stream); // run() has reported errors
     out.push_back(std::move(t));
   }
   return out;
@@ -361,8 +354,10 @@ std::vector<Tensor> CudaExecutor::outputs() const {
 Status CudaExecutor::State::issue() {
   const pxe::Stage &stage = host.stageProgram();
   for (int k = 0; k < stage.instructions_size(); ++k) {
-    if (comm)
-      comm->issuer = "stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k);
+    if (comm) {
+      comm->issuerStage = host.stage();
+      comm->issuerInstruction = k;
+    }
     Status st = run(stage.instructions(k));
     if (st.isOk()) {
       cudaError_t e = cudaGetLastError();
@@ -505,10 +500,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     bool causal = attrInt(a, "causal") != 0;
     float scale = static_cast<float>(attrFloat(a, "scale"));
     // bf16 with head widths in 16s: tensor cores (unless PARAX_ATTENTION=cuda-cores).
-    const char *choice = std::getenv("PARAX_ATTENTION");
     int64_t tcBytes = TensorCoreTiles::bytes(D, DV);
-    if (y.elem == Elem::BF16 && D % 16 == 0 && DV % 16 == 0 && tcBytes <= limit &&
-        !(choice && std::string(choice) == "cuda-cores")) {
+    if (tensorCoreAttention && y.elem == Elem::BF16 && D % 16 == 0 && DV % 16 == 0 && tcBytes <= limit) {
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
       PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,

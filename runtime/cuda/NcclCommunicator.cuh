@@ -50,13 +50,18 @@ public:
   cudaEvent_t ready = nullptr;
   struct InFlight {
     cudaEvent_t done;
-    std::string op;
+    const char *op;
+    int stage, instruction; // the instruction that issued it
+    std::string describe() const {
+      return std::string(op) + " (stage " + std::to_string(stage) + " instruction " + std::to_string(instruction) +
+             ")";
+    }
   };
   std::deque<InFlight> inFlight;
   std::vector<cudaEvent_t> spareEvents;
-  std::string issuer; // the instruction now running, for the watchdog's reports
+  int issuerStage = 0, issuerInstruction = 0; // the instruction now running (for reports)
 
-  Status onCommStream(cudaStream_t compute, const std::string &op,
+  Status onCommStream(cudaStream_t compute, const char *op,
                       const std::function<ncclResult_t(cudaStream_t)> &issue) {
     PARAX_CUDA(cudaEventRecord(ready, compute));
     PARAX_CUDA(cudaStreamWaitEvent(commStream, ready, 0));
@@ -72,7 +77,7 @@ public:
     }
     PARAX_CUDA(cudaEventRecord(done, commStream));
     PARAX_CUDA(cudaStreamWaitEvent(compute, done, 0));
-    inFlight.push_back({done, op + " (" + issuer + ")"});
+    inFlight.push_back({done, op, issuerStage, issuerInstruction});
     return Status::ok();
   }
 
@@ -92,7 +97,7 @@ public:
           ncclCommGetAsyncError(c, &async);
           if (async != ncclSuccess && async != ncclInProgress) {
             abortAll();
-            return Status::error("rank " + std::to_string(rank) + ": " + front.op + ": NCCL error " +
+            return Status::error("rank " + std::to_string(rank) + ": " + front.describe() + ": NCCL error " +
                                  ncclGetErrorString(async));
           }
         }
@@ -100,11 +105,11 @@ public:
         if (q == cudaSuccess)
           break;
         if (q != cudaErrorNotReady)
-          return Status::error("rank " + std::to_string(rank) + ": " + front.op + ": " + cudaGetErrorString(q));
+          return Status::error("rank " + std::to_string(rank) + ": " + front.describe() + ": " + cudaGetErrorString(q));
         double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (elapsed > timeout) {
           abortAll();
-          return Status::error("rank " + std::to_string(rank) + ": " + front.op + " timed out after " +
+          return Status::error("rank " + std::to_string(rank) + ": " + front.describe() + " timed out after " +
                                std::to_string(static_cast<int>(timeout)) + " s");
         }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -225,20 +230,10 @@ public:
 private:
   static Status toHost(std::vector<float> &dst, const void *src, size_t n, Elem e, cudaStream_t stream) {
     dst.resize(n);
-    std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? n : 0);
-    void *landing = e == Elem::BF16 ? static_cast<void *>(narrow.data()) : dst.data();
-    PARAX_CUDA(cudaMemcpyAsync(landing, src, n * elemBytes(e), cudaMemcpyDeviceToHost, stream));
-    PARAX_CUDA(cudaStreamSynchronize(stream));
-    for (size_t i = 0; i < narrow.size(); ++i) dst[i] = __bfloat162float(narrow[i]);
-    return Status::ok();
+    return copyToHost(dst.data(), src, n, e, stream);
   }
   static Status toDevice(void *dst, const std::vector<float> &src, Elem e, cudaStream_t stream) {
-    std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? src.size() : 0);
-    for (size_t i = 0; i < narrow.size(); ++i) narrow[i] = __float2bfloat16(src[i]);
-    const void *from = e == Elem::BF16 ? static_cast<const void *>(narrow.data()) : src.data();
-    PARAX_CUDA(cudaMemcpyAsync(dst, from, src.size() * elemBytes(e), cudaMemcpyHostToDevice, stream));
-    PARAX_CUDA(cudaStreamSynchronize(stream));
-    return Status::ok();
+    return copyToDevice(dst, src.data(), src.size(), e, stream);
   }
 };
 

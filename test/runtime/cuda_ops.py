@@ -12,6 +12,8 @@ kind ("normal", "ids:V", "experts:E" for router indices, "ones").
 
 import numpy as np
 
+from parax.checkpoint import round_to_bf16
+
 F = "f32"
 
 
@@ -168,7 +170,6 @@ def values(case, seed=0):
         else:
             v = rng.standard_normal(shape).astype(np.float32)
             if is_bf16(case):  # values bf16 holds exactly: both backends start equal
-                v = (v.view(np.uint32) + 0x7FFF + ((v.view(np.uint32) >> 16) & 1)) & 0xFFFF0000
-                v = v.astype(np.uint32).view(np.float32)
+                v = round_to_bf16(v)
         (params.__setitem__(param, v) if param else inputs.append(v))
     return inputs, params

@@ -29,9 +29,10 @@
 namespace parax::simt {
 namespace {
 
-#if PARAX_SIMT_ASAN
+// The launching code's stack, learnt when the first fiber starts.
 const void *homeStack = nullptr;
 size_t homeStackSize = 0;
+#if PARAX_SIMT_ASAN
 void enterStack(void **save, const void *bottom, size_t size) { __sanitizer_start_switch_fiber(save, bottom, size); }
 void enteredStack(void *save, bool learnHome) {
   __sanitizer_finish_switch_fiber(save, learnHome ? &homeStack : nullptr, learnHome ? &homeStackSize : nullptr);
@@ -39,8 +40,6 @@ void enteredStack(void *save, bool learnHome) {
 #else
 void enterStack(void **, const void *, size_t) {}
 void enteredStack(void *, bool) {}
-const void *homeStack = nullptr;
-size_t homeStackSize = 0;
 #endif
 
 constexpr size_t kStackBytes = 256 * 1024; // virtual; pages appear when used
