@@ -21,7 +21,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,14 @@ template <typename F> Status withBits(const DeviceBuffer &b, F &&f) {
   return f(uint32_t{});
 }
 
+// Outer (before dim), inner (after dim) extents.
+std::pair<int64_t, int64_t> around(const std::vector<int64_t> &shape, int dim) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  return {outer, inner};
+}
+
 constexpr size_t kLtWorkspace = 32u << 20;   // cuBLASLt's workspace (32 MiB suits Hopper)
 constexpr size_t kBlasWorkspace = 32u << 20; // cuBLAS's, set explicitly for graph capture
 
@@ -90,8 +100,10 @@ struct CudaExecutor::State {
   cublasHandle_t blas = nullptr;
   cublasLtHandle_t lt = nullptr;
   void *ltWorkspace = nullptr; // kLtWorkspace bytes for cuBLASLt's algorithms
-  float *scratch = nullptr;
+  float *scratch = nullptr; // for compute instructions
   size_t scratchSize = 0;
+  float *commScratch = nullptr; // for collectives only (see PendingCollective)
+  size_t commScratchSize = 0;
   int sharedOptIn = 48 * 1024; // bytes of shared memory a block may opt into
   bool tensorCoreAttention = true; // bf16 attention on tensor cores (PARAX_ATTENTION)
 
@@ -99,6 +111,7 @@ struct CudaExecutor::State {
     for (DeviceBuffer &b : buffers)
       if (b.data) cudaFree(b.data);
     if (scratch) cudaFree(scratch);
+    if (commScratch) cudaFree(commScratch);
     for (auto &[inst, frequencies] : ropeFrequencies) cudaFree(frequencies);
     if (blas) cublasDestroy(blas);
     if (lt) cublasLtDestroy(lt);
@@ -112,9 +125,50 @@ struct CudaExecutor::State {
   // uploaded once by prepare.
   std::map<const pxe::Instruction *, double *> ropeFrequencies;
 
+  // A collective whose transfer may still be running on the collectives'
+  // stream. The compute stream waits for it (and then issues `finish`, the
+  // kernels that unpack the transfer into the result) only when it must:
+  // before an instruction that touches one of `buffers`, before another
+  // collective or a host synchronisation, and at the end of the stage.
+  // Instructions issued in between run while the transfer does.
+  struct PendingCollective {
+    cudaEvent_t done;             // recorded on the collectives' stream after the transfer
+    std::vector<int32_t> buffers; // what the transfer and `finish` read or write
+    std::function<Status()> finish;
+  };
+  std::optional<PendingCollective> pending;
+  bool overlap = true;   // PARAX_CUDA_OVERLAP=0: wait right after each collective
+  size_t overlapped = 0; // instructions issued during a transfer, this step
+
+  /// After a collective's transfer is issued: finishes at once when it has
+  /// completed (host-staged) or overlap is off, otherwise leaves it pending.
+  Status deferUntilNeeded(std::vector<int32_t> touched, std::function<Status()> finish) {
+    cudaEvent_t done = comm ? comm->takeIssued() : nullptr;
+    if (!done) return finish ? finish() : Status::ok();
+    pending = PendingCollective{done, std::move(touched), std::move(finish)};
+    return overlap ? Status::ok() : completePending();
+  }
+  Status completePending() {
+    if (!pending) return Status::ok();
+    PendingCollective p = std::move(*pending);
+    pending.reset();
+    PARAX_CUDA(cudaStreamWaitEvent(stream, p.done, 0));
+    return p.finish ? p.finish() : Status::ok();
+  }
+  bool conflictsWithPending(const pxe::Instruction &inst) const {
+    if (!capturable(inst.op())) return true; // a collective, or a host synchronisation
+    for (const auto *ids : {&inst.operands(), &inst.results()})
+      for (int32_t id : *ids)
+        if (std::find(pending->buffers.begin(), pending->buffers.end(), id) != pending->buffers.end())
+          return true;
+    return false;
+  }
+
   /// Waits for the GPU: for the collectives in flight first (the watchdog),
   /// then for the compute stream. Every host synchronisation goes here.
   Status sync() {
+    Status done = completePending();
+    if (!done.isOk()) return done;
     if (comm) {
       Status st = comm->drain();
       if (!st.isOk()) return st;
@@ -123,16 +177,39 @@ struct CudaExecutor::State {
     return Status::ok();
   }
 
-  Status ensureScratch(size_t floats) {
-    if (floats <= scratchSize) return Status::ok();
-    if (scratch) {
+  /// Grows `buffer` (compute or collective scratch) to `floats`.
+  Status ensureScratch(size_t floats, float *&buffer, size_t &size) {
+    if (floats <= size) return Status::ok();
+    if (buffer) {
       Status st = sync(); // cudaFree waits for the device anyway
       if (!st.isOk()) return st;
-      PARAX_CUDA(cudaFree(scratch));
+      PARAX_CUDA(cudaFree(buffer));
     }
-    PARAX_CUDA(cudaMalloc(&scratch, floats * sizeof(float)));
-    scratchSize = floats;
+    PARAX_CUDA(cudaMalloc(&buffer, floats * sizeof(float)));
+    size = floats;
     return Status::ok();
+  }
+  Status ensureScratch(size_t floats) { return ensureScratch(floats, scratch, scratchSize); }
+  Status ensureCommScratch(size_t floats) { return ensureScratch(floats, commScratch, commScratchSize); }
+
+  /// The tensor `t` cut along `dim` into `parts` pieces, stored piece after
+  /// piece in `pieces` (a buffer of t's storage), or (`gather`) back.
+  Status pieces(bool gather, DeviceBuffer &t, int dim, int64_t parts, void *storage) {
+    return withBits(t, [&](auto w) {
+      using W = decltype(w);
+      auto [outer, inner] = around(t.shape, dim);
+      int64_t chunk = t.shape[dim] / parts, n = t.numel() / parts;
+      for (int64_t p = 0; p < parts; ++p) {
+        W *piece = static_cast<W *>(storage) + p * n;
+        if (gather)
+          PARAX_LAUNCH(placeKernel<W>, blocksFor(n), kThreads, 0, stream)(piece, t.as<W>(), outer, t.shape[dim],
+                                                                          chunk, p * chunk, inner);
+        else
+          PARAX_LAUNCH(sliceKernel<W>, blocksFor(n), kThreads, 0, stream)(t.as<W>(), piece, outer, t.shape[dim],
+                                                                          chunk, p * chunk, inner);
+      }
+      return Status::ok();
+    });
   }
 
   Status upload(int id) {
@@ -294,6 +371,8 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
   const char *graphs = std::getenv("PARAX_CUDA_GRAPHS");
   s.graphs = !(graphs && std::string(graphs) == "0");
+  const char *overlap = std::getenv("PARAX_CUDA_OVERLAP");
+  s.overlap = !(overlap && std::string(overlap) == "0");
   const char *attention = std::getenv("PARAX_ATTENTION");
   s.tensorCoreAttention = !(attention && std::string(attention) == "cuda-cores");
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions())
@@ -353,12 +432,19 @@ std::vector<Tensor> CudaExecutor::outputs() const {
 
 Status CudaExecutor::State::issue() {
   const pxe::Stage &stage = host.stageProgram();
+  overlapped = 0;
   for (int k = 0; k < stage.instructions_size(); ++k) {
     if (comm) {
       comm->issuerStage = host.stage();
       comm->issuerInstruction = k;
     }
-    Status st = run(stage.instructions(k));
+    Status st = Status::ok();
+    if (pending && conflictsWithPending(stage.instructions(k)))
+      st = completePending();
+    else if (pending)
+      ++overlapped;
+    if (st.isOk())
+      st = run(stage.instructions(k));
     if (st.isOk()) {
       cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) st = Status::error(cudaGetErrorString(e));
@@ -367,10 +453,11 @@ Status CudaExecutor::State::issue() {
       return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
                            stage.instructions(k).op() + ") on the GPU: " + st.message());
   }
-  return Status::ok();
+  return completePending();
 }
 
 bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
+size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }
 
 Status CudaExecutor::run() {
   State &s = *s_;
@@ -405,16 +492,6 @@ Status CudaExecutor::run() {
   ++s.eagerSteps;
   return s.sync();
 }
-
-namespace {
-// Outer (before dim), inner (after dim) extents.
-std::pair<int64_t, int64_t> around(const std::vector<int64_t> &shape, int dim) {
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < dim; ++d) outer *= shape[d];
-  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
-  return {outer, inner};
-}
-} // namespace
 
 
 Status CudaExecutor::State::run(const pxe::Instruction &inst) {
@@ -715,34 +792,14 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   unsigned mask = maskOf(axes);
   if (P > 1 && !comm)
     return Status::error("a collective over several ranks needs a communicator");
-  // Pieces along `dim` (piece-major) <-> the tensor: slice/place kernels on
-  // the tensor's bits; `pieces` is scratch laid out as the tensor's storage.
-  auto toPieces = [&](const DeviceBuffer &t, int dim, void *pieces) {
-    return withBits(t, [&](auto w) {
-      using W = decltype(w);
-      auto [outer, inner] = around(t.shape, dim);
-      int64_t chunk = t.shape[dim] / P, n = t.numel() / P;
-      for (int64_t p = 0; p < P; ++p)
-        PARAX_LAUNCH(sliceKernel<W>, blocksFor(n), kThreads, 0, stream)(
-            t.as<W>(), static_cast<W *>(pieces) + p * n, outer, t.shape[dim], chunk, p * chunk, inner);
-      return Status::ok();
-    });
-  };
-  auto fromPieces = [&](const void *pieces, int dim, DeviceBuffer &t) {
-    return withBits(t, [&](auto w) {
-      using W = decltype(w);
-      auto [outer, inner] = around(t.shape, dim);
-      int64_t chunk = t.shape[dim] / P, n = t.numel() / P;
-      for (int64_t p = 0; p < P; ++p)
-        PARAX_LAUNCH(placeKernel<W>, blocksFor(n), kThreads, 0, stream)(
-            static_cast<const W *>(pieces) + p * n, t.as<W>(), outer, t.shape[dim], chunk, p * chunk, inner);
-      return Status::ok();
-    });
-  };
+  // Each collective issues its transfer, then hands what consumes it to
+  // deferUntilNeeded with the buffers the transfer and that work touch.
   if (op == "all_reduce") {
     Status st = copy(out().data, in(0).data, out().numel(), out());
     if (!st.isOk() || P == 1) return st;
-    return comm->allReduce(out().data, out().numel(), out().elem, mask, stream);
+    st = comm->allReduce(out().data, out().numel(), out().elem, mask, stream);
+    if (!st.isOk()) return st;
+    return deferUntilNeeded({inst.results(0)}, nullptr);
   }
   if (op == "shard_slice") {
     int dim = static_cast<int>(attrInt(a, "dim"));
@@ -763,38 +820,44 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") {
     DeviceBuffer &x = in(0), &y = out();
     int64_t largest = std::max(x.numel(), y.numel());
-    Status st = ensureScratch(largest * 2);
+    Status st = ensureCommScratch(largest * 2);
     if (!st.isOk()) return st;
-    void *a0 = scratch, *a1 = scratch + largest;
+    void *a0 = commScratch, *a1 = commScratch + largest;
+    std::vector<int32_t> touched = {inst.operands(0), inst.results(0)};
     if (op == "all_gather") {
       int dim = static_cast<int>(attrInt(a, "dim"));
       if (P == 1) return copy(y.data, x.data, y.numel(), y);
       st = comm->allGather(x.data, a0, x.numel(), x.elem, mask, stream);
       if (!st.isOk()) return st;
-      return fromPieces(a0, dim, y);
+      return deferUntilNeeded(touched, [this, &y, dim, P, a0] { return pieces(true, y, dim, P, a0); });
     }
     if (op == "reduce_scatter") {
       int dim = static_cast<int>(attrInt(a, "dim"));
-      st = toPieces(x, dim, a0);
+      st = pieces(false, x, dim, P, a0);
       if (!st.isOk()) return st;
       if (P == 1) return copy(y.data, a0, y.numel(), y);
-      return comm->reduceScatter(a0, y.data, y.numel(), y.elem, mask, stream);
+      st = comm->reduceScatter(a0, y.data, y.numel(), y.elem, mask, stream);
+      if (!st.isOk()) return st;
+      return deferUntilNeeded(touched, nullptr);
     }
     int split = static_cast<int>(attrInt(a, "split_dim")), concat = static_cast<int>(attrInt(a, "concat_dim"));
-    st = toPieces(x, split, a0);
+    st = pieces(false, x, split, P, a0);
     if (!st.isOk()) return st;
-    if (P == 1) return fromPieces(a0, concat, y);
+    if (P == 1) return pieces(true, y, concat, P, a0);
     st = comm->allToAll(a0, a1, x.numel() / P, x.elem, mask, stream);
     if (!st.isOk()) return st;
-    return fromPieces(a1, concat, y);
+    return deferUntilNeeded(touched, [this, &y, concat, P, a1] { return pieces(true, y, concat, P, a1); });
   }
   if (op == "send" || op == "recv") {
     int peer = peerRank(axes.at(0), attrInt(a, "peer"));
     if (!comm)
       return Status::error("send/recv needs a communicator");
-    if (op == "send")
-      return comm->send(in(0).data, in(0).numel(), in(0).elem, peer, stream);
-    return comm->recv(out().data, out().numel(), out().elem, peer, stream);
+    bool sending = op == "send";
+    DeviceBuffer &b = sending ? in(0) : out();
+    Status st = sending ? comm->send(b.data, b.numel(), b.elem, peer, stream)
+                        : comm->recv(b.data, b.numel(), b.elem, peer, stream);
+    if (!st.isOk()) return st;
+    return deferUntilNeeded({sending ? inst.operands(0) : inst.results(0)}, nullptr);
   }
   if (op == "moe_dispatch" || op == "moe_combine") {
     // Slots as the CPU backend fills them (moeSlotsKernel), an all-to-all of
@@ -806,42 +869,51 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t pairs = idx.numel(), K = idx.shape.back(), slots = P * pairs;
     int64_t h = in(0).shape.back();
     int64_t width = op == "moe_dispatch" ? h + 2 : h;
-    Status st = ensureScratch(pairs + 2 * slots * width);
+    Status st = ensureCommScratch(pairs + 2 * slots * width);
     if (!st.isOk()) return st;
-    auto *slot = reinterpret_cast<int32_t *>(scratch);
-    float *send = scratch + pairs, *recv = send + slots * width;
+    auto *slot = reinterpret_cast<int32_t *>(commScratch);
+    float *send = commScratch + pairs, *recv = send + slots * width;
     PARAX_CUDA(cudaMemsetAsync(slot, 0xff, pairs * 4, stream)); // -1: no slot
     PARAX_LAUNCH(moeSlotsKernel, blocksFor(P), kThreads, 0, stream)(idx.i(), slot, pairs, local, P);
+    std::vector<int32_t> touched(inst.results().begin(), inst.results().end());
     if (op == "moe_dispatch") {
-      DeviceBuffer &x = in(0), &w = in(1);
+      DeviceBuffer &x = in(0), &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
       PARAX_LAUNCH(moeClearKernel, blocksFor(slots * width), kThreads, 0, stream)(send, slots, h);
-      return withFloat(x, [&](auto t) {
+      st = withFloat(x, [&](auto t) {
         using T = decltype(t);
         PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * width), kThreads, 0, stream)(
             x.as<T>(), w.as<T>(), idx.i(), slot, send, pairs, K, h, local);
-        const float *received = send;
-        if (P > 1) {
-          Status sent = comm->allToAll(send, recv, pairs * width, Elem::F32, mask, stream);
-          if (!sent.isOk()) return sent;
-          received = recv;
-        }
-        PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(slots * width), kThreads, 0, stream)(
-            received, out(0).as<T>(), out(1).as<T>(), out(2).i(), slots, h);
         return Status::ok();
+      });
+      if (!st.isOk()) return st;
+      if (P > 1) {
+        st = comm->allToAll(send, recv, pairs * width, Elem::F32, mask, stream);
+        if (!st.isOk()) return st;
+      }
+      const float *received = P > 1 ? recv : send;
+      return deferUntilNeeded(touched, [this, &rows, &weights, &experts, received, slots, h] {
+        return withFloat(rows, [&](auto t) {
+          using T = decltype(t);
+          PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(slots * (h + 2)), kThreads, 0, stream)(
+              received, rows.as<T>(), weights.as<T>(), experts.i(), slots, h);
+          return Status::ok();
+        });
       });
     }
     DeviceBuffer &rowsBack = in(0), &y = out();
-    const void *back = rowsBack.data;
     if (P > 1) {
       st = comm->allToAll(rowsBack.data, recv, pairs * h, rowsBack.elem, mask, stream);
       if (!st.isOk()) return st;
-      back = recv;
+      touched.push_back(inst.operands(0)); // read by the transfer
     }
-    return withFloat(y, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(moeCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
-          static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, K, h);
-      return Status::ok();
+    const void *back = P > 1 ? static_cast<const void *>(recv) : rowsBack.data;
+    return deferUntilNeeded(touched, [this, &y, back, slot, K, h] {
+      return withFloat(y, [&](auto t) {
+        using T = decltype(t);
+        PARAX_LAUNCH(moeCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
+            static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, K, h);
+        return Status::ok();
+      });
     });
   }
   return Status::error("no CUDA kernel for '" + op + "'");

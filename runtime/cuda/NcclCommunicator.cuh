@@ -43,9 +43,11 @@ public:
   std::vector<MPI_Comm> mpiComms; // per axis mask (host-staged)
   std::vector<int> sizes;
   // NCCL work runs on its own stream, ordered after the compute stream's
-  // work so far by `ready`; the compute stream continues after it by the
-  // collective's own event. The host does not wait: `drain` (at every host
-  // synchronisation) watches the collectives in flight, oldest first.
+  // work so far by `ready`. Each collective records its own event, which
+  // `takeIssued` hands to the executor: the compute stream waits for it
+  // when it needs the result (so independent work may run meanwhile). The
+  // host does not wait: `drain` (at every host synchronisation) watches
+  // the collectives in flight, oldest first.
   cudaStream_t commStream = nullptr;
   cudaEvent_t ready = nullptr;
   struct InFlight {
@@ -60,6 +62,7 @@ public:
   std::deque<InFlight> inFlight;
   std::vector<cudaEvent_t> spareEvents;
   int issuerStage = 0, issuerInstruction = 0; // the instruction now running (for reports)
+  cudaEvent_t issued = nullptr; // see takeIssued
 
   Status onCommStream(cudaStream_t compute, const char *op,
                       const std::function<ncclResult_t(cudaStream_t)> &issue) {
@@ -76,9 +79,18 @@ public:
       spareEvents.pop_back();
     }
     PARAX_CUDA(cudaEventRecord(done, commStream));
-    PARAX_CUDA(cudaStreamWaitEvent(compute, done, 0));
     inFlight.push_back({done, op, issuerStage, issuerInstruction});
+    issued = done;
     return Status::ok();
+  }
+
+  /// The event that completes the collective just issued, or null when it
+  /// has completed already (host-staged, or nothing to do). Valid until the
+  /// next `drain`.
+  cudaEvent_t takeIssued() {
+    cudaEvent_t done = issued;
+    issued = nullptr;
+    return done;
   }
 
   /// Waits until every collective issued so far has finished, polling NCCL
@@ -90,7 +102,11 @@ public:
       InFlight &front = inFlight.front();
       auto start = std::chrono::steady_clock::now();
       while (true) {
-        for (ncclComm_t c : comms) {
+        // Queried first, errors checked after: a collective that failed and
+        // still let its stream go on is reported, not taken as finished.
+        cudaError_t q = cudaEventQuery(front.done);
+        for (size_t i = 0; i <= comms.size(); ++i) {
+          ncclComm_t c = i < comms.size() ? comms[i] : world; // world: send/recv
           if (!c)
             continue;
           ncclResult_t async = ncclSuccess;
@@ -101,7 +117,6 @@ public:
                                  ncclGetErrorString(async));
           }
         }
-        cudaError_t q = cudaEventQuery(front.done);
         if (q == cudaSuccess)
           break;
         if (q != cudaErrorNotReady)

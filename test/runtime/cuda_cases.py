@@ -177,7 +177,15 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None):
     return {"case": name, "ranks": case["ranks"], "max_abs_vs_cpu": vs_cpu,
             "max_abs_vs_numpy": vs_numpy, "tolerance": tol, "ok": vs_cpu < tol and vs_numpy < tol,
             "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
-            "graph_refused": "no CUDA graph" in log}
+            "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log)}
+
+
+def overlapping(log):
+    """Instructions the writer rank issued while a collective ran (parax-run's
+    summary line; 0 when it names none)."""
+    import re
+    m = re.search(r"(\d+) instruction\(s\) overlapping collectives", log)
+    return int(m.group(1)) if m else 0
 
 
 # --- performance (figures, not pass/fail) ------------------------------------

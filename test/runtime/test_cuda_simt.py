@@ -2,7 +2,10 @@
 kernels run as CPU fibers, cuBLAS on OpenBLAS, NCCL on MPI), so that every
 build checks its kernels, launches and collectives without a GPU: each model
 and one-op case of cuda_cases.py against the CPU backend and numpy, twice --
-NCCL collectives with threads run in order, then as on the one-GPU machine
+NCCL collectives with threads run in order and the collectives' stream lazy
+(PARAX_SIMT_STREAMS=lazy: a transfer runs only when something waits for it,
+so an instruction that reads a collective's result or overwrites its operand
+too early gets a wrong result), then as on the one-GPU machine
 (PARAX_SIMT_DEVICES=1: more ranks than GPUs, so collectives are staged
 through host memory and MPI) with the threads between barriers run in
 reverse, which exposes a missing __syncthreads() the first order hides.
@@ -18,11 +21,16 @@ from conftest import BIN, tool
 def test_simt_matches_cpu_and_numpy(tmp_path, name):
     tool("parax-run-simt")
     cuda_cases.prepare_any(name, str(tmp_path), BIN)
-    for env in ({}, {"PARAX_SIMT_DEVICES": "1", "PARAX_SIMT_ORDER": "reverse"}):
+    nccl = {"PARAX_SIMT_STREAMS": "lazy"}
+    for env in (nccl, {"PARAX_SIMT_DEVICES": "1", "PARAX_SIMT_ORDER": "reverse"}):
         result = cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt", env=env)
         assert result["ok"], (env, result)
         ranks = result["ranks"]
-        assert result["host_staged"] == (ranks > 1 and bool(env)), result
+        assert result["host_staged"] == (ranks > 1 and env is not nccl), result
+        # The shared experts run while the routed experts' rows travel back
+        # (NCCL only: a staged collective has finished when it returns).
+        shared_experts = ("deepseek-v3-ep2", "qwen2-moe-ep2", "deepseek-v3-bf16-ep2", "qwen2-moe-bf16-ep2")
+        assert (result["overlap"] > 0) == (name in shared_experts and env is nccl), result
         # A capture the emulator refuses would be refused on a GPU too.
         assert not result["graph_refused"], result
         if name in ("llama", "gpt2", "llama-bf16", "op-attention-gqa-tiles-bf16"):
@@ -40,7 +48,16 @@ def test_watchdog_names_rank_and_collective(tmp_path, fault, message):
     import re
     tool("parax-run-simt")
     cuda_cases.prepare("llama-tp2", str(tmp_path))
-    env = {"PARAX_SIMT_NCCL_FAULT": fault, "PARAX_NCCL_TIMEOUT": "1"}
+    env = {"PARAX_SIMT_NCCL_FAULT": fault, "PARAX_NCCL_TIMEOUT": "1", "PARAX_SIMT_STREAMS": "lazy"}
     with pytest.raises(RuntimeError) as failure:
         cuda_cases.check("llama-tp2", str(tmp_path), BIN, tool="parax-run-simt", env=env)
     assert re.search(message, str(failure.value)), str(failure.value)[-2000:]
+
+
+def test_overlap_off_waits_after_each_collective(tmp_path):
+    """PARAX_CUDA_OVERLAP=0: nothing runs during a transfer; same result."""
+    tool("parax-run-simt")
+    cuda_cases.prepare("deepseek-v3-ep2", str(tmp_path))
+    env = {"PARAX_SIMT_STREAMS": "lazy", "PARAX_CUDA_OVERLAP": "0"}
+    result = cuda_cases.check("deepseek-v3-ep2", str(tmp_path), BIN, tool="parax-run-simt", env=env)
+    assert result["ok"] and result["overlap"] == 0, result

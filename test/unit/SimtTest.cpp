@@ -372,4 +372,43 @@ TEST(Simt, ACaptureRecordsStreamWorkForEachLaunchOfTheGraphAndRefusesHostSynchro
   cudaStreamDestroy(stream);
 }
 
+TEST(Simt, ALazyStreamRunsItsWorkOnlyWhenSomethingWaitsForIt) {
+  parax::simt::setLazyStreams(true);
+  cudaStream_t compute, lazy;
+  cudaStreamCreate(&compute);
+  cudaStreamCreateWithFlags(&lazy, cudaStreamNonBlocking);
+  parax::simt::setLazyStreams(false);
+  cudaEvent_t copied;
+  cudaEventCreateWithFlags(&copied, cudaEventDisableTiming);
+  float *d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 16 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 16 * 4, compute), cudaSuccess);
+  // Lazy: d[8..16) = d[0..8) + 1 waits in the queue.
+  PARAX_LAUNCH(addOne, 1, 32, 0, lazy)(d, 8);
+  ASSERT_EQ(cudaMemcpyAsync(d + 8, d, 8 * 4, cudaMemcpyDeviceToDevice, lazy), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(copied, lazy), cudaSuccess);
+  PARAX_LAUNCH(addOne, 1, 32, 0, lazy)(d, 8); // after the event
+  std::vector<float> h(16);
+  cudaMemcpy(h.data(), d, 64, cudaMemcpyDeviceToHost);
+  EXPECT_EQ(h[0], 0.0f); // not run: nothing waited
+  EXPECT_EQ(h[8], 0.0f);
+  // The compute stream waits for the event: the work before it runs, the
+  // work after it still waits.
+  ASSERT_EQ(cudaStreamWaitEvent(compute, copied, 0), cudaSuccess);
+  cudaMemcpy(h.data(), d, 64, cudaMemcpyDeviceToHost);
+  EXPECT_EQ(h[0], 1.0f);
+  EXPECT_EQ(h[8], 1.0f);
+  ASSERT_EQ(cudaStreamSynchronize(lazy), cudaSuccess);
+  cudaMemcpy(h.data(), d, 64, cudaMemcpyDeviceToHost);
+  EXPECT_EQ(h[0], 2.0f);
+  EXPECT_EQ(h[8], 1.0f);
+  // An event recorded on a stream that runs at once is complete.
+  ASSERT_EQ(cudaEventRecord(copied, compute), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(copied), cudaSuccess);
+  cudaEventDestroy(copied);
+  cudaFree(d);
+  cudaStreamDestroy(lazy);
+  cudaStreamDestroy(compute);
+}
+
 } // namespace

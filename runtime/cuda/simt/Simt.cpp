@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -211,6 +212,8 @@ void launch(const void *function, const char *kernel, dim3 grid, dim3 block, siz
     s.captured.push_back([=] { launch(function, kernel, grid, block, shared, stream, body); });
     return;
   }
+  if (defer(stream, [=] { launch(function, kernel, grid, block, shared, stream, body); }))
+    return;
   if (s.sticky != cudaSuccess)
     return fail(s.sticky, std::string(kernel) + ": launched after an earlier kernel failed");
   if (s.running)
@@ -357,7 +360,7 @@ cudaError_t cudaFree(void *ptr) {
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
+                            cudaStream_t stream) {
   if (state().sticky != cudaSuccess)
     return state().sticky;
   if (bytes == 0)
@@ -382,7 +385,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     record([=] { std::memmove(dst, src, bytes); });
     return cudaSuccess;
   }
-  std::memmove(dst, src, bytes);
+  if (!parax::simt::defer(stream, [=] { std::memmove(dst, src, bytes); }))
+    std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 
@@ -392,51 +396,123 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
 
-cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream) {
   if (bytes && !isDeviceRange(dst, bytes))
     return invalid("cudaMemset", range(dst, bytes) + " is not inside one allocation");
-  if (!record([=] { std::memset(dst, value, bytes); }))
-    std::memset(dst, value, bytes);
+  auto work = [=] { std::memset(dst, value, bytes); };
+  if (!record(work) && !parax::simt::defer(stream, work))
+    work();
   return cudaSuccess;
 }
 
-struct SimtStream {};
-struct SimtEvent {};
+// A lazy stream (see parax::simt::setLazyStreams) keeps its work in a queue
+// and runs it, in order, only when something waits for it.
+struct SimtStream {
+  bool lazy = false;
+  bool running = false; // its queue is running: its work runs at once
+  std::deque<std::function<void()>> queue;
+  uint64_t issued = 0, finished = 0; // work items so far
+};
+// An event is complete once its stream has finished `position` items.
+struct SimtEvent {
+  SimtStream *stream = nullptr;
+  uint64_t position = 0;
+};
+
+namespace parax::simt {
+namespace {
+bool &lazyStreams() {
+  static bool lazy = [] {
+    const char *mode = std::getenv("PARAX_SIMT_STREAMS");
+    return mode && std::string(mode) == "lazy";
+  }();
+  return lazy;
+}
+
+// Runs `stream`'s queue until `position` items have finished.
+void runUntil(SimtStream *stream, uint64_t position) {
+  if (!stream || stream->running)
+    return;
+  stream->running = true;
+  while (stream->finished < position && !stream->queue.empty()) {
+    std::function<void()> work = std::move(stream->queue.front());
+    stream->queue.pop_front();
+    work();
+    ++stream->finished;
+  }
+  stream->running = false;
+}
+void runAll(SimtStream *stream) {
+  if (stream)
+    runUntil(stream, stream->issued);
+}
+} // namespace
+
+void setLazyStreams(bool lazy) { lazyStreams() = lazy; }
+
+bool defer(cudaStream_t stream, std::function<void()> work) {
+  if (!stream || !stream->lazy || stream->running)
+    return false;
+  stream->queue.push_back(std::move(work));
+  ++stream->issued;
+  return true;
+}
+} // namespace parax::simt
 
 cudaError_t cudaStreamCreate(cudaStream_t *stream) {
   *stream = new SimtStream;
   return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned) { return cudaStreamCreate(stream); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
+  *stream = new SimtStream;
+  (*stream)->lazy = (flags & cudaStreamNonBlocking) && parax::simt::lazyStreams();
+  return cudaSuccess;
+}
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  parax::simt::runAll(stream); // as on a GPU, its work still completes
   delete stream;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (refusedInCapture("cudaStreamSynchronize"))
     return cudaErrorStreamCaptureUnsupported;
+  parax::simt::runAll(stream);
   return state().sticky;
 }
-cudaError_t cudaStreamQuery(cudaStream_t) {
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (refusedInCapture("cudaStreamQuery"))
     return cudaErrorStreamCaptureUnsupported;
+  parax::simt::runAll(stream);
   return state().sticky;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
-  return event ? cudaSuccess : cudaErrorInvalidValue;
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  if (!event)
+    return cudaErrorInvalidValue;
+  SimtStream *waited = event->stream;
+  uint64_t position = event->position; // as recorded now: the event may be recorded again
+  if (waited && waited != stream &&
+      !parax::simt::defer(stream, [waited, position] { parax::simt::runUntil(waited, position); }))
+    parax::simt::runUntil(waited, position); // `stream` runs at once: so must what it waits for
+  return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned) {
   *event = new SimtEvent;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  return event ? cudaSuccess : cudaErrorInvalidValue;
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!event)
+    return cudaErrorInvalidValue;
+  // Only a lazy stream has unfinished work to wait for.
+  event->stream = stream && stream->lazy ? stream : nullptr;
+  event->position = event->stream ? stream->issued : 0;
+  return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event)
     return cudaErrorInvalidValue;
   if (refusedInCapture("cudaEventQuery"))
     return cudaErrorStreamCaptureUnsupported;
+  parax::simt::runUntil(event->stream, event->position); // time passes
   return state().hung ? cudaErrorNotReady : state().sticky;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {

@@ -16,8 +16,13 @@
 //   argument checks as cuBLAS); cuBLASLt's matmul with the bias epilogue; NCCL on MPI (the unique id must reach every
 //   rank, splits, collectives, grouped send/recv); PARAX_SIMT_NCCL_FAULT
 //   injects an asynchronous error or a hang, for the watchdog's tests.
-// - Streams and events are synchronous: everything has finished when a call
-//   returns. PARAX_SIMT_DEVICES sets the device count (default 64).
+// - Streams and events: work runs when it is issued, except on a lazy
+//   stream (PARAX_SIMT_STREAMS=lazy: every stream created with
+//   cudaStreamNonBlocking), whose work waits in a queue until something
+//   waits for it (cudaStreamWaitEvent, an event query, a synchronisation):
+//   the collectives' stream as slow as it can be, so that a missing wait
+//   (reading a result too early, overwriting an operand too soon) shows.
+//   PARAX_SIMT_DEVICES sets the device count (default 64).
 //
 // Include through the shim headers in include/ (cuda_runtime.h, ...), which
 // take the place of the CUDA toolkit's.
@@ -262,6 +267,12 @@ bool isDeviceRange(const void *ptr, size_t bytes);
 /// them stay not ready).
 const char *ncclFault();
 void markHung();
+/// Lazy non-blocking streams (default: PARAX_SIMT_STREAMS=lazy); applies to
+/// streams created afterwards.
+void setLazyStreams(bool lazy);
+/// On a lazy stream (not now running its queue): queues `work` and returns
+/// true; otherwise false (the caller runs it now).
+bool defer(cudaStream_t stream, std::function<void()> work);
 /// Threads between barriers in reverse order (default: PARAX_SIMT_ORDER).
 void setReverseOrder(bool reverse);
 /// Forgets a failed kernel (which otherwise spoils every later call, as on

@@ -349,6 +349,8 @@ struct SimtNcclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
   int rank = 0, size = 1;
   ncclResult_t asyncError = ncclSuccess;
+  // False once destroyed: work still queued on a lazy stream then does nothing.
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 };
 
 namespace {
@@ -359,6 +361,7 @@ struct PendingP2P {
   size_t count; // bytes
   int peer;
   ncclComm_t comm;
+  cudaStream_t stream;
 };
 int groupDepth = 0;
 std::vector<PendingP2P> pending;
@@ -406,6 +409,21 @@ bool faulted(ncclComm_t comm) {
 }
 
 ncclResult_t mpiResult(int code) { return code == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
+
+// An operation's transfer: now, or on a lazy stream when the stream gets to
+// it (a failure then becomes the communicator's asynchronous error).
+ncclResult_t transfer(cudaStream_t stream, ncclComm_t comm, std::function<ncclResult_t()> body) {
+  std::shared_ptr<bool> alive = comm->alive;
+  if (parax::simt::defer(stream, [comm, alive, body] {
+        if (!*alive)
+          return;
+        ncclResult_t r = body();
+        if (r != ncclSuccess)
+          comm->asyncError = r;
+      }))
+    return ncclSuccess;
+  return body();
+}
 
 #define SIMT_TRY(x)                                                                               \
   do {                                                                                            \
@@ -480,6 +498,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm)
+    *comm->alive = false;
   if (comm && comm->mpi != MPI_COMM_NULL && mpiAlive())
     MPI_Comm_free(&comm->mpi);
   delete comm;
@@ -493,25 +513,27 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *error) {
 }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
-                           ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+                           ncclRedOp_t, ncclComm_t comm, cudaStream_t stream) {
   SIMT_TRY(checkComm("ncclAllReduce", comm));
   SIMT_TRY(checkBuffer("ncclAllReduce", send, count, type));
   SIMT_TRY(checkBuffer("ncclAllReduce", recv, count, type));
   if (faulted(comm))
     return ncclSuccess;
-  if (type == ncclBfloat16) {
-    std::vector<float> v = widen(send, count);
-    ncclResult_t r = mpiResult(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(count), MPI_FLOAT,
-                                             MPI_SUM, comm->mpi));
-    narrowInto(recv, v);
-    return r;
-  }
-  return mpiResult(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
-                                 mpiTypeOf(type), MPI_SUM, comm->mpi));
+  return transfer(stream, comm, [=] {
+    if (type == ncclBfloat16) {
+      std::vector<float> v = widen(send, count);
+      ncclResult_t r = mpiResult(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(count), MPI_FLOAT,
+                                               MPI_SUM, comm->mpi));
+      narrowInto(recv, v);
+      return r;
+    }
+    return mpiResult(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                                   mpiTypeOf(type), MPI_SUM, comm->mpi));
+  });
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendCount, ncclDataType_t type,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   SIMT_TRY(checkComm("ncclAllGather", comm));
   SIMT_TRY(checkBuffer("ncclAllGather", send, sendCount, type));
   SIMT_TRY(checkBuffer("ncclAllGather", recv, sendCount * comm->size, type));
@@ -519,12 +541,14 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendCount, ncclD
     return ncclSuccess;
   int bytes = static_cast<int>(sendCount * bytesOf(type));
   const char *own = static_cast<const char *>(recv) + size_t(bytes) * comm->rank;
-  return mpiResult(MPI_Allgather(send == own ? MPI_IN_PLACE : send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE,
-                                 comm->mpi));
+  return transfer(stream, comm, [=] {
+    return mpiResult(MPI_Allgather(send == own ? MPI_IN_PLACE : send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE,
+                                   comm->mpi));
+  });
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvCount, ncclDataType_t type,
-                               ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+                               ncclRedOp_t, ncclComm_t comm, cudaStream_t stream) {
   SIMT_TRY(checkComm("ncclReduceScatter", comm));
   SIMT_TRY(checkBuffer("ncclReduceScatter", send, recvCount * comm->size, type));
   SIMT_TRY(checkBuffer("ncclReduceScatter", recv, recvCount, type));
@@ -532,20 +556,22 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvCount, n
     return ncclSuccess;
   if (send == recv)
     return complain(ncclInvalidArgument, "ncclReduceScatter", "in place is not emulated");
-  std::vector<int> counts(comm->size, static_cast<int>(recvCount));
-  if (type == ncclBfloat16) {
-    std::vector<float> all = widen(send, recvCount * comm->size), mine(recvCount);
-    ncclResult_t r = mpiResult(MPI_Reduce_scatter(all.data(), mine.data(), counts.data(), MPI_FLOAT, MPI_SUM,
-                                                  comm->mpi));
-    narrowInto(recv, mine);
-    return r;
-  }
-  return mpiResult(MPI_Reduce_scatter(send, recv, counts.data(), mpiTypeOf(type), MPI_SUM, comm->mpi));
+  return transfer(stream, comm, [=] {
+    std::vector<int> counts(comm->size, static_cast<int>(recvCount));
+    if (type == ncclBfloat16) {
+      std::vector<float> all = widen(send, recvCount * comm->size), mine(recvCount);
+      ncclResult_t r = mpiResult(MPI_Reduce_scatter(all.data(), mine.data(), counts.data(), MPI_FLOAT, MPI_SUM,
+                                                    comm->mpi));
+      narrowInto(recv, mine);
+      return r;
+    }
+    return mpiResult(MPI_Reduce_scatter(send, recv, counts.data(), mpiTypeOf(type), MPI_SUM, comm->mpi));
+  });
 }
 
 namespace {
 ncclResult_t pointToPoint(const char *call, bool send, void *buf, size_t count, ncclDataType_t type,
-                          int peer, ncclComm_t comm) {
+                          int peer, ncclComm_t comm, cudaStream_t stream) {
   SIMT_TRY(checkComm(call, comm));
   SIMT_TRY(checkBuffer(call, buf, count, type));
   if (peer < 0 || peer >= comm->size)
@@ -555,22 +581,24 @@ ncclResult_t pointToPoint(const char *call, bool send, void *buf, size_t count, 
     return ncclSuccess;
   size_t bytes = count * bytesOf(type);
   if (groupDepth > 0) {
-    pending.push_back({send, buf, bytes, peer, comm});
+    pending.push_back({send, buf, bytes, peer, comm, stream});
     return ncclSuccess;
   }
   int n = static_cast<int>(bytes);
-  return mpiResult(send ? MPI_Send(buf, n, MPI_BYTE, peer, 0, comm->mpi)
-                        : MPI_Recv(buf, n, MPI_BYTE, peer, 0, comm->mpi, MPI_STATUS_IGNORE));
+  return transfer(stream, comm, [=] {
+    return mpiResult(send ? MPI_Send(buf, n, MPI_BYTE, peer, 0, comm->mpi)
+                          : MPI_Recv(buf, n, MPI_BYTE, peer, 0, comm->mpi, MPI_STATUS_IGNORE));
+  });
 }
 } // namespace
 
 ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
-                      cudaStream_t) {
-  return pointToPoint("ncclSend", true, const_cast<void *>(send), count, type, peer, comm);
+                      cudaStream_t stream) {
+  return pointToPoint("ncclSend", true, const_cast<void *>(send), count, type, peer, comm, stream);
 }
 ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
-                      cudaStream_t) {
-  return pointToPoint("ncclRecv", false, recv, count, type, peer, comm);
+                      cudaStream_t stream) {
+  return pointToPoint("ncclRecv", false, recv, count, type, peer, comm, stream);
 }
 
 ncclResult_t ncclGroupStart() {
@@ -583,18 +611,23 @@ ncclResult_t ncclGroupEnd() {
     return complain(ncclInvalidUsage, "ncclGroupEnd", "without ncclGroupStart");
   if (--groupDepth > 0)
     return ncclSuccess;
+  std::vector<PendingP2P> group;
+  group.swap(pending);
+  if (group.empty())
+    return ncclSuccess;
   // Receives first, then sends: every pairing completes, whatever the order.
-  std::vector<MPI_Request> requests;
-  for (bool sends : {false, true})
-    for (const PendingP2P &p : pending)
-      if (p.send == sends) {
-        requests.emplace_back();
-        int n = static_cast<int>(p.count);
-        if (p.send)
-          MPI_Isend(p.buf, n, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests.back());
-        else
-          MPI_Irecv(p.buf, n, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests.back());
-      }
-  pending.clear();
-  return mpiResult(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  return transfer(group.front().stream, group.front().comm, [group] {
+    std::vector<MPI_Request> requests;
+    for (bool sends : {false, true})
+      for (const PendingP2P &p : group)
+        if (p.send == sends) {
+          requests.emplace_back();
+          int n = static_cast<int>(p.count);
+          if (p.send)
+            MPI_Isend(p.buf, n, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests.back());
+          else
+            MPI_Irecv(p.buf, n, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests.back());
+        }
+    return mpiResult(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  });
 }

@@ -37,6 +37,8 @@ void usage() {
                "[--device cpu|cuda]\n"
                "  PARAX_NCCL_TIMEOUT=S: the CUDA backend's watchdog gives up on a collective\n"
                "  after S seconds (default 300)\n"
+               "  PARAX_CUDA_OVERLAP=0: the GPU waits for each collective right after it (by\n"
+               "  default only before the first instruction that touches its buffers)\n"
                "  PARAX_CUDA_GRAPHS=0: no CUDA graphs (by default a stage without collectives\n"
                "  or host synchronisations replays its steps after the first as one graph)\n"
                "  PARAX_ATTENTION=cuda-cores: bf16 attention without tensor cores\n");
@@ -256,6 +258,8 @@ int main(int argc, char **argv) {
     std::string how;
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda" && gpu.replaysGraph()) how = ", steps after the first as one CUDA graph";
+    if (device == "cuda" && gpu.overlappedInstructions() > 0)
+      how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif
     std::printf("parax-run: %d rank(s) on %s, %zu instructions on rank %d, %lld "
                 "microbatch(es), step time %.3f ms (median of %d)%s\n",

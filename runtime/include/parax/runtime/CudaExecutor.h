@@ -55,6 +55,11 @@ public:
   size_t instructionCount() const;
   /// True once steps run as one captured CUDA graph (see run()).
   bool replaysGraph() const;
+  /// Instructions the last step issued while a collective's transfer was
+  /// still running (the compute stream waits for a collective only before
+  /// the first instruction that touches its buffers; PARAX_CUDA_OVERLAP=0:
+  /// right after it, and this is 0).
+  size_t overlappedInstructions() const;
 
 private:
   struct State;
