@@ -21,5 +21,6 @@ cmake --build "$asan" --target parax-run-simt > "$cases/build.log"
 PARAX_BUILD_DIR="$build" "$python" "$source/test/runtime/cuda_cases.py" prepare "$cases" \
   --bin "$build/bin" > "$cases/prepare.log"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+export PARAX_SIMT_STREAMS=lazy # collectives run when waited for (see test_cuda_simt.py)
 "$python" "$source/test/runtime/cuda_cases.py" check "$cases" --bin "$asan/bin" --tool parax-run-simt
 echo "simt-asan: every case passes under AddressSanitizer"

@@ -350,6 +350,7 @@ cudaError_t cudaFree(void *ptr) {
     return cudaSuccess;
   if (refusedInCapture("cudaFree"))
     return cudaErrorStreamCaptureUnsupported;
+  parax::simt::runLazyStreams(); // cudaFree waits for the device
   auto &allocations = state().allocations;
   auto it = allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == allocations.end())
@@ -446,7 +447,16 @@ void runAll(SimtStream *stream) {
   if (stream)
     runUntil(stream, stream->issued);
 }
+std::vector<SimtStream *> &lazyStreamList() {
+  static std::vector<SimtStream *> streams;
+  return streams;
+}
 } // namespace
+
+void runLazyStreams() {
+  for (SimtStream *stream : lazyStreamList())
+    runAll(stream);
+}
 
 void setLazyStreams(bool lazy) { lazyStreams() = lazy; }
 
@@ -466,10 +476,14 @@ cudaError_t cudaStreamCreate(cudaStream_t *stream) {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
   *stream = new SimtStream;
   (*stream)->lazy = (flags & cudaStreamNonBlocking) && parax::simt::lazyStreams();
+  if ((*stream)->lazy)
+    parax::simt::lazyStreamList().push_back(*stream);
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   parax::simt::runAll(stream); // as on a GPU, its work still completes
+  auto &lazy = parax::simt::lazyStreamList();
+  lazy.erase(std::remove(lazy.begin(), lazy.end(), stream), lazy.end());
   delete stream;
   return cudaSuccess;
 }

@@ -273,6 +273,8 @@ void setLazyStreams(bool lazy);
 /// On a lazy stream (not now running its queue): queues `work` and returns
 /// true; otherwise false (the caller runs it now).
 bool defer(cudaStream_t stream, std::function<void()> work);
+/// Runs every lazy stream's queue (what waiting for the device does).
+void runLazyStreams();
 /// Threads between barriers in reverse order (default: PARAX_SIMT_ORDER).
 void setReverseOrder(bool reverse);
 /// Forgets a failed kernel (which otherwise spoils every later call, as on
