@@ -226,28 +226,40 @@ Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &
   std::vector<int64_t> strides(rank, 1);
   for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d)
     strides[d] = strides[d + 1] * shape[d + 1];
-  std::vector<int64_t> index(rank, 0);
+  // Row by row: the box's last dimension is contiguous in the file.
   int64_t n = out.numel();
-  for (int64_t k = 0; k < n; ++k) {
+  int64_t inner = rank ? size[rank - 1] : 1;
+  if (n == 0 || inner == 0)
+    return Status::ok();
+  const std::string &dtype = entry->dtype;
+  auto convertRow = [&](const uint8_t *p, int64_t k) {
+    if (dtype == "F32") {
+      std::memcpy(&out.f[k], p, inner * 4);
+    } else if (dtype == "BF16") {
+      for (int64_t j = 0; j < inner; ++j, p += 2) {
+        uint32_t bits = uint32_t(p[0] | (p[1] << 8)) << 16;
+        std::memcpy(&out.f[k + j], &bits, 4);
+      }
+    } else if (dtype == "F16") {
+      for (int64_t j = 0; j < inner; ++j, p += 2)
+        out.f[k + j] = halfToFloat(uint16_t(p[0] | (p[1] << 8)));
+    } else if (dtype == "I32") {
+      std::memcpy(&out.i[k], p, inner * 4);
+    } else {
+      for (int64_t j = 0; j < inner; ++j, p += 8) {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        out.i[k + j] = static_cast<int32_t>(v);
+      }
+    }
+  };
+  std::vector<int64_t> index(rank, 0); // the row's coordinates in the box (last stays 0)
+  for (int64_t k = 0; k < n; k += inner) {
     int64_t offset = 0;
     for (size_t d = 0; d < rank; ++d)
       offset += (start[d] + index[d]) * strides[d];
-    const uint8_t *p = base + offset * elem;
-    if (entry->dtype == "F32") {
-      std::memcpy(&out.f[k], p, 4);
-    } else if (entry->dtype == "BF16") {
-      uint32_t bits = uint32_t(p[0] | (p[1] << 8)) << 16;
-      std::memcpy(&out.f[k], &bits, 4);
-    } else if (entry->dtype == "F16") {
-      out.f[k] = halfToFloat(uint16_t(p[0] | (p[1] << 8)));
-    } else if (entry->dtype == "I32") {
-      std::memcpy(&out.i[k], p, 4);
-    } else {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      out.i[k] = static_cast<int32_t>(v);
-    }
-    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+    convertRow(base + offset * elem, k);
+    for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
       if (++index[d] < size[d])
         break;
       index[d] = 0;

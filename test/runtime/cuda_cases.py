@@ -151,7 +151,7 @@ def prepare_any(name, root, bin_dir):
         prepare(name, root)
 
 
-def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None):
+def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeout=300):
     """Runs case `name` on the GPU; returns its figures (raises on a failed run).
     (`device="cpu"` checks the harness itself on a machine without a GPU;
     `tool="parax-run-simt"` runs the CUDA backend on the SIMT emulator.)"""
@@ -164,7 +164,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None):
                          os.path.join(case_dir, case["exe"]), case["ranks"],
                          [os.path.join(case_dir, p) for p in case["inputs"]],
                          os.path.join(case_dir, "gpu.npy"), device, steps=2 if case["ranks"] == 1 else 1,
-                         tool=tool, env=env)
+                         timeout=timeout, tool=tool, env=env)
     cpu = np.load(os.path.join(case_dir, "cpu.npy"))
     # One-op cases have no numpy result: the CPU backend stands for it (it is
     # checked against numpy model by model in the numerics suite).
@@ -304,6 +304,8 @@ def main():
     ap.add_argument("--tool", default="parax-run",
                     help="parax-run-simt: the CUDA backend on the SIMT emulator (no GPU)")
     ap.add_argument("--cases", help="comma-separated subset of the cases")
+    ap.add_argument("--case-timeout", type=float, default=300,
+                    help="seconds one case may run before it counts as failed")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     sys.path.insert(0, HERE)
@@ -313,24 +315,29 @@ def main():
         prepare_bench(args.dir, args.bin)
         return 0
     results, failed = [], 0
+
+    def save():  # after every case: a run cut short by its timeout keeps what it measured
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+
     if args.verb == "check":
         for name in (args.cases.split(",") if args.cases else all_cases()):
             start = time.time()
             try:
-                r = check(name, args.dir, args.bin, args.device, args.tool)
+                r = check(name, args.dir, args.bin, args.device, args.tool, timeout=args.case_timeout)
             except Exception as e:  # report every case, then fail
                 r = {"case": name, "ok": False, "error": str(e)[-2000:]}
             r["seconds"] = round(time.time() - start, 2)
             failed += not r["ok"]
             print(json.dumps(r), flush=True)
             results.append(r)
+            save()
     else:
         results = bench(args.dir, args.bin, args.device)
         for r in results:
             print(json.dumps(r), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    save()
     return 1 if failed else 0
 
 
