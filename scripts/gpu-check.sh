@@ -51,7 +51,7 @@ py="${PARAX_PYTHON:-python3}" # the image's python3 has numpy
 status=0
 echo "== correctness: GPU vs CPU (and numpy for the models): 1e-4 fp32, 1e-5 relative per op, 3 % bf16 =="
 timeout 250 "$py" "$root/test/runtime/cuda_cases.py" check "$bundle/cases" \
-  --bin "$bundle/bin" --json "$out/check.json" || status=1
+  --bin "$bundle/bin" --json "$out/check.json" --case-timeout 60 || status=1
 echo "== GEMM and HBM figures (not pass/fail) =="
 timeout 60 "$bundle/bin/parax-cuda-bench" 2>&1 | tee "$out/cuda-bench.txt" || echo "gpu-check: cuda bench failed"
 echo "== Llama-3-8B layer timings (not pass/fail) =="
@@ -59,9 +59,10 @@ timeout 150 "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" \
   --bin "$bundle/bin" --json "$out/bench.json" || echo "gpu-check: bench failed"
 # Summary: pass counts, and the decode proxy against its HBM lower bound
 # (weight bytes / the copy bandwidth measured above).
-"$py" - "$out" >"$out/summary.txt" <<'PY' 2>&1
+"$py" - "$out" "$bundle/cases" >"$out/summary.txt" <<'PY' 2>&1
 import json, os, re, sys
-out = sys.argv[1]
+out, cases = sys.argv[1], sys.argv[2]
+expected = sum(os.path.exists(os.path.join(cases, d, "case.json")) for d in os.listdir(cases))
 def load(name):
     try:
         with open(os.path.join(out, name)) as f:
@@ -70,7 +71,8 @@ def load(name):
         return []
 check = load("check.json")
 if check:
-    print(f"correctness: {sum(r.get('ok', False) for r in check)} of {len(check)} cases pass")
+    print(f"correctness: {sum(r.get('ok', False) for r in check)} of {len(check)} cases pass "
+          f"({sum(r.get('seconds', 0) for r in check):.0f} s); {expected - len(check)} of {expected} did not run")
 else:
     print("correctness: no results (the check did not run: see gpu-check.log)")
 for r in check:
@@ -84,6 +86,9 @@ try:
 except OSError:
     pass
 for r in load("bench.json"):
+    if "error" in r:
+        print(f"{r['case']}: FAILED {r['error'][-400:].strip()}")
+        continue
     line = f"{r['case']}: {r['step_ms_median_of_10']:.3f} ms, {r['tflops']:.1f} TFLOP/s"
     if bw and "decode" in r["case"]:
         bound_ms = r["weight_bytes"] / (bw * 1e12) * 1e3

@@ -28,26 +28,30 @@ def _bf16_bytes(array):
 def save_safetensors(path, tensors, dtype="f32"):
     """tensors: name -> numpy array (float32 or int32)."""
     # "format": "pt" is what transformers expects of a PyTorch checkpoint.
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
     for name in sorted(tensors):
         array = tensors[name]
-        if array.dtype == np.int32:
-            data, code = np.ascontiguousarray(array).tobytes(), "I32"
-        elif dtype == "bf16":
-            data, code = _bf16_bytes(array), "BF16"
-        else:
-            data, code = np.ascontiguousarray(array, dtype=np.float32).tobytes(), "F32"
-        header[name] = {"dtype": code, "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
+        code = "I32" if array.dtype == np.int32 else "BF16" if dtype == "bf16" else "F32"
+        size = array.size * (2 if code == "BF16" else 4)
+        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + size]}
+        offset += size
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((8 - len(text) % 8) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for blob in blobs:
-            f.write(blob)
+        # Tensor by tensor, straight from the arrays (no copy of the whole
+        # checkpoint in memory).
+        for name in sorted(tensors):
+            array = tensors[name]
+            if header[name]["dtype"] == "I32":
+                np.ascontiguousarray(array).tofile(f)
+            elif header[name]["dtype"] == "BF16":
+                flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
+                for start in range(0, flat.size, 1 << 22):  # bounded temporaries
+                    f.write(_bf16_bytes(flat[start:start + (1 << 22)]))
+            else:
+                np.ascontiguousarray(array, dtype=np.float32).tofile(f)
 
 
 def load_safetensors(path):

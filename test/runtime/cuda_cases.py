@@ -238,59 +238,90 @@ def prepare_bench(root, bin_dir):
         os.remove(ir)
 
 
-def bench(root, bin_dir, device="cuda"):
+def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
+    """One BENCH case: 10 steps; its figures. `arrays` caches each preset's
+    fp32 weights (generated once, written once per dtype to weights_dir)."""
     from parax.checkpoint import save_safetensors
     from parax.models import load_config
     from parax.models.builder import parameter_shapes
-    results = []
-    for name, (preset, layers, batch, seq, dtype) in BENCH.items():
-        d = os.path.join(root, name)
-        cfg = load_config(preset, layers=layers)
-        # One checkpoint per model and dtype, shared by its cases.
-        weights_path = os.path.join(root, f"weights-{preset}-{layers}-{dtype}.safetensors")
-        shapes = parameter_shapes(cfg)
-        if not os.path.exists(weights_path):
-            rng = np.random.default_rng(0)
+    preset, layers, batch, seq, dtype = BENCH[name]
+    d = os.path.join(root, name)
+    cfg = load_config(preset, layers=layers)
+    shapes = parameter_shapes(cfg)
+    weights_path = os.path.join(weights_dir, f"weights-{preset}-{layers}-{dtype}.safetensors")
+    if not os.path.exists(weights_path):
+        if (preset, layers) not in arrays:
+            # Timing does not depend on the values: one random block of 2^20
+            # values repeated (gigabytes of fresh normals took a minute).
+            block = 0.02 * np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
             weights = {}
             for key, shape in shapes.items():
                 if "{e}" in key:
                     raise RuntimeError("bench presets are dense")
-                weights[key] = (np.ones(shape, np.float32) if "norm" in key else
-                                0.02 * rng.standard_normal(shape, dtype=np.float32))
-            save_safetensors(weights_path, weights, dtype=dtype)
-            del weights
-        tokens = os.path.join(d, "tokens.npy")
-        np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (batch, seq)).astype(np.int32))
-        _, log = parax_run(bin_dir, weights_path, os.path.join(d, "model.pxe"), 1, [tokens],
-                           os.path.join(d, "out.npy"), device, steps=10, timeout=500)
-        step_ms = float(log.split("step time ")[1].split(" ms")[0])
-        params = sum(int(np.prod(s)) for s in shapes.values())
-        matmul = params - cfg.vocab * cfg.hidden  # the embedding is a gather
-        tokens_n = batch * seq
-        flops = 2 * matmul * tokens_n + 4 * batch * seq * seq * cfg.heads * cfg.head_dim * layers
-        # Bytes a step must read at least: every weight but the embedding
-        # table (a gather reads only the tokens' rows); bf16 programs keep
-        # their GEMM weights in bf16 on the device (the norms stay fp32).
-        weight_bytes = (2 if dtype == "bf16" else 4) * matmul
-        results.append({"case": name, "step_ms_median_of_10": step_ms,
-                        "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes,
-                        "weights_read_tb_per_s": weight_bytes / step_ms / 1e9})
-    for name, ((B, S, H, KH, D), _, kernel) in BENCH_ATTENTION.items():
-        d = os.path.join(root, name)
-        rng = np.random.default_rng(2)
-        inputs = []
-        for arg, heads in (("q", H), ("k", KH), ("v", KH)):
-            inputs.append(os.path.join(d, arg + ".npy"))
-            np.save(inputs[-1], rng.standard_normal((B, S, heads, D), dtype=np.float32))
-        weights_path = os.path.join(d, "empty.safetensors")
-        save_safetensors(weights_path, {})
-        _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
-                           os.path.join(d, "out.npy"), device, steps=10, timeout=300,
-                           env={"PARAX_ATTENTION": kernel} if kernel else None)
-        step_ms = float(log.split("step time ")[1].split(" ms")[0])
-        # The causal half only: q.k and p.v over the keys each query sees.
-        flops = 4 * B * H * D * S * (S + 1) / 2
-        results.append({"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9})
+                weights[key] = np.ones(shape, np.float32) if "norm" in key else np.resize(block, shape)
+            arrays[(preset, layers)] = weights
+        save_safetensors(weights_path, arrays[(preset, layers)], dtype=dtype)
+    tokens = os.path.join(d, "tokens.npy")
+    np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (batch, seq)).astype(np.int32))
+    _, log = parax_run(bin_dir, weights_path, os.path.join(d, "model.pxe"), 1, [tokens],
+                       os.path.join(d, "out.npy"), device, steps=10, timeout=500)
+    step_ms = float(log.split("step time ")[1].split(" ms")[0])
+    params = sum(int(np.prod(s)) for s in shapes.values())
+    matmul = params - cfg.vocab * cfg.hidden  # the embedding is a gather
+    tokens_n = batch * seq
+    flops = 2 * matmul * tokens_n + 4 * batch * seq * seq * cfg.heads * cfg.head_dim * layers
+    # Bytes a step must read at least: every weight but the embedding
+    # table (a gather reads only the tokens' rows); bf16 programs keep
+    # their GEMM weights in bf16 on the device (the norms stay fp32).
+    weight_bytes = (2 if dtype == "bf16" else 4) * matmul
+    return {"case": name, "step_ms_median_of_10": step_ms,
+            "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes,
+            "weights_read_tb_per_s": weight_bytes / step_ms / 1e9}
+
+
+def _bench_attention(name, root, bin_dir, device):
+    from parax.checkpoint import save_safetensors
+    (B, S, H, KH, D), _, kernel = BENCH_ATTENTION[name]
+    d = os.path.join(root, name)
+    rng = np.random.default_rng(2)
+    inputs = []
+    for arg, heads in (("q", H), ("k", KH), ("v", KH)):
+        inputs.append(os.path.join(d, arg + ".npy"))
+        np.save(inputs[-1], rng.standard_normal((B, S, heads, D), dtype=np.float32))
+    weights_path = os.path.join(d, "empty.safetensors")
+    save_safetensors(weights_path, {})
+    _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
+                       os.path.join(d, "out.npy"), device, steps=10, timeout=300,
+                       env={"PARAX_ATTENTION": kernel} if kernel else None)
+    step_ms = float(log.split("step time ")[1].split(" ms")[0])
+    # The causal half only: q.k and p.v over the keys each query sees.
+    flops = 4 * B * H * D * S * (S + 1) / 2
+    return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9}
+
+
+def bench(root, bin_dir, device="cuda", report=lambda result: None):
+    """Every benchmark, quickest first (the attention kernels, then the bf16
+    layers, then fp32: a run cut short keeps the figures that matter most);
+    `report` gets each result as it comes. A failed case is reported with
+    its error and the others still run."""
+    import shutil
+    import tempfile
+    results, arrays = [], {}
+    weights_dir = tempfile.mkdtemp(prefix="parax-bench-")  # gigabytes: never in the cases
+    order = list(BENCH_ATTENTION) + sorted(BENCH, key=lambda n: BENCH[n][4] != "bf16")
+    try:
+        for name in order:
+            start = time.time()
+            try:
+                r = (_bench_attention(name, root, bin_dir, device) if name in BENCH_ATTENTION else
+                     _bench_model(name, root, bin_dir, device, arrays, weights_dir))
+            except Exception as e:
+                r = {"case": name, "error": str(e)[-2000:]}
+            r["seconds"] = round(time.time() - start, 2)
+            results.append(r)
+            report(r)
+    finally:
+        shutil.rmtree(weights_dir, ignore_errors=True)
     return results
 
 
@@ -334,9 +365,11 @@ def main():
             results.append(r)
             save()
     else:
-        results = bench(args.dir, args.bin, args.device)
-        for r in results:
+        def report(r):
             print(json.dumps(r), flush=True)
+            results.append(r)
+            save()
+        bench(args.dir, args.bin, args.device, report)
     save()
     return 1 if failed else 0
 
