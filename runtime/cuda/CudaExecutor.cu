@@ -83,8 +83,9 @@ constexpr size_t kBlasWorkspace = 32u << 20; // cuBLAS's, set explicitly for gra
 
 // Ops whose work is all on the compute stream with no host synchronisation
 // and no allocation once the scratch buffer has its size: a stage of only
-// these can be captured as a CUDA graph.
-bool capturable(const std::string &op) {
+// these (and grouped experts, see State::capturable) can be captured as a
+// CUDA graph.
+bool capturableOp(const std::string &op) {
   static const char *const ops[] = {"embedding", "position_embedding", "linear", "rms_norm", "layer_norm",
                                     "rope", "attention", "add", "mul", "silu", "sigmoid", "gelu", "swiglu",
                                     "reshape", "transpose", "broadcast", "slice", "concat", "router"};
@@ -155,8 +156,26 @@ struct CudaExecutor::State {
     PARAX_CUDA(cudaStreamWaitEvent(stream, p.done, 0));
     return p.finish ? p.finish() : Status::ok();
   }
+  // Experts: one grouped GEMM launch per projection with the row counts on
+  // the device (no host synchronisation) while experts average at most
+  // kGroupedRows rows (decode, small batches: launches and the count copy
+  // would dominate); above, cuBLAS GEMMs per expert sized by the host
+  // (prefill: cuBLAS's kernels beat the grouped one's simple tiles).
+  // PARAX_EXPERTS=grouped or per-expert forces one.
+  static constexpr int64_t kGroupedRows = 128;
+  std::string expertsPath; // PARAX_EXPERTS
+  bool groupedExperts(const pxe::Instruction &inst) const {
+    if (expertsPath == "grouped" || expertsPath == "per-expert") return expertsPath == "grouped";
+    const std::vector<Tensor> &b = host.hostBuffers();
+    int64_t pairs = b[inst.operands(2)].numel(), E = b[inst.operands(3)].shape[0];
+    return pairs <= kGroupedRows * E;
+  }
+  bool capturable(const pxe::Instruction &inst) const {
+    return capturableOp(inst.op()) || (inst.op() == "experts" && groupedExperts(inst));
+  }
+
   bool conflictsWithPending(const pxe::Instruction &inst) const {
-    if (!capturable(inst.op())) return true; // a collective, or a host synchronisation
+    if (!capturable(inst)) return true; // a collective, or a host synchronisation
     for (const auto *ids : {&inst.operands(), &inst.results()})
       for (int32_t id : *ids)
         if (std::find(pending->buffers.begin(), pending->buffers.end(), id) != pending->buffers.end())
@@ -373,10 +392,14 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   s.graphs = !(graphs && std::string(graphs) == "0");
   const char *overlap = std::getenv("PARAX_CUDA_OVERLAP");
   s.overlap = !(overlap && std::string(overlap) == "0");
+  const char *experts = std::getenv("PARAX_EXPERTS");
+  s.expertsPath = experts ? experts : "";
+  if (!s.expertsPath.empty() && s.expertsPath != "grouped" && s.expertsPath != "per-expert")
+    return Status::error("PARAX_EXPERTS must be grouped or per-expert, got '" + s.expertsPath + "'");
   const char *attention = std::getenv("PARAX_ATTENTION");
   s.tensorCoreAttention = !(attention && std::string(attention) == "cuda-cores");
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions())
-    s.graphs = s.graphs && capturable(inst.op());
+    s.graphs = s.graphs && s.capturable(inst);
   const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
   s.buffers.resize(hostBuffers.size());
   for (size_t id = 0; id < hostBuffers.size(); ++id) {
@@ -702,57 +725,97 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "experts") {
     DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &y = out();
     int64_t H = x.shape.back(), K = idx.shape.back(), pairs = idx.numel(), E = wg.shape[0], F = wg.shape[1];
-    // Scratch: count, offset [E]; perm, pos [pairs] (ints); rows [pairs, H]
-    // (x's storage); gate, up [pairs, F]; down [pairs, H] (fp32); bf16
-    // activations for the GEMMs.
-    int64_t ints = 2 * E + 2 * pairs, widest = std::max(H, F);
+    if (wg.elem != wu.elem || wg.elem != wd.elem)
+      return Status::error("experts: gate, up and down weights must share one element type");
+    // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); rows
+    // [pairs, H] (x's storage); gate, up [pairs, F]; down [pairs, H] (fp32);
+    // bf16 activations for the GEMMs.
+    int64_t ints = 3 * E + 2 * pairs, widest = std::max(H, F);
     Status st = ensureScratch(ints + pairs * (2 * H + 2 * F) + (pairs * widest + 1) / 2);
     if (!st.isOk()) return st;
     auto *count = reinterpret_cast<int32_t *>(scratch);
-    int32_t *offset = count + E, *perm = offset + E, *pos = perm + pairs;
+    int32_t *offset = count + E, *cursor = offset + E, *perm = cursor + E, *pos = perm + pairs;
     float *rowsAt = scratch + ints, *gate = rowsAt + pairs * H, *up = gate + pairs * F, *down = up + pairs * F;
     auto *xb = reinterpret_cast<__nv_bfloat16 *>(down + pairs * H);
     auto rows = [&](int64_t r) { return reinterpret_cast<char *>(rowsAt) + r * H * elemBytes(x.elem); };
     PARAX_CUDA(cudaMemsetAsync(count, 0, E * 4, stream));
     PARAX_LAUNCH(expertCountKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), count, pairs, E);
-    // The host needs each expert's row count to size its GEMMs.
+    bool grouped = groupedExperts(inst);
+    // Rows in expert order: every pair's row (grouped: the host never
+    // learns how many are used) or the used ones.
+    int64_t gathered = pairs;
     std::vector<int32_t> counts(E), offsets(E);
-    PARAX_CUDA(cudaMemcpyAsync(counts.data(), count, E * 4, cudaMemcpyDeviceToHost, stream));
-    st = sync();
-    if (!st.isOk()) return st;
-    int32_t total = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      offsets[e] = total;
-      total += counts[e];
+    if (grouped) {
+      PARAX_LAUNCH(expertOffsetsKernel, 1, 1, 0, stream)(count, offset, cursor, E);
+    } else {
+      // The host sizes each expert's GEMMs.
+      PARAX_CUDA(cudaMemcpyAsync(counts.data(), count, E * 4, cudaMemcpyDeviceToHost, stream));
+      st = sync();
+      if (!st.isOk()) return st;
+      int32_t total = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        offsets[e] = total;
+        total += counts[e];
+      }
+      gathered = total;
+      PARAX_CUDA(cudaMemcpyAsync(cursor, offsets.data(), E * 4, cudaMemcpyHostToDevice, stream));
     }
-    PARAX_CUDA(cudaMemcpyAsync(offset, offsets.data(), E * 4, cudaMemcpyHostToDevice, stream));
-    PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream)); // -1: an unused dispatch row
-    PARAX_LAUNCH(expertOrderKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), offset, perm, pos, pairs, E);
+    PARAX_CUDA(cudaMemsetAsync(perm, 0xff, pairs * 4, stream)); // -1: no pair (rows past the last used one)
+    PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream));  // -1: an unused dispatch row
+    PARAX_LAUNCH(expertOrderKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), cursor, perm, pos, pairs, E);
     st = withBits(x, [&](auto b) {
       using W = decltype(b);
-      PARAX_LAUNCH(gatherRowsKernel<W>, blocksFor(int64_t(total) * H), kThreads, 0, stream)(
-          x.as<W>(), perm, reinterpret_cast<W *>(rowsAt), total, K, H);
+      PARAX_LAUNCH(gatherRowsKernel<W>, blocksFor(gathered * H), kThreads, 0, stream)(
+          x.as<W>(), perm, reinterpret_cast<W *>(rowsAt), gathered, K, H);
       return Status::ok();
     });
     if (!st.isOk()) return st;
-    for (int64_t e = 0; e < E && st.isOk(); ++e) {
-      if (counts[e] == 0) continue;
-      int64_t r = offsets[e], m = counts[e];
-      // gate/up stacks are [E, F, H] and down [E, H, F]: x . W^T each.
-      st = gemm(rows(r), x.elem, m, H, offsetOf(wg, e * F * H), wg.elem, true, F, gate + r * F, Elem::F32, xb);
-      if (st.isOk())
-        st = gemm(rows(r), x.elem, m, H, offsetOf(wu, e * F * H), wu.elem, true, F, up + r * F, Elem::F32, xb);
+    if (grouped) {
+      // x . W_e^T for every expert's rows, gate/up [E, F, H] and down [E, H, F].
+      auto project = [&](const void *in, Elem inElem, int64_t width, const DeviceBuffer &weights, int64_t n,
+                         float *result) -> Status {
+        dim3 grid(GroupedTiles::blocks(pairs, E), (n + GroupedTiles::kCols - 1) / GroupedTiles::kCols);
+        if (weights.elem == Elem::F32) {
+          if (inElem != Elem::F32) return Status::error("experts: fp32 weights need fp32 activations");
+          PARAX_LAUNCH(groupedGemmKernel, grid, GroupedTiles::kThreads, GroupedTiles::bytes(), stream)(
+              static_cast<const float *>(in), weights.f(), result, count, offset, E, n, width);
+          return Status::ok();
+        }
+        if (inElem == Elem::F32) {
+          PARAX_LAUNCH(toBf16Kernel, blocksFor(pairs * width), kThreads, 0, stream)(static_cast<const float *>(in),
+                                                                                   xb, pairs * width);
+          in = xb;
+        }
+        PARAX_LAUNCH(groupedGemmTensorCoreKernel, grid, GroupedTiles::kThreads, GroupedTiles::bytes(), stream)(
+            static_cast<const __nv_bfloat16 *>(in), weights.as<__nv_bfloat16>(), result, count, offset, E, n,
+            width);
+        return Status::ok();
+      };
+      st = project(rowsAt, x.elem, H, wg, F, gate);
+      if (st.isOk()) st = project(rowsAt, x.elem, H, wu, F, up);
+      if (!st.isOk()) return st;
+      PARAX_LAUNCH(swigluKernel<float>, blocksFor(pairs * F), kThreads, 0, stream)(gate, up, gate, pairs * F);
+      st = project(gate, Elem::F32, F, wd, H, down);
+      if (!st.isOk()) return st;
+    } else {
+      for (int64_t e = 0; e < E && st.isOk(); ++e) {
+        if (counts[e] == 0) continue;
+        int64_t r = offsets[e], m = counts[e];
+        // gate/up stacks are [E, F, H] and down [E, H, F]: x . W^T each.
+        st = gemm(rows(r), x.elem, m, H, offsetOf(wg, e * F * H), wg.elem, true, F, gate + r * F, Elem::F32, xb);
+        if (st.isOk())
+          st = gemm(rows(r), x.elem, m, H, offsetOf(wu, e * F * H), wu.elem, true, F, up + r * F, Elem::F32, xb);
+      }
+      if (!st.isOk()) return st;
+      PARAX_LAUNCH(swigluKernel<float>, blocksFor(gathered * F), kThreads, 0, stream)(gate, up, gate, gathered * F);
+      for (int64_t e = 0; e < E && st.isOk(); ++e) {
+        if (counts[e] == 0) continue;
+        int64_t r = offsets[e], m = counts[e];
+        st = gemm(gate + r * F, Elem::F32, m, F, offsetOf(wd, e * H * F), wd.elem, true, H, down + r * H,
+                  Elem::F32, xb);
+      }
+      if (!st.isOk()) return st;
     }
-    if (!st.isOk()) return st;
-    PARAX_LAUNCH(swigluKernel<float>, blocksFor(int64_t(total) * F), kThreads, 0, stream)(gate, up, gate,
-                                                                                        int64_t(total) * F);
-    for (int64_t e = 0; e < E && st.isOk(); ++e) {
-      if (counts[e] == 0) continue;
-      int64_t r = offsets[e], m = counts[e];
-      st = gemm(gate + r * F, Elem::F32, m, F, offsetOf(wd, e * H * F), wd.elem, true, H, down + r * H, Elem::F32,
-                xb);
-    }
-    if (!st.isOk()) return st;
     return withFloat(y, [&](auto t) {
       using T = decltype(t);
       PARAX_LAUNCH(expertsCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(

@@ -495,10 +495,159 @@ __global__ void expertOrderKernel(const int32_t *idx, int32_t *cursor, int32_t *
   }
 }
 
-// xg[r, :] = x[token of pair perm[r], :]
+// xg[r, :] = x[token of pair perm[r], :]; zero where perm[r] < 0 (rows past
+// the last expert's, when unused dispatch rows leave them empty).
 template <typename W>
 __global__ void gatherRowsKernel(const W *x, const int32_t *perm, W *xg, int64_t rows, int64_t K, int64_t h) {
-  PARAX_GRID_STRIDE(i, rows * h) xg[i] = x[(perm[i / h] / K) * h + i % h];
+  PARAX_GRID_STRIDE(i, rows * h) {
+    int32_t pair = perm[i / h];
+    xg[i] = pair < 0 ? W(0) : x[(pair / K) * h + i % h];
+  }
+}
+
+// Each expert's first row (and a cursor for expertOrderKernel): an
+// exclusive scan of the counts, on the device (no host round trip).
+__global__ void expertOffsetsKernel(const int32_t *count, int32_t *offset, int32_t *cursor, int64_t E) {
+  int32_t total = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    offset[e] = cursor[e] = total;
+    total += count[e];
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Grouped expert GEMM: y[r, :] = x[r, :] . W_e^T for every row r of every
+// expert e (rows offset[e] .. offset[e] + count[e], sizes on the device),
+// W stacked [E, N, K], x [rows, K], y [rows, N] fp32. One launch for all
+// experts and no host synchronisation (so it can be captured in a graph).
+// Blocks tile (expert, 64 rows) x 64 columns; blockIdx.x counts the tiles
+// of every expert in turn, the grid holding ceil(rows / 64) + E of them
+// (an upper bound); blocks past the last tile exit.
+//===----------------------------------------------------------------------===//
+
+struct GroupedTiles {
+  static constexpr int kRows = 64, kCols = 64, kDepth = 32, kThreads = 128;
+  // Dynamic shared memory bytes: x and W tiles (bf16, rows padded by 8)
+  // and the output tile (fp32, padded by 4); the fp32 kernel's tiles fit.
+  static constexpr int kPadded = kDepth + 8, kOutLd = kCols + 4;
+  static constexpr size_t bytes() { return 2 * 2 * kRows * kPadded + 4 * kRows * kOutLd; }
+  static int64_t blocks(int64_t rows, int64_t E) { return (rows + kRows - 1) / kRows + E; }
+};
+
+// The expert and row tile of block `tile`, or expert -1 (to be called by
+// one thread; O(E)).
+__device__ void findExpertTile(const int32_t *count, int64_t E, int64_t tile, int64_t *expert, int64_t *rowTile) {
+  *expert = -1;
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t tiles = (count[e] + GroupedTiles::kRows - 1) / GroupedTiles::kRows;
+    if (tile < tiles) {
+      *expert = e;
+      *rowTile = tile;
+      return;
+    }
+    tile -= tiles;
+  }
+}
+
+// bf16 x and W on tensor cores (WMMA 16x16x16, fp32 accumulation): each of
+// the 4 warps computes 16 rows x 64 columns.
+__global__ void groupedGemmTensorCoreKernel(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
+                                            const int32_t *count, const int32_t *offset, int64_t E, int64_t N,
+                                            int64_t K) {
+  using namespace nvcuda;
+  constexpr int BM = GroupedTiles::kRows, BN = GroupedTiles::kCols, BK = GroupedTiles::kDepth;
+  constexpr int LD = GroupedTiles::kPadded, LDO = GroupedTiles::kOutLd;
+  PARAX_DYNAMIC_SHARED(float, shared);
+  auto *xs = reinterpret_cast<__nv_bfloat16 *>(shared); // [BM][LD]
+  __nv_bfloat16 *ws = xs + BM * LD;                     // [BN][LD]: W rows are output columns
+  auto *os = reinterpret_cast<float *>(ws + BN * LD);  // [BM][LDO]
+  __shared__ int64_t where[2];
+  if (threadIdx.x == 0) findExpertTile(count, E, blockIdx.x, &where[0], &where[1]);
+  __syncthreads();
+  int64_t e = where[0];
+  if (e < 0) return; // the whole block: past the last tile
+  int64_t first = where[1] * BM, rows = min((int64_t)BM, (int64_t)count[e] - first);
+  int64_t row0 = offset[e] + first, n0 = blockIdx.y * (int64_t)BN;
+  int64_t cols = min((int64_t)BN, N - n0);
+  const __nv_bfloat16 *we = w + e * N * K;
+  int warp = threadIdx.x / 32;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[BN / 16];
+  for (auto &a : acc) wmma::fill_fragment(a, 0.0f);
+  const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+  for (int64_t k0 = 0; k0 < K; k0 += BK) {
+    for (int i = threadIdx.x; i < BM * BK; i += blockDim.x) {
+      int r = i / BK, c = i % BK;
+      bool inside = r < rows && k0 + c < K;
+      xs[r * LD + c] = inside ? x[(row0 + r) * K + k0 + c] : zero;
+    }
+    for (int i = threadIdx.x; i < BN * BK; i += blockDim.x) {
+      int n = i / BK, c = i % BK;
+      bool inside = n < cols && k0 + c < K;
+      ws[n * LD + c] = inside ? we[(n0 + n) * K + k0 + c] : zero;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < BK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+      wmma::load_matrix_sync(fa, xs + warp * 16 * LD + kk, LD);
+      for (int j = 0; j < BN / 16; ++j) {
+        // W^T as a column-major k x n matrix: element (k, n) at ws[n * LD + k].
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fb, ws + j * 16 * LD + kk, LD);
+        wmma::mma_sync(acc[j], fa, fb, acc[j]);
+      }
+    }
+    __syncthreads();
+  }
+  for (int j = 0; j < BN / 16; ++j)
+    wmma::store_matrix_sync(os + warp * 16 * LDO + j * 16, acc[j], LDO, wmma::mem_row_major);
+  __syncthreads();
+  for (int i = threadIdx.x; i < BM * BN; i += blockDim.x) {
+    int r = i / BN, c = i % BN;
+    if (r < rows && c < cols) y[(row0 + r) * N + n0 + c] = os[r * LDO + c];
+  }
+}
+
+// fp32 x and W on CUDA cores (fp32 programs keep fp32 math): each thread
+// computes 4 rows x 8 columns of the tile.
+__global__ void groupedGemmKernel(const float *x, const float *w, float *y, const int32_t *count,
+                                  const int32_t *offset, int64_t E, int64_t N, int64_t K) {
+  constexpr int BM = GroupedTiles::kRows, BN = GroupedTiles::kCols, BK = GroupedTiles::kDepth;
+  constexpr int LD = BK + 1; // odd: columns of a tile fall in different banks
+  PARAX_DYNAMIC_SHARED(float, shared);
+  float *xs = shared, *ws = shared + BM * LD; // [BM][LD], [BN][LD]
+  __shared__ int64_t where[2];
+  if (threadIdx.x == 0) findExpertTile(count, E, blockIdx.x, &where[0], &where[1]);
+  __syncthreads();
+  int64_t e = where[0];
+  if (e < 0) return;
+  int64_t first = where[1] * BM, rows = min((int64_t)BM, (int64_t)count[e] - first);
+  int64_t row0 = offset[e] + first, n0 = blockIdx.y * (int64_t)BN;
+  int64_t cols = min((int64_t)BN, N - n0);
+  const float *we = w + e * N * K;
+  int tr = threadIdx.x / 8, tc = threadIdx.x % 8; // rows tr*4.., columns tc*8..
+  float acc[4][8] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += BK) {
+    for (int i = threadIdx.x; i < BM * BK; i += blockDim.x) {
+      int r = i / BK, c = i % BK;
+      xs[r * LD + c] = r < rows && k0 + c < K ? x[(row0 + r) * K + k0 + c] : 0.0f;
+    }
+    for (int i = threadIdx.x; i < BN * BK; i += blockDim.x) {
+      int n = i / BK, c = i % BK;
+      ws[n * LD + c] = n < cols && k0 + c < K ? we[(n0 + n) * K + k0 + c] : 0.0f;
+    }
+    __syncthreads();
+    for (int c = 0; c < BK; ++c)
+      for (int i = 0; i < 4; ++i) {
+        float a = xs[(tr * 4 + i) * LD + c];
+        for (int j = 0; j < 8; ++j) acc[i][j] += a * ws[(tc * 8 + j) * LD + c];
+      }
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 8; ++j) {
+      int r = tr * 4 + i, c = tc * 8 + j;
+      if (r < rows && c < cols) y[(row0 + r) * N + n0 + c] = acc[i][j];
+    }
 }
 
 // y[t, :] = sum over token t's pairs j (in order) of w[t, j] * down[pos[t, j], :]

@@ -95,6 +95,10 @@ OPS = {
         [("x", t(2, 3, 40), None), ("w", t(2, 3, 2), None), ("idx", t(2, 3, 2, elem="i32"), None),
          ("wg", t(4, 300, 40), "wg"), ("wu", t(4, 300, 40), "wu"), ("wd", t(4, 40, 300), "wd")],
         "parax.experts %x, %w, %idx, %wg, %wu, %wd", t(2, 3, 40), {"idx": "experts:4"}),
+    "experts-many-rows": (  # ~100 rows per expert: several row tiles of the grouped GEMM
+        [("x", t(3, 50, 24), None), ("w", t(3, 50, 2), None), ("idx", t(3, 50, 2, elem="i32"), None),
+         ("wg", t(3, 72, 24), "wg"), ("wu", t(3, 72, 24), "wu"), ("wd", t(3, 24, 72), "wd")],
+        "parax.experts %x, %w, %idx, %wg, %wu, %wd", t(3, 50, 24), {"idx": "experts:3"}),
     "experts-unused-rows": (  # expert -1: a dispatch slot no pair filled
         [("x", t(8, 40), None), ("w", t(8, 1), None), ("idx", t(8, 1, elem="i32"), None),
          ("wg", t(2, 24, 40), "wg"), ("wu", t(2, 24, 40), "wu"), ("wd", t(2, 40, 24), "wd")],

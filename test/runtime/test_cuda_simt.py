@@ -22,19 +22,24 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
     tool("parax-run-simt")
     cuda_cases.prepare_any(name, str(tmp_path), BIN)
     nccl = {"PARAX_SIMT_STREAMS": "lazy"}
-    for env in (nccl, {"PARAX_SIMT_DEVICES": "1", "PARAX_SIMT_ORDER": "reverse"}):
+    envs = [nccl, {"PARAX_SIMT_DEVICES": "1", "PARAX_SIMT_ORDER": "reverse"}]
+    if any(moe in name for moe in ("experts", "mixtral", "qwen2-moe", "deepseek-v3")):
+        # These shapes choose the grouped expert GEMM; the per-expert path too.
+        envs.append({"PARAX_EXPERTS": "per-expert"})
+    for env in envs:
         result = cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt", env=env)
         assert result["ok"], (env, result)
         ranks = result["ranks"]
-        assert result["host_staged"] == (ranks > 1 and env is not nccl), result
+        assert result["host_staged"] == (ranks > 1 and "PARAX_SIMT_DEVICES" in env), result
         # The shared experts run while the routed experts' rows travel back
         # (NCCL only: a staged collective has finished when it returns).
         shared_experts = ("deepseek-v3-ep2", "qwen2-moe-ep2", "deepseek-v3-bf16-ep2", "qwen2-moe-bf16-ep2")
-        assert (result["overlap"] > 0) == (name in shared_experts and env is nccl), result
+        assert (result["overlap"] > 0) == (name in shared_experts and "PARAX_SIMT_DEVICES" not in env), result
         # A capture the emulator refuses would be refused on a GPU too.
         assert not result["graph_refused"], result
-        if name in ("llama", "gpt2", "llama-bf16", "op-attention-gqa-tiles-bf16"):
-            assert result["cuda_graph"], result
+        if name in ("llama", "gpt2", "llama-bf16", "op-attention-gqa-tiles-bf16") or \
+                (name in ("mixtral", "deepseek-v3", "op-experts-many-rows") and "PARAX_EXPERTS" not in env):
+            assert result["cuda_graph"], result  # grouped experts: no host synchronisation
 
 
 @pytest.mark.parametrize("fault,message", [

@@ -35,6 +35,7 @@ public:
   const pxe::Stage &stageProgram() const { return *stageProto_; }
   const std::vector<int64_t> &coordinates() const { return coords_; }
   std::vector<Tensor> &hostBuffers() { return buffers_; }
+  const std::vector<Tensor> &hostBuffers() const { return buffers_; }
 
 private:
   struct Impl;
