@@ -208,6 +208,25 @@ BENCH_ATTENTION = {
 }
 
 
+# MoE experts alone at decode size, bf16: name -> ((tokens, top_k, experts,
+# hidden, ffn), PARAX_EXPERTS). DeepSeek-V3's expert shape (hidden 7168,
+# ffn 2048, top-8), 16 experts on the rank: 1.4 GB of weights, ~8 rows per
+# expert -- the grouped GEMM against per-expert cuBLAS calls.
+BENCH_EXPERTS = {
+    "experts-deepseek-v3-decode32-grouped": ((32, 8, 16, 7168, 2048), "grouped"),
+    "experts-deepseek-v3-decode32-per-expert": ((32, 8, 16, 7168, 2048), "per-expert"),
+}
+
+
+def _experts_mlir(T, K, E, H, F):
+    x, w, idx = f"tensor<{T}x{H}xbf16>", f"tensor<{T}x{K}xbf16>", f"tensor<{T}x{K}xi32>"
+    up, down = f"tensor<{E}x{F}x{H}xbf16>", f"tensor<{E}x{H}x{F}xbf16>"
+    return (f"func.func @f(%x: {x}, %w: {w}, %idx: {idx}, %wg: {up} {{parax.param = \"wg\"}},\n"
+            f"    %wu: {up} {{parax.param = \"wu\"}}, %wd: {down} {{parax.param = \"wd\"}}) -> {x} {{\n"
+            f"  %y = parax.experts %x, %w, %idx, %wg, %wu, %wd : ({x}, {w}, {idx}, {up}, {up}, {down}) -> {x}\n"
+            f"  return %y : {x}\n}}\n")
+
+
 def _attention_mlir(B, S, H, KH, D, dtype="f32"):
     q, kv = f"tensor<{B}x{S}x{H}x{D}x{dtype}>", f"tensor<{B}x{S}x{KH}x{D}x{dtype}>"
     return (f"func.func @f(%q: {q}, %k: {kv}, %v: {kv}) -> {q} {{\n"
@@ -225,6 +244,14 @@ def prepare_bench(root, bin_dir):
         ir = os.path.join(d, "op.mlir")
         with open(ir, "w") as f:
             f.write(_attention_mlir(*dims, dtype))
+        _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
+        os.remove(ir)
+    for name, (dims, _) in BENCH_EXPERTS.items():
+        d = os.path.join(root, name)
+        os.makedirs(d, exist_ok=True)
+        ir = os.path.join(d, "op.mlir")
+        with open(ir, "w") as f:
+            f.write(_experts_mlir(*dims))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
         os.remove(ir)
     for name, (preset, layers, batch, seq, dtype) in BENCH.items():
@@ -299,22 +326,51 @@ def _bench_attention(name, root, bin_dir, device):
     return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9}
 
 
+def _bench_experts(name, root, bin_dir, device, weights_dir):
+    from parax.checkpoint import save_safetensors
+    (T, K, E, H, F), path = BENCH_EXPERTS[name]
+    d = os.path.join(root, name)
+    weights_path = os.path.join(weights_dir, f"experts-{E}x{H}x{F}.safetensors")
+    if not os.path.exists(weights_path):
+        block = 0.02 * np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
+        save_safetensors(weights_path, {"wg": np.resize(block, (E, F, H)), "wu": np.resize(block, (E, F, H)),
+                                        "wd": np.resize(block, (E, H, F))}, dtype="bf16")
+    rng = np.random.default_rng(3)
+    inputs = [os.path.join(d, n) for n in ("x.npy", "w.npy", "idx.npy")]
+    np.save(inputs[0], rng.standard_normal((T, H), dtype=np.float32))
+    np.save(inputs[1], np.full((T, K), 1.0 / K, np.float32))
+    np.save(inputs[2], rng.integers(0, E, (T, K)).astype(np.int32))
+    _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
+                       os.path.join(d, "out.npy"), device, steps=10, timeout=300, env={"PARAX_EXPERTS": path})
+    step_ms = float(log.split("step time ")[1].split(" ms")[0])
+    used = len(np.unique(np.load(inputs[2])))
+    weight_bytes = 2 * 3 * used * H * F  # the used experts' bf16 weights, read once
+    return {"case": name, "step_ms_median_of_10": step_ms, "tflops": 2 * T * K * 3 * H * F / step_ms / 1e9,
+            "weight_bytes": weight_bytes, "weights_read_tb_per_s": weight_bytes / step_ms / 1e9}
+
+
 def bench(root, bin_dir, device="cuda", report=lambda result: None):
-    """Every benchmark, quickest first (the attention kernels, then the bf16
-    layers, then fp32: a run cut short keeps the figures that matter most);
+    """Every benchmark, quickest first (the attention kernels, the bf16
+    layers, the experts, then fp32: a run cut short keeps the figures that
+    matter most);
     `report` gets each result as it comes. A failed case is reported with
     its error and the others still run."""
     import shutil
     import tempfile
     results, arrays = [], {}
     weights_dir = tempfile.mkdtemp(prefix="parax-bench-")  # gigabytes: never in the cases
-    order = list(BENCH_ATTENTION) + sorted(BENCH, key=lambda n: BENCH[n][4] != "bf16")
+    bf16_first = sorted(BENCH, key=lambda n: BENCH[n][4] != "bf16")
+    order = list(BENCH_ATTENTION) + bf16_first[:2] + list(BENCH_EXPERTS) + bf16_first[2:]
     try:
         for name in order:
             start = time.time()
             try:
-                r = (_bench_attention(name, root, bin_dir, device) if name in BENCH_ATTENTION else
-                     _bench_model(name, root, bin_dir, device, arrays, weights_dir))
+                if name in BENCH_ATTENTION:
+                    r = _bench_attention(name, root, bin_dir, device)
+                elif name in BENCH_EXPERTS:
+                    r = _bench_experts(name, root, bin_dir, device, weights_dir)
+                else:
+                    r = _bench_model(name, root, bin_dir, device, arrays, weights_dir)
             except Exception as e:
                 r = {"case": name, "error": str(e)[-2000:]}
             r["seconds"] = round(time.time() - start, 2)
