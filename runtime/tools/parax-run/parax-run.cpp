@@ -41,7 +41,10 @@ void usage() {
                "  default only before the first instruction that touches its buffers)\n"
                "  PARAX_CUDA_GRAPHS=0: no CUDA graphs (by default a stage without collectives\n"
                "  or host synchronisations replays its steps after the first as one graph)\n"
-               "  PARAX_ATTENTION=cuda-cores: bf16 attention without tensor cores\n");
+               "  PARAX_ATTENTION=cuda-cores: bf16 attention without tensor cores\n"
+               "  PARAX_EXPERTS=grouped|per-expert: MoE experts as one grouped GEMM per\n"
+               "  projection, or cuBLAS GEMMs per expert (by default grouped while experts\n"
+               "  average at most 128 rows)\n");
 }
 
 } // namespace
