@@ -472,6 +472,7 @@ Status CudaExecutor::State::issue() {
       cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) st = Status::error(cudaGetErrorString(e));
     }
+    if (!st.isOk() && comm && comm->aborted) return st; // the watchdog's report names its collective
     if (!st.isOk())
       return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
                            stage.instructions(k).op() + ") on the GPU: " + st.message());
@@ -849,7 +850,9 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return Status::ok();
   }
 
-  // Communication.
+  // Communication: through the communicator whenever there is one (even
+  // for a group of one rank: that is how a one-GPU machine runs NCCL's
+  // path); without one (a single rank started without mpirun), local copies.
   std::vector<std::string> axes = attrStrings(a, "axes");
   int64_t P = groupSize(axes);
   unsigned mask = maskOf(axes);
@@ -859,7 +862,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   // deferUntilNeeded with the buffers the transfer and that work touch.
   if (op == "all_reduce") {
     Status st = copy(out().data, in(0).data, out().numel(), out());
-    if (!st.isOk() || P == 1) return st;
+    if (!st.isOk() || !comm) return st;
     st = comm->allReduce(out().data, out().numel(), out().elem, mask, stream);
     if (!st.isOk()) return st;
     return deferUntilNeeded({inst.results(0)}, nullptr);
@@ -889,7 +892,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     std::vector<int32_t> touched = {inst.operands(0), inst.results(0)};
     if (op == "all_gather") {
       int dim = static_cast<int>(attrInt(a, "dim"));
-      if (P == 1) return copy(y.data, x.data, y.numel(), y);
+      if (!comm) return copy(y.data, x.data, y.numel(), y);
       st = comm->allGather(x.data, a0, x.numel(), x.elem, mask, stream);
       if (!st.isOk()) return st;
       return deferUntilNeeded(touched, [this, &y, dim, P, a0] { return pieces(true, y, dim, P, a0); });
@@ -898,7 +901,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       int dim = static_cast<int>(attrInt(a, "dim"));
       st = pieces(false, x, dim, P, a0);
       if (!st.isOk()) return st;
-      if (P == 1) return copy(y.data, a0, y.numel(), y);
+      if (!comm) return copy(y.data, a0, y.numel(), y);
       st = comm->reduceScatter(a0, y.data, y.numel(), y.elem, mask, stream);
       if (!st.isOk()) return st;
       return deferUntilNeeded(touched, nullptr);
@@ -906,7 +909,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int split = static_cast<int>(attrInt(a, "split_dim")), concat = static_cast<int>(attrInt(a, "concat_dim"));
     st = pieces(false, x, split, P, a0);
     if (!st.isOk()) return st;
-    if (P == 1) return pieces(true, y, concat, P, a0);
+    if (!comm) return pieces(true, y, concat, P, a0);
     st = comm->allToAll(a0, a1, x.numel() / P, x.elem, mask, stream);
     if (!st.isOk()) return st;
     return deferUntilNeeded(touched, [this, &y, concat, P, a1] { return pieces(true, y, concat, P, a1); });
@@ -949,11 +952,11 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         return Status::ok();
       });
       if (!st.isOk()) return st;
-      if (P > 1) {
+      if (comm) {
         st = comm->allToAll(send, recv, pairs * width, Elem::F32, mask, stream);
         if (!st.isOk()) return st;
       }
-      const float *received = P > 1 ? recv : send;
+      const float *received = comm ? recv : send;
       return deferUntilNeeded(touched, [this, &rows, &weights, &experts, received, slots, h] {
         return withFloat(rows, [&](auto t) {
           using T = decltype(t);
@@ -964,12 +967,12 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       });
     }
     DeviceBuffer &rowsBack = in(0), &y = out();
-    if (P > 1) {
+    if (comm) {
       st = comm->allToAll(rowsBack.data, recv, pairs * h, rowsBack.elem, mask, stream);
       if (!st.isOk()) return st;
       touched.push_back(inst.operands(0)); // read by the transfer
     }
-    const void *back = P > 1 ? static_cast<const void *>(recv) : rowsBack.data;
+    const void *back = comm ? static_cast<const void *>(recv) : rowsBack.data;
     return deferUntilNeeded(touched, [this, &y, back, slot, K, h] {
       return withFloat(y, [&](auto t) {
         using T = decltype(t);

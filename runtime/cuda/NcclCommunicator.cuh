@@ -70,7 +70,7 @@ public:
     PARAX_CUDA(cudaStreamWaitEvent(commStream, ready, 0));
     ncclResult_t e = issue(commStream);
     if (e != ncclSuccess)
-      return Status::error("rank " + std::to_string(rank) + ": " + op + ": " + ncclGetErrorString(e));
+      return Status::error(std::string(op) + ": " + ncclGetErrorString(e));
     cudaEvent_t done = nullptr;
     if (spareEvents.empty()) {
       PARAX_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -96,7 +96,8 @@ public:
   /// Waits until every collective issued so far has finished, polling NCCL
   /// for asynchronous errors; on an error, or when one collective has not
   /// finished after `timeout` seconds, aborts every communicator and names
-  /// this rank and that collective (with the instruction that issued it).
+  /// that collective and the instruction that issued it (parax-run adds the
+  /// rank).
   Status drain() {
     while (!inFlight.empty()) {
       InFlight &front = inFlight.front();
@@ -113,18 +114,18 @@ public:
           ncclCommGetAsyncError(c, &async);
           if (async != ncclSuccess && async != ncclInProgress) {
             abortAll();
-            return Status::error("rank " + std::to_string(rank) + ": " + front.describe() + ": NCCL error " +
+            return Status::error(front.describe() + ": NCCL error " +
                                  ncclGetErrorString(async));
           }
         }
         if (q == cudaSuccess)
           break;
         if (q != cudaErrorNotReady)
-          return Status::error("rank " + std::to_string(rank) + ": " + front.describe() + ": " + cudaGetErrorString(q));
+          return Status::error(front.describe() + ": " + cudaGetErrorString(q));
         double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (elapsed > timeout) {
           abortAll();
-          return Status::error("rank " + std::to_string(rank) + ": " + front.describe() + " timed out after " +
+          return Status::error(front.describe() + " timed out after " +
                                std::to_string(static_cast<int>(timeout)) + " s");
         }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -225,7 +226,11 @@ public:
     return toDevice(buf, h, e, stream);
   }
 
+  // Set once the watchdog has aborted: its report names the collective,
+  // whichever instruction's synchronisation found it.
+  bool aborted = false;
   void abortAll() {
+    aborted = true;
     for (ncclComm_t &c : comms)
       if (c) { ncclCommAbort(c); c = nullptr; }
     if (world) { ncclCommAbort(world); world = nullptr; }

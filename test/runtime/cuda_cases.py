@@ -76,10 +76,11 @@ def _run(cmd, timeout=300, env=None):
 
 
 def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, timeout=300,
-              tool="parax-run", env=None):
-    # One rank runs without a launcher (parax-run then skips MPI).
-    launcher = [] if ranks == 1 else ["mpirun", "-np", str(ranks), "--oversubscribe",
-                                      "--bind-to", "none"]
+              tool="parax-run", env=None, launcher=False):
+    # One rank runs without a launcher (parax-run then skips MPI), unless
+    # `launcher` (then the CUDA backend gets a one-rank NCCL communicator).
+    launcher = [] if ranks == 1 and not launcher else ["mpirun", "-np", str(ranks), "--oversubscribe",
+                                                        "--bind-to", "none"]
     cmd = launcher + [os.path.join(bin_dir, tool), exe, "--weights", weights,
                       "--output", output, "--device", device, "--steps", str(steps)]
     for path in inputs:
@@ -135,6 +136,7 @@ def prepare_op(case, root, bin_dir):
         # fp32: only the order of the sums differs; bf16: the GPU rounds
         # each result to bf16 (the CPU backend keeps fp32).
         json.dump({"exe": "op.pxe", "ranks": 1, "inputs": names, "numpy": False,
+                   "launcher": cuda_ops.is_collective(case),
                    "tolerance": (OP_TOL_BF16 if bf16 else OP_TOL) * max(1.0, float(np.abs(cpu).max()))}, f)
 
 
@@ -164,7 +166,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
                          os.path.join(case_dir, case["exe"]), case["ranks"],
                          [os.path.join(case_dir, p) for p in case["inputs"]],
                          os.path.join(case_dir, "gpu.npy"), device, steps=2 if case["ranks"] == 1 else 1,
-                         timeout=timeout, tool=tool, env=env)
+                         timeout=timeout, tool=tool, env=env, launcher=case.get("launcher", False))
     cpu = np.load(os.path.join(case_dir, "cpu.npy"))
     # One-op cases have no numpy result: the CPU backend stands for it (it is
     # checked against numpy model by model in the numerics suite).
@@ -177,7 +179,8 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
     return {"case": name, "ranks": case["ranks"], "max_abs_vs_cpu": vs_cpu,
             "max_abs_vs_numpy": vs_numpy, "tolerance": tol, "ok": vs_cpu < tol and vs_numpy < tol,
             "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
-            "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log)}
+            "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log),
+            "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 
 
 def overlapping(log):

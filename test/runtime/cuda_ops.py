@@ -103,6 +103,17 @@ OPS = {
         [("x", t(8, 40), None), ("w", t(8, 1), None), ("idx", t(8, 1, elem="i32"), None),
          ("wg", t(2, 24, 40), "wg"), ("wu", t(2, 24, 40), "wu"), ("wd", t(2, 40, 24), "wd")],
         "parax.experts %x, %w, %idx, %wg, %wu, %wd", t(8, 40), {"idx": "experts-holes:2"}),
+    # Collectives over a group of one (grid @g: tp = 1), run under mpirun with
+    # a one-rank communicator: NCCL's path (its stream, events, the
+    # watchdog) on a machine with one GPU, which cannot hold two NCCL ranks.
+    "all_reduce": (
+        [("x", t(2, 6, 40), None)], 'parax.all_reduce %x over @g ["tp"]', t(2, 6, 40), {}),
+    "all_gather": (
+        [("x", t(2, 6, 40), None)], 'parax.all_gather %x over @g ["tp"] dim 1', t(2, 6, 40), {}),
+    "reduce_scatter": (
+        [("x", t(2, 6, 40), None)], 'parax.reduce_scatter %x over @g ["tp"] dim 1', t(2, 6, 40), {}),
+    "all_to_all": (
+        [("x", t(2, 6, 40), None)], 'parax.all_to_all %x over @g ["tp"] split 2 concat 1', t(2, 6, 40), {}),
     "cross_entropy": (
         [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None)],
         "parax.cross_entropy %logits, %labels", t(elem="f32"), {"labels": "ids:1000"}),
@@ -133,9 +144,17 @@ def _op(case):
 
 def mlir(case):
     """The one-op function; it returns the case's result of the op (bf16
-    cases: every f32 tensor but a loss in bf16)."""
+    cases: every f32 tensor but a loss in bf16). A collective's function
+    comes in a module with its grid."""
     text = _mlir(case)
+    if is_collective(case):
+        text = "module {\n  parax.grid @g (tp = 1)\n" + text + "}\n"
     return text.replace("xf32>", "xbf16>") if is_bf16(case) else text
+
+
+def is_collective(case):
+    """Run under mpirun (a one-rank communicator), not as a bare process."""
+    return " over @g " in OPS[_op(case)[0]][1]
 
 
 def _mlir(case):
@@ -146,8 +165,11 @@ def _mlir(case):
     results = result if isinstance(result, tuple) else (result,)
     operand_types = ", ".join(ty for a, ty, _ in args if f"%{a}" in body)
     names = ", ".join(f"%r{i}" for i in range(len(results)))
+    # Collectives print their types as `T -> T`.
+    signature = (f"{operand_types} -> {results[0]}" if " over @g " in body
+                 else f"({operand_types}) -> ({', '.join(results)})")
     return (f"func.func @f(\n    {params}) -> {results[k]} {{\n"
-            f"  {names} = {body} : ({operand_types}) -> ({', '.join(results)})\n"
+            f"  {names} = {body} : {signature}\n"
             f"  return %r{k} : {results[k]}\n}}\n")
 
 

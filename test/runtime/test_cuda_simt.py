@@ -46,16 +46,19 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
     ("error", r"rank [01]: \w+ \(stage 0 instruction \d+\): NCCL error remote process exited"),
     ("hang", r"rank [01]: \w+ \(stage 0 instruction \d+\) timed out after 1 s"),
 ])
-def test_watchdog_names_rank_and_collective(tmp_path, fault, message):
+@pytest.mark.parametrize("name", ["llama-tp2", "op-all_to_all"])
+def test_watchdog_names_rank_and_collective(tmp_path, fault, message, name):
     """An NCCL error or a collective that never finishes (injected by the
     emulator) ends the job with the rank, the collective and the instruction
-    that issued it -- not a hang and not a wrong result."""
+    that issued it -- not a hang and not a wrong result. op-all_to_all: one
+    rank under mpirun, so its collective goes through a one-rank NCCL
+    communicator (as on the one-GPU machine)."""
     import re
     tool("parax-run-simt")
-    cuda_cases.prepare("llama-tp2", str(tmp_path))
+    cuda_cases.prepare_any(name, str(tmp_path), BIN)
     env = {"PARAX_SIMT_NCCL_FAULT": fault, "PARAX_NCCL_TIMEOUT": "1", "PARAX_SIMT_STREAMS": "lazy"}
     with pytest.raises(RuntimeError) as failure:
-        cuda_cases.check("llama-tp2", str(tmp_path), BIN, tool="parax-run-simt", env=env)
+        cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt", env=env)
     assert re.search(message, str(failure.value)), str(failure.value)[-2000:]
 
 

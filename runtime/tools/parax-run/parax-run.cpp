@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
     if (devices == 0) die("--device cuda: no CUDA device");
     const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     int gpuIndex = (local ? std::atoi(local) : rank) % devices;
-    if (size > 1) {
+    if (mpi) { // under a launcher even one rank gets NCCL (collectives over groups of one)
       auto created = createNcclCommunicator(shape, rank, size, gpuIndex, ncclTimeout);
       if (!created.isOk()) die(created.status().message());
       nccl = created.value();
