@@ -88,7 +88,14 @@ constexpr size_t kBlasWorkspace = 32u << 20; // cuBLAS's, set explicitly for gra
 bool capturableOp(const std::string &op) {
   static const char *const ops[] = {"embedding", "position_embedding", "linear", "rms_norm", "layer_norm",
                                     "rope", "attention", "add", "mul", "silu", "sigmoid", "gelu", "swiglu",
-                                    "reshape", "transpose", "broadcast", "slice", "concat", "router"};
+                                    "reshape", "transpose", "broadcast", "slice", "concat", "router",
+                                    "shard_slice", "to_partial"};
+  return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
+}
+// Ops that move data between ranks (through the communicator, if any).
+bool isCollective(const std::string &op) {
+  static const char *const ops[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                    "send",       "recv",       "moe_dispatch",   "moe_combine"};
   return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
 }
 
@@ -170,12 +177,15 @@ struct CudaExecutor::State {
     int64_t pairs = b[inst.operands(2)].numel(), E = b[inst.operands(3)].shape[0];
     return pairs <= kGroupedRows * E;
   }
+  // Collectives too, through NCCL (a host-staged one copies through the
+  // host) or locally (no communicator).
   bool capturable(const pxe::Instruction &inst) const {
+    if (isCollective(inst.op())) return !comm || !comm->staged;
     return capturableOp(inst.op()) || (inst.op() == "experts" && groupedExperts(inst));
   }
 
   bool conflictsWithPending(const pxe::Instruction &inst) const {
-    if (!capturable(inst)) return true; // a collective, or a host synchronisation
+    if (isCollective(inst.op()) || !capturable(inst)) return true; // a collective, or a host synchronisation
     for (const auto *ids : {&inst.operands(), &inst.results()})
       for (int32_t id : *ids)
         if (std::find(pending->buffers.begin(), pending->buffers.end(), id) != pending->buffers.end())
@@ -276,6 +286,7 @@ struct CudaExecutor::State {
 
   // The step as a CUDA graph (see CudaExecutor::run).
   bool graphs = false; // every instruction capturable, and not turned off
+  bool hasCollectives = false; // the stage's (for the watchdog over graph replays)
   int eagerSteps = 0;
   cudaGraphExec_t graph = nullptr;
   void *blasWorkspace = nullptr; // cuBLAS's own, so that captures allocate nothing
@@ -398,8 +409,10 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     return Status::error("PARAX_EXPERTS must be grouped or per-expert, got '" + s.expertsPath + "'");
   const char *attention = std::getenv("PARAX_ATTENTION");
   s.tensorCoreAttention = !(attention && std::string(attention) == "cuda-cores");
-  for (const pxe::Instruction &inst : s.host.stageProgram().instructions())
+  for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
     s.graphs = s.graphs && s.capturable(inst);
+    s.hasCollectives = s.hasCollectives || isCollective(inst.op());
+  }
   const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
   s.buffers.resize(hostBuffers.size());
   for (size_t id = 0; id < hostBuffers.size(); ++id) {
@@ -490,7 +503,9 @@ Status CudaExecutor::run() {
   // instead of one per kernel (PARAX_CUDA_GRAPHS=0 turns this off).
   if (s.graphs && s.eagerSteps > 0 && !s.graph) {
     PARAX_CUDA(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal));
+    if (s.comm) s.comm->beginCapture();
     Status st = s.issue();
+    if (s.comm) s.comm->endCapture();
     cudaGraph_t captured = nullptr;
     cudaError_t e = cudaStreamEndCapture(s.stream, &captured);
     if (st.isOk() && e != cudaSuccess)
@@ -509,6 +524,10 @@ Status CudaExecutor::run() {
   }
   if (s.graph) {
     PARAX_CUDA(cudaGraphLaunch(s.graph, s.stream));
+    if (s.comm && s.hasCollectives) {
+      Status st = s.comm->watchGraph(s.stream, s.host.stage());
+      if (!st.isOk()) return st;
+    }
     return s.sync();
   }
   Status st = s.issue();

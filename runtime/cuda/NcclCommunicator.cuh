@@ -55,6 +55,7 @@ public:
     const char *op;
     int stage, instruction; // the instruction that issued it
     std::string describe() const {
+      if (instruction < 0) return std::string(op) + " (stage " + std::to_string(stage) + ")";
       return std::string(op) + " (stage " + std::to_string(stage) + " instruction " + std::to_string(instruction) +
              ")";
     }
@@ -63,6 +64,8 @@ public:
   std::vector<cudaEvent_t> spareEvents;
   int issuerStage = 0, issuerInstruction = 0; // the instruction now running (for reports)
   cudaEvent_t issued = nullptr; // see takeIssued
+  bool capturing = false;
+  std::vector<cudaEvent_t> capturedEvents; // recorded inside the capture
 
   Status onCommStream(cudaStream_t compute, const char *op,
                       const std::function<ncclResult_t(cudaStream_t)> &issue) {
@@ -79,8 +82,36 @@ public:
       spareEvents.pop_back();
     }
     PARAX_CUDA(cudaEventRecord(done, commStream));
-    inFlight.push_back({done, op, issuerStage, issuerInstruction});
+    // In a capture the event is a node of the graph, not a record the
+    // watchdog could wait for: watchGraph watches the replays instead.
+    if (capturing)
+      capturedEvents.push_back(done);
+    else
+      inFlight.push_back({done, op, issuerStage, issuerInstruction});
     issued = done;
+    return Status::ok();
+  }
+
+  /// Around a stream capture of the executor's step (its collectives become
+  /// nodes of the graph).
+  void beginCapture() { capturing = true; }
+  void endCapture() {
+    capturing = false;
+    spareEvents.insert(spareEvents.end(), capturedEvents.begin(), capturedEvents.end());
+    capturedEvents.clear();
+  }
+  /// After a graph with collectives was launched on `compute`: the watchdog
+  /// waits for the whole graph (it cannot tell its collectives apart).
+  Status watchGraph(cudaStream_t compute, int stage) {
+    cudaEvent_t done = nullptr;
+    if (spareEvents.empty()) {
+      PARAX_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    } else {
+      done = spareEvents.back();
+      spareEvents.pop_back();
+    }
+    PARAX_CUDA(cudaEventRecord(done, compute));
+    inFlight.push_back({done, "the collectives of the step's CUDA graph", stage, -1});
     return Status::ok();
   }
 
@@ -243,6 +274,7 @@ public:
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     if (ready) cudaEventDestroy(ready);
     for (InFlight &f : inFlight) cudaEventDestroy(f.done);
+    for (cudaEvent_t e : capturedEvents) cudaEventDestroy(e);
     for (cudaEvent_t e : spareEvents) cudaEventDestroy(e);
     if (commStream) cudaStreamDestroy(commStream);
   }

@@ -165,7 +165,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
     gpu, log = parax_run(bin_dir, os.path.join(case_dir, "weights.safetensors"),
                          os.path.join(case_dir, case["exe"]), case["ranks"],
                          [os.path.join(case_dir, p) for p in case["inputs"]],
-                         os.path.join(case_dir, "gpu.npy"), device, steps=2 if case["ranks"] == 1 else 1,
+                         os.path.join(case_dir, "gpu.npy"), device, steps=2,
                          timeout=timeout, tool=tool, env=env, launcher=case.get("launcher", False))
     cpu = np.load(os.path.join(case_dir, "cpu.npy"))
     # One-op cases have no numpy result: the CPU backend stands for it (it is

@@ -253,6 +253,10 @@ void launch(const void *function, const char *kernel, dim3 grid, dim3 block, siz
 void setReverseOrder(bool reverse) { reverseOrder() = reverse; }
 
 const char *ncclFault() {
+  static long operations = 0; // NCCL operations issued so far
+  const char *after = std::getenv("PARAX_SIMT_NCCL_FAULT_AFTER");
+  if (after && operations++ < std::atol(after))
+    return "";
   const char *fault = std::getenv("PARAX_SIMT_NCCL_FAULT");
   return fault ? fault : "";
 }
@@ -502,6 +506,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   if (!event)
     return cudaErrorInvalidValue;
+  if (state().capturing)
+    return cudaSuccess; // captured work replays in issue order: a dependency already holds
   SimtStream *waited = event->stream;
   uint64_t position = event->position; // as recorded now: the event may be recorded again
   if (waited && waited != stream &&
@@ -516,6 +522,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event)
     return cudaErrorInvalidValue;
+  if (state().capturing)
+    return cudaSuccess; // a node of the graph, not a record of the event (as on a GPU)
   // Only a lazy stream has unfinished work to wait for.
   event->stream = stream && stream->lazy ? stream : nullptr;
   event->position = event->stream ? stream->issued : 0;

@@ -234,8 +234,10 @@ cudaError_t cudaGetLastError();
 const char *cudaGetErrorString(cudaError_t error);
 
 // CUDA graphs by stream capture: while a capture is open, stream work
-// (launches, device-to-device copies, memsets, cuBLAS, cuBLASLt) is recorded
-// instead of run; host synchronisation, copies to or from host memory and
+// (launches, device-to-device copies, memsets, cuBLAS, cuBLASLt, NCCL) on
+// any stream is recorded instead of run, and replays in issue order (event
+// records and waits inside a capture are then no-ops); host
+// synchronisation, event queries, copies to or from host memory and
 // allocation are refused and spoil the capture, as on a GPU.
 enum cudaStreamCaptureMode {
   cudaStreamCaptureModeGlobal = 0,
@@ -264,7 +266,8 @@ bool isDeviceRange(const void *ptr, size_t bytes);
 /// Fault injection for watchdog tests (PARAX_SIMT_NCCL_FAULT): "error" makes
 /// every NCCL operation skip its transfer and its communicator report
 /// ncclRemoteError; "hang" makes them never finish (events recorded after
-/// them stay not ready).
+/// them stay not ready). PARAX_SIMT_NCCL_FAULT_AFTER=N spares the first N
+/// operations. Called once per NCCL operation.
 const char *ncclFault();
 void markHung();
 /// Lazy non-blocking streams (default: PARAX_SIMT_STREAMS=lazy); applies to

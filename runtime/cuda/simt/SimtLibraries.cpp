@@ -410,17 +410,19 @@ bool faulted(ncclComm_t comm) {
 
 ncclResult_t mpiResult(int code) { return code == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
 
-// An operation's transfer: now, or on a lazy stream when the stream gets to
-// it (a failure then becomes the communicator's asynchronous error).
+// An operation's transfer: now, recorded in a graph being captured, or on a
+// lazy stream when the stream gets to it (a failure, when not now, becomes
+// the communicator's asynchronous error).
 ncclResult_t transfer(cudaStream_t stream, ncclComm_t comm, std::function<ncclResult_t()> body) {
   std::shared_ptr<bool> alive = comm->alive;
-  if (parax::simt::defer(stream, [comm, alive, body] {
-        if (!*alive)
-          return;
-        ncclResult_t r = body();
-        if (r != ncclSuccess)
-          comm->asyncError = r;
-      }))
+  auto later = [comm, alive, body] {
+    if (!*alive)
+      return;
+    ncclResult_t r = body();
+    if (r != ncclSuccess)
+      comm->asyncError = r;
+  };
+  if (parax::simt::record(later) || parax::simt::defer(stream, later))
     return ncclSuccess;
   return body();
 }
