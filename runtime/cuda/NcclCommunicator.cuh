@@ -67,6 +67,18 @@ public:
   bool capturing = false;
   std::vector<cudaEvent_t> capturedEvents; // recorded inside the capture
 
+  /// Records a spare (or new) event on `stream`.
+  Status recordEvent(cudaStream_t stream, cudaEvent_t &event) {
+    if (spareEvents.empty()) {
+      PARAX_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    } else {
+      event = spareEvents.back();
+      spareEvents.pop_back();
+    }
+    PARAX_CUDA(cudaEventRecord(event, stream));
+    return Status::ok();
+  }
+
   Status onCommStream(cudaStream_t compute, const char *op,
                       const std::function<ncclResult_t(cudaStream_t)> &issue) {
     PARAX_CUDA(cudaEventRecord(ready, compute));
@@ -75,13 +87,8 @@ public:
     if (e != ncclSuccess)
       return Status::error(std::string(op) + ": " + ncclGetErrorString(e));
     cudaEvent_t done = nullptr;
-    if (spareEvents.empty()) {
-      PARAX_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    } else {
-      done = spareEvents.back();
-      spareEvents.pop_back();
-    }
-    PARAX_CUDA(cudaEventRecord(done, commStream));
+    Status st = recordEvent(commStream, done);
+    if (!st.isOk()) return st;
     // In a capture the event is a node of the graph, not a record the
     // watchdog could wait for: watchGraph watches the replays instead.
     if (capturing)
@@ -104,13 +111,8 @@ public:
   /// waits for the whole graph (it cannot tell its collectives apart).
   Status watchGraph(cudaStream_t compute, int stage) {
     cudaEvent_t done = nullptr;
-    if (spareEvents.empty()) {
-      PARAX_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    } else {
-      done = spareEvents.back();
-      spareEvents.pop_back();
-    }
-    PARAX_CUDA(cudaEventRecord(done, compute));
+    Status st = recordEvent(compute, done);
+    if (!st.isOk()) return st;
     inFlight.push_back({done, "the collectives of the step's CUDA graph", stage, -1});
     return Status::ok();
   }
