@@ -281,8 +281,10 @@ struct CudaExecutor::State {
   }
 
   Status run(const pxe::Instruction &inst);
-  /// Issues every instruction of the stage (errors name the instruction).
-  Status issue();
+  /// Issues every instruction of the stage (errors name the instruction);
+  /// with `marks` (instructions + 1 events), records marks[k] on the
+  /// compute stream before instruction k and the last after the stage.
+  Status issue(const std::vector<cudaEvent_t> *marks = nullptr);
 
   // The step as a CUDA graph (see CudaExecutor::run).
   bool graphs = false; // every instruction capturable, and not turned off
@@ -466,10 +468,11 @@ std::vector<Tensor> CudaExecutor::outputs() const {
   return out;
 }
 
-Status CudaExecutor::State::issue() {
+Status CudaExecutor::State::issue(const std::vector<cudaEvent_t> *marks) {
   const pxe::Stage &stage = host.stageProgram();
   overlapped = 0;
   for (int k = 0; k < stage.instructions_size(); ++k) {
+    if (marks) PARAX_CUDA(cudaEventRecord((*marks)[k], stream));
     if (comm) {
       comm->issuerStage = host.stage();
       comm->issuerInstruction = k;
@@ -490,7 +493,37 @@ Status CudaExecutor::State::issue() {
       return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
                            stage.instructions(k).op() + ") on the GPU: " + st.message());
   }
-  return completePending();
+  Status st = completePending();
+  if (st.isOk() && marks) PARAX_CUDA(cudaEventRecord(marks->back(), stream));
+  return st;
+}
+
+StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
+  State &s = *s_;
+  const pxe::Stage &stage = s.host.stageProgram();
+  std::vector<cudaEvent_t> marks(stage.instructions_size() + 1, nullptr);
+  struct Release {
+    std::vector<cudaEvent_t> &events;
+    ~Release() {
+      for (cudaEvent_t e : events)
+        if (e) cudaEventDestroy(e);
+    }
+  } release{marks};
+  for (cudaEvent_t &e : marks) PARAX_CUDA(cudaEventCreate(&e));
+  Status st = s.issue(&marks);
+  if (st.isOk()) st = s.sync();
+  if (!st.isOk()) return st;
+  std::vector<OpTime> times; // by op, in order of first appearance
+  for (int k = 0; k < stage.instructions_size(); ++k) {
+    float ms = 0;
+    PARAX_CUDA(cudaEventElapsedTime(&ms, marks[k], marks[k + 1]));
+    const std::string &op = stage.instructions(k).op();
+    auto it = std::find_if(times.begin(), times.end(), [&](const OpTime &t) { return t.op == op; });
+    if (it == times.end()) it = times.insert(times.end(), OpTime{op, 0.0, 0});
+    it->ms += ms;
+    ++it->count;
+  }
+  return times;
 }
 
 bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }

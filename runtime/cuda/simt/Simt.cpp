@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -422,6 +423,8 @@ struct SimtStream {
 struct SimtEvent {
   SimtStream *stream = nullptr;
   uint64_t position = 0;
+  bool timing = true, recorded = false;
+  std::chrono::steady_clock::time_point when; // of the last record
 };
 
 namespace parax::simt {
@@ -515,8 +518,18 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     parax::simt::runUntil(waited, position); // `stream` runs at once: so must what it waits for
   return cudaSuccess;
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags) {
   *event = new SimtEvent;
+  (*event)->timing = !(flags & cudaEventDisableTiming);
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!start || !end || !start->timing || !end->timing)
+    return cudaErrorInvalidValue; // as on a GPU: events created without timing
+  if (!start->recorded || !end->recorded || start->stream || end->stream)
+    return cudaErrorInvalidValue; // not recorded, or on a lazy stream (no time kept there)
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
@@ -527,6 +540,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   // Only a lazy stream has unfinished work to wait for.
   event->stream = stream && stream->lazy ? stream : nullptr;
   event->position = event->stream ? stream->issued : 0;
+  event->recorded = true;
+  event->when = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {

@@ -223,7 +223,7 @@ int main(int argc, char **argv) {
     auto start = std::chrono::steady_clock::now();
     results.clear();
     for (int64_t j = 0; j < micro; ++j) {
-      if (j > 0) {
+      if (j > 0 || (step > 0 && micro > 1)) { // prepare set microbatch 0 for the first step
         s = setInputs(microbatch(j));
         if (!s.isOk()) die(s.message());
       }

@@ -13,6 +13,7 @@
 #include "parax/runtime/executable.pb.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace parax::runtime {
@@ -60,6 +61,17 @@ public:
   /// the first instruction that touches its buffers; PARAX_CUDA_OVERLAP=0:
   /// right after it, and this is 0).
   size_t overlappedInstructions() const;
+  /// One more step, kernel by kernel, timing each instruction on the GPU:
+  /// compute-stream time from its issue to the next instruction's (a wait
+  /// for a collective counts for the instruction that needs its result).
+  /// Per op, in order of first appearance. Every rank must call it (the
+  /// step's collectives).
+  struct OpTime {
+    std::string op;
+    double ms = 0;
+    int count = 0;
+  };
+  StatusOr<std::vector<OpTime>> profileStep();
 
 private:
   struct State;
