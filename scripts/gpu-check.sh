@@ -97,6 +97,10 @@ for r in load("bench.json"):
         line += (f", HBM bound {bound_ms:.3f} ms (the step takes "
                  f"{r['step_ms_median_of_10'] / bound_ms:.2f}x the bound)")
     print(line)
+    ops = {op: ms for op, ms in r.get("profile_ms", {}).items() if op != "total"}
+    if ops:  # one extra step, kernel by kernel: where the time goes
+        top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]
+        print("    by op: " + ", ".join(f"{op} {ms:.3f} ms" for op, ms in top))
 PY
 cat "$out/summary.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv >>"$out/nvidia-smi.txt" 2>&1

@@ -268,6 +268,13 @@ def prepare_bench(root, bin_dir):
         os.remove(ir)
 
 
+def profile_of(log):
+    """parax-run's PARAX_CUDA_PROFILE=1 lines: op -> milliseconds of one step."""
+    import re
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r"parax-run: profile: (\S+)\s+([0-9.]+) ms", log)}
+
+
 def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     """One BENCH case: 10 steps; its figures. `arrays` caches each preset's
     fp32 weights (generated once, written once per dtype to weights_dir)."""
@@ -294,7 +301,8 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     tokens = os.path.join(d, "tokens.npy")
     np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (batch, seq)).astype(np.int32))
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "model.pxe"), 1, [tokens],
-                       os.path.join(d, "out.npy"), device, steps=10, timeout=500)
+                       os.path.join(d, "out.npy"), device, steps=10, timeout=500,
+                       env={"PARAX_CUDA_PROFILE": "1"} if device == "cuda" else None)
     step_ms = float(log.split("step time ")[1].split(" ms")[0])
     params = sum(int(np.prod(s)) for s in shapes.values())
     matmul = params - cfg.vocab * cfg.hidden  # the embedding is a gather
@@ -306,7 +314,7 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     weight_bytes = (2 if dtype == "bf16" else 4) * matmul
     return {"case": name, "step_ms_median_of_10": step_ms,
             "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes,
-            "weights_read_tb_per_s": weight_bytes / step_ms / 1e9}
+            "weights_read_tb_per_s": weight_bytes / step_ms / 1e9, "profile_ms": profile_of(log)}
 
 
 def _bench_attention(name, root, bin_dir, device):
@@ -344,12 +352,14 @@ def _bench_experts(name, root, bin_dir, device, weights_dir):
     np.save(inputs[1], np.full((T, K), 1.0 / K, np.float32))
     np.save(inputs[2], rng.integers(0, E, (T, K)).astype(np.int32))
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
-                       os.path.join(d, "out.npy"), device, steps=10, timeout=300, env={"PARAX_EXPERTS": path})
+                       os.path.join(d, "out.npy"), device, steps=10, timeout=300,
+                       env={"PARAX_EXPERTS": path, "PARAX_CUDA_PROFILE": "1"})
     step_ms = float(log.split("step time ")[1].split(" ms")[0])
     used = len(np.unique(np.load(inputs[2])))
     weight_bytes = 2 * 3 * used * H * F  # the used experts' bf16 weights, read once
     return {"case": name, "step_ms_median_of_10": step_ms, "tflops": 2 * T * K * 3 * H * F / step_ms / 1e9,
-            "weight_bytes": weight_bytes, "weights_read_tb_per_s": weight_bytes / step_ms / 1e9}
+            "weight_bytes": weight_bytes, "weights_read_tb_per_s": weight_bytes / step_ms / 1e9,
+            "profile_ms": profile_of(log)}
 
 
 def bench(root, bin_dir, device="cuda", report=lambda result: None):

@@ -42,6 +42,7 @@ void usage() {
                "  PARAX_CUDA_GRAPHS=0: no CUDA graphs (by default a stage without collectives\n"
                "  or host synchronisations replays its steps after the first as one graph)\n"
                "  PARAX_ATTENTION=cuda-cores: bf16 attention without tensor cores\n"
+               "  PARAX_CUDA_PROFILE=1: after the timed steps, one more step timed op by op\n"
                "  PARAX_EXPERTS=grouped|per-expert: MoE experts as one grouped GEMM per\n"
                "  projection, or cuBLAS GEMMs per expert (by default grouped while experts\n"
                "  average at most 128 rows)\n");
@@ -245,6 +246,28 @@ int main(int argc, char **argv) {
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 
+  // PARAX_CUDA_PROFILE=1: one more step, timed op by op on the GPU (every
+  // rank runs it: its collectives need them all), after the timed steps.
+  std::string profile;
+#ifdef PARAX_WITH_CUDA
+  const char *profiling = std::getenv("PARAX_CUDA_PROFILE");
+  if (device == "cuda" && profiling && std::string(profiling) == "1") {
+    auto times = gpu.profileStep();
+    if (!times.isOk()) die(times.status().message());
+    double total = 0;
+    for (const CudaExecutor::OpTime &t : times.value()) total += t.ms;
+    char line[160];
+    for (const CudaExecutor::OpTime &t : times.value()) {
+      std::snprintf(line, sizeof line, "parax-run: profile: %-20s %10.3f ms %5.1f %% (%d)\n", t.op.c_str(), t.ms,
+                    total > 0 ? 100 * t.ms / total : 0.0, t.count);
+      profile += line;
+    }
+    std::snprintf(line, sizeof line, "parax-run: profile: %-20s %10.3f ms (one step, kernel by kernel)\n",
+                  "total", total);
+    profile += line;
+  }
+#endif
+
   // The writer: last stage, every other coordinate 0.
   const auto &coords = exe.value().ranks(rank).values();
   bool writer = stageIndex + 1 == exe.value().stages_size();
@@ -268,6 +291,7 @@ int main(int argc, char **argv) {
                 "microbatch(es), step time %.3f ms (median of %d)%s\n",
                 size, device.c_str(), instructions, rank, static_cast<long long>(micro),
                 1e3 * times[times.size() / 2], steps, how.c_str());
+    std::fputs(profile.c_str(), stdout);
   }
   comm.reset(); // frees the sub-communicators before MPI ends
 #ifdef PARAX_WITH_CUDA
