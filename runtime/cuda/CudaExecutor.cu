@@ -25,6 +25,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace parax::runtime {
@@ -122,6 +123,7 @@ struct CudaExecutor::State {
     if (commScratch) cudaFree(commScratch);
     for (auto &[inst, frequencies] : ropeFrequencies) cudaFree(frequencies);
     if (blas) cublasDestroy(blas);
+    ltPlans.clear(); // before the handle
     if (lt) cublasLtDestroy(lt);
     if (ltWorkspace) cudaFree(ltWorkspace);
     if (graph) cudaGraphExecDestroy(graph);
@@ -325,46 +327,61 @@ struct CudaExecutor::State {
   }
 
   /// gemm's column-major product through cuBLASLt with the bias epilogue
-  /// (x has W's type here; the bias has y's).
+  /// (x has W's type here; the bias has y's). Descriptors and the
+  /// heuristic's algorithm are made once per shape and kept.
+  struct LtPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo;
+    ~LtPlan() {
+      if (d) cublasLtMatrixLayoutDestroy(d);
+      if (b) cublasLtMatrixLayoutDestroy(b);
+      if (a) cublasLtMatrixLayoutDestroy(a);
+      if (op) cublasLtMatmulDescDestroy(op);
+    }
+  };
+  using LtKey = std::tuple<int64_t, int64_t, int64_t, int, int, int>; // m, k, n, W, y, op
+  std::map<LtKey, std::unique_ptr<LtPlan>> ltPlans;
+
   Status gemmWithBias(const void *x, int64_t m, int64_t k, const void *w, cudaDataType_t wType,
                       cublasOperation_t op, int ldw, int64_t n, void *y, cudaDataType_t yType, const void *bias) {
-    struct Descriptors {
-      cublasLtMatmulDesc_t op = nullptr;
-      cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    std::unique_ptr<LtPlan> &plan = ltPlans[LtKey{m, k, n, wType, yType, op}];
+    if (!plan) {
+      auto made = std::make_unique<LtPlan>();
+      PARAX_CUBLAS(cublasLtMatmulDescCreate(&made->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      int32_t transa = op, transb = CUBLAS_OP_N;
+      uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+      PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
+      PARAX_CUBLAS(
+          cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+      bool t = op != CUBLAS_OP_N;
+      PARAX_CUBLAS(cublasLtMatrixLayoutCreate(&made->a, wType, t ? k : n, t ? n : k, ldw));
+      PARAX_CUBLAS(cublasLtMatrixLayoutCreate(&made->b, wType, k, m, k));
+      PARAX_CUBLAS(cublasLtMatrixLayoutCreate(&made->d, yType, n, m, n));
       cublasLtMatmulPreference_t preference = nullptr;
-      ~Descriptors() {
-        if (preference) cublasLtMatmulPreferenceDestroy(preference);
-        if (d) cublasLtMatrixLayoutDestroy(d);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (this->op) cublasLtMatmulDescDestroy(this->op);
-      }
-    } desc;
-    PARAX_CUBLAS(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    int32_t transa = op, transb = CUBLAS_OP_N;
-    uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
-    PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
-    PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    bool t = op != CUBLAS_OP_N;
-    PARAX_CUBLAS(cublasLtMatrixLayoutCreate(&desc.a, wType, t ? k : n, t ? n : k, ldw));
-    PARAX_CUBLAS(cublasLtMatrixLayoutCreate(&desc.b, wType, k, m, k));
-    PARAX_CUBLAS(cublasLtMatrixLayoutCreate(&desc.d, yType, n, m, n));
-    PARAX_CUBLAS(cublasLtMatmulPreferenceCreate(&desc.preference));
-    uint64_t workspace = kLtWorkspace;
-    PARAX_CUBLAS(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &workspace, sizeof(workspace)));
-    cublasLtMatmulHeuristicResult_t best;
-    int found = 0;
-    PARAX_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1,
-                                                &best, &found));
-    if (found == 0)
-      return Status::error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(k) + "x" +
-                           std::to_string(n) + " GEMM with a bias");
+      PARAX_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
+      uint64_t workspace = kLtWorkspace;
+      cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
+          preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+      cublasLtMatmulHeuristicResult_t best;
+      int found = 0;
+      cublasStatus_t asked = set != CUBLAS_STATUS_SUCCESS
+                                 ? set
+                                 : cublasLtMatmulAlgoGetHeuristic(lt, made->op, made->a, made->b, made->d, made->d,
+                                                                  preference, 1, &best, &found);
+      cublasLtMatmulPreferenceDestroy(preference);
+      PARAX_CUBLAS(asked);
+      if (found == 0)
+        return Status::error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(k) + "x" +
+                             std::to_string(n) + " GEMM with a bias");
+      made->algo = best.algo;
+      plan = std::move(made);
+    }
+    PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     const float one = 1.0f, zero = 0.0f;
-    PARAX_CUBLAS(cublasLtMatmul(lt, desc.op, &one, w, desc.a, x, desc.b, &zero, y, desc.d, y, desc.d, &best.algo,
-                                ltWorkspace, kLtWorkspace, stream));
+    PARAX_CUBLAS(cublasLtMatmul(lt, plan->op, &one, w, plan->a, x, plan->b, &zero, y, plan->d, y, plan->d,
+                                &plan->algo, ltWorkspace, kLtWorkspace, stream));
     return Status::ok();
   }
 };
