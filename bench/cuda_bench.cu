@@ -17,6 +17,7 @@
 #include "parax/runtime/Checkpoint.h"
 #include "parax/runtime/CudaExecutor.h"
 #include "BenchUtil.h"
+#include "../runtime/cuda/GeluEpilogue.cuh"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -144,62 +145,21 @@ void gemms() {
 }
 
 // Which GELU cuBLASLt's GELU_BIAS epilogue computes (its documentation does
-// not say): D = gelu(x + bias) for x in [-4, 4] (A = x as m x 1, B = 1 x 1
-// of ones), against the tanh approximation and the erf form. The backend
-// fuses nothing into that epilogue until this is known.
+// not say; the backend fuses a gelu into it only for the form found).
 void geluEpilogueProbe() {
-  const int m = 81;
-  std::vector<float> x(m), bias(m, 0.0f);
-  for (int i = 0; i < m; ++i) x[i] = -4.0f + 0.1f * i;
-  float one = 1.0f, zero = 0.0f, *dx, *dones, *dd, *dbias;
-  CHECK(cudaMalloc(&dx, m * 4));
-  CHECK(cudaMalloc(&dones, 4));
-  CHECK(cudaMalloc(&dd, m * 4));
-  CHECK(cudaMalloc(&dbias, m * 4));
-  CHECK(cudaMemcpy(dx, x.data(), m * 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(dones, &one, 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(dbias, bias.data(), m * 4, cudaMemcpyHostToDevice));
   cublasLtHandle_t lt;
-  cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t la, lb, ld;
-  cublasLtMatmulPreference_t pref;
   CHECK(cublasLtCreate(&lt));
-  CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
-  const void *biasPointer = dbias;
-  CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-  CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPointer, sizeof(biasPointer)));
-  CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, 1, m));
-  CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, 1, 1, 1));
-  CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, 1, m));
-  CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  cublasLtMatmulHeuristicResult_t best;
-  int found = 0;
-  CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &best, &found));
-  if (found == 0) {
-    std::printf("cuBLASLt GELU epilogue: no algorithm\n");
-  } else {
-    CHECK(cublasLtMatmul(lt, op, &one, dx, la, dones, lb, &zero, dd, ld, dd, ld, &best.algo, nullptr, 0, 0));
-    std::vector<float> d(m);
-    CHECK(cudaMemcpy(d.data(), dd, m * 4, cudaMemcpyDeviceToHost));
-    double vsTanh = 0, vsErf = 0;
-    for (int i = 0; i < m; ++i) {
-      double v = x[i];
-      double tanhForm = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-      double erfForm = 0.5 * v * (1 + std::erf(v * 0.7071067811865476));
-      vsTanh = std::max(vsTanh, std::fabs(d[i] - tanhForm));
-      vsErf = std::max(vsErf, std::fabs(d[i] - erfForm));
-    }
-    std::printf("cuBLASLt GELU_BIAS epilogue: max |diff| %.2e vs the tanh approximation, %.2e vs erf "
-                "(the forms differ by up to 4.7e-4)\n", vsTanh, vsErf);
-  }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulDescDestroy(op);
+  parax::runtime::GeluProbe probe = parax::runtime::probeGeluEpilogue(lt);
   cublasLtDestroy(lt);
-  cudaFree(dx); cudaFree(dones); cudaFree(dd); cudaFree(dbias);
+  if (probe.vsTanh < 0) {
+    std::printf("cuBLASLt GELU_BIAS epilogue: no algorithm or an error\n");
+    return;
+  }
+  const char *form = probe.form == parax::runtime::GeluForm::Tanh  ? "the tanh approximation"
+                     : probe.form == parax::runtime::GeluForm::Erf ? "the erf form"
+                                                                   : "neither form (no fusion)";
+  std::printf("cuBLASLt GELU_BIAS epilogue: max |diff| %.2e vs the tanh approximation, %.2e vs erf "
+              "(the forms differ by up to 4.7e-4): %s\n", probe.vsTanh, probe.vsErf, form);
 }
 
 void bandwidth() {

@@ -7,6 +7,7 @@
 
 #define OMPI_SKIP_MPICXX 1
 #include "CudaCommon.cuh"
+#include "GeluEpilogue.cuh"
 #include "Kernels.cuh"
 #include "NcclCommunicator.cuh"
 #include "parax/runtime/CudaExecutor.h"
@@ -186,13 +187,24 @@ struct CudaExecutor::State {
     return capturableOp(inst.op()) || (inst.op() == "experts" && groupedExperts(inst));
   }
 
+  // A biased `linear` whose only use is the next instruction, a `gelu` of
+  // the form cuBLASLt's GELU_BIAS epilogue computes (measured at prepare:
+  // GeluEpilogue.cuh), writes the gelu's result through that epilogue;
+  // the gelu is skipped. linear -> the gelu's result buffer.
+  std::map<const pxe::Instruction *, int32_t> geluInto;
+  std::vector<bool> skipped; // per instruction: fused into the one before
+  Status planGeluFusion();
+
   bool conflictsWithPending(const pxe::Instruction &inst) const {
     if (isCollective(inst.op()) || !capturable(inst)) return true; // a collective, or a host synchronisation
+    auto touched = [&](int32_t id) {
+      return std::find(pending->buffers.begin(), pending->buffers.end(), id) != pending->buffers.end();
+    };
     for (const auto *ids : {&inst.operands(), &inst.results()})
       for (int32_t id : *ids)
-        if (std::find(pending->buffers.begin(), pending->buffers.end(), id) != pending->buffers.end())
-          return true;
-    return false;
+        if (touched(id)) return true;
+    auto fused = geluInto.find(&inst);
+    return fused != geluInto.end() && touched(fused->second);
   }
 
   /// Waits for the GPU: for the collectives in flight first (the watchdog),
@@ -301,7 +313,7 @@ struct CudaExecutor::State {
   /// then rounded to bf16 into `xb` (m * k elements) first. An fp32 W needs
   /// an fp32 x. With a bias (y's type), cuBLASLt adds it in its epilogue.
   Status gemm(const void *x, Elem xe, int64_t m, int64_t k, const void *w, Elem we, bool transposeW, int64_t n,
-              void *y, Elem ye, __nv_bfloat16 *xb, const void *bias = nullptr) {
+              void *y, Elem ye, __nv_bfloat16 *xb, const void *bias = nullptr, bool gelu = false) {
     const float one = 1.0f, zero = 0.0f;
     // Column-major: y^T[n, m] = op(W^T) x^T.
     cublasOperation_t op = transposeW ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -315,7 +327,7 @@ struct CudaExecutor::State {
     cudaDataType_t wType = we == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType_t yType = ye == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
     if (bias)
-      return gemmWithBias(x, m, k, w, wType, op, ldw, n, y, yType, bias);
+      return gemmWithBias(x, m, k, w, wType, op, ldw, n, y, yType, bias, gelu);
     if (we == Elem::BF16) {
       PARAX_CUBLAS(cublasGemmEx(blas, op, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, ldw, x, CUDA_R_16BF, k,
                                 &zero, y, yType, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -326,9 +338,10 @@ struct CudaExecutor::State {
     return Status::ok();
   }
 
-  /// gemm's column-major product through cuBLASLt with the bias epilogue
-  /// (x has W's type here; the bias has y's). Descriptors and the
-  /// heuristic's algorithm are made once per shape and kept.
+  /// gemm's column-major product through cuBLASLt with the bias epilogue,
+  /// or (`gelu`) the GELU_BIAS one (x has W's type here; the bias has y's).
+  /// Descriptors and the heuristic's algorithm are made once per shape and
+  /// kept.
   struct LtPlan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -340,17 +353,18 @@ struct CudaExecutor::State {
       if (op) cublasLtMatmulDescDestroy(op);
     }
   };
-  using LtKey = std::tuple<int64_t, int64_t, int64_t, int, int, int>; // m, k, n, W, y, op
+  using LtKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool>; // m, k, n, W, y, op, gelu
   std::map<LtKey, std::unique_ptr<LtPlan>> ltPlans;
 
   Status gemmWithBias(const void *x, int64_t m, int64_t k, const void *w, cudaDataType_t wType,
-                      cublasOperation_t op, int ldw, int64_t n, void *y, cudaDataType_t yType, const void *bias) {
-    std::unique_ptr<LtPlan> &plan = ltPlans[LtKey{m, k, n, wType, yType, op}];
+                      cublasOperation_t op, int ldw, int64_t n, void *y, cudaDataType_t yType, const void *bias,
+                      bool gelu) {
+    std::unique_ptr<LtPlan> &plan = ltPlans[LtKey{m, k, n, wType, yType, op, gelu}];
     if (!plan) {
       auto made = std::make_unique<LtPlan>();
       PARAX_CUBLAS(cublasLtMatmulDescCreate(&made->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       int32_t transa = op, transb = CUBLAS_OP_N;
-      uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      uint32_t epilogue = gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
       PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
       PARAX_CUBLAS(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
       PARAX_CUBLAS(
@@ -385,6 +399,32 @@ struct CudaExecutor::State {
     return Status::ok();
   }
 };
+
+Status CudaExecutor::State::planGeluFusion() {
+  const pxe::Stage &stage = host.stageProgram();
+  int n = stage.instructions_size();
+  skipped.assign(n, false);
+  const char *fuse = std::getenv("PARAX_CUDA_FUSE_GELU");
+  if (fuse && std::string(fuse) == "0") return Status::ok();
+  std::map<int32_t, int> uses; // by instructions and as the stage's outputs
+  for (const pxe::Instruction &inst : stage.instructions())
+    for (int32_t id : inst.operands()) ++uses[id];
+  for (int32_t id : stage.outputs()) ++uses[id];
+  std::optional<GeluProbe> probe; // run once, when a candidate appears
+  for (int k = 0; k + 1 < n; ++k) {
+    const pxe::Instruction &lin = stage.instructions(k), &act = stage.instructions(k + 1);
+    if (lin.op() != "linear" || lin.operands_size() != 3 || act.op() != "gelu" ||
+        act.operands(0) != lin.results(0) || uses[lin.results(0)] != 1 ||
+        buffers[lin.results(0)].elem != buffers[act.results(0)].elem)
+      continue;
+    if (!probe) probe = probeGeluEpilogue(lt);
+    GeluForm wanted = attrString(act.attrs(), "approximate") == "tanh" ? GeluForm::Tanh : GeluForm::Erf;
+    if (probe->form != wanted) continue;
+    geluInto[&lin] = act.results(0);
+    skipped[k + 1] = true;
+  }
+  return Status::ok();
+}
 
 CudaExecutor::CudaExecutor() : s_(std::make_unique<State>()) {}
 CudaExecutor::~CudaExecutor() = default;
@@ -445,6 +485,8 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
       if (!st.isOk()) return st;
     }
   }
+  st = s.planGeluFusion();
+  if (!st.isOk()) return st;
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
     if (inst.op() != "rope") continue;
     StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(inst.attrs());
@@ -490,6 +532,7 @@ Status CudaExecutor::State::issue(const std::vector<cudaEvent_t> *marks) {
   overlapped = 0;
   for (int k = 0; k < stage.instructions_size(); ++k) {
     if (marks) PARAX_CUDA(cudaEventRecord((*marks)[k], stream));
+    if (skipped[k]) continue; // done by the instruction before
     if (comm) {
       comm->issuerStage = host.stage();
       comm->issuerInstruction = k;
@@ -532,6 +575,7 @@ StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
   if (!st.isOk()) return st;
   std::vector<OpTime> times; // by op, in order of first appearance
   for (int k = 0; k < stage.instructions_size(); ++k) {
+    if (s.skipped[k]) continue;
     float ms = 0;
     PARAX_CUDA(cudaEventElapsedTime(&ms, marks[k], marks[k + 1]));
     const std::string &op = stage.instructions(k).op();
@@ -627,8 +671,11 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     }
     if (inst.operands_size() == 3 && in(2).elem != y.elem)
       return Status::error("linear: the bias must have the result's element type");
-    return gemm(x.data, x.elem, m, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, y.data, y.elem,
-                reinterpret_cast<__nv_bfloat16 *>(scratch), inst.operands_size() == 3 ? in(2).data : nullptr);
+    auto fused = geluInto.find(&inst);
+    void *into = fused == geluInto.end() ? y.data : buffers[fused->second].data;
+    return gemm(x.data, x.elem, m, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, into, y.elem,
+                reinterpret_cast<__nv_bfloat16 *>(scratch), inst.operands_size() == 3 ? in(2).data : nullptr,
+                fused != geluInto.end());
   }
   if (op == "rms_norm" || op == "layer_norm") {
     DeviceBuffer &x = in(0), &y = out();

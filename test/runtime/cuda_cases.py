@@ -179,7 +179,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
     return {"case": name, "ranks": case["ranks"], "max_abs_vs_cpu": vs_cpu,
             "max_abs_vs_numpy": vs_numpy, "tolerance": tol, "ok": vs_cpu < tol and vs_numpy < tol,
             "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
-            "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log),
+            "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log), "profile_ms": profile_of(log),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 
 

@@ -92,3 +92,18 @@ def test_overlap_off_waits_after_each_collective(tmp_path):
     env = {"PARAX_SIMT_STREAMS": "lazy", "PARAX_CUDA_OVERLAP": "0"}
     result = cuda_cases.check("deepseek-v3-ep2", str(tmp_path), BIN, tool="parax-run-simt", env=env)
     assert result["ok"] and result["overlap"] == 0, result
+
+
+@pytest.mark.parametrize("form,fused", [("tanh", True), ("erf", False)])
+def test_gelu_fused_only_into_an_epilogue_of_its_form(tmp_path, form, fused):
+    """GPT-2's tanh GELU joins its biased linear in cuBLASLt's GELU_BIAS
+    epilogue only when the probe finds the epilogue computes that form (the
+    emulator computes either): fused, no gelu kernel runs; either way the
+    logits match the CPU backend."""
+    tool("parax-run-simt")
+    cuda_cases.prepare("gpt2", str(tmp_path))
+    env = {"PARAX_SIMT_LT_GELU": form, "PARAX_CUDA_PROFILE": "1"}
+    result = cuda_cases.check("gpt2", str(tmp_path), BIN, tool="parax-run-simt", env=env)
+    assert result["ok"], result
+    assert "linear" in result["profile_ms"], result
+    assert ("gelu" not in result["profile_ms"]) == fused, result

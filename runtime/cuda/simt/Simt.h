@@ -362,7 +362,9 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
 };
-enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
+// GELU_BIAS: gelu(x + bias), in the tanh approximation (PARAX_SIMT_LT_GELU=erf:
+// the erf form), since the GPU's form is measured, not assumed (GeluEpilogue.cuh).
+enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU_BIAS = 36 };
 enum cublasLtMatmulPreferenceAttributes_t { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 };
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle);

@@ -6,7 +6,9 @@
 
 #include <cblas.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -305,7 +307,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return st;
   if (!inside(A, *a) || !inside(B, *b) || !inside(C, *c) || !inside(D, *d))
     return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul", "an operand reaches outside its allocation");
-  bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
+  bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS || gelu;
+  const char *form = std::getenv("PARAX_SIMT_LT_GELU");
+  bool erfForm = form && std::string(form) == "erf";
   if (bias && (!desc->bias || !isDeviceRange(desc->bias, m * widthOf(d->type))))
     return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul", "the bias is not m elements of device memory");
   if (m == 0 || n == 0)
@@ -330,6 +335,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < m; ++i) {
         float v = fd[j * lc.ld + i];
+        if (gelu)
+          v = erfForm ? 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f))
+                      : 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         if (ld.type == CUDA_R_16BF)
           static_cast<__nv_bfloat16 *>(D)[j * ld.ld + i] = __float2bfloat16(v);
         else

@@ -43,6 +43,8 @@ void usage() {
                "  or host synchronisations replays its steps after the first as one graph)\n"
                "  PARAX_ATTENTION=cuda-cores: bf16 attention without tensor cores\n"
                "  PARAX_CUDA_PROFILE=1: after the timed steps, one more step timed op by op\n"
+               "  PARAX_CUDA_FUSE_GELU=0: no gelu in cuBLASLt's GELU_BIAS epilogue (by default\n"
+               "  fused into a biased linear when the epilogue computes the gelu's form)\n"
                "  PARAX_EXPERTS=grouped|per-expert: MoE experts as one grouped GEMM per\n"
                "  projection, or cuBLAS GEMMs per expert (by default grouped while experts\n"
                "  average at most 128 rows)\n");
