@@ -92,6 +92,9 @@ for r in load("bench.json"):
         print(f"{r['case']}: FAILED {r['error'][-400:].strip()}")
         continue
     line = f"{r['case']}: {r['step_ms_median_of_10']:.3f} ms, {r['tflops']:.1f} TFLOP/s"
+    if "rows_vs_numpy" in r:  # the kernel checked at this shape too
+        line += (f", sampled rows vs numpy {r['rows_vs_numpy']:.2e} (tolerance {r['tolerance']:.1e}) "
+                 + ("ok" if r["ok"] else "FAILED"))
     if bw and "decode" in r["case"]:
         bound_ms = r["weight_bytes"] / (bw * 1e12) * 1e3
         line += (f", HBM bound {bound_ms:.3f} ms (the step takes "
@@ -103,6 +106,7 @@ for r in load("bench.json"):
         print("    by op: " + ", ".join(f"{op} {ms:.3f} ms" for op, ms in top))
 PY
 cat "$out/summary.txt"
+grep -q "vs numpy .* FAILED" "$out/summary.txt" && status=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv >>"$out/nvidia-smi.txt" 2>&1
 echo "gpu-check: exit $status"
 exit $status

@@ -317,15 +317,33 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
             "weights_read_tb_per_s": weight_bytes / step_ms / 1e9, "profile_ms": profile_of(log)}
 
 
+def attention_rows(q, k, v, rows):
+    """numpy causal attention (grouped heads) for the queries `rows` only:
+    [B, len(rows), H, D]. Cheap at any sequence length."""
+    H, KH = q.shape[2], k.shape[2]
+    k = np.repeat(k.astype(np.float64), H // KH, axis=2)
+    v = np.repeat(v.astype(np.float64), H // KH, axis=2)
+    out = []
+    for r in rows:
+        scores = np.einsum("bhd,bthd->bht", q[:, r].astype(np.float64), k[:, :r + 1]) / np.sqrt(q.shape[3])
+        p = np.exp(scores - scores.max(axis=2, keepdims=True))
+        out.append(np.einsum("bht,bthd->bhd", p / p.sum(axis=2, keepdims=True), v[:, :r + 1]))
+    return np.stack(out, axis=1)
+
+
 def _bench_attention(name, root, bin_dir, device):
-    from parax.checkpoint import save_safetensors
-    (B, S, H, KH, D), _, kernel = BENCH_ATTENTION[name]
+    """Times the kernel and checks it at this shape: sampled query rows
+    (tile edges, the first and last) against numpy, within 1e-4 (fp32) or
+    1 % (bf16) of the largest |output|."""
+    from parax.checkpoint import round_to_bf16, save_safetensors
+    (B, S, H, KH, D), dtype, kernel = BENCH_ATTENTION[name]
     d = os.path.join(root, name)
     rng = np.random.default_rng(2)
-    inputs = []
+    inputs, values = [], []
     for arg, heads in (("q", H), ("k", KH), ("v", KH)):
         inputs.append(os.path.join(d, arg + ".npy"))
-        np.save(inputs[-1], rng.standard_normal((B, S, heads, D), dtype=np.float32))
+        values.append(rng.standard_normal((B, S, heads, D), dtype=np.float32))
+        np.save(inputs[-1], values[-1])
     weights_path = os.path.join(d, "empty.safetensors")
     save_safetensors(weights_path, {})
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
@@ -334,7 +352,15 @@ def _bench_attention(name, root, bin_dir, device):
     step_ms = float(log.split("step time ")[1].split(" ms")[0])
     # The causal half only: q.k and p.v over the keys each query sees.
     flops = 4 * B * H * D * S * (S + 1) / 2
-    return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9}
+    rows = sorted({r for r in (0, 1, 31, 32, 63, 64, 65, S // 2, S - 2, S - 1) if 0 <= r < S})
+    if dtype == "bf16":  # the GPU reads the inputs rounded to bf16
+        values = [round_to_bf16(v) for v in values]
+    want = attention_rows(*values, rows)
+    got = np.load(os.path.join(d, "out.npy"))[:, rows].astype(np.float64)
+    diff = float(np.abs(got - want).max())
+    tolerance = (1e-2 if dtype == "bf16" else 1e-4) * max(1.0, float(np.abs(want).max()))
+    return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9,
+            "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
 
 
 def _bench_experts(name, root, bin_dir, device, weights_dir):
