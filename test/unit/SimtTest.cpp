@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <gtest/gtest.h>
 
@@ -409,6 +410,44 @@ TEST(Simt, ALazyStreamRunsItsWorkOnlyWhenSomethingWaitsForIt) {
   cudaFree(d);
   cudaStreamDestroy(lazy);
   cudaStreamDestroy(compute);
+}
+
+// One 16x16x16 product per warp; lane `skip` of warp 0 leaves out its mma.
+__global__ void wmmaProduct(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c, int skip) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  wmma::load_matrix_sync(fa, a, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  if (static_cast<int>(threadIdx.x) != skip)
+    wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+}
+
+TEST(Simt, WmmaCallsMustBeWarpUniform) {
+  __nv_bfloat16 *a = nullptr, *b = nullptr;
+  float *c = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, 256 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, 256 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&c, 256 * 4), cudaSuccess);
+  std::vector<__nv_bfloat16> ones(256, __float2bfloat16(1.0f));
+  cudaMemcpy(a, ones.data(), 512, cudaMemcpyHostToDevice);
+  cudaMemcpy(b, ones.data(), 512, cudaMemcpyHostToDevice);
+  PARAX_LAUNCH(wmmaProduct, 1, 32, 0, nullptr)(a, b, c, -1);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> h(256);
+  cudaMemcpy(h.data(), c, 1024, cudaMemcpyDeviceToHost);
+  EXPECT_EQ(h[0], 16.0f);
+  EXPECT_EQ(h[255], 16.0f);
+  // One lane skipping a warp-wide call: undefined on a GPU, a failed launch here.
+  PARAX_LAUNCH(wmmaProduct, 1, 64, 0, nullptr)(a, b, c, 5);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  parax::simt::clearErrors();
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
 }
 
 } // namespace

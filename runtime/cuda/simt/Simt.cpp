@@ -53,6 +53,7 @@ struct Fiber {
   char *stack = nullptr; // a guard page below kStackBytes
   void *fakeStack = nullptr; // AddressSanitizer's bookkeeping across switches
   bool done = false, waiting = false;
+  uint64_t warpSyncs = 0; // WMMA *_sync calls so far in this block
 };
 
 struct State {
@@ -131,6 +132,7 @@ bool runBlock(const char *kernel, uint3 block, dim3 grid, dim3 threads) {
     f.thread.blockSize = threads;
     f.thread.gridSize = grid;
     f.done = f.waiting = false;
+    f.warpSyncs = 0;
     getcontext(&f.context);
     f.context.uc_stack.ss_sp = f.stack;
     f.context.uc_stack.ss_size = kStackBytes;
@@ -154,6 +156,17 @@ bool runBlock(const char *kernel, uint3 block, dim3 grid, dim3 threads) {
       done += f.done;
       waiting += f.waiting;
     }
+    // WMMA's *_sync calls are warp-wide: every lane of a warp must make
+    // each one (a lane that skips or adds one leaves the GPU undefined).
+    for (unsigned w = 0; w * 32 < n; ++w)
+      for (unsigned lane = w * 32 + 1; lane < std::min(n, w * 32 + 32); ++lane)
+        if (s.fibers[lane].warpSyncs != s.fibers[w * 32].warpSyncs) {
+          fail(cudaErrorLaunchFailure,
+               std::string(kernel) + ": lanes of warp " + std::to_string(w) + " of block " + coords(block) +
+                   " made different numbers of WMMA *_sync calls (" + std::to_string(s.fibers[w * 32].warpSyncs) +
+                   " and " + std::to_string(s.fibers[lane].warpSyncs) + "): divergent warp-wide operations");
+          return false;
+        }
     if (done == n)
       return true;
     if (done > 0) {
@@ -168,6 +181,11 @@ bool runBlock(const char *kernel, uint3 block, dim3 grid, dim3 threads) {
 }
 
 } // namespace
+
+void warpSync() {
+  if (state().running)
+    ++state().running->warpSyncs;
+}
 
 const ThreadContext &current() {
   State &s = state();

@@ -108,6 +108,9 @@ float __bfloat162float(__nv_bfloat16 x);
 namespace parax::simt {
 /// A kernel broke a rule a GPU enforces: the launch fails when it ends.
 void fault(const char *what);
+/// Counts a warp-wide call (WMMA's *_sync) for the running lane: between
+/// barriers, every lane of a warp must make the same number.
+void warpSync();
 } // namespace parax::simt
 
 namespace nvcuda::wmma {
@@ -137,6 +140,7 @@ void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const E *p, unsigned
   static_assert(std::is_same<T, E>::value, "wmma: the pointer's type is the fragment's");
   using F = fragment<Use, M, N, K, T, Layout>;
   checkTile(p, ldm, sizeof(E));
+  ::parax::simt::warpSync();
   for (int r = 0; r < F::rows; ++r)
     for (int c = 0; c < F::cols; ++c)
       f.x[r * F::cols + c] = std::is_same<Layout, row_major>::value ? p[r * ldm + c] : p[c * ldm + r];
@@ -144,6 +148,7 @@ void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const E *p, unsigned
 template <int M, int N, int K>
 void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t layout) {
   checkTile(p, ldm, sizeof(float));
+  ::parax::simt::warpSync();
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
       (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * N + c];
@@ -158,6 +163,7 @@ inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <int M, int N, int K, typename T, typename LA, typename LB>
 void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
               const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
+  ::parax::simt::warpSync();
   fragment<accumulator, M, N, K, float> out;
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
