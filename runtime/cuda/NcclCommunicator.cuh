@@ -10,6 +10,7 @@
 #include "CudaCommon.cuh"
 #include "parax/runtime/Communicator.h"
 #include "parax/runtime/CudaExecutor.h"
+#include "parax/runtime/StallWatchdog.h"
 
 #include <cuda_bf16.h>
 #include <mpi.h>
@@ -41,6 +42,7 @@ public:
   ncclComm_t world = nullptr;
   std::vector<ncclComm_t> comms; // per axis mask (NCCL)
   std::vector<MPI_Comm> mpiComms; // per axis mask (host-staged)
+  std::unique_ptr<StallWatchdog> stalls; // host-staged: MPI calls that never return end the job
   std::vector<int> sizes;
   // NCCL work runs on its own stream, ordered after the compute stream's
   // work so far by `ready`. Each collective records its own event, which
@@ -178,6 +180,7 @@ public:
         return ncclAllReduce(buf, buf, n, ncclTypeOf(e), ncclSum, comms[mask], c);
       });
     }
+    auto watched = stalls->watch("all_reduce");
     std::vector<float> h;
     Status st = toHost(h, buf, n, e, stream);
     if (!st.isOk()) return st;
@@ -191,6 +194,7 @@ public:
         return ncclAllGather(in, out, n, ncclTypeOf(e), comms[mask], c);
       });
     }
+    auto watched = stalls->watch("all_gather");
     std::vector<float> a, b(n * sizes[mask]);
     Status st = toHost(a, in, n, e, stream);
     if (!st.isOk()) return st;
@@ -205,6 +209,7 @@ public:
         return ncclReduceScatter(in, out, n, ncclTypeOf(e), ncclSum, comms[mask], c);
       });
     }
+    auto watched = stalls->watch("reduce_scatter");
     std::vector<float> a, b(n);
     Status st = toHost(a, in, n * sizes[mask], e, stream);
     if (!st.isOk()) return st;
@@ -229,6 +234,7 @@ public:
         return r != ncclSuccess ? r : end;
       });
     }
+    auto watched = stalls->watch("all_to_all");
     std::vector<float> a, b(n * sizes[mask]);
     Status st = toHost(a, in, b.size(), e, stream);
     if (!st.isOk()) return st;
@@ -242,6 +248,7 @@ public:
         return ncclSend(buf, n, ncclTypeOf(e), peer, world, c);
       });
     }
+    auto watched = stalls->watch("send");
     std::vector<float> h;
     Status st = toHost(h, buf, n, e, stream);
     if (!st.isOk()) return st;
@@ -254,6 +261,7 @@ public:
         return ncclRecv(buf, n, ncclTypeOf(e), peer, world, c);
       });
     }
+    auto watched = stalls->watch("recv");
     std::vector<float> h(n);
     MPI_Recv(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     return toDevice(buf, h, e, stream);
@@ -312,6 +320,8 @@ createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, in
   int staged = (onNode > cudaDeviceCount()) || (forced && std::string(forced) == "mpi");
   MPI_Allreduce(MPI_IN_PLACE, &staged, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   comm->staged = staged != 0;
+  if (comm->staged)
+    comm->stalls = std::make_unique<StallWatchdog>(rank, timeoutSeconds);
   if (!comm->staged) {
     ncclUniqueId id;
     if (rank == 0)

@@ -58,6 +58,8 @@ int64_t axisSize(const pxe::Executable &exe, const std::string &axis) {
   return 0;
 }
 
+Status validatePipelineTransfers(const pxe::Executable &exe);
+
 Status validateExecutable(const pxe::Executable &exe) {
   if (exe.format_version() != kFormatVersion)
     return fail("format_version", "is " + std::to_string(exe.format_version()) +
@@ -183,6 +185,61 @@ Status validateExecutable(const pxe::Executable &exe) {
       if (id < 0 || id >= stage.buffers_size() || !defined[id])
         return fail(where + ".outputs", "buffer " + std::to_string(id) + " is not computed");
   }
+  return validatePipelineTransfers(exe);
+}
+
+// Sends and receives between pipeline stages pair up: stage s's sends to
+// stage t, in order, match stage t's receives from s in number and size
+// (otherwise a rank waits forever for a tensor that never comes).
+Status validatePipelineTransfers(const pxe::Executable &exe) {
+  int stages = exe.stages_size();
+  // [from][to] -> element counts in program order, and where each is.
+  std::vector<std::vector<std::vector<int64_t>>> sent(stages, std::vector<std::vector<int64_t>>(stages)),
+      received = sent;
+  std::vector<std::vector<std::vector<std::string>>> receivedAt(stages, std::vector<std::vector<std::string>>(stages)),
+      sentAt = receivedAt;
+  for (int s = 0; s < stages; ++s) {
+    const pxe::Stage &stage = exe.stages(s);
+    for (int k = 0; k < stage.instructions_size(); ++k) {
+      const pxe::Instruction &inst = stage.instructions(k);
+      if (inst.op() != "send" && inst.op() != "recv")
+        continue;
+      std::string iw = "stages[" + std::to_string(s) + "].instructions[" + std::to_string(k) + "] (" + inst.op() + ")";
+      std::vector<std::string> axes = attrStrings(inst.attrs(), "axes");
+      if (axes.size() != 1)
+        return fail(iw + ".attrs[axes]", "must name one grid axis");
+      int64_t peer = attrInt(inst.attrs(), "peer", -1);
+      if (peer < 0 || peer >= axisSize(exe, axes[0]))
+        return fail(iw + ".attrs[peer]", "is " + std::to_string(peer) + ", outside axis '" + axes[0] + "'");
+      if (axes[0] != "pp" || stages == 1)
+        continue; // within a stage: every rank runs the same program
+      if (peer == s)
+        return fail(iw + ".attrs[peer]", "is the stage itself");
+      bool sending = inst.op() == "send";
+      int32_t id = sending ? inst.operands(0) : inst.results(0);
+      int64_t elements = 1;
+      for (int64_t d : stage.buffers(id).shape()) elements *= d;
+      (sending ? sent : received)[sending ? s : peer][sending ? peer : s].push_back(elements);
+      (sending ? sentAt : receivedAt)[sending ? s : peer][sending ? peer : s].push_back(iw);
+    }
+  }
+  for (int from = 0; from < stages; ++from)
+    for (int to = 0; to < stages; ++to) {
+      const auto &out = sent[from][to], &in = received[from][to];
+      for (size_t i = 0; i < std::max(out.size(), in.size()); ++i) {
+        if (i < out.size() && i < in.size() && out[i] == in[i])
+          continue;
+        std::string pair = "stage " + std::to_string(from) + " -> stage " + std::to_string(to);
+        if (i >= in.size())
+          return fail(sentAt[from][to][i], "has no matching recv in stages[" + std::to_string(to) + "] (" + pair +
+                                                 "): a rank would wait forever");
+        if (i >= out.size())
+          return fail(receivedAt[from][to][i], "has no matching send in stages[" + std::to_string(from) + "] (" +
+                                                     pair + "): a rank would wait forever");
+        return fail(receivedAt[from][to][i], "receives " + std::to_string(in[i]) + " elements where " +
+                                                 sentAt[from][to][i] + " sends " + std::to_string(out[i]));
+      }
+    }
   return Status::ok();
 }
 

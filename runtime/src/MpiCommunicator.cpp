@@ -4,11 +4,13 @@
 
 #define OMPI_SKIP_MPICXX 1
 #include "parax/runtime/Communicator.h"
+#include "parax/runtime/StallWatchdog.h"
 
 #include <mpi.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 namespace parax::runtime {
 
@@ -25,7 +27,8 @@ Status check(int rc, const char *what) {
 
 class MpiCommunicator : public Communicator {
 public:
-  MpiCommunicator(std::vector<int64_t> shape) : shape_(std::move(shape)) {}
+  MpiCommunicator(std::vector<int64_t> shape, double stallTimeout)
+      : shape_(std::move(shape)), stallTimeout_(stallTimeout) {}
   ~MpiCommunicator() override {
     for (MPI_Comm &c : comms_)
       if (c != MPI_COMM_NULL)
@@ -35,6 +38,7 @@ public:
   Status init() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    watchdog_ = std::make_unique<StallWatchdog>(rank_, stallTimeout_);
     unsigned axes = shape_.size();
     comms_.assign(1u << axes, MPI_COMM_NULL);
     sizes_.assign(1u << axes, 1);
@@ -59,11 +63,13 @@ public:
   Status allReduce(float *data, size_t n, unsigned mask) override {
     if (groupSize(mask) == 1)
       return Status::ok();
+    auto watched = watchdog_->watch("all_reduce");
     return check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT,
                                MPI_SUM, comms_[mask]),
                  "MPI_Allreduce");
   }
   Status allGather(const float *in, size_t n, float *out, unsigned mask) override {
+    auto watched = watchdog_->watch("all_gather");
     return check(MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out,
                                static_cast<int>(n), MPI_FLOAT, comms_[mask]),
                  "MPI_Allgather");
@@ -72,20 +78,24 @@ public:
     // MPI_Reduce_scatter with equal counts: much faster than
     // MPI_Reduce_scatter_block in this OpenMPI (PLATFORM.md).
     std::vector<int> counts(groupSize(mask), static_cast<int>(n));
+    auto watched = watchdog_->watch("reduce_scatter");
     return check(MPI_Reduce_scatter(in, out, counts.data(), MPI_FLOAT, MPI_SUM,
                                     comms_[mask]),
                  "MPI_Reduce_scatter");
   }
   Status allToAll(const float *in, float *out, size_t n, unsigned mask) override {
+    auto watched = watchdog_->watch("all_to_all");
     return check(MPI_Alltoall(in, static_cast<int>(n), MPI_FLOAT, out,
                               static_cast<int>(n), MPI_FLOAT, comms_[mask]),
                  "MPI_Alltoall");
   }
   Status send(const float *data, size_t n, int peer) override {
+    auto watched = watchdog_->watch("send");
     return check(MPI_Send(data, static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD),
                  "MPI_Send");
   }
   Status recv(float *data, size_t n, int peer) override {
+    auto watched = watchdog_->watch("recv");
     return check(MPI_Recv(data, static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD,
                           MPI_STATUS_IGNORE),
                  "MPI_Recv");
@@ -99,6 +109,8 @@ public:
 
 private:
   std::vector<int64_t> shape_;
+  double stallTimeout_;
+  std::unique_ptr<StallWatchdog> watchdog_; // see createMpiCommunicator
   int rank_ = 0, size_ = 1;
   std::vector<MPI_Comm> comms_;
   std::vector<int> sizes_;
@@ -125,8 +137,8 @@ GroupSplit groupSplit(const std::vector<int64_t> &shape, int64_t rank, unsigned 
 }
 
 StatusOr<std::unique_ptr<Communicator>>
-createMpiCommunicator(const std::vector<int64_t> &shape) {
-  auto comm = std::make_unique<MpiCommunicator>(shape);
+createMpiCommunicator(const std::vector<int64_t> &shape, double stallTimeoutSeconds) {
+  auto comm = std::make_unique<MpiCommunicator>(shape, stallTimeoutSeconds);
   Status s = comm->init();
   if (!s.isOk())
     return s;

@@ -110,3 +110,44 @@ def cuda_devices():
     if proc.returncode != 0:
         return 0
     return sum(1 for line in proc.stdout.splitlines() if line.startswith("GPU "))
+
+
+def run_with_a_stalled_rank(cmd, env, program="parax-run"):
+    """Starts `cmd` (mpirun ... of `program` with many steps), stops one of
+    its ranks with SIGSTOP once both run -- a rank that stalls, as a hung
+    process or a dead node does -- and returns the finished process (stdout,
+    stderr, returncode). Never waits more than 120 s."""
+    import signal
+    import time
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def ranks():
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv0 = f.read().split(b"\0")[0].decode()
+            except OSError:
+                continue
+            if os.path.basename(argv0) == program and int(pid) != proc.pid:
+                pids.append(int(pid))
+        return pids
+
+    deadline = time.time() + 60
+    while len(ranks()) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    time.sleep(1.0)  # both past start-up and inside their steps
+    stalled = max(ranks(), default=None)
+    if stalled is not None:
+        os.kill(stalled, signal.SIGSTOP)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if stalled is not None:
+            try:
+                os.kill(stalled, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return out, err, proc.returncode

@@ -11,6 +11,8 @@ through host memory and MPI) with the threads between barriers run in
 reverse, which exposes a missing __syncthreads() the first order hides.
 """
 
+import os
+
 import pytest
 
 import cuda_cases
@@ -107,3 +109,21 @@ def test_gelu_fused_only_into_an_epilogue_of_its_form(tmp_path, form, fused):
     assert result["ok"], result
     assert "linear" in result["profile_ms"], result
     assert ("gelu" not in result["profile_ms"]) == fused, result
+
+
+def test_a_stalled_rank_ends_a_host_staged_job(tmp_path):
+    """Host-staged collectives (ranks sharing a GPU) block in MPI: a rank
+    that stops (SIGSTOP) ends the job after the timeout, naming the other
+    rank's operation, instead of hanging."""
+    import re
+    from conftest import MPI_ENV, run_with_a_stalled_rank
+    tool("parax-run-simt")
+    cuda_cases.prepare("llama-tp2", str(tmp_path))
+    d = os.path.join(str(tmp_path), "llama-tp2")
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", tool("parax-run-simt"),
+           os.path.join(d, "sharded.pxe"), "--weights", os.path.join(d, "weights.safetensors"),
+           "--input", os.path.join(d, "tokens.npy"), "--device", "cuda", "--steps", "1000000"]
+    env = dict(MPI_ENV, PARAX_SIMT_DEVICES="1", PARAX_COLLECTIVE_TIMEOUT="2")
+    out, err, code = run_with_a_stalled_rank(cmd, env, program="parax-run-simt")
+    assert code != 0, out + err
+    assert re.search(r"parax-run: rank [01]: \w+ has not finished after 2 s", err), err[-2000:]

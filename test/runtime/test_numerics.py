@@ -6,10 +6,12 @@ Tolerances (fp32 everywhere): single rank vs numpy 1e-4 absolute; sharded vs
 single rank 1e-5 absolute (only the order of floating-point sums differs).
 """
 
+import os
+
 import numpy as np
 import pytest
 
-from conftest import Model
+from conftest import MPI_ENV, Model, tool
 
 NUMPY_TOL = 1e-4
 SHARDED_TOL = 1e-5
@@ -92,6 +94,41 @@ def test_hostile_executable_gets_a_named_error(tmp_path, damage, message):
     assert message in proc.stderr, proc.stderr
 
 
+def test_unpaired_pipeline_transfer_is_refused(tmp_path):
+    """A pipeline executable whose stage 1 receives what stage 0 never sends
+    would leave rank 1 waiting forever: it is refused before running, with
+    the instruction named."""
+    import subprocess
+    model = Model(str(tmp_path), "tiny-llama")
+    model.compile("pp2", "prefill:batch=2,seq=8,pp=2,dp=1", 2)
+    with open(os.path.join(str(tmp_path), "pp2.mlir")) as f:
+        lines = [line for line in f if "parax.send" not in line]
+    with open(os.path.join(str(tmp_path), "nosend.mlir"), "w") as f:
+        f.writelines(lines)
+    exe = os.path.join(str(tmp_path), "nosend.pxe")
+    subprocess.run([tool("parax-translate"), "--to-executable", os.path.join(str(tmp_path), "nosend.mlir"),
+                    "-o", exe], check=True, timeout=60)
+    proc = model.run(exe, 2, expect_ok=False)
+    assert proc.returncode != 0
+    assert ("stages[1].instructions[0] (recv): has no matching send in stages[0] (stage 0 -> stage 1): "
+            "a rank would wait forever") in proc.stderr, proc.stderr
+
+
+def test_a_stalled_rank_ends_the_job_naming_rank_and_operation(tmp_path):
+    """One rank stops (SIGSTOP) in the middle of a TP run: the other's
+    collective does not return, and the job ends after the timeout with
+    the rank and the operation named, instead of hanging."""
+    import re
+    from conftest import run_with_a_stalled_rank
+    model = Model(str(tmp_path), "tiny-llama")
+    exe = model.compile("tp2", "prefill:batch=2,seq=8,tp=2,dp=1", 2)
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", tool("parax-run"), exe,
+           "--weights", model.checkpoint, "--input", model.tokens_path, "--steps", "1000000"]
+    out, err, code = run_with_a_stalled_rank(cmd, dict(MPI_ENV, PARAX_COLLECTIVE_TIMEOUT="2"))
+    assert code != 0, out + err
+    assert re.search(r"parax-run: rank [01]: \w+ has not finished after 2 s", err), err[-2000:]
+
+
 def test_corrupt_checkpoint_is_refused(tmp_path):
     model = Model(str(tmp_path), "tiny-llama")
     with open(model.checkpoint, "r+b") as f:
@@ -103,10 +140,9 @@ def test_corrupt_checkpoint_is_refused(tmp_path):
 
 def test_front_door_demo_runs_end_to_end():
     """The README's main job: plan, partition, translate, mpirun on 4 ranks."""
-    import os
     import subprocess
     import sys
-    from conftest import MPI_ENV, ROOT
+    from conftest import ROOT
     proc = subprocess.run([sys.executable, "-m", "parax", "demo"], capture_output=True, text=True,
                           timeout=300, cwd=ROOT,
                           env=dict(MPI_ENV, PYTHONPATH=os.path.join(ROOT, "python")))

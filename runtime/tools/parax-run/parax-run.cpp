@@ -35,8 +35,8 @@ void usage() {
                "usage: mpirun -np N parax-run MODEL.pxe --weights W.safetensors "
                "--input X.npy [--input Y.npy] [--output OUT.npy] [--steps K] "
                "[--device cpu|cuda]\n"
-               "  PARAX_NCCL_TIMEOUT=S: the CUDA backend's watchdog gives up on a collective\n"
-               "  after S seconds (default 300)\n"
+               "  PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT): a collective not finished\n"
+               "  after S seconds ends the job, naming rank and operation (default 300)\n"
                "  PARAX_CUDA_OVERLAP=0: the GPU waits for each collective right after it (by\n"
                "  default only before the first instruction that touches its buffers)\n"
                "  PARAX_CUDA_GRAPHS=0: no CUDA graphs (by default a stage without collectives\n"
@@ -113,10 +113,14 @@ int main(int argc, char **argv) {
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
 #endif
-  const char *timeout = std::getenv("PARAX_NCCL_TIMEOUT");
-  [[maybe_unused]] double ncclTimeout = timeout ? std::atof(timeout) : 300; // the CUDA backend's
-  if (!(ncclTimeout > 0))
-    die(std::string("PARAX_NCCL_TIMEOUT=") + timeout + ": not a positive number of seconds");
+  // How long one collective may take before the job ends naming the rank
+  // and the operation: NCCL's watchdog, and MPI's (StallWatchdog).
+  const char *timeoutName =
+      std::getenv("PARAX_COLLECTIVE_TIMEOUT") ? "PARAX_COLLECTIVE_TIMEOUT" : "PARAX_NCCL_TIMEOUT";
+  const char *timeout = std::getenv(timeoutName);
+  double collectiveTimeout = timeout ? std::atof(timeout) : 300;
+  if (!(collectiveTimeout > 0))
+    die(std::string(timeoutName) + "=" + timeout + ": not a positive number of seconds");
 
   StatusOr<parax::pxe::Executable> exe = loadExecutable(model);
   if (!exe.isOk()) die(exe.status().message());
@@ -128,7 +132,7 @@ int main(int argc, char **argv) {
   std::vector<int64_t> shape(exe.value().grid().shape().begin(), exe.value().grid().shape().end());
   std::unique_ptr<Communicator> comm;
   if (size > 1 && device == "cpu") {
-    auto created = createMpiCommunicator(shape);
+    auto created = createMpiCommunicator(shape, collectiveTimeout);
     if (!created.isOk()) die(created.status().message());
     comm = std::move(created.value());
   }
@@ -203,7 +207,7 @@ int main(int argc, char **argv) {
     const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     int gpuIndex = (local ? std::atoi(local) : rank) % devices;
     if (mpi) { // under a launcher even one rank gets NCCL (collectives over groups of one)
-      auto created = createNcclCommunicator(shape, rank, size, gpuIndex, ncclTimeout);
+      auto created = createNcclCommunicator(shape, rank, size, gpuIndex, collectiveTimeout);
       if (!created.isOk()) die(created.status().message());
       nccl = created.value();
       if (rank == 0 && isHostStaged(nccl))

@@ -46,9 +46,11 @@ struct GroupSplit {
 GroupSplit groupSplit(const std::vector<int64_t> &shape, int64_t rank, unsigned axesMask);
 
 /// The MPI communicator for a grid of `shape` (MPI must be initialised and
-/// the world size equal to the grid size).
+/// the world size equal to the grid size). An operation that has not
+/// finished after `stallTimeoutSeconds` ends the job naming the rank and
+/// the operation (StallWatchdog), instead of hanging.
 StatusOr<std::unique_ptr<Communicator>>
-createMpiCommunicator(const std::vector<int64_t> &shape);
+createMpiCommunicator(const std::vector<int64_t> &shape, double stallTimeoutSeconds = 300);
 
 /// In-process communicators for a grid of `shape`, one per rank, to be used
 /// from one thread each (unit tests): the same group semantics as MPI's.
