@@ -5,6 +5,7 @@
 #ifndef PARAX_RUNTIME_STALLWATCHDOG_H
 #define PARAX_RUNTIME_STALLWATCHDOG_H
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -15,7 +16,8 @@ namespace parax::runtime {
 /// A background thread that, while armed for longer than the timeout,
 /// prints "parax-run: rank R: <operation> has not finished after S s" and
 /// ends the process with status 1 (mpirun then ends the whole job). Armed
-/// around each blocking operation through `watch`.
+/// around each blocking operation through `watch`: two atomic stores, no
+/// wake-up (the thread looks every 100 ms, or a quarter of the timeout).
 class StallWatchdog {
 public:
   StallWatchdog(int rank, double timeoutSeconds);
@@ -30,7 +32,7 @@ public:
     Scope(Scope &&other) noexcept : w_(other.w_) { other.w_ = nullptr; }
     ~Scope() {
       if (w_)
-        w_->disarm();
+        w_->operation_.store(nullptr, std::memory_order_release);
     }
 
   private:
@@ -39,18 +41,16 @@ public:
   Scope watch(const char *operation);
 
 private:
-  void disarm();
   void loop();
 
   int rank_;
   double timeout_;
+  std::atomic<int64_t> deadline_{0};               // steady-clock nanoseconds
+  std::atomic<const char *> operation_{nullptr};   // armed while set
   std::mutex mutex_;
-  std::condition_variable changed_;
-  const char *operation_ = nullptr; // armed while set
-  unsigned long generation_ = 0;    // one per arming
-  std::chrono::steady_clock::time_point deadline_;
+  std::condition_variable stopping_;
   bool stop_ = false;
-  std::thread thread_;
+  std::thread thread_; // last: starts once the rest is ready
 };
 
 } // namespace parax::runtime
