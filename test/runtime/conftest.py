@@ -121,6 +121,20 @@ def run_with_a_stalled_rank(cmd, env, program="parax-run"):
     import time
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
+    def parent(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def ours(pid):  # a descendant of this mpirun, not another test's rank
+        while pid > 1:
+            pid = parent(pid)
+            if pid == proc.pid:
+                return True
+        return False
+
     def ranks():
         pids = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -129,7 +143,7 @@ def run_with_a_stalled_rank(cmd, env, program="parax-run"):
                     argv0 = f.read().split(b"\0")[0].decode()
             except OSError:
                 continue
-            if os.path.basename(argv0) == program and int(pid) != proc.pid:
+            if os.path.basename(argv0) == program and ours(int(pid)):
                 pids.append(int(pid))
         return pids
 
@@ -137,17 +151,20 @@ def run_with_a_stalled_rank(cmd, env, program="parax-run"):
     while len(ranks()) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
     time.sleep(1.0)  # both past start-up and inside their steps
-    stalled = max(ranks(), default=None)
-    if stalled is not None:
-        os.kill(stalled, signal.SIGSTOP)
+    running = ranks()
+    if len(running) < 2:
+        proc.kill()
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError(f"{program}: {len(running)} rank(s) of this mpirun found\n{out}{err}")
+    stalled = max(running)
+    os.kill(stalled, signal.SIGSTOP)
     try:
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-        if stalled is not None:
-            try:
-                os.kill(stalled, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        try:
+            os.kill(stalled, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     return out, err, proc.returncode
