@@ -192,8 +192,14 @@ struct CudaExecutor::State {
   // GeluEpilogue.cuh), writes the gelu's result through that epilogue;
   // the gelu is skipped. linear -> the gelu's result buffer.
   std::map<const pxe::Instruction *, int32_t> geluInto;
-  std::vector<bool> skipped; // per instruction: fused into the one before
+  std::vector<bool> skipped; // per instruction: not issued by steps (fused, or hoisted)
   Status planGeluFusion();
+
+  // Data movement whose operands are all parameters (or results of such
+  // moves) gives the same result every step: GPT-2's fused QKV weight,
+  // sliced and then cut for TP, for instance. prepare runs it once.
+  size_t hoisted = 0;
+  Status hoistInvariants();
 
   bool conflictsWithPending(const pxe::Instruction &inst) const {
     if (isCollective(inst.op()) || !capturable(inst)) return true; // a collective, or a host synchronisation
@@ -426,6 +432,29 @@ Status CudaExecutor::State::planGeluFusion() {
   return Status::ok();
 }
 
+Status CudaExecutor::State::hoistInvariants() {
+  static const char *const moves[] = {"slice",     "shard_slice", "to_partial", "reshape",
+                                      "transpose", "broadcast",   "concat",     "position_embedding"};
+  const pxe::Stage &stage = host.stageProgram();
+  std::vector<bool> invariant(stage.buffers_size(), false);
+  for (const pxe::Buffer &b : stage.buffers()) invariant[b.id()] = b.role() == pxe::PARAMETER;
+  for (int k = 0; k < stage.instructions_size(); ++k) {
+    const pxe::Instruction &inst = stage.instructions(k);
+    if (skipped[k] || std::find(std::begin(moves), std::end(moves), inst.op()) == std::end(moves)) continue;
+    bool fixed = inst.operands_size() > 0;
+    for (int32_t id : inst.operands()) fixed = fixed && invariant[id];
+    if (!fixed) continue;
+    Status st = run(inst);
+    if (!st.isOk())
+      return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
+                           inst.op() + "), run once at prepare: " + st.message());
+    for (int32_t id : inst.results()) invariant[id] = true;
+    skipped[k] = true;
+    ++hoisted;
+  }
+  return Status::ok();
+}
+
 CudaExecutor::CudaExecutor() : s_(std::make_unique<State>()) {}
 CudaExecutor::~CudaExecutor() = default;
 int CudaExecutor::stage() const { return s_->host.stage(); }
@@ -497,8 +526,9 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     PARAX_CUDA(cudaMemcpy(device, frequencies.value().data(), frequencies.value().size() * sizeof(double),
                           cudaMemcpyHostToDevice));
   }
-  PARAX_CUDA(cudaStreamSynchronize(s.stream));
-  return Status::ok();
+  st = s.hoistInvariants();
+  if (!st.isOk()) return st;
+  return s.sync();
 }
 
 Status CudaExecutor::setInputs(const std::vector<Tensor> &inputs) {
@@ -532,7 +562,7 @@ Status CudaExecutor::State::issue(const std::vector<cudaEvent_t> *marks) {
   overlapped = 0;
   for (int k = 0; k < stage.instructions_size(); ++k) {
     if (marks) PARAX_CUDA(cudaEventRecord((*marks)[k], stream));
-    if (skipped[k]) continue; // done by the instruction before
+    if (skipped[k]) continue; // fused into the instruction before, or run once at prepare
     if (comm) {
       comm->issuerStage = host.stage();
       comm->issuerInstruction = k;
@@ -589,6 +619,7 @@ StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
 
 bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
 size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }
+size_t CudaExecutor::hoistedInstructions() const { return s_->hoisted; }
 
 Status CudaExecutor::run() {
   State &s = *s_;

@@ -180,7 +180,15 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "max_abs_vs_numpy": vs_numpy, "tolerance": tol, "ok": vs_cpu < tol and vs_numpy < tol,
             "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
             "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log), "profile_ms": profile_of(log),
+            "hoisted": hoisted(log),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
+
+
+def hoisted(log):
+    """Parameter moves the writer rank ran once at prepare (parax-run's line)."""
+    import re
+    m = re.search(r"(\d+) parameter move\(s\) run once at prepare", log)
+    return int(m.group(1)) if m else 0
 
 
 def overlapping(log):

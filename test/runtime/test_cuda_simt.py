@@ -35,11 +35,13 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         assert result["host_staged"] == (ranks > 1 and "PARAX_SIMT_DEVICES" in env), result
         # Work that runs during a transfer (NCCL only: a staged collective
         # has finished when it returns): the shared experts while the routed
-        # experts' rows travel back; in GPT-2 under TP, slicing the next
-        # biases while the sequence-parallel all_gather runs.
-        overlapping = ("deepseek-v3-ep2", "qwen2-moe-ep2", "deepseek-v3-bf16-ep2", "qwen2-moe-bf16-ep2",
-                       "gpt2-tp2", "gpt2-bf16-tp2")
+        # experts' rows travel back.
+        overlapping = ("deepseek-v3-ep2", "qwen2-moe-ep2", "deepseek-v3-bf16-ep2", "qwen2-moe-bf16-ep2")
         assert (result["overlap"] > 0) == (name in overlapping and "PARAX_SIMT_DEVICES" not in env), result
+        # GPT-2 loads its fused QKV weight whole and slices it (and, under
+        # TP, cuts the slices): those moves of parameters run once.
+        if name.startswith("gpt2"):
+            assert result["hoisted"] > 0, result
         # A capture the emulator refuses would be refused on a GPU too.
         assert not result["graph_refused"], result
         # Steps after the first replay one CUDA graph unless the stage

@@ -290,6 +290,8 @@ int main(int argc, char **argv) {
     std::string how;
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda" && gpu.replaysGraph()) how = ", steps after the first as one CUDA graph";
+    if (device == "cuda" && gpu.hoistedInstructions() > 0)
+      how += ", " + std::to_string(gpu.hoistedInstructions()) + " parameter move(s) run once at prepare";
     if (device == "cuda" && gpu.overlappedInstructions() > 0)
       how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif

@@ -61,6 +61,9 @@ public:
   /// the first instruction that touches its buffers; PARAX_CUDA_OVERLAP=0:
   /// right after it, and this is 0).
   size_t overlappedInstructions() const;
+  /// Instructions prepare ran once because they only move parameters
+  /// (slices, shard_slices, ... of weights): steps skip them.
+  size_t hoistedInstructions() const;
   /// One more step, kernel by kernel, timing each instruction on the GPU:
   /// compute-stream time from its issue to the next instruction's (a wait
   /// for a collective counts for the instruction that needs its result).
