@@ -469,6 +469,7 @@ def main():
     ap.add_argument("--tool", default="parax-run",
                     help="parax-run-simt: the CUDA backend on the SIMT emulator (no GPU)")
     ap.add_argument("--cases", help="comma-separated subset of the cases")
+    ap.add_argument("--jobs", type=int, default=1, help="check: cases run at once")
     ap.add_argument("--case-timeout", type=float, default=300,
                     help="seconds one case may run before it counts as failed")
     args = ap.parse_args()
@@ -487,17 +488,27 @@ def main():
                 json.dump(results, f, indent=1)
 
     if args.verb == "check":
-        for name in (args.cases.split(",") if args.cases else all_cases()):
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        def one(name):
             start = time.time()
             try:
                 r = check(name, args.dir, args.bin, args.device, args.tool, timeout=args.case_timeout)
             except Exception as e:  # report every case, then fail
                 r = {"case": name, "ok": False, "error": str(e)[-2000:]}
             r["seconds"] = round(time.time() - start, 2)
-            failed += not r["ok"]
-            print(json.dumps(r), flush=True)
-            results.append(r)
-            save()
+            return r
+
+        # --jobs N: N cases at once (each its own processes; on one GPU they
+        # share it, which changes no result). Reported as they finish.
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            names = args.cases.split(",") if args.cases else all_cases()
+            for future in as_completed([pool.submit(one, name) for name in names]):
+                r = future.result()
+                failed += not r["ok"]
+                print(json.dumps(r), flush=True)
+                results.append(r)
+                save()
     else:
         def report(r):
             print(json.dumps(r), flush=True)
