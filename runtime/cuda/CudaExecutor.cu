@@ -627,7 +627,10 @@ Status CudaExecutor::run() {
   // be captured runs as one CUDA graph: one launch for the whole step
   // instead of one per kernel (PARAX_CUDA_GRAPHS=0 turns this off).
   if (s.graphs && s.eagerSteps > 0 && !s.graph) {
-    PARAX_CUDA(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal));
+    // Thread-local with collectives: NCCL's own threads keep working while
+    // this one captures (a global capture would refuse their CUDA calls).
+    PARAX_CUDA(cudaStreamBeginCapture(
+        s.stream, s.hasCollectives ? cudaStreamCaptureModeThreadLocal : cudaStreamCaptureModeGlobal));
     if (s.comm) s.comm->beginCapture();
     Status st = s.issue();
     if (s.comm) s.comm->endCapture();
