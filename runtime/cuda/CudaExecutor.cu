@@ -308,7 +308,7 @@ struct CudaExecutor::State {
 
   // The step as a CUDA graph (see CudaExecutor::run).
   bool graphs = false; // every instruction capturable, and not turned off
-  bool hasCollectives = false; // the stage's (for the watchdog over graph replays)
+  bool hasCollectives = false; // the stage's (a thread-local capture then)
   int eagerSteps = 0;
   cudaGraphExec_t graph = nullptr;
   void *blasWorkspace = nullptr; // cuBLAS's own, so that captures allocate nothing
@@ -633,7 +633,6 @@ Status CudaExecutor::run() {
         s.stream, s.hasCollectives ? cudaStreamCaptureModeThreadLocal : cudaStreamCaptureModeGlobal));
     if (s.comm) s.comm->beginCapture();
     Status st = s.issue();
-    if (s.comm) s.comm->endCapture();
     cudaGraph_t captured = nullptr;
     cudaError_t e = cudaStreamEndCapture(s.stream, &captured);
     if (st.isOk() && e != cudaSuccess)
@@ -641,6 +640,7 @@ Status CudaExecutor::run() {
     if (st.isOk() && (e = cudaGraphInstantiate(&s.graph, captured, 0)) != cudaSuccess)
       st = Status::error(std::string("instantiating the step's graph: ") + cudaGetErrorString(e));
     if (captured) cudaGraphDestroy(captured);
+    if (s.comm) s.comm->endCapture(st.isOk());
     if (!st.isOk()) {
       // Graphs are an optimisation: say why, and run eagerly from now on.
       std::fprintf(stderr, "parax-run: no CUDA graph for this stage (%s); running kernel by kernel\n",
@@ -652,10 +652,7 @@ Status CudaExecutor::run() {
   }
   if (s.graph) {
     PARAX_CUDA(cudaGraphLaunch(s.graph, s.stream));
-    if (s.comm && s.hasCollectives) {
-      Status st = s.comm->watchGraph(s.stream, s.host.stage());
-      if (!st.isOk()) return st;
-    }
+    if (s.comm) s.comm->watchGraph();
     return s.sync();
   }
   Status st = s.issue();

@@ -56,8 +56,8 @@ public:
     cudaEvent_t done;
     const char *op;
     int stage, instruction; // the instruction that issued it
+    bool spare = true;      // back to spareEvents once done (a graph's stay with it)
     std::string describe() const {
-      if (instruction < 0) return std::string(op) + " (stage " + std::to_string(stage) + ")";
       return std::string(op) + " (stage " + std::to_string(stage) + " instruction " + std::to_string(instruction) +
              ")";
     }
@@ -67,7 +67,11 @@ public:
   int issuerStage = 0, issuerInstruction = 0; // the instruction now running (for reports)
   cudaEvent_t issued = nullptr; // see takeIssued
   bool capturing = false;
-  std::vector<cudaEvent_t> capturedEvents; // recorded inside the capture
+  std::vector<cudaEvent_t> capturedEvents; // graph nodes that order the compute stream after a collective
+  // One event per collective of the captured graph, recorded as an external
+  // node: each replay records it for real, so the watchdog can name the
+  // collective that stalls inside a graph.
+  std::vector<InFlight> graphEvents;
 
   /// Records a spare (or new) event on `stream`.
   Status recordEvent(cudaStream_t stream, cudaEvent_t &event) {
@@ -91,33 +95,37 @@ public:
     cudaEvent_t done = nullptr;
     Status st = recordEvent(commStream, done);
     if (!st.isOk()) return st;
-    // In a capture the event is a node of the graph, not a record the
-    // watchdog could wait for: watchGraph watches the replays instead.
-    if (capturing)
+    // In a capture `done` is a node of the graph, not a record the watchdog
+    // could wait for: a second event, recorded as an external node, is.
+    if (capturing) {
       capturedEvents.push_back(done);
-    else
+      cudaEvent_t watched = nullptr;
+      PARAX_CUDA(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming));
+      graphEvents.push_back({watched, op, issuerStage, issuerInstruction, false});
+      PARAX_CUDA(cudaEventRecordWithFlags(watched, commStream, cudaEventRecordExternal));
+    } else {
       inFlight.push_back({done, op, issuerStage, issuerInstruction});
+    }
     issued = done;
     return Status::ok();
   }
 
   /// Around a stream capture of the executor's step (its collectives become
-  /// nodes of the graph).
-  void beginCapture() { capturing = true; }
-  void endCapture() {
+  /// nodes of the graph); `kept`: the graph will be replayed (else its
+  /// events go).
+  void beginCapture() {
+    capturing = true;
+    dropGraphEvents();
+  }
+  void endCapture(bool kept) {
     capturing = false;
     spareEvents.insert(spareEvents.end(), capturedEvents.begin(), capturedEvents.end());
     capturedEvents.clear();
+    if (!kept) dropGraphEvents();
   }
-  /// After a graph with collectives was launched on `compute`: the watchdog
-  /// waits for the whole graph (it cannot tell its collectives apart).
-  Status watchGraph(cudaStream_t compute, int stage) {
-    cudaEvent_t done = nullptr;
-    Status st = recordEvent(compute, done);
-    if (!st.isOk()) return st;
-    inFlight.push_back({done, "the collectives of the step's CUDA graph", stage, -1});
-    return Status::ok();
-  }
+  /// After the captured graph was launched: the watchdog watches each of
+  /// its collectives, in order.
+  void watchGraph() { inFlight.insert(inFlight.end(), graphEvents.begin(), graphEvents.end()); }
 
   /// The event that completes the collective just issued, or null when it
   /// has completed already (host-staged, or nothing to do). Valid until the
@@ -165,7 +173,7 @@ public:
         }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
-      spareEvents.push_back(front.done);
+      if (front.spare) spareEvents.push_back(front.done);
       inFlight.pop_front();
     }
     return Status::ok();
@@ -270,6 +278,11 @@ public:
   // Set once the watchdog has aborted: its report names the collective,
   // whichever instruction's synchronisation found it.
   bool aborted = false;
+  void dropGraphEvents() {
+    for (InFlight &f : graphEvents) cudaEventDestroy(f.done);
+    graphEvents.clear();
+  }
+
   void abortAll() {
     aborted = true;
     for (ncclComm_t &c : comms)
@@ -285,6 +298,7 @@ public:
     if (ready) cudaEventDestroy(ready);
     for (InFlight &f : inFlight) cudaEventDestroy(f.done);
     for (cudaEvent_t e : capturedEvents) cudaEventDestroy(e);
+    dropGraphEvents();
     for (cudaEvent_t e : spareEvents) cudaEventDestroy(e);
     if (commStream) cudaStreamDestroy(commStream);
   }

@@ -562,6 +562,20 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->when = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned flags) {
+  if (!event)
+    return cudaErrorInvalidValue;
+  if (state().capturing && (flags & cudaEventRecordExternal)) {
+    parax::simt::record([event] { // a real record, at each replay (which runs in order)
+      event->stream = nullptr;
+      event->recorded = true;
+      event->when = std::chrono::steady_clock::now();
+    });
+    return cudaSuccess;
+  }
+  return cudaEventRecord(event, stream);
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event)
     return cudaErrorInvalidValue;

@@ -224,6 +224,10 @@ cudaError_t cudaStreamQuery(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags);
 cudaError_t cudaEventCreate(cudaEvent_t *event);
+constexpr unsigned cudaEventRecordExternal = 1;
+/// cudaEventRecordExternal inside a capture: a node that records the event
+/// at each replay (without the flag: as cudaEventRecord).
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned flags);
 /// Host time between the two records (the emulator's work runs when issued).
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
