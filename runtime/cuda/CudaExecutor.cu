@@ -308,7 +308,7 @@ struct CudaExecutor::State {
 
   // The step as a CUDA graph (see CudaExecutor::run).
   bool graphs = false; // every instruction capturable, and not turned off
-  bool hasCollectives = false; // the stage's (a thread-local capture then)
+  int collectives = 0; // the stage's collective instructions
   int eagerSteps = 0;
   cudaGraphExec_t graph = nullptr;
   void *blasWorkspace = nullptr; // cuBLAS's own, so that captures allocate nothing
@@ -499,7 +499,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   s.tensorCoreAttention = !(attention && std::string(attention) == "cuda-cores");
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
     s.graphs = s.graphs && s.capturable(inst);
-    s.hasCollectives = s.hasCollectives || isCollective(inst.op());
+    s.collectives += isCollective(inst.op());
   }
   const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
   s.buffers.resize(hostBuffers.size());
@@ -627,11 +627,18 @@ Status CudaExecutor::run() {
   // be captured runs as one CUDA graph: one launch for the whole step
   // instead of one per kernel (PARAX_CUDA_GRAPHS=0 turns this off).
   if (s.graphs && s.eagerSteps > 0 && !s.graph) {
+    if (s.comm) {
+      Status ready = s.comm->beginCapture(s.collectives);
+      if (!ready.isOk()) return ready;
+    }
     // Thread-local with collectives: NCCL's own threads keep working while
     // this one captures (a global capture would refuse their CUDA calls).
-    PARAX_CUDA(cudaStreamBeginCapture(
-        s.stream, s.hasCollectives ? cudaStreamCaptureModeThreadLocal : cudaStreamCaptureModeGlobal));
-    if (s.comm) s.comm->beginCapture();
+    cudaError_t began = cudaStreamBeginCapture(
+        s.stream, s.collectives ? cudaStreamCaptureModeThreadLocal : cudaStreamCaptureModeGlobal);
+    if (began != cudaSuccess) {
+      if (s.comm) s.comm->endCapture(false);
+      return Status::error(std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(began));
+    }
     Status st = s.issue();
     cudaGraph_t captured = nullptr;
     cudaError_t e = cudaStreamEndCapture(s.stream, &captured);

@@ -72,6 +72,7 @@ public:
   // node: each replay records it for real, so the watchdog can name the
   // collective that stalls inside a graph.
   std::vector<InFlight> graphEvents;
+  std::vector<cudaEvent_t> watchPool; // made before the capture, one per collective
 
   /// Records a spare (or new) event on `stream`.
   Status recordEvent(cudaStream_t stream, cudaEvent_t &event) {
@@ -99,8 +100,9 @@ public:
     // could wait for: a second event, recorded as an external node, is.
     if (capturing) {
       capturedEvents.push_back(done);
-      cudaEvent_t watched = nullptr;
-      PARAX_CUDA(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming));
+      if (watchPool.empty()) return Status::error(std::string(op) + ": more collectives than the capture expected");
+      cudaEvent_t watched = watchPool.back();
+      watchPool.pop_back();
       graphEvents.push_back({watched, op, issuerStage, issuerInstruction, false});
       PARAX_CUDA(cudaEventRecordWithFlags(watched, commStream, cudaEventRecordExternal));
     } else {
@@ -113,9 +115,23 @@ public:
   /// Around a stream capture of the executor's step (its collectives become
   /// nodes of the graph); `kept`: the graph will be replayed (else its
   /// events go).
-  void beginCapture() {
-    capturing = true;
+  /// `collectives`: how many the step issues (their events are made now:
+  /// nothing but stream work happens inside the capture). Call before the
+  /// capture begins.
+  Status beginCapture(int collectives) {
     dropGraphEvents();
+    while (static_cast<int>(watchPool.size()) < collectives) {
+      cudaEvent_t e = nullptr;
+      PARAX_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      watchPool.push_back(e);
+    }
+    while (static_cast<int>(spareEvents.size()) < collectives) {
+      cudaEvent_t e = nullptr;
+      PARAX_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      spareEvents.push_back(e);
+    }
+    capturing = true;
+    return Status::ok();
   }
   void endCapture(bool kept) {
     capturing = false;
@@ -279,7 +295,7 @@ public:
   // whichever instruction's synchronisation found it.
   bool aborted = false;
   void dropGraphEvents() {
-    for (InFlight &f : graphEvents) cudaEventDestroy(f.done);
+    for (InFlight &f : graphEvents) watchPool.push_back(f.done);
     graphEvents.clear();
   }
 
@@ -299,6 +315,7 @@ public:
     for (InFlight &f : inFlight) cudaEventDestroy(f.done);
     for (cudaEvent_t e : capturedEvents) cudaEventDestroy(e);
     dropGraphEvents();
+    for (cudaEvent_t e : watchPool) cudaEventDestroy(e);
     for (cudaEvent_t e : spareEvents) cudaEventDestroy(e);
     if (commStream) cudaStreamDestroy(commStream);
   }
