@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -87,18 +88,23 @@ constexpr size_t kBlasWorkspace = 32u << 20; // cuBLAS's, set explicitly for gra
 // and no allocation once the scratch buffer has its size: a stage of only
 // these (and grouped experts, see State::capturable) can be captured as a
 // CUDA graph.
+bool among(const std::string &op, std::initializer_list<const char *> ops) {
+  return std::any_of(ops.begin(), ops.end(), [&](const char *o) { return op == o; });
+}
 bool capturableOp(const std::string &op) {
-  static const char *const ops[] = {"embedding", "position_embedding", "linear", "rms_norm", "layer_norm",
-                                    "rope", "attention", "add", "mul", "silu", "sigmoid", "gelu", "swiglu",
-                                    "reshape", "transpose", "broadcast", "slice", "concat", "router",
-                                    "shard_slice", "to_partial"};
-  return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
+  return among(op, {"embedding", "position_embedding", "linear", "rms_norm", "layer_norm", "rope", "attention",
+                    "add", "mul", "silu", "sigmoid", "gelu", "swiglu", "reshape", "transpose", "broadcast", "slice",
+                    "concat", "router", "shard_slice", "to_partial"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
-  static const char *const ops[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                    "send",       "recv",       "moe_dispatch",   "moe_combine"};
-  return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
+  return among(op, {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv", "moe_dispatch",
+                    "moe_combine"});
+}
+// True when environment variable `name` is set to `value`.
+bool envIs(const char *name, const char *value) {
+  const char *set = std::getenv(name);
+  return set && std::string(set) == value;
 }
 
 struct CudaExecutor::State {
@@ -175,7 +181,7 @@ struct CudaExecutor::State {
   static constexpr int64_t kGroupedRows = 128;
   std::string expertsPath; // PARAX_EXPERTS
   bool groupedExperts(const pxe::Instruction &inst) const {
-    if (expertsPath == "grouped" || expertsPath == "per-expert") return expertsPath == "grouped";
+    if (!expertsPath.empty()) return expertsPath == "grouped"; // validated by prepare
     const std::vector<Tensor> &b = host.hostBuffers();
     int64_t pairs = b[inst.operands(2)].numel(), E = b[inst.operands(3)].shape[0];
     return pairs <= kGroupedRows * E;
@@ -301,6 +307,11 @@ struct CudaExecutor::State {
   }
 
   Status run(const pxe::Instruction &inst);
+  /// `st` as the error of instruction k, done `how` ("on the GPU", ...).
+  Status failed(int k, const char *how, const Status &st) {
+    return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
+                         host.stageProgram().instructions(k).op() + ") " + how + ": " + st.message());
+  }
   /// Issues every instruction of the stage (errors name the instruction);
   /// with `marks` (instructions + 1 events), records marks[k] on the
   /// compute stream before instruction k and the last after the stage.
@@ -410,8 +421,7 @@ Status CudaExecutor::State::planGeluFusion() {
   const pxe::Stage &stage = host.stageProgram();
   int n = stage.instructions_size();
   skipped.assign(n, false);
-  const char *fuse = std::getenv("PARAX_CUDA_FUSE_GELU");
-  if (fuse && std::string(fuse) == "0") return Status::ok();
+  if (envIs("PARAX_CUDA_FUSE_GELU", "0")) return Status::ok();
   std::map<int32_t, int> uses; // by instructions and as the stage's outputs
   for (const pxe::Instruction &inst : stage.instructions())
     for (int32_t id : inst.operands()) ++uses[id];
@@ -433,21 +443,19 @@ Status CudaExecutor::State::planGeluFusion() {
 }
 
 Status CudaExecutor::State::hoistInvariants() {
-  static const char *const moves[] = {"slice",     "shard_slice", "to_partial", "reshape",
-                                      "transpose", "broadcast",   "concat",     "position_embedding"};
   const pxe::Stage &stage = host.stageProgram();
   std::vector<bool> invariant(stage.buffers_size(), false);
   for (const pxe::Buffer &b : stage.buffers()) invariant[b.id()] = b.role() == pxe::PARAMETER;
   for (int k = 0; k < stage.instructions_size(); ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
-    if (skipped[k] || std::find(std::begin(moves), std::end(moves), inst.op()) == std::end(moves)) continue;
+    if (skipped[k] || !among(inst.op(), {"slice", "shard_slice", "to_partial", "reshape", "transpose", "broadcast",
+                                         "concat", "position_embedding"}))
+      continue;
     bool fixed = inst.operands_size() > 0;
     for (int32_t id : inst.operands()) fixed = fixed && invariant[id];
     if (!fixed) continue;
     Status st = run(inst);
-    if (!st.isOk())
-      return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
-                           inst.op() + "), run once at prepare: " + st.message());
+    if (!st.isOk()) return failed(k, "run once at prepare", st);
     for (int32_t id : inst.results()) invariant[id] = true;
     skipped[k] = true;
     ++hoisted;
@@ -487,16 +495,13 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUDA(cudaFuncSetAttribute(attentionKernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   s.sharedOptIn));
   PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
-  const char *graphs = std::getenv("PARAX_CUDA_GRAPHS");
-  s.graphs = !(graphs && std::string(graphs) == "0");
-  const char *overlap = std::getenv("PARAX_CUDA_OVERLAP");
-  s.overlap = !(overlap && std::string(overlap) == "0");
+  s.graphs = !envIs("PARAX_CUDA_GRAPHS", "0");
+  s.overlap = !envIs("PARAX_CUDA_OVERLAP", "0");
   const char *experts = std::getenv("PARAX_EXPERTS");
   s.expertsPath = experts ? experts : "";
   if (!s.expertsPath.empty() && s.expertsPath != "grouped" && s.expertsPath != "per-expert")
     return Status::error("PARAX_EXPERTS must be grouped or per-expert, got '" + s.expertsPath + "'");
-  const char *attention = std::getenv("PARAX_ATTENTION");
-  s.tensorCoreAttention = !(attention && std::string(attention) == "cuda-cores");
+  s.tensorCoreAttention = !envIs("PARAX_ATTENTION", "cuda-cores");
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
     s.graphs = s.graphs && s.capturable(inst);
     s.collectives += isCollective(inst.op());
@@ -579,9 +584,7 @@ Status CudaExecutor::State::issue(const std::vector<cudaEvent_t> *marks) {
       if (e != cudaSuccess) st = Status::error(cudaGetErrorString(e));
     }
     if (!st.isOk() && comm && comm->aborted) return st; // the watchdog's report names its collective
-    if (!st.isOk())
-      return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
-                           stage.instructions(k).op() + ") on the GPU: " + st.message());
+    if (!st.isOk()) return failed(k, "on the GPU", st);
   }
   Status st = completePending();
   if (st.isOk() && marks) PARAX_CUDA(cudaEventRecord(marks->back(), stream));

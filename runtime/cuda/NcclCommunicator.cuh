@@ -74,14 +74,21 @@ public:
   std::vector<InFlight> graphEvents;
   std::vector<cudaEvent_t> watchPool; // made before the capture, one per collective
 
+  /// Grows `pool` to `n` events.
+  static Status fill(std::vector<cudaEvent_t> &pool, size_t n) {
+    while (pool.size() < n) {
+      cudaEvent_t e = nullptr;
+      PARAX_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      pool.push_back(e);
+    }
+    return Status::ok();
+  }
   /// Records a spare (or new) event on `stream`.
   Status recordEvent(cudaStream_t stream, cudaEvent_t &event) {
-    if (spareEvents.empty()) {
-      PARAX_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-    } else {
-      event = spareEvents.back();
-      spareEvents.pop_back();
-    }
+    Status st = fill(spareEvents, 1);
+    if (!st.isOk()) return st;
+    event = spareEvents.back();
+    spareEvents.pop_back();
     PARAX_CUDA(cudaEventRecord(event, stream));
     return Status::ok();
   }
@@ -120,18 +127,10 @@ public:
   /// capture begins.
   Status beginCapture(int collectives) {
     dropGraphEvents();
-    while (static_cast<int>(watchPool.size()) < collectives) {
-      cudaEvent_t e = nullptr;
-      PARAX_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      watchPool.push_back(e);
-    }
-    while (static_cast<int>(spareEvents.size()) < collectives) {
-      cudaEvent_t e = nullptr;
-      PARAX_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      spareEvents.push_back(e);
-    }
-    capturing = true;
-    return Status::ok();
+    Status st = fill(watchPool, collectives);
+    if (st.isOk()) st = fill(spareEvents, collectives);
+    capturing = st.isOk();
+    return st;
   }
   void endCapture(bool kept) {
     capturing = false;

@@ -184,19 +184,32 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 
 
-def hoisted(log):
-    """Parameter moves the writer rank ran once at prepare (parax-run's line)."""
+def _counted(log, what):
+    """The number parax-run's summary line puts before `what` (0: absent)."""
     import re
-    m = re.search(r"(\d+) parameter move\(s\) run once at prepare", log)
+    m = re.search(r"(\d+) " + re.escape(what), log)
     return int(m.group(1)) if m else 0
+
+
+def hoisted(log):
+    """Parameter moves the writer rank ran once at prepare."""
+    return _counted(log, "parameter move(s) run once at prepare")
 
 
 def overlapping(log):
-    """Instructions the writer rank issued while a collective ran (parax-run's
-    summary line; 0 when it names none)."""
-    import re
-    m = re.search(r"(\d+) instruction\(s\) overlapping collectives", log)
-    return int(m.group(1)) if m else 0
+    """Instructions the writer rank issued while a collective ran."""
+    return _counted(log, "instruction(s) overlapping collectives")
+
+
+def step_ms_of(log):
+    """parax-run's median step time."""
+    return float(log.split("step time ")[1].split(" ms")[0])
+
+
+def _bench_block():
+    """The bench's weight values: one random block of 2^20, tiled (timing
+    does not depend on the values; gigabytes of fresh normals took a minute)."""
+    return 0.02 * np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
 
 
 # --- performance (figures, not pass/fail) ------------------------------------
@@ -296,9 +309,7 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     weights_path = os.path.join(weights_dir, f"weights-{preset}-{layers}-{dtype}.safetensors")
     if not os.path.exists(weights_path):
         if (preset, layers) not in arrays:
-            # Timing does not depend on the values: one random block of 2^20
-            # values repeated (gigabytes of fresh normals took a minute).
-            block = 0.02 * np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
+            block = _bench_block()
             weights = {}
             for key, shape in shapes.items():
                 if "{e}" in key:
@@ -311,7 +322,7 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "model.pxe"), 1, [tokens],
                        os.path.join(d, "out.npy"), device, steps=10, timeout=500,
                        env={"PARAX_CUDA_PROFILE": "1"} if device == "cuda" else None)
-    step_ms = float(log.split("step time ")[1].split(" ms")[0])
+    step_ms = step_ms_of(log)
     params = sum(int(np.prod(s)) for s in shapes.values())
     matmul = params - cfg.vocab * cfg.hidden  # the embedding is a gather
     tokens_n = batch * seq
@@ -357,7 +368,7 @@ def _bench_attention(name, root, bin_dir, device):
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
                        os.path.join(d, "out.npy"), device, steps=10, timeout=300,
                        env={"PARAX_ATTENTION": kernel} if kernel else None)
-    step_ms = float(log.split("step time ")[1].split(" ms")[0])
+    step_ms = step_ms_of(log)
     # The causal half only: q.k and p.v over the keys each query sees.
     flops = 4 * B * H * D * S * (S + 1) / 2
     rows = sorted({r for r in (0, 1, 31, 32, 63, 64, 65, S // 2, S - 2, S - 1) if 0 <= r < S})
@@ -401,8 +412,8 @@ def _bench_experts(name, root, bin_dir, device, weights_dir):
     (T, K, E, H, F), path = BENCH_EXPERTS[name]
     d = os.path.join(root, name)
     weights_path = os.path.join(weights_dir, f"experts-{E}x{H}x{F}.safetensors")
+    block = _bench_block()
     if not os.path.exists(weights_path):
-        block = 0.02 * np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
         save_safetensors(weights_path, {"wg": np.resize(block, (E, F, H)), "wu": np.resize(-block, (E, F, H)),
                                         "wd": np.resize(block, (E, H, F))}, dtype="bf16")
     rng = np.random.default_rng(3)
@@ -413,12 +424,11 @@ def _bench_experts(name, root, bin_dir, device, weights_dir):
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
                        os.path.join(d, "out.npy"), device, steps=10, timeout=300,
                        env={"PARAX_EXPERTS": path, "PARAX_CUDA_PROFILE": "1"})
-    step_ms = float(log.split("step time ")[1].split(" ms")[0])
+    step_ms = step_ms_of(log)
     x, w, idx = (np.load(p) for p in inputs)
     used = len(np.unique(idx))
     weight_bytes = 2 * 3 * used * H * F  # the used experts' bf16 weights, read once
     tokens = [0, T // 2, T - 1]
-    block = 0.02 * np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
     want = _experts_rows(block, x, w, idx, tokens, E, H, F)
     diff = float(np.abs(np.load(os.path.join(d, "out.npy"))[tokens].astype(np.float64) - want).max())
     tolerance = 1e-2 * float(np.abs(want).max())
