@@ -179,6 +179,9 @@ LogicalResult FunctionPartitioner::buildStage(
   for (auto [i, a] : llvm::enumerate(argList)) {
     if (auto param = function.getArgAttr(a, ParaxDialect::kParamAttrName)) {
       stageFunction.setArgAttr(i, ParaxDialect::kParamAttrName, param);
+      for (StringRef box : {ParaxDialect::kParamOffsetAttrName, ParaxDialect::kParamShapeAttrName})
+        if (Attribute value = function.getArgAttr(a, box))
+          stageFunction.setArgAttr(i, box, value);
       continue;
     }
     int64_t input = 0;

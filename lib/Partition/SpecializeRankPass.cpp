@@ -111,6 +111,13 @@ struct ParaxSpecializeRankPass
         std::string what = param ? param.getValue().str()
                            : input ? llvm::formatv("(input {0})", input.getInt()).str()
                                    : std::string("(input)");
+        if (auto offset = function.getArgAttrOfType<DenseI64ArrayAttr>(
+                i, ParaxDialect::kParamOffsetAttrName))
+          what += llvm::formatv(" (piece at [{0}])",
+                                llvm::join(llvm::map_range(offset.asArrayRef(),
+                                                           [](int64_t v) { return std::to_string(v); }),
+                                           ", "))
+                      .str();
         os << llvm::formatv("    #{0} {1}: {2}\n", i, what,
                       function.getArgument(i).getType());
       }

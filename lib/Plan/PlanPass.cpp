@@ -1,6 +1,7 @@
 //===- PlanPass.cpp - write the best plan onto the IR ---------------------===//
 
 #include "parax/Dialect/Parax/IR/ParaxOps.h"
+#include "parax/Dialect/Parax/Transforms/Passes.h"
 #include "parax/Plan/Passes.h"
 #include "parax/Plan/Planner.h"
 
@@ -91,6 +92,9 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
   LogicalResult planFunction(ModuleOp module, func::FuncOp function,
                              const ClusterSpec &clusterSpec,
                              const Workload &work) {
+    // Each slice of a fused weight gets a layout (and a box to load) of
+    // its own.
+    splitFusedParams(function);
     FailureOr<ModelGraph> model = analyzeModel(function);
     if (failed(model))
       return failure();

@@ -135,6 +135,18 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
         }
       (*buffer)->add_global_shape(type.getDimSize(d) * parts);
     }
+    auto offset = function.getArgAttrOfType<DenseI64ArrayAttr>(n, ParaxDialect::kParamOffsetAttrName);
+    auto whole = function.getArgAttrOfType<DenseI64ArrayAttr>(n, ParaxDialect::kParamShapeAttrName);
+    if (offset && whole) {
+      for (int64_t d = 0; d < type.getRank(); ++d) {
+        if (offset[d] + (*buffer)->global_shape(d) > whole[d])
+          return function.emitError("argument #")
+                 << n << ": its piece (offset " << offset[d] << ", extent " << (*buffer)->global_shape(d)
+                 << " in dimension " << d << ") is outside the checkpoint tensor (extent " << whole[d] << ")";
+        (*buffer)->add_param_offset(offset[d]);
+        (*buffer)->add_param_shape(whole[d]);
+      }
+    }
     if (global)
       for (Attribute axis : global.getPartialAxes())
         (*buffer)->add_partial(cast<StringAttr>(axis).getValue().str());

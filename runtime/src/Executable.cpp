@@ -150,6 +150,17 @@ Status validateExecutable(const pxe::Executable &exe) {
         for (const std::string &axis : buffer.partial())
           if (!axisSize(exe, axis))
             return fail(bw + ".partial", "names unknown grid axis '" + axis + "'");
+        if (buffer.param_offset_size() || buffer.param_shape_size()) {
+          if (buffer.role() != pxe::PARAMETER || buffer.param_name().find("{e}") != std::string::npos)
+            return fail(bw + ".param_offset", "belongs on a parameter that is not a stack of experts");
+          if (buffer.param_offset_size() != buffer.shape_size() || buffer.param_shape_size() != buffer.shape_size())
+            return fail(bw, "param_offset and param_shape need one entry per dimension");
+          for (int d = 0; d < buffer.shape_size(); ++d)
+            if (buffer.param_offset(d) < 0 ||
+                buffer.param_offset(d) > buffer.param_shape(d) - buffer.global_shape(d))
+              return fail(bw + ".param_offset", "dimension " + std::to_string(d) +
+                                                    ": the piece lies outside the checkpoint tensor");
+        }
       }
     }
     for (int k = 0; k < stage.instructions_size(); ++k) {

@@ -168,6 +168,12 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     const std::string &name = buffer.param_name();
     size_t e = name.find("{e}");
     if (e == std::string::npos) {
+      // One piece of a fused checkpoint tensor: this rank's box of the piece.
+      if (buffer.param_offset_size()) {
+        global.assign(buffer.param_shape().begin(), buffer.param_shape().end());
+        for (int d = 0; d < buffer.param_offset_size(); ++d)
+          start[d] += buffer.param_offset(d);
+      }
       Status s = weights.readBox(name, global, start, shape, t);
       if (!s.isOk())
         return s;

@@ -38,8 +38,9 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         # experts' rows travel back.
         overlapping = ("deepseek-v3-ep2", "qwen2-moe-ep2", "deepseek-v3-bf16-ep2", "qwen2-moe-bf16-ep2")
         assert (result["overlap"] > 0) == (name in overlapping and "PARAX_SIMT_DEVICES" not in env), result
-        # GPT-2 loads its fused QKV weight whole and slices it (and, under
-        # TP, cuts the slices): those moves of parameters run once.
+        # Moves of parameters run once: GPT-2 on one rank slices its fused
+        # QKV weight into q, k and v; under TP its row-split projections'
+        # biases become partial sums.
         if name.startswith("gpt2"):
             assert result["hoisted"] > 0, result
         # A capture the emulator refuses would be refused on a GPU too.

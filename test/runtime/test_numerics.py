@@ -58,6 +58,42 @@ def test_sharded_matches_single_rank(tmp_path, preset, layers, pins, ranks):
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
 
 
+def test_fused_weight_is_loaded_in_pieces(tmp_path):
+    """GPT-2's c_attn holds q, k and v side by side in one checkpoint
+    tensor. Under TP2 each rank loads its half of every tensor-parallel
+    weight -- of q, k and v each, not the whole fused tensor -- and the
+    partitioned program still computes the single-rank logits."""
+    model = Model(str(tmp_path), "tiny-gpt2")
+    single = model.run(model.compile("single"), 1)
+    exe = model.compile("tp2", "prefill:batch=2,seq=8,tp=2,dp=1", 2)
+    proc = model.run(exe, 2, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Megatron-style TP2 of GPT-2: q/k/v, fc and the vocabulary embedding
+    # column-split, both projections row-split; norms, position embedding
+    # and the row-split projections' biases whole on every rank.
+    halved = ("wte.weight", "attn.c_attn.", "attn.c_proj.weight", "mlp.c_fc.", "mlp.c_proj.weight")
+    per_rank = sum(v.size // 2 if any(h in k for h in halved) else v.size
+                   for k, v in model.weights.items())
+    assert f", {per_rank} parameter values loaded" in proc.stdout, proc.stdout
+    sharded = np.load(os.path.join(str(tmp_path), "out.npy"))
+    assert np.abs(sharded - single).max() < SHARDED_TOL
+
+
+def test_fused_weight_of_the_wrong_shape_names_it(tmp_path):
+    """A checkpoint whose fused tensor does not have the shape the pieces
+    were cut from is refused with the tensor named, not read past."""
+    from parax.checkpoint import save_safetensors
+    model = Model(str(tmp_path), "tiny-gpt2")
+    exe = model.compile("tp2", "prefill:batch=2,seq=8,tp=2,dp=1", 2)
+    weights = dict(model.weights)
+    name = "transformer.h.1.attn.c_attn.weight"
+    weights[name] = weights[name][:, :96]
+    save_safetensors(model.checkpoint, weights)
+    proc = model.run(exe, 2, expect_ok=False)
+    assert proc.returncode != 0
+    assert f"tensor '{name}' has shape [ 64 96 ], the executable expects [ 64 192 ]" in proc.stderr, proc.stderr
+
+
 def test_wrong_rank_count_is_refused(tmp_path):
     model = Model(str(tmp_path), "tiny-llama")
     proc = model.run(model.compile("tp2", "prefill:batch=2,seq=8,tp=2,dp=1", 2), 3,

@@ -15,7 +15,9 @@ def ParaxPlanPass : Pass<"parax-plan", "mlir::ModuleOp"> {
     expert-parallel layouts), `parax.stage` on every op, and a `parax.plan`
     dictionary on the function (degrees, schedule, microbatches, ZeRO stage,
     recompute, predicted step time, MFU and memory per device). When no plan
-    fits, the pass fails with an error that says why.
+    fits, the pass fails with an error that says why. Fused parameters are
+    split first (--parax-split-fused-params), so that each slice of one
+    gets a layout of its own.
   }];
   let options = [
     Option<"cluster", "cluster", "std::string", /*default=*/"\"dgx-h100\"",

@@ -287,9 +287,13 @@ int main(int argc, char **argv) {
       if (!s.isOk()) die(s.message());
     }
     std::sort(times.begin(), times.end());
-    std::string how;
+    // What this rank holds of the model: its box of every parameter.
+    int64_t loaded = 0;
+    for (const parax::pxe::Buffer &b : exe.value().stages(stageIndex).buffers())
+      if (b.role() == parax::pxe::PARAMETER) loaded += numelOf(std::vector<int64_t>(b.shape().begin(), b.shape().end()));
+    std::string how = ", " + std::to_string(loaded) + " parameter values loaded";
 #ifdef PARAX_WITH_CUDA
-    if (device == "cuda" && gpu.replaysGraph()) how = ", steps after the first as one CUDA graph";
+    if (device == "cuda" && gpu.replaysGraph()) how += ", steps after the first as one CUDA graph";
     if (device == "cuda" && gpu.hoistedInstructions() > 0)
       how += ", " + std::to_string(gpu.hoistedInstructions()) + " parameter move(s) run once at prepare";
     if (device == "cuda" && gpu.overlappedInstructions() > 0)

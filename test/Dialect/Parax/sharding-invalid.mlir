@@ -138,6 +138,43 @@ func.func @negative_param_dynamic(%w: tensor<?xf32> {parax.param = "w"}) {
 
 // -----
 
+// A piece of a fused checkpoint tensor (--parax-split-fused-params).
+
+// expected-error @+1 {{argument #0: 'parax.param_offset' belongs on a parameter}}
+func.func @negative_piece_not_param(%w: tensor<8xf32> {parax.param_offset = array<i64: 8>, parax.param_shape = array<i64: 24>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'parax.param_offset' needs 'parax.param_shape' too}}
+func.func @negative_piece_no_shape(%w: tensor<8xf32> {parax.param = "w", parax.param_offset = array<i64: 8>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'parax.param_shape' must be an array<i64> with one entry per dimension of the argument}}
+func.func @negative_piece_rank(%w: tensor<8xf32> {parax.param = "w", parax.param_offset = array<i64: 8>, parax.param_shape = array<i64: 8, 24>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: the box at offset 20 of extent 8 in dimension 1 is outside the checkpoint tensor (extent 24)}}
+func.func @negative_piece_outside(%w: tensor<4x8xf32> {parax.param = "w", parax.param_offset = array<i64: 0, 20>, parax.param_shape = array<i64: 4, 24>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: the box at offset -1 of extent 4 in dimension 0 is outside the checkpoint tensor (extent 4)}}
+func.func @negative_piece_negative(%w: tensor<4x8xf32> {parax.param = "w", parax.param_offset = array<i64: -1, 0>, parax.param_shape = array<i64: 4, 24>}) {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{argument #0: expected a #parax.sharding, got "tp"}}
 func.func @negative_arg_sharding_type(%x: tensor<8xf32> {parax.sharding = "tp"}) {
   return

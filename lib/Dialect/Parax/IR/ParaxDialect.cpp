@@ -259,6 +259,36 @@ LogicalResult ParaxDialect::verifyRegionArgAttribute(Operation *op,
       return emitArgError() << "a stacked '{e}' parameter needs rank >= 1";
     return success();
   }
+  if (name == kParamOffsetAttrName || name == kParamShapeAttrName) {
+    auto values = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!values || !tensor ||
+        static_cast<int64_t>(values.size()) != tensor.getRank())
+      return emitArgError() << "'" << name
+                            << "' must be an array<i64> with one entry per "
+                               "dimension of the argument";
+    if (!function.getArgAttr(argIndex, kParamAttrName))
+      return emitArgError() << "'" << name << "' belongs on a parameter";
+    StringRef other =
+        name == kParamOffsetAttrName ? kParamShapeAttrName : kParamOffsetAttrName;
+    auto otherValues = function.getArgAttrOfType<DenseI64ArrayAttr>(argIndex, other);
+    if (!otherValues)
+      return emitArgError() << "'" << name << "' needs '" << other << "' too";
+    if (otherValues.size() != values.size() || name == kParamShapeAttrName)
+      return success(); // the other is checked on its own; the box once, with the offset
+    // A partitioned function's argument is a piece of the global box: its
+    // extent is checked where the grid is known (translation, loading).
+    bool local = static_cast<bool>(function.getArgAttr(argIndex, kGlobalShardingAttrName));
+    for (int64_t d = 0; d < tensor.getRank(); ++d) {
+      int64_t start = values[d], whole = otherValues[d];
+      if (start < 0 || (!local && start + tensor.getDimSize(d) > whole))
+        return emitArgError() << "the box at offset " << start << " of extent "
+                              << tensor.getDimSize(d) << " in dimension " << d
+                              << " is outside the checkpoint tensor (extent "
+                              << whole << ")";
+    }
+    return success();
+  }
   if (name == kShardingAttrName)
     return verifyShardingOf(attr.getValue(), type, op, emitArgError);
   if (name == kGlobalShardingAttrName) {

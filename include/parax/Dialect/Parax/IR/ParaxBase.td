@@ -23,7 +23,11 @@ def Parax_Dialect : Dialect {
     * A model is a `func.func`; its parameters are function arguments that
       carry `parax.param = "<checkpoint tensor name>"` (Hugging Face naming).
       A name containing `{e}` names a stack of per-expert tensors along
-      dimension 0 (`...experts.{e}.w1.weight`, e = 0 .. E-1).
+      dimension 0 (`...experts.{e}.w1.weight`, e = 0 .. E-1). A parameter
+      that is one piece of a fused checkpoint tensor (GPT-2's `c_attn` holds
+      q, k and v) also carries `parax.param_offset` (where the piece starts)
+      and `parax.param_shape` (the checkpoint tensor's shape); the loader
+      reads only its box of the piece (`--parax-split-fused-params`).
     * Every op of a model built by `python -m parax.models` carries
       `parax.layer = i`: `-1` for the prologue (embeddings), `0 .. L-1` for the
       decoder layers, `L` for the epilogue (final norm, lm head, loss).
@@ -43,6 +47,11 @@ def Parax_Dialect : Dialect {
   let extraClassDeclaration = [{
     /// Discardable attribute names used across the project.
     static constexpr ::llvm::StringLiteral kParamAttrName = "parax.param";
+    /// On a parameter argument that is a box of its checkpoint tensor (one
+    /// piece of a fused weight, see --parax-split-fused-params): where the
+    /// box starts, and the checkpoint tensor's whole shape.
+    static constexpr ::llvm::StringLiteral kParamOffsetAttrName = "parax.param_offset";
+    static constexpr ::llvm::StringLiteral kParamShapeAttrName = "parax.param_shape";
     static constexpr ::llvm::StringLiteral kLayerAttrName = "parax.layer";
     static constexpr ::llvm::StringLiteral kShardingAttrName = "parax.sharding";
     static constexpr ::llvm::StringLiteral kShardingsAttrName = "parax.shardings";

@@ -22,4 +22,21 @@ def ParaxModelSummaryPass : Pass<"parax-model-summary", "mlir::ModuleOp"> {
   ];
 }
 
+def ParaxSplitFusedParamsPass : Pass<"parax-split-fused-params", "mlir::ModuleOp"> {
+  let summary = "Make each slice of a fused parameter a parameter of its own";
+  let description = [{
+    A parameter that the graph reads only through `parax.slice` (GPT-2's
+    `c_attn` holds q, k and v side by side in one checkpoint tensor) becomes
+    one parameter per distinct slice: a box of the same checkpoint tensor,
+    recorded as `parax.param_offset` (where the box starts) and
+    `parax.param_shape` (the checkpoint tensor's shape). The slices go.
+
+    The planner can then give each piece its own layout (q, k and v split
+    by heads under TP), and every rank loads only its box of each piece
+    instead of the whole fused tensor. `--parax-plan` runs this first.
+    Functions that are called, partitioned, or whose fused parameter already
+    has a sharding are left as they are; so are stacked `{e}` parameters.
+  }];
+}
+
 #endif // PARAX_DIALECT_PARAX_TRANSFORMS_PASSES_TD
