@@ -442,21 +442,15 @@ Status CudaExecutor::State::planGeluFusion() {
   return Status::ok();
 }
 
+// The host executor has run the moves of parameters once (exact in any
+// storage dtype: they only copy values); their results are uploaded.
 Status CudaExecutor::State::hoistInvariants() {
-  const pxe::Stage &stage = host.stageProgram();
-  std::vector<bool> invariant(stage.buffers_size(), false);
-  for (const pxe::Buffer &b : stage.buffers()) invariant[b.id()] = b.role() == pxe::PARAMETER;
-  for (int k = 0; k < stage.instructions_size(); ++k) {
-    const pxe::Instruction &inst = stage.instructions(k);
-    if (skipped[k] || !among(inst.op(), {"slice", "shard_slice", "to_partial", "reshape", "transpose", "broadcast",
-                                         "concat", "position_embedding"}))
-      continue;
-    bool fixed = inst.operands_size() > 0;
-    for (int32_t id : inst.operands()) fixed = fixed && invariant[id];
-    if (!fixed) continue;
-    Status st = run(inst);
-    if (!st.isOk()) return failed(k, "run once at prepare", st);
-    for (int32_t id : inst.results()) invariant[id] = true;
+  for (int k = 0; k < host.stageProgram().instructions_size(); ++k) {
+    if (!host.hoisted(k)) continue;
+    for (int32_t id : host.stageProgram().instructions(k).results()) {
+      Status st = upload(id);
+      if (!st.isOk()) return failed(k, "run once at prepare", st);
+    }
     skipped[k] = true;
     ++hoisted;
   }

@@ -195,7 +195,41 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     if (zero)
       std::fill(t.f.begin(), t.f.end(), 0.0f);
   }
+  Status s = hoistParameterMoves();
+  if (!s.isOk())
+    return s;
   return setInputs(inputs);
+}
+
+// An instruction that only moves data, all of whose operands are parameters
+// (or results of such moves), gives the same result every step.
+Status Executor::hoistParameterMoves() {
+  static const char *const moves[] = {"slice",     "shard_slice", "to_partial", "reshape",
+                                      "transpose", "broadcast",   "concat",     "position_embedding"};
+  std::vector<bool> fixed(stageProto_->buffers_size(), false);
+  for (const pxe::Buffer &b : stageProto_->buffers())
+    fixed[b.id()] = b.role() == pxe::PARAMETER;
+  hoisted_.assign(stageProto_->instructions_size(), false);
+  Impl impl{*this, *exe_};
+  for (int k = 0; k < stageProto_->instructions_size(); ++k) {
+    const pxe::Instruction &inst = stageProto_->instructions(k);
+    bool move = std::find(std::begin(moves), std::end(moves), inst.op()) != std::end(moves);
+    if (!move || inst.operands_size() == 0 ||
+        !std::all_of(inst.operands().begin(), inst.operands().end(), [&](int32_t id) { return fixed[id]; }))
+      continue;
+    Status s = impl.run(inst);
+    if (!s.isOk())
+      return Status::error("stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + " (" +
+                           inst.op() + "), run once at prepare: " + s.message());
+    for (int32_t id : inst.results())
+      fixed[id] = true;
+    hoisted_[k] = true;
+  }
+  return Status::ok();
+}
+
+size_t Executor::hoistedInstructions() const {
+  return std::count(hoisted_.begin(), hoisted_.end(), true);
 }
 
 // Where this rank's box of a parameter or input starts in the global tensor:
@@ -281,6 +315,8 @@ std::vector<Tensor> Executor::outputs() const {
 Status Executor::run() {
   Impl impl{*this, *exe_};
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {
+    if (hoisted_[k])
+      continue;
     const pxe::Instruction &inst = stageProto_->instructions(k);
     Status s = impl.run(inst);
     if (!s.isOk())
@@ -604,7 +640,8 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   unsigned mask = axesMask(axes, maskStatus);
   if (!maskStatus.isOk()) return maskStatus;
   int64_t P = groupSizeOf(axes);
-  Status ok = needComm(P);
+  // shard_slice and to_partial only need this rank's place in the group.
+  Status ok = op == "shard_slice" || op == "to_partial" ? Status::ok() : needComm(P);
   if (!ok.isOk()) return ok;
   if (op == "all_reduce") {
     out().f = in(0).f;

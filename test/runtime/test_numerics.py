@@ -79,6 +79,21 @@ def test_fused_weight_is_loaded_in_pieces(tmp_path):
     assert np.abs(sharded - single).max() < SHARDED_TOL
 
 
+def test_parameter_moves_run_once(tmp_path):
+    """On one rank GPT-2 slices its fused c_attn weight and bias into q, k
+    and v (6 slices a layer) and its position embedding once: moves of
+    parameters only, which prepare runs once; every step still computes
+    the numpy logits."""
+    model = Model(str(tmp_path), "tiny-gpt2")
+    exe = model.compile("single")
+    for steps in ("1", "3"):
+        proc = model.run(exe, 1, extra=("--steps", steps), expect_ok=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f", {6 * model.cfg.layers + 1} parameter move(s) run once at prepare" in proc.stdout, proc.stdout
+        logits = np.load(os.path.join(str(tmp_path), "out.npy"))
+        assert np.abs(logits - model.reference()).max() < NUMPY_TOL, steps
+
+
 def test_fused_weight_of_the_wrong_shape_names_it(tmp_path):
     """A checkpoint whose fused tensor does not have the shape the pieces
     were cut from is refused with the tensor named, not read past."""

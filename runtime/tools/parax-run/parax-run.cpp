@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
   std::function<Status()> runOnce;
   std::function<std::vector<Tensor>()> stageOutputs;
   int stageIndex = 0;
-  size_t instructions = 0;
+  size_t instructions = 0, hoisted = 0;
 #ifdef PARAX_WITH_CUDA
   CudaExecutor gpu;
   NcclCommunicator *nccl = nullptr;
@@ -200,6 +200,7 @@ int main(int argc, char **argv) {
     stageOutputs = [&] { return cpu.outputs(); };
     stageIndex = cpu.stage();
     instructions = cpu.instructionCount();
+    hoisted = cpu.hoistedInstructions();
   } else {
 #ifdef PARAX_WITH_CUDA
     int devices = cudaDeviceCount();
@@ -221,6 +222,7 @@ int main(int argc, char **argv) {
     stageOutputs = [&] { return gpu.outputs(); };
     stageIndex = gpu.stage();
     instructions = gpu.instructionCount();
+    hoisted = gpu.hoistedInstructions();
 #endif
   }
   std::vector<double> times;
@@ -292,10 +294,9 @@ int main(int argc, char **argv) {
     for (const parax::pxe::Buffer &b : exe.value().stages(stageIndex).buffers())
       if (b.role() == parax::pxe::PARAMETER) loaded += numelOf(std::vector<int64_t>(b.shape().begin(), b.shape().end()));
     std::string how = ", " + std::to_string(loaded) + " parameter values loaded";
+    if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda" && gpu.replaysGraph()) how += ", steps after the first as one CUDA graph";
-    if (device == "cuda" && gpu.hoistedInstructions() > 0)
-      how += ", " + std::to_string(gpu.hoistedInstructions()) + " parameter move(s) run once at prepare";
     if (device == "cuda" && gpu.overlappedInstructions() > 0)
       how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif

@@ -31,6 +31,11 @@ public:
   std::vector<Tensor> outputs() const;
   int stage() const { return stage_; }
   size_t instructionCount() const;
+  /// Instructions that only move parameters (slice, shard_slice, to_partial,
+  /// reshape, ... of parameters or of such moves): `prepare` runs them once
+  /// and `run` skips them.
+  bool hoisted(int instruction) const { return hoisted_[instruction]; }
+  size_t hoistedInstructions() const;
   /// For other backends, which load through this one and then take over.
   const pxe::Stage &stageProgram() const { return *stageProto_; }
   const std::vector<int64_t> &coordinates() const { return coords_; }
@@ -40,6 +45,7 @@ public:
 private:
   struct Impl;
   std::vector<int64_t> boxStart(const pxe::Buffer &buffer) const;
+  Status hoistParameterMoves();
   const pxe::Executable *exe_ = nullptr;
   const pxe::Stage *stageProto_ = nullptr;
   Communicator *comm_ = nullptr;
@@ -47,6 +53,7 @@ private:
   int stage_ = 0;
   std::vector<int64_t> coords_;
   std::vector<Tensor> buffers_;
+  std::vector<bool> hoisted_; // per instruction
 };
 
 } // namespace parax::runtime
