@@ -100,6 +100,10 @@ for r in load("bench.json"):
         line += (f", HBM bound {bound_ms:.3f} ms (the step takes "
                  f"{r['step_ms_median_of_10'] / bound_ms:.2f}x the bound)")
     print(line)
+    t = r.get("temporaries")
+    if t:  # device memory of the step's temporaries
+        print(f"    temporaries: {t['arena_bytes'] / 2**20:.1f} MiB shared (live at once "
+              f"{t['live_bytes'] / 2**20:.1f} MiB, one allocation each {t['unshared_bytes'] / 2**20:.1f} MiB)")
     ops = {op: ms for op, ms in r.get("profile_ms", {}).items() if op != "total"}
     if ops:  # one extra step, kernel by kernel: where the time goes
         top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]

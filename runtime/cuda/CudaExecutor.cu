@@ -10,6 +10,7 @@
 #include "GeluEpilogue.cuh"
 #include "Kernels.cuh"
 #include "NcclCommunicator.cuh"
+#include "parax/runtime/BufferPlan.h"
 #include "parax/runtime/CudaExecutor.h"
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
@@ -49,6 +50,7 @@ struct DeviceBuffer {
   std::vector<int64_t> shape;
   Elem elem = Elem::F32;
   void *data = nullptr;
+  bool inArena = false; // a temporary placed in the step's arena (not its own allocation)
   int64_t numel() const { return numelOf(shape); }
   size_t bytes() const { return std::max<int64_t>(numel(), 1) * elemBytes(elem); }
   float *f() const { return static_cast<float *>(data); }
@@ -125,7 +127,8 @@ struct CudaExecutor::State {
 
   ~State() {
     for (DeviceBuffer &b : buffers)
-      if (b.data) cudaFree(b.data);
+      if (b.data && !b.inArena) cudaFree(b.data);
+    if (arena) cudaFree(arena);
     if (scratch) cudaFree(scratch);
     if (commScratch) cudaFree(commScratch);
     for (auto &[inst, frequencies] : ropeFrequencies) cudaFree(frequencies);
@@ -206,6 +209,22 @@ struct CudaExecutor::State {
   // sliced and then cut for TP, for instance. prepare runs it once.
   size_t hoisted = 0;
   Status hoistInvariants();
+
+  // The step's temporaries share one arena: two whose lifetimes do not meet
+  // get the same memory (BufferPlan.h). A collective's operands and results
+  // stay live until its first result is read (or the stage ends): it may
+  // run on its own stream until then. PARAX_CUDA_SHARE_TEMPORARIES=0 gives
+  // every temporary its own allocation (what the AddressSanitizer run uses,
+  // so that it sees each buffer's bounds).
+  // PARAX_CUDA_POISON_DEAD=1 (a check, used by the emulator's tests): a
+  // temporary is filled with NaN (0xff bytes) on the compute stream right
+  // after its last use, so that anything still reading it afterwards -- a
+  // transfer on the collectives' stream, say -- computes NaN instead of
+  // reading memory that only happens not to be reused yet.
+  void *arena = nullptr;
+  BufferPlan temporaries;
+  std::vector<std::vector<int32_t>> poisonAfter; // per instruction
+  Status placeTemporaries();
 
   bool conflictsWithPending(const pxe::Instruction &inst) const {
     if (isCollective(inst.op()) || !capturable(inst)) return true; // a collective, or a host synchronisation
@@ -448,11 +467,64 @@ Status CudaExecutor::State::hoistInvariants() {
   for (int k = 0; k < host.stageProgram().instructions_size(); ++k) {
     if (!host.hoisted(k)) continue;
     for (int32_t id : host.stageProgram().instructions(k).results()) {
+      PARAX_CUDA(cudaMalloc(&buffers[id].data, buffers[id].bytes()));
       Status st = upload(id);
       if (!st.isOk()) return failed(k, "run once at prepare", st);
     }
     skipped[k] = true;
     ++hoisted;
+  }
+  return Status::ok();
+}
+
+Status CudaExecutor::State::placeTemporaries() {
+  const pxe::Stage &stage = host.stageProgram();
+  int n = stage.instructions_size();
+  std::vector<int32_t> ids; // the temporaries still without memory
+  for (const pxe::Buffer &b : stage.buffers())
+    if (b.role() == pxe::TEMPORARY && !buffers[b.id()].data) ids.push_back(b.id());
+  if (envIs("PARAX_CUDA_SHARE_TEMPORARIES", "0")) {
+    for (int32_t id : ids) PARAX_CUDA(cudaMalloc(&buffers[id].data, buffers[id].bytes()));
+    return Status::ok();
+  }
+  std::vector<int> first(stage.buffers_size(), n), last(stage.buffers_size(), -1);
+  auto live = [&](int32_t id, int k) {
+    first[id] = std::min(first[id], k);
+    last[id] = std::max(last[id], k);
+  };
+  std::vector<int> firstRead(stage.buffers_size(), n); // after its writer
+  for (int k = 0; k < n; ++k) {
+    if (skipped[k]) continue;
+    const pxe::Instruction &inst = stage.instructions(k);
+    for (int32_t id : inst.operands()) {
+      live(id, k);
+      firstRead[id] = std::min(firstRead[id], k);
+    }
+    for (int32_t id : inst.results()) live(id, k);
+    if (auto fused = geluInto.find(&inst); fused != geluInto.end()) live(fused->second, k);
+  }
+  for (int k = 0; k < n; ++k) {
+    const pxe::Instruction &inst = stage.instructions(k);
+    if (skipped[k] || !isCollective(inst.op())) continue;
+    int until = n; // where the compute stream has surely waited for it
+    for (int32_t id : inst.results()) until = std::min(until, firstRead[id]);
+    for (const auto *list : {&inst.operands(), &inst.results()})
+      for (int32_t id : *list) last[id] = std::max(last[id], until);
+  }
+  for (int32_t id : stage.outputs()) last[id] = n; // read after the step
+  std::vector<BufferLifetime> lifetimes;
+  for (int32_t id : ids) {
+    if (first[id] > last[id]) first[id] = 0, last[id] = n; // never touched by a step: keep it apart
+    lifetimes.push_back({buffers[id].bytes(), first[id], last[id]});
+  }
+  temporaries = planBuffers(lifetimes, 256);
+  if (temporaries.arenaBytes == 0) return Status::ok();
+  PARAX_CUDA(cudaMalloc(&arena, temporaries.arenaBytes));
+  poisonAfter.assign(n, {});
+  for (size_t j = 0; j < ids.size(); ++j) {
+    buffers[ids[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
+    buffers[ids[j]].inArena = true;
+    if (envIs("PARAX_CUDA_POISON_DEAD", "1") && last[ids[j]] < n) poisonAfter[last[ids[j]]].push_back(ids[j]);
   }
   return Status::ok();
 }
@@ -507,11 +579,10 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     const pxe::Buffer &proto = s.host.stageProgram().buffers(id);
     d.shape = hostBuffers[id].shape;
     d.elem = hostBuffers[id].isInt ? Elem::I32 : elemOf(proto.dtype());
+    if (proto.role() == pxe::TEMPORARY) continue; // placed once hoisting and fusion are known
     PARAX_CUDA(cudaMalloc(&d.data, d.bytes()));
-    if (proto.role() != pxe::TEMPORARY) {
-      st = s.upload(id);
-      if (!st.isOk()) return st;
-    }
+    st = s.upload(id);
+    if (!st.isOk()) return st;
   }
   st = s.planGeluFusion();
   if (!st.isOk()) return st;
@@ -526,6 +597,8 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
                           cudaMemcpyHostToDevice));
   }
   st = s.hoistInvariants();
+  if (!st.isOk()) return st;
+  st = s.placeTemporaries();
   if (!st.isOk()) return st;
   return s.sync();
 }
@@ -573,6 +646,10 @@ Status CudaExecutor::State::issue(const std::vector<cudaEvent_t> *marks) {
       ++overlapped;
     if (st.isOk())
       st = run(stage.instructions(k));
+    if (st.isOk() && !poisonAfter.empty())
+      for (int32_t id : poisonAfter[k])
+        if (st.isOk() && cudaMemsetAsync(buffers[id].data, 0xff, buffers[id].bytes(), stream) != cudaSuccess)
+          st = Status::error("filling dead temporary " + std::to_string(id) + " with NaN failed");
     if (st.isOk()) {
       cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) st = Status::error(cudaGetErrorString(e));
@@ -617,6 +694,7 @@ StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
 bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
 size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }
 size_t CudaExecutor::hoistedInstructions() const { return s_->hoisted; }
+const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
 
 Status CudaExecutor::run() {
   State &s = *s_;

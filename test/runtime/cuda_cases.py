@@ -140,6 +140,14 @@ def prepare_op(case, root, bin_dir):
                    "tolerance": (OP_TOL_BF16 if bf16 else OP_TOL) * max(1.0, float(np.abs(cpu).max()))}, f)
 
 
+def is_multi_rank(name, root):
+    """Whether prepared case `name` runs on several ranks (or, one-op, under
+    mpirun): whether it has collectives."""
+    with open(os.path.join(root, name, "case.json")) as f:
+        case = json.load(f)
+    return case["ranks"] > 1 or case.get("launcher", False)
+
+
 def all_cases():
     """Model cases, then one-op cases (named op-<case>)."""
     import cuda_ops
@@ -199,6 +207,14 @@ def hoisted(log):
 def overlapping(log):
     """Instructions the writer rank issued while a collective ran."""
     return _counted(log, "instruction(s) overlapping collectives")
+
+
+def temporaries_of(log):
+    """parax-run's device memory for temporaries: bytes of the shared arena,
+    of the most live at once (the lower bound), of one allocation each."""
+    import re
+    m = re.search(r"temporaries share (\d+) bytes \(live at once: (\d+), one allocation each: (\d+)\)", log)
+    return dict(zip(("arena_bytes", "live_bytes", "unshared_bytes"), map(int, m.groups()))) if m else {}
 
 
 def step_ms_of(log):
@@ -333,7 +349,8 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     weight_bytes = (2 if dtype == "bf16" else 4) * matmul
     return {"case": name, "step_ms_median_of_10": step_ms,
             "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes,
-            "weights_read_tb_per_s": weight_bytes / step_ms / 1e9, "profile_ms": profile_of(log)}
+            "weights_read_tb_per_s": weight_bytes / step_ms / 1e9, "profile_ms": profile_of(log),
+            "temporaries": temporaries_of(log)}
 
 
 def attention_rows(q, k, v, rows):

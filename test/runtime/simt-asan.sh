@@ -2,7 +2,8 @@
 # The CUDA backend on the SIMT emulator under AddressSanitizer: a runtime-only
 # build with -fsanitize=address, then every model and one-op case of
 # cuda_cases.py. A kernel reading or writing past a device buffer (the
-# emulator's allocations are exact) fails its case with ASan's report.
+# emulator's allocations are exact, and temporaries get one each here) fails
+# its case with ASan's report.
 #   simt-asan.sh BUILD_DIR SOURCE_DIR PYTHON
 set -euo pipefail
 build="$1"
@@ -22,5 +23,8 @@ PARAX_BUILD_DIR="$build" "$python" "$source/test/runtime/cuda_cases.py" prepare 
   --bin "$build/bin" > "$cases/prepare.log"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
 export PARAX_SIMT_STREAMS=lazy # collectives run when waited for (see test_cuda_simt.py)
+# Each temporary in an allocation of its own (not the shared arena), so that
+# a kernel writing past one is caught, not hidden in its neighbour's bytes.
+export PARAX_CUDA_SHARE_TEMPORARIES=0
 "$python" "$source/test/runtime/cuda_cases.py" check "$cases" --bin "$asan/bin" --tool parax-run-simt
 echo "simt-asan: every case passes under AddressSanitizer"

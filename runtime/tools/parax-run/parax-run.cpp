@@ -47,7 +47,11 @@ void usage() {
                "  fused into a biased linear when the epilogue computes the gelu's form)\n"
                "  PARAX_EXPERTS=grouped|per-expert: MoE experts as one grouped GEMM per\n"
                "  projection, or cuBLAS GEMMs per expert (by default grouped while experts\n"
-               "  average at most 128 rows)\n");
+               "  average at most 128 rows)\n"
+               "  PARAX_CUDA_SHARE_TEMPORARIES=0: one device allocation per temporary (by\n"
+               "  default temporaries whose lifetimes do not meet share memory)\n"
+               "  PARAX_CUDA_POISON_DEAD=1: a check: every temporary is filled with NaN\n"
+               "  after its last use, so that a late reader computes NaN\n");
 }
 
 } // namespace
@@ -297,6 +301,11 @@ int main(int argc, char **argv) {
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda" && gpu.replaysGraph()) how += ", steps after the first as one CUDA graph";
+    if (device == "cuda" && gpu.temporaries().arenaBytes > 0) {
+      const BufferPlan &t = gpu.temporaries();
+      how += ", temporaries share " + std::to_string(t.arenaBytes) + " bytes (live at once: " +
+             std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";
+    }
     if (device == "cuda" && gpu.overlappedInstructions() > 0)
       how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif

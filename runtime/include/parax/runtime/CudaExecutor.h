@@ -7,6 +7,7 @@
 #ifndef PARAX_RUNTIME_CUDAEXECUTOR_H
 #define PARAX_RUNTIME_CUDAEXECUTOR_H
 
+#include "parax/runtime/BufferPlan.h"
 #include "parax/runtime/Checkpoint.h"
 #include "parax/runtime/Status.h"
 #include "parax/runtime/Tensor.h"
@@ -64,6 +65,9 @@ public:
   /// Instructions prepare ran once because they only move parameters
   /// (slices, shard_slices, ... of weights): steps skip them.
   size_t hoistedInstructions() const;
+  /// Where the step's temporaries live: one arena they share (its size, the
+  /// lower bound, and what one allocation each would take).
+  const BufferPlan &temporaries() const;
   /// One more step, kernel by kernel, timing each instruction on the GPU:
   /// compute-stream time from its issue to the next instruction's (a wait
   /// for a collective counts for the instruction that needs its result).
