@@ -286,6 +286,12 @@ struct CudaExecutor::State {
     });
   }
 
+  // Buffer `id`'s shape and storage type, from the host's.
+  void describe(int32_t id) {
+    const Tensor &t = host.hostBuffers()[id];
+    buffers[id].shape = t.shape;
+    buffers[id].elem = t.isInt ? Elem::I32 : elemOf(host.stageProgram().buffers(id).dtype());
+  }
   Status upload(int id) {
     const Tensor &t = host.hostBuffers()[id];
     DeviceBuffer &d = buffers[id];
@@ -544,8 +550,6 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUDA(cudaDeviceGetAttribute(&s.sharedOptIn, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   s.exe = &exe;
   s.comm = comm;
-  Status st = s.host.prepare(exe, rank, nullptr, weights, inputs);
-  if (!st.isOk()) return st;
   PARAX_CUDA(cudaStreamCreate(&s.stream));
   PARAX_CUBLAS(cublasCreate(&s.blas));
   PARAX_CUBLAS(cublasSetStream(s.blas, s.stream));
@@ -568,20 +572,33 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   if (!s.expertsPath.empty() && s.expertsPath != "grouped" && s.expertsPath != "per-expert")
     return Status::error("PARAX_EXPERTS must be grouped or per-expert, got '" + s.expertsPath + "'");
   s.tensorCoreAttention = !envIs("PARAX_ATTENTION", "cuda-cores");
+  // Each parameter goes to the device as soon as the host has read it (and
+  // leaves the host then, unless a move of parameters reads it at prepare):
+  // the host never holds every weight at once.
+  Executor::LoadHooks hooks;
+  hooks.parameterLoaded = [&s](int32_t id) -> Status {
+    s.buffers.resize(s.host.stageProgram().buffers_size());
+    s.describe(id);
+    PARAX_CUDA(cudaMalloc(&s.buffers[id].data, s.buffers[id].bytes()));
+    Status st = s.upload(id);
+    if (!st.isOk()) return st;
+    PARAX_CUDA(cudaStreamSynchronize(s.stream)); // done reading the host copy
+    return Status::ok();
+  };
+  Status st = s.host.prepare(exe, rank, nullptr, weights, inputs, &hooks);
+  if (!st.isOk()) return st;
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
     s.graphs = s.graphs && s.capturable(inst);
     s.collectives += isCollective(inst.op());
   }
-  const std::vector<Tensor> &hostBuffers = s.host.hostBuffers();
-  s.buffers.resize(hostBuffers.size());
-  for (size_t id = 0; id < hostBuffers.size(); ++id) {
-    DeviceBuffer &d = s.buffers[id];
-    const pxe::Buffer &proto = s.host.stageProgram().buffers(id);
-    d.shape = hostBuffers[id].shape;
-    d.elem = hostBuffers[id].isInt ? Elem::I32 : elemOf(proto.dtype());
-    if (proto.role() == pxe::TEMPORARY) continue; // placed once hoisting and fusion are known
+  s.buffers.resize(s.host.stageProgram().buffers_size());
+  for (const pxe::Buffer &proto : s.host.stageProgram().buffers()) {
+    s.describe(proto.id());
+    // Temporaries are placed once hoisting and fusion are known.
+    if (proto.role() != pxe::INPUT) continue;
+    DeviceBuffer &d = s.buffers[proto.id()];
     PARAX_CUDA(cudaMalloc(&d.data, d.bytes()));
-    st = s.upload(id);
+    st = s.upload(proto.id());
     if (!st.isOk()) return st;
   }
   st = s.planGeluFusion();
@@ -600,7 +617,10 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   if (!st.isOk()) return st;
   st = s.placeTemporaries();
   if (!st.isOk()) return st;
-  return s.sync();
+  st = s.sync(); // the uploads have finished reading the host copies
+  if (!st.isOk()) return st;
+  s.host.releaseHostCopies(); // the fp32 host copy of every weight, among them
+  return Status::ok();
 }
 
 Status CudaExecutor::setInputs(const std::vector<Tensor> &inputs) {

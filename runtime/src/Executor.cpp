@@ -131,7 +131,8 @@ struct Executor::Impl {
 };
 
 Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *comm,
-                         const Checkpoint &weights, const std::vector<Tensor> &inputs) {
+                         const Checkpoint &weights, const std::vector<Tensor> &inputs,
+                         const LoadHooks *hooks) {
   exe_ = &exe;
   comm_ = comm;
   rank_ = rank;
@@ -146,12 +147,26 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     stage_ = 0;
   stageProto_ = &exe.stages(stage_);
   buffers_.assign(stageProto_->buffers_size(), Tensor());
+  released_ = hooks != nullptr; // this executor will not run the stage itself
+  // With hooks, parameters that moves of parameters read stay on the host
+  // until prepare has run those moves.
+  std::vector<bool> readByMoves(stageProto_->buffers_size(), false);
+  for (const pxe::Instruction &inst : stageProto_->instructions())
+    if (isParameterMove(inst))
+      for (int32_t id : inst.operands())
+        readByMoves[id] = true;
 
   for (const pxe::Buffer &buffer : stageProto_->buffers()) {
     std::vector<int64_t> shape(buffer.shape().begin(), buffer.shape().end());
     bool isInt = buffer.dtype() == pxe::I32 || buffer.dtype() == pxe::I64;
     if (buffer.role() == pxe::TEMPORARY) {
-      buffers_[buffer.id()] = isInt ? Tensor::ints(shape) : Tensor::floats(shape);
+      Tensor &t = buffers_[buffer.id()];
+      if (!hooks) {
+        t = isInt ? Tensor::ints(shape) : Tensor::floats(shape);
+        continue;
+      }
+      t.shape = shape; // host memory only if prepare computes it
+      t.isInt = isInt;
       continue;
     }
     std::vector<int64_t> global(buffer.global_shape().begin(), buffer.global_shape().end());
@@ -194,6 +209,13 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     }
     if (zero)
       std::fill(t.f.begin(), t.f.end(), 0.0f);
+    if (hooks && hooks->parameterLoaded) {
+      Status s = hooks->parameterLoaded(buffer.id());
+      if (!s.isOk())
+        return s;
+      if (!readByMoves[buffer.id()])
+        std::vector<float>().swap(t.f);
+    }
   }
   Status s = hoistParameterMoves();
   if (!s.isOk())
@@ -203,9 +225,13 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
 
 // An instruction that only moves data, all of whose operands are parameters
 // (or results of such moves), gives the same result every step.
-Status Executor::hoistParameterMoves() {
+bool Executor::isParameterMove(const pxe::Instruction &inst) const {
   static const char *const moves[] = {"slice",     "shard_slice", "to_partial", "reshape",
                                       "transpose", "broadcast",   "concat",     "position_embedding"};
+  return std::find(std::begin(moves), std::end(moves), inst.op()) != std::end(moves);
+}
+
+Status Executor::hoistParameterMoves() {
   std::vector<bool> fixed(stageProto_->buffers_size(), false);
   for (const pxe::Buffer &b : stageProto_->buffers())
     fixed[b.id()] = b.role() == pxe::PARAMETER;
@@ -213,10 +239,14 @@ Status Executor::hoistParameterMoves() {
   Impl impl{*this, *exe_};
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
-    bool move = std::find(std::begin(moves), std::end(moves), inst.op()) != std::end(moves);
-    if (!move || inst.operands_size() == 0 ||
+    if (!isParameterMove(inst) || inst.operands_size() == 0 ||
         !std::all_of(inst.operands().begin(), inst.operands().end(), [&](int32_t id) { return fixed[id]; }))
       continue;
+    for (int32_t id : inst.results()) { // host memory a backend with hooks left out
+      Tensor &t = buffers_[id];
+      if (t.isInt && t.i.empty()) t.i.assign(t.numel(), 0);
+      if (!t.isInt && t.f.empty()) t.f.assign(t.numel(), 0.0f);
+    }
     Status s = impl.run(inst);
     if (!s.isOk())
       return Status::error("stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + " (" +
@@ -312,7 +342,19 @@ std::vector<Tensor> Executor::outputs() const {
   return out;
 }
 
+void Executor::releaseHostCopies() {
+  for (const pxe::Buffer &b : stageProto_->buffers())
+    if (b.role() != pxe::INPUT) {
+      Tensor &t = buffers_[b.id()];
+      std::vector<float>().swap(t.f);
+      std::vector<int32_t>().swap(t.i);
+    }
+  released_ = true;
+}
+
 Status Executor::run() {
+  if (released_)
+    return Status::error("the host copies of this stage were released: it runs on another backend");
   Impl impl{*this, *exe_};
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {
     if (hoisted_[k])

@@ -79,6 +79,35 @@ def test_fused_weight_is_loaded_in_pieces(tmp_path):
     assert np.abs(sharded - single).max() < SHARDED_TOL
 
 
+def test_piece_outside_its_checkpoint_tensor_is_refused(tmp_path):
+    """An executable (edited through protoc's text format) whose piece of
+    the fused c_attn weight starts at column 160 of 192, 64 wide: refused
+    before anything is read, with the field named."""
+    import shutil
+    import subprocess
+    protoc = shutil.which("protoc")
+    if not protoc:
+        pytest.skip("protoc not installed")
+    model = Model(str(tmp_path), "tiny-gpt2")
+    exe = model.compile("tp2", "prefill:batch=2,seq=8,tp=2,dp=1", 2)
+    proto_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "runtime", "proto")
+    schema = ["-I", proto_dir, os.path.join(proto_dir, "parax", "runtime", "executable.proto")]
+    with open(exe, "rb") as f:
+        text = subprocess.run([protoc, "--decode=parax.pxe.Executable", *schema], input=f.read(),
+                              capture_output=True, check=True, timeout=60).stdout
+    piece = b"param_offset: 0\n    param_offset: 0\n    param_shape: 64\n    param_shape: 192"
+    assert piece in text
+    text = text.replace(piece, piece.replace(b"param_offset: 0\n    param_shape", b"param_offset: 160\n    param_shape"), 1)
+    with open(exe, "wb") as f:
+        f.write(subprocess.run([protoc, "--encode=parax.pxe.Executable", *schema], input=text,
+                               capture_output=True, check=True, timeout=60).stdout)
+    proc = model.run(exe, 2, expect_ok=False)
+    assert proc.returncode != 0
+    assert "stages[0].buffers[5].param_offset: dimension 1: the piece lies outside the checkpoint tensor" \
+        in proc.stderr, proc.stderr
+
+
 def test_parameter_moves_run_once(tmp_path):
     """On one rank GPT-2 slices its fused c_attn weight and bias into q, k
     and v (6 slices a layer) and its position embedding once: moves of

@@ -13,15 +13,25 @@
 #include "parax/runtime/Tensor.h"
 #include "parax/runtime/executable.pb.h"
 
+#include <functional>
 #include <vector>
 
 namespace parax::runtime {
 
 class Executor {
 public:
+  /// How another backend loads through this one (the CUDA backend):
+  /// `parameterLoaded(id)` runs as soon as parameter buffer `id` is read, to
+  /// copy it away; its host copy is then freed at once unless a move of
+  /// parameters reads it at prepare. Temporaries get host memory only where
+  /// prepare computes them (those moves).
+  struct LoadHooks {
+    std::function<Status(int32_t id)> parameterLoaded;
+  };
   /// `comm` may be null for a grid of one rank.
   Status prepare(const pxe::Executable &exe, int rank, Communicator *comm,
-                 const Checkpoint &weights, const std::vector<Tensor> &inputs);
+                 const Checkpoint &weights, const std::vector<Tensor> &inputs,
+                 const LoadHooks *hooks = nullptr);
   /// Replaces the model inputs (the next microbatch) without reloading weights.
   Status setInputs(const std::vector<Tensor> &inputs);
   /// Global shapes of the model inputs this stage reads (by input index).
@@ -36,6 +46,10 @@ public:
   /// and `run` skips them.
   bool hoisted(int instruction) const { return hoisted_[instruction]; }
   size_t hoistedInstructions() const;
+  /// For a backend that has copied parameters and temporaries elsewhere
+  /// (the CUDA backend, to the device): frees their host memory, keeping
+  /// their shapes. `run` refuses to run afterwards; inputs stay.
+  void releaseHostCopies();
   /// For other backends, which load through this one and then take over.
   const pxe::Stage &stageProgram() const { return *stageProto_; }
   const std::vector<int64_t> &coordinates() const { return coords_; }
@@ -46,6 +60,7 @@ private:
   struct Impl;
   std::vector<int64_t> boxStart(const pxe::Buffer &buffer) const;
   Status hoistParameterMoves();
+  bool isParameterMove(const pxe::Instruction &inst) const;
   const pxe::Executable *exe_ = nullptr;
   const pxe::Stage *stageProto_ = nullptr;
   Communicator *comm_ = nullptr;
@@ -54,6 +69,7 @@ private:
   std::vector<int64_t> coords_;
   std::vector<Tensor> buffers_;
   std::vector<bool> hoisted_; // per instruction
+  bool released_ = false;     // releaseHostCopies
 };
 
 } // namespace parax::runtime
