@@ -251,6 +251,47 @@ struct CudaExecutor::State {
     return Status::ok();
   }
 
+  /// cudaMalloc; when the device is full, an error that says what did not
+  /// fit, how much this rank holds already and what the device has left.
+  size_t deviceBytes = 0; // allocated by this executor so far
+  template <typename T> Status allocate(T **ptr, size_t bytes, const std::string &what) {
+    cudaError_t e = cudaMalloc(reinterpret_cast<void **>(ptr), bytes);
+    if (e == cudaSuccess) {
+      deviceBytes += bytes;
+      return Status::ok();
+    }
+    cudaGetLastError(); // not sticky: clear it for the checks after each instruction
+    if (e != cudaErrorMemoryAllocation)
+      return Status::error("cudaMalloc for " + what + ": " + cudaGetErrorString(e));
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    return Status::error("out of device memory: " + what + " needs " + bytesText(bytes) + ", this rank holds " +
+                         bytesText(deviceBytes) + " already (the device has " + bytesText(free) + " free of " +
+                         bytesText(total) + "); the plan needs more devices, a smaller batch or recomputation");
+  }
+  static std::string bytesText(size_t bytes) {
+    char text[32];
+    if (bytes < (1u << 20)) std::snprintf(text, sizeof text, "%.1f KiB", bytes / 1024.0);
+    else if (bytes < (1u << 30)) std::snprintf(text, sizeof text, "%.1f MiB", bytes / 1048576.0);
+    else std::snprintf(text, sizeof text, "%.2f GiB", bytes / 1073741824.0);
+    return text;
+  }
+  /// Buffer `id` in words, for errors: a parameter's checkpoint name.
+  std::string nameOf(int32_t id) const {
+    const pxe::Buffer &b = host.stageProgram().buffers(id);
+    std::string shape;
+    for (int64_t d : buffers[id].shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    if (b.role() == pxe::PARAMETER) return "parameter '" + b.param_name() + "' [" + shape + "]";
+    if (b.role() == pxe::INPUT) return "input " + std::to_string(b.input_index()) + " [" + shape + "]";
+    const pxe::Stage &stage = host.stageProgram();
+    for (int k = 0; k < stage.instructions_size(); ++k)
+      for (int32_t result : stage.instructions(k).results())
+        if (result == id)
+          return "the result of instruction " + std::to_string(k) + " (" + stage.instructions(k).op() + ") [" +
+                 shape + "]";
+    return "buffer " + std::to_string(id) + " [" + shape + "]";
+  }
+
   /// Grows `buffer` (compute or collective scratch) to `floats`.
   Status ensureScratch(size_t floats, float *&buffer, size_t &size) {
     if (floats <= size) return Status::ok();
@@ -258,8 +299,10 @@ struct CudaExecutor::State {
       Status st = sync(); // cudaFree waits for the device anyway
       if (!st.isOk()) return st;
       PARAX_CUDA(cudaFree(buffer));
+      deviceBytes -= size * sizeof(float);
     }
-    PARAX_CUDA(cudaMalloc(&buffer, floats * sizeof(float)));
+    Status st = allocate(&buffer, floats * sizeof(float), "scratch space");
+    if (!st.isOk()) return st;
     size = floats;
     return Status::ok();
   }
@@ -473,8 +516,9 @@ Status CudaExecutor::State::hoistInvariants() {
   for (int k = 0; k < host.stageProgram().instructions_size(); ++k) {
     if (!host.hoisted(k)) continue;
     for (int32_t id : host.stageProgram().instructions(k).results()) {
-      PARAX_CUDA(cudaMalloc(&buffers[id].data, buffers[id].bytes()));
-      Status st = upload(id);
+      Status st = allocate(&buffers[id].data, buffers[id].bytes(), nameOf(id));
+      if (!st.isOk()) return st;
+      st = upload(id);
       if (!st.isOk()) return failed(k, "run once at prepare", st);
     }
     skipped[k] = true;
@@ -490,7 +534,10 @@ Status CudaExecutor::State::placeTemporaries() {
   for (const pxe::Buffer &b : stage.buffers())
     if (b.role() == pxe::TEMPORARY && !buffers[b.id()].data) ids.push_back(b.id());
   if (envIs("PARAX_CUDA_SHARE_TEMPORARIES", "0")) {
-    for (int32_t id : ids) PARAX_CUDA(cudaMalloc(&buffers[id].data, buffers[id].bytes()));
+    for (int32_t id : ids) {
+      Status st = allocate(&buffers[id].data, buffers[id].bytes(), nameOf(id));
+      if (!st.isOk()) return st;
+    }
     return Status::ok();
   }
   std::vector<int> first(stage.buffers_size(), n), last(stage.buffers_size(), -1);
@@ -525,7 +572,9 @@ Status CudaExecutor::State::placeTemporaries() {
   }
   temporaries = planBuffers(lifetimes, 256);
   if (temporaries.arenaBytes == 0) return Status::ok();
-  PARAX_CUDA(cudaMalloc(&arena, temporaries.arenaBytes));
+  Status st = allocate(&arena, temporaries.arenaBytes,
+                       "the step's temporaries (" + std::to_string(ids.size()) + " buffers sharing one block)");
+  if (!st.isOk()) return st;
   poisonAfter.assign(n, {});
   for (size_t j = 0; j < ids.size(); ++j) {
     buffers[ids[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
@@ -554,8 +603,9 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUBLAS(cublasCreate(&s.blas));
   PARAX_CUBLAS(cublasSetStream(s.blas, s.stream));
   PARAX_CUBLAS(cublasLtCreate(&s.lt));
-  PARAX_CUDA(cudaMalloc(&s.ltWorkspace, kLtWorkspace));
-  PARAX_CUDA(cudaMalloc(&s.blasWorkspace, kBlasWorkspace));
+  Status st = s.allocate(&s.ltWorkspace, kLtWorkspace, "cuBLASLt's workspace");
+  if (st.isOk()) st = s.allocate(&s.blasWorkspace, kBlasWorkspace, "cuBLAS's workspace");
+  if (!st.isOk()) return st;
   // The attention kernels may use all the shared memory a block can opt
   // into; set once here (not while a CUDA graph is being captured).
   PARAX_CUDA(cudaFuncSetAttribute(attentionTensorCoreKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -579,13 +629,14 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   hooks.parameterLoaded = [&s](int32_t id) -> Status {
     s.buffers.resize(s.host.stageProgram().buffers_size());
     s.describe(id);
-    PARAX_CUDA(cudaMalloc(&s.buffers[id].data, s.buffers[id].bytes()));
-    Status st = s.upload(id);
+    Status st = s.allocate(&s.buffers[id].data, s.buffers[id].bytes(), s.nameOf(id));
+    if (!st.isOk()) return st;
+    st = s.upload(id);
     if (!st.isOk()) return st;
     PARAX_CUDA(cudaStreamSynchronize(s.stream)); // done reading the host copy
     return Status::ok();
   };
-  Status st = s.host.prepare(exe, rank, nullptr, weights, inputs, &hooks);
+  st = s.host.prepare(exe, rank, nullptr, weights, inputs, &hooks);
   if (!st.isOk()) return st;
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
     s.graphs = s.graphs && s.capturable(inst);
@@ -597,7 +648,8 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     // Temporaries are placed once hoisting and fusion are known.
     if (proto.role() != pxe::INPUT) continue;
     DeviceBuffer &d = s.buffers[proto.id()];
-    PARAX_CUDA(cudaMalloc(&d.data, d.bytes()));
+    st = s.allocate(&d.data, d.bytes(), s.nameOf(proto.id()));
+    if (!st.isOk()) return st;
     st = s.upload(proto.id());
     if (!st.isOk()) return st;
   }
@@ -608,7 +660,8 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(inst.attrs());
     if (!frequencies.isOk()) return frequencies.status();
     double *device = nullptr;
-    PARAX_CUDA(cudaMalloc(&device, frequencies.value().size() * sizeof(double)));
+    st = s.allocate(&device, frequencies.value().size() * sizeof(double), "rope frequencies");
+    if (!st.isOk()) return st;
     s.ropeFrequencies[&inst] = device;
     PARAX_CUDA(cudaMemcpy(device, frequencies.value().data(), frequencies.value().size() * sizeof(double),
                           cudaMemcpyHostToDevice));

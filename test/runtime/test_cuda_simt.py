@@ -139,3 +139,20 @@ def test_a_stalled_rank_ends_a_host_staged_job(tmp_path):
     out, err, code = run_with_a_stalled_rank(cmd, env, program="parax-run-simt")
     assert code != 0, out + err
     assert re.search(r"parax-run: rank [01]: \w+ has not finished after 2 s", err), err[-2000:]
+
+
+def test_out_of_device_memory_names_what_did_not_fit(tmp_path):
+    """A device with room for cuBLAS's two 32 MiB workspaces and 100 KiB
+    more (PARAX_SIMT_DEVICE_MEMORY: cudaMalloc fails past it, as on a full
+    GPU) cannot hold GPT-2 tiny's 487 KiB of weights: the error names the
+    parameter that did not fit, its size, what the rank holds already and
+    what the device has left."""
+    import re
+    tool("parax-run-simt")
+    cuda_cases.prepare("gpt2", str(tmp_path))
+    env = {"PARAX_SIMT_DEVICE_MEMORY": str(64 * 2**20 + 100 * 2**10)}
+    with pytest.raises(RuntimeError) as failure:
+        cuda_cases.check("gpt2", str(tmp_path), BIN, tool="parax-run-simt", env=env)
+    assert re.search(r"parax-run: rank 0: out of device memory: parameter 'transformer\.[\w.]+' \[[\dx]+\] "
+                     r"needs [\d.]+ KiB, this rank holds 64\.\d MiB already \(the device has [\d.]+ KiB free "
+                     r"of 64\.1 MiB\)", str(failure.value)), str(failure.value)[-2000:]

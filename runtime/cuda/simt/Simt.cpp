@@ -64,6 +64,7 @@ struct State {
   std::vector<unsigned char> shared; // dynamic shared memory, 128-byte aligned within
   std::string fault;                 // a rule broken by the running kernel
   std::map<uintptr_t, size_t> allocations; // base -> bytes
+  size_t allocated = 0;                     // their sum
   std::map<const void *, int> sharedOptIn;  // kernel -> bytes of dynamic shared memory
   cudaError_t lastError = cudaSuccess;
   cudaError_t sticky = cudaSuccess; // a failed kernel spoils the context
@@ -359,12 +360,25 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes) {
     return cudaErrorStreamCaptureUnsupported;
   // 256-byte aligned as CUDA's; exactly `bytes` long, so that reading past
   // the end is caught under AddressSanitizer.
+  size_t free = 0, total = 0;
+  cudaMemGetInfo(&free, &total);
   void *p = nullptr;
-  if (posix_memalign(&p, 256, std::max<size_t>(bytes, 1)) != 0)
-    return cudaErrorMemoryAllocation;
+  if (bytes > free || posix_memalign(&p, 256, std::max<size_t>(bytes, 1)) != 0)
+    return state().lastError = cudaErrorMemoryAllocation;
   std::memset(p, 0xff, bytes); // never-written floats read as NaN
   state().allocations[reinterpret_cast<uintptr_t>(p)] = bytes;
+  state().allocated += bytes;
   *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
+  static const size_t limit = [] {
+    const char *env = std::getenv("PARAX_SIMT_DEVICE_MEMORY");
+    return env ? static_cast<size_t>(std::strtoull(env, nullptr, 10)) : size_t(141) << 30;
+  }();
+  *total = limit;
+  *free = limit > state().allocated ? limit - state().allocated : 0;
   return cudaSuccess;
 }
 
@@ -378,6 +392,7 @@ cudaError_t cudaFree(void *ptr) {
   auto it = allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == allocations.end())
     return invalid("cudaFree", range(ptr, 0) + " is not an allocation's start");
+  state().allocated -= it->second;
   allocations.erase(it);
   std::free(ptr);
   return cudaSuccess;

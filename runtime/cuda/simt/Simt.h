@@ -212,6 +212,9 @@ template <typename T> cudaError_t cudaMalloc(T **ptr, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void **>(ptr), bytes);
 }
 cudaError_t cudaFree(void *ptr);
+// Free and total bytes of the device: PARAX_SIMT_DEVICE_MEMORY bytes when
+// set (cudaMalloc fails past it, as on a full GPU), else an H200's 141 GiB.
+cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream = nullptr);
