@@ -768,6 +768,7 @@ bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
 size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }
 size_t CudaExecutor::hoistedInstructions() const { return s_->hoisted; }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
+size_t CudaExecutor::deviceBytes() const { return s_->deviceBytes; }
 
 Status CudaExecutor::run() {
   State &s = *s_;

@@ -35,6 +35,8 @@ void usage() {
                "usage: mpirun -np N parax-run MODEL.pxe --weights W.safetensors "
                "--input X.npy [--input Y.npy] [--output OUT.npy] [--steps K] "
                "[--device cpu|cuda]\n"
+               "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
+               "  the parameter values it holds and, on cuda, the device memory it took\n"
                "  PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT): a collective not finished\n"
                "  after S seconds ends the job, naming rank and operation (default 300)\n"
                "  PARAX_CUDA_OVERLAP=0: the GPU waits for each collective right after it (by\n"
@@ -102,7 +104,13 @@ int main(int argc, char **argv) {
     if (arg == "--weights") weights = value();
     else if (arg == "--input") inputs.push_back(value());
     else if (arg == "--output") output = value();
-    else if (arg == "--steps") steps = std::atoi(value().c_str());
+    else if (arg == "--steps") {
+      std::string text = value();
+      char *end = nullptr;
+      long n = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end || n < 0 || n > 1000000000) die("--steps must be a count of steps, got '" + text + "'");
+      steps = static_cast<int>(n);
+    }
     else if (arg == "--device") device = value();
     else if (arg == "--help" || arg == "-h") { usage(); finalize(); return 0; }
     else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg);
@@ -112,7 +120,7 @@ int main(int argc, char **argv) {
     usage();
     die("an executable and --weights are required");
   }
-  if (steps < 1) die("--steps must be at least 1");
+  if (steps == 0 && !output.empty()) die("--steps 0 prepares only: it writes no --output");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
@@ -229,6 +237,31 @@ int main(int argc, char **argv) {
     hoisted = gpu.hoistedInstructions();
 #endif
   }
+  // What this rank holds of the model: its box of every parameter.
+  int64_t loaded = 0;
+  for (const parax::pxe::Buffer &b : exe.value().stages(stageIndex).buffers())
+    if (b.role() == parax::pxe::PARAMETER) loaded += numelOf(std::vector<int64_t>(b.shape().begin(), b.shape().end()));
+  std::string memory = std::to_string(loaded) + " parameter values loaded";
+#ifdef PARAX_WITH_CUDA
+  if (device == "cuda") {
+    const BufferPlan &t = gpu.temporaries();
+    memory += ", " + std::to_string(gpu.deviceBytes()) + " bytes of device memory";
+    if (t.arenaBytes > 0)
+      memory += ", temporaries share " + std::to_string(t.arenaBytes) + " bytes (live at once: " +
+                std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";
+  }
+#endif
+  if (steps == 0) { // prepare only: every rank says what it holds
+    std::printf("parax-run: rank %d (stage %d) on %s: %s\n", rank, stageIndex, device.c_str(), memory.c_str());
+    std::fflush(stdout);
+    comm.reset();
+#ifdef PARAX_WITH_CUDA
+    destroyNcclCommunicator(nccl);
+#endif
+    finalize();
+    return 0;
+  }
+
   std::vector<double> times;
   std::vector<Tensor> results; // the last stage's outputs, microbatches joined
   for (int step = 0; step < steps; ++step) {
@@ -293,19 +326,10 @@ int main(int argc, char **argv) {
       if (!s.isOk()) die(s.message());
     }
     std::sort(times.begin(), times.end());
-    // What this rank holds of the model: its box of every parameter.
-    int64_t loaded = 0;
-    for (const parax::pxe::Buffer &b : exe.value().stages(stageIndex).buffers())
-      if (b.role() == parax::pxe::PARAMETER) loaded += numelOf(std::vector<int64_t>(b.shape().begin(), b.shape().end()));
-    std::string how = ", " + std::to_string(loaded) + " parameter values loaded";
+    std::string how = ", " + memory;
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda" && gpu.replaysGraph()) how += ", steps after the first as one CUDA graph";
-    if (device == "cuda" && gpu.temporaries().arenaBytes > 0) {
-      const BufferPlan &t = gpu.temporaries();
-      how += ", temporaries share " + std::to_string(t.arenaBytes) + " bytes (live at once: " +
-             std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";
-    }
     if (device == "cuda" && gpu.overlappedInstructions() > 0)
       how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif

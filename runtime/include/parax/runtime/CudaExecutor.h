@@ -68,6 +68,9 @@ public:
   /// Where the step's temporaries live: one arena they share (its size, the
   /// lower bound, and what one allocation each would take).
   const BufferPlan &temporaries() const;
+  /// Device memory this executor has allocated (weights, inputs,
+  /// temporaries, workspaces, scratch; not NCCL's own).
+  size_t deviceBytes() const;
   /// One more step, kernel by kernel, timing each instruction on the GPU:
   /// compute-stream time from its issue to the next instruction's (a wait
   /// for a collective counts for the instruction that needs its result).
