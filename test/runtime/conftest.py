@@ -112,7 +112,7 @@ def cuda_devices():
     return sum(1 for line in proc.stdout.splitlines() if line.startswith("GPU "))
 
 
-def run_with_a_stalled_rank(cmd, env, program="parax-run"):
+def run_with_a_stalled_rank(cmd, env, program="parax-run", settle=1.0):
     """Starts `cmd` (mpirun ... of `program` with many steps), stops one of
     its ranks with SIGSTOP once both run -- a rank that stalls, as a hung
     process or a dead node does -- and returns the finished process (stdout,
@@ -150,7 +150,7 @@ def run_with_a_stalled_rank(cmd, env, program="parax-run"):
     deadline = time.time() + 60
     while len(ranks()) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
-    time.sleep(1.0)  # both past start-up and inside their steps
+    time.sleep(settle)  # 1 s: both past start-up and inside their steps
     running = ranks()
     if len(running) < 2:
         proc.kill()

@@ -12,6 +12,7 @@
 #include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
+#include "parax/runtime/StallWatchdog.h"
 #ifdef PARAX_WITH_CUDA
 #include "parax/runtime/CudaExecutor.h"
 #endif
@@ -67,17 +68,44 @@ bool launchedByMpi() {
   return false;
 }
 
+/// PARAX_COLLECTIVE_TIMEOUT (or PARAX_NCCL_TIMEOUT) in seconds; 0 when set
+/// but not a positive number (main then says so), 300 when unset.
+double collectiveTimeoutFromEnv() {
+  const char *text = std::getenv("PARAX_COLLECTIVE_TIMEOUT");
+  if (!text) text = std::getenv("PARAX_NCCL_TIMEOUT");
+  if (!text) return 300;
+  double seconds = std::atof(text);
+  return seconds > 0 ? seconds : 0;
+}
+
+/// This process's rank as the launcher set it, before MPI_Init.
+int launcherRank() {
+  for (const char *name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char *value = std::getenv(name))
+      return std::atoi(value);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const bool mpi = launchedByMpi();
   int rank = 0, size = 1;
+  // Every point where a rank waits for all the others outside a collective
+  // (MPI's start-up and shut-down, communicator set-up, the barriers around
+  // each step) is watched like the collectives are: a rank that stalls there
+  // ends the job, naming what the others were waiting in.
+  std::unique_ptr<StallWatchdog> waits;
   if (mpi) {
+    double seconds = collectiveTimeoutFromEnv();
+    waits = std::make_unique<StallWatchdog>(launcherRank(), seconds > 0 ? seconds : 300);
+    auto watched = waits->watch("MPI start-up (MPI_Init)");
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
   }
   auto finalize = [&] {
-    if (mpi)
-      MPI_Finalize();
+    if (!mpi) return;
+    auto watched = waits->watch("MPI shut-down (MPI_Finalize)");
+    MPI_Finalize();
   };
   auto die = [&](const std::string &message) {
     std::fprintf(stderr, "parax-run: rank %d: %s\n", rank, message.c_str());
@@ -129,10 +157,9 @@ int main(int argc, char **argv) {
   // and the operation: NCCL's watchdog, and MPI's (StallWatchdog).
   const char *timeoutName =
       std::getenv("PARAX_COLLECTIVE_TIMEOUT") ? "PARAX_COLLECTIVE_TIMEOUT" : "PARAX_NCCL_TIMEOUT";
-  const char *timeout = std::getenv(timeoutName);
-  double collectiveTimeout = timeout ? std::atof(timeout) : 300;
+  double collectiveTimeout = collectiveTimeoutFromEnv();
   if (!(collectiveTimeout > 0))
-    die(std::string(timeoutName) + "=" + timeout + ": not a positive number of seconds");
+    die(std::string(timeoutName) + "=" + std::getenv(timeoutName) + ": not a positive number of seconds");
 
   StatusOr<parax::pxe::Executable> exe = loadExecutable(model);
   if (!exe.isOk()) die(exe.status().message());
@@ -144,6 +171,7 @@ int main(int argc, char **argv) {
   std::vector<int64_t> shape(exe.value().grid().shape().begin(), exe.value().grid().shape().end());
   std::unique_ptr<Communicator> comm;
   if (size > 1 && device == "cpu") {
+    auto watched = waits->watch("communicator set-up (MPI_Comm_split)");
     auto created = createMpiCommunicator(shape, collectiveTimeout);
     if (!created.isOk()) die(created.status().message());
     comm = std::move(created.value());
@@ -220,6 +248,7 @@ int main(int argc, char **argv) {
     const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     int gpuIndex = (local ? std::atoi(local) : rank) % devices;
     if (mpi) { // under a launcher even one rank gets NCCL (collectives over groups of one)
+      auto watched = waits->watch("NCCL set-up");
       auto created = createNcclCommunicator(shape, rank, size, gpuIndex, collectiveTimeout);
       if (!created.isOk()) die(created.status().message());
       nccl = created.value();
@@ -264,8 +293,13 @@ int main(int argc, char **argv) {
 
   std::vector<double> times;
   std::vector<Tensor> results; // the last stage's outputs, microbatches joined
+  auto barrier = [&](const char *which) { // around each step, to time it
+    if (size == 1) return;
+    auto watched = waits->watch(which);
+    MPI_Barrier(MPI_COMM_WORLD);
+  };
   for (int step = 0; step < steps; ++step) {
-    if (size > 1) MPI_Barrier(MPI_COMM_WORLD);
+    barrier("the barrier before a step");
     auto start = std::chrono::steady_clock::now();
     results.clear();
     for (int64_t j = 0; j < micro; ++j) {
@@ -287,7 +321,7 @@ int main(int argc, char **argv) {
         r.i.insert(r.i.end(), outs[k].i.begin(), outs[k].i.end());
       }
     }
-    if (size > 1) MPI_Barrier(MPI_COMM_WORLD);
+    barrier("the barrier after a step");
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 
