@@ -35,6 +35,36 @@ int64_t rankOf(ArrayRef<int64_t> shape, ArrayRef<int64_t> coords) {
   return rank;
 }
 
+// The box of its checkpoint tensor that this rank's parameter `arg` holds,
+// as [begin:end, ...]: its chunk along each dimension's split axes (major to
+// minor), shifted by the piece's offset when it is one piece of a fused
+// tensor ("of [...]" then gives the tensor's shape).
+std::string checkpointBox(func::FuncOp function, unsigned arg, ArrayRef<int64_t> coords,
+                          ArrayRef<StringRef> names, ArrayRef<int64_t> gridShape) {
+  auto type = cast<RankedTensorType>(function.getArgument(arg).getType());
+  auto global = function.getArgAttrOfType<ShardingAttr>(arg, ParaxDialect::kGlobalShardingAttrName);
+  auto offset = function.getArgAttrOfType<DenseI64ArrayAttr>(arg, ParaxDialect::kParamOffsetAttrName);
+  auto whole = function.getArgAttrOfType<DenseI64ArrayAttr>(arg, ParaxDialect::kParamShapeAttrName);
+  SmallVector<std::string> ranges;
+  for (int64_t d = 0; d < type.getRank(); ++d) {
+    int64_t chunk = 0;
+    if (global && d < static_cast<int64_t>(global.getDims().size()))
+      for (StringRef axis : global.getSplitAxes(d)) {
+        int64_t index = llvm::find(names, axis) - names.begin();
+        chunk = chunk * gridShape[index] + coords[index];
+      }
+    int64_t extent = type.getDimSize(d);
+    int64_t begin = chunk * extent + (offset ? offset[d] : 0);
+    ranges.push_back(std::to_string(begin) + ":" + std::to_string(begin + extent));
+  }
+  std::string box = "[" + llvm::join(ranges, ", ") + "]";
+  if (whole)
+    box += " of [" +
+           llvm::join(llvm::map_range(whole.asArrayRef(), [](int64_t v) { return std::to_string(v); }), ", ") +
+           "]";
+  return box;
+}
+
 struct ParaxSpecializeRankPass
     : public parax::impl::ParaxSpecializeRankPassBase<ParaxSpecializeRankPass> {
   using Base::Base;
@@ -111,13 +141,8 @@ struct ParaxSpecializeRankPass
         std::string what = param ? param.getValue().str()
                            : input ? llvm::formatv("(input {0})", input.getInt()).str()
                                    : std::string("(input)");
-        if (auto offset = function.getArgAttrOfType<DenseI64ArrayAttr>(
-                i, ParaxDialect::kParamOffsetAttrName))
-          what += llvm::formatv(" (piece at [{0}])",
-                                llvm::join(llvm::map_range(offset.asArrayRef(),
-                                                           [](int64_t v) { return std::to_string(v); }),
-                                           ", "))
-                      .str();
+        if (param)
+          what += " " + checkpointBox(function, i, coords, names, shape);
         os << llvm::formatv("    #{0} {1}: {2}\n", i, what,
                       function.getArgument(i).getType());
       }

@@ -25,7 +25,9 @@ def ParaxSpecializeRankPass : Pass<"parax-specialize-rank", "mlir::ModuleOp"> {
   let summary = "Print what one rank of a partitioned program runs";
   let description = [{
     For rank `rank` of the grid of a partitioned module, prints its grid
-    coordinates, the stage function it runs, its local argument shapes, and
+    coordinates, the stage function it runs, its local argument shapes (for
+    a parameter also the box of its checkpoint tensor that this rank reads,
+    `[begin:end, ...]`, with `of [shape]` for a piece of a fused tensor), and
     for every communication op the ranks of its group (or its peer). The IR
     is unchanged.
   }];
