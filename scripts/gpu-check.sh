@@ -107,6 +107,9 @@ for r in load("bench.json"):
     if t:  # device memory of the step's temporaries
         print(f"    temporaries: {t['arena_bytes'] / 2**20:.1f} MiB shared (live at once "
               f"{t['live_bytes'] / 2**20:.1f} MiB, one allocation each {t['unshared_bytes'] / 2**20:.1f} MiB)")
+    if r.get("device_bytes") and r.get("planned_bytes"):  # the planner's memory model, checked
+        print(f"    device memory: {r['device_bytes'] / 1e9:.3f} GB allocated by parax-run; the planner "
+              f"expected {(r['planned_bytes'] - 1.5e9) / 1e9:.3f} GB (+ its 1.5 GB reserve)")
     ops = {op: ms for op, ms in r.get("profile_ms", {}).items() if op != "total"}
     if ops:  # one extra step, kernel by kernel: where the time goes
         top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]

@@ -302,7 +302,25 @@ def prepare_bench(root, bin_dir):
             f.write(build_model(load_config(preset, layers=layers), batch=batch, seq=seq, dtype=dtype))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir,
               "-o", os.path.join(d, "model.pxe")])
+        # What the planner expects this program to need on one GPU, for the
+        # summary to set beside what the runtime allocated there.
+        planned = os.path.join(d, "planned.mlir")
+        _run([os.path.join(bin_dir, "parax-opt"), ir, "--parax-plan=cluster=dgx-h100:devices_per_node=1 "
+              f"workload=prefill:batch={batch},seq={seq}", "-o", planned])
+        with open(os.path.join(d, "planned-memory.json"), "w") as f:
+            json.dump({"memory_per_device_bytes": planned_memory(planned)}, f)
+        os.remove(planned)
         os.remove(ir)
+
+
+def planned_memory(path):
+    """The parax.plan's memory_per_device_bytes of a planned module (MLIR may
+    print the f64 as its bits: 0x...)."""
+    import re
+    import struct
+    with open(path) as f:
+        text = re.search(r"memory_per_device_bytes = ([^ ,}]+)", f.read()).group(1)
+    return struct.unpack(">d", bytes.fromhex(text[2:]))[0] if text.startswith("0x") else float(text)
 
 
 def profile_of(log):
@@ -310,6 +328,15 @@ def profile_of(log):
     import re
     return {m.group(1): float(m.group(2))
             for m in re.finditer(r"parax-run: profile: (\S+)\s+([0-9.]+) ms", log)}
+
+
+def _planned_bytes(case_dir):
+    """The planner's memory per device for a bench case (0: not recorded)."""
+    path = os.path.join(case_dir, "planned-memory.json")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return json.load(f)["memory_per_device_bytes"]
 
 
 def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
@@ -350,7 +377,8 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     return {"case": name, "step_ms_median_of_10": step_ms,
             "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes,
             "weights_read_tb_per_s": weight_bytes / step_ms / 1e9, "profile_ms": profile_of(log),
-            "temporaries": temporaries_of(log)}
+            "temporaries": temporaries_of(log), "device_bytes": _counted(log, "bytes of device memory"),
+            "planned_bytes": _planned_bytes(d)}
 
 
 def attention_rows(q, k, v, rows):
