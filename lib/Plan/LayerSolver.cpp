@@ -567,6 +567,19 @@ LayerPlan Solver::solve() {
   for (int in : layer.inputs)
     plan.activationBytes[2] += fullBytes(in) * share(boundaryLayout(in));
   plan.workingBytes = plan.activationBytes[0];
+
+  // Inference: the peak of live values over the layer's ops (those live
+  // into op i, in their layouts there, and what op i writes).
+  for (int i = 0; i < n; ++i) {
+    const State &state = states[i][stateAt[i]].first;
+    double bytes = 0;
+    for (int v : live[i])
+      bytes += fullBytes(v) * share(layoutAt(i, state, v));
+    const Strategy &s = options[i][choice[i]];
+    for (auto [k, res] : llvm::enumerate(layer.ops[i].results))
+      bytes += fullBytes(res) * share(s.out[k]);
+    plan.peakLiveBytes = std::max(plan.peakLiveBytes, bytes);
+  }
   return plan;
 }
 

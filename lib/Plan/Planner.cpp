@@ -452,7 +452,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       c.tpComm = lp.commTime;
       c.epComm = a2a;
       c.weights = lp.weightBytes;
-      c.working = lp.workingBytes;
+      c.working = lp.peakLiveBytes;
       c.kvCache = lp.kvBytesPerToken * sequences * ctx.contextLen;
       c.denseParams = lp.weightParams;
     }

@@ -71,6 +71,11 @@ struct LayerPlan {
   /// policy: none, selective, full (layer inputs only).
   double activationBytes[3] = {0, 0, 0};
   double workingBytes = 0;      // one layer's activations (full recompute)
+  /// Inference keeps nothing for a backward pass: the most bytes of values
+  /// live at once in the layer's forward (each from the op that writes it
+  /// to the last that reads it, the layer's inputs from its start and its
+  /// outputs to its end), as the runtime places its temporaries.
+  double peakLiveBytes = 0;
   double kvBytesPerToken = 0;   // per device per token of context
   double alltoallBytes = 0;     // expert dispatch (= combine) bytes per device
   llvm::SmallVector<CollectiveUse> collectives; // forward
