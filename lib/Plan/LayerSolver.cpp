@@ -539,6 +539,14 @@ LayerPlan Solver::solve() {
     if (op.kind == OpClass::Attention)
       plan.kvBytesPerToken +=
           op.kvHeads * (op.headDim + op.valueDim) * ctx.kvBytes * s.kvFrac;
+    // Inference: the peak of live values (those live into this op, in
+    // their layouts here, and what it writes).
+    double liveBytes = 0;
+    for (int v : live[i])
+      liveBytes += fullBytes(v) * share(layoutOf(v));
+    for (auto [k, res] : llvm::enumerate(op.results))
+      liveBytes += fullBytes(res) * share(s.out[k]);
+    plan.peakLiveBytes = std::max(plan.peakLiveBytes, liveBytes);
     // Activations kept for the backward pass.
     if (op.kind == OpClass::Reshape)
       continue;
@@ -567,19 +575,6 @@ LayerPlan Solver::solve() {
   for (int in : layer.inputs)
     plan.activationBytes[2] += fullBytes(in) * share(boundaryLayout(in));
   plan.workingBytes = plan.activationBytes[0];
-
-  // Inference: the peak of live values over the layer's ops (those live
-  // into op i, in their layouts there, and what op i writes).
-  for (int i = 0; i < n; ++i) {
-    const State &state = states[i][stateAt[i]].first;
-    double bytes = 0;
-    for (int v : live[i])
-      bytes += fullBytes(v) * share(layoutAt(i, state, v));
-    const Strategy &s = options[i][choice[i]];
-    for (auto [k, res] : llvm::enumerate(layer.ops[i].results))
-      bytes += fullBytes(res) * share(s.out[k]);
-    plan.peakLiveBytes = std::max(plan.peakLiveBytes, bytes);
-  }
   return plan;
 }
 

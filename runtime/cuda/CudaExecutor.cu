@@ -575,11 +575,12 @@ Status CudaExecutor::State::placeTemporaries() {
   Status st = allocate(&arena, temporaries.arenaBytes,
                        "the step's temporaries (" + std::to_string(ids.size()) + " buffers sharing one block)");
   if (!st.isOk()) return st;
-  poisonAfter.assign(n, {});
+  bool poison = envIs("PARAX_CUDA_POISON_DEAD", "1");
+  if (poison) poisonAfter.assign(n, {});
   for (size_t j = 0; j < ids.size(); ++j) {
     buffers[ids[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
     buffers[ids[j]].inArena = true;
-    if (envIs("PARAX_CUDA_POISON_DEAD", "1") && last[ids[j]] < n) poisonAfter[last[ids[j]]].push_back(ids[j]);
+    if (poison && last[ids[j]] < n) poisonAfter[last[ids[j]]].push_back(ids[j]);
   }
   return Status::ok();
 }
@@ -627,7 +628,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   // the host never holds every weight at once.
   Executor::LoadHooks hooks;
   hooks.parameterLoaded = [&s](int32_t id) -> Status {
-    s.buffers.resize(s.host.stageProgram().buffers_size());
+    if (s.buffers.empty()) s.buffers.resize(s.host.stageProgram().buffers_size()); // the stage is known now
     s.describe(id);
     Status st = s.allocate(&s.buffers[id].data, s.buffers[id].bytes(), s.nameOf(id));
     if (!st.isOk()) return st;
@@ -642,8 +643,9 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     s.graphs = s.graphs && s.capturable(inst);
     s.collectives += isCollective(inst.op());
   }
-  s.buffers.resize(s.host.stageProgram().buffers_size());
+  s.buffers.resize(s.host.stageProgram().buffers_size()); // a stage without parameters
   for (const pxe::Buffer &proto : s.host.stageProgram().buffers()) {
+    if (proto.role() == pxe::PARAMETER) continue; // described and uploaded as loaded
     s.describe(proto.id());
     // Temporaries are placed once hoisting and fusion are known.
     if (proto.role() != pxe::INPUT) continue;

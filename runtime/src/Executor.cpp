@@ -58,6 +58,13 @@ void joinAlong(const std::vector<float> &pieces, int dim, int parts, Tensor &out
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// Whether `inst` only moves data (copies, cuts, lays out, zeroes).
+bool movesData(const pxe::Instruction &inst) {
+  static const char *const moves[] = {"slice",     "shard_slice", "to_partial", "reshape",
+                                      "transpose", "broadcast",   "concat",     "position_embedding"};
+  return std::find(std::begin(moves), std::end(moves), inst.op()) != std::end(moves);
+}
+
 // Broadcasting index of `out` flat index k into `in` (same rank, dims 1 or equal).
 int64_t broadcastIndex(const Tensor &in, const Tensor &out, int64_t k) {
   int64_t index = 0, stride = 1;
@@ -147,12 +154,12 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     stage_ = 0;
   stageProto_ = &exe.stages(stage_);
   buffers_.assign(stageProto_->buffers_size(), Tensor());
-  released_ = hooks != nullptr; // this executor will not run the stage itself
+  runsElsewhere_ = hooks != nullptr; // this executor will not run the stage itself
   // With hooks, parameters that moves of parameters read stay on the host
   // until prepare has run those moves.
   std::vector<bool> readByMoves(stageProto_->buffers_size(), false);
   for (const pxe::Instruction &inst : stageProto_->instructions())
-    if (isParameterMove(inst))
+    if (movesData(inst))
       for (int32_t id : inst.operands())
         readByMoves[id] = true;
 
@@ -225,12 +232,6 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
 
 // An instruction that only moves data, all of whose operands are parameters
 // (or results of such moves), gives the same result every step.
-bool Executor::isParameterMove(const pxe::Instruction &inst) const {
-  static const char *const moves[] = {"slice",     "shard_slice", "to_partial", "reshape",
-                                      "transpose", "broadcast",   "concat",     "position_embedding"};
-  return std::find(std::begin(moves), std::end(moves), inst.op()) != std::end(moves);
-}
-
 Status Executor::hoistParameterMoves() {
   std::vector<bool> fixed(stageProto_->buffers_size(), false);
   for (const pxe::Buffer &b : stageProto_->buffers())
@@ -239,7 +240,7 @@ Status Executor::hoistParameterMoves() {
   Impl impl{*this, *exe_};
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
-    if (!isParameterMove(inst) || inst.operands_size() == 0 ||
+    if (!movesData(inst) || inst.operands_size() == 0 ||
         !std::all_of(inst.operands().begin(), inst.operands().end(), [&](int32_t id) { return fixed[id]; }))
       continue;
     for (int32_t id : inst.results()) { // host memory a backend with hooks left out
@@ -349,11 +350,11 @@ void Executor::releaseHostCopies() {
       std::vector<float>().swap(t.f);
       std::vector<int32_t>().swap(t.i);
     }
-  released_ = true;
+  runsElsewhere_ = true;
 }
 
 Status Executor::run() {
-  if (released_)
+  if (runsElsewhere_)
     return Status::error("the host copies of this stage were released: it runs on another backend");
   Impl impl{*this, *exe_};
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {

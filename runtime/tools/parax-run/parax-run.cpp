@@ -89,14 +89,17 @@ int launcherRank() {
 int main(int argc, char **argv) {
   const bool mpi = launchedByMpi();
   int rank = 0, size = 1;
+  // How long one wait for the other ranks may take before the job ends
+  // naming the rank and the operation: NCCL's watchdog, and MPI's
+  // (StallWatchdog). Checked once the error can be reported (below).
+  const double collectiveTimeout = collectiveTimeoutFromEnv();
   // Every point where a rank waits for all the others outside a collective
   // (MPI's start-up and shut-down, communicator set-up, the barriers around
   // each step) is watched like the collectives are: a rank that stalls there
   // ends the job, naming what the others were waiting in.
   std::unique_ptr<StallWatchdog> waits;
   if (mpi) {
-    double seconds = collectiveTimeoutFromEnv();
-    waits = std::make_unique<StallWatchdog>(launcherRank(), seconds > 0 ? seconds : 300);
+    waits = std::make_unique<StallWatchdog>(launcherRank(), collectiveTimeout > 0 ? collectiveTimeout : 300);
     auto watched = waits->watch("MPI start-up (MPI_Init)");
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -153,13 +156,10 @@ int main(int argc, char **argv) {
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
 #endif
-  // How long one collective may take before the job ends naming the rank
-  // and the operation: NCCL's watchdog, and MPI's (StallWatchdog).
-  const char *timeoutName =
-      std::getenv("PARAX_COLLECTIVE_TIMEOUT") ? "PARAX_COLLECTIVE_TIMEOUT" : "PARAX_NCCL_TIMEOUT";
-  double collectiveTimeout = collectiveTimeoutFromEnv();
-  if (!(collectiveTimeout > 0))
-    die(std::string(timeoutName) + "=" + std::getenv(timeoutName) + ": not a positive number of seconds");
+  if (!(collectiveTimeout > 0)) {
+    const char *name = std::getenv("PARAX_COLLECTIVE_TIMEOUT") ? "PARAX_COLLECTIVE_TIMEOUT" : "PARAX_NCCL_TIMEOUT";
+    die(std::string(name) + "=" + std::getenv(name) + ": not a positive number of seconds");
+  }
 
   StatusOr<parax::pxe::Executable> exe = loadExecutable(model);
   if (!exe.isOk()) die(exe.status().message());
@@ -266,6 +266,13 @@ int main(int argc, char **argv) {
     hoisted = gpu.hoistedInstructions();
 #endif
   }
+  auto shutdown = [&] {
+    comm.reset(); // frees the sub-communicators before MPI ends
+#ifdef PARAX_WITH_CUDA
+    destroyNcclCommunicator(nccl);
+#endif
+    finalize();
+  };
   // What this rank holds of the model: its box of every parameter.
   int64_t loaded = 0;
   for (const parax::pxe::Buffer &b : exe.value().stages(stageIndex).buffers())
@@ -283,11 +290,7 @@ int main(int argc, char **argv) {
   if (steps == 0) { // prepare only: every rank says what it holds
     std::printf("parax-run: rank %d (stage %d) on %s: %s\n", rank, stageIndex, device.c_str(), memory.c_str());
     std::fflush(stdout);
-    comm.reset();
-#ifdef PARAX_WITH_CUDA
-    destroyNcclCommunicator(nccl);
-#endif
-    finalize();
+    shutdown();
     return 0;
   }
 
@@ -373,10 +376,6 @@ int main(int argc, char **argv) {
                 1e3 * times[times.size() / 2], steps, how.c_str());
     std::fputs(profile.c_str(), stdout);
   }
-  comm.reset(); // frees the sub-communicators before MPI ends
-#ifdef PARAX_WITH_CUDA
-  destroyNcclCommunicator(nccl);
-#endif
-  finalize();
+  shutdown();
   return 0;
 }

@@ -60,7 +60,6 @@ private:
   struct Impl;
   std::vector<int64_t> boxStart(const pxe::Buffer &buffer) const;
   Status hoistParameterMoves();
-  bool isParameterMove(const pxe::Instruction &inst) const;
   const pxe::Executable *exe_ = nullptr;
   const pxe::Stage *stageProto_ = nullptr;
   Communicator *comm_ = nullptr;
@@ -69,7 +68,7 @@ private:
   std::vector<int64_t> coords_;
   std::vector<Tensor> buffers_;
   std::vector<bool> hoisted_; // per instruction
-  bool released_ = false;     // releaseHostCopies
+  bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
 };
 
 } // namespace parax::runtime
