@@ -102,17 +102,55 @@ private:
                            DenseMap<Value, int64_t> &definedIn);
 };
 
+// The layout a planned op reads `operand` in (none when the op is not
+// annotated, or cannot run in its annotated layouts: its own partitioning
+// then reports that).
+static std::optional<Layout> layoutReadBy(Operation *op, Value operand,
+                                          const GridInfo &grid) {
+  auto list = op->getAttrOfType<ArrayAttr>(ParaxDialect::kShardingsAttrName);
+  if (!list)
+    return std::nullopt;
+  SmallVector<Layout> results;
+  for (Attribute attr : list)
+    results.push_back(Layout::fromAttr(cast<ShardingAttr>(attr)));
+  ScopedDiagnosticHandler quiet(op->getContext(),
+                                [](Diagnostic &) { return success(); });
+  FailureOr<SmallVector<Layout>> wanted = operandLayouts(op, results, grid);
+  if (failed(wanted))
+    return std::nullopt;
+  for (OpOperand &use : op->getOpOperands())
+    if (use.get() == operand)
+      return (*wanted)[use.getOperandNumber()];
+  return std::nullopt;
+}
+
 LogicalResult FunctionPartitioner::assignLayouts() {
   for (BlockArgument arg : function.getArguments()) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
     if (!type)
       return function.emitError("argument #")
              << arg.getArgNumber() << " is not a ranked tensor";
+    unsigned n = arg.getArgNumber();
     if (auto sharding = function.getArgAttrOfType<ShardingAttr>(
-            arg.getArgNumber(), ParaxDialect::kShardingAttrName))
+            n, ParaxDialect::kShardingAttrName)) {
       layouts[arg] = Layout::fromAttr(sharding);
-    else
-      layouts[arg] = Layout::replicated(type.getRank());
+      continue;
+    }
+    layouts[arg] = Layout::replicated(type.getRank());
+    // A data input (tokens, a KV cache) arrives in the layout its first
+    // reader wants: each rank loads only the box it computes with (its
+    // batch rows, its KV heads) instead of all of it and a shard_slice.
+    if (function.getArgAttr(n, ParaxDialect::kParamAttrName) || arg.use_empty())
+      continue;
+    Operation *first = *llvm::min_element(arg.getUsers(), [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
+    std::optional<Layout> wanted = layoutReadBy(first, arg, grid);
+    if (!wanted || !wanted->partial.empty())
+      continue;
+    layouts[arg] = *wanted;
+    function.setArgAttr(n, ParaxDialect::kShardingAttrName,
+                        wanted->toAttr(function.getContext(), grid.ref));
   }
   for (Operation &op : function.getBody().front().without_terminator()) {
     if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, ShardSliceOp,

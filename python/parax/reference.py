@@ -26,12 +26,13 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def _rope(x, theta, rot=None, interleaved=False):
-    """x: [B, S, H, D]; rotate-half (Llama) or interleaved pairs."""
+def _rope(x, theta, rot=None, interleaved=False, offset=0):
+    """x: [B, S, H, D] at positions offset .. offset + S - 1; rotate-half
+    (Llama) or interleaved pairs."""
     b, s, h, d = x.shape
     rot = rot or d
     inv = 1.0 / (theta ** (np.arange(0, rot, 2) / rot))
-    angles = np.arange(s)[:, None] * inv[None, :]          # [S, rot/2]
+    angles = np.arange(offset, offset + s)[:, None] * inv[None, :]  # [S, rot/2]
     cos, sin = np.cos(angles)[None, :, None, :], np.sin(angles)[None, :, None, :]
     out = x.copy()
     if interleaved:
@@ -46,14 +47,15 @@ def _rope(x, theta, rot=None, interleaved=False):
 
 
 def _attention(q, k, v, scale, causal=True):
-    """q [B,S,H,D], k/v [B,S,KH,D]: grouped-query, causal softmax attention."""
+    """q [B,S,H,D], k/v [B,T,KH,D] (T >= S: the last S keys are the queries'
+    own positions): grouped-query, causal softmax attention."""
     h, kh = q.shape[2], k.shape[2]
     k = np.repeat(k, h // kh, axis=2)
     v = np.repeat(v, h // kh, axis=2)
     scores = np.einsum("bshd,bthd->bhst", q, k) * scale
     if causal:
-        s = q.shape[1]
-        scores = np.where(np.tril(np.ones((s, s), bool))[None, None], scores, -np.inf)
+        s, t = q.shape[1], k.shape[1]
+        scores = np.where(np.tril(np.ones((s, t), bool), t - s)[None, None], scores, -np.inf)
     scores = scores - scores.max(-1, keepdims=True)
     p = np.exp(scores)
     p /= p.sum(-1, keepdims=True)
@@ -99,15 +101,39 @@ def _mlp(w, prefix, x, names=("gate_proj", "up_proj", "down_proj")):
     return (_silu(g) * u) @ w[f"{prefix}.{names[2]}.weight"].T
 
 
-def forward(cfg, w, tokens):
-    """Logits [B, S, V] of the model `cfg` with weights `w` on `tokens`."""
+class KVCache:
+    """Keys (after RoPE) and values of the tokens seen so far, per layer, as
+    each layer's attention reads them: `keys[i]`, `values[i]` [B, T, KH, D]."""
+
+    def __init__(self):
+        self.keys, self.values = {}, {}
+
+    def length(self):
+        return next(iter(self.keys.values())).shape[1] if self.keys else 0
+
+    def attend(self, layer, q, k, v, scale):
+        """Attention of q over the cached tokens and k/v's, which are then cached."""
+        if layer in self.keys:
+            k = np.concatenate([self.keys[layer], k], axis=1)
+            v = np.concatenate([self.values[layer], v], axis=1)
+        self.keys[layer], self.values[layer] = k, v
+        return _attention(q, k, v, scale)
+
+
+def forward(cfg, w, tokens, cache=None):
+    """Logits [B, S, V] of the model `cfg` with weights `w` on `tokens`.
+
+    With a `KVCache`, `tokens` follow the cached ones (positions from the
+    cache's length on) and their keys and values are added to it."""
+    cache = cache if cache is not None else KVCache()
     if cfg.family == "gpt2":
-        return _gpt2(cfg, w, tokens)
+        return _gpt2(cfg, w, tokens, cache)
     if cfg.family == "deepseek_v3":
-        return _deepseek_v3(cfg, w, tokens)
+        return _deepseek_v3(cfg, w, tokens, cache)
     if cfg.family not in ("llama", "mixtral", "qwen2_moe"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
     b, s = tokens.shape
+    past = cache.length()
     h = w["model.embed_tokens.weight"][tokens]
     nh, kh, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
     for i in range(cfg.layers):
@@ -119,10 +145,10 @@ def forward(cfg, w, tokens):
             if cfg.attention_bias:
                 y = y + w[f"{p}.self_attn.{name}.bias"]
             return y.reshape(b, s, n, hd)
-        q = _rope(proj("q_proj", nh), cfg.rope_theta)
-        k = _rope(proj("k_proj", kh), cfg.rope_theta)
+        q = _rope(proj("q_proj", nh), cfg.rope_theta, offset=past)
+        k = _rope(proj("k_proj", kh), cfg.rope_theta, offset=past)
         v = proj("v_proj", kh)
-        o = _attention(q, k, v, 1.0 / math.sqrt(hd)).reshape(b, s, nh * hd)
+        o = cache.attend(i, q, k, v, 1.0 / math.sqrt(hd)).reshape(b, s, nh * hd)
         h = h + o @ w[f"{p}.self_attn.o_proj.weight"].T
         x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
         flat = x.reshape(b * s, -1)
@@ -141,10 +167,10 @@ def forward(cfg, w, tokens):
     return x @ head.T
 
 
-def _gpt2(cfg, w, tokens):
+def _gpt2(cfg, w, tokens, cache):
     b, s = tokens.shape
-    p = "transformer"
-    h = w[f"{p}.wte.weight"][tokens] + w[f"{p}.wpe.weight"][:s][None]
+    p, past = "transformer", cache.length()
+    h = w[f"{p}.wte.weight"][tokens] + w[f"{p}.wpe.weight"][past:past + s][None]
     nh, hd = cfg.heads, cfg.head_dim
     for i in range(cfg.layers):
         q = f"{p}.h.{i}"
@@ -152,8 +178,8 @@ def _gpt2(cfg, w, tokens):
         qkv = x @ w[f"{q}.attn.c_attn.weight"] + w[f"{q}.attn.c_attn.bias"]
         qq, kk, vv = np.split(qkv, 3, axis=-1)
         shape = (b, s, nh, hd)
-        o = _attention(qq.reshape(shape), kk.reshape(shape), vv.reshape(shape),
-                       1.0 / math.sqrt(hd)).reshape(b, s, -1)
+        o = cache.attend(i, qq.reshape(shape), kk.reshape(shape), vv.reshape(shape),
+                         1.0 / math.sqrt(hd)).reshape(b, s, -1)
         h = h + o @ w[f"{q}.attn.c_proj.weight"] + w[f"{q}.attn.c_proj.bias"]
         x = _layer_norm(h, w[f"{q}.ln_2.weight"], w[f"{q}.ln_2.bias"], cfg.norm_eps)
         f = _gelu_tanh(x @ w[f"{q}.mlp.c_fc.weight"] + w[f"{q}.mlp.c_fc.bias"])
@@ -162,8 +188,9 @@ def _gpt2(cfg, w, tokens):
     return x @ w[f"{p}.wte.weight"].T
 
 
-def _mla(cfg, w, p, x):
-    """DeepSeek-V3 multi-head latent attention (explicit form), x [B, S, H]."""
+def _mla(cfg, w, p, x, cache, layer, past):
+    """DeepSeek-V3 multi-head latent attention (explicit form), x [B, S, H]
+    at positions past ..; the cache holds the expanded per-head keys and values."""
     b, s, _ = x.shape
     nh, nope, rope_d, vd = cfg.heads, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
     if cfg.q_lora_rank:
@@ -172,28 +199,30 @@ def _mla(cfg, w, p, x):
     else:
         q = x @ w[f"{p}.q_proj.weight"].T
     q = q.reshape(b, s, nh, nope + rope_d)
-    q_nope, q_pe = q[..., :nope], _rope(q[..., nope:], cfg.rope_theta, interleaved=True)
+    q_nope, q_pe = q[..., :nope], _rope(q[..., nope:], cfg.rope_theta, interleaved=True,
+                                        offset=past)
     ckv = x @ w[f"{p}.kv_a_proj_with_mqa.weight"].T
     latent, k_pe = ckv[..., : cfg.kv_lora_rank], ckv[..., cfg.kv_lora_rank:]
-    k_pe = _rope(k_pe.reshape(b, s, 1, rope_d), cfg.rope_theta, interleaved=True)
+    k_pe = _rope(k_pe.reshape(b, s, 1, rope_d), cfg.rope_theta, interleaved=True, offset=past)
     kv = (_rms_norm(latent, w[f"{p}.kv_a_layernorm.weight"], cfg.norm_eps)
           @ w[f"{p}.kv_b_proj.weight"].T).reshape(b, s, nh, nope + vd)
     k = np.concatenate([kv[..., :nope], np.broadcast_to(k_pe, (b, s, nh, rope_d))], axis=-1)
     v = kv[..., nope:]
     qf = np.concatenate([q_nope, q_pe], axis=-1)
-    o = _attention(qf, k, v, 1.0 / math.sqrt(nope + rope_d))
+    o = cache.attend(layer, qf, k, v, 1.0 / math.sqrt(nope + rope_d))
     return o.reshape(b, s, nh * vd) @ w[f"{p}.o_proj.weight"].T
 
 
-def _deepseek_v3(cfg, w, tokens):
+def _deepseek_v3(cfg, w, tokens, cache):
     if cfg.rope_scaling:
         raise NotImplementedError("numpy reference: DeepSeek-V3 with rope scaling")
     b, s = tokens.shape
+    past = cache.length()
     h = w["model.embed_tokens.weight"][tokens]
     for i in range(cfg.layers):
         p = f"model.layers.{i}"
         x = _rms_norm(h, w[f"{p}.input_layernorm.weight"], cfg.norm_eps)
-        h = h + _mla(cfg, w, f"{p}.self_attn", x)
+        h = h + _mla(cfg, w, f"{p}.self_attn", x, cache, i, past)
         x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
         flat = x.reshape(b * s, -1)
         if cfg.is_moe_layer(i):

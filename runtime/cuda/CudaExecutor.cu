@@ -124,6 +124,8 @@ struct CudaExecutor::State {
   size_t commScratchSize = 0;
   int sharedOptIn = 48 * 1024; // bytes of shared memory a block may opt into
   bool tensorCoreAttention = true; // bf16 attention on tensor cores (PARAX_ATTENTION)
+  bool splitDecodeAttention = true; // a few queries over many keys: split over the keys (PARAX_ATTENTION)
+  int multiprocessors = 132;
 
   ~State() {
     for (DeviceBuffer &b : buffers)
@@ -598,6 +600,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUDA(cudaSetDevice(device));
   State &s = *s_;
   PARAX_CUDA(cudaDeviceGetAttribute(&s.sharedOptIn, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  PARAX_CUDA(cudaDeviceGetAttribute(&s.multiprocessors, cudaDevAttrMultiProcessorCount, device));
   s.exe = &exe;
   s.comm = comm;
   PARAX_CUDA(cudaStreamCreate(&s.stream));
@@ -615,6 +618,10 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
                                   s.sharedOptIn));
   PARAX_CUDA(cudaFuncSetAttribute(attentionKernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(decodeAttentionKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(decodeAttentionKernel<__nv_bfloat16>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, s.sharedOptIn));
   PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
   s.graphs = !envIs("PARAX_CUDA_GRAPHS", "0");
   s.overlap = !envIs("PARAX_CUDA_OVERLAP", "0");
@@ -623,6 +630,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   if (!s.expertsPath.empty() && s.expertsPath != "grouped" && s.expertsPath != "per-expert")
     return Status::error("PARAX_EXPERTS must be grouped or per-expert, got '" + s.expertsPath + "'");
   s.tensorCoreAttention = !envIs("PARAX_ATTENTION", "cuda-cores");
+  s.splitDecodeAttention = !envIs("PARAX_ATTENTION", "no-split");
   // Each parameter goes to the device as soon as the host has read it (and
   // leaves the host then, unless a move of parameters reads it at prepare):
   // the host never holds every weight at once.
@@ -905,13 +913,42 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t limit = sharedOptIn;
     bool causal = attrInt(a, "causal") != 0;
     float scale = static_cast<float>(attrFloat(a, "scale"));
+    // A few queries (a decode step: S = 1) over the keys: split over the
+    // keys, every query head of a KV head in one block (unless
+    // PARAX_ATTENTION=no-split).
+    int64_t group = totalHeads / KH;
+    DecodeTiles decode;
+    while (DecodeTiles::floats(group * S, decode.keys, D, DV) * 4 > limit && decode.keys > 16)
+      decode.keys /= 2;
+    if (splitDecodeAttention && S <= 4 && group * S <= 64 &&
+        DecodeTiles::floats(group * S, decode.keys, D, DV) * 4 <= limit) {
+      // Chunks of whole key tiles, enough for two blocks per SM.
+      auto ceilDiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+      int64_t tilesOfKeys = ceilDiv(T, decode.keys);
+      int64_t wanted = std::min(tilesOfKeys, ceilDiv(2 * multiprocessors, B * KH));
+      int64_t chunkKeys = ceilDiv(tilesOfKeys, wanted) * decode.keys;
+      int64_t chunks = ceilDiv(T, chunkKeys);
+      int64_t rows = group * S;
+      Status st = ensureScratch(B * KH * chunks * rows * DecodeTiles::perRow(DV));
+      if (!st.isOk()) return st;
+      int64_t sharedBytes = DecodeTiles::floats(rows, decode.keys, D, DV) * 4;
+      return withFloat(y, [&](auto t) {
+        using E = decltype(t);
+        PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * chunks, 256, sharedBytes, stream)(
+            q.as<E>(), k.as<E>(), v.as<E>(), scratch, S, H, D, T, KH, DV, causal, scale, headOffset, group,
+            chunks, chunkKeys, decode.keys);
+        PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
+            scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
+        return Status::ok();
+      });
+    }
     // bf16 with head widths in 16s: tensor cores (unless PARAX_ATTENTION=cuda-cores).
     int64_t tcBytes = TensorCoreTiles::bytes(D, DV);
     if (tensorCoreAttention && y.elem == Elem::BF16 && D % 16 == 0 && DV % 16 == 0 && tcBytes <= limit) {
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
       PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
-          T, KH, DV, causal, scale, headOffset, totalHeads / KH);
+          T, KH, DV, causal, scale, headOffset, group);
       return Status::ok();
     }
     // Otherwise CUDA cores, with tiles that fit the device's shared memory
@@ -931,7 +968,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using E = decltype(t);
       PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
           q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, causal, scale, headOffset,
-          totalHeads / KH, tiles.queries, tiles.keys);
+          group, tiles.queries, tiles.keys);
       return Status::ok();
     });
   }

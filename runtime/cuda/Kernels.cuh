@@ -219,6 +219,135 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
   }
 }
 
+// Attention of a few queries over a long KV cache (decode: S = 1), split
+// over the keys (flash-decoding): the kernels above give each query head
+// its own block and walk all T keys in it, which at S = 1 leaves most SMs
+// idle and reads each KV head once per query head. Here one block takes one
+// (batch, KV head, chunk of keys) with every query row that reads that KV
+// head (group x S rows), so a key is read from memory once; the chunks'
+// partial results (unnormalised output, running max and sum per row, fp32)
+// go to `partial`, and decodeCombineKernel merges them.
+struct DecodeTiles {
+  int keys = 64;
+  static int64_t floats(int rows, int k, int64_t D, int64_t DV) {
+    return rows * (D + 1) + k * (D + 1) + k * DV + rows * k + rows * DV + 3 * rows;
+  }
+  /// Floats of `partial` per (batch, KV head, chunk) and row.
+  static int64_t perRow(int64_t DV) { return DV + 2; }
+};
+
+template <typename T>
+__global__ void decodeAttentionKernel(const T *q, const T *k, const T *v, float *partial, int64_t S, int64_t H,
+                                      int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
+                                      int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
+                                      int kTile) {
+  PARAX_DYNAMIC_SHARED(float, shared);
+  const int ds = static_cast<int>(D) + 1, dv = static_cast<int>(DV), d0 = static_cast<int>(D);
+  const int maxRows = static_cast<int>(group * S);
+  float *qs = shared;              // [maxRows][D + 1]
+  float *ks = qs + maxRows * ds;   // [kTile][D + 1]
+  float *vs = ks + kTile * ds;     // [kTile][DV]
+  float *ps = vs + kTile * dv;     // [maxRows][kTile]
+  float *os = ps + maxRows * kTile; // [maxRows][DV]
+  float *rowMax = os + maxRows * dv, *rowSum = rowMax + maxRows, *rowScale = rowSum + maxRows;
+  int64_t c = blockIdx.x % chunks, kh = (blockIdx.x / chunks) % KH, b = blockIdx.x / (chunks * KH);
+  // This rank's query heads that read KV head kh: rows (head, position).
+  int64_t hLo = max((int64_t)0, kh * group - headOffset), hHi = min(H, (kh + 1) * group - headOffset);
+  int rows = hHi > hLo ? static_cast<int>((hHi - hLo) * S) : 0;
+  int64_t past = T_ - S;
+  int64_t k0 = c * chunkKeys, k1 = min(T_, k0 + chunkKeys);
+  for (int i = threadIdx.x; i < maxRows * ds; i += blockDim.x) {
+    int r = i / ds, d = i % ds;
+    int64_t h = hLo + r / S, pos = r % S;
+    qs[i] = (r < rows && d < d0) ? ld(q, ((b * S + pos) * H + h) * D + d) : 0.0f;
+  }
+  for (int i = threadIdx.x; i < maxRows * dv; i += blockDim.x) os[i] = 0.0f;
+  for (int r = threadIdx.x; r < maxRows; r += blockDim.x) {
+    rowMax[r] = -INFINITY;
+    rowSum[r] = 0.0f;
+  }
+  __syncthreads();
+  for (int64_t t0 = k0; t0 < k1; t0 += kTile) {
+    int cols = static_cast<int>(min((int64_t)kTile, k1 - t0));
+    for (int i = threadIdx.x; i < kTile * ds; i += blockDim.x) {
+      int j = i / ds, d = i % ds;
+      ks[i] = (j < cols && d < d0) ? ld(k, ((b * T_ + t0 + j) * KH + kh) * D + d) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
+      int j = i / dv, d = i % dv;
+      vs[i] = j < cols ? ld(v, ((b * T_ + t0 + j) * KH + kh) * DV + d) : 0.0f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < maxRows * kTile; i += blockDim.x) {
+      int r = i / kTile, j = i % kTile;
+      float score = -INFINITY;
+      if (r < rows && j < cols && (!causal || t0 + j <= r % S + past)) {
+        const float *qr = qs + r * ds, *kr = ks + j * ds;
+        float dot = 0.0f;
+        for (int d = 0; d < d0; ++d) dot += qr[d] * kr[d];
+        score = dot * scale;
+      }
+      ps[i] = score;
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < maxRows; r += blockDim.x) {
+      float *pr = ps + r * kTile;
+      float m = rowMax[r];
+      for (int j = 0; j < cols; ++j) m = fmaxf(m, pr[j]);
+      float sum = 0.0f;
+      for (int j = 0; j < kTile; ++j) {
+        float p = (j < cols && pr[j] != -INFINITY) ? expf(pr[j] - m) : 0.0f;
+        pr[j] = p;
+        sum += p;
+      }
+      float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
+      rowSum[r] = rowSum[r] * rescale + sum;
+      rowMax[r] = m;
+      rowScale[r] = rescale;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < maxRows * dv; i += blockDim.x) {
+      int r = i / dv, d = i % dv;
+      const float *pr = ps + r * kTile;
+      float a = os[i] * rowScale[r];
+      for (int j = 0; j < cols; ++j) a += pr[j] * vs[j * dv + d];
+      os[i] = a;
+    }
+    __syncthreads();
+  }
+  // partial[(b, kh, c)][row]: DV outputs, then the row's max and sum.
+  float *out = partial + ((b * KH + kh) * chunks + c) * maxRows * (DV + 2);
+  for (int i = threadIdx.x; i < rows * (dv + 2); i += blockDim.x) {
+    int r = i / (dv + 2), d = i % (dv + 2);
+    out[i] = d < dv ? os[r * dv + d] : d == dv ? rowMax[r] : rowSum[r];
+  }
+}
+
+// y[b, s, h, :] from the chunks' partial results of its row.
+template <typename T>
+__global__ void decodeCombineKernel(const float *partial, T *y, int64_t B, int64_t S, int64_t H, int64_t KH,
+                                    int64_t DV, int64_t headOffset, int64_t group, int64_t chunks) {
+  int64_t n = B * S * H * DV;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t d = i % DV, h = (i / DV) % H, pos = (i / (DV * H)) % S, b = i / (DV * H * S);
+    int64_t kh = (headOffset + h) / group;
+    int64_t hLo = max((int64_t)0, kh * group - headOffset);
+    int64_t row = (h - hLo) * S + pos, maxRows = group * S;
+    const float *base = partial + (b * KH + kh) * chunks * maxRows * (DV + 2) + row * (DV + 2);
+    float m = -INFINITY;
+    for (int64_t c = 0; c < chunks; ++c) m = fmaxf(m, base[c * maxRows * (DV + 2) + DV]);
+    float sum = 0.0f, acc = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float *part = base + c * maxRows * (DV + 2);
+      if (part[DV] == -INFINITY) continue; // every key of this chunk masked for the row
+      float w = expf(part[DV] - m);
+      sum += part[DV + 1] * w;
+      acc += part[d] * w;
+    }
+    st(y, i, acc / sum);
+  }
+}
+
 // Attention on bf16 tensor cores (WMMA 16x16x16, fp32 accumulation), for
 // bf16 storage with head widths that are multiples of 16: one block of four
 // warps per (batch, head, 64 queries), each warp owning 16 query rows.

@@ -39,10 +39,12 @@ func.func @col_col(%x: tensor<2x8x16xf32>, %a: tensor<256x16xf32> {parax.param =
 // -----
 
 parax.grid @g(tp = 4)
-// Row then row: the input sliced locally, partial sums before the second
+// Row then row: the input arrives split as the first layer reads it (each
+// rank loads its box: no shard_slice of it), partial sums before the second
 // layer (reduce-scattered to the split it needs) and after it.
 // CHECK-LABEL: func.func @row_row
-// CHECK: parax.shard_slice {{.*}} over @g ["tp"] dim 2
+// CHECK-SAME: %arg0: tensor<2x8x4xf32> {parax.global_sharding = #parax.sharding<@g, [{}, {}, {tp}]>, parax.input = 0 : i64}
+// CHECK-NOT: parax.shard_slice %arg0
 // CHECK: parax.reduce_scatter {{.*}} over @g ["tp"] dim 2
 // CHECK: parax.all_reduce
 // CHECK-NOT: parax.all_gather
@@ -213,8 +215,12 @@ func.func @expert_parallel(%x: tensor<1x4x8xf32>, %gate: tensor<8x8xf32> {parax.
 parax.grid @g(tp = 4)
 // Fewer KV heads (2) than ranks (4): KV heads stay whole on every rank, each
 // rank's query heads (2 of 8) name their global position for the mapping.
+// The inputs arrive as the attention reads them: q split by heads, k and v
+// whole.
 // CHECK-LABEL: func.func @kv_heads_replicated
-// CHECK: parax.shard_slice {{.*}} over @g ["tp"] dim 2 : tensor<1x8x8x8xf32> -> tensor<1x8x2x8xf32>
+// CHECK-SAME: %arg0: tensor<1x8x2x8xf32> {parax.global_sharding = #parax.sharding<@g, [{}, {}, {tp}, {}]>
+// CHECK-SAME: %arg1: tensor<1x8x2x8xf32> {parax.global_sharding = #parax.sharding<@g, [{}, {}, {}, {}]>
+// CHECK-NOT: parax.shard_slice
 // CHECK: parax.attention {{.*}}head_axes = ["tp"], head_dim = 8 : i64, head_grid = @g, num_heads = 2 : i64, num_kv_heads = 2 : i64{{.*}} : (tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x8x2x8xf32>
 func.func @kv_heads_replicated(%q: tensor<1x8x8x8xf32>, %k: tensor<1x8x2x8xf32>, %v: tensor<1x8x2x8xf32>) -> tensor<1x8x8x8xf32> {
   %o = parax.attention %q, %k, %v {causal, num_heads = 8, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}, {}]>]}

@@ -152,6 +152,21 @@ def _cli(*args):
                           cwd=ROOT, env={"PYTHONPATH": f"{ROOT}/python"})
 
 
+def test_kv_cache_step_takes_two_cache_inputs_per_layer():
+    """--past: after the tokens, per layer the keys and values of the cached
+    tokens in the attention's own layout, joined before this step's along
+    the sequence; positions start after the cache."""
+    cfg = load_config("tiny-llama")
+    text = build_model(cfg, batch=2, seq=1, past=5, dtype="f32")
+    header = text[text.index("@forward(") : text.index(") ->")]
+    inputs = [a.split(":")[1].strip() for a in header.split(",") if "parax.param" not in a and ":" in a]
+    assert inputs == ["tensor<2x1xi32>"] + ["tensor<2x5x2x16xf32>"] * (2 * cfg.layers)
+    assert text.count("parax.concat") == 2 * cfg.layers
+    assert text.count("position_offset = 5 : i64") == 2 * cfg.layers  # q and k
+    gpt2 = build_model(load_config("tiny-gpt2"), batch=1, seq=1, past=7, dtype="f32")
+    assert "offset = 7 : i64" in gpt2 and gpt2.count("parax.concat") == 2 * 2
+
+
 def test_cli_writes_a_file(tmp_path):
     out = tmp_path / "m.mlir"
     proc = _cli("tiny-mixtral", "--batch", "2", "--seq", "16", "-o", str(out))
@@ -163,6 +178,9 @@ def test_cli_writes_a_file(tmp_path):
     (["no-such-model"], "neither a preset"),
     (["tiny-llama", "--layers", "0"], "--layers must be at least 1"),
     (["tiny-gpt2", "--seq", "4096"], "exceeds n_positions 128"),
+    (["tiny-gpt2", "--seq", "1", "--past", "128"], "past 128 + sequence 1 exceeds n_positions 128"),
+    (["tiny-llama", "--past", "-1"], "past (cached tokens) must not be negative"),
+    (["tiny-llama", "--past", "4", "--loss"], "a step over a KV cache (past) is inference: no loss"),
 ])
 def test_cli_errors_are_clear(args, message):
     proc = _cli(*args)

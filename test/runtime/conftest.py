@@ -32,25 +32,41 @@ def tool(name):
 
 
 class Model:
-    """A tiny preset with random weights, tokens and the numpy reference."""
+    """A tiny preset with random weights, tokens and the numpy reference.
+
+    With `past` > 0, a step over a KV cache: `seq` tokens after `past` earlier
+    ones, whose keys and values (the numpy reference's, of the earlier
+    tokens alone) are the inputs after the tokens; the reference is then the
+    whole sequence's forward pass, its last `seq` positions."""
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
-                 dtype="f32"):
+                 dtype="f32", past=0):
         self.cfg = load_config(preset, layers=layers)
         self.dir = tmp
+        self.past = past
         self.ir = os.path.join(tmp, "model.mlir")
         with open(self.ir, "w") as f:
-            f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss))
+            f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss,
+                                past=past))
         self.weights = random_weights(self.cfg, seed=seed)
         if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
             self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
         self.checkpoint = os.path.join(tmp, "weights.safetensors")
         save_safetensors(self.checkpoint, self.weights, dtype=dtype)
         rng = np.random.default_rng(seed + 1)
-        self.tokens = rng.integers(0, self.cfg.vocab, size=(batch, seq)).astype(np.int32)
+        every = rng.integers(0, self.cfg.vocab, size=(batch, past + seq)).astype(np.int32)
+        self.past_tokens, self.tokens = every[:, :past], every[:, past:]
         self.tokens_path = os.path.join(tmp, "tokens.npy")
         np.save(self.tokens_path, self.tokens)
         self.inputs = [self.tokens_path]
+        if past:
+            cache = reference.KVCache()
+            reference.forward(self.cfg, self.weights, self.past_tokens, cache)
+            for layer in range(self.cfg.layers):
+                for name, t in (("key", cache.keys[layer]), ("value", cache.values[layer])):
+                    path = os.path.join(tmp, f"past_{layer}_{name}.npy")
+                    np.save(path, t.astype(np.float32))
+                    self.inputs.append(path)
         if loss:
             self.labels = rng.integers(0, self.cfg.vocab, size=(batch, seq)).astype(np.int32)
             self.labels_path = os.path.join(tmp, "labels.npy")
@@ -58,7 +74,8 @@ class Model:
             self.inputs.append(self.labels_path)
 
     def reference(self):
-        return reference.forward(self.cfg, self.weights, self.tokens)
+        every = np.concatenate([self.past_tokens, self.tokens], axis=1)
+        return reference.forward(self.cfg, self.weights, every)[:, self.past:]
 
     def reference_loss(self):
         """Mean token cross-entropy of the numpy logits against the labels."""

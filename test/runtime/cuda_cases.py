@@ -32,7 +32,9 @@ MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CO
                OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
 
-# name -> (preset, layers, batch, seq, loss, workload pins or None, ranks[, dtype])
+# name -> (preset, layers, batch, seq, loss, workload pins or None, ranks[, dtype[, past]])
+# (past: a step over a KV cache of that many tokens, their keys and values
+# inputs; planned as decode at that context)
 CASES = {
     "llama": ("tiny-llama", None, 2, 8, False, None, 1),
     "gpt2": ("tiny-gpt2", None, 2, 8, False, None, 1),
@@ -62,6 +64,16 @@ CASES = {
     "qwen2-moe-bf16-ep2": ("tiny-qwen2-moe", None, 2, 8, False, "ep=2,dp=1", 2, "bf16"),
     "deepseek-v3-bf16-ep2": ("tiny-deepseek-v3", None, 2, 8, False, "ep=2,dp=1", 2, "bf16"),
     "llama-loss-bf16-dp2-tp2": ("tiny-llama", None, 4, 8, True, "dp=2,tp=2", 4, "bf16"),
+    # Decode steps over a KV cache: attention split over the keys (300
+    # cached keys: five chunks), KV heads split (tp2) and replicated (tp4),
+    # MLA's value width, bf16, and three new tokens at once (a causal edge
+    # inside the last chunk).
+    "llama-decode": ("tiny-llama", None, 2, 1, False, None, 1, "f32", 300),
+    "llama-decode-3": ("tiny-llama", None, 2, 3, False, None, 1, "f32", 125),
+    "llama-decode-tp2": ("tiny-llama", None, 2, 1, False, "tp=2,dp=1", 2, "f32", 300),
+    "llama-decode-tp4": ("tiny-llama", None, 2, 1, False, "tp=4,dp=1", 4, "f32", 300),
+    "deepseek-v3-decode": ("tiny-deepseek-v3", None, 2, 1, False, None, 1, "f32", 70),
+    "gpt2-decode-bf16": ("tiny-gpt2", None, 2, 1, False, None, 1, "bf16", 100),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -95,14 +107,16 @@ def prepare(name, root):
     from conftest import Model  # the compiler half: pytest's helper
     preset, layers, batch, seq, loss, pins, ranks, *rest = CASES[name]
     dtype = rest[0] if rest else "f32"
+    past = rest[1] if len(rest) > 1 else 0
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
-    model = Model(case_dir, preset, layers=layers, batch=batch, seq=seq, loss=loss, dtype=dtype)
+    model = Model(case_dir, preset, layers=layers, batch=batch, seq=seq, loss=loss, dtype=dtype,
+                  past=past)
     single = model.compile("single")
     cpu = model.run(single, 1)
     ref = np.float32(model.reference_loss()) if loss else model.reference()
-    exe = single if pins is None else \
-        model.compile("sharded", f"prefill:batch={batch},seq={seq},{pins}", ranks)
+    workload = f"decode:batch={batch},context={past}" if past else f"prefill:batch={batch},seq={seq}"
+    exe = single if pins is None else model.compile("sharded", f"{workload},{pins}", ranks)
     np.save(os.path.join(case_dir, "cpu.npy"), cpu)
     np.save(os.path.join(case_dir, "numpy.npy"), ref)
     with open(os.path.join(case_dir, "case.json"), "w") as f:

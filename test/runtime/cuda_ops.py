@@ -62,6 +62,20 @@ OPS = {
         [("q", t(1, 5, 2, 512), None), ("k", t(1, 5, 2, 512), None), ("v", t(1, 5, 2, 512), None)],
         "parax.attention %q, %k, %v {causal, head_dim = 512 : i64, num_heads = 2 : i64,"
         " num_kv_heads = 2 : i64, scale = 0.04 : f64}", t(1, 5, 2, 512), {}),
+    # A few queries over many keys: split over the keys (flash-decoding).
+    "attention-decode-split": (  # 700 keys: 11 chunks; 8 heads over 2 KV heads in one block each
+        [("q", t(2, 1, 8, 16), None), ("k", t(2, 700, 2, 16), None), ("v", t(2, 700, 2, 16), None)],
+        "parax.attention %q, %k, %v {causal, head_dim = 16 : i64, num_heads = 8 : i64,"
+        " num_kv_heads = 2 : i64, scale = 0.25 : f64}", t(2, 1, 8, 16), {}),
+    "attention-decode-masked-chunk": (  # 4 queries, 129 keys: the last chunk (key 128)
+        # is masked for the first three
+        [("q", t(1, 4, 4, 32), None), ("k", t(1, 129, 4, 32), None), ("v", t(1, 129, 4, 32), None)],
+        "parax.attention %q, %k, %v {causal, head_dim = 32 : i64, num_heads = 4 : i64,"
+        " num_kv_heads = 4 : i64, scale = 0.17 : f64}", t(1, 4, 4, 32), {}),
+    "attention-decode-full-dv": (  # not causal; value width differs
+        [("q", t(2, 2, 4, 24), None), ("k", t(2, 100, 2, 24), None), ("v", t(2, 100, 2, 16), None)],
+        "parax.attention %q, %k, %v {head_dim = 24 : i64, num_heads = 4 : i64,"
+        " num_kv_heads = 2 : i64, scale = 0.2 : f64}", t(2, 2, 4, 16), {}),
     "add-broadcast": (
         [("a", t(2, 1, 5), None), ("b", t(1, 3, 1), None)],
         "parax.add %a, %b", t(2, 3, 5), {}),

@@ -58,6 +58,68 @@ def test_sharded_matches_single_rank(tmp_path, preset, layers, pins, ranks):
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
 
 
+# A step over a KV cache: the cache's keys and values are inputs (the numpy
+# reference's, of the earlier tokens alone), and the step's logits must equal
+# the whole sequence's forward pass at its last positions -- which also holds
+# the reference's cache to its own full pass.
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe",
+                                    "tiny-deepseek-v3"])
+@pytest.mark.parametrize("seq", [1, 3], ids=["decode", "chunk-of-3"])
+def test_step_over_a_kv_cache_matches_the_whole_sequence(tmp_path, preset, seq):
+    model = Model(str(tmp_path), preset, seq=seq, past=6)
+    logits = model.run(model.compile("single"), 1)
+    ref = model.reference()
+    assert logits.shape == ref.shape == (2, seq, model.cfg.vocab)
+    assert np.abs(logits - ref).max() < NUMPY_TOL
+
+
+DECODE_PLANS = [
+    ("tiny-llama", "tp=2,dp=1", 2),
+    ("tiny-llama", "tp=4,dp=1", 4),      # 2 KV heads on 4 ranks: the cache replicated
+    ("tiny-llama", "pp=2,dp=1", 2),      # each stage loads its layers' cache only
+    ("tiny-llama", "dp=2,tp=2,pp=2", 8),
+    ("tiny-gpt2", "tp=2,dp=1", 2),
+    ("tiny-mixtral", "ep=2,tp=2,dp=1", 4),
+    ("tiny-deepseek-v3", "tp=2,dp=1", 2),
+]
+
+
+@pytest.mark.parametrize("preset,pins,ranks", DECODE_PLANS,
+                         ids=[f"{p[0]}-{p[1]}" for p in DECODE_PLANS])
+def test_decode_step_sharded_matches_single_rank(tmp_path, preset, pins, ranks):
+    model = Model(str(tmp_path), preset, seq=1, past=6)
+    single = model.run(model.compile("single"), 1)
+    sharded = model.run(model.compile("sharded", f"decode:batch=2,context=6,{pins}", ranks), ranks)
+    assert np.abs(sharded - single).max() < SHARDED_TOL
+    assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
+
+
+def test_decode_step_loads_each_rank_its_kv_heads(tmp_path):
+    """Under TP the cache arrives split by KV heads: no rank loads all of it
+    (nor cuts it every step)."""
+    model = Model(str(tmp_path), "tiny-llama", seq=1, past=6)
+    exe = model.compile("sharded", "decode:batch=2,context=6,tp=2,dp=1", 2)
+    text = open(os.path.join(model.dir, "sharded.mlir")).read()
+    # 2 layers x (key, value): [2, 6, 2 KV heads, 16] globally, one head a rank.
+    assert text.count("tensor<2x6x1x16xf32> {parax.global_sharding") == 4
+    assert "parax.shard_slice %arg" not in text  # no input is cut after loading
+    proc = model.run(exe, 2, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_decode_step_without_its_cache_names_the_input(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama", seq=1, past=6)
+    exe = model.compile("single")
+    model.inputs = model.inputs[:3]  # tokens and layer 0's cache only
+    proc = model.run(exe, 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert "wants input #3 but 3 were given" in proc.stderr + proc.stdout
+    model.inputs += [model.tokens_path] * 2  # layer 1's cache of the wrong shape
+    proc = model.run(exe, 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert "input #3 has shape [2, 1], the executable expects [2, 6, 2, 16]" in proc.stderr + proc.stdout
+
+
 def test_fused_weight_is_loaded_in_pieces(tmp_path):
     """GPT-2's c_attn holds q, k and v side by side in one checkpoint
     tensor. Under TP2 each rank loads its half of every tensor-parallel

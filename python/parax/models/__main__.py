@@ -1,5 +1,5 @@
 """python3 -m parax.models PRESET|config.json [--layers N] [--batch B --seq S]
-                          [--dtype bf16|f32] [--loss] -o model.mlir"""
+                          [--dtype bf16|f32] [--loss] [--past P] -o model.mlir"""
 
 import argparse
 import sys
@@ -21,6 +21,9 @@ def main(argv=None):
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     parser.add_argument("--loss", action="store_true",
                         help="take labels and return the mean cross-entropy loss")
+    parser.add_argument("--past", type=int, default=0,
+                        help="a step over a KV cache of P earlier tokens (their keys and "
+                             "values are inputs after the tokens; --seq 1: a decode step)")
     parser.add_argument("-o", "--output", default="-", help="output file ('-' = stdout)")
     parser.add_argument("--list", action="store_true", help="list the presets")
     args = parser.parse_args(argv)
@@ -32,7 +35,7 @@ def main(argv=None):
     try:
         cfg = load_config(args.model, layers=args.layers)
         text = build_model(cfg, batch=args.batch, seq=args.seq, dtype=args.dtype,
-                           loss=args.loss)
+                           loss=args.loss, past=args.past)
     except (ConfigError, ValueError) as e:
         print(f"parax.models: error: {e}", file=sys.stderr)
         return 1

@@ -107,9 +107,10 @@ class _Emitter:
 
 
 class _Builder:
-    def __init__(self, cfg: ModelConfig, batch, seq, dtype):
+    def __init__(self, cfg: ModelConfig, batch, seq, dtype, past=0):
         self.cfg = cfg
         self.B, self.S = batch, seq
+        self.past = past
         self.e = _Emitter(DTYPES[dtype])
         self.e._types = {}
 
@@ -145,6 +146,8 @@ class _Builder:
     def rope(self, x, rotary_dim, interleaved=False):
         cfg = self.cfg
         attrs = f"rotary_dim = {rotary_dim} : i64, theta = {f64(cfg.rope_theta)}"
+        if self.past:
+            attrs += f", position_offset = {self.past} : i64"
         if interleaved:
             attrs += ", interleaved"
         if cfg.rope_scaling:
@@ -157,6 +160,21 @@ class _Builder:
         return self.e.op("rope", [x], [x[1]], attrs)
 
     def attention(self, q, k, v, heads, kv_heads, head_dim, scale):
+        """With a KV cache (`past` > 0), the keys and values of the `past`
+        earlier tokens are program inputs (`%past_<layer>_key`, `%past_<layer>_value`)
+        (the attention's own k and v operands, after RoPE) put in front of
+        this step's."""
+        if self.past:
+            e = self.e
+            for name, x in (("key", k), ("value", v)):
+                cached = e.arg(f"past_{e.layer}_{name}", [self.B, self.past] + x[1][2:],
+                               e.dtype)
+                joined = e.op("concat", [cached, x], [[self.B, self.past + x[1][1]] + x[1][2:]],
+                              "dim = 1 : i64")
+                if name == "key":
+                    k = joined
+                else:
+                    v = joined
         shape = q[1][:3] + [v[1][3]]
         attrs = (f"causal, head_dim = {head_dim} : i64, num_heads = {heads} : i64, "
                  f"num_kv_heads = {kv_heads} : i64, scale = {f64(scale)}")
@@ -297,13 +315,14 @@ class _Builder:
     def build_gpt2(self, tokens):
         cfg, e, B, S = self.cfg, self.e, self.B, self.S
         h, nh, hd = cfg.hidden, cfg.heads, cfg.head_dim
-        if S > cfg.max_positions:
-            raise ValueError(f"sequence {S} exceeds n_positions {cfg.max_positions}")
+        if self.past + S > cfg.max_positions:
+            raise ValueError(f"{'past ' + str(self.past) + ' + ' if self.past else ''}"
+                             f"sequence {S} exceeds n_positions {cfg.max_positions}")
         e.layer = -1
         wte = e.param("transformer.wte.weight", [cfg.vocab, h])
         wpe = e.param("transformer.wpe.weight", [cfg.max_positions, h])
         tok = e.op("embedding", [tokens, wte], [tokens[1] + [h]])
-        pos = e.op("position_embedding", [wpe], [[1, S, h]], "offset = 0 : i64")
+        pos = e.op("position_embedding", [wpe], [[1, S, h]], f"offset = {self.past} : i64")
         hidden = e.op("add", [tok, pos], [tok[1]])
         for i in range(cfg.layers):
             e.layer = i
@@ -351,22 +370,33 @@ class _Builder:
         args = ",\n      ".join(f"{ssa}: {ty}{' ' + attrs if attrs else ''}"
                                for ssa, ty, attrs in e.args)
         header = (f"// parax model: {self.cfg.name} ({self.cfg.family}), "
-                  f"{self.cfg.layers} layers, batch {self.B}, sequence {self.S}\n")
+                  f"{self.cfg.layers} layers, batch {self.B}, sequence {self.S}"
+                  f"{f', after {self.past} cached tokens' if self.past else ''}\n")
         return (header + "module {\n"
                 f"  func.func @forward(\n      {args}) -> {result_type} {{\n"
                 + "\n".join(e.lines) + "\n"
                 f"    return {result[0]} : {result_type}\n  }}\n}}\n")
 
 
-def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False):
-    """Returns the parax IR text of `cfg`'s forward pass (and loss with `loss`)."""
+def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, past=0):
+    """Returns the parax IR text of `cfg`'s forward pass (and loss with `loss`).
+
+    `past` > 0 builds a step over a KV cache: `seq` new tokens (1 for a decode
+    step) at positions past .. past + seq - 1, attending to the cache's `past`
+    keys and values, which are inputs after the tokens, two per layer (key,
+    value; each `[batch, past, kv_heads, head_dim]` as the attention reads
+    them, keys after RoPE)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if seq is None:
         seq = min(2048, cfg.max_positions)
     if batch < 1 or seq < 1:
         raise ValueError("batch and sequence must be positive")
-    return _Builder(cfg, batch, seq, dtype).build(loss=loss)
+    if past < 0:
+        raise ValueError("past (cached tokens) must not be negative")
+    if past and loss:
+        raise ValueError("a step over a KV cache (past) is inference: no loss")
+    return _Builder(cfg, batch, seq, dtype, past).build(loss=loss)
 
 
 def parameter_shapes(cfg: ModelConfig):

@@ -46,6 +46,7 @@ void enteredStack(void *, bool) {}
 
 constexpr size_t kStackBytes = 256 * 1024; // virtual; pages appear when used
 constexpr int kSharedDefault = 48 * 1024, kSharedOptIn = 227 * 1024; // H100/H200
+constexpr int kMultiprocessors = 132;                                // H100/H200 SXM
 
 struct Fiber {
   ucontext_t context;
@@ -300,6 +301,7 @@ bool isDeviceRange(const void *ptr, size_t bytes) {
 using parax::simt::isDeviceRange;
 using parax::simt::record;
 using parax::simt::state;
+using parax::simt::kMultiprocessors;
 using parax::simt::kSharedOptIn;
 
 namespace {
@@ -615,6 +617,10 @@ cudaError_t cudaFuncSetAttribute(const void *kernel, cudaFuncAttribute attribute
 }
 
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, int) {
+  if (attribute == cudaDevAttrMultiProcessorCount) {
+    *value = kMultiprocessors;
+    return cudaSuccess;
+  }
   if (attribute != cudaDevAttrMaxSharedMemoryPerBlockOptin)
     return cudaErrorInvalidValue;
   *value = kSharedOptIn;

@@ -237,7 +237,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 /// Shared memory beyond 48 KiB needs this per kernel, up to the opt-in
 /// limit (227 KiB, as on H100/H200).
 cudaError_t cudaFuncSetAttribute(const void *kernel, cudaFuncAttribute attribute, int value);
