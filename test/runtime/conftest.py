@@ -74,6 +74,8 @@ class Model:
             self.inputs.append(self.labels_path)
 
     def reference(self):
+        if not self.past:
+            return reference.forward(self.cfg, self.weights, self.tokens)
         every = np.concatenate([self.past_tokens, self.tokens], axis=1)
         return reference.forward(self.cfg, self.weights, every)[:, self.past:]
 

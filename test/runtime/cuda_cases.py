@@ -244,21 +244,25 @@ def _bench_block():
 
 # --- performance (figures, not pass/fail) ------------------------------------
 
-BENCH = {  # name -> (preset, layers, batch, seq, dtype)
-    "llama3-8b-1layer-prefill2048": ("llama3-8b", 1, 1, 2048, "f32"),
-    "llama3-8b-1layer-decode-proxy": ("llama3-8b", 1, 1, 1, "f32"),
-    "llama3-8b-1layer-prefill2048-bf16": ("llama3-8b", 1, 1, 2048, "bf16"),
-    "llama3-8b-1layer-decode-proxy-bf16": ("llama3-8b", 1, 1, 1, "bf16"),
+BENCH = {  # name -> (preset, layers, batch, seq, dtype, tokens in the KV cache)
+    "llama3-8b-1layer-prefill2048": ("llama3-8b", 1, 1, 2048, "f32", 0),
+    "llama3-8b-1layer-decode-ctx4096": ("llama3-8b", 1, 1, 1, "f32", 4096),
+    "llama3-8b-1layer-prefill2048-bf16": ("llama3-8b", 1, 1, 2048, "bf16", 0),
+    "llama3-8b-1layer-decode-ctx4096-bf16": ("llama3-8b", 1, 1, 1, "bf16", 4096),
+    "llama3-8b-1layer-decode8-ctx4096-bf16": ("llama3-8b", 1, 8, 1, "bf16", 4096),
 }
 
 
-# One op alone: name -> ((batch, seq, heads, kv heads, head width), dtype,
-# PARAX_ATTENTION), causal attention with Llama-3-8B's shapes: fp32 (CUDA
-# cores), bf16 on tensor cores and bf16 on CUDA cores.
+# One op alone: name -> ((batch, seq, heads, kv heads, head width, keys),
+# dtype, PARAX_ATTENTION), causal attention with Llama-3-8B's shapes: fp32
+# (CUDA cores), bf16 on tensor cores and bf16 on CUDA cores; a decode step
+# over 4096 cached keys split over the keys, and not.
 BENCH_ATTENTION = {
-    "attention-llama3-8b-prefill2048": ((1, 2048, 32, 8, 128), "f32", ""),
-    "attention-llama3-8b-prefill2048-bf16": ((1, 2048, 32, 8, 128), "bf16", ""),
-    "attention-llama3-8b-prefill2048-bf16-cuda-cores": ((1, 2048, 32, 8, 128), "bf16", "cuda-cores"),
+    "attention-llama3-8b-prefill2048": ((1, 2048, 32, 8, 128, 2048), "f32", ""),
+    "attention-llama3-8b-prefill2048-bf16": ((1, 2048, 32, 8, 128, 2048), "bf16", ""),
+    "attention-llama3-8b-prefill2048-bf16-cuda-cores": ((1, 2048, 32, 8, 128, 2048), "bf16", "cuda-cores"),
+    "attention-llama3-8b-decode8-ctx4096-bf16": ((8, 1, 32, 8, 128, 4097), "bf16", ""),
+    "attention-llama3-8b-decode8-ctx4096-bf16-no-split": ((8, 1, 32, 8, 128, 4097), "bf16", "no-split"),
 }
 
 
@@ -281,8 +285,8 @@ def _experts_mlir(T, K, E, H, F):
             f"  return %y : {x}\n}}\n")
 
 
-def _attention_mlir(B, S, H, KH, D, dtype="f32"):
-    q, kv = f"tensor<{B}x{S}x{H}x{D}x{dtype}>", f"tensor<{B}x{S}x{KH}x{D}x{dtype}>"
+def _attention_mlir(B, S, H, KH, D, T, dtype="f32"):
+    q, kv = f"tensor<{B}x{S}x{H}x{D}x{dtype}>", f"tensor<{B}x{T}x{KH}x{D}x{dtype}>"
     return (f"func.func @f(%q: {q}, %k: {kv}, %v: {kv}) -> {q} {{\n"
             f"  %y = parax.attention %q, %k, %v {{causal, head_dim = {D} : i64, num_heads = {H} : i64,"
             f" num_kv_heads = {KH} : i64, scale = {D ** -0.5} : f64}} : ({q}, {kv}, {kv}) -> {q}\n"
@@ -308,19 +312,21 @@ def prepare_bench(root, bin_dir):
             f.write(_experts_mlir(*dims))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
         os.remove(ir)
-    for name, (preset, layers, batch, seq, dtype) in BENCH.items():
+    for name, (preset, layers, batch, seq, dtype, past) in BENCH.items():
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
         ir = os.path.join(d, "model.mlir")
         with open(ir, "w") as f:
-            f.write(build_model(load_config(preset, layers=layers), batch=batch, seq=seq, dtype=dtype))
+            f.write(build_model(load_config(preset, layers=layers), batch=batch, seq=seq, dtype=dtype,
+                                past=past))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir,
               "-o", os.path.join(d, "model.pxe")])
         # What the planner expects this program to need on one GPU, for the
         # summary to set beside what the runtime allocated there.
         planned = os.path.join(d, "planned.mlir")
         _run([os.path.join(bin_dir, "parax-opt"), ir, "--parax-plan=cluster=dgx-h100:devices_per_node=1 "
-              f"workload=prefill:batch={batch},seq={seq}", "-o", planned])
+              + (f"workload=decode:batch={batch},context={past}" if past else
+                 f"workload=prefill:batch={batch},seq={seq}"), "-o", planned])
         with open(os.path.join(d, "planned-memory.json"), "w") as f:
             json.dump({"memory_per_device_bytes": planned_memory(planned)}, f)
         os.remove(planned)
@@ -359,7 +365,7 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     from parax.checkpoint import save_safetensors
     from parax.models import load_config
     from parax.models.builder import parameter_shapes
-    preset, layers, batch, seq, dtype = BENCH[name]
+    preset, layers, batch, seq, dtype, past = BENCH[name]
     d = os.path.join(root, name)
     cfg = load_config(preset, layers=layers)
     shapes = parameter_shapes(cfg)
@@ -376,20 +382,29 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
         save_safetensors(weights_path, arrays[(preset, layers)], dtype=dtype)
     tokens = os.path.join(d, "tokens.npy")
     np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (batch, seq)).astype(np.int32))
-    _, log = parax_run(bin_dir, weights_path, os.path.join(d, "model.pxe"), 1, [tokens],
+    inputs = [tokens]
+    kv_shape = (batch, past, cfg.kv_heads, cfg.head_dim)
+    if past:  # the cache: the same values for every layer's keys and values
+        cache = os.path.join(weights_dir, f"cache-{batch}x{past}x{cfg.kv_heads}x{cfg.head_dim}.npy")
+        np.save(cache, np.resize(_bench_block(), kv_shape) * 50)
+        inputs += [cache] * (2 * layers)
+    _, log = parax_run(bin_dir, weights_path, os.path.join(d, "model.pxe"), 1, inputs,
                        os.path.join(d, "out.npy"), device, steps=10, timeout=500,
                        env={"PARAX_CUDA_PROFILE": "1"} if device == "cuda" else None)
     step_ms = step_ms_of(log)
     params = sum(int(np.prod(s)) for s in shapes.values())
     matmul = params - cfg.vocab * cfg.hidden  # the embedding is a gather
     tokens_n = batch * seq
-    flops = 2 * matmul * tokens_n + 4 * batch * seq * seq * cfg.heads * cfg.head_dim * layers
+    flops = 2 * matmul * tokens_n + 4 * batch * seq * (past + seq) * cfg.heads * cfg.head_dim * layers
     # Bytes a step must read at least: every weight but the embedding
-    # table (a gather reads only the tokens' rows); bf16 programs keep
-    # their GEMM weights in bf16 on the device (the norms stay fp32).
-    weight_bytes = (2 if dtype == "bf16" else 4) * matmul
+    # table (a gather reads only the tokens' rows), and the KV cache; bf16
+    # programs keep their GEMM weights and cache in bf16 on the device (the
+    # norms stay fp32).
+    width = 2 if dtype == "bf16" else 4
+    weight_bytes = width * matmul
+    kv_bytes = width * 2 * layers * int(np.prod(kv_shape))
     return {"case": name, "step_ms_median_of_10": step_ms,
-            "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes,
+            "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes, "kv_bytes": kv_bytes,
             "weights_read_tb_per_s": weight_bytes / step_ms / 1e9, "profile_ms": profile_of(log),
             "temporaries": temporaries_of(log), "device_bytes": _counted(log, "bytes of device memory"),
             "planned_bytes": _planned_bytes(d)}
@@ -397,15 +412,18 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
 
 def attention_rows(q, k, v, rows):
     """numpy causal attention (grouped heads) for the queries `rows` only:
-    [B, len(rows), H, D]. Cheap at any sequence length."""
+    [B, len(rows), H, D] (with more keys than queries, the queries are the
+    last positions). Cheap at any sequence length."""
     H, KH = q.shape[2], k.shape[2]
+    past = k.shape[1] - q.shape[1]
     k = np.repeat(k.astype(np.float64), H // KH, axis=2)
     v = np.repeat(v.astype(np.float64), H // KH, axis=2)
     out = []
     for r in rows:
-        scores = np.einsum("bhd,bthd->bht", q[:, r].astype(np.float64), k[:, :r + 1]) / np.sqrt(q.shape[3])
+        seen = past + r + 1
+        scores = np.einsum("bhd,bthd->bht", q[:, r].astype(np.float64), k[:, :seen]) / np.sqrt(q.shape[3])
         p = np.exp(scores - scores.max(axis=2, keepdims=True))
-        out.append(np.einsum("bht,bthd->bhd", p / p.sum(axis=2, keepdims=True), v[:, :r + 1]))
+        out.append(np.einsum("bht,bthd->bhd", p / p.sum(axis=2, keepdims=True), v[:, :seen]))
     return np.stack(out, axis=1)
 
 
@@ -414,13 +432,13 @@ def _bench_attention(name, root, bin_dir, device):
     (tile edges, the first and last) against numpy, within 1e-4 (fp32) or
     1 % (bf16) of the largest |output|."""
     from parax.checkpoint import round_to_bf16, save_safetensors
-    (B, S, H, KH, D), dtype, kernel = BENCH_ATTENTION[name]
+    (B, S, H, KH, D, T), dtype, kernel = BENCH_ATTENTION[name]
     d = os.path.join(root, name)
     rng = np.random.default_rng(2)
     inputs, values = [], []
-    for arg, heads in (("q", H), ("k", KH), ("v", KH)):
+    for arg, heads, rows_of in (("q", H, S), ("k", KH, T), ("v", KH, T)):
         inputs.append(os.path.join(d, arg + ".npy"))
-        values.append(rng.standard_normal((B, S, heads, D), dtype=np.float32))
+        values.append(rng.standard_normal((B, rows_of, heads, D), dtype=np.float32))
         np.save(inputs[-1], values[-1])
     weights_path = os.path.join(d, "empty.safetensors")
     save_safetensors(weights_path, {})
@@ -429,7 +447,8 @@ def _bench_attention(name, root, bin_dir, device):
                        env={"PARAX_ATTENTION": kernel} if kernel else None)
     step_ms = step_ms_of(log)
     # The causal half only: q.k and p.v over the keys each query sees.
-    flops = 4 * B * H * D * S * (S + 1) / 2
+    flops = 4 * B * H * D * (S * (T - S) + S * (S + 1) / 2)
+    kv_bytes = 2 * B * T * KH * D * (2 if dtype == "bf16" else 4)
     rows = sorted({r for r in (0, 1, 31, 32, 63, 64, 65, S // 2, S - 2, S - 1) if 0 <= r < S})
     if dtype == "bf16":  # the GPU reads the inputs rounded to bf16
         values = [round_to_bf16(v) for v in values]
@@ -438,7 +457,7 @@ def _bench_attention(name, root, bin_dir, device):
     diff = float(np.abs(got - want).max())
     tolerance = (1e-2 if dtype == "bf16" else 1e-4) * float(np.abs(want).max())
     return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9,
-            "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
+            "kv_bytes": kv_bytes, "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
 
 
 def _experts_rows(block, x, w, idx, tokens, E, H, F):
