@@ -312,7 +312,7 @@ double Solver::attentionFlops(const OpNode &op) const {
 }
 
 double Solver::opTime(const OpNode &op, const Strategy &s) const {
-  if (op.kind == OpClass::Reshape)
+  if (op.kind == OpClass::Reshape || op.cacheView)
     return 0; // a view
   double tokens = ctx.tokens();
   double flops = op.kind == OpClass::Attention ? attentionFlops(op)
@@ -431,7 +431,7 @@ LayerPlan Solver::solve() {
       }
   auto layoutAt = [&](int i, const State &state, int v) -> int8_t {
     int p = position[i][v];
-    return p < 0 ? kDead : static_cast<int8_t>(state[p]);
+    return p < 0 ? static_cast<int8_t>(kDead) : static_cast<int8_t>(state[p]);
   };
 
   std::vector<std::unordered_map<State, int>> index(n + 1);
@@ -548,7 +548,7 @@ LayerPlan Solver::solve() {
       liveBytes += fullBytes(res) * share(s.out[k]);
     plan.peakLiveBytes = std::max(plan.peakLiveBytes, liveBytes);
     // Activations kept for the backward pass.
-    if (op.kind == OpClass::Reshape)
+    if (op.kind == OpClass::Reshape || op.cacheView)
       continue;
     double kept = 0;
     for (auto [k, res] : llvm::enumerate(op.results))

@@ -70,6 +70,21 @@ static void appendSignature(std::string &signature, const OpNode &node) {
   os << '\n';
 }
 
+// A KV cache (a data argument) joined along the sequence with a step's new
+// keys or values, read only by an attention of at most 4 queries (as its k
+// or v): what the CUDA backend's decode attention reads in place.
+static bool readsKvCacheInPlace(func::FuncOp function, ConcatOp concat) {
+  auto cache = dyn_cast<BlockArgument>(concat.getOperand(0));
+  if (concat.getDim() != 1 || concat->getNumOperands() != 2 || !cache ||
+      function.getArgAttr(cache.getArgNumber(), ParaxDialect::kParamAttrName) ||
+      !concat.getResult().hasOneUse())
+    return false;
+  OpOperand &use = *concat.getResult().getUses().begin();
+  auto attention = dyn_cast<AttentionOp>(use.getOwner());
+  return attention && use.getOperandNumber() != 0 &&
+         cast<RankedTensorType>(attention.getQ().getType()).getDimSize(1) <= 4;
+}
+
 FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
   ModelGraph model;
   Block &body = function.getBody().front();
@@ -223,6 +238,11 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         node.dim = slice.getDim();
       } else if (auto concat = dyn_cast<ConcatOp>(op)) {
         node.dim = concat.getDim();
+        node.cacheView = readsKvCacheInPlace(function, concat);
+        if (node.cacheView) {
+          layer.values[node.inputs[0]].bytesPerToken = 0;
+          layer.values[node.results[0]].bytesPerToken = 0;
+        }
       } else if (auto transpose = dyn_cast<TransposeOp>(op)) {
         node.permutation.assign(transpose.getPermutation().begin(),
                                 transpose.getPermutation().end());

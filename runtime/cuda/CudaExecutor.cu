@@ -206,6 +206,31 @@ struct CudaExecutor::State {
   std::vector<bool> skipped; // per instruction: not issued by steps (fused, or hoisted)
   Status planGeluFusion();
 
+  // A decode step's KV cache joined with the new tokens' keys (or values)
+  // by a `concat` on the sequence whose only use is an attention that
+  // takes the split decode kernel: the concat is skipped and the kernel
+  // reads the two parts where they are, so the cache is read once a step
+  // instead of copied and read again. (attention, operand 1 or 2) -> the
+  // concat's (cache, new) buffers.
+  std::map<std::pair<const pxe::Instruction *, int>, std::pair<int32_t, int32_t>> cacheParts;
+  void planCacheReads();
+  /// Whether `attention` runs split over the keys (its shapes allow it);
+  /// `tile`: the keys per shared-memory tile then.
+  bool decodeAttention(const pxe::Instruction &attention, int *tile = nullptr) const;
+  /// The buffers an instruction reads: its operands, a fused concat's
+  /// result replaced by the concat's parts.
+  std::vector<int32_t> readsOf(const pxe::Instruction &inst) const {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < inst.operands_size(); ++i) {
+      auto it = cacheParts.find({&inst, i});
+      if (it == cacheParts.end())
+        ids.push_back(inst.operands(i));
+      else
+        ids.insert(ids.end(), {it->second.first, it->second.second});
+    }
+    return ids;
+  }
+
   // Data movement whose operands are all parameters (or results of such
   // moves) gives the same result every step: GPT-2's fused QKV weight,
   // sliced and then cut for TP, for instance. prepare runs it once.
@@ -233,9 +258,10 @@ struct CudaExecutor::State {
     auto touched = [&](int32_t id) {
       return std::find(pending->buffers.begin(), pending->buffers.end(), id) != pending->buffers.end();
     };
-    for (const auto *ids : {&inst.operands(), &inst.results()})
-      for (int32_t id : *ids)
-        if (touched(id)) return true;
+    for (int32_t id : readsOf(inst))
+      if (touched(id)) return true;
+    for (int32_t id : inst.results())
+      if (touched(id)) return true;
     auto fused = geluInto.find(&inst);
     return fused != geluInto.end() && touched(fused->second);
   }
@@ -362,7 +388,7 @@ struct CudaExecutor::State {
         if (exe->grid().axis_names(i) == axis) mask |= 1u << i;
     return mask;
   }
-  int64_t groupSize(const std::vector<std::string> &axes) {
+  int64_t groupSize(const std::vector<std::string> &axes) const {
     int64_t n = 1;
     for (const std::string &axis : axes) n *= axisSize(*exe, axis);
     return n;
@@ -512,6 +538,42 @@ Status CudaExecutor::State::planGeluFusion() {
   return Status::ok();
 }
 
+bool CudaExecutor::State::decodeAttention(const pxe::Instruction &attention, int *tile) const {
+  if (!splitDecodeAttention || attention.op() != "attention") return false;
+  const DeviceBuffer &q = buffers[attention.operands(0)], &k = buffers[attention.operands(1)],
+                     &v = buffers[attention.operands(2)];
+  int64_t S = q.shape[1], H = q.shape[2], D = q.shape[3], KH = k.shape[2], DV = v.shape[3];
+  std::vector<std::string> headAxes = attrStrings(attention.attrs(), "head_axes");
+  int64_t group = headAxes.empty() ? H / KH : H * groupSize(headAxes) / KH;
+  int keys = DecodeTiles().keys;
+  while (DecodeTiles::floats(group * S, keys, D, DV) * 4 > sharedOptIn && keys > 16) keys /= 2;
+  if (tile) *tile = keys;
+  return S <= 4 && group * S <= 64 && DecodeTiles::floats(group * S, keys, D, DV) * 4 <= sharedOptIn;
+}
+
+void CudaExecutor::State::planCacheReads() {
+  const pxe::Stage &stage = host.stageProgram();
+  std::map<int32_t, int> uses; // by instructions and as the stage's outputs
+  std::map<int32_t, std::pair<int, int>> readBy; // a buffer's (last) reader: instruction, operand
+  for (int k = 0; k < stage.instructions_size(); ++k)
+    for (int i = 0; i < stage.instructions(k).operands_size(); ++i) {
+      ++uses[stage.instructions(k).operands(i)];
+      readBy[stage.instructions(k).operands(i)] = {k, i};
+    }
+  for (int32_t id : stage.outputs()) ++uses[id];
+  for (int k = 0; k < stage.instructions_size(); ++k) {
+    const pxe::Instruction &cat = stage.instructions(k);
+    if (skipped[k] || cat.op() != "concat" || cat.operands_size() != 2 || attrInt(cat.attrs(), "dim") != 1 ||
+        buffers[cat.results(0)].shape.size() != 4 || uses[cat.results(0)] != 1 || !readBy.count(cat.results(0)))
+      continue;
+    auto [reader, operand] = readBy[cat.results(0)];
+    const pxe::Instruction &attention = stage.instructions(reader);
+    if ((operand != 1 && operand != 2) || skipped[reader] || !decodeAttention(attention)) continue;
+    cacheParts[{&attention, operand}] = {cat.operands(0), cat.operands(1)};
+    skipped[k] = true;
+  }
+}
+
 // The host executor has run the moves of parameters once (exact in any
 // storage dtype: they only copy values); their results are uploaded.
 Status CudaExecutor::State::hoistInvariants() {
@@ -551,7 +613,7 @@ Status CudaExecutor::State::placeTemporaries() {
   for (int k = 0; k < n; ++k) {
     if (skipped[k]) continue;
     const pxe::Instruction &inst = stage.instructions(k);
-    for (int32_t id : inst.operands()) {
+    for (int32_t id : readsOf(inst)) {
       live(id, k);
       firstRead[id] = std::min(firstRead[id], k);
     }
@@ -568,9 +630,11 @@ Status CudaExecutor::State::placeTemporaries() {
   }
   for (int32_t id : stage.outputs()) last[id] = n; // read after the step
   std::vector<BufferLifetime> lifetimes;
+  std::vector<bool> untouched; // by a step (a fused concat's or linear's result): no memory
   for (int32_t id : ids) {
-    if (first[id] > last[id]) first[id] = 0, last[id] = n; // never touched by a step: keep it apart
-    lifetimes.push_back({buffers[id].bytes(), first[id], last[id]});
+    untouched.push_back(first[id] > last[id]);
+    if (untouched.back()) first[id] = last[id] = 0;
+    lifetimes.push_back({untouched.back() ? 0 : buffers[id].bytes(), first[id], last[id]});
   }
   temporaries = planBuffers(lifetimes, 256);
   if (temporaries.arenaBytes == 0) return Status::ok();
@@ -582,7 +646,7 @@ Status CudaExecutor::State::placeTemporaries() {
   for (size_t j = 0; j < ids.size(); ++j) {
     buffers[ids[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
     buffers[ids[j]].inArena = true;
-    if (poison && last[ids[j]] < n) poisonAfter[last[ids[j]]].push_back(ids[j]);
+    if (poison && last[ids[j]] < n && !untouched[j]) poisonAfter[last[ids[j]]].push_back(ids[j]);
   }
   return Status::ok();
 }
@@ -678,6 +742,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   }
   st = s.hoistInvariants();
   if (!st.isOk()) return st;
+  s.planCacheReads();
   st = s.placeTemporaries();
   if (!st.isOk()) return st;
   st = s.sync(); // the uploads have finished reading the host copies
@@ -777,6 +842,7 @@ StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
 bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
 size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }
 size_t CudaExecutor::hoistedInstructions() const { return s_->hoisted; }
+size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
 size_t CudaExecutor::deviceBytes() const { return s_->deviceBytes; }
 
@@ -917,26 +983,34 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     // keys, every query head of a KV head in one block (unless
     // PARAX_ATTENTION=no-split).
     int64_t group = totalHeads / KH;
-    DecodeTiles decode;
-    while (DecodeTiles::floats(group * S, decode.keys, D, DV) * 4 > limit && decode.keys > 16)
-      decode.keys /= 2;
-    if (splitDecodeAttention && S <= 4 && group * S <= 64 &&
-        DecodeTiles::floats(group * S, decode.keys, D, DV) * 4 <= limit) {
+    int keyTile = 0;
+    if (decodeAttention(inst, &keyTile)) {
+      // Keys and values: one buffer, or a fused concat's two (the cache's
+      // rows, then the new tokens').
+      auto parts = [&](int operand, const DeviceBuffer &whole) {
+        auto it = cacheParts.find({&inst, operand});
+        if (it == cacheParts.end()) return std::make_tuple(whole.data, static_cast<void *>(nullptr), T);
+        const DeviceBuffer &cache = buffers[it->second.first];
+        return std::make_tuple(cache.data, buffers[it->second.second].data, cache.shape[1]);
+      };
+      auto [kCache, kNew, cachedK] = parts(1, k);
+      auto [vCache, vNew, cachedV] = parts(2, v);
       // Chunks of whole key tiles, enough for two blocks per SM.
       auto ceilDiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-      int64_t tilesOfKeys = ceilDiv(T, decode.keys);
+      int64_t tilesOfKeys = ceilDiv(T, keyTile);
       int64_t wanted = std::min(tilesOfKeys, ceilDiv(2 * multiprocessors, B * KH));
-      int64_t chunkKeys = ceilDiv(tilesOfKeys, wanted) * decode.keys;
+      int64_t chunkKeys = ceilDiv(tilesOfKeys, wanted) * keyTile;
       int64_t chunks = ceilDiv(T, chunkKeys);
       int64_t rows = group * S;
       Status st = ensureScratch(B * KH * chunks * rows * DecodeTiles::perRow(DV));
       if (!st.isOk()) return st;
-      int64_t sharedBytes = DecodeTiles::floats(rows, decode.keys, D, DV) * 4;
+      int64_t sharedBytes = DecodeTiles::floats(rows, keyTile, D, DV) * 4;
       return withFloat(y, [&](auto t) {
         using E = decltype(t);
         PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * chunks, 256, sharedBytes, stream)(
-            q.as<E>(), k.as<E>(), v.as<E>(), scratch, S, H, D, T, KH, DV, causal, scale, headOffset, group,
-            chunks, chunkKeys, decode.keys);
+            q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
+            static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
+            causal, scale, headOffset, group, chunks, chunkKeys, keyTile);
         PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
             scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
         return Status::ok();

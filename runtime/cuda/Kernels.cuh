@@ -226,7 +226,10 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
 // (batch, KV head, chunk of keys) with every query row that reads that KV
 // head (group x S rows), so a key is read from memory once; the chunks'
 // partial results (unnormalised output, running max and sum per row, fp32)
-// go to `partial`, and decodeCombineKernel merges them.
+// go to `partial`, and decodeCombineKernel merges them. Keys (and values)
+// may come in two parts, the rows of a KV cache and then the new tokens'
+// (`kCached` rows of `k`, the rest in `kNew`): a concat the kernel reads
+// in place instead of a copy.
 struct DecodeTiles {
   int keys = 64;
   static int64_t floats(int rows, int k, int64_t D, int64_t DV) {
@@ -236,8 +239,17 @@ struct DecodeTiles {
   static int64_t perRow(int64_t DV) { return DV + 2; }
 };
 
+// Row t of batch b, KV head kh, of keys or values stored in two parts.
 template <typename T>
-__global__ void decodeAttentionKernel(const T *q, const T *k, const T *v, float *partial, int64_t S, int64_t H,
+__device__ __forceinline__ const T *kvRow(const T *cached, const T *fresh, int64_t cachedRows, int64_t rows,
+                                          int64_t b, int64_t t, int64_t KH, int64_t kh, int64_t width) {
+  return t < cachedRows ? cached + ((b * cachedRows + t) * KH + kh) * width
+                        : fresh + ((b * (rows - cachedRows) + t - cachedRows) * KH + kh) * width;
+}
+
+template <typename T>
+__global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int64_t kCached, const T *v,
+                                      const T *vNew, int64_t vCached, float *partial, int64_t S, int64_t H,
                                       int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
                                       int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
                                       int kTile) {
@@ -271,11 +283,11 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *v, float 
     int cols = static_cast<int>(min((int64_t)kTile, k1 - t0));
     for (int i = threadIdx.x; i < kTile * ds; i += blockDim.x) {
       int j = i / ds, d = i % ds;
-      ks[i] = (j < cols && d < d0) ? ld(k, ((b * T_ + t0 + j) * KH + kh) * D + d) : 0.0f;
+      ks[i] = (j < cols && d < d0) ? ld(kvRow(k, kNew, kCached, T_, b, t0 + j, KH, kh, D), d) : 0.0f;
     }
     for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
       int j = i / dv, d = i % dv;
-      vs[i] = j < cols ? ld(v, ((b * T_ + t0 + j) * KH + kh) * DV + d) : 0.0f;
+      vs[i] = j < cols ? ld(kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, DV), d) : 0.0f;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < maxRows * kTile; i += blockDim.x) {

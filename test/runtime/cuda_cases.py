@@ -202,7 +202,8 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "max_abs_vs_numpy": vs_numpy, "tolerance": tol, "ok": vs_cpu < tol and vs_numpy < tol,
             "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
             "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log), "profile_ms": profile_of(log),
-            "hoisted": hoisted(log),
+            "hoisted": hoisted(log), "temporaries": temporaries_of(log),
+            "cache_in_place": _counted(log, "KV-cache concat(s) read in place by attention"),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 
 

@@ -99,6 +99,25 @@ def test_watchdog_watches_graph_replays(tmp_path, fault, message):
     assert re.search(message, str(failure.value)), str(failure.value)[-2000:]
 
 
+@pytest.mark.parametrize("name,concats", [("llama-decode", 4), ("llama-decode-tp2", 4),
+                                          ("deepseek-v3-decode", 4), ("llama-decode-3", 4)])
+def test_decode_attention_reads_the_kv_cache_in_place(tmp_path, name, concats):
+    """A decode step's concat of the KV cache and the new keys (values) is
+    not issued: the split decode attention reads both parts where they are.
+    Same logits as the copy (PARAX_ATTENTION=no-split, which keeps it), and
+    the step's temporaries lose the joined copies (tiny-llama, 300 cached
+    tokens: 2 layers x 2 x [2, 301, 2, 16] fp32 = 308 KB)."""
+    tool("parax-run-simt")
+    cuda_cases.prepare(name, str(tmp_path))
+    poison = {"PARAX_CUDA_POISON_DEAD": "1"}
+    in_place = cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt", env=poison)
+    copied = cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt",
+                              env=dict(poison, PARAX_ATTENTION="no-split"))
+    assert in_place["ok"] and copied["ok"], (in_place, copied)
+    assert in_place["cache_in_place"] == concats and copied["cache_in_place"] == 0
+    assert in_place["temporaries"]["unshared_bytes"] < copied["temporaries"]["unshared_bytes"]
+
+
 def test_overlap_off_waits_after_each_collective(tmp_path):
     """PARAX_CUDA_OVERLAP=0: nothing runs during a transfer; same result."""
     tool("parax-run-simt")
@@ -158,15 +177,17 @@ def test_out_of_device_memory_names_what_did_not_fit(tmp_path):
                      r"of 64\.1 MiB\)", str(failure.value)), str(failure.value)[-2000:]
 
 
-@pytest.mark.parametrize("batch,seq", [(2, 256), (4, 512)])
-def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq):
+@pytest.mark.parametrize("batch,seq,past", [(2, 256, 0), (4, 512, 0), (16, 1, 1024)],
+                         ids=["prefill-2x256", "prefill-4x512", "decode-16-after-1024"])
+def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq, past):
     """Two independent accounts of one GPU's memory for a Llama (hidden
-    1024, FFN 3584, 2 layers, vocabulary 8192, bf16) prefill: the planner's
-    memory_per_device_bytes, less its 1.5 GB reserve, and what the CUDA
-    backend allocated at prepare (`--steps 0`: weights, input, the
+    1024, FFN 3584, 2 layers, vocabulary 8192, bf16) prefill, and a decode
+    step over a KV cache: the planner's memory_per_device_bytes, less its
+    1.5 GB reserve, and what the CUDA backend allocated at prepare
+    (`--steps 0`: weights, inputs -- the cache among them --, the
     temporaries' arena), less cuBLAS's two 32 MiB workspaces. Within 5 %
-    (measured: 1.0 % and 3.1 %; before the planner counted live values
-    rather than every value of a layer, 10 % and 30 %)."""
+    (measured: 1.0 % and 3.1 % for prefill; before the planner counted live
+    values rather than every value of a layer, 10 % and 30 %)."""
     import json
     import re
     import subprocess
@@ -183,20 +204,26 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq)
                    "rope_theta": 500000.0, "tie_word_embeddings": False}, f)
     cfg = load_config(os.path.join(d, "config.json"))
     with open(os.path.join(d, "model.mlir"), "w") as f:
-        f.write(build_model(cfg, batch=batch, seq=seq, dtype="bf16"))
+        f.write(build_model(cfg, batch=batch, seq=seq, dtype="bf16", past=past))
     planned = os.path.join(d, "planned.mlir")
+    workload = f"decode:batch={batch},context={past}" if past else f"prefill:batch={batch},seq={seq}"
     subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
-                    f"--parax-plan=cluster=dgx-h100:devices_per_node=1 workload=prefill:batch={batch},seq={seq}",
+                    f"--parax-plan=cluster=dgx-h100:devices_per_node=1 workload={workload}",
                     "--parax-partition", "-o", planned], check=True, timeout=120)
     subprocess.run([tool("parax-translate"), "--to-executable", planned, "-o", os.path.join(d, "model.pxe")],
                    check=True, timeout=120)
     save_safetensors(os.path.join(d, "w.safetensors"),
                      {k: np.zeros(s, np.float32) for k, s in parameter_shapes(cfg).items()}, dtype="bf16")
-    np.save(os.path.join(d, "tokens.npy"), np.zeros((batch, seq), np.int32))
+    inputs = ["--input", os.path.join(d, "tokens.npy")]
+    np.save(inputs[-1], np.zeros((batch, seq), np.int32))
+    if past:  # every layer's keys and values
+        np.save(os.path.join(d, "cache.npy"), np.zeros((batch, past, cfg.kv_heads, cfg.head_dim), np.float32))
+        inputs += ["--input", os.path.join(d, "cache.npy")] * (2 * cfg.layers)
     out = subprocess.run([tool("parax-run-simt"), os.path.join(d, "model.pxe"), "--weights",
-                          os.path.join(d, "w.safetensors"), "--input", os.path.join(d, "tokens.npy"),
+                          os.path.join(d, "w.safetensors"), *inputs,
                           "--device", "cuda", "--steps", "0"],
                          capture_output=True, text=True, check=True, timeout=300).stdout
     runtime = int(re.search(r"(\d+) bytes of device memory", out).group(1)) - 2 * 32 * 2**20
     planner = cuda_cases.planned_memory(planned) - 1.5e9
+    print(f"planner {planner / 1e6:.1f} MB, runtime {runtime / 1e6:.1f} MB")
     assert abs(planner - runtime) <= 0.05 * runtime, (planner, runtime, out)

@@ -62,6 +62,12 @@ struct OpNode {
   int64_t numExperts = 0, ffn = 0, topK = 0;
   int64_t dim = -1;
   llvm::SmallVector<int64_t> permutation;
+  // A decode step's KV cache (an input) joined with the new tokens' keys or
+  // values for an attention of at most 4 queries: the CUDA backend's decode
+  // attention reads both parts in place, so the concat costs nothing and
+  // neither it nor the cache input holds activation memory (the cache is
+  // the plan's KV-cache account, its read the attention's).
+  bool cacheView = false;
 };
 
 struct LayerGraph {

@@ -367,6 +367,8 @@ int main(int argc, char **argv) {
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda" && gpu.replaysGraph()) how += ", steps after the first as one CUDA graph";
+    if (device == "cuda" && gpu.cacheReadsInPlace() > 0)
+      how += ", " + std::to_string(gpu.cacheReadsInPlace()) + " KV-cache concat(s) read in place by attention";
     if (device == "cuda" && gpu.overlappedInstructions() > 0)
       how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif

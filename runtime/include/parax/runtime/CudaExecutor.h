@@ -65,6 +65,9 @@ public:
   /// Instructions prepare ran once because they only move parameters
   /// (slices, shard_slices, ... of weights): steps skip them.
   size_t hoistedInstructions() const;
+  /// Concats of a KV cache and new keys or values that the decode attention
+  /// reads in place (not issued).
+  size_t cacheReadsInPlace() const;
   /// Where the step's temporaries live: one arena they share (its size, the
   /// lower bound, and what one allocation each would take).
   const BufferPlan &temporaries() const;
