@@ -326,7 +326,8 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   }
   double bytes = weights;
   for (auto [i, id] : llvm::enumerate(op.inputs))
-    bytes += fullBytes(id) * share(s.in[i]);
+    if (!value(id).inKvCache) // the attention's cache read below
+      bytes += fullBytes(id) * share(s.in[i]);
   for (auto [i, id] : llvm::enumerate(op.results))
     bytes += fullBytes(id) * share(s.out[i]);
   if (op.kind == OpClass::Attention && ctx.decode)
@@ -543,9 +544,11 @@ LayerPlan Solver::solve() {
     // their layouts here, and what it writes).
     double liveBytes = 0;
     for (int v : live[i])
-      liveBytes += fullBytes(v) * share(layoutOf(v));
+      if (!value(v).inKvCache)
+        liveBytes += fullBytes(v) * share(layoutOf(v));
     for (auto [k, res] : llvm::enumerate(op.results))
-      liveBytes += fullBytes(res) * share(s.out[k]);
+      if (!value(res).inKvCache)
+        liveBytes += fullBytes(res) * share(s.out[k]);
     plan.peakLiveBytes = std::max(plan.peakLiveBytes, liveBytes);
     // Activations kept for the backward pass.
     if (op.kind == OpClass::Reshape || op.cacheView)
@@ -573,7 +576,8 @@ LayerPlan Solver::solve() {
         plan.collectives.push_back({*kind, fullBytes(out), n});
     }
   for (int in : layer.inputs)
-    plan.activationBytes[2] += fullBytes(in) * share(boundaryLayout(in));
+    if (!value(in).inKvCache)
+      plan.activationBytes[2] += fullBytes(in) * share(boundaryLayout(in));
   plan.workingBytes = plan.activationBytes[0];
   return plan;
 }

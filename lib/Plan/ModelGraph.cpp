@@ -239,10 +239,8 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
       } else if (auto concat = dyn_cast<ConcatOp>(op)) {
         node.dim = concat.getDim();
         node.cacheView = readsKvCacheInPlace(function, concat);
-        if (node.cacheView) {
-          layer.values[node.inputs[0]].bytesPerToken = 0;
-          layer.values[node.results[0]].bytesPerToken = 0;
-        }
+        if (node.cacheView)
+          layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;
       } else if (auto transpose = dyn_cast<TransposeOp>(op)) {
         node.permutation.assign(transpose.getPermutation().begin(),
                                 transpose.getPermutation().end());

@@ -44,6 +44,11 @@ enum class OpClass {
 struct ValueNode {
   llvm::SmallVector<int64_t> shape;
   double bytesPerToken = 0; // at the IR's shape, divided by its token count
+  // A KV cache input, or its join with the new keys/values (a cache view):
+  // memory of the plan's KV-cache account, read by the attention's cache
+  // read, so neither activation memory nor bytes an op moves; resharding it
+  // still costs its bytes.
+  bool inKvCache = false;
 };
 
 struct OpNode {
@@ -64,9 +69,8 @@ struct OpNode {
   llvm::SmallVector<int64_t> permutation;
   // A decode step's KV cache (an input) joined with the new tokens' keys or
   // values for an attention of at most 4 queries: the CUDA backend's decode
-  // attention reads both parts in place, so the concat costs nothing and
-  // neither it nor the cache input holds activation memory (the cache is
-  // the plan's KV-cache account, its read the attention's).
+  // attention reads both parts in place, so the concat costs nothing (its
+  // values are ValueNode::inKvCache).
   bool cacheView = false;
 };
 
