@@ -120,6 +120,40 @@ __global__ void ropeKernel(T *v, const double *invFreq, int64_t B, int64_t S, in
   }
 }
 
+// One key tile of the online softmax, for `rows` query rows whose scores
+// against the tile's `cols` keys are in ps[rows][kTile] (-inf: masked):
+// the scores become probabilities, each row's running max and sum are
+// updated, and its unnormalised output os[rows][dv] is rescaled and gains
+// the tile's P V (vs[kTile][dv]). Every thread of the block calls it.
+__device__ __forceinline__ void onlineSoftmaxTile(float *ps, float *os, const float *vs, float *rowMax,
+                                                  float *rowSum, float *rowScale, int rows, int kTile, int cols,
+                                                  int dv) {
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    float *pr = ps + r * kTile;
+    float m = rowMax[r];
+    for (int j = 0; j < cols; ++j) m = fmaxf(m, pr[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < kTile; ++j) {
+      float p = (j < cols && pr[j] != -INFINITY) ? expf(pr[j] - m) : 0.0f; // masked: 0
+      pr[j] = p;
+      sum += p;
+    }
+    float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
+    rowSum[r] = rowSum[r] * rescale + sum;
+    rowMax[r] = m;
+    rowScale[r] = rescale;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
+    int r = i / dv, d = i % dv;
+    const float *pr = ps + r * kTile;
+    float a = os[i] * rowScale[r];
+    for (int j = 0; j < cols; ++j) a += pr[j] * vs[j * dv + d];
+    os[i] = a;
+  }
+  __syncthreads();
+}
+
 // Flash-style attention on CUDA cores: one block per (batch, head, tile of
 // `qTile` queries). Key tiles of `kTile` keys pass through shared memory
 // (fp32 whatever the storage); each query row keeps an online softmax
@@ -188,30 +222,7 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
       ps[i] = score;
     }
     __syncthreads();
-    for (int r = threadIdx.x; r < qTile; r += blockDim.x) {
-      float *pr = ps + r * kTile;
-      float m = rowMax[r];
-      for (int j = 0; j < cols; ++j) m = fmaxf(m, pr[j]);
-      float sum = 0.0f;
-      for (int j = 0; j < kTile; ++j) {
-        float p = (j < cols && pr[j] != -INFINITY) ? expf(pr[j] - m) : 0.0f; // masked: 0
-        pr[j] = p;
-        sum += p;
-      }
-      float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
-      rowSum[r] = rowSum[r] * rescale + sum;
-      rowMax[r] = m;
-      rowScale[r] = rescale;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < qTile * dv; i += blockDim.x) {
-      int r = i / dv, d = i % dv;
-      const float *pr = ps + r * kTile;
-      float a = os[i] * rowScale[r];
-      for (int j = 0; j < cols; ++j) a += pr[j] * vs[j * dv + d];
-      os[i] = a;
-    }
-    __syncthreads();
+    onlineSoftmaxTile(ps, os, vs, rowMax, rowSum, rowScale, qTile, kTile, cols, dv);
   }
   for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
     int r = i / dv, d = i % dv;
@@ -302,30 +313,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
       ps[i] = score;
     }
     __syncthreads();
-    for (int r = threadIdx.x; r < maxRows; r += blockDim.x) {
-      float *pr = ps + r * kTile;
-      float m = rowMax[r];
-      for (int j = 0; j < cols; ++j) m = fmaxf(m, pr[j]);
-      float sum = 0.0f;
-      for (int j = 0; j < kTile; ++j) {
-        float p = (j < cols && pr[j] != -INFINITY) ? expf(pr[j] - m) : 0.0f;
-        pr[j] = p;
-        sum += p;
-      }
-      float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
-      rowSum[r] = rowSum[r] * rescale + sum;
-      rowMax[r] = m;
-      rowScale[r] = rescale;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < maxRows * dv; i += blockDim.x) {
-      int r = i / dv, d = i % dv;
-      const float *pr = ps + r * kTile;
-      float a = os[i] * rowScale[r];
-      for (int j = 0; j < cols; ++j) a += pr[j] * vs[j * dv + d];
-      os[i] = a;
-    }
-    __syncthreads();
+    onlineSoftmaxTile(ps, os, vs, rowMax, rowSum, rowScale, maxRows, kTile, cols, dv);
   }
   // partial[(b, kh, c)][row]: DV outputs, then the row's max and sum.
   float *out = partial + ((b * KH + kh) * chunks + c) * maxRows * (DV + 2);
