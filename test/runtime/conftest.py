@@ -40,14 +40,15 @@ class Model:
     whole sequence's forward pass, its last `seq` positions."""
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
-                 dtype="f32", past=0):
+                 dtype="f32", past=0, return_kv=False):
         self.cfg = load_config(preset, layers=layers)
         self.dir = tmp
+        os.makedirs(tmp, exist_ok=True)
         self.past = past
         self.ir = os.path.join(tmp, "model.mlir")
         with open(self.ir, "w") as f:
             f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss,
-                                past=past))
+                                past=past, return_kv=return_kv))
         self.weights = random_weights(self.cfg, seed=seed)
         if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
             self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
@@ -99,19 +100,22 @@ class Model:
         run([tool("parax-translate"), "--to-executable", ir, "-o", exe])
         return exe
 
-    def run(self, exe, ranks, extra=(), expect_ok=True):
-        out = os.path.join(self.dir, "out.npy")
-        if os.path.exists(out):
-            os.remove(out)
+    def run(self, exe, ranks, extra=(), expect_ok=True, outputs=1):
+        """The executable's first result (a list of the first `outputs`)."""
+        outs = [os.path.join(self.dir, f"out{k}.npy") for k in range(outputs)]
+        for out in outs:
+            if os.path.exists(out):
+                os.remove(out)
         proc = subprocess.run(
             ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
              tool("parax-run"), exe, "--weights", self.checkpoint,
-             *[arg for path in self.inputs for arg in ("--input", path)], "--output", out, *extra],
+             *[arg for path in self.inputs for arg in ("--input", path)],
+             *[arg for out in outs for arg in ("--output", out)], *extra],
             capture_output=True, text=True, timeout=180, env=MPI_ENV)
         if not expect_ok:
             return proc
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        return np.load(out)
+        return np.load(outs[0]) if outputs == 1 else [np.load(out) for out in outs]
 
 
 def run(cmd):

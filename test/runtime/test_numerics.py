@@ -94,6 +94,47 @@ def test_decode_step_sharded_matches_single_rank(tmp_path, preset, pins, ranks):
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
 
 
+CHAIN_PLANS = [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("tp=2,pp=2,dp=1", 4)]
+
+
+@pytest.mark.parametrize("pins,ranks", CHAIN_PLANS, ids=[p[0] or "single" for p in CHAIN_PLANS])
+def test_prefill_then_decode_with_the_cache_parax_returned(tmp_path, pins, ranks):
+    """Generation, one step: a prefill that returns its keys and values
+    (--return-kv), then a decode step fed that cache (parax's own, gathered
+    from the ranks), each on the plan's ranks; the step's logits equal the
+    whole sequence's forward pass (numpy) at the new position, and the keys
+    and values it returns equal numpy's for the new token."""
+    from parax import reference
+    P = 7
+    prefill = Model(str(tmp_path / "prefill"), "tiny-llama", seq=P, return_kv=True)
+    workload = f"prefill:batch=2,seq={P},{pins}" if pins else None
+    outs = prefill.run(prefill.compile("prefill", workload, ranks), ranks, outputs=1 + 2 * 2)
+    assert np.abs(outs[0] - prefill.reference()).max() < NUMPY_TOL
+    decode = Model(str(tmp_path / "decode"), "tiny-llama", seq=1, past=P, return_kv=True)
+    decode.past_tokens = prefill.tokens
+    np.save(decode.tokens_path, decode.tokens)
+    decode.inputs = [decode.tokens_path]
+    for k, cache in enumerate(outs[1:]):  # layer 0 key, value, layer 1 key, value
+        assert cache.shape == (2, P, 2, 16)
+        decode.inputs.append(os.path.join(decode.dir, f"cache{k}.npy"))
+        np.save(decode.inputs[-1], cache)
+    workload = f"decode:batch=2,context={P},{pins}" if pins else None
+    step = decode.run(decode.compile("decode", workload, ranks), ranks, outputs=1 + 2 * 2)
+    assert np.abs(step[0] - decode.reference()).max() < NUMPY_TOL
+    cache = reference.KVCache()
+    reference.forward(decode.cfg, decode.weights, np.concatenate([prefill.tokens, decode.tokens], 1), cache)
+    for layer in range(2):
+        assert np.abs(step[1 + 2 * layer] - cache.keys[layer][:, P:]).max() < NUMPY_TOL
+        assert np.abs(step[2 + 2 * layer] - cache.values[layer][:, P:]).max() < NUMPY_TOL
+
+
+def test_more_outputs_than_results_is_refused(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama")
+    proc = model.run(model.compile("single"), 1, outputs=2, expect_ok=False)
+    assert proc.returncode != 0
+    assert "the executable has 1 result(s) but 2 --output files were given" in proc.stdout + proc.stderr
+
+
 def test_decode_step_loads_each_rank_its_kv_heads(tmp_path):
     """Under TP the cache arrives split by KV heads: no rank loads all of it
     (nor cuts it every step)."""

@@ -1,5 +1,5 @@
 """python3 -m parax.models PRESET|config.json [--layers N] [--batch B --seq S]
-                          [--dtype bf16|f32] [--loss] [--past P] -o model.mlir"""
+                          [--dtype bf16|f32] [--loss] [--past P] [--return-kv] -o model.mlir"""
 
 import argparse
 import sys
@@ -24,6 +24,9 @@ def main(argv=None):
     parser.add_argument("--past", type=int, default=0,
                         help="a step over a KV cache of P earlier tokens (their keys and "
                              "values are inputs after the tokens; --seq 1: a decode step)")
+    parser.add_argument("--return-kv", action="store_true",
+                        help="also return each layer's keys and values of these tokens (after "
+                             "the logits): the rows the next step's cache gains")
     parser.add_argument("-o", "--output", default="-", help="output file ('-' = stdout)")
     parser.add_argument("--list", action="store_true", help="list the presets")
     args = parser.parse_args(argv)
@@ -35,7 +38,7 @@ def main(argv=None):
     try:
         cfg = load_config(args.model, layers=args.layers)
         text = build_model(cfg, batch=args.batch, seq=args.seq, dtype=args.dtype,
-                           loss=args.loss, past=args.past)
+                           loss=args.loss, past=args.past, return_kv=args.return_kv)
     except (ConfigError, ValueError) as e:
         print(f"parax.models: error: {e}", file=sys.stderr)
         return 1

@@ -107,10 +107,12 @@ class _Emitter:
 
 
 class _Builder:
-    def __init__(self, cfg: ModelConfig, batch, seq, dtype, past=0):
+    def __init__(self, cfg: ModelConfig, batch, seq, dtype, past=0, return_kv=False):
         self.cfg = cfg
         self.B, self.S = batch, seq
         self.past = past
+        self.return_kv = return_kv
+        self.new_kv = []  # this step's keys and values per layer, with return_kv
         self.e = _Emitter(DTYPES[dtype])
         self.e._types = {}
 
@@ -164,6 +166,8 @@ class _Builder:
         earlier tokens are program inputs (`%past_<layer>_key`, `%past_<layer>_value`)
         (the attention's own k and v operands, after RoPE) put in front of
         this step's."""
+        if self.return_kv:
+            self.new_kv += [k, v]
         if self.past:
             e = self.e
             for name, x in (("key", k), ("value", v)):
@@ -366,7 +370,10 @@ class _Builder:
         if loss:
             result = e.op("cross_entropy", [logits, labels], [[]],
                           result_dtypes=["f32"])
-        result_type = e.ty_of(result)
+        results = [result] + self.new_kv
+        result_type = ", ".join(e.ty_of(r) for r in results)
+        if len(results) > 1:
+            result_type = f"({result_type})"
         args = ",\n      ".join(f"{ssa}: {ty}{' ' + attrs if attrs else ''}"
                                for ssa, ty, attrs in e.args)
         header = (f"// parax model: {self.cfg.name} ({self.cfg.family}), "
@@ -375,17 +382,23 @@ class _Builder:
         return (header + "module {\n"
                 f"  func.func @forward(\n      {args}) -> {result_type} {{\n"
                 + "\n".join(e.lines) + "\n"
-                f"    return {result[0]} : {result_type}\n  }}\n}}\n")
+                f"    return {', '.join(r[0] for r in results)} : "
+                f"{', '.join(e.ty_of(r) for r in results)}\n  }}\n}}\n")
 
 
-def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, past=0):
+def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, past=0,
+                return_kv=False):
     """Returns the parax IR text of `cfg`'s forward pass (and loss with `loss`).
 
     `past` > 0 builds a step over a KV cache: `seq` new tokens (1 for a decode
     step) at positions past .. past + seq - 1, attending to the cache's `past`
     keys and values, which are inputs after the tokens, two per layer (key,
     value; each `[batch, past, kv_heads, head_dim]` as the attention reads
-    them, keys after RoPE)."""
+    them, keys after RoPE).
+
+    `return_kv` also returns, after the logits, each layer's keys and values
+    of this step's tokens (`[batch, seq, kv_heads, head_dim]`, key then
+    value per layer): what a cache of the next step appends."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if seq is None:
@@ -394,9 +407,9 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
         raise ValueError("batch and sequence must be positive")
     if past < 0:
         raise ValueError("past (cached tokens) must not be negative")
-    if past and loss:
-        raise ValueError("a step over a KV cache (past) is inference: no loss")
-    return _Builder(cfg, batch, seq, dtype, past).build(loss=loss)
+    if (past or return_kv) and loss:
+        raise ValueError("a step over a KV cache (past, return_kv) is inference: no loss")
+    return _Builder(cfg, batch, seq, dtype, past, return_kv).build(loss=loss)
 
 
 def parameter_shapes(cfg: ModelConfig):

@@ -34,8 +34,10 @@ namespace {
 void usage() {
   std::fprintf(stderr,
                "usage: mpirun -np N parax-run MODEL.pxe --weights W.safetensors "
-               "--input X.npy [--input Y.npy] [--output OUT.npy] [--steps K] "
+               "--input X.npy [--input Y.npy] [--output OUT.npy [--output OUT2.npy]] [--steps K] "
                "[--device cpu|cuda]\n"
+               "  --output: the executable's results in order (the logits; with a decode step\n"
+               "  built --return-kv, then each layer's new keys and values)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took\n"
                "  PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT): a collective not finished\n"
@@ -119,7 +121,8 @@ int main(int argc, char **argv) {
     std::exit(1);
   };
 
-  std::string model, weights, output;
+  std::string model, weights;
+  std::vector<std::string> outputs;
   std::vector<std::string> inputs;
   int steps = 1;
   std::string device = "cpu";
@@ -134,7 +137,7 @@ int main(int argc, char **argv) {
     };
     if (arg == "--weights") weights = value();
     else if (arg == "--input") inputs.push_back(value());
-    else if (arg == "--output") output = value();
+    else if (arg == "--output") outputs.push_back(value());
     else if (arg == "--steps") {
       std::string text = value();
       char *end = nullptr;
@@ -151,7 +154,7 @@ int main(int argc, char **argv) {
     usage();
     die("an executable and --weights are required");
   }
-  if (steps == 0 && !output.empty()) die("--steps 0 prepares only: it writes no --output");
+  if (steps == 0 && !outputs.empty()) die("--steps 0 prepares only: it writes no --output");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
@@ -357,9 +360,11 @@ int main(int argc, char **argv) {
     if (exe.value().grid().axis_names(i) != "pp" && coords[i] != 0)
       writer = false;
   if (writer) {
-    if (!output.empty()) {
-      if (results.empty()) die("the executable has no outputs to write");
-      s = writeNpy(output, results[0]);
+    if (outputs.size() > results.size())
+      die("the executable has " + std::to_string(results.size()) + " result(s) but " +
+          std::to_string(outputs.size()) + " --output files were given");
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      s = writeNpy(outputs[k], results[k]);
       if (!s.isOk()) die(s.message());
     }
     std::sort(times.begin(), times.end());
