@@ -32,9 +32,10 @@ MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CO
                OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
 
-# name -> (preset, layers, batch, seq, loss, workload pins or None, ranks[, dtype[, past]])
-# (past: a step over a KV cache of that many tokens, their keys and values
-# inputs; planned as decode at that context)
+# name -> (preset, layers, batch, seq, loss, workload pins or None, ranks[, dtype[, past[,
+# return_kv]]]) (past: a step over a KV cache of that many tokens, their keys
+# and values inputs; planned as decode at that context; return_kv: the step
+# also returns its new keys and values, each result compared)
 CASES = {
     "llama": ("tiny-llama", None, 2, 8, False, None, 1),
     "gpt2": ("tiny-gpt2", None, 2, 8, False, None, 1),
@@ -74,6 +75,7 @@ CASES = {
     "llama-decode-tp4": ("tiny-llama", None, 2, 1, False, "tp=4,dp=1", 4, "f32", 300),
     "deepseek-v3-decode": ("tiny-deepseek-v3", None, 2, 1, False, None, 1, "f32", 70),
     "gpt2-decode-bf16": ("tiny-gpt2", None, 2, 1, False, None, 1, "bf16", 100),
+    "llama-decode-return-kv-tp2-pp2": ("tiny-llama", None, 2, 1, False, "tp=2,pp=2,dp=1", 4, "f32", 300, True),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -88,7 +90,7 @@ def _run(cmd, timeout=300, env=None):
 
 
 def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, timeout=300,
-              tool="parax-run", env=None, launcher=False):
+              tool="parax-run", env=None, launcher=False, more_outputs=()):
     # One rank runs without a launcher (parax-run then skips MPI), unless
     # `launcher` (then the CUDA backend gets a one-rank NCCL communicator).
     launcher = [] if ranks == 1 and not launcher else ["mpirun", "-np", str(ranks), "--oversubscribe",
@@ -97,6 +99,8 @@ def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, tim
                       "--output", output, "--device", device, "--steps", str(steps)]
     for path in inputs:
         cmd += ["--input", path]
+    for path in more_outputs:  # the executable's further results, in order
+        cmd += ["--output", path]
     proc = _run(cmd, timeout=timeout, env=dict(MPI_ENV, **(env or {})))
     return np.load(output), proc.stdout + proc.stderr
 
@@ -108,12 +112,16 @@ def prepare(name, root):
     preset, layers, batch, seq, loss, pins, ranks, *rest = CASES[name]
     dtype = rest[0] if rest else "f32"
     past = rest[1] if len(rest) > 1 else 0
+    return_kv = rest[2] if len(rest) > 2 else False
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     model = Model(case_dir, preset, layers=layers, batch=batch, seq=seq, loss=loss, dtype=dtype,
-                  past=past)
+                  past=past, return_kv=return_kv)
     single = model.compile("single")
-    cpu = model.run(single, 1)
+    outputs = 1 + 2 * model.cfg.layers if return_kv else 1
+    cpu, *more = model.run(single, 1, outputs=outputs) if return_kv else [model.run(single, 1)]
+    for k, extra in enumerate(more, 1):  # the new keys and values: against the CPU backend
+        np.save(os.path.join(case_dir, f"cpu{k}.npy"), extra)
     ref = np.float32(model.reference_loss()) if loss else model.reference()
     workload = f"decode:batch={batch},context={past}" if past else f"prefill:batch={batch},seq={seq}"
     exe = single if pins is None else model.compile("sharded", f"{workload},{pins}", ranks)
@@ -121,7 +129,7 @@ def prepare(name, root):
     np.save(os.path.join(case_dir, "numpy.npy"), ref)
     with open(os.path.join(case_dir, "case.json"), "w") as f:
         tol = TOL if dtype == "f32" else BF16_REL * float(np.abs(cpu).max())
-        json.dump({"exe": os.path.basename(exe), "ranks": ranks, "tolerance": tol,
+        json.dump({"exe": os.path.basename(exe), "ranks": ranks, "tolerance": tol, "outputs": outputs,
                    "inputs": [os.path.basename(p) for p in model.inputs]}, f)
 
 
@@ -184,11 +192,13 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
         case = json.load(f)
     # Two steps: the second replays the step as a CUDA graph where the stage
     # allows it (one rank, no collectives), and its output is the one compared.
+    more = [os.path.join(case_dir, f"gpu{k}.npy") for k in range(1, case.get("outputs", 1))]
     gpu, log = parax_run(bin_dir, os.path.join(case_dir, "weights.safetensors"),
                          os.path.join(case_dir, case["exe"]), case["ranks"],
                          [os.path.join(case_dir, p) for p in case["inputs"]],
                          os.path.join(case_dir, "gpu.npy"), device, steps=2,
-                         timeout=timeout, tool=tool, env=env, launcher=case.get("launcher", False))
+                         timeout=timeout, tool=tool, env=env, launcher=case.get("launcher", False),
+                         more_outputs=more)
     cpu = np.load(os.path.join(case_dir, "cpu.npy"))
     # One-op cases have no numpy result: the CPU backend stands for it (it is
     # checked against numpy model by model in the numerics suite).
@@ -197,6 +207,11 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
         raise RuntimeError(f"{name}: GPU output {gpu.dtype}{gpu.shape}, CPU {cpu.dtype}{cpu.shape}")
     vs_cpu = float(np.abs(gpu.astype(np.float64) - cpu).max())
     vs_numpy = float(np.abs(gpu.astype(np.float64) - ref).max())
+    for k, path in enumerate(more, 1):  # further results (new keys and values): against the CPU's
+        extra, want = np.load(path), np.load(os.path.join(case_dir, f"cpu{k}.npy"))
+        if extra.shape != want.shape:
+            raise RuntimeError(f"{name}: GPU result {k} {extra.shape}, CPU {want.shape}")
+        vs_cpu = max(vs_cpu, float(np.abs(extra.astype(np.float64) - want).max()))
     tol = case["tolerance"]
     return {"case": name, "ranks": case["ranks"], "max_abs_vs_cpu": vs_cpu,
             "max_abs_vs_numpy": vs_numpy, "tolerance": tol, "ok": vs_cpu < tol and vs_numpy < tol,
