@@ -112,6 +112,9 @@ for r in load("bench.json"):
     if r.get("device_bytes") and r.get("planned_bytes"):  # the planner's memory model, checked
         print(f"    device memory: {r['device_bytes'] / 1e9:.3f} GB allocated by parax-run; the planner "
               f"expected {(r['planned_bytes'] - 1.5e9) / 1e9:.3f} GB (+ its 1.5 GB reserve)")
+    if r.get("planned_step_ms"):  # the planner's cost model (dgx-h200, one GPU), checked
+        print(f"    step time: the planner expected {r['planned_step_ms']:.3f} ms; measured "
+              f"{r['step_ms_median_of_10'] / r['planned_step_ms']:.2f}x that")
     ops = {op: ms for op, ms in r.get("profile_ms", {}).items() if op != "total"}
     if ops:  # one extra step, kernel by kernel: where the time goes
         top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]

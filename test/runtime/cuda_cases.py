@@ -337,25 +337,26 @@ def prepare_bench(root, bin_dir):
                                 past=past))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir,
               "-o", os.path.join(d, "model.pxe")])
-        # What the planner expects this program to need on one GPU, for the
-        # summary to set beside what the runtime allocated there.
+        # What the planner expects of this program on one H200 (the device
+        # machine's GPU), its memory and step time, for the summary to set
+        # beside what the runtime allocated and took there.
         planned = os.path.join(d, "planned.mlir")
-        _run([os.path.join(bin_dir, "parax-opt"), ir, "--parax-plan=cluster=dgx-h100:devices_per_node=1 "
+        _run([os.path.join(bin_dir, "parax-opt"), ir, "--parax-plan=cluster=dgx-h200:devices_per_node=1 "
               + (f"workload=decode:batch={batch},context={past}" if past else
                  f"workload=prefill:batch={batch},seq={seq}"), "-o", planned])
-        with open(os.path.join(d, "planned-memory.json"), "w") as f:
-            json.dump({"memory_per_device_bytes": planned_memory(planned)}, f)
+        with open(os.path.join(d, "planned.json"), "w") as f:
+            json.dump({key: plan_figure(planned, key) for key in ("memory_per_device_bytes", "step_time_s")}, f)
         os.remove(planned)
         os.remove(ir)
 
 
-def planned_memory(path):
-    """The parax.plan's memory_per_device_bytes of a planned module (MLIR may
-    print the f64 as its bits: 0x...)."""
+def plan_figure(path, key="memory_per_device_bytes"):
+    """An f64 of the parax.plan of a planned module (MLIR may print it as its
+    bits: 0x...)."""
     import re
     import struct
     with open(path) as f:
-        text = re.search(r"memory_per_device_bytes = ([^ ,}]+)", f.read()).group(1)
+        text = re.search(key + r" = ([^ ,}]+)", f.read()).group(1)
     return struct.unpack(">d", bytes.fromhex(text[2:]))[0] if text.startswith("0x") else float(text)
 
 
@@ -366,13 +367,13 @@ def profile_of(log):
             for m in re.finditer(r"parax-run: profile: (\S+)\s+([0-9.]+) ms", log)}
 
 
-def _planned_bytes(case_dir):
-    """The planner's memory per device for a bench case (0: not recorded)."""
-    path = os.path.join(case_dir, "planned-memory.json")
+def _planned(case_dir):
+    """The planner's figures for a bench case ({} if not recorded)."""
+    path = os.path.join(case_dir, "planned.json")
     if not os.path.exists(path):
-        return 0
+        return {}
     with open(path) as f:
-        return json.load(f)["memory_per_device_bytes"]
+        return json.load(f)
 
 
 def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
@@ -423,7 +424,8 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
             "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes, "kv_bytes": kv_bytes,
             "weights_read_tb_per_s": weight_bytes / step_ms / 1e9, "profile_ms": profile_of(log),
             "temporaries": temporaries_of(log), "device_bytes": _counted(log, "bytes of device memory"),
-            "planned_bytes": _planned_bytes(d)}
+            "planned_bytes": _planned(d).get("memory_per_device_bytes", 0),
+            "planned_step_ms": 1e3 * _planned(d).get("step_time_s", 0)}
 
 
 def attention_rows(q, k, v, rows):

@@ -224,6 +224,6 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
                           "--device", "cuda", "--steps", "0"],
                          capture_output=True, text=True, check=True, timeout=300).stdout
     runtime = int(re.search(r"(\d+) bytes of device memory", out).group(1)) - 2 * 32 * 2**20
-    planner = cuda_cases.planned_memory(planned) - 1.5e9
+    planner = cuda_cases.plan_figure(planned) - 1.5e9
     print(f"planner {planner / 1e6:.1f} MB, runtime {runtime / 1e6:.1f} MB")
     assert abs(planner - runtime) <= 0.05 * runtime, (planner, runtime, out)
