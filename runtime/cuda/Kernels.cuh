@@ -124,26 +124,31 @@ __global__ void ropeKernel(T *v, const double *invFreq, int64_t B, int64_t S, in
 // against the tile's `cols` keys are in ps[rows][kTile] (-inf: masked):
 // the scores become probabilities, each row's running max and sum are
 // updated, and its unnormalised output os[rows][dv] is rescaled and gains
-// the tile's P V (vs[kTile][dv]). Every thread of the block calls it.
+// the tile's P V (vs[kTile][dv]). Every thread of the block calls it; the
+// exponentials are spread over all of them (a decode block has as few as
+// one row per KV head).
 __device__ __forceinline__ void onlineSoftmaxTile(float *ps, float *os, const float *vs, float *rowMax,
                                                   float *rowSum, float *rowScale, int rows, int kTile, int cols,
                                                   int dv) {
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-    float *pr = ps + r * kTile;
+    const float *pr = ps + r * kTile;
     float m = rowMax[r];
     for (int j = 0; j < cols; ++j) m = fmaxf(m, pr[j]);
-    float sum = 0.0f;
-    for (int j = 0; j < kTile; ++j) {
-      float p = (j < cols && pr[j] != -INFINITY) ? expf(pr[j] - m) : 0.0f; // masked: 0
-      pr[j] = p;
-      sum += p;
-    }
-    float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
-    rowSum[r] = rowSum[r] * rescale + sum;
+    rowScale[r] = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
     rowMax[r] = m;
-    rowScale[r] = rescale;
   }
   __syncthreads();
+  for (int i = threadIdx.x; i < rows * kTile; i += blockDim.x) {
+    int r = i / kTile, j = i % kTile;
+    ps[i] = (j < cols && ps[i] != -INFINITY) ? expf(ps[i] - rowMax[r]) : 0.0f; // masked: 0
+  }
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    const float *pr = ps + r * kTile;
+    float sum = 0.0f;
+    for (int j = 0; j < kTile; ++j) sum += pr[j];
+    rowSum[r] = rowSum[r] * rowScale[r] + sum;
+  }
   for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
     int r = i / dv, d = i % dv;
     const float *pr = ps + r * kTile;
