@@ -71,18 +71,25 @@ static void appendSignature(std::string &signature, const OpNode &node) {
 }
 
 // A KV cache (a data argument) joined along the sequence with a step's new
-// keys or values, read only by an attention of at most 4 queries (as its k
-// or v): what the CUDA backend's decode attention reads in place.
-static bool readsKvCacheInPlace(func::FuncOp function, ConcatOp concat) {
+// keys or values, read by attention only (as its k or v).
+static bool joinsKvCache(func::FuncOp function, ConcatOp concat) {
   auto cache = dyn_cast<BlockArgument>(concat.getOperand(0));
   if (concat.getDim() != 1 || concat->getNumOperands() != 2 || !cache ||
       function.getArgAttr(cache.getArgNumber(), ParaxDialect::kParamAttrName) ||
-      !concat.getResult().hasOneUse())
+      concat.getResult().use_empty())
     return false;
-  OpOperand &use = *concat.getResult().getUses().begin();
-  auto attention = dyn_cast<AttentionOp>(use.getOwner());
-  return attention && use.getOperandNumber() != 0 &&
-         cast<RankedTensorType>(attention.getQ().getType()).getDimSize(1) <= 4;
+  return llvm::all_of(concat.getResult().getUses(), [](OpOperand &use) {
+    return isa<AttentionOp>(use.getOwner()) && use.getOperandNumber() != 0;
+  });
+}
+
+// Such a join read by one attention of at most 4 queries: what the CUDA
+// backend's decode attention reads in place.
+static bool readsKvCacheInPlace(func::FuncOp function, ConcatOp concat) {
+  if (!joinsKvCache(function, concat) || !concat.getResult().hasOneUse())
+    return false;
+  auto attention = cast<AttentionOp>(*concat.getResult().getUsers().begin());
+  return cast<RankedTensorType>(attention.getQ().getType()).getDimSize(1) <= 4;
 }
 
 FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
@@ -238,6 +245,8 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         node.dim = slice.getDim();
       } else if (auto concat = dyn_cast<ConcatOp>(op)) {
         node.dim = concat.getDim();
+        if (joinsKvCache(function, concat))
+          model.cachedTokens = cast<RankedTensorType>(concat.getOperand(0).getType()).getDimSize(1);
         node.cacheView = readsKvCacheInPlace(function, concat);
         if (node.cacheView)
           layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;

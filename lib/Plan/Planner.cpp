@@ -525,6 +525,15 @@ PlanResult Search::run() {
   result.modelFlopsPerToken =
       w.kind == WorkloadKind::Decode ? modelFlopsPerToken(w.context + 1, 1)
                                      : modelFlopsPerToken(w.seq, w.seq);
+  if (model.cachedTokens > 0 && w.kind != WorkloadKind::Decode) {
+    result.explanation =
+        formatv("this graph is a step over a KV cache of {0} tokens (cache inputs joined "
+                "to the new keys and values, built with --past): plan it with a decode "
+                "workload (decode:batch=B,context={0}), not '{1}'",
+                model.cachedTokens, w.toString())
+            .str();
+    return result;
+  }
   int64_t experts = 0;
   for (const LayerGraph &layer : model.layers)
     for (const OpNode &op : layer.ops)

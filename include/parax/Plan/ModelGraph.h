@@ -92,6 +92,7 @@ struct ModelGraph {
   std::vector<LayerGraph> layers; // in order: prologue, 0 .. L-1, epilogue
   int64_t numDecoderLayers = 0;
   int64_t irBatch = 0, irSeq = 0; // shape of the token input
+  int64_t cachedTokens = 0;       // a step over a KV cache (--past): its length
   int64_t elementBytes = 2;       // parameter/activation element size
   std::string dtype = "bf16";
   double params = 0, paramBytes = 0;
