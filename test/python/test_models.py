@@ -180,7 +180,8 @@ def test_cli_writes_a_file(tmp_path):
     (["tiny-gpt2", "--seq", "4096"], "exceeds n_positions 128"),
     (["tiny-gpt2", "--seq", "1", "--past", "128"], "past 128 + sequence 1 exceeds n_positions 128"),
     (["tiny-llama", "--past", "-1"], "past (cached tokens) must not be negative"),
-    (["tiny-llama", "--past", "4", "--loss"], "a step over a KV cache (past) is inference: no loss"),
+    (["tiny-llama", "--past", "4", "--loss"], "a step over a KV cache (past, return_kv) is inference: no loss"),
+    (["tiny-llama", "--return-kv", "--loss"], "a step over a KV cache (past, return_kv) is inference: no loss"),
 ])
 def test_cli_errors_are_clear(args, message):
     proc = _cli(*args)
