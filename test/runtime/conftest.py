@@ -102,7 +102,7 @@ class Model:
 
     def run(self, exe, ranks, extra=(), expect_ok=True, outputs=1):
         """The executable's first result (a list of the first `outputs`)."""
-        outs = [os.path.join(self.dir, f"out{k}.npy") for k in range(outputs)]
+        outs = [os.path.join(self.dir, f"out{k if k else ''}.npy") for k in range(outputs)]
         for out in outs:
             if os.path.exists(out):
                 os.remove(out)
