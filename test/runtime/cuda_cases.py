@@ -272,11 +272,14 @@ BENCH = {  # name -> (preset, layers, batch, seq, dtype, tokens in the KV cache)
 # One op alone: name -> ((batch, seq, heads, kv heads, head width, keys),
 # dtype, PARAX_ATTENTION), causal attention with Llama-3-8B's shapes: fp32
 # (CUDA cores), bf16 on tensor cores and bf16 on CUDA cores; a decode step
-# over 4096 cached keys split over the keys, and not.
+# over 4096 cached keys split over the keys, and not (at batch 1 the
+# unsplit kernels have 32 blocks for 132 SMs).
 BENCH_ATTENTION = {
     "attention-llama3-8b-prefill2048": ((1, 2048, 32, 8, 128, 2048), "f32", ""),
     "attention-llama3-8b-prefill2048-bf16": ((1, 2048, 32, 8, 128, 2048), "bf16", ""),
     "attention-llama3-8b-prefill2048-bf16-cuda-cores": ((1, 2048, 32, 8, 128, 2048), "bf16", "cuda-cores"),
+    "attention-llama3-8b-decode1-ctx4096-bf16": ((1, 1, 32, 8, 128, 4097), "bf16", ""),
+    "attention-llama3-8b-decode1-ctx4096-bf16-no-split": ((1, 1, 32, 8, 128, 4097), "bf16", "no-split"),
     "attention-llama3-8b-decode8-ctx4096-bf16": ((8, 1, 32, 8, 128, 4097), "bf16", ""),
     "attention-llama3-8b-decode8-ctx4096-bf16-no-split": ((8, 1, 32, 8, 128, 4097), "bf16", "no-split"),
 }
@@ -544,7 +547,7 @@ def bench(root, bin_dir, device="cuda", report=lambda result: None):
     results, arrays = [], {}
     weights_dir = tempfile.mkdtemp(prefix="parax-bench-")  # gigabytes: never in the cases
     bf16_first = sorted(BENCH, key=lambda n: BENCH[n][4] != "bf16")
-    order = list(BENCH_ATTENTION) + bf16_first[:2] + list(BENCH_EXPERTS) + bf16_first[2:]
+    order = list(BENCH_ATTENTION) + bf16_first[:3] + list(BENCH_EXPERTS) + bf16_first[3:]
     try:
         for name in order:
             start = time.time()
