@@ -1,12 +1,12 @@
 """python3 -m parax: the front door that chains the tools.
 
     python3 -m parax compile MODEL --cluster C --workload W -o model.pxe
-        MODEL: a preset or config.json (built with --batch/--seq/--layers/--dtype)
-        or a .mlir file; plans (printing the ranked table), partitions and
-        translates.
+        MODEL: a preset or config.json (built with --batch/--seq/--layers/--dtype,
+        and --past P [--return-kv] for a step over a KV cache) or a .mlir file;
+        plans (printing the ranked table), partitions and translates.
     python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
-                         [--output logits.npy] [--ranks N]
-        runs it under mpirun (N defaults to the executable's grid size).
+                         [--output logits.npy ...] --ranks N
+        runs it under mpirun (N: the executable's grid size).
     python3 -m parax demo
         the README's main job: a tiny Llama planned, partitioned and run on 4
         CPU ranks, compared with the single-rank run.
@@ -50,7 +50,7 @@ def _run(cmd, env=None, timeout=600, capture=True):
 
 
 def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=None,
-                  dtype="bf16", workdir=None, show_plans=True):
+                  dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False):
     """Builds (if needed), plans, partitions and translates; returns the
     partitioned IR path."""
     workdir = workdir or tempfile.mkdtemp(prefix="parax-")
@@ -59,7 +59,7 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
         ir = os.path.join(workdir, "model.mlir")
         with open(ir, "w") as f:
             f.write(build_model(load_config(model, layers=layers), batch=batch, seq=seq,
-                                dtype=dtype))
+                                dtype=dtype, past=past, return_kv=return_kv))
     if show_plans:
         print(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload,
                     "--top", "3"]), end="")
@@ -83,12 +83,13 @@ def grid_size(partitioned):
 
 
 def run_model(exe, weights, inputs, output=None, ranks=1, steps=1):
+    """`output`: a path, or a list of paths (one per result, in order)."""
     cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
            _tool("parax-run"), exe, "--weights", weights, "--steps", str(steps)]
     for path in inputs:
         cmd += ["--input", path]
-    if output:
-        cmd += ["--output", output]
+    for path in [output] if isinstance(output, str) else (output or []):
+        cmd += ["--output", path]
     return _run(cmd, env=MPI_ENV, timeout=600)
 
 
@@ -146,11 +147,14 @@ def main(argv=None):
     c.add_argument("--seq", type=int)
     c.add_argument("--layers", type=int)
     c.add_argument("--dtype", default="bf16")
+    c.add_argument("--past", type=int, default=0, help="a step over a KV cache of P tokens")
+    c.add_argument("--return-kv", action="store_true",
+                   help="also return each layer's new keys and values")
     r = sub.add_parser("run", help="run an executable under mpirun")
     r.add_argument("executable")
     r.add_argument("--weights", required=True)
     r.add_argument("--input", action="append", default=[])
-    r.add_argument("--output")
+    r.add_argument("--output", action="append", default=[])
     r.add_argument("--ranks", type=int, required=True)
     r.add_argument("--steps", type=int, default=1)
     sub.add_parser("demo", help="the README's main job")
@@ -158,7 +162,8 @@ def main(argv=None):
     try:
         if args.command == "compile":
             compile_model(args.model, args.cluster, args.workload, args.output, args.batch,
-                          args.seq, args.layers, args.dtype)
+                          args.seq, args.layers, args.dtype, past=args.past,
+                          return_kv=args.return_kv)
             return 0
         if args.command == "run":
             print(run_model(args.executable, args.weights, args.input, args.output,
