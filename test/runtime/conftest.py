@@ -37,10 +37,12 @@ class Model:
     With `past` > 0, a step over a KV cache: `seq` tokens after `past` earlier
     ones, whose keys and values (the numpy reference's, of the earlier
     tokens alone) are the inputs after the tokens; the reference is then the
-    whole sequence's forward pass, its last `seq` positions."""
+    whole sequence's forward pass, its last `seq` positions. `rows`: the
+    inputs' rows (default `batch`; a multiple of it runs as microbatches,
+    or as the data-parallel replicas' shares)."""
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
-                 dtype="f32", past=0, return_kv=False):
+                 dtype="f32", past=0, return_kv=False, rows=None):
         self.cfg = load_config(preset, layers=layers)
         self.dir = tmp
         os.makedirs(tmp, exist_ok=True)
@@ -55,7 +57,8 @@ class Model:
         self.checkpoint = os.path.join(tmp, "weights.safetensors")
         save_safetensors(self.checkpoint, self.weights, dtype=dtype)
         rng = np.random.default_rng(seed + 1)
-        every = rng.integers(0, self.cfg.vocab, size=(batch, past + seq)).astype(np.int32)
+        rows = rows or batch
+        every = rng.integers(0, self.cfg.vocab, size=(rows, past + seq)).astype(np.int32)
         self.past_tokens, self.tokens = every[:, :past], every[:, past:]
         self.tokens_path = os.path.join(tmp, "tokens.npy")
         np.save(self.tokens_path, self.tokens)
@@ -69,7 +72,7 @@ class Model:
                     np.save(path, t.astype(np.float32))
                     self.inputs.append(path)
         if loss:
-            self.labels = rng.integers(0, self.cfg.vocab, size=(batch, seq)).astype(np.int32)
+            self.labels = rng.integers(0, self.cfg.vocab, size=(rows, seq)).astype(np.int32)
             self.labels_path = os.path.join(tmp, "labels.npy")
             np.save(self.labels_path, self.labels)
             self.inputs.append(self.labels_path)
@@ -116,6 +119,14 @@ class Model:
             return proc
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return np.load(outs[0]) if outputs == 1 else [np.load(out) for out in outs]
+
+
+def replicas(pins):
+    """The data-parallel degree workload pins ask for (each replica takes its
+    own rows: the tests give that many times the executable's batch)."""
+    import re
+    found = re.search(r"\bdp=(\d+)", pins or "")
+    return int(found.group(1)) if found else 1
 
 
 def run(cmd):

@@ -108,22 +108,24 @@ def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, tim
 def prepare(name, root):
     """Compiles case `name` under root/name; stores the CPU and numpy results
     (with the tools of $PARAX_BUILD_DIR, default build/, as the tests do)."""
-    from conftest import Model  # the compiler half: pytest's helper
+    from conftest import Model, replicas  # the compiler half: pytest's helpers
     preset, layers, batch, seq, loss, pins, ranks, *rest = CASES[name]
     dtype = rest[0] if rest else "f32"
     past = rest[1] if len(rest) > 1 else 0
     return_kv = rest[2] if len(rest) > 2 else False
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
+    dp = replicas(pins)  # data-parallel replicas take their own rows: the inputs hold dp batches
     model = Model(case_dir, preset, layers=layers, batch=batch, seq=seq, loss=loss, dtype=dtype,
-                  past=past, return_kv=return_kv)
+                  past=past, return_kv=return_kv, rows=batch * dp)
     single = model.compile("single")
     outputs = 1 + 2 * model.cfg.layers if return_kv else 1
     cpu, *more = model.run(single, 1, outputs=outputs) if return_kv else [model.run(single, 1)]
     for k, extra in enumerate(more, 1):  # the new keys and values: against the CPU backend
         np.save(os.path.join(case_dir, f"cpu{k}.npy"), extra)
     ref = np.float32(model.reference_loss()) if loss else model.reference()
-    workload = f"decode:batch={batch},context={past}" if past else f"prefill:batch={batch},seq={seq}"
+    workload = (f"decode:batch={batch * dp},context={past}" if past else
+                f"prefill:batch={batch * dp},seq={seq}")
     exe = single if pins is None else model.compile("sharded", f"{workload},{pins}", ranks)
     np.save(os.path.join(case_dir, "cpu.npy"), cpu)
     np.save(os.path.join(case_dir, "numpy.npy"), ref)

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import MPI_ENV, Model, tool
+from conftest import MPI_ENV, Model, replicas, tool
 
 NUMPY_TOL = 1e-4
 SHARDED_TOL = 1e-5
@@ -50,9 +50,10 @@ PLANS = [
 @pytest.mark.parametrize("preset,layers,pins,ranks", PLANS,
                          ids=[f"{p[0]}-{p[2]}" for p in PLANS])
 def test_sharded_matches_single_rank(tmp_path, preset, layers, pins, ranks):
-    model = Model(str(tmp_path), preset, layers=layers)
+    dp = replicas(pins)
+    model = Model(str(tmp_path), preset, layers=layers, rows=2 * dp)
     single = model.run(model.compile("single"), 1)
-    workload = f"prefill:batch={max(2, ranks)},seq=8,{pins}"
+    workload = f"prefill:batch={2 * dp if dp > 1 else max(2, ranks)},seq=8,{pins}"
     sharded = model.run(model.compile("sharded", workload, ranks), ranks)
     assert np.abs(sharded - single).max() < SHARDED_TOL
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
@@ -87,9 +88,10 @@ DECODE_PLANS = [
 @pytest.mark.parametrize("preset,pins,ranks", DECODE_PLANS,
                          ids=[f"{p[0]}-{p[1]}" for p in DECODE_PLANS])
 def test_decode_step_sharded_matches_single_rank(tmp_path, preset, pins, ranks):
-    model = Model(str(tmp_path), preset, seq=1, past=6)
+    dp = replicas(pins)
+    model = Model(str(tmp_path), preset, seq=1, past=6, rows=2 * dp)
     single = model.run(model.compile("single"), 1)
-    sharded = model.run(model.compile("sharded", f"decode:batch=2,context=6,{pins}", ranks), ranks)
+    sharded = model.run(model.compile("sharded", f"decode:batch={2 * dp},context=6,{pins}", ranks), ranks)
     assert np.abs(sharded - single).max() < SHARDED_TOL
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
 
@@ -337,6 +339,27 @@ def test_front_door_demo_runs_end_to_end():
     assert "largest |difference| between the 4-rank and single-rank logits" in proc.stdout
 
 
+def test_data_parallel_replicas_take_their_own_rows(tmp_path):
+    """dp=2: each replica runs its half of the rows (two microbatches of
+    the executable's batch each, not all four), and the writer joins the
+    replicas' logits in order; the loss is the mean over both. Rows that do
+    not split into whole batches per replica are refused."""
+    model = Model(str(tmp_path), "tiny-llama", batch=2, rows=8)
+    exe = model.compile("dp2", "prefill:batch=8,seq=8,dp=2", 2)
+    proc = model.run(exe, 2, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 microbatch(es)" in proc.stdout  # of the 4 batches, each replica runs 2
+    logits = np.load(os.path.join(model.dir, "out.npy"))
+    assert logits.shape == (8, 8, model.cfg.vocab)
+    assert np.abs(logits - model.reference()).max() < NUMPY_TOL
+    model.tokens = model.tokens[:6]
+    np.save(model.tokens_path, model.tokens)
+    proc = model.run(exe, 2, expect_ok=False)
+    assert proc.returncode != 0
+    assert ("input #0 has 6 rows, not a multiple of the executable's batch 2 times its 2 "
+            "data-parallel replicas") in proc.stdout + proc.stderr
+
+
 def test_pipeline_with_several_microbatches(tmp_path):
     """PP4 over four microbatches: inputs holding four times the executable's
     batch run as four microbatches flowing through the stages."""
@@ -358,12 +381,15 @@ LOSS_PLANS = [("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("dp=2", 2), ("dp=2,tp=2,pp=2"
 @pytest.mark.parametrize("pins,ranks", [(None, 1)] + LOSS_PLANS,
                          ids=["single"] + [p[0] for p in LOSS_PLANS])
 def test_training_loss_matches_numpy(tmp_path, pins, ranks):
-    """`--loss`: the mean token cross-entropy, one scalar, on every plan."""
-    model = Model(str(tmp_path), "tiny-llama", batch=max(2, ranks), loss=True)
+    """`--loss`: the mean token cross-entropy, one scalar, on every plan
+    (data-parallel replicas: the mean of their means over equal shares)."""
+    dp = replicas(pins)
+    batch = max(2, ranks // dp)
+    model = Model(str(tmp_path), "tiny-llama", batch=batch, loss=True, rows=batch * dp)
     if pins is None:
         exe = model.compile("single")
     else:
-        exe = model.compile("sharded", f"prefill:batch={max(2, ranks)},seq=8,{pins}", ranks)
+        exe = model.compile("sharded", f"prefill:batch={batch * dp},seq=8,{pins}", ranks)
     loss = model.run(exe, ranks)
     assert loss.shape == ()
     assert abs(float(loss) - model.reference_loss()) < NUMPY_TOL

@@ -88,6 +88,50 @@ int launcherRank() {
   return 0;
 }
 
+/// The rank whose grid coordinates are `rank`'s but `replica` along "dp".
+int rankWithReplica(const parax::pxe::Executable &exe, int rank, int64_t replica) {
+  const auto &mine = exe.ranks(rank).values();
+  for (int r = 0; r < exe.ranks_size(); ++r) {
+    const auto &theirs = exe.ranks(r).values();
+    bool same = true;
+    for (int i = 0; i < mine.size(); ++i)
+      same &= theirs[i] == (exe.grid().axis_names(i) == "dp" ? replica : mine[i]);
+    if (same) return r;
+  }
+  return -1;
+}
+
+/// A result tensor between ranks: its kind and shape, then its values.
+void sendTensor(const Tensor &t, int to) {
+  std::vector<int64_t> header = {t.isInt ? 1 : 0};
+  header.insert(header.end(), t.shape.begin(), t.shape.end());
+  MPI_Send(header.data(), static_cast<int>(header.size()), MPI_INT64_T, to, 0, MPI_COMM_WORLD);
+  if (t.isInt)
+    MPI_Send(t.i.data(), static_cast<int>(t.i.size()), MPI_INT32_T, to, 1, MPI_COMM_WORLD);
+  else
+    MPI_Send(t.f.data(), static_cast<int>(t.f.size()), MPI_FLOAT, to, 1, MPI_COMM_WORLD);
+}
+
+Tensor receiveTensor(int from) {
+  MPI_Status status;
+  MPI_Probe(from, 0, MPI_COMM_WORLD, &status);
+  int count = 0;
+  MPI_Get_count(&status, MPI_INT64_T, &count);
+  std::vector<int64_t> header(count);
+  MPI_Recv(header.data(), count, MPI_INT64_T, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  Tensor t;
+  t.isInt = header[0] != 0;
+  t.shape.assign(header.begin() + 1, header.end());
+  if (t.isInt) {
+    t.i.resize(t.numel());
+    MPI_Recv(t.i.data(), static_cast<int>(t.i.size()), MPI_INT32_T, from, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  } else {
+    t.f.resize(t.numel());
+    MPI_Recv(t.f.data(), static_cast<int>(t.f.size()), MPI_FLOAT, from, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  return t;
+}
+
 int main(int argc, char **argv) {
   const bool mpi = launchedByMpi();
   int rank = 0, size = 1;
@@ -188,35 +232,47 @@ int main(int argc, char **argv) {
     inputTensors.push_back(std::move(t.value()));
   }
 
-  // Microbatches: inputs holding k times the executable's batch run as k
-  // microbatches, each flowing through the pipeline stages in turn.
-  int64_t micro = 1;
+  // Data parallelism: the replicas (coordinates along "dp") take equal
+  // shares of the inputs' rows, in order; microbatches: a share holding k
+  // times the executable's batch runs as k microbatches, each flowing
+  // through the pipeline stages in turn.
+  const auto &coords = exe.value().ranks(rank).values();
+  int64_t replicas = 1, replica = 0;
+  for (int i = 0; i < exe.value().grid().axis_names_size(); ++i)
+    if (exe.value().grid().axis_names(i) == "dp") {
+      replicas = exe.value().grid().shape(i);
+      replica = coords[i];
+    }
+  int64_t micro = 1, rows = 0;
   int64_t exeBatch = 0;
   for (const auto &buffer : exe.value().stages(0).buffers())
     if (buffer.role() == parax::pxe::INPUT && buffer.input_index() == 0 &&
         buffer.global_shape_size() > 0)
       exeBatch = buffer.global_shape(0);
   if (!inputTensors.empty() && exeBatch > 0 && !inputTensors[0].shape.empty()) {
-    int64_t given = inputTensors[0].shape[0];
-    if (given % exeBatch)
-      die("input #0 has " + std::to_string(given) + " rows, not a multiple of the "
-          "executable's batch " + std::to_string(exeBatch));
-    micro = given / exeBatch;
+    rows = inputTensors[0].shape[0];
+    if (rows % (exeBatch * replicas))
+      die("input #0 has " + std::to_string(rows) + " rows, not a multiple of the executable's batch " +
+          std::to_string(exeBatch) +
+          (replicas > 1 ? " times its " + std::to_string(replicas) +
+                              " data-parallel replicas (each takes an equal share of whole batches)"
+                        : std::string()));
+    micro = rows / (exeBatch * replicas);
   }
   auto microbatch = [&](int64_t j) {
     std::vector<Tensor> slice;
     for (const Tensor &t : inputTensors) {
-      if (t.shape.empty() || t.shape[0] != exeBatch * micro) {
+      if (t.shape.empty() || t.shape[0] != rows) {
         slice.push_back(t);
         continue;
       }
       Tensor part = t;
       part.shape[0] = exeBatch;
-      int64_t n = part.numel();
+      int64_t n = part.numel(), first = replica * micro + j;
       if (t.isInt)
-        part.i.assign(t.i.begin() + j * n, t.i.begin() + (j + 1) * n);
+        part.i.assign(t.i.begin() + first * n, t.i.begin() + (first + 1) * n);
       else
-        part.f.assign(t.f.begin() + j * n, t.f.begin() + (j + 1) * n);
+        part.f.assign(t.f.begin() + first * n, t.f.begin() + (first + 1) * n);
       slice.push_back(std::move(part));
     }
     return slice;
@@ -330,6 +386,12 @@ int main(int argc, char **argv) {
     barrier("the barrier after a step");
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
+  for (Tensor &r : results) // a scalar (the loss): the mean over the microbatches
+    if (r.shape.empty() && r.f.size() > 1) {
+      double sum = 0;
+      for (float v : r.f) sum += v;
+      r.f.assign(1, static_cast<float>(sum / r.f.size()));
+    }
 
   // PARAX_CUDA_PROFILE=1: one more step, timed op by op on the GPU (every
   // rank runs it: its collectives need them all), after the timed steps.
@@ -353,12 +415,40 @@ int main(int argc, char **argv) {
   }
 #endif
 
-  // The writer: last stage, every other coordinate 0.
-  const auto &coords = exe.value().ranks(rank).values();
-  bool writer = stageIndex + 1 == exe.value().stages_size();
+  // The writer: last stage, every other coordinate 0. With data
+  // parallelism, each replica's rank so placed sends it the replica's
+  // results, which it joins in replica order (a scalar: the mean).
+  bool replicaWriter = stageIndex + 1 == exe.value().stages_size();
   for (int i = 0; i < coords.size(); ++i)
-    if (exe.value().grid().axis_names(i) != "pp" && coords[i] != 0)
-      writer = false;
+    if (exe.value().grid().axis_names(i) != "pp" && exe.value().grid().axis_names(i) != "dp" && coords[i] != 0)
+      replicaWriter = false;
+  bool writer = replicaWriter && replica == 0;
+  if (replicas > 1 && rows > 0 && replicaWriter) { // (no rows to share: every replica ran the same)
+    auto watched = waits->watch("gathering the data-parallel replicas' results");
+    if (!writer) {
+      int to = rankWithReplica(exe.value(), rank, 0);
+      for (const Tensor &r : results) sendTensor(r, to);
+    } else {
+      for (int64_t other = 1; other < replicas; ++other) {
+        int from = rankWithReplica(exe.value(), rank, other);
+        for (Tensor &r : results) {
+          Tensor part = receiveTensor(from);
+          if (r.shape.empty()) {
+            r.f[0] += part.f.empty() ? 0.0f : part.f[0];
+            continue;
+          }
+          if (part.shape.size() != r.shape.size() || part.isInt != r.isInt)
+            die("replica " + std::to_string(other) + " sent a result of shape " + part.shapeString() +
+                " where replica 0 has " + r.shapeString());
+          r.shape[0] += part.shape[0];
+          r.f.insert(r.f.end(), part.f.begin(), part.f.end());
+          r.i.insert(r.i.end(), part.i.begin(), part.i.end());
+        }
+      }
+      for (Tensor &r : results)
+        if (r.shape.empty() && !r.f.empty()) r.f[0] /= static_cast<float>(replicas);
+    }
+  }
   if (writer) {
     if (outputs.size() > results.size())
       die("the executable has " + std::to_string(results.size()) + " result(s) but " +
