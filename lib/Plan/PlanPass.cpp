@@ -131,8 +131,11 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
         SmallVector<Attribute> shardings;
         for (auto [k, result] : llvm::enumerate(op->getResults())) {
           auto type = cast<RankedTensorType>(result.getType());
+          // Expert parallelism: the ep ranks of a replica hold their own
+          // sequences (the batch dimension), exchanged only by the experts.
+          int epDim = plan.ep > 1 && type.getRank() >= 2 && type.getDimSize(0) % plan.ep == 0 ? 0 : -1;
           shardings.push_back(
-              makeSharding(context, grid, type.getRank(), lp.layouts[i][k]));
+              makeSharding(context, grid, type.getRank(), lp.layouts[i][k], epDim));
         }
         op->setAttr(ParaxDialect::kShardingsAttrName, b.getArrayAttr(shardings));
         // Parameters take the layout the op's strategy needs (the first

@@ -360,6 +360,20 @@ def test_data_parallel_replicas_take_their_own_rows(tmp_path):
             "data-parallel replicas") in proc.stdout + proc.stderr
 
 
+def test_expert_parallel_ranks_take_their_own_sequences(tmp_path):
+    """ep=2: the two expert-parallel ranks of a replica run one sequence each
+    (the batch is split over ep; they exchange tokens only for the experts)
+    instead of both running both, and the logits still match one rank."""
+    model = Model(str(tmp_path), "tiny-mixtral", batch=2)
+    single = model.run(model.compile("single"), 1)
+    exe = model.compile("ep2", "prefill:batch=2,seq=8,ep=2,dp=1", 2)
+    text = open(os.path.join(model.dir, "ep2.mlir")).read()
+    assert "%arg0: tensor<1x8xi32> {parax.global_sharding = #parax.sharding<@plan_forward, [{ep}, {}]>" in text
+    assert text.count('all_gather') == 1 and 'over @plan_forward ["ep"] dim 0' in text  # the logits, once
+    sharded = model.run(exe, 2)
+    assert np.abs(sharded - single).max() < SHARDED_TOL
+
+
 def test_pipeline_with_several_microbatches(tmp_path):
     """PP4 over four microbatches: inputs holding four times the executable's
     batch run as four microbatches flowing through the stages."""
