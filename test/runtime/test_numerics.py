@@ -409,6 +409,16 @@ def test_training_loss_matches_numpy(tmp_path, pins, ranks):
     assert abs(float(loss) - model.reference_loss()) < NUMPY_TOL
 
 
+def test_training_loss_under_expert_and_data_parallelism(tmp_path):
+    """Mixtral, ep2 x dp2 (4 ranks): each replica takes 2 of the 4 sequences,
+    each EP rank one of them; the loss gathers the logits over ep and is the
+    mean over the replicas."""
+    model = Model(str(tmp_path), "tiny-mixtral", batch=2, loss=True, rows=4)
+    loss = model.run(model.compile("ep2dp2", "prefill:batch=4,seq=8,ep=2,dp=2", 4), 4)
+    assert loss.shape == ()
+    assert abs(float(loss) - model.reference_loss()) < NUMPY_TOL
+
+
 @pytest.mark.parametrize("preset,pins,ranks", [("tiny-llama", None, 1), ("tiny-mixtral", None, 1),
                                                ("tiny-llama", "tp=2,pp=2,dp=1", 4)],
                          ids=["llama", "mixtral", "llama-tp2-pp2"])
