@@ -85,10 +85,10 @@ static bool joinsKvCache(func::FuncOp function, ConcatOp concat) {
 
 // Such a join read by one attention of at most 4 queries: what the CUDA
 // backend's decode attention reads in place.
-static bool readsKvCacheInPlace(func::FuncOp function, ConcatOp concat) {
-  if (!joinsKvCache(function, concat) || !concat.getResult().hasOneUse())
+static bool readInPlace(ConcatOp join) {
+  if (!join.getResult().hasOneUse())
     return false;
-  auto attention = cast<AttentionOp>(*concat.getResult().getUsers().begin());
+  auto attention = cast<AttentionOp>(*join.getResult().getUsers().begin());
   return cast<RankedTensorType>(attention.getQ().getType()).getDimSize(1) <= 4;
 }
 
@@ -245,9 +245,10 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         node.dim = slice.getDim();
       } else if (auto concat = dyn_cast<ConcatOp>(op)) {
         node.dim = concat.getDim();
-        if (joinsKvCache(function, concat))
+        bool joins = joinsKvCache(function, concat);
+        if (joins)
           model.cachedTokens = cast<RankedTensorType>(concat.getOperand(0).getType()).getDimSize(1);
-        node.cacheView = readsKvCacheInPlace(function, concat);
+        node.cacheView = joins && readInPlace(concat);
         if (node.cacheView)
           layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;
       } else if (auto transpose = dyn_cast<TransposeOp>(op)) {

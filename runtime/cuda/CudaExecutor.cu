@@ -213,10 +213,19 @@ struct CudaExecutor::State {
   // instead of copied and read again. (attention, operand 1 or 2) -> the
   // concat's (cache, new) buffers.
   std::map<std::pair<const pxe::Instruction *, int>, std::pair<int32_t, int32_t>> cacheParts;
-  void planCacheReads();
-  /// Whether `attention` runs split over the keys (its shapes allow it);
-  /// `tile`: the keys per shared-memory tile then.
-  bool decodeAttention(const pxe::Instruction &attention, int *tile = nullptr) const;
+  // Attentions that run split over the keys (their shapes allow it) -> the
+  // keys per shared-memory tile; decided once at prepare.
+  std::map<const pxe::Instruction *, int> decodeKeyTiles;
+  void planDecodeAttention();
+  /// How many times each buffer is read: by instructions and as the
+  /// stage's outputs.
+  std::map<int32_t, int> useCounts() const {
+    std::map<int32_t, int> uses;
+    for (const pxe::Instruction &inst : host.stageProgram().instructions())
+      for (int32_t id : inst.operands()) ++uses[id];
+    for (int32_t id : host.stageProgram().outputs()) ++uses[id];
+    return uses;
+  }
   /// The buffers an instruction reads: its operands, a fused concat's
   /// result replaced by the concat's parts.
   std::vector<int32_t> readsOf(const pxe::Instruction &inst) const {
@@ -518,10 +527,7 @@ Status CudaExecutor::State::planGeluFusion() {
   int n = stage.instructions_size();
   skipped.assign(n, false);
   if (envIs("PARAX_CUDA_FUSE_GELU", "0")) return Status::ok();
-  std::map<int32_t, int> uses; // by instructions and as the stage's outputs
-  for (const pxe::Instruction &inst : stage.instructions())
-    for (int32_t id : inst.operands()) ++uses[id];
-  for (int32_t id : stage.outputs()) ++uses[id];
+  std::map<int32_t, int> uses = useCounts();
   std::optional<GeluProbe> probe; // run once, when a candidate appears
   for (int k = 0; k + 1 < n; ++k) {
     const pxe::Instruction &lin = stage.instructions(k), &act = stage.instructions(k + 1);
@@ -538,29 +544,27 @@ Status CudaExecutor::State::planGeluFusion() {
   return Status::ok();
 }
 
-bool CudaExecutor::State::decodeAttention(const pxe::Instruction &attention, int *tile) const {
-  if (!splitDecodeAttention || attention.op() != "attention") return false;
-  const DeviceBuffer &q = buffers[attention.operands(0)], &k = buffers[attention.operands(1)],
-                     &v = buffers[attention.operands(2)];
-  int64_t S = q.shape[1], H = q.shape[2], D = q.shape[3], KH = k.shape[2], DV = v.shape[3];
-  std::vector<std::string> headAxes = attrStrings(attention.attrs(), "head_axes");
-  int64_t group = headAxes.empty() ? H / KH : H * groupSize(headAxes) / KH;
-  int keys = DecodeTiles().keys;
-  while (DecodeTiles::floats(group * S, keys, D, DV) * 4 > sharedOptIn && keys > 16) keys /= 2;
-  if (tile) *tile = keys;
-  return S <= 4 && group * S <= 64 && DecodeTiles::floats(group * S, keys, D, DV) * 4 <= sharedOptIn;
-}
-
-void CudaExecutor::State::planCacheReads() {
+void CudaExecutor::State::planDecodeAttention() {
   const pxe::Stage &stage = host.stageProgram();
-  std::map<int32_t, int> uses; // by instructions and as the stage's outputs
+  if (!splitDecodeAttention) return;
+  for (const pxe::Instruction &inst : stage.instructions()) {
+    if (inst.op() != "attention") continue;
+    const DeviceBuffer &q = buffers[inst.operands(0)], &k = buffers[inst.operands(1)],
+                       &v = buffers[inst.operands(2)];
+    int64_t S = q.shape[1], H = q.shape[2], D = q.shape[3], KH = k.shape[2], DV = v.shape[3];
+    std::vector<std::string> headAxes = attrStrings(inst.attrs(), "head_axes");
+    int64_t rows = (headAxes.empty() ? H : H * groupSize(headAxes)) / KH * S;
+    int keys = DecodeTiles().keys;
+    while (AttentionTiles::floats(rows, keys, D, DV) * 4 > sharedOptIn && keys > 16) keys /= 2;
+    if (S <= 4 && rows <= 64 && AttentionTiles::floats(rows, keys, D, DV) * 4 <= sharedOptIn)
+      decodeKeyTiles[&inst] = keys;
+  }
+  // The concats that join a cache with new keys or values for one of them.
+  std::map<int32_t, int> uses = useCounts();
   std::map<int32_t, std::pair<int, int>> readBy; // a buffer's (last) reader: instruction, operand
   for (int k = 0; k < stage.instructions_size(); ++k)
-    for (int i = 0; i < stage.instructions(k).operands_size(); ++i) {
-      ++uses[stage.instructions(k).operands(i)];
+    for (int i = 0; i < stage.instructions(k).operands_size(); ++i)
       readBy[stage.instructions(k).operands(i)] = {k, i};
-    }
-  for (int32_t id : stage.outputs()) ++uses[id];
   for (int k = 0; k < stage.instructions_size(); ++k) {
     const pxe::Instruction &cat = stage.instructions(k);
     if (skipped[k] || cat.op() != "concat" || cat.operands_size() != 2 || attrInt(cat.attrs(), "dim") != 1 ||
@@ -568,7 +572,7 @@ void CudaExecutor::State::planCacheReads() {
       continue;
     auto [reader, operand] = readBy[cat.results(0)];
     const pxe::Instruction &attention = stage.instructions(reader);
-    if ((operand != 1 && operand != 2) || skipped[reader] || !decodeAttention(attention)) continue;
+    if ((operand != 1 && operand != 2) || skipped[reader] || !decodeKeyTiles.count(&attention)) continue;
     cacheParts[{&attention, operand}] = {cat.operands(0), cat.operands(1)};
     skipped[k] = true;
   }
@@ -742,7 +746,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   }
   st = s.hoistInvariants();
   if (!st.isOk()) return st;
-  s.planCacheReads();
+  s.planDecodeAttention();
   st = s.placeTemporaries();
   if (!st.isOk()) return st;
   st = s.sync(); // the uploads have finished reading the host copies
@@ -983,8 +987,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     // keys, every query head of a KV head in one block (unless
     // PARAX_ATTENTION=no-split).
     int64_t group = totalHeads / KH;
-    int keyTile = 0;
-    if (decodeAttention(inst, &keyTile)) {
+    if (auto decode = decodeKeyTiles.find(&inst); decode != decodeKeyTiles.end()) {
+      int keyTile = decode->second;
       // Keys and values: one buffer, or a fused concat's two (the cache's
       // rows, then the new tokens').
       auto parts = [&](int operand, const DeviceBuffer &whole) {
@@ -1004,7 +1008,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       int64_t rows = group * S;
       Status st = ensureScratch(B * KH * chunks * rows * DecodeTiles::perRow(DV));
       if (!st.isOk()) return st;
-      int64_t sharedBytes = DecodeTiles::floats(rows, keyTile, D, DV) * 4;
+      int64_t sharedBytes = AttentionTiles::floats(rows, keyTile, D, DV) * 4;
       return withFloat(y, [&](auto t) {
         using E = decltype(t);
         PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * chunks, 256, sharedBytes, stream)(

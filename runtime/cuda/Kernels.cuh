@@ -246,11 +246,10 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
 // may come in two parts, the rows of a KV cache and then the new tokens'
 // (`kCached` rows of `k`, the rest in `kNew`): a concat the kernel reads
 // in place instead of a copy.
+// Its shared memory is laid out as attentionKernel's, with the rows in
+// place of the query tile (AttentionTiles::floats).
 struct DecodeTiles {
   int keys = 64;
-  static int64_t floats(int rows, int k, int64_t D, int64_t DV) {
-    return rows * (D + 1) + k * (D + 1) + k * DV + rows * k + rows * DV + 3 * rows;
-  }
   /// Floats of `partial` per (batch, KV head, chunk) and row.
   static int64_t perRow(int64_t DV) { return DV + 2; }
 };

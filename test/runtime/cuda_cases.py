@@ -425,12 +425,13 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     width = 2 if dtype == "bf16" else 4
     weight_bytes = width * matmul
     kv_bytes = width * 2 * layers * int(np.prod(kv_shape))
+    planned = _planned(d)
     return {"case": name, "step_ms_median_of_10": step_ms,
             "tflops": flops / step_ms / 1e9, "weight_bytes": weight_bytes, "kv_bytes": kv_bytes,
             "weights_read_tb_per_s": weight_bytes / step_ms / 1e9, "profile_ms": profile_of(log),
             "temporaries": temporaries_of(log), "device_bytes": _counted(log, "bytes of device memory"),
-            "planned_bytes": _planned(d).get("memory_per_device_bytes", 0),
-            "planned_step_ms": 1e3 * _planned(d).get("step_time_s", 0)}
+            "planned_bytes": planned.get("memory_per_device_bytes", 0),
+            "planned_step_ms": 1e3 * planned.get("step_time_s", 0)}
 
 
 def attention_rows(q, k, v, rows):

@@ -169,20 +169,18 @@ class _Builder:
         if self.return_kv:
             self.new_kv += [k, v]
         if self.past:
-            e = self.e
-            for name, x in (("key", k), ("value", v)):
-                cached = e.arg(f"past_{e.layer}_{name}", [self.B, self.past] + x[1][2:],
-                               e.dtype)
-                joined = e.op("concat", [cached, x], [[self.B, self.past + x[1][1]] + x[1][2:]],
-                              "dim = 1 : i64")
-                if name == "key":
-                    k = joined
-                else:
-                    v = joined
+            k, v = self.join_cache(k, "key"), self.join_cache(v, "value")
         shape = q[1][:3] + [v[1][3]]
         attrs = (f"causal, head_dim = {head_dim} : i64, num_heads = {heads} : i64, "
                  f"num_kv_heads = {kv_heads} : i64, scale = {f64(scale)}")
         return self.e.op("attention", [q, k, v], [shape], attrs)
+
+    def join_cache(self, x, name):
+        """This layer's cached keys or values (an input) in front of `x`'s."""
+        e = self.e
+        cached = e.arg(f"past_{e.layer}_{name}", [self.B, self.past] + x[1][2:], e.dtype)
+        return e.op("concat", [cached, x], [[self.B, self.past + x[1][1]] + x[1][2:]],
+                    "dim = 1 : i64")
 
     def gated_mlp(self, x, prefix, width, names=("gate_proj", "up_proj", "down_proj")):
         h = self.cfg.hidden
@@ -371,9 +369,8 @@ class _Builder:
             result = e.op("cross_entropy", [logits, labels], [[]],
                           result_dtypes=["f32"])
         results = [result] + self.new_kv
-        result_type = ", ".join(e.ty_of(r) for r in results)
-        if len(results) > 1:
-            result_type = f"({result_type})"
+        types = ", ".join(e.ty_of(r) for r in results)
+        result_type = f"({types})" if len(results) > 1 else types
         args = ",\n      ".join(f"{ssa}: {ty}{' ' + attrs if attrs else ''}"
                                for ssa, ty, attrs in e.args)
         header = (f"// parax model: {self.cfg.name} ({self.cfg.family}), "
@@ -382,8 +379,7 @@ class _Builder:
         return (header + "module {\n"
                 f"  func.func @forward(\n      {args}) -> {result_type} {{\n"
                 + "\n".join(e.lines) + "\n"
-                f"    return {', '.join(r[0] for r in results)} : "
-                f"{', '.join(e.ty_of(r) for r in results)}\n  }}\n}}\n")
+                f"    return {', '.join(r[0] for r in results)} : {types}\n  }}\n}}\n")
 
 
 def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, past=0,

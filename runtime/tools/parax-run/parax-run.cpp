@@ -101,6 +101,24 @@ int rankWithReplica(const parax::pxe::Executable &exe, int rank, int64_t replica
   return -1;
 }
 
+/// Joins a later microbatch's or replica's result to `into`: its rows
+/// appended; a scalar's value collected (meanOfScalars averages them).
+void appendRows(Tensor &into, const Tensor &part) {
+  if (!into.shape.empty()) into.shape[0] += part.shape[0];
+  into.f.insert(into.f.end(), part.f.begin(), part.f.end());
+  into.i.insert(into.i.end(), part.i.begin(), part.i.end());
+}
+
+/// A scalar result (the loss) that collected several values: their mean.
+void meanOfScalars(std::vector<Tensor> &results) {
+  for (Tensor &r : results)
+    if (r.shape.empty() && r.f.size() > 1) {
+      double sum = 0;
+      for (float v : r.f) sum += v;
+      r.f.assign(1, static_cast<float>(sum / r.f.size()));
+    }
+}
+
 /// A result tensor between ranks: its kind and shape, then its values.
 void sendTensor(const Tensor &t, int to) {
   std::vector<int64_t> header = {t.isInt ? 1 : 0};
@@ -373,25 +391,16 @@ int main(int argc, char **argv) {
       if (!s.isOk()) die(s.message());
       std::vector<Tensor> outs = stageOutputs();
       for (size_t k = 0; k < outs.size(); ++k) {
-        if (results.size() <= k) {
+        if (results.size() <= k)
           results.push_back(outs[k]);
-          continue;
-        }
-        Tensor &r = results[k];
-        if (!r.shape.empty()) r.shape[0] += outs[k].shape[0];
-        r.f.insert(r.f.end(), outs[k].f.begin(), outs[k].f.end());
-        r.i.insert(r.i.end(), outs[k].i.begin(), outs[k].i.end());
+        else
+          appendRows(results[k], outs[k]);
       }
     }
     barrier("the barrier after a step");
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  for (Tensor &r : results) // a scalar (the loss): the mean over the microbatches
-    if (r.shape.empty() && r.f.size() > 1) {
-      double sum = 0;
-      for (float v : r.f) sum += v;
-      r.f.assign(1, static_cast<float>(sum / r.f.size()));
-    }
+  meanOfScalars(results); // the loss: the mean over the microbatches
 
   // PARAX_CUDA_PROFILE=1: one more step, timed op by op on the GPU (every
   // rank runs it: its collectives need them all), after the timed steps.
@@ -433,20 +442,13 @@ int main(int argc, char **argv) {
         int from = rankWithReplica(exe.value(), rank, other);
         for (Tensor &r : results) {
           Tensor part = receiveTensor(from);
-          if (r.shape.empty()) {
-            r.f[0] += part.f.empty() ? 0.0f : part.f[0];
-            continue;
-          }
           if (part.shape.size() != r.shape.size() || part.isInt != r.isInt)
             die("replica " + std::to_string(other) + " sent a result of shape " + part.shapeString() +
                 " where replica 0 has " + r.shapeString());
-          r.shape[0] += part.shape[0];
-          r.f.insert(r.f.end(), part.f.begin(), part.f.end());
-          r.i.insert(r.i.end(), part.i.begin(), part.i.end());
+          appendRows(r, part);
         }
       }
-      for (Tensor &r : results)
-        if (r.shape.empty() && !r.f.empty()) r.f[0] /= static_cast<float>(replicas);
+      meanOfScalars(results); // over the replicas' (equal) shares
     }
   }
   if (writer) {
