@@ -22,8 +22,11 @@ static InFlightDiagnostic unsupported(Operation *op, const Layout &layout) {
                          << layout.str() << ": ";
 }
 
-// The same layout, with dims of size 1 in `value` replicated (broadcast).
+// The same layout, with dims of size 1 in `value` replicated (broadcast);
+// a scalar (a run-time position) is replicated.
 static Layout forOperand(const Layout &layout, Value value) {
+  if (rankOf(value) == 0)
+    return Layout::replicated(0);
   Layout out = layout;
   ArrayRef<int64_t> shape = shapeOf(value);
   for (size_t d = 0; d < out.dims.size() && d < shape.size(); ++d)
@@ -120,7 +123,10 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         Layout table = Layout::replicated(2);
         table.dims[1] = out.dims[2];
-        return SmallVector<Layout>{table};
+        SmallVector<Layout> layouts = {table};
+        if (op->getNumOperands() == 2)
+          layouts.push_back(Layout::replicated(0)); // the position
+        return layouts;
       })
       .Case<RmsNormOp, LayerNormOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
@@ -185,8 +191,11 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         int64_t parts = grid.product(out.dims[2]);
         int64_t kvHeads = attention.getNumKvHeads();
         Layout q = out;
+        SmallVector<Layout> position;
+        if (attention.getPosition())
+          position.push_back(Layout::replicated(0));
         if (kvHeads % parts == 0)
-          return SmallVector<Layout>{q, q, q};
+          return llvm::to_vector(llvm::concat<const Layout>(SmallVector<Layout>{q, q, q}, position));
         // Fewer KV heads than ranks: every rank keeps all KV heads (Megatron
         // replicates them), its query heads pick theirs.
         if (parts % kvHeads)
@@ -195,7 +204,14 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
                  << parts << " ranks";
         Layout kv = out;
         kv.dims[2].clear();
-        return SmallVector<Layout>{q, kv, kv};
+        return llvm::to_vector(llvm::concat<const Layout>(SmallVector<Layout>{q, kv, kv}, position));
+      })
+      .Case<CacheUpdateOp>([&](auto) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()) ||
+            failed(wholeDim(1, "a KV cache written at a run-time position "
+                               "needs its whole sequence")))
+          return failure();
+        return same();
       })
       .Case<RouterOp>([&](RouterOp router) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
@@ -241,7 +257,7 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
   const Layout &in = operands.front();
   Value result = op->getResult(0);
   if (isa<SiluOp, SigmoidOp, GeluOp, SwigluOp, AddOp, MulOp, RopeOp, RmsNormOp,
-          LayerNormOp, BroadcastOp>(op) &&
+          LayerNormOp, BroadcastOp, CacheUpdateOp>(op) &&
       rankOf(op->getOperand(0)) == rankOf(result)) {
     Layout out = in;
     if (isa<RmsNormOp, LayerNormOp>(op))

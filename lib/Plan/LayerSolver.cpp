@@ -233,6 +233,11 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     passThrough(op, list, [&](int d) { return d != op.dim; });
     addPartial();
     break;
+  case OpClass::CacheUpdate:
+    // Written at a run-time position: whole sequences, and never a partial
+    // sum (the cache outlives the step).
+    passThrough(op, list, [&](int d) { return d != op.dim; });
+    break;
   case OpClass::Reshape: {
     list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
     addPartial();

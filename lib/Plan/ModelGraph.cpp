@@ -38,6 +38,7 @@ static std::optional<OpClass> classify(Operation *op) {
       .Case<TransposeOp>([](auto) { return OpClass::Transpose; })
       .Case<SliceOp>([](auto) { return OpClass::Slice; })
       .Case<ConcatOp>([](auto) { return OpClass::Concat; })
+      .Case<CacheUpdateOp>([](auto) { return OpClass::CacheUpdate; })
       .Case<BroadcastOp>([](auto) { return OpClass::Broadcast; })
       .Case<RouterOp>([](auto) { return OpClass::Router; })
       .Case<ExpertsOp>([](auto) { return OpClass::Experts; })
@@ -208,6 +209,9 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
       node.kind = *kind;
       node.op = op;
       for (Value operand : op->getOperands()) {
+        // A run-time position (a scalar every rank holds) is no activation.
+        if (cast<RankedTensorType>(operand.getType()).getRank() == 0)
+          continue;
         if (weights.contains(operand)) {
           node.weightBytes += getTensorBytes(operand.getType());
           node.weightParams += getNumElements(operand.getType());
@@ -251,6 +255,11 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         node.cacheView = joins && readInPlace(concat);
         if (node.cacheView)
           layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;
+      } else if (auto update = dyn_cast<CacheUpdateOp>(op)) {
+        node.dim = 1;
+        node.cacheView = true;
+        model.cachedTokens = cast<RankedTensorType>(update.getCache().getType()).getDimSize(1);
+        layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;
       } else if (auto transpose = dyn_cast<TransposeOp>(op)) {
         node.permutation.assign(transpose.getPermutation().begin(),
                                 transpose.getPermutation().end());

@@ -527,8 +527,8 @@ PlanResult Search::run() {
                                      : modelFlopsPerToken(w.seq, w.seq);
   if (model.cachedTokens > 0 && w.kind != WorkloadKind::Decode) {
     result.explanation =
-        formatv("this graph is a step over a KV cache of {0} tokens (cache inputs joined "
-                "to the new keys and values, built with --past): plan it with a decode "
+        formatv("this graph is a step over a KV cache of {0} tokens (built with --past or "
+                "--cache): plan it with a decode "
                 "workload (decode:batch=B,context={0}), not '{1}'",
                 model.cachedTokens, w.toString())
             .str();

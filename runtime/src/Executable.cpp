@@ -15,25 +15,29 @@ namespace {
 constexpr uint32_t kFormatVersion = 1;
 constexpr int64_t kMaxElements = int64_t(1) << 40;
 
-// Operand / result counts of every op the runtime knows (-1: variadic).
-const std::map<std::string, std::pair<int, int>> &arities() {
-  static const std::map<std::string, std::pair<int, int>> table = {
-      {"embedding", {2, 1}},      {"position_embedding", {1, 1}},
-      {"linear", {-1, 1}},        {"rms_norm", {2, 1}},
-      {"layer_norm", {3, 1}},     {"rope", {1, 1}},
-      {"attention", {3, 1}},      {"add", {2, 1}},
-      {"mul", {2, 1}},            {"silu", {1, 1}},
-      {"sigmoid", {1, 1}},        {"gelu", {1, 1}},
-      {"swiglu", {2, 1}},         {"reshape", {1, 1}},
-      {"transpose", {1, 1}},      {"slice", {1, 1}},
-      {"concat", {-1, 1}},        {"broadcast", {1, 1}},
-      {"router", {-1, 2}},        {"experts", {6, 1}},
-      {"cross_entropy", {2, 1}},  {"all_reduce", {1, 1}},
-      {"all_gather", {1, 1}},     {"reduce_scatter", {1, 1}},
-      {"all_to_all", {1, 1}},     {"shard_slice", {1, 1}},
-      {"to_partial", {1, 1}},     {"send", {1, 0}},
-      {"recv", {0, 1}},           {"moe_dispatch", {3, 3}},
-      {"moe_combine", {2, 1}},
+// Operand counts (at least, at most; -1: no limit) and result count of
+// every op the runtime knows.
+struct Arity {
+  int minOperands, maxOperands, results;
+};
+const std::map<std::string, Arity> &arities() {
+  static const std::map<std::string, Arity> table = {
+      {"embedding", {2, 2, 1}},      {"position_embedding", {1, 2, 1}},
+      {"linear", {2, 3, 1}},         {"rms_norm", {2, 2, 1}},
+      {"layer_norm", {3, 3, 1}},     {"rope", {1, 2, 1}},
+      {"attention", {3, 4, 1}},      {"cache_update", {3, 3, 1}},
+      {"add", {2, 2, 1}},            {"mul", {2, 2, 1}},
+      {"silu", {1, 1, 1}},           {"sigmoid", {1, 1, 1}},
+      {"gelu", {1, 1, 1}},           {"swiglu", {2, 2, 1}},
+      {"reshape", {1, 1, 1}},        {"transpose", {1, 1, 1}},
+      {"slice", {1, 1, 1}},          {"concat", {1, -1, 1}},
+      {"broadcast", {1, 1, 1}},      {"router", {2, 3, 2}},
+      {"experts", {6, 6, 1}},        {"cross_entropy", {2, 2, 1}},
+      {"all_reduce", {1, 1, 1}},     {"all_gather", {1, 1, 1}},
+      {"reduce_scatter", {1, 1, 1}}, {"all_to_all", {1, 1, 1}},
+      {"shard_slice", {1, 1, 1}},    {"to_partial", {1, 1, 1}},
+      {"send", {1, 1, 0}},           {"recv", {0, 0, 1}},
+      {"moe_dispatch", {3, 3, 3}},   {"moe_combine", {2, 2, 1}},
   };
   return table;
 }
@@ -43,6 +47,29 @@ Status fail(const std::string &where, const std::string &what) {
 }
 
 } // namespace
+
+int positionOperand(const pxe::Instruction &inst) {
+  const std::string &op = inst.op();
+  if (op == "cache_update") return 2;
+  if (op == "attention" && inst.operands_size() == 4) return 3;
+  if ((op == "rope" || op == "position_embedding") && inst.operands_size() == 2) return 1;
+  return -1;
+}
+
+std::vector<int32_t> cacheStateInputs(const pxe::Stage &stage) {
+  std::map<int32_t, int> reads;
+  for (const pxe::Instruction &inst : stage.instructions())
+    for (int32_t id : inst.operands()) ++reads[id];
+  for (int32_t id : stage.outputs()) ++reads[id];
+  std::vector<int32_t> state;
+  for (const pxe::Instruction &inst : stage.instructions())
+    if (inst.op() == "cache_update" && inst.operands_size() == 3) {
+      int32_t id = inst.operands(0);
+      if (id >= 0 && id < stage.buffers_size() && stage.buffers(id).role() == pxe::INPUT && reads[id] == 1)
+        state.push_back(id);
+    }
+  return state;
+}
 
 int64_t gridSize(const pxe::Executable &exe) {
   int64_t n = 1;
@@ -169,13 +196,32 @@ Status validateExecutable(const pxe::Executable &exe) {
       auto arity = arities().find(inst.op());
       if (arity == arities().end())
         return fail(iw + ".op", "is not an op this runtime knows");
-      if ((arity->second.first >= 0 && inst.operands_size() != arity->second.first) ||
-          inst.results_size() != arity->second.second)
+      const Arity &counts = arity->second;
+      if (inst.operands_size() < counts.minOperands ||
+          (counts.maxOperands >= 0 && inst.operands_size() > counts.maxOperands) ||
+          inst.results_size() != counts.results)
         return fail(iw, "has the wrong number of operands or results");
       for (int32_t id : inst.operands())
         if (id < 0 || id >= stage.buffers_size() || !defined[id])
           return fail(iw + ".operands", "buffer " + std::to_string(id) +
                                             " is out of range or not yet computed");
+      if (int p = positionOperand(inst); p >= 0) {
+        const pxe::Buffer &position = stage.buffers(inst.operands(p));
+        if ((position.dtype() != pxe::I32 && position.dtype() != pxe::I64) || position.shape_size() != 0)
+          return fail(iw + ".operands", "the position (operand " + std::to_string(p) +
+                                            ") must be an integer scalar");
+      }
+      if (inst.op() == "cache_update") {
+        const pxe::Buffer &cache = stage.buffers(inst.operands(0)), &update = stage.buffers(inst.operands(1));
+        const pxe::Buffer &result = stage.buffers(inst.results(0));
+        bool fits = cache.shape_size() == 4 && update.shape_size() == 4 &&
+                    result.shape_size() == 4 && update.shape(1) <= cache.shape(1);
+        for (int d = 0; fits && d < 4; ++d)
+          fits = result.shape(d) == cache.shape(d) && (d == 1 || update.shape(d) == cache.shape(d));
+        if (!fits)
+          return fail(iw, "the cache, the update and the result must be [B, C, heads, D], "
+                          "[B, S <= C, heads, D] and the cache's shape");
+      }
       for (int32_t id : inst.results()) {
         if (id < 0 || id >= stage.buffers_size())
           return fail(iw + ".results", "buffer " + std::to_string(id) + " is out of range");

@@ -154,6 +154,7 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     stage_ = 0;
   stageProto_ = &exe.stages(stage_);
   buffers_.assign(stageProto_->buffers_size(), Tensor());
+  cacheState_ = cacheStateInputs(*stageProto_);
   runsElsewhere_ = hooks != nullptr; // this executor will not run the stage itself
   // With hooks, parameters that moves of parameters read stay on the host
   // until prepare has run those moves.
@@ -280,7 +281,9 @@ std::vector<int64_t> Executor::boxStart(const pxe::Buffer &buffer) const {
   return start;
 }
 
-// Copies this rank's box of every model input into its input buffer.
+// Copies this rank's box of every model input into its input buffer; a
+// KV cache that steps write in place (cacheStateInputs), given as a shape
+// without values, keeps what its buffer holds (zeros at first).
 Status Executor::setInputs(const std::vector<Tensor> &inputs) {
   for (const pxe::Buffer &buffer : stageProto_->buffers()) {
     if (buffer.role() != pxe::INPUT)
@@ -296,8 +299,17 @@ Status Executor::setInputs(const std::vector<Tensor> &inputs) {
       return Status::error("input #" + std::to_string(buffer.input_index()) + " has shape " +
                            in.shapeString() + ", the executable expects " +
                            Tensor{false, global, {}, {}}.shapeString());
-    std::vector<int64_t> start = boxStart(buffer);
     Tensor &t = buffers_[buffer.id()];
+    if (!in.hasValues()) {
+      if (!isCacheState(buffer.id()))
+        return Status::error("input #" + std::to_string(buffer.input_index()) +
+                             " has no values (only a KV cache that the steps write may keep its own)");
+      if (!t.hasValues()) {
+        t = runsElsewhere_ ? Tensor{false, shape, {}, {}} : Tensor::floats(shape);
+      }
+      continue;
+    }
+    std::vector<int64_t> start = boxStart(buffer);
     t = isInt ? Tensor::ints(shape) : Tensor::floats(shape);
     std::vector<int64_t> index(shape.size(), 0), strides(shape.size(), 1);
     for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
@@ -316,6 +328,37 @@ Status Executor::setInputs(const std::vector<Tensor> &inputs) {
         index[d] = 0;
       }
     }
+  }
+  return checkPositions();
+}
+
+// A generation step's run-time position must leave room for its tokens (in
+// the cache, the attention's keys, the position table); the CUDA kernels
+// rely on it.
+Status Executor::checkPositions() const {
+  for (int k = 0; k < stageProto_->instructions_size(); ++k) {
+    const pxe::Instruction &inst = stageProto_->instructions(k);
+    int p = positionOperand(inst);
+    if (p < 0 || stageProto_->buffers(inst.operands(p)).role() != pxe::INPUT)
+      continue;
+    const Tensor &position = buffers_[inst.operands(p)];
+    if (position.i.size() != 1)
+      continue; // kept elsewhere (not a host input)
+    auto dim = [&](int32_t id, int d) { return stageProto_->buffers(id).shape(d); };
+    int64_t at = position.i[0], tokens = 0, room = INT64_MAX;
+    std::string what = "positions";
+    if (inst.op() == "cache_update") {
+      tokens = dim(inst.operands(1), 1), room = dim(inst.operands(0), 1), what = "a KV cache of";
+    } else if (inst.op() == "attention") {
+      tokens = dim(inst.operands(0), 1), room = dim(inst.operands(1), 1), what = "attention over a KV cache of";
+    } else if (inst.op() == "position_embedding") {
+      tokens = dim(inst.results(0), 1), room = dim(inst.operands(0), 0), what = "a position table of";
+    }
+    if (at < 0 || at + tokens > room)
+      return Status::error("position " + std::to_string(at) + ": " + std::to_string(tokens) +
+                           " token(s) from there do not fit " + what + " " + std::to_string(room) +
+                           " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + ", " +
+                           inst.op() + ")");
   }
   return Status::ok();
 }
@@ -396,7 +439,11 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   }
   if (op == "position_embedding") {
     Tensor &table = in(0), &y = out();
-    int64_t s = y.shape[1], h = y.shape[2], offset = attrInt(a, "offset");
+    int64_t s = y.shape[1], h = y.shape[2];
+    int64_t offset = inst.operands_size() == 2 ? in(1).i[0] : attrInt(a, "offset");
+    if (offset < 0 || offset + s > table.shape[0])
+      return Status::error("positions " + std::to_string(offset) + " .. " + std::to_string(offset + s - 1) +
+                           " exceed the table's " + std::to_string(table.shape[0]) + " rows");
     std::copy(&table.f[offset * h], &table.f[(offset + s) * h], y.f.begin());
     return Status::ok();
   }
@@ -439,7 +486,8 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   if (op == "rope") {
     Tensor &x = in(0), &y = out();
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
-    int64_t rot = attrInt(a, "rotary_dim"), offset = attrInt(a, "position_offset");
+    int64_t rot = attrInt(a, "rotary_dim");
+    int64_t offset = inst.operands_size() == 2 ? in(1).i[0] : attrInt(a, "position_offset");
     bool interleaved = attrFlag(a, "interleaved");
     StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(a);
     if (!frequencies.isOk())
@@ -467,6 +515,15 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     int64_t T = k.shape[1], KH = k.shape[2], DV = v.shape[3];
     bool causal = attrFlag(a, "causal");
     float scale = static_cast<float>(attrFloat(a, "scale"));
+    // Query s sees keys 0 .. s + (T - S), or over a cache at a run-time
+    // position, 0 .. position + s.
+    int64_t edge = T - S;
+    if (inst.operands_size() == 4) {
+      edge = in(3).i[0];
+      if (edge < 0 || edge + S > T)
+        return Status::error("position " + std::to_string(edge) + " + " + std::to_string(S) +
+                             " queries exceed the " + std::to_string(T) + " keys");
+    }
     std::vector<std::string> headAxes = attrStrings(a, "head_axes");
     int64_t headOffset = 0, totalHeads = H;
     if (!headAxes.empty()) {
@@ -479,7 +536,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       for (int64_t h = 0; h < H; ++h) {
         int64_t kh = (headOffset + h) / group;
         for (int64_t s = 0; s < S; ++s) {
-          int64_t visible = causal ? s + (T - S) + 1 : T;
+          int64_t visible = causal ? s + edge + 1 : T;
           const float *qv = &q.f[((bb * S + s) * H + h) * D];
           float maxScore = -INFINITY;
           for (int64_t t = 0; t < visible; ++t) {
@@ -503,6 +560,23 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
           }
         }
       }
+    return Status::ok();
+  }
+  if (op == "cache_update") {
+    // In place when the cache is an input only this reads (a generation
+    // loop's state: the buffer then holds the updated cache), then copied.
+    Tensor &cache = in(0), &update = in(1), &y = out();
+    int64_t C = cache.shape[1], S = update.shape[1], at = in(2).i[0];
+    if (at < 0 || at + S > C)
+      return Status::error("position " + std::to_string(at) + ": " + std::to_string(S) +
+                           " new row(s) do not fit the cache of " + std::to_string(C));
+    bool inPlace = e.isCacheState(inst.operands(0));
+    Tensor &target = inPlace ? cache : y;
+    if (!inPlace) y.f = cache.f;
+    int64_t row = cache.shape[2] * cache.shape[3];
+    for (int64_t bb = 0; bb < cache.shape[0]; ++bb)
+      std::copy(&update.f[bb * S * row], &update.f[(bb + 1) * S * row], &target.f[(bb * C + at) * row]);
+    if (inPlace) y.f = cache.f;
     return Status::ok();
   }
   if (op == "add" || op == "mul") {

@@ -36,7 +36,7 @@ func.func @negative_no_tokens(%ids: tensor<16xi32>, %emb: tensor<64x32xbf16> {pa
 
 // A decode step over a KV cache planned for training: refused, naming the
 // cache and the workload to use.
-// expected-error @+1 {{parax-plan: this graph is a step over a KV cache of 5 tokens (cache inputs joined to the new keys and values, built with --past): plan it with a decode workload (decode:batch=B,context=5), not 'train:batch=8,seq=16}}
+// expected-error @+1 {{parax-plan: this graph is a step over a KV cache of 5 tokens (built with --past or --cache): plan it with a decode workload (decode:batch=B,context=5), not 'train:batch=8,seq=16}}
 func.func @negative_cache_for_training(%tok: tensor<1x1xi32>, %emb: tensor<64x32xbf16> {parax.param = "emb"},
     %past_k: tensor<1x5x2x16xbf16>, %past_v: tensor<1x5x2x16xbf16>) -> tensor<1x1x2x16xbf16> {
   %h = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<1x1xi32>, tensor<64x32xbf16>) -> tensor<1x1x32xbf16>

@@ -34,6 +34,7 @@ enum class OpClass {
   Transpose,
   Slice,
   Concat,
+  CacheUpdate,
   Broadcast,
   Router,
   Experts,
@@ -70,7 +71,8 @@ struct OpNode {
   // A decode step's KV cache (an input) joined with the new tokens' keys or
   // values for an attention of at most 4 queries: the CUDA backend's decode
   // attention reads both parts in place, so the concat costs nothing (its
-  // values are ValueNode::inKvCache).
+  // values are ValueNode::inKvCache). Likewise a generation step's
+  // cache_update, which the runtimes do in place (a few rows written).
   bool cacheView = false;
 };
 
@@ -92,7 +94,8 @@ struct ModelGraph {
   std::vector<LayerGraph> layers; // in order: prologue, 0 .. L-1, epilogue
   int64_t numDecoderLayers = 0;
   int64_t irBatch = 0, irSeq = 0; // shape of the token input
-  int64_t cachedTokens = 0;       // a step over a KV cache (--past): its length
+  int64_t cachedTokens = 0;       // a step over a KV cache (--past: its length,
+                                  // --cache: its capacity)
   int64_t elementBytes = 2;       // parameter/activation element size
   std::string dtype = "bf16";
   double params = 0, paramBytes = 0;

@@ -1,5 +1,5 @@
 """python3 -m parax.models PRESET|config.json [--layers N] [--batch B --seq S]
-                          [--dtype bf16|f32] [--loss] [--past P] [--return-kv] -o model.mlir"""
+                          [--dtype bf16|f32] [--loss] [--past P] [--return-kv] [--cache C] -o model.mlir"""
 
 import argparse
 import sys
@@ -27,6 +27,10 @@ def main(argv=None):
     parser.add_argument("--return-kv", action="store_true",
                         help="also return each layer's keys and values of these tokens (after "
                              "the logits): the rows the next step's cache gains")
+    parser.add_argument("--cache", type=int, default=0,
+                        help="one step of a generation loop: --seq tokens at a run-time position "
+                             "(an input after the tokens) over per-layer KV caches of capacity C "
+                             "(inputs), which the step writes into (parax-run --generate)")
     parser.add_argument("-o", "--output", default="-", help="output file ('-' = stdout)")
     parser.add_argument("--list", action="store_true", help="list the presets")
     args = parser.parse_args(argv)
@@ -38,7 +42,8 @@ def main(argv=None):
     try:
         cfg = load_config(args.model, layers=args.layers)
         text = build_model(cfg, batch=args.batch, seq=args.seq, dtype=args.dtype,
-                           loss=args.loss, past=args.past, return_kv=args.return_kv)
+                           loss=args.loss, past=args.past, return_kv=args.return_kv,
+                           cache=args.cache)
     except (ConfigError, ValueError) as e:
         print(f"parax.models: error: {e}", file=sys.stderr)
         return 1

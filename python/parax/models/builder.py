@@ -107,10 +107,13 @@ class _Emitter:
 
 
 class _Builder:
-    def __init__(self, cfg: ModelConfig, batch, seq, dtype, past=0, return_kv=False):
+    def __init__(self, cfg: ModelConfig, batch, seq, dtype, past=0, return_kv=False,
+                 cache=0):
         self.cfg = cfg
         self.B, self.S = batch, seq
         self.past = past
+        self.cache = cache
+        self.position = None  # with a cache: the step's first position (an input)
         self.return_kv = return_kv
         self.new_kv = []  # this step's keys and values per layer, with return_kv
         self.e = _Emitter(DTYPES[dtype])
@@ -148,6 +151,7 @@ class _Builder:
     def rope(self, x, rotary_dim, interleaved=False):
         cfg = self.cfg
         attrs = f"rotary_dim = {rotary_dim} : i64, theta = {f64(cfg.rope_theta)}"
+        operands = [x] + ([self.position] if self.position else [])
         if self.past:
             attrs += f", position_offset = {self.past} : i64"
         if interleaved:
@@ -159,7 +163,7 @@ class _Builder:
             scaling["rope_type"] = rope_type
             scaling["factor"] = float(scaling["factor"])
             attrs += f", scaling = {_dict_attr(scaling)}"
-        return self.e.op("rope", [x], [x[1]], attrs)
+        return self.e.op("rope", operands, [x[1]], attrs)
 
     def attention(self, q, k, v, heads, kv_heads, head_dim, scale):
         """With a KV cache (`past` > 0), the keys and values of the `past`
@@ -170,10 +174,22 @@ class _Builder:
             self.new_kv += [k, v]
         if self.past:
             k, v = self.join_cache(k, "key"), self.join_cache(v, "value")
+        operands = [q, k, v]
+        if self.cache:
+            k, v = self.write_cache(k, "key"), self.write_cache(v, "value")
+            operands = [q, k, v, self.position]
         shape = q[1][:3] + [v[1][3]]
         attrs = (f"causal, head_dim = {head_dim} : i64, num_heads = {heads} : i64, "
                  f"num_kv_heads = {kv_heads} : i64, scale = {f64(scale)}")
-        return self.e.op("attention", [q, k, v], [shape], attrs)
+        return self.e.op("attention", operands, [shape], attrs)
+
+    def write_cache(self, x, name):
+        """This layer's cache of keys or values (an input of capacity
+        `cache`, `%cache_<layer>_<name>`) with `x`'s rows written at the
+        step's position."""
+        e = self.e
+        cache = e.arg(f"cache_{e.layer}_{name}", [self.B, self.cache] + x[1][2:], e.dtype)
+        return e.op("cache_update", [cache, x, self.position], [cache[1]])
 
     def join_cache(self, x, name):
         """This layer's cached keys or values (an input) in front of `x`'s."""
@@ -317,14 +333,18 @@ class _Builder:
     def build_gpt2(self, tokens):
         cfg, e, B, S = self.cfg, self.e, self.B, self.S
         h, nh, hd = cfg.hidden, cfg.heads, cfg.head_dim
-        if self.past + S > cfg.max_positions:
-            raise ValueError(f"{'past ' + str(self.past) + ' + ' if self.past else ''}"
-                             f"sequence {S} exceeds n_positions {cfg.max_positions}")
+        if self.past + S > cfg.max_positions or self.cache > cfg.max_positions:
+            what = (f"cache capacity {self.cache}" if self.cache > cfg.max_positions else
+                    f"{'past ' + str(self.past) + ' + ' if self.past else ''}sequence {S}")
+            raise ValueError(f"{what} exceeds n_positions {cfg.max_positions}")
         e.layer = -1
         wte = e.param("transformer.wte.weight", [cfg.vocab, h])
         wpe = e.param("transformer.wpe.weight", [cfg.max_positions, h])
         tok = e.op("embedding", [tokens, wte], [tokens[1] + [h]])
-        pos = e.op("position_embedding", [wpe], [[1, S, h]], f"offset = {self.past} : i64")
+        if self.position:
+            pos = e.op("position_embedding", [wpe, self.position], [[1, S, h]])
+        else:
+            pos = e.op("position_embedding", [wpe], [[1, S, h]], f"offset = {self.past} : i64")
         hidden = e.op("add", [tok, pos], [tok[1]])
         for i in range(cfg.layers):
             e.layer = i
@@ -360,6 +380,8 @@ class _Builder:
         e = self.e
         tokens = e.arg("tokens", [self.B, self.S])
         labels = e.arg("labels", [self.B, self.S]) if loss else None
+        if self.cache:
+            self.position = e.arg("position", [])
         if self.cfg.family == "gpt2":
             logits = self.build_gpt2(tokens)
         else:
@@ -375,7 +397,8 @@ class _Builder:
                                for ssa, ty, attrs in e.args)
         header = (f"// parax model: {self.cfg.name} ({self.cfg.family}), "
                   f"{self.cfg.layers} layers, batch {self.B}, sequence {self.S}"
-                  f"{f', after {self.past} cached tokens' if self.past else ''}\n")
+                  f"{f', after {self.past} cached tokens' if self.past else ''}"
+                  f"{f', over a KV cache of {self.cache} tokens' if self.cache else ''}\n")
         return (header + "module {\n"
                 f"  func.func @forward(\n      {args}) -> {result_type} {{\n"
                 + "\n".join(e.lines) + "\n"
@@ -383,7 +406,7 @@ class _Builder:
 
 
 def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, past=0,
-                return_kv=False):
+                return_kv=False, cache=0):
     """Returns the parax IR text of `cfg`'s forward pass (and loss with `loss`).
 
     `past` > 0 builds a step over a KV cache: `seq` new tokens (1 for a decode
@@ -394,7 +417,15 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
 
     `return_kv` also returns, after the logits, each layer's keys and values
     of this step's tokens (`[batch, seq, kv_heads, head_dim]`, key then
-    value per layer): what a cache of the next step appends."""
+    value per layer): what a cache of the next step appends.
+
+    `cache` > 0 builds one step of a generation loop instead: `seq` tokens at
+    a run-time position (an input `%position : tensor<i32>` after the
+    tokens) over per-layer caches of capacity `cache` (`%cache_<layer>_key`,
+    `%cache_<layer>_value`, `[batch, cache, kv_heads, head_dim]`), into which
+    the step writes its keys and values (`parax.cache_update`) before its
+    attention reads them. The same program runs every step; `parax-run
+    --generate` keeps the caches on the device between steps."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if seq is None:
@@ -403,9 +434,16 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
         raise ValueError("batch and sequence must be positive")
     if past < 0:
         raise ValueError("past (cached tokens) must not be negative")
-    if (past or return_kv) and loss:
-        raise ValueError("a step over a KV cache (past, return_kv) is inference: no loss")
-    return _Builder(cfg, batch, seq, dtype, past, return_kv).build(loss=loss)
+    if (past or return_kv or cache) and loss:
+        raise ValueError("a step over a KV cache (past, return_kv, cache) is inference: no loss")
+    if cache < 0:
+        raise ValueError("cache (capacity in tokens) must not be negative")
+    if cache and (past or return_kv):
+        raise ValueError("cache (a generation step's capacity) replaces past and return_kv: "
+                         "give one or the other")
+    if cache and seq > cache:
+        raise ValueError(f"sequence {seq} does not fit a cache of {cache} tokens")
+    return _Builder(cfg, batch, seq, dtype, past, return_kv, cache).build(loss=loss)
 
 
 def parameter_shapes(cfg: ModelConfig):

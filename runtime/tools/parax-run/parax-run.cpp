@@ -2,6 +2,8 @@
 //
 //   mpirun -np N parax-run model.pxe --weights W.safetensors \
 //       --input tokens.npy [--input labels.npy] --output logits.npy [--steps K]
+//   mpirun -np N parax-run step.pxe --weights W.safetensors \
+//       --input prompt.npy --generate K --output tokens.npy [--output logits.npy]
 //
 // N must equal the executable's grid size. Every rank loads only its slice of
 // the weights; the last stage's rank with all other coordinates 0 writes the
@@ -36,6 +38,13 @@ void usage() {
                "usage: mpirun -np N parax-run MODEL.pxe --weights W.safetensors "
                "--input X.npy [--input Y.npy] [--output OUT.npy [--output OUT2.npy]] [--steps K] "
                "[--device cpu|cuda]\n"
+               "       mpirun -np N parax-run STEP.pxe --weights W.safetensors --input PROMPT.npy "
+               "--generate K [--output TOKENS.npy [--output LOGITS.npy]] [--device cpu|cuda]\n"
+               "  --generate K: greedy generation of K tokens per prompt row with a generation\n"
+               "  step (built --seq 1 --cache C): the prompt's tokens are fed one step each,\n"
+               "  then each step's most likely token; the KV caches stay where the step runs\n"
+               "  (on the device) and are written in place. Outputs: the prompt and the\n"
+               "  generated tokens [rows, L + K], and each step's logits [rows, L + K - 1, V]\n"
                "  --output: the executable's results in order (the logits; with a decode step\n"
                "  built --return-kv, then each layer's new keys and values)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
@@ -119,6 +128,46 @@ void meanOfScalars(std::vector<Tensor> &results) {
     }
 }
 
+/// A model input as the executable declares it (every stage's view joined).
+struct InputSpec {
+  std::vector<int64_t> shape; // global, one replica's
+  bool isInt = false;
+  bool cacheState = false;    // a KV cache a stage writes in place
+  bool found = false;
+};
+
+std::vector<InputSpec> inputSpecs(const parax::pxe::Executable &exe) {
+  std::vector<InputSpec> specs;
+  for (const parax::pxe::Stage &stage : exe.stages()) {
+    std::vector<int32_t> state = cacheStateInputs(stage);
+    for (const parax::pxe::Buffer &b : stage.buffers()) {
+      if (b.role() != parax::pxe::INPUT || b.input_index() < 0) continue;
+      if (specs.size() <= static_cast<size_t>(b.input_index())) specs.resize(b.input_index() + 1);
+      InputSpec &spec = specs[b.input_index()];
+      spec.shape.assign(b.global_shape().begin(), b.global_shape().end());
+      spec.isInt = b.dtype() == parax::pxe::I32 || b.dtype() == parax::pxe::I64;
+      spec.cacheState = std::find(state.begin(), state.end(), b.id()) != state.end();
+      spec.found = true;
+    }
+  }
+  return specs;
+}
+
+/// The rank that writes replica `replica`'s results: last stage, every
+/// other coordinate 0.
+int writerOf(const parax::pxe::Executable &exe, int64_t replica) {
+  for (int r = 0; r < exe.ranks_size(); ++r) {
+    bool match = true;
+    for (int i = 0; i < exe.grid().axis_names_size(); ++i) {
+      const std::string &axis = exe.grid().axis_names(i);
+      int64_t c = exe.ranks(r).values(i);
+      match &= axis == "dp" ? c == replica : axis == "pp" ? c == exe.grid().shape(i) - 1 : c == 0;
+    }
+    if (match) return r;
+  }
+  return 0;
+}
+
 /// A result tensor between ranks: its kind and shape, then its values.
 void sendTensor(const Tensor &t, int to) {
   std::vector<int64_t> header = {t.isInt ? 1 : 0};
@@ -187,6 +236,8 @@ int main(int argc, char **argv) {
   std::vector<std::string> outputs;
   std::vector<std::string> inputs;
   int steps = 1;
+  long generate = -1; // --generate K: tokens to generate per row
+  bool stepsGiven = false;
   std::string device = "cpu";
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -206,6 +257,14 @@ int main(int argc, char **argv) {
       long n = std::strtol(text.c_str(), &end, 10);
       if (text.empty() || *end || n < 0 || n > 1000000000) die("--steps must be a count of steps, got '" + text + "'");
       steps = static_cast<int>(n);
+      stepsGiven = true;
+    }
+    else if (arg == "--generate") {
+      std::string text = value();
+      char *end = nullptr;
+      generate = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end || generate < 1 || generate > 1000000)
+        die("--generate must be a positive count of tokens, got '" + text + "'");
     }
     else if (arg == "--device") device = value();
     else if (arg == "--help" || arg == "-h") { usage(); finalize(); return 0; }
@@ -217,6 +276,7 @@ int main(int argc, char **argv) {
     die("an executable and --weights are required");
   }
   if (steps == 0 && !outputs.empty()) die("--steps 0 prepares only: it writes no --output");
+  if (generate > 0 && stepsGiven) die("--generate runs one step per token: it takes no --steps");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
@@ -277,6 +337,55 @@ int main(int argc, char **argv) {
                         : std::string()));
     micro = rows / (exeBatch * replicas);
   }
+  // --generate: step t feeds every row's token t (the prompt's, then the
+  // ones generated) at position t; the KV caches are given as shapes
+  // without values, so each stage keeps its own where it runs.
+  std::vector<InputSpec> specs = inputSpecs(exe.value());
+  int64_t promptLength = 0, positionInput = -1, capacity = 0;
+  std::vector<int32_t> sequence; // [rows, promptLength + generate], on every rank
+  if (generate > 0) {
+    if (inputTensors.size() != 1) die("--generate takes one --input: the prompt's tokens [rows, L]");
+    const Tensor &prompt = inputTensors[0];
+    if (!prompt.isInt || prompt.shape.size() != 2)
+      die("--generate: the prompt must be integer tokens [rows, L], got " + prompt.shapeString());
+    if (specs.empty() || !specs[0].isInt || specs[0].shape.size() != 2 || specs[0].shape[1] != 1)
+      die("--generate needs a generation step whose first input is one token per row [batch, 1] "
+          "(build it with --seq 1 --cache C)");
+    for (size_t k = 1; k < specs.size(); ++k) {
+      if (!specs[k].found) die("--generate: no stage reads input #" + std::to_string(k));
+      if (specs[k].shape.empty() && specs[k].isInt) positionInput = static_cast<int64_t>(k);
+      else if (specs[k].cacheState && specs[k].shape.size() == 4) capacity = specs[k].shape[1];
+      else
+        die("--generate: input #" + std::to_string(k) + " " + Tensor{false, specs[k].shape, {}, {}}.shapeString() +
+            " is neither the step's position nor a KV cache the step writes in place");
+    }
+    if (positionInput < 0 || capacity == 0)
+      die("--generate needs a step with a run-time position and KV caches (build it with --cache C)");
+    promptLength = prompt.shape[1];
+    if (promptLength + generate - 1 > capacity)
+      die("the prompt's " + std::to_string(promptLength) + " tokens and " + std::to_string(generate) +
+          " generated ones need " + std::to_string(promptLength + generate - 1) +
+          " cache rows; the step's caches hold " + std::to_string(capacity) + " (build it with a larger --cache)");
+    if (micro != 1)
+      die("--generate runs one batch per data-parallel replica: the prompt has " + std::to_string(rows) +
+          " rows, the step takes " + std::to_string(exeBatch * replicas));
+    int64_t width = promptLength + generate;
+    sequence.assign(rows * width, 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t < promptLength; ++t) sequence[r * width + t] = prompt.i[r * promptLength + t];
+  }
+  auto generationInputs = [&](int64_t t) {
+    std::vector<Tensor> in(specs.size());
+    int64_t width = promptLength + generate;
+    in[0] = Tensor::ints({exeBatch, 1});
+    for (int64_t b = 0; b < exeBatch; ++b) in[0].i[b] = sequence[(replica * exeBatch + b) * width + t];
+    for (size_t k = 1; k < specs.size(); ++k)
+      in[k] = Tensor{specs[k].isInt, specs[k].shape, {}, {}};
+    in[positionInput] = Tensor::ints({});
+    in[positionInput].i[0] = static_cast<int32_t>(t);
+    return in;
+  };
+
   auto microbatch = [&](int64_t j) {
     std::vector<Tensor> slice;
     for (const Tensor &t : inputTensors) {
@@ -310,7 +419,7 @@ int main(int argc, char **argv) {
 #endif
   Status s = Status::ok();
   if (device == "cpu") {
-    s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), microbatch(0));
+    s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), generate > 0 ? generationInputs(0) : microbatch(0));
     if (!s.isOk()) die(s.message());
     setInputs = [&](const std::vector<Tensor> &in) { return cpu.setInputs(in); };
     runOnce = [&] { return cpu.run(); };
@@ -333,7 +442,8 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "parax-run: %d ranks share %d GPU(s): collectives go through host "
                              "memory and MPI, not NCCL\n", size, devices);
     }
-    s = gpu.prepare(exe.value(), rank, nccl, *ckpt.value(), microbatch(0), gpuIndex);
+    s = gpu.prepare(exe.value(), rank, nccl, *ckpt.value(), generate > 0 ? generationInputs(0) : microbatch(0),
+                    gpuIndex);
     if (!s.isOk()) die(s.message());
     setInputs = [&](const std::vector<Tensor> &in) { return gpu.setInputs(in); };
     runOnce = [&] { return gpu.run(); };
@@ -378,27 +488,99 @@ int main(int argc, char **argv) {
     auto watched = waits->watch(which);
     MPI_Barrier(MPI_COMM_WORLD);
   };
-  for (int step = 0; step < steps; ++step) {
-    barrier("the barrier before a step");
-    auto start = std::chrono::steady_clock::now();
-    results.clear();
-    for (int64_t j = 0; j < micro; ++j) {
-      if (j > 0 || (step > 0 && micro > 1)) { // prepare set microbatch 0 for the first step
-        s = setInputs(microbatch(j));
+  // The writer: last stage, every other coordinate 0. With data
+  // parallelism, each replica's rank so placed sends it the replica's
+  // results, which it joins in replica order (a scalar: the mean).
+  bool replicaWriter = stageIndex + 1 == exe.value().stages_size();
+  for (int i = 0; i < coords.size(); ++i)
+    if (exe.value().grid().axis_names(i) != "pp" && exe.value().grid().axis_names(i) != "dp" && coords[i] != 0)
+      replicaWriter = false;
+  bool writer = replicaWriter && replica == 0;
+  if (generate > 0) {
+    // Step t runs token t; from the prompt's last token on, each replica's
+    // writer picks every row's most likely next token and broadcasts it.
+    int64_t width = promptLength + generate, total = promptLength + generate - 1;
+    Tensor logits; // this replica's, every step (with a second --output)
+    std::vector<int32_t> chosen(exeBatch);
+    for (int64_t t = 0; t < total; ++t) {
+      barrier("the barrier before a step");
+      auto start = std::chrono::steady_clock::now();
+      if (t > 0) {
+        s = setInputs(generationInputs(t));
         if (!s.isOk()) die(s.message());
       }
       s = runOnce();
       if (!s.isOk()) die(s.message());
-      std::vector<Tensor> outs = stageOutputs();
-      for (size_t k = 0; k < outs.size(); ++k) {
-        if (results.size() <= k)
-          results.push_back(outs[k]);
-        else
-          appendRows(results[k], outs[k]);
+      if (replicaWriter) {
+        std::vector<Tensor> outs = stageOutputs();
+        if (outs.empty() || outs[0].isInt || outs[0].shape.size() != 3 || outs[0].shape[0] != exeBatch ||
+            outs[0].shape[1] != 1)
+          die("--generate: the step's first result must be logits [batch, 1, vocab]");
+        int64_t vocab = outs[0].shape[2];
+        for (int64_t b = 0; b < exeBatch; ++b) {
+          const float *row = &outs[0].f[b * vocab];
+          chosen[b] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+        }
+        if (outputs.size() > 1) {
+          if (t == 0) logits = Tensor::floats({exeBatch, 0, vocab}), logits.f.clear();
+          logits.f.insert(logits.f.end(), outs[0].f.begin(), outs[0].f.end());
+          logits.shape[1] = t + 1;
+        }
+      }
+      if (t + 1 >= promptLength) { // token t + 1 is generated
+        for (int64_t r = 0; r < replicas; ++r) {
+          std::vector<int32_t> picked = chosen;
+          if (size > 1) {
+            auto watched = waits->watch("broadcasting the generated tokens");
+            MPI_Bcast(picked.data(), static_cast<int>(exeBatch), MPI_INT32_T, writerOf(exe.value(), r),
+                      MPI_COMM_WORLD);
+          }
+          for (int64_t b = 0; b < exeBatch; ++b) sequence[(r * exeBatch + b) * width + t + 1] = picked[b];
+        }
+      }
+      barrier("the barrier after a step");
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    if (replicaWriter) {
+      // Rows time-major within a replica: [batch, width] of this replica.
+      Tensor tokens = Tensor::ints({exeBatch, width});
+      std::copy(sequence.begin() + replica * exeBatch * width, sequence.begin() + (replica + 1) * exeBatch * width,
+                tokens.i.begin());
+      // Step logits were appended step after step: reorder to [batch, step, vocab].
+      results.push_back(std::move(tokens));
+      if (outputs.size() > 1) {
+        Tensor ordered = Tensor::floats(logits.shape);
+        int64_t vocab = logits.shape[2];
+        for (int64_t t = 0; t < total; ++t)
+          for (int64_t b = 0; b < exeBatch; ++b)
+            std::copy(&logits.f[(t * exeBatch + b) * vocab], &logits.f[(t * exeBatch + b + 1) * vocab],
+                      &ordered.f[(b * total + t) * vocab]);
+        results.push_back(std::move(ordered));
       }
     }
-    barrier("the barrier after a step");
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  } else {
+    for (int step = 0; step < steps; ++step) {
+      barrier("the barrier before a step");
+      auto start = std::chrono::steady_clock::now();
+      results.clear();
+      for (int64_t j = 0; j < micro; ++j) {
+        if (j > 0 || (step > 0 && micro > 1)) { // prepare set microbatch 0 for the first step
+          s = setInputs(microbatch(j));
+          if (!s.isOk()) die(s.message());
+        }
+        s = runOnce();
+        if (!s.isOk()) die(s.message());
+        std::vector<Tensor> outs = stageOutputs();
+        for (size_t k = 0; k < outs.size(); ++k) {
+          if (results.size() <= k)
+            results.push_back(outs[k]);
+          else
+            appendRows(results[k], outs[k]);
+        }
+      }
+      barrier("the barrier after a step");
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
   }
   meanOfScalars(results); // the loss: the mean over the microbatches
 
@@ -424,14 +606,6 @@ int main(int argc, char **argv) {
   }
 #endif
 
-  // The writer: last stage, every other coordinate 0. With data
-  // parallelism, each replica's rank so placed sends it the replica's
-  // results, which it joins in replica order (a scalar: the mean).
-  bool replicaWriter = stageIndex + 1 == exe.value().stages_size();
-  for (int i = 0; i < coords.size(); ++i)
-    if (exe.value().grid().axis_names(i) != "pp" && exe.value().grid().axis_names(i) != "dp" && coords[i] != 0)
-      replicaWriter = false;
-  bool writer = replicaWriter && replica == 0;
   if (replicas > 1 && rows > 0 && replicaWriter) { // (no rows to share: every replica ran the same)
     auto watched = waits->watch("gathering the data-parallel replicas' results");
     if (!writer) {
@@ -469,10 +643,15 @@ int main(int argc, char **argv) {
     if (device == "cuda" && gpu.overlappedInstructions() > 0)
       how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif
+    double median = times[times.size() / 2];
+    if (generate > 0)
+      how = ", " + std::to_string(generate) + " token(s) generated for each of " + std::to_string(rows) +
+            " row(s) after a prompt of " + std::to_string(promptLength) + ", " +
+            std::to_string(static_cast<long long>(rows / median)) + " tokens/s at the median step" + how;
     std::printf("parax-run: %d rank(s) on %s, %zu instructions on rank %d, %lld "
-                "microbatch(es), step time %.3f ms (median of %d)%s\n",
+                "microbatch(es), step time %.3f ms (median of %zu)%s\n",
                 size, device.c_str(), instructions, rank, static_cast<long long>(micro),
-                1e3 * times[times.size() / 2], steps, how.c_str());
+                1e3 * median, times.size(), how.c_str());
     std::fputs(profile.c_str(), stdout);
   }
   shutdown();

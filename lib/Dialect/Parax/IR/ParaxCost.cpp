@@ -107,6 +107,10 @@ uint64_t SliceOp::getFlops() { return 0; }
 uint64_t SliceOp::getBytesRead() { return bytes(getResult()); }
 uint64_t ConcatOp::getFlops() { return 0; }
 uint64_t BroadcastOp::getFlops() { return 0; }
+// Only the new rows move (the runtimes write them in place).
+uint64_t CacheUpdateOp::getFlops() { return 0; }
+uint64_t CacheUpdateOp::getBytesRead() { return bytes(getUpdate()); }
+uint64_t CacheUpdateOp::getBytesWritten() { return bytes(getUpdate()); }
 
 // The gate GEMM, then per score: the activation (about 4) and selection (1).
 uint64_t RouterOp::getFlops() {

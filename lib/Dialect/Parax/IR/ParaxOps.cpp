@@ -131,6 +131,9 @@ LogicalResult PositionEmbeddingOp::verify() {
     return emitOpError("C2: positions ")
            << offset << " .. " << offset + result.getDimSize(1) - 1
            << " exceed the table's " << table.getDimSize(0) << " rows";
+  if (getPosition() && offset != 0)
+    return emitOpError("C3: a position operand and a non-zero offset do not "
+                       "come together");
   return success();
 }
 
@@ -218,6 +221,9 @@ LogicalResult RopeOp::verify() {
            << headDim << "), got " << rotary;
   if (static_cast<int64_t>(getPositionOffset()) < 0)
     return emitOpError("C4: position_offset must be >= 0");
+  if (getPosition() && getPositionOffset() != 0)
+    return emitOpError("C6: a position operand and a non-zero "
+                       "position_offset do not come together");
   if (auto scaling = getScalingAttr()) {
     auto type = scaling.getAs<StringAttr>("rope_type");
     if (!type || !llvm::is_contained(ArrayRef<StringRef>{"llama3", "yarn", "linear"},
@@ -276,6 +282,32 @@ LogicalResult AttentionOp::verify() {
   if (getCausal() && k.getDimSize(1) < q.getDimSize(1))
     return emitOpError("C6: causal attention needs at least as many keys as "
                        "queries");
+  if (getPosition() && !getCausal())
+    return emitOpError("C8: attention over a KV cache at a run-time position "
+                       "must be causal");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CacheUpdateOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CacheUpdateOp::verify() {
+  RankedTensorType cache = tensorOf(getCache()), update = tensorOf(getUpdate());
+  if (cache.getRank() != 4 || update.getRank() != 4 ||
+      cache.getElementType() != update.getElementType() ||
+      getResult().getType() != cache)
+    return emitOpError("C1: cache and update must be rank-4 tensors of one "
+                       "element type, and the result of the cache's type");
+  for (int64_t d : {0, 2, 3})
+    if (cache.getDimSize(d) != update.getDimSize(d))
+      return emitOpError("C2: cache and update must agree outside dimension "
+                         "1, got ")
+             << cache << " and " << update;
+  if (update.getDimSize(1) > cache.getDimSize(1))
+    return emitOpError("C2: ")
+           << update.getDimSize(1) << " new rows do not fit a cache of "
+           << cache.getDimSize(1);
   return success();
 }
 

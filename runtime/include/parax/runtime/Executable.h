@@ -21,6 +21,16 @@ StatusOr<pxe::Executable> loadExecutable(const std::string &path);
 /// Validates a parsed executable (exposed for tests).
 Status validateExecutable(const pxe::Executable &exe);
 
+/// The operand of `inst` that is a run-time position (a generation step's:
+/// rope, position_embedding, attention, cache_update), or -1.
+int positionOperand(const pxe::Instruction &inst);
+
+/// The stage's inputs that a `cache_update` writes in place (its cache
+/// operand, read by nothing else): a generation loop's KV caches. After a
+/// step such an input's buffer holds the updated cache, and an input given
+/// without values keeps it (Executor::setInputs).
+std::vector<int32_t> cacheStateInputs(const pxe::Stage &stage);
+
 /// Number of ranks of the executable's grid.
 int64_t gridSize(const pxe::Executable &exe);
 

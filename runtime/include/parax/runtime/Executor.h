@@ -13,6 +13,7 @@
 #include "parax/runtime/Tensor.h"
 #include "parax/runtime/executable.pb.h"
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -32,7 +33,11 @@ public:
   Status prepare(const pxe::Executable &exe, int rank, Communicator *comm,
                  const Checkpoint &weights, const std::vector<Tensor> &inputs,
                  const LoadHooks *hooks = nullptr);
-  /// Replaces the model inputs (the next microbatch) without reloading weights.
+  /// Replaces the model inputs (the next microbatch, the next generation
+  /// step) without reloading weights. A KV cache that the steps write in
+  /// place (cacheStateInputs) given as a shape without values keeps what
+  /// its buffer holds: zeros at first, then what the last step wrote.
+  /// Run-time positions are checked against what they index.
   Status setInputs(const std::vector<Tensor> &inputs);
   /// Global shapes of the model inputs this stage reads (by input index).
   std::vector<std::vector<int64_t>> inputShapes() const;
@@ -53,6 +58,10 @@ public:
   /// For other backends, which load through this one and then take over.
   const pxe::Stage &stageProgram() const { return *stageProto_; }
   const std::vector<int64_t> &coordinates() const { return coords_; }
+  /// Whether buffer `id` is a KV cache the steps write in place.
+  bool isCacheState(int32_t id) const {
+    return std::find(cacheState_.begin(), cacheState_.end(), id) != cacheState_.end();
+  }
   std::vector<Tensor> &hostBuffers() { return buffers_; }
   const std::vector<Tensor> &hostBuffers() const { return buffers_; }
 
@@ -60,6 +69,7 @@ private:
   struct Impl;
   std::vector<int64_t> boxStart(const pxe::Buffer &buffer) const;
   Status hoistParameterMoves();
+  Status checkPositions() const;
   const pxe::Executable *exe_ = nullptr;
   const pxe::Stage *stageProto_ = nullptr;
   Communicator *comm_ = nullptr;
@@ -68,6 +78,7 @@ private:
   std::vector<int64_t> coords_;
   std::vector<Tensor> buffers_;
   std::vector<bool> hoisted_; // per instruction
+  std::vector<int32_t> cacheState_; // cacheStateInputs of the stage
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
 };
 

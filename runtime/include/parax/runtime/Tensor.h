@@ -21,6 +21,9 @@ struct Tensor {
   static Tensor floats(std::vector<int64_t> shape);
   static Tensor ints(std::vector<int64_t> shape);
   int64_t numel() const;
+  /// False for a tensor of a shape only (an input that keeps its buffer's
+  /// values: see Executor::setInputs).
+  bool hasValues() const { return !f.empty() || !i.empty(); }
   int64_t dim(int d) const { return shape[d < 0 ? shape.size() + d : d]; }
   std::string shapeString() const;
 };

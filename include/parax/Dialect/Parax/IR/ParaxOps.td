@@ -16,6 +16,8 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Parax_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
 def Parax_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+// A run-time position in a sequence (a generation step's first position).
+def Parax_Position : 0DTensorOf<[I32, I64]>;
 
 // A compute op of a model graph: pure, with a cost.
 // `costOverrides` names the interface methods the op defines instead of the
@@ -99,16 +101,21 @@ def Parax_PositionEmbeddingOp : Parax_FunctionalOp<"position_embedding", [], ["g
   let description = [{
     Rows `offset .. offset + S - 1` of `table : [P, H]` as a `[1, S, H]`
     tensor, to be added (broadcast over the batch) to the token embedding, as
-    in GPT-2/3.
+    in GPT-2/3. With a `position` operand (a generation step over a KV
+    cache), the rows start at its run-time value `p` instead: `p .. p + S - 1`
+    (the runtime refuses `p + S > P`).
 
     ```mlir
     %p = parax.position_embedding %wpe {offset = 0} : (tensor<128x64xf32>) -> tensor<1x16x64xf32>
+    %p = parax.position_embedding %wpe, %pos : (tensor<128x64xf32>, tensor<i32>) -> tensor<1x1x64xf32>
     ```
 
     C1: `table` has rank 2 and the result is `[1, S, H]` with H from the
-    table. C2: `offset >= 0` and `offset + S <= P`.
+    table. C2: `offset >= 0` and `offset + S <= P`. C3: with `position`,
+    `offset` is 0.
   }];
   let arguments = (ins Parax_FloatTensor:$table,
+                       Optional<Parax_Position>:$position,
                        DefaultValuedAttr<I64Attr, "0">:$offset);
   let results = (outs Parax_FloatTensor:$result);
 }
@@ -188,7 +195,9 @@ def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
   let description = [{
     Rotates the first `rotary_dim` features of every head of
     `x : [B, S, heads, head_dim]` by position-dependent angles
-    `pos / theta^(2i / rotary_dim)`, positions `position_offset .. + S - 1`.
+    `pos / theta^(2i / rotary_dim)`, positions `position_offset .. + S - 1`,
+    or, with a `position` operand (a generation step over a KV cache), its
+    run-time value `p .. p + S - 1`.
     Pairs are `(i, i + rotary_dim/2)` (Llama's rotate-half layout), or
     `(2i, 2i+1)` with `interleaved`. `rotary_dim < head_dim` is partial
     rotary (the rest passes through). `scaling` carries a Hugging Face
@@ -202,9 +211,11 @@ def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
     C1: `x` has rank 4 and the result has its type. C2: `theta > 0`. C3:
     `rotary_dim` is positive, even and at most `head_dim`. C4:
     `position_offset >= 0`. C5: `scaling`, when present, has a string
-    `rope_type` of `llama3`, `yarn` or `linear` and a float `factor`.
+    `rope_type` of `llama3`, `yarn` or `linear` and a float `factor`. C6:
+    `position` and a non-zero `position_offset` do not come together.
   }];
-  let arguments = (ins Parax_FloatTensor:$x, F64Attr:$theta,
+  let arguments = (ins Parax_FloatTensor:$x, Optional<Parax_Position>:$position,
+                       F64Attr:$theta,
                        I64Attr:$rotary_dim,
                        UnitAttr:$interleaved,
                        DefaultValuedAttr<I64Attr, "0">:$position_offset,
@@ -237,7 +248,13 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
     query heads are a rank's slice, below). C4: batch sizes agree, `k` and
     `v` have one sequence length, and the result is `[B, S, num_heads, Dv]`.
     C5: `scale > 0`. C6: with `causal`, `Skv >= S`. C7: `head_grid` and
-    `head_axes` come together.
+    `head_axes` come together. C8: a `position` operand needs `causal`.
+
+    With a `position` operand `p` (run-time; a generation step), `k` and `v`
+    are a KV cache of capacity `Skv` (written by `parax.cache_update`) whose
+    rows `0 .. p + S - 1` hold this sequence's tokens: query `i` (at position
+    `p + i`) sees keys `0 .. p + i`; rows beyond are never read. The runtime
+    refuses `p + S > Skv`.
 
     After partitioning with fewer KV heads than tensor-parallel ranks
     (Megatron replicates KV heads), `head_grid`/`head_axes` say that `q`'s
@@ -247,11 +264,40 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
     replicated `k`, `v` (P: the ranks along `head_axes`).
   }];
   let arguments = (ins Parax_FloatTensor:$q, Parax_FloatTensor:$k,
-                       Parax_FloatTensor:$v, UnitAttr:$causal,
+                       Parax_FloatTensor:$v, Optional<Parax_Position>:$position,
+                       UnitAttr:$causal,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads,
                        I64Attr:$head_dim, F64Attr:$scale,
                        OptionalAttr<FlatSymbolRefAttr>:$head_grid,
                        OptionalAttr<StrArrayAttr>:$head_axes);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_CacheUpdateOp : Parax_FunctionalOp<"cache_update", [],
+                                            ["getBytesRead", "getBytesWritten"]> {
+  let summary = "write a step's keys or values into a KV cache";
+  let description = [{
+    `cache : [B, C, heads, D]` with rows `p .. p + S - 1` along the sequence
+    (dimension 1) replaced by `update : [B, S, heads, D]`, where `p` is the
+    run-time value of `position`; the other rows are `cache`'s. A generation
+    step writes its new keys (after RoPE) and values so, and its attention
+    reads the result with the same `position`.
+
+    ```mlir
+    %k = parax.cache_update %cache, %new, %pos : (tensor<2x64x2x16xf32>, tensor<2x1x2x16xf32>, tensor<i32>) -> tensor<2x64x2x16xf32>
+    ```
+
+    C1: `cache` and `update` have rank 4 and one element type; the result
+    has `cache`'s type. C2: they agree outside dimension 1, and `S <= C`.
+    The runtime refuses `p < 0` or `p + S > C`.
+
+    The runtimes write the rows in place when `cache` is a program input
+    read by nothing else: after a step, that input's buffer holds the
+    result, which is how `parax-run --generate` keeps the cache on the
+    device from one step to the next (docs/executable.md).
+  }];
+  let arguments = (ins Parax_FloatTensor:$cache, Parax_FloatTensor:$update,
+                       Parax_Position:$position);
   let results = (outs Parax_FloatTensor:$result);
 }
 
