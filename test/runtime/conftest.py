@@ -39,10 +39,11 @@ class Model:
     tokens alone) are the inputs after the tokens; the reference is then the
     whole sequence's forward pass, its last `seq` positions. `rows`: the
     inputs' rows (default `batch`; a multiple of it runs as microbatches,
-    or as the data-parallel replicas' shares)."""
+    or as the data-parallel replicas' shares). With `cache` > 0, a generation
+    step over KV caches of that capacity (`generate` runs it)."""
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
-                 dtype="f32", past=0, return_kv=False, rows=None):
+                 dtype="f32", past=0, return_kv=False, rows=None, cache=0):
         self.cfg = load_config(preset, layers=layers)
         self.dir = tmp
         os.makedirs(tmp, exist_ok=True)
@@ -50,7 +51,7 @@ class Model:
         self.ir = os.path.join(tmp, "model.mlir")
         with open(self.ir, "w") as f:
             f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss,
-                                past=past, return_kv=return_kv))
+                                past=past, return_kv=return_kv, cache=cache))
         self.weights = random_weights(self.cfg, seed=seed)
         if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
             self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
@@ -76,6 +77,25 @@ class Model:
             self.labels_path = os.path.join(tmp, "labels.npy")
             np.save(self.labels_path, self.labels)
             self.inputs.append(self.labels_path)
+
+    def generate(self, exe, ranks, prompt, tokens, extra=(), expect_ok=True):
+        """parax-run --generate: (all tokens [rows, L + tokens], each step's
+        logits [rows, L + tokens - 1, V]), or the finished process."""
+        prompt_path = os.path.join(self.dir, "prompt.npy")
+        np.save(prompt_path, prompt.astype(np.int32))
+        outs = [os.path.join(self.dir, name) for name in ("generated.npy", "step_logits.npy")]
+        for out in outs:
+            if os.path.exists(out):
+                os.remove(out)
+        proc = subprocess.run(
+            ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
+             tool("parax-run"), exe, "--weights", self.checkpoint, "--input", prompt_path,
+             "--generate", str(tokens), *[arg for out in outs for arg in ("--output", out)], *extra],
+            capture_output=True, text=True, timeout=180, env=MPI_ENV)
+        if not expect_ok:
+            return proc
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return np.load(outs[0]), np.load(outs[1])
 
     def reference(self):
         if not self.past:

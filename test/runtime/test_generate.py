@@ -1,0 +1,145 @@
+"""A generation loop over one program (`--cache C`, `parax-run --generate`):
+the step writes its keys and values into KV caches at a run-time position
+and the runtime keeps the caches where the step runs. The oracle: every
+step's logits equal numpy's forward pass over the same tokens, on one rank
+and on every kind of partitioning, under a real mpirun."""
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import Model, replicas, tool
+
+CAPACITY, PROMPT, NEW = 12, 3, 6
+
+
+def check_generation(model, tokens, logits, prompt_len, tol=1e-4):
+    """Each step's logits against numpy on the tokens so far (teacher
+    forcing on parax's own choices); each generated token is the most likely
+    of parax's logits, and numpy's too wherever its choice is clear."""
+    expected = model_reference(model, tokens[:, :-1])
+    assert logits.shape == expected.shape
+    np.testing.assert_allclose(logits, expected, atol=tol, rtol=tol)
+    generated = tokens[:, prompt_len:]
+    assert (logits[:, prompt_len - 1:].argmax(-1) == generated).all()
+    top2 = np.sort(expected[:, prompt_len - 1:], axis=-1)[..., -2:]
+    clear = top2[..., 1] - top2[..., 0] > 10 * tol
+    assert (expected[:, prompt_len - 1:].argmax(-1)[clear] == generated[clear]).all()
+
+
+def model_reference(model, tokens):
+    from parax import reference
+    return reference.forward(model.cfg, model.weights, tokens)
+
+
+def prompt_for(model, rows, seed=3):
+    return np.random.default_rng(seed).integers(0, model.cfg.vocab, size=(rows, PROMPT))
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe",
+                                    "tiny-deepseek-v3"])
+def test_single_rank_generation_matches_numpy(tmp_path, preset):
+    model = Model(str(tmp_path), preset, seq=1, cache=CAPACITY)
+    prompt = prompt_for(model, 2)
+    tokens, logits = model.generate(model.compile("single"), 1, prompt, NEW)
+    assert tokens.shape == (2, PROMPT + NEW) and (tokens[:, :PROMPT] == prompt).all()
+    check_generation(model, tokens, logits, PROMPT)
+
+
+# (preset, workload pins, ranks)
+GENERATION_PLANS = [
+    ("tiny-llama", "tp=2,dp=1", 2),
+    ("tiny-llama", "tp=4,dp=1", 4),   # 2 KV heads: replicated over 4 ranks
+    ("tiny-llama", "pp=2,dp=1", 2),   # each stage keeps its layers' caches
+    ("tiny-llama", "dp=2", 2),        # each replica its own rows and caches
+    ("tiny-llama", "dp=2,tp=2,pp=2", 8),
+    ("tiny-gpt2", "tp=2,dp=1", 2),
+    ("tiny-mixtral", "ep=2,tp=1,dp=1", 2),
+    ("tiny-deepseek-v3", "tp=2,dp=1", 2),
+]
+
+
+@pytest.mark.parametrize("preset,pins,ranks", GENERATION_PLANS,
+                         ids=[f"{p[0]}-{p[1]}" for p in GENERATION_PLANS])
+def test_sharded_generation_matches_numpy(tmp_path, preset, pins, ranks):
+    dp = replicas(pins)
+    model = Model(str(tmp_path), preset, seq=1, cache=CAPACITY)
+    exe = model.compile("sharded", f"decode:batch={2 * dp},context={CAPACITY},{pins}", ranks)
+    prompt = prompt_for(model, 2 * dp)
+    tokens, logits = model.generate(exe, ranks, prompt, NEW)
+    assert tokens.shape == (2 * dp, PROMPT + NEW)
+    check_generation(model, tokens, logits, PROMPT)
+
+
+def test_each_rank_keeps_only_its_kv_heads(tmp_path):
+    """Under TP the caches are inputs split by KV heads, written in place by
+    cache_update: no rank holds (or gathers) another's heads."""
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    model.compile("tp2", f"decode:batch=2,context={CAPACITY},tp=2,dp=1", 2)
+    with open(os.path.join(str(tmp_path), "tp2.mlir")) as f:
+        text = f.read()
+    updates = [line for line in text.splitlines() if "parax.cache_update" in line]
+    assert len(updates) == 4
+    for line in updates:  # [B, C, 1 of 2 KV heads, D], read straight from an argument
+        assert "(tensor<2x12x1x16xf32>, tensor<2x1x1x16xf32>, tensor<i32>)" in line, line
+        assert "parax.cache_update %arg" in line, line
+
+
+def test_generation_errors_are_named(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = model.compile("single")
+    prompt = prompt_for(model, 2)
+    # More tokens than the caches hold.
+    proc = model.generate(exe, 1, prompt, CAPACITY, expect_ok=False)
+    assert proc.returncode != 0
+    assert ("the prompt's 3 tokens and 12 generated ones need 14 cache rows; the step's caches "
+            "hold 12") in proc.stderr, proc.stderr
+    # Rows that are not the step's batch.
+    proc = model.generate(exe, 1, prompt_for(model, 3), 2, expect_ok=False)
+    assert "not a multiple of the executable's batch 2" in proc.stderr, proc.stderr
+    # --steps has no meaning there.
+    proc = model.generate(exe, 1, prompt, 2, extra=("--steps", "3"), expect_ok=False)
+    assert "--generate runs one step per token: it takes no --steps" in proc.stderr, proc.stderr
+    # A program that is no generation step.
+    plain = Model(os.path.join(str(tmp_path), "plain"), "tiny-llama", seq=1)
+    proc = plain.generate(plain.compile("plain"), 1, prompt, 2, expect_ok=False)
+    assert "--generate needs a step with a run-time position and KV caches" in proc.stderr, proc.stderr
+    prefill = Model(os.path.join(str(tmp_path), "prefill"), "tiny-llama", seq=4)
+    proc = prefill.generate(prefill.compile("prefill"), 1, prompt, 2, expect_ok=False)
+    assert "--generate needs a generation step whose first input is one token per row" in proc.stderr
+
+
+def test_one_step_at_a_position_outside_the_cache_is_refused(tmp_path):
+    """A plain run of a generation step: the position input is checked
+    against the cache before anything runs."""
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = model.compile("single")
+    position = os.path.join(str(tmp_path), "position.npy")
+    np.save(position, np.array(CAPACITY, dtype=np.int32))
+    model.inputs.append(position)
+    for layer in range(model.cfg.layers):
+        for name in ("key", "value"):
+            path = os.path.join(str(tmp_path), f"cache_{layer}_{name}.npy")
+            np.save(path, np.zeros((2, CAPACITY, 2, 16), np.float32))
+            model.inputs.append(path)
+    proc = model.run(exe, 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert "position 12: 1 token(s) from there do not fit a KV cache of 12" in proc.stderr, proc.stderr
+    np.save(position, np.array(CAPACITY - 1, dtype=np.int32))
+    logits = model.run(exe, 1)
+    assert logits.shape == (2, 1, model.cfg.vocab)
+
+
+def test_builder_refuses_what_a_generation_step_cannot_be():
+    from parax.models import build_model, load_config
+    llama, gpt2 = load_config("tiny-llama"), load_config("tiny-gpt2")
+    with pytest.raises(ValueError, match="sequence 8 does not fit a cache of 4 tokens"):
+        build_model(llama, seq=8, cache=4)
+    with pytest.raises(ValueError, match="cache .* replaces past and return_kv"):
+        build_model(llama, seq=1, cache=8, past=4)
+    with pytest.raises(ValueError, match="inference: no loss"):
+        build_model(llama, seq=1, cache=8, loss=True)
+    with pytest.raises(ValueError, match=f"cache capacity {gpt2.max_positions + 1} exceeds n_positions"):
+        build_model(gpt2, seq=1, cache=gpt2.max_positions + 1)
