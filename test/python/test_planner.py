@@ -138,14 +138,17 @@ def test_every_preset_on_every_cluster_answers(parax_plan, model_file, preset):
         assert ("MFU" in proc.stdout) if proc.returncode == 0 else ("no plan:" in proc.stdout)
 
 
-def test_decode_step_with_its_kv_cache_plans_like_the_cache_free_graph(parax_plan, model_file, tmp_path):
+@pytest.mark.parametrize("kind", ["past", "cache"])
+def test_decode_step_with_its_kv_cache_plans_like_the_cache_free_graph(parax_plan, model_file, tmp_path,
+                                                                       kind):
     """A decode step built over its KV cache (--past) reads the cache through
     a concat the CUDA backend does not issue: the planner must cost it as the
     cache-free graph (the KV-cache account and the attention's cache read),
     not as a copy of the cache plus live cache inputs (then 2.48 ms, 2.7 GB
-    a device instead of 1.92 ms, 2.5 GB)."""
+    a device instead of 1.92 ms, 2.5 GB). So must a generation step
+    (--cache), whose cache_update writes one row in place."""
     cached = tmp_path / "decode.mlir"
-    cached.write_text(build_model(load_config("llama3-8b"), batch=8, seq=1, past=4096))
+    cached.write_text(build_model(load_config("llama3-8b"), batch=8, seq=1, **{kind: 4096}))
     workload = "decode:batch=8,context=4096,tp=8"
     with_cache = plan(parax_plan, str(cached), "dgx-h100", workload)["plans"][0]
     without = plan(parax_plan, model_file("llama3-8b", 1), "dgx-h100", workload)["plans"][0]

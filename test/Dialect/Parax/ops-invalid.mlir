@@ -530,3 +530,67 @@ func.func @negative_cross_entropy_result(%l: tensor<2x4x16xf32>, %y: tensor<2x4x
   %0 = parax.cross_entropy %l, %y : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<2xf32>
   return
 }
+
+// -----
+
+func.func @negative_position_embedding_position_and_offset(%t: tensor<8x4xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C3: a position operand and a non-zero offset do not come together}}
+  %0 = parax.position_embedding %t, %p {offset = 2} : (tensor<8x4xf32>, tensor<i32>) -> tensor<1x1x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_position_and_offset(%x: tensor<1x1x2x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C6: a position operand and a non-zero position_offset do not come together}}
+  %0 = parax.rope %x, %p {theta = 1.0e4 : f64, rotary_dim = 8, position_offset = 3} : (tensor<1x1x2x8xf32>, tensor<i32>) -> tensor<1x1x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_position_not_scalar(%x: tensor<1x1x2x8xf32>, %p: tensor<1xi32>) {
+  // expected-error @+1 {{operand #1 must be 0D tensor of 32-bit signless integer or 64-bit signless integer values}}
+  %0 = parax.rope %x, %p {theta = 1.0e4 : f64, rotary_dim = 8} : (tensor<1x1x2x8xf32>, tensor<1xi32>) -> tensor<1x1x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_position_not_causal(%q: tensor<1x1x2x8xf32>, %k: tensor<1x16x2x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C8: attention over a KV cache at a run-time position must be causal}}
+  %0 = parax.attention %q, %k, %k, %p {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.5 : f64} : (tensor<1x1x2x8xf32>, tensor<1x16x2x8xf32>, tensor<1x16x2x8xf32>, tensor<i32>) -> tensor<1x1x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_cache_update_rank(%c: tensor<1x16x16xf32>, %u: tensor<1x1x16xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C1: cache and update must be rank-4 tensors of one element type, and the result of the cache's type}}
+  %0 = parax.cache_update %c, %u, %p : (tensor<1x16x16xf32>, tensor<1x1x16xf32>, tensor<i32>) -> tensor<1x16x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_cache_update_element_type(%c: tensor<1x16x2x8xbf16>, %u: tensor<1x1x2x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C1: cache and update must be rank-4 tensors of one element type}}
+  %0 = parax.cache_update %c, %u, %p : (tensor<1x16x2x8xbf16>, tensor<1x1x2x8xf32>, tensor<i32>) -> tensor<1x16x2x8xbf16>
+  return
+}
+
+// -----
+
+func.func @negative_cache_update_heads(%c: tensor<1x16x2x8xf32>, %u: tensor<1x1x4x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C2: cache and update must agree outside dimension 1}}
+  %0 = parax.cache_update %c, %u, %p : (tensor<1x16x2x8xf32>, tensor<1x1x4x8xf32>, tensor<i32>) -> tensor<1x16x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_cache_update_too_many_rows(%c: tensor<1x4x2x8xf32>, %u: tensor<1x8x2x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C2: 8 new rows do not fit a cache of 4}}
+  %0 = parax.cache_update %c, %u, %p : (tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>, tensor<i32>) -> tensor<1x4x2x8xf32>
+  return
+}

@@ -53,6 +53,24 @@ func.func @attention(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x16xf32>, %v: t
   return %o, %c : tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>
 }
 
+// A generation step: keys written into a cache at a run-time position, which
+// the rope, the position table and the attention read too.
+// CHECK-LABEL: func.func @generation_step
+func.func @generation_step(%q: tensor<2x1x4x16xf32>, %k: tensor<2x1x2x16xf32>, %cache: tensor<2x64x2x16xf32>,
+                           %wpe: tensor<128x64xf32>, %pos: tensor<i32>)
+    -> (tensor<2x1x4x16xf32>, tensor<1x1x64xf32>) {
+  // CHECK: parax.rope %{{.*}}, %{{.*}} {rotary_dim = 16 : i64, theta = 1.000000e+04 : f64} : (tensor<2x1x2x16xf32>, tensor<i32>) -> tensor<2x1x2x16xf32>
+  %r = parax.rope %k, %pos {theta = 10000.0 : f64, rotary_dim = 16} : (tensor<2x1x2x16xf32>, tensor<i32>) -> tensor<2x1x2x16xf32>
+  // CHECK: parax.cache_update %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x64x2x16xf32>, tensor<2x1x2x16xf32>, tensor<i32>) -> tensor<2x64x2x16xf32>
+  %c = parax.cache_update %cache, %r, %pos : (tensor<2x64x2x16xf32>, tensor<2x1x2x16xf32>, tensor<i32>) -> tensor<2x64x2x16xf32>
+  // CHECK: parax.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {causal, {{.*}}} : (tensor<2x1x4x16xf32>, tensor<2x64x2x16xf32>, tensor<2x64x2x16xf32>, tensor<i32>) -> tensor<2x1x4x16xf32>
+  %o = parax.attention %q, %c, %c, %pos {causal, num_heads = 4, num_kv_heads = 2, head_dim = 16, scale = 0.25 : f64}
+      : (tensor<2x1x4x16xf32>, tensor<2x64x2x16xf32>, tensor<2x64x2x16xf32>, tensor<i32>) -> tensor<2x1x4x16xf32>
+  // CHECK: parax.position_embedding %{{.*}}, %{{.*}} : (tensor<128x64xf32>, tensor<i32>) -> tensor<1x1x64xf32>
+  %p = parax.position_embedding %wpe, %pos : (tensor<128x64xf32>, tensor<i32>) -> tensor<1x1x64xf32>
+  return %o, %p : tensor<2x1x4x16xf32>, tensor<1x1x64xf32>
+}
+
 // CHECK-LABEL: func.func @elementwise
 func.func @elementwise(%a: tensor<2x16x64xf32>, %b: tensor<1x16x64xf32>, %g: tensor<2x16x1xf32>)
     -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
