@@ -51,6 +51,7 @@ struct DeviceBuffer {
   Elem elem = Elem::F32;
   void *data = nullptr;
   bool inArena = false; // a temporary placed in the step's arena (not its own allocation)
+  bool aliased = false; // another buffer's memory: an in-place cache_update's result is its cache
   int64_t numel() const { return numelOf(shape); }
   size_t bytes() const { return std::max<int64_t>(numel(), 1) * elemBytes(elem); }
   float *f() const { return static_cast<float *>(data); }
@@ -96,7 +97,7 @@ bool among(const std::string &op, std::initializer_list<const char *> ops) {
 bool capturableOp(const std::string &op) {
   return among(op, {"embedding", "position_embedding", "linear", "rms_norm", "layer_norm", "rope", "attention",
                     "add", "mul", "silu", "sigmoid", "gelu", "swiglu", "reshape", "transpose", "broadcast", "slice",
-                    "concat", "router", "shard_slice", "to_partial"});
+                    "concat", "cache_update", "router", "shard_slice", "to_partial"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -129,7 +130,7 @@ struct CudaExecutor::State {
 
   ~State() {
     for (DeviceBuffer &b : buffers)
-      if (b.data && !b.inArena) cudaFree(b.data);
+      if (b.data && !b.inArena && !b.aliased) cudaFree(b.data);
     if (arena) cudaFree(arena);
     if (scratch) cudaFree(scratch);
     if (commScratch) cudaFree(commScratch);
@@ -217,6 +218,7 @@ struct CudaExecutor::State {
   // keys per shared-memory tile; decided once at prepare.
   std::map<const pxe::Instruction *, int> decodeKeyTiles;
   void planDecodeAttention();
+  void aliasCacheUpdates();
   /// How many times each buffer is read: by instructions and as the
   /// stage's outputs.
   std::map<int32_t, int> useCounts() const {
@@ -578,6 +580,18 @@ void CudaExecutor::State::planDecodeAttention() {
   }
 }
 
+// A cache_update of a KV cache the steps write in place (an input only it
+// reads) writes into the input's memory: its result is that memory, so the
+// step moves only the new rows and the input holds the cache afterwards.
+void CudaExecutor::State::aliasCacheUpdates() {
+  for (const pxe::Instruction &inst : host.stageProgram().instructions()) {
+    if (inst.op() != "cache_update" || !host.isCacheState(inst.operands(0))) continue;
+    DeviceBuffer &result = buffers[inst.results(0)];
+    result.data = buffers[inst.operands(0)].data;
+    result.aliased = true;
+  }
+}
+
 // The host executor has run the moves of parameters once (exact in any
 // storage dtype: they only copy values); their results are uploaded.
 Status CudaExecutor::State::hoistInvariants() {
@@ -728,9 +742,14 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     DeviceBuffer &d = s.buffers[proto.id()];
     st = s.allocate(&d.data, d.bytes(), s.nameOf(proto.id()));
     if (!st.isOk()) return st;
+    if (!s.host.hostBuffers()[proto.id()].hasValues()) { // a KV cache the steps write: zeros at first
+      PARAX_CUDA(cudaMemsetAsync(d.data, 0, d.bytes(), s.stream));
+      continue;
+    }
     st = s.upload(proto.id());
     if (!st.isOk()) return st;
   }
+  s.aliasCacheUpdates();
   st = s.planGeluFusion();
   if (!st.isOk()) return st;
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
@@ -760,7 +779,7 @@ Status CudaExecutor::setInputs(const std::vector<Tensor> &inputs) {
   Status st = s.host.setInputs(inputs);
   if (!st.isOk()) return st;
   for (const pxe::Buffer &b : s.host.stageProgram().buffers())
-    if (b.role() == pxe::INPUT) {
+    if (b.role() == pxe::INPUT && inputs[b.input_index()].hasValues()) { // (a cache given without values keeps its own)
       st = s.upload(b.id());
       if (!st.isOk()) return st;
     }
@@ -927,7 +946,13 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "position_embedding") {
     DeviceBuffer &table = in(0), &y = out();
     int64_t h = y.shape[2];
-    return copy(y.data, offsetOf(table, attrInt(a, "offset") * h), y.numel(), y);
+    if (inst.operands_size() == 1) return copy(y.data, offsetOf(table, attrInt(a, "offset") * h), y.numel(), y);
+    return withBits(y, [&](auto w) { // rows from a run-time position
+      using W = decltype(w);
+      PARAX_LAUNCH(positionRowsKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(table.as<W>(), in(1).i(),
+                                                                                    y.as<W>(), y.numel(), h);
+      return Status::ok();
+    });
   }
   if (op == "linear") {
     DeviceBuffer &x = in(0), &w = in(1), &y = out();
@@ -966,7 +991,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using T = decltype(t);
       PARAX_LAUNCH(ropeKernel<T>, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
           y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset"),
-          attrInt(a, "interleaved") != 0);
+          inst.operands_size() == 2 ? in(1).i() : nullptr, attrInt(a, "interleaved") != 0);
       return Status::ok();
     });
   }
@@ -982,6 +1007,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     }
     int64_t limit = sharedOptIn;
     bool causal = attrInt(a, "causal") != 0;
+    // A generation step's run-time position (on the device), or none.
+    const int32_t *position = inst.operands_size() == 4 ? in(3).i() : nullptr;
     float scale = static_cast<float>(attrFloat(a, "scale"));
     // A few queries (a decode step: S = 1) over the keys: split over the
     // keys, every query head of a KV head in one block (unless
@@ -1014,7 +1041,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * chunks, 256, sharedBytes, stream)(
             q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
             static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
-            causal, scale, headOffset, group, chunks, chunkKeys, keyTile);
+            causal, scale, headOffset, group, chunks, chunkKeys, keyTile, position);
         PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
             scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
         return Status::ok();
@@ -1026,7 +1053,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
       PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
-          T, KH, DV, causal, scale, headOffset, group);
+          T, KH, DV, causal, scale, headOffset, group, position);
       return Status::ok();
     }
     // Otherwise CUDA cores, with tiles that fit the device's shared memory
@@ -1046,7 +1073,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using E = decltype(t);
       PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
           q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, causal, scale, headOffset,
-          group, tiles.queries, tiles.keys);
+          group, tiles.queries, tiles.keys, position);
       return Status::ok();
     });
   }
@@ -1105,6 +1132,22 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using W = decltype(w);
       PARAX_LAUNCH(sliceKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
           in(0).as<W>(), out().as<W>(), outer, in(0).shape[dim], out().shape[dim], attrInt(a, "start"), inner);
+      return Status::ok();
+    });
+  }
+  if (op == "cache_update") {
+    // In place when the result shares the cache's memory (see
+    // aliasCacheUpdates); otherwise the cache is copied first.
+    DeviceBuffer &cache = in(0), &update = in(1), &y = out();
+    if (y.data != cache.data) {
+      Status st = copy(y.data, cache.data, y.numel(), y);
+      if (!st.isOk()) return st;
+    }
+    int64_t row = y.shape[2] * y.shape[3];
+    return withBits(y, [&](auto w) {
+      using W = decltype(w);
+      PARAX_LAUNCH(cacheWriteKernel<W>, blocksFor(update.numel()), kThreads, 0, stream)(
+          update.as<W>(), in(2).i(), y.as<W>(), y.shape[0], y.shape[1], update.shape[1], row);
       return Status::ok();
     });
   }

@@ -103,11 +103,13 @@ __global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, 
 }
 
 // Angles in double, as the CPU backend computes them (float loses ~1e-4 rad
-// at position 2048).
+// at position 2048). Positions from `offset`, or from *position (a
+// generation step's, on the device) when given.
 template <typename T>
 __global__ void ropeKernel(T *v, const double *invFreq, int64_t B, int64_t S, int64_t H, int64_t D, int64_t rot,
-                           int64_t offset, bool interleaved) {
+                           int64_t offset, const int32_t *position, bool interleaved) {
   int64_t half = rot / 2;
+  if (position) offset = *position;
   PARAX_GRID_STRIDE(k, B * S * H * half) {
     int64_t i = k % half, row = k / half, s = (row / H) % S;
     double angle = (offset + s) * invFreq[i];
@@ -176,7 +178,8 @@ struct AttentionTiles {
 template <typename T>
 __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_t B, int64_t S, int64_t H,
                                 int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
-                                int64_t headOffset, int64_t group, int qTile, int kTile) {
+                                int64_t headOffset, int64_t group, int qTile, int kTile,
+                                const int32_t *position) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1; // padded rows: keys fall in different banks
   const int dv = static_cast<int>(DV), d0 = static_cast<int>(D);
@@ -191,7 +194,9 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
   int64_t q0 = qt * qTile;
   int rows = static_cast<int>(min((int64_t)qTile, S - q0));
   int64_t kh = (headOffset + h) / group;
-  int64_t past = T_ - S; // keys before the first query's position
+  // Keys before the first query's position: those before the queries' own,
+  // or (a generation step over a cache) the run-time position.
+  int64_t past = position ? *position : T_ - S;
   // Keys the tile's last query sees (causal), or all of them.
   int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
   for (int i = threadIdx.x; i < qTile * ds; i += blockDim.x) {
@@ -267,7 +272,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
                                       const T *vNew, int64_t vCached, float *partial, int64_t S, int64_t H,
                                       int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
                                       int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
-                                      int kTile) {
+                                      int kTile, const int32_t *position) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1, dv = static_cast<int>(DV), d0 = static_cast<int>(D);
   const int maxRows = static_cast<int>(group * S);
@@ -281,8 +286,10 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
   // This rank's query heads that read KV head kh: rows (head, position).
   int64_t hLo = max((int64_t)0, kh * group - headOffset), hHi = min(H, (kh + 1) * group - headOffset);
   int rows = hHi > hLo ? static_cast<int>((hHi - hLo) * S) : 0;
-  int64_t past = T_ - S;
-  int64_t k0 = c * chunkKeys, k1 = min(T_, k0 + chunkKeys);
+  int64_t past = position ? *position : T_ - S;
+  // A cache's rows beyond the last query's position are not read (a
+  // generation step: the chunks past it only write empty partials).
+  int64_t k0 = c * chunkKeys, k1 = min(causal ? min(T_, past + S) : T_, k0 + chunkKeys);
   for (int i = threadIdx.x; i < maxRows * ds; i += blockDim.x) {
     int r = i / ds, d = i % ds;
     int64_t h = hLo + r / S, pos = r % S;
@@ -391,7 +398,7 @@ __device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, const __nv_bflo
 __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                           __nv_bfloat16 *y, int64_t B, int64_t S, int64_t H, int64_t D, int64_t T_,
                                           int64_t KH, int64_t DV, bool causal, float scale, int64_t headOffset,
-                                          int64_t group) {
+                                          int64_t group, const int32_t *position) {
   using namespace nvcuda;
   constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
   PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
@@ -409,7 +416,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   int64_t qt = blockIdx.x % tiles, h = (blockIdx.x / tiles) % H, b = blockIdx.x / (tiles * H);
   int64_t q0 = qt * QT;
   int rows = static_cast<int>(min((int64_t)QT, S - q0));
-  int64_t kh = (headOffset + h) / group, past = T_ - S;
+  int64_t kh = (headOffset + h) / group, past = position ? *position : T_ - S;
   int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
   int warp = threadIdx.x / 32;
   for (int i = threadIdx.x; i < QT * dq; i += blockDim.x) {
@@ -545,6 +552,25 @@ __global__ void placeKernel(const W *x, W *y, int64_t outer, int64_t nx, int64_t
   PARAX_GRID_STRIDE(k, outer * ny * inner) {
     int64_t i = k % inner, j = (k / inner) % ny, o = k / (inner * ny);
     y[(o * nx + start + j) * inner + i] = x[k];
+  }
+}
+
+// Rows *position .. + S - 1 of a [P, h] table (n = S * h elements).
+template <typename W>
+__global__ void positionRowsKernel(const W *table, const int32_t *position, W *y, int64_t n, int64_t h) {
+  PARAX_GRID_STRIDE(k, n) y[k] = table[*position * h + k];
+}
+
+// A step's rows [B, S, row] written into a cache [B, C, row] at *position
+// (checked on the host; a position out of range writes nothing).
+template <typename W>
+__global__ void cacheWriteKernel(const W *update, const int32_t *position, W *cache, int64_t B, int64_t C, int64_t S,
+                                 int64_t row) {
+  int64_t at = *position;
+  if (at < 0 || at + S > C) return;
+  PARAX_GRID_STRIDE(k, B * S * row) {
+    int64_t i = k % row, s = (k / row) % S, b = k / (row * S);
+    cache[(b * C + at + s) * row + i] = update[k];
   }
 }
 

@@ -40,7 +40,10 @@ class Model:
     whole sequence's forward pass, its last `seq` positions. `rows`: the
     inputs' rows (default `batch`; a multiple of it runs as microbatches,
     or as the data-parallel replicas' shares). With `cache` > 0, a generation
-    step over KV caches of that capacity (`generate` runs it)."""
+    step over KV caches of that capacity (`generate` runs it); with `past`
+    too, its inputs are those of the step at position `past`: the position,
+    and caches holding numpy's keys and values of the `past` earlier tokens
+    (noise beyond: rows no step may read)."""
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
                  dtype="f32", past=0, return_kv=False, rows=None, cache=0):
@@ -51,7 +54,7 @@ class Model:
         self.ir = os.path.join(tmp, "model.mlir")
         with open(self.ir, "w") as f:
             f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss,
-                                past=past, return_kv=return_kv, cache=cache))
+                                past=0 if cache else past, return_kv=return_kv, cache=cache))
         self.weights = random_weights(self.cfg, seed=seed)
         if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
             self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
@@ -64,11 +67,18 @@ class Model:
         self.tokens_path = os.path.join(tmp, "tokens.npy")
         np.save(self.tokens_path, self.tokens)
         self.inputs = [self.tokens_path]
+        if cache:
+            position = os.path.join(tmp, "position.npy")
+            np.save(position, np.array(past, dtype=np.int32))
+            self.inputs.append(position)
         if past:
-            cache = reference.KVCache()
-            reference.forward(self.cfg, self.weights, self.past_tokens, cache)
+            kv = reference.KVCache()
+            reference.forward(self.cfg, self.weights, self.past_tokens, kv)
             for layer in range(self.cfg.layers):
-                for name, t in (("key", cache.keys[layer]), ("value", cache.values[layer])):
+                for name, t in (("key", kv.keys[layer]), ("value", kv.values[layer])):
+                    if cache:  # the first `past` rows of a cache of that capacity
+                        noise = rng.standard_normal((t.shape[0], cache - past) + t.shape[2:])
+                        t = np.concatenate([t, noise], axis=1)
                     path = os.path.join(tmp, f"past_{layer}_{name}.npy")
                     np.save(path, t.astype(np.float32))
                     self.inputs.append(path)

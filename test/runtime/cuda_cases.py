@@ -33,9 +33,10 @@ MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CO
                OMPI_MCA_rmaps_base_oversubscribe="1")
 
 # name -> (preset, layers, batch, seq, loss, workload pins or None, ranks[, dtype[, past[,
-# return_kv]]]) (past: a step over a KV cache of that many tokens, their keys
+# return_kv[, cache]]]]) (past: a step over a KV cache of that many tokens, their keys
 # and values inputs; planned as decode at that context; return_kv: the step
-# also returns its new keys and values, each result compared)
+# also returns its new keys and values, each result compared; cache: a
+# generation step over caches of that capacity, run at position `past`)
 CASES = {
     "llama": ("tiny-llama", None, 2, 8, False, None, 1),
     "gpt2": ("tiny-gpt2", None, 2, 8, False, None, 1),
@@ -76,6 +77,17 @@ CASES = {
     "deepseek-v3-decode": ("tiny-deepseek-v3", None, 2, 1, False, None, 1, "f32", 70),
     "gpt2-decode-bf16": ("tiny-gpt2", None, 2, 1, False, None, 1, "bf16", 100),
     "llama-decode-return-kv-tp2-pp2": ("tiny-llama", None, 2, 1, False, "tp=2,pp=2,dp=1", 4, "f32", 300, True),
+    # Generation steps (caches written in place at a run-time position,
+    # rows beyond it noise no kernel may read): the split decode kernel
+    # (chunks past the position empty), the tiled kernels on CUDA cores and
+    # on tensor cores (8 new tokens), the position table read at the
+    # position (GPT-2), MLA, and KV heads split over TP.
+    "llama-cache-step": ("tiny-llama", None, 2, 1, False, None, 1, "f32", 200, False, 300),
+    "llama-cache-step-8": ("tiny-llama", None, 2, 8, False, None, 1, "f32", 100, False, 300),
+    "llama-cache-step-8-bf16": ("tiny-llama", None, 2, 8, False, None, 1, "bf16", 100, False, 300),
+    "llama-cache-step-tp2": ("tiny-llama", None, 2, 1, False, "tp=2,dp=1", 2, "f32", 200, False, 300),
+    "gpt2-cache-step-bf16": ("tiny-gpt2", None, 2, 1, False, None, 1, "bf16", 50, False, 64),
+    "deepseek-v3-cache-step": ("tiny-deepseek-v3", None, 2, 1, False, None, 1, "f32", 30, False, 64),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -113,18 +125,19 @@ def prepare(name, root):
     dtype = rest[0] if rest else "f32"
     past = rest[1] if len(rest) > 1 else 0
     return_kv = rest[2] if len(rest) > 2 else False
+    cache = rest[3] if len(rest) > 3 else 0
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)  # data-parallel replicas take their own rows: the inputs hold dp batches
     model = Model(case_dir, preset, layers=layers, batch=batch, seq=seq, loss=loss, dtype=dtype,
-                  past=past, return_kv=return_kv, rows=batch * dp)
+                  past=past, return_kv=return_kv, rows=batch * dp, cache=cache)
     single = model.compile("single")
     outputs = 1 + 2 * model.cfg.layers if return_kv else 1
     cpu, *more = model.run(single, 1, outputs=outputs) if return_kv else [model.run(single, 1)]
     for k, extra in enumerate(more, 1):  # the new keys and values: against the CPU backend
         np.save(os.path.join(case_dir, f"cpu{k}.npy"), extra)
     ref = np.float32(model.reference_loss()) if loss else model.reference()
-    workload = (f"decode:batch={batch * dp},context={past}" if past else
+    workload = (f"decode:batch={batch * dp},context={cache or past}" if past else
                 f"prefill:batch={batch * dp},seq={seq}")
     exe = single if pins is None else model.compile("sharded", f"{workload},{pins}", ranks)
     np.save(os.path.join(case_dir, "cpu.npy"), cpu)

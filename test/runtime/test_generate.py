@@ -143,3 +143,15 @@ def test_builder_refuses_what_a_generation_step_cannot_be():
         build_model(llama, seq=1, cache=8, loss=True)
     with pytest.raises(ValueError, match=f"cache capacity {gpt2.max_positions + 1} exceeds n_positions"):
         build_model(gpt2, seq=1, cache=gpt2.max_positions + 1)
+
+
+@pytest.mark.parametrize("preset,seq", [("tiny-llama", 1), ("tiny-llama", 5), ("tiny-gpt2", 3),
+                                        ("tiny-deepseek-v3", 1)])
+def test_one_step_over_a_half_full_cache_matches_the_whole_sequence(tmp_path, preset, seq):
+    """A generation step run once (plain inputs: tokens, position 7, caches
+    holding 7 tokens' keys and values and noise beyond) equals the whole
+    sequence's forward pass at its last positions: rows past the position
+    are never read, several new tokens see each other causally."""
+    model = Model(str(tmp_path), preset, seq=seq, past=7, cache=CAPACITY + 4)
+    got = model.run(model.compile("single"), 1)
+    np.testing.assert_allclose(got, model.reference(), atol=1e-4, rtol=1e-4)
