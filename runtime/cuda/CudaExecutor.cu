@@ -219,6 +219,7 @@ struct CudaExecutor::State {
   std::map<const pxe::Instruction *, int> decodeKeyTiles;
   void planDecodeAttention();
   void aliasCacheUpdates();
+  size_t cacheWritesInPlace = 0;
   /// How many times each buffer is read: by instructions and as the
   /// stage's outputs.
   std::map<int32_t, int> useCounts() const {
@@ -589,6 +590,7 @@ void CudaExecutor::State::aliasCacheUpdates() {
     DeviceBuffer &result = buffers[inst.results(0)];
     result.data = buffers[inst.operands(0)].data;
     result.aliased = true;
+    ++cacheWritesInPlace;
   }
 }
 
@@ -672,6 +674,7 @@ Status CudaExecutor::State::placeTemporaries() {
 CudaExecutor::CudaExecutor() : s_(std::make_unique<State>()) {}
 CudaExecutor::~CudaExecutor() = default;
 int CudaExecutor::stage() const { return s_->host.stage(); }
+size_t CudaExecutor::cacheWritesInPlace() const { return s_->cacheWritesInPlace; }
 size_t CudaExecutor::instructionCount() const { return s_->host.instructionCount(); }
 
 Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunicator *comm,

@@ -89,6 +89,16 @@ CASES = {
     "gpt2-cache-step-bf16": ("tiny-gpt2", None, 2, 1, False, None, 1, "bf16", 50, False, 64),
     "deepseek-v3-cache-step": ("tiny-deepseek-v3", None, 2, 1, False, None, 1, "f32", 30, False, 64),
 }
+# Generation loops (parax-run --generate, fp32): name -> (preset, batch,
+# workload pins or None, ranks, cache capacity, prompt length, tokens to
+# generate). The GPU's tokens must be the CPU backend's, and every step's
+# logits within TOL of the CPU's and of numpy's (on those tokens). The first
+# runs 67 steps, crossing a 64-key tile of the decode kernel.
+GENERATE = {
+    "generate-llama": ("tiny-llama", 2, None, 1, 80, 60, 8),
+    "generate-gpt2": ("tiny-gpt2", 2, None, 1, 24, 4, 8),
+    "generate-llama-tp2-pp2": ("tiny-llama", 2, "tp=2,pp=2,dp=1", 4, 24, 4, 8),
+}
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
 OP_TOL_BF16 = 1e-2
@@ -102,13 +112,14 @@ def _run(cmd, timeout=300, env=None):
 
 
 def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, timeout=300,
-              tool="parax-run", env=None, launcher=False, more_outputs=()):
+              tool="parax-run", env=None, launcher=False, more_outputs=(), generate=0):
     # One rank runs without a launcher (parax-run then skips MPI), unless
     # `launcher` (then the CUDA backend gets a one-rank NCCL communicator).
     launcher = [] if ranks == 1 and not launcher else ["mpirun", "-np", str(ranks), "--oversubscribe",
                                                         "--bind-to", "none"]
     cmd = launcher + [os.path.join(bin_dir, tool), exe, "--weights", weights,
-                      "--output", output, "--device", device, "--steps", str(steps)]
+                      "--output", output, "--device", device]
+    cmd += ["--generate", str(generate)] if generate else ["--steps", str(steps)]
     for path in inputs:
         cmd += ["--input", path]
     for path in more_outputs:  # the executable's further results, in order
@@ -146,6 +157,29 @@ def prepare(name, root):
         tol = TOL if dtype == "f32" else BF16_REL * float(np.abs(cpu).max())
         json.dump({"exe": os.path.basename(exe), "ranks": ranks, "tolerance": tol, "outputs": outputs,
                    "inputs": [os.path.basename(p) for p in model.inputs]}, f)
+
+
+def prepare_generate(name, root):
+    """Generation case `name`: its executable, prompt, and what the CPU
+    backend generates (tokens, each step's logits) and numpy computes on
+    those tokens."""
+    from conftest import Model, replicas
+    from parax import reference
+    preset, batch, pins, ranks, capacity, prompt_len, new = GENERATE[name]
+    case_dir = os.path.join(root, name)
+    os.makedirs(case_dir, exist_ok=True)
+    dp = replicas(pins)
+    model = Model(case_dir, preset, batch=batch, seq=1, cache=capacity)
+    exe = (model.compile("single") if pins is None else
+           model.compile("sharded", f"decode:batch={batch * dp},context={capacity},{pins}", ranks))
+    prompt = np.random.default_rng(5).integers(0, model.cfg.vocab, (batch * dp, prompt_len))
+    tokens, logits = model.generate(exe, ranks, prompt, new)
+    np.save(os.path.join(case_dir, "cpu_tokens.npy"), tokens)
+    np.save(os.path.join(case_dir, "cpu.npy"), logits)
+    np.save(os.path.join(case_dir, "numpy.npy"), reference.forward(model.cfg, model.weights, tokens[:, :-1]))
+    with open(os.path.join(case_dir, "case.json"), "w") as f:
+        json.dump({"exe": os.path.basename(exe), "ranks": ranks, "tolerance": TOL, "generate": new,
+                   "inputs": ["prompt.npy"]}, f)
 
 
 def prepare_op(case, root, bin_dir):
@@ -188,12 +222,14 @@ def is_multi_rank(name, root):
 def all_cases():
     """Model cases, then one-op cases (named op-<case>)."""
     import cuda_ops
-    return list(CASES) + ["op-" + c for c in cuda_ops.cases()]
+    return list(CASES) + list(GENERATE) + ["op-" + c for c in cuda_ops.cases()]
 
 
 def prepare_any(name, root, bin_dir):
     if name.startswith("op-"):
         prepare_op(name[3:], root, bin_dir)
+    elif name in GENERATE:
+        prepare_generate(name, root)
     else:
         prepare(name, root)
 
@@ -207,13 +243,22 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
         case = json.load(f)
     # Two steps: the second replays the step as a CUDA graph where the stage
     # allows it (one rank, no collectives), and its output is the one compared.
+    # A generation case writes its tokens, then every step's logits.
+    generate = case.get("generate", 0)
     more = [os.path.join(case_dir, f"gpu{k}.npy") for k in range(1, case.get("outputs", 1))]
+    first = os.path.join(case_dir, "gpu.npy")
+    if generate:
+        first, more = os.path.join(case_dir, "gpu_tokens.npy"), [first]
     gpu, log = parax_run(bin_dir, os.path.join(case_dir, "weights.safetensors"),
                          os.path.join(case_dir, case["exe"]), case["ranks"],
                          [os.path.join(case_dir, p) for p in case["inputs"]],
-                         os.path.join(case_dir, "gpu.npy"), device, steps=2,
+                         first, device, steps=2,
                          timeout=timeout, tool=tool, env=env, launcher=case.get("launcher", False),
-                         more_outputs=more)
+                         more_outputs=more, generate=generate)
+    same_tokens = True
+    if generate:
+        same_tokens = bool(np.array_equal(gpu, np.load(os.path.join(case_dir, "cpu_tokens.npy"))))
+        gpu, more = np.load(more[0]), []
     cpu = np.load(os.path.join(case_dir, "cpu.npy"))
     # One-op cases have no numpy result: the CPU backend stands for it (it is
     # checked against numpy model by model in the numerics suite).
@@ -229,11 +274,13 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
         vs_cpu = max(vs_cpu, float(np.abs(extra.astype(np.float64) - want).max()))
     tol = case["tolerance"]
     return {"case": name, "ranks": case["ranks"], "max_abs_vs_cpu": vs_cpu,
-            "max_abs_vs_numpy": vs_numpy, "tolerance": tol, "ok": vs_cpu < tol and vs_numpy < tol,
+            "max_abs_vs_numpy": vs_numpy, "tolerance": tol,
+            "ok": vs_cpu < tol and vs_numpy < tol and same_tokens, "same_tokens": same_tokens,
             "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
             "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log), "profile_ms": profile_of(log),
             "hoisted": hoisted(log), "temporaries": temporaries_of(log),
             "cache_in_place": _counted(log, "KV-cache concat(s) read in place by attention"),
+            "cache_writes_in_place": _counted(log, "KV cache(s) written in place"),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 
 

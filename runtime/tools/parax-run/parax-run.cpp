@@ -640,6 +640,8 @@ int main(int argc, char **argv) {
     if (device == "cuda" && gpu.replaysGraph()) how += ", steps after the first as one CUDA graph";
     if (device == "cuda" && gpu.cacheReadsInPlace() > 0)
       how += ", " + std::to_string(gpu.cacheReadsInPlace()) + " KV-cache concat(s) read in place by attention";
+    if (device == "cuda" && gpu.cacheWritesInPlace() > 0)
+      how += ", " + std::to_string(gpu.cacheWritesInPlace()) + " KV cache(s) written in place";
     if (device == "cuda" && gpu.overlappedInstructions() > 0)
       how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif

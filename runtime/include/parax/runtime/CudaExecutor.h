@@ -68,6 +68,9 @@ public:
   /// Concats of a KV cache and new keys or values that the decode attention
   /// reads in place (not issued).
   size_t cacheReadsInPlace() const;
+  /// KV caches (inputs) that cache_update writes in place: the new rows
+  /// only, and the input holds the updated cache after the step.
+  size_t cacheWritesInPlace() const;
   /// Where the step's temporaries live: one arena they share (its size, the
   /// lower bound, and what one allocation each would take).
   const BufferPlan &temporaries() const;
