@@ -4,7 +4,8 @@
 # test/runtime/cuda_cases.py (each op's kernel alone -- test/runtime/cuda_ops.py
 # -- and the tiny models: --loss, MoE, MLA, TP, PP, DP, EP and their mix),
 # then GEMM and copy figures, attention kernels, one Llama-3-8B layer
-# (prefill 2048 and decode steps over a 4096-token KV cache) and DeepSeek-V3-shaped
+# (prefill 2048, decode steps over a 4096-token KV cache joined by a concat,
+# and generation steps writing it in place) and DeepSeek-V3-shaped
 # experts at decode size (grouped GEMM vs per-expert cuBLAS). Results and
 # logs go to $OUT (default ./gpu-out), saved case by case. Timeouts sum to
 # 460 s (the issue allows 8 minutes).
@@ -90,7 +91,8 @@ try:
     bw = float(m.group(1)) if m else None
 except OSError:
     pass
-for r in load("bench.json"):
+bench = load("bench.json")
+for r in bench:
     if "error" in r:
         print(f"{r['case']}: FAILED {r['error'][-400:].strip()}")
         continue
@@ -119,6 +121,13 @@ for r in load("bench.json"):
     if ops:  # one extra step, kernel by kernel: where the time goes
         top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]
         print("    by op: " + ", ".join(f"{op} {ms:.3f} ms" for op, ms in top))
+# A generation step (cache written in place at a run-time position) beside
+# the decode step over the same cache joined by a concat: same bytes to read.
+times = {r["case"]: r["step_ms_median_of_10"] for r in bench if "error" not in r}
+for name, ms in times.items():
+    joined = name.replace("-generate", "")
+    if "-generate" in name and joined in times:
+        print(f"{name}: {ms:.3f} ms beside {times[joined]:.3f} ms for {joined} ({ms / times[joined]:.2f}x)")
 PY
 cat "$out/summary.txt"
 grep -q "vs numpy .* FAILED" "$out/summary.txt" && status=1

@@ -322,12 +322,17 @@ def _bench_block():
 
 # --- performance (figures, not pass/fail) ------------------------------------
 
-BENCH = {  # name -> (preset, layers, batch, seq, dtype, tokens in the KV cache)
+# name -> (preset, layers, batch, seq, dtype, tokens in the KV cache[, cache
+# capacity: a generation step at position `tokens`, its caches written in
+# place, against the decode step whose cache is joined by a concat])
+BENCH = {
     "llama3-8b-1layer-prefill2048": ("llama3-8b", 1, 1, 2048, "f32", 0),
     "llama3-8b-1layer-decode-ctx4096": ("llama3-8b", 1, 1, 1, "f32", 4096),
     "llama3-8b-1layer-prefill2048-bf16": ("llama3-8b", 1, 1, 2048, "bf16", 0),
     "llama3-8b-1layer-decode-ctx4096-bf16": ("llama3-8b", 1, 1, 1, "bf16", 4096),
     "llama3-8b-1layer-decode8-ctx4096-bf16": ("llama3-8b", 1, 8, 1, "bf16", 4096),
+    "llama3-8b-1layer-decode-generate-ctx4096-bf16": ("llama3-8b", 1, 1, 1, "bf16", 4096, 4097),
+    "llama3-8b-1layer-decode8-generate-ctx4096-bf16": ("llama3-8b", 1, 8, 1, "bf16", 4096, 4097),
 }
 
 
@@ -393,13 +398,13 @@ def prepare_bench(root, bin_dir):
             f.write(_experts_mlir(*dims))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
         os.remove(ir)
-    for name, (preset, layers, batch, seq, dtype, past) in BENCH.items():
+    for name, (preset, layers, batch, seq, dtype, past, *cache) in BENCH.items():
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
         ir = os.path.join(d, "model.mlir")
         with open(ir, "w") as f:
             f.write(build_model(load_config(preset, layers=layers), batch=batch, seq=seq, dtype=dtype,
-                                past=past))
+                                past=0 if cache else past, cache=cache[0] if cache else 0))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir,
               "-o", os.path.join(d, "model.pxe")])
         # What the planner expects of this program on one H200 (the device
@@ -447,7 +452,7 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     from parax.checkpoint import save_safetensors
     from parax.models import load_config
     from parax.models.builder import parameter_shapes
-    preset, layers, batch, seq, dtype, past = BENCH[name]
+    preset, layers, batch, seq, dtype, past, *capacity = BENCH[name]
     d = os.path.join(root, name)
     cfg = load_config(preset, layers=layers)
     shapes = parameter_shapes(cfg)
@@ -466,9 +471,13 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
     np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (batch, seq)).astype(np.int32))
     inputs = [tokens]
     kv_shape = (batch, past, cfg.kv_heads, cfg.head_dim)
+    if capacity:  # a generation step: at position `past` of caches of that capacity
+        inputs.append(os.path.join(d, "position.npy"))
+        np.save(inputs[-1], np.array(past, dtype=np.int32))
     if past:  # the cache: the same values for every layer's keys and values
-        cache = os.path.join(weights_dir, f"cache-{batch}x{past}x{cfg.kv_heads}x{cfg.head_dim}.npy")
-        np.save(cache, np.resize(_bench_block(), kv_shape) * 50)
+        rows = capacity[0] if capacity else past
+        cache = os.path.join(weights_dir, f"cache-{batch}x{rows}x{cfg.kv_heads}x{cfg.head_dim}.npy")
+        np.save(cache, np.resize(_bench_block(), (batch, rows) + kv_shape[2:]) * 50)
         inputs += [cache] * (2 * layers)
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "model.pxe"), 1, inputs,
                        os.path.join(d, "out.npy"), device, steps=10, timeout=500,
@@ -609,8 +618,8 @@ def bench(root, bin_dir, device="cuda", report=lambda result: None):
     import tempfile
     results, arrays = [], {}
     weights_dir = tempfile.mkdtemp(prefix="parax-bench-")  # gigabytes: never in the cases
-    bf16_first = sorted(BENCH, key=lambda n: BENCH[n][4] != "bf16")
-    order = list(BENCH_ATTENTION) + bf16_first[:3] + list(BENCH_EXPERTS) + bf16_first[3:]
+    bf16 = [n for n in BENCH if BENCH[n][4] == "bf16"]
+    order = list(BENCH_ATTENTION) + bf16 + list(BENCH_EXPERTS) + [n for n in BENCH if n not in bf16]
     try:
         for name in order:
             start = time.time()
