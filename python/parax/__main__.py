@@ -2,11 +2,13 @@
 
     python3 -m parax compile MODEL --cluster C --workload W -o model.pxe
         MODEL: a preset or config.json (built with --batch/--seq/--layers/--dtype,
-        and --past P [--return-kv] for a step over a KV cache) or a .mlir file;
-        plans (printing the ranked table), partitions and translates.
+        --past P [--return-kv] for a step over a KV cache, --cache C for a
+        generation step) or a .mlir file; plans (printing the ranked table),
+        partitions and translates.
     python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
-                         [--output logits.npy ...] --ranks N
-        runs it under mpirun (N: the executable's grid size).
+                         [--output logits.npy ...] --ranks N [--generate K]
+        runs it under mpirun (N: the executable's grid size); --generate K:
+        K tokens after the prompt --input, with a generation step.
     python3 -m parax demo
         the README's main job: a tiny Llama planned, partitioned and run on 4
         CPU ranks, compared with the single-rank run.
@@ -50,7 +52,7 @@ def _run(cmd, env=None, timeout=600, capture=True):
 
 
 def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=None,
-                  dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False):
+                  dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False, cache=0):
     """Builds (if needed), plans, partitions and translates; returns the
     partitioned IR path."""
     workdir = workdir or tempfile.mkdtemp(prefix="parax-")
@@ -59,7 +61,7 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
         ir = os.path.join(workdir, "model.mlir")
         with open(ir, "w") as f:
             f.write(build_model(load_config(model, layers=layers), batch=batch, seq=seq,
-                                dtype=dtype, past=past, return_kv=return_kv))
+                                dtype=dtype, past=past, return_kv=return_kv, cache=cache))
     if show_plans:
         print(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload,
                     "--top", "3"]), end="")
@@ -82,10 +84,12 @@ def grid_size(partitioned):
     return n
 
 
-def run_model(exe, weights, inputs, output=None, ranks=1, steps=1):
-    """`output`: a path, or a list of paths (one per result, in order)."""
+def run_model(exe, weights, inputs, output=None, ranks=1, steps=1, generate=0):
+    """`output`: a path, or a list of paths (one per result, in order).
+    `generate` > 0: that many tokens after the prompt (the one input)."""
     cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
-           _tool("parax-run"), exe, "--weights", weights, "--steps", str(steps)]
+           _tool("parax-run"), exe, "--weights", weights]
+    cmd += ["--generate", str(generate)] if generate else ["--steps", str(steps)]
     for path in inputs:
         cmd += ["--input", path]
     for path in [output] if isinstance(output, str) else (output or []):
@@ -150,6 +154,8 @@ def main(argv=None):
     c.add_argument("--past", type=int, default=0, help="a step over a KV cache of P tokens")
     c.add_argument("--return-kv", action="store_true",
                    help="also return each layer's new keys and values")
+    c.add_argument("--cache", type=int, default=0,
+                   help="a generation step over KV caches of capacity C (run --generate)")
     r = sub.add_parser("run", help="run an executable under mpirun")
     r.add_argument("executable")
     r.add_argument("--weights", required=True)
@@ -157,17 +163,19 @@ def main(argv=None):
     r.add_argument("--output", action="append", default=[])
     r.add_argument("--ranks", type=int, required=True)
     r.add_argument("--steps", type=int, default=1)
+    r.add_argument("--generate", type=int, default=0,
+                   help="K tokens after the prompt (--input), with a generation step")
     sub.add_parser("demo", help="the README's main job")
     args = parser.parse_args(argv)
     try:
         if args.command == "compile":
             compile_model(args.model, args.cluster, args.workload, args.output, args.batch,
                           args.seq, args.layers, args.dtype, past=args.past,
-                          return_kv=args.return_kv)
+                          return_kv=args.return_kv, cache=args.cache)
             return 0
         if args.command == "run":
             print(run_model(args.executable, args.weights, args.input, args.output,
-                            args.ranks, args.steps), end="")
+                            args.ranks, args.steps, args.generate), end="")
             return 0
         return demo()
     except (ToolError, ValueError) as e:
