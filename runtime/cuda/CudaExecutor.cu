@@ -120,6 +120,8 @@ struct CudaExecutor::State {
   cublasLtHandle_t lt = nullptr;
   void *ltWorkspace = nullptr; // kLtWorkspace bytes for cuBLASLt's algorithms
   float *scratch = nullptr; // for compute instructions
+  int32_t *tokens = nullptr; // greedyTokens' result, tokenRows of them
+  int64_t tokenRows = 0;
   size_t scratchSize = 0;
   float *commScratch = nullptr; // for collectives only (see PendingCollective)
   size_t commScratchSize = 0;
@@ -133,6 +135,7 @@ struct CudaExecutor::State {
       if (b.data && !b.inArena && !b.aliased) cudaFree(b.data);
     if (arena) cudaFree(arena);
     if (scratch) cudaFree(scratch);
+    if (tokens) cudaFree(tokens);
     if (commScratch) cudaFree(commScratch);
     for (auto &[inst, frequencies] : ropeFrequencies) cudaFree(frequencies);
     if (blas) cublasDestroy(blas);
@@ -801,6 +804,34 @@ std::vector<Tensor> CudaExecutor::outputs() const {
     out.push_back(std::move(t));
   }
   return out;
+}
+
+StatusOr<std::vector<int32_t>> CudaExecutor::greedyTokens() {
+  State &s = *s_;
+  const pxe::Stage &stage = s.host.stageProgram();
+  if (stage.outputs_size() == 0) return Status::error("greedy tokens: this stage returns nothing");
+  const DeviceBuffer &logits = s.buffers[stage.outputs(0)];
+  if (logits.elem == Elem::I32 || logits.shape.empty())
+    return Status::error("greedy tokens: the first result is not logits [..., vocab]");
+  int64_t vocab = logits.shape.back(), rows = logits.numel() / vocab;
+  if (s.tokenRows < rows) {
+    if (s.tokens) PARAX_CUDA(cudaFree(s.tokens));
+    s.tokens = nullptr;
+    Status st = s.allocate(&s.tokens, rows * sizeof(int32_t), "the greedy tokens");
+    if (!st.isOk()) return st;
+    s.tokenRows = rows;
+  }
+  Status st = withFloat(logits, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(argmaxRowsKernel<T>, rows, kThreads, 0, s.stream)(logits.as<T>(), s.tokens, vocab);
+    return Status::ok();
+  });
+  if (!st.isOk()) return st;
+  std::vector<int32_t> tokens(rows);
+  PARAX_CUDA(cudaMemcpyAsync(tokens.data(), s.tokens, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream));
+  st = s.sync();
+  if (!st.isOk()) return st;
+  return tokens;
 }
 
 Status CudaExecutor::State::issue(const std::vector<cudaEvent_t> *marks) {

@@ -574,6 +574,33 @@ __global__ void cacheWriteKernel(const W *update, const int32_t *position, W *ca
   }
 }
 
+// Each row's index of its largest value, the first of equal ones (as
+// std::max_element on the host): greedy decoding's next token, so that a
+// generation step copies one index a row to the host, not its logits.
+template <typename T> __global__ void argmaxRowsKernel(const T *x, int32_t *index, int64_t V) {
+  __shared__ float best[kThreads];
+  __shared__ int64_t where[kThreads];
+  const T *row = x + blockIdx.x * V;
+  float b = -INFINITY;
+  int64_t w = -1;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+    float v = ld(row, c);
+    if (w < 0 || v > b) b = v, w = c;
+  }
+  best[threadIdx.x] = b;
+  where[threadIdx.x] = w;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) {
+      int i = threadIdx.x, j = threadIdx.x + step;
+      if (where[j] >= 0 && (where[i] < 0 || best[j] > best[i] || (best[j] == best[i] && where[j] < where[i])))
+        best[i] = best[j], where[i] = where[j];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) index[blockIdx.x] = static_cast<int32_t>(where[0]);
+}
+
 // One thread per token: scores, choice (+bias, groups), top-k weights/indices.
 // The logits come from a GEMM in fp32; bias and weights have the storage T.
 template <typename T>

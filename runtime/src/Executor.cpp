@@ -386,6 +386,21 @@ std::vector<Tensor> Executor::outputs() const {
   return out;
 }
 
+StatusOr<std::vector<int32_t>> Executor::greedyTokens() const {
+  if (stageProto_->outputs_size() == 0)
+    return Status::error("greedy tokens: this stage returns nothing");
+  const Tensor &logits = buffers_[stageProto_->outputs(0)];
+  if (logits.isInt || logits.shape.empty() || logits.f.empty())
+    return Status::error("greedy tokens: the first result is not logits [..., vocab]");
+  int64_t vocab = logits.shape.back();
+  std::vector<int32_t> tokens(logits.numel() / vocab);
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const float *row = &logits.f[r * vocab];
+    tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  }
+  return tokens;
+}
+
 void Executor::releaseHostCopies() {
   for (const pxe::Buffer &b : stageProto_->buffers())
     if (b.role() != pxe::INPUT) {

@@ -180,8 +180,11 @@ def test_cli_writes_a_file(tmp_path):
     (["tiny-gpt2", "--seq", "4096"], "exceeds n_positions 128"),
     (["tiny-gpt2", "--seq", "1", "--past", "128"], "past 128 + sequence 1 exceeds n_positions 128"),
     (["tiny-llama", "--past", "-1"], "past (cached tokens) must not be negative"),
-    (["tiny-llama", "--past", "4", "--loss"], "a step over a KV cache (past, return_kv) is inference: no loss"),
-    (["tiny-llama", "--return-kv", "--loss"], "a step over a KV cache (past, return_kv) is inference: no loss"),
+    (["tiny-llama", "--past", "4", "--loss"], "a step over a KV cache (past, return_kv, cache) is inference: no loss"),
+    (["tiny-llama", "--return-kv", "--loss"], "a step over a KV cache (past, return_kv, cache) is inference: no loss"),
+    (["tiny-llama", "--cache", "-2"], "cache (capacity in tokens) must not be negative"),
+    (["tiny-llama", "--seq", "8", "--cache", "4"], "sequence 8 does not fit a cache of 4 tokens"),
+    (["tiny-gpt2", "--seq", "1", "--cache", "200"], "cache capacity 200 exceeds n_positions 128"),
 ])
 def test_cli_errors_are_clear(args, message):
     proc = _cli(*args)

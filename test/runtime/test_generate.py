@@ -114,20 +114,12 @@ def test_generation_errors_are_named(tmp_path):
 def test_one_step_at_a_position_outside_the_cache_is_refused(tmp_path):
     """A plain run of a generation step: the position input is checked
     against the cache before anything runs."""
-    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    model = Model(str(tmp_path), "tiny-llama", seq=1, past=CAPACITY, cache=CAPACITY)
     exe = model.compile("single")
-    position = os.path.join(str(tmp_path), "position.npy")
-    np.save(position, np.array(CAPACITY, dtype=np.int32))
-    model.inputs.append(position)
-    for layer in range(model.cfg.layers):
-        for name in ("key", "value"):
-            path = os.path.join(str(tmp_path), f"cache_{layer}_{name}.npy")
-            np.save(path, np.zeros((2, CAPACITY, 2, 16), np.float32))
-            model.inputs.append(path)
     proc = model.run(exe, 1, expect_ok=False)
     assert proc.returncode != 0
     assert "position 12: 1 token(s) from there do not fit a KV cache of 12" in proc.stderr, proc.stderr
-    np.save(position, np.array(CAPACITY - 1, dtype=np.int32))
+    np.save(os.path.join(str(tmp_path), "position.npy"), np.array(CAPACITY - 1, dtype=np.int32))
     logits = model.run(exe, 1)
     assert logits.shape == (2, 1, model.cfg.vocab)
 

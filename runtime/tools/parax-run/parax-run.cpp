@@ -411,6 +411,7 @@ int main(int argc, char **argv) {
   std::function<Status(const std::vector<Tensor> &)> setInputs;
   std::function<Status()> runOnce;
   std::function<std::vector<Tensor>()> stageOutputs;
+  std::function<StatusOr<std::vector<int32_t>>()> greedyTokens;
   int stageIndex = 0;
   size_t instructions = 0, hoisted = 0;
 #ifdef PARAX_WITH_CUDA
@@ -424,6 +425,7 @@ int main(int argc, char **argv) {
     setInputs = [&](const std::vector<Tensor> &in) { return cpu.setInputs(in); };
     runOnce = [&] { return cpu.run(); };
     stageOutputs = [&] { return cpu.outputs(); };
+    greedyTokens = [&] { return cpu.greedyTokens(); };
     stageIndex = cpu.stage();
     instructions = cpu.instructionCount();
     hoisted = cpu.hoistedInstructions();
@@ -448,6 +450,7 @@ int main(int argc, char **argv) {
     setInputs = [&](const std::vector<Tensor> &in) { return gpu.setInputs(in); };
     runOnce = [&] { return gpu.run(); };
     stageOutputs = [&] { return gpu.outputs(); };
+    greedyTokens = [&] { return gpu.greedyTokens(); };
     stageIndex = gpu.stage();
     instructions = gpu.instructionCount();
     hoisted = gpu.hoistedInstructions();
@@ -511,18 +514,16 @@ int main(int argc, char **argv) {
       }
       s = runOnce();
       if (!s.isOk()) die(s.message());
-      if (replicaWriter) {
-        std::vector<Tensor> outs = stageOutputs();
-        if (outs.empty() || outs[0].isInt || outs[0].shape.size() != 3 || outs[0].shape[0] != exeBatch ||
-            outs[0].shape[1] != 1)
+      if (replicaWriter) { // the next tokens where the logits are (on the GPU: one index a row comes back)
+        auto picked = greedyTokens();
+        if (!picked.isOk()) die(picked.status().message());
+        if (static_cast<int64_t>(picked.value().size()) != exeBatch)
           die("--generate: the step's first result must be logits [batch, 1, vocab]");
-        int64_t vocab = outs[0].shape[2];
-        for (int64_t b = 0; b < exeBatch; ++b) {
-          const float *row = &outs[0].f[b * vocab];
-          chosen[b] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-        }
-        if (outputs.size() > 1) {
-          if (t == 0) logits = Tensor::floats({exeBatch, 0, vocab}), logits.f.clear();
+        chosen = picked.value();
+        if (outputs.size() > 1) { // every step's logits too
+          std::vector<Tensor> outs = stageOutputs();
+          int64_t vocab = outs[0].shape.back();
+          if (t == 0) logits = Tensor::floats({exeBatch, 0, vocab});
           logits.f.insert(logits.f.end(), outs[0].f.begin(), outs[0].f.end());
           logits.shape[1] = t + 1;
         }

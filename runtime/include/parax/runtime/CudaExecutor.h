@@ -53,6 +53,10 @@ public:
   /// step as one CUDA graph (PARAX_CUDA_GRAPHS=0: never).
   Status run();
   std::vector<Tensor> outputs() const;
+  /// Each row's most likely token of the first output (logits [..., V]),
+  /// picked on the GPU: greedy generation copies one index a row to the
+  /// host. The last stage only.
+  StatusOr<std::vector<int32_t>> greedyTokens();
   int stage() const;
   size_t instructionCount() const;
   /// True once steps run as one captured CUDA graph (see run()).

@@ -44,6 +44,9 @@ public:
   Status run();
   /// The stage's outputs (the last stage only; empty elsewhere).
   std::vector<Tensor> outputs() const;
+  /// Each row's most likely token of the first output (logits [..., V]):
+  /// the first of equal largest values. The last stage only.
+  StatusOr<std::vector<int32_t>> greedyTokens() const;
   int stage() const { return stage_; }
   size_t instructionCount() const;
   /// Instructions that only move parameters (slice, shard_slice, to_partial,
