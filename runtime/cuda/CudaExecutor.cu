@@ -223,6 +223,28 @@ struct CudaExecutor::State {
   void planDecodeAttention();
   void aliasCacheUpdates();
   size_t cacheWritesInPlace = 0;
+  size_t sharedParameters = 0, sharedCaches = 0; // taken from another program (prepare's `share`)
+  /// This stage's buffer of the same role, box (parameter name and piece,
+  /// or input index), shape, split and dtype as `other`, or -1.
+  int32_t sameBox(const pxe::Buffer &other) const {
+    for (const pxe::Buffer &b : host.stageProgram().buffers()) {
+      if (b.role() != other.role() || b.dtype() != other.dtype() || !buffers[b.id()].data ||
+          !std::equal(b.shape().begin(), b.shape().end(), other.shape().begin(), other.shape().end()))
+        continue;
+      bool same = b.role() == pxe::PARAMETER
+                      ? b.param_name() == other.param_name() &&
+                            std::equal(b.param_offset().begin(), b.param_offset().end(),
+                                       other.param_offset().begin(), other.param_offset().end())
+                      : b.role() == pxe::INPUT && b.input_index() == other.input_index();
+      for (int d = 0; same && d < b.split_size() && d < other.split_size(); ++d)
+        same = std::equal(b.split(d).axes().begin(), b.split(d).axes().end(), other.split(d).axes().begin(),
+                          other.split(d).axes().end());
+      if (same && b.split_size() == other.split_size() &&
+          std::equal(b.partial().begin(), b.partial().end(), other.partial().begin(), other.partial().end()))
+        return b.id();
+    }
+    return -1;
+  }
   /// How many times each buffer is read: by instructions and as the
   /// stage's outputs.
   std::map<int32_t, int> useCounts() const {
@@ -678,11 +700,13 @@ CudaExecutor::CudaExecutor() : s_(std::make_unique<State>()) {}
 CudaExecutor::~CudaExecutor() = default;
 int CudaExecutor::stage() const { return s_->host.stage(); }
 size_t CudaExecutor::cacheWritesInPlace() const { return s_->cacheWritesInPlace; }
+size_t CudaExecutor::sharedParameters() const { return s_->sharedParameters; }
+size_t CudaExecutor::sharedCaches() const { return s_->sharedCaches; }
 size_t CudaExecutor::instructionCount() const { return s_->host.instructionCount(); }
 
 Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunicator *comm,
                              const Checkpoint &weights, const std::vector<Tensor> &inputs,
-                             int device) {
+                             int device, const CudaExecutor *share) {
   if (cudaDeviceCount() == 0)
     return Status::error("no CUDA device");
   PARAX_CUDA(cudaSetDevice(device));
@@ -733,6 +757,18 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     PARAX_CUDA(cudaStreamSynchronize(s.stream)); // done reading the host copy
     return Status::ok();
   };
+  if (share) // a parameter `share` holds in the same box: its memory
+    hooks.alreadyHeld = [&s, share](int32_t id) {
+      if (s.buffers.empty()) s.buffers.resize(s.host.stageProgram().buffers_size());
+      const pxe::Buffer &mine = s.host.stageProgram().buffers(id);
+      int32_t theirs = share->s_->sameBox(mine);
+      if (theirs < 0) return false;
+      s.describe(id);
+      s.buffers[id].data = share->s_->buffers[theirs].data;
+      s.buffers[id].aliased = true;
+      ++s.sharedParameters;
+      return true;
+    };
   st = s.host.prepare(exe, rank, nullptr, weights, inputs, &hooks);
   if (!st.isOk()) return st;
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
@@ -746,6 +782,15 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     // Temporaries are placed once hoisting and fusion are known.
     if (proto.role() != pxe::INPUT) continue;
     DeviceBuffer &d = s.buffers[proto.id()];
+    if (share && s.host.isCacheState(proto.id())) { // the cache `share` writes for this input
+      int32_t theirs = share->s_->sameBox(proto);
+      if (theirs >= 0 && share->s_->host.isCacheState(theirs)) {
+        d.data = share->s_->buffers[theirs].data;
+        d.aliased = true;
+        ++s.sharedCaches;
+        continue;
+      }
+    }
     st = s.allocate(&d.data, d.bytes(), s.nameOf(proto.id()));
     if (!st.isOk()) return st;
     if (!s.host.hostBuffers()[proto.id()].hasValues()) { // a KV cache the steps write: zeros at first

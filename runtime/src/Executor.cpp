@@ -188,6 +188,12 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     if (buffer.role() == pxe::INPUT)
       continue; // setInputs
     // A parameter; "{e}" names a stack of per-expert tensors along dim 0.
+    if (hooks && hooks->alreadyHeld && !readByMoves[buffer.id()]) {
+      t.shape = shape;
+      t.isInt = isInt;
+      if (hooks->alreadyHeld(buffer.id()))
+        continue;
+    }
     const std::string &name = buffer.param_name();
     size_t e = name.find("{e}");
     if (e == std::string::npos) {
@@ -384,6 +390,21 @@ std::vector<Tensor> Executor::outputs() const {
   for (int32_t id : stageProto_->outputs())
     out.push_back(buffers_[id]);
   return out;
+}
+
+Status Executor::adoptCacheState(const Executor &from) {
+  for (int32_t id : cacheState_) {
+    const pxe::Buffer &mine = stageProto_->buffers(id);
+    const Tensor *theirs = nullptr;
+    for (int32_t other : from.cacheState_)
+      if (from.stageProto_->buffers(other).input_index() == mine.input_index())
+        theirs = &from.buffers_[other];
+    if (!theirs || theirs->shape != buffers_[id].shape || !theirs->hasValues())
+      return Status::error("input #" + std::to_string(mine.input_index()) +
+                           ": the other program holds no KV cache of this stage's shape to take over");
+    buffers_[id] = *theirs;
+  }
+  return Status::ok();
 }
 
 StatusOr<std::vector<int32_t>> Executor::greedyTokens() const {

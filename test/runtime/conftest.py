@@ -88,9 +88,10 @@ class Model:
             np.save(self.labels_path, self.labels)
             self.inputs.append(self.labels_path)
 
-    def generate(self, exe, ranks, prompt, tokens, extra=(), expect_ok=True):
-        """parax-run --generate: (all tokens [rows, L + tokens], each step's
-        logits [rows, L + tokens - 1, V]), or the finished process."""
+    def generate(self, exe, ranks, prompt, tokens, extra=(), expect_ok=True, prefill=None):
+        """parax-run --generate (with `prefill`: --prefill that executable):
+        (all tokens [rows, L + tokens], each position's logits [rows, L +
+        tokens - 1, V]), or the finished process."""
         prompt_path = os.path.join(self.dir, "prompt.npy")
         np.save(prompt_path, prompt.astype(np.int32))
         outs = [os.path.join(self.dir, name) for name in ("generated.npy", "step_logits.npy")]
@@ -100,7 +101,8 @@ class Model:
         proc = subprocess.run(
             ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
              tool("parax-run"), exe, "--weights", self.checkpoint, "--input", prompt_path,
-             "--generate", str(tokens), *[arg for out in outs for arg in ("--output", out)], *extra],
+             "--generate", str(tokens), *(["--prefill", prefill] if prefill else []),
+             *[arg for out in outs for arg in ("--output", out)], *extra],
             capture_output=True, text=True, timeout=180, env=MPI_ENV)
         if not expect_ok:
             return proc

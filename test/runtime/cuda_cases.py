@@ -91,13 +91,17 @@ CASES = {
 }
 # Generation loops (parax-run --generate, fp32): name -> (preset, batch,
 # workload pins or None, ranks, cache capacity, prompt length, tokens to
-# generate). The GPU's tokens must be the CPU backend's, and every step's
-# logits within TOL of the CPU's and of numpy's (on those tokens). The first
-# runs 67 steps, crossing a 64-key tile of the decode kernel.
+# generate[, prefill chunk: --prefill, a program of that --seq sharing the
+# step's weights and caches]). The GPU's tokens must be the CPU backend's,
+# and every position's logits within TOL of the CPU's and of numpy's (on
+# those tokens). The first runs 67 steps, crossing a 64-key tile of the
+# decode kernel.
 GENERATE = {
     "generate-llama": ("tiny-llama", 2, None, 1, 80, 60, 8),
     "generate-gpt2": ("tiny-gpt2", 2, None, 1, 24, 4, 8),
     "generate-llama-tp2-pp2": ("tiny-llama", 2, "tp=2,pp=2,dp=1", 4, 24, 4, 8),
+    "generate-llama-prefill": ("tiny-llama", 2, None, 1, 80, 61, 8, 20),
+    "generate-deepseek-v3-prefill-tp2": ("tiny-deepseek-v3", 2, "tp=2,dp=1", 2, 32, 9, 6, 4),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -112,7 +116,7 @@ def _run(cmd, timeout=300, env=None):
 
 
 def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, timeout=300,
-              tool="parax-run", env=None, launcher=False, more_outputs=(), generate=0):
+              tool="parax-run", env=None, launcher=False, more_outputs=(), generate=0, extra=()):
     # One rank runs without a launcher (parax-run then skips MPI), unless
     # `launcher` (then the CUDA backend gets a one-rank NCCL communicator).
     launcher = [] if ranks == 1 and not launcher else ["mpirun", "-np", str(ranks), "--oversubscribe",
@@ -120,6 +124,7 @@ def parax_run(bin_dir, weights, exe, ranks, inputs, output, device, steps=1, tim
     cmd = launcher + [os.path.join(bin_dir, tool), exe, "--weights", weights,
                       "--output", output, "--device", device]
     cmd += ["--generate", str(generate)] if generate else ["--steps", str(steps)]
+    cmd += list(extra)
     for path in inputs:
         cmd += ["--input", path]
     for path in more_outputs:  # the executable's further results, in order
@@ -165,21 +170,28 @@ def prepare_generate(name, root):
     those tokens."""
     from conftest import Model, replicas
     from parax import reference
-    preset, batch, pins, ranks, capacity, prompt_len, new = GENERATE[name]
+    preset, batch, pins, ranks, capacity, prompt_len, new, *chunk = GENERATE[name]
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
+    workload = None if pins is None else f"decode:batch={batch * dp},context={capacity},{pins}"
     model = Model(case_dir, preset, batch=batch, seq=1, cache=capacity)
-    exe = (model.compile("single") if pins is None else
-           model.compile("sharded", f"decode:batch={batch * dp},context={capacity},{pins}", ranks))
+    exe = model.compile("step", workload, ranks)
+    prefill = None
+    if chunk:  # in the case's directory: the executables travel, the rest is made again
+        chunked = Model(os.path.join(case_dir, "chunk"), preset, batch=batch, seq=chunk[0], cache=capacity)
+        os.replace(chunked.compile("prefill", workload, ranks), os.path.join(case_dir, "prefill.pxe"))
+        prefill = os.path.join(case_dir, "prefill.pxe")
+        import shutil
+        shutil.rmtree(chunked.dir)
     prompt = np.random.default_rng(5).integers(0, model.cfg.vocab, (batch * dp, prompt_len))
-    tokens, logits = model.generate(exe, ranks, prompt, new)
+    tokens, logits = model.generate(exe, ranks, prompt, new, prefill=prefill)
     np.save(os.path.join(case_dir, "cpu_tokens.npy"), tokens)
     np.save(os.path.join(case_dir, "cpu.npy"), logits)
     np.save(os.path.join(case_dir, "numpy.npy"), reference.forward(model.cfg, model.weights, tokens[:, :-1]))
     with open(os.path.join(case_dir, "case.json"), "w") as f:
         json.dump({"exe": os.path.basename(exe), "ranks": ranks, "tolerance": TOL, "generate": new,
-                   "inputs": ["prompt.npy"]}, f)
+                   "inputs": ["prompt.npy"], "prefill": "prefill.pxe" if prefill else None}, f)
 
 
 def prepare_op(case, root, bin_dir):
@@ -254,7 +266,8 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
                          [os.path.join(case_dir, p) for p in case["inputs"]],
                          first, device, steps=2,
                          timeout=timeout, tool=tool, env=env, launcher=case.get("launcher", False),
-                         more_outputs=more, generate=generate)
+                         more_outputs=more, generate=generate,
+                         extra=["--prefill", os.path.join(case_dir, case["prefill"])] if case.get("prefill") else [])
     same_tokens = True
     if generate:
         same_tokens = bool(np.array_equal(gpu, np.load(os.path.join(case_dir, "cpu_tokens.npy"))))
@@ -281,6 +294,8 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "hoisted": hoisted(log), "temporaries": temporaries_of(log),
             "cache_in_place": _counted(log, "KV-cache concat(s) read in place by attention"),
             "cache_writes_in_place": _counted(log, "KV cache(s) written in place"),
+            "shared_parameters": _counted(log, "parameter(s) and"),
+            "shared_caches": _counted(log, "KV cache(s) shared with the prefill program"),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 
 

@@ -56,6 +56,11 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         # of two pipeline stages holds one layer).
         if name.startswith("generate") or "cache-step" in name:
             assert result["cache_writes_in_place"] == (2 if "pp2" in name else 4), result
+        # A prefill program lends the step its weights and caches (the
+        # step's device memory is the prefill's): every cache, and the
+        # parameters of the same boxes.
+        if "prefill" in name:
+            assert result["shared_caches"] == 4 and result["shared_parameters"] > 10, result
         # A capture the emulator refuses would be refused on a GPU too.
         assert not result["graph_refused"], result
         # Steps after the first replay one CUDA graph unless the stage

@@ -179,3 +179,46 @@ def test_front_door_compiles_and_generates(tmp_path):
     expected = reference.forward(cfg, weights, tokens[:, :-1])
     np.testing.assert_allclose(np.load(logits), expected, atol=1e-4, rtol=1e-4)
     assert (expected[:, 2:].argmax(-1) == tokens[:, 3:]).all()
+
+
+PREFILL_PLANS = [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("dp=2", 2)]
+
+
+@pytest.mark.parametrize("pins,ranks", PREFILL_PLANS, ids=[p[0] or "single" for p in PREFILL_PLANS])
+@pytest.mark.parametrize("prompt_len", [7, 6])
+def test_prefill_chunks_then_steps_match_numpy(tmp_path, pins, ranks, prompt_len):
+    """--prefill: the prompt's whole chunks of 3 through a second program
+    (built like the step with --seq 3, planned alike) that writes the same
+    caches, the rest (7: one token) and the generated tokens through the
+    step; every position's logits against numpy."""
+    dp = replicas(pins)
+    step = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY + 4)
+    chunked = Model(os.path.join(str(tmp_path), "prefill"), "tiny-llama", seq=3, cache=CAPACITY + 4)
+    workload = f"decode:batch={2 * dp},context={CAPACITY + 4},{pins}"
+    exe = step.compile("step", workload if pins else None, ranks)
+    prefill = chunked.compile("prefill", workload if pins else None, ranks)
+    prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2 * dp, prompt_len))
+    proc = step.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "prefill of 2 chunk(s) of 3 tokens" in proc.stdout, proc.stdout
+    tokens, logits = step.generate(exe, ranks, prompt, NEW, prefill=prefill)
+    assert (tokens[:, :prompt_len] == prompt).all()
+    check_generation(step, tokens, logits, prompt_len)
+
+
+def test_prefill_errors_are_named(tmp_path):
+    step = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = step.compile("step")
+    prompt = prompt_for(step, 2)
+    other = Model(os.path.join(str(tmp_path), "b4"), "tiny-llama", batch=4, seq=3, cache=CAPACITY)
+    proc = step.generate(exe, 1, prompt, 2, prefill=other.compile("b4"), expect_ok=False)
+    assert "--prefill: its inputs are not the step's (tokens [2, P]" in proc.stderr, proc.stderr
+    small = Model(os.path.join(str(tmp_path), "c8"), "tiny-llama", seq=3, cache=8)
+    proc = step.generate(exe, 1, prompt, 2, prefill=small.compile("c8"), expect_ok=False)
+    assert "--prefill: its input #2 [2, 8, 2, 16] is not the step's [2, 12, 2, 16]" in proc.stderr, proc.stderr
+    tp2 = Model(os.path.join(str(tmp_path), "tp2"), "tiny-llama", seq=3, cache=CAPACITY)
+    prefill = tp2.compile("tp2", f"decode:batch=2,context={CAPACITY},tp=2,dp=1", 2)
+    proc = step.generate(exe, 1, prompt, 2, prefill=prefill, expect_ok=False)
+    assert "--prefill: its grid is not the step's" in proc.stderr, proc.stderr
+    proc = step.run(exe, 1, extra=("--prefill", prefill), expect_ok=False)
+    assert "--prefill is part of --generate" in proc.stderr, proc.stderr

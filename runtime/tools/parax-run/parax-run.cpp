@@ -2,7 +2,7 @@
 //
 //   mpirun -np N parax-run model.pxe --weights W.safetensors \
 //       --input tokens.npy [--input labels.npy] --output logits.npy [--steps K]
-//   mpirun -np N parax-run step.pxe --weights W.safetensors \
+//   mpirun -np N parax-run step.pxe --weights W.safetensors [--prefill chunk.pxe] \
 //       --input prompt.npy --generate K --output tokens.npy [--output logits.npy]
 //
 // N must equal the executable's grid size. Every rank loads only its slice of
@@ -45,6 +45,9 @@ void usage() {
                "  then each step's most likely token; the KV caches stay where the step runs\n"
                "  (on the device) and are written in place. Outputs: the prompt and the\n"
                "  generated tokens [rows, L + K], and each step's logits [rows, L + K - 1, V]\n"
+               "  --prefill CHUNK.pxe: the prompt's first tokens in chunks of CHUNK's --seq (built like\n"
+               "  the step, with --seq P, and planned alike), which writes the same caches; the\n"
+               "  CUDA backend shares the weights and caches of both programs\n"
                "  --output: the executable's results in order (the logits; with a decode step\n"
                "  built --return-kv, then each layer's new keys and values)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
@@ -237,6 +240,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> inputs;
   int steps = 1;
   long generate = -1; // --generate K: tokens to generate per row
+  std::string prefillPath; // --prefill: a program for the prompt's chunks
   bool stepsGiven = false;
   std::string device = "cpu";
   for (int i = 1; i < argc; ++i) {
@@ -266,6 +270,7 @@ int main(int argc, char **argv) {
       if (text.empty() || *end || generate < 1 || generate > 1000000)
         die("--generate must be a positive count of tokens, got '" + text + "'");
     }
+    else if (arg == "--prefill") prefillPath = value();
     else if (arg == "--device") device = value();
     else if (arg == "--help" || arg == "-h") { usage(); finalize(); return 0; }
     else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg);
@@ -277,6 +282,7 @@ int main(int argc, char **argv) {
   }
   if (steps == 0 && !outputs.empty()) die("--steps 0 prepares only: it writes no --output");
   if (generate > 0 && stepsGiven) die("--generate runs one step per token: it takes no --steps");
+  if (!prefillPath.empty() && generate <= 0) die("--prefill is part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
@@ -374,11 +380,37 @@ int main(int argc, char **argv) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t t = 0; t < promptLength; ++t) sequence[r * width + t] = prompt.i[r * promptLength + t];
   }
-  auto generationInputs = [&](int64_t t) {
+  // --prefill: a program like the step but for chunks of `chunk` tokens,
+  // with the same inputs otherwise (position, caches) on the same grid.
+  StatusOr<parax::pxe::Executable> prefillExe = parax::pxe::Executable();
+  int64_t chunk = 0, chunks = 0;
+  if (!prefillPath.empty()) {
+    prefillExe = loadExecutable(prefillPath);
+    if (!prefillExe.isOk()) die(prefillExe.status().message());
+    const auto &a = exe.value().grid(), &b = prefillExe.value().grid();
+    if (a.axis_names_size() != b.axis_names_size() ||
+        !std::equal(a.axis_names().begin(), a.axis_names().end(), b.axis_names().begin()) ||
+        !std::equal(a.shape().begin(), a.shape().end(), b.shape().begin()))
+      die("--prefill: its grid is not the step's (plan both with the same pins)");
+    std::vector<InputSpec> theirs = inputSpecs(prefillExe.value());
+    if (theirs.size() != specs.size() || !theirs[0].isInt || theirs[0].shape.size() != 2 ||
+        theirs[0].shape[0] != exeBatch)
+      die("--prefill: its inputs are not the step's (tokens [" + std::to_string(exeBatch) +
+          ", P], the position, the caches): build it like the step with another --seq");
+    for (size_t k = 1; k < specs.size(); ++k)
+      if (theirs[k].shape != specs[k].shape || theirs[k].cacheState != specs[k].cacheState)
+        die("--prefill: its input #" + std::to_string(k) + " " + Tensor{false, theirs[k].shape, {}, {}}.shapeString() +
+            " is not the step's " + Tensor{false, specs[k].shape, {}, {}}.shapeString());
+    chunk = theirs[0].shape[1];
+    chunks = promptLength / chunk; // whole chunks; the rest of the prompt goes a token a step
+  }
+  auto generationInputs = [&](int64_t t, int64_t tokens = 1) {
     std::vector<Tensor> in(specs.size());
     int64_t width = promptLength + generate;
-    in[0] = Tensor::ints({exeBatch, 1});
-    for (int64_t b = 0; b < exeBatch; ++b) in[0].i[b] = sequence[(replica * exeBatch + b) * width + t];
+    in[0] = Tensor::ints({exeBatch, tokens});
+    for (int64_t b = 0; b < exeBatch; ++b)
+      for (int64_t j = 0; j < tokens; ++j)
+        in[0].i[b * tokens + j] = sequence[(replica * exeBatch + b) * width + t + j];
     for (size_t k = 1; k < specs.size(); ++k)
       in[k] = Tensor{specs[k].isInt, specs[k].shape, {}, {}};
     in[positionInput] = Tensor::ints({});
@@ -407,21 +439,36 @@ int main(int argc, char **argv) {
 
   // The backend: the CPU executor, or the CUDA one (one GPU per rank, the
   // local rank's; NCCL communicators when there are several ranks).
-  Executor cpu;
+  Executor cpu, cpuPrefill;
   std::function<Status(const std::vector<Tensor> &)> setInputs;
   std::function<Status()> runOnce;
   std::function<std::vector<Tensor>()> stageOutputs;
   std::function<StatusOr<std::vector<int32_t>>()> greedyTokens;
+  // The prefill program's (with --prefill), and handing its caches over.
+  std::function<Status(const std::vector<Tensor> &)> prefillSetInputs;
+  std::function<Status()> prefillRun, takeCaches = [] { return Status::ok(); };
+  std::function<std::vector<Tensor>()> prefillOutputs;
+  std::function<StatusOr<std::vector<int32_t>>()> prefillGreedy;
+  std::string sharing; // what the step shares with the prefill program
   int stageIndex = 0;
   size_t instructions = 0, hoisted = 0;
 #ifdef PARAX_WITH_CUDA
-  CudaExecutor gpu;
+  CudaExecutor gpuPrefill, gpu; // the step may borrow the prefill's memory: it goes first
   NcclCommunicator *nccl = nullptr;
 #endif
   Status s = Status::ok();
   if (device == "cpu") {
     s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), generate > 0 ? generationInputs(0) : microbatch(0));
     if (!s.isOk()) die(s.message());
+    if (chunks > 0) { // a second executor; the caches are copied over after the prompt
+      s = cpuPrefill.prepare(prefillExe.value(), rank, comm.get(), *ckpt.value(), generationInputs(0, chunk));
+      if (!s.isOk()) die("--prefill: " + s.message());
+      prefillSetInputs = [&](const std::vector<Tensor> &in) { return cpuPrefill.setInputs(in); };
+      prefillRun = [&] { return cpuPrefill.run(); };
+      prefillOutputs = [&] { return cpuPrefill.outputs(); };
+      prefillGreedy = [&] { return cpuPrefill.greedyTokens(); };
+      takeCaches = [&] { return cpu.adoptCacheState(cpuPrefill); };
+    }
     setInputs = [&](const std::vector<Tensor> &in) { return cpu.setInputs(in); };
     runOnce = [&] { return cpu.run(); };
     stageOutputs = [&] { return cpu.outputs(); };
@@ -444,9 +491,20 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "parax-run: %d ranks share %d GPU(s): collectives go through host "
                              "memory and MPI, not NCCL\n", size, devices);
     }
+    if (chunks > 0) { // the step then shares its weights and caches
+      s = gpuPrefill.prepare(prefillExe.value(), rank, nccl, *ckpt.value(), generationInputs(0, chunk), gpuIndex);
+      if (!s.isOk()) die("--prefill: " + s.message());
+      prefillSetInputs = [&](const std::vector<Tensor> &in) { return gpuPrefill.setInputs(in); };
+      prefillRun = [&] { return gpuPrefill.run(); };
+      prefillOutputs = [&] { return gpuPrefill.outputs(); };
+      prefillGreedy = [&] { return gpuPrefill.greedyTokens(); };
+    }
     s = gpu.prepare(exe.value(), rank, nccl, *ckpt.value(), generate > 0 ? generationInputs(0) : microbatch(0),
-                    gpuIndex);
+                    gpuIndex, chunks > 0 ? &gpuPrefill : nullptr);
     if (!s.isOk()) die(s.message());
+    if (chunks > 0)
+      sharing = ", " + std::to_string(gpu.sharedParameters()) + " parameter(s) and " +
+                std::to_string(gpu.sharedCaches()) + " KV cache(s) shared with the prefill program";
     setInputs = [&](const std::vector<Tensor> &in) { return gpu.setInputs(in); };
     runOnce = [&] { return gpu.run(); };
     stageOutputs = [&] { return gpu.outputs(); };
@@ -485,6 +543,7 @@ int main(int argc, char **argv) {
   }
 
   std::vector<double> times;
+  double prefillSeconds = 0; // --prefill: the prompt's chunks
   std::vector<Tensor> results; // the last stage's outputs, microbatches joined
   auto barrier = [&](const char *which) { // around each step, to time it
     if (size == 1) return;
@@ -500,35 +559,43 @@ int main(int argc, char **argv) {
       replicaWriter = false;
   bool writer = replicaWriter && replica == 0;
   if (generate > 0) {
-    // Step t runs token t; from the prompt's last token on, each replica's
-    // writer picks every row's most likely next token and broadcasts it.
+    // Position t holds token t. The prompt's whole chunks go through the
+    // prefill program (with --prefill), every other token through the step;
+    // after the prompt's last token each replica's writer picks every row's
+    // most likely next token and broadcasts it.
     int64_t width = promptLength + generate, total = promptLength + generate - 1;
-    Tensor logits; // this replica's, every step (with a second --output)
-    std::vector<int32_t> chosen(exeBatch);
-    for (int64_t t = 0; t < total; ++t) {
-      barrier("the barrier before a step");
-      auto start = std::chrono::steady_clock::now();
-      if (t > 0) {
-        s = setInputs(generationInputs(t));
+    std::vector<std::vector<float>> stepLogits; // per position: [batch, vocab] (with a second --output)
+    int64_t vocab = 0;
+    auto advance = [&](int64_t t, int64_t tokens, std::function<Status(const std::vector<Tensor> &)> &set,
+                       std::function<Status()> &run, std::function<std::vector<Tensor>()> &outs,
+                       std::function<StatusOr<std::vector<int32_t>>()> &greedy) {
+      if (t > 0 || tokens > 1) { // prepare gave the step position 0
+        s = set(generationInputs(t, tokens));
         if (!s.isOk()) die(s.message());
       }
-      s = runOnce();
+      s = run();
       if (!s.isOk()) die(s.message());
+      std::vector<int32_t> chosen(exeBatch);
       if (replicaWriter) { // the next tokens where the logits are (on the GPU: one index a row comes back)
-        auto picked = greedyTokens();
+        auto picked = greedy();
         if (!picked.isOk()) die(picked.status().message());
-        if (static_cast<int64_t>(picked.value().size()) != exeBatch)
-          die("--generate: the step's first result must be logits [batch, 1, vocab]");
-        chosen = picked.value();
-        if (outputs.size() > 1) { // every step's logits too
-          std::vector<Tensor> outs = stageOutputs();
-          int64_t vocab = outs[0].shape.back();
-          if (t == 0) logits = Tensor::floats({exeBatch, 0, vocab});
-          logits.f.insert(logits.f.end(), outs[0].f.begin(), outs[0].f.end());
-          logits.shape[1] = t + 1;
+        if (static_cast<int64_t>(picked.value().size()) != exeBatch * tokens)
+          die("--generate: the first result must be logits [batch, tokens, vocab]");
+        for (int64_t b = 0; b < exeBatch; ++b) chosen[b] = picked.value()[b * tokens + tokens - 1];
+        if (outputs.size() > 1) { // every position's logits too
+          Tensor logits = outs()[0];
+          vocab = logits.shape.back();
+          for (int64_t j = 0; j < tokens; ++j) {
+            std::vector<float> block(exeBatch * vocab);
+            for (int64_t b = 0; b < exeBatch; ++b)
+              std::copy(&logits.f[(b * tokens + j) * vocab], &logits.f[(b * tokens + j + 1) * vocab],
+                        &block[b * vocab]);
+            stepLogits.push_back(std::move(block));
+          }
         }
       }
-      if (t + 1 >= promptLength) { // token t + 1 is generated
+      int64_t next = t + tokens; // the position the chosen tokens take
+      if (next >= promptLength) {
         for (int64_t r = 0; r < replicas; ++r) {
           std::vector<int32_t> picked = chosen;
           if (size > 1) {
@@ -536,9 +603,25 @@ int main(int argc, char **argv) {
             MPI_Bcast(picked.data(), static_cast<int>(exeBatch), MPI_INT32_T, writerOf(exe.value(), r),
                       MPI_COMM_WORLD);
           }
-          for (int64_t b = 0; b < exeBatch; ++b) sequence[(r * exeBatch + b) * width + t + 1] = picked[b];
+          for (int64_t b = 0; b < exeBatch; ++b) sequence[(r * exeBatch + b) * width + next] = picked[b];
         }
       }
+    };
+    int64_t t = 0;
+    if (chunks > 0) {
+      barrier("the barrier before the prefill");
+      auto start = std::chrono::steady_clock::now();
+      for (int64_t c = 0; c < chunks; ++c, t += chunk)
+        advance(t, chunk, prefillSetInputs, prefillRun, prefillOutputs, prefillGreedy);
+      s = takeCaches();
+      if (!s.isOk()) die(s.message());
+      barrier("the barrier after the prefill");
+      prefillSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    for (; t < total; ++t) {
+      barrier("the barrier before a step");
+      auto start = std::chrono::steady_clock::now();
+      advance(t, 1, setInputs, runOnce, stageOutputs, greedyTokens);
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
@@ -547,15 +630,12 @@ int main(int argc, char **argv) {
       Tensor tokens = Tensor::ints({exeBatch, width});
       std::copy(sequence.begin() + replica * exeBatch * width, sequence.begin() + (replica + 1) * exeBatch * width,
                 tokens.i.begin());
-      // Step logits were appended step after step: reorder to [batch, step, vocab].
       results.push_back(std::move(tokens));
-      if (outputs.size() > 1) {
-        Tensor ordered = Tensor::floats(logits.shape);
-        int64_t vocab = logits.shape[2];
+      if (outputs.size() > 1) { // [batch, position, vocab]
+        Tensor ordered = Tensor::floats({exeBatch, total, vocab});
         for (int64_t t = 0; t < total; ++t)
           for (int64_t b = 0; b < exeBatch; ++b)
-            std::copy(&logits.f[(t * exeBatch + b) * vocab], &logits.f[(t * exeBatch + b + 1) * vocab],
-                      &ordered.f[(b * total + t) * vocab]);
+            std::copy(&stepLogits[t][b * vocab], &stepLogits[t][(b + 1) * vocab], &ordered.f[(b * total + t) * vocab]);
         results.push_back(std::move(ordered));
       }
     }
@@ -646,11 +726,17 @@ int main(int argc, char **argv) {
     if (device == "cuda" && gpu.overlappedInstructions() > 0)
       how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif
-    double median = times[times.size() / 2];
-    if (generate > 0)
+    double median = times.empty() ? 0 : times[times.size() / 2]; // (a prefill may leave no step)
+    if (generate > 0) {
+      char prefilled[96] = "";
+      if (chunks > 0)
+        std::snprintf(prefilled, sizeof prefilled, ", prefill of %lld chunk(s) of %lld tokens in %.3f ms",
+                      static_cast<long long>(chunks), static_cast<long long>(chunk), 1e3 * prefillSeconds);
       how = ", " + std::to_string(generate) + " token(s) generated for each of " + std::to_string(rows) +
             " row(s) after a prompt of " + std::to_string(promptLength) + ", " +
-            std::to_string(static_cast<long long>(rows / median)) + " tokens/s at the median step" + how;
+            std::to_string(static_cast<long long>(median > 0 ? rows / median : 0)) + " tokens/s at the median step" +
+            prefilled + sharing + how;
+    }
     std::printf("parax-run: %d rank(s) on %s, %zu instructions on rank %d, %lld "
                 "microbatch(es), step time %.3f ms (median of %zu)%s\n",
                 size, device.c_str(), instructions, rank, static_cast<long long>(micro),

@@ -43,10 +43,17 @@ class CudaExecutor {
 public:
   CudaExecutor();
   ~CudaExecutor();
-  /// `comm` may be null for a grid of one rank.
+  /// `comm` may be null for a grid of one rank. With `share` (another
+  /// program prepared on this rank: a generation's prefill), the parameters
+  /// it holds in the same box and the KV caches it writes in place of the
+  /// same input and shape are its memory, not loaded or allocated again;
+  /// `share` must outlive this executor.
   Status prepare(const pxe::Executable &exe, int rank, NcclCommunicator *comm,
                  const Checkpoint &weights, const std::vector<Tensor> &inputs,
-                 int device);
+                 int device, const CudaExecutor *share = nullptr);
+  /// Parameters and KV caches prepare took from `share`.
+  size_t sharedParameters() const;
+  size_t sharedCaches() const;
   Status setInputs(const std::vector<Tensor> &inputs);
   /// One step; returns when the GPU is done. From the second step on, a
   /// stage with no collectives and no host synchronisation replays the

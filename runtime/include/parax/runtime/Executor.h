@@ -28,6 +28,11 @@ public:
   /// prepare computes them (those moves).
   struct LoadHooks {
     std::function<Status(int32_t id)> parameterLoaded;
+    /// True when the other backend already holds parameter `id` (another
+    /// program's copy of the same box): it is not read then (its host
+    /// tensor keeps only its shape). Asked only of parameters that no move
+    /// of parameters reads.
+    std::function<bool(int32_t id)> alreadyHeld;
   };
   /// `comm` may be null for a grid of one rank.
   Status prepare(const pxe::Executable &exe, int rank, Communicator *comm,
@@ -61,6 +66,11 @@ public:
   /// For other backends, which load through this one and then take over.
   const pxe::Stage &stageProgram() const { return *stageProto_; }
   const std::vector<int64_t> &coordinates() const { return coords_; }
+  /// Takes over the KV caches another executor of the same rank wrote in
+  /// place (a prefill program's, for the generation step that follows):
+  /// each of this stage's caches from `from`'s input of the same index and
+  /// shape; an error names the one it lacks.
+  Status adoptCacheState(const Executor &from);
   /// Whether buffer `id` is a KV cache the steps write in place.
   bool isCacheState(int32_t id) const {
     return std::find(cacheState_.begin(), cacheState_.end(), id) != cacheState_.end();
