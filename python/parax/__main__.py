@@ -6,9 +6,10 @@
         generation step) or a .mlir file; plans (printing the ranked table),
         partitions and translates.
     python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
-                         [--output logits.npy ...] --ranks N [--generate K]
+                         [--output logits.npy ...] --ranks N [--generate K [--prefill P.pxe]]
         runs it under mpirun (N: the executable's grid size); --generate K:
-        K tokens after the prompt --input, with a generation step.
+        K tokens after the prompt --input, with a generation step (and a
+        prefill program for the prompt's chunks).
     python3 -m parax demo
         the README's main job: a tiny Llama planned, partitioned and run on 4
         CPU ranks, compared with the single-rank run.
@@ -84,12 +85,14 @@ def grid_size(partitioned):
     return n
 
 
-def run_model(exe, weights, inputs, output=None, ranks=1, steps=1, generate=0):
+def run_model(exe, weights, inputs, output=None, ranks=1, steps=1, generate=0, prefill=None):
     """`output`: a path, or a list of paths (one per result, in order).
-    `generate` > 0: that many tokens after the prompt (the one input)."""
+    `generate` > 0: that many tokens after the prompt (the one input), the
+    prompt's whole chunks through `prefill` (an executable) if given."""
     cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
            _tool("parax-run"), exe, "--weights", weights]
     cmd += ["--generate", str(generate)] if generate else ["--steps", str(steps)]
+    cmd += ["--prefill", prefill] if prefill else []
     for path in inputs:
         cmd += ["--input", path]
     for path in [output] if isinstance(output, str) else (output or []):
@@ -165,6 +168,8 @@ def main(argv=None):
     r.add_argument("--steps", type=int, default=1)
     r.add_argument("--generate", type=int, default=0,
                    help="K tokens after the prompt (--input), with a generation step")
+    r.add_argument("--prefill", help="with --generate: a program for the prompt's chunks "
+                                     "(built like the step with --seq P)")
     sub.add_parser("demo", help="the README's main job")
     args = parser.parse_args(argv)
     try:
@@ -175,7 +180,7 @@ def main(argv=None):
             return 0
         if args.command == "run":
             print(run_model(args.executable, args.weights, args.input, args.output,
-                            args.ranks, args.steps, args.generate), end="")
+                            args.ranks, args.steps, args.generate, args.prefill), end="")
             return 0
         return demo()
     except (ToolError, ValueError) as e:

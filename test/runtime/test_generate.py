@@ -150,8 +150,9 @@ def test_one_step_over_a_half_full_cache_matches_the_whole_sequence(tmp_path, pr
 
 
 def test_front_door_compiles_and_generates(tmp_path):
-    """python3 -m parax compile --cache, then run --generate: planned for TP2
-    on the oracle cluster, the tokens numpy would pick."""
+    """python3 -m parax compile --cache (a step and a prefill of 2-token
+    chunks), then run --generate --prefill: planned for TP2 on the oracle
+    cluster, the tokens numpy would pick."""
     import sys
     from conftest import ORACLE_CLUSTER, ROOT
     from parax import reference
@@ -163,18 +164,21 @@ def test_front_door_compiles_and_generates(tmp_path):
     save_safetensors(checkpoint, weights)
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
     front = [sys.executable, "-m", "parax"]
-    subprocess.run(front + ["compile", "tiny-llama", "--cluster", f"{ORACLE_CLUSTER}:devices_per_node=2",
-                            "--workload", "decode:batch=2,context=16,tp=2,dp=1", "--batch", "2", "--seq", "1",
-                            "--cache", "16", "--dtype", "f32", "-o", exe],
-                   check=True, capture_output=True, timeout=120, env=env)
+    prefill = str(tmp_path / "prefill.pxe")
+    for seq, out in (("1", exe), ("2", prefill)):
+        subprocess.run(front + ["compile", "tiny-llama", "--cluster", f"{ORACLE_CLUSTER}:devices_per_node=2",
+                                "--workload", "decode:batch=2,context=16,tp=2,dp=1", "--batch", "2", "--seq", seq,
+                                "--cache", "16", "--dtype", "f32", "-o", out],
+                       check=True, capture_output=True, timeout=120, env=env)
     prompt = str(tmp_path / "prompt.npy")
     np.save(prompt, np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32))
     out, logits = str(tmp_path / "tokens.npy"), str(tmp_path / "logits.npy")
     proc = subprocess.run(front + ["run", exe, "--weights", checkpoint, "--input", prompt, "--output", out,
-                                   "--output", logits, "--ranks", "2", "--generate", "5"],
+                                   "--output", logits, "--ranks", "2", "--generate", "5", "--prefill", prefill],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "5 token(s) generated for each of 2 row(s) after a prompt of 3" in proc.stdout, proc.stdout
+    assert "prefill of 1 chunk(s) of 2 tokens" in proc.stdout, proc.stdout
     tokens = np.load(out)
     expected = reference.forward(cfg, weights, tokens[:, :-1])
     np.testing.assert_allclose(np.load(logits), expected, atol=1e-4, rtol=1e-4)
