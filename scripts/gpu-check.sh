@@ -96,6 +96,15 @@ for r in bench:
     if "error" in r:
         print(f"{r['case']}: FAILED {r['error'][-400:].strip()}")
         continue
+    if "prefill_ms" in r:  # a whole generation loop
+        line = (f"{r['case']}: prefill {r['prefill_ms']:.3f} ms, then {r['steps']} steps of "
+                f"{r['step_ms_median']:.3f} ms (median), {r['tokens_per_s']} tokens/s; the step borrowed "
+                f"{r['shared_parameters']} parameters and {r['shared_caches']} caches of the prefill program")
+        if bw:
+            bound_ms = (r["weight_bytes"] + r["kv_bytes"]) / (bw * 1e12) * 1e3
+            line += f"; HBM bound of a step {bound_ms:.3f} ms ({r['step_ms_median'] / bound_ms:.2f}x)"
+        print(line)
+        continue
     line = f"{r['case']}: {r['step_ms_median_of_10']:.3f} ms, {r['tflops']:.1f} TFLOP/s"
     if "rows_vs_numpy" in r:  # the kernel checked at this shape too
         line += (f", sampled rows vs numpy {r['rows_vs_numpy']:.2e} (tolerance {r['tolerance']:.1e}) "
@@ -123,7 +132,7 @@ for r in bench:
         print("    by op: " + ", ".join(f"{op} {ms:.3f} ms" for op, ms in top))
 # A generation step (cache written in place at a run-time position) beside
 # the decode step over the same cache joined by a concat: same bytes to read.
-times = {r["case"]: r["step_ms_median_of_10"] for r in bench if "error" not in r}
+times = {r["case"]: r["step_ms_median_of_10"] for r in bench if "step_ms_median_of_10" in r}
 for name, ms in times.items():
     joined = name.replace("-generate", "")
     if "-generate" in name and joined in times:

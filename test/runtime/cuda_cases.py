@@ -351,6 +351,15 @@ BENCH = {
 }
 
 
+# A whole generation loop (parax-run --generate --prefill): name -> (preset,
+# layers, batch, dtype, prompt length = the prefill's chunk, tokens to
+# generate). Prefill time, the steps' median, tokens/s, and what the step
+# borrowed of the prefill program's memory.
+BENCH_GENERATE = {
+    "llama3-8b-1layer-generate8-prompt2048-bf16": ("llama3-8b", 1, 8, "bf16", 2048, 64),
+}
+
+
 # One op alone: name -> ((batch, seq, heads, kv heads, head width, keys),
 # dtype, PARAX_ATTENTION), causal attention with Llama-3-8B's shapes: fp32
 # (CUDA cores), bf16 on tensor cores and bf16 on CUDA cores; a decode step
@@ -405,6 +414,17 @@ def prepare_bench(root, bin_dir):
             f.write(_attention_mlir(*dims, dtype))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
         os.remove(ir)
+    for name, (preset, layers, batch, dtype, prompt, new) in BENCH_GENERATE.items():
+        d = os.path.join(root, name)
+        os.makedirs(d, exist_ok=True)
+        cfg = load_config(preset, layers=layers)
+        for program, seq in (("step", 1), ("prefill", prompt)):
+            ir = os.path.join(d, program + ".mlir")
+            with open(ir, "w") as f:
+                f.write(build_model(cfg, batch=batch, seq=seq, dtype=dtype, cache=prompt + new))
+            _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir,
+                  "-o", os.path.join(d, program + ".pxe")])
+            os.remove(ir)
     for name, (dims, _) in BENCH_EXPERTS.items():
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
@@ -461,27 +481,36 @@ def _planned(case_dir):
         return json.load(f)
 
 
-def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
-    """One BENCH case: 10 steps; its figures. `arrays` caches each preset's
-    fp32 weights (generated once, written once per dtype to weights_dir)."""
+def _bench_weights(preset, layers, dtype, arrays, weights_dir):
+    """The checkpoint of a bench preset in `dtype` (a tiled random block; the
+    norms ones): its path, written once. `arrays` caches each preset's fp32
+    weights."""
     from parax.checkpoint import save_safetensors
+    from parax.models import load_config
+    from parax.models.builder import parameter_shapes
+    weights_path = os.path.join(weights_dir, f"weights-{preset}-{layers}-{dtype}.safetensors")
+    if not os.path.exists(weights_path):
+        if (preset, layers) not in arrays:
+            block = _bench_block()
+            weights = {}
+            for key, shape in parameter_shapes(load_config(preset, layers=layers)).items():
+                if "{e}" in key:
+                    raise RuntimeError("bench presets are dense")
+                weights[key] = np.ones(shape, np.float32) if "norm" in key else np.resize(block, shape)
+            arrays[(preset, layers)] = weights
+        save_safetensors(weights_path, arrays[(preset, layers)], dtype=dtype)
+    return weights_path
+
+
+def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
+    """One BENCH case: 10 steps; its figures."""
     from parax.models import load_config
     from parax.models.builder import parameter_shapes
     preset, layers, batch, seq, dtype, past, *capacity = BENCH[name]
     d = os.path.join(root, name)
     cfg = load_config(preset, layers=layers)
     shapes = parameter_shapes(cfg)
-    weights_path = os.path.join(weights_dir, f"weights-{preset}-{layers}-{dtype}.safetensors")
-    if not os.path.exists(weights_path):
-        if (preset, layers) not in arrays:
-            block = _bench_block()
-            weights = {}
-            for key, shape in shapes.items():
-                if "{e}" in key:
-                    raise RuntimeError("bench presets are dense")
-                weights[key] = np.ones(shape, np.float32) if "norm" in key else np.resize(block, shape)
-            arrays[(preset, layers)] = weights
-        save_safetensors(weights_path, arrays[(preset, layers)], dtype=dtype)
+    weights_path = _bench_weights(preset, layers, dtype, arrays, weights_dir)
     tokens = os.path.join(d, "tokens.npy")
     np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (batch, seq)).astype(np.int32))
     inputs = [tokens]
@@ -516,6 +545,34 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
             "temporaries": temporaries_of(log), "device_bytes": _counted(log, "bytes of device memory"),
             "planned_bytes": planned.get("memory_per_device_bytes", 0),
             "planned_step_ms": 1e3 * planned.get("step_time_s", 0)}
+
+
+def _bench_generate(name, root, bin_dir, device, arrays, weights_dir):
+    """One BENCH_GENERATE case: the prompt through the prefill program, then
+    the steps; its figures."""
+    from parax.models import load_config
+    from parax.models.builder import parameter_shapes
+    preset, layers, batch, dtype, prompt, new = BENCH_GENERATE[name]
+    d = os.path.join(root, name)
+    cfg = load_config(preset, layers=layers)
+    weights_path = _bench_weights(preset, layers, dtype, arrays, weights_dir)
+    tokens = os.path.join(d, "prompt.npy")
+    np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (batch, prompt)).astype(np.int32))
+    _, log = parax_run(bin_dir, weights_path, os.path.join(d, "step.pxe"), 1, [tokens],
+                       os.path.join(d, "out.npy"), device, timeout=500, generate=new,
+                       extra=["--prefill", os.path.join(d, "prefill.pxe")])
+    import re
+    prefill = re.search(r"prefill of 1 chunk\(s\) of \d+ tokens in ([0-9.]+) ms", log)
+    width = 2 if dtype == "bf16" else 4
+    matmul = sum(int(np.prod(s)) for s in parameter_shapes(cfg).values()) - cfg.vocab * cfg.hidden
+    # What a step reads at least, at the steps' middle position.
+    kv_bytes = width * 2 * layers * batch * (prompt + new // 2) * cfg.kv_heads * cfg.head_dim
+    return {"case": name, "step_ms_median": step_ms_of(log), "prefill_ms": float(prefill.group(1)) if prefill else 0,
+            "tokens_per_s": _counted(log, "tokens/s at the median step"), "steps": new - 1,
+            "weight_bytes": width * matmul, "kv_bytes": kv_bytes,
+            "shared_parameters": _counted(log, "parameter(s) and"),
+            "shared_caches": _counted(log, "KV cache(s) shared with the prefill program"),
+            "device_bytes": _counted(log, "bytes of device memory")}
 
 
 def attention_rows(q, k, v, rows):
@@ -634,7 +691,8 @@ def bench(root, bin_dir, device="cuda", report=lambda result: None):
     results, arrays = [], {}
     weights_dir = tempfile.mkdtemp(prefix="parax-bench-")  # gigabytes: never in the cases
     bf16 = [n for n in BENCH if BENCH[n][4] == "bf16"]
-    order = list(BENCH_ATTENTION) + bf16 + list(BENCH_EXPERTS) + [n for n in BENCH if n not in bf16]
+    order = (list(BENCH_ATTENTION) + bf16 + list(BENCH_GENERATE) + list(BENCH_EXPERTS) +
+             [n for n in BENCH if n not in bf16])
     try:
         for name in order:
             start = time.time()
@@ -643,6 +701,8 @@ def bench(root, bin_dir, device="cuda", report=lambda result: None):
                     r = _bench_attention(name, root, bin_dir, device)
                 elif name in BENCH_EXPERTS:
                     r = _bench_experts(name, root, bin_dir, device, weights_dir)
+                elif name in BENCH_GENERATE:
+                    r = _bench_generate(name, root, bin_dir, device, arrays, weights_dir)
                 else:
                     r = _bench_model(name, root, bin_dir, device, arrays, weights_dir)
             except Exception as e:
