@@ -228,22 +228,21 @@ struct CudaExecutor::State {
   /// or input index), shape, split and dtype as `other`, or -1.
   int32_t sameBox(const pxe::Buffer &other) const {
     for (const pxe::Buffer &b : host.stageProgram().buffers()) {
-      if (b.role() != other.role() || b.dtype() != other.dtype() || !buffers[b.id()].data ||
-          !std::equal(b.shape().begin(), b.shape().end(), other.shape().begin(), other.shape().end()))
-        continue;
-      bool same = b.role() == pxe::PARAMETER
-                      ? b.param_name() == other.param_name() &&
-                            std::equal(b.param_offset().begin(), b.param_offset().end(),
-                                       other.param_offset().begin(), other.param_offset().end())
-                      : b.role() == pxe::INPUT && b.input_index() == other.input_index();
-      for (int d = 0; same && d < b.split_size() && d < other.split_size(); ++d)
-        same = std::equal(b.split(d).axes().begin(), b.split(d).axes().end(), other.split(d).axes().begin(),
-                          other.split(d).axes().end());
-      if (same && b.split_size() == other.split_size() &&
-          std::equal(b.partial().begin(), b.partial().end(), other.partial().begin(), other.partial().end()))
+      if (!buffers[b.id()].data) continue;
+      if (b.role() == pxe::INPUT ? sameInputBox(b, other) : b.role() == pxe::PARAMETER && sameParameterBox(b, other))
         return b.id();
     }
     return -1;
+  }
+  static bool sameParameterBox(const pxe::Buffer &a, const pxe::Buffer &b) {
+    auto same = [](const auto &x, const auto &y) { return std::equal(x.begin(), x.end(), y.begin(), y.end()); };
+    if (b.role() != pxe::PARAMETER || a.param_name() != b.param_name() || a.dtype() != b.dtype() ||
+        !same(a.shape(), b.shape()) || !same(a.param_offset(), b.param_offset()) || !same(a.partial(), b.partial()) ||
+        a.split_size() != b.split_size())
+      return false;
+    for (int d = 0; d < a.split_size(); ++d)
+      if (!same(a.split(d).axes(), b.split(d).axes())) return false;
+    return true;
   }
   /// How many times each buffer is read: by instructions and as the
   /// stage's outputs.
@@ -784,12 +783,13 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     DeviceBuffer &d = s.buffers[proto.id()];
     if (share && s.host.isCacheState(proto.id())) { // the cache `share` writes for this input
       int32_t theirs = share->s_->sameBox(proto);
-      if (theirs >= 0 && share->s_->host.isCacheState(theirs)) {
-        d.data = share->s_->buffers[theirs].data;
-        d.aliased = true;
-        ++s.sharedCaches;
-        continue;
-      }
+      if (theirs < 0 || !share->s_->host.isCacheState(theirs))
+        return Status::error("input #" + std::to_string(proto.input_index()) +
+                             ": the other program keeps no KV cache of this rank's box of it (plan both alike)");
+      d.data = share->s_->buffers[theirs].data;
+      d.aliased = true;
+      ++s.sharedCaches;
+      continue;
     }
     st = s.allocate(&d.data, d.bytes(), s.nameOf(proto.id()));
     if (!st.isOk()) return st;

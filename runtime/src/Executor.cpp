@@ -397,14 +397,25 @@ Status Executor::adoptCacheState(const Executor &from) {
     const pxe::Buffer &mine = stageProto_->buffers(id);
     const Tensor *theirs = nullptr;
     for (int32_t other : from.cacheState_)
-      if (from.stageProto_->buffers(other).input_index() == mine.input_index())
+      if (sameInputBox(from.stageProto_->buffers(other), mine))
         theirs = &from.buffers_[other];
-    if (!theirs || theirs->shape != buffers_[id].shape || !theirs->hasValues())
+    if (!theirs || !theirs->hasValues())
       return Status::error("input #" + std::to_string(mine.input_index()) +
-                           ": the other program holds no KV cache of this stage's shape to take over");
+                           ": the other program keeps no KV cache of this rank's box of it (plan both alike)");
     buffers_[id] = *theirs;
   }
   return Status::ok();
+}
+
+bool sameInputBox(const pxe::Buffer &a, const pxe::Buffer &b) {
+  auto axes = [](const pxe::AxisList &l) { return std::vector<std::string>(l.axes().begin(), l.axes().end()); };
+  if (a.role() != pxe::INPUT || b.role() != pxe::INPUT || a.input_index() != b.input_index() ||
+      a.dtype() != b.dtype() || a.shape_size() != b.shape_size() || a.split_size() != b.split_size())
+    return false;
+  for (int d = 0; d < a.shape_size(); ++d)
+    if (a.shape(d) != b.shape(d) || axes(a.split(d)) != axes(b.split(d)))
+      return false;
+  return true;
 }
 
 StatusOr<std::vector<int32_t>> Executor::greedyTokens() const {

@@ -626,7 +626,7 @@ int main(int argc, char **argv) {
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     if (replicaWriter) {
-      // Rows time-major within a replica: [batch, width] of this replica.
+      // This replica's rows of the sequence: [batch, width].
       Tensor tokens = Tensor::ints({exeBatch, width});
       std::copy(sequence.begin() + replica * exeBatch * width, sequence.begin() + (replica + 1) * exeBatch * width,
                 tokens.i.begin());

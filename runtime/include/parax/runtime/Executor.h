@@ -19,6 +19,10 @@
 
 namespace parax::runtime {
 
+/// Whether two programs' input buffers are the same box of the same input
+/// on a rank: input index, dtype, shape and split axes.
+bool sameInputBox(const pxe::Buffer &a, const pxe::Buffer &b);
+
 class Executor {
 public:
   /// How another backend loads through this one (the CUDA backend):
