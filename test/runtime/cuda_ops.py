@@ -7,7 +7,8 @@ and checks them with the model cases.
 Each entry: name -> (function arguments, body, result type, values), where
 an argument is (name, type, param) -- param names a checkpoint tensor, else
 the argument is an input -- and `values` maps an argument to a generator
-kind ("normal", "ids:V", "experts:E" for router indices, "ones").
+kind ("normal", "ids:V", "experts:E" for router indices, "ones",
+"position:P" for a generation step's run-time position P).
 """
 
 import numpy as np
@@ -76,6 +77,27 @@ OPS = {
         [("q", t(2, 2, 4, 24), None), ("k", t(2, 100, 2, 24), None), ("v", t(2, 100, 2, 16), None)],
         "parax.attention %q, %k, %v {head_dim = 24 : i64, num_heads = 4 : i64,"
         " num_kv_heads = 2 : i64, scale = 0.2 : f64}", t(2, 2, 4, 16), {}),
+    # A generation step's ops at a run-time position (a device scalar): the
+    # keys and cache rows past it are noise no kernel may read.
+    "rope-position": (
+        [("x", t(2, 3, 3, 16), None), ("pos", t(elem="i32"), None)],
+        "parax.rope %x, %pos {theta = 10000.0 : f64, rotary_dim = 8}", t(2, 3, 3, 16), {"pos": "position:500"}),
+    "position_embedding-position": (
+        [("table", t(64, 40), "table"), ("pos", t(elem="i32"), None)],
+        "parax.position_embedding %table, %pos", t(1, 5, 40), {"pos": "position:37"}),
+    "attention-decode-position": (  # the split kernel: chunks past key 171 empty
+        [("q", t(2, 1, 8, 16), None), ("k", t(2, 300, 2, 16), None), ("v", t(2, 300, 2, 16), None),
+         ("pos", t(elem="i32"), None)],
+        "parax.attention %q, %k, %v, %pos {causal, head_dim = 16 : i64, num_heads = 8 : i64,"
+        " num_kv_heads = 2 : i64, scale = 0.25 : f64}", t(2, 1, 8, 16), {"pos": "position:170"}),
+    "attention-tiles-position": (  # 20 queries: the tiled kernels (bf16: tensor cores)
+        [("q", t(1, 20, 4, 16), None), ("k", t(1, 200, 2, 16), None), ("v", t(1, 200, 2, 16), None),
+         ("pos", t(elem="i32"), None)],
+        "parax.attention %q, %k, %v, %pos {causal, head_dim = 16 : i64, num_heads = 4 : i64,"
+        " num_kv_heads = 2 : i64, scale = 0.25 : f64}", t(1, 20, 4, 16), {"pos": "position:90"}),
+    "cache_update": (  # written in place into the input's memory, then returned
+        [("cache", t(2, 40, 2, 16), None), ("new", t(2, 3, 2, 16), None), ("pos", t(elem="i32"), None)],
+        "parax.cache_update %cache, %new, %pos", t(2, 40, 2, 16), {"pos": "position:17"}),
     "add-broadcast": (
         [("a", t(2, 1, 5), None), ("b", t(1, 3, 1), None)],
         "parax.add %a, %b", t(2, 3, 5), {}),
@@ -204,6 +226,8 @@ def values(case, seed=0):
             v = rng.integers(0, int(kind[4:]), shape).astype(np.int32)
         elif kind.startswith("experts:"):
             v = rng.integers(0, int(kind[8:]), shape).astype(np.int32)
+        elif kind.startswith("position:"):
+            v = np.array(int(kind[9:]), dtype=np.int32)
         elif kind.startswith("experts-holes:"):
             v = rng.integers(-1, int(kind[14:]), shape).astype(np.int32)
             v.flat[0] = -1
