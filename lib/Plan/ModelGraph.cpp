@@ -258,7 +258,8 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
       } else if (auto update = dyn_cast<CacheUpdateOp>(op)) {
         node.dim = 1;
         node.cacheView = true;
-        model.cachedTokens = cast<RankedTensorType>(update.getCache().getType()).getDimSize(1);
+        model.cachedTokens = model.cacheCapacity =
+            cast<RankedTensorType>(update.getCache().getType()).getDimSize(1);
         layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;
       } else if (auto transpose = dyn_cast<TransposeOp>(op)) {
         node.permutation.assign(transpose.getPermutation().begin(),

@@ -453,7 +453,10 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       c.epComm = a2a;
       c.weights = lp.weightBytes;
       c.working = lp.peakLiveBytes;
-      c.kvCache = lp.kvBytesPerToken * sequences * ctx.contextLen;
+      // A generation step's caches hold their capacity whatever the context
+      // (its time is the context's: the attention stops at the position).
+      c.kvCache = lp.kvBytesPerToken * sequences *
+                  std::max<double>(ctx.contextLen, static_cast<double>(model.cacheCapacity));
       c.denseParams = lp.weightParams;
     }
     if (!ok)

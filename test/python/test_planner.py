@@ -155,3 +155,18 @@ def test_decode_step_with_its_kv_cache_plans_like_the_cache_free_graph(parax_pla
     assert with_cache["step_time_s"] == pytest.approx(without["step_time_s"], rel=1e-3)
     for part in ("total", "kv_cache", "activations"):
         assert with_cache["memory_bytes"][part] == pytest.approx(without["memory_bytes"][part], rel=1e-3), part
+
+
+def test_generation_step_memory_counts_its_caches_capacity(parax_plan, tmp_path):
+    """A generation step allocates its caches at their capacity: planned at a
+    shorter context, its KV-cache memory is the capacity's, its step time the
+    context's (the attention stops at the position)."""
+    cfg = load_config("llama3-8b")
+    short, long = tmp_path / "c4096.mlir", tmp_path / "c8192.mlir"
+    short.write_text(build_model(cfg, batch=8, seq=1, cache=4096))
+    long.write_text(build_model(cfg, batch=8, seq=1, cache=8192))
+    workload = "decode:batch=8,context=4095,tp=8"
+    at4096 = plan(parax_plan, str(short), "dgx-h100", workload)["plans"][0]
+    at8192 = plan(parax_plan, str(long), "dgx-h100", workload)["plans"][0]
+    assert at8192["memory_bytes"]["kv_cache"] == pytest.approx(2 * at4096["memory_bytes"]["kv_cache"], rel=1e-6)
+    assert at8192["step_time_s"] == pytest.approx(at4096["step_time_s"], rel=1e-3)

@@ -187,15 +187,19 @@ def test_out_of_device_memory_names_what_did_not_fit(tmp_path):
                      r"of 64\.1 MiB\)", str(failure.value)), str(failure.value)[-2000:]
 
 
-@pytest.mark.parametrize("batch,seq,past", [(2, 256, 0), (4, 512, 0), (16, 1, 1024)],
-                         ids=["prefill-2x256", "prefill-4x512", "decode-16-after-1024"])
-def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq, past):
+@pytest.mark.parametrize("batch,seq,past,cache", [(2, 256, 0, 0), (4, 512, 0, 0), (16, 1, 1024, 0),
+                                                 (16, 1, 512, 1024)],
+                         ids=["prefill-2x256", "prefill-4x512", "decode-16-after-1024",
+                              "generate-16-at-512-of-1024"])
+def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq, past, cache):
     """Two independent accounts of one GPU's memory for a Llama (hidden
     1024, FFN 3584, 2 layers, vocabulary 8192, bf16) prefill, and a decode
     step over a KV cache: the planner's memory_per_device_bytes, less its
     1.5 GB reserve, and what the CUDA backend allocated at prepare
     (`--steps 0`: weights, inputs -- the cache among them --, the
-    temporaries' arena), less cuBLAS's two 32 MiB workspaces. Within 5 %
+    temporaries' arena), less cuBLAS's two 32 MiB workspaces; and a
+    generation step planned at half its caches' capacity (they are allocated
+    whole). Within 5 %
     (measured: 1.0 % and 3.1 % for prefill; before the planner counted live
     values rather than every value of a layer, 10 % and 30 %)."""
     import json
@@ -214,7 +218,7 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
                    "rope_theta": 500000.0, "tie_word_embeddings": False}, f)
     cfg = load_config(os.path.join(d, "config.json"))
     with open(os.path.join(d, "model.mlir"), "w") as f:
-        f.write(build_model(cfg, batch=batch, seq=seq, dtype="bf16", past=past))
+        f.write(build_model(cfg, batch=batch, seq=seq, dtype="bf16", past=0 if cache else past, cache=cache))
     planned = os.path.join(d, "planned.mlir")
     workload = f"decode:batch={batch},context={past}" if past else f"prefill:batch={batch},seq={seq}"
     subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
@@ -226,8 +230,12 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
                      {k: np.zeros(s, np.float32) for k, s in parameter_shapes(cfg).items()}, dtype="bf16")
     inputs = ["--input", os.path.join(d, "tokens.npy")]
     np.save(inputs[-1], np.zeros((batch, seq), np.int32))
+    if cache:  # the position
+        np.save(os.path.join(d, "position.npy"), np.array(past, np.int32))
+        inputs += ["--input", os.path.join(d, "position.npy")]
     if past:  # every layer's keys and values
-        np.save(os.path.join(d, "cache.npy"), np.zeros((batch, past, cfg.kv_heads, cfg.head_dim), np.float32))
+        rows = cache or past
+        np.save(os.path.join(d, "cache.npy"), np.zeros((batch, rows, cfg.kv_heads, cfg.head_dim), np.float32))
         inputs += ["--input", os.path.join(d, "cache.npy")] * (2 * cfg.layers)
     out = subprocess.run([tool("parax-run-simt"), os.path.join(d, "model.pxe"), "--weights",
                           os.path.join(d, "w.safetensors"), *inputs,

@@ -96,6 +96,8 @@ struct ModelGraph {
   int64_t irBatch = 0, irSeq = 0; // shape of the token input
   int64_t cachedTokens = 0;       // a step over a KV cache (--past: its length,
                                   // --cache: its capacity)
+  int64_t cacheCapacity = 0;      // a generation step's (--cache): the caches it
+                                  // allocates, whatever the context
   int64_t elementBytes = 2;       // parameter/activation element size
   std::string dtype = "bf16";
   double params = 0, paramBytes = 0;
