@@ -335,7 +335,32 @@ Status Executor::setInputs(const std::vector<Tensor> &inputs) {
       }
     }
   }
-  return checkPositions();
+  Status s = checkTokens();
+  return s.isOk() ? checkPositions() : s;
+}
+
+// Token ids an embedding reads from the inputs must lie inside its
+// vocabulary (the global table's rows): the CUDA kernel, which cannot
+// report, would give a token outside it a zero embedding.
+Status Executor::checkTokens() const {
+  for (int k = 0; k < stageProto_->instructions_size(); ++k) {
+    const pxe::Instruction &inst = stageProto_->instructions(k);
+    if (inst.op() != "embedding") continue;
+    const pxe::Buffer &ids = stageProto_->buffers(inst.operands(0)), &table = stageProto_->buffers(inst.operands(1));
+    const Tensor &values = buffers_[ids.id()];
+    if (ids.role() != pxe::INPUT || table.role() != pxe::PARAMETER || table.global_shape_size() != 2 ||
+        values.i.size() != static_cast<size_t>(values.numel()))
+      continue;
+    int64_t vocab = table.global_shape(0);
+    for (size_t t = 0; t < values.i.size(); ++t)
+      if (values.i[t] < 0 || values.i[t] >= vocab)
+        return Status::error("input #" + std::to_string(ids.input_index()) + ": token id " +
+                             std::to_string(values.i[t]) + " (element " + std::to_string(t) +
+                             " of this rank's part) is outside the vocabulary of " + std::to_string(vocab) +
+                             " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) +
+                             ", embedding)");
+  }
+  return Status::ok();
 }
 
 // A generation step's run-time position must leave room for its tokens (in

@@ -88,7 +88,8 @@ class Model:
             np.save(self.labels_path, self.labels)
             self.inputs.append(self.labels_path)
 
-    def generate(self, exe, ranks, prompt, tokens, extra=(), expect_ok=True, prefill=None):
+    def generate(self, exe, ranks, prompt, tokens, extra=(), expect_ok=True, prefill=None,
+                 tool_name="parax-run"):
         """parax-run --generate (with `prefill`: --prefill that executable):
         (all tokens [rows, L + tokens], each position's logits [rows, L +
         tokens - 1, V]), or the finished process."""
@@ -100,7 +101,7 @@ class Model:
                 os.remove(out)
         proc = subprocess.run(
             ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
-             tool("parax-run"), exe, "--weights", self.checkpoint, "--input", prompt_path,
+             tool(tool_name), exe, "--weights", self.checkpoint, "--input", prompt_path,
              "--generate", str(tokens), *(["--prefill", prefill] if prefill else []),
              *[arg for out in outs for arg in ("--output", out)], *extra],
             capture_output=True, text=True, timeout=180, env=MPI_ENV)

@@ -226,3 +226,19 @@ def test_prefill_errors_are_named(tmp_path):
     assert "--prefill: its grid is not the step's" in proc.stderr, proc.stderr
     proc = step.run(exe, 1, extra=("--prefill", prefill), expect_ok=False)
     assert "--prefill is part of --generate" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("tool_name,device", [("parax-run", "cpu"), ("parax-run-simt", "cuda")])
+def test_a_token_outside_the_vocabulary_is_refused_on_both_backends(tmp_path, tool_name, device):
+    """Before the step that would read it: the CUDA embedding cannot report
+    one (it would read a zero embedding), so the host checks the ids it
+    uploads."""
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = model.compile("single")
+    prompt = prompt_for(model, 2)
+    prompt[1, 2] = model.cfg.vocab
+    proc = model.generate(exe, 1, prompt, 2, extra=("--device", device), expect_ok=False,
+                          tool_name=tool_name)
+    assert proc.returncode != 0
+    assert "token id 256 (element 1 of this rank's part) is outside the vocabulary of 256" in proc.stderr, \
+        proc.stderr

@@ -46,7 +46,8 @@ public:
   /// step) without reloading weights. A KV cache that the steps write in
   /// place (cacheStateInputs) given as a shape without values keeps what
   /// its buffer holds: zeros at first, then what the last step wrote.
-  /// Run-time positions are checked against what they index.
+  /// Run-time positions are checked against what they index, token ids
+  /// against the vocabulary.
   Status setInputs(const std::vector<Tensor> &inputs);
   /// Global shapes of the model inputs this stage reads (by input index).
   std::vector<std::vector<int64_t>> inputShapes() const;
@@ -87,6 +88,7 @@ private:
   std::vector<int64_t> boxStart(const pxe::Buffer &buffer) const;
   Status hoistParameterMoves();
   Status checkPositions() const;
+  Status checkTokens() const;
   const pxe::Executable *exe_ = nullptr;
   const pxe::Stage *stageProto_ = nullptr;
   Communicator *comm_ = nullptr;
