@@ -377,7 +377,10 @@ Status Executor::checkPositions() const {
       continue; // kept elsewhere (not a host input)
     auto dim = [&](int32_t id, int d) { return stageProto_->buffers(id).shape(d); };
     int64_t at = position.i[0], tokens = 0, room = INT64_MAX;
-    std::string what = "positions";
+    std::string what, where = " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + ", " +
+                              inst.op() + ")";
+    if (at < 0)
+      return Status::error("position " + std::to_string(at) + " is negative" + where);
     if (inst.op() == "cache_update") {
       tokens = dim(inst.operands(1), 1), room = dim(inst.operands(0), 1), what = "a KV cache of";
     } else if (inst.op() == "attention") {
@@ -385,11 +388,9 @@ Status Executor::checkPositions() const {
     } else if (inst.op() == "position_embedding") {
       tokens = dim(inst.results(0), 1), room = dim(inst.operands(0), 0), what = "a position table of";
     }
-    if (at < 0 || at + tokens > room)
+    if (at + tokens > room)
       return Status::error("position " + std::to_string(at) + ": " + std::to_string(tokens) +
-                           " token(s) from there do not fit " + what + " " + std::to_string(room) +
-                           " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + ", " +
-                           inst.op() + ")");
+                           " token(s) from there do not fit " + what + " " + std::to_string(room) + where);
   }
   return Status::ok();
 }

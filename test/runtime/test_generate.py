@@ -119,6 +119,9 @@ def test_one_step_at_a_position_outside_the_cache_is_refused(tmp_path):
     proc = model.run(exe, 1, expect_ok=False)
     assert proc.returncode != 0
     assert "position 12: 1 token(s) from there do not fit a KV cache of 12" in proc.stderr, proc.stderr
+    np.save(os.path.join(str(tmp_path), "position.npy"), np.array(-1, dtype=np.int32))
+    proc = model.run(exe, 1, expect_ok=False)
+    assert "position -1 is negative (stage 0 instruction" in proc.stderr, proc.stderr
     np.save(os.path.join(str(tmp_path), "position.npy"), np.array(CAPACITY - 1, dtype=np.int32))
     logits = model.run(exe, 1)
     assert logits.shape == (2, 1, model.cfg.vocab)
