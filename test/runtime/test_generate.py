@@ -57,6 +57,8 @@ GENERATION_PLANS = [
     ("tiny-llama", "dp=2,tp=2,pp=2", 8),
     ("tiny-gpt2", "tp=2,dp=1", 2),
     ("tiny-mixtral", "ep=2,tp=1,dp=1", 2),
+    ("tiny-mixtral", "ep=2,tp=2,dp=1", 4),
+    ("tiny-qwen2-moe", "ep=2,dp=1", 2),
     ("tiny-deepseek-v3", "tp=2,dp=1", 2),
 ]
 
