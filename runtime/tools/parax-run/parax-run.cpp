@@ -14,6 +14,7 @@
 #include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
+#include "parax/runtime/Generation.h"
 #include "parax/runtime/StallWatchdog.h"
 #ifdef PARAX_WITH_CUDA
 #include "parax/runtime/CudaExecutor.h"
@@ -129,31 +130,6 @@ void meanOfScalars(std::vector<Tensor> &results) {
       for (float v : r.f) sum += v;
       r.f.assign(1, static_cast<float>(sum / r.f.size()));
     }
-}
-
-/// A model input as the executable declares it (every stage's view joined).
-struct InputSpec {
-  std::vector<int64_t> shape; // global, one replica's
-  bool isInt = false;
-  bool cacheState = false;    // a KV cache a stage writes in place
-  bool found = false;
-};
-
-std::vector<InputSpec> inputSpecs(const parax::pxe::Executable &exe) {
-  std::vector<InputSpec> specs;
-  for (const parax::pxe::Stage &stage : exe.stages()) {
-    std::vector<int32_t> state = cacheStateInputs(stage);
-    for (const parax::pxe::Buffer &b : stage.buffers()) {
-      if (b.role() != parax::pxe::INPUT || b.input_index() < 0) continue;
-      if (specs.size() <= static_cast<size_t>(b.input_index())) specs.resize(b.input_index() + 1);
-      InputSpec &spec = specs[b.input_index()];
-      spec.shape.assign(b.global_shape().begin(), b.global_shape().end());
-      spec.isInt = b.dtype() == parax::pxe::I32 || b.dtype() == parax::pxe::I64;
-      spec.cacheState = std::find(state.begin(), state.end(), b.id()) != state.end();
-      spec.found = true;
-    }
-  }
-  return specs;
 }
 
 /// The rank that writes replica `replica`'s results: last stage, every
@@ -343,35 +319,28 @@ int main(int argc, char **argv) {
                         : std::string()));
     micro = rows / (exeBatch * replicas);
   }
-  // --generate: step t feeds every row's token t (the prompt's, then the
-  // ones generated) at position t; the KV caches are given as shapes
-  // without values, so each stage keeps its own where it runs.
-  std::vector<InputSpec> specs = inputSpecs(exe.value());
-  int64_t promptLength = 0, positionInput = -1, capacity = 0;
+  // --generate: the step at position t feeds every row's token t (the
+  // prompt's, then the ones generated); the KV caches are given as shapes
+  // without values, so each stage keeps its own where it runs. With
+  // --prefill, the prompt's whole chunks go through that program instead.
+  GenerationProgram step, prefill;
+  StatusOr<parax::pxe::Executable> prefillExe = parax::pxe::Executable();
+  int64_t promptLength = 0, chunks = 0;
   std::vector<int32_t> sequence; // [rows, promptLength + generate], on every rank
   if (generate > 0) {
     if (inputTensors.size() != 1) die("--generate takes one --input: the prompt's tokens [rows, L]");
     const Tensor &prompt = inputTensors[0];
     if (!prompt.isInt || prompt.shape.size() != 2)
       die("--generate: the prompt must be integer tokens [rows, L], got " + prompt.shapeString());
-    if (specs.empty() || !specs[0].isInt || specs[0].shape.size() != 2 || specs[0].shape[1] != 1)
-      die("--generate needs a generation step whose first input is one token per row [batch, 1] "
-          "(build it with --seq 1 --cache C)");
-    for (size_t k = 1; k < specs.size(); ++k) {
-      if (!specs[k].found) die("--generate: no stage reads input #" + std::to_string(k));
-      if (specs[k].shape.empty() && specs[k].isInt) positionInput = static_cast<int64_t>(k);
-      else if (specs[k].cacheState && specs[k].shape.size() == 4) capacity = specs[k].shape[1];
-      else
-        die("--generate: input #" + std::to_string(k) + " " + Tensor{false, specs[k].shape, {}, {}}.shapeString() +
-            " is neither the step's position nor a KV cache the step writes in place");
-    }
-    if (positionInput < 0 || capacity == 0)
-      die("--generate needs a step with a run-time position and KV caches (build it with --cache C)");
+    auto checked = generationProgram(exe.value());
+    if (!checked.isOk()) die(checked.status().message());
+    step = checked.value();
     promptLength = prompt.shape[1];
-    if (promptLength + generate - 1 > capacity)
+    if (promptLength + generate - 1 > step.capacity)
       die("the prompt's " + std::to_string(promptLength) + " tokens and " + std::to_string(generate) +
           " generated ones need " + std::to_string(promptLength + generate - 1) +
-          " cache rows; the step's caches hold " + std::to_string(capacity) + " (build it with a larger --cache)");
+          " cache rows; the step's caches hold " + std::to_string(step.capacity) +
+          " (build it with a larger --cache)");
     if (micro != 1)
       die("--generate runs one batch per data-parallel replica: the prompt has " + std::to_string(rows) +
           " rows, the step takes " + std::to_string(exeBatch * replicas));
@@ -379,43 +348,17 @@ int main(int argc, char **argv) {
     sequence.assign(rows * width, 0);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t t = 0; t < promptLength; ++t) sequence[r * width + t] = prompt.i[r * promptLength + t];
+    if (!prefillPath.empty()) {
+      prefillExe = loadExecutable(prefillPath);
+      if (!prefillExe.isOk()) die(prefillExe.status().message());
+      auto pairs = prefillProgram(prefillExe.value(), exe.value(), step);
+      if (!pairs.isOk()) die(pairs.status().message());
+      prefill = pairs.value();
+      chunks = promptLength / prefill.tokens; // whole chunks; the rest of the prompt goes a token a step
+    }
   }
-  // --prefill: a program like the step but for chunks of `chunk` tokens,
-  // with the same inputs otherwise (position, caches) on the same grid.
-  StatusOr<parax::pxe::Executable> prefillExe = parax::pxe::Executable();
-  int64_t chunk = 0, chunks = 0;
-  if (!prefillPath.empty()) {
-    prefillExe = loadExecutable(prefillPath);
-    if (!prefillExe.isOk()) die(prefillExe.status().message());
-    const auto &a = exe.value().grid(), &b = prefillExe.value().grid();
-    if (a.axis_names_size() != b.axis_names_size() ||
-        !std::equal(a.axis_names().begin(), a.axis_names().end(), b.axis_names().begin()) ||
-        !std::equal(a.shape().begin(), a.shape().end(), b.shape().begin()))
-      die("--prefill: its grid is not the step's (plan both with the same pins)");
-    std::vector<InputSpec> theirs = inputSpecs(prefillExe.value());
-    if (theirs.size() != specs.size() || !theirs[0].isInt || theirs[0].shape.size() != 2 ||
-        theirs[0].shape[0] != exeBatch)
-      die("--prefill: its inputs are not the step's (tokens [" + std::to_string(exeBatch) +
-          ", P], the position, the caches): build it like the step with another --seq");
-    for (size_t k = 1; k < specs.size(); ++k)
-      if (theirs[k].shape != specs[k].shape || theirs[k].cacheState != specs[k].cacheState)
-        die("--prefill: its input #" + std::to_string(k) + " " + Tensor{false, theirs[k].shape, {}, {}}.shapeString() +
-            " is not the step's " + Tensor{false, specs[k].shape, {}, {}}.shapeString());
-    chunk = theirs[0].shape[1];
-    chunks = promptLength / chunk; // whole chunks; the rest of the prompt goes a token a step
-  }
-  auto generationInputs = [&](int64_t t, int64_t tokens = 1) {
-    std::vector<Tensor> in(specs.size());
-    int64_t width = promptLength + generate;
-    in[0] = Tensor::ints({exeBatch, tokens});
-    for (int64_t b = 0; b < exeBatch; ++b)
-      for (int64_t j = 0; j < tokens; ++j)
-        in[0].i[b * tokens + j] = sequence[(replica * exeBatch + b) * width + t + j];
-    for (size_t k = 1; k < specs.size(); ++k)
-      in[k] = Tensor{specs[k].isInt, specs[k].shape, {}, {}};
-    in[positionInput] = Tensor::ints({});
-    in[positionInput].i[0] = static_cast<int32_t>(t);
-    return in;
+  auto inputsAt = [&](const GenerationProgram &program, int64_t t) {
+    return generationInputs(program, sequence, promptLength + generate, replica * exeBatch, t);
   };
 
   auto microbatch = [&](int64_t j) {
@@ -458,10 +401,10 @@ int main(int argc, char **argv) {
 #endif
   Status s = Status::ok();
   if (device == "cpu") {
-    s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), generate > 0 ? generationInputs(0) : microbatch(0));
+    s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), generate > 0 ? inputsAt(step, 0) : microbatch(0));
     if (!s.isOk()) die(s.message());
     if (chunks > 0) { // a second executor; the caches are copied over after the prompt
-      s = cpuPrefill.prepare(prefillExe.value(), rank, comm.get(), *ckpt.value(), generationInputs(0, chunk));
+      s = cpuPrefill.prepare(prefillExe.value(), rank, comm.get(), *ckpt.value(), inputsAt(prefill, 0));
       if (!s.isOk()) die("--prefill: " + s.message());
       prefillSetInputs = [&](const std::vector<Tensor> &in) { return cpuPrefill.setInputs(in); };
       prefillRun = [&] { return cpuPrefill.run(); };
@@ -492,14 +435,14 @@ int main(int argc, char **argv) {
                              "memory and MPI, not NCCL\n", size, devices);
     }
     if (chunks > 0) { // the step then shares its weights and caches
-      s = gpuPrefill.prepare(prefillExe.value(), rank, nccl, *ckpt.value(), generationInputs(0, chunk), gpuIndex);
+      s = gpuPrefill.prepare(prefillExe.value(), rank, nccl, *ckpt.value(), inputsAt(prefill, 0), gpuIndex);
       if (!s.isOk()) die("--prefill: " + s.message());
       prefillSetInputs = [&](const std::vector<Tensor> &in) { return gpuPrefill.setInputs(in); };
       prefillRun = [&] { return gpuPrefill.run(); };
       prefillOutputs = [&] { return gpuPrefill.outputs(); };
       prefillGreedy = [&] { return gpuPrefill.greedyTokens(); };
     }
-    s = gpu.prepare(exe.value(), rank, nccl, *ckpt.value(), generate > 0 ? generationInputs(0) : microbatch(0),
+    s = gpu.prepare(exe.value(), rank, nccl, *ckpt.value(), generate > 0 ? inputsAt(step, 0) : microbatch(0),
                     gpuIndex, chunks > 0 ? &gpuPrefill : nullptr);
     if (!s.isOk()) die(s.message());
     if (chunks > 0)
@@ -566,11 +509,13 @@ int main(int argc, char **argv) {
     int64_t width = promptLength + generate, total = promptLength + generate - 1;
     std::vector<std::vector<float>> stepLogits; // per position: [batch, vocab] (with a second --output)
     int64_t vocab = 0;
-    auto advance = [&](int64_t t, int64_t tokens, std::function<Status(const std::vector<Tensor> &)> &set,
+    auto advance = [&](const GenerationProgram &program, int64_t t,
+                       std::function<Status(const std::vector<Tensor> &)> &set,
                        std::function<Status()> &run, std::function<std::vector<Tensor>()> &outs,
                        std::function<StatusOr<std::vector<int32_t>>()> &greedy) {
-      if (t > 0 || tokens > 1) { // prepare gave the step position 0
-        s = set(generationInputs(t, tokens));
+      int64_t tokens = program.tokens;
+      if (t > 0 || &program != &step) { // prepare gave the step position 0
+        s = set(inputsAt(program, t));
         if (!s.isOk()) die(s.message());
       }
       s = run();
@@ -611,8 +556,8 @@ int main(int argc, char **argv) {
     if (chunks > 0) {
       barrier("the barrier before the prefill");
       auto start = std::chrono::steady_clock::now();
-      for (int64_t c = 0; c < chunks; ++c, t += chunk)
-        advance(t, chunk, prefillSetInputs, prefillRun, prefillOutputs, prefillGreedy);
+      for (int64_t c = 0; c < chunks; ++c, t += prefill.tokens)
+        advance(prefill, t, prefillSetInputs, prefillRun, prefillOutputs, prefillGreedy);
       s = takeCaches();
       if (!s.isOk()) die(s.message());
       barrier("the barrier after the prefill");
@@ -621,7 +566,7 @@ int main(int argc, char **argv) {
     for (; t < total; ++t) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
-      advance(t, 1, setInputs, runOnce, stageOutputs, greedyTokens);
+      advance(step, t, setInputs, runOnce, stageOutputs, greedyTokens);
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
@@ -731,7 +676,7 @@ int main(int argc, char **argv) {
       char prefilled[96] = "";
       if (chunks > 0)
         std::snprintf(prefilled, sizeof prefilled, ", prefill of %lld chunk(s) of %lld tokens in %.3f ms",
-                      static_cast<long long>(chunks), static_cast<long long>(chunk), 1e3 * prefillSeconds);
+                      static_cast<long long>(chunks), static_cast<long long>(prefill.tokens), 1e3 * prefillSeconds);
       how = ", " + std::to_string(generate) + " token(s) generated for each of " + std::to_string(rows) +
             " row(s) after a prompt of " + std::to_string(promptLength) + ", " +
             std::to_string(static_cast<long long>(median > 0 ? rows / median : 0)) + " tokens/s at the median step" +

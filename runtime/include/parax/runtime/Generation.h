@@ -1,0 +1,52 @@
+// Generation.h - what a generation loop asks of its programs: a step built
+// with --cache (tokens [batch, 1], a run-time position, KV caches written in
+// place) and, optionally, a prefill program alike but for chunks of tokens.
+// parax-run --generate drives the loop; an embedder can too.
+
+#ifndef PARAX_RUNTIME_GENERATION_H
+#define PARAX_RUNTIME_GENERATION_H
+
+#include "parax/runtime/Status.h"
+#include "parax/runtime/Tensor.h"
+#include "parax/runtime/executable.pb.h"
+
+#include <vector>
+
+namespace parax::runtime {
+
+/// A model input as an executable declares it, every stage's view joined.
+struct InputSpec {
+  std::vector<int64_t> shape; // global (one data-parallel replica's)
+  bool isInt = false;
+  bool cacheState = false;    // a KV cache a stage writes in place
+  bool found = false;         // some stage reads it
+};
+std::vector<InputSpec> inputSpecs(const pxe::Executable &exe);
+
+/// A generation step's inputs: tokens (input 0), the position, the caches.
+struct GenerationProgram {
+  std::vector<InputSpec> inputs;
+  int64_t batch = 0;         // rows of one replica
+  int64_t tokens = 0;        // per row and step: 1, or a prefill's chunk
+  int64_t positionInput = -1;
+  int64_t capacity = 0;      // rows of each cache
+};
+
+/// Checks that `exe` is a generation step (tokens [batch, 1], a position,
+/// caches and nothing else); errors name the input at fault.
+StatusOr<GenerationProgram> generationProgram(const pxe::Executable &exe);
+
+/// Checks that `prefill` goes with `step`: the same grid, batch, position
+/// and caches (global shapes), tokens [batch, P]; returns it.
+StatusOr<GenerationProgram> prefillProgram(const pxe::Executable &prefill, const pxe::Executable &step,
+                                           const GenerationProgram &stepProgram);
+
+/// The inputs of one step of `program` at position `at`: rows `firstRow ..
+/// firstRow + batch - 1` of `sequence` ([rows, width] tokens), columns `at
+/// ..`; the caches as shapes without values (they keep their own).
+std::vector<Tensor> generationInputs(const GenerationProgram &program, const std::vector<int32_t> &sequence,
+                                     int64_t width, int64_t firstRow, int64_t at);
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_GENERATION_H

@@ -1,0 +1,90 @@
+// Generation.cpp - the generation loop's programs, checked (Generation.h).
+
+#include "parax/runtime/Generation.h"
+#include "parax/runtime/Executable.h"
+
+#include <algorithm>
+
+namespace parax::runtime {
+
+std::vector<InputSpec> inputSpecs(const pxe::Executable &exe) {
+  std::vector<InputSpec> specs;
+  for (const pxe::Stage &stage : exe.stages()) {
+    std::vector<int32_t> state = cacheStateInputs(stage);
+    for (const pxe::Buffer &b : stage.buffers()) {
+      if (b.role() != pxe::INPUT || b.input_index() < 0) continue;
+      if (specs.size() <= static_cast<size_t>(b.input_index())) specs.resize(b.input_index() + 1);
+      InputSpec &spec = specs[b.input_index()];
+      spec.shape.assign(b.global_shape().begin(), b.global_shape().end());
+      spec.isInt = b.dtype() == pxe::I32 || b.dtype() == pxe::I64;
+      spec.cacheState = std::find(state.begin(), state.end(), b.id()) != state.end();
+      spec.found = true;
+    }
+  }
+  return specs;
+}
+
+static std::string shapeText(const std::vector<int64_t> &shape) {
+  return Tensor{false, shape, {}, {}}.shapeString();
+}
+
+StatusOr<GenerationProgram> generationProgram(const pxe::Executable &exe) {
+  GenerationProgram program;
+  program.inputs = inputSpecs(exe);
+  const std::vector<InputSpec> &specs = program.inputs;
+  if (specs.empty() || !specs[0].isInt || specs[0].shape.size() != 2 || specs[0].shape[1] != 1)
+    return Status::error("--generate needs a generation step whose first input is one token per row [batch, 1] "
+                         "(build it with --seq 1 --cache C)");
+  program.batch = specs[0].shape[0];
+  program.tokens = 1;
+  for (size_t k = 1; k < specs.size(); ++k) {
+    if (!specs[k].found) return Status::error("--generate: no stage reads input #" + std::to_string(k));
+    if (specs[k].shape.empty() && specs[k].isInt)
+      program.positionInput = static_cast<int64_t>(k);
+    else if (specs[k].cacheState && specs[k].shape.size() == 4)
+      program.capacity = specs[k].shape[1];
+    else
+      return Status::error("--generate: input #" + std::to_string(k) + " " + shapeText(specs[k].shape) +
+                           " is neither the step's position nor a KV cache the step writes in place");
+  }
+  if (program.positionInput < 0 || program.capacity == 0)
+    return Status::error("--generate needs a step with a run-time position and KV caches (build it with --cache C)");
+  return program;
+}
+
+StatusOr<GenerationProgram> prefillProgram(const pxe::Executable &prefill, const pxe::Executable &step,
+                                           const GenerationProgram &stepProgram) {
+  const pxe::Grid &a = step.grid(), &b = prefill.grid();
+  if (!std::equal(a.axis_names().begin(), a.axis_names().end(), b.axis_names().begin(), b.axis_names().end()) ||
+      !std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end()))
+    return Status::error("--prefill: its grid is not the step's (plan both with the same pins)");
+  GenerationProgram program = stepProgram;
+  program.inputs = inputSpecs(prefill);
+  const std::vector<InputSpec> &theirs = program.inputs, &specs = stepProgram.inputs;
+  if (theirs.size() != specs.size() || !theirs[0].isInt || theirs[0].shape.size() != 2 ||
+      theirs[0].shape[0] != stepProgram.batch)
+    return Status::error("--prefill: its inputs are not the step's (tokens [" + std::to_string(stepProgram.batch) +
+                         ", P], the position, the caches): build it like the step with another --seq");
+  for (size_t k = 1; k < specs.size(); ++k)
+    if (theirs[k].shape != specs[k].shape || theirs[k].cacheState != specs[k].cacheState)
+      return Status::error("--prefill: its input #" + std::to_string(k) + " " + shapeText(theirs[k].shape) +
+                           " is not the step's " + shapeText(specs[k].shape));
+  program.tokens = theirs[0].shape[1];
+  return program;
+}
+
+std::vector<Tensor> generationInputs(const GenerationProgram &program, const std::vector<int32_t> &sequence,
+                                     int64_t width, int64_t firstRow, int64_t at) {
+  std::vector<Tensor> in(program.inputs.size());
+  in[0] = Tensor::ints({program.batch, program.tokens});
+  for (int64_t b = 0; b < program.batch; ++b)
+    for (int64_t j = 0; j < program.tokens; ++j)
+      in[0].i[b * program.tokens + j] = sequence[(firstRow + b) * width + at + j];
+  for (size_t k = 1; k < program.inputs.size(); ++k)
+    in[k] = Tensor{program.inputs[k].isInt, program.inputs[k].shape, {}, {}};
+  in[program.positionInput] = Tensor::ints({});
+  in[program.positionInput].i[0] = static_cast<int32_t>(at);
+  return in;
+}
+
+} // namespace parax::runtime
