@@ -4,6 +4,7 @@
 #include "parax/runtime/Executable.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace parax::runtime {
 
@@ -85,6 +86,39 @@ std::vector<Tensor> generationInputs(const GenerationProgram &program, const std
   in[program.positionInput] = Tensor::ints({});
   in[program.positionInput].i[0] = static_cast<int32_t>(at);
   return in;
+}
+
+static uint64_t splitMix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double sampleUniform(uint64_t seed, int64_t row, int64_t position) {
+  uint64_t h = splitMix64(splitMix64(splitMix64(seed) ^ static_cast<uint64_t>(row)) ^ static_cast<uint64_t>(position));
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+int32_t sampleToken(const float *logits, int64_t vocab, const Sampling &sampling, int64_t row, int64_t position) {
+  std::vector<int32_t> order(vocab);
+  for (int64_t i = 0; i < vocab; ++i) order[i] = static_cast<int32_t>(i);
+  auto likelier = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  if (sampling.temperature <= 0)
+    return *std::min_element(order.begin(), order.end(), likelier);
+  int64_t k = vocab;
+  if (sampling.topK > 0 && sampling.topK < vocab) { // the k most likely, most likely first
+    k = sampling.topK;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), likelier);
+  }
+  float top = logits[*std::min_element(order.begin(), order.begin() + k, likelier)];
+  std::vector<double> weights(k);
+  double total = 0;
+  for (int64_t i = 0; i < k; ++i) total += weights[i] = std::exp((logits[order[i]] - top) / sampling.temperature);
+  double u = sampleUniform(sampling.seed, row, position) * total, sum = 0;
+  for (int64_t i = 0; i < k; ++i)
+    if (u < (sum += weights[i])) return order[i];
+  return order[k - 1];
 }
 
 } // namespace parax::runtime

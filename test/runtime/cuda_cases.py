@@ -92,7 +92,8 @@ CASES = {
 # Generation loops (parax-run --generate, fp32): name -> (preset, batch,
 # workload pins or None, ranks, cache capacity, prompt length, tokens to
 # generate[, prefill chunk: --prefill, a program of that --seq sharing the
-# step's weights and caches]). The GPU's tokens must be the CPU backend's,
+# step's weights and caches (0: none)[, parax-run's sampling options]]).
+# The GPU's tokens must be the CPU backend's,
 # and every position's logits within TOL of the CPU's and of numpy's (on
 # those tokens). The first runs 67 steps, crossing a 64-key tile of the
 # decode kernel.
@@ -102,6 +103,7 @@ GENERATE = {
     "generate-llama-tp2-pp2": ("tiny-llama", 2, "tp=2,pp=2,dp=1", 4, 24, 4, 8),
     "generate-llama-prefill": ("tiny-llama", 2, None, 1, 80, 61, 8, 20),
     "generate-deepseek-v3-prefill-tp2": ("tiny-deepseek-v3", 2, "tp=2,dp=1", 2, 32, 9, 6, 4),
+    "generate-llama-sampled": ("tiny-llama", 2, None, 1, 24, 4, 8, 0, "--temperature 1.0 --top-k 10 --seed 3"),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -170,7 +172,9 @@ def prepare_generate(name, root):
     those tokens."""
     from conftest import Model, replicas
     from parax import reference
-    preset, batch, pins, ranks, capacity, prompt_len, new, *chunk = GENERATE[name]
+    preset, batch, pins, ranks, capacity, prompt_len, new, *rest = GENERATE[name]
+    chunk = rest[:1] if rest and rest[0] else []
+    options = rest[1].split() if len(rest) > 1 else []
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
@@ -185,13 +189,14 @@ def prepare_generate(name, root):
         import shutil
         shutil.rmtree(chunked.dir)
     prompt = np.random.default_rng(5).integers(0, model.cfg.vocab, (batch * dp, prompt_len))
-    tokens, logits = model.generate(exe, ranks, prompt, new, prefill=prefill)
+    tokens, logits = model.generate(exe, ranks, prompt, new, prefill=prefill, extra=options)
     np.save(os.path.join(case_dir, "cpu_tokens.npy"), tokens)
     np.save(os.path.join(case_dir, "cpu.npy"), logits)
     np.save(os.path.join(case_dir, "numpy.npy"), reference.forward(model.cfg, model.weights, tokens[:, :-1]))
     with open(os.path.join(case_dir, "case.json"), "w") as f:
         json.dump({"exe": os.path.basename(exe), "ranks": ranks, "tolerance": TOL, "generate": new,
-                   "inputs": ["prompt.npy"], "prefill": "prefill.pxe" if prefill else None}, f)
+                   "inputs": ["prompt.npy"], "prefill": "prefill.pxe" if prefill else None,
+                   "options": options}, f)
 
 
 def prepare_op(case, root, bin_dir):
@@ -267,7 +272,8 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
                          first, device, steps=2,
                          timeout=timeout, tool=tool, env=env, launcher=case.get("launcher", False),
                          more_outputs=more, generate=generate,
-                         extra=["--prefill", os.path.join(case_dir, case["prefill"])] if case.get("prefill") else [])
+                         extra=(["--prefill", os.path.join(case_dir, case["prefill"])] if case.get("prefill") else [])
+                         + case.get("options", []))
     same_tokens = True
     if generate:
         same_tokens = bool(np.array_equal(gpu, np.load(os.path.join(case_dir, "cpu_tokens.npy"))))

@@ -247,3 +247,62 @@ def test_a_token_outside_the_vocabulary_is_refused_on_both_backends(tmp_path, to
     assert proc.returncode != 0
     assert "token id 256 (element 1 of this rank's part) is outside the vocabulary of 256" in proc.stderr, \
         proc.stderr
+
+
+MASK = (1 << 64) - 1
+
+
+def splitmix64(z):
+    z = (z + 0x9E3779B97F4A7C15) & MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
+
+
+def sample(logits, temperature, top_k, seed, row, position):
+    """The sampler parax-run documents, written again: softmax(logits / T)
+    over the top k (ties to the lower id), inverse CDF at the SplitMix64
+    uniform of (seed, row, position)."""
+    logits = logits.astype(np.float32)
+    order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))
+    k = top_k if 0 < top_k < len(logits) else len(logits)
+    kept = order[:k] if k < len(logits) else list(range(len(logits)))
+    top = logits[order[0]]
+    weights = [np.exp(np.float64(np.float32(logits[i] - top)) / temperature) for i in kept]
+    u = (splitmix64(splitmix64(splitmix64(seed) ^ row) ^ position) >> 11) * 2.0 ** -53 * sum(weights)
+    total = 0.0
+    for i, w in zip(kept, weights):
+        total += w
+        if u < total:
+            return i
+    return kept[-1]
+
+
+@pytest.mark.parametrize("pins,ranks,top_k", [(None, 1, 20), (None, 1, 0), ("tp=2,dp=1", 2, 5), ("dp=2", 2, 20)])
+def test_sampled_generation_is_the_documented_draw(tmp_path, pins, ranks, top_k):
+    """--temperature/--top-k/--seed: every drawn token is what the sampler,
+    written again in numpy, draws from parax's own logits (reproducible
+    anywhere: one rank or many), and the logits are numpy's on those tokens.
+    Another seed draws another sequence."""
+    dp = replicas(pins)
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = model.compile("step", f"decode:batch={2 * dp},context={CAPACITY},{pins}" if pins else None, ranks)
+    prompt = prompt_for(model, 2 * dp)
+    options = ("--temperature", "1.5", "--top-k", str(top_k), "--seed", "42")
+    tokens, logits = model.generate(exe, ranks, prompt, NEW, extra=options)
+    expected = model_reference(model, tokens[:, :-1])
+    np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=1e-4)
+    for row in range(tokens.shape[0]):
+        for position in range(PROMPT, PROMPT + NEW):
+            assert tokens[row, position] == sample(logits[row, position - 1], 1.5, top_k, 42, row, position)
+    other, _ = model.generate(exe, ranks, prompt, NEW, extra=options[:-1] + ("43",))
+    assert not np.array_equal(other, tokens)
+
+
+def test_sampling_options_belong_to_generate(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = model.compile("single")
+    proc = model.run(exe, 1, extra=("--temperature", "0.7"), expect_ok=False)
+    assert "--temperature, --top-k and --seed are part of --generate" in proc.stderr, proc.stderr
+    proc = model.generate(exe, 1, prompt_for(model, 2), 2, extra=("--top-k", "2.5"), expect_ok=False)
+    assert "--top-k must be a non-negative integer, got '2.5'" in proc.stderr, proc.stderr

@@ -49,6 +49,8 @@ void usage() {
                "  --prefill CHUNK.pxe: the prompt's first tokens in chunks of CHUNK's --seq (built like\n"
                "  the step, with --seq P, and planned alike), which writes the same caches; the\n"
                "  CUDA backend shares the weights and caches of both programs\n"
+               "  --temperature T [--top-k K] [--seed S]: draw each token from softmax(logits / T)\n"
+               "  over the K most likely (0: all), reproducibly from S (default: the most likely)\n"
                "  --output: the executable's results in order (the logits; with a decode step\n"
                "  built --return-kv, then each layer's new keys and values)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
@@ -217,6 +219,8 @@ int main(int argc, char **argv) {
   int steps = 1;
   long generate = -1; // --generate K: tokens to generate per row
   std::string prefillPath; // --prefill: a program for the prompt's chunks
+  Sampling sampling;        // --temperature, --top-k, --seed
+  bool samplingGiven = false;
   bool stepsGiven = false;
   std::string device = "cpu";
   for (int i = 1; i < argc; ++i) {
@@ -247,6 +251,18 @@ int main(int argc, char **argv) {
         die("--generate must be a positive count of tokens, got '" + text + "'");
     }
     else if (arg == "--prefill") prefillPath = value();
+    else if (arg == "--temperature" || arg == "--top-k" || arg == "--seed") {
+      std::string text = value();
+      char *end = nullptr;
+      double number = std::strtod(text.c_str(), &end);
+      bool whole = number == static_cast<double>(static_cast<long long>(number));
+      if (text.empty() || *end || !(number >= 0) || (arg != "--temperature" && (!whole || number > 9e15)))
+        die(arg + " must be a non-negative " + (arg == "--temperature" ? "number" : "integer") + ", got '" + text + "'");
+      if (arg == "--temperature") sampling.temperature = number;
+      else if (arg == "--top-k") sampling.topK = static_cast<int64_t>(number);
+      else sampling.seed = static_cast<uint64_t>(number);
+      samplingGiven = true;
+    }
     else if (arg == "--device") device = value();
     else if (arg == "--help" || arg == "-h") { usage(); finalize(); return 0; }
     else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg);
@@ -259,6 +275,7 @@ int main(int argc, char **argv) {
   if (steps == 0 && !outputs.empty()) die("--steps 0 prepares only: it writes no --output");
   if (generate > 0 && stepsGiven) die("--generate runs one step per token: it takes no --steps");
   if (!prefillPath.empty() && generate <= 0) die("--prefill is part of --generate");
+  if (samplingGiven && generate <= 0) die("--temperature, --top-k and --seed are part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
@@ -521,15 +538,26 @@ int main(int argc, char **argv) {
       s = run();
       if (!s.isOk()) die(s.message());
       std::vector<int32_t> chosen(exeBatch);
-      if (replicaWriter) { // the next tokens where the logits are (on the GPU: one index a row comes back)
+      int64_t next = t + tokens;       // the position the chosen tokens take
+      bool picks = next >= promptLength; // (before, the prompt's next token is known)
+      bool greedily = sampling.temperature <= 0;
+      if (replicaWriter && picks && greedily) { // where the logits are (the GPU: one index a row comes back)
         auto picked = greedy();
         if (!picked.isOk()) die(picked.status().message());
         if (static_cast<int64_t>(picked.value().size()) != exeBatch * tokens)
           die("--generate: the first result must be logits [batch, tokens, vocab]");
         for (int64_t b = 0; b < exeBatch; ++b) chosen[b] = picked.value()[b * tokens + tokens - 1];
+      }
+      if (replicaWriter && (outputs.size() > 1 || (picks && !greedily))) {
+        Tensor logits = outs()[0];
+        if (logits.isInt || logits.shape.size() != 3 || logits.shape[0] != exeBatch || logits.shape[1] != tokens)
+          die("--generate: the first result must be logits [batch, tokens, vocab]");
+        vocab = logits.shape.back();
+        if (picks && !greedily) // drawn on the host, the same on any backend
+          for (int64_t b = 0; b < exeBatch; ++b)
+            chosen[b] = sampleToken(&logits.f[(b * tokens + tokens - 1) * vocab], vocab, sampling,
+                                    replica * exeBatch + b, next);
         if (outputs.size() > 1) { // every position's logits too
-          Tensor logits = outs()[0];
-          vocab = logits.shape.back();
           for (int64_t j = 0; j < tokens; ++j) {
             std::vector<float> block(exeBatch * vocab);
             for (int64_t b = 0; b < exeBatch; ++b)
@@ -539,8 +567,7 @@ int main(int argc, char **argv) {
           }
         }
       }
-      int64_t next = t + tokens; // the position the chosen tokens take
-      if (next >= promptLength) {
+      if (picks) {
         for (int64_t r = 0; r < replicas; ++r) {
           std::vector<int32_t> picked = chosen;
           if (size > 1) {

@@ -10,6 +10,7 @@
 #include "parax/runtime/Tensor.h"
 #include "parax/runtime/executable.pb.h"
 
+#include <cstdint>
 #include <vector>
 
 namespace parax::runtime {
@@ -46,6 +47,19 @@ StatusOr<GenerationProgram> prefillProgram(const pxe::Executable &prefill, const
 /// ..`; the caches as shapes without values (they keep their own).
 std::vector<Tensor> generationInputs(const GenerationProgram &program, const std::vector<int32_t> &sequence,
                                      int64_t width, int64_t firstRow, int64_t at);
+
+/// How the next token is picked from a row's logits: the most likely
+/// (temperature 0), or drawn from softmax(logits / temperature) over the
+/// `topK` most likely (0: all), ties to the lower id, with the uniform
+/// number of (seed, row, position) (SplitMix64: reproducible anywhere).
+struct Sampling {
+  double temperature = 0;
+  int64_t topK = 0;
+  uint64_t seed = 0;
+};
+int32_t sampleToken(const float *logits, int64_t vocab, const Sampling &sampling, int64_t row, int64_t position);
+/// The uniform number in [0, 1) that sampleToken draws for (seed, row, position).
+double sampleUniform(uint64_t seed, int64_t row, int64_t position);
 
 } // namespace parax::runtime
 
