@@ -86,14 +86,16 @@ def grid_size(partitioned):
     return n
 
 
-def run_model(exe, weights, inputs, output=None, ranks=1, steps=1, generate=0, prefill=None):
+def run_model(exe, weights, inputs, output=None, ranks=1, steps=1, generate=0, prefill=None,
+              sampling=()):
     """`output`: a path, or a list of paths (one per result, in order).
     `generate` > 0: that many tokens after the prompt (the one input), the
-    prompt's whole chunks through `prefill` (an executable) if given."""
+    prompt's whole chunks through `prefill` (an executable) if given;
+    `sampling`: parax-run's --temperature/--top-k/--seed arguments."""
     cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
            _tool("parax-run"), exe, "--weights", weights]
     cmd += ["--generate", str(generate)] if generate else ["--steps", str(steps)]
-    cmd += ["--prefill", prefill] if prefill else []
+    cmd += (["--prefill", prefill] if prefill else []) + list(sampling)
     for path in inputs:
         cmd += ["--input", path]
     for path in [output] if isinstance(output, str) else (output or []):
@@ -191,6 +193,8 @@ def main(argv=None):
                    help="K tokens after the prompt (--input), with a generation step")
     r.add_argument("--prefill", help="with --generate: a program for the prompt's chunks "
                                      "(built like the step with --seq P)")
+    for option, kind in (("--temperature", float), ("--top-k", int), ("--seed", int)):
+        r.add_argument(option, type=kind, help="with --generate: draw tokens (see parax-run --help)")
     sub.add_parser("demo", help="the README's main job")
     args = parser.parse_args(argv)
     try:
@@ -200,8 +204,11 @@ def main(argv=None):
                           return_kv=args.return_kv, cache=args.cache)
             return 0
         if args.command == "run":
+            sampling = [arg for option, value in (("--temperature", args.temperature),
+                                                  ("--top-k", args.top_k), ("--seed", args.seed))
+                        if value is not None for arg in (option, str(value))]
             print(run_model(args.executable, args.weights, args.input, args.output,
-                            args.ranks, args.steps, args.generate, args.prefill), end="")
+                            args.ranks, args.steps, args.generate, args.prefill, sampling), end="")
             return 0
         return demo()
     except (ToolError, ValueError) as e:

@@ -184,6 +184,11 @@ def test_front_door_compiles_and_generates(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "5 token(s) generated for each of 2 row(s) after a prompt of 3" in proc.stdout, proc.stdout
     assert "prefill of 1 chunk(s) of 2 tokens" in proc.stdout, proc.stdout
+    drawn = str(tmp_path / "drawn.npy")
+    subprocess.run(front + ["run", exe, "--weights", checkpoint, "--input", prompt, "--output", drawn,
+                            "--ranks", "2", "--generate", "5", "--temperature", "2.0", "--seed", "1"],
+                   check=True, capture_output=True, timeout=120, env=env)
+    assert np.load(drawn).shape == (2, 8)
     tokens = np.load(out)
     expected = reference.forward(cfg, weights, tokens[:, :-1])
     np.testing.assert_allclose(np.load(logits), expected, atol=1e-4, rtol=1e-4)
