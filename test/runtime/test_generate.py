@@ -308,6 +308,44 @@ def test_sampling_options_belong_to_generate(tmp_path):
     model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
     exe = model.compile("single")
     proc = model.run(exe, 1, extra=("--temperature", "0.7"), expect_ok=False)
-    assert "--temperature, --top-k and --seed are part of --generate" in proc.stderr, proc.stderr
+    assert "--temperature, --top-k, --seed and --stop-token are part of --generate" in proc.stderr, proc.stderr
     proc = model.generate(exe, 1, prompt_for(model, 2), 2, extra=("--top-k", "2.5"), expect_ok=False)
     assert "--top-k must be a non-negative integer, got '2.5'" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("pins,ranks", [(None, 1), ("pp=2,dp=1", 2)])
+def test_a_stop_token_ends_rows_then_the_loop(tmp_path, pins, ranks):
+    """--stop-token: a row that generates it generates nothing more (its
+    later tokens are the stop token); when every row has, the loop ends and
+    the logits hold the positions run. Rows 0 and 1 share a prompt (they stop
+    together), row 2 does not."""
+    model = Model(str(tmp_path), "tiny-llama", batch=3, seq=1, cache=CAPACITY)
+    exe = model.compile("step", f"decode:batch=3,context={CAPACITY},{pins}" if pins else None, ranks)
+    prompt = prompt_for(model, 3)
+    prompt[1] = prompt[0]
+    free, _ = model.generate(exe, ranks, prompt, NEW)
+    stop = int(free[0, PROMPT + 1])  # row 0's second generated token
+    tokens, logits = model.generate(exe, ranks, prompt, NEW, extra=("--stop-token", str(stop)))
+    for row in range(3):
+        generated = list(free[row, PROMPT:])
+        end = PROMPT + (generated.index(stop) + 1 if stop in generated else NEW)
+        assert (tokens[row, :end] == free[row, :end]).all()
+        assert (tokens[row, end:] == stop).all()
+    # The positions run computed what numpy does on those tokens (a stopped
+    # row's input is the stop token from then on).
+    np.testing.assert_allclose(logits, model_reference(model, tokens[:, :logits.shape[1]]), atol=1e-4, rtol=1e-4)
+    if stop in free[2, PROMPT:]:  # every row stopped: the loop ended early
+        assert logits.shape[1] < PROMPT + NEW - 1
+
+
+def test_every_row_stopping_ends_the_loop_early(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = model.compile("single")
+    prompt = prompt_for(model, 2)
+    prompt[1] = prompt[0]
+    free, _ = model.generate(exe, 1, prompt, NEW)
+    stop = int(free[0, PROMPT])  # the first generated token: both rows stop at once
+    proc = model.generate(exe, 1, prompt, NEW, extra=("--stop-token", str(stop)), expect_ok=False)
+    assert "every row gave the stop token after 1 token(s)" in proc.stdout, proc.stdout
+    tokens, logits = model.generate(exe, 1, prompt, NEW, extra=("--stop-token", str(stop)))
+    assert logits.shape[1] == PROMPT and (tokens[:, PROMPT:] == stop).all()

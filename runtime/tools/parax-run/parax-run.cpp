@@ -51,6 +51,8 @@ void usage() {
                "  CUDA backend shares the weights and caches of both programs\n"
                "  --temperature T [--top-k K] [--seed S]: draw each token from softmax(logits / T)\n"
                "  over the K most likely (0: all), reproducibly from S (default: the most likely)\n"
+               "  --stop-token ID: a row that generates ID generates nothing more (its later tokens\n"
+               "  are ID); the loop ends when every row has (LOGITS then holds the positions run)\n"
                "  --output: the executable's results in order (the logits; with a decode step\n"
                "  built --return-kv, then each layer's new keys and values)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
@@ -220,6 +222,7 @@ int main(int argc, char **argv) {
   long generate = -1; // --generate K: tokens to generate per row
   std::string prefillPath; // --prefill: a program for the prompt's chunks
   Sampling sampling;        // --temperature, --top-k, --seed
+  long long stopToken = -1; // --stop-token
   bool samplingGiven = false;
   bool stepsGiven = false;
   std::string device = "cpu";
@@ -251,6 +254,13 @@ int main(int argc, char **argv) {
         die("--generate must be a positive count of tokens, got '" + text + "'");
     }
     else if (arg == "--prefill") prefillPath = value();
+    else if (arg == "--stop-token") {
+      std::string text = value();
+      char *end = nullptr;
+      stopToken = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end || stopToken < 0 || stopToken > INT32_MAX)
+        die("--stop-token must be a token id, got '" + text + "'");
+    }
     else if (arg == "--temperature" || arg == "--top-k" || arg == "--seed") {
       std::string text = value();
       char *end = nullptr;
@@ -275,7 +285,8 @@ int main(int argc, char **argv) {
   if (steps == 0 && !outputs.empty()) die("--steps 0 prepares only: it writes no --output");
   if (generate > 0 && stepsGiven) die("--generate runs one step per token: it takes no --steps");
   if (!prefillPath.empty() && generate <= 0) die("--prefill is part of --generate");
-  if (samplingGiven && generate <= 0) die("--temperature, --top-k and --seed are part of --generate");
+  if ((samplingGiven || stopToken >= 0) && generate <= 0)
+    die("--temperature, --top-k, --seed and --stop-token are part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
@@ -504,6 +515,7 @@ int main(int argc, char **argv) {
 
   std::vector<double> times;
   double prefillSeconds = 0; // --prefill: the prompt's chunks
+  int64_t ran = 0;           // --generate: positions run
   std::vector<Tensor> results; // the last stage's outputs, microbatches joined
   auto barrier = [&](const char *which) { // around each step, to time it
     if (size == 1) return;
@@ -525,6 +537,8 @@ int main(int argc, char **argv) {
     // most likely next token and broadcasts it.
     int64_t width = promptLength + generate, total = promptLength + generate - 1;
     std::vector<std::vector<float>> stepLogits; // per position: [batch, vocab] (with a second --output)
+    std::vector<bool> stopped(rows, false);     // rows that gave --stop-token
+    auto allStopped = [&] { return stopToken >= 0 && std::all_of(stopped.begin(), stopped.end(), [](bool b) { return b; }); };
     int64_t vocab = 0;
     auto advance = [&](const GenerationProgram &program, int64_t t,
                        std::function<Status(const std::vector<Tensor> &)> &set,
@@ -577,6 +591,13 @@ int main(int argc, char **argv) {
           }
           for (int64_t b = 0; b < exeBatch; ++b) sequence[(r * exeBatch + b) * width + next] = picked[b];
         }
+        // --stop-token: a row that has given it gives it again (every rank
+        // holds every row's tokens, so all agree on when the loop ends).
+        for (int64_t row = 0; stopToken >= 0 && row < rows; ++row) {
+          int32_t &token = sequence[row * width + next];
+          if (stopped[row]) token = static_cast<int32_t>(stopToken);
+          stopped[row] = stopped[row] || token == stopToken;
+        }
       }
     };
     int64_t t = 0;
@@ -590,24 +611,28 @@ int main(int argc, char **argv) {
       barrier("the barrier after the prefill");
       prefillSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
-    for (; t < total; ++t) {
+    for (; t < total && !allStopped(); ++t) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
       advance(step, t, setInputs, runOnce, stageOutputs, greedyTokens);
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
+    ran = t; // positions run (fewer than total when every row stopped)
+    for (int64_t row = 0; row < rows; ++row) // the positions never run: stopped rows
+      for (int64_t after = t + 1; after < width; ++after)
+        sequence[row * width + after] = static_cast<int32_t>(stopToken);
     if (replicaWriter) {
       // This replica's rows of the sequence: [batch, width].
       Tensor tokens = Tensor::ints({exeBatch, width});
       std::copy(sequence.begin() + replica * exeBatch * width, sequence.begin() + (replica + 1) * exeBatch * width,
                 tokens.i.begin());
       results.push_back(std::move(tokens));
-      if (outputs.size() > 1) { // [batch, position, vocab]
-        Tensor ordered = Tensor::floats({exeBatch, total, vocab});
-        for (int64_t t = 0; t < total; ++t)
+      if (outputs.size() > 1) { // [batch, position run, vocab]
+        Tensor ordered = Tensor::floats({exeBatch, ran, vocab});
+        for (int64_t t = 0; t < ran; ++t)
           for (int64_t b = 0; b < exeBatch; ++b)
-            std::copy(&stepLogits[t][b * vocab], &stepLogits[t][(b + 1) * vocab], &ordered.f[(b * total + t) * vocab]);
+            std::copy(&stepLogits[t][b * vocab], &stepLogits[t][(b + 1) * vocab], &ordered.f[(b * ran + t) * vocab]);
         results.push_back(std::move(ordered));
       }
     }
@@ -707,7 +732,11 @@ int main(int argc, char **argv) {
       how = ", " + std::to_string(generate) + " token(s) generated for each of " + std::to_string(rows) +
             " row(s) after a prompt of " + std::to_string(promptLength) + ", " +
             std::to_string(static_cast<long long>(median > 0 ? rows / median : 0)) + " tokens/s at the median step" +
-            prefilled + sharing + how;
+            prefilled + sharing +
+            (ran < promptLength + generate - 1
+                 ? ", every row gave the stop token after " + std::to_string(ran + 1 - promptLength) + " token(s)"
+                 : std::string()) +
+            how;
     }
     std::printf("parax-run: %d rank(s) on %s, %zu instructions on rank %d, %lld "
                 "microbatch(es), step time %.3f ms (median of %zu)%s\n",
