@@ -190,21 +190,20 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         int64_t parts = grid.product(out.dims[2]);
         int64_t kvHeads = attention.getNumKvHeads();
-        Layout q = out;
-        SmallVector<Layout> position;
-        if (attention.getPosition())
-          position.push_back(Layout::replicated(0));
-        if (kvHeads % parts == 0)
-          return llvm::to_vector(llvm::concat<const Layout>(SmallVector<Layout>{q, q, q}, position));
         // Fewer KV heads than ranks: every rank keeps all KV heads (Megatron
         // replicates them), its query heads pick theirs.
-        if (parts % kvHeads)
-          return unsupported(op, out)
-                 << kvHeads << " KV heads neither split over nor evenly serve "
-                 << parts << " ranks";
         Layout kv = out;
-        kv.dims[2].clear();
-        return llvm::to_vector(llvm::concat<const Layout>(SmallVector<Layout>{q, kv, kv}, position));
+        if (kvHeads % parts != 0) {
+          if (parts % kvHeads)
+            return unsupported(op, out)
+                   << kvHeads << " KV heads neither split over nor evenly serve "
+                   << parts << " ranks";
+          kv.dims[2].clear();
+        }
+        SmallVector<Layout> layouts = {out, kv, kv};
+        if (attention.getPosition())
+          layouts.push_back(Layout::replicated(0));
+        return layouts;
       })
       .Case<CacheUpdateOp>([&](auto) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||

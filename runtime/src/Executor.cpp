@@ -155,6 +155,15 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
   stageProto_ = &exe.stages(stage_);
   buffers_.assign(stageProto_->buffers_size(), Tensor());
   cacheState_ = cacheStateInputs(*stageProto_);
+  // Instructions whose token ids or run-time position come from the inputs:
+  // setInputs checks those values (the CUDA kernels cannot report them).
+  readsCheckedInputs_.clear();
+  for (int k = 0; k < stageProto_->instructions_size(); ++k) {
+    const pxe::Instruction &inst = stageProto_->instructions(k);
+    int checked = inst.op() == "embedding" ? 0 : positionOperand(inst);
+    if (checked >= 0 && stageProto_->buffers(inst.operands(checked)).role() == pxe::INPUT)
+      readsCheckedInputs_.push_back(k);
+  }
   runsElsewhere_ = hooks != nullptr; // this executor will not run the stage itself
   // With hooks, parameters that moves of parameters read stay on the host
   // until prepare has run those moves.
@@ -335,52 +344,43 @@ Status Executor::setInputs(const std::vector<Tensor> &inputs) {
       }
     }
   }
-  Status s = checkTokens();
-  return s.isOk() ? checkPositions() : s;
+  return checkInputValues();
 }
 
 // Token ids an embedding reads from the inputs must lie inside its
 // vocabulary (the global table's rows): the CUDA kernel, which cannot
-// report, would give a token outside it a zero embedding.
-Status Executor::checkTokens() const {
-  for (int k = 0; k < stageProto_->instructions_size(); ++k) {
+// report, would give a token outside it a zero embedding. A generation
+// step's run-time position must leave room for its tokens (in the cache,
+// the attention's keys, the position table): the CUDA kernels rely on it.
+Status Executor::checkInputValues() const {
+  for (int k : readsCheckedInputs_) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
-    if (inst.op() != "embedding") continue;
-    const pxe::Buffer &ids = stageProto_->buffers(inst.operands(0)), &table = stageProto_->buffers(inst.operands(1));
-    const Tensor &values = buffers_[ids.id()];
-    if (ids.role() != pxe::INPUT || table.role() != pxe::PARAMETER || table.global_shape_size() != 2 ||
-        values.i.size() != static_cast<size_t>(values.numel()))
+    auto where = [&] {
+      return " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + ", " + inst.op() + ")";
+    };
+    auto dim = [&](int32_t id, int d) { return stageProto_->buffers(id).shape(d); };
+    if (inst.op() == "embedding") {
+      const pxe::Buffer &ids = stageProto_->buffers(inst.operands(0)), &table = stageProto_->buffers(inst.operands(1));
+      const Tensor &values = buffers_[ids.id()];
+      if (table.role() != pxe::PARAMETER || table.global_shape_size() != 2 ||
+          values.i.size() != static_cast<size_t>(values.numel()))
+        continue;
+      int64_t vocab = table.global_shape(0);
+      for (size_t t = 0; t < values.i.size(); ++t)
+        if (values.i[t] < 0 || values.i[t] >= vocab)
+          return Status::error("input #" + std::to_string(ids.input_index()) + ": token id " +
+                               std::to_string(values.i[t]) + " (element " + std::to_string(t) +
+                               " of this rank's part) is outside the vocabulary of " + std::to_string(vocab) +
+                               where());
       continue;
-    int64_t vocab = table.global_shape(0);
-    for (size_t t = 0; t < values.i.size(); ++t)
-      if (values.i[t] < 0 || values.i[t] >= vocab)
-        return Status::error("input #" + std::to_string(ids.input_index()) + ": token id " +
-                             std::to_string(values.i[t]) + " (element " + std::to_string(t) +
-                             " of this rank's part) is outside the vocabulary of " + std::to_string(vocab) +
-                             " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) +
-                             ", embedding)");
-  }
-  return Status::ok();
-}
-
-// A generation step's run-time position must leave room for its tokens (in
-// the cache, the attention's keys, the position table); the CUDA kernels
-// rely on it.
-Status Executor::checkPositions() const {
-  for (int k = 0; k < stageProto_->instructions_size(); ++k) {
-    const pxe::Instruction &inst = stageProto_->instructions(k);
-    int p = positionOperand(inst);
-    if (p < 0 || stageProto_->buffers(inst.operands(p)).role() != pxe::INPUT)
-      continue;
-    const Tensor &position = buffers_[inst.operands(p)];
+    }
+    const Tensor &position = buffers_[inst.operands(positionOperand(inst))];
     if (position.i.size() != 1)
       continue; // kept elsewhere (not a host input)
-    auto dim = [&](int32_t id, int d) { return stageProto_->buffers(id).shape(d); };
     int64_t at = position.i[0], tokens = 0, room = INT64_MAX;
-    std::string what, where = " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + ", " +
-                              inst.op() + ")";
+    std::string what;
     if (at < 0)
-      return Status::error("position " + std::to_string(at) + " is negative" + where);
+      return Status::error("position " + std::to_string(at) + " is negative" + where());
     if (inst.op() == "cache_update") {
       tokens = dim(inst.operands(1), 1), room = dim(inst.operands(0), 1), what = "a KV cache of";
     } else if (inst.op() == "attention") {
@@ -390,7 +390,7 @@ Status Executor::checkPositions() const {
     }
     if (at + tokens > room)
       return Status::error("position " + std::to_string(at) + ": " + std::to_string(tokens) +
-                           " token(s) from there do not fit " + what + " " + std::to_string(room) + where);
+                           " token(s) from there do not fit " + what + " " + std::to_string(room) + where());
   }
   return Status::ok();
 }

@@ -174,10 +174,9 @@ class _Builder:
             self.new_kv += [k, v]
         if self.past:
             k, v = self.join_cache(k, "key"), self.join_cache(v, "value")
-        operands = [q, k, v]
         if self.cache:
             k, v = self.write_cache(k, "key"), self.write_cache(v, "value")
-            operands = [q, k, v, self.position]
+        operands = [q, k, v] + ([self.position] if self.cache else [])
         shape = q[1][:3] + [v[1][3]]
         attrs = (f"causal, head_dim = {head_dim} : i64, num_heads = {heads} : i64, "
                  f"num_kv_heads = {kv_heads} : i64, scale = {f64(scale)}")

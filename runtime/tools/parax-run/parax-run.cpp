@@ -136,6 +136,19 @@ void meanOfScalars(std::vector<Tensor> &results) {
     }
 }
 
+/// A prepared program, whichever backend runs it.
+struct Runner {
+  std::function<Status(const std::vector<Tensor> &)> setInputs;
+  std::function<Status()> run;
+  std::function<std::vector<Tensor>()> outputs;
+  std::function<StatusOr<std::vector<int32_t>>()> greedyTokens;
+};
+template <typename E> Runner runnerOf(E &executor) {
+  return {[&executor](const std::vector<Tensor> &in) { return executor.setInputs(in); },
+          [&executor] { return executor.run(); }, [&executor] { return executor.outputs(); },
+          [&executor] { return executor.greedyTokens(); }};
+}
+
 /// The rank that writes replica `replica`'s results: last stage, every
 /// other coordinate 0.
 int writerOf(const parax::pxe::Executable &exe, int64_t replica) {
@@ -411,15 +424,8 @@ int main(int argc, char **argv) {
   // The backend: the CPU executor, or the CUDA one (one GPU per rank, the
   // local rank's; NCCL communicators when there are several ranks).
   Executor cpu, cpuPrefill;
-  std::function<Status(const std::vector<Tensor> &)> setInputs;
-  std::function<Status()> runOnce;
-  std::function<std::vector<Tensor>()> stageOutputs;
-  std::function<StatusOr<std::vector<int32_t>>()> greedyTokens;
-  // The prefill program's (with --prefill), and handing its caches over.
-  std::function<Status(const std::vector<Tensor> &)> prefillSetInputs;
-  std::function<Status()> prefillRun, takeCaches = [] { return Status::ok(); };
-  std::function<std::vector<Tensor>()> prefillOutputs;
-  std::function<StatusOr<std::vector<int32_t>>()> prefillGreedy;
+  Runner runner, prefillRunner; // the program, and the prefill program (with --prefill)
+  std::function<Status()> takeCaches = [] { return Status::ok(); }; // the prefill's, after the prompt
   std::string sharing; // what the step shares with the prefill program
   int stageIndex = 0;
   size_t instructions = 0, hoisted = 0;
@@ -434,16 +440,10 @@ int main(int argc, char **argv) {
     if (chunks > 0) { // a second executor; the caches are copied over after the prompt
       s = cpuPrefill.prepare(prefillExe.value(), rank, comm.get(), *ckpt.value(), inputsAt(prefill, 0));
       if (!s.isOk()) die("--prefill: " + s.message());
-      prefillSetInputs = [&](const std::vector<Tensor> &in) { return cpuPrefill.setInputs(in); };
-      prefillRun = [&] { return cpuPrefill.run(); };
-      prefillOutputs = [&] { return cpuPrefill.outputs(); };
-      prefillGreedy = [&] { return cpuPrefill.greedyTokens(); };
+      prefillRunner = runnerOf(cpuPrefill);
       takeCaches = [&] { return cpu.adoptCacheState(cpuPrefill); };
     }
-    setInputs = [&](const std::vector<Tensor> &in) { return cpu.setInputs(in); };
-    runOnce = [&] { return cpu.run(); };
-    stageOutputs = [&] { return cpu.outputs(); };
-    greedyTokens = [&] { return cpu.greedyTokens(); };
+    runner = runnerOf(cpu);
     stageIndex = cpu.stage();
     instructions = cpu.instructionCount();
     hoisted = cpu.hoistedInstructions();
@@ -465,10 +465,7 @@ int main(int argc, char **argv) {
     if (chunks > 0) { // the step then shares its weights and caches
       s = gpuPrefill.prepare(prefillExe.value(), rank, nccl, *ckpt.value(), inputsAt(prefill, 0), gpuIndex);
       if (!s.isOk()) die("--prefill: " + s.message());
-      prefillSetInputs = [&](const std::vector<Tensor> &in) { return gpuPrefill.setInputs(in); };
-      prefillRun = [&] { return gpuPrefill.run(); };
-      prefillOutputs = [&] { return gpuPrefill.outputs(); };
-      prefillGreedy = [&] { return gpuPrefill.greedyTokens(); };
+      prefillRunner = runnerOf(gpuPrefill);
     }
     s = gpu.prepare(exe.value(), rank, nccl, *ckpt.value(), generate > 0 ? inputsAt(step, 0) : microbatch(0),
                     gpuIndex, chunks > 0 ? &gpuPrefill : nullptr);
@@ -476,10 +473,7 @@ int main(int argc, char **argv) {
     if (chunks > 0)
       sharing = ", " + std::to_string(gpu.sharedParameters()) + " parameter(s) and " +
                 std::to_string(gpu.sharedCaches()) + " KV cache(s) shared with the prefill program";
-    setInputs = [&](const std::vector<Tensor> &in) { return gpu.setInputs(in); };
-    runOnce = [&] { return gpu.run(); };
-    stageOutputs = [&] { return gpu.outputs(); };
-    greedyTokens = [&] { return gpu.greedyTokens(); };
+    runner = runnerOf(gpu);
     stageIndex = gpu.stage();
     instructions = gpu.instructionCount();
     hoisted = gpu.hoistedInstructions();
@@ -540,30 +534,27 @@ int main(int argc, char **argv) {
     std::vector<bool> stopped(rows, false);     // rows that gave --stop-token
     auto allStopped = [&] { return stopToken >= 0 && std::all_of(stopped.begin(), stopped.end(), [](bool b) { return b; }); };
     int64_t vocab = 0;
-    auto advance = [&](const GenerationProgram &program, int64_t t,
-                       std::function<Status(const std::vector<Tensor> &)> &set,
-                       std::function<Status()> &run, std::function<std::vector<Tensor>()> &outs,
-                       std::function<StatusOr<std::vector<int32_t>>()> &greedy) {
+    auto advance = [&](const GenerationProgram &program, int64_t t, Runner &running) {
       int64_t tokens = program.tokens;
       if (t > 0 || &program != &step) { // prepare gave the step position 0
-        s = set(inputsAt(program, t));
+        s = running.setInputs(inputsAt(program, t));
         if (!s.isOk()) die(s.message());
       }
-      s = run();
+      s = running.run();
       if (!s.isOk()) die(s.message());
       std::vector<int32_t> chosen(exeBatch);
       int64_t next = t + tokens;       // the position the chosen tokens take
       bool picks = next >= promptLength; // (before, the prompt's next token is known)
       bool greedily = sampling.temperature <= 0;
       if (replicaWriter && picks && greedily) { // where the logits are (the GPU: one index a row comes back)
-        auto picked = greedy();
+        auto picked = running.greedyTokens();
         if (!picked.isOk()) die(picked.status().message());
         if (static_cast<int64_t>(picked.value().size()) != exeBatch * tokens)
           die("--generate: the first result must be logits [batch, tokens, vocab]");
         for (int64_t b = 0; b < exeBatch; ++b) chosen[b] = picked.value()[b * tokens + tokens - 1];
       }
       if (replicaWriter && (outputs.size() > 1 || (picks && !greedily))) {
-        Tensor logits = outs()[0];
+        Tensor logits = running.outputs()[0];
         if (logits.isInt || logits.shape.size() != 3 || logits.shape[0] != exeBatch || logits.shape[1] != tokens)
           die("--generate: the first result must be logits [batch, tokens, vocab]");
         vocab = logits.shape.back();
@@ -605,7 +596,7 @@ int main(int argc, char **argv) {
       barrier("the barrier before the prefill");
       auto start = std::chrono::steady_clock::now();
       for (int64_t c = 0; c < chunks; ++c, t += prefill.tokens)
-        advance(prefill, t, prefillSetInputs, prefillRun, prefillOutputs, prefillGreedy);
+        advance(prefill, t, prefillRunner);
       s = takeCaches();
       if (!s.isOk()) die(s.message());
       barrier("the barrier after the prefill");
@@ -614,7 +605,7 @@ int main(int argc, char **argv) {
     for (; t < total && !allStopped(); ++t) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
-      advance(step, t, setInputs, runOnce, stageOutputs, greedyTokens);
+      advance(step, t, runner);
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
@@ -643,12 +634,12 @@ int main(int argc, char **argv) {
       results.clear();
       for (int64_t j = 0; j < micro; ++j) {
         if (j > 0 || (step > 0 && micro > 1)) { // prepare set microbatch 0 for the first step
-          s = setInputs(microbatch(j));
+          s = runner.setInputs(microbatch(j));
           if (!s.isOk()) die(s.message());
         }
-        s = runOnce();
+        s = runner.run();
         if (!s.isOk()) die(s.message());
-        std::vector<Tensor> outs = stageOutputs();
+        std::vector<Tensor> outs = runner.outputs();
         for (size_t k = 0; k < outs.size(); ++k) {
           if (results.size() <= k)
             results.push_back(outs[k]);

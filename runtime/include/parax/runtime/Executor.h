@@ -87,8 +87,7 @@ private:
   struct Impl;
   std::vector<int64_t> boxStart(const pxe::Buffer &buffer) const;
   Status hoistParameterMoves();
-  Status checkPositions() const;
-  Status checkTokens() const;
+  Status checkInputValues() const;
   const pxe::Executable *exe_ = nullptr;
   const pxe::Stage *stageProto_ = nullptr;
   Communicator *comm_ = nullptr;
@@ -98,6 +97,7 @@ private:
   std::vector<Tensor> buffers_;
   std::vector<bool> hoisted_; // per instruction
   std::vector<int32_t> cacheState_; // cacheStateInputs of the stage
+  std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
 };
 
