@@ -705,7 +705,7 @@ size_t CudaExecutor::instructionCount() const { return s_->host.instructionCount
 
 Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunicator *comm,
                              const Checkpoint &weights, const std::vector<Tensor> &inputs,
-                             int device, const CudaExecutor *share) {
+                             int device, const CudaExecutor *share, Share what) {
   if (cudaDeviceCount() == 0)
     return Status::error("no CUDA device");
   PARAX_CUDA(cudaSetDevice(device));
@@ -781,7 +781,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     // Temporaries are placed once hoisting and fusion are known.
     if (proto.role() != pxe::INPUT) continue;
     DeviceBuffer &d = s.buffers[proto.id()];
-    if (share && s.host.isCacheState(proto.id())) { // the cache `share` writes for this input
+    if (share && what == Share::WeightsAndCaches && s.host.isCacheState(proto.id())) { // `share`'s cache
       int32_t theirs = share->s_->sameBox(proto);
       if (theirs < 0 || !share->s_->host.isCacheState(theirs))
         return Status::error("input #" + std::to_string(proto.input_index()) +

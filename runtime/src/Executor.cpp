@@ -418,17 +418,17 @@ std::vector<Tensor> Executor::outputs() const {
   return out;
 }
 
-Status Executor::adoptCacheState(const Executor &from) {
+Status Executor::swapCacheState(CacheSet &held) {
   for (int32_t id : cacheState_) {
     const pxe::Buffer &mine = stageProto_->buffers(id);
-    const Tensor *theirs = nullptr;
-    for (int32_t other : from.cacheState_)
-      if (sameInputBox(from.stageProto_->buffers(other), mine))
-        theirs = &from.buffers_[other];
-    if (!theirs || !theirs->hasValues())
-      return Status::error("input #" + std::to_string(mine.input_index()) +
-                           ": the other program keeps no KV cache of this rank's box of it (plan both alike)");
-    buffers_[id] = *theirs;
+    Tensor &buffer = buffers_[id];
+    auto [it, added] = held.try_emplace(mine.input_index());
+    if (added) it->second = Tensor::floats(buffer.shape);
+    if (it->second.shape != buffer.shape)
+      return Status::error("input #" + std::to_string(mine.input_index()) + ": a KV cache " +
+                           it->second.shapeString() + " where this program keeps " + buffer.shapeString() +
+                           " (plan both programs alike)");
+    std::swap(buffer, it->second);
   }
   return Status::ok();
 }

@@ -104,6 +104,10 @@ GENERATE = {
     "generate-llama-prefill": ("tiny-llama", 2, None, 1, 80, 61, 8, 20),
     "generate-deepseek-v3-prefill-tp2": ("tiny-deepseek-v3", 2, "tp=2,dp=1", 2, 32, 9, 6, 4),
     "generate-llama-sampled": ("tiny-llama", 2, None, 1, 24, 4, 8, 0, "--temperature 1.0 --top-k 10 --seed 3"),
+    # Prompt rows of several batches: one program (and KV caches) per
+    # microbatch, borrowing microbatch 0's weights.
+    "generate-llama-micro3": ("tiny-llama", 2, None, 1, 24, 4, 8, 0, "", 3),
+    "generate-llama-pp2-micro2-prefill": ("tiny-llama", 2, "pp=2,dp=1", 2, 24, 7, 6, 3, "", 2),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -175,6 +179,7 @@ def prepare_generate(name, root):
     preset, batch, pins, ranks, capacity, prompt_len, new, *rest = GENERATE[name]
     chunk = rest[:1] if rest and rest[0] else []
     options = rest[1].split() if len(rest) > 1 else []
+    micro = rest[2] if len(rest) > 2 else 1  # the prompt's batches per replica
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
@@ -188,7 +193,7 @@ def prepare_generate(name, root):
         prefill = os.path.join(case_dir, "prefill.pxe")
         import shutil
         shutil.rmtree(chunked.dir)
-    prompt = np.random.default_rng(5).integers(0, model.cfg.vocab, (batch * dp, prompt_len))
+    prompt = np.random.default_rng(5).integers(0, model.cfg.vocab, (batch * dp * micro, prompt_len))
     tokens, logits = model.generate(exe, ranks, prompt, new, prefill=prefill, extra=options)
     np.save(os.path.join(case_dir, "cpu_tokens.npy"), tokens)
     np.save(os.path.join(case_dir, "cpu.npy"), logits)
@@ -196,7 +201,7 @@ def prepare_generate(name, root):
     with open(os.path.join(case_dir, "case.json"), "w") as f:
         json.dump({"exe": os.path.basename(exe), "ranks": ranks, "tolerance": TOL, "generate": new,
                    "inputs": ["prompt.npy"], "prefill": "prefill.pxe" if prefill else None,
-                   "options": options}, f)
+                   "options": options, "micro": micro}, f)
 
 
 def prepare_op(case, root, bin_dir):
@@ -302,6 +307,8 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "cache_writes_in_place": _counted(log, "KV cache(s) written in place"),
             "shared_parameters": _counted(log, "parameter(s) and"),
             "shared_caches": _counted(log, "KV cache(s) shared with the prefill program"),
+            "microbatch_shared": _counted(log, "parameter(s) of microbatch 0 shared"),
+            "micro": case.get("micro", 1),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 
 

@@ -59,8 +59,13 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         # A prefill program lends the step its weights and caches (the
         # step's device memory is the prefill's): every cache, and the
         # parameters of the same boxes.
+        micro = result["micro"]
         if "prefill" in name:
-            assert result["shared_caches"] == 4 and result["shared_parameters"] > 10, result
+            caches = 2 if "pp2" in name else 4
+            assert result["shared_caches"] == caches * micro and result["shared_parameters"] > 10, result
+        # Each further microbatch's programs borrow microbatch 0's weights
+        # (they hold only their own caches and temporaries).
+        assert (result["microbatch_shared"] > 10) == (micro > 1), result
         # A capture the emulator refuses would be refused on a GPU too.
         assert not result["graph_refused"], result
         # Steps after the first replay one CUDA graph unless the stage

@@ -75,6 +75,40 @@ def test_sharded_generation_matches_numpy(tmp_path, preset, pins, ranks):
     check_generation(model, tokens, logits, PROMPT)
 
 
+# (pins, ranks, prefill?): rows beyond one batch a replica run as microbatches
+MICROBATCH_PLANS = [(None, 1, False), ("pp=2,dp=1", 2, False), ("dp=2,pp=2", 4, False),
+                    ("tp=2,pp=2", 4, True), ("pp=2,dp=1", 2, True)]
+
+
+@pytest.mark.parametrize("pins,ranks,prefilled", MICROBATCH_PLANS,
+                         ids=[f"{p[0] or 'single'}{'-prefill' if p[2] else ''}" for p in MICROBATCH_PLANS])
+def test_microbatches_each_keep_their_caches(tmp_path, pins, ranks, prefilled):
+    """Three batches a replica: three microbatches, each with its own KV
+    caches, run in turn on every stage (stage 1 on microbatch m while stage 0
+    is on m + 1). Every row's logits are numpy's on its own tokens; the
+    rows equal what one batch at a time generates."""
+    dp, micro = replicas(pins), 3
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY + 4)
+    workload = f"decode:batch={2 * dp},context={CAPACITY + 4},{pins}" if pins else None
+    exe = model.compile("step", workload, ranks)
+    prefill = None
+    if prefilled:
+        chunked = Model(os.path.join(str(tmp_path), "prefill"), "tiny-llama", seq=3, cache=CAPACITY + 4)
+        prefill = chunked.compile("prefill", workload, ranks)
+    prompt = np.random.default_rng(5).integers(0, model.cfg.vocab, size=(2 * dp * micro, 7))
+    proc = model.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{2 * dp * micro} row(s) after a prompt of 7" in proc.stdout, proc.stdout
+    assert f"{micro} microbatch(es)" in proc.stdout, proc.stdout
+    tokens, logits = model.generate(exe, ranks, prompt, NEW, prefill=prefill)
+    check_generation(model, tokens, logits, 7)
+    # The same rows, one batch a replica at a time.
+    for k in range(micro):
+        rows = [r for rep in range(dp) for r in range((rep * micro + k) * 2, (rep * micro + k) * 2 + 2)]
+        alone, _ = model.generate(exe, ranks, prompt[rows], NEW, prefill=prefill)
+        assert (alone == tokens[rows]).all(), k
+
+
 def test_each_rank_keeps_only_its_kv_heads(tmp_path):
     """Under TP the caches are inputs split by KV heads, written in place by
     cache_update: no rank holds (or gathers) another's heads."""
@@ -349,3 +383,27 @@ def test_every_row_stopping_ends_the_loop_early(tmp_path):
     assert "every row gave the stop token after 1 token(s)" in proc.stdout, proc.stdout
     tokens, logits = model.generate(exe, 1, prompt, NEW, extra=("--stop-token", str(stop)))
     assert logits.shape[1] == PROMPT and (tokens[:, PROMPT:] == stop).all()
+
+
+@pytest.mark.parametrize("pins,ranks", [(None, 1), ("pp=2,dp=1", 2)])
+def test_a_stopped_microbatch_runs_no_more_steps(tmp_path, pins, ranks):
+    """Two microbatches: the first's rows share a prompt and stop at their
+    first generated token, the second's go on. The stopped microbatch runs
+    nothing more (its logits are NaN from then on, its tokens the stop
+    token); the other's tokens and logits are what it computes alone."""
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = model.compile("step", f"decode:batch=2,context={CAPACITY},{pins}" if pins else None, ranks)
+    prompt = prompt_for(model, 4)
+    prompt[1] = prompt[0]
+    free, _ = model.generate(exe, ranks, prompt, NEW)
+    stop = int(free[0, PROMPT])
+    if stop in free[2:, PROMPT:]:
+        pytest.skip("the second microbatch would stop too: no longer a test of one stopping alone")
+    tokens, logits = model.generate(exe, ranks, prompt, NEW, extra=("--stop-token", str(stop)))
+    assert logits.shape == (4, PROMPT + NEW - 1, model.cfg.vocab)
+    assert (tokens[:2, PROMPT:] == stop).all() and (tokens[2:] == free[2:]).all()
+    assert np.isnan(logits[:2, PROMPT:]).all() and not np.isnan(logits[:2, :PROMPT]).any()
+    assert not np.isnan(logits[2:]).any()
+    np.testing.assert_allclose(logits[2:], model_reference(model, tokens[2:, :-1]), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(logits[:2, :PROMPT], model_reference(model, tokens[:2, :PROMPT]), atol=1e-4,
+                               rtol=1e-4)

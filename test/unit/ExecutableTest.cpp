@@ -1,10 +1,15 @@
 // The executable validator on hand-made generation steps: a run-time
 // position must be an integer scalar and a cache_update's shapes must fit,
-// whatever the file says.
+// whatever the file says. Then the CPU executor running such a step for
+// several microbatches, each with its own KV caches.
 
 #include "parax/runtime/Executable.h"
+#include "parax/runtime/Executor.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
 
 using namespace parax::runtime;
 namespace pxe = parax::pxe;
@@ -83,6 +88,79 @@ TEST(Executable, ACacheReadElsewhereIsNotWrittenInPlace) {
   pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
   exe.mutable_stages(0)->add_outputs(0); // the old cache is a result too
   EXPECT_TRUE(cacheStateInputs(exe.stages(0)).empty());
+}
+
+// A checkpoint without tensors (the hand-made step has no parameters).
+std::shared_ptr<Checkpoint> emptyCheckpoint() {
+  std::string path = testing::TempDir() + "/parax-empty.safetensors";
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::string header = "{}      "; // 8 bytes
+    uint64_t size = header.size();
+    out.write(reinterpret_cast<const char *>(&size), sizeof size);
+    out << header;
+  }
+  auto opened = Checkpoint::open(path);
+  EXPECT_TRUE(opened.isOk()) << opened.status().message();
+  std::remove(path.c_str());
+  return opened.value();
+}
+
+// The step's inputs at `position`: the cache as a shape only (it keeps its
+// own), one new row of keys all equal to `value`.
+std::vector<Tensor> stepInputs(int32_t position, float value) {
+  Tensor cache{false, {1, 8, 2, 4}, {}, {}};
+  Tensor rows = Tensor::floats({1, 1, 2, 4});
+  std::fill(rows.f.begin(), rows.f.end(), value);
+  Tensor at = Tensor::ints({});
+  at.i[0] = position;
+  return {cache, rows, at};
+}
+
+// Row `row` of a [1, 8, 2, 4] cache, all 8 values equal to `value`?
+bool rowHolds(const Tensor &cache, int row, float value) {
+  for (int k = 0; k < 8; ++k)
+    if (cache.f[row * 8 + k] != value) return false;
+  return true;
+}
+
+TEST(Executor, EachMicrobatchKeepsItsOwnCaches) {
+  pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
+  auto weights = emptyCheckpoint();
+  Executor executor;
+  Status s = executor.prepare(exe, 0, nullptr, *weights, stepInputs(0, 1));
+  ASSERT_TRUE(s.isOk()) << s.message();
+  Executor::CacheSet first, second;
+  auto step = [&](Executor::CacheSet &caches, int32_t position, float value) {
+    ASSERT_TRUE(executor.setInputs(stepInputs(position, value)).isOk());
+    ASSERT_TRUE(executor.swapCacheState(caches).isOk());
+    ASSERT_TRUE(executor.run().isOk());
+    ASSERT_TRUE(executor.swapCacheState(caches).isOk());
+  };
+  step(first, 0, 1);  // microbatch 0 writes row 0
+  step(second, 0, 5); // microbatch 1 writes its own row 0
+  step(first, 1, 2);  // microbatch 0 goes on from its own cache
+  ASSERT_EQ(first.size(), 1u);
+  const Tensor &a = first.at(0), &b = second.at(0);
+  EXPECT_TRUE(rowHolds(a, 0, 1) && rowHolds(a, 1, 2) && rowHolds(a, 2, 0));
+  EXPECT_TRUE(rowHolds(b, 0, 5) && rowHolds(b, 1, 0));
+  // The step's result is microbatch 0's whole updated cache.
+  Tensor result = executor.outputs()[0];
+  EXPECT_TRUE(rowHolds(result, 0, 1) && rowHolds(result, 1, 2));
+}
+
+TEST(Executor, RefusesACacheOfAnotherShape) {
+  pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
+  auto weights = emptyCheckpoint();
+  Executor executor;
+  ASSERT_TRUE(executor.prepare(exe, 0, nullptr, *weights, stepInputs(0, 1)).isOk());
+  Executor::CacheSet other;
+  other[0] = Tensor::floats({1, 4, 2, 4}); // a program planned with a smaller cache
+  Status s = executor.swapCacheState(other);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("input #0: a KV cache [1, 4, 2, 4] where this program keeps [1, 8, 2, 4]"),
+            std::string::npos)
+      << s.message();
 }
 
 } // namespace

@@ -26,6 +26,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <limits>
+#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
@@ -45,14 +48,17 @@ void usage() {
                "  step (built --seq 1 --cache C): the prompt's tokens are fed one step each,\n"
                "  then each step's most likely token; the KV caches stay where the step runs\n"
                "  (on the device) and are written in place. Outputs: the prompt and the\n"
-               "  generated tokens [rows, L + K], and each step's logits [rows, L + K - 1, V]\n"
+               "  generated tokens [rows, L + K], and each step's logits [rows, L + K - 1, V]. Rows of\n"
+               "  several batches per replica run as microbatches, each with its own caches, in\n"
+               "  turn on every pipeline stage (stage s+1 on one while stage s is on the next)\n"
                "  --prefill CHUNK.pxe: the prompt's first tokens in chunks of CHUNK's --seq (built like\n"
                "  the step, with --seq P, and planned alike), which writes the same caches; the\n"
                "  CUDA backend shares the weights and caches of both programs\n"
                "  --temperature T [--top-k K] [--seed S]: draw each token from softmax(logits / T)\n"
                "  over the K most likely (0: all), reproducibly from S (default: the most likely)\n"
                "  --stop-token ID: a row that generates ID generates nothing more (its later tokens\n"
-               "  are ID); the loop ends when every row has (LOGITS then holds the positions run)\n"
+               "  are ID); a microbatch whose rows all have runs no more steps (its LOGITS are NaN\n"
+               "  there), and the loop ends when every row has (LOGITS then holds the positions run)\n"
                "  --output: the executable's results in order (the logits; with a decode step\n"
                "  built --return-kv, then each layer's new keys and values)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
@@ -147,6 +153,20 @@ template <typename E> Runner runnerOf(E &executor) {
   return {[&executor](const std::vector<Tensor> &in) { return executor.setInputs(in); },
           [&executor] { return executor.run(); }, [&executor] { return executor.outputs(); },
           [&executor] { return executor.greedyTokens(); }};
+}
+
+/// The CPU executor running one microbatch of a generation loop: each run
+/// takes that microbatch's KV caches and gives them back.
+Runner runnerWithCaches(Executor &executor, Executor::CacheSet &caches) {
+  Runner runner = runnerOf(executor);
+  runner.run = [&executor, &caches] {
+    Status s = executor.swapCacheState(caches);
+    if (!s.isOk()) return s;
+    s = executor.run();
+    Status back = executor.swapCacheState(caches);
+    return s.isOk() ? back : s;
+  };
+  return runner;
 }
 
 /// The rank that writes replica `replica`'s results: last stage, every
@@ -382,9 +402,6 @@ int main(int argc, char **argv) {
           " generated ones need " + std::to_string(promptLength + generate - 1) +
           " cache rows; the step's caches hold " + std::to_string(step.capacity) +
           " (build it with a larger --cache)");
-    if (micro != 1)
-      die("--generate runs one batch per data-parallel replica: the prompt has " + std::to_string(rows) +
-          " rows, the step takes " + std::to_string(exeBatch * replicas));
     int64_t width = promptLength + generate;
     sequence.assign(rows * width, 0);
     for (int64_t r = 0; r < rows; ++r)
@@ -398,8 +415,10 @@ int main(int argc, char **argv) {
       chunks = promptLength / prefill.tokens; // whole chunks; the rest of the prompt goes a token a step
     }
   }
-  auto inputsAt = [&](const GenerationProgram &program, int64_t t) {
-    return generationInputs(program, sequence, promptLength + generate, replica * exeBatch, t);
+  // Microbatch m of this replica: rows (replica * micro + m) * batch ..
+  auto firstRowOf = [&](int64_t m) { return (replica * micro + m) * exeBatch; };
+  auto inputsAt = [&](const GenerationProgram &program, int64_t t, int64_t m) {
+    return generationInputs(program, sequence, promptLength + generate, firstRowOf(m), t);
   };
 
   auto microbatch = [&](int64_t j) {
@@ -423,27 +442,35 @@ int main(int argc, char **argv) {
 
   // The backend: the CPU executor, or the CUDA one (one GPU per rank, the
   // local rank's; NCCL communicators when there are several ranks).
+  // --generate over several microbatches a replica: each has its own KV
+  // caches and its own runner of the step (and of the prefill program), so
+  // that the pipeline stages work on different microbatches at once.
+  const int64_t programs = generate > 0 ? micro : 1;
   Executor cpu, cpuPrefill;
-  Runner runner, prefillRunner; // the program, and the prefill program (with --prefill)
-  std::function<Status()> takeCaches = [] { return Status::ok(); }; // the prefill's, after the prompt
-  std::string sharing; // what the step shares with the prefill program
+  std::vector<Executor::CacheSet> caches(programs); // the CPU backend's, per microbatch
+  std::vector<Runner> runners(programs), prefills(programs); // per microbatch
+  std::string sharing; // what the programs share
   int stageIndex = 0;
   size_t instructions = 0, hoisted = 0;
 #ifdef PARAX_WITH_CUDA
-  CudaExecutor gpuPrefill, gpu; // the step may borrow the prefill's memory: it goes first
+  // The step may borrow the prefill's memory, and microbatch m's programs
+  // microbatch 0's weights: lenders are declared (and prepared) first.
+  std::vector<std::unique_ptr<CudaExecutor>> gpuPrefills, gpus;
   NcclCommunicator *nccl = nullptr;
 #endif
   Status s = Status::ok();
   if (device == "cpu") {
-    s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), generate > 0 ? inputsAt(step, 0) : microbatch(0));
+    s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), generate > 0 ? inputsAt(step, 0, 0) : microbatch(0));
     if (!s.isOk()) die(s.message());
-    if (chunks > 0) { // a second executor; the caches are copied over after the prompt
-      s = cpuPrefill.prepare(prefillExe.value(), rank, comm.get(), *ckpt.value(), inputsAt(prefill, 0));
+    if (chunks > 0) {
+      s = cpuPrefill.prepare(prefillExe.value(), rank, comm.get(), *ckpt.value(), inputsAt(prefill, 0, 0));
       if (!s.isOk()) die("--prefill: " + s.message());
-      prefillRunner = runnerOf(cpuPrefill);
-      takeCaches = [&] { return cpu.adoptCacheState(cpuPrefill); };
     }
-    runner = runnerOf(cpu);
+    // One executor a program; each run takes its microbatch's caches.
+    for (int64_t m = 0; m < programs; ++m) {
+      runners[m] = generate > 0 ? runnerWithCaches(cpu, caches[m]) : runnerOf(cpu);
+      if (chunks > 0) prefills[m] = runnerWithCaches(cpuPrefill, caches[m]);
+    }
     stageIndex = cpu.stage();
     instructions = cpu.instructionCount();
     hoisted = cpu.hoistedInstructions();
@@ -462,21 +489,39 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "parax-run: %d ranks share %d GPU(s): collectives go through host "
                              "memory and MPI, not NCCL\n", size, devices);
     }
-    if (chunks > 0) { // the step then shares its weights and caches
-      s = gpuPrefill.prepare(prefillExe.value(), rank, nccl, *ckpt.value(), inputsAt(prefill, 0), gpuIndex);
-      if (!s.isOk()) die("--prefill: " + s.message());
-      prefillRunner = runnerOf(gpuPrefill);
+    using Share = CudaExecutor::Share;
+    size_t sharedParameters = 0, sharedCaches = 0, borrowedWeights = 0;
+    for (int64_t m = 0; m < programs; ++m) {
+      // Microbatch m > 0 borrows microbatch 0's weights; the step borrows
+      // its prefill program's weights and caches.
+      if (chunks > 0) {
+        gpuPrefills.push_back(std::make_unique<CudaExecutor>());
+        s = gpuPrefills[m]->prepare(prefillExe.value(), rank, nccl, *ckpt.value(), inputsAt(prefill, 0, m),
+                                    gpuIndex, m > 0 ? gpuPrefills[0].get() : nullptr, Share::Weights);
+        if (!s.isOk()) die("--prefill: " + s.message());
+        prefills[m] = runnerOf(*gpuPrefills[m]);
+        if (m > 0) borrowedWeights += gpuPrefills[m]->sharedParameters();
+      }
+      gpus.push_back(std::make_unique<CudaExecutor>());
+      const CudaExecutor *lender = chunks > 0 ? gpuPrefills[m].get() : m > 0 ? gpus[0].get() : nullptr;
+      s = gpus[m]->prepare(exe.value(), rank, nccl, *ckpt.value(),
+                           generate > 0 ? inputsAt(step, 0, m) : microbatch(0), gpuIndex, lender,
+                           chunks > 0 ? Share::WeightsAndCaches : Share::Weights);
+      if (!s.isOk()) die(s.message());
+      runners[m] = runnerOf(*gpus[m]);
+      sharedParameters += gpus[m]->sharedParameters();
+      sharedCaches += gpus[m]->sharedCaches();
+      if (m > 0 && chunks == 0) borrowedWeights += gpus[m]->sharedParameters();
     }
-    s = gpu.prepare(exe.value(), rank, nccl, *ckpt.value(), generate > 0 ? inputsAt(step, 0) : microbatch(0),
-                    gpuIndex, chunks > 0 ? &gpuPrefill : nullptr);
-    if (!s.isOk()) die(s.message());
     if (chunks > 0)
-      sharing = ", " + std::to_string(gpu.sharedParameters()) + " parameter(s) and " +
-                std::to_string(gpu.sharedCaches()) + " KV cache(s) shared with the prefill program";
-    runner = runnerOf(gpu);
-    stageIndex = gpu.stage();
-    instructions = gpu.instructionCount();
-    hoisted = gpu.hoistedInstructions();
+      sharing = ", " + std::to_string(sharedParameters) + " parameter(s) and " + std::to_string(sharedCaches) +
+                " KV cache(s) shared with the prefill program";
+    if (programs > 1)
+      sharing += ", " + std::to_string(borrowedWeights) + " parameter(s) of microbatch 0 shared with the " +
+                 std::to_string(programs - 1) + " other microbatch program(s)";
+    stageIndex = gpus[0]->stage();
+    instructions = gpus[0]->instructionCount();
+    hoisted = gpus[0]->hoistedInstructions();
 #endif
   }
   auto shutdown = [&] {
@@ -493,8 +538,11 @@ int main(int argc, char **argv) {
   std::string memory = std::to_string(loaded) + " parameter values loaded";
 #ifdef PARAX_WITH_CUDA
   if (device == "cuda") {
-    const BufferPlan &t = gpu.temporaries();
-    memory += ", " + std::to_string(gpu.deviceBytes()) + " bytes of device memory";
+    const BufferPlan &t = gpus[0]->temporaries();
+    size_t bytes = 0; // every program's, every microbatch's
+    for (const auto *all : {&gpuPrefills, &gpus})
+      for (const auto &program : *all) bytes += program->deviceBytes();
+    memory += ", " + std::to_string(bytes) + " bytes of device memory";
     if (t.arenaBytes > 0)
       memory += ", temporaries share " + std::to_string(t.arenaBytes) + " bytes (live at once: " +
                 std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";
@@ -526,34 +574,80 @@ int main(int argc, char **argv) {
   bool writer = replicaWriter && replica == 0;
   if (generate > 0) {
     // Position t holds token t. The prompt's whole chunks go through the
-    // prefill program (with --prefill), every other token through the step;
-    // after the prompt's last token each replica's writer picks every row's
-    // most likely next token and broadcasts it.
+    // prefill program (with --prefill), every other token through the step.
+    // After the prompt's last token, each replica's writer picks every
+    // row's next token and sends it to the other ranks of its replica
+    // (point to point: replicas never wait for each other, and a stage
+    // waits for microbatch m's tokens only before its next step of m).
+    // Each position runs microbatch 0, 1, ... in turn on every stage, so
+    // that stage s works on microbatch m while stage s + 1 works on m - 1.
     int64_t width = promptLength + generate, total = promptLength + generate - 1;
-    std::vector<std::vector<float>> stepLogits; // per position: [batch, vocab] (with a second --output)
-    std::vector<bool> stopped(rows, false);     // rows that gave --stop-token
-    auto allStopped = [&] { return stopToken >= 0 && std::all_of(stopped.begin(), stopped.end(), [](bool b) { return b; }); };
-    int64_t vocab = 0;
-    auto advance = [&](const GenerationProgram &program, int64_t t, Runner &running) {
-      int64_t tokens = program.tokens;
-      if (t > 0 || &program != &step) { // prepare gave the step position 0
-        s = running.setInputs(inputsAt(program, t));
-        if (!s.isOk()) die(s.message());
+    // With a second --output, per microbatch and position run: [batch, vocab].
+    std::vector<std::vector<std::vector<float>>> stepLogits(micro);
+    std::vector<int64_t> ranOf(micro, 0);   // positions each microbatch has run
+    std::vector<int64_t> awaited(micro, -1); // a position whose tokens this rank awaits from the writer
+    std::vector<bool> stopped(rows, false);  // rows that gave --stop-token
+    auto microStopped = [&](int64_t m) {
+      if (stopToken < 0) return false;
+      for (int64_t b = 0; b < exeBatch; ++b)
+        if (!stopped[firstRowOf(m) + b]) return false;
+      return true;
+    };
+    const int replicaWriterRank = writerOf(exe.value(), replica);
+    std::vector<int> peers; // the replica's other ranks, which the writer sends its tokens
+    for (int r = 0; r < size; ++r)
+      if (r != replicaWriterRank && rankWithReplica(exe.value(), r, replica) == r) peers.push_back(r);
+    constexpr int kTokensTag = 7; // (tags 0 and 1 carry activations and results)
+    std::deque<std::vector<int32_t>> sent; // the tokens of sends in flight
+    std::vector<MPI_Request> sends;
+    // Microbatch m's tokens for position `next`: into the sequence, where
+    // --stop-token makes a stopped row give it again (every rank of the
+    // replica applies the same tokens, so all agree on what runs).
+    auto record = [&](int64_t m, int64_t next, const std::vector<int32_t> &picked) {
+      for (int64_t b = 0; b < exeBatch; ++b) {
+        int64_t row = firstRowOf(m) + b;
+        int32_t &token = sequence[row * width + next];
+        token = picked[b];
+        if (stopToken < 0) continue;
+        if (stopped[row]) token = static_cast<int32_t>(stopToken);
+        stopped[row] = stopped[row] || token == stopToken;
       }
+    };
+    auto settle = [&](int64_t m) { // the tokens this rank awaits for microbatch m
+      if (awaited[m] < 0) return;
+      std::vector<int32_t> picked(exeBatch);
+      {
+        auto watched = waits->watch("receiving the generated tokens");
+        MPI_Recv(picked.data(), static_cast<int>(exeBatch), MPI_INT32_T, replicaWriterRank, kTokensTag,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      }
+      record(m, awaited[m], picked);
+      awaited[m] = -1;
+    };
+    int64_t vocab = 0;
+    auto advance = [&](const GenerationProgram &program, int64_t t, int64_t m, Runner &running) {
+      int64_t tokens = program.tokens;
+      s = running.setInputs(inputsAt(program, t, m));
+      if (!s.isOk()) die(s.message());
       s = running.run();
       if (!s.isOk()) die(s.message());
-      std::vector<int32_t> chosen(exeBatch);
-      int64_t next = t + tokens;       // the position the chosen tokens take
+      ranOf[m] = t + tokens;
+      int64_t next = t + tokens;         // the position the chosen tokens take
       bool picks = next >= promptLength; // (before, the prompt's next token is known)
+      if (!replicaWriter) {
+        if (picks) awaited[m] = next;
+        return;
+      }
+      std::vector<int32_t> chosen(exeBatch);
       bool greedily = sampling.temperature <= 0;
-      if (replicaWriter && picks && greedily) { // where the logits are (the GPU: one index a row comes back)
+      if (picks && greedily) { // where the logits are (the GPU: one index a row comes back)
         auto picked = running.greedyTokens();
         if (!picked.isOk()) die(picked.status().message());
         if (static_cast<int64_t>(picked.value().size()) != exeBatch * tokens)
           die("--generate: the first result must be logits [batch, tokens, vocab]");
         for (int64_t b = 0; b < exeBatch; ++b) chosen[b] = picked.value()[b * tokens + tokens - 1];
       }
-      if (replicaWriter && (outputs.size() > 1 || (picks && !greedily))) {
+      if (outputs.size() > 1 || (picks && !greedily)) {
         Tensor logits = running.outputs()[0];
         if (logits.isInt || logits.shape.size() != 3 || logits.shape[0] != exeBatch || logits.shape[1] != tokens)
           die("--generate: the first result must be logits [batch, tokens, vocab]");
@@ -561,34 +655,24 @@ int main(int argc, char **argv) {
         if (picks && !greedily) // drawn on the host, the same on any backend
           for (int64_t b = 0; b < exeBatch; ++b)
             chosen[b] = sampleToken(&logits.f[(b * tokens + tokens - 1) * vocab], vocab, sampling,
-                                    replica * exeBatch + b, next);
+                                    firstRowOf(m) + b, next);
         if (outputs.size() > 1) { // every position's logits too
           for (int64_t j = 0; j < tokens; ++j) {
             std::vector<float> block(exeBatch * vocab);
             for (int64_t b = 0; b < exeBatch; ++b)
               std::copy(&logits.f[(b * tokens + j) * vocab], &logits.f[(b * tokens + j + 1) * vocab],
                         &block[b * vocab]);
-            stepLogits.push_back(std::move(block));
+            stepLogits[m].push_back(std::move(block));
           }
         }
       }
-      if (picks) {
-        for (int64_t r = 0; r < replicas; ++r) {
-          std::vector<int32_t> picked = chosen;
-          if (size > 1) {
-            auto watched = waits->watch("broadcasting the generated tokens");
-            MPI_Bcast(picked.data(), static_cast<int>(exeBatch), MPI_INT32_T, writerOf(exe.value(), r),
-                      MPI_COMM_WORLD);
-          }
-          for (int64_t b = 0; b < exeBatch; ++b) sequence[(r * exeBatch + b) * width + next] = picked[b];
-        }
-        // --stop-token: a row that has given it gives it again (every rank
-        // holds every row's tokens, so all agree on when the loop ends).
-        for (int64_t row = 0; stopToken >= 0 && row < rows; ++row) {
-          int32_t &token = sequence[row * width + next];
-          if (stopped[row]) token = static_cast<int32_t>(stopToken);
-          stopped[row] = stopped[row] || token == stopToken;
-        }
+      if (!picks) return;
+      record(m, next, chosen);
+      for (int peer : peers) {
+        sent.push_back(chosen);
+        sends.emplace_back();
+        MPI_Isend(sent.back().data(), static_cast<int>(exeBatch), MPI_INT32_T, peer, kTokensTag, MPI_COMM_WORLD,
+                  &sends.back());
       }
     };
     int64_t t = 0;
@@ -596,34 +680,51 @@ int main(int argc, char **argv) {
       barrier("the barrier before the prefill");
       auto start = std::chrono::steady_clock::now();
       for (int64_t c = 0; c < chunks; ++c, t += prefill.tokens)
-        advance(prefill, t, prefillRunner);
-      s = takeCaches();
-      if (!s.isOk()) die(s.message());
+        for (int64_t m = 0; m < micro; ++m) advance(prefill, t, m, prefills[m]);
       barrier("the barrier after the prefill");
       prefillSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
-    for (; t < total && !allStopped(); ++t) {
-      barrier("the barrier before a step");
-      auto start = std::chrono::steady_clock::now();
-      advance(step, t, runner);
-      barrier("the barrier after a step");
-      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    // A step's time: between the ends of two positions on this rank (no
+    // barrier: it would drain the pipeline of microbatches).
+    auto last = std::chrono::steady_clock::now();
+    for (; t < total; ++t) {
+      bool any = false;
+      for (int64_t m = 0; m < micro; ++m) {
+        settle(m);
+        if (microStopped(m)) continue; // every row of it has given the stop token
+        any = true;
+        advance(step, t, m, runners[m]);
+      }
+      if (!any) break;
+      auto now = std::chrono::steady_clock::now();
+      times.push_back(std::chrono::duration<double>(now - last).count());
+      last = now;
     }
-    ran = t; // positions run (fewer than total when every row stopped)
-    for (int64_t row = 0; row < rows; ++row) // the positions never run: stopped rows
-      for (int64_t after = t + 1; after < width; ++after)
-        sequence[row * width + after] = static_cast<int32_t>(stopToken);
+    for (int64_t m = 0; m < micro; ++m) settle(m);
+    if (!sends.empty()) {
+      auto watched = waits->watch("sending the generated tokens");
+      MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+    }
+    ran = *std::max_element(ranOf.begin(), ranOf.end()); // fewer than total when every row stopped
+    for (int64_t m = 0; m < micro; ++m) // the positions a stopped microbatch never ran
+      for (int64_t b = 0; b < exeBatch; ++b)
+        for (int64_t after = ranOf[m] + 1; after < width; ++after)
+          sequence[(firstRowOf(m) + b) * width + after] = static_cast<int32_t>(stopToken);
     if (replicaWriter) {
-      // This replica's rows of the sequence: [batch, width].
-      Tensor tokens = Tensor::ints({exeBatch, width});
-      std::copy(sequence.begin() + replica * exeBatch * width, sequence.begin() + (replica + 1) * exeBatch * width,
+      // This replica's rows of the sequence: [micro * batch, width].
+      int64_t mine = micro * exeBatch;
+      Tensor tokens = Tensor::ints({mine, width});
+      std::copy(sequence.begin() + firstRowOf(0) * width, sequence.begin() + (firstRowOf(0) + mine) * width,
                 tokens.i.begin());
       results.push_back(std::move(tokens));
-      if (outputs.size() > 1) { // [batch, position run, vocab]
-        Tensor ordered = Tensor::floats({exeBatch, ran, vocab});
-        for (int64_t t = 0; t < ran; ++t)
-          for (int64_t b = 0; b < exeBatch; ++b)
-            std::copy(&stepLogits[t][b * vocab], &stepLogits[t][(b + 1) * vocab], &ordered.f[(b * ran + t) * vocab]);
+      if (outputs.size() > 1) { // [rows, positions run, vocab]; NaN where a stopped microbatch ran none
+        Tensor ordered = Tensor::floats({mine, ran, vocab});
+        std::fill(ordered.f.begin(), ordered.f.end(), std::numeric_limits<float>::quiet_NaN());
+        for (int64_t m = 0; m < micro; ++m)
+          for (int64_t p = 0; p < static_cast<int64_t>(stepLogits[m].size()); ++p)
+            for (int64_t b = 0; b < exeBatch; ++b)
+              std::copy(&stepLogits[m][p][b * vocab], &stepLogits[m][p][(b + 1) * vocab],
+                        &ordered.f[((m * exeBatch + b) * ran + p) * vocab]);
         results.push_back(std::move(ordered));
       }
     }
@@ -634,12 +735,12 @@ int main(int argc, char **argv) {
       results.clear();
       for (int64_t j = 0; j < micro; ++j) {
         if (j > 0 || (step > 0 && micro > 1)) { // prepare set microbatch 0 for the first step
-          s = runner.setInputs(microbatch(j));
+          s = runners[0].setInputs(microbatch(j));
           if (!s.isOk()) die(s.message());
         }
-        s = runner.run();
+        s = runners[0].run();
         if (!s.isOk()) die(s.message());
-        std::vector<Tensor> outs = runner.outputs();
+        std::vector<Tensor> outs = runners[0].outputs();
         for (size_t k = 0; k < outs.size(); ++k) {
           if (results.size() <= k)
             results.push_back(outs[k]);
@@ -659,7 +760,7 @@ int main(int argc, char **argv) {
 #ifdef PARAX_WITH_CUDA
   const char *profiling = std::getenv("PARAX_CUDA_PROFILE");
   if (device == "cuda" && profiling && std::string(profiling) == "1") {
-    auto times = gpu.profileStep();
+    auto times = gpus[0]->profileStep();
     if (!times.isOk()) die(times.status().message());
     double total = 0;
     for (const CudaExecutor::OpTime &t : times.value()) total += t.ms;
@@ -706,13 +807,13 @@ int main(int argc, char **argv) {
     std::string how = ", " + memory;
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";
 #ifdef PARAX_WITH_CUDA
-    if (device == "cuda" && gpu.replaysGraph()) how += ", steps after the first as one CUDA graph";
-    if (device == "cuda" && gpu.cacheReadsInPlace() > 0)
-      how += ", " + std::to_string(gpu.cacheReadsInPlace()) + " KV-cache concat(s) read in place by attention";
-    if (device == "cuda" && gpu.cacheWritesInPlace() > 0)
-      how += ", " + std::to_string(gpu.cacheWritesInPlace()) + " KV cache(s) written in place";
-    if (device == "cuda" && gpu.overlappedInstructions() > 0)
-      how += ", " + std::to_string(gpu.overlappedInstructions()) + " instruction(s) overlapping collectives";
+    if (device == "cuda" && gpus[0]->replaysGraph()) how += ", steps after the first as one CUDA graph";
+    if (device == "cuda" && gpus[0]->cacheReadsInPlace() > 0)
+      how += ", " + std::to_string(gpus[0]->cacheReadsInPlace()) + " KV-cache concat(s) read in place by attention";
+    if (device == "cuda" && gpus[0]->cacheWritesInPlace() > 0)
+      how += ", " + std::to_string(gpus[0]->cacheWritesInPlace()) + " KV cache(s) written in place";
+    if (device == "cuda" && gpus[0]->overlappedInstructions() > 0)
+      how += ", " + std::to_string(gpus[0]->overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif
     double median = times.empty() ? 0 : times[times.size() / 2]; // (a prefill may leave no step)
     if (generate > 0) {

@@ -43,14 +43,21 @@ class CudaExecutor {
 public:
   CudaExecutor();
   ~CudaExecutor();
+  /// What a program borrows from another prepared on the same rank.
+  enum class Share {
+    Weights,         // another microbatch's program: its own KV caches
+    WeightsAndCaches // the same microbatch's prefill program
+  };
   /// `comm` may be null for a grid of one rank. With `share` (another
-  /// program prepared on this rank: a generation's prefill), the parameters
-  /// it holds in the same box and the KV caches it writes in place of the
-  /// same input and shape are its memory, not loaded or allocated again;
-  /// `share` must outlive this executor.
+  /// program prepared on this rank: a generation's prefill, or the same
+  /// program for another microbatch), the parameters it holds in the same
+  /// box (and, with Share::WeightsAndCaches, the KV caches it writes in
+  /// place of the same input and shape) are its memory, not loaded or
+  /// allocated again; `share` must outlive this executor.
   Status prepare(const pxe::Executable &exe, int rank, NcclCommunicator *comm,
                  const Checkpoint &weights, const std::vector<Tensor> &inputs,
-                 int device, const CudaExecutor *share = nullptr);
+                 int device, const CudaExecutor *share = nullptr,
+                 Share what = Share::WeightsAndCaches);
   /// Parameters and KV caches prepare took from `share`.
   size_t sharedParameters() const;
   size_t sharedCaches() const;

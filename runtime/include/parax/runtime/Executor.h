@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <vector>
 
 namespace parax::runtime {
@@ -71,11 +72,16 @@ public:
   /// For other backends, which load through this one and then take over.
   const pxe::Stage &stageProgram() const { return *stageProto_; }
   const std::vector<int64_t> &coordinates() const { return coords_; }
-  /// Takes over the KV caches another executor of the same rank wrote in
-  /// place (a prefill program's, for the generation step that follows):
-  /// each of this stage's caches from `from`'s input of the same index and
-  /// shape; an error names the one it lacks.
-  Status adoptCacheState(const Executor &from);
+  /// KV caches kept outside the executor, by input index: one set per
+  /// microbatch of a generation loop, which the programs of that microbatch
+  /// (the prefill's and the step's) take in turn.
+  using CacheSet = std::map<int32_t, Tensor>;
+  /// Exchanges this stage's KV caches (the inputs the steps write in place)
+  /// with `held`'s of the same input index: after a call the executor holds
+  /// `held`'s caches, `held` what the executor held; a call again swaps them
+  /// back. An input `held` lacks enters it as zeros. A cache of another
+  /// shape (a program planned otherwise) is an error naming the input.
+  Status swapCacheState(CacheSet &held);
   /// Whether buffer `id` is a KV cache the steps write in place.
   bool isCacheState(int32_t id) const {
     return std::find(cacheState_.begin(), cacheState_.end(), id) != cacheState_.end();
