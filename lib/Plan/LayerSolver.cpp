@@ -66,7 +66,7 @@ private:
     if (r >= 2 && dim == 0)
       return false;
     if (r >= 2 && dim == 1)
-      return static_cast<int64_t>(ctx.queryLen) % t == 0;
+      return !value(id).someSequence && static_cast<int64_t>(ctx.queryLen) % t == 0;
     return value(id).shape[dim] % t == 0;
   }
 

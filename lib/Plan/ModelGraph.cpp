@@ -192,6 +192,7 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         auto type = cast<RankedTensorType>(v.getType());
         node.shape.assign(type.getShape().begin(), type.getShape().end());
         node.bytesPerToken = getTensorBytes(type) / irTokens;
+        node.someSequence = node.shape.size() >= 3 && node.shape[1] != model.irSeq;
         layer.values.push_back(node);
         if (external)
           layer.inputs.push_back(it->second);

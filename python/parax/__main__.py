@@ -3,8 +3,9 @@
     python3 -m parax compile MODEL --cluster C --workload W -o model.pxe
         MODEL: a preset or config.json (built with --batch/--seq/--layers/--dtype,
         --past P [--return-kv] for a step over a KV cache, --cache C for a
-        generation step) or a .mlir file; plans (printing the ranked table),
-        partitions and translates.
+        generation step, --last-logits for a prefill that returns the last
+        position's logits only) or a .mlir file; plans (printing the ranked
+        table), partitions and translates.
     python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
                          [--output logits.npy ...] --ranks N [--generate K [--prefill P.pxe]]
         runs it under mpirun (N: the executable's grid size); --generate K:
@@ -54,7 +55,8 @@ def _run(cmd, env=None, timeout=600, capture=True):
 
 
 def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=None,
-                  dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False, cache=0):
+                  dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False, cache=0,
+                  last_logits=False):
     """Builds (if needed), plans, partitions and translates; returns the
     partitioned IR path."""
     workdir = workdir or tempfile.mkdtemp(prefix="parax-")
@@ -63,7 +65,8 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
         ir = os.path.join(workdir, "model.mlir")
         with open(ir, "w") as f:
             f.write(build_model(load_config(model, layers=layers), batch=batch, seq=seq,
-                                dtype=dtype, past=past, return_kv=return_kv, cache=cache))
+                                dtype=dtype, past=past, return_kv=return_kv, cache=cache,
+                                last_logits=last_logits))
     if show_plans:
         print(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload,
                     "--top", "3"]), end="")
@@ -182,6 +185,8 @@ def main(argv=None):
                    help="also return each layer's new keys and values")
     c.add_argument("--cache", type=int, default=0,
                    help="a generation step over KV caches of capacity C (run --generate)")
+    c.add_argument("--last-logits", action="store_true",
+                   help="logits of the last position only (a prefill program for run --prefill)")
     r = sub.add_parser("run", help="run an executable under mpirun")
     r.add_argument("executable")
     r.add_argument("--weights", required=True)
@@ -201,7 +206,7 @@ def main(argv=None):
         if args.command == "compile":
             compile_model(args.model, args.cluster, args.workload, args.output, args.batch,
                           args.seq, args.layers, args.dtype, past=args.past,
-                          return_kv=args.return_kv, cache=args.cache)
+                          return_kv=args.return_kv, cache=args.cache, last_logits=args.last_logits)
             return 0
         if args.command == "run":
             sampling = [arg for option, value in (("--temperature", args.temperature), ("--top-k", args.top_k),

@@ -46,7 +46,7 @@ class Model:
     (noise beyond: rows no step may read)."""
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
-                 dtype="f32", past=0, return_kv=False, rows=None, cache=0):
+                 dtype="f32", past=0, return_kv=False, rows=None, cache=0, last_logits=False):
         self.cfg = load_config(preset, layers=layers)
         self.dir = tmp
         os.makedirs(tmp, exist_ok=True)
@@ -54,7 +54,8 @@ class Model:
         self.ir = os.path.join(tmp, "model.mlir")
         with open(self.ir, "w") as f:
             f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss,
-                                past=0 if cache else past, return_kv=return_kv, cache=cache))
+                                past=0 if cache else past, return_kv=return_kv, cache=cache,
+                                last_logits=last_logits))
         self.weights = random_weights(self.cfg, seed=seed)
         if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
             self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}

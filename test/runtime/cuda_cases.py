@@ -91,23 +91,28 @@ CASES = {
 }
 # Generation loops (parax-run --generate, fp32): name -> (preset, batch,
 # workload pins or None, ranks, cache capacity, prompt length, tokens to
-# generate[, prefill chunk: --prefill, a program of that --seq sharing the
-# step's weights and caches (0: none)[, parax-run's sampling options]]).
-# The GPU's tokens must be the CPU backend's,
-# and every position's logits within TOL of the CPU's and of numpy's (on
-# those tokens). The first runs 67 steps, crossing a 64-key tile of the
-# decode kernel.
+# generate[, options]). Options: "chunk": P, --prefill with a program of
+# that --seq sharing the step's weights and caches ("last_logits": built
+# --last-logits); "run": parax-run's sampling options; "micro": the prompt's
+# batches per replica (microbatches, each with its own caches). The GPU's
+# tokens must be the CPU backend's, and every position's logits within TOL
+# of the CPU's and of numpy's (on those tokens; NaN where the prefill
+# computed none, on both). The first runs 67 steps, crossing a 64-key tile
+# of the decode kernel.
 GENERATE = {
     "generate-llama": ("tiny-llama", 2, None, 1, 80, 60, 8),
     "generate-gpt2": ("tiny-gpt2", 2, None, 1, 24, 4, 8),
     "generate-llama-tp2-pp2": ("tiny-llama", 2, "tp=2,pp=2,dp=1", 4, 24, 4, 8),
-    "generate-llama-prefill": ("tiny-llama", 2, None, 1, 80, 61, 8, 20),
-    "generate-deepseek-v3-prefill-tp2": ("tiny-deepseek-v3", 2, "tp=2,dp=1", 2, 32, 9, 6, 4),
-    "generate-llama-sampled": ("tiny-llama", 2, None, 1, 24, 4, 8, 0, "--temperature 1.0 --top-k 10 --seed 3"),
+    "generate-llama-prefill": ("tiny-llama", 2, None, 1, 80, 61, 8, {"chunk": 20}),
+    "generate-deepseek-v3-prefill-tp2": ("tiny-deepseek-v3", 2, "tp=2,dp=1", 2, 32, 9, 6, {"chunk": 4}),
+    "generate-llama-sampled": ("tiny-llama", 2, None, 1, 24, 4, 8, {"run": "--temperature 1.0 --top-k 10 --seed 3"}),
     # Prompt rows of several batches: one program (and KV caches) per
     # microbatch, borrowing microbatch 0's weights.
-    "generate-llama-micro3": ("tiny-llama", 2, None, 1, 24, 4, 8, 0, "", 3),
-    "generate-llama-pp2-micro2-prefill": ("tiny-llama", 2, "pp=2,dp=1", 2, 24, 7, 6, 3, "", 2),
+    "generate-llama-micro3": ("tiny-llama", 2, None, 1, 24, 4, 8, {"micro": 3}),
+    "generate-llama-pp2-micro2-prefill": ("tiny-llama", 2, "pp=2,dp=1", 2, 24, 7, 6, {"chunk": 3, "micro": 2}),
+    # A prefill whose logits are its last position's alone (a slice before
+    # the final norm and the lm head).
+    "generate-gpt2-tp2-prefill-last": ("tiny-gpt2", 2, "tp=2,dp=1", 2, 24, 9, 6, {"chunk": 4, "last_logits": True}),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -177,9 +182,9 @@ def prepare_generate(name, root):
     from conftest import Model, replicas
     from parax import reference
     preset, batch, pins, ranks, capacity, prompt_len, new, *rest = GENERATE[name]
-    chunk = rest[:1] if rest and rest[0] else []
-    options = rest[1].split() if len(rest) > 1 else []
-    micro = rest[2] if len(rest) > 2 else 1  # the prompt's batches per replica
+    more = rest[0] if rest else {}
+    options = more.get("run", "").split()
+    micro = more.get("micro", 1)  # the prompt's batches per replica
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
@@ -187,8 +192,9 @@ def prepare_generate(name, root):
     model = Model(case_dir, preset, batch=batch, seq=1, cache=capacity)
     exe = model.compile("step", workload, ranks)
     prefill = None
-    if chunk:  # in the case's directory: the executables travel, the rest is made again
-        chunked = Model(os.path.join(case_dir, "chunk"), preset, batch=batch, seq=chunk[0], cache=capacity)
+    if "chunk" in more:  # in the case's directory: the executables travel, the rest is made again
+        chunked = Model(os.path.join(case_dir, "chunk"), preset, batch=batch, seq=more["chunk"], cache=capacity,
+                        last_logits=more.get("last_logits", False))
         os.replace(chunked.compile("prefill", workload, ranks), os.path.join(case_dir, "prefill.pxe"))
         prefill = os.path.join(case_dir, "prefill.pxe")
         import shutil
@@ -289,8 +295,16 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
     ref = np.load(os.path.join(case_dir, "numpy.npy")) if case.get("numpy", True) else cpu
     if gpu.shape != cpu.shape or gpu.dtype != cpu.dtype:
         raise RuntimeError(f"{name}: GPU output {gpu.dtype}{gpu.shape}, CPU {cpu.dtype}{cpu.shape}")
-    vs_cpu = float(np.abs(gpu.astype(np.float64) - cpu).max())
-    vs_numpy = float(np.abs(gpu.astype(np.float64) - ref).max())
+    # NaN where the CPU computed nothing (a --last-logits prefill's other
+    # positions) must be NaN on the GPU too; any other NaN fails the case.
+    skipped = np.isnan(cpu)
+    computed = ~skipped
+    def largest(diff):
+        return float(diff[computed].max(initial=0.0))
+    vs_cpu = largest(np.abs(gpu.astype(np.float64) - cpu))
+    vs_numpy = largest(np.abs(gpu.astype(np.float64) - ref))
+    if not np.array_equal(np.isnan(gpu), skipped):
+        vs_cpu = float("inf")
     for k, path in enumerate(more, 1):  # further results (new keys and values): against the CPU's
         extra, want = np.load(path), np.load(os.path.join(case_dir, f"cpu{k}.npy"))
         if extra.shape != want.shape:
@@ -365,9 +379,9 @@ BENCH = {
 
 
 # A whole generation loop (parax-run --generate --prefill): name -> (preset,
-# layers, batch, dtype, prompt length = the prefill's chunk, tokens to
-# generate). Prefill time, the steps' median, tokens/s, and what the step
-# borrowed of the prefill program's memory.
+# layers, batch, dtype, prompt length = the prefill's chunk (built
+# --last-logits), tokens to generate). Prefill time, the steps' median,
+# tokens/s, and what the step borrowed of the prefill program's memory.
 BENCH_GENERATE = {
     "llama3-8b-1layer-generate8-prompt2048-bf16": ("llama3-8b", 1, 8, "bf16", 2048, 64),
 }
@@ -434,7 +448,10 @@ def prepare_bench(root, bin_dir):
         for program, seq in (("step", 1), ("prefill", prompt)):
             ir = os.path.join(d, program + ".mlir")
             with open(ir, "w") as f:
-                f.write(build_model(cfg, batch=batch, seq=seq, dtype=dtype, cache=prompt + new))
+                # The prefill returns its last position's logits only, as a
+                # server's would: not [8, 2048, 128256] of them.
+                f.write(build_model(cfg, batch=batch, seq=seq, dtype=dtype, cache=prompt + new,
+                                    last_logits=program == "prefill"))
             _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir,
                   "-o", os.path.join(d, program + ".pxe")])
             os.remove(ir)

@@ -407,3 +407,43 @@ def test_a_stopped_microbatch_runs_no_more_steps(tmp_path, pins, ranks):
     np.testing.assert_allclose(logits[2:], model_reference(model, tokens[2:, :-1]), atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(logits[:2, :PROMPT], model_reference(model, tokens[:2, :PROMPT]), atol=1e-4,
                                rtol=1e-4)
+
+
+LAST_LOGITS_PLANS = [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("dp=2", 2)]
+
+
+@pytest.mark.parametrize("pins,ranks", LAST_LOGITS_PLANS, ids=[p[0] or "single" for p in LAST_LOGITS_PLANS])
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2"])
+def test_last_logits_are_the_last_positions(tmp_path, preset, pins, ranks):
+    """A graph built with last_logits (the final norm and lm head see the
+    last position alone: logits [batch, 1, vocab]) computes what the whole
+    forward pass gives there, on every kind of partitioning."""
+    dp = replicas(pins)
+    model = Model(str(tmp_path), preset, seq=8, last_logits=True, rows=2 * dp)
+    with open(model.ir) as f:
+        assert "parax.slice" in f.read()
+    exe = model.compile("last", f"prefill:batch={2 * dp},seq=8,{pins}" if pins else None, ranks)
+    got = model.run(exe, ranks)
+    assert got.shape == (2 * dp, 1, model.cfg.vocab)
+    np.testing.assert_allclose(got, model.reference()[:, -1:], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("pins,ranks", PREFILL_PLANS[:3], ids=[p[0] or "single" for p in PREFILL_PLANS[:3]])
+def test_a_prefill_of_last_logits_generates_the_same_tokens(tmp_path, pins, ranks):
+    """--prefill with a program built --last-logits: the same tokens as a
+    prefill of every position's logits; the logits output holds each
+    chunk's last position (numpy's) and NaN at the positions it skipped."""
+    step = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY + 4)
+    workload = f"decode:batch=2,context={CAPACITY + 4},{pins}" if pins else None
+    exe = step.compile("step", workload, ranks)
+    every = Model(os.path.join(str(tmp_path), "every"), "tiny-llama", seq=3, cache=CAPACITY + 4)
+    last = Model(os.path.join(str(tmp_path), "last"), "tiny-llama", seq=3, cache=CAPACITY + 4, last_logits=True)
+    prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2, 7))
+    want, _ = step.generate(exe, ranks, prompt, NEW, prefill=every.compile("prefill", workload, ranks))
+    tokens, logits = step.generate(exe, ranks, prompt, NEW, prefill=last.compile("prefill", workload, ranks))
+    assert (tokens == want).all()
+    skipped = [0, 1, 3, 4]  # two chunks of 3: positions 2 and 5 are their last
+    assert np.isnan(logits[:, skipped]).all()
+    kept = [p for p in range(logits.shape[1]) if p not in skipped]
+    assert not np.isnan(logits[:, kept]).any()
+    np.testing.assert_allclose(logits[:, kept], model_reference(step, tokens[:, :-1])[:, kept], atol=1e-4, rtol=1e-4)

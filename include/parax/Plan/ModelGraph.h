@@ -50,6 +50,10 @@ struct ValueNode {
   // read, so neither activation memory nor bytes an op moves; resharding it
   // still costs its bytes.
   bool inKvCache = false;
+  // Dimension 1 holds some positions of the sequence, not all of them (a
+  // slice: the last position that a prefill's logits need): never the
+  // sequence split of sequence parallelism.
+  bool someSequence = false;
 };
 
 struct OpNode {

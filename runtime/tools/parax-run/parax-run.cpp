@@ -638,29 +638,37 @@ int main(int argc, char **argv) {
         if (picks) awaited[m] = next;
         return;
       }
+      // The logits of every position run, or (a program built
+      // --last-logits) of the last one alone.
+      auto positionsOf = [&](int64_t n) {
+        if (n != exeBatch * tokens && n != exeBatch)
+          die("--generate: the first result must be logits [batch, tokens, vocab] or [batch, 1, vocab]");
+        return n / exeBatch;
+      };
       std::vector<int32_t> chosen(exeBatch);
       bool greedily = sampling.temperature <= 0;
       if (picks && greedily) { // where the logits are (the GPU: one index a row comes back)
         auto picked = running.greedyTokens();
         if (!picked.isOk()) die(picked.status().message());
-        if (static_cast<int64_t>(picked.value().size()) != exeBatch * tokens)
-          die("--generate: the first result must be logits [batch, tokens, vocab]");
-        for (int64_t b = 0; b < exeBatch; ++b) chosen[b] = picked.value()[b * tokens + tokens - 1];
+        int64_t returned = positionsOf(static_cast<int64_t>(picked.value().size()));
+        for (int64_t b = 0; b < exeBatch; ++b) chosen[b] = picked.value()[b * returned + returned - 1];
       }
       if (outputs.size() > 1 || (picks && !greedily)) {
         Tensor logits = running.outputs()[0];
-        if (logits.isInt || logits.shape.size() != 3 || logits.shape[0] != exeBatch || logits.shape[1] != tokens)
-          die("--generate: the first result must be logits [batch, tokens, vocab]");
+        if (logits.isInt || logits.shape.size() != 3 || logits.shape[0] != exeBatch)
+          die("--generate: the first result must be logits [batch, tokens, vocab] or [batch, 1, vocab]");
+        int64_t returned = positionsOf(exeBatch * logits.shape[1]);
         vocab = logits.shape.back();
         if (picks && !greedily) // drawn on the host, the same on any backend
           for (int64_t b = 0; b < exeBatch; ++b)
-            chosen[b] = sampleToken(&logits.f[(b * tokens + tokens - 1) * vocab], vocab, sampling,
+            chosen[b] = sampleToken(&logits.f[(b * returned + returned - 1) * vocab], vocab, sampling,
                                     firstRowOf(m) + b, next);
-        if (outputs.size() > 1) { // every position's logits too
+        if (outputs.size() > 1) { // every position's logits too (NaN: not computed)
           for (int64_t j = 0; j < tokens; ++j) {
-            std::vector<float> block(exeBatch * vocab);
-            for (int64_t b = 0; b < exeBatch; ++b)
-              std::copy(&logits.f[(b * tokens + j) * vocab], &logits.f[(b * tokens + j + 1) * vocab],
+            std::vector<float> block(exeBatch * vocab, std::numeric_limits<float>::quiet_NaN());
+            int64_t row = j - (tokens - returned); // this position's row of the logits, if any
+            for (int64_t b = 0; b < exeBatch && row >= 0; ++b)
+              std::copy(&logits.f[(b * returned + row) * vocab], &logits.f[(b * returned + row + 1) * vocab],
                         &block[b * vocab]);
             stepLogits[m].push_back(std::move(block));
           }
