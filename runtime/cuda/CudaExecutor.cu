@@ -129,11 +129,16 @@ struct CudaExecutor::State {
   bool tensorCoreAttention = true; // bf16 attention on tensor cores (PARAX_ATTENTION)
   bool splitDecodeAttention = true; // a few queries over many keys: split over the keys (PARAX_ATTENTION)
   int multiprocessors = 132;
+  // Another program of this rank whose memory this one borrows (prepare's
+  // `share`). The two never run at once, so they also share the workspaces
+  // and, when it is large enough, the arena of temporaries.
+  const State *lender = nullptr;
+  bool ownsArena = true, ownsWorkspaces = true;
 
   ~State() {
     for (DeviceBuffer &b : buffers)
       if (b.data && !b.inArena && !b.aliased) cudaFree(b.data);
-    if (arena) cudaFree(arena);
+    if (arena && ownsArena) cudaFree(arena);
     if (scratch) cudaFree(scratch);
     if (tokens) cudaFree(tokens);
     if (commScratch) cudaFree(commScratch);
@@ -141,9 +146,9 @@ struct CudaExecutor::State {
     if (blas) cublasDestroy(blas);
     ltPlans.clear(); // before the handle
     if (lt) cublasLtDestroy(lt);
-    if (ltWorkspace) cudaFree(ltWorkspace);
+    if (ltWorkspace && ownsWorkspaces) cudaFree(ltWorkspace);
     if (graph) cudaGraphExecDestroy(graph);
-    if (blasWorkspace) cudaFree(blasWorkspace);
+    if (blasWorkspace && ownsWorkspaces) cudaFree(blasWorkspace);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -682,9 +687,14 @@ Status CudaExecutor::State::placeTemporaries() {
   }
   temporaries = planBuffers(lifetimes, 256);
   if (temporaries.arenaBytes == 0) return Status::ok();
-  Status st = allocate(&arena, temporaries.arenaBytes,
-                       "the step's temporaries (" + std::to_string(ids.size()) + " buffers sharing one block)");
-  if (!st.isOk()) return st;
+  if (lender && lender->arena && temporaries.arenaBytes <= lender->temporaries.arenaBytes) {
+    arena = lender->arena; // the programs run one after the other
+    ownsArena = false;
+  } else {
+    Status st = allocate(&arena, temporaries.arenaBytes,
+                         "the step's temporaries (" + std::to_string(ids.size()) + " buffers sharing one block)");
+    if (!st.isOk()) return st;
+  }
   bool poison = envIs("PARAX_CUDA_POISON_DEAD", "1");
   if (poison) poisonAfter.assign(n, {});
   for (size_t j = 0; j < ids.size(); ++j) {
@@ -701,6 +711,7 @@ int CudaExecutor::stage() const { return s_->host.stage(); }
 size_t CudaExecutor::cacheWritesInPlace() const { return s_->cacheWritesInPlace; }
 size_t CudaExecutor::sharedParameters() const { return s_->sharedParameters; }
 size_t CudaExecutor::sharedCaches() const { return s_->sharedCaches; }
+bool CudaExecutor::borrowsTemporaries() const { return !s_->ownsArena; }
 size_t CudaExecutor::instructionCount() const { return s_->host.instructionCount(); }
 
 Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunicator *comm,
@@ -718,9 +729,17 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   PARAX_CUBLAS(cublasCreate(&s.blas));
   PARAX_CUBLAS(cublasSetStream(s.blas, s.stream));
   PARAX_CUBLAS(cublasLtCreate(&s.lt));
-  Status st = s.allocate(&s.ltWorkspace, kLtWorkspace, "cuBLASLt's workspace");
-  if (st.isOk()) st = s.allocate(&s.blasWorkspace, kBlasWorkspace, "cuBLAS's workspace");
-  if (!st.isOk()) return st;
+  Status st = Status::ok();
+  if (share) { // the two programs never run at once: one set of workspaces
+    s.lender = share->s_.get();
+    s.ltWorkspace = s.lender->ltWorkspace;
+    s.blasWorkspace = s.lender->blasWorkspace;
+    s.ownsWorkspaces = false;
+  } else {
+    st = s.allocate(&s.ltWorkspace, kLtWorkspace, "cuBLASLt's workspace");
+    if (st.isOk()) st = s.allocate(&s.blasWorkspace, kBlasWorkspace, "cuBLAS's workspace");
+    if (!st.isOk()) return st;
+  }
   // The attention kernels may use all the shared memory a block can opt
   // into; set once here (not while a CUDA graph is being captured).
   PARAX_CUDA(cudaFuncSetAttribute(attentionTensorCoreKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -322,6 +322,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "shared_parameters": _counted(log, "parameter(s) and"),
             "shared_caches": _counted(log, "KV cache(s) shared with the prefill program"),
             "microbatch_shared": _counted(log, "parameter(s) of microbatch 0 shared"),
+            "borrowing_temporaries": _counted(log, "program(s) running in another's temporary memory"),
             "micro": case.get("micro", 1),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 

@@ -66,6 +66,12 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         # Each further microbatch's programs borrow microbatch 0's weights
         # (they hold only their own caches and temporaries).
         assert (result["microbatch_shared"] > 10) == (micro > 1), result
+        # Programs that never run at once share their temporaries' memory:
+        # each microbatch's step that of its prefill program (the larger),
+        # microbatch m's programs those of microbatch 0.
+        if name.startswith("generate"):
+            borrowing = 2 * micro - 1 if "prefill" in name else micro - 1
+            assert result["borrowing_temporaries"] == borrowing, result
         # A capture the emulator refuses would be refused on a GPU too.
         assert not result["graph_refused"], result
         # Steps after the first replay one CUDA graph unless the stage

@@ -519,6 +519,11 @@ int main(int argc, char **argv) {
     if (programs > 1)
       sharing += ", " + std::to_string(borrowedWeights) + " parameter(s) of microbatch 0 shared with the " +
                  std::to_string(programs - 1) + " other microbatch program(s)";
+    size_t borrowing = 0; // programs whose temporaries live in another's memory
+    for (const auto *all : {&gpuPrefills, &gpus})
+      for (const auto &program : *all) borrowing += program->borrowsTemporaries();
+    if (borrowing > 0)
+      sharing += ", " + std::to_string(borrowing) + " program(s) running in another's temporary memory";
     stageIndex = gpus[0]->stage();
     instructions = gpus[0]->instructionCount();
     hoisted = gpus[0]->hoistedInstructions();

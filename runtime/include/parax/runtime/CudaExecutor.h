@@ -53,7 +53,11 @@ public:
   /// program for another microbatch), the parameters it holds in the same
   /// box (and, with Share::WeightsAndCaches, the KV caches it writes in
   /// place of the same input and shape) are its memory, not loaded or
-  /// allocated again; `share` must outlive this executor.
+  /// allocated again; `share` must outlive this executor. The two also
+  /// share cuBLAS's workspaces and, when `share`'s is large enough, the
+  /// memory of their temporaries (outputs among them): run them one after
+  /// the other (each run returns when the GPU is done), and read one's
+  /// outputs before the other runs.
   Status prepare(const pxe::Executable &exe, int rank, NcclCommunicator *comm,
                  const Checkpoint &weights, const std::vector<Tensor> &inputs,
                  int device, const CudaExecutor *share = nullptr,
@@ -61,6 +65,8 @@ public:
   /// Parameters and KV caches prepare took from `share`.
   size_t sharedParameters() const;
   size_t sharedCaches() const;
+  /// Whether this program's temporaries live in `share`'s memory.
+  bool borrowsTemporaries() const;
   Status setInputs(const std::vector<Tensor> &inputs);
   /// One step; returns when the GPU is done. From the second step on, a
   /// stage with no collectives and no host synchronisation replays the
