@@ -423,97 +423,148 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
   int64_t replicas = dp * ep;
   if (replicas > w.batch)
     return;
-  double sequences = std::ceil(double(w.batch) / replicas);
+  int64_t sequences = (w.batch + replicas - 1) / replicas;
+  // Under PP a replica's requests may run as m microbatches, each with its
+  // own KV cache, taken in turn by every stage (parax-run --generate with
+  // m batches a replica): stage s + 1 works on one while stage s works on
+  // the next. m = 1 is one batch going through the stages in turn.
+  std::vector<int64_t> counts = {1};
+  if (w.microBatch) {
+    if (sequences % w.microBatch)
+      return;
+    counts = {sequences / w.microBatch};
+  } else if (pp > 1) {
+    for (int64_t m : {2, 4, 8, 16})
+      if (m <= sequences && sequences % m == 0)
+        counts.push_back(m);
+  }
   Group epGroup = makeGroup(cluster, ep, tp);
   Group ppGroup = makeGroup(cluster, 2, tp * ep * dp);
   bool decode = w.kind == WorkloadKind::Decode;
   double flopsPerToken = decode ? modelFlopsPerToken(w.context + 1, 1)
                                 : modelFlopsPerToken(w.seq, w.seq);
   double peak = peakFlops(cluster, model.dtype);
-  for (bool sp : {false, true}) {
-    if (sp && (decode || tp == 1 || w.seq % tp))
-      continue;
-    ++evaluated;
-    TpContext ctx = context(tp, ep, sp, sequences);
-    std::vector<const LayerPlan *> plans;
-    std::vector<LayerCost> costs(model.layers.size());
-    bool ok = true;
-    for (size_t l = 0; l < model.layers.size(); ++l) {
-      const LayerPlan &lp = layerPlan(l, ctx);
-      ok &= lp.feasible;
-      plans.push_back(&lp);
-      LayerCost &c = costs[l];
-      double a2a = ep > 1 && lp.alltoallBytes > 0
-                       ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll,
-                                            lp.alltoallBytes, epGroup)
-                       : 0;
-      c.time = c.forward = lp.computeTime + lp.commTime + a2a;
-      c.compute = lp.computeTime;
-      c.tpComm = lp.commTime;
-      c.epComm = a2a;
-      c.weights = lp.weightBytes;
-      c.working = lp.peakLiveBytes;
-      // A generation step's caches hold their capacity whatever the context
-      // (its time is the context's: the attention stops at the position).
-      c.kvCache = lp.kvBytesPerToken * sequences *
-                  std::max<double>(ctx.contextLen, static_cast<double>(model.cacheCapacity));
-      c.denseParams = lp.weightParams;
-    }
-    if (!ok)
-      continue;
-    double stageTime = 0;
-    auto one = [](int64_t) { return 1.0; };
-    std::vector<int64_t> starts =
-        pp == 1 ? std::vector<int64_t>{0} : partition(costs, pp, one, stageTime);
-    if (starts.empty())
-      continue;
-    Plan plan = Plan::withDegrees(pp, dp, ep, tp, sp);
-    plan.microBatch = sequences;
-    plan.stageStart = starts;
-    finishMemory(plan, costs, one);
-    double total = 0, compute = 0, tpc = 0, epc = 0, weights = 0;
-    for (const LayerCost &c : costs) {
-      total += c.time;
-      compute += c.compute;
-      tpc += c.tpComm;
-      epc += c.epComm;
-      weights += c.weights;
-    }
-    // What one replica (tp x pp devices; ep ranks hold other experts) has
-    // left for the KV cache.
-    plan.kvRoom = 0;
-    for (size_t s = 0; s < starts.size(); ++s) {
-      size_t begin = starts[s];
-      size_t end = s + 1 < starts.size() ? starts[s + 1] : costs.size();
-      double used = 0, working = 0;
-      for (size_t l = begin; l < end; ++l) {
-        used += costs[l].weights;
-        working = std::max(working, costs[l].working);
+  for (int64_t micro : counts)
+    for (bool sp : {false, true}) {
+      if (sp && (decode || tp == 1 || w.seq % tp))
+        continue;
+      ++evaluated;
+      double perMicro = double(sequences / micro); // rows of one microbatch
+      TpContext ctx = context(tp, ep, sp, perMicro);
+      std::vector<const LayerPlan *> plans;
+      std::vector<LayerCost> costs(model.layers.size());
+      bool ok = true;
+      for (size_t l = 0; l < model.layers.size(); ++l) {
+        const LayerPlan &lp = layerPlan(l, ctx);
+        ok &= lp.feasible;
+        plans.push_back(&lp);
+        LayerCost &c = costs[l];
+        double a2a = ep > 1 && lp.alltoallBytes > 0
+                         ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll,
+                                              lp.alltoallBytes, epGroup)
+                         : 0;
+        c.time = c.forward = lp.computeTime + lp.commTime + a2a; // one microbatch
+        c.compute = lp.computeTime;
+        c.tpComm = lp.commTime;
+        c.epComm = a2a;
+        c.weights = lp.weightBytes;
+        c.working = lp.peakLiveBytes; // a stage holds one microbatch's at a time
+        // Every microbatch keeps its KV cache. A generation step's caches
+        // hold their capacity whatever the context (its time is the
+        // context's: the attention stops at the position).
+        c.kvCache = lp.kvBytesPerToken * sequences *
+                    std::max<double>(ctx.contextLen, static_cast<double>(model.cacheCapacity));
+        c.denseParams = lp.weightParams;
       }
-      plan.kvRoom += tp * std::max(0.0, capacity() - used - working);
+      if (!ok)
+        continue;
+      double stageTime = 0;
+      auto one = [](int64_t) { return 1.0; };
+      std::vector<int64_t> starts =
+          pp == 1 ? std::vector<int64_t>{0} : partition(costs, pp, one, stageTime);
+      if (starts.empty())
+        continue;
+      Plan plan = Plan::withDegrees(pp, dp, ep, tp, sp);
+      plan.microBatch = static_cast<int64_t>(perMicro);
+      plan.microBatches = micro;
+      plan.stageStart = starts;
+      finishMemory(plan, costs, one);
+      // Per stage: one microbatch's time and parts, and the weights it reads.
+      struct Part {
+        double time = 0, compute = 0, tp = 0, ep = 0, weights = 0;
+      };
+      std::vector<Part> stages(starts.size());
+      Part all;
+      for (size_t st = 0; st < starts.size(); ++st) {
+        size_t end = st + 1 < starts.size() ? starts[st + 1] : costs.size();
+        for (size_t l = starts[st]; l < end; ++l) {
+          for (Part *part : {&stages[st], &all}) {
+            part->time += costs[l].time;
+            part->compute += costs[l].compute;
+            part->tp += costs[l].tpComm;
+            part->ep += costs[l].epComm;
+            part->weights += costs[l].weights;
+          }
+        }
+      }
+      // What one replica (tp x pp devices; ep ranks hold other experts) has
+      // left for the KV cache.
+      plan.kvRoom = 0;
+      for (size_t st = 0; st < starts.size(); ++st) {
+        size_t end = st + 1 < starts.size() ? starts[st + 1] : costs.size();
+        double working = 0;
+        for (size_t l = starts[st]; l < end; ++l)
+          working = std::max(working, costs[l].working);
+        plan.kvRoom += tp * std::max(0.0, capacity() - stages[st].weights - working);
+      }
+      double boundaryBytes = model.hidden * model.elementBytes * ctx.tokens();
+      double hop = pp > 1 ? collectiveTime(cluster, CollectiveKind::SendRecv, boundaryBytes, ppGroup) : 0;
+      const Part *slowest = &stages.front();
+      for (const Part &part : stages)
+        if (part.time > slowest->time)
+          slowest = &part;
+      double chained = all.time + (pp - 1) * hop; // one microbatch through every stage
+      double turn = slowest->time + (pp > 1 ? hop : 0); // the slowest stage on one microbatch
+      // The critical path: `all` (every stage on one microbatch) plus
+      // `turns` more turns of the slowest stage; or, decode's steady state
+      // when the slowest stage sets the pace, `turns` turns of it alone.
+      double turns = 0;
+      bool paced = false;
+      if (!decode) { // prefill: one pass; the others follow the first through the pipe
+        turns = micro - 1;
+        plan.stepTime = chained + turns * turn;
+      } else { // one position of every row: each stage works through the
+               // microbatches (the slowest sets the pace), and a
+               // microbatch goes through every stage before its next step
+        paced = micro * turn > chained;
+        turns = paced ? micro : 0;
+        plan.stepTime = paced ? micro * turn : chained;
+      }
+      auto onPath = [&](double Part::*field) {
+        return (paced ? 0 : all.*field) + turns * slowest->*field;
+      };
+      plan.computeTime = onPath(&Part::compute);
+      plan.tpComm = onPath(&Part::tp);
+      plan.epComm = onPath(&Part::ep);
+      plan.ppComm = (paced ? 0 : (pp - 1) * hop) + (pp > 1 ? turns * hop : 0);
+      double tokens = w.batch * (decode ? 1.0 : double(w.seq));
+      plan.tokensPerSecond = tokens / plan.stepTime;
+      plan.tokensPerSecondPerDevice = plan.tokensPerSecond / cluster.numDevices();
+      plan.mfu = flopsPerToken * tokens / (plan.stepTime * cluster.numDevices() * peak);
+      // Reading the weights once per microbatch and stage: the stages in
+      // turn (one microbatch), or the slowest stage m times.
+      double slowestWeights = 0;
+      for (const Part &part : stages)
+        slowestWeights = std::max(slowestWeights, part.weights);
+      plan.weightReadBound = std::max(all.weights, micro * slowestWeights) / cluster.hbmBandwidth;
+      if (w.latencyBound > 0 && plan.stepTime > w.latencyBound)
+        plan.fits = false;
+      plan.objective = w.objective == Objective::Latency ? plan.stepTime
+                                                         : -plan.tokensPerSecondPerDevice;
+      countCollectives(plan, plans);
+      record(plan);
+      out.push_back(std::move(plan));
     }
-    double boundaryBytes = model.hidden * model.elementBytes * ctx.tokens();
-    double p2p = pp > 1 ? (pp - 1) * collectiveTime(cluster, CollectiveKind::SendRecv,
-                                                    boundaryBytes, ppGroup)
-                        : 0;
-    plan.stepTime = total + p2p;
-    plan.computeTime = compute;
-    plan.tpComm = tpc;
-    plan.epComm = epc;
-    plan.ppComm = p2p;
-    double tokens = w.batch * (decode ? 1.0 : double(w.seq));
-    plan.tokensPerSecond = tokens / plan.stepTime;
-    plan.tokensPerSecondPerDevice = plan.tokensPerSecond / cluster.numDevices();
-    plan.mfu = flopsPerToken * tokens / (plan.stepTime * cluster.numDevices() * peak);
-    plan.weightReadBound = weights / cluster.hbmBandwidth;
-    if (w.latencyBound > 0 && plan.stepTime > w.latencyBound)
-      plan.fits = false;
-    plan.objective = w.objective == Objective::Latency ? plan.stepTime
-                                                       : -plan.tokensPerSecondPerDevice;
-    countCollectives(plan, plans);
-    record(plan);
-    out.push_back(std::move(plan));
-  }
 }
 
 PlanResult Search::run() {
@@ -787,9 +838,7 @@ std::vector<LayerPlan> parax::plan::layerPlansFor(const ModelGraph &model,
                                                   const Workload &workload,
                                                   const Plan &plan) {
   Search search(model, cluster, workload, PlanOptions());
-  double sequences = workload.kind == WorkloadKind::Train
-                         ? plan.microBatch
-                         : std::ceil(double(workload.batch) / (plan.dp * plan.ep));
+  double sequences = plan.microBatch; // (inference: a replica's rows over its microbatches)
   TpContext ctx = search.context(plan.tp, plan.ep, plan.sequenceParallel, sequences);
   std::vector<LayerPlan> out;
   for (size_t l = 0; l < model.layers.size(); ++l)
