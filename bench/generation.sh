@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Generation throughput on CPU ranks (not a test): one pipeline-parallel
-# step program (PP2, 2 ranks) fed 1, 2 and 4 microbatches of 4 rows per
-# replica, side by side in rounds. With one microbatch the stages take
-# turns; with two or more, stage 1 works on microbatch m while stage 0 is on
-# m + 1. Prints each run's tokens/s and step time, then the medians and
-# their ratio to one microbatch.
+# step program (PP2, 2 ranks) for 4, 8 and 16 rows, either as one batch
+# (a step built for that batch) or as microbatches of a smaller step's
+# batch, each with its own KV caches, side by side in rounds. With one
+# batch the stages take turns; with microbatches, stage 1 works on
+# microbatch m while stage 0 is on m + 1, but each microbatch reads the
+# stage's weights again. Prints each run's tokens/s and step time, then
+# the medians.
 #
 #   bench/generation.sh [build-dir] [rounds]
 set -euo pipefail
@@ -32,32 +34,36 @@ from parax.models import load_config
 work = sys.argv[1]
 save_safetensors(f"{work}/w.safetensors", random_weights(load_config(f"{work}/config.json"), seed=1))
 rng = np.random.default_rng(2)
-for micro in (1, 2, 4):
-    np.save(f"{work}/prompt{micro}.npy", rng.integers(0, 8192, size=(4 * micro, 4)).astype(np.int32))
+for rows in (4, 8, 16):
+    np.save(f"{work}/prompt{rows}.npy", rng.integers(0, 8192, size=(rows, 4)).astype(np.int32))
 PY
-"$py" -m parax compile "$work/config.json" --cluster "$root/python/parax/oracle-cluster.json:devices_per_node=2" \
-  --workload "decode:batch=4,context=64,pp=2,dp=1" --batch 4 --seq 1 --cache 64 --dtype f32 \
-  -o "$work/step.pxe" > /dev/null
+for batch in 4 8 16; do
+  "$py" -m parax compile "$work/config.json" --cluster "$root/python/parax/oracle-cluster.json:devices_per_node=2" \
+    --workload "decode:batch=$batch,context=64,pp=2,dp=1" --batch "$batch" --seq 1 --cache 64 --dtype f32 \
+    -o "$work/step$batch.pxe" > /dev/null
+done
 
+# (rows, the step's batch): rows / batch microbatches
+runs=("4 4" "8 4" "8 8" "16 4" "16 8" "16 16")
 for round in $(seq "$rounds"); do
-  for micro in 1 2 4; do
-    line="$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$build/bin/parax-run" "$work/step.pxe" \
-      --weights "$work/w.safetensors" --input "$work/prompt$micro.npy" --generate 32 \
+  for run in "${runs[@]}"; do
+    read -r rows batch <<<"$run"
+    line="$(timeout 300 mpirun -np 2 --oversubscribe --bind-to none "$build/bin/parax-run" "$work/step$batch.pxe" \
+      --weights "$work/w.safetensors" --input "$work/prompt$rows.npy" --generate 32 \
       --output "$work/tokens.npy" | grep 'token(s) generated')"
     tps="$(sed -E 's/.* ([0-9]+) tokens\/s at the median step.*/\1/' <<<"$line")"
     ms="$(sed -E 's/.*step time ([0-9.]+) ms.*/\1/' <<<"$line")"
-    echo "round $round: $micro microbatch(es) of 4 rows: $tps tokens/s, step $ms ms"
-    echo "$micro $tps" >> "$work/figures"
+    echo "round $round: $rows rows as $((rows / batch)) microbatch(es) of $batch: $tps tokens/s, step $ms ms"
+    echo "$rows $batch $tps" >> "$work/figures"
   done
 done
 "$py" - "$work/figures" <<'PY'
 import statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    micro, tps = line.split()
-    runs.setdefault(int(micro), []).append(float(tps))
-base = statistics.median(runs[1])
-for micro, values in sorted(runs.items()):
-    m = statistics.median(values)
-    print(f"median: {micro} microbatch(es): {m:.0f} tokens/s ({m / base:.2f}x one microbatch)")
+    rows, batch, tps = line.split()
+    runs.setdefault((int(rows), int(batch)), []).append(float(tps))
+for (rows, batch), values in sorted(runs.items()):
+    print(f"median: {rows} rows as {rows // batch} microbatch(es) of {batch}: "
+          f"{statistics.median(values):.0f} tokens/s")
 PY
