@@ -447,3 +447,22 @@ def test_a_prefill_of_last_logits_generates_the_same_tokens(tmp_path, pins, rank
     kept = [p for p in range(logits.shape[1]) if p not in skipped]
     assert not np.isnan(logits[:, kept]).any()
     np.testing.assert_allclose(logits[:, kept], model_reference(step, tokens[:, :-1])[:, kept], atol=1e-4, rtol=1e-4)
+
+
+def test_a_stalled_rank_ends_a_generation_naming_what_the_other_waits_in(tmp_path):
+    """PP2 generation, one rank stopped (SIGSTOP) mid-loop: the other waits
+    for activations, or for the generated tokens the last stage sends, and
+    the job ends after the timeout naming it, instead of hanging."""
+    import re
+    from conftest import MPI_ENV, run_with_a_stalled_rank
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=50000)
+    exe = model.compile("pp2", "decode:batch=2,context=50000,pp=2,dp=1", 2)
+    prompt = os.path.join(str(tmp_path), "prompt.npy")
+    np.save(prompt, prompt_for(model, 2).astype(np.int32))
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", tool("parax-run"), exe,
+           "--weights", model.checkpoint, "--input", prompt, "--generate", "49990",
+           "--output", os.path.join(str(tmp_path), "tokens.npy")]
+    out, err, code = run_with_a_stalled_rank(cmd, dict(MPI_ENV, PARAX_COLLECTIVE_TIMEOUT="2"))
+    assert code != 0, out + err
+    assert re.search(r"parax-run: rank [01]: (recv|send|receiving the generated tokens|sending the generated "
+                     r"tokens)[\w ()-]* has not finished after 2 s", err), err[-2000:]
