@@ -94,7 +94,7 @@ def run_model(exe, weights, inputs, output=None, ranks=1, steps=1, generate=0, p
     """`output`: a path, or a list of paths (one per result, in order).
     `generate` > 0: that many tokens after the prompt (the one input), the
     prompt's whole chunks through `prefill` (an executable) if given;
-    `sampling`: parax-run's --temperature/--top-k/--seed/--stop-token arguments."""
+    `sampling`: parax-run's --temperature/--top-k/--top-p/--seed/--stop-token arguments."""
     cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
            _tool("parax-run"), exe, "--weights", weights]
     cmd += ["--generate", str(generate)] if generate else ["--steps", str(steps)]
@@ -200,7 +200,8 @@ def main(argv=None):
                    help="K tokens after the prompt (--input), with a generation step")
     r.add_argument("--prefill", help="with --generate: a program for the prompt's chunks "
                                      "(built like the step with --seq P)")
-    for option, kind in (("--temperature", float), ("--top-k", int), ("--seed", int), ("--stop-token", int)):
+    for option, kind in (("--temperature", float), ("--top-k", int), ("--top-p", float), ("--seed", int),
+                         ("--stop-token", int)):
         r.add_argument(option, type=kind, help="with --generate (see parax-run --help)")
     sub.add_parser("demo", help="the README's main job")
     args = parser.parse_args(argv)
@@ -212,7 +213,8 @@ def main(argv=None):
             return 0
         if args.command == "run":
             sampling = [arg for option, value in (("--temperature", args.temperature), ("--top-k", args.top_k),
-                                                  ("--seed", args.seed), ("--stop-token", args.stop_token))
+                                                  ("--top-p", args.top_p), ("--seed", args.seed),
+                                                  ("--stop-token", args.stop_token))
                         if value is not None for arg in (option, str(value))]
             print(run_model(args.executable, args.weights, args.input, args.output,
                             args.ranks, args.steps, args.generate, args.prefill, sampling), end="")

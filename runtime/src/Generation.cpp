@@ -107,14 +107,24 @@ int32_t sampleToken(const float *logits, int64_t vocab, const Sampling &sampling
   if (sampling.temperature <= 0)
     return *std::min_element(order.begin(), order.end(), likelier);
   int64_t k = vocab;
+  bool nucleus = sampling.topP < 1;
   if (sampling.topK > 0 && sampling.topK < vocab) { // the k most likely, most likely first
     k = sampling.topK;
     std::partial_sort(order.begin(), order.begin() + k, order.end(), likelier);
+  } else if (nucleus) {
+    std::sort(order.begin(), order.end(), likelier);
   }
   float top = logits[*std::min_element(order.begin(), order.begin() + k, likelier)];
   std::vector<double> weights(k);
   double total = 0;
   for (int64_t i = 0; i < k; ++i) total += weights[i] = std::exp((logits[order[i]] - top) / sampling.temperature);
+  if (nucleus) { // the fewest, most likely first, holding topP of the weight
+    double kept = 0, wanted = sampling.topP * total;
+    int64_t n = 0;
+    while (n < k && (n == 0 || kept < wanted)) kept += weights[n++];
+    k = n;
+    total = kept;
+  }
   double u = sampleUniform(sampling.seed, row, position) * total, sum = 0;
   for (int64_t i = 0; i < k; ++i)
     if (u < (sum += weights[i])) return order[i];

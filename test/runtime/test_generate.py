@@ -298,16 +298,23 @@ def splitmix64(z):
     return z ^ (z >> 31)
 
 
-def sample(logits, temperature, top_k, seed, row, position):
+def sample(logits, temperature, top_k, seed, row, position, top_p=1.0):
     """The sampler parax-run documents, written again: softmax(logits / T)
-    over the top k (ties to the lower id), inverse CDF at the SplitMix64
-    uniform of (seed, row, position)."""
+    over the top k (ties to the lower id), then over the fewest of those,
+    most likely first, holding top_p of their weight; inverse CDF at the
+    SplitMix64 uniform of (seed, row, position)."""
     logits = logits.astype(np.float32)
     order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))
     k = top_k if 0 < top_k < len(logits) else len(logits)
-    kept = order[:k] if k < len(logits) else list(range(len(logits)))
+    kept = order[:k] if k < len(logits) or top_p < 1 else list(range(len(logits)))
     top = logits[order[0]]
     weights = [np.exp(np.float64(np.float32(logits[i] - top)) / temperature) for i in kept]
+    if top_p < 1:
+        wanted, held, n = top_p * sum(weights), 0.0, 0
+        while n < len(kept) and (n == 0 or held < wanted):
+            held += weights[n]
+            n += 1
+        kept, weights = kept[:n], weights[:n]
     u = (splitmix64(splitmix64(splitmix64(seed) ^ row) ^ position) >> 11) * 2.0 ** -53 * sum(weights)
     total = 0.0
     for i, w in zip(kept, weights):
@@ -317,23 +324,25 @@ def sample(logits, temperature, top_k, seed, row, position):
     return kept[-1]
 
 
-@pytest.mark.parametrize("pins,ranks,top_k", [(None, 1, 20), (None, 1, 0), ("tp=2,dp=1", 2, 5), ("dp=2", 2, 20)])
-def test_sampled_generation_is_the_documented_draw(tmp_path, pins, ranks, top_k):
-    """--temperature/--top-k/--seed: every drawn token is what the sampler,
-    written again in numpy, draws from parax's own logits (reproducible
-    anywhere: one rank or many), and the logits are numpy's on those tokens.
-    Another seed draws another sequence."""
+@pytest.mark.parametrize("pins,ranks,top_k,top_p", [(None, 1, 20, 1.0), (None, 1, 0, 1.0), ("tp=2,dp=1", 2, 5, 1.0),
+                                                   ("dp=2", 2, 20, 1.0), (None, 1, 0, 0.9), ("tp=2,dp=1", 2, 40, 0.7)])
+def test_sampled_generation_is_the_documented_draw(tmp_path, pins, ranks, top_k, top_p):
+    """--temperature/--top-k/--top-p/--seed: every drawn token is what the
+    sampler, written again in numpy, draws from parax's own logits
+    (reproducible anywhere: one rank or many), and the logits are numpy's on
+    those tokens. Another seed draws another sequence."""
     dp = replicas(pins)
     model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
     exe = model.compile("step", f"decode:batch={2 * dp},context={CAPACITY},{pins}" if pins else None, ranks)
     prompt = prompt_for(model, 2 * dp)
-    options = ("--temperature", "1.5", "--top-k", str(top_k), "--seed", "42")
+    options = ("--temperature", "1.5", "--top-k", str(top_k), "--top-p", str(top_p), "--seed", "42")
     tokens, logits = model.generate(exe, ranks, prompt, NEW, extra=options)
     expected = model_reference(model, tokens[:, :-1])
     np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=1e-4)
     for row in range(tokens.shape[0]):
         for position in range(PROMPT, PROMPT + NEW):
-            assert tokens[row, position] == sample(logits[row, position - 1], 1.5, top_k, 42, row, position)
+            assert tokens[row, position] == sample(logits[row, position - 1], 1.5, top_k, 42, row, position,
+                                                   top_p)
     other, _ = model.generate(exe, ranks, prompt, NEW, extra=options[:-1] + ("43",))
     assert not np.array_equal(other, tokens)
 
@@ -342,7 +351,10 @@ def test_sampling_options_belong_to_generate(tmp_path):
     model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
     exe = model.compile("single")
     proc = model.run(exe, 1, extra=("--temperature", "0.7"), expect_ok=False)
-    assert "--temperature, --top-k, --seed and --stop-token are part of --generate" in proc.stderr, proc.stderr
+    assert "--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate" in proc.stderr, \
+        proc.stderr
+    proc = model.generate(exe, 1, prompt_for(model, 2), 2, extra=("--top-p", "0"), expect_ok=False)
+    assert "--top-p must be a probability in (0, 1], got '0'" in proc.stderr, proc.stderr
     proc = model.generate(exe, 1, prompt_for(model, 2), 2, extra=("--top-k", "2.5"), expect_ok=False)
     assert "--top-k must be a non-negative integer, got '2.5'" in proc.stderr, proc.stderr
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 using namespace parax::runtime;
@@ -30,6 +31,30 @@ TEST(Generation, DrawsStayInsideTheTopKAndFollowTheSoftmax) {
     ++counts[sampleToken(logits.data(), 4, Sampling{1.0, 2, 11}, 0, position)];
   EXPECT_EQ(counts[2] + counts[3], 0);
   EXPECT_NEAR(counts[1] / 20000.0, 0.75, 0.02);
+}
+
+TEST(Generation, TopPKeepsTheFewestHoldingThatShareMostLikelyFirst) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05 (ids 2, 0, 3, 1). top-p 0.79 keeps
+  // ids 2 and 0 (0.5 + 0.3 reach it), drawn 5 : 3; 0.81 keeps id 3 too;
+  // a top-p below the first keeps the most likely alone.
+  std::vector<float> logits = {std::log(0.3f), std::log(0.05f), std::log(0.5f), std::log(0.15f)};
+  auto counts = [&](Sampling sampling) {
+    std::vector<int> seen(4, 0);
+    for (int64_t position = 0; position < 20000; ++position)
+      ++seen[sampleToken(logits.data(), 4, sampling, 1, position)];
+    return seen;
+  };
+  std::vector<int> nucleus = counts(Sampling{1.0, 0, 5, 0.79});
+  EXPECT_EQ(nucleus[1] + nucleus[3], 0);
+  EXPECT_NEAR(nucleus[2] / 20000.0, 0.5 / 0.8, 0.02);
+  std::vector<int> wider = counts(Sampling{1.0, 0, 5, 0.81});
+  EXPECT_EQ(wider[1], 0);
+  EXPECT_GT(wider[3], 0);
+  std::vector<int> first = counts(Sampling{1.0, 0, 5, 0.1});
+  EXPECT_EQ(first[2], 20000);
+  // After top-k: 2 of the 3 kept by top-k 3 (0.5 + 0.3 of 0.95 hold 0.84).
+  std::vector<int> both = counts(Sampling{1.0, 3, 5, 0.84});
+  EXPECT_EQ(both[1] + both[3], 0);
 }
 
 TEST(Generation, TheUniformIsReproducibleAndDependsOnEachCoordinate) {

@@ -54,8 +54,10 @@ void usage() {
                "  --prefill CHUNK.pxe: the prompt's first tokens in chunks of CHUNK's --seq (built like\n"
                "  the step, with --seq P, and planned alike), which writes the same caches; the\n"
                "  CUDA backend shares the weights and caches of both programs\n"
-               "  --temperature T [--top-k K] [--seed S]: draw each token from softmax(logits / T)\n"
-               "  over the K most likely (0: all), reproducibly from S (default: the most likely)\n"
+               "  --temperature T [--top-k K] [--top-p P] [--seed S]: draw each token from\n"
+               "  softmax(logits / T) over the K most likely (0: all), then over the fewest of them,\n"
+               "  most likely first, holding P of their probability (default 1: all),\n"
+               "  reproducibly from S (default: the most likely)\n"
                "  --stop-token ID: a row that generates ID generates nothing more (its later tokens\n"
                "  are ID); a microbatch whose rows all have runs no more steps (its LOGITS are NaN\n"
                "  there), and the loop ends when every row has (LOGITS then holds the positions run)\n"
@@ -294,6 +296,15 @@ int main(int argc, char **argv) {
       if (text.empty() || *end || stopToken < 0 || stopToken > INT32_MAX)
         die("--stop-token must be a token id, got '" + text + "'");
     }
+    else if (arg == "--top-p") {
+      std::string text = value();
+      char *end = nullptr;
+      double p = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end || !(p > 0 && p <= 1))
+        die("--top-p must be a probability in (0, 1], got '" + text + "'");
+      sampling.topP = p;
+      samplingGiven = true;
+    }
     else if (arg == "--temperature" || arg == "--top-k" || arg == "--seed") {
       std::string text = value();
       char *end = nullptr;
@@ -319,7 +330,7 @@ int main(int argc, char **argv) {
   if (generate > 0 && stepsGiven) die("--generate runs one step per token: it takes no --steps");
   if (!prefillPath.empty() && generate <= 0) die("--prefill is part of --generate");
   if ((samplingGiven || stopToken >= 0) && generate <= 0)
-    die("--temperature, --top-k, --seed and --stop-token are part of --generate");
+    die("--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");

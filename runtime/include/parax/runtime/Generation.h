@@ -50,12 +50,15 @@ std::vector<Tensor> generationInputs(const GenerationProgram &program, const std
 
 /// How the next token is picked from a row's logits: the most likely
 /// (temperature 0), or drawn from softmax(logits / temperature) over the
-/// `topK` most likely (0: all), ties to the lower id, with the uniform
-/// number of (seed, row, position) (SplitMix64: reproducible anywhere).
+/// `topK` most likely (0: all), ties to the lower id, then over the
+/// fewest of those, most likely first, whose probabilities sum to at least
+/// `topP` of theirs (nucleus sampling; 1: all), with the uniform number of
+/// (seed, row, position) (SplitMix64: reproducible anywhere).
 struct Sampling {
   double temperature = 0;
   int64_t topK = 0;
   uint64_t seed = 0;
+  double topP = 1;
 };
 int32_t sampleToken(const float *logits, int64_t vocab, const Sampling &sampling, int64_t row, int64_t position);
 /// The uniform number in [0, 1) that sampleToken draws for (seed, row, position).
