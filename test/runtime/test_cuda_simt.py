@@ -198,11 +198,11 @@ def test_out_of_device_memory_names_what_did_not_fit(tmp_path):
                      r"of 64\.1 MiB\)", str(failure.value)), str(failure.value)[-2000:]
 
 
-@pytest.mark.parametrize("batch,seq,past,cache", [(2, 256, 0, 0), (4, 512, 0, 0), (16, 1, 1024, 0),
-                                                 (16, 1, 512, 1024)],
+@pytest.mark.parametrize("batch,seq,past,cache,micro", [(2, 256, 0, 0, 1), (4, 512, 0, 0, 1), (16, 1, 1024, 0, 1),
+                                                       (16, 1, 512, 1024, 1), (8, 1, 512, 1024, 2)],
                          ids=["prefill-2x256", "prefill-4x512", "decode-16-after-1024",
-                              "generate-16-at-512-of-1024"])
-def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq, past, cache):
+                              "generate-16-at-512-of-1024", "generate-2x8-at-512-of-1024"])
+def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq, past, cache, micro):
     """Two independent accounts of one GPU's memory for a Llama (hidden
     1024, FFN 3584, 2 layers, vocabulary 8192, bf16) prefill, and a decode
     step over a KV cache: the planner's memory_per_device_bytes, less its
@@ -210,7 +210,10 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
     (`--steps 0`: weights, inputs -- the cache among them --, the
     temporaries' arena), less cuBLAS's two 32 MiB workspaces; and a
     generation step planned at half its caches' capacity (they are allocated
-    whole). Within 5 %
+    whole); and a generation loop over two microbatches of 8 rows (the
+    planner's mbs=8 of 16: every microbatch's caches, one working set; the
+    runtime's two step programs share weights, workspaces and arena,
+    `--generate 1 --steps 0`). Within 5 %
     (measured: 1.0 % and 3.1 % for prefill; before the planner counted live
     values rather than every value of a layer, 10 % and 30 %)."""
     import json
@@ -231,7 +234,8 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
     with open(os.path.join(d, "model.mlir"), "w") as f:
         f.write(build_model(cfg, batch=batch, seq=seq, dtype="bf16", past=0 if cache else past, cache=cache))
     planned = os.path.join(d, "planned.mlir")
-    workload = f"decode:batch={batch},context={past}" if past else f"prefill:batch={batch},seq={seq}"
+    workload = (f"decode:batch={batch * micro},context={past},mbs={batch}" if past else
+                f"prefill:batch={batch},seq={seq}")
     subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
                     f"--parax-plan=cluster=dgx-h100:devices_per_node=1 workload={workload}",
                     "--parax-partition", "-o", planned], check=True, timeout=120)
@@ -248,6 +252,9 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
         rows = cache or past
         np.save(os.path.join(d, "cache.npy"), np.zeros((batch, rows, cfg.kv_heads, cfg.head_dim), np.float32))
         inputs += ["--input", os.path.join(d, "cache.npy")] * (2 * cfg.layers)
+    if micro > 1:  # the loop's programs: a prompt of `micro` batches
+        np.save(inputs[1], np.zeros((batch * micro, 4), np.int32))
+        inputs = inputs[:2] + ["--generate", "1"]
     out = subprocess.run([tool("parax-run-simt"), os.path.join(d, "model.pxe"), "--weights",
                           os.path.join(d, "w.safetensors"), *inputs,
                           "--device", "cuda", "--steps", "0"],

@@ -64,7 +64,8 @@ void usage() {
                "  --output: the executable's results in order (the logits; with a decode step\n"
                "  built --return-kv, then each layer's new keys and values)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
-               "  the parameter values it holds and, on cuda, the device memory it took\n"
+               "  the parameter values it holds and, on cuda, the device memory it took (with\n"
+               "  --generate: every program of the loop, every microbatch's)\n"
                "  PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT): a collective not finished\n"
                "  after S seconds ends the job, naming rank and operation (default 300)\n"
                "  PARAX_CUDA_OVERLAP=0: the GPU waits for each collective right after it (by\n"
@@ -327,7 +328,8 @@ int main(int argc, char **argv) {
     die("an executable and --weights are required");
   }
   if (steps == 0 && !outputs.empty()) die("--steps 0 prepares only: it writes no --output");
-  if (generate > 0 && stepsGiven) die("--generate runs one step per token: it takes no --steps");
+  if (generate > 0 && stepsGiven && steps != 0)
+    die("--generate runs one step per token: it takes no --steps (--steps 0: prepare its programs only)");
   if (!prefillPath.empty() && generate <= 0) die("--prefill is part of --generate");
   if ((samplingGiven || stopToken >= 0) && generate <= 0)
     die("--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate");
