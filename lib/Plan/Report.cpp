@@ -48,9 +48,9 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                   "step s", "MFU", "weights", "grads", "optim", "act", "tot/GB",
                   "tp s", "pp s", "dp s", "ep s", "bubble");
   else
-    os << formatv("{0,-2} {1,-22} {2,-6} {3,11} {4,12} {5,11} | {6,7} {7,6} "
+    os << formatv("{0,-2} {1,-22} {2,-9} {3,11} {4,12} {5,11} | {6,7} {7,6} "
                   "{8,7} {9,8} | {10,8} {11,8} {12,8}\n",
-                  "#", "degrees", "seqs", "latency ms", "tok/s/device",
+                  "#", "degrees", "seqs x m", "latency ms", "tok/s/device",
                   "w-read ms", "weights", "KV", "tot/GB", "KV room", "tp ms",
                   "pp ms", "ep ms");
   for (auto [i, p] : llvm::enumerate(result.plans)) {
@@ -69,10 +69,11 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                     gb(m.activations), gb(m.total()), p.tpComm, p.ppComm,
                     p.dpComm, p.epComm, p.bubbleTime);
     else
-      os << formatv("{0,-2} {1,-22} {2,-6} {3,11:F3} {4,12:F1} {5,11:F3} | "
+      os << formatv("{0,-2} {1,-22} {2,-9} {3,11:F3} {4,12:F1} {5,11:F3} | "
                     "{6,7:F1} {7,6:F1} {8,7:F1} {9,8:F1} | {10,8:F3} {11,8:F3} "
                     "{12,8:F3}\n",
-                    i + 1, p.degrees(), p.microBatch, p.stepTime * 1e3,
+                    i + 1, p.degrees(), formatv("{0}x{1}", p.microBatch, p.microBatches).str(),
+                    p.stepTime * 1e3,
                     p.tokensPerSecondPerDevice, p.weightReadBound * 1e3,
                     gb(m.weights), gb(m.kvCache), gb(m.total()), gb(p.kvRoom),
                     p.tpComm * 1e3, p.ppComm * 1e3, p.epComm * 1e3);
@@ -82,6 +83,11 @@ std::string parax::plan::formatPlans(const PlanResult &result,
   for (auto [i, s] : llvm::enumerate(best.stageStart))
     os << (i ? ", " : "") << s;
   os << "]\n";
+  if (!train && best.microBatches > 1)
+    os << formatv("run: {0} microbatches of {1} sequences a replica{2} (build the program with "
+                  "batch {1}; parax-run takes {0} x {1} rows a replica as microbatches)\n",
+                  best.microBatches, best.microBatch,
+                  workload.kind == WorkloadKind::Decode ? ", each with its own KV cache" : "");
   os << formatv("forward collectives per step: decoder layers: {0}; all: {1}\n",
                 collectivesText(best.decoderCollectives),
                 collectivesText(best.allCollectives));
