@@ -579,12 +579,20 @@ PlanResult Search::run() {
   result.modelFlopsPerToken =
       w.kind == WorkloadKind::Decode ? modelFlopsPerToken(w.context + 1, 1)
                                      : modelFlopsPerToken(w.seq, w.seq);
-  if (model.cachedTokens > 0 && w.kind != WorkloadKind::Decode) {
+  // A generation step's chunk (--cache C --seq P, the prefill of a
+  // generation loop) may be planned as a prefill of P tokens: its chunk
+  // attends to itself (the first chunk; later ones also read the cache).
+  bool prefillChunk = model.cacheCapacity > 0 && w.kind == WorkloadKind::Prefill &&
+                      w.seq <= model.cacheCapacity;
+  if (model.cachedTokens > 0 && w.kind != WorkloadKind::Decode && !prefillChunk) {
     result.explanation =
         formatv("this graph is a step over a KV cache of {0} tokens (built with --past or "
                 "--cache): plan it with a decode "
-                "workload (decode:batch=B,context={0}), not '{1}'",
-                model.cachedTokens, w.toString())
+                "workload (decode:batch=B,context={0}){2}, not '{1}'",
+                model.cachedTokens, w.toString(),
+                model.cacheCapacity > 0 ? formatv(", or as a prefill chunk (prefill:batch=B,seq=P, P <= {0})",
+                                                  model.cacheCapacity).str()
+                                        : std::string())
             .str();
     return result;
   }

@@ -478,3 +478,25 @@ def test_a_stalled_rank_ends_a_generation_naming_what_the_other_waits_in(tmp_pat
     assert code != 0, out + err
     assert re.search(r"parax-run: rank [01]: (recv|send|receiving the generated tokens|sending the generated "
                      r"tokens)[\w ()-]* has not finished after 2 s", err), err[-2000:]
+
+
+@pytest.mark.parametrize("pins,ranks", [("tp=2,dp=1", 2), ("pp=2,dp=1", 2)])
+def test_a_prefill_chunk_planned_as_a_prefill_goes_with_its_step(tmp_path, pins, ranks):
+    """The prefill program planned as what it is (prefill:batch=2,seq=4,
+    with the step's pins; the step planned for decode): its caches are the
+    step's boxes, whatever layouts the planner picks for its activations
+    (sequence parallelism among them), and the loop computes numpy's
+    logits."""
+    step = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY + 4)
+    exe = step.compile("step", f"decode:batch=2,context={CAPACITY + 4},{pins}", ranks)
+    chunked = Model(os.path.join(str(tmp_path), "prefill"), "tiny-llama", seq=4, cache=CAPACITY + 4)
+    prefill = chunked.compile("prefill", f"prefill:batch=2,seq=4,{pins}", ranks)
+    if "tp=2" in pins:  # sequence parallelism between the layers, the caches by KV heads
+        with open(os.path.join(chunked.dir, "prefill.mlir")) as f:
+            assert "parax.reduce_scatter" in f.read()
+    prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2, 9))
+    proc = step.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "prefill of 2 chunk(s) of 4 tokens" in proc.stdout, proc.stdout
+    tokens, logits = step.generate(exe, ranks, prompt, NEW, prefill=prefill)
+    check_generation(step, tokens, logits, 9)
