@@ -1,0 +1,52 @@
+// GenerationLoop.h - parax-run --generate: one replica's rows through a
+// generation step (and a prefill program for the prompt's chunks), as
+// microbatches that each keep their own KV caches.
+
+#ifndef PARAX_RUN_GENERATIONLOOP_H
+#define PARAX_RUN_GENERATIONLOOP_H
+
+#include "Runner.h"
+
+#include "parax/runtime/Generation.h"
+#include "parax/runtime/StallWatchdog.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace parax::run {
+
+struct GenerationLoop {
+  // The programs: the step and the prefill (`chunks` > 0), a runner of
+  // each per microbatch.
+  const pxe::Executable &exe;
+  const runtime::GenerationProgram &step, &prefill;
+  std::vector<Runner> &steps, &prefills;
+  // This rank: the world's size, its replica, the replica's microbatches
+  // of `batch` rows, and whether it writes the replica's results.
+  int size = 1;
+  int64_t replica = 0, micro = 1, batch = 0;
+  bool replicaWriter = false;
+  // Every row's tokens, [rows, promptLength + generate]: the prompts in,
+  // this replica's rows generated out.
+  std::vector<int32_t> &sequence;
+  int64_t rows = 0, promptLength = 0, generate = 0, chunks = 0;
+  runtime::Sampling sampling;
+  long long stopToken = -1; // -1: none
+  bool wantLogits = false;  // every position's logits as a second result
+  runtime::StallWatchdog *waits = nullptr; // (null: one rank, nothing to wait for)
+  std::function<void(const std::string &)> die; // ends the job; never returns
+  std::function<void(const char *)> barrier;
+
+  struct Result {
+    std::vector<double> times;  // each position's step, on this rank
+    double prefillSeconds = 0;  // the prompt's chunks
+    int64_t ran = 0;            // positions run (fewer when every row stopped)
+    std::vector<Tensor> results; // the writer's: tokens [rows of the replica, width], then logits
+  };
+  Result run();
+};
+
+} // namespace parax::run
+
+#endif // PARAX_RUN_GENERATIONLOOP_H
