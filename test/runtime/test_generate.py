@@ -500,3 +500,25 @@ def test_a_prefill_chunk_planned_as_a_prefill_goes_with_its_step(tmp_path, pins,
     assert "prefill of 2 chunk(s) of 4 tokens" in proc.stdout, proc.stdout
     tokens, logits = step.generate(exe, ranks, prompt, NEW, prefill=prefill)
     check_generation(step, tokens, logits, 9)
+
+
+def test_replicas_that_stop_at_different_positions_join_their_logits(tmp_path):
+    """DP2 with --stop-token: replica 0's rows stop at their first token,
+    replica 1's go on; each replica ends its own loop (they never wait for
+    each other), and the writer joins their logits at the longest run, NaN
+    where replica 0 ran nothing."""
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = model.compile("dp2", f"decode:batch=4,context={CAPACITY},dp=2", 2)
+    prompt = prompt_for(model, 4)
+    prompt[1] = prompt[0]
+    free, _ = model.generate(exe, 2, prompt, NEW)
+    stop = int(free[0, PROMPT])
+    if stop in free[2:, PROMPT:]:
+        pytest.skip("replica 1 would stop too: no longer a test of replicas stopping apart")
+    proc = model.generate(exe, 2, prompt, NEW, extra=("--stop-token", str(stop)), expect_ok=False)
+    assert proc.returncode == 0 and "every row gave the stop token" not in proc.stdout, proc.stdout
+    tokens, logits = model.generate(exe, 2, prompt, NEW, extra=("--stop-token", str(stop)))
+    assert logits.shape == (4, PROMPT + NEW - 1, model.cfg.vocab)
+    assert (tokens[:2, PROMPT:] == stop).all() and (tokens[2:] == free[2:]).all()
+    assert np.isnan(logits[:2, PROMPT:]).all() and not np.isnan(logits[2:]).any()
+    np.testing.assert_allclose(logits[2:], model_reference(model, tokens[2:, :-1]), atol=1e-4, rtol=1e-4)

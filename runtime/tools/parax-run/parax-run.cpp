@@ -127,6 +127,18 @@ void appendRows(Tensor &into, const Tensor &part) {
   into.i.insert(into.i.end(), part.i.begin(), part.i.end());
 }
 
+/// Logits [rows, p, vocab] grown to [rows, positions, vocab], NaN after p.
+void padPositions(Tensor &t, int64_t positions) {
+  int64_t rows = t.shape[0], have = t.shape[1], vocab = t.shape[2];
+  if (have == positions) return;
+  std::vector<float> grown(rows * positions * vocab, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(t.f.begin() + r * have * vocab, t.f.begin() + (r + 1) * have * vocab,
+              grown.begin() + r * positions * vocab);
+  t.f = std::move(grown);
+  t.shape[1] = positions;
+}
+
 /// A scalar result (the loss) that collected several values: their mean.
 void meanOfScalars(std::vector<Tensor> &results) {
   for (Tensor &r : results)
@@ -525,7 +537,6 @@ int main(int argc, char **argv) {
 
   std::vector<double> times;
   double prefillSeconds = 0; // --prefill: the prompt's chunks
-  int64_t ran = 0;           // --generate: positions run
   std::vector<Tensor> results; // the last stage's outputs, microbatches joined
   auto barrier = [&](const char *which) { // around each step, to time it
     if (size == 1) return;
@@ -548,7 +559,6 @@ int main(int argc, char **argv) {
     GenerationLoop::Result done = loop.run();
     times = std::move(done.times);
     prefillSeconds = done.prefillSeconds;
-    ran = done.ran;
     results = std::move(done.results);
   } else {
     for (int step = 0; step < steps; ++step) {
@@ -608,7 +618,16 @@ int main(int argc, char **argv) {
         int from = rankWithReplica(exe.value(), rank, other);
         for (Tensor &r : results) {
           Tensor part = receiveTensor(from);
-          if (part.shape.size() != r.shape.size() || part.isInt != r.isInt)
+          if (generate > 0 && r.shape.size() == 3 && part.shape.size() == 3) {
+            // Logits of replicas whose rows stopped after different numbers
+            // of positions: NaN at the positions a replica did not run.
+            int64_t positions = std::max(r.shape[1], part.shape[1]);
+            padPositions(r, positions);
+            padPositions(part, positions);
+          }
+          if (part.isInt != r.isInt || part.shape.size() != r.shape.size() ||
+              !std::equal(part.shape.begin() + std::min<size_t>(1, part.shape.size()), part.shape.end(),
+                          r.shape.begin() + std::min<size_t>(1, r.shape.size())))
             die("replica " + std::to_string(other) + " sent a result of shape " + part.shapeString() +
                 " where replica 0 has " + r.shapeString());
           appendRows(r, part);
@@ -639,6 +658,15 @@ int main(int argc, char **argv) {
 #endif
     double median = times.empty() ? 0 : times[times.size() / 2]; // (a prefill may leave no step)
     if (generate > 0) {
+      // Every replica's rows (joined above): the most tokens a row gave
+      // before its stop token (generate: some row never gave it).
+      int64_t stoppedAfter = stopToken >= 0 ? 0 : generate, width = promptLength + generate;
+      const Tensor &all = results[0];
+      for (int64_t row = 0; row < all.shape[0] && stoppedAfter < generate; ++row) {
+        const int32_t *tokens = &all.i[row * width];
+        int64_t at = std::find(tokens + promptLength, tokens + width, stopToken) - tokens;
+        stoppedAfter = std::max(stoppedAfter, at - promptLength + 1);
+      }
       char prefilled[96] = "";
       if (chunks > 0)
         std::snprintf(prefilled, sizeof prefilled, ", prefill of %lld chunk(s) of %lld tokens in %.3f ms",
@@ -647,8 +675,8 @@ int main(int argc, char **argv) {
             " row(s) after a prompt of " + std::to_string(promptLength) + ", " +
             std::to_string(static_cast<long long>(median > 0 ? rows / median : 0)) + " tokens/s at the median step" +
             prefilled + sharing +
-            (ran < promptLength + generate - 1
-                 ? ", every row gave the stop token after " + std::to_string(ran + 1 - promptLength) + " token(s)"
+            (stoppedAfter < generate
+                 ? ", every row gave the stop token after " + std::to_string(stoppedAfter) + " token(s)"
                  : std::string()) +
             how;
     }
