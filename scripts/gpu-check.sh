@@ -130,6 +130,16 @@ for r in bench:
     if ops:  # one extra step, kernel by kernel: where the time goes
         top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]
         print("    by op: " + ", ".join(f"{op} {ms:.3f} ms" for op, ms in top))
+# The same rows generated in one batch and as microbatches (each re-reads
+# the weights): the planner's trade-off for inference, measured.
+loops = [r for r in bench if "prefill_ms" in r and "error" not in r]
+for r in loops:
+    for q in loops:
+        if q is not r and q.get("rows") == r.get("rows") and q.get("micro", 1) == 1 < r.get("micro", 1):
+            print(f"{r['rows']} rows: {r['micro']} microbatches of {r['rows'] // r['micro']} take "
+                  f"{r['step_ms_median']:.3f} ms a step, one batch {q['step_ms_median']:.3f} ms "
+                  f"({r['step_ms_median'] / q['step_ms_median']:.2f}x); the planner expected "
+                  f"{r.get('planned_step_ms', 0):.3f} and {q.get('planned_step_ms', 0):.3f} ms")
 # A generation step (cache written in place at a run-time position) beside
 # the decode step over the same cache joined by a concat: same bytes to read.
 times = {r["case"]: r["step_ms_median_of_10"] for r in bench if "step_ms_median_of_10" in r}

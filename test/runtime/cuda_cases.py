@@ -385,6 +385,11 @@ BENCH = {
 # tokens/s, and what the step borrowed of the prefill program's memory.
 BENCH_GENERATE = {
     "llama3-8b-1layer-generate8-prompt2048-bf16": ("llama3-8b", 1, 8, "bf16", 2048, 64),
+    # 16 rows in one batch, and as 2 microbatches of 8 (a 7th element: the
+    # microbatches), each with its own caches, both reading the weights:
+    # the trade-off the planner weighs for inference (docs/cost-model.md).
+    "llama3-8b-1layer-generate16-prompt512-bf16": ("llama3-8b", 1, 16, "bf16", 512, 64),
+    "llama3-8b-1layer-generate2x8-prompt512-bf16": ("llama3-8b", 1, 8, "bf16", 512, 64, 2),
 }
 
 
@@ -442,7 +447,7 @@ def prepare_bench(root, bin_dir):
             f.write(_attention_mlir(*dims, dtype))
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
         os.remove(ir)
-    for name, (preset, layers, batch, dtype, prompt, new) in BENCH_GENERATE.items():
+    for name, (preset, layers, batch, dtype, prompt, new, *more) in BENCH_GENERATE.items():
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
         cfg = load_config(preset, layers=layers)
@@ -455,6 +460,15 @@ def prepare_bench(root, bin_dir):
                                     last_logits=program == "prefill"))
             _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir,
                   "-o", os.path.join(d, program + ".pxe")])
+            if program == "step":  # the planner's step time for these rows and microbatches (one H200)
+                micro = more[0] if more else 1
+                planned = os.path.join(d, "planned.mlir")
+                _run([os.path.join(bin_dir, "parax-opt"), ir, "--parax-plan=cluster=dgx-h200:devices_per_node=1 "
+                      f"workload=decode:batch={batch * micro},context={prompt + new // 2},mbs={batch}",
+                      "-o", planned])
+                with open(os.path.join(d, "planned.json"), "w") as f:
+                    json.dump({"step_time_s": plan_figure(planned, "step_time_s")}, f)
+                os.remove(planned)
             os.remove(ir)
     for name, (dims, _) in BENCH_EXPERTS.items():
         d = os.path.join(root, name)
@@ -583,12 +597,14 @@ def _bench_generate(name, root, bin_dir, device, arrays, weights_dir):
     the steps; its figures."""
     from parax.models import load_config
     from parax.models.builder import parameter_shapes
-    preset, layers, batch, dtype, prompt, new = BENCH_GENERATE[name]
+    preset, layers, batch, dtype, prompt, new, *more = BENCH_GENERATE[name]
+    micro = more[0] if more else 1
+    rows = batch * micro
     d = os.path.join(root, name)
     cfg = load_config(preset, layers=layers)
     weights_path = _bench_weights(preset, layers, dtype, arrays, weights_dir)
     tokens = os.path.join(d, "prompt.npy")
-    np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (batch, prompt)).astype(np.int32))
+    np.save(tokens, np.random.default_rng(1).integers(0, cfg.vocab, (rows, prompt)).astype(np.int32))
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "step.pxe"), 1, [tokens],
                        os.path.join(d, "out.npy"), device, timeout=500, generate=new,
                        extra=["--prefill", os.path.join(d, "prefill.pxe")])
@@ -596,11 +612,14 @@ def _bench_generate(name, root, bin_dir, device, arrays, weights_dir):
     prefill = re.search(r"prefill of 1 chunk\(s\) of \d+ tokens in ([0-9.]+) ms", log)
     width = 2 if dtype == "bf16" else 4
     matmul = sum(int(np.prod(s)) for s in parameter_shapes(cfg).values()) - cfg.vocab * cfg.hidden
-    # What a step reads at least, at the steps' middle position.
-    kv_bytes = width * 2 * layers * batch * (prompt + new // 2) * cfg.kv_heads * cfg.head_dim
+    # What a step reads at least, at the steps' middle position: every
+    # microbatch reads the weights.
+    kv_bytes = width * 2 * layers * rows * (prompt + new // 2) * cfg.kv_heads * cfg.head_dim
     return {"case": name, "step_ms_median": step_ms_of(log), "prefill_ms": float(prefill.group(1)) if prefill else 0,
             "tokens_per_s": _counted(log, "tokens/s at the median step"), "steps": new - 1,
-            "weight_bytes": width * matmul, "kv_bytes": kv_bytes,
+            "rows": rows, "micro": micro,
+            "planned_step_ms": 1e3 * _planned(d).get("step_time_s", 0),
+            "weight_bytes": width * matmul * micro, "kv_bytes": kv_bytes,
             "shared_parameters": _counted(log, "parameter(s) and"),
             "shared_caches": _counted(log, "KV cache(s) shared with the prefill program"),
             "device_bytes": _counted(log, "bytes of device memory")}
