@@ -231,12 +231,15 @@ Status validateExecutable(const pxe::Executable &exe) {
           return fail(iw + ".results", "buffer " + std::to_string(id) + " is not a temporary");
         defined[id] = true;
       }
-      for (const auto &[name, attr] : inst.attrs()) {
-        if (name == "axes" && attr.has_strings())
+      for (const auto &[name, attr] : inst.attrs()) { // axes, head_axes, vocab_axes, ...
+        bool namesAxes = name.size() >= 4 && name.compare(name.size() - 4, 4, "axes") == 0;
+        if (namesAxes && attr.has_strings())
           for (const std::string &axis : attr.strings().values())
             if (!axisSize(exe, axis))
-              return fail(iw + ".attrs[axes]", "names unknown grid axis '" + axis + "'");
+              return fail(iw + ".attrs[" + name + "]", "names unknown grid axis '" + axis + "'");
       }
+      if (Status shapes = checkOpShapes(exe, stage, inst, iw); !shapes.isOk())
+        return shapes;
     }
     for (int32_t id : stage.outputs())
       if (id < 0 || id >= stage.buffers_size() || !defined[id])

@@ -18,7 +18,7 @@ cmake -S "$source" -B "$asan" -G Ninja -DPARAX_BUILD_COMPILER=OFF -DPARAX_ENABLE
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="-fsanitize=address -fno-omit-frame-pointer" \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address > "$cases/configure.log"
-cmake --build "$asan" --target parax-run-simt > "$cases/build.log"
+cmake --build "$asan" --target parax-run-simt parax-pxe-fuzz > "$cases/build.log"
 PARAX_BUILD_DIR="$build" "$python" "$source/test/runtime/cuda_cases.py" prepare "$cases" \
   --bin "$build/bin" > "$cases/prepare.log"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
@@ -28,3 +28,12 @@ export PARAX_SIMT_STREAMS=lazy # collectives run when waited for (see test_cuda_
 export PARAX_CUDA_SHARE_TEMPORARIES=0
 "$python" "$source/test/runtime/cuda_cases.py" check "$cases" --bin "$asan/bin" --tool parax-run-simt
 echo "simt-asan: every case passes under AddressSanitizer"
+# Hostile executables (test_fuzz.py) under AddressSanitizer: mutants of the
+# one-rank model cases, loaded, validated, prepared and run on the CPU.
+for name in llama gpt2 mixtral qwen2-moe deepseek-v3 llama-cache-step; do
+  dir="$cases/$name"
+  read -r exe inputs < <("$python" -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c["exe"], " ".join(c["inputs"]))' "$dir/case.json")
+  (cd "$dir" && timeout 300 "$asan/bin/parax-pxe-fuzz" "$exe" weights.safetensors $inputs --mutants 3000 --seed 7 \
+     2> "$cases/fuzz-$name.log") || { tail -n 40 "$cases/fuzz-$name.log"; echo "simt-asan: a mutant of $name crashed"; exit 1; }
+done
+echo "simt-asan: every mutant of the one-rank model cases ends in a named error or a run"

@@ -84,6 +84,64 @@ TEST(Executable, RefusesAResultUnlikeItsCache) {
   EXPECT_NE(s.message().find("(cache_update): the cache"), std::string::npos) << s.message();
 }
 
+// One rank, one stage: x [2, 4] -> linear with weight [3, 4] (transposed)
+// and a bias of `bias` -> y [2, 3]; x's dtype `xType`.
+pxe::Executable linearStep(std::vector<int64_t> bias, pxe::DType xType = pxe::F32) {
+  pxe::Executable exe;
+  exe.set_format_version(1);
+  exe.mutable_grid()->add_axis_names("tp");
+  exe.mutable_grid()->add_shape(1);
+  exe.add_ranks()->add_values(0);
+  pxe::Stage *stage = exe.add_stages();
+  addBuffer(*stage, pxe::INPUT, xType, {2, 4});
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{3, 4}, bias}) {
+    pxe::Buffer *w = addBuffer(*stage, pxe::PARAMETER, pxe::F32, shape);
+    w->set_param_name("w" + std::to_string(w->id()));
+    for (int64_t d : shape) {
+      w->add_global_shape(d);
+      w->add_split();
+    }
+  }
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 3});
+  pxe::Instruction *inst = stage->add_instructions();
+  inst->set_op("linear");
+  for (int id : {0, 1, 2}) inst->add_operands(id);
+  inst->add_results(3);
+  (*inst->mutable_attrs())["transpose_w"].set_b(true);
+  stage->add_outputs(3);
+  return exe;
+}
+
+TEST(Executable, AcceptsALinearWhoseShapesFit) {
+  Status s = validateExecutable(linearStep({3}));
+  EXPECT_TRUE(s.isOk()) << s.message();
+}
+
+TEST(Executable, RefusesABiasOfAnotherWidth) {
+  // What a fuzzed GPT-2 file did: a bias one dimension short, which the
+  // kernel would have read past.
+  for (std::vector<int64_t> bias : {std::vector<int64_t>{2}, std::vector<int64_t>{3, 1}}) {
+    Status s = validateExecutable(linearStep(bias));
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("stages[0].instructions[0] (linear): the bias must be [3]"), std::string::npos)
+        << s.message();
+  }
+}
+
+TEST(Executable, RefusesIntegersWhereAKernelReadsFloats) {
+  Status s = validateExecutable(linearStep({3}, pxe::I32));
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("(linear): operand 0 must be floating point"), std::string::npos) << s.message();
+}
+
+TEST(Executable, RefusesAWeightThatDoesNotTakeXToY) {
+  pxe::Executable exe = linearStep({3});
+  (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["transpose_w"].set_b(false);
+  Status s = validateExecutable(exe);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("(linear): the weight must be [4, 3], got [3, 4]"), std::string::npos) << s.message();
+}
+
 TEST(Executable, ACacheReadElsewhereIsNotWrittenInPlace) {
   pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
   exe.mutable_stages(0)->add_outputs(0); // the old cache is a result too

@@ -21,6 +21,13 @@ StatusOr<pxe::Executable> loadExecutable(const std::string &path);
 /// Validates a parsed executable (exposed for tests).
 Status validateExecutable(const pxe::Executable &exe);
 
+/// What `inst`'s kernels assume of its buffers (OpShapes.cpp): shapes that
+/// fit each other and the op's attributes, integer ids and positions,
+/// floating-point values; an error starting with `where` otherwise. Part of
+/// validateExecutable (the instruction's buffer ids already checked).
+Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const pxe::Instruction &inst,
+                     const std::string &where);
+
 /// The operand of `inst` that is a run-time position (a generation step's:
 /// rope, position_embedding, attention, cache_update), or -1.
 int positionOperand(const pxe::Instruction &inst);

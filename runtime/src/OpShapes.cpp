@@ -1,0 +1,220 @@
+// OpShapes.cpp - what every op's kernels assume of its buffers, checked
+// before anything runs (Executable.h: checkOpShapes). A file whose shapes,
+// dtypes or attributes do not fit an op gets an error naming the
+// instruction; no kernel of either backend reads or writes past a buffer.
+
+#include "parax/runtime/Executable.h"
+
+#include <algorithm>
+#include <set>
+
+namespace parax::runtime {
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+std::string text(const Shape &s) {
+  std::string t = "[";
+  for (size_t d = 0; d < s.size(); ++d) t += (d ? ", " : "") + std::to_string(s[d]);
+  return t + "]";
+}
+
+int64_t count(const Shape &s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+bool isInteger(pxe::DType t) { return t == pxe::I32 || t == pxe::I64; }
+
+} // namespace
+
+Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const pxe::Instruction &inst,
+                     const std::string &where) {
+  const std::string &op = inst.op();
+  const Attrs &a = inst.attrs();
+  auto shapeOf = [&](int32_t id) { return Shape(stage.buffers(id).shape().begin(), stage.buffers(id).shape().end()); };
+  std::vector<Shape> in, out;
+  for (int32_t id : inst.operands()) in.push_back(shapeOf(id));
+  for (int32_t id : inst.results()) out.push_back(shapeOf(id));
+  auto fail = [&](const std::string &what) { return Status::error(where + ": " + what); };
+
+  // Dtypes: the kernels read token ids, positions, labels and expert
+  // indices as integers, everything else as floating point.
+  std::set<int> intOperands, intResults;
+  if (op == "embedding") intOperands = {0};
+  else if (op == "experts") intOperands = {2};
+  else if (op == "cross_entropy") intOperands = {1};
+  else if (op == "moe_dispatch") intOperands = {2}, intResults = {2};
+  else if (op == "moe_combine") intOperands = {1};
+  else if (op == "router") intResults = {1};
+  if (int p = positionOperand(inst); p >= 0) intOperands.insert(p);
+  for (int k = 0; k < inst.operands_size(); ++k)
+    if (isInteger(stage.buffers(inst.operands(k)).dtype()) != (intOperands.count(k) > 0))
+      return fail("operand " + std::to_string(k) + " must be " + (intOperands.count(k) ? "integer" : "floating point"));
+  for (int k = 0; k < inst.results_size(); ++k)
+    if (isInteger(stage.buffers(inst.results(k)).dtype()) != (intResults.count(k) > 0))
+      return fail("result " + std::to_string(k) + " must be " + (intResults.count(k) ? "integer" : "floating point"));
+
+  // The group of a collective (or of a split op's axes attribute).
+  auto groupOf = [&](const std::string &key) {
+    int64_t n = 1;
+    for (const std::string &axis : attrStrings(a, key)) n *= std::max<int64_t>(1, axisSize(exe, axis));
+    return n;
+  };
+  auto dimAttr = [&](const std::string &key, const Shape &s, int &dim) -> bool {
+    int64_t d = attrInt(a, key, -1);
+    if (d < 0 || d >= static_cast<int64_t>(s.size())) return false;
+    dim = static_cast<int>(d);
+    return true;
+  };
+  // Equal except along `dim` (every dimension when dim < 0).
+  auto alike = [](const Shape &x, const Shape &y, int dim) {
+    if (x.size() != y.size()) return false;
+    for (size_t d = 0; d < x.size(); ++d)
+      if (static_cast<int>(d) != dim && x[d] != y[d]) return false;
+    return true;
+  };
+  auto broadcastsTo = [](const Shape &x, const Shape &y) {
+    if (x.size() != y.size()) return false;
+    for (size_t d = 0; d < x.size(); ++d)
+      if (x[d] != y[d] && x[d] != 1) return false;
+    return true;
+  };
+  auto lastOf = [](const Shape &s) { return s.empty() ? int64_t(1) : s.back(); };
+
+  if (op == "embedding") {
+    Shape want = in[0];
+    if (in[1].size() != 2) return fail("the table must be [vocabulary, hidden], got " + text(in[1]));
+    want.push_back(in[1][1]);
+    if (out[0] != want) return fail("the result must be " + text(want) + ", got " + text(out[0]));
+  } else if (op == "position_embedding") {
+    if (in[0].size() != 2 || out[0].size() != 3 || out[0][0] != 1 || out[0][2] != in[0][1])
+      return fail("the table [positions, hidden] and result [1, S, hidden] do not fit: " + text(in[0]) + ", " +
+                  text(out[0]));
+  } else if (op == "linear") {
+    const Shape &x = in[0], &w = in[1], &y = out[0];
+    if (x.empty() || w.size() != 2 || !alike(x, y, static_cast<int>(x.size()) - 1))
+      return fail("x " + text(x) + ", weight " + text(w) + " and result " + text(y) + " do not fit");
+    int64_t k = x.back(), n = y.back();
+    Shape want = attrFlag(a, "transpose_w") ? Shape{n, k} : Shape{k, n};
+    if (w != want) return fail("the weight must be " + text(want) + ", got " + text(w));
+    if (in.size() == 3 && in[2] != Shape{n}) return fail("the bias must be [" + std::to_string(n) + "]");
+  } else if (op == "rms_norm" || op == "layer_norm") {
+    if (in[0].empty() || out[0] != in[0]) return fail("the result must be the input's shape " + text(in[0]));
+    for (size_t k = 1; k < in.size(); ++k)
+      if (in[k] != Shape{in[0].back()}) return fail("the weight and bias must be [" + std::to_string(in[0].back()) + "]");
+  } else if (op == "rope") {
+    int64_t rotary = attrInt(a, "rotary_dim");
+    if (in[0].size() != 4 || out[0] != in[0] || rotary <= 0 || rotary % 2 || rotary > in[0][3])
+      return fail("x [B, S, heads, D] and an even rotary_dim <= D, got " + text(in[0]) + " and " +
+                  std::to_string(rotary));
+  } else if (op == "attention") {
+    const Shape &q = in[0], &k = in[1], &v = in[2], &y = out[0];
+    bool shaped = q.size() == 4 && k.size() == 4 && v.size() == 4 && k[0] == q[0] && v[0] == q[0] &&
+                  k[1] == v[1] && k[2] == v[2] && k[3] == q[3] && y == Shape{q[0], q[1], q[2], v[3]};
+    if (!shaped)
+      return fail("q [B, S, H, D], k [B, T, KH, D], v [B, T, KH, DV] and result [B, S, H, DV] do not fit: " +
+                  text(q) + ", " + text(k) + ", " + text(v) + ", " + text(y));
+    int64_t heads = q[2] * groupOf("head_axes");
+    if (heads % k[2]) return fail(std::to_string(heads) + " heads do not share " + std::to_string(k[2]) + " KV heads");
+    if (attrFlag(a, "causal") && in.size() == 3 && k[1] < q[1])
+      return fail("causal attention of " + std::to_string(q[1]) + " queries over " + std::to_string(k[1]) + " keys");
+  } else if (op == "add" || op == "mul" || op == "broadcast") {
+    for (const Shape &x : in)
+      if (!broadcastsTo(x, out[0])) return fail(text(x) + " does not broadcast to the result " + text(out[0]));
+  } else if (op == "silu" || op == "sigmoid" || op == "gelu" || op == "all_reduce" || op == "to_partial") {
+    if (out[0] != in[0]) return fail("the result must be the input's shape " + text(in[0]));
+  } else if (op == "swiglu") {
+    if (in[1] != in[0] || out[0] != in[0]) return fail("gate, up and result must have one shape");
+  } else if (op == "reshape") {
+    if (count(in[0]) != count(out[0])) return fail(text(in[0]) + " cannot be reshaped to " + text(out[0]));
+  } else if (op == "transpose") {
+    std::vector<int64_t> perm;
+    if (auto it = a.find("permutation"); it != a.end())
+      perm.assign(it->second.ints().values().begin(), it->second.ints().values().end());
+    std::vector<int64_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    bool permutes = perm.size() == in[0].size() && out[0].size() == in[0].size();
+    for (size_t d = 0; permutes && d < perm.size(); ++d)
+      permutes = sorted[d] == static_cast<int64_t>(d) && out[0][d] == in[0][perm[d]];
+    if (!permutes) return fail("the permutation does not take " + text(in[0]) + " to " + text(out[0]));
+  } else if (op == "slice") {
+    int dim = -1;
+    int64_t start = attrInt(a, "start", -1);
+    if (!dimAttr("dim", in[0], dim) || !alike(in[0], out[0], dim) || start < 0 || start + out[0][dim] > in[0][dim])
+      return fail("the slice from " + std::to_string(start) + " does not fit " + text(in[0]) + " -> " + text(out[0]));
+  } else if (op == "concat") {
+    int dim = -1;
+    if (!dimAttr("dim", out[0], dim)) return fail("dim is outside the result");
+    int64_t total = 0;
+    for (const Shape &x : in) {
+      if (!alike(x, out[0], dim)) return fail(text(x) + " does not join " + text(out[0]));
+      total += x[dim];
+    }
+    if (total != out[0][dim]) return fail("the parts do not add up to " + text(out[0]));
+  } else if (op == "router") {
+    int64_t h = lastOf(in[0]), tokens = count(in[0]) / h, K = attrInt(a, "top_k");
+    if (in[1].size() != 2 || in[1][1] != h) return fail("the gate must be [experts, " + std::to_string(h) + "]");
+    int64_t E = in[1][0], groups = attrInt(a, "num_groups", 1), topGroups = attrInt(a, "topk_groups", 1);
+    if (K < 1 || K > E || groups < 1 || E % groups || topGroups < 1 || topGroups > groups ||
+        topGroups * (E / groups) < K)
+      return fail("top_k " + std::to_string(K) + " of " + std::to_string(E) + " experts in " +
+                  std::to_string(groups) + " group(s), " + std::to_string(topGroups) + " kept, cannot be chosen");
+    if (in.size() == 3 && in[2] != Shape{E}) return fail("the bias must be [" + std::to_string(E) + "]");
+    if (count(out[0]) != tokens * K || count(out[1]) != tokens * K)
+      return fail("the weights and indices must hold " + std::to_string(tokens * K) + " values");
+  } else if (op == "experts") {
+    int64_t h = lastOf(in[0]), K = lastOf(in[2]), tokens = count(in[0]) / h;
+    bool shaped = in[3].size() == 3 && in[4] == in[3] && in[3][2] == h &&
+                  in[5] == Shape{in[3][0], h, in[3][1]} && count(in[1]) == tokens * K &&
+                  count(in[2]) == tokens * K && out[0] == in[0];
+    if (!shaped)
+      return fail("x [.., H], weights and indices [tokens, K], gate/up [E, F, H], down [E, H, F] and the result "
+                  "do not fit");
+  } else if (op == "cross_entropy") {
+    int64_t V = lastOf(in[0]);
+    if (in[0].empty() || count(in[1]) != count(in[0]) / V || count(out[0]) != 1)
+      return fail("logits [.., V], one label per row and a scalar result do not fit");
+  } else if (op == "shard_slice" || op == "all_gather" || op == "reduce_scatter") {
+    int dim = -1;
+    int64_t P = groupOf("axes");
+    bool gathers = op == "all_gather";
+    const Shape &part = gathers ? in[0] : out[0], &whole = gathers ? out[0] : in[0];
+    if (!dimAttr("dim", whole, dim) || !alike(part, whole, dim) || part[dim] * P != whole[dim])
+      return fail(text(whole) + " is not " + std::to_string(P) + " parts " + text(part) + " along dim " +
+                  std::to_string(attrInt(a, "dim", -1)));
+  } else if (op == "all_to_all") {
+    int split = -1, concat = -1;
+    int64_t P = groupOf("axes");
+    if (!dimAttr("split_dim", in[0], split) || !dimAttr("concat_dim", in[0], concat) || in[0][split] % P)
+      return fail("split_dim and concat_dim must be dimensions of " + text(in[0]) + ", the split a multiple of " +
+                  std::to_string(P));
+    Shape want = in[0];
+    want[split] /= P;
+    want[concat] *= P;
+    if (out[0] != want) return fail("the result must be " + text(want) + ", got " + text(out[0]));
+  } else if (op == "moe_dispatch" || op == "moe_combine") {
+    int64_t P = groupOf("axes"), E = attrInt(a, "num_experts");
+    if (E < 1 || E % P) return fail("num_experts must be a positive multiple of the group's " + std::to_string(P));
+    bool dispatch = op == "moe_dispatch";
+    const Shape &idx = in[dispatch ? 2 : 1];
+    int64_t pairs = count(idx), K = lastOf(idx);
+    if (dispatch) {
+      int64_t h = lastOf(in[0]);
+      bool shaped = !in[0].empty() && count(in[0]) / h * K == pairs && count(in[1]) == pairs &&
+                    count(out[0]) == P * pairs * h && lastOf(out[0]) == h && count(out[1]) == P * pairs &&
+                    count(out[2]) == P * pairs;
+      if (!shaped) return fail("tokens, weights, indices and the rows sent do not fit");
+    } else {
+      int64_t h = lastOf(in[0]);
+      bool shaped = !in[0].empty() && count(in[0]) == P * pairs * h && K >= 1 && pairs % K == 0 &&
+                    count(out[0]) == pairs / K * h && lastOf(out[0]) == h;
+      if (!shaped) return fail("the rows back, the indices and the result do not fit");
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace parax::runtime

@@ -1,0 +1,40 @@
+"""Hostile executables: parax-pxe-fuzz mutates a valid .pxe at random
+(fields of every message set to edge values, repeated fields cut, grown or
+reordered, attributes changed, bytes of the file flipped or cut) and loads,
+validates, prepares and runs each mutant on one rank. Every mutant must end
+in a named error or a run -- never a crash, an uncaught exception or a hang.
+(ctest cuda-simt-asan runs the same over the emulator's cases under
+AddressSanitizer, which also catches reads past a buffer that happen not to
+crash.) Before the runtime checked each op's shapes (OpShapes.cpp), the
+200th mutant of GPT-2 -- a linear's bias one dimension short -- corrupted
+the heap."""
+
+import re
+import subprocess
+
+import pytest
+
+from conftest import Model, tool
+
+SEEDS = [("tiny-llama", {}), ("tiny-gpt2", {}), ("tiny-mixtral", {}), ("tiny-qwen2-moe", {}),
+         ("tiny-deepseek-v3", {}), ("tiny-llama", {"seq": 1, "past": 5, "cache": 12})]
+
+
+@pytest.mark.parametrize("preset,build", SEEDS, ids=[f"{p}{'-cache-step' if b else ''}" for p, b in SEEDS])
+def test_mutants_end_in_a_named_error_or_a_run(tmp_path, preset, build):
+    model = Model(str(tmp_path), preset, **build)
+    exe = model.compile("single")
+    for seed in (1, 2):
+        proc = subprocess.run([tool("parax-pxe-fuzz"), exe, model.checkpoint, *model.inputs,
+                               "--mutants", "4000", "--seed", str(seed)],
+                              capture_output=True, text=True, timeout=300)
+        last = proc.stderr.strip().splitlines()[-1:] if proc.stderr else []
+        assert proc.returncode == 0, f"crashed after {last}\n{proc.stdout}"
+        counts = re.search(r"4000 mutants: (\d+) unreadable, (\d+) refused by the validator, (\d+) at prepare, "
+                           r"(\d+) failed running, (\d+) ran", proc.stdout)
+        assert counts, proc.stdout
+        unreadable, refused, prepare, failed, ran = map(int, counts.groups())
+        assert unreadable + refused + prepare + failed + ran == 4000
+        # The mutants reach every stage: some damage the file, most are
+        # refused by the validator, some are harmless and run.
+        assert unreadable > 0 and refused > 0 and ran > 0, proc.stdout

@@ -1,0 +1,238 @@
+// parax-pxe-fuzz - hostile executables against the runtime: a valid .pxe is
+// mutated at random (fields of any message set to edge values, repeated
+// fields cut or grown, map entries dropped, bytes of the file flipped or cut)
+// and each mutant is loaded, validated and, when it is accepted, prepared and
+// run on one rank. Every mutant must end in a named error or a run: a crash,
+// an uncaught exception or a hang (the harness's timeout) is a failure.
+//
+//   parax-pxe-fuzz SEED.pxe WEIGHTS.safetensors [INPUT.npy ...]
+//       [--mutants N] [--seed S]
+//
+// Prints, before each mutant, what was changed (so that a crash names it),
+// and at the end how many were refused at parse, at validation, at prepare,
+// at run, and how many ran.
+
+#include "parax/runtime/Checkpoint.h"
+#include "parax/runtime/Executable.h"
+#include "parax/runtime/Executor.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/reflection.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace parax::runtime;
+namespace pb = google::protobuf;
+namespace pxe = parax::pxe;
+
+namespace {
+
+/// The values a hostile file would put in an integer field.
+int64_t edgeValue(std::mt19937_64 &rng, int64_t original) {
+  static const int64_t edges[] = {-1, 0, 1, 2, 3, 7, 64, 1 << 20, int64_t(1) << 31, int64_t(1) << 40,
+                                  INT32_MAX, INT64_MAX, INT64_MIN};
+  switch (rng() % 3) {
+  case 0: return edges[rng() % (sizeof edges / sizeof edges[0])];
+  case 1: return original + static_cast<int64_t>(rng() % 5) - 2;
+  default: return static_cast<int64_t>(rng() % 64);
+  }
+}
+
+/// Changes one field somewhere below `message`; returns what it did.
+std::string mutate(pb::Message &message, std::mt19937_64 &rng, const std::string &path) {
+  const pb::Descriptor *type = message.GetDescriptor();
+  const pb::Reflection *reflection = message.GetReflection();
+  std::vector<const pb::FieldDescriptor *> fields;
+  for (int i = 0; i < type->field_count(); ++i) fields.push_back(type->field(i));
+  if (fields.empty()) return path + ": nothing to change";
+  const pb::FieldDescriptor *field = fields[rng() % fields.size()];
+  std::string where = path + "." + field->name();
+  if (field->is_repeated()) {
+    int n = reflection->FieldSize(message, field);
+    int action = rng() % 4;
+    if (n > 0 && action == 0) { // drop the last element
+      reflection->RemoveLast(&message, field);
+      return where + ": last of " + std::to_string(n) + " removed";
+    }
+    if (n > 0 && action == 1 && field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      reflection->SwapElements(&message, field, rng() % n, rng() % n);
+      return where + ": two elements swapped";
+    }
+    if (n == 0 || action == 2) { // grow by one
+      switch (field->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_INT32: reflection->AddInt32(&message, field, edgeValue(rng, 0)); break;
+      case pb::FieldDescriptor::CPPTYPE_INT64: reflection->AddInt64(&message, field, edgeValue(rng, 0)); break;
+      case pb::FieldDescriptor::CPPTYPE_STRING: reflection->AddString(&message, field, "tp"); break;
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+        if (n > 0) reflection->AddMessage(&message, field)->CopyFrom(reflection->GetRepeatedMessage(message, field, 0));
+        else reflection->AddMessage(&message, field);
+        break;
+      default: return where + ": left";
+      }
+      return where + ": one element added";
+    }
+    int k = rng() % n;
+    where += "[" + std::to_string(k) + "]";
+    switch (field->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32: {
+      int64_t v = edgeValue(rng, reflection->GetRepeatedInt32(message, field, k));
+      reflection->SetRepeatedInt32(&message, field, k, static_cast<int32_t>(v));
+      return where + " = " + std::to_string(static_cast<int32_t>(v));
+    }
+    case pb::FieldDescriptor::CPPTYPE_INT64: {
+      int64_t v = edgeValue(rng, reflection->GetRepeatedInt64(message, field, k));
+      reflection->SetRepeatedInt64(&message, field, k, v);
+      return where + " = " + std::to_string(v);
+    }
+    case pb::FieldDescriptor::CPPTYPE_STRING: {
+      static const char *names[] = {"", "tp", "dp", "pp", "linear", "model.norm.weight", "x{e}"};
+      std::string v = names[rng() % (sizeof names / sizeof names[0])];
+      reflection->SetRepeatedString(&message, field, k, v);
+      return where + " = '" + v + "'";
+    }
+    case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+      return mutate(*reflection->MutableRepeatedMessage(&message, field, k), rng, where);
+    default: return where + ": left";
+    }
+  }
+  switch (field->cpp_type()) {
+  case pb::FieldDescriptor::CPPTYPE_INT32: {
+    int64_t v = edgeValue(rng, reflection->GetInt32(message, field));
+    reflection->SetInt32(&message, field, static_cast<int32_t>(v));
+    return where + " = " + std::to_string(static_cast<int32_t>(v));
+  }
+  case pb::FieldDescriptor::CPPTYPE_INT64: {
+    int64_t v = edgeValue(rng, reflection->GetInt64(message, field));
+    reflection->SetInt64(&message, field, v);
+    return where + " = " + std::to_string(v);
+  }
+  case pb::FieldDescriptor::CPPTYPE_UINT32: {
+    uint32_t v = static_cast<uint32_t>(edgeValue(rng, reflection->GetUInt32(message, field)));
+    reflection->SetUInt32(&message, field, v);
+    return where + " = " + std::to_string(v);
+  }
+  case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
+    static const double values[] = {0.0, -1.0, 1e300, -1e300, std::nan(""), 1e-30};
+    double v = values[rng() % 6];
+    reflection->SetDouble(&message, field, v);
+    return where + " = " + std::to_string(v);
+  }
+  case pb::FieldDescriptor::CPPTYPE_BOOL:
+    reflection->SetBool(&message, field, !reflection->GetBool(message, field));
+    return where + " flipped";
+  case pb::FieldDescriptor::CPPTYPE_ENUM: {
+    int v = static_cast<int>(rng() % 8) - 1;
+    reflection->SetEnumValue(&message, field, v);
+    return where + " = " + std::to_string(v);
+  }
+  case pb::FieldDescriptor::CPPTYPE_STRING: {
+    static const char *names[] = {"", "linear", "attention", "cache_update", "all_reduce", "send", "nonesuch",
+                                  "model.layers.0.mlp.up_proj.weight"};
+    std::string v = names[rng() % (sizeof names / sizeof names[0])];
+    reflection->SetString(&message, field, v);
+    return where + " = '" + v + "'";
+  }
+  case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+    return mutate(*reflection->MutableMessage(&message, field), rng, where);
+  default: return where + ": left";
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string seedPath, weightsPath;
+  std::vector<std::string> inputPaths;
+  long mutants = 200;
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--mutants" && i + 1 < argc) mutants = std::atol(argv[++i]);
+    else if (arg == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (seedPath.empty()) seedPath = arg;
+    else if (weightsPath.empty()) weightsPath = arg;
+    else inputPaths.push_back(arg);
+  }
+  if (seedPath.empty() || weightsPath.empty()) {
+    std::fprintf(stderr, "usage: parax-pxe-fuzz SEED.pxe WEIGHTS.safetensors [INPUT.npy ...] "
+                         "[--mutants N] [--seed S]\n");
+    return 2;
+  }
+  auto original = loadExecutable(seedPath);
+  auto weights = Checkpoint::open(weightsPath);
+  if (!original.isOk() || !weights.isOk()) {
+    std::fprintf(stderr, "parax-pxe-fuzz: the seed does not load: %s%s\n",
+                 original.isOk() ? "" : original.status().message().c_str(),
+                 weights.isOk() ? "" : weights.status().message().c_str());
+    return 2;
+  }
+  std::vector<Tensor> inputs;
+  for (const std::string &path : inputPaths) {
+    auto t = readNpy(path);
+    if (!t.isOk()) {
+      std::fprintf(stderr, "parax-pxe-fuzz: %s\n", t.status().message().c_str());
+      return 2;
+    }
+    inputs.push_back(t.value());
+  }
+  std::mt19937_64 rng(seed);
+  long parse = 0, invalid = 0, prepare = 0, failedRun = 0, ran = 0;
+  for (long m = 0; m < mutants; ++m) {
+    pxe::Executable exe = original.value();
+    std::string what;
+    for (int k = 0, n = 1 + rng() % 3; k < n; ++k)
+      what += std::string(k ? "; " : "") + mutate(exe, rng, "exe");
+    std::string bytes;
+    exe.SerializeToString(&bytes);
+    if (rng() % 8 == 0 && !bytes.empty()) { // the file itself damaged
+      if (rng() % 2) {
+        bytes.resize(rng() % bytes.size());
+        what += "; file cut to " + std::to_string(bytes.size()) + " bytes";
+      } else {
+        size_t at = rng() % bytes.size();
+        bytes[at] = static_cast<char>(rng());
+        what += "; byte " + std::to_string(at) + " changed";
+      }
+    }
+    std::fprintf(stderr, "mutant %ld: %s\n", m, what.c_str());
+    std::fflush(stderr);
+    pxe::Executable parsed;
+    if (!parsed.ParseFromString(bytes)) {
+      ++parse;
+      continue;
+    }
+    Status s = validateExecutable(parsed);
+    if (!s.isOk()) {
+      if (s.message().empty()) {
+        std::fprintf(stderr, "mutant %ld: refused without a message\n", m);
+        return 1;
+      }
+      ++invalid;
+      continue;
+    }
+    if (gridSize(parsed) != 1) { // parax-run refuses a world size unlike the grid's
+      ++invalid;
+      continue;
+    }
+    Executor executor;
+    s = executor.prepare(parsed, 0, nullptr, *weights.value(), inputs);
+    if (!s.isOk()) {
+      ++prepare;
+      continue;
+    }
+    s = executor.run();
+    if (s.isOk()) ++ran;
+    else ++failedRun;
+  }
+  std::printf("parax-pxe-fuzz: %ld mutants: %ld unreadable, %ld refused by the validator, %ld at prepare, "
+              "%ld failed running, %ld ran\n",
+              mutants, parse, invalid, prepare, failedRun, ran);
+  return 0;
+}
