@@ -309,16 +309,31 @@ StatusOr<Tensor> readNpy(const std::string &path) {
     return PARAX_ERROR(path + ": no shape in the header");
   std::string dims = shapeText.substr(open + 1, close - open - 1);
   size_t pos = 0;
+  int64_t n = 1; // elements
   while (pos < dims.size()) {
     size_t next = dims.find(',', pos);
     std::string item = dims.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
-    if (item.find_first_of("0123456789") != std::string::npos)
+    size_t first = item.find_first_not_of(' '), last = item.find_last_not_of(' ');
+    item = first == std::string::npos ? std::string() : item.substr(first, last - first + 1);
+    if (!item.empty()) { // (a trailing comma leaves none)
+      if (item.size() > 12 || item.find_first_not_of("0123456789") != std::string::npos)
+        return PARAX_ERROR(path + ": the shape's dimension '" + item + "' is not a count");
       shape.push_back(std::stoll(item));
+      n *= shape.back();
+      if (n > (int64_t(1) << 40))
+        return PARAX_ERROR(path + ": the shape holds too many elements");
+    }
     if (next == std::string::npos) break;
     pos = next + 1;
   }
+  // The data must all be there before anything is allocated for it.
+  std::streampos data = in.tellg();
+  in.seekg(0, std::ios::end);
+  int64_t available = static_cast<int64_t>(in.tellg() - data);
+  in.seekg(data);
+  if (!in || available < n * (type == "<i8" ? 8 : 4))
+    return PARAX_ERROR(path + ": truncated data");
   Tensor t = type == "<f4" ? Tensor::floats(shape) : Tensor::ints(shape);
-  int64_t n = t.numel();
   if (type == "<f4") {
     in.read(reinterpret_cast<char *>(t.f.data()), n * 4);
   } else if (type == "<i4") {

@@ -1,7 +1,8 @@
 """Hostile executables: parax-pxe-fuzz mutates a valid .pxe at random
 (fields of every message set to edge values, repeated fields cut, grown or
 reordered, attributes changed, bytes of the file flipped or cut) and loads,
-validates, prepares and runs each mutant on one rank. Every mutant must end
+validates, prepares and runs each mutant on one rank; then it damages the
+weights and the inputs and runs the valid executable on them. Every mutant must end
 in a named error or a run -- never a crash, an uncaught exception or a hang.
 (ctest cuda-simt-asan runs the same over the emulator's cases under
 AddressSanitizer, which also catches reads past a buffer that happen not to
@@ -38,3 +39,21 @@ def test_mutants_end_in_a_named_error_or_a_run(tmp_path, preset, build):
         # The mutants reach every stage: some damage the file, most are
         # refused by the validator, some are harmless and run.
         assert unreadable > 0 and refused > 0 and ran > 0, proc.stdout
+        # Then the weights and inputs damaged (a .npy dimension that threw
+        # std::invalid_argument out of the reader before).
+        files = re.search(r"1000 damaged weights or inputs: (\d+) refused, (\d+) ran", proc.stdout)
+        assert files and int(files.group(1)) > 0, proc.stdout
+
+
+def test_a_malformed_npy_shape_is_a_named_error(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama")
+    exe = model.compile("single")
+    with open(model.tokens_path, "rb") as f:
+        data = bytearray(f.read())
+    at = data.index(b"(2, 8)")
+    data[at:at + 6] = b"(2, x)"
+    with open(model.tokens_path, "wb") as f:
+        f.write(data)
+    proc = model.run(exe, 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert "tokens.npy: the shape's dimension 'x' is not a count" in proc.stderr, proc.stderr

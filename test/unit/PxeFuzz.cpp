@@ -2,8 +2,10 @@
 // mutated at random (fields of any message set to edge values, repeated
 // fields cut or grown, map entries dropped, bytes of the file flipped or cut)
 // and each mutant is loaded, validated and, when it is accepted, prepared and
-// run on one rank. Every mutant must end in a named error or a run: a crash,
-// an uncaught exception or a hang (the harness's timeout) is a failure.
+// run on one rank; then the weights and the inputs are damaged the same way
+// (bytes changed, mostly in their headers, or the file cut) and used by the
+// valid executable. Every mutant must end in a named error or a run: a
+// crash, an uncaught exception or a hang (the harness's timeout) is a failure.
 //
 //   parax-pxe-fuzz SEED.pxe WEIGHTS.safetensors [INPUT.npy ...]
 //       [--mutants N] [--seed S]
@@ -22,6 +24,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -234,5 +237,69 @@ int main(int argc, char **argv) {
   std::printf("parax-pxe-fuzz: %ld mutants: %ld unreadable, %ld refused by the validator, %ld at prepare, "
               "%ld failed running, %ld ran\n",
               mutants, parse, invalid, prepare, failedRun, ran);
+
+  // The weights and the inputs damaged instead: bytes of a file's header
+  // (or anywhere) changed, or the file cut, then opened and used by the
+  // valid executable.
+  auto readFile = [](const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    return bytes.str();
+  };
+  auto damage = [&](std::string bytes, std::string &what) {
+    if (bytes.empty()) return bytes;
+    if (rng() % 4 == 0) {
+      bytes.resize(rng() % bytes.size());
+      what = "cut to " + std::to_string(bytes.size()) + " bytes";
+      return bytes;
+    }
+    for (int k = 0, n = 1 + rng() % 3; k < n; ++k) {
+      size_t at = rng() % 2 ? rng() % std::min<size_t>(bytes.size(), 256) : rng() % bytes.size();
+      bytes[at] = static_cast<char>(rng() % 3 == 0 ? "0123456789{}[],:\" -"[rng() % 18] : rng());
+      what += (k ? ", byte " : "byte ") + std::to_string(at);
+    }
+    return bytes;
+  };
+  std::string scratch = seedPath + ".damaged";
+  std::string weightBytes = readFile(weightsPath);
+  long files = 0, refusedFiles = 0, ranFiles = 0;
+  for (long m = 0; m < mutants / 4; ++m, ++files) {
+    std::string what;
+    bool weightsHit = inputPaths.empty() || rng() % 2;
+    size_t which = weightsHit ? 0 : rng() % inputPaths.size();
+    std::string bytes = damage(weightsHit ? weightBytes : readFile(inputPaths[which]), what);
+    std::fprintf(stderr, "damaged %s %ld: %s\n", weightsHit ? "weights" : inputPaths[which].c_str(), m, what.c_str());
+    std::fflush(stderr);
+    {
+      std::ofstream out(scratch, std::ios::binary);
+      out << bytes;
+    }
+    std::shared_ptr<Checkpoint> checkpoint = weights.value();
+    std::vector<Tensor> given = inputs;
+    if (weightsHit) {
+      auto opened = Checkpoint::open(scratch);
+      if (!opened.isOk()) {
+        ++refusedFiles;
+        continue;
+      }
+      checkpoint = opened.value();
+    } else {
+      auto read = readNpy(scratch);
+      if (!read.isOk()) {
+        ++refusedFiles;
+        continue;
+      }
+      given[which] = read.value();
+    }
+    Executor executor;
+    Status st = executor.prepare(original.value(), 0, nullptr, *checkpoint, given);
+    if (st.isOk()) st = executor.run();
+    if (st.isOk()) ++ranFiles;
+    else ++refusedFiles;
+  }
+  std::remove(scratch.c_str());
+  std::printf("parax-pxe-fuzz: %ld damaged weights or inputs: %ld refused, %ld ran\n", files, refusedFiles,
+              ranFiles);
   return 0;
 }
