@@ -32,16 +32,22 @@ pxe::Buffer *addBuffer(pxe::Stage &stage, pxe::Role role, pxe::DType dtype, std:
   return b;
 }
 
-// One rank, one stage: cache [1, 8, 2, 4], new rows [1, `rows`, 2, 4], a
-// position of `positionType`, and cache_update -> result.
-pxe::Executable generationStep(pxe::DType positionType, int64_t rows, std::vector<int64_t> result) {
+// An executable of one rank and one stage, without buffers yet.
+pxe::Executable oneRank() {
   pxe::Executable exe;
   exe.set_format_version(1);
   exe.mutable_grid()->add_axis_names("tp");
   exe.mutable_grid()->add_shape(1);
   exe.add_ranks()->add_values(0);
-  pxe::Stage *stage = exe.add_stages();
-  stage->set_index(0);
+  exe.add_stages()->set_index(0);
+  return exe;
+}
+
+// One rank, one stage: cache [1, 8, 2, 4], new rows [1, `rows`, 2, 4], a
+// position of `positionType`, and cache_update -> result.
+pxe::Executable generationStep(pxe::DType positionType, int64_t rows, std::vector<int64_t> result) {
+  pxe::Executable exe = oneRank();
+  pxe::Stage *stage = exe.mutable_stages(0);
   addBuffer(*stage, pxe::INPUT, pxe::F32, {1, 8, 2, 4});
   addBuffer(*stage, pxe::INPUT, pxe::F32, {1, rows, 2, 4});
   addBuffer(*stage, pxe::INPUT, positionType, {});
@@ -87,12 +93,8 @@ TEST(Executable, RefusesAResultUnlikeItsCache) {
 // One rank, one stage: x [2, 4] -> linear with weight [3, 4] (transposed)
 // and a bias of `bias` -> y [2, 3]; x's dtype `xType`.
 pxe::Executable linearStep(std::vector<int64_t> bias, pxe::DType xType = pxe::F32) {
-  pxe::Executable exe;
-  exe.set_format_version(1);
-  exe.mutable_grid()->add_axis_names("tp");
-  exe.mutable_grid()->add_shape(1);
-  exe.add_ranks()->add_values(0);
-  pxe::Stage *stage = exe.add_stages();
+  pxe::Executable exe = oneRank();
+  pxe::Stage *stage = exe.mutable_stages(0);
   addBuffer(*stage, pxe::INPUT, xType, {2, 4});
   for (std::vector<int64_t> shape : {std::vector<int64_t>{3, 4}, bias}) {
     pxe::Buffer *w = addBuffer(*stage, pxe::PARAMETER, pxe::F32, shape);
