@@ -25,6 +25,7 @@ struct World {
   std::map<std::vector<int>, std::pair<int, long>> barriers; // members -> (arrived, generation)
   std::vector<const float *> posted;
   std::map<std::pair<int, int>, std::deque<std::vector<float>>> mailboxes;
+  bool cancelled = false; // cancelThreadCommunicators: every wait ends in an error
 
   std::vector<int64_t> coords(int rank) const {
     std::vector<int64_t> c(shape.size());
@@ -48,7 +49,8 @@ struct World {
     }
     return out;
   }
-  void barrier(const std::vector<int> &group) {
+  /// False when the world was cancelled instead of the group arriving.
+  bool barrier(const std::vector<int> &group) {
     std::unique_lock<std::mutex> lock(mutex);
     auto &[arrived, generation] = barriers[group];
     long mine = generation;
@@ -57,10 +59,13 @@ struct World {
       ++generation;
       cv.notify_all();
     } else {
-      cv.wait(lock, [&] { return barriers[group].second != mine; });
+      cv.wait(lock, [&] { return barriers[group].second != mine || cancelled; });
     }
+    return !cancelled;
   }
 };
+
+Status cancelledError() { return Status::error("another rank failed: this collective was cancelled"); }
 
 class ThreadCommunicator : public Communicator {
 public:
@@ -79,7 +84,7 @@ public:
       std::lock_guard<std::mutex> lock(w_->mutex);
       w_->posted[rank_] = data;
     }
-    w_->barrier(group);
+    if (!w_->barrier(group)) return cancelledError();
     std::vector<const float *> posts;
     {
       std::lock_guard<std::mutex> lock(w_->mutex);
@@ -88,16 +93,16 @@ public:
     }
     int me = static_cast<int>(std::find(group.begin(), group.end(), rank_) - group.begin());
     body(posts, me);
-    w_->barrier(group);
-    return Status::ok();
+    return w_->barrier(group) ? Status::ok() : cancelledError();
   }
 
   Status allReduce(float *data, size_t n, unsigned mask) override {
     std::vector<float> sum(n, 0.0f);
-    exchange(data, mask, [&](auto &posts, int) {
+    Status s = exchange(data, mask, [&](auto &posts, int) {
       for (const float *p : posts)
         for (size_t i = 0; i < n; ++i) sum[i] += p[i];
     });
+    if (!s.isOk()) return s;
     std::copy(sum.begin(), sum.end(), data);
     return Status::ok();
   }
@@ -129,7 +134,8 @@ public:
   Status recv(float *data, size_t n, int peer) override {
     std::unique_lock<std::mutex> lock(w_->mutex);
     auto &box = w_->mailboxes[{peer, rank_}];
-    w_->cv.wait(lock, [&] { return !box.empty(); });
+    w_->cv.wait(lock, [&] { return !box.empty() || w_->cancelled; });
+    if (box.empty()) return cancelledError();
     if (box.front().size() != n)
       return Status::error("recv: expected " + std::to_string(n) + " values, got " +
                            std::to_string(box.front().size()));
@@ -141,6 +147,8 @@ public:
     std::fprintf(stderr, "rank %d: %s\n", rank_, message.c_str());
     std::abort();
   }
+
+  World &world() { return *w_; }
 
 private:
   std::shared_ptr<World> w_;
@@ -161,6 +169,13 @@ createThreadCommunicators(const std::vector<int64_t> &shape) {
   for (int r = 0; r < world->size; ++r)
     comms.push_back(std::make_unique<ThreadCommunicator>(world, r));
   return comms;
+}
+
+void cancelThreadCommunicators(Communicator &any) {
+  World &world = static_cast<ThreadCommunicator &>(any).world();
+  std::lock_guard<std::mutex> lock(world.mutex);
+  world.cancelled = true;
+  world.cv.notify_all();
 }
 
 } // namespace parax::runtime

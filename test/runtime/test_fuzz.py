@@ -1,8 +1,10 @@
 """Hostile executables: parax-pxe-fuzz mutates a valid .pxe at random
 (fields of every message set to edge values, repeated fields cut, grown or
 reordered, attributes changed, bytes of the file flipped or cut) and loads,
-validates, prepares and runs each mutant on one rank; then it damages the
-weights and the inputs and runs the valid executable on them. Every mutant must end
+validates, prepares and runs each mutant on all its ranks (threads with
+in-process communicators, a rank that fails cancelling the others' waits);
+then it damages the weights and the inputs and runs the valid executable on
+them. Every mutant must end
 in a named error or a run -- never a crash, an uncaught exception or a hang.
 (ctest cuda-simt-asan runs the same over the emulator's cases under
 AddressSanitizer, which also catches reads past a buffer that happen not to
@@ -17,14 +19,20 @@ import pytest
 
 from conftest import Model, tool
 
-SEEDS = [("tiny-llama", {}), ("tiny-gpt2", {}), ("tiny-mixtral", {}), ("tiny-qwen2-moe", {}),
-         ("tiny-deepseek-v3", {}), ("tiny-llama", {"seq": 1, "past": 5, "cache": 12})]
+# (preset, builder options, workload pins, ranks): several ranks run as
+# threads of the fuzzer with in-process communicators.
+SEEDS = [("tiny-llama", {}, None, 1), ("tiny-gpt2", {}, None, 1), ("tiny-mixtral", {}, None, 1),
+         ("tiny-qwen2-moe", {}, None, 1), ("tiny-deepseek-v3", {}, None, 1),
+         ("tiny-llama", {"seq": 1, "past": 5, "cache": 12}, None, 1),
+         ("tiny-llama", {}, "tp=2,pp=2,dp=1", 4), ("tiny-mixtral", {}, "ep=2,tp=1,dp=1", 2),
+         ("tiny-deepseek-v3", {}, "tp=2,dp=1", 2)]
 
 
-@pytest.mark.parametrize("preset,build", SEEDS, ids=[f"{p}{'-cache-step' if b else ''}" for p, b in SEEDS])
-def test_mutants_end_in_a_named_error_or_a_run(tmp_path, preset, build):
+@pytest.mark.parametrize("preset,build,pins,ranks", SEEDS,
+                         ids=[f"{p}{'-cache-step' if b else ''}{'-' + w if w else ''}" for p, b, w, _ in SEEDS])
+def test_mutants_end_in_a_named_error_or_a_run(tmp_path, preset, build, pins, ranks):
     model = Model(str(tmp_path), preset, **build)
-    exe = model.compile("single")
+    exe = model.compile("seed", f"prefill:batch=2,seq=8,{pins}" if pins else None, ranks)
     for seed in (1, 2):
         proc = subprocess.run([tool("parax-pxe-fuzz"), exe, model.checkpoint, *model.inputs,
                                "--mutants", "4000", "--seed", str(seed)],
@@ -32,10 +40,10 @@ def test_mutants_end_in_a_named_error_or_a_run(tmp_path, preset, build):
         last = proc.stderr.strip().splitlines()[-1:] if proc.stderr else []
         assert proc.returncode == 0, f"crashed after {last}\n{proc.stdout}"
         counts = re.search(r"4000 mutants: (\d+) unreadable, (\d+) refused by the validator, (\d+) at prepare, "
-                           r"(\d+) failed running, (\d+) ran", proc.stdout)
+                           r"(\d+) failed running, (\d+) stalled \(ended by the watchdog\), (\d+) ran", proc.stdout)
         assert counts, proc.stdout
-        unreadable, refused, prepare, failed, ran = map(int, counts.groups())
-        assert unreadable + refused + prepare + failed + ran == 4000
+        unreadable, refused, prepare, failed, stalled, ran = map(int, counts.groups())
+        assert unreadable + refused + prepare + failed + stalled + ran == 4000
         # The mutants reach every stage: some damage the file, most are
         # refused by the validator, some are harmless and run.
         assert unreadable > 0 and refused > 0 and ran > 0, proc.stdout

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 
 using namespace parax::runtime;
@@ -85,3 +86,21 @@ TEST(Communicator, SendRecvBetweenStages) {
 }
 
 } // namespace
+
+TEST(Communicator, CancellingEndsEveryWaitInAnError) {
+  // Rank 0 waits for rank 1 in an all-reduce and in a recv that never come;
+  // cancelling the world (what a failed rank or a watchdog does) ends both.
+  auto comms = createThreadCommunicators({2});
+  Status reduced = Status::ok(), received = Status::ok();
+  std::thread waiting([&] {
+    float x = 1, y = 0;
+    reduced = comms[0]->allReduce(&x, 1, 1u);
+    received = comms[0]->recv(&y, 1, 1);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  cancelThreadCommunicators(*comms[1]);
+  waiting.join();
+  ASSERT_FALSE(reduced.isOk());
+  EXPECT_NE(reduced.message().find("another rank failed"), std::string::npos) << reduced.message();
+  EXPECT_FALSE(received.isOk());
+}

@@ -2,19 +2,22 @@
 // mutated at random (fields of any message set to edge values, repeated
 // fields cut or grown, map entries dropped, bytes of the file flipped or cut)
 // and each mutant is loaded, validated and, when it is accepted, prepared and
-// run on one rank; then the weights and the inputs are damaged the same way
-// (bytes changed, mostly in their headers, or the file cut) and used by the
-// valid executable. Every mutant must end in a named error or a run: a
-// crash, an uncaught exception or a hang (the harness's timeout) is a failure.
+// run on all its ranks (threads of this process, in-process communicators);
+// then the weights and the inputs are damaged the same way (bytes changed,
+// mostly in their headers, or the file cut) and used by the valid
+// executable. Every mutant must end in a named error, a stall the watchdog
+// ends, or a run: a crash, an uncaught exception or a hang (the harness's
+// timeout) is a failure.
 //
 //   parax-pxe-fuzz SEED.pxe WEIGHTS.safetensors [INPUT.npy ...]
 //       [--mutants N] [--seed S]
 //
 // Prints, before each mutant, what was changed (so that a crash names it),
 // and at the end how many were refused at parse, at validation, at prepare,
-// at run, and how many ran.
+// at run, how many stalled, and how many ran.
 
 #include "parax/runtime/Checkpoint.h"
+#include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
 
@@ -22,13 +25,17 @@
 #include <google/protobuf/message.h>
 #include <google/protobuf/reflection.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace parax::runtime;
@@ -148,6 +155,62 @@ std::string mutate(pb::Message &message, std::mt19937_64 &rng, const std::string
   }
 }
 
+enum class Outcome { Prepare, Run, Stalled, Ran };
+
+/// Prepares and runs `exe` on all its ranks, each a thread with an
+/// in-process communicator: run only when every rank prepared; a rank that
+/// fails cancels the others' waits (as parax-run's MPI_Abort ends the job),
+/// and ranks still waiting after 10 s are cancelled (as the stall watchdog
+/// does).
+Outcome prepareAndRun(const pxe::Executable &exe, const Checkpoint &weights, const std::vector<Tensor> &inputs) {
+  int n = static_cast<int>(gridSize(exe));
+  if (n == 1) {
+    Executor executor;
+    if (!executor.prepare(exe, 0, nullptr, weights, inputs).isOk()) return Outcome::Prepare;
+    return executor.run().isOk() ? Outcome::Ran : Outcome::Run;
+  }
+  std::vector<int64_t> shape(exe.grid().shape().begin(), exe.grid().shape().end());
+  std::vector<std::unique_ptr<Communicator>> comms = createThreadCommunicators(shape);
+  std::vector<Executor> executors(n);
+  std::vector<Status> prepared(n, Status::ok()), ran(n, Status::ok());
+  std::mutex mutex;
+  std::condition_variable cv;
+  int ready = 0, finished = 0;
+  auto rank = [&](int r) {
+    prepared[r] = executors[r].prepare(exe, r, comms[r].get(), weights, inputs);
+    bool all = true;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      ++ready;
+      cv.notify_all();
+      cv.wait(lock, [&] { return ready == n; });
+      for (const Status &p : prepared) all = all && p.isOk();
+    }
+    if (all) {
+      ran[r] = executors[r].run();
+      if (!ran[r].isOk()) cancelThreadCommunicators(*comms[r]);
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    ++finished;
+    cv.notify_all();
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(rank, r);
+  bool stalled = false;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    stalled = !cv.wait_for(lock, std::chrono::seconds(10), [&] { return finished == n; });
+  }
+  if (stalled) cancelThreadCommunicators(*comms[0]);
+  for (std::thread &t : threads) t.join();
+  for (const Status &p : prepared)
+    if (!p.isOk()) return Outcome::Prepare;
+  if (stalled) return Outcome::Stalled;
+  for (const Status &r : ran)
+    if (!r.isOk()) return Outcome::Run;
+  return Outcome::Ran;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -186,7 +249,7 @@ int main(int argc, char **argv) {
     inputs.push_back(t.value());
   }
   std::mt19937_64 rng(seed);
-  long parse = 0, invalid = 0, prepare = 0, failedRun = 0, ran = 0;
+  long parse = 0, invalid = 0, prepare = 0, failedRun = 0, stalled = 0, ran = 0;
   for (long m = 0; m < mutants; ++m) {
     pxe::Executable exe = original.value();
     std::string what;
@@ -220,23 +283,20 @@ int main(int argc, char **argv) {
       ++invalid;
       continue;
     }
-    if (gridSize(parsed) != 1) { // parax-run refuses a world size unlike the grid's
+    if (gridSize(parsed) != gridSize(original.value())) { // parax-run refuses a world size unlike the grid's
       ++invalid;
       continue;
     }
-    Executor executor;
-    s = executor.prepare(parsed, 0, nullptr, *weights.value(), inputs);
-    if (!s.isOk()) {
-      ++prepare;
-      continue;
+    switch (prepareAndRun(parsed, *weights.value(), inputs)) {
+    case Outcome::Prepare: ++prepare; break;
+    case Outcome::Run: ++failedRun; break;
+    case Outcome::Stalled: ++stalled; break;
+    case Outcome::Ran: ++ran; break;
     }
-    s = executor.run();
-    if (s.isOk()) ++ran;
-    else ++failedRun;
   }
   std::printf("parax-pxe-fuzz: %ld mutants: %ld unreadable, %ld refused by the validator, %ld at prepare, "
-              "%ld failed running, %ld ran\n",
-              mutants, parse, invalid, prepare, failedRun, ran);
+              "%ld failed running, %ld stalled (ended by the watchdog), %ld ran\n",
+              mutants, parse, invalid, prepare, failedRun, stalled, ran);
 
   // The weights and the inputs damaged instead: bytes of a file's header
   // (or anywhere) changed, or the file cut, then opened and used by the
@@ -292,10 +352,7 @@ int main(int argc, char **argv) {
       }
       given[which] = read.value();
     }
-    Executor executor;
-    Status st = executor.prepare(original.value(), 0, nullptr, *checkpoint, given);
-    if (st.isOk()) st = executor.run();
-    if (st.isOk()) ++ranFiles;
+    if (prepareAndRun(original.value(), *checkpoint, given) == Outcome::Ran) ++ranFiles;
     else ++refusedFiles;
   }
   std::remove(scratch.c_str());

@@ -56,6 +56,10 @@ createMpiCommunicator(const std::vector<int64_t> &shape, double stallTimeoutSeco
 /// from one thread each (unit tests): the same group semantics as MPI's.
 std::vector<std::unique_ptr<Communicator>>
 createThreadCommunicators(const std::vector<int64_t> &shape);
+/// Ends every wait of `any`'s world (one of createThreadCommunicators'), now
+/// and later, in an error: what a stall watchdog does to a job, for ranks
+/// that are threads of one process.
+void cancelThreadCommunicators(Communicator &any);
 
 } // namespace parax::runtime
 
