@@ -29,11 +29,12 @@ export PARAX_CUDA_SHARE_TEMPORARIES=0
 "$python" "$source/test/runtime/cuda_cases.py" check "$cases" --bin "$asan/bin" --tool parax-run-simt
 echo "simt-asan: every case passes under AddressSanitizer"
 # Hostile executables (test_fuzz.py) under AddressSanitizer: mutants of the
-# one-rank model cases, loaded, validated, prepared and run on the CPU.
-for name in llama gpt2 mixtral qwen2-moe deepseek-v3 llama-cache-step; do
+# model cases (one rank, TP2, EP2 x TP2: ranks as threads), loaded, validated,
+# prepared and run on the CPU.
+for name in llama gpt2 mixtral qwen2-moe deepseek-v3 llama-cache-step llama-tp2 mixtral-ep2-tp2; do
   dir="$cases/$name"
   read -r exe inputs < <("$python" -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c["exe"], " ".join(c["inputs"]))' "$dir/case.json")
   (cd "$dir" && timeout 300 "$asan/bin/parax-pxe-fuzz" "$exe" weights.safetensors $inputs --mutants 3000 --seed 7 \
      2> "$cases/fuzz-$name.log") || { tail -n 40 "$cases/fuzz-$name.log"; echo "simt-asan: a mutant of $name crashed"; exit 1; }
 done
-echo "simt-asan: every mutant of the one-rank model cases ends in a named error or a run"
+echo "simt-asan: every mutant of the model cases ends in a named error, a stall the watchdog ends, or a run"
