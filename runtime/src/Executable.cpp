@@ -238,6 +238,13 @@ Status validateExecutable(const pxe::Executable &exe) {
             if (!axisSize(exe, axis))
               return fail(iw + ".attrs[" + name + "]", "names unknown grid axis '" + axis + "'");
       }
+      // Pipeline stages run different programs: a group spanning them
+      // would wait for ranks that never join it (only send/recv cross).
+      if (exe.stages_size() > 1 && inst.op() != "send" && inst.op() != "recv")
+        for (const std::string &axis : attrStrings(inst.attrs(), "axes"))
+          if (axis == "pp")
+            return fail(iw + ".attrs[axes]", "a group over 'pp' spans pipeline stages, which run different "
+                                             "programs: its ranks would wait forever");
       if (Status shapes = checkOpShapes(exe, stage, inst, iw); !shapes.isOk())
         return shapes;
     }

@@ -144,6 +144,33 @@ TEST(Executable, RefusesAWeightThatDoesNotTakeXToY) {
   EXPECT_NE(s.message().find("(linear): the weight must be [4, 3], got [3, 4]"), std::string::npos) << s.message();
 }
 
+TEST(Executable, RefusesACollectiveAcrossPipelineStages) {
+  // Two stages of one rank each; stage 0 all-reduces over "pp", which stage
+  // 1 never does: a rank would wait forever.
+  pxe::Executable exe;
+  exe.set_format_version(1);
+  exe.mutable_grid()->add_axis_names("pp");
+  exe.mutable_grid()->add_shape(2);
+  for (int r = 0; r < 2; ++r) {
+    exe.add_ranks()->add_values(r);
+    pxe::Stage *stage = exe.add_stages();
+    stage->set_index(r);
+    addBuffer(*stage, pxe::INPUT, pxe::F32, {4});
+    addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
+    pxe::Instruction *inst = stage->add_instructions();
+    inst->set_op(r == 0 ? "all_reduce" : "silu");
+    inst->add_operands(0);
+    inst->add_results(1);
+    if (r == 0) (*inst->mutable_attrs())["axes"].mutable_strings()->add_values("pp");
+  }
+  Status s = validateExecutable(exe);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("stages[0].instructions[0] (all_reduce).attrs[axes]: a group over 'pp' spans pipeline "
+                             "stages"),
+            std::string::npos)
+      << s.message();
+}
+
 TEST(Executable, ACacheReadElsewhereIsNotWrittenInPlace) {
   pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
   exe.mutable_stages(0)->add_outputs(0); // the old cache is a result too
