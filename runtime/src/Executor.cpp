@@ -83,6 +83,7 @@ int64_t broadcastIndex(const Tensor &in, const Tensor &out, int64_t k) {
 struct Executor::Impl {
   Executor &e;
   const pxe::Executable &exe;
+  std::vector<std::pair<int32_t, int32_t>> lentCaches; // (cache input, result) of in-place cache_updates
 
   unsigned axesMask(const std::vector<std::string> &axes, Status &status) {
     unsigned mask = 0;
@@ -473,16 +474,21 @@ Status Executor::run() {
   if (runsElsewhere_)
     return Status::error("the host copies of this stage were released: it runs on another backend");
   Impl impl{*this, *exe_};
-  for (int k = 0; k < stageProto_->instructions_size(); ++k) {
+  Status status = Status::ok();
+  for (int k = 0; k < stageProto_->instructions_size() && status.isOk(); ++k) {
     if (hoisted_[k])
       continue;
     const pxe::Instruction &inst = stageProto_->instructions(k);
     Status s = impl.run(inst);
     if (!s.isOk())
-      return Status::error("stage " + std::to_string(stage_) + " instruction " +
-                           std::to_string(k) + " (" + inst.op() + "): " + s.message());
+      status = Status::error("stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + " (" +
+                             inst.op() + "): " + s.message());
   }
-  return Status::ok();
+  // Caches that in-place cache_updates lent to their results go back to
+  // their input buffers, however the run ended.
+  for (auto [cache, result] : impl.lentCaches)
+    std::swap(buffers_[cache].f, buffers_[result].f);
+  return status;
 }
 
 Status Executor::Impl::run(const pxe::Instruction &inst) {
@@ -649,7 +655,18 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     int64_t row = cache.shape[2] * cache.shape[3];
     for (int64_t bb = 0; bb < cache.shape[0]; ++bb)
       std::copy(&update.f[bb * S * row], &update.f[(bb + 1) * S * row], &target.f[(bb * C + at) * row]);
-    if (inPlace) y.f = cache.f;
+    if (inPlace) {
+      // The result takes the cache's storage for the rest of the run (no
+      // copy of the whole cache a step); run() hands it back. A result the
+      // stage outputs must outlive the run, so it gets a copy.
+      const auto &outputs = e.stageProto_->outputs();
+      if (std::find(outputs.begin(), outputs.end(), inst.results(0)) != outputs.end()) {
+        y.f = cache.f;
+      } else {
+        std::swap(y.f, cache.f);
+        lentCaches.emplace_back(inst.operands(0), inst.results(0));
+      }
+    }
     return Status::ok();
   }
   if (op == "add" || op == "mul") {
