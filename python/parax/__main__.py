@@ -145,14 +145,17 @@ def demo():
     print(f"\n== largest |difference| between the 4-rank and single-rank logits: {diff:.3g}")
 
     print("\n== generate: a generation step (KV caches of 32 tokens written in place at a run-time "
-          "position), 8 tokens after a 4-token prompt, greedy, for 4 rows: two microbatches of the "
+          "position), 8 tokens after each row's prompt (of 4, 2, 3 and 4 tokens: a shorter one ends with "
+          "-1s), greedy, for 4 rows: two microbatches of the "
           "step's batch of 2, each with its own caches (on 4 ranks, tp=2 x pp=2, stage 1 works on one "
           "while stage 0 works on the other); and on 1 rank")
     step_ir = os.path.join(work, "step.mlir")
     with open(step_ir, "w") as f:
         f.write(build_model(cfg, batch=2, seq=1, dtype="f32", cache=32))
     prompt = os.path.join(work, "prompt.npy")
-    np.save(prompt, np.random.default_rng(2).integers(0, cfg.vocab, (4, 4)).astype(np.int32))
+    prompts = np.random.default_rng(2).integers(0, cfg.vocab, (4, 4)).astype(np.int32)
+    prompts[1, 2:] = prompts[2, 3:] = -1
+    np.save(prompt, prompts)
     step_exe, step_single = os.path.join(work, "step.pxe"), os.path.join(work, "step-single.pxe")
     compile_model(step_ir, cluster, "decode:batch=2,context=32,tp=2,pp=2,dp=1", step_exe, workdir=work,
                   show_plans=False)

@@ -80,7 +80,7 @@ std::vector<Tensor> generationInputs(const GenerationProgram &program, const std
   in[0] = Tensor::ints({program.batch, program.tokens});
   for (int64_t b = 0; b < program.batch; ++b)
     for (int64_t j = 0; j < program.tokens; ++j)
-      in[0].i[b * program.tokens + j] = sequence[(firstRow + b) * width + at + j];
+      in[0].i[b * program.tokens + j] = std::max(0, sequence[(firstRow + b) * width + at + j]); // (-1: past the row's end)
   for (size_t k = 1; k < program.inputs.size(); ++k)
     in[k] = Tensor{program.inputs[k].isInt, program.inputs[k].shape, {}, {}};
   in[program.positionInput] = Tensor::ints({});

@@ -94,7 +94,8 @@ CASES = {
 # generate[, options]). Options: "chunk": P, --prefill with a program of
 # that --seq sharing the step's weights and caches ("last_logits": built
 # --last-logits); "run": parax-run's sampling options; "micro": the prompt's
-# batches per replica (microbatches, each with its own caches). The GPU's
+# batches per replica (microbatches, each with its own caches); "ragged":
+# each row's prompt length (shorter ones padded with -1). The GPU's
 # tokens must be the CPU backend's, and every position's logits within TOL
 # of the CPU's and of numpy's (on those tokens; NaN where the prefill
 # computed none, on both). The first runs 67 steps, crossing a 64-key tile
@@ -113,6 +114,11 @@ GENERATE = {
     # A prefill whose logits are its last position's alone (a slice before
     # the final norm and the lm head).
     "generate-gpt2-tp2-prefill-last": ("tiny-gpt2", 2, "tp=2,dp=1", 2, 24, 9, 6, {"chunk": 4, "last_logits": True}),
+    # Prompts of different lengths: rows still in their prompts take their
+    # own tokens while the others generate; a row's logits end at its last
+    # token (NaN after).
+    "generate-llama-ragged-micro2-prefill": ("tiny-llama", 2, None, 1, 24, 9, 6,
+                                             {"chunk": 3, "micro": 2, "ragged": [9, 4, 6, 3]}),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -200,10 +206,17 @@ def prepare_generate(name, root):
         import shutil
         shutil.rmtree(chunked.dir)
     prompt = np.random.default_rng(5).integers(0, model.cfg.vocab, (batch * dp * micro, prompt_len))
+    lengths = more.get("ragged", [prompt_len] * len(prompt))
+    for row, length in enumerate(lengths):
+        prompt[row, length:] = -1
     tokens, logits = model.generate(exe, ranks, prompt, new, prefill=prefill, extra=options)
     np.save(os.path.join(case_dir, "cpu_tokens.npy"), tokens)
     np.save(os.path.join(case_dir, "cpu.npy"), logits)
-    np.save(os.path.join(case_dir, "numpy.npy"), reference.forward(model.cfg, model.weights, tokens[:, :-1]))
+    expected = np.full(logits.shape, np.nan)  # each row on its own tokens, up to its last
+    for row, length in enumerate(lengths):
+        end = length + new
+        expected[row, :end - 1] = reference.forward(model.cfg, model.weights, tokens[row:row + 1, :end - 1])[0]
+    np.save(os.path.join(case_dir, "numpy.npy"), expected)
     with open(os.path.join(case_dir, "case.json"), "w") as f:
         json.dump({"exe": os.path.basename(exe), "ranks": ranks, "tolerance": TOL, "generate": new,
                    "inputs": ["prompt.npy"], "prefill": "prefill.pxe" if prefill else None,

@@ -109,6 +109,91 @@ def test_microbatches_each_keep_their_caches(tmp_path, pins, ranks, prefilled):
         assert (alone == tokens[rows]).all(), k
 
 
+# (pins, ranks, microbatches a replica, prefill?)
+RAGGED_PLANS = [(None, 1, 1, False), ("tp=2,dp=1", 2, 1, False), ("pp=2,dp=1", 2, 2, False),
+                ("dp=2", 2, 1, False), (None, 1, 2, True), ("tp=2,pp=2", 4, 2, True)]
+RAGGED_LENGTHS = [7, 3, 5, 6, 4, 7, 3, 5]
+
+
+def ragged_prompt(model, lengths, seed=9):
+    """Prompts of `lengths` tokens, each padded with -1 to the longest."""
+    prompt = np.random.default_rng(seed).integers(0, model.cfg.vocab, size=(len(lengths), max(lengths)))
+    for row, length in enumerate(lengths):
+        prompt[row, length:] = -1
+    return prompt
+
+
+def check_ragged_rows(model, prompt, lengths, tokens, logits, new):
+    """Each row: its prompt, `new` tokens, then -1; its logits numpy's on
+    its own tokens up to its last one, NaN after; its tokens the most likely
+    of its logits."""
+    assert tokens.shape == (len(lengths), max(lengths) + new)
+    for row, length in enumerate(lengths):
+        end = length + new
+        assert (tokens[row, :length] == prompt[row, :length]).all(), row
+        assert (tokens[row, end:] == -1).all() and (tokens[row, :end] >= 0).all(), row
+        expected = model_reference(model, tokens[row:row + 1, :end - 1])[0]
+        np.testing.assert_allclose(logits[row, :end - 1], expected, atol=1e-4, rtol=1e-4)
+        assert np.isnan(logits[row, end - 1:]).all(), row
+        assert (logits[row, length - 1:end - 1].argmax(-1) == tokens[row, length:end]).all(), row
+
+
+@pytest.mark.parametrize("pins,ranks,micro,prefilled", RAGGED_PLANS,
+                         ids=[f"{p[0] or 'single'}-x{p[2]}{'-prefill' if p[3] else ''}" for p in RAGGED_PLANS])
+def test_prompts_of_different_lengths_each_get_their_tokens(tmp_path, pins, ranks, micro, prefilled):
+    """Prompts of different lengths in one batch (each padded with -1 at
+    its end): every row gets NEW tokens after its own prompt, computed as
+    if it ran alone. The rows still in their prompts take their own next
+    tokens while the others generate (a prefill covers the shortest
+    prompt's whole chunks)."""
+    dp = replicas(pins)
+    rows = 2 * dp * micro
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY + 4)
+    workload = f"decode:batch={2 * dp},context={CAPACITY + 4},{pins}" if pins else None
+    exe = model.compile("step", workload, ranks)
+    prefill = None
+    if prefilled:
+        chunked = Model(os.path.join(str(tmp_path), "prefill"), "tiny-llama", seq=3, cache=CAPACITY + 4)
+        prefill = chunked.compile("prefill", workload, ranks)
+    lengths = RAGGED_LENGTHS[:rows]
+    prompt = ragged_prompt(model, lengths)
+    proc = model.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{rows} row(s) after prompts of {min(lengths)} to 7" in proc.stdout, proc.stdout
+    if prefilled:
+        assert "prefill of 1 chunk(s) of 3 tokens" in proc.stdout, proc.stdout
+    tokens, logits = model.generate(exe, ranks, prompt, NEW, prefill=prefill)
+    check_ragged_rows(model, prompt, lengths, tokens, logits, NEW)
+
+
+def test_a_ragged_row_that_stops_gives_the_stop_token_to_its_own_end(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY + 4)
+    exe = model.compile("single")
+    lengths = [7, 3]
+    prompt = ragged_prompt(model, lengths)
+    free, _ = model.generate(exe, 1, prompt, NEW)
+    stop = int(free[1, 3])  # the short row's first generated token
+    if stop in free[0, 7:]:
+        pytest.skip("the long row would stop too")
+    tokens, logits = model.generate(exe, 1, prompt, NEW, extra=("--stop-token", str(stop)))
+    assert (tokens[0] == free[0]).all()
+    assert (tokens[1, 3:3 + NEW] == stop).all() and (tokens[1, 3 + NEW:] == -1).all()
+
+
+def test_malformed_ragged_prompts_are_refused(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY)
+    exe = model.compile("single")
+    prompt = prompt_for(model, 2)
+    prompt[1, 1] = -1  # a token after the -1 that ends the row
+    proc = model.generate(exe, 1, prompt, 2, expect_ok=False)
+    assert proc.returncode != 0
+    assert (f"--generate: prompt row 1 has token {prompt[1, 2]} at position 2, after the -1 that ends it"
+            in proc.stderr), proc.stderr
+    prompt[1] = -1
+    proc = model.generate(exe, 1, prompt, 2, expect_ok=False)
+    assert "--generate: prompt row 1 is empty (it starts with -1)" in proc.stderr, proc.stderr
+
+
 def test_each_rank_keeps_only_its_kv_heads(tmp_path):
     """Under TP the caches are inputs split by KV heads, written in place by
     cache_update: no rank holds (or gathers) another's heads."""

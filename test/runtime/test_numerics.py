@@ -338,7 +338,7 @@ def test_front_door_demo_runs_end_to_end():
     assert "parax-run: 4 rank(s)" in proc.stdout
     assert "largest |difference| between the 4-rank and single-rank logits" in proc.stdout
     assert "2 microbatch(es)" in proc.stdout  # 4 rows, two batches of the step's 2
-    assert "8 token(s) generated for each of 4 row(s) after a prompt of 4" in proc.stdout
+    assert "8 token(s) generated for each of 4 row(s) after prompts of 2 to 4" in proc.stdout
     assert "the 4-rank and single-rank generations are the same" in proc.stdout
 
 

@@ -38,10 +38,21 @@ GenerationLoop::Result GenerationLoop::run() {
   std::vector<int64_t> ranOf(micro, 0);   // positions each microbatch has run
   std::vector<int64_t> awaited(micro, -1); // a position whose tokens this rank awaits from the writer
   std::vector<bool> stopped(rows, false);  // rows that gave --stop-token
-  auto microStopped = [&](int64_t m) {
-    if (stopToken < 0) return false;
-    for (int64_t b = 0; b < batch; ++b)
-      if (!stopped[firstRowOf(m) + b]) return false;
+  // Row r holds its prompt below promptLengths[r], its generated tokens
+  // from there up to endOf(r), -1 after.
+  auto endOf = [&](int64_t row) { return promptLengths[row] + generate; };
+  auto shortestPromptOf = [&](int64_t m) {
+    int64_t shortest = promptLength;
+    for (int64_t b = 0; b < batch; ++b) shortest = std::min(shortest, promptLengths[firstRowOf(m) + b]);
+    return shortest;
+  };
+  // Whether microbatch m has nothing left to do at position t: each row
+  // has given the stop token or has all its tokens.
+  auto microDone = [&](int64_t m, int64_t t) {
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t row = firstRowOf(m) + b;
+      if (!stopped[row] && t + 1 < endOf(row)) return false;
+    }
     return true;
   };
   const int replicaWriterRank = writerOf(exe, replica);
@@ -51,12 +62,14 @@ GenerationLoop::Result GenerationLoop::run() {
   constexpr int kTokensTag = 7; // (tags 0 and 1 carry activations and results)
   std::deque<std::vector<int32_t>> sent; // the tokens of sends in flight
   std::vector<MPI_Request> sends;
-  // Microbatch m's tokens for position `next`: into the sequence, where
-  // --stop-token makes a stopped row give it again (every rank of the
-  // replica applies the same tokens, so all agree on what runs).
+  // Microbatch m's tokens for position `next`: into the sequence of the
+  // rows past their prompts and short of their ends, where --stop-token
+  // makes a stopped row give it again (every rank of the replica applies
+  // the same tokens, so all agree on what runs).
   auto record = [&](int64_t m, int64_t next, const std::vector<int32_t> &picked) {
     for (int64_t b = 0; b < batch; ++b) {
       int64_t row = firstRowOf(m) + b;
+      if (next < promptLengths[row] || next >= endOf(row)) continue; // a prompt's token, or past the row's end
       int32_t &token = sequence[row * width + next];
       token = picked[b];
       if (stopToken < 0) continue;
@@ -84,7 +97,7 @@ GenerationLoop::Result GenerationLoop::run() {
     if (!s.isOk()) die(s.message());
     ranOf[m] = t + tokens;
     int64_t next = t + tokens;         // the position the chosen tokens take
-    bool picks = next >= promptLength; // (before, the prompt's next token is known)
+    bool picks = next >= shortestPromptOf(m); // (before, every row's next token is its prompt's)
     if (!replicaWriter) {
       if (picks) awaited[m] = next;
       return;
@@ -150,7 +163,7 @@ GenerationLoop::Result GenerationLoop::run() {
     bool any = false;
     for (int64_t m = 0; m < micro; ++m) {
       settle(m);
-      if (microStopped(m)) continue; // every row of it has given the stop token
+      if (microDone(m, t)) continue; // every row of it has its tokens or has given the stop token
       any = true;
       advance(step, t, m, steps[m]);
     }
@@ -166,9 +179,9 @@ GenerationLoop::Result GenerationLoop::run() {
   }
   int64_t ran = *std::max_element(ranOf.begin(), ranOf.end()); // fewer than total when every row stopped
   result.ran = ran;
-  for (int64_t m = 0; m < micro; ++m) // the positions a stopped microbatch never ran
+  for (int64_t m = 0; m < micro; ++m) // the positions of its rows a stopped microbatch never ran
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t after = ranOf[m] + 1; after < width; ++after)
+      for (int64_t after = ranOf[m] + 1; after < endOf(firstRowOf(m) + b); ++after)
         sequence[(firstRowOf(m) + b) * width + after] = static_cast<int32_t>(stopToken);
   if (replicaWriter) {
     // This replica's rows of the sequence: [micro * batch, width].
@@ -178,13 +191,15 @@ GenerationLoop::Result GenerationLoop::run() {
               tokens.i.begin());
     result.results.push_back(std::move(tokens));
     if (wantLogits) { // [rows, positions run, vocab]; NaN where a stopped microbatch ran none
-      Tensor ordered = Tensor::floats({mine, ran, vocab});
+      Tensor ordered = Tensor::floats({mine, ran, vocab}); // and past each row's last token
       std::fill(ordered.f.begin(), ordered.f.end(), std::numeric_limits<float>::quiet_NaN());
       for (int64_t m = 0; m < micro; ++m)
-        for (int64_t p = 0; p < static_cast<int64_t>(stepLogits[m].size()); ++p)
-          for (int64_t b = 0; b < batch; ++b)
+        for (int64_t b = 0; b < batch; ++b) {
+          int64_t positions = std::min<int64_t>(stepLogits[m].size(), endOf(firstRowOf(m) + b) - 1);
+          for (int64_t p = 0; p < positions; ++p)
             std::copy(&stepLogits[m][p][b * vocab], &stepLogits[m][p][(b + 1) * vocab],
                       &ordered.f[((m * batch + b) * ran + p) * vocab]);
+        }
       result.results.push_back(std::move(ordered));
     }
   }

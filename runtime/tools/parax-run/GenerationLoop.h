@@ -28,8 +28,11 @@ struct GenerationLoop {
   int64_t replica = 0, micro = 1, batch = 0;
   bool replicaWriter = false;
   // Every row's tokens, [rows, promptLength + generate]: the prompts in,
-  // this replica's rows generated out.
+  // this replica's rows generated out. Row r's prompt is its first
+  // promptLengths[r] tokens (at most promptLength; -1 after them): it
+  // gets `generate` tokens after its own prompt, then -1.
   std::vector<int32_t> &sequence;
+  const std::vector<int64_t> &promptLengths;
   int64_t rows = 0, promptLength = 0, generate = 0, chunks = 0;
   runtime::Sampling sampling;
   long long stopToken = -1; // -1: none

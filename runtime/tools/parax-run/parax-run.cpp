@@ -53,7 +53,9 @@ void usage() {
                "  step (built --seq 1 --cache C): the prompt's tokens are fed one step each,\n"
                "  then each step's most likely token; the KV caches stay where the step runs\n"
                "  (on the device) and are written in place. Outputs: the prompt and the\n"
-               "  generated tokens [rows, L + K], and each step's logits [rows, L + K - 1, V]. Rows of\n"
+               "  generated tokens [rows, L + K], and each step's logits [rows, L + K - 1, V]. A\n"
+               "  shorter prompt ends with -1s: its row gets K tokens after its own prompt, then -1s\n"
+               "  (logits NaN past its last token). Rows of\n"
                "  several batches per replica run as microbatches, each with its own caches, in\n"
                "  turn on every pipeline stage (stage s+1 on one while stage s is on the next)\n"
                "  --prefill CHUNK.pxe: the prompt's first tokens in chunks of CHUNK's --seq (built like\n"
@@ -363,6 +365,7 @@ int main(int argc, char **argv) {
   StatusOr<parax::pxe::Executable> prefillExe = parax::pxe::Executable();
   int64_t promptLength = 0, chunks = 0;
   std::vector<int32_t> sequence; // [rows, promptLength + generate], on every rank
+  std::vector<int64_t> promptLengths; // each row's: its tokens before the first -1
   if (generate > 0) {
     if (inputTensors.size() != 1) die("--generate takes one --input: the prompt's tokens [rows, L]");
     const Tensor &prompt = inputTensors[0];
@@ -378,16 +381,28 @@ int main(int argc, char **argv) {
           " cache rows; the step's caches hold " + std::to_string(step.capacity) +
           " (build it with a larger --cache)");
     int64_t width = promptLength + generate;
-    sequence.assign(rows * width, 0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t t = 0; t < promptLength; ++t) sequence[r * width + t] = prompt.i[r * promptLength + t];
+    sequence.assign(rows * width, -1);
+    promptLengths.assign(rows, promptLength);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t *row = &prompt.i[r * promptLength];
+      int64_t length = std::find_if(row, row + promptLength, [](int32_t t) { return t < 0; }) - row;
+      for (int64_t t = length; t < promptLength; ++t)
+        if (row[t] != -1)
+          die("--generate: prompt row " + std::to_string(r) + " has token " + std::to_string(row[t]) +
+              " at position " + std::to_string(t) + ", after the -1 that ends it (a shorter prompt is " +
+              "padded with -1 at its end)");
+      if (length == 0) die("--generate: prompt row " + std::to_string(r) + " is empty (it starts with -1)");
+      promptLengths[r] = length;
+      std::copy(row, row + length, &sequence[r * width]);
+    }
     if (!prefillPath.empty()) {
       prefillExe = loadExecutable(prefillPath);
       if (!prefillExe.isOk()) die(prefillExe.status().message());
       auto pairs = prefillProgram(prefillExe.value(), exe.value(), step);
       if (!pairs.isOk()) die(pairs.status().message());
       prefill = pairs.value();
-      chunks = promptLength / prefill.tokens; // whole chunks; the rest of the prompt goes a token a step
+      // Whole chunks of the shortest prompt; the rest of the prompts goes a token a step.
+      chunks = *std::min_element(promptLengths.begin(), promptLengths.end()) / prefill.tokens;
     }
   }
   // Microbatch m of this replica: rows (replica * micro + m) * batch ..
@@ -553,7 +568,7 @@ int main(int argc, char **argv) {
   bool writer = replicaWriter && replica == 0;
   if (generate > 0) {
     GenerationLoop loop{exe.value(), step,          prefill,  runners,      prefills, size,
-                        replica,     micro,         exeBatch, replicaWriter, sequence, rows,
+                        replica,     micro,         exeBatch, replicaWriter, sequence, promptLengths, rows,
                         promptLength, generate,     chunks,   sampling,     stopToken, outputs.size() > 1,
                         waits.get(), [&](const std::string &m) { die(m); }, barrier};
     GenerationLoop::Result done = loop.run();
@@ -664,15 +679,20 @@ int main(int argc, char **argv) {
       const Tensor &all = results[0];
       for (int64_t row = 0; row < all.shape[0] && stoppedAfter < generate; ++row) {
         const int32_t *tokens = &all.i[row * width];
-        int64_t at = std::find(tokens + promptLength, tokens + width, stopToken) - tokens;
-        stoppedAfter = std::max(stoppedAfter, at - promptLength + 1);
+        int64_t from = promptLengths[row], end = from + generate;
+        int64_t at = std::find(tokens + from, tokens + end, stopToken) - tokens;
+        stoppedAfter = std::max(stoppedAfter, at - from + 1);
       }
+      int64_t shortest = *std::min_element(promptLengths.begin(), promptLengths.end());
+      std::string promptText = shortest == promptLength
+                                   ? "a prompt of " + std::to_string(promptLength)
+                                   : "prompts of " + std::to_string(shortest) + " to " + std::to_string(promptLength);
       char prefilled[96] = "";
       if (chunks > 0)
         std::snprintf(prefilled, sizeof prefilled, ", prefill of %lld chunk(s) of %lld tokens in %.3f ms",
                       static_cast<long long>(chunks), static_cast<long long>(prefill.tokens), 1e3 * prefillSeconds);
       how = ", " + std::to_string(generate) + " token(s) generated for each of " + std::to_string(rows) +
-            " row(s) after a prompt of " + std::to_string(promptLength) + ", " +
+            " row(s) after " + promptText + ", " +
             std::to_string(static_cast<long long>(median > 0 ? rows / median : 0)) + " tokens/s at the median step" +
             prefilled + sharing +
             (stoppedAfter < generate

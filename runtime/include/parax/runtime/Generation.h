@@ -44,7 +44,9 @@ StatusOr<GenerationProgram> prefillProgram(const pxe::Executable &prefill, const
 
 /// The inputs of one step of `program` at position `at`: rows `firstRow ..
 /// firstRow + batch - 1` of `sequence` ([rows, width] tokens), columns `at
-/// ..`; the caches as shapes without values (they keep their own).
+/// ..`; the caches as shapes without values (they keep their own). A
+/// negative token (a position past a row's tokens, whose results no one
+/// reads) is given as token 0.
 std::vector<Tensor> generationInputs(const GenerationProgram &program, const std::vector<int32_t> &sequence,
                                      int64_t width, int64_t firstRow, int64_t at);
 
