@@ -116,10 +116,13 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         table.dims[1] = out.dims[r - 1]; // hidden split
         return SmallVector<Layout>{ids, table};
       })
-      .Case<PositionEmbeddingOp>([&](auto) -> FailureOr<SmallVector<Layout>> {
+      .Case<PositionEmbeddingOp>([&](PositionEmbeddingOp embedding) -> FailureOr<SmallVector<Layout>> {
+        // Positions split over ranks (context parallelism): each rank its
+        // rows of the table (seq_axes, localizeAttributes).
         if (failed(noPartial()) ||
-            failed(wholeDim(1, "positions split over ranks need per-rank offsets "
-                               "(not supported)")))
+            (embedding.getPosition() &&
+             failed(wholeDim(1, "positions at a run-time position cannot be "
+                                "split over ranks"))))
           return failure();
         Layout table = Layout::replicated(2);
         table.dims[1] = out.dims[2];
@@ -138,10 +141,11 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           layouts.push_back(Layout::replicated(1));
         return layouts;
       })
-      .Case<RopeOp>([&](auto) -> FailureOr<SmallVector<Layout>> {
+      .Case<RopeOp>([&](RopeOp rope) -> FailureOr<SmallVector<Layout>> {
         if (failed(wholeDim(3, "rotary pairs need the whole head dimension")) ||
-            failed(wholeDim(1, "positions split over ranks need per-rank "
-                               "offsets (not supported)")))
+            (rope.getPosition() &&
+             failed(wholeDim(1, "positions at a run-time position cannot be "
+                                "split over ranks"))))
           return failure();
         return same();
       })
@@ -184,15 +188,19 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
       .Case<BroadcastOp>([&](auto) { return same(); })
       .Case<AttentionOp>([&](AttentionOp attention) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
-            failed(wholeDim(1, "attention split on the sequence (context "
-                               "parallelism) is not supported")) ||
+            (attention.getPosition() &&
+             failed(wholeDim(1, "attention over a KV cache at a run-time "
+                                "position cannot split its queries over ranks"))) ||
             failed(wholeDim(3, "attention needs whole heads")))
           return failure();
         int64_t parts = grid.product(out.dims[2]);
         int64_t kvHeads = attention.getNumKvHeads();
+        // Queries split on the sequence (context parallelism): every rank
+        // keeps its queries and sees every key and value (gathered).
+        Layout kv = out;
+        kv.dims[1].clear();
         // Fewer KV heads than ranks: every rank keeps all KV heads (Megatron
         // replicates them), its query heads pick theirs.
-        Layout kv = out;
         if (kvHeads % parts != 0) {
           if (parts % kvHeads)
             return unsupported(op, out)
@@ -244,7 +252,8 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
 }
 
 SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
-                                                       ArrayRef<Layout> operands) {
+                                                       ArrayRef<Layout> operands,
+                                                       const GridInfo &grid) {
   SmallVector<Layout> results;
   auto replicated = [&]() {
     for (Value result : op->getResults())
@@ -268,6 +277,21 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
+  if (auto reshape = dyn_cast<ReshapeOp>(op); reshape && in.partial.empty()) {
+    FailureOr<Layout> out = mapThroughReshape(in, shapeOf(reshape.getX()),
+                                              shapeOf(result), grid);
+    if (succeeded(out)) {
+      results.push_back(*out);
+      return results;
+    }
+    return replicated();
+  }
+  if (isa<AttentionOp>(op) && in.partial.empty()) {
+    Layout out = in; // the queries' batch, sequence and heads
+    out.dims[3].clear();
+    results.push_back(out);
+    return results;
+  }
   if (auto linear = dyn_cast<LinearOp>(op); linear && operands.size() >= 2) {
     // Column-parallel when W's out features are split; row-parallel (a
     // partial sum) when x and W agree on a split of the in features.
@@ -288,6 +312,15 @@ void parax::partition::localizeAttributes(Operation *local,
                                           ArrayRef<Layout> results,
                                           const GridInfo &grid) {
   Builder b(local->getContext());
+  // A sequence split over ranks (context parallelism): the op's rows are
+  // the rank's piece, which it needs to know to place them.
+  if (isa<AttentionOp, RopeOp, PositionEmbeddingOp>(local) &&
+      !results.front().dims[1].empty()) {
+    SmallVector<StringRef> axes(results.front().dims[1].begin(),
+                                results.front().dims[1].end());
+    local->setAttr("seq_grid", grid.ref);
+    local->setAttr("seq_axes", b.getStrArrayAttr(axes));
+  }
   if (auto attention = dyn_cast<AttentionOp>(local)) {
     const auto &headAxes = results.front().dims[2];
     int64_t parts = grid.product(headAxes);

@@ -164,7 +164,7 @@ LogicalResult FunctionPartitioner::assignLayouts() {
       SmallVector<Layout> operands;
       for (Value operand : op.getOperands())
         operands.push_back(layouts.lookup(operand));
-      results = propagateLayouts(&op, operands);
+      results = propagateLayouts(&op, operands, grid);
     }
     for (auto [result, layout] : llvm::zip(op.getResults(), results))
       layouts[result] = layout;

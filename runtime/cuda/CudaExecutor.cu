@@ -434,6 +434,12 @@ struct CudaExecutor::State {
     for (const std::string &axis : axes) n *= axisSize(*exe, axis);
     return n;
   }
+  // An op whose sequence is split over ranks (`seq_axes`: context
+  // parallelism) holds piece c of its rows: the first is c * rows.
+  int64_t sequenceStart(const Attrs &a, int64_t rows) {
+    std::vector<std::string> axes = attrStrings(a, "seq_axes");
+    return axes.empty() ? 0 : groupIndex(axes) * rows;
+  }
   int peerRank(const std::string &axis, int64_t peer) {
     int64_t rank = 0;
     for (int i = 0; i < exe->grid().axis_names_size(); ++i) {
@@ -1044,7 +1050,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "position_embedding") {
     DeviceBuffer &table = in(0), &y = out();
     int64_t h = y.shape[2];
-    if (inst.operands_size() == 1) return copy(y.data, offsetOf(table, attrInt(a, "offset") * h), y.numel(), y);
+    if (inst.operands_size() == 1)
+      return copy(y.data, offsetOf(table, (attrInt(a, "offset") + sequenceStart(a, y.shape[1])) * h), y.numel(), y);
     return withBits(y, [&](auto w) { // rows from a run-time position
       using W = decltype(w);
       PARAX_LAUNCH(positionRowsKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(table.as<W>(), in(1).i(),
@@ -1088,7 +1095,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return withFloat(y, [&](auto t) {
       using T = decltype(t);
       PARAX_LAUNCH(ropeKernel<T>, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
-          y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset"),
+          y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset") + sequenceStart(a, S),
           inst.operands_size() == 2 ? in(1).i() : nullptr, attrInt(a, "interleaved") != 0);
       return Status::ok();
     });
@@ -1105,8 +1112,12 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     }
     int64_t limit = sharedOptIn;
     bool causal = attrInt(a, "causal") != 0;
-    // A generation step's run-time position (on the device), or none.
+    // A generation step's run-time position (on the device), or none; then
+    // the keys before the first query: T - S, or with the queries split over
+    // N ranks (seq_axes), piece c's c * S + T - N * S.
     const int32_t *position = inst.operands_size() == 4 ? in(3).i() : nullptr;
+    std::vector<std::string> seqAxes = attrStrings(a, "seq_axes");
+    int64_t past = T - S * (seqAxes.empty() ? 1 : groupSize(seqAxes)) + sequenceStart(a, S);
     float scale = static_cast<float>(attrFloat(a, "scale"));
     // A few queries (a decode step: S = 1) over the keys: split over the
     // keys, every query head of a KV head in one block (unless
@@ -1139,7 +1150,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * chunks, 256, sharedBytes, stream)(
             q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
             static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
-            causal, scale, headOffset, group, chunks, chunkKeys, keyTile, position);
+            causal, scale, headOffset, group, chunks, chunkKeys, keyTile, position, past);
         PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
             scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
         return Status::ok();
@@ -1151,7 +1162,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
       PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
-          T, KH, DV, causal, scale, headOffset, group, position);
+          T, KH, DV, causal, scale, headOffset, group, position, past);
       return Status::ok();
     }
     // Otherwise CUDA cores, with tiles that fit the device's shared memory
@@ -1171,7 +1182,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using E = decltype(t);
       PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
           q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, causal, scale, headOffset,
-          group, tiles.queries, tiles.keys, position);
+          group, tiles.queries, tiles.keys, position, past);
       return Status::ok();
     });
   }

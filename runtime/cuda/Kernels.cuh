@@ -179,7 +179,7 @@ template <typename T>
 __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_t B, int64_t S, int64_t H,
                                 int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
                                 int64_t headOffset, int64_t group, int qTile, int kTile,
-                                const int32_t *position) {
+                                const int32_t *position, int64_t past) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1; // padded rows: keys fall in different banks
   const int dv = static_cast<int>(DV), d0 = static_cast<int>(D);
@@ -194,9 +194,10 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
   int64_t q0 = qt * qTile;
   int rows = static_cast<int>(min((int64_t)qTile, S - q0));
   int64_t kh = (headOffset + h) / group;
-  // Keys before the first query's position: those before the queries' own,
-  // or (a generation step over a cache) the run-time position.
-  int64_t past = position ? *position : T_ - S;
+  // Keys before the first query's position: `past` (the keys before the
+  // queries' own: T - S, or more for a rank's piece of queries split over
+  // ranks), or (a generation step over a cache) the run-time position.
+  if (position) past = *position;
   // Keys the tile's last query sees (causal), or all of them.
   int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
   for (int i = threadIdx.x; i < qTile * ds; i += blockDim.x) {
@@ -272,7 +273,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
                                       const T *vNew, int64_t vCached, float *partial, int64_t S, int64_t H,
                                       int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
                                       int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
-                                      int kTile, const int32_t *position) {
+                                      int kTile, const int32_t *position, int64_t past) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1, dv = static_cast<int>(DV), d0 = static_cast<int>(D);
   const int maxRows = static_cast<int>(group * S);
@@ -286,7 +287,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
   // This rank's query heads that read KV head kh: rows (head, position).
   int64_t hLo = max((int64_t)0, kh * group - headOffset), hHi = min(H, (kh + 1) * group - headOffset);
   int rows = hHi > hLo ? static_cast<int>((hHi - hLo) * S) : 0;
-  int64_t past = position ? *position : T_ - S;
+  if (position) past = *position; // (else as attentionKernel's)
   // A cache's rows beyond the last query's position are not read (a
   // generation step: the chunks past it only write empty partials).
   int64_t k0 = c * chunkKeys, k1 = min(causal ? min(T_, past + S) : T_, k0 + chunkKeys);
@@ -398,7 +399,7 @@ __device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, const __nv_bflo
 __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                           __nv_bfloat16 *y, int64_t B, int64_t S, int64_t H, int64_t D, int64_t T_,
                                           int64_t KH, int64_t DV, bool causal, float scale, int64_t headOffset,
-                                          int64_t group, const int32_t *position) {
+                                          int64_t group, const int32_t *position, int64_t past) {
   using namespace nvcuda;
   constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
   PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
@@ -416,7 +417,8 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   int64_t qt = blockIdx.x % tiles, h = (blockIdx.x / tiles) % H, b = blockIdx.x / (tiles * H);
   int64_t q0 = qt * QT;
   int rows = static_cast<int>(min((int64_t)QT, S - q0));
-  int64_t kh = (headOffset + h) / group, past = position ? *position : T_ - S;
+  int64_t kh = (headOffset + h) / group;
+  if (position) past = *position; // (else as attentionKernel's)
   int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
   int warp = threadIdx.x / 32;
   for (int i = threadIdx.x; i < QT * dq; i += blockDim.x) {

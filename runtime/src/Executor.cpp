@@ -120,6 +120,13 @@ struct Executor::Impl {
     return n;
   }
 
+  // An op whose sequence is split over ranks (`seq_axes`: context
+  // parallelism) holds piece c of its rows: the first is c * rows.
+  int64_t sequenceStart(const Attrs &a, int64_t rows) {
+    std::vector<std::string> axes = attrStrings(a, "seq_axes");
+    return axes.empty() ? 0 : groupIndex(axes) * rows;
+  }
+
   int peerRank(const std::string &axis, int64_t peer) {
     int64_t rank = 0;
     for (int i = 0; i < exe.grid().axis_names_size(); ++i) {
@@ -519,7 +526,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   if (op == "position_embedding") {
     Tensor &table = in(0), &y = out();
     int64_t s = y.shape[1], h = y.shape[2];
-    int64_t offset = inst.operands_size() == 2 ? in(1).i[0] : attrInt(a, "offset");
+    int64_t offset = inst.operands_size() == 2 ? in(1).i[0] : attrInt(a, "offset") + sequenceStart(a, s);
     if (offset < 0 || offset + s > table.shape[0])
       return Status::error("positions " + std::to_string(offset) + " .. " + std::to_string(offset + s - 1) +
                            " exceed the table's " + std::to_string(table.shape[0]) + " rows");
@@ -566,7 +573,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     Tensor &x = in(0), &y = out();
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
     int64_t rot = attrInt(a, "rotary_dim");
-    int64_t offset = inst.operands_size() == 2 ? in(1).i[0] : attrInt(a, "position_offset");
+    int64_t offset = inst.operands_size() == 2 ? in(1).i[0] : attrInt(a, "position_offset") + sequenceStart(a, S);
     bool interleaved = attrFlag(a, "interleaved");
     StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(a);
     if (!frequencies.isOk())
@@ -595,8 +602,10 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     bool causal = attrFlag(a, "causal");
     float scale = static_cast<float>(attrFloat(a, "scale"));
     // Query s sees keys 0 .. s + (T - S), or over a cache at a run-time
-    // position, 0 .. position + s.
-    int64_t edge = T - S;
+    // position, 0 .. position + s; queries split over N ranks (seq_axes),
+    // piece c: 0 .. c * S + s + (T - N * S).
+    std::vector<std::string> seqAxes = attrStrings(a, "seq_axes");
+    int64_t edge = T - S * (seqAxes.empty() ? 1 : groupSizeOf(seqAxes)) + sequenceStart(a, S);
     if (inst.operands_size() == 4) {
       edge = in(3).i[0];
       if (edge < 0 || edge + S > T)

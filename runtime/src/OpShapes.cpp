@@ -93,6 +93,10 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (in[0].size() != 2 || out[0].size() != 3 || out[0][0] != 1 || out[0][2] != in[0][1])
       return fail("the table [positions, hidden] and result [1, S, hidden] do not fit: " + text(in[0]) + ", " +
                   text(out[0]));
+    int64_t rows = attrInt(a, "offset") + out[0][1] * groupOf("seq_axes"); // (every rank's piece)
+    if (in.size() == 1 && (attrInt(a, "offset") < 0 || rows > in[0][0]))
+      return fail("positions " + std::to_string(attrInt(a, "offset")) + " .. " + std::to_string(rows - 1) +
+                  " exceed the table's " + std::to_string(in[0][0]) + " rows");
   } else if (op == "linear") {
     const Shape &x = in[0], &w = in[1], &y = out[0];
     if (x.empty() || w.size() != 2 || !alike(x, y, static_cast<int>(x.size()) - 1))
@@ -119,9 +123,15 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
                   text(q) + ", " + text(k) + ", " + text(v) + ", " + text(y));
     int64_t heads = q[2] * groupOf("head_axes");
     if (heads % k[2]) return fail(std::to_string(heads) + " heads do not share " + std::to_string(k[2]) + " KV heads");
-    if (attrFlag(a, "causal") && in.size() == 3 && k[1] < q[1])
-      return fail("causal attention of " + std::to_string(q[1]) + " queries over " + std::to_string(k[1]) + " keys");
-  } else if (op == "add" || op == "mul" || op == "broadcast") {
+    int64_t queries = q[1] * groupOf("seq_axes"); // every rank's, when split over seq_axes
+    if (attrFlag(a, "causal") && in.size() == 3 && k[1] < queries)
+      return fail("causal attention of " + std::to_string(queries) + " queries over " + std::to_string(k[1]) +
+                  " keys");
+  }
+  if ((op == "attention" || op == "rope" || op == "position_embedding") && positionOperand(inst) >= 0 &&
+      a.count("seq_axes"))
+    return fail("a sequence split over ranks (seq_axes) takes no run-time position");
+  if (op == "add" || op == "mul" || op == "broadcast") {
     for (const Shape &x : in)
       if (!broadcastsTo(x, out[0])) return fail(text(x) + " does not broadcast to the result " + text(out[0]));
   } else if (op == "silu" || op == "sigmoid" || op == "gelu" || op == "all_reduce" || op == "to_partial") {

@@ -22,10 +22,12 @@ operandLayouts(mlir::Operation *op, llvm::ArrayRef<Layout> results,
                const GridInfo &grid);
 
 /// Result layouts for an op nobody annotated, from its operands' layouts:
-/// layout-preserving ops follow their first activation operand, everything
-/// else is replicated.
+/// layout-preserving ops follow their first activation operand (a reshape
+/// where a dimension of its result carries the split, attention its
+/// queries' batch, sequence and heads), everything else is replicated.
 llvm::SmallVector<Layout> propagateLayouts(mlir::Operation *op,
-                                           llvm::ArrayRef<Layout> operands);
+                                           llvm::ArrayRef<Layout> operands,
+                                           const GridInfo &grid);
 
 /// Adjusts the attributes of the local copy `local` of an op partitioned with
 /// `results` layouts (head counts of attention, vocab axes of an embedding).

@@ -120,17 +120,48 @@ LogicalResult EmbeddingOp::verify() {
   return success();
 }
 
+// The ranks a sequence is split over (context parallelism: `seq_grid` and
+// `seq_axes`, rule `rule`), 1 without: the axes must name axes of the grid,
+// and a run-time position does not come with them.
+static FailureOr<int64_t> sequencePieces(Operation *op, StringRef rule,
+                                         FlatSymbolRefAttr gridRef,
+                                         ArrayAttr axes, bool position) {
+  if (bool(gridRef) != bool(axes))
+    return op->emitOpError(rule) << ": seq_grid and seq_axes come together";
+  if (!gridRef)
+    return 1;
+  if (position)
+    return op->emitOpError(rule)
+           << ": a sequence split over ranks takes no run-time position";
+  auto grid = SymbolTable::lookupNearestSymbolFrom<GridOp>(op, gridRef);
+  if (!grid)
+    return op->emitOpError(rule) << ": unknown grid " << gridRef;
+  int64_t pieces = 1;
+  for (Attribute attr : axes) {
+    std::optional<int64_t> size =
+        grid.getAxisSize(cast<StringAttr>(attr).getValue());
+    if (!size)
+      return op->emitOpError(rule) << ": unknown grid axis " << attr;
+    pieces *= *size;
+  }
+  return pieces;
+}
+
 LogicalResult PositionEmbeddingOp::verify() {
   RankedTensorType table = tensorOf(getTable()), result = tensorOf(getResult());
   if (table.getRank() != 2 || result.getRank() != 3 ||
       result.getDimSize(0) != 1 || result.getDimSize(2) != table.getDimSize(1) ||
       result.getElementType() != table.getElementType())
     return emitOpError("C1: expected a [P, H] table and a [1, S, H] result");
-  int64_t offset = getOffset();
-  if (offset < 0 || offset + result.getDimSize(1) > table.getDimSize(0))
+  FailureOr<int64_t> pieces = sequencePieces(
+      *this, "C4", getSeqGridAttr(), getSeqAxesAttr(), bool(getPosition()));
+  if (failed(pieces))
+    return failure();
+  int64_t offset = getOffset(), rows = *pieces * result.getDimSize(1);
+  if (offset < 0 || offset + rows > table.getDimSize(0))
     return emitOpError("C2: positions ")
-           << offset << " .. " << offset + result.getDimSize(1) - 1
-           << " exceed the table's " << table.getDimSize(0) << " rows";
+           << offset << " .. " << offset + rows - 1 << " exceed the table's "
+           << table.getDimSize(0) << " rows";
   if (getPosition() && offset != 0)
     return emitOpError("C3: a position operand and a non-zero offset do not "
                        "come together");
@@ -224,6 +255,9 @@ LogicalResult RopeOp::verify() {
   if (getPosition() && getPositionOffset() != 0)
     return emitOpError("C6: a position operand and a non-zero "
                        "position_offset do not come together");
+  if (failed(sequencePieces(*this, "C7", getSeqGridAttr(), getSeqAxesAttr(),
+                            bool(getPosition()))))
+    return failure();
   if (auto scaling = getScalingAttr()) {
     auto type = scaling.getAs<StringAttr>("rope_type");
     if (!type || !llvm::is_contained(ArrayRef<StringRef>{"llama3", "yarn", "linear"},
@@ -279,9 +313,14 @@ LogicalResult AttentionOp::verify() {
                        "element type");
   if (!(getScale().convertToDouble() > 0))
     return emitOpError("C5: scale must be positive");
-  if (getCausal() && k.getDimSize(1) < q.getDimSize(1))
+  FailureOr<int64_t> pieces = sequencePieces(
+      *this, "C9", getSeqGridAttr(), getSeqAxesAttr(), bool(getPosition()));
+  if (failed(pieces))
+    return failure();
+  if (getCausal() && k.getDimSize(1) < *pieces * q.getDimSize(1))
     return emitOpError("C6: causal attention needs at least as many keys as "
-                       "queries");
+                       "queries (")
+           << *pieces * q.getDimSize(1) << "), got " << k.getDimSize(1);
   if (getPosition() && !getCausal())
     return emitOpError("C8: attention over a KV cache at a run-time position "
                        "must be causal");

@@ -110,13 +110,21 @@ def Parax_PositionEmbeddingOp : Parax_FunctionalOp<"position_embedding", [], ["g
     %p = parax.position_embedding %wpe, %pos : (tensor<128x64xf32>, tensor<i32>) -> tensor<1x1x64xf32>
     ```
 
+    After partitioning with the sequence split (context parallelism),
+    `seq_grid`/`seq_axes` say that the result's `S` rows are this rank's
+    piece: at coordinate `c` along `seq_axes` (`N` ranks), rows `offset + c·S
+    ..` of the table.
+
     C1: `table` has rank 2 and the result is `[1, S, H]` with H from the
-    table. C2: `offset >= 0` and `offset + S <= P`. C3: with `position`,
-    `offset` is 0.
+    table. C2: `offset >= 0` and `offset + S <= P` (`offset + N·S <= P` with
+    `seq_axes`). C3: with `position`, `offset` is 0. C4: `seq_grid` and
+    `seq_axes` come together, name axes of a grid, and take no `position`.
   }];
   let arguments = (ins Parax_FloatTensor:$table,
                        Optional<Parax_Position>:$position,
-                       DefaultValuedAttr<I64Attr, "0">:$offset);
+                       DefaultValuedAttr<I64Attr, "0">:$offset,
+                       OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
+                       OptionalAttr<StrArrayAttr>:$seq_axes);
   let results = (outs Parax_FloatTensor:$result);
 }
 
@@ -208,18 +216,26 @@ def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
     %q = parax.rope %x {theta = 500000.0 : f64, rotary_dim = 16} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
     ```
 
+    After partitioning with the sequence split (context parallelism),
+    `seq_grid`/`seq_axes` say that `x`'s `S` positions are this rank's piece:
+    at coordinate `c` along `seq_axes`, positions `position_offset + c·S ..`.
+
     C1: `x` has rank 4 and the result has its type. C2: `theta > 0`. C3:
     `rotary_dim` is positive, even and at most `head_dim`. C4:
     `position_offset >= 0`. C5: `scaling`, when present, has a string
     `rope_type` of `llama3`, `yarn` or `linear` and a float `factor`. C6:
-    `position` and a non-zero `position_offset` do not come together.
+    `position` and a non-zero `position_offset` do not come together. C7:
+    `seq_grid` and `seq_axes` come together, name axes of a grid, and take no
+    `position`.
   }];
   let arguments = (ins Parax_FloatTensor:$x, Optional<Parax_Position>:$position,
                        F64Attr:$theta,
                        I64Attr:$rotary_dim,
                        UnitAttr:$interleaved,
                        DefaultValuedAttr<I64Attr, "0">:$position_offset,
-                       OptionalAttr<DictionaryAttr>:$scaling);
+                       OptionalAttr<DictionaryAttr>:$scaling,
+                       OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
+                       OptionalAttr<StrArrayAttr>:$seq_axes);
   let results = (outs Parax_FloatTensor:$result);
 }
 
@@ -247,8 +263,10 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
     `num_kv_heads` heads. C3: `num_kv_heads` divides `num_heads` (unless the
     query heads are a rank's slice, below). C4: batch sizes agree, `k` and
     `v` have one sequence length, and the result is `[B, S, num_heads, Dv]`.
-    C5: `scale > 0`. C6: with `causal`, `Skv >= S`. C7: `head_grid` and
-    `head_axes` come together. C8: a `position` operand needs `causal`.
+    C5: `scale > 0`. C6: with `causal`, `Skv >= S` (`Skv >= N·S` with
+    `seq_axes`). C7: `head_grid` and `head_axes` come together. C8: a
+    `position` operand needs `causal`. C9: `seq_grid` and `seq_axes` come
+    together, name axes of a grid, and take no `position`.
 
     With a `position` operand `p` (run-time; a generation step), `k` and `v`
     are a KV cache of capacity `Skv` (written by `parax.cache_update`) whose
@@ -262,6 +280,13 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
     `head_axes` is global head `c · num_heads + j`, and attends to global KV
     head `(c · num_heads + j) / (num_heads · P / num_kv_heads)` of the
     replicated `k`, `v` (P: the ranks along `head_axes`).
+
+    After partitioning with the queries' sequence split (context
+    parallelism: each rank keeps its piece of the queries and gathers the
+    keys and values), `seq_grid`/`seq_axes` say that `q`'s `S` queries are
+    this rank's piece: at coordinate `c` along `seq_axes` (`N` ranks), local
+    query `i` is query `c·S + i` of `N·S` and, with `causal`, sees keys
+    `0 .. c·S + i + Skv - N·S`.
   }];
   let arguments = (ins Parax_FloatTensor:$q, Parax_FloatTensor:$k,
                        Parax_FloatTensor:$v, Optional<Parax_Position>:$position,
@@ -269,7 +294,9 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
                        I64Attr:$num_heads, I64Attr:$num_kv_heads,
                        I64Attr:$head_dim, F64Attr:$scale,
                        OptionalAttr<FlatSymbolRefAttr>:$head_grid,
-                       OptionalAttr<StrArrayAttr>:$head_axes);
+                       OptionalAttr<StrArrayAttr>:$head_axes,
+                       OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
+                       OptionalAttr<StrArrayAttr>:$seq_axes);
   let results = (outs Parax_FloatTensor:$result);
 }
 
