@@ -20,15 +20,20 @@ using namespace parax::plan;
 namespace {
 
 // One sharding over the plan's grid: dims split over `tp` where the layout
-// says so (plus `ep` on dimension 0 of expert weights), partial over `tp`.
+// says so (plus `ep` on dimension 0 of expert weights and of the batch
+// under expert parallelism, `cp` on the sequence under context
+// parallelism, both outside `tp`), partial over `tp`.
 ShardingAttr makeSharding(MLIRContext *context, FlatSymbolRefAttr grid,
-                          int64_t rank, int8_t layout, int epDim = -1) {
+                          int64_t rank, int8_t layout, int epDim = -1,
+                          int cpDim = -1) {
   Builder b(context);
   SmallVector<Attribute> dims;
   for (int64_t d = 0; d < rank; ++d) {
     SmallVector<Attribute> axes;
     if (d == epDim)
       axes.push_back(b.getStringAttr("ep"));
+    if (d == cpDim)
+      axes.push_back(b.getStringAttr("cp"));
     if (layout == d)
       axes.push_back(b.getStringAttr("tp"));
     dims.push_back(b.getArrayAttr(axes));
@@ -107,12 +112,17 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     MLIRContext *context = module.getContext();
     OpBuilder b(context);
 
-    // The grid.
+    // The grid ([pp, dp, ep, cp, tp]; cp only under context parallelism).
     std::string gridName = ("plan_" + function.getSymName()).str();
     b.setInsertionPointToStart(module.getBody());
-    GridOp::create(b, function.getLoc(), gridName,
-                   b.getStrArrayAttr({"pp", "dp", "ep", "tp"}),
-                   b.getDenseI64ArrayAttr({plan.pp, plan.dp, plan.ep, plan.tp}));
+    SmallVector<StringRef> axes = {"pp", "dp", "ep", "tp"};
+    SmallVector<int64_t> sizes = {plan.pp, plan.dp, plan.ep, plan.tp};
+    if (plan.cp > 1) {
+      axes.insert(axes.begin() + 3, "cp");
+      sizes.insert(sizes.begin() + 3, plan.cp);
+    }
+    GridOp::create(b, function.getLoc(), gridName, b.getStrArrayAttr(axes),
+                   b.getDenseI64ArrayAttr(sizes));
     auto grid = FlatSymbolRefAttr::get(context, gridName);
 
     // Op layouts and stages.
@@ -134,8 +144,16 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
           // Expert parallelism: the ep ranks of a replica hold their own
           // sequences (the batch dimension), exchanged only by the experts.
           int epDim = plan.ep > 1 && type.getRank() >= 2 && type.getDimSize(0) % plan.ep == 0 ? 0 : -1;
+          // Context parallelism: each cp rank its piece of every sequence
+          // ([B, S, ...] values holding the whole sequence; a slice of
+          // positions, the last for a prefill's logits, is gathered).
+          const ValueNode &value = layer.values[layer.ops[i].results[k]];
+          int cpDim = plan.cp > 1 && type.getRank() >= 3 && type.getDimSize(1) == model->irSeq &&
+                              !value.someSequence && !value.inKvCache
+                          ? 1
+                          : -1;
           shardings.push_back(
-              makeSharding(context, grid, type.getRank(), lp.layouts[i][k], epDim));
+              makeSharding(context, grid, type.getRank(), lp.layouts[i][k], epDim, cpDim));
         }
         op->setAttr(ParaxDialect::kShardingsAttrName, b.getArrayAttr(shardings));
         // Parameters take the layout the op's strategy needs (the first
@@ -165,6 +183,7 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     summary.append("dp", b.getI64IntegerAttr(plan.dp));
     summary.append("ep", b.getI64IntegerAttr(plan.ep));
     summary.append("tp", b.getI64IntegerAttr(plan.tp));
+    summary.append("cp", b.getI64IntegerAttr(plan.cp));
     summary.append("sequence_parallel", b.getBoolAttr(plan.sequenceParallel));
     summary.append("micro_batch", b.getI64IntegerAttr(plan.microBatch));
     summary.append("micro_batches", b.getI64IntegerAttr(plan.microBatches));
@@ -176,7 +195,7 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     summary.append("memory_per_device_bytes", b.getF64FloatAttr(plan.memory.total()));
     summary.append("exposed_comm_s",
                    b.getF64FloatAttr(plan.tpComm + plan.ppComm + plan.dpComm +
-                                     plan.epComm));
+                                     plan.epComm + plan.cpComm));
     function->setAttr("parax.plan", summary.getDictionary(context));
     return success();
   }

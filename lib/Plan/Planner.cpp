@@ -21,6 +21,9 @@ using llvm::formatv;
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Context parallelism is searched only down to pieces of this many tokens
+// a rank (shorter pieces make small GEMMs; a pinned cp= takes any).
+constexpr int64_t kMinContextPiece = 1024;
 
 std::vector<int64_t> divisorsOf(int64_t n) {
   std::vector<int64_t> out;
@@ -39,7 +42,7 @@ struct LayerCost {
   double time = 0;      // per microbatch: forward + backward (+ recompute)
   double forward = 0;   // per microbatch
   double backward = 0;
-  double tpComm = 0, epComm = 0;
+  double tpComm = 0, epComm = 0, cpComm = 0;
   double compute = 0;
   double weights = 0, gradients = 0, optimizer = 0; // bytes per device
   double activations = 0;  // per in-flight microbatch
@@ -60,7 +63,7 @@ public:
   }
 
   PlanResult run();
-  TpContext context(int64_t tp, int64_t ep, bool sp, double sequences) const;
+  TpContext context(int64_t tp, int64_t ep, bool sp, double sequences, int64_t cp = 1) const;
   const LayerPlan &layerPlan(size_t layer, const TpContext &ctx);
 
 private:
@@ -69,7 +72,7 @@ private:
   const Workload &w;
   PlanOptions opt;
   std::vector<int> signature;
-  std::map<std::tuple<int, int64_t, int64_t, bool, double, bool>, LayerPlan> cache;
+  std::map<std::tuple<int, int64_t, int64_t, bool, double, bool, double>, LayerPlan> cache;
   int64_t evaluated = 0;
   // The best objectives of feasible plans so far: a configuration whose
   // lower bound is worse than the top-k-th cannot make the list.
@@ -92,10 +95,20 @@ private:
   double capacity() const {
     return cluster.hbmBytes * opt.memoryHeadroom - opt.reservedBytes;
   }
-  void evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
+  void evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep, int64_t cp,
                      std::vector<Plan> &out);
-  void evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
+  void evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep, int64_t cp,
                          std::vector<Plan> &out);
+  /// Context parallelism: the keys and values of layer `lp` gathered over
+  /// cp ranks, per device ({bytes of the gathered copy, seconds}).
+  std::pair<double, double> gatheredKeysValues(const LayerPlan &lp, const TpContext &ctx,
+                                               int64_t cp) const {
+    if (cp <= 1 || lp.kvBytesPerToken <= 0)
+      return {0, 0};
+    double bytes = lp.kvBytesPerToken / ctx.kvBytes * model.elementBytes * ctx.sequences * w.seq;
+    return {bytes, collectiveTime(cluster, CollectiveKind::AllGather, bytes,
+                                  makeGroup(cluster, cp, ctx.tp))};
+  }
   std::vector<int64_t> partition(const std::vector<LayerCost> &costs,
                                  int64_t pp, llvm::function_ref<double(int64_t)> inflight,
                                  double &maxStage) {
@@ -114,7 +127,7 @@ private:
 };
 
 TpContext Search::context(int64_t tp, int64_t ep, bool sp,
-                          double sequences) const {
+                          double sequences, int64_t cp) const {
   TpContext ctx;
   ctx.cluster = &cluster;
   ctx.peak = peakFlops(cluster, model.dtype);
@@ -128,8 +141,10 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
     ctx.queryLen = 1;
     ctx.contextLen = w.context + 1;
     ctx.decode = true;
-  } else {
-    ctx.queryLen = ctx.contextLen = w.seq;
+  } else { // with context parallelism, a rank's piece of every sequence
+            // (costed as the last, whose queries see the most keys)
+    ctx.queryLen = double(w.seq) / cp;
+    ctx.contextLen = w.seq;
   }
   ctx.computeWeight = train() ? 3 : 1;
   ctx.commWeight = train() ? 2 : 1;
@@ -139,7 +154,7 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
 const LayerPlan &Search::layerPlan(size_t layer, const TpContext &ctx) {
   bool last = layer + 1 == model.layers.size();
   auto key = std::make_tuple(signature[layer], ctx.tp, ctx.ep,
-                             ctx.sequenceParallel, ctx.sequences, last);
+                             ctx.sequenceParallel, ctx.sequences, last, ctx.queryLen);
   auto it = cache.find(key);
   if (it == cache.end())
     it = cache.emplace(key, solveLayer(model.layers[layer], ctx, last)).first;
@@ -207,13 +222,16 @@ void Search::countCollectives(Plan &plan,
     // Expert parallelism: dispatch and combine.
     if (plan.ep > 1 && plans[l]->alltoallBytes > 0)
       count(CollectiveKind::AllToAll, 2);
+    // Context parallelism: every attention's keys and values gathered.
+    if (plan.cp > 1 && plans[l]->kvBytesPerToken > 0)
+      count(CollectiveKind::AllGather, 2);
   }
   if (plan.pp > 1) // one boundary crossing per stage boundary
     plan.allCollectives["send_recv"] += plan.pp - 1;
 }
 
 void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
-                           std::vector<Plan> &out) {
+                           int64_t cp, std::vector<Plan> &out) {
   int64_t replicas = dp * ep;
   if (w.batch % replicas)
     return;
@@ -224,12 +242,14 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
   else
     for (int64_t m : {1, 2, 4, 8, 16})
       mbsList.push_back(m);
-  Group tpGroup = makeGroup(cluster, tp, 1);
-  (void)tpGroup;
-  Group epGroup = makeGroup(cluster, ep, tp);
-  Group denseGroup = makeGroup(cluster, replicas, tp);
-  Group expertGroup = makeGroup(cluster, dp, tp * ep);
-  Group ppGroup = makeGroup(cluster, 2, tp * ep * dp);
+  // The grid [pp, dp, ep, cp, tp]: the cp ranks of a sequence hold the same
+  // weights, so gradients are reduced and ZeRO shards over dp x ep x cp
+  // (experts: dp x cp).
+  Group epGroup = makeGroup(cluster, ep, tp * cp);
+  Group denseGroup = makeGroup(cluster, replicas * cp, tp);
+  Group expertGroup = makeGroup(cluster, dp * cp, tp);
+  Group ppGroup = makeGroup(cluster, 2, tp * cp * ep * dp);
+  int64_t sharers = replicas * cp, expertSharers = dp * cp;
   double flopsPerToken = modelFlopsPerToken(w.seq, w.seq);
   double peak = peakFlops(cluster, model.dtype);
 
@@ -238,9 +258,9 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       continue;
     int64_t m = local / mbs;
     for (bool sp : {false, true}) {
-      if (sp && (tp == 1 || w.seq % tp))
+      if (sp && (tp == 1 || (w.seq / cp) % tp))
         continue;
-      TpContext ctx = context(tp, ep, sp, mbs);
+      TpContext ctx = context(tp, ep, sp, mbs, cp);
       std::vector<const LayerPlan *> plans;
       bool ok = true;
       for (size_t l = 0; l < model.layers.size(); ++l) {
@@ -293,8 +313,11 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                                ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll,
                                                     lp.alltoallBytes, epGroup)
                                : 0;
-              c.forward = lp.computeTime + lp.commTime + a2a;
-              c.backward = 2 * lp.computeTime + lp.commTime + a2a;
+              // Keys and values gathered (forward), their gradients
+              // reduce-scattered (backward).
+              auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
+              c.forward = lp.computeTime + lp.commTime + a2a + cpTime;
+              c.backward = 2 * lp.computeTime + lp.commTime + a2a + cpTime;
               double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
                              : rc == Recompute::Full    ? c.forward
                                                         : 0;
@@ -302,20 +325,20 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               c.compute = 3 * lp.computeTime + extra;
               c.tpComm = 2 * lp.commTime;
               c.epComm = 2 * a2a;
+              c.cpComm = 2 * cpTime;
               c.expertParams = lp.expertParams;
               c.denseParams = lp.weightParams - lp.expertParams;
               double e = model.elementBytes;
               double dense = c.denseParams, expert = c.expertParams;
-              c.weights = zero == 3 ? e * (dense / replicas + expert / dp)
-                                    : e * (dense + expert);
-              c.gradients = zero >= 2 ? e * (dense / replicas + expert / dp)
-                                      : e * (dense + expert);
-              c.optimizer = zero >= 1 ? 12 * (dense / replicas + expert / dp)
-                                      : 12 * (dense + expert);
+              double shard = dense / sharers + expert / expertSharers;
+              c.weights = zero == 3 ? e * shard : e * (dense + expert);
+              c.gradients = zero >= 2 ? e * shard : e * (dense + expert);
+              c.optimizer = zero >= 1 ? 12 * shard : 12 * (dense + expert);
+              // (the gathered keys and values are kept for the backward)
               c.activations = rc == Recompute::Full
                                   ? lp.activationBytes[2]
-                                  : lp.activationBytes[rc == Recompute::None ? 0 : 1];
-              c.working = rc == Recompute::Full ? lp.workingBytes : 0;
+                                  : lp.activationBytes[rc == Recompute::None ? 0 : 1] + gathered;
+              c.working = rc == Recompute::Full ? lp.workingBytes + gathered : 0;
               c.gathered = zero == 3 ? e * (dense + expert) : 0;
             }
             double slots = sched == Schedule::Interleaved
@@ -336,6 +359,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             if (starts.empty())
               continue;
             Plan plan = Plan::withDegrees(pp, dp, ep, tp, sp);
+            plan.cp = cp;
             plan.microBatch = mbs;
             plan.microBatches = m;
             plan.schedule = sched;
@@ -346,16 +370,17 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             finishMemory(plan, costs, inflight);
             // The slowest stage sets the pace.
             double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,
-                   stageCompute = 0, denseParams = 0, expertParams = 0;
+                   stageCp = 0, stageCompute = 0, denseParams = 0, expertParams = 0;
             for (size_t s = 0; s < starts.size(); ++s) {
               size_t begin = starts[s];
               size_t end = s + 1 < starts.size() ? starts[s + 1] : costs.size();
-              double t = 0, b = 0, tpc = 0, epc = 0, comp = 0, dn = 0, ex = 0;
+              double t = 0, b = 0, tpc = 0, epc = 0, cpc = 0, comp = 0, dn = 0, ex = 0;
               for (size_t l = begin; l < end; ++l) {
                 t += costs[l].time;
                 b += costs[l].backward;
                 tpc += costs[l].tpComm;
                 epc += costs[l].epComm;
+                cpc += costs[l].cpComm;
                 comp += costs[l].compute;
                 dn += costs[l].denseParams;
                 ex += costs[l].expertParams;
@@ -365,6 +390,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 slowestBackward = b;
                 stageTp = tpc;
                 stageEp = epc;
+                stageCp = cpc;
                 stageCompute = comp;
               }
               denseParams = std::max(denseParams, dn);
@@ -391,7 +417,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             double overlap = zero == 3 ? 0.9 * m * slowest : slowestBackward;
             double dpExposed = std::max(0.0, sync - overlap);
             double optimizerParams =
-                zero >= 1 ? denseParams / replicas + expertParams / dp
+                zero >= 1 ? denseParams / sharers + expertParams / expertSharers
                           : denseParams + expertParams;
             plan.optimizerTime = 16.0 * optimizerParams /
                                  (cluster.hbmBandwidth * cluster.memoryEfficiency);
@@ -400,6 +426,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             plan.bubbleTime = (slots - m) * slowest;
             plan.tpComm = m * stageTp;
             plan.epComm = m * stageEp;
+            plan.cpComm = m * stageCp;
             plan.ppComm = ppComm;
             plan.dpComm = dpExposed;
             double tokens = double(w.batch) * w.seq;
@@ -419,7 +446,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
 }
 
 void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
-                               std::vector<Plan> &out) {
+                               int64_t cp, std::vector<Plan> &out) {
   int64_t replicas = dp * ep;
   if (replicas > w.batch)
     return;
@@ -438,19 +465,19 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       if (m <= sequences && sequences % m == 0)
         counts.push_back(m);
   }
-  Group epGroup = makeGroup(cluster, ep, tp);
-  Group ppGroup = makeGroup(cluster, 2, tp * ep * dp);
+  Group epGroup = makeGroup(cluster, ep, tp * cp);
+  Group ppGroup = makeGroup(cluster, 2, tp * cp * ep * dp);
   bool decode = w.kind == WorkloadKind::Decode;
   double flopsPerToken = decode ? modelFlopsPerToken(w.context + 1, 1)
                                 : modelFlopsPerToken(w.seq, w.seq);
   double peak = peakFlops(cluster, model.dtype);
   for (int64_t micro : counts)
     for (bool sp : {false, true}) {
-      if (sp && (decode || tp == 1 || w.seq % tp))
+      if (sp && (decode || tp == 1 || (w.seq / cp) % tp))
         continue;
       ++evaluated;
       double perMicro = double(sequences / micro); // rows of one microbatch
-      TpContext ctx = context(tp, ep, sp, perMicro);
+      TpContext ctx = context(tp, ep, sp, perMicro, cp);
       std::vector<const LayerPlan *> plans;
       std::vector<LayerCost> costs(model.layers.size());
       bool ok = true;
@@ -463,12 +490,14 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                          ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll,
                                               lp.alltoallBytes, epGroup)
                          : 0;
-        c.time = c.forward = lp.computeTime + lp.commTime + a2a; // one microbatch
+        auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
+        c.time = c.forward = lp.computeTime + lp.commTime + a2a + cpTime; // one microbatch
         c.compute = lp.computeTime;
         c.tpComm = lp.commTime;
         c.epComm = a2a;
+        c.cpComm = cpTime;
         c.weights = lp.weightBytes;
-        c.working = lp.peakLiveBytes; // a stage holds one microbatch's at a time
+        c.working = lp.peakLiveBytes + gathered; // a stage holds one microbatch's at a time
         // Every microbatch keeps its KV cache. A generation step's caches
         // hold their capacity whatever the context (its time is the
         // context's: the attention stops at the position).
@@ -485,13 +514,14 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       if (starts.empty())
         continue;
       Plan plan = Plan::withDegrees(pp, dp, ep, tp, sp);
+      plan.cp = cp;
       plan.microBatch = static_cast<int64_t>(perMicro);
       plan.microBatches = micro;
       plan.stageStart = starts;
       finishMemory(plan, costs, one);
       // Per stage: one microbatch's time and parts, and the weights it reads.
       struct Part {
-        double time = 0, compute = 0, tp = 0, ep = 0, weights = 0;
+        double time = 0, compute = 0, tp = 0, ep = 0, cp = 0, weights = 0;
       };
       std::vector<Part> stages(starts.size());
       Part all;
@@ -503,6 +533,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             part->compute += costs[l].compute;
             part->tp += costs[l].tpComm;
             part->ep += costs[l].epComm;
+            part->cp += costs[l].cpComm;
             part->weights += costs[l].weights;
           }
         }
@@ -546,6 +577,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       plan.computeTime = onPath(&Part::compute);
       plan.tpComm = onPath(&Part::tp);
       plan.epComm = onPath(&Part::ep);
+      plan.cpComm = onPath(&Part::cp);
       plan.ppComm = (paced ? 0 : (pp - 1) * hop) + (pp > 1 ? turns * hop : 0);
       double tokens = w.batch * (decode ? 1.0 : double(w.seq));
       plan.tokensPerSecond = tokens / plan.stepTime;
@@ -611,19 +643,30 @@ PlanResult Search::run() {
     for (int64_t pp : divisorsOf(n / tp)) {
       if (pp > std::max<int64_t>(model.numDecoderLayers, 1) || (w.pp && *w.pp != pp))
         continue;
-      int64_t rest = n / tp / pp;
-      for (int64_t ep : divisorsOf(rest)) {
-        if (ep > 1 && (!experts || experts % ep))
+      for (int64_t cp : divisorsOf(n / tp / pp)) {
+        // Context parallelism splits a long prompt or training sequence
+        // of a dense model (not a decode step's one token, not a step over
+        // a KV cache, not the tokens an MoE layer routes) into pieces of
+        // at least kMinContextPiece tokens unless pinned.
+        if (cp > 1 && (w.kind == WorkloadKind::Decode || model.cachedTokens > 0 || experts ||
+                       w.seq % cp || (!w.cp && w.seq / cp < kMinContextPiece)))
           continue;
-        if (w.ep && *w.ep != ep)
+        if (w.cp && *w.cp != cp)
           continue;
-        int64_t dp = rest / ep;
-        if (w.dp && *w.dp != dp)
-          continue;
-        if (train())
-          evaluateTrain(tp, pp, dp, ep, all);
-        else
-          evaluateInference(tp, pp, dp, ep, all);
+        int64_t rest = n / tp / pp / cp;
+        for (int64_t ep : divisorsOf(rest)) {
+          if (ep > 1 && (!experts || experts % ep))
+            continue;
+          if (w.ep && *w.ep != ep)
+            continue;
+          int64_t dp = rest / ep;
+          if (w.dp && *w.dp != dp)
+            continue;
+          if (train())
+            evaluateTrain(tp, pp, dp, ep, cp, all);
+          else
+            evaluateInference(tp, pp, dp, ep, cp, all);
+        }
       }
     }
   }
@@ -635,10 +678,10 @@ PlanResult Search::run() {
     return s == Schedule::OneFOneB ? 0 : s == Schedule::Interleaved ? 1 : 2;
   };
   auto order = [&](const Plan &a, const Plan &b) {
-    return std::make_tuple(a.objective, a.pp, a.dp, a.ep, a.tp, a.microBatch,
+    return std::make_tuple(a.objective, a.pp, a.dp, a.ep, a.cp, a.tp, a.microBatch,
                            rank(a.schedule), a.virtualStages, a.zero,
                            int(a.recompute), a.sequenceParallel) <
-           std::make_tuple(b.objective, b.pp, b.dp, b.ep, b.tp, b.microBatch,
+           std::make_tuple(b.objective, b.pp, b.dp, b.ep, b.cp, b.tp, b.microBatch,
                            rank(b.schedule), b.virtualStages, b.zero,
                            int(b.recompute), b.sequenceParallel);
   };
@@ -656,8 +699,8 @@ PlanResult Search::run() {
       result.explanation =
           formatv("no configuration applies: the batch ({0}) must cover the "
                   "data-parallel replicas (dp x ep; divide them, for training) "
-                  "and {1} devices must factor into pp x dp x ep x tp with tp "
-                  "inside a {2}-device node",
+                  "and {1} devices must factor into pp x dp x ep x cp x tp with tp "
+                  "inside a {2}-device node (cp dividing the sequence)",
                   w.batch, n, cluster.devicesPerNode)
               .str();
     } else {
@@ -792,7 +835,10 @@ Plan Plan::withDegrees(int64_t pp, int64_t dp, int64_t ep, int64_t tp,
 }
 
 std::string Plan::degrees() const {
-  std::string text = formatv("pp{0} dp{1} ep{2} tp{3}", pp, dp, ep, tp).str();
+  std::string text = formatv("pp{0} dp{1} ep{2} ", pp, dp, ep).str();
+  if (cp > 1)
+    text += formatv("cp{0} ", cp).str();
+  text += formatv("tp{0}", tp).str();
   if (sequenceParallel)
     text += " sp";
   return text;
@@ -847,7 +893,7 @@ std::vector<LayerPlan> parax::plan::layerPlansFor(const ModelGraph &model,
                                                   const Plan &plan) {
   Search search(model, cluster, workload, PlanOptions());
   double sequences = plan.microBatch; // (inference: a replica's rows over its microbatches)
-  TpContext ctx = search.context(plan.tp, plan.ep, plan.sequenceParallel, sequences);
+  TpContext ctx = search.context(plan.tp, plan.ep, plan.sequenceParallel, sequences, plan.cp);
   std::vector<LayerPlan> out;
   for (size_t l = 0; l < model.layers.size(); ++l)
     out.push_back(search.layerPlan(l, ctx));

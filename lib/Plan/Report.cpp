@@ -88,6 +88,12 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                   "batch {1}; parax-run takes {0} x {1} rows a replica as microbatches)\n",
                   best.microBatches, best.microBatch,
                   workload.kind == WorkloadKind::Decode ? ", each with its own KV cache" : "");
+  if (best.cp > 1)
+    os << formatv("context parallelism: each sequence in {0} pieces of {1} tokens; every layer's keys and "
+                  "values all-gathered over them ({2}): {3:F3} ms a step\n",
+                  best.cp, workload.seq / best.cp,
+                  workload.kind == WorkloadKind::Train ? "their gradients reduce-scattered back" : "forward",
+                  best.cpComm * 1e3);
   os << formatv("forward collectives per step: decoder layers: {0}; all: {1}\n",
                 collectivesText(best.decoderCollectives),
                 collectivesText(best.allCollectives));
@@ -113,7 +119,7 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
     for (int64_t s : p.stageStart)
       stages.push_back(s);
     return llvm::json::Object{
-        {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"tp", p.tp},
+        {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"cp", p.cp}, {"tp", p.tp},
         {"sequence_parallel", p.sequenceParallel},
         {"micro_batch", p.microBatch}, {"micro_batches", p.microBatches},
         {"schedule", toString(p.schedule)}, {"virtual_stages", p.virtualStages},
@@ -128,6 +134,7 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
          llvm::json::Object{{"compute", p.computeTime}, {"bubble", p.bubbleTime},
                             {"tp_comm", p.tpComm}, {"pp_comm", p.ppComm},
                             {"dp_comm", p.dpComm}, {"ep_comm", p.epComm},
+                            {"cp_comm", p.cpComm},
                             {"optimizer", p.optimizerTime}}},
         {"memory_bytes",
          llvm::json::Object{{"weights", p.memory.weights},

@@ -111,6 +111,8 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
       error = pin(w.dp);
     else if (key == "ep")
       error = pin(w.ep);
+    else if (key == "cp")
+      error = pin(w.cp);
     else if (key == "kv") {
       if (!dtypeBytes(value))
         return workloadError(spec, "kv dtype must be bf16, f16, f32, fp8 or "
@@ -167,5 +169,10 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
   }
   if (w.microBatch && w.batch % w.microBatch)
     return workloadError(spec, "mbs must divide batch");
+  if (w.cp && *w.cp > 1 && w.kind == WorkloadKind::Decode)
+    return workloadError(spec, "context parallelism (cp) splits a prompt or a training "
+                               "sequence; a decode step has one token a sequence");
+  if (w.cp && w.seq % *w.cp)
+    return workloadError(spec, "cp must divide seq");
   return w;
 }

@@ -12,12 +12,22 @@ func.func @negative_norm_split_hidden(%x: tensor<2x16xf32>, %w: tensor<16xf32>) 
 
 // -----
 
-parax.grid @g(tp = 4)
-func.func @negative_attention_sequence(%q: tensor<1x8x4x8xf32>) -> tensor<1x8x4x8xf32> {
-  // expected-error @+1 {{attention split on the sequence (context parallelism) is not supported}}
-  %o = parax.attention %q, %q, %q {num_heads = 4, num_kv_heads = 4, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {tp}, {}, {}]>]}
-      : (tensor<1x8x4x8xf32>, tensor<1x8x4x8xf32>, tensor<1x8x4x8xf32>) -> tensor<1x8x4x8xf32>
+parax.grid @g(cp = 2)
+func.func @negative_cache_attention_sequence(%q: tensor<1x8x4x8xf32>, %c: tensor<1x32x4x8xf32>, %p: tensor<i32>) -> tensor<1x8x4x8xf32> {
+  // expected-error @+1 {{attention over a KV cache at a run-time position cannot split its queries over ranks}}
+  %o = parax.attention %q, %c, %c, %p {causal, num_heads = 4, num_kv_heads = 4, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}, {}]>]}
+      : (tensor<1x8x4x8xf32>, tensor<1x32x4x8xf32>, tensor<1x32x4x8xf32>, tensor<i32>) -> tensor<1x8x4x8xf32>
   return %o : tensor<1x8x4x8xf32>
+}
+
+// -----
+
+parax.grid @g(cp = 2)
+func.func @negative_rope_at_a_position_split(%x: tensor<1x8x4x8xf32>, %p: tensor<i32>) -> tensor<1x8x4x8xf32> {
+  // expected-error @+1 {{positions at a run-time position cannot be split over ranks}}
+  %y = parax.rope %x, %p {theta = 1.0e4 : f64, rotary_dim = 8, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}, {}]>]}
+      : (tensor<1x8x4x8xf32>, tensor<i32>) -> tensor<1x8x4x8xf32>
+  return %y : tensor<1x8x4x8xf32>
 }
 
 // -----

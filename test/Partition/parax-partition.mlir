@@ -256,3 +256,35 @@ func.func @three_d(%x: tensor<4x4x16xf32> {parax.sharding = #parax.sharding<@g, 
   %y1 = parax.linear %h1, %b1 {transpose_w, parax.stage = 1 : i64, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {}], partial = {tp}>]} : (tensor<4x4x64xf32>, tensor<16x64xf32>) -> tensor<4x4x16xf32>
   return %y1 : tensor<4x4x16xf32>
 }
+
+// -----
+
+parax.grid @g(cp = 2)
+// Context parallelism: the sequence split from the embedding on. Each rank
+// keeps its piece of the queries; the keys and values (after RoPE) are
+// gathered for attention, and rope, attention and the position table know
+// their piece (seq_axes). Nothing else moves until the logits leave.
+// CHECK-LABEL: func.func @context_parallel
+// CHECK-SAME: %arg0: tensor<2x4xi32> {parax.global_sharding = #parax.sharding<@g, [{}, {cp}]>, parax.input = 0 : i64}
+// CHECK: parax.position_embedding {{.*}}seq_axes = ["cp"], seq_grid = @g{{.*}} -> tensor<1x4x16xf32>
+// CHECK: parax.rope {{.*}}seq_axes = ["cp"], seq_grid = @g{{.*}} -> tensor<2x4x2x8xf32>
+// CHECK: parax.rope {{.*}}seq_axes = ["cp"], seq_grid = @g{{.*}} -> tensor<2x4x2x8xf32>
+// CHECK-NOT: parax.all_gather
+// CHECK-COUNT-2: parax.all_gather {{.*}} over @g ["cp"] dim 1 : tensor<2x4x2x8xf32> -> tensor<2x8x2x8xf32>
+// CHECK: parax.attention {{.*}}seq_axes = ["cp"], seq_grid = @g{{.*}} -> tensor<2x4x2x8xf32>
+// CHECK-NOT: parax.all_gather {{.*}} dim 1 : tensor<2x4x16
+// CHECK: parax.all_gather {{.*}} over @g ["cp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+// CHECK-NEXT: return
+func.func @context_parallel(%ids: tensor<2x8xi32>, %wte: tensor<32x16xf32> {parax.param = "wte"},
+    %wpe: tensor<8x16xf32> {parax.param = "wpe"}, %wq: tensor<16x16xf32> {parax.param = "wq"}) -> tensor<2x8x16xf32> {
+  %e = parax.embedding %ids, %wte {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<2x8xi32>, tensor<32x16xf32>) -> tensor<2x8x16xf32>
+  %p = parax.position_embedding %wpe {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<8x16xf32>) -> tensor<1x8x16xf32>
+  %x = parax.add %e, %p : (tensor<2x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
+  %h = parax.linear %x, %wq {transpose_w} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %q = parax.reshape %h : (tensor<2x8x16xf32>) -> tensor<2x8x2x8xf32>
+  %qr = parax.rope %q {theta = 1.0e4 : f64, rotary_dim = 8} : (tensor<2x8x2x8xf32>) -> tensor<2x8x2x8xf32>
+  %kr = parax.rope %q {theta = 1.0e4 : f64, rotary_dim = 8} : (tensor<2x8x2x8xf32>) -> tensor<2x8x2x8xf32>
+  %o = parax.attention %qr, %kr, %q {causal, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64} : (tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>) -> tensor<2x8x2x8xf32>
+  %y = parax.reshape %o : (tensor<2x8x2x8xf32>) -> tensor<2x8x16xf32>
+  return %y : tensor<2x8x16xf32>
+}

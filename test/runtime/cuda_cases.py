@@ -55,6 +55,13 @@ CASES = {
     "qwen2-moe-ep2": ("tiny-qwen2-moe", None, 2, 8, False, "ep=2,dp=1", 2),
     "deepseek-v3-ep2": ("tiny-deepseek-v3", None, 2, 8, False, "ep=2,dp=1", 2),
     "deepseek-v3-tp2": ("tiny-deepseek-v3", None, 2, 8, False, "tp=2,dp=1", 2),
+    # Context parallelism: each rank 100 of 200 positions, keys and values
+    # gathered; its queries' causal edge and RoPE offset by its piece (key
+    # tiles cut mid-piece), on CUDA cores and (bf16) tensor cores; GPT-2's
+    # position table with TP.
+    "llama-cp2-seq200": ("tiny-llama", None, 1, 200, False, "cp=2,tp=1,dp=1", 2),
+    "llama-bf16-cp2-seq200": ("tiny-llama", None, 1, 200, False, "cp=2,tp=1,dp=1", 2, "bf16"),
+    "gpt2-cp2-tp2": ("tiny-gpt2", None, 2, 8, False, "cp=2,tp=2,dp=1", 4),
     # bf16 storage throughout (GEMMs on tensor cores with fp32 accumulation,
     # every other op in fp32 math, each result rounded to bf16; collectives
     # in bf16): against the CPU backend's fp32 math from the same bf16

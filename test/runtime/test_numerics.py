@@ -44,6 +44,16 @@ PLANS = [
     ("tiny-qwen2-moe", None, "ep=2,dp=1", 2),
     ("tiny-deepseek-v3", None, "ep=2,dp=1", 2),
     ("tiny-deepseek-v3", None, "tp=2,dp=1", 2),
+    # Context parallelism: each rank a piece of every sequence, keys and
+    # values gathered for attention (rope, causal mask and GPT-2's position
+    # table offset by the piece).
+    ("tiny-llama", None, "cp=2,tp=1,dp=1", 2),
+    ("tiny-llama", None, "cp=4,tp=1,dp=1", 4),
+    ("tiny-llama", None, "cp=2,tp=2,dp=1", 4),  # (with sequence parallelism inside each piece)
+    ("tiny-llama", None, "cp=2,pp=2,tp=1,dp=1", 4),
+    ("tiny-llama", None, "cp=2,dp=2,tp=1", 4),
+    ("tiny-gpt2", None, "cp=2,tp=1,dp=1", 2),
+    ("tiny-gpt2", None, "cp=2,tp=2,dp=1", 4),
 ]
 
 
@@ -392,7 +402,8 @@ def test_pipeline_with_several_microbatches(tmp_path):
         assert np.abs(sharded - model.reference()).max() < NUMPY_TOL, steps
 
 
-LOSS_PLANS = [("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("dp=2", 2), ("dp=2,tp=2,pp=2", 8)]
+LOSS_PLANS = [("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("dp=2", 2), ("dp=2,tp=2,pp=2", 8),
+              ("cp=2,tp=1,dp=1", 2)]
 
 
 @pytest.mark.parametrize("pins,ranks", [(None, 1)] + LOSS_PLANS,

@@ -1,7 +1,8 @@
 //===- Planner.h - search for the best placement ----------------*- C++ -*-===//
 //
 // searchPlans enumerates the factorizations of the cluster's devices into
-// pp x dp x ep x tp (tp innermost and inside a node), microbatch sizes,
+// pp x dp x ep x cp x tp (tp innermost and inside a node; cp, context
+// parallelism, splits long sequences of dense models), microbatch sizes,
 // pipeline schedules, ZeRO stages, recompute policies and sequence
 // parallelism; chooses every op's tensor-parallel layout exactly per layer
 // kind (LayerSolver) and the pipeline stage boundaries by dynamic programming
@@ -50,8 +51,9 @@ struct MemoryBreakdown {
 };
 
 struct Plan {
-  // Degrees: devices = pp * dp * ep * tp; dense layers see dp * ep replicas.
-  int64_t pp = 1, dp = 1, ep = 1, tp = 1;
+  // Degrees: devices = pp * dp * ep * cp * tp; dense layers see dp * ep
+  // replicas; cp ranks split each sequence (context parallelism).
+  int64_t pp = 1, dp = 1, ep = 1, tp = 1, cp = 1;
   bool sequenceParallel = false;
   int64_t microBatch = 1, microBatches = 1;
   Schedule schedule = Schedule::OneFOneB;
@@ -66,6 +68,9 @@ struct Plan {
   double computeTime = 0; // on the slowest stage, all microbatches
   double bubbleTime = 0;
   double tpComm = 0, ppComm = 0, dpComm = 0, epComm = 0;
+  /// Context parallelism: every layer's keys and values gathered over the
+  /// cp ranks (and, training, their gradients reduce-scattered back).
+  double cpComm = 0;
   double optimizerTime = 0;
   // Results.
   double mfu = 0;            // train, prefill

@@ -594,3 +594,59 @@ func.func @negative_cache_update_too_many_rows(%c: tensor<1x4x2x8xf32>, %u: tens
   %0 = parax.cache_update %c, %u, %p : (tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>, tensor<i32>) -> tensor<1x4x2x8xf32>
   return
 }
+
+// -----
+
+// Context parallelism: seq_grid/seq_axes say which piece of the sequence a
+// rank's op holds.
+parax.grid @g(cp = 2)
+func.func @negative_attention_seq_axes_alone(%q: tensor<1x4x2x8xf32>, %k: tensor<1x8x2x8xf32>) {
+  // expected-error @+1 {{C9: seq_grid and seq_axes come together}}
+  %0 = parax.attention %q, %k, %k {causal, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, seq_axes = ["cp"]} : (tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+parax.grid @g(cp = 2)
+func.func @negative_attention_seq_axes_unknown(%q: tensor<1x4x2x8xf32>, %k: tensor<1x8x2x8xf32>) {
+  // expected-error @+1 {{C9: unknown grid axis "sp"}}
+  %0 = parax.attention %q, %k, %k {causal, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, seq_grid = @g, seq_axes = ["sp"]} : (tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+parax.grid @g(cp = 4)
+func.func @negative_attention_seq_pieces_fewer_keys(%q: tensor<1x4x2x8xf32>, %k: tensor<1x8x2x8xf32>) {
+  // expected-error @+1 {{C6: causal attention needs at least as many keys as queries (16), got 8}}
+  %0 = parax.attention %q, %k, %k {causal, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, seq_grid = @g, seq_axes = ["cp"]} : (tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+parax.grid @g(cp = 2)
+func.func @negative_attention_seq_axes_with_position(%q: tensor<1x1x2x8xf32>, %k: tensor<1x16x2x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C9: a sequence split over ranks takes no run-time position}}
+  %0 = parax.attention %q, %k, %k, %p {causal, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.5 : f64, seq_grid = @g, seq_axes = ["cp"]} : (tensor<1x1x2x8xf32>, tensor<1x16x2x8xf32>, tensor<1x16x2x8xf32>, tensor<i32>) -> tensor<1x1x2x8xf32>
+  return
+}
+
+// -----
+
+parax.grid @g(cp = 2)
+func.func @negative_rope_seq_axes_with_position(%x: tensor<1x1x2x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C7: a sequence split over ranks takes no run-time position}}
+  %0 = parax.rope %x, %p {theta = 1.0e4 : f64, rotary_dim = 8, seq_grid = @g, seq_axes = ["cp"]} : (tensor<1x1x2x8xf32>, tensor<i32>) -> tensor<1x1x2x8xf32>
+  return
+}
+
+// -----
+
+parax.grid @g(cp = 4)
+func.func @negative_position_embedding_pieces_past_the_table(%t: tensor<16x8xf32>) {
+  // expected-error @+1 {{C2: positions 4 .. 19 exceed the table's 16 rows}}
+  %0 = parax.position_embedding %t {offset = 4, seq_grid = @g, seq_axes = ["cp"]} : (tensor<16x8xf32>) -> tensor<1x4x8xf32>
+  return
+}
