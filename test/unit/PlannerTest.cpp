@@ -357,6 +357,9 @@ TEST(WorkloadTest, ParsesAndRejects) {
             std::string::npos);
   EXPECT_NE(message("train:batch=8,seq=16,foo=1").find("unknown key 'foo'"),
             std::string::npos);
+  EXPECT_NE(message("decode:batch=8,context=64,cp=2").find("a decode step has one token a sequence"),
+            std::string::npos);
+  EXPECT_NE(message("prefill:batch=1,seq=10,cp=4").find("cp must divide seq"), std::string::npos);
 }
 
 } // namespace
