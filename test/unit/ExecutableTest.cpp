@@ -135,6 +135,54 @@ TEST(Executable, RefusesAWeightThatDoesNotTakeXToY) {
   expectRefused(exe, "(linear): the weight must be [4, 3], got [3, 4]");
 }
 
+// Context parallelism: two ranks along "cp", each with 4 of the queries
+// (causal attention over `keys` gathered keys; a run-time position operand
+// too when `position`).
+pxe::Executable contextParallelAttention(int64_t keys, bool position) {
+  pxe::Executable exe;
+  exe.set_format_version(1);
+  exe.mutable_grid()->add_axis_names("cp");
+  exe.mutable_grid()->add_shape(2);
+  exe.add_ranks()->add_values(0);
+  exe.add_ranks()->add_values(1);
+  pxe::Stage *stage = exe.add_stages();
+  stage->set_index(0);
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {1, 4, 2, 8});
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {1, keys, 2, 8});
+  addBuffer(*stage, pxe::INPUT, pxe::I32, {});
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {1, 4, 2, 8});
+  pxe::Instruction *inst = stage->add_instructions();
+  inst->set_op("attention");
+  for (int id : {0, 1, 1}) inst->add_operands(id);
+  if (position) inst->add_operands(2);
+  inst->add_results(3);
+  auto &attrs = *inst->mutable_attrs();
+  attrs["causal"].set_b(true);
+  attrs["num_heads"].set_i(2);
+  attrs["num_kv_heads"].set_i(2);
+  attrs["head_dim"].set_i(8);
+  attrs["scale"].set_f(0.35);
+  attrs["seq_axes"].mutable_strings()->add_values("cp");
+  stage->add_outputs(3);
+  return exe;
+}
+
+TEST(Executable, AcceptsQueriesSplitOverRanksWithEveryKey) {
+  Status s = validateExecutable(contextParallelAttention(8, false));
+  EXPECT_TRUE(s.isOk()) << s.message();
+}
+
+TEST(Executable, RefusesQueriesSplitOverRanksWithTooFewKeys) {
+  // Rank 1's queries are 4 .. 7 of 8: a kernel would look for keys that
+  // are not there.
+  expectRefused(contextParallelAttention(4, false), "(attention): causal attention of 8 queries over 4 keys");
+}
+
+TEST(Executable, RefusesQueriesSplitOverRanksAtARunTimePosition) {
+  expectRefused(contextParallelAttention(8, true),
+                "(attention): a sequence split over ranks (seq_axes) takes no run-time position");
+}
+
 TEST(Executable, RefusesACollectiveAcrossPipelineStages) {
   // Two stages of one rank each; stage 0 all-reduces over "pp", which stage
   // 1 never does: a rank would wait forever.
