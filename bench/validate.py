@@ -38,6 +38,11 @@ RUNS = [
     ("Llama 3 405B, 16384 H100 (Llama 3 paper, Table 4)",
      "llama3-405b", 8192, "dgx-h100:nodes=2048",
      "train:batch=2048,seq=8192,tp=8,pp=16,dp=128,mbs=1", 400, "model"),
+    # Long-context training: 128 sequences of 131,072 tokens, each split
+    # over 16 context-parallel ranks.
+    ("Llama 3 405B, 16384 H100, CP16, seq 131072 (Llama 3 paper, Table 4)",
+     "llama3-405b", 131072, "dgx-h100:nodes=2048",
+     "train:batch=128,seq=131072,tp=8,pp=16,cp=16,dp=8,mbs=1", 380, "model"),
 ]
 
 
@@ -66,11 +71,13 @@ def main():
             tflops = p["mfu"] * peak / 1e12
             if kind == "hardware" and p["recompute"] == "full":
                 tflops *= 4 / 3  # the recomputed forward counts as work done
-            plan = (f"tp{p['tp']} pp{p['pp']} dp{p['dp']}, {p['schedule']}"
+            plan = (f"tp{p['tp']} pp{p['pp']} dp{p['dp']}{' cp' + str(p['cp']) if p['cp'] > 1 else ''}, "
+                    f"{p['schedule']}"
                     f"{' v' + str(p['virtual_stages']) if p['virtual_stages'] > 1 else ''}, "
                     f"ZeRO-{p['zero']}, {p['recompute']} recompute, "
                     f"step {p['step_time_s']:.2f} s (bubble {p['time_s']['bubble']:.2f}, "
-                    f"tp {p['time_s']['tp_comm']:.2f}, dp {p['time_s']['dp_comm']:.2f})")
+                    f"tp {p['time_s']['tp_comm']:.2f}, dp {p['time_s']['dp_comm']:.2f}"
+                    f"{', cp ' + format(p['time_s']['cp_comm'], '.2f') if p['cp'] > 1 else ''})")
             print(f"| {name} | {published} ({kind}) | {tflops:.0f} | {tflops / published:.2f} | {plan} |")
 
 
