@@ -99,6 +99,17 @@ private:
                      std::vector<Plan> &out);
   void evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep, int64_t cp,
                          std::vector<Plan> &out);
+  /// Whether a sequence split over cp ranks stays split through every layer
+  /// with `rows` sequences a microbatch: an MoE layer's tokens ([B x S],
+  /// batch and sequence merged) carry it only for one sequence.
+  bool contextSplitFits(int64_t cp, int64_t rows) const {
+    if (cp <= 1 || rows == 1)
+      return true;
+    for (const LayerGraph &layer : model.layers)
+      if (layer.hasExperts)
+        return false;
+    return true;
+  }
   /// Context parallelism: the keys and values of layer `lp` gathered over
   /// cp ranks, per device ({bytes of the gathered copy, seconds}).
   std::pair<double, double> gatheredKeysValues(const LayerPlan &lp, const TpContext &ctx,
@@ -254,7 +265,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
   double peak = peakFlops(cluster, model.dtype);
 
   for (int64_t mbs : mbsList) {
-    if (local % mbs)
+    if (local % mbs || !contextSplitFits(cp, mbs))
       continue;
     int64_t m = local / mbs;
     for (bool sp : {false, true}) {
@@ -477,6 +488,8 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         continue;
       ++evaluated;
       double perMicro = double(sequences / micro); // rows of one microbatch
+      if (!contextSplitFits(cp, static_cast<int64_t>(perMicro)))
+        continue;
       TpContext ctx = context(tp, ep, sp, perMicro, cp);
       std::vector<const LayerPlan *> plans;
       std::vector<LayerCost> costs(model.layers.size());
@@ -645,10 +658,10 @@ PlanResult Search::run() {
         continue;
       for (int64_t cp : divisorsOf(n / tp / pp)) {
         // Context parallelism splits a long prompt or training sequence
-        // of a dense model (not a decode step's one token, not a step over
-        // a KV cache, not the tokens an MoE layer routes) into pieces of
-        // at least kMinContextPiece tokens unless pinned.
-        if (cp > 1 && (w.kind == WorkloadKind::Decode || model.cachedTokens > 0 || experts ||
+        // (not a decode step's one token, not a step over a KV cache) into
+        // pieces of at least kMinContextPiece tokens unless pinned. (An
+        // MoE layer routes [B x S] tokens: one sequence a microbatch.)
+        if (cp > 1 && (w.kind == WorkloadKind::Decode || model.cachedTokens > 0 ||
                        w.seq % cp || (!w.cp && w.seq / cp < kMinContextPiece)))
           continue;
         if (w.cp && *w.cp != cp)
@@ -700,7 +713,8 @@ PlanResult Search::run() {
           formatv("no configuration applies: the batch ({0}) must cover the "
                   "data-parallel replicas (dp x ep; divide them, for training) "
                   "and {1} devices must factor into pp x dp x ep x cp x tp with tp "
-                  "inside a {2}-device node (cp dividing the sequence)",
+                  "inside a {2}-device node (cp dividing the sequence; under an MoE "
+                  "model, with one sequence a microbatch)",
                   w.batch, n, cluster.devicesPerNode)
               .str();
     } else {

@@ -69,6 +69,24 @@ def test_sharded_matches_single_rank(tmp_path, preset, layers, pins, ranks):
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
 
 
+@pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen2-moe", "tiny-deepseek-v3"])
+def test_context_parallel_moe_routes_each_ranks_tokens(tmp_path, preset):
+    """Context parallelism over an MoE model, one sequence: its tokens
+    ([1 x S] merged) keep the sequence split, so each rank routes its own
+    positions through the experts; keys and values (MLA's too) gathered."""
+    model = Model(str(tmp_path), preset, batch=1, rows=1)
+    single = model.run(model.compile("single"), 1)
+    exe = model.compile("sharded", "prefill:batch=1,seq=8,cp=2,tp=1,dp=1,ep=1", 2)
+    with open(os.path.join(str(tmp_path), "sharded.mlir")) as f:
+        text = f.read()
+    # Experts on 4 of the 8 positions a rank: the split reached them.
+    experts = [line for line in text.splitlines() if "= parax.experts" in line]
+    assert experts and all(": (tensor<1x4x64xf32>," in line for line in experts), experts
+    sharded = model.run(exe, 2)
+    assert np.abs(sharded - single).max() < SHARDED_TOL
+    assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
+
+
 # A step over a KV cache: the cache's keys and values are inputs (the numpy
 # reference's, of the earlier tokens alone), and the step's logits must equal
 # the whole sequence's forward pass at its last positions -- which also holds
