@@ -2,7 +2,7 @@
 //
 // searchPlans enumerates the factorizations of the cluster's devices into
 // pp x dp x ep x cp x tp (tp innermost and inside a node; cp, context
-// parallelism, splits long sequences of dense models), microbatch sizes,
+// parallelism, splits long sequences), microbatch sizes,
 // pipeline schedules, ZeRO stages, recompute policies and sequence
 // parallelism; chooses every op's tensor-parallel layout exactly per layer
 // kind (LayerSolver) and the pipeline stage boundaries by dynamic programming
