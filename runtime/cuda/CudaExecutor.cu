@@ -276,6 +276,12 @@ struct CudaExecutor::State {
   // moves) gives the same result every step: GPT-2's fused QKV weight,
   // sliced and then cut for TP, for instance. prepare runs it once.
   size_t hoisted = 0;
+  size_t sharedMoves = 0; // hoisted moves' results taken from the lender
+  // Each hoisted move's result by what it computes (op, attributes, the
+  // parameter boxes or moves it reads, its shape): the same name in two
+  // programs is the same value.
+  std::map<std::string, int32_t> hoistedByName;
+  std::string valueName(int32_t id, const std::map<int32_t, std::string> &moves) const;
   Status hoistInvariants();
 
   // The step's temporaries share one arena: two whose lifetimes do not meet
@@ -629,12 +635,54 @@ void CudaExecutor::State::aliasCacheUpdates() {
   }
 }
 
+// A parameter by its box, a hoisted move's result by its name (`moves`).
+std::string CudaExecutor::State::valueName(int32_t id, const std::map<int32_t, std::string> &moves) const {
+  if (auto it = moves.find(id); it != moves.end()) return it->second;
+  const pxe::Buffer &b = host.stageProgram().buffers(id);
+  std::string name = "param " + b.param_name() + " dtype " + std::to_string(b.dtype()) + " at";
+  for (int64_t o : b.param_offset()) name += " " + std::to_string(o);
+  name += " shape";
+  for (int64_t d : b.shape()) name += " " + std::to_string(d);
+  for (const pxe::AxisList &split : b.split()) {
+    name += " /";
+    for (const std::string &axis : split.axes()) name += " " + axis;
+  }
+  name += " partial";
+  for (const std::string &axis : b.partial()) name += " " + axis;
+  return name;
+}
+
 // The host executor has run the moves of parameters once (exact in any
-// storage dtype: they only copy values); their results are uploaded.
+// storage dtype: they only copy values); their results are uploaded, or
+// taken from the lender (another program of this rank: a microbatch's, a
+// prefill's) where it holds the same move of the same parameters.
 Status CudaExecutor::State::hoistInvariants() {
+  std::map<int32_t, std::string> moves; // result id -> name
   for (int k = 0; k < host.stageProgram().instructions_size(); ++k) {
     if (!host.hoisted(k)) continue;
-    for (int32_t id : host.stageProgram().instructions(k).results()) {
+    const pxe::Instruction &inst = host.stageProgram().instructions(k);
+    std::string computed = inst.op() + "(";
+    for (int32_t id : inst.operands()) computed += valueName(id, moves) + ";";
+    computed += ")";
+    std::map<std::string, std::string> attrs; // (in key order: a protobuf map has none)
+    for (const auto &[key, value] : inst.attrs()) attrs[key] = value.SerializeAsString();
+    for (const auto &[key, value] : attrs) computed += " " + key + "=" + value;
+    for (int r = 0; r < inst.results_size(); ++r) {
+      int32_t id = inst.results(r);
+      std::string name = computed + " result " + std::to_string(r) + " dtype " +
+                         std::to_string(host.stageProgram().buffers(id).dtype()) + " shape";
+      for (int64_t d : host.stageProgram().buffers(id).shape()) name += " " + std::to_string(d);
+      moves[id] = name;
+      hoistedByName[name] = id;
+      if (lender) {
+        auto theirs = lender->hoistedByName.find(name);
+        if (theirs != lender->hoistedByName.end()) {
+          buffers[id].data = lender->buffers[theirs->second].data;
+          buffers[id].aliased = true;
+          ++sharedMoves;
+          continue;
+        }
+      }
       Status st = allocate(&buffers[id].data, buffers[id].bytes(), nameOf(id));
       if (!st.isOk()) return st;
       st = upload(id);
@@ -969,6 +1017,7 @@ StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
 bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
 size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }
 size_t CudaExecutor::hoistedInstructions() const { return s_->hoisted; }
+size_t CudaExecutor::sharedMoves() const { return s_->sharedMoves; }
 size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
 size_t CudaExecutor::deviceBytes() const { return s_->deviceBytes; }

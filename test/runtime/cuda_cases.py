@@ -126,6 +126,10 @@ GENERATE = {
     # token (NaN after).
     "generate-llama-ragged-micro2-prefill": ("tiny-llama", 2, None, 1, 24, 9, 6,
                                              {"chunk": 3, "micro": 2, "ragged": [9, 4, 6, 3]}),
+    # Unplanned GPT-2 slices its fused QKV weight once at prepare (moves of
+    # parameters): the other programs of the rank take those slices from
+    # the first instead of keeping copies.
+    "generate-gpt2-micro2-prefill": ("tiny-gpt2", 2, None, 1, 24, 7, 4, {"chunk": 3, "micro": 2}),
 }
 BF16_REL = 3e-2
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -343,6 +347,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "shared_caches": _counted(log, "KV cache(s) shared with the prefill program"),
             "microbatch_shared": _counted(log, "parameter(s) of microbatch 0 shared"),
             "borrowing_temporaries": _counted(log, "program(s) running in another's temporary memory"),
+            "shared_moves": _counted(log, "result(s) of parameter moves shared with another program"),
             "micro": case.get("micro", 1),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 

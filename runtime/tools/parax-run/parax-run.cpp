@@ -480,7 +480,7 @@ int main(int argc, char **argv) {
                              "memory and MPI, not NCCL\n", size, devices);
     }
     using Share = CudaExecutor::Share;
-    size_t sharedParameters = 0, sharedCaches = 0, borrowedWeights = 0;
+    size_t sharedParameters = 0, sharedCaches = 0, borrowedWeights = 0, sharedMoves = 0;
     for (int64_t m = 0; m < programs; ++m) {
       // Microbatch m > 0 borrows microbatch 0's weights; the step borrows
       // its prefill program's weights and caches.
@@ -491,6 +491,7 @@ int main(int argc, char **argv) {
         if (!s.isOk()) die("--prefill: " + s.message());
         prefills[m] = runnerOf(*gpuPrefills[m]);
         if (m > 0) borrowedWeights += gpuPrefills[m]->sharedParameters();
+        sharedMoves += gpuPrefills[m]->sharedMoves();
       }
       gpus.push_back(std::make_unique<CudaExecutor>());
       const CudaExecutor *lender = chunks > 0 ? gpuPrefills[m].get() : m > 0 ? gpus[0].get() : nullptr;
@@ -501,6 +502,7 @@ int main(int argc, char **argv) {
       runners[m] = runnerOf(*gpus[m]);
       sharedParameters += gpus[m]->sharedParameters();
       sharedCaches += gpus[m]->sharedCaches();
+      sharedMoves += gpus[m]->sharedMoves();
       if (m > 0 && chunks == 0) borrowedWeights += gpus[m]->sharedParameters();
     }
     if (chunks > 0)
@@ -509,6 +511,8 @@ int main(int argc, char **argv) {
     if (programs > 1)
       sharing += ", " + std::to_string(borrowedWeights) + " parameter(s) of microbatch 0 shared with the " +
                  std::to_string(programs - 1) + " other microbatch program(s)";
+    if (sharedMoves > 0)
+      sharing += ", " + std::to_string(sharedMoves) + " result(s) of parameter moves shared with another program";
     size_t borrowing = 0; // programs whose temporaries live in another's memory
     for (const auto *all : {&gpuPrefills, &gpus})
       for (const auto &program : *all) borrowing += program->borrowsTemporaries();

@@ -62,9 +62,12 @@ public:
                  const Checkpoint &weights, const std::vector<Tensor> &inputs,
                  int device, const CudaExecutor *share = nullptr,
                  Share what = Share::WeightsAndCaches);
-  /// Parameters and KV caches prepare took from `share`.
+  /// Parameters, KV caches and results of parameter moves run once at
+  /// prepare (the same moves of the same parameters) that prepare took
+  /// from `share`.
   size_t sharedParameters() const;
   size_t sharedCaches() const;
+  size_t sharedMoves() const;
   /// Whether this program's temporaries live in `share`'s memory.
   bool borrowsTemporaries() const;
   Status setInputs(const std::vector<Tensor> &inputs);
