@@ -25,11 +25,14 @@ SEEDS = [("tiny-llama", {}, None, 1), ("tiny-gpt2", {}, None, 1), ("tiny-mixtral
          ("tiny-qwen2-moe", {}, None, 1), ("tiny-deepseek-v3", {}, None, 1),
          ("tiny-llama", {"seq": 1, "past": 5, "cache": 12}, None, 1),
          ("tiny-llama", {}, "tp=2,pp=2,dp=1", 4), ("tiny-mixtral", {}, "ep=2,tp=1,dp=1", 2),
-         ("tiny-deepseek-v3", {}, "tp=2,dp=1", 2)]
+         ("tiny-deepseek-v3", {}, "tp=2,dp=1", 2),
+         # each replica its own rows (the fuzzer slices them as parax-run
+         # does); each rank a piece of every sequence
+         ("tiny-llama", {"rows": 4}, "dp=2,tp=2", 4), ("tiny-gpt2", {}, "cp=2,tp=1,dp=1", 2)]
 
 
 @pytest.mark.parametrize("preset,build,pins,ranks", SEEDS,
-                         ids=[f"{p}{'-cache-step' if b else ''}{'-' + w if w else ''}" for p, b, w, _ in SEEDS])
+                         ids=[f"{p}{'-cache-step' if 'cache' in b else ''}{'-' + w if w else ''}" for p, b, w, _ in SEEDS])
 def test_mutants_end_in_a_named_error_or_a_run(tmp_path, preset, build, pins, ranks):
     model = Model(str(tmp_path), preset, **build)
     exe = model.compile("seed", f"prefill:batch=2,seq=8,{pins}" if pins else None, ranks)

@@ -157,6 +157,36 @@ std::string mutate(pb::Message &message, std::mt19937_64 &rng, const std::string
 
 enum class Outcome { Prepare, Run, Stalled, Ran };
 
+/// Rank r's inputs: under data parallelism (a "dp" axis of D ranks) its
+/// replica's block of the rows, as parax-run gives it; all of them
+/// otherwise, or where the rows do not split (the executable then says
+/// what it expected).
+std::vector<Tensor> inputsOfRank(const pxe::Executable &exe, int r, const std::vector<Tensor> &inputs) {
+  int64_t replicas = 1, replica = 0;
+  for (int i = 0; i < exe.grid().axis_names_size() && i < exe.grid().shape_size(); ++i)
+    if (exe.grid().axis_names(i) == "dp" && r < exe.ranks_size() && i < exe.ranks(r).values_size()) {
+      replicas = exe.grid().shape(i);
+      replica = exe.ranks(r).values(i);
+    }
+  if (replicas <= 1 || replica < 0 || replica >= replicas) return inputs;
+  std::vector<Tensor> mine;
+  for (const Tensor &t : inputs) {
+    if (t.shape.empty() || t.shape[0] % replicas || !t.hasValues()) {
+      mine.push_back(t);
+      continue;
+    }
+    Tensor part = t;
+    part.shape[0] /= replicas;
+    int64_t n = part.numel();
+    if (t.isInt)
+      part.i.assign(t.i.begin() + replica * n, t.i.begin() + (replica + 1) * n);
+    else
+      part.f.assign(t.f.begin() + replica * n, t.f.begin() + (replica + 1) * n);
+    mine.push_back(std::move(part));
+  }
+  return mine;
+}
+
 /// Prepares and runs `exe` on all its ranks, each a thread with an
 /// in-process communicator: run only when every rank prepared; a rank that
 /// fails cancels the others' waits (as parax-run's MPI_Abort ends the job),
@@ -177,7 +207,7 @@ Outcome prepareAndRun(const pxe::Executable &exe, const Checkpoint &weights, con
   std::condition_variable cv;
   int ready = 0, finished = 0;
   auto rank = [&](int r) {
-    prepared[r] = executors[r].prepare(exe, r, comms[r].get(), weights, inputs);
+    prepared[r] = executors[r].prepare(exe, r, comms[r].get(), weights, inputsOfRank(exe, r, inputs));
     bool all = true;
     {
       std::unique_lock<std::mutex> lock(mutex);
