@@ -124,18 +124,22 @@ def test_decode_step_sharded_matches_single_rank(tmp_path, preset, pins, ranks):
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
 
 
-CHAIN_PLANS = [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("tp=2,pp=2,dp=1", 4)]
+# (pins, ranks[, the decode step's pins]): a long prompt may take context
+# parallelism, which a decode step (one token a sequence) cannot.
+CHAIN_PLANS = [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("tp=2,pp=2,dp=1", 4),
+               ("cp=2,tp=1,dp=1", 2, "tp=2,dp=1")]
 
 
-@pytest.mark.parametrize("pins,ranks", CHAIN_PLANS, ids=[p[0] or "single" for p in CHAIN_PLANS])
-def test_prefill_then_decode_with_the_cache_parax_returned(tmp_path, pins, ranks):
+@pytest.mark.parametrize("plan", CHAIN_PLANS, ids=[p[0] or "single" for p in CHAIN_PLANS])
+def test_prefill_then_decode_with_the_cache_parax_returned(tmp_path, plan):
     """Generation, one step: a prefill that returns its keys and values
     (--return-kv), then a decode step fed that cache (parax's own, gathered
     from the ranks), each on the plan's ranks; the step's logits equal the
     whole sequence's forward pass (numpy) at the new position, and the keys
     and values it returns equal numpy's for the new token."""
     from parax import reference
-    P = 7
+    pins, ranks = plan[:2]
+    P = 8 if "cp=" in (pins or "") else 7
     prefill = Model(str(tmp_path / "prefill"), "tiny-llama", seq=P, return_kv=True)
     workload = f"prefill:batch=2,seq={P},{pins}" if pins else None
     outs = prefill.run(prefill.compile("prefill", workload, ranks), ranks, outputs=1 + 2 * 2)
@@ -148,6 +152,7 @@ def test_prefill_then_decode_with_the_cache_parax_returned(tmp_path, pins, ranks
         assert cache.shape == (2, P, 2, 16)
         decode.inputs.append(os.path.join(decode.dir, f"cache{k}.npy"))
         np.save(decode.inputs[-1], cache)
+    pins = plan[2] if len(plan) > 2 else pins
     workload = f"decode:batch=2,context={P},{pins}" if pins else None
     step = decode.run(decode.compile("decode", workload, ranks), ranks, outputs=1 + 2 * 2)
     assert np.abs(step[0] - decode.reference()).max() < NUMPY_TOL
