@@ -619,33 +619,38 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       totalHeads = H * groupSizeOf(headAxes);
     }
     int64_t group = totalHeads / KH;
-    std::vector<float> scores(T);
+    // Blocks of a head's queries: scores = scale * Q K^T over the keys the
+    // block's last query sees (sgemm), masked and normalised row by row
+    // (sums in double), then Y = P V (sgemm). Rows of q and y are strided
+    // by the heads, those of k and v by the KV heads.
+    constexpr int64_t kBlock = 64;
+    std::vector<float> scores(std::min(kBlock, S) * T);
     for (int64_t bb = 0; bb < B; ++bb)
       for (int64_t h = 0; h < H; ++h) {
         int64_t kh = (headOffset + h) / group;
-        for (int64_t s = 0; s < S; ++s) {
-          int64_t visible = causal ? s + edge + 1 : T;
-          const float *qv = &q.f[((bb * S + s) * H + h) * D];
-          float maxScore = -INFINITY;
-          for (int64_t t = 0; t < visible; ++t) {
-            const float *kv = &k.f[((bb * T + t) * KH + kh) * D];
-            float dot = 0;
-            for (int64_t d = 0; d < D; ++d) dot += qv[d] * kv[d];
-            scores[t] = dot * scale;
-            maxScore = std::max(maxScore, scores[t]);
+        const float *keys = &k.f[(bb * T * KH + kh) * D], *values = &v.f[(bb * T * KH + kh) * DV];
+        for (int64_t s0 = 0; s0 < S; s0 += kBlock) {
+          int64_t rows = std::min(kBlock, S - s0);
+          int64_t seen = causal ? std::min(T, s0 + rows + edge) : T; // by the block's last query
+          float *yBlock = &y.f[((bb * S + s0) * H + h) * DV];
+          if (seen <= 0) { // (no key: a program the validator lets through has one)
+            for (int64_t r = 0; r < rows; ++r) std::fill(yBlock + r * H * DV, yBlock + r * H * DV + DV, 0.0f);
+            continue;
           }
-          double sum = 0;
-          for (int64_t t = 0; t < visible; ++t) {
-            scores[t] = std::exp(scores[t] - maxScore);
-            sum += scores[t];
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, seen, D, scale, &q.f[((bb * S + s0) * H + h) * D],
+                      H * D, keys, KH * D, 0.0f, scores.data(), seen);
+          for (int64_t r = 0; r < rows; ++r) {
+            float *row = &scores[r * seen];
+            int64_t visible = causal ? std::min(seen, s0 + r + edge + 1) : seen;
+            float maxScore = -INFINITY;
+            for (int64_t t = 0; t < visible; ++t) maxScore = std::max(maxScore, row[t]);
+            double sum = 0;
+            for (int64_t t = 0; t < visible; ++t) sum += row[t] = std::exp(row[t] - maxScore);
+            for (int64_t t = 0; t < visible; ++t) row[t] = static_cast<float>(row[t] / sum);
+            std::fill(row + visible, row + seen, 0.0f);
           }
-          float *yv = &y.f[((bb * S + s) * H + h) * DV];
-          std::fill(yv, yv + DV, 0.0f);
-          for (int64_t t = 0; t < visible; ++t) {
-            float p = static_cast<float>(scores[t] / sum);
-            const float *vv = &v.f[((bb * T + t) * KH + kh) * DV];
-            for (int64_t d = 0; d < DV; ++d) yv[d] += p * vv[d];
-          }
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, DV, seen, 1.0f, scores.data(), seen, values,
+                      KH * DV, 0.0f, yBlock, H * DV);
         }
       }
     return Status::ok();
