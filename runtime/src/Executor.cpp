@@ -823,19 +823,41 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     Tensor &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &y = out();
     auto [tokens, h] = rowsCols(x);
     int64_t K = idx.shape.back(), E = wg.shape[0], F = wg.shape[1];
+    // Each expert's (token, choice) pairs at once: their rows gathered, the
+    // gate, up and down projections as three sgemms (each expert's weights
+    // read once, not once a pair), the results kept per pair; then each
+    // token sums its pairs' weighted rows in choice order.
+    std::vector<std::vector<int64_t>> pairsOf(E);
+    for (int64_t p = 0; p < tokens * K; ++p) {
+      int64_t e = idx.i[p];
+      if (e >= 0 && e < E) pairsOf[e].push_back(p); // (else an unused dispatch row)
+    }
+    std::vector<float> rows, g, u, done(tokens * K * h, 0.0f);
+    for (int64_t e = 0; e < E; ++e) {
+      int64_t n = static_cast<int64_t>(pairsOf[e].size());
+      if (n == 0) continue;
+      rows.resize(n * h);
+      g.resize(n * F);
+      u.resize(n * F);
+      for (int64_t r = 0; r < n; ++r)
+        std::copy(&x.f[pairsOf[e][r] / K * h], &x.f[(pairsOf[e][r] / K + 1) * h], &rows[r * h]);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, &wg.f[e * F * h], h,
+                  0.0f, g.data(), F);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, &wu.f[e * F * h], h,
+                  0.0f, u.data(), F);
+      for (int64_t k = 0; k < n * F; ++k) g[k] = silu(g[k]) * u[k];
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, h, F, 1.0f, g.data(), F, &wd.f[e * h * F], F,
+                  0.0f, rows.data(), h);
+      for (int64_t r = 0; r < n; ++r)
+        std::copy(&rows[r * h], &rows[(r + 1) * h], &done[pairsOf[e][r] * h]);
+    }
     std::fill(y.f.begin(), y.f.end(), 0.0f);
-    std::vector<float> g(F), u(F), d(h);
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t j = 0; j < K; ++j) {
         int64_t e = idx.i[t * K + j];
-        if (e < 0 || e >= E) continue; // an unused dispatch row
-        const float *xt = &x.f[t * h];
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, F, h, 1.0f, &wg.f[e * F * h], h, xt, 1, 0.0f, g.data(), 1);
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, F, h, 1.0f, &wu.f[e * F * h], h, xt, 1, 0.0f, u.data(), 1);
-        for (int64_t f = 0; f < F; ++f) g[f] = silu(g[f]) * u[f];
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, h, F, 1.0f, &wd.f[e * h * F], F, g.data(), 1, 0.0f, d.data(), 1);
+        if (e < 0 || e >= E) continue;
         float weight = w.f[t * K + j];
-        for (int64_t c = 0; c < h; ++c) y.f[t * h + c] += weight * d[c];
+        for (int64_t c = 0; c < h; ++c) y.f[t * h + c] += weight * done[(t * K + j) * h + c];
       }
     return Status::ok();
   }
