@@ -7,16 +7,8 @@
 # rounds; prints each run's step time, then the medians and the ratios.
 #
 #   bench/context.sh [build-dir] [rounds] [tokens]
-set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-$root/build}"
-rounds="${2:-3}"
+BENCH=context-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seq="${3:-2048}"
-py="${PARAX_PYTHON:-$root/.venv/bin/python}"
-export PARAX_BUILD_DIR="$build" PYTHONPATH="$root/python" OPENBLAS_NUM_THREADS=1 \
-       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-work="$(mktemp -d /tmp/parax-context-bench.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
 
 cat > "$work/config.json" <<JSON
 {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,

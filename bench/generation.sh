@@ -9,15 +9,7 @@
 # the medians.
 #
 #   bench/generation.sh [build-dir] [rounds]
-set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-$root/build}"
-rounds="${2:-3}"
-py="${PARAX_PYTHON:-$root/.venv/bin/python}"
-export PARAX_BUILD_DIR="$build" PYTHONPATH="$root/python" OPENBLAS_NUM_THREADS=1 \
-       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-work="$(mktemp -d /tmp/parax-generation-bench.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+BENCH=generation-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # A Llama of 4 layers, hidden 1024 (about 60 M parameters, fp32).
 cat > "$work/config.json" <<'JSON'

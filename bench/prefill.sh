@@ -5,15 +5,8 @@
 # medians printed.
 #
 #   bench/prefill.sh [build-dir] [rounds] [tokens]
-set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-$root/build}"
-rounds="${2:-3}"
+BENCH=prefill-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seq="${3:-512}"
-py="${PARAX_PYTHON:-$root/.venv/bin/python}"
-export PYTHONPATH="$root/python" OPENBLAS_NUM_THREADS=1
-work="$(mktemp -d /tmp/parax-prefill-bench.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
 
 for kind in llama mixtral; do
   cat > "$work/$kind.json" <<JSON

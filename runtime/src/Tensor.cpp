@@ -28,6 +28,19 @@ Tensor Tensor::ints(std::vector<int64_t> shape) {
 
 int64_t Tensor::numel() const { return numelOf(shape); }
 
+Tensor Tensor::rowBlock(int64_t first, int64_t rows) const {
+  Tensor part;
+  part.isInt = isInt;
+  part.shape = shape;
+  part.shape[0] = rows;
+  int64_t perRow = shape[0] > 0 ? numel() / shape[0] : 0;
+  if (isInt)
+    part.i.assign(i.begin() + first * perRow, i.begin() + (first + rows) * perRow);
+  else
+    part.f.assign(f.begin() + first * perRow, f.begin() + (first + rows) * perRow);
+  return part;
+}
+
 std::string Tensor::shapeString() const {
   std::string s = "[";
   for (size_t d = 0; d < shape.size(); ++d)

@@ -75,6 +75,20 @@ def test_sharded_generation_matches_numpy(tmp_path, preset, pins, ranks):
     check_generation(model, tokens, logits, PROMPT)
 
 
+def step_and_prefill(tmp_path, pins, ranks, prefilled):
+    """Tiny Llama's generation step for 2 rows a replica over caches of
+    CAPACITY + 4, planned with `pins`, and (`prefilled`) a prefill program
+    of 3-token chunks planned alike (else None): (model, step, prefill)."""
+    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY + 4)
+    workload = f"decode:batch={2 * replicas(pins)},context={CAPACITY + 4},{pins}" if pins else None
+    exe = model.compile("step", workload, ranks)
+    prefill = None
+    if prefilled:
+        chunked = Model(os.path.join(str(tmp_path), "prefill"), "tiny-llama", seq=3, cache=CAPACITY + 4)
+        prefill = chunked.compile("prefill", workload, ranks)
+    return model, exe, prefill
+
+
 # (pins, ranks, prefill?): rows beyond one batch a replica run as microbatches
 MICROBATCH_PLANS = [(None, 1, False), ("pp=2,dp=1", 2, False), ("dp=2,pp=2", 4, False),
                     ("tp=2,pp=2", 4, True), ("pp=2,dp=1", 2, True)]
@@ -88,13 +102,7 @@ def test_microbatches_each_keep_their_caches(tmp_path, pins, ranks, prefilled):
     is on m + 1). Every row's logits are numpy's on its own tokens; the
     rows equal what one batch at a time generates."""
     dp, micro = replicas(pins), 3
-    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY + 4)
-    workload = f"decode:batch={2 * dp},context={CAPACITY + 4},{pins}" if pins else None
-    exe = model.compile("step", workload, ranks)
-    prefill = None
-    if prefilled:
-        chunked = Model(os.path.join(str(tmp_path), "prefill"), "tiny-llama", seq=3, cache=CAPACITY + 4)
-        prefill = chunked.compile("prefill", workload, ranks)
+    model, exe, prefill = step_and_prefill(tmp_path, pins, ranks, prefilled)
     prompt = np.random.default_rng(5).integers(0, model.cfg.vocab, size=(2 * dp * micro, 7))
     proc = model.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -146,15 +154,8 @@ def test_prompts_of_different_lengths_each_get_their_tokens(tmp_path, pins, rank
     if it ran alone. The rows still in their prompts take their own next
     tokens while the others generate (a prefill covers the shortest
     prompt's whole chunks)."""
-    dp = replicas(pins)
-    rows = 2 * dp * micro
-    model = Model(str(tmp_path), "tiny-llama", seq=1, cache=CAPACITY + 4)
-    workload = f"decode:batch={2 * dp},context={CAPACITY + 4},{pins}" if pins else None
-    exe = model.compile("step", workload, ranks)
-    prefill = None
-    if prefilled:
-        chunked = Model(os.path.join(str(tmp_path), "prefill"), "tiny-llama", seq=3, cache=CAPACITY + 4)
-        prefill = chunked.compile("prefill", workload, ranks)
+    rows = 2 * replicas(pins) * micro
+    model, exe, prefill = step_and_prefill(tmp_path, pins, ranks, prefilled)
     lengths = RAGGED_LENGTHS[:rows]
     prompt = ragged_prompt(model, lengths)
     proc = model.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)

@@ -175,14 +175,8 @@ std::vector<Tensor> inputsOfRank(const pxe::Executable &exe, int r, const std::v
       mine.push_back(t);
       continue;
     }
-    Tensor part = t;
-    part.shape[0] /= replicas;
-    int64_t n = part.numel();
-    if (t.isInt)
-      part.i.assign(t.i.begin() + replica * n, t.i.begin() + (replica + 1) * n);
-    else
-      part.f.assign(t.f.begin() + replica * n, t.f.begin() + (replica + 1) * n);
-    mine.push_back(std::move(part));
+    int64_t rows = t.shape[0] / replicas;
+    mine.push_back(t.rowBlock(replica * rows, rows));
   }
   return mine;
 }

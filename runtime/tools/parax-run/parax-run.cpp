@@ -418,14 +418,7 @@ int main(int argc, char **argv) {
         slice.push_back(t);
         continue;
       }
-      Tensor part = t;
-      part.shape[0] = exeBatch;
-      int64_t n = part.numel(), first = replica * micro + j;
-      if (t.isInt)
-        part.i.assign(t.i.begin() + first * n, t.i.begin() + (first + 1) * n);
-      else
-        part.f.assign(t.f.begin() + first * n, t.f.begin() + (first + 1) * n);
-      slice.push_back(std::move(part));
+      slice.push_back(t.rowBlock((replica * micro + j) * exeBatch, exeBatch));
     }
     return slice;
   };

@@ -26,6 +26,9 @@ struct Tensor {
   bool hasValues() const { return !f.empty() || !i.empty(); }
   int64_t dim(int d) const { return shape[d < 0 ? shape.size() + d : d]; }
   std::string shapeString() const;
+  /// Rows `first .. first + rows - 1` of dimension 0 (a microbatch, a
+  /// data-parallel replica's share); the caller keeps them inside.
+  Tensor rowBlock(int64_t first, int64_t rows) const;
 };
 
 int64_t numelOf(const std::vector<int64_t> &shape);
