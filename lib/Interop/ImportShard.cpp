@@ -40,7 +40,7 @@ struct ParaxImportShardPass
       SmallVector<StringRef> refs(names.begin(), names.end());
       b.setInsertionPoint(grid);
       GridOp::create(b, grid.getLoc(), grid.getSymName(), b.getStrArrayAttr(refs),
-                     b.getDenseI64ArrayAttr(shape));
+                     b.getDenseI64ArrayAttr(shape), ArrayAttr());
       axisNames[grid.getSymName()] = names;
       grid.erase();
     }

@@ -64,6 +64,14 @@ int64_t GridInfo::product(ArrayRef<std::string> axes) const {
   return n;
 }
 
+bool GridInfo::splitsCyclically(const Layout &layout) const {
+  for (const auto &axes : layout.dims)
+    for (const std::string &axis : axes)
+      if (cyclic.contains(axis))
+        return true;
+  return false;
+}
+
 RankedTensorType parax::partition::localType(RankedTensorType type,
                                              const Layout &layout,
                                              const GridInfo &grid) {
@@ -96,13 +104,49 @@ struct Resharder {
   void allReduce(StringRef axis) {
     value = AllReduceOp::create(b, loc, type(), value, grid.ref, axes(axis));
   }
+  // A cyclic axis of n ranks deals dimension `dim` out element by element:
+  // viewed as [.., dim / n, n, ..], rank c holds index c of the new inner
+  // dimension. `viewInner(dim, n)` reshapes to that view (n: the inner
+  // size), `joinInner(dim)` back.
+  void viewInner(int64_t dim, int64_t n) {
+    SmallVector<int64_t> shape(type().getShape());
+    shape[dim] /= n;
+    shape.insert(shape.begin() + dim + 1, n);
+    value = ReshapeOp::create(b, loc, RankedTensorType::get(shape, type().getElementType()), value);
+  }
+  void joinInner(int64_t dim) {
+    SmallVector<int64_t> shape(type().getShape());
+    shape[dim] *= shape[dim + 1];
+    shape.erase(shape.begin() + dim + 1);
+    value = ReshapeOp::create(b, loc, RankedTensorType::get(shape, type().getElementType()), value);
+  }
+  bool cyclic(StringRef axis) const { return grid.cyclic.contains(axis); }
+
   void reduceScatter(StringRef axis, int64_t dim) {
     int64_t n = grid.sizes.lookup(axis);
+    if (cyclic(axis)) {
+      viewInner(dim, n);
+      reduceScatter(axis, dim + 1, n);
+      joinInner(dim);
+      return;
+    }
+    reduceScatter(axis, dim, n);
+  }
+  void reduceScatter(StringRef axis, int64_t dim, int64_t n) {
     value = ReduceScatterOp::create(b, loc, scaled(dim, 1, n), value, grid.ref,
                                     axes(axis), b.getI64IntegerAttr(dim));
   }
   void allGather(StringRef axis, int64_t dim) {
     int64_t n = grid.sizes.lookup(axis);
+    if (cyclic(axis)) { // each rank's elements back to their places
+      viewInner(dim, 1);
+      gather(axis, dim + 1, n);
+      joinInner(dim);
+      return;
+    }
+    gather(axis, dim, n);
+  }
+  void gather(StringRef axis, int64_t dim, int64_t n) {
     value = AllGatherOp::create(b, loc, scaled(dim, n, 1), value, grid.ref,
                                 axes(axis), b.getI64IntegerAttr(dim));
   }
@@ -118,6 +162,15 @@ struct Resharder {
   }
   void shardSlice(StringRef axis, int64_t dim) {
     int64_t n = grid.sizes.lookup(axis);
+    if (cyclic(axis)) { // this rank's elements: every n-th
+      viewInner(dim, n);
+      slice(axis, dim + 1, n);
+      joinInner(dim);
+      return;
+    }
+    slice(axis, dim, n);
+  }
+  void slice(StringRef axis, int64_t dim, int64_t n) {
     value = ShardSliceOp::create(b, loc, scaled(dim, 1, n), value, grid.ref,
                                  axes(axis), b.getI64IntegerAttr(dim));
   }
@@ -148,6 +201,15 @@ struct Resharder {
 
   LogicalResult run(const Layout &want) {
     int64_t rank = cur.dims.size();
+    // A cyclic axis deals a dimension out before any other axis splits it
+    // (it comes first), and is never moved to another dimension.
+    for (const Layout *layout : {static_cast<const Layout *>(&cur), &want})
+      for (const auto &axes : layout->dims)
+        for (size_t k = 1; k < axes.size(); ++k)
+          if (cyclic(axes[k]))
+            return emitError(loc) << "the cyclic axis '" << axes[k]
+                                  << "' must come first among its dimension's axes in "
+                                  << layout->str();
     // 1. Pending sums that are not wanted: reduce, scattering when a
     //    dimension wants the axis next.
     for (std::string axis : SmallVector<std::string, 2>(cur.partial)) {
@@ -168,7 +230,7 @@ struct Resharder {
         std::string axis = cur.dims[d].back();
         cur.dims[d].pop_back();
         std::optional<int64_t> e = dimWanting(want, axis);
-        if (e && *e != d) {
+        if (e && *e != d && !cyclic(axis)) {
           allToAll(axis, *e, d);
           cur.dims[*e].push_back(axis);
         } else {

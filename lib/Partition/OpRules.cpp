@@ -320,6 +320,8 @@ void parax::partition::localizeAttributes(Operation *local,
                                 results.front().dims[1].end());
     local->setAttr("seq_grid", grid.ref);
     local->setAttr("seq_axes", b.getStrArrayAttr(axes));
+    if (grid.cyclic.contains(axes.front()))
+      local->setAttr("seq_cyclic", b.getUnitAttr());
   }
   if (auto attention = dyn_cast<AttentionOp>(local)) {
     const auto &headAxes = results.front().dims[2];

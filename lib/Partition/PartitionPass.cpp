@@ -70,6 +70,9 @@ FailureOr<GridInfo> findGrid(ModuleOp module, func::FuncOp function) {
   info.ref = FlatSymbolRefAttr::get(grid.getSymNameAttr());
   for (auto [name, size] : llvm::zip(grid.getAxisNames(), grid.getShape()))
     info.sizes[cast<StringAttr>(name).getValue()] = size;
+  if (ArrayAttr cyclic = grid.getCyclicAxesAttr())
+    for (Attribute axis : cyclic)
+      info.cyclic.insert(cast<StringAttr>(axis).getValue());
   return info;
 }
 
@@ -134,6 +137,11 @@ LogicalResult FunctionPartitioner::assignLayouts() {
     if (auto sharding = function.getArgAttrOfType<ShardingAttr>(
             n, ParaxDialect::kShardingAttrName)) {
       layouts[arg] = Layout::fromAttr(sharding);
+      if (grid.splitsCyclically(layouts[arg]))
+        return function.emitError("argument #")
+               << n << " is split over a cyclic axis: a rank loads a block of "
+               << "an argument; leave it unannotated (it is then loaded whole "
+               << "and dealt out in the program)";
       continue;
     }
     layouts[arg] = Layout::replicated(type.getRank());
@@ -146,8 +154,8 @@ LogicalResult FunctionPartitioner::assignLayouts() {
       return a->isBeforeInBlock(b);
     });
     std::optional<Layout> wanted = layoutReadBy(first, arg, grid);
-    if (!wanted || !wanted->partial.empty())
-      continue;
+    if (!wanted || !wanted->partial.empty() || grid.splitsCyclically(*wanted))
+      continue; // (a cyclic split is dealt out in the program: loads are blocks)
     layouts[arg] = *wanted;
     function.setArgAttr(n, ParaxDialect::kShardingAttrName,
                         wanted->toAttr(function.getContext(), grid.ref));

@@ -310,8 +310,9 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
 }
 
 double Solver::attentionFlops(const OpNode &op) const {
-  double q = ctx.queryLen, c = ctx.contextLen;
-  double pairs = op.causal ? q * (c - q) + q * (q + 1) / 2 : q * c;
+  // The pairs of the whole sequence's queries, this rank's share of them.
+  double q = ctx.queryLen * ctx.queryPieces, c = ctx.contextLen;
+  double pairs = (op.causal ? q * (c - q) + q * (q + 1) / 2 : q * c) / ctx.queryPieces;
   return ctx.sequences * op.heads * pairs *
          (2.0 * op.headDim + 5 + 2.0 * op.valueDim);
 }

@@ -121,8 +121,12 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
       axes.insert(axes.begin() + 3, "cp");
       sizes.insert(sizes.begin() + 3, plan.cp);
     }
+    // Context parallelism deals each sequence out position by position
+    // (cyclic): every cp rank holds early and late positions alike, so
+    // causal attention is balanced over them.
     GridOp::create(b, function.getLoc(), gridName, b.getStrArrayAttr(axes),
-                   b.getDenseI64ArrayAttr(sizes));
+                   b.getDenseI64ArrayAttr(sizes),
+                   plan.cp > 1 ? b.getStrArrayAttr({"cp"}) : ArrayAttr());
     auto grid = FlatSymbolRefAttr::get(context, gridName);
 
     // Op layouts and stages.
@@ -144,12 +148,15 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
           // Expert parallelism: the ep ranks of a replica hold their own
           // sequences (the batch dimension), exchanged only by the experts.
           int epDim = plan.ep > 1 && type.getRank() >= 2 && type.getDimSize(0) % plan.ep == 0 ? 0 : -1;
-          // Context parallelism: each cp rank its piece of every sequence
-          // ([B, S, ...] values holding the whole sequence; a slice of
-          // positions, the last for a prefill's logits, is gathered).
+          // Context parallelism: each cp rank its positions of every
+          // sequence ([B, S, ...] values holding the whole sequence; a
+          // slice of positions, the last for a prefill's logits, is
+          // gathered), from the embedding's result on: the token ids are
+          // read whole (a rank loads a block of an input, and the positions
+          // are dealt out cyclically).
           const ValueNode &value = layer.values[layer.ops[i].results[k]];
           int cpDim = plan.cp > 1 && type.getRank() >= 3 && type.getDimSize(1) == model->irSeq &&
-                              !value.someSequence && !value.inKvCache
+                              !value.someSequence && !value.inKvCache && !isa<EmbeddingOp>(op)
                           ? 1
                           : -1;
           shardings.push_back(

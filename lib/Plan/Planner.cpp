@@ -152,10 +152,11 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
     ctx.queryLen = 1;
     ctx.contextLen = w.context + 1;
     ctx.decode = true;
-  } else { // with context parallelism, a rank's piece of every sequence
-            // (costed as the last, whose queries see the most keys)
+  } else { // with context parallelism, a rank's positions of every
+            // sequence (dealt out cyclically: an equal share of attention)
     ctx.queryLen = double(w.seq) / cp;
     ctx.contextLen = w.seq;
+    ctx.queryPieces = cp;
   }
   ctx.computeWeight = train() ? 3 : 1;
   ctx.commWeight = train() ? 2 : 1;

@@ -440,12 +440,7 @@ struct CudaExecutor::State {
     for (const std::string &axis : axes) n *= axisSize(*exe, axis);
     return n;
   }
-  // An op whose sequence is split over ranks (`seq_axes`: context
-  // parallelism) holds piece c of its rows: the first is c * rows.
-  int64_t sequenceStart(const Attrs &a, int64_t rows) {
-    std::vector<std::string> axes = attrStrings(a, "seq_axes");
-    return axes.empty() ? 0 : groupIndex(axes) * rows;
-  }
+  SequenceRows rowsOf(const Attrs &a, int64_t rows) { return sequenceRows(*exe, host.coordinates(), a, rows); }
   int peerRank(const std::string &axis, int64_t peer) {
     int64_t rank = 0;
     for (int i = 0; i < exe->grid().axis_names_size(); ++i) {
@@ -1099,8 +1094,17 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "position_embedding") {
     DeviceBuffer &table = in(0), &y = out();
     int64_t h = y.shape[2];
-    if (inst.operands_size() == 1)
-      return copy(y.data, offsetOf(table, (attrInt(a, "offset") + sequenceStart(a, y.shape[1])) * h), y.numel(), y);
+    if (inst.operands_size() == 1) { // a rank's positions of the sequence: a block, or dealt out
+      SequenceRows rows = rowsOf(a, y.shape[1]);
+      int64_t first = attrInt(a, "offset") + rows.start;
+      if (rows.stride == 1) return copy(y.data, offsetOf(table, first * h), y.numel(), y);
+      return withBits(y, [&](auto w) {
+        using W = decltype(w);
+        PARAX_LAUNCH(strideRowsKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(
+            table.as<W>(), y.as<W>(), y.numel(), h, first, rows.stride);
+        return Status::ok();
+      });
+    }
     return withBits(y, [&](auto w) { // rows from a run-time position
       using W = decltype(w);
       PARAX_LAUNCH(positionRowsKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(table.as<W>(), in(1).i(),
@@ -1141,11 +1145,12 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     Status st = copy(y.data, x.data, x.numel(), x);
     if (!st.isOk()) return st;
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
+    SequenceRows rows = rowsOf(a, S); // (unsplit with a run-time position)
     return withFloat(y, [&](auto t) {
       using T = decltype(t);
       PARAX_LAUNCH(ropeKernel<T>, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
-          y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset") + sequenceStart(a, S),
-          inst.operands_size() == 2 ? in(1).i() : nullptr, attrInt(a, "interleaved") != 0);
+          y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset") + rows.start,
+          rows.stride, inst.operands_size() == 2 ? in(1).i() : nullptr, attrInt(a, "interleaved") != 0);
       return Status::ok();
     });
   }
@@ -1162,11 +1167,12 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t limit = sharedOptIn;
     bool causal = attrInt(a, "causal") != 0;
     // A generation step's run-time position (on the device), or none; then
-    // the keys before the first query: T - S, or with the queries split over
-    // N ranks (seq_axes), piece c's c * S + T - N * S.
+    // query s sits at past + s * stride: past is T - S, or with the queries
+    // split over N ranks (seq_axes) T - N * S plus the rank's first
+    // position (a block: stride 1; dealt out cyclically: stride N1).
     const int32_t *position = inst.operands_size() == 4 ? in(3).i() : nullptr;
-    std::vector<std::string> seqAxes = attrStrings(a, "seq_axes");
-    int64_t past = T - S * (seqAxes.empty() ? 1 : groupSize(seqAxes)) + sequenceStart(a, S);
+    SequenceRows rows = rowsOf(a, S); // query s at rows.position(s) of the whole
+    int64_t past = T - S * rows.pieces + rows.start, stride = rows.stride;
     float scale = static_cast<float>(attrFloat(a, "scale"));
     // A few queries (a decode step: S = 1) over the keys: split over the
     // keys, every query head of a KV head in one block (unless
@@ -1199,7 +1205,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * chunks, 256, sharedBytes, stream)(
             q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
             static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
-            causal, scale, headOffset, group, chunks, chunkKeys, keyTile, position, past);
+            causal, scale, headOffset, group, chunks, chunkKeys, keyTile, position, past, stride);
         PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
             scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
         return Status::ok();
@@ -1211,7 +1217,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
       PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
-          T, KH, DV, causal, scale, headOffset, group, position, past);
+          T, KH, DV, causal, scale, headOffset, group, position, past, stride);
       return Status::ok();
     }
     // Otherwise CUDA cores, with tiles that fit the device's shared memory
@@ -1231,7 +1237,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using E = decltype(t);
       PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
           q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, causal, scale, headOffset,
-          group, tiles.queries, tiles.keys, position, past);
+          group, tiles.queries, tiles.keys, position, past, stride);
       return Status::ok();
     });
   }

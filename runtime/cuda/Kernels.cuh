@@ -107,12 +107,12 @@ __global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, 
 // generation step's, on the device) when given.
 template <typename T>
 __global__ void ropeKernel(T *v, const double *invFreq, int64_t B, int64_t S, int64_t H, int64_t D, int64_t rot,
-                           int64_t offset, const int32_t *position, bool interleaved) {
+                           int64_t offset, int64_t stride, const int32_t *position, bool interleaved) {
   int64_t half = rot / 2;
-  if (position) offset = *position;
+  if (position) offset = *position; // (stride 1 then)
   PARAX_GRID_STRIDE(k, B * S * H * half) {
     int64_t i = k % half, row = k / half, s = (row / H) % S;
-    double angle = (offset + s) * invFreq[i];
+    double angle = static_cast<double>(offset + s * stride) * invFreq[i];
     float c = static_cast<float>(cos(angle)), sn = static_cast<float>(sin(angle));
     T *x = v + row * D;
     int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + half;
@@ -179,7 +179,7 @@ template <typename T>
 __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_t B, int64_t S, int64_t H,
                                 int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
                                 int64_t headOffset, int64_t group, int qTile, int kTile,
-                                const int32_t *position, int64_t past) {
+                                const int32_t *position, int64_t past, int64_t stride) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1; // padded rows: keys fall in different banks
   const int dv = static_cast<int>(DV), d0 = static_cast<int>(D);
@@ -194,12 +194,14 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
   int64_t q0 = qt * qTile;
   int rows = static_cast<int>(min((int64_t)qTile, S - q0));
   int64_t kh = (headOffset + h) / group;
-  // Keys before the first query's position: `past` (the keys before the
-  // queries' own: T - S, or more for a rank's piece of queries split over
-  // ranks), or (a generation step over a cache) the run-time position.
+  // Query s sits at position past + s * stride and sees the keys up to it:
+  // past is T - S (the keys before the queries' own), or a rank's part of
+  // queries split over ranks (context parallelism: in blocks, stride 1;
+  // dealt out cyclically, stride the ranks), or (a generation step over a
+  // cache) the run-time position.
   if (position) past = *position;
   // Keys the tile's last query sees (causal), or all of them.
-  int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
+  int64_t keysEnd = causal ? min(T_, past + (q0 + rows - 1) * stride + 1) : T_;
   for (int i = threadIdx.x; i < qTile * ds; i += blockDim.x) {
     int r = i / ds, d = i % ds;
     qs[i] = (r < rows && d < d0) ? ld(q, ((b * S + q0 + r) * H + h) * D + d) : 0.0f;
@@ -224,7 +226,7 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
     for (int i = threadIdx.x; i < qTile * kTile; i += blockDim.x) {
       int r = i / kTile, j = i % kTile;
       float score = -INFINITY;
-      if (r < rows && j < cols && (!causal || t0 + j <= q0 + r + past)) {
+      if (r < rows && j < cols && (!causal || t0 + j <= past + (q0 + r) * stride)) {
         const float *qr = qs + r * ds, *kr = ks + j * ds;
         float dot = 0.0f;
         for (int d = 0; d < d0; ++d) dot += qr[d] * kr[d];
@@ -273,7 +275,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
                                       const T *vNew, int64_t vCached, float *partial, int64_t S, int64_t H,
                                       int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
                                       int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
-                                      int kTile, const int32_t *position, int64_t past) {
+                                      int kTile, const int32_t *position, int64_t past, int64_t stride) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1, dv = static_cast<int>(DV), d0 = static_cast<int>(D);
   const int maxRows = static_cast<int>(group * S);
@@ -290,7 +292,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
   if (position) past = *position; // (else as attentionKernel's)
   // A cache's rows beyond the last query's position are not read (a
   // generation step: the chunks past it only write empty partials).
-  int64_t k0 = c * chunkKeys, k1 = min(causal ? min(T_, past + S) : T_, k0 + chunkKeys);
+  int64_t k0 = c * chunkKeys, k1 = min(causal ? min(T_, past + (S - 1) * stride + 1) : T_, k0 + chunkKeys);
   for (int i = threadIdx.x; i < maxRows * ds; i += blockDim.x) {
     int r = i / ds, d = i % ds;
     int64_t h = hLo + r / S, pos = r % S;
@@ -316,7 +318,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
     for (int i = threadIdx.x; i < maxRows * kTile; i += blockDim.x) {
       int r = i / kTile, j = i % kTile;
       float score = -INFINITY;
-      if (r < rows && j < cols && (!causal || t0 + j <= r % S + past)) {
+      if (r < rows && j < cols && (!causal || t0 + j <= past + (r % S) * stride)) {
         const float *qr = qs + r * ds, *kr = ks + j * ds;
         float dot = 0.0f;
         for (int d = 0; d < d0; ++d) dot += qr[d] * kr[d];
@@ -399,7 +401,8 @@ __device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, const __nv_bflo
 __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                           __nv_bfloat16 *y, int64_t B, int64_t S, int64_t H, int64_t D, int64_t T_,
                                           int64_t KH, int64_t DV, bool causal, float scale, int64_t headOffset,
-                                          int64_t group, const int32_t *position, int64_t past) {
+                                          int64_t group, const int32_t *position, int64_t past,
+                                          int64_t stride) {
   using namespace nvcuda;
   constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
   PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
@@ -419,7 +422,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   int rows = static_cast<int>(min((int64_t)QT, S - q0));
   int64_t kh = (headOffset + h) / group;
   if (position) past = *position; // (else as attentionKernel's)
-  int64_t keysEnd = causal ? min(T_, q0 + rows + past) : T_;
+  int64_t keysEnd = causal ? min(T_, past + (q0 + rows - 1) * stride + 1) : T_;
   int warp = threadIdx.x / 32;
   for (int i = threadIdx.x; i < QT * dq; i += blockDim.x) {
     int r = i / dq, d = i % dq;
@@ -451,7 +454,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
       float *sr = ss + r * lds;
       float m = rowMax[r];
       for (int j = 0; j < cols; ++j) {
-        bool visible = r < rows && (!causal || t0 + j <= q0 + r + past);
+        bool visible = r < rows && (!causal || t0 + j <= past + (q0 + r) * stride);
         sr[j] = visible ? sr[j] * scale : -INFINITY;
         m = fmaxf(m, sr[j]);
       }
@@ -555,6 +558,13 @@ __global__ void placeKernel(const W *x, W *y, int64_t outer, int64_t nx, int64_t
     int64_t i = k % inner, j = (k / inner) % ny, o = k / (inner * ny);
     y[(o * nx + start + j) * inner + i] = x[k];
   }
+}
+
+// Rows first, first + stride, .. of a [P, h] table (n = S * h elements):
+// a rank's positions of a sequence dealt out over ranks.
+template <typename W>
+__global__ void strideRowsKernel(const W *table, W *y, int64_t n, int64_t h, int64_t first, int64_t stride) {
+  PARAX_GRID_STRIDE(k, n) y[k] = table[(first + (k / h) * stride) * h + k % h];
 }
 
 // Rows *position .. + S - 1 of a [P, h] table (n = S * h elements).

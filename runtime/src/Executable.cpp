@@ -354,6 +354,36 @@ std::vector<std::string> attrStrings(const Attrs &a, const std::string &key) {
   return {it->second.strings().values().begin(), it->second.strings().values().end()};
 }
 
+SequenceRows sequenceRows(const pxe::Executable &exe, const std::vector<int64_t> &coordinates, const Attrs &a,
+                          int64_t rows) {
+  std::vector<std::string> axes = attrStrings(a, "seq_axes");
+  // The group index of `from ..` of the axes (major to minor), and its size.
+  auto group = [&](size_t from, int64_t &size) {
+    int64_t index = 0;
+    size = 1;
+    for (size_t k = from; k < axes.size(); ++k)
+      for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+        if (exe.grid().axis_names(i) == axes[k] && i < static_cast<int>(coordinates.size())) {
+          index = index * exe.grid().shape(i) + coordinates[i];
+          size *= exe.grid().shape(i);
+        }
+    return index;
+  };
+  SequenceRows r;
+  if (axes.empty()) return r;
+  int64_t all = 1, inner = 1;
+  int64_t piece = group(0, all);
+  r.pieces = all;
+  if (!attrFlag(a, "seq_cyclic")) {
+    r.start = piece * rows;
+    return r;
+  }
+  int64_t rest = group(1, inner), first = all / inner; // N1 = the first axis's size
+  r.stride = first;
+  r.start = rest * rows * first + piece / inner;      // c1 = piece / (the others' size)
+  return r;
+}
+
 StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a) {
   int64_t rot = attrInt(a, "rotary_dim");
   double theta = attrFloat(a, "theta");

@@ -120,12 +120,7 @@ struct Executor::Impl {
     return n;
   }
 
-  // An op whose sequence is split over ranks (`seq_axes`: context
-  // parallelism) holds piece c of its rows: the first is c * rows.
-  int64_t sequenceStart(const Attrs &a, int64_t rows) {
-    std::vector<std::string> axes = attrStrings(a, "seq_axes");
-    return axes.empty() ? 0 : groupIndex(axes) * rows;
-  }
+  SequenceRows rowsOf(const Attrs &a, int64_t rows) { return sequenceRows(exe, e.coords_, a, rows); }
 
   int peerRank(const std::string &axis, int64_t peer) {
     int64_t rank = 0;
@@ -526,11 +521,17 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   if (op == "position_embedding") {
     Tensor &table = in(0), &y = out();
     int64_t s = y.shape[1], h = y.shape[2];
-    int64_t offset = inst.operands_size() == 2 ? in(1).i[0] : attrInt(a, "offset") + sequenceStart(a, s);
-    if (offset < 0 || offset + s > table.shape[0])
-      return Status::error("positions " + std::to_string(offset) + " .. " + std::to_string(offset + s - 1) +
+    // Rows offset + position(i) (a rank's positions of the sequence), or
+    // from a run-time position.
+    SequenceRows rows = inst.operands_size() == 2 ? SequenceRows{in(1).i[0], 1, 1} : rowsOf(a, s);
+    int64_t offset = inst.operands_size() == 2 ? 0 : attrInt(a, "offset");
+    int64_t last = offset + rows.position(s - 1);
+    if (offset + rows.start < 0 || last >= table.shape[0])
+      return Status::error("positions " + std::to_string(offset + rows.start) + " .. " + std::to_string(last) +
                            " exceed the table's " + std::to_string(table.shape[0]) + " rows");
-    std::copy(&table.f[offset * h], &table.f[(offset + s) * h], y.f.begin());
+    for (int64_t i = 0; i < s; ++i)
+      std::copy(&table.f[(offset + rows.position(i)) * h], &table.f[(offset + rows.position(i) + 1) * h],
+                &y.f[i * h]);
     return Status::ok();
   }
   if (op == "linear") {
@@ -573,7 +574,10 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     Tensor &x = in(0), &y = out();
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
     int64_t rot = attrInt(a, "rotary_dim");
-    int64_t offset = inst.operands_size() == 2 ? in(1).i[0] : attrInt(a, "position_offset") + sequenceStart(a, S);
+    // Row s at position offset + position(s) (a rank's positions of the
+    // sequence), or from a run-time position.
+    SequenceRows rows = inst.operands_size() == 2 ? SequenceRows{in(1).i[0], 1, 1} : rowsOf(a, S);
+    int64_t offset = inst.operands_size() == 2 ? 0 : attrInt(a, "position_offset");
     bool interleaved = attrFlag(a, "interleaved");
     StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(a);
     if (!frequencies.isOk())
@@ -585,7 +589,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
         for (int64_t h = 0; h < H; ++h) {
           float *v = &y.f[((bb * S + s) * H + h) * D];
           for (int64_t i = 0; i < rot / 2; ++i) {
-            double angle = (offset + s) * invFreq[i];
+            double angle = static_cast<double>(offset + rows.position(s)) * invFreq[i];
             float c = std::cos(angle), sn = std::sin(angle);
             int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + rot / 2;
             float x0 = v[p], x1 = v[q];
@@ -601,17 +605,20 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     int64_t T = k.shape[1], KH = k.shape[2], DV = v.shape[3];
     bool causal = attrFlag(a, "causal");
     float scale = static_cast<float>(attrFloat(a, "scale"));
-    // Query s sees keys 0 .. s + (T - S), or over a cache at a run-time
-    // position, 0 .. position + s; queries split over N ranks (seq_axes),
-    // piece c: 0 .. c * S + s + (T - N * S).
-    std::vector<std::string> seqAxes = attrStrings(a, "seq_axes");
-    int64_t edge = T - S * (seqAxes.empty() ? 1 : groupSizeOf(seqAxes)) + sequenceStart(a, S);
+    // Query s sees keys 0 .. position(s) + (T - S): its own position in
+    // the whole sequence (a rank's part of it split over N ranks: T - N * S
+    // earlier keys), or over a cache from a run-time position, 0 ..
+    // position + s.
+    SequenceRows rows = rowsOf(a, S);
+    int64_t edge = T - S * rows.pieces;
     if (inst.operands_size() == 4) {
-      edge = in(3).i[0];
-      if (edge < 0 || edge + S > T)
-        return Status::error("position " + std::to_string(edge) + " + " + std::to_string(S) +
+      rows = SequenceRows{in(3).i[0], 1, 1};
+      edge = 0;
+      if (rows.start < 0 || rows.start + S > T)
+        return Status::error("position " + std::to_string(rows.start) + " + " + std::to_string(S) +
                              " queries exceed the " + std::to_string(T) + " keys");
     }
+    auto visibleOf = [&](int64_t s) { return causal ? std::min(T, rows.position(s) + edge + 1) : T; };
     std::vector<std::string> headAxes = attrStrings(a, "head_axes");
     int64_t headOffset = 0, totalHeads = H;
     if (!headAxes.empty()) {
@@ -630,18 +637,18 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
         int64_t kh = (headOffset + h) / group;
         const float *keys = &k.f[(bb * T * KH + kh) * D], *values = &v.f[(bb * T * KH + kh) * DV];
         for (int64_t s0 = 0; s0 < S; s0 += kBlock) {
-          int64_t rows = std::min(kBlock, S - s0);
-          int64_t seen = causal ? std::min(T, s0 + rows + edge) : T; // by the block's last query
+          int64_t block = std::min(kBlock, S - s0);
+          int64_t seen = visibleOf(s0 + block - 1); // by the block's last query
           float *yBlock = &y.f[((bb * S + s0) * H + h) * DV];
           if (seen <= 0) { // (no key: a program the validator lets through has one)
-            for (int64_t r = 0; r < rows; ++r) std::fill(yBlock + r * H * DV, yBlock + r * H * DV + DV, 0.0f);
+            for (int64_t r = 0; r < block; ++r) std::fill(yBlock + r * H * DV, yBlock + r * H * DV + DV, 0.0f);
             continue;
           }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, seen, D, scale, &q.f[((bb * S + s0) * H + h) * D],
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, block, seen, D, scale, &q.f[((bb * S + s0) * H + h) * D],
                       H * D, keys, KH * D, 0.0f, scores.data(), seen);
-          for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t r = 0; r < block; ++r) {
             float *row = &scores[r * seen];
-            int64_t visible = causal ? std::min(seen, s0 + r + edge + 1) : seen;
+            int64_t visible = visibleOf(s0 + r);
             float maxScore = -INFINITY;
             for (int64_t t = 0; t < visible; ++t) maxScore = std::max(maxScore, row[t]);
             double sum = 0;
@@ -649,7 +656,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
             for (int64_t t = 0; t < visible; ++t) row[t] = static_cast<float>(row[t] / sum);
             std::fill(row + visible, row + seen, 0.0f);
           }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, DV, seen, 1.0f, scores.data(), seen, values,
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, block, DV, seen, 1.0f, scores.data(), seen, values,
                       KH * DV, 0.0f, yBlock, H * DV);
         }
       }

@@ -95,3 +95,23 @@ func.func @negative_conflicting_grids(%x: tensor<4xf32> {parax.sharding = #parax
   %a = parax.silu %x {parax.shardings = [#parax.sharding<@h, [{tp}]>]} : (tensor<4xf32>) -> tensor<4xf32>
   return %a : tensor<4xf32>
 }
+
+// -----
+
+parax.grid @g(cp = 2) {cyclic_axes = ["cp"]}
+// A rank loads a block of an argument, never every N-th element.
+// expected-error @+1 {{argument #0 is split over a cyclic axis: a rank loads a block of an argument; leave it unannotated}}
+func.func @negative_cyclic_argument(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{}, {cp}, {}]>}) -> tensor<2x8x16xf32> {
+  %y = parax.silu %x {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %y : tensor<2x8x16xf32>
+}
+
+// -----
+
+parax.grid @g(cp = 2, tp = 2) {cyclic_axes = ["cp"]}
+func.func @negative_cyclic_axis_inside(%x: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+  // expected-error @+2 {{the cyclic axis 'cp' must come first among its dimension's axes}}
+  // expected-error @+1 {{while partitioning this op}}
+  %y = parax.silu %x {parax.shardings = [#parax.sharding<@g, [{}, {tp, cp}, {}]>]} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %y : tensor<2x8x16xf32>
+}

@@ -288,3 +288,36 @@ func.func @context_parallel(%ids: tensor<2x8xi32>, %wte: tensor<32x16xf32> {para
   %y = parax.reshape %o : (tensor<2x8x2x8xf32>) -> tensor<2x8x16xf32>
   return %y : tensor<2x8x16xf32>
 }
+
+// -----
+
+parax.grid @g(cp = 2) {cyclic_axes = ["cp"]}
+// A cyclic axis deals the sequence out position by position: the tokens are
+// read whole (a rank loads a block of an argument), the embedding's rows
+// dealt out in the program (viewed [2, 4, 2, 16], this rank's index of the
+// inner 2 kept); keys and values gathered back into place the same way;
+// rope and attention know their positions are strided (seq_cyclic).
+// CHECK-LABEL: func.func @cyclic_context_parallel
+// CHECK-SAME: %arg0: tensor<2x8xi32> {parax.input = 0 : i64}
+// CHECK: parax.reshape {{.*}} : (tensor<2x8x16xf32>) -> tensor<2x4x2x16xf32>
+// CHECK-NEXT: parax.shard_slice {{.*}} over @g ["cp"] dim 2 : tensor<2x4x2x16xf32> -> tensor<2x4x1x16xf32>
+// CHECK-NEXT: parax.reshape {{.*}} -> tensor<2x4x16xf32>
+// CHECK: parax.rope {{.*}}seq_axes = ["cp"], seq_cyclic, seq_grid = @g
+// CHECK: parax.reshape {{.*}} : (tensor<2x4x2x8xf32>) -> tensor<2x4x1x2x8xf32>
+// CHECK-NEXT: parax.all_gather {{.*}} over @g ["cp"] dim 2 : tensor<2x4x1x2x8xf32> -> tensor<2x4x2x2x8xf32>
+// CHECK-NEXT: parax.reshape {{.*}} -> tensor<2x8x2x8xf32>
+// CHECK: parax.attention {{.*}}seq_axes = ["cp"], seq_cyclic, seq_grid = @g{{.*}} -> tensor<2x4x2x8xf32>
+// CHECK: parax.all_gather {{.*}} over @g ["cp"] dim 2 : tensor<2x4x1x16xf32> -> tensor<2x4x2x16xf32>
+// CHECK-NEXT: parax.reshape {{.*}} -> tensor<2x8x16xf32>
+// CHECK-NEXT: return
+func.func @cyclic_context_parallel(%ids: tensor<2x8xi32>, %wte: tensor<32x16xf32> {parax.param = "wte"},
+    %wn: tensor<16xf32> {parax.param = "wn"}, %wq: tensor<16x16xf32> {parax.param = "wq"}) -> tensor<2x8x16xf32> {
+  %e = parax.embedding %ids, %wte : (tensor<2x8xi32>, tensor<32x16xf32>) -> tensor<2x8x16xf32>
+  %x = parax.rms_norm %e, %wn {eps = 1.0e-5 : f64, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %h = parax.linear %x, %wq {transpose_w} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %q = parax.reshape %h : (tensor<2x8x16xf32>) -> tensor<2x8x2x8xf32>
+  %qr = parax.rope %q {theta = 1.0e4 : f64, rotary_dim = 8} : (tensor<2x8x2x8xf32>) -> tensor<2x8x2x8xf32>
+  %o = parax.attention %qr, %qr, %qr {causal, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64} : (tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>) -> tensor<2x8x2x8xf32>
+  %y = parax.reshape %o : (tensor<2x8x2x8xf32>) -> tensor<2x8x16xf32>
+  return %y : tensor<2x8x16xf32>
+}

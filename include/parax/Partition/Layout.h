@@ -17,6 +17,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <string>
 
@@ -42,7 +43,12 @@ struct Layout {
 struct GridInfo {
   mlir::FlatSymbolRefAttr ref;
   llvm::StringMap<int64_t> sizes;
+  /// Axes that split a dimension element by element (the grid's
+  /// cyclic_axes), not in blocks.
+  llvm::StringSet<> cyclic;
   int64_t product(llvm::ArrayRef<std::string> axes) const;
+  /// Whether `layout` splits some dimension over a cyclic axis.
+  bool splitsCyclically(const Layout &layout) const;
 };
 
 /// The local (per-rank) type of a value of global type `type` in `layout`.

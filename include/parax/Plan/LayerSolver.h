@@ -41,6 +41,10 @@ struct TpContext {
   double sequences = 1;         // per microbatch (or per step)
   double queryLen = 1;          // new tokens per sequence
   double contextLen = 1;        // keys per query (incl. the new tokens)
+  /// Context parallelism: the queries of a sequence are dealt out over this
+  /// many ranks, position by position (cyclic), so each holds an equal
+  /// share of the causal attention's (query, key) pairs.
+  double queryPieces = 1;
   double kvBytes = 2;           // KV cache element bytes (decode)
   bool decode = false;          // attention reads a KV cache of contextLen
   double computeWeight = 1;     // train: 3 (forward + backward)

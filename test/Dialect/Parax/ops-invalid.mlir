@@ -650,3 +650,16 @@ func.func @negative_position_embedding_pieces_past_the_table(%t: tensor<16x8xf32
   %0 = parax.position_embedding %t {offset = 4, seq_grid = @g, seq_axes = ["cp"]} : (tensor<16x8xf32>) -> tensor<1x4x8xf32>
   return
 }
+
+// -----
+
+// expected-error @+1 {{C4: cyclic axis "sp" is not an axis of the grid}}
+parax.grid @g(cp = 2) {cyclic_axes = ["sp"]}
+
+// -----
+
+func.func @negative_rope_cyclic_without_axes(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C7: seq_cyclic needs seq_axes}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, seq_cyclic} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}

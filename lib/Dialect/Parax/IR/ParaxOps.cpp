@@ -81,6 +81,10 @@ LogicalResult GridOp::verify() {
     if (!seen.insert(name).second)
       return emitOpError("C3: grid axis '") << name << "' is declared twice";
   }
+  if (auto cyclic = getCyclicAxesAttr())
+    for (Attribute attr : cyclic)
+      if (!seen.contains(cast<StringAttr>(attr).getValue()))
+        return emitOpError("C4: cyclic axis ") << attr << " is not an axis of the grid";
   return success();
 }
 
@@ -128,6 +132,8 @@ static FailureOr<int64_t> sequencePieces(Operation *op, StringRef rule,
                                          ArrayAttr axes, bool position) {
   if (bool(gridRef) != bool(axes))
     return op->emitOpError(rule) << ": seq_grid and seq_axes come together";
+  if (op->hasAttr("seq_cyclic") && !axes)
+    return op->emitOpError(rule) << ": seq_cyclic needs seq_axes";
   if (!gridRef)
     return 1;
   if (position)

@@ -53,6 +53,19 @@ std::string attrString(const Attrs &a, const std::string &key);
 bool attrFlag(const Attrs &a, const std::string &key);
 std::vector<std::string> attrStrings(const Attrs &a, const std::string &key);
 
+/// Where the `rows` rows of an op split on the sequence over ranks
+/// (`seq_axes`: context parallelism) lie in the whole sequence of `pieces`
+/// x `rows`: row i is position start + i * stride. In blocks, the rank's
+/// piece c along the axes starts at c * rows; dealt out cyclically
+/// (`seq_cyclic`: the first axis, N1 ranks, this rank at c1 on it and at g
+/// along the others), row i is (g * rows + i) * N1 + c1. Unsplit: 0, 1, 1.
+struct SequenceRows {
+  int64_t start = 0, stride = 1, pieces = 1;
+  int64_t position(int64_t row) const { return start + row * stride; }
+};
+SequenceRows sequenceRows(const pxe::Executable &exe, const std::vector<int64_t> &coordinates, const Attrs &a,
+                          int64_t rows);
+
 /// A `rope` instruction's inverse frequencies (rotary_dim / 2 of them), with
 /// its `scaling.*` attributes applied (none, linear, llama3).
 StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a);

@@ -50,13 +50,22 @@ def Parax_GridOp : Op<Parax_Dialect, "grid", [Symbol]> {
 
     ```mlir
     parax.grid @cluster(pp = 2, dp = 4, tp = 8)
+    parax.grid @long(cp = 4, tp = 2) {cyclic_axes = ["cp"]}
     ```
 
+    A dimension split over a `cyclic_axes` axis (which must come first among
+    the dimension's axes) is dealt out element by element: of `N` ranks
+    along it, rank `c` holds elements `c, c + N, c + 2N, ...` (then split
+    by the dimension's other axes in blocks), not a block. Context
+    parallelism so balances causal attention: every rank holds early and
+    late positions alike.
+
     C1: at least one axis. C2: every size is positive. C3: axis names are
-    non-empty and unique.
+    non-empty and unique. C4: `cyclic_axes` are axes of the grid.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$axis_names,
-                       DenseI64ArrayAttr:$shape);
+                       DenseI64ArrayAttr:$shape,
+                       OptionalAttr<StrArrayAttr>:$cyclic_axes);
   let assemblyFormat = "$sym_name custom<GridAxes>($axis_names, $shape) attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -113,7 +122,9 @@ def Parax_PositionEmbeddingOp : Parax_FunctionalOp<"position_embedding", [], ["g
     After partitioning with the sequence split (context parallelism),
     `seq_grid`/`seq_axes` say that the result's `S` rows are this rank's
     piece: at coordinate `c` along `seq_axes` (`N` ranks), rows `offset + c·S
-    ..` of the table.
+    ..` of the table; with `seq_cyclic` (the first of `seq_axes` is a cyclic
+    axis of size `N1`, this rank at `c1` on it and at `g` along the others),
+    row `i` is row `offset + (g·S + i)·N1 + c1`.
 
     C1: `table` has rank 2 and the result is `[1, S, H]` with H from the
     table. C2: `offset >= 0` and `offset + S <= P` (`offset + N·S <= P` with
@@ -124,7 +135,8 @@ def Parax_PositionEmbeddingOp : Parax_FunctionalOp<"position_embedding", [], ["g
                        Optional<Parax_Position>:$position,
                        DefaultValuedAttr<I64Attr, "0">:$offset,
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
-                       OptionalAttr<StrArrayAttr>:$seq_axes);
+                       OptionalAttr<StrArrayAttr>:$seq_axes,
+                       UnitAttr:$seq_cyclic);
   let results = (outs Parax_FloatTensor:$result);
 }
 
@@ -218,7 +230,9 @@ def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
 
     After partitioning with the sequence split (context parallelism),
     `seq_grid`/`seq_axes` say that `x`'s `S` positions are this rank's piece:
-    at coordinate `c` along `seq_axes`, positions `position_offset + c·S ..`.
+    at coordinate `c` along `seq_axes`, positions `position_offset + c·S ..`
+    (with `seq_cyclic`, position `i` is `position_offset + (g·S + i)·N1 +
+    c1`, as for `parax.position_embedding`).
 
     C1: `x` has rank 4 and the result has its type. C2: `theta > 0`. C3:
     `rotary_dim` is positive, even and at most `head_dim`. C4:
@@ -235,7 +249,8 @@ def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
                        DefaultValuedAttr<I64Attr, "0">:$position_offset,
                        OptionalAttr<DictionaryAttr>:$scaling,
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
-                       OptionalAttr<StrArrayAttr>:$seq_axes);
+                       OptionalAttr<StrArrayAttr>:$seq_axes,
+                       UnitAttr:$seq_cyclic);
   let results = (outs Parax_FloatTensor:$result);
 }
 
@@ -285,8 +300,9 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
     parallelism: each rank keeps its piece of the queries and gathers the
     keys and values), `seq_grid`/`seq_axes` say that `q`'s `S` queries are
     this rank's piece: at coordinate `c` along `seq_axes` (`N` ranks), local
-    query `i` is query `c·S + i` of `N·S` and, with `causal`, sees keys
-    `0 .. c·S + i + Skv - N·S`.
+    query `i` is query `p(i) = c·S + i` of `N·S` (with `seq_cyclic`, `p(i) =
+    (g·S + i)·N1 + c1`, as for `parax.position_embedding`) and, with
+    `causal`, sees keys `0 .. p(i) + Skv - N·S`.
   }];
   let arguments = (ins Parax_FloatTensor:$q, Parax_FloatTensor:$k,
                        Parax_FloatTensor:$v, Optional<Parax_Position>:$position,
@@ -296,7 +312,8 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
                        OptionalAttr<FlatSymbolRefAttr>:$head_grid,
                        OptionalAttr<StrArrayAttr>:$head_axes,
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
-                       OptionalAttr<StrArrayAttr>:$seq_axes);
+                       OptionalAttr<StrArrayAttr>:$seq_axes,
+                       UnitAttr:$seq_cyclic);
   let results = (outs Parax_FloatTensor:$result);
 }
 
