@@ -168,6 +168,11 @@ struct ParaxExportShardPass
       return signalPassFailure();
     }
     GridOp grid = *grids.begin();
+    if (grid.getCyclicAxesAttr()) { // upstream splits in blocks only
+      grid.emitError() << "export: upstream shard has no cyclic split (cyclic_axes "
+                       << grid.getCyclicAxesAttr() << ")";
+      return signalPassFailure();
+    }
     OpBuilder b(module.getContext());
     b.setInsertionPoint(grid);
     shard::GridOp::create(b, grid.getLoc(), grid.getSymName(), grid.getShape());
