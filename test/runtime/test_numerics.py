@@ -361,6 +361,7 @@ def test_corrupt_checkpoint_is_refused(tmp_path):
 
 def test_front_door_demo_runs_end_to_end():
     """The README's main job: plan, partition, translate, mpirun on 4 ranks."""
+    import re
     import subprocess
     import sys
     from conftest import ROOT
@@ -373,6 +374,8 @@ def test_front_door_demo_runs_end_to_end():
     assert "2 microbatch(es)" in proc.stdout  # 4 rows, two batches of the step's 2
     assert "8 token(s) generated for each of 4 row(s) after prompts of 2 to 4" in proc.stdout
     assert "the 4-rank and single-rank generations are the same" in proc.stdout
+    cp = re.search(r"largest \|difference\| between the CP2 and single-rank logits: (\S+)", proc.stdout)
+    assert cp and float(cp.group(1)) < 1e-5, proc.stdout
 
 
 def test_data_parallel_replicas_take_their_own_rows(tmp_path):
