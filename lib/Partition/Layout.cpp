@@ -122,33 +122,31 @@ struct Resharder {
   }
   bool cyclic(StringRef axis) const { return grid.cyclic.contains(axis); }
 
+  // Emits `collective(d)` along dimension `dim`, or, over a cyclic axis,
+  // along the inner dimension of the view [.., dim / inner, inner, ..]
+  // (`inner`: that dimension's size before the collective), then views the
+  // result as one dimension again.
+  template <typename Collective>
+  void along(StringRef axis, int64_t dim, int64_t inner, Collective collective) {
+    if (!cyclic(axis))
+      return collective(dim);
+    viewInner(dim, inner);
+    collective(dim + 1);
+    joinInner(dim);
+  }
   void reduceScatter(StringRef axis, int64_t dim) {
     int64_t n = grid.sizes.lookup(axis);
-    if (cyclic(axis)) {
-      viewInner(dim, n);
-      reduceScatter(axis, dim + 1, n);
-      joinInner(dim);
-      return;
-    }
-    reduceScatter(axis, dim, n);
+    along(axis, dim, n, [&](int64_t d) {
+      value = ReduceScatterOp::create(b, loc, scaled(d, 1, n), value, grid.ref,
+                                      axes(axis), b.getI64IntegerAttr(d));
+    });
   }
-  void reduceScatter(StringRef axis, int64_t dim, int64_t n) {
-    value = ReduceScatterOp::create(b, loc, scaled(dim, 1, n), value, grid.ref,
-                                    axes(axis), b.getI64IntegerAttr(dim));
-  }
-  void allGather(StringRef axis, int64_t dim) {
+  void allGather(StringRef axis, int64_t dim) { // (cyclic: each rank's elements back in place)
     int64_t n = grid.sizes.lookup(axis);
-    if (cyclic(axis)) { // each rank's elements back to their places
-      viewInner(dim, 1);
-      gather(axis, dim + 1, n);
-      joinInner(dim);
-      return;
-    }
-    gather(axis, dim, n);
-  }
-  void gather(StringRef axis, int64_t dim, int64_t n) {
-    value = AllGatherOp::create(b, loc, scaled(dim, n, 1), value, grid.ref,
-                                axes(axis), b.getI64IntegerAttr(dim));
+    along(axis, dim, 1, [&](int64_t d) {
+      value = AllGatherOp::create(b, loc, scaled(d, n, 1), value, grid.ref,
+                                  axes(axis), b.getI64IntegerAttr(d));
+    });
   }
   void allToAll(StringRef axis, int64_t split, int64_t concat) {
     int64_t n = grid.sizes.lookup(axis);
@@ -160,19 +158,12 @@ struct Resharder {
         grid.ref, axes(axis), b.getI64IntegerAttr(split),
         b.getI64IntegerAttr(concat));
   }
-  void shardSlice(StringRef axis, int64_t dim) {
+  void shardSlice(StringRef axis, int64_t dim) { // (cyclic: every n-th element)
     int64_t n = grid.sizes.lookup(axis);
-    if (cyclic(axis)) { // this rank's elements: every n-th
-      viewInner(dim, n);
-      slice(axis, dim + 1, n);
-      joinInner(dim);
-      return;
-    }
-    slice(axis, dim, n);
-  }
-  void slice(StringRef axis, int64_t dim, int64_t n) {
-    value = ShardSliceOp::create(b, loc, scaled(dim, 1, n), value, grid.ref,
-                                 axes(axis), b.getI64IntegerAttr(dim));
+    along(axis, dim, n, [&](int64_t d) {
+      value = ShardSliceOp::create(b, loc, scaled(d, 1, n), value, grid.ref,
+                                   axes(axis), b.getI64IntegerAttr(d));
+    });
   }
   void toPartial(StringRef axis) {
     value = ToPartialOp::create(b, loc, type(), value, grid.ref, axes(axis));
