@@ -58,8 +58,10 @@ public:
          const Workload &workload, const PlanOptions &options)
       : model(model), cluster(cluster), w(workload), opt(options) {
     llvm::StringMap<int> ids;
-    for (const LayerGraph &layer : model.layers)
+    for (const LayerGraph &layer : model.layers) {
       signature.push_back(ids.try_emplace(layer.signature, ids.size()).first->second);
+      hasExperts = hasExperts || layer.hasExperts;
+    }
   }
 
   PlanResult run();
@@ -72,6 +74,7 @@ private:
   const Workload &w;
   PlanOptions opt;
   std::vector<int> signature;
+  bool hasExperts = false; // some layer routes tokens to experts
   std::map<std::tuple<int, int64_t, int64_t, bool, double, bool, double>, LayerPlan> cache;
   int64_t evaluated = 0;
   // The best objectives of feasible plans so far: a configuration whose
@@ -103,12 +106,14 @@ private:
   /// with `rows` sequences a microbatch: an MoE layer's tokens ([B x S],
   /// batch and sequence merged) carry it only for one sequence.
   bool contextSplitFits(int64_t cp, int64_t rows) const {
-    if (cp <= 1 || rows == 1)
-      return true;
-    for (const LayerGraph &layer : model.layers)
-      if (layer.hasExperts)
-        return false;
-    return true;
+    return cp <= 1 || rows == 1 || !hasExperts;
+  }
+  /// Expert parallelism: a layer's dispatch and combine all-to-alls over
+  /// the ep group (forward), 0 without.
+  double expertExchangeTime(const LayerPlan &lp, int64_t ep, Group epGroup) const {
+    return ep > 1 && lp.alltoallBytes > 0
+               ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll, lp.alltoallBytes, epGroup)
+               : 0;
   }
   /// Context parallelism: the keys and values of layer `lp` gathered over
   /// cp ranks, per device ({bytes of the gathered copy, seconds}).
@@ -321,10 +326,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             for (size_t l = 0; l < costs.size(); ++l) {
               const LayerPlan &lp = *plans[l];
               LayerCost &c = costs[l];
-              double a2a = ep > 1 && lp.alltoallBytes > 0
-                               ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll,
-                                                    lp.alltoallBytes, epGroup)
-                               : 0;
+              double a2a = expertExchangeTime(lp, ep, epGroup);
               // Keys and values gathered (forward), their gradients
               // reduce-scattered (backward).
               auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
@@ -500,10 +502,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         ok &= lp.feasible;
         plans.push_back(&lp);
         LayerCost &c = costs[l];
-        double a2a = ep > 1 && lp.alltoallBytes > 0
-                         ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll,
-                                              lp.alltoallBytes, epGroup)
-                         : 0;
+        double a2a = expertExchangeTime(lp, ep, epGroup);
         auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
         c.time = c.forward = lp.computeTime + lp.commTime + a2a + cpTime; // one microbatch
         c.compute = lp.computeTime;
