@@ -8,6 +8,7 @@
 #include "parax/Partition/Passes.h"
 #include "parax/Plan/Passes.h"
 #include "parax/Target/Passes.h"
+#include "parax/Train/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -26,4 +27,5 @@ void parax::registerAllPasses() {
   parax::registerParaxPartitionPasses();
   parax::registerParaxInteropPasses();
   parax::registerParaxTargetPasses();
+  parax::registerParaxTrainPasses();
 }

@@ -64,9 +64,81 @@ static FailureOr<Layout> mapThroughReshape(const Layout &layout,
   return out;
 }
 
+// The layouts of attention's q, k and v for a result (or its gradient) in
+// `out`: heads split alike, unless fewer KV heads than ranks (every rank
+// keeps them all, Megatron's replication); queries split on the sequence
+// (context parallelism) see every key and value.
+static FailureOr<SmallVector<Layout>> attentionOperands(Operation *op,
+                                                        const Layout &out,
+                                                        int64_t kvHeads,
+                                                        const GridInfo &grid) {
+  int64_t parts = grid.product(out.dims[2]);
+  Layout kv = out;
+  kv.dims[1].clear();
+  if (kvHeads % parts != 0) {
+    if (parts % kvHeads)
+      return unsupported(op, out)
+             << kvHeads << " KV heads neither split over nor evenly serve "
+             << parts << " ranks";
+    kv.dims[2].clear();
+  }
+  return SmallVector<Layout>{out, kv, kv};
+}
+
+// The gradient of a KV operand read in `kv` by queries in `q`: a partial sum
+// over every axis that splits the queries (their sequence or heads) but not
+// the keys.
+static Layout keyGradient(const Layout &q, const Layout &kv) {
+  Layout grad = kv;
+  for (int64_t d : {1, 2})
+    for (const std::string &axis : q.dims[d])
+      if (!llvm::is_contained(kv.dims[1], axis) &&
+          !llvm::is_contained(kv.dims[2], axis))
+        grad.partial.push_back(axis);
+  return grad;
+}
+
+// For a gradient summed over tokens (a weight's): the leading (token)
+// dimensions of an operand of `rank`, split over the result's partial
+// `axes` where `current` already splits them, else on dimension 0.
+static Layout tokensSplit(ArrayRef<std::string> axes, int64_t rank,
+                          const Layout *current) {
+  Layout tokens = Layout::replicated(rank);
+  if (axes.empty())
+    return tokens;
+  if (current && static_cast<int64_t>(current->dims.size()) == rank) {
+    SmallVector<std::string> seen;
+    for (int64_t d = 0; d + 1 < rank; ++d)
+      for (const std::string &axis : current->dims[d])
+        if (llvm::is_contained(axes, axis)) {
+          tokens.dims[d].push_back(axis);
+          seen.push_back(axis);
+        }
+    if (seen.size() == axes.size())
+      return tokens;
+    tokens = Layout::replicated(rank);
+  }
+  tokens.dims[0].assign(axes.begin(), axes.end());
+  return tokens;
+}
+
+// The axes splitting the leading (token) dimensions of `layout`, outer
+// dimension first, except those in `taken`.
+static Layout::Axes tokenAxes(const Layout &layout, ArrayRef<std::string> taken) {
+  Layout::Axes axes;
+  for (size_t d = 0; d + 1 < layout.dims.size(); ++d)
+    for (const std::string &axis : layout.dims[d])
+      if (!llvm::is_contained(taken, axis))
+        axes.push_back(axis);
+  return axes;
+}
+
 FailureOr<SmallVector<Layout>>
 parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
-                                 const GridInfo &grid) {
+                                 const GridInfo &grid, ArrayRef<Layout> current) {
+  auto currentOf = [&](unsigned i) -> const Layout * {
+    return i < current.size() ? &current[i] : nullptr;
+  };
   const Layout &out = results.empty() ? Layout() : results.front();
   auto same = [&]() -> FailureOr<SmallVector<Layout>> {
     SmallVector<Layout> layouts;
@@ -193,25 +265,80 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
                                 "position cannot split its queries over ranks"))) ||
             failed(wholeDim(3, "attention needs whole heads")))
           return failure();
-        int64_t parts = grid.product(out.dims[2]);
-        int64_t kvHeads = attention.getNumKvHeads();
-        // Queries split on the sequence (context parallelism): every rank
-        // keeps its queries and sees every key and value (gathered).
-        Layout kv = out;
-        kv.dims[1].clear();
-        // Fewer KV heads than ranks: every rank keeps all KV heads (Megatron
-        // replicates them), its query heads pick theirs.
-        if (kvHeads % parts != 0) {
-          if (parts % kvHeads)
-            return unsupported(op, out)
-                   << kvHeads << " KV heads neither split over nor evenly serve "
-                   << parts << " ranks";
-          kv.dims[2].clear();
-        }
-        SmallVector<Layout> layouts = {out, kv, kv};
-        if (attention.getPosition())
-          layouts.push_back(Layout::replicated(0));
+        FailureOr<SmallVector<Layout>> layouts =
+            attentionOperands(op, out, attention.getNumKvHeads(), grid);
+        if (succeeded(layouts) && attention.getPosition())
+          layouts->push_back(Layout::replicated(0));
         return layouts;
+      })
+      .Case<AttentionGradOp>([&](AttentionGradOp grad) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()) ||
+            failed(wholeDim(3, "attention needs whole heads")))
+          return failure();
+        FailureOr<SmallVector<Layout>> layouts =
+            attentionOperands(op, out, grad.getNumKvHeads(), grid);
+        if (failed(layouts))
+          return failure();
+        for (unsigned i : {1, 2})
+          if (results[i] != keyGradient(out, (*layouts)[i]))
+            return unsupported(op, results[i])
+                   << "the gradient of "
+                   << (i == 1 ? "the keys" : "the values") << " must be "
+                   << keyGradient(out, (*layouts)[i]).str()
+                   << " for queries in " << out.str();
+        layouts->push_back(out); // the gradient of the output
+        return layouts;
+      })
+      .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp ce) -> FailureOr<SmallVector<Layout>> {
+        if (!out.isReplicated())
+          return unsupported(op, out) << "the loss's gradient is computed whole";
+        return SmallVector<Layout>{Layout::replicated(rankOf(ce.getLogits())),
+                                   Layout::replicated(rankOf(ce.getLabels()))};
+      })
+      .Case<LinearWeightGradOp>([&](LinearWeightGradOp grad) -> FailureOr<SmallVector<Layout>> {
+        int64_t r = rankOf(grad.getX());
+        int64_t inDim = grad.getTransposeW() ? 1 : 0;
+        Layout x = tokensSplit(out.partial, r, currentOf(1));
+        Layout dy = x;
+        x.dims[r - 1] = out.dims[inDim];
+        dy.dims[r - 1] = out.dims[1 - inDim];
+        return SmallVector<Layout>{x, dy};
+      })
+      .Case<RmsNormGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()) ||
+            failed(wholeDim(out.dims.size() - 1,
+                            "a norm needs its whole last dimension")))
+          return failure();
+        return SmallVector<Layout>{out, Layout::replicated(1), out};
+      })
+      .Case<RmsNormWeightGradOp>([&](RmsNormWeightGradOp grad) -> FailureOr<SmallVector<Layout>> {
+        if (failed(wholeDim(0, "a norm needs its whole last dimension")))
+          return failure();
+        Layout x = tokensSplit(out.partial, rankOf(grad.getX()), currentOf(0));
+        return SmallVector<Layout>{x, x};
+      })
+      .Case<SwigluGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()))
+          return failure();
+        return same();
+      })
+      .Case<EmbeddingGradOp>([&](EmbeddingGradOp grad) -> FailureOr<SmallVector<Layout>> {
+        // The token ids keep their split (integers are never resharded):
+        // dy follows them.
+        int64_t r = rankOf(grad.getDy());
+        Layout ids = Layout::replicated(r - 1);
+        if (const Layout *have = currentOf(0)) {
+          ids = *have;
+          ids.partial.clear();
+        }
+        Layout dy = Layout::replicated(r);
+        for (int64_t d = 0; d < r - 1; ++d)
+          dy.dims[d] = ids.dims[d];
+        dy.dims[r - 1] = out.dims[1];
+        if (tokenAxes(dy, out.dims[1]) != Layout::Axes(out.partial.begin(), out.partial.end()))
+          return unsupported(op, out) << "its partial sum must be over the axes "
+                                         "that split the token ids";
+        return SmallVector<Layout>{ids, dy};
       })
       .Case<CacheUpdateOp>([&](auto) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
@@ -260,6 +387,21 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
       results.push_back(Layout::replicated(rankOf(result)));
     return results;
   };
+  if (auto grad = dyn_cast<AttentionGradOp>(op); grad && operands.size() == 4) {
+    // The queries' batch, sequence and heads, as attention's.
+    Layout dq = operands[0];
+    dq.partial.clear();
+    dq.dims[3].clear();
+    FailureOr<SmallVector<Layout>> wanted;
+    {
+      ScopedDiagnosticHandler quiet(op->getContext(),
+                                    [](Diagnostic &) { return success(); });
+      wanted = attentionOperands(op, dq, grad.getNumKvHeads(), grid);
+    }
+    if (failed(wanted))
+      return replicated();
+    return {dq, keyGradient(dq, (*wanted)[1]), keyGradient(dq, (*wanted)[2])};
+  }
   if (operands.empty() || op->getNumResults() != 1)
     return replicated();
   const Layout &in = operands.front();
@@ -294,14 +436,64 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
   }
   if (auto linear = dyn_cast<LinearOp>(op); linear && operands.size() >= 2) {
     // Column-parallel when W's out features are split; row-parallel (a
-    // partial sum) when x and W agree on a split of the in features.
+    // partial sum) when W's in features are split and x is split alike or
+    // whole (then cut, locally).
     const Layout &w = operands[1];
     int64_t inDim = linear.getTransposeW() ? 1 : 0;
     Layout out = in;
     out.partial.clear();
     out.dims.back() = w.dims[1 - inDim];
-    if (!w.dims[inDim].empty() && in.dims.back() == w.dims[inDim])
+    if (!w.dims[inDim].empty() &&
+        (in.dims.back() == w.dims[inDim] || in.dims.back().empty()))
       out.partial = w.dims[inDim];
+    // An axis that now splits the features or the sum cannot also split
+    // the tokens: those are gathered (as a column-parallel linear after
+    // sequence parallelism gathers its input).
+    for (size_t d = 0; d + 1 < out.dims.size(); ++d)
+      llvm::erase_if(out.dims[d], [&](const std::string &axis) {
+        return llvm::is_contained(out.dims.back(), axis) ||
+               llvm::is_contained(out.partial, axis);
+      });
+    results.push_back(out);
+    return results;
+  }
+  if (auto grad = dyn_cast<LinearWeightGradOp>(op); grad && operands.size() == 2) {
+    // Summed over the gradient's tokens: a partial sum over their split.
+    int64_t inDim = grad.getTransposeW() ? 1 : 0;
+    const Layout &x = operands[0], &dy = operands[1];
+    Layout out = Layout::replicated(2);
+    out.dims[inDim] = x.dims.back();
+    out.dims[1 - inDim] = dy.dims.back();
+    if (out.dims[0] == out.dims[1] && !out.dims[0].empty())
+      out.dims[1 - inDim].clear();
+    SmallVector<std::string> taken(out.dims[0].begin(), out.dims[0].end());
+    taken.append(out.dims[1].begin(), out.dims[1].end());
+    out.partial = tokenAxes(dy, taken);
+    results.push_back(out);
+    return results;
+  }
+  if (isa<RmsNormWeightGradOp>(op)) {
+    Layout out = Layout::replicated(1);
+    out.partial = tokenAxes(in, {});
+    results.push_back(out);
+    return results;
+  }
+  if (isa<EmbeddingGradOp>(op) && operands.size() == 2) {
+    // Summed over the token ids' split (dy follows the ids).
+    Layout ids = operands[0];
+    ids.dims.push_back(operands[1].dims.back());
+    Layout out = Layout::replicated(2);
+    out.dims[1] = operands[1].dims.back();
+    out.partial = tokenAxes(ids, out.dims[1]);
+    results.push_back(out);
+    return results;
+  }
+  if (isa<RmsNormGradOp, SwigluGradOp>(op) && rankOf(op->getOperand(0)) == rankOf(result)) {
+    // The activation's layout (the gradient is resharded to it).
+    Layout out = in;
+    out.partial.clear();
+    if (isa<RmsNormGradOp>(op))
+      out.dims.back().clear();
     results.push_back(out);
     return results;
   }
@@ -314,7 +506,7 @@ void parax::partition::localizeAttributes(Operation *local,
   Builder b(local->getContext());
   // A sequence split over ranks (context parallelism): the op's rows are
   // the rank's piece, which it needs to know to place them.
-  if (isa<AttentionOp, RopeOp, PositionEmbeddingOp>(local) &&
+  if (isa<AttentionOp, AttentionGradOp, RopeOp, PositionEmbeddingOp>(local) &&
       !results.front().dims[1].empty()) {
     SmallVector<StringRef> axes(results.front().dims[1].begin(),
                                 results.front().dims[1].end());
@@ -323,17 +515,25 @@ void parax::partition::localizeAttributes(Operation *local,
     if (grid.cyclic.contains(axes.front()))
       local->setAttr("seq_cyclic", b.getUnitAttr());
   }
-  if (auto attention = dyn_cast<AttentionOp>(local)) {
+  if (isa<AttentionOp, AttentionGradOp>(local)) {
     const auto &headAxes = results.front().dims[2];
     int64_t parts = grid.product(headAxes);
-    attention.setNumHeadsAttr(b.getI64IntegerAttr(attention.getNumHeads() / parts));
-    if (attention.getNumKvHeads() % parts == 0) {
-      attention.setNumKvHeadsAttr(
-          b.getI64IntegerAttr(attention.getNumKvHeads() / parts));
+    int64_t heads = cast<IntegerAttr>(local->getAttr("num_heads")).getInt();
+    int64_t kvHeads = cast<IntegerAttr>(local->getAttr("num_kv_heads")).getInt();
+    local->setAttr("num_heads", b.getI64IntegerAttr(heads / parts));
+    if (kvHeads % parts == 0) {
+      local->setAttr("num_kv_heads", b.getI64IntegerAttr(kvHeads / parts));
     } else {
       SmallVector<StringRef> axes(headAxes.begin(), headAxes.end());
-      attention.setHeadGridAttr(grid.ref);
-      attention.setHeadAxesAttr(b.getStrArrayAttr(axes));
+      local->setAttr("head_grid", grid.ref);
+      local->setAttr("head_axes", b.getStrArrayAttr(axes));
+    }
+  } else if (auto grad = dyn_cast<EmbeddingGradOp>(local)) {
+    if (!results.front().dims[0].empty()) {
+      SmallVector<StringRef> axes(results.front().dims[0].begin(),
+                                  results.front().dims[0].end());
+      grad.setVocabGridAttr(grid.ref);
+      grad.setVocabAxesAttr(b.getStrArrayAttr(axes));
     }
   } else if (auto embedding = dyn_cast<EmbeddingOp>(local)) {
     if (!results.front().partial.empty()) {

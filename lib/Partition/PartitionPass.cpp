@@ -276,7 +276,11 @@ LogicalResult FunctionPartitioner::buildStage(
     SmallVector<Layout> results;
     for (Value result : op->getResults())
       results.push_back(layouts[result]);
-    FailureOr<SmallVector<Layout>> wanted = operandLayouts(op, results, grid);
+    SmallVector<Layout> current;
+    for (Value operand : op->getOperands())
+      current.push_back(local[operand].layout);
+    FailureOr<SmallVector<Layout>> wanted =
+        operandLayouts(op, results, grid, current);
     if (failed(wanted))
       return failure();
     // Expert parallelism: the experts' stacked weights split on dimension 0.
@@ -375,6 +379,12 @@ LogicalResult FunctionPartitioner::buildStage(
   func::ReturnOp::create(b, terminator->getLoc(), returns);
   stageFunction.setType(builder.getFunctionType(
       argTypes, ValueRange(returns).getTypes()));
+  // A training step's gradients stay marked (the runtime averages them
+  // over microbatches and data-parallel replicas).
+  if (last)
+    for (unsigned i = 0; i < function.getNumResults(); ++i)
+      if (Attribute grad = function.getResultAttr(i, ParaxDialect::kGradAttrName))
+        stageFunction.setResultAttr(i, ParaxDialect::kGradAttrName, grad);
 
   // The schedule, for the runtime.
   NamedAttrList pipeline;

@@ -154,9 +154,17 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
 
   for (Operation &op : function.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      if (last)
-        for (Value value : ret.getOperands())
+      if (last) {
+        bool trains = false;
+        for (auto [k, value] : llvm::enumerate(ret.getOperands())) {
           stage.add_outputs(ids.at(value));
+          auto grad = function.getResultAttrOfType<StringAttr>(k, ParaxDialect::kGradAttrName);
+          stage.add_output_grads(grad ? grad.getValue().str() : "");
+          trains |= bool(grad);
+        }
+        if (!trains)
+          stage.clear_output_grads();
+      }
       continue;
     }
     if (!isa<ParaxDialect>(op.getDialect()))

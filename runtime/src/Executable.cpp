@@ -38,6 +38,11 @@ const std::map<std::string, Arity> &arities() {
       {"shard_slice", {1, 1, 1}},    {"to_partial", {1, 1, 1}},
       {"send", {1, 1, 0}},           {"recv", {0, 0, 1}},
       {"moe_dispatch", {3, 3, 3}},   {"moe_combine", {2, 2, 1}},
+      // Gradients (--parax-autodiff).
+      {"cross_entropy_grad", {2, 2, 1}}, {"linear_weight_grad", {2, 2, 1}},
+      {"rms_norm_grad", {3, 3, 1}},      {"rms_norm_weight_grad", {2, 2, 1}},
+      {"swiglu_grad", {3, 3, 1}},        {"attention_grad", {4, 4, 3}},
+      {"embedding_grad", {2, 2, 1}},
   };
   return table;
 }
@@ -248,6 +253,9 @@ Status validateExecutable(const pxe::Executable &exe) {
       if (Status shapes = checkOpShapes(exe, stage, inst, iw); !shapes.isOk())
         return shapes;
     }
+    if (stage.output_grads_size() && stage.output_grads_size() != stage.outputs_size())
+      return fail(where + ".output_grads", std::to_string(stage.output_grads_size()) + " names for " +
+                                                std::to_string(stage.outputs_size()) + " outputs");
     for (int32_t id : stage.outputs())
       if (id < 0 || id >= stage.buffers_size() || !defined[id])
         return fail(where + ".outputs", "buffer " + std::to_string(id) + " is not computed");

@@ -5,6 +5,8 @@
 #include "parax/runtime/Executor.h"
 #include "parax/runtime/Executable.h"
 
+#include "GradientKernels.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -135,6 +137,36 @@ struct Executor::Impl {
     if (groupSize > 1 && !e.comm_)
       return Status::error("a collective over several ranks needs a communicator");
     return Status::ok();
+  }
+
+  // Query s sees keys 0 .. position(s) + (T - S): its own position in the
+  // whole sequence (a rank's part of it split over N ranks: T - N * S
+  // earlier keys), or over a cache from a run-time position, 0 ..
+  // position + s. Query head h reads KV head (headOffset + h) / group.
+  StatusOr<AttentionGeometry> attentionGeometry(const pxe::Instruction &inst, const Tensor &q, const Tensor &k) {
+    const Attrs &a = inst.attrs();
+    int64_t S = q.shape[1], H = q.shape[2], T = k.shape[1], KH = k.shape[2];
+    SequenceRows rows = rowsOf(a, S);
+    int64_t edge = T - S * rows.pieces;
+    if (inst.op() == "attention" && inst.operands_size() == 4) {
+      rows = SequenceRows{e.buffers_[inst.operands(3)].i[0], 1, 1};
+      edge = 0;
+      if (rows.start < 0 || rows.start + S > T)
+        return Status::error("position " + std::to_string(rows.start) + " + " + std::to_string(S) +
+                             " queries exceed the " + std::to_string(T) + " keys");
+    }
+    AttentionGeometry g;
+    g.scale = static_cast<float>(attrFloat(a, "scale"));
+    bool causal = attrFlag(a, "causal");
+    g.visible = [causal, rows, edge, T](int64_t s) { return causal ? std::min(T, rows.position(s) + edge + 1) : T; };
+    std::vector<std::string> headAxes = attrStrings(a, "head_axes");
+    int64_t totalHeads = H;
+    if (!headAxes.empty()) {
+      g.headOffset = groupIndex(headAxes) * H;
+      totalHeads = H * groupSizeOf(headAxes);
+    }
+    g.group = totalHeads / KH;
+    return g;
   }
 
   Status run(const pxe::Instruction &inst);
@@ -578,7 +610,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     // sequence), or from a run-time position.
     SequenceRows rows = inst.operands_size() == 2 ? SequenceRows{in(1).i[0], 1, 1} : rowsOf(a, S);
     int64_t offset = inst.operands_size() == 2 ? 0 : attrInt(a, "position_offset");
-    bool interleaved = attrFlag(a, "interleaved");
+    bool interleaved = attrFlag(a, "interleaved"), inverse = attrFlag(a, "inverse");
     StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(a);
     if (!frequencies.isOk())
       return frequencies.status();
@@ -590,7 +622,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
           float *v = &y.f[((bb * S + s) * H + h) * D];
           for (int64_t i = 0; i < rot / 2; ++i) {
             double angle = static_cast<double>(offset + rows.position(s)) * invFreq[i];
-            float c = std::cos(angle), sn = std::sin(angle);
+            float c = std::cos(angle), sn = inverse ? -std::sin(angle) : std::sin(angle);
             int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + rot / 2;
             float x0 = v[p], x1 = v[q];
             v[p] = x0 * c - x1 * sn;
@@ -603,29 +635,12 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     Tensor &q = in(0), &k = in(1), &v = in(2), &y = out();
     int64_t B = q.shape[0], S = q.shape[1], H = q.shape[2], D = q.shape[3];
     int64_t T = k.shape[1], KH = k.shape[2], DV = v.shape[3];
-    bool causal = attrFlag(a, "causal");
-    float scale = static_cast<float>(attrFloat(a, "scale"));
-    // Query s sees keys 0 .. position(s) + (T - S): its own position in
-    // the whole sequence (a rank's part of it split over N ranks: T - N * S
-    // earlier keys), or over a cache from a run-time position, 0 ..
-    // position + s.
-    SequenceRows rows = rowsOf(a, S);
-    int64_t edge = T - S * rows.pieces;
-    if (inst.operands_size() == 4) {
-      rows = SequenceRows{in(3).i[0], 1, 1};
-      edge = 0;
-      if (rows.start < 0 || rows.start + S > T)
-        return Status::error("position " + std::to_string(rows.start) + " + " + std::to_string(S) +
-                             " queries exceed the " + std::to_string(T) + " keys");
-    }
-    auto visibleOf = [&](int64_t s) { return causal ? std::min(T, rows.position(s) + edge + 1) : T; };
-    std::vector<std::string> headAxes = attrStrings(a, "head_axes");
-    int64_t headOffset = 0, totalHeads = H;
-    if (!headAxes.empty()) {
-      headOffset = groupIndex(headAxes) * H;
-      totalHeads = H * groupSizeOf(headAxes);
-    }
-    int64_t group = totalHeads / KH;
+    StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, q, k);
+    if (!geometry.isOk())
+      return geometry.status();
+    float scale = geometry.value().scale;
+    const auto &visibleOf = geometry.value().visible;
+    int64_t headOffset = geometry.value().headOffset, group = geometry.value().group;
     // Blocks of a head's queries: scores = scale * Q K^T over the keys the
     // block's last query sees (sgemm), masked and normalised row by row
     // (sums in double), then Y = P V (sgemm). Rows of q and y are strided
@@ -866,6 +881,49 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
         float weight = w.f[t * K + j];
         for (int64_t c = 0; c < h; ++c) y.f[t * h + c] += weight * done[(t * K + j) * h + c];
       }
+    return Status::ok();
+  }
+  if (op == "cross_entropy_grad") {
+    Tensor &logits = in(0), &labels = in(1);
+    int64_t V = logits.shape.back();
+    for (int32_t label : labels.i)
+      if (label < 0 || label >= V) return Status::error("label out of range");
+    crossEntropyGrad(logits, labels, out());
+    return Status::ok();
+  }
+  if (op == "linear_weight_grad") {
+    linearWeightGrad(in(0), in(1), attrFlag(a, "transpose_w"), out());
+    return Status::ok();
+  }
+  if (op == "rms_norm_grad") {
+    rmsNormGrad(in(0), in(1), in(2), attrFloat(a, "eps"), out());
+    return Status::ok();
+  }
+  if (op == "rms_norm_weight_grad") {
+    rmsNormWeightGrad(in(0), in(1), attrFloat(a, "eps"), out());
+    return Status::ok();
+  }
+  if (op == "swiglu_grad") {
+    swigluGrad(in(0), in(1), in(2), static_cast<int>(attrInt(a, "operand")), out());
+    return Status::ok();
+  }
+  if (op == "attention_grad") {
+    StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, in(0), in(1));
+    if (!geometry.isOk())
+      return geometry.status();
+    attentionGrad(in(0), in(1), in(2), in(3), geometry.value(), out(0), out(1), out(2));
+    return Status::ok();
+  }
+  if (op == "embedding_grad") {
+    Tensor &ids = in(0), &table = out();
+    std::vector<std::string> axes = attrStrings(a, "vocab_axes");
+    int64_t offset = axes.empty() ? 0 : groupIndex(axes) * table.shape[0];
+    if (axes.empty())
+      for (int32_t id : ids.i)
+        if (id < 0 || id >= table.shape[0])
+          return Status::error("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                               std::to_string(table.shape[0]));
+    embeddingGrad(ids, in(1), offset, table);
     return Status::ok();
   }
   if (op == "cross_entropy") {

@@ -43,9 +43,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   // Dtypes: the kernels read token ids, positions, labels and expert
   // indices as integers, everything else as floating point.
   std::set<int> intOperands, intResults;
-  if (op == "embedding") intOperands = {0};
+  if (op == "embedding" || op == "embedding_grad") intOperands = {0};
   else if (op == "experts") intOperands = {2};
-  else if (op == "cross_entropy") intOperands = {1};
+  else if (op == "cross_entropy" || op == "cross_entropy_grad") intOperands = {1};
   else if (op == "moe_dispatch") intOperands = {2}, intResults = {2};
   else if (op == "moe_combine") intOperands = {1};
   else if (op == "router") intResults = {1};
@@ -114,8 +114,12 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (in[0].size() != 4 || out[0] != in[0] || rotary <= 0 || rotary % 2 || rotary > in[0][3])
       return fail("x [B, S, heads, D] and an even rotary_dim <= D, got " + text(in[0]) + " and " +
                   std::to_string(rotary));
-  } else if (op == "attention") {
-    const Shape &q = in[0], &k = in[1], &v = in[2], &y = out[0];
+  } else if (op == "attention" || op == "attention_grad") {
+    // (the gradient: `dout` in the result's place, dq, dk, dv of q's, k's, v's shapes)
+    bool grad = op == "attention_grad";
+    const Shape &q = in[0], &k = in[1], &v = in[2], &y = grad ? in[3] : out[0];
+    if (grad && (out[0] != q || out[1] != k || out[2] != v))
+      return fail("dq, dk and dv must have the shapes of q, k and v");
     bool shaped = q.size() == 4 && k.size() == 4 && v.size() == 4 && k[0] == q[0] && v[0] == q[0] &&
                   k[1] == v[1] && k[2] == v[2] && k[3] == q[3] && y == Shape{q[0], q[1], q[2], v[3]};
     if (!shaped)
@@ -124,7 +128,7 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     int64_t heads = q[2] * groupOf("head_axes");
     if (heads % k[2]) return fail(std::to_string(heads) + " heads do not share " + std::to_string(k[2]) + " KV heads");
     int64_t queries = q[1] * groupOf("seq_axes"); // every rank's, when split over seq_axes
-    if (attrFlag(a, "causal") && in.size() == 3 && k[1] < queries)
+    if (attrFlag(a, "causal") && positionOperand(inst) < 0 && k[1] < queries)
       return fail("causal attention of " + std::to_string(queries) + " queries over " + std::to_string(k[1]) +
                   " keys");
   }
@@ -183,10 +187,32 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (!shaped)
       return fail("x [.., H], weights and indices [tokens, K], gate/up [E, F, H], down [E, H, F] and the result "
                   "do not fit");
-  } else if (op == "cross_entropy") {
+  } else if (op == "cross_entropy" || op == "cross_entropy_grad") {
     int64_t V = lastOf(in[0]);
-    if (in[0].empty() || count(in[1]) != count(in[0]) / V || count(out[0]) != 1)
-      return fail("logits [.., V], one label per row and a scalar result do not fit");
+    if (in[0].empty() || count(in[1]) != count(in[0]) / V)
+      return fail("logits [.., V] and one label per row do not fit");
+    if (op == "cross_entropy" ? count(out[0]) != 1 : out[0] != in[0])
+      return fail(op == "cross_entropy" ? "the loss must be a scalar" : "the result must be the logits' shape");
+  } else if (op == "linear_weight_grad") {
+    const Shape &x = in[0], &dy = in[1];
+    if (x.size() < 2 || !alike(x, dy, static_cast<int>(x.size()) - 1))
+      return fail("x " + text(x) + " and dy " + text(dy) + " must agree but on their last dimension");
+    Shape want = attrFlag(a, "transpose_w") ? Shape{dy.back(), x.back()} : Shape{x.back(), dy.back()};
+    if (out[0] != want) return fail("the result must be " + text(want) + ", got " + text(out[0]));
+  } else if (op == "rms_norm_grad" || op == "rms_norm_weight_grad") {
+    bool input = op == "rms_norm_grad";
+    const Shape &x = in[0], &dy = in[input ? 2 : 1];
+    if (x.empty() || dy != x || (input ? out[0] != x || in[1] != Shape{x.back()} : out[0] != Shape{x.back()}))
+      return fail("x, dy, the weight [H] and the result do not fit: x " + text(x) + ", result " + text(out[0]));
+  } else if (op == "swiglu_grad") {
+    int64_t operand = attrInt(a, "operand", -1);
+    if (in[1] != in[0] || in[2] != in[0] || out[0] != in[0] || (operand != 0 && operand != 1))
+      return fail("gate, up, dy and the result must have one shape, operand 0 or 1");
+  } else if (op == "embedding_grad") {
+    Shape want = in[0];
+    if (out[0].size() != 2) return fail("the table's gradient must be [vocabulary, hidden], got " + text(out[0]));
+    want.push_back(out[0][1]);
+    if (in[1] != want) return fail("dy must be " + text(want) + ", got " + text(in[1]));
   } else if (op == "shard_slice" || op == "all_gather" || op == "reduce_scatter") {
     int dim = -1;
     int64_t P = groupOf("axes");

@@ -16,10 +16,12 @@
 namespace parax::partition {
 
 /// Operand layouts for `op` given its result layouts; emits an error at the
-/// op and fails when the op cannot run in those layouts.
+/// op and fails when the op cannot run in those layouts. `current` (when
+/// known) holds the layouts the operands have: a gradient that sums over
+/// tokens (a weight's) keeps their token split where it already is.
 mlir::FailureOr<llvm::SmallVector<Layout>>
 operandLayouts(mlir::Operation *op, llvm::ArrayRef<Layout> results,
-               const GridInfo &grid);
+               const GridInfo &grid, llvm::ArrayRef<Layout> current = {});
 
 /// Result layouts for an op nobody annotated, from its operands' layouts:
 /// layout-preserving ops follow their first activation operand (a reshape

@@ -129,6 +129,39 @@ void appendRows(Tensor &into, const Tensor &part) {
   into.i.insert(into.i.end(), part.i.begin(), part.i.end());
 }
 
+/// A training step's results: which outputs are gradients (averaged over
+/// microbatches and replicas, as the loss is), and their running sums.
+struct Gradients {
+  std::vector<bool> isGrad;
+  int64_t added = 1; // results summed into the gradients so far
+
+  explicit Gradients(const parax::pxe::Executable &exe) {
+    const auto &last = exe.stages(exe.stages_size() - 1);
+    for (const std::string &name : last.output_grads()) isGrad.push_back(!name.empty());
+  }
+  bool at(size_t k) const { return k < isGrad.size() && isGrad[k]; }
+  /// Joins `part` (another microbatch's or replica's results) to `into`.
+  void join(std::vector<Tensor> &into, const std::vector<Tensor> &part) {
+    for (size_t k = 0; k < part.size(); ++k) {
+      if (into.size() <= k)
+        into.push_back(part[k]);
+      else if (at(k))
+        for (size_t e = 0; e < into[k].f.size() && e < part[k].f.size(); ++e) into[k].f[e] += part[k].f[e];
+      else
+        appendRows(into[k], part[k]);
+    }
+  }
+  void startSums() { added = 0; }
+  void counted() { ++added; }
+  /// The sums of `added` results divided into their mean.
+  void mean(std::vector<Tensor> &results) {
+    for (size_t k = 0; k < results.size(); ++k)
+      if (at(k) && added > 1)
+        for (float &v : results[k].f) v /= static_cast<float>(added);
+    added = 1;
+  }
+};
+
 /// Logits [rows, p, vocab] grown to [rows, positions, vocab], NaN after p.
 void padPositions(Tensor &t, int64_t positions) {
   int64_t rows = t.shape[0], have = t.shape[1], vocab = t.shape[2];
@@ -550,6 +583,7 @@ int main(int argc, char **argv) {
   std::vector<double> times;
   double prefillSeconds = 0; // --prefill: the prompt's chunks
   std::vector<Tensor> results; // the last stage's outputs, microbatches joined
+  Gradients gradients(exe.value());
   auto barrier = [&](const char *which) { // around each step, to time it
     if (size == 1) return;
     auto watched = waits->watch(which);
@@ -577,6 +611,7 @@ int main(int argc, char **argv) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
       results.clear();
+      gradients.startSums();
       for (int64_t j = 0; j < micro; ++j) {
         if (j > 0 || (step > 0 && micro > 1)) { // prepare set microbatch 0 for the first step
           s = runners[0].setInputs(microbatch(j));
@@ -584,19 +619,15 @@ int main(int argc, char **argv) {
         }
         s = runners[0].run();
         if (!s.isOk()) die(s.message());
-        std::vector<Tensor> outs = runners[0].outputs();
-        for (size_t k = 0; k < outs.size(); ++k) {
-          if (results.size() <= k)
-            results.push_back(outs[k]);
-          else
-            appendRows(results[k], outs[k]);
-        }
+        gradients.join(results, runners[0].outputs());
+        gradients.counted();
       }
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
   }
   meanOfScalars(results); // the loss: the mean over the microbatches
+  gradients.mean(results); // a training step's gradients too
 
   // PARAX_CUDA_PROFILE=1: one more step, timed op by op on the GPU (every
   // rank runs it: its collectives need them all), after the timed steps.
@@ -626,9 +657,11 @@ int main(int argc, char **argv) {
       int to = rankWithReplica(exe.value(), rank, 0);
       for (const Tensor &r : results) sendTensor(r, to);
     } else {
+      gradients.added = replicas;
       for (int64_t other = 1; other < replicas; ++other) {
         int from = rankWithReplica(exe.value(), rank, other);
-        for (Tensor &r : results) {
+        for (size_t k = 0; k < results.size(); ++k) {
+          Tensor &r = results[k];
           Tensor part = receiveTensor(from);
           if (generate > 0 && r.shape.size() == 3 && part.shape.size() == 3) {
             // Logits of replicas whose rows stopped after different numbers
@@ -642,10 +675,17 @@ int main(int argc, char **argv) {
                           r.shape.begin() + std::min<size_t>(1, r.shape.size())))
             die("replica " + std::to_string(other) + " sent a result of shape " + part.shapeString() +
                 " where replica 0 has " + r.shapeString());
-          appendRows(r, part);
+          if (gradients.at(k)) {
+            if (part.shape != r.shape) die("replica " + std::to_string(other) + " sent a gradient of shape " +
+                                           part.shapeString() + " where replica 0 has " + r.shapeString());
+            for (size_t e = 0; e < r.f.size(); ++e) r.f[e] += part.f[e];
+          } else {
+            appendRows(r, part);
+          }
         }
       }
       meanOfScalars(results); // over the replicas' (equal) shares
+      gradients.mean(results);
     }
   }
   if (writer) {

@@ -141,3 +141,36 @@ uint64_t ExpertsOp::getBytesRead() {
 
 // logsumexp (max, exp, sum, log ≈ 4 per logit) and the label pick.
 uint64_t CrossEntropyOp::getFlops() { return 4 * numel(getLogits()); }
+
+// Gradients. Softmax and the label (about 5 per logit).
+uint64_t CrossEntropyGradOp::getFlops() { return 5 * numel(getLogits()); }
+
+// One GEMM, the forward's size: 2·tokens·in·out.
+uint64_t LinearWeightGradOp::getFlops() {
+  uint64_t tokens = numel(getX()) / lastDim(getX());
+  return 2 * tokens * lastDim(getX()) * lastDim(getDy());
+}
+
+// The norm's statistics again, the weighted gradient and its dot with x.
+uint64_t RmsNormGradOp::getFlops() { return 8 * numel(getX()); }
+uint64_t RmsNormWeightGradOp::getFlops() { return 4 * numel(getX()); }
+
+// The sigmoid, then the product rule (about 8 per element).
+uint64_t SwigluGradOp::getFlops() { return 8 * numel(getResult()); }
+
+// The scores again (recomputed, as flash attention's backward does), then
+// four products per pair: dv, dP, dq, dk (2·d each) and the softmax's
+// gradient (about 5): 2.5x the forward for equal head and value sizes.
+uint64_t AttentionGradOp::getFlops() {
+  uint64_t batch = dimSize(getQ(), 0), seq = dimSize(getQ(), 1),
+           keys = dimSize(getK(), 1), heads = getNumHeads(),
+           headDim = getHeadDim(), valueDim = dimSize(getV(), 3);
+  uint64_t pairs = seq * keys;
+  if (getCausal())
+    pairs = seq * (keys - seq) + seq * (seq + 1) / 2;
+  return batch * heads * pairs *
+         (2 * headDim + 5 + 2 * valueDim + 2 * valueDim + 5 + 4 * headDim);
+}
+
+// A scatter-add: one add per element of dy.
+uint64_t EmbeddingGradOp::getFlops() { return numel(getDy()); }

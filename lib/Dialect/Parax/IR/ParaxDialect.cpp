@@ -325,6 +325,13 @@ LogicalResult ParaxDialect::verifyRegionResultAttribute(Operation *op,
     return verifyShardingOf(attr.getValue(),
                             function.getResultTypes()[resultIndex], op,
                             emitResultError);
+  if (attr.getName().getValue() == kGradAttrName) {
+    auto name = dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty())
+      return emitResultError() << "'" << kGradAttrName
+                               << "' must name a checkpoint tensor";
+    return success();
+  }
   return emitResultError() << "unknown parax result attribute '"
                            << attr.getName().getValue() << "'";
 }

@@ -280,53 +280,63 @@ LogicalResult RopeOp::verify() {
 // AttentionOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult AttentionOp::verify() {
-  RankedTensorType q = tensorOf(getQ()), k = tensorOf(getK()),
-                   v = tensorOf(getV()), result = tensorOf(getResult());
+// Rules C1-C9 of attention, for `parax.attention` and its gradient
+// (`out`: the result, or the gradient flowing into it).
+template <typename AttentionLike>
+static LogicalResult verifyAttention(AttentionLike op, Value out,
+                                     bool hasPosition) {
+  RankedTensorType q = tensorOf(op.getQ()), k = tensorOf(op.getK()),
+                   v = tensorOf(op.getV()), result = tensorOf(out);
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4 ||
       result.getRank() != 4)
-    return emitOpError("C1: q, k, v and the result must have rank 4 "
-                       "[B, S, heads, head_dim]");
-  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(),
-          headDim = getHeadDim();
+    return op.emitOpError("C1: q, k, v and the result must have rank 4 "
+                          "[B, S, heads, head_dim]");
+  int64_t heads = op.getNumHeads(), kvHeads = op.getNumKvHeads(),
+          headDim = op.getHeadDim();
   if (heads <= 0 || kvHeads <= 0 || headDim <= 0)
-    return emitOpError("C2: num_heads, num_kv_heads and head_dim must be "
-                       "positive");
+    return op.emitOpError("C2: num_heads, num_kv_heads and head_dim must be "
+                          "positive");
   if (q.getDimSize(2) != heads || q.getDimSize(3) != headDim)
-    return emitOpError("C2: q must have ")
+    return op.emitOpError("C2: q must have ")
            << heads << " heads of " << headDim << ", got [" << q.getDimSize(2)
            << ", " << q.getDimSize(3) << "]";
   if (k.getDimSize(2) != kvHeads || k.getDimSize(3) != headDim)
-    return emitOpError("C2: k must have ")
+    return op.emitOpError("C2: k must have ")
            << kvHeads << " heads of " << headDim << ", got ["
            << k.getDimSize(2) << ", " << k.getDimSize(3) << "]";
   if (v.getDimSize(2) != kvHeads)
-    return emitOpError("C2: v must have ") << kvHeads << " heads";
-  if (bool(getHeadGrid()) != bool(getHeadAxes()))
-    return emitOpError("C7: head_grid and head_axes come together");
-  if (heads % kvHeads != 0 && !getHeadAxes())
-    return emitOpError("C3: num_kv_heads (")
+    return op.emitOpError("C2: v must have ") << kvHeads << " heads";
+  if (bool(op.getHeadGrid()) != bool(op.getHeadAxes()))
+    return op.emitOpError("C7: head_grid and head_axes come together");
+  if (heads % kvHeads != 0 && !op.getHeadAxes())
+    return op.emitOpError("C3: num_kv_heads (")
            << kvHeads << ") must divide num_heads (" << heads << ")";
   if (k.getDimSize(0) != q.getDimSize(0) || v.getDimSize(0) != q.getDimSize(0) ||
       k.getDimSize(1) != v.getDimSize(1))
-    return emitOpError("C4: batch sizes must agree and k, v must share a "
-                       "sequence length");
+    return op.emitOpError("C4: batch sizes must agree and k, v must share a "
+                          "sequence length");
   SmallVector<int64_t> expected = {q.getDimSize(0), q.getDimSize(1), heads,
                                    v.getDimSize(3)};
   if (result.getShape() != ArrayRef<int64_t>(expected) ||
       result.getElementType() != q.getElementType())
-    return emitOpError("C4: result must be [B, S, num_heads, Dv] of q's "
-                       "element type");
-  if (!(getScale().convertToDouble() > 0))
-    return emitOpError("C5: scale must be positive");
+    return op.emitOpError("C4: result must be [B, S, num_heads, Dv] of q's "
+                          "element type");
+  if (!(op.getScale().convertToDouble() > 0))
+    return op.emitOpError("C5: scale must be positive");
   FailureOr<int64_t> pieces = sequencePieces(
-      *this, "C9", getSeqGridAttr(), getSeqAxesAttr(), bool(getPosition()));
+      op, "C9", op.getSeqGridAttr(), op.getSeqAxesAttr(), hasPosition);
   if (failed(pieces))
     return failure();
-  if (getCausal() && k.getDimSize(1) < *pieces * q.getDimSize(1))
-    return emitOpError("C6: causal attention needs at least as many keys as "
-                       "queries (")
+  if (op.getCausal() && k.getDimSize(1) < *pieces * q.getDimSize(1))
+    return op.emitOpError("C6: causal attention needs at least as many keys "
+                          "as queries (")
            << *pieces * q.getDimSize(1) << "), got " << k.getDimSize(1);
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  if (failed(verifyAttention(*this, getResult(), bool(getPosition()))))
+    return failure();
   if (getPosition() && !getCausal())
     return emitOpError("C8: attention over a KV cache at a run-time position "
                        "must be causal");
@@ -580,13 +590,105 @@ LogicalResult ExpertsOp::verify() {
 // Loss
 //===----------------------------------------------------------------------===//
 
-LogicalResult CrossEntropyOp::verify() {
-  RankedTensorType logits = tensorOf(getLogits()),
-                   labels = tensorOf(getLabels());
+static LogicalResult verifyLabels(Operation *op, Value logitsValue,
+                                  Value labelsValue) {
+  RankedTensorType logits = tensorOf(logitsValue),
+                   labels = tensorOf(labelsValue);
   if (logits.getRank() < 1 ||
       labels.getShape() != logits.getShape().drop_back())
-    return emitOpError("C1: labels must have the logits' shape without the "
-                       "last dimension");
+    return op->emitOpError("C1: labels must have the logits' shape without "
+                           "the last dimension");
+  return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  return verifyLabels(*this, getLogits(), getLabels());
+}
+
+//===----------------------------------------------------------------------===//
+// Gradients
+//===----------------------------------------------------------------------===//
+
+LogicalResult CrossEntropyGradOp::verify() {
+  if (failed(verifyLabels(*this, getLogits(), getLabels())))
+    return failure();
+  if (getResult().getType() != getLogits().getType())
+    return emitOpError("C2: the result must have the logits' type");
+  return success();
+}
+
+LogicalResult LinearWeightGradOp::verify() {
+  RankedTensorType x = tensorOf(getX()), dy = tensorOf(getDy()),
+                   dw = tensorOf(getResult());
+  if (x.getRank() < 2 || dy.getRank() != x.getRank() ||
+      x.getShape().drop_back() != dy.getShape().drop_back())
+    return emitOpError("C1: x and dy must have one rank (at least 2) and "
+                       "agree on every dimension but the last, got ")
+           << x << " and " << dy;
+  int64_t in = x.getShape().back(), out = dy.getShape().back();
+  SmallVector<int64_t> expected = getTransposeW() ? SmallVector<int64_t>{out, in}
+                                                  : SmallVector<int64_t>{in, out};
+  if (dw.getShape() != ArrayRef<int64_t>(expected) ||
+      dw.getElementType() != x.getElementType())
+    return emitOpError("C2: the result must be [")
+           << expected[0] << ", " << expected[1] << "] of x's element type";
+  return success();
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  if (failed(verifyNorm(*this, getX(), getWeight(), getResult(),
+                        getEps().convertToDouble())))
+    return failure();
+  if (getDy().getType() != getX().getType())
+    return emitOpError("C2: dy must have x's type");
+  return success();
+}
+
+LogicalResult RmsNormWeightGradOp::verify() {
+  RankedTensorType x = tensorOf(getX()), dw = tensorOf(getResult());
+  if (getDy().getType() != x)
+    return emitOpError("C1: dy must have x's type");
+  if (x.getRank() < 1 || dw.getRank() != 1 ||
+      dw.getDimSize(0) != x.getShape().back() ||
+      dw.getElementType() != x.getElementType())
+    return emitOpError("C2: the result must be [")
+           << (x.getRank() ? x.getShape().back() : 0)
+           << "] of x's element type";
+  if (!(getEps().convertToDouble() > 0))
+    return emitOpError("C3: eps must be positive");
+  return success();
+}
+
+LogicalResult SwigluGradOp::verify() {
+  if (failed(verifySameType(*this)))
+    return failure();
+  if (getOperand() != 0 && getOperand() != 1)
+    return emitOpError("C2: operand must be 0 (gate) or 1 (up), got ")
+           << getOperand();
+  return success();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyAttention(*this, getDout(), /*hasPosition=*/false)))
+    return failure();
+  if (getDq().getType() != getQ().getType() ||
+      getDk().getType() != getK().getType() ||
+      getDv().getType() != getV().getType())
+    return emitOpError("C10: dq, dk and dv must have q's, k's and v's types");
+  return success();
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  RankedTensorType ids = tensorOf(getIds()), dy = tensorOf(getDy()),
+                   table = tensorOf(getResult());
+  if (table.getRank() != 2 || dy.getRank() != ids.getRank() + 1 ||
+      dy.getShape().drop_back() != ids.getShape() ||
+      dy.getShape().back() != table.getDimSize(1))
+    return emitOpError("C1: the result must be [V, H] and dy ids' shape with "
+                       "H appended, got ")
+           << dy << " and " << table;
+  if (bool(getVocabGrid()) != bool(getVocabAxes()))
+    return emitOpError("C2: vocab_grid and vocab_axes come together");
   return success();
 }
 

@@ -66,6 +66,9 @@ def Parax_Dialect : Dialect {
     /// input of the original program it is, counted over the original
     /// function's data arguments (a pipeline stage reads only some).
     static constexpr ::llvm::StringLiteral kInputAttrName = "parax.input";
+    /// On a function result (--parax-autodiff): the checkpoint name of the
+    /// parameter this result is the gradient of.
+    static constexpr ::llvm::StringLiteral kGradAttrName = "parax.grad";
   }];
 }
 

@@ -234,6 +234,9 @@ def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
     (with `seq_cyclic`, position `i` is `position_offset + (g·S + i)·N1 +
     c1`, as for `parax.position_embedding`).
 
+    With `inverse`, every pair turns by the opposite angle: the transpose of
+    the rotation, which is how a gradient flows back through a rope.
+
     C1: `x` has rank 4 and the result has its type. C2: `theta > 0`. C3:
     `rotary_dim` is positive, even and at most `head_dim`. C4:
     `position_offset >= 0`. C5: `scaling`, when present, has a string
@@ -246,6 +249,7 @@ def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
                        F64Attr:$theta,
                        I64Attr:$rotary_dim,
                        UnitAttr:$interleaved,
+                       UnitAttr:$inverse,
                        DefaultValuedAttr<I64Attr, "0">:$position_offset,
                        OptionalAttr<DictionaryAttr>:$scaling,
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
@@ -579,6 +583,163 @@ def Parax_CrossEntropyOp : Parax_FunctionalOp<"cross_entropy"> {
   let results = (outs 0DTensorOf<[F32]>:$result);
 }
 
+
+//===----------------------------------------------------------------------===//
+// Gradients (written by --parax-autodiff)
+//===----------------------------------------------------------------------===//
+
+def Parax_CrossEntropyGradOp : Parax_FunctionalOp<"cross_entropy_grad"> {
+  let summary = "gradient of the mean token cross-entropy by its logits";
+  let description = [{
+    `(softmax(logits[t]) - onehot(labels[t])) / T` for every token `t` of the
+    `T` tokens: the gradient of `parax.cross_entropy` of the same operands
+    (the loss itself the root, its gradient 1).
+
+    ```mlir
+    %d = parax.cross_entropy_grad %logits, %labels : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<2x16x256xf32>
+    ```
+
+    C1: `labels` has `logits`' shape without the last dimension. C2: the
+    result has `logits`' type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_LinearWeightGradOp : Parax_FunctionalOp<"linear_weight_grad"> {
+  let summary = "gradient of a linear layer by its weight";
+  let description = [{
+    For `y = parax.linear x, W`: `dW = xᵀ · dy` summed over every leading
+    (token) dimension, `[in, out]`, or `[out, in]` with `transpose_w` (the
+    weight's own layout). The gradient by `x` is a `parax.linear` of `dy`
+    and `W` with `transpose_w` flipped; a bias's is a sum of `dy` over its
+    tokens, not covered here.
+
+    ```mlir
+    %dw = parax.linear_weight_grad %x, %dy {transpose_w} : (tensor<2x16x64xf32>, tensor<2x16x128xf32>) -> tensor<128x64xf32>
+    ```
+
+    C1: `x` and `dy` have one rank (at least 2) and agree on every
+    dimension but the last. C2: the result is `[in, out]` (`[out, in]` with
+    `transpose_w`) of `x`'s element type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$dy,
+                       UnitAttr:$transpose_w);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_RmsNormGradOp : Parax_FunctionalOp<"rms_norm_grad"> {
+  let summary = "gradient of RMSNorm by its input";
+  let description = [{
+    For `y = parax.rms_norm x, w`, with `r = 1 / sqrt(mean(x^2) + eps)` and
+    `g = dy · w` over the last dimension (`H` wide):
+    `dx = r · g - x · r^3 · mean(g · x)`.
+
+    ```mlir
+    %dx = parax.rms_norm_grad %x, %w, %dy {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    C1: `weight` is `[H]` with H = `x`'s last dimension. C2: `dy` and the
+    result have `x`'s type. C3: `eps > 0`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight,
+                       Parax_FloatTensor:$dy, F64Attr:$eps);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_RmsNormWeightGradOp : Parax_FunctionalOp<"rms_norm_weight_grad"> {
+  let summary = "gradient of RMSNorm by its weight";
+  let description = [{
+    `dw = sum over tokens of dy · x · r`, `r = 1 / sqrt(mean(x^2) + eps)`
+    per token: a `[H]` vector.
+
+    ```mlir
+    %dw = parax.rms_norm_weight_grad %x, %dy {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<64xf32>
+    ```
+
+    C1: `dy` has `x`'s type. C2: the result is `[H]` of `x`'s element type.
+    C3: `eps > 0`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$dy, F64Attr:$eps);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_SwigluGradOp : Parax_FunctionalOp<"swiglu_grad"> {
+  let summary = "gradient of swiglu by one of its operands";
+  let description = [{
+    For `y = silu(gate) · up`: with `operand = 0`, `dgate = dy · up ·
+    silu'(gate)` (`silu'(g) = s + g · s · (1 - s)`, `s = sigmoid(g)`); with
+    `operand = 1`, `dup = dy · silu(gate)`.
+
+    ```mlir
+    %dg = parax.swiglu_grad %gate, %up, %dy {operand = 0} : (tensor<2x16x128xf32>, tensor<2x16x128xf32>, tensor<2x16x128xf32>) -> tensor<2x16x128xf32>
+    ```
+
+    C1: `gate`, `up`, `dy` and the result have one type. C2: `operand` is 0
+    or 1.
+  }];
+  let arguments = (ins Parax_FloatTensor:$gate, Parax_FloatTensor:$up,
+                       Parax_FloatTensor:$dy, I64Attr:$operand);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_AttentionGradOp : Parax_FunctionalOp<"attention_grad"> {
+  let summary = "gradient of attention by its queries, keys and values";
+  let description = [{
+    For `o = parax.attention q, k, v` with the same attributes, given `do`
+    (`dout`): `dq`, `dk`, `dv`, of `q`'s, `k`'s and `v`'s types. With `P`
+    the softmax of the scores: `dv = Pᵀ · do`, `dP = do · vᵀ`, `dS = P ·
+    (dP - rowsum(dP · P))`, `dq = scale · dS · k`, `dk = scale · dSᵀ · q`,
+    each KV head summing over the query heads that read it. The
+    attributes mean what they mean on `parax.attention` (no run-time
+    position: a training step has none).
+
+    ```mlir
+    %dq, %dk, %dv = parax.attention_grad %q, %k, %v, %do {causal, num_heads = 4, num_kv_heads = 2, head_dim = 16, scale = 0.25 : f64}
+        : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x4x16xf32>)
+        -> (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
+    ```
+
+    C1-C7, C9: as `parax.attention`'s, `dout` taking the place of its
+    result. C10: `dq`, `dk`, `dv` have `q`'s, `k`'s and `v`'s types.
+  }];
+  let arguments = (ins Parax_FloatTensor:$q, Parax_FloatTensor:$k,
+                       Parax_FloatTensor:$v, Parax_FloatTensor:$dout,
+                       UnitAttr:$causal,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads,
+                       I64Attr:$head_dim, F64Attr:$scale,
+                       OptionalAttr<FlatSymbolRefAttr>:$head_grid,
+                       OptionalAttr<StrArrayAttr>:$head_axes,
+                       OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
+                       OptionalAttr<StrArrayAttr>:$seq_axes,
+                       UnitAttr:$seq_cyclic);
+  let results = (outs Parax_FloatTensor:$dq, Parax_FloatTensor:$dk,
+                      Parax_FloatTensor:$dv);
+}
+
+def Parax_EmbeddingGradOp : Parax_FunctionalOp<"embedding_grad"> {
+  let summary = "gradient of an embedding lookup by its table";
+  let description = [{
+    For `h = parax.embedding ids, table`: `dtable[v] = sum of dy[t] over the
+    tokens t with ids[t] = v` (rows no token reads are zero), of the
+    table's shape `[V, H]`.
+
+    ```mlir
+    %dt = parax.embedding_grad %ids, %dy : (tensor<2x16xi32>, tensor<2x16x64xf32>) -> tensor<256x64xf32>
+    ```
+
+    After partitioning with the table's rows split (`vocab_grid`,
+    `vocab_axes`, as `parax.embedding`'s), the local result holds rows `c·V
+    ..` and ids outside them add nothing.
+
+    C1: the result has rank 2 and `dy` has `ids`' shape with the result's
+    `H` appended. C2: `vocab_grid` and `vocab_axes` come together.
+  }];
+  let arguments = (ins Parax_IndexTensor:$ids, Parax_FloatTensor:$dy,
+                       OptionalAttr<FlatSymbolRefAttr>:$vocab_grid,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
+  let results = (outs Parax_FloatTensor:$result);
+}
 
 //===----------------------------------------------------------------------===//
 // Communication (per-rank programs after --parax-partition)

@@ -1,0 +1,241 @@
+//===- Autodiff.cpp - the backward pass of a model's loss -----------------===//
+//
+// Reverse-mode differentiation of a function returning one loss: the ops
+// are visited last to first; each op whose result carries a gradient adds
+// its operands' gradients (the vector-Jacobian products of its rule below).
+//
+//===----------------------------------------------------------------------===//
+
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+#include "parax/Train/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace parax {
+#define GEN_PASS_DEF_PARAXAUTODIFFPASS
+#include "parax/Train/Passes.h.inc"
+} // namespace parax
+
+using namespace mlir;
+using namespace parax;
+
+namespace {
+
+class Differentiator {
+public:
+  Differentiator(func::FuncOp function, OpBuilder &b) : function(function), b(b) {}
+
+  LogicalResult run();
+
+private:
+  func::FuncOp function;
+  OpBuilder &b;
+  DenseMap<Value, Value> grads; // d(loss) / d(value), summed over its readers
+
+  // Adds `grad` to the gradient of `value` (a float tensor).
+  void accumulate(Value value, Value grad) {
+    Value &sum = grads[value];
+    sum = sum ? AddOp::create(b, grad.getLoc(), value.getType(), sum, grad).getResult()
+              : grad;
+  }
+  // A gradient op for `forward`: its layer and stage, no sharding.
+  template <typename OpT> OpT tag(OpT op, Operation *forward) {
+    for (StringRef name : {ParaxDialect::kLayerAttrName, ParaxDialect::kStageAttrName})
+      if (Attribute attr = forward->getAttr(name))
+        op->setAttr(name, attr);
+    return op;
+  }
+  // `forward` itself on other operands and result types (a linear of the
+  // gradient, a rope turning back), its attributes but the sharding.
+  Operation *copyOf(Operation *forward, ValueRange operands, TypeRange types) {
+    OperationState state(forward->getLoc(), forward->getName());
+    state.addOperands(operands);
+    state.addTypes(types);
+    for (NamedAttribute attr : forward->getAttrs())
+      if (attr.getName() != ParaxDialect::kShardingsAttrName)
+        state.addAttribute(attr.getName(), attr.getValue());
+    return b.create(state);
+  }
+  LogicalResult differentiate(Operation *op, Value dy);
+};
+
+LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
+  Location loc = op->getLoc();
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<CrossEntropyOp>([&](CrossEntropyOp ce) {
+        // The loss is the root: its gradient is 1, not `dy`.
+        accumulate(ce.getLogits(),
+                   tag(CrossEntropyGradOp::create(b, loc, ce.getLogits().getType(),
+                                                  ce.getLogits(), ce.getLabels()),
+                       op));
+        return success();
+      })
+      .Case<LinearOp>([&](LinearOp linear) -> LogicalResult {
+        if (linear.getBias())
+          return op->emitError("--parax-autodiff has no gradient for a linear "
+                               "with a bias yet");
+        Operation *dx = copyOf(op, ValueRange{dy, linear.getWeight()}, TypeRange{linear.getX().getType()});
+        if (linear.getTransposeW())
+          dx->removeAttr("transpose_w");
+        else
+          dx->setAttr("transpose_w", b.getUnitAttr());
+        accumulate(linear.getX(), dx->getResult(0));
+        accumulate(linear.getWeight(),
+                   tag(LinearWeightGradOp::create(b, loc, linear.getWeight().getType(),
+                                                  linear.getX(), dy,
+                                                  linear.getTransposeW()),
+                       op));
+        return success();
+      })
+      .Case<RmsNormOp>([&](RmsNormOp norm) {
+        accumulate(norm.getX(),
+                   tag(RmsNormGradOp::create(b, loc, norm.getX().getType(), norm.getX(),
+                                             norm.getWeight(), dy, norm.getEpsAttr()),
+                       op));
+        accumulate(norm.getWeight(),
+                   tag(RmsNormWeightGradOp::create(b, loc, norm.getWeight().getType(),
+                                                   norm.getX(), dy, norm.getEpsAttr()),
+                       op));
+        return success();
+      })
+      .Case<RopeOp>([&](RopeOp rope) -> LogicalResult {
+        if (rope.getPosition())
+          return op->emitError("--parax-autodiff has no gradient for a step at "
+                               "a run-time position");
+        Operation *back = copyOf(op, ValueRange{dy}, TypeRange{rope.getX().getType()});
+        if (rope.getInverse())
+          back->removeAttr("inverse");
+        else
+          back->setAttr("inverse", b.getUnitAttr());
+        accumulate(rope.getX(), back->getResult(0));
+        return success();
+      })
+      .Case<ReshapeOp>([&](ReshapeOp reshape) {
+        accumulate(reshape.getX(),
+                   tag(ReshapeOp::create(b, loc, reshape.getX().getType(), dy), op));
+        return success();
+      })
+      .Case<AttentionOp>([&](AttentionOp attention) -> LogicalResult {
+        if (attention.getPosition())
+          return op->emitError("--parax-autodiff has no gradient for a step at "
+                               "a run-time position");
+        OperationState state(loc, AttentionGradOp::getOperationName());
+        state.addOperands({attention.getQ(), attention.getK(), attention.getV(), dy});
+        state.addTypes({attention.getQ().getType(), attention.getK().getType(),
+                        attention.getV().getType()});
+        for (NamedAttribute attr : op->getAttrs())
+          if (attr.getName() != ParaxDialect::kShardingsAttrName)
+            state.addAttribute(attr.getName(), attr.getValue());
+        Operation *back = b.create(state);
+        accumulate(attention.getQ(), back->getResult(0));
+        accumulate(attention.getK(), back->getResult(1));
+        accumulate(attention.getV(), back->getResult(2));
+        return success();
+      })
+      .Case<AddOp>([&](AddOp add) -> LogicalResult {
+        if (add.getLhs().getType() != add.getResult().getType() ||
+            add.getRhs().getType() != add.getResult().getType())
+          return op->emitError("--parax-autodiff has no gradient for a "
+                               "broadcasting add yet");
+        accumulate(add.getLhs(), dy);
+        accumulate(add.getRhs(), dy);
+        return success();
+      })
+      .Case<SwigluOp>([&](SwigluOp swiglu) {
+        for (int64_t operand : {0, 1})
+          accumulate(op->getOperand(operand),
+                     tag(SwigluGradOp::create(b, loc, swiglu.getResult().getType(),
+                                              swiglu.getGate(), swiglu.getUp(), dy,
+                                              b.getI64IntegerAttr(operand)),
+                         op));
+        return success();
+      })
+      .Case<EmbeddingOp>([&](EmbeddingOp embedding) {
+        accumulate(embedding.getTable(),
+                   tag(EmbeddingGradOp::create(b, loc, embedding.getTable().getType(),
+                                               embedding.getIds(), dy,
+                                               /*vocab_grid=*/nullptr,
+                                               /*vocab_axes=*/nullptr),
+                       op));
+        return success();
+      })
+      .Default([&](Operation *) {
+        return op->emitError() << "--parax-autodiff has no gradient for '"
+                               << op->getName()
+                               << "' yet (covered: the ops of Llama-family models)";
+      });
+}
+
+LogicalResult Differentiator::run() {
+  Block &body = function.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  Value loss = ret.getNumOperands() == 1 ? ret.getOperand(0) : Value();
+  if (!loss || !loss.getDefiningOp<CrossEntropyOp>())
+    return ret.emitError("--parax-autodiff needs a function returning one "
+                         "loss (a parax.cross_entropy result), got ")
+           << ret.getNumOperands() << " result(s)";
+  for (Operation &op : body.without_terminator())
+    if (auto stage = op.getAttrOfType<IntegerAttr>(ParaxDialect::kStageAttrName);
+        stage && stage.getInt() != 0)
+      return op.emitError("--parax-autodiff: a training step over pipeline "
+                          "stages is not supported yet (its backward pass "
+                          "sends gradients to earlier stages)");
+
+  b.setInsertionPoint(ret);
+  SmallVector<Operation *> forward;
+  for (Operation &op : body.without_terminator())
+    forward.push_back(&op);
+  for (Operation *op : llvm::reverse(forward)) {
+    bool reaches = isa<CrossEntropyOp>(op) && op->getResult(0) == loss;
+    Value dy;
+    if (op->getNumResults() == 1 && grads.count(op->getResult(0)))
+      dy = grads.lookup(op->getResult(0));
+    if (!reaches && !dy)
+      continue; // the loss does not depend on it (or it is a gradient op)
+    if (failed(differentiate(op, dy)))
+      return failure();
+  }
+
+  SmallVector<Value> results = {loss};
+  SmallVector<Type> types = {loss.getType()};
+  SmallVector<Attribute> resultAttrs = {function.getResultAttrDict(0)
+                                            ? Attribute(function.getResultAttrDict(0))
+                                            : b.getDictionaryAttr({})};
+  for (BlockArgument arg : function.getArguments()) {
+    auto name = function.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                      ParaxDialect::kParamAttrName);
+    if (!name)
+      continue;
+    Value grad = grads.lookup(arg);
+    if (!grad)
+      return function.emitError("--parax-autodiff: the loss does not depend on "
+                                "parameter '")
+             << name.getValue() << "' (argument #" << arg.getArgNumber() << ")";
+    results.push_back(grad);
+    types.push_back(grad.getType());
+    resultAttrs.push_back(b.getDictionaryAttr(
+        b.getNamedAttr(ParaxDialect::kGradAttrName, name)));
+  }
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  ret.erase();
+  function.setType(b.getFunctionType(function.getArgumentTypes(), types));
+  function.setAllResultAttrs(resultAttrs);
+  return success();
+}
+
+struct AutodiffPass : parax::impl::ParaxAutodiffPassBase<AutodiffPass> {
+  void runOnOperation() override {
+    OpBuilder b(&getContext());
+    for (auto function : getOperation().getOps<func::FuncOp>()) {
+      if (function.isExternal())
+        continue;
+      if (failed(Differentiator(function, b).run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,35 @@
+// GradientKernels.h - CPU kernels of the backward pass (--parax-autodiff's
+// gradient ops), fp32 with double sums. Internal to the CPU executor.
+
+#ifndef PARAX_RUNTIME_GRADIENTKERNELS_H
+#define PARAX_RUNTIME_GRADIENTKERNELS_H
+
+#include "parax/runtime/Tensor.h"
+
+#include <functional>
+
+namespace parax::runtime {
+
+/// Which keys a query sees and which KV head a query head reads: what
+/// attention and its gradient share.
+struct AttentionGeometry {
+  float scale = 1;
+  /// Keys query `s` sees: 0 .. visible(s) - 1.
+  std::function<int64_t(int64_t)> visible;
+  int64_t headOffset = 0; // this rank's first query head
+  int64_t group = 1;      // query heads per KV head
+};
+
+void crossEntropyGrad(const Tensor &logits, const Tensor &labels, Tensor &dlogits);
+void linearWeightGrad(const Tensor &x, const Tensor &dy, bool transposeW, Tensor &dw);
+void rmsNormGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, Tensor &dx);
+void rmsNormWeightGrad(const Tensor &x, const Tensor &dy, double eps, Tensor &dw);
+void swigluGrad(const Tensor &gate, const Tensor &up, const Tensor &dy, int operand, Tensor &d);
+void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &dout,
+                   const AttentionGeometry &geometry, Tensor &dq, Tensor &dk, Tensor &dv);
+/// Rows `offset ..` of the table's gradient; ids outside add nothing.
+void embeddingGrad(const Tensor &ids, const Tensor &dy, int64_t offset, Tensor &dtable);
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_GRADIENTKERNELS_H
