@@ -290,10 +290,18 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         return layouts;
       })
       .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp ce) -> FailureOr<SmallVector<Layout>> {
-        if (!out.isReplicated())
-          return unsupported(op, out) << "the loss's gradient is computed whole";
-        return SmallVector<Layout>{Layout::replicated(rankOf(ce.getLogits())),
-                                   Layout::replicated(rankOf(ce.getLabels()))};
+        // Each rank its tokens' rows (num_tokens: the whole mean's count),
+        // split as the labels are (integers are never resharded).
+        if (failed(noPartial()) ||
+            failed(wholeDim(out.dims.size() - 1,
+                            "the softmax needs every logit of a token")))
+          return failure();
+        Layout labels = out;
+        labels.dims.pop_back();
+        if (const Layout *have = currentOf(1); have && *have != labels)
+          return unsupported(op, out) << "its tokens must be split as its labels "
+                                      << have->str() << " are";
+        return SmallVector<Layout>{out, labels};
       })
       .Case<LinearWeightGradOp>([&](LinearWeightGradOp grad) -> FailureOr<SmallVector<Layout>> {
         int64_t r = rankOf(grad.getX());
@@ -368,12 +376,20 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         return SmallVector<Layout>{x, x, x, gateUp, gateUp, down};
       })
       .Case<CrossEntropyOp>([&](CrossEntropyOp ce) -> FailureOr<SmallVector<Layout>> {
-        if (failed(noPartial()))
-          return failure();
-        return SmallVector<Layout>{Layout::replicated(rankOf(ce.getLogits())),
-                                   Layout::replicated(rankOf(ce.getLabels()))};
-      })
-      .Default([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        // The tokens split as the labels are (integers are never
+        // resharded): a partial sum over those axes.
+        Layout labels = Layout::replicated(rankOf(ce.getLabels()));
+        if (const Layout *have = currentOf(1))
+          labels = *have;
+        if (tokenAxes(labels, {}) != Layout::Axes(out.partial.begin(), out.partial.end()) ||
+            !labels.partial.empty())
+          return unsupported(op, out) << "its partial sum must be over the axes "
+                                         "that split its labels, "
+                                      << labels.str();
+        Layout logits = labels;
+        logits.dims.push_back({});
+        return SmallVector<Layout>{logits, labels};
+      })      .Default([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         return op->emitError("the partitioner has no rule for this op");
       });
 }
@@ -488,6 +504,21 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
+  if (isa<CrossEntropyOp>(op) && operands.size() == 2) { // the labels' tokens
+    Layout out = Layout::replicated(0);
+    Layout labels = operands[1];
+    labels.dims.push_back({});
+    out.partial = tokenAxes(labels, {});
+    results.push_back(out);
+    return results;
+  }
+  if (isa<CrossEntropyGradOp>(op) && operands.size() == 2) { // the labels' tokens
+    Layout out = operands[1];
+    out.partial.clear();
+    out.dims.push_back({});
+    results.push_back(out);
+    return results;
+  }
   if (isa<RmsNormGradOp, SwigluGradOp>(op) && rankOf(op->getOperand(0)) == rankOf(result)) {
     // The activation's layout (the gradient is resharded to it).
     Layout out = in;
@@ -528,6 +559,15 @@ void parax::partition::localizeAttributes(Operation *local,
       local->setAttr("head_grid", grid.ref);
       local->setAttr("head_axes", b.getStrArrayAttr(axes));
     }
+  } else if (isa<CrossEntropyOp, CrossEntropyGradOp>(local)) {
+    // Tokens split over ranks: the mean's count is the whole's.
+    auto labels = cast<RankedTensorType>(local->getOperand(1).getType());
+    const Layout &out = results.front();
+    int64_t parts = grid.product(out.partial);
+    for (const auto &axes : out.dims)
+      parts *= grid.product(axes);
+    if (parts > 1)
+      local->setAttr("num_tokens", b.getI64IntegerAttr(labels.getNumElements() * parts));
   } else if (auto grad = dyn_cast<EmbeddingGradOp>(local)) {
     if (!results.front().dims[0].empty()) {
       SmallVector<StringRef> axes(results.front().dims[0].begin(),

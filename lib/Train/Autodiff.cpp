@@ -69,7 +69,8 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         // The loss is the root: its gradient is 1, not `dy`.
         accumulate(ce.getLogits(),
                    tag(CrossEntropyGradOp::create(b, loc, ce.getLogits().getType(),
-                                                  ce.getLogits(), ce.getLabels()),
+                                                  ce.getLogits(), ce.getLabels(),
+                                                  /*num_tokens=*/nullptr),
                        op));
         return success();
       })
@@ -221,6 +222,15 @@ LogicalResult Differentiator::run() {
   }
   func::ReturnOp::create(b, ret.getLoc(), results);
   ret.erase();
+  // Gradients nobody reads (of the token ids' embedding input, of a data
+  // input): dropped, last first.
+  SmallVector<Operation *> backward;
+  for (Operation &op : body.without_terminator())
+    if (!llvm::is_contained(forward, &op))
+      backward.push_back(&op);
+  for (Operation *op : llvm::reverse(backward))
+    if (op->use_empty())
+      op->erase();
   function.setType(b.getFunctionType(function.getArgumentTypes(), types));
   function.setAllResultAttrs(resultAttrs);
   return success();

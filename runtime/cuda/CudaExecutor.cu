@@ -1466,7 +1466,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
     if (!st.isOk()) return st;
-    PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, 1.0f / tokens);
+    PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, 1.0f / attrInt(a, "num_tokens", tokens));
     int32_t bad = -1;
     PARAX_CUDA(cudaMemcpyAsync(&bad, badToken, 4, cudaMemcpyDeviceToHost, stream));
     st = sync();

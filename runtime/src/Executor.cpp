@@ -888,7 +888,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     int64_t V = logits.shape.back();
     for (int32_t label : labels.i)
       if (label < 0 || label >= V) return Status::error("label out of range");
-    crossEntropyGrad(logits, labels, out());
+    crossEntropyGrad(logits, labels, attrInt(a, "num_tokens", labels.numel()), out());
     return Status::ok();
   }
   if (op == "linear_weight_grad") {
@@ -938,7 +938,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       if (label < 0 || label >= V) return Status::error("label out of range");
       total += std::log(sum) + m - l[label];
     }
-    y.f[0] = static_cast<float>(total / tokens);
+    y.f[0] = static_cast<float>(total / attrInt(a, "num_tokens", tokens)); // (a rank's part of the mean)
     return Status::ok();
   }
 

@@ -26,9 +26,9 @@ double inverseRms(const float *x, int64_t h, double eps) {
 
 } // namespace
 
-void crossEntropyGrad(const Tensor &logits, const Tensor &labels, Tensor &dlogits) {
-  auto [tokens, V] = rowsCols(logits);
-  for (int64_t t = 0; t < tokens; ++t) {
+void crossEntropyGrad(const Tensor &logits, const Tensor &labels, int64_t tokens, Tensor &dlogits) {
+  auto [rows, V] = rowsCols(logits);
+  for (int64_t t = 0; t < rows; ++t) {
     const float *l = &logits.f[t * V];
     float *d = &dlogits.f[t * V];
     double m = *std::max_element(l, l + V), sum = 0;

@@ -20,7 +20,8 @@ struct AttentionGeometry {
   int64_t group = 1;      // query heads per KV head
 };
 
-void crossEntropyGrad(const Tensor &logits, const Tensor &labels, Tensor &dlogits);
+/// `tokens`: the count of the mean (this rank's rows may be a part of it).
+void crossEntropyGrad(const Tensor &logits, const Tensor &labels, int64_t tokens, Tensor &dlogits);
 void linearWeightGrad(const Tensor &x, const Tensor &dy, bool transposeW, Tensor &dw);
 void rmsNormGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, Tensor &dx);
 void rmsNormWeightGrad(const Tensor &x, const Tensor &dy, double eps, Tensor &dw);

@@ -193,6 +193,8 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       return fail("logits [.., V] and one label per row do not fit");
     if (op == "cross_entropy" ? count(out[0]) != 1 : out[0] != in[0])
       return fail(op == "cross_entropy" ? "the loss must be a scalar" : "the result must be the logits' shape");
+    if (attrInt(a, "num_tokens", count(in[1])) < count(in[1]))
+      return fail("num_tokens must be at least the " + std::to_string(count(in[1])) + " rows of the logits");
   } else if (op == "linear_weight_grad") {
     const Shape &x = in[0], &dy = in[1];
     if (x.size() < 2 || !alike(x, dy, static_cast<int>(x.size()) - 1))

@@ -115,3 +115,12 @@ func.func @negative_cyclic_axis_inside(%x: tensor<2x8x16xf32>) -> tensor<2x8x16x
   %y = parax.silu %x {parax.shardings = [#parax.sharding<@g, [{}, {tp, cp}, {}]>]} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %y : tensor<2x8x16xf32>
 }
+
+// -----
+
+parax.grid @g(dp = 2)
+func.func @negative_loss_split_unlike_its_labels(%l: tensor<2x8x16xf32>, %y: tensor<2x8xi32>) -> tensor<f32> {
+  // expected-error @+1 {{cannot partition this op with result layout [], partial = {dp}: its partial sum must be over the axes that split its labels, [{}, {}]}}
+  %loss = parax.cross_entropy %l, %y {parax.shardings = [#parax.sharding<@g, [], partial = {dp}>]} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

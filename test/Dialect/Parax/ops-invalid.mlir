@@ -663,3 +663,128 @@ func.func @negative_rope_cyclic_without_axes(%x: tensor<1x4x2x8xf32>) {
   %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, seq_cyclic} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
   return
 }
+
+// -----
+
+func.func @cross_entropy_grad_labels(%l: tensor<2x16x256xf32>, %y: tensor<2x8xi32>) -> tensor<2x16x256xf32> {
+  // expected-error @+1 {{C1: labels must have the logits' shape without the last dimension}}
+  %d = parax.cross_entropy_grad %l, %y : (tensor<2x16x256xf32>, tensor<2x8xi32>) -> tensor<2x16x256xf32>
+  return %d : tensor<2x16x256xf32>
+}
+
+// -----
+
+func.func @cross_entropy_grad_result(%l: tensor<2x16x256xf32>, %y: tensor<2x16xi32>) -> tensor<2x16x128xf32> {
+  // expected-error @+1 {{C2: the result must have the logits' type}}
+  %d = parax.cross_entropy_grad %l, %y : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<2x16x128xf32>
+  return %d : tensor<2x16x128xf32>
+}
+
+// -----
+
+func.func @linear_weight_grad_tokens(%x: tensor<2x16x64xf32>, %dy: tensor<2x8x128xf32>) -> tensor<64x128xf32> {
+  // expected-error @+1 {{C1: x and dy must have one rank (at least 2) and agree on every dimension but the last}}
+  %d = parax.linear_weight_grad %x, %dy : (tensor<2x16x64xf32>, tensor<2x8x128xf32>) -> tensor<64x128xf32>
+  return %d : tensor<64x128xf32>
+}
+
+// -----
+
+func.func @linear_weight_grad_layout(%x: tensor<2x16x64xf32>, %dy: tensor<2x16x128xf32>) -> tensor<64x128xf32> {
+  // expected-error @+1 {{C2: the result must be [128, 64] of x's element type}}
+  %d = parax.linear_weight_grad %x, %dy {transpose_w} : (tensor<2x16x64xf32>, tensor<2x16x128xf32>) -> tensor<64x128xf32>
+  return %d : tensor<64x128xf32>
+}
+
+// -----
+
+func.func @rms_norm_grad_weight(%x: tensor<2x64xf32>, %w: tensor<32xf32>) -> tensor<2x64xf32> {
+  // expected-error @+1 {{C1: norm parameters must be [64]}}
+  %d = parax.rms_norm_grad %x, %w, %x {eps = 1.0e-5 : f64} : (tensor<2x64xf32>, tensor<32xf32>, tensor<2x64xf32>) -> tensor<2x64xf32>
+  return %d : tensor<2x64xf32>
+}
+
+// -----
+
+func.func @rms_norm_grad_dy(%x: tensor<2x64xf32>, %w: tensor<64xf32>, %dy: tensor<4x64xf32>) -> tensor<2x64xf32> {
+  // expected-error @+1 {{C2: dy must have x's type}}
+  %d = parax.rms_norm_grad %x, %w, %dy {eps = 1.0e-5 : f64} : (tensor<2x64xf32>, tensor<64xf32>, tensor<4x64xf32>) -> tensor<2x64xf32>
+  return %d : tensor<2x64xf32>
+}
+
+// -----
+
+func.func @rms_norm_weight_grad_dy(%x: tensor<2x64xf32>, %dy: tensor<4x64xf32>) -> tensor<64xf32> {
+  // expected-error @+1 {{C1: dy must have x's type}}
+  %d = parax.rms_norm_weight_grad %x, %dy {eps = 1.0e-5 : f64} : (tensor<2x64xf32>, tensor<4x64xf32>) -> tensor<64xf32>
+  return %d : tensor<64xf32>
+}
+
+// -----
+
+func.func @rms_norm_weight_grad_result(%x: tensor<2x64xf32>) -> tensor<32xf32> {
+  // expected-error @+1 {{C2: the result must be [64] of x's element type}}
+  %d = parax.rms_norm_weight_grad %x, %x {eps = 1.0e-5 : f64} : (tensor<2x64xf32>, tensor<2x64xf32>) -> tensor<32xf32>
+  return %d : tensor<32xf32>
+}
+
+// -----
+
+func.func @rms_norm_weight_grad_eps(%x: tensor<2x64xf32>) -> tensor<64xf32> {
+  // expected-error @+1 {{C3: eps must be positive}}
+  %d = parax.rms_norm_weight_grad %x, %x {eps = 0.0 : f64} : (tensor<2x64xf32>, tensor<2x64xf32>) -> tensor<64xf32>
+  return %d : tensor<64xf32>
+}
+
+// -----
+
+func.func @swiglu_grad_types(%g: tensor<2x8xf32>, %u: tensor<2x4xf32>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{C1: operands and result must have one type}}
+  %d = parax.swiglu_grad %g, %u, %g {operand = 0} : (tensor<2x8xf32>, tensor<2x4xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %d : tensor<2x8xf32>
+}
+
+// -----
+
+func.func @swiglu_grad_operand(%g: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{C2: operand must be 0 (gate) or 1 (up), got 2}}
+  %d = parax.swiglu_grad %g, %g, %g {operand = 2} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %d : tensor<2x8xf32>
+}
+
+// -----
+
+func.func @attention_grad_results(%q: tensor<1x8x4x8xf32>, %k: tensor<1x8x2x8xf32>) {
+  // expected-error @+1 {{C10: dq, dk and dv must have q's, k's and v's types}}
+  %dq, %dk, %dv = parax.attention_grad %q, %k, %k, %q {causal, num_heads = 4, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64}
+      : (tensor<1x8x4x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x4x8xf32>)
+      -> (tensor<1x8x4x8xf32>, tensor<1x8x4x8xf32>, tensor<1x8x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_dout(%q: tensor<1x8x4x8xf32>, %k: tensor<1x8x2x8xf32>, %do: tensor<1x4x4x8xf32>) {
+  // expected-error @+1 {{C4: result must be [B, S, num_heads, Dv] of q's element type}}
+  %dq, %dk, %dv = parax.attention_grad %q, %k, %k, %do {causal, num_heads = 4, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64}
+      : (tensor<1x8x4x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x4x4x8xf32>)
+      -> (tensor<1x8x4x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @embedding_grad_shape(%ids: tensor<2x16xi32>, %dy: tensor<2x16x32xf32>) -> tensor<256x64xf32> {
+  // expected-error @+1 {{C1: the result must be [V, H] and dy ids' shape with H appended}}
+  %d = parax.embedding_grad %ids, %dy : (tensor<2x16xi32>, tensor<2x16x32xf32>) -> tensor<256x64xf32>
+  return %d : tensor<256x64xf32>
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+func.func @embedding_grad_vocab_axes(%ids: tensor<2x16xi32>, %dy: tensor<2x16x64xf32>) -> tensor<128x64xf32> {
+  // expected-error @+1 {{C2: vocab_grid and vocab_axes come together}}
+  %d = parax.embedding_grad %ids, %dy {vocab_axes = ["tp"]} : (tensor<2x16xi32>, tensor<2x16x64xf32>) -> tensor<128x64xf32>
+  return %d : tensor<128x64xf32>
+}

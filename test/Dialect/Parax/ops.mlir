@@ -131,3 +131,28 @@ func.func @loss(%logits: tensor<2x16x256xf32>, %labels: tensor<2x16xi32>) -> ten
   %l = parax.cross_entropy %logits, %labels : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// CHECK-LABEL: func.func @gradients
+func.func @gradients(%ids: tensor<2x16xi32>, %x: tensor<2x16x64xf32>, %w: tensor<64xf32>, %lw: tensor<128x64xf32>,
+                     %g: tensor<2x16x128xf32>, %logits: tensor<2x16x256xf32>, %q: tensor<2x16x4x16xf32>,
+                     %k: tensor<2x16x2x16xf32>) {
+  // CHECK: parax.cross_entropy_grad %{{.*}}, %{{.*}} : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<2x16x256xf32>
+  %dl = parax.cross_entropy_grad %logits, %ids : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<2x16x256xf32>
+  // CHECK: parax.linear_weight_grad %{{.*}}, %{{.*}} {transpose_w} : (tensor<2x16x64xf32>, tensor<2x16x128xf32>) -> tensor<128x64xf32>
+  %dw = parax.linear_weight_grad %x, %g {transpose_w} : (tensor<2x16x64xf32>, tensor<2x16x128xf32>) -> tensor<128x64xf32>
+  // CHECK: parax.rms_norm_grad %{{.*}}, %{{.*}}, %{{.*}} {eps = 1.000000e-05 : f64}
+  %dx = parax.rms_norm_grad %x, %w, %x {eps = 1.0e-5 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.rms_norm_weight_grad %{{.*}}, %{{.*}} {eps = 1.000000e-05 : f64}
+  %dn = parax.rms_norm_weight_grad %x, %x {eps = 1.0e-5 : f64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<64xf32>
+  // CHECK: parax.swiglu_grad %{{.*}}, %{{.*}}, %{{.*}} {operand = 1 : i64}
+  %dg = parax.swiglu_grad %g, %g, %g {operand = 1} : (tensor<2x16x128xf32>, tensor<2x16x128xf32>, tensor<2x16x128xf32>) -> tensor<2x16x128xf32>
+  // CHECK: = parax.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {causal, head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, scale = 2.500000e-01 : f64}
+  %dq, %dk, %dv = parax.attention_grad %q, %k, %k, %q {causal, num_heads = 4, num_kv_heads = 2, head_dim = 16, scale = 0.25 : f64}
+      : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x4x16xf32>)
+      -> (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
+  // CHECK: parax.rope %{{.*}} {inverse, rotary_dim = 16 : i64, theta = 1.000000e+04 : f64}
+  %r = parax.rope %q {theta = 1.0e4 : f64, rotary_dim = 16, inverse} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
+  // CHECK: parax.embedding_grad %{{.*}}, %{{.*}} : (tensor<2x16xi32>, tensor<2x16x64xf32>) -> tensor<256x64xf32>
+  %de = parax.embedding_grad %ids, %x : (tensor<2x16xi32>, tensor<2x16x64xf32>) -> tensor<256x64xf32>
+  return
+}

@@ -601,8 +601,23 @@ static LogicalResult verifyLabels(Operation *op, Value logitsValue,
   return success();
 }
 
+// C3 of the cross-entropy and its gradient.
+static LogicalResult verifyNumTokens(Operation *op, Value logitsValue,
+                                     std::optional<uint64_t> numTokens) {
+  RankedTensorType logits = tensorOf(logitsValue);
+  int64_t tokens =
+      logits.getNumElements() / std::max<int64_t>(1, logits.getShape().back());
+  if (numTokens && static_cast<int64_t>(*numTokens) < tokens)
+    return op->emitOpError("C3: num_tokens (")
+           << *numTokens << ") must be at least the " << tokens
+           << " tokens of the logits";
+  return success();
+}
+
 LogicalResult CrossEntropyOp::verify() {
-  return verifyLabels(*this, getLogits(), getLabels());
+  if (failed(verifyLabels(*this, getLogits(), getLabels())))
+    return failure();
+  return verifyNumTokens(*this, getLogits(), getNumTokens());
 }
 
 //===----------------------------------------------------------------------===//
@@ -614,7 +629,7 @@ LogicalResult CrossEntropyGradOp::verify() {
     return failure();
   if (getResult().getType() != getLogits().getType())
     return emitOpError("C2: the result must have the logits' type");
-  return success();
+  return verifyNumTokens(*this, getLogits(), getNumTokens());
 }
 
 LogicalResult LinearWeightGradOp::verify() {

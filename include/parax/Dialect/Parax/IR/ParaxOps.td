@@ -576,10 +576,16 @@ def Parax_CrossEntropyOp : Parax_FunctionalOp<"cross_entropy"> {
     %l = parax.cross_entropy %logits, %labels : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<f32>
     ```
 
+    After partitioning with the tokens split over ranks (as the labels
+    are), the local op sums its own tokens' terms over `num_tokens`, the
+    `T` of the whole mean: a partial sum of the loss.
+
     C1: `labels` has `logits`' shape without the last dimension. C2: the
-    result is a rank-0 f32 tensor.
+    result is a rank-0 f32 tensor. C3: `num_tokens`, when present, is at
+    least the logits' token count.
   }];
-  let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels);
+  let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels,
+                       OptionalAttr<I64Attr>:$num_tokens);
   let results = (outs 0DTensorOf<[F32]>:$result);
 }
 
@@ -593,16 +599,20 @@ def Parax_CrossEntropyGradOp : Parax_FunctionalOp<"cross_entropy_grad"> {
   let description = [{
     `(softmax(logits[t]) - onehot(labels[t])) / T` for every token `t` of the
     `T` tokens: the gradient of `parax.cross_entropy` of the same operands
-    (the loss itself the root, its gradient 1).
+    (the loss itself the root, its gradient 1). After partitioning with the
+    tokens split over ranks, the local op computes its own tokens' rows and
+    `num_tokens` holds the `T` of the whole mean.
 
     ```mlir
     %d = parax.cross_entropy_grad %logits, %labels : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<2x16x256xf32>
     ```
 
     C1: `labels` has `logits`' shape without the last dimension. C2: the
-    result has `logits`' type.
+    result has `logits`' type. C3: `num_tokens`, when present, is at least
+    the logits' token count.
   }];
-  let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels);
+  let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels,
+                       OptionalAttr<I64Attr>:$num_tokens);
   let results = (outs Parax_FloatTensor:$result);
 }
 

@@ -1,0 +1,55 @@
+// RUN: parax-opt %s -split-input-file --parax-autodiff --parax-partition | FileCheck %s
+
+// The backward pass takes its layouts from propagation: gradients flow
+// through the same splits as the forward pass, and a weight's gradient,
+// summed over tokens, is a partial sum over the axes that split them.
+
+parax.grid @g(tp = 4)
+// Megatron's MLP: the forward's one all-reduce (the row-parallel output);
+// backward, the column/row pair runs in reverse with no communication
+// (the input's gradient is not needed: a data input), each weight's
+// gradient computed in its own split; gathered whole as results.
+// CHECK-LABEL: func.func @mlp
+// CHECK: parax.all_reduce
+// CHECK: parax.cross_entropy_grad
+// CHECK-NOT: parax.all_reduce
+// CHECK: parax.linear_weight_grad {{.*}} -> tensor<16x64xf32>
+// CHECK: parax.linear_weight_grad {{.*}} -> tensor<64x16xf32>
+// CHECK: parax.all_gather {{.*}} dim 0 : tensor<64x16xf32> -> tensor<256x16xf32>
+// CHECK: parax.all_gather {{.*}} dim 1 : tensor<16x64xf32> -> tensor<16x256xf32>
+// CHECK: return
+func.func @mlp(%x: tensor<2x8x16xf32>, %labels: tensor<2x8xi32>,
+    %up: tensor<256x16xf32> {parax.param = "up", parax.sharding = #parax.sharding<@g, [{tp}, {}]>},
+    %down: tensor<16x256xf32> {parax.param = "down", parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) -> tensor<f32> {
+  %h = parax.linear %x, %up {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<2x8x16xf32>, tensor<256x16xf32>) -> tensor<2x8x256xf32>
+  %y = parax.linear %h, %down {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x256xf32>, tensor<16x256xf32>) -> tensor<2x8x16xf32>
+  %l = parax.cross_entropy %y, %labels : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 2)
+// Tokens split over dp (here an axis of the program, as expert
+// parallelism's is), the labels too: the loss and its gradient are
+// computed on each rank's tokens (num_tokens: the whole mean's count), the
+// loss a partial sum over dp; each weight's gradient is a partial sum over
+// dp too. Three all-reduces over dp alone when they are returned (tp
+// splits the features), no logits gathered.
+// CHECK-LABEL: func.func @tokens
+// CHECK-NOT: parax.all_gather
+// CHECK: parax.cross_entropy {{.*}} {num_tokens = 16 : i64} : (tensor<1x8x16xf32>, tensor<1x8xi32>) -> tensor<f32>
+// CHECK: parax.cross_entropy_grad {{.*}} {num_tokens = 16 : i64} : (tensor<1x8x16xf32>, tensor<1x8xi32>) -> tensor<1x8x16xf32>
+// CHECK-NOT: parax.all_gather
+// CHECK: parax.linear_weight_grad {{.*}} : (tensor<1x8x16xf32>, tensor<1x8x128xf32>) -> tensor<128x16xf32>
+// CHECK-COUNT-3: parax.all_reduce {{.*}} over @g ["dp"]
+// CHECK: return
+func.func @tokens(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{dp}, {}, {}]>},
+    %labels: tensor<2x8xi32> {parax.sharding = #parax.sharding<@g, [{dp}, {}]>},
+    %up: tensor<256x16xf32> {parax.param = "up", parax.sharding = #parax.sharding<@g, [{tp}, {}]>},
+    %down: tensor<16x256xf32> {parax.param = "down", parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) -> tensor<f32> {
+  %h = parax.linear %x, %up {transpose_w, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {tp}]>]} : (tensor<2x8x16xf32>, tensor<256x16xf32>) -> tensor<2x8x256xf32>
+  %y = parax.linear %h, %down {transpose_w, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {}], partial = {tp}>]} : (tensor<2x8x256xf32>, tensor<16x256xf32>) -> tensor<2x8x16xf32>
+  %l = parax.cross_entropy %y, %labels : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
