@@ -125,14 +125,18 @@ class Model:
         picked = np.take_along_axis(logp, self.labels[..., None].astype(np.int64), axis=-1)
         return float(-picked.mean())
 
-    def compile(self, name, workload=None, devices=1):
-        """plan (oracle cluster) -> partition -> translate; returns the .pxe."""
+    def compile(self, name, workload=None, devices=1, autodiff=False):
+        """plan (oracle cluster) -> partition -> translate; returns the .pxe.
+        With `autodiff`, a training step (--parax-autodiff after the plan):
+        the loss, then every parameter's gradient."""
         ir = self.ir
+        passes = ["--parax-autodiff"] if autodiff else []
         if workload:
+            passes = [f"--parax-plan=cluster={ORACLE_CLUSTER}:devices_per_node={devices} "
+                      f"workload={workload}"] + passes + ["--parax-partition"]
+        if passes:
             ir = os.path.join(self.dir, f"{name}.mlir")
-            run([tool("parax-opt"), self.ir,
-                 f"--parax-plan=cluster={ORACLE_CLUSTER}:devices_per_node={devices} "
-                 f"workload={workload}", "--parax-partition", "-o", ir])
+            run([tool("parax-opt"), self.ir, *passes, "-o", ir])
         exe = os.path.join(self.dir, f"{name}.pxe")
         run([tool("parax-translate"), "--to-executable", ir, "-o", exe])
         return exe
