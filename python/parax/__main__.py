@@ -56,9 +56,11 @@ def _run(cmd, env=None, timeout=600, capture=True):
 
 def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=None,
                   dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False, cache=0,
-                  last_logits=False):
+                  last_logits=False, train=False):
     """Builds (if needed), plans, partitions and translates; returns the
-    partitioned IR path."""
+    partitioned IR path. `train`: a training step (the model takes labels
+    after the tokens; the program returns the loss, then the gradient of
+    every parameter)."""
     workdir = workdir or tempfile.mkdtemp(prefix="parax-")
     ir = model
     if not model.endswith(".mlir"):
@@ -66,13 +68,13 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
         with open(ir, "w") as f:
             f.write(build_model(load_config(model, layers=layers), batch=batch, seq=seq,
                                 dtype=dtype, past=past, return_kv=return_kv, cache=cache,
-                                last_logits=last_logits))
+                                last_logits=last_logits, loss=train))
     if show_plans:
         print(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload,
                     "--top", "3"]), end="")
     partitioned = os.path.join(workdir, "partitioned.mlir")
     _run([_tool("parax-opt"), ir, f"--parax-plan=cluster={cluster} workload={workload}",
-          "--parax-partition", "-o", partitioned])
+          *(["--parax-autodiff"] if train else []), "--parax-partition", "-o", partitioned])
     _run([_tool("parax-translate"), "--to-executable", partitioned, "-o", output])
     return partitioned
 
@@ -179,8 +181,35 @@ def demo():
     same = bool(np.array_equal(generated[0], generated[1]))
     print(f"  tokens (4 ranks): {generated[1].tolist()}")
     print(f"== the 4-rank and single-rank generations are {'the same' if same else 'DIFFERENT'}")
+
+    print("\n== train: a training step (--parax-autodiff: the loss, then the gradient of each of the 21 "
+          "parameters) for 4 rows, on 4 ranks (dp=2 x tp=2: each replica 2 rows, gradients averaged) "
+          "and on 1 rank")
+    train_dir = os.path.join(work, "train")
+    os.makedirs(train_dir)
+    train_ir = os.path.join(train_dir, "model.mlir")
+    with open(train_ir, "w") as f:
+        f.write(build_model(cfg, batch=2, seq=8, dtype="f32", loss=True))
+    rows = np.random.default_rng(3).integers(0, cfg.vocab, (2, 4, 8)).astype(np.int32)
+    train_inputs = [os.path.join(train_dir, name) for name in ("tokens.npy", "labels.npy")]
+    for path, value in zip(train_inputs, rows):
+        np.save(path, value)
+    train_exe, train_single = os.path.join(train_dir, "train.pxe"), os.path.join(train_dir, "single.pxe")
+    compile_model(train_ir, cluster, "train:batch=4,seq=8,dp=2,tp=2,pp=1", train_exe, workdir=train_dir,
+                  show_plans=False, train=True)
+    single_ir = os.path.join(train_dir, "single.mlir")
+    _run([_tool("parax-opt"), train_ir, "--parax-autodiff", "-o", single_ir])
+    _run([_tool("parax-translate"), "--to-executable", single_ir, "-o", train_single])
+    results = []
+    for exe_path, ranks in ((train_single, 1), (train_exe, 4)):
+        outs = [os.path.join(train_dir, f"out{ranks}-{k}.npy") for k in range(22)]
+        print("  " + run_model(exe_path, weights, train_inputs, outs, ranks=ranks).strip())
+        results.append([np.load(out) for out in outs])
+    train_diff = max(float(np.abs(a - b).max()) for a, b in zip(*results))
+    print(f"  loss {float(results[1][0]):.6f}; largest gradient {max(float(np.abs(g).max()) for g in results[1][1:]):.3g}")
+    print(f"== largest |difference| between the 4-rank and single-rank loss and gradients: {train_diff:.3g}")
     print(f"(files in {work})")
-    return 0 if diff < 1e-5 and cp_diff < 1e-5 and same else 1
+    return 0 if diff < 1e-5 and cp_diff < 1e-5 and same and train_diff < 1e-5 else 1
 
 
 def main(argv=None):
@@ -201,6 +230,9 @@ def main(argv=None):
                    help="also return each layer's new keys and values")
     c.add_argument("--cache", type=int, default=0,
                    help="a generation step over KV caches of capacity C (run --generate)")
+    c.add_argument("--train", action="store_true",
+                   help="a training step: inputs tokens and labels; results the loss, then "
+                        "each parameter's gradient (pin pp=1: no pipelined backward yet)")
     c.add_argument("--last-logits", action="store_true",
                    help="logits of the last position only (a prefill program for run --prefill)")
     r = sub.add_parser("run", help="run an executable under mpirun")
@@ -223,7 +255,8 @@ def main(argv=None):
         if args.command == "compile":
             compile_model(args.model, args.cluster, args.workload, args.output, args.batch,
                           args.seq, args.layers, args.dtype, past=args.past,
-                          return_kv=args.return_kv, cache=args.cache, last_logits=args.last_logits)
+                          return_kv=args.return_kv, cache=args.cache, last_logits=args.last_logits,
+                          train=args.train)
             return 0
         if args.command == "run":
             sampling = [arg for option, value in (("--temperature", args.temperature), ("--top-k", args.top_k),
