@@ -8,6 +8,7 @@
 #define OMPI_SKIP_MPICXX 1
 #include "CudaCommon.cuh"
 #include "GeluEpilogue.cuh"
+#include "GradientKernels.cuh"
 #include "Kernels.cuh"
 #include "NcclCommunicator.cuh"
 #include "parax/runtime/BufferPlan.h"
@@ -97,7 +98,8 @@ bool among(const std::string &op, std::initializer_list<const char *> ops) {
 bool capturableOp(const std::string &op) {
   return among(op, {"embedding", "position_embedding", "linear", "rms_norm", "layer_norm", "rope", "attention",
                     "add", "mul", "silu", "sigmoid", "gelu", "swiglu", "reshape", "transpose", "broadcast", "slice",
-                    "concat", "cache_update", "router", "shard_slice", "to_partial"});
+                    "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
+                    "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -382,6 +384,16 @@ struct CudaExecutor::State {
     return Status::ok();
   }
   Status ensureScratch(size_t floats) { return ensureScratch(floats, scratch, scratchSize); }
+
+  /// A kernel's flag on the device (-1: nothing wrong, else the index of a
+  /// bad label or id), read after the stream's work.
+  Status checkFlag(const int32_t *flag, const std::function<std::string(int32_t)> &message) {
+    int32_t bad = -1;
+    PARAX_CUDA(cudaMemcpyAsync(&bad, flag, 4, cudaMemcpyDeviceToHost, stream));
+    Status st = sync();
+    if (!st.isOk()) return st;
+    return bad >= 0 ? Status::error(message(bad)) : Status::ok();
+  }
   Status ensureCommScratch(size_t floats) { return ensureScratch(floats, commScratch, commScratchSize); }
 
   /// The tensor `t` cut along `dim` into `parts` pieces, stored piece after
@@ -1150,7 +1162,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using T = decltype(t);
       PARAX_LAUNCH(ropeKernel<T>, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
           y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset") + rows.start,
-          rows.stride, inst.operands_size() == 2 ? in(1).i() : nullptr, attrInt(a, "interleaved") != 0);
+          rows.stride, inst.operands_size() == 2 ? in(1).i() : nullptr, attrInt(a, "interleaved") != 0,
+          attrInt(a, "inverse") != 0);
       return Status::ok();
     });
   }
@@ -1451,30 +1464,139 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
-  if (op == "cross_entropy") {
+  if (op == "cross_entropy" || op == "cross_entropy_grad") {
     DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
     int64_t V = logits.shape.back(), tokens = logits.numel() / V;
+    float invTokens = 1.0f / attrInt(a, "num_tokens", tokens); // (a rank's part of the mean)
     Status st = ensureScratch(1);
     if (!st.isOk()) return st;
     auto *badToken = reinterpret_cast<int32_t *>(scratch);
-    PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
     PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream)); // -1: every label is valid
-    st = withFloat(logits, [&](auto t) {
+    if (op == "cross_entropy") {
+      PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
+      st = withFloat(logits, [&](auto t) {
+        using T = decltype(t);
+        PARAX_LAUNCH(crossEntropyKernel<T>, tokens, kThreads, 0, stream)(logits.as<T>(), labels.i(), y.f(), V,
+                                                                         badToken);
+        return Status::ok();
+      });
+      if (!st.isOk()) return st;
+      PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, invTokens);
+    } else {
+      st = withFloat(y, [&](auto t) {
+        using T = decltype(t);
+        PARAX_LAUNCH(crossEntropyGradKernel<T>, tokens, kThreads, 0, stream)(logits.as<T>(), labels.i(),
+                                                                             y.as<T>(), V, invTokens, badToken);
+        return Status::ok();
+      });
+      if (!st.isOk()) return st;
+    }
+    return checkFlag(badToken, [&](int32_t bad) {
+      return "label out of range at token " + std::to_string(bad) + " (vocabulary " + std::to_string(V) + ")";
+    });
+  }
+  if (op == "linear_weight_grad") {
+    DeviceBuffer &x = in(0), &dy = in(1), &dw = out();
+    int64_t k = x.shape.back(), n = dy.shape.back(), m = x.numel() / k;
+    if (x.elem != dy.elem || dw.elem != x.elem)
+      return Status::error("linear_weight_grad: x, dy and the gradient must share an element type");
+    // Column-major: dW [k, n] row-major is dWᵀ = dyᵀ-view · x-view; with
+    // transpose_w, dW [n, k] is x-view · dyᵀ.
+    bool t = attrInt(a, "transpose_w") != 0;
+    const void *A = t ? x.data : dy.data, *B = t ? dy.data : x.data;
+    int rows = static_cast<int>(t ? k : n), cols = static_cast<int>(t ? n : k);
+    int lda = static_cast<int>(t ? k : n), ldb = static_cast<int>(t ? n : k);
+    const float one = 1.0f, zero = 0.0f;
+    if (x.elem == Elem::BF16) {
+      PARAX_CUBLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, rows, cols, static_cast<int>(m), &one, A,
+                                CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &zero, dw.data, CUDA_R_16BF, rows,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return Status::ok();
+    }
+    PARAX_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, rows, cols, static_cast<int>(m), &one,
+                             static_cast<const float *>(A), lda, static_cast<const float *>(B), ldb, &zero, dw.f(),
+                             rows));
+    return Status::ok();
+  }
+  if (op == "rms_norm_grad" || op == "rms_norm_weight_grad") {
+    DeviceBuffer &x = in(0), &y = out();
+    int64_t h = x.shape.back(), rows = x.numel() / h;
+    float eps = static_cast<float>(attrFloat(a, "eps"));
+    if (op == "rms_norm_weight_grad") {
+      Status st = ensureScratch(rows);
+      if (!st.isOk()) return st;
+    }
+    return withFloat(y, [&](auto t) {
       using T = decltype(t);
-      PARAX_LAUNCH(crossEntropyKernel<T>, tokens, kThreads, 0, stream)(logits.as<T>(), labels.i(), y.f(), V,
-                                                                       badToken);
+      if (op == "rms_norm_grad") {
+        PARAX_LAUNCH(rmsNormGradKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), in(1).as<T>(), in(2).as<T>(),
+                                                                      y.as<T>(), h, eps);
+      } else {
+        PARAX_LAUNCH(inverseRmsKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), scratch, h, eps);
+        PARAX_LAUNCH(rmsNormWeightGradKernel<T>, blocksFor(h), kThreads, 0, stream)(x.as<T>(), in(1).as<T>(),
+                                                                                    scratch, y.as<T>(), rows, h);
+      }
+      return Status::ok();
+    });
+  }
+  if (op == "swiglu_grad") {
+    return withFloat(out(), [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(swigluGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+          in(0).as<T>(), in(1).as<T>(), in(2).as<T>(), out().as<T>(), out().numel(),
+          static_cast<int>(attrInt(a, "operand")));
+      return Status::ok();
+    });
+  }
+  if (op == "attention_grad") {
+    DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &dout = in(3);
+    AttentionShape shape{q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[1], k.shape[2], v.shape[3],
+                         attrInt(a, "causal") != 0, static_cast<float>(attrFloat(a, "scale")), 0, 1, 0, 1};
+    if (shape.D > kMaxGradHead || shape.DV > kMaxGradHead)
+      return Status::error("attention_grad: head widths above " + std::to_string(kMaxGradHead) +
+                           " are not supported on CUDA yet");
+    std::vector<std::string> headAxes = attrStrings(a, "head_axes");
+    int64_t totalHeads = shape.H;
+    if (!headAxes.empty()) {
+      shape.headOffset = groupIndex(headAxes) * shape.H;
+      totalHeads = shape.H * groupSize(headAxes);
+    }
+    shape.group = totalHeads / shape.KH;
+    SequenceRows rows = rowsOf(a, shape.S); // as attention's queries
+    shape.past = shape.T - shape.S * rows.pieces + rows.start;
+    shape.stride = rows.stride;
+    Status st = ensureScratch(3 * shape.B * shape.S * shape.H);
+    if (!st.isOk()) return st;
+    return withFloat(q, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(attentionGradQueryKernel<T>, blocksFor(shape.B * shape.S * shape.H), kThreads, 0, stream)(
+          q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), out(0).as<T>(), scratch, shape);
+      PARAX_LAUNCH(attentionGradKeyKernel<T>, blocksFor(shape.B * shape.T * shape.KH), kThreads, 0, stream)(
+          q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(1).as<T>(), out(2).as<T>(), shape);
+      return Status::ok();
+    });
+  }
+  if (op == "embedding_grad") {
+    DeviceBuffer &ids = in(0), &dy = in(1), &table = out();
+    std::vector<std::string> axes = attrStrings(a, "vocab_axes");
+    int64_t rows = table.shape[0], h = table.shape[1];
+    int64_t offset = axes.empty() ? 0 : groupIndex(axes) * rows;
+    Status st = ensureScratch(rows * h + 1);
+    if (!st.isOk()) return st;
+    auto *badToken = reinterpret_cast<int32_t *>(scratch + rows * h);
+    PARAX_CUDA(cudaMemsetAsync(scratch, 0, rows * h * sizeof(float), stream));
+    PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream));
+    st = withFloat(table, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(embeddingGradKernel<T>, blocksFor(dy.numel()), kThreads, 0, stream)(
+          ids.i(), dy.as<T>(), scratch, ids.numel(), h, rows, offset, !axes.empty(), badToken);
+      PARAX_LAUNCH(fromFloatKernel<T>, blocksFor(rows * h), kThreads, 0, stream)(scratch, table.as<T>(), rows * h);
       return Status::ok();
     });
     if (!st.isOk()) return st;
-    PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, 1.0f / attrInt(a, "num_tokens", tokens));
-    int32_t bad = -1;
-    PARAX_CUDA(cudaMemcpyAsync(&bad, badToken, 4, cudaMemcpyDeviceToHost, stream));
-    st = sync();
-    if (!st.isOk()) return st;
-    if (bad >= 0)
-      return Status::error("label out of range at token " + std::to_string(bad) + " (vocabulary " +
-                           std::to_string(V) + ")");
-    return Status::ok();
+    return checkFlag(badToken, [&](int32_t bad) {
+      return "token id at " + std::to_string(bad) + " is outside the vocabulary of " + std::to_string(rows);
+    });
   }
 
   // Communication: through the communicator whenever there is one (even

@@ -107,13 +107,14 @@ __global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, 
 // generation step's, on the device) when given.
 template <typename T>
 __global__ void ropeKernel(T *v, const double *invFreq, int64_t B, int64_t S, int64_t H, int64_t D, int64_t rot,
-                           int64_t offset, int64_t stride, const int32_t *position, bool interleaved) {
+                           int64_t offset, int64_t stride, const int32_t *position, bool interleaved,
+                           bool inverse) {
   int64_t half = rot / 2;
   if (position) offset = *position; // (stride 1 then)
   PARAX_GRID_STRIDE(k, B * S * H * half) {
     int64_t i = k % half, row = k / half, s = (row / H) % S;
     double angle = static_cast<double>(offset + s * stride) * invFreq[i];
-    float c = static_cast<float>(cos(angle)), sn = static_cast<float>(sin(angle));
+    float c = static_cast<float>(cos(angle)), sn = static_cast<float>(inverse ? -sin(angle) : sin(angle));
     T *x = v + row * D;
     int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + half;
     float x0 = ld(x, p), x1 = ld(x, q);
@@ -919,6 +920,35 @@ __global__ void moeCombineKernel(const T *back, const int32_t *slot, T *y, int64
   }
 }
 
+// The block's maximum (takeMax) or sum of every thread's `v`, returned to
+// every thread; `partial` holds kThreads floats of shared memory.
+__device__ float blockReduce(float *partial, float v, bool takeMax) {
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step)
+      partial[threadIdx.x] = takeMax ? fmaxf(partial[threadIdx.x], partial[threadIdx.x + step])
+                                     : partial[threadIdx.x] + partial[threadIdx.x + step];
+    __syncthreads();
+  }
+  float out = partial[0];
+  __syncthreads();
+  return out;
+}
+
+// A row of logits' maximum and sum of exp(l - max), on every thread.
+struct SoftmaxStats {
+  float max, sum;
+};
+template <typename T> __device__ SoftmaxStats softmaxStats(float *partial, const T *l, int64_t V) {
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, ld(l, c));
+  m = blockReduce(partial, m, true);
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) s += expf(ld(l, c) - m);
+  return SoftmaxStats{m, blockReduce(partial, s, false)};
+}
+
 // One block per token; a label outside the vocabulary is reported through
 // `badToken` (the host turns it into an error, as the CPU backend does).
 template <typename T>
@@ -926,28 +956,11 @@ __global__ void crossEntropyKernel(const T *logits, const int32_t *labels, float
                                    int32_t *badToken) {
   __shared__ float partial[kThreads];
   const T *l = logits + blockIdx.x * V;
-  float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, ld(l, c));
-  partial[threadIdx.x] = m;
-  __syncthreads();
-  for (int step = blockDim.x / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + step]);
-    __syncthreads();
-  }
-  m = partial[0];
-  __syncthreads();
-  float s = 0;
-  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) s += expf(ld(l, c) - m);
-  partial[threadIdx.x] = s;
-  __syncthreads();
-  for (int step = blockDim.x / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
-    __syncthreads();
-  }
+  SoftmaxStats stats = softmaxStats(partial, l, V);
   if (threadIdx.x == 0) {
     int32_t label = labels[blockIdx.x];
     if (label < 0 || label >= V) *badToken = static_cast<int32_t>(blockIdx.x);
-    else atomicAdd(total, logf(partial[0]) + m - ld(l, label));
+    else atomicAdd(total, logf(stats.sum) + stats.max - ld(l, label));
   }
 }
 

@@ -153,7 +153,52 @@ OPS = {
     "cross_entropy": (
         [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None)],
         "parax.cross_entropy %logits, %labels", t(elem="f32"), {"labels": "ids:1000"}),
+    # The training step's gradient ops (--parax-autodiff).
+    "cross_entropy_grad": (  # a rank's 12 of 48 tokens (num_tokens)
+        [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None)],
+        "parax.cross_entropy_grad %logits, %labels {num_tokens = 48 : i64}", t(2, 6, 1000),
+        {"labels": "ids:1000"}),
+    "linear_weight_grad": (
+        [("x", t(3, 5, 70), None), ("dy", t(3, 5, 90), None)],
+        "parax.linear_weight_grad %x, %dy", t(70, 90), {}),
+    "linear_weight_grad-transposed": (
+        [("x", t(3, 5, 70), None), ("dy", t(3, 5, 90), None)],
+        "parax.linear_weight_grad %x, %dy {transpose_w}", t(90, 70), {}),
+    "rms_norm_grad-wide": (
+        [("x", t(3, 700), None), ("w", t(700), "w"), ("dy", t(3, 700), None)],
+        "parax.rms_norm_grad %x, %w, %dy {eps = 1.0e-06 : f64}", t(3, 700), {}),
+    "rms_norm_weight_grad": (
+        [("x", t(2, 9, 300), None), ("dy", t(2, 9, 300), None)],
+        "parax.rms_norm_weight_grad %x, %dy {eps = 1.0e-05 : f64}", t(300), {}),
+    "swiglu_grad-gate": (
+        [("g", t(3, 333), None), ("u", t(3, 333), None), ("dy", t(3, 333), None)],
+        "parax.swiglu_grad %g, %u, %dy {operand = 0 : i64}", t(3, 333), {}),
+    "swiglu_grad-up": (
+        [("g", t(3, 333), None), ("u", t(3, 333), None), ("dy", t(3, 333), None)],
+        "parax.swiglu_grad %g, %u, %dy {operand = 1 : i64}", t(3, 333), {}),
+    "attention_grad-gqa": (  # causal, 6 heads over 2 KV heads, Dv != D
+        [("q", t(1, 70, 6, 16), None), ("k", t(1, 70, 2, 16), None), ("v", t(1, 70, 2, 8), None),
+         ("do", t(1, 70, 6, 8), None)],
+        "parax.attention_grad %q, %k, %v, %do {causal, head_dim = 16 : i64, num_heads = 6 : i64,"
+        " num_kv_heads = 2 : i64, scale = 0.25 : f64}",
+        (t(1, 70, 6, 16), t(1, 70, 2, 16), t(1, 70, 2, 8)), {}),
+    "attention_grad-past": (  # causal with 4 earlier keys; then not causal
+        [("q", t(2, 5, 4, 8), None), ("k", t(2, 9, 4, 8), None), ("v", t(2, 9, 4, 8), None),
+         ("do", t(2, 5, 4, 8), None)],
+        "parax.attention_grad %q, %k, %v, %do {causal, head_dim = 8 : i64, num_heads = 4 : i64,"
+        " num_kv_heads = 4 : i64, scale = 0.35 : f64}",
+        (t(2, 5, 4, 8), t(2, 9, 4, 8), t(2, 9, 4, 8)), {}),
+    "embedding_grad": (  # ids repeat: rows gather several tokens' gradients
+        [("ids", t(3, 40, elem="i32"), None), ("dy", t(3, 40, 24), None)],
+        "parax.embedding_grad %ids, %dy", t(50, 24), {"ids": "ids:50"}),
+    "rope-inverse": (
+        [("x", t(2, 6, 3, 16), None)],
+        "parax.rope %x {theta = 10000.0 : f64, rotary_dim = 8, position_offset = 5, inverse}",
+        t(2, 6, 3, 16), {}),
 }
+
+# Case-name suffixes of an op's results, by their count.
+RESULT_SUFFIXES = {2: ("-weights", "-indices"), 3: ("-dq", "-dk", "-dv")}
 
 
 def cases():
@@ -161,7 +206,8 @@ def cases():
     case also in bf16 storage (suffix -bf16)."""
     names = []
     for name, (_, _, result, _) in OPS.items():
-        names += [f"{name}-weights", f"{name}-indices"] if isinstance(result, tuple) else [name]
+        names += ([name + suffix for suffix in RESULT_SUFFIXES[len(result)]] if isinstance(result, tuple)
+                  else [name])
     return names + [n + "-bf16" for n in names]
 
 
@@ -172,9 +218,10 @@ def is_bf16(case):
 def _op(case):
     if is_bf16(case):
         case = case[:-len("-bf16")]
-    for suffix, k in (("-weights", 0), ("-indices", 1)):
-        if case.endswith(suffix) and case[:-len(suffix)] in OPS:
-            return case[:-len(suffix)], k
+    for suffixes in RESULT_SUFFIXES.values():
+        for k, suffix in enumerate(suffixes):
+            if case.endswith(suffix) and case[:-len(suffix)] in OPS:
+                return case[:-len(suffix)], k
     return case, 0
 
 

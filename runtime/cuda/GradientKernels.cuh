@@ -1,0 +1,185 @@
+// GradientKernels.cuh - CUDA kernels of the backward pass (the gradient ops
+// of --parax-autodiff). Storage fp32 or bf16 (T), math in fp32. Written for
+// correctness first: attention's gradient is one thread per query (then
+// per key), not tiled; see docs/training.md.
+
+#ifndef PARAX_RUNTIME_CUDA_GRADIENTKERNELS_CUH
+#define PARAX_RUNTIME_CUDA_GRADIENTKERNELS_CUH
+
+#include "Kernels.cuh"
+
+namespace parax::runtime {
+
+namespace {
+
+// One block per token: (softmax - onehot(label)) / tokens.
+template <typename T>
+__global__ void crossEntropyGradKernel(const T *logits, const int32_t *labels, T *d, int64_t V, float invTokens,
+                                       int32_t *badToken) {
+  __shared__ float partial[kThreads];
+  const T *l = logits + blockIdx.x * V;
+  T *dr = d + blockIdx.x * V;
+  SoftmaxStats stats = softmaxStats(partial, l, V);
+  int32_t label = labels[blockIdx.x];
+  if (threadIdx.x == 0 && (label < 0 || label >= V)) *badToken = static_cast<int32_t>(blockIdx.x);
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+    st(dr, c, (expf(ld(l, c) - stats.max) / stats.sum - (c == label ? 1.0f : 0.0f)) * invTokens);
+}
+
+// One block per row: dx = r·dy·w - x·r³·mean(dy·w·x), r = 1/sqrt(mean(x²) + eps).
+template <typename T>
+__global__ void rmsNormGradKernel(const T *x, const T *w, const T *dy, T *dx, int64_t h, float eps) {
+  __shared__ float partial[kThreads];
+  const T *xr = x + blockIdx.x * h, *dyr = dy + blockIdx.x * h;
+  float squares = 0, dot = 0;
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+    squares += ld(xr, c) * ld(xr, c);
+    dot += ld(dyr, c) * ld(w, c) * ld(xr, c);
+  }
+  float r = rsqrtf(blockReduce(partial, squares, false) / h + eps);
+  dot = blockReduce(partial, dot, false) / h;
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
+    st(dx + blockIdx.x * h, c, r * ld(dyr, c) * ld(w, c) - ld(xr, c) * r * r * r * dot);
+}
+
+// One block per row: its 1/sqrt(mean(x²) + eps), for the weight's gradient.
+template <typename T> __global__ void inverseRmsKernel(const T *x, float *r, int64_t h, float eps) {
+  __shared__ float partial[kThreads];
+  const T *xr = x + blockIdx.x * h;
+  float squares = 0;
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) squares += ld(xr, c) * ld(xr, c);
+  squares = blockReduce(partial, squares, false);
+  if (threadIdx.x == 0) r[blockIdx.x] = rsqrtf(squares / h + eps);
+}
+
+// One thread per feature: dw[c] = sum over rows of dy·x·r.
+template <typename T>
+__global__ void rmsNormWeightGradKernel(const T *x, const T *dy, const float *r, T *dw, int64_t rows, int64_t h) {
+  PARAX_GRID_STRIDE(c, h) {
+    float sum = 0;
+    for (int64_t row = 0; row < rows; ++row) sum += ld(dy, row * h + c) * ld(x, row * h + c) * r[row];
+    st(dw, c, sum);
+  }
+}
+
+template <typename T>
+__global__ void swigluGradKernel(const T *g, const T *u, const T *dy, T *d, int64_t n, int operand) {
+  PARAX_GRID_STRIDE(k, n) {
+    float gate = ld(g, k), s = 1.0f / (1.0f + expf(-gate));
+    st(d, k, operand == 0 ? ld(dy, k) * ld(u, k) * (s + gate * s * (1.0f - s)) : ld(dy, k) * gate * s);
+  }
+}
+
+// Where attention's queries sit (as attentionKernel's: query s at past + s
+// · stride, seeing keys up to it when causal) and which KV head each local
+// query head reads.
+constexpr int64_t kMaxGradHead = 256; // head widths the gradient kernels accumulate in registers
+
+struct AttentionShape {
+  int64_t B, S, H, D, T, KH, DV;
+  bool causal;
+  float scale;
+  int64_t headOffset, group, past, stride;
+  __device__ int64_t visible(int64_t s) const { return causal ? min(T, past + s * stride + 1) : T; }
+  __device__ int64_t kvHead(int64_t h) const { return (headOffset + h) / group; }
+};
+
+template <typename T>
+__device__ float rowDot(const T *a, const T *b, int64_t n) {
+  float sum = 0;
+  for (int64_t d = 0; d < n; ++d) sum += ld(a, d) * ld(b, d);
+  return sum;
+}
+
+// One thread per (batch, query, head): the softmax's max and sum over the
+// keys it sees, D = sum P·dP, then dq = scale · sum P·(dP - D)·k; the
+// statistics (max, sum, D) kept for the keys' kernel.
+template <typename T>
+__global__ void attentionGradQueryKernel(const T *q, const T *k, const T *v, const T *dout, T *dq, float *stats,
+                                         AttentionShape a) {
+  PARAX_GRID_STRIDE(row, a.B * a.S * a.H) {
+    int64_t h = row % a.H, s = (row / a.H) % a.S, b = row / (a.S * a.H), kh = a.kvHead(h);
+    const T *qr = q + row * a.D, *dor = dout + row * a.DV;
+    int64_t seen = a.visible(s);
+    float m = -INFINITY, l = 0;
+    for (int64_t t = 0; t < seen; ++t) {
+      float score = a.scale * rowDot(qr, k + ((b * a.T + t) * a.KH + kh) * a.D, a.D);
+      float grown = fmaxf(m, score);
+      l = l * expf(m - grown) + expf(score - grown);
+      m = grown;
+    }
+    float dotSum = 0;
+    for (int64_t t = 0; t < seen; ++t) {
+      float p = expf(a.scale * rowDot(qr, k + ((b * a.T + t) * a.KH + kh) * a.D, a.D) - m) / l;
+      dotSum += p * rowDot(dor, v + ((b * a.T + t) * a.KH + kh) * a.DV, a.DV);
+    }
+    float acc[kMaxGradHead];
+    for (int64_t d = 0; d < a.D; ++d) acc[d] = 0.0f;
+    for (int64_t t = 0; t < seen; ++t) {
+      const T *kt = k + ((b * a.T + t) * a.KH + kh) * a.D;
+      float p = expf(a.scale * rowDot(qr, kt, a.D) - m) / l;
+      float ds = p * (rowDot(dor, v + ((b * a.T + t) * a.KH + kh) * a.DV, a.DV) - dotSum) * a.scale;
+      for (int64_t d = 0; d < a.D; ++d) acc[d] += ds * ld(kt, d);
+    }
+    for (int64_t d = 0; d < a.D; ++d) st(dq + row * a.D, d, acc[d]);
+    stats[3 * row] = m;
+    stats[3 * row + 1] = l;
+    stats[3 * row + 2] = dotSum;
+  }
+}
+
+// One thread per (batch, key, KV head): over the local query heads that
+// read it and the queries that see it, dv += P·do and dk += scale·P·(dP -
+// D)·q (no atomics: each thread owns its key's rows).
+template <typename T>
+__global__ void attentionGradKeyKernel(const T *q, const T *k, const T *v, const T *dout, const float *stats, T *dk,
+                                       T *dv, AttentionShape a) {
+  PARAX_GRID_STRIDE(row, a.B * a.T * a.KH) {
+    int64_t kh = row % a.KH, t = (row / a.KH) % a.T, b = row / (a.T * a.KH);
+    const T *kt = k + row * a.D, *vt = v + row * a.DV;
+    float dkAcc[kMaxGradHead], dvAcc[kMaxGradHead];
+    for (int64_t d = 0; d < a.D; ++d) dkAcc[d] = 0.0f;
+    for (int64_t d = 0; d < a.DV; ++d) dvAcc[d] = 0.0f;
+    for (int64_t h = 0; h < a.H; ++h) {
+      if (a.kvHead(h) != kh) continue;
+      for (int64_t s = 0; s < a.S; ++s) {
+        if (t >= a.visible(s)) continue;
+        int64_t qrow = (b * a.S + s) * a.H + h;
+        const T *qr = q + qrow * a.D, *dor = dout + qrow * a.DV;
+        float p = expf(a.scale * rowDot(qr, kt, a.D) - stats[3 * qrow]) / stats[3 * qrow + 1];
+        float ds = p * (rowDot(dor, vt, a.DV) - stats[3 * qrow + 2]) * a.scale;
+        for (int64_t d = 0; d < a.DV; ++d) dvAcc[d] += p * ld(dor, d);
+        for (int64_t d = 0; d < a.D; ++d) dkAcc[d] += ds * ld(qr, d);
+      }
+    }
+    for (int64_t d = 0; d < a.D; ++d) st(dk + row * a.D, d, dkAcc[d]);
+    for (int64_t d = 0; d < a.DV; ++d) st(dv + row * a.DV, d, dvAcc[d]);
+  }
+}
+
+// dtable (fp32, zeroed) += dy's rows at their ids (ids outside the rank's
+// rows add nothing; outside the whole vocabulary: badToken, unless the
+// rows are one rank's part).
+template <typename T>
+__global__ void embeddingGradKernel(const int32_t *ids, const T *dy, float *dtable, int64_t tokens, int64_t h,
+                                    int64_t rows, int64_t offset, bool split, int32_t *badToken) {
+  PARAX_GRID_STRIDE(k, tokens * h) {
+    int64_t token = k / h, c = k % h;
+    int64_t id = ids[token] - offset;
+    if (id < 0 || id >= rows) {
+      if (!split && c == 0) *badToken = static_cast<int32_t>(token);
+      continue;
+    }
+    atomicAdd(dtable + id * h + c, ld(dy, k));
+  }
+}
+
+template <typename T> __global__ void fromFloatKernel(const float *x, T *y, int64_t n) {
+  PARAX_GRID_STRIDE(k, n) st(y, k, x[k]);
+}
+
+} // namespace
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_CUDA_GRADIENTKERNELS_CUH
