@@ -247,14 +247,54 @@ LogicalResult FunctionPartitioner::buildStage(
   for (auto [i, a] : llvm::enumerate(argList))
     local[function.getArgument(a)] = {entry->getArgument(i),
                                       layouts[function.getArgument(a)]};
-  for (Value value : received) {
+  // Transfers between stages: each value leaves its stage by send right
+  // after the op that makes it, and a stage receives, from each other
+  // stage, in the order the values are made there, each one when it is
+  // first needed (and the ones made before it then). So sends and receives
+  // pair up in order, and a stage whose backward pass waits for a later
+  // stage's gradients has sent that stage its activations first.
+  std::map<int64_t, SmallVector<Value>> incoming; // by stage, in the order made
+  std::map<int64_t, size_t> nextIncoming;
+  for (const auto &[from, fromOps] : byStage)
+    for (Operation *op : fromOps)
+      for (Value result : op->getResults())
+        if (received.contains(result))
+          incoming[from].push_back(result);
+  auto receive = [&](Value value) {
+    if (isa<BlockArgument>(value) || local.count(value))
+      return;
     int64_t from = definedIn.lookup(value);
-    Type type = localType(globalType(value), layouts[value], grid);
-    Value recv = RecvOp::create(b, value.getLoc(), type, grid.ref,
-                                b.getStrArrayAttr({kPipelineAxis}),
-                                b.getI64IntegerAttr(from));
-    local[value] = {recv, layouts[value]};
+    while (!local.count(value)) {
+      Value next = incoming[from][nextIncoming[from]++];
+      Type type = localType(globalType(next), layouts[next], grid);
+      Value recv = RecvOp::create(b, next.getLoc(), type, grid.ref,
+                                  b.getStrArrayAttr({kPipelineAxis}),
+                                  b.getI64IntegerAttr(from));
+      local[next] = {recv, layouts[next]};
+    }
+  };
+  // The other stages each value made here goes to.
+  DenseMap<Value, SmallVector<int64_t>> sendTo;
+  for (const auto &[other, otherOps] : byStage) {
+    if (other == stage)
+      continue;
+    llvm::SetVector<Value> needed;
+    for (Operation *op : otherOps)
+      for (Value operand : op->getOperands())
+        needed.insert(operand);
+    if (other == stages - 1)
+      for (Value result : terminator->getOperands())
+        needed.insert(result);
+    for (Value value : needed)
+      if (!isa<BlockArgument>(value) && definedIn.lookup(value) == stage)
+        sendTo[value].push_back(other);
   }
+  auto sendResults = [&](Operation *op) {
+    for (Value result : op->getResults())
+      for (int64_t to : sendTo.lookup(result))
+        SendOp::create(b, result.getLoc(), local[result].value, grid.ref,
+                       b.getStrArrayAttr({kPipelineAxis}), b.getI64IntegerAttr(to));
+  };
 
   // Resharded copies are shared by the consumers that want the same layout.
   std::map<std::pair<void *, std::string>, Value> resharded;
@@ -273,6 +313,8 @@ LogicalResult FunctionPartitioner::buildStage(
   };
 
   for (Operation *op : ops) {
+    for (Value operand : op->getOperands())
+      receive(operand);
     SmallVector<Layout> results;
     for (Value result : op->getResults())
       results.push_back(layouts[result]);
@@ -329,6 +371,7 @@ LogicalResult FunctionPartitioner::buildStage(
           expertOut, operands[2], grid.ref, b.getStrArrayAttr(axisNames),
           b.getI64IntegerAttr(numExperts));
       local[op->getResult(0)] = {combined, results[0]};
+      sendResults(op);
       continue;
     }
     OperationState state(op->getLoc(), op->getName());
@@ -344,29 +387,14 @@ LogicalResult FunctionPartitioner::buildStage(
     for (auto [result, newResult, layout] :
          llvm::zip(op->getResults(), copy->getResults(), results))
       local[result] = {newResult, layout};
+    sendResults(op);
   }
-
-  // Values later stages read leave by send.
-  std::map<int64_t, llvm::SetVector<Value>> sends;
-  for (const auto &[other, otherOps] : byStage) {
-    if (other <= stage)
-      continue;
-    for (Operation *op : otherOps)
-      for (Value operand : op->getOperands())
-        if (!isa<BlockArgument>(operand) && definedIn.lookup(operand) == stage)
-          sends[other].insert(operand);
-    if (other == stages - 1)
-      for (Value result : terminator->getOperands())
-        if (!isa<BlockArgument>(result) && definedIn.lookup(result) == stage)
-          sends[other].insert(result);
-  }
-  for (auto &[to, values] : sends)
-    for (Value value : values)
-      SendOp::create(b, value.getLoc(), local[value].value, grid.ref,
-                     b.getStrArrayAttr({kPipelineAxis}), b.getI64IntegerAttr(to));
 
   // The last stage returns the model's results, replicated.
   SmallVector<Value> returns;
+  if (last)
+    for (Value result : terminator->getOperands())
+      receive(result);
   if (last)
     for (Value result : terminator->getOperands()) {
       FailureOr<Value> value =
@@ -410,11 +438,6 @@ LogicalResult FunctionPartitioner::run() {
   DenseMap<Value, int64_t> definedIn;
   for (Operation &op : function.getBody().front().without_terminator()) {
     int64_t stage = stageOf(&op);
-    for (Value operand : op.getOperands())
-      if (!isa<BlockArgument>(operand) && definedIn.lookup(operand) > stage)
-        return op.emitError("this op (stage ")
-               << stage << ") reads a value of a later stage ("
-               << definedIn.lookup(operand) << ")";
     byStage[stage].push_back(&op);
     for (Value result : op.getResults())
       definedIn[result] = stage;

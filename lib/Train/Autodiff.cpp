@@ -35,10 +35,13 @@ private:
   OpBuilder &b;
   DenseMap<Value, Value> grads; // d(loss) / d(value), summed over its readers
 
-  // Adds `grad` to the gradient of `value` (a float tensor).
+  Operation *current = nullptr; // the forward op being differentiated
+
+  // Adds `grad` to the gradient of `value` (a float tensor); a sum belongs
+  // to the layer and stage of the op whose gradient it adds.
   void accumulate(Value value, Value grad) {
     Value &sum = grads[value];
-    sum = sum ? AddOp::create(b, grad.getLoc(), value.getType(), sum, grad).getResult()
+    sum = sum ? tag(AddOp::create(b, grad.getLoc(), value.getType(), sum, grad), current).getResult()
               : grad;
   }
   // A gradient op for `forward`: its layer and stage, no sharding.
@@ -178,12 +181,6 @@ LogicalResult Differentiator::run() {
     return ret.emitError("--parax-autodiff needs a function returning one "
                          "loss (a parax.cross_entropy result), got ")
            << ret.getNumOperands() << " result(s)";
-  for (Operation &op : body.without_terminator())
-    if (auto stage = op.getAttrOfType<IntegerAttr>(ParaxDialect::kStageAttrName);
-        stage && stage.getInt() != 0)
-      return op.emitError("--parax-autodiff: a training step over pipeline "
-                          "stages is not supported yet (its backward pass "
-                          "sends gradients to earlier stages)");
 
   b.setInsertionPoint(ret);
   SmallVector<Operation *> forward;
@@ -196,6 +193,7 @@ LogicalResult Differentiator::run() {
       dy = grads.lookup(op->getResult(0));
     if (!reaches && !dy)
       continue; // the loss does not depend on it (or it is a gradient op)
+    current = op;
     if (failed(differentiate(op, dy)))
       return failure();
   }

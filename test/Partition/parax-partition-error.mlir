@@ -61,16 +61,6 @@ func.func @negative_stages_without_pp(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-parax.grid @g(pp = 2)
-func.func @negative_backwards_stage(%x: tensor<4xf32>) -> tensor<4xf32> {
-  %a = parax.silu %x {parax.stage = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
-  // expected-error @+1 {{this op (stage 0) reads a value of a later stage (1)}}
-  %b = parax.silu %a {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
-  return %b : tensor<4xf32>
-}
-
-// -----
-
 // expected-error @+1 {{nothing says how to partition this function}}
 func.func @negative_no_grid(%x: tensor<4xf32>) -> tensor<4xf32> {
   %a = parax.silu %x : (tensor<4xf32>) -> tensor<4xf32>

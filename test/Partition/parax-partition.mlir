@@ -321,3 +321,28 @@ func.func @cyclic_context_parallel(%ids: tensor<2x8xi32>, %wte: tensor<32x16xf32
   %y = parax.reshape %o : (tensor<2x8x2x8xf32>) -> tensor<2x8x16xf32>
   return %y : tensor<2x8x16xf32>
 }
+
+// -----
+
+parax.grid @g(pp = 2)
+// A value flowing back to an earlier stage (as a gradient does): sent by
+// the later stage once made, received by the earlier one when first needed,
+// after it has sent what the later stage waits for.
+// CHECK-LABEL: func.func @back_and_forth_stage0
+// CHECK: parax.silu
+// CHECK-NEXT: parax.send {{.*}} to 1
+// CHECK-NEXT: parax.recv {{.*}} from 1
+// CHECK-NEXT: parax.silu
+// CHECK-NEXT: parax.send {{.*}} to 1
+// CHECK-LABEL: func.func @back_and_forth_stage1
+// CHECK: parax.recv {{.*}} from 0
+// CHECK-NEXT: parax.silu
+// CHECK-NEXT: parax.send {{.*}} to 0
+// CHECK-NEXT: parax.recv {{.*}} from 0
+// CHECK-NEXT: return
+func.func @back_and_forth(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = parax.silu %x {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %b = parax.silu %a {parax.stage = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %c = parax.silu %b {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return %c : tensor<4xf32>
+}

@@ -53,3 +53,32 @@ func.func @tokens(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [
   %l = parax.cross_entropy %y, %labels : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+parax.grid @g(pp = 2)
+// Pipeline stages: each gradient op runs in its forward op's stage. Stage
+// 0 sends its activation forward, then receives the gradient by it (after
+// sending: no stage waits for what it has not sent), computes its weight's
+// gradient and sends it to the last stage, which returns every result.
+// CHECK-LABEL: func.func @stages_stage0
+// CHECK: parax.linear
+// CHECK-NEXT: parax.send {{.*}} to 1
+// CHECK-NEXT: parax.recv {{.*}} from 1
+// CHECK-NEXT: parax.linear_weight_grad
+// CHECK-NEXT: parax.send {{.*}} to 1
+// CHECK-NEXT: return
+// CHECK-LABEL: func.func @stages_stage1
+// CHECK: parax.recv {{.*}} from 0
+// CHECK: parax.cross_entropy_grad
+// CHECK: parax.send {{.*}} to 0
+// CHECK: parax.recv {{.*}} from 0
+// CHECK-NEXT: return
+func.func @stages(%x: tensor<2x8x16xf32>, %labels: tensor<2x8xi32>,
+    %a: tensor<32x16xf32> {parax.param = "a"},
+    %b: tensor<16x32xf32> {parax.param = "b"}) -> tensor<f32> {
+  %h = parax.linear %x, %a {transpose_w, parax.stage = 0 : i64} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %y = parax.linear %h, %b {transpose_w, parax.stage = 1 : i64} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
+  %l = parax.cross_entropy %y, %labels {parax.stage = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -141,6 +141,7 @@ TRAIN = {
     "train-llama-tp2": ("tiny-llama", 2, 8, "tp=2,dp=1", 2),
     "train-llama-cp2-seq100": ("tiny-llama", 1, 100, "cp=2,tp=1,dp=1", 2),  # strided queries
     "train-llama-tp4": ("tiny-llama", 2, 8, "tp=4,dp=1", 4),  # KV heads replicated: head_axes
+    "train-llama-tp2-pp2": ("tiny-llama", 2, 8, "tp=2,pp=2,dp=1", 4),  # gradients sent back a stage
     "train-llama-bf16-dp2-tp2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16"),
 }
 

@@ -64,6 +64,10 @@ TRAIN_PLANS = [
     ("dp=2,tp=2", 4),
     ("cp=2,tp=1,dp=1", 2),       # context parallelism: dk/dv partial over cp
     ("cp=2,tp=2,dp=1", 4),
+    ("pp=2,dp=1", 2),            # gradients sent back to the earlier stage
+    ("tp=2,pp=2,dp=1", 4),
+    ("cp=2,pp=2,tp=1,dp=1", 4),
+    ("dp=2,tp=2,pp=2", 8),
 ]
 
 
@@ -81,13 +85,16 @@ def test_sharded_gradients_match_single_rank(tmp_path, pins, ranks):
         assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
 
 
-def test_microbatch_gradients_are_averaged(tmp_path):
+@pytest.mark.parametrize("pins,ranks", [(None, 1), ("pp=2,dp=1", 2)], ids=["single", "pp2"])
+def test_microbatch_gradients_are_averaged(tmp_path, pins, ranks):
     """Four rows through an executable of batch 2: two microbatches, whose
     gradients parax-run averages (each a mean over its tokens), equal the
-    gradients of one batch of four."""
+    gradients of one batch of four (on one rank; through two pipeline
+    stages, each microbatch's backward pass after its forward pass)."""
     model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
     whole = Model(str(tmp_path / "whole"), "tiny-llama", loss=True, batch=4)
-    loss, micro = gradients(model, model.compile("micro", autodiff=True), 1)
+    workload = pins and f"prefill:batch=2,seq=8,{pins}"
+    loss, micro = gradients(model, model.compile("micro", workload, ranks, autodiff=True), ranks)
     whole_loss, grads = gradients(whole, whole.compile("whole", autodiff=True), 1)
     assert abs(loss - whole_loss) < 1e-5
     for name in grads:

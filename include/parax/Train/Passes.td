@@ -24,10 +24,13 @@ def ParaxAutodiffPass : Pass<"parax-autodiff", "mlir::ModuleOp"> {
     sum over tokens, is a partial sum over the axes that split them: the
     data-parallel all-reduce of a plan's batch axes).
 
+    Pipeline stages: each gradient op runs in its forward op's stage, so the
+    partitioner sends gradients back to earlier stages.
+
     Covered: the ops of Llama-family models (embedding, rms_norm, linear
     without bias, reshape, rope, attention, add, swiglu, cross_entropy).
-    Other ops on the path to the loss, a function with pipeline stages, a
-    parameter the loss does not depend on: errors naming them.
+    Other ops on the path to the loss, a parameter the loss does not depend
+    on: errors naming them.
   }];
 }
 
