@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A training step on CPU ranks (not a test): the loss and every parameter's
+# gradient (--parax-autodiff) of a Llama (4 layers, hidden 1024, fp32) over
+# 4 sequences of 256 tokens, on one rank and over two: data parallelism
+# (each replica 2 sequences, gradients averaged), tensor parallelism (with
+# sequence parallelism), pipeline parallelism (two stages, the microbatch's
+# forward then backward: no interleaving yet). The forward pass alone on one
+# rank gives the step's backward/forward ratio. Side by side in rounds;
+# prints each run's step time, then the medians and the ratios.
+#
+#   bench/train.sh [build-dir] [rounds]
+BENCH=train-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+cat > "$work/config.json" <<JSON
+{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
+ "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 8192,
+ "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+ "tie_word_embeddings": false}
+JSON
+"$py" - "$work" <<'PY'
+import sys
+import numpy as np
+from parax.checkpoint import random_weights, save_safetensors
+from parax.models import load_config
+work = sys.argv[1]
+save_safetensors(f"{work}/w.safetensors", random_weights(load_config(f"{work}/config.json"), seed=1))
+rng = np.random.default_rng(2)
+for name in ("tokens", "labels"):
+    np.save(f"{work}/{name}.npy", rng.integers(0, 8192, size=(4, 256)).astype(np.int32))
+PY
+for batch in 4 2; do
+  "$py" -m parax.models "$work/config.json" --batch "$batch" --seq 256 --dtype f32 --loss -o "$work/loss$batch.mlir"
+done
+"$build/bin/parax-translate" --to-executable "$work/loss4.mlir" -o "$work/forward.pxe"
+"$build/bin/parax-opt" "$work/loss4.mlir" --parax-autodiff -o "$work/single.mlir"
+"$build/bin/parax-translate" --to-executable "$work/single.mlir" -o "$work/single.pxe"
+cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
+for plan in "dp=2,tp=1,pp=1" "tp=2,dp=1,pp=1" "pp=2,tp=1,dp=1"; do
+  case "$plan" in dp=2*) ir="$work/loss2.mlir" ;; *) ir="$work/loss4.mlir" ;; esac
+  "$build/bin/parax-opt" "$ir" --parax-plan="cluster=$cluster workload=train:batch=4,seq=256,$plan" \
+    --parax-autodiff --parax-partition -o "$work/$plan.mlir"
+  "$build/bin/parax-translate" --to-executable "$work/$plan.mlir" -o "$work/$plan.pxe"
+done
+
+step() { # ranks executable -> the median step time in ms
+  timeout 600 mpirun -np "$1" --oversubscribe --bind-to none "$build/bin/parax-run" "$2" \
+    --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --steps 3 |
+    sed -E 's/.*step time ([0-9.]+) ms.*/\1/'
+}
+for round in $(seq "$rounds"); do
+  fwd="$(step 1 "$work/forward.pxe")"
+  one="$(step 1 "$work/single.pxe")"
+  dp="$(step 2 "$work/dp=2,tp=1,pp=1.pxe")"
+  tp="$(step 2 "$work/tp=2,dp=1,pp=1.pxe")"
+  pp="$(step 2 "$work/pp=2,tp=1,dp=1.pxe")"
+  echo "round $round: forward $fwd ms; training step: 1 rank $one ms, DP2 $dp ms, TP2 $tp ms, PP2 $pp ms"
+  echo "$fwd $one $dp $tp $pp" >> "$work/figures"
+done
+"$py" - "$work/figures" <<'PY'
+import sys
+import numpy as np
+rows = np.loadtxt(sys.argv[1], ndmin=2)
+fwd, one, dp, tp, pp = np.median(rows, axis=0)
+tokens = 4 * 256
+print(f"medians, 1,024 tokens: forward alone {fwd:.1f} ms; training step on 1 rank {one:.1f} ms "
+      f"({one / fwd:.2f}x the forward, {tokens / one * 1e3:.0f} tokens/s), DP2 {dp:.1f} ms ({one / dp:.2f}x), "
+      f"TP2 {tp:.1f} ms ({one / tp:.2f}x), PP2 {pp:.1f} ms ({one / pp:.2f}x)")
+PY
