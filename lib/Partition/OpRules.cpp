@@ -312,6 +312,66 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         dy.dims[r - 1] = out.dims[1 - inDim];
         return SmallVector<Layout>{x, dy};
       })
+      .Case<SumToOp>([&](SumToOp sum) -> FailureOr<SmallVector<Layout>> {
+        // The summed dimensions' split becomes the partial sum: each axis
+        // where the operand already splits a summed dimension (or holds a
+        // partial sum), else on the first summed dimension.
+        ArrayRef<int64_t> from = shapeOf(sum.getX()), to = shapeOf(sum.getResult());
+        Layout x = Layout::replicated(from.size());
+        SmallVector<int64_t> summed;
+        for (size_t d = 0; d < from.size(); ++d) {
+          if (to[d] == 1 && from[d] != 1)
+            summed.push_back(d);
+          else
+            x.dims[d] = out.dims[d];
+        }
+        const Layout *have = currentOf(0);
+        for (const std::string &axis : out.partial) {
+          bool placed = false;
+          for (int64_t d : summed)
+            if (have && llvm::is_contained(have->dims[d], axis)) {
+              x.dims[d].push_back(axis);
+              placed = true;
+            }
+          if (!placed && have && llvm::is_contained(have->partial, axis)) {
+            x.partial.push_back(axis);
+            placed = true;
+          }
+          if (!placed) {
+            if (summed.empty())
+              return unsupported(op, out) << "nothing is summed over '" << axis << "'";
+            x.dims[summed.front()].push_back(axis);
+          }
+        }
+        return SmallVector<Layout>{x};
+      })
+      .Case<GeluGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()))
+          return failure();
+        return same();
+      })
+      .Case<LayerNormGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()) ||
+            failed(wholeDim(out.dims.size() - 1,
+                            "a norm needs its whole last dimension")))
+          return failure();
+        return SmallVector<Layout>{out, Layout::replicated(1), out};
+      })
+      .Case<LayerNormWeightGradOp>([&](LayerNormWeightGradOp grad) -> FailureOr<SmallVector<Layout>> {
+        if (failed(wholeDim(0, "a norm needs its whole last dimension")))
+          return failure();
+        Layout x = tokensSplit(out.partial, rankOf(grad.getX()), currentOf(0));
+        return SmallVector<Layout>{x, x};
+      })
+      .Case<PositionEmbeddingGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        // A rank's positions (split over the partial's axes) write their rows.
+        if (failed(wholeDim(0, "the table's rows are written by position")))
+          return failure();
+        Layout dy = Layout::replicated(3);
+        dy.dims[1].assign(out.partial.begin(), out.partial.end());
+        dy.dims[2] = out.dims[1];
+        return SmallVector<Layout>{dy};
+      })
       .Case<RmsNormGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
             failed(wholeDim(out.dims.size() - 1,
@@ -488,7 +548,27 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
-  if (isa<RmsNormWeightGradOp>(op)) {
+  if (auto sum = dyn_cast<SumToOp>(op)) { // summed dimensions' axes: a partial sum
+    ArrayRef<int64_t> from = shapeOf(sum.getX()), to = shapeOf(result);
+    Layout out = Layout::replicated(to.size());
+    out.partial = in.partial;
+    for (size_t d = 0; d < from.size(); ++d) {
+      if (to[d] == 1 && from[d] != 1)
+        out.partial.append(in.dims[d].begin(), in.dims[d].end());
+      else
+        out.dims[d] = in.dims[d];
+    }
+    results.push_back(out);
+    return results;
+  }
+  if (isa<PositionEmbeddingGradOp>(op)) { // the positions' split: a partial sum
+    Layout out = Layout::replicated(2);
+    out.dims[1] = in.dims[2];
+    out.partial.assign(in.dims[1].begin(), in.dims[1].end());
+    results.push_back(out);
+    return results;
+  }
+  if (isa<RmsNormWeightGradOp, LayerNormWeightGradOp>(op)) {
     Layout out = Layout::replicated(1);
     out.partial = tokenAxes(in, {});
     results.push_back(out);
@@ -519,11 +599,12 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
-  if (isa<RmsNormGradOp, SwigluGradOp>(op) && rankOf(op->getOperand(0)) == rankOf(result)) {
+  if (isa<RmsNormGradOp, LayerNormGradOp, SwigluGradOp, GeluGradOp>(op) &&
+      rankOf(op->getOperand(0)) == rankOf(result)) {
     // The activation's layout (the gradient is resharded to it).
     Layout out = in;
     out.partial.clear();
-    if (isa<RmsNormGradOp>(op))
+    if (isa<RmsNormGradOp, LayerNormGradOp>(op))
       out.dims.back().clear();
     results.push_back(out);
     return results;
@@ -537,6 +618,13 @@ void parax::partition::localizeAttributes(Operation *local,
   Builder b(local->getContext());
   // A sequence split over ranks (context parallelism): the op's rows are
   // the rank's piece, which it needs to know to place them.
+  if (isa<PositionEmbeddingGradOp>(local) && !results.front().partial.empty()) {
+    SmallVector<StringRef> axes(results.front().partial.begin(), results.front().partial.end());
+    local->setAttr("seq_grid", grid.ref);
+    local->setAttr("seq_axes", b.getStrArrayAttr(axes));
+    if (grid.cyclic.contains(axes.front()))
+      local->setAttr("seq_cyclic", b.getUnitAttr());
+  }
   if (isa<AttentionOp, AttentionGradOp, RopeOp, PositionEmbeddingOp>(local) &&
       !results.front().dims[1].empty()) {
     SmallVector<StringRef> axes(results.front().dims[1].begin(),

@@ -411,8 +411,10 @@ LogicalResult FunctionPartitioner::buildStage(
   // over microbatches and data-parallel replicas).
   if (last)
     for (unsigned i = 0; i < function.getNumResults(); ++i)
-      if (Attribute grad = function.getResultAttr(i, ParaxDialect::kGradAttrName))
-        stageFunction.setResultAttr(i, ParaxDialect::kGradAttrName, grad);
+      for (StringRef name : {ParaxDialect::kGradAttrName, ParaxDialect::kParamOffsetAttrName,
+                             ParaxDialect::kParamShapeAttrName})
+        if (Attribute value = function.getResultAttr(i, name))
+          stageFunction.setResultAttr(i, name, value);
 
   // The schedule, for the runtime.
   NamedAttrList pipeline;

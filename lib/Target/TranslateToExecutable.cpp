@@ -159,7 +159,15 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
         for (auto [k, value] : llvm::enumerate(ret.getOperands())) {
           stage.add_outputs(ids.at(value));
           auto grad = function.getResultAttrOfType<StringAttr>(k, ParaxDialect::kGradAttrName);
-          stage.add_output_grads(grad ? grad.getValue().str() : "");
+          std::string name = grad ? grad.getValue().str() : "";
+          // A piece of a fused tensor: "<name>@<offset>,...".
+          if (auto offset = function.getResultAttrOfType<DenseI64ArrayAttr>(
+                  k, ParaxDialect::kParamOffsetAttrName)) {
+            name += "@";
+            for (auto [i, o] : llvm::enumerate(offset.asArrayRef()))
+              name += (i ? "," : "") + std::to_string(o);
+          }
+          stage.add_output_grads(name);
           trains |= bool(grad);
         }
         if (!trains)

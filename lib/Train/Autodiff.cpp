@@ -36,6 +36,25 @@ private:
   DenseMap<Value, Value> grads; // d(loss) / d(value), summed over its readers
 
   Operation *current = nullptr; // the forward op being differentiated
+  // Gradients of slices of a value (a fused weight's q, k, v), by value:
+  // (dim, start, gradient, slice), joined by a concat once all are known.
+  DenseMap<Value, SmallVector<std::tuple<int64_t, int64_t, Value, Operation *>>> slices;
+
+  // `dy` summed to `type` (same rank; dimensions of size 1 summed).
+  Value sumTo(Value dy, Type type) {
+    if (dy.getType() == type)
+      return dy;
+    return tag(SumToOp::create(b, dy.getLoc(), type, dy), current);
+  }
+  // `dy` summed over every dimension but the last: a bias's gradient.
+  Value sumToLast(Value dy, Type vector) {
+    auto dyType = cast<RankedTensorType>(dy.getType());
+    SmallVector<int64_t> ones(dyType.getRank(), 1);
+    ones.back() = dyType.getShape().back();
+    Value summed = sumTo(dy, RankedTensorType::get(ones, dyType.getElementType()));
+    return tag(ReshapeOp::create(b, dy.getLoc(), vector, summed), current);
+  }
+  LogicalResult joinSlices(Value value);
 
   // Adds `grad` to the gradient of `value` (a float tensor); a sum belongs
   // to the layer and stage of the op whose gradient it adds.
@@ -78,9 +97,8 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         return success();
       })
       .Case<LinearOp>([&](LinearOp linear) -> LogicalResult {
-        if (linear.getBias())
-          return op->emitError("--parax-autodiff has no gradient for a linear "
-                               "with a bias yet");
+        if (Value bias = linear.getBias())
+          accumulate(bias, sumToLast(dy, bias.getType()));
         Operation *dx = copyOf(op, ValueRange{dy, linear.getWeight()}, TypeRange{linear.getX().getType()});
         if (linear.getTransposeW())
           dx->removeAttr("transpose_w");
@@ -103,6 +121,41 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                    tag(RmsNormWeightGradOp::create(b, loc, norm.getWeight().getType(),
                                                    norm.getX(), dy, norm.getEpsAttr()),
                        op));
+        return success();
+      })
+      .Case<LayerNormOp>([&](LayerNormOp norm) {
+        accumulate(norm.getX(),
+                   tag(LayerNormGradOp::create(b, loc, norm.getX().getType(), norm.getX(),
+                                               norm.getWeight(), dy, norm.getEpsAttr()),
+                       op));
+        accumulate(norm.getWeight(),
+                   tag(LayerNormWeightGradOp::create(b, loc, norm.getWeight().getType(),
+                                                     norm.getX(), dy, norm.getEpsAttr()),
+                       op));
+        accumulate(norm.getBias(), sumToLast(dy, norm.getBias().getType()));
+        return success();
+      })
+      .Case<GeluOp>([&](GeluOp gelu) {
+        accumulate(gelu.getX(),
+                   tag(GeluGradOp::create(b, loc, gelu.getX().getType(), gelu.getX(), dy,
+                                          gelu.getApproximateAttr()),
+                       op));
+        return success();
+      })
+      .Case<PositionEmbeddingOp>([&](PositionEmbeddingOp position) -> LogicalResult {
+        if (position.getPosition())
+          return op->emitError("--parax-autodiff has no gradient for a step at "
+                               "a run-time position");
+        accumulate(position.getTable(),
+                   tag(PositionEmbeddingGradOp::create(
+                           b, loc, position.getTable().getType(), dy,
+                           position.getOffsetAttr(), /*seq_grid=*/nullptr,
+                           /*seq_axes=*/nullptr, /*seq_cyclic=*/nullptr),
+                       op));
+        return success();
+      })
+      .Case<SliceOp>([&](SliceOp slice) {
+        slices[slice.getX()].emplace_back(slice.getDim(), slice.getStart(), dy, op);
         return success();
       })
       .Case<RopeOp>([&](RopeOp rope) -> LogicalResult {
@@ -139,13 +192,10 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         accumulate(attention.getV(), back->getResult(2));
         return success();
       })
-      .Case<AddOp>([&](AddOp add) -> LogicalResult {
-        if (add.getLhs().getType() != add.getResult().getType() ||
-            add.getRhs().getType() != add.getResult().getType())
-          return op->emitError("--parax-autodiff has no gradient for a "
-                               "broadcasting add yet");
-        accumulate(add.getLhs(), dy);
-        accumulate(add.getRhs(), dy);
+      .Case<AddOp>([&](AddOp add) {
+        // A broadcast operand's gradient: summed over what it was broadcast over.
+        accumulate(add.getLhs(), sumTo(dy, add.getLhs().getType()));
+        accumulate(add.getRhs(), sumTo(dy, add.getRhs().getType()));
         return success();
       })
       .Case<SwigluOp>([&](SwigluOp swiglu) {
@@ -169,8 +219,41 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
       .Default([&](Operation *) {
         return op->emitError() << "--parax-autodiff has no gradient for '"
                                << op->getName()
-                               << "' yet (covered: the ops of Llama-family models)";
+                               << "' yet (covered: the ops of Llama and GPT-2 models)";
       });
+}
+
+// The gradients of a value's slices, joined: slices along one dimension
+// that tile it (a fused weight's q, k and v) give their concat.
+LogicalResult Differentiator::joinSlices(Value value) {
+  auto it = slices.find(value);
+  if (it == slices.end())
+    return success();
+  auto parts = it->second;
+  llvm::sort(parts, [](const auto &x, const auto &y) { return std::get<1>(x) < std::get<1>(y); });
+  auto type = cast<RankedTensorType>(value.getType());
+  int64_t dim = std::get<0>(parts.front()), next = 0;
+  SmallVector<Value> pieces;
+  for (auto [d, start, grad, slice] : parts) {
+    if (d != dim || start != next)
+      break;
+    pieces.push_back(grad);
+    next += cast<RankedTensorType>(grad.getType()).getDimSize(dim);
+  }
+  if (pieces.size() != parts.size() || next != type.getDimSize(dim)) {
+    Location loc = isa<BlockArgument>(value) ? function.getLoc() : value.getDefiningOp()->getLoc();
+    return emitError(loc) << "--parax-autodiff: slices of a value that do not "
+                             "tile one of its dimensions have no gradient yet";
+  }
+  current = std::get<3>(parts.front()); // (the concat joins the slices' layer and stage)
+  Value joined = pieces.size() == 1
+                     ? pieces.front()
+                     : tag(ConcatOp::create(b, value.getLoc(), type, pieces, b.getI64IntegerAttr(dim)),
+                           current)
+                           .getResult();
+  slices.erase(it);
+  accumulate(value, joined);
+  return success();
 }
 
 LogicalResult Differentiator::run() {
@@ -187,6 +270,9 @@ LogicalResult Differentiator::run() {
   for (Operation &op : body.without_terminator())
     forward.push_back(&op);
   for (Operation *op : llvm::reverse(forward)) {
+    for (Value result : op->getResults())
+      if (failed(joinSlices(result)))
+        return failure();
     bool reaches = isa<CrossEntropyOp>(op) && op->getResult(0) == loss;
     Value dy;
     if (op->getNumResults() == 1 && grads.count(op->getResult(0)))
@@ -197,6 +283,10 @@ LogicalResult Differentiator::run() {
     if (failed(differentiate(op, dy)))
       return failure();
   }
+
+  for (BlockArgument arg : function.getArguments())
+    if (failed(joinSlices(arg)))
+      return failure();
 
   SmallVector<Value> results = {loss};
   SmallVector<Type> types = {loss.getType()};
@@ -215,8 +305,14 @@ LogicalResult Differentiator::run() {
              << name.getValue() << "' (argument #" << arg.getArgNumber() << ")";
     results.push_back(grad);
     types.push_back(grad.getType());
-    resultAttrs.push_back(b.getDictionaryAttr(
-        b.getNamedAttr(ParaxDialect::kGradAttrName, name)));
+    // A piece of a fused checkpoint tensor (--parax-split-fused-params):
+    // its gradient names the box too.
+    NamedAttrList attrs;
+    attrs.append(ParaxDialect::kGradAttrName, name);
+    for (StringRef box : {ParaxDialect::kParamOffsetAttrName, ParaxDialect::kParamShapeAttrName})
+      if (Attribute value = function.getArgAttr(arg.getArgNumber(), box))
+        attrs.append(box, value);
+    resultAttrs.push_back(attrs.getDictionary(b.getContext()));
   }
   func::ReturnOp::create(b, ret.getLoc(), results);
   ret.erase();

@@ -99,7 +99,8 @@ bool capturableOp(const std::string &op) {
   return among(op, {"embedding", "position_embedding", "linear", "rms_norm", "layer_norm", "rope", "attention",
                     "add", "mul", "silu", "sigmoid", "gelu", "swiglu", "reshape", "transpose", "broadcast", "slice",
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
-                    "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad"});
+                    "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
+                    "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -1518,24 +1519,54 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
                              rows));
     return Status::ok();
   }
-  if (op == "rms_norm_grad" || op == "rms_norm_weight_grad") {
+  if (op == "rms_norm_grad" || op == "rms_norm_weight_grad" || op == "layer_norm_grad" ||
+      op == "layer_norm_weight_grad") {
     DeviceBuffer &x = in(0), &y = out();
     int64_t h = x.shape.back(), rows = x.numel() / h;
     float eps = static_cast<float>(attrFloat(a, "eps"));
-    if (op == "rms_norm_weight_grad") {
-      Status st = ensureScratch(rows);
+    bool centered = op.rfind("layer_norm", 0) == 0, input = op == "rms_norm_grad" || op == "layer_norm_grad";
+    if (!input) {
+      Status st = ensureScratch(2 * rows);
       if (!st.isOk()) return st;
     }
     return withFloat(y, [&](auto t) {
       using T = decltype(t);
-      if (op == "rms_norm_grad") {
-        PARAX_LAUNCH(rmsNormGradKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), in(1).as<T>(), in(2).as<T>(),
-                                                                      y.as<T>(), h, eps);
+      if (input) {
+        PARAX_LAUNCH(normGradKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), in(1).as<T>(), in(2).as<T>(),
+                                                                   y.as<T>(), h, eps, centered);
       } else {
-        PARAX_LAUNCH(inverseRmsKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), scratch, h, eps);
-        PARAX_LAUNCH(rmsNormWeightGradKernel<T>, blocksFor(h), kThreads, 0, stream)(x.as<T>(), in(1).as<T>(),
-                                                                                    scratch, y.as<T>(), rows, h);
+        PARAX_LAUNCH(rowStatsKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), scratch, h, eps, centered);
+        PARAX_LAUNCH(normWeightGradKernel<T>, blocksFor(h), kThreads, 0, stream)(x.as<T>(), in(1).as<T>(),
+                                                                                 scratch, y.as<T>(), rows, h);
       }
+      return Status::ok();
+    });
+  }
+  if (op == "sum_to") {
+    DeviceBuffer &x = in(0), &y = out();
+    return withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(sumToKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
+          x.as<T>(), y.as<T>(), dimsOf(x.shape), dimsOf(y.shape), y.numel(), x.numel() / std::max<int64_t>(1, y.numel()));
+      return Status::ok();
+    });
+  }
+  if (op == "gelu_grad") {
+    return withFloat(out(), [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(geluGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+          in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel(), attrString(a, "approximate") == "tanh");
+      return Status::ok();
+    });
+  }
+  if (op == "position_embedding_grad") {
+    DeviceBuffer &dy = in(0), &table = out();
+    SequenceRows rows = rowsOf(a, dy.shape[1]);
+    PARAX_CUDA(cudaMemsetAsync(table.data, 0, table.numel() * elemBytes(table.elem), stream));
+    return withBits(table, [&](auto w) {
+      using W = decltype(w);
+      PARAX_LAUNCH(positionGradRowsKernel<W>, blocksFor(dy.numel()), kThreads, 0, stream)(
+          dy.as<W>(), table.as<W>(), dy.numel(), dy.shape[2], attrInt(a, "offset") + rows.start, rows.stride);
       return Status::ok();
     });
   }

@@ -26,40 +26,113 @@ __global__ void crossEntropyGradKernel(const T *logits, const int32_t *labels, T
     st(dr, c, (expf(ld(l, c) - stats.max) / stats.sum - (c == label ? 1.0f : 0.0f)) * invTokens);
 }
 
-// One block per row: dx = r·dy·w - x·r³·mean(dy·w·x), r = 1/sqrt(mean(x²) + eps).
+struct RowStats {
+  float mean, inv;
+};
+
+// A row's mean (0 unless centered: LayerNorm) and 1 / sqrt(variance + eps),
+// on every thread of the block.
 template <typename T>
-__global__ void rmsNormGradKernel(const T *x, const T *w, const T *dy, T *dx, int64_t h, float eps) {
+__device__ RowStats rowStats(float *partial, const T *xr, int64_t h, float eps, bool centered) {
+  float mean = 0;
+  if (centered) {
+    float s = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += ld(xr, c);
+    mean = blockReduce(partial, s, false) / h;
+  }
+  float v = 0;
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) v += (ld(xr, c) - mean) * (ld(xr, c) - mean);
+  return RowStats{mean, rsqrtf(blockReduce(partial, v, false) / h + eps)};
+}
+
+// One block per row. With x̂ = (x - mean)·r and g = dy·w:
+// dx = r·(g - mean(g) - x̂·mean(g·x̂)) (RMSNorm: no mean).
+template <typename T>
+__global__ void normGradKernel(const T *x, const T *w, const T *dy, T *dx, int64_t h, float eps, bool centered) {
   __shared__ float partial[kThreads];
   const T *xr = x + blockIdx.x * h, *dyr = dy + blockIdx.x * h;
-  float squares = 0, dot = 0;
+  RowStats stats = rowStats(partial, xr, h, eps, centered);
+  float sumG = 0, dot = 0;
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-    squares += ld(xr, c) * ld(xr, c);
-    dot += ld(dyr, c) * ld(w, c) * ld(xr, c);
+    float g = ld(dyr, c) * ld(w, c);
+    sumG += g;
+    dot += g * (ld(xr, c) - stats.mean) * stats.inv;
   }
-  float r = rsqrtf(blockReduce(partial, squares, false) / h + eps);
+  float meanG = centered ? blockReduce(partial, sumG, false) / h : 0.0f;
   dot = blockReduce(partial, dot, false) / h;
-  for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-    st(dx + blockIdx.x * h, c, r * ld(dyr, c) * ld(w, c) - ld(xr, c) * r * r * r * dot);
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+    float xhat = (ld(xr, c) - stats.mean) * stats.inv;
+    st(dx + blockIdx.x * h, c, stats.inv * (ld(dyr, c) * ld(w, c) - meanG - xhat * dot));
+  }
 }
 
-// One block per row: its 1/sqrt(mean(x²) + eps), for the weight's gradient.
-template <typename T> __global__ void inverseRmsKernel(const T *x, float *r, int64_t h, float eps) {
+// One block per row: its mean and 1/sqrt(variance + eps), for the weight's
+// gradient.
+template <typename T> __global__ void rowStatsKernel(const T *x, float *stats, int64_t h, float eps, bool centered) {
   __shared__ float partial[kThreads];
-  const T *xr = x + blockIdx.x * h;
-  float squares = 0;
-  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) squares += ld(xr, c) * ld(xr, c);
-  squares = blockReduce(partial, squares, false);
-  if (threadIdx.x == 0) r[blockIdx.x] = rsqrtf(squares / h + eps);
+  RowStats s = rowStats(partial, x + blockIdx.x * h, h, eps, centered);
+  if (threadIdx.x == 0) {
+    stats[2 * blockIdx.x] = s.mean;
+    stats[2 * blockIdx.x + 1] = s.inv;
+  }
 }
 
-// One thread per feature: dw[c] = sum over rows of dy·x·r.
+// One thread per feature: dw[c] = sum over rows of dy·x̂.
 template <typename T>
-__global__ void rmsNormWeightGradKernel(const T *x, const T *dy, const float *r, T *dw, int64_t rows, int64_t h) {
+__global__ void normWeightGradKernel(const T *x, const T *dy, const float *stats, T *dw, int64_t rows, int64_t h) {
   PARAX_GRID_STRIDE(c, h) {
     float sum = 0;
-    for (int64_t row = 0; row < rows; ++row) sum += ld(dy, row * h + c) * ld(x, row * h + c) * r[row];
+    for (int64_t row = 0; row < rows; ++row)
+      sum += ld(dy, row * h + c) * (ld(x, row * h + c) - stats[2 * row]) * stats[2 * row + 1];
     st(dw, c, sum);
   }
+}
+
+// One thread per element of y: the sum of x's elements that broadcast from
+// it (x and y of one rank; y's dimensions of size 1 summed).
+template <typename T> __global__ void sumToKernel(const T *x, T *y, Dims xd, Dims yd, int64_t n, int64_t count) {
+  PARAX_GRID_STRIDE(k, n) {
+    float sum = 0;
+    for (int64_t j = 0; j < count; ++j) {
+      // Element j of the summed block: y's coordinates where y is whole,
+      // j's digits over the summed dimensions.
+      int64_t index = 0, restK = k, restJ = j;
+      for (int d = xd.rank - 1, stride = 1; d >= 0; --d) {
+        int64_t coord;
+        if (yd.d[d] == 1) {
+          coord = restJ % xd.d[d];
+          restJ /= xd.d[d];
+        } else {
+          coord = restK % yd.d[d];
+          restK /= yd.d[d];
+        }
+        index += coord * stride;
+        stride *= static_cast<int>(xd.d[d]);
+      }
+      sum += ld(x, index);
+    }
+    st(y, k, sum);
+  }
+}
+
+template <typename T> __global__ void geluGradKernel(const T *x, const T *dy, T *dx, int64_t n, bool tanhApprox) {
+  PARAX_GRID_STRIDE(k, n) {
+    float v = ld(x, k), d;
+    if (tanhApprox) {
+      float c = 0.7978845608028654f, t = tanhf(c * (v + 0.044715f * v * v * v));
+      d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * v * v);
+    } else {
+      d = 0.5f * (1.0f + erff(v * 0.7071067811865476f)) + v * expf(-0.5f * v * v) * 0.3989422804014327f;
+    }
+    st(dx, k, ld(dy, k) * d);
+  }
+}
+
+// The table's gradient: row first + i·stride gets dy's row i (the table
+// zeroed first).
+template <typename W>
+__global__ void positionGradRowsKernel(const W *dy, W *table, int64_t n, int64_t h, int64_t first, int64_t stride) {
+  PARAX_GRID_STRIDE(k, n) table[(first + (k / h) * stride) * h + k % h] = dy[k];
 }
 
 template <typename T>

@@ -42,7 +42,9 @@ const std::map<std::string, Arity> &arities() {
       {"cross_entropy_grad", {2, 2, 1}}, {"linear_weight_grad", {2, 2, 1}},
       {"rms_norm_grad", {3, 3, 1}},      {"rms_norm_weight_grad", {2, 2, 1}},
       {"swiglu_grad", {3, 3, 1}},        {"attention_grad", {4, 4, 3}},
-      {"embedding_grad", {2, 2, 1}},
+      {"embedding_grad", {2, 2, 1}},     {"sum_to", {1, 1, 1}},
+      {"gelu_grad", {2, 2, 1}},          {"layer_norm_grad", {3, 3, 1}},
+      {"layer_norm_weight_grad", {2, 2, 1}}, {"position_embedding_grad", {1, 1, 1}},
   };
   return table;
 }

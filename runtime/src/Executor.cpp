@@ -895,12 +895,30 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     linearWeightGrad(in(0), in(1), attrFlag(a, "transpose_w"), out());
     return Status::ok();
   }
-  if (op == "rms_norm_grad") {
-    rmsNormGrad(in(0), in(1), in(2), attrFloat(a, "eps"), out());
+  if (op == "rms_norm_grad" || op == "layer_norm_grad") {
+    normGrad(in(0), in(1), in(2), attrFloat(a, "eps"), op == "layer_norm_grad", out());
     return Status::ok();
   }
-  if (op == "rms_norm_weight_grad") {
-    rmsNormWeightGrad(in(0), in(1), attrFloat(a, "eps"), out());
+  if (op == "rms_norm_weight_grad" || op == "layer_norm_weight_grad") {
+    normWeightGrad(in(0), in(1), attrFloat(a, "eps"), op == "layer_norm_weight_grad", out());
+    return Status::ok();
+  }
+  if (op == "sum_to") {
+    sumTo(in(0), out());
+    return Status::ok();
+  }
+  if (op == "gelu_grad") {
+    geluGrad(in(0), in(1), attrString(a, "approximate") == "tanh", out());
+    return Status::ok();
+  }
+  if (op == "position_embedding_grad") {
+    Tensor &dy = in(0), &table = out();
+    int64_t s = dy.shape[1], h = dy.shape[2];
+    SequenceRows rows = rowsOf(a, s); // (the validator keeps them inside the table)
+    int64_t offset = attrInt(a, "offset");
+    std::fill(table.f.begin(), table.f.end(), 0.0f);
+    for (int64_t i = 0; i < s; ++i)
+      std::copy(&dy.f[i * h], &dy.f[(i + 1) * h], &table.f[(offset + rows.position(i)) * h]);
     return Status::ok();
   }
   if (op == "swiglu_grad") {

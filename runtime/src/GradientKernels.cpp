@@ -18,10 +18,15 @@ std::pair<int64_t, int64_t> rowsCols(const Tensor &t) {
   return {cols ? t.numel() / cols : 0, cols};
 }
 
-double inverseRms(const float *x, int64_t h, double eps) {
-  double sum = 0;
-  for (int64_t c = 0; c < h; ++c) sum += double(x[c]) * x[c];
-  return 1.0 / std::sqrt(sum / h + eps);
+// A row's mean (0 unless centered) and 1 / sqrt(variance + eps).
+std::pair<double, double> rowStats(const float *x, int64_t h, double eps, bool centered) {
+  double mean = 0, var = 0;
+  if (centered) {
+    for (int64_t c = 0; c < h; ++c) mean += x[c];
+    mean /= h;
+  }
+  for (int64_t c = 0; c < h; ++c) var += (x[c] - mean) * (x[c] - mean);
+  return {mean, 1.0 / std::sqrt(var / h + eps)};
 }
 
 } // namespace
@@ -49,27 +54,63 @@ void linearWeightGrad(const Tensor &x, const Tensor &dy, bool transposeW, Tensor
                 dw.f.data(), n);
 }
 
-void rmsNormGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, Tensor &dx) {
+// With x̂ = (x - mean)·r and g = dy·w: dx = r·(g - mean(g) - x̂·mean(g·x̂))
+// (RMSNorm: no mean, and r·(g - x̂·mean(g·x̂)) is r·g - x·r³·mean(g·x)).
+void normGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, bool centered, Tensor &dx) {
   auto [rows, h] = rowsCols(x);
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = &x.f[r * h], *dyr = &dy.f[r * h];
-    double inv = inverseRms(xr, h, eps), dot = 0;
-    for (int64_t c = 0; c < h; ++c) dot += double(dyr[c]) * w.f[c] * xr[c];
+    auto [mean, inv] = rowStats(xr, h, eps, centered);
+    double meanG = 0, dot = 0;
+    for (int64_t c = 0; c < h; ++c) {
+      double g = double(dyr[c]) * w.f[c];
+      meanG += g;
+      dot += g * (xr[c] - mean) * inv;
+    }
+    meanG = centered ? meanG / h : 0.0;
     dot /= h;
     for (int64_t c = 0; c < h; ++c)
-      dx.f[r * h + c] = static_cast<float>(inv * dyr[c] * w.f[c] - xr[c] * inv * inv * inv * dot);
+      dx.f[r * h + c] = static_cast<float>(inv * (double(dyr[c]) * w.f[c] - meanG - (xr[c] - mean) * inv * dot));
   }
 }
 
-void rmsNormWeightGrad(const Tensor &x, const Tensor &dy, double eps, Tensor &dw) {
+void normWeightGrad(const Tensor &x, const Tensor &dy, double eps, bool centered, Tensor &dw) {
   auto [rows, h] = rowsCols(x);
   std::vector<double> sum(h, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = &x.f[r * h], *dyr = &dy.f[r * h];
-    double inv = inverseRms(xr, h, eps);
-    for (int64_t c = 0; c < h; ++c) sum[c] += double(dyr[c]) * xr[c] * inv;
+    auto [mean, inv] = rowStats(xr, h, eps, centered);
+    for (int64_t c = 0; c < h; ++c) sum[c] += double(dyr[c]) * (xr[c] - mean) * inv;
   }
   for (int64_t c = 0; c < h; ++c) dw.f[c] = static_cast<float>(sum[c]);
+}
+
+void sumTo(const Tensor &x, Tensor &y) {
+  std::vector<double> sum(y.numel(), 0.0);
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    int64_t index = 0, stride = 1, rest = k;
+    for (int64_t d = static_cast<int64_t>(x.shape.size()) - 1; d >= 0; --d) {
+      int64_t coord = rest % x.shape[d];
+      rest /= x.shape[d];
+      if (y.shape[d] != 1) index += coord * stride;
+      stride *= y.shape[d];
+    }
+    sum[index] += x.f[k];
+  }
+  for (int64_t k = 0; k < y.numel(); ++k) y.f[k] = static_cast<float>(sum[k]);
+}
+
+void geluGrad(const Tensor &x, const Tensor &dy, bool tanhApprox, Tensor &dx) {
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    double v = x.f[k], d;
+    if (tanhApprox) {
+      double c = 0.7978845608028654, t = std::tanh(c * (v + 0.044715 * v * v * v));
+      d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * 0.044715 * v * v);
+    } else {
+      d = 0.5 * (1 + std::erf(v * 0.7071067811865476)) + v * std::exp(-0.5 * v * v) * 0.3989422804014327;
+    }
+    dx.f[k] = static_cast<float>(dy.f[k] * d);
+  }
 }
 
 void swigluGrad(const Tensor &gate, const Tensor &up, const Tensor &dy, int operand, Tensor &d) {

@@ -23,8 +23,12 @@ struct AttentionGeometry {
 /// `tokens`: the count of the mean (this rank's rows may be a part of it).
 void crossEntropyGrad(const Tensor &logits, const Tensor &labels, int64_t tokens, Tensor &dlogits);
 void linearWeightGrad(const Tensor &x, const Tensor &dy, bool transposeW, Tensor &dw);
-void rmsNormGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, Tensor &dx);
-void rmsNormWeightGrad(const Tensor &x, const Tensor &dy, double eps, Tensor &dw);
+/// RMSNorm's gradients, or LayerNorm's (`centered`: x less its mean).
+void normGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, bool centered, Tensor &dx);
+void normWeightGrad(const Tensor &x, const Tensor &dy, double eps, bool centered, Tensor &dw);
+/// x summed over the dimensions where `y` (of x's rank) has size 1.
+void sumTo(const Tensor &x, Tensor &y);
+void geluGrad(const Tensor &x, const Tensor &dy, bool tanhApprox, Tensor &dx);
 void swigluGrad(const Tensor &gate, const Tensor &up, const Tensor &dy, int operand, Tensor &d);
 void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &dout,
                    const AttentionGeometry &geometry, Tensor &dq, Tensor &dk, Tensor &dv);

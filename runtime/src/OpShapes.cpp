@@ -201,8 +201,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       return fail("x " + text(x) + " and dy " + text(dy) + " must agree but on their last dimension");
     Shape want = attrFlag(a, "transpose_w") ? Shape{dy.back(), x.back()} : Shape{x.back(), dy.back()};
     if (out[0] != want) return fail("the result must be " + text(want) + ", got " + text(out[0]));
-  } else if (op == "rms_norm_grad" || op == "rms_norm_weight_grad") {
-    bool input = op == "rms_norm_grad";
+  } else if (op == "rms_norm_grad" || op == "rms_norm_weight_grad" || op == "layer_norm_grad" ||
+             op == "layer_norm_weight_grad") {
+    bool input = op == "rms_norm_grad" || op == "layer_norm_grad";
     const Shape &x = in[0], &dy = in[input ? 2 : 1];
     if (x.empty() || dy != x || (input ? out[0] != x || in[1] != Shape{x.back()} : out[0] != Shape{x.back()}))
       return fail("x, dy, the weight [H] and the result do not fit: x " + text(x) + ", result " + text(out[0]));
@@ -210,6 +211,19 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     int64_t operand = attrInt(a, "operand", -1);
     if (in[1] != in[0] || in[2] != in[0] || out[0] != in[0] || (operand != 0 && operand != 1))
       return fail("gate, up, dy and the result must have one shape, operand 0 or 1");
+  } else if (op == "sum_to") {
+    if (out[0].size() != in[0].size() || !broadcastsTo(out[0], in[0]))
+      return fail(text(in[0]) + " cannot be summed to " + text(out[0]));
+  } else if (op == "gelu_grad") {
+    if (in[1] != in[0] || out[0] != in[0]) return fail("x, dy and the result must have one shape");
+  } else if (op == "position_embedding_grad") {
+    if (in[0].size() != 3 || out[0].size() != 2 || in[0][0] != 1 || in[0][2] != out[0][1])
+      return fail("dy [1, S, hidden] and the table [positions, hidden] do not fit: " + text(in[0]) + ", " +
+                  text(out[0]));
+    int64_t rows = attrInt(a, "offset") + in[0][1] * groupOf("seq_axes"); // (every rank's piece)
+    if (attrInt(a, "offset") < 0 || rows > out[0][0])
+      return fail("positions " + std::to_string(attrInt(a, "offset")) + " .. " + std::to_string(rows - 1) +
+                  " exceed the table's " + std::to_string(out[0][0]) + " rows");
   } else if (op == "embedding_grad") {
     Shape want = in[0];
     if (out[0].size() != 2) return fail("the table's gradient must be [vocabulary, hidden], got " + text(out[0]));

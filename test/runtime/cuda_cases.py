@@ -143,6 +143,8 @@ TRAIN = {
     "train-llama-tp4": ("tiny-llama", 2, 8, "tp=4,dp=1", 4),  # KV heads replicated: head_axes
     "train-llama-tp2-pp2": ("tiny-llama", 2, 8, "tp=2,pp=2,dp=1", 4),  # gradients sent back a stage
     "train-llama-bf16-dp2-tp2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16"),
+    "train-gpt2": ("tiny-gpt2", 2, 8, None, 1),  # biases, LayerNorms, GELU, positions, fused QKV
+    "train-gpt2-cp2-tp2": ("tiny-gpt2", 2, 8, "cp=2,tp=2,dp=1", 4),
 }
 
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -258,14 +260,15 @@ def prepare_train(name, root):
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
     model = Model(case_dir, preset, batch=batch, seq=seq, loss=True, dtype=dtype, rows=batch * dp)
-    single = model.compile("single", autodiff=True)
-    with open(single.replace(".pxe", ".mlir")) as f:
+    # The CPU backend runs the same executable (a plan's gradients may be
+    # pieces of fused tensors; test_training.py checks them against one rank).
+    exe = model.compile("single", autodiff=True) if pins is None else model.compile(
+        "sharded", f"prefill:batch={batch * dp},seq={seq},{pins}", ranks, autodiff=True)
+    with open(exe.replace(".pxe", ".mlir")) as f:
         outputs = 1 + len(re.findall(r"parax\.grad = ", f.read()))
-    cpu, *grads = model.run(single, 1, outputs=outputs)
+    cpu, *grads = model.run(exe, ranks, outputs=outputs)
     for k, grad in enumerate(grads, 1):
         np.save(os.path.join(case_dir, f"cpu{k}.npy"), grad)
-    exe = single if pins is None else model.compile(
-        "sharded", f"prefill:batch={batch * dp},seq={seq},{pins}", ranks, autodiff=True)
     np.save(os.path.join(case_dir, "cpu.npy"), cpu)
     np.save(os.path.join(case_dir, "numpy.npy"), np.float32(model.reference_loss()))
     largest = max(float(np.abs(g).max()) for g in grads)

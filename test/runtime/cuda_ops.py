@@ -191,6 +191,22 @@ OPS = {
     "embedding_grad": (  # ids repeat: rows gather several tokens' gradients
         [("ids", t(3, 40, elem="i32"), None), ("dy", t(3, 40, 24), None)],
         "parax.embedding_grad %ids, %dy", t(50, 24), {"ids": "ids:50"}),
+    "sum_to-bias": (  # a bias's gradient: every token summed
+        [("x", t(3, 5, 70), None)], "parax.sum_to %x", t(1, 1, 70), {}),
+    "sum_to-middle": (  # a broadcast add's: the batch summed, then a middle dimension
+        [("x", t(4, 3, 5, 6), None)], "parax.sum_to %x", t(1, 3, 1, 6), {}),
+    "gelu_grad-tanh": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
+                       "parax.gelu_grad tanh %x, %dy", t(3, 333), {}),
+    "gelu_grad-erf": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
+                      "parax.gelu_grad none %x, %dy", t(3, 333), {}),
+    "layer_norm_grad-wide": (
+        [("x", t(3, 700), None), ("w", t(700), "w"), ("dy", t(3, 700), None)],
+        "parax.layer_norm_grad %x, %w, %dy {eps = 1.0e-05 : f64}", t(3, 700), {}),
+    "layer_norm_weight_grad": (
+        [("x", t(2, 9, 300), None), ("dy", t(2, 9, 300), None)],
+        "parax.layer_norm_weight_grad %x, %dy {eps = 1.0e-05 : f64}", t(300), {}),
+    "position_embedding_grad": (
+        [("dy", t(1, 5, 40), None)], "parax.position_embedding_grad %dy {offset = 7 : i64}", t(64, 40), {}),
     "rope-inverse": (
         [("x", t(2, 6, 3, 16), None)],
         "parax.rope %x {theta = 10000.0 : f64, rotary_dim = 8, position_offset = 5, inverse}",

@@ -20,10 +20,20 @@ SHARDED_TOL = 1e-6
 
 
 def gradients(model, exe, ranks):
-    """The loss and a {parameter name: gradient} dict."""
-    names = re.findall(r'parax\.grad = "([^"]+)"', open(exe.replace(".pxe", ".mlir")).read())
-    outs = model.run(exe, ranks, outputs=1 + len(names))
-    return float(outs[0]), dict(zip(names, outs[1:]))
+    """The loss and a {parameter name: gradient} dict (the pieces of a fused
+    tensor, each a result of its own with its box, put together)."""
+    text = open(exe.replace(".pxe", ".mlir")).read()
+    results = re.findall(r'\{parax\.grad = "([^"]+)"(?:, parax\.param_offset = array<i64: ([0-9, ]+)>)?', text)
+    outs = model.run(exe, ranks, outputs=1 + len(results))
+    grads = {}
+    for (name, offset), grad in zip(results, outs[1:]):
+        if not offset:
+            grads[name] = grad
+            continue
+        whole = grads.setdefault(name, np.zeros(model.weights[name].shape, np.float32))
+        start = [int(o) for o in offset.split(",")]
+        whole[tuple(slice(o, o + n) for o, n in zip(start, grad.shape))] = grad
+    return float(outs[0]), grads
 
 
 def numpy_loss(model, weights):
@@ -34,11 +44,14 @@ def numpy_loss(model, weights):
     return float(-np.take_along_axis(logp, model.labels[..., None].astype(np.int64), axis=-1).mean())
 
 
-def test_gradients_match_finite_differences(tmp_path):
-    """Tiny Llama, 2 layers, one rank: every parameter's gradient (12 + 9 per
-    layer tensors) along a random direction equals the central difference of
-    numpy's float64 loss; the loss itself numpy's."""
-    model = Model(str(tmp_path), "tiny-llama", loss=True)
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2"])
+def test_gradients_match_finite_differences(tmp_path, preset):
+    """Tiny Llama and GPT-2, 2 layers, one rank: every parameter's gradient
+    (GPT-2: biases, LayerNorms, the position table, the fused QKV weight
+    through its slices, the embedding tied to the head) along a random
+    direction equals the central difference of numpy's float64 loss; the
+    loss itself numpy's."""
+    model = Model(str(tmp_path), preset, loss=True)
     loss, grads = gradients(model, model.compile("train", autodiff=True), 1)
     weights = {k: v.astype(np.float64) for k, v in model.weights.items()}
     assert abs(loss - numpy_loss(model, weights)) < 1e-4
@@ -69,13 +82,19 @@ TRAIN_PLANS = [
     ("cp=2,pp=2,tp=1,dp=1", 4),
     ("dp=2,tp=2,pp=2", 8),
 ]
+# GPT-2: the fused QKV weight split into pieces by the plan (each piece's
+# gradient a result of its own), biases (row-parallel: added on one rank),
+# the position table's gradient (per rank its positions' rows under CP).
+GPT2_PLANS = [("tp=2,dp=1", 2), ("cp=2,tp=1,dp=1", 2), ("dp=2", 2), ("tp=2,pp=2,dp=1", 4)]
 
 
-@pytest.mark.parametrize("pins,ranks", TRAIN_PLANS, ids=[p[0] for p in TRAIN_PLANS])
-def test_sharded_gradients_match_single_rank(tmp_path, pins, ranks):
+@pytest.mark.parametrize("preset,pins,ranks", [("tiny-llama", *p) for p in TRAIN_PLANS] +
+                         [("tiny-gpt2", *p) for p in GPT2_PLANS],
+                         ids=[p[0] for p in TRAIN_PLANS] + ["gpt2-" + p[0] for p in GPT2_PLANS])
+def test_sharded_gradients_match_single_rank(tmp_path, preset, pins, ranks):
     dp = int(re.search(r"dp=(\d+)", pins).group(1))
-    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=2 * dp)
-    single_model = Model(str(tmp_path / "one"), "tiny-llama", loss=True, batch=2 * dp)
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=2 * dp)
+    single_model = Model(str(tmp_path / "one"), preset, loss=True, batch=2 * dp)
     single_loss, single = gradients(single_model, single_model.compile("train", autodiff=True), 1)
     exe = model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True)
     loss, sharded = gradients(model, exe, ranks)

@@ -27,8 +27,9 @@ def ParaxAutodiffPass : Pass<"parax-autodiff", "mlir::ModuleOp"> {
     Pipeline stages: each gradient op runs in its forward op's stage, so the
     partitioner sends gradients back to earlier stages.
 
-    Covered: the ops of Llama-family models (embedding, rms_norm, linear
-    without bias, reshape, rope, attention, add, swiglu, cross_entropy).
+    Covered: the ops of Llama and GPT-2 models (embedding,
+    position_embedding, rms_norm, layer_norm, linear, reshape, slices that
+    tile their operand, rope, attention, add, swiglu, gelu, cross_entropy).
     Other ops on the path to the loss, a parameter the loss does not depend
     on: errors naming them.
   }];

@@ -788,3 +788,51 @@ func.func @embedding_grad_vocab_axes(%ids: tensor<2x16xi32>, %dy: tensor<2x16x64
   %d = parax.embedding_grad %ids, %dy {vocab_axes = ["tp"]} : (tensor<2x16xi32>, tensor<2x16x64xf32>) -> tensor<128x64xf32>
   return %d : tensor<128x64xf32>
 }
+
+// -----
+
+func.func @sum_to_shape(%x: tensor<2x3x4xf32>) -> tensor<1x2x4xf32> {
+  // expected-error @+1 {{C1: the result must have x's rank and element type, each dimension x's or 1}}
+  %y = parax.sum_to %x : (tensor<2x3x4xf32>) -> tensor<1x2x4xf32>
+  return %y : tensor<1x2x4xf32>
+}
+
+// -----
+
+func.func @gelu_grad_types(%x: tensor<2x8xf32>, %dy: tensor<2x4xf32>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{C1: operands and result must have one type}}
+  %d = parax.gelu_grad tanh %x, %dy : (tensor<2x8xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+  return %d : tensor<2x8xf32>
+}
+
+// -----
+
+func.func @layer_norm_grad_dy(%x: tensor<2x64xf32>, %w: tensor<64xf32>, %dy: tensor<4x64xf32>) -> tensor<2x64xf32> {
+  // expected-error @+1 {{C2: dy must have x's type}}
+  %d = parax.layer_norm_grad %x, %w, %dy {eps = 1.0e-5 : f64} : (tensor<2x64xf32>, tensor<64xf32>, tensor<4x64xf32>) -> tensor<2x64xf32>
+  return %d : tensor<2x64xf32>
+}
+
+// -----
+
+func.func @layer_norm_weight_grad_result(%x: tensor<2x64xf32>) -> tensor<32xf32> {
+  // expected-error @+1 {{C2: the result must be [64] of x's element type}}
+  %d = parax.layer_norm_weight_grad %x, %x {eps = 1.0e-5 : f64} : (tensor<2x64xf32>, tensor<2x64xf32>) -> tensor<32xf32>
+  return %d : tensor<32xf32>
+}
+
+// -----
+
+func.func @position_embedding_grad_shape(%dy: tensor<2x8x64xf32>) -> tensor<128x64xf32> {
+  // expected-error @+1 {{C1: expected a [1, S, H] dy and a [P, H] result}}
+  %d = parax.position_embedding_grad %dy : (tensor<2x8x64xf32>) -> tensor<128x64xf32>
+  return %d : tensor<128x64xf32>
+}
+
+// -----
+
+func.func @position_embedding_grad_rows(%dy: tensor<1x8x64xf32>) -> tensor<16x64xf32> {
+  // expected-error @+1 {{C2: positions 10 .. 17 exceed the table's 16 rows}}
+  %d = parax.position_embedding_grad %dy {offset = 10} : (tensor<1x8x64xf32>) -> tensor<16x64xf32>
+  return %d : tensor<16x64xf32>
+}

@@ -154,5 +154,15 @@ func.func @gradients(%ids: tensor<2x16xi32>, %x: tensor<2x16x64xf32>, %w: tensor
   %r = parax.rope %q {theta = 1.0e4 : f64, rotary_dim = 16, inverse} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
   // CHECK: parax.embedding_grad %{{.*}}, %{{.*}} : (tensor<2x16xi32>, tensor<2x16x64xf32>) -> tensor<256x64xf32>
   %de = parax.embedding_grad %ids, %x : (tensor<2x16xi32>, tensor<2x16x64xf32>) -> tensor<256x64xf32>
+  // CHECK: parax.sum_to %{{.*}} : (tensor<2x16x64xf32>) -> tensor<1x1x64xf32>
+  %db = parax.sum_to %x : (tensor<2x16x64xf32>) -> tensor<1x1x64xf32>
+  // CHECK: parax.gelu_grad tanh %{{.*}}, %{{.*}} : (tensor<2x16x128xf32>, tensor<2x16x128xf32>) -> tensor<2x16x128xf32>
+  %dgelu = parax.gelu_grad tanh %g, %g : (tensor<2x16x128xf32>, tensor<2x16x128xf32>) -> tensor<2x16x128xf32>
+  // CHECK: parax.layer_norm_grad %{{.*}}, %{{.*}}, %{{.*}} {eps = 1.000000e-05 : f64}
+  %dln = parax.layer_norm_grad %x, %w, %x {eps = 1.0e-5 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+  // CHECK: parax.layer_norm_weight_grad %{{.*}}, %{{.*}} {eps = 1.000000e-05 : f64}
+  %dlw = parax.layer_norm_weight_grad %x, %x {eps = 1.0e-5 : f64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<64xf32>
+  // CHECK: parax.position_embedding_grad %{{.*}} {offset = 3 : i64} : (tensor<1x1x64xf32>) -> tensor<128x64xf32>
+  %dpos = parax.position_embedding_grad %db {offset = 3} : (tensor<1x1x64xf32>) -> tensor<128x64xf32>
   return
 }

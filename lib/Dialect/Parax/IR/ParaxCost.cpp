@@ -174,3 +174,13 @@ uint64_t AttentionGradOp::getFlops() {
 
 // A scatter-add: one add per element of dy.
 uint64_t EmbeddingGradOp::getFlops() { return numel(getDy()); }
+
+// One add per element summed.
+uint64_t SumToOp::getFlops() { return numel(getX()); }
+// The derivative (about 12 per element for tanh's) and the product.
+uint64_t GeluGradOp::getFlops() { return 14 * numel(getX()); }
+// The statistics again, the weighted gradient and two means.
+uint64_t LayerNormGradOp::getFlops() { return 12 * numel(getX()); }
+uint64_t LayerNormWeightGradOp::getFlops() { return 8 * numel(getX()); }
+// Rows copied: no arithmetic.
+uint64_t PositionEmbeddingGradOp::getFlops() { return 0; }

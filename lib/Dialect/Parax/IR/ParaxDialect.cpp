@@ -325,6 +325,13 @@ LogicalResult ParaxDialect::verifyRegionResultAttribute(Operation *op,
     return verifyShardingOf(attr.getValue(),
                             function.getResultTypes()[resultIndex], op,
                             emitResultError);
+  if (attr.getName().getValue() == kParamOffsetAttrName ||
+      attr.getName().getValue() == kParamShapeAttrName) {
+    if (!isa<DenseI64ArrayAttr>(attr.getValue()))
+      return emitResultError() << "'" << attr.getName().getValue()
+                               << "' must be an array of integers";
+    return success();
+  }
   if (attr.getName().getValue() == kGradAttrName) {
     auto name = dyn_cast<StringAttr>(attr.getValue());
     if (!name || name.getValue().empty())

@@ -693,6 +693,63 @@ LogicalResult AttentionGradOp::verify() {
   return success();
 }
 
+LogicalResult SumToOp::verify() {
+  RankedTensorType x = tensorOf(getX()), result = tensorOf(getResult());
+  bool fits = x.getRank() == result.getRank() &&
+              x.getElementType() == result.getElementType();
+  for (int64_t d = 0; fits && d < x.getRank(); ++d)
+    fits = result.getDimSize(d) == x.getDimSize(d) || result.getDimSize(d) == 1;
+  if (!fits)
+    return emitOpError("C1: the result must have x's rank and element type, "
+                       "each dimension x's or 1, got ")
+           << x << " -> " << result;
+  return success();
+}
+
+LogicalResult GeluGradOp::verify() { return verifySameType(*this); }
+
+LogicalResult LayerNormGradOp::verify() {
+  if (failed(verifyNorm(*this, getX(), getWeight(), getResult(),
+                        getEps().convertToDouble())))
+    return failure();
+  if (getDy().getType() != getX().getType())
+    return emitOpError("C2: dy must have x's type");
+  return success();
+}
+
+LogicalResult LayerNormWeightGradOp::verify() {
+  RankedTensorType x = tensorOf(getX()), dw = tensorOf(getResult());
+  if (getDy().getType() != x)
+    return emitOpError("C1: dy must have x's type");
+  if (x.getRank() < 1 || dw.getRank() != 1 ||
+      dw.getDimSize(0) != x.getShape().back() ||
+      dw.getElementType() != x.getElementType())
+    return emitOpError("C2: the result must be [")
+           << (x.getRank() ? x.getShape().back() : 0)
+           << "] of x's element type";
+  if (!(getEps().convertToDouble() > 0))
+    return emitOpError("C3: eps must be positive");
+  return success();
+}
+
+LogicalResult PositionEmbeddingGradOp::verify() {
+  RankedTensorType dy = tensorOf(getDy()), table = tensorOf(getResult());
+  if (table.getRank() != 2 || dy.getRank() != 3 || dy.getDimSize(0) != 1 ||
+      dy.getDimSize(2) != table.getDimSize(1) ||
+      dy.getElementType() != table.getElementType())
+    return emitOpError("C1: expected a [1, S, H] dy and a [P, H] result");
+  FailureOr<int64_t> pieces = sequencePieces(
+      *this, "C3", getSeqGridAttr(), getSeqAxesAttr(), /*hasPosition=*/false);
+  if (failed(pieces))
+    return failure();
+  int64_t offset = getOffset(), rows = *pieces * dy.getDimSize(1);
+  if (offset < 0 || offset + rows > table.getDimSize(0))
+    return emitOpError("C2: positions ")
+           << offset << " .. " << offset + rows - 1 << " exceed the table's "
+           << table.getDimSize(0) << " rows";
+  return success();
+}
+
 LogicalResult EmbeddingGradOp::verify() {
   RankedTensorType ids = tensorOf(getIds()), dy = tensorOf(getDy()),
                    table = tensorOf(getResult());

@@ -751,6 +751,107 @@ def Parax_EmbeddingGradOp : Parax_FunctionalOp<"embedding_grad"> {
   let results = (outs Parax_FloatTensor:$result);
 }
 
+def Parax_SumToOp : Parax_FunctionalOp<"sum_to"> {
+  let summary = "sum over the dimensions a broadcast would have added";
+  let description = [{
+    The gradient of a broadcast: `x` summed over every dimension where the
+    result has size 1 (the result broadcasts to `x`'s shape). A linear's
+    bias gradient (its output gradient summed over the tokens, then
+    reshaped to `[out]`), a broadcast add's.
+
+    ```mlir
+    %db = parax.sum_to %dy : (tensor<2x16x64xf32>) -> tensor<1x1x64xf32>
+    ```
+
+    C1: the result has `x`'s rank and element type, and each of its
+    dimensions is `x`'s or 1.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_GeluGradOp : Parax_Op<"gelu_grad"> {
+  let summary = "gradient of GELU by its input";
+  let description = [{
+    `dy · gelu'(x)`, for the exact (`none`) or `tanh`-approximated GELU.
+
+    ```mlir
+    %dx = parax.gelu_grad tanh %x, %dy : (tensor<2x16x256xf32>, tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+    ```
+
+    C1: `x`, `dy` and the result have one type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$dy,
+                       Parax_GeluApproxAttr:$approximate);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = "$approximate $x `,` $dy attr-dict `:` functional-type(operands, results)";
+}
+
+def Parax_LayerNormGradOp : Parax_FunctionalOp<"layer_norm_grad"> {
+  let summary = "gradient of LayerNorm by its input";
+  let description = [{
+    For `y = parax.layer_norm x, w, b`, with `x̂ = (x - mean) · r`, `r = 1 /
+    sqrt(var + eps)` and `g = dy · w` over the last dimension:
+    `dx = r · (g - mean(g) - x̂ · mean(g · x̂))`. (The bias's gradient is a
+    `parax.sum_to` of `dy`.)
+
+    ```mlir
+    %dx = parax.layer_norm_grad %x, %w, %dy {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    C1: `weight` is `[H]` with H = `x`'s last dimension. C2: `dy` and the
+    result have `x`'s type. C3: `eps > 0`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight,
+                       Parax_FloatTensor:$dy, F64Attr:$eps);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_LayerNormWeightGradOp : Parax_FunctionalOp<"layer_norm_weight_grad"> {
+  let summary = "gradient of LayerNorm by its weight";
+  let description = [{
+    `dw = sum over tokens of dy · x̂`, `x̂` the normalised `x`: a `[H]`
+    vector.
+
+    ```mlir
+    %dw = parax.layer_norm_weight_grad %x, %dy {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>) -> tensor<64xf32>
+    ```
+
+    C1: `dy` has `x`'s type. C2: the result is `[H]` of `x`'s element type.
+    C3: `eps > 0`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$dy, F64Attr:$eps);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_PositionEmbeddingGradOp : Parax_FunctionalOp<"position_embedding_grad"> {
+  let summary = "gradient of a position embedding by its table";
+  let description = [{
+    For `p = parax.position_embedding table {offset}`: the table's
+    gradient, `dy`'s rows at rows `offset ..` (as the forward op read them)
+    and zeros elsewhere, of the table's shape `[P, H]`.
+
+    ```mlir
+    %dt = parax.position_embedding_grad %dy {offset = 0} : (tensor<1x16x64xf32>) -> tensor<128x64xf32>
+    ```
+
+    After partitioning with the sequence split, `seq_grid`/`seq_axes`/
+    `seq_cyclic` place this rank's rows as `parax.position_embedding`'s do
+    (the other rows zero: a partial sum over those axes).
+
+    C1: `dy` is `[1, S, H]` and the result `[P, H]` of its element type.
+    C2: `offset >= 0` and `offset + S <= P` (`offset + N·S <= P` with
+    `seq_axes`). C3: `seq_grid` and `seq_axes` come together and name axes
+    of a grid.
+  }];
+  let arguments = (ins Parax_FloatTensor:$dy,
+                       DefaultValuedAttr<I64Attr, "0">:$offset,
+                       OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
+                       OptionalAttr<StrArrayAttr>:$seq_axes,
+                       UnitAttr:$seq_cyclic);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
 //===----------------------------------------------------------------------===//
 // Communication (per-rank programs after --parax-partition)
 //===----------------------------------------------------------------------===//
