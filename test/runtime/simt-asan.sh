@@ -30,10 +30,11 @@ export PARAX_CUDA_SHARE_TEMPORARIES=0
 echo "simt-asan: every case passes under AddressSanitizer"
 # Hostile executables (test_fuzz.py) under AddressSanitizer: mutants of the
 # model cases (one rank, TP2, EP2 x TP2, DP2 (each rank its replica's
-# rows), CP2 x TP2: ranks as threads), loaded, validated, prepared and run
+# rows), CP2 x TP2, training steps of GPT-2 CP2 x TP2 and Llama TP2 x PP2:
+# ranks as threads), loaded, validated, prepared and run
 # on the CPU.
 for name in llama gpt2 mixtral qwen2-moe deepseek-v3 llama-cache-step llama-tp2 mixtral-ep2-tp2 llama-dp2 \
-            gpt2-cp2-tp2; do
+            gpt2-cp2-tp2 train-gpt2-cp2-tp2 train-llama-tp2-pp2; do
   dir="$cases/$name"
   read -r exe inputs < <("$python" -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c["exe"], " ".join(c["inputs"]))' "$dir/case.json")
   (cd "$dir" && timeout 300 "$asan/bin/parax-pxe-fuzz" "$exe" weights.safetensors $inputs --mutants 3000 --seed 7 \

@@ -28,14 +28,21 @@ SEEDS = [("tiny-llama", {}, None, 1), ("tiny-gpt2", {}, None, 1), ("tiny-mixtral
          ("tiny-deepseek-v3", {}, "tp=2,dp=1", 2),
          # each replica its own rows (the fuzzer slices them as parax-run
          # does); each rank a piece of every sequence
-         ("tiny-llama", {"rows": 4}, "dp=2,tp=2", 4), ("tiny-gpt2", {}, "cp=2,tp=1,dp=1", 2)]
+         ("tiny-llama", {"rows": 4}, "dp=2,tp=2", 4), ("tiny-gpt2", {}, "cp=2,tp=1,dp=1", 2),
+         # training steps (--parax-autodiff): the gradient ops, gradients sent
+         # back a stage
+         ("tiny-llama", {"loss": True, "autodiff": True}, None, 1),
+         ("tiny-gpt2", {"loss": True, "autodiff": True}, "tp=2,pp=2,dp=1", 4)]
 
 
 @pytest.mark.parametrize("preset,build,pins,ranks", SEEDS,
-                         ids=[f"{p}{'-cache-step' if 'cache' in b else ''}{'-' + w if w else ''}" for p, b, w, _ in SEEDS])
+                         ids=[f"{p}{'-cache-step' if 'cache' in b else ''}{'-train' if 'autodiff' in b else ''}"
+                              f"{'-' + w if w else ''}" for p, b, w, _ in SEEDS])
 def test_mutants_end_in_a_named_error_or_a_run(tmp_path, preset, build, pins, ranks):
+    build = dict(build)
+    autodiff = build.pop("autodiff", False)
     model = Model(str(tmp_path), preset, **build)
-    exe = model.compile("seed", f"prefill:batch=2,seq=8,{pins}" if pins else None, ranks)
+    exe = model.compile("seed", f"prefill:batch=2,seq=8,{pins}" if pins else None, ranks, autodiff=autodiff)
     for seed in (1, 2):
         proc = subprocess.run([tool("parax-pxe-fuzz"), exe, model.checkpoint, *model.inputs,
                                "--mutants", "4000", "--seed", str(seed)],
