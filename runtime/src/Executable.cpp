@@ -265,9 +265,57 @@ Status validateExecutable(const pxe::Executable &exe) {
   return validatePipelineTransfers(exe);
 }
 
+// The stages' transfers run to their end: each stage's sends and receives,
+// in program order, taken as rendezvous (a send waits for its receive, as
+// NCCL's and a large MPI message's do), with the k-th send from s to t
+// meeting the k-th receive of t from s. A program whose stages would each
+// wait for another forever (a receive placed before the send its peer
+// waits on) is refused, naming where every stage stops.
+Status checkTransfersComplete(const pxe::Executable &exe) {
+  struct Transfer {
+    bool send;
+    int peer;
+    int k; // instruction index
+  };
+  int stages = exe.stages_size();
+  std::vector<std::vector<Transfer>> order(stages);
+  for (int s = 0; s < stages; ++s)
+    for (int k = 0; k < exe.stages(s).instructions_size(); ++k) {
+      const pxe::Instruction &inst = exe.stages(s).instructions(k);
+      if ((inst.op() == "send" || inst.op() == "recv") && attrStrings(inst.attrs(), "axes") ==
+                                                              std::vector<std::string>{"pp"})
+        order[s].push_back({inst.op() == "send", static_cast<int>(attrInt(inst.attrs(), "peer")), k});
+    }
+  std::vector<size_t> at(stages, 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int s = 0; s < stages; ++s) {
+      if (at[s] >= order[s].size() || !order[s][at[s]].send) continue;
+      int t = order[s][at[s]].peer;
+      if (t >= 0 && t < stages && at[t] < order[t].size() && !order[t][at[t]].send && order[t][at[t]].peer == s) {
+        ++at[s];
+        ++at[t];
+        moved = true;
+      }
+    }
+  }
+  std::string stuck;
+  for (int s = 0; s < stages; ++s)
+    if (at[s] < order[s].size()) {
+      const Transfer &next = order[s][at[s]];
+      stuck += (stuck.empty() ? "" : "; ") + std::string("stages[") + std::to_string(s) + "].instructions[" +
+               std::to_string(next.k) + "] (" + (next.send ? "send to " : "recv from ") + "stage " +
+               std::to_string(next.peer) + ")";
+    }
+  if (!stuck.empty())
+    return fail("stages", "wait for each other forever: " + stuck);
+  return Status::ok();
+}
+
 // Sends and receives between pipeline stages pair up: stage s's sends to
 // stage t, in order, match stage t's receives from s in number and size
-// (otherwise a rank waits forever for a tensor that never comes).
+// (otherwise a rank waits forever for a tensor that never comes), and run
+// to their end (checkTransfersComplete).
 Status validatePipelineTransfers(const pxe::Executable &exe) {
   int stages = exe.stages_size();
   // [from][to] -> element counts in program order, and where each is.
@@ -317,7 +365,7 @@ Status validatePipelineTransfers(const pxe::Executable &exe) {
                                                  sentAt[from][to][i] + " sends " + std::to_string(out[i]));
       }
     }
-  return Status::ok();
+  return checkTransfersComplete(exe);
 }
 
 StatusOr<pxe::Executable> loadExecutable(const std::string &path) {

@@ -205,6 +205,48 @@ TEST(Executable, RefusesACollectiveAcrossPipelineStages) {
   expectRefused(exe, "stages[0].instructions[0] (all_reduce).attrs[axes]: a group over 'pp' spans pipeline stages");
 }
 
+// Two stages of one rank each exchanging a tensor each way: stage s runs
+// its transfers in the order given ("send" to / "recv" from the other).
+pxe::Executable backAndForth(const std::vector<std::string> &first, const std::vector<std::string> &second) {
+  pxe::Executable exe;
+  exe.set_format_version(1);
+  exe.mutable_grid()->add_axis_names("pp");
+  exe.mutable_grid()->add_shape(2);
+  for (int r = 0; r < 2; ++r) {
+    exe.add_ranks()->add_values(r);
+    pxe::Stage *stage = exe.add_stages();
+    stage->set_index(r);
+    addBuffer(*stage, pxe::INPUT, pxe::F32, {4});
+    for (const std::string &op : r == 0 ? first : second) {
+      pxe::Instruction *inst = stage->add_instructions();
+      inst->set_op(op);
+      if (op == "send") {
+        inst->add_operands(0);
+      } else {
+        addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
+        inst->add_results(stage->buffers_size() - 1);
+      }
+      (*inst->mutable_attrs())["axes"].mutable_strings()->add_values("pp");
+      (*inst->mutable_attrs())["peer"].set_i(1 - r);
+    }
+  }
+  return exe;
+}
+
+TEST(Executable, AcceptsAGradientSentBackAfterItsActivation) {
+  // Stage 0 sends its activation, then waits for the gradient stage 1
+  // sends back once it has the activation (a training step's pipeline).
+  EXPECT_TRUE(validateExecutable(backAndForth({"send", "recv"}, {"recv", "send"})).isOk());
+}
+
+TEST(Executable, RefusesStagesThatWaitForEachOther) {
+  // Each stage receives before it sends: sends and receives pair up in
+  // number and size, but neither stage ever reaches its send.
+  expectRefused(backAndForth({"recv", "send"}, {"recv", "send"}),
+                "stages: wait for each other forever: stages[0].instructions[0] (recv from stage 1); "
+                "stages[1].instructions[0] (recv from stage 0)");
+}
+
 TEST(Executable, ACacheReadElsewhereIsNotWrittenInPlace) {
   pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
   exe.mutable_stages(0)->add_outputs(0); // the old cache is a result too
