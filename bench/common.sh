@@ -11,3 +11,21 @@ export PARAX_BUILD_DIR="$build" PYTHONPATH="$root/python" OPENBLAS_NUM_THREADS=1
        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 work="$(mktemp -d "/tmp/parax-${BENCH:-bench}.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
+
+# A Llama of 4 layers, hidden 1024 (about 60 M parameters, fp32): its
+# config.json (max positions: argument 1) and random weights
+# (w.safetensors) in $work; then `tokens NAME ROWS COLUMNS [SEED]` saves
+# random token ids as $work/NAME.npy.
+llama_bench_model() {
+  cat > "$work/config.json" <<JSON
+{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
+ "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 8192,
+ "max_position_embeddings": $1, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+ "tie_word_embeddings": false}
+JSON
+  "$py" -c 'import sys; from parax.checkpoint import random_weights, save_safetensors; from parax.models import load_config; save_safetensors(sys.argv[1] + "/w.safetensors", random_weights(load_config(sys.argv[1] + "/config.json"), seed=1))' "$work"
+}
+tokens() {
+  "$py" -c 'import sys, numpy as np; np.save(sys.argv[1], np.random.default_rng(int(sys.argv[4])).integers(0, 8192, size=(int(sys.argv[2]), int(sys.argv[3]))).astype(np.int32))' \
+    "$work/$1.npy" "$2" "$3" "${4:-2}"
+}

@@ -10,21 +10,8 @@
 BENCH=context-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seq="${3:-2048}"
 
-cat > "$work/config.json" <<JSON
-{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
- "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 8192,
- "max_position_embeddings": $seq, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
- "tie_word_embeddings": false}
-JSON
-"$py" - "$work" "$seq" <<'PY'
-import sys
-import numpy as np
-from parax.checkpoint import random_weights, save_safetensors
-from parax.models import load_config
-work, seq = sys.argv[1], int(sys.argv[2])
-save_safetensors(f"{work}/w.safetensors", random_weights(load_config(f"{work}/config.json"), seed=1))
-np.save(f"{work}/prompt.npy", np.random.default_rng(2).integers(0, 8192, size=(1, seq)).astype(np.int32))
-PY
+llama_bench_model "$seq"
+tokens prompt 1 "$seq"
 "$py" -m parax.models "$work/config.json" --batch 1 --seq "$seq" --dtype f32 --last-logits -o "$work/model.mlir"
 "$build/bin/parax-translate" --to-executable "$work/model.mlir" -o "$work/single.pxe"
 for plan in "tp=2,cp=1" "cp=2,tp=1"; do

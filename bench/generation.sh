@@ -11,24 +11,8 @@
 #   bench/generation.sh [build-dir] [rounds]
 BENCH=generation-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-# A Llama of 4 layers, hidden 1024 (about 60 M parameters, fp32).
-cat > "$work/config.json" <<'JSON'
-{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
- "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 8192,
- "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
- "tie_word_embeddings": false}
-JSON
-"$py" - "$work" <<'PY'
-import sys
-import numpy as np
-from parax.checkpoint import random_weights, save_safetensors
-from parax.models import load_config
-work = sys.argv[1]
-save_safetensors(f"{work}/w.safetensors", random_weights(load_config(f"{work}/config.json"), seed=1))
-rng = np.random.default_rng(2)
-for rows in (4, 8, 16):
-    np.save(f"{work}/prompt{rows}.npy", rng.integers(0, 8192, size=(rows, 4)).astype(np.int32))
-PY
+llama_bench_model 256
+for rows in 4 8 16; do tokens "prompt$rows" "$rows" 4 "$rows"; done
 for batch in 4 8 16; do
   "$py" -m parax compile "$work/config.json" --cluster "$root/python/parax/oracle-cluster.json:devices_per_node=2" \
     --workload "decode:batch=$batch,context=64,pp=2,dp=1" --batch "$batch" --seq 1 --cache 64 --dtype f32 \

@@ -11,23 +11,9 @@
 #   bench/train.sh [build-dir] [rounds]
 BENCH=train-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-cat > "$work/config.json" <<JSON
-{"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
- "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 8192,
- "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
- "tie_word_embeddings": false}
-JSON
-"$py" - "$work" <<'PY'
-import sys
-import numpy as np
-from parax.checkpoint import random_weights, save_safetensors
-from parax.models import load_config
-work = sys.argv[1]
-save_safetensors(f"{work}/w.safetensors", random_weights(load_config(f"{work}/config.json"), seed=1))
-rng = np.random.default_rng(2)
-for name in ("tokens", "labels"):
-    np.save(f"{work}/{name}.npy", rng.integers(0, 8192, size=(4, 256)).astype(np.int32))
-PY
+llama_bench_model 256
+tokens tokens 4 256 2
+tokens labels 4 256 3
 for batch in 4 2; do
   "$py" -m parax.models "$work/config.json" --batch "$batch" --seq 256 --dtype f32 --loss -o "$work/loss$batch.mlir"
 done

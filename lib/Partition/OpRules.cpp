@@ -350,19 +350,6 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         return same();
       })
-      .Case<LayerNormGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
-        if (failed(noPartial()) ||
-            failed(wholeDim(out.dims.size() - 1,
-                            "a norm needs its whole last dimension")))
-          return failure();
-        return SmallVector<Layout>{out, Layout::replicated(1), out};
-      })
-      .Case<LayerNormWeightGradOp>([&](LayerNormWeightGradOp grad) -> FailureOr<SmallVector<Layout>> {
-        if (failed(wholeDim(0, "a norm needs its whole last dimension")))
-          return failure();
-        Layout x = tokensSplit(out.partial, rankOf(grad.getX()), currentOf(0));
-        return SmallVector<Layout>{x, x};
-      })
       .Case<PositionEmbeddingGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         // A rank's positions (split over the partial's axes) write their rows.
         if (failed(wholeDim(0, "the table's rows are written by position")))
@@ -372,17 +359,17 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         dy.dims[2] = out.dims[1];
         return SmallVector<Layout>{dy};
       })
-      .Case<RmsNormGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+      .Case<RmsNormGradOp, LayerNormGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
             failed(wholeDim(out.dims.size() - 1,
                             "a norm needs its whole last dimension")))
           return failure();
         return SmallVector<Layout>{out, Layout::replicated(1), out};
       })
-      .Case<RmsNormWeightGradOp>([&](RmsNormWeightGradOp grad) -> FailureOr<SmallVector<Layout>> {
+      .Case<RmsNormWeightGradOp, LayerNormWeightGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(wholeDim(0, "a norm needs its whole last dimension")))
           return failure();
-        Layout x = tokensSplit(out.partial, rankOf(grad.getX()), currentOf(0));
+        Layout x = tokensSplit(out.partial, rankOf(op->getOperand(0)), currentOf(0));
         return SmallVector<Layout>{x, x};
       })
       .Case<SwigluGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {

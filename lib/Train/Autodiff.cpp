@@ -55,6 +55,17 @@ private:
     return tag(ReshapeOp::create(b, dy.getLoc(), vector, summed), current);
   }
   LogicalResult joinSlices(Value value);
+  // A norm's input and weight gradients (its GradOp and WeightGradOp).
+  template <typename GradOp, typename WeightGradOp, typename NormOp>
+  void normGradients(NormOp norm, Value dy) {
+    Location loc = norm.getLoc();
+    accumulate(norm.getX(), tag(GradOp::create(b, loc, norm.getX().getType(), norm.getX(),
+                                               norm.getWeight(), dy, norm.getEpsAttr()),
+                                norm));
+    accumulate(norm.getWeight(), tag(WeightGradOp::create(b, loc, norm.getWeight().getType(),
+                                                          norm.getX(), dy, norm.getEpsAttr()),
+                                     norm));
+  }
 
   // Adds `grad` to the gradient of `value` (a float tensor); a sum belongs
   // to the layer and stage of the op whose gradient it adds.
@@ -113,25 +124,11 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         return success();
       })
       .Case<RmsNormOp>([&](RmsNormOp norm) {
-        accumulate(norm.getX(),
-                   tag(RmsNormGradOp::create(b, loc, norm.getX().getType(), norm.getX(),
-                                             norm.getWeight(), dy, norm.getEpsAttr()),
-                       op));
-        accumulate(norm.getWeight(),
-                   tag(RmsNormWeightGradOp::create(b, loc, norm.getWeight().getType(),
-                                                   norm.getX(), dy, norm.getEpsAttr()),
-                       op));
+        normGradients<RmsNormGradOp, RmsNormWeightGradOp>(norm, dy);
         return success();
       })
       .Case<LayerNormOp>([&](LayerNormOp norm) {
-        accumulate(norm.getX(),
-                   tag(LayerNormGradOp::create(b, loc, norm.getX().getType(), norm.getX(),
-                                               norm.getWeight(), dy, norm.getEpsAttr()),
-                       op));
-        accumulate(norm.getWeight(),
-                   tag(LayerNormWeightGradOp::create(b, loc, norm.getWeight().getType(),
-                                                     norm.getX(), dy, norm.getEpsAttr()),
-                       op));
+        normGradients<LayerNormGradOp, LayerNormWeightGradOp>(norm, dy);
         accumulate(norm.getBias(), sumToLast(dy, norm.getBias().getType()));
         return success();
       })

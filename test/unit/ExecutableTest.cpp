@@ -183,9 +183,8 @@ TEST(Executable, RefusesQueriesSplitOverRanksAtARunTimePosition) {
                 "(attention): a sequence split over ranks (seq_axes) takes no run-time position");
 }
 
-TEST(Executable, RefusesACollectiveAcrossPipelineStages) {
-  // Two stages of one rank each; stage 0 all-reduces over "pp", which stage
-  // 1 never does: a rank would wait forever.
+// Two pipeline stages of one rank each, each with an input [4].
+pxe::Executable twoStages() {
   pxe::Executable exe;
   exe.set_format_version(1);
   exe.mutable_grid()->add_axis_names("pp");
@@ -195,6 +194,16 @@ TEST(Executable, RefusesACollectiveAcrossPipelineStages) {
     pxe::Stage *stage = exe.add_stages();
     stage->set_index(r);
     addBuffer(*stage, pxe::INPUT, pxe::F32, {4});
+  }
+  return exe;
+}
+
+TEST(Executable, RefusesACollectiveAcrossPipelineStages) {
+  // Stage 0 all-reduces over "pp", which stage 1 never does: a rank would
+  // wait forever.
+  pxe::Executable exe = twoStages();
+  for (int r = 0; r < 2; ++r) {
+    pxe::Stage *stage = exe.mutable_stages(r);
     addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
     pxe::Instruction *inst = stage->add_instructions();
     inst->set_op(r == 0 ? "all_reduce" : "silu");
@@ -208,15 +217,9 @@ TEST(Executable, RefusesACollectiveAcrossPipelineStages) {
 // Two stages of one rank each exchanging a tensor each way: stage s runs
 // its transfers in the order given ("send" to / "recv" from the other).
 pxe::Executable backAndForth(const std::vector<std::string> &first, const std::vector<std::string> &second) {
-  pxe::Executable exe;
-  exe.set_format_version(1);
-  exe.mutable_grid()->add_axis_names("pp");
-  exe.mutable_grid()->add_shape(2);
+  pxe::Executable exe = twoStages();
   for (int r = 0; r < 2; ++r) {
-    exe.add_ranks()->add_values(r);
-    pxe::Stage *stage = exe.add_stages();
-    stage->set_index(r);
-    addBuffer(*stage, pxe::INPUT, pxe::F32, {4});
+    pxe::Stage *stage = exe.mutable_stages(r);
     for (const std::string &op : r == 0 ? first : second) {
       pxe::Instruction *inst = stage->add_instructions();
       inst->set_op(op);

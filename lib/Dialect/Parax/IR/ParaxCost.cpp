@@ -79,16 +79,19 @@ uint64_t RopeOp::getFlops() {
   return 3 * rotated;
 }
 
-// Scores q·k (2·d per pair), softmax (5 per pair), p·v (2·Dv per pair); a
-// causal mask keeps, for query i, keys 0 .. i + (Skv - S).
-uint64_t AttentionOp::getFlops() {
-  uint64_t batch = dimSize(getQ(), 0), seq = dimSize(getQ(), 1),
-           keys = dimSize(getK(), 1), heads = getNumHeads(),
-           headDim = getHeadDim(), valueDim = dimSize(getV(), 3);
+// The (query, key) pairs of attention or its gradient over every batch row
+// and head: a causal mask keeps, for query i, keys 0 .. i + (Skv - S).
+template <typename AttentionLike> static uint64_t attentionPairs(AttentionLike op) {
+  uint64_t seq = dimSize(op.getQ(), 1), keys = dimSize(op.getK(), 1);
   uint64_t pairs = seq * keys;
-  if (getCausal())
+  if (op.getCausal())
     pairs = seq * (keys - seq) + seq * (seq + 1) / 2;
-  return batch * heads * pairs * (2 * headDim + 5 + 2 * valueDim);
+  return dimSize(op.getQ(), 0) * op.getNumHeads() * pairs;
+}
+
+// Scores q·k (2·d per pair), softmax (5 per pair), p·v (2·Dv per pair).
+uint64_t AttentionOp::getFlops() {
+  return attentionPairs(*this) * (2 * getHeadDim() + 5 + 2 * dimSize(getV(), 3));
 }
 
 uint64_t AddOp::getFlops() { return numel(getResult()); }
@@ -162,13 +165,8 @@ uint64_t SwigluGradOp::getFlops() { return 8 * numel(getResult()); }
 // four products per pair: dv, dP, dq, dk (2·d each) and the softmax's
 // gradient (about 5): 2.5x the forward for equal head and value sizes.
 uint64_t AttentionGradOp::getFlops() {
-  uint64_t batch = dimSize(getQ(), 0), seq = dimSize(getQ(), 1),
-           keys = dimSize(getK(), 1), heads = getNumHeads(),
-           headDim = getHeadDim(), valueDim = dimSize(getV(), 3);
-  uint64_t pairs = seq * keys;
-  if (getCausal())
-    pairs = seq * (keys - seq) + seq * (seq + 1) / 2;
-  return batch * heads * pairs *
+  uint64_t headDim = getHeadDim(), valueDim = dimSize(getV(), 3);
+  return attentionPairs(*this) *
          (2 * headDim + 5 + 2 * valueDim + 2 * valueDim + 5 + 4 * headDim);
 }
 

@@ -650,28 +650,41 @@ LogicalResult LinearWeightGradOp::verify() {
   return success();
 }
 
-LogicalResult RmsNormGradOp::verify() {
-  if (failed(verifyNorm(*this, getX(), getWeight(), getResult(),
-                        getEps().convertToDouble())))
+// A norm's input gradient: the norm's rules, and dy of x's type (C2).
+static LogicalResult verifyNormGrad(Operation *op, Value x, Value weight,
+                                    Value dy, Value result, double eps) {
+  if (failed(verifyNorm(op, x, weight, result, eps)))
     return failure();
-  if (getDy().getType() != getX().getType())
-    return emitOpError("C2: dy must have x's type");
+  if (dy.getType() != x.getType())
+    return op->emitOpError("C2: dy must have x's type");
   return success();
 }
 
-LogicalResult RmsNormWeightGradOp::verify() {
-  RankedTensorType x = tensorOf(getX()), dw = tensorOf(getResult());
-  if (getDy().getType() != x)
-    return emitOpError("C1: dy must have x's type");
+// A norm's weight gradient: dy of x's type (C1), [H] (C2), eps > 0 (C3).
+static LogicalResult verifyNormWeightGrad(Operation *op, Value xValue,
+                                          Value dy, Value result, double eps) {
+  RankedTensorType x = tensorOf(xValue), dw = tensorOf(result);
+  if (dy.getType() != x)
+    return op->emitOpError("C1: dy must have x's type");
   if (x.getRank() < 1 || dw.getRank() != 1 ||
       dw.getDimSize(0) != x.getShape().back() ||
       dw.getElementType() != x.getElementType())
-    return emitOpError("C2: the result must be [")
+    return op->emitOpError("C2: the result must be [")
            << (x.getRank() ? x.getShape().back() : 0)
            << "] of x's element type";
-  if (!(getEps().convertToDouble() > 0))
-    return emitOpError("C3: eps must be positive");
+  if (!(eps > 0))
+    return op->emitOpError("C3: eps must be positive");
   return success();
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  return verifyNormGrad(*this, getX(), getWeight(), getDy(), getResult(),
+                        getEps().convertToDouble());
+}
+
+LogicalResult RmsNormWeightGradOp::verify() {
+  return verifyNormWeightGrad(*this, getX(), getDy(), getResult(),
+                              getEps().convertToDouble());
 }
 
 LogicalResult SwigluGradOp::verify() {
@@ -709,27 +722,13 @@ LogicalResult SumToOp::verify() {
 LogicalResult GeluGradOp::verify() { return verifySameType(*this); }
 
 LogicalResult LayerNormGradOp::verify() {
-  if (failed(verifyNorm(*this, getX(), getWeight(), getResult(),
-                        getEps().convertToDouble())))
-    return failure();
-  if (getDy().getType() != getX().getType())
-    return emitOpError("C2: dy must have x's type");
-  return success();
+  return verifyNormGrad(*this, getX(), getWeight(), getDy(), getResult(),
+                        getEps().convertToDouble());
 }
 
 LogicalResult LayerNormWeightGradOp::verify() {
-  RankedTensorType x = tensorOf(getX()), dw = tensorOf(getResult());
-  if (getDy().getType() != x)
-    return emitOpError("C1: dy must have x's type");
-  if (x.getRank() < 1 || dw.getRank() != 1 ||
-      dw.getDimSize(0) != x.getShape().back() ||
-      dw.getElementType() != x.getElementType())
-    return emitOpError("C2: the result must be [")
-           << (x.getRank() ? x.getShape().back() : 0)
-           << "] of x's element type";
-  if (!(getEps().convertToDouble() > 0))
-    return emitOpError("C3: eps must be positive");
-  return success();
+  return verifyNormWeightGrad(*this, getX(), getDy(), getResult(),
+                              getEps().convertToDouble());
 }
 
 LogicalResult PositionEmbeddingGradOp::verify() {
