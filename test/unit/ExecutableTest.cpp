@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -181,6 +182,64 @@ TEST(Executable, RefusesQueriesSplitOverRanksWithTooFewKeys) {
 TEST(Executable, RefusesQueriesSplitOverRanksAtARunTimePosition) {
   expectRefused(contextParallelAttention(8, true),
                 "(attention): a sequence split over ranks (seq_axes) takes no run-time position");
+}
+
+// One rank, one stage, one instruction `op`: its operands inputs of the
+// given shapes (integer where `ints` lists the operand), its results
+// temporaries of the given shapes.
+pxe::Executable oneOp(const std::string &op, const std::vector<std::vector<int64_t>> &operands,
+                      const std::vector<std::vector<int64_t>> &results, std::vector<int> ints = {}) {
+  pxe::Executable exe = oneRank();
+  pxe::Stage *stage = exe.mutable_stages(0);
+  pxe::Instruction *inst = stage->add_instructions();
+  inst->set_op(op);
+  for (size_t k = 0; k < operands.size(); ++k) {
+    bool integer = std::find(ints.begin(), ints.end(), static_cast<int>(k)) != ints.end();
+    inst->add_operands(addBuffer(*stage, pxe::INPUT, integer ? pxe::I32 : pxe::F32, operands[k])->id());
+  }
+  for (const std::vector<int64_t> &shape : results) {
+    inst->add_results(addBuffer(*stage, pxe::TEMPORARY, pxe::F32, shape)->id());
+    stage->add_outputs(inst->results(inst->results_size() - 1));
+  }
+  return exe;
+}
+
+// The gradient ops' shapes, checked before any kernel runs.
+TEST(Executable, AcceptsGradientOpsWhoseShapesFit) {
+  for (const pxe::Executable &exe :
+       {oneOp("linear_weight_grad", {{2, 3, 4}, {2, 3, 5}}, {{4, 5}}),
+        oneOp("cross_entropy_grad", {{2, 3, 7}, {2, 3}}, {{2, 3, 7}}, {1}),
+        oneOp("sum_to", {{2, 3, 4}}, {{1, 1, 4}}),
+        oneOp("embedding_grad", {{2, 3}, {2, 3, 4}}, {{9, 4}}, {0}),
+        oneOp("position_embedding_grad", {{1, 3, 4}}, {{8, 4}})}) {
+    Status s = validateExecutable(exe);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+}
+
+TEST(Executable, RefusesGradientOpsWhoseShapesDoNotFit) {
+  expectRefused(oneOp("linear_weight_grad", {{2, 3, 4}, {2, 2, 5}}, {{4, 5}}),
+                "(linear_weight_grad): x [2, 3, 4] and dy [2, 2, 5] must agree but on their last dimension");
+  expectRefused(oneOp("linear_weight_grad", {{2, 3, 4}, {2, 3, 5}}, {{5, 4}}),
+                "(linear_weight_grad): the result must be [4, 5], got [5, 4]");
+  expectRefused(oneOp("cross_entropy_grad", {{2, 3, 7}, {2, 3}}, {{2, 3, 6}}, {1}),
+                "(cross_entropy_grad): the result must be the logits' shape");
+  expectRefused(oneOp("attention_grad", {{1, 4, 2, 8}, {1, 4, 2, 8}, {1, 4, 2, 8}, {1, 4, 2, 8}},
+                      {{1, 4, 2, 8}, {1, 4, 1, 8}, {1, 4, 2, 8}}),
+                "(attention_grad): dq, dk and dv must have the shapes of q, k and v");
+  expectRefused(oneOp("sum_to", {{2, 3, 4}}, {{1, 2, 4}}), "(sum_to): [2, 3, 4] cannot be summed to [1, 2, 4]");
+  expectRefused(oneOp("embedding_grad", {{2, 3}, {2, 3, 4}}, {{9, 5}}, {0}),
+                "(embedding_grad): dy must be [2, 3, 5], got [2, 3, 4]");
+  expectRefused(oneOp("position_embedding_grad", {{1, 9, 4}}, {{8, 4}}),
+                "(position_embedding_grad): positions 0 .. 8 exceed the table's 8 rows");
+  expectRefused(oneOp("rms_norm_weight_grad", {{2, 4}, {2, 4}}, {{3}}),
+                "(rms_norm_weight_grad): x, dy, the weight [H] and the result do not fit");
+}
+
+TEST(Executable, RefusesALossGradientOverFewerTokensThanItsRows) {
+  pxe::Executable exe = oneOp("cross_entropy_grad", {{2, 3, 7}, {2, 3}}, {{2, 3, 7}}, {1});
+  (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_tokens"].set_i(5);
+  expectRefused(exe, "(cross_entropy_grad): num_tokens must be at least the 6 rows of the logits");
 }
 
 // Two pipeline stages of one rank each, each with an input [4].
