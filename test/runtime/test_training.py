@@ -118,3 +118,32 @@ def test_microbatch_gradients_are_averaged(tmp_path, pins, ranks):
     assert abs(loss - whole_loss) < 1e-5
     for name in grads:
         assert np.abs(micro[name] - grads[name]).max() < SHARDED_TOL, name
+
+
+def test_output_dir_writes_each_gradient_under_its_name(tmp_path):
+    """`parax-run --output-dir DIR`: the loss as result0.npy and every
+    gradient as <checkpoint name>.npy (a piece of GPT-2's fused QKV weight,
+    split by the plan, as <name>@<offsets>.npy), the same values --output
+    writes; a folder that does not exist is named."""
+    model = Model(str(tmp_path), "tiny-gpt2", loss=True)
+    exe = model.compile("tp2", "prefill:batch=2,seq=8,tp=2,dp=1", 2, autodiff=True)
+    loss, grads = gradients(model, exe, 2)
+    out = tmp_path / "grads"
+    out.mkdir()
+    model.run(exe, 2, extra=["--output-dir", str(out)], outputs=0)
+    files = sorted(p.name for p in out.iterdir())
+    assert "result0.npy" in files and any("@" in name for name in files), files
+    assert float(np.load(out / "result0.npy")) == loss
+    for name in model.weights:
+        pieces = [f for f in files if f == name + ".npy" or f.startswith(name + "@")]
+        assert pieces, name
+        if pieces == [name + ".npy"]:
+            assert np.array_equal(np.load(out / pieces[0]), grads[name]), name
+        else:  # each piece where its offsets put it
+            for piece in pieces:
+                offset = [int(o) for o in piece[len(name) + 1:-len(".npy")].split(",")]
+                value = np.load(out / piece)
+                box = tuple(slice(o, o + n) for o, n in zip(offset, value.shape))
+                assert np.array_equal(value, grads[name][box]), piece
+    proc = model.run(exe, 2, extra=["--output-dir", str(tmp_path / "missing")], outputs=0, expect_ok=False)
+    assert proc.returncode != 0 and "--output-dir" in proc.stderr and "not a directory" in proc.stderr

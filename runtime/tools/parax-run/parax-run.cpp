@@ -25,6 +25,7 @@
 #endif
 
 #include <mpi.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -69,7 +70,11 @@ void usage() {
                "  are ID); a microbatch whose rows all have runs no more steps (its LOGITS are NaN\n"
                "  there), and the loop ends when every row has (LOGITS then holds the positions run)\n"
                "  --output: the executable's results in order (the logits; with a decode step\n"
-               "  built --return-kv, then each layer's new keys and values)\n"
+               "  built --return-kv, then each layer's new keys and values; a training step's\n"
+               "  loss, then each parameter's gradient, averaged over microbatches and replicas)\n"
+               "  --output-dir DIR: every result into DIR (an existing folder): a gradient as\n"
+               "  <checkpoint name>.npy (a fused tensor's piece <name>@<offsets>.npy), any other\n"
+               "  result as result<k>.npy\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
@@ -133,11 +138,22 @@ void appendRows(Tensor &into, const Tensor &part) {
 /// microbatches and replicas, as the loss is), and their running sums.
 struct Gradients {
   std::vector<bool> isGrad;
+  std::vector<std::string> names; // each output's checkpoint tensor ("": not a gradient)
   int64_t added = 1; // results summed into the gradients so far
 
   explicit Gradients(const parax::pxe::Executable &exe) {
     const auto &last = exe.stages(exe.stages_size() - 1);
-    for (const std::string &name : last.output_grads()) isGrad.push_back(!name.empty());
+    for (const std::string &name : last.output_grads()) {
+      isGrad.push_back(!name.empty());
+      names.push_back(name);
+    }
+  }
+  /// --output-dir's file for result k: a gradient's checkpoint name (a
+  /// fused tensor's piece with "@<offsets>"), else result<k>; '/' as '_'.
+  std::string fileName(size_t k) const {
+    std::string name = k < names.size() && !names[k].empty() ? names[k] : "result" + std::to_string(k);
+    std::replace(name.begin(), name.end(), '/', '_');
+    return name + ".npy";
   }
   bool at(size_t k) const { return k < isGrad.size() && isGrad[k]; }
   /// Joins `part` (another microbatch's or replica's results) to `into`.
@@ -250,6 +266,7 @@ int main(int argc, char **argv) {
 
   std::string model, weights;
   std::vector<std::string> outputs;
+  std::string outputDir; // --output-dir
   std::vector<std::string> inputs;
   int steps = 1;
   long generate = -1; // --generate K: tokens to generate per row
@@ -271,6 +288,7 @@ int main(int argc, char **argv) {
     if (arg == "--weights") weights = value();
     else if (arg == "--input") inputs.push_back(value());
     else if (arg == "--output") outputs.push_back(value());
+    else if (arg == "--output-dir") outputDir = value();
     else if (arg == "--steps") {
       std::string text = value();
       char *end = nullptr;
@@ -324,7 +342,14 @@ int main(int argc, char **argv) {
     usage();
     die("an executable and --weights are required");
   }
-  if (steps == 0 && !outputs.empty()) die("--steps 0 prepares only: it writes no --output");
+  if (steps == 0 && (!outputs.empty() || !outputDir.empty())) die("--steps 0 prepares only: it writes no --output");
+  if (!outputDir.empty() && !outputs.empty()) die("--output-dir writes every result: it takes no --output");
+  if (!outputDir.empty() && generate > 0) die("--generate writes its tokens and logits with --output, not --output-dir");
+  if (!outputDir.empty()) {
+    struct stat info;
+    if (stat(outputDir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+      die("--output-dir " + outputDir + ": not a directory");
+  }
   if (generate > 0 && stepsGiven && steps != 0)
     die("--generate runs one step per token: it takes no --steps (--steps 0: prepare its programs only)");
   if (!prefillPath.empty() && generate <= 0) die("--prefill is part of --generate");
@@ -696,6 +721,11 @@ int main(int argc, char **argv) {
       s = writeNpy(outputs[k], results[k]);
       if (!s.isOk()) die(s.message());
     }
+    if (!outputDir.empty())
+      for (size_t k = 0; k < results.size(); ++k) {
+        s = writeNpy(outputDir + "/" + gradients.fileName(k), results[k]);
+        if (!s.isOk()) die(s.message());
+      }
     std::sort(times.begin(), times.end());
     std::string how = ", " + memory;
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";
