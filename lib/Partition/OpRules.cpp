@@ -122,6 +122,15 @@ static Layout tokensSplit(ArrayRef<std::string> axes, int64_t rank,
   return tokens;
 }
 
+// The layout of logits whose tokens are split as `labels` are (the
+// vocabulary whole).
+static Layout logitsOf(const Layout &labels) {
+  Layout logits = labels;
+  logits.partial.clear();
+  logits.dims.push_back({});
+  return logits;
+}
+
 // The axes splitting the leading (token) dimensions of `layout`, outer
 // dimension first, except those in `taken`.
 static Layout::Axes tokenAxes(const Layout &layout, ArrayRef<std::string> taken) {
@@ -428,15 +437,15 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         Layout labels = Layout::replicated(rankOf(ce.getLabels()));
         if (const Layout *have = currentOf(1))
           labels = *have;
-        if (tokenAxes(labels, {}) != Layout::Axes(out.partial.begin(), out.partial.end()) ||
+        Layout logits = logitsOf(labels);
+        if (tokenAxes(logits, {}) != Layout::Axes(out.partial.begin(), out.partial.end()) ||
             !labels.partial.empty())
           return unsupported(op, out) << "its partial sum must be over the axes "
                                          "that split its labels, "
                                       << labels.str();
-        Layout logits = labels;
-        logits.dims.push_back({});
         return SmallVector<Layout>{logits, labels};
-      })      .Default([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+      })
+      .Default([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         return op->emitError("the partitioner has no rule for this op");
       });
 }
@@ -571,19 +580,13 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
-  if (isa<CrossEntropyOp>(op) && operands.size() == 2) { // the labels' tokens
+  if (isa<CrossEntropyOp, CrossEntropyGradOp>(op) && operands.size() == 2) {
+    // The labels' tokens: the loss a partial sum over them, its gradient
+    // split alike.
+    Layout logits = logitsOf(operands[1]);
     Layout out = Layout::replicated(0);
-    Layout labels = operands[1];
-    labels.dims.push_back({});
-    out.partial = tokenAxes(labels, {});
-    results.push_back(out);
-    return results;
-  }
-  if (isa<CrossEntropyGradOp>(op) && operands.size() == 2) { // the labels' tokens
-    Layout out = operands[1];
-    out.partial.clear();
-    out.dims.push_back({});
-    results.push_back(out);
+    out.partial = tokenAxes(logits, {});
+    results.push_back(isa<CrossEntropyOp>(op) ? out : logits);
     return results;
   }
   if (isa<RmsNormGradOp, LayerNormGradOp, SwigluGradOp, GeluGradOp>(op) &&

@@ -14,6 +14,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <optional>
+
 namespace parax {
 #define GEN_PASS_DEF_PARAXAUTODIFFPASS
 #include "parax/Train/Passes.h.inc"
@@ -81,10 +83,12 @@ private:
         op->setAttr(name, attr);
     return op;
   }
-  // `forward` itself on other operands and result types (a linear of the
-  // gradient, a rope turning back), its attributes but the sharding.
-  Operation *copyOf(Operation *forward, ValueRange operands, TypeRange types) {
-    OperationState state(forward->getLoc(), forward->getName());
+  // An op named `name` (by default `forward`'s own: a linear of the
+  // gradient, a rope turning back) on other operands and result types, with
+  // `forward`'s attributes but the sharding.
+  Operation *copyOf(Operation *forward, ValueRange operands, TypeRange types,
+                    std::optional<OperationName> name = std::nullopt) {
+    OperationState state(forward->getLoc(), name.value_or(forward->getName()));
     state.addOperands(operands);
     state.addTypes(types);
     for (NamedAttribute attr : forward->getAttrs())
@@ -92,11 +96,29 @@ private:
         state.addAttribute(attr.getName(), attr.getValue());
     return b.create(state);
   }
+  // `op` with its unit attribute `name` set if it was not, removed if it was.
+  static void flip(Operation *op, StringRef name) {
+    if (op->removeAttr(name) == nullptr)
+      op->setAttr(name, UnitAttr::get(op->getContext()));
+  }
   LogicalResult differentiate(Operation *op, Value dy);
 };
 
+// An op of a step at a run-time position (a generation step's): it reads
+// the position, a scalar integer.
+static bool readsRunTimePosition(Operation *op) {
+  return isa<AttentionOp, RopeOp, PositionEmbeddingOp>(op) &&
+         llvm::any_of(op->getOperands(), [](Value operand) {
+           auto type = cast<RankedTensorType>(operand.getType());
+           return type.getRank() == 0 && type.getElementType().isInteger();
+         });
+}
+
 LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
   Location loc = op->getLoc();
+  if (readsRunTimePosition(op))
+    return op->emitError("--parax-autodiff has no gradient for a step at "
+                         "a run-time position");
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<CrossEntropyOp>([&](CrossEntropyOp ce) {
         // The loss is the root: its gradient is 1, not `dy`.
@@ -111,10 +133,7 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         if (Value bias = linear.getBias())
           accumulate(bias, sumToLast(dy, bias.getType()));
         Operation *dx = copyOf(op, ValueRange{dy, linear.getWeight()}, TypeRange{linear.getX().getType()});
-        if (linear.getTransposeW())
-          dx->removeAttr("transpose_w");
-        else
-          dx->setAttr("transpose_w", b.getUnitAttr());
+        flip(dx, "transpose_w");
         accumulate(linear.getX(), dx->getResult(0));
         accumulate(linear.getWeight(),
                    tag(LinearWeightGradOp::create(b, loc, linear.getWeight().getType(),
@@ -139,10 +158,7 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                        op));
         return success();
       })
-      .Case<PositionEmbeddingOp>([&](PositionEmbeddingOp position) -> LogicalResult {
-        if (position.getPosition())
-          return op->emitError("--parax-autodiff has no gradient for a step at "
-                               "a run-time position");
+      .Case<PositionEmbeddingOp>([&](PositionEmbeddingOp position) {
         accumulate(position.getTable(),
                    tag(PositionEmbeddingGradOp::create(
                            b, loc, position.getTable().getType(), dy,
@@ -155,15 +171,9 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         slices[slice.getX()].emplace_back(slice.getDim(), slice.getStart(), dy, op);
         return success();
       })
-      .Case<RopeOp>([&](RopeOp rope) -> LogicalResult {
-        if (rope.getPosition())
-          return op->emitError("--parax-autodiff has no gradient for a step at "
-                               "a run-time position");
+      .Case<RopeOp>([&](RopeOp rope) {
         Operation *back = copyOf(op, ValueRange{dy}, TypeRange{rope.getX().getType()});
-        if (rope.getInverse())
-          back->removeAttr("inverse");
-        else
-          back->setAttr("inverse", b.getUnitAttr());
+        flip(back, "inverse");
         accumulate(rope.getX(), back->getResult(0));
         return success();
       })
@@ -172,18 +182,12 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                    tag(ReshapeOp::create(b, loc, reshape.getX().getType(), dy), op));
         return success();
       })
-      .Case<AttentionOp>([&](AttentionOp attention) -> LogicalResult {
-        if (attention.getPosition())
-          return op->emitError("--parax-autodiff has no gradient for a step at "
-                               "a run-time position");
-        OperationState state(loc, AttentionGradOp::getOperationName());
-        state.addOperands({attention.getQ(), attention.getK(), attention.getV(), dy});
-        state.addTypes({attention.getQ().getType(), attention.getK().getType(),
-                        attention.getV().getType()});
-        for (NamedAttribute attr : op->getAttrs())
-          if (attr.getName() != ParaxDialect::kShardingsAttrName)
-            state.addAttribute(attr.getName(), attr.getValue());
-        Operation *back = b.create(state);
+      .Case<AttentionOp>([&](AttentionOp attention) {
+        Operation *back = copyOf(
+            op, ValueRange{attention.getQ(), attention.getK(), attention.getV(), dy},
+            TypeRange{attention.getQ().getType(), attention.getK().getType(),
+                      attention.getV().getType()},
+            OperationName(AttentionGradOp::getOperationName(), b.getContext()));
         accumulate(attention.getQ(), back->getResult(0));
         accumulate(attention.getK(), back->getResult(1));
         accumulate(attention.getV(), back->getResult(2));

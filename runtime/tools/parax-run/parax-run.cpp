@@ -139,7 +139,6 @@ void appendRows(Tensor &into, const Tensor &part) {
 struct Gradients {
   std::vector<bool> isGrad;
   std::vector<std::string> names; // each output's checkpoint tensor ("": not a gradient)
-  int64_t added = 1; // results summed into the gradients so far
 
   explicit Gradients(const parax::pxe::Executable &exe) {
     const auto &last = exe.stages(exe.stages_size() - 1);
@@ -156,25 +155,23 @@ struct Gradients {
     return name + ".npy";
   }
   bool at(size_t k) const { return k < isGrad.size() && isGrad[k]; }
-  /// Joins `part` (another microbatch's or replica's results) to `into`.
-  void join(std::vector<Tensor> &into, const std::vector<Tensor> &part) {
-    for (size_t k = 0; k < part.size(); ++k) {
-      if (into.size() <= k)
-        into.push_back(part[k]);
-      else if (at(k))
-        for (size_t e = 0; e < into[k].f.size() && e < part[k].f.size(); ++e) into[k].f[e] += part[k].f[e];
-      else
-        appendRows(into[k], part[k]);
+  /// Joins `part`, another microbatch's or replica's result k, to `into`:
+  /// a gradient added (false when its shape differs), any other result's
+  /// rows appended.
+  bool join(size_t k, Tensor &into, const Tensor &part) const {
+    if (!at(k)) {
+      appendRows(into, part);
+      return true;
     }
+    if (part.shape != into.shape) return false;
+    for (size_t e = 0; e < into.f.size(); ++e) into.f[e] += part.f[e];
+    return true;
   }
-  void startSums() { added = 0; }
-  void counted() { ++added; }
-  /// The sums of `added` results divided into their mean.
-  void mean(std::vector<Tensor> &results) {
+  /// The gradients, each the sum of `count` results, divided into their mean.
+  void mean(std::vector<Tensor> &results, int64_t count) const {
     for (size_t k = 0; k < results.size(); ++k)
-      if (at(k) && added > 1)
-        for (float &v : results[k].f) v /= static_cast<float>(added);
-    added = 1;
+      if (at(k) && count > 1)
+        for (float &v : results[k].f) v /= static_cast<float>(count);
   }
 };
 
@@ -636,7 +633,6 @@ int main(int argc, char **argv) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
       results.clear();
-      gradients.startSums();
       for (int64_t j = 0; j < micro; ++j) {
         if (j > 0 || (step > 0 && micro > 1)) { // prepare set microbatch 0 for the first step
           s = runners[0].setInputs(microbatch(j));
@@ -644,15 +640,17 @@ int main(int argc, char **argv) {
         }
         s = runners[0].run();
         if (!s.isOk()) die(s.message());
-        gradients.join(results, runners[0].outputs());
-        gradients.counted();
+        std::vector<Tensor> outs = runners[0].outputs();
+        if (results.empty()) results = std::move(outs);
+        else
+          for (size_t k = 0; k < results.size() && k < outs.size(); ++k) gradients.join(k, results[k], outs[k]);
       }
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
+    gradients.mean(results, micro); // a training step's gradients: the mean over the microbatches
   }
   meanOfScalars(results); // the loss: the mean over the microbatches
-  gradients.mean(results); // a training step's gradients too
 
   // PARAX_CUDA_PROFILE=1: one more step, timed op by op on the GPU (every
   // rank runs it: its collectives need them all), after the timed steps.
@@ -682,7 +680,6 @@ int main(int argc, char **argv) {
       int to = rankWithReplica(exe.value(), rank, 0);
       for (const Tensor &r : results) sendTensor(r, to);
     } else {
-      gradients.added = replicas;
       for (int64_t other = 1; other < replicas; ++other) {
         int from = rankWithReplica(exe.value(), rank, other);
         for (size_t k = 0; k < results.size(); ++k) {
@@ -700,17 +697,13 @@ int main(int argc, char **argv) {
                           r.shape.begin() + std::min<size_t>(1, r.shape.size())))
             die("replica " + std::to_string(other) + " sent a result of shape " + part.shapeString() +
                 " where replica 0 has " + r.shapeString());
-          if (gradients.at(k)) {
-            if (part.shape != r.shape) die("replica " + std::to_string(other) + " sent a gradient of shape " +
-                                           part.shapeString() + " where replica 0 has " + r.shapeString());
-            for (size_t e = 0; e < r.f.size(); ++e) r.f[e] += part.f[e];
-          } else {
-            appendRows(r, part);
-          }
+          if (!gradients.join(k, r, part))
+            die("replica " + std::to_string(other) + " sent a gradient of shape " + part.shapeString() +
+                " where replica 0 has " + r.shapeString());
         }
       }
       meanOfScalars(results); // over the replicas' (equal) shares
-      gradients.mean(results);
+      gradients.mean(results, replicas);
     }
   }
   if (writer) {
