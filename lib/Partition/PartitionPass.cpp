@@ -95,11 +95,18 @@ private:
   GridInfo grid;
   OpBuilder builder;
   DenseMap<Value, Layout> layouts; // global layout of every original value
+  // The results each stage returns, in order: the model's results from the
+  // last stage; a training step's gradient of a parameter from every stage
+  // that holds the parameter, in its layout (gradParam: result -> argument).
+  std::map<int64_t, SmallVector<unsigned>> returnsOf;
+  DenseMap<unsigned, unsigned> gradParam;
 
   RankedTensorType globalType(Value v) {
     return cast<RankedTensorType>(v.getType());
   }
   LogicalResult assignLayouts();
+  void placeResults(int64_t stages,
+                    const std::map<int64_t, SmallVector<Operation *>> &byStage);
   LogicalResult buildStage(int64_t stage, int64_t stages,
                            const std::map<int64_t, SmallVector<Operation *>> &ops,
                            DenseMap<Value, int64_t> &definedIn);
@@ -186,7 +193,6 @@ LogicalResult FunctionPartitioner::buildStage(
     DenseMap<Value, int64_t> &definedIn) {
   MLIRContext *context = module.getContext();
   const SmallVector<Operation *> &ops = byStage.at(stage);
-  bool last = stage == stages - 1;
   Operation *terminator = function.getBody().front().getTerminator();
 
   // Arguments this stage reads, in the original order.
@@ -199,13 +205,13 @@ LogicalResult FunctionPartitioner::buildStage(
       else if (definedIn.lookup(operand) != stage)
         received.insert(operand);
     }
-  if (last)
-    for (Value result : terminator->getOperands()) {
-      if (auto arg = dyn_cast<BlockArgument>(result))
-        argNumbers.insert(arg.getArgNumber());
-      else if (definedIn.lookup(result) != stage)
-        received.insert(result);
-    }
+  for (unsigned i : returnsOf[stage]) {
+    Value result = terminator->getOperand(i);
+    if (auto arg = dyn_cast<BlockArgument>(result))
+      argNumbers.insert(arg.getArgNumber());
+    else if (definedIn.lookup(result) != stage)
+      received.insert(result);
+  }
   SmallVector<unsigned> argList(argNumbers.begin(), argNumbers.end());
   llvm::sort(argList);
 
@@ -282,9 +288,8 @@ LogicalResult FunctionPartitioner::buildStage(
     for (Operation *op : otherOps)
       for (Value operand : op->getOperands())
         needed.insert(operand);
-    if (other == stages - 1)
-      for (Value result : terminator->getOperands())
-        needed.insert(result);
+    for (unsigned i : returnsOf[other])
+      needed.insert(terminator->getOperand(i));
     for (Value value : needed)
       if (!isa<BlockArgument>(value) && definedIn.lookup(value) == stage)
         sendTo[value].push_back(other);
@@ -390,31 +395,43 @@ LogicalResult FunctionPartitioner::buildStage(
     sendResults(op);
   }
 
-  // The last stage returns the model's results, replicated.
+  // The stage's results (placeResults): the model's replicated; a
+  // gradient in its parameter's layout.
   SmallVector<Value> returns;
-  if (last)
-    for (Value result : terminator->getOperands())
-      receive(result);
-  if (last)
-    for (Value result : terminator->getOperands()) {
-      FailureOr<Value> value =
-          get(result, Layout::replicated(globalType(result).getRank()),
-              terminator->getLoc());
-      if (failed(value))
-        return failure();
-      returns.push_back(*value);
-    }
+  SmallVector<Layout> returnLayouts;
+  for (unsigned i : returnsOf[stage])
+    receive(terminator->getOperand(i));
+  for (unsigned i : returnsOf[stage]) {
+    Value result = terminator->getOperand(i);
+    auto param = gradParam.find(i);
+    Layout want = param != gradParam.end()
+                      ? layouts[function.getArgument(param->second)]
+                      : Layout::replicated(globalType(result).getRank());
+    FailureOr<Value> value = get(result, want, terminator->getLoc());
+    if (failed(value))
+      return failure();
+    returns.push_back(*value);
+    returnLayouts.push_back(want);
+  }
   func::ReturnOp::create(b, terminator->getLoc(), returns);
   stageFunction.setType(builder.getFunctionType(
       argTypes, ValueRange(returns).getTypes()));
-  // A training step's gradients stay marked (the runtime averages them
-  // over microbatches and data-parallel replicas).
-  if (last)
-    for (unsigned i = 0; i < function.getNumResults(); ++i)
-      for (StringRef name : {ParaxDialect::kGradAttrName, ParaxDialect::kParamOffsetAttrName,
-                             ParaxDialect::kParamShapeAttrName})
-        if (Attribute value = function.getResultAttr(i, name))
-          stageFunction.setResultAttr(i, name, value);
+  // Which original result each is, where its box lies in the whole
+  // tensor, and a training step's gradients marked (the runtime averages
+  // them over microbatches and data-parallel replicas, and the optimizer
+  // updates each parameter's box with its gradient's).
+  for (auto [k, i] : llvm::enumerate(returnsOf[stage])) {
+    stageFunction.setResultAttr(k, ParaxDialect::kResultAttrName,
+                                builder.getI64IntegerAttr(i));
+    if (!returnLayouts[k].isReplicated())
+      stageFunction.setResultAttr(
+          k, ParaxDialect::kGlobalShardingAttrName,
+          returnLayouts[k].toAttr(context, grid.ref));
+    for (StringRef name : {ParaxDialect::kGradAttrName, ParaxDialect::kParamOffsetAttrName,
+                           ParaxDialect::kParamShapeAttrName})
+      if (Attribute value = function.getResultAttr(i, name))
+        stageFunction.setResultAttr(k, name, value);
+  }
 
   // The schedule, for the runtime.
   NamedAttrList pipeline;
@@ -430,6 +447,33 @@ LogicalResult FunctionPartitioner::buildStage(
   stageFunction->setAttr(ParaxDialect::kPipelineAttrName,
                          pipeline.getDictionary(context));
   return success();
+}
+
+void FunctionPartitioner::placeResults(
+    int64_t stages, const std::map<int64_t, SmallVector<Operation *>> &byStage) {
+  for (unsigned i = 0; i < function.getNumResults(); ++i) {
+    auto grad = function.getResultAttrOfType<StringAttr>(i, ParaxDialect::kGradAttrName);
+    auto offset = function.getResultAttr(i, ParaxDialect::kParamOffsetAttrName);
+    std::optional<unsigned> param;
+    for (BlockArgument arg : function.getArguments())
+      if (grad && function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamAttrName) == grad &&
+          function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamOffsetAttrName) == offset)
+        param = arg.getArgNumber();
+    SmallVector<int64_t> holders; // the stages that read the parameter
+    if (param)
+      for (const auto &[stage, ops] : byStage)
+        if (llvm::any_of(ops, [&](Operation *op) {
+              return llvm::is_contained(op->getOperands(), function.getArgument(*param));
+            }))
+          holders.push_back(stage);
+    if (holders.empty()) { // not a gradient, or of a parameter nothing reads
+      returnsOf[stages - 1].push_back(i);
+      continue;
+    }
+    gradParam[i] = *param;
+    for (int64_t stage : holders)
+      returnsOf[stage].push_back(i);
+  }
 }
 
 LogicalResult FunctionPartitioner::run() {
@@ -459,6 +503,7 @@ LogicalResult FunctionPartitioner::run() {
   } else if (byStage.empty()) {
     byStage[0] = {};
   }
+  placeResults(stages, byStage);
   for (int64_t s = 0; s < stages; ++s)
     if (failed(buildStage(s, stages, byStage, definedIn)))
       return failure();

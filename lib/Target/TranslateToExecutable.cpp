@@ -154,10 +154,33 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
 
   for (Operation &op : function.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      if (last) {
-        bool trains = false;
+      // Every stage may return results (a training step's gradients come
+      // from the stages holding their parameters); each says which result
+      // of the program it is, and a split one where its box lies.
+      {
+        bool trains = false, numbered = false;
         for (auto [k, value] : llvm::enumerate(ret.getOperands())) {
           stage.add_outputs(ids.at(value));
+          auto result = function.getResultAttrOfType<IntegerAttr>(k, ParaxDialect::kResultAttrName);
+          numbered |= bool(result);
+          stage.add_output_results(result ? result.getInt() : k);
+          if (auto global = function.getResultAttrOfType<ShardingAttr>(
+                  k, ParaxDialect::kGlobalShardingAttrName)) {
+            pxe::Buffer &buffer = *stage.mutable_buffers(ids.at(value));
+            if (buffer.role() != pxe::TEMPORARY || buffer.global_shape_size())
+              return ret.emitError("result #") << k << " is split but not computed by the stage alone";
+            auto type = cast<RankedTensorType>(value.getType());
+            for (int64_t d = 0; d < type.getRank(); ++d) {
+              pxe::AxisList *axes = buffer.add_split();
+              int64_t parts = 1;
+              if (d < static_cast<int64_t>(global.getDims().size()))
+                for (StringRef axis : global.getSplitAxes(d)) {
+                  axes->add_axes(axis.str());
+                  parts *= grid.sizes.at(axis.str());
+                }
+              buffer.add_global_shape(type.getDimSize(d) * parts);
+            }
+          }
           auto grad = function.getResultAttrOfType<StringAttr>(k, ParaxDialect::kGradAttrName);
           std::string name = grad ? grad.getValue().str() : "";
           // A piece of a fused tensor: "<name>@<offset>,...".
@@ -172,6 +195,11 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
         }
         if (!trains)
           stage.clear_output_grads();
+        if (!numbered && last)
+          stage.clear_output_results(); // the last stage's results in order
+        else if (!numbered && ret.getNumOperands() > 0)
+          return ret.emitError("an earlier pipeline stage returns results that do not say which "
+                               "('parax.result')");
       }
       continue;
     }

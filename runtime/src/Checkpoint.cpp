@@ -374,4 +374,36 @@ Status writeNpy(const std::string &path, const Tensor &t) {
   return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
 }
 
+Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors) {
+  std::string header = "{";
+  size_t offset = 0;
+  for (const auto &[name, t] : tensors) {
+    if (t.isInt)
+      return PARAX_ERROR(path + ": tensor " + name + " holds integers (only F32 is written)");
+    for (char c : name)
+      if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20)
+        return PARAX_ERROR(path + ": tensor name '" + name + "' needs escaping, which is not written");
+    std::string shape;
+    for (int64_t d : t.shape)
+      shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    size_t bytes = t.f.size() * 4;
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"F32\",\"shape\":[" +
+              shape + "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  header += "}";
+  while (header.size() % 8)
+    header += ' ';
+  std::ofstream out(path, std::ios::binary);
+  if (!out)
+    return PARAX_ERROR(path + ": cannot write");
+  uint64_t length = header.size();
+  for (int b = 0; b < 8; ++b)
+    out.put(static_cast<char>((length >> (8 * b)) & 0xff));
+  out << header;
+  for (const auto &[name, t] : tensors)
+    out.write(reinterpret_cast<const char *>(t.f.data()), t.f.size() * 4);
+  return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
+}
+
 } // namespace parax::runtime

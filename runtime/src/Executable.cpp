@@ -94,6 +94,103 @@ int64_t axisSize(const pxe::Executable &exe, const std::string &axis) {
 
 Status validatePipelineTransfers(const pxe::Executable &exe);
 
+int outputResult(const pxe::Stage &stage, int k) {
+  return stage.output_results_size() ? stage.output_results(k) : k;
+}
+
+std::vector<int64_t> wholeShape(const pxe::Buffer &buffer) {
+  if (buffer.global_shape_size())
+    return {buffer.global_shape().begin(), buffer.global_shape().end()};
+  return {buffer.shape().begin(), buffer.shape().end()};
+}
+
+std::vector<std::vector<ResultSource>> resultSources(const pxe::Executable &exe) {
+  std::vector<std::vector<ResultSource>> sources;
+  for (int s = 0; s < exe.stages_size(); ++s)
+    for (int k = 0; k < exe.stages(s).outputs_size(); ++k) {
+      size_t result = static_cast<size_t>(outputResult(exe.stages(s), k));
+      if (result >= sources.size()) sources.resize(result + 1);
+      sources[result].push_back({s, k});
+    }
+  return sources;
+}
+
+std::vector<int64_t> boxStart(const pxe::Executable &exe, const std::vector<int64_t> &coordinates,
+                              const pxe::Buffer &buffer) {
+  const pxe::Grid &grid = exe.grid();
+  std::vector<int64_t> start(buffer.shape_size(), 0);
+  for (int d = 0; d < buffer.split_size() && d < buffer.shape_size(); ++d) {
+    int64_t index = 0;
+    for (const std::string &axis : buffer.split(d).axes())
+      for (int i = 0; i < grid.axis_names_size(); ++i)
+        if (grid.axis_names(i) == axis)
+          index = index * grid.shape(i) + coordinates[i];
+    start[d] = index * buffer.shape(d);
+  }
+  return start;
+}
+
+namespace {
+
+// A stage's outputs say which results they are: the last stage's may
+// leave that out (its outputs are the results in order); an earlier
+// stage returns only gradients (of the parameters it holds), and only a
+// gradient may be a box of its result.
+Status checkOutputResults(const pxe::Executable &exe, int s) {
+  const pxe::Stage &stage = exe.stages(s);
+  std::string where = "stages[" + std::to_string(s) + "]";
+  bool last = s + 1 == exe.stages_size();
+  if (stage.output_results_size() && stage.output_results_size() != stage.outputs_size())
+    return fail(where + ".output_results", std::to_string(stage.output_results_size()) + " indices for " +
+                                               std::to_string(stage.outputs_size()) + " outputs");
+  if (!last && stage.outputs_size() && !stage.output_results_size())
+    return fail(where + ".output_results", "an earlier pipeline stage's outputs must say which results they are");
+  std::vector<int> seen;
+  for (int k = 0; k < stage.outputs_size(); ++k) {
+    int result = outputResult(stage, k);
+    std::string ow = where + ".outputs[" + std::to_string(k) + "]";
+    if (result < 0 || result >= (1 << 20))
+      return fail(ow, "names result " + std::to_string(result) + ", out of range");
+    if (std::find(seen.begin(), seen.end(), result) != seen.end())
+      return fail(ow, "is result " + std::to_string(result) + " a second time");
+    seen.push_back(result);
+    bool grad = k < stage.output_grads_size() && !stage.output_grads(k).empty();
+    if (!last && !grad)
+      return fail(ow, "is result " + std::to_string(result) + ", not a gradient: only the last stage returns "
+                                                             "the model's results");
+    if (!grad && stage.buffers(stage.outputs(k)).global_shape_size())
+      return fail(ow, "is a box of result " + std::to_string(result) +
+                          ": only a gradient is returned in its parameter's split");
+  }
+  return Status::ok();
+}
+
+// Every result 0..R-1 comes from some stage, and stages that return the
+// same one agree on what it is: the gradient of one tensor, one shape.
+Status checkResultsCovered(const pxe::Executable &exe) {
+  auto sources = resultSources(exe);
+  for (size_t r = 0; r < sources.size(); ++r) {
+    if (sources[r].empty())
+      return fail("stages", "no stage returns result " + std::to_string(r));
+    const ResultSource &first = sources[r][0];
+    const pxe::Stage &a = exe.stages(first.stage);
+    for (const ResultSource &other : sources[r]) {
+      const pxe::Stage &b = exe.stages(other.stage);
+      auto gradOf = [](const pxe::Stage &st, int k) {
+        return k < st.output_grads_size() ? st.output_grads(k) : std::string();
+      };
+      if (gradOf(a, first.output) != gradOf(b, other.output) ||
+          wholeShape(a.buffers(a.outputs(first.output))) != wholeShape(b.buffers(b.outputs(other.output))))
+        return fail("stages[" + std::to_string(other.stage) + "].outputs[" + std::to_string(other.output) + "]",
+                    "is result " + std::to_string(r) + " but differs from stage " + std::to_string(first.stage) +
+                        "'s (gradient name or shape)");
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace
+
 Status validateExecutable(const pxe::Executable &exe) {
   if (exe.format_version() != kFormatVersion)
     return fail("format_version", "is " + std::to_string(exe.format_version()) +
@@ -162,10 +259,9 @@ Status validateExecutable(const pxe::Executable &exe) {
         if (elements > kMaxElements)
           return fail(bw + ".shape", "is too large");
       }
-      if (buffer.role() == pxe::PARAMETER || buffer.role() == pxe::INPUT) {
-        defined[b] = true;
-        if (buffer.role() == pxe::PARAMETER && buffer.param_name().empty())
-          return fail(bw + ".param_name", "is empty");
+      // A box of a whole tensor: a parameter's, an input's, or a split
+      // output's (a gradient in its parameter's split).
+      auto checkBox = [&]() -> Status {
         if (buffer.global_shape_size() != buffer.shape_size() ||
             buffer.split_size() != buffer.shape_size())
           return fail(bw, "global_shape and split need one entry per dimension");
@@ -181,6 +277,20 @@ Status validateExecutable(const pxe::Executable &exe) {
             return fail(bw + ".global_shape",
                         "dimension " + std::to_string(d) + " is not the local size times its split");
         }
+        return Status::ok();
+      };
+      if (buffer.role() == pxe::TEMPORARY && (buffer.global_shape_size() || buffer.split_size())) {
+        if (std::find(stage.outputs().begin(), stage.outputs().end(), b) == stage.outputs().end())
+          return fail(bw + ".global_shape", "belongs on a parameter, an input or an output");
+        if (Status box = checkBox(); !box.isOk())
+          return box;
+      }
+      if (buffer.role() == pxe::PARAMETER || buffer.role() == pxe::INPUT) {
+        defined[b] = true;
+        if (buffer.role() == pxe::PARAMETER && buffer.param_name().empty())
+          return fail(bw + ".param_name", "is empty");
+        if (Status box = checkBox(); !box.isOk())
+          return box;
         for (const std::string &axis : buffer.partial())
           if (!axisSize(exe, axis))
             return fail(bw + ".partial", "names unknown grid axis '" + axis + "'");
@@ -261,7 +371,11 @@ Status validateExecutable(const pxe::Executable &exe) {
     for (int32_t id : stage.outputs())
       if (id < 0 || id >= stage.buffers_size() || !defined[id])
         return fail(where + ".outputs", "buffer " + std::to_string(id) + " is not computed");
+    if (Status results = checkOutputResults(exe, s); !results.isOk())
+      return results;
   }
+  if (Status covered = checkResultsCovered(exe); !covered.isOk())
+    return covered;
   return validatePipelineTransfers(exe);
 }
 

@@ -222,7 +222,7 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
       continue;
     }
     std::vector<int64_t> global(buffer.global_shape().begin(), buffer.global_shape().end());
-    std::vector<int64_t> start = boxStart(buffer);
+    std::vector<int64_t> start = runtime::boxStart(*exe_, coords_, buffer);
     bool zero = false;
     for (const std::string &axis : buffer.partial())
       for (int i = 0; i < exe.grid().axis_names_size(); ++i)
@@ -314,22 +314,6 @@ size_t Executor::hoistedInstructions() const {
   return std::count(hoisted_.begin(), hoisted_.end(), true);
 }
 
-// Where this rank's box of a parameter or input starts in the global tensor:
-// per dimension, the chunk at its coordinate along the split axes (major to
-// minor).
-std::vector<int64_t> Executor::boxStart(const pxe::Buffer &buffer) const {
-  const pxe::Grid &grid = exe_->grid();
-  std::vector<int64_t> start(buffer.shape_size(), 0);
-  for (int d = 0; d < buffer.split_size() && d < buffer.shape_size(); ++d) {
-    int64_t index = 0;
-    for (const std::string &axis : buffer.split(d).axes())
-      for (int i = 0; i < grid.axis_names_size(); ++i)
-        if (grid.axis_names(i) == axis)
-          index = index * grid.shape(i) + coords_[i];
-    start[d] = index * buffer.shape(d);
-  }
-  return start;
-}
 
 // Copies this rank's box of every model input into its input buffer; a
 // KV cache that steps write in place (cacheStateInputs), given as a shape
@@ -359,7 +343,7 @@ Status Executor::setInputs(const std::vector<Tensor> &inputs) {
       }
       continue;
     }
-    std::vector<int64_t> start = boxStart(buffer);
+    std::vector<int64_t> start = runtime::boxStart(*exe_, coords_, buffer);
     t = isInt ? Tensor::ints(shape) : Tensor::floats(shape);
     std::vector<int64_t> index(shape.size(), 0), strides(shape.size(), 1);
     for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)

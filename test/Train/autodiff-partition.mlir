@@ -8,16 +8,20 @@ parax.grid @g(tp = 4)
 // Megatron's MLP: the forward's one all-reduce (the row-parallel output);
 // backward, the column/row pair runs in reverse with no communication
 // (the input's gradient is not needed: a data input), each weight's
-// gradient computed in its own split; gathered whole as results.
+// gradient computed in its own split and returned in it, where the
+// optimizer updates the weight's box: no gather. Each result says which
+// of the model's results it is and where its box lies.
 // CHECK-LABEL: func.func @mlp
+// CHECK-SAME: -> (tensor<f32> {parax.result = 0 : i64},
+// CHECK-SAME: tensor<64x16xf32> {parax.global_sharding = #parax.sharding<@g, [{tp}, {}]>, parax.grad = "up", parax.result = 1 : i64},
+// CHECK-SAME: tensor<16x64xf32> {parax.global_sharding = #parax.sharding<@g, [{}, {tp}]>, parax.grad = "down", parax.result = 2 : i64})
 // CHECK: parax.all_reduce
 // CHECK: parax.cross_entropy_grad
 // CHECK-NOT: parax.all_reduce
+// CHECK-NOT: parax.all_gather
 // CHECK: parax.linear_weight_grad {{.*}} -> tensor<16x64xf32>
 // CHECK: parax.linear_weight_grad {{.*}} -> tensor<64x16xf32>
-// CHECK: parax.all_gather {{.*}} dim 0 : tensor<64x16xf32> -> tensor<256x16xf32>
-// CHECK: parax.all_gather {{.*}} dim 1 : tensor<16x64xf32> -> tensor<16x256xf32>
-// CHECK: return
+// CHECK-NEXT: return
 func.func @mlp(%x: tensor<2x8x16xf32>, %labels: tensor<2x8xi32>,
     %up: tensor<256x16xf32> {parax.param = "up", parax.sharding = #parax.sharding<@g, [{tp}, {}]>},
     %down: tensor<16x256xf32> {parax.param = "down", parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) -> tensor<f32> {
@@ -60,25 +64,55 @@ parax.grid @g(pp = 2)
 // Pipeline stages: each gradient op runs in its forward op's stage. Stage
 // 0 sends its activation forward, then receives the gradient by it (after
 // sending: no stage waits for what it has not sent), computes its weight's
-// gradient and sends it to the last stage, which returns every result.
+// gradient and returns it itself (result 1): a gradient stays with its
+// parameter. The last stage returns the loss and its own weight's.
 // CHECK-LABEL: func.func @stages_stage0
+// CHECK-SAME: -> (tensor<32x16xf32> {parax.grad = "a", parax.result = 1 : i64})
 // CHECK: parax.linear
 // CHECK-NEXT: parax.send {{.*}} to 1
 // CHECK-NEXT: parax.recv {{.*}} from 1
 // CHECK-NEXT: parax.linear_weight_grad
-// CHECK-NEXT: parax.send {{.*}} to 1
 // CHECK-NEXT: return
 // CHECK-LABEL: func.func @stages_stage1
+// CHECK-SAME: -> (tensor<f32> {parax.result = 0 : i64}, tensor<16x32xf32> {parax.grad = "b", parax.result = 2 : i64})
 // CHECK: parax.recv {{.*}} from 0
 // CHECK: parax.cross_entropy_grad
 // CHECK: parax.send {{.*}} to 0
-// CHECK: parax.recv {{.*}} from 0
-// CHECK-NEXT: return
+// CHECK-NOT: parax.recv
+// CHECK: return
 func.func @stages(%x: tensor<2x8x16xf32>, %labels: tensor<2x8xi32>,
     %a: tensor<32x16xf32> {parax.param = "a"},
     %b: tensor<16x32xf32> {parax.param = "b"}) -> tensor<f32> {
   %h = parax.linear %x, %a {transpose_w, parax.stage = 0 : i64} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
   %y = parax.linear %h, %b {transpose_w, parax.stage = 1 : i64} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
+  %l = parax.cross_entropy %y, %labels {parax.stage = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+parax.grid @g(pp = 2)
+// A weight read by two stages (an embedding tied to the head): both hold
+// it, so both return its gradient: the sum of both uses' gradients, made
+// in the first stage (where the add of the two runs) and sent to the last.
+// CHECK-LABEL: func.func @tied_stage0
+// CHECK-SAME: -> (tensor<16x16xf32> {parax.grad = "w", parax.result = 1 : i64})
+// CHECK: parax.send {{.*}} to 1
+// CHECK: parax.recv {{.*}} from 1
+// CHECK: parax.recv {{.*}} from 1 : tensor<16x16xf32>
+// CHECK-NEXT: %[[SUM:.*]] = parax.add
+// CHECK-NEXT: parax.send %[[SUM]] over @g ["pp"] to 1
+// CHECK-NEXT: return %[[SUM]]
+// CHECK-LABEL: func.func @tied_stage1
+// CHECK-SAME: -> (tensor<f32> {parax.result = 0 : i64}, tensor<16x16xf32> {parax.grad = "w", parax.result = 1 : i64})
+// CHECK: parax.linear_weight_grad
+// CHECK-NEXT: parax.send {{.*}} to 0
+// CHECK-NEXT: %[[GRAD:.*]] = parax.recv {{.*}} from 0
+// CHECK-NEXT: return %{{.*}}, %[[GRAD]]
+func.func @tied(%x: tensor<2x8x16xf32>, %labels: tensor<2x8xi32>,
+    %w: tensor<16x16xf32> {parax.param = "w"}) -> tensor<f32> {
+  %h = parax.linear %x, %w {transpose_w, parax.stage = 0 : i64} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %y = parax.linear %h, %w {transpose_w, parax.stage = 1 : i64} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
   %l = parax.cross_entropy %y, %labels {parax.stage = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }

@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 
@@ -156,7 +157,18 @@ class Model:
         if not expect_ok:
             return proc
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        if outputs == 0:
+            return None
         return np.load(outs[0]) if outputs == 1 else [np.load(out) for out in outs]
+
+
+    def run_to_dir(self, exe, ranks, extra=()):
+        """Every result (--output-dir): {file name without .npy: array}."""
+        folder = os.path.join(self.dir, "results")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        self.run(exe, ranks, extra=["--output-dir", folder, *extra], outputs=0)
+        return {name[:-4]: np.load(os.path.join(folder, name)) for name in os.listdir(folder)}
 
 
 def replicas(pins):

@@ -23,7 +23,14 @@ def gradients(model, exe, ranks):
     """The loss and a {parameter name: gradient} dict (the pieces of a fused
     tensor, each a result of its own with its box, put together)."""
     text = open(exe.replace(".pxe", ".mlir")).read()
-    results = re.findall(r'\{parax\.grad = "([^"]+)"(?:, parax\.param_offset = array<i64: ([0-9, ]+)>)?', text)
+    # Each result's gradient name (and piece), by its index: a partitioned
+    # stage returns the gradients of the parameters it holds, each marked
+    # with the result it is (several stages may return one).
+    found = re.findall(r'(?:parax\.global_sharding = #parax\.sharding<[^>]*>, )?parax\.grad = "([^"]+)"'
+                       r'(?:, parax\.param_offset = array<i64: ([0-9, ]+)>)?'
+                       r'(?:, parax\.param_shape = array<i64: [0-9, ]+>)?(?:, parax\.result = (\d+) : i64)?', text)
+    numbered = {int(k): (name, offset) for name, offset, k in found if k}
+    results = [numbered[k] for k in sorted(numbered)] if numbered else [(n, o) for n, o, _ in found]
     outs = model.run(exe, ranks, outputs=1 + len(results))
     grads = {}
     for (name, offset), grad in zip(results, outs[1:]):

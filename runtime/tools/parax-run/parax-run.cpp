@@ -4,6 +4,8 @@
 //       --input tokens.npy [--input labels.npy] --output logits.npy [--steps K]
 //   mpirun -np N parax-run step.pxe --weights W.safetensors [--prefill chunk.pxe] \
 //       --input prompt.npy --generate K --output tokens.npy [--output logits.npy]
+//   mpirun -np N parax-run train.pxe --weights W.safetensors --input tokens.npy \
+//       --input labels.npy --optimizer adamw --lr 1e-3 --steps K --save-weights OUT.safetensors
 //
 // N must equal the executable's grid size. Every rank loads only its slice of
 // the weights; the last stage's rank with all other coordinates 0 writes the
@@ -20,6 +22,7 @@
 #include "GenerationLoop.h"
 #include "Grid.h"
 #include "Runner.h"
+#include "Training.h"
 #ifdef PARAX_WITH_CUDA
 #include "parax/runtime/CudaExecutor.h"
 #endif
@@ -29,6 +32,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -75,6 +79,15 @@ void usage() {
                "  --output-dir DIR: every result into DIR (an existing folder): a gradient as\n"
                "  <checkpoint name>.npy (a fused tensor's piece <name>@<offsets>.npy), any other\n"
                "  result as result<k>.npy\n"
+               "  --optimizer sgd|adamw: with a training step (--parax-autodiff), --steps K optimizer\n"
+               "  steps: each step's gradients (averaged over its microbatches and the replicas)\n"
+               "  update every rank's parameter boxes in place, in fp32. --lr (1e-3), --beta1 (0.9),\n"
+               "  --beta2 (0.999), --eps (1e-8), --weight-decay (0: decoupled, matrices only),\n"
+               "  --clip-grad-norm N (the gradients' global L2 norm at most N), --zero (ZeRO-1: the\n"
+               "  AdamW states split over the data-parallel replicas: gradients reduce-scattered,\n"
+               "  parameters all-gathered). --step-rows R: each step takes the next R rows of the\n"
+               "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
+               "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
@@ -125,55 +138,6 @@ int launcherRank() {
       return std::atoi(value);
   return 0;
 }
-
-/// Joins a later microbatch's or replica's result to `into`: its rows
-/// appended; a scalar's value collected (meanOfScalars averages them).
-void appendRows(Tensor &into, const Tensor &part) {
-  if (!into.shape.empty()) into.shape[0] += part.shape[0];
-  into.f.insert(into.f.end(), part.f.begin(), part.f.end());
-  into.i.insert(into.i.end(), part.i.begin(), part.i.end());
-}
-
-/// A training step's results: which outputs are gradients (averaged over
-/// microbatches and replicas, as the loss is), and their running sums.
-struct Gradients {
-  std::vector<bool> isGrad;
-  std::vector<std::string> names; // each output's checkpoint tensor ("": not a gradient)
-
-  explicit Gradients(const parax::pxe::Executable &exe) {
-    const auto &last = exe.stages(exe.stages_size() - 1);
-    for (const std::string &name : last.output_grads()) {
-      isGrad.push_back(!name.empty());
-      names.push_back(name);
-    }
-  }
-  /// --output-dir's file for result k: a gradient's checkpoint name (a
-  /// fused tensor's piece with "@<offsets>"), else result<k>; '/' as '_'.
-  std::string fileName(size_t k) const {
-    std::string name = k < names.size() && !names[k].empty() ? names[k] : "result" + std::to_string(k);
-    std::replace(name.begin(), name.end(), '/', '_');
-    return name + ".npy";
-  }
-  bool at(size_t k) const { return k < isGrad.size() && isGrad[k]; }
-  /// Joins `part`, another microbatch's or replica's result k, to `into`:
-  /// a gradient added (false when its shape differs), any other result's
-  /// rows appended.
-  bool join(size_t k, Tensor &into, const Tensor &part) const {
-    if (!at(k)) {
-      appendRows(into, part);
-      return true;
-    }
-    if (part.shape != into.shape) return false;
-    for (size_t e = 0; e < into.f.size(); ++e) into.f[e] += part.f[e];
-    return true;
-  }
-  /// The gradients, each the sum of `count` results, divided into their mean.
-  void mean(std::vector<Tensor> &results, int64_t count) const {
-    for (size_t k = 0; k < results.size(); ++k)
-      if (at(k) && count > 1)
-        for (float &v : results[k].f) v /= static_cast<float>(count);
-  }
-};
 
 /// Logits [rows, p, vocab] grown to [rows, positions, vocab], NaN after p.
 void padPositions(Tensor &t, int64_t positions) {
@@ -273,6 +237,11 @@ int main(int argc, char **argv) {
   bool samplingGiven = false;
   bool stepsGiven = false;
   std::string device = "cpu";
+  OptimizerConfig optimizer;  // --optimizer and its settings
+  std::string saveWeights;    // --save-weights
+  std::string lossesPath;     // --losses
+  long long stepRows = 0;     // --step-rows (0: every row every step)
+  bool optimizerSettings = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -302,6 +271,41 @@ int main(int argc, char **argv) {
         die("--generate must be a positive count of tokens, got '" + text + "'");
     }
     else if (arg == "--prefill") prefillPath = value();
+    else if (arg == "--optimizer") {
+      optimizer.kind = value();
+      if (optimizer.kind != "sgd" && optimizer.kind != "adamw")
+        die("--optimizer must be sgd or adamw, got '" + optimizer.kind + "'");
+    }
+    else if (arg == "--lr" || arg == "--beta1" || arg == "--beta2" || arg == "--eps" || arg == "--weight-decay" ||
+             arg == "--clip-grad-norm") {
+      std::string text = value();
+      char *end = nullptr;
+      double number = std::strtod(text.c_str(), &end);
+      bool beta = arg == "--beta1" || arg == "--beta2";
+      if (text.empty() || *end || !std::isfinite(number) || number < 0 || (beta && number >= 1) ||
+          ((arg == "--lr" || arg == "--eps") && number == 0))
+        die(arg + " must be a " + (beta ? "number in [0, 1)" : arg == "--lr" || arg == "--eps" ? "positive number"
+                                                                                              : "non-negative number") +
+            ", got '" + text + "'");
+      double &slot = arg == "--lr"      ? optimizer.lr
+                     : arg == "--beta1" ? optimizer.beta1
+                     : arg == "--beta2" ? optimizer.beta2
+                     : arg == "--eps"   ? optimizer.eps
+                     : arg == "--weight-decay" ? optimizer.weightDecay
+                                               : optimizer.clipNorm;
+      slot = number;
+      optimizerSettings = true;
+    }
+    else if (arg == "--zero") { optimizer.zero = true; optimizerSettings = true; }
+    else if (arg == "--save-weights") saveWeights = value();
+    else if (arg == "--losses") lossesPath = value();
+    else if (arg == "--step-rows") {
+      std::string text = value();
+      char *end = nullptr;
+      stepRows = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end || stepRows < 1) die("--step-rows must be a positive count of rows, got '" + text + "'");
+      optimizerSettings = true;
+    }
     else if (arg == "--stop-token") {
       std::string text = value();
       char *end = nullptr;
@@ -353,6 +357,15 @@ int main(int argc, char **argv) {
   if ((samplingGiven || stopToken >= 0) && generate <= 0)
     die("--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
+  const bool trains = !optimizer.kind.empty();
+  if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty()))
+    die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --zero, --step-rows, --save-weights "
+        "and --losses belong to --optimizer");
+  if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
+  if (trains && device != "cpu")
+    die("--optimizer runs on the CPU backend only for now (--device cpu): the CUDA backend has no "
+        "optimizer step yet");
+  if (optimizer.zero && optimizer.kind != "adamw") die("--zero splits AdamW's states: it needs --optimizer adamw");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
 #endif
@@ -402,10 +415,18 @@ int main(int argc, char **argv) {
     if (buffer.role() == parax::pxe::INPUT && buffer.input_index() == 0 &&
         buffer.global_shape_size() > 0)
       exeBatch = buffer.global_shape(0);
+  int64_t blocks = 1, block = 0; // --step-rows: the steps' blocks of rows, the current one
   if (!inputTensors.empty() && exeBatch > 0 && !inputTensors[0].shape.empty()) {
     rows = inputTensors[0].shape[0];
+    if (stepRows > 0) {
+      if (rows % stepRows)
+        die("--step-rows " + std::to_string(stepRows) + " does not divide input #0's " + std::to_string(rows) +
+            " rows");
+      blocks = rows / stepRows;
+      rows = stepRows;
+    }
     if (rows % (exeBatch * replicas))
-      die("input #0 has " + std::to_string(rows) + " rows, not a multiple of the executable's batch " +
+      die(std::string(stepRows > 0 ? "--step-rows takes " : "input #0 has ") + std::to_string(rows) + " rows, not a multiple of the executable's batch " +
           std::to_string(exeBatch) +
           (replicas > 1 ? " times its " + std::to_string(replicas) +
                               " data-parallel replicas (each takes an equal share of whole batches)"
@@ -469,11 +490,11 @@ int main(int argc, char **argv) {
   auto microbatch = [&](int64_t j) {
     std::vector<Tensor> slice;
     for (const Tensor &t : inputTensors) {
-      if (t.shape.empty() || t.shape[0] != rows) {
+      if (t.shape.empty() || t.shape[0] != rows * blocks) {
         slice.push_back(t);
         continue;
       }
-      slice.push_back(t.rowBlock((replica * micro + j) * exeBatch, exeBatch));
+      slice.push_back(t.rowBlock(block * rows + (replica * micro + j) * exeBatch, exeBatch));
     }
     return slice;
   };
@@ -604,8 +625,23 @@ int main(int argc, char **argv) {
 
   std::vector<double> times;
   double prefillSeconds = 0; // --prefill: the prompt's chunks
-  std::vector<Tensor> results; // the last stage's outputs, microbatches joined
-  Gradients gradients(exe.value());
+  std::vector<Tensor> results; // this stage's outputs, microbatches joined
+  // A training step's gradients (every rank's boxes) and the optimizer.
+  std::unique_ptr<Training> training;
+  if (generate <= 0) training = std::make_unique<Training>(exe.value(), rank, mpi, waits.get());
+  if (trains) {
+    s = training->bindParameters(cpu.hostBuffers());
+    if (!s.isOk()) die(s.message());
+  }
+  std::vector<float> losses; // --optimizer: each step's loss (the last stage's)
+  double gradNorm = 0;       // the last step's, before clipping
+  int lossOutput = -1;       // the last stage's scalar result that is not a gradient
+  for (int k = 0; k < exe.value().stages(stageIndex).outputs_size(); ++k)
+    if (lossOutput < 0 && !training->isGrad(k) && stageIndex + 1 == exe.value().stages_size() &&
+        exe.value().stages(stageIndex).buffers(exe.value().stages(stageIndex).outputs(k)).shape_size() == 0)
+      lossOutput = k;
+  if (trains && lossOutput < 0 && stageIndex + 1 == exe.value().stages_size())
+    die("--optimizer: the executable returns no loss (a scalar result): build it with --parax-autodiff");
   auto barrier = [&](const char *which) { // around each step, to time it
     if (size == 1) return;
     auto watched = waits->watch(which);
@@ -633,22 +669,47 @@ int main(int argc, char **argv) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
       results.clear();
+      block = trains ? step % blocks : 0;
       for (int64_t j = 0; j < micro; ++j) {
-        if (j > 0 || (step > 0 && micro > 1)) { // prepare set microbatch 0 for the first step
+        if (j > 0 || (step > 0 && (micro > 1 || blocks > 1))) { // prepare set microbatch 0 for the first step
           s = runners[0].setInputs(microbatch(j));
           if (!s.isOk()) die(s.message());
         }
         s = runners[0].run();
         if (!s.isOk()) die(s.message());
-        std::vector<Tensor> outs = runners[0].outputs();
-        if (results.empty()) results = std::move(outs);
-        else
-          for (size_t k = 0; k < results.size() && k < outs.size(); ++k) gradients.join(k, results[k], outs[k]);
+        s = training->join(results, runners[0].outputs());
+        if (!s.isOk()) die(s.message());
+      }
+      if (trains) {
+        // The step's gradients averaged, clipped and applied; the moves of
+        // parameters run again on the new values.
+        s = training->averageGradients(results, micro, optimizer.zero);
+        if (s.isOk()) s = training->apply(optimizer, results, cpu.hostBuffers(), gradNorm);
+        if (s.isOk()) s = cpu.hoistParameterMoves();
+        if (!s.isOk()) die(s.message());
+        if (lossOutput >= 0) {
+          double loss = 0;
+          for (float v : results[lossOutput].f) loss += v;
+          loss /= static_cast<double>(results[lossOutput].f.size());
+          s = training->replicaMean(loss);
+          if (!s.isOk()) die(s.message());
+          losses.push_back(static_cast<float>(loss));
+        }
       }
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      if (trains && writer) {
+        std::printf("parax-run: step %d: loss %.6f, gradient norm %.6f%s\n", step + 1, losses.back(), gradNorm,
+                    optimizer.clipNorm > 0 && gradNorm > optimizer.clipNorm ? " (clipped)" : "");
+        std::fflush(stdout);
+      }
     }
-    gradients.mean(results, micro); // a training step's gradients: the mean over the microbatches
+    // The gradients written: the mean over the microbatches and replicas
+    // (with ZeRO each replica has only summed its own microbatches' yet).
+    if (!trains || optimizer.zero) {
+      s = training->averageGradients(results, trains ? 1 : micro, false);
+      if (!s.isOk()) die(s.message());
+    }
   }
   meanOfScalars(results); // the loss: the mean over the microbatches
 
@@ -676,13 +737,16 @@ int main(int argc, char **argv) {
 
   if (replicas > 1 && rows > 0 && replicaWriter) { // (no rows to share: every replica ran the same)
     auto watched = waits->watch("gathering the data-parallel replicas' results");
+    // (Gradients are averaged over the replicas already.)
     if (!writer) {
       int to = rankWithReplica(exe.value(), rank, 0);
-      for (const Tensor &r : results) sendTensor(r, to);
+      for (size_t k = 0; k < results.size(); ++k)
+        if (!training || !training->isGrad(k)) sendTensor(results[k], to);
     } else {
       for (int64_t other = 1; other < replicas; ++other) {
         int from = rankWithReplica(exe.value(), rank, other);
         for (size_t k = 0; k < results.size(); ++k) {
+          if (training && training->isGrad(k)) continue;
           Tensor &r = results[k];
           Tensor part = receiveTensor(from);
           if (generate > 0 && r.shape.size() == 3 && part.shape.size() == 3) {
@@ -697,16 +761,50 @@ int main(int argc, char **argv) {
                           r.shape.begin() + std::min<size_t>(1, r.shape.size())))
             die("replica " + std::to_string(other) + " sent a result of shape " + part.shapeString() +
                 " where replica 0 has " + r.shapeString());
-          if (!gradients.join(k, r, part))
-            die("replica " + std::to_string(other) + " sent a gradient of shape " + part.shapeString() +
-                " where replica 0 has " + r.shapeString());
+          appendRows(r, part);
         }
       }
       meanOfScalars(results); // over the replicas' (equal) shares
-      gradients.mean(results, replicas);
     }
   }
+  // The program's results in order, on the writer: the last stage's
+  // outputs, and each gradient whole, gathered from its boxes (every rank
+  // sends its own); with --save-weights the parameters likewise.
+  std::vector<std::string> resultNames; // a gradient's checkpoint name, else ""
+  auto sources = resultSources(exe.value());
+  for (const auto &from : sources) {
+    const auto &stage = exe.value().stages(from[0].stage);
+    resultNames.push_back(from[0].output < stage.output_grads_size() ? stage.output_grads(from[0].output) : "");
+  }
+  bool gradients = std::any_of(resultNames.begin(), resultNames.end(), [](const std::string &n) { return !n.empty(); });
+  if (generate <= 0 && gradients && (!outputs.empty() || !outputDir.empty())) {
+    std::map<int, Tensor> whole;
+    s = training->gatherGradients(results, writerOf(exe.value(), 0), whole);
+    if (!s.isOk()) die(s.message());
+    if (writer) {
+      std::vector<Tensor> ordered(sources.size());
+      for (int k = 0; k < static_cast<int>(results.size()); ++k)
+        ordered[outputResult(exe.value().stages(stageIndex), k)] = std::move(results[k]);
+      for (auto &[r, t] : whole) ordered[r] = std::move(t);
+      results = std::move(ordered);
+    }
+  }
+  std::map<std::string, Tensor> savedWeights;
+  if (!saveWeights.empty()) {
+    s = training->gatherParameters(cpu.hostBuffers(), writerOf(exe.value(), 0), savedWeights);
+    if (!s.isOk()) die(s.message());
+  }
   if (writer) {
+    if (!saveWeights.empty()) {
+      s = writeSafetensors(saveWeights, savedWeights);
+      if (!s.isOk()) die(s.message());
+    }
+    if (!lossesPath.empty()) {
+      Tensor t = Tensor::floats({static_cast<int64_t>(losses.size())});
+      t.f = losses;
+      s = writeNpy(lossesPath, t);
+      if (!s.isOk()) die(s.message());
+    }
     if (outputs.size() > results.size())
       die("the executable has " + std::to_string(results.size()) + " result(s) but " +
           std::to_string(outputs.size()) + " --output files were given");
@@ -716,11 +814,23 @@ int main(int argc, char **argv) {
     }
     if (!outputDir.empty())
       for (size_t k = 0; k < results.size(); ++k) {
-        s = writeNpy(outputDir + "/" + gradients.fileName(k), results[k]);
+        // A gradient as its checkpoint name (a fused tensor's piece with
+        // "@<offsets>"), any other result as result<k>; '/' as '_'.
+        std::string name = k < resultNames.size() && !resultNames[k].empty() ? resultNames[k]
+                                                                            : "result" + std::to_string(k);
+        std::replace(name.begin(), name.end(), '/', '_');
+        s = writeNpy(outputDir + "/" + name + ".npy", results[k]);
         if (!s.isOk()) die(s.message());
       }
     std::sort(times.begin(), times.end());
     std::string how = ", " + memory;
+    if (trains && !losses.empty()) {
+      char line[200];
+      std::snprintf(line, sizeof line, ", %s: loss %.6f -> %.6f over %zu step(s), %zu bytes of optimizer state on rank %d%s",
+                    optimizer.kind.c_str(), losses.front(), losses.back(), losses.size(), training->stateBytes(), rank,
+                    optimizer.zero ? " (ZeRO-1)" : "");
+      how += line;
+    }
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda" && gpus[0]->replaysGraph()) how += ", steps after the first as one CUDA graph";
@@ -766,6 +876,7 @@ int main(int argc, char **argv) {
                 1e3 * median, times.size(), how.c_str());
     std::fputs(profile.c_str(), stdout);
   }
+  training.reset(); // its MPI communicator, before MPI ends
   shutdown();
   return 0;
 }

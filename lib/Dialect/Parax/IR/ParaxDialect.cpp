@@ -332,6 +332,20 @@ LogicalResult ParaxDialect::verifyRegionResultAttribute(Operation *op,
                                << "' must be an array of integers";
     return success();
   }
+  if (attr.getName().getValue() == kGlobalShardingAttrName) {
+    // Describes the global tensor, not this local one: no shape check.
+    if (!isa<ShardingAttr>(attr.getValue()))
+      return emitResultError() << "expected a #parax.sharding, got "
+                               << attr.getValue();
+    return success();
+  }
+  if (attr.getName().getValue() == kResultAttrName) {
+    auto index = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!index || index.getInt() < 0)
+      return emitResultError() << "'" << kResultAttrName
+                               << "' must be a non-negative result index";
+    return success();
+  }
   if (attr.getName().getValue() == kGradAttrName) {
     auto name = dyn_cast<StringAttr>(attr.getValue());
     if (!name || name.getValue().empty())

@@ -44,6 +44,10 @@ private:
 
 /// Reads a .npy array (little-endian f4 / i4 / i8, C order).
 StatusOr<Tensor> readNpy(const std::string &path);
+/// Writes `tensors` as a safetensors file, every tensor F32 (what the
+/// runtime computes in), in name order.
+Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors);
+
 /// Writes `t` as .npy (f4 or i4).
 Status writeNpy(const std::string &path, const Tensor &t);
 

@@ -38,6 +38,28 @@ int positionOperand(const pxe::Instruction &inst);
 /// without values keeps it (Executor::setInputs).
 std::vector<int32_t> cacheStateInputs(const pxe::Stage &stage);
 
+/// Which of the program's results output `k` of `stage` is (a stage
+/// without `output_results`: the k-th).
+int outputResult(const pxe::Stage &stage, int k);
+
+/// Where the program's results come from: for each result, every stage
+/// output that returns it (or, a gradient in its parameter's split, each
+/// rank's box of it; every stage holding the parameter returns it).
+struct ResultSource {
+  int stage, output;
+};
+std::vector<std::vector<ResultSource>> resultSources(const pxe::Executable &exe);
+
+/// A buffer's whole tensor's shape: `global_shape`, or its own when whole.
+std::vector<int64_t> wholeShape(const pxe::Buffer &buffer);
+
+/// Where the box of `buffer` (split over the grid: a parameter, an input, a
+/// split output) held by the rank at `coordinates` starts in its whole
+/// tensor: per dimension, the chunk at its coordinate along the split axes
+/// (major to minor).
+std::vector<int64_t> boxStart(const pxe::Executable &exe, const std::vector<int64_t> &coordinates,
+                              const pxe::Buffer &buffer);
+
 /// Number of ranks of the executable's grid.
 int64_t gridSize(const pxe::Executable &exe);
 

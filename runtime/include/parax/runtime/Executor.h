@@ -53,7 +53,8 @@ public:
   /// Global shapes of the model inputs this stage reads (by input index).
   std::vector<std::vector<int64_t>> inputShapes() const;
   Status run();
-  /// The stage's outputs (the last stage only; empty elsewhere).
+  /// The stage's outputs: the last stage's results, and a training step's
+  /// gradients of the parameters the stage holds (in their split).
   std::vector<Tensor> outputs() const;
   /// Each row's most likely token of the first output (logits [..., V]):
   /// the first of equal largest values. The last stage only.
@@ -65,6 +66,9 @@ public:
   /// and `run` skips them.
   bool hoisted(int instruction) const { return hoisted_[instruction]; }
   size_t hoistedInstructions() const;
+  /// Runs the moves of parameters again (prepare ran them once): after an
+  /// optimizer step changed the parameters' values (hostBuffers).
+  Status hoistParameterMoves();
   /// For a backend that has copied parameters and temporaries elsewhere
   /// (the CUDA backend, to the device): frees their host memory, keeping
   /// their shapes. `run` refuses to run afterwards; inputs stay.
@@ -91,8 +95,6 @@ public:
 
 private:
   struct Impl;
-  std::vector<int64_t> boxStart(const pxe::Buffer &buffer) const;
-  Status hoistParameterMoves();
   Status checkInputValues() const;
   const pxe::Executable *exe_ = nullptr;
   const pxe::Stage *stageProto_ = nullptr;

@@ -69,6 +69,10 @@ def Parax_Dialect : Dialect {
     /// On a function result (--parax-autodiff): the checkpoint name of the
     /// parameter this result is the gradient of.
     static constexpr ::llvm::StringLiteral kGradAttrName = "parax.grad";
+    /// On a partitioned stage function's result: which result of the
+    /// original function it is (a stage returns only some: a training
+    /// step's gradients come from the stages holding their parameters).
+    static constexpr ::llvm::StringLiteral kResultAttrName = "parax.result";
   }];
 }
 

@@ -1,0 +1,370 @@
+// Training.cpp - parax-run: gradients averaged and gathered, the optimizer.
+
+#include "Training.h"
+
+#include "parax/runtime/Executable.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace parax::run {
+
+using runtime::boxStart;
+using runtime::outputResult;
+using runtime::resultSources;
+using runtime::wholeShape;
+
+namespace {
+
+int64_t coordinate(const pxe::Executable &exe, int rank, const std::string &axis) {
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+    if (exe.grid().axis_names(i) == axis) return exe.ranks(rank).values(i);
+  return 0;
+}
+
+std::vector<int64_t> coordinatesOf(const pxe::Executable &exe, int rank) {
+  return {exe.ranks(rank).values().begin(), exe.ranks(rank).values().end()};
+}
+
+/// Copies `box` (a tensor) into `whole` at `start`.
+void placeBox(const Tensor &box, const std::vector<int64_t> &start, Tensor &whole) {
+  size_t rank = whole.shape.size();
+  if (rank == 0) {
+    whole.f = box.f;
+    return;
+  }
+  int64_t inner = box.shape[rank - 1], rows = box.numel() / std::max<int64_t>(inner, 1);
+  std::vector<int64_t> at(rank, 0); // the row's index in the box (last dimension 0)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d) offset = offset * whole.shape[d] + start[d] + at[d];
+    std::copy(box.f.begin() + row * inner, box.f.begin() + (row + 1) * inner, whole.f.begin() + offset);
+    for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
+      if (++at[d] < box.shape[d]) break;
+      at[d] = 0;
+    }
+  }
+}
+
+std::string pieceKey(const pxe::Buffer &b) {
+  std::string key = b.param_name();
+  for (int64_t o : b.param_offset()) key += "," + std::to_string(o);
+  return key;
+}
+
+} // namespace
+
+void appendRows(Tensor &into, const Tensor &part) {
+  if (!into.shape.empty()) into.shape[0] += part.shape[0];
+  into.f.insert(into.f.end(), part.f.begin(), part.f.end());
+  into.i.insert(into.i.end(), part.i.begin(), part.i.end());
+}
+
+struct Training::Item {
+  int stage;               // the stage whose ranks' boxes make the tensor
+  int buffer;              // the box's buffer in that stage
+  const Tensor *local;     // this rank's box (when it is in that stage)
+  size_t whole;            // which of the whole tensors
+  std::vector<int64_t> at; // where the buffer's whole tensor lies in it
+};
+
+Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::StallWatchdog *waits)
+    : exe_(exe), rank_(rank), stage_(0), mpi_(mpi), waits_(waits) {
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i) {
+    if (exe.grid().axis_names(i) == "pp") stage_ = static_cast<int>(exe.ranks(rank).values(i));
+    if (exe.grid().axis_names(i) == "dp") {
+      replicas_ = exe.grid().shape(i);
+      replica_ = exe.ranks(rank).values(i);
+    }
+  }
+  if (stage_ >= exe.stages_size()) stage_ = 0;
+  const pxe::Stage &stage = exe.stages(stage_);
+  gradOf_.assign(stage.output_grads().begin(), stage.output_grads().end());
+  states_.resize(stage.outputs_size());
+  paramOf_.assign(stage.outputs_size(), -1);
+  if (mpi_ && replicas_ > 1) {
+    // The group over "dp": coloured by the other coordinates, ordered by dp.
+    int64_t color = 0;
+    for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+      if (exe.grid().axis_names(i) != "dp") color = color * exe.grid().shape(i) + exe.ranks(rank).values(i);
+    auto watched = waits_->watch("the data-parallel group's set-up (MPI_Comm_split)");
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(color), static_cast<int>(replica_), &replicaComm_);
+  }
+}
+
+Training::~Training() {
+  if (replicaComm_ != MPI_COMM_NULL) MPI_Comm_free(&replicaComm_);
+}
+
+Status Training::join(std::vector<Tensor> &into, const std::vector<Tensor> &part) const {
+  if (into.empty()) {
+    into = part;
+    return Status::ok();
+  }
+  for (size_t k = 0; k < into.size() && k < part.size(); ++k) {
+    if (!isGrad(k)) {
+      appendRows(into[k], part[k]);
+      continue;
+    }
+    if (part[k].shape != into[k].shape)
+      return Status::error("the gradient of " + gradOf_[k] + " has shape " + part[k].shapeString() +
+                           " in one microbatch and " + into[k].shapeString() + " in another");
+    for (size_t e = 0; e < into[k].f.size(); ++e) into[k].f[e] += part[k].f[e];
+  }
+  return Status::ok();
+}
+
+Status Training::allReduceOverReplicas(float *data, size_t n) {
+  if (replicaComm_ == MPI_COMM_NULL) return Status::ok();
+  auto watched = waits_->watch("the data-parallel gradient all-reduce (MPI_Allreduce over dp)");
+  if (MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, replicaComm_) != MPI_SUCCESS)
+    return Status::error("the data-parallel gradient all-reduce failed");
+  return Status::ok();
+}
+
+Status Training::averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares) {
+  bool shares = zeroShares && replicaComm_ != MPI_COMM_NULL;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!isGrad(k)) continue;
+    std::vector<float> &g = outputs[k].f;
+    if (!shares) {
+      Status s = allReduceOverReplicas(g.data(), g.size());
+      if (!s.isOk()) return s;
+    }
+    float scale = 1.0f / static_cast<float>(micro * (shares ? 1 : replicas_));
+    for (float &v : g) v *= scale;
+  }
+  return Status::ok();
+}
+
+Status Training::bindParameters(const std::vector<Tensor> &buffers) {
+  const pxe::Stage &stage = exe_.stages(stage_);
+  for (int k = 0; k < stage.outputs_size(); ++k) {
+    if (!isGrad(k)) continue;
+    const std::string &name = gradOf_[k];
+    for (const pxe::Buffer &b : stage.buffers()) {
+      if (b.role() != pxe::PARAMETER) continue;
+      std::string key = b.param_name();
+      if (b.param_offset_size()) {
+        key += "@";
+        for (int d = 0; d < b.param_offset_size(); ++d) key += (d ? "," : "") + std::to_string(b.param_offset(d));
+      }
+      if (key == name) paramOf_[k] = b.id();
+    }
+    int p = paramOf_[k];
+    const pxe::Buffer &out = stage.buffers(stage.outputs(k));
+    std::string where = "stage " + std::to_string(stage_) + " output " + std::to_string(k) + " (the gradient of " +
+                        name + ")";
+    if (p < 0)
+      return Status::error(where + ": the stage holds no such parameter to update (an executable "
+                                   "partitioned before gradients stayed with their parameters? partition it again)");
+    const pxe::Buffer &param = stage.buffers(p);
+    if (buffers[p].shape != std::vector<int64_t>(out.shape().begin(), out.shape().end()) ||
+        wholeShape(param) != wholeShape(out) || boxStart(exe_, coordinatesOf(exe_, rank_), param) !=
+                                                    boxStart(exe_, coordinatesOf(exe_, rank_), out))
+      return Status::error(where + ": its box is not the parameter's (the gradient must be returned in its "
+                                   "parameter's split)");
+    if (buffers[p].isInt) return Status::error(where + ": an integer parameter");
+  }
+  return Status::ok();
+}
+
+bool Training::ownsBoxIgnoringReplica(int output) const {
+  const pxe::Stage &stage = exe_.stages(stage_);
+  auto sources = resultSources(exe_);
+  int result = outputResult(stage, output);
+  if (sources[result][0].stage != stage_) return false; // counted by the first stage that returns it
+  const pxe::Buffer &buffer = stage.buffers(stage.outputs(output));
+  std::vector<int64_t> mine = boxStart(exe_, coordinatesOf(exe_, rank_), buffer);
+  for (int q = 0; q < rank_; ++q)
+    if (coordinate(exe_, q, "pp") == coordinate(exe_, rank_, "pp") &&
+        coordinate(exe_, q, "dp") == replica_ && boxStart(exe_, coordinatesOf(exe_, q), buffer) == mine)
+      return false;
+  return true;
+}
+
+Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outputs, std::vector<Tensor> &buffers,
+                       double &gradNorm) {
+  ++step_;
+  bool shares = replicaComm_ != MPI_COMM_NULL && config.zero;
+  int64_t d = shares ? replicas_ : 1;
+  // Each gradient's share this rank updates: the whole box, or (ZeRO) the
+  // replica's chunk of it, reduced over the replicas.
+  struct Share {
+    int64_t begin = 0, end = 0, chunk = 0;
+    std::vector<float> g;
+  };
+  std::vector<Share> share(outputs.size());
+  double squares = 0;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!isGrad(k)) continue;
+    std::vector<float> &g = outputs[k].f;
+    int64_t n = static_cast<int64_t>(g.size());
+    Share &s = share[k];
+    s.chunk = (n + d - 1) / d;
+    s.begin = std::min(n, replica_ * s.chunk * (shares ? 1 : 0));
+    s.end = shares ? std::min(n, s.begin + s.chunk) : n;
+    if (shares) {
+      std::vector<float> padded(s.chunk * d, 0.0f);
+      std::copy(g.begin(), g.end(), padded.begin());
+      s.g.assign(s.chunk, 0.0f);
+      auto watched = waits_->watch("the ZeRO gradient reduce-scatter (MPI_Reduce_scatter_block over dp)");
+      if (MPI_Reduce_scatter_block(padded.data(), s.g.data(), static_cast<int>(s.chunk), MPI_FLOAT, MPI_SUM,
+                                   replicaComm_) != MPI_SUCCESS)
+        return Status::error("the ZeRO gradient reduce-scatter failed");
+      for (float &v : s.g) v /= static_cast<float>(replicas_);
+      s.g.resize(s.end - s.begin);
+    } else {
+      s.g.assign(g.begin(), g.end());
+    }
+    if (ownsBoxIgnoringReplica(static_cast<int>(k)) && (shares || replica_ == 0))
+      for (float v : s.g) squares += static_cast<double>(v) * v;
+  }
+  if (mpi_ && exe_.ranks_size() > 1) {
+    auto watched = waits_->watch("the gradients' global norm (MPI_Allreduce)");
+    MPI_Allreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  }
+  gradNorm = std::sqrt(squares);
+  double clip = config.clipNorm > 0 && gradNorm > config.clipNorm ? config.clipNorm / (gradNorm + 1e-6) : 1.0;
+
+  const double b1 = config.beta1, b2 = config.beta2;
+  const double correction1 = 1 - std::pow(b1, static_cast<double>(step_));
+  const double correction2 = 1 - std::pow(b2, static_cast<double>(step_));
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!isGrad(k)) continue;
+    Share &s = share[k];
+    Tensor &param = buffers[paramOf_[k]];
+    float *p = param.f.data() + s.begin;
+    // Weight decay on matrices only (not on norms' weights and biases).
+    double decay = param.shape.size() >= 2 ? config.weightDecay : 0.0;
+    size_t n = s.g.size();
+    if (config.kind == "sgd") {
+      for (size_t e = 0; e < n; ++e) {
+        double g = clip * s.g[e] + decay * p[e];
+        p[e] = static_cast<float>(p[e] - config.lr * g);
+      }
+    } else { // adamw
+      State &st = states_[k];
+      if (st.m.size() != n) {
+        st.m.assign(n, 0.0f);
+        st.v.assign(n, 0.0f);
+      }
+      for (size_t e = 0; e < n; ++e) {
+        double g = clip * s.g[e];
+        double m = b1 * st.m[e] + (1 - b1) * g;
+        double v = b2 * st.v[e] + (1 - b2) * g * g;
+        st.m[e] = static_cast<float>(m);
+        st.v[e] = static_cast<float>(v);
+        double value = p[e] * (1 - config.lr * decay);
+        value -= config.lr * (m / correction1) / (std::sqrt(v / correction2) + config.eps);
+        p[e] = static_cast<float>(value);
+      }
+    }
+    if (shares) { // every replica's updated chunk back into every replica's box
+      std::vector<float> mine(s.chunk, 0.0f), all(s.chunk * d);
+      std::copy(p, p + n, mine.begin());
+      auto watched = waits_->watch("the ZeRO parameter all-gather (MPI_Allgather over dp)");
+      if (MPI_Allgather(mine.data(), static_cast<int>(s.chunk), MPI_FLOAT, all.data(), static_cast<int>(s.chunk),
+                        MPI_FLOAT, replicaComm_) != MPI_SUCCESS)
+        return Status::error("the ZeRO parameter all-gather failed");
+      std::copy(all.begin(), all.begin() + param.f.size(), param.f.begin());
+    }
+  }
+  return Status::ok();
+}
+
+size_t Training::stateBytes() const {
+  size_t bytes = 0;
+  for (const State &s : states_) bytes += (s.m.size() + s.v.size()) * sizeof(float);
+  return bytes;
+}
+
+Status Training::replicaMean(double &value) {
+  if (replicaComm_ == MPI_COMM_NULL) return Status::ok();
+  auto watched = waits_->watch("the loss's mean over the replicas (MPI_Allreduce over dp)");
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, replicaComm_);
+  value /= static_cast<double>(replicas_);
+  return Status::ok();
+}
+
+Status Training::gather(const std::vector<Item> &items, int writer, std::vector<Tensor> &whole) {
+  auto watched = waits_->watch("gathering whole tensors from their boxes on the writer");
+  for (const Item &item : items) {
+    const pxe::Buffer &buffer = exe_.stages(item.stage).buffers(item.buffer);
+    // The boxes of replica 0's ranks in the stage, the first rank of each.
+    std::vector<std::vector<int64_t>> seen;
+    for (int q = 0; q < exe_.ranks_size(); ++q) {
+      if (coordinate(exe_, q, "pp") != item.stage || coordinate(exe_, q, "dp") != 0) continue;
+      std::vector<int64_t> start = boxStart(exe_, coordinatesOf(exe_, q), buffer);
+      if (std::find(seen.begin(), seen.end(), start) != seen.end()) continue;
+      seen.push_back(start);
+      for (size_t dim = 0; dim < start.size(); ++dim) start[dim] += item.at[dim];
+      if (q == rank_ && rank_ == writer) {
+        placeBox(*item.local, start, whole[item.whole]);
+      } else if (q == rank_) {
+        MPI_Send(item.local->f.data(), static_cast<int>(item.local->f.size()), MPI_FLOAT, writer, 7,
+                 MPI_COMM_WORLD);
+      } else if (rank_ == writer) {
+        Tensor box = Tensor::floats({buffer.shape().begin(), buffer.shape().end()});
+        MPI_Recv(box.f.data(), static_cast<int>(box.f.size()), MPI_FLOAT, q, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        placeBox(box, start, whole[item.whole]);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status Training::gatherGradients(const std::vector<Tensor> &outputs, int writer, std::map<int, Tensor> &whole) {
+  auto sources = resultSources(exe_);
+  std::vector<Item> items;
+  std::vector<int> results;
+  std::vector<Tensor> tensors;
+  for (size_t r = 0; r < sources.size(); ++r) {
+    const runtime::ResultSource &from = sources[r][0];
+    const pxe::Stage &stage = exe_.stages(from.stage);
+    if (from.output >= stage.output_grads_size() || stage.output_grads(from.output).empty()) continue;
+    const pxe::Buffer &buffer = stage.buffers(stage.outputs(from.output));
+    std::vector<int64_t> shape = wholeShape(buffer);
+    items.push_back({from.stage, buffer.id(), from.stage == stage_ ? &outputs[from.output] : nullptr, tensors.size(),
+                     std::vector<int64_t>(shape.size(), 0)});
+    tensors.push_back(Tensor::floats(shape));
+    results.push_back(static_cast<int>(r));
+  }
+  Status s = gather(items, writer, tensors);
+  if (!s.isOk()) return s;
+  if (rank_ == writer)
+    for (size_t i = 0; i < results.size(); ++i) whole[results[i]] = std::move(tensors[i]);
+  return Status::ok();
+}
+
+Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer,
+                                  std::map<std::string, Tensor> &whole) {
+  std::vector<Item> items;
+  std::vector<std::string> names, pieces;
+  std::vector<Tensor> tensors;
+  for (int s = 0; s < exe_.stages_size(); ++s)
+    for (const pxe::Buffer &b : exe_.stages(s).buffers()) {
+      if (b.role() != pxe::PARAMETER || b.dtype() == pxe::I32 || b.dtype() == pxe::I64) continue;
+      if (b.param_name().find("{e}") != std::string::npos)
+        return Status::error("parameter " + b.param_name() + ": stacked experts are not saved yet");
+      if (std::find(pieces.begin(), pieces.end(), pieceKey(b)) != pieces.end()) continue; // an earlier stage's
+      pieces.push_back(pieceKey(b));
+      std::vector<int64_t> shape = b.param_shape_size() ? std::vector<int64_t>(b.param_shape().begin(), b.param_shape().end())
+                                                        : wholeShape(b);
+      size_t index = std::find(names.begin(), names.end(), b.param_name()) - names.begin();
+      if (index == names.size()) {
+        names.push_back(b.param_name());
+        tensors.push_back(Tensor::floats(shape));
+      }
+      std::vector<int64_t> at(shape.size(), 0);
+      for (int d = 0; d < b.param_offset_size(); ++d) at[d] = b.param_offset(d);
+      items.push_back({s, b.id(), s == stage_ ? &buffers[b.id()] : nullptr, index, at});
+    }
+  Status st = gather(items, writer, tensors);
+  if (!st.isOk()) return st;
+  if (rank_ == writer)
+    for (size_t i = 0; i < names.size(); ++i) whole[names[i]] = std::move(tensors[i]);
+  return Status::ok();
+}
+
+} // namespace parax::run

@@ -1,0 +1,112 @@
+// Training.h - parax-run: a training step's gradients, where they are
+// averaged and gathered, and the optimizer that applies them.
+//
+// A training step's program returns each parameter's gradient from every
+// stage that holds the parameter, in the parameter's split (each rank its
+// box). Here: the gradients are averaged over microbatches and over the
+// data-parallel replicas (an all-reduce over "dp", or with ZeRO a
+// reduce-scatter: each replica then updates its share of every box and an
+// all-gather puts the boxes back together), clipped by their global norm,
+// and applied to the rank's parameter boxes (SGD or AdamW, in fp32); the
+// writer gathers whole tensors from the boxes (gradients for --output,
+// parameters for --save-weights).
+
+#ifndef PARAX_RUN_TRAINING_H
+#define PARAX_RUN_TRAINING_H
+
+#define OMPI_SKIP_MPICXX 1
+#include "parax/runtime/StallWatchdog.h"
+#include "parax/runtime/Status.h"
+#include "parax/runtime/Tensor.h"
+#include "parax/runtime/executable.pb.h"
+
+#include <mpi.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace parax::run {
+
+using runtime::Status;
+using runtime::Tensor;
+
+/// Joins a later microbatch's or replica's result to `into`: its rows
+/// appended; a scalar's value collected (for a mean).
+void appendRows(Tensor &into, const Tensor &part);
+
+struct OptimizerConfig {
+  std::string kind; // "sgd", "adamw"; empty: no optimizer
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weightDecay = 0;  // decoupled (AdamW), on matrices only (rank >= 2)
+  double clipNorm = 0;     // the gradients' global L2 norm at most this (0: no clipping)
+  bool zero = false;       // ZeRO-1: optimizer states split over the replicas
+};
+
+/// One rank's share of a training run. `mpi`: launched under MPI (else a
+/// single rank, no MPI calls); `waits` watches every blocking MPI call.
+class Training {
+public:
+  Training(const pxe::Executable &exe, int rank, bool mpi, runtime::StallWatchdog *waits);
+  ~Training();
+  Training(const Training &) = delete;
+  Training &operator=(const Training &) = delete;
+
+  /// Whether output `k` of this rank's stage is a gradient.
+  bool isGrad(size_t k) const { return k < gradOf_.size() && !gradOf_[k].empty(); }
+  /// Joins another microbatch's outputs to `into`: gradients added, any
+  /// other output's rows appended (a scalar's values collected).
+  Status join(std::vector<Tensor> &into, const std::vector<Tensor> &part) const;
+  /// Gradients summed over `micro` microbatches: their mean over those and
+  /// over the data-parallel replicas (every rank takes part). `zeroShares`
+  /// (an optimizer with ZeRO): averaged over the microbatches only; `apply`
+  /// reduce-scatters them over the replicas.
+  Status averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares);
+  /// Checks that every gradient output has its parameter's box on this
+  /// rank (same name, piece and shape); an error naming the first that
+  /// does not. Call once before `apply`.
+  Status bindParameters(const std::vector<Tensor> &buffers);
+  /// One optimizer step: clips, then updates this rank's parameter boxes
+  /// in `buffers` (the executor's) with the averaged gradients. Every rank
+  /// takes part. `gradNorm` receives the norm before clipping.
+  Status apply(const OptimizerConfig &config, std::vector<Tensor> &outputs, std::vector<Tensor> &buffers,
+               double &gradNorm);
+  /// Bytes of optimizer state this rank holds (m and v, or none).
+  size_t stateBytes() const;
+
+  /// The loss of this step (a scalar result of the last stage: the mean of
+  /// the microbatches' values), averaged over the replicas; every rank of
+  /// the last stage gets it.
+  Status replicaMean(double &value);
+
+  /// The writer's whole gradients: result index -> tensor, gathered from
+  /// the boxes of replica 0's ranks. Every rank takes part.
+  Status gatherGradients(const std::vector<Tensor> &outputs, int writer, std::map<int, Tensor> &whole);
+  /// The writer's whole parameters by checkpoint name (fused pieces put in
+  /// place), gathered from replica 0's ranks. Every rank takes part.
+  Status gatherParameters(const std::vector<Tensor> &buffers, int writer, std::map<std::string, Tensor> &whole);
+
+private:
+  struct Item; // a box of a whole tensor, held by some ranks
+  Status gather(const std::vector<Item> &items, int writer, std::vector<Tensor> &whole);
+  bool ownsBoxIgnoringReplica(int output) const;
+  Status allReduceOverReplicas(float *data, size_t n);
+
+  const pxe::Executable &exe_;
+  int rank_, stage_;
+  bool mpi_;
+  runtime::StallWatchdog *waits_;
+  int64_t replicas_ = 1, replica_ = 0;
+  MPI_Comm replicaComm_ = MPI_COMM_NULL; // the ranks that differ from this one only along "dp"
+  std::vector<std::string> gradOf_;      // per output of this stage: "<name>[@offsets]" or ""
+  std::vector<int> paramOf_;             // per gradient output: its parameter's buffer id
+  struct State {
+    std::vector<float> m, v;
+  };
+  std::vector<State> states_; // per output
+  int64_t step_ = 0;
+};
+
+} // namespace parax::run
+
+#endif // PARAX_RUN_TRAINING_H

@@ -1,0 +1,187 @@
+"""The optimizer step (parax-run --optimizer): a training step's gradients
+applied to every rank's parameter boxes, under a real mpirun.
+
+The oracle, in two parts:
+- one rank's updated weights equal an independent numpy SGD / AdamW
+  (PyTorch's update rules: bias-corrected moments, decoupled weight decay
+  on matrices only, clipping by the global norm) applied to the gradients
+  parax-run writes for the same weights, step after step (1e-6);
+- N ranks (TP, DP, DP with ZeRO-1, PP with a tied embedding, CP, and
+  combinations) give the single rank's weights and losses after three
+  AdamW steps (weights within 1e-5). There AdamW runs with eps 1e-3:
+  Adam divides each gradient by its own magnitude, so with a tiny eps a
+  gradient near zero turns the ~1e-7 differences that the order of sums
+  leaves into updates of up to lr; eps 1e-3 bounds that gain by lr / eps."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+from conftest import Model, tool
+from parax.checkpoint import load_safetensors, save_safetensors
+
+SINGLE_TOL = 1e-6
+SHARDED_TOL = 1e-5
+ADAMW = ["--optimizer", "adamw", "--lr", "1e-2", "--weight-decay", "0.1", "--eps", "1e-6"]
+SHARDED_ADAMW = ["--optimizer", "adamw", "--lr", "1e-2", "--weight-decay", "0.1", "--eps", "1e-3"]
+
+
+def train(model, exe, ranks, steps, settings, extra=()):
+    """Runs `steps` optimizer steps: (updated weights, each step's loss, stdout)."""
+    saved = os.path.join(model.dir, "trained.safetensors")
+    losses = os.path.join(model.dir, "losses.npy")
+    proc = model.run(exe, ranks, outputs=0, expect_ok=False,
+                     extra=[*settings, "--steps", str(steps), "--save-weights", saved, "--losses", losses, *extra])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return load_safetensors(saved), np.load(losses), proc.stdout
+
+
+def gradients_at(model, exe, weights):
+    """The loss and {name: gradient} parax-run writes (--output-dir) for `weights`."""
+    save_safetensors(model.checkpoint, weights)
+    results = model.run_to_dir(exe, 1)
+    return float(results.pop("result0")), results
+
+
+def numpy_adamw(weights, grads, state, step, lr=1e-2, b1=0.9, b2=0.999, eps=1e-6, decay=0.1, clip=0.0):
+    norm = np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads.values()))
+    scale = clip / (norm + 1e-6) if clip and norm > clip else 1.0
+    out = {}
+    for name, w in weights.items():
+        g = grads[name].astype(np.float64) * scale
+        m, v = state.get(name, (0.0, 0.0))
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        state[name] = (m, v)
+        w = w.astype(np.float64) * (1 - lr * (decay if w.ndim >= 2 else 0.0))
+        out[name] = (w - lr * (m / (1 - b1 ** step)) / (np.sqrt(v / (1 - b2 ** step)) + eps)).astype(np.float32)
+    return out, norm
+
+
+def test_adamw_matches_numpy_over_three_steps(tmp_path):
+    """Three AdamW steps on one rank (clipping active: the norm bound below
+    the gradients' norm) equal numpy's AdamW applied to the gradients
+    parax-run computes at each step's weights."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True)
+    exe = model.compile("train", autodiff=True)
+    weights = dict(model.weights)
+    state, expected, norms = {}, weights, []
+    for step in range(1, 4):
+        loss, grads = gradients_at(model, exe, expected)
+        expected, norm = numpy_adamw(expected, grads, state, step, clip=0.5)
+        norms.append(norm)
+    assert min(norms) > 0.5  # clipping did something every step
+    save_safetensors(model.checkpoint, weights)
+    trained, losses, stdout = train(model, exe, 1, 3, ADAMW + ["--clip-grad-norm", "0.5"])
+    assert losses.shape == (3,) and "(clipped)" in stdout
+    assert set(trained) == set(weights)
+    for name in weights:
+        assert np.abs(trained[name] - expected[name]).max() < SINGLE_TOL, name
+        assert np.abs(trained[name] - weights[name]).max() > 1e-3, name  # every parameter moved
+
+
+def test_sgd_matches_numpy(tmp_path):
+    """One SGD step with weight decay on matrices: w - lr (g + wd w)."""
+    model = Model(str(tmp_path), "tiny-gpt2", loss=True)
+    exe = model.compile("train", autodiff=True)
+    _, grads = gradients_at(model, exe, model.weights)
+    trained, _, _ = train(model, exe, 1, 1, ["--optimizer", "sgd", "--lr", "0.5", "--weight-decay", "0.01"])
+    for name, w in model.weights.items():
+        expected = w - 0.5 * (grads[name] + (0.01 * w if w.ndim >= 2 else 0))
+        assert np.abs(trained[name] - expected).max() < SINGLE_TOL, name
+
+
+def test_loss_falls_on_a_repeated_batch(tmp_path):
+    """Twelve AdamW steps over one batch: the model fits it (the loss falls
+    below 60 % of the first step's), and each step's loss is what a run
+    without the optimizer computes at the weights the step starts from."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True)
+    exe = model.compile("train", autodiff=True)
+    trained, losses, _ = train(model, exe, 1, 12, ADAMW)
+    assert losses[-1] < 0.6 * losses[0], losses
+    assert np.all(np.diff(losses[:4]) < 0), losses
+    loss_after, _ = gradients_at(model, exe, trained)  # the 13th step's loss
+    assert loss_after < losses[-1]
+
+
+def test_step_rows_take_the_next_batch(tmp_path):
+    """--step-rows: four rows, two a step, cycling: step 1 takes rows 0-1,
+    step 2 rows 2-3. Each step's loss is the loss of its rows at the
+    weights the step starts from."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
+    exe = model.compile("train", autodiff=True)
+    sgd = ["--optimizer", "sgd", "--lr", "0.1", "--step-rows", "2"]
+    _, losses, _ = train(model, exe, 1, 2, sgd)
+    after_one, _, _ = train(model, exe, 1, 1, sgd)
+    part = Model(str(tmp_path / "part"), "tiny-llama", loss=True, batch=2)
+    part_exe = part.compile("train", autodiff=True)
+    for rows, weights, loss in ((slice(0, 2), model.weights, losses[0]), (slice(2, 4), after_one, losses[1])):
+        np.save(part.tokens_path, model.tokens[rows])
+        np.save(part.labels_path, model.labels[rows])
+        assert abs(gradients_at(part, part_exe, weights)[0] - loss) < 1e-6
+
+
+# (preset, workload pins, ranks, extra settings)
+PLANS = [
+    ("tiny-llama", "tp=2,dp=1", 2, []),
+    ("tiny-llama", "dp=2", 2, []),
+    ("tiny-llama", "dp=2", 2, ["--zero"]),
+    ("tiny-llama", "pp=2,dp=1", 2, []),
+    ("tiny-llama", "cp=2,tp=1,dp=1", 2, []),
+    ("tiny-llama", "dp=2,tp=2,pp=2", 8, ["--zero", "--clip-grad-norm", "0.5"]),
+    ("tiny-gpt2", "tp=2,pp=2,dp=1", 4, []),  # fused QKV in pieces; the tied embedding on both stages
+    ("tiny-gpt2", "dp=2,tp=2", 4, ["--zero"]),
+]
+
+
+@pytest.mark.parametrize("preset,pins,ranks,extra", PLANS,
+                         ids=[f"{p[0][5:]}-{p[1]}{'-zero' if '--zero' in p[3] else ''}" for p in PLANS])
+def test_sharded_training_matches_single_rank(tmp_path, preset, pins, ranks, extra):
+    dp = int(re.search(r"dp=(\d+)", pins).group(1))
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=2 * dp)
+    single = Model(str(tmp_path / "one"), preset, loss=True, batch=2 * dp)
+    clip = [a for a in extra if a != "--zero"]
+    want, want_losses, _ = train(single, single.compile("train", autodiff=True), 1, 3, SHARDED_ADAMW + clip)
+    exe = model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True)
+    got, losses, stdout = train(model, exe, ranks, 3, SHARDED_ADAMW + extra)
+    assert np.abs(losses - want_losses).max() < 1e-5, (losses, want_losses)
+    assert set(got) == set(want)
+    for name in want:
+        assert np.abs(got[name] - want[name]).max() < SHARDED_TOL, name
+    if "--zero" in extra:
+        assert "(ZeRO-1)" in stdout
+
+
+def test_zero_splits_the_optimizer_state(tmp_path):
+    """ZeRO-1 over two replicas: each rank holds half the AdamW state."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
+    exe = model.compile("dp2", "prefill:batch=4,seq=8,dp=2", 2, autodiff=True)
+    state = {}
+    for zero in ([], ["--zero"]):
+        _, _, stdout = train(model, exe, 2, 1, ADAMW + zero)
+        state[bool(zero)] = int(re.search(r"(\d+) bytes of optimizer state", stdout).group(1))
+    assert state[False] > 0 and abs(state[True] - state[False] / 2) <= 64, state
+
+
+def test_bad_optimizer_requests_are_named(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
+    train_exe = model.compile("train", autodiff=True)
+    infer = Model(str(tmp_path / "infer"), "tiny-llama")
+    infer_exe = infer.compile("forward")
+
+    def fails(m, exe, args, *needles):
+        proc = m.run(exe, 1, outputs=0, expect_ok=False, extra=args)
+        assert proc.returncode != 0, proc.stdout
+        for needle in needles:
+            assert needle in proc.stderr, proc.stderr
+
+    fails(infer, infer_exe, ["--optimizer", "adamw"], "no loss")
+    fails(model, train_exe, ["--optimizer", "adam"], "--optimizer must be sgd or adamw")
+    fails(model, train_exe, ["--optimizer", "adamw", "--lr", "-1"], "--lr must be a positive number")
+    fails(model, train_exe, ["--optimizer", "adamw", "--beta2", "1"], "--beta2 must be a number in [0, 1)")
+    fails(model, train_exe, ["--optimizer", "sgd", "--zero"], "--zero", "adamw")
+    fails(model, train_exe, ["--lr", "0.1"], "belong to --optimizer")
+    fails(model, train_exe, ["--optimizer", "sgd", "--step-rows", "3"], "--step-rows 3 does not divide")
+    fails(model, train_exe, ["--optimizer", "sgd", "--generate", "2"], "--generate")
