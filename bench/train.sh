@@ -5,8 +5,10 @@
 # (each replica 2 sequences, gradients averaged), tensor parallelism (with
 # sequence parallelism), pipeline parallelism (two stages, the microbatch's
 # forward then backward: no interleaving yet). The forward pass alone on one
-# rank gives the step's backward/forward ratio. Side by side in rounds;
-# prints each run's step time, then the medians and the ratios.
+# rank gives the step's backward/forward ratio; the same steps with AdamW
+# applied (parax-run --optimizer adamw: one rank, DP2, DP2 with ZeRO-1) give
+# the optimizer's cost. Side by side in rounds; prints each run's step time,
+# then the medians and the ratios.
 #
 #   bench/train.sh [build-dir] [rounds]
 BENCH=train-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -28,10 +30,12 @@ for plan in "dp=2,tp=1,pp=1" "tp=2,dp=1,pp=1" "pp=2,tp=1,dp=1"; do
   "$build/bin/parax-translate" --to-executable "$work/$plan.mlir" -o "$work/$plan.pxe"
 done
 
-step() { # ranks executable -> the median step time in ms
-  timeout 600 mpirun -np "$1" --oversubscribe --bind-to none "$build/bin/parax-run" "$2" \
-    --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --steps 3 |
-    sed -E 's/.*step time ([0-9.]+) ms.*/\1/'
+step() { # ranks executable [parax-run options] -> the median step time in ms
+  local ranks="$1" exe="$2"
+  shift 2
+  timeout 600 mpirun -np "$ranks" --oversubscribe --bind-to none "$build/bin/parax-run" "$exe" \
+    --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --steps 3 "$@" |
+    grep "step time" | sed -E 's/.*step time ([0-9.]+) ms.*/\1/'
 }
 for round in $(seq "$rounds"); do
   fwd="$(step 1 "$work/forward.pxe")"
@@ -39,16 +43,22 @@ for round in $(seq "$rounds"); do
   dp="$(step 2 "$work/dp=2,tp=1,pp=1.pxe")"
   tp="$(step 2 "$work/tp=2,dp=1,pp=1.pxe")"
   pp="$(step 2 "$work/pp=2,tp=1,dp=1.pxe")"
-  echo "round $round: forward $fwd ms; training step: 1 rank $one ms, DP2 $dp ms, TP2 $tp ms, PP2 $pp ms"
-  echo "$fwd $one $dp $tp $pp" >> "$work/figures"
+  adam="$(step 1 "$work/single.pxe" --optimizer adamw)"
+  dpadam="$(step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw)"
+  dpzero="$(step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw --zero)"
+  echo "round $round: forward $fwd ms; training step: 1 rank $one ms, DP2 $dp ms, TP2 $tp ms, PP2 $pp ms;" \
+    "with AdamW: 1 rank $adam ms, DP2 $dpadam ms, DP2 ZeRO-1 $dpzero ms"
+  echo "$fwd $one $dp $tp $pp $adam $dpadam $dpzero" >> "$work/figures"
 done
 "$py" - "$work/figures" <<'PY'
 import sys
 import numpy as np
 rows = np.loadtxt(sys.argv[1], ndmin=2)
-fwd, one, dp, tp, pp = np.median(rows, axis=0)
+fwd, one, dp, tp, pp, adam, dpadam, dpzero = np.median(rows, axis=0)
 tokens = 4 * 256
 print(f"medians, 1,024 tokens: forward alone {fwd:.1f} ms; training step on 1 rank {one:.1f} ms "
       f"({one / fwd:.2f}x the forward, {tokens / one * 1e3:.0f} tokens/s), DP2 {dp:.1f} ms ({one / dp:.2f}x), "
-      f"TP2 {tp:.1f} ms ({one / tp:.2f}x), PP2 {pp:.1f} ms ({one / pp:.2f}x)")
+      f"TP2 {tp:.1f} ms ({one / tp:.2f}x), PP2 {pp:.1f} ms ({one / pp:.2f}x); with AdamW applied: "
+      f"1 rank {adam:.1f} ms ({adam / one:.2f}x the gradients alone), DP2 {dpadam:.1f} ms ({dpadam / dp:.2f}x), "
+      f"DP2 with ZeRO-1 {dpzero:.1f} ms ({dpzero / dpadam:.2f}x DP2's)")
 PY

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job: a tiny model end to end (plan -> partition -> translate ->
 # mpirun on 4 CPU ranks, checked against the single-rank run; then a greedy
-# generation loop over one program, and a training step's loss and
-# gradients, 4 ranks against 1), then preset
+# generation loop over one program, a training step's loss and gradients,
+# and 8 AdamW steps with ZeRO-1, 4 ranks against 1), then preset
 # models verified and summarised (parameters, bytes, FLOPs per token), a
 # large model planned for a cluster (training and decode), and a planned
 # model partitioned into per-rank programs.

@@ -442,6 +442,8 @@ LogicalResult FunctionPartitioner::buildStage(
       pipeline.append("schedule", schedule);
     if (Attribute micro = plan.get("micro_batches"))
       pipeline.append("micro_batches", micro);
+    if (Attribute zero = plan.get("zero"))
+      pipeline.append("zero", zero);
     stageFunction->setAttr(ParaxDialect::kPlanAttrName, plan);
   }
   stageFunction->setAttr(ParaxDialect::kPipelineAttrName,

@@ -270,7 +270,7 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
   // Stage functions, in stage order.
   std::map<int64_t, func::FuncOp> stages;
   std::string scheduleKind = "1f1b";
-  int64_t microBatches = 1;
+  int64_t microBatches = 1, zeroStage = 0;
   for (auto function : module.getOps<func::FuncOp>()) {
     if (function.isExternal())
       continue;
@@ -281,6 +281,8 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
         scheduleKind = kind.getValue().str();
       if (auto micro = pipeline.getAs<IntegerAttr>("micro_batches"))
         microBatches = micro.getInt();
+      if (auto zero = pipeline.getAs<IntegerAttr>("zero"))
+        zeroStage = zero.getInt();
     }
     if (!stages.emplace(index, function).second)
       return function.emitError("two functions for pipeline stage ") << index;
@@ -297,6 +299,7 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
   }
   exe.mutable_schedule()->set_kind(scheduleKind);
   exe.mutable_schedule()->set_micro_batches(microBatches);
+  exe.mutable_schedule()->set_zero_stage(static_cast<int32_t>(zeroStage));
   std::string bytes;
   if (!exe.SerializeToString(&bytes))
     return module.emitError("cannot serialise the executable");

@@ -25,7 +25,7 @@ import tempfile
 
 import numpy as np
 
-from .checkpoint import random_weights, save_safetensors
+from .checkpoint import load_safetensors, random_weights, save_safetensors
 from .models import build_model, load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -92,15 +92,16 @@ def grid_size(partitioned):
 
 
 def run_model(exe, weights, inputs, output=None, ranks=1, steps=1, generate=0, prefill=None,
-              sampling=()):
+              sampling=(), extra=()):
     """`output`: a path, or a list of paths (one per result, in order).
     `generate` > 0: that many tokens after the prompt (the one input), the
     prompt's whole chunks through `prefill` (an executable) if given;
-    `sampling`: parax-run's --temperature/--top-k/--top-p/--seed/--stop-token arguments."""
+    `sampling`: parax-run's --temperature/--top-k/--top-p/--seed/--stop-token arguments;
+    `extra`: any other parax-run arguments (--optimizer ...)."""
     cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
            _tool("parax-run"), exe, "--weights", weights]
     cmd += ["--generate", str(generate)] if generate else ["--steps", str(steps)]
-    cmd += (["--prefill", prefill] if prefill else []) + list(sampling)
+    cmd += (["--prefill", prefill] if prefill else []) + list(sampling) + list(extra)
     for path in inputs:
         cmd += ["--input", path]
     for path in [output] if isinstance(output, str) else (output or []):
@@ -208,8 +209,26 @@ def demo():
     train_diff = max(float(np.abs(a - b).max()) for a, b in zip(*results))
     print(f"  loss {float(results[1][0]):.6f}; largest gradient {max(float(np.abs(g).max()) for g in results[1][1:]):.3g}")
     print(f"== largest |difference| between the 4-rank and single-rank loss and gradients: {train_diff:.3g}")
+
+    print("\n== train: 8 AdamW steps (lr 1e-2, weight decay 0.1, eps 1e-3, gradients clipped to norm 1) "
+          "on 4 ranks (dp=2 x tp=2, ZeRO-1: each replica updates half of every box) and on 1 rank")
+    trained = []
+    for exe_path, ranks, zero in ((train_single, 1, []), (train_exe, 4, ["--zero"])):
+        saved = os.path.join(train_dir, f"trained{ranks}.safetensors")
+        losses = os.path.join(train_dir, f"losses{ranks}.npy")
+        line = run_model(exe_path, weights, train_inputs, ranks=ranks, steps=8,
+                         extra=["--optimizer", "adamw", "--lr", "1e-2", "--weight-decay", "0.1", "--eps", "1e-3",
+                                "--clip-grad-norm", "1", *zero, "--save-weights", saved, "--losses", losses])
+        print("  " + line.strip().splitlines()[-1])
+        trained.append((np.load(losses), load_safetensors(saved)))
+    (one_losses, one_w), (four_losses, four_w) = trained
+    opt_diff = max(float(np.abs(one_losses - four_losses).max()),
+                   max(float(np.abs(one_w[k] - four_w[k]).max()) for k in one_w))
+    print(f"  losses (4 ranks): {' '.join(f'{v:.4f}' for v in four_losses)}")
+    print(f"== largest |difference| between the 4-rank and single-rank losses and trained weights: {opt_diff:.3g}")
     print(f"(files in {work})")
-    return 0 if diff < 1e-5 and cp_diff < 1e-5 and same and train_diff < 1e-5 else 1
+    fell = four_losses[-1] < four_losses[0]
+    return 0 if diff < 1e-5 and cp_diff < 1e-5 and same and train_diff < 1e-5 and opt_diff < 1e-4 and fell else 1
 
 
 def main(argv=None):
@@ -232,7 +251,7 @@ def main(argv=None):
                    help="a generation step over KV caches of capacity C (run --generate)")
     c.add_argument("--train", action="store_true",
                    help="a training step: inputs tokens and labels; results the loss, then "
-                        "each parameter's gradient (pin pp=1: no pipelined backward yet)")
+                        "each parameter's gradient (run with --optimizer to train)")
     c.add_argument("--last-logits", action="store_true",
                    help="logits of the last position only (a prefill program for run --prefill)")
     r = sub.add_parser("run", help="run an executable under mpirun")

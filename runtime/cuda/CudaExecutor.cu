@@ -1030,6 +1030,44 @@ size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
 size_t CudaExecutor::deviceBytes() const { return s_->deviceBytes; }
 
+StatusOr<std::vector<Tensor>> CudaExecutor::parameters() const {
+  const State &s = *s_;
+  std::vector<Tensor> values(s.buffers.size());
+  for (const pxe::Buffer &b : s.host.stageProgram().buffers()) {
+    const DeviceBuffer &d = s.buffers[b.id()];
+    if (b.role() != pxe::PARAMETER || d.elem == Elem::I32) continue;
+    values[b.id()] = Tensor::floats(d.shape);
+    Status st = copyToHost(values[b.id()].f.data(), d.data, d.numel(), d.elem, s.stream);
+    if (!st.isOk()) return st;
+  }
+  PARAX_CUDA(cudaStreamSynchronize(s.stream));
+  return values;
+}
+
+Status CudaExecutor::updateParameters(const std::vector<Tensor> &values) {
+  State &s = *s_;
+  for (const pxe::Buffer &b : s.host.stageProgram().buffers()) {
+    if (b.role() != pxe::PARAMETER || b.id() >= static_cast<int>(values.size()) || values[b.id()].f.empty())
+      continue;
+    DeviceBuffer &d = s.buffers[b.id()];
+    if (d.aliased)
+      return Status::error("parameter " + b.param_name() + " is another program's memory: it cannot be updated here");
+    if (values[b.id()].numel() != d.numel() || values[b.id()].f.size() != static_cast<size_t>(d.numel()))
+      return Status::error("parameter " + b.param_name() + ": " + std::to_string(values[b.id()].f.size()) +
+                           " values for a box of " + std::to_string(d.numel()));
+    Status st = copyToDevice(d.data, values[b.id()].f.data(), d.numel(), d.elem, s.stream);
+    if (!st.isOk()) return st;
+  }
+  // The moves of parameters that prepare ran once, again on the new values
+  // (on the device: the host's copies are gone).
+  for (int k = 0; k < s.host.stageProgram().instructions_size(); ++k) {
+    if (!s.host.hoisted(k)) continue;
+    Status st = s.run(s.host.stageProgram().instructions(k));
+    if (!st.isOk()) return s.failed(k, "run again after a parameter update", st);
+  }
+  return s.sync();
+}
+
 Status CudaExecutor::run() {
   State &s = *s_;
   // After one eager step (which sizes the scratch buffer), a stage that can

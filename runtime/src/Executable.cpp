@@ -158,7 +158,8 @@ Status checkOutputResults(const pxe::Executable &exe, int s) {
     if (!last && !grad)
       return fail(ow, "is result " + std::to_string(result) + ", not a gradient: only the last stage returns "
                                                              "the model's results");
-    if (!grad && stage.buffers(stage.outputs(k)).global_shape_size())
+    const pxe::Buffer &buffer = stage.buffers(stage.outputs(k));
+    if (!grad && buffer.role() == pxe::TEMPORARY && buffer.global_shape_size())
       return fail(ow, "is a box of result " + std::to_string(result) +
                           ": only a gradient is returned in its parameter's split");
   }
@@ -229,6 +230,8 @@ Status validateExecutable(const pxe::Executable &exe) {
       return fail("ranks[" + std::to_string(r) + "]",
                   "coordinates are not row-major order (rank " + std::to_string(linear) + ")");
   }
+  if (exe.schedule().zero_stage() < 0 || exe.schedule().zero_stage() > 3)
+    return fail("schedule.zero_stage", "is " + std::to_string(exe.schedule().zero_stage()) + ", not 0 to 3");
   if (exe.stages_size() == 0)
     return fail("stages", "is empty");
   int64_t pp = axisSize(exe, "pp");

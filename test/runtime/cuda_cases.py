@@ -145,6 +145,15 @@ TRAIN = {
     "train-llama-bf16-dp2-tp2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16"),
     "train-gpt2": ("tiny-gpt2", 2, 8, None, 1),  # biases, LayerNorms, GELU, positions, fused QKV
     "train-gpt2-cp2-tp2": ("tiny-gpt2", 2, 8, "cp=2,tp=2,dp=1", 4),
+    # Optimizer steps (parax-run --optimizer): two steps, the second's loss
+    # and gradients compared, so the first's update (fp32 master copies on
+    # the host, written back to the device, the moves of parameters run
+    # again there: GPT-2's fused QKV slices) must match the CPU backend's.
+    "train-gpt2-sgd": ("tiny-gpt2", 2, 8, None, 1, "f32", ["--optimizer", "sgd", "--lr", "0.5"]),
+    "train-llama-adamw-tp2-pp2": ("tiny-llama", 2, 8, "tp=2,pp=2,dp=1", 4, "f32",
+                                  ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--clip-grad-norm", "1"]),
+    "train-llama-bf16-adamw-dp2-tp2-zero": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",
+                                            ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--zero"]),
 }
 
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -256,6 +265,7 @@ def prepare_train(name, root):
     from conftest import Model, replicas
     preset, batch, seq, pins, ranks, *rest = TRAIN[name]
     dtype = rest[0] if rest else "f32"
+    options = rest[1] if len(rest) > 1 else []  # an optimizer's: two steps, as check runs
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
@@ -264,9 +274,11 @@ def prepare_train(name, root):
     # pieces of fused tensors; test_training.py checks them against one rank).
     exe = model.compile("single", autodiff=True) if pins is None else model.compile(
         "sharded", f"prefill:batch={batch * dp},seq={seq},{pins}", ranks, autodiff=True)
-    with open(exe.replace(".pxe", ".mlir")) as f:
-        outputs = 1 + len(re.findall(r"parax\.grad = ", f.read()))
-    cpu, *grads = model.run(exe, ranks, outputs=outputs)
+    with open(exe.replace(".pxe", ".mlir")) as f:  # partitioned: each result numbered (stages return some each)
+        text = f.read()
+    numbered = [int(k) for k in re.findall(r"parax\.result = (\d+)", text)]
+    outputs = 1 + (max(numbered) if numbered else len(re.findall(r"parax\.grad = ", text)))
+    cpu, *grads = model.run(exe, ranks, outputs=outputs, extra=options + ["--steps", "2"] if options else ())
     for k, grad in enumerate(grads, 1):
         np.save(os.path.join(case_dir, f"cpu{k}.npy"), grad)
     np.save(os.path.join(case_dir, "cpu.npy"), cpu)
@@ -276,7 +288,9 @@ def prepare_train(name, root):
         json.dump({"exe": os.path.basename(exe), "ranks": ranks, "outputs": outputs,
                    "tolerance": TOL if dtype == "f32" else BF16_REL * float(abs(cpu)),
                    "more_tolerance": TOL if dtype == "f32" else BF16_REL * largest,
-                   "inputs": [os.path.basename(p) for p in model.inputs]}, f)
+                   # (after an optimizer step numpy's loss, at the first weights, is no reference)
+                   "numpy": not options,
+                   "options": options, "inputs": [os.path.basename(p) for p in model.inputs]}, f)
 
 
 def prepare_op(case, root, bin_dir):

@@ -309,6 +309,108 @@ TEST(Executable, RefusesStagesThatWaitForEachOther) {
                 "stages[1].instructions[0] (recv from stage 0)");
 }
 
+// A training step over two stages: stage s holds parameter "w" [4]
+// (buffer 1) and computes its gradient (silu of the input, buffer 2);
+// stage 0 returns it as result 1, stage 1 returns a loss (buffer 4, a
+// reshape of input buffer 3; result 0) and the same gradient (result 1).
+pxe::Executable gradientsOnTwoStages() {
+  pxe::Executable exe = twoStages();
+  for (int r = 0; r < 2; ++r) {
+    pxe::Stage *stage = exe.mutable_stages(r);
+    pxe::Buffer *w = addBuffer(*stage, pxe::PARAMETER, pxe::F32, {4});
+    w->set_param_name("w");
+    w->add_global_shape(4);
+    w->add_split();
+    addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
+    pxe::Instruction *grad = stage->add_instructions();
+    grad->set_op("silu");
+    grad->add_operands(0);
+    grad->add_results(2);
+    if (r == 1) {
+      addBuffer(*stage, pxe::INPUT, pxe::F32, {1});
+      addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {});
+      pxe::Instruction *loss = stage->add_instructions();
+      loss->set_op("reshape");
+      loss->add_operands(3);
+      loss->add_results(4);
+      stage->add_outputs(4);
+      stage->add_output_results(0);
+      stage->add_output_grads("");
+    }
+    stage->add_outputs(2);
+    stage->add_output_results(1);
+    stage->add_output_grads("w");
+  }
+  return exe;
+}
+
+TEST(Executable, AcceptsGradientsReturnedByTheStagesHoldingTheirParameter) {
+  pxe::Executable exe = gradientsOnTwoStages();
+  Status s = validateExecutable(exe);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  auto sources = resultSources(exe);
+  ASSERT_EQ(sources.size(), 2u);
+  EXPECT_EQ(sources[0].size(), 1u);
+  EXPECT_EQ(sources[1].size(), 2u); // both stages return the gradient
+  EXPECT_EQ(sources[1][0].stage, 0);
+}
+
+TEST(Executable, RefusesAnEarlierStageOutputThatDoesNotSayWhichResult) {
+  pxe::Executable exe = gradientsOnTwoStages();
+  exe.mutable_stages(0)->clear_output_results();
+  expectRefused(exe, "stages[0].output_results: an earlier pipeline stage's outputs must say which results");
+}
+
+TEST(Executable, RefusesAnEarlierStageReturningAModelResult) {
+  pxe::Executable exe = gradientsOnTwoStages();
+  exe.mutable_stages(0)->set_output_grads(0, "");
+  expectRefused(exe, "stages[0].outputs[0]: is result 1, not a gradient: only the last stage returns");
+}
+
+TEST(Executable, RefusesAResultNoStageReturns) {
+  pxe::Executable exe = gradientsOnTwoStages();
+  exe.mutable_stages(0)->set_output_results(0, 2);
+  exe.mutable_stages(1)->set_output_results(1, 2);
+  expectRefused(exe, "stages: no stage returns result 1");
+}
+
+TEST(Executable, RefusesStagesDisagreeingOnAResult) {
+  pxe::Executable exe = gradientsOnTwoStages();
+  exe.mutable_stages(1)->set_output_grads(1, "v");
+  expectRefused(exe, "stages[1].outputs[1]: is result 1 but differs from stage 0's");
+}
+
+TEST(Executable, RefusesASplitOutputThatIsNotAGradient) {
+  // A box of the loss, and a box where nothing is returned.
+  pxe::Executable exe = gradientsOnTwoStages();
+  pxe::Buffer *loss = exe.mutable_stages(1)->mutable_buffers(4);
+  loss->clear_shape();
+  loss->add_shape(1);
+  loss->add_global_shape(1);
+  loss->add_split();
+  expectRefused(exe, "stages[1].outputs[0]: is a box of result 0: only a gradient is returned in its "
+                     "parameter's split");
+  exe = gradientsOnTwoStages();
+  pxe::Buffer *temporary = addBuffer(*exe.mutable_stages(0), pxe::TEMPORARY, pxe::F32, {4});
+  temporary->add_global_shape(8);
+  temporary->add_split()->add_axes("pp");
+  expectRefused(exe, "stages[0].buffers[3].global_shape: belongs on a parameter, an input or an output");
+}
+
+TEST(Executable, RefusesAGradientBoxThatIsNotItsSplit) {
+  pxe::Executable exe = gradientsOnTwoStages();
+  pxe::Buffer *grad = exe.mutable_stages(0)->mutable_buffers(2);
+  grad->add_global_shape(16);
+  grad->add_split();
+  expectRefused(exe, "stages[0].buffers[2].global_shape: dimension 0 is not the local size times its split");
+}
+
+TEST(Executable, RefusesAZeroStageOutOfRange) {
+  pxe::Executable exe = gradientsOnTwoStages();
+  exe.mutable_schedule()->set_zero_stage(4);
+  expectRefused(exe, "schedule.zero_stage: is 4, not 0 to 3");
+}
+
 TEST(Executable, ACacheReadElsewhereIsNotWrittenInPlace) {
   pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
   exe.mutable_stages(0)->add_outputs(0); // the old cache is a result too

@@ -60,6 +60,10 @@ void appendRows(Tensor &into, const Tensor &part) {
   into.i.insert(into.i.end(), part.i.begin(), part.i.end());
 }
 
+runtime::StallWatchdog::Scope Training::watch(const char *operation) {
+  return waits_ ? waits_->watch(operation) : runtime::StallWatchdog::Scope(nullptr);
+}
+
 struct Training::Item {
   int stage;               // the stage whose ranks' boxes make the tensor
   int buffer;              // the box's buffer in that stage
@@ -87,7 +91,7 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
     int64_t color = 0;
     for (int i = 0; i < exe.grid().axis_names_size(); ++i)
       if (exe.grid().axis_names(i) != "dp") color = color * exe.grid().shape(i) + exe.ranks(rank).values(i);
-    auto watched = waits_->watch("the data-parallel group's set-up (MPI_Comm_split)");
+    auto watched = watch("the data-parallel group's set-up (MPI_Comm_split)");
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(color), static_cast<int>(replica_), &replicaComm_);
   }
 }
@@ -116,7 +120,7 @@ Status Training::join(std::vector<Tensor> &into, const std::vector<Tensor> &part
 
 Status Training::allReduceOverReplicas(float *data, size_t n) {
   if (replicaComm_ == MPI_COMM_NULL) return Status::ok();
-  auto watched = waits_->watch("the data-parallel gradient all-reduce (MPI_Allreduce over dp)");
+  auto watched = watch("the data-parallel gradient all-reduce (MPI_Allreduce over dp)");
   if (MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, replicaComm_) != MPI_SUCCESS)
     return Status::error("the data-parallel gradient all-reduce failed");
   return Status::ok();
@@ -208,7 +212,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
       std::vector<float> padded(s.chunk * d, 0.0f);
       std::copy(g.begin(), g.end(), padded.begin());
       s.g.assign(s.chunk, 0.0f);
-      auto watched = waits_->watch("the ZeRO gradient reduce-scatter (MPI_Reduce_scatter_block over dp)");
+      auto watched = watch("the ZeRO gradient reduce-scatter (MPI_Reduce_scatter_block over dp)");
       if (MPI_Reduce_scatter_block(padded.data(), s.g.data(), static_cast<int>(s.chunk), MPI_FLOAT, MPI_SUM,
                                    replicaComm_) != MPI_SUCCESS)
         return Status::error("the ZeRO gradient reduce-scatter failed");
@@ -221,7 +225,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
       for (float v : s.g) squares += static_cast<double>(v) * v;
   }
   if (mpi_ && exe_.ranks_size() > 1) {
-    auto watched = waits_->watch("the gradients' global norm (MPI_Allreduce)");
+    auto watched = watch("the gradients' global norm (MPI_Allreduce)");
     MPI_Allreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   }
   gradNorm = std::sqrt(squares);
@@ -263,7 +267,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
     if (shares) { // every replica's updated chunk back into every replica's box
       std::vector<float> mine(s.chunk, 0.0f), all(s.chunk * d);
       std::copy(p, p + n, mine.begin());
-      auto watched = waits_->watch("the ZeRO parameter all-gather (MPI_Allgather over dp)");
+      auto watched = watch("the ZeRO parameter all-gather (MPI_Allgather over dp)");
       if (MPI_Allgather(mine.data(), static_cast<int>(s.chunk), MPI_FLOAT, all.data(), static_cast<int>(s.chunk),
                         MPI_FLOAT, replicaComm_) != MPI_SUCCESS)
         return Status::error("the ZeRO parameter all-gather failed");
@@ -281,14 +285,14 @@ size_t Training::stateBytes() const {
 
 Status Training::replicaMean(double &value) {
   if (replicaComm_ == MPI_COMM_NULL) return Status::ok();
-  auto watched = waits_->watch("the loss's mean over the replicas (MPI_Allreduce over dp)");
+  auto watched = watch("the loss's mean over the replicas (MPI_Allreduce over dp)");
   MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, replicaComm_);
   value /= static_cast<double>(replicas_);
   return Status::ok();
 }
 
 Status Training::gather(const std::vector<Item> &items, int writer, std::vector<Tensor> &whole) {
-  auto watched = waits_->watch("gathering whole tensors from their boxes on the writer");
+  auto watched = watch("gathering whole tensors from their boxes on the writer");
   for (const Item &item : items) {
     const pxe::Buffer &buffer = exe_.stages(item.stage).buffers(item.buffer);
     // The boxes of replica 0's ranks in the stage, the first rank of each.

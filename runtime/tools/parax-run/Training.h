@@ -91,6 +91,8 @@ private:
   Status gather(const std::vector<Item> &items, int writer, std::vector<Tensor> &whole);
   bool ownsBoxIgnoringReplica(int output) const;
   Status allReduceOverReplicas(float *data, size_t n);
+  /// `waits_` watching `operation` (nothing without MPI).
+  runtime::StallWatchdog::Scope watch(const char *operation);
 
   const pxe::Executable &exe_;
   int rank_, stage_;

@@ -81,11 +81,13 @@ void usage() {
                "  result as result<k>.npy\n"
                "  --optimizer sgd|adamw: with a training step (--parax-autodiff), --steps K optimizer\n"
                "  steps: each step's gradients (averaged over its microbatches and the replicas)\n"
-               "  update every rank's parameter boxes in place, in fp32. --lr (1e-3), --beta1 (0.9),\n"
+               "  update every rank's parameter boxes in place, in fp32 (on cuda: fp32 master copies on\n"
+               "  the host, written back to the device each step). --lr (1e-3), --beta1 (0.9),\n"
                "  --beta2 (0.999), --eps (1e-8), --weight-decay (0: decoupled, matrices only),\n"
                "  --clip-grad-norm N (the gradients' global L2 norm at most N), --zero (ZeRO-1: the\n"
                "  AdamW states split over the data-parallel replicas: gradients reduce-scattered,\n"
-               "  parameters all-gathered). --step-rows R: each step takes the next R rows of the\n"
+               "  parameters all-gathered; by default when the plan chose ZeRO 1 or more; --no-zero:\n"
+               "  never). --step-rows R: each step takes the next R rows of the\n"
                "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
                "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
@@ -242,6 +244,7 @@ int main(int argc, char **argv) {
   std::string lossesPath;     // --losses
   long long stepRows = 0;     // --step-rows (0: every row every step)
   bool optimizerSettings = false;
+  bool zeroGiven = false;     // --zero / --no-zero (else the plan's ZeRO stage decides)
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -296,7 +299,11 @@ int main(int argc, char **argv) {
       slot = number;
       optimizerSettings = true;
     }
-    else if (arg == "--zero") { optimizer.zero = true; optimizerSettings = true; }
+    else if (arg == "--zero" || arg == "--no-zero") {
+      zeroGiven = true;
+      optimizer.zero = arg == "--zero";
+      optimizerSettings = true;
+    }
     else if (arg == "--save-weights") saveWeights = value();
     else if (arg == "--losses") lossesPath = value();
     else if (arg == "--step-rows") {
@@ -362,10 +369,8 @@ int main(int argc, char **argv) {
     die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --zero, --step-rows, --save-weights "
         "and --losses belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
-  if (trains && device != "cpu")
-    die("--optimizer runs on the CPU backend only for now (--device cpu): the CUDA backend has no "
-        "optimizer step yet");
-  if (optimizer.zero && optimizer.kind != "adamw") die("--zero splits AdamW's states: it needs --optimizer adamw");
+  if (zeroGiven && optimizer.zero && optimizer.kind != "adamw")
+    die("--zero splits AdamW's states: it needs --optimizer adamw");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
 #endif
@@ -376,6 +381,10 @@ int main(int argc, char **argv) {
 
   StatusOr<parax::pxe::Executable> exe = loadExecutable(model);
   if (!exe.isOk()) die(exe.status().message());
+  // The plan's ZeRO stage: AdamW's states split over the replicas (ZeRO-1;
+  // stages 2 and 3, which split gradients and parameters too, run as 1).
+  if (trains && !zeroGiven && optimizer.kind == "adamw" && exe.value().schedule().zero_stage() >= 1)
+    optimizer.zero = true;
   int64_t grid = gridSize(exe.value());
   if (grid != size)
     die("the executable's grid has " + std::to_string(grid) + " ranks but mpirun started " +
@@ -629,14 +638,26 @@ int main(int argc, char **argv) {
   // A training step's gradients (every rank's boxes) and the optimizer.
   std::unique_ptr<Training> training;
   if (generate <= 0) training = std::make_unique<Training>(exe.value(), rank, mpi, waits.get());
+  // The parameters the optimizer updates: the CPU executor's own buffers;
+  // on CUDA, fp32 master copies on the host (the device holds the storage
+  // dtype), written back to the device after each step.
+  std::vector<Tensor> masters;
+#ifdef PARAX_WITH_CUDA
+  if (trains && device == "cuda") {
+    auto held = gpus[0]->parameters();
+    if (!held.isOk()) die(held.status().message());
+    masters = std::move(held.value());
+  }
+#endif
+  std::vector<Tensor> &parameters = device == "cpu" ? cpu.hostBuffers() : masters;
   if (trains) {
-    s = training->bindParameters(cpu.hostBuffers());
+    s = training->bindParameters(parameters);
     if (!s.isOk()) die(s.message());
   }
   std::vector<float> losses; // --optimizer: each step's loss (the last stage's)
   double gradNorm = 0;       // the last step's, before clipping
   int lossOutput = -1;       // the last stage's scalar result that is not a gradient
-  for (int k = 0; k < exe.value().stages(stageIndex).outputs_size(); ++k)
+  for (int k = 0; training && k < exe.value().stages(stageIndex).outputs_size(); ++k)
     if (lossOutput < 0 && !training->isGrad(k) && stageIndex + 1 == exe.value().stages_size() &&
         exe.value().stages(stageIndex).buffers(exe.value().stages(stageIndex).outputs(k)).shape_size() == 0)
       lossOutput = k;
@@ -684,8 +705,11 @@ int main(int argc, char **argv) {
         // The step's gradients averaged, clipped and applied; the moves of
         // parameters run again on the new values.
         s = training->averageGradients(results, micro, optimizer.zero);
-        if (s.isOk()) s = training->apply(optimizer, results, cpu.hostBuffers(), gradNorm);
-        if (s.isOk()) s = cpu.hoistParameterMoves();
+        if (s.isOk()) s = training->apply(optimizer, results, parameters, gradNorm);
+#ifdef PARAX_WITH_CUDA
+        if (s.isOk() && device == "cuda") s = gpus[0]->updateParameters(masters);
+#endif
+        if (s.isOk() && device == "cpu") s = cpu.hoistParameterMoves();
         if (!s.isOk()) die(s.message());
         if (lossOutput >= 0) {
           double loss = 0;
@@ -791,7 +815,7 @@ int main(int argc, char **argv) {
   }
   std::map<std::string, Tensor> savedWeights;
   if (!saveWeights.empty()) {
-    s = training->gatherParameters(cpu.hostBuffers(), writerOf(exe.value(), 0), savedWeights);
+    s = training->gatherParameters(parameters, writerOf(exe.value(), 0), savedWeights);
     if (!s.isOk()) die(s.message());
   }
   if (writer) {
@@ -828,7 +852,11 @@ int main(int argc, char **argv) {
       char line[200];
       std::snprintf(line, sizeof line, ", %s: loss %.6f -> %.6f over %zu step(s), %zu bytes of optimizer state on rank %d%s",
                     optimizer.kind.c_str(), losses.front(), losses.back(), losses.size(), training->stateBytes(), rank,
-                    optimizer.zero ? " (ZeRO-1)" : "");
+                    !optimizer.zero ? ""
+                    : exe.value().schedule().zero_stage() > 1 && !zeroGiven
+                        ? (" (ZeRO-1: the plan's ZeRO-" + std::to_string(exe.value().schedule().zero_stage()) +
+                           " splits gradients and parameters too, not done yet)").c_str()
+                        : " (ZeRO-1)");
       how += line;
     }
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";

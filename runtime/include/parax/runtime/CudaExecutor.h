@@ -76,6 +76,13 @@ public:
   /// step as one CUDA graph (PARAX_CUDA_GRAPHS=0: never).
   Status run();
   std::vector<Tensor> outputs() const;
+  /// Every parameter box this rank holds, widened to fp32 on the host
+  /// (indexed by buffer id; other buffers empty): an optimizer's master copy.
+  StatusOr<std::vector<Tensor>> parameters() const;
+  /// Writes new values into the parameter boxes `values` holds (indexed by
+  /// buffer id; empty: unchanged), rounded to their storage dtype, then runs
+  /// the moves of parameters that prepare ran once again, on the device.
+  Status updateParameters(const std::vector<Tensor> &values);
   /// Each row's most likely token of the first output (logits [..., V]),
   /// picked on the GPU: greedy generation copies one index a row to the
   /// host. The last stage only.
