@@ -3,8 +3,9 @@
 # gradient (--parax-autodiff) of a Llama (4 layers, hidden 1024, fp32) over
 # 4 sequences of 256 tokens, on one rank and over two: data parallelism
 # (each replica 2 sequences, gradients averaged), tensor parallelism (with
-# sequence parallelism), pipeline parallelism (two stages, the microbatch's
-# forward then backward: no interleaving yet). The forward pass alone on one
+# sequence parallelism), pipeline parallelism (two stages: the batch as one
+# microbatch, its forward then its backward; and as 4 microbatches of one
+# sequence, scheduled 1F1B). The forward pass alone on one
 # rank gives the step's backward/forward ratio; the same steps with AdamW
 # applied (parax-run --optimizer adamw: one rank, DP2, DP2 with ZeRO-1) give
 # the optimizer's cost. Side by side in rounds; prints each run's step time,
@@ -16,16 +17,16 @@ BENCH=train-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 llama_bench_model 256
 tokens tokens 4 256 2
 tokens labels 4 256 3
-for batch in 4 2; do
+for batch in 4 2 1; do
   "$py" -m parax.models "$work/config.json" --batch "$batch" --seq 256 --dtype f32 --loss -o "$work/loss$batch.mlir"
 done
 "$build/bin/parax-translate" --to-executable "$work/loss4.mlir" -o "$work/forward.pxe"
 "$build/bin/parax-opt" "$work/loss4.mlir" --parax-autodiff -o "$work/single.mlir"
 "$build/bin/parax-translate" --to-executable "$work/single.mlir" -o "$work/single.pxe"
 cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
-for plan in "dp=2,tp=1,pp=1" "tp=2,dp=1,pp=1" "pp=2,tp=1,dp=1"; do
-  case "$plan" in dp=2*) ir="$work/loss2.mlir" ;; *) ir="$work/loss4.mlir" ;; esac
-  "$build/bin/parax-opt" "$ir" --parax-plan="cluster=$cluster workload=train:batch=4,seq=256,$plan" \
+for plan in "dp=2,tp=1,pp=1" "tp=2,dp=1,pp=1" "pp=2,tp=1,dp=1" "pp=2,tp=1,dp=1,micro"; do
+  case "$plan" in dp=2*) ir="$work/loss2.mlir" ;; *micro) ir="$work/loss1.mlir" ;; *) ir="$work/loss4.mlir" ;; esac
+  "$build/bin/parax-opt" "$ir" --parax-plan="cluster=$cluster workload=train:batch=4,seq=256,${plan%,micro}" \
     --parax-autodiff --parax-partition -o "$work/$plan.mlir"
   "$build/bin/parax-translate" --to-executable "$work/$plan.mlir" -o "$work/$plan.pxe"
 done
@@ -43,22 +44,25 @@ for round in $(seq "$rounds"); do
   dp="$(step 2 "$work/dp=2,tp=1,pp=1.pxe")"
   tp="$(step 2 "$work/tp=2,dp=1,pp=1.pxe")"
   pp="$(step 2 "$work/pp=2,tp=1,dp=1.pxe")"
+  pp4="$(step 2 "$work/pp=2,tp=1,dp=1,micro.pxe")"
   adam="$(step 1 "$work/single.pxe" --optimizer adamw)"
   dpadam="$(step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw)"
   dpzero="$(step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw --zero)"
-  echo "round $round: forward $fwd ms; training step: 1 rank $one ms, DP2 $dp ms, TP2 $tp ms, PP2 $pp ms;" \
+  echo "round $round: forward $fwd ms; training step: 1 rank $one ms, DP2 $dp ms, TP2 $tp ms, PP2 $pp ms," \
+    "PP2 1F1B over 4 microbatches $pp4 ms;" \
     "with AdamW: 1 rank $adam ms, DP2 $dpadam ms, DP2 ZeRO-1 $dpzero ms"
-  echo "$fwd $one $dp $tp $pp $adam $dpadam $dpzero" >> "$work/figures"
+  echo "$fwd $one $dp $tp $pp $pp4 $adam $dpadam $dpzero" >> "$work/figures"
 done
 "$py" - "$work/figures" <<'PY'
 import sys
 import numpy as np
 rows = np.loadtxt(sys.argv[1], ndmin=2)
-fwd, one, dp, tp, pp, adam, dpadam, dpzero = np.median(rows, axis=0)
+fwd, one, dp, tp, pp, pp4, adam, dpadam, dpzero = np.median(rows, axis=0)
 tokens = 4 * 256
 print(f"medians, 1,024 tokens: forward alone {fwd:.1f} ms; training step on 1 rank {one:.1f} ms "
       f"({one / fwd:.2f}x the forward, {tokens / one * 1e3:.0f} tokens/s), DP2 {dp:.1f} ms ({one / dp:.2f}x), "
-      f"TP2 {tp:.1f} ms ({one / tp:.2f}x), PP2 {pp:.1f} ms ({one / pp:.2f}x); with AdamW applied: "
+      f"TP2 {tp:.1f} ms ({one / tp:.2f}x), PP2 {pp:.1f} ms ({one / pp:.2f}x), "
+      f"PP2 1F1B over 4 microbatches {pp4:.1f} ms ({one / pp4:.2f}x); with AdamW applied: "
       f"1 rank {adam:.1f} ms ({adam / one:.2f}x the gradients alone), DP2 {dpadam:.1f} ms ({dpadam / dp:.2f}x), "
       f"DP2 with ZeRO-1 {dpzero:.1f} ms ({dpzero / dpadam:.2f}x DP2's)")
 PY

@@ -104,6 +104,15 @@ std::vector<int64_t> wholeShape(const pxe::Buffer &buffer) {
   return {buffer.shape().begin(), buffer.shape().end()};
 }
 
+int backwardStart(const pxe::Stage &stage) {
+  for (int k = 0; k < stage.instructions_size(); ++k) {
+    const pxe::Instruction &inst = stage.instructions(k);
+    if (inst.op() == "recv" && attrInt(inst.attrs(), "peer", -1) > stage.index())
+      return k;
+  }
+  return -1;
+}
+
 std::vector<std::vector<ResultSource>> resultSources(const pxe::Executable &exe) {
   std::vector<std::vector<ResultSource>> sources;
   for (int s = 0; s < exe.stages_size(); ++s)

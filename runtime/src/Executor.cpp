@@ -488,12 +488,36 @@ void Executor::releaseHostCopies() {
   runsElsewhere_ = true;
 }
 
-Status Executor::run() {
+Status Executor::run() { return runRange(0, stageProto_ ? stageProto_->instructions_size() : 0); }
+
+
+void Executor::swapActivations(std::vector<Tensor> &held) {
+  std::vector<bool> fixed(stageProto_->buffers_size(), false); // results of hoisted moves
+  for (int k = 0; k < stageProto_->instructions_size(); ++k)
+    if (hoisted_[k])
+      for (int32_t id : stageProto_->instructions(k).results())
+        fixed[id] = true;
+  bool fresh = held.empty();
+  if (fresh)
+    held.resize(buffers_.size());
+  for (const pxe::Buffer &b : stageProto_->buffers()) {
+    bool kept = b.role() == pxe::INPUT || (b.role() == pxe::TEMPORARY && !fixed[b.id()]);
+    if (!kept || isCacheState(b.id()))
+      continue;
+    if (fresh) {
+      const Tensor &mine = buffers_[b.id()];
+      held[b.id()] = mine.isInt ? Tensor::ints(mine.shape) : Tensor::floats(mine.shape);
+    }
+    std::swap(buffers_[b.id()], held[b.id()]);
+  }
+}
+
+Status Executor::runRange(int begin, int end) {
   if (runsElsewhere_)
     return Status::error("the host copies of this stage were released: it runs on another backend");
   Impl impl{*this, *exe_};
   Status status = Status::ok();
-  for (int k = 0; k < stageProto_->instructions_size() && status.isOk(); ++k) {
+  for (int k = std::max(begin, 0); k < std::min(end, stageProto_->instructions_size()) && status.isOk(); ++k) {
     if (hoisted_[k])
       continue;
     const pxe::Instruction &inst = stageProto_->instructions(k);

@@ -10,6 +10,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <list>
 #include <memory>
 
 namespace parax::runtime {
@@ -30,6 +32,13 @@ public:
   MpiCommunicator(std::vector<int64_t> shape, double stallTimeout)
       : shape_(std::move(shape)), stallTimeout_(stallTimeout) {}
   ~MpiCommunicator() override {
+    // Sends still in flight finish before the communicators go (their
+    // receivers take them; a stalled one ends the job, watched).
+    if (!pending_.empty()) {
+      auto watched = watchdog_->watch("finishing sends (MPI_Wait)");
+      for (Pending &p : pending_)
+        MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+    }
     for (MPI_Comm &c : comms_)
       if (c != MPI_COMM_NULL)
         MPI_Comm_free(&c);
@@ -89,10 +98,24 @@ public:
                               static_cast<int>(n), MPI_FLOAT, comms_[mask]),
                  "MPI_Alltoall");
   }
+  // A send does not wait for its receive: the values are copied and sent
+  // with MPI_Isend, finished later (checked at each send, all at the end).
+  // So a pipeline stage may send one microbatch's activations and go on to
+  // another's backward pass while the next stage is busy (1F1B); sends and
+  // receives between two stages still pair up in order.
   Status send(const float *data, size_t n, int peer) override {
-    auto watched = watchdog_->watch("send");
-    return check(MPI_Send(data, static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD),
-                 "MPI_Send");
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      int done = 0;
+      Status s = check(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!s.isOk())
+        return s;
+      it = done ? pending_.erase(it) : std::next(it);
+    }
+    pending_.emplace_back();
+    Pending &p = pending_.back();
+    p.values.assign(data, data + n);
+    return check(MPI_Isend(p.values.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD, &p.request),
+                 "MPI_Isend");
   }
   Status recv(float *data, size_t n, int peer) override {
     auto watched = watchdog_->watch("recv");
@@ -114,6 +137,11 @@ private:
   int rank_ = 0, size_ = 1;
   std::vector<MPI_Comm> comms_;
   std::vector<int> sizes_;
+  struct Pending {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<float> values;
+  };
+  std::list<Pending> pending_; // sends in flight (a list: their buffers stay put)
 };
 
 } // namespace

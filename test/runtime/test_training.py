@@ -111,20 +111,37 @@ def test_sharded_gradients_match_single_rank(tmp_path, preset, pins, ranks):
         assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
 
 
-@pytest.mark.parametrize("pins,ranks", [(None, 1), ("pp=2,dp=1", 2)], ids=["single", "pp2"])
-def test_microbatch_gradients_are_averaged(tmp_path, pins, ranks):
-    """Four rows through an executable of batch 2: two microbatches, whose
-    gradients parax-run averages (each a mean over its tokens), equal the
-    gradients of one batch of four (on one rank; through two pipeline
-    stages, each microbatch's backward pass after its forward pass)."""
-    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
-    whole = Model(str(tmp_path / "whole"), "tiny-llama", loss=True, batch=4)
+# (workload pins, ranks, layers, rows: microbatches of 2 rows)
+MICRO_PLANS = [
+    (None, 1, 2, 4),
+    ("pp=2,dp=1", 2, 2, 4),
+    ("pp=2,tp=2,dp=1", 4, 2, 8),   # 4 microbatches, 2 in flight on stage 0
+    ("pp=4,dp=1", 4, 4, 12),       # 6 microbatches; stage s keeps 4 - s in flight
+]
+
+
+@pytest.mark.parametrize("pins,ranks,layers,rows", MICRO_PLANS,
+                         ids=["single", "pp2", "tp2-pp2-4micro", "pp4-6micro"])
+def test_microbatch_gradients_are_averaged(tmp_path, pins, ranks, layers, rows):
+    """Rows through an executable of batch 2: microbatches, whose gradients
+    parax-run averages (each a mean over its tokens), equal the gradients
+    of one batch of all the rows on one rank. Through pipeline stages the
+    microbatches run 1F1B: a stage runs the forward halves of as many
+    microbatches as stages follow it, then one forward and one backward
+    half in turn, each microbatch in flight with activations of its own."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=rows, layers=layers)
+    whole = Model(str(tmp_path / "whole"), "tiny-llama", loss=True, batch=rows, layers=layers)
     workload = pins and f"prefill:batch=2,seq=8,{pins}"
-    loss, micro = gradients(model, model.compile("micro", workload, ranks, autodiff=True), ranks)
+    exe = model.compile("micro", workload, ranks, autodiff=True)
+    loss, micro = gradients(model, exe, ranks)
     whole_loss, grads = gradients(whole, whole.compile("whole", autodiff=True), 1)
     assert abs(loss - whole_loss) < 1e-5
     for name in grads:
         assert np.abs(micro[name] - grads[name]).max() < SHARDED_TOL, name
+    if pins and "pp" in pins:
+        proc = model.run(exe, ranks, outputs=0, expect_ok=False)
+        assert proc.returncode == 0, proc.stderr
+        assert f"schedule 1f1b over {rows // 2} microbatches" in proc.stdout, proc.stdout
 
 
 def test_output_dir_writes_each_gradient_under_its_name(tmp_path):

@@ -686,12 +686,40 @@ int main(int argc, char **argv) {
     prefillSeconds = done.prefillSeconds;
     results = std::move(done.results);
   } else {
+    // A training step over pipeline stages with several microbatches (CPU
+    // backend): 1F1B. A stage before the last runs as many microbatches'
+    // forward halves as stages follow it, then alternates one forward and
+    // one backward half, then the remaining backward halves; each
+    // microbatch in flight keeps its activations in a set of its own. (The
+    // last stage, and the CUDA backend, run each microbatch whole in turn.)
+    const int stages = exe.value().stages_size();
+    const int backward =
+        device == "cpu" && micro > 1 && stages > 1 ? backwardStart(exe.value().stages(stageIndex)) : -1;
+    const int64_t warmup = std::min<int64_t>(stages - 1 - stageIndex, micro);
+    std::vector<std::vector<Tensor>> activations(backward >= 0 ? std::min<int64_t>(warmup + 1, micro) : 0);
+    auto half = [&](int64_t m, bool forward) {
+      std::vector<Tensor> &held = activations[m % activations.size()];
+      cpu.swapActivations(held);
+      Status st = forward ? cpu.setInputs(microbatch(m)) : Status::ok();
+      if (st.isOk())
+        st = forward ? cpu.runRange(0, backward) : cpu.runRange(backward, cpu.stageProgram().instructions_size());
+      if (st.isOk() && !forward) st = training->join(results, cpu.outputs());
+      cpu.swapActivations(held);
+      if (!st.isOk()) die(st.message());
+    };
     for (int step = 0; step < steps; ++step) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
       results.clear();
       block = trains ? step % blocks : 0;
-      for (int64_t j = 0; j < micro; ++j) {
+      if (backward >= 0) {
+        for (int64_t m = 0; m < warmup; ++m) half(m, true);
+        for (int64_t m = 0; m < micro; ++m) {
+          if (m + warmup < micro) half(m + warmup, true);
+          half(m, false);
+        }
+      }
+      for (int64_t j = 0; backward < 0 && j < micro; ++j) {
         if (j > 0 || (step > 0 && (micro > 1 || blocks > 1))) { // prepare set microbatch 0 for the first step
           s = runners[0].setInputs(microbatch(j));
           if (!s.isOk()) die(s.message());
@@ -848,6 +876,10 @@ int main(int argc, char **argv) {
       }
     std::sort(times.begin(), times.end());
     std::string how = ", " + memory;
+    if (generate <= 0 && device == "cpu" && micro > 1 && exe.value().stages_size() > 1 &&
+        backwardStart(exe.value().stages(0)) >= 0)
+      how += ", schedule 1f1b over " + std::to_string(micro) + " microbatches (stage s keeps up to " +
+             std::to_string(exe.value().stages_size()) + " - s in flight)";
     if (trains && !losses.empty()) {
       char line[200];
       std::snprintf(line, sizeof line, ", %s: loss %.6f -> %.6f over %zu step(s), %zu bytes of optimizer state on rank %d%s",

@@ -31,6 +31,8 @@ public:
   virtual Status reduceScatter(const float *in, float *out, size_t n, unsigned axesMask) = 0;
   /// in holds groupSize blocks of n (block i to rank i); out likewise from them.
   virtual Status allToAll(const float *in, float *out, size_t n, unsigned axesMask) = 0;
+  /// May return before the peer receives (MPI: the values are copied and
+  /// sent in the background); sends to one peer arrive in order.
   virtual Status send(const float *data, size_t n, int peerRank) = 0;
   virtual Status recv(float *data, size_t n, int peerRank) = 0;
   /// Ends the whole job (every rank) after an error on this one.

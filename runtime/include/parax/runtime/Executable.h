@@ -50,6 +50,14 @@ struct ResultSource {
 };
 std::vector<std::vector<ResultSource>> resultSources(const pxe::Executable &exe);
 
+/// Where a pipeline stage's backward pass starts (a training step): its
+/// first instruction that receives from a later stage (the gradient of what
+/// it sent), or -1 (the last stage, a stage without a backward pass). The
+/// instructions before it are the forward pass, and none after it is (the
+/// partitioner places gradient ops after the forward ops, and a receive
+/// right before its first reader).
+int backwardStart(const pxe::Stage &stage);
+
 /// A buffer's whole tensor's shape: `global_shape`, or its own when whole.
 std::vector<int64_t> wholeShape(const pxe::Buffer &buffer);
 

@@ -53,6 +53,15 @@ public:
   /// Global shapes of the model inputs this stage reads (by input index).
   std::vector<std::vector<int64_t>> inputShapes() const;
   Status run();
+  /// Instructions [begin, end) of the stage only (run() is all of them):
+  /// a pipeline schedule's forward or backward half of a training step.
+  Status runRange(int begin, int end);
+  /// Exchanges the values one microbatch keeps between its forward and its
+  /// backward half (the inputs and the temporaries, but not the results of
+  /// moves of parameters, computed once) with `held`'s: empty, it receives
+  /// buffers of the right shapes first. A 1F1B schedule keeps one such set
+  /// per microbatch in flight.
+  void swapActivations(std::vector<Tensor> &held);
   /// The stage's outputs: the last stage's results, and a training step's
   /// gradients of the parameters the stage holds (in their split).
   std::vector<Tensor> outputs() const;
