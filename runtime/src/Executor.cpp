@@ -522,6 +522,8 @@ Status Executor::runRange(int begin, int end) {
       continue;
     const pxe::Instruction &inst = stageProto_->instructions(k);
     Status s = impl.run(inst);
+    if (s.isOk() && comm_)
+      s = comm_->progress(); // sends in flight move while this rank computes
     if (!s.isOk())
       status = Status::error("stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + " (" +
                              inst.op() + "): " + s.message());

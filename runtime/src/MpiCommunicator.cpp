@@ -99,11 +99,12 @@ public:
                  "MPI_Alltoall");
   }
   // A send does not wait for its receive: the values are copied and sent
-  // with MPI_Isend, finished later (checked at each send, all at the end).
+  // with MPI_Isend, moved along by progress() (the executor calls it
+  // between instructions) and finished at the end.
   // So a pipeline stage may send one microbatch's activations and go on to
   // another's backward pass while the next stage is busy (1F1B); sends and
   // receives between two stages still pair up in order.
-  Status send(const float *data, size_t n, int peer) override {
+  Status progress() override {
     for (auto it = pending_.begin(); it != pending_.end();) {
       int done = 0;
       Status s = check(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE), "MPI_Test");
@@ -111,6 +112,11 @@ public:
         return s;
       it = done ? pending_.erase(it) : std::next(it);
     }
+    return Status::ok();
+  }
+  Status send(const float *data, size_t n, int peer) override {
+    if (Status s = progress(); !s.isOk())
+      return s;
     pending_.emplace_back();
     Pending &p = pending_.back();
     p.values.assign(data, data + n);

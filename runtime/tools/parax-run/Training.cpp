@@ -46,10 +46,12 @@ void placeBox(const Tensor &box, const std::vector<int64_t> &start, Tensor &whol
   }
 }
 
-std::string pieceKey(const pxe::Buffer &b) {
-  std::string key = b.param_name();
-  for (int64_t o : b.param_offset()) key += "," + std::to_string(o);
-  return key;
+/// A parameter buffer's checkpoint tensor as output_grads names it: the
+/// name, a fused tensor's piece with "@<offset of each dimension>".
+std::string pieceName(const pxe::Buffer &b) {
+  std::string name = b.param_name();
+  for (int d = 0; d < b.param_offset_size(); ++d) name += (d ? "," : "@") + std::to_string(b.param_offset(d));
+  return name;
 }
 
 } // namespace
@@ -146,15 +148,8 @@ Status Training::bindParameters(const std::vector<Tensor> &buffers) {
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
     const std::string &name = gradOf_[k];
-    for (const pxe::Buffer &b : stage.buffers()) {
-      if (b.role() != pxe::PARAMETER) continue;
-      std::string key = b.param_name();
-      if (b.param_offset_size()) {
-        key += "@";
-        for (int d = 0; d < b.param_offset_size(); ++d) key += (d ? "," : "") + std::to_string(b.param_offset(d));
-      }
-      if (key == name) paramOf_[k] = b.id();
-    }
+    for (const pxe::Buffer &b : stage.buffers())
+      if (b.role() == pxe::PARAMETER && pieceName(b) == name) paramOf_[k] = b.id();
     int p = paramOf_[k];
     const pxe::Buffer &out = stage.buffers(stage.outputs(k));
     std::string where = "stage " + std::to_string(stage_) + " output " + std::to_string(k) + " (the gradient of " +
@@ -351,8 +346,8 @@ Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer
       if (b.role() != pxe::PARAMETER || b.dtype() == pxe::I32 || b.dtype() == pxe::I64) continue;
       if (b.param_name().find("{e}") != std::string::npos)
         return Status::error("parameter " + b.param_name() + ": stacked experts are not saved yet");
-      if (std::find(pieces.begin(), pieces.end(), pieceKey(b)) != pieces.end()) continue; // an earlier stage's
-      pieces.push_back(pieceKey(b));
+      if (std::find(pieces.begin(), pieces.end(), pieceName(b)) != pieces.end()) continue; // an earlier stage's
+      pieces.push_back(pieceName(b));
       std::vector<int64_t> shape = b.param_shape_size() ? std::vector<int64_t>(b.param_shape().begin(), b.param_shape().end())
                                                         : wholeShape(b);
       size_t index = std::find(names.begin(), names.end(), b.param_name()) - names.begin();

@@ -34,6 +34,10 @@ public:
   /// May return before the peer receives (MPI: the values are copied and
   /// sent in the background); sends to one peer arrive in order.
   virtual Status send(const float *data, size_t n, int peerRank) = 0;
+  /// Moves sends in flight along (MPI has no progress thread: without a
+  /// call into it a large message waits while the sender computes). The
+  /// executor calls it between instructions.
+  virtual Status progress() { return Status::ok(); }
   virtual Status recv(float *data, size_t n, int peerRank) = 0;
   /// Ends the whole job (every rank) after an error on this one.
   [[noreturn]] virtual void abort(const std::string &message) = 0;
