@@ -170,6 +170,37 @@ def test_zero_splits_the_optimizer_state(tmp_path):
     assert "(ZeRO-1)" in stdout and int(re.search(r"(\d+) bytes of optimizer", stdout).group(1)) == state["--zero"]
 
 
+def test_a_run_resumes_from_saved_weights_and_moments(tmp_path):
+    """Four AdamW steps in one run equal two steps saved (--save-weights,
+    --save-optimizer: PyTorch's names, exp_avg and exp_avg_sq, and the step
+    count) and two more from what was saved (--load-optimizer), on one rank
+    and resumed on two (DP2 with ZeRO-1: each replica reads its share)."""
+    import shutil
+    one = Model(str(tmp_path / "one"), "tiny-llama", loss=True, batch=4)
+    exe = one.compile("train", autodiff=True)
+    want, _, _ = train(one, exe, 1, 4, SHARDED_ADAMW)
+    state = str(tmp_path / "state.safetensors")
+    half, _, _ = train(one, exe, 1, 2, SHARDED_ADAMW + ["--save-optimizer", state])
+    saved = load_safetensors(state)
+    assert set(saved) == {f"{n}.{m}" for n in one.weights for m in ("exp_avg", "exp_avg_sq")} | {"optimizer.step"}
+    assert saved["optimizer.step"].tolist() == [2.0]
+    halfway = str(tmp_path / "halfway.safetensors")
+    shutil.copy(os.path.join(one.dir, "trained.safetensors"), halfway)
+    one.checkpoint = halfway
+    resumed, _, _ = train(one, exe, 1, 2, SHARDED_ADAMW + ["--load-optimizer", state])
+    for name in want:
+        assert np.abs(resumed[name] - want[name]).max() < SINGLE_TOL, name
+    two = Model(str(tmp_path / "two"), "tiny-llama", loss=True, batch=2, rows=4)
+    two.checkpoint = halfway
+    dp2 = two.compile("dp2", "prefill:batch=4,seq=8,dp=2", 2, autodiff=True)
+    resumed, _, _ = train(two, dp2, 2, 2, SHARDED_ADAMW + ["--zero", "--load-optimizer", state])
+    for name in want:
+        assert np.abs(resumed[name] - want[name]).max() < SHARDED_TOL, name
+    proc = one.run(exe, 1, outputs=0, expect_ok=False,
+                   extra=SHARDED_ADAMW + ["--load-optimizer", halfway])
+    assert proc.returncode != 0 and "--load-optimizer" in proc.stderr and "no optimizer step count" in proc.stderr
+
+
 def test_bad_optimizer_requests_are_named(tmp_path):
     model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
     train_exe = model.compile("train", autodiff=True)
@@ -190,3 +221,4 @@ def test_bad_optimizer_requests_are_named(tmp_path):
     fails(model, train_exe, ["--lr", "0.1"], "belong to --optimizer")
     fails(model, train_exe, ["--optimizer", "sgd", "--step-rows", "3"], "--step-rows 3 does not divide")
     fails(model, train_exe, ["--optimizer", "sgd", "--generate", "2"], "--generate")
+    fails(model, train_exe, ["--optimizer", "sgd", "--save-optimizer", "x"], "SGD has none")

@@ -186,6 +186,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
                        double &gradNorm) {
   ++step_;
   bool shares = replicaComm_ != MPI_COMM_NULL && config.zero;
+  zeroShares_ = shares;
   int64_t d = shares ? replicas_ : 1;
   // Each gradient's share this rank updates: the whole box, or (ZeRO) the
   // replica's chunk of it, reduced over the replicas.
@@ -337,7 +338,7 @@ Status Training::gatherGradients(const std::vector<Tensor> &outputs, int writer,
 }
 
 Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer,
-                                  std::map<std::string, Tensor> &whole) {
+                                  std::map<std::string, Tensor> &whole, const std::string &suffix) {
   std::vector<Item> items;
   std::vector<std::string> names, pieces;
   std::vector<Tensor> tensors;
@@ -362,7 +363,80 @@ Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer
   Status st = gather(items, writer, tensors);
   if (!st.isOk()) return st;
   if (rank_ == writer)
-    for (size_t i = 0; i < names.size(); ++i) whole[names[i]] = std::move(tensors[i]);
+    for (size_t i = 0; i < names.size(); ++i) whole[names[i] + suffix] = std::move(tensors[i]);
+  return Status::ok();
+}
+
+// Each gradient's moment `which` (0: m, 1: v) as its parameter's box, in a
+// vector indexed like the stage's buffers: under ZeRO the replicas'
+// chunks gathered back into the box first (every replica takes part).
+Status Training::stateBoxes(int which, std::vector<Tensor> &boxes) {
+  const pxe::Stage &stage = exe_.stages(stage_);
+  boxes.assign(stage.buffers_size(), Tensor());
+  for (int k = 0; k < stage.outputs_size(); ++k) {
+    if (!isGrad(k)) continue;
+    const pxe::Buffer &param = stage.buffers(paramOf_[k]);
+    std::vector<float> &mine = which == 0 ? states_[k].m : states_[k].v;
+    Tensor box = Tensor::floats({param.shape().begin(), param.shape().end()});
+    int64_t n = box.numel(), chunk = zeroShares_ ? (n + replicas_ - 1) / replicas_ : n;
+    if (zeroShares_) {
+      std::vector<float> share(chunk, 0.0f), all(chunk * replicas_);
+      std::copy(mine.begin(), mine.end(), share.begin());
+      auto watched = watch("gathering the ZeRO optimizer state (MPI_Allgather over dp)");
+      if (MPI_Allgather(share.data(), static_cast<int>(chunk), MPI_FLOAT, all.data(), static_cast<int>(chunk),
+                        MPI_FLOAT, replicaComm_) != MPI_SUCCESS)
+        return Status::error("gathering the ZeRO optimizer state failed");
+      std::copy(all.begin(), all.begin() + n, box.f.begin());
+    } else if (static_cast<int64_t>(mine.size()) == n) {
+      box.f = mine;
+    }
+    boxes[paramOf_[k]] = std::move(box);
+  }
+  return Status::ok();
+}
+
+Status Training::gatherState(int writer, std::map<std::string, Tensor> &whole) {
+  if (step_ == 0) return Status::error("--save-optimizer: no optimizer step ran, so there is no state");
+  for (int which = 0; which < 2; ++which) {
+    std::vector<Tensor> boxes;
+    Status s = stateBoxes(which, boxes);
+    if (s.isOk()) s = gatherParameters(boxes, writer, whole, which == 0 ? ".exp_avg" : ".exp_avg_sq");
+    if (!s.isOk()) return s;
+  }
+  Tensor step = Tensor::floats({1});
+  step.f[0] = static_cast<float>(step_);
+  whole["optimizer.step"] = step;
+  return Status::ok();
+}
+
+Status Training::loadState(const runtime::Checkpoint &file, const std::string &path, bool zero) {
+  const pxe::Stage &stage = exe_.stages(stage_);
+  Tensor step;
+  Status s = file.readBox("optimizer.step", {1}, {0}, {1}, step);
+  if (!s.isOk()) return Status::error(path + ": no optimizer step count (" + s.message() + ")");
+  if (!(step.f[0] >= 0) || step.f[0] != std::floor(step.f[0]) || step.f[0] > 1e9)
+    return Status::error(path + ": optimizer.step is " + std::to_string(step.f[0]) + ", not a count of steps");
+  step_ = static_cast<int64_t>(step.f[0]);
+  bool shares = zero && replicaComm_ != MPI_COMM_NULL;
+  zeroShares_ = shares;
+  for (int k = 0; k < stage.outputs_size(); ++k) {
+    if (!isGrad(k)) continue;
+    const pxe::Buffer &b = stage.buffers(paramOf_[k]);
+    std::vector<int64_t> whole = b.param_shape_size() ? std::vector<int64_t>(b.param_shape().begin(), b.param_shape().end())
+                                                      : wholeShape(b);
+    std::vector<int64_t> start = boxStart(exe_, coordinatesOf(exe_, rank_), b);
+    for (int d = 0; d < b.param_offset_size(); ++d) start[d] += b.param_offset(d);
+    std::vector<int64_t> shape(b.shape().begin(), b.shape().end());
+    for (int which = 0; which < 2; ++which) {
+      Tensor box;
+      std::string name = b.param_name() + (which == 0 ? ".exp_avg" : ".exp_avg_sq");
+      s = file.readBox(name, whole, start, shape, box);
+      if (!s.isOk()) return Status::error(path + ": " + s.message());
+      int64_t n = box.numel(), chunk = shares ? (n + replicas_ - 1) / replicas_ : n;
+      int64_t begin = shares ? std::min(n, replica_ * chunk) : 0, end = std::min(n, begin + chunk);
+      (which == 0 ? states_[k].m : states_[k].v).assign(box.f.begin() + begin, box.f.begin() + end);
+    }
+  }
   return Status::ok();
 }
 

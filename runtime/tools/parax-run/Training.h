@@ -15,6 +15,7 @@
 #define PARAX_RUN_TRAINING_H
 
 #define OMPI_SKIP_MPICXX 1
+#include "parax/runtime/Checkpoint.h"
 #include "parax/runtime/StallWatchdog.h"
 #include "parax/runtime/Status.h"
 #include "parax/runtime/Tensor.h"
@@ -82,13 +83,25 @@ public:
   /// The writer's whole gradients: result index -> tensor, gathered from
   /// the boxes of replica 0's ranks. Every rank takes part.
   Status gatherGradients(const std::vector<Tensor> &outputs, int writer, std::map<int, Tensor> &whole);
-  /// The writer's whole parameters by checkpoint name (fused pieces put in
-  /// place), gathered from replica 0's ranks. Every rank takes part.
-  Status gatherParameters(const std::vector<Tensor> &buffers, int writer, std::map<std::string, Tensor> &whole);
+  /// The writer's whole parameters by checkpoint name (+ `suffix`; fused
+  /// pieces put in place), gathered from replica 0's ranks' boxes in
+  /// `buffers` (indexed by buffer id). Every rank takes part.
+  Status gatherParameters(const std::vector<Tensor> &buffers, int writer, std::map<std::string, Tensor> &whole,
+                          const std::string &suffix = "");
+  /// AdamW's state on the writer, as PyTorch names it per parameter:
+  /// "<name>.exp_avg" (m) and "<name>.exp_avg_sq" (v), whole tensors like
+  /// the parameters, and "optimizer.step" (t, one value). Every rank takes
+  /// part. After `bindParameters`.
+  Status gatherState(int writer, std::map<std::string, Tensor> &whole);
+  /// Reads this rank's boxes (its share, under ZeRO) of such a state, to
+  /// go on from where it was saved (the next step is t + 1). After
+  /// `bindParameters`.
+  Status loadState(const runtime::Checkpoint &file, const std::string &path, bool zero);
 
 private:
   struct Item; // a box of a whole tensor, held by some ranks
   Status gather(const std::vector<Item> &items, int writer, std::vector<Tensor> &whole);
+  Status stateBoxes(int which, std::vector<Tensor> &boxes);
   bool ownsBoxIgnoringReplica(int output) const;
   Status allReduceOverReplicas(float *data, size_t n);
   /// `waits_` watching `operation` (nothing without MPI).
@@ -107,6 +120,7 @@ private:
   };
   std::vector<State> states_; // per output
   int64_t step_ = 0;
+  bool zeroShares_ = false; // the states hold each replica's chunk of the box
 };
 
 } // namespace parax::run

@@ -90,6 +90,8 @@ void usage() {
                "  never). --step-rows R: each step takes the next R rows of the\n"
                "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
                "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors)\n"
+               "  --save-optimizer S.safetensors / --load-optimizer S.safetensors: AdamW's moments\n"
+               "  (<name>.exp_avg, <name>.exp_avg_sq) and step count (optimizer.step), to resume\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
@@ -242,6 +244,7 @@ int main(int argc, char **argv) {
   OptimizerConfig optimizer;  // --optimizer and its settings
   std::string saveWeights;    // --save-weights
   std::string lossesPath;     // --losses
+  std::string saveOptimizer, loadOptimizer; // --save-optimizer, --load-optimizer
   long long stepRows = 0;     // --step-rows (0: every row every step)
   bool optimizerSettings = false;
   bool zeroGiven = false;     // --zero / --no-zero (else the plan's ZeRO stage decides)
@@ -306,6 +309,8 @@ int main(int argc, char **argv) {
     }
     else if (arg == "--save-weights") saveWeights = value();
     else if (arg == "--losses") lossesPath = value();
+    else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
+    else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--step-rows") {
       std::string text = value();
       char *end = nullptr;
@@ -366,9 +371,11 @@ int main(int argc, char **argv) {
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
   const bool trains = !optimizer.kind.empty();
   if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty()))
-    die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --zero, --step-rows, --save-weights "
-        "and --losses belong to --optimizer");
+    die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --zero, --step-rows, --save-weights, "
+        "--losses, --save-optimizer and --load-optimizer belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
+  if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
+    die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
   if (zeroGiven && optimizer.zero && optimizer.kind != "adamw")
     die("--zero splits AdamW's states: it needs --optimizer adamw");
 #ifndef PARAX_WITH_CUDA
@@ -654,6 +661,12 @@ int main(int argc, char **argv) {
     s = training->bindParameters(parameters);
     if (!s.isOk()) die(s.message());
   }
+  if (!loadOptimizer.empty()) { // AdamW's moments and step count, saved by --save-optimizer
+    auto file = Checkpoint::open(loadOptimizer);
+    if (!file.isOk()) die("--load-optimizer: " + file.status().message());
+    s = training->loadState(*file.value(), loadOptimizer, optimizer.zero);
+    if (!s.isOk()) die("--load-optimizer: " + s.message());
+  }
   std::vector<float> losses; // --optimizer: each step's loss (the last stage's)
   double gradNorm = 0;       // the last step's, before clipping
   int lossOutput = -1;       // the last stage's scalar result that is not a gradient
@@ -841,14 +854,22 @@ int main(int argc, char **argv) {
       results = std::move(ordered);
     }
   }
-  std::map<std::string, Tensor> savedWeights;
+  std::map<std::string, Tensor> savedWeights, savedState;
   if (!saveWeights.empty()) {
     s = training->gatherParameters(parameters, writerOf(exe.value(), 0), savedWeights);
+    if (!s.isOk()) die(s.message());
+  }
+  if (!saveOptimizer.empty()) {
+    s = training->gatherState(writerOf(exe.value(), 0), savedState);
     if (!s.isOk()) die(s.message());
   }
   if (writer) {
     if (!saveWeights.empty()) {
       s = writeSafetensors(saveWeights, savedWeights);
+      if (!s.isOk()) die(s.message());
+    }
+    if (!saveOptimizer.empty()) {
+      s = writeSafetensors(saveOptimizer, savedState);
       if (!s.isOk()) die(s.message());
     }
     if (!lossesPath.empty()) {
