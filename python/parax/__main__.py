@@ -268,6 +268,14 @@ def main(argv=None):
     for option, kind in (("--temperature", float), ("--top-k", int), ("--top-p", float), ("--seed", int),
                          ("--stop-token", int)):
         r.add_argument(option, type=kind, help="with --generate (see parax-run --help)")
+    # Training (an executable built with compile --train): --steps optimizer steps.
+    r.add_argument("--optimizer", choices=["sgd", "adamw"], help="train: --steps optimizer steps")
+    for option, kind in (("--lr", float), ("--beta1", float), ("--beta2", float), ("--eps", float),
+                         ("--weight-decay", float), ("--clip-grad-norm", float), ("--step-rows", int),
+                         ("--save-weights", str), ("--losses", str), ("--save-optimizer", str),
+                         ("--load-optimizer", str)):
+        r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
+    r.add_argument("--zero", action="store_true", help="with --optimizer adamw: ZeRO-1")
     sub.add_parser("demo", help="the README's main job")
     args = parser.parse_args(argv)
     try:
@@ -282,8 +290,13 @@ def main(argv=None):
                                                   ("--top-p", args.top_p), ("--seed", args.seed),
                                                   ("--stop-token", args.stop_token))
                         if value is not None for arg in (option, str(value))]
+            training = [arg for option in ("--optimizer", "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
+                                           "--clip-grad-norm", "--step-rows", "--save-weights", "--losses",
+                                           "--save-optimizer", "--load-optimizer")
+                        for value in [getattr(args, option[2:].replace("-", "_"))] if value is not None
+                        for arg in (option, str(value))] + (["--zero"] if args.zero else [])
             print(run_model(args.executable, args.weights, args.input, args.output,
-                            args.ranks, args.steps, args.generate, args.prefill, sampling), end="")
+                            args.ranks, args.steps, args.generate, args.prefill, sampling, training), end="")
             return 0
         return demo()
     except (ToolError, ValueError) as e:
