@@ -272,6 +272,7 @@ def main(argv=None):
     r.add_argument("--optimizer", choices=["sgd", "adamw"], help="train: --steps optimizer steps")
     for option, kind in (("--lr", float), ("--beta1", float), ("--beta2", float), ("--eps", float),
                          ("--weight-decay", float), ("--clip-grad-norm", float), ("--step-rows", int),
+                         ("--lr-schedule", str), ("--warmup-steps", int), ("--decay-steps", int), ("--min-lr", float),
                          ("--save-weights", str), ("--losses", str), ("--save-optimizer", str),
                          ("--load-optimizer", str)):
         r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
@@ -292,6 +293,7 @@ def main(argv=None):
                         if value is not None for arg in (option, str(value))]
             training = [arg for option in ("--optimizer", "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
                                            "--clip-grad-norm", "--step-rows", "--save-weights", "--losses",
+                                           "--lr-schedule", "--warmup-steps", "--decay-steps", "--min-lr",
                                            "--save-optimizer", "--load-optimizer")
                         for value in [getattr(args, option[2:].replace("-", "_"))] if value is not None
                         for arg in (option, str(value))] + (["--zero"] if args.zero else [])

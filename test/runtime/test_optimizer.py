@@ -93,6 +93,34 @@ def test_sgd_matches_numpy(tmp_path):
         assert np.abs(trained[name] - expected).max() < SINGLE_TOL, name
 
 
+def schedule_lr(step, lr=0.5, warmup=2, decay=5, min_lr=0.05):
+    """Megatron's warm-up then cosine decay, written out independently."""
+    if step <= warmup:
+        return lr * step / warmup
+    progress = min(1.0, (step - warmup) / (decay - warmup))
+    return min_lr + (lr - min_lr) * 0.5 * (1 + np.cos(np.pi * progress))
+
+
+def test_learning_rate_schedule_matches_numpy(tmp_path):
+    """SGD over 6 steps with 2 warm-up steps, then cosine decay to 0.05 by
+    step 5 (and 0.05 after): each step's update is numpy's SGD at the
+    schedule's learning rate for that step, on the gradients parax-run
+    computes at the step's weights; the printed rates are the schedule's."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True)
+    exe = model.compile("train", autodiff=True)
+    expected = dict(model.weights)
+    for step in range(1, 7):
+        _, grads = gradients_at(model, exe, expected)
+        expected = {k: (w - schedule_lr(step) * grads[k]).astype(np.float32) for k, w in expected.items()}
+    save_safetensors(model.checkpoint, model.weights)
+    trained, _, stdout = train(model, exe, 1, 6, ["--optimizer", "sgd", "--lr", "0.5", "--lr-schedule", "cosine",
+                                                  "--warmup-steps", "2", "--decay-steps", "5", "--min-lr", "0.05"])
+    rates = [float(r) for r in re.findall(r"learning rate ([0-9.e-]+)", stdout)]
+    assert np.allclose(rates, [schedule_lr(t) for t in range(1, 7)], rtol=1e-5), rates
+    for name in expected:
+        assert np.abs(trained[name] - expected[name]).max() < SINGLE_TOL, name
+
+
 def test_loss_falls_on_a_repeated_batch(tmp_path):
     """Twelve AdamW steps over one batch: the model fits it (the loss falls
     below 60 % of the first step's), and each step's loss is what a run
@@ -222,6 +250,8 @@ def test_bad_optimizer_requests_are_named(tmp_path):
     fails(model, train_exe, ["--optimizer", "sgd", "--step-rows", "3"], "--step-rows 3 does not divide")
     fails(model, train_exe, ["--optimizer", "sgd", "--generate", "2"], "--generate")
     fails(model, train_exe, ["--optimizer", "sgd", "--save-optimizer", "x"], "SGD has none")
+    fails(model, train_exe, ["--optimizer", "sgd", "--lr-schedule", "step"], "--lr-schedule must be")
+    fails(model, train_exe, ["--optimizer", "sgd", "--lr", "0.1", "--min-lr", "0.2"], "--min-lr is above --lr")
 
 
 def test_front_door_compiles_and_trains(tmp_path):

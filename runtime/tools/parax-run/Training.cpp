@@ -182,6 +182,15 @@ bool Training::ownsBoxIgnoringReplica(int output) const {
   return true;
 }
 
+double learningRate(const OptimizerConfig &c, int64_t step) {
+  double t = static_cast<double>(step);
+  if (c.warmupSteps > 0 && t <= c.warmupSteps) return c.lr * t / c.warmupSteps;
+  if (c.schedule == "constant" || c.decaySteps <= c.warmupSteps) return c.lr;
+  double progress = std::min(1.0, (t - c.warmupSteps) / static_cast<double>(c.decaySteps - c.warmupSteps));
+  double fall = c.schedule == "cosine" ? 0.5 * (1 + std::cos(M_PI * progress)) : 1 - progress;
+  return c.minLr + (c.lr - c.minLr) * fall;
+}
+
 Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outputs, std::vector<Tensor> &buffers,
                        double &gradNorm) {
   ++step_;
@@ -227,6 +236,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
   gradNorm = std::sqrt(squares);
   double clip = config.clipNorm > 0 && gradNorm > config.clipNorm ? config.clipNorm / (gradNorm + 1e-6) : 1.0;
 
+  const double lr = lr_ = learningRate(config, step_);
   const double b1 = config.beta1, b2 = config.beta2;
   const double correction1 = 1 - std::pow(b1, static_cast<double>(step_));
   const double correction2 = 1 - std::pow(b2, static_cast<double>(step_));
@@ -241,7 +251,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
     if (config.kind == "sgd") {
       for (size_t e = 0; e < n; ++e) {
         double g = clip * s.g[e] + decay * p[e];
-        p[e] = static_cast<float>(p[e] - config.lr * g);
+        p[e] = static_cast<float>(p[e] - lr * g);
       }
     } else { // adamw
       State &st = states_[k];
@@ -255,8 +265,8 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
         double v = b2 * st.v[e] + (1 - b2) * g * g;
         st.m[e] = static_cast<float>(m);
         st.v[e] = static_cast<float>(v);
-        double value = p[e] * (1 - config.lr * decay);
-        value -= config.lr * (m / correction1) / (std::sqrt(v / correction2) + config.eps);
+        double value = p[e] * (1 - lr * decay);
+        value -= lr * (m / correction1) / (std::sqrt(v / correction2) + config.eps);
         p[e] = static_cast<float>(value);
       }
     }

@@ -42,7 +42,17 @@ struct OptimizerConfig {
   double weightDecay = 0;  // decoupled (AdamW), on matrices only (rank >= 2)
   double clipNorm = 0;     // the gradients' global L2 norm at most this (0: no clipping)
   bool zero = false;       // ZeRO-1: optimizer states split over the replicas
+  // The learning rate of step t (1, 2, ...; a resumed run goes on counting):
+  // lr t / W for the first W warm-up steps, then from lr down to minLr by
+  // step decaySteps along `schedule` ("constant", "linear", "cosine"), minLr
+  // after it (Megatron's schedules).
+  int64_t warmupSteps = 0, decaySteps = 0;
+  std::string schedule = "constant";
+  double minLr = 0;
 };
+
+/// The learning rate of optimizer step `step` (see OptimizerConfig).
+double learningRate(const OptimizerConfig &config, int64_t step);
 
 /// One rank's share of a training run. `mpi`: launched under MPI (else a
 /// single rank, no MPI calls); `waits` watches every blocking MPI call.
@@ -74,6 +84,10 @@ public:
                double &gradNorm);
   /// Bytes of optimizer state this rank holds (m and v, or none).
   size_t stateBytes() const;
+  /// The optimizer steps taken (with a loaded state's) and the last one's
+  /// learning rate.
+  int64_t steps() const { return step_; }
+  double lastLearningRate() const { return lr_; }
 
   /// The loss of this step (a scalar result of the last stage: the mean of
   /// the microbatches' values), averaged over the replicas; every rank of
@@ -120,6 +134,7 @@ private:
   };
   std::vector<State> states_; // per output
   int64_t step_ = 0;
+  double lr_ = 0;
   bool zeroShares_ = false; // the states hold each replica's chunk of the box
 };
 

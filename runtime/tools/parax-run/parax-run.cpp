@@ -84,7 +84,10 @@ void usage() {
                "  update every rank's parameter boxes in place, in fp32 (on cuda: fp32 master copies on\n"
                "  the host, written back to the device each step). --lr (1e-3), --beta1 (0.9),\n"
                "  --beta2 (0.999), --eps (1e-8), --weight-decay (0: decoupled, matrices only),\n"
-               "  --clip-grad-norm N (the gradients' global L2 norm at most N), --zero (ZeRO-1: the\n"
+               "  --clip-grad-norm N (the gradients' global L2 norm at most N), --lr-schedule\n"
+               "  constant|linear|cosine (default constant) with --warmup-steps W (lr t/W at first),\n"
+               "  --decay-steps D (down to --min-lr by step D; default the run's last step),\n"
+               "  --zero (ZeRO-1: the\n"
                "  AdamW states split over the data-parallel replicas: gradients reduce-scattered,\n"
                "  parameters all-gathered; by default when the plan chose ZeRO 1 or more; --no-zero:\n"
                "  never). --step-rows R: each step takes the next R rows of the\n"
@@ -283,7 +286,7 @@ int main(int argc, char **argv) {
         die("--optimizer must be sgd or adamw, got '" + optimizer.kind + "'");
     }
     else if (arg == "--lr" || arg == "--beta1" || arg == "--beta2" || arg == "--eps" || arg == "--weight-decay" ||
-             arg == "--clip-grad-norm") {
+             arg == "--clip-grad-norm" || arg == "--min-lr") {
       std::string text = value();
       char *end = nullptr;
       double number = std::strtod(text.c_str(), &end);
@@ -298,8 +301,24 @@ int main(int argc, char **argv) {
                      : arg == "--beta2" ? optimizer.beta2
                      : arg == "--eps"   ? optimizer.eps
                      : arg == "--weight-decay" ? optimizer.weightDecay
+                     : arg == "--min-lr"       ? optimizer.minLr
                                                : optimizer.clipNorm;
       slot = number;
+      optimizerSettings = true;
+    }
+    else if (arg == "--warmup-steps" || arg == "--decay-steps") {
+      std::string text = value();
+      char *end = nullptr;
+      long long n = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end || n < 0 || n > 1000000000)
+        die(arg + " must be a count of steps, got '" + text + "'");
+      (arg == "--warmup-steps" ? optimizer.warmupSteps : optimizer.decaySteps) = n;
+      optimizerSettings = true;
+    }
+    else if (arg == "--lr-schedule") {
+      optimizer.schedule = value();
+      if (optimizer.schedule != "constant" && optimizer.schedule != "linear" && optimizer.schedule != "cosine")
+        die("--lr-schedule must be constant, linear or cosine, got '" + optimizer.schedule + "'");
       optimizerSettings = true;
     }
     else if (arg == "--zero" || arg == "--no-zero") {
@@ -371,8 +390,9 @@ int main(int argc, char **argv) {
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
   const bool trains = !optimizer.kind.empty();
   if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty()))
-    die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --zero, --step-rows, --save-weights, "
-        "--losses, --save-optimizer and --load-optimizer belong to --optimizer");
+    die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
+        "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --save-optimizer and "
+        "--load-optimizer belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
     die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
@@ -667,6 +687,10 @@ int main(int argc, char **argv) {
     s = training->loadState(*file.value(), loadOptimizer, optimizer.zero);
     if (!s.isOk()) die("--load-optimizer: " + s.message());
   }
+  // A schedule decays over this run's steps unless told otherwise (a
+  // resumed run counts on from the saved step).
+  if (trains && optimizer.decaySteps == 0) optimizer.decaySteps = training->steps() + steps;
+  if (trains && optimizer.minLr > optimizer.lr) die("--min-lr is above --lr");
   std::vector<float> losses; // --optimizer: each step's loss (the last stage's)
   double gradNorm = 0;       // the last step's, before clipping
   int lossOutput = -1;       // the last stage's scalar result that is not a gradient
@@ -764,8 +788,10 @@ int main(int argc, char **argv) {
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       if (trains && writer) {
-        std::printf("parax-run: step %d: loss %.6f, gradient norm %.6f%s\n", step + 1, losses.back(), gradNorm,
-                    optimizer.clipNorm > 0 && gradNorm > optimizer.clipNorm ? " (clipped)" : "");
+        std::printf("parax-run: step %lld: loss %.6f, gradient norm %.6f%s, learning rate %.6g\n",
+                    static_cast<long long>(training->steps()), losses.back(), gradNorm,
+                    optimizer.clipNorm > 0 && gradNorm > optimizer.clipNorm ? " (clipped)" : "",
+                    training->lastLearningRate());
         std::fflush(stdout);
       }
     }
