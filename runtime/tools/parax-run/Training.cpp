@@ -120,6 +120,24 @@ Status Training::join(std::vector<Tensor> &into, const std::vector<Tensor> &part
   return Status::ok();
 }
 
+Training::Chunk Training::chunkOf(int64_t n) const {
+  int64_t size = (n + replicas_ - 1) / replicas_;
+  int64_t begin = std::min(n, replica_ * size);
+  return {begin, std::min(n, begin + size), size};
+}
+
+Status Training::gatherChunks(const std::vector<float> &mine, std::vector<float> &box, const char *what) {
+  Chunk c = chunkOf(static_cast<int64_t>(box.size()));
+  std::vector<float> padded(c.size, 0.0f), all(c.size * replicas_);
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  auto watched = watch(what);
+  if (MPI_Allgather(padded.data(), static_cast<int>(c.size), MPI_FLOAT, all.data(), static_cast<int>(c.size),
+                    MPI_FLOAT, replicaComm_) != MPI_SUCCESS)
+    return Status::error(std::string(what) + " (MPI_Allgather over dp) failed");
+  std::copy(all.begin(), all.begin() + box.size(), box.begin());
+  return Status::ok();
+}
+
 Status Training::allReduceOverReplicas(float *data, size_t n) {
   if (replicaComm_ == MPI_COMM_NULL) return Status::ok();
   auto watched = watch("the data-parallel gradient all-reduce (MPI_Allreduce over dp)");
@@ -196,38 +214,29 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
   ++step_;
   bool shares = replicaComm_ != MPI_COMM_NULL && config.zero;
   zeroShares_ = shares;
-  int64_t d = shares ? replicas_ : 1;
   // Each gradient's share this rank updates: the whole box, or (ZeRO) the
   // replica's chunk of it, reduced over the replicas.
-  struct Share {
-    int64_t begin = 0, end = 0, chunk = 0;
-    std::vector<float> g;
-  };
-  std::vector<Share> share(outputs.size());
+  std::vector<std::vector<float>> share(outputs.size());
   double squares = 0;
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!isGrad(k)) continue;
     std::vector<float> &g = outputs[k].f;
-    int64_t n = static_cast<int64_t>(g.size());
-    Share &s = share[k];
-    s.chunk = (n + d - 1) / d;
-    s.begin = std::min(n, replica_ * s.chunk * (shares ? 1 : 0));
-    s.end = shares ? std::min(n, s.begin + s.chunk) : n;
     if (shares) {
-      std::vector<float> padded(s.chunk * d, 0.0f);
+      Chunk c = chunkOf(static_cast<int64_t>(g.size()));
+      std::vector<float> padded(c.size * replicas_, 0.0f);
       std::copy(g.begin(), g.end(), padded.begin());
-      s.g.assign(s.chunk, 0.0f);
+      share[k].assign(c.size, 0.0f);
       auto watched = watch("the ZeRO gradient reduce-scatter (MPI_Reduce_scatter_block over dp)");
-      if (MPI_Reduce_scatter_block(padded.data(), s.g.data(), static_cast<int>(s.chunk), MPI_FLOAT, MPI_SUM,
+      if (MPI_Reduce_scatter_block(padded.data(), share[k].data(), static_cast<int>(c.size), MPI_FLOAT, MPI_SUM,
                                    replicaComm_) != MPI_SUCCESS)
         return Status::error("the ZeRO gradient reduce-scatter failed");
-      for (float &v : s.g) v /= static_cast<float>(replicas_);
-      s.g.resize(s.end - s.begin);
+      for (float &v : share[k]) v /= static_cast<float>(replicas_);
+      share[k].resize(c.end - c.begin);
     } else {
-      s.g.assign(g.begin(), g.end());
+      share[k] = g;
     }
     if (ownsBoxIgnoringReplica(static_cast<int>(k)) && (shares || replica_ == 0))
-      for (float v : s.g) squares += static_cast<double>(v) * v;
+      for (float v : share[k]) squares += static_cast<double>(v) * v;
   }
   if (mpi_ && exe_.ranks_size() > 1) {
     auto watched = watch("the gradients' global norm (MPI_Allreduce)");
@@ -242,15 +251,15 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
   const double correction2 = 1 - std::pow(b2, static_cast<double>(step_));
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!isGrad(k)) continue;
-    Share &s = share[k];
+    const std::vector<float> &grad = share[k];
     Tensor &param = buffers[paramOf_[k]];
-    float *p = param.f.data() + s.begin;
+    float *p = param.f.data() + (shares ? chunkOf(param.numel()).begin : 0);
     // Weight decay on matrices only (not on norms' weights and biases).
     double decay = param.shape.size() >= 2 ? config.weightDecay : 0.0;
-    size_t n = s.g.size();
+    size_t n = grad.size();
     if (config.kind == "sgd") {
       for (size_t e = 0; e < n; ++e) {
-        double g = clip * s.g[e] + decay * p[e];
+        double g = clip * grad[e] + decay * p[e];
         p[e] = static_cast<float>(p[e] - lr * g);
       }
     } else { // adamw
@@ -260,7 +269,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
         st.v.assign(n, 0.0f);
       }
       for (size_t e = 0; e < n; ++e) {
-        double g = clip * s.g[e];
+        double g = clip * grad[e];
         double m = b1 * st.m[e] + (1 - b1) * g;
         double v = b2 * st.v[e] + (1 - b2) * g * g;
         st.m[e] = static_cast<float>(m);
@@ -271,13 +280,8 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
       }
     }
     if (shares) { // every replica's updated chunk back into every replica's box
-      std::vector<float> mine(s.chunk, 0.0f), all(s.chunk * d);
-      std::copy(p, p + n, mine.begin());
-      auto watched = watch("the ZeRO parameter all-gather (MPI_Allgather over dp)");
-      if (MPI_Allgather(mine.data(), static_cast<int>(s.chunk), MPI_FLOAT, all.data(), static_cast<int>(s.chunk),
-                        MPI_FLOAT, replicaComm_) != MPI_SUCCESS)
-        return Status::error("the ZeRO parameter all-gather failed");
-      std::copy(all.begin(), all.begin() + param.f.size(), param.f.begin());
+      Status st = gatherChunks(std::vector<float>(p, p + n), param.f, "the ZeRO parameter all-gather");
+      if (!st.isOk()) return st;
     }
   }
   return Status::ok();
@@ -386,18 +390,12 @@ Status Training::stateBoxes(int which, std::vector<Tensor> &boxes) {
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
     const pxe::Buffer &param = stage.buffers(paramOf_[k]);
-    std::vector<float> &mine = which == 0 ? states_[k].m : states_[k].v;
+    const std::vector<float> &mine = which == 0 ? states_[k].m : states_[k].v;
     Tensor box = Tensor::floats({param.shape().begin(), param.shape().end()});
-    int64_t n = box.numel(), chunk = zeroShares_ ? (n + replicas_ - 1) / replicas_ : n;
     if (zeroShares_) {
-      std::vector<float> share(chunk, 0.0f), all(chunk * replicas_);
-      std::copy(mine.begin(), mine.end(), share.begin());
-      auto watched = watch("gathering the ZeRO optimizer state (MPI_Allgather over dp)");
-      if (MPI_Allgather(share.data(), static_cast<int>(chunk), MPI_FLOAT, all.data(), static_cast<int>(chunk),
-                        MPI_FLOAT, replicaComm_) != MPI_SUCCESS)
-        return Status::error("gathering the ZeRO optimizer state failed");
-      std::copy(all.begin(), all.begin() + n, box.f.begin());
-    } else if (static_cast<int64_t>(mine.size()) == n) {
+      Status st = gatherChunks(mine, box.f, "gathering the ZeRO optimizer state");
+      if (!st.isOk()) return st;
+    } else if (mine.size() == box.f.size()) {
       box.f = mine;
     }
     boxes[paramOf_[k]] = std::move(box);
@@ -442,9 +440,8 @@ Status Training::loadState(const runtime::Checkpoint &file, const std::string &p
       std::string name = b.param_name() + (which == 0 ? ".exp_avg" : ".exp_avg_sq");
       s = file.readBox(name, whole, start, shape, box);
       if (!s.isOk()) return Status::error(path + ": " + s.message());
-      int64_t n = box.numel(), chunk = shares ? (n + replicas_ - 1) / replicas_ : n;
-      int64_t begin = shares ? std::min(n, replica_ * chunk) : 0, end = std::min(n, begin + chunk);
-      (which == 0 ? states_[k].m : states_[k].v).assign(box.f.begin() + begin, box.f.begin() + end);
+      Chunk c = shares ? chunkOf(box.numel()) : Chunk{0, box.numel(), box.numel()};
+      (which == 0 ? states_[k].m : states_[k].v).assign(box.f.begin() + c.begin, box.f.begin() + c.end);
     }
   }
   return Status::ok();

@@ -118,6 +118,14 @@ private:
   Status stateBoxes(int which, std::vector<Tensor> &boxes);
   bool ownsBoxIgnoringReplica(int output) const;
   Status allReduceOverReplicas(float *data, size_t n);
+  /// ZeRO: the part of a box of n values (flattened, padded to a multiple
+  /// of the replicas) this replica updates: [begin, end), `size` each.
+  struct Chunk {
+    int64_t begin, end, size;
+  };
+  Chunk chunkOf(int64_t n) const;
+  /// Every replica's chunk (`mine`, this one's) put together into `box`.
+  Status gatherChunks(const std::vector<float> &mine, std::vector<float> &box, const char *what);
   /// `waits_` watching `operation` (nothing without MPI).
   runtime::StallWatchdog::Scope watch(const char *operation);
 
