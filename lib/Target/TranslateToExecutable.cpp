@@ -83,6 +83,22 @@ struct GridSizes {
   }
 };
 
+// A buffer that is a box of a whole tensor (a parameter, an input, a split
+// result): per dimension the axes `global` splits it over (none: whole)
+// and the whole tensor's size.
+void addBox(pxe::Buffer &buffer, RankedTensorType local, ShardingAttr global, const GridSizes &grid) {
+  for (int64_t d = 0; d < local.getRank(); ++d) {
+    pxe::AxisList *axes = buffer.add_split();
+    int64_t parts = 1;
+    if (global && d < static_cast<int64_t>(global.getDims().size()))
+      for (StringRef axis : global.getSplitAxes(d)) {
+        axes->add_axes(axis.str());
+        parts *= grid.sizes.at(axis.str());
+      }
+    buffer.add_global_shape(local.getDimSize(d) * parts);
+  }
+}
+
 LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
                              bool last, const GridSizes &grid, pxe::Stage &stage) {
   stage.set_index(stageIndex);
@@ -125,16 +141,7 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
     auto type = cast<RankedTensorType>(arg.getType());
     auto global = function.getArgAttrOfType<ShardingAttr>(
         n, ParaxDialect::kGlobalShardingAttrName);
-    for (int64_t d = 0; d < type.getRank(); ++d) {
-      pxe::AxisList *axes = (*buffer)->add_split();
-      int64_t parts = 1;
-      if (global && d < static_cast<int64_t>(global.getDims().size()))
-        for (StringRef axis : global.getSplitAxes(d)) {
-          axes->add_axes(axis.str());
-          parts *= grid.sizes.at(axis.str());
-        }
-      (*buffer)->add_global_shape(type.getDimSize(d) * parts);
-    }
+    addBox(**buffer, type, global, grid);
     auto offset = function.getArgAttrOfType<DenseI64ArrayAttr>(n, ParaxDialect::kParamOffsetAttrName);
     auto whole = function.getArgAttrOfType<DenseI64ArrayAttr>(n, ParaxDialect::kParamShapeAttrName);
     if (offset && whole) {
@@ -157,50 +164,38 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
       // Every stage may return results (a training step's gradients come
       // from the stages holding their parameters); each says which result
       // of the program it is, and a split one where its box lies.
-      {
-        bool trains = false, numbered = false;
-        for (auto [k, value] : llvm::enumerate(ret.getOperands())) {
-          stage.add_outputs(ids.at(value));
-          auto result = function.getResultAttrOfType<IntegerAttr>(k, ParaxDialect::kResultAttrName);
-          numbered |= bool(result);
-          stage.add_output_results(result ? result.getInt() : k);
-          if (auto global = function.getResultAttrOfType<ShardingAttr>(
-                  k, ParaxDialect::kGlobalShardingAttrName)) {
-            pxe::Buffer &buffer = *stage.mutable_buffers(ids.at(value));
-            if (buffer.role() != pxe::TEMPORARY || buffer.global_shape_size())
-              return ret.emitError("result #") << k << " is split but not computed by the stage alone";
-            auto type = cast<RankedTensorType>(value.getType());
-            for (int64_t d = 0; d < type.getRank(); ++d) {
-              pxe::AxisList *axes = buffer.add_split();
-              int64_t parts = 1;
-              if (d < static_cast<int64_t>(global.getDims().size()))
-                for (StringRef axis : global.getSplitAxes(d)) {
-                  axes->add_axes(axis.str());
-                  parts *= grid.sizes.at(axis.str());
-                }
-              buffer.add_global_shape(type.getDimSize(d) * parts);
-            }
-          }
-          auto grad = function.getResultAttrOfType<StringAttr>(k, ParaxDialect::kGradAttrName);
-          std::string name = grad ? grad.getValue().str() : "";
-          // A piece of a fused tensor: "<name>@<offset>,...".
-          if (auto offset = function.getResultAttrOfType<DenseI64ArrayAttr>(
-                  k, ParaxDialect::kParamOffsetAttrName)) {
-            name += "@";
-            for (auto [i, o] : llvm::enumerate(offset.asArrayRef()))
-              name += (i ? "," : "") + std::to_string(o);
-          }
-          stage.add_output_grads(name);
-          trains |= bool(grad);
+      bool trains = false, numbered = false;
+      for (auto [k, value] : llvm::enumerate(ret.getOperands())) {
+        stage.add_outputs(ids.at(value));
+        auto result = function.getResultAttrOfType<IntegerAttr>(k, ParaxDialect::kResultAttrName);
+        numbered |= bool(result);
+        stage.add_output_results(result ? result.getInt() : k);
+        if (auto global = function.getResultAttrOfType<ShardingAttr>(
+                k, ParaxDialect::kGlobalShardingAttrName)) {
+          pxe::Buffer &buffer = *stage.mutable_buffers(ids.at(value));
+          if (buffer.role() != pxe::TEMPORARY || buffer.global_shape_size())
+            return ret.emitError("result #") << k << " is split but not computed by the stage alone";
+          addBox(buffer, cast<RankedTensorType>(value.getType()), global, grid);
         }
-        if (!trains)
-          stage.clear_output_grads();
-        if (!numbered && last)
-          stage.clear_output_results(); // the last stage's results in order
-        else if (!numbered && ret.getNumOperands() > 0)
-          return ret.emitError("an earlier pipeline stage returns results that do not say which "
-                               "('parax.result')");
+        auto grad = function.getResultAttrOfType<StringAttr>(k, ParaxDialect::kGradAttrName);
+        std::string name = grad ? grad.getValue().str() : "";
+        // A piece of a fused tensor: "<name>@<offset>,...".
+        if (auto offset = function.getResultAttrOfType<DenseI64ArrayAttr>(
+                k, ParaxDialect::kParamOffsetAttrName)) {
+          name += "@";
+          for (auto [i, o] : llvm::enumerate(offset.asArrayRef()))
+            name += (i ? "," : "") + std::to_string(o);
+        }
+        stage.add_output_grads(name);
+        trains |= bool(grad);
       }
+      if (!trains)
+        stage.clear_output_grads();
+      if (!numbered && last)
+        stage.clear_output_results(); // the last stage's results in order
+      else if (!numbered && ret.getNumOperands() > 0)
+        return ret.emitError("an earlier pipeline stage returns results that do not say which "
+                             "('parax.result')");
       continue;
     }
     if (!isa<ParaxDialect>(op.getDialect()))

@@ -139,6 +139,17 @@ std::vector<int64_t> boxStart(const pxe::Executable &exe, const std::vector<int6
   return start;
 }
 
+CheckpointBox checkpointBox(const pxe::Executable &exe, const std::vector<int64_t> &coordinates,
+                            const pxe::Buffer &buffer) {
+  CheckpointBox box{wholeShape(buffer), boxStart(exe, coordinates, buffer)};
+  if (buffer.param_offset_size()) {
+    box.shape.assign(buffer.param_shape().begin(), buffer.param_shape().end());
+    for (int d = 0; d < buffer.param_offset_size(); ++d)
+      box.start[d] += buffer.param_offset(d);
+  }
+  return box;
+}
+
 namespace {
 
 // A stage's outputs say which results they are: the last stage's may

@@ -241,13 +241,9 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     const std::string &name = buffer.param_name();
     size_t e = name.find("{e}");
     if (e == std::string::npos) {
-      // One piece of a fused checkpoint tensor: this rank's box of the piece.
-      if (buffer.param_offset_size()) {
-        global.assign(buffer.param_shape().begin(), buffer.param_shape().end());
-        for (int d = 0; d < buffer.param_offset_size(); ++d)
-          start[d] += buffer.param_offset(d);
-      }
-      Status s = weights.readBox(name, global, start, shape, t);
+      // This rank's box (of the piece, in a fused checkpoint tensor).
+      CheckpointBox box = checkpointBox(exe, coords_, buffer);
+      Status s = weights.readBox(name, box.shape, box.start, shape, t);
       if (!s.isOk())
         return s;
     } else {
@@ -307,6 +303,12 @@ Status Executor::hoistParameterMoves() {
       fixed[id] = true;
     hoisted_[k] = true;
   }
+  // What a microbatch keeps between its halves: inputs and temporaries,
+  // not the results of the moves run here (swapActivations).
+  activations_.clear();
+  for (const pxe::Buffer &b : stageProto_->buffers())
+    if ((b.role() == pxe::INPUT || (b.role() == pxe::TEMPORARY && !fixed[b.id()])) && !isCacheState(b.id()))
+      activations_.push_back(b.id());
   return Status::ok();
 }
 
@@ -492,23 +494,13 @@ Status Executor::run() { return runRange(0, stageProto_ ? stageProto_->instructi
 
 
 void Executor::swapActivations(std::vector<Tensor> &held) {
-  std::vector<bool> fixed(stageProto_->buffers_size(), false); // results of hoisted moves
-  for (int k = 0; k < stageProto_->instructions_size(); ++k)
-    if (hoisted_[k])
-      for (int32_t id : stageProto_->instructions(k).results())
-        fixed[id] = true;
   bool fresh = held.empty();
   if (fresh)
     held.resize(buffers_.size());
-  for (const pxe::Buffer &b : stageProto_->buffers()) {
-    bool kept = b.role() == pxe::INPUT || (b.role() == pxe::TEMPORARY && !fixed[b.id()]);
-    if (!kept || isCacheState(b.id()))
-      continue;
-    if (fresh) {
-      const Tensor &mine = buffers_[b.id()];
-      held[b.id()] = mine.isInt ? Tensor::ints(mine.shape) : Tensor::floats(mine.shape);
-    }
-    std::swap(buffers_[b.id()], held[b.id()]);
+  for (int32_t id : activations_) {
+    if (fresh)
+      held[id] = buffers_[id].isInt ? Tensor::ints(buffers_[id].shape) : Tensor::floats(buffers_[id].shape);
+    std::swap(buffers_[id], held[id]);
   }
 }
 

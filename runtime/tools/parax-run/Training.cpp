@@ -88,6 +88,7 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
   gradOf_.assign(stage.output_grads().begin(), stage.output_grads().end());
   states_.resize(stage.outputs_size());
   paramOf_.assign(stage.outputs_size(), -1);
+  countedInNorm_.assign(stage.outputs_size(), false);
   if (mpi_ && replicas_ > 1) {
     // The group over "dp": coloured by the other coordinates, ordered by dp.
     int64_t color = 0;
@@ -182,15 +183,15 @@ Status Training::bindParameters(const std::vector<Tensor> &buffers) {
       return Status::error(where + ": its box is not the parameter's (the gradient must be returned in its "
                                    "parameter's split)");
     if (buffers[p].isInt) return Status::error(where + ": an integer parameter");
+    countedInNorm_[k] = ownsBoxIgnoringReplica(k);
   }
   return Status::ok();
 }
 
 bool Training::ownsBoxIgnoringReplica(int output) const {
   const pxe::Stage &stage = exe_.stages(stage_);
-  auto sources = resultSources(exe_);
   int result = outputResult(stage, output);
-  if (sources[result][0].stage != stage_) return false; // counted by the first stage that returns it
+  if (resultSources(exe_)[result][0].stage != stage_) return false; // counted by the first stage returning it
   const pxe::Buffer &buffer = stage.buffers(stage.outputs(output));
   std::vector<int64_t> mine = boxStart(exe_, coordinatesOf(exe_, rank_), buffer);
   for (int q = 0; q < rank_; ++q)
@@ -235,7 +236,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
     } else {
       share[k] = g;
     }
-    if (ownsBoxIgnoringReplica(static_cast<int>(k)) && (shares || replica_ == 0))
+    if (countedInNorm_[k] && (shares || replica_ == 0))
       for (float v : share[k]) squares += static_cast<double>(v) * v;
   }
   if (mpi_ && exe_.ranks_size() > 1) {
@@ -363,8 +364,7 @@ Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer
         return Status::error("parameter " + b.param_name() + ": stacked experts are not saved yet");
       if (std::find(pieces.begin(), pieces.end(), pieceName(b)) != pieces.end()) continue; // an earlier stage's
       pieces.push_back(pieceName(b));
-      std::vector<int64_t> shape = b.param_shape_size() ? std::vector<int64_t>(b.param_shape().begin(), b.param_shape().end())
-                                                        : wholeShape(b);
+      std::vector<int64_t> shape = runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), b).shape;
       size_t index = std::find(names.begin(), names.end(), b.param_name()) - names.begin();
       if (index == names.size()) {
         names.push_back(b.param_name());
@@ -430,15 +430,12 @@ Status Training::loadState(const runtime::Checkpoint &file, const std::string &p
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
     const pxe::Buffer &b = stage.buffers(paramOf_[k]);
-    std::vector<int64_t> whole = b.param_shape_size() ? std::vector<int64_t>(b.param_shape().begin(), b.param_shape().end())
-                                                      : wholeShape(b);
-    std::vector<int64_t> start = boxStart(exe_, coordinatesOf(exe_, rank_), b);
-    for (int d = 0; d < b.param_offset_size(); ++d) start[d] += b.param_offset(d);
+    runtime::CheckpointBox where = runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), b);
     std::vector<int64_t> shape(b.shape().begin(), b.shape().end());
     for (int which = 0; which < 2; ++which) {
       Tensor box;
       std::string name = b.param_name() + (which == 0 ? ".exp_avg" : ".exp_avg_sq");
-      s = file.readBox(name, whole, start, shape, box);
+      s = file.readBox(name, where.shape, where.start, shape, box);
       if (!s.isOk()) return Status::error(path + ": " + s.message());
       Chunk c = shares ? chunkOf(box.numel()) : Chunk{0, box.numel(), box.numel()};
       (which == 0 ? states_[k].m : states_[k].v).assign(box.f.begin() + c.begin, box.f.begin() + c.end);

@@ -137,6 +137,9 @@ private:
   MPI_Comm replicaComm_ = MPI_COMM_NULL; // the ranks that differ from this one only along "dp"
   std::vector<std::string> gradOf_;      // per output of this stage: "<name>[@offsets]" or ""
   std::vector<int> paramOf_;             // per gradient output: its parameter's buffer id
+  // Per gradient output: whether its box counts in the global norm here
+  // (the first stage and first rank holding it; bindParameters sets it).
+  std::vector<bool> countedInNorm_;
   struct State {
     std::vector<float> m, v;
   };

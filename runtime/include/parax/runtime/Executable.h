@@ -68,6 +68,15 @@ std::vector<int64_t> wholeShape(const pxe::Buffer &buffer);
 std::vector<int64_t> boxStart(const pxe::Executable &exe, const std::vector<int64_t> &coordinates,
                               const pxe::Buffer &buffer);
 
+/// The checkpoint tensor a parameter buffer is a box of: its shape (a
+/// fused tensor's piece: the whole tensor's, `param_shape`), and where the
+/// box of the rank at `coordinates` starts in it.
+struct CheckpointBox {
+  std::vector<int64_t> shape, start;
+};
+CheckpointBox checkpointBox(const pxe::Executable &exe, const std::vector<int64_t> &coordinates,
+                            const pxe::Buffer &buffer);
+
 /// Number of ranks of the executable's grid.
 int64_t gridSize(const pxe::Executable &exe);
 

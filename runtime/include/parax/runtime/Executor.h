@@ -113,6 +113,7 @@ private:
   std::vector<int64_t> coords_;
   std::vector<Tensor> buffers_;
   std::vector<bool> hoisted_; // per instruction
+  std::vector<int32_t> activations_; // buffers swapActivations exchanges
   std::vector<int32_t> cacheState_; // cacheStateInputs of the stage
   std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
