@@ -217,10 +217,63 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                        op));
         return success();
       })
+      .Case<SigmoidOp>([&](SigmoidOp sigmoid) {
+        accumulate(sigmoid.getX(),
+                   tag(SigmoidGradOp::create(b, loc, sigmoid.getX().getType(),
+                                             sigmoid.getX(), dy),
+                       op));
+        return success();
+      })
+      .Case<MulOp>([&](MulOp mul) {
+        // Each operand's: dy times the other, summed back to a broadcast
+        // operand's shape.
+        for (auto [self, other] : {std::pair(mul.getLhs(), mul.getRhs()),
+                                   std::pair(mul.getRhs(), mul.getLhs())})
+          accumulate(self, sumTo(tag(MulOp::create(b, loc, dy.getType(), dy, other), op),
+                                 self.getType()));
+        return success();
+      })
+      .Case<RouterOp>([&](RouterOp router) {
+        // The gradient by the logits x · gateᵀ (the choice made again), then
+        // through that product as a linear's.
+        SmallVector<Value> operands = {router.getX(), router.getGate(), dy};
+        if (Value bias = router.getBias())
+          operands.push_back(bias);
+        auto x = cast<RankedTensorType>(router.getX().getType());
+        SmallVector<int64_t> shape(x.getShape());
+        shape.back() = router.getNumExperts();
+        Value logits = copyOf(op, operands, TypeRange{x.clone(shape)},
+                              OperationName(RouterGradOp::getOperationName(), b.getContext()))
+                           ->getResult(0);
+        accumulate(router.getX(),
+                   tag(LinearOp::create(b, loc, x, logits, router.getGate(), Value()), op));
+        accumulate(router.getGate(),
+                   tag(LinearWeightGradOp::create(b, loc, router.getGate().getType(),
+                                                  router.getX(), logits,
+                                                  /*transpose_w=*/true),
+                       op));
+        return success();
+      })
+      .Case<ExpertsOp>([&](ExpertsOp experts) {
+        // Gradients by x, the router's weights and the three stacks (not
+        // the indices).
+        static constexpr unsigned kDifferentiable[] = {0, 1, 3, 4, 5};
+        SmallVector<Value> operands(op->getOperands());
+        operands.push_back(dy);
+        SmallVector<Type> types;
+        for (unsigned i : kDifferentiable)
+          types.push_back(op->getOperand(i).getType());
+        Operation *back = copyOf(op, operands, types,
+                                 OperationName(ExpertsGradOp::getOperationName(), b.getContext()));
+        for (auto [i, grad] : llvm::zip(kDifferentiable, back->getResults()))
+          accumulate(op->getOperand(i), grad);
+        return success();
+      })
       .Default([&](Operation *) {
         return op->emitError() << "--parax-autodiff has no gradient for '"
                                << op->getName()
-                               << "' yet (covered: the ops of Llama and GPT-2 models)";
+                               << "' yet (covered: the ops of Llama, GPT-2, "
+                                  "Mixtral and Qwen2-MoE models)";
       });
 }
 
@@ -276,7 +329,8 @@ LogicalResult Differentiator::run() {
         return failure();
     bool reaches = isa<CrossEntropyOp>(op) && op->getResult(0) == loss;
     Value dy;
-    if (op->getNumResults() == 1 && grads.count(op->getResult(0)))
+    // (A router's second result, its indices, has no gradient.)
+    if (op->getNumResults() >= 1 && grads.count(op->getResult(0)))
       dy = grads.lookup(op->getResult(0));
     if (!reaches && !dy)
       continue; // the loss does not depend on it (or it is a gradient op)

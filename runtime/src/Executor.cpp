@@ -6,6 +6,7 @@
 #include "parax/runtime/Executable.h"
 
 #include "GradientKernels.h"
+#include "MoeKernels.h"
 
 #include <cblas.h>
 
@@ -789,100 +790,26 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     }
     return Status::ok();
   }
-  if (op == "router") {
-    Tensor &x = in(0), &gate = in(1), &w = out(0), &idx = out(1);
-    auto [tokens, h] = rowsCols(x);
-    int64_t E = gate.shape[0], K = attrInt(a, "top_k");
-    int64_t groups = attrInt(a, "num_groups", 1), topkGroups = attrInt(a, "topk_groups", 1);
-    bool sigmoidScores = attrString(a, "score_func") == "sigmoid";
-    bool normalize = attrFlag(a, "normalize");
-    double scaling = attrFloat(a, "scaling_factor", 1.0);
-    const Tensor *bias = inst.operands_size() == 3 ? &in(2) : nullptr;
-    std::vector<float> logits(tokens * E);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tokens, E, h, 1.0f, x.f.data(), h,
-                gate.f.data(), h, 0.0f, logits.data(), E);
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::vector<double> scores(E), choice(E);
-      const float *l = &logits[t * E];
-      if (sigmoidScores) {
-        for (int64_t e = 0; e < E; ++e) scores[e] = 1.0 / (1.0 + std::exp(-l[e]));
-      } else {
-        double m = *std::max_element(l, l + E), sum = 0;
-        for (int64_t e = 0; e < E; ++e) sum += (scores[e] = std::exp(l[e] - m));
-        for (double &s : scores) s /= sum;
-      }
-      for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? bias->f[e] : 0.0);
-      if (groups > 1) {
-        int64_t per = E / groups;
-        std::vector<std::pair<double, int64_t>> groupScore;
-        for (int64_t g = 0; g < groups; ++g) {
-          std::vector<double> members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
-          std::partial_sort(members.begin(), members.begin() + std::min<int64_t>(2, per),
-                            members.end(), std::greater<double>());
-          groupScore.push_back({members[0] + (per > 1 ? members[1] : 0.0), g});
-        }
-        std::stable_sort(groupScore.begin(), groupScore.end(),
-                         [](auto &p, auto &q) { return p.first > q.first; });
-        std::vector<bool> allowed(groups, false);
-        for (int64_t g = 0; g < topkGroups; ++g) allowed[groupScore[g].second] = true;
-        for (int64_t e = 0; e < E; ++e)
-          if (!allowed[e / per]) choice[e] = -INFINITY;
-      }
-      std::vector<int64_t> order(E);
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](int64_t p, int64_t q) { return choice[p] > choice[q]; });
-      double sum = 0;
-      for (int64_t j = 0; j < K; ++j) sum += scores[order[j]];
-      for (int64_t j = 0; j < K; ++j) {
-        double weight = scores[order[j]];
-        if (normalize) weight /= (sum + 1e-20);
-        w.f[t * K + j] = static_cast<float>(weight * scaling);
-        idx.i[t * K + j] = static_cast<int32_t>(order[j]);
-      }
-    }
+  if (op == "router" || op == "router_grad") {
+    Routing routing;
+    routing.topK = attrInt(a, "top_k");
+    routing.groups = attrInt(a, "num_groups", 1);
+    routing.topkGroups = attrInt(a, "topk_groups", 1);
+    routing.sigmoid = attrString(a, "score_func") == "sigmoid";
+    routing.normalize = attrFlag(a, "normalize");
+    routing.scaling = attrFloat(a, "scaling_factor", 1.0);
+    if (op == "router")
+      router(in(0), in(1), inst.operands_size() == 3 ? &in(2) : nullptr, routing, out(0), out(1));
+    else
+      routerGrad(in(0), in(1), inst.operands_size() == 4 ? &in(3) : nullptr, in(2), routing, out());
     return Status::ok();
   }
   if (op == "experts") {
-    Tensor &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &y = out();
-    auto [tokens, h] = rowsCols(x);
-    int64_t K = idx.shape.back(), E = wg.shape[0], F = wg.shape[1];
-    // Each expert's (token, choice) pairs at once: their rows gathered, the
-    // gate, up and down projections as three sgemms (each expert's weights
-    // read once, not once a pair), the results kept per pair; then each
-    // token sums its pairs' weighted rows in choice order.
-    std::vector<std::vector<int64_t>> pairsOf(E);
-    for (int64_t p = 0; p < tokens * K; ++p) {
-      int64_t e = idx.i[p];
-      if (e >= 0 && e < E) pairsOf[e].push_back(p); // (else an unused dispatch row)
-    }
-    std::vector<float> rows, g, u, done(tokens * K * h, 0.0f);
-    for (int64_t e = 0; e < E; ++e) {
-      int64_t n = static_cast<int64_t>(pairsOf[e].size());
-      if (n == 0) continue;
-      rows.resize(n * h);
-      g.resize(n * F);
-      u.resize(n * F);
-      for (int64_t r = 0; r < n; ++r)
-        std::copy(&x.f[pairsOf[e][r] / K * h], &x.f[(pairsOf[e][r] / K + 1) * h], &rows[r * h]);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, &wg.f[e * F * h], h,
-                  0.0f, g.data(), F);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, &wu.f[e * F * h], h,
-                  0.0f, u.data(), F);
-      for (int64_t k = 0; k < n * F; ++k) g[k] = silu(g[k]) * u[k];
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, h, F, 1.0f, g.data(), F, &wd.f[e * h * F], F,
-                  0.0f, rows.data(), h);
-      for (int64_t r = 0; r < n; ++r)
-        std::copy(&rows[r * h], &rows[(r + 1) * h], &done[pairsOf[e][r] * h]);
-    }
-    std::fill(y.f.begin(), y.f.end(), 0.0f);
-    for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t j = 0; j < K; ++j) {
-        int64_t e = idx.i[t * K + j];
-        if (e < 0 || e >= E) continue;
-        float weight = w.f[t * K + j];
-        for (int64_t c = 0; c < h; ++c) y.f[t * h + c] += weight * done[(t * K + j) * h + c];
-      }
+    experts(in(0), in(1), in(2), in(3), in(4), in(5), out());
+    return Status::ok();
+  }
+  if (op == "experts_grad") {
+    expertsGrad(in(0), in(1), in(2), in(3), in(4), in(5), in(6), out(0), out(1), out(2), out(3), out(4));
     return Status::ok();
   }
   if (op == "cross_entropy_grad") {
@@ -907,6 +834,14 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   }
   if (op == "sum_to") {
     sumTo(in(0), out());
+    return Status::ok();
+  }
+  if (op == "sigmoid_grad") {
+    Tensor &x = in(0), &dy = in(1), &dx = out();
+    for (int64_t k = 0; k < x.numel(); ++k) {
+      float s = 1.0f / (1.0f + std::exp(-x.f[k]));
+      dx.f[k] = dy.f[k] * s * (1.0f - s);
+    }
     return Status::ok();
   }
   if (op == "gelu_grad") {
@@ -1052,12 +987,15 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     Status s = P == 1 ? (back = rows.f, Status::ok())
                       : e.comm_->allToAll(rows.f.data(), back.data(), pairs * h, mask);
     if (!s.isOk()) return s;
+    // Each pair's row back in its place, summed per token (or, per_choice,
+    // kept per pair).
     std::fill(y.f.begin(), y.f.end(), 0.0f);
     std::vector<int64_t> fill(P, 0);
+    int64_t perRow = attrFlag(a, "per_choice") ? 1 : K;
     for (int64_t k = 0; k < pairs; ++k) {
       int64_t dest = idx.i[k] / local;
       const float *row = &back[(dest * pairs + fill[dest]++) * h];
-      for (int64_t c = 0; c < h; ++c) y.f[(k / K) * h + c] += row[c];
+      for (int64_t c = 0; c < h; ++c) y.f[(k / perRow) * h + c] += row[c];
     }
     return Status::ok();
   }

@@ -44,7 +44,7 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   // indices as integers, everything else as floating point.
   std::set<int> intOperands, intResults;
   if (op == "embedding" || op == "embedding_grad") intOperands = {0};
-  else if (op == "experts") intOperands = {2};
+  else if (op == "experts" || op == "experts_grad") intOperands = {2};
   else if (op == "cross_entropy" || op == "cross_entropy_grad") intOperands = {1};
   else if (op == "moe_dispatch") intOperands = {2}, intResults = {2};
   else if (op == "moe_combine") intOperands = {1};
@@ -168,7 +168,7 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       total += x[dim];
     }
     if (total != out[0][dim]) return fail("the parts do not add up to " + text(out[0]));
-  } else if (op == "router") {
+  } else if (op == "router" || op == "router_grad") {
     int64_t h = lastOf(in[0]), tokens = count(in[0]) / h, K = attrInt(a, "top_k");
     if (in[1].size() != 2 || in[1][1] != h) return fail("the gate must be [experts, " + std::to_string(h) + "]");
     int64_t E = in[1][0], groups = attrInt(a, "num_groups", 1), topGroups = attrInt(a, "topk_groups", 1);
@@ -176,14 +176,20 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
         topGroups * (E / groups) < K)
       return fail("top_k " + std::to_string(K) + " of " + std::to_string(E) + " experts in " +
                   std::to_string(groups) + " group(s), " + std::to_string(topGroups) + " kept, cannot be chosen");
-    if (in.size() == 3 && in[2] != Shape{E}) return fail("the bias must be [" + std::to_string(E) + "]");
-    if (count(out[0]) != tokens * K || count(out[1]) != tokens * K)
+    size_t biasAt = op == "router" ? 2 : 3;
+    if (in.size() > biasAt && in[biasAt] != Shape{E}) return fail("the bias must be [" + std::to_string(E) + "]");
+    if (op == "router" && (count(out[0]) != tokens * K || count(out[1]) != tokens * K))
       return fail("the weights and indices must hold " + std::to_string(tokens * K) + " values");
-  } else if (op == "experts") {
+    if (op == "router_grad" && (count(in[2]) != tokens * K || count(out[0]) != tokens * E || lastOf(out[0]) != E))
+      return fail("dweights must hold " + std::to_string(tokens * K) + " values and the result [tokens, " +
+                  std::to_string(E) + "]");
+  } else if (op == "experts" || op == "experts_grad") {
     int64_t h = lastOf(in[0]), K = lastOf(in[2]), tokens = count(in[0]) / h;
     bool shaped = in[3].size() == 3 && in[4] == in[3] && in[3][2] == h &&
                   in[5] == Shape{in[3][0], h, in[3][1]} && count(in[1]) == tokens * K &&
                   count(in[2]) == tokens * K && out[0] == in[0];
+    if (op == "experts_grad")
+      shaped = shaped && in[6] == in[0] && out[1] == in[1] && out[2] == in[3] && out[3] == in[4] && out[4] == in[5];
     if (!shaped)
       return fail("x [.., H], weights and indices [tokens, K], gate/up [E, F, H], down [E, H, F] and the result "
                   "do not fit");
@@ -214,7 +220,7 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   } else if (op == "sum_to") {
     if (out[0].size() != in[0].size() || !broadcastsTo(out[0], in[0]))
       return fail(text(in[0]) + " cannot be summed to " + text(out[0]));
-  } else if (op == "gelu_grad") {
+  } else if (op == "gelu_grad" || op == "sigmoid_grad") {
     if (in[1] != in[0] || out[0] != in[0]) return fail("x, dy and the result must have one shape");
   } else if (op == "position_embedding_grad") {
     if (in[0].size() != 3 || out[0].size() != 2 || in[0][0] != 1 || in[0][2] != out[0][1])
@@ -261,8 +267,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       if (!shaped) return fail("tokens, weights, indices and the rows sent do not fit");
     } else {
       int64_t h = lastOf(in[0]);
+      int64_t rowsOut = attrFlag(a, "per_choice") ? pairs : pairs / std::max<int64_t>(K, 1);
       bool shaped = !in[0].empty() && count(in[0]) == P * pairs * h && K >= 1 && pairs % K == 0 &&
-                    count(out[0]) == pairs / K * h && lastOf(out[0]) == h;
+                    count(out[0]) == rowsOut * h && lastOf(out[0]) == h;
       if (!shaped) return fail("the rows back, the indices and the result do not fit");
     }
   }

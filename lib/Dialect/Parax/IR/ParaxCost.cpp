@@ -182,3 +182,32 @@ uint64_t LayerNormGradOp::getFlops() { return 12 * numel(getX()); }
 uint64_t LayerNormWeightGradOp::getFlops() { return 8 * numel(getX()); }
 // Rows copied: no arithmetic.
 uint64_t PositionEmbeddingGradOp::getFlops() { return 0; }
+// The sigmoid again and the product (about 5 per element).
+uint64_t SigmoidGradOp::getFlops() { return 5 * numel(getX()); }
+// The gate GEMM and the choice again (the scores are recomputed), then the
+// normalisation's and the scores' gradients (about 5 per logit).
+uint64_t RouterGradOp::getFlops() {
+  uint64_t hidden = lastDim(getX()), experts = getNumExperts();
+  uint64_t tokens = numel(getX()) / hidden;
+  return 2 * tokens * hidden * experts + 10 * tokens * experts;
+}
+// Per routed pair: the gate, up and down GEMVs again (down for the router
+// weight's gradient), then six more of the same size (dw_down, da,
+// dw_gate, dw_up, and dx through gate and up): 3x the forward's GEMVs.
+uint64_t ExpertsGradOp::getFlops() {
+  uint64_t hidden = lastDim(getX()), ffn = dimSize(getWGate(), 1);
+  uint64_t k = lastDim(getIndices());
+  uint64_t pairs = numel(getX()) / hidden * k;
+  return pairs * (9 * 2 * hidden * ffn + 10 * ffn + 4 * hidden);
+}
+// As the forward's (the chosen experts' weights), and dy.
+uint64_t ExpertsGradOp::getBytesRead() {
+  uint64_t experts = dimSize(getWGate(), 0);
+  uint64_t pairs = numel(getX()) / lastDim(getX()) *
+                   lastDim(getIndices());
+  uint64_t touched = std::min(experts, pairs);
+  uint64_t weightBytes =
+      bytes(getWGate()) + bytes(getWUp()) + bytes(getWDown());
+  return bytes(getX()) + bytes(getDy()) + bytes(getWeights()) +
+         bytes(getIndices()) + weightBytes / experts * touched;
+}

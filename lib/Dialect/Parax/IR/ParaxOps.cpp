@@ -518,29 +518,42 @@ static LogicalResult verifyRoutedShape(Operation *op, RankedTensorType x,
   return success();
 }
 
-LogicalResult RouterOp::verify() {
-  RankedTensorType x = tensorOf(getX()), gate = tensorOf(getGate());
-  int64_t experts = getNumExperts(), k = getTopK();
+// C1-C3 and C5 of the router and its gradient (same operands, same
+// attributes); C4 of the router's weights and indices.
+template <typename RouterLikeOp>
+static LogicalResult verifyRouting(RouterLikeOp op) {
+  RankedTensorType x = tensorOf(op.getX()), gate = tensorOf(op.getGate());
+  int64_t experts = op.getNumExperts(), k = op.getTopK();
   if (x.getRank() < 1 || gate.getRank() != 2 || gate.getDimSize(0) != experts ||
       gate.getDimSize(1) != x.getShape().back())
-    return emitOpError("C1: gate must be [num_experts, H] = [")
+    return op.emitOpError("C1: gate must be [num_experts, H] = [")
            << experts << ", " << (x.getRank() ? x.getShape().back() : 0) << "]";
-  if (getBias()) {
-    RankedTensorType bias = tensorOf(getBias());
+  if (op.getBias()) {
+    RankedTensorType bias = tensorOf(op.getBias());
     if (bias.getRank() != 1 || bias.getDimSize(0) != experts)
-      return emitOpError("C1: bias must be [") << experts << "]";
+      return op.emitOpError("C1: bias must be [") << experts << "]";
   }
   if (k <= 0 || k > experts)
-    return emitOpError("C2: top_k must be in [1, num_experts], got ") << k;
-  int64_t groups = getNumGroups(), topkGroups = getTopkGroups();
+    return op.emitOpError("C2: top_k must be in [1, num_experts], got ") << k;
+  int64_t groups = op.getNumGroups(), topkGroups = op.getTopkGroups();
   if (groups <= 0 || experts % groups != 0)
-    return emitOpError("C3: num_groups (")
+    return op.emitOpError("C3: num_groups (")
            << groups << ") must divide num_experts (" << experts << ")";
   if (topkGroups <= 0 || topkGroups > groups)
-    return emitOpError("C3: topk_groups must be in [1, num_groups]");
+    return op.emitOpError("C3: topk_groups must be in [1, num_groups]");
   if (topkGroups * (experts / groups) < k)
-    return emitOpError("C3: the ")
+    return op.emitOpError("C3: the ")
            << topkGroups << " allowed groups hold fewer than top_k experts";
+  if (!(op.getScalingFactor().convertToDouble() > 0))
+    return op.emitOpError("C5: scaling_factor must be positive");
+  return success();
+}
+
+LogicalResult RouterOp::verify() {
+  if (failed(verifyRouting(*this)))
+    return failure();
+  RankedTensorType x = tensorOf(getX());
+  int64_t k = getTopK();
   if (failed(verifyRoutedShape(*this, x, tensorOf(getWeights()), k, "C4",
                                "weights")) ||
       failed(verifyRoutedShape(*this, x, tensorOf(getIndices()), k, "C4",
@@ -548,8 +561,20 @@ LogicalResult RouterOp::verify() {
     return failure();
   if (tensorOf(getWeights()).getElementType() != x.getElementType())
     return emitOpError("C4: weights must have x's element type");
-  if (!(getScalingFactor().convertToDouble() > 0))
-    return emitOpError("C5: scaling_factor must be positive");
+  return success();
+}
+
+LogicalResult RouterGradOp::verify() {
+  if (failed(verifyRouting(*this)))
+    return failure();
+  RankedTensorType x = tensorOf(getX()), result = tensorOf(getResult());
+  if (failed(verifyRoutedShape(*this, x, tensorOf(getDweights()), getTopK(),
+                               "C4", "dweights")) ||
+      failed(verifyRoutedShape(*this, x, result, getNumExperts(), "C4",
+                               "the result")))
+    return failure();
+  if (result.getElementType() != x.getElementType())
+    return emitOpError("C4: the result must have x's element type");
   return success();
 }
 
@@ -559,30 +584,52 @@ int64_t ExpertsOp::getTopK() {
   return tensorOf(getIndices()).getShape().back();
 }
 
-LogicalResult ExpertsOp::verify() {
-  RankedTensorType x = tensorOf(getX()), gate = tensorOf(getWGate()),
-                   up = tensorOf(getWUp()), down = tensorOf(getWDown());
+// C1 and C2 of the experts and their gradient.
+template <typename ExpertsLikeOp>
+static LogicalResult verifyExperts(ExpertsLikeOp op) {
+  RankedTensorType x = tensorOf(op.getX()), gate = tensorOf(op.getWGate()),
+                   up = tensorOf(op.getWUp()), down = tensorOf(op.getWDown());
   if (x.getRank() < 1 || gate.getRank() != 3)
-    return emitOpError("C1: w_gate must be [E, F, H]");
+    return op.emitOpError("C1: w_gate must be [E, F, H]");
   int64_t e = gate.getDimSize(0), f = gate.getDimSize(1),
           h = x.getShape().back();
   if (gate.getDimSize(2) != h)
-    return emitOpError("C1: w_gate must be [E, F, H] with H = ") << h;
+    return op.emitOpError("C1: w_gate must be [E, F, H] with H = ") << h;
   if (up.getShape() != gate.getShape())
-    return emitOpError("C1: w_up must have w_gate's shape [")
+    return op.emitOpError("C1: w_up must have w_gate's shape [")
            << e << ", " << f << ", " << h << "]";
   if (down.getRank() != 3 || down.getDimSize(0) != e ||
       down.getDimSize(1) != h || down.getDimSize(2) != f)
-    return emitOpError("C1: w_down must be [E, H, F] = [")
+    return op.emitOpError("C1: w_down must be [E, H, F] = [")
            << e << ", " << h << ", " << f << "]";
-  RankedTensorType weights = tensorOf(getWeights());
+  RankedTensorType weights = tensorOf(op.getWeights());
   int64_t k = weights.getRank() ? weights.getShape().back() : 0;
-  if (failed(verifyRoutedShape(*this, x, weights, k, "C2", "weights")) ||
-      failed(verifyRoutedShape(*this, x, tensorOf(getIndices()), k, "C2",
+  if (failed(verifyRoutedShape(op, x, weights, k, "C2", "weights")) ||
+      failed(verifyRoutedShape(op, x, tensorOf(op.getIndices()), k, "C2",
                                "indices")))
     return failure();
-  if (getResult().getType() != x)
+  return success();
+}
+
+LogicalResult ExpertsOp::verify() {
+  if (failed(verifyExperts(*this)))
+    return failure();
+  if (getResult().getType() != getX().getType())
     return emitOpError("C3: result must have x's type");
+  return success();
+}
+
+LogicalResult ExpertsGradOp::verify() {
+  if (failed(verifyExperts(*this)))
+    return failure();
+  if (getDy().getType() != getX().getType() ||
+      getDx().getType() != getX().getType() ||
+      getDweights().getType() != getWeights().getType() ||
+      getDwGate().getType() != getWGate().getType() ||
+      getDwUp().getType() != getWUp().getType() ||
+      getDwDown().getType() != getWDown().getType())
+    return emitOpError("C3: dy must have x's type, and the results the types "
+                       "of x, weights, w_gate, w_up and w_down");
   return success();
 }
 
@@ -720,6 +767,7 @@ LogicalResult SumToOp::verify() {
 }
 
 LogicalResult GeluGradOp::verify() { return verifySameType(*this); }
+LogicalResult SigmoidGradOp::verify() { return verifySameType(*this); }
 
 LogicalResult LayerNormGradOp::verify() {
   return verifyNormGrad(*this, getX(), getWeight(), getDy(), getResult(),
@@ -951,14 +999,15 @@ LogicalResult MoeCombineOp::verifySymbolUses(SymbolTableCollection &symbols) {
   auto i = cast<RankedTensorType>(getIndices().getType());
   auto result = cast<RankedTensorType>(getResult().getType());
   int64_t hidden = rows.getRank() == 2 ? rows.getDimSize(1) : -1;
-  SmallVector<int64_t> expected(i.getShape().drop_back());
+  SmallVector<int64_t> expected(getPerChoice() ? i.getShape()
+                                               : i.getShape().drop_back());
   expected.push_back(hidden);
   if (rows.getRank() != 2 || rows.getDimSize(0) != *size * tokens * k ||
       result.getShape() != ArrayRef<int64_t>(expected) ||
       result.getElementType() != rows.getElementType())
     return emitOpError("C3: expected rows [")
-           << *size * tokens * k << ", H] and a result of indices' leading "
-           << "shape with H appended";
+           << *size * tokens * k << ", H] and a result of indices' "
+           << (getPerChoice() ? "" : "leading ") << "shape with H appended";
   return success();
 }
 

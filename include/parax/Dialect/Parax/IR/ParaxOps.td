@@ -852,6 +852,92 @@ def Parax_PositionEmbeddingGradOp : Parax_FunctionalOp<"position_embedding_grad"
   let results = (outs Parax_FloatTensor:$result);
 }
 
+def Parax_SigmoidGradOp : Parax_FunctionalOp<"sigmoid_grad"> {
+  let summary = "gradient of the logistic sigmoid by its input";
+  let description = [{
+    `dy · s · (1 - s)` with `s = sigmoid(x)`.
+
+    ```mlir
+    %dx = parax.sigmoid_grad %x, %dy : (tensor<2x16x1xf32>, tensor<2x16x1xf32>) -> tensor<2x16x1xf32>
+    ```
+
+    C1: `x`, `dy` and the result have one type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$dy);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_RouterGradOp : Parax_Op<"router_grad"> {
+  let summary = "gradient of the MoE router's weights by its logits";
+  let description = [{
+    For `%w, %i = parax.router x, gate[, bias]` with the same attributes,
+    given `dweights` (the gradient of `%w`): the gradient of the loss by the
+    router's logits `x · gateᵀ`, `[..., num_experts]`. The choice of
+    experts is made again as the router made it (the indices get no
+    gradient; neither does the correction bias, used for the choice only).
+    With `S` the sum of the chosen scores and `c` the scaling factor, a
+    chosen expert `e = i[j]` gets `ds_e = c · (dw_j / S - Σ_k dw_k · s_{i[k]}
+    / S²)` when `normalize`, else `c · dw_j`; the others 0. Then through the
+    scores: softmax `dl = s · (ds - Σ_e ds_e · s_e)`, sigmoid `dl = ds · s ·
+    (1 - s)`. The gradients by `x` and `gate` are a `parax.linear` of `dl`
+    and `gate`, and a `parax.linear_weight_grad` of `x` and `dl`.
+
+    ```mlir
+    %dl = parax.router_grad softmax %x, %g, %dw {num_experts = 8, top_k = 2, normalize}
+        : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<2x16x2xf32>) -> tensor<2x16x8xf32>
+    ```
+
+    C1-C3, C5: as `parax.router`'s. C4: `dweights` has `x`'s shape with the
+    last dimension replaced by `top_k`; the result has `x`'s shape with the
+    last dimension replaced by `num_experts`, and `x`'s element type.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$gate,
+                       Parax_FloatTensor:$dweights,
+                       Optional<Parax_FloatTensor>:$bias,
+                       Parax_ScoreFuncAttr:$score_func,
+                       I64Attr:$num_experts, I64Attr:$top_k,
+                       UnitAttr:$normalize,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scaling_factor,
+                       DefaultValuedAttr<I64Attr, "1">:$num_groups,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = [{
+    $score_func $x `,` $gate `,` $dweights (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Parax_ExpertsGradOp : Parax_FunctionalOp<"experts_grad", [], ["getBytesRead"]> {
+  let summary = "gradient of the routed experts by their inputs and weights";
+  let description = [{
+    For `y = parax.experts x, weights, indices, w_gate, w_up, w_down`, given
+    `dy`: for every (token t, choice j) with expert `e = indices[t, j]` (and
+    `g = gate_e(x[t])`, `u = up_e(x[t])`, `a = silu(g) · u`, `o =
+    down_e(a)`), `dweights[t, j] = dy[t] · o`; with `do = weights[t, j] ·
+    dy[t]`: `dw_down[e] += do ⊗ a`, `da = do · w_down[e]`, `dg = da · u ·
+    silu'(g)`, `du = da · silu(g)`, `dw_gate[e] += dg ⊗ x[t]`, `dw_up[e] +=
+    du ⊗ x[t]`, `dx[t] += dg · w_gate[e] + du · w_up[e]`. A choice outside
+    `0 .. E-1` (an unused row after `moe_dispatch`) contributes nothing;
+    an expert no token chose gets zero gradients.
+
+    ```mlir
+    %dx, %dw, %dg, %du, %dd = parax.experts_grad %x, %w, %i, %wg, %wu, %wd, %dy
+        : (tensor<2x16x64xf32>, tensor<2x16x2xf32>, tensor<2x16x2xi32>,
+           tensor<8x96x64xf32>, tensor<8x96x64xf32>, tensor<8x64x96xf32>, tensor<2x16x64xf32>)
+        -> (tensor<2x16x64xf32>, tensor<2x16x2xf32>, tensor<8x96x64xf32>, tensor<8x96x64xf32>, tensor<8x64x96xf32>)
+    ```
+
+    C1, C2: as `parax.experts`'. C3: `dy` has `x`'s type; the results have
+    the types of `x`, `weights`, `w_gate`, `w_up` and `w_down`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weights,
+                       Parax_IndexTensor:$indices, Parax_FloatTensor:$w_gate,
+                       Parax_FloatTensor:$w_up, Parax_FloatTensor:$w_down,
+                       Parax_FloatTensor:$dy);
+  let results = (outs Parax_FloatTensor:$dx, Parax_FloatTensor:$dweights,
+                      Parax_FloatTensor:$dw_gate, Parax_FloatTensor:$dw_up,
+                      Parax_FloatTensor:$dw_down);
+}
+
 //===----------------------------------------------------------------------===//
 // Communication (per-rank programs after --parax-partition)
 //===----------------------------------------------------------------------===//
@@ -1023,7 +1109,9 @@ def Parax_MoeCombineOp : Parax_CommOp<"moe_combine"> {
     The inverse all-to-all of `moe_dispatch`: row blocks go back to the
     ranks they came from, and each token's `k` rows (already scaled by their
     router weights) are summed into the token. `indices` are the token's
-    expert choices, as given to the dispatch.
+    expert choices, as given to the dispatch. With `per_choice`, the rows
+    are not summed: the result is `[..., k, H]`, row (t, j) in place (the
+    backward pass returns each choice's router-weight gradient so).
 
     ```mlir
     %y = parax.moe_combine %rows, %i over @g ["ep"] {num_experts = 8}
@@ -1032,11 +1120,12 @@ def Parax_MoeCombineOp : Parax_CommOp<"moe_combine"> {
 
     C1: as all_reduce. C2: `num_experts` divides by P. C3: with `indices` of
     T tokens and k choices, `rows` is `[P·T·k, H]` and the result is
-    `indices`' leading shape with `H` appended.
+    `indices`' leading shape with `H` appended (`indices`' shape with `H`
+    appended with `per_choice`).
   }];
   let arguments = (ins Parax_FloatTensor:$rows, StaticShapeTensorOf<[I32]>:$indices,
                        FlatSymbolRefAttr:$grid, StrArrayAttr:$axes,
-                       I64Attr:$num_experts);
+                       I64Attr:$num_experts, UnitAttr:$per_choice);
   let results = (outs Parax_FloatTensor:$result);
   let assemblyFormat = [{
     $rows `,` $indices `over` $grid $axes attr-dict `:` `(` type($rows) `,`

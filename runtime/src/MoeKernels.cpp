@@ -1,0 +1,223 @@
+// MoeKernels.cpp - CPU kernels of the router, the routed experts and their
+// gradients.
+
+#include "MoeKernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace parax::runtime {
+
+namespace {
+
+float sigmoidOf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// One token's scores (softmax or sigmoid of its logits) and its chosen
+// experts, best first: the top-k of scores + bias, within the allowed groups.
+void route(const float *logits, int64_t E, const Tensor *bias, const Routing &r, std::vector<double> &scores,
+           std::vector<int64_t> &chosen) {
+  scores.assign(E, 0.0);
+  if (r.sigmoid) {
+    for (int64_t e = 0; e < E; ++e) scores[e] = 1.0 / (1.0 + std::exp(-logits[e]));
+  } else {
+    double m = *std::max_element(logits, logits + E), sum = 0;
+    for (int64_t e = 0; e < E; ++e) sum += (scores[e] = std::exp(logits[e] - m));
+    for (double &s : scores) s /= sum;
+  }
+  std::vector<double> choice(E);
+  for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? bias->f[e] : 0.0);
+  if (r.groups > 1) {
+    int64_t per = E / r.groups;
+    std::vector<std::pair<double, int64_t>> groupScore;
+    for (int64_t g = 0; g < r.groups; ++g) {
+      std::vector<double> members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+      std::partial_sort(members.begin(), members.begin() + std::min<int64_t>(2, per), members.end(),
+                        std::greater<double>());
+      groupScore.push_back({members[0] + (per > 1 ? members[1] : 0.0), g});
+    }
+    std::stable_sort(groupScore.begin(), groupScore.end(), [](auto &p, auto &q) { return p.first > q.first; });
+    std::vector<bool> allowed(r.groups, false);
+    for (int64_t g = 0; g < r.topkGroups; ++g) allowed[groupScore[g].second] = true;
+    for (int64_t e = 0; e < E; ++e)
+      if (!allowed[e / per]) choice[e] = -INFINITY;
+  }
+  std::vector<int64_t> order(E);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return choice[p] > choice[q]; });
+  chosen.assign(order.begin(), order.begin() + r.topK);
+}
+
+// Every token's logits x · gateᵀ, [tokens, E].
+std::vector<float> logitsOf(const Tensor &x, const Tensor &gate) {
+  int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0];
+  std::vector<float> logits(tokens * E);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tokens, E, h, 1.0f, x.f.data(), h, gate.f.data(), h, 0.0f,
+              logits.data(), E);
+  return logits;
+}
+
+// The (token, choice) pairs each expert serves, in order; a choice outside
+// 0 .. E-1 (an unused dispatch row) serves none.
+std::vector<std::vector<int64_t>> pairsOfExperts(const Tensor &indices, int64_t E) {
+  std::vector<std::vector<int64_t>> pairs(E);
+  for (int64_t p = 0; p < indices.numel(); ++p) {
+    int64_t e = indices.i[p];
+    if (e >= 0 && e < E) pairs[e].push_back(p);
+  }
+  return pairs;
+}
+
+// One expert's rows of `x` (each pair's token), [n, h].
+void gatherRows(const Tensor &x, const std::vector<int64_t> &pairs, int64_t K, std::vector<float> &rows) {
+  int64_t h = x.shape.back(), n = static_cast<int64_t>(pairs.size());
+  rows.resize(n * h);
+  for (int64_t r = 0; r < n; ++r)
+    std::copy(&x.f[pairs[r] / K * h], &x.f[(pairs[r] / K + 1) * h], &rows[r * h]);
+}
+
+} // namespace
+
+void router(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, Tensor &weights,
+            Tensor &indices) {
+  int64_t E = gate.shape[0], K = routing.topK, tokens = x.numel() / x.shape.back();
+  std::vector<float> logits = logitsOf(x, gate);
+  std::vector<double> scores;
+  std::vector<int64_t> chosen;
+  for (int64_t t = 0; t < tokens; ++t) {
+    route(&logits[t * E], E, bias, routing, scores, chosen);
+    double sum = 0;
+    for (int64_t e : chosen) sum += scores[e];
+    for (int64_t j = 0; j < K; ++j) {
+      double weight = scores[chosen[j]];
+      if (routing.normalize) weight /= (sum + 1e-20);
+      weights.f[t * K + j] = static_cast<float>(weight * routing.scaling);
+      indices.i[t * K + j] = static_cast<int32_t>(chosen[j]);
+    }
+  }
+}
+
+void routerGrad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Tensor &dweights,
+                const Routing &routing, Tensor &dlogits) {
+  int64_t E = gate.shape[0], K = routing.topK, tokens = x.numel() / x.shape.back();
+  std::vector<float> logits = logitsOf(x, gate);
+  std::vector<double> scores, dscores(E);
+  std::vector<int64_t> chosen;
+  for (int64_t t = 0; t < tokens; ++t) {
+    route(&logits[t * E], E, bias, routing, scores, chosen);
+    const float *dw = &dweights.f[t * K];
+    // Through the normalisation and the scaling to the chosen scores.
+    double sum = 1e-20, dot = 0;
+    for (int64_t j = 0; j < K; ++j) {
+      sum += scores[chosen[j]];
+      dot += dw[j] * scores[chosen[j]];
+    }
+    std::fill(dscores.begin(), dscores.end(), 0.0);
+    for (int64_t j = 0; j < K; ++j)
+      dscores[chosen[j]] = routing.scaling * (routing.normalize ? dw[j] / sum - dot / (sum * sum) : dw[j]);
+    // Through the scores to the logits.
+    double mix = 0;
+    for (int64_t e = 0; e < E; ++e) mix += dscores[e] * scores[e];
+    for (int64_t e = 0; e < E; ++e) {
+      double s = scores[e];
+      dlogits.f[t * E + e] =
+          static_cast<float>(routing.sigmoid ? dscores[e] * s * (1.0 - s) : s * (dscores[e] - mix));
+    }
+  }
+}
+
+// Each expert's pairs at once: their rows gathered, the gate, up and down
+// projections as three sgemms (each expert's weights read once, not once a
+// pair), the results kept per pair; then each token sums its pairs'
+// weighted rows in choice order.
+void experts(const Tensor &x, const Tensor &weights, const Tensor &indices, const Tensor &wGate, const Tensor &wUp,
+             const Tensor &wDown, Tensor &y) {
+  int64_t h = x.shape.back(), tokens = x.numel() / h;
+  int64_t K = indices.shape.back(), E = wGate.shape[0], F = wGate.shape[1];
+  std::vector<std::vector<int64_t>> pairsOf = pairsOfExperts(indices, E);
+  std::vector<float> rows, g, u, done(tokens * K * h, 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t n = static_cast<int64_t>(pairsOf[e].size());
+    if (n == 0) continue;
+    gatherRows(x, pairsOf[e], K, rows);
+    g.resize(n * F);
+    u.resize(n * F);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, &wGate.f[e * F * h], h,
+                0.0f, g.data(), F);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, &wUp.f[e * F * h], h, 0.0f,
+                u.data(), F);
+    for (int64_t k = 0; k < n * F; ++k) g[k] = g[k] * sigmoidOf(g[k]) * u[k];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, h, F, 1.0f, g.data(), F, &wDown.f[e * h * F], F, 0.0f,
+                rows.data(), h);
+    for (int64_t r = 0; r < n; ++r) std::copy(&rows[r * h], &rows[(r + 1) * h], &done[pairsOf[e][r] * h]);
+  }
+  std::fill(y.f.begin(), y.f.end(), 0.0f);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < K; ++j) {
+      int64_t e = indices.i[t * K + j];
+      if (e < 0 || e >= E) continue;
+      float weight = weights.f[t * K + j];
+      for (int64_t c = 0; c < h; ++c) y.f[t * h + c] += weight * done[(t * K + j) * h + c];
+    }
+}
+
+// Per expert, its pairs' rows as one batch: the forward's g, u, a = silu(g)·u
+// and o = a·w_downᵀ again; dweights = dy·o per pair; do = weight·dy; then
+// dw_down = doᵀ·a, da = do·w_down, dg and du through swiglu, dw_gate = dgᵀ·x,
+// dw_up = duᵀ·x, and dx = dg·w_gate + du·w_up added to each pair's token.
+void expertsGrad(const Tensor &x, const Tensor &weights, const Tensor &indices, const Tensor &wGate,
+                 const Tensor &wUp, const Tensor &wDown, const Tensor &dy, Tensor &dx, Tensor &dweights,
+                 Tensor &dwGate, Tensor &dwUp, Tensor &dwDown) {
+  int64_t h = x.shape.back();
+  int64_t K = indices.shape.back(), E = wGate.shape[0], F = wGate.shape[1];
+  std::vector<std::vector<int64_t>> pairsOf = pairsOfExperts(indices, E);
+  for (Tensor *t : {&dx, &dweights, &dwGate, &dwUp, &dwDown}) std::fill(t->f.begin(), t->f.end(), 0.0f);
+  std::vector<float> rows, dyRows, g, u, a, o, da;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::vector<int64_t> &pairs = pairsOf[e];
+    int64_t n = static_cast<int64_t>(pairs.size());
+    if (n == 0) continue;
+    const float *wg = &wGate.f[e * F * h], *wu = &wUp.f[e * F * h], *wd = &wDown.f[e * h * F];
+    gatherRows(x, pairs, K, rows);
+    gatherRows(dy, pairs, K, dyRows);
+    g.resize(n * F);
+    u.resize(n * F);
+    a.resize(n * F);
+    o.resize(n * h);
+    da.resize(n * F);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, wg, h, 0.0f, g.data(), F);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, wu, h, 0.0f, u.data(), F);
+    for (int64_t k = 0; k < n * F; ++k) a[k] = g[k] * sigmoidOf(g[k]) * u[k];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, h, F, 1.0f, a.data(), F, wd, F, 0.0f, o.data(), h);
+    for (int64_t r = 0; r < n; ++r) {
+      double dot = 0;
+      for (int64_t c = 0; c < h; ++c) dot += static_cast<double>(dyRows[r * h + c]) * o[r * h + c];
+      dweights.f[pairs[r]] = static_cast<float>(dot);
+      float weight = weights.f[pairs[r]];
+      for (int64_t c = 0; c < h; ++c) dyRows[r * h + c] *= weight; // now do
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h, F, n, 1.0f, dyRows.data(), h, a.data(), F, 0.0f,
+                &dwDown.f[e * h * F], F);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, F, h, 1.0f, dyRows.data(), h, wd, F, 0.0f, da.data(),
+                F);
+    for (int64_t k = 0; k < n * F; ++k) {
+      float s = sigmoidOf(g[k]);
+      float dg = da[k] * u[k] * (s + g[k] * s * (1.0f - s)), du = da[k] * g[k] * s;
+      g[k] = dg; // g now dg, u now du
+      u[k] = du;
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, F, h, n, 1.0f, g.data(), F, rows.data(), h, 0.0f,
+                &dwGate.f[e * F * h], h);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, F, h, n, 1.0f, u.data(), F, rows.data(), h, 0.0f,
+                &dwUp.f[e * F * h], h);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h, F, 1.0f, g.data(), F, wg, h, 0.0f, o.data(), h);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h, F, 1.0f, u.data(), F, wu, h, 1.0f, o.data(), h);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < h; ++c) dx.f[pairs[r] / K * h + c] += o[r * h + c];
+  }
+}
+
+} // namespace parax::runtime

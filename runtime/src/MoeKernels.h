@@ -1,0 +1,37 @@
+// MoeKernels.h - CPU kernels of mixture-of-experts ops: the router, the
+// routed experts, and their gradients, fp32 (sgemm per expert) with double
+// sums for the router's scores. Internal to the CPU executor. Semantics:
+// parax.router, parax.experts, parax.router_grad, parax.experts_grad in
+// docs/dialect/ParaxDialect.md.
+
+#ifndef PARAX_RUNTIME_MOEKERNELS_H
+#define PARAX_RUNTIME_MOEKERNELS_H
+
+#include "parax/runtime/Tensor.h"
+
+namespace parax::runtime {
+
+/// A router's attributes: how it scores and chooses experts.
+struct Routing {
+  int64_t topK = 1, groups = 1, topkGroups = 1;
+  bool sigmoid = false, normalize = false;
+  double scaling = 1;
+};
+
+/// The router: weights and indices [tokens, K] (bias may be null).
+void router(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, Tensor &weights,
+            Tensor &indices);
+/// The gradient by the router's logits [tokens, E], given dweights.
+void routerGrad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Tensor &dweights,
+                const Routing &routing, Tensor &dlogits);
+/// The routed experts' output (a choice outside 0 .. E-1 adds nothing).
+void experts(const Tensor &x, const Tensor &weights, const Tensor &indices, const Tensor &wGate, const Tensor &wUp,
+             const Tensor &wDown, Tensor &y);
+/// Their gradients by x, the router's weights and the three stacks.
+void expertsGrad(const Tensor &x, const Tensor &weights, const Tensor &indices, const Tensor &wGate,
+                 const Tensor &wUp, const Tensor &wDown, const Tensor &dy, Tensor &dx, Tensor &dweights,
+                 Tensor &dwGate, Tensor &dwUp, Tensor &dwDown);
+
+} // namespace parax::runtime
+
+#endif
