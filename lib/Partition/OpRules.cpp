@@ -354,7 +354,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         }
         return SmallVector<Layout>{x};
       })
-      .Case<GeluGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+      .Case<GeluGradOp, SigmoidGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()))
           return failure();
         return same();
@@ -431,6 +431,29 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         down.dims[2] = out.partial;
         return SmallVector<Layout>{x, x, x, gateUp, gateUp, down};
       })
+      .Case<RouterGradOp>([&](RouterGradOp grad) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()) ||
+            failed(wholeDim(out.dims.size() - 1, "top-k needs every expert")))
+          return failure();
+        SmallVector<Layout> layouts = {out, Layout::replicated(2), out};
+        if (grad.getBias())
+          layouts.push_back(Layout::replicated(1));
+        return layouts;
+      })
+      .Case<ExpertsGradOp>([&](ExpertsGradOp) -> FailureOr<SmallVector<Layout>> {
+        // As the experts': each expert's FFN split over the partial sum's
+        // axes (the gradients by x and the router's weights are partial
+        // sums over them); the stacks split on experts by the partitioner.
+        if (failed(wholeDim(out.dims.size() - 1,
+                            "experts need the whole hidden dimension")))
+          return failure();
+        Layout x = out;
+        x.partial.clear();
+        Layout gateUp = Layout::replicated(3), down = Layout::replicated(3);
+        gateUp.dims[1] = out.partial;
+        down.dims[2] = out.partial;
+        return SmallVector<Layout>{x, x, x, gateUp, gateUp, down, x};
+      })
       .Case<CrossEntropyOp>([&](CrossEntropyOp ce) -> FailureOr<SmallVector<Layout>> {
         // The tokens split as the labels are (integers are never
         // resharded): a partial sum over those axes.
@@ -473,6 +496,27 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     if (failed(wanted))
       return replicated();
     return {dq, keyGradient(dq, (*wanted)[1]), keyGradient(dq, (*wanted)[2])};
+  }
+  if (isa<ExpertsGradOp>(op) && operands.size() == 7) {
+    // dx and dweights: the tokens, partial sums over the axes splitting
+    // the experts' FFN; the stacks' gradients: split as the stacks, summed
+    // over the tokens' axes (but those that split the experts: dispatch
+    // brings an expert every token routed to it).
+    // The tokens split as the indices are (integers are never resharded).
+    const Layout &wg = operands[3];
+    Layout::Axes ffn = wg.dims[1];
+    Layout dx = operands[2];
+    dx.partial.assign(ffn.begin(), ffn.end());
+    dx.dims.back().clear();
+    Layout dweights = dx;
+    SmallVector<std::string> taken(wg.dims[0].begin(), wg.dims[0].end());
+    taken.append(ffn.begin(), ffn.end());
+    Layout::Axes tokens = tokenAxes(operands[2], taken);
+    Layout gateUp = Layout::replicated(3), down = Layout::replicated(3);
+    gateUp.dims[0] = down.dims[0] = wg.dims[0];
+    gateUp.dims[1] = down.dims[2] = ffn;
+    gateUp.partial = down.partial = tokens;
+    return {dx, dweights, gateUp, gateUp, down};
   }
   if (operands.empty() || op->getNumResults() != 1)
     return replicated();
@@ -589,12 +633,14 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(isa<CrossEntropyOp>(op) ? out : logits);
     return results;
   }
-  if (isa<RmsNormGradOp, LayerNormGradOp, SwigluGradOp, GeluGradOp>(op) &&
+  if (isa<RmsNormGradOp, LayerNormGradOp, SwigluGradOp, GeluGradOp,
+          SigmoidGradOp, RouterGradOp>(op) &&
       rankOf(op->getOperand(0)) == rankOf(result)) {
-    // The activation's layout (the gradient is resharded to it).
+    // The activation's layout (the gradient is resharded to it); a norm's
+    // rows and the router's logits whole.
     Layout out = in;
     out.partial.clear();
-    if (isa<RmsNormGradOp, LayerNormGradOp>(op))
+    if (isa<RmsNormGradOp, LayerNormGradOp, RouterGradOp>(op))
       out.dims.back().clear();
     results.push_back(out);
     return results;

@@ -187,6 +187,98 @@ LogicalResult FunctionPartitioner::assignLayouts() {
   return success();
 }
 
+// The all-to-all exchanges of a stage, by the local (tokens, router
+// weights, indices) they send: the backward pass's experts reuse the rows
+// their forward pass received.
+using DispatchCache = std::map<std::tuple<void *, void *, void *>, MoeDispatchOp>;
+
+// Expert parallelism (the stacks split on experts over `expertAxes`): every
+// routed token dispatched to its expert's rank, the local experts run on
+// what arrives, and the rows sent back. `experts`: the results summed per
+// token. `experts_grad`: dy dispatched as the tokens were, the local
+// gradients computed on the rows; dx returned summed per token, the router
+// weights' gradients per choice (moe_combine per_choice), the stacks'
+// gradients kept (each expert's whole: it saw every token routed to it).
+static LogicalResult partitionRoutedExperts(OpBuilder &b, Operation *op,
+                                            ArrayRef<Value> operands,
+                                            ArrayRef<Layout> results,
+                                            const Layout::Axes &expertAxes,
+                                            const GridInfo &grid,
+                                            DispatchCache &dispatched,
+                                            DenseMap<Value, Local> &local) {
+  Location loc = op->getLoc();
+  auto indices = cast<RankedTensorType>(operands[2].getType());
+  int64_t numExperts = cast<RankedTensorType>(op->getOperand(3).getType()).getDimSize(0);
+  int64_t parts = grid.product(expertAxes);
+  if (numExperts % parts)
+    return op->emitError() << numExperts << " experts do not divide over "
+                           << parts << " expert-parallel ranks";
+  SmallVector<StringRef> axisNames(expertAxes.begin(), expertAxes.end());
+  ArrayAttr axes = b.getStrArrayAttr(axisNames);
+  IntegerAttr experts = b.getI64IntegerAttr(numExperts);
+  int64_t rows = parts * indices.getNumElements();
+  auto dispatch = [&](Value x) {
+    auto key = std::make_tuple(x.getAsOpaquePointer(), operands[1].getAsOpaquePointer(),
+                               operands[2].getAsOpaquePointer());
+    auto it = dispatched.find(key);
+    if (it != dispatched.end())
+      return it->second;
+    auto type = cast<RankedTensorType>(x.getType());
+    Type elem = type.getElementType();
+    auto sent = MoeDispatchOp::create(
+        b, loc, RankedTensorType::get({rows, type.getShape().back()}, elem),
+        RankedTensorType::get({rows, 1}, elem),
+        RankedTensorType::get({rows, 1}, b.getI32Type()), x, operands[1],
+        operands[2], grid.ref, axes, experts);
+    dispatched[key] = sent;
+    return sent;
+  };
+  auto localOp = [&](Operation *created) {
+    created->setAttrs(op->getDiscardableAttrDictionary());
+    created->removeAttr(ParaxDialect::kShardingsAttrName);
+    created->removeAttr(ParaxDialect::kStageAttrName);
+    return created;
+  };
+  auto combine = [&](Value rowsIn, Type type, bool perChoice) -> Value {
+    return MoeCombineOp::create(b, loc, type, rowsIn, operands[2], grid.ref, axes,
+                                experts, perChoice ? b.getUnitAttr() : UnitAttr())
+        .getResult();
+  };
+  auto localTypeOf = [&](unsigned result) {
+    return localType(cast<RankedTensorType>(op->getResult(result).getType()),
+                     results[result], grid);
+  };
+  MoeDispatchOp in = dispatch(operands[0]);
+  if (isa<ExpertsOp>(op)) {
+    Operation *run = localOp(ExpertsOp::create(
+        b, loc, in.getRows().getType(), in.getRows(), in.getRowWeights(),
+        in.getRowExperts(), operands[3], operands[4], operands[5]));
+    local[op->getResult(0)] = Local{combine(run->getResult(0), localTypeOf(0), false),
+                                    results[0]};
+    return success();
+  }
+  Value dyRows = dispatch(operands[6]).getRows();
+  Operation *grad = localOp(ExpertsGradOp::create(
+      b, loc,
+      TypeRange{in.getRows().getType(), in.getRowWeights().getType(),
+                operands[3].getType(), operands[4].getType(), operands[5].getType()},
+      in.getRows(), in.getRowWeights(), in.getRowExperts(), operands[3],
+      operands[4], operands[5], dyRows));
+  local[op->getResult(0)] = Local{combine(grad->getResult(0), localTypeOf(0), false),
+                                  results[0]};
+  SmallVector<int64_t> perChoice(indices.getShape());
+  perChoice.push_back(1);
+  Value dweights = combine(
+      grad->getResult(1),
+      RankedTensorType::get(perChoice, in.getRowWeights().getType().getElementType()),
+      true);
+  local[op->getResult(1)] = Local{ReshapeOp::create(b, loc, localTypeOf(1), dweights),
+                                  results[1]};
+  for (unsigned i : {2, 3, 4})
+    local[op->getResult(i)] = Local{grad->getResult(i), results[i]};
+  return success();
+}
+
 LogicalResult FunctionPartitioner::buildStage(
     int64_t stage, int64_t stages,
     const std::map<int64_t, SmallVector<Operation *>> &byStage,
@@ -317,6 +409,7 @@ LogicalResult FunctionPartitioner::buildStage(
     return out;
   };
 
+  DispatchCache dispatched;
   for (Operation *op : ops) {
     for (Value operand : op->getOperands())
       receive(operand);
@@ -332,9 +425,9 @@ LogicalResult FunctionPartitioner::buildStage(
       return failure();
     // Expert parallelism: the experts' stacked weights split on dimension 0.
     Layout::Axes expertAxes;
-    auto experts = dyn_cast<ExpertsOp>(op);
-    if (experts) {
-      expertAxes = layouts[experts.getWGate()].dims[0];
+    bool routed = isa<ExpertsOp, ExpertsGradOp>(op);
+    if (routed) {
+      expertAxes = layouts[op->getOperand(3)].dims[0];
       for (unsigned i = 3; i < 6; ++i)
         (*wanted)[i].dims[0] = expertAxes;
     }
@@ -345,37 +438,10 @@ LogicalResult FunctionPartitioner::buildStage(
         return op->emitError("while partitioning this op");
       operands.push_back(*value);
     }
-    if (experts && !expertAxes.empty()) {
-      // Dispatch every routed token to its expert's rank, run the local
-      // experts on what arrives, send the results back and sum per token.
-      int64_t numExperts = experts.getNumExperts();
-      int64_t parts = grid.product(expertAxes);
-      if (numExperts % parts)
-        return op->emitError() << numExperts << " experts do not divide over "
-                               << parts << " expert-parallel ranks";
-      SmallVector<StringRef> axisNames(expertAxes.begin(), expertAxes.end());
-      auto x = cast<RankedTensorType>(operands[0].getType());
-      auto idx = cast<RankedTensorType>(operands[2].getType());
-      int64_t rows = parts * idx.getNumElements();
-      Type elem = x.getElementType();
-      auto dispatch = MoeDispatchOp::create(
-          b, op->getLoc(), RankedTensorType::get({rows, x.getShape().back()}, elem),
-          RankedTensorType::get({rows, 1}, elem),
-          RankedTensorType::get({rows, 1}, b.getI32Type()), operands[0],
-          operands[1], operands[2], grid.ref, b.getStrArrayAttr(axisNames),
-          b.getI64IntegerAttr(numExperts));
-      Value expertOut = ExpertsOp::create(
-          b, op->getLoc(), dispatch.getRows().getType(), dispatch.getRows(),
-          dispatch.getRowWeights(), dispatch.getRowExperts(), operands[3],
-          operands[4], operands[5]);
-      expertOut.getDefiningOp()->setAttrs(op->getDiscardableAttrDictionary());
-      expertOut.getDefiningOp()->removeAttr(ParaxDialect::kShardingsAttrName);
-      expertOut.getDefiningOp()->removeAttr(ParaxDialect::kStageAttrName);
-      Value combined = MoeCombineOp::create(
-          b, op->getLoc(), localType(globalType(op->getResult(0)), results[0], grid),
-          expertOut, operands[2], grid.ref, b.getStrArrayAttr(axisNames),
-          b.getI64IntegerAttr(numExperts));
-      local[op->getResult(0)] = {combined, results[0]};
+    if (routed && !expertAxes.empty()) {
+      if (failed(partitionRoutedExperts(b, op, operands, results, expertAxes,
+                                        grid, dispatched, local)))
+        return failure();
       sendResults(op);
       continue;
     }

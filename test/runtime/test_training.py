@@ -98,9 +98,25 @@ TRAIN_PLANS = [
 GPT2_PLANS = [("tp=2,dp=1", 2), ("cp=2,tp=1,dp=1", 2), ("dp=2", 2), ("tp=2,pp=2,dp=1", 4)]
 
 
+# Mixture of experts: the experts' stacks split over `ep` (tokens dispatched
+# to their experts' ranks and the gradients sent back: moe_dispatch /
+# experts_grad / moe_combine), each expert's FFN over `tp`, the router and
+# attention replicated over `ep`, whose ranks take their own rows.
+MOE_PLANS = [
+    ("tiny-mixtral", "ep=2,dp=1", 2),
+    ("tiny-mixtral", "ep=2,tp=2,dp=1", 4),
+    ("tiny-mixtral", "tp=2,dp=1", 2),
+    ("tiny-mixtral", "dp=2,ep=2", 4),
+    ("tiny-mixtral", "ep=2,pp=2,dp=1", 4),
+    ("tiny-qwen2-moe", "ep=2,dp=1", 2),
+    ("tiny-qwen2-moe", "ep=2,tp=2,dp=1", 4),
+]
+
+
 @pytest.mark.parametrize("preset,pins,ranks", [("tiny-llama", *p) for p in TRAIN_PLANS] +
-                         [("tiny-gpt2", *p) for p in GPT2_PLANS],
-                         ids=[p[0] for p in TRAIN_PLANS] + ["gpt2-" + p[0] for p in GPT2_PLANS])
+                         [("tiny-gpt2", *p) for p in GPT2_PLANS] + MOE_PLANS,
+                         ids=[p[0] for p in TRAIN_PLANS] + ["gpt2-" + p[0] for p in GPT2_PLANS] +
+                         [f"{p[0][5:]}-{p[1]}" for p in MOE_PLANS])
 def test_sharded_gradients_match_single_rank(tmp_path, preset, pins, ranks):
     dp = int(re.search(r"dp=(\d+)", pins).group(1))
     model = Model(str(tmp_path), preset, loss=True, batch=2, rows=2 * dp)
@@ -110,6 +126,21 @@ def test_sharded_gradients_match_single_rank(tmp_path, preset, pins, ranks):
     loss, sharded = gradients(model, exe, ranks)
     assert abs(loss - single_loss) < 1e-5
     assert set(sharded) == set(single)
+    for name in single:
+        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+
+
+@pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen2-moe"])
+def test_moe_gradients_under_context_parallelism(tmp_path, preset):
+    """One sequence split over cp=2 (an MoE model's microbatch is one
+    sequence under CP): each rank routes its own tokens, so the experts'
+    gradients are partial sums over cp, all-reduced when returned; the
+    gradients equal one rank's."""
+    model = Model(str(tmp_path), preset, loss=True, batch=1)
+    single_loss, single = gradients(model, model.compile("train", autodiff=True), 1)
+    exe = model.compile("cp2", "prefill:batch=1,seq=8,cp=2,tp=1,dp=1,ep=1", 2, autodiff=True)
+    loss, sharded = gradients(model, exe, 2)
+    assert abs(loss - single_loss) < 1e-5
     for name in single:
         assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
 
