@@ -217,6 +217,22 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                        op));
         return success();
       })
+      .Case<ConcatOp>([&](ConcatOp concat) {
+        // Each input's gradient: its slice of dy.
+        int64_t dim = concat.getDim(), start = 0;
+        for (Value input : concat.getInputs()) {
+          accumulate(input, tag(SliceOp::create(b, loc, input.getType(), dy,
+                                                b.getI64IntegerAttr(dim),
+                                                b.getI64IntegerAttr(start)),
+                                op));
+          start += cast<RankedTensorType>(input.getType()).getDimSize(dim);
+        }
+        return success();
+      })
+      .Case<BroadcastOp>([&](BroadcastOp broadcast) {
+        accumulate(broadcast.getX(), sumTo(dy, broadcast.getX().getType()));
+        return success();
+      })
       .Case<SigmoidOp>([&](SigmoidOp sigmoid) {
         accumulate(sigmoid.getX(),
                    tag(SigmoidGradOp::create(b, loc, sigmoid.getX().getType(),
@@ -354,6 +370,17 @@ LogicalResult Differentiator::run() {
     if (!name)
       continue;
     Value grad = grads.lookup(arg);
+    // A router's correction bias (DeepSeek-V3's) only chooses experts: it
+    // has no gradient (training updates it by the experts' load).
+    if (!grad && !arg.use_empty() && llvm::all_of(arg.getUses(), [](OpOperand &use) {
+          Operation *user = use.getOwner();
+          if (auto router = dyn_cast<RouterOp>(user))
+            return router.getBias() == use.get();
+          if (auto grad = dyn_cast<RouterGradOp>(user))
+            return grad.getBias() == use.get();
+          return false;
+        }))
+      continue;
     if (!grad)
       return function.emitError("--parax-autodiff: the loss does not depend on "
                                 "parameter '")

@@ -54,18 +54,23 @@ def numpy_loss(model, weights):
     return float(-np.take_along_axis(logp, model.labels[..., None].astype(np.int64), axis=-1).mean())
 
 
-@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe"])
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe",
+                                    "tiny-deepseek-v3"])
 def test_gradients_match_finite_differences(tmp_path, preset):
-    """Tiny Llama and GPT-2, 2 layers, one rank: every parameter's gradient
-    (GPT-2: biases, LayerNorms, the position table, the fused QKV weight
-    through its slices, the embedding tied to the head) along a random
-    direction equals the central difference of numpy's float64 loss; the
-    loss itself numpy's."""
+    """Tiny Llama, GPT-2, Mixtral, Qwen2-MoE and DeepSeek-V3, 2 layers, one
+    rank: every parameter's gradient (GPT-2: biases, LayerNorms, the
+    position table, the fused QKV weight through its slices, the embedding
+    tied to the head; MoE: the router through its top-k (softmax or sigmoid,
+    normalised or not, groups, scaling), the stacked experts, Qwen2-MoE's
+    sigmoid-gated shared expert; DeepSeek-V3: MLA's slices, concats and
+    broadcast) along a random direction equals the central difference of
+    numpy's float64 loss; the loss itself numpy's."""
     model = Model(str(tmp_path), preset, loss=True)
     loss, grads = gradients(model, model.compile("train", autodiff=True), 1)
     weights = {k: v.astype(np.float64) for k, v in model.weights.items()}
     assert abs(loss - numpy_loss(model, weights)) < 1e-4
-    assert set(grads) == set(model.weights)
+    # (DeepSeek-V3's router correction bias chooses experts only: no gradient.)
+    assert set(grads) == {name for name in model.weights if "e_score_correction_bias" not in name}
     rng = np.random.default_rng(7)
     eps = 1e-4
     for name, grad in grads.items():
@@ -110,6 +115,8 @@ MOE_PLANS = [
     ("tiny-mixtral", "ep=2,pp=2,dp=1", 4),
     ("tiny-qwen2-moe", "ep=2,dp=1", 2),
     ("tiny-qwen2-moe", "ep=2,tp=2,dp=1", 4),
+    ("tiny-deepseek-v3", "ep=2,dp=1", 2),
+    ("tiny-deepseek-v3", "tp=2,dp=1", 2),
 ]
 
 
@@ -130,7 +137,7 @@ def test_sharded_gradients_match_single_rank(tmp_path, preset, pins, ranks):
         assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
 
 
-@pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen2-moe"])
+@pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen2-moe", "tiny-deepseek-v3"])
 def test_moe_gradients_under_context_parallelism(tmp_path, preset):
     """One sequence split over cp=2 (an MoE model's microbatch is one
     sequence under CP): each rank routes its own tokens, so the experts'
