@@ -289,7 +289,7 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         return op->emitError() << "--parax-autodiff has no gradient for '"
                                << op->getName()
                                << "' yet (covered: the ops of Llama, GPT-2, "
-                                  "Mixtral and Qwen2-MoE models)";
+                                  "Mixtral, Qwen2-MoE and DeepSeek-V3 models)";
       });
 }
 

@@ -143,3 +143,12 @@ func.func @negative_combine_rows(%r: tensor<8x8xf32>, %i: tensor<4x2xi32>) {
   %y = parax.moe_combine %r, %i over @g ["ep"] {num_experts = 8} : (tensor<8x8xf32>, tensor<4x2xi32>) -> tensor<4x8xf32>
   return
 }
+
+// -----
+
+parax.grid @g(ep = 2)
+func.func @negative_combine_per_choice(%r: tensor<16x8xf32>, %i: tensor<4x2xi32>) {
+  // expected-error @+1 {{C3: expected rows [16, H] and a result of indices' shape with H appended}}
+  %y = parax.moe_combine %r, %i over @g ["ep"] {num_experts = 8, per_choice} : (tensor<16x8xf32>, tensor<4x2xi32>) -> tensor<4x8xf32>
+  return
+}

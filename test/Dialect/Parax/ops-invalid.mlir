@@ -836,3 +836,61 @@ func.func @position_embedding_grad_rows(%dy: tensor<1x8x64xf32>) -> tensor<16x64
   %d = parax.position_embedding_grad %dy {offset = 10} : (tensor<1x8x64xf32>) -> tensor<16x64xf32>
   return %d : tensor<16x64xf32>
 }
+
+// -----
+
+func.func @sigmoid_grad_types(%x: tensor<2x8xf32>, %dy: tensor<2x4xf32>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{C1: operands and result must have one type}}
+  %d = parax.sigmoid_grad %x, %dy : (tensor<2x8xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+  return %d : tensor<2x8xf32>
+}
+
+// -----
+
+func.func @router_grad_gate(%x: tensor<2x4x16xf32>, %g: tensor<4x8xf32>, %dw: tensor<2x4x2xf32>) -> tensor<2x4x4xf32> {
+  // expected-error @+1 {{C1: gate must be [num_experts, H] = [4, 16]}}
+  %d = parax.router_grad softmax %x, %g, %dw {num_experts = 4, top_k = 2} : (tensor<2x4x16xf32>, tensor<4x8xf32>, tensor<2x4x2xf32>) -> tensor<2x4x4xf32>
+  return %d : tensor<2x4x4xf32>
+}
+
+// -----
+
+func.func @router_grad_dweights(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %dw: tensor<2x4x3xf32>) -> tensor<2x4x4xf32> {
+  // expected-error @+1 {{C4: dweights must have x's shape with the last dimension 2}}
+  %d = parax.router_grad softmax %x, %g, %dw {num_experts = 4, top_k = 2} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<2x4x3xf32>) -> tensor<2x4x4xf32>
+  return %d : tensor<2x4x4xf32>
+}
+
+// -----
+
+func.func @router_grad_result(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %dw: tensor<2x4x2xf32>) -> tensor<2x4x2xf32> {
+  // expected-error @+1 {{C4: the result must have x's shape with the last dimension 4}}
+  %d = parax.router_grad softmax %x, %g, %dw {num_experts = 4, top_k = 2} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<2x4x2xf32>) -> tensor<2x4x2xf32>
+  return %d : tensor<2x4x2xf32>
+}
+
+// -----
+
+func.func @router_grad_top_k(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %dw: tensor<2x4x5xf32>) -> tensor<2x4x4xf32> {
+  // expected-error @+1 {{C2: top_k must be in [1, num_experts], got 5}}
+  %d = parax.router_grad softmax %x, %g, %dw {num_experts = 4, top_k = 5} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<2x4x5xf32>) -> tensor<2x4x4xf32>
+  return %d : tensor<2x4x4xf32>
+}
+
+// -----
+
+func.func @experts_grad_stacks(%x: tensor<2x4x16xf32>, %w: tensor<2x4x2xf32>, %i: tensor<2x4x2xi32>,
+                               %wg: tensor<4x24x16xf32>, %wd: tensor<4x16x24xf32>) {
+  // expected-error @+1 {{C1: w_up must have w_gate's shape [4, 24, 16]}}
+  %dx, %dw, %dg, %du, %dd = parax.experts_grad %x, %w, %i, %wg, %wd, %wd, %x : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>, tensor<4x16x24xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>, tensor<4x16x24xf32>)
+  return
+}
+
+// -----
+
+func.func @experts_grad_results(%x: tensor<2x4x16xf32>, %w: tensor<2x4x2xf32>, %i: tensor<2x4x2xi32>,
+                                %wg: tensor<4x24x16xf32>, %wd: tensor<4x16x24xf32>) {
+  // expected-error @+1 {{C3: dy must have x's type, and the results the types of x, weights, w_gate, w_up and w_down}}
+  %dx, %dw, %dg, %du, %dd = parax.experts_grad %x, %w, %i, %wg, %wg, %wd, %x : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>)
+  return
+}

@@ -166,3 +166,16 @@ func.func @gradients(%ids: tensor<2x16xi32>, %x: tensor<2x16x64xf32>, %w: tensor
   %dpos = parax.position_embedding_grad %db {offset = 3} : (tensor<1x1x64xf32>) -> tensor<128x64xf32>
   return
 }
+
+// MoE gradients round-trip.
+// CHECK-LABEL: func.func @moe_gradients
+// CHECK: parax.router_grad sigmoid %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {num_experts = 4 : i64, scaling_factor = 2.500000e+00 : f64, top_k = 2 : i64}
+// CHECK: parax.experts_grad
+// CHECK: parax.sigmoid_grad
+func.func @moe_gradients(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %dw: tensor<2x4x2xf32>, %b: tensor<4xf32>,
+                         %i: tensor<2x4x2xi32>, %wg: tensor<4x24x16xf32>, %wd: tensor<4x16x24xf32>) -> tensor<2x4x4xf32> {
+  %d = parax.router_grad sigmoid %x, %g, %dw, %b {num_experts = 4, top_k = 2, scaling_factor = 2.5} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<2x4x2xf32>, tensor<4xf32>) -> tensor<2x4x4xf32>
+  %dx, %dws, %dg, %du, %dd = parax.experts_grad %x, %dw, %i, %wg, %wg, %wd, %x : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>)
+  %s = parax.sigmoid_grad %d, %d : (tensor<2x4x4xf32>, tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  return %s : tensor<2x4x4xf32>
+}

@@ -394,7 +394,7 @@ def Parax_GeluOp : Parax_Op<"gelu"> {
   }];
   let arguments = (ins Parax_FloatTensor:$x, Parax_GeluApproxAttr:$approximate);
   let results = (outs Parax_FloatTensor:$result);
-  let assemblyFormat = "$approximate $x attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "`` $approximate $x attr-dict `:` functional-type(operands, results)";
 }
 
 def Parax_SwigluOp : Parax_FunctionalOp<"swiglu"> {
@@ -526,7 +526,7 @@ def Parax_RouterOp : Parax_Op<"router"> {
                        DefaultValuedAttr<I64Attr, "1">:$topk_groups);
   let results = (outs Parax_FloatTensor:$weights, StaticShapeTensorOf<[I32]>:$indices);
   let assemblyFormat = [{
-    $score_func $x `,` $gate (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+    `` $score_func $x `,` $gate (`,` $bias^)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
@@ -784,7 +784,7 @@ def Parax_GeluGradOp : Parax_Op<"gelu_grad"> {
   let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$dy,
                        Parax_GeluApproxAttr:$approximate);
   let results = (outs Parax_FloatTensor:$result);
-  let assemblyFormat = "$approximate $x `,` $dy attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "`` $approximate $x `,` $dy attr-dict `:` functional-type(operands, results)";
 }
 
 def Parax_LayerNormGradOp : Parax_FunctionalOp<"layer_norm_grad"> {
@@ -902,7 +902,7 @@ def Parax_RouterGradOp : Parax_Op<"router_grad"> {
                        DefaultValuedAttr<I64Attr, "1">:$topk_groups);
   let results = (outs Parax_FloatTensor:$result);
   let assemblyFormat = [{
-    $score_func $x `,` $gate `,` $dweights (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+    `` $score_func $x `,` $gate `,` $dweights (`,` $bias^)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
