@@ -268,6 +268,45 @@ Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &
   return Status::ok();
 }
 
+Status Checkpoint::readParameterBox(const std::string &name, const std::vector<int64_t> &shape,
+                                    const std::vector<int64_t> &start,
+                                    const std::vector<int64_t> &size, Tensor &out) const {
+  size_t e = name.find("{e}");
+  if (e == std::string::npos)
+    return readBox(name, shape, start, size, out);
+  if (shape.empty() || start.size() != shape.size() || size.size() != shape.size())
+    return PARAX_ERROR(path_ + ": a stack of experts '" + name + "' needs a leading expert dimension");
+  out = Tensor::floats(size);
+  std::vector<int64_t> inner(shape.begin() + 1, shape.end());
+  std::vector<int64_t> innerStart(start.begin() + 1, start.end());
+  std::vector<int64_t> innerSize(size.begin() + 1, size.end());
+  int64_t perExpert = out.numel() / std::max<int64_t>(size[0], 1);
+  for (int64_t x = 0; x < size[0]; ++x) {
+    std::string expert = name.substr(0, e) + std::to_string(start[0] + x) + name.substr(e + 3);
+    Tensor piece;
+    Status s = readBox(expert, inner, innerStart, innerSize, piece);
+    if (!s.isOk())
+      return s;
+    std::copy(piece.f.begin(), piece.f.end(), out.f.begin() + x * perExpert);
+  }
+  return Status::ok();
+}
+
+void putParameter(const std::string &name, Tensor whole, std::map<std::string, Tensor> &tensors) {
+  size_t e = name.find("{e}");
+  if (e == std::string::npos || whole.shape.empty()) {
+    tensors[name] = std::move(whole);
+    return;
+  }
+  std::vector<int64_t> inner(whole.shape.begin() + 1, whole.shape.end());
+  int64_t experts = whole.shape[0], perExpert = whole.numel() / std::max<int64_t>(experts, 1);
+  for (int64_t x = 0; x < experts; ++x) {
+    Tensor piece = Tensor::floats(inner);
+    std::copy(whole.f.begin() + x * perExpert, whole.f.begin() + (x + 1) * perExpert, piece.f.begin());
+    tensors[name.substr(0, e) + std::to_string(x) + name.substr(e + 3)] = std::move(piece);
+  }
+}
+
 StatusOr<Tensor> readNpy(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)

@@ -222,8 +222,6 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
       t.isInt = isInt;
       continue;
     }
-    std::vector<int64_t> global(buffer.global_shape().begin(), buffer.global_shape().end());
-    std::vector<int64_t> start = runtime::boxStart(*exe_, coords_, buffer);
     bool zero = false;
     for (const std::string &axis : buffer.partial())
       for (int i = 0; i < exe.grid().axis_names_size(); ++i)
@@ -239,29 +237,12 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
       if (hooks->alreadyHeld(buffer.id()))
         continue;
     }
-    const std::string &name = buffer.param_name();
-    size_t e = name.find("{e}");
-    if (e == std::string::npos) {
-      // This rank's box (of the piece, in a fused checkpoint tensor).
-      CheckpointBox box = checkpointBox(exe, coords_, buffer);
-      Status s = weights.readBox(name, box.shape, box.start, shape, t);
-      if (!s.isOk())
-        return s;
-    } else {
-      t = Tensor::floats(shape);
-      std::vector<int64_t> inner(global.begin() + 1, global.end());
-      std::vector<int64_t> innerStart(start.begin() + 1, start.end());
-      std::vector<int64_t> innerSize(shape.begin() + 1, shape.end());
-      int64_t perExpert = numelOf(innerSize);
-      for (int64_t x = 0; x < shape[0]; ++x) {
-        std::string expert = name.substr(0, e) + std::to_string(start[0] + x) + name.substr(e + 3);
-        Tensor piece;
-        Status s = weights.readBox(expert, inner, innerStart, innerSize, piece);
-        if (!s.isOk())
-          return s;
-        std::copy(piece.f.begin(), piece.f.end(), t.f.begin() + x * perExpert);
-      }
-    }
+    // This rank's box (of the piece, in a fused checkpoint tensor; of the
+    // experts it holds, in a stack).
+    CheckpointBox box = checkpointBox(exe, coords_, buffer);
+    Status s = weights.readParameterBox(buffer.param_name(), box.shape, box.start, shape, t);
+    if (!s.isOk())
+      return s;
     if (zero)
       std::fill(t.f.begin(), t.f.end(), 0.0f);
     if (hooks && hooks->parameterLoaded) {

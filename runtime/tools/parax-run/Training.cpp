@@ -360,8 +360,6 @@ Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer
   for (int s = 0; s < exe_.stages_size(); ++s)
     for (const pxe::Buffer &b : exe_.stages(s).buffers()) {
       if (b.role() != pxe::PARAMETER || b.dtype() == pxe::I32 || b.dtype() == pxe::I64) continue;
-      if (b.param_name().find("{e}") != std::string::npos)
-        return Status::error("parameter " + b.param_name() + ": stacked experts are not saved yet");
       if (std::find(pieces.begin(), pieces.end(), pieceName(b)) != pieces.end()) continue; // an earlier stage's
       pieces.push_back(pieceName(b));
       std::vector<int64_t> shape = runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), b).shape;
@@ -377,7 +375,7 @@ Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer
   Status st = gather(items, writer, tensors);
   if (!st.isOk()) return st;
   if (rank_ == writer)
-    for (size_t i = 0; i < names.size(); ++i) whole[names[i] + suffix] = std::move(tensors[i]);
+    for (size_t i = 0; i < names.size(); ++i) runtime::putParameter(names[i] + suffix, std::move(tensors[i]), whole);
   return Status::ok();
 }
 
@@ -435,7 +433,7 @@ Status Training::loadState(const runtime::Checkpoint &file, const std::string &p
     for (int which = 0; which < 2; ++which) {
       Tensor box;
       std::string name = b.param_name() + (which == 0 ? ".exp_avg" : ".exp_avg_sq");
-      s = file.readBox(name, where.shape, where.start, shape, box);
+      s = file.readParameterBox(name, where.shape, where.start, shape, box);
       if (!s.isOk()) return Status::error(path + ": " + s.message());
       Chunk c = shares ? chunkOf(box.numel()) : Chunk{0, box.numel(), box.numel()};
       (which == 0 ? states_[k].m : states_[k].v).assign(box.f.begin() + c.begin, box.f.begin() + c.end);

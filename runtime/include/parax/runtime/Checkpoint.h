@@ -33,6 +33,13 @@ public:
                  const std::vector<int64_t> &start,
                  const std::vector<int64_t> &size, Tensor &out) const;
 
+  /// readBox of a parameter: a name with "{e}" is a stack along dimension
+  /// 0 of per-expert tensors, each stored under the name with its expert's
+  /// index (as MoE checkpoints store experts).
+  Status readParameterBox(const std::string &name, const std::vector<int64_t> &shape,
+                          const std::vector<int64_t> &start,
+                          const std::vector<int64_t> &size, Tensor &out) const;
+
 private:
   Checkpoint() = default;
   std::string path_;
@@ -47,6 +54,10 @@ StatusOr<Tensor> readNpy(const std::string &path);
 /// Writes `tensors` as a safetensors file, every tensor F32 (what the
 /// runtime computes in), in name order.
 Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors);
+
+/// Puts the whole tensor `name` into `tensors`: a stack of experts ("{e}"
+/// in the name) as one tensor per expert, as readParameterBox reads them.
+void putParameter(const std::string &name, Tensor whole, std::map<std::string, Tensor> &tensors);
 
 /// Writes `t` as .npy (f4 or i4).
 Status writeNpy(const std::string &path, const Tensor &t);
