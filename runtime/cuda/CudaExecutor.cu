@@ -100,7 +100,8 @@ bool capturableOp(const std::string &op) {
                     "add", "mul", "silu", "sigmoid", "gelu", "swiglu", "reshape", "transpose", "broadcast", "slice",
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
-                    "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad"});
+                    "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad",
+                    "sigmoid_grad", "router_grad", "experts_grad"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -1381,10 +1382,10 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
-  if (op == "router") {
-    DeviceBuffer &x = in(0), &gate = in(1), &w = out(0), &idx = out(1);
+  if (op == "router" || op == "router_grad") {
+    DeviceBuffer &x = in(0), &gate = in(1);
     int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0], K = attrInt(a, "top_k");
-    if (K > 64) return Status::error("router: top_k above 64");
+    if (K > 64) return Status::error(op + ": top_k above 64");
     // Logits [tokens, E] in fp32 = x . gate^T, then scores and choice (2E per token).
     Status st = ensureScratch(tokens * E * 3 + (tokens * h + 1) / 2);
     if (!st.isOk()) return st;
@@ -1392,13 +1393,61 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     auto *xb = reinterpret_cast<__nv_bfloat16 *>(scratch + tokens * E * 3);
     st = gemm(x.data, x.elem, tokens, h, gate.data, gate.elem, true, E, logits, Elem::F32, xb);
     if (!st.isOk()) return st;
+    bool sigmoidScores = attrString(a, "score_func") == "sigmoid", normalize = attrInt(a, "normalize") != 0;
+    float scaling = static_cast<float>(attrFloat(a, "scaling_factor", 1.0));
+    int64_t groups = attrInt(a, "num_groups", 1), topkGroups = attrInt(a, "topk_groups", 1);
+    if (op == "router_grad") {
+      DeviceBuffer &dw = in(2), &dl = out();
+      return withFloat(dl, [&](auto t) {
+        using T = decltype(t);
+        PARAX_LAUNCH(routerGradKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
+            logits, inst.operands_size() == 4 ? in(3).as<T>() : nullptr, dw.as<T>(), choice, dl.as<T>(), tokens,
+            E, K, sigmoidScores, normalize, scaling, groups, topkGroups);
+        return Status::ok();
+      });
+    }
+    DeviceBuffer &w = out(0), &idx = out(1);
     return withFloat(w, [&](auto t) {
       using T = decltype(t);
       PARAX_LAUNCH(routerKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
           logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, w.as<T>(), idx.i(), tokens, E, K,
-          attrString(a, "score_func") == "sigmoid", attrInt(a, "normalize") != 0,
-          static_cast<float>(attrFloat(a, "scaling_factor", 1.0)), attrInt(a, "num_groups", 1),
-          attrInt(a, "topk_groups", 1));
+          sigmoidScores, normalize, scaling, groups, topkGroups);
+      return Status::ok();
+    });
+  }
+  if (op == "experts_grad") {
+    DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &dy = in(6);
+    ExpertsGradShape shape{idx.numel(), idx.shape.back(), wg.shape[0], x.shape.back(), wg.shape[1]};
+    for (const DeviceBuffer *b : {&w, &wg, &wu, &wd, &dy, &out(0), &out(1), &out(2), &out(3), &out(4)})
+      if (b->elem != x.elem)
+        return Status::error("experts_grad: activations, weights and gradients must share one element type");
+    // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); g, u, a
+    // [pairs, F] (fp32).
+    int64_t ints = 3 * shape.E + 2 * shape.pairs;
+    Status st = ensureScratch(ints + 3 * shape.pairs * shape.F);
+    if (!st.isOk()) return st;
+    auto *count = reinterpret_cast<int32_t *>(scratch);
+    int32_t *offset = count + shape.E, *cursor = offset + shape.E, *perm = cursor + shape.E, *pos = perm + shape.pairs;
+    float *g = scratch + ints, *u = g + shape.pairs * shape.F, *act = u + shape.pairs * shape.F;
+    PARAX_CUDA(cudaMemsetAsync(count, 0, shape.E * 4, stream));
+    PARAX_LAUNCH(expertCountKernel, blocksFor(shape.pairs), kThreads, 0, stream)(idx.i(), count, shape.pairs, shape.E);
+    PARAX_LAUNCH(expertOffsetsKernel, 1, 1, 0, stream)(count, offset, cursor, shape.E);
+    PARAX_LAUNCH(expertOrderKernel, blocksFor(shape.pairs), kThreads, 0, stream)(idx.i(), cursor, perm, pos,
+                                                                                shape.pairs, shape.E);
+    return withFloat(x, [&](auto t) {
+      using T = decltype(t);
+      int64_t pf = shape.pairs * shape.F;
+      PARAX_LAUNCH(expertsGateUpKernel<T>, blocksFor(pf), kThreads, 0, stream)(x.as<T>(), idx.i(), wg.as<T>(),
+                                                                              wu.as<T>(), g, u, act, shape);
+      PARAX_LAUNCH(expertsWeightGradKernel<T>, blocksFor(shape.pairs), kThreads, 0, stream)(
+          dy.as<T>(), idx.i(), wd.as<T>(), act, out(1).as<T>(), shape);
+      PARAX_LAUNCH(expertsSwigluGradKernel<T>, blocksFor(pf), kThreads, 0, stream)(dy.as<T>(), w.as<T>(), idx.i(),
+                                                                                  wd.as<T>(), g, u, shape);
+      PARAX_LAUNCH(expertsStackGradKernel<T>, blocksFor(3 * shape.E * shape.F * shape.H), kThreads, 0, stream)(
+          x.as<T>(), dy.as<T>(), w.as<T>(), perm, offset, count, g, u, act, out(2).as<T>(), out(3).as<T>(),
+          out(4).as<T>(), shape);
+      PARAX_LAUNCH(expertsInputGradKernel<T>, blocksFor(x.numel()), kThreads, 0, stream)(
+          idx.i(), wg.as<T>(), wu.as<T>(), g, u, out(0).as<T>(), shape);
       return Status::ok();
     });
   }
@@ -1586,6 +1635,14 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using T = decltype(t);
       PARAX_LAUNCH(sumToKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
           x.as<T>(), y.as<T>(), dimsOf(x.shape), dimsOf(y.shape), y.numel(), x.numel() / std::max<int64_t>(1, y.numel()));
+      return Status::ok();
+    });
+  }
+  if (op == "sigmoid_grad") {
+    return withFloat(out(), [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(sigmoidGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+          in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel());
       return Status::ok();
     });
   }
@@ -1791,11 +1848,12 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       touched.push_back(inst.operands(0)); // read by the transfer
     }
     const void *back = comm ? static_cast<const void *>(recv) : rowsBack.data;
-    return deferUntilNeeded(touched, [this, &y, back, slot, K, h] {
+    int64_t per = attrInt(a, "per_choice") ? 1 : K; // pairs a result row sums
+    return deferUntilNeeded(touched, [this, &y, back, slot, per, h] {
       return withFloat(y, [&](auto t) {
         using T = decltype(t);
         PARAX_LAUNCH(moeCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
-            static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, K, h);
+            static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, per, h);
         return Status::ok();
       });
     });

@@ -143,6 +143,158 @@ __global__ void swigluGradKernel(const T *g, const T *u, const T *dy, T *d, int6
   }
 }
 
+template <typename T>
+__global__ void sigmoidGradKernel(const T *x, const T *dy, T *dx, int64_t n) {
+  PARAX_GRID_STRIDE(k, n) {
+    float s = 1.0f / (1.0f + expf(-ld(x, k)));
+    st(dx, k, ld(dy, k) * s * (1.0f - s));
+  }
+}
+
+// One thread per token: the router's choice made again (routeToken), then
+// the gradient through the normalisation and scaling to the chosen scores,
+// and through the softmax or sigmoid to the logits. `scratch`: 2E floats a
+// token.
+template <typename T>
+__global__ void routerGradKernel(const float *logits, const T *bias, const T *dweights, float *scratch, T *dlogits,
+                                 int64_t tokens, int64_t E, int64_t K, bool sigmoidScores, bool normalize,
+                                 float scaling, int64_t groups, int64_t topkGroups) {
+  int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  float *scores = scratch + t * 2 * E, *ds = scores + E;
+  int32_t chosen[64];
+  routeToken(logits + t * E, bias, scores, ds, E, K, sigmoidScores, groups, topkGroups, chosen);
+  float sum = 1e-20f, dot = 0;
+  for (int64_t j = 0; j < K; ++j) {
+    sum += scores[chosen[j]];
+    dot += ld(dweights, t * K + j) * scores[chosen[j]];
+  }
+  for (int64_t e = 0; e < E; ++e) ds[e] = 0.0f;
+  for (int64_t j = 0; j < K; ++j) {
+    float dw = ld(dweights, t * K + j);
+    ds[chosen[j]] = scaling * (normalize ? dw / sum - dot / (sum * sum) : dw);
+  }
+  float mix = 0;
+  for (int64_t e = 0; e < E; ++e) mix += ds[e] * scores[e];
+  for (int64_t e = 0; e < E; ++e) {
+    float s = scores[e];
+    st(dlogits, t * E + e, sigmoidScores ? ds[e] * s * (1.0f - s) : s * (ds[e] - mix));
+  }
+}
+
+// The experts' gradients, one thread per output element with fp32 sums
+// (not tiled: a GEMM's flops without a GEMM's reuse; see docs/training.md).
+// Pairs p = (token p / K, choice p % K), expert e = idx[p] (outside 0 .. E-1:
+// none); perm lists the pairs expert by expert (offset, count on the device,
+// as the forward's expertOrderKernel leaves them).
+struct ExpertsGradShape {
+  int64_t pairs, K, E, H, F;
+};
+
+// g, u = x · W_gateᵀ, x · W_upᵀ per pair and f; a = silu(g) · u.
+template <typename T>
+__global__ void expertsGateUpKernel(const T *x, const int32_t *idx, const T *wg, const T *wu, float *g, float *u,
+                                    float *act, ExpertsGradShape s) {
+  PARAX_GRID_STRIDE(i, s.pairs * s.F) {
+    int64_t p = i / s.F, f = i % s.F, e = idx[p];
+    float gs = 0, us = 0;
+    if (e >= 0 && e < s.E) {
+      const T *xr = x + (p / s.K) * s.H, *gr = wg + (e * s.F + f) * s.H, *ur = wu + (e * s.F + f) * s.H;
+      for (int64_t h = 0; h < s.H; ++h) {
+        float xv = ld(xr, h);
+        gs += xv * ld(gr, h);
+        us += xv * ld(ur, h);
+      }
+    }
+    g[i] = gs;
+    u[i] = us;
+    act[i] = gs / (1.0f + expf(-gs)) * us;
+  }
+}
+
+// dweights[p] = dy[token] · (a · W_downᵀ), one thread per pair.
+template <typename T>
+__global__ void expertsWeightGradKernel(const T *dy, const int32_t *idx, const T *wd, const float *act, T *dweights,
+                                        ExpertsGradShape s) {
+  PARAX_GRID_STRIDE(p, s.pairs) {
+    int64_t e = idx[p];
+    float dot = 0;
+    if (e >= 0 && e < s.E) {
+      const T *dyr = dy + (p / s.K) * s.H;
+      for (int64_t c = 0; c < s.H; ++c) {
+        const T *wr = wd + (e * s.H + c) * s.F;
+        float o = 0;
+        for (int64_t f = 0; f < s.F; ++f) o += act[p * s.F + f] * ld(wr, f);
+        dot += ld(dyr, c) * o;
+      }
+    }
+    st(dweights, p, dot);
+  }
+}
+
+// da = weight · dy[token] · W_down, then g becomes dg = da · u · silu'(g)
+// and u becomes du = da · silu(g), per pair and f.
+template <typename T>
+__global__ void expertsSwigluGradKernel(const T *dy, const T *weights, const int32_t *idx, const T *wd, float *g,
+                                        float *u, ExpertsGradShape s) {
+  PARAX_GRID_STRIDE(i, s.pairs * s.F) {
+    int64_t p = i / s.F, f = i % s.F, e = idx[p];
+    float da = 0;
+    if (e >= 0 && e < s.E) {
+      const T *dyr = dy + (p / s.K) * s.H;
+      for (int64_t c = 0; c < s.H; ++c) da += ld(dyr, c) * ld(wd, (e * s.H + c) * s.F + f);
+      da *= ld(weights, p);
+    }
+    float gate = g[i], sig = 1.0f / (1.0f + expf(-gate));
+    g[i] = da * u[i] * (sig + gate * sig * (1.0f - sig));
+    u[i] = da * gate * sig;
+  }
+}
+
+// The stacks' gradients, one thread per element, each summing over its
+// expert's pairs: dw_down[e, c, f] = Σ weight · dy[c] · a[f];
+// dw_gate[e, f, h] = Σ dg[f] · x[h]; dw_up likewise with du.
+template <typename T>
+__global__ void expertsStackGradKernel(const T *x, const T *dy, const T *weights, const int32_t *perm,
+                                       const int32_t *offset, const int32_t *count, const float *dg,
+                                       const float *du, const float *act, T *dwg, T *dwu, T *dwd,
+                                       ExpertsGradShape s) {
+  int64_t each = s.F * s.H;
+  PARAX_GRID_STRIDE(i, 3 * s.E * each) {
+    int64_t which = i / (s.E * each), r = i % (s.E * each), e = r / each, at = r % each;
+    float sum = 0;
+    for (int64_t q = offset[e]; q < offset[e] + count[e]; ++q) {
+      int64_t p = perm[q], token = p / s.K;
+      if (which == 2) { // down [E, H, F]
+        int64_t c = at / s.F, f = at % s.F;
+        sum += ld(weights, p) * ld(dy, token * s.H + c) * act[p * s.F + f];
+      } else { // gate / up [E, F, H]
+        int64_t f = at / s.H, h = at % s.H;
+        sum += (which == 0 ? dg : du)[p * s.F + f] * ld(x, token * s.H + h);
+      }
+    }
+    st(which == 0 ? dwg : which == 1 ? dwu : dwd, r, sum);
+  }
+}
+
+// dx[t, h] = Σ over token t's pairs of dg · W_gate[e][:, h] + du · W_up[e][:, h].
+template <typename T>
+__global__ void expertsInputGradKernel(const int32_t *idx, const T *wg, const T *wu, const float *dg,
+                                       const float *du, T *dx, ExpertsGradShape s) {
+  int64_t tokens = s.pairs / s.K;
+  PARAX_GRID_STRIDE(i, tokens * s.H) {
+    int64_t t = i / s.H, h = i % s.H;
+    float sum = 0;
+    for (int64_t j = 0; j < s.K; ++j) {
+      int64_t p = t * s.K + j, e = idx[p];
+      if (e < 0 || e >= s.E) continue;
+      for (int64_t f = 0; f < s.F; ++f)
+        sum += dg[p * s.F + f] * ld(wg, (e * s.F + f) * s.H + h) + du[p * s.F + f] * ld(wu, (e * s.F + f) * s.H + h);
+    }
+    st(dx, i, sum);
+  }
+}
+
 // Where attention's queries sit (as attentionKernel's: query s at past + s
 // · stride, seeing keys up to it when causal) and which KV head each local
 // query head reads.

@@ -614,16 +614,12 @@ template <typename T> __global__ void argmaxRowsKernel(const T *x, int32_t *inde
   if (threadIdx.x == 0) index[blockIdx.x] = static_cast<int32_t>(where[0]);
 }
 
-// One thread per token: scores, choice (+bias, groups), top-k weights/indices.
-// The logits come from a GEMM in fp32; bias and weights have the storage T.
+// One token's scores (softmax or sigmoid of its logits `l`) and its top-k
+// experts, best first (`chosen`, K <= 64): the largest scores + bias within
+// the allowed groups. `choice` is E floats of scratch.
 template <typename T>
-__global__ void routerKernel(const float *logits, const T *bias, float *scratch, T *weights, int32_t *indices,
-                             int64_t tokens, int64_t E, int64_t K, bool sigmoidScores, bool normalize,
-                             float scaling, int64_t groups, int64_t topkGroups) {
-  int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= tokens) return;
-  const float *l = logits + t * E;
-  float *scores = scratch + t * 2 * E, *choice = scores + E;
+__device__ void routeToken(const float *l, const T *bias, float *scores, float *choice, int64_t E, int64_t K,
+                           bool sigmoidScores, int64_t groups, int64_t topkGroups, int32_t *chosen) {
   float m = -INFINITY, sum = 0;
   for (int64_t e = 0; e < E; ++e) m = fmaxf(m, l[e]);
   for (int64_t e = 0; e < E; ++e) {
@@ -651,19 +647,31 @@ __global__ void routerKernel(const float *logits, const T *bias, float *scratch,
       for (int64_t e = worst * per; e < (worst + 1) * per; ++e) choice[e] = -INFINITY;
     }
   }
-  float total = 0;
-  float chosen[64];
   for (int64_t j = 0; j < K; ++j) {
     int64_t best = -1;
     for (int64_t e = 0; e < E; ++e)
       if (best < 0 || choice[e] > choice[best]) best = e;
-    indices[t * K + j] = static_cast<int32_t>(best);
-    chosen[j] = scores[best];
-    total += scores[best];
+    chosen[j] = static_cast<int32_t>(best);
     choice[best] = -INFINITY;
   }
+}
+
+// One thread per token: scores, choice (+bias, groups), top-k weights/indices.
+// The logits come from a GEMM in fp32; bias and weights have the storage T.
+template <typename T>
+__global__ void routerKernel(const float *logits, const T *bias, float *scratch, T *weights, int32_t *indices,
+                             int64_t tokens, int64_t E, int64_t K, bool sigmoidScores, bool normalize,
+                             float scaling, int64_t groups, int64_t topkGroups) {
+  int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  float *scores = scratch + t * 2 * E;
+  int32_t chosen[64];
+  routeToken(logits + t * E, bias, scores, scores + E, E, K, sigmoidScores, groups, topkGroups, chosen);
+  float total = 0;
+  for (int64_t j = 0; j < K; ++j) total += scores[chosen[j]];
   for (int64_t j = 0; j < K; ++j) {
-    float w = chosen[j];
+    indices[t * K + j] = chosen[j];
+    float w = scores[chosen[j]];
     if (normalize) w /= (total + 1e-20f);
     st(weights, t * K + j, w * scaling);
   }
@@ -906,14 +914,16 @@ __global__ void moeUnpackKernel(const float *recv, T *rows, T *weights, int32_t 
   }
 }
 
-// y[t, c] = the sum over token t's pairs (in order) of their returned rows.
+// y[t, c] = the sum over token t's pairs (in order) of their returned rows:
+// each of the `rows` result rows sums the `per` pairs it holds (a token's
+// K choices; one pair per row with per_choice).
 template <typename T>
-__global__ void moeCombineKernel(const T *back, const int32_t *slot, T *y, int64_t tokens, int64_t K, int64_t h) {
-  PARAX_GRID_STRIDE(i, tokens * h) {
+__global__ void moeCombineKernel(const T *back, const int32_t *slot, T *y, int64_t rows, int64_t per, int64_t h) {
+  PARAX_GRID_STRIDE(i, rows * h) {
     int64_t t = i / h, c = i % h;
     float a = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
-      int64_t s = slot[t * K + j];
+    for (int64_t j = 0; j < per; ++j) {
+      int64_t s = slot[t * per + j];
       if (s >= 0) a += ld(back, s * h + c);
     }
     st(y, i, a);

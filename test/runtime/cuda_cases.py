@@ -145,6 +145,10 @@ TRAIN = {
     "train-llama-bf16-dp2-tp2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16"),
     "train-gpt2": ("tiny-gpt2", 2, 8, None, 1),  # biases, LayerNorms, GELU, positions, fused QKV
     "train-gpt2-cp2-tp2": ("tiny-gpt2", 2, 8, "cp=2,tp=2,dp=1", 4),
+    # Mixture of experts: the router's and the experts' gradients; under EP
+    # dy dispatched, dx and the router weights' gradients combined back.
+    "train-mixtral-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2),
+    "train-deepseek-v3": ("tiny-deepseek-v3", 2, 8, None, 1),  # sigmoid router, groups, bias; MLA
     # Optimizer steps (parax-run --optimizer): two steps, the second's loss
     # and gradients compared, so the first's update (fp32 master copies on
     # the host, written back to the device, the moves of parameters run
@@ -154,6 +158,8 @@ TRAIN = {
                                   ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--clip-grad-norm", "1"]),
     "train-llama-bf16-adamw-dp2-tp2-zero": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",
                                             ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--zero"]),
+    "train-qwen2-moe-adamw-ep2-tp2": ("tiny-qwen2-moe", 2, 8, "ep=2,tp=2,dp=1", 4, "f32",
+                                      ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3"]),
 }
 
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|

@@ -199,6 +199,35 @@ OPS = {
                        "parax.gelu_grad tanh %x, %dy", t(3, 333), {}),
     "gelu_grad-erf": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
                       "parax.gelu_grad none %x, %dy", t(3, 333), {}),
+    "sigmoid_grad": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
+                     "parax.sigmoid_grad %x, %dy", t(3, 333), {}),
+    # Mixture of experts' gradients: the router's choice made again, the
+    # experts' five gradients (an unused dispatch row adds nothing).
+    "router_grad-softmax": (
+        [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate"), ("dw", t(2, 5, 2), None)],
+        "parax.router_grad softmax %x, %gate, %dw {num_experts = 8 : i64, top_k = 2 : i64, normalize}",
+        t(2, 5, 8), {}),
+    "router_grad-sigmoid-groups-bias": (
+        [("x", t(2, 5, 40), None), ("gate", t(16, 40), "gate"), ("dw", t(2, 5, 4), None), ("bias", t(16), "bias")],
+        "parax.router_grad sigmoid %x, %gate, %dw, %bias {num_experts = 16 : i64, top_k = 4 : i64, normalize,"
+        " num_groups = 4 : i64, topk_groups = 2 : i64, scaling_factor = 2.5 : f64}",
+        t(2, 5, 16), {}),
+    "experts_grad": (
+        [("x", t(2, 3, 40), None), ("w", t(2, 3, 2), None), ("idx", t(2, 3, 2, elem="i32"), None),
+         ("wg", t(4, 30, 40), "wg"), ("wu", t(4, 30, 40), "wu"), ("wd", t(4, 40, 30), "wd"),
+         ("dy", t(2, 3, 40), None)],
+        "parax.experts_grad %x, %w, %idx, %wg, %wu, %wd, %dy",
+        (t(2, 3, 40), t(2, 3, 2), t(4, 30, 40), t(4, 30, 40), t(4, 40, 30)), {"idx": "experts:4"}),
+    "experts_grad-unused-rows": (
+        [("x", t(8, 24), None), ("w", t(8, 1), None), ("idx", t(8, 1, elem="i32"), None),
+         ("wg", t(2, 16, 24), "wg"), ("wu", t(2, 16, 24), "wu"), ("wd", t(2, 24, 16), "wd"),
+         ("dy", t(8, 24), None)],
+        "parax.experts_grad %x, %w, %idx, %wg, %wu, %wd, %dy",
+        (t(8, 24), t(8, 1), t(2, 16, 24), t(2, 16, 24), t(2, 24, 16)), {"idx": "experts-holes:2"}),
+    "moe_combine-per_choice": (  # each pair's row in place, not summed per token
+        [("rows", t(12, 7), None), ("idx", t(2, 3, 2, elem="i32"), None)],
+        'parax.moe_combine %rows, %idx over @g ["tp"] {num_experts = 4 : i64, per_choice}', t(2, 3, 2, 7),
+        {"idx": "experts:4"}),
     "layer_norm_grad-wide": (
         [("x", t(3, 700), None), ("w", t(700), "w"), ("dy", t(3, 700), None)],
         "parax.layer_norm_grad %x, %w, %dy {eps = 1.0e-05 : f64}", t(3, 700), {}),
@@ -214,7 +243,8 @@ OPS = {
 }
 
 # Case-name suffixes of an op's results, by their count.
-RESULT_SUFFIXES = {2: ("-weights", "-indices"), 3: ("-dq", "-dk", "-dv")}
+RESULT_SUFFIXES = {2: ("-weights", "-indices"), 3: ("-dq", "-dk", "-dv"),
+                   5: ("-dx", "-dweights", "-dw_gate", "-dw_up", "-dw_down")}
 
 
 def cases():
@@ -264,9 +294,12 @@ def _mlir(case):
     results = result if isinstance(result, tuple) else (result,)
     operand_types = ", ".join(ty for a, ty, _ in args if f"%{a}" in body)
     names = ", ".join(f"%r{i}" for i in range(len(results)))
-    # Collectives print their types as `T -> T`.
-    signature = (f"{operand_types} -> {results[0]}" if " over @g " in body
-                 else f"({operand_types}) -> ({', '.join(results)})")
+    # Collectives print their types as `T -> T` (`(T, T) -> T` for two operands).
+    if " over @g " in body:
+        signature = (f"({operand_types}) -> {results[0]}" if "," in operand_types
+                     else f"{operand_types} -> {results[0]}")
+    else:
+        signature = f"({operand_types}) -> ({', '.join(results)})"
     return (f"func.func @f(\n    {params}) -> {results[k]} {{\n"
             f"  {names} = {body} : {signature}\n"
             f"  return %r{k} : {results[k]}\n}}\n")
