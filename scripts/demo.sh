@@ -2,10 +2,11 @@
 # The main job: a tiny model end to end (plan -> partition -> translate ->
 # mpirun on 4 CPU ranks, checked against the single-rank run; then a greedy
 # generation loop over one program, a training step's loss and gradients,
-# and 8 AdamW steps with ZeRO-1, 4 ranks against 1), then preset
-# models verified and summarised (parameters, bytes, FLOPs per token), a
-# large model planned for a cluster (training and decode), and a planned
-# model partitioned into per-rank programs.
+# 8 AdamW steps with ZeRO-1, and 8 of a mixture of experts under expert
+# parallelism, 4 ranks against 1), then preset models verified and
+# summarised (parameters, bytes, FLOPs per token), a large model planned for
+# a cluster (training and decode), and a planned model partitioned into
+# per-rank programs.
 #
 #   scripts/demo.sh                       # llama3-8b, mixtral-8x7b, deepseek-v3
 #   scripts/demo.sh llama3-405b gpt3-175b # any presets (python3 -m parax.models --list)
