@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A mixture-of-experts training step on CPU ranks (not a test): the loss and
+# every parameter's gradient of a Mixtral-shaped model (2 layers, hidden
+# 512, 8 experts of FFN 1024, top 2, fp32) over 4 sequences of 128 tokens,
+# on one rank and over two with expert parallelism (each rank 4 experts and
+# 2 sequences: tokens dispatched to their experts' ranks, dy dispatched
+# back the same way in the backward pass, the non-expert gradients
+# all-reduced). The forward pass alone on one rank gives the step's
+# backward/forward ratio. Side by side in rounds; prints each run's step
+# time, then the medians and the ratios.
+#
+#   bench/train-moe.sh [build-dir] [rounds]
+BENCH=train-moe-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+cat > "$work/config.json" <<JSON
+{"model_type": "mixtral", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2,
+ "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8192,
+ "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+ "num_local_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": false}
+JSON
+"$py" -c 'import sys; from parax.checkpoint import random_weights, save_safetensors; from parax.models import load_config; save_safetensors(sys.argv[1] + "/w.safetensors", random_weights(load_config(sys.argv[1] + "/config.json"), seed=1))' "$work"
+tokens tokens 4 128 2
+tokens labels 4 128 3
+"$py" -m parax.models "$work/config.json" --batch 4 --seq 128 --dtype f32 --loss -o "$work/loss.mlir"
+"$build/bin/parax-translate" --to-executable "$work/loss.mlir" -o "$work/forward.pxe"
+"$build/bin/parax-opt" "$work/loss.mlir" --parax-autodiff -o "$work/single.mlir"
+"$build/bin/parax-translate" --to-executable "$work/single.mlir" -o "$work/single.pxe"
+cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
+"$build/bin/parax-opt" "$work/loss.mlir" --parax-plan="cluster=$cluster workload=train:batch=4,seq=128,ep=2,dp=1,pp=1" \
+  --parax-autodiff --parax-partition -o "$work/ep2.mlir"
+"$build/bin/parax-translate" --to-executable "$work/ep2.mlir" -o "$work/ep2.pxe"
+
+step() { # ranks executable -> the median step time in ms
+  timeout 600 mpirun -np "$1" --oversubscribe --bind-to none "$build/bin/parax-run" "$2" \
+    --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --steps 3 |
+    grep "step time" | sed -E 's/.*step time ([0-9.]+) ms.*/\1/'
+}
+for round in $(seq "$rounds"); do
+  fwd="$(step 1 "$work/forward.pxe")"
+  one="$(step 1 "$work/single.pxe")"
+  ep="$(step 2 "$work/ep2.pxe")"
+  echo "round $round: forward $fwd ms; training step: 1 rank $one ms, EP2 $ep ms"
+  echo "$fwd $one $ep" >> "$work/figures"
+done
+"$py" - "$work/figures" <<'PY'
+import sys
+import numpy as np
+fwd, one, ep = np.median(np.loadtxt(sys.argv[1], ndmin=2), axis=0)
+print(f"medians, 512 tokens: forward alone {fwd:.1f} ms; training step on 1 rank {one:.1f} ms "
+      f"({one / fwd:.2f}x the forward), EP2 {ep:.1f} ms ({one / ep:.2f}x one rank)")
+PY
