@@ -411,39 +411,22 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         return same();
       })
-      .Case<RouterOp>([&](RouterOp router) -> FailureOr<SmallVector<Layout>> {
+      .Case<RouterOp, RouterGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
             failed(wholeDim(out.dims.size() - 1, "top-k needs every expert")))
           return failure();
+        // x, the gate, (the gradient's dweights: x's tokens), (the bias).
         SmallVector<Layout> layouts = {out, Layout::replicated(2)};
-        if (router.getBias())
+        if (isa<RouterGradOp>(op))
+          layouts.push_back(out);
+        if (layouts.size() < op->getNumOperands())
           layouts.push_back(Layout::replicated(1));
         return layouts;
       })
-      .Case<ExpertsOp>([&](ExpertsOp) -> FailureOr<SmallVector<Layout>> {
-        if (failed(wholeDim(out.dims.size() - 1,
-                            "experts need the whole hidden dimension")))
-          return failure();
-        Layout x = out;
-        x.partial.clear();
-        Layout gateUp = Layout::replicated(3), down = Layout::replicated(3);
-        gateUp.dims[1] = out.partial; // every expert's FFN split
-        down.dims[2] = out.partial;
-        return SmallVector<Layout>{x, x, x, gateUp, gateUp, down};
-      })
-      .Case<RouterGradOp>([&](RouterGradOp grad) -> FailureOr<SmallVector<Layout>> {
-        if (failed(noPartial()) ||
-            failed(wholeDim(out.dims.size() - 1, "top-k needs every expert")))
-          return failure();
-        SmallVector<Layout> layouts = {out, Layout::replicated(2), out};
-        if (grad.getBias())
-          layouts.push_back(Layout::replicated(1));
-        return layouts;
-      })
-      .Case<ExpertsGradOp>([&](ExpertsGradOp) -> FailureOr<SmallVector<Layout>> {
-        // As the experts': each expert's FFN split over the partial sum's
-        // axes (the gradients by x and the router's weights are partial
-        // sums over them); the stacks split on experts by the partitioner.
+      .Case<ExpertsOp, ExpertsGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        // Each expert's FFN split over the partial sum's axes (a gradient's
+        // by x and by the router's weights are partial sums over them too);
+        // the stacks split on experts by the partitioner; dy as x.
         if (failed(wholeDim(out.dims.size() - 1,
                             "experts need the whole hidden dimension")))
           return failure();
@@ -452,7 +435,10 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         Layout gateUp = Layout::replicated(3), down = Layout::replicated(3);
         gateUp.dims[1] = out.partial;
         down.dims[2] = out.partial;
-        return SmallVector<Layout>{x, x, x, gateUp, gateUp, down, x};
+        SmallVector<Layout> layouts = {x, x, x, gateUp, gateUp, down};
+        if (isa<ExpertsGradOp>(op))
+          layouts.push_back(x);
+        return layouts;
       })
       .Case<CrossEntropyOp>([&](CrossEntropyOp ce) -> FailureOr<SmallVector<Layout>> {
         // The tokens split as the labels are (integers are never

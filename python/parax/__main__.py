@@ -109,6 +109,32 @@ def run_model(exe, weights, inputs, output=None, ranks=1, steps=1, generate=0, p
     return _run(cmd, env=MPI_ENV, timeout=600)
 
 
+def _single_rank_training(ir, exe):
+    """The training step of model `ir` (a loss) unpartitioned, as `exe`."""
+    single = exe.replace(".pxe", ".mlir")
+    _run([_tool("parax-opt"), ir, "--parax-autodiff", "-o", single])
+    _run([_tool("parax-translate"), "--to-executable", single, "-o", exe])
+
+
+def _adamw_one_rank_and_four(single_exe, exe, weights, inputs, work, clip=()):
+    """8 AdamW steps on one rank and on 4 (with ZeRO-1), printed: (the 4
+    ranks' losses, the largest difference of losses and trained weights)."""
+    trained = []
+    for exe_path, ranks, zero in ((single_exe, 1, []), (exe, 4, ["--zero"])):
+        saved = os.path.join(work, f"trained{ranks}.safetensors")
+        losses = os.path.join(work, f"losses{ranks}.npy")
+        line = run_model(exe_path, weights, inputs, ranks=ranks, steps=8,
+                         extra=["--optimizer", "adamw", "--lr", "1e-2", "--weight-decay", "0.1", "--eps", "1e-3",
+                                *clip, *zero, "--save-weights", saved, "--losses", losses])
+        print("  " + line.strip().splitlines()[-1])
+        trained.append((np.load(losses), load_safetensors(saved)))
+    (one_losses, one_w), (four_losses, four_w) = trained
+    diff = max(float(np.abs(one_losses - four_losses).max()),
+               max(float(np.abs(one_w[k] - four_w[k]).max()) for k in one_w))
+    print(f"  losses (4 ranks): {' '.join(f'{v:.4f}' for v in four_losses)}")
+    return four_losses, diff
+
+
 def demo():
     work = tempfile.mkdtemp(prefix="parax-demo-")
     cfg = load_config("tiny-llama")
@@ -198,9 +224,7 @@ def demo():
     train_exe, train_single = os.path.join(train_dir, "train.pxe"), os.path.join(train_dir, "single.pxe")
     compile_model(train_ir, cluster, "train:batch=4,seq=8,dp=2,tp=2,pp=1", train_exe, workdir=train_dir,
                   show_plans=False, train=True)
-    single_ir = os.path.join(train_dir, "single.mlir")
-    _run([_tool("parax-opt"), train_ir, "--parax-autodiff", "-o", single_ir])
-    _run([_tool("parax-translate"), "--to-executable", single_ir, "-o", train_single])
+    _single_rank_training(train_ir, train_single)
     results = []
     for exe_path, ranks in ((train_single, 1), (train_exe, 4)):
         outs = [os.path.join(train_dir, f"out{ranks}-{k}.npy") for k in range(22)]
@@ -212,19 +236,8 @@ def demo():
 
     print("\n== train: 8 AdamW steps (lr 1e-2, weight decay 0.1, eps 1e-3, gradients clipped to norm 1) "
           "on 4 ranks (dp=2 x tp=2, ZeRO-1: each replica updates half of every box) and on 1 rank")
-    trained = []
-    for exe_path, ranks, zero in ((train_single, 1, []), (train_exe, 4, ["--zero"])):
-        saved = os.path.join(train_dir, f"trained{ranks}.safetensors")
-        losses = os.path.join(train_dir, f"losses{ranks}.npy")
-        line = run_model(exe_path, weights, train_inputs, ranks=ranks, steps=8,
-                         extra=["--optimizer", "adamw", "--lr", "1e-2", "--weight-decay", "0.1", "--eps", "1e-3",
-                                "--clip-grad-norm", "1", *zero, "--save-weights", saved, "--losses", losses])
-        print("  " + line.strip().splitlines()[-1])
-        trained.append((np.load(losses), load_safetensors(saved)))
-    (one_losses, one_w), (four_losses, four_w) = trained
-    opt_diff = max(float(np.abs(one_losses - four_losses).max()),
-                   max(float(np.abs(one_w[k] - four_w[k]).max()) for k in one_w))
-    print(f"  losses (4 ranks): {' '.join(f'{v:.4f}' for v in four_losses)}")
+    four_losses, opt_diff = _adamw_one_rank_and_four(train_single, train_exe, weights, train_inputs, train_dir,
+                                                     clip=["--clip-grad-norm", "1"])
     print(f"== largest |difference| between the 4-rank and single-rank losses and trained weights: {opt_diff:.3g}")
 
     print("\n== train a mixture of experts: tiny-mixtral (4 experts, top 2), 8 AdamW steps on 4 ranks "
@@ -241,22 +254,8 @@ def demo():
     moe_exe, moe_single = os.path.join(moe_dir, "train.pxe"), os.path.join(moe_dir, "single.pxe")
     compile_model(moe_ir, cluster, "train:batch=4,seq=8,dp=2,ep=2,pp=1", moe_exe, workdir=moe_dir,
                   show_plans=False, train=True)
-    moe_single_ir = os.path.join(moe_dir, "single.mlir")
-    _run([_tool("parax-opt"), moe_ir, "--parax-autodiff", "-o", moe_single_ir])
-    _run([_tool("parax-translate"), "--to-executable", moe_single_ir, "-o", moe_single])
-    moe_trained = []
-    for exe_path, ranks, zero in ((moe_single, 1, []), (moe_exe, 4, ["--zero"])):
-        saved = os.path.join(moe_dir, f"trained{ranks}.safetensors")
-        losses = os.path.join(moe_dir, f"losses{ranks}.npy")
-        line = run_model(exe_path, moe_weights, train_inputs, ranks=ranks, steps=8,
-                         extra=["--optimizer", "adamw", "--lr", "1e-2", "--weight-decay", "0.1", "--eps", "1e-3",
-                                *zero, "--save-weights", saved, "--losses", losses])
-        print("  " + line.strip().splitlines()[-1])
-        moe_trained.append((np.load(losses), load_safetensors(saved)))
-    (one_losses, one_w), (four_losses_moe, four_w) = moe_trained
-    moe_diff = max(float(np.abs(one_losses - four_losses_moe).max()),
-                   max(float(np.abs(one_w[k] - four_w[k]).max()) for k in one_w))
-    print(f"  losses (4 ranks): {' '.join(f'{v:.4f}' for v in four_losses_moe)}")
+    _single_rank_training(moe_ir, moe_single)
+    four_losses_moe, moe_diff = _adamw_one_rank_and_four(moe_single, moe_exe, moe_weights, train_inputs, moe_dir)
     print(f"== largest |difference| between the 4-rank and single-rank losses and trained weights "
           f"(every expert's): {moe_diff:.3g}")
     print(f"(files in {work})")

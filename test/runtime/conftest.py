@@ -126,12 +126,15 @@ class Model:
         picked = np.take_along_axis(logp, self.labels[..., None].astype(np.int64), axis=-1)
         return float(-picked.mean())
 
-    def compile(self, name, workload=None, devices=1, autodiff=False):
+    def compile(self, name, workload=None, devices=1, autodiff=False, recompute=None):
         """plan (oracle cluster) -> partition -> translate; returns the .pxe.
         With `autodiff`, a training step (--parax-autodiff after the plan):
-        the loss, then every parameter's gradient."""
+        the loss, then every parameter's gradient; `recompute`: then
+        --parax-recompute in that mode."""
         ir = self.ir
         passes = ["--parax-autodiff"] if autodiff else []
+        if recompute:
+            passes.append(f"--parax-recompute=mode={recompute}")
         if workload:
             passes = [f"--parax-plan=cluster={ORACLE_CLUSTER}:devices_per_node={devices} "
                       f"workload={workload}"] + passes + ["--parax-partition"]

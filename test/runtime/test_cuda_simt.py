@@ -279,3 +279,45 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
     planner = cuda_cases.plan_figure(planned) - 1.5e9
     print(f"planner {planner / 1e6:.1f} MB, runtime {runtime / 1e6:.1f} MB")
     assert abs(planner - runtime) <= 0.05 * runtime, (planner, runtime, out)
+
+
+def test_recompute_lowers_the_temporaries_live_at_once(tmp_path):
+    """A training step of a 4-layer Llama (hidden 128, 4 sequences of 128
+    tokens: activations outweigh the weights' gradients; fp32) on the CUDA
+    backend: the temporaries live at once (the arena's lower bound, `--steps
+    0`) fall with --parax-recompute, selective below none (attention's and
+    the norms' results no longer kept for the backward pass) and full below
+    selective (only each layer's input kept). Measured: 15.2, 11.3 and 6.8
+    MB. (That the gradients stay the same: test_training.py.)"""
+    import json
+    import re
+    import subprocess
+    import numpy as np
+    from parax.checkpoint import random_weights, save_safetensors
+    from parax.models import build_model, load_config
+    tool("parax-run-simt")
+    d = str(tmp_path)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
+                   "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "vocab_size": 256, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+                   "rope_theta": 10000.0, "tie_word_embeddings": False}, f)
+    cfg = load_config(os.path.join(d, "config.json"))
+    with open(os.path.join(d, "model.mlir"), "w") as f:
+        f.write(build_model(cfg, batch=4, seq=128, dtype="f32", loss=True))
+    save_safetensors(os.path.join(d, "w.safetensors"), random_weights(cfg, seed=0))
+    rng = np.random.default_rng(0)
+    for name in ("tokens", "labels"):
+        np.save(os.path.join(d, f"{name}.npy"), rng.integers(0, 256, (4, 128)).astype(np.int32))
+    live = {}
+    for mode in ("none", "selective", "full"):
+        ir, exe = os.path.join(d, f"{mode}.mlir"), os.path.join(d, f"{mode}.pxe")
+        subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"), "--parax-autodiff",
+                        f"--parax-recompute=mode={mode}", "-o", ir], check=True, timeout=120)
+        subprocess.run([tool("parax-translate"), "--to-executable", ir, "-o", exe], check=True, timeout=120)
+        run = [tool("parax-run-simt"), exe, "--weights", os.path.join(d, "w.safetensors"), "--device", "cuda",
+               "--input", os.path.join(d, "tokens.npy"), "--input", os.path.join(d, "labels.npy")]
+        out = subprocess.run(run + ["--steps", "0"], capture_output=True, text=True, check=True, timeout=300).stdout
+        live[mode] = int(re.search(r"live at once: (\d+)", out).group(1))
+    print("temporaries live at once:", live)
+    assert live["full"] < live["selective"] < live["none"], live

@@ -208,24 +208,32 @@ def test_zero_splits_the_optimizer_state(tmp_path):
     assert "(ZeRO-1)" in stdout and int(re.search(r"(\d+) bytes of optimizer", stdout).group(1)) == state["--zero"]
 
 
+def saved_then_resumed(model, exe, ranks, tmp_path):
+    """Two AdamW steps saved (--save-weights, --save-optimizer), then two
+    more from what was saved (--load-optimizer): (the saved state, the
+    resumed weights); `model` then loads the halfway weights."""
+    import shutil
+    state = str(tmp_path / "state.safetensors")
+    train(model, exe, ranks, 2, SHARDED_ADAMW + ["--save-optimizer", state])
+    halfway = str(tmp_path / "halfway.safetensors")
+    shutil.copy(os.path.join(model.dir, "trained.safetensors"), halfway)
+    model.checkpoint = halfway
+    resumed, _, _ = train(model, exe, ranks, 2, SHARDED_ADAMW + ["--load-optimizer", state])
+    return load_safetensors(state), resumed
+
+
 def test_a_run_resumes_from_saved_weights_and_moments(tmp_path):
     """Four AdamW steps in one run equal two steps saved (--save-weights,
     --save-optimizer: PyTorch's names, exp_avg and exp_avg_sq, and the step
     count) and two more from what was saved (--load-optimizer), on one rank
     and resumed on two (DP2 with ZeRO-1: each replica reads its share)."""
-    import shutil
     one = Model(str(tmp_path / "one"), "tiny-llama", loss=True, batch=4)
     exe = one.compile("train", autodiff=True)
     want, _, _ = train(one, exe, 1, 4, SHARDED_ADAMW)
-    state = str(tmp_path / "state.safetensors")
-    half, _, _ = train(one, exe, 1, 2, SHARDED_ADAMW + ["--save-optimizer", state])
-    saved = load_safetensors(state)
+    saved, resumed = saved_then_resumed(one, exe, 1, tmp_path)
+    state, halfway = str(tmp_path / "state.safetensors"), one.checkpoint
     assert set(saved) == {f"{n}.{m}" for n in one.weights for m in ("exp_avg", "exp_avg_sq")} | {"optimizer.step"}
     assert saved["optimizer.step"].tolist() == [2.0]
-    halfway = str(tmp_path / "halfway.safetensors")
-    shutil.copy(os.path.join(one.dir, "trained.safetensors"), halfway)
-    one.checkpoint = halfway
-    resumed, _, _ = train(one, exe, 1, 2, SHARDED_ADAMW + ["--load-optimizer", state])
     for name in want:
         assert np.abs(resumed[name] - want[name]).max() < SINGLE_TOL, name
     two = Model(str(tmp_path / "two"), "tiny-llama", loss=True, batch=2, rows=4)
@@ -243,18 +251,11 @@ def test_moe_run_resumes_under_expert_parallelism(tmp_path):
     """Mixtral under EP2: the saved moments of the experts' stacks are one
     tensor per expert (as the weights are), and four steps equal two saved
     plus two resumed (each rank reading its experts' moments)."""
-    import shutil
     model = Model(str(tmp_path), "tiny-mixtral", loss=True, batch=2)
     exe = model.compile("ep2", "prefill:batch=2,seq=8,ep=2,dp=1", 2, autodiff=True)
     want, _, _ = train(model, exe, 2, 4, SHARDED_ADAMW)
-    state = str(tmp_path / "state.safetensors")
-    train(model, exe, 2, 2, SHARDED_ADAMW + ["--save-optimizer", state])
-    saved = load_safetensors(state)
+    saved, resumed = saved_then_resumed(model, exe, 2, tmp_path)
     assert set(saved) == {f"{n}.{m}" for n in model.weights for m in ("exp_avg", "exp_avg_sq")} | {"optimizer.step"}
-    halfway = str(tmp_path / "halfway.safetensors")
-    shutil.copy(os.path.join(model.dir, "trained.safetensors"), halfway)
-    model.checkpoint = halfway
-    resumed, _, _ = train(model, exe, 2, 2, SHARDED_ADAMW + ["--load-optimizer", state])
     for name in want:
         assert np.abs(resumed[name] - want[name]).max() < SINGLE_TOL, name
 

@@ -8,6 +8,7 @@ parameter) within 1e-3 relative of the central difference of numpy's loss
 (step 1e-4; fp32 gradients); sharded vs single rank 1e-6 absolute
 (gradients are ~1e-1; only the order of sums differs)."""
 
+import os
 import re
 
 import numpy as np
@@ -183,6 +184,34 @@ def test_microbatch_gradients_are_averaged(tmp_path, pins, ranks, layers, rows):
         proc = model.run(exe, ranks, outputs=0, expect_ok=False)
         assert proc.returncode == 0, proc.stderr
         assert f"schedule 1f1b over {rows // 2} microbatches" in proc.stdout, proc.stdout
+
+
+# (preset, workload pins or None, ranks)
+RECOMPUTE_PLANS = [("tiny-llama", None, 1), ("tiny-llama", "tp=2,pp=2,dp=1", 4),
+                   ("tiny-mixtral", "ep=2,dp=1", 2), ("tiny-gpt2", "tp=2,dp=1", 2)]
+
+
+@pytest.mark.parametrize("mode", ["selective", "full"])
+@pytest.mark.parametrize("preset,pins,ranks", RECOMPUTE_PLANS,
+                         ids=[f"{p[0][5:]}-{p[1] or 'one'}" for p in RECOMPUTE_PLANS])
+def test_recomputed_activations_give_the_same_gradients(tmp_path, preset, pins, ranks, mode):
+    """--parax-recompute: each layer's forward ops (all, or the cheap ones)
+    run again before its gradient ops, which read the copies (collectives
+    included: TP's all-reduces, EP's dispatch and combine, a pipeline
+    stage's); the loss and every gradient are those of the step that kept
+    its activations (the same ops on the same values)."""
+    model = Model(str(tmp_path), preset, loss=True, batch=2)
+    workload = pins and f"prefill:batch=2,seq=8,{pins}"
+    kept_loss, kept = gradients(model, model.compile("kept", workload, ranks, autodiff=True), ranks)
+    exe = model.compile("again", workload, ranks, autodiff=True, recompute=mode)
+    text = open(exe.replace(".pxe", ".mlir")).read()
+    kept_text = open(os.path.join(model.dir, "kept.mlir")).read()
+    op = "parax.rms_norm " if preset != "tiny-gpt2" else "parax.layer_norm "
+    assert text.count(op) > kept_text.count(op), "nothing was recomputed"
+    loss, again = gradients(model, exe, ranks)
+    assert abs(loss - kept_loss) < 1e-6
+    for name in kept:
+        assert np.abs(again[name] - kept[name]).max() < 1e-6, name
 
 
 def test_output_dir_writes_each_gradient_under_its_name(tmp_path):

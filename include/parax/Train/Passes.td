@@ -27,12 +27,43 @@ def ParaxAutodiffPass : Pass<"parax-autodiff", "mlir::ModuleOp"> {
     Pipeline stages: each gradient op runs in its forward op's stage, so the
     partitioner sends gradients back to earlier stages.
 
-    Covered: the ops of Llama and GPT-2 models (embedding,
-    position_embedding, rms_norm, layer_norm, linear, reshape, slices that
-    tile their operand, rope, attention, add, swiglu, gelu, cross_entropy).
-    Other ops on the path to the loss, a parameter the loss does not depend
-    on: errors naming them.
+    Covered: the ops of Llama, GPT-2 and the MoE families Mixtral,
+    Qwen2-MoE and DeepSeek-V3 (embedding, position_embedding, rms_norm,
+    layer_norm, linear, reshape, slices that tile their operand, concat,
+    broadcast, rope, attention, add, mul, sigmoid, swiglu, gelu, router,
+    experts, cross_entropy). Other ops on the path to the loss, a parameter
+    the loss does not depend on (but a router's correction bias, which only
+    chooses experts): errors naming them.
   }];
+}
+
+def ParaxRecomputePass : Pass<"parax-recompute", "mlir::ModuleOp"> {
+  let summary = "Recompute activations in the backward pass instead of keeping them";
+  let description = [{
+    Run after --parax-autodiff (and before --parax-partition). For every
+    transformer layer (`parax.layer` >= 0; not the head's, which holds the
+    loss), the layer's forward ops are run again just before the layer's
+    first gradient op, and the layer's gradient ops read the recomputed
+    values: the forward values then die at their last forward use instead
+    of living until the backward pass (a smaller peak of live
+    temporaries), at the cost of the recomputed ops' time.
+
+    `mode=full` recomputes every forward op of the layer from the layer's
+    inputs (activation checkpointing at layer boundaries: only the inputs
+    are kept); `mode=selective` recomputes only the ops whose results are
+    large and cheap to make again (norms, activations, swiglu, rope, mul,
+    broadcast, concat, attention; and reshapes, slices and transposes of
+    recomputed values), reading the kept results of the others (Korthikanti
+    et al. 2022's selective recomputation, as the planner costs it);
+    `mode=plan` (the default) takes the plan's `recompute` choice
+    (`parax.plan`), none without a plan; `mode=none` changes nothing.
+    Recomputed ops keep their shardings and stages, so the partitioner
+    gives them the forward's layouts and collectives.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"plan\"",
+           "none, selective, full, or plan (the plan's recompute choice)">,
+  ];
 }
 
 #endif // PARAX_TRAIN_PASSES_TD

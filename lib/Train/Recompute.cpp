@@ -1,0 +1,134 @@
+//===- Recompute.cpp - activations made again in the backward pass -------===//
+//
+// For each transformer layer of a training step (after --parax-autodiff),
+// the layer's forward ops (all of them, or the cheap ones) are cloned just
+// before the layer's first gradient op, and the layer's gradient ops read
+// the clones: the forward values die at their last forward use.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parax/Dialect/Parax/IR/ParaxOps.h"
+#include "parax/Train/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+
+#include <map>
+
+namespace parax {
+#define GEN_PASS_DEF_PARAXRECOMPUTEPASS
+#include "parax/Train/Passes.h.inc"
+} // namespace parax
+
+using namespace mlir;
+using namespace parax;
+
+namespace {
+
+std::optional<int64_t> layerOf(Operation *op) {
+  if (auto layer = op->getAttrOfType<IntegerAttr>(ParaxDialect::kLayerAttrName))
+    return layer.getInt();
+  return std::nullopt;
+}
+
+// Selective recomputation: ops whose results are large next to the time
+// they take (the planner's list, lib/Plan/LayerSolver.cpp), and views of
+// what is recomputed.
+bool cheap(Operation *op) {
+  return isa<RmsNormOp, LayerNormOp, SiluOp, SigmoidOp, GeluOp, SwigluOp, RopeOp,
+             MulOp, BroadcastOp, ConcatOp, AttentionOp>(op);
+}
+bool view(Operation *op) { return isa<ReshapeOp, SliceOp, TransposeOp>(op); }
+
+LogicalResult recompute(func::FuncOp function, StringRef mode) {
+  Block &body = function.getBody().front();
+  // The forward pass: the ops before the loss's gradient (--parax-autodiff
+  // appends the backward pass after them).
+  Operation *backwardStart = nullptr;
+  for (Operation &op : body)
+    if (isa<CrossEntropyGradOp>(op)) {
+      backwardStart = &op;
+      break;
+    }
+  if (!backwardStart)
+    return function.emitError("--parax-recompute needs a training step: run "
+                              "--parax-autodiff first");
+  std::map<int64_t, SmallVector<Operation *>> forwardOf;
+  std::set<int64_t> head; // the layer holding the loss: its backward comes first
+  for (Operation &op : body) {
+    if (&op == backwardStart)
+      break;
+    std::optional<int64_t> layer = layerOf(&op);
+    if (!layer || *layer < 0)
+      continue;
+    if (isa<CrossEntropyOp>(op))
+      head.insert(*layer);
+    forwardOf[*layer].push_back(&op);
+  }
+  OpBuilder b(function.getContext());
+  for (auto &[layer, forward] : forwardOf) {
+    if (head.count(layer))
+      continue;
+    // The layer's first gradient op: the clones go just before it.
+    Operation *first = nullptr;
+    for (Operation *op = backwardStart; op && !first; op = op->getNextNode())
+      if (layerOf(op) == layer)
+        first = op;
+    if (!first)
+      continue;
+    b.setInsertionPoint(first);
+    IRMapping again;
+    SmallVector<Operation *> clones;
+    for (Operation *op : forward) {
+      bool recomputed = mode == "full" || cheap(op) ||
+                        (view(op) && again.contains(op->getOperand(0)));
+      if (recomputed)
+        clones.push_back(b.clone(*op, again));
+    }
+    // The layer's gradient ops (from `first` on) read the recomputed values.
+    DenseMap<Value, Value> replacement;
+    for (Operation *op : forward)
+      for (Value result : op->getResults())
+        if (Value copy = again.lookupOrNull(result))
+          replacement[result] = copy;
+    for (Operation *op = first; op; op = op->getNextNode())
+      for (OpOperand &use : op->getOpOperands())
+        if (Value copy = replacement.lookup(use.get()))
+          if (!llvm::is_contained(clones, op))
+            use.set(copy);
+    // Clones no gradient op reads: dropped, last first.
+    for (Operation *clone : llvm::reverse(clones))
+      if (clone->use_empty())
+        clone->erase();
+  }
+  return success();
+}
+
+struct RecomputePass : parax::impl::ParaxRecomputePassBase<RecomputePass> {
+  using ParaxRecomputePassBase::ParaxRecomputePassBase;
+  void runOnOperation() override {
+    if (mode != "plan" && mode != "none" && mode != "selective" && mode != "full") {
+      emitError(getOperation().getLoc())
+          << "--parax-recompute: mode must be none, selective, full or plan, got '"
+          << mode << "'";
+      return signalPassFailure();
+    }
+    for (auto function : getOperation().getOps<func::FuncOp>()) {
+      if (function.isExternal())
+        continue;
+      std::string chosen = mode;
+      if (chosen == "plan") {
+        auto plan = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPlanAttrName);
+        auto choice = plan ? plan.getAs<StringAttr>("recompute") : StringAttr();
+        chosen = choice ? choice.getValue().str() : "none";
+      }
+      if (chosen == "none")
+        continue;
+      if (failed(recompute(function, chosen)))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace
