@@ -60,7 +60,8 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
     """Builds (if needed), plans, partitions and translates; returns the
     partitioned IR path. `train`: a training step (the model takes labels
     after the tokens; the program returns the loss, then the gradient of
-    every parameter)."""
+    every parameter; the activations the plan chose to recompute are
+    recomputed)."""
     workdir = workdir or tempfile.mkdtemp(prefix="parax-")
     ir = model
     if not model.endswith(".mlir"):
@@ -74,7 +75,7 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
                     "--top", "3"]), end="")
     partitioned = os.path.join(workdir, "partitioned.mlir")
     _run([_tool("parax-opt"), ir, f"--parax-plan=cluster={cluster} workload={workload}",
-          *(["--parax-autodiff"] if train else []), "--parax-partition", "-o", partitioned])
+          *(["--parax-autodiff", "--parax-recompute"] if train else []), "--parax-partition", "-o", partitioned])
     _run([_tool("parax-translate"), "--to-executable", partitioned, "-o", output])
     return partitioned
 

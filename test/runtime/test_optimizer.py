@@ -287,27 +287,34 @@ def test_bad_optimizer_requests_are_named(tmp_path):
 
 def test_front_door_compiles_and_trains(tmp_path):
     """`python3 -m parax compile --train` then `run --optimizer`: a planned
-    training step (DP2 x TP2 on 4 ranks) trained 6 steps with AdamW and
-    ZeRO-1; the loss falls and the weights are saved."""
+    training step (DP2 x TP2 on 4 ranks, full recomputation pinned: the
+    plan's choice is applied, --parax-recompute) trained 6 steps with AdamW
+    and ZeRO-1; the loss falls, as without recomputation, and the weights
+    are saved."""
     import subprocess
     import sys
     from conftest import ORACLE_CLUSTER, ROOT
     model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
-    exe = str(tmp_path / "front.pxe")
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
     front = [sys.executable, "-m", "parax"]
-    subprocess.run(front + ["compile", "tiny-llama", "--cluster", f"{ORACLE_CLUSTER}:devices_per_node=4",
-                            "--workload", "train:batch=4,seq=8,dp=2,tp=2,pp=1", "--batch", "2", "--seq", "8",
-                            "--dtype", "f32", "--train", "-o", exe],
-                   check=True, capture_output=True, timeout=120, env=env)
-    losses, saved = str(tmp_path / "losses.npy"), str(tmp_path / "saved.safetensors")
-    proc = subprocess.run(front + ["run", exe, "--weights", model.checkpoint, "--ranks", "4", "--steps", "6",
-                                   *[a for p in model.inputs for a in ("--input", p)],
-                                   "--optimizer", "adamw", "--lr", "0.01", "--zero", "--losses", losses,
-                                   "--save-weights", saved],
-                          capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "(ZeRO-1)" in proc.stdout, proc.stdout
-    values = np.load(losses)
+    runs = {}
+    for recompute in ("none", "full"):
+        exe = str(tmp_path / f"front-{recompute}.pxe")
+        subprocess.run(front + ["compile", "tiny-llama", "--cluster", f"{ORACLE_CLUSTER}:devices_per_node=4",
+                                "--workload", f"train:batch=4,seq=8,dp=2,tp=2,pp=1,recompute={recompute}",
+                                "--batch", "2", "--seq", "8", "--dtype", "f32", "--train", "-o", exe],
+                       check=True, capture_output=True, timeout=120, env=env)
+        losses, saved = str(tmp_path / f"losses-{recompute}.npy"), str(tmp_path / "saved.safetensors")
+        proc = subprocess.run(front + ["run", exe, "--weights", model.checkpoint, "--ranks", "4", "--steps", "6",
+                                       *[a for p in model.inputs for a in ("--input", p)],
+                                       "--optimizer", "adamw", "--lr", "0.01", "--zero", "--losses", losses,
+                                       "--save-weights", saved],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "(ZeRO-1)" in proc.stdout, proc.stdout
+        runs[recompute] = (np.load(losses), int(re.search(r"(\d+) instructions on rank 0", proc.stdout).group(1)))
+    values = runs["full"][0]
     assert values.shape == (6,) and values[-1] < values[0], values
+    assert np.abs(values - runs["none"][0]).max() < 1e-6
+    assert runs["full"][1] > runs["none"][1], runs  # the recomputed ops
     assert set(load_safetensors(saved)) == set(model.weights)

@@ -186,21 +186,23 @@ def test_microbatch_gradients_are_averaged(tmp_path, pins, ranks, layers, rows):
         assert f"schedule 1f1b over {rows // 2} microbatches" in proc.stdout, proc.stdout
 
 
-# (preset, workload pins or None, ranks)
-RECOMPUTE_PLANS = [("tiny-llama", None, 1), ("tiny-llama", "tp=2,pp=2,dp=1", 4),
-                   ("tiny-mixtral", "ep=2,dp=1", 2), ("tiny-gpt2", "tp=2,dp=1", 2)]
+# (preset, workload pins or None, ranks, rows: microbatches of 2)
+RECOMPUTE_PLANS = [("tiny-llama", None, 1, 2), ("tiny-llama", "tp=2,pp=2,dp=1", 4, 2),
+                   ("tiny-llama", "pp=2,dp=1", 2, 4), ("tiny-mixtral", "ep=2,dp=1", 2, 2),
+                   ("tiny-gpt2", "tp=2,dp=1", 2, 2)]
 
 
 @pytest.mark.parametrize("mode", ["selective", "full"])
-@pytest.mark.parametrize("preset,pins,ranks", RECOMPUTE_PLANS,
-                         ids=[f"{p[0][5:]}-{p[1] or 'one'}" for p in RECOMPUTE_PLANS])
-def test_recomputed_activations_give_the_same_gradients(tmp_path, preset, pins, ranks, mode):
+@pytest.mark.parametrize("preset,pins,ranks,rows", RECOMPUTE_PLANS,
+                         ids=[f"{p[0][5:]}-{p[1] or 'one'}-{p[3] // 2}micro" for p in RECOMPUTE_PLANS])
+def test_recomputed_activations_give_the_same_gradients(tmp_path, preset, pins, ranks, rows, mode):
     """--parax-recompute: each layer's forward ops (all, or the cheap ones)
     run again before its gradient ops, which read the copies (collectives
     included: TP's all-reduces, EP's dispatch and combine, a pipeline
-    stage's); the loss and every gradient are those of the step that kept
-    its activations (the same ops on the same values)."""
-    model = Model(str(tmp_path), preset, loss=True, batch=2)
+    stage's; under 1F1B with two microbatches too); the loss and every
+    gradient are those of the step that kept its activations (the same ops
+    on the same values)."""
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=rows)
     workload = pins and f"prefill:batch=2,seq=8,{pins}"
     kept_loss, kept = gradients(model, model.compile("kept", workload, ranks, autodiff=True), ranks)
     exe = model.compile("again", workload, ranks, autodiff=True, recompute=mode)
