@@ -78,6 +78,45 @@ def load_safetensors(path):
     return out
 
 
+INDEX = "model.safetensors.index.json"
+
+
+def save_sharded(folder, tensors, shards, dtype="f32"):
+    """A sharded checkpoint as Hugging Face writes one: the tensors dealt
+    over `shards` files model-0000k-of-0000n.safetensors in `folder`, and
+    the index (weight_map: tensor name -> its file)."""
+    import os
+    os.makedirs(folder, exist_ok=True)
+    names = sorted(tensors)
+    weight_map, total = {}, 0
+    for k in range(shards):
+        file = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = {name: tensors[name] for name in names[k::shards]}
+        save_safetensors(os.path.join(folder, file), part, dtype=dtype)
+        weight_map.update({name: file for name in part})
+        total += sum(a.size * (2 if dtype == "bf16" and a.dtype != np.int32 else 4) for a in part.values())
+    with open(os.path.join(folder, INDEX), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def load_checkpoint(path):
+    """name -> array from a .safetensors file, a sharded checkpoint's index,
+    or a folder holding the index (or a lone model.safetensors)."""
+    import os
+    if os.path.isdir(path):
+        index = os.path.join(path, INDEX)
+        path = index if os.path.exists(index) else os.path.join(path, "model.safetensors")
+    if not path.endswith(".json"):
+        return load_safetensors(path)
+    with open(path) as f:
+        weight_map = json.load(f)["weight_map"]
+    folder, out = os.path.dirname(path), {}
+    for file in sorted(set(weight_map.values())):
+        part = load_safetensors(os.path.join(folder, file))
+        out.update({name: part[name] for name, shard in weight_map.items() if shard == file})
+    return out
+
+
 def random_weights(cfg, seed=0):
     """HF tensor name -> float32 array: weights ~ N(0, 0.02), norms ~ 1."""
     rng = np.random.default_rng(seed)

@@ -2,6 +2,7 @@
 
 #include "parax/runtime/Checkpoint.h"
 
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
@@ -128,11 +129,93 @@ float halfToFloat(uint16_t h) {
 } // namespace
 
 Checkpoint::~Checkpoint() {
-  if (map_)
-    munmap(const_cast<uint8_t *>(map_), mapSize_);
+  for (const File &file : files_)
+    if (file.map)
+      munmap(const_cast<uint8_t *>(file.map), file.mapSize);
 }
 
+namespace {
+
+bool isDirectory(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool exists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+// Reads a whole (small) file.
+StatusOr<std::string> readText(const std::string &path, size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return PARAX_ERROR(path + ": cannot open");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > limit)
+    return PARAX_ERROR(path + ": larger than " + std::to_string(limit) + " bytes");
+  return text;
+}
+
+} // namespace
+
 StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string &path) {
+  std::shared_ptr<Checkpoint> ckpt(new Checkpoint());
+  ckpt->path_ = path;
+  Status s = Status::ok();
+  if (isDirectory(path)) {
+    std::string index = path + "/model.safetensors.index.json", single = path + "/model.safetensors";
+    if (exists(index))
+      s = ckpt->addIndex(index);
+    else if (exists(single))
+      s = ckpt->addFile(single, nullptr);
+    else
+      return PARAX_ERROR(path + ": a folder without model.safetensors.index.json or model.safetensors");
+  } else if (endsWith(path, ".json")) {
+    s = ckpt->addIndex(path);
+  } else {
+    s = ckpt->addFile(path, nullptr);
+  }
+  if (!s.isOk())
+    return s;
+  return ckpt;
+}
+
+Status Checkpoint::addIndex(const std::string &path) {
+  StatusOr<std::string> text = readText(path, size_t(1) << 28);
+  if (!text.isOk())
+    return text.status();
+  JsonParser parser(text.value().data(), text.value().data() + text.value().size());
+  Json root;
+  if (!parser.parse(root) || !parser.atEnd() || root.kind != Json::Object)
+    return PARAX_ERROR(path + ": not a JSON object");
+  auto map = root.object.find("weight_map");
+  if (map == root.object.end() || map->second.kind != Json::Object)
+    return PARAX_ERROR(path + ": no \"weight_map\" object (a sharded checkpoint's index)");
+  std::string folder = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  std::map<std::string, std::set<std::string>> tensorsOf; // shard file -> its tensors
+  for (const auto &[name, file] : map->second.object) {
+    if (file.kind != Json::String)
+      return PARAX_ERROR(path + ": the shard of tensor '" + name + "' is not a file name");
+    const std::string &shard = file.string;
+    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..")
+      return PARAX_ERROR(path + ": shard '" + shard + "' of tensor '" + name +
+                         "' is not a plain file name in the index's folder");
+    tensorsOf[shard].insert(name);
+  }
+  for (const auto &[shard, names] : tensorsOf) {
+    Status s = addFile(folder + "/" + shard, &names);
+    if (!s.isOk())
+      return s;
+    for (const std::string &name : names)
+      if (!entries_.count(name))
+        return PARAX_ERROR(path + ": tensor '" + name + "' is not in its shard " + shard);
+  }
+  return Status::ok();
+}
+
+Status Checkpoint::addFile(const std::string &path, const std::set<std::string> *only) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0)
     return PARAX_ERROR(path + ": cannot open the checkpoint");
@@ -141,29 +224,27 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string &path) 
     ::close(fd);
     return PARAX_ERROR(path + ": not a safetensors file (too short)");
   }
-  void *map = mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  void *mapped = mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  if (map == MAP_FAILED)
+  if (mapped == MAP_FAILED)
     return PARAX_ERROR(path + ": cannot map the checkpoint");
-  std::shared_ptr<Checkpoint> ckpt(new Checkpoint());
-  ckpt->path_ = path;
-  ckpt->map_ = static_cast<const uint8_t *>(map);
-  ckpt->mapSize_ = st.st_size;
+  files_.push_back({path, static_cast<const uint8_t *>(mapped), static_cast<size_t>(st.st_size), 0});
+  File &file = files_.back();
   uint64_t headerSize = 0;
   for (int i = 7; i >= 0; --i)
-    headerSize = (headerSize << 8) | ckpt->map_[i];
-  if (headerSize > ckpt->mapSize_ - 8 || headerSize > (uint64_t(1) << 30))
+    headerSize = (headerSize << 8) | file.map[i];
+  if (headerSize > file.mapSize - 8 || headerSize > (uint64_t(1) << 30))
     return PARAX_ERROR(path + ": header size " + std::to_string(headerSize) +
                        " exceeds the file");
-  ckpt->dataOffset_ = 8 + headerSize;
-  const char *text = reinterpret_cast<const char *>(ckpt->map_ + 8);
+  file.dataOffset = 8 + headerSize;
+  const char *text = reinterpret_cast<const char *>(file.map + 8);
   JsonParser parser(text, text + headerSize);
   Json root;
   if (!parser.parse(root) || !parser.atEnd() || root.kind != Json::Object)
     return PARAX_ERROR(path + ": the header is not a JSON object");
-  size_t dataSize = ckpt->mapSize_ - ckpt->dataOffset_;
+  size_t dataSize = file.mapSize - file.dataOffset;
   for (const auto &[name, value] : root.object) {
-    if (name == "__metadata__")
+    if (name == "__metadata__" || (only && !only->count(name)))
       continue;
     std::string where = path + ": tensor '" + name + "'";
     if (value.kind != Json::Object)
@@ -181,6 +262,7 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string &path) 
       return PARAX_ERROR(where + ": data_offsets missing");
     Entry entry;
     entry.dtype = dtype->second.string;
+    entry.file = static_cast<int>(files_.size()) - 1;
     int64_t elements = 1;
     for (const Json &d : shape->second.array) {
       if (d.kind != Json::Number || d.number < 0 || d.number > 1e12)
@@ -195,9 +277,11 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string &path) 
     entry.end = static_cast<size_t>(end);
     if (entry.end - entry.begin != static_cast<size_t>(elements) * dtypeSize(entry.dtype))
       return PARAX_ERROR(where + ": byte size does not match its shape and dtype");
-    ckpt->entries_[name] = entry;
+    if (entries_.count(name))
+      return PARAX_ERROR(where + ": also in " + files_[entries_[name].file].path);
+    entries_[name] = entry;
   }
-  return ckpt;
+  return Status::ok();
 }
 
 const Checkpoint::Entry *Checkpoint::find(const std::string &name) const {
@@ -220,7 +304,8 @@ Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &
   }
   size_t rank = shape.size();
   size_t elem = dtypeSize(entry->dtype);
-  const uint8_t *base = map_ + dataOffset_ + entry->begin;
+  const File &file = files_[entry->file];
+  const uint8_t *base = file.map + file.dataOffset + entry->begin;
   bool isInt = entry->dtype == "I32" || entry->dtype == "I64";
   out = isInt ? Tensor::ints(size) : Tensor::floats(size);
   std::vector<int64_t> strides(rank, 1);
@@ -292,18 +377,28 @@ Status Checkpoint::readParameterBox(const std::string &name, const std::vector<i
   return Status::ok();
 }
 
-void putParameter(const std::string &name, Tensor whole, std::map<std::string, Tensor> &tensors) {
+std::vector<std::string> checkpointNames(const std::string &name, const std::vector<int64_t> &shape) {
   size_t e = name.find("{e}");
-  if (e == std::string::npos || whole.shape.empty()) {
+  if (e == std::string::npos || shape.empty())
+    return {name};
+  std::vector<std::string> names;
+  for (int64_t x = 0; x < shape[0]; ++x)
+    names.push_back(name.substr(0, e) + std::to_string(x) + name.substr(e + 3));
+  return names;
+}
+
+void putParameter(const std::string &name, Tensor whole, std::map<std::string, Tensor> &tensors) {
+  std::vector<std::string> names = checkpointNames(name, whole.shape);
+  if (names.size() == 1 && names[0] == name) {
     tensors[name] = std::move(whole);
     return;
   }
   std::vector<int64_t> inner(whole.shape.begin() + 1, whole.shape.end());
-  int64_t experts = whole.shape[0], perExpert = whole.numel() / std::max<int64_t>(experts, 1);
-  for (int64_t x = 0; x < experts; ++x) {
+  int64_t perExpert = whole.numel() / std::max<int64_t>(whole.shape[0], 1);
+  for (size_t x = 0; x < names.size(); ++x) {
     Tensor piece = Tensor::floats(inner);
     std::copy(whole.f.begin() + x * perExpert, whole.f.begin() + (x + 1) * perExpert, piece.f.begin());
-    tensors[name.substr(0, e) + std::to_string(x) + name.substr(e + 3)] = std::move(piece);
+    tensors[names[x]] = std::move(piece);
   }
 }
 
@@ -413,15 +508,46 @@ Status writeNpy(const std::string &path, const Tensor &t) {
   return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
 }
 
+// Tensor names are written unescaped: refuse those that would need it.
+static Status plainName(const std::string &path, const std::string &name) {
+  for (char c : name)
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20)
+      return PARAX_ERROR(path + ": tensor name '" + name + "' needs escaping, which is not written");
+  return Status::ok();
+}
+
+std::string shardFileName(int k, int n) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n);
+  return name;
+}
+
+Status writeSafetensorsIndex(const std::string &folder, const std::map<std::string, std::string> &weightMap,
+                             uint64_t totalBytes) {
+  std::string path = folder + "/model.safetensors.index.json";
+  std::ofstream out(path, std::ios::binary);
+  if (!out)
+    return PARAX_ERROR(path + ": cannot write");
+  out << "{\n  \"metadata\": {\"total_size\": " << totalBytes << "},\n  \"weight_map\": {";
+  const char *separator = "\n";
+  for (const auto &[name, file] : weightMap) {
+    if (Status plain = plainName(path, name); !plain.isOk())
+      return plain;
+    out << separator << "    \"" << name << "\": \"" << file << "\"";
+    separator = ",\n";
+  }
+  out << "\n  }\n}\n";
+  return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
+}
+
 Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors) {
   std::string header = "{";
   size_t offset = 0;
   for (const auto &[name, t] : tensors) {
     if (t.isInt)
       return PARAX_ERROR(path + ": tensor " + name + " holds integers (only F32 is written)");
-    for (char c : name)
-      if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20)
-        return PARAX_ERROR(path + ": tensor name '" + name + "' needs escaping, which is not written");
+    if (Status plain = plainName(path, name); !plain.isOk())
+      return plain;
     std::string shape;
     for (int64_t d : t.shape)
       shape += (shape.empty() ? "" : ",") + std::to_string(d);

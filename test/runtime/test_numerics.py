@@ -359,6 +359,64 @@ def test_corrupt_checkpoint_is_refused(tmp_path):
     assert "exceeds the file" in proc.stderr
 
 
+@pytest.mark.parametrize("pins,ranks", [(None, 1), ("tp=2,pp=2,dp=1", 4)], ids=["single", "tp2-pp2"])
+def test_sharded_checkpoint_loads_as_one_file(tmp_path, pins, ranks):
+    """A Hugging Face sharded checkpoint (3 shard files and
+    model.safetensors.index.json): --weights given the index or its folder
+    gives the logits the single file gives, each rank reading its boxes
+    from whichever shard holds each tensor."""
+    from parax.checkpoint import INDEX, save_sharded
+    model = Model(str(tmp_path), "tiny-llama")
+    exe = model.compile("model", pins and f"prefill:batch=2,seq=8,{pins}", ranks)
+    want = model.run(exe, ranks)
+    folder = str(tmp_path / "sharded")
+    save_sharded(folder, model.weights, 3)
+    for weights in (folder, os.path.join(folder, INDEX)):
+        model.checkpoint = weights
+        np.testing.assert_array_equal(model.run(exe, ranks), want)
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda index: index["weight_map"].update({"lm_head.weight": "../model-00001-of-00002.safetensors"}),
+     "is not a plain file name in the index's folder"),
+    (lambda index: index["weight_map"].update({"lm_head.weight": "missing.safetensors"}),
+     "missing.safetensors: cannot open the checkpoint"),
+    (lambda index: index["weight_map"].update({"ghost.weight": "model-00001-of-00002.safetensors"}),
+     "tensor 'ghost.weight' is not in its shard model-00001-of-00002.safetensors"),
+    (lambda index: index.pop("weight_map"), "no \"weight_map\" object"),
+    (lambda index: index["weight_map"].pop("lm_head.weight"), "no tensor 'lm_head.weight' (a missing weight)"),
+], ids=["path-outside", "missing-shard", "tensor-not-in-shard", "no-weight-map", "unmapped-tensor"])
+def test_bad_sharded_checkpoint_is_named(tmp_path, damage, message):
+    """A damaged or hostile index gets an error naming the problem: a shard
+    outside the index's folder, a shard file that is not there, a tensor
+    its shard does not hold, no weight_map, a tensor the model needs that
+    the index does not map."""
+    import json as _json
+    from parax.checkpoint import INDEX, save_sharded
+    model = Model(str(tmp_path), "tiny-llama")
+    folder = str(tmp_path / "sharded")
+    save_sharded(folder, model.weights, 2)
+    path = os.path.join(folder, INDEX)
+    with open(path) as f:
+        index = _json.load(f)
+    damage(index)
+    with open(path, "w") as f:
+        _json.dump(index, f)
+    model.checkpoint = folder
+    proc = model.run(model.compile("single"), 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+def test_a_folder_without_a_checkpoint_is_named(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama")
+    model.checkpoint = str(tmp_path / "empty")
+    os.makedirs(model.checkpoint)
+    proc = model.run(model.compile("single"), 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert "a folder without model.safetensors.index.json or model.safetensors" in proc.stderr
+
+
 def test_front_door_demo_runs_end_to_end():
     """The README's main job: plan, partition, translate, mpirun on 4 ranks."""
     import re

@@ -260,6 +260,40 @@ def test_moe_run_resumes_under_expert_parallelism(tmp_path):
         assert np.abs(resumed[name] - want[name]).max() < SINGLE_TOL, name
 
 
+@pytest.mark.parametrize("preset,pins,ranks", [("tiny-llama", "dp=2,tp=2", 4), ("tiny-mixtral", "ep=2,dp=1", 2)],
+                         ids=["llama-dp2-tp2", "mixtral-ep2"])
+def test_sharded_checkpoints_are_written_by_every_rank(tmp_path, preset, pins, ranks):
+    """--save-weights DIR/ and --save-optimizer DIR/: a sharded checkpoint,
+    each rank putting together and writing its share of the whole tensors
+    (model-0000k-of-0000n.safetensors, one per rank, and rank 0's
+    model.safetensors.index.json): the same tensors as the single file;
+    and a run resumed from the two folders (--weights DIR, --load-optimizer
+    DIR) equals four steps in one run."""
+    from parax.checkpoint import INDEX, load_checkpoint
+    dp = int(re.search(r"dp=(\d+)", pins).group(1))
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=2 * dp)
+    exe = model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True)
+    want, _, _ = train(model, exe, ranks, 4, SHARDED_ADAMW)
+    single, state_file = str(tmp_path / "single.safetensors"), str(tmp_path / "state.safetensors")
+    weights_dir, state_dir = str(tmp_path / "weights") + "/", str(tmp_path / "state") + "/"
+    model.run(exe, ranks, outputs=0, extra=[*SHARDED_ADAMW, "--steps", "2", "--save-weights", single,
+                                            "--save-optimizer", state_file])
+    model.run(exe, ranks, outputs=0, extra=[*SHARDED_ADAMW, "--steps", "2", "--save-weights", weights_dir,
+                                            "--save-optimizer", state_dir])
+    shards = sorted(f for f in os.listdir(weights_dir) if f.endswith(".safetensors"))
+    assert shards == [f"model-{k:05d}-of-{ranks:05d}.safetensors" for k in range(1, ranks + 1)], shards
+    assert os.path.exists(os.path.join(state_dir, INDEX))
+    for folder, file in ((weights_dir, single), (state_dir, state_file)):
+        got, whole = load_checkpoint(folder), load_safetensors(file)
+        assert set(got) == set(whole)
+        for name in whole:
+            np.testing.assert_array_equal(got[name], whole[name], err_msg=name)
+    model.checkpoint = weights_dir
+    resumed, _, _ = train(model, exe, ranks, 2, SHARDED_ADAMW + ["--load-optimizer", state_dir])
+    for name in want:
+        assert np.abs(resumed[name] - want[name]).max() < SINGLE_TOL, name
+
+
 def test_bad_optimizer_requests_are_named(tmp_path):
     model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
     train_exe = model.compile("train", autodiff=True)

@@ -72,6 +72,7 @@ struct Training::Item {
   const Tensor *local;     // this rank's box (when it is in that stage)
   size_t whole;            // which of the whole tensors
   std::vector<int64_t> at; // where the buffer's whole tensor lies in it
+  int writer;              // the rank that puts the whole tensor together
 };
 
 Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::StallWatchdog *waits)
@@ -302,9 +303,10 @@ Status Training::replicaMean(double &value) {
   return Status::ok();
 }
 
-Status Training::gather(const std::vector<Item> &items, int writer, std::vector<Tensor> &whole) {
+Status Training::gather(const std::vector<Item> &items, std::vector<Tensor> &whole) {
   auto watched = watch("gathering whole tensors from their boxes on the writer");
   for (const Item &item : items) {
+    int writer = item.writer;
     const pxe::Buffer &buffer = exe_.stages(item.stage).buffers(item.buffer);
     // The boxes of replica 0's ranks in the stage, the first rank of each.
     std::vector<std::vector<int64_t>> seen;
@@ -341,11 +343,11 @@ Status Training::gatherGradients(const std::vector<Tensor> &outputs, int writer,
     const pxe::Buffer &buffer = stage.buffers(stage.outputs(from.output));
     std::vector<int64_t> shape = wholeShape(buffer);
     items.push_back({from.stage, buffer.id(), from.stage == stage_ ? &outputs[from.output] : nullptr, tensors.size(),
-                     std::vector<int64_t>(shape.size(), 0)});
-    tensors.push_back(Tensor::floats(shape));
+                     std::vector<int64_t>(shape.size(), 0), writer});
+    tensors.push_back(rank_ == writer ? Tensor::floats(shape) : Tensor());
     results.push_back(static_cast<int>(r));
   }
-  Status s = gather(items, writer, tensors);
+  Status s = gather(items, tensors);
   if (!s.isOk()) return s;
   if (rank_ == writer)
     for (size_t i = 0; i < results.size(); ++i) whole[results[i]] = std::move(tensors[i]);
@@ -353,29 +355,42 @@ Status Training::gatherGradients(const std::vector<Tensor> &outputs, int writer,
 }
 
 Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer,
-                                  std::map<std::string, Tensor> &whole, const std::string &suffix) {
+                                  std::map<std::string, Tensor> &whole, const std::string &suffix,
+                                  Layout *layout) {
   std::vector<Item> items;
   std::vector<std::string> names, pieces;
-  std::vector<Tensor> tensors;
+  std::vector<std::vector<int64_t>> shapes;
   for (int s = 0; s < exe_.stages_size(); ++s)
     for (const pxe::Buffer &b : exe_.stages(s).buffers()) {
       if (b.role() != pxe::PARAMETER || b.dtype() == pxe::I32 || b.dtype() == pxe::I64) continue;
       if (std::find(pieces.begin(), pieces.end(), pieceName(b)) != pieces.end()) continue; // an earlier stage's
       pieces.push_back(pieceName(b));
-      std::vector<int64_t> shape = runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), b).shape;
       size_t index = std::find(names.begin(), names.end(), b.param_name()) - names.begin();
       if (index == names.size()) {
         names.push_back(b.param_name());
-        tensors.push_back(Tensor::floats(shape));
+        shapes.push_back(runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), b).shape);
       }
-      std::vector<int64_t> at(shape.size(), 0);
+      std::vector<int64_t> at(shapes[index].size(), 0);
       for (int d = 0; d < b.param_offset_size(); ++d) at[d] = b.param_offset(d);
-      items.push_back({s, b.id(), s == stage_ ? &buffers[b.id()] : nullptr, index, at});
+      items.push_back({s, b.id(), s == stage_ ? &buffers[b.id()] : nullptr, index, at, 0});
     }
-  Status st = gather(items, writer, tensors);
+  // Whole tensor i's writer: `writer`, or (kEveryRank) rank i mod the ranks.
+  int ranks = exe_.ranks_size();
+  auto writerOfTensor = [&](size_t i) { return writer == kEveryRank ? static_cast<int>(i % ranks) : writer; };
+  for (Item &item : items) item.writer = writerOfTensor(item.whole);
+  std::vector<Tensor> tensors(names.size());
+  for (size_t i = 0; i < names.size(); ++i)
+    if (writerOfTensor(i) == rank_) tensors[i] = Tensor::floats(shapes[i]);
+  Status st = gather(items, tensors);
   if (!st.isOk()) return st;
-  if (rank_ == writer)
-    for (size_t i = 0; i < names.size(); ++i) runtime::putParameter(names[i] + suffix, std::move(tensors[i]), whole);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (layout) {
+      for (const std::string &name : runtime::checkpointNames(names[i] + suffix, shapes[i]))
+        layout->writer[name] = writerOfTensor(i);
+      layout->bytes += 4 * static_cast<uint64_t>(runtime::numelOf(shapes[i]));
+    }
+    if (writerOfTensor(i) == rank_) runtime::putParameter(names[i] + suffix, std::move(tensors[i]), whole);
+  }
   return Status::ok();
 }
 
@@ -401,17 +416,24 @@ Status Training::stateBoxes(int which, std::vector<Tensor> &boxes) {
   return Status::ok();
 }
 
-Status Training::gatherState(int writer, std::map<std::string, Tensor> &whole) {
+Status Training::gatherState(int writer, std::map<std::string, Tensor> &whole, Layout *layout) {
   if (step_ == 0) return Status::error("--save-optimizer: no optimizer step ran, so there is no state");
   for (int which = 0; which < 2; ++which) {
     std::vector<Tensor> boxes;
     Status s = stateBoxes(which, boxes);
-    if (s.isOk()) s = gatherParameters(boxes, writer, whole, which == 0 ? ".exp_avg" : ".exp_avg_sq");
+    if (s.isOk()) s = gatherParameters(boxes, writer, whole, which == 0 ? ".exp_avg" : ".exp_avg_sq", layout);
     if (!s.isOk()) return s;
   }
-  Tensor step = Tensor::floats({1});
-  step.f[0] = static_cast<float>(step_);
-  whole["optimizer.step"] = step;
+  int stepWriter = writer == kEveryRank ? 0 : writer;
+  if (layout) {
+    layout->writer["optimizer.step"] = stepWriter;
+    layout->bytes += 4;
+  }
+  if (rank_ == stepWriter) {
+    Tensor step = Tensor::floats({1});
+    step.f[0] = static_cast<float>(step_);
+    whole["optimizer.step"] = step;
+  }
   return Status::ok();
 }
 

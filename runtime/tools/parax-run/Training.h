@@ -97,16 +97,27 @@ public:
   /// The writer's whole gradients: result index -> tensor, gathered from
   /// the boxes of replica 0's ranks. Every rank takes part.
   Status gatherGradients(const std::vector<Tensor> &outputs, int writer, std::map<int, Tensor> &whole);
+  /// gatherParameters' and gatherState's writer for a sharded checkpoint:
+  /// whole tensor i put together on rank i mod the ranks.
+  static constexpr int kEveryRank = -1;
+  /// Where each whole tensor of a checkpoint is written (its writer's
+  /// rank, by checkpoint name) and the bytes of them all (F32).
+  struct Layout {
+    std::map<std::string, int> writer;
+    uint64_t bytes = 0;
+  };
   /// The writer's whole parameters by checkpoint name (+ `suffix`; fused
-  /// pieces put in place), gathered from replica 0's ranks' boxes in
-  /// `buffers` (indexed by buffer id). Every rank takes part.
+  /// pieces put in place; a stack of experts one tensor per expert),
+  /// gathered from replica 0's ranks' boxes in `buffers` (indexed by buffer
+  /// id); `layout`, if given, gets every tensor's writer (on every rank).
+  /// Every rank takes part.
   Status gatherParameters(const std::vector<Tensor> &buffers, int writer, std::map<std::string, Tensor> &whole,
-                          const std::string &suffix = "");
+                          const std::string &suffix = "", Layout *layout = nullptr);
   /// AdamW's state on the writer, as PyTorch names it per parameter:
   /// "<name>.exp_avg" (m) and "<name>.exp_avg_sq" (v), whole tensors like
-  /// the parameters, and "optimizer.step" (t, one value). Every rank takes
-  /// part. After `bindParameters`.
-  Status gatherState(int writer, std::map<std::string, Tensor> &whole);
+  /// the parameters, and "optimizer.step" (t, one value; kEveryRank: on
+  /// rank 0). Every rank takes part. After `bindParameters`.
+  Status gatherState(int writer, std::map<std::string, Tensor> &whole, Layout *layout = nullptr);
   /// Reads this rank's boxes (its share, under ZeRO) of such a state, to
   /// go on from where it was saved (the next step is t + 1). After
   /// `bindParameters`.
@@ -114,7 +125,7 @@ public:
 
 private:
   struct Item; // a box of a whole tensor, held by some ranks
-  Status gather(const std::vector<Item> &items, int writer, std::vector<Tensor> &whole);
+  Status gather(const std::vector<Item> &items, std::vector<Tensor> &whole);
   Status stateBoxes(int which, std::vector<Tensor> &boxes);
   bool ownsBoxIgnoringReplica(int output) const;
   Status allReduceOverReplicas(float *data, size_t n);

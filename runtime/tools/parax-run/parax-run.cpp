@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -92,9 +93,13 @@ void usage() {
                "  parameters all-gathered; by default when the plan chose ZeRO 1 or more; --no-zero:\n"
                "  never). --step-rows R: each step takes the next R rows of the\n"
                "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
-               "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors)\n"
+               "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors); OUT/\n"
+               "  (a folder): a sharded checkpoint, each rank writing its share of the whole tensors\n"
+               "  (model-0000k-of-0000n.safetensors, model.safetensors.index.json)\n"
                "  --save-optimizer S.safetensors / --load-optimizer S.safetensors: AdamW's moments\n"
                "  (<name>.exp_avg, <name>.exp_avg_sq) and step count (optimizer.step), to resume\n"
+               "  (a folder: sharded likewise). --weights and --load-optimizer read a .safetensors\n"
+               "  file, a sharded checkpoint's index (*.index.json) or a folder holding one\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
@@ -118,6 +123,13 @@ void usage() {
 }
 
 } // namespace
+
+/// A checkpoint path naming a folder (a sharded checkpoint): ending in '/',
+/// or an existing folder.
+bool isFolderPath(const std::string &path) {
+  struct stat st;
+  return (!path.empty() && path.back() == '/') || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+}
 
 /// Started by an MPI launcher (Open MPI, MPICH, PMIx, Slurm)? A single rank
 /// started by hand runs without MPI: no launcher daemon is needed then.
@@ -880,24 +892,36 @@ int main(int argc, char **argv) {
       results = std::move(ordered);
     }
   }
-  std::map<std::string, Tensor> savedWeights, savedState;
-  if (!saveWeights.empty()) {
-    s = training->gatherParameters(parameters, writerOf(exe.value(), 0), savedWeights);
-    if (!s.isOk()) die(s.message());
-  }
-  if (!saveOptimizer.empty()) {
-    s = training->gatherState(writerOf(exe.value(), 0), savedState);
-    if (!s.isOk()) die(s.message());
-  }
+  // Weights and optimizer state: one file, gathered whole on the writer;
+  // or a folder (a path ending in '/', or an existing folder), a sharded
+  // checkpoint each rank writes its share of (whole tensors spread over
+  // the ranks), with rank 0's index.
+  auto save = [&](const std::string &path, bool state) {
+    bool sharded = isFolderPath(path);
+    int to = sharded ? Training::kEveryRank : writerOf(exe.value(), 0);
+    std::map<std::string, Tensor> tensors;
+    Training::Layout layout;
+    Status st = state ? training->gatherState(to, tensors, &layout)
+                      : training->gatherParameters(parameters, to, tensors, "", &layout);
+    if (!st.isOk()) die(st.message());
+    if (!sharded) {
+      if (writer) st = writeSafetensors(path, tensors);
+      if (!st.isOk()) die(st.message());
+      return;
+    }
+    std::string folder = path.back() == '/' ? path.substr(0, path.size() - 1) : path;
+    if (::mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) die(folder + ": cannot create the folder");
+    int shards = 0;
+    for (const auto &[name, rank] : layout.writer) shards = std::max(shards, rank + 1);
+    std::map<std::string, std::string> weightMap;
+    for (const auto &[name, rank] : layout.writer) weightMap[name] = shardFileName(rank, shards);
+    if (!tensors.empty()) st = writeSafetensors(folder + "/" + shardFileName(rank, shards), tensors);
+    if (st.isOk() && rank == 0) st = writeSafetensorsIndex(folder, weightMap, layout.bytes);
+    if (!st.isOk()) die(st.message());
+  };
+  if (!saveWeights.empty()) save(saveWeights, false);
+  if (!saveOptimizer.empty()) save(saveOptimizer, true);
   if (writer) {
-    if (!saveWeights.empty()) {
-      s = writeSafetensors(saveWeights, savedWeights);
-      if (!s.isOk()) die(s.message());
-    }
-    if (!saveOptimizer.empty()) {
-      s = writeSafetensors(saveOptimizer, savedState);
-      if (!s.isOk()) die(s.message());
-    }
     if (!lossesPath.empty()) {
       Tensor t = Tensor::floats({static_cast<int64_t>(losses.size())});
       t.f = losses;

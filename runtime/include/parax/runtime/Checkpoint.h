@@ -8,13 +8,18 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace parax::runtime {
 
-/// A memory-mapped safetensors file (validated header: dtypes F32/BF16/F16/
-/// I32/I64, offsets inside the file, sizes matching shapes).
+/// Memory-mapped safetensors weights (validated headers: dtypes F32/BF16/
+/// F16/I32/I64, offsets inside the file, sizes matching shapes): one file,
+/// or a sharded checkpoint as Hugging Face writes it -- an index
+/// (`model.safetensors.index.json`: "weight_map", tensor name -> shard file
+/// in the index's folder) or a folder holding that index (or a lone
+/// `model.safetensors`).
 class Checkpoint {
 public:
   static StatusOr<std::shared_ptr<Checkpoint>> open(const std::string &path);
@@ -24,6 +29,7 @@ public:
     std::string dtype;
     std::vector<int64_t> shape;
     size_t begin = 0, end = 0; // byte offsets into the data section
+    int file = 0;              // which of the mapped files
   };
   const Entry *find(const std::string &name) const;
 
@@ -42,10 +48,16 @@ public:
 
 private:
   Checkpoint() = default;
-  std::string path_;
-  const uint8_t *map_ = nullptr;
-  size_t mapSize_ = 0;
-  size_t dataOffset_ = 0;
+  struct File {
+    std::string path;
+    const uint8_t *map = nullptr;
+    size_t mapSize = 0, dataOffset = 0;
+  };
+  /// Maps `path` and adds its tensors (those `only` names, when given).
+  Status addFile(const std::string &path, const std::set<std::string> *only);
+  Status addIndex(const std::string &path);
+  std::string path_; // what was opened (a file, an index or a folder)
+  std::vector<File> files_;
   std::map<std::string, Entry> entries_;
 };
 
@@ -54,9 +66,20 @@ StatusOr<Tensor> readNpy(const std::string &path);
 /// Writes `tensors` as a safetensors file, every tensor F32 (what the
 /// runtime computes in), in name order.
 Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors);
+/// Writes a sharded checkpoint's index (`model.safetensors.index.json` in
+/// `folder`): each tensor's shard file, and the tensors' total bytes.
+Status writeSafetensorsIndex(const std::string &folder, const std::map<std::string, std::string> &weightMap,
+                             uint64_t totalBytes);
+/// The file name of shard `k` (from 0) of `n`, as Hugging Face names them:
+/// model-00001-of-00004.safetensors.
+std::string shardFileName(int k, int n);
 
-/// Puts the whole tensor `name` into `tensors`: a stack of experts ("{e}"
-/// in the name) as one tensor per expert, as readParameterBox reads them.
+/// The checkpoint's names of the whole tensor `name` of `shape`: itself,
+/// or for a stack of experts ("{e}" in the name) one per expert.
+std::vector<std::string> checkpointNames(const std::string &name, const std::vector<int64_t> &shape);
+/// Puts the whole tensor `name` into `tensors` under its checkpoint names
+/// (a stack of experts one tensor per expert, as readParameterBox reads
+/// them).
 void putParameter(const std::string &name, Tensor whole, std::map<std::string, Tensor> &tensors);
 
 /// Writes `t` as .npy (f4 or i4).
