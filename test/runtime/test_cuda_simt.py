@@ -19,6 +19,18 @@ import cuda_cases
 from conftest import BIN, tool
 
 
+def llama_config(folder, hidden, ffn, layers, heads, kv_heads, vocab, positions, theta):
+    """A Llama's config.json written in `folder`, and its config."""
+    import json
+    from parax.models import load_config
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "hidden_size": hidden, "intermediate_size": ffn,
+                   "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+                   "vocab_size": vocab, "max_position_embeddings": positions, "rms_norm_eps": 1e-5,
+                   "rope_theta": theta, "tie_word_embeddings": False}, f)
+    return load_config(os.path.join(folder, "config.json"))
+
+
 @pytest.mark.parametrize("name", cuda_cases.all_cases())
 def test_simt_matches_cpu_and_numpy(tmp_path, name):
     tool("parax-run-simt")
@@ -232,21 +244,16 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
     `--generate 1 --steps 0`). Within 5 %
     (measured: 1.0 % and 3.1 % for prefill; before the planner counted live
     values rather than every value of a layer, 10 % and 30 %)."""
-    import json
     import re
     import subprocess
     import numpy as np
     from parax.checkpoint import save_safetensors
-    from parax.models import build_model, load_config
+    from parax.models import build_model
     from parax.models.builder import parameter_shapes
     tool("parax-run-simt")
     d = str(tmp_path)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump({"model_type": "llama", "hidden_size": 1024, "intermediate_size": 3584,
-                   "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
-                   "vocab_size": 8192, "max_position_embeddings": 1024, "rms_norm_eps": 1e-5,
-                   "rope_theta": 500000.0, "tie_word_embeddings": False}, f)
-    cfg = load_config(os.path.join(d, "config.json"))
+    cfg = llama_config(d, hidden=1024, ffn=3584, layers=2, heads=8, kv_heads=2, vocab=8192, positions=1024,
+                       theta=500000.0)
     with open(os.path.join(d, "model.mlir"), "w") as f:
         f.write(build_model(cfg, batch=batch, seq=seq, dtype="bf16", past=0 if cache else past, cache=cache))
     planned = os.path.join(d, "planned.mlir")
@@ -289,20 +296,15 @@ def test_recompute_lowers_the_temporaries_live_at_once(tmp_path):
     the norms' results no longer kept for the backward pass) and full below
     selective (only each layer's input kept). Measured: 15.2, 11.3 and 6.8
     MB. (That the gradients stay the same: test_training.py.)"""
-    import json
     import re
     import subprocess
     import numpy as np
     from parax.checkpoint import random_weights, save_safetensors
-    from parax.models import build_model, load_config
+    from parax.models import build_model
     tool("parax-run-simt")
     d = str(tmp_path)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump({"model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
-                   "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-                   "vocab_size": 256, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
-                   "rope_theta": 10000.0, "tie_word_embeddings": False}, f)
-    cfg = load_config(os.path.join(d, "config.json"))
+    cfg = llama_config(d, hidden=128, ffn=256, layers=4, heads=4, kv_heads=2, vocab=256, positions=128,
+                       theta=10000.0)
     with open(os.path.join(d, "model.mlir"), "w") as f:
         f.write(build_model(cfg, batch=4, seq=128, dtype="f32", loss=True))
     save_safetensors(os.path.join(d, "w.safetensors"), random_weights(cfg, seed=0))
