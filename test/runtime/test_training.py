@@ -216,6 +216,30 @@ def test_recomputed_activations_give_the_same_gradients(tmp_path, preset, pins, 
         assert np.abs(again[name] - kept[name]).max() < 1e-6, name
 
 
+@pytest.mark.parametrize("schedule,said", [
+    ("gpipe", ["schedule gpipe over 4 microbatches (4 in flight on stage 0)"]),
+    ("1f1b", ["schedule 1f1b over 4 microbatches (2 in flight on stage 0)"]),
+    ("interleaved", ["schedule 1f1b over 4 microbatches (2 in flight on stage 0)",
+                     "the plan chose interleaved 1F1B, which is not built"]),
+])
+def test_the_plans_pipeline_schedule_is_run_or_named(tmp_path, schedule, said):
+    """A plan's schedule reaches parax-run: GPipe runs every forward half
+    before the backward halves (stage 0 holds all 4 microbatches at once,
+    1F1B 2) and gives one batch's gradients; interleaved 1F1B, not built,
+    runs as 1F1B and says so (same gradients)."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=8, layers=4)
+    whole = Model(str(tmp_path / "whole"), "tiny-llama", loss=True, batch=8, layers=4)
+    exe = model.compile(schedule, f"train:batch=8,seq=8,pp=2,dp=1,mbs=2,schedule={schedule}", 2, autodiff=True)
+    assert f'schedule = "{schedule}"' in open(exe.replace(".pxe", ".mlir")).read()
+    loss, grads = gradients(model, exe, 2)
+    whole_loss, want = gradients(whole, whole.compile("whole", autodiff=True), 1)
+    assert abs(loss - whole_loss) < 1e-5
+    for name in want:
+        assert np.abs(grads[name] - want[name]).max() < SHARDED_TOL, name
+    proc = model.run(exe, 2, outputs=0, expect_ok=False)
+    assert proc.returncode == 0 and all(s in proc.stdout for s in said), proc.stdout + proc.stderr
+
+
 def test_output_dir_writes_each_gradient_under_its_name(tmp_path):
     """`parax-run --output-dir DIR`: the loss as result0.npy and every
     gradient as <checkpoint name>.npy (a piece of GPT-2's fused QKV weight,

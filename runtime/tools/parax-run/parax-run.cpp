@@ -124,6 +124,16 @@ void usage() {
 
 } // namespace
 
+/// Training over pipeline stages: how many microbatches' forward halves
+/// stage `stage` of `stages` runs before its first backward half. 1F1B:
+/// as many as stages follow it; a plan's GPipe: all of them (a stage before
+/// the last).
+int64_t pipelineWarmup(const std::string &schedule, int stage, int stages, int64_t micro) {
+  if (schedule == "gpipe" && stage + 1 < stages)
+    return micro;
+  return std::min<int64_t>(stages - 1 - stage, micro);
+}
+
 /// A checkpoint path naming a folder (a sharded checkpoint): ending in '/',
 /// or an existing folder.
 bool isFolderPath(const std::string &path) {
@@ -741,10 +751,11 @@ int main(int argc, char **argv) {
     // one backward half, then the remaining backward halves; each
     // microbatch in flight keeps its activations in a set of its own. (The
     // last stage, and the CUDA backend, run each microbatch whole in turn.)
+    // A plan's GPipe: every forward half first (all microbatches in flight).
     const int stages = exe.value().stages_size();
     const int backward =
         device == "cpu" && micro > 1 && stages > 1 ? backwardStart(exe.value().stages(stageIndex)) : -1;
-    const int64_t warmup = std::min<int64_t>(stages - 1 - stageIndex, micro);
+    const int64_t warmup = pipelineWarmup(exe.value().schedule().kind(), stageIndex, stages, micro);
     std::vector<std::vector<Tensor>> activations(backward >= 0 ? std::min<int64_t>(warmup + 1, micro) : 0);
     auto half = [&](int64_t m, bool forward) {
       std::vector<Tensor> &held = activations[m % activations.size()];
@@ -948,9 +959,14 @@ int main(int argc, char **argv) {
     std::sort(times.begin(), times.end());
     std::string how = ", " + memory;
     if (generate <= 0 && device == "cpu" && micro > 1 && exe.value().stages_size() > 1 &&
-        backwardStart(exe.value().stages(0)) >= 0)
-      how += ", schedule 1f1b over " + std::to_string(micro) + " microbatches (stage s keeps up to " +
-             std::to_string(exe.value().stages_size()) + " - s in flight)";
+        backwardStart(exe.value().stages(0)) >= 0) {
+      const std::string &kind = exe.value().schedule().kind();
+      int64_t first = std::min<int64_t>(pipelineWarmup(kind, 0, exe.value().stages_size(), micro) + 1, micro);
+      how += (kind == "gpipe" ? ", schedule gpipe over " : ", schedule 1f1b over ") + std::to_string(micro) +
+             " microbatches (" + std::to_string(first) + " in flight on stage 0)";
+      if (kind == "interleaved")
+        how += " (the plan chose interleaved 1F1B, which is not built: its model chunks run as one stage)";
+    }
     if (trains && !losses.empty()) {
       char line[200];
       std::snprintf(line, sizeof line, ", %s: loss %.6f -> %.6f over %zu step(s), %zu bytes of optimizer state on rank %d%s",
