@@ -1,8 +1,8 @@
 //===- Recompute.cpp - activations made again in the backward pass -------===//
 //
 // For each transformer layer of a training step (after --parax-autodiff),
-// the layer's forward ops (all of them, or the cheap ones) are cloned just
-// before the layer's first gradient op, and the layer's gradient ops read
+// the layer's forward ops (all of them, or the cheap ones) are cloned, each
+// just before its first reader among the layer's gradient ops, which read
 // the clones: the forward values die at their last forward use.
 //
 //===----------------------------------------------------------------------===//
@@ -97,10 +97,21 @@ LogicalResult recompute(func::FuncOp function, StringRef mode) {
         if (Value copy = replacement.lookup(use.get()))
           if (!llvm::is_contained(clones, op))
             use.set(copy);
-    // Clones no gradient op reads: dropped, last first.
-    for (Operation *clone : llvm::reverse(clones))
-      if (clone->use_empty())
+    // Clones no gradient op reads: dropped; the others moved down to just
+    // before their first reader, last first (so that a value is made again
+    // only when the backward pass reaches it, and a pipeline stage receives
+    // its gradient before it recomputes).
+    for (Operation *clone : llvm::reverse(clones)) {
+      if (clone->use_empty()) {
         clone->erase();
+        continue;
+      }
+      Operation *reader = nullptr;
+      for (Operation *user : clone->getUsers())
+        if (!reader || user->isBeforeInBlock(reader))
+          reader = user;
+      clone->moveBefore(reader);
+    }
   }
   return success();
 }

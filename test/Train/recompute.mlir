@@ -4,13 +4,14 @@
 // RUN: parax-opt %s -split-input-file --parax-autodiff --parax-recompute=mode=none | FileCheck %s --check-prefix=NONE
 
 // One transformer layer (layer 0) and a head (layer 1, holding the loss).
-// Full recomputation runs layer 0's forward again just before its first
-// gradient op (the rms_norm and linears whose results its gradient ops
-// read; the clones nothing reads are dropped), and the gradient ops read
-// the copies; the head is never recomputed (its backward comes first).
-// Selective recomputation runs again only the norm and the activation
-// (and views of them), reading the kept linears' results; the copies too
-// come just before the layer's first gradient op.
+// Full recomputation runs layer 0's forward again in its backward pass,
+// each copy just before its first reader (the layer's first gradient op,
+// which reads only the incoming gradient, comes before them all: a
+// pipeline stage receives its gradient before it recomputes); the clones
+// nothing reads are dropped, and the gradient ops read the copies; the
+// head is never recomputed (its backward comes first). Selective
+// recomputation runs again only the norm and the activation (and views of
+// them), reading the kept linears' results.
 
 // FULL-LABEL: func.func @layer
 // FULL: %[[N:.*]] = parax.rms_norm %[[X:.*]], %arg3
@@ -19,11 +20,11 @@
 // FULL: %[[S:.*]] = parax.swiglu %[[G]], %[[U]]
 // FULL: parax.cross_entropy_grad
 // FULL: parax.linear_weight_grad %{{.*}}, %{{.*}} {parax.layer = 1 : i64, transpose_w}
-// FULL-NEXT: %[[N2:.*]] = parax.rms_norm %[[X]], %arg3 {eps = 1.000000e-05 : f64, parax.layer = 0 : i64}
-// FULL-NEXT: %[[G2:.*]] = parax.linear %[[N2]], %arg4
-// FULL-NEXT: %[[U2:.*]] = parax.linear %[[N2]], %arg5
-// FULL-NEXT: %[[S2:.*]] = parax.swiglu %[[G2]], %[[U2]]
 // FULL-NEXT: parax.linear %{{.*}}, %arg6 {parax.layer = 0 : i64}
+// FULL-NEXT: %[[N2:.*]] = parax.rms_norm %[[X]], %arg3 {eps = 1.000000e-05 : f64, parax.layer = 0 : i64}
+// FULL-NEXT: %[[U2:.*]] = parax.linear %[[N2]], %arg5
+// FULL-NEXT: %[[G2:.*]] = parax.linear %[[N2]], %arg4
+// FULL-NEXT: %[[S2:.*]] = parax.swiglu %[[G2]], %[[U2]]
 // FULL-NEXT: parax.linear_weight_grad %[[S2]], %{{.*}} {parax.layer = 0 : i64, transpose_w}
 // FULL: parax.swiglu_grad %[[G2]], %[[U2]]
 // FULL: parax.linear_weight_grad %[[N2]]
@@ -36,12 +37,12 @@
 // SEL: %[[G:.*]] = parax.linear %[[N]], %arg4
 // SEL: %[[U:.*]] = parax.linear %[[N]], %arg5
 // SEL: parax.cross_entropy_grad
-// SEL: %[[N2:.*]] = parax.rms_norm %[[X]], %arg3 {eps = 1.000000e-05 : f64, parax.layer = 0 : i64}
+// SEL: parax.linear %{{.*}}, %arg6 {parax.layer = 0 : i64}
 // SEL-NEXT: %[[S2:.*]] = parax.swiglu %[[G]], %[[U]] {parax.layer = 0 : i64}
-// SEL-NEXT: parax.linear %{{.*}}, %arg6 {parax.layer = 0 : i64}
 // SEL-NEXT: parax.linear_weight_grad %[[S2]]
 // SEL: parax.swiglu_grad %[[G]], %[[U]]
-// SEL: parax.linear_weight_grad %[[N2]]
+// SEL: %[[N2:.*]] = parax.rms_norm %[[X]], %arg3 {eps = 1.000000e-05 : f64, parax.layer = 0 : i64}
+// SEL-NEXT: parax.linear_weight_grad %[[N2]]
 
 // Without a plan (mode=plan) or with mode=none: nothing recomputed.
 // PLAN-COUNT-1: parax.swiglu %

@@ -294,7 +294,7 @@ def test_recompute_lowers_the_temporaries_live_at_once(tmp_path):
     backend: the temporaries live at once (the arena's lower bound, `--steps
     0`) fall with --parax-recompute, selective below none (attention's and
     the norms' results no longer kept for the backward pass) and full below
-    selective (only each layer's input kept). Measured: 15.2, 11.3 and 6.8
+    selective (only each layer's input kept). Measured: 15.2, 10.5 and 6.8
     MB. (That the gradients stay the same: test_training.py.)"""
     import re
     import subprocess

@@ -42,11 +42,11 @@ def ParaxRecomputePass : Pass<"parax-recompute", "mlir::ModuleOp"> {
   let description = [{
     Run after --parax-autodiff (and before --parax-partition). For every
     transformer layer (`parax.layer` >= 0; not the head's, which holds the
-    loss), the layer's forward ops are run again just before the layer's
-    first gradient op, and the layer's gradient ops read the recomputed
-    values: the forward values then die at their last forward use instead
-    of living until the backward pass (a smaller peak of live
-    temporaries), at the cost of the recomputed ops' time.
+    loss), the layer's forward ops are run again in its backward pass,
+    each copy just before its first reader, and the layer's gradient ops
+    read the recomputed values: the forward values then die at their last
+    forward use instead of living until the backward pass (a smaller peak
+    of live temporaries), at the cost of the recomputed ops' time.
 
     `mode=full` recomputes every forward op of the layer from the layer's
     inputs (activation checkpointing at layer boundaries: only the inputs
