@@ -148,6 +148,7 @@ TRAIN = {
     # Mixture of experts: the router's and the experts' gradients; under EP
     # dy dispatched, dx and the router weights' gradients combined back.
     "train-mixtral-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2),
+    "train-mixtral-bf16-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "bf16"),
     "train-deepseek-v3": ("tiny-deepseek-v3", 2, 8, None, 1),  # sigmoid router, groups, bias; MLA
     # Optimizer steps (parax-run --optimizer): two steps, the second's loss
     # and gradients compared, so the first's update (fp32 master copies on
