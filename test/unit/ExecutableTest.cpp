@@ -236,6 +236,41 @@ TEST(Executable, RefusesGradientOpsWhoseShapesDoNotFit) {
                 "(rms_norm_weight_grad): x, dy, the weight [H] and the result do not fit");
 }
 
+// The mixture of experts' gradient ops: router_grad with top_k 2 of 4
+// experts; experts_grad (indices an integer operand); sigmoid_grad.
+pxe::Executable routerGrad(std::vector<int64_t> dweights, std::vector<int64_t> result) {
+  pxe::Executable exe = oneOp("router_grad", {{2, 3, 8}, {4, 8}, dweights}, {result});
+  (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["top_k"].set_i(2);
+  return exe;
+}
+
+TEST(Executable, AcceptsMoeGradientOpsWhoseShapesFit) {
+  for (const pxe::Executable &exe :
+       {routerGrad({2, 3, 2}, {2, 3, 4}),
+        oneOp("experts_grad", {{6, 8}, {6, 2}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 8, 5}, {6, 8}},
+              {{6, 8}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 8, 5}}, {2}),
+        oneOp("sigmoid_grad", {{3, 7}, {3, 7}}, {{3, 7}})}) {
+    Status s = validateExecutable(exe);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+}
+
+TEST(Executable, RefusesMoeGradientOpsWhoseShapesDoNotFit) {
+  expectRefused(routerGrad({2, 3, 3}, {2, 3, 4}),
+                "(router_grad): dweights must hold 12 values and the result [tokens, 4]");
+  expectRefused(routerGrad({2, 3, 2}, {2, 3, 5}),
+                "(router_grad): dweights must hold 12 values and the result [tokens, 4]");
+  expectRefused(oneOp("experts_grad", {{6, 8}, {6, 2}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 8, 5}, {6, 8}},
+                      {{6, 8}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 5, 8}}, {2}),
+                "(experts_grad): x [.., H], weights and indices [tokens, K], gate/up [E, F, H], down [E, H, F] "
+                "and the result do not fit");
+  expectRefused(oneOp("experts_grad", {{6, 8}, {6, 2}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 8, 5}, {6, 8}},
+                      {{6, 8}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 8, 5}}),
+                "(experts_grad): operand 2 must be integer");
+  expectRefused(oneOp("sigmoid_grad", {{3, 7}, {3, 6}}, {{3, 7}}),
+                "(sigmoid_grad): x, dy and the result must have one shape");
+}
+
 TEST(Executable, RefusesALossGradientOverFewerTokensThanItsRows) {
   pxe::Executable exe = oneOp("cross_entropy_grad", {{2, 3, 7}, {2, 3}}, {{2, 3, 7}}, {1});
   (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_tokens"].set_i(5);
