@@ -974,6 +974,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     std::vector<int64_t> fill(P, 0);
     int64_t perRow = attrFlag(a, "per_choice") ? 1 : K;
     for (int64_t k = 0; k < pairs; ++k) {
+      if (idx.i[k] < 0 || idx.i[k] >= E) return Status::error("expert index out of range");
       int64_t dest = idx.i[k] / local;
       const float *row = &back[(dest * pairs + fill[dest]++) * h];
       for (int64_t c = 0; c < h; ++c) y.f[(k / perRow) * h + c] += row[c];

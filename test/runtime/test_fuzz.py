@@ -32,7 +32,9 @@ SEEDS = [("tiny-llama", {}, None, 1), ("tiny-gpt2", {}, None, 1), ("tiny-mixtral
          # training steps (--parax-autodiff): the gradient ops, gradients sent
          # back a stage
          ("tiny-llama", {"loss": True, "autodiff": True}, None, 1),
-         ("tiny-gpt2", {"loss": True, "autodiff": True}, "tp=2,pp=2,dp=1", 4)]
+         ("tiny-gpt2", {"loss": True, "autodiff": True}, "tp=2,pp=2,dp=1", 4),
+         # the experts' and the router's gradients, EP's exchanges back
+         ("tiny-mixtral", {"loss": True, "autodiff": True}, "ep=2,tp=1,dp=1", 2)]
 
 
 @pytest.mark.parametrize("preset,build,pins,ranks", SEEDS,
