@@ -411,15 +411,28 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         return same();
       })
-      .Case<RouterOp, RouterGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+      .Case<RouterOp, RouterGradOp, RouterAuxGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
             failed(wholeDim(out.dims.size() - 1, "top-k needs every expert")))
           return failure();
-        // x, the gate, (the gradient's dweights: x's tokens), (the bias).
+        // x, the gate, (the gradient's dweights: x's tokens; the load: every
+        // token's, whole), (the bias).
         SmallVector<Layout> layouts = {out, Layout::replicated(2)};
         if (isa<RouterGradOp>(op))
           layouts.push_back(out);
+        if (isa<RouterAuxGradOp>(op))
+          layouts.push_back(Layout::replicated(1));
         if (layouts.size() < op->getNumOperands())
+          layouts.push_back(Layout::replicated(1));
+        return layouts;
+      })
+      .Case<RouterLoadOp>([&](RouterLoadOp load) -> FailureOr<SmallVector<Layout>> {
+        // Summed over the tokens: a partial sum over the axes splitting them.
+        if (failed(wholeDim(0, "the load counts every expert")))
+          return failure();
+        SmallVector<Layout> layouts = {tokensSplit(out.partial, rankOf(load.getX()), currentOf(0)),
+                                       Layout::replicated(2)};
+        if (load.getBias())
           layouts.push_back(Layout::replicated(1));
         return layouts;
       })
@@ -594,7 +607,7 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
-  if (isa<RmsNormWeightGradOp, LayerNormWeightGradOp>(op)) {
+  if (isa<RmsNormWeightGradOp, LayerNormWeightGradOp, RouterLoadOp>(op)) {
     Layout out = Layout::replicated(1);
     out.partial = tokenAxes(in, {});
     results.push_back(out);
@@ -620,13 +633,13 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     return results;
   }
   if (isa<RmsNormGradOp, LayerNormGradOp, SwigluGradOp, GeluGradOp,
-          SigmoidGradOp, RouterGradOp>(op) &&
+          SigmoidGradOp, RouterGradOp, RouterAuxGradOp>(op) &&
       rankOf(op->getOperand(0)) == rankOf(result)) {
     // The activation's layout (the gradient is resharded to it); a norm's
     // rows and the router's logits whole.
     Layout out = in;
     out.partial.clear();
-    if (isa<RmsNormGradOp, LayerNormGradOp, RouterGradOp>(op))
+    if (isa<RmsNormGradOp, LayerNormGradOp, RouterGradOp, RouterAuxGradOp>(op))
       out.dims.back().clear();
     results.push_back(out);
     return results;

@@ -261,6 +261,24 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         Value logits = copyOf(op, operands, TypeRange{x.clone(shape)},
                               OperationName(RouterGradOp::getOperationName(), b.getContext()))
                            ->getResult(0);
+        double coef = router.getAuxLossCoef().convertToDouble();
+        if (coef > 0) {
+          // The load-balancing loss's gradient: every token's load (a sum,
+          // all-reduced when the tokens are split), then by the logits.
+          SmallVector<Value> routed = {router.getX(), router.getGate()};
+          if (Value bias = router.getBias())
+            routed.push_back(bias);
+          Operation *load = copyOf(op, routed, TypeRange{RankedTensorType::get({router.getNumExperts()},
+                                                                               b.getF32Type())},
+                                   OperationName(RouterLoadOp::getOperationName(), b.getContext()));
+          load->removeAttr("aux_loss_coef");
+          Value aux = tag(RouterAuxGradOp::create(b, loc, x.clone(shape), router.getX(), router.getGate(),
+                                                  load->getResult(0), router.getScoreFuncAttr(),
+                                                  router.getNumExpertsAttr(), b.getF64FloatAttr(coef),
+                                                  b.getI64IntegerAttr(x.getNumElements() / x.getShape().back())),
+                          op);
+          logits = tag(AddOp::create(b, loc, logits.getType(), logits, aux), op);
+        }
         accumulate(router.getX(),
                    tag(LinearOp::create(b, loc, x, logits, router.getGate(), Value()), op));
         accumulate(router.getGate(),

@@ -62,8 +62,9 @@ def _attention(q, k, v, scale, causal=True):
     return np.einsum("bhst,bthd->bshd", p, v)
 
 
-def _moe(cfg, w, prefix, x, names):
-    """Routed experts, each family's rule; x [T, H]."""
+def _moe(cfg, w, prefix, x, names, routers=None):
+    """Routed experts, each family's rule; x [T, H]. `routers`, if given,
+    gets each call's (scores [T, E], chosen experts [T, k])."""
     gate = w[f"{prefix}.gate.weight"]
     logits = x @ gate.T
     if cfg.score_func == "sigmoid":
@@ -81,6 +82,8 @@ def _moe(cfg, w, prefix, x, names):
         np.put_along_axis(mask, keep, True, axis=1)
         choice = np.where(np.repeat(mask, per, axis=1), choice, -np.inf)
     top = np.argsort(-choice, axis=-1, kind="stable")[:, : cfg.top_k]
+    if routers is not None:
+        routers.append((scores, top))
     weights = np.take_along_axis(scores, top, axis=-1)
     if cfg.normalize_topk:
         weights = weights / (weights.sum(-1, keepdims=True) + 1e-20)
@@ -120,16 +123,17 @@ class KVCache:
         return _attention(q, k, v, scale)
 
 
-def forward(cfg, w, tokens, cache=None):
+def forward(cfg, w, tokens, cache=None, routers=None):
     """Logits [B, S, V] of the model `cfg` with weights `w` on `tokens`.
 
     With a `KVCache`, `tokens` follow the cached ones (positions from the
-    cache's length on) and their keys and values are added to it."""
+    cache's length on) and their keys and values are added to it. `routers`,
+    if given, gets every MoE layer's (scores, chosen experts)."""
     cache = cache if cache is not None else KVCache()
     if cfg.family == "gpt2":
         return _gpt2(cfg, w, tokens, cache)
     if cfg.family == "deepseek_v3":
-        return _deepseek_v3(cfg, w, tokens, cache)
+        return _deepseek_v3(cfg, w, tokens, cache, routers)
     if cfg.family not in ("llama", "mixtral", "qwen2_moe"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
     b, s = tokens.shape
@@ -155,9 +159,9 @@ def forward(cfg, w, tokens, cache=None):
         if cfg.family == "llama":
             m = _mlp(w, f"{p}.mlp", flat)
         elif cfg.family == "mixtral":
-            m = _moe(cfg, w, f"{p}.block_sparse_moe", flat, ("w1", "w3", "w2"))
+            m = _moe(cfg, w, f"{p}.block_sparse_moe", flat, ("w1", "w3", "w2"), routers)
         else:
-            m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"))
+            m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"), routers)
             shared = _mlp(w, f"{p}.mlp.shared_expert", flat)
             gate = 1.0 / (1.0 + np.exp(-(flat @ w[f"{p}.mlp.shared_expert_gate.weight"].T)))
             m = m + gate * shared
@@ -213,7 +217,7 @@ def _mla(cfg, w, p, x, cache, layer, past):
     return o.reshape(b, s, nh * vd) @ w[f"{p}.o_proj.weight"].T
 
 
-def _deepseek_v3(cfg, w, tokens, cache):
+def _deepseek_v3(cfg, w, tokens, cache, routers=None):
     if cfg.rope_scaling:
         raise NotImplementedError("numpy reference: DeepSeek-V3 with rope scaling")
     b, s = tokens.shape
@@ -226,10 +230,24 @@ def _deepseek_v3(cfg, w, tokens, cache):
         x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
         flat = x.reshape(b * s, -1)
         if cfg.is_moe_layer(i):
-            m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"))
+            m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"), routers)
             m = m + _mlp(w, f"{p}.mlp.shared_experts", flat)
         else:
             m = _mlp(w, f"{p}.mlp", flat)
         h = h + m.reshape(b, s, -1)
     x = _rms_norm(h, w["model.norm.weight"], cfg.norm_eps)
     return x @ w["lm_head.weight"].T
+
+
+def load_balancing_loss(cfg, routers):
+    """The MoE load-balancing loss of a forward pass's routers (`forward`'s
+    `routers`): per layer cfg.router_aux_loss_coef · E · Σ_e f_e · P_e, f_e
+    the choices routed to e over the tokens, P_e the mean score (Mixtral's
+    form in Hugging Face transformers), summed over the layers."""
+    total = 0.0
+    for scores, top in routers:
+        tokens = len(scores)
+        counts = np.bincount(top.reshape(-1), minlength=cfg.num_experts)
+        total += cfg.router_aux_loss_coef * cfg.num_experts * float(
+            (counts / tokens * scores.mean(axis=0)).sum())
+    return total

@@ -101,7 +101,7 @@ bool capturableOp(const std::string &op) {
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
                     "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad",
-                    "sigmoid_grad", "router_grad", "experts_grad"});
+                    "sigmoid_grad", "router_grad", "experts_grad", "router_load", "router_aux_grad"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -1382,7 +1382,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
-  if (op == "router" || op == "router_grad") {
+  if (op == "router" || op == "router_grad" || op == "router_load" || op == "router_aux_grad") {
     DeviceBuffer &x = in(0), &gate = in(1);
     int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0], K = attrInt(a, "top_k");
     if (K > 64) return Status::error(op + ": top_k above 64");
@@ -1396,6 +1396,29 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     bool sigmoidScores = attrString(a, "score_func") == "sigmoid", normalize = attrInt(a, "normalize") != 0;
     float scaling = static_cast<float>(attrFloat(a, "scaling_factor", 1.0));
     int64_t groups = attrInt(a, "num_groups", 1), topkGroups = attrInt(a, "topk_groups", 1);
+    if (op == "router_aux_grad") {
+      DeviceBuffer &load = in(2), &dl = out();
+      if (load.elem != Elem::F32) return Status::error("router_aux_grad: the load must be fp32");
+      return withFloat(dl, [&](auto t) {
+        using T = decltype(t);
+        PARAX_LAUNCH(routerAuxGradKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
+            logits, load.f(), dl.as<T>(), tokens, E, sigmoidScores,
+            static_cast<float>(attrFloat(a, "coefficient")), static_cast<float>(attrInt(a, "num_tokens")));
+        return Status::ok();
+      });
+    }
+    if (op == "router_load") {
+      DeviceBuffer &load = out();
+      if (load.elem != Elem::F32) return Status::error("router_load: the load must be fp32");
+      PARAX_CUDA(cudaMemsetAsync(load.data, 0, E * 4, stream));
+      return withFloat(x, [&](auto t) {
+        using T = decltype(t);
+        PARAX_LAUNCH(routerLoadKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
+            logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, load.f(), tokens, E, K,
+            sigmoidScores, groups, topkGroups);
+        return Status::ok();
+      });
+    }
     if (op == "router_grad") {
       DeviceBuffer &dw = in(2), &dl = out();
       return withFloat(dl, [&](auto t) {

@@ -182,6 +182,45 @@ __global__ void routerGradKernel(const float *logits, const T *bias, const T *dw
   }
 }
 
+// One thread per token: its chosen experts counted (routeToken), into
+// `load` [E] (fp32 counts, zeroed first).
+template <typename T>
+__global__ void routerLoadKernel(const float *logits, const T *bias, float *scratch, float *load, int64_t tokens,
+                                 int64_t E, int64_t K, bool sigmoidScores, int64_t groups, int64_t topkGroups) {
+  int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  float *scores = scratch + t * 2 * E;
+  int32_t chosen[64];
+  routeToken(logits + t * E, bias, scores, scores + E, E, K, sigmoidScores, groups, topkGroups, chosen);
+  for (int64_t j = 0; j < K; ++j) atomicAdd(&load[chosen[j]], 1.0f);
+}
+
+// One thread per token: the load-balancing loss's gradient by its logits,
+// g_e = coefficient · E · load_e / T², through the softmax or sigmoid.
+template <typename T>
+__global__ void routerAuxGradKernel(const float *logits, const float *load, T *dlogits, int64_t tokens, int64_t E,
+                                    bool sigmoidScores, float coefficient, float wholeTokens) {
+  int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const float *l = logits + t * E;
+  float scale = coefficient * E / (wholeTokens * wholeTokens);
+  if (sigmoidScores) {
+    for (int64_t e = 0; e < E; ++e) {
+      float s = 1.0f / (1.0f + expf(-l[e]));
+      st(dlogits, t * E + e, scale * ld(load, e) * s * (1.0f - s));
+    }
+    return;
+  }
+  float m = -INFINITY, sum = 0, mix = 0;
+  for (int64_t e = 0; e < E; ++e) m = fmaxf(m, l[e]);
+  for (int64_t e = 0; e < E; ++e) sum += expf(l[e] - m);
+  for (int64_t e = 0; e < E; ++e) mix += scale * ld(load, e) * expf(l[e] - m) / sum;
+  for (int64_t e = 0; e < E; ++e) {
+    float s = expf(l[e] - m) / sum;
+    st(dlogits, t * E + e, s * (scale * ld(load, e) - mix));
+  }
+}
+
 // The experts' gradients, one thread per output element with fp32 sums
 // (not tiled: a GEMM's flops without a GEMM's reuse; see docs/training.md).
 // Pairs p = (token p / K, choice p % K), expert e = idx[p] (outside 0 .. E-1:

@@ -46,7 +46,8 @@ const std::map<std::string, Arity> &arities() {
       {"gelu_grad", {2, 2, 1}},          {"layer_norm_grad", {3, 3, 1}},
       {"layer_norm_weight_grad", {2, 2, 1}}, {"position_embedding_grad", {1, 1, 1}},
       {"sigmoid_grad", {2, 2, 1}},       {"router_grad", {3, 4, 1}},
-      {"experts_grad", {7, 7, 5}},
+      {"experts_grad", {7, 7, 5}},       {"router_load", {2, 3, 1}},
+      {"router_aux_grad", {3, 3, 1}},
   };
   return table;
 }

@@ -771,7 +771,12 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     }
     return Status::ok();
   }
-  if (op == "router" || op == "router_grad") {
+  if (op == "router_aux_grad") {
+    routerAuxGrad(in(0), in(1), in(2), attrString(a, "score_func") == "sigmoid", attrFloat(a, "coefficient"),
+                  attrInt(a, "num_tokens"), out());
+    return Status::ok();
+  }
+  if (op == "router" || op == "router_grad" || op == "router_load") {
     Routing routing;
     routing.topK = attrInt(a, "top_k");
     routing.groups = attrInt(a, "num_groups", 1);
@@ -781,6 +786,8 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     routing.scaling = attrFloat(a, "scaling_factor", 1.0);
     if (op == "router")
       router(in(0), in(1), inst.operands_size() == 3 ? &in(2) : nullptr, routing, out(0), out(1));
+    else if (op == "router_load")
+      routerLoad(in(0), in(1), inst.operands_size() == 3 ? &in(2) : nullptr, routing, out());
     else
       routerGrad(in(0), in(1), inst.operands_size() == 4 ? &in(3) : nullptr, in(2), routing, out());
     return Status::ok();

@@ -129,6 +129,43 @@ void routerGrad(const Tensor &x, const Tensor &gate, const Tensor *bias, const T
   }
 }
 
+void routerLoad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, Tensor &load) {
+  int64_t E = gate.shape[0], tokens = x.numel() / x.shape.back();
+  std::vector<float> logits = logitsOf(x, gate);
+  std::vector<double> scores;
+  std::vector<int64_t> chosen;
+  std::vector<double> count(E, 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    route(&logits[t * E], E, bias, routing, scores, chosen);
+    for (int64_t e : chosen) count[e] += 1;
+  }
+  for (int64_t e = 0; e < E; ++e) load.f[e] = static_cast<float>(count[e]);
+}
+
+void routerAuxGrad(const Tensor &x, const Tensor &gate, const Tensor &load, bool sigmoid, double coefficient,
+                   int64_t tokens, Tensor &dlogits) {
+  int64_t E = gate.shape[0], rows = x.numel() / x.shape.back();
+  std::vector<float> logits = logitsOf(x, gate);
+  std::vector<double> g(E);
+  double T = static_cast<double>(tokens);
+  for (int64_t e = 0; e < E; ++e) g[e] = coefficient * E * load.f[e] / (T * T);
+  std::vector<double> scores(E);
+  for (int64_t t = 0; t < rows; ++t) {
+    const float *l = &logits[t * E];
+    if (sigmoid) {
+      for (int64_t e = 0; e < E; ++e) {
+        double s = 1.0 / (1.0 + std::exp(-l[e]));
+        dlogits.f[t * E + e] = static_cast<float>(g[e] * s * (1.0 - s));
+      }
+      continue;
+    }
+    double m = *std::max_element(l, l + E), sum = 0, mix = 0;
+    for (int64_t e = 0; e < E; ++e) sum += (scores[e] = std::exp(l[e] - m));
+    for (int64_t e = 0; e < E; ++e) mix += g[e] * (scores[e] /= sum);
+    for (int64_t e = 0; e < E; ++e) dlogits.f[t * E + e] = static_cast<float>(scores[e] * (g[e] - mix));
+  }
+}
+
 // Each expert's pairs at once: their rows gathered, the gate, up and down
 // projections as three sgemms (each expert's weights read once, not once a
 // pair), the results kept per pair; then each token sums its pairs'

@@ -24,6 +24,13 @@ void router(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routi
 /// The gradient by the router's logits [tokens, E], given dweights.
 void routerGrad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Tensor &dweights,
                 const Routing &routing, Tensor &dlogits);
+/// How many (token, choice) pairs each expert receives: load [E].
+void routerLoad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, Tensor &load);
+/// The load-balancing loss's gradient by the logits [tokens, E]: with
+/// g_e = coefficient · E · load_e / T², s_t · (g - g·s_t) (softmax) or
+/// g · s_t · (1 - s_t) (sigmoid); T = `tokens`, the whole's count.
+void routerAuxGrad(const Tensor &x, const Tensor &gate, const Tensor &load, bool sigmoid, double coefficient,
+                   int64_t tokens, Tensor &dlogits);
 /// The routed experts' output (a choice outside 0 .. E-1 adds nothing).
 void experts(const Tensor &x, const Tensor &weights, const Tensor &indices, const Tensor &wGate, const Tensor &wUp,
              const Tensor &wDown, Tensor &y);

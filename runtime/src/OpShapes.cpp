@@ -168,7 +168,13 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       total += x[dim];
     }
     if (total != out[0][dim]) return fail("the parts do not add up to " + text(out[0]));
-  } else if (op == "router" || op == "router_grad") {
+  } else if (op == "router_aux_grad") {
+    int64_t h = lastOf(in[0]), tokens = count(in[0]) / h, E = in[1].empty() ? 0 : in[1][0];
+    if (in[1] != Shape{E, h} || in[2] != Shape{E} || count(out[0]) != tokens * E || lastOf(out[0]) != E)
+      return fail("the gate [experts, " + std::to_string(h) + "], the load [experts] and the result [tokens, experts] "
+                  "do not fit");
+    if (attrInt(a, "num_tokens") < 1) return fail("num_tokens must be positive");
+  } else if (op == "router" || op == "router_grad" || op == "router_load") {
     int64_t h = lastOf(in[0]), tokens = count(in[0]) / h, K = attrInt(a, "top_k");
     if (in[1].size() != 2 || in[1][1] != h) return fail("the gate must be [experts, " + std::to_string(h) + "]");
     int64_t E = in[1][0], groups = attrInt(a, "num_groups", 1), topGroups = attrInt(a, "topk_groups", 1);
@@ -176,10 +182,11 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
         topGroups * (E / groups) < K)
       return fail("top_k " + std::to_string(K) + " of " + std::to_string(E) + " experts in " +
                   std::to_string(groups) + " group(s), " + std::to_string(topGroups) + " kept, cannot be chosen");
-    size_t biasAt = op == "router" ? 2 : 3;
+    size_t biasAt = op == "router_grad" ? 3 : 2;
     if (in.size() > biasAt && in[biasAt] != Shape{E}) return fail("the bias must be [" + std::to_string(E) + "]");
     if (op == "router" && (count(out[0]) != tokens * K || count(out[1]) != tokens * K))
       return fail("the weights and indices must hold " + std::to_string(tokens * K) + " values");
+    if (op == "router_load" && out[0] != Shape{E}) return fail("the load must be [" + std::to_string(E) + "]");
     if (op == "router_grad" && (count(in[2]) != tokens * K || count(out[0]) != tokens * E || lastOf(out[0]) != E))
       return fail("dweights must hold " + std::to_string(tokens * K) + " values and the result [tokens, " +
                   std::to_string(E) + "]");

@@ -47,8 +47,9 @@ class Model:
     (noise beyond: rows no step may read)."""
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
-                 dtype="f32", past=0, return_kv=False, rows=None, cache=0, last_logits=False):
+                 dtype="f32", past=0, return_kv=False, rows=None, cache=0, last_logits=False, aux_loss=0.0):
         self.cfg = load_config(preset, layers=layers)
+        self.cfg.router_aux_loss_coef = aux_loss  # an MoE's load-balancing loss in training
         self.dir = tmp
         os.makedirs(tmp, exist_ok=True)
         self.past = past

@@ -133,9 +133,9 @@ GENERATE = {
 }
 BF16_REL = 3e-2
 # Training steps (--parax-autodiff): name -> (preset, batch, seq, workload
-# pins or None, ranks[, dtype]). The program returns the loss, then every
-# parameter's gradient; each against the CPU backend's, the loss against
-# numpy's too.
+# pins or None, ranks[, dtype[, parax-run options[, load-balancing loss
+# weight]]]). The program returns the loss, then every parameter's
+# gradient; each against the CPU backend's, the loss against numpy's too.
 TRAIN = {
     "train-llama": ("tiny-llama", 2, 8, None, 1),
     "train-llama-tp2": ("tiny-llama", 2, 8, "tp=2,dp=1", 2),
@@ -149,6 +149,8 @@ TRAIN = {
     # dy dispatched, dx and the router weights' gradients combined back.
     "train-mixtral-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2),
     "train-mixtral-bf16-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "bf16"),
+    # with a load-balancing loss: the load (f32 counts) all-reduced over ep
+    "train-mixtral-bf16-aux-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "bf16", [], 0.5),
     "train-deepseek-v3": ("tiny-deepseek-v3", 2, 8, None, 1),  # sigmoid router, groups, bias; MLA
     # Optimizer steps (parax-run --optimizer): two steps, the second's loss
     # and gradients compared, so the first's update (fp32 master copies on
@@ -273,10 +275,11 @@ def prepare_train(name, root):
     preset, batch, seq, pins, ranks, *rest = TRAIN[name]
     dtype = rest[0] if rest else "f32"
     options = rest[1] if len(rest) > 1 else []  # an optimizer's: two steps, as check runs
+    aux = rest[2] if len(rest) > 2 else 0.0  # an MoE's load-balancing loss weight
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
-    model = Model(case_dir, preset, batch=batch, seq=seq, loss=True, dtype=dtype, rows=batch * dp)
+    model = Model(case_dir, preset, batch=batch, seq=seq, loss=True, dtype=dtype, rows=batch * dp, aux_loss=aux)
     # The CPU backend runs the same executable (a plan's gradients may be
     # pieces of fused tensors; test_training.py checks them against one rank).
     exe = model.compile("single", autodiff=True) if pins is None else model.compile(

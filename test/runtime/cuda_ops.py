@@ -212,6 +212,22 @@ OPS = {
         "parax.router_grad sigmoid %x, %gate, %dw, %bias {num_experts = 16 : i64, top_k = 4 : i64, normalize,"
         " num_groups = 4 : i64, topk_groups = 2 : i64, scaling_factor = 2.5 : f64}",
         t(2, 5, 16), {}),
+    # The load-balancing loss's pieces (f32 only: the load is f32 counts).
+    "router_load-softmax": (
+        [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate")],
+        "parax.router_load softmax %x, %gate {num_experts = 8 : i64, top_k = 2 : i64, normalize}", t(8), {}),
+    "router_load-sigmoid-groups-bias": (
+        [("x", t(2, 5, 40), None), ("gate", t(16, 40), "gate"), ("bias", t(16), "bias")],
+        "parax.router_load sigmoid %x, %gate, %bias {num_experts = 16 : i64, top_k = 4 : i64,"
+        " num_groups = 4 : i64, topk_groups = 2 : i64}", t(16), {}),
+    "router_aux_grad-softmax": (
+        [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate"), ("load", t(8), None)],
+        "parax.router_aux_grad softmax %x, %gate, %load {num_experts = 8 : i64, coefficient = 0.5 : f64,"
+        " num_tokens = 20 : i64}", t(2, 5, 8), {}),
+    "router_aux_grad-sigmoid": (
+        [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate"), ("load", t(8), None)],
+        "parax.router_aux_grad sigmoid %x, %gate, %load {num_experts = 8 : i64, coefficient = 0.5 : f64,"
+        " num_tokens = 10 : i64}", t(2, 5, 8), {}),
     "experts_grad": (
         [("x", t(2, 3, 40), None), ("w", t(2, 3, 2), None), ("idx", t(2, 3, 2, elem="i32"), None),
          ("wg", t(4, 30, 40), "wg"), ("wu", t(4, 30, 40), "wu"), ("wd", t(4, 40, 30), "wd"),
@@ -247,14 +263,18 @@ RESULT_SUFFIXES = {2: ("-weights", "-indices"), 3: ("-dq", "-dk", "-dv"),
                    5: ("-dx", "-dweights", "-dw_gate", "-dw_up", "-dw_down")}
 
 
+# Ops with an f32 operand or result whatever the storage: no bf16 case.
+F32_ONLY = ("router_load", "router_aux_grad")
+
+
 def cases():
     """Case names: an op with two results gives one case per result; each
-    case also in bf16 storage (suffix -bf16)."""
+    case also in bf16 storage (suffix -bf16), but those of F32_ONLY."""
     names = []
     for name, (_, _, result, _) in OPS.items():
         names += ([name + suffix for suffix in RESULT_SUFFIXES[len(result)]] if isinstance(result, tuple)
                   else [name])
-    return names + [n + "-bf16" for n in names]
+    return names + [n + "-bf16" for n in names if not n.startswith(F32_ONLY)]
 
 
 def is_bf16(case):

@@ -47,17 +47,23 @@ def gradients(model, exe, ranks):
     return float(outs[0]), grads
 
 
-def numpy_loss(model, weights):
-    logits = __import__("parax.reference", fromlist=["forward"]).forward(
-        model.cfg, weights, model.tokens).astype(np.float64)
+def numpy_loss(model, weights, aux=True):
+    """numpy's cross-entropy (float64), plus an MoE model's load-balancing
+    loss when it has one (and `aux`)."""
+    from parax.reference import forward, load_balancing_loss
+    routers = []
+    logits = forward(model.cfg, weights, model.tokens, routers=routers).astype(np.float64)
     logits -= logits.max(axis=-1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-    return float(-np.take_along_axis(logp, model.labels[..., None].astype(np.int64), axis=-1).mean())
+    ce = float(-np.take_along_axis(logp, model.labels[..., None].astype(np.int64), axis=-1).mean())
+    return ce + (load_balancing_loss(model.cfg, routers) if aux and model.cfg.router_aux_loss_coef else 0.0)
 
 
-@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe",
-                                    "tiny-deepseek-v3"])
-def test_gradients_match_finite_differences(tmp_path, preset):
+@pytest.mark.parametrize("preset,aux", [("tiny-llama", 0), ("tiny-gpt2", 0), ("tiny-mixtral", 0),
+                                        ("tiny-qwen2-moe", 0), ("tiny-deepseek-v3", 0),
+                                        ("tiny-mixtral", 0.5), ("tiny-qwen2-moe", 0.5)],
+                         ids=["llama", "gpt2", "mixtral", "qwen2-moe", "deepseek-v3", "mixtral-aux", "qwen2-moe-aux"])
+def test_gradients_match_finite_differences(tmp_path, preset, aux):
     """Tiny Llama, GPT-2, Mixtral, Qwen2-MoE and DeepSeek-V3, 2 layers, one
     rank: every parameter's gradient (GPT-2: biases, LayerNorms, the
     position table, the fused QKV weight through its slices, the embedding
@@ -65,11 +71,14 @@ def test_gradients_match_finite_differences(tmp_path, preset):
     normalised or not, groups, scaling), the stacked experts, Qwen2-MoE's
     sigmoid-gated shared expert; DeepSeek-V3: MLA's slices, concats and
     broadcast) along a random direction equals the central difference of
-    numpy's float64 loss; the loss itself numpy's."""
-    model = Model(str(tmp_path), preset, loss=True)
+    numpy's float64 loss; the loss itself numpy's. With a load-balancing
+    loss (weight 0.5, large enough to matter: HF's is 0.001-0.02) the
+    gradients are those of the cross-entropy plus it; the loss returned is
+    the cross-entropy alone."""
+    model = Model(str(tmp_path), preset, loss=True, aux_loss=aux)
     loss, grads = gradients(model, model.compile("train", autodiff=True), 1)
     weights = {k: v.astype(np.float64) for k, v in model.weights.items()}
-    assert abs(loss - numpy_loss(model, weights)) < 1e-4
+    assert abs(loss - numpy_loss(model, weights, aux=False)) < 1e-4
     # (DeepSeek-V3's router correction bias chooses experts only: no gradient.)
     assert set(grads) == {name for name in model.weights if "e_score_correction_bias" not in name}
     rng = np.random.default_rng(7)
@@ -134,6 +143,41 @@ def test_sharded_gradients_match_single_rank(tmp_path, preset, pins, ranks):
     loss, sharded = gradients(model, exe, ranks)
     assert abs(loss - single_loss) < 1e-5
     assert set(sharded) == set(single)
+    for name in single:
+        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+
+
+@pytest.mark.parametrize("preset,pins,ranks,batch", [
+    ("tiny-mixtral", "ep=2,dp=1", 2, 2), ("tiny-mixtral", "ep=2,tp=2,dp=1", 4, 2),
+    ("tiny-qwen2-moe", "ep=2,dp=1", 2, 2), ("tiny-mixtral", "cp=2,tp=1,dp=1,ep=1", 2, 1),
+    ("tiny-mixtral", "dp=2,ep=2", 4, 4)],
+    ids=["mixtral-ep2", "mixtral-ep2-tp2", "qwen2-moe-ep2", "mixtral-cp2", "mixtral-dp2-ep2"])
+def test_load_balancing_gradients_are_over_every_token(tmp_path, preset, pins, ranks, batch):
+    """The load-balancing loss's gradient needs every token's load: with
+    the tokens split (over ep, cp) each rank's router_load is a partial sum,
+    all-reduced before router_aux_grad, and the gradients equal one rank's.
+    Data-parallel replicas (dp) each balance their own rows, as each
+    replica's loss is its own (one rank given one replica's rows)."""
+    dp = 2 if "dp=2" in pins else 1
+    model = Model(str(tmp_path), preset, loss=True, batch=batch // dp, rows=batch, aux_loss=0.5)
+    exe = model.compile("sharded", f"prefill:batch={batch},seq=8,{pins}", ranks, autodiff=True)
+    text = open(exe.replace(".pxe", ".mlir")).read()
+    assert "parax.router_load" in text and "parax.router_aux_grad" in text
+    loss, sharded = gradients(model, exe, ranks)
+    if dp == 1:
+        one = Model(str(tmp_path / "one"), preset, loss=True, batch=batch, aux_loss=0.5)
+        single_loss, single = gradients(one, one.compile("train", autodiff=True), 1)
+    else:  # each replica its own rows and its own balance: the mean of two one-rank runs
+        halves = []
+        for r in range(dp):
+            one = Model(str(tmp_path / f"one{r}"), preset, loss=True, batch=batch // dp, aux_loss=0.5)
+            rows = slice(r * batch // dp, (r + 1) * batch // dp)
+            np.save(one.tokens_path, model.tokens[rows])
+            np.save(one.labels_path, model.labels[rows])
+            halves.append(gradients(one, one.compile("train", autodiff=True), 1))
+        single_loss = sum(h[0] for h in halves) / dp
+        single = {k: sum(h[1][k] for h in halves) / dp for k in halves[0][1]}
+    assert abs(loss - single_loss) < 1e-5
     for name in single:
         assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
 

@@ -288,6 +288,8 @@ class _Builder:
         if cfg.num_groups > 1:
             attrs += [f"num_groups = {cfg.num_groups} : i64",
                       f"topk_groups = {cfg.topk_groups} : i64"]
+        if cfg.router_aux_loss_coef:
+            attrs.append(f"aux_loss_coef = {f64(cfg.router_aux_loss_coef)}")
         routed_shape = x[1][:-1] + [k]
         weights, indices = e.op("router", operands, [routed_shape, routed_shape],
                                 ", ".join(attrs), prefix=cfg.score_func,

@@ -45,6 +45,9 @@ class ModelConfig:
     topk_groups: int = 1
     first_dense_layers: int = 0   # DeepSeek: the first k layers use a dense MLP
     router_bias: bool = False     # DeepSeek-V3: e_score_correction_bias
+    # the load-balancing loss's weight in training (Hugging Face's
+    # router_aux_loss_coef, taken when output_router_logits is set)
+    router_aux_loss_coef: float = 0.0
     # multi-head latent attention (DeepSeek-V3)
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -105,6 +108,8 @@ def from_hf_dict(raw, name="model"):
         rope_scaling=copy.deepcopy(raw.get("rope_scaling")),
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         attention_bias=bool(raw.get("attention_bias", family == "qwen2_moe")))
+    if family in ("mixtral", "qwen2_moe") and raw.get("output_router_logits"):
+        cfg.router_aux_loss_coef = float(raw.get("router_aux_loss_coef", 0.001))
     if family == "mixtral":
         cfg.num_experts = _need(raw, "num_local_experts")
         cfg.top_k = _need(raw, "num_experts_per_tok")

@@ -191,6 +191,19 @@ uint64_t RouterGradOp::getFlops() {
   uint64_t tokens = numel(getX()) / hidden;
   return 2 * tokens * hidden * experts + 10 * tokens * experts;
 }
+// The gate GEMM and the choice again, then a count per choice.
+uint64_t RouterLoadOp::getFlops() {
+  uint64_t hidden = lastDim(getX()), experts = getNumExperts();
+  uint64_t tokens = numel(getX()) / hidden;
+  return 2 * tokens * hidden * experts + 5 * tokens * experts;
+}
+// The gate GEMM and the scores again, then the scores' gradient (about 5
+// per logit).
+uint64_t RouterAuxGradOp::getFlops() {
+  uint64_t hidden = lastDim(getX()), experts = getNumExperts();
+  uint64_t tokens = numel(getX()) / hidden;
+  return 2 * tokens * hidden * experts + 10 * tokens * experts;
+}
 // Per routed pair: the gate, up and down GEMVs again (down for the router
 // weight's gradient), then six more of the same size (dw_down, da,
 // dw_gate, dw_up, and dx through gate and up): 3x the forward's GEMVs.

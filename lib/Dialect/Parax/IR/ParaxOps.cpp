@@ -552,6 +552,8 @@ static LogicalResult verifyRouting(RouterLikeOp op) {
 LogicalResult RouterOp::verify() {
   if (failed(verifyRouting(*this)))
     return failure();
+  if (!(getAuxLossCoef().convertToDouble() >= 0))
+    return emitOpError("C6: aux_loss_coef must not be negative");
   RankedTensorType x = tensorOf(getX());
   int64_t k = getTopK();
   if (failed(verifyRoutedShape(*this, x, tensorOf(getWeights()), k, "C4",
@@ -561,6 +563,35 @@ LogicalResult RouterOp::verify() {
     return failure();
   if (tensorOf(getWeights()).getElementType() != x.getElementType())
     return emitOpError("C4: weights must have x's element type");
+  return success();
+}
+
+LogicalResult RouterLoadOp::verify() {
+  if (failed(verifyRouting(*this)))
+    return failure();
+  RankedTensorType result = tensorOf(getResult());
+  if (result.getRank() != 1 || result.getDimSize(0) != getNumExperts() ||
+      !result.getElementType().isF32())
+    return emitOpError("C4: the result must be [")
+           << getNumExperts() << "] of f32";
+  return success();
+}
+
+LogicalResult RouterAuxGradOp::verify() {
+  RankedTensorType x = tensorOf(getX()), gate = tensorOf(getGate()),
+                   load = tensorOf(getLoad()), result = tensorOf(getResult());
+  int64_t experts = getNumExperts();
+  if (x.getRank() < 1 || gate.getRank() != 2 || gate.getDimSize(0) != experts ||
+      gate.getDimSize(1) != x.getShape().back() || load.getRank() != 1 ||
+      load.getDimSize(0) != experts)
+    return emitOpError("C1: gate must be [num_experts, H] and load [num_experts], num_experts = ")
+           << experts;
+  if (failed(verifyRoutedShape(*this, x, result, experts, "C2", "the result")))
+    return failure();
+  if (result.getElementType() != x.getElementType())
+    return emitOpError("C2: the result must have x's element type");
+  if (!(getCoefficient().convertToDouble() >= 0) || getNumTokens() <= 0)
+    return emitOpError("C3: coefficient must not be negative and num_tokens must be positive");
   return success();
 }
 

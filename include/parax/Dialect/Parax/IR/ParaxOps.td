@@ -514,7 +514,15 @@ def Parax_RouterOp : Parax_Op<"router"> {
     `num_groups` divides `num_experts`, `0 < topk_groups <= num_groups`, and
     the allowed groups hold at least `top_k` experts. C4: both results have
     `x`'s shape with the last dimension replaced by `top_k`; `weights` has
-    `x`'s element type, `indices` is i32. C5: `scaling_factor > 0`.
+    `x`'s element type, `indices` is i32. C5: `scaling_factor > 0`. C6:
+    `aux_loss_coef >= 0`.
+
+    `aux_loss_coef` (training only; Hugging Face's `router_aux_loss_coef`):
+    the load-balancing loss `coef · E · Σ_e f_e · P_e` (Switch Transformer;
+    Mixtral's form: `f_e` the routed choices to expert e over the tokens,
+    `P_e` the mean score) takes part in the training step's gradient
+    (--parax-autodiff: `parax.router_load`, `parax.router_aux_grad`) but not
+    in the loss value returned, as Megatron-LM reports it apart.
   }];
   let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$gate,
                        Optional<Parax_FloatTensor>:$bias,
@@ -523,7 +531,8 @@ def Parax_RouterOp : Parax_Op<"router"> {
                        UnitAttr:$normalize,
                        DefaultValuedAttr<F64Attr, "1.0">:$scaling_factor,
                        DefaultValuedAttr<I64Attr, "1">:$num_groups,
-                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups,
+                       DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coef);
   let results = (outs Parax_FloatTensor:$weights, StaticShapeTensorOf<[I32]>:$indices);
   let assemblyFormat = [{
     `` $score_func $x `,` $gate (`,` $bias^)? attr-dict `:` functional-type(operands, results)
@@ -899,10 +908,75 @@ def Parax_RouterGradOp : Parax_Op<"router_grad"> {
                        UnitAttr:$normalize,
                        DefaultValuedAttr<F64Attr, "1.0">:$scaling_factor,
                        DefaultValuedAttr<I64Attr, "1">:$num_groups,
-                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups,
+                       DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coef);
   let results = (outs Parax_FloatTensor:$result);
   let assemblyFormat = [{
     `` $score_func $x `,` $gate `,` $dweights (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Parax_RouterLoadOp : Parax_Op<"router_load"> {
+  let summary = "how many routed choices each expert receives";
+  let description = [{
+    For `parax.router x, gate[, bias]` with the same attributes: `load[e]`,
+    the number of (token, choice) pairs routed to expert e, as a float
+    vector `[num_experts]` (the choice made again). Summed over tokens:
+    with the tokens split over ranks, a partial sum (the load-balancing
+    loss's `f_e` needs every token's, so it is all-reduced).
+
+    ```mlir
+    %l = parax.router_load softmax %x, %g {num_experts = 8, top_k = 2}
+        : (tensor<2x16x64xf32>, tensor<8x64xf32>) -> tensor<8xf32>
+    ```
+
+    C1-C3, C5: as `parax.router`'s. C4: the result is `[num_experts]` of
+    f32 (counts beyond bf16's exact integers).
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$gate,
+                       Optional<Parax_FloatTensor>:$bias,
+                       Parax_ScoreFuncAttr:$score_func,
+                       I64Attr:$num_experts, I64Attr:$top_k,
+                       UnitAttr:$normalize,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scaling_factor,
+                       DefaultValuedAttr<I64Attr, "1">:$num_groups,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = [{
+    `` $score_func $x `,` $gate (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Parax_RouterAuxGradOp : Parax_Op<"router_aux_grad"> {
+  let summary = "gradient of the MoE load-balancing loss by the router's logits";
+  let description = [{
+    For the loss `coefficient · E · Σ_e (load_e / T) · P_e`, with `P_e =
+    (1 / T) Σ_t s_te` the mean of the router's scores `s = softmax(x ·
+    gateᵀ)` (or sigmoid) over the `T = num_tokens` tokens and `load` the
+    routed choices per expert (`parax.router_load`, every token's): with
+    `g_e = coefficient · E · load_e / T²`, the gradient by token t's logits,
+    `s_t · (g - Σ_e g_e · s_te)` (softmax) or `g · s_t · (1 - s_t)`
+    (sigmoid), `[..., num_experts]`. After partitioning with the tokens
+    split, each rank computes its tokens' rows; `num_tokens` stays the
+    whole's.
+
+    ```mlir
+    %d = parax.router_aux_grad softmax %x, %g, %load {num_experts = 8, coefficient = 0.02, num_tokens = 32}
+        : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8xf32>) -> tensor<2x16x8xf32>
+    ```
+
+    C1: `gate` is `[num_experts, H]`, `load` `[num_experts]` (f32). C2: the result
+    has `x`'s shape with the last dimension `num_experts`, and `x`'s
+    element type. C3: `coefficient >= 0`, `num_tokens > 0`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$gate,
+                       TensorOf<[F32]>:$load,
+                       Parax_ScoreFuncAttr:$score_func,
+                       I64Attr:$num_experts, F64Attr:$coefficient,
+                       I64Attr:$num_tokens);
+  let results = (outs Parax_FloatTensor:$result);
+  let assemblyFormat = [{
+    `` $score_func $x `,` $gate `,` $load attr-dict `:` functional-type(operands, results)
   }];
 }
 
