@@ -5,7 +5,9 @@
 // and the router weights' gradients come back (one combine each, the
 // latter per choice); each rank's experts' gradients are whole (no
 // all-reduce of the stacks: every token routed to an expert reached its
-// rank); the gate's and w0's, over tokens split on ep, are all-reduced.
+// rank); the gate's and w0's, over tokens split on ep, are all-reduced. The
+// load-balancing loss (aux_loss_coef) needs every token's load: each rank's
+// router_load is all-reduced over ep; num_tokens stays the whole's.
 
 parax.grid @g(ep = 2)
 // CHECK-LABEL: func.func @moe
@@ -17,6 +19,9 @@ parax.grid @g(ep = 2)
 // CHECK-NEXT: parax.moe_combine {{.*}} {num_experts = 4 : i64, per_choice} : (tensor<16x1xf32>, tensor<1x4x2xi32>) -> tensor<1x4x2x1xf32>
 // CHECK-NEXT: parax.reshape {{.*}} -> tensor<1x4x2xf32>
 // CHECK: parax.router_grad
+// CHECK-NEXT: %[[LOAD:.*]] = parax.router_load {{.*}} : (tensor<1x4x16xf32>, tensor<4x16xf32>) -> tensor<4xf32>
+// CHECK-NEXT: %[[WHOLE:.*]] = parax.all_reduce %[[LOAD]] over @g ["ep"] : tensor<4xf32> -> tensor<4xf32>
+// CHECK-NEXT: parax.router_aux_grad softmax %{{.*}}, %{{.*}}, %[[WHOLE]] {coefficient = 2.000000e-02 : f64, num_experts = 4 : i64, num_tokens = 8 : i64} : (tensor<1x4x16xf32>
 // CHECK-COUNT-2: parax.all_reduce {{.*}} : tensor<{{4x16|16x16}}xf32>
 // CHECK-NOT: parax.all_reduce
 // CHECK: return
@@ -27,7 +32,7 @@ func.func @moe(%x0: tensor<2x4x16xf32>, %labels: tensor<2x4xi32> {parax.sharding
     %w3: tensor<4x24x16xf32> {parax.param = "experts.{e}.w3", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
     %w2: tensor<4x16x24xf32> {parax.param = "experts.{e}.w2", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>}) -> tensor<f32> {
   %x = parax.linear %x0, %w0 {transpose_w, parax.shardings = [#parax.sharding<@g, [{ep}, {}, {}]>]} : (tensor<2x4x16xf32>, tensor<16x16xf32>) -> tensor<2x4x16xf32>
-  %w, %i = parax.router softmax %x, %gate {num_experts = 4 : i64, top_k = 2 : i64, normalize, parax.shardings = [#parax.sharding<@g, [{ep}, {}, {}]>, #parax.sharding<@g, [{ep}, {}, {}]>]} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
+  %w, %i = parax.router softmax %x, %gate {num_experts = 4 : i64, top_k = 2 : i64, normalize, aux_loss_coef = 0.02 : f64, parax.shardings = [#parax.sharding<@g, [{ep}, {}, {}]>, #parax.sharding<@g, [{ep}, {}, {}]>]} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
   %y = parax.experts %x, %w, %i, %w1, %w3, %w2 {parax.shardings = [#parax.sharding<@g, [{ep}, {}, {}]>]} : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>) -> tensor<2x4x16xf32>
   %l = parax.cross_entropy %y, %labels {parax.shardings = [#parax.sharding<@g, [], partial = {ep}>]} : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>

@@ -70,3 +70,24 @@ func.func @deepseek(%x: tensor<2x4x16xf32>, %c: tensor<2x1x8xf32> {parax.param =
   %l = parax.cross_entropy %y, %labels : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// A load-balancing loss (aux_loss_coef): its gradient joins the router's
+// (router_load counts every token's choices; router_aux_grad takes it to
+// the logits, T = 8 tokens); the loss returned stays the cross-entropy.
+// CHECK-LABEL: func.func @balanced
+// CHECK: %[[LOGITS:.*]] = parax.router_grad softmax
+// CHECK-NEXT: %[[LOAD:.*]] = parax.router_load softmax %{{.*}}, %{{.*}} {normalize, num_experts = 4 : i64, top_k = 2 : i64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> tensor<4xf32>
+// CHECK-NEXT: %[[AUX:.*]] = parax.router_aux_grad softmax %{{.*}}, %{{.*}}, %[[LOAD]] {coefficient = 2.000000e-02 : f64, num_experts = 4 : i64, num_tokens = 8 : i64}
+// CHECK-NEXT: parax.add %[[LOGITS]], %[[AUX]]
+// CHECK: return %{{[0-9]+}},
+func.func @balanced(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
+    %gate: tensor<4x16xf32> {parax.param = "gate"},
+    %w1: tensor<4x24x16xf32> {parax.param = "w1"}, %w3: tensor<4x24x16xf32> {parax.param = "w3"},
+    %w2: tensor<4x16x24xf32> {parax.param = "w2"}) -> tensor<f32> {
+  %w, %i = parax.router softmax %x, %gate {num_experts = 4 : i64, top_k = 2 : i64, normalize, aux_loss_coef = 0.02 : f64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
+  %y = parax.experts %x, %w, %i, %w1, %w3, %w2 : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>) -> tensor<2x4x16xf32>
+  %l = parax.cross_entropy %y, %labels : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

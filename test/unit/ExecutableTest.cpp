@@ -244,12 +244,18 @@ pxe::Executable routerGrad(std::vector<int64_t> dweights, std::vector<int64_t> r
   return exe;
 }
 
+pxe::Executable routerAux(std::vector<int64_t> load, std::vector<int64_t> result) {
+  pxe::Executable exe = oneOp("router_aux_grad", {{2, 3, 8}, {4, 8}, load}, {result});
+  (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_tokens"].set_i(6);
+  return exe;
+}
+
 TEST(Executable, AcceptsMoeGradientOpsWhoseShapesFit) {
   for (const pxe::Executable &exe :
        {routerGrad({2, 3, 2}, {2, 3, 4}),
         oneOp("experts_grad", {{6, 8}, {6, 2}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 8, 5}, {6, 8}},
               {{6, 8}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 8, 5}}, {2}),
-        oneOp("sigmoid_grad", {{3, 7}, {3, 7}}, {{3, 7}})}) {
+        oneOp("sigmoid_grad", {{3, 7}, {3, 7}}, {{3, 7}}), routerAux({4}, {2, 3, 4})}) {
     Status s = validateExecutable(exe);
     EXPECT_TRUE(s.isOk()) << s.message();
   }
@@ -269,6 +275,11 @@ TEST(Executable, RefusesMoeGradientOpsWhoseShapesDoNotFit) {
                 "(experts_grad): operand 2 must be integer");
   expectRefused(oneOp("sigmoid_grad", {{3, 7}, {3, 6}}, {{3, 7}}),
                 "(sigmoid_grad): x, dy and the result must have one shape");
+  expectRefused(routerAux({5}, {2, 3, 4}), "(router_aux_grad): the gate [experts, 8], the load [experts] and the "
+                                           "result [tokens, experts] do not fit");
+  pxe::Executable noTokens = routerAux({4}, {2, 3, 4});
+  (*noTokens.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_tokens"].set_i(0);
+  expectRefused(noTokens, "(router_aux_grad): num_tokens must be positive");
 }
 
 TEST(Executable, RefusesALossGradientOverFewerTokensThanItsRows) {

@@ -894,3 +894,35 @@ func.func @experts_grad_results(%x: tensor<2x4x16xf32>, %w: tensor<2x4x2xf32>, %
   %dx, %dw, %dg, %du, %dd = parax.experts_grad %x, %w, %i, %wg, %wg, %wd, %x : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>)
   return
 }
+
+// -----
+
+func.func @router_aux_loss_coef(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>) -> tensor<2x4x2xf32> {
+  // expected-error @+1 {{C6: aux_loss_coef must not be negative}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 4, top_k = 2, aux_loss_coef = -0.1 : f64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
+  return %w : tensor<2x4x2xf32>
+}
+
+// -----
+
+func.func @router_load_result(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>) -> tensor<4xbf16> {
+  // expected-error @+1 {{C4: the result must be [4] of f32}}
+  %l = parax.router_load softmax %x, %g {num_experts = 4, top_k = 2} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> tensor<4xbf16>
+  return %l : tensor<4xbf16>
+}
+
+// -----
+
+func.func @router_aux_grad_load(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %load: tensor<3xf32>) -> tensor<2x4x4xf32> {
+  // expected-error @+1 {{C1: gate must be [num_experts, H] and load [num_experts], num_experts = 4}}
+  %d = parax.router_aux_grad softmax %x, %g, %load {num_experts = 4, coefficient = 0.02, num_tokens = 8} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<3xf32>) -> tensor<2x4x4xf32>
+  return %d : tensor<2x4x4xf32>
+}
+
+// -----
+
+func.func @router_aux_grad_tokens(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %load: tensor<4xf32>) -> tensor<2x4x4xf32> {
+  // expected-error @+1 {{C3: coefficient must not be negative and num_tokens must be positive}}
+  %d = parax.router_aux_grad softmax %x, %g, %load {num_experts = 4, coefficient = 0.02, num_tokens = 0} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<4xf32>) -> tensor<2x4x4xf32>
+  return %d : tensor<2x4x4xf32>
+}
