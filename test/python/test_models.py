@@ -146,6 +146,19 @@ def test_layers_override_and_config_json(tmp_path):
     assert "model.layers.2.mlp.up_proj.weight" not in shapes
 
 
+def test_router_aux_loss_coef_is_read_when_router_logits_are_output(tmp_path):
+    """Hugging Face trains the load-balancing loss only with
+    output_router_logits: the router then carries aux_loss_coef."""
+    raw = dict(PRESETS["tiny-mixtral"], router_aux_loss_coef=0.02)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    assert "aux_loss_coef =" not in build_model(load_config(str(path)))
+    path.write_text(json.dumps(dict(raw, output_router_logits=True)))
+    cfg = load_config(str(path))
+    assert cfg.router_aux_loss_coef == 0.02
+    assert build_model(cfg).count("aux_loss_coef = 0.02 : f64") == cfg.layers
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "parax.models", *args],
                           capture_output=True, text=True, timeout=120,
