@@ -31,6 +31,15 @@ def llama_config(folder, hidden, ffn, layers, heads, kv_heads, vocab, positions,
     return load_config(os.path.join(folder, "config.json"))
 
 
+def llama_training_step(folder, batch, seq, dtype, **sizes):
+    """A Llama (llama_config's sizes) with its loss, as `folder`/model.mlir."""
+    from parax.models import build_model
+    cfg = llama_config(folder, **sizes)
+    with open(os.path.join(folder, "model.mlir"), "w") as f:
+        f.write(build_model(cfg, batch=batch, seq=seq, dtype=dtype, loss=True))
+    return cfg
+
+
 @pytest.mark.parametrize("name", cuda_cases.all_cases())
 def test_simt_matches_cpu_and_numpy(tmp_path, name):
     tool("parax-run-simt")
@@ -300,13 +309,10 @@ def test_recompute_lowers_the_temporaries_live_at_once(tmp_path):
     import subprocess
     import numpy as np
     from parax.checkpoint import random_weights, save_safetensors
-    from parax.models import build_model
     tool("parax-run-simt")
     d = str(tmp_path)
-    cfg = llama_config(d, hidden=128, ffn=256, layers=4, heads=4, kv_heads=2, vocab=256, positions=128,
-                       theta=10000.0)
-    with open(os.path.join(d, "model.mlir"), "w") as f:
-        f.write(build_model(cfg, batch=4, seq=128, dtype="f32", loss=True))
+    cfg = llama_training_step(d, 4, 128, "f32", hidden=128, ffn=256, layers=4, heads=4, kv_heads=2, vocab=256,
+                              positions=128, theta=10000.0)
     save_safetensors(os.path.join(d, "w.safetensors"), random_weights(cfg, seed=0))
     rng = np.random.default_rng(0)
     for name in ("tokens", "labels"):
@@ -343,14 +349,11 @@ def test_planner_training_memory_matches_what_the_runtime_allocates(tmp_path, re
     import subprocess
     import numpy as np
     from parax.checkpoint import save_safetensors
-    from parax.models import build_model
     from parax.models.builder import parameter_shapes
     tool("parax-run-simt")
     d = str(tmp_path)
-    cfg = llama_config(d, hidden=1024, ffn=3584, layers=2, heads=8, kv_heads=2, vocab=8192, positions=1024,
-                       theta=500000.0)
-    with open(os.path.join(d, "model.mlir"), "w") as f:
-        f.write(build_model(cfg, batch=4, seq=1024, dtype="bf16", loss=True))
+    cfg = llama_training_step(d, 4, 1024, "bf16", hidden=1024, ffn=3584, layers=2, heads=8, kv_heads=2,
+                              vocab=8192, positions=1024, theta=500000.0)
     save_safetensors(os.path.join(d, "w.safetensors"),
                      {k: np.zeros(s, np.float32) for k, s in parameter_shapes(cfg).items()}, dtype="bf16")
     np.save(os.path.join(d, "tokens.npy"), np.zeros((4, 1024), np.int32))
