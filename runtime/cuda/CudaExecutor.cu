@@ -1444,14 +1444,15 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     for (const DeviceBuffer *b : {&w, &wg, &wu, &wd, &dy, &out(0), &out(1), &out(2), &out(3), &out(4)})
       if (b->elem != x.elem)
         return Status::error("experts_grad: activations, weights and gradients must share one element type");
-    // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); g, u, a
-    // [pairs, F] (fp32).
+    // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); g, u,
+    // a, dy · W_down [pairs, F] (fp32).
     int64_t ints = 3 * shape.E + 2 * shape.pairs;
-    Status st = ensureScratch(ints + 3 * shape.pairs * shape.F);
+    Status st = ensureScratch(ints + 4 * shape.pairs * shape.F);
     if (!st.isOk()) return st;
     auto *count = reinterpret_cast<int32_t *>(scratch);
     int32_t *offset = count + shape.E, *cursor = offset + shape.E, *perm = cursor + shape.E, *pos = perm + shape.pairs;
-    float *g = scratch + ints, *u = g + shape.pairs * shape.F, *act = u + shape.pairs * shape.F;
+    float *g = scratch + ints, *u = g + shape.pairs * shape.F, *act = u + shape.pairs * shape.F,
+          *dyDown = act + shape.pairs * shape.F;
     PARAX_CUDA(cudaMemsetAsync(count, 0, shape.E * 4, stream));
     PARAX_LAUNCH(expertCountKernel, blocksFor(shape.pairs), kThreads, 0, stream)(idx.i(), count, shape.pairs, shape.E);
     PARAX_LAUNCH(expertOffsetsKernel, 1, 1, 0, stream)(count, offset, cursor, shape.E);
@@ -1462,10 +1463,11 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       int64_t pf = shape.pairs * shape.F;
       PARAX_LAUNCH(expertsGateUpKernel<T>, blocksFor(pf), kThreads, 0, stream)(x.as<T>(), idx.i(), wg.as<T>(),
                                                                               wu.as<T>(), g, u, act, shape);
-      PARAX_LAUNCH(expertsWeightGradKernel<T>, blocksFor(shape.pairs), kThreads, 0, stream)(
-          dy.as<T>(), idx.i(), wd.as<T>(), act, out(1).as<T>(), shape);
-      PARAX_LAUNCH(expertsSwigluGradKernel<T>, blocksFor(pf), kThreads, 0, stream)(dy.as<T>(), w.as<T>(), idx.i(),
-                                                                                  wd.as<T>(), g, u, shape);
+      PARAX_LAUNCH(expertsDyDownKernel<T>, blocksFor(pf), kThreads, 0, stream)(dy.as<T>(), idx.i(), wd.as<T>(),
+                                                                              dyDown, shape);
+      PARAX_LAUNCH(expertsWeightGradKernel<T>, blocksFor(shape.pairs), kThreads, 0, stream)(dyDown, act,
+                                                                                           out(1).as<T>(), shape);
+      PARAX_LAUNCH(expertsSwigluGradKernel<T>, blocksFor(pf), kThreads, 0, stream)(dyDown, w.as<T>(), g, u, shape);
       PARAX_LAUNCH(expertsStackGradKernel<T>, blocksFor(3 * shape.E * shape.F * shape.H), kThreads, 0, stream)(
           x.as<T>(), dy.as<T>(), w.as<T>(), perm, offset, count, g, u, act, out(2).as<T>(), out(3).as<T>(),
           out(4).as<T>(), shape);

@@ -251,39 +251,38 @@ __global__ void expertsGateUpKernel(const T *x, const int32_t *idx, const T *wg,
   }
 }
 
-// dweights[p] = dy[token] · (a · W_downᵀ), one thread per pair.
+// dyDown[p, f] = dy[token] · W_down[e][:, f], per pair and f.
 template <typename T>
-__global__ void expertsWeightGradKernel(const T *dy, const int32_t *idx, const T *wd, const float *act, T *dweights,
-                                        ExpertsGradShape s) {
-  PARAX_GRID_STRIDE(p, s.pairs) {
-    int64_t e = idx[p];
-    float dot = 0;
+__global__ void expertsDyDownKernel(const T *dy, const int32_t *idx, const T *wd, float *dyDown,
+                                    ExpertsGradShape s) {
+  PARAX_GRID_STRIDE(i, s.pairs * s.F) {
+    int64_t p = i / s.F, f = i % s.F, e = idx[p];
+    float sum = 0;
     if (e >= 0 && e < s.E) {
       const T *dyr = dy + (p / s.K) * s.H;
-      for (int64_t c = 0; c < s.H; ++c) {
-        const T *wr = wd + (e * s.H + c) * s.F;
-        float o = 0;
-        for (int64_t f = 0; f < s.F; ++f) o += act[p * s.F + f] * ld(wr, f);
-        dot += ld(dyr, c) * o;
-      }
+      for (int64_t c = 0; c < s.H; ++c) sum += ld(dyr, c) * ld(wd, (e * s.H + c) * s.F + f);
     }
+    dyDown[i] = sum;
+  }
+}
+
+// dweights[p] = dyDown[p] · a[p] (= dy · (a · W_downᵀ)), one thread per pair.
+template <typename T>
+__global__ void expertsWeightGradKernel(const float *dyDown, const float *act, T *dweights, ExpertsGradShape s) {
+  PARAX_GRID_STRIDE(p, s.pairs) {
+    float dot = 0;
+    for (int64_t f = 0; f < s.F; ++f) dot += dyDown[p * s.F + f] * act[p * s.F + f];
     st(dweights, p, dot);
   }
 }
 
-// da = weight · dy[token] · W_down, then g becomes dg = da · u · silu'(g)
-// and u becomes du = da · silu(g), per pair and f.
+// da = weight · dyDown, then g becomes dg = da · u · silu'(g) and u
+// becomes du = da · silu(g), per pair and f.
 template <typename T>
-__global__ void expertsSwigluGradKernel(const T *dy, const T *weights, const int32_t *idx, const T *wd, float *g,
-                                        float *u, ExpertsGradShape s) {
+__global__ void expertsSwigluGradKernel(const float *dyDown, const T *weights, float *g, float *u,
+                                        ExpertsGradShape s) {
   PARAX_GRID_STRIDE(i, s.pairs * s.F) {
-    int64_t p = i / s.F, f = i % s.F, e = idx[p];
-    float da = 0;
-    if (e >= 0 && e < s.E) {
-      const T *dyr = dy + (p / s.K) * s.H;
-      for (int64_t c = 0; c < s.H; ++c) da += ld(dyr, c) * ld(wd, (e * s.H + c) * s.F + f);
-      da *= ld(weights, p);
-    }
+    float da = dyDown[i] * ld(weights, i / s.F);
     float gate = g[i], sig = 1.0f / (1.0f + expf(-gate));
     g[i] = da * u[i] * (sig + gate * sig * (1.0f - sig));
     u[i] = da * gate * sig;

@@ -201,10 +201,12 @@ void experts(const Tensor &x, const Tensor &weights, const Tensor &indices, cons
     }
 }
 
-// Per expert, its pairs' rows as one batch: the forward's g, u, a = silu(g)·u
-// and o = a·w_downᵀ again; dweights = dy·o per pair; do = weight·dy; then
-// dw_down = doᵀ·a, da = do·w_down, dg and du through swiglu, dw_gate = dgᵀ·x,
-// dw_up = duᵀ·x, and dx = dg·w_gate + du·w_up added to each pair's token.
+// Per expert, its pairs' rows as one batch: the forward's g, u and a =
+// silu(g)·u again; dy·w_down, whose dot with a is the router weight's
+// gradient (= dy·o, o = a·w_downᵀ) and which scaled by the weight is da;
+// do = weight·dy, dw_down = doᵀ·a, dg and du through swiglu, dw_gate =
+// dgᵀ·x, dw_up = duᵀ·x, and dx = dg·w_gate + du·w_up added to each pair's
+// token: eight GEMMs an expert.
 void expertsGrad(const Tensor &x, const Tensor &weights, const Tensor &indices, const Tensor &wGate,
                  const Tensor &wUp, const Tensor &wDown, const Tensor &dy, Tensor &dx, Tensor &dweights,
                  Tensor &dwGate, Tensor &dwUp, Tensor &dwDown) {
@@ -228,18 +230,21 @@ void expertsGrad(const Tensor &x, const Tensor &weights, const Tensor &indices, 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, wg, h, 0.0f, g.data(), F);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, wu, h, 0.0f, u.data(), F);
     for (int64_t k = 0; k < n * F; ++k) a[k] = g[k] * sigmoidOf(g[k]) * u[k];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, h, F, 1.0f, a.data(), F, wd, F, 0.0f, o.data(), h);
+    // dy · w_down [n, F]: the router weight's gradient is its dot with a
+    // (dy · (a · w_downᵀ), without that product), and da is it scaled by
+    // the pair's weight.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, F, h, 1.0f, dyRows.data(), h, wd, F, 0.0f, da.data(),
+                F);
     for (int64_t r = 0; r < n; ++r) {
       double dot = 0;
-      for (int64_t c = 0; c < h; ++c) dot += static_cast<double>(dyRows[r * h + c]) * o[r * h + c];
+      for (int64_t f = 0; f < F; ++f) dot += static_cast<double>(da[r * F + f]) * a[r * F + f];
       dweights.f[pairs[r]] = static_cast<float>(dot);
       float weight = weights.f[pairs[r]];
+      for (int64_t f = 0; f < F; ++f) da[r * F + f] *= weight;
       for (int64_t c = 0; c < h; ++c) dyRows[r * h + c] *= weight; // now do
     }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h, F, n, 1.0f, dyRows.data(), h, a.data(), F, 0.0f,
                 &dwDown.f[e * h * F], F);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, F, h, 1.0f, dyRows.data(), h, wd, F, 0.0f, da.data(),
-                F);
     for (int64_t k = 0; k < n * F; ++k) {
       float s = sigmoidOf(g[k]);
       float dg = da[k] * u[k] * (s + g[k] * s * (1.0f - s)), du = da[k] * g[k] * s;
