@@ -8,7 +8,8 @@
 # sequence, scheduled 1F1B). The forward pass alone on one
 # rank gives the step's backward/forward ratio; the same steps with AdamW
 # applied (parax-run --optimizer adamw: one rank, DP2, DP2 with ZeRO-1) give
-# the optimizer's cost. Side by side in rounds; prints each run's step time,
+# the optimizer's cost; --parax-recompute (selective, full) on one rank the
+# recomputation's. Side by side in rounds; prints each run's step time,
 # then the medians and the ratios.
 #
 #   bench/train.sh [build-dir] [rounds]
@@ -23,6 +24,10 @@ done
 "$build/bin/parax-translate" --to-executable "$work/loss4.mlir" -o "$work/forward.pxe"
 "$build/bin/parax-opt" "$work/loss4.mlir" --parax-autodiff -o "$work/single.mlir"
 "$build/bin/parax-translate" --to-executable "$work/single.mlir" -o "$work/single.pxe"
+for mode in selective full; do
+  "$build/bin/parax-opt" "$work/loss4.mlir" --parax-autodiff --parax-recompute=mode=$mode -o "$work/$mode.mlir"
+  "$build/bin/parax-translate" --to-executable "$work/$mode.mlir" -o "$work/$mode.pxe"
+done
 cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
 for plan in "dp=2,tp=1,pp=1" "tp=2,dp=1,pp=1" "pp=2,tp=1,dp=1" "pp=2,tp=1,dp=1,micro"; do
   case "$plan" in dp=2*) ir="$work/loss2.mlir" ;; *micro) ir="$work/loss1.mlir" ;; *) ir="$work/loss4.mlir" ;; esac
@@ -48,21 +53,25 @@ for round in $(seq "$rounds"); do
   adam="$(step 1 "$work/single.pxe" --optimizer adamw)"
   dpadam="$(step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw)"
   dpzero="$(step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw --zero)"
+  sel="$(step 1 "$work/selective.pxe")"
+  full="$(step 1 "$work/full.pxe")"
   echo "round $round: forward $fwd ms; training step: 1 rank $one ms, DP2 $dp ms, TP2 $tp ms, PP2 $pp ms," \
     "PP2 1F1B over 4 microbatches $pp4 ms;" \
-    "with AdamW: 1 rank $adam ms, DP2 $dpadam ms, DP2 ZeRO-1 $dpzero ms"
-  echo "$fwd $one $dp $tp $pp $pp4 $adam $dpadam $dpzero" >> "$work/figures"
+    "with AdamW: 1 rank $adam ms, DP2 $dpadam ms, DP2 ZeRO-1 $dpzero ms;" \
+    "recomputing: selective $sel ms, full $full ms"
+  echo "$fwd $one $dp $tp $pp $pp4 $adam $dpadam $dpzero $sel $full" >> "$work/figures"
 done
 "$py" - "$work/figures" <<'PY'
 import sys
 import numpy as np
 rows = np.loadtxt(sys.argv[1], ndmin=2)
-fwd, one, dp, tp, pp, pp4, adam, dpadam, dpzero = np.median(rows, axis=0)
+fwd, one, dp, tp, pp, pp4, adam, dpadam, dpzero, sel, full = np.median(rows, axis=0)
 tokens = 4 * 256
 print(f"medians, 1,024 tokens: forward alone {fwd:.1f} ms; training step on 1 rank {one:.1f} ms "
       f"({one / fwd:.2f}x the forward, {tokens / one * 1e3:.0f} tokens/s), DP2 {dp:.1f} ms ({one / dp:.2f}x), "
       f"TP2 {tp:.1f} ms ({one / tp:.2f}x), PP2 {pp:.1f} ms ({one / pp:.2f}x), "
       f"PP2 1F1B over 4 microbatches {pp4:.1f} ms ({one / pp4:.2f}x); with AdamW applied: "
       f"1 rank {adam:.1f} ms ({adam / one:.2f}x the gradients alone), DP2 {dpadam:.1f} ms ({dpadam / dp:.2f}x), "
-      f"DP2 with ZeRO-1 {dpzero:.1f} ms ({dpzero / dpadam:.2f}x DP2's)")
+      f"DP2 with ZeRO-1 {dpzero:.1f} ms ({dpzero / dpadam:.2f}x DP2's); recomputing activations on 1 rank: "
+      f"selective {sel:.1f} ms ({sel / one:.2f}x), full {full:.1f} ms ({full / one:.2f}x)")
 PY
