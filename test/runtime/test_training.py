@@ -296,8 +296,9 @@ def test_the_plans_pipeline_schedule_is_run_or_named(tmp_path, schedule, said):
 def test_output_dir_writes_each_gradient_under_its_name(tmp_path):
     """`parax-run --output-dir DIR`: the loss as result0.npy and every
     gradient as <checkpoint name>.npy (a piece of GPT-2's fused QKV weight,
-    split by the plan, as <name>@<offsets>.npy), the same values --output
-    writes; a folder that does not exist is named."""
+    split by the plan, as <name>@<offsets>.npy; a stack of experts one file
+    per expert), the same values --output writes; a folder that does not
+    exist is named."""
     model = Model(str(tmp_path), "tiny-gpt2", loss=True)
     exe = model.compile("tp2", "prefill:batch=2,seq=8,tp=2,dp=1", 2, autodiff=True)
     loss, grads = gradients(model, exe, 2)
@@ -320,3 +321,13 @@ def test_output_dir_writes_each_gradient_under_its_name(tmp_path):
                 assert np.array_equal(value, grads[name][box]), piece
     proc = model.run(exe, 2, extra=["--output-dir", str(tmp_path / "missing")], outputs=0, expect_ok=False)
     assert proc.returncode != 0 and "--output-dir" in proc.stderr and "not a directory" in proc.stderr
+    # A stack of experts: one file per expert, as the checkpoint names them.
+    moe = Model(str(tmp_path / "moe"), "tiny-mixtral", loss=True)
+    exe = moe.compile("ep2", "prefill:batch=2,seq=8,ep=2,dp=1", 2, autodiff=True)
+    _, grads = gradients(moe, exe, 2)
+    out = tmp_path / "moe-grads"
+    out.mkdir()
+    moe.run(exe, 2, extra=["--output-dir", str(out)], outputs=0)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["result0.npy"] + [n + ".npy" for n in moe.weights])
+    for name in moe.weights:
+        assert np.array_equal(np.load(out / (name + ".npy")), grads[name]), name

@@ -949,12 +949,20 @@ int main(int argc, char **argv) {
     if (!outputDir.empty())
       for (size_t k = 0; k < results.size(); ++k) {
         // A gradient as its checkpoint name (a fused tensor's piece with
-        // "@<offsets>"), any other result as result<k>; '/' as '_'.
-        std::string name = k < resultNames.size() && !resultNames[k].empty() ? resultNames[k]
-                                                                            : "result" + std::to_string(k);
-        std::replace(name.begin(), name.end(), '/', '_');
-        s = writeNpy(outputDir + "/" + name + ".npy", results[k]);
-        if (!s.isOk()) die(s.message());
+        // "@<offsets>", a stack of experts one file per expert), any other
+        // result as result<k>; '/' as '_'.
+        bool named = k < resultNames.size() && !resultNames[k].empty();
+        std::map<std::string, Tensor> files;
+        if (named)
+          putParameter(resultNames[k], std::move(results[k]), files);
+        else
+          files["result" + std::to_string(k)] = std::move(results[k]);
+        for (auto &[file, tensor] : files) {
+          std::string name = file;
+          std::replace(name.begin(), name.end(), '/', '_');
+          s = writeNpy(outputDir + "/" + name + ".npy", tensor);
+          if (!s.isOk()) die(s.message());
+        }
       }
     std::sort(times.begin(), times.end());
     std::string how = ", " + memory;
