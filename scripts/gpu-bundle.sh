@@ -20,6 +20,28 @@ cp "$build/bin/parax-run" "$build/bin/parax-cuda-bench" "$out/bin/"
 PARAX_BUILD_DIR="$build" "$root/.venv/bin/python" "$root/test/runtime/cuda_cases.py" \
   prepare "$out/cases" --bin "$build/bin"
 find "$out/cases" -name '*.mlir' -delete
+# Many cases share their weights and inputs: each distinct file kept once
+# in shared/, the cases' copies relative links to it (the device tool
+# carries at most 64 MiB, links as links).
+"$root/.venv/bin/python" - "$out" <<'PY'
+import hashlib, os, sys
+out = sys.argv[1]
+shared = os.path.join(out, "shared")
+os.makedirs(shared, exist_ok=True)
+for folder, _, files in os.walk(os.path.join(out, "cases")):
+    for name in files:
+        path = os.path.join(folder, name)
+        if os.path.islink(path) or os.path.getsize(path) < 4096:
+            continue
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:32]
+        kept = os.path.join(shared, digest + os.path.splitext(name)[1])
+        if not os.path.exists(kept):
+            os.replace(path, kept)
+        else:
+            os.remove(path)
+        os.symlink(os.path.relpath(kept, folder), path)
+PY
 # Runtime libraries parax-run and Open MPI need that a CUDA image may lack
 # (CUDA's own libraries come from the image). Unpacked there without
 # overwriting anything.

@@ -57,7 +57,7 @@ echo "== correctness: GPU vs CPU (and numpy for the models): 1e-4 fp32, 1e-5 rel
 # on the GPU's real streams, a transfer or kernel that reads a temporary the
 # shared arena may already have handed to another fails its case.
 PARAX_CUDA_POISON_DEAD=1 timeout 220 "$py" "$root/test/runtime/cuda_cases.py" check "$bundle/cases" \
-  --bin "$bundle/bin" --json "$out/check.json" --case-timeout 60 --jobs 6 || status=1
+  --bin "$bundle/bin" --json "$out/check.json" --case-timeout 60 --jobs 8 || status=1
 echo "== GEMM and HBM figures (not pass/fail) =="
 timeout 60 "$bundle/bin/parax-cuda-bench" 2>&1 | tee "$out/cuda-bench.txt" || echo "gpu-check: cuda bench failed"
 echo "== attention, Llama-3-8B layer and experts timings (not pass/fail) =="
