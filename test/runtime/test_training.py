@@ -235,7 +235,7 @@ def test_microbatch_gradients_are_averaged(tmp_path, preset, pins, ranks, layers
 # (preset, workload pins or None, ranks, rows: microbatches of 2)
 RECOMPUTE_PLANS = [("tiny-llama", None, 1, 2), ("tiny-llama", "tp=2,pp=2,dp=1", 4, 2),
                    ("tiny-llama", "pp=2,dp=1", 2, 4), ("tiny-mixtral", "ep=2,dp=1", 2, 2),
-                   ("tiny-gpt2", "tp=2,dp=1", 2, 2)]
+                   ("tiny-gpt2", "tp=2,dp=1", 2, 2), ("tiny-llama", "cp=2,tp=2,dp=1", 4, 2)]
 
 
 @pytest.mark.parametrize("mode", ["selective", "full"])
