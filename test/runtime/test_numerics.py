@@ -359,19 +359,24 @@ def test_corrupt_checkpoint_is_refused(tmp_path):
     assert "exceeds the file" in proc.stderr
 
 
-@pytest.mark.parametrize("pins,ranks", [(None, 1), ("tp=2,pp=2,dp=1", 4)], ids=["single", "tp2-pp2"])
-def test_sharded_checkpoint_loads_as_one_file(tmp_path, pins, ranks):
+@pytest.mark.parametrize("pins,ranks,dtype", [(None, 1, "f32"), ("tp=2,pp=2,dp=1", 4, "f32"), (None, 1, "bf16")],
+                         ids=["single", "tp2-pp2", "bf16"])
+def test_sharded_checkpoint_loads_as_one_file(tmp_path, pins, ranks, dtype):
     """A Hugging Face sharded checkpoint (3 shard files and
-    model.safetensors.index.json): --weights given the index or its folder
-    gives the logits the single file gives, each rank reading its boxes
-    from whichever shard holds each tensor."""
+    model.safetensors.index.json; bf16 as published checkpoints are):
+    --weights given the index or its folder gives the logits the single
+    file gives, each rank reading its boxes from whichever shard holds each
+    tensor; so does a folder holding a lone model.safetensors."""
+    import shutil
     from parax.checkpoint import INDEX, save_sharded
-    model = Model(str(tmp_path), "tiny-llama")
+    model = Model(str(tmp_path), "tiny-llama", dtype=dtype)
     exe = model.compile("model", pins and f"prefill:batch=2,seq=8,{pins}", ranks)
     want = model.run(exe, ranks)
-    folder = str(tmp_path / "sharded")
-    save_sharded(folder, model.weights, 3)
-    for weights in (folder, os.path.join(folder, INDEX)):
+    folder, lone = str(tmp_path / "sharded"), str(tmp_path / "lone")
+    save_sharded(folder, model.weights, 3, dtype=dtype)
+    os.makedirs(lone)
+    shutil.copy(model.checkpoint, os.path.join(lone, "model.safetensors"))
+    for weights in (folder, os.path.join(folder, INDEX), lone):
         model.checkpoint = weights
         np.testing.assert_array_equal(model.run(exe, ranks), want)
 
