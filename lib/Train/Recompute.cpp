@@ -15,6 +15,7 @@
 #include "mlir/IR/IRMapping.h"
 
 #include <map>
+#include <set>
 
 namespace parax {
 #define GEN_PASS_DEF_PARAXRECOMPUTEPASS
@@ -87,16 +88,12 @@ LogicalResult recompute(func::FuncOp function, StringRef mode) {
         clones.push_back(b.clone(*op, again));
     }
     // The layer's gradient ops (from `first` on) read the recomputed values.
-    DenseMap<Value, Value> replacement;
     for (Operation *op : forward)
       for (Value result : op->getResults())
         if (Value copy = again.lookupOrNull(result))
-          replacement[result] = copy;
-    for (Operation *op = first; op; op = op->getNextNode())
-      for (OpOperand &use : op->getOpOperands())
-        if (Value copy = replacement.lookup(use.get()))
-          if (!llvm::is_contained(clones, op))
-            use.set(copy);
+          result.replaceUsesWithIf(copy, [&](OpOperand &use) {
+            return !use.getOwner()->isBeforeInBlock(first);
+          });
     // Clones no gradient op reads: dropped; the others moved down to just
     // before their first reader, last first (so that a value is made again
     // only when the backward pass reaches it, and a pipeline stage receives

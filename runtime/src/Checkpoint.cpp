@@ -353,6 +353,12 @@ Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &
   return Status::ok();
 }
 
+// The checkpoint name of expert `x` of the stack `name` ("{e}" replaced).
+static std::string expertName(const std::string &name, int64_t x) {
+  size_t e = name.find("{e}");
+  return name.substr(0, e) + std::to_string(x) + name.substr(e + 3);
+}
+
 Status Checkpoint::readParameterBox(const std::string &name, const std::vector<int64_t> &shape,
                                     const std::vector<int64_t> &start,
                                     const std::vector<int64_t> &size, Tensor &out) const {
@@ -367,7 +373,7 @@ Status Checkpoint::readParameterBox(const std::string &name, const std::vector<i
   std::vector<int64_t> innerSize(size.begin() + 1, size.end());
   int64_t perExpert = out.numel() / std::max<int64_t>(size[0], 1);
   for (int64_t x = 0; x < size[0]; ++x) {
-    std::string expert = name.substr(0, e) + std::to_string(start[0] + x) + name.substr(e + 3);
+    std::string expert = expertName(name, start[0] + x);
     Tensor piece;
     Status s = readBox(expert, inner, innerStart, innerSize, piece);
     if (!s.isOk())
@@ -383,7 +389,7 @@ std::vector<std::string> checkpointNames(const std::string &name, const std::vec
     return {name};
   std::vector<std::string> names;
   for (int64_t x = 0; x < shape[0]; ++x)
-    names.push_back(name.substr(0, e) + std::to_string(x) + name.substr(e + 3));
+    names.push_back(expertName(name, x));
   return names;
 }
 

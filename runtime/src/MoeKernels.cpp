@@ -16,18 +16,23 @@ namespace {
 
 float sigmoidOf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// One token's scores (softmax or sigmoid of its logits) and its chosen
-// experts, best first: the top-k of scores + bias, within the allowed groups.
+// One token's scores: the softmax or sigmoid of its logits.
+void scoresOf(const float *logits, int64_t E, bool sigmoid, std::vector<double> &scores) {
+  scores.assign(E, 0.0);
+  if (sigmoid) {
+    for (int64_t e = 0; e < E; ++e) scores[e] = 1.0 / (1.0 + std::exp(-logits[e]));
+    return;
+  }
+  double m = *std::max_element(logits, logits + E), sum = 0;
+  for (int64_t e = 0; e < E; ++e) sum += (scores[e] = std::exp(logits[e] - m));
+  for (double &s : scores) s /= sum;
+}
+
+// One token's scores and its chosen experts, best first: the top-k of
+// scores + bias, within the allowed groups.
 void route(const float *logits, int64_t E, const Tensor *bias, const Routing &r, std::vector<double> &scores,
            std::vector<int64_t> &chosen) {
-  scores.assign(E, 0.0);
-  if (r.sigmoid) {
-    for (int64_t e = 0; e < E; ++e) scores[e] = 1.0 / (1.0 + std::exp(-logits[e]));
-  } else {
-    double m = *std::max_element(logits, logits + E), sum = 0;
-    for (int64_t e = 0; e < E; ++e) sum += (scores[e] = std::exp(logits[e] - m));
-    for (double &s : scores) s /= sum;
-  }
+  scoresOf(logits, E, r.sigmoid, scores);
   std::vector<double> choice(E);
   for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? bias->f[e] : 0.0);
   if (r.groups > 1) {
@@ -146,23 +151,17 @@ void routerAuxGrad(const Tensor &x, const Tensor &gate, const Tensor &load, bool
                    int64_t tokens, Tensor &dlogits) {
   int64_t E = gate.shape[0], rows = x.numel() / x.shape.back();
   std::vector<float> logits = logitsOf(x, gate);
-  std::vector<double> g(E);
+  std::vector<double> g(E), scores;
   double T = static_cast<double>(tokens);
   for (int64_t e = 0; e < E; ++e) g[e] = coefficient * E * load.f[e] / (T * T);
-  std::vector<double> scores(E);
   for (int64_t t = 0; t < rows; ++t) {
-    const float *l = &logits[t * E];
-    if (sigmoid) {
-      for (int64_t e = 0; e < E; ++e) {
-        double s = 1.0 / (1.0 + std::exp(-l[e]));
-        dlogits.f[t * E + e] = static_cast<float>(g[e] * s * (1.0 - s));
-      }
-      continue;
+    scoresOf(&logits[t * E], E, sigmoid, scores);
+    double mix = 0;
+    for (int64_t e = 0; e < E; ++e) mix += g[e] * scores[e];
+    for (int64_t e = 0; e < E; ++e) {
+      double s = scores[e];
+      dlogits.f[t * E + e] = static_cast<float>(sigmoid ? g[e] * s * (1.0 - s) : s * (g[e] - mix));
     }
-    double m = *std::max_element(l, l + E), sum = 0, mix = 0;
-    for (int64_t e = 0; e < E; ++e) sum += (scores[e] = std::exp(l[e] - m));
-    for (int64_t e = 0; e < E; ++e) mix += g[e] * (scores[e] /= sum);
-    for (int64_t e = 0; e < E; ++e) dlogits.f[t * E + e] = static_cast<float>(scores[e] * (g[e] - mix));
   }
 }
 
