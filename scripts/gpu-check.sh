@@ -60,7 +60,7 @@ PARAX_CUDA_POISON_DEAD=1 timeout 220 "$py" "$root/test/runtime/cuda_cases.py" ch
   --bin "$bundle/bin" --json "$out/check.json" --case-timeout 60 --jobs 8 || status=1
 echo "== GEMM and HBM figures (not pass/fail) =="
 timeout 60 "$bundle/bin/parax-cuda-bench" 2>&1 | tee "$out/cuda-bench.txt" || echo "gpu-check: cuda bench failed"
-echo "== attention, Llama-3-8B layer and experts timings (not pass/fail) =="
+echo "== attention, Llama-3-8B layer, experts and training-step timings (not pass/fail) =="
 timeout 180 "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" \
   --bin "$bundle/bin" --json "$out/bench.json" || echo "gpu-check: bench failed"
 # Summary: pass counts, and each decode step against its HBM lower bound
@@ -95,6 +95,16 @@ bench = load("bench.json")
 for r in bench:
     if "error" in r:
         print(f"{r['case']}: FAILED {r['error'][-400:].strip()}")
+        continue
+    if "host_ms" in r:  # a training step: the optimizer on the device and on the host
+        line = (f"{r['case']}: {r['params'] / 1e6:.0f}M parameters; a step's gradients {r['gradients_ms']:.3f} ms, "
+                f"with AdamW on the device {r['device_ms']:.3f} ms"
+                f"{'' if r['on_device'] else ' (NOT on the device)'}, on the host {r['host_ms']:.3f} ms: "
+                f"the optimizer {r['device_ms'] - r['gradients_ms']:.3f} ms against "
+                f"{r['host_ms'] - r['gradients_ms']:.3f} ms")
+        if bw:
+            line += f"; HBM bound of the update {r['update_bytes'] / (bw * 1e12) * 1e3:.3f} ms"
+        print(line)
         continue
     if "prefill_ms" in r:  # a whole generation loop
         line = (f"{r['case']}: prefill {r['prefill_ms']:.3f} ms, then {r['steps']} steps of "

@@ -1,7 +1,8 @@
 // CudaExecutor.cu - the CUDA backend: device buffers stored as the
 // executable declares them (fp32 or bf16), cuBLAS / cuBLASLt GEMMs, one
 // kernel per op (Kernels.cuh), NCCL collectives with a watchdog
-// (NcclCommunicator.cuh). Weights and inputs are loaded by the CPU backend's
+// (NcclCommunicator.cuh), a training run's optimizer on the device
+// (OptimizerKernels.cuh). Weights and inputs are loaded by the CPU backend's
 // loader and uploaded. The SIMT emulator compiles this file as C++
 // (simt/SimtCudaExecutor.cpp).
 
@@ -11,6 +12,7 @@
 #include "GradientKernels.cuh"
 #include "Kernels.cuh"
 #include "NcclCommunicator.cuh"
+#include "OptimizerKernels.cuh"
 #include "parax/runtime/BufferPlan.h"
 #include "parax/runtime/CudaExecutor.h"
 #include "parax/runtime/Executable.h"
@@ -139,7 +141,28 @@ struct CudaExecutor::State {
   const State *lender = nullptr;
   bool ownsArena = true, ownsWorkspaces = true;
 
+  // The optimizer on the device (bindOptimizer): per bound gradient, its
+  // step's sums and what this rank updates (see CudaExecutor::Gradient).
+  struct OptimizerSlot {
+    CudaExecutor::Gradient g;
+    int64_t n = 0;             // values in the box
+    float *sum = nullptr;      // n (ZeRO: size x replicas, zeros past n)
+    float *share = nullptr;    // ZeRO: this replica's reduced chunk (size); else `sum`
+    float *master = nullptr;   // size (ZeRO) or n
+    float *m = nullptr, *v = nullptr; // AdamW's moments, as `master`
+    int64_t updated() const { return share == sum ? n : g.size; }
+  };
+  std::vector<OptimizerSlot> slots;
+  CudaExecutor::OptimizerSetup optimizer;
+  std::vector<bool> boundOutput;  // per stage output: a bound gradient (outputs() skips it)
+  float *staging = nullptr;       // ZeRO: a padded box for the all-gathers (fp32-sized)
+  double *squares = nullptr;      // per slot
+  std::vector<void *> optimizerMemory;
+  size_t optimizerBytes = 0;
+  bool keepParameters = false; // keepLoadedParameters
+
   ~State() {
+    for (void *p : optimizerMemory) cudaFree(p);
     for (DeviceBuffer &b : buffers)
       if (b.data && !b.inArena && !b.aliased) cudaFree(b.data);
     if (arena && ownsArena) cudaFree(arena);
@@ -466,6 +489,29 @@ struct CudaExecutor::State {
 
   Status run(const pxe::Instruction &inst);
   /// `st` as the error of instruction k, done `how` ("on the GPU", ...).
+  /// The moves of parameters that prepare ran once, again on the new
+  /// values (on the device: the host's copies are gone); waits for the GPU.
+  Status rerunParameterMoves() {
+    for (int k = 0; k < host.stageProgram().instructions_size(); ++k) {
+      if (!host.hoisted(k)) continue;
+      Status st = run(host.stageProgram().instructions(k));
+      if (!st.isOk()) return failed(k, "run again after a parameter update", st);
+    }
+    return sync();
+  }
+  /// The compute stream waits for the collective just issued (if it has
+  /// not finished already).
+  /// The collectives issued from now on are the optimizer's (for reports).
+  void issueAsOptimizer() {
+    if (!comm) return;
+    comm->issuerStage = host.stage();
+    comm->issuerInstruction = -1;
+  }
+  Status awaitIssued() {
+    cudaEvent_t done = comm ? comm->takeIssued() : nullptr;
+    if (done) PARAX_CUDA(cudaStreamWaitEvent(stream, done, 0));
+    return Status::ok();
+  }
   Status failed(int k, const char *how, const Status &st) {
     return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
                          host.stageProgram().instructions(k).op() + ") " + how + ": " + st.message());
@@ -828,6 +874,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   // leaves the host then, unless a move of parameters reads it at prepare):
   // the host never holds every weight at once.
   Executor::LoadHooks hooks;
+  hooks.keepParameters = s.keepParameters;
   hooks.parameterLoaded = [&s](int32_t id) -> Status {
     if (s.buffers.empty()) s.buffers.resize(s.host.stageProgram().buffers_size()); // the stage is known now
     s.describe(id);
@@ -903,7 +950,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   if (!st.isOk()) return st;
   st = s.sync(); // the uploads have finished reading the host copies
   if (!st.isOk()) return st;
-  s.host.releaseHostCopies(); // the fp32 host copy of every weight, among them
+  s.host.releaseHostCopies(s.keepParameters); // the fp32 host copy of every weight, among them (unless kept)
   return Status::ok();
 }
 
@@ -921,8 +968,13 @@ Status CudaExecutor::setInputs(const std::vector<Tensor> &inputs) {
 
 std::vector<Tensor> CudaExecutor::outputs() const {
   std::vector<Tensor> out;
-  for (int32_t id : s_->host.stageProgram().outputs()) {
-    const DeviceBuffer &d = s_->buffers[id];
+  const auto &ids = s_->host.stageProgram().outputs();
+  for (int k = 0; k < ids.size(); ++k) {
+    if (k < static_cast<int>(s_->boundOutput.size()) && s_->boundOutput[k]) { // summed on the device
+      out.emplace_back();
+      continue;
+    }
+    const DeviceBuffer &d = s_->buffers[ids[k]];
     Tensor t = d.elem == Elem::I32 ? Tensor::ints(d.shape) : Tensor::floats(d.shape);
     if (d.elem == Elem::I32)
       cudaMemcpy(t.i.data(), d.data, d.numel() * 4, cudaMemcpyDeviceToHost);
@@ -1031,17 +1083,18 @@ size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
 size_t CudaExecutor::deviceBytes() const { return s_->deviceBytes; }
 
-StatusOr<std::vector<Tensor>> CudaExecutor::parameters() const {
-  const State &s = *s_;
-  std::vector<Tensor> values(s.buffers.size());
+void CudaExecutor::keepLoadedParameters() { s_->keepParameters = true; }
+
+std::vector<Tensor> CudaExecutor::takeLoadedParameters() {
+  State &s = *s_;
+  std::vector<Tensor> &held = s.host.hostBuffers();
+  std::vector<Tensor> values(held.size());
   for (const pxe::Buffer &b : s.host.stageProgram().buffers()) {
-    const DeviceBuffer &d = s.buffers[b.id()];
-    if (b.role() != pxe::PARAMETER || d.elem == Elem::I32) continue;
-    values[b.id()] = Tensor::floats(d.shape);
-    Status st = copyToHost(values[b.id()].f.data(), d.data, d.numel(), d.elem, s.stream);
-    if (!st.isOk()) return st;
+    if (b.role() != pxe::PARAMETER || held[b.id()].isInt || held[b.id()].f.empty()) continue;
+    values[b.id()].shape = held[b.id()].shape; // (the executor keeps the shape)
+    values[b.id()].f.swap(held[b.id()].f);
   }
-  PARAX_CUDA(cudaStreamSynchronize(s.stream));
+  s.host.releaseHostCopies();
   return values;
 }
 
@@ -1059,15 +1112,235 @@ Status CudaExecutor::updateParameters(const std::vector<Tensor> &values) {
     Status st = copyToDevice(d.data, values[b.id()].f.data(), d.numel(), d.elem, s.stream);
     if (!st.isOk()) return st;
   }
-  // The moves of parameters that prepare ran once, again on the new values
-  // (on the device: the host's copies are gone).
-  for (int k = 0; k < s.host.stageProgram().instructions_size(); ++k) {
-    if (!s.host.hoisted(k)) continue;
-    Status st = s.run(s.host.stageProgram().instructions(k));
-    if (!st.isOk()) return s.failed(k, "run again after a parameter update", st);
+  return s.rerunParameterMoves();
+}
+
+//===----------------------------------------------------------------------===//
+// The optimizer on the device
+//===----------------------------------------------------------------------===//
+
+Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const OptimizerSetup &setup,
+                                   const std::vector<Tensor> &masters) {
+  State &s = *s_;
+  const pxe::Stage &stage = s.host.stageProgram();
+  if (!s.slots.empty()) return Status::error("the optimizer is bound already");
+  const bool zero = setup.zero && setup.replicas > 1;
+  const unsigned mask = setup.replicaAxis >= 0 ? 1u << setup.replicaAxis : 0;
+  if (setup.replicas > 1 && (!s.comm || mask >= s.comm->sizes.size() || s.comm->sizes[mask] != setup.replicas))
+    return Status::error("the optimizer's " + std::to_string(setup.replicas) +
+                         " data-parallel replicas are not a group of this rank's communicator");
+  s.optimizer = setup;
+  s.optimizer.zero = zero;
+  s.boundOutput.assign(stage.outputs_size(), false);
+  auto take = [&](float **p, int64_t n, const std::string &what) {
+    Status st = s.allocate(p, std::max<int64_t>(n, 1) * sizeof(float), what);
+    if (!st.isOk()) return st;
+    s.optimizerMemory.push_back(*p);
+    s.optimizerBytes += std::max<int64_t>(n, 1) * sizeof(float);
+    PARAX_CUDA(cudaMemsetAsync(*p, 0, std::max<int64_t>(n, 1) * sizeof(float), s.stream));
+    return Status::ok();
+  };
+  int64_t widest = 0; // the largest padded box (ZeRO's staging)
+  for (const Gradient &g : gradients) {
+    if (g.output < 0 || g.output >= stage.outputs_size() || g.parameter < 0 ||
+        g.parameter >= static_cast<int>(s.buffers.size()))
+      return Status::error("the optimizer: no output " + std::to_string(g.output) + " or buffer " +
+                           std::to_string(g.parameter) + " in this stage");
+    const DeviceBuffer &out = s.buffers[stage.outputs(g.output)], &param = s.buffers[g.parameter];
+    std::string what = "the optimizer's state of " + s.nameOf(g.parameter);
+    if (out.elem == Elem::I32 || param.elem == Elem::I32 || out.numel() != param.numel())
+      return Status::error(what + ": its gradient (output " + std::to_string(g.output) + ") is not its box");
+    if (param.aliased)
+      return Status::error("parameter " + s.nameOf(g.parameter) + " is another program's memory: it cannot be updated here");
+    State::OptimizerSlot slot;
+    slot.g = g;
+    slot.n = param.numel();
+    int64_t updated = zero ? g.size : slot.n;
+    if (zero && (g.size * setup.replicas < slot.n || g.begin < 0 || g.end > slot.n || g.end - g.begin > g.size))
+      return Status::error(what + ": a ZeRO chunk [" + std::to_string(g.begin) + ", " + std::to_string(g.end) +
+                           ") of " + std::to_string(g.size) + " that does not fit a box of " + std::to_string(slot.n));
+    Status st = take(&slot.sum, zero ? g.size * setup.replicas : slot.n, what + " (gradient sums)");
+    if (st.isOk() && zero) st = take(&slot.share, g.size, what + " (the replica's chunk)");
+    if (st.isOk()) st = take(&slot.master, updated, what + " (fp32 master)");
+    if (st.isOk() && setup.adamw) st = take(&slot.m, updated, what + " (AdamW's first moment)");
+    if (st.isOk() && setup.adamw) st = take(&slot.v, updated, what + " (AdamW's second moment)");
+    if (!st.isOk()) return st;
+    if (!zero) slot.share = slot.sum;
+    // The master's first values: the box's (ZeRO: its chunk).
+    if (g.parameter >= static_cast<int>(masters.size()) ||
+        masters[g.parameter].f.size() != static_cast<size_t>(slot.n))
+      return Status::error(what + ": no fp32 master values of its box given");
+    st = copyToDevice(slot.master, masters[g.parameter].f.data() + (zero ? g.begin : 0),
+                      zero ? g.end - g.begin : slot.n, Elem::F32, s.stream);
+    if (!st.isOk()) return st;
+    widest = std::max(widest, g.size * setup.replicas);
+    s.boundOutput[g.output] = true;
+    s.slots.push_back(slot);
+  }
+  Status st = zero ? take(&s.staging, widest, "the optimizer's ZeRO all-gather staging") : Status::ok();
+  if (st.isOk()) st = s.allocate(&s.squares, std::max<size_t>(s.slots.size(), 1) * sizeof(double),
+                                 "the optimizer's sums of squares");
+  if (!st.isOk()) return st;
+  s.optimizerMemory.push_back(s.squares);
+  s.optimizerBytes += std::max<size_t>(s.slots.size(), 1) * sizeof(double);
+  return s.sync();
+}
+
+Status CudaExecutor::accumulateGradients(bool first) {
+  State &s = *s_;
+  for (const State::OptimizerSlot &slot : s.slots) {
+    const DeviceBuffer &out = s.buffers[s.host.stageProgram().outputs(slot.g.output)];
+    Status st = withFloat(out, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(accumulateKernel<T>, blocksFor(slot.n), kThreads, 0, s.stream)(out.as<T>(), slot.sum, slot.n,
+                                                                                  first ? 1 : 0);
+      return Status::ok();
+    });
+    if (!st.isOk()) return st;
+  }
+  PARAX_CUDA(cudaGetLastError());
+  return Status::ok();
+}
+
+StatusOr<std::vector<double>> CudaExecutor::averageGradients(int64_t microbatches) {
+  State &s = *s_;
+  s.issueAsOptimizer();
+  const CudaExecutor::OptimizerSetup &o = s.optimizer;
+  const unsigned mask = o.replicaAxis >= 0 ? 1u << o.replicaAxis : 0;
+  if (!s.slots.empty()) PARAX_CUDA(cudaMemsetAsync(s.squares, 0, s.slots.size() * sizeof(double), s.stream));
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    State::OptimizerSlot &slot = s.slots[i];
+    if (!o.zero) { // the sums all-reduced over the replicas, then their mean
+      if (o.replicas > 1) {
+        Status st = s.comm->allReduce(slot.sum, slot.n, Elem::F32, mask, s.stream);
+        if (st.isOk()) st = s.awaitIssued();
+        if (!st.isOk()) return Status::error("the data-parallel gradient all-reduce: " + st.message());
+      }
+      PARAX_LAUNCH(scaleKernel, blocksFor(slot.n), kThreads, 0, s.stream)(
+          slot.sum, slot.n, 1.0f / static_cast<float>(microbatches * o.replicas));
+    } else { // the mean over the microbatches; this replica's chunk of the replicas' mean
+      PARAX_LAUNCH(scaleKernel, blocksFor(slot.n), kThreads, 0, s.stream)(slot.sum, slot.n,
+                                                                          1.0f / static_cast<float>(microbatches));
+      Status st = s.comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, mask, s.stream);
+      if (st.isOk()) st = s.awaitIssued();
+      if (!st.isOk()) return Status::error("the ZeRO gradient reduce-scatter: " + st.message());
+      PARAX_LAUNCH(scaleKernel, blocksFor(slot.g.size), kThreads, 0, s.stream)(
+          slot.share, slot.g.size, 1.0f / static_cast<float>(o.replicas));
+    }
+    PARAX_LAUNCH(sumOfSquaresKernel, blocksFor(slot.updated()), kThreads, 0, s.stream)(
+        slot.share, slot.updated(), s.squares + i);
+  }
+  std::vector<double> squares(s.slots.size());
+  if (!squares.empty())
+    PARAX_CUDA(cudaMemcpyAsync(squares.data(), s.squares, squares.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                               s.stream));
+  Status st = s.sync();
+  if (!st.isOk()) return st;
+  return squares;
+}
+
+Status CudaExecutor::applyOptimizer(const OptimizerStep &step) {
+  State &s = *s_;
+  s.issueAsOptimizer();
+  const CudaExecutor::OptimizerSetup &o = s.optimizer;
+  const unsigned mask = o.replicaAxis >= 0 ? 1u << o.replicaAxis : 0;
+  if (step.decays.size() != s.slots.size())
+    return Status::error("the optimizer step: " + std::to_string(step.decays.size()) + " decay flags for " +
+                         std::to_string(s.slots.size()) + " gradients");
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    State::OptimizerSlot &slot = s.slots[i];
+    DeviceBuffer &param = s.buffers[slot.g.parameter];
+    UpdateArgs a{step.lr,  step.beta1, step.beta2,       step.eps, step.decays[i] ? step.weightDecay : 0.0,
+                 step.clip, step.correction1, step.correction2};
+    // ZeRO: this replica's chunk goes to its place in the staging box,
+    // which the all-gather fills; else straight into the parameter.
+    Status st = withFloat(param, [&](auto t) {
+      using T = decltype(t);
+      T *target = o.zero ? reinterpret_cast<T *>(s.staging) + o.replica * slot.g.size : param.as<T>();
+      int64_t n = slot.updated();
+      if (o.adamw)
+        PARAX_LAUNCH(adamwKernel<T>, blocksFor(n), kThreads, 0, s.stream)(slot.master, slot.m, slot.v, slot.share,
+                                                                          target, n, a);
+      else
+        PARAX_LAUNCH(sgdKernel<T>, blocksFor(n), kThreads, 0, s.stream)(slot.master, slot.share, target, n, a);
+      PARAX_CUDA(cudaGetLastError());
+      if (!o.zero) return Status::ok();
+      Status gathered = s.comm->allGather(target, s.staging, slot.g.size, param.elem, mask, s.stream);
+      if (gathered.isOk()) gathered = s.awaitIssued();
+      if (!gathered.isOk()) return Status::error("the ZeRO parameter all-gather: " + gathered.message());
+      PARAX_CUDA(cudaMemcpyAsync(param.data, s.staging, slot.n * elemBytes(param.elem), cudaMemcpyDeviceToDevice,
+                                 s.stream));
+      return Status::ok();
+    });
+    if (!st.isOk()) return st;
+  }
+  return s.rerunParameterMoves();
+}
+
+StatusOr<std::vector<Tensor>> CudaExecutor::gradientSums() const {
+  const State &s = *s_;
+  std::vector<Tensor> sums;
+  for (const State::OptimizerSlot &slot : s.slots) {
+    sums.push_back(Tensor::floats(s.buffers[s.host.stageProgram().outputs(slot.g.output)].shape));
+    Status st = copyToHost(sums.back().f.data(), slot.sum, slot.n, Elem::F32, s.stream);
+    if (!st.isOk()) return st;
+  }
+  return sums;
+}
+
+Status CudaExecutor::readMasters(std::vector<Tensor> &values) {
+  State &s = *s_;
+  s.issueAsOptimizer();
+  const unsigned mask = s.optimizer.replicaAxis >= 0 ? 1u << s.optimizer.replicaAxis : 0;
+  for (const State::OptimizerSlot &slot : s.slots) {
+    const float *whole = slot.master;
+    if (s.optimizer.zero) {
+      Status st = s.comm->allGather(slot.master, s.staging, slot.g.size, Elem::F32, mask, s.stream);
+      if (st.isOk()) st = s.awaitIssued();
+      if (!st.isOk()) return Status::error("gathering the ZeRO master copies: " + st.message());
+      whole = s.staging;
+    }
+    if (slot.g.parameter >= static_cast<int>(values.size())) values.resize(slot.g.parameter + 1);
+    values[slot.g.parameter] = Tensor::floats(s.buffers[slot.g.parameter].shape);
+    Status st = copyToHost(values[slot.g.parameter].f.data(), whole, slot.n, Elem::F32, s.stream);
+    if (!st.isOk()) return st;
   }
   return s.sync();
 }
+
+StatusOr<std::vector<std::vector<float>>> CudaExecutor::readMoments(int which) const {
+  const State &s = *s_;
+  std::vector<std::vector<float>> moments(s.slots.size());
+  for (size_t i = 0; i < s.slots.size() && s.optimizer.adamw; ++i) {
+    const State::OptimizerSlot &slot = s.slots[i];
+    int64_t n = s.optimizer.zero ? slot.g.end - slot.g.begin : slot.n;
+    moments[i].resize(n);
+    Status st = copyToHost(moments[i].data(), which == 0 ? slot.m : slot.v, n, Elem::F32, s.stream);
+    if (!st.isOk()) return st;
+  }
+  return moments;
+}
+
+Status CudaExecutor::writeMoments(int which, const std::vector<std::vector<float>> &values) {
+  State &s = *s_;
+  if (!s.optimizer.adamw) return Status::ok();
+  if (values.size() != s.slots.size())
+    return Status::error("the optimizer's moments: " + std::to_string(values.size()) + " tensors for " +
+                         std::to_string(s.slots.size()) + " gradients");
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    const State::OptimizerSlot &slot = s.slots[i];
+    int64_t n = s.optimizer.zero ? slot.g.end - slot.g.begin : slot.n;
+    if (values[i].empty()) continue; // none saved: zeros
+    if (static_cast<int64_t>(values[i].size()) != n)
+      return Status::error("the optimizer's moment of " + s.nameOf(slot.g.parameter) + ": " +
+                           std::to_string(values[i].size()) + " values for " + std::to_string(n));
+    Status st = copyToDevice(which == 0 ? slot.m : slot.v, values[i].data(), n, Elem::F32, s.stream);
+    if (!st.isOk()) return st;
+  }
+  return Status::ok();
+}
+
+size_t CudaExecutor::optimizerBytes() const { return s_->optimizerBytes; }
 
 Status CudaExecutor::run() {
   State &s = *s_;

@@ -58,7 +58,8 @@ public:
     int stage, instruction; // the instruction that issued it
     bool spare = true;      // back to spareEvents once done (a graph's stay with it)
     std::string describe() const {
-      return std::string(op) + " (stage " + std::to_string(stage) + " instruction " + std::to_string(instruction) +
+      return std::string(op) + " (stage " + std::to_string(stage) +
+             (instruction >= 0 ? " instruction " + std::to_string(instruction) : std::string(", the optimizer")) +
              ")";
     }
   };

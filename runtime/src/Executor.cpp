@@ -249,7 +249,7 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
       Status s = hooks->parameterLoaded(buffer.id());
       if (!s.isOk())
         return s;
-      if (!readByMoves[buffer.id()])
+      if (!readByMoves[buffer.id()] && !hooks->keepParameters)
         std::vector<float>().swap(t.f);
     }
   }
@@ -462,9 +462,9 @@ StatusOr<std::vector<int32_t>> Executor::greedyTokens() const {
   return tokens;
 }
 
-void Executor::releaseHostCopies() {
+void Executor::releaseHostCopies(bool keepParameters) {
   for (const pxe::Buffer &b : stageProto_->buffers())
-    if (b.role() != pxe::INPUT) {
+    if (b.role() != pxe::INPUT && !(keepParameters && b.role() == pxe::PARAMETER)) {
       Tensor &t = buffers_[b.id()];
       std::vector<float>().swap(t.f);
       std::vector<int32_t>().swap(t.i);

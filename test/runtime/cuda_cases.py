@@ -153,9 +153,10 @@ TRAIN = {
     "train-mixtral-bf16-aux-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "bf16", [], 0.5),
     "train-deepseek-v3": ("tiny-deepseek-v3", 2, 8, None, 1),  # sigmoid router, groups, bias; MLA
     # Optimizer steps (parax-run --optimizer): two steps, the second's loss
-    # and gradients compared, so the first's update (fp32 master copies on
-    # the host, written back to the device, the moves of parameters run
-    # again there: GPT-2's fused QKV slices) must match the CPU backend's.
+    # and gradients compared, so the first's update (on the device: fp32
+    # master copies and moments there, the parameters rounded from them,
+    # the moves of parameters run again: GPT-2's fused QKV slices) must
+    # match the CPU backend's.
     "train-gpt2-sgd": ("tiny-gpt2", 2, 8, None, 1, "f32", ["--optimizer", "sgd", "--lr", "0.5"]),
     "train-llama-adamw-tp2-pp2": ("tiny-llama", 2, 8, "tp=2,pp=2,dp=1", 4, "f32",
                                   ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--clip-grad-norm", "1"]),
@@ -410,9 +411,13 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
         diff = float(np.abs(extra.astype(np.float64) - want).max())
         vs_cpu = max(vs_cpu, diff)
         more_ok = more_ok and diff < case.get("more_tolerance", tol)
+    # Optimizer steps on the CUDA backend run on the device.
+    device_optimizer = "optimizer on the device" in log
     return {"case": name, "ranks": case["ranks"], "max_abs_vs_cpu": vs_cpu,
             "max_abs_vs_numpy": vs_numpy, "tolerance": tol,
-            "ok": first_ok and more_ok and vs_numpy < tol and same_tokens,
+            "ok": (first_ok and more_ok and vs_numpy < tol and same_tokens and
+                   (device_optimizer or device != "cuda" or not case.get("options"))),
+            "device_optimizer": device_optimizer,
             "same_tokens": same_tokens,
             "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
             "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log), "profile_ms": profile_of(log),
@@ -520,6 +525,15 @@ BENCH_EXPERTS = {
 }
 
 
+# A training step, bf16: name -> (preset, layers, batch, seq). Timed three
+# ways: the gradients alone, then with AdamW on the device (the default)
+# and on the host (PARAX_CUDA_OPTIMIZER=host: each step's gradients copied
+# to the host and the parameters back): what the optimizer costs each way.
+BENCH_TRAIN = {
+    "llama2-7b-1layer-train-adamw-bf16": ("llama2-7b", 1, 1, 1024),
+}
+
+
 def _experts_mlir(T, K, E, H, F):
     x, w, idx = f"tensor<{T}x{H}xbf16>", f"tensor<{T}x{K}xbf16>", f"tensor<{T}x{K}xi32>"
     up, down = f"tensor<{E}x{F}x{H}xbf16>", f"tensor<{E}x{H}x{F}xbf16>"
@@ -571,6 +585,16 @@ def prepare_bench(root, bin_dir):
                     json.dump({"step_time_s": plan_figure(planned, "step_time_s")}, f)
                 os.remove(planned)
             os.remove(ir)
+    for name, (preset, layers, batch, seq) in BENCH_TRAIN.items():
+        d = os.path.join(root, name)
+        os.makedirs(d, exist_ok=True)
+        ir, train = os.path.join(d, "model.mlir"), os.path.join(d, "train.mlir")
+        with open(ir, "w") as f:
+            f.write(build_model(load_config(preset, layers=layers), batch=batch, seq=seq, dtype="bf16", loss=True))
+        _run([os.path.join(bin_dir, "parax-opt"), ir, "--parax-autodiff", "-o", train])
+        _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", train, "-o", os.path.join(d, "train.pxe")])
+        os.remove(ir)
+        os.remove(train)
     for name, (dims, _) in BENCH_EXPERTS.items():
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
@@ -691,6 +715,38 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
             "temporaries": temporaries_of(log), "device_bytes": _counted(log, "bytes of device memory"),
             "planned_bytes": planned.get("memory_per_device_bytes", 0),
             "planned_step_ms": 1e3 * planned.get("step_time_s", 0)}
+
+
+def _bench_train(name, root, bin_dir, device, arrays, weights_dir):
+    """One BENCH_TRAIN case: 5 steps each of the gradients alone, AdamW on
+    the device, AdamW on the host; the median step times."""
+    from parax.models import load_config
+    from parax.models.builder import parameter_shapes
+    preset, layers, batch, seq = BENCH_TRAIN[name]
+    d = os.path.join(root, name)
+    cfg = load_config(preset, layers=layers)
+    weights_path = _bench_weights(preset, layers, "bf16", arrays, weights_dir)
+    rng = np.random.default_rng(1)
+    inputs = [os.path.join(d, "tokens.npy"), os.path.join(d, "labels.npy")]
+    for path in inputs:
+        np.save(path, rng.integers(0, cfg.vocab, (batch, seq)).astype(np.int32))
+    adamw = ["--optimizer", "adamw", "--lr", "1e-5"]
+    times, logs = {}, {}
+    for how, env, extra in (("gradients", None, []), ("device", None, adamw),
+                            ("host", {"PARAX_CUDA_OPTIMIZER": "host"}, adamw)):
+        _, logs[how] = parax_run(bin_dir, weights_path, os.path.join(d, "train.pxe"), 1, inputs,
+                                 os.path.join(d, "out.npy"), device, steps=5, timeout=300, env=env, extra=extra)
+        times[how] = step_ms_of(logs[how])
+    params = sum(int(np.prod(s)) for s in parameter_shapes(cfg).values())
+    # What the device optimizer must move at least, per parameter: the bf16
+    # gradient read and its fp32 sum written, the sum read back for the
+    # norm and the update, master, m and v read and written, the bf16
+    # parameter written.
+    update_bytes = params * (2 + 4 + 4 + 4 + 3 * 8 + 2)
+    return {"case": name, "params": params, "gradients_ms": times["gradients"], "device_ms": times["device"],
+            "host_ms": times["host"], "update_bytes": update_bytes,
+            "on_device": "optimizer on the device" in logs["device"],
+            "device_bytes": _counted(logs["device"], "bytes of device memory")}
 
 
 def _bench_generate(name, root, bin_dir, device, arrays, weights_dir):
@@ -842,7 +898,7 @@ def bench(root, bin_dir, device="cuda", report=lambda result: None):
     results, arrays = [], {}
     weights_dir = tempfile.mkdtemp(prefix="parax-bench-")  # gigabytes: never in the cases
     bf16 = [n for n in BENCH if BENCH[n][4] == "bf16"]
-    order = (list(BENCH_ATTENTION) + bf16 + list(BENCH_GENERATE) + list(BENCH_EXPERTS) +
+    order = (list(BENCH_ATTENTION) + bf16 + list(BENCH_GENERATE) + list(BENCH_EXPERTS) + list(BENCH_TRAIN) +
              [n for n in BENCH if n not in bf16])
     try:
         for name in order:
@@ -852,6 +908,8 @@ def bench(root, bin_dir, device="cuda", report=lambda result: None):
                     r = _bench_attention(name, root, bin_dir, device)
                 elif name in BENCH_EXPERTS:
                     r = _bench_experts(name, root, bin_dir, device, weights_dir)
+                elif name in BENCH_TRAIN:
+                    r = _bench_train(name, root, bin_dir, device, arrays, weights_dir)
                 elif name in BENCH_GENERATE:
                     r = _bench_generate(name, root, bin_dir, device, arrays, weights_dir)
                 else:

@@ -13,6 +13,7 @@ reverse, which exposes a missing __syncthreads() the first order hides.
 
 import os
 
+import numpy as np
 import pytest
 
 import cuda_cases
@@ -62,6 +63,7 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         result = cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt", env=env)
         assert result["ok"], (env, result)
         ranks = result["ranks"]
+        assert result["device_optimizer"] == (name in optimizer_cases()), result
         assert result["host_staged"] == (ranks > 1 and "PARAX_SIMT_DEVICES" in env), result
         # Work that runs during a transfer (NCCL only: a staged collective
         # has finished when it returns): the shared experts while the routed
@@ -117,6 +119,73 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
                         "train" in name or "PARAX_EXPERTS" in env or
                         (ranks > 1 and "PARAX_SIMT_DEVICES" in env and name != "llama-dp2"))  # DP: no collectives
         assert result["cuda_graph"] == (not synchronises and "PARAX_CUDA_GRAPHS" not in env), result
+
+
+def optimizer_cases():
+    """The training cases that take optimizer steps."""
+    return [name for name, case in cuda_cases.TRAIN.items() if len(case) > 6 and case[6]]
+
+
+@pytest.mark.parametrize("name", optimizer_cases())
+def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
+    """The optimizer on the device (the CUDA backend's default: fp32 master
+    copies, AdamW's moments and the step's gradient sums in device memory;
+    the data-parallel mean an NCCL all-reduce, ZeRO-1's a reduce-scatter
+    and an all-gather of the new values) against the same backend's host
+    optimizer (PARAX_CUDA_OPTIMIZER=host, which test_optimizer.py checks
+    against PyTorch's): three steps' losses, and the weights and moments
+    saved after them, agree to fp32 rounding (the same arithmetic, element
+    for element; only the global norm's sum runs in another order). An
+    AdamW run resumed after two steps from its saved weights and moments
+    (written back to the device) takes the third step as the straight run
+    did."""
+    import json
+    from parax.checkpoint import load_safetensors
+    tool("parax-run-simt")
+    root = str(tmp_path)
+    cuda_cases.prepare_any(name, root, BIN)
+    case_dir = os.path.join(root, name)
+    with open(os.path.join(case_dir, "case.json")) as f:
+        case = json.load(f)
+    adamw = "adamw" in case["options"]
+
+    def train(tag, steps, env=None, weights=None, state=None):
+        saved = os.path.join(case_dir, f"{tag}-weights.safetensors")
+        extra = case["options"] + ["--losses", os.path.join(case_dir, f"{tag}-losses.npy"), "--save-weights", saved]
+        if adamw:
+            extra += ["--save-optimizer", os.path.join(case_dir, f"{tag}-state.safetensors")]
+        if state:
+            extra += ["--load-optimizer", state]
+        _, log = cuda_cases.parax_run(BIN, weights or os.path.join(case_dir, "weights.safetensors"),
+                                      os.path.join(case_dir, case["exe"]), case["ranks"],
+                                      [os.path.join(case_dir, p) for p in case["inputs"]],
+                                      os.path.join(case_dir, f"{tag}-loss.npy"), "cuda", steps=steps,
+                                      tool="parax-run-simt", env=env, extra=extra)
+        assert ("optimizer on the device" in log) == (env is None), log
+        files = [saved] + ([os.path.join(case_dir, f"{tag}-state.safetensors")] if adamw else [])
+        tensors = {}
+        for path in files:
+            tensors.update(load_safetensors(path))
+        return np.load(os.path.join(case_dir, f"{tag}-losses.npy")), tensors
+
+    def assert_close(got, want, what):
+        assert got.keys() == want.keys(), what
+        for key in want:
+            scale = max(1.0, float(np.abs(want[key]).max()))
+            diff = float(np.abs(np.asarray(got[key], np.float64) - want[key]).max())
+            assert diff <= 1e-6 * scale, (what, key, diff)
+
+    host_losses, host = train("host", 3, env={"PARAX_CUDA_OPTIMIZER": "host"})
+    device_losses, device = train("device", 3)
+    np.testing.assert_allclose(device_losses, host_losses, rtol=1e-6, atol=0)
+    assert_close(device, host, "device vs host optimizer")
+    assert float(device_losses[-1]) < float(device_losses[0]), device_losses  # it trains
+    if adamw:
+        train("first", 2)
+        resumed_losses, resumed = train("resumed", 1, weights=os.path.join(case_dir, "first-weights.safetensors"),
+                                        state=os.path.join(case_dir, "first-state.safetensors"))
+        np.testing.assert_allclose(resumed_losses, device_losses[-1:], rtol=1e-6, atol=0)
+        assert_close(resumed, device, "resumed vs straight")
 
 
 @pytest.mark.parametrize("fault,message", [

@@ -211,15 +211,47 @@ double learningRate(const OptimizerConfig &c, int64_t step) {
   return c.minLr + (c.lr - c.minLr) * fall;
 }
 
+std::vector<Training::Update> Training::updates(const OptimizerConfig &config) const {
+  const pxe::Stage &stage = exe_.stages(stage_);
+  std::vector<Update> all;
+  for (int k = 0; k < stage.outputs_size(); ++k) {
+    if (!isGrad(k)) continue;
+    int64_t n = runtime::numelOf({stage.buffers(paramOf_[k]).shape().begin(), stage.buffers(paramOf_[k]).shape().end()});
+    Chunk c = sharesState(config) ? chunkOf(n) : Chunk{0, n, n};
+    all.push_back({k, paramOf_[k], c.begin, c.end, c.size, decays(k)});
+  }
+  return all;
+}
+
+bool Training::decays(int k) const { return exe_.stages(stage_).buffers(paramOf_[k]).shape_size() >= 2; }
+
+Status Training::beginStep(const OptimizerConfig &config, const std::vector<double> &squares, StepFactors &factors,
+                           double &gradNorm) {
+  ++step_;
+  bool shares = zeroShares_ = sharesState(config);
+  double total = 0;
+  for (size_t k = 0; k < squares.size() && k < countedInNorm_.size(); ++k)
+    if (isGrad(k) && countedInNorm_[k] && (shares || replica_ == 0)) total += squares[k];
+  if (mpi_ && exe_.ranks_size() > 1) {
+    auto watched = watch("the gradients' global norm (MPI_Allreduce)");
+    if (MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+      return Status::error("the gradients' global norm (MPI_Allreduce) failed");
+  }
+  gradNorm = std::sqrt(total);
+  factors.clip = config.clipNorm > 0 && gradNorm > config.clipNorm ? config.clipNorm / (gradNorm + 1e-6) : 1.0;
+  factors.lr = lr_ = learningRate(config, step_);
+  factors.correction1 = 1 - std::pow(config.beta1, static_cast<double>(step_));
+  factors.correction2 = 1 - std::pow(config.beta2, static_cast<double>(step_));
+  return Status::ok();
+}
+
 Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outputs, std::vector<Tensor> &buffers,
                        double &gradNorm) {
-  ++step_;
-  bool shares = replicaComm_ != MPI_COMM_NULL && config.zero;
-  zeroShares_ = shares;
+  bool shares = sharesState(config);
   // Each gradient's share this rank updates: the whole box, or (ZeRO) the
   // replica's chunk of it, reduced over the replicas.
   std::vector<std::vector<float>> share(outputs.size());
-  double squares = 0;
+  std::vector<double> squares(outputs.size(), 0.0);
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!isGrad(k)) continue;
     std::vector<float> &g = outputs[k].f;
@@ -237,27 +269,20 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
     } else {
       share[k] = g;
     }
-    if (countedInNorm_[k] && (shares || replica_ == 0))
-      for (float v : share[k]) squares += static_cast<double>(v) * v;
+    for (float v : share[k]) squares[k] += static_cast<double>(v) * v;
   }
-  if (mpi_ && exe_.ranks_size() > 1) {
-    auto watched = watch("the gradients' global norm (MPI_Allreduce)");
-    MPI_Allreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  }
-  gradNorm = std::sqrt(squares);
-  double clip = config.clipNorm > 0 && gradNorm > config.clipNorm ? config.clipNorm / (gradNorm + 1e-6) : 1.0;
-
-  const double lr = lr_ = learningRate(config, step_);
+  StepFactors f;
+  Status begun = beginStep(config, squares, f, gradNorm);
+  if (!begun.isOk()) return begun;
+  const double clip = f.clip, lr = f.lr, correction1 = f.correction1, correction2 = f.correction2;
   const double b1 = config.beta1, b2 = config.beta2;
-  const double correction1 = 1 - std::pow(b1, static_cast<double>(step_));
-  const double correction2 = 1 - std::pow(b2, static_cast<double>(step_));
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!isGrad(k)) continue;
     const std::vector<float> &grad = share[k];
     Tensor &param = buffers[paramOf_[k]];
     float *p = param.f.data() + (shares ? chunkOf(param.numel()).begin : 0);
     // Weight decay on matrices only (not on norms' weights and biases).
-    double decay = param.shape.size() >= 2 ? config.weightDecay : 0.0;
+    double decay = decays(static_cast<int>(k)) ? config.weightDecay : 0.0;
     size_t n = grad.size();
     if (config.kind == "sgd") {
       for (size_t e = 0; e < n; ++e) {

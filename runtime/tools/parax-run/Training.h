@@ -82,6 +82,36 @@ public:
   /// takes part. `gradNorm` receives the norm before clipping.
   Status apply(const OptimizerConfig &config, std::vector<Tensor> &outputs, std::vector<Tensor> &buffers,
                double &gradNorm);
+  /// The optimizer on the device (the CUDA backend keeps the gradients,
+  /// fp32 masters and moments there and runs the update; this class still
+  /// decides what it does): each gradient output, the parameter box it
+  /// updates, the part of it this rank updates (ZeRO: the replica's chunk of
+  /// the flattened box, `size` values a chunk; else the whole box) and
+  /// whether weight decay applies. After `bindParameters`.
+  struct Update {
+    int output, parameter;
+    int64_t begin, end, size;
+    bool decays;
+  };
+  std::vector<Update> updates(const OptimizerConfig &config) const;
+  /// Whether the optimizer splits its state over the replicas (ZeRO with
+  /// more than one); the replicas and this rank's index among them.
+  bool sharesState(const OptimizerConfig &config) const { return config.zero && replicaComm_ != MPI_COMM_NULL; }
+  int64_t replicas() const { return replicas_; }
+  int64_t replica() const { return replica_; }
+  /// Starts optimizer step t + 1: its learning rate, AdamW's bias
+  /// corrections, and the gradients' scale (clipping) from their global
+  /// norm, summed from `squares` (per output: the sum of the squares of
+  /// the gradient values this rank updates) over the ranks that count each
+  /// box once. Every rank takes part. `gradNorm` receives the norm.
+  struct StepFactors {
+    double lr, clip, correction1, correction2;
+  };
+  Status beginStep(const OptimizerConfig &config, const std::vector<double> &squares, StepFactors &factors,
+                   double &gradNorm);
+  /// AdamW's moment (`which` 0: m, 1: v) of gradient output `k`, as this
+  /// rank holds it (the device optimizer's copy, read back for saving).
+  std::vector<float> &moment(int k, int which) { return which == 0 ? states_[k].m : states_[k].v; }
   /// Bytes of optimizer state this rank holds (m and v, or none).
   size_t stateBytes() const;
   /// The optimizer steps taken (with a loaded state's) and the last one's
@@ -128,6 +158,9 @@ private:
   Status gather(const std::vector<Item> &items, std::vector<Tensor> &whole);
   Status stateBoxes(int which, std::vector<Tensor> &boxes);
   bool ownsBoxIgnoringReplica(int output) const;
+  /// Whether weight decay applies to gradient output k's parameter: a
+  /// matrix (not a norm's weight or a bias).
+  bool decays(int k) const;
   Status allReduceOverReplicas(float *data, size_t n);
   /// ZeRO: the part of a box of n values (flattened, padded to a multiple
   /// of the replicas) this replica updates: [begin, end), `size` each.

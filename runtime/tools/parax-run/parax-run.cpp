@@ -119,8 +119,33 @@ void usage() {
                "  PARAX_CUDA_SHARE_TEMPORARIES=0: one device allocation per temporary (by\n"
                "  default temporaries whose lifetimes do not meet share memory)\n"
                "  PARAX_CUDA_POISON_DEAD=1: a check: every temporary is filled with NaN\n"
-               "  after its last use, so that a late reader computes NaN\n");
+               "  after its last use, so that a late reader computes NaN\n"
+               "  PARAX_CUDA_OPTIMIZER=host: the optimizer on the host (fp32 masters there, the\n"
+               "  gradients copied to the host and the parameters back each step; by default\n"
+               "  masters, moments and gradients stay on the device)\n");
 }
+
+#ifdef PARAX_WITH_CUDA
+/// One optimizer step on the device: the step's gradient sums averaged
+/// there, the global norm from their squares, the update applied.
+Status deviceStep(CudaExecutor &gpu, Training &training, const OptimizerConfig &config,
+                  const std::vector<Training::Update> &updates, int64_t micro, double &gradNorm) {
+  auto squares = gpu.averageGradients(micro);
+  if (!squares.isOk()) return squares.status();
+  std::vector<double> perOutput;
+  for (size_t i = 0; i < updates.size(); ++i) {
+    perOutput.resize(std::max<size_t>(perOutput.size(), updates[i].output + 1), 0.0);
+    perOutput[updates[i].output] = squares.value()[i];
+  }
+  Training::StepFactors f;
+  Status s = training.beginStep(config, perOutput, f, gradNorm);
+  if (!s.isOk()) return s;
+  CudaExecutor::OptimizerStep step{f.lr, config.beta1, config.beta2, config.eps, config.weightDecay,
+                                   f.clip, f.correction1, f.correction2, {}};
+  for (const Training::Update &u : updates) step.decays.push_back(u.decays);
+  return gpu.applyOptimizer(step);
+}
+#endif
 
 } // namespace
 
@@ -621,6 +646,7 @@ int main(int argc, char **argv) {
         sharedMoves += gpuPrefills[m]->sharedMoves();
       }
       gpus.push_back(std::make_unique<CudaExecutor>());
+      if (trains) gpus[m]->keepLoadedParameters(); // the optimizer's fp32 masters start from them
       const CudaExecutor *lender = chunks > 0 ? gpuPrefills[m].get() : m > 0 ? gpus[0].get() : nullptr;
       s = gpus[m]->prepare(exe.value(), rank, nccl, *ckpt.value(),
                            generate > 0 ? inputsAt(step, 0, m) : microbatch(0), gpuIndex, lender,
@@ -692,11 +718,7 @@ int main(int argc, char **argv) {
   // dtype), written back to the device after each step.
   std::vector<Tensor> masters;
 #ifdef PARAX_WITH_CUDA
-  if (trains && device == "cuda") {
-    auto held = gpus[0]->parameters();
-    if (!held.isOk()) die(held.status().message());
-    masters = std::move(held.value());
-  }
+  if (trains && device == "cuda") masters = gpus[0]->takeLoadedParameters();
 #endif
   std::vector<Tensor> &parameters = device == "cpu" ? cpu.hostBuffers() : masters;
   if (trains) {
@@ -709,6 +731,36 @@ int main(int argc, char **argv) {
     s = training->loadState(*file.value(), loadOptimizer, optimizer.zero);
     if (!s.isOk()) die("--load-optimizer: " + s.message());
   }
+  // On CUDA the optimizer runs on the device: the gradients, fp32 masters
+  // and moments stay there (PARAX_CUDA_OPTIMIZER=host: fp32 masters on the
+  // host, each step's gradients copied there and the parameters back).
+  bool deviceOptimizer = false;
+  std::vector<Training::Update> updates; // what each bound gradient updates
+#ifdef PARAX_WITH_CUDA
+  const char *optimizerAt = std::getenv("PARAX_CUDA_OPTIMIZER");
+  if (optimizerAt && std::string(optimizerAt) != "host" && std::string(optimizerAt) != "device")
+    die(std::string("PARAX_CUDA_OPTIMIZER=") + optimizerAt + ": host or device");
+  deviceOptimizer = trains && device == "cuda" && !(optimizerAt && std::string(optimizerAt) == "host");
+  if (deviceOptimizer) {
+    updates = training->updates(optimizer);
+    std::vector<CudaExecutor::Gradient> bound;
+    for (const Training::Update &u : updates) bound.push_back({u.output, u.parameter, u.begin, u.end, u.size});
+    CudaExecutor::OptimizerSetup setup;
+    setup.adamw = optimizer.kind == "adamw";
+    for (int i = 0; i < exe.value().grid().axis_names_size(); ++i)
+      if (exe.value().grid().axis_names(i) == "dp") setup.replicaAxis = i;
+    setup.replicas = training->replicas();
+    setup.replica = training->replica();
+    setup.zero = training->sharesState(optimizer);
+    s = gpus[0]->bindOptimizer(bound, setup, masters);
+    for (int which = 0; s.isOk() && which < 2 && !loadOptimizer.empty(); ++which) {
+      std::vector<std::vector<float>> moments;
+      for (const Training::Update &u : updates) moments.push_back(training->moment(u.output, which));
+      s = gpus[0]->writeMoments(which, moments);
+    }
+    if (!s.isOk()) die(s.message());
+  }
+#endif
   // A schedule decays over this run's steps unless told otherwise (a
   // resumed run counts on from the saved step).
   if (trains && optimizer.decaySteps == 0) optimizer.decaySteps = training->steps() + steps;
@@ -785,6 +837,9 @@ int main(int argc, char **argv) {
           if (!s.isOk()) die(s.message());
         }
         s = runners[0].run();
+#ifdef PARAX_WITH_CUDA
+        if (s.isOk() && deviceOptimizer) s = gpus[0]->accumulateGradients(j == 0);
+#endif
         if (!s.isOk()) die(s.message());
         s = training->join(results, runners[0].outputs());
         if (!s.isOk()) die(s.message());
@@ -792,10 +847,17 @@ int main(int argc, char **argv) {
       if (trains) {
         // The step's gradients averaged, clipped and applied; the moves of
         // parameters run again on the new values.
+#ifdef PARAX_WITH_CUDA
+        if (deviceOptimizer) {
+          s = deviceStep(*gpus[0], *training, optimizer, updates, micro, gradNorm);
+        } else {
+          s = training->averageGradients(results, micro, optimizer.zero);
+          if (s.isOk()) s = training->apply(optimizer, results, parameters, gradNorm);
+          if (s.isOk() && device == "cuda") s = gpus[0]->updateParameters(masters);
+        }
+#else
         s = training->averageGradients(results, micro, optimizer.zero);
         if (s.isOk()) s = training->apply(optimizer, results, parameters, gradNorm);
-#ifdef PARAX_WITH_CUDA
-        if (s.isOk() && device == "cuda") s = gpus[0]->updateParameters(masters);
 #endif
         if (s.isOk() && device == "cpu") s = cpu.hoistParameterMoves();
         if (!s.isOk()) die(s.message());
@@ -818,6 +880,23 @@ int main(int argc, char **argv) {
         std::fflush(stdout);
       }
     }
+#ifdef PARAX_WITH_CUDA
+    // The device optimizer's gradients, masters and moments, read back for
+    // writing (every rank: under ZeRO the masters are all-gathered).
+    if (deviceOptimizer && steps > 0) {
+      auto sums = gpus[0]->gradientSums();
+      if (!sums.isOk()) die(sums.status().message());
+      for (size_t i = 0; i < updates.size(); ++i) results[updates[i].output] = std::move(sums.value()[i]);
+      s = gpus[0]->readMasters(masters);
+      if (!s.isOk()) die(s.message());
+      for (int which = 0; which < 2; ++which) {
+        auto moments = gpus[0]->readMoments(which);
+        if (!moments.isOk()) die(moments.status().message());
+        for (size_t i = 0; i < updates.size(); ++i)
+          training->moment(updates[i].output, which) = std::move(moments.value()[i]);
+      }
+    }
+#endif
     // The gradients written: the mean over the microbatches and replicas
     // (with ZeRO each replica has only summed its own microbatches' yet).
     if (!trains || optimizer.zero) {
@@ -985,6 +1064,11 @@ int main(int argc, char **argv) {
                            " splits gradients and parameters too, not done yet)").c_str()
                         : " (ZeRO-1)");
       how += line;
+#ifdef PARAX_WITH_CUDA
+      if (deviceOptimizer)
+        how += ", optimizer on the device (" + std::to_string(gpus[0]->optimizerBytes()) +
+               " bytes: fp32 masters, moments, gradient sums)";
+#endif
     }
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";
 #ifdef PARAX_WITH_CUDA

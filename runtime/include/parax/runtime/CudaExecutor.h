@@ -76,13 +76,78 @@ public:
   /// step as one CUDA graph (PARAX_CUDA_GRAPHS=0: never).
   Status run();
   std::vector<Tensor> outputs() const;
-  /// Every parameter box this rank holds, widened to fp32 on the host
-  /// (indexed by buffer id; other buffers empty): an optimizer's master copy.
-  StatusOr<std::vector<Tensor>> parameters() const;
+  /// Before prepare: keep the parameters' values as loaded (fp32, before
+  /// their rounding to the storage dtype) on the host for
+  /// takeLoadedParameters, so that an optimizer's fp32 master copies start
+  /// from the checkpoint's values, not from their bf16 rounding.
+  void keepLoadedParameters();
+  /// Those values, indexed by buffer id (other buffers empty), moved out:
+  /// the host copies go.
+  std::vector<Tensor> takeLoadedParameters();
   /// Writes new values into the parameter boxes `values` holds (indexed by
   /// buffer id; empty: unchanged), rounded to their storage dtype, then runs
   /// the moves of parameters that prepare ran once again, on the device.
   Status updateParameters(const std::vector<Tensor> &values);
+
+  /// The optimizer on the device: a training run's parameters stay on the
+  /// GPU, with fp32 master copies of them and AdamW's moments in device
+  /// memory beside them. Each step's gradients are summed over its
+  /// microbatches there, averaged over the data-parallel replicas by NCCL
+  /// (ZeRO-1: reduce-scattered, each replica updating its chunk of every
+  /// box, then an all-gather of the new values) and applied by one kernel
+  /// per box. parax-run's Training decides which gradient updates which
+  /// box, the chunks, the learning rate and the clipping; the arithmetic is
+  /// its host optimizer's, element for element.
+  struct Gradient {
+    int output;    // its index among the stage's outputs
+    int parameter; // the buffer id of the parameter box it updates
+    // ZeRO: this replica's chunk [begin, end) of the flattened box, `size`
+    // values a chunk (the box padded to size x replicas); else the box.
+    int64_t begin, end, size;
+  };
+  struct OptimizerSetup {
+    bool adamw = false;   // else SGD (no moments)
+    int replicaAxis = -1; // the grid axis "dp" (-1: none)
+    int64_t replicas = 1, replica = 0; // along that axis
+    bool zero = false; // ZeRO-1 over the replicas
+  };
+  /// Allocates the gradients' sums, the masters (from `masters`, indexed
+  /// by buffer id: whole fp32 boxes, of which a ZeRO replica keeps its
+  /// chunk) and the moments (zeros). Bound gradient outputs are no longer
+  /// copied by outputs() (empty tensors there).
+  Status bindOptimizer(const std::vector<Gradient> &gradients, const OptimizerSetup &setup,
+                       const std::vector<Tensor> &masters);
+  /// After a run: adds its gradients to the step's sums (`first`: the
+  /// step's first microbatch, whose gradients replace them).
+  Status accumulateGradients(bool first);
+  /// The sums averaged over `microbatches` and the replicas (ZeRO: the
+  /// sums averaged over the microbatches stay; this replica's chunk is
+  /// reduce-scattered beside them). Per gradient, the sum of the squares
+  /// of the values this rank updates. Every rank of the dp group calls it.
+  StatusOr<std::vector<double>> averageGradients(int64_t microbatches);
+  struct OptimizerStep {
+    double lr, beta1, beta2, eps, weightDecay;
+    double clip;                     // the gradients' scale (clipping; 1: none)
+    double correction1, correction2; // AdamW's bias corrections
+    std::vector<bool> decays;        // per gradient: weight decay applies
+  };
+  /// Updates masters (and moments), rounds them into the parameter boxes
+  /// (ZeRO: all-gathered over the replicas), runs the moves of parameters
+  /// that prepare ran once again, and waits for the GPU.
+  Status applyOptimizer(const OptimizerStep &step);
+  /// Host copies, for writing: per gradient, its sums as averageGradients
+  /// left them; the fp32 masters put whole into values[parameter] (ZeRO:
+  /// all-gathered: every rank of the dp group calls it); AdamW's moment
+  /// (`which` 0: m, 1: v) per gradient, of the values this rank updates
+  /// (end - begin).
+  StatusOr<std::vector<Tensor>> gradientSums() const;
+  Status readMasters(std::vector<Tensor> &values);
+  StatusOr<std::vector<std::vector<float>>> readMoments(int which) const;
+  /// Replaces the moments (a resumed run's), as readMoments gives them.
+  Status writeMoments(int which, const std::vector<std::vector<float>> &values);
+  /// Device memory of the optimizer (sums, masters, moments, staging).
+  size_t optimizerBytes() const;
+
   /// Each row's most likely token of the first output (logits [..., V]),
   /// picked on the GPU: greedy generation copies one index a row to the
   /// host. The last stage only.

@@ -38,6 +38,9 @@ public:
     /// tensor keeps only its shape). Asked only of parameters that no move
     /// of parameters reads.
     std::function<bool(int32_t id)> alreadyHeld;
+    /// The host copy of each parameter stays after parameterLoaded (by
+    /// default it goes, unless a move of parameters reads it).
+    bool keepParameters = false;
   };
   /// `comm` may be null for a grid of one rank.
   Status prepare(const pxe::Executable &exe, int rank, Communicator *comm,
@@ -80,8 +83,9 @@ public:
   Status hoistParameterMoves();
   /// For a backend that has copied parameters and temporaries elsewhere
   /// (the CUDA backend, to the device): frees their host memory, keeping
-  /// their shapes. `run` refuses to run afterwards; inputs stay.
-  void releaseHostCopies();
+  /// their shapes. `run` refuses to run afterwards; inputs stay (and,
+  /// with `keepParameters`, the parameters' values).
+  void releaseHostCopies(bool keepParameters = false);
   /// For other backends, which load through this one and then take over.
   const pxe::Stage &stageProgram() const { return *stageProto_; }
   const std::vector<int64_t> &coordinates() const { return coords_; }

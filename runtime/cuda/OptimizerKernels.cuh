@@ -1,0 +1,75 @@
+// OptimizerKernels.cuh - the kernels of the optimizer on the device
+// (CudaExecutor::bindOptimizer and what follows it): gradients summed over
+// microbatches, their squares, and the SGD and AdamW updates of fp32 master
+// copies rounded into the parameters' storage. The arithmetic is parax-run's
+// host optimizer's (Training::apply), in the same precision: fp32 storage,
+// double for each element's update.
+// Included by CudaExecutor.cu only (one translation unit).
+
+#ifndef PARAX_RUNTIME_CUDA_OPTIMIZERKERNELS_CUH
+#define PARAX_RUNTIME_CUDA_OPTIMIZERKERNELS_CUH
+
+#include "Kernels.cuh"
+
+namespace parax::runtime {
+
+namespace {
+
+// A microbatch's gradient (stored as T) added to the step's fp32 sums; the
+// step's first replaces them.
+template <typename T> __global__ void accumulateKernel(const T *grad, float *sum, int64_t n, int first) {
+  PARAX_GRID_STRIDE(k, n) sum[k] = first ? ld(grad, k) : sum[k] + ld(grad, k);
+}
+
+// Adds the sum of the squares of x's n values to *total (in double, as the
+// host's global norm sums them).
+__global__ void sumOfSquaresKernel(const float *x, int64_t n, double *total) {
+  __shared__ double partial[kThreads];
+  double s = 0;
+  PARAX_GRID_STRIDE(k, n) s += static_cast<double>(x[k]) * x[k];
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(total, partial[0]);
+}
+
+struct UpdateArgs {
+  double lr, beta1, beta2, eps, decay, clip, correction1, correction2;
+};
+
+// AdamW with decoupled weight decay: the moments and the master in fp32,
+// each element's arithmetic in double; the new value rounded into the
+// parameter's storage (T) too.
+template <typename T>
+__global__ void adamwKernel(float *master, float *m, float *v, const float *grad, T *param, int64_t n,
+                            UpdateArgs a) {
+  PARAX_GRID_STRIDE(k, n) {
+    double g = a.clip * grad[k];
+    double mk = a.beta1 * m[k] + (1 - a.beta1) * g;
+    double vk = a.beta2 * v[k] + (1 - a.beta2) * g * g;
+    m[k] = static_cast<float>(mk);
+    v[k] = static_cast<float>(vk);
+    double value = master[k] * (1 - a.lr * a.decay);
+    value -= a.lr * (mk / a.correction1) / (sqrt(vk / a.correction2) + a.eps);
+    master[k] = static_cast<float>(value);
+    st(param, k, master[k]);
+  }
+}
+
+// SGD with L2 weight decay.
+template <typename T> __global__ void sgdKernel(float *master, const float *grad, T *param, int64_t n, UpdateArgs a) {
+  PARAX_GRID_STRIDE(k, n) {
+    double g = a.clip * grad[k] + a.decay * master[k];
+    master[k] = static_cast<float>(master[k] - a.lr * g);
+    st(param, k, master[k]);
+  }
+}
+
+} // namespace
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_CUDA_OPTIMIZERKERNELS_CUH
