@@ -133,7 +133,7 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
     the data-parallel mean an NCCL all-reduce, ZeRO-1's a reduce-scatter
     and an all-gather of the new values) against the same backend's host
     optimizer (PARAX_CUDA_OPTIMIZER=host, which test_optimizer.py checks
-    against PyTorch's): three steps' losses, and the weights and moments
+    against PyTorch's), two microbatches a step: three steps' losses, and the weights and moments
     saved after them, agree to fp32 rounding (the same arithmetic, element
     for element; only the global norm's sum runs in another order). An
     AdamW run resumed after two steps from its saved weights and moments
@@ -148,6 +148,13 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
     with open(os.path.join(case_dir, "case.json")) as f:
         case = json.load(f)
     adamw = "adamw" in case["options"]
+    # Two microbatches a step (the second's gradients added to the first's
+    # on the device): the inputs' rows twice, the second time reversed.
+    inputs = []
+    for p in case["inputs"]:
+        rows = np.load(os.path.join(case_dir, p))
+        inputs.append(os.path.join(case_dir, "twice-" + p))
+        np.save(inputs[-1], np.concatenate([rows, rows[::-1]]))
 
     def train(tag, steps, env=None, weights=None, state=None):
         saved = os.path.join(case_dir, f"{tag}-weights.safetensors")
@@ -158,8 +165,7 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
             extra += ["--load-optimizer", state]
         _, log = cuda_cases.parax_run(BIN, weights or os.path.join(case_dir, "weights.safetensors"),
                                       os.path.join(case_dir, case["exe"]), case["ranks"],
-                                      [os.path.join(case_dir, p) for p in case["inputs"]],
-                                      os.path.join(case_dir, f"{tag}-loss.npy"), "cuda", steps=steps,
+                                      inputs, os.path.join(case_dir, f"{tag}-loss.npy"), "cuda", steps=steps,
                                       tool="parax-run-simt", env=env, extra=extra)
         assert ("optimizer on the device" in log) == (env is None), log
         files = [saved] + ([os.path.join(case_dir, f"{tag}-state.safetensors")] if adamw else [])
