@@ -347,7 +347,11 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               double shard = dense / sharers + expert / expertSharers;
               c.weights = zero == 3 ? e * shard : e * (dense + expert);
               c.gradients = zero >= 2 ? e * shard : e * (dense + expert);
-              c.optimizer = zero >= 1 ? 12 * shard : 12 * (dense + expert);
+              // fp32 master, m and v (12 bytes a parameter), and the
+              // step's fp32 gradient sums (4: the sums over microbatches
+              // that the data-parallel mean and the update read).
+              c.optimizer = (zero >= 1 ? 12 * shard : 12 * (dense + expert)) +
+                            (zero >= 2 ? 4 * shard : 4 * (dense + expert));
               // (the gathered keys and values are kept for the backward)
               c.activations = rc == Recompute::Full
                                   ? lp.activationBytes[2]

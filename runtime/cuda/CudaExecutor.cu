@@ -145,18 +145,21 @@ struct CudaExecutor::State {
   // step's sums and what this rank updates (see CudaExecutor::Gradient).
   struct OptimizerSlot {
     CudaExecutor::Gradient g;
-    int64_t n = 0;             // values in the box
-    float *sum = nullptr;      // n (ZeRO: size x replicas, zeros past n)
-    float *share = nullptr;    // ZeRO: this replica's reduced chunk (size); else `sum`
-    float *master = nullptr;   // size (ZeRO) or n
+    int64_t n = 0;           // values in the box
+    int64_t updated = 0;     // values this rank updates: n, or ZeRO's chunk size
+    float *sum = nullptr;    // n (ZeRO: size x replicas, zeros past n)
+    float *share = nullptr;  // ZeRO: this replica's chunk of `sum` (reduce-scattered in place); else `sum`
+    float *master = nullptr; // `updated` values
     float *m = nullptr, *v = nullptr; // AdamW's moments, as `master`
-    int64_t updated() const { return share == sum ? n : g.size; }
   };
   std::vector<OptimizerSlot> slots;
   CudaExecutor::OptimizerSetup optimizer;
-  std::vector<bool> boundOutput;  // per stage output: a bound gradient (outputs() skips it)
-  float *staging = nullptr;       // ZeRO: a padded box for the all-gathers (fp32-sized)
-  double *squares = nullptr;      // per slot
+  std::vector<bool> boundOutput; // per stage output: a bound gradient (outputs() skips it)
+  // ZeRO, a box of n values not a multiple of the replicas: the padded box
+  // the all-gather of the new values fills (storage-sized, the largest such).
+  void *staging = nullptr;
+  double *squares = nullptr; // per slot
+  bool sumsGathered = false; // ZeRO: readMasters has used the sums' memory
   std::vector<void *> optimizerMemory;
   size_t optimizerBytes = 0;
   bool keepParameters = false; // keepLoadedParameters
@@ -1132,15 +1135,16 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
   s.optimizer = setup;
   s.optimizer.zero = zero;
   s.boundOutput.assign(stage.outputs_size(), false);
-  auto take = [&](float **p, int64_t n, const std::string &what) {
-    Status st = s.allocate(p, std::max<int64_t>(n, 1) * sizeof(float), what);
+  auto take = [&](auto **p, int64_t bytes, const std::string &what) {
+    bytes = std::max<int64_t>(bytes, 1);
+    Status st = s.allocate(p, bytes, what);
     if (!st.isOk()) return st;
     s.optimizerMemory.push_back(*p);
-    s.optimizerBytes += std::max<int64_t>(n, 1) * sizeof(float);
-    PARAX_CUDA(cudaMemsetAsync(*p, 0, std::max<int64_t>(n, 1) * sizeof(float), s.stream));
+    s.optimizerBytes += bytes;
+    PARAX_CUDA(cudaMemsetAsync(*p, 0, bytes, s.stream));
     return Status::ok();
   };
-  int64_t widest = 0; // the largest padded box (ZeRO's staging)
+  int64_t staged = 0; // bytes of the largest padded box that needs staging
   for (const Gradient &g : gradients) {
     if (g.output < 0 || g.output >= stage.outputs_size() || g.parameter < 0 ||
         g.parameter >= static_cast<int>(s.buffers.size()))
@@ -1155,17 +1159,18 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     State::OptimizerSlot slot;
     slot.g = g;
     slot.n = param.numel();
-    int64_t updated = zero ? g.size : slot.n;
-    if (zero && (g.size * setup.replicas < slot.n || g.begin < 0 || g.end > slot.n || g.end - g.begin > g.size))
+    slot.updated = zero ? g.size : slot.n;
+    if (zero && (g.size * setup.replicas < slot.n || g.begin != std::min(slot.n, setup.replica * g.size) ||
+                 g.end > slot.n || g.end - g.begin > g.size))
       return Status::error(what + ": a ZeRO chunk [" + std::to_string(g.begin) + ", " + std::to_string(g.end) +
-                           ") of " + std::to_string(g.size) + " that does not fit a box of " + std::to_string(slot.n));
-    Status st = take(&slot.sum, zero ? g.size * setup.replicas : slot.n, what + " (gradient sums)");
-    if (st.isOk() && zero) st = take(&slot.share, g.size, what + " (the replica's chunk)");
-    if (st.isOk()) st = take(&slot.master, updated, what + " (fp32 master)");
-    if (st.isOk() && setup.adamw) st = take(&slot.m, updated, what + " (AdamW's first moment)");
-    if (st.isOk() && setup.adamw) st = take(&slot.v, updated, what + " (AdamW's second moment)");
+                           ") of " + std::to_string(g.size) + " that is not replica " + std::to_string(setup.replica) +
+                           "'s of a box of " + std::to_string(slot.n));
+    Status st = take(&slot.sum, (zero ? g.size * setup.replicas : slot.n) * 4, what + " (gradient sums)");
+    if (st.isOk()) st = take(&slot.master, slot.updated * 4, what + " (fp32 master)");
+    if (st.isOk() && setup.adamw) st = take(&slot.m, slot.updated * 4, what + " (AdamW's first moment)");
+    if (st.isOk() && setup.adamw) st = take(&slot.v, slot.updated * 4, what + " (AdamW's second moment)");
     if (!st.isOk()) return st;
-    if (!zero) slot.share = slot.sum;
+    slot.share = zero ? slot.sum + setup.replica * g.size : slot.sum;
     // The master's first values: the box's (ZeRO: its chunk).
     if (g.parameter >= static_cast<int>(masters.size()) ||
         masters[g.parameter].f.size() != static_cast<size_t>(slot.n))
@@ -1173,16 +1178,14 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     st = copyToDevice(slot.master, masters[g.parameter].f.data() + (zero ? g.begin : 0),
                       zero ? g.end - g.begin : slot.n, Elem::F32, s.stream);
     if (!st.isOk()) return st;
-    widest = std::max(widest, g.size * setup.replicas);
+    if (zero && g.size * setup.replicas != slot.n)
+      staged = std::max<int64_t>(staged, g.size * setup.replicas * elemBytes(param.elem));
     s.boundOutput[g.output] = true;
     s.slots.push_back(slot);
   }
-  Status st = zero ? take(&s.staging, widest, "the optimizer's ZeRO all-gather staging") : Status::ok();
-  if (st.isOk()) st = s.allocate(&s.squares, std::max<size_t>(s.slots.size(), 1) * sizeof(double),
-                                 "the optimizer's sums of squares");
+  Status st = staged ? take(&s.staging, staged, "the optimizer's ZeRO all-gather staging") : Status::ok();
+  if (st.isOk()) st = take(&s.squares, s.slots.size() * sizeof(double), "the optimizer's sums of squares");
   if (!st.isOk()) return st;
-  s.optimizerMemory.push_back(s.squares);
-  s.optimizerBytes += std::max<size_t>(s.slots.size(), 1) * sizeof(double);
   return s.sync();
 }
 
@@ -1227,8 +1230,8 @@ StatusOr<std::vector<double>> CudaExecutor::averageGradients(int64_t microbatche
       PARAX_LAUNCH(scaleKernel, blocksFor(slot.g.size), kThreads, 0, s.stream)(
           slot.share, slot.g.size, 1.0f / static_cast<float>(o.replicas));
     }
-    PARAX_LAUNCH(sumOfSquaresKernel, blocksFor(slot.updated()), kThreads, 0, s.stream)(
-        slot.share, slot.updated(), s.squares + i);
+    PARAX_LAUNCH(sumOfSquaresKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.share, slot.updated,
+                                                                                      s.squares + i);
   }
   std::vector<double> squares(s.slots.size());
   if (!squares.empty())
@@ -1252,24 +1255,28 @@ Status CudaExecutor::applyOptimizer(const OptimizerStep &step) {
     DeviceBuffer &param = s.buffers[slot.g.parameter];
     UpdateArgs a{step.lr,  step.beta1, step.beta2,       step.eps, step.decays[i] ? step.weightDecay : 0.0,
                  step.clip, step.correction1, step.correction2};
-    // ZeRO: this replica's chunk goes to its place in the staging box,
-    // which the all-gather fills; else straight into the parameter.
+    // ZeRO: this replica's chunk goes to its place in the box, which the
+    // all-gather fills in place (a box not a multiple of the replicas
+    // through the padded staging box).
+    bool staged = o.zero && slot.g.size * o.replicas != slot.n;
     Status st = withFloat(param, [&](auto t) {
       using T = decltype(t);
-      T *target = o.zero ? reinterpret_cast<T *>(s.staging) + o.replica * slot.g.size : param.as<T>();
-      int64_t n = slot.updated();
+      T *box = staged ? static_cast<T *>(s.staging) : param.as<T>();
+      T *target = box + (o.zero ? o.replica * slot.g.size : 0);
       if (o.adamw)
-        PARAX_LAUNCH(adamwKernel<T>, blocksFor(n), kThreads, 0, s.stream)(slot.master, slot.m, slot.v, slot.share,
-                                                                          target, n, a);
+        PARAX_LAUNCH(adamwKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(
+            slot.master, slot.m, slot.v, slot.share, target, slot.updated, a);
       else
-        PARAX_LAUNCH(sgdKernel<T>, blocksFor(n), kThreads, 0, s.stream)(slot.master, slot.share, target, n, a);
+        PARAX_LAUNCH(sgdKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.master, slot.share, target,
+                                                                                 slot.updated, a);
       PARAX_CUDA(cudaGetLastError());
       if (!o.zero) return Status::ok();
-      Status gathered = s.comm->allGather(target, s.staging, slot.g.size, param.elem, mask, s.stream);
+      Status gathered = s.comm->allGather(target, box, slot.g.size, param.elem, mask, s.stream);
       if (gathered.isOk()) gathered = s.awaitIssued();
       if (!gathered.isOk()) return Status::error("the ZeRO parameter all-gather: " + gathered.message());
-      PARAX_CUDA(cudaMemcpyAsync(param.data, s.staging, slot.n * elemBytes(param.elem), cudaMemcpyDeviceToDevice,
-                                 s.stream));
+      if (staged)
+        PARAX_CUDA(cudaMemcpyAsync(param.data, box, slot.n * elemBytes(param.elem), cudaMemcpyDeviceToDevice,
+                                   s.stream));
       return Status::ok();
     });
     if (!st.isOk()) return st;
@@ -1277,14 +1284,24 @@ Status CudaExecutor::applyOptimizer(const OptimizerStep &step) {
   return s.rerunParameterMoves();
 }
 
-StatusOr<std::vector<Tensor>> CudaExecutor::gradientSums() const {
-  const State &s = *s_;
+StatusOr<std::vector<Tensor>> CudaExecutor::gradientSums() {
+  State &s = *s_;
+  s.issueAsOptimizer();
+  if (s.sumsGathered) return Status::error("the gradient sums were read after the masters (their memory is gone)");
+  const unsigned mask = s.optimizer.replicaAxis >= 0 ? 1u << s.optimizer.replicaAxis : 0;
   std::vector<Tensor> sums;
   for (const State::OptimizerSlot &slot : s.slots) {
+    if (s.optimizer.zero) { // every replica's chunk of the mean, in place
+      Status st = s.comm->allGather(slot.share, slot.sum, slot.g.size, Elem::F32, mask, s.stream);
+      if (st.isOk()) st = s.awaitIssued();
+      if (!st.isOk()) return Status::error("gathering the ZeRO gradients: " + st.message());
+    }
     sums.push_back(Tensor::floats(s.buffers[s.host.stageProgram().outputs(slot.g.output)].shape));
     Status st = copyToHost(sums.back().f.data(), slot.sum, slot.n, Elem::F32, s.stream);
     if (!st.isOk()) return st;
   }
+  Status st = s.sync();
+  if (!st.isOk()) return st;
   return sums;
 }
 
@@ -1292,13 +1309,14 @@ Status CudaExecutor::readMasters(std::vector<Tensor> &values) {
   State &s = *s_;
   s.issueAsOptimizer();
   const unsigned mask = s.optimizer.replicaAxis >= 0 ? 1u << s.optimizer.replicaAxis : 0;
-  for (const State::OptimizerSlot &slot : s.slots) {
+  for (State::OptimizerSlot &slot : s.slots) {
     const float *whole = slot.master;
-    if (s.optimizer.zero) {
-      Status st = s.comm->allGather(slot.master, s.staging, slot.g.size, Elem::F32, mask, s.stream);
+    if (s.optimizer.zero) { // gathered where the sums were (the padded box's size)
+      s.sumsGathered = true;
+      Status st = s.comm->allGather(slot.master, slot.sum, slot.g.size, Elem::F32, mask, s.stream);
       if (st.isOk()) st = s.awaitIssued();
       if (!st.isOk()) return Status::error("gathering the ZeRO master copies: " + st.message());
-      whole = s.staging;
+      whole = slot.sum;
     }
     if (slot.g.parameter >= static_cast<int>(values.size())) values.resize(slot.g.parameter + 1);
     values[slot.g.parameter] = Tensor::floats(s.buffers[slot.g.parameter].shape);
@@ -1313,9 +1331,8 @@ StatusOr<std::vector<std::vector<float>>> CudaExecutor::readMoments(int which) c
   std::vector<std::vector<float>> moments(s.slots.size());
   for (size_t i = 0; i < s.slots.size() && s.optimizer.adamw; ++i) {
     const State::OptimizerSlot &slot = s.slots[i];
-    int64_t n = s.optimizer.zero ? slot.g.end - slot.g.begin : slot.n;
-    moments[i].resize(n);
-    Status st = copyToHost(moments[i].data(), which == 0 ? slot.m : slot.v, n, Elem::F32, s.stream);
+    moments[i].resize(slot.g.end - slot.g.begin);
+    Status st = copyToHost(moments[i].data(), which == 0 ? slot.m : slot.v, moments[i].size(), Elem::F32, s.stream);
     if (!st.isOk()) return st;
   }
   return moments;
@@ -1329,7 +1346,7 @@ Status CudaExecutor::writeMoments(int which, const std::vector<std::vector<float
                          std::to_string(s.slots.size()) + " gradients");
   for (size_t i = 0; i < s.slots.size(); ++i) {
     const State::OptimizerSlot &slot = s.slots[i];
-    int64_t n = s.optimizer.zero ? slot.g.end - slot.g.begin : slot.n;
+    int64_t n = slot.g.end - slot.g.begin;
     if (values[i].empty()) continue; // none saved: zeros
     if (static_cast<int64_t>(values[i].size()) != n)
       return Status::error("the optimizer's moment of " + s.nameOf(slot.g.parameter) + ": " +

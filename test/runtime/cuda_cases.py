@@ -162,6 +162,12 @@ TRAIN = {
                                   ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--clip-grad-norm", "1"]),
     "train-llama-bf16-adamw-dp2-tp2-zero": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",
                                             ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--zero"]),
+    # three replicas: no box of the tiny Llama is a multiple of 3 (ZeRO's
+    # chunks padded, the last replica's shorter, the new values gathered
+    # through a padded staging box)
+    "train-llama-adamw-dp3-zero": ("tiny-llama", 1, 8, "dp=3,tp=1", 3, "f32",
+                                   ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--zero",
+                                    "--weight-decay", "0.1"]),
     "train-qwen2-moe-adamw-ep2-tp2": ("tiny-qwen2-moe", 2, 8, "ep=2,tp=2,dp=1", 4, "f32",
                                       ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3"]),
 }

@@ -564,8 +564,13 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvCount, n
   SIMT_TRY(checkBuffer("ncclReduceScatter", recv, recvCount, type));
   if (faulted(comm))
     return ncclSuccess;
-  if (send == recv)
-    return complain(ncclInvalidArgument, "ncclReduceScatter", "in place is not emulated");
+  // NCCL's in place: recv is this rank's piece of send. Any other overlap
+  // is undefined there, and refused here.
+  size_t bytes = recvCount * bytesOf(type);
+  const char *from = static_cast<const char *>(send), *to = static_cast<const char *>(recv);
+  bool inPlace = to == from + bytes * comm->rank;
+  if (!inPlace && to < from + bytes * comm->size && from < to + bytes)
+    return complain(ncclInvalidArgument, "ncclReduceScatter", "recv overlaps send other than in place");
   return transfer(stream, comm, [=] {
     std::vector<int> counts(comm->size, static_cast<int>(recvCount));
     if (type == ncclBfloat16) {
@@ -575,7 +580,11 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvCount, n
       narrowInto(recv, mine);
       return r;
     }
-    return mpiResult(MPI_Reduce_scatter(send, recv, counts.data(), mpiTypeOf(type), MPI_SUM, comm->mpi));
+    // (MPI forbids aliased buffers: in place reads a copy of send)
+    std::vector<char> copy(inPlace ? bytes * comm->size : 0);
+    if (inPlace) std::memcpy(copy.data(), send, copy.size());
+    return mpiResult(MPI_Reduce_scatter(inPlace ? copy.data() : send, recv, counts.data(), mpiTypeOf(type), MPI_SUM,
+                                        comm->mpi));
   });
 }
 

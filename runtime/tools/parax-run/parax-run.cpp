@@ -898,8 +898,9 @@ int main(int argc, char **argv) {
     }
 #endif
     // The gradients written: the mean over the microbatches and replicas
-    // (with ZeRO each replica has only summed its own microbatches' yet).
-    if (!trains || optimizer.zero) {
+    // (with ZeRO each replica has only summed its own microbatches' yet;
+    // the device optimizer's are the mean already).
+    if (!trains || (optimizer.zero && !deviceOptimizer)) {
       s = training->averageGradients(results, trains ? 1 : micro, false);
       if (!s.isOk()) die(s.message());
     }

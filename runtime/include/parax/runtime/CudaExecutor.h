@@ -120,10 +120,10 @@ public:
   /// After a run: adds its gradients to the step's sums (`first`: the
   /// step's first microbatch, whose gradients replace them).
   Status accumulateGradients(bool first);
-  /// The sums averaged over `microbatches` and the replicas (ZeRO: the
-  /// sums averaged over the microbatches stay; this replica's chunk is
-  /// reduce-scattered beside them). Per gradient, the sum of the squares
-  /// of the values this rank updates. Every rank of the dp group calls it.
+  /// The sums averaged over `microbatches` and the replicas (ZeRO: this
+  /// replica's chunk of them, reduce-scattered in place). Per gradient,
+  /// the sum of the squares of the values this rank updates. Every rank of
+  /// the dp group calls it.
   StatusOr<std::vector<double>> averageGradients(int64_t microbatches);
   struct OptimizerStep {
     double lr, beta1, beta2, eps, weightDecay;
@@ -135,17 +135,20 @@ public:
   /// (ZeRO: all-gathered over the replicas), runs the moves of parameters
   /// that prepare ran once again, and waits for the GPU.
   Status applyOptimizer(const OptimizerStep &step);
-  /// Host copies, for writing: per gradient, its sums as averageGradients
-  /// left them; the fp32 masters put whole into values[parameter] (ZeRO:
-  /// all-gathered: every rank of the dp group calls it); AdamW's moment
-  /// (`which` 0: m, 1: v) per gradient, of the values this rank updates
-  /// (end - begin).
-  StatusOr<std::vector<Tensor>> gradientSums() const;
+  /// Host copies, for writing at the end of a run: per gradient, the last
+  /// step's mean over its microbatches and the replicas (ZeRO: the chunks
+  /// all-gathered); the fp32 masters put whole into values[parameter]
+  /// (ZeRO: all-gathered into the sums' memory, so after gradientSums);
+  /// AdamW's moment (`which` 0: m, 1: v) per gradient, of the values this
+  /// rank updates (end - begin). Under ZeRO every rank of the dp group
+  /// calls the first two.
+  StatusOr<std::vector<Tensor>> gradientSums();
   Status readMasters(std::vector<Tensor> &values);
   StatusOr<std::vector<std::vector<float>>> readMoments(int which) const;
   /// Replaces the moments (a resumed run's), as readMoments gives them.
   Status writeMoments(int which, const std::vector<std::vector<float>> &values);
-  /// Device memory of the optimizer (sums, masters, moments, staging).
+  /// Device memory of the optimizer (sums, masters, moments; ZeRO's
+  /// staging for a box not a multiple of the replicas).
   size_t optimizerBytes() const;
 
   /// Each row's most likely token of the first output (logits [..., V]),
