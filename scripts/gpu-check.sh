@@ -60,7 +60,7 @@ PARAX_CUDA_POISON_DEAD=1 timeout 220 "$py" "$root/test/runtime/cuda_cases.py" ch
   --bin "$bundle/bin" --json "$out/check.json" --case-timeout 60 --jobs 8 || status=1
 echo "== GEMM and HBM figures (not pass/fail) =="
 timeout 60 "$bundle/bin/parax-cuda-bench" 2>&1 | tee "$out/cuda-bench.txt" || echo "gpu-check: cuda bench failed"
-echo "== attention, Llama-3-8B layer, experts and training-step timings (not pass/fail) =="
+echo "== attention (and its gradient), Llama-3-8B layer, experts and training-step timings (not pass/fail) =="
 timeout 180 "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" \
   --bin "$bundle/bin" --json "$out/bench.json" || echo "gpu-check: bench failed"
 # Summary: pass counts, and each decode step against its HBM lower bound
@@ -154,6 +154,9 @@ for r in loops:
 # the decode step over the same cache joined by a concat: same bytes to read.
 times = {r["case"]: r["step_ms_median_of_10"] for r in bench if "step_ms_median_of_10" in r}
 for name, ms in times.items():
+    forward = name.replace("attention-grad-", "attention-")
+    if name != forward and forward in times:  # FlashAttention-2's backward takes about 2.5x its forward
+        print(f"{name}: {ms:.3f} ms, {ms / times[forward]:.2f}x the forward's {times[forward]:.3f} ms")
     joined = name.replace("-generate", "")
     if "-generate" in name and joined in times:
         print(f"{name}: {ms:.3f} ms beside {times[joined]:.3f} ms for {joined} ({ms / times[joined]:.2f}x)")

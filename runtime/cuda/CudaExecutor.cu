@@ -864,6 +864,18 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
                                   s.sharedOptIn));
   PARAX_CUDA(cudaFuncSetAttribute(decodeAttentionKernel<__nv_bfloat16>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(attentionGradStatsKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(attentionGradStatsKernel<__nv_bfloat16>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(attentionGradKeyValueKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(attentionGradKeyValueKernel<__nv_bfloat16>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(attentionGradQueryKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  s.sharedOptIn));
+  PARAX_CUDA(cudaFuncSetAttribute(attentionGradQueryKernel<__nv_bfloat16>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, s.sharedOptIn));
   PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
   s.graphs = !envIs("PARAX_CUDA_GRAPHS", "0");
   s.overlap = !envIs("PARAX_CUDA_OVERLAP", "0");
@@ -1993,9 +2005,6 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &dout = in(3);
     AttentionShape shape{q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[1], k.shape[2], v.shape[3],
                          attrInt(a, "causal") != 0, static_cast<float>(attrFloat(a, "scale")), 0, 1, 0, 1};
-    if (shape.D > kMaxGradHead || shape.DV > kMaxGradHead)
-      return Status::error("attention_grad: head widths above " + std::to_string(kMaxGradHead) +
-                           " are not supported on CUDA yet");
     std::vector<std::string> headAxes = attrStrings(a, "head_axes");
     int64_t totalHeads = shape.H;
     if (!headAxes.empty()) {
@@ -2006,14 +2015,27 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     SequenceRows rows = rowsOf(a, shape.S); // as attention's queries
     shape.past = shape.T - shape.S * rows.pieces + rows.start;
     shape.stride = rows.stride;
-    Status st = ensureScratch(3 * shape.B * shape.S * shape.H);
+    // Tiles of 32 rows (16 past head width 128, or where 32 would not fit
+    // the shared memory a block may have).
+    AttentionGradTiles g{shape.D <= 128 && shape.DV <= 128 ? 32 : 16, shape.D, shape.DV};
+    auto largest = [&] { return 4 * std::max({g.statsFloats(), g.keyValueFloats(), g.queryFloats()}); };
+    while (largest() > sharedOptIn && g.R > 8) g.R /= 2;
+    if (largest() > sharedOptIn)
+      return Status::error("attention_grad: head widths " + std::to_string(shape.D) + " and " +
+                           std::to_string(shape.DV) + " need " + std::to_string(largest()) +
+                           " bytes of shared memory a block; this GPU allows " + std::to_string(sharedOptIn));
+    Status st = ensureScratch(2 * shape.B * shape.S * shape.H); // each query's log-sum-exp and D
     if (!st.isOk()) return st;
+    const int64_t queryTiles = (shape.S + g.R - 1) / g.R, keyTiles = (shape.T + g.R - 1) / g.R;
     return withFloat(q, [&](auto t) {
       using T = decltype(t);
-      PARAX_LAUNCH(attentionGradQueryKernel<T>, blocksFor(shape.B * shape.S * shape.H), kThreads, 0, stream)(
-          q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), out(0).as<T>(), scratch, shape);
-      PARAX_LAUNCH(attentionGradKeyKernel<T>, blocksFor(shape.B * shape.T * shape.KH), kThreads, 0, stream)(
-          q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(1).as<T>(), out(2).as<T>(), shape);
+      PARAX_LAUNCH(attentionGradStatsKernel<T>, shape.B * shape.H * queryTiles, kThreads, 4 * g.statsFloats(),
+                   stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, shape, g);
+      PARAX_LAUNCH(attentionGradKeyValueKernel<T>, shape.B * shape.KH * keyTiles, kThreads, 4 * g.keyValueFloats(),
+                   stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(1).as<T>(), out(2).as<T>(),
+                           shape, g);
+      PARAX_LAUNCH(attentionGradQueryKernel<T>, shape.B * shape.H * queryTiles, kThreads, 4 * g.queryFloats(),
+                   stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(0).as<T>(), shape, g);
       return Status::ok();
     });
   }

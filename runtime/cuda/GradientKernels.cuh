@@ -1,7 +1,7 @@
 // GradientKernels.cuh - CUDA kernels of the backward pass (the gradient ops
-// of --parax-autodiff). Storage fp32 or bf16 (T), math in fp32. Written for
-// correctness first: attention's gradient is one thread per query (then
-// per key), not tiled; see docs/training.md.
+// of --parax-autodiff). Storage fp32 or bf16 (T), math in fp32. Attention's
+// gradient is tiled (flash-style); the experts' is one thread per output
+// element (correct, not fast); see docs/cuda.md.
 
 #ifndef PARAX_RUNTIME_CUDA_GRADIENTKERNELS_CUH
 #define PARAX_RUNTIME_CUDA_GRADIENTKERNELS_CUH
@@ -336,8 +336,6 @@ __global__ void expertsInputGradKernel(const int32_t *idx, const T *wg, const T 
 // Where attention's queries sit (as attentionKernel's: query s at past + s
 // · stride, seeing keys up to it when causal) and which KV head each local
 // query head reads.
-constexpr int64_t kMaxGradHead = 256; // head widths the gradient kernels accumulate in registers
-
 struct AttentionShape {
   int64_t B, S, H, D, T, KH, DV;
   bool causal;
@@ -347,76 +345,221 @@ struct AttentionShape {
   __device__ int64_t kvHead(int64_t h) const { return (headOffset + h) / group; }
 };
 
-template <typename T>
-__device__ float rowDot(const T *a, const T *b, int64_t n) {
-  float sum = 0;
-  for (int64_t d = 0; d < n; ++d) sum += ld(a, d) * ld(b, d);
-  return sum;
-}
+// The attention gradient, flash-style (as FlashAttention-2's backward pass,
+// on CUDA cores in fp32): tiles of R queries and R keys in shared memory,
+// never the S x T score matrix. Three kernels:
+//  1. per (batch, head, query tile): the softmax's log-sum-exp and
+//     D = rowsum(dO * O) of each query, O made again from the key tiles
+//     (the forward's online softmax);
+//  2. per (batch, KV head, key tile): dV += P^T dO and dK += dS^T Q over
+//     the query heads that read the KV head and the query tiles that see
+//     the keys, with P = exp(S - lse) and dS = scale P (dP - D), dP = dO V^T
+//     (the block owns its keys' rows: no atomics);
+//  3. per (batch, head, query tile): dQ += dS K over the key tiles.
+// Tiles are stored with rows padded to width + 1 floats (no bank conflicts
+// when threads read different rows at one column).
+struct AttentionGradTiles {
+  int64_t R, D, DV; // rows a tile; head widths
+  __host__ __device__ int64_t q() const { return R * (D + 1); }
+  __host__ __device__ int64_t o() const { return R * (DV + 1); }
+  // shared floats of each kernel
+  __host__ __device__ int64_t statsFloats() const { return 2 * q() + 2 * o() + R * R + 3 * R; }
+  __host__ __device__ int64_t keyValueFloats() const { return 3 * q() + 3 * o() + 2 * R * R + 2 * R; }
+  __host__ __device__ int64_t queryFloats() const { return 3 * q() + 2 * o() + R * R + 2 * R; }
+};
 
-// One thread per (batch, query, head): the softmax's max and sum over the
-// keys it sees, D = sum P·dP, then dq = scale · sum P·(dP - D)·k; the
-// statistics (max, sum, D) kept for the keys' kernel.
+// tile[r][c] (row stride width + 1) = row first + r of `base` (rows
+// `rowStride` apart), zeros past `limit` rows.
 template <typename T>
-__global__ void attentionGradQueryKernel(const T *q, const T *k, const T *v, const T *dout, T *dq, float *stats,
-                                         AttentionShape a) {
-  PARAX_GRID_STRIDE(row, a.B * a.S * a.H) {
-    int64_t h = row % a.H, s = (row / a.H) % a.S, b = row / (a.S * a.H), kh = a.kvHead(h);
-    const T *qr = q + row * a.D, *dor = dout + row * a.DV;
-    int64_t seen = a.visible(s);
-    float m = -INFINITY, l = 0;
-    for (int64_t t = 0; t < seen; ++t) {
-      float score = a.scale * rowDot(qr, k + ((b * a.T + t) * a.KH + kh) * a.D, a.D);
-      float grown = fmaxf(m, score);
-      l = l * expf(m - grown) + expf(score - grown);
-      m = grown;
-    }
-    float dotSum = 0;
-    for (int64_t t = 0; t < seen; ++t) {
-      float p = expf(a.scale * rowDot(qr, k + ((b * a.T + t) * a.KH + kh) * a.D, a.D) - m) / l;
-      dotSum += p * rowDot(dor, v + ((b * a.T + t) * a.KH + kh) * a.DV, a.DV);
-    }
-    float acc[kMaxGradHead];
-    for (int64_t d = 0; d < a.D; ++d) acc[d] = 0.0f;
-    for (int64_t t = 0; t < seen; ++t) {
-      const T *kt = k + ((b * a.T + t) * a.KH + kh) * a.D;
-      float p = expf(a.scale * rowDot(qr, kt, a.D) - m) / l;
-      float ds = p * (rowDot(dor, v + ((b * a.T + t) * a.KH + kh) * a.DV, a.DV) - dotSum) * a.scale;
-      for (int64_t d = 0; d < a.D; ++d) acc[d] += ds * ld(kt, d);
-    }
-    for (int64_t d = 0; d < a.D; ++d) st(dq + row * a.D, d, acc[d]);
-    stats[3 * row] = m;
-    stats[3 * row + 1] = l;
-    stats[3 * row + 2] = dotSum;
+__device__ void loadGradTile(float *tile, const T *base, int64_t first, int64_t limit, int64_t rowStride,
+                             int64_t width, int64_t R) {
+  for (int64_t e = threadIdx.x; e < R * width; e += blockDim.x) {
+    int64_t r = e / width, c = e % width;
+    tile[r * (width + 1) + c] = first + r < limit ? ld(base, (first + r) * rowStride + c) : 0.0f;
   }
 }
 
-// One thread per (batch, key, KV head): over the local query heads that
-// read it and the queries that see it, dv += P·do and dk += scale·P·(dP -
-// D)·q (no atomics: each thread owns its key's rows).
+__device__ float tileDot(const float *a, const float *b, int64_t n) {
+  float sum = 0;
+  for (int64_t d = 0; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// Kernel 1: stats[2 row] = log-sum-exp of the query's scores (+inf when it
+// sees no key), stats[2 row + 1] = D.
 template <typename T>
-__global__ void attentionGradKeyKernel(const T *q, const T *k, const T *v, const T *dout, const float *stats, T *dk,
-                                       T *dv, AttentionShape a) {
-  PARAX_GRID_STRIDE(row, a.B * a.T * a.KH) {
-    int64_t kh = row % a.KH, t = (row / a.KH) % a.T, b = row / (a.T * a.KH);
-    const T *kt = k + row * a.D, *vt = v + row * a.DV;
-    float dkAcc[kMaxGradHead], dvAcc[kMaxGradHead];
-    for (int64_t d = 0; d < a.D; ++d) dkAcc[d] = 0.0f;
-    for (int64_t d = 0; d < a.DV; ++d) dvAcc[d] = 0.0f;
-    for (int64_t h = 0; h < a.H; ++h) {
-      if (a.kvHead(h) != kh) continue;
-      for (int64_t s = 0; s < a.S; ++s) {
-        if (t >= a.visible(s)) continue;
-        int64_t qrow = (b * a.S + s) * a.H + h;
-        const T *qr = q + qrow * a.D, *dor = dout + qrow * a.DV;
-        float p = expf(a.scale * rowDot(qr, kt, a.D) - stats[3 * qrow]) / stats[3 * qrow + 1];
-        float ds = p * (rowDot(dor, vt, a.DV) - stats[3 * qrow + 2]) * a.scale;
-        for (int64_t d = 0; d < a.DV; ++d) dvAcc[d] += p * ld(dor, d);
-        for (int64_t d = 0; d < a.D; ++d) dkAcc[d] += ds * ld(qr, d);
+__global__ void attentionGradStatsKernel(const T *q, const T *k, const T *v, const T *dout, float *stats,
+                                         AttentionShape a, AttentionGradTiles g) {
+  PARAX_DYNAMIC_SHARED(float, smem);
+  const int64_t R = g.R, tiles = (a.S + R - 1) / R;
+  const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles, b = bh / a.H, h = bh % a.H, kh = a.kvHead(h);
+  float *Qs = smem, *Ks = Qs + g.q(), *Vs = Ks + g.q(), *Os = Vs + g.o(), *Ss = Os + g.o();
+  float *m = Ss + R * R, *l = m + R, *alpha = l + R;
+  const int64_t s0 = tile * R, rows = min(R, a.S - s0);
+  loadGradTile(Qs, q + (b * a.S * a.H + h) * a.D, s0, a.S, a.H * a.D, a.D, R);
+  for (int64_t e = threadIdx.x; e < g.o(); e += blockDim.x) Os[e] = 0.0f;
+  if (threadIdx.x < R) {
+    m[threadIdx.x] = -INFINITY;
+    l[threadIdx.x] = 0.0f;
+  }
+  const T *kb = k + (b * a.T * a.KH + kh) * a.D, *vb = v + (b * a.T * a.KH + kh) * a.DV;
+  const int64_t keys = a.visible(s0 + rows - 1); // the tile's last query sees the most
+  for (int64_t t0 = 0; t0 < keys; t0 += R) {
+    __syncthreads();
+    loadGradTile(Ks, kb, t0, a.T, a.KH * a.D, a.D, R);
+    loadGradTile(Vs, vb, t0, a.T, a.KH * a.DV, a.DV, R);
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
+      int64_t i = e / R, j = e % R;
+      Ss[e] = i < rows && t0 + j < a.visible(s0 + i) ? a.scale * tileDot(Qs + i * (a.D + 1), Ks + j * (a.D + 1), a.D)
+                                                     : -INFINITY;
+    }
+    __syncthreads();
+    if (threadIdx.x < R) { // the row's online softmax: P in place of S
+      int64_t i = threadIdx.x;
+      float grown = m[i];
+      for (int64_t j = 0; j < R; ++j) grown = fmaxf(grown, Ss[i * R + j]);
+      float scaleOld = grown == -INFINITY ? 1.0f : expf(m[i] - grown), sum = 0;
+      for (int64_t j = 0; j < R; ++j) {
+        float p = grown == -INFINITY ? 0.0f : expf(Ss[i * R + j] - grown);
+        Ss[i * R + j] = p;
+        sum += p;
+      }
+      l[i] = l[i] * scaleOld + sum;
+      m[i] = grown;
+      alpha[i] = scaleOld;
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < R * a.DV; e += blockDim.x) {
+      int64_t i = e / a.DV, d = e % a.DV;
+      float acc = Os[i * (a.DV + 1) + d] * alpha[i];
+      for (int64_t j = 0; j < R; ++j) acc += Ss[i * R + j] * Vs[j * (a.DV + 1) + d];
+      Os[i * (a.DV + 1) + d] = acc;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < rows) {
+    int64_t i = threadIdx.x, row = (b * a.S + s0 + i) * a.H + h;
+    bool seen = l[i] > 0;
+    float dot = 0;
+    for (int64_t d = 0; d < a.DV; ++d) dot += ld(dout, row * a.DV + d) * Os[i * (a.DV + 1) + d];
+    stats[2 * row] = seen ? m[i] + logf(l[i]) : INFINITY;
+    stats[2 * row + 1] = seen ? dot / l[i] : 0.0f;
+  }
+}
+
+// P and dS of query i, key j of the tiles (0 where the query does not see
+// the key, or either lies past its tensor's end).
+__device__ void attentionGradScores(const float *Qs, const float *dOs, const float *Ks, const float *Vs,
+                                    const float *lse, const float *Dr, float *P, float *dS, int64_t s0,
+                                    int64_t rows, int64_t t0, int64_t keys, const AttentionShape &a,
+                                    const AttentionGradTiles &g) {
+  const int64_t R = g.R;
+  for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
+    int64_t i = e / R, j = e % R;
+    float p = 0, ds = 0;
+    if (i < rows && j < keys && t0 + j < a.visible(s0 + i)) {
+      p = expf(a.scale * tileDot(Qs + i * (a.D + 1), Ks + j * (a.D + 1), a.D) - lse[i]);
+      ds = p * (tileDot(dOs + i * (a.DV + 1), Vs + j * (a.DV + 1), a.DV) - Dr[i]) * a.scale;
+    }
+    if (P) P[e] = p;
+    dS[e] = ds;
+  }
+}
+
+// Kernel 2: dK and dV of a key tile.
+template <typename T>
+__global__ void attentionGradKeyValueKernel(const T *q, const T *k, const T *v, const T *dout, const float *stats,
+                                            T *dk, T *dv, AttentionShape a, AttentionGradTiles g) {
+  PARAX_DYNAMIC_SHARED(float, smem);
+  const int64_t R = g.R, tiles = (a.T + R - 1) / R;
+  const int64_t tile = blockIdx.x % tiles, bkh = blockIdx.x / tiles, b = bkh / a.KH, kh = bkh % a.KH;
+  float *Ks = smem, *Qs = Ks + g.q(), *dK = Qs + g.q(), *Vs = dK + g.q(), *dOs = Vs + g.o(), *dV = dOs + g.o();
+  float *P = dV + g.o(), *dS = P + R * R, *lse = dS + R * R, *Dr = lse + R;
+  const int64_t t0 = tile * R, keys = min(R, a.T - t0);
+  loadGradTile(Ks, k + (b * a.T * a.KH + kh) * a.D, t0, a.T, a.KH * a.D, a.D, R);
+  loadGradTile(Vs, v + (b * a.T * a.KH + kh) * a.DV, t0, a.T, a.KH * a.DV, a.DV, R);
+  for (int64_t e = threadIdx.x; e < g.q(); e += blockDim.x) dK[e] = 0.0f;
+  for (int64_t e = threadIdx.x; e < g.o(); e += blockDim.x) dV[e] = 0.0f;
+  for (int64_t h = 0; h < a.H; ++h) {
+    if (a.kvHead(h) != kh) continue;
+    for (int64_t s0 = 0; s0 < a.S; s0 += R) {
+      int64_t rows = min(R, a.S - s0);
+      if (a.visible(s0 + rows - 1) <= t0) continue; // no query of the tile sees these keys
+      __syncthreads();
+      loadGradTile(Qs, q + (b * a.S * a.H + h) * a.D, s0, a.S, a.H * a.D, a.D, R);
+      loadGradTile(dOs, dout + (b * a.S * a.H + h) * a.DV, s0, a.S, a.H * a.DV, a.DV, R);
+      if (threadIdx.x < rows) {
+        int64_t row = (b * a.S + s0 + threadIdx.x) * a.H + h;
+        lse[threadIdx.x] = stats[2 * row];
+        Dr[threadIdx.x] = stats[2 * row + 1];
+      }
+      __syncthreads();
+      attentionGradScores(Qs, dOs, Ks, Vs, lse, Dr, P, dS, s0, rows, t0, keys, a, g);
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < R * a.DV; e += blockDim.x) {
+        int64_t j = e / a.DV, d = e % a.DV;
+        float acc = 0;
+        for (int64_t i = 0; i < R; ++i) acc += P[i * R + j] * dOs[i * (a.DV + 1) + d];
+        dV[j * (a.DV + 1) + d] += acc;
+      }
+      for (int64_t e = threadIdx.x; e < R * a.D; e += blockDim.x) {
+        int64_t j = e / a.D, d = e % a.D;
+        float acc = 0;
+        for (int64_t i = 0; i < R; ++i) acc += dS[i * R + j] * Qs[i * (a.D + 1) + d];
+        dK[j * (a.D + 1) + d] += acc;
       }
     }
-    for (int64_t d = 0; d < a.D; ++d) st(dk + row * a.D, d, dkAcc[d]);
-    for (int64_t d = 0; d < a.DV; ++d) st(dv + row * a.DV, d, dvAcc[d]);
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < keys * a.D; e += blockDim.x) {
+    int64_t j = e / a.D, d = e % a.D;
+    st(dk, ((b * a.T + t0 + j) * a.KH + kh) * a.D + d, dK[j * (a.D + 1) + d]);
+  }
+  for (int64_t e = threadIdx.x; e < keys * a.DV; e += blockDim.x) {
+    int64_t j = e / a.DV, d = e % a.DV;
+    st(dv, ((b * a.T + t0 + j) * a.KH + kh) * a.DV + d, dV[j * (a.DV + 1) + d]);
+  }
+}
+
+// Kernel 3: dQ of a query tile.
+template <typename T>
+__global__ void attentionGradQueryKernel(const T *q, const T *k, const T *v, const T *dout, const float *stats,
+                                         T *dq, AttentionShape a, AttentionGradTiles g) {
+  PARAX_DYNAMIC_SHARED(float, smem);
+  const int64_t R = g.R, tiles = (a.S + R - 1) / R;
+  const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles, b = bh / a.H, h = bh % a.H, kh = a.kvHead(h);
+  float *Qs = smem, *Ks = Qs + g.q(), *dQ = Ks + g.q(), *dOs = dQ + g.q(), *Vs = dOs + g.o();
+  float *dS = Vs + g.o(), *lse = dS + R * R, *Dr = lse + R;
+  const int64_t s0 = tile * R, rows = min(R, a.S - s0);
+  loadGradTile(Qs, q + (b * a.S * a.H + h) * a.D, s0, a.S, a.H * a.D, a.D, R);
+  loadGradTile(dOs, dout + (b * a.S * a.H + h) * a.DV, s0, a.S, a.H * a.DV, a.DV, R);
+  for (int64_t e = threadIdx.x; e < g.q(); e += blockDim.x) dQ[e] = 0.0f;
+  if (threadIdx.x < rows) {
+    int64_t row = (b * a.S + s0 + threadIdx.x) * a.H + h;
+    lse[threadIdx.x] = stats[2 * row];
+    Dr[threadIdx.x] = stats[2 * row + 1];
+  }
+  const T *kb = k + (b * a.T * a.KH + kh) * a.D, *vb = v + (b * a.T * a.KH + kh) * a.DV;
+  const int64_t seen = a.visible(s0 + rows - 1);
+  for (int64_t t0 = 0; t0 < seen; t0 += R) {
+    __syncthreads();
+    loadGradTile(Ks, kb, t0, a.T, a.KH * a.D, a.D, R);
+    loadGradTile(Vs, vb, t0, a.T, a.KH * a.DV, a.DV, R);
+    __syncthreads();
+    attentionGradScores(Qs, dOs, Ks, Vs, lse, Dr, nullptr, dS, s0, rows, t0, min(R, a.T - t0), a, g);
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < R * a.D; e += blockDim.x) {
+      int64_t i = e / a.D, d = e % a.D;
+      float acc = 0;
+      for (int64_t j = 0; j < R; ++j) acc += dS[i * R + j] * Ks[j * (a.D + 1) + d];
+      dQ[i * (a.D + 1) + d] += acc;
+    }
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < rows * a.D; e += blockDim.x) {
+    int64_t i = e / a.D, d = e % a.D;
+    st(dq, ((b * a.S + s0 + i) * a.H + h) * a.D + d, dQ[i * (a.D + 1) + d]);
   }
 }
 

@@ -521,6 +521,24 @@ BENCH_ATTENTION = {
 }
 
 
+# The attention gradient alone (flash-style tiles), causal, Llama-3-8B's
+# shapes: name -> ((batch, seq, heads, kv heads, head width), dtype); timed
+# beside the forward of the same shape (BENCH_ATTENTION's prefill cases).
+BENCH_ATTENTION_GRAD = {
+    "attention-grad-llama3-8b-prefill2048": ((1, 2048, 32, 8, 128), "f32"),
+    "attention-grad-llama3-8b-prefill2048-bf16": ((1, 2048, 32, 8, 128), "bf16"),
+}
+
+
+def _attention_grad_mlir(B, S, H, KH, D, dtype):
+    q, kv = f"tensor<{B}x{S}x{H}x{D}x{dtype}>", f"tensor<{B}x{S}x{KH}x{D}x{dtype}>"
+    return (f"func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %do: {q}) -> ({q}, {kv}, {kv}) {{\n"
+            f"  %dq, %dk, %dv = parax.attention_grad %q, %k, %v, %do {{causal, head_dim = {D} : i64,"
+            f" num_heads = {H} : i64, num_kv_heads = {KH} : i64, scale = {D ** -0.5} : f64}}"
+            f" : ({q}, {kv}, {kv}, {q}) -> ({q}, {kv}, {kv})\n"
+            f"  return %dq, %dk, %dv : {q}, {kv}, {kv}\n}}\n")
+
+
 # MoE experts alone at decode size, bf16: name -> ((tokens, top_k, experts,
 # hidden, ffn), PARAX_EXPERTS). DeepSeek-V3's expert shape (hidden 7168,
 # ffn 2048, top-8), 16 experts on the rank: 1.4 GB of weights, ~8 rows per
@@ -601,6 +619,14 @@ def prepare_bench(root, bin_dir):
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", train, "-o", os.path.join(d, "train.pxe")])
         os.remove(ir)
         os.remove(train)
+    for name, (dims, dtype) in BENCH_ATTENTION_GRAD.items():
+        d = os.path.join(root, name)
+        os.makedirs(d, exist_ok=True)
+        ir = os.path.join(d, "op.mlir")
+        with open(ir, "w") as f:
+            f.write(_attention_grad_mlir(*dims, dtype))
+        _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
+        os.remove(ir)
     for name, (dims, _) in BENCH_EXPERTS.items():
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
@@ -838,6 +864,47 @@ def _bench_attention(name, root, bin_dir, device):
             "kv_bytes": kv_bytes, "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
 
 
+def _bench_attention_grad(name, root, bin_dir, device):
+    """Times the attention gradient (dq, dk, dv: 5 GEMMs' worth of flops
+    over the causal half, as FlashAttention-2 counts them) and checks dq's
+    sampled rows against numpy (1e-3 of the largest |dq| in fp32, 2 % in
+    bf16)."""
+    from parax.checkpoint import round_to_bf16, save_safetensors
+    (B, S, H, KH, D), dtype = BENCH_ATTENTION_GRAD[name]
+    d = os.path.join(root, name)
+    rng = np.random.default_rng(4)
+    values = [rng.standard_normal((B, S, heads, D), dtype=np.float32) for heads in (H, KH, KH, H)]
+    inputs = [os.path.join(d, n + ".npy") for n in ("q", "k", "v", "do")]
+    for path, value in zip(inputs, values):
+        np.save(path, value)
+    weights_path = os.path.join(d, "empty.safetensors")
+    save_safetensors(weights_path, {})
+    _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
+                       os.path.join(d, "dq.npy"), device, steps=10, timeout=300)
+    step_ms = step_ms_of(log)
+    flops = 5 * 2 * B * H * D * S * (S + 1) / 2
+    if dtype == "bf16":
+        values = [round_to_bf16(v) for v in values]
+    q, k, v, do = (x.astype(np.float64) for x in values)
+    k, v = np.repeat(k, H // KH, axis=2), np.repeat(v, H // KH, axis=2)
+    rows = sorted({r for r in (0, 1, 31, 32, 63, 64, S // 2, S - 1) if r < S})
+    scale = D ** -0.5
+    want = []
+    for r in rows:  # dq of query r: scale * sum_t P (dP - D) k_t over the keys it sees
+        scores = np.einsum("bhd,bthd->bht", q[:, r], k[:, :r + 1]) * scale
+        p = np.exp(scores - scores.max(axis=2, keepdims=True))
+        p /= p.sum(axis=2, keepdims=True)
+        dp = np.einsum("bhd,bthd->bht", do[:, r], v[:, :r + 1])
+        ds = p * (dp - (p * dp).sum(axis=2, keepdims=True)) * scale
+        want.append(np.einsum("bht,bthd->bhd", ds, k[:, :r + 1]))
+    want = np.stack(want, axis=1)
+    got = np.load(os.path.join(d, "dq.npy"))[:, rows].astype(np.float64)
+    diff = float(np.abs(got - want).max())
+    tolerance = (2e-2 if dtype == "bf16" else 1e-3) * float(np.abs(want).max())
+    return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9,
+            "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
+
+
 def _experts_rows(block, x, w, idx, tokens, E, H, F):
     """numpy experts for `tokens` only, from the bench's weights (`block`
     tiled for gate and down, -block for up, rounded to bf16 as stored): [len(tokens), H] in float64, the
@@ -904,7 +971,8 @@ def bench(root, bin_dir, device="cuda", report=lambda result: None):
     results, arrays = [], {}
     weights_dir = tempfile.mkdtemp(prefix="parax-bench-")  # gigabytes: never in the cases
     bf16 = [n for n in BENCH if BENCH[n][4] == "bf16"]
-    order = (list(BENCH_ATTENTION) + bf16 + list(BENCH_GENERATE) + list(BENCH_EXPERTS) + list(BENCH_TRAIN) +
+    order = (list(BENCH_ATTENTION) + list(BENCH_ATTENTION_GRAD) + bf16 + list(BENCH_GENERATE) + list(BENCH_EXPERTS) +
+             list(BENCH_TRAIN) +
              [n for n in BENCH if n not in bf16])
     try:
         for name in order:
@@ -912,6 +980,8 @@ def bench(root, bin_dir, device="cuda", report=lambda result: None):
             try:
                 if name in BENCH_ATTENTION:
                     r = _bench_attention(name, root, bin_dir, device)
+                elif name in BENCH_ATTENTION_GRAD:
+                    r = _bench_attention_grad(name, root, bin_dir, device)
                 elif name in BENCH_EXPERTS:
                     r = _bench_experts(name, root, bin_dir, device, weights_dir)
                 elif name in BENCH_TRAIN:

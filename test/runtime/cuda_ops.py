@@ -188,6 +188,20 @@ OPS = {
         "parax.attention_grad %q, %k, %v, %do {causal, head_dim = 8 : i64, num_heads = 4 : i64,"
         " num_kv_heads = 4 : i64, scale = 0.35 : f64}",
         (t(2, 5, 4, 8), t(2, 9, 4, 8), t(2, 9, 4, 8)), {}),
+    # causal, Llama's head width: 4 query tiles of 32 (the last partial), 4
+    # heads a KV head, 10 earlier keys (the query and key tiles misaligned)
+    "attention_grad-tiles": (
+        [("q", t(1, 100, 4, 128), None), ("k", t(1, 110, 1, 128), None), ("v", t(1, 110, 1, 128), None),
+         ("do", t(1, 100, 4, 128), None)],
+        "parax.attention_grad %q, %k, %v, %do {causal, head_dim = 128 : i64, num_heads = 4 : i64,"
+        " num_kv_heads = 1 : i64, scale = 0.088 : f64}",
+        (t(1, 100, 4, 128), t(1, 110, 1, 128), t(1, 110, 1, 128)), {}),
+    "attention_grad-wide": (  # not causal, more keys than queries, head widths 160 and 96: tiles of 16
+        [("q", t(2, 20, 2, 160), None), ("k", t(2, 37, 2, 160), None), ("v", t(2, 37, 2, 96), None),
+         ("do", t(2, 20, 2, 96), None)],
+        "parax.attention_grad %q, %k, %v, %do {head_dim = 160 : i64, num_heads = 2 : i64,"
+        " num_kv_heads = 2 : i64, scale = 0.08 : f64}",
+        (t(2, 20, 2, 160), t(2, 37, 2, 160), t(2, 37, 2, 96)), {}),
     "embedding_grad": (  # ids repeat: rows gather several tokens' gradients
         [("ids", t(3, 40, elem="i32"), None), ("dy", t(3, 40, 24), None)],
         "parax.embedding_grad %ids, %dy", t(50, 24), {"ids": "ids:50"}),
