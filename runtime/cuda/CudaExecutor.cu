@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace parax::runtime {
@@ -103,7 +104,7 @@ bool capturableOp(const std::string &op) {
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
                     "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad",
-                    "sigmoid_grad", "router_grad", "experts_grad", "router_load", "router_aux_grad"});
+                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -1742,39 +1743,102 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   }
   if (op == "experts_grad") {
     DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &dy = in(6);
-    ExpertsGradShape shape{idx.numel(), idx.shape.back(), wg.shape[0], x.shape.back(), wg.shape[1]};
+    const int64_t pairs = idx.numel(), K = idx.shape.back(), E = wg.shape[0], H = x.shape.back(), F = wg.shape[1];
     for (const DeviceBuffer *b : {&w, &wg, &wu, &wd, &dy, &out(0), &out(1), &out(2), &out(3), &out(4)})
       if (b->elem != x.elem)
         return Status::error("experts_grad: activations, weights and gradients must share one element type");
-    // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); g, u,
-    // a, dy · W_down [pairs, F] (fp32).
-    int64_t ints = 3 * shape.E + 2 * shape.pairs;
-    Status st = ensureScratch(ints + 4 * shape.pairs * shape.F);
+    // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); rows of
+    // x and dy [pairs, H] (later dX's two halves); G, U, DYW [pairs, F]; one
+    // expert's stack gradient [F, H]; bf16 activations for the GEMMs.
+    int64_t ints = 3 * E + 2 * pairs;
+    Status st = ensureScratch(ints + 2 * pairs * H + 3 * pairs * F + F * H + (pairs * std::max(H, F) + 1) / 2);
     if (!st.isOk()) return st;
     auto *count = reinterpret_cast<int32_t *>(scratch);
-    int32_t *offset = count + shape.E, *cursor = offset + shape.E, *perm = cursor + shape.E, *pos = perm + shape.pairs;
-    float *g = scratch + ints, *u = g + shape.pairs * shape.F, *act = u + shape.pairs * shape.F,
-          *dyDown = act + shape.pairs * shape.F;
-    PARAX_CUDA(cudaMemsetAsync(count, 0, shape.E * 4, stream));
-    PARAX_LAUNCH(expertCountKernel, blocksFor(shape.pairs), kThreads, 0, stream)(idx.i(), count, shape.pairs, shape.E);
-    PARAX_LAUNCH(expertOffsetsKernel, 1, 1, 0, stream)(count, offset, cursor, shape.E);
-    PARAX_LAUNCH(expertOrderKernel, blocksFor(shape.pairs), kThreads, 0, stream)(idx.i(), cursor, perm, pos,
-                                                                                shape.pairs, shape.E);
+    int32_t *offset = count + E, *cursor = offset + E, *perm = cursor + E, *pos = perm + pairs;
+    float *X = scratch + ints, *DY = X + pairs * H, *G = DY + pairs * H, *U = G + pairs * F, *DYW = U + pairs * F;
+    float *stackGrad = DYW + pairs * F;
+    auto *xb = reinterpret_cast<__nv_bfloat16 *>(stackGrad + F * H);
+    // The host sizes each expert's GEMMs.
+    PARAX_CUDA(cudaMemsetAsync(count, 0, E * 4, stream));
+    PARAX_LAUNCH(expertCountKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), count, pairs, E);
+    std::vector<int32_t> counts(E), offsets(E);
+    PARAX_CUDA(cudaMemcpyAsync(counts.data(), count, E * 4, cudaMemcpyDeviceToHost, stream));
+    st = sync();
+    if (!st.isOk()) return st;
+    int32_t n = 0; // rows of used pairs
+    for (int64_t e = 0; e < E; ++e) {
+      offsets[e] = n;
+      n += counts[e];
+    }
+    PARAX_CUDA(cudaMemcpyAsync(cursor, offsets.data(), E * 4, cudaMemcpyHostToDevice, stream));
+    PARAX_CUDA(cudaMemsetAsync(perm, 0xff, pairs * 4, stream));
+    PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream)); // -1: an unused dispatch row
+    PARAX_LAUNCH(expertOrderKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), cursor, perm, pos, pairs, E);
+    // The router weights of unused pairs, and the stacks of experts no pair
+    // chose, are zero.
+    for (int k = 1; k < 5; ++k) PARAX_CUDA(cudaMemsetAsync(out(k).data, 0, out(k).bytes(), stream));
+    // fp32 Aᵀ·B [k, n] of row-major A [m, k] and B [m, n] (a weight's gradient).
+    auto transposedProduct = [&](const float *A, int64_t k, const float *B, int64_t n, int64_t m, float *C) {
+      const float one = 1.0f, zero = 0.0f;
+      PARAX_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(n), static_cast<int>(k),
+                               static_cast<int>(m), &one, B, static_cast<int>(n), A, static_cast<int>(k), &zero, C,
+                               static_cast<int>(n)));
+      return Status::ok();
+    };
     return withFloat(x, [&](auto t) {
       using T = decltype(t);
-      int64_t pf = shape.pairs * shape.F;
-      PARAX_LAUNCH(expertsGateUpKernel<T>, blocksFor(pf), kThreads, 0, stream)(x.as<T>(), idx.i(), wg.as<T>(),
-                                                                              wu.as<T>(), g, u, act, shape);
-      PARAX_LAUNCH(expertsDyDownKernel<T>, blocksFor(pf), kThreads, 0, stream)(dy.as<T>(), idx.i(), wd.as<T>(),
-                                                                              dyDown, shape);
-      PARAX_LAUNCH(expertsWeightGradKernel<T>, blocksFor(shape.pairs), kThreads, 0, stream)(dyDown, act,
-                                                                                           out(1).as<T>(), shape);
-      PARAX_LAUNCH(expertsSwigluGradKernel<T>, blocksFor(pf), kThreads, 0, stream)(dyDown, w.as<T>(), g, u, shape);
-      PARAX_LAUNCH(expertsStackGradKernel<T>, blocksFor(3 * shape.E * shape.F * shape.H), kThreads, 0, stream)(
-          x.as<T>(), dy.as<T>(), w.as<T>(), perm, offset, count, g, u, act, out(2).as<T>(), out(3).as<T>(),
-          out(4).as<T>(), shape);
-      PARAX_LAUNCH(expertsInputGradKernel<T>, blocksFor(x.numel()), kThreads, 0, stream)(
-          idx.i(), wg.as<T>(), wu.as<T>(), g, u, out(0).as<T>(), shape);
+      if (n > 0) {
+        PARAX_LAUNCH(gatherRowsFloatKernel<T>, blocksFor(n * H), kThreads, 0, stream)(x.as<T>(), perm, X, n, K, H);
+        PARAX_LAUNCH(gatherRowsFloatKernel<T>, blocksFor(n * H), kThreads, 0, stream)(dy.as<T>(), perm, DY, n, K, H);
+      }
+      Status s = Status::ok();
+      for (int64_t e = 0; e < E && s.isOk(); ++e) {
+        if (counts[e] == 0) continue;
+        int64_t r = offsets[e], m = counts[e];
+        // gate/up stacks are [E, F, H], down [E, H, F]: G = X W_gateᵀ, DYW = DY W_down.
+        s = gemm(X + r * H, Elem::F32, m, H, offsetOf(wg, e * F * H), wg.elem, true, F, G + r * F, Elem::F32, xb);
+        if (s.isOk())
+          s = gemm(X + r * H, Elem::F32, m, H, offsetOf(wu, e * F * H), wu.elem, true, F, U + r * F, Elem::F32, xb);
+        if (s.isOk())
+          s = gemm(DY + r * H, Elem::F32, m, H, offsetOf(wd, e * H * F), wd.elem, false, F, DYW + r * F, Elem::F32,
+                   xb);
+      }
+      if (!s.isOk()) return s;
+      if (n == 0) { // no pair chose an expert of this rank: every gradient is zero
+        PARAX_CUDA(cudaMemsetAsync(out(0).data, 0, out(0).bytes(), stream));
+        return Status::ok();
+      }
+      PARAX_LAUNCH(expertsWeightGradKernel<T>, n, kThreads, 0, stream)(perm, G, U, DYW, out(1).as<T>(), F);
+      PARAX_LAUNCH(expertsSwigluGradKernel<T>, blocksFor(n * F), kThreads, 0, stream)(perm, w.as<T>(), G, U, DYW, n,
+                                                                                    F);
+      // Each expert's three stack gradients (through fp32 scratch when stored as bf16).
+      for (int64_t e = 0; e < E && s.isOk(); ++e) {
+        if (counts[e] == 0) continue;
+        int64_t r = offsets[e], m = counts[e];
+        const std::pair<const float *, const float *> products[3] = {{G, X}, {U, X}, {DY, DYW}};
+        const int64_t widths[3][2] = {{F, H}, {F, H}, {H, F}};
+        for (int which = 0; which < 3 && s.isOk(); ++which) {
+          int64_t k = widths[which][0], cols = widths[which][1];
+          const float *A = products[which].first + r * k, *B = products[which].second + r * cols;
+          T *into = out(2 + which).as<T>() + e * F * H;
+          float *C = std::is_same<T, float>::value ? reinterpret_cast<float *>(into) : stackGrad;
+          s = transposedProduct(A, k, B, cols, m, C);
+          if (s.isOk() && C == stackGrad)
+            PARAX_LAUNCH(fromFloatKernel<T>, blocksFor(F * H), kThreads, 0, stream)(stackGrad, into, F * H);
+        }
+      }
+      // dX = dG W_gate + dU W_up per row, in X's and DY's memory (read by now).
+      for (int64_t e = 0; e < E && s.isOk(); ++e) {
+        if (counts[e] == 0) continue;
+        int64_t r = offsets[e], m = counts[e];
+        s = gemm(G + r * F, Elem::F32, m, F, offsetOf(wg, e * F * H), wg.elem, false, H, X + r * H, Elem::F32, xb);
+        if (s.isOk())
+          s = gemm(U + r * F, Elem::F32, m, F, offsetOf(wu, e * F * H), wu.elem, false, H, DY + r * H, Elem::F32,
+                   xb);
+      }
+      if (!s.isOk()) return s;
+      PARAX_LAUNCH(expertsInputSumKernel<T>, blocksFor(x.numel()), kThreads, 0, stream)(
+          X, DY, pos, out(0).as<T>(), x.numel() / H, K, H);
       return Status::ok();
     });
   }

@@ -221,115 +221,66 @@ __global__ void routerAuxGradKernel(const float *logits, const float *load, T *d
   }
 }
 
-// The experts' gradients, one thread per output element with fp32 sums
-// (not tiled: a GEMM's flops without a GEMM's reuse; see docs/training.md).
-// Pairs p = (token p / K, choice p % K), expert e = idx[p] (outside 0 .. E-1:
-// none); perm lists the pairs expert by expert (offset, count on the device,
-// as the forward's expertOrderKernel leaves them).
-struct ExpertsGradShape {
-  int64_t pairs, K, E, H, F;
-};
+// The experts' gradients as GEMMs per expert (cuBLAS, sized by the host
+// as the forward's per-expert path is): the pairs' rows gathered in expert
+// order (perm, pos as the forward's expertOrderKernel leaves them), in
+// fp32. Per expert e with rows X (x's) and DY (dy's): G = X W_gateᵀ,
+// U = X W_upᵀ, DYW = DY W_down; then per row the router weight's gradient
+// dy · (a W_downᵀ) = DYW · a with a = silu(G) U, and (below) dG, dU and
+// w · a; then dW_down = DYᵀ (w a), dW_gate = dGᵀ X, dW_up = dUᵀ X, and the
+// rows' dX = dG W_gate + dU W_up summed back per token.
 
-// g, u = x · W_gateᵀ, x · W_upᵀ per pair and f; a = silu(g) · u.
+// rows[r, :] = x[token of pair perm[r], :] widened to fp32 (zero where
+// perm[r] < 0).
 template <typename T>
-__global__ void expertsGateUpKernel(const T *x, const int32_t *idx, const T *wg, const T *wu, float *g, float *u,
-                                    float *act, ExpertsGradShape s) {
-  PARAX_GRID_STRIDE(i, s.pairs * s.F) {
-    int64_t p = i / s.F, f = i % s.F, e = idx[p];
-    float gs = 0, us = 0;
-    if (e >= 0 && e < s.E) {
-      const T *xr = x + (p / s.K) * s.H, *gr = wg + (e * s.F + f) * s.H, *ur = wu + (e * s.F + f) * s.H;
-      for (int64_t h = 0; h < s.H; ++h) {
-        float xv = ld(xr, h);
-        gs += xv * ld(gr, h);
-        us += xv * ld(ur, h);
-      }
-    }
-    g[i] = gs;
-    u[i] = us;
-    act[i] = gs / (1.0f + expf(-gs)) * us;
+__global__ void gatherRowsFloatKernel(const T *x, const int32_t *perm, float *rows, int64_t n, int64_t K, int64_t h) {
+  PARAX_GRID_STRIDE(i, n * h) {
+    int32_t pair = perm[i / h];
+    rows[i] = pair < 0 ? 0.0f : ld(x, (pair / K) * h + i % h);
   }
 }
 
-// dyDown[p, f] = dy[token] · W_down[e][:, f], per pair and f.
+// dweights[pair of row r] = DYW[r] · silu(G[r]) U[r], one block per row.
 template <typename T>
-__global__ void expertsDyDownKernel(const T *dy, const int32_t *idx, const T *wd, float *dyDown,
-                                    ExpertsGradShape s) {
-  PARAX_GRID_STRIDE(i, s.pairs * s.F) {
-    int64_t p = i / s.F, f = i % s.F, e = idx[p];
-    float sum = 0;
-    if (e >= 0 && e < s.E) {
-      const T *dyr = dy + (p / s.K) * s.H;
-      for (int64_t c = 0; c < s.H; ++c) sum += ld(dyr, c) * ld(wd, (e * s.H + c) * s.F + f);
-    }
-    dyDown[i] = sum;
-  }
+__global__ void expertsWeightGradKernel(const int32_t *perm, const float *g, const float *u, const float *dyw,
+                                        T *dweights, int64_t F) {
+  __shared__ float partial[kThreads];
+  const int64_t r = blockIdx.x;
+  float dot = 0;
+  for (int64_t f = threadIdx.x; f < F; f += blockDim.x)
+    dot += dyw[r * F + f] * siluF(g[r * F + f]) * u[r * F + f];
+  dot = blockReduce(partial, dot, false);
+  if (threadIdx.x == 0 && perm[r] >= 0) st(dweights, perm[r], dot);
 }
 
-// dweights[p] = dyDown[p] · a[p] (= dy · (a · W_downᵀ)), one thread per pair.
+// Per row r (pair p = perm[r], router weight w) and f: with da = w · DYW,
+// G becomes dG = da · U · silu'(G), U becomes dU = da · silu(G), and
+// DYW becomes w · a (what dW_down sums).
 template <typename T>
-__global__ void expertsWeightGradKernel(const float *dyDown, const float *act, T *dweights, ExpertsGradShape s) {
-  PARAX_GRID_STRIDE(p, s.pairs) {
-    float dot = 0;
-    for (int64_t f = 0; f < s.F; ++f) dot += dyDown[p * s.F + f] * act[p * s.F + f];
-    st(dweights, p, dot);
-  }
-}
-
-// da = weight · dyDown, then g becomes dg = da · u · silu'(g) and u
-// becomes du = da · silu(g), per pair and f.
-template <typename T>
-__global__ void expertsSwigluGradKernel(const float *dyDown, const T *weights, float *g, float *u,
-                                        ExpertsGradShape s) {
-  PARAX_GRID_STRIDE(i, s.pairs * s.F) {
-    float da = dyDown[i] * ld(weights, i / s.F);
-    float gate = g[i], sig = 1.0f / (1.0f + expf(-gate));
-    g[i] = da * u[i] * (sig + gate * sig * (1.0f - sig));
+__global__ void expertsSwigluGradKernel(const int32_t *perm, const T *weights, float *g, float *u, float *dyw,
+                                        int64_t n, int64_t F) {
+  PARAX_GRID_STRIDE(i, n * F) {
+    int32_t pair = perm[i / F];
+    float w = pair < 0 ? 0.0f : ld(weights, pair);
+    float gate = g[i], up = u[i], sig = 1.0f / (1.0f + expf(-gate)), da = w * dyw[i];
+    g[i] = da * up * (sig + gate * sig * (1.0f - sig));
     u[i] = da * gate * sig;
+    dyw[i] = w * gate * sig * up;
   }
 }
 
-// The stacks' gradients, one thread per element, each summing over its
-// expert's pairs: dw_down[e, c, f] = Σ weight · dy[c] · a[f];
-// dw_gate[e, f, h] = Σ dg[f] · x[h]; dw_up likewise with du.
+// dx[t, :] = Σ over token t's pairs of (dX1 + dX2)[their row].
 template <typename T>
-__global__ void expertsStackGradKernel(const T *x, const T *dy, const T *weights, const int32_t *perm,
-                                       const int32_t *offset, const int32_t *count, const float *dg,
-                                       const float *du, const float *act, T *dwg, T *dwu, T *dwd,
-                                       ExpertsGradShape s) {
-  int64_t each = s.F * s.H;
-  PARAX_GRID_STRIDE(i, 3 * s.E * each) {
-    int64_t which = i / (s.E * each), r = i % (s.E * each), e = r / each, at = r % each;
-    float sum = 0;
-    for (int64_t q = offset[e]; q < offset[e] + count[e]; ++q) {
-      int64_t p = perm[q], token = p / s.K;
-      if (which == 2) { // down [E, H, F]
-        int64_t c = at / s.F, f = at % s.F;
-        sum += ld(weights, p) * ld(dy, token * s.H + c) * act[p * s.F + f];
-      } else { // gate / up [E, F, H]
-        int64_t f = at / s.H, h = at % s.H;
-        sum += (which == 0 ? dg : du)[p * s.F + f] * ld(x, token * s.H + h);
-      }
+__global__ void expertsInputSumKernel(const float *dx1, const float *dx2, const int32_t *pos, T *dx, int64_t tokens,
+                                      int64_t K, int64_t h) {
+  PARAX_GRID_STRIDE(i, tokens * h) {
+    int64_t t = i / h, c = i % h;
+    float a = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      int32_t r = pos[t * K + j];
+      if (r >= 0) a += dx1[r * h + c] + dx2[r * h + c];
     }
-    st(which == 0 ? dwg : which == 1 ? dwu : dwd, r, sum);
-  }
-}
-
-// dx[t, h] = Σ over token t's pairs of dg · W_gate[e][:, h] + du · W_up[e][:, h].
-template <typename T>
-__global__ void expertsInputGradKernel(const int32_t *idx, const T *wg, const T *wu, const float *dg,
-                                       const float *du, T *dx, ExpertsGradShape s) {
-  int64_t tokens = s.pairs / s.K;
-  PARAX_GRID_STRIDE(i, tokens * s.H) {
-    int64_t t = i / s.H, h = i % s.H;
-    float sum = 0;
-    for (int64_t j = 0; j < s.K; ++j) {
-      int64_t p = t * s.K + j, e = idx[p];
-      if (e < 0 || e >= s.E) continue;
-      for (int64_t f = 0; f < s.F; ++f)
-        sum += dg[p * s.F + f] * ld(wg, (e * s.F + f) * s.H + h) + du[p * s.F + f] * ld(wu, (e * s.F + f) * s.H + h);
-    }
-    st(dx, i, sum);
+    st(dx, i, a);
   }
 }
 

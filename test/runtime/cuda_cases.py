@@ -422,7 +422,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
     return {"case": name, "ranks": case["ranks"], "max_abs_vs_cpu": vs_cpu,
             "max_abs_vs_numpy": vs_numpy, "tolerance": tol,
             "ok": (first_ok and more_ok and vs_numpy < tol and same_tokens and
-                   (device_optimizer or device != "cuda" or not case.get("options"))),
+                   (device_optimizer or device != "cuda" or "--optimizer" not in case.get("options", []))),
             "device_optimizer": device_optimizer,
             "same_tokens": same_tokens,
             "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
