@@ -102,6 +102,38 @@ private:
       op->setAttr(name, UnitAttr::get(op->getContext()));
   }
   LogicalResult differentiate(Operation *op, Value dy);
+
+  // The load-balancing loss (Mixtral's and Qwen2-MoE's in transformers):
+  // coef · E · Σ_e f_e · P_e over every balanced router's tokens together
+  // (all layers), f_e the share of choices routed to e and P_e the mean
+  // score. Each router's logits then get coef · E · f_e / N per score,
+  // N = layers × tokens: the routers' loads summed (made once, at the first
+  // router differentiated) and N.
+  Value balanceLoad;
+  int64_t balanceRows = 0;
+  Value totalLoad() {
+    if (balanceLoad)
+      return balanceLoad;
+    for (Operation &op : function.getBody().front().without_terminator()) {
+      auto router = dyn_cast<RouterOp>(&op);
+      if (!router || router.getAuxLossCoef().convertToDouble() <= 0)
+        continue;
+      SmallVector<Value> routed = {router.getX(), router.getGate()};
+      if (Value bias = router.getBias())
+        routed.push_back(bias);
+      auto experts = static_cast<int64_t>(router.getNumExperts());
+      Operation *load = copyOf(router, routed, TypeRange{RankedTensorType::get({experts}, b.getF32Type())},
+                               OperationName(RouterLoadOp::getOperationName(), b.getContext()));
+      load->removeAttr("aux_loss_coef");
+      auto x = cast<RankedTensorType>(router.getX().getType());
+      balanceRows += x.getNumElements() / x.getShape().back();
+      Value mine = load->getResult(0);
+      balanceLoad = balanceLoad ? Value(tag(AddOp::create(b, router.getLoc(), mine.getType(), balanceLoad, mine),
+                                            router))
+                                : mine;
+    }
+    return balanceLoad;
+  }
 };
 
 // An op of a step at a run-time position (a generation step's): it reads
@@ -263,19 +295,13 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                            ->getResult(0);
         double coef = router.getAuxLossCoef().convertToDouble();
         if (coef > 0) {
-          // The load-balancing loss's gradient: every token's load (a sum,
-          // all-reduced when the tokens are split), then by the logits.
-          SmallVector<Value> routed = {router.getX(), router.getGate()};
-          if (Value bias = router.getBias())
-            routed.push_back(bias);
-          Operation *load = copyOf(op, routed, TypeRange{RankedTensorType::get({router.getNumExperts()},
-                                                                               b.getF32Type())},
-                                   OperationName(RouterLoadOp::getOperationName(), b.getContext()));
-          load->removeAttr("aux_loss_coef");
-          Value aux = tag(RouterAuxGradOp::create(b, loc, x.clone(shape), router.getX(), router.getGate(),
-                                                  load->getResult(0), router.getScoreFuncAttr(),
-                                                  router.getNumExpertsAttr(), b.getF64FloatAttr(coef),
-                                                  b.getI64IntegerAttr(x.getNumElements() / x.getShape().back())),
+          // The load-balancing loss's gradient: every layer's and token's
+          // load (sums, all-reduced when the tokens are split), then by
+          // the logits.
+          Value load = totalLoad();
+          Value aux = tag(RouterAuxGradOp::create(b, loc, x.clone(shape), router.getX(), router.getGate(), load,
+                                                  router.getScoreFuncAttr(), router.getNumExpertsAttr(),
+                                                  b.getF64FloatAttr(coef), b.getI64IntegerAttr(balanceRows)),
                           op);
           logits = tag(AddOp::create(b, loc, logits.getType(), logits, aux), op);
         }

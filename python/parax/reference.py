@@ -241,13 +241,11 @@ def _deepseek_v3(cfg, w, tokens, cache, routers=None):
 
 def load_balancing_loss(cfg, routers):
     """The MoE load-balancing loss of a forward pass's routers (`forward`'s
-    `routers`): per layer cfg.router_aux_loss_coef · E · Σ_e f_e · P_e, f_e
-    the choices routed to e over the tokens, P_e the mean score (Mixtral's
-    form in Hugging Face transformers), summed over the layers."""
-    total = 0.0
-    for scores, top in routers:
-        tokens = len(scores)
-        counts = np.bincount(top.reshape(-1), minlength=cfg.num_experts)
-        total += cfg.router_aux_loss_coef * cfg.num_experts * float(
-            (counts / tokens * scores.mean(axis=0)).sum())
-    return total
+    `routers`) as transformers' `load_balancing_loss_func` computes it for
+    Mixtral and Qwen2-MoE: every layer's tokens together,
+    cfg.router_aux_loss_coef · E · Σ_e f_e · P_e, f_e the choices routed to
+    e over all the rows (layers × tokens), P_e the mean score."""
+    counts = sum(np.bincount(top.reshape(-1), minlength=cfg.num_experts) for _, top in routers)
+    rows = sum(len(scores) for scores, _ in routers)
+    mean_score = sum(scores.sum(axis=0) for scores, _ in routers) / rows
+    return cfg.router_aux_loss_coef * cfg.num_experts * float((counts / rows * mean_score).sum())

@@ -91,3 +91,30 @@ func.func @balanced(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
   %l = parax.cross_entropy %y, %labels : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// Two balanced layers balance together (transformers' form: every layer's
+// rows at once): both loads are made once, at the first router
+// differentiated (the last layer's), and summed; each router_aux_grad takes
+// the sum over T = 2 layers x 8 tokens.
+// CHECK-LABEL: func.func @balanced_layers
+// CHECK: parax.router_grad softmax
+// CHECK-NEXT: %[[L1:.*]] = parax.router_load softmax %arg0,
+// CHECK-NEXT: %[[L2:.*]] = parax.router_load softmax %{{.*}},
+// CHECK-NEXT: %[[SUM:.*]] = parax.add %[[L1]], %[[L2]] : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+// CHECK-NEXT: parax.router_aux_grad softmax %{{.*}}, %{{.*}}, %[[SUM]] {{{.*}}num_tokens = 16 : i64}
+// CHECK-NOT: parax.router_load
+// CHECK: parax.router_aux_grad softmax %arg0, %{{.*}}, %[[SUM]] {{{.*}}num_tokens = 16 : i64}
+// CHECK-NOT: parax.router_load
+func.func @balanced_layers(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
+    %gate: tensor<4x16xf32> {parax.param = "gate"}, %gate2: tensor<4x16xf32> {parax.param = "gate2"},
+    %w1: tensor<4x24x16xf32> {parax.param = "w1"}, %w3: tensor<4x24x16xf32> {parax.param = "w3"},
+    %w2: tensor<4x16x24xf32> {parax.param = "w2"}) -> tensor<f32> {
+  %w, %i = parax.router softmax %x, %gate {num_experts = 4 : i64, top_k = 2 : i64, normalize, aux_loss_coef = 0.02 : f64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
+  %y = parax.experts %x, %w, %i, %w1, %w3, %w2 : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>) -> tensor<2x4x16xf32>
+  %w_2, %i_2 = parax.router softmax %y, %gate2 {num_experts = 4 : i64, top_k = 2 : i64, normalize, aux_loss_coef = 0.02 : f64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
+  %y2 = parax.experts %y, %w_2, %i_2, %w1, %w3, %w2 : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>) -> tensor<2x4x16xf32>
+  %l = parax.cross_entropy %y2, %labels : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

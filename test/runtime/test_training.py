@@ -150,12 +150,14 @@ def test_sharded_gradients_match_single_rank(tmp_path, preset, pins, ranks):
 @pytest.mark.parametrize("preset,pins,ranks,batch", [
     ("tiny-mixtral", "ep=2,dp=1", 2, 2), ("tiny-mixtral", "ep=2,tp=2,dp=1", 4, 2),
     ("tiny-qwen2-moe", "ep=2,dp=1", 2, 2), ("tiny-mixtral", "cp=2,tp=1,dp=1,ep=1", 2, 1),
-    ("tiny-mixtral", "dp=2,ep=2", 4, 4)],
-    ids=["mixtral-ep2", "mixtral-ep2-tp2", "qwen2-moe-ep2", "mixtral-cp2", "mixtral-dp2-ep2"])
+    ("tiny-mixtral", "dp=2,ep=2", 4, 4), ("tiny-mixtral", "pp=2,ep=2,dp=1", 4, 2)],
+    ids=["mixtral-ep2", "mixtral-ep2-tp2", "qwen2-moe-ep2", "mixtral-cp2", "mixtral-dp2-ep2", "mixtral-pp2-ep2"])
 def test_load_balancing_gradients_are_over_every_token(tmp_path, preset, pins, ranks, batch):
     """The load-balancing loss's gradient needs every token's load: with
     the tokens split (over ep, cp) each rank's router_load is a partial sum,
     all-reduced before router_aux_grad, and the gradients equal one rank's.
+    Every layer's routers balance together (transformers' form): under
+    PP2 each stage's layer load goes to the other stage.
     Data-parallel replicas (dp) each balance their own rows, as each
     replica's loss is its own (one rank given one replica's rows)."""
     dp = 2 if "dp=2" in pins else 1

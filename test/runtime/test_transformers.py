@@ -38,3 +38,47 @@ def test_parax_matches_transformers(tmp_path, preset):
     assert np.abs(logits - expected).max() < TOL
     # And the numpy reference agrees with transformers too.
     assert np.abs(model.reference() - expected).max() < TOL
+
+
+@pytest.mark.parametrize("preset,aux", [("tiny-llama", 0.0), ("tiny-gpt2", 0.0), ("tiny-mixtral", 0.0),
+                                        ("tiny-qwen2-moe", 0.0), ("tiny-mixtral", 0.5), ("tiny-qwen2-moe", 0.5)],
+                         ids=["llama", "gpt2", "mixtral", "qwen2-moe", "mixtral-aux", "qwen2-moe-aux"])
+def test_training_gradients_match_transformers(tmp_path, preset, aux):
+    """A training step's loss and every parameter's gradient (parax
+    --parax-autodiff, one rank) against PyTorch's autograd through the
+    transformers model loaded from the same checkpoint: the cross-entropy
+    of the logits against the labels (as parax's loss: no shift, the mean
+    over the tokens), plus, with a load-balancing weight, transformers' own
+    `load_balancing_loss_func` of the routers' logits (every layer's
+    together, as Mixtral's and Qwen2-MoE's forward adds it), weighted.
+    parax returns the cross-entropy alone; its gradients include the
+    balancing loss's. Tolerance: 1e-4 of the largest |gradient| of each."""
+    from test_training import gradients
+    model = Model(str(tmp_path), preset, loss=True, aux_loss=aux)
+    directory = str(tmp_path / "hf")
+    save_pretrained(directory, PRESETS[preset], model.weights)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        directory, torch_dtype=torch.float32, attn_implementation="eager")
+    hf.eval()  # no dropout; gradients still flow
+    tokens = torch.tensor(model.tokens, dtype=torch.long)
+    labels = torch.tensor(model.labels, dtype=torch.long)
+    out = hf(tokens, output_router_logits=aux > 0) if aux else hf(tokens)
+    ce = torch.nn.functional.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), labels.reshape(-1))
+    total = ce
+    if aux:
+        module = __import__(type(hf).__module__, fromlist=["load_balancing_loss_func"])
+        cfg = hf.config
+        total = ce + aux * module.load_balancing_loss_func(out.router_logits, cfg.num_experts if hasattr(
+            cfg, "num_experts") else cfg.num_local_experts, cfg.num_experts_per_tok)
+    total.backward()
+    expected = {name: p.grad.numpy() for name, p in hf.named_parameters() if p.grad is not None}
+    loss, grads = gradients(model, model.compile("train", autodiff=True), 1)
+    assert abs(loss - float(ce)) < 1e-5, (loss, float(ce))
+    for name, grad in grads.items():
+        if name not in expected and "lm_head" in name:  # tied to the embedding in transformers
+            continue
+        want = expected[name].reshape(grad.shape)
+        diff = float(np.abs(grad - want).max())
+        assert diff <= 1e-4 * max(float(np.abs(want).max()), 1e-6), (name, diff, float(np.abs(want).max()))
+    missing = set(expected) - set(grads)
+    assert not missing, missing

@@ -951,14 +951,16 @@ def Parax_RouterAuxGradOp : Parax_Op<"router_aux_grad"> {
   let summary = "gradient of the MoE load-balancing loss by the router's logits";
   let description = [{
     For the loss `coefficient · E · Σ_e (load_e / T) · P_e`, with `P_e =
-    (1 / T) Σ_t s_te` the mean of the router's scores `s = softmax(x ·
-    gateᵀ)` (or sigmoid) over the `T = num_tokens` tokens and `load` the
-    routed choices per expert (`parax.router_load`, every token's): with
+    (1 / T) Σ_t s_te` the mean of the routers' scores `s = softmax(x ·
+    gateᵀ)` (or sigmoid) over the `T = num_tokens` rows and `load` the
+    routed choices per expert (`parax.router_load`, every row's): with
     `g_e = coefficient · E · load_e / T²`, the gradient by token t's logits,
     `s_t · (g - Σ_e g_e · s_te)` (softmax) or `g · s_t · (1 - s_t)`
-    (sigmoid), `[..., num_experts]`. After partitioning with the tokens
-    split, each rank computes its tokens' rows; `num_tokens` stays the
-    whole's.
+    (sigmoid), `[..., num_experts]`. `--parax-autodiff` balances every
+    layer's routers together, as transformers' `load_balancing_loss_func`
+    does: `load` sums their loads and `T` counts layers × tokens. After
+    partitioning with the tokens split, each rank computes its tokens'
+    rows; `num_tokens` stays the whole's.
 
     ```mlir
     %d = parax.router_aux_grad softmax %x, %g, %load {num_experts = 8, coefficient = 0.02, num_tokens = 32}
