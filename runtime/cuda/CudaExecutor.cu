@@ -80,6 +80,13 @@ template <typename F> Status withBits(const DeviceBuffer &b, F &&f) {
   return f(uint32_t{});
 }
 
+// Lets each kernel's blocks take up to `bytes` of dynamic shared memory.
+template <typename... Kernels> Status allowSharedMemory(int bytes, Kernels *...kernels) {
+  for (cudaError_t e : {cudaFuncSetAttribute(kernels, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)...})
+    if (e != cudaSuccess) return Status::error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
+  return Status::ok();
+}
+
 // Outer (before dim), inner (after dim) extents.
 std::pair<int64_t, int64_t> around(const std::vector<int64_t> &shape, int dim) {
   int64_t outer = 1, inner = 1;
@@ -537,9 +544,11 @@ struct CudaExecutor::State {
   /// a bf16 W runs on bf16 tensor cores with fp32 accumulation, an fp32 x
   /// then rounded to bf16 into `xb` (m * k elements) first. An fp32 W needs
   /// an fp32 x. With a bias (y's type), cuBLASLt adds it in its epilogue.
+  /// y = x · op(W) (+ bias, gelu'd); `accumulate`: y += x · op(W) (no bias).
   Status gemm(const void *x, Elem xe, int64_t m, int64_t k, const void *w, Elem we, bool transposeW, int64_t n,
-              void *y, Elem ye, __nv_bfloat16 *xb, const void *bias = nullptr, bool gelu = false) {
-    const float one = 1.0f, zero = 0.0f;
+              void *y, Elem ye, __nv_bfloat16 *xb, const void *bias = nullptr, bool gelu = false,
+              bool accumulate = false) {
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     // Column-major: y^T[n, m] = op(W^T) x^T.
     cublasOperation_t op = transposeW ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ldw = static_cast<int>(transposeW ? k : n);
@@ -555,11 +564,11 @@ struct CudaExecutor::State {
       return gemmWithBias(x, m, k, w, wType, op, ldw, n, y, yType, bias, gelu);
     if (we == Elem::BF16) {
       PARAX_CUBLAS(cublasGemmEx(blas, op, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, ldw, x, CUDA_R_16BF, k,
-                                &zero, y, yType, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                &beta, y, yType, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return Status::ok();
     }
     PARAX_CUBLAS(cublasSgemm(blas, op, CUBLAS_OP_N, n, m, k, &one, static_cast<const float *>(w), ldw,
-                             static_cast<const float *>(x), k, &zero, static_cast<float *>(y), n));
+                             static_cast<const float *>(x), k, &beta, static_cast<float *>(y), n));
     return Status::ok();
   }
 
@@ -855,28 +864,13 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   }
   // The attention kernels may use all the shared memory a block can opt
   // into; set once here (not while a CUDA graph is being captured).
-  PARAX_CUDA(cudaFuncSetAttribute(attentionTensorCoreKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(attentionKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(attentionKernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(decodeAttentionKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(decodeAttentionKernel<__nv_bfloat16>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(attentionGradStatsKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(attentionGradStatsKernel<__nv_bfloat16>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(attentionGradKeyValueKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(attentionGradKeyValueKernel<__nv_bfloat16>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(attentionGradQueryKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  s.sharedOptIn));
-  PARAX_CUDA(cudaFuncSetAttribute(attentionGradQueryKernel<__nv_bfloat16>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, s.sharedOptIn));
+  st = allowSharedMemory(s.sharedOptIn, attentionTensorCoreKernel, attentionKernel<float>,
+                         attentionKernel<__nv_bfloat16>, decodeAttentionKernel<float>,
+                         decodeAttentionKernel<__nv_bfloat16>, attentionGradStatsKernel<float>,
+                         attentionGradStatsKernel<__nv_bfloat16>, attentionGradKeyValueKernel<float>,
+                         attentionGradKeyValueKernel<__nv_bfloat16>, attentionGradQueryKernel<float>,
+                         attentionGradQueryKernel<__nv_bfloat16>);
+  if (!st.isOk()) return st;
   PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
   s.graphs = !envIs("PARAX_CUDA_GRAPHS", "0");
   s.overlap = !envIs("PARAX_CUDA_OVERLAP", "0");
@@ -1827,18 +1821,19 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
             PARAX_LAUNCH(fromFloatKernel<T>, blocksFor(F * H), kThreads, 0, stream)(stackGrad, into, F * H);
         }
       }
-      // dX = dG W_gate + dU W_up per row, in X's and DY's memory (read by now).
+      // dX = dG W_gate + dU W_up per row, in X's memory (read by now), then
+      // each token's rows summed.
       for (int64_t e = 0; e < E && s.isOk(); ++e) {
         if (counts[e] == 0) continue;
         int64_t r = offsets[e], m = counts[e];
         s = gemm(G + r * F, Elem::F32, m, F, offsetOf(wg, e * F * H), wg.elem, false, H, X + r * H, Elem::F32, xb);
         if (s.isOk())
-          s = gemm(U + r * F, Elem::F32, m, F, offsetOf(wu, e * F * H), wu.elem, false, H, DY + r * H, Elem::F32,
-                   xb);
+          s = gemm(U + r * F, Elem::F32, m, F, offsetOf(wu, e * F * H), wu.elem, false, H, X + r * H, Elem::F32, xb,
+                   nullptr, false, /*accumulate=*/true);
       }
       if (!s.isOk()) return s;
-      PARAX_LAUNCH(expertsInputSumKernel<T>, blocksFor(x.numel()), kThreads, 0, stream)(
-          X, DY, pos, out(0).as<T>(), x.numel() / H, K, H);
+      PARAX_LAUNCH(expertsCombineKernel<T>, blocksFor(x.numel()), kThreads, 0, stream)(
+          X, static_cast<const T *>(nullptr), pos, out(0).as<T>(), x.numel() / H, K, H);
       return Status::ok();
     });
   }

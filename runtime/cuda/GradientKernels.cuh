@@ -269,21 +269,6 @@ __global__ void expertsSwigluGradKernel(const int32_t *perm, const T *weights, f
   }
 }
 
-// dx[t, :] = Σ over token t's pairs of (dX1 + dX2)[their row].
-template <typename T>
-__global__ void expertsInputSumKernel(const float *dx1, const float *dx2, const int32_t *pos, T *dx, int64_t tokens,
-                                      int64_t K, int64_t h) {
-  PARAX_GRID_STRIDE(i, tokens * h) {
-    int64_t t = i / h, c = i % h;
-    float a = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
-      int32_t r = pos[t * K + j];
-      if (r >= 0) a += dx1[r * h + c] + dx2[r * h + c];
-    }
-    st(dx, i, a);
-  }
-}
-
 // Where attention's queries sit (as attentionKernel's: query s at past + s
 // · stride, seeing keys up to it when causal) and which KV head each local
 // query head reads.
@@ -327,6 +312,30 @@ __device__ void loadGradTile(float *tile, const T *base, int64_t first, int64_t 
   for (int64_t e = threadIdx.x; e < R * width; e += blockDim.x) {
     int64_t r = e / width, c = e % width;
     tile[r * (width + 1) + c] = first + r < limit ? ld(base, (first + r) * rowStride + c) : 0.0f;
+  }
+}
+
+// C[r][d] (its rows first scaled by scale[r], if given) += Σ_x A[r][x] ·
+// B[x][d] over the tile's R rows x, A an R x R tile (transposed: A[x][r]),
+// B and C of `width` columns (row stride width + 1).
+__device__ void tileProductAdd(float *C, const float *A, bool transposeA, const float *B, int64_t R, int64_t width,
+                               const float *scale = nullptr) {
+  for (int64_t e = threadIdx.x; e < R * width; e += blockDim.x) {
+    int64_t r = e / width, d = e % width;
+    float acc = scale ? C[r * (width + 1) + d] * scale[r] : C[r * (width + 1) + d];
+    for (int64_t x = 0; x < R; ++x) acc += (transposeA ? A[x * R + r] : A[r * R + x]) * B[x * (width + 1) + d];
+    C[r * (width + 1) + d] = acc;
+  }
+}
+
+// Rows first .. first + count - 1 of `out` (rows `rowStride` apart) from
+// the tile.
+template <typename T>
+__device__ void storeGradTile(T *out, const float *tile, int64_t first, int64_t count, int64_t rowStride,
+                              int64_t width) {
+  for (int64_t e = threadIdx.x; e < count * width; e += blockDim.x) {
+    int64_t r = e / width, d = e % width;
+    st(out, (first + r) * rowStride + d, tile[r * (width + 1) + d]);
   }
 }
 
@@ -381,12 +390,7 @@ __global__ void attentionGradStatsKernel(const T *q, const T *k, const T *v, con
       alpha[i] = scaleOld;
     }
     __syncthreads();
-    for (int64_t e = threadIdx.x; e < R * a.DV; e += blockDim.x) {
-      int64_t i = e / a.DV, d = e % a.DV;
-      float acc = Os[i * (a.DV + 1) + d] * alpha[i];
-      for (int64_t j = 0; j < R; ++j) acc += Ss[i * R + j] * Vs[j * (a.DV + 1) + d];
-      Os[i * (a.DV + 1) + d] = acc;
-    }
+    tileProductAdd(Os, Ss, false, Vs, R, a.DV, alpha);
   }
   __syncthreads();
   if (threadIdx.x < rows) {
@@ -448,29 +452,13 @@ __global__ void attentionGradKeyValueKernel(const T *q, const T *k, const T *v, 
       __syncthreads();
       attentionGradScores(Qs, dOs, Ks, Vs, lse, Dr, P, dS, s0, rows, t0, keys, a, g);
       __syncthreads();
-      for (int64_t e = threadIdx.x; e < R * a.DV; e += blockDim.x) {
-        int64_t j = e / a.DV, d = e % a.DV;
-        float acc = 0;
-        for (int64_t i = 0; i < R; ++i) acc += P[i * R + j] * dOs[i * (a.DV + 1) + d];
-        dV[j * (a.DV + 1) + d] += acc;
-      }
-      for (int64_t e = threadIdx.x; e < R * a.D; e += blockDim.x) {
-        int64_t j = e / a.D, d = e % a.D;
-        float acc = 0;
-        for (int64_t i = 0; i < R; ++i) acc += dS[i * R + j] * Qs[i * (a.D + 1) + d];
-        dK[j * (a.D + 1) + d] += acc;
-      }
+      tileProductAdd(dV, P, true, dOs, R, a.DV);
+      tileProductAdd(dK, dS, true, Qs, R, a.D);
     }
   }
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < keys * a.D; e += blockDim.x) {
-    int64_t j = e / a.D, d = e % a.D;
-    st(dk, ((b * a.T + t0 + j) * a.KH + kh) * a.D + d, dK[j * (a.D + 1) + d]);
-  }
-  for (int64_t e = threadIdx.x; e < keys * a.DV; e += blockDim.x) {
-    int64_t j = e / a.DV, d = e % a.DV;
-    st(dv, ((b * a.T + t0 + j) * a.KH + kh) * a.DV + d, dV[j * (a.DV + 1) + d]);
-  }
+  storeGradTile(dk + (b * a.T * a.KH + kh) * a.D, dK, t0, keys, a.KH * a.D, a.D);
+  storeGradTile(dv + (b * a.T * a.KH + kh) * a.DV, dV, t0, keys, a.KH * a.DV, a.DV);
 }
 
 // Kernel 3: dQ of a query tile.
@@ -500,18 +488,10 @@ __global__ void attentionGradQueryKernel(const T *q, const T *k, const T *v, con
     __syncthreads();
     attentionGradScores(Qs, dOs, Ks, Vs, lse, Dr, nullptr, dS, s0, rows, t0, min(R, a.T - t0), a, g);
     __syncthreads();
-    for (int64_t e = threadIdx.x; e < R * a.D; e += blockDim.x) {
-      int64_t i = e / a.D, d = e % a.D;
-      float acc = 0;
-      for (int64_t j = 0; j < R; ++j) acc += dS[i * R + j] * Ks[j * (a.D + 1) + d];
-      dQ[i * (a.D + 1) + d] += acc;
-    }
+    tileProductAdd(dQ, dS, false, Ks, R, a.D);
   }
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < rows * a.D; e += blockDim.x) {
-    int64_t i = e / a.D, d = e % a.D;
-    st(dq, ((b * a.S + s0 + i) * a.H + h) * a.D + d, dQ[i * (a.D + 1) + d]);
-  }
+  storeGradTile(dq + (b * a.S * a.H + h) * a.D, dQ, s0, rows, a.H * a.D, a.D);
 }
 
 // dtable (fp32, zeroed) += dy's rows at their ids (ids outside the rank's

@@ -866,7 +866,8 @@ __global__ void expertsCombineKernel(const float *down, const T *w, const int32_
     float a = 0.0f;
     for (int64_t j = 0; j < K; ++j) {
       int32_t r = pos[t * K + j];
-      if (r >= 0) a += ld(w, t * K + j) * down[r * h + c]; // r < 0: an unused dispatch row
+      float weight = w ? ld(w, t * K + j) : 1.0f; // (no weights: the rows' sum, the experts' dx)
+      if (r >= 0) a += weight * down[r * h + c]; // r < 0: an unused dispatch row
     }
     st(y, i, a);
   }

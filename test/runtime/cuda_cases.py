@@ -578,14 +578,17 @@ def _attention_mlir(B, S, H, KH, D, T, dtype="f32"):
 def prepare_bench(root, bin_dir):
     """Only the executables travel (weights and inputs are made where they run)."""
     from parax.models import build_model, load_config
-    for name, (dims, dtype, _) in BENCH_ATTENTION.items():
+    def one_op(name, text):  # root/name/op.pxe of one op's function
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
         ir = os.path.join(d, "op.mlir")
         with open(ir, "w") as f:
-            f.write(_attention_mlir(*dims, dtype))
+            f.write(text)
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
         os.remove(ir)
+
+    for name, (dims, dtype, _) in BENCH_ATTENTION.items():
+        one_op(name, _attention_mlir(*dims, dtype))
     for name, (preset, layers, batch, dtype, prompt, new, *more) in BENCH_GENERATE.items():
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
@@ -620,21 +623,9 @@ def prepare_bench(root, bin_dir):
         os.remove(ir)
         os.remove(train)
     for name, (dims, dtype) in BENCH_ATTENTION_GRAD.items():
-        d = os.path.join(root, name)
-        os.makedirs(d, exist_ok=True)
-        ir = os.path.join(d, "op.mlir")
-        with open(ir, "w") as f:
-            f.write(_attention_grad_mlir(*dims, dtype))
-        _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
-        os.remove(ir)
+        one_op(name, _attention_grad_mlir(*dims, dtype))
     for name, (dims, _) in BENCH_EXPERTS.items():
-        d = os.path.join(root, name)
-        os.makedirs(d, exist_ok=True)
-        ir = os.path.join(d, "op.mlir")
-        with open(ir, "w") as f:
-            f.write(_experts_mlir(*dims))
-        _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir, "-o", os.path.join(d, "op.pxe")])
-        os.remove(ir)
+        one_op(name, _experts_mlir(*dims))
     for name, (preset, layers, batch, seq, dtype, past, *cache) in BENCH.items():
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
