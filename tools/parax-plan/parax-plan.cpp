@@ -30,19 +30,26 @@
 using namespace llvm;
 using namespace parax::plan;
 
+// parax-plan's own options: --help lists these only (not the options every
+// LLVM library registers).
+static cl::OptionCategory planOptions("parax-plan options");
+
 static cl::opt<std::string> input(cl::Positional, cl::Required,
-                                  cl::desc("<model.mlir | preset>"));
+                                  cl::desc("<model.mlir | preset>"), cl::cat(planOptions));
 static cl::opt<std::string> clusterOpt("cluster", cl::Required,
-                                       cl::desc("cluster preset (PRESET[:nodes=N]) or JSON file"));
+                                       cl::desc("cluster preset (PRESET[:nodes=N]) or JSON file"), cl::cat(planOptions));
 static cl::opt<std::string> workloadOpt(
     "workload", cl::Required,
-    cl::desc("train:batch=B,seq=S | prefill:batch=B,seq=S | decode:batch=B,context=C"));
-static cl::opt<int> topOpt("top", cl::init(5), cl::desc("number of plans to show"));
-static cl::opt<bool> jsonOpt("json", cl::desc("print JSON instead of a table"));
+    cl::desc("train:batch=B,seq=S | prefill:batch=B,seq=S | decode:batch=B,context=C, then any of "
+             "tp= pp= dp= ep= cp= (pin a degree), mbs=, zero=0..3, recompute=none|selective|full, "
+             "schedule=gpipe|1f1b|interleaved, kv=<dtype>, objective=latency|throughput, latency_ms= "
+             "(docs/planner.md)"), cl::cat(planOptions));
+static cl::opt<int> topOpt("top", cl::init(5), cl::desc("number of plans to show"), cl::cat(planOptions));
+static cl::opt<bool> jsonOpt("json", cl::desc("print JSON instead of a table"), cl::cat(planOptions));
 static cl::opt<bool> timingOpt("timing",
-                               cl::desc("print the search time to stderr"));
+                               cl::desc("print the search time to stderr"), cl::cat(planOptions));
 static cl::opt<bool> printCluster("print-cluster",
-                                  cl::desc("print the cluster as JSON and exit"));
+                                  cl::desc("print the cluster as JSON and exit"), cl::cat(planOptions));
 
 #ifndef PARAX_PYTHON_EXECUTABLE
 #define PARAX_PYTHON_EXECUTABLE "python3"
@@ -78,6 +85,7 @@ static bool buildPreset(StringRef preset, int64_t seq, StringRef path) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(planOptions);
   cl::ParseCommandLineOptions(argc, argv, "parax planner\n");
 
   Expected<ClusterSpec> cluster = resolveCluster(clusterOpt);
