@@ -453,6 +453,13 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           layouts.push_back(x);
         return layouts;
       })
+      .Case<BalanceLossOp>([&](auto) -> FailureOr<SmallVector<Layout>> {
+        // Every row's load and scores (partial sums all-reduced), a whole
+        // scalar.
+        if (failed(noPartial()))
+          return failure();
+        return SmallVector<Layout>{Layout::replicated(1), Layout::replicated(1)};
+      })
       .Case<CrossEntropyOp>([&](CrossEntropyOp ce) -> FailureOr<SmallVector<Layout>> {
         // The tokens split as the labels are (integers are never
         // resharded): a partial sum over those axes.

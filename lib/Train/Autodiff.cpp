@@ -111,9 +111,11 @@ private:
   // router differentiated) and N.
   Value balanceLoad;
   int64_t balanceRows = 0;
-  Value totalLoad() {
-    if (balanceLoad)
-      return balanceLoad;
+  RouterOp balanced; // the last balanced router
+  // Every balanced router's router_load (`scores`: of the scores), summed.
+  Value sumOverRouters(bool scores) {
+    Value sum;
+    balanceRows = 0;
     for (Operation &op : function.getBody().front().without_terminator()) {
       auto router = dyn_cast<RouterOp>(&op);
       if (!router || router.getAuxLossCoef().convertToDouble() <= 0)
@@ -125,14 +127,32 @@ private:
       Operation *load = copyOf(router, routed, TypeRange{RankedTensorType::get({experts}, b.getF32Type())},
                                OperationName(RouterLoadOp::getOperationName(), b.getContext()));
       load->removeAttr("aux_loss_coef");
+      if (scores)
+        load->setAttr("scores", b.getUnitAttr());
       auto x = cast<RankedTensorType>(router.getX().getType());
       balanceRows += x.getNumElements() / x.getShape().back();
+      balanced = router;
       Value mine = load->getResult(0);
-      balanceLoad = balanceLoad ? Value(tag(AddOp::create(b, router.getLoc(), mine.getType(), balanceLoad, mine),
-                                            router))
-                                : mine;
+      sum = sum ? Value(tag(AddOp::create(b, router.getLoc(), mine.getType(), sum, mine), router)) : mine;
     }
+    return sum;
+  }
+  Value totalLoad() {
+    if (!balanceLoad)
+      balanceLoad = sumOverRouters(/*scores=*/false);
     return balanceLoad;
+  }
+  // The loss returned: the cross-entropy plus the load-balancing loss's
+  // value, when the routers are balanced.
+  Value withBalanceLoss(Value loss) {
+    if (!balanceLoad)
+      return loss;
+    Value scores = sumOverRouters(/*scores=*/true);
+    Value value = tag(BalanceLossOp::create(b, loss.getLoc(), loss.getType(), balanceLoad, scores,
+                                            balanced.getNumExpertsAttr(), balanced.getAuxLossCoefAttr(),
+                                            b.getI64IntegerAttr(balanceRows)),
+                      loss.getDefiningOp());
+    return tag(AddOp::create(b, loss.getLoc(), loss.getType(), loss, value), loss.getDefiningOp());
   }
 };
 
@@ -403,7 +423,7 @@ LogicalResult Differentiator::run() {
     if (failed(joinSlices(arg)))
       return failure();
 
-  SmallVector<Value> results = {loss};
+  SmallVector<Value> results = {withBalanceLoss(loss)};
   SmallVector<Type> types = {loss.getType()};
   SmallVector<Attribute> resultAttrs = {function.getResultAttrDict(0)
                                             ? Attribute(function.getResultAttrDict(0))

@@ -111,7 +111,7 @@ bool capturableOp(const std::string &op) {
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
                     "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad",
-                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad"});
+                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -1679,6 +1679,15 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
+  if (op == "balance_loss") {
+    DeviceBuffer &load = in(0), &scores = in(1), &loss = out();
+    if (load.elem != Elem::F32 || scores.elem != Elem::F32 || loss.elem != Elem::F32)
+      return Status::error("balance_loss: the load, the scores and the loss must be fp32");
+    double T = static_cast<double>(attrInt(a, "num_tokens")), E = static_cast<double>(load.numel());
+    PARAX_LAUNCH(balanceLossKernel, 1, 1, 0, stream)(load.f(), scores.f(), loss.f(), load.numel(),
+                                                     attrFloat(a, "coefficient") * E / (T * T));
+    return Status::ok();
+  }
   if (op == "router" || op == "router_grad" || op == "router_load" || op == "router_aux_grad") {
     DeviceBuffer &x = in(0), &gate = in(1);
     int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0], K = attrInt(a, "top_k");
@@ -1712,7 +1721,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         using T = decltype(t);
         PARAX_LAUNCH(routerLoadKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
             logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, load.f(), tokens, E, K,
-            sigmoidScores, groups, topkGroups);
+            sigmoidScores, groups, topkGroups, attrInt(a, "scores") != 0);
         return Status::ok();
       });
     }

@@ -186,13 +186,31 @@ __global__ void routerGradKernel(const float *logits, const T *bias, const T *dw
 // `load` [E] (fp32 counts, zeroed first).
 template <typename T>
 __global__ void routerLoadKernel(const float *logits, const T *bias, float *scratch, float *load, int64_t tokens,
-                                 int64_t E, int64_t K, bool sigmoidScores, int64_t groups, int64_t topkGroups) {
+                                 int64_t E, int64_t K, bool sigmoidScores, int64_t groups, int64_t topkGroups,
+                                 bool sumScores) {
   int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= tokens) return;
+  if (sumScores) { // each expert's score (softmax or sigmoid of the logits), not the choice
+    const float *l = logits + t * E;
+    float top = -INFINITY, sum = 0;
+    for (int64_t e = 0; e < E; ++e) top = fmaxf(top, l[e]);
+    for (int64_t e = 0; e < E; ++e) sum += expf(l[e] - top);
+    for (int64_t e = 0; e < E; ++e)
+      atomicAdd(&load[e], sigmoidScores ? 1.0f / (1.0f + expf(-l[e])) : expf(l[e] - top) / sum);
+    return;
+  }
   float *scores = scratch + t * 2 * E;
   int32_t chosen[64];
   routeToken(logits + t * E, bias, scores, scores + E, E, K, sigmoidScores, groups, topkGroups, chosen);
   for (int64_t j = 0; j < K; ++j) atomicAdd(&load[chosen[j]], 1.0f);
+}
+
+// The load-balancing loss's value: scale · Σ_e load_e · scores_e (one thread).
+__global__ void balanceLossKernel(const float *load, const float *scores, float *loss, int64_t E, double scale) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double sum = 0;
+  for (int64_t e = 0; e < E; ++e) sum += static_cast<double>(load[e]) * scores[e];
+  *loss = static_cast<float>(scale * sum);
 }
 
 // One thread per token: the load-balancing loss's gradient by its logits,

@@ -47,7 +47,7 @@ const std::map<std::string, Arity> &arities() {
       {"layer_norm_weight_grad", {2, 2, 1}}, {"position_embedding_grad", {1, 1, 1}},
       {"sigmoid_grad", {2, 2, 1}},       {"router_grad", {3, 4, 1}},
       {"experts_grad", {7, 7, 5}},       {"router_load", {2, 3, 1}},
-      {"router_aux_grad", {3, 3, 1}},
+      {"router_aux_grad", {3, 3, 1}},    {"balance_loss", {2, 2, 1}},
   };
   return table;
 }

@@ -771,6 +771,11 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     }
     return Status::ok();
   }
+  if (op == "balance_loss") {
+    out().f.assign(1, static_cast<float>(
+                          balanceLoss(in(0), in(1), attrFloat(a, "coefficient"), attrInt(a, "num_tokens"))));
+    return Status::ok();
+  }
   if (op == "router_aux_grad") {
     routerAuxGrad(in(0), in(1), in(2), attrString(a, "score_func") == "sigmoid", attrFloat(a, "coefficient"),
                   attrInt(a, "num_tokens"), out());
@@ -787,7 +792,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     if (op == "router")
       router(in(0), in(1), inst.operands_size() == 3 ? &in(2) : nullptr, routing, out(0), out(1));
     else if (op == "router_load")
-      routerLoad(in(0), in(1), inst.operands_size() == 3 ? &in(2) : nullptr, routing, out());
+      routerLoad(in(0), in(1), inst.operands_size() == 3 ? &in(2) : nullptr, routing, attrFlag(a, "scores"), out());
     else
       routerGrad(in(0), in(1), inst.operands_size() == 4 ? &in(3) : nullptr, in(2), routing, out());
     return Status::ok();

@@ -134,17 +134,29 @@ void routerGrad(const Tensor &x, const Tensor &gate, const Tensor *bias, const T
   }
 }
 
-void routerLoad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, Tensor &load) {
+void routerLoad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, bool sumScores,
+                Tensor &load) {
   int64_t E = gate.shape[0], tokens = x.numel() / x.shape.back();
   std::vector<float> logits = logitsOf(x, gate);
   std::vector<double> scores;
   std::vector<int64_t> chosen;
   std::vector<double> count(E, 0.0);
   for (int64_t t = 0; t < tokens; ++t) {
+    if (sumScores) {
+      scoresOf(&logits[t * E], E, routing.sigmoid, scores);
+      for (int64_t e = 0; e < E; ++e) count[e] += scores[e];
+      continue;
+    }
     route(&logits[t * E], E, bias, routing, scores, chosen);
     for (int64_t e : chosen) count[e] += 1;
   }
   for (int64_t e = 0; e < E; ++e) load.f[e] = static_cast<float>(count[e]);
+}
+
+double balanceLoss(const Tensor &load, const Tensor &scores, double coefficient, int64_t tokens) {
+  double T = static_cast<double>(tokens), sum = 0;
+  for (size_t e = 0; e < load.f.size(); ++e) sum += static_cast<double>(load.f[e]) * scores.f[e];
+  return coefficient * static_cast<double>(load.f.size()) * sum / (T * T);
 }
 
 void routerAuxGrad(const Tensor &x, const Tensor &gate, const Tensor &load, bool sigmoid, double coefficient,

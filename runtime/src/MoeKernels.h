@@ -24,8 +24,12 @@ void router(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routi
 /// The gradient by the router's logits [tokens, E], given dweights.
 void routerGrad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Tensor &dweights,
                 const Routing &routing, Tensor &dlogits);
-/// How many (token, choice) pairs each expert receives: load [E].
-void routerLoad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, Tensor &load);
+/// How many (token, choice) pairs each expert receives: load [E]; with
+/// `scores`, the sum of each expert's scores over the tokens instead.
+void routerLoad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, bool scores,
+                Tensor &load);
+/// The load-balancing loss coefficient · E · Σ_e (load_e / T) · (scores_e / T).
+double balanceLoss(const Tensor &load, const Tensor &scores, double coefficient, int64_t tokens);
 /// The load-balancing loss's gradient by the logits [tokens, E]: with
 /// g_e = coefficient · E · load_e / T², s_t · (g - g·s_t) (softmax) or
 /// g · s_t · (1 - s_t) (sigmoid); T = `tokens`, the whole's count.

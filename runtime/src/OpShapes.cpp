@@ -168,6 +168,10 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       total += x[dim];
     }
     if (total != out[0][dim]) return fail("the parts do not add up to " + text(out[0]));
+  } else if (op == "balance_loss") {
+    if (in[0].size() != 1 || in[1] != in[0] || !out[0].empty())
+      return fail("the load and the scores must be [experts] alike, the result a scalar");
+    if (attrInt(a, "num_tokens") < 1) return fail("num_tokens must be positive");
   } else if (op == "router_aux_grad") {
     int64_t h = lastOf(in[0]), tokens = count(in[0]) / h, E = in[1].empty() ? 0 : in[1][0];
     if (in[1] != Shape{E, h} || in[2] != Shape{E} || count(out[0]) != tokens * E || lastOf(out[0]) != E)

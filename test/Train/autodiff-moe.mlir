@@ -75,7 +75,7 @@ func.func @deepseek(%x: tensor<2x4x16xf32>, %c: tensor<2x1x8xf32> {parax.param =
 
 // A load-balancing loss (aux_loss_coef): its gradient joins the router's
 // (router_load counts every token's choices; router_aux_grad takes it to
-// the logits, T = 8 tokens); the loss returned stays the cross-entropy.
+// the logits, T = 8 tokens); the loss returned adds its value.
 // CHECK-LABEL: func.func @balanced
 // CHECK: %[[LOGITS:.*]] = parax.router_grad softmax
 // CHECK-NEXT: %[[LOAD:.*]] = parax.router_load softmax %{{.*}}, %{{.*}} {normalize, num_experts = 4 : i64, top_k = 2 : i64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> tensor<4xf32>
@@ -106,7 +106,14 @@ func.func @balanced(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
 // CHECK-NEXT: parax.router_aux_grad softmax %{{.*}}, %{{.*}}, %[[SUM]] {{{.*}}num_tokens = 16 : i64}
 // CHECK-NOT: parax.router_load
 // CHECK: parax.router_aux_grad softmax %arg0, %{{.*}}, %[[SUM]] {{{.*}}num_tokens = 16 : i64}
-// CHECK-NOT: parax.router_load
+// The loss returned: the cross-entropy plus the balancing loss's value,
+// from the same loads and the routers' scores summed likewise.
+// CHECK: %[[S1:.*]] = parax.router_load softmax %arg0, {{.*}}scores
+// CHECK-NEXT: %[[S2:.*]] = parax.router_load softmax {{.*}}scores
+// CHECK-NEXT: %[[SCORES:.*]] = parax.add %[[S1]], %[[S2]]
+// CHECK-NEXT: %[[VALUE:.*]] = parax.balance_loss %[[SUM]], %[[SCORES]] {coefficient = 2.000000e-02 : f64, num_experts = 4 : i64, num_tokens = 16 : i64}
+// CHECK-NEXT: %[[LOSS:.*]] = parax.add %{{.*}}, %[[VALUE]] : (tensor<f32>, tensor<f32>) -> tensor<f32>
+// CHECK-NEXT: return %[[LOSS]],
 func.func @balanced_layers(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
     %gate: tensor<4x16xf32> {parax.param = "gate"}, %gate2: tensor<4x16xf32> {parax.param = "gate2"},
     %w1: tensor<4x24x16xf32> {parax.param = "w1"}, %w3: tensor<4x24x16xf32> {parax.param = "w3"},

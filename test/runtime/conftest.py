@@ -120,12 +120,17 @@ class Model:
         return reference.forward(self.cfg, self.weights, every)[:, self.past:]
 
     def reference_loss(self):
-        """Mean token cross-entropy of the numpy logits against the labels."""
-        logits = self.reference().astype(np.float64)
+        """Mean token cross-entropy of the numpy logits against the labels,
+        plus an MoE's load-balancing loss when it has one (as parax's
+        training loss)."""
+        routers = []
+        logits = reference.forward(self.cfg, self.weights, self.tokens, routers=routers).astype(np.float64) \
+            if not self.past else self.reference().astype(np.float64)
         logits -= logits.max(axis=-1, keepdims=True)
         logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
         picked = np.take_along_axis(logp, self.labels[..., None].astype(np.int64), axis=-1)
-        return float(-picked.mean())
+        balance = reference.load_balancing_loss(self.cfg, routers) if routers and self.cfg.router_aux_loss_coef else 0.0
+        return float(-picked.mean()) + balance
 
     def compile(self, name, workload=None, devices=1, autodiff=False, recompute=None):
         """plan (oracle cluster) -> partition -> translate; returns the .pxe.

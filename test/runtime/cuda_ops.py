@@ -234,6 +234,17 @@ OPS = {
         [("x", t(2, 5, 40), None), ("gate", t(16, 40), "gate"), ("bias", t(16), "bias")],
         "parax.router_load sigmoid %x, %gate, %bias {num_experts = 16 : i64, top_k = 4 : i64,"
         " num_groups = 4 : i64, topk_groups = 2 : i64}", t(16), {}),
+    "router_load-scores-softmax": (  # each expert's scores summed over the tokens, not the choices
+        [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate")],
+        "parax.router_load softmax %x, %gate {num_experts = 8 : i64, top_k = 2 : i64, normalize, scores}", t(8),
+        {}),
+    "router_load-scores-sigmoid": (
+        [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate")],
+        "parax.router_load sigmoid %x, %gate {num_experts = 8 : i64, top_k = 2 : i64, scores}", t(8), {}),
+    "balance_loss": (
+        [("load", t(8), None), ("scores", t(8), None)],
+        "parax.balance_loss %load, %scores {num_experts = 8 : i64, coefficient = 0.5 : f64, num_tokens = 20 : i64}",
+        t(elem="f32"), {}),
     "router_aux_grad-softmax": (
         [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate"), ("load", t(8), None)],
         "parax.router_aux_grad softmax %x, %gate, %load {num_experts = 8 : i64, coefficient = 0.5 : f64,"
@@ -278,7 +289,7 @@ RESULT_SUFFIXES = {2: ("-weights", "-indices"), 3: ("-dq", "-dk", "-dv"),
 
 
 # Ops with an f32 operand or result whatever the storage: no bf16 case.
-F32_ONLY = ("router_load", "router_aux_grad")
+F32_ONLY = ("router_load", "router_aux_grad", "balance_loss")
 
 
 def cases():

@@ -926,3 +926,27 @@ func.func @router_aux_grad_tokens(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, 
   %d = parax.router_aux_grad softmax %x, %g, %load {num_experts = 4, coefficient = 0.02, num_tokens = 0} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<4xf32>) -> tensor<2x4x4xf32>
   return %d : tensor<2x4x4xf32>
 }
+
+// -----
+
+func.func @balance_loss_experts(%load: tensor<4xf32>, %scores: tensor<3xf32>) -> tensor<f32> {
+  // expected-error @+1 {{C1: load and scores must be [num_experts] of f32, num_experts = 4}}
+  %b = parax.balance_loss %load, %scores {num_experts = 4, coefficient = 0.02, num_tokens = 8} : (tensor<4xf32>, tensor<3xf32>) -> tensor<f32>
+  return %b : tensor<f32>
+}
+
+// -----
+
+func.func @balance_loss_scalar(%load: tensor<4xf32>, %scores: tensor<4xf32>) -> tensor<1xf32> {
+  // expected-error @+1 {{C2: the result must be a rank-0 f32 tensor}}
+  %b = parax.balance_loss %load, %scores {num_experts = 4, coefficient = 0.02, num_tokens = 8} : (tensor<4xf32>, tensor<4xf32>) -> tensor<1xf32>
+  return %b : tensor<1xf32>
+}
+
+// -----
+
+func.func @balance_loss_coefficient(%load: tensor<4xf32>, %scores: tensor<4xf32>) -> tensor<f32> {
+  // expected-error @+1 {{C3: coefficient must not be negative and num_tokens must be positive}}
+  %b = parax.balance_loss %load, %scores {num_experts = 4, coefficient = -1.0, num_tokens = 8} : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
+  return %b : tensor<f32>
+}

@@ -595,6 +595,20 @@ LogicalResult RouterAuxGradOp::verify() {
   return success();
 }
 
+LogicalResult BalanceLossOp::verify() {
+  int64_t experts = getNumExperts();
+  for (Value vector : {getLoad(), getScores()}) {
+    RankedTensorType type = tensorOf(vector);
+    if (type.getRank() != 1 || type.getDimSize(0) != experts)
+      return emitOpError("C1: load and scores must be [num_experts] of f32, num_experts = ") << experts;
+  }
+  if (tensorOf(getResult()).getRank() != 0)
+    return emitOpError("C2: the result must be a rank-0 f32 tensor");
+  if (!(getCoefficient().convertToDouble() >= 0) || getNumTokens() <= 0)
+    return emitOpError("C3: coefficient must not be negative and num_tokens must be positive");
+  return success();
+}
+
 LogicalResult RouterGradOp::verify() {
   if (failed(verifyRouting(*this)))
     return failure();

@@ -921,9 +921,11 @@ def Parax_RouterLoadOp : Parax_Op<"router_load"> {
   let description = [{
     For `parax.router x, gate[, bias]` with the same attributes: `load[e]`,
     the number of (token, choice) pairs routed to expert e, as a float
-    vector `[num_experts]` (the choice made again). Summed over tokens:
-    with the tokens split over ranks, a partial sum (the load-balancing
-    loss's `f_e` needs every token's, so it is all-reduced).
+    vector `[num_experts]` (the choice made again); with `scores`, the sum
+    of the tokens' scores of expert e instead (the load-balancing loss's
+    `P_e` times the tokens). Summed over tokens: with the tokens split over
+    ranks, a partial sum (the load-balancing loss needs every token's, so
+    it is all-reduced).
 
     ```mlir
     %l = parax.router_load softmax %x, %g {num_experts = 8, top_k = 2}
@@ -940,10 +942,38 @@ def Parax_RouterLoadOp : Parax_Op<"router_load"> {
                        UnitAttr:$normalize,
                        DefaultValuedAttr<F64Attr, "1.0">:$scaling_factor,
                        DefaultValuedAttr<I64Attr, "1">:$num_groups,
-                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups,
+                       UnitAttr:$scores);
   let results = (outs Parax_FloatTensor:$result);
   let assemblyFormat = [{
     `` $score_func $x `,` $gate (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Parax_BalanceLossOp : Parax_Op<"balance_loss"> {
+  let summary = "the MoE load-balancing loss's value";
+  let description = [{
+    `coefficient · E · Σ_e (load_e / T) · (scores_e / T)` with `load` the
+    routed choices per expert and `scores` the sums of the experts' scores
+    (`parax.router_load` without and with `scores`, every row's) over the
+    `T = num_tokens` rows: transformers' `load_balancing_loss_func` for
+    Mixtral and Qwen2-MoE, weighted. A scalar f32, added by
+    `--parax-autodiff` to the cross-entropy it returns.
+
+    ```mlir
+    %b = parax.balance_loss %load, %scores {coefficient = 0.02, num_experts = 8, num_tokens = 32}
+        : (tensor<8xf32>, tensor<8xf32>) -> tensor<f32>
+    ```
+
+    C1: `load` and `scores` are `[num_experts]` of f32. C2: the result is a
+    rank-0 f32 tensor. C3: `coefficient >= 0`, `num_tokens > 0`.
+  }];
+  let arguments = (ins TensorOf<[F32]>:$load, TensorOf<[F32]>:$scores,
+                       I64Attr:$num_experts, F64Attr:$coefficient,
+                       I64Attr:$num_tokens);
+  let results = (outs TensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $load `,` $scores attr-dict `:` functional-type(operands, results)
   }];
 }
 
