@@ -572,6 +572,22 @@ struct CudaExecutor::State {
     return Status::ok();
   }
 
+  /// C [k, n] = Aᵀ · B of row-major A [m, k] and B [m, n], all of type `e`
+  /// (fp32 sums): a weight's gradient.
+  Status transposedProduct(const void *A, int64_t k, const void *B, int64_t n, int64_t m, void *C, Elem e) {
+    const float one = 1.0f, zero = 0.0f;
+    // Column-major: Cᵀ [n, k] = B-view · A-viewᵀ.
+    int ni = static_cast<int>(n), ki = static_cast<int>(k), mi = static_cast<int>(m);
+    if (e == Elem::BF16) {
+      PARAX_CUBLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, ni, ki, mi, &one, B, CUDA_R_16BF, ni, A,
+                                CUDA_R_16BF, ki, &zero, C, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return Status::ok();
+    }
+    PARAX_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, ni, ki, mi, &one, static_cast<const float *>(B), ni,
+                             static_cast<const float *>(A), ki, &zero, static_cast<float *>(C), ni));
+    return Status::ok();
+  }
+
   /// gemm's column-major product through cuBLASLt with the bias epilogue,
   /// or (`gelu`) the GELU_BIAS one (x has W's type here; the bias has y's).
   /// Descriptors and the heuristic's algorithm are made once per shape and
@@ -1781,13 +1797,6 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     // chose, are zero.
     for (int k = 1; k < 5; ++k) PARAX_CUDA(cudaMemsetAsync(out(k).data, 0, out(k).bytes(), stream));
     // fp32 Aᵀ·B [k, n] of row-major A [m, k] and B [m, n] (a weight's gradient).
-    auto transposedProduct = [&](const float *A, int64_t k, const float *B, int64_t n, int64_t m, float *C) {
-      const float one = 1.0f, zero = 0.0f;
-      PARAX_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(n), static_cast<int>(k),
-                               static_cast<int>(m), &one, B, static_cast<int>(n), A, static_cast<int>(k), &zero, C,
-                               static_cast<int>(n)));
-      return Status::ok();
-    };
     return withFloat(x, [&](auto t) {
       using T = decltype(t);
       if (n > 0) {
@@ -1825,7 +1834,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
           const float *A = products[which].first + r * k, *B = products[which].second + r * cols;
           T *into = out(2 + which).as<T>() + e * F * H;
           float *C = std::is_same<T, float>::value ? reinterpret_cast<float *>(into) : stackGrad;
-          s = transposedProduct(A, k, B, cols, m, C);
+          s = transposedProduct(A, k, B, cols, m, C, Elem::F32);
           if (s.isOk() && C == stackGrad)
             PARAX_LAUNCH(fromFloatKernel<T>, blocksFor(F * H), kThreads, 0, stream)(stackGrad, into, F * H);
         }
@@ -1983,23 +1992,9 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t k = x.shape.back(), n = dy.shape.back(), m = x.numel() / k;
     if (x.elem != dy.elem || dw.elem != x.elem)
       return Status::error("linear_weight_grad: x, dy and the gradient must share an element type");
-    // Column-major: dW [k, n] row-major is dWᵀ = dyᵀ-view · x-view; with
-    // transpose_w, dW [n, k] is x-view · dyᵀ.
-    bool t = attrInt(a, "transpose_w") != 0;
-    const void *A = t ? x.data : dy.data, *B = t ? dy.data : x.data;
-    int rows = static_cast<int>(t ? k : n), cols = static_cast<int>(t ? n : k);
-    int lda = static_cast<int>(t ? k : n), ldb = static_cast<int>(t ? n : k);
-    const float one = 1.0f, zero = 0.0f;
-    if (x.elem == Elem::BF16) {
-      PARAX_CUBLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, rows, cols, static_cast<int>(m), &one, A,
-                                CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &zero, dw.data, CUDA_R_16BF, rows,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      return Status::ok();
-    }
-    PARAX_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, rows, cols, static_cast<int>(m), &one,
-                             static_cast<const float *>(A), lda, static_cast<const float *>(B), ldb, &zero, dw.f(),
-                             rows));
-    return Status::ok();
+    // dW [k, n] = xᵀ · dy; with transpose_w, dW [n, k] = dyᵀ · x.
+    if (attrInt(a, "transpose_w") != 0) return transposedProduct(dy.data, n, x.data, k, m, dw.data, x.elem);
+    return transposedProduct(x.data, k, dy.data, n, m, dw.data, x.elem);
   }
   if (op == "rms_norm_grad" || op == "rms_norm_weight_grad" || op == "layer_norm_grad" ||
       op == "layer_norm_weight_grad") {

@@ -95,10 +95,8 @@ public:
   };
   std::vector<Update> updates(const OptimizerConfig &config) const;
   /// Whether the optimizer splits its state over the replicas (ZeRO with
-  /// more than one); the replicas and this rank's index among them.
+  /// more than one).
   bool sharesState(const OptimizerConfig &config) const { return config.zero && replicaComm_ != MPI_COMM_NULL; }
-  int64_t replicas() const { return replicas_; }
-  int64_t replica() const { return replica_; }
   /// Starts optimizer step t + 1: its learning rate, AdamW's bias
   /// corrections, and the gradients' scale (clipping) from their global
   /// norm, summed from `squares` (per output: the sum of the squares of

@@ -487,10 +487,12 @@ int main(int argc, char **argv) {
   // through the pipeline stages in turn.
   const auto &coords = exe.value().ranks(rank).values();
   int64_t replicas = 1, replica = 0;
+  int replicaAxis = -1; // the grid axis "dp"
   for (int i = 0; i < exe.value().grid().axis_names_size(); ++i)
     if (exe.value().grid().axis_names(i) == "dp") {
       replicas = exe.value().grid().shape(i);
       replica = coords[i];
+      replicaAxis = i;
     }
   int64_t micro = 1, rows = 0;
   int64_t exeBatch = 0;
@@ -747,10 +749,9 @@ int main(int argc, char **argv) {
     for (const Training::Update &u : updates) bound.push_back({u.output, u.parameter, u.begin, u.end, u.size});
     CudaExecutor::OptimizerSetup setup;
     setup.adamw = optimizer.kind == "adamw";
-    for (int i = 0; i < exe.value().grid().axis_names_size(); ++i)
-      if (exe.value().grid().axis_names(i) == "dp") setup.replicaAxis = i;
-    setup.replicas = training->replicas();
-    setup.replica = training->replica();
+    setup.replicaAxis = replicaAxis;
+    setup.replicas = replicas;
+    setup.replica = replica;
     setup.zero = training->sharesState(optimizer);
     s = gpus[0]->bindOptimizer(bound, setup, masters);
     for (int which = 0; s.isOk() && which < 2 && !loadOptimizer.empty(); ++which) {
