@@ -174,6 +174,9 @@ struct CudaExecutor::State {
 
   ~State() {
     for (void *p : optimizerMemory) cudaFree(p);
+    for (void *p : setAllocations) cudaFree(p);
+    for (size_t j = 0; j < held.size() && !setMemory.empty(); ++j) // inputs: set 0's is their own allocation
+      buffers[held[j]].data = setMemory[0][j];
     for (DeviceBuffer &b : buffers)
       if (b.data && !b.inArena && !b.aliased) cudaFree(b.data);
     if (arena && ownsArena) cudaFree(arena);
@@ -527,10 +530,34 @@ struct CudaExecutor::State {
     return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
                          host.stageProgram().instructions(k).op() + ") " + how + ": " + st.message());
   }
-  /// Issues every instruction of the stage (errors name the instruction);
-  /// with `marks` (instructions + 1 events), records marks[k] on the
-  /// compute stream before instruction k and the last after the stage.
-  Status issue(const std::vector<cudaEvent_t> *marks = nullptr);
+  /// Issues instructions [begin, end) of the stage (errors name the
+  /// instruction); with `marks` (instructions + 1 events), records marks[k]
+  /// on the compute stream before instruction k and the last after the
+  /// range. Sends held by the range before go in one group with this
+  /// range's leading receives; with `holdSends`, this range's trailing
+  /// sends are held for the next range (see CudaExecutor::runRange).
+  Status issue(int begin, int end, bool holdSends = false, const std::vector<cudaEvent_t> *marks = nullptr);
+  std::vector<NcclCommunicator::PointToPoint> heldSends;
+  /// A send's or recv's transfer: its buffer (in the activation set in
+  /// use) and the peer's world rank.
+  NcclCommunicator::PointToPoint pointToPoint(const pxe::Instruction &inst) {
+    bool sending = inst.op() == "send";
+    const DeviceBuffer &b = buffers[sending ? inst.operands(0) : inst.results(0)];
+    return {b.data, static_cast<size_t>(b.numel()), b.elem,
+            peerRank(attrStrings(inst.attrs(), "axes").at(0), attrInt(inst.attrs(), "peer")), sending};
+  }
+
+  // 1F1B pipeline training (CudaExecutor::holdActivations): the stage splits
+  // at instruction `backward`; each of `sets` sets holds what a microbatch
+  // keeps between its halves -- the inputs and the temporaries live across
+  // the split -- in memory of its own; temporaries within one half share
+  // the arena. setMemory[set][j]: where held[j] lives in that set.
+  int backward = -1;
+  int sets = 1, set = 0;
+  std::vector<int32_t> held;
+  std::vector<std::vector<void *>> setMemory;
+  std::vector<void *> setAllocations; // sets' memory beyond the first set's
+  size_t setBytes = 0;                // one set's memory
 
   // The step as a CUDA graph (see CudaExecutor::run).
   bool graphs = false; // every instruction capturable, and not turned off
@@ -816,30 +843,76 @@ Status CudaExecutor::State::placeTemporaries() {
       for (int32_t id : *list) last[id] = std::max(last[id], until);
   }
   for (int32_t id : stage.outputs()) last[id] = n; // read after the step
-  std::vector<BufferLifetime> lifetimes;
+  // 1F1B (holdActivations): a temporary live across the split is held, in
+  // each set's memory; the others share the arena.
+  std::vector<int32_t> shared;
+  std::vector<BufferLifetime> lifetimes, heldLifetimes;
   std::vector<bool> untouched; // by a step (a fused concat's or linear's result): no memory
+  held.clear();
   for (int32_t id : ids) {
+    if (backward >= 0 && first[id] < backward && last[id] >= backward) {
+      held.push_back(id);
+      heldLifetimes.push_back({buffers[id].bytes(), first[id], last[id]});
+      continue;
+    }
+    shared.push_back(id);
     untouched.push_back(first[id] > last[id]);
     if (untouched.back()) first[id] = last[id] = 0;
     lifetimes.push_back({untouched.back() ? 0 : buffers[id].bytes(), first[id], last[id]});
   }
   temporaries = planBuffers(lifetimes, 256);
-  if (temporaries.arenaBytes == 0) return Status::ok();
-  if (lender && lender->arena && temporaries.arenaBytes <= lender->temporaries.arenaBytes) {
-    arena = lender->arena; // the programs run one after the other
-    ownsArena = false;
-  } else {
-    Status st = allocate(&arena, temporaries.arenaBytes,
-                         "the step's temporaries (" + std::to_string(ids.size()) + " buffers sharing one block)");
-    if (!st.isOk()) return st;
-  }
   bool poison = envIs("PARAX_CUDA_POISON_DEAD", "1");
   if (poison) poisonAfter.assign(n, {});
-  for (size_t j = 0; j < ids.size(); ++j) {
-    buffers[ids[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
-    buffers[ids[j]].inArena = true;
-    if (poison && last[ids[j]] < n && !untouched[j]) poisonAfter[last[ids[j]]].push_back(ids[j]);
+  if (temporaries.arenaBytes > 0) {
+    if (lender && lender->arena && temporaries.arenaBytes <= lender->temporaries.arenaBytes) {
+      arena = lender->arena; // the programs run one after the other
+      ownsArena = false;
+    } else {
+      Status st = allocate(&arena, temporaries.arenaBytes,
+                           "the step's temporaries (" + std::to_string(shared.size()) + " buffers sharing one block)");
+      if (!st.isOk()) return st;
+    }
   }
+  for (size_t j = 0; j < shared.size(); ++j) {
+    buffers[shared[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
+    buffers[shared[j]].inArena = true;
+    if (poison && last[shared[j]] < n && !untouched[j]) poisonAfter[last[shared[j]]].push_back(shared[j]);
+  }
+  if (backward < 0) return Status::ok();
+  // Each set: the held temporaries (one block) and its own inputs (set 0:
+  // the inputs prepare uploaded).
+  BufferPlan plan = planBuffers(heldLifetimes, 256);
+  std::vector<int32_t> inputs;
+  for (const pxe::Buffer &b : stage.buffers())
+    if (b.role() == pxe::INPUT && !host.isCacheState(b.id())) inputs.push_back(b.id());
+  setBytes = plan.arenaBytes;
+  for (int32_t id : inputs) setBytes += buffers[id].bytes();
+  setMemory.assign(sets, {});
+  for (int k = 0; k < sets; ++k) {
+    void *block = nullptr;
+    if (plan.arenaBytes > 0) {
+      Status st = allocate(&block, plan.arenaBytes, "activation set " + std::to_string(k) + " (1F1B)");
+      if (!st.isOk()) return st;
+      setAllocations.push_back(block);
+    }
+    for (size_t j = 0; j < heldLifetimes.size(); ++j)
+      setMemory[k].push_back(static_cast<char *>(block) + plan.offsets[j]);
+    for (int32_t id : inputs) {
+      void *data = buffers[id].data;
+      if (k > 0) {
+        Status st = allocate(&data, buffers[id].bytes(), nameOf(id) + " of activation set " + std::to_string(k));
+        if (!st.isOk()) return st;
+        setAllocations.push_back(data);
+      }
+      setMemory[k].push_back(data);
+    }
+  }
+  for (size_t j = 0; j < heldLifetimes.size(); ++j) {
+    buffers[held[j]].inArena = true; // (not its own allocation)
+    if (poison && heldLifetimes[j].last < n) poisonAfter[heldLifetimes[j].last].push_back(held[j]);
+  }
+  held.insert(held.end(), inputs.begin(), inputs.end());
+  for (size_t j = 0; j < held.size(); ++j) buffers[held[j]].data = setMemory[0][j];
   return Status::ok();
 }
 
@@ -1039,12 +1112,43 @@ StatusOr<std::vector<int32_t>> CudaExecutor::greedyTokens() {
   return tokens;
 }
 
-Status CudaExecutor::State::issue(const std::vector<cudaEvent_t> *marks) {
+Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std::vector<cudaEvent_t> *marks) {
   const pxe::Stage &stage = host.stageProgram();
-  overlapped = 0;
-  for (int k = 0; k < stage.instructions_size(); ++k) {
+  if (begin == 0) overlapped = 0;
+  int from = begin; // (before: the leading receives, grouped)
+  if (!heldSends.empty()) { // (held only with a communicator)
+    // The sends the range before held, with this range's leading receives:
+    // one group, complete before anything else runs (the sends' buffers
+    // may be this range's temporaries).
+    std::vector<NcclCommunicator::PointToPoint> group;
+    group.swap(heldSends);
+    for (; from < end && (skipped[from] || stage.instructions(from).op() == "recv"); ++from)
+      if (!skipped[from]) group.push_back(pointToPoint(stage.instructions(from)));
+    comm->issuerStage = host.stage();
+    comm->issuerInstruction = begin;
+    Status st = completePending();
+    if (st.isOk()) st = comm->exchange(group, stream);
+    if (st.isOk()) st = deferUntilNeeded({}, nullptr);
+    if (st.isOk()) st = completePending();
+    if (!st.isOk() && comm->aborted) return st;
+    if (!st.isOk()) return failed(begin, "exchanging with the pipeline's neighbours", st);
+  }
+  // With holdSends, the sends after the range's last receive wait for the
+  // next range. (Their operands stay live until the stage ends, and the
+  // next range completes them before it computes: nothing overwrites them.)
+  int heldAfter = end; // the sends from here on are held
+  if (holdSends && comm) {
+    heldAfter = from;
+    for (int k = from; k < end; ++k)
+      if (!skipped[k] && stage.instructions(k).op() == "recv") heldAfter = k + 1;
+  }
+  for (int k = from; k < end; ++k) {
     if (marks) PARAX_CUDA(cudaEventRecord((*marks)[k], stream));
     if (skipped[k]) continue; // fused into the instruction before, or run once at prepare
+    if (k >= heldAfter && stage.instructions(k).op() == "send") {
+      heldSends.push_back(pointToPoint(stage.instructions(k)));
+      continue;
+    }
     if (comm) {
       comm->issuerStage = host.stage();
       comm->issuerInstruction = k;
@@ -1084,7 +1188,7 @@ StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
     }
   } release{marks};
   for (cudaEvent_t &e : marks) PARAX_CUDA(cudaEventCreate(&e));
-  Status st = s.issue(&marks);
+  Status st = s.issue(0, stage.instructions_size(), false, &marks);
   if (st.isOk()) st = s.sync();
   if (!st.isOk()) return st;
   std::vector<OpTime> times; // by op, in order of first appearance
@@ -1384,10 +1488,11 @@ size_t CudaExecutor::optimizerBytes() const { return s_->optimizerBytes; }
 
 Status CudaExecutor::run() {
   State &s = *s_;
+  const int n = s.host.stageProgram().instructions_size();
   // After one eager step (which sizes the scratch buffer), a stage that can
   // be captured runs as one CUDA graph: one launch for the whole step
   // instead of one per kernel (PARAX_CUDA_GRAPHS=0 turns this off).
-  if (s.graphs && s.eagerSteps > 0 && !s.graph) {
+  if (s.graphs && s.eagerSteps > 0 && !s.graph && s.heldSends.empty()) {
     if (s.comm) {
       Status ready = s.comm->beginCapture(s.collectives);
       if (!ready.isOk()) return ready;
@@ -1400,7 +1505,7 @@ Status CudaExecutor::run() {
       if (s.comm) s.comm->endCapture(false);
       return Status::error(std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(began));
     }
-    Status st = s.issue();
+    Status st = s.issue(0, n);
     cudaGraph_t captured = nullptr;
     cudaError_t e = cudaStreamEndCapture(s.stream, &captured);
     if (st.isOk() && e != cudaSuccess)
@@ -1418,15 +1523,55 @@ Status CudaExecutor::run() {
       s.graphs = false;
     }
   }
-  if (s.graph) {
+  if (s.graph && s.heldSends.empty()) {
     PARAX_CUDA(cudaGraphLaunch(s.graph, s.stream));
     if (s.comm) s.comm->watchGraph();
     return s.sync();
   }
-  Status st = s.issue();
+  Status st = s.issue(0, n);
   if (!st.isOk()) return st;
   ++s.eagerSteps;
   return s.sync();
+}
+
+Status CudaExecutor::holdActivations(int sets) {
+  State &s = *s_;
+  int backward = backwardStart(s.host.stageProgram());
+  if (sets <= 1 || backward < 0 || s.sets > 1) return Status::ok();
+  if (!s.ownsArena) return Status::error("activation sets: this program borrows another's temporary memory");
+  // Placed again, split: the first placement's arena goes.
+  if (s.arena) PARAX_CUDA(cudaFree(s.arena));
+  s.deviceBytes -= s.temporaries.arenaBytes;
+  s.arena = nullptr;
+  for (DeviceBuffer &b : s.buffers)
+    if (b.inArena) {
+      b.data = nullptr;
+      b.inArena = false;
+    }
+  s.backward = backward;
+  s.sets = sets;
+  s.graphs = false; // the sets' buffers move between runs
+  return s.placeTemporaries();
+}
+
+Status CudaExecutor::useActivations(int set) {
+  State &s = *s_;
+  if (set < 0 || set >= s.sets)
+    return Status::error("activation set " + std::to_string(set) + " of " + std::to_string(s.sets));
+  for (size_t j = 0; j < s.held.size(); ++j) s.buffers[s.held[j]].data = s.setMemory[set][j];
+  s.set = set;
+  return Status::ok();
+}
+
+int CudaExecutor::activationSets() const { return s_->sets; }
+size_t CudaExecutor::activationSetBytes() const { return s_->setBytes; }
+
+Status CudaExecutor::runRange(int begin, int end, bool holdSends) {
+  State &s = *s_;
+  begin = std::max(begin, 0);
+  end = std::min(end, s.host.stageProgram().instructions_size());
+  Status st = s.issue(begin, end, holdSends);
+  return st.isOk() ? s.sync() : st;
 }
 
 
@@ -2190,15 +2335,11 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return deferUntilNeeded(touched, [this, &y, concat, P, a1] { return pieces(true, y, concat, P, a1); });
   }
   if (op == "send" || op == "recv") {
-    int peer = peerRank(axes.at(0), attrInt(a, "peer"));
     if (!comm)
       return Status::error("send/recv needs a communicator");
-    bool sending = op == "send";
-    DeviceBuffer &b = sending ? in(0) : out();
-    Status st = sending ? comm->send(b.data, b.numel(), b.elem, peer, stream)
-                        : comm->recv(b.data, b.numel(), b.elem, peer, stream);
+    Status st = comm->exchange({pointToPoint(inst)}, stream);
     if (!st.isOk()) return st;
-    return deferUntilNeeded({sending ? inst.operands(0) : inst.results(0)}, nullptr);
+    return deferUntilNeeded({op == "send" ? inst.operands(0) : inst.results(0)}, nullptr);
   }
   if (op == "moe_dispatch" || op == "moe_combine") {
     // Slots as the CPU backend fills them (moeSlotsKernel), an all-to-all of

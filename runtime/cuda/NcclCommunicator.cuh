@@ -266,29 +266,54 @@ public:
                  mpiComms[mask]);
     return toDevice(out, b, e, stream);
   }
-  Status send(const void *buf, size_t n, Elem e, int peer, cudaStream_t stream) {
+  /// One send or receive of `n` elements of `e` with world rank `peer`.
+  struct PointToPoint {
+    void *buf;
+    size_t n;
+    Elem e;
+    int peer;
+    bool send;
+  };
+  /// Sends and receives that progress together (one NCCL group, or
+  /// nonblocking MPI calls waited for together), completing as a whole. A
+  /// send may wait for its peer's receive (NCCL's rendezvous; MPI's large
+  /// messages): two pipeline stages that each send before they receive
+  /// would wait for each other, unless the sends go in one group with the
+  /// receives (as Megatron-LM's send_forward_recv_backward does).
+  Status exchange(const std::vector<PointToPoint> &ops, cudaStream_t stream) {
+    const char *op = ops.size() > 1 ? "send/recv" : ops[0].send ? "send" : "recv";
     if (!staged) {
-      return onCommStream(stream, "send", [&](cudaStream_t c) {
-        return ncclSend(buf, n, ncclTypeOf(e), peer, world, c);
+      return onCommStream(stream, op, [&](cudaStream_t c) {
+        ncclResult_t r = ncclGroupStart();
+        for (const PointToPoint &p : ops) {
+          if (r != ncclSuccess) break;
+          r = p.send ? ncclSend(p.buf, p.n, ncclTypeOf(p.e), p.peer, world, c)
+                     : ncclRecv(p.buf, p.n, ncclTypeOf(p.e), p.peer, world, c);
+        }
+        ncclResult_t end = ncclGroupEnd();
+        return r != ncclSuccess ? r : end;
       });
     }
-    auto watched = stalls->watch("send");
-    std::vector<float> h;
-    Status st = toHost(h, buf, n, e, stream);
-    if (!st.isOk()) return st;
-    MPI_Send(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD);
+    auto watched = stalls->watch(op);
+    std::vector<std::vector<float>> host(ops.size());
+    std::vector<MPI_Request> requests(ops.size(), MPI_REQUEST_NULL);
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const PointToPoint &p = ops[k];
+      Status st = p.send ? toHost(host[k], p.buf, p.n, p.e, stream) : Status::ok();
+      if (!st.isOk()) return st;
+      host[k].resize(p.n);
+      int count = static_cast<int>(p.n);
+      if (p.send)
+        MPI_Isend(host[k].data(), count, MPI_FLOAT, p.peer, 0, MPI_COMM_WORLD, &requests[k]);
+      else
+        MPI_Irecv(host[k].data(), count, MPI_FLOAT, p.peer, 0, MPI_COMM_WORLD, &requests[k]);
+    }
+    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    for (size_t k = 0; k < ops.size(); ++k) {
+      Status st = ops[k].send ? Status::ok() : toDevice(ops[k].buf, host[k], ops[k].e, stream);
+      if (!st.isOk()) return st;
+    }
     return Status::ok();
-  }
-  Status recv(void *buf, size_t n, Elem e, int peer, cudaStream_t stream) {
-    if (!staged) {
-      return onCommStream(stream, "recv", [&](cudaStream_t c) {
-        return ncclRecv(buf, n, ncclTypeOf(e), peer, world, c);
-      });
-    }
-    auto watched = stalls->watch("recv");
-    std::vector<float> h(n);
-    MPI_Recv(h.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    return toDevice(buf, h, e, stream);
   }
 
   // Set once the watchdog has aborted: its report names the collective,

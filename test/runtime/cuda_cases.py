@@ -134,8 +134,9 @@ GENERATE = {
 BF16_REL = 3e-2
 # Training steps (--parax-autodiff): name -> (preset, batch, seq, workload
 # pins or None, ranks[, dtype[, parax-run options[, load-balancing loss
-# weight]]]). The program returns the loss, then every parameter's
-# gradient; each against the CPU backend's, the loss against numpy's too.
+# weight[, {"micro": microbatches a replica, "layers": n}]]]]). The program
+# returns the loss, then every parameter's gradient; each against the CPU
+# backend's, the loss against numpy's too.
 TRAIN = {
     "train-llama": ("tiny-llama", 2, 8, None, 1),
     "train-llama-tp2": ("tiny-llama", 2, 8, "tp=2,dp=1", 2),
@@ -170,6 +171,18 @@ TRAIN = {
                                     "--weight-decay", "0.1"]),
     "train-qwen2-moe-adamw-ep2-tp2": ("tiny-qwen2-moe", 2, 8, "ep=2,tp=2,dp=1", 4, "f32",
                                       ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3"]),
+    # Pipeline stages over several microbatches: 1F1B, each microbatch in
+    # flight in an activation set of its own, a stage's trailing sends
+    # grouped with the next half's leading receives (the emulator's sends
+    # wait for their receives, as NCCL's may: apart, neighbours deadlock).
+    # Four stages: the middle ones receive and send in both halves.
+    "train-llama-pp4-micro6": ("tiny-llama", 1, 8, "pp=4,dp=1", 4, "f32", [], 0.0, {"micro": 6, "layers": 4}),
+    # the device optimizer summing the backward halves' gradients
+    "train-llama-bf16-adamw-dp2-pp2-micro3": ("tiny-llama", 1, 8, "dp=2,pp=2", 4, "bf16",
+                                              ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3"], 0.0,
+                                              {"micro": 3}),
+    # experts' all-to-alls inside the halves
+    "train-mixtral-ep2-pp2-micro2": ("tiny-mixtral", 2, 8, "ep=2,pp=2,dp=1", 4, "f32", [], 0.0, {"micro": 2}),
 }
 
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -283,10 +296,13 @@ def prepare_train(name, root):
     dtype = rest[0] if rest else "f32"
     options = rest[1] if len(rest) > 1 else []  # an optimizer's: two steps, as check runs
     aux = rest[2] if len(rest) > 2 else 0.0  # an MoE's load-balancing loss weight
+    more = rest[3] if len(rest) > 3 else {}
+    micro = more.get("micro", 1)
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
-    model = Model(case_dir, preset, batch=batch, seq=seq, loss=True, dtype=dtype, rows=batch * dp, aux_loss=aux)
+    model = Model(case_dir, preset, layers=more.get("layers"), batch=batch, seq=seq, loss=True, dtype=dtype,
+                  rows=batch * dp * micro, aux_loss=aux)
     # The CPU backend runs the same executable (a plan's gradients may be
     # pieces of fused tensors; test_training.py checks them against one rank).
     exe = model.compile("single", autodiff=True) if pins is None else model.compile(
@@ -307,7 +323,8 @@ def prepare_train(name, root):
                    "more_tolerance": TOL if dtype == "f32" else BF16_REL * largest,
                    # (after an optimizer step numpy's loss, at the first weights, is no reference)
                    "numpy": not options,
-                   "options": options, "inputs": [os.path.basename(p) for p in model.inputs]}, f)
+                   "options": options, "inputs": [os.path.basename(p) for p in model.inputs],
+                   "micro": micro}, f)
 
 
 def prepare_op(case, root, bin_dir):
@@ -415,6 +432,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
         if extra.shape != want.shape:
             raise RuntimeError(f"{name}: GPU result {k} {extra.shape}, CPU {want.shape}")
         diff = float(np.abs(extra.astype(np.float64) - want).max())
+        diff = float("inf") if np.isnan(diff) else diff  # (max() would drop a NaN)
         vs_cpu = max(vs_cpu, diff)
         more_ok = more_ok and diff < case.get("more_tolerance", tol)
     # Optimizer steps on the CUDA backend run on the device.
@@ -436,6 +454,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "borrowing_temporaries": _counted(log, "program(s) running in another's temporary memory"),
             "shared_moves": _counted(log, "result(s) of parameter moves shared with another program"),
             "micro": case.get("micro", 1),
+            "in_flight": in_flight(log), "activation_sets": _counted(log, "activation sets a rank"),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 
 
@@ -443,6 +462,14 @@ def _counted(log, what):
     """The number parax-run's summary line puts before `what` (0: absent)."""
     import re
     m = re.search(r"(\d+) " + re.escape(what), log)
+    return int(m.group(1)) if m else 0
+
+
+def in_flight(log):
+    """Microbatches stage 0 holds at once under a 1F1B or GPipe schedule (0:
+    no schedule)."""
+    import re
+    m = re.search(r"schedule \w+ over \d+ microbatches \((\d+) in flight on stage 0\)", log)
     return int(m.group(1)) if m else 0
 
 

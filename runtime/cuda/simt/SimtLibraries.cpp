@@ -603,9 +603,13 @@ ncclResult_t pointToPoint(const char *call, bool send, void *buf, size_t count, 
     pending.push_back({send, buf, bytes, peer, comm, stream});
     return ncclSuccess;
   }
+  // Synchronous sends (MPI_Ssend, MPI_Issend below): an NCCL send may wait
+  // until its peer posts the receive, whatever its size, so a schedule
+  // that deadlocks there must deadlock here too (MPI's eager sends of
+  // small messages would hide it).
   int n = static_cast<int>(bytes);
   return transfer(stream, comm, [=] {
-    return mpiResult(send ? MPI_Send(buf, n, MPI_BYTE, peer, 0, comm->mpi)
+    return mpiResult(send ? MPI_Ssend(buf, n, MPI_BYTE, peer, 0, comm->mpi)
                           : MPI_Recv(buf, n, MPI_BYTE, peer, 0, comm->mpi, MPI_STATUS_IGNORE));
   });
 }
@@ -643,7 +647,7 @@ ncclResult_t ncclGroupEnd() {
           requests.emplace_back();
           int n = static_cast<int>(p.count);
           if (p.send)
-            MPI_Isend(p.buf, n, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests.back());
+            MPI_Issend(p.buf, n, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests.back());
           else
             MPI_Irecv(p.buf, n, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests.back());
         }

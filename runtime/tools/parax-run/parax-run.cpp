@@ -709,6 +709,7 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  long long heldSets[2] = {1, 0}; // CUDA 1F1B: activation sets a rank holds, and one set's bytes
   std::vector<double> times;
   double prefillSeconds = 0; // --prefill: the prompt's chunks
   std::vector<Tensor> results; // this stage's outputs, microbatches joined
@@ -798,41 +799,73 @@ int main(int argc, char **argv) {
     prefillSeconds = done.prefillSeconds;
     results = std::move(done.results);
   } else {
-    // A training step over pipeline stages with several microbatches (CPU
-    // backend): 1F1B. A stage before the last runs as many microbatches'
-    // forward halves as stages follow it, then alternates one forward and
-    // one backward half, then the remaining backward halves; each
-    // microbatch in flight keeps its activations in a set of its own. (The
-    // last stage, and the CUDA backend, run each microbatch whole in turn.)
-    // A plan's GPipe: every forward half first (all microbatches in flight).
+    // A training step over pipeline stages with several microbatches: 1F1B.
+    // A stage before the last runs as many microbatches' forward halves as
+    // stages follow it, then alternates one forward and one backward half,
+    // then the remaining backward halves; each microbatch in flight keeps
+    // its activations in a set of its own. The last stage runs each
+    // microbatch whole in turn. A plan's GPipe: every forward half first
+    // (all microbatches in flight) on the CPU backend; the CUDA backend runs
+    // it as 1F1B (its sends may wait for their receives, and GPipe's last
+    // stage would send a gradient before the first stage, still sending
+    // activations, receives it: CudaExecutor::runRange).
     const int stages = exe.value().stages_size();
-    const int backward =
-        device == "cpu" && micro > 1 && stages > 1 ? backwardStart(exe.value().stages(stageIndex)) : -1;
-    const int64_t warmup = pipelineWarmup(exe.value().schedule().kind(), stageIndex, stages, micro);
-    std::vector<std::vector<Tensor>> activations(backward >= 0 ? std::min<int64_t>(warmup + 1, micro) : 0);
-    auto half = [&](int64_t m, bool forward) {
-      std::vector<Tensor> &held = activations[m % activations.size()];
-      cpu.swapActivations(held);
-      Status st = forward ? cpu.setInputs(microbatch(m)) : Status::ok();
-      if (st.isOk())
-        st = forward ? cpu.runRange(0, backward) : cpu.runRange(backward, cpu.stageProgram().instructions_size());
-      if (st.isOk() && !forward) st = training->join(results, cpu.outputs());
-      cpu.swapActivations(held);
+    const bool pipelined = micro > 1 && stages > 1 && generate <= 0;
+    const std::string kind = device == "cuda" ? std::string("1f1b") : exe.value().schedule().kind();
+    const int backward = pipelined ? backwardStart(exe.value().stages(stageIndex)) : -1;
+    const int n = static_cast<int>(instructions);
+    const int64_t warmup = pipelineWarmup(kind, stageIndex, stages, micro);
+    const int64_t sets = backward >= 0 ? std::min<int64_t>(warmup + 1, micro) : 1;
+    std::vector<std::vector<Tensor>> activations(device == "cpu" ? sets : 0);
+#ifdef PARAX_WITH_CUDA
+    if (device == "cuda" && sets > 1) {
+      s = gpus[0]->holdActivations(static_cast<int>(sets));
+      if (!s.isOk()) die(s.message());
+      heldSets[0] = gpus[0]->activationSets();
+      heldSets[1] = static_cast<long long>(gpus[0]->activationSetBytes());
+    }
+    if (mpi) // the summary's: the most any rank holds (stage 0's)
+      MPI_Allreduce(MPI_IN_PLACE, heldSets, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+#endif
+    // Microbatch m's instructions [begin, end): its forward half, its
+    // backward half, or (the last stage on CUDA) all of them. The gradients
+    // are the backward's.
+    auto part = [&](int64_t m, int begin, int end) {
+      Status st = Status::ok();
+      if (device == "cpu") {
+        std::vector<Tensor> &held = activations[m % sets];
+        cpu.swapActivations(held);
+        if (begin == 0) st = cpu.setInputs(microbatch(m));
+        if (st.isOk()) st = cpu.runRange(begin, end);
+        if (st.isOk() && end == n) st = training->join(results, cpu.outputs());
+        cpu.swapActivations(held);
+      } else {
+#ifdef PARAX_WITH_CUDA
+        CudaExecutor &gpu = *gpus[0];
+        if (sets > 1) st = gpu.useActivations(static_cast<int>(m % sets));
+        if (st.isOk() && begin == 0) st = gpu.setInputs(microbatch(m));
+        if (st.isOk()) st = gpu.runRange(begin, end, end < n || m + 1 < micro);
+        if (st.isOk() && end == n && deviceOptimizer) st = gpu.accumulateGradients(m == 0);
+        if (st.isOk() && end == n) st = training->join(results, gpu.outputs());
+#endif
+      }
       if (!st.isOk()) die(st.message());
     };
+    const bool whole = backward < 0 && !(pipelined && device == "cuda"); // each microbatch by run()
     for (int step = 0; step < steps; ++step) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
       results.clear();
       block = trains ? step % blocks : 0;
       if (backward >= 0) {
-        for (int64_t m = 0; m < warmup; ++m) half(m, true);
+        for (int64_t m = 0; m < warmup; ++m) part(m, 0, backward);
         for (int64_t m = 0; m < micro; ++m) {
-          if (m + warmup < micro) half(m + warmup, true);
-          half(m, false);
+          if (m + warmup < micro) part(m + warmup, 0, backward);
+          part(m, backward, n);
         }
       }
-      for (int64_t j = 0; backward < 0 && j < micro; ++j) {
+      for (int64_t m = 0; !whole && backward < 0 && m < micro; ++m) part(m, 0, n);
+      for (int64_t j = 0; whole && j < micro; ++j) {
         if (j > 0 || (step > 0 && (micro > 1 || blocks > 1))) { // prepare set microbatch 0 for the first step
           s = runners[0].setInputs(microbatch(j));
           if (!s.isOk()) die(s.message());
@@ -1047,14 +1080,18 @@ int main(int argc, char **argv) {
       }
     std::sort(times.begin(), times.end());
     std::string how = ", " + memory;
-    if (generate <= 0 && device == "cpu" && micro > 1 && exe.value().stages_size() > 1 &&
-        backwardStart(exe.value().stages(0)) >= 0) {
-      const std::string &kind = exe.value().schedule().kind();
+    if (generate <= 0 && micro > 1 && exe.value().stages_size() > 1 && backwardStart(exe.value().stages(0)) >= 0) {
+      const std::string &planned = exe.value().schedule().kind();
+      const std::string kind = device == "cuda" ? std::string("1f1b") : planned; // as the step loop runs
       int64_t first = std::min<int64_t>(pipelineWarmup(kind, 0, exe.value().stages_size(), micro) + 1, micro);
       how += (kind == "gpipe" ? ", schedule gpipe over " : ", schedule 1f1b over ") + std::to_string(micro) +
              " microbatches (" + std::to_string(first) + " in flight on stage 0)";
-      if (kind == "interleaved")
+      if (planned == "interleaved")
         how += " (the plan chose interleaved 1F1B, which is not built: its model chunks run as one stage)";
+      if (planned == "gpipe" && kind != planned) how += " (the plan chose GPipe: 1F1B on the CUDA backend)";
+      if (heldSets[0] > 1)
+        how += ", up to " + std::to_string(heldSets[0]) + " activation sets a rank (" + std::to_string(heldSets[1]) +
+               " bytes each on the device)";
     }
     if (trains && !losses.empty()) {
       char line[200];

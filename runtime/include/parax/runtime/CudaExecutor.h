@@ -76,6 +76,29 @@ public:
   /// step as one CUDA graph (PARAX_CUDA_GRAPHS=0: never).
   Status run();
   std::vector<Tensor> outputs() const;
+
+  /// 1F1B pipeline training. After prepare, on a stage that receives
+  /// gradients from a later one: the stage splits at the first such
+  /// receive (runtime::backwardStart: its forward half before, its backward
+  /// half from there), and `sets` microbatches may be in flight between
+  /// their halves, each in an activation set of its own -- memory for the
+  /// inputs and the temporaries live across the split; temporaries within
+  /// one half share the arena. No CUDA graphs then. Elsewhere, or with one
+  /// set, nothing changes.
+  Status holdActivations(int sets);
+  /// The set the next setInputs and runRange use.
+  Status useActivations(int set);
+  int activationSets() const;
+  size_t activationSetBytes() const; // one set's device memory
+  /// Instructions [begin, end) of the stage; returns when the GPU is done.
+  /// With `holdSends`, the range's trailing sends are held and issued with
+  /// the next range's (or run's) leading receives as one group: in 1F1B two
+  /// neighbouring stages each send before they receive (stage s the
+  /// activations of microbatch m + 1, stage s + 1 the gradient of m), and
+  /// a send may wait for its receive (NCCL), so apart they would wait for
+  /// each other. The step's last range holds none.
+  Status runRange(int begin, int end, bool holdSends);
+
   /// Before prepare: keep the parameters' values as loaded (fp32, before
   /// their rounding to the storage dtype) on the host for
   /// takeLoadedParameters, so that an optimizer's fp32 master copies start
