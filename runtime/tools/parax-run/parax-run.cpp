@@ -678,6 +678,33 @@ int main(int argc, char **argv) {
     hoisted = gpus[0]->hoistedInstructions();
 #endif
   }
+  // A training step over pipeline stages with several microbatches: 1F1B.
+  // A stage before the last runs as many microbatches' forward halves as
+  // stages follow it, then alternates one forward and one backward half,
+  // then the remaining backward halves; each microbatch in flight keeps
+  // its activations in a set of its own. The last stage runs each
+  // microbatch whole in turn. A plan's GPipe: every forward half first
+  // (all microbatches in flight) on the CPU backend; the CUDA backend runs
+  // it as 1F1B (its sends may wait for their receives, and GPipe's last
+  // stage would send a gradient before the first stage, still sending
+  // activations, receives it: CudaExecutor::runRange).
+  const int stages = exe.value().stages_size();
+  const bool pipelined = micro > 1 && stages > 1 && generate <= 0;
+  const std::string kind = device == "cuda" ? std::string("1f1b") : exe.value().schedule().kind();
+  const int backward = pipelined ? backwardStart(exe.value().stages(stageIndex)) : -1;
+  const int64_t warmup = pipelineWarmup(kind, stageIndex, stages, micro);
+  const int64_t sets = backward >= 0 ? std::min<int64_t>(warmup + 1, micro) : 1;
+  long long heldSets[2] = {1, 0}; // CUDA: activation sets this rank holds, one set's bytes
+#ifdef PARAX_WITH_CUDA
+  if (device == "cuda" && sets > 1) {
+    s = gpus[0]->holdActivations(static_cast<int>(sets));
+    if (!s.isOk()) die(s.message());
+    heldSets[0] = gpus[0]->activationSets();
+    heldSets[1] = static_cast<long long>(gpus[0]->activationSetBytes());
+  }
+  if (mpi && device == "cuda") // the summary's: the most a rank holds (stage 0's)
+    MPI_Allreduce(MPI_IN_PLACE, heldSets, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+#endif
   auto shutdown = [&] {
     comm.reset(); // frees the sub-communicators before MPI ends
 #ifdef PARAX_WITH_CUDA
@@ -700,6 +727,9 @@ int main(int argc, char **argv) {
     if (t.arenaBytes > 0)
       memory += ", temporaries share " + std::to_string(t.arenaBytes) + " bytes (live at once: " +
                 std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";
+    if (gpus[0]->activationSets() > 1)
+      memory += " and " + std::to_string(gpus[0]->activationSets()) + " activation sets hold " +
+                std::to_string(gpus[0]->activationSetBytes()) + " bytes each";
   }
 #endif
   if (steps == 0) { // prepare only: every rank says what it holds
@@ -709,7 +739,6 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  long long heldSets[2] = {1, 0}; // CUDA 1F1B: activation sets a rank holds, and one set's bytes
   std::vector<double> times;
   double prefillSeconds = 0; // --prefill: the prompt's chunks
   std::vector<Tensor> results; // this stage's outputs, microbatches joined
@@ -799,34 +828,8 @@ int main(int argc, char **argv) {
     prefillSeconds = done.prefillSeconds;
     results = std::move(done.results);
   } else {
-    // A training step over pipeline stages with several microbatches: 1F1B.
-    // A stage before the last runs as many microbatches' forward halves as
-    // stages follow it, then alternates one forward and one backward half,
-    // then the remaining backward halves; each microbatch in flight keeps
-    // its activations in a set of its own. The last stage runs each
-    // microbatch whole in turn. A plan's GPipe: every forward half first
-    // (all microbatches in flight) on the CPU backend; the CUDA backend runs
-    // it as 1F1B (its sends may wait for their receives, and GPipe's last
-    // stage would send a gradient before the first stage, still sending
-    // activations, receives it: CudaExecutor::runRange).
-    const int stages = exe.value().stages_size();
-    const bool pipelined = micro > 1 && stages > 1 && generate <= 0;
-    const std::string kind = device == "cuda" ? std::string("1f1b") : exe.value().schedule().kind();
-    const int backward = pipelined ? backwardStart(exe.value().stages(stageIndex)) : -1;
+    std::vector<std::vector<Tensor>> activations(device == "cpu" ? sets : 0); // the CPU backend's sets
     const int n = static_cast<int>(instructions);
-    const int64_t warmup = pipelineWarmup(kind, stageIndex, stages, micro);
-    const int64_t sets = backward >= 0 ? std::min<int64_t>(warmup + 1, micro) : 1;
-    std::vector<std::vector<Tensor>> activations(device == "cpu" ? sets : 0);
-#ifdef PARAX_WITH_CUDA
-    if (device == "cuda" && sets > 1) {
-      s = gpus[0]->holdActivations(static_cast<int>(sets));
-      if (!s.isOk()) die(s.message());
-      heldSets[0] = gpus[0]->activationSets();
-      heldSets[1] = static_cast<long long>(gpus[0]->activationSetBytes());
-    }
-    if (mpi) // the summary's: the most any rank holds (stage 0's)
-      MPI_Allreduce(MPI_IN_PLACE, heldSets, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-#endif
     // Microbatch m's instructions [begin, end): its forward half, its
     // backward half, or (the last stage on CUDA) all of them. The gradients
     // are the backward's.
