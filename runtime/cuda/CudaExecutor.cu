@@ -338,6 +338,7 @@ struct CudaExecutor::State {
   // reading memory that only happens not to be reused yet.
   void *arena = nullptr;
   BufferPlan temporaries;
+  std::vector<int32_t> placed; // the temporaries placeTemporaries gave memory
   std::vector<std::vector<int32_t>> poisonAfter; // per instruction
   Status placeTemporaries();
 
@@ -811,13 +812,7 @@ Status CudaExecutor::State::placeTemporaries() {
   std::vector<int32_t> ids; // the temporaries still without memory
   for (const pxe::Buffer &b : stage.buffers())
     if (b.role() == pxe::TEMPORARY && !buffers[b.id()].data) ids.push_back(b.id());
-  if (envIs("PARAX_CUDA_SHARE_TEMPORARIES", "0")) {
-    for (int32_t id : ids) {
-      Status st = allocate(&buffers[id].data, buffers[id].bytes(), nameOf(id));
-      if (!st.isOk()) return st;
-    }
-    return Status::ok();
-  }
+  placed = ids;
   std::vector<int> first(stage.buffers_size(), n), last(stage.buffers_size(), -1);
   auto live = [&](int32_t id, int k) {
     first[id] = std::min(first[id], k);
@@ -860,10 +855,16 @@ Status CudaExecutor::State::placeTemporaries() {
     if (untouched.back()) first[id] = last[id] = 0;
     lifetimes.push_back({untouched.back() ? 0 : buffers[id].bytes(), first[id], last[id]});
   }
-  temporaries = planBuffers(lifetimes, 256);
+  const bool own = envIs("PARAX_CUDA_SHARE_TEMPORARIES", "0"); // one allocation each
   bool poison = envIs("PARAX_CUDA_POISON_DEAD", "1");
   if (poison) poisonAfter.assign(n, {});
-  if (temporaries.arenaBytes > 0) {
+  temporaries = own ? BufferPlan{} : planBuffers(lifetimes, 256);
+  if (own) {
+    for (int32_t id : shared) {
+      Status st = allocate(&buffers[id].data, buffers[id].bytes(), nameOf(id));
+      if (!st.isOk()) return st;
+    }
+  } else if (temporaries.arenaBytes > 0) {
     if (lender && lender->arena && temporaries.arenaBytes <= lender->temporaries.arenaBytes) {
       arena = lender->arena; // the programs run one after the other
       ownsArena = false;
@@ -874,41 +875,49 @@ Status CudaExecutor::State::placeTemporaries() {
     }
   }
   for (size_t j = 0; j < shared.size(); ++j) {
-    buffers[shared[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
-    buffers[shared[j]].inArena = true;
+    if (!own) {
+      buffers[shared[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
+      buffers[shared[j]].inArena = true;
+    }
     if (poison && last[shared[j]] < n && !untouched[j]) poisonAfter[last[shared[j]]].push_back(shared[j]);
   }
   if (backward < 0) return Status::ok();
-  // Each set: the held temporaries (one block) and its own inputs (set 0:
-  // the inputs prepare uploaded).
+  // Each set: the held temporaries (one block, or one allocation each) and
+  // its own inputs (set 0: the inputs prepare uploaded).
   BufferPlan plan = planBuffers(heldLifetimes, 256);
   std::vector<int32_t> inputs;
   for (const pxe::Buffer &b : stage.buffers())
     if (b.role() == pxe::INPUT && !host.isCacheState(b.id())) inputs.push_back(b.id());
-  setBytes = plan.arenaBytes;
+  setBytes = own ? plan.unsharedBytes : plan.arenaBytes;
   for (int32_t id : inputs) setBytes += buffers[id].bytes();
   setMemory.assign(sets, {});
   for (int k = 0; k < sets; ++k) {
-    void *block = nullptr;
-    if (plan.arenaBytes > 0) {
-      Status st = allocate(&block, plan.arenaBytes, "activation set " + std::to_string(k) + " (1F1B)");
+    auto take = [&](size_t bytes, const std::string &what) -> StatusOr<char *> {
+      void *data = nullptr;
+      Status st = allocate(&data, bytes, what + " of activation set " + std::to_string(k));
       if (!st.isOk()) return st;
-      setAllocations.push_back(block);
+      setAllocations.push_back(data);
+      return static_cast<char *>(data);
+    };
+    char *block = nullptr;
+    if (!own && plan.arenaBytes > 0) {
+      StatusOr<char *> got = take(plan.arenaBytes, "the temporaries kept between the halves");
+      if (!got.isOk()) return got.status();
+      block = got.value();
     }
-    for (size_t j = 0; j < heldLifetimes.size(); ++j)
-      setMemory[k].push_back(static_cast<char *>(block) + plan.offsets[j]);
+    for (size_t j = 0; j < heldLifetimes.size(); ++j) {
+      StatusOr<char *> got = own ? take(heldLifetimes[j].bytes, nameOf(held[j])) : block + plan.offsets[j];
+      if (!got.isOk()) return got.status();
+      setMemory[k].push_back(got.value());
+    }
     for (int32_t id : inputs) {
-      void *data = buffers[id].data;
-      if (k > 0) {
-        Status st = allocate(&data, buffers[id].bytes(), nameOf(id) + " of activation set " + std::to_string(k));
-        if (!st.isOk()) return st;
-        setAllocations.push_back(data);
-      }
-      setMemory[k].push_back(data);
+      StatusOr<char *> got = k == 0 ? static_cast<char *>(buffers[id].data) : take(buffers[id].bytes(), nameOf(id));
+      if (!got.isOk()) return got.status();
+      setMemory[k].push_back(got.value());
     }
   }
   for (size_t j = 0; j < heldLifetimes.size(); ++j) {
-    buffers[held[j]].inArena = true; // (not its own allocation)
+    buffers[held[j]].inArena = true; // (not an allocation of its own)
     if (poison && heldLifetimes[j].last < n) poisonAfter[heldLifetimes[j].last].push_back(held[j]);
   }
   held.insert(held.end(), inputs.begin(), inputs.end());
@@ -1539,15 +1548,21 @@ Status CudaExecutor::holdActivations(int sets) {
   int backward = backwardStart(s.host.stageProgram());
   if (sets <= 1 || backward < 0 || s.sets > 1) return Status::ok();
   if (!s.ownsArena) return Status::error("activation sets: this program borrows another's temporary memory");
-  // Placed again, split: the first placement's arena goes.
-  if (s.arena) PARAX_CUDA(cudaFree(s.arena));
-  s.deviceBytes -= s.temporaries.arenaBytes;
-  s.arena = nullptr;
-  for (DeviceBuffer &b : s.buffers)
-    if (b.inArena) {
-      b.data = nullptr;
-      b.inArena = false;
+  // Placed again, split: the first placement's memory goes.
+  if (s.arena) {
+    PARAX_CUDA(cudaFree(s.arena));
+    s.deviceBytes -= s.temporaries.arenaBytes;
+    s.arena = nullptr;
+  }
+  for (int32_t id : s.placed) {
+    DeviceBuffer &b = s.buffers[id];
+    if (!b.inArena) { // PARAX_CUDA_SHARE_TEMPORARIES=0: its own allocation
+      PARAX_CUDA(cudaFree(b.data));
+      s.deviceBytes -= b.bytes();
     }
+    b.data = nullptr;
+    b.inArena = false;
+  }
   s.backward = backward;
   s.sets = sets;
   s.graphs = false; // the sets' buffers move between runs
