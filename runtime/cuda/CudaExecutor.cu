@@ -162,6 +162,16 @@ struct CudaExecutor::State {
   };
   std::vector<OptimizerSlot> slots;
   CudaExecutor::OptimizerSetup optimizer;
+  // streamGradients: during the next run, each bound gradient is added to
+  // its sum, and the sum's data-parallel reduction issued, right after the
+  // instruction that writes it (slotsOf[k]: the slots instruction k's
+  // results are the gradients of); `reduced`: per slot, done this step.
+  std::vector<std::vector<int>> slotsOf;
+  std::vector<bool> reduced;
+  bool streaming = false, streamFirst = false;
+  size_t streamedEarly = 0; // reductions issued with instructions still to run (the last run)
+  Status reduceGradient(int slot);
+  Status reduceGradientsOf(int k);
   std::vector<bool> boundOutput; // per stage output: a bound gradient (outputs() skips it)
   // ZeRO, a box of n values not a multiple of the replicas: the padded box
   // the all-gather of the new values fills (storage-sized, the largest such).
@@ -1169,6 +1179,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
       ++overlapped;
     if (st.isOk())
       st = run(stage.instructions(k));
+    if (st.isOk() && streaming) st = reduceGradientsOf(k);
     if (st.isOk() && !poisonAfter.empty())
       for (int32_t id : poisonAfter[k])
         if (st.isOk() && cudaMemsetAsync(buffers[id].data, 0xff, buffers[id].bytes(), stream) != cudaSuccess)
@@ -1181,8 +1192,64 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
     if (!st.isOk()) return failed(k, "on the GPU", st);
   }
   Status st = completePending();
+  for (size_t i = 0; i < slots.size() && streaming && st.isOk(); ++i) // written before the range, or not overlapped
+    if (!reduced[i]) st = reduceGradient(static_cast<int>(i));
+  streaming = false;
   if (st.isOk() && marks) PARAX_CUDA(cudaEventRecord(marks->back(), stream));
   return st;
+}
+
+Status CudaExecutor::State::reduceGradientsOf(int k) {
+  if (!overlap || k >= static_cast<int>(slotsOf.size()) || slotsOf[k].empty()) return Status::ok();
+  streamedEarly += optimizer.replicas > 1 && k + 1 < host.stageProgram().instructions_size() ? slotsOf[k].size() : 0;
+  bool transferred = false; // the gradient is the pending collective's result
+  for (int i : slotsOf[k]) {
+    int32_t id = host.stageProgram().outputs(slots[i].g.output);
+    transferred = transferred || (pending && std::find(pending->buffers.begin(), pending->buffers.end(), id) !=
+                                                 pending->buffers.end());
+  }
+  if (transferred) {
+    // A collective's result (a gradient all-reduced over TP, say): reduced
+    // once the compute stream has waited for that collective.
+    std::function<Status()> finish = std::move(pending->finish);
+    pending->finish = [this, finish, k]() {
+      Status st = finish ? finish() : Status::ok();
+      for (int i : slotsOf[k])
+        if (st.isOk()) st = reduceGradient(i);
+      return st;
+    };
+    return Status::ok();
+  }
+  for (int i : slotsOf[k]) {
+    Status st = reduceGradient(i);
+    if (!st.isOk()) return st;
+  }
+  return Status::ok();
+}
+
+Status CudaExecutor::State::reduceGradient(int i) {
+  OptimizerSlot &slot = slots[i];
+  const DeviceBuffer &out = buffers[host.stageProgram().outputs(slot.g.output)];
+  Status st = withFloat(out, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(accumulateKernel<T>, blocksFor(slot.n), kThreads, 0, stream)(out.as<T>(), slot.sum, slot.n,
+                                                                              streamFirst ? 1 : 0);
+    return Status::ok();
+  });
+  reduced[i] = true;
+  if (!st.isOk() || optimizer.replicas <= 1) return st;
+  // On the collectives' stream, after the sum: nothing on the compute
+  // stream reads it before the step's host synchronisation (its watchdog
+  // waits for it), so nothing waits for it here.
+  const unsigned mask = 1u << optimizer.replicaAxis;
+  if (comm) {
+    comm->issuerStage = host.stage();
+    comm->issuerInstruction = -1;
+  }
+  st = optimizer.zero ? comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, mask, stream)
+                      : comm->allReduce(slot.sum, slot.n, Elem::F32, mask, stream);
+  if (st.isOk()) (void)comm->takeIssued();
+  return st.isOk() ? st : Status::error("the data-parallel gradient reduction: " + st.message());
 }
 
 StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
@@ -1319,11 +1386,28 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     s.boundOutput[g.output] = true;
     s.slots.push_back(slot);
   }
+  s.slotsOf.assign(stage.instructions_size(), {});
+  s.reduced.assign(s.slots.size(), false);
+  for (int k = 0; k < stage.instructions_size(); ++k)
+    for (int32_t id : stage.instructions(k).results())
+      for (size_t i = 0; i < s.slots.size(); ++i)
+        if (stage.outputs(s.slots[i].g.output) == id) s.slotsOf[k].push_back(static_cast<int>(i));
   Status st = staged ? take(&s.staging, staged, "the optimizer's ZeRO all-gather staging") : Status::ok();
   if (st.isOk()) st = take(&s.squares, s.slots.size() * sizeof(double), "the optimizer's sums of squares");
   if (!st.isOk()) return st;
   return s.sync();
 }
+
+Status CudaExecutor::streamGradients(bool first) {
+  State &s = *s_;
+  if (s.slots.empty()) return Status::error("streamGradients: no optimizer bound");
+  s.streaming = true;
+  s.streamFirst = first;
+  s.streamedEarly = 0;
+  return Status::ok();
+}
+
+size_t CudaExecutor::gradientsReducedEarly() const { return s_->streamedEarly; }
 
 Status CudaExecutor::accumulateGradients(bool first) {
   State &s = *s_;
@@ -1349,23 +1433,17 @@ StatusOr<std::vector<double>> CudaExecutor::averageGradients(int64_t microbatche
   if (!s.slots.empty()) PARAX_CUDA(cudaMemsetAsync(s.squares, 0, s.slots.size() * sizeof(double), s.stream));
   for (size_t i = 0; i < s.slots.size(); ++i) {
     State::OptimizerSlot &slot = s.slots[i];
-    if (!o.zero) { // the sums all-reduced over the replicas, then their mean
-      if (o.replicas > 1) {
-        Status st = s.comm->allReduce(slot.sum, slot.n, Elem::F32, mask, s.stream);
-        if (st.isOk()) st = s.awaitIssued();
-        if (!st.isOk()) return Status::error("the data-parallel gradient all-reduce: " + st.message());
-      }
-      PARAX_LAUNCH(scaleKernel, blocksFor(slot.n), kThreads, 0, s.stream)(
-          slot.sum, slot.n, 1.0f / static_cast<float>(microbatches * o.replicas));
-    } else { // the mean over the microbatches; this replica's chunk of the replicas' mean
-      PARAX_LAUNCH(scaleKernel, blocksFor(slot.n), kThreads, 0, s.stream)(slot.sum, slot.n,
-                                                                          1.0f / static_cast<float>(microbatches));
-      Status st = s.comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, mask, s.stream);
+    // The sums all-reduced over the replicas (ZeRO: reduce-scattered, this
+    // replica's chunk), unless streamGradients' run has, then their mean.
+    if (o.replicas > 1 && !s.reduced[i]) {
+      Status st = o.zero ? s.comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, mask, s.stream)
+                         : s.comm->allReduce(slot.sum, slot.n, Elem::F32, mask, s.stream);
       if (st.isOk()) st = s.awaitIssued();
-      if (!st.isOk()) return Status::error("the ZeRO gradient reduce-scatter: " + st.message());
-      PARAX_LAUNCH(scaleKernel, blocksFor(slot.g.size), kThreads, 0, s.stream)(
-          slot.share, slot.g.size, 1.0f / static_cast<float>(o.replicas));
+      if (!st.isOk()) return Status::error("the data-parallel gradient reduction: " + st.message());
     }
+    s.reduced[i] = false;
+    PARAX_LAUNCH(scaleKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(
+        slot.share, slot.updated, 1.0f / static_cast<float>(microbatches * o.replicas));
     PARAX_LAUNCH(sumOfSquaresKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.share, slot.updated,
                                                                                       s.squares + i);
   }
@@ -1501,7 +1579,7 @@ Status CudaExecutor::run() {
   // After one eager step (which sizes the scratch buffer), a stage that can
   // be captured runs as one CUDA graph: one launch for the whole step
   // instead of one per kernel (PARAX_CUDA_GRAPHS=0 turns this off).
-  if (s.graphs && s.eagerSteps > 0 && !s.graph && s.heldSends.empty()) {
+  if (s.graphs && s.eagerSteps > 0 && !s.graph && s.heldSends.empty() && !s.streaming) {
     if (s.comm) {
       Status ready = s.comm->beginCapture(s.collectives);
       if (!ready.isOk()) return ready;
@@ -1532,7 +1610,7 @@ Status CudaExecutor::run() {
       s.graphs = false;
     }
   }
-  if (s.graph && s.heldSends.empty()) {
+  if (s.graph && s.heldSends.empty() && !s.streaming) {
     PARAX_CUDA(cudaGraphLaunch(s.graph, s.stream));
     if (s.comm) s.comm->watchGraph();
     return s.sync();

@@ -455,6 +455,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "shared_moves": _counted(log, "result(s) of parameter moves shared with another program"),
             "micro": case.get("micro", 1),
             "in_flight": in_flight(log), "activation_sets": _counted(log, "activation sets a rank"),
+            "early_reductions": _counted(log, "gradient reduction(s) issued during the backward pass"),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
 
 

@@ -64,6 +64,10 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         assert result["ok"], (env, result)
         ranks = result["ranks"]
         assert result["device_optimizer"] == (name in optimizer_cases()), result
+        # The device optimizer reduces the last microbatch's gradients over
+        # the data-parallel replicas as the backward pass makes them.
+        replicated = name in optimizer_cases() and "dp=1" not in (cuda_cases.TRAIN[name][3] or "dp=1")
+        assert (result["early_reductions"] > 0) == replicated, result
         assert result["host_staged"] == (ranks > 1 and "PARAX_SIMT_DEVICES" in env), result
         # Work that runs during a transfer (NCCL only: a staged collective
         # has finished when it returns): the shared experts while the routed

@@ -847,8 +847,12 @@ int main(int argc, char **argv) {
         CudaExecutor &gpu = *gpus[0];
         if (sets > 1) st = gpu.useActivations(static_cast<int>(m % sets));
         if (st.isOk() && begin == 0) st = gpu.setInputs(microbatch(m));
-        if (st.isOk()) st = gpu.runRange(begin, end, end < n || m + 1 < micro);
-        if (st.isOk() && end == n && deviceOptimizer) st = gpu.accumulateGradients(m == 0);
+        // The last microbatch's gradients reduced over the replicas as the
+        // backward makes them; the others summed after their backward.
+        const bool last = end == n && m + 1 == micro;
+        if (st.isOk() && last && deviceOptimizer) st = gpu.streamGradients(m == 0);
+        if (st.isOk()) st = gpu.runRange(begin, end, !last);
+        if (st.isOk() && end == n && !last && deviceOptimizer) st = gpu.accumulateGradients(m == 0);
         if (st.isOk() && end == n) st = training->join(results, gpu.outputs());
 #endif
       }
@@ -873,9 +877,13 @@ int main(int argc, char **argv) {
           s = runners[0].setInputs(microbatch(j));
           if (!s.isOk()) die(s.message());
         }
+#ifdef PARAX_WITH_CUDA
+        if (deviceOptimizer && j + 1 == micro) s = gpus[0]->streamGradients(j == 0); // as in part()
+        if (!s.isOk()) die(s.message());
+#endif
         s = runners[0].run();
 #ifdef PARAX_WITH_CUDA
-        if (s.isOk() && deviceOptimizer) s = gpus[0]->accumulateGradients(j == 0);
+        if (s.isOk() && deviceOptimizer && j + 1 < micro) s = gpus[0]->accumulateGradients(j == 0);
 #endif
         if (!s.isOk()) die(s.message());
         s = training->join(results, runners[0].outputs());
@@ -1109,7 +1117,8 @@ int main(int argc, char **argv) {
 #ifdef PARAX_WITH_CUDA
       if (deviceOptimizer)
         how += ", optimizer on the device (" + std::to_string(gpus[0]->optimizerBytes()) +
-               " bytes: fp32 masters, moments, gradient sums)";
+               " bytes: fp32 masters, moments, gradient sums), " + std::to_string(gpus[0]->gradientsReducedEarly()) +
+               " gradient reduction(s) issued during the backward pass";
 #endif
     }
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";

@@ -143,6 +143,17 @@ public:
   /// After a run: adds its gradients to the step's sums (`first`: the
   /// step's first microbatch, whose gradients replace them).
   Status accumulateGradients(bool first);
+  /// Instead of accumulateGradients after the step's last microbatch,
+  /// before it (its run, or its backward half's runRange): that run adds
+  /// each gradient to its sum right after the instruction that writes it
+  /// and issues the sum's data-parallel all-reduce (ZeRO: reduce-scatter)
+  /// then, on the collectives' stream, so that the reductions overlap the
+  /// rest of the backward pass (as DDP's and Megatron's buckets do; what
+  /// the planner's step time assumes). PARAX_CUDA_OVERLAP=0: all of them
+  /// after the run's last instruction.
+  Status streamGradients(bool first);
+  /// Of the last such run: reductions issued with instructions still to run.
+  size_t gradientsReducedEarly() const;
   /// The sums averaged over `microbatches` and the replicas (ZeRO: this
   /// replica's chunk of them, reduce-scattered in place). Per gradient,
   /// the sum of the squares of the values this rank updates. Every rank of
