@@ -467,6 +467,45 @@ def test_recompute_lowers_the_temporaries_live_at_once(tmp_path):
     assert live["full"] < live["selective"] < live["none"], live
 
 
+def planned_and_allocated(d, cfg, rows, seq, workload, cluster, ranks=1):
+    """The plan `parax-plan` makes for d/model.mlir (llama_training_step's,
+    of config `cfg`; bf16 zeros for weights, `rows` sequences of `seq`
+    zeros for tokens and labels), its memory (weights + gradients +
+    activations), and the device memory each rank of the CUDA backend (on
+    the emulator) allocated at prepare, less cuBLAS's two 32 MiB
+    workspaces: the program compiled as `compile --train` does
+    (--parax-recompute applies the plan's choice)."""
+    import json
+    import re
+    import subprocess
+    import numpy as np
+    from parax.checkpoint import save_safetensors
+    from parax.models.builder import parameter_shapes
+    tool("parax-run-simt")
+    save_safetensors(os.path.join(d, "w.safetensors"),
+                     {k: np.zeros(s, np.float32) for k, s in parameter_shapes(cfg).items()}, dtype="bf16")
+    np.save(os.path.join(d, "tokens.npy"), np.zeros((rows, seq), np.int32))
+    report = json.loads(subprocess.run(
+        [tool("parax-plan"), os.path.join(d, "model.mlir"), "--cluster", cluster, "--workload", workload,
+         "--json", "--top", "1"], capture_output=True, text=True, check=True, timeout=120).stdout)
+    plan = report["plans"][0]
+    memory = plan["memory_bytes"]
+    planner = memory["weights"] + memory["gradients"] + memory["activations"]
+    partitioned, exe = os.path.join(d, "train.mlir"), os.path.join(d, "train.pxe")
+    subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
+                    f"--parax-plan=cluster={cluster} workload={workload}", "--parax-autodiff", "--parax-recompute",
+                    "--parax-partition", "-o", partitioned], check=True, timeout=120)
+    subprocess.run([tool("parax-translate"), "--to-executable", partitioned, "-o", exe], check=True, timeout=120)
+    tokens = os.path.join(d, "tokens.npy")
+    launcher = ["mpirun", "-np", str(ranks)] if ranks > 1 else []
+    out = subprocess.run(launcher + [tool("parax-run-simt"), exe, "--weights", os.path.join(d, "w.safetensors"),
+                                     "--input", tokens, "--input", tokens, "--device", "cuda", "--steps", "0"],
+                         capture_output=True, text=True, check=True, timeout=300, env=cuda_cases.MPI_ENV).stdout
+    allocated = [int(b) - 2 * 32 * 2**20 for b in re.findall(r"(\d+) bytes of device memory", out)]
+    assert len(allocated) == ranks, out
+    return plan, planner, allocated
+
+
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_planner_training_memory_matches_what_the_runtime_allocates(tmp_path, recompute):
     """A training step (Llama, hidden 1024, 2 layers, bf16, 4 sequences of
@@ -481,40 +520,14 @@ def test_planner_training_memory_matches_what_the_runtime_allocates(tmp_path, re
     the activations' peak; the arena lets a gradient take the memory of
     activations already dead). Measured: none 600 vs 541 MB, selective 461
     vs 432, full 371 vs 349."""
-    import json
-    import re
-    import subprocess
-    import numpy as np
-    from parax.checkpoint import save_safetensors
-    from parax.models.builder import parameter_shapes
-    tool("parax-run-simt")
     d = str(tmp_path)
     cfg = llama_training_step(d, 4, 1024, "bf16", hidden=1024, ffn=3584, layers=2, heads=8, kv_heads=2,
                               vocab=8192, positions=1024, theta=500000.0)
-    save_safetensors(os.path.join(d, "w.safetensors"),
-                     {k: np.zeros(s, np.float32) for k, s in parameter_shapes(cfg).items()}, dtype="bf16")
-    np.save(os.path.join(d, "tokens.npy"), np.zeros((4, 1024), np.int32))
     workload = f"train:batch=4,seq=1024,recompute={recompute}"
-    cluster = "dgx-h100:devices_per_node=1"
-    report = json.loads(subprocess.run(
-        [tool("parax-plan"), os.path.join(d, "model.mlir"), "--cluster", cluster, "--workload", workload,
-         "--json", "--top", "1"], capture_output=True, text=True, check=True, timeout=120).stdout)
-    plan = report["plans"][0]
+    plan, planner, (runtime,) = planned_and_allocated(d, cfg, 4, 1024, workload, "dgx-h100:devices_per_node=1")
     assert plan["recompute"] == recompute and plan["micro_batches"] == 1, plan
-    memory = plan["memory_bytes"]
-    planner = memory["weights"] + memory["gradients"] + memory["activations"]
-    partitioned, exe = os.path.join(d, "train.mlir"), os.path.join(d, "train.pxe")
-    subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
-                    f"--parax-plan=cluster={cluster} workload={workload}", "--parax-autodiff", "--parax-recompute",
-                    "--parax-partition", "-o", partitioned], check=True, timeout=120)
-    subprocess.run([tool("parax-translate"), "--to-executable", partitioned, "-o", exe], check=True, timeout=120)
-    tokens = os.path.join(d, "tokens.npy")
-    out = subprocess.run([tool("parax-run-simt"), exe, "--weights", os.path.join(d, "w.safetensors"),
-                          "--input", tokens, "--input", tokens, "--device", "cuda", "--steps", "0"],
-                         capture_output=True, text=True, check=True, timeout=300).stdout
-    runtime = int(re.search(r"(\d+) bytes of device memory", out).group(1)) - 2 * 32 * 2**20
     print(f"{recompute}: planner {planner / 1e6:.1f} MB, runtime {runtime / 1e6:.1f} MB")
-    assert runtime <= planner <= 1.15 * runtime, (planner, runtime, out)
+    assert runtime <= planner <= 1.15 * runtime, (planner, runtime)
 
 
 def test_planner_pipeline_memory_matches_what_the_runtime_allocates(tmp_path):
@@ -529,40 +542,12 @@ def test_planner_pipeline_memory_matches_what_the_runtime_allocates(tmp_path):
     Measured: planner 490.7 MB, stage 0 455.1 MB, stage 1 292.6 MB; with
     one activation set (microbatches one after another) stage 0 allocated
     259.0 MB, which the planner's 1F1B figure does not describe."""
-    import json
-    import re
-    import subprocess
-    import numpy as np
-    from parax.checkpoint import save_safetensors
-    from parax.models.builder import parameter_shapes
-    tool("parax-run-simt")
     d = str(tmp_path)
     cfg = llama_training_step(d, 2, 1024, "bf16", hidden=1024, ffn=3584, layers=4, heads=8, kv_heads=2,
                               vocab=8192, positions=1024, theta=500000.0)
-    save_safetensors(os.path.join(d, "w.safetensors"),
-                     {k: np.zeros(s, np.float32) for k, s in parameter_shapes(cfg).items()}, dtype="bf16")
-    np.save(os.path.join(d, "tokens.npy"), np.zeros((8, 1024), np.int32))
     workload = "train:batch=8,seq=1024,pp=2,dp=1,tp=1,mbs=2,schedule=1f1b,recompute=none"
-    cluster = "dgx-h100:devices_per_node=2"
-    report = json.loads(subprocess.run(
-        [tool("parax-plan"), os.path.join(d, "model.mlir"), "--cluster", cluster, "--workload", workload,
-         "--json", "--top", "1"], capture_output=True, text=True, check=True, timeout=120).stdout)
-    plan = report["plans"][0]
+    plan, planner, ranks = planned_and_allocated(d, cfg, 8, 1024, workload, "dgx-h100:devices_per_node=2", ranks=2)
     assert plan["micro_batches"] == 4 and plan["micro_batch"] == 2, plan
-    memory = plan["memory_bytes"]
-    planner = memory["weights"] + memory["gradients"] + memory["activations"]
-    partitioned, exe = os.path.join(d, "train.mlir"), os.path.join(d, "train.pxe")
-    subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
-                    f"--parax-plan=cluster={cluster} workload={workload}", "--parax-autodiff", "--parax-recompute",
-                    "--parax-partition", "-o", partitioned], check=True, timeout=120)
-    subprocess.run([tool("parax-translate"), "--to-executable", partitioned, "-o", exe], check=True, timeout=120)
-    tokens = os.path.join(d, "tokens.npy")
-    out = subprocess.run(["mpirun", "-np", "2", tool("parax-run-simt"), exe, "--weights",
-                          os.path.join(d, "w.safetensors"), "--input", tokens, "--input", tokens, "--device", "cuda",
-                          "--steps", "0"], capture_output=True, text=True, check=True, timeout=300,
-                         env=cuda_cases.MPI_ENV).stdout
-    ranks = [int(b) - 2 * 32 * 2**20 for b in re.findall(r"(\d+) bytes of device memory", out)]
-    assert len(ranks) == 2, out
     runtime = max(ranks)
     print(f"planner {planner / 1e6:.1f} MB, runtime {runtime / 1e6:.1f} MB (ranks {ranks})")
-    assert runtime <= planner <= 1.15 * runtime, (planner, ranks, out)
+    assert runtime <= planner <= 1.15 * runtime, (planner, ranks)
