@@ -416,17 +416,19 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             }
             double pipeline = slots * slowest;
             double ppComm = pp > 1 ? 2 * slots * p2p * v : 0;
-            // Gradient synchronisation, overlapped with the last backward.
+            // Gradient synchronisation, overlapped with the last backward:
+            // the step's fp32 gradient sums reduced (4 bytes a parameter,
+            // as the runtime and Megatron-LM's bf16 training reduce them),
+            // the parameters gathered in their own type.
             double e = model.elementBytes;
             double sync = 0;
             auto syncOver = [&](double params, Group group) {
               if (group.size <= 1 || params <= 0)
                 return 0.0;
-              double bytes = params * e;
               if (zero == 0)
-                return collectiveTime(cluster, CollectiveKind::AllReduce, bytes, group);
-              double gather = collectiveTime(cluster, CollectiveKind::AllGather, bytes, group);
-              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter, bytes, group);
+                return collectiveTime(cluster, CollectiveKind::AllReduce, 4 * params, group);
+              double gather = collectiveTime(cluster, CollectiveKind::AllGather, e * params, group);
+              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter, 4 * params, group);
               // ZeRO-1/2 gather the updated parameters once per step; ZeRO-3
               // gathers them for every microbatch's forward and backward.
               return t + (zero == 3 ? 2.0 * m * gather : gather);
