@@ -545,8 +545,9 @@ struct CudaExecutor::State {
   /// instruction); with `marks` (instructions + 1 events), records marks[k]
   /// on the compute stream before instruction k and the last after the
   /// range. Sends held by the range before go in one group with this
-  /// range's leading receives; with `holdSends`, this range's trailing
-  /// sends are held for the next range (see CudaExecutor::runRange).
+  /// range's leading receives; with `holdSends`, this range's sends after
+  /// its last receive are held for the next range (see
+  /// CudaExecutor::runRange).
   Status issue(int begin, int end, bool holdSends = false, const std::vector<cudaEvent_t> *marks = nullptr);
   std::vector<NcclCommunicator::PointToPoint> heldSends;
   /// A send's or recv's transfer: its buffer (in the activation set in
@@ -564,10 +565,10 @@ struct CudaExecutor::State {
   // the split -- in memory of its own; temporaries within one half share
   // the arena. setMemory[set][j]: where held[j] lives in that set.
   int backward = -1;
-  int sets = 1, set = 0;
+  int sets = 1;
   std::vector<int32_t> held;
   std::vector<std::vector<void *>> setMemory;
-  std::vector<void *> setAllocations; // sets' memory beyond the first set's
+  std::vector<void *> setAllocations; // the sets' memory (but set 0's inputs: prepare's)
   size_t setBytes = 0;                // one set's memory
 
   // The step as a CUDA graph (see CudaExecutor::run).
@@ -1652,7 +1653,6 @@ Status CudaExecutor::useActivations(int set) {
   if (set < 0 || set >= s.sets)
     return Status::error("activation set " + std::to_string(set) + " of " + std::to_string(s.sets));
   for (size_t j = 0; j < s.held.size(); ++j) s.buffers[s.held[j]].data = s.setMemory[set][j];
-  s.set = set;
   return Status::ok();
 }
 

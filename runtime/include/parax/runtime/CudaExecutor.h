@@ -91,12 +91,12 @@ public:
   int activationSets() const;
   size_t activationSetBytes() const; // one set's device memory
   /// Instructions [begin, end) of the stage; returns when the GPU is done.
-  /// With `holdSends`, the range's trailing sends are held and issued with
-  /// the next range's (or run's) leading receives as one group: in 1F1B two
-  /// neighbouring stages each send before they receive (stage s the
-  /// activations of microbatch m + 1, stage s + 1 the gradient of m), and
-  /// a send may wait for its receive (NCCL), so apart they would wait for
-  /// each other. The step's last range holds none.
+  /// With `holdSends`, the range's sends after its last receive are held
+  /// and issued with the next range's (or run's) leading receives as one
+  /// group: in 1F1B two neighbouring stages each send before they receive
+  /// (stage s the activations of microbatch m + 1, stage s + 1 the
+  /// gradient of m), and a send may wait for its receive (NCCL), so apart
+  /// they would wait for each other. The step's last range holds none.
   Status runRange(int begin, int end, bool holdSends);
 
   /// Before prepare: keep the parameters' values as loaded (fp32, before
