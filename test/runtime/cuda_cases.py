@@ -1036,7 +1036,7 @@ def main():
     os.makedirs(args.dir, exist_ok=True)
     sys.path.insert(0, HERE)
     if args.verb == "prepare":
-        for name in all_cases():
+        for name in args.cases.split(",") if args.cases else all_cases():
             prepare_any(name, args.dir, args.bin)
         prepare_bench(args.dir, args.bin)
         return 0

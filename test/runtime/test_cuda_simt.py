@@ -51,10 +51,11 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         # These shapes choose the grouped expert GEMM; the per-expert path too
         # (the experts' gradient has one path).
         envs.append({"PARAX_EXPERTS": "per-expert"})
-    if cuda_cases.is_multi_rank(name, str(tmp_path)):
+    if cuda_cases.is_multi_rank(name, str(tmp_path)) and name not in cuda_cases.TRAIN:
         # Captured steps replay their collectives in issue order; without
         # graphs every step's transfers wait, lazily, until the compute
         # stream needs them, after the temporaries they read may have died.
+        # (A training step is never captured: it synchronises the host.)
         envs.append(dict(nccl, PARAX_CUDA_GRAPHS="0"))
     for env in envs:
         # Every temporary turns to NaN after its last use (its memory may be
