@@ -524,14 +524,14 @@ struct CudaExecutor::State {
     }
     return sync();
   }
-  /// The compute stream waits for the collective just issued (if it has
-  /// not finished already).
   /// The collectives issued from now on are the optimizer's (for reports).
   void issueAsOptimizer() {
     if (!comm) return;
     comm->issuerStage = host.stage();
     comm->issuerInstruction = -1;
   }
+  /// The compute stream waits for the collective just issued (if it has
+  /// not finished already).
   Status awaitIssued() {
     cudaEvent_t done = comm ? comm->takeIssued() : nullptr;
     if (done) PARAX_CUDA(cudaStreamWaitEvent(stream, done, 0));
@@ -1148,8 +1148,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
     comm->issuerInstruction = begin;
     Status st = completePending();
     if (st.isOk()) st = comm->exchange(group, stream);
-    if (st.isOk()) st = deferUntilNeeded({}, nullptr);
-    if (st.isOk()) st = completePending();
+    if (st.isOk()) st = awaitIssued();
     if (!st.isOk() && comm->aborted) return st;
     if (!st.isOk()) return failed(begin, "exchanging with the pipeline's neighbours", st);
   }
@@ -1243,10 +1242,7 @@ Status CudaExecutor::State::reduceGradient(int i) {
   // stream reads it before the step's host synchronisation (its watchdog
   // waits for it), so nothing waits for it here.
   const unsigned mask = 1u << optimizer.replicaAxis;
-  if (comm) {
-    comm->issuerStage = host.stage();
-    comm->issuerInstruction = -1;
-  }
+  issueAsOptimizer();
   st = optimizer.zero ? comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, mask, stream)
                       : comm->allReduce(slot.sum, slot.n, Elem::F32, mask, stream);
   if (st.isOk()) (void)comm->takeIssued();
