@@ -8,7 +8,9 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <cstdlib>
 #include <map>
+#include <set>
 
 namespace parax {
 #define GEN_PASS_DEF_PARAXPARTITIONPASS
@@ -100,6 +102,11 @@ private:
   // that holds the parameter, in its layout (gradParam: result -> argument).
   std::map<int64_t, SmallVector<unsigned>> returnsOf;
   DenseMap<unsigned, unsigned> gradParam;
+  // Interleaved 1F1B: each pipeline stage runs `chunks` model chunks,
+  // virtual stages c * stages + stage (an op's `parax.stage` names its
+  // virtual stage; virtualOf keeps it for every original value and op).
+  int64_t chunks = 1;
+  DenseMap<Value, int64_t> virtualOf;
 
   RankedTensorType globalType(Value v) {
     return cast<RankedTensorType>(v.getType());
@@ -358,18 +365,45 @@ LogicalResult FunctionPartitioner::buildStage(
       for (Value result : op->getResults())
         if (received.contains(result))
           incoming[from].push_back(result);
-  auto receive = [&](Value value) {
+  // Interleaved chunks: the runtime runs a stage's program in ranges, each
+  // one chunk's forward or backward pass for one microbatch (a last
+  // stage's last chunk: both), in Megatron's order; a range begins at its
+  // first receive, marked `range_start` (the first chunk's forward begins
+  // the program). A value may only cross to the next virtual stage
+  // (activations) or the one before (gradients), received in the range
+  // that reads it, so that ranges pair up with their peers' in order.
+  std::set<std::pair<int64_t, bool>> rangesBegun; // (virtual stage, backward)
+  auto receive = [&](Value value, Operation *reader) -> LogicalResult {
     if (isa<BlockArgument>(value) || local.count(value))
-      return;
+      return success();
     int64_t from = definedIn.lookup(value);
     while (!local.count(value)) {
       Value next = incoming[from][nextIncoming[from]++];
       Type type = localType(globalType(next), layouts[next], grid);
-      Value recv = RecvOp::create(b, next.getLoc(), type, grid.ref,
-                                  b.getStrArrayAttr({kPipelineAxis}),
-                                  b.getI64IntegerAttr(from));
+      auto recv = RecvOp::create(b, next.getLoc(), type, grid.ref,
+                                 b.getStrArrayAttr({kPipelineAxis}),
+                                 b.getI64IntegerAttr(from));
       local[next] = {recv, layouts[next]};
+      if (chunks == 1)
+        continue;
+      if (!reader)
+        return function.emitError("interleaved pipeline: result ")
+               << "made on virtual stage " << virtualOf.lookup(next)
+               << " is returned by another stage; results must be made where they are returned";
+      int64_t sender = virtualOf.lookup(next), to = stageOf(reader);
+      if (next != value)
+        return reader->emitError("interleaved pipeline: a value of virtual stage ")
+               << sender << " would be received before this op (virtual stage " << to
+               << ") needs it: chunks must read their peers' values in the order they are made";
+      if (std::abs(sender - to) != 1)
+        return reader->emitError("interleaved pipeline: this op on virtual stage ")
+               << to << " reads a value of virtual stage " << sender
+               << "; chunks may only exchange with the next and the previous virtual stage";
+      bool backward = sender > to;
+      if (rangesBegun.insert({to, backward}).second && (backward || to >= stages))
+        recv->setAttr("range_start", b.getUnitAttr());
     }
+    return success();
   };
   // The other stages each value made here goes to.
   DenseMap<Value, SmallVector<int64_t>> sendTo;
@@ -412,7 +446,8 @@ LogicalResult FunctionPartitioner::buildStage(
   DispatchCache dispatched;
   for (Operation *op : ops) {
     for (Value operand : op->getOperands())
-      receive(operand);
+      if (failed(receive(operand, op)))
+        return failure();
     SmallVector<Layout> results;
     for (Value result : op->getResults())
       results.push_back(layouts[result]);
@@ -466,7 +501,8 @@ LogicalResult FunctionPartitioner::buildStage(
   SmallVector<Value> returns;
   SmallVector<Layout> returnLayouts;
   for (unsigned i : returnsOf[stage])
-    receive(terminator->getOperand(i));
+    if (failed(receive(terminator->getOperand(i), nullptr)))
+      return failure();
   for (unsigned i : returnsOf[stage]) {
     Value result = terminator->getOperand(i);
     auto param = gradParam.find(i);
@@ -503,6 +539,8 @@ LogicalResult FunctionPartitioner::buildStage(
   NamedAttrList pipeline;
   pipeline.append("stage", builder.getI64IntegerAttr(stage));
   pipeline.append("stages", builder.getI64IntegerAttr(stages));
+  if (chunks > 1)
+    pipeline.append("chunks", builder.getI64IntegerAttr(chunks));
   if (auto plan = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPlanAttrName)) {
     if (Attribute schedule = plan.get("schedule"))
       pipeline.append("schedule", schedule);
@@ -550,22 +588,33 @@ LogicalResult FunctionPartitioner::run() {
   // Stages.
   std::map<int64_t, SmallVector<Operation *>> byStage;
   DenseMap<Value, int64_t> definedIn;
-  for (Operation &op : function.getBody().front().without_terminator()) {
-    int64_t stage = stageOf(&op);
-    byStage[stage].push_back(&op);
-    for (Value result : op.getResults())
-      definedIn[result] = stage;
-  }
-  int64_t stages = byStage.empty() ? 1 : byStage.rbegin()->first + 1;
-  if (stages > 1) {
+  std::set<int64_t> named; // virtual stages
+  for (Operation &op : function.getBody().front().without_terminator())
+    named.insert(stageOf(&op));
+  int64_t virtualStages = named.empty() ? 1 : *named.rbegin() + 1;
+  int64_t stages = virtualStages;
+  if (virtualStages > 1) {
     int64_t axis = grid.sizes.lookup(kPipelineAxis);
-    if (axis != stages)
+    if (axis < 1 || virtualStages % axis != 0)
       return function.emitError("ops name ")
-             << stages << " pipeline stages but the grid's '" << kPipelineAxis
-             << "' axis has size " << axis;
-    for (int64_t s = 0; s < stages; ++s)
-      if (!byStage.count(s))
+             << virtualStages << " pipeline stages but the grid's '" << kPipelineAxis
+             << "' axis has size " << axis
+             << " (interleaved chunks: a multiple of it)";
+    for (int64_t s = 0; s < virtualStages; ++s)
+      if (!named.count(s))
         return function.emitError("pipeline stage ") << s << " has no ops";
+    stages = axis;
+    chunks = virtualStages / axis;
+  }
+  for (Operation &op : function.getBody().front().without_terminator()) {
+    int64_t stage = stageOf(&op) % stages;
+    byStage[stage].push_back(&op);
+    for (Value result : op.getResults()) {
+      definedIn[result] = stage;
+      virtualOf[result] = stageOf(&op);
+    }
+  }
+  if (stages > 1) {
     // Results of earlier stages (a layer's new keys and values) travel to
     // the last stage, which returns them all.
   } else if (byStage.empty()) {

@@ -132,11 +132,23 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     // Op layouts and stages.
     std::vector<LayerPlan> layers =
         layerPlansFor(*model, clusterSpec, work, plan);
+    // Interleaved 1F1B with v chunks a device: the decoder layers cut into
+    // pp x v virtual stages of (nearly) equal counts, virtual stage c on
+    // pipeline stage c % pp (Megatron's layout); the prologue goes with the
+    // first, the epilogue with the last. `parax.stage` is the virtual stage
+    // (the partitioner maps it to the grid's pp axis).
+    const int64_t chunks = plan.schedule == Schedule::Interleaved && plan.pp > 1
+                               ? plan.pp * plan.virtualStages
+                               : 0;
     for (size_t l = 0; l < model->layers.size(); ++l) {
       int64_t stage = 0;
       for (size_t s = 0; s < plan.stageStart.size(); ++s)
         if (static_cast<int64_t>(l) >= plan.stageStart[s])
           stage = s;
+      if (chunks > 0) {
+        int64_t decoder = model->numDecoderLayers, index = model->layers[l].index;
+        stage = index < 0 ? 0 : index >= decoder ? chunks - 1 : index * chunks / decoder;
+      }
       const LayerGraph &layer = model->layers[l];
       const LayerPlan &lp = layers[l];
       for (size_t i = 0; i < layer.ops.size(); ++i) {
@@ -195,6 +207,8 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     summary.append("micro_batch", b.getI64IntegerAttr(plan.microBatch));
     summary.append("micro_batches", b.getI64IntegerAttr(plan.microBatches));
     summary.append("schedule", b.getStringAttr(toString(plan.schedule)));
+    if (plan.schedule == Schedule::Interleaved)
+      summary.append("virtual_stages", b.getI64IntegerAttr(plan.virtualStages));
     summary.append("zero", b.getI64IntegerAttr(plan.zero));
     summary.append("recompute", b.getStringAttr(toString(plan.recompute)));
     summary.append("step_time_s", b.getF64FloatAttr(plan.stepTime));

@@ -297,12 +297,17 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         // Schedules; interleaved 1F1B with v model chunks per device needs
         // at least v layers per device and m a multiple of pp (Megatron's
         // rule); chunks may differ by a layer.
-        const std::pair<Schedule, int64_t> schedules[] = {
+        // A pinned chunks=v is tried whatever it is.
+        llvm::SmallVector<std::pair<Schedule, int64_t>, 6> schedules = {
             {Schedule::OneFOneB, 1},    {Schedule::Interleaved, 2},
             {Schedule::Interleaved, 4}, {Schedule::Interleaved, 8},
             {Schedule::GPipe, 1}};
+        if (w.chunks && *w.chunks != 2 && *w.chunks != 4 && *w.chunks != 8)
+          schedules.push_back({Schedule::Interleaved, *w.chunks});
         for (auto [sched, v] : schedules) {
           if (w.schedule && *w.schedule != sched)
+            continue;
+          if (w.chunks && (sched != Schedule::Interleaved || *w.chunks != v))
             continue;
           if (pp == 1 && sched != Schedule::OneFOneB)
             continue;

@@ -153,6 +153,11 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
       if (!s)
         return workloadError(spec, "schedule must be gpipe, 1f1b or interleaved");
       w.schedule = *s;
+    } else if (key == "chunks") {
+      int64_t chunks;
+      if (Error e = integer(chunks, 2))
+        return std::move(e);
+      w.chunks = chunks;
     } else {
       return workloadError(spec, "unknown key '" + key + "'");
     }
@@ -167,6 +172,9 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
   } else if (w.seq <= 0) {
     return workloadError(spec, toString(w.kind) + Twine(" needs seq=N"));
   }
+  if (w.chunks && w.schedule && *w.schedule != Schedule::Interleaved)
+    return workloadError(spec, "chunks is interleaved 1F1B's: schedule=" +
+                                   Twine(plan::toString(*w.schedule)) + " has one a stage");
   if (w.microBatch && w.batch % w.microBatch)
     return workloadError(spec, "mbs must divide batch");
   if (w.cp && *w.cp > 1 && w.kind == WorkloadKind::Decode)

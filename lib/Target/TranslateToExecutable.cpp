@@ -265,7 +265,7 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
   // Stage functions, in stage order.
   std::map<int64_t, func::FuncOp> stages;
   std::string scheduleKind = "1f1b";
-  int64_t microBatches = 1, zeroStage = 0;
+  int64_t microBatches = 1, zeroStage = 0, chunks = 1;
   for (auto function : module.getOps<func::FuncOp>()) {
     if (function.isExternal())
       continue;
@@ -278,6 +278,8 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
         microBatches = micro.getInt();
       if (auto zero = pipeline.getAs<IntegerAttr>("zero"))
         zeroStage = zero.getInt();
+      if (auto count = pipeline.getAs<IntegerAttr>("chunks"))
+        chunks = count.getInt();
     }
     if (!stages.emplace(index, function).second)
       return function.emitError("two functions for pipeline stage ") << index;
@@ -295,6 +297,8 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
   exe.mutable_schedule()->set_kind(scheduleKind);
   exe.mutable_schedule()->set_micro_batches(microBatches);
   exe.mutable_schedule()->set_zero_stage(static_cast<int32_t>(zeroStage));
+  if (chunks > 1)
+    exe.mutable_schedule()->set_chunks(static_cast<int32_t>(chunks));
   std::string bytes;
   if (!exe.SerializeToString(&bytes))
     return module.emitError("cannot serialise the executable");

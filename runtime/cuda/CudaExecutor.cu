@@ -30,6 +30,7 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -169,6 +170,7 @@ struct CudaExecutor::State {
   std::vector<std::vector<int>> slotsOf;
   std::vector<bool> reduced;
   bool streaming = false, streamFirst = false;
+  int streamRange = -1; // the range streamed (-1: the whole program)
   size_t streamedEarly = 0; // reductions issued with instructions still to run (the last run)
   Status reduceGradient(int slot);
   Status reduceGradientsOf(int k);
@@ -559,13 +561,29 @@ struct CudaExecutor::State {
             peerRank(attrStrings(inst.attrs(), "axes").at(0), attrInt(inst.attrs(), "peer")), sending};
   }
 
-  // 1F1B pipeline training (CudaExecutor::holdActivations): the stage splits
-  // at instruction `backward`; each of `sets` sets holds what a microbatch
-  // keeps between its halves -- the inputs and the temporaries live across
-  // the split -- in memory of its own; temporaries within one half share
-  // the arena. setMemory[set][j]: where held[j] lives in that set.
-  int backward = -1;
-  int sets = 1;
+  // Pipeline training (CudaExecutor::holdActivations): the stage runs in
+  // `ranges`; each of `sets` sets holds what a microbatch keeps between its
+  // ranges -- the inputs, the temporaries live across a range's start, the
+  // results of the receives that begin a range (received ahead, by
+  // exchange) and the operands of the sends that end one (held for the
+  // next step's group) -- in memory of its own; temporaries within one
+  // range share the arena. setMemory[set][j]: where held[j] lives in that
+  // set.
+  std::vector<PipelineRange> ranges;
+  int sets = 1, currentSet = 0;
+  std::set<std::pair<int, int>> receivedAhead; // (set, range start): its leading receives done
+  /// The range a bound gradient belongs to (its writer's, or the last range
+  /// when a forward range writes it); -1 without ranges.
+  int rangeOfSlot(int i) const {
+    if (ranges.empty()) return -1;
+    int writer = -1;
+    for (int k = 0; k < static_cast<int>(slotsOf.size()) && writer < 0; ++k)
+      if (std::find(slotsOf[k].begin(), slotsOf[k].end(), i) != slotsOf[k].end()) writer = k;
+    for (int r = 0; r < static_cast<int>(ranges.size()); ++r)
+      if (writer >= ranges[r].begin && writer < ranges[r].end && ranges[r].backward) return r;
+    return static_cast<int>(ranges.size()) - 1;
+  }
+  bool inRange(int slot, int range) const { return range < 0 || rangeOfSlot(slot) == range; }
   std::vector<int32_t> held;
   std::vector<std::vector<void *>> setMemory;
   std::vector<void *> setAllocations; // the sets' memory (but set 0's inputs: prepare's)
@@ -849,14 +867,40 @@ Status CudaExecutor::State::placeTemporaries() {
       for (int32_t id : *list) last[id] = std::max(last[id], until);
   }
   for (int32_t id : stage.outputs()) last[id] = n; // read after the step
-  // 1F1B (holdActivations): a temporary live across the split is held, in
-  // each set's memory; the others share the arena.
+  // Ranges (holdActivations): what begins and ends a range -- received
+  // ahead, or sent in the next step's group -- gets memory of its own in
+  // each set, live through the whole program: a step's group receives
+  // into one microbatch's set while it sends from another's (or the same
+  // set's, a microbatch later), and what it sends must not be what it
+  // receives into.
+  std::vector<bool> pinned(stage.buffers_size(), false);
+  for (const PipelineRange &r : ranges) {
+    int k = r.begin;
+    for (; k < r.end && (skipped[k] || stage.instructions(k).op() == "recv"); ++k)
+      for (int32_t id : stage.instructions(k).results()) pinned[id] = true;
+    int lastReceive = k - 1;
+    for (int j = k; j < r.end; ++j)
+      if (!skipped[j] && stage.instructions(j).op() == "recv") lastReceive = j;
+    for (int j = lastReceive + 1; j < r.end; ++j)
+      if (!skipped[j] && stage.instructions(j).op() == "send")
+        for (int32_t id : stage.instructions(j).operands()) pinned[id] = true;
+  }
+  for (int32_t id = 0; id < stage.buffers_size(); ++id)
+    if (pinned[id] && first[id] <= last[id]) {
+      first[id] = 0;
+      last[id] = n;
+    }
+  auto crosses = [&](int32_t id) {
+    for (const PipelineRange &r : ranges)
+      if (r.begin > 0 && first[id] < r.begin && last[id] >= r.begin) return true;
+    return false;
+  };
   std::vector<int32_t> shared;
   std::vector<BufferLifetime> lifetimes, heldLifetimes;
   std::vector<bool> untouched; // by a step (a fused concat's or linear's result): no memory
   held.clear();
   for (int32_t id : ids) {
-    if (backward >= 0 && first[id] < backward && last[id] >= backward) {
+    if (!ranges.empty() && first[id] <= last[id] && (pinned[id] || crosses(id))) {
       held.push_back(id);
       heldLifetimes.push_back({buffers[id].bytes(), first[id], last[id]});
       continue;
@@ -892,7 +936,7 @@ Status CudaExecutor::State::placeTemporaries() {
     }
     if (poison && last[shared[j]] < n && !untouched[j]) poisonAfter[last[shared[j]]].push_back(shared[j]);
   }
-  if (backward < 0) return Status::ok();
+  if (ranges.empty()) return Status::ok();
   // Each set: the held temporaries (one block, or one allocation each) and
   // its own inputs (set 0: the inputs prepare uploaded).
   BufferPlan plan = planBuffers(heldLifetimes, 256);
@@ -1136,13 +1180,16 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
   const pxe::Stage &stage = host.stageProgram();
   if (begin == 0) overlapped = 0;
   int from = begin; // (before: the leading receives, grouped)
-  if (!heldSends.empty()) { // (held only with a communicator)
+  auto leading = [&](int k) { return k < end && (skipped[k] || stage.instructions(k).op() == "recv"); };
+  if (receivedAhead.erase({currentSet, begin})) { // by exchange, with the held sends
+    while (leading(from)) ++from;
+  } else if (!heldSends.empty()) { // (held only with a communicator)
     // The sends the range before held, with this range's leading receives:
     // one group, complete before anything else runs (the sends' buffers
     // may be this range's temporaries).
     std::vector<NcclCommunicator::PointToPoint> group;
     group.swap(heldSends);
-    for (; from < end && (skipped[from] || stage.instructions(from).op() == "recv"); ++from)
+    for (; leading(from); ++from)
       if (!skipped[from]) group.push_back(pointToPoint(stage.instructions(from)));
     comm->issuerStage = host.stage();
     comm->issuerInstruction = begin;
@@ -1193,7 +1240,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
   }
   Status st = completePending();
   for (size_t i = 0; i < slots.size() && streaming && st.isOk(); ++i) // written before the range, or not overlapped
-    if (!reduced[i]) st = reduceGradient(static_cast<int>(i));
+    if (!reduced[i] && inRange(static_cast<int>(i), streamRange)) st = reduceGradient(static_cast<int>(i));
   streaming = false;
   if (st.isOk() && marks) PARAX_CUDA(cudaEventRecord(marks->back(), stream));
   return st;
@@ -1395,20 +1442,24 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
   return s.sync();
 }
 
-Status CudaExecutor::streamGradients(bool first) {
+Status CudaExecutor::streamGradients(bool first, int range) {
   State &s = *s_;
   if (s.slots.empty()) return Status::error("streamGradients: no optimizer bound");
   s.streaming = true;
   s.streamFirst = first;
-  s.streamedEarly = 0;
+  s.streamRange = range;
+  if (std::none_of(s.reduced.begin(), s.reduced.end(), [](bool r) { return r; }))
+    s.streamedEarly = 0; // the step's first streamed range
   return Status::ok();
 }
 
 size_t CudaExecutor::gradientsReducedEarly() const { return s_->streamedEarly; }
 
-Status CudaExecutor::accumulateGradients(bool first) {
+Status CudaExecutor::accumulateGradients(bool first, int range) {
   State &s = *s_;
-  for (const State::OptimizerSlot &slot : s.slots) {
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    const State::OptimizerSlot &slot = s.slots[i];
+    if (!s.inRange(static_cast<int>(i), range)) continue;
     const DeviceBuffer &out = s.buffers[s.host.stageProgram().outputs(slot.g.output)];
     Status st = withFloat(out, [&](auto t) {
       using T = decltype(t);
@@ -1618,10 +1669,13 @@ Status CudaExecutor::run() {
   return s.sync();
 }
 
-Status CudaExecutor::holdActivations(int sets) {
+Status CudaExecutor::holdActivations(int sets, const std::vector<PipelineRange> &ranges) {
   State &s = *s_;
-  int backward = backwardStart(s.host.stageProgram());
-  if (sets <= 1 || backward < 0 || s.sets > 1) return Status::ok();
+  if (sets < 1 || ranges.empty() || !s.ranges.empty()) return Status::ok();
+  for (size_t r = 0; r < ranges.size(); ++r)
+    if (ranges[r].begin < 0 || ranges[r].end > s.host.stageProgram().instructions_size() ||
+        ranges[r].begin > ranges[r].end || (r > 0 && ranges[r].begin != ranges[r - 1].end))
+      return Status::error("activation sets: ranges that do not cut the stage's program in order");
   if (!s.ownsArena) return Status::error("activation sets: this program borrows another's temporary memory");
   // Placed again, split: the first placement's memory goes.
   if (s.arena) {
@@ -1638,7 +1692,7 @@ Status CudaExecutor::holdActivations(int sets) {
     b.data = nullptr;
     b.inArena = false;
   }
-  s.backward = backward;
+  s.ranges = ranges;
   s.sets = sets;
   s.graphs = false; // the sets' buffers move between runs
   return s.placeTemporaries();
@@ -1649,6 +1703,38 @@ Status CudaExecutor::useActivations(int set) {
   if (set < 0 || set >= s.sets)
     return Status::error("activation set " + std::to_string(set) + " of " + std::to_string(s.sets));
   for (size_t j = 0; j < s.held.size(); ++j) s.buffers[s.held[j]].data = s.setMemory[set][j];
+  s.currentSet = set;
+  return Status::ok();
+}
+
+Status CudaExecutor::exchange(const std::vector<std::pair<int, int>> &setAndBegin) {
+  State &s = *s_;
+  const pxe::Stage &stage = s.host.stageProgram();
+  std::vector<NcclCommunicator::PointToPoint> group;
+  group.swap(s.heldSends);
+  const int current = s.currentSet;
+  Status st = Status::ok();
+  for (const auto &[set, begin] : setAndBegin) {
+    if (!s.receivedAhead.insert({set, begin}).second)
+      return Status::error("exchange: the receives at " + std::to_string(begin) + " of activation set " +
+                           std::to_string(set) + " are done already");
+    st = useActivations(set);
+    for (int k = begin; st.isOk() && k < stage.instructions_size() &&
+                        (s.skipped[k] || stage.instructions(k).op() == "recv");
+         ++k)
+      if (!s.skipped[k]) group.push_back(s.pointToPoint(stage.instructions(k)));
+  }
+  if (st.isOk()) st = useActivations(current);
+  if (!st.isOk() || group.empty()) return st;
+  if (!s.comm) return Status::error("exchange: sends and receives without a communicator");
+  s.comm->issuerStage = s.host.stage();
+  s.comm->issuerInstruction = setAndBegin.empty() ? 0 : setAndBegin.front().second;
+  st = s.completePending();
+  if (st.isOk()) st = s.comm->exchange(group, s.stream);
+  if (st.isOk()) st = s.awaitIssued();
+  if (!st.isOk() && s.comm->aborted) return st;
+  if (!st.isOk())
+    return s.failed(s.comm->issuerInstruction, "exchanging with the pipeline's neighbours", st);
   return Status::ok();
 }
 

@@ -1,6 +1,7 @@
 // Executable.cpp - loading and validating a .pxe file.
 
 #include "parax/runtime/Executable.h"
+#include "parax/runtime/PipelineSchedule.h"
 
 #include <cmath>
 #include <fstream>
@@ -257,6 +258,14 @@ Status validateExecutable(const pxe::Executable &exe) {
     return fail("schedule.zero_stage", "is " + std::to_string(exe.schedule().zero_stage()) + ", not 0 to 3");
   if (exe.stages_size() == 0)
     return fail("stages", "is empty");
+  if (exe.schedule().chunks() < 0 || (exe.schedule().chunks() > 1 && exe.stages_size() < 2))
+    return fail("schedule.chunks", "is " + std::to_string(exe.schedule().chunks()) +
+                                       ": model chunks need two pipeline stages or more");
+  for (int s = 0; s < exe.stages_size() && exe.schedule().chunks() > 1; ++s) {
+    StatusOr<std::vector<PipelineRange>> ranges = pipelineRanges(exe, s);
+    if (!ranges.isOk())
+      return fail("stages[" + std::to_string(s) + "]", ranges.status().message());
+  }
   int64_t pp = axisSize(exe, "pp");
   if (exe.stages_size() > 1 && pp != exe.stages_size())
     return fail("stages", std::to_string(exe.stages_size()) +

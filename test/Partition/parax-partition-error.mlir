@@ -114,3 +114,54 @@ func.func @negative_loss_split_unlike_its_labels(%l: tensor<2x8x16xf32>, %y: ten
   %loss = parax.cross_entropy %l, %y {parax.shardings = [#parax.sharding<@g, [], partial = {dp}>]} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+parax.grid @g(pp = 2)
+// expected-error @+1 {{ops name 3 pipeline stages but the grid's 'pp' axis has size 2 (interleaved chunks: a multiple of it)}}
+func.func @negative_chunks_not_a_multiple(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = parax.silu %x {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %b = parax.silu %a {parax.stage = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %c = parax.silu %b {parax.stage = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return %c : tensor<4xf32>
+}
+
+// -----
+
+parax.grid @g(pp = 2)
+// Interleaved chunks exchange only with their neighbouring virtual stages:
+// the runtime pairs each chunk's receives with its neighbour's sends.
+func.func @negative_chunks_skip_a_stage(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = parax.silu %x {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %b = parax.silu %x {parax.stage = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %c = parax.silu %b {parax.stage = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @+1 {{interleaved pipeline: this op on virtual stage 3 reads a value of virtual stage 0; chunks may only exchange with the next and the previous virtual stage}}
+  %d = parax.add %a, %c {parax.stage = 3 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %d : tensor<4xf32>
+}
+
+// -----
+
+parax.grid @g(pp = 2)
+func.func @negative_chunks_out_of_order(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = parax.silu %x {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %a2 = parax.silu %a {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @+1 {{interleaved pipeline: a value of virtual stage 0 would be received before this op (virtual stage 1) needs it}}
+  %b = parax.silu %a2 {parax.stage = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %c = parax.silu %b {parax.stage = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %d = parax.add %c, %a {parax.stage = 3 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %d : tensor<4xf32>
+}
+
+// -----
+
+parax.grid @g(pp = 2)
+// expected-error @+1 {{interleaved pipeline: result made on virtual stage 2 is returned by another stage}}
+func.func @negative_chunks_result_elsewhere(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = parax.silu %x {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %b = parax.silu %a {parax.stage = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %c = parax.silu %b {parax.stage = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %d = parax.silu %c {parax.stage = 3 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %e = parax.add %c, %c {parax.stage = 2 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %e : tensor<4xf32>
+}

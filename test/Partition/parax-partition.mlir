@@ -346,3 +346,35 @@ func.func @back_and_forth(%x: tensor<4xf32>) -> tensor<4xf32> {
   %c = parax.silu %b {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
   return %c : tensor<4xf32>
 }
+
+// -----
+
+parax.grid @g(pp = 2)
+// Interleaved chunks: four virtual stages on a pp axis of 2, virtual stage
+// c on stage c % 2. Each stage's function holds its two chunks; the second
+// chunk's forward pass begins at a receive marked range_start (the first
+// chunk's begins the program), and the last chunk's activations travel
+// from stage 1 back to stage 0.
+// CHECK-LABEL: func.func @chunks_stage0
+// CHECK-SAME: parax.pipeline = {chunks = 2 : i64, stage = 0 : i64, stages = 2 : i64}
+// CHECK: parax.silu
+// CHECK-NEXT: parax.send {{.*}} to 1
+// CHECK-NEXT: parax.recv {{.*}} from 1 {range_start}
+// CHECK-NEXT: parax.silu
+// CHECK-NEXT: parax.send {{.*}} to 1
+// CHECK-NEXT: return
+// CHECK-LABEL: func.func @chunks_stage1
+// CHECK-SAME: parax.pipeline = {chunks = 2 : i64, stage = 1 : i64, stages = 2 : i64}
+// CHECK: parax.recv {{.*}} from 0 :
+// CHECK-NEXT: parax.silu
+// CHECK-NEXT: parax.send {{.*}} to 0
+// CHECK-NEXT: parax.recv {{.*}} from 0 {range_start}
+// CHECK-NEXT: parax.silu
+// CHECK-NEXT: return
+func.func @chunks(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = parax.silu %x {parax.stage = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %b = parax.silu %a {parax.stage = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %c = parax.silu %b {parax.stage = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %d = parax.silu %c {parax.stage = 3 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return %d : tensor<4xf32>
+}

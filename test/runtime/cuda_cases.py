@@ -183,6 +183,16 @@ TRAIN = {
                                               {"micro": 3}),
     # experts' all-to-alls inside the halves
     "train-mixtral-ep2-pp2-micro2": ("tiny-mixtral", 2, 8, "ep=2,pp=2,dp=1", 4, "f32", [], 0.0, {"micro": 2}),
+    # Interleaved 1F1B: each step's receives (a forward and a backward
+    # range's) in one group with the step before's sends; four stages of
+    # two chunks each, the last chunk's activations wrapping to stage 0.
+    "train-llama-pp4-chunks2-micro8": ("tiny-llama", 1, 8, "pp=4,dp=1,schedule=interleaved,chunks=2", 4, "f32", [],
+                                       0.0, {"micro": 8, "layers": 8}),
+    # the device optimizer: each backward range's gradients summed, the
+    # last microbatch's reduced over the replicas range by range
+    "train-llama-bf16-adamw-dp2-pp2-chunks2-micro4": ("tiny-llama", 1, 8, "dp=2,pp=2,schedule=interleaved,chunks=2",
+                                                      4, "bf16", ["--optimizer", "adamw", "--lr", "1e-2", "--eps",
+                                                                  "1e-3"], 0.0, {"micro": 4, "layers": 4}),
 }
 
 OP_TOL = 1e-5  # one-op cases, relative to the largest |output|
@@ -305,8 +315,11 @@ def prepare_train(name, root):
                   rows=batch * dp * micro, aux_loss=aux)
     # The CPU backend runs the same executable (a plan's gradients may be
     # pieces of fused tensors; test_training.py checks them against one rank).
+    # (a training workload for a schedule's pins: interleaved chunks)
+    workload = (f"train:batch={batch * dp * micro},seq={seq},mbs={batch},{pins}" if "schedule=" in (pins or "")
+                else f"prefill:batch={batch * dp},seq={seq},{pins}")
     exe = model.compile("single", autodiff=True) if pins is None else model.compile(
-        "sharded", f"prefill:batch={batch * dp},seq={seq},{pins}", ranks, autodiff=True)
+        "sharded", workload, ranks, autodiff=True)
     with open(exe.replace(".pxe", ".mlir")) as f:  # partitioned: each result numbered (stages return some each)
         text = f.read()
     numbered = [int(k) for k in re.findall(r"parax\.result = (\d+)", text)]
@@ -467,10 +480,11 @@ def _counted(log, what):
 
 
 def in_flight(log):
-    """Microbatches stage 0 holds at once under a 1F1B or GPipe schedule (0:
-    no schedule)."""
+    """Microbatches stage 0 holds at once under a 1F1B, GPipe or interleaved
+    1F1B schedule (0: no schedule)."""
     import re
-    m = re.search(r"schedule \w+ over \d+ microbatches \((\d+) in flight on stage 0\)", log)
+    m = re.search(r"schedule [\w ]+(?:\(\d+ model chunks a stage\) )?over \d+ microbatches "
+                  r"\((\d+) in flight on stage 0\)", log)
     return int(m.group(1)) if m else 0
 
 

@@ -82,7 +82,8 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
                        "train-llama-tp2", "train-llama-tp4", "train-llama-tp2-pp2", "train-llama-bf16-dp2-tp2",
                        "train-gpt2-cp2-tp2", "train-llama-adamw-tp2-pp2", "train-llama-bf16-adamw-dp2-tp2-zero",
                        "train-qwen2-moe-adamw-ep2-tp2", "train-llama-pp4-micro6",
-                       "train-llama-bf16-adamw-dp2-pp2-micro3", "train-mixtral-ep2-pp2-micro2")
+                       "train-llama-bf16-adamw-dp2-pp2-micro3", "train-mixtral-ep2-pp2-micro2",
+                       "train-llama-pp4-chunks2-micro8", "train-llama-bf16-adamw-dp2-pp2-chunks2-micro4")
         assert (result["overlap"] > 0) == (name in overlapping and "PARAX_SIMT_DEVICES" not in env), result
         # Moves of parameters run once: GPT-2 on one rank slices its fused
         # QKV weight into q, k and v; under TP its row-split projections'
@@ -117,6 +118,8 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         if name in cuda_cases.TRAIN and micro > 1:
             pins = dict(p.split("=") for p in cuda_cases.TRAIN[name][3].split(","))
             in_flight = min(int(pins.get("pp", 1)), micro)
+            if "chunks" in pins:
+                in_flight = interleaved_in_flight(int(pins["pp"]), int(pins["chunks"]), micro)
             assert result["in_flight"] == in_flight and result["activation_sets"] == in_flight, result
         # Programs that never run at once share their temporaries' memory:
         # each microbatch's step that of its prefill program (the larger),
@@ -136,6 +139,32 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
                         "train" in name or "PARAX_EXPERTS" in env or
                         (ranks > 1 and "PARAX_SIMT_DEVICES" in env and name != "llama-dp2"))  # DP: no collectives
         assert result["cuda_graph"] == (not synchronises and "PARAX_CUDA_GRAPHS" not in env), result
+
+
+def interleaved_in_flight(pp, chunks, micro):
+    """Microbatches stage 0 holds at once under Megatron's interleaved 1F1B:
+    its warm-up runs 2 (pp - 1) + (chunks - 1) pp forward passes (chunk
+    passes of microbatches taken pp at a time, chunk by chunk); a
+    microbatch is held until its chunk 0's backward pass, the
+    (chunks - 1) pp + 1-th backward pass of its group."""
+    total = micro * chunks
+    warmup = min(2 * (pp - 1) + (chunks - 1) * pp, total)
+    def micro_of(k):
+        return k // (pp * chunks) * pp + k % pp
+    def chunk_of(k):
+        return k // pp % chunks
+    order = [("F", k) for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [("F", warmup + k), ("B", k)]
+    order += [("B", k) for k in range(max(total - warmup, 0), total)]
+    held, most = set(), 0
+    for kind, k in order:
+        if kind == "F":
+            held.add(micro_of(k))
+            most = max(most, len(held))
+        elif chunks - 1 - chunk_of(k) == 0:
+            held.discard(micro_of(k))
+    return most
 
 
 def optimizer_cases():

@@ -274,14 +274,13 @@ def test_recomputed_activations_give_the_same_gradients(tmp_path, preset, pins, 
 @pytest.mark.parametrize("schedule,said", [
     ("gpipe", ["schedule gpipe over 4 microbatches (4 in flight on stage 0)"]),
     ("1f1b", ["schedule 1f1b over 4 microbatches (2 in flight on stage 0)"]),
-    ("interleaved", ["schedule 1f1b over 4 microbatches (2 in flight on stage 0)",
-                     "the plan chose interleaved 1F1B, which is not built"]),
+    ("interleaved", ["schedule interleaved 1f1b (2 model chunks a stage) over 4 microbatches (4 in flight on stage 0)"]),
 ])
 def test_the_plans_pipeline_schedule_is_run_or_named(tmp_path, schedule, said):
     """A plan's schedule reaches parax-run: GPipe runs every forward half
     before the backward halves (stage 0 holds all 4 microbatches at once,
-    1F1B 2) and gives one batch's gradients; interleaved 1F1B, not built,
-    runs as 1F1B and says so (same gradients)."""
+    1F1B 2), interleaved 1F1B each stage's two model chunks in turn; each
+    gives one batch's gradients."""
     model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=8, layers=4)
     whole = Model(str(tmp_path / "whole"), "tiny-llama", loss=True, batch=8, layers=4)
     exe = model.compile(schedule, f"train:batch=8,seq=8,pp=2,dp=1,mbs=2,schedule={schedule}", 2, autodiff=True)
@@ -293,6 +292,60 @@ def test_the_plans_pipeline_schedule_is_run_or_named(tmp_path, schedule, said):
         assert np.abs(grads[name] - want[name]).max() < SHARDED_TOL, name
     proc = model.run(exe, 2, outputs=0, expect_ok=False)
     assert proc.returncode == 0 and all(s in proc.stdout for s in said), proc.stdout + proc.stderr
+
+
+# (preset, workload pins, ranks, layers, rows: microbatches of 2)
+INTERLEAVED_PLANS = [
+    ("tiny-llama", "pp=2,chunks=2", 2, 4, 8),
+    ("tiny-llama", "pp=2,chunks=3", 2, 6, 4),       # odd chunks; as many microbatches as stages
+    ("tiny-llama", "pp=2,tp=2,chunks=2", 4, 4, 8),
+    ("tiny-llama", "pp=2,dp=2,chunks=2", 4, 4, 16),
+    ("tiny-llama", "pp=4,chunks=2", 4, 8, 16),       # the last chunk's activations wrap to stage 0
+    ("tiny-mixtral", "pp=2,ep=2,chunks=2", 4, 4, 8),  # EP's exchanges inside the chunks
+]
+
+
+@pytest.mark.parametrize("preset,pins,ranks,layers,rows", INTERLEAVED_PLANS,
+                         ids=[f"{p[0][5:]}-{p[1].replace(',', '-').replace('=', '')}" for p in INTERLEAVED_PLANS])
+def test_interleaved_1f1b_gives_one_batchs_gradients(tmp_path, preset, pins, ranks, layers, rows):
+    """Interleaved 1F1B (Megatron's virtual pipeline): the layers cut into
+    pp x chunks virtual stages, virtual stage c on stage c % pp; each stage
+    runs its chunks' forward and backward passes in Megatron's order, the
+    microbatches in groups of pp. The loss and every gradient are one
+    batch's of all the rows on one rank."""
+    pinned = dict(kv.split("=") for kv in pins.split(","))
+    pp, chunks, dp = (int(pinned.get(k, 1)) for k in ("pp", "chunks", "dp"))
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=rows, layers=layers)
+    whole = Model(str(tmp_path / "whole"), preset, loss=True, batch=rows, layers=layers)
+    extra = "" if "dp=" in pins else ",dp=1"
+    exe = model.compile("chunks", f"train:batch={rows},seq=8,mbs=2,schedule=interleaved,{pins}{extra}", ranks,
+                        autodiff=True)
+    text = open(exe.replace(".pxe", ".mlir")).read()
+    assert text.count(f"chunks = {chunks} : i64") == pp, "every stage function runs its chunks"
+    # Each stage's chunks begin their forward passes (but the first) and
+    # their backward passes (but the last stage's last chunk) at a marked
+    # receive.
+    assert text.count("range_start") == pp * (2 * chunks - 1) - 1
+    loss, grads = gradients(model, exe, ranks)
+    whole_loss, want = gradients(whole, whole.compile("whole", autodiff=True), 1)
+    assert abs(loss - whole_loss) < 1e-5
+    for name in want:
+        assert np.abs(grads[name] - want[name]).max() < SHARDED_TOL, name
+    proc = model.run(exe, ranks, outputs=0, expect_ok=False)
+    assert proc.returncode == 0, proc.stderr
+    said = f"schedule interleaved 1f1b ({chunks} model chunks a stage) over {rows // 2 // dp} microbatches"
+    assert said in proc.stdout, proc.stdout
+
+
+def test_interleaved_1f1b_needs_microbatches_in_groups_of_the_stages(tmp_path):
+    """Megatron's rule: the microbatches come in groups of pp. An executable
+    built for 4 run with 3 stops with the reason, before any step."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=6, layers=4)
+    exe = model.compile("chunks", "train:batch=8,seq=8,mbs=2,schedule=interleaved,pp=2,chunks=2,dp=1", 2,
+                        autodiff=True)
+    proc = model.run(exe, 2, outputs=0, expect_ok=False)
+    assert proc.returncode != 0
+    assert "interleaved 1F1B over 2 stages needs the microbatches (3) to be a multiple of the stages" in proc.stderr
 
 
 def test_output_dir_writes_each_gradient_under_its_name(tmp_path):

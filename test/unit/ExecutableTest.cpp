@@ -457,6 +457,20 @@ TEST(Executable, RefusesAZeroStageOutOfRange) {
   expectRefused(exe, "schedule.zero_stage: is 4, not 0 to 3");
 }
 
+TEST(Executable, RefusesModelChunksWithoutTheirRanges) {
+  // Two chunks a stage, but no recv marks where the second begins.
+  pxe::Executable exe = gradientsOnTwoStages();
+  exe.mutable_schedule()->set_chunks(2);
+  expectRefused(exe, "stages[0]: pipeline stage 0: 1 ranges (recvs marked range_start, and the start) for 2 model "
+                     "chunks: expected 2 (forward only) or 4 (a training step)");
+}
+
+TEST(Executable, RefusesANegativeChunkCount) {
+  pxe::Executable exe = gradientsOnTwoStages();
+  exe.mutable_schedule()->set_chunks(-3);
+  expectRefused(exe, "schedule.chunks: is -3: model chunks need two pipeline stages or more");
+}
+
 TEST(Executable, ACacheReadElsewhereIsNotWrittenInPlace) {
   pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
   exe.mutable_stages(0)->add_outputs(0); // the old cache is a result too

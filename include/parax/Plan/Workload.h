@@ -40,6 +40,7 @@ struct Workload {
   std::optional<int> zero;
   std::optional<Recompute> recompute;
   std::optional<Schedule> schedule;
+  std::optional<int64_t> chunks; // interleaved 1F1B's model chunks a stage
   std::optional<int64_t> tp, pp, dp, ep, cp;
 
   std::string toString() const;
@@ -48,7 +49,7 @@ struct Workload {
 /// `train:batch=1024,seq=4096[,mbs=1][,zero=1][,recompute=selective]`,
 /// `prefill:batch=8,seq=2048`, `decode:batch=64,context=4096[,kv=fp8]`;
 /// also `objective=latency|throughput`, `latency_ms=50`, `schedule=1f1b`,
-/// and `tp=`, `pp=`, `dp=`, `ep=`, `cp=` to pin degrees.
+/// `chunks=2` (interleaved 1F1B's model chunks a stage, 2 or more), and `tp=`, `pp=`, `dp=`, `ep=`, `cp=` to pin degrees.
 llvm::Expected<Workload> parseWorkload(llvm::StringRef spec);
 
 /// Bytes per element of a dtype name (bf16, f16, f32, fp8, int8), 0 if unknown.

@@ -17,6 +17,7 @@
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
 #include "parax/runtime/Generation.h"
+#include "parax/runtime/PipelineSchedule.h"
 #include "parax/runtime/StallWatchdog.h"
 
 #include "GenerationLoop.h"
@@ -41,6 +42,7 @@
 #include <memory>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace parax::runtime;
@@ -148,16 +150,6 @@ Status deviceStep(CudaExecutor &gpu, Training &training, const OptimizerConfig &
 #endif
 
 } // namespace
-
-/// Training over pipeline stages: how many microbatches' forward halves
-/// stage `stage` of `stages` runs before its first backward half. 1F1B:
-/// as many as stages follow it; a plan's GPipe: all of them (a stage before
-/// the last).
-int64_t pipelineWarmup(const std::string &schedule, int stage, int stages, int64_t micro) {
-  if (schedule == "gpipe" && stage + 1 < stages)
-    return micro;
-  return std::min<int64_t>(stages - 1 - stage, micro);
-}
 
 /// A checkpoint path naming a folder (a sharded checkpoint): ending in '/',
 /// or an existing folder.
@@ -678,26 +670,37 @@ int main(int argc, char **argv) {
     hoisted = gpus[0]->hoistedInstructions();
 #endif
   }
-  // A training step over pipeline stages with several microbatches: 1F1B.
-  // A stage before the last runs as many microbatches' forward halves as
-  // stages follow it, then alternates one forward and one backward half,
-  // then the remaining backward halves; each microbatch in flight keeps
-  // its activations in a set of its own. The last stage runs each
-  // microbatch whole in turn. A plan's GPipe: every forward half first
-  // (all microbatches in flight) on the CPU backend; the CUDA backend runs
-  // it as 1F1B (its sends may wait for their receives, and GPipe's last
-  // stage would send a gradient before the first stage, still sending
-  // activations, receives it: CudaExecutor::runRange).
+  // A step over pipeline stages with several microbatches (or model
+  // chunks): each stage runs its program in ranges (a forward and a
+  // backward pass; interleaved: those of each chunk) in its schedule's
+  // order (runtime::pipelineSteps: 1F1B, GPipe, interleaved 1F1B), each
+  // microbatch in flight keeping its activations in a set of its own. The
+  // CUDA backend runs a plan's GPipe as 1F1B (its sends may wait for their
+  // receives, and GPipe's last stage would send a gradient before the
+  // first stage, still sending activations, receives it), and receives a
+  // step's inputs together with the step before's sends
+  // (CudaExecutor::exchange).
   const int stages = exe.value().stages_size();
-  const bool pipelined = micro > 1 && stages > 1 && generate <= 0;
-  const std::string kind = device == "cuda" ? std::string("1f1b") : exe.value().schedule().kind();
-  const int backward = pipelined ? backwardStart(exe.value().stages(stageIndex)) : -1;
-  const int64_t warmup = pipelineWarmup(kind, stageIndex, stages, micro);
-  const int64_t sets = backward >= 0 ? std::min<int64_t>(warmup + 1, micro) : 1;
+  const bool chunked = exe.value().schedule().chunks() > 1;
+  if (chunked && generate > 0) die("--generate: this executable runs model chunks (interleaved 1F1B): plan it for inference");
+  const bool pipelined = (micro > 1 || chunked) && stages > 1 && generate <= 0;
+  const std::string kind = device == "cuda" && exe.value().schedule().kind() == "gpipe"
+                               ? std::string("1f1b") : exe.value().schedule().kind();
+  auto scheduleOf = [&](int stage) {
+    auto ranges = pipelineRanges(exe.value(), stage);
+    if (!ranges.isOk()) die(ranges.status().message());
+    auto steps = pipelineSteps(ranges.value(), kind, stage, stages, micro);
+    if (!steps.isOk()) die(steps.status().message());
+    return std::make_pair(ranges.value(), steps.value());
+  };
+  std::vector<PipelineRange> ranges;
+  PipelineSteps pipeline;
+  if (pipelined) std::tie(ranges, pipeline) = scheduleOf(stageIndex);
+  const int64_t sets = pipelined ? microbatchesInFlight(pipeline, ranges) : 1;
   long long heldSets[2] = {1, 0}; // CUDA: activation sets this rank holds, one set's bytes
 #ifdef PARAX_WITH_CUDA
-  if (device == "cuda" && sets > 1) {
-    s = gpus[0]->holdActivations(static_cast<int>(sets));
+  if (device == "cuda" && pipelined) {
+    s = gpus[0]->holdActivations(static_cast<int>(sets), ranges);
     if (!s.isOk()) die(s.message());
     heldSets[0] = gpus[0]->activationSets();
     heldSets[1] = static_cast<long long>(gpus[0]->activationSetBytes());
@@ -830,10 +833,12 @@ int main(int argc, char **argv) {
   } else {
     std::vector<std::vector<Tensor>> activations(device == "cpu" ? sets : 0); // the CPU backend's sets
     const int n = static_cast<int>(instructions);
-    // Microbatch m's instructions [begin, end): its forward half, its
-    // backward half, or (the last stage on CUDA) all of them. The gradients
-    // are the backward's.
-    auto part = [&](int64_t m, int begin, int end) {
+    // Microbatch m's range r of the stage's program (pipelineRanges). Its
+    // gradients are summed after each backward range, the step's last
+    // microbatch's reduced over the replicas as the range makes them; its
+    // outputs joined after its last range.
+    auto part = [&](int64_t m, int r) {
+      const int begin = ranges[r].begin, end = ranges[r].end;
       Status st = Status::ok();
       if (device == "cpu") {
         std::vector<Tensor> &held = activations[m % sets];
@@ -845,33 +850,37 @@ int main(int argc, char **argv) {
       } else {
 #ifdef PARAX_WITH_CUDA
         CudaExecutor &gpu = *gpus[0];
-        if (sets > 1) st = gpu.useActivations(static_cast<int>(m % sets));
+        st = gpu.useActivations(static_cast<int>(m % sets));
         if (st.isOk() && begin == 0) st = gpu.setInputs(microbatch(m));
-        // The last microbatch's gradients reduced over the replicas as the
-        // backward makes them; the others summed after their backward.
-        const bool last = end == n && m + 1 == micro;
-        if (st.isOk() && last && deviceOptimizer) st = gpu.streamGradients(m == 0);
+        const bool last = end == n && m + 1 == micro, backward = ranges[r].backward;
+        if (st.isOk() && backward && m + 1 == micro && deviceOptimizer) st = gpu.streamGradients(m == 0, r);
         if (st.isOk()) st = gpu.runRange(begin, end, !last);
-        if (st.isOk() && end == n && !last && deviceOptimizer) st = gpu.accumulateGradients(m == 0);
+        if (st.isOk() && backward && m + 1 < micro && deviceOptimizer) st = gpu.accumulateGradients(m == 0, r);
         if (st.isOk() && end == n) st = training->join(results, gpu.outputs());
 #endif
       }
       if (!st.isOk()) die(st.message());
     };
-    const bool whole = backward < 0 && !(pipelined && device == "cuda"); // each microbatch by run()
+    // A pipeline step's items: on CUDA their leading receives first, in
+    // one group with the sends the step before held.
+    auto runStep = [&](const std::vector<PipelineItem> &items) {
+#ifdef PARAX_WITH_CUDA
+      if (device == "cuda") {
+        std::vector<std::pair<int, int>> ahead;
+        for (const PipelineItem &item : items) ahead.push_back({static_cast<int>(item.micro % sets), ranges[item.range].begin});
+        Status st = gpus[0]->exchange(ahead);
+        if (!st.isOk()) die(st.message());
+      }
+#endif
+      for (const PipelineItem &item : items) part(item.micro, item.range);
+    };
+    const bool whole = !pipelined; // each microbatch by run()
     for (int step = 0; step < steps; ++step) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
       results.clear();
       block = trains ? step % blocks : 0;
-      if (backward >= 0) {
-        for (int64_t m = 0; m < warmup; ++m) part(m, 0, backward);
-        for (int64_t m = 0; m < micro; ++m) {
-          if (m + warmup < micro) part(m + warmup, 0, backward);
-          part(m, backward, n);
-        }
-      }
-      for (int64_t m = 0; !whole && backward < 0 && m < micro; ++m) part(m, 0, n);
+      for (const auto &items : pipeline) runStep(items);
       for (int64_t j = 0; whole && j < micro; ++j) {
         if (j > 0 || (step > 0 && (micro > 1 || blocks > 1))) { // prepare set microbatch 0 for the first step
           s = runners[0].setInputs(microbatch(j));
@@ -1091,14 +1100,16 @@ int main(int argc, char **argv) {
       }
     std::sort(times.begin(), times.end());
     std::string how = ", " + memory;
-    if (generate <= 0 && micro > 1 && exe.value().stages_size() > 1 && backwardStart(exe.value().stages(0)) >= 0) {
+    auto [ranges0, steps0] = pipelined ? scheduleOf(0) : std::make_pair(std::vector<PipelineRange>{}, PipelineSteps{});
+    if (std::any_of(ranges0.begin(), ranges0.end(), [](const PipelineRange &r) { return r.backward; })) {
       const std::string &planned = exe.value().schedule().kind();
-      const std::string kind = device == "cuda" ? std::string("1f1b") : planned; // as the step loop runs
-      int64_t first = std::min<int64_t>(pipelineWarmup(kind, 0, exe.value().stages_size(), micro) + 1, micro);
-      how += (kind == "gpipe" ? ", schedule gpipe over " : ", schedule 1f1b over ") + std::to_string(micro) +
-             " microbatches (" + std::to_string(first) + " in flight on stage 0)";
-      if (planned == "interleaved")
-        how += " (the plan chose interleaved 1F1B, which is not built: its model chunks run as one stage)";
+      const int chunks = std::max(exe.value().schedule().chunks(), 1);
+      how += std::string(chunks > 1 ? ", schedule interleaved 1f1b (" + std::to_string(chunks) + " model chunks a stage) over "
+                         : kind == "gpipe" ? ", schedule gpipe over " : ", schedule 1f1b over ") +
+             std::to_string(micro) + " microbatches (" + std::to_string(microbatchesInFlight(steps0, ranges0)) +
+             " in flight on stage 0)";
+      if (planned == "interleaved" && chunks == 1)
+        how += " (the plan chose interleaved 1F1B; this executable has one model chunk a stage)";
       if (planned == "gpipe" && kind != planned) how += " (the plan chose GPipe: 1F1B on the CUDA backend)";
       if (heldSets[0] > 1)
         how += ", up to " + std::to_string(heldSets[0]) + " activation sets a rank (" + std::to_string(heldSets[1]) +

@@ -9,11 +9,13 @@
 
 #include "parax/runtime/BufferPlan.h"
 #include "parax/runtime/Checkpoint.h"
+#include "parax/runtime/PipelineSchedule.h"
 #include "parax/runtime/Status.h"
 #include "parax/runtime/Tensor.h"
 #include "parax/runtime/executable.pb.h"
 
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -77,26 +79,34 @@ public:
   Status run();
   std::vector<Tensor> outputs() const;
 
-  /// 1F1B pipeline training. After prepare, on a stage that receives
-  /// gradients from a later one: the stage splits at the first such
-  /// receive (runtime::backwardStart: its forward half before, its backward
-  /// half from there), and `sets` microbatches may be in flight between
-  /// their halves, each in an activation set of its own -- memory for the
-  /// inputs and the temporaries live across the split; temporaries within
-  /// one half share the arena. No CUDA graphs then. Elsewhere, or with one
-  /// set, nothing changes.
-  Status holdActivations(int sets);
-  /// The set the next setInputs and runRange use.
+  /// Pipeline training (1F1B, interleaved). After prepare, with the
+  /// stage's ranges (runtime::pipelineRanges) and `sets` microbatches in
+  /// flight at once: each microbatch keeps in an activation set of its own
+  /// the inputs, the temporaries live across a range's start, what a range
+  /// receives first and what it sends last (see exchange); temporaries
+  /// within one range share the arena. No CUDA graphs then. With one set
+  /// or no ranges, nothing changes.
+  Status holdActivations(int sets, const std::vector<PipelineRange> &ranges);
+  /// The set the next setInputs, exchange and runRange use.
   Status useActivations(int set);
   int activationSets() const;
   size_t activationSetBytes() const; // one set's device memory
+  /// One pipeline step's communication, as one NCCL group: the sends the
+  /// ranges before held, and the leading receives of each range
+  /// (activation set, first instruction) the step will run; runRange then
+  /// skips those receives. Megatron's interleaved schedule receives a
+  /// step's forward and backward inputs together, before either runs: a
+  /// send may wait for its receive (NCCL), and apart the stages would wait
+  /// for each other (bench/pipeline_p2p_model.py).
+  Status exchange(const std::vector<std::pair<int, int>> &setAndBegin);
   /// Instructions [begin, end) of the stage; returns when the GPU is done.
   /// With `holdSends`, the range's sends after its last receive are held
-  /// and issued with the next range's (or run's) leading receives as one
-  /// group: in 1F1B two neighbouring stages each send before they receive
-  /// (stage s the activations of microbatch m + 1, stage s + 1 the
-  /// gradient of m), and a send may wait for its receive (NCCL), so apart
-  /// they would wait for each other. The step's last range holds none.
+  /// and issued with the next exchange's (or range's, or run's) leading
+  /// receives as one group: in 1F1B two neighbouring stages each send
+  /// before they receive (stage s the activations of microbatch m + 1,
+  /// stage s + 1 the gradient of m), and a send may wait for its receive
+  /// (NCCL), so apart they would wait for each other. The step's last
+  /// range holds none.
   Status runRange(int begin, int end, bool holdSends);
 
   /// Before prepare: keep the parameters' values as loaded (fp32, before
@@ -141,8 +151,10 @@ public:
   Status bindOptimizer(const std::vector<Gradient> &gradients, const OptimizerSetup &setup,
                        const std::vector<Tensor> &masters);
   /// After a run: adds its gradients to the step's sums (`first`: the
-  /// step's first microbatch, whose gradients replace them).
-  Status accumulateGradients(bool first);
+  /// step's first microbatch, whose gradients replace them). With `range`
+  /// (an index into holdActivations' ranges): after that range, the
+  /// gradients it writes (a forward range's go with the last range).
+  Status accumulateGradients(bool first, int range = -1);
   /// Instead of accumulateGradients after the step's last microbatch,
   /// before it (its run, or its backward half's runRange): that run adds
   /// each gradient to its sum right after the instruction that writes it
@@ -151,7 +163,9 @@ public:
   /// rest of the backward pass (as DDP's and Megatron's buckets do; what
   /// the planner's step time assumes). PARAX_CUDA_OVERLAP=0: all of them
   /// after the run's last instruction.
-  Status streamGradients(bool first);
+  /// With `range`: during that range's runRange, its gradients (each
+  /// backward range of the last microbatch streams its own).
+  Status streamGradients(bool first, int range = -1);
   /// Of the last such run: reductions issued with instructions still to run.
   size_t gradientsReducedEarly() const;
   /// The sums averaged over `microbatches` and the replicas (ZeRO: this

@@ -1,0 +1,60 @@
+// PipelineSchedule.h - the order in which a pipeline stage runs its
+// microbatches' forward and backward passes in a training step.
+//
+// A stage's program (one microbatch) is cut into ranges of instructions:
+// with one model chunk a stage, its forward pass (up to backwardStart) and
+// its backward pass (the last stage: one range); with interleaved chunks,
+// each chunk's forward pass, then each chunk's backward pass in reverse
+// (a range begins at a recv marked `range_start`; the last stage's last
+// chunk: forward and backward in one range). The schedule lists the steps
+// of one training step: each step one or two (microbatch, range) items.
+// A backend runs a step's items in order; the CUDA backend issues the
+// receives that begin a step's ranges, with the sends the step before left
+// at its end, as one group (NCCL's sends may wait for their receives:
+// bench/pipeline_p2p_model.py shows these groups never deadlock).
+
+#ifndef PARAX_RUNTIME_PIPELINESCHEDULE_H
+#define PARAX_RUNTIME_PIPELINESCHEDULE_H
+
+#include "parax/runtime/Status.h"
+#include "parax/runtime/executable.pb.h"
+
+#include <string>
+#include <vector>
+
+namespace parax::runtime {
+
+struct PipelineRange {
+  int begin = 0, end = 0; // instructions [begin, end)
+  int chunk = 0;          // the model chunk (0 .. chunks-1)
+  bool forward = true, backward = false; // which passes it holds (both: the last stage's last chunk)
+};
+
+/// The ranges of `stage`'s program (see above); an error naming the stage
+/// when its `range_start` marks do not give each chunk's passes.
+StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, int stage);
+
+struct PipelineItem {
+  int64_t micro = 0; // the microbatch
+  int range = 0;     // into pipelineRanges
+};
+using PipelineSteps = std::vector<std::vector<PipelineItem>>;
+
+/// One training step's steps on stage `stage` of `stages` over `micro`
+/// microbatches: `kind` "1f1b" (PipeDream-flush: a stage before the last
+/// runs as many forward passes as stages follow it, then one forward and
+/// one backward in turn, then the backward passes left), "gpipe" (every
+/// forward pass first), or interleaved (ranges of several chunks:
+/// Megatron-LM's interleaved 1F1B, which needs `micro` a multiple of
+/// `stages`; each steady step one forward and one backward range).
+StatusOr<PipelineSteps> pipelineSteps(const std::vector<PipelineRange> &ranges, const std::string &kind,
+                                      int stage, int stages, int64_t micro);
+
+/// How many microbatches are in flight at once (begun, their last range
+/// not yet run) under `steps`: the activation sets a stage keeps. They
+/// begin and end in order, so microbatch m may use set m % inFlight.
+int64_t microbatchesInFlight(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges);
+
+} // namespace parax::runtime
+
+#endif
