@@ -571,6 +571,7 @@ struct CudaExecutor::State {
   // set.
   std::vector<PipelineRange> ranges;
   int sets = 1, currentSet = 0;
+  bool gradientsBound = false; // holdActivations' promise: bindOptimizer binds every gradient output
   std::set<std::pair<int, int>> receivedAhead; // (set, range start): its leading receives done
   /// The range a bound gradient belongs to (its writer's, or the last range
   /// when a forward range writes it); -1 without ranges.
@@ -867,6 +868,20 @@ Status CudaExecutor::State::placeTemporaries() {
       for (int32_t id : *list) last[id] = std::max(last[id], until);
   }
   for (int32_t id : stage.outputs()) last[id] = n; // read after the step
+  // A gradient the device optimizer takes (adds to its sum) right after the
+  // backward range that writes it is not kept past that range (not one
+  // copy a microbatch in flight); nor poisoned at its end (it is read
+  // after it).
+  std::vector<bool> takenAfterRange(stage.buffers_size(), false);
+  for (int k = 0; gradientsBound && k < stage.outputs_size() && k < stage.output_grads_size(); ++k) {
+    int32_t id = stage.outputs(k);
+    if (stage.output_grads(k).empty() || stage.buffers(id).role() != pxe::TEMPORARY) continue;
+    for (const PipelineRange &r : ranges)
+      if (first[id] >= r.begin && first[id] < r.end && r.backward) {
+        last[id] = r.end - 1;
+        takenAfterRange[id] = true;
+      }
+  }
   // Ranges (holdActivations): what begins and ends a range -- received
   // ahead, or sent in the next step's group -- gets memory of its own in
   // each set, live through the whole program: a step's group receives
@@ -934,7 +949,8 @@ Status CudaExecutor::State::placeTemporaries() {
       buffers[shared[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
       buffers[shared[j]].inArena = true;
     }
-    if (poison && last[shared[j]] < n && !untouched[j]) poisonAfter[last[shared[j]]].push_back(shared[j]);
+    if (poison && last[shared[j]] < n && !untouched[j] && !takenAfterRange[shared[j]])
+      poisonAfter[last[shared[j]]].push_back(shared[j]);
   }
   if (ranges.empty()) return Status::ok();
   // Each set: the held temporaries (one block, or one allocation each) and
@@ -1430,6 +1446,10 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     s.boundOutput[g.output] = true;
     s.slots.push_back(slot);
   }
+  for (int k = 0; s.gradientsBound && k < stage.outputs_size() && k < stage.output_grads_size(); ++k)
+    if (!stage.output_grads(k).empty() && !s.boundOutput[k])
+      return Status::error("the optimizer: gradient output " + std::to_string(k) + " (" + stage.output_grads(k) +
+                           ") is not bound, but holdActivations placed it as read right after its range");
   s.slotsOf.assign(stage.instructions_size(), {});
   s.reduced.assign(s.slots.size(), false);
   for (int k = 0; k < stage.instructions_size(); ++k)
@@ -1669,7 +1689,7 @@ Status CudaExecutor::run() {
   return s.sync();
 }
 
-Status CudaExecutor::holdActivations(int sets, const std::vector<PipelineRange> &ranges) {
+Status CudaExecutor::holdActivations(int sets, const std::vector<PipelineRange> &ranges, bool gradientsBound) {
   State &s = *s_;
   if (sets < 1 || ranges.empty() || !s.ranges.empty()) return Status::ok();
   for (size_t r = 0; r < ranges.size(); ++r)
@@ -1694,6 +1714,7 @@ Status CudaExecutor::holdActivations(int sets, const std::vector<PipelineRange> 
   }
   s.ranges = ranges;
   s.sets = sets;
+  s.gradientsBound = gradientsBound;
   s.graphs = false; // the sets' buffers move between runs
   return s.placeTemporaries();
 }

@@ -700,7 +700,10 @@ int main(int argc, char **argv) {
   long long heldSets[2] = {1, 0}; // CUDA: activation sets this rank holds, one set's bytes
 #ifdef PARAX_WITH_CUDA
   if (device == "cuda" && pipelined) {
-    s = gpus[0]->holdActivations(static_cast<int>(sets), ranges);
+    // (the device optimizer, below, takes each gradient right after its range)
+    const char *optimizerAt = std::getenv("PARAX_CUDA_OPTIMIZER");
+    const bool bound = trains && !(optimizerAt && std::string(optimizerAt) == "host");
+    s = gpus[0]->holdActivations(static_cast<int>(sets), ranges, bound);
     if (!s.isOk()) die(s.message());
     heldSets[0] = gpus[0]->activationSets();
     heldSets[1] = static_cast<long long>(gpus[0]->activationSetBytes());

@@ -86,7 +86,10 @@ public:
   /// receives first and what it sends last (see exchange); temporaries
   /// within one range share the arena. No CUDA graphs then. With one set
   /// or no ranges, nothing changes.
-  Status holdActivations(int sets, const std::vector<PipelineRange> &ranges);
+  /// `gradientsBound`: bindOptimizer will bind every gradient output, so
+  /// each is read (added to its sum) right after the range that writes it
+  /// and shares the arena rather than taking a set's memory.
+  Status holdActivations(int sets, const std::vector<PipelineRange> &ranges, bool gradientsBound = false);
   /// The set the next setInputs, exchange and runRange use.
   Status useActivations(int set);
   int activationSets() const;
