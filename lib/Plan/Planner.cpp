@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "parax/Plan/Planner.h"
+#include "parax/runtime/PipelineSchedule.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -314,12 +315,20 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
           if (sched == Schedule::Interleaved &&
               (model.numDecoderLayers < pp * v || m % pp))
             continue;
+          // Interleaved: the chunks' activations each stage holds at once
+          // under the schedule parax-run runs (runtime::pipelineSteps),
+          // counted as the runtime keeps them -- a slot per microbatch a
+          // chunk holds, in microbatches' worth of a stage's layers.
+          std::vector<double> interleavedInFlight;
+          if (sched == Schedule::Interleaved)
+            for (int64_t stage = 0; stage < pp; ++stage)
+              interleavedInFlight.push_back(parax::runtime::activationsInFlight(
+                  "interleaved", static_cast<int>(stage), static_cast<int>(pp), static_cast<int>(v), m));
           auto inflight = [&](int64_t stage) -> double {
             switch (sched) {
             case Schedule::GPipe: return m;
             case Schedule::OneFOneB: return std::min<int64_t>(m, pp - stage);
-            case Schedule::Interleaved:
-              return std::min<int64_t>(m, pp - stage) * (1.0 + (pp - 1.0) / (pp * m));
+            case Schedule::Interleaved: return interleavedInFlight[stage];
             }
             return m;
           };

@@ -108,6 +108,49 @@ std::vector<int64_t> wholeShape(const pxe::Buffer &buffer) {
   return {buffer.shape().begin(), buffer.shape().end()};
 }
 
+StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, int stageIndex) {
+  const pxe::Stage &stage = exe.stages(stageIndex);
+  const int n = stage.instructions_size(), chunks = std::max(exe.schedule().chunks(), 1);
+  const bool last = stageIndex + 1 == exe.stages_size();
+  std::vector<int> starts = {0};
+  if (chunks == 1) {
+    int backward = backwardStart(stage);
+    if (backward > 0) starts.push_back(backward);
+  } else {
+    for (int k = 1; k < n; ++k)
+      if (stage.instructions(k).op() == "recv" && stage.instructions(k).attrs().count("range_start"))
+        starts.push_back(k);
+  }
+  // Forward passes of chunks 0 .. c-1, then backward passes in reverse; the
+  // last stage's last chunk runs both in one range. A program without a
+  // backward pass (inference): only the forward ranges.
+  const int forwardOnly = chunks, training = 2 * chunks - (last ? 1 : 0);
+  const int count = static_cast<int>(starts.size());
+  if (chunks > 1 && count != forwardOnly && count != training)
+    return Status::error("pipeline stage " + std::to_string(stageIndex) + ": " + std::to_string(count) +
+                         " ranges (recvs marked range_start, and the start) for " + std::to_string(chunks) +
+                         " model chunks: expected " + std::to_string(forwardOnly) + " (forward only) or " +
+                         std::to_string(training) + " (a training step)");
+  std::vector<PipelineRange> ranges(count);
+  for (int i = 0; i < count; ++i) {
+    PipelineRange &r = ranges[i];
+    r.begin = starts[i];
+    r.end = i + 1 < count ? starts[i + 1] : n;
+    if (chunks == 1) { // one range: the microbatch whole; two: forward, backward
+      r.forward = i == 0;
+      r.backward = count == 1 ? last : i == 1;
+    } else if (i < chunks) {
+      r.chunk = i;
+      r.backward = count == training && last && i + 1 == chunks;
+    } else {
+      r.chunk = 2 * chunks - 1 - i - (last ? 1 : 0);
+      r.forward = false;
+      r.backward = true;
+    }
+  }
+  return ranges;
+}
+
 int backwardStart(const pxe::Stage &stage) {
   for (int k = 0; k < stage.instructions_size(); ++k) {
     const pxe::Instruction &inst = stage.instructions(k);

@@ -1,55 +1,12 @@
 //===- PipelineSchedule.cpp - pipeline stages' order of passes ------------===//
 
 #include "parax/runtime/PipelineSchedule.h"
-#include "parax/runtime/Executable.h"
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace parax::runtime {
-
-StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, int stageIndex) {
-  const pxe::Stage &stage = exe.stages(stageIndex);
-  const int n = stage.instructions_size(), chunks = std::max(exe.schedule().chunks(), 1);
-  const bool last = stageIndex + 1 == exe.stages_size();
-  std::vector<int> starts = {0};
-  if (chunks == 1) {
-    int backward = backwardStart(stage);
-    if (backward > 0) starts.push_back(backward);
-  } else {
-    for (int k = 1; k < n; ++k)
-      if (stage.instructions(k).op() == "recv" && stage.instructions(k).attrs().count("range_start"))
-        starts.push_back(k);
-  }
-  // Forward passes of chunks 0 .. c-1, then backward passes in reverse; the
-  // last stage's last chunk runs both in one range. A program without a
-  // backward pass (inference): only the forward ranges.
-  const int forwardOnly = chunks, training = 2 * chunks - (last ? 1 : 0);
-  const int count = static_cast<int>(starts.size());
-  if (chunks > 1 && count != forwardOnly && count != training)
-    return Status::error("pipeline stage " + std::to_string(stageIndex) + ": " + std::to_string(count) +
-                         " ranges (recvs marked range_start, and the start) for " + std::to_string(chunks) +
-                         " model chunks: expected " + std::to_string(forwardOnly) + " (forward only) or " +
-                         std::to_string(training) + " (a training step)");
-  std::vector<PipelineRange> ranges(count);
-  for (int i = 0; i < count; ++i) {
-    PipelineRange &r = ranges[i];
-    r.begin = starts[i];
-    r.end = i + 1 < count ? starts[i + 1] : n;
-    if (chunks == 1) { // one range: the microbatch whole; two: forward, backward
-      r.forward = i == 0;
-      r.backward = count == 1 ? last : i == 1;
-    } else if (i < chunks) {
-      r.chunk = i;
-      r.backward = count == training && last && i + 1 == chunks;
-    } else {
-      r.chunk = 2 * chunks - 1 - i - (last ? 1 : 0);
-      r.forward = false;
-      r.backward = true;
-    }
-  }
-  return ranges;
-}
 
 StatusOr<PipelineSteps> pipelineSteps(const std::vector<PipelineRange> &ranges, const std::string &kind, int stage,
                                       int stages, int64_t micro) {
@@ -128,6 +85,61 @@ int64_t microbatchesInFlight(const PipelineSteps &steps, const std::vector<Pipel
       if (item.range == last) live.erase(item.micro);
     }
   return most;
+}
+
+std::vector<int64_t> chunksInFlight(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges) {
+  int chunks = 0;
+  for (const PipelineRange &r : ranges) chunks = std::max(chunks, r.chunk + 1);
+  if (chunks <= 1) return {microbatchesInFlight(steps, ranges)};
+  // Chunk c's first range (its forward) and last (its backward, or the
+  // merged range of the last stage's last chunk).
+  std::vector<int> firstOf(chunks, -1), lastOf(chunks, -1);
+  for (int i = 0; i < static_cast<int>(ranges.size()); ++i) {
+    if (firstOf[ranges[i].chunk] < 0) firstOf[ranges[i].chunk] = i;
+    lastOf[ranges[i].chunk] = i;
+  }
+  std::vector<std::set<int64_t>> live(chunks);
+  std::vector<int64_t> most(chunks, 1);
+  for (const auto &step : steps)
+    for (const PipelineItem &item : step) {
+      int c = ranges[item.range].chunk;
+      if (item.range == firstOf[c]) live[c].insert(item.micro);
+      most[c] = std::max<int64_t>(most[c], static_cast<int64_t>(live[c].size()));
+      if (item.range == lastOf[c]) live[c].erase(item.micro);
+    }
+  return most;
+}
+
+std::vector<PipelineRange> trainingRanges(int stage, int stages, int chunks) {
+  const bool last = stage + 1 == stages;
+  std::vector<PipelineRange> ranges;
+  auto add = [&](int chunk, bool forward, bool backward) {
+    int k = static_cast<int>(ranges.size());
+    ranges.push_back({k, k + 1, chunk, forward, backward});
+  };
+  if (chunks <= 1) {
+    if (last) {
+      add(0, true, true);
+    } else {
+      add(0, true, false);
+      add(0, false, true);
+    }
+    return ranges;
+  }
+  for (int c = 0; c < chunks; ++c) add(c, true, last && c + 1 == chunks);
+  for (int c = chunks - (last ? 2 : 1); c >= 0; --c) add(c, false, true);
+  return ranges;
+}
+
+double activationsInFlight(const std::string &kind, int stage, int stages, int chunks, int64_t micro) {
+  if (chunks > 1) micro = std::min<int64_t>(micro, 2 * stages);
+  std::vector<PipelineRange> ranges = trainingRanges(stage, stages, chunks);
+  StatusOr<PipelineSteps> steps = pipelineSteps(ranges, kind, stage, stages, micro);
+  if (!steps.isOk()) return static_cast<double>(micro); // (every microbatch: the most there can be)
+  std::vector<int64_t> counts = chunksInFlight(steps.value(), ranges);
+  double total = 0;
+  for (int64_t n : counts) total += static_cast<double>(n);
+  return total / static_cast<double>(counts.size());
 }
 
 } // namespace parax::runtime

@@ -22,28 +22,6 @@ using namespace parax;
 
 namespace {
 
-// A stage's ranges as pipelineRanges gives them (instructions unused).
-std::vector<PipelineRange> rangesOf(int stage, int stages, int chunks) {
-  const bool last = stage + 1 == stages;
-  std::vector<PipelineRange> ranges;
-  auto add = [&](int chunk, bool forward, bool backward) {
-    int k = static_cast<int>(ranges.size());
-    ranges.push_back({k, k + 1, chunk, forward, backward});
-  };
-  if (chunks == 1) {
-    if (last) {
-      add(0, true, true);
-    } else {
-      add(0, true, false);
-      add(0, false, true);
-    }
-    return ranges;
-  }
-  for (int c = 0; c < chunks; ++c) add(c, true, last && c + 1 == chunks);
-  for (int c = chunks - (last ? 2 : 1); c >= 0; --c) add(c, false, true);
-  return ranges;
-}
-
 // A transfer: (sending?, peer, what: {virtual stage sending, gradient?, microbatch}).
 using What = std::tuple<int, bool, int64_t>;
 struct Transfer {
@@ -61,7 +39,7 @@ Simulated simulate(int stages, int chunks, int64_t micro, const std::string &kin
   std::vector<std::vector<std::vector<Transfer>>> groups(stages);
   Simulated result;
   for (int s = 0; s < stages; ++s) {
-    std::vector<PipelineRange> ranges = rangesOf(s, stages, chunks);
+    std::vector<PipelineRange> ranges = trainingRanges(s, stages, chunks);
     StatusOr<PipelineSteps> steps = pipelineSteps(ranges, kind, s, stages, micro);
     EXPECT_TRUE(steps.isOk()) << steps.status().message();
     if (!steps.isOk()) return {false, false, false};
@@ -152,7 +130,7 @@ TEST(PipelineSchedule, GPipeDeadlocksUnderRendezvousSends) {
 }
 
 TEST(PipelineSchedule, InterleavedNeedsMicrobatchesInGroupsOfTheStages) {
-  StatusOr<PipelineSteps> steps = pipelineSteps(rangesOf(0, 2, 2), "interleaved", 0, 2, 3);
+  StatusOr<PipelineSteps> steps = pipelineSteps(trainingRanges(0, 2, 2), "interleaved", 0, 2, 3);
   ASSERT_FALSE(steps.isOk());
   EXPECT_NE(steps.status().message().find("needs the microbatches (3) to be a multiple of the stages"),
             std::string::npos);
@@ -164,11 +142,42 @@ TEST(PipelineSchedule, InterleavedHoldsMoreMicrobatchesThanOneFOneB) {
   // and the steady state's forward passes run ahead of the backward ones
   // by that much (every microbatch of the two groups at once).
   auto held = [](int chunks, const std::string &kind) {
-    std::vector<PipelineRange> ranges = rangesOf(0, 4, chunks);
+    std::vector<PipelineRange> ranges = trainingRanges(0, 4, chunks);
     return microbatchesInFlight(pipelineSteps(ranges, kind, 0, 4, 8).value(), ranges);
   };
   EXPECT_EQ(held(1, "1f1b"), 4);
   EXPECT_EQ(held(2, "interleaved"), 8);
+}
+
+TEST(PipelineSchedule, EachChunkHoldsItsOwnMicrobatches) {
+  // Stage 0 of 4, two chunks, 8 microbatches: chunk 0's forward passes run
+  // ahead of its backward ones by every microbatch of two groups, chunk
+  // 1's by one group -- 6 microbatches' worth of a stage's activations
+  // (Megatron-LM's count of chunk passes at once: 5.5), not 8.
+  std::vector<PipelineRange> ranges = trainingRanges(0, 4, 2);
+  PipelineSteps steps = pipelineSteps(ranges, "interleaved", 0, 4, 8).value();
+  EXPECT_EQ(chunksInFlight(steps, ranges), (std::vector<int64_t>{8, 4}));
+  EXPECT_DOUBLE_EQ(activationsInFlight("interleaved", 0, 4, 2, 8), 6.0);
+  // The last stage holds its last chunk one microbatch at a time.
+  ranges = trainingRanges(3, 4, 2);
+  EXPECT_EQ(chunksInFlight(pipelineSteps(ranges, "interleaved", 3, 4, 8).value(), ranges),
+            (std::vector<int64_t>{5, 1}));
+  // 1F1B: as many as stages from here on; GPipe: all.
+  EXPECT_DOUBLE_EQ(activationsInFlight("1f1b", 1, 4, 1, 8), 3.0);
+  EXPECT_DOUBLE_EQ(activationsInFlight("gpipe", 1, 4, 1, 8), 8.0);
+}
+
+TEST(PipelineSchedule, InterleavedCountsStopGrowingAtTwoGroups) {
+  // What lets the planner cost a long schedule at 2 x stages microbatches.
+  for (int stages = 2; stages <= 8; ++stages)
+    for (int chunks : {2, 3, 4, 8})
+      for (int stage = 0; stage < stages; ++stage) {
+        std::vector<PipelineRange> ranges = trainingRanges(stage, stages, chunks);
+        auto counts = [&](int64_t micro) {
+          return chunksInFlight(pipelineSteps(ranges, "interleaved", stage, stages, micro).value(), ranges);
+        };
+        EXPECT_EQ(counts(2 * stages), counts(7 * stages)) << stages << " stages, " << chunks << " chunks, stage " << stage;
+      }
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 #ifndef PARAX_RUNTIME_EXECUTABLE_H
 #define PARAX_RUNTIME_EXECUTABLE_H
 
+#include "parax/runtime/PipelineSchedule.h"
 #include "parax/runtime/Status.h"
 #include "parax/runtime/executable.pb.h"
 
@@ -57,6 +58,15 @@ std::vector<std::vector<ResultSource>> resultSources(const pxe::Executable &exe)
 /// partitioner places gradient ops after the forward ops, and a receive
 /// right before its first reader).
 int backwardStart(const pxe::Stage &stage);
+
+/// The ranges a training step over pipeline stages runs `stage`'s program
+/// in (PipelineSchedule.h): with one model chunk a stage, its forward and
+/// backward pass (split at backwardStart; the last stage: one range); with
+/// interleaved chunks, each chunk's forward pass, then each chunk's
+/// backward pass in reverse, each beginning at a recv marked
+/// `range_start`. An error naming the stage when the marks do not give
+/// each chunk's passes.
+StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, int stage);
 
 /// A buffer's whole tensor's shape: `global_shape`, or its own when whole.
 std::vector<int64_t> wholeShape(const pxe::Buffer &buffer);

@@ -17,7 +17,6 @@
 #define PARAX_RUNTIME_PIPELINESCHEDULE_H
 
 #include "parax/runtime/Status.h"
-#include "parax/runtime/executable.pb.h"
 
 #include <string>
 #include <vector>
@@ -30,9 +29,7 @@ struct PipelineRange {
   bool forward = true, backward = false; // which passes it holds (both: the last stage's last chunk)
 };
 
-/// The ranges of `stage`'s program (see above); an error naming the stage
-/// when its `range_start` marks do not give each chunk's passes.
-StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, int stage);
+/// (runtime::pipelineRanges, in Executable.h, reads them from a stage.)
 
 struct PipelineItem {
   int64_t micro = 0; // the microbatch
@@ -54,6 +51,26 @@ StatusOr<PipelineSteps> pipelineSteps(const std::vector<PipelineRange> &ranges, 
 /// not yet run) under `steps`: the activation sets a stage keeps. They
 /// begin and end in order, so microbatch m may use set m % inFlight.
 int64_t microbatchesInFlight(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges);
+
+/// Per model chunk, how many microbatches hold its activations at once
+/// under `steps` (from the chunk's forward range to the end of its backward
+/// range; they begin and end in order, so microbatch m may use the chunk's
+/// slot m % count). With one chunk: microbatchesInFlight.
+std::vector<int64_t> chunksInFlight(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges);
+
+/// The ranges of a training step's program on stage `stage` of `stages`
+/// with `chunks` model chunks a stage, by shape alone (range r holds
+/// instructions [r, r + 1)): what pipelineRanges gives a partitioned
+/// program, for costing a schedule before there is one.
+std::vector<PipelineRange> trainingRanges(int stage, int stages, int chunks);
+
+/// Microbatches' worth of activations stage `stage` holds at once under a
+/// schedule (`kind` as pipelineSteps; chunks > 1: interleaved), each chunk
+/// a 1/chunks share of the stage's layers: what the planner costs. For
+/// interleaved schedules the counts stop growing at 2 x stages
+/// microbatches (test/unit/PipelineScheduleTest.cpp), so longer schedules
+/// are counted at that length.
+double activationsInFlight(const std::string &kind, int stage, int stages, int chunks, int64_t micro);
 
 } // namespace parax::runtime
 
