@@ -187,8 +187,8 @@ struct CudaExecutor::State {
   ~State() {
     for (void *p : optimizerMemory) cudaFree(p);
     for (void *p : setAllocations) cudaFree(p);
-    for (size_t j = 0; j < held.size() && !setMemory.empty(); ++j) // inputs: set 0's is their own allocation
-      buffers[held[j]].data = setMemory[0][j];
+    for (size_t j = 0; j < held.size() && !poolMemory.empty(); ++j) // inputs: slot 0's are their own allocation
+      if (heldPool[j] == 0 && !buffers[held[j]].inArena) buffers[held[j]].data = poolMemory[0][0][heldIndex[j]];
     for (DeviceBuffer &b : buffers)
       if (b.data && !b.inArena && !b.aliased) cudaFree(b.data);
     if (arena && ownsArena) cudaFree(arena);
@@ -562,17 +562,29 @@ struct CudaExecutor::State {
   }
 
   // Pipeline training (CudaExecutor::holdActivations): the stage runs in
-  // `ranges`; each of `sets` sets holds what a microbatch keeps between its
-  // ranges -- the inputs, the temporaries live across a range's start, the
-  // results of the receives that begin a range (received ahead, by
-  // exchange) and the operands of the sends that end one (held for the
-  // next step's group) -- in memory of its own; temporaries within one
-  // range share the arena. setMemory[set][j]: where held[j] lives in that
-  // set.
+  // `ranges`; what a microbatch keeps between its ranges -- the inputs,
+  // the temporaries live across a range's start, the results of the
+  // receives that begin a range (received ahead, by exchange) and the
+  // operands of the sends that end one (held for the next step's group) --
+  // lives in memory of its own, the rest of the temporaries within one
+  // range share the arena. Kept values are pooled: a model chunk's own
+  // (written and read only by that chunk's ranges) in pool 1 + c, with a
+  // slot for each of chunkSets[c] microbatches that hold the chunk at once;
+  // the others (inputs, values several chunks read; everything with one
+  // chunk) in pool 0, a slot a microbatch in flight (`sets`). Microbatch m
+  // uses slot m % slots of each pool: poolMemory[pool][slot][heldIndex[j]]
+  // is where held[j] lives.
   std::vector<PipelineRange> ranges;
-  int sets = 1, currentSet = 0;
+  int sets = 1;
+  std::vector<int> poolSlots;   // per pool
+  int64_t currentMicro = 0;     // useActivations'
+  std::vector<int32_t> held;
+  std::vector<int> heldPool, heldIndex;
+  std::vector<std::vector<std::vector<void *>>> poolMemory;
+  std::vector<void *> setAllocations; // the pools' memory (but pool 0 slot 0's inputs: prepare's)
+  size_t keptBytes = 0;               // all of it
   bool gradientsBound = false; // holdActivations' promise: bindOptimizer binds every gradient output
-  std::set<std::pair<int, int>> receivedAhead; // (set, range start): its leading receives done
+  std::set<std::pair<int64_t, int>> receivedAhead; // (microbatch, range start): its leading receives done
   /// The range a bound gradient belongs to (its writer's, or the last range
   /// when a forward range writes it); -1 without ranges.
   int rangeOfSlot(int i) const {
@@ -585,10 +597,6 @@ struct CudaExecutor::State {
     return static_cast<int>(ranges.size()) - 1;
   }
   bool inRange(int slot, int range) const { return range < 0 || rangeOfSlot(slot) == range; }
-  std::vector<int32_t> held;
-  std::vector<std::vector<void *>> setMemory;
-  std::vector<void *> setAllocations; // the sets' memory (but set 0's inputs: prepare's)
-  size_t setBytes = 0;                // one set's memory
 
   // The step as a CUDA graph (see CudaExecutor::run).
   bool graphs = false; // every instruction capturable, and not turned off
@@ -953,46 +961,83 @@ Status CudaExecutor::State::placeTemporaries() {
       poisonAfter[last[shared[j]]].push_back(shared[j]);
   }
   if (ranges.empty()) return Status::ok();
-  // Each set: the held temporaries (one block, or one allocation each) and
-  // its own inputs (set 0: the inputs prepare uploaded).
-  BufferPlan plan = planBuffers(heldLifetimes, 256);
+  // Pools (see `held`): each a block a slot (or one allocation a buffer),
+  // the held temporaries placed in it by their lifetimes; pool 0's slots
+  // also hold the inputs (slot 0: those prepare uploaded).
+  int chunks = 1;
+  for (const PipelineRange &r : ranges) chunks = std::max(chunks, r.chunk + 1);
+  std::vector<int> chunkOf(n, 0);
+  for (const PipelineRange &r : ranges)
+    for (int k = r.begin; k < r.end; ++k) chunkOf[k] = r.chunk;
+  std::vector<int> usedBy(stage.buffers_size(), -1); // the chunk whose ranges alone touch it; -2: several
+  for (int k = 0; k < n && chunks > 1; ++k) {
+    if (skipped[k]) continue;
+    std::vector<int32_t> ids = readsOf(stage.instructions(k));
+    ids.insert(ids.end(), stage.instructions(k).results().begin(), stage.instructions(k).results().end());
+    for (int32_t id : ids) usedBy[id] = usedBy[id] == -1 || usedBy[id] == chunkOf[k] ? chunkOf[k] : -2;
+  }
+  for (int32_t id : stage.outputs()) usedBy[id] = -2; // read after the microbatch's last range
+  heldPool.clear();
+  heldIndex.clear();
+  const int pools = chunks > 1 ? 1 + chunks : 1;
+  std::vector<std::vector<BufferLifetime>> poolLifetimes(pools);
+  for (size_t j = 0; j < held.size(); ++j) {
+    int pool = chunks > 1 && usedBy[held[j]] >= 0 ? 1 + usedBy[held[j]] : 0;
+    heldPool.push_back(pool);
+    heldIndex.push_back(static_cast<int>(poolLifetimes[pool].size()));
+    poolLifetimes[pool].push_back(heldLifetimes[j]);
+  }
+  if (static_cast<int>(poolSlots.size()) != pools) poolSlots.assign(pools, sets);
+  poolSlots[0] = sets;
   std::vector<int32_t> inputs;
   for (const pxe::Buffer &b : stage.buffers())
     if (b.role() == pxe::INPUT && !host.isCacheState(b.id())) inputs.push_back(b.id());
-  setBytes = own ? plan.unsharedBytes : plan.arenaBytes;
-  for (int32_t id : inputs) setBytes += buffers[id].bytes();
-  setMemory.assign(sets, {});
-  for (int k = 0; k < sets; ++k) {
-    auto take = [&](size_t bytes, const std::string &what) -> StatusOr<char *> {
-      void *data = nullptr;
-      Status st = allocate(&data, bytes, what + " of activation set " + std::to_string(k));
-      if (!st.isOk()) return st;
-      setAllocations.push_back(data);
-      return static_cast<char *>(data);
-    };
-    char *block = nullptr;
-    if (!own && plan.arenaBytes > 0) {
-      StatusOr<char *> got = take(plan.arenaBytes, "the temporaries kept between the halves");
-      if (!got.isOk()) return got.status();
-      block = got.value();
-    }
-    for (size_t j = 0; j < heldLifetimes.size(); ++j) {
-      StatusOr<char *> got = own ? take(heldLifetimes[j].bytes, nameOf(held[j])) : block + plan.offsets[j];
-      if (!got.isOk()) return got.status();
-      setMemory[k].push_back(got.value());
-    }
-    for (int32_t id : inputs) {
-      StatusOr<char *> got = k == 0 ? static_cast<char *>(buffers[id].data) : take(buffers[id].bytes(), nameOf(id));
-      if (!got.isOk()) return got.status();
-      setMemory[k].push_back(got.value());
+  keptBytes = 0;
+  poolMemory.assign(pools, {});
+  for (int p = 0; p < pools; ++p) {
+    BufferPlan plan = planBuffers(poolLifetimes[p], 256);
+    poolMemory[p].assign(poolSlots[p], {});
+    for (int k = 0; k < poolSlots[p]; ++k) {
+      std::string where = p == 0 ? "activation set " + std::to_string(k)
+                                 : "chunk " + std::to_string(p - 1) + "'s activation slot " + std::to_string(k);
+      auto take = [&](size_t bytes, const std::string &what) -> StatusOr<char *> {
+        void *data = nullptr;
+        Status st = allocate(&data, bytes, what + " of " + where);
+        if (!st.isOk()) return st;
+        setAllocations.push_back(data);
+        keptBytes += bytes;
+        return static_cast<char *>(data);
+      };
+      char *block = nullptr;
+      if (!own && plan.arenaBytes > 0) {
+        StatusOr<char *> got = take(plan.arenaBytes, "the temporaries kept between ranges");
+        if (!got.isOk()) return got.status();
+        block = got.value();
+      }
+      for (size_t j = 0; j < poolLifetimes[p].size(); ++j) {
+        StatusOr<char *> got = own ? take(poolLifetimes[p][j].bytes, "a kept temporary") : block + plan.offsets[j];
+        if (!got.isOk()) return got.status();
+        poolMemory[p][k].push_back(got.value());
+      }
+      for (int32_t id : p == 0 ? inputs : std::vector<int32_t>{}) {
+        StatusOr<char *> got = k == 0 ? static_cast<char *>(buffers[id].data) : take(buffers[id].bytes(), nameOf(id));
+        if (!got.isOk()) return got.status();
+        if (k == 0) keptBytes += buffers[id].bytes();
+        poolMemory[p][k].push_back(got.value());
+      }
     }
   }
   for (size_t j = 0; j < heldLifetimes.size(); ++j) {
     buffers[held[j]].inArena = true; // (not an allocation of its own)
     if (poison && heldLifetimes[j].last < n) poisonAfter[heldLifetimes[j].last].push_back(held[j]);
   }
-  held.insert(held.end(), inputs.begin(), inputs.end());
-  for (size_t j = 0; j < held.size(); ++j) buffers[held[j]].data = setMemory[0][j];
+  for (size_t i = 0; i < inputs.size(); ++i) { // after pool 0's temporaries in each slot
+    held.push_back(inputs[i]);
+    heldPool.push_back(0);
+    heldIndex.push_back(static_cast<int>(poolLifetimes[0].size() + i));
+  }
+  currentMicro = 0;
+  for (size_t j = 0; j < held.size(); ++j) buffers[held[j]].data = poolMemory[heldPool[j]][0][heldIndex[j]];
   return Status::ok();
 }
 
@@ -1197,7 +1242,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
   if (begin == 0) overlapped = 0;
   int from = begin; // (before: the leading receives, grouped)
   auto leading = [&](int k) { return k < end && (skipped[k] || stage.instructions(k).op() == "recv"); };
-  if (receivedAhead.erase({currentSet, begin})) { // by exchange, with the held sends
+  if (receivedAhead.erase({currentMicro, begin})) { // by exchange, with the held sends
     while (leading(from)) ++from;
   } else if (!heldSends.empty()) { // (held only with a communicator)
     // The sends the range before held, with this range's leading receives:
@@ -1689,9 +1734,22 @@ Status CudaExecutor::run() {
   return s.sync();
 }
 
-Status CudaExecutor::holdActivations(int sets, const std::vector<PipelineRange> &ranges, bool gradientsBound) {
+Status CudaExecutor::holdActivations(int sets, const std::vector<int64_t> &chunkSets,
+                                     const std::vector<PipelineRange> &ranges, bool gradientsBound) {
   State &s = *s_;
   if (sets < 1 || ranges.empty() || !s.ranges.empty()) return Status::ok();
+  int chunks = 1;
+  for (const PipelineRange &r : ranges) chunks = std::max(chunks, r.chunk + 1);
+  if (chunks > 1 && static_cast<int>(chunkSets.size()) != chunks)
+    return Status::error("activation sets: " + std::to_string(chunkSets.size()) + " chunk slot counts for " +
+                         std::to_string(chunks) + " model chunks");
+  s.poolSlots.assign(1, sets);
+  for (int c = 0; c < chunks && chunks > 1; ++c) {
+    if (chunkSets[c] < 1 || chunkSets[c] > sets)
+      return Status::error("activation sets: chunk " + std::to_string(c) + " with " + std::to_string(chunkSets[c]) +
+                           " slots (1 to " + std::to_string(sets) + ")");
+    s.poolSlots.push_back(static_cast<int>(chunkSets[c]));
+  }
   for (size_t r = 0; r < ranges.size(); ++r)
     if (ranges[r].begin < 0 || ranges[r].end > s.host.stageProgram().instructions_size() ||
         ranges[r].begin > ranges[r].end || (r > 0 && ranges[r].begin != ranges[r - 1].end))
@@ -1719,27 +1777,29 @@ Status CudaExecutor::holdActivations(int sets, const std::vector<PipelineRange> 
   return s.placeTemporaries();
 }
 
-Status CudaExecutor::useActivations(int set) {
+Status CudaExecutor::useActivations(int64_t micro) {
   State &s = *s_;
-  if (set < 0 || set >= s.sets)
-    return Status::error("activation set " + std::to_string(set) + " of " + std::to_string(s.sets));
-  for (size_t j = 0; j < s.held.size(); ++j) s.buffers[s.held[j]].data = s.setMemory[set][j];
-  s.currentSet = set;
+  if (micro < 0) return Status::error("activations of microbatch " + std::to_string(micro));
+  for (size_t j = 0; j < s.held.size(); ++j) {
+    int pool = s.heldPool[j];
+    s.buffers[s.held[j]].data = s.poolMemory[pool][micro % s.poolSlots[pool]][s.heldIndex[j]];
+  }
+  s.currentMicro = micro;
   return Status::ok();
 }
 
-Status CudaExecutor::exchange(const std::vector<std::pair<int, int>> &setAndBegin) {
+Status CudaExecutor::exchange(const std::vector<std::pair<int64_t, int>> &microAndBegin) {
   State &s = *s_;
   const pxe::Stage &stage = s.host.stageProgram();
   std::vector<NcclCommunicator::PointToPoint> group;
   group.swap(s.heldSends);
-  const int current = s.currentSet;
+  const int64_t current = s.currentMicro;
   Status st = Status::ok();
-  for (const auto &[set, begin] : setAndBegin) {
-    if (!s.receivedAhead.insert({set, begin}).second)
-      return Status::error("exchange: the receives at " + std::to_string(begin) + " of activation set " +
-                           std::to_string(set) + " are done already");
-    st = useActivations(set);
+  for (const auto &[micro, begin] : microAndBegin) {
+    if (!s.receivedAhead.insert({micro, begin}).second)
+      return Status::error("exchange: the receives at " + std::to_string(begin) + " of microbatch " +
+                           std::to_string(micro) + " are done already");
+    st = useActivations(micro);
     for (int k = begin; st.isOk() && k < stage.instructions_size() &&
                         (s.skipped[k] || stage.instructions(k).op() == "recv");
          ++k)
@@ -1749,7 +1809,7 @@ Status CudaExecutor::exchange(const std::vector<std::pair<int, int>> &setAndBegi
   if (!st.isOk() || group.empty()) return st;
   if (!s.comm) return Status::error("exchange: sends and receives without a communicator");
   s.comm->issuerStage = s.host.stage();
-  s.comm->issuerInstruction = setAndBegin.empty() ? 0 : setAndBegin.front().second;
+  s.comm->issuerInstruction = microAndBegin.empty() ? 0 : microAndBegin.front().second;
   st = s.completePending();
   if (st.isOk()) st = s.comm->exchange(group, s.stream);
   if (st.isOk()) st = s.awaitIssued();
@@ -1760,7 +1820,7 @@ Status CudaExecutor::exchange(const std::vector<std::pair<int, int>> &setAndBegi
 }
 
 int CudaExecutor::activationSets() const { return s_->sets; }
-size_t CudaExecutor::activationSetBytes() const { return s_->setBytes; }
+size_t CudaExecutor::activationBytes() const { return s_->keptBytes; }
 
 Status CudaExecutor::runRange(int begin, int end, bool holdSends) {
   State &s = *s_;

@@ -697,16 +697,16 @@ int main(int argc, char **argv) {
   PipelineSteps pipeline;
   if (pipelined) std::tie(ranges, pipeline) = scheduleOf(stageIndex);
   const int64_t sets = pipelined ? microbatchesInFlight(pipeline, ranges) : 1;
-  long long heldSets[2] = {1, 0}; // CUDA: activation sets this rank holds, one set's bytes
+  long long heldSets[2] = {1, 0}; // CUDA: activation sets this rank holds, their bytes
 #ifdef PARAX_WITH_CUDA
   if (device == "cuda" && pipelined) {
     // (the device optimizer, below, takes each gradient right after its range)
     const char *optimizerAt = std::getenv("PARAX_CUDA_OPTIMIZER");
     const bool bound = trains && !(optimizerAt && std::string(optimizerAt) == "host");
-    s = gpus[0]->holdActivations(static_cast<int>(sets), ranges, bound);
+    s = gpus[0]->holdActivations(static_cast<int>(sets), chunksInFlight(pipeline, ranges), ranges, bound);
     if (!s.isOk()) die(s.message());
     heldSets[0] = gpus[0]->activationSets();
-    heldSets[1] = static_cast<long long>(gpus[0]->activationSetBytes());
+    heldSets[1] = static_cast<long long>(gpus[0]->activationBytes());
   }
   if (mpi && device == "cuda") // the summary's: the most a rank holds (stage 0's)
     MPI_Allreduce(MPI_IN_PLACE, heldSets, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
@@ -735,7 +735,7 @@ int main(int argc, char **argv) {
                 std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";
     if (gpus[0]->activationSets() > 1)
       memory += " and " + std::to_string(gpus[0]->activationSets()) + " activation sets hold " +
-                std::to_string(gpus[0]->activationSetBytes()) + " bytes each";
+                std::to_string(gpus[0]->activationBytes()) + " bytes";
   }
 #endif
   if (steps == 0) { // prepare only: every rank says what it holds
@@ -853,7 +853,7 @@ int main(int argc, char **argv) {
       } else {
 #ifdef PARAX_WITH_CUDA
         CudaExecutor &gpu = *gpus[0];
-        st = gpu.useActivations(static_cast<int>(m % sets));
+        st = gpu.useActivations(m);
         if (st.isOk() && begin == 0) st = gpu.setInputs(microbatch(m));
         const bool last = end == n && m + 1 == micro, backward = ranges[r].backward;
         if (st.isOk() && backward && m + 1 == micro && deviceOptimizer) st = gpu.streamGradients(m == 0, r);
@@ -869,8 +869,8 @@ int main(int argc, char **argv) {
     auto runStep = [&](const std::vector<PipelineItem> &items) {
 #ifdef PARAX_WITH_CUDA
       if (device == "cuda") {
-        std::vector<std::pair<int, int>> ahead;
-        for (const PipelineItem &item : items) ahead.push_back({static_cast<int>(item.micro % sets), ranges[item.range].begin});
+        std::vector<std::pair<int64_t, int>> ahead;
+        for (const PipelineItem &item : items) ahead.push_back({item.micro, ranges[item.range].begin});
         Status st = gpus[0]->exchange(ahead);
         if (!st.isOk()) die(st.message());
       }
@@ -1115,8 +1115,8 @@ int main(int argc, char **argv) {
         how += " (the plan chose interleaved 1F1B; this executable has one model chunk a stage)";
       if (planned == "gpipe" && kind != planned) how += " (the plan chose GPipe: 1F1B on the CUDA backend)";
       if (heldSets[0] > 1)
-        how += ", up to " + std::to_string(heldSets[0]) + " activation sets a rank (" + std::to_string(heldSets[1]) +
-               " bytes each on the device)";
+        how += ", up to " + std::to_string(heldSets[0]) + " activation sets a rank (at most " +
+               std::to_string(heldSets[1]) + " bytes of them on the device)";
     }
     if (trains && !losses.empty()) {
       char line[200];

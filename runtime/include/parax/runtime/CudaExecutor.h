@@ -80,28 +80,32 @@ public:
   std::vector<Tensor> outputs() const;
 
   /// Pipeline training (1F1B, interleaved). After prepare, with the
-  /// stage's ranges (runtime::pipelineRanges) and `sets` microbatches in
-  /// flight at once: each microbatch keeps in an activation set of its own
-  /// the inputs, the temporaries live across a range's start, what a range
-  /// receives first and what it sends last (see exchange); temporaries
-  /// within one range share the arena. No CUDA graphs then. With one set
-  /// or no ranges, nothing changes.
+  /// stage's ranges (runtime::pipelineRanges): each microbatch keeps the
+  /// inputs, the temporaries live across a range's start, what a range
+  /// receives first and what it sends last (see exchange) in memory of its
+  /// own; temporaries within one range share the arena. With `sets`
+  /// microbatches in flight at once; with several model chunks, what only
+  /// chunk c's ranges touch in chunkSets[c] slots of its own
+  /// (runtime::chunksInFlight: fewer microbatches hold a later chunk). No
+  /// CUDA graphs then. With no ranges, nothing changes.
   /// `gradientsBound`: bindOptimizer will bind every gradient output, so
   /// each is read (added to its sum) right after the range that writes it
   /// and shares the arena rather than taking a set's memory.
-  Status holdActivations(int sets, const std::vector<PipelineRange> &ranges, bool gradientsBound = false);
-  /// The set the next setInputs, exchange and runRange use.
-  Status useActivations(int set);
+  Status holdActivations(int sets, const std::vector<int64_t> &chunkSets, const std::vector<PipelineRange> &ranges,
+                         bool gradientsBound = false);
+  /// Microbatch `micro`'s activations for the next setInputs, exchange and
+  /// runRange (its slot of each pool).
+  Status useActivations(int64_t micro);
   int activationSets() const;
-  size_t activationSetBytes() const; // one set's device memory
+  size_t activationBytes() const; // device memory kept for activations, every slot
   /// One pipeline step's communication, as one NCCL group: the sends the
   /// ranges before held, and the leading receives of each range
-  /// (activation set, first instruction) the step will run; runRange then
+  /// (microbatch, first instruction) the step will run; runRange then
   /// skips those receives. Megatron's interleaved schedule receives a
   /// step's forward and backward inputs together, before either runs: a
   /// send may wait for its receive (NCCL), and apart the stages would wait
   /// for each other (bench/pipeline_p2p_model.py).
-  Status exchange(const std::vector<std::pair<int, int>> &setAndBegin);
+  Status exchange(const std::vector<std::pair<int64_t, int>> &microAndBegin);
   /// Instructions [begin, end) of the stage; returns when the GPU is done.
   /// With `holdSends`, the range's sends after its last receive are held
   /// and issued with the next exchange's (or range's, or run's) leading
