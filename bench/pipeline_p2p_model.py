@@ -12,6 +12,16 @@ after) and sends last. "grouped": each half's trailing sends are held and
 issued in one group with the next half's leading receives (what
 CudaExecutor::runRange does); "alone": each send and receive on its own.
 
+Interleaved 1F1B (Megatron's virtual pipeline: `chunks` model chunks a
+stage, virtual stage c * stages + s on stage s): each stage runs Megatron's
+order of chunk passes (runtime::pipelineSteps), the last stage's last
+chunk forward and backward in one range. "by step": a step's receives (a
+forward and a backward range's) in one group with the step before's sends,
+as parax-run and CudaExecutor::exchange do; "by range": each range's
+receives with the range before's sends, as for 1F1B.
+(test/unit/PipelineScheduleTest.cpp checks the runtime's own schedule the
+same way.)
+
     python3 bench/pipeline_p2p_model.py
 """
 
@@ -81,6 +91,87 @@ def completes(stages, micro, schedule, grouped):
     return all(at[s] == len(plan[s]) for s in range(stages))
 
 
+def interleaved_steps(stage, stages, chunks, micro):
+    """Megatron's interleaved order: a warm-up of forward passes, then a
+    forward and a backward pass a step, then the backward passes left.
+    An item: (kind, chunk, microbatch); kind "whole" for the last stage's
+    last chunk (its backward runs with its forward)."""
+    def nth(k, backward):
+        chunk = k // stages % chunks
+        return (chunks - 1 - chunk if backward else chunk), k // (stages * chunks) * stages + k % stages
+    total = micro * chunks
+    warmup = min(2 * (stages - 1 - stage) + (chunks - 1) * stages, total)
+    steps = [[("forward",) + nth(k, False)] for k in range(warmup)]
+    steps += [[("forward",) + nth(warmup + k, False), ("backward",) + nth(k, True)] for k in range(total - warmup)]
+    steps += [[("backward",) + nth(k, True)] for k in range(max(total - warmup, 0), total)]
+    out = []
+    for step in steps:
+        kept = []
+        for kind, chunk, m in step:
+            if stage == stages - 1 and chunk == chunks - 1:
+                if kind == "forward":
+                    kept.append(("whole", chunk, m))
+            else:
+                kept.append((kind, chunk, m))
+        if kept:
+            out.append(kept)
+    return out
+
+
+def interleaved_transfers(stage, stages, chunks, item):
+    """(leading receives, trailing sends) of one range."""
+    kind, chunk, m = item
+    v, last = chunk * stages + stage, stages * chunks - 1
+    receives, sends = [], []
+    if kind in ("forward", "whole") and v > 0:
+        receives.append(("recv", (v - 1) % stages, ("activations", v - 1), m))
+    if kind == "backward":
+        receives.append(("recv", (v + 1) % stages, ("gradient", v + 1), m))
+    if kind == "forward" and v < last:
+        sends.append(("send", (v + 1) % stages, ("activations", v), m))
+    if kind in ("backward", "whole") and v > 0:
+        sends.append(("send", (v - 1) % stages, ("gradient", v), m))
+    return receives, sends
+
+
+def interleaved_groups(stage, stages, chunks, micro, by_step):
+    steps = interleaved_steps(stage, stages, chunks, micro)
+    if not by_step:
+        steps = [[item] for step in steps for item in step]
+    out, held = [], []
+    for step in steps:
+        receives, sends = [], []
+        for item in step:
+            r, t = interleaved_transfers(stage, stages, chunks, item)
+            receives += r
+            sends += t
+        if held + receives:
+            out.append(held + receives)
+        held = sends
+    if held:
+        out.append(held)
+    return out
+
+
+def interleaved_completes(stages, chunks, micro, by_step):
+    plan = [interleaved_groups(s, stages, chunks, micro, by_step) for s in range(stages)]
+    at = [0] * stages
+    progress = True
+    while progress:
+        progress = False
+        for s in range(stages):
+            if at[s] == len(plan[s]):
+                continue
+            def posted(t):
+                direction, peer, what, m = t
+                match = ("recv" if direction == "send" else "send", s, what, m)
+                return any(match in g for g in plan[peer][:at[peer] + 1])
+            if all(posted(t) for t in plan[s][at[s]]):
+                at[s] += 1
+                progress = True
+    return all(at[s] == len(plan[s]) for s in range(stages))
+
+
 if __name__ == "__main__":
     shapes = [(S, M) for S in range(2, 7) for M in range(1, 10)]
     for schedule in ("1f1b", "gpipe"):
@@ -88,3 +179,8 @@ if __name__ == "__main__":
             stuck = [shape for shape in shapes if not completes(*shape, schedule, grouped)]
             print(f"{schedule:5} {'grouped' if grouped else 'alone':7}: {len(stuck)} of {len(shapes)} "
                   f"(stages, microbatches) shapes deadlock{': ' + str(stuck[:6]) if stuck else ''}")
+    shapes = [(S, v, M) for S in range(2, 7) for v in range(2, 5) for M in range(S, 4 * S + 1, S)]
+    for by_step in (True, False):
+        stuck = [shape for shape in shapes if not interleaved_completes(*shape, by_step)]
+        print(f"interleaved {'by step' if by_step else 'by range'}: {len(stuck)} of {len(shapes)} "
+              f"(stages, chunks, microbatches) shapes deadlock{': ' + str(stuck[:4]) if stuck else ''}")
