@@ -137,17 +137,15 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     // pipeline stage c % pp (Megatron's layout); the prologue goes with the
     // first, the epilogue with the last. `parax.stage` is the virtual stage
     // (the partitioner maps it to the grid's pp axis).
-    const int64_t chunks = plan.schedule == Schedule::Interleaved && plan.pp > 1
-                               ? plan.pp * plan.virtualStages
-                               : 0;
+    const int64_t decoder = model->numDecoderLayers;
     for (size_t l = 0; l < model->layers.size(); ++l) {
       int64_t stage = 0;
       for (size_t s = 0; s < plan.stageStart.size(); ++s)
         if (static_cast<int64_t>(l) >= plan.stageStart[s])
           stage = s;
-      if (chunks > 0) {
-        int64_t decoder = model->numDecoderLayers, index = model->layers[l].index;
-        stage = index < 0 ? 0 : index >= decoder ? chunks - 1 : index * chunks / decoder;
+      if (plan.chunkOfLayer(0, decoder) >= 0) {
+        int64_t index = model->layers[l].index;
+        stage = index < 0 ? 0 : plan.chunkOfLayer(std::min(index, decoder - 1), decoder);
       }
       const LayerGraph &layer = model->layers[l];
       const LayerPlan &lp = layers[l];

@@ -641,6 +641,7 @@ PlanResult Search::run() {
   result.activeParams = model.activeParams;
   result.paramBytes = model.paramBytes;
   result.kvBytesPerToken = model.kvCacheBytesPerToken(dtypeBytes(w.kvDtype));
+  result.decoderLayers = model.numDecoderLayers;
   result.modelFlopsPerToken =
       w.kind == WorkloadKind::Decode ? modelFlopsPerToken(w.context + 1, 1)
                                      : modelFlopsPerToken(w.seq, w.seq);

@@ -83,6 +83,18 @@ std::string parax::plan::formatPlans(const PlanResult &result,
   for (auto [i, s] : llvm::enumerate(best.stageStart))
     os << (i ? ", " : "") << s;
   os << "]\n";
+  if (best.chunkOfLayer(0, result.decoderLayers) >= 0) {
+    // What PlanPass builds: virtual stage c's decoder layers on stage c % pp.
+    os << formatv("interleaved 1F1B: {0} virtual stages, virtual stage c on pipeline stage c % {1}; decoder "
+                  "layers of each: [", best.pp * best.virtualStages, best.pp);
+    for (int64_t c = 0, l = 0; c < best.pp * best.virtualStages; ++c) {
+      int64_t first = l;
+      while (l < result.decoderLayers && best.chunkOfLayer(l, result.decoderLayers) == c)
+        ++l;
+      os << (c ? ", " : "") << first << "-" << l - 1;
+    }
+    os << "] (the prologue with the first, the epilogue with the last)\n";
+  }
   if (!train && best.microBatches > 1)
     os << formatv("run: {0} microbatches of {1} sequences a replica{2} (build the program with "
                   "batch {1}; parax-run takes {0} x {1} rows a replica as microbatches)\n",

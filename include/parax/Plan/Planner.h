@@ -62,6 +62,15 @@ struct Plan {
   Recompute recompute = Recompute::None;
   /// First index (into ModelGraph::layers) of each stage.
   std::vector<int64_t> stageStart;
+  /// Interleaved 1F1B: the virtual stage (0 .. pp x virtualStages - 1,
+  /// run on pipeline stage c % pp) of decoder layer `layer` of `layers`:
+  /// the layers cut into chunks of nearly equal counts. -1: not
+  /// interleaved.
+  int64_t chunkOfLayer(int64_t layer, int64_t layers) const {
+    if (schedule != Schedule::Interleaved || pp <= 1 || layers <= 0)
+      return -1;
+    return layer * pp * virtualStages / layers;
+  }
 
   // Times (seconds per step). Exposed communication only.
   double stepTime = 0;
@@ -103,6 +112,7 @@ struct PlanResult {
   double params = 0, activeParams = 0, paramBytes = 0;
   double kvBytesPerToken = 0; // whole model, at the workload's KV dtype
   double modelFlopsPerToken = 0;
+  int64_t decoderLayers = 0;
 };
 
 PlanResult searchPlans(const ModelGraph &model, const ClusterSpec &cluster,
