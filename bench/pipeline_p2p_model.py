@@ -70,10 +70,11 @@ def groups(stage, stages, micro, schedule, grouped):
     return out
 
 
-def completes(stages, micro, schedule, grouped):
-    """Whether every stage gets through its groups: a group completes once
-    each of its transfers' peers has posted the matching one."""
-    plan = [groups(s, stages, micro, schedule, grouped) for s in range(stages)]
+def runs_through(plan):
+    """Whether every stage gets through its groups (plan[s]: stage s's, in
+    order): a group completes once each of its transfers' peers has posted
+    the matching one."""
+    stages = len(plan)
     at = [0] * stages
     progress = True
     while progress:
@@ -89,6 +90,10 @@ def completes(stages, micro, schedule, grouped):
                 at[s] += 1
                 progress = True
     return all(at[s] == len(plan[s]) for s in range(stages))
+
+
+def completes(stages, micro, schedule, grouped):
+    return runs_through([groups(s, stages, micro, schedule, grouped) for s in range(stages)])
 
 
 def interleaved_steps(stage, stages, chunks, micro):
@@ -154,22 +159,7 @@ def interleaved_groups(stage, stages, chunks, micro, by_step):
 
 
 def interleaved_completes(stages, chunks, micro, by_step):
-    plan = [interleaved_groups(s, stages, chunks, micro, by_step) for s in range(stages)]
-    at = [0] * stages
-    progress = True
-    while progress:
-        progress = False
-        for s in range(stages):
-            if at[s] == len(plan[s]):
-                continue
-            def posted(t):
-                direction, peer, what, m = t
-                match = ("recv" if direction == "send" else "send", s, what, m)
-                return any(match in g for g in plan[peer][:at[peer] + 1])
-            if all(posted(t) for t in plan[s][at[s]]):
-                at[s] += 1
-                progress = True
-    return all(at[s] == len(plan[s]) for s in range(stages))
+    return runs_through([interleaved_groups(s, stages, chunks, micro, by_step) for s in range(stages)])
 
 
 if __name__ == "__main__":
