@@ -56,8 +56,10 @@ echo "== correctness: GPU vs CPU (and numpy for the models): 1e-4 fp32, 1e-5 rel
 # Every temporary turns to NaN after its last use (PARAX_CUDA_POISON_DEAD):
 # on the GPU's real streams, a transfer or kernel that reads a temporary the
 # shared arena may already have handed to another fails its case.
+# (the cases the bundle holds: scripts/gpu-bundle.sh leaves one out for size)
+cases="$(cd "$bundle/cases" && for d in */; do [ -f "$d/case.json" ] && printf '%s,' "${d%/}"; done)"
 PARAX_CUDA_POISON_DEAD=1 timeout 220 "$py" "$root/test/runtime/cuda_cases.py" check "$bundle/cases" \
-  --bin "$bundle/bin" --json "$out/check.json" --case-timeout 60 --jobs 8 || status=1
+  --bin "$bundle/bin" --json "$out/check.json" --case-timeout 60 --jobs 8 --cases "${cases%,}" || status=1
 echo "== GEMM and HBM figures (not pass/fail) =="
 timeout 60 "$bundle/bin/parax-cuda-bench" 2>&1 | tee "$out/cuda-bench.txt" || echo "gpu-check: cuda bench failed"
 echo "== attention (and its gradient), Llama-3-8B layer, experts and training-step timings (not pass/fail) =="
