@@ -337,6 +337,22 @@ def test_interleaved_1f1b_gives_one_batchs_gradients(tmp_path, preset, pins, ran
     assert said in proc.stdout, proc.stdout
 
 
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_interleaved_1f1b_with_recomputed_activations(tmp_path, mode):
+    """--parax-recompute under interleaved chunks: each chunk's copies run
+    in its backward range (after the receive that begins it); one batch's
+    loss and gradients still."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=8, layers=4)
+    whole = Model(str(tmp_path / "whole"), "tiny-llama", loss=True, batch=8, layers=4)
+    exe = model.compile("chunks", "train:batch=8,seq=8,mbs=2,schedule=interleaved,pp=2,chunks=2,dp=1", 2,
+                        autodiff=True, recompute=mode)
+    loss, grads = gradients(model, exe, 2)
+    whole_loss, want = gradients(whole, whole.compile("whole", autodiff=True), 1)
+    assert abs(loss - whole_loss) < 1e-5
+    for name in want:
+        assert np.abs(grads[name] - want[name]).max() < SHARDED_TOL, name
+
+
 def test_interleaved_1f1b_needs_microbatches_in_groups_of_the_stages(tmp_path):
     """Megatron's rule: the microbatches come in groups of pp. An executable
     built for 4 run with 3 stops with the reason, before any step."""
