@@ -585,18 +585,42 @@ struct CudaExecutor::State {
   size_t keptBytes = 0;               // all of it
   bool gradientsBound = false; // holdActivations' promise: bindOptimizer binds every gradient output
   std::set<std::pair<int64_t, int>> receivedAhead; // (microbatch, range start): its leading receives done
-  /// The range a bound gradient belongs to (its writer's, or the last range
-  /// when a forward range writes it); -1 without ranges.
-  int rangeOfSlot(int i) const {
-    if (ranges.empty()) return -1;
-    int writer = -1;
-    for (int k = 0; k < static_cast<int>(slotsOf.size()) && writer < 0; ++k)
-      if (std::find(slotsOf[k].begin(), slotsOf[k].end(), i) != slotsOf[k].end()) writer = k;
-    for (int r = 0; r < static_cast<int>(ranges.size()); ++r)
-      if (writer >= ranges[r].begin && writer < ranges[r].end && ranges[r].backward) return r;
-    return static_cast<int>(ranges.size()) - 1;
+  /// Per bound gradient, the range it belongs to: its writer's, or the
+  /// last range when a forward range writes it (set by bindOptimizer and
+  /// holdActivations, whichever comes last; empty without ranges).
+  std::vector<int> slotRange;
+  void assignSlotRanges() {
+    slotRange.assign(ranges.empty() ? 0 : slots.size(), static_cast<int>(ranges.size()) - 1);
+    for (int k = 0; k < static_cast<int>(slotsOf.size()) && !ranges.empty(); ++k)
+      for (int i : slotsOf[k])
+        for (int r = 0; r < static_cast<int>(ranges.size()); ++r)
+          if (k >= ranges[r].begin && k < ranges[r].end && ranges[r].backward) slotRange[i] = r;
   }
-  bool inRange(int slot, int range) const { return range < 0 || rangeOfSlot(slot) == range; }
+  bool inRange(int slot, int range) const { return range < 0 || slotRange.empty() || slotRange[slot] == range; }
+  /// Past the receives (and instructions run elsewhere) that begin the
+  /// range [begin, end): what a step's group receives ahead.
+  int pastLeadingReceives(int begin, int end) const {
+    const pxe::Stage &stage = host.stageProgram();
+    while (begin < end && (skipped[begin] || stage.instructions(begin).op() == "recv")) ++begin;
+    return begin;
+  }
+  /// The sends held so far and `receives` as one NCCL group, complete
+  /// before anything else runs (errors name `instruction`).
+  Status exchangeHeld(std::vector<NcclCommunicator::PointToPoint> receives, int instruction) {
+    std::vector<NcclCommunicator::PointToPoint> group;
+    group.swap(heldSends);
+    group.insert(group.end(), receives.begin(), receives.end());
+    if (group.empty()) return Status::ok();
+    if (!comm) return Status::error("sends and receives without a communicator");
+    comm->issuerStage = host.stage();
+    comm->issuerInstruction = instruction;
+    Status st = completePending();
+    if (st.isOk()) st = comm->exchange(group, stream);
+    if (st.isOk()) st = awaitIssued();
+    if (!st.isOk() && comm->aborted) return st;
+    if (!st.isOk()) return failed(instruction, "exchanging with the pipeline's neighbours", st);
+    return Status::ok();
+  }
 
   // The step as a CUDA graph (see CudaExecutor::run).
   bool graphs = false; // every instruction capturable, and not turned off
@@ -898,9 +922,9 @@ Status CudaExecutor::State::placeTemporaries() {
   // receives into.
   std::vector<bool> pinned(stage.buffers_size(), false);
   for (const PipelineRange &r : ranges) {
-    int k = r.begin;
-    for (; k < r.end && (skipped[k] || stage.instructions(k).op() == "recv"); ++k)
-      for (int32_t id : stage.instructions(k).results()) pinned[id] = true;
+    int k = pastLeadingReceives(r.begin, r.end);
+    for (int j = r.begin; j < k; ++j)
+      for (int32_t id : stage.instructions(j).results()) pinned[id] = true;
     int lastReceive = k - 1;
     for (int j = k; j < r.end; ++j)
       if (!skipped[j] && stage.instructions(j).op() == "recv") lastReceive = j;
@@ -1241,24 +1265,17 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
   const pxe::Stage &stage = host.stageProgram();
   if (begin == 0) overlapped = 0;
   int from = begin; // (before: the leading receives, grouped)
-  auto leading = [&](int k) { return k < end && (skipped[k] || stage.instructions(k).op() == "recv"); };
   if (receivedAhead.erase({currentMicro, begin})) { // by exchange, with the held sends
-    while (leading(from)) ++from;
+    from = pastLeadingReceives(begin, end);
   } else if (!heldSends.empty()) { // (held only with a communicator)
     // The sends the range before held, with this range's leading receives:
-    // one group, complete before anything else runs (the sends' buffers
-    // may be this range's temporaries).
-    std::vector<NcclCommunicator::PointToPoint> group;
-    group.swap(heldSends);
-    for (; leading(from); ++from)
-      if (!skipped[from]) group.push_back(pointToPoint(stage.instructions(from)));
-    comm->issuerStage = host.stage();
-    comm->issuerInstruction = begin;
-    Status st = completePending();
-    if (st.isOk()) st = comm->exchange(group, stream);
-    if (st.isOk()) st = awaitIssued();
-    if (!st.isOk() && comm->aborted) return st;
-    if (!st.isOk()) return failed(begin, "exchanging with the pipeline's neighbours", st);
+    // one group (the sends' buffers may be this range's temporaries).
+    from = pastLeadingReceives(begin, end);
+    std::vector<NcclCommunicator::PointToPoint> receives;
+    for (int k = begin; k < from; ++k)
+      if (!skipped[k]) receives.push_back(pointToPoint(stage.instructions(k)));
+    Status st = exchangeHeld(std::move(receives), begin);
+    if (!st.isOk()) return st;
   }
   // With holdSends, the sends after the range's last receive wait for the
   // next range. (Their operands stay live until the stage ends, and the
@@ -1504,6 +1521,7 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
   Status st = staged ? take(&s.staging, staged, "the optimizer's ZeRO all-gather staging") : Status::ok();
   if (st.isOk()) st = take(&s.squares, s.slots.size() * sizeof(double), "the optimizer's sums of squares");
   if (!st.isOk()) return st;
+  s.assignSlotRanges();
   return s.sync();
 }
 
@@ -1771,6 +1789,7 @@ Status CudaExecutor::holdActivations(int sets, const std::vector<int64_t> &chunk
     b.inArena = false;
   }
   s.ranges = ranges;
+  s.assignSlotRanges();
   s.sets = sets;
   s.gradientsBound = gradientsBound;
   s.graphs = false; // the sets' buffers move between runs
@@ -1791,32 +1810,21 @@ Status CudaExecutor::useActivations(int64_t micro) {
 Status CudaExecutor::exchange(const std::vector<std::pair<int64_t, int>> &microAndBegin) {
   State &s = *s_;
   const pxe::Stage &stage = s.host.stageProgram();
-  std::vector<NcclCommunicator::PointToPoint> group;
-  group.swap(s.heldSends);
+  std::vector<NcclCommunicator::PointToPoint> receives;
   const int64_t current = s.currentMicro;
   Status st = Status::ok();
   for (const auto &[micro, begin] : microAndBegin) {
     if (!s.receivedAhead.insert({micro, begin}).second)
       return Status::error("exchange: the receives at " + std::to_string(begin) + " of microbatch " +
                            std::to_string(micro) + " are done already");
-    st = useActivations(micro);
-    for (int k = begin; st.isOk() && k < stage.instructions_size() &&
-                        (s.skipped[k] || stage.instructions(k).op() == "recv");
-         ++k)
-      if (!s.skipped[k]) group.push_back(s.pointToPoint(stage.instructions(k)));
+    st = useActivations(micro); // (each receive into its microbatch's memory)
+    const int past = s.pastLeadingReceives(begin, stage.instructions_size());
+    for (int k = begin; st.isOk() && k < past; ++k)
+      if (!s.skipped[k]) receives.push_back(s.pointToPoint(stage.instructions(k)));
   }
   if (st.isOk()) st = useActivations(current);
-  if (!st.isOk() || group.empty()) return st;
-  if (!s.comm) return Status::error("exchange: sends and receives without a communicator");
-  s.comm->issuerStage = s.host.stage();
-  s.comm->issuerInstruction = microAndBegin.empty() ? 0 : microAndBegin.front().second;
-  st = s.completePending();
-  if (st.isOk()) st = s.comm->exchange(group, s.stream);
-  if (st.isOk()) st = s.awaitIssued();
-  if (!st.isOk() && s.comm->aborted) return st;
-  if (!st.isOk())
-    return s.failed(s.comm->issuerInstruction, "exchanging with the pipeline's neighbours", st);
-  return Status::ok();
+  if (!st.isOk()) return st;
+  return s.exchangeHeld(std::move(receives), microAndBegin.empty() ? 0 : microAndBegin.front().second);
 }
 
 int CudaExecutor::activationSets() const { return s_->sets; }

@@ -131,22 +131,16 @@ StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, 
                          " ranges (recvs marked range_start, and the start) for " + std::to_string(chunks) +
                          " model chunks: expected " + std::to_string(forwardOnly) + " (forward only) or " +
                          std::to_string(training) + " (a training step)");
-  std::vector<PipelineRange> ranges(count);
+  // A training step's ranges have trainingRanges' shape; forward only, a
+  // forward range a chunk.
+  std::vector<PipelineRange> ranges = trainingRanges(stageIndex, exe.stages_size(), chunks);
+  if (count != training) {
+    ranges.assign(count, PipelineRange{});
+    for (int i = 0; i < count; ++i) ranges[i].chunk = i;
+  }
   for (int i = 0; i < count; ++i) {
-    PipelineRange &r = ranges[i];
-    r.begin = starts[i];
-    r.end = i + 1 < count ? starts[i + 1] : n;
-    if (chunks == 1) { // one range: the microbatch whole; two: forward, backward
-      r.forward = i == 0;
-      r.backward = count == 1 ? last : i == 1;
-    } else if (i < chunks) {
-      r.chunk = i;
-      r.backward = count == training && last && i + 1 == chunks;
-    } else {
-      r.chunk = 2 * chunks - 1 - i - (last ? 1 : 0);
-      r.forward = false;
-      r.backward = true;
-    }
+    ranges[i].begin = starts[i];
+    ranges[i].end = i + 1 < count ? starts[i + 1] : n;
   }
   return ranges;
 }

@@ -3,7 +3,6 @@
 #include "parax/runtime/PipelineSchedule.h"
 
 #include <algorithm>
-#include <map>
 #include <set>
 
 namespace parax::runtime {
@@ -76,11 +75,11 @@ int64_t microbatchesInFlight(const PipelineSteps &steps, const std::vector<Pipel
     if (ranges[i].chunk == 0 && (ranges[i].backward || ranges.size() == 1)) last = i;
   if (ranges.size() > 1 && !std::any_of(ranges.begin(), ranges.end(), [](const PipelineRange &r) { return r.backward; }))
     last = static_cast<int>(ranges.size()) - 1; // forward only: its last chunk
-  std::map<int64_t, bool> live;
+  std::set<int64_t> live;
   int64_t most = 1;
   for (const auto &step : steps)
     for (const PipelineItem &item : step) {
-      live[item.micro] = true;
+      live.insert(item.micro);
       most = std::max<int64_t>(most, static_cast<int64_t>(live.size()));
       if (item.range == last) live.erase(item.micro);
     }

@@ -698,12 +698,18 @@ int main(int argc, char **argv) {
   if (pipelined) std::tie(ranges, pipeline) = scheduleOf(stageIndex);
   const int64_t sets = pipelined ? microbatchesInFlight(pipeline, ranges) : 1;
   long long heldSets[2] = {1, 0}; // CUDA: activation sets this rank holds, their bytes
+  // On CUDA the optimizer runs on the device: the gradients, fp32 masters
+  // and moments stay there (PARAX_CUDA_OPTIMIZER=host: fp32 masters on the
+  // host, each step's gradients copied there and the parameters back).
+  bool deviceOptimizer = false;
 #ifdef PARAX_WITH_CUDA
+  const char *optimizerAt = std::getenv("PARAX_CUDA_OPTIMIZER");
+  if (optimizerAt && std::string(optimizerAt) != "host" && std::string(optimizerAt) != "device")
+    die(std::string("PARAX_CUDA_OPTIMIZER=") + optimizerAt + ": host or device");
+  deviceOptimizer = trains && device == "cuda" && !(optimizerAt && std::string(optimizerAt) == "host");
   if (device == "cuda" && pipelined) {
-    // (the device optimizer, below, takes each gradient right after its range)
-    const char *optimizerAt = std::getenv("PARAX_CUDA_OPTIMIZER");
-    const bool bound = trains && !(optimizerAt && std::string(optimizerAt) == "host");
-    s = gpus[0]->holdActivations(static_cast<int>(sets), chunksInFlight(pipeline, ranges), ranges, bound);
+    // (the device optimizer takes each gradient right after its range)
+    s = gpus[0]->holdActivations(static_cast<int>(sets), chunksInFlight(pipeline, ranges), ranges, deviceOptimizer);
     if (!s.isOk()) die(s.message());
     heldSets[0] = gpus[0]->activationSets();
     heldSets[1] = static_cast<long long>(gpus[0]->activationBytes());
@@ -769,16 +775,8 @@ int main(int argc, char **argv) {
     s = training->loadState(*file.value(), loadOptimizer, optimizer.zero);
     if (!s.isOk()) die("--load-optimizer: " + s.message());
   }
-  // On CUDA the optimizer runs on the device: the gradients, fp32 masters
-  // and moments stay there (PARAX_CUDA_OPTIMIZER=host: fp32 masters on the
-  // host, each step's gradients copied there and the parameters back).
-  bool deviceOptimizer = false;
-  std::vector<Training::Update> updates; // what each bound gradient updates
+  std::vector<Training::Update> updates; // what each bound gradient updates (deviceOptimizer)
 #ifdef PARAX_WITH_CUDA
-  const char *optimizerAt = std::getenv("PARAX_CUDA_OPTIMIZER");
-  if (optimizerAt && std::string(optimizerAt) != "host" && std::string(optimizerAt) != "device")
-    die(std::string("PARAX_CUDA_OPTIMIZER=") + optimizerAt + ": host or device");
-  deviceOptimizer = trains && device == "cuda" && !(optimizerAt && std::string(optimizerAt) == "host");
   if (deviceOptimizer) {
     updates = training->updates(optimizer);
     std::vector<CudaExecutor::Gradient> bound;
