@@ -156,11 +156,34 @@ struct CudaExecutor::State {
     CudaExecutor::Gradient g;
     int64_t n = 0;           // values in the box
     int64_t updated = 0;     // values this rank updates: n, or ZeRO's chunk size
-    float *sum = nullptr;    // n (ZeRO: size x replicas, zeros past n)
-    float *share = nullptr;  // ZeRO: this replica's chunk of `sum` (reduce-scattered in place); else `sum`
+    bool shared = false;     // ZeRO over more than one rank
+    bool chunkSums = false;  // ZeRO-2: `sum` is this rank's chunk only
+    float *sum = nullptr;    // n (ZeRO-1: size x members, zeros past n; ZeRO-2: size)
+    float *share = nullptr;  // ZeRO: this rank's chunk of `sum` (ZeRO-1: reduce-scattered in place); else `sum`
     float *master = nullptr; // `updated` values
     float *m = nullptr, *v = nullptr; // AdamW's moments, as `master`
+    cudaEvent_t summed = nullptr;     // ZeRO-2: its last reduce-scatter into `sum` done
   };
+  /// Whether slot i's sums are reduced over other ranks (ZeRO's group, or
+  /// the replicas), and the count its mean divides by besides microbatches.
+  bool reducesSum(const OptimizerSlot &slot) const { return slot.shared || optimizer.replicas > 1; }
+  int64_t ranksSummed(const OptimizerSlot &slot) const { return slot.shared ? slot.g.members : optimizer.replicas; }
+  /// Issues slot i's reduction over the ranks (ZeRO: reduce-scatter over
+  /// its group; else all-reduce over dp) on the collectives' stream.
+  Status reduceSums(const OptimizerSlot &slot) {
+    return slot.shared ? comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, slot.g.axes, stream)
+                       : comm->allReduce(slot.sum, slot.n, Elem::F32, 1u << optimizer.replicaAxis, stream);
+  }
+  /// ZeRO-2: slot i's gradient of this microbatch, in fp32 and padded, in
+  /// a staging box; but for the step's first, with this rank's sums added
+  /// to its own chunk; reduce-scattered over the group into the sums.
+  Status reduceScatterMicrobatch(int i, bool first);
+  float *sumStaging[2] = {nullptr, nullptr}; // ZeRO-2 (the largest padded box, fp32)
+  cudaEvent_t stagingFree[2] = {nullptr, nullptr};
+  int nextStaging = 0;
+  /// Room for a slot's box gathered whole in fp32 (its padded size): the
+  /// sums (ZeRO-1), or a staging box (ZeRO-2).
+  float *gatherRoom(OptimizerSlot &slot) { return slot.chunkSums ? sumStaging[0] : slot.sum; }
   std::vector<OptimizerSlot> slots;
   CudaExecutor::OptimizerSetup optimizer;
   // streamGradients: during the next run, each bound gradient is added to
@@ -186,6 +209,10 @@ struct CudaExecutor::State {
 
   ~State() {
     for (void *p : optimizerMemory) cudaFree(p);
+    for (OptimizerSlot &slot : slots)
+      if (slot.summed) cudaEventDestroy(slot.summed);
+    for (cudaEvent_t e : stagingFree)
+      if (e) cudaEventDestroy(e);
     for (void *p : setAllocations) cudaFree(p);
     for (size_t j = 0; j < held.size() && !poolMemory.empty(); ++j) // inputs: slot 0's are their own allocation
       if (heldPool[j] == 0 && !buffers[held[j]].inArena) buffers[held[j]].data = poolMemory[0][0][heldIndex[j]];
@@ -1326,7 +1353,8 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
 
 Status CudaExecutor::State::reduceGradientsOf(int k) {
   if (!overlap || k >= static_cast<int>(slotsOf.size()) || slotsOf[k].empty()) return Status::ok();
-  streamedEarly += optimizer.replicas > 1 && k + 1 < host.stageProgram().instructions_size() ? slotsOf[k].size() : 0;
+  if (k + 1 < host.stageProgram().instructions_size())
+    for (int i : slotsOf[k]) streamedEarly += reducesSum(slots[i]) ? 1 : 0;
   bool transferred = false; // the gradient is the pending collective's result
   for (int i : slotsOf[k]) {
     int32_t id = host.stageProgram().outputs(slots[i].g.output);
@@ -1354,6 +1382,10 @@ Status CudaExecutor::State::reduceGradientsOf(int k) {
 
 Status CudaExecutor::State::reduceGradient(int i) {
   OptimizerSlot &slot = slots[i];
+  if (slot.chunkSums) {
+    reduced[i] = true;
+    return reduceScatterMicrobatch(i, streamFirst);
+  }
   const DeviceBuffer &out = buffers[host.stageProgram().outputs(slot.g.output)];
   Status st = withFloat(out, [&](auto t) {
     using T = decltype(t);
@@ -1362,16 +1394,47 @@ Status CudaExecutor::State::reduceGradient(int i) {
     return Status::ok();
   });
   reduced[i] = true;
-  if (!st.isOk() || optimizer.replicas <= 1) return st;
+  if (!st.isOk() || !reducesSum(slot)) return st;
   // On the collectives' stream, after the sum: nothing on the compute
   // stream reads it before the step's host synchronisation (its watchdog
   // waits for it), so nothing waits for it here.
-  const unsigned mask = 1u << optimizer.replicaAxis;
   issueAsOptimizer();
-  st = optimizer.zero ? comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, mask, stream)
-                      : comm->allReduce(slot.sum, slot.n, Elem::F32, mask, stream);
+  st = reduceSums(slot);
   if (st.isOk()) (void)comm->takeIssued();
   return st.isOk() ? st : Status::error("the data-parallel gradient reduction: " + st.message());
+}
+
+Status CudaExecutor::State::reduceScatterMicrobatch(int i, bool first) {
+  OptimizerSlot &slot = slots[i];
+  const DeviceBuffer &out = buffers[host.stageProgram().outputs(slot.g.output)];
+  const int b = nextStaging;
+  nextStaging ^= 1;
+  float *staged = sumStaging[b];
+  const int64_t padded = slot.g.size * slot.g.members;
+  // The staging box's last reduce-scatter has read it, and this slot's
+  // last one has written its sums (both on the collectives' stream).
+  PARAX_CUDA(cudaStreamWaitEvent(stream, stagingFree[b], 0));
+  PARAX_CUDA(cudaStreamWaitEvent(stream, slot.summed, 0));
+  Status st = withFloat(out, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(accumulateKernel<T>, blocksFor(slot.n), kThreads, 0, stream)(out.as<T>(), staged, slot.n, 1);
+    return Status::ok();
+  });
+  if (!st.isOk()) return st;
+  if (padded > slot.n) PARAX_CUDA(cudaMemsetAsync(staged + slot.n, 0, (padded - slot.n) * 4, stream));
+  if (!first) // this rank's block comes back as its own sums plus every rank's gradient
+    PARAX_LAUNCH(accumulateKernel<float>, blocksFor(slot.g.size), kThreads, 0, stream)(
+        slot.sum, staged + slot.g.index * slot.g.size, slot.g.size, 0);
+  PARAX_CUDA(cudaGetLastError());
+  issueAsOptimizer();
+  st = comm->reduceScatter(staged, slot.sum, slot.g.size, Elem::F32, slot.g.axes, stream);
+  if (!st.isOk()) return Status::error("the ZeRO-2 gradient reduce-scatter: " + st.message());
+  // Recorded where the reduce-scatter runs: the collectives' stream, or
+  // (host-staged: done already) the compute stream.
+  cudaStream_t where = comm->takeIssued() ? comm->commStream : stream;
+  PARAX_CUDA(cudaEventRecord(stagingFree[b], where));
+  PARAX_CUDA(cudaEventRecord(slot.summed, where));
+  return Status::ok();
 }
 
 StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
@@ -1452,13 +1515,12 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
   State &s = *s_;
   const pxe::Stage &stage = s.host.stageProgram();
   if (!s.slots.empty()) return Status::error("the optimizer is bound already");
-  const bool zero = setup.zero && setup.replicas > 1;
+  const bool zero = setup.zero;
   const unsigned mask = setup.replicaAxis >= 0 ? 1u << setup.replicaAxis : 0;
   if (setup.replicas > 1 && (!s.comm || mask >= s.comm->sizes.size() || s.comm->sizes[mask] != setup.replicas))
     return Status::error("the optimizer's " + std::to_string(setup.replicas) +
                          " data-parallel replicas are not a group of this rank's communicator");
   s.optimizer = setup;
-  s.optimizer.zero = zero;
   s.boundOutput.assign(stage.outputs_size(), false);
   auto take = [&](auto **p, int64_t bytes, const std::string &what) {
     bytes = std::max<int64_t>(bytes, 1);
@@ -1469,7 +1531,8 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     PARAX_CUDA(cudaMemsetAsync(*p, 0, bytes, s.stream));
     return Status::ok();
   };
-  int64_t staged = 0; // bytes of the largest padded box that needs staging
+  int64_t staged = 0;     // bytes of the largest padded box that needs staging
+  int64_t sumStaged = 0;  // ZeRO-2: values of the largest padded box
   for (const Gradient &g : gradients) {
     if (g.output < 0 || g.output >= stage.outputs_size() || g.parameter < 0 ||
         g.parameter >= static_cast<int>(s.buffers.size()))
@@ -1484,27 +1547,41 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     State::OptimizerSlot slot;
     slot.g = g;
     slot.n = param.numel();
-    slot.updated = zero ? g.size : slot.n;
-    if (zero && (g.size * setup.replicas < slot.n || g.begin != std::min(slot.n, setup.replica * g.size) ||
-                 g.end > slot.n || g.end - g.begin > g.size))
+    slot.shared = zero && g.members > 1;
+    slot.chunkSums = slot.shared && setup.shardSums;
+    slot.updated = slot.shared ? g.size : slot.n;
+    if (slot.shared &&
+        (!s.comm || g.axes >= s.comm->sizes.size() || s.comm->sizes[g.axes] != g.members || g.index < 0 ||
+         g.index >= g.members))
+      return Status::error(what + ": its ZeRO group of " + std::to_string(g.members) +
+                           " ranks is not a group of this rank's communicator");
+    if (slot.shared && (g.size * g.members < slot.n || g.begin != std::min(slot.n, g.index * g.size) ||
+                        g.end > slot.n || g.end - g.begin > g.size))
       return Status::error(what + ": a ZeRO chunk [" + std::to_string(g.begin) + ", " + std::to_string(g.end) +
-                           ") of " + std::to_string(g.size) + " that is not replica " + std::to_string(setup.replica) +
-                           "'s of a box of " + std::to_string(slot.n));
-    Status st = take(&slot.sum, (zero ? g.size * setup.replicas : slot.n) * 4, what + " (gradient sums)");
+                           ") of " + std::to_string(g.size) + " that is not rank " + std::to_string(g.index) + " of " +
+                           std::to_string(g.members) + "'s of a box of " + std::to_string(slot.n));
+    if (!slot.shared && (g.begin != 0 || g.end != slot.n))
+      return Status::error(what + ": a chunk [" + std::to_string(g.begin) + ", " + std::to_string(g.end) +
+                           ") of a box of " + std::to_string(slot.n) + " updated without ZeRO");
+    int64_t sums = slot.chunkSums ? g.size : slot.shared ? g.size * g.members : slot.n;
+    Status st = take(&slot.sum, sums * 4, what + " (gradient sums)");
     if (st.isOk()) st = take(&slot.master, slot.updated * 4, what + " (fp32 master)");
     if (st.isOk() && setup.adamw) st = take(&slot.m, slot.updated * 4, what + " (AdamW's first moment)");
     if (st.isOk() && setup.adamw) st = take(&slot.v, slot.updated * 4, what + " (AdamW's second moment)");
     if (!st.isOk()) return st;
-    slot.share = zero ? slot.sum + setup.replica * g.size : slot.sum;
+    slot.share = slot.shared && !slot.chunkSums ? slot.sum + g.index * g.size : slot.sum;
     // The master's first values: the box's (ZeRO: its chunk).
     if (g.parameter >= static_cast<int>(masters.size()) ||
         masters[g.parameter].f.size() != static_cast<size_t>(slot.n))
       return Status::error(what + ": no fp32 master values of its box given");
-    st = copyToDevice(slot.master, masters[g.parameter].f.data() + (zero ? g.begin : 0),
-                      zero ? g.end - g.begin : slot.n, Elem::F32, s.stream);
+    st = copyToDevice(slot.master, masters[g.parameter].f.data() + g.begin, g.end - g.begin, Elem::F32, s.stream);
     if (!st.isOk()) return st;
-    if (zero && g.size * setup.replicas != slot.n)
-      staged = std::max<int64_t>(staged, g.size * setup.replicas * elemBytes(param.elem));
+    if (slot.shared && g.size * g.members != slot.n)
+      staged = std::max<int64_t>(staged, g.size * g.members * elemBytes(param.elem));
+    if (slot.chunkSums) {
+      sumStaged = std::max<int64_t>(sumStaged, g.size * g.members);
+      PARAX_CUDA(cudaEventCreateWithFlags(&slot.summed, cudaEventDisableTiming));
+    }
     s.boundOutput[g.output] = true;
     s.slots.push_back(slot);
   }
@@ -1519,6 +1596,11 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
       for (size_t i = 0; i < s.slots.size(); ++i)
         if (stage.outputs(s.slots[i].g.output) == id) s.slotsOf[k].push_back(static_cast<int>(i));
   Status st = staged ? take(&s.staging, staged, "the optimizer's ZeRO all-gather staging") : Status::ok();
+  for (int b = 0; b < 2 && sumStaged && st.isOk(); ++b) {
+    st = take(&s.sumStaging[b], sumStaged * 4, "the optimizer's ZeRO-2 reduce-scatter staging");
+    if (st.isOk() && cudaEventCreateWithFlags(&s.stagingFree[b], cudaEventDisableTiming) != cudaSuccess)
+      st = Status::error("the optimizer's ZeRO-2 staging: cudaEventCreate failed");
+  }
   if (st.isOk()) st = take(&s.squares, s.slots.size() * sizeof(double), "the optimizer's sums of squares");
   if (!st.isOk()) return st;
   s.assignSlotRanges();
@@ -1543,6 +1625,11 @@ Status CudaExecutor::accumulateGradients(bool first, int range) {
   for (size_t i = 0; i < s.slots.size(); ++i) {
     const State::OptimizerSlot &slot = s.slots[i];
     if (!s.inRange(static_cast<int>(i), range)) continue;
+    if (slot.chunkSums) {
+      Status st = s.reduceScatterMicrobatch(static_cast<int>(i), first);
+      if (!st.isOk()) return st;
+      continue;
+    }
     const DeviceBuffer &out = s.buffers[s.host.stageProgram().outputs(slot.g.output)];
     Status st = withFloat(out, [&](auto t) {
       using T = decltype(t);
@@ -1559,22 +1646,22 @@ Status CudaExecutor::accumulateGradients(bool first, int range) {
 StatusOr<std::vector<double>> CudaExecutor::averageGradients(int64_t microbatches) {
   State &s = *s_;
   s.issueAsOptimizer();
-  const CudaExecutor::OptimizerSetup &o = s.optimizer;
-  const unsigned mask = o.replicaAxis >= 0 ? 1u << o.replicaAxis : 0;
   if (!s.slots.empty()) PARAX_CUDA(cudaMemsetAsync(s.squares, 0, s.slots.size() * sizeof(double), s.stream));
   for (size_t i = 0; i < s.slots.size(); ++i) {
     State::OptimizerSlot &slot = s.slots[i];
-    // The sums all-reduced over the replicas (ZeRO: reduce-scattered, this
-    // replica's chunk), unless streamGradients' run has, then their mean.
-    if (o.replicas > 1 && !s.reduced[i]) {
-      Status st = o.zero ? s.comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, mask, s.stream)
-                         : s.comm->allReduce(slot.sum, slot.n, Elem::F32, mask, s.stream);
+    // The sums all-reduced over the replicas (ZeRO: reduce-scattered over
+    // the box's ranks, this rank's chunk), unless streamGradients' run has
+    // (ZeRO-2: each microbatch's run has), then their mean.
+    if (slot.chunkSums) {
+      PARAX_CUDA(cudaStreamWaitEvent(s.stream, slot.summed, 0));
+    } else if (s.reducesSum(slot) && !s.reduced[i]) {
+      Status st = s.reduceSums(slot);
       if (st.isOk()) st = s.awaitIssued();
       if (!st.isOk()) return Status::error("the data-parallel gradient reduction: " + st.message());
     }
     s.reduced[i] = false;
     PARAX_LAUNCH(scaleKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(
-        slot.share, slot.updated, 1.0f / static_cast<float>(microbatches * o.replicas));
+        slot.share, slot.updated, 1.0f / static_cast<float>(microbatches * s.ranksSummed(slot)));
     PARAX_LAUNCH(sumOfSquaresKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.share, slot.updated,
                                                                                       s.squares + i);
   }
@@ -1591,7 +1678,6 @@ Status CudaExecutor::applyOptimizer(const OptimizerStep &step) {
   State &s = *s_;
   s.issueAsOptimizer();
   const CudaExecutor::OptimizerSetup &o = s.optimizer;
-  const unsigned mask = o.replicaAxis >= 0 ? 1u << o.replicaAxis : 0;
   if (step.decays.size() != s.slots.size())
     return Status::error("the optimizer step: " + std::to_string(step.decays.size()) + " decay flags for " +
                          std::to_string(s.slots.size()) + " gradients");
@@ -1600,14 +1686,14 @@ Status CudaExecutor::applyOptimizer(const OptimizerStep &step) {
     DeviceBuffer &param = s.buffers[slot.g.parameter];
     UpdateArgs a{step.lr,  step.beta1, step.beta2,       step.eps, step.decays[i] ? step.weightDecay : 0.0,
                  step.clip, step.correction1, step.correction2};
-    // ZeRO: this replica's chunk goes to its place in the box, which the
-    // all-gather fills in place (a box not a multiple of the replicas
+    // ZeRO: this rank's chunk goes to its place in the box, which the
+    // all-gather fills in place (a box not a multiple of the group's ranks
     // through the padded staging box).
-    bool staged = o.zero && slot.g.size * o.replicas != slot.n;
+    bool staged = slot.shared && slot.g.size * slot.g.members != slot.n;
     Status st = withFloat(param, [&](auto t) {
       using T = decltype(t);
       T *box = staged ? static_cast<T *>(s.staging) : param.as<T>();
-      T *target = box + (o.zero ? o.replica * slot.g.size : 0);
+      T *target = box + (slot.shared ? slot.g.index * slot.g.size : 0);
       if (o.adamw)
         PARAX_LAUNCH(adamwKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(
             slot.master, slot.m, slot.v, slot.share, target, slot.updated, a);
@@ -1615,8 +1701,8 @@ Status CudaExecutor::applyOptimizer(const OptimizerStep &step) {
         PARAX_LAUNCH(sgdKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.master, slot.share, target,
                                                                                  slot.updated, a);
       PARAX_CUDA(cudaGetLastError());
-      if (!o.zero) return Status::ok();
-      Status gathered = s.comm->allGather(target, box, slot.g.size, param.elem, mask, s.stream);
+      if (!slot.shared) return Status::ok();
+      Status gathered = s.comm->allGather(target, box, slot.g.size, param.elem, slot.g.axes, s.stream);
       if (gathered.isOk()) gathered = s.awaitIssued();
       if (!gathered.isOk()) return Status::error("the ZeRO parameter all-gather: " + gathered.message());
       if (staged)
@@ -1633,16 +1719,17 @@ StatusOr<std::vector<Tensor>> CudaExecutor::gradientSums() {
   State &s = *s_;
   s.issueAsOptimizer();
   if (s.sumsGathered) return Status::error("the gradient sums were read after the masters (their memory is gone)");
-  const unsigned mask = s.optimizer.replicaAxis >= 0 ? 1u << s.optimizer.replicaAxis : 0;
   std::vector<Tensor> sums;
-  for (const State::OptimizerSlot &slot : s.slots) {
-    if (s.optimizer.zero) { // every replica's chunk of the mean, in place
-      Status st = s.comm->allGather(slot.share, slot.sum, slot.g.size, Elem::F32, mask, s.stream);
+  for (State::OptimizerSlot &slot : s.slots) {
+    float *whole = slot.sum;
+    if (slot.shared) { // every rank's chunk of the mean (ZeRO-1: in place)
+      whole = s.gatherRoom(slot);
+      Status st = s.comm->allGather(slot.share, whole, slot.g.size, Elem::F32, slot.g.axes, s.stream);
       if (st.isOk()) st = s.awaitIssued();
       if (!st.isOk()) return Status::error("gathering the ZeRO gradients: " + st.message());
     }
     sums.push_back(Tensor::floats(s.buffers[s.host.stageProgram().outputs(slot.g.output)].shape));
-    Status st = copyToHost(sums.back().f.data(), slot.sum, slot.n, Elem::F32, s.stream);
+    Status st = copyToHost(sums.back().f.data(), whole, slot.n, Elem::F32, s.stream);
     if (!st.isOk()) return st;
   }
   Status st = s.sync();
@@ -1653,15 +1740,15 @@ StatusOr<std::vector<Tensor>> CudaExecutor::gradientSums() {
 Status CudaExecutor::readMasters(std::vector<Tensor> &values) {
   State &s = *s_;
   s.issueAsOptimizer();
-  const unsigned mask = s.optimizer.replicaAxis >= 0 ? 1u << s.optimizer.replicaAxis : 0;
   for (State::OptimizerSlot &slot : s.slots) {
     const float *whole = slot.master;
-    if (s.optimizer.zero) { // gathered where the sums were (the padded box's size)
-      s.sumsGathered = true;
-      Status st = s.comm->allGather(slot.master, slot.sum, slot.g.size, Elem::F32, mask, s.stream);
+    if (slot.shared) { // gathered where the sums were (ZeRO-1) or in a staging box (the padded box's size)
+      s.sumsGathered = s.sumsGathered || !slot.chunkSums;
+      float *room = s.gatherRoom(slot);
+      Status st = s.comm->allGather(slot.master, room, slot.g.size, Elem::F32, slot.g.axes, s.stream);
       if (st.isOk()) st = s.awaitIssued();
       if (!st.isOk()) return Status::error("gathering the ZeRO master copies: " + st.message());
-      whole = slot.sum;
+      whole = room;
     }
     if (slot.g.parameter >= static_cast<int>(values.size())) values.resize(slot.g.parameter + 1);
     values[slot.g.parameter] = Tensor::floats(s.buffers[slot.g.parameter].shape);

@@ -166,6 +166,11 @@ PLANS = [
     # which has no gradient, stays as loaded.
     ("tiny-mixtral", "ep=2,dp=1", 2, []),
     ("tiny-mixtral", "dp=2,ep=2", 4, ["--zero"]),
+    # ZeRO over the ranks holding each box: without dp, the dense weights'
+    # state over ep, every weight's over cp, the norms' over tp.
+    ("tiny-mixtral", "ep=2,dp=1", 2, ["--zero"]),
+    ("tiny-llama", "cp=2,tp=1,dp=1", 2, ["--zero"]),
+    ("tiny-llama", "tp=2,dp=1", 2, ["--zero"]),
     ("tiny-qwen2-moe", "ep=2,tp=2,dp=1", 4, []),
     ("tiny-deepseek-v3", "ep=2,dp=1", 2, []),
 ]
@@ -206,6 +211,25 @@ def test_zero_splits_the_optimizer_state(tmp_path):
     planned = model.compile("zero1", "train:batch=4,seq=8,dp=2,zero=1", 2, autodiff=True)
     _, _, stdout = train(model, planned, 2, 1, ADAMW)
     assert "(ZeRO-1)" in stdout and int(re.search(r"(\d+) bytes of optimizer", stdout).group(1)) == state["--zero"]
+
+
+def test_zero_splits_the_state_over_every_rank_holding_a_box(tmp_path):
+    """ZeRO shares each box's AdamW state over the ranks of its stage that
+    hold the same box (the planner's dp x ep x cp), not over dp alone:
+    Mixtral under EP2 without dp keeps its experts' state (each rank its
+    own experts) and half its dense weights' (held by both ranks). Rank 0's
+    state is 8 bytes a value of that, each shared box's half rounded up."""
+    model = Model(str(tmp_path), "tiny-mixtral", loss=True, batch=2)
+    exe = model.compile("ep2", "prefill:batch=2,seq=8,ep=2,dp=1", 2, autodiff=True)
+    state = {}
+    for zero in (["--no-zero"], ["--zero"]):
+        _, _, stdout = train(model, exe, 2, 1, ADAMW + zero)
+        state[zero[0]] = int(re.search(r"(\d+) bytes of optimizer state on rank 0", stdout).group(1))
+    experts = sum(w.size for n, w in model.weights.items() if ".experts." in n)
+    dense = [w.size for n, w in model.weights.items() if ".experts." not in n and "correction_bias" not in n]
+    assert experts and dense
+    assert state["--no-zero"] == 8 * (sum(dense) + experts // 2), state
+    assert state["--zero"] == 8 * (sum((n + 1) // 2 for n in dense) + experts // 2), state
 
 
 def saved_then_resumed(model, exe, ranks, tmp_path):

@@ -2,10 +2,12 @@
 
 #include "Training.h"
 
+#include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace parax::run {
 
@@ -54,6 +56,29 @@ std::string pieceName(const pxe::Buffer &b) {
   return name;
 }
 
+/// The grid axes along which the ranks of a parameter's stage hold the
+/// same box of it (a mask): every axis but "pp", those it is split over
+/// and those only coordinate 0 of which holds it.
+unsigned shareAxes(const pxe::Executable &exe, const pxe::Buffer &param) {
+  unsigned axes = 0;
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i) {
+    const std::string &axis = exe.grid().axis_names(i);
+    bool varies = axis == "pp" || std::find(param.partial().begin(), param.partial().end(), axis) != param.partial().end();
+    for (const pxe::AxisList &split : param.split())
+      varies = varies || std::find(split.axes().begin(), split.axes().end(), axis) != split.axes().end();
+    if (!varies) axes |= 1u << i;
+  }
+  return axes;
+}
+
+/// The parameter buffer of `stage` that gradient `name` (an output_grads
+/// entry) updates, or nullptr.
+const pxe::Buffer *parameterNamed(const pxe::Stage &stage, const std::string &name) {
+  for (const pxe::Buffer &b : stage.buffers())
+    if (b.role() == pxe::PARAMETER && pieceName(b) == name) return &b;
+  return nullptr;
+}
+
 } // namespace
 
 void appendRows(Tensor &into, const Tensor &part) {
@@ -90,18 +115,42 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
   states_.resize(stage.outputs_size());
   paramOf_.assign(stage.outputs_size(), -1);
   countedInNorm_.assign(stage.outputs_size(), false);
-  if (mpi_ && replicas_ > 1) {
-    // The group over "dp": coloured by the other coordinates, ordered by dp.
-    int64_t color = 0;
-    for (int i = 0; i < exe.grid().axis_names_size(); ++i)
-      if (exe.grid().axis_names(i) != "dp") color = color * exe.grid().shape(i) + exe.ranks(rank).values(i);
-    auto watched = watch("the data-parallel group's set-up (MPI_Comm_split)");
-    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(color), static_cast<int>(replica_), &replicaComm_);
+  firstStage_.assign(stage.outputs_size(), false);
+  shareOf_.assign(stage.outputs_size(), ShareGroup());
+  std::vector<int64_t> shape(exe.grid().shape().begin(), exe.grid().shape().end());
+  std::set<unsigned> groups; // every stage's share groups (the splits are collective over the world)
+  for (int s = 0; s < exe.stages_size(); ++s) {
+    const pxe::Stage &held = exe.stages(s);
+    for (int k = 0; k < held.output_grads_size(); ++k) {
+      const pxe::Buffer *param = held.output_grads(k).empty() ? nullptr : parameterNamed(held, held.output_grads(k));
+      if (!param) continue; // (bindParameters names it)
+      unsigned axes = shareAxes(exe, *param);
+      runtime::GroupSplit g = runtime::groupSplit(shape, rank, axes);
+      largestShareGroup_ = std::max(largestShareGroup_, g.members);
+      if (g.members > 1) groups.insert(axes);
+      if (s == stage_ && k < stage.outputs_size()) shareOf_[k] = {axes, g.members, g.key, MPI_COMM_NULL};
+    }
   }
+  if (!mpi_) return;
+  std::vector<unsigned> splits(groups.begin(), groups.end());
+  unsigned dpAxes = 0;
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+    if (exe.grid().axis_names(i) == "dp" && replicas_ > 1) dpAxes = 1u << i;
+  if (dpAxes && !groups.count(dpAxes)) splits.push_back(dpAxes);
+  for (unsigned axes : splits) {
+    // The ranks differing from this one only along `axes`, in grid order.
+    runtime::GroupSplit g = runtime::groupSplit(shape, rank, axes);
+    auto watched = watch("the optimizer's groups' set-up (MPI_Comm_split)");
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(g.color), static_cast<int>(g.key), &shareComms_[axes]);
+  }
+  if (dpAxes) replicaComm_ = shareComms_[dpAxes];
+  for (ShareGroup &group : shareOf_)
+    if (group.members > 1) group.comm = shareComms_[group.axes];
 }
 
 Training::~Training() {
-  if (replicaComm_ != MPI_COMM_NULL) MPI_Comm_free(&replicaComm_);
+  for (auto &[axes, comm] : shareComms_)
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
 }
 
 Status Training::join(std::vector<Tensor> &into, const std::vector<Tensor> &part) const {
@@ -122,20 +171,26 @@ Status Training::join(std::vector<Tensor> &into, const std::vector<Tensor> &part
   return Status::ok();
 }
 
-Training::Chunk Training::chunkOf(int64_t n) const {
-  int64_t size = (n + replicas_ - 1) / replicas_;
-  int64_t begin = std::min(n, replica_ * size);
+Training::Chunk Training::chunkOf(size_t k, int64_t n) const {
+  const ShareGroup &g = shareOf_[k];
+  int64_t size = (n + g.members - 1) / g.members;
+  int64_t begin = std::min(n, g.index * size);
   return {begin, std::min(n, begin + size), size};
 }
 
-Status Training::gatherChunks(const std::vector<float> &mine, std::vector<float> &box, const char *what) {
-  Chunk c = chunkOf(static_cast<int64_t>(box.size()));
-  std::vector<float> padded(c.size, 0.0f), all(c.size * replicas_);
+Status Training::gatherChunks(size_t k, const std::vector<float> &mine, std::vector<float> &box, const char *what) {
+  const ShareGroup &g = shareOf_[k];
+  if (g.members == 1) {
+    box = mine;
+    return Status::ok();
+  }
+  Chunk c = chunkOf(k, static_cast<int64_t>(box.size()));
+  std::vector<float> padded(c.size, 0.0f), all(c.size * g.members);
   std::copy(mine.begin(), mine.end(), padded.begin());
   auto watched = watch(what);
   if (MPI_Allgather(padded.data(), static_cast<int>(c.size), MPI_FLOAT, all.data(), static_cast<int>(c.size),
-                    MPI_FLOAT, replicaComm_) != MPI_SUCCESS)
-    return Status::error(std::string(what) + " (MPI_Allgather over dp) failed");
+                    MPI_FLOAT, g.comm) != MPI_SUCCESS)
+    return Status::error(std::string(what) + " (MPI_Allgather over the ranks holding the box) failed");
   std::copy(all.begin(), all.begin() + box.size(), box.begin());
   return Status::ok();
 }
@@ -149,7 +204,7 @@ Status Training::allReduceOverReplicas(float *data, size_t n) {
 }
 
 Status Training::averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares) {
-  bool shares = zeroShares && replicaComm_ != MPI_COMM_NULL;
+  bool shares = zeroShares && largestShareGroup_ > 1;
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!isGrad(k)) continue;
     std::vector<float> &g = outputs[k].f;
@@ -168,8 +223,7 @@ Status Training::bindParameters(const std::vector<Tensor> &buffers) {
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
     const std::string &name = gradOf_[k];
-    for (const pxe::Buffer &b : stage.buffers())
-      if (b.role() == pxe::PARAMETER && pieceName(b) == name) paramOf_[k] = b.id();
+    if (const pxe::Buffer *b = parameterNamed(stage, name)) paramOf_[k] = b->id();
     int p = paramOf_[k];
     const pxe::Buffer &out = stage.buffers(stage.outputs(k));
     std::string where = "stage " + std::to_string(stage_) + " output " + std::to_string(k) + " (the gradient of " +
@@ -185,6 +239,7 @@ Status Training::bindParameters(const std::vector<Tensor> &buffers) {
                                    "parameter's split)");
     if (buffers[p].isInt) return Status::error(where + ": an integer parameter");
     countedInNorm_[k] = ownsBoxIgnoringReplica(k);
+    firstStage_[k] = resultSources(exe_)[outputResult(stage, k)][0].stage == stage_;
   }
   return Status::ok();
 }
@@ -217,8 +272,11 @@ std::vector<Training::Update> Training::updates(const OptimizerConfig &config) c
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
     int64_t n = runtime::numelOf({stage.buffers(paramOf_[k]).shape().begin(), stage.buffers(paramOf_[k]).shape().end()});
-    Chunk c = sharesState(config) ? chunkOf(n) : Chunk{0, n, n};
-    all.push_back({k, paramOf_[k], c.begin, c.end, c.size, decays(k)});
+    bool shares = sharesState(config);
+    Chunk c = shares ? chunkOf(k, n) : Chunk{0, n, n};
+    const ShareGroup &g = shareOf_[k];
+    all.push_back({k, paramOf_[k], c.begin, c.end, c.size, decays(k), shares ? g.axes : 0u, shares ? g.members : 1,
+                   shares ? g.index : 0});
   }
   return all;
 }
@@ -231,7 +289,7 @@ Status Training::beginStep(const OptimizerConfig &config, const std::vector<doub
   bool shares = zeroShares_ = sharesState(config);
   double total = 0;
   for (size_t k = 0; k < squares.size() && k < countedInNorm_.size(); ++k)
-    if (isGrad(k) && countedInNorm_[k] && (shares || replica_ == 0)) total += squares[k];
+    if (isGrad(k) && (shares ? firstStage_[k] : countedInNorm_[k] && replica_ == 0)) total += squares[k];
   if (mpi_ && exe_.ranks_size() > 1) {
     auto watched = watch("the gradients' global norm (MPI_Allreduce)");
     if (MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
@@ -255,16 +313,19 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!isGrad(k)) continue;
     std::vector<float> &g = outputs[k].f;
-    if (shares) {
-      Chunk c = chunkOf(static_cast<int64_t>(g.size()));
-      std::vector<float> padded(c.size * replicas_, 0.0f);
+    const ShareGroup &group = shareOf_[k];
+    if (shares && group.members > 1) {
+      // Summed over the group: dp's replicas, each box `members / replicas`
+      // times (equal copies), so the mean divides by the members.
+      Chunk c = chunkOf(k, static_cast<int64_t>(g.size()));
+      std::vector<float> padded(c.size * group.members, 0.0f);
       std::copy(g.begin(), g.end(), padded.begin());
       share[k].assign(c.size, 0.0f);
-      auto watched = watch("the ZeRO gradient reduce-scatter (MPI_Reduce_scatter_block over dp)");
+      auto watched = watch("the ZeRO gradient reduce-scatter (MPI_Reduce_scatter_block over the ranks holding the box)");
       if (MPI_Reduce_scatter_block(padded.data(), share[k].data(), static_cast<int>(c.size), MPI_FLOAT, MPI_SUM,
-                                   replicaComm_) != MPI_SUCCESS)
+                                   group.comm) != MPI_SUCCESS)
         return Status::error("the ZeRO gradient reduce-scatter failed");
-      for (float &v : share[k]) v /= static_cast<float>(replicas_);
+      for (float &v : share[k]) v /= static_cast<float>(group.members);
       share[k].resize(c.end - c.begin);
     } else {
       share[k] = g;
@@ -280,7 +341,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
     if (!isGrad(k)) continue;
     const std::vector<float> &grad = share[k];
     Tensor &param = buffers[paramOf_[k]];
-    float *p = param.f.data() + (shares ? chunkOf(param.numel()).begin : 0);
+    float *p = param.f.data() + (shares ? chunkOf(k, param.numel()).begin : 0);
     // Weight decay on matrices only (not on norms' weights and biases).
     double decay = decays(static_cast<int>(k)) ? config.weightDecay : 0.0;
     size_t n = grad.size();
@@ -307,7 +368,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
       }
     }
     if (shares) { // every replica's updated chunk back into every replica's box
-      Status st = gatherChunks(std::vector<float>(p, p + n), param.f, "the ZeRO parameter all-gather");
+      Status st = gatherChunks(k, std::vector<float>(p, p + n), param.f, "the ZeRO parameter all-gather");
       if (!st.isOk()) return st;
     }
   }
@@ -431,7 +492,7 @@ Status Training::stateBoxes(int which, std::vector<Tensor> &boxes) {
     const std::vector<float> &mine = which == 0 ? states_[k].m : states_[k].v;
     Tensor box = Tensor::floats({param.shape().begin(), param.shape().end()});
     if (zeroShares_) {
-      Status st = gatherChunks(mine, box.f, "gathering the ZeRO optimizer state");
+      Status st = gatherChunks(k, mine, box.f, "gathering the ZeRO optimizer state");
       if (!st.isOk()) return st;
     } else if (mine.size() == box.f.size()) {
       box.f = mine;
@@ -470,7 +531,7 @@ Status Training::loadState(const runtime::Checkpoint &file, const std::string &p
   if (!(step.f[0] >= 0) || step.f[0] != std::floor(step.f[0]) || step.f[0] > 1e9)
     return Status::error(path + ": optimizer.step is " + std::to_string(step.f[0]) + ", not a count of steps");
   step_ = static_cast<int64_t>(step.f[0]);
-  bool shares = zero && replicaComm_ != MPI_COMM_NULL;
+  bool shares = zero && largestShareGroup_ > 1;
   zeroShares_ = shares;
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
@@ -482,7 +543,7 @@ Status Training::loadState(const runtime::Checkpoint &file, const std::string &p
       std::string name = b.param_name() + (which == 0 ? ".exp_avg" : ".exp_avg_sq");
       s = file.readParameterBox(name, where.shape, where.start, shape, box);
       if (!s.isOk()) return Status::error(path + ": " + s.message());
-      Chunk c = shares ? chunkOf(box.numel()) : Chunk{0, box.numel(), box.numel()};
+      Chunk c = shares ? chunkOf(k, box.numel()) : Chunk{0, box.numel(), box.numel()};
       (which == 0 ? states_[k].m : states_[k].v).assign(box.f.begin() + c.begin, box.f.begin() + c.end);
     }
   }

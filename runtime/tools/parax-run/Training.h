@@ -5,8 +5,9 @@
 // stage that holds the parameter, in the parameter's split (each rank its
 // box). Here: the gradients are averaged over microbatches and over the
 // data-parallel replicas (an all-reduce over "dp", or with ZeRO a
-// reduce-scatter: each replica then updates its share of every box and an
-// all-gather puts the boxes back together), clipped by their global norm,
+// reduce-scatter over every rank holding the box: each then updates its
+// share of the box and an all-gather puts it back together), clipped by
+// their global norm,
 // and applied to the rank's parameter boxes (SGD or AdamW, in fp32); the
 // writer gathers whole tensors from the boxes (gradients for --output,
 // parameters for --save-weights).
@@ -41,7 +42,8 @@ struct OptimizerConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weightDecay = 0;  // decoupled (AdamW), on matrices only (rank >= 2)
   double clipNorm = 0;     // the gradients' global L2 norm at most this (0: no clipping)
-  bool zero = false;       // ZeRO-1: optimizer states split over the replicas
+  bool zero = false;       // ZeRO: optimizer states split over the ranks holding each box
+  int zeroStage = 0;       // 1, or 2: the gradient sums split too (the CUDA device optimizer)
   // The learning rate of step t (1, 2, ...; a resumed run goes on counting):
   // lr t / W for the first W warm-up steps, then from lr down to minLr by
   // step decaySteps along `schedule` ("constant", "linear", "cosine"), minLr
@@ -85,18 +87,21 @@ public:
   /// The optimizer on the device (the CUDA backend keeps the gradients,
   /// fp32 masters and moments there and runs the update; this class still
   /// decides what it does): each gradient output, the parameter box it
-  /// updates, the part of it this rank updates (ZeRO: the replica's chunk of
-  /// the flattened box, `size` values a chunk; else the whole box) and
-  /// whether weight decay applies. After `bindParameters`.
+  /// updates, the part of it this rank updates (ZeRO: its chunk of the
+  /// flattened box, `size` values a chunk, the `index`-th of the `members`
+  /// chunks of the share group `axes`; else the whole box) and whether
+  /// weight decay applies. After `bindParameters`.
   struct Update {
     int output, parameter;
     int64_t begin, end, size;
     bool decays;
+    unsigned axes;           // ZeRO's share group (a mask of grid axes)
+    int64_t members, index;  // its ranks, and this rank's place among them
   };
   std::vector<Update> updates(const OptimizerConfig &config) const;
-  /// Whether the optimizer splits its state over the replicas (ZeRO with
-  /// more than one).
-  bool sharesState(const OptimizerConfig &config) const { return config.zero && replicaComm_ != MPI_COMM_NULL; }
+  /// Whether the optimizer splits its state (ZeRO, with some box held by
+  /// more than one rank of its stage, on any stage: every rank agrees).
+  bool sharesState(const OptimizerConfig &config) const { return config.zero && largestShareGroup_ > 1; }
   /// Starts optimizer step t + 1: its learning rate, AdamW's bias
   /// corrections, and the gradients' scale (clipping) from their global
   /// norm, summed from `squares` (per output: the sum of the squares of
@@ -160,14 +165,27 @@ private:
   /// matrix (not a norm's weight or a bias).
   bool decays(int k) const;
   Status allReduceOverReplicas(float *data, size_t n);
-  /// ZeRO: the part of a box of n values (flattened, padded to a multiple
-  /// of the replicas) this replica updates: [begin, end), `size` each.
+  /// ZeRO shares the optimizer state of a box over its share group: the
+  /// ranks of the stage holding the same box (they differ only along the
+  /// grid axes the parameter is neither split nor partial over: dp, and
+  /// ep, cp or tp where it is replicated). Their gradients are equal but
+  /// for dp, so a reduce-scatter over the group, divided by its size, is
+  /// the data-parallel mean.
+  struct ShareGroup {
+    unsigned axes = 0;           // a mask of grid axes
+    int64_t members = 1, index = 0;
+    MPI_Comm comm = MPI_COMM_NULL; // (members > 1)
+  };
+  /// The part of gradient output k's box of n values (flattened, padded to
+  /// a multiple of the group's ranks) this rank updates: [begin, end),
+  /// `size` each.
   struct Chunk {
     int64_t begin, end, size;
   };
-  Chunk chunkOf(int64_t n) const;
-  /// Every replica's chunk (`mine`, this one's) put together into `box`.
-  Status gatherChunks(const std::vector<float> &mine, std::vector<float> &box, const char *what);
+  Chunk chunkOf(size_t k, int64_t n) const;
+  /// Every group member's chunk of output k's box (`mine`, this rank's)
+  /// put together into `box`.
+  Status gatherChunks(size_t k, const std::vector<float> &mine, std::vector<float> &box, const char *what);
   /// `waits_` watching `operation` (nothing without MPI).
   runtime::StallWatchdog::Scope watch(const char *operation);
 
@@ -177,18 +195,23 @@ private:
   runtime::StallWatchdog *waits_;
   int64_t replicas_ = 1, replica_ = 0;
   MPI_Comm replicaComm_ = MPI_COMM_NULL; // the ranks that differ from this one only along "dp"
+  std::vector<ShareGroup> shareOf_;      // per output of this stage (gradients')
+  std::map<unsigned, MPI_Comm> shareComms_; // by axes mask, groups of more than one rank
+  int64_t largestShareGroup_ = 1;           // over every stage
   std::vector<std::string> gradOf_;      // per output of this stage: "<name>[@offsets]" or ""
   std::vector<int> paramOf_;             // per gradient output: its parameter's buffer id
   // Per gradient output: whether its box counts in the global norm here
-  // (the first stage and first rank holding it; bindParameters sets it).
-  std::vector<bool> countedInNorm_;
+  // (the first stage and first rank holding it; bindParameters sets it),
+  // and whether this stage is the first returning it (under ZeRO each rank
+  // of that stage counts its chunk).
+  std::vector<bool> countedInNorm_, firstStage_;
   struct State {
     std::vector<float> m, v;
   };
   std::vector<State> states_; // per output
   int64_t step_ = 0;
   double lr_ = 0;
-  bool zeroShares_ = false; // the states hold each replica's chunk of the box
+  bool zeroShares_ = false; // the states hold this rank's chunk of each box
 };
 
 } // namespace parax::run

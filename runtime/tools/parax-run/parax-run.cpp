@@ -91,9 +91,11 @@ void usage() {
                "  constant|linear|cosine (default constant) with --warmup-steps W (lr t/W at first),\n"
                "  --decay-steps D (down to --min-lr by step D; default the run's last step),\n"
                "  --zero (ZeRO-1: the\n"
-               "  AdamW states split over the data-parallel replicas: gradients reduce-scattered,\n"
-               "  parameters all-gathered; by default when the plan chose ZeRO 1 or more; --no-zero:\n"
-               "  never). --step-rows R: each step takes the next R rows of the\n"
+               "  AdamW states split over the ranks holding each box (dp, and ep, cp, tp where the\n"
+               "  box is replicated): gradients reduce-scattered, parameters all-gathered),\n"
+               "  --zero-stage 0|1|2|3 (2: the gradient sums split too, each microbatch's gradients\n"
+               "  reduce-scattered, on cuda's device optimizer; 3 runs as 2); by default the plan's\n"
+               "  stage; --no-zero: never). --step-rows R: each step takes the next R rows of the\n"
                "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
                "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors); OUT/\n"
                "  (a folder): a sharded checkpoint, each rank writing its share of the whole tensors\n"
@@ -148,6 +150,19 @@ Status deviceStep(CudaExecutor &gpu, Training &training, const OptimizerConfig &
   return gpu.applyOptimizer(step);
 }
 #endif
+
+/// What the run summary says of ZeRO: the stage run, and where it is not
+/// the one asked for (`asked`: given or planned), why.
+std::string zeroSummary(const OptimizerConfig &optimizer, int asked, bool shares, bool onDevice) {
+  if (!optimizer.zero) return "";
+  if (!shares) return " (ZeRO: no box held by more than one rank, nothing to split)";
+  std::string said = " (ZeRO-" + std::to_string(optimizer.zeroStage);
+  if (asked > optimizer.zeroStage)
+    said += "; the ZeRO-" + std::to_string(asked) + " asked for also splits the parameters, not done yet";
+  if (optimizer.zeroStage >= 2 && !onDevice)
+    said += "; the host optimizer keeps whole gradient sums, as ZeRO-1";
+  return said + ")";
+}
 
 } // namespace
 
@@ -289,7 +304,8 @@ int main(int argc, char **argv) {
   std::string saveOptimizer, loadOptimizer; // --save-optimizer, --load-optimizer
   long long stepRows = 0;     // --step-rows (0: every row every step)
   bool optimizerSettings = false;
-  bool zeroGiven = false;     // --zero / --no-zero (else the plan's ZeRO stage decides)
+  bool zeroGiven = false;     // --zero / --no-zero / --zero-stage (else the plan's ZeRO stage decides)
+  int zeroAsked = 0;          // the ZeRO stage asked for (given or planned; 3 runs as 2)
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -363,6 +379,17 @@ int main(int argc, char **argv) {
     else if (arg == "--zero" || arg == "--no-zero") {
       zeroGiven = true;
       optimizer.zero = arg == "--zero";
+      optimizer.zeroStage = optimizer.zero ? 1 : 0;
+      optimizerSettings = true;
+    }
+    else if (arg == "--zero-stage") {
+      std::string text = value();
+      if (text != "0" && text != "1" && text != "2" && text != "3")
+        die("--zero-stage must be 0, 1, 2 or 3, got '" + text + "'");
+      zeroGiven = true;
+      zeroAsked = std::stoi(text);
+      optimizer.zeroStage = std::min(zeroAsked, 2);
+      optimizer.zero = optimizer.zeroStage > 0;
       optimizerSettings = true;
     }
     else if (arg == "--save-weights") saveWeights = value();
@@ -436,7 +463,7 @@ int main(int argc, char **argv) {
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
     die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
   if (zeroGiven && optimizer.zero && optimizer.kind != "adamw")
-    die("--zero splits AdamW's states: it needs --optimizer adamw");
+    die("--zero and --zero-stage split AdamW's states: they need --optimizer adamw");
 #ifndef PARAX_WITH_CUDA
   if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
 #endif
@@ -447,10 +474,15 @@ int main(int argc, char **argv) {
 
   StatusOr<parax::pxe::Executable> exe = loadExecutable(model);
   if (!exe.isOk()) die(exe.status().message());
-  // The plan's ZeRO stage: AdamW's states split over the replicas (ZeRO-1;
-  // stages 2 and 3, which split gradients and parameters too, run as 1).
-  if (trains && !zeroGiven && optimizer.kind == "adamw" && exe.value().schedule().zero_stage() >= 1)
+  // The plan's ZeRO stage: AdamW's states split over the ranks holding
+  // each box (1), and the gradient sums too (2; on the CUDA backend's
+  // device optimizer); 3, which splits the parameters too, runs as 2.
+  if (trains && !zeroGiven && optimizer.kind == "adamw" && exe.value().schedule().zero_stage() >= 1) {
+    zeroAsked = exe.value().schedule().zero_stage();
+    optimizer.zeroStage = std::min(zeroAsked, 2);
     optimizer.zero = true;
+  }
+  if (optimizer.zero && zeroAsked == 0) zeroAsked = 1;
   int64_t grid = gridSize(exe.value());
   if (grid != size)
     die("the executable's grid has " + std::to_string(grid) + " ranks but mpirun started " +
@@ -780,13 +812,15 @@ int main(int argc, char **argv) {
   if (deviceOptimizer) {
     updates = training->updates(optimizer);
     std::vector<CudaExecutor::Gradient> bound;
-    for (const Training::Update &u : updates) bound.push_back({u.output, u.parameter, u.begin, u.end, u.size});
+    for (const Training::Update &u : updates)
+      bound.push_back({u.output, u.parameter, u.begin, u.end, u.size, u.axes, u.members, u.index});
     CudaExecutor::OptimizerSetup setup;
     setup.adamw = optimizer.kind == "adamw";
     setup.replicaAxis = replicaAxis;
     setup.replicas = replicas;
     setup.replica = replica;
     setup.zero = training->sharesState(optimizer);
+    setup.shardSums = setup.zero && optimizer.zeroStage >= 2;
     s = gpus[0]->bindOptimizer(bound, setup, masters);
     for (int which = 0; s.isOk() && which < 2 && !loadOptimizer.empty(); ++which) {
       std::vector<std::vector<float>> moments;
@@ -1120,11 +1154,7 @@ int main(int argc, char **argv) {
       char line[200];
       std::snprintf(line, sizeof line, ", %s: loss %.6f -> %.6f over %zu step(s), %zu bytes of optimizer state on rank %d%s",
                     optimizer.kind.c_str(), losses.front(), losses.back(), losses.size(), training->stateBytes(), rank,
-                    !optimizer.zero ? ""
-                    : exe.value().schedule().zero_stage() > 1 && !zeroGiven
-                        ? (" (ZeRO-1: the plan's ZeRO-" + std::to_string(exe.value().schedule().zero_stage()) +
-                           " splits gradients and parameters too, not done yet)").c_str()
-                        : " (ZeRO-1)");
+                    zeroSummary(optimizer, zeroAsked, training->sharesState(optimizer), deviceOptimizer).c_str());
       how += line;
 #ifdef PARAX_WITH_CUDA
       if (deviceOptimizer)

@@ -133,23 +133,33 @@ public:
   /// GPU, with fp32 master copies of them and AdamW's moments in device
   /// memory beside them. Each step's gradients are summed over its
   /// microbatches there, averaged over the data-parallel replicas by NCCL
-  /// (ZeRO-1: reduce-scattered, each replica updating its chunk of every
-  /// box, then an all-gather of the new values) and applied by one kernel
-  /// per box. parax-run's Training decides which gradient updates which
-  /// box, the chunks, the learning rate and the clipping; the arithmetic is
-  /// its host optimizer's, element for element.
+  /// (ZeRO: reduce-scattered over the ranks holding the box, each updating
+  /// its chunk of it, then an all-gather of the new values) and applied by
+  /// one kernel per box. parax-run's Training decides which gradient
+  /// updates which box, the chunks, the learning rate and the clipping; the
+  /// arithmetic is its host optimizer's, element for element.
   struct Gradient {
     int output;    // its index among the stage's outputs
     int parameter; // the buffer id of the parameter box it updates
-    // ZeRO: this replica's chunk [begin, end) of the flattened box, `size`
-    // values a chunk (the box padded to size x replicas); else the box.
+    // ZeRO: this rank's chunk [begin, end) of the flattened box, `size`
+    // values a chunk (the box padded to size x members); else the box.
     int64_t begin, end, size;
+    // ZeRO: the ranks holding the box (a mask of grid axes: dp, and those
+    // of ep, cp, tp it is replicated over), how many, and this rank's
+    // place among them.
+    unsigned axes = 0;
+    int64_t members = 1, index = 0;
   };
   struct OptimizerSetup {
     bool adamw = false;   // else SGD (no moments)
     int replicaAxis = -1; // the grid axis "dp" (-1: none)
     int64_t replicas = 1, replica = 0; // along that axis
-    bool zero = false; // ZeRO-1 over the replicas
+    bool zero = false; // ZeRO: optimizer state split over each box's ranks
+    // ZeRO-2: the gradient sums too. Each microbatch's gradients are
+    // reduce-scattered as they are made (fp32, through two staging boxes
+    // the size of the largest padded box), into this rank's chunk of the
+    // sums; else (ZeRO-1) the sums are whole and reduced once a step.
+    bool shardSums = false;
   };
   /// Allocates the gradients' sums, the masters (from `masters`, indexed
   /// by buffer id: whole fp32 boxes, of which a ZeRO replica keeps its
@@ -203,7 +213,7 @@ public:
   /// Replaces the moments (a resumed run's), as readMoments gives them.
   Status writeMoments(int which, const std::vector<std::vector<float>> &values);
   /// Device memory of the optimizer (sums, masters, moments; ZeRO's
-  /// staging for a box not a multiple of the replicas).
+  /// staging for a box not a multiple of its ranks; ZeRO-2's staging).
   size_t optimizerBytes() const;
 
   /// Each row's most likely token of the first output (logits [..., V]),
