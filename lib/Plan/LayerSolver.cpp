@@ -538,6 +538,7 @@ LayerPlan Solver::solve() {
     double weightShare = s.weightFrac / (op.kind == OpClass::Experts ? ctx.ep : 1);
     plan.weightBytes += op.weightBytes * weightShare;
     plan.weightParams += op.weightParams * weightShare;
+    plan.largestWeightParams = std::max(plan.largestWeightParams, op.largestWeight * weightShare);
     if (op.kind == OpClass::Experts) {
       plan.expertWeightBytes += op.weightBytes * weightShare;
       plan.expertParams += op.weightParams * weightShare;

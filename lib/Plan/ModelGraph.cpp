@@ -216,6 +216,7 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         if (weights.contains(operand)) {
           node.weightBytes += getTensorBytes(operand.getType());
           node.weightParams += getNumElements(operand.getType());
+          node.largestWeight = std::max<double>(node.largestWeight, getNumElements(operand.getType()));
           continue;
         }
         auto defining = layerOf.find(operand);

@@ -49,6 +49,7 @@ struct LayerCost {
   double activations = 0;  // per in-flight microbatch
   double working = 0;      // full recompute: one layer's activations
   double gathered = 0;     // ZeRO-3: the layer's weights while it runs
+  double staged = 0;       // ZeRO-2/3: its largest box's reduce-scatter staging
   double kvCache = 0;     // bytes per device (inference)
   double denseParams = 0, expertParams = 0;
 };
@@ -203,7 +204,7 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
     int64_t begin = plan.stageStart[s];
     int64_t end = s + 1 < stages ? plan.stageStart[s + 1] : costs.size();
     MemoryBreakdown m;
-    double working = 0, gathered = 0;
+    double working = 0, gathered = 0, staged = 0;
     for (int64_t l = begin; l < end; ++l) {
       m.weights += costs[l].weights;
       m.gradients += costs[l].gradients;
@@ -211,8 +212,10 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
       m.activations += inflight(s) * costs[l].activations;
       working = std::max(working, costs[l].working);
       gathered = std::max(gathered, costs[l].gathered);
+      staged = std::max(staged, costs[l].staged);
       m.kvCache += costs[l].kvCache;
     }
+    m.optimizer += 2 * staged; // the runtime's two staging boxes
     m.activations += working;
     m.weights += 2 * gathered; // ZeRO-3: this layer's and the prefetched next
     m.reserved = opt.reservedBytes;
@@ -372,6 +375,13 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                                   : lp.activationBytes[rc == Recompute::None ? 0 : 1] + gathered;
               c.working = rc == Recompute::Full ? lp.workingBytes + gathered : 0;
               c.gathered = zero == 3 ? e * (dense + expert) : 0;
+              // ZeRO-2 (the runtime's device optimizer) reduce-scatters each
+              // microbatch's gradients through two fp32 staging boxes of the
+              // largest box, at most 2^24 values (CudaExecutor.cu's
+              // kZeroStagingValues).
+              c.staged = zero >= 2 && std::max(sharers, expertSharers) > 1
+                             ? 4 * std::min(lp.largestWeightParams, double(int64_t(1) << 24))
+                             : 0;
             }
             double slots = sched == Schedule::Interleaved
                                ? m + (pp - 1.0) / v
@@ -442,13 +452,20 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               if (zero == 0)
                 return collectiveTime(cluster, CollectiveKind::AllReduce, 4 * params, group);
               double gather = collectiveTime(cluster, CollectiveKind::AllGather, e * params, group);
-              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter, 4 * params, group);
+              // ZeRO-1 reduce-scatters the step's sums once; ZeRO-2/3 each
+              // microbatch's gradients (the sums are split).
+              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter, 4 * params, group) *
+                         (zero >= 2 ? m : 1);
               // ZeRO-1/2 gather the updated parameters once per step; ZeRO-3
               // gathers them for every microbatch's forward and backward.
               return t + (zero == 3 ? 2.0 * m * gather : gather);
             };
             sync = syncOver(denseParams, denseGroup) + syncOver(expertParams, expertGroup);
-            double overlap = zero == 3 ? 0.9 * m * slowest : slowestBackward;
+            // What hides it: the last microbatch's backward; ZeRO-2's
+            // reduce-scatters each run beside the next microbatch too.
+            double overlap = zero == 3   ? 0.9 * m * slowest
+                             : zero == 2 ? (m - 1) * slowest + slowestBackward
+                                         : slowestBackward;
             double dpExposed = std::max(0.0, sync - overlap);
             double optimizerParams =
                 zero >= 1 ? denseParams / sharers + expertParams / expertSharers

@@ -98,6 +98,16 @@ std::pair<int64_t, int64_t> around(const std::vector<int64_t> &shape, int dim) {
 
 constexpr size_t kLtWorkspace = 32u << 20;   // cuBLASLt's workspace (32 MiB suits Hopper)
 constexpr size_t kBlasWorkspace = 32u << 20; // cuBLAS's, set explicitly for graph capture
+// ZeRO-2 reduce-scatters a box's gradient through two fp32 staging boxes
+// of at most this many values (64 MiB each; a larger box goes in parts),
+// so the staging stays small beside the sums it saves
+// (PARAX_CUDA_ZERO_STAGING=N: N values, for tests of the parts).
+constexpr int64_t kZeroStagingValues = int64_t(1) << 24;
+/// The values each rank's chunk of a box goes in a part, and how many a
+/// staging box holds, for a box of `members` chunks of `size`.
+int64_t zeroPartWidth(int64_t size, int64_t members, int64_t limit) {
+  return std::max<int64_t>(1, std::min(size, limit / members));
+}
 
 // Ops whose work is all on the compute stream with no host synchronisation
 // and no allocation once the scratch buffer has its size: a stage of only
@@ -178,12 +188,27 @@ struct CudaExecutor::State {
   /// a staging box; but for the step's first, with this rank's sums added
   /// to its own chunk; reduce-scattered over the group into the sums.
   Status reduceScatterMicrobatch(int i, bool first);
-  float *sumStaging[2] = {nullptr, nullptr}; // ZeRO-2 (the largest padded box, fp32)
+  float *sumStaging[2] = {nullptr, nullptr}; // ZeRO-2 (zeroStagingValues of the largest box, fp32)
   cudaEvent_t stagingFree[2] = {nullptr, nullptr};
   int nextStaging = 0;
+  int64_t zeroStagingLimit = kZeroStagingValues;
   /// Room for a slot's box gathered whole in fp32 (its padded size): the
-  /// sums (ZeRO-1), or a staging box (ZeRO-2).
-  float *gatherRoom(OptimizerSlot &slot) { return slot.chunkSums ? sumStaging[0] : slot.sum; }
+  /// sums (ZeRO-1), or (ZeRO-2) a staging box when the box fits one, else
+  /// memory of its own for the call (reading a run's results back).
+  StatusOr<float *> gatherRoom(OptimizerSlot &slot, std::unique_ptr<float, decltype(&cudaFree)> &own) {
+    if (!slot.chunkSums) return slot.sum;
+    int64_t padded = slot.g.size * slot.g.members;
+    if (padded <= slot.g.members * zeroPartWidth(slot.g.size, slot.g.members, zeroStagingLimit))
+      return sumStaging[0];
+    float *p = nullptr;
+    if (cudaMalloc(reinterpret_cast<void **>(&p), padded * 4) != cudaSuccess) {
+      cudaGetLastError();
+      return Status::error("out of device memory: gathering the ZeRO-2 box of " + nameOf(slot.g.parameter) +
+                           " whole needs " + bytesText(padded * 4));
+    }
+    own.reset(p);
+    return p;
+  }
   std::vector<OptimizerSlot> slots;
   CudaExecutor::OptimizerSetup optimizer;
   // streamGradients: during the next run, each bound gradient is added to
@@ -1407,33 +1432,37 @@ Status CudaExecutor::State::reduceGradient(int i) {
 Status CudaExecutor::State::reduceScatterMicrobatch(int i, bool first) {
   OptimizerSlot &slot = slots[i];
   const DeviceBuffer &out = buffers[host.stageProgram().outputs(slot.g.output)];
-  const int b = nextStaging;
-  nextStaging ^= 1;
-  float *staged = sumStaging[b];
-  const int64_t padded = slot.g.size * slot.g.members;
-  // The staging box's last reduce-scatter has read it, and this slot's
-  // last one has written its sums (both on the collectives' stream).
-  PARAX_CUDA(cudaStreamWaitEvent(stream, stagingFree[b], 0));
-  PARAX_CUDA(cudaStreamWaitEvent(stream, slot.summed, 0));
-  Status st = withFloat(out, [&](auto t) {
-    using T = decltype(t);
-    PARAX_LAUNCH(accumulateKernel<T>, blocksFor(slot.n), kThreads, 0, stream)(out.as<T>(), staged, slot.n, 1);
-    return Status::ok();
-  });
-  if (!st.isOk()) return st;
-  if (padded > slot.n) PARAX_CUDA(cudaMemsetAsync(staged + slot.n, 0, (padded - slot.n) * 4, stream));
-  if (!first) // this rank's block comes back as its own sums plus every rank's gradient
-    PARAX_LAUNCH(accumulateKernel<float>, blocksFor(slot.g.size), kThreads, 0, stream)(
-        slot.sum, staged + slot.g.index * slot.g.size, slot.g.size, 0);
-  PARAX_CUDA(cudaGetLastError());
-  issueAsOptimizer();
-  st = comm->reduceScatter(staged, slot.sum, slot.g.size, Elem::F32, slot.g.axes, stream);
-  if (!st.isOk()) return Status::error("the ZeRO-2 gradient reduce-scatter: " + st.message());
-  // Recorded where the reduce-scatter runs: the collectives' stream, or
-  // (host-staged: done already) the compute stream.
-  cudaStream_t where = comm->takeIssued() ? comm->commStream : stream;
-  PARAX_CUDA(cudaEventRecord(stagingFree[b], where));
-  PARAX_CUDA(cudaEventRecord(slot.summed, where));
+  const int64_t members = slot.g.members, size = slot.g.size;
+  // In parts of at most kZeroStagingValues a staging box: part j holds each
+  // rank's values [j w, (j + 1) w) of its chunk, side by side.
+  const int64_t width = zeroPartWidth(size, members, zeroStagingLimit);
+  for (int64_t offset = 0; offset < size; offset += width) {
+    const int64_t w = std::min(width, size - offset);
+    const int b = nextStaging;
+    nextStaging ^= 1;
+    // The staging box's last reduce-scatter has read it, and this slot's
+    // last one has written its sums (both on the collectives' stream).
+    PARAX_CUDA(cudaStreamWaitEvent(stream, stagingFree[b], 0));
+    PARAX_CUDA(cudaStreamWaitEvent(stream, slot.summed, 0));
+    Status st = withFloat(out, [&](auto t) {
+      using T = decltype(t);
+      // (but for the step's first microbatch, this rank's block comes back
+      // as its own sums plus every rank's gradient)
+      PARAX_LAUNCH(stagePartKernel<T>, blocksFor(members * w), kThreads, 0, stream)(
+          out.as<T>(), slot.n, sumStaging[b], members, size, offset, w, first ? nullptr : slot.sum, slot.g.index);
+      return Status::ok();
+    });
+    if (!st.isOk()) return st;
+    PARAX_CUDA(cudaGetLastError());
+    issueAsOptimizer();
+    st = comm->reduceScatter(sumStaging[b], slot.sum + offset, w, Elem::F32, slot.g.axes, stream);
+    if (!st.isOk()) return Status::error("the ZeRO-2 gradient reduce-scatter: " + st.message());
+    // Recorded where the reduce-scatter runs: the collectives' stream, or
+    // (host-staged: done already) the compute stream.
+    cudaStream_t where = comm->takeIssued() ? comm->commStream : stream;
+    PARAX_CUDA(cudaEventRecord(stagingFree[b], where));
+    PARAX_CUDA(cudaEventRecord(slot.summed, where));
+  }
   return Status::ok();
 }
 
@@ -1532,7 +1561,14 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     return Status::ok();
   };
   int64_t staged = 0;     // bytes of the largest padded box that needs staging
-  int64_t sumStaged = 0;  // ZeRO-2: values of the largest padded box
+  int64_t sumStaged = 0;  // ZeRO-2: values of the largest staging box
+  if (const char *limit = std::getenv("PARAX_CUDA_ZERO_STAGING")) {
+    char *end = nullptr;
+    long long n = std::strtoll(limit, &end, 10);
+    if (!*limit || *end || n < 1)
+      return Status::error(std::string("PARAX_CUDA_ZERO_STAGING=") + limit + ": not a positive count of values");
+    s.zeroStagingLimit = n;
+  }
   for (const Gradient &g : gradients) {
     if (g.output < 0 || g.output >= stage.outputs_size() || g.parameter < 0 ||
         g.parameter >= static_cast<int>(s.buffers.size()))
@@ -1579,7 +1615,7 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     if (slot.shared && g.size * g.members != slot.n)
       staged = std::max<int64_t>(staged, g.size * g.members * elemBytes(param.elem));
     if (slot.chunkSums) {
-      sumStaged = std::max<int64_t>(sumStaged, g.size * g.members);
+      sumStaged = std::max<int64_t>(sumStaged, g.members * zeroPartWidth(g.size, g.members, s.zeroStagingLimit));
       PARAX_CUDA(cudaEventCreateWithFlags(&slot.summed, cudaEventDisableTiming));
     }
     s.boundOutput[g.output] = true;
@@ -1722,8 +1758,11 @@ StatusOr<std::vector<Tensor>> CudaExecutor::gradientSums() {
   std::vector<Tensor> sums;
   for (State::OptimizerSlot &slot : s.slots) {
     float *whole = slot.sum;
+    std::unique_ptr<float, decltype(&cudaFree)> own(nullptr, cudaFree);
     if (slot.shared) { // every rank's chunk of the mean (ZeRO-1: in place)
-      whole = s.gatherRoom(slot);
+      StatusOr<float *> room = s.gatherRoom(slot, own);
+      if (!room.isOk()) return room.status();
+      whole = room.value();
       Status st = s.comm->allGather(slot.share, whole, slot.g.size, Elem::F32, slot.g.axes, s.stream);
       if (st.isOk()) st = s.awaitIssued();
       if (!st.isOk()) return Status::error("gathering the ZeRO gradients: " + st.message());
@@ -1742,9 +1781,12 @@ Status CudaExecutor::readMasters(std::vector<Tensor> &values) {
   s.issueAsOptimizer();
   for (State::OptimizerSlot &slot : s.slots) {
     const float *whole = slot.master;
+    std::unique_ptr<float, decltype(&cudaFree)> own(nullptr, cudaFree);
     if (slot.shared) { // gathered where the sums were (ZeRO-1) or in a staging box (the padded box's size)
       s.sumsGathered = s.sumsGathered || !slot.chunkSums;
-      float *room = s.gatherRoom(slot);
+      StatusOr<float *> gathered = s.gatherRoom(slot, own);
+      if (!gathered.isOk()) return gathered.status();
+      float *room = gathered.value();
       Status st = s.comm->allGather(slot.master, room, slot.g.size, Elem::F32, slot.g.axes, s.stream);
       if (st.isOk()) st = s.awaitIssued();
       if (!st.isOk()) return Status::error("gathering the ZeRO master copies: " + st.message());

@@ -21,6 +21,21 @@ template <typename T> __global__ void accumulateKernel(const T *grad, float *sum
   PARAX_GRID_STRIDE(k, n) sum[k] = first ? ld(grad, k) : sum[k] + ld(grad, k);
 }
 
+// ZeRO-2's staging of one part of a reduce-scatter: `rows` blocks of
+// `width` fp32 values, block r from the gradient's (n values, stored as T,
+// zero past n) values [r * stride + offset, + width): each rank's piece
+// of its chunk, side by side, as a reduce-scatter takes them. With `sum`,
+// block `own` also gets this rank's running sums [offset, + width).
+template <typename T>
+__global__ void stagePartKernel(const T *grad, int64_t n, float *staged, int64_t rows, int64_t stride, int64_t offset,
+                                int64_t width, const float *sum, int64_t own) {
+  PARAX_GRID_STRIDE(k, rows * width) {
+    int64_t r = k / width, c = k - r * width, at = r * stride + offset + c;
+    float v = at < n ? ld(grad, at) : 0.0f;
+    staged[k] = sum && r == own ? v + sum[offset + c] : v;
+  }
+}
+
 // Adds the sum of the squares of x's n values to *total (in double, as the
 // host's global norm sums them).
 __global__ void sumOfSquaresKernel(const float *x, int64_t n, double *total) {

@@ -169,6 +169,17 @@ TRAIN = {
     "train-llama-adamw-dp3-zero": ("tiny-llama", 1, 8, "dp=3,tp=1", 3, "f32",
                                    ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--zero",
                                     "--weight-decay", "0.1"]),
+    # ZeRO-2: the gradient sums kept as each rank's chunk, every
+    # microbatch's gradients reduce-scattered into them (the running sums
+    # added to the rank's own block first); the norms' state and sums split
+    # over dp x tp (replicated over tp), the matrices' over dp.
+    "train-llama-bf16-adamw-dp2-tp2-zero2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",
+                                             ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3",
+                                              "--zero-stage", "2"], 0.0, {"micro": 2}),
+    # without dp: the dense weights' over ep, the experts' not split (each
+    # rank holds its own)
+    "train-mixtral-adamw-ep2-zero2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "f32",
+                                      ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3", "--zero-stage", "2"]),
     "train-qwen2-moe-adamw-ep2-tp2": ("tiny-qwen2-moe", 2, 8, "ep=2,tp=2,dp=1", 4, "f32",
                                       ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3"]),
     # Pipeline stages over several microbatches: 1F1B, each microbatch in

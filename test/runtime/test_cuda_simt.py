@@ -66,8 +66,11 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         ranks = result["ranks"]
         assert result["device_optimizer"] == (name in optimizer_cases()), result
         # The device optimizer reduces the last microbatch's gradients over
-        # the data-parallel replicas as the backward pass makes them.
-        replicated = name in optimizer_cases() and "dp=1" not in (cuda_cases.TRAIN[name][3] or "dp=1")
+        # the data-parallel replicas (ZeRO: over the ranks holding each box,
+        # so also without dp) as the backward pass makes them.
+        case = cuda_cases.TRAIN.get(name, ())
+        zero = any(z in (case[6] if len(case) > 6 else []) for z in ("--zero", "--zero-stage"))
+        replicated = name in optimizer_cases() and ("dp=1" not in (case[3] or "dp=1") or zero and ranks > 1)
         assert (result["early_reductions"] > 0) == replicated, result
         assert result["host_staged"] == (ranks > 1 and "PARAX_SIMT_DEVICES" in env), result
         # Work that runs during a transfer (NCCL only: a staged collective
@@ -81,6 +84,7 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         overlapping = ("deepseek-v3-ep2", "qwen2-moe-ep2", "deepseek-v3-bf16-ep2", "qwen2-moe-bf16-ep2",
                        "train-llama-tp2", "train-llama-tp4", "train-llama-tp2-pp2", "train-llama-bf16-dp2-tp2",
                        "train-gpt2-cp2-tp2", "train-llama-adamw-tp2-pp2", "train-llama-bf16-adamw-dp2-tp2-zero",
+                       "train-llama-bf16-adamw-dp2-tp2-zero2",
                        "train-qwen2-moe-adamw-ep2-tp2", "train-llama-pp4-micro6",
                        "train-llama-bf16-adamw-dp2-pp2-micro3", "train-mixtral-ep2-pp2-micro2",
                        "train-llama-pp4-chunks2-micro8", "train-llama-bf16-adamw-dp2-pp2-chunks2-micro4")
@@ -115,8 +119,9 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         # A training step over pipeline stages and several microbatches runs
         # 1F1B: stage 0 holds as many microbatches as there are stages, each
         # in an activation set of its own.
-        if name in cuda_cases.TRAIN and micro > 1:
-            pins = dict(p.split("=") for p in cuda_cases.TRAIN[name][3].split(","))
+        pins = dict(p.split("=") for p in (cuda_cases.TRAIN[name][3] or "dp=1").split(",")) \
+            if name in cuda_cases.TRAIN else {}
+        if micro > 1 and int(pins.get("pp", 1)) > 1:
             in_flight = min(int(pins.get("pp", 1)), micro)
             if "chunks" in pins:
                 in_flight = interleaved_in_flight(int(pins["pp"]), int(pins["chunks"]), micro)
@@ -177,7 +182,8 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
     """The optimizer on the device (the CUDA backend's default: fp32 master
     copies, AdamW's moments and the step's gradient sums in device memory;
     the data-parallel mean an NCCL all-reduce, ZeRO-1's a reduce-scatter
-    and an all-gather of the new values) against the same backend's host
+    and an all-gather of the new values, ZeRO-2's a reduce-scatter of each
+    microbatch's gradients into the rank's chunk of the sums) against the same backend's host
     optimizer (PARAX_CUDA_OPTIMIZER=host, which test_optimizer.py checks
     against PyTorch's), two microbatches a step: three steps' losses, and the weights and moments
     saved after them, agree to fp32 rounding (the same arithmetic, element
@@ -213,7 +219,7 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
                                       os.path.join(case_dir, case["exe"]), case["ranks"],
                                       inputs, os.path.join(case_dir, f"{tag}-loss.npy"), "cuda", steps=steps,
                                       tool="parax-run-simt", env=env, extra=extra)
-        assert ("optimizer on the device" in log) == (env is None), log
+        assert ("optimizer on the device" in log) == ("PARAX_CUDA_OPTIMIZER" not in (env or {})), log
         files = [saved] + ([os.path.join(case_dir, f"{tag}-state.safetensors")] if adamw else [])
         tensors = {}
         for path in files:
@@ -232,6 +238,11 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
     np.testing.assert_allclose(device_losses, host_losses, rtol=1e-6, atol=0)
     assert_close(device, host, "device vs host optimizer")
     assert float(device_losses[-1]) < float(device_losses[0]), device_losses  # it trains
+    if "zero2" in name:  # ZeRO-2's reduce-scatters in parts of a few values: the same sums, bit for bit
+        parts_losses, parts = train("parts", 3, env={"PARAX_CUDA_ZERO_STAGING": "4096"})
+        np.testing.assert_array_equal(parts_losses, device_losses)
+        for key in device:
+            np.testing.assert_array_equal(parts[key], device[key], err_msg=key)
     if adamw and "zero" in name:  # (the moments as ZeRO's chunks; bf16 masters from the fp32 checkpoint)
         train("first", 2)
         resumed_losses, resumed = train("resumed", 1, weights=os.path.join(case_dir, "first-weights.safetensors"),
@@ -240,12 +251,13 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
         assert_close(resumed, device, "resumed vs straight")
 
 
-@pytest.mark.parametrize("pins,ranks", [("dp=1,zero=0", 1), ("dp=2,zero=1", 2)])
+@pytest.mark.parametrize("pins,ranks", [("dp=1,zero=0", 1), ("dp=2,zero=1", 2), ("dp=2,zero=2", 2)])
 def test_planner_optimizer_memory_matches_the_device_optimizer(tmp_path, pins, ranks):
     """A Llama (hidden 128, 2 layers, bf16) planned for training with its
     data parallelism and ZeRO stage pinned: the planner's optimizer memory
     (fp32 master, m and v: 12 bytes a parameter, split over the replicas
-    by ZeRO-1; the step's fp32 gradient sums: 4) against the bytes the
+    by ZeRO-1; the step's fp32 gradient sums: 4, split too by ZeRO-2, which
+    adds two fp32 staging boxes of the largest box) against the bytes the
     device optimizer allocated on a rank (parax-run's summary), within 1 %
     (ZeRO's chunks are padded; 8 bytes a gradient for its sum of
     squares)."""
@@ -274,7 +286,7 @@ def test_planner_optimizer_memory_matches_the_device_optimizer(tmp_path, pins, r
                     f"--parax-plan=cluster={cluster} workload={workload}", "--parax-autodiff", "--parax-partition",
                     "-o", partitioned], check=True, timeout=120)
     subprocess.run([tool("parax-translate"), "--to-executable", partitioned, "-o", exe], check=True, timeout=120)
-    zero = ["--zero"] if "zero=1" in pins else []
+    zero = ["--zero-stage", pins[-1]] if "zero=0" not in pins else []
     out = subprocess.run(["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
                           tool("parax-run-simt"), exe, "--weights", os.path.join(d, "w.safetensors"),
                           "--input", tokens, "--input", tokens, "--device", "cuda", "--steps", "1",

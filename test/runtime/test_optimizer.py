@@ -211,6 +211,15 @@ def test_zero_splits_the_optimizer_state(tmp_path):
     planned = model.compile("zero1", "train:batch=4,seq=8,dp=2,zero=1", 2, autodiff=True)
     _, _, stdout = train(model, planned, 2, 1, ADAMW)
     assert "(ZeRO-1)" in stdout and int(re.search(r"(\d+) bytes of optimizer", stdout).group(1)) == state["--zero"]
+    # The plan's ZeRO-2 and -3 reach parax-run too: on the host optimizer
+    # they split the AdamW state as ZeRO-1 does, and the summary says what
+    # is not done (whole gradient sums on the host; ZeRO-3's parameters).
+    for stage, said in ((2, "(ZeRO-2; the host optimizer keeps whole gradient sums, as ZeRO-1)"),
+                        (3, "(ZeRO-2; the ZeRO-3 asked for also splits the parameters, not done yet; the host")):
+        planned = model.compile(f"zero{stage}", f"train:batch=4,seq=8,dp=2,zero={stage}", 2, autodiff=True)
+        _, _, stdout = train(model, planned, 2, 1, ADAMW)
+        assert said in stdout, stdout
+        assert int(re.search(r"(\d+) bytes of optimizer", stdout).group(1)) == state["--zero"]
 
 
 def test_zero_splits_the_state_over_every_rank_holding_a_box(tmp_path):
@@ -335,6 +344,8 @@ def test_bad_optimizer_requests_are_named(tmp_path):
     fails(model, train_exe, ["--optimizer", "adamw", "--lr", "-1"], "--lr must be a positive number")
     fails(model, train_exe, ["--optimizer", "adamw", "--beta2", "1"], "--beta2 must be a number in [0, 1)")
     fails(model, train_exe, ["--optimizer", "sgd", "--zero"], "--zero", "adamw")
+    fails(model, train_exe, ["--optimizer", "sgd", "--zero-stage", "2"], "--zero-stage", "adamw")
+    fails(model, train_exe, ["--optimizer", "adamw", "--zero-stage", "4"], "--zero-stage must be 0, 1, 2 or 3, got '4'")
     fails(model, train_exe, ["--lr", "0.1"], "belong to --optimizer")
     fails(model, train_exe, ["--optimizer", "sgd", "--step-rows", "3"], "--step-rows 3 does not divide")
     fails(model, train_exe, ["--optimizer", "sgd", "--generate", "2"], "--generate")

@@ -71,6 +71,7 @@ struct LayerPlan {
   double expertWeightBytes = 0; // per device (included in weightBytes)
   double weightParams = 0;      // per device
   double expertParams = 0;      // per device
+  double largestWeightParams = 0; // per device: the largest parameter's box
   /// Activations kept for backward per microbatch per device, by recompute
   /// policy: none, selective, full (layer inputs only).
   double activationBytes[3] = {0, 0, 0};

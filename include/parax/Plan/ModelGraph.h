@@ -64,6 +64,7 @@ struct OpNode {
   double flopsPerToken = 0;          // attention: projections only (see below)
   double weightBytes = 0;            // parameters read (whole, unsharded)
   double weightParams = 0;           // parameter elements
+  double largestWeight = 0;          // the largest parameter's elements
   // Attention: heads, KV heads, qk and v head dims, causal.
   int64_t heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
   bool causal = false;
