@@ -297,6 +297,38 @@ TEST_F(PlannerTest, CollectiveTimesFollowTheAlphaBetaForms) {
   EXPECT_LT(small, 30e-6);
 }
 
+TEST_F(PlannerTest, ZeroTwoSplitsTheSumsAndReduceScattersEveryMicrobatch) {
+  // 16 replicas over two nodes joined by a slow network, 4 microbatches:
+  // the data-parallel sync shows. ZeRO-2 splits the fp32 sums (4 bytes a
+  // parameter) over the replicas, and adds the runtime's two fp32 staging
+  // boxes of the largest box (up: 4096 x 1024); it reduce-scatters every
+  // microbatch's gradients, each but the last one's beside the next
+  // microbatch.
+  ModelGraph model = analyze(mlp());
+  ClusterSpec slow = cantFail(resolveCluster("dgx-h100:nodes=2"));
+  slow.interNode.bandwidth /= 100;
+  auto planned = [&](int zero) {
+    Workload w = cantFail(parseWorkload("train:batch=64,seq=2048,dp=16,tp=1,pp=1,ep=1,cp=1,mbs=1,"
+                                        "recompute=none,zero=" + std::to_string(zero)));
+    PlanResult result = searchPlans(model, slow, w, PlanOptions());
+    EXPECT_FALSE(result.plans.empty());
+    return result.plans.empty() ? Plan() : result.plans.front();
+  };
+  Plan one = planned(1), two = planned(2);
+  ASSERT_EQ(one.microBatches, 4);
+  ASSERT_EQ(two.microBatches, 4);
+  const double params = 1024.0 * 1024 + 2 * 4096.0 * 1024 + 1024.0 * 1024;
+  EXPECT_DOUBLE_EQ(two.memory.optimizer, one.memory.optimizer - 4 * params * 15 / 16 + 2 * 4 * 4096.0 * 1024);
+  Group replicas = makeGroup(slow, 16, 1);
+  double reduceScatter = collectiveTime(slow, CollectiveKind::ReduceScatter, 4 * params, replicas);
+  // (both exposed: one microbatch's time is the step's without the sync
+  // and the update, over the 4)
+  ASSERT_GT(one.dpComm, 0);
+  ASSERT_GT(two.dpComm, 0);
+  double microbatch = (two.stepTime - two.dpComm - two.optimizerTime) / 4;
+  EXPECT_NEAR(two.dpComm - one.dpComm, 3 * (reduceScatter - microbatch), 1e-9 * two.stepTime);
+}
+
 TEST(ClusterTest, PresetsParseAndOverridesApply) {
   for (const std::string &name : clusterPresetNames()) {
     Expected<ClusterSpec> spec = resolveCluster(name);
