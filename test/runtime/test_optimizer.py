@@ -241,17 +241,17 @@ def test_zero_splits_the_state_over_every_rank_holding_a_box(tmp_path):
     assert state["--zero"] == 8 * (sum((n + 1) // 2 for n in dense) + experts // 2), state
 
 
-def saved_then_resumed(model, exe, ranks, tmp_path):
+def saved_then_resumed(model, exe, ranks, tmp_path, extra=()):
     """Two AdamW steps saved (--save-weights, --save-optimizer), then two
     more from what was saved (--load-optimizer): (the saved state, the
     resumed weights); `model` then loads the halfway weights."""
     import shutil
     state = str(tmp_path / "state.safetensors")
-    train(model, exe, ranks, 2, SHARDED_ADAMW + ["--save-optimizer", state])
+    train(model, exe, ranks, 2, SHARDED_ADAMW + [*extra, "--save-optimizer", state])
     halfway = str(tmp_path / "halfway.safetensors")
     shutil.copy(os.path.join(model.dir, "trained.safetensors"), halfway)
     model.checkpoint = halfway
-    resumed, _, _ = train(model, exe, ranks, 2, SHARDED_ADAMW + ["--load-optimizer", state])
+    resumed, _, _ = train(model, exe, ranks, 2, SHARDED_ADAMW + [*extra, "--load-optimizer", state])
     return load_safetensors(state), resumed
 
 
@@ -280,14 +280,16 @@ def test_a_run_resumes_from_saved_weights_and_moments(tmp_path):
     assert proc.returncode != 0 and "--load-optimizer" in proc.stderr and "no optimizer step count" in proc.stderr
 
 
-def test_moe_run_resumes_under_expert_parallelism(tmp_path):
+@pytest.mark.parametrize("zero", [[], ["--zero"]], ids=["", "zero"])
+def test_moe_run_resumes_under_expert_parallelism(tmp_path, zero):
     """Mixtral under EP2: the saved moments of the experts' stacks are one
     tensor per expert (as the weights are), and four steps equal two saved
-    plus two resumed (each rank reading its experts' moments)."""
+    plus two resumed (each rank reading its experts' moments; with ZeRO,
+    its half of the dense weights' moments, which both ranks hold)."""
     model = Model(str(tmp_path), "tiny-mixtral", loss=True, batch=2)
     exe = model.compile("ep2", "prefill:batch=2,seq=8,ep=2,dp=1", 2, autodiff=True)
-    want, _, _ = train(model, exe, 2, 4, SHARDED_ADAMW)
-    saved, resumed = saved_then_resumed(model, exe, 2, tmp_path)
+    want, _, _ = train(model, exe, 2, 4, SHARDED_ADAMW + zero)
+    saved, resumed = saved_then_resumed(model, exe, 2, tmp_path, zero)
     assert set(saved) == {f"{n}.{m}" for n in model.weights for m in ("exp_avg", "exp_avg_sq")} | {"optimizer.step"}
     for name in want:
         assert np.abs(resumed[name] - want[name]).max() < SINGLE_TOL, name
