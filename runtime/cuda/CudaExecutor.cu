@@ -103,6 +103,9 @@ constexpr size_t kBlasWorkspace = 32u << 20; // cuBLAS's, set explicitly for gra
 // so the staging stays small beside the sums it saves
 // (PARAX_CUDA_ZERO_STAGING=N: N values, for tests of the parts).
 constexpr int64_t kZeroStagingValues = int64_t(1) << 24;
+// ZeRO-3 gathers a box again when its next read is more than this many
+// instructions after the last.
+constexpr int kGatherGap = 16;
 /// The values each rank's chunk of a box goes in a part, and how many a
 /// staging box holds, for a box of `members` chunks of `size`.
 int64_t zeroPartWidth(int64_t size, int64_t members, int64_t limit) {
@@ -173,6 +176,7 @@ struct CudaExecutor::State {
     float *master = nullptr; // `updated` values
     float *m = nullptr, *v = nullptr; // AdamW's moments, as `master`
     cudaEvent_t summed = nullptr;     // ZeRO-2: its last reduce-scatter into `sum` done
+    void *chunk = nullptr; // ZeRO-3: the parameter's chunk (storage type, `size` values)
   };
   /// Whether slot i's sums are reduced over other ranks (ZeRO's group, or
   /// the replicas), and the count its mean divides by besides microbatches.
@@ -189,6 +193,23 @@ struct CudaExecutor::State {
   /// to its own chunk; reduce-scattered over the group into the sums.
   Status reduceScatterMicrobatch(int i, bool first);
   float *sumStaging[2] = {nullptr, nullptr}; // ZeRO-2 (zeroStagingValues of the largest box, fp32)
+  // ZeRO-3: each run of instructions reading a chunked parameter, and
+  // where in `gatherBlock` its box is put together for them.
+  struct GatherInterval {
+    int slot;
+    int first, last; // instructions (inclusive)
+    size_t offset;
+  };
+  std::vector<GatherInterval> gatherIntervals;
+  std::vector<std::vector<int>> gathersAt; // per instruction: the intervals beginning there
+  void *gatherBlock = nullptr;
+  CudaExecutor::ShardedParameters sharded;
+  /// ZeRO-3: keeps each eligible slot's parameter as its chunk (the box's
+  /// memory freed) and places the intervals of instructions that read it.
+  Status shardParameters();
+  /// ZeRO-3: before instruction k, the boxes whose intervals begin there
+  /// gathered (the compute stream waits for them).
+  Status gatherBefore(int k);
   cudaEvent_t stagingFree[2] = {nullptr, nullptr};
   int nextStaging = 0;
   int64_t zeroStagingLimit = kZeroStagingValues;
@@ -233,6 +254,7 @@ struct CudaExecutor::State {
   bool keepParameters = false; // keepLoadedParameters
 
   ~State() {
+    for (const GatherInterval &g : gatherIntervals) buffers[slots[g.slot].g.parameter].data = nullptr; // (the block's)
     for (void *p : optimizerMemory) cudaFree(p);
     for (OptimizerSlot &slot : slots)
       if (slot.summed) cudaEventDestroy(slot.summed);
@@ -1349,7 +1371,8 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
       comm->issuerStage = host.stage();
       comm->issuerInstruction = k;
     }
-    Status st = Status::ok();
+    Status st = gathersAt.empty() ? Status::ok() : gatherBefore(k);
+    if (!st.isOk()) return failed(k, "gathering its ZeRO-3 parameters", st);
     if (pending && conflictsWithPending(stage.instructions(k)))
       st = completePending();
     else if (pending)
@@ -1466,6 +1489,86 @@ Status CudaExecutor::State::reduceScatterMicrobatch(int i, bool first) {
   return Status::ok();
 }
 
+Status CudaExecutor::State::shardParameters() {
+  const pxe::Stage &stage = host.stageProgram();
+  const int n = stage.instructions_size();
+  // A run of instructions reading a box ends where a pipeline range
+  // begins, or where the next read is more than kGatherGap instructions on
+  // (a layer's forward and its backward are far apart: the box is
+  // gathered again for the backward rather than held through the layers
+  // between).
+  std::vector<bool> breaks(n + 1, false);
+  for (const PipelineRange &r : ranges) breaks[r.begin] = true;
+  std::vector<bool> movesRead(buffers.size(), false); // read by a move of parameters (hoisted)
+  for (int k = 0; k < n; ++k)
+    if (host.hoisted(k))
+      for (int32_t id : stage.instructions(k).operands()) movesRead[id] = true;
+  std::vector<BufferLifetime> lifetimes;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    OptimizerSlot &slot = slots[i];
+    DeviceBuffer &param = buffers[slot.g.parameter];
+    if (!slot.chunkSums || param.aliased || param.inArena || movesRead[slot.g.parameter]) continue;
+    const size_t eb = elemBytes(param.elem);
+    size_t first = gatherIntervals.size();
+    for (int k = 0, segment = -1; k < n; ++k) {
+      if (breaks[k]) segment = -1; // (a new run)
+      if (skipped[k]) continue;
+      const auto &operands = stage.instructions(k).operands();
+      if (std::find(operands.begin(), operands.end(), slot.g.parameter) == operands.end()) continue;
+      if (segment >= 0 && k - gatherIntervals[segment].last > kGatherGap) segment = -1;
+      if (segment < 0) {
+        segment = static_cast<int>(gatherIntervals.size());
+        gatherIntervals.push_back({static_cast<int>(i), k, k, 0});
+        lifetimes.push_back({static_cast<size_t>(slot.g.size * slot.g.members) * eb, k, k});
+      }
+      gatherIntervals[segment].last = lifetimes[segment].last = k;
+    }
+    if (gatherIntervals.size() == first) continue; // read by no instruction
+    // The chunk, from the loaded box; then the box's own memory goes.
+    Status st = allocate(&slot.chunk, slot.g.size * eb, "the ZeRO-3 chunk of " + nameOf(slot.g.parameter));
+    if (!st.isOk()) return st;
+    optimizerMemory.push_back(slot.chunk);
+    PARAX_CUDA(cudaMemsetAsync(slot.chunk, 0, slot.g.size * eb, stream));
+    PARAX_CUDA(cudaMemcpyAsync(slot.chunk, static_cast<char *>(param.data) + slot.g.begin * eb,
+                               (slot.g.end - slot.g.begin) * eb, cudaMemcpyDeviceToDevice, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    PARAX_CUDA(cudaFree(param.data));
+    deviceBytes -= param.bytes();
+    param.data = nullptr;
+    ++sharded.boxes;
+    sharded.chunkBytes += slot.g.size * eb;
+  }
+  if (gatherIntervals.empty()) return Status::ok();
+  BufferPlan plan = planBuffers(lifetimes, 256);
+  Status st = allocate(&gatherBlock, std::max<size_t>(plan.arenaBytes, 1), "the ZeRO-3 parameters' gather block");
+  if (!st.isOk()) return st;
+  optimizerMemory.push_back(gatherBlock);
+  sharded.gatherBytes = plan.arenaBytes;
+  gathersAt.assign(n, {});
+  for (size_t g = 0; g < gatherIntervals.size(); ++g) {
+    gatherIntervals[g].offset = plan.offsets[g];
+    gathersAt[gatherIntervals[g].first].push_back(static_cast<int>(g));
+  }
+  return Status::ok();
+}
+
+Status CudaExecutor::State::gatherBefore(int k) {
+  for (int g : gathersAt[k]) {
+    const GatherInterval &interval = gatherIntervals[g];
+    const OptimizerSlot &slot = slots[interval.slot];
+    DeviceBuffer &param = buffers[slot.g.parameter];
+    // (The block's memory was last read by instructions issued before this
+    // one: the collectives' stream starts after them.)
+    param.data = static_cast<char *>(gatherBlock) + interval.offset;
+    Status st = comm->allGather(slot.chunk, param.data, slot.g.size, param.elem, slot.g.axes, stream);
+    if (st.isOk()) st = awaitIssued();
+    if (!st.isOk()) return Status::error("the ZeRO-3 all-gather of " + nameOf(slot.g.parameter) + ": " + st.message());
+  }
+  return Status::ok();
+}
+
+CudaExecutor::ShardedParameters CudaExecutor::shardedParameters() const { return s_->sharded; }
+
 StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
   State &s = *s_;
   const pxe::Stage &stage = s.host.stageProgram();
@@ -1526,6 +1629,9 @@ Status CudaExecutor::updateParameters(const std::vector<Tensor> &values) {
     DeviceBuffer &d = s.buffers[b.id()];
     if (d.aliased)
       return Status::error("parameter " + b.param_name() + " is another program's memory: it cannot be updated here");
+    if (!s.gatherIntervals.empty())
+      return Status::error("parameter " + b.param_name() + ": ZeRO-3 keeps the parameters as chunks on the device; "
+                           "the host cannot write them whole");
     if (values[b.id()].numel() != d.numel() || values[b.id()].f.size() != static_cast<size_t>(d.numel()))
       return Status::error("parameter " + b.param_name() + ": " + std::to_string(values[b.id()].f.size()) +
                            " values for a box of " + std::to_string(d.numel()));
@@ -1640,6 +1746,10 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
   if (st.isOk()) st = take(&s.squares, s.slots.size() * sizeof(double), "the optimizer's sums of squares");
   if (!st.isOk()) return st;
   s.assignSlotRanges();
+  if (setup.shardParameters && setup.shardSums) {
+    Status sharded = s.shardParameters();
+    if (!sharded.isOk()) return sharded;
+  }
   return s.sync();
 }
 
@@ -1725,11 +1835,12 @@ Status CudaExecutor::applyOptimizer(const OptimizerStep &step) {
     // ZeRO: this rank's chunk goes to its place in the box, which the
     // all-gather fills in place (a box not a multiple of the group's ranks
     // through the padded staging box).
-    bool staged = slot.shared && slot.g.size * slot.g.members != slot.n;
+    // ZeRO-3: into the chunk, which is all the rank keeps.
+    bool staged = slot.shared && !slot.chunk && slot.g.size * slot.g.members != slot.n;
     Status st = withFloat(param, [&](auto t) {
       using T = decltype(t);
       T *box = staged ? static_cast<T *>(s.staging) : param.as<T>();
-      T *target = box + (slot.shared ? slot.g.index * slot.g.size : 0);
+      T *target = slot.chunk ? static_cast<T *>(slot.chunk) : box + (slot.shared ? slot.g.index * slot.g.size : 0);
       if (o.adamw)
         PARAX_LAUNCH(adamwKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(
             slot.master, slot.m, slot.v, slot.share, target, slot.updated, a);
@@ -1737,7 +1848,7 @@ Status CudaExecutor::applyOptimizer(const OptimizerStep &step) {
         PARAX_LAUNCH(sgdKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.master, slot.share, target,
                                                                                  slot.updated, a);
       PARAX_CUDA(cudaGetLastError());
-      if (!slot.shared) return Status::ok();
+      if (!slot.shared || slot.chunk) return Status::ok();
       Status gathered = s.comm->allGather(target, box, slot.g.size, param.elem, slot.g.axes, s.stream);
       if (gathered.isOk()) gathered = s.awaitIssued();
       if (!gathered.isOk()) return Status::error("the ZeRO parameter all-gather: " + gathered.message());

@@ -176,6 +176,11 @@ TRAIN = {
     "train-llama-bf16-adamw-dp2-tp2-zero2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",
                                              ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3",
                                               "--zero-stage", "2"], 0.0, {"micro": 2}),
+    # ZeRO-3: the parameters kept as chunks, each gathered before the
+    # instructions that read it (forward and backward apart)
+    "train-llama-bf16-adamw-dp2-tp2-zero3": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",
+                                             ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3",
+                                              "--zero-stage", "3"], 0.0, {"micro": 2}),
     # without dp: the dense weights' over ep, the experts' not split (each
     # rank holds its own)
     "train-mixtral-adamw-ep2-zero2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "f32",

@@ -84,7 +84,7 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         overlapping = ("deepseek-v3-ep2", "qwen2-moe-ep2", "deepseek-v3-bf16-ep2", "qwen2-moe-bf16-ep2",
                        "train-llama-tp2", "train-llama-tp4", "train-llama-tp2-pp2", "train-llama-bf16-dp2-tp2",
                        "train-gpt2-cp2-tp2", "train-llama-adamw-tp2-pp2", "train-llama-bf16-adamw-dp2-tp2-zero",
-                       "train-llama-bf16-adamw-dp2-tp2-zero2",
+                       "train-llama-bf16-adamw-dp2-tp2-zero2", "train-llama-bf16-adamw-dp2-tp2-zero3",
                        "train-qwen2-moe-adamw-ep2-tp2", "train-llama-pp4-micro6",
                        "train-llama-bf16-adamw-dp2-pp2-micro3", "train-mixtral-ep2-pp2-micro2",
                        "train-llama-pp4-chunks2-micro8", "train-llama-bf16-adamw-dp2-pp2-chunks2-micro4")
@@ -251,7 +251,45 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
         assert_close(resumed, device, "resumed vs straight")
 
 
-@pytest.mark.parametrize("pins,ranks", [("dp=1,zero=0", 1), ("dp=2,zero=1", 2), ("dp=2,zero=2", 2)])
+@pytest.mark.parametrize("name", ["train-llama-bf16-adamw-dp2-pp2-micro3",
+                                  "train-llama-bf16-adamw-dp2-pp2-chunks2-micro4"])
+def test_zero3_through_pipeline_ranges(tmp_path, name):
+    """ZeRO-3 under 1F1B and interleaved 1F1B: each pipeline range (a
+    chunk's forward or backward of one microbatch) gathers the boxes it
+    reads again, into memory other ranges reuse. Three AdamW steps give
+    ZeRO-1's losses and weights (to the summation order of the per-
+    microbatch reduce-scatters), with every split box kept as a chunk."""
+    import json
+    import re
+    from parax.checkpoint import load_safetensors
+    tool("parax-run-simt")
+    root = str(tmp_path)
+    cuda_cases.prepare_any(name, root, BIN)
+    case_dir = os.path.join(root, name)
+    with open(os.path.join(case_dir, "case.json")) as f:
+        case = json.load(f)
+    got = {}
+    for zero in (["--zero"], ["--zero-stage", "3"]):
+        tag = zero[-1].strip("-")
+        saved, losses = os.path.join(case_dir, f"{tag}.safetensors"), os.path.join(case_dir, f"{tag}-losses.npy")
+        _, log = cuda_cases.parax_run(BIN, os.path.join(case_dir, "weights.safetensors"),
+                                      os.path.join(case_dir, case["exe"]), case["ranks"],
+                                      [os.path.join(case_dir, p) for p in case["inputs"]],
+                                      os.path.join(case_dir, f"{tag}-loss.npy"), "cuda", steps=3,
+                                      tool="parax-run-simt",
+                                      extra=case["options"] + zero + ["--losses", losses, "--save-weights", saved])
+        got[tag] = (np.load(losses), load_safetensors(saved), log)
+    zero1, zero3 = got["zero"], got["3"]
+    chunked = re.search(r"ZeRO-3: (\d+) parameter boxes kept as this rank's chunks", zero3[2])
+    assert "(ZeRO-3)" in zero3[2] and chunked and int(chunked.group(1)) > 0, zero3[2]
+    np.testing.assert_allclose(zero3[0], zero1[0], rtol=1e-5, atol=0)
+    for key, want in zero1[1].items():
+        scale = max(1.0, float(np.abs(want).max()))
+        assert float(np.abs(zero3[1][key].astype(np.float64) - want).max()) <= 1e-5 * scale, key
+
+
+@pytest.mark.parametrize("pins,ranks", [("dp=1,zero=0", 1), ("dp=2,zero=1", 2), ("dp=2,zero=2", 2),
+                                        ("dp=2,zero=3", 2)])
 def test_planner_optimizer_memory_matches_the_device_optimizer(tmp_path, pins, ranks):
     """A Llama (hidden 128, 2 layers, bf16) planned for training with its
     data parallelism and ZeRO stage pinned: the planner's optimizer memory

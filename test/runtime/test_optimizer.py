@@ -213,9 +213,9 @@ def test_zero_splits_the_optimizer_state(tmp_path):
     assert "(ZeRO-1)" in stdout and int(re.search(r"(\d+) bytes of optimizer", stdout).group(1)) == state["--zero"]
     # The plan's ZeRO-2 and -3 reach parax-run too: on the host optimizer
     # they split the AdamW state as ZeRO-1 does, and the summary says what
-    # is not done (whole gradient sums on the host; ZeRO-3's parameters).
+    # it keeps whole.
     for stage, said in ((2, "(ZeRO-2; the host optimizer keeps whole gradient sums, as ZeRO-1)"),
-                        (3, "(ZeRO-2; the ZeRO-3 asked for also splits the parameters, not done yet; the host")):
+                        (3, "(ZeRO-3; the host optimizer keeps whole gradient sums and parameters, as ZeRO-1)")):
         planned = model.compile(f"zero{stage}", f"train:batch=4,seq=8,dp=2,zero={stage}", 2, autodiff=True)
         _, _, stdout = train(model, planned, 2, 1, ADAMW)
         assert said in stdout, stdout

@@ -93,9 +93,9 @@ void usage() {
                "  --zero (ZeRO-1: the\n"
                "  AdamW states split over the ranks holding each box (dp, and ep, cp, tp where the\n"
                "  box is replicated): gradients reduce-scattered, parameters all-gathered),\n"
-               "  --zero-stage 0|1|2|3 (2: the gradient sums split too, each microbatch's gradients\n"
-               "  reduce-scattered, on cuda's device optimizer; 3 runs as 2); by default the plan's\n"
-               "  stage; --no-zero: never). --step-rows R: each step takes the next R rows of the\n"
+               "  --zero-stage 0|1|2|3 (on cuda's device optimizer, 2: the gradient sums split too,\n"
+               "  each microbatch's gradients reduce-scattered; 3: the parameters too, each gathered\n"
+               "  before the instructions that read it); by default the plan's stage; --no-zero: never). --step-rows R: each step takes the next R rows of the\n"
                "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
                "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors); OUT/\n"
                "  (a folder): a sharded checkpoint, each rank writing its share of the whole tensors\n"
@@ -151,16 +151,15 @@ Status deviceStep(CudaExecutor &gpu, Training &training, const OptimizerConfig &
 }
 #endif
 
-/// What the run summary says of ZeRO: the stage run, and where it is not
-/// the one asked for (`asked`: given or planned), why.
-std::string zeroSummary(const OptimizerConfig &optimizer, int asked, bool shares, bool onDevice) {
+/// What the run summary says of ZeRO: the stage, and what of it the host
+/// optimizer does not do.
+std::string zeroSummary(const OptimizerConfig &optimizer, bool shares, bool onDevice) {
   if (!optimizer.zero) return "";
   if (!shares) return " (ZeRO: no box held by more than one rank, nothing to split)";
   std::string said = " (ZeRO-" + std::to_string(optimizer.zeroStage);
-  if (asked > optimizer.zeroStage)
-    said += "; the ZeRO-" + std::to_string(asked) + " asked for also splits the parameters, not done yet";
   if (optimizer.zeroStage >= 2 && !onDevice)
-    said += "; the host optimizer keeps whole gradient sums, as ZeRO-1";
+    said += std::string("; the host optimizer keeps whole gradient sums") +
+            (optimizer.zeroStage >= 3 ? " and parameters" : "") + ", as ZeRO-1";
   return said + ")";
 }
 
@@ -305,7 +304,6 @@ int main(int argc, char **argv) {
   long long stepRows = 0;     // --step-rows (0: every row every step)
   bool optimizerSettings = false;
   bool zeroGiven = false;     // --zero / --no-zero / --zero-stage (else the plan's ZeRO stage decides)
-  int zeroAsked = 0;          // the ZeRO stage asked for (given or planned; 3 runs as 2)
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -387,8 +385,7 @@ int main(int argc, char **argv) {
       if (text != "0" && text != "1" && text != "2" && text != "3")
         die("--zero-stage must be 0, 1, 2 or 3, got '" + text + "'");
       zeroGiven = true;
-      zeroAsked = std::stoi(text);
-      optimizer.zeroStage = std::min(zeroAsked, 2);
+      optimizer.zeroStage = std::stoi(text);
       optimizer.zero = optimizer.zeroStage > 0;
       optimizerSettings = true;
     }
@@ -475,14 +472,12 @@ int main(int argc, char **argv) {
   StatusOr<parax::pxe::Executable> exe = loadExecutable(model);
   if (!exe.isOk()) die(exe.status().message());
   // The plan's ZeRO stage: AdamW's states split over the ranks holding
-  // each box (1), and the gradient sums too (2; on the CUDA backend's
-  // device optimizer); 3, which splits the parameters too, runs as 2.
+  // each box (1), the gradient sums too (2) and the parameters between
+  // their uses (3) -- 2 and 3 on the CUDA backend's device optimizer.
   if (trains && !zeroGiven && optimizer.kind == "adamw" && exe.value().schedule().zero_stage() >= 1) {
-    zeroAsked = exe.value().schedule().zero_stage();
-    optimizer.zeroStage = std::min(zeroAsked, 2);
+    optimizer.zeroStage = exe.value().schedule().zero_stage();
     optimizer.zero = true;
   }
-  if (optimizer.zero && zeroAsked == 0) zeroAsked = 1;
   int64_t grid = gridSize(exe.value());
   if (grid != size)
     die("the executable's grid has " + std::to_string(grid) + " ranks but mpirun started " +
@@ -821,6 +816,7 @@ int main(int argc, char **argv) {
     setup.replica = replica;
     setup.zero = training->sharesState(optimizer);
     setup.shardSums = setup.zero && optimizer.zeroStage >= 2;
+    setup.shardParameters = setup.zero && optimizer.zeroStage >= 3;
     s = gpus[0]->bindOptimizer(bound, setup, masters);
     for (int which = 0; s.isOk() && which < 2 && !loadOptimizer.empty(); ++which) {
       std::vector<std::vector<float>> moments;
@@ -1154,13 +1150,19 @@ int main(int argc, char **argv) {
       char line[200];
       std::snprintf(line, sizeof line, ", %s: loss %.6f -> %.6f over %zu step(s), %zu bytes of optimizer state on rank %d%s",
                     optimizer.kind.c_str(), losses.front(), losses.back(), losses.size(), training->stateBytes(), rank,
-                    zeroSummary(optimizer, zeroAsked, training->sharesState(optimizer), deviceOptimizer).c_str());
+                    zeroSummary(optimizer, training->sharesState(optimizer), deviceOptimizer).c_str());
       how += line;
 #ifdef PARAX_WITH_CUDA
       if (deviceOptimizer)
         how += ", optimizer on the device (" + std::to_string(gpus[0]->optimizerBytes()) +
                " bytes: fp32 masters, moments, gradient sums), " + std::to_string(gpus[0]->gradientsReducedEarly()) +
                " gradient reduction(s) issued during the backward pass";
+      if (deviceOptimizer && gpus[0]->shardedParameters().boxes > 0) {
+        CudaExecutor::ShardedParameters p = gpus[0]->shardedParameters();
+        how += ", ZeRO-3: " + std::to_string(p.boxes) + " parameter boxes kept as this rank's chunks (" +
+               std::to_string(p.chunkBytes) + " bytes), gathered into " + std::to_string(p.gatherBytes) +
+               " bytes as the step reads them";
+      }
 #endif
     }
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";

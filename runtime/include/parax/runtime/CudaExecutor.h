@@ -160,6 +160,13 @@ public:
     // the size of the largest padded box), into this rank's chunk of the
     // sums; else (ZeRO-1) the sums are whole and reduced once a step.
     bool shardSums = false;
+    // ZeRO-3 (with shardSums): the parameters too. A split box is kept as
+    // the rank's chunk between uses; before the instructions that read it
+    // (each run of them: the forward's, the backward's, each pipeline
+    // range's) an all-gather puts it together in a shared block of memory
+    // placed like the temporaries, and the update writes the chunk only.
+    // Not for a box a move of parameters reads (hoisted at prepare).
+    bool shardParameters = false;
   };
   /// Allocates the gradients' sums, the masters (from `masters`, indexed
   /// by buffer id: whole fp32 boxes, of which a ZeRO replica keeps its
@@ -212,6 +219,12 @@ public:
   StatusOr<std::vector<std::vector<float>>> readMoments(int which) const;
   /// Replaces the moments (a resumed run's), as readMoments gives them.
   Status writeMoments(int which, const std::vector<std::vector<float>> &values);
+  /// ZeRO-3: the parameter boxes kept as chunks, those chunks' bytes, and
+  /// the bytes of the block they are gathered into.
+  struct ShardedParameters {
+    size_t boxes = 0, chunkBytes = 0, gatherBytes = 0;
+  };
+  ShardedParameters shardedParameters() const;
   /// Device memory of the optimizer (sums, masters, moments; ZeRO's
   /// staging for a box not a multiple of its ranks; ZeRO-2's staging).
   size_t optimizerBytes() const;
