@@ -104,7 +104,9 @@ constexpr size_t kBlasWorkspace = 32u << 20; // cuBLAS's, set explicitly for gra
 // (PARAX_CUDA_ZERO_STAGING=N: N values, for tests of the parts).
 constexpr int64_t kZeroStagingValues = int64_t(1) << 24;
 // ZeRO-3 gathers a box again when its next read is more than this many
-// instructions after the last.
+// instructions after the last, and issues each all-gather up to this many
+// instructions ahead of the first read (within its pipeline range), so
+// that it runs beside the compute before it.
 constexpr int kGatherGap = 16;
 /// The values each rank's chunk of a box goes in a part, and how many a
 /// staging box holds, for a box of `members` chunks of `size`.
@@ -197,11 +199,16 @@ struct CudaExecutor::State {
   // where in `gatherBlock` its box is put together for them.
   struct GatherInterval {
     int slot;
-    int first, last; // instructions (inclusive)
+    int issue;       // the instruction before which its all-gather is issued
+    int first, last; // the instructions reading it (inclusive)
     size_t offset;
+    cudaEvent_t gathered = nullptr; // its all-gather done
   };
   std::vector<GatherInterval> gatherIntervals;
-  std::vector<std::vector<int>> gathersAt; // per instruction: the intervals beginning there
+  // per instruction: the intervals whose all-gather is issued there, and
+  // those whose first read it is (the compute stream waits for them)
+  std::vector<std::vector<int>> gathersAt, gatherWaitsAt;
+  size_t gathersAhead = 0; // all-gathers issued ahead of the instruction reading them, so far
   void *gatherBlock = nullptr;
   CudaExecutor::ShardedParameters sharded;
   /// ZeRO-3: keeps each eligible slot's parameter as its chunk (the box's
@@ -254,7 +261,10 @@ struct CudaExecutor::State {
   bool keepParameters = false; // keepLoadedParameters
 
   ~State() {
-    for (const GatherInterval &g : gatherIntervals) buffers[slots[g.slot].g.parameter].data = nullptr; // (the block's)
+    for (const GatherInterval &g : gatherIntervals) {
+      buffers[slots[g.slot].g.parameter].data = nullptr; // (the block's)
+      if (g.gathered) cudaEventDestroy(g.gathered);
+    }
     for (void *p : optimizerMemory) cudaFree(p);
     for (OptimizerSlot &slot : slots)
       if (slot.summed) cudaEventDestroy(slot.summed);
@@ -1360,8 +1370,16 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
     for (int k = from; k < end; ++k)
       if (!skipped[k] && stage.instructions(k).op() == "recv") heldAfter = k + 1;
   }
+  for (int k = begin; k < from && !gathersAt.empty(); ++k) { // (issued before the leading receives ran)
+    Status st = gatherBefore(k);
+    if (!st.isOk()) return failed(k, "gathering ZeRO-3 parameters", st);
+  }
   for (int k = from; k < end; ++k) {
     if (marks) PARAX_CUDA(cudaEventRecord((*marks)[k], stream));
+    if (!gathersAt.empty()) { // ZeRO-3: boxes gathered ahead of their reads
+      Status st = gatherBefore(k);
+      if (!st.isOk()) return failed(k, "gathering ZeRO-3 parameters", st);
+    }
     if (skipped[k]) continue; // fused into the instruction before, or run once at prepare
     if (k >= heldAfter && stage.instructions(k).op() == "send") {
       heldSends.push_back(pointToPoint(stage.instructions(k)));
@@ -1371,8 +1389,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
       comm->issuerStage = host.stage();
       comm->issuerInstruction = k;
     }
-    Status st = gathersAt.empty() ? Status::ok() : gatherBefore(k);
-    if (!st.isOk()) return failed(k, "gathering its ZeRO-3 parameters", st);
+    Status st = Status::ok();
     if (pending && conflictsWithPending(stage.instructions(k)))
       st = completePending();
     else if (pending)
@@ -1510,16 +1527,21 @@ Status CudaExecutor::State::shardParameters() {
     if (!slot.chunkSums || param.aliased || param.inArena || movesRead[slot.g.parameter]) continue;
     const size_t eb = elemBytes(param.elem);
     size_t first = gatherIntervals.size();
-    for (int k = 0, segment = -1; k < n; ++k) {
-      if (breaks[k]) segment = -1; // (a new run)
+    for (int k = 0, segment = -1, runStart = 0; k < n; ++k) {
+      if (breaks[k]) segment = -1, runStart = k; // (a new run)
       if (skipped[k]) continue;
       const auto &operands = stage.instructions(k).operands();
       if (std::find(operands.begin(), operands.end(), slot.g.parameter) == operands.end()) continue;
       if (segment >= 0 && k - gatherIntervals[segment].last > kGatherGap) segment = -1;
       if (segment < 0) {
+        // Issued ahead, but within the run and after the box's last
+        // interval (whose reads its memory would otherwise change under).
+        int issue = std::max({runStart, k - kGatherGap,
+                              gatherIntervals.size() > first ? gatherIntervals.back().last + 1 : 0});
         segment = static_cast<int>(gatherIntervals.size());
-        gatherIntervals.push_back({static_cast<int>(i), k, k, 0});
-        lifetimes.push_back({static_cast<size_t>(slot.g.size * slot.g.members) * eb, k, k});
+        gatherIntervals.push_back({static_cast<int>(i), issue, k, k, 0});
+        lifetimes.push_back({static_cast<size_t>(slot.g.size * slot.g.members) * eb, issue, k});
+        PARAX_CUDA(cudaEventCreateWithFlags(&gatherIntervals.back().gathered, cudaEventDisableTiming));
       }
       gatherIntervals[segment].last = lifetimes[segment].last = k;
     }
@@ -1545,29 +1567,39 @@ Status CudaExecutor::State::shardParameters() {
   optimizerMemory.push_back(gatherBlock);
   sharded.gatherBytes = plan.arenaBytes;
   gathersAt.assign(n, {});
+  gatherWaitsAt.assign(n, {});
   for (size_t g = 0; g < gatherIntervals.size(); ++g) {
     gatherIntervals[g].offset = plan.offsets[g];
-    gathersAt[gatherIntervals[g].first].push_back(static_cast<int>(g));
+    gathersAt[gatherIntervals[g].issue].push_back(static_cast<int>(g));
+    gatherWaitsAt[gatherIntervals[g].first].push_back(static_cast<int>(g));
   }
   return Status::ok();
 }
 
 Status CudaExecutor::State::gatherBefore(int k) {
   for (int g : gathersAt[k]) {
-    const GatherInterval &interval = gatherIntervals[g];
+    GatherInterval &interval = gatherIntervals[g];
     const OptimizerSlot &slot = slots[interval.slot];
     DeviceBuffer &param = buffers[slot.g.parameter];
     // (The block's memory was last read by instructions issued before this
     // one: the collectives' stream starts after them.)
     param.data = static_cast<char *>(gatherBlock) + interval.offset;
     Status st = comm->allGather(slot.chunk, param.data, slot.g.size, param.elem, slot.g.axes, stream);
-    if (st.isOk()) st = awaitIssued();
     if (!st.isOk()) return Status::error("the ZeRO-3 all-gather of " + nameOf(slot.g.parameter) + ": " + st.message());
+    // Recorded where it runs: the collectives' stream, or (host-staged:
+    // done already) the compute stream.
+    PARAX_CUDA(cudaEventRecord(interval.gathered, comm->takeIssued() ? comm->commStream : stream));
+    gathersAhead += interval.issue < interval.first ? 1 : 0;
   }
+  for (int g : gatherWaitsAt[k]) PARAX_CUDA(cudaStreamWaitEvent(stream, gatherIntervals[g].gathered, 0));
   return Status::ok();
 }
 
-CudaExecutor::ShardedParameters CudaExecutor::shardedParameters() const { return s_->sharded; }
+CudaExecutor::ShardedParameters CudaExecutor::shardedParameters() const {
+  ShardedParameters p = s_->sharded;
+  p.gatheredAhead = s_->gathersAhead;
+  return p;
+}
 
 StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
   State &s = *s_;

@@ -256,7 +256,8 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
 def test_zero3_through_pipeline_ranges(tmp_path, name):
     """ZeRO-3 under 1F1B and interleaved 1F1B: each pipeline range (a
     chunk's forward or backward of one microbatch) gathers the boxes it
-    reads again, into memory other ranges reuse. Three AdamW steps give
+    reads again (its all-gathers issued ahead of their reads, within the
+    range), into memory other ranges reuse. Three AdamW steps give
     ZeRO-1's losses and weights (to the summation order of the per-
     microbatch reduce-scatters), with every split box kept as a chunk."""
     import json
@@ -282,6 +283,8 @@ def test_zero3_through_pipeline_ranges(tmp_path, name):
     zero1, zero3 = got["zero"], got["3"]
     chunked = re.search(r"ZeRO-3: (\d+) parameter boxes kept as this rank's chunks", zero3[2])
     assert "(ZeRO-3)" in zero3[2] and chunked and int(chunked.group(1)) > 0, zero3[2]
+    ahead = re.search(r"\((\d+) all-gathers issued ahead of their reads\)", zero3[2])
+    assert ahead and int(ahead.group(1)) > 0, zero3[2]
     np.testing.assert_allclose(zero3[0], zero1[0], rtol=1e-5, atol=0)
     for key, want in zero1[1].items():
         scale = max(1.0, float(np.abs(want).max()))

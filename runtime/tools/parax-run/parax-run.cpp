@@ -1161,7 +1161,8 @@ int main(int argc, char **argv) {
         CudaExecutor::ShardedParameters p = gpus[0]->shardedParameters();
         how += ", ZeRO-3: " + std::to_string(p.boxes) + " parameter boxes kept as this rank's chunks (" +
                std::to_string(p.chunkBytes) + " bytes), gathered into " + std::to_string(p.gatherBytes) +
-               " bytes as the step reads them";
+               " bytes as the step reads them (" + std::to_string(p.gatheredAhead) +
+               " all-gathers issued ahead of their reads)";
       }
 #endif
     }

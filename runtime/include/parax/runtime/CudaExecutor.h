@@ -219,10 +219,12 @@ public:
   StatusOr<std::vector<std::vector<float>>> readMoments(int which) const;
   /// Replaces the moments (a resumed run's), as readMoments gives them.
   Status writeMoments(int which, const std::vector<std::vector<float>> &values);
-  /// ZeRO-3: the parameter boxes kept as chunks, those chunks' bytes, and
-  /// the bytes of the block they are gathered into.
+  /// ZeRO-3: the parameter boxes kept as chunks, those chunks' bytes, the
+  /// bytes of the block they are gathered into, and how many all-gathers
+  /// so far were issued ahead of the instruction reading them (so that
+  /// they run beside the compute before it).
   struct ShardedParameters {
-    size_t boxes = 0, chunkBytes = 0, gatherBytes = 0;
+    size_t boxes = 0, chunkBytes = 0, gatherBytes = 0, gatheredAhead = 0;
   };
   ShardedParameters shardedParameters() const;
   /// Device memory of the optimizer (sums, masters, moments; ZeRO's
