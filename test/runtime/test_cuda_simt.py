@@ -243,7 +243,10 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
         np.testing.assert_array_equal(parts_losses, device_losses)
         for key in device:
             np.testing.assert_array_equal(parts[key], device[key], err_msg=key)
-    if adamw and "zero" in name:  # (the moments as ZeRO's chunks; bf16 masters from the fp32 checkpoint)
+    # (the moments as ZeRO's chunks; bf16 masters from the fp32 checkpoint;
+    # ZeRO-3's parameters chunked from the saved weights. ZeRO-2 reads and
+    # writes them as ZeRO-1 does: CI's time.)
+    if adamw and "zero" in name and "zero2" not in name:
         train("first", 2)
         resumed_losses, resumed = train("resumed", 1, weights=os.path.join(case_dir, "first-weights.safetensors"),
                                         state=os.path.join(case_dir, "first-state.safetensors"))
