@@ -1561,6 +1561,7 @@ Status CudaExecutor::State::shardParameters() {
     sharded.chunkBytes += slot.g.size * eb;
   }
   if (gatherIntervals.empty()) return Status::ok();
+  graphs = false; // (steps issue the all-gathers and re-point the boxes: no captured graph)
   BufferPlan plan = planBuffers(lifetimes, 256);
   Status st = allocate(&gatherBlock, std::max<size_t>(plan.arenaBytes, 1), "the ZeRO-3 parameters' gather block");
   if (!st.isOk()) return st;
