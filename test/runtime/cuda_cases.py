@@ -171,16 +171,17 @@ TRAIN = {
                                     "--weight-decay", "0.1"]),
     # ZeRO-2: the gradient sums kept as each rank's chunk, every
     # microbatch's gradients reduce-scattered into them (the running sums
-    # added to the rank's own block first); the norms' state and sums split
-    # over dp x tp (replicated over tp), the matrices' over dp.
+    # added to the rank's own block first: test_device_optimizer's two
+    # microbatches a step); the norms' state and sums split over dp x tp
+    # (replicated over tp), the matrices' over dp.
     "train-llama-bf16-adamw-dp2-tp2-zero2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",
                                              ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3",
-                                              "--zero-stage", "2"], 0.0, {"micro": 2}),
+                                              "--zero-stage", "2"]),
     # ZeRO-3: the parameters kept as chunks, each gathered before the
     # instructions that read it (forward and backward apart)
     "train-llama-bf16-adamw-dp2-tp2-zero3": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",
                                              ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3",
-                                              "--zero-stage", "3"], 0.0, {"micro": 2}),
+                                              "--zero-stage", "3"]),
     # without dp: the dense weights' over ep, the experts' not split (each
     # rank holds its own)
     "train-mixtral-adamw-ep2-zero2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "f32",

@@ -260,7 +260,7 @@ def test_zero3_through_pipeline_ranges(tmp_path, name):
     """ZeRO-3 under 1F1B and interleaved 1F1B: each pipeline range (a
     chunk's forward or backward of one microbatch) gathers the boxes it
     reads again (its all-gathers issued ahead of their reads, within the
-    range), into memory other ranges reuse. Three AdamW steps give
+    range), into memory other ranges reuse. Two AdamW steps give
     ZeRO-1's losses and weights (to the summation order of the per-
     microbatch reduce-scatters), with every split box kept as a chunk."""
     import json
@@ -279,7 +279,7 @@ def test_zero3_through_pipeline_ranges(tmp_path, name):
         _, log = cuda_cases.parax_run(BIN, os.path.join(case_dir, "weights.safetensors"),
                                       os.path.join(case_dir, case["exe"]), case["ranks"],
                                       [os.path.join(case_dir, p) for p in case["inputs"]],
-                                      os.path.join(case_dir, f"{tag}-loss.npy"), "cuda", steps=3,
+                                      os.path.join(case_dir, f"{tag}-loss.npy"), "cuda", steps=2,
                                       tool="parax-run-simt",
                                       extra=case["options"] + zero + ["--losses", losses, "--save-weights", saved])
         got[tag] = (np.load(losses), load_safetensors(saved), log)
@@ -294,8 +294,7 @@ def test_zero3_through_pipeline_ranges(tmp_path, name):
         assert float(np.abs(zero3[1][key].astype(np.float64) - want).max()) <= 1e-5 * scale, key
 
 
-@pytest.mark.parametrize("pins,ranks", [("dp=1,zero=0", 1), ("dp=2,zero=1", 2), ("dp=2,zero=2", 2),
-                                        ("dp=2,zero=3", 2)])
+@pytest.mark.parametrize("pins,ranks", [("dp=1,zero=0", 1), ("dp=2,zero=1", 2), ("dp=2,zero=2", 2)])
 def test_planner_optimizer_memory_matches_the_device_optimizer(tmp_path, pins, ranks):
     """A Llama (hidden 128, 2 layers, bf16) planned for training with its
     data parallelism and ZeRO stage pinned: the planner's optimizer memory
