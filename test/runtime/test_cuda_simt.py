@@ -172,6 +172,17 @@ def interleaved_in_flight(pp, chunks, micro):
     return most
 
 
+def prepared_case(name, tmp_path):
+    """Case `name` prepared under tmp_path for parax-run-simt: its folder
+    and its case.json."""
+    import json
+    tool("parax-run-simt")
+    cuda_cases.prepare_any(name, str(tmp_path), BIN)
+    case_dir = os.path.join(str(tmp_path), name)
+    with open(os.path.join(case_dir, "case.json")) as f:
+        return case_dir, json.load(f)
+
+
 def optimizer_cases():
     """The training cases that take optimizer steps."""
     return [name for name, case in cuda_cases.TRAIN.items() if len(case) > 6 and case[6]]
@@ -191,14 +202,8 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
     AdamW run resumed after two steps from its saved weights and moments
     (written back to the device) takes the third step as the straight run
     did (the ZeRO cases)."""
-    import json
     from parax.checkpoint import load_safetensors
-    tool("parax-run-simt")
-    root = str(tmp_path)
-    cuda_cases.prepare_any(name, root, BIN)
-    case_dir = os.path.join(root, name)
-    with open(os.path.join(case_dir, "case.json")) as f:
-        case = json.load(f)
+    case_dir, case = prepared_case(name, tmp_path)
     adamw = "adamw" in case["options"]
     # Two microbatches a step (the second's gradients added to the first's
     # on the device): the inputs' rows twice, the second time reversed.
@@ -263,15 +268,9 @@ def test_zero3_through_pipeline_ranges(tmp_path, name):
     range), into memory other ranges reuse. Two AdamW steps give
     ZeRO-1's losses and weights (to the summation order of the per-
     microbatch reduce-scatters), with every split box kept as a chunk."""
-    import json
     import re
     from parax.checkpoint import load_safetensors
-    tool("parax-run-simt")
-    root = str(tmp_path)
-    cuda_cases.prepare_any(name, root, BIN)
-    case_dir = os.path.join(root, name)
-    with open(os.path.join(case_dir, "case.json")) as f:
-        case = json.load(f)
+    case_dir, case = prepared_case(name, tmp_path)
     got = {}
     for zero in (["--zero"], ["--zero-stage", "3"]):
         tag = zero[-1].strip("-")
