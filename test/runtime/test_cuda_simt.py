@@ -41,7 +41,10 @@ def llama_training_step(folder, batch, seq, dtype, **sizes):
     return cfg
 
 
-@pytest.mark.parametrize("name", cuda_cases.all_cases())
+# (The ZeRO-2 cases are checked against the host optimizer alone, in
+# test_device_optimizer_matches_the_host_optimizer; the ZeRO-3 case runs
+# their reduce-scatters here: CI's time.)
+@pytest.mark.parametrize("name", [c for c in cuda_cases.all_cases() if "zero2" not in c])
 def test_simt_matches_cpu_and_numpy(tmp_path, name):
     tool("parax-run-simt")
     cuda_cases.prepare_any(name, str(tmp_path), BIN)
