@@ -15,10 +15,13 @@ programs (fp32 storage and math on both backends, no TF32); bf16 programs
 """
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -28,9 +31,14 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 TOL = 1e-4
+# (Each process's mpiruns keep their session directories under a base of
+# its own: Open MPI 4.1 removes /tmp/ompi.<host>.<uid> when a job ends, and
+# a job of a test running beside it then fails to create its own there.)
+_SESSIONS = tempfile.mkdtemp(prefix="parax-ompi-")
+atexit.register(shutil.rmtree, _SESSIONS, True)
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_orte_tmpdir_base=_SESSIONS)
 
 # name -> (preset, layers, batch, seq, loss, workload pins or None, ranks[, dtype[, past[,
 # return_kv[, cache]]]]) (past: a step over a KV cache of that many tokens, their keys
