@@ -132,12 +132,11 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
     }
   }
   if (!mpi_) return;
-  std::vector<unsigned> splits(groups.begin(), groups.end());
-  unsigned dpAxes = 0;
+  unsigned dpAxes = 0; // (the data-parallel all-reduce's group, without ZeRO)
   for (int i = 0; i < exe.grid().axis_names_size(); ++i)
     if (exe.grid().axis_names(i) == "dp" && replicas_ > 1) dpAxes = 1u << i;
-  if (dpAxes && !groups.count(dpAxes)) splits.push_back(dpAxes);
-  for (unsigned axes : splits) {
+  if (dpAxes) groups.insert(dpAxes);
+  for (unsigned axes : groups) {
     // The ranks differing from this one only along `axes`, in grid order.
     runtime::GroupSplit g = runtime::groupSplit(shape, rank, axes);
     auto watched = watch("the optimizer's groups' set-up (MPI_Comm_split)");

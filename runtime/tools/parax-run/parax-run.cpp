@@ -813,7 +813,6 @@ int main(int argc, char **argv) {
     setup.adamw = optimizer.kind == "adamw";
     setup.replicaAxis = replicaAxis;
     setup.replicas = replicas;
-    setup.replica = replica;
     setup.zero = training->sharesState(optimizer);
     setup.shardSums = setup.zero && optimizer.zeroStage >= 2;
     setup.shardParameters = setup.zero && optimizer.zeroStage >= 3;

@@ -153,7 +153,7 @@ public:
   struct OptimizerSetup {
     bool adamw = false;   // else SGD (no moments)
     int replicaAxis = -1; // the grid axis "dp" (-1: none)
-    int64_t replicas = 1, replica = 0; // along that axis
+    int64_t replicas = 1; // along that axis
     bool zero = false; // ZeRO: optimizer state split over each box's ranks
     // ZeRO-2: the gradient sums too. Each microbatch's gradients are
     // reduce-scattered as they are made (fp32, through two staging boxes
