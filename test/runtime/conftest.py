@@ -207,9 +207,10 @@ def cuda_devices():
 
 def run_with_a_stalled_rank(cmd, env, program="parax-run", settle=1.0):
     """Starts `cmd` (mpirun ... of `program` with many steps), stops one of
-    its ranks with SIGSTOP once both run -- a rank that stalls, as a hung
-    process or a dead node does -- and returns the finished process (stdout,
-    stderr, returncode). Never waits more than 120 s."""
+    its ranks with SIGSTOP once each has run `settle` seconds of CPU -- a rank
+    that stalls, as a hung process or a dead node does -- and returns the
+    finished process (stdout, stderr, returncode). Never waits more than
+    180 s."""
     import signal
     import time
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -240,10 +241,23 @@ def run_with_a_stalled_rank(cmd, env, program="parax-run", settle=1.0):
                 pids.append(int(pid))
         return pids
 
+    def cpu_seconds(pid):  # user + system time: work done, however loaded the machine
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
     deadline = time.time() + 60
     while len(ranks()) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
-    time.sleep(settle)  # 1 s: both past start-up and inside their steps
+    # `settle` seconds of CPU in each rank (1 s: both past start-up and inside
+    # their steps). Counted in CPU time, not wall time: on a loaded machine a
+    # rank can spend seconds of wall time in its set-up.
+    while (time.time() < deadline and proc.poll() is None and
+           min((cpu_seconds(pid) for pid in ranks()), default=0.0) < settle):
+        time.sleep(0.05)
     running = ranks()
     if len(running) < 2:
         proc.kill()
