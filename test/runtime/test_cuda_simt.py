@@ -251,6 +251,9 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
         np.testing.assert_array_equal(parts_losses, device_losses)
         for key in device:
             np.testing.assert_array_equal(parts[key], device[key], err_msg=key)
+        for bad in ("0", "4k"):  # a limit that is not a count of values is refused, by name
+            with pytest.raises(RuntimeError, match=f"PARAX_CUDA_ZERO_STAGING={bad}: not a positive count of values"):
+                train("bad", 1, env={"PARAX_CUDA_ZERO_STAGING": bad})
     # (the moments as ZeRO's chunks; bf16 masters from the fp32 checkpoint;
     # ZeRO-3's parameters chunked from the saved weights. ZeRO-2 reads and
     # writes them as ZeRO-1 does: CI's time.)
