@@ -124,8 +124,9 @@ StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, 
   // Forward passes of chunks 0 .. c-1, then backward passes in reverse; the
   // last stage's last chunk runs both in one range. A program without a
   // backward pass (inference): only the forward ranges.
-  const int forwardOnly = chunks, training = 2 * chunks - (last ? 1 : 0);
-  const int count = static_cast<int>(starts.size());
+  // (In 64 bits: a hostile file's chunks may be near INT_MAX.)
+  const int64_t forwardOnly = chunks, training = 2 * int64_t{chunks} - (last ? 1 : 0);
+  const int64_t count = static_cast<int64_t>(starts.size());
   if (chunks > 1 && count != forwardOnly && count != training)
     return Status::error("pipeline stage " + std::to_string(stageIndex) + ": " + std::to_string(count) +
                          " ranges (recvs marked range_start, and the start) for " + std::to_string(chunks) +

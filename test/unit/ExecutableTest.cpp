@@ -471,6 +471,15 @@ TEST(Executable, RefusesANegativeChunkCount) {
   expectRefused(exe, "schedule.chunks: is -3: model chunks need two pipeline stages or more");
 }
 
+TEST(Executable, RefusesAChunkCountNearIntMax) {
+  // (found by parax-pxe-fuzz under AddressSanitizer: twice the count
+  // overflowed an int)
+  pxe::Executable exe = gradientsOnTwoStages();
+  exe.mutable_schedule()->set_chunks(2147483647);
+  expectRefused(exe, "stages[0]: pipeline stage 0: 1 ranges (recvs marked range_start, and the start) for "
+                     "2147483647 model chunks: expected 2147483647 (forward only) or 4294967294 (a training step)");
+}
+
 TEST(Executable, ACacheReadElsewhereIsNotWrittenInPlace) {
   pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
   exe.mutable_stages(0)->add_outputs(0); // the old cache is a result too
