@@ -755,24 +755,30 @@ int main(int argc, char **argv) {
   int64_t loaded = 0;
   for (const parax::pxe::Buffer &b : exe.value().stages(stageIndex).buffers())
     if (b.role() == parax::pxe::PARAMETER) loaded += numelOf(std::vector<int64_t>(b.shape().begin(), b.shape().end()));
-  std::string memory = std::to_string(loaded) + " parameter values loaded";
+  // ...and, on CUDA, the device memory it took: at prepare (--steps 0), and
+  // after the steps with the device optimizer's (ZeRO-3's chunks in place of
+  // the boxes it freed) and the scratch the steps grew.
+  auto holdings = [&] {
+    std::string memory = std::to_string(loaded) + " parameter values loaded";
 #ifdef PARAX_WITH_CUDA
-  if (device == "cuda") {
-    const BufferPlan &t = gpus[0]->temporaries();
-    size_t bytes = 0; // every program's, every microbatch's
-    for (const auto *all : {&gpuPrefills, &gpus})
-      for (const auto &program : *all) bytes += program->deviceBytes();
-    memory += ", " + std::to_string(bytes) + " bytes of device memory";
-    if (t.arenaBytes > 0)
-      memory += ", temporaries share " + std::to_string(t.arenaBytes) + " bytes (live at once: " +
-                std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";
-    if (gpus[0]->activationSets() > 1)
-      memory += " and " + std::to_string(gpus[0]->activationSets()) + " activation sets hold " +
-                std::to_string(gpus[0]->activationBytes()) + " bytes";
-  }
+    if (device == "cuda") {
+      const BufferPlan &t = gpus[0]->temporaries();
+      size_t bytes = 0; // every program's, every microbatch's
+      for (const auto *all : {&gpuPrefills, &gpus})
+        for (const auto &program : *all) bytes += program->deviceBytes();
+      memory += ", " + std::to_string(bytes) + " bytes of device memory";
+      if (t.arenaBytes > 0)
+        memory += ", temporaries share " + std::to_string(t.arenaBytes) + " bytes (live at once: " +
+                  std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";
+      if (gpus[0]->activationSets() > 1)
+        memory += " and " + std::to_string(gpus[0]->activationSets()) + " activation sets hold " +
+                  std::to_string(gpus[0]->activationBytes()) + " bytes";
+    }
 #endif
+    return memory;
+  };
   if (steps == 0) { // prepare only: every rank says what it holds
-    std::printf("parax-run: rank %d (stage %d) on %s: %s\n", rank, stageIndex, device.c_str(), memory.c_str());
+    std::printf("parax-run: rank %d (stage %d) on %s: %s\n", rank, stageIndex, device.c_str(), holdings().c_str());
     std::fflush(stdout);
     shutdown();
     return 0;
@@ -1129,7 +1135,7 @@ int main(int argc, char **argv) {
         }
       }
     std::sort(times.begin(), times.end());
-    std::string how = ", " + memory;
+    std::string how = ", " + holdings();
     auto [ranges0, steps0] = pipelined ? scheduleOf(0) : std::make_pair(std::vector<PipelineRange>{}, PipelineSteps{});
     if (std::any_of(ranges0.begin(), ranges0.end(), [](const PipelineRange &r) { return r.backward; })) {
       const std::string &planned = exe.value().schedule().kind();
