@@ -49,19 +49,26 @@ struct World {
     }
     return out;
   }
-  /// False when the world was cancelled instead of the group arriving.
-  bool barrier(const std::vector<int> &group) {
+  /// False when the world was cancelled instead of the group arriving: a
+  /// rank never arrives once the world is cancelled, and a wait ends on the
+  /// cancellation unless the group arrived first (then every member sees
+  /// true). `untilAll`: the group's members have all passed an earlier
+  /// barrier and will arrive, so cancellation does not end this wait (the
+  /// barrier after reading each other's posts: a rank must not free what
+  /// another still reads).
+  bool barrier(const std::vector<int> &group, bool untilAll = false) {
     std::unique_lock<std::mutex> lock(mutex);
+    if (cancelled && !untilAll) return false;
     auto &[arrived, generation] = barriers[group];
     long mine = generation;
     if (++arrived == static_cast<int>(group.size())) {
       arrived = 0;
       ++generation;
       cv.notify_all();
-    } else {
-      cv.wait(lock, [&] { return barriers[group].second != mine || cancelled; });
+      return true;
     }
-    return !cancelled;
+    cv.wait(lock, [&] { return barriers[group].second != mine || (cancelled && !untilAll); });
+    return barriers[group].second != mine;
   }
 };
 
@@ -93,7 +100,8 @@ public:
     }
     int me = static_cast<int>(std::find(group.begin(), group.end(), rank_) - group.begin());
     body(posts, me);
-    return w_->barrier(group) ? Status::ok() : cancelledError();
+    w_->barrier(group, /*untilAll=*/true); // (the collective completed: a cancellation shows at the next wait)
+    return Status::ok();
   }
 
   Status allReduce(float *data, size_t n, unsigned mask) override {

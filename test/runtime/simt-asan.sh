@@ -37,10 +37,13 @@ cases="$(mktemp -d /tmp/parax-simt-asan.XXXXXX)"
 trap 'rm -rf "$cases"' EXIT
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
 # The model cases: one rank, TP2, EP2 x TP2, DP2 (each rank its replica's
-# rows), CP2 x TP2, training steps of GPT-2 CP2 x TP2 and Llama TP2 x PP2
-# (ranks as threads).
+# rows), CP2 x TP2, training steps of GPT-2 CP2 x TP2, Llama TP2 x PP2 and
+# Llama DP2 x TP2 with ZeRO-3's reduce-scatters (ranks as threads; with
+# damaged tokens one rank failed while another still read its reduce-
+# scatter operand: a use after free in the in-process communicator, fixed
+# 2026-11-30).
 names=(llama gpt2 mixtral qwen2-moe deepseek-v3 llama-cache-step llama-tp2 mixtral-ep2-tp2 llama-dp2
-       gpt2-cp2-tp2 train-gpt2-cp2-tp2 train-llama-tp2-pp2)
+       gpt2-cp2-tp2 train-gpt2-cp2-tp2 train-llama-tp2-pp2 train-llama-bf16-adamw-dp2-tp2-zero3)
 PARAX_BUILD_DIR="$build" "$python" "$source/test/runtime/cuda_cases.py" prepare "$cases" \
   --bin "$build/bin" --cases "$(IFS=,; echo "${names[*]}")" > "$cases/prepare.log" ||
   { tail -n 40 "$cases/prepare.log"; exit 1; }
