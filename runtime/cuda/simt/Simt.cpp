@@ -53,7 +53,7 @@ struct Fiber {
   ThreadContext thread;
   char *stack = nullptr; // a guard page below kStackBytes
   void *fakeStack = nullptr; // AddressSanitizer's bookkeeping across switches
-  bool done = false, waiting = false;
+  bool done = false, waiting = false, started = false;
   uint64_t warpSyncs = 0; // WMMA *_sync calls so far in this block
 };
 
@@ -61,6 +61,7 @@ struct State {
   ucontext_t home; // the launching code, between fibers
   std::vector<Fiber> fibers;
   Fiber *running = nullptr;
+  bool direct = false; // this block's threads after the first run as plain calls
   const std::function<void()> *body = nullptr;
   std::vector<unsigned char> shared; // dynamic shared memory, 128-byte aligned within
   std::string fault;                 // a rule broken by the running kernel
@@ -133,20 +134,38 @@ bool runBlock(const char *kernel, uint3 block, dim3 grid, dim3 threads) {
     f.thread.block = block;
     f.thread.blockSize = threads;
     f.thread.gridSize = grid;
-    f.done = f.waiting = false;
+    f.done = f.waiting = f.started = false;
     f.warpSyncs = 0;
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack;
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = &s.home;
-    makecontext(&f.context, fiberMain, 0);
   }
   bool reverse = reverseOrder();
-  while (true) {
+  // The first thread (in the order run) runs as a fiber. If it ends without
+  // __syncthreads(), the block's other threads run as plain calls on this
+  // stack, one after another in the same order: what their fibers would
+  // do, without two context switches (and their signal-mask system calls)
+  // a thread. A barrier one of them then reaches is the error below (the
+  // thread goes on past it; the launch fails).
+  s.direct = false;
+  for (bool first = true;; first = false) {
     unsigned done = 0, waiting = 0;
     for (unsigned i = 0; i < n; ++i) {
       Fiber &f = s.fibers[reverse ? n - 1 - i : i];
-      if (!f.done) {
+      if (first && i == 1 && done == 1)
+        s.direct = true;
+      if (s.direct) {
+        f.waiting = false;
+        s.running = &f;
+        (*s.body)();
+        s.running = nullptr;
+        f.done = !f.waiting;
+      } else if (!f.done) {
+        if (!f.started) { // (its context made when it first runs)
+          getcontext(&f.context);
+          f.context.uc_stack.ss_sp = f.stack;
+          f.context.uc_stack.ss_size = kStackBytes;
+          f.context.uc_link = &s.home;
+          makecontext(&f.context, fiberMain, 0);
+          f.started = true;
+        }
         f.waiting = false;
         s.running = &f;
         void *save = nullptr;
@@ -202,6 +221,8 @@ void syncthreads() {
   State &s = state();
   Fiber *f = s.running;
   f->waiting = true;
+  if (s.direct) // (no fiber to suspend: the launch fails after this block)
+    return;
   enterStack(&f->fakeStack, homeStack, homeStackSize);
   swapcontext(&f->context, &s.home);
   enteredStack(f->fakeStack, false);
