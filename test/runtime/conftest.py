@@ -215,12 +215,16 @@ def run_with_a_stalled_rank(cmd, env, program="parax-run", settle=1.0):
     import time
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
-    def parent(pid):
+    def stat(pid, *fields):  # fields of /proc/pid/stat after the name, as ints (0 if it has gone)
         try:
             with open(f"/proc/{pid}/stat") as f:
-                return int(f.read().rsplit(")", 1)[1].split()[1])
+                values = f.read().rsplit(")", 1)[1].split()
+            return [int(values[i]) for i in fields]
         except (OSError, ValueError, IndexError):
-            return 0
+            return [0] * len(fields)
+
+    def parent(pid):
+        return stat(pid, 1)[0]
 
     def ours(pid):  # a descendant of this mpirun, not another test's rank
         while pid > 1:
@@ -242,12 +246,7 @@ def run_with_a_stalled_rank(cmd, env, program="parax-run", settle=1.0):
         return pids
 
     def cpu_seconds(pid):  # user + system time: work done, however loaded the machine
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return 0.0
+        return sum(stat(pid, 11, 12)) / os.sysconf("SC_CLK_TCK")
 
     deadline = time.time() + 60
     while len(ranks()) < 2 and time.time() < deadline and proc.poll() is None:
