@@ -159,6 +159,9 @@ for name, ms in times.items():
     forward = name.replace("attention-grad-", "attention-")
     if name != forward and forward in times:  # FlashAttention-2's backward takes about 2.5x its forward
         print(f"{name}: {ms:.3f} ms, {ms / times[forward]:.2f}x the forward's {times[forward]:.3f} ms")
+    if name + "-cuda-cores" in times:  # the same kernel's work without tensor cores
+        slow = times[name + "-cuda-cores"]
+        print(f"{name}: tensor cores {ms:.3f} ms, CUDA cores {slow:.3f} ms ({slow / ms:.2f}x faster)")
     joined = name.replace("-generate", "")
     if "-generate" in name and joined in times:
         print(f"{name}: {ms:.3f} ms beside {times[joined]:.3f} ms for {joined} ({ms / times[joined]:.2f}x)")

@@ -1191,7 +1191,8 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
                          decodeAttentionKernel<__nv_bfloat16>, attentionGradStatsKernel<float>,
                          attentionGradStatsKernel<__nv_bfloat16>, attentionGradKeyValueKernel<float>,
                          attentionGradKeyValueKernel<__nv_bfloat16>, attentionGradQueryKernel<float>,
-                         attentionGradQueryKernel<__nv_bfloat16>);
+                         attentionGradQueryKernel<__nv_bfloat16>, attentionGradTensorCoreKeyValueKernel,
+                         attentionGradTensorCoreQueryKernel);
   if (!st.isOk()) return st;
   PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
   s.graphs = !envIs("PARAX_CUDA_GRAPHS", "0");
@@ -2236,8 +2237,10 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         const DeviceBuffer &cache = buffers[it->second.first];
         return std::make_tuple(cache.data, buffers[it->second.second].data, cache.shape[1]);
       };
-      auto [kCache, kNew, cachedK] = parts(1, k);
-      auto [vCache, vNew, cachedV] = parts(2, v);
+      void *kCache, *kNew, *vCache, *vNew; // (named, not bound: the lambda below captures them)
+      int64_t cachedK, cachedV;
+      std::tie(kCache, kNew, cachedK) = parts(1, k);
+      std::tie(vCache, vNew, cachedV) = parts(2, v);
       // Chunks of whole key tiles, enough for two blocks per SM.
       auto ceilDiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
       int64_t tilesOfKeys = ceilDiv(T, keyTile);
@@ -2265,7 +2268,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
       PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
-          T, KH, DV, causal, scale, headOffset, group, position, past, stride);
+          T, KH, DV, causal, scale, headOffset, group, position, past, stride, nullptr, nullptr);
       return Status::ok();
     }
     // Otherwise CUDA cores, with tiles that fit the device's shared memory
@@ -2760,7 +2763,28 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     SequenceRows rows = rowsOf(a, shape.S); // as attention's queries
     shape.past = shape.T - shape.S * rows.pieces + rows.start;
     shape.stride = rows.stride;
-    // Tiles of 32 rows (16 past head width 128, or where 32 would not fit
+    // bf16 with head widths in 16s: tensor cores, where the tiles fit the
+    // shared memory (unless PARAX_ATTENTION=cuda-cores).
+    TensorCoreGradTiles tc{static_cast<int>(shape.D), static_cast<int>(shape.DV)};
+    if (tensorCoreAttention && q.elem == Elem::BF16 && shape.D % 16 == 0 && shape.DV % 16 == 0 &&
+        std::max({TensorCoreTiles::bytes(shape.D, shape.DV), tc.keyValueBytes(), tc.queryBytes()}) <= sharedOptIn) {
+      Status st = ensureScratch(2 * shape.B * shape.S * shape.H); // each query's log-sum-exp and D
+      if (!st.isOk()) return st;
+      const int64_t R = TensorCoreGradTiles::kRows, threads = 32 * TensorCoreGradTiles::kWarps;
+      const int64_t queryBlocks = shape.B * shape.H * ((shape.S + R - 1) / R);
+      using B16 = __nv_bfloat16;
+      PARAX_LAUNCH(attentionTensorCoreKernel, queryBlocks, threads, TensorCoreTiles::bytes(shape.D, shape.DV),
+                   stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), nullptr, shape.B, shape.S, shape.H, shape.D,
+                           shape.T, shape.KH, shape.DV, shape.causal, shape.scale, shape.headOffset, shape.group,
+                           nullptr, shape.past, shape.stride, dout.as<B16>(), scratch);
+      PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.KH * ((shape.T + R - 1) / R), threads,
+                   tc.keyValueBytes(), stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch,
+                                               out(1).as<B16>(), out(2).as<B16>(), shape, tc);
+      PARAX_LAUNCH(attentionGradTensorCoreQueryKernel, queryBlocks, threads, tc.queryBytes(), stream)(
+          q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch, out(0).as<B16>(), shape, tc);
+      return Status::ok();
+    }
+    // Otherwise CUDA cores in fp32: tiles of 32 rows (16 past head width 128, or where 32 would not fit
     // the shared memory a block may have).
     AttentionGradTiles g{shape.D <= 128 && shape.DV <= 128 ? 32 : 16, shape.D, shape.DV};
     auto largest = [&] { return 4 * std::max({g.statsFloats(), g.keyValueFloats(), g.queryFloats()}); };

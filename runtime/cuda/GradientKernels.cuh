@@ -1,7 +1,8 @@
 // GradientKernels.cuh - CUDA kernels of the backward pass (the gradient ops
 // of --parax-autodiff). Storage fp32 or bf16 (T), math in fp32. Attention's
-// gradient is tiled (flash-style); the experts' is one thread per output
-// element (correct, not fast); see docs/cuda.md.
+// gradient is tiled (flash-style), on tensor cores in bf16; the experts'
+// GEMMs go through cuBLAS (CudaExecutor.cu), around these kernels' row
+// gathers and elementwise steps; see docs/cuda.md.
 
 #ifndef PARAX_RUNTIME_CUDA_GRADIENTKERNELS_CUH
 #define PARAX_RUNTIME_CUDA_GRADIENTKERNELS_CUH
@@ -510,6 +511,205 @@ __global__ void attentionGradQueryKernel(const T *q, const T *k, const T *v, con
   }
   __syncthreads();
   storeGradTile(dq + (b * a.S * a.H + h) * a.D, dQ, s0, rows, a.H * a.D, a.D);
+}
+
+// The attention gradient on bf16 tensor cores (WMMA 16x16x16, fp32
+// accumulation), for bf16 storage with head widths in multiples of 16: the
+// three kernels above with 64-row tiles and four warps a block, each warp
+// owning 16 rows of a tile. Kernel 1 is attentionTensorCoreKernel given dO
+// and `stats` (it writes each query's log-sum-exp and D instead of O, from
+// the forward's own arithmetic: P rounded to bf16 for P V). Per pair of a
+// query tile and a key tile, S = Q K^T and dP = dO V^T on tensor cores,
+// then P = exp(S - lse) and dS = scale P (dP - D) in fp32, each rounded to
+// bf16 for the products that read them: dV += P^T dO and dK += dS^T Q
+// (kernel 2, per key tile), dQ += dS K (kernel 3, per query tile), the
+// sums kept in fp32 shared memory. Rows padded as TensorCoreTiles'.
+struct TensorCoreGradTiles {
+  static constexpr int kRows = 64, kWarps = 4; // queries or keys a tile; 16 rows a warp
+  int D, DV;
+  // leading dimensions: bf16 tiles of width D, DV and kRows; fp32 of kRows, D, DV
+  __host__ __device__ int ldq() const { return D + 8; }
+  __host__ __device__ int ldv() const { return DV + 8; }
+  __host__ __device__ int ldp() const { return kRows + 8; }
+  __host__ __device__ int lds() const { return kRows + 4; }
+  __host__ __device__ int ldk() const { return D + 4; }
+  __host__ __device__ int ldo() const { return DV + 4; }
+  // Bytes of each kernel's dynamic shared memory (every part a multiple of
+  // 32 bytes: WMMA's alignment).
+  __host__ __device__ int64_t common() const { // Q, K, dO, V, dS (bf16); S, dP, lse, D (fp32)
+    return 2 * kRows * (2 * ldq() + 2 * ldv() + ldp()) + 4 * kRows * (2 * lds() + 2);
+  }
+  __host__ __device__ int64_t keyValueBytes() const {
+    return common() + 2 * kRows * ldp() + 4 * kRows * (ldk() + ldo());
+  }
+  __host__ __device__ int64_t queryBytes() const { return common() + 4 * kRows * ldk(); }
+};
+
+// A kRows-row tile of `base` (rows `rowStride` apart) from row `first` into
+// shared bf16 rows `ld` apart; zeros past `limit` rows.
+__device__ void loadTensorCoreTile(__nv_bfloat16 *tile, int ld, const __nv_bfloat16 *base, int64_t first,
+                                   int64_t limit, int64_t rowStride, int width) {
+  for (int e = threadIdx.x; e < TensorCoreGradTiles::kRows * width; e += blockDim.x) {
+    int r = e / width, c = e % width;
+    tile[r * ld + c] = first + r < limit ? base[(first + r) * rowStride + c] : __float2bfloat16(0.0f);
+  }
+}
+
+// The parts of shared memory both kernels use, laid out by one function.
+struct TensorCoreGradShared {
+  __nv_bfloat16 *qs, *ks, *dos, *vs, *dss; // [kRows][ldq / ldv / ldp]
+  float *ss, *dps, *lse, *Dr;              // [kRows][lds] twice; [kRows] twice
+  char *rest;                              // the kernel's own parts
+  __device__ TensorCoreGradShared(char *smem, const TensorCoreGradTiles &g) {
+    const int R = TensorCoreGradTiles::kRows;
+    qs = reinterpret_cast<__nv_bfloat16 *>(smem);
+    ks = qs + R * g.ldq();
+    dos = ks + R * g.ldq();
+    vs = dos + R * g.ldv();
+    dss = vs + R * g.ldv();
+    ss = reinterpret_cast<float *>(dss + R * g.ldp());
+    dps = ss + R * g.lds();
+    lse = dps + R * g.lds();
+    Dr = lse + R;
+    rest = smem + g.common();
+  }
+};
+
+// Loads the query tile's rows of Q, dO and their stats.
+__device__ void loadTensorCoreQueries(TensorCoreGradShared &m, const __nv_bfloat16 *q, const __nv_bfloat16 *dout,
+                                      const float *stats, int64_t b, int64_t h, int64_t s0, const AttentionShape &a,
+                                      const TensorCoreGradTiles &g) {
+  loadTensorCoreTile(m.qs, g.ldq(), q + (b * a.S * a.H + h) * a.D, s0, a.S, a.H * a.D, g.D);
+  loadTensorCoreTile(m.dos, g.ldv(), dout + (b * a.S * a.H + h) * a.DV, s0, a.S, a.H * a.DV, g.DV);
+  for (int i = threadIdx.x; i < TensorCoreGradTiles::kRows; i += blockDim.x) {
+    int64_t row = (b * a.S + s0 + i) * a.H + h;
+    bool inside = s0 + i < a.S;
+    m.lse[i] = inside ? stats[2 * row] : INFINITY;
+    m.Dr[i] = inside ? stats[2 * row + 1] : 0.0f;
+  }
+}
+
+// Loads the key tile's rows of K and V.
+__device__ void loadTensorCoreKeys(TensorCoreGradShared &m, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                   int64_t b, int64_t kh, int64_t t0, const AttentionShape &a,
+                                   const TensorCoreGradTiles &g) {
+  loadTensorCoreTile(m.ks, g.ldq(), k + (b * a.T * a.KH + kh) * a.D, t0, a.T, a.KH * a.D, g.D);
+  loadTensorCoreTile(m.vs, g.ldv(), v + (b * a.T * a.KH + kh) * a.DV, t0, a.T, a.KH * a.DV, g.DV);
+}
+
+// dS (and P, if `ps`) of the loaded query tile (queries s0..) and key tile
+// (keys t0..), in bf16: zero where the query does not see the key or
+// either lies past its tensor's end. Ends with a barrier.
+__device__ void tensorCoreGradScores(TensorCoreGradShared &m, __nv_bfloat16 *ps, int64_t s0, int64_t t0,
+                                     const AttentionShape &a, const TensorCoreGradTiles &g) {
+  using namespace nvcuda;
+  const int R = TensorCoreGradTiles::kRows, warp = threadIdx.x / 32, lds = g.lds(), ldp = g.ldp();
+  for (int n0 = 0; n0 < R; n0 += 16) { // S = Q K^T, dP = dO V^T (K^T, V^T read as column-major)
+    warpTileProduct<wmma::row_major, wmma::col_major>(m.qs + warp * 16 * g.ldq(), g.ldq(), 16,
+                                                      m.ks + n0 * g.ldq(), g.ldq(), 16, g.D,
+                                                      m.ss + warp * 16 * lds + n0, lds);
+    warpTileProduct<wmma::row_major, wmma::col_major>(m.dos + warp * 16 * g.ldv(), g.ldv(), 16,
+                                                      m.vs + n0 * g.ldv(), g.ldv(), 16, g.DV,
+                                                      m.dps + warp * 16 * lds + n0, lds);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < R * R; e += blockDim.x) {
+    int i = e / R, j = e % R;
+    float p = 0.0f, ds = 0.0f;
+    if (s0 + i < a.S && t0 + j < a.visible(s0 + i)) { // (visible <= T)
+      p = expf(a.scale * m.ss[i * lds + j] - m.lse[i]);
+      ds = p * (m.dps[i * lds + j] - m.Dr[i]) * a.scale;
+    }
+    if (ps) ps[i * ldp + j] = __float2bfloat16(p);
+    m.dss[i * ldp + j] = __float2bfloat16(ds);
+  }
+  __syncthreads();
+}
+
+// Rows first.. (at most kRows, fewer past `limit`) of `out` (rows
+// `rowStride` apart) from a fp32 tile with rows `ld` apart.
+__device__ void storeTensorCoreTile(__nv_bfloat16 *out, const float *tile, int ld, int64_t first, int64_t limit,
+                                    int64_t rowStride, int width) {
+  int rows = static_cast<int>(min(static_cast<int64_t>(TensorCoreGradTiles::kRows), limit - first));
+  for (int e = threadIdx.x; e < rows * width; e += blockDim.x) {
+    int r = e / width, c = e % width;
+    out[(first + r) * rowStride + c] = __float2bfloat16(tile[r * ld + c]);
+  }
+}
+
+// Kernel 2: dK and dV of a key tile, over the query heads that read its KV
+// head and the query tiles that see its keys (no atomics).
+__global__ void attentionGradTensorCoreKeyValueKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                                      const __nv_bfloat16 *v, const __nv_bfloat16 *dout,
+                                                      const float *stats, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
+                                                      AttentionShape a, TensorCoreGradTiles g) {
+  using namespace nvcuda;
+  PARAX_DYNAMIC_SHARED(float, shared);
+  const int R = TensorCoreGradTiles::kRows, warp = threadIdx.x / 32;
+  TensorCoreGradShared m(reinterpret_cast<char *>(shared), g);
+  auto *ps = reinterpret_cast<__nv_bfloat16 *>(m.rest); // [R][ldp]
+  auto *dK = reinterpret_cast<float *>(ps + R * g.ldp()); // [R][ldk]
+  float *dV = dK + R * g.ldk();                          // [R][ldo]
+  const int64_t tiles = (a.T + R - 1) / R;
+  const int64_t tile = blockIdx.x % tiles, bkh = blockIdx.x / tiles, b = bkh / a.KH, kh = bkh % a.KH;
+  const int64_t t0 = tile * R;
+  loadTensorCoreKeys(m, k, v, b, kh, t0, a, g);
+  for (int e = threadIdx.x; e < R * g.ldk(); e += blockDim.x) dK[e] = 0.0f;
+  for (int e = threadIdx.x; e < R * g.ldo(); e += blockDim.x) dV[e] = 0.0f;
+  for (int64_t h = 0; h < a.H; ++h) {
+    if (a.kvHead(h) != kh) continue;
+    for (int64_t s0 = 0; s0 < a.S; s0 += R) {
+      if (a.visible(min(a.S, s0 + R) - 1) <= t0) continue; // no query of the tile sees these keys
+      __syncthreads();
+      loadTensorCoreQueries(m, q, dout, stats, b, h, s0, a, g);
+      __syncthreads();
+      tensorCoreGradScores(m, ps, s0, t0, a, g);
+      // dV[keys][DV] += P^T dO, dK[keys][D] += dS^T Q: P^T and dS^T read
+      // as column-major, each warp its 16 keys.
+      for (int n0 = 0; n0 < g.DV; n0 += 16)
+        warpTileProduct<wmma::col_major, wmma::row_major>(ps + warp * 16, g.ldp(), 16 * g.ldp(), m.dos + n0,
+                                                          g.ldv(), 16 * g.ldv(), R, dV + warp * 16 * g.ldo() + n0,
+                                                          g.ldo(), true);
+      for (int n0 = 0; n0 < g.D; n0 += 16)
+        warpTileProduct<wmma::col_major, wmma::row_major>(m.dss + warp * 16, g.ldp(), 16 * g.ldp(), m.qs + n0,
+                                                          g.ldq(), 16 * g.ldq(), R, dK + warp * 16 * g.ldk() + n0,
+                                                          g.ldk(), true);
+    }
+  }
+  __syncthreads();
+  storeTensorCoreTile(dk + (b * a.T * a.KH + kh) * a.D, dK, g.ldk(), t0, a.T, a.KH * a.D, g.D);
+  storeTensorCoreTile(dv + (b * a.T * a.KH + kh) * a.DV, dV, g.ldo(), t0, a.T, a.KH * a.DV, g.DV);
+}
+
+// Kernel 3: dQ of a query tile, over the key tiles its queries see.
+__global__ void attentionGradTensorCoreQueryKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                                   const __nv_bfloat16 *v, const __nv_bfloat16 *dout,
+                                                   const float *stats, __nv_bfloat16 *dq, AttentionShape a,
+                                                   TensorCoreGradTiles g) {
+  using namespace nvcuda;
+  PARAX_DYNAMIC_SHARED(float, shared);
+  const int R = TensorCoreGradTiles::kRows, warp = threadIdx.x / 32;
+  TensorCoreGradShared m(reinterpret_cast<char *>(shared), g);
+  auto *dQ = reinterpret_cast<float *>(m.rest); // [R][ldk]
+  const int64_t tiles = (a.S + R - 1) / R;
+  const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles, b = bh / a.H, h = bh % a.H;
+  const int64_t s0 = tile * R, kh = a.kvHead(h);
+  loadTensorCoreQueries(m, q, dout, stats, b, h, s0, a, g);
+  for (int e = threadIdx.x; e < R * g.ldk(); e += blockDim.x) dQ[e] = 0.0f;
+  const int64_t seen = a.visible(min(a.S, s0 + R) - 1);
+  for (int64_t t0 = 0; t0 < seen; t0 += R) {
+    __syncthreads();
+    loadTensorCoreKeys(m, k, v, b, kh, t0, a, g);
+    __syncthreads();
+    tensorCoreGradScores(m, nullptr, s0, t0, a, g);
+    // dQ[queries][D] += dS K, each warp its 16 queries.
+    for (int n0 = 0; n0 < g.D; n0 += 16)
+      warpTileProduct<wmma::row_major, wmma::row_major>(m.dss + warp * 16 * g.ldp(), g.ldp(), 16, m.ks + n0,
+                                                        g.ldq(), 16 * g.ldq(), R, dQ + warp * 16 * g.ldk() + n0,
+                                                        g.ldk(), true);
+  }
+  __syncthreads();
+  storeTensorCoreTile(dq + (b * a.S * a.H + h) * a.D, dQ, g.ldk(), s0, a.S, a.H * a.D, g.D);
 }
 
 // dtable (fp32, zeroed) += dy's rows at their ids (ids outside the rank's

@@ -370,7 +370,9 @@ __global__ void decodeCombineKernel(const float *partial, T *y, int64_t B, int64
 // one thread per row (P rounded to bf16), then P V on tensor cores into a
 // scratch tile that the block folds into the fp32 output (rescaled per
 // row). Shared memory rows are padded (8 bf16 / 4 fp32) to keep WMMA's
-// 256-bit alignment and spread the banks.
+// 256-bit alignment and spread the banks. Given `stats` (and dO), it
+// writes each query's log-sum-exp and D = rowsum(dO * O) there instead of
+// O: the first step of the attention gradient (GradientKernels.cuh).
 struct TensorCoreTiles {
   static constexpr int kQueries = 64, kKeys = 64, kWarps = 4;
   // Bytes of dynamic shared memory for head widths D, DV.
@@ -381,18 +383,21 @@ struct TensorCoreTiles {
 };
 
 // One warp: out[16][16] (fp32, row-major) = a[16][k] . b[k][16] on tensor
-// cores; a is row-major, b is read as LayoutB and advances `bStep` elements
-// per 16 of k.
-template <typename LayoutB>
-__device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *b, int ldb, int bStep, int k,
-                                float *out, int ldo) {
+// cores (+= what out holds, if `accumulate`); a is read as LayoutA and b as
+// LayoutB, advancing `aStep` and `bStep` elements per 16 of k.
+template <typename LayoutA, typename LayoutB>
+__device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, int aStep, const __nv_bfloat16 *b, int ldb,
+                                int bStep, int k, float *out, int ldo, bool accumulate = false) {
   using namespace nvcuda;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-  wmma::fill_fragment(acc, 0.0f);
+  if (accumulate)
+    wmma::load_matrix_sync(acc, out, ldo, wmma::mem_row_major);
+  else
+    wmma::fill_fragment(acc, 0.0f);
   for (int k0 = 0; k0 < k; k0 += 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LayoutA> fa;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB> fb;
-    wmma::load_matrix_sync(fa, a + k0, lda);
+    wmma::load_matrix_sync(fa, a + (k0 / 16) * aStep, lda);
     wmma::load_matrix_sync(fb, b + (k0 / 16) * bStep, ldb);
     wmma::mma_sync(acc, fa, fb, acc);
   }
@@ -403,7 +408,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
                                           __nv_bfloat16 *y, int64_t B, int64_t S, int64_t H, int64_t D, int64_t T_,
                                           int64_t KH, int64_t DV, bool causal, float scale, int64_t headOffset,
                                           int64_t group, const int32_t *position, int64_t past,
-                                          int64_t stride) {
+                                          int64_t stride, const __nv_bfloat16 *dout, float *stats) {
   using namespace nvcuda;
   constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
   PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
@@ -448,7 +453,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
     __syncthreads();
     // S[16 warp rows][KT] = Q K^T (K^T read as a column-major matrix_b).
     for (int n0 = 0; n0 < KT; n0 += 16)
-      warpTileProduct<wmma::col_major>(qs + warp * 16 * ldq, ldq, ks + n0 * ldq, ldq, 16, dq,
+      warpTileProduct<wmma::row_major, wmma::col_major>(qs + warp * 16 * ldq, ldq, 16, ks + n0 * ldq, ldq, 16, dq,
                                        ss + warp * 16 * lds + n0, lds);
     __syncthreads();
     for (int r = threadIdx.x; r < QT; r += blockDim.x) {
@@ -474,7 +479,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
     __syncthreads();
     // ot[16 warp rows][DV] = P V.
     for (int n0 = 0; n0 < dv; n0 += 16)
-      warpTileProduct<wmma::row_major>(ps + warp * 16 * ldp, ldp, vs + n0, ldv, 16 * ldv, KT,
+      warpTileProduct<wmma::row_major, wmma::row_major>(ps + warp * 16 * ldp, ldp, 16, vs + n0, ldv, 16 * ldv, KT,
                                        ot + warp * 16 * ldo + n0, ldo);
     __syncthreads();
     for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) {
@@ -482,6 +487,17 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
       os[i] = os[i] * rowScale[r] + ot[r * ldo + d];
     }
     __syncthreads();
+  }
+  if (stats) { // for the gradient (attentionGradTensorCore*): each query's log-sum-exp and D = rowsum(dO * O)
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+      int64_t row = (b * S + q0 + r) * H + h;
+      float dot = 0.0f;
+      for (int d = 0; d < dv; ++d) dot += __bfloat162float(dout[row * DV + d]) * os[r * dv + d];
+      bool seen = rowSum[r] > 0;
+      stats[2 * row] = seen ? rowMax[r] + logf(rowSum[r]) : INFINITY;
+      stats[2 * row + 1] = seen ? dot / rowSum[r] : 0.0f;
+    }
+    return;
   }
   for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
     int r = i / dv, d = i % dv;

@@ -149,6 +149,9 @@ TRAIN = {
     "train-llama": ("tiny-llama", 2, 8, None, 1),
     "train-llama-tp2": ("tiny-llama", 2, 8, "tp=2,dp=1", 2),
     "train-llama-cp2-seq100": ("tiny-llama", 1, 100, "cp=2,tp=1,dp=1", 2),  # strided queries
+    # the same in bf16: the attention gradient's tensor-core kernels with a
+    # rank's 50 queries at every second position (stride 2) over 100 keys
+    "train-llama-bf16-cp2-seq100": ("tiny-llama", 1, 100, "cp=2,tp=1,dp=1", 2, "bf16"),
     "train-llama-tp4": ("tiny-llama", 2, 8, "tp=4,dp=1", 4),  # KV heads replicated: head_axes
     "train-llama-tp2-pp2": ("tiny-llama", 2, 8, "tp=2,pp=2,dp=1", 4),  # gradients sent back a stage
     "train-llama-bf16-dp2-tp2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16"),
@@ -589,11 +592,14 @@ BENCH_ATTENTION = {
 
 
 # The attention gradient alone (flash-style tiles), causal, Llama-3-8B's
-# shapes: name -> ((batch, seq, heads, kv heads, head width), dtype); timed
-# beside the forward of the same shape (BENCH_ATTENTION's prefill cases).
+# shapes: name -> ((batch, seq, heads, kv heads, head width), dtype,
+# PARAX_ATTENTION); timed beside the forward of the same shape
+# (BENCH_ATTENTION's prefill cases): fp32 (CUDA cores), bf16 on tensor
+# cores and bf16 on CUDA cores.
 BENCH_ATTENTION_GRAD = {
-    "attention-grad-llama3-8b-prefill2048": ((1, 2048, 32, 8, 128), "f32"),
-    "attention-grad-llama3-8b-prefill2048-bf16": ((1, 2048, 32, 8, 128), "bf16"),
+    "attention-grad-llama3-8b-prefill2048": ((1, 2048, 32, 8, 128), "f32", ""),
+    "attention-grad-llama3-8b-prefill2048-bf16": ((1, 2048, 32, 8, 128), "bf16", ""),
+    "attention-grad-llama3-8b-prefill2048-bf16-cuda-cores": ((1, 2048, 32, 8, 128), "bf16", "cuda-cores"),
 }
 
 
@@ -689,7 +695,7 @@ def prepare_bench(root, bin_dir):
         _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", train, "-o", os.path.join(d, "train.pxe")])
         os.remove(ir)
         os.remove(train)
-    for name, (dims, dtype) in BENCH_ATTENTION_GRAD.items():
+    for name, (dims, dtype, _) in BENCH_ATTENTION_GRAD.items():
         one_op(name, _attention_grad_mlir(*dims, dtype))
     for name, (dims, _) in BENCH_EXPERTS.items():
         one_op(name, _experts_mlir(*dims))
@@ -928,7 +934,7 @@ def _bench_attention_grad(name, root, bin_dir, device):
     sampled rows against numpy (1e-3 of the largest |dq| in fp32, 2 % in
     bf16)."""
     from parax.checkpoint import round_to_bf16, save_safetensors
-    (B, S, H, KH, D), dtype = BENCH_ATTENTION_GRAD[name]
+    (B, S, H, KH, D), dtype, kernel = BENCH_ATTENTION_GRAD[name]
     d = os.path.join(root, name)
     rng = np.random.default_rng(4)
     values = [rng.standard_normal((B, S, heads, D), dtype=np.float32) for heads in (H, KH, KH, H)]
@@ -938,7 +944,8 @@ def _bench_attention_grad(name, root, bin_dir, device):
     weights_path = os.path.join(d, "empty.safetensors")
     save_safetensors(weights_path, {})
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
-                       os.path.join(d, "dq.npy"), device, steps=10, timeout=300)
+                       os.path.join(d, "dq.npy"), device, steps=10, timeout=300,
+                       env={"PARAX_ATTENTION": kernel} if kernel else None)
     step_ms = step_ms_of(log)
     flops = 5 * 2 * B * H * D * S * (S + 1) / 2
     if dtype == "bf16":

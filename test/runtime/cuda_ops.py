@@ -202,6 +202,23 @@ OPS = {
         "parax.attention_grad %q, %k, %v, %do {head_dim = 160 : i64, num_heads = 2 : i64,"
         " num_kv_heads = 2 : i64, scale = 0.08 : f64}",
         (t(2, 20, 2, 160), t(2, 37, 2, 160), t(2, 37, 2, 96)), {}),
+    # bf16: tensor cores -- three 64-query tiles (the last partial) and three
+    # 64-key tiles, the first query tile seeing only the first key tile; 6
+    # heads over 2 KV heads, values 16 wide beside 32
+    "attention_grad-tensor-cores": (
+        [("q", t(2, 150, 6, 32), None), ("k", t(2, 150, 2, 32), None), ("v", t(2, 150, 2, 16), None),
+         ("do", t(2, 150, 6, 16), None)],
+        "parax.attention_grad %q, %k, %v, %do {causal, head_dim = 32 : i64, num_heads = 6 : i64,"
+        " num_kv_heads = 2 : i64, scale = 0.18 : f64}",
+        (t(2, 150, 6, 32), t(2, 150, 2, 32), t(2, 150, 2, 16)), {}),
+    # 256-wide heads: tensor-core tiles would not fit a block's shared
+    # memory, so bf16 too runs on CUDA cores (tiles of 16)
+    "attention_grad-heads256": (
+        [("q", t(1, 20, 2, 256), None), ("k", t(1, 26, 1, 256), None), ("v", t(1, 26, 1, 256), None),
+         ("do", t(1, 20, 2, 256), None)],
+        "parax.attention_grad %q, %k, %v, %do {causal, head_dim = 256 : i64, num_heads = 2 : i64,"
+        " num_kv_heads = 1 : i64, scale = 0.06 : f64}",
+        (t(1, 20, 2, 256), t(1, 26, 1, 256), t(1, 26, 1, 256)), {}),
     "embedding_grad": (  # ids repeat: rows gather several tokens' gradients
         [("ids", t(3, 40, elem="i32"), None), ("dy", t(3, 40, 24), None)],
         "parax.embedding_grad %ids, %dy", t(50, 24), {"ids": "ids:50"}),

@@ -433,6 +433,35 @@ def test_decode_attention_reads_the_kv_cache_in_place(tmp_path, name, concats):
     assert in_place["temporaries"]["unshared_bytes"] < copied["temporaries"]["unshared_bytes"]
 
 
+ATTENTION_GRAD_TENSOR_CORES = {"attentionTensorCoreKernel", "attentionGradTensorCoreKeyValueKernel",
+                               "attentionGradTensorCoreQueryKernel"}
+ATTENTION_GRAD_CUDA_CORES = {"attentionGradStatsKernel<T>", "attentionGradKeyValueKernel<T>",
+                             "attentionGradQueryKernel<T>"}
+
+
+@pytest.mark.parametrize("case,setting,kernels", [
+    ("op-attention_grad-tensor-cores-dk-bf16", None, ATTENTION_GRAD_TENSOR_CORES),
+    ("op-attention_grad-tensor-cores-dk-bf16", "cuda-cores", ATTENTION_GRAD_CUDA_CORES),
+    ("op-attention_grad-heads256-dq-bf16", None, ATTENTION_GRAD_CUDA_CORES),
+    ("op-attention_grad-tensor-cores-dk", None, ATTENTION_GRAD_CUDA_CORES)])
+def test_attention_gradient_kernels_by_type_and_width(tmp_path, case, setting, kernels):
+    """The attention gradient runs on tensor cores (the forward kernel
+    writing each query's stats, then the key/value and query kernels) for
+    bf16 with head widths in 16s whose tiles fit the shared memory; on CUDA
+    cores in fp32, with PARAX_ATTENTION=cuda-cores, or with 256-wide heads.
+    Each way within the case's tolerance of the CPU backend."""
+    tool("parax-run-simt")
+    cuda_cases.prepare_any(case, str(tmp_path), BIN)
+    log = tmp_path / "kernels.txt"
+    env = {"PARAX_SIMT_KERNELS": str(log)}
+    if setting:
+        env["PARAX_ATTENTION"] = setting
+    result = cuda_cases.check(case, str(tmp_path), BIN, tool="parax-run-simt", env=env)
+    assert result["ok"], result
+    ran = set(log.read_text().split())
+    assert {k for k in ran if k.startswith("attention")} == kernels, ran
+
+
 def test_overlap_off_waits_after_each_collective(tmp_path):
     """PARAX_CUDA_OVERLAP=0: nothing runs during a transfer; same result."""
     tool("parax-run-simt")

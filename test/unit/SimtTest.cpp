@@ -450,4 +450,54 @@ TEST(Simt, WmmaCallsMustBeWarpUniform) {
   cudaFree(c);
 }
 
+// c (16 x 16) += a . b by every warp of the block, each its own tile of c:
+// an accumulator loaded from memory and stored back.
+__global__ void wmmaAccumulate(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  float *tile = c + threadIdx.x / 32 * 256;
+  wmma::load_matrix_sync(acc, tile, 16, wmma::mem_row_major);
+  wmma::load_matrix_sync(fa, a, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(tile, acc, 16, wmma::mem_row_major);
+}
+
+TEST(Simt, AWarpAddsToAnAccumulatorInMemoryOnceInEitherOrder) {
+  __nv_bfloat16 *a = nullptr, *b = nullptr;
+  float *c = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, 256 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, 256 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&c, 2 * 256 * 4), cudaSuccess);
+  // a: row i all i; b (column-major): column j all 1 -> (a . b)[i][j] = 16 i.
+  std::vector<__nv_bfloat16> ha(256), hb(256, __float2bfloat16(1.0f));
+  for (int i = 0; i < 256; ++i)
+    ha[i] = __float2bfloat16(static_cast<float>(i / 16));
+  cudaMemcpy(a, ha.data(), 512, cudaMemcpyHostToDevice);
+  cudaMemcpy(b, hb.data(), 512, cudaMemcpyHostToDevice);
+  for (bool reverse : {false, true}) {
+    parax::simt::setReverseOrder(reverse);
+    std::vector<float> h(2 * 256);
+    for (int e = 0; e < 2 * 256; ++e)
+      h[e] = static_cast<float>(e % 5);
+    cudaMemcpy(c, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+    PARAX_LAUNCH(wmmaAccumulate, 1, 64, 0, nullptr)(a, b, c);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<float> got(2 * 256);
+    cudaMemcpy(got.data(), c, got.size() * 4, cudaMemcpyDeviceToHost);
+    for (int e = 0; e < 2 * 256; ++e)
+      ASSERT_EQ(got[e], h[e] + 16.0f * (e % 256 / 16)) << "element " << e << (reverse ? " (reverse)" : "");
+  }
+  parax::simt::setReverseOrder(false);
+  // A warp of 16 threads: WMMA needs whole warps.
+  PARAX_LAUNCH(wmmaAccumulate, 1, 48, 0, nullptr)(a, b, c);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  parax::simt::clearErrors();
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+}
+
 } // namespace

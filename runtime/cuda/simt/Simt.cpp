@@ -16,6 +16,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -208,6 +210,15 @@ void warpSync() {
     ++state().running->warpSyncs;
 }
 
+int warpLane() {
+  const ThreadContext &t = current();
+  unsigned threads = t.blockSize.x * t.blockSize.y * t.blockSize.z;
+  unsigned linear = t.thread.x + t.blockSize.x * (t.thread.y + t.blockSize.y * t.thread.z);
+  if (linear / 32 * 32 + 32 > threads)
+    fault("wmma: a warp of fewer than 32 threads (the block's size is not a multiple of 32)");
+  return static_cast<int>(linear % 32);
+}
+
 const ThreadContext &current() {
   State &s = state();
   if (!s.running) {
@@ -247,6 +258,29 @@ bool record(std::function<void()> work) {
   return true;
 }
 
+namespace {
+/// The kernels that ran, by name (PARAX_SIMT_KERNELS=FILE: written there
+/// at exit, one a line, sorted): which path an op took, for tests.
+struct KernelLog {
+  const char *path = std::getenv("PARAX_SIMT_KERNELS");
+  std::mutex mutex; // (ranks are threads)
+  std::set<std::string> names;
+  ~KernelLog() {
+    if (!path)
+      return;
+    if (FILE *f = std::fopen(path, "w")) {
+      for (const std::string &name : names)
+        std::fprintf(f, "%s\n", name.c_str());
+      std::fclose(f);
+    }
+  }
+};
+KernelLog &kernelLog() {
+  static KernelLog log;
+  return log;
+}
+} // namespace
+
 void launch(const void *function, const char *kernel, dim3 grid, dim3 block, size_t shared,
             cudaStream_t stream, std::function<void()> body) {
   State &s = state();
@@ -279,6 +313,10 @@ void launch(const void *function, const char *kernel, dim3 grid, dim3 block, siz
   while (s.fibers.size() < threads) {
     s.fibers.emplace_back();
     s.fibers.back().stack = newStack();
+  }
+  if (KernelLog &log = kernelLog(); log.path) {
+    std::lock_guard<std::mutex> lock(log.mutex);
+    log.names.insert(kernel);
   }
   s.shared.assign(shared + 128, 0xff);
   s.body = &body;

@@ -101,7 +101,11 @@ float __bfloat162float(__nv_bfloat16 x);
 
 //===----------------------------------------------------------------------===//
 // WMMA (tensor-core fragments): every lane holds the whole tile, row-major,
-// and computes the whole product; loads and stores check the hardware's
+// but computes and stores only the elements of the product it owns
+// (element e: lane e mod 32), as a GPU's lanes each hold their part: the
+// lanes run one after another, so a tile loaded into an accumulator, added
+// to and stored back by a warp is added to once, not once a lane (and a
+// product costs one lane's share). Loads and stores check the hardware's
 // rules (256-bit aligned pointers, ldm a multiple of 16 bytes).
 //===----------------------------------------------------------------------===//
 
@@ -111,6 +115,9 @@ void fault(const char *what);
 /// Counts a warp-wide call (WMMA's *_sync) for the running lane: between
 /// barriers, every lane of a warp must make the same number.
 void warpSync();
+/// The running thread's lane in its warp (a fault in a warp of fewer than
+/// 32 threads: WMMA needs whole warps).
+int warpLane();
 } // namespace parax::simt
 
 namespace nvcuda::wmma {
@@ -146,12 +153,22 @@ void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const E *p, unsigned
       f.x[r * F::cols + c] = std::is_same<Layout, row_major>::value ? p[r * ldm + c] : p[c * ldm + r];
 }
 template <int M, int N, int K>
-void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t layout) {
+void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t layout) {
   checkTile(p, ldm, sizeof(float));
   ::parax::simt::warpSync();
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
-      (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * N + c];
+      f.x[r * N + c] = layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+}
+template <int M, int N, int K>
+void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t layout) {
+  checkTile(p, ldm, sizeof(float));
+  ::parax::simt::warpSync();
+  int lane = ::parax::simt::warpLane();
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      if ((r * N + c) % 32 == lane)
+        (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * N + c];
 }
 template <typename Use, int M, int N, int K, typename T, typename Layout, typename V>
 void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, V value) {
@@ -164,9 +181,12 @@ template <int M, int N, int K, typename T, typename LA, typename LB>
 void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
               const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
   ::parax::simt::warpSync();
-  fragment<accumulator, M, N, K, float> out;
+  int lane = ::parax::simt::warpLane();
+  fragment<accumulator, M, N, K, float> out = c;
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
+      if ((i * N + j) % 32 != lane)
+        continue; // (another lane's element: what it stores)
       float sum = c.x[i * N + j];
       for (int k = 0; k < K; ++k)
         sum += widen(a.x[i * K + k]) * widen(b.x[k * N + j]);
