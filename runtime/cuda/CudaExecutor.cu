@@ -103,6 +103,11 @@ constexpr size_t kBlasWorkspace = 32u << 20; // cuBLAS's, set explicitly for gra
 // so the staging stays small beside the sums it saves
 // (PARAX_CUDA_ZERO_STAGING=N: N values, for tests of the parts).
 constexpr int64_t kZeroStagingValues = int64_t(1) << 24;
+// Without ZeRO, the gradient sums all-reduced over the data-parallel
+// replicas go in buckets of up to this many bytes (PyTorch DDP's default
+// bucket_cap_mb; PARAX_CUDA_BUCKET_BYTES=N sets it, 1: one box a bucket):
+// one NCCL call per bucket, not per box.
+constexpr int64_t kBucketBytes = int64_t(25) << 20;
 // ZeRO-3 gathers a box again when its next read is more than this many
 // instructions after the last, and issues each all-gather up to this many
 // instructions ahead of the first read (within its pipeline range), so
@@ -184,12 +189,37 @@ struct CudaExecutor::State {
   /// the replicas), and the count its mean divides by besides microbatches.
   bool reducesSum(const OptimizerSlot &slot) const { return slot.shared || optimizer.replicas > 1; }
   int64_t ranksSummed(const OptimizerSlot &slot) const { return slot.shared ? slot.g.members : optimizer.replicas; }
+  /// Without ZeRO: consecutive slots (in the order the program writes
+  /// their gradients) whose sums lie side by side in one allocation, all-
+  /// reduced over dp in one call once the last of them is summed.
+  struct Bucket {
+    std::vector<int> slots;
+    float *sum = nullptr;
+    int64_t n = 0;     // values
+    size_t summed = 0; // of its slots, this step
+    bool issued = false;
+  };
+  std::vector<Bucket> buckets;
+  std::vector<int> bucketOf; // per slot: its bucket, or -1 (ZeRO's slots, or no replicas)
+  int64_t bucketBytes = kBucketBytes;
+  bool issuingEarly = false; // reductions issued now have instructions still to run (the last run)
   /// Issues slot i's reduction over the ranks (ZeRO: reduce-scatter over
-  /// its group; else all-reduce over dp) on the collectives' stream.
-  Status reduceSums(const OptimizerSlot &slot) {
-    return slot.shared ? comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, slot.g.axes, stream)
-                       : comm->allReduce(slot.sum, slot.n, Elem::F32, 1u << optimizer.replicaAxis, stream);
+  /// its group; else all-reduce over dp of its bucket, once its last slot
+  /// is summed) on the collectives' stream.
+  Status reduceSums(int i) {
+    const OptimizerSlot &slot = slots[i];
+    if (slot.shared) {
+      if (streaming && issuingEarly) ++streamedEarly;
+      return comm->reduceScatter(slot.sum, slot.share, slot.g.size, Elem::F32, slot.g.axes, stream);
+    }
+    Bucket &b = buckets[bucketOf[i]];
+    if (++b.summed < b.slots.size()) return Status::ok();
+    b.issued = true;
+    if (streaming && issuingEarly) ++streamedEarly;
+    return comm->allReduce(b.sum, b.n, Elem::F32, 1u << optimizer.replicaAxis, stream);
   }
+  /// Places the bucketed slots' sums (bindOptimizer).
+  Status placeBuckets(const std::function<Status(float **, int64_t)> &take);
   /// ZeRO-2: slot i's gradient of this microbatch, in fp32 and padded, in
   /// a staging box; but for the step's first, with this rank's sums added
   /// to its own chunk; reduce-scattered over the group into the sums.
@@ -247,7 +277,7 @@ struct CudaExecutor::State {
   std::vector<bool> reduced;
   bool streaming = false, streamFirst = false;
   int streamRange = -1; // the range streamed (-1: the whole program)
-  size_t streamedEarly = 0; // reductions issued with instructions still to run (the last run)
+  size_t streamedEarly = 0; // reductions (buckets) issued with instructions still to run (the last run)
   Status reduceGradient(int slot);
   Status reduceGradientsOf(int k);
   std::vector<bool> boundOutput; // per stage output: a bound gradient (outputs() skips it)
@@ -1419,8 +1449,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
 
 Status CudaExecutor::State::reduceGradientsOf(int k) {
   if (!overlap || k >= static_cast<int>(slotsOf.size()) || slotsOf[k].empty()) return Status::ok();
-  if (k + 1 < host.stageProgram().instructions_size())
-    for (int i : slotsOf[k]) streamedEarly += reducesSum(slots[i]) ? 1 : 0;
+  const bool early = k + 1 < host.stageProgram().instructions_size();
   bool transferred = false; // the gradient is the pending collective's result
   for (int i : slotsOf[k]) {
     int32_t id = host.stageProgram().outputs(slots[i].g.output);
@@ -1431,17 +1460,58 @@ Status CudaExecutor::State::reduceGradientsOf(int k) {
     // A collective's result (a gradient all-reduced over TP, say): reduced
     // once the compute stream has waited for that collective.
     std::function<Status()> finish = std::move(pending->finish);
-    pending->finish = [this, finish, k]() {
+    pending->finish = [this, finish, k, early]() {
       Status st = finish ? finish() : Status::ok();
+      issuingEarly = early;
       for (int i : slotsOf[k])
         if (st.isOk()) st = reduceGradient(i);
+      issuingEarly = false;
       return st;
     };
     return Status::ok();
   }
-  for (int i : slotsOf[k]) {
-    Status st = reduceGradient(i);
-    if (!st.isOk()) return st;
+  issuingEarly = early;
+  Status st = Status::ok();
+  for (int i : slotsOf[k])
+    if (st.isOk()) st = reduceGradient(i);
+  issuingEarly = false;
+  return st;
+}
+
+Status CudaExecutor::State::placeBuckets(const std::function<Status(float **, int64_t)> &take) {
+  bucketOf.assign(slots.size(), -1);
+  if (optimizer.replicas <= 1) return Status::ok();
+  // The slots all-reduced over dp, in the order the program writes their
+  // gradients (a backward pass: the last layer's first).
+  std::vector<int> order;
+  std::vector<bool> seen(slots.size(), false);
+  auto add = [&](int i) {
+    if (seen[i] || slots[i].shared) return;
+    seen[i] = true;
+    order.push_back(i);
+  };
+  for (const std::vector<int> &written : slotsOf)
+    for (int i : written) add(i);
+  for (size_t i = 0; i < slots.size(); ++i) add(static_cast<int>(i));
+  int64_t total = 0;
+  for (int i : order) total += slots[i].n;
+  float *arena = nullptr;
+  if (order.empty()) return Status::ok();
+  Status st = take(&arena, total * 4);
+  if (!st.isOk()) return st;
+  int64_t offset = 0;
+  for (int i : order) {
+    OptimizerSlot &slot = slots[i];
+    if (buckets.empty() || (buckets.back().n + slot.n) * 4 > bucketBytes) {
+      buckets.emplace_back();
+      buckets.back().sum = arena + offset;
+    }
+    Bucket &b = buckets.back();
+    b.slots.push_back(i);
+    b.n += slot.n;
+    slot.sum = slot.share = arena + offset;
+    offset += slot.n;
+    bucketOf[i] = static_cast<int>(buckets.size()) - 1;
   }
   return Status::ok();
 }
@@ -1450,6 +1520,7 @@ Status CudaExecutor::State::reduceGradient(int i) {
   OptimizerSlot &slot = slots[i];
   if (slot.chunkSums) {
     reduced[i] = true;
+    if (streaming && issuingEarly) ++streamedEarly;
     return reduceScatterMicrobatch(i, streamFirst);
   }
   const DeviceBuffer &out = buffers[host.stageProgram().outputs(slot.g.output)];
@@ -1465,7 +1536,7 @@ Status CudaExecutor::State::reduceGradient(int i) {
   // stream reads it before the step's host synchronisation (its watchdog
   // waits for it), so nothing waits for it here.
   issueAsOptimizer();
-  st = reduceSums(slot);
+  st = reduceSums(i);
   if (st.isOk()) (void)comm->takeIssued();
   return st.isOk() ? st : Status::error("the data-parallel gradient reduction: " + st.message());
 }
@@ -1709,6 +1780,13 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
       return Status::error(std::string("PARAX_CUDA_ZERO_STAGING=") + limit + ": not a positive count of values");
     s.zeroStagingLimit = n;
   }
+  if (const char *limit = std::getenv("PARAX_CUDA_BUCKET_BYTES")) {
+    char *end = nullptr;
+    long long n = std::strtoll(limit, &end, 10);
+    if (!*limit || *end || n < 1)
+      return Status::error(std::string("PARAX_CUDA_BUCKET_BYTES=") + limit + ": not a positive count of bytes");
+    s.bucketBytes = n;
+  }
   for (const Gradient &g : gradients) {
     if (g.output < 0 || g.output >= stage.outputs_size() || g.parameter < 0 ||
         g.parameter >= static_cast<int>(s.buffers.size()))
@@ -1740,7 +1818,9 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
       return Status::error(what + ": a chunk [" + std::to_string(g.begin) + ", " + std::to_string(g.end) +
                            ") of a box of " + std::to_string(slot.n) + " updated without ZeRO");
     int64_t sums = slot.chunkSums ? g.size : slot.shared ? g.size * g.members : slot.n;
-    Status st = take(&slot.sum, sums * 4, what + " (gradient sums)");
+    // (without ZeRO, over replicas: side by side in buckets, placeBuckets)
+    bool bucketed = !slot.shared && setup.replicas > 1;
+    Status st = bucketed ? Status::ok() : take(&slot.sum, sums * 4, what + " (gradient sums)");
     if (st.isOk()) st = take(&slot.master, slot.updated * 4, what + " (fp32 master)");
     if (st.isOk() && setup.adamw) st = take(&slot.m, slot.updated * 4, what + " (AdamW's first moment)");
     if (st.isOk() && setup.adamw) st = take(&slot.v, slot.updated * 4, what + " (AdamW's second moment)");
@@ -1771,7 +1851,9 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     for (int32_t id : stage.instructions(k).results())
       for (size_t i = 0; i < s.slots.size(); ++i)
         if (stage.outputs(s.slots[i].g.output) == id) s.slotsOf[k].push_back(static_cast<int>(i));
-  Status st = staged ? take(&s.staging, staged, "the optimizer's ZeRO all-gather staging") : Status::ok();
+  Status st = s.placeBuckets(
+      [&](float **p, int64_t bytes) { return take(p, bytes, "the optimizer's gradient sums (buckets)"); });
+  if (st.isOk() && staged) st = take(&s.staging, staged, "the optimizer's ZeRO all-gather staging");
   for (int b = 0; b < 2 && sumStaged && st.isOk(); ++b) {
     st = take(&s.sumStaging[b], sumStaged * 4, "the optimizer's ZeRO-2 reduce-scatter staging");
     if (st.isOk() && cudaEventCreateWithFlags(&s.stagingFree[b], cudaEventDisableTiming) != cudaSuccess)
@@ -1800,6 +1882,13 @@ Status CudaExecutor::streamGradients(bool first, int range) {
 
 size_t CudaExecutor::gradientsReducedEarly() const { return s_->streamedEarly; }
 
+CudaExecutor::GradientBuckets CudaExecutor::gradientBuckets() const {
+  GradientBuckets b;
+  b.buckets = s_->buckets.size();
+  for (const State::Bucket &bucket : s_->buckets) b.boxes += bucket.slots.size();
+  return b;
+}
+
 Status CudaExecutor::accumulateGradients(bool first, int range) {
   State &s = *s_;
   for (size_t i = 0; i < s.slots.size(); ++i) {
@@ -1827,23 +1916,34 @@ StatusOr<std::vector<double>> CudaExecutor::averageGradients(int64_t microbatche
   State &s = *s_;
   s.issueAsOptimizer();
   if (!s.slots.empty()) PARAX_CUDA(cudaMemsetAsync(s.squares, 0, s.slots.size() * sizeof(double), s.stream));
+  // The sums all-reduced over the replicas (ZeRO: reduce-scattered over
+  // the box's ranks, this rank's chunk), unless streamGradients' run has
+  // (ZeRO-2: each microbatch's run has): every reduction issued (a bucket
+  // goes with its last slot), then the compute stream waits for the last
+  // (they run in order on the collectives' stream).
   for (size_t i = 0; i < s.slots.size(); ++i) {
     State::OptimizerSlot &slot = s.slots[i];
-    // The sums all-reduced over the replicas (ZeRO: reduce-scattered over
-    // the box's ranks, this rank's chunk), unless streamGradients' run has
-    // (ZeRO-2: each microbatch's run has), then their mean.
     if (slot.chunkSums) {
       PARAX_CUDA(cudaStreamWaitEvent(s.stream, slot.summed, 0));
     } else if (s.reducesSum(slot) && !s.reduced[i]) {
-      Status st = s.reduceSums(slot);
-      if (st.isOk()) st = s.awaitIssued();
+      Status st = s.reduceSums(static_cast<int>(i));
       if (!st.isOk()) return Status::error("the data-parallel gradient reduction: " + st.message());
     }
+  }
+  Status awaited = s.awaitIssued();
+  if (!awaited.isOk()) return Status::error("the data-parallel gradient reduction: " + awaited.message());
+  // Then their mean, and its sum of squares.
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    State::OptimizerSlot &slot = s.slots[i];
     s.reduced[i] = false;
     PARAX_LAUNCH(scaleKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(
         slot.share, slot.updated, 1.0f / static_cast<float>(microbatches * s.ranksSummed(slot)));
     PARAX_LAUNCH(sumOfSquaresKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.share, slot.updated,
                                                                                       s.squares + i);
+  }
+  for (State::Bucket &b : s.buckets) {
+    b.summed = 0;
+    b.issued = false;
   }
   std::vector<double> squares(s.slots.size());
   if (!squares.empty())

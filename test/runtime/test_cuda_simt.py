@@ -94,6 +94,10 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         # Every temporary turns to NaN after its last use (its memory may be
         # another's from then on): a transfer or kernel reading it later fails.
         env = dict(env, PARAX_CUDA_POISON_DEAD="1")
+        # Gradient buckets of 16 KiB: the tiny models' sums all-reduced in
+        # several (the default 25 MiB holds them all in one, issued after
+        # the last gradient; test_gradient_buckets).
+        env["PARAX_CUDA_BUCKET_BYTES"] = "16384"
         asan = "ASAN_OPTIONS" in env
         result = cuda_cases.check(name, str(tmp_path), ASAN_BIN if asan else BIN, tool="parax-run-simt", env=env)
         assert result["ok"], (env, result)
@@ -294,6 +298,66 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
                                         state=os.path.join(case_dir, "first-state.safetensors"))
         np.testing.assert_allclose(resumed_losses, device_losses[-1:], rtol=1e-6, atol=0)
         assert_close(resumed, device, "resumed vs straight")
+
+
+@pytest.mark.parametrize("name", ["train-llama-bf16-adamw-dp2-pp2-micro3",
+                                  "train-llama-bf16-adamw-dp2-pp2-chunks2-micro4"])
+def test_gradient_buckets(tmp_path, name):
+    """Without ZeRO the device optimizer all-reduces the gradient sums over
+    dp in buckets: boxes side by side in the order the backward pass writes
+    them, one NCCL call a bucket once its last box is summed. By default
+    (25 MiB) a tiny model's stage is one bucket; PARAX_CUDA_BUCKET_BYTES=1
+    gives a box each, 16384 several boxes a bucket (norm weights beside a
+    projection). Two steps give the same losses and weights bit for bit
+    every way (the emulator sums the ranks in one order), and with buckets
+    of a box each some are issued while the backward pass still runs. Under
+    interleaved 1F1B a bucket may hold boxes of both model chunks: it goes
+    when the later chunk's range has summed its box."""
+    import re
+    from parax.checkpoint import load_safetensors
+    tool("parax-run-simt")
+    case_dir, case = prepared_case(name, tmp_path)
+    runs = {}
+    for limit in (None, "1", "16384"):
+        tag = f"bucket-{limit}"
+        saved = os.path.join(case_dir, tag + ".safetensors")
+        extra = case["options"] + ["--no-zero", "--losses", os.path.join(case_dir, tag + "-losses.npy"),
+                                   "--save-weights", saved]  # (the interleaved plan's default is ZeRO-1)
+        env = {"PARAX_SIMT_STREAMS": "lazy"}
+        if limit:
+            env["PARAX_CUDA_BUCKET_BYTES"] = limit
+        _, log = cuda_cases.parax_run(BIN, os.path.join(case_dir, "weights.safetensors"),
+                                      os.path.join(case_dir, case["exe"]), case["ranks"],
+                                      [os.path.join(case_dir, p) for p in case["inputs"]],
+                                      os.path.join(case_dir, tag + "-loss.npy"), "cuda", steps=2,
+                                      tool="parax-run-simt", env=env, extra=extra)
+        m = re.search(r"(\d+) gradient boxes all-reduced in (\d+) bucket", log)
+        assert m, log
+        runs[limit] = (int(m.group(1)), int(m.group(2)), cuda_cases._counted(
+            log, "gradient reduction(s) issued during the backward pass"),
+            np.load(os.path.join(case_dir, tag + "-losses.npy")), load_safetensors(saved))
+    boxes = runs[None][0]
+    assert boxes > 4 and all(r[0] == boxes for r in runs.values()), runs
+    assert runs[None][1] == 1 and runs["1"][1] == boxes and 1 < runs["16384"][1] < boxes, runs
+    assert runs["1"][2] > 0, runs
+    for limit in ("1", "16384"):
+        np.testing.assert_array_equal(runs[limit][3], runs[None][3])
+        assert runs[limit][4].keys() == runs[None][4].keys()
+        for key, value in runs[None][4].items():
+            np.testing.assert_array_equal(runs[limit][4][key], value, err_msg=f"{key} ({limit})")
+
+
+def test_bucket_bytes_must_be_a_positive_count(tmp_path):
+    """PARAX_CUDA_BUCKET_BYTES other than a positive count is refused by name."""
+    tool("parax-run-simt")
+    case_dir, case = prepared_case("train-llama-bf16-adamw-dp2-pp2-micro3", tmp_path)
+    for bad in ("0", "25M"):
+        with pytest.raises(RuntimeError, match=f"PARAX_CUDA_BUCKET_BYTES={bad}: not a positive count of bytes"):
+            cuda_cases.parax_run(BIN, os.path.join(case_dir, "weights.safetensors"),
+                                 os.path.join(case_dir, case["exe"]), case["ranks"],
+                                 [os.path.join(case_dir, p) for p in case["inputs"]],
+                                 os.path.join(case_dir, "loss.npy"), "cuda", steps=1, tool="parax-run-simt",
+                                 env={"PARAX_CUDA_BUCKET_BYTES": bad}, extra=case["options"])
 
 
 @pytest.mark.parametrize("name", ["train-llama-bf16-adamw-dp2-pp2-micro3",

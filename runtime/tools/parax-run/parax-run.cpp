@@ -113,7 +113,7 @@ void usage() {
                "  default only before the first instruction that touches its buffers)\n"
                "  PARAX_CUDA_GRAPHS=0: no CUDA graphs (by default a stage without collectives\n"
                "  or host synchronisations replays its steps after the first as one graph)\n"
-               "  PARAX_ATTENTION=cuda-cores: bf16 attention without tensor cores\n"
+               "  PARAX_ATTENTION=cuda-cores: bf16 attention and its gradient without tensor cores\n"
                "  PARAX_CUDA_PROFILE=1: after the timed steps, one more step timed op by op\n"
                "  PARAX_CUDA_FUSE_GELU=0: no gelu in cuBLASLt's GELU_BIAS epilogue (by default\n"
                "  fused into a biased linear when the epilogue computes the gelu's form)\n"
@@ -126,7 +126,9 @@ void usage() {
                "  after its last use, so that a late reader computes NaN\n"
                "  PARAX_CUDA_OPTIMIZER=host: the optimizer on the host (fp32 masters there, the\n"
                "  gradients copied to the host and the parameters back each step; by default\n"
-               "  masters, moments and gradients stay on the device)\n");
+               "  masters, moments and gradients stay on the device)\n"
+               "  PARAX_CUDA_BUCKET_BYTES=N: without ZeRO, the device optimizer all-reduces the\n"
+               "  gradient sums over dp in buckets of up to N bytes (default 25 MiB; 1: a box each)\n");
 }
 
 #ifdef PARAX_WITH_CUDA
@@ -1162,6 +1164,9 @@ int main(int argc, char **argv) {
         how += ", optimizer on the device (" + std::to_string(gpus[0]->optimizerBytes()) +
                " bytes: fp32 masters, moments, gradient sums), " + std::to_string(gpus[0]->gradientsReducedEarly()) +
                " gradient reduction(s) issued during the backward pass";
+      if (deviceOptimizer && gpus[0]->gradientBuckets().buckets > 0)
+        how += ", " + std::to_string(gpus[0]->gradientBuckets().boxes) + " gradient boxes all-reduced in " +
+               std::to_string(gpus[0]->gradientBuckets().buckets) + " bucket(s)";
       if (deviceOptimizer && gpus[0]->shardedParameters().boxes > 0) {
         CudaExecutor::ShardedParameters p = gpus[0]->shardedParameters();
         how += ", ZeRO-3: " + std::to_string(p.boxes) + " parameter boxes kept as this rank's chunks (" +

@@ -182,8 +182,9 @@ public:
   /// Instead of accumulateGradients after the step's last microbatch,
   /// before it (its run, or its backward half's runRange): that run adds
   /// each gradient to its sum right after the instruction that writes it
-  /// and issues the sum's data-parallel all-reduce (ZeRO: reduce-scatter)
-  /// then, on the collectives' stream, so that the reductions overlap the
+  /// and issues the data-parallel all-reduce of the sum's bucket once the
+  /// bucket's last box is summed (ZeRO: the box's reduce-scatter then),
+  /// on the collectives' stream, so that the reductions overlap the
   /// rest of the backward pass (as DDP's and Megatron's buckets do; what
   /// the planner's step time assumes). PARAX_CUDA_OVERLAP=0: all of them
   /// after the run's last instruction.
@@ -192,6 +193,13 @@ public:
   Status streamGradients(bool first, int range = -1);
   /// Of the last such run: reductions issued with instructions still to run.
   size_t gradientsReducedEarly() const;
+  /// Without ZeRO, over replicas: the buckets the gradient sums are
+  /// all-reduced in (one NCCL call each; PARAX_CUDA_BUCKET_BYTES, default
+  /// 25 MiB), and the boxes they hold.
+  struct GradientBuckets {
+    size_t buckets = 0, boxes = 0;
+  };
+  GradientBuckets gradientBuckets() const;
   /// The sums averaged over `microbatches` and the replicas (ZeRO: this
   /// replica's chunk of them, reduce-scattered in place). Per gradient,
   /// the sum of the squares of the values this rank updates. Every rank of
