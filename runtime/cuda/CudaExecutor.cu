@@ -88,6 +88,19 @@ template <typename... Kernels> Status allowSharedMemory(int bytes, Kernels *...k
   return Status::ok();
 }
 
+/// `value` from environment variable `name` when it is set: a positive
+/// count (of `what`), or an error naming it.
+Status positiveFromEnv(const char *name, const char *what, int64_t &value) {
+  const char *text = std::getenv(name);
+  if (!text) return Status::ok();
+  char *end = nullptr;
+  long long n = std::strtoll(text, &end, 10);
+  if (!*text || *end || n < 1)
+    return Status::error(std::string(name) + "=" + text + ": not a positive count of " + what);
+  value = n;
+  return Status::ok();
+}
+
 // Outer (before dim), inner (after dim) extents.
 std::pair<int64_t, int64_t> around(const std::vector<int64_t> &shape, int dim) {
   int64_t outer = 1, inner = 1;
@@ -1773,20 +1786,9 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
   };
   int64_t staged = 0;     // bytes of the largest padded box that needs staging
   int64_t sumStaged = 0;  // ZeRO-2: values of the largest staging box
-  if (const char *limit = std::getenv("PARAX_CUDA_ZERO_STAGING")) {
-    char *end = nullptr;
-    long long n = std::strtoll(limit, &end, 10);
-    if (!*limit || *end || n < 1)
-      return Status::error(std::string("PARAX_CUDA_ZERO_STAGING=") + limit + ": not a positive count of values");
-    s.zeroStagingLimit = n;
-  }
-  if (const char *limit = std::getenv("PARAX_CUDA_BUCKET_BYTES")) {
-    char *end = nullptr;
-    long long n = std::strtoll(limit, &end, 10);
-    if (!*limit || *end || n < 1)
-      return Status::error(std::string("PARAX_CUDA_BUCKET_BYTES=") + limit + ": not a positive count of bytes");
-    s.bucketBytes = n;
-  }
+  Status limits = positiveFromEnv("PARAX_CUDA_ZERO_STAGING", "values", s.zeroStagingLimit);
+  if (limits.isOk()) limits = positiveFromEnv("PARAX_CUDA_BUCKET_BYTES", "bytes", s.bucketBytes);
+  if (!limits.isOk()) return limits;
   for (const Gradient &g : gradients) {
     if (g.output < 0 || g.output >= stage.outputs_size() || g.parameter < 0 ||
         g.parameter >= static_cast<int>(s.buffers.size()))

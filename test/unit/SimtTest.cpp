@@ -426,15 +426,29 @@ __global__ void wmmaProduct(const __nv_bfloat16 *a, const __nv_bfloat16 *b, floa
   wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
 }
 
-TEST(Simt, WmmaCallsMustBeWarpUniform) {
+/// Two 16 x 16 bf16 tiles a and b and `tiles` fp32 tiles c on the device.
+struct WmmaTiles {
   __nv_bfloat16 *a = nullptr, *b = nullptr;
   float *c = nullptr;
-  ASSERT_EQ(cudaMalloc(&a, 256 * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&b, 256 * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&c, 256 * 4), cudaSuccess);
+  WmmaTiles(const std::vector<__nv_bfloat16> &ha, const std::vector<__nv_bfloat16> &hb, int tiles) {
+    EXPECT_EQ(cudaMalloc(&a, 256 * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&b, 256 * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&c, tiles * 256 * 4), cudaSuccess);
+    cudaMemcpy(a, ha.data(), 512, cudaMemcpyHostToDevice);
+    cudaMemcpy(b, hb.data(), 512, cudaMemcpyHostToDevice);
+  }
+  ~WmmaTiles() {
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+  }
+};
+
+TEST(Simt, WmmaCallsMustBeWarpUniform) {
   std::vector<__nv_bfloat16> ones(256, __float2bfloat16(1.0f));
-  cudaMemcpy(a, ones.data(), 512, cudaMemcpyHostToDevice);
-  cudaMemcpy(b, ones.data(), 512, cudaMemcpyHostToDevice);
+  WmmaTiles t(ones, ones, 1);
+  __nv_bfloat16 *a = t.a, *b = t.b;
+  float *c = t.c;
   PARAX_LAUNCH(wmmaProduct, 1, 32, 0, nullptr)(a, b, c, -1);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<float> h(256);
@@ -445,9 +459,6 @@ TEST(Simt, WmmaCallsMustBeWarpUniform) {
   PARAX_LAUNCH(wmmaProduct, 1, 64, 0, nullptr)(a, b, c, 5);
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
   parax::simt::clearErrors();
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
 }
 
 // c (16 x 16) += a . b by every warp of the block, each its own tile of c:
@@ -466,17 +477,13 @@ __global__ void wmmaAccumulate(const __nv_bfloat16 *a, const __nv_bfloat16 *b, f
 }
 
 TEST(Simt, AWarpAddsToAnAccumulatorInMemoryOnceInEitherOrder) {
-  __nv_bfloat16 *a = nullptr, *b = nullptr;
-  float *c = nullptr;
-  ASSERT_EQ(cudaMalloc(&a, 256 * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&b, 256 * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&c, 2 * 256 * 4), cudaSuccess);
   // a: row i all i; b (column-major): column j all 1 -> (a . b)[i][j] = 16 i.
   std::vector<__nv_bfloat16> ha(256), hb(256, __float2bfloat16(1.0f));
   for (int i = 0; i < 256; ++i)
     ha[i] = __float2bfloat16(static_cast<float>(i / 16));
-  cudaMemcpy(a, ha.data(), 512, cudaMemcpyHostToDevice);
-  cudaMemcpy(b, hb.data(), 512, cudaMemcpyHostToDevice);
+  WmmaTiles t(ha, hb, 2);
+  __nv_bfloat16 *a = t.a, *b = t.b;
+  float *c = t.c;
   for (bool reverse : {false, true}) {
     parax::simt::setReverseOrder(reverse);
     std::vector<float> h(2 * 256);
@@ -495,9 +502,6 @@ TEST(Simt, AWarpAddsToAnAccumulatorInMemoryOnceInEitherOrder) {
   PARAX_LAUNCH(wmmaAccumulate, 1, 48, 0, nullptr)(a, b, c);
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
   parax::simt::clearErrors();
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
 }
 
 } // namespace
