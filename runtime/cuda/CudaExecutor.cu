@@ -2870,8 +2870,19 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     TensorCoreGradTiles tc{static_cast<int>(shape.D), static_cast<int>(shape.DV)};
     if (tensorCoreAttention && q.elem == Elem::BF16 && shape.D % 16 == 0 && shape.DV % 16 == 0 &&
         std::max({TensorCoreTiles::bytes(shape.D, shape.DV), tc.keyValueBytes(), tc.queryBytes()}) <= sharedOptIn) {
-      Status st = ensureScratch(2 * shape.B * shape.S * shape.H); // each query's log-sum-exp and D
+      // Each query's log-sum-exp and D; where a KV head is read by other
+      // than exactly one local query head, each query head's dK and dV.
+      std::vector<int64_t> readers(shape.KH, 0);
+      for (int64_t h = 0; h < shape.H; ++h) {
+        int64_t kh = (shape.headOffset + h) / shape.group;
+        if (kh < shape.KH) ++readers[kh];
+      }
+      const bool partials = std::any_of(readers.begin(), readers.end(), [](int64_t n) { return n != 1; });
+      const int64_t statsFloats = 2 * shape.B * shape.S * shape.H;
+      Status st = ensureScratch(statsFloats + (partials ? shape.B * shape.T * shape.H * (shape.D + shape.DV) : 0));
       if (!st.isOk()) return st;
+      float *dkPart = partials ? scratch + statsFloats : nullptr;
+      float *dvPart = partials ? dkPart + shape.B * shape.T * shape.H * shape.D : nullptr;
       const int64_t R = TensorCoreGradTiles::kRows, threads = 32 * TensorCoreGradTiles::kWarps;
       const int64_t queryBlocks = shape.B * shape.H * ((shape.S + R - 1) / R);
       using B16 = __nv_bfloat16;
@@ -2879,9 +2890,15 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
                    stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), nullptr, shape.B, shape.S, shape.H, shape.D,
                            shape.T, shape.KH, shape.DV, shape.causal, shape.scale, shape.headOffset, shape.group,
                            nullptr, shape.past, shape.stride, dout.as<B16>(), scratch);
-      PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.KH * ((shape.T + R - 1) / R), threads,
+      PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.H * ((shape.T + R - 1) / R), threads,
                    tc.keyValueBytes(), stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch,
-                                               out(1).as<B16>(), out(2).as<B16>(), shape, tc);
+                                               out(1).as<B16>(), out(2).as<B16>(), dkPart, dvPart, shape, tc);
+      if (partials) {
+        PARAX_LAUNCH(attentionGradSumHeadsKernel, blocksFor(out(1).numel()), kThreads, 0, stream)(
+            dkPart, out(1).as<B16>(), shape.D, shape);
+        PARAX_LAUNCH(attentionGradSumHeadsKernel, blocksFor(out(2).numel()), kThreads, 0, stream)(
+            dvPart, out(2).as<B16>(), shape.DV, shape);
+      }
       PARAX_LAUNCH(attentionGradTensorCoreQueryKernel, queryBlocks, threads, tc.queryBytes(), stream)(
           q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch, out(0).as<B16>(), shape, tc);
       return Status::ok();

@@ -522,8 +522,14 @@ __global__ void attentionGradQueryKernel(const T *q, const T *k, const T *v, con
 // query tile and a key tile, S = Q K^T and dP = dO V^T on tensor cores,
 // then P = exp(S - lse) and dS = scale P (dP - D) in fp32, each rounded to
 // bf16 for the products that read them: dV += P^T dO and dK += dS^T Q
-// (kernel 2, per key tile), dQ += dS K (kernel 3, per query tile), the
-// sums kept in fp32 shared memory. Rows padded as TensorCoreTiles'.
+// (kernel 2, per query head and key tile), dQ += dS K (kernel 3, per query
+// tile), the sums kept in fp32 shared memory. Where several query heads
+// read a KV head, kernel 2 writes each head's dK and dV in fp32 and a
+// fourth kernel sums them per KV head (as FlashAttention-2 does for GQA):
+// a block per query head keeps every SM busy where a block per KV head
+// would leave a Llama-3-8B layer (8 KV heads) 256 blocks of very unequal
+// length. Blocks go heaviest first under a causal mask (the first key
+// tiles, the last query tiles). Rows padded as TensorCoreTiles'.
 struct TensorCoreGradTiles {
   static constexpr int kRows = 64, kWarps = 4; // queries or keys a tile; 16 rows a warp
   int D, DV;
@@ -626,23 +632,27 @@ __device__ void tensorCoreGradScores(TensorCoreGradShared &m, __nv_bfloat16 *ps,
   __syncthreads();
 }
 
-// Rows first.. (at most kRows, fewer past `limit`) of `out` (rows
-// `rowStride` apart) from a fp32 tile with rows `ld` apart.
-__device__ void storeTensorCoreTile(__nv_bfloat16 *out, const float *tile, int ld, int64_t first, int64_t limit,
+// Rows first.. (at most kRows, fewer past `limit`) of `out` (bf16 or fp32,
+// rows `rowStride` apart) from a fp32 tile with rows `ld` apart.
+template <typename T>
+__device__ void storeTensorCoreTile(T *out, const float *tile, int ld, int64_t first, int64_t limit,
                                     int64_t rowStride, int width) {
   int rows = static_cast<int>(min(static_cast<int64_t>(TensorCoreGradTiles::kRows), limit - first));
   for (int e = threadIdx.x; e < rows * width; e += blockDim.x) {
     int r = e / width, c = e % width;
-    out[(first + r) * rowStride + c] = __float2bfloat16(tile[r * ld + c]);
+    st(out, (first + r) * rowStride + c, tile[r * ld + c]);
   }
 }
 
-// Kernel 2: dK and dV of a key tile, over the query heads that read its KV
-// head and the query tiles that see its keys (no atomics).
+// Kernel 2: query head h's part of dK and dV of a key tile, over the
+// query tiles that see its keys: into dk, dv (bf16) when h alone reads its
+// KV head, else into the fp32 partials [B, T, H, D] and [B, T, H, DV] (no
+// atomics).
 __global__ void attentionGradTensorCoreKeyValueKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                                       const __nv_bfloat16 *v, const __nv_bfloat16 *dout,
                                                       const float *stats, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
-                                                      AttentionShape a, TensorCoreGradTiles g) {
+                                                      float *dkPart, float *dvPart, AttentionShape a,
+                                                      TensorCoreGradTiles g) {
   using namespace nvcuda;
   PARAX_DYNAMIC_SHARED(float, shared);
   const int R = TensorCoreGradTiles::kRows, warp = threadIdx.x / 32;
@@ -650,35 +660,51 @@ __global__ void attentionGradTensorCoreKeyValueKernel(const __nv_bfloat16 *q, co
   auto *ps = reinterpret_cast<__nv_bfloat16 *>(m.rest); // [R][ldp]
   auto *dK = reinterpret_cast<float *>(ps + R * g.ldp()); // [R][ldk]
   float *dV = dK + R * g.ldk();                          // [R][ldo]
-  const int64_t tiles = (a.T + R - 1) / R;
-  const int64_t tile = blockIdx.x % tiles, bkh = blockIdx.x / tiles, b = bkh / a.KH, kh = bkh % a.KH;
-  const int64_t t0 = tile * R;
+  const int64_t tile = blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
+  const int64_t t0 = tile * R, kh = a.kvHead(h);
   loadTensorCoreKeys(m, k, v, b, kh, t0, a, g);
   for (int e = threadIdx.x; e < R * g.ldk(); e += blockDim.x) dK[e] = 0.0f;
   for (int e = threadIdx.x; e < R * g.ldo(); e += blockDim.x) dV[e] = 0.0f;
-  for (int64_t h = 0; h < a.H; ++h) {
-    if (a.kvHead(h) != kh) continue;
-    for (int64_t s0 = 0; s0 < a.S; s0 += R) {
-      if (a.visible(min(a.S, s0 + R) - 1) <= t0) continue; // no query of the tile sees these keys
-      __syncthreads();
-      loadTensorCoreQueries(m, q, dout, stats, b, h, s0, a, g);
-      __syncthreads();
-      tensorCoreGradScores(m, ps, s0, t0, a, g);
-      // dV[keys][DV] += P^T dO, dK[keys][D] += dS^T Q: P^T and dS^T read
-      // as column-major, each warp its 16 keys.
-      for (int n0 = 0; n0 < g.DV; n0 += 16)
-        warpTileProduct<wmma::col_major, wmma::row_major>(ps + warp * 16, g.ldp(), 16 * g.ldp(), m.dos + n0,
-                                                          g.ldv(), 16 * g.ldv(), R, dV + warp * 16 * g.ldo() + n0,
-                                                          g.ldo(), true);
-      for (int n0 = 0; n0 < g.D; n0 += 16)
-        warpTileProduct<wmma::col_major, wmma::row_major>(m.dss + warp * 16, g.ldp(), 16 * g.ldp(), m.qs + n0,
-                                                          g.ldq(), 16 * g.ldq(), R, dK + warp * 16 * g.ldk() + n0,
-                                                          g.ldk(), true);
-    }
+  for (int64_t s0 = 0; s0 < a.S; s0 += R) {
+    if (a.visible(min(a.S, s0 + R) - 1) <= t0) continue; // no query of the tile sees these keys
+    __syncthreads();
+    loadTensorCoreQueries(m, q, dout, stats, b, h, s0, a, g);
+    __syncthreads();
+    tensorCoreGradScores(m, ps, s0, t0, a, g);
+    // dV[keys][DV] += P^T dO, dK[keys][D] += dS^T Q: P^T and dS^T read
+    // as column-major, each warp its 16 keys.
+    for (int n0 = 0; n0 < g.DV; n0 += 16)
+      warpTileProduct<wmma::col_major, wmma::row_major>(ps + warp * 16, g.ldp(), 16 * g.ldp(), m.dos + n0,
+                                                        g.ldv(), 16 * g.ldv(), R, dV + warp * 16 * g.ldo() + n0,
+                                                        g.ldo(), true);
+    for (int n0 = 0; n0 < g.D; n0 += 16)
+      warpTileProduct<wmma::col_major, wmma::row_major>(m.dss + warp * 16, g.ldp(), 16 * g.ldp(), m.qs + n0,
+                                                        g.ldq(), 16 * g.ldq(), R, dK + warp * 16 * g.ldk() + n0,
+                                                        g.ldk(), true);
   }
   __syncthreads();
-  storeTensorCoreTile(dk + (b * a.T * a.KH + kh) * a.D, dK, g.ldk(), t0, a.T, a.KH * a.D, g.D);
-  storeTensorCoreTile(dv + (b * a.T * a.KH + kh) * a.DV, dV, g.ldo(), t0, a.T, a.KH * a.DV, g.DV);
+  if (dkPart) {
+    storeTensorCoreTile(dkPart + (b * a.T * a.H + h) * a.D, dK, g.ldk(), t0, a.T, a.H * a.D, g.D);
+    storeTensorCoreTile(dvPart + (b * a.T * a.H + h) * a.DV, dV, g.ldo(), t0, a.T, a.H * a.DV, g.DV);
+  } else {
+    storeTensorCoreTile(dk + (b * a.T * a.KH + kh) * a.D, dK, g.ldk(), t0, a.T, a.KH * a.D, g.D);
+    storeTensorCoreTile(dv + (b * a.T * a.KH + kh) * a.DV, dV, g.ldo(), t0, a.T, a.KH * a.DV, g.DV);
+  }
+}
+
+// Kernel 4 (several query heads a KV head): dk[b][t][kh] = the sum of the
+// partials of the local query heads that read KV head kh (zero where none
+// does: KV heads replicated over ranks of other query heads), one thread an
+// element; dv likewise.
+__global__ void attentionGradSumHeadsKernel(const float *part, __nv_bfloat16 *out, int64_t width,
+                                            AttentionShape a) {
+  int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= a.B * a.T * a.KH * width) return;
+  int64_t c = e % width, kh = e / width % a.KH, bt = e / (width * a.KH);
+  float sum = 0.0f;
+  for (int64_t h = 0; h < a.H; ++h)
+    if (a.kvHead(h) == kh) sum += part[(bt * a.H + h) * width + c];
+  out[e] = __float2bfloat16(sum);
 }
 
 // Kernel 3: dQ of a query tile, over the key tiles its queries see.
@@ -692,7 +718,7 @@ __global__ void attentionGradTensorCoreQueryKernel(const __nv_bfloat16 *q, const
   TensorCoreGradShared m(reinterpret_cast<char *>(shared), g);
   auto *dQ = reinterpret_cast<float *>(m.rest); // [R][ldk]
   const int64_t tiles = (a.S + R - 1) / R;
-  const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles, b = bh / a.H, h = bh % a.H;
+  const int64_t tile = tiles - 1 - blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
   const int64_t s0 = tile * R, kh = a.kvHead(h);
   loadTensorCoreQueries(m, q, dout, stats, b, h, s0, a, g);
   for (int e = threadIdx.x; e < R * g.ldk(); e += blockDim.x) dQ[e] = 0.0f;

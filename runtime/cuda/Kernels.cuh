@@ -422,8 +422,10 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   float *ot = ss + QT * lds;                            // [QT][ldo] this tile's P V
   float *os = ot + QT * ldo;                            // [QT][dv] the output so far
   float *rowMax = os + QT * dv, *rowSum = rowMax + QT, *rowScale = rowSum + QT;
+  // The last query tile first (under a causal mask the one that reads the
+  // most keys: the longest blocks start first, the short ones fill in).
   int64_t tiles = (S + QT - 1) / QT;
-  int64_t qt = blockIdx.x % tiles, h = (blockIdx.x / tiles) % H, b = blockIdx.x / (tiles * H);
+  int64_t qt = tiles - 1 - blockIdx.x / (B * H), h = blockIdx.x % H, b = (blockIdx.x / H) % B;
   int64_t q0 = qt * QT;
   int rows = static_cast<int>(min((int64_t)QT, S - q0));
   int64_t kh = (headOffset + h) / group;

@@ -504,16 +504,19 @@ ATTENTION_GRAD_CUDA_CORES = {"attentionGradStatsKernel<T>", "attentionGradKeyVal
 
 
 @pytest.mark.parametrize("case,setting,kernels", [
-    ("op-attention_grad-tensor-cores-dk-bf16", None, ATTENTION_GRAD_TENSOR_CORES),
+    ("op-attention_grad-tensor-cores-dk-bf16", None, ATTENTION_GRAD_TENSOR_CORES | {"attentionGradSumHeadsKernel"}),
+    ("op-attention_grad-wide-dk-bf16", None, ATTENTION_GRAD_TENSOR_CORES),
     ("op-attention_grad-tensor-cores-dk-bf16", "cuda-cores", ATTENTION_GRAD_CUDA_CORES),
     ("op-attention_grad-heads256-dq-bf16", None, ATTENTION_GRAD_CUDA_CORES),
     ("op-attention_grad-tensor-cores-dk", None, ATTENTION_GRAD_CUDA_CORES)])
 def test_attention_gradient_kernels_by_type_and_width(tmp_path, case, setting, kernels):
     """The attention gradient runs on tensor cores (the forward kernel
-    writing each query's stats, then the key/value and query kernels) for
-    bf16 with head widths in 16s whose tiles fit the shared memory; on CUDA
-    cores in fp32, with PARAX_ATTENTION=cuda-cores, or with 256-wide heads.
-    Each way within the case's tolerance of the CPU backend."""
+    writing each query's stats, then the key/value and query kernels, and
+    where several query heads read a KV head the kernel summing their
+    parts) for bf16 with head widths in 16s whose tiles fit the shared
+    memory; on CUDA cores in fp32, with PARAX_ATTENTION=cuda-cores, or with
+    256-wide heads. Each way within the case's tolerance of the CPU
+    backend."""
     tool("parax-run-simt")
     cuda_cases.prepare_any(case, str(tmp_path), BIN)
     log = tmp_path / "kernels.txt"
