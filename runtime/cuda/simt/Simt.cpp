@@ -24,6 +24,7 @@
 // Under AddressSanitizer the fibers' stack switches are announced to it, and
 // allocations are exact, so a kernel reading past a buffer is reported.
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define PARAX_SIMT_ASAN 1
 #else
@@ -50,8 +51,21 @@ constexpr size_t kStackBytes = 256 * 1024; // virtual; pages appear when used
 constexpr int kSharedDefault = 48 * 1024, kSharedOptIn = 227 * 1024; // H100/H200
 constexpr int kMultiprocessors = 132;                                // H100/H200 SXM
 
+// Fibers switch stacks without system calls where the platform allows
+// (x86-64: paraxSimtSwitch below); elsewhere through ucontext, whose
+// swapcontext saves and restores the signal mask, a system call each way.
+#if defined(__x86_64__)
+#define PARAX_SIMT_OWN_SWITCH 1
+#else
+#define PARAX_SIMT_OWN_SWITCH 0
+#endif
+
 struct Fiber {
+#if PARAX_SIMT_OWN_SWITCH
+  void *sp = nullptr; // its stack pointer while it is switched out
+#else
   ucontext_t context;
+#endif
   ThreadContext thread;
   char *stack = nullptr; // a guard page below kStackBytes
   void *fakeStack = nullptr; // AddressSanitizer's bookkeeping across switches
@@ -60,7 +74,11 @@ struct Fiber {
 };
 
 struct State {
+#if PARAX_SIMT_OWN_SWITCH
+  void *home = nullptr; // the launching code's stack pointer, between fibers
+#else
   ucontext_t home; // the launching code, between fibers
+#endif
   std::vector<Fiber> fibers;
   Fiber *running = nullptr;
   bool direct = false; // this block's threads after the first run as plain calls
@@ -92,13 +110,114 @@ void fail(cudaError_t error, const std::string &message) {
     s.sticky = error;
 }
 
+#if PARAX_SIMT_OWN_SWITCH
+} // namespace
+} // namespace parax::simt
+// paraxSimtSwitch(from, to): pushes the callee-saved registers and the
+// SSE/x87 control words on the running stack, stores the stack pointer in
+// *from, loads `to` and pops what was pushed there: the System V ABI's
+// callee-saved state, as Boost.Context's x86-64 switch keeps it.
+extern "C" void paraxSimtSwitch(void **from, void *to);
+asm(R"(
+  .pushsection .text
+  .p2align 4
+  .globl paraxSimtSwitch
+  .hidden paraxSimtSwitch
+  .type paraxSimtSwitch, @function
+paraxSimtSwitch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  leaq -8(%rsp), %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  leaq 8(%rsp), %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size paraxSimtSwitch, .-paraxSimtSwitch
+  .popsection
+)");
+namespace parax::simt {
+namespace {
+#endif
+
 void fiberMain() {
   State &s = state();
   enteredStack(nullptr, true);
   (*s.body)();
   s.running->done = true;
   enterStack(nullptr, homeStack, homeStackSize); // this fiber's stack ends here
+#if PARAX_SIMT_OWN_SWITCH
+  static void *dead; // (not on this stack: the frame never unwinds)
+  paraxSimtSwitch(&dead, s.home); // never comes back
+  std::abort();
+#endif
   // Returning resumes `home` (uc_link).
+}
+
+/// Makes fiber f's first context: its stack set to run fiberMain.
+void prepareFiber(Fiber &f) {
+#if PARAX_SIMT_OWN_SWITCH
+  // From the stack's top (16-byte aligned): a null return address for
+  // fiberMain (entered as if called: the stack pointer 8 past a multiple
+  // of 16), fiberMain's address for the switch's `ret`, six registers'
+  // zeros and the current SSE/x87 control words.
+  auto *top = reinterpret_cast<uint64_t *>(f.stack + kStackBytes);
+  uint64_t *sp = top - 9;
+#if PARAX_SIMT_ASAN
+  // The last fiber on this stack ended inside fiberMain without unwinding
+  // it: AddressSanitizer's marks of that frame go.
+  __asan_unpoison_memory_region(f.stack + kStackBytes - 4096, 4096);
+#endif
+  std::memset(sp, 0, 9 * sizeof(uint64_t));
+  top[-2] = reinterpret_cast<uint64_t>(&fiberMain);
+  uint32_t mxcsr = 0;
+  uint16_t fpucw = 0;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpucw));
+  std::memcpy(sp, &mxcsr, 4);
+  std::memcpy(reinterpret_cast<char *>(sp) + 4, &fpucw, 2);
+  f.sp = sp;
+#else
+  State &s = state();
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = f.stack;
+  f.context.uc_stack.ss_size = kStackBytes;
+  f.context.uc_link = &s.home;
+  makecontext(&f.context, fiberMain, 0);
+#endif
+}
+
+/// From the launching code into fiber f (until it waits or ends).
+void switchToFiber(Fiber &f) {
+  State &s = state();
+#if PARAX_SIMT_OWN_SWITCH
+  paraxSimtSwitch(&s.home, f.sp);
+#else
+  swapcontext(&s.home, &f.context);
+#endif
+}
+
+/// From the running fiber f back to the launching code.
+void switchHome(Fiber &f) {
+  State &s = state();
+#if PARAX_SIMT_OWN_SWITCH
+  paraxSimtSwitch(&f.sp, s.home);
+#else
+  swapcontext(&f.context, &s.home);
+#endif
 }
 
 char *newStack() {
@@ -161,18 +280,14 @@ bool runBlock(const char *kernel, uint3 block, dim3 grid, dim3 threads) {
         f.done = !f.waiting;
       } else if (!f.done) {
         if (!f.started) { // (its context made when it first runs)
-          getcontext(&f.context);
-          f.context.uc_stack.ss_sp = f.stack;
-          f.context.uc_stack.ss_size = kStackBytes;
-          f.context.uc_link = &s.home;
-          makecontext(&f.context, fiberMain, 0);
+          prepareFiber(f);
           f.started = true;
         }
         f.waiting = false;
         s.running = &f;
         void *save = nullptr;
         enterStack(&save, f.stack, kStackBytes);
-        swapcontext(&s.home, &f.context);
+        switchToFiber(f);
         enteredStack(save, false);
         s.running = nullptr;
       }
@@ -235,7 +350,7 @@ void syncthreads() {
   if (s.direct) // (no fiber to suspend: the launch fails after this block)
     return;
   enterStack(&f->fakeStack, homeStack, homeStackSize);
-  swapcontext(&f->context, &s.home);
+  switchHome(*f);
   enteredStack(f->fakeStack, false);
 }
 
