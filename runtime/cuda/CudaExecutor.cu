@@ -2865,24 +2865,35 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     SequenceRows rows = rowsOf(a, shape.S); // as attention's queries
     shape.past = shape.T - shape.S * rows.pieces + rows.start;
     shape.stride = rows.stride;
+    // Each query's log-sum-exp and D; where a KV head is read by other than
+    // exactly one local query head (GQA; or none: KV heads replicated over
+    // ranks of other query heads), each query head's dK and dV in fp32,
+    // summed per KV head at the end.
+    std::vector<int64_t> readers(shape.KH, 0);
+    for (int64_t h = 0; h < shape.H; ++h) {
+      int64_t kh = (shape.headOffset + h) / shape.group;
+      if (kh < shape.KH) ++readers[kh];
+    }
+    const bool partials = std::any_of(readers.begin(), readers.end(), [](int64_t n) { return n != 1; });
+    const int64_t statsFloats = 2 * shape.B * shape.S * shape.H;
+    Status st = ensureScratch(statsFloats + (partials ? shape.B * shape.T * shape.H * (shape.D + shape.DV) : 0));
+    if (!st.isOk()) return st;
+    float *dkPart = partials ? scratch + statsFloats : nullptr;
+    float *dvPart = partials ? dkPart + shape.B * shape.T * shape.H * shape.D : nullptr;
+    auto sumParts = [&](auto t) {
+      using T = decltype(t);
+      if (!partials) return Status::ok();
+      PARAX_LAUNCH(attentionGradSumHeadsKernel<T>, blocksFor(out(1).numel()), kThreads, 0, stream)(
+          dkPart, out(1).as<T>(), shape.D, shape);
+      PARAX_LAUNCH(attentionGradSumHeadsKernel<T>, blocksFor(out(2).numel()), kThreads, 0, stream)(
+          dvPart, out(2).as<T>(), shape.DV, shape);
+      return Status::ok();
+    };
     // bf16 with head widths in 16s: tensor cores, where the tiles fit the
     // shared memory (unless PARAX_ATTENTION=cuda-cores).
     TensorCoreGradTiles tc{static_cast<int>(shape.D), static_cast<int>(shape.DV)};
     if (tensorCoreAttention && q.elem == Elem::BF16 && shape.D % 16 == 0 && shape.DV % 16 == 0 &&
         std::max({TensorCoreTiles::bytes(shape.D, shape.DV), tc.keyValueBytes(), tc.queryBytes()}) <= sharedOptIn) {
-      // Each query's log-sum-exp and D; where a KV head is read by other
-      // than exactly one local query head, each query head's dK and dV.
-      std::vector<int64_t> readers(shape.KH, 0);
-      for (int64_t h = 0; h < shape.H; ++h) {
-        int64_t kh = (shape.headOffset + h) / shape.group;
-        if (kh < shape.KH) ++readers[kh];
-      }
-      const bool partials = std::any_of(readers.begin(), readers.end(), [](int64_t n) { return n != 1; });
-      const int64_t statsFloats = 2 * shape.B * shape.S * shape.H;
-      Status st = ensureScratch(statsFloats + (partials ? shape.B * shape.T * shape.H * (shape.D + shape.DV) : 0));
-      if (!st.isOk()) return st;
-      float *dkPart = partials ? scratch + statsFloats : nullptr;
-      float *dvPart = partials ? dkPart + shape.B * shape.T * shape.H * shape.D : nullptr;
       const int64_t R = TensorCoreGradTiles::kRows, threads = 32 * TensorCoreGradTiles::kWarps;
       const int64_t queryBlocks = shape.B * shape.H * ((shape.S + R - 1) / R);
       using B16 = __nv_bfloat16;
@@ -2893,18 +2904,14 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.H * ((shape.T + R - 1) / R), threads,
                    tc.keyValueBytes(), stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch,
                                                out(1).as<B16>(), out(2).as<B16>(), dkPart, dvPart, shape, tc);
-      if (partials) {
-        PARAX_LAUNCH(attentionGradSumHeadsKernel, blocksFor(out(1).numel()), kThreads, 0, stream)(
-            dkPart, out(1).as<B16>(), shape.D, shape);
-        PARAX_LAUNCH(attentionGradSumHeadsKernel, blocksFor(out(2).numel()), kThreads, 0, stream)(
-            dvPart, out(2).as<B16>(), shape.DV, shape);
-      }
+      st = sumParts(B16{});
+      if (!st.isOk()) return st;
       PARAX_LAUNCH(attentionGradTensorCoreQueryKernel, queryBlocks, threads, tc.queryBytes(), stream)(
           q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch, out(0).as<B16>(), shape, tc);
       return Status::ok();
     }
-    // Otherwise CUDA cores in fp32: tiles of 32 rows (16 past head width 128, or where 32 would not fit
-    // the shared memory a block may have).
+    // Otherwise CUDA cores in fp32: tiles of 32 rows (16 past head width
+    // 128, or where 32 would not fit the shared memory a block may have).
     AttentionGradTiles g{shape.D <= 128 && shape.DV <= 128 ? 32 : 16, shape.D, shape.DV};
     auto largest = [&] { return 4 * std::max({g.statsFloats(), g.keyValueFloats(), g.queryFloats()}); };
     while (largest() > sharedOptIn && g.R > 8) g.R /= 2;
@@ -2912,16 +2919,16 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::error("attention_grad: head widths " + std::to_string(shape.D) + " and " +
                            std::to_string(shape.DV) + " need " + std::to_string(largest()) +
                            " bytes of shared memory a block; this GPU allows " + std::to_string(sharedOptIn));
-    Status st = ensureScratch(2 * shape.B * shape.S * shape.H); // each query's log-sum-exp and D
-    if (!st.isOk()) return st;
     const int64_t queryTiles = (shape.S + g.R - 1) / g.R, keyTiles = (shape.T + g.R - 1) / g.R;
     return withFloat(q, [&](auto t) {
       using T = decltype(t);
       PARAX_LAUNCH(attentionGradStatsKernel<T>, shape.B * shape.H * queryTiles, kThreads, 4 * g.statsFloats(),
                    stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, shape, g);
-      PARAX_LAUNCH(attentionGradKeyValueKernel<T>, shape.B * shape.KH * keyTiles, kThreads, 4 * g.keyValueFloats(),
+      PARAX_LAUNCH(attentionGradKeyValueKernel<T>, shape.B * shape.H * keyTiles, kThreads, 4 * g.keyValueFloats(),
                    stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(1).as<T>(), out(2).as<T>(),
-                           shape, g);
+                           dkPart, dvPart, shape, g);
+      Status summed = sumParts(t);
+      if (!summed.isOk()) return summed;
       PARAX_LAUNCH(attentionGradQueryKernel<T>, shape.B * shape.H * queryTiles, kThreads, 4 * g.queryFloats(),
                    stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(0).as<T>(), shape, g);
       return Status::ok();

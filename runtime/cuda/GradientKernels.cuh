@@ -306,11 +306,14 @@ struct AttentionShape {
 //  1. per (batch, head, query tile): the softmax's log-sum-exp and
 //     D = rowsum(dO * O) of each query, O made again from the key tiles
 //     (the forward's online softmax);
-//  2. per (batch, KV head, key tile): dV += P^T dO and dK += dS^T Q over
-//     the query heads that read the KV head and the query tiles that see
-//     the keys, with P = exp(S - lse) and dS = scale P (dP - D), dP = dO V^T
-//     (the block owns its keys' rows: no atomics);
+//  2. per (batch, query head, key tile): dV += P^T dO and dK += dS^T Q over
+//     the query tiles that see the keys, with P = exp(S - lse) and
+//     dS = scale P (dP - D), dP = dO V^T (the block owns its keys' rows: no
+//     atomics); where several query heads read a KV head, into fp32 parts
+//     that attentionGradSumHeadsKernel sums per KV head;
 //  3. per (batch, head, query tile): dQ += dS K over the key tiles.
+// Blocks go heaviest first under a causal mask (the last query tiles in 1
+// and 3, the first key tiles in 2), as the tensor-core kernels below.
 // Tiles are stored with rows padded to width + 1 floats (no bank conflicts
 // when threads read different rows at one column).
 struct AttentionGradTiles {
@@ -371,7 +374,8 @@ __global__ void attentionGradStatsKernel(const T *q, const T *k, const T *v, con
                                          AttentionShape a, AttentionGradTiles g) {
   PARAX_DYNAMIC_SHARED(float, smem);
   const int64_t R = g.R, tiles = (a.S + R - 1) / R;
-  const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles, b = bh / a.H, h = bh % a.H, kh = a.kvHead(h);
+  const int64_t tile = tiles - 1 - blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
+  const int64_t kh = a.kvHead(h);
   float *Qs = smem, *Ks = Qs + g.q(), *Vs = Ks + g.q(), *Os = Vs + g.o(), *Ss = Os + g.o();
   float *m = Ss + R * R, *l = m + R, *alpha = l + R;
   const int64_t s0 = tile * R, rows = min(R, a.S - s0);
@@ -441,13 +445,17 @@ __device__ void attentionGradScores(const float *Qs, const float *dOs, const flo
   }
 }
 
-// Kernel 2: dK and dV of a key tile.
+// Kernel 2: query head h's part of dK and dV of a key tile: into dk, dv
+// when h alone reads its KV head, else into the fp32 parts [B, T, H, D]
+// and [B, T, H, DV].
 template <typename T>
 __global__ void attentionGradKeyValueKernel(const T *q, const T *k, const T *v, const T *dout, const float *stats,
-                                            T *dk, T *dv, AttentionShape a, AttentionGradTiles g) {
+                                            T *dk, T *dv, float *dkPart, float *dvPart, AttentionShape a,
+                                            AttentionGradTiles g) {
   PARAX_DYNAMIC_SHARED(float, smem);
-  const int64_t R = g.R, tiles = (a.T + R - 1) / R;
-  const int64_t tile = blockIdx.x % tiles, bkh = blockIdx.x / tiles, b = bkh / a.KH, kh = bkh % a.KH;
+  const int64_t R = g.R;
+  const int64_t tile = blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
+  const int64_t kh = a.kvHead(h);
   float *Ks = smem, *Qs = Ks + g.q(), *dK = Qs + g.q(), *Vs = dK + g.q(), *dOs = Vs + g.o(), *dV = dOs + g.o();
   float *P = dV + g.o(), *dS = P + R * R, *lse = dS + R * R, *Dr = lse + R;
   const int64_t t0 = tile * R, keys = min(R, a.T - t0);
@@ -455,29 +463,31 @@ __global__ void attentionGradKeyValueKernel(const T *q, const T *k, const T *v, 
   loadGradTile(Vs, v + (b * a.T * a.KH + kh) * a.DV, t0, a.T, a.KH * a.DV, a.DV, R);
   for (int64_t e = threadIdx.x; e < g.q(); e += blockDim.x) dK[e] = 0.0f;
   for (int64_t e = threadIdx.x; e < g.o(); e += blockDim.x) dV[e] = 0.0f;
-  for (int64_t h = 0; h < a.H; ++h) {
-    if (a.kvHead(h) != kh) continue;
-    for (int64_t s0 = 0; s0 < a.S; s0 += R) {
-      int64_t rows = min(R, a.S - s0);
-      if (a.visible(s0 + rows - 1) <= t0) continue; // no query of the tile sees these keys
-      __syncthreads();
-      loadGradTile(Qs, q + (b * a.S * a.H + h) * a.D, s0, a.S, a.H * a.D, a.D, R);
-      loadGradTile(dOs, dout + (b * a.S * a.H + h) * a.DV, s0, a.S, a.H * a.DV, a.DV, R);
-      if (threadIdx.x < rows) {
-        int64_t row = (b * a.S + s0 + threadIdx.x) * a.H + h;
-        lse[threadIdx.x] = stats[2 * row];
-        Dr[threadIdx.x] = stats[2 * row + 1];
-      }
-      __syncthreads();
-      attentionGradScores(Qs, dOs, Ks, Vs, lse, Dr, P, dS, s0, rows, t0, keys, a, g);
-      __syncthreads();
-      tileProductAdd(dV, P, true, dOs, R, a.DV);
-      tileProductAdd(dK, dS, true, Qs, R, a.D);
+  for (int64_t s0 = 0; s0 < a.S; s0 += R) {
+    int64_t rows = min(R, a.S - s0);
+    if (a.visible(s0 + rows - 1) <= t0) continue; // no query of the tile sees these keys
+    __syncthreads();
+    loadGradTile(Qs, q + (b * a.S * a.H + h) * a.D, s0, a.S, a.H * a.D, a.D, R);
+    loadGradTile(dOs, dout + (b * a.S * a.H + h) * a.DV, s0, a.S, a.H * a.DV, a.DV, R);
+    if (threadIdx.x < rows) {
+      int64_t row = (b * a.S + s0 + threadIdx.x) * a.H + h;
+      lse[threadIdx.x] = stats[2 * row];
+      Dr[threadIdx.x] = stats[2 * row + 1];
     }
+    __syncthreads();
+    attentionGradScores(Qs, dOs, Ks, Vs, lse, Dr, P, dS, s0, rows, t0, keys, a, g);
+    __syncthreads();
+    tileProductAdd(dV, P, true, dOs, R, a.DV);
+    tileProductAdd(dK, dS, true, Qs, R, a.D);
   }
   __syncthreads();
-  storeGradTile(dk + (b * a.T * a.KH + kh) * a.D, dK, t0, keys, a.KH * a.D, a.D);
-  storeGradTile(dv + (b * a.T * a.KH + kh) * a.DV, dV, t0, keys, a.KH * a.DV, a.DV);
+  if (dkPart) {
+    storeGradTile(dkPart + (b * a.T * a.H + h) * a.D, dK, t0, keys, a.H * a.D, a.D);
+    storeGradTile(dvPart + (b * a.T * a.H + h) * a.DV, dV, t0, keys, a.H * a.DV, a.DV);
+  } else {
+    storeGradTile(dk + (b * a.T * a.KH + kh) * a.D, dK, t0, keys, a.KH * a.D, a.D);
+    storeGradTile(dv + (b * a.T * a.KH + kh) * a.DV, dV, t0, keys, a.KH * a.DV, a.DV);
+  }
 }
 
 // Kernel 3: dQ of a query tile.
@@ -486,7 +496,8 @@ __global__ void attentionGradQueryKernel(const T *q, const T *k, const T *v, con
                                          T *dq, AttentionShape a, AttentionGradTiles g) {
   PARAX_DYNAMIC_SHARED(float, smem);
   const int64_t R = g.R, tiles = (a.S + R - 1) / R;
-  const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles, b = bh / a.H, h = bh % a.H, kh = a.kvHead(h);
+  const int64_t tile = tiles - 1 - blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
+  const int64_t kh = a.kvHead(h);
   float *Qs = smem, *Ks = Qs + g.q(), *dQ = Ks + g.q(), *dOs = dQ + g.q(), *Vs = dOs + g.o();
   float *dS = Vs + g.o(), *lse = dS + R * R, *Dr = lse + R;
   const int64_t s0 = tile * R, rows = min(R, a.S - s0);
@@ -696,15 +707,15 @@ __global__ void attentionGradTensorCoreKeyValueKernel(const __nv_bfloat16 *q, co
 // partials of the local query heads that read KV head kh (zero where none
 // does: KV heads replicated over ranks of other query heads), one thread an
 // element; dv likewise.
-__global__ void attentionGradSumHeadsKernel(const float *part, __nv_bfloat16 *out, int64_t width,
-                                            AttentionShape a) {
+template <typename T>
+__global__ void attentionGradSumHeadsKernel(const float *part, T *out, int64_t width, AttentionShape a) {
   int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= a.B * a.T * a.KH * width) return;
   int64_t c = e % width, kh = e / width % a.KH, bt = e / (width * a.KH);
   float sum = 0.0f;
   for (int64_t h = 0; h < a.H; ++h)
     if (a.kvHead(h) == kh) sum += part[(bt * a.H + h) * width + c];
-  out[e] = __float2bfloat16(sum);
+  st(out, e, sum);
 }
 
 // Kernel 3: dQ of a query tile, over the key tiles its queries see.

@@ -503,12 +503,16 @@ ATTENTION_GRAD_CUDA_CORES = {"attentionGradStatsKernel<T>", "attentionGradKeyVal
                              "attentionGradQueryKernel<T>"}
 
 
+SUM_HEADS = {"attentionGradSumHeadsKernel<T>"}  # (GQA: each query head's dK, dV summed per KV head)
+
+
 @pytest.mark.parametrize("case,setting,kernels", [
-    ("op-attention_grad-tensor-cores-dk-bf16", None, ATTENTION_GRAD_TENSOR_CORES | {"attentionGradSumHeadsKernel"}),
+    ("op-attention_grad-tensor-cores-dk-bf16", None, ATTENTION_GRAD_TENSOR_CORES | SUM_HEADS),
     ("op-attention_grad-wide-dk-bf16", None, ATTENTION_GRAD_TENSOR_CORES),
-    ("op-attention_grad-tensor-cores-dk-bf16", "cuda-cores", ATTENTION_GRAD_CUDA_CORES),
-    ("op-attention_grad-heads256-dq-bf16", None, ATTENTION_GRAD_CUDA_CORES),
-    ("op-attention_grad-tensor-cores-dk", None, ATTENTION_GRAD_CUDA_CORES)])
+    ("op-attention_grad-tensor-cores-dk-bf16", "cuda-cores", ATTENTION_GRAD_CUDA_CORES | SUM_HEADS),
+    ("op-attention_grad-heads256-dq-bf16", None, ATTENTION_GRAD_CUDA_CORES | SUM_HEADS),
+    ("op-attention_grad-tensor-cores-dk", None, ATTENTION_GRAD_CUDA_CORES | SUM_HEADS),
+    ("op-attention_grad-past-dk", None, ATTENTION_GRAD_CUDA_CORES)])
 def test_attention_gradient_kernels_by_type_and_width(tmp_path, case, setting, kernels):
     """The attention gradient runs on tensor cores (the forward kernel
     writing each query's stats, then the key/value and query kernels, and
