@@ -456,7 +456,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
     // S[16 warp rows][KT] = Q K^T (K^T read as a column-major matrix_b).
     for (int n0 = 0; n0 < KT; n0 += 16)
       warpTileProduct<wmma::row_major, wmma::col_major>(qs + warp * 16 * ldq, ldq, 16, ks + n0 * ldq, ldq, 16, dq,
-                                       ss + warp * 16 * lds + n0, lds);
+                                                        ss + warp * 16 * lds + n0, lds);
     __syncthreads();
     for (int r = threadIdx.x; r < QT; r += blockDim.x) {
       float *sr = ss + r * lds;
@@ -482,7 +482,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
     // ot[16 warp rows][DV] = P V.
     for (int n0 = 0; n0 < dv; n0 += 16)
       warpTileProduct<wmma::row_major, wmma::row_major>(ps + warp * 16 * ldp, ldp, 16, vs + n0, ldv, 16 * ldv, KT,
-                                       ot + warp * 16 * ldo + n0, ldo);
+                                                        ot + warp * 16 * ldo + n0, ldo);
     __syncthreads();
     for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) {
       int r = i / dv, d = i % dv;
