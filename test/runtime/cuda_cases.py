@@ -153,6 +153,9 @@ TRAIN = {
     # rank's 50 queries at every second position (stride 2) over 100 keys
     "train-llama-bf16-cp2-seq100": ("tiny-llama", 1, 100, "cp=2,tp=1,dp=1", 2, "bf16"),
     "train-llama-tp4": ("tiny-llama", 2, 8, "tp=4,dp=1", 4),  # KV heads replicated: head_axes
+    # the same in bf16: the tensor-core gradient with a KV head no local
+    # query head reads (its dK, dV zero on the rank)
+    "train-llama-bf16-tp4": ("tiny-llama", 2, 8, "tp=4,dp=1", 4, "bf16"),
     "train-llama-tp2-pp2": ("tiny-llama", 2, 8, "tp=2,pp=2,dp=1", 4),  # gradients sent back a stage
     "train-llama-bf16-dp2-tp2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16"),
     "train-gpt2": ("tiny-gpt2", 2, 8, None, 1),  # biases, LayerNorms, GELU, positions, fused QKV
