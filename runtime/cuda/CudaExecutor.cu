@@ -1963,32 +1963,71 @@ Status CudaExecutor::applyOptimizer(const OptimizerStep &step) {
   if (step.decays.size() != s.slots.size())
     return Status::error("the optimizer step: " + std::to_string(step.decays.size()) + " decay flags for " +
                          std::to_string(s.slots.size()) + " gradients");
+  UpdateArgs args{step.lr, step.beta1, step.beta2, step.eps, 0.0, step.clip, step.correction1, step.correction2};
+  // ZeRO without ZeRO-3, a box not a multiple of the group's ranks: its
+  // chunk goes through the one padded staging box, so box by box.
+  auto staged = [&](const State::OptimizerSlot &slot) {
+    return slot.shared && !slot.chunk && slot.g.size * slot.g.members != slot.n;
+  };
+  // Where slot i's new values go: the parameter (ZeRO: this rank's place in
+  // the box, which the all-gather fills in place; ZeRO-3: the chunk, which
+  // is all the rank keeps; staged: the staging box's place).
+  auto target = [&](const State::OptimizerSlot &slot) -> char * {
+    const DeviceBuffer &param = s.buffers[slot.g.parameter];
+    if (slot.chunk) return static_cast<char *>(slot.chunk);
+    char *box = static_cast<char *>(staged(slot) ? s.staging : param.data);
+    return box + (slot.shared ? slot.g.index * slot.g.size : 0) * elemBytes(param.elem);
+  };
+  // Every other box in one launch per parameter type (a table of the boxes
+  // in the scratch buffer, not in use between steps).
+  auto updateAll = [&](auto t) {
+    using T = decltype(t);
+    const Elem elem = std::is_same<T, float>::value ? Elem::F32 : Elem::BF16;
+    std::vector<UpdateBox<T>> boxes;
+    int64_t blocks = 0;
+    for (size_t i = 0; i < s.slots.size(); ++i) {
+      const State::OptimizerSlot &slot = s.slots[i];
+      if (s.buffers[slot.g.parameter].elem != elem || staged(slot) || slot.updated == 0) continue;
+      boxes.push_back({slot.master, slot.m, slot.v, slot.share, reinterpret_cast<T *>(target(slot)), slot.updated,
+                       blocks, step.decays[i] ? step.weightDecay : 0.0});
+      blocks += (slot.updated + kUpdateChunk - 1) / kUpdateChunk;
+    }
+    if (boxes.empty()) return Status::ok();
+    const size_t bytes = boxes.size() * sizeof(UpdateBox<T>);
+    Status table = s.ensureScratch((bytes + 3) / 4);
+    if (!table.isOk()) return table;
+    PARAX_CUDA(cudaMemcpyAsync(s.scratch, boxes.data(), bytes, cudaMemcpyHostToDevice, s.stream));
+    PARAX_LAUNCH(multiUpdateKernel<T>, blocks, kThreads, 0, s.stream)(
+        reinterpret_cast<const UpdateBox<T> *>(s.scratch), static_cast<int>(boxes.size()), args, o.adamw);
+    PARAX_CUDA(cudaGetLastError());
+    return Status::ok();
+  };
+  Status updated = updateAll(float{});
+  if (updated.isOk()) updated = updateAll(__nv_bfloat16{});
+  if (!updated.isOk()) return updated;
   for (size_t i = 0; i < s.slots.size(); ++i) {
     State::OptimizerSlot &slot = s.slots[i];
     DeviceBuffer &param = s.buffers[slot.g.parameter];
-    UpdateArgs a{step.lr,  step.beta1, step.beta2,       step.eps, step.decays[i] ? step.weightDecay : 0.0,
-                 step.clip, step.correction1, step.correction2};
-    // ZeRO: this rank's chunk goes to its place in the box, which the
-    // all-gather fills in place (a box not a multiple of the group's ranks
-    // through the padded staging box).
-    // ZeRO-3: into the chunk, which is all the rank keeps.
-    bool staged = slot.shared && !slot.chunk && slot.g.size * slot.g.members != slot.n;
+    UpdateArgs a = args;
+    a.decay = step.decays[i] ? step.weightDecay : 0.0;
     Status st = withFloat(param, [&](auto t) {
       using T = decltype(t);
-      T *box = staged ? static_cast<T *>(s.staging) : param.as<T>();
-      T *target = slot.chunk ? static_cast<T *>(slot.chunk) : box + (slot.shared ? slot.g.index * slot.g.size : 0);
-      if (o.adamw)
-        PARAX_LAUNCH(adamwKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(
-            slot.master, slot.m, slot.v, slot.share, target, slot.updated, a);
-      else
-        PARAX_LAUNCH(sgdKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.master, slot.share, target,
-                                                                                 slot.updated, a);
-      PARAX_CUDA(cudaGetLastError());
+      T *into = reinterpret_cast<T *>(target(slot));
+      if (staged(slot)) {
+        if (o.adamw)
+          PARAX_LAUNCH(adamwKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(
+              slot.master, slot.m, slot.v, slot.share, into, slot.updated, a);
+        else
+          PARAX_LAUNCH(sgdKernel<T>, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.master, slot.share, into,
+                                                                                   slot.updated, a);
+        PARAX_CUDA(cudaGetLastError());
+      }
       if (!slot.shared || slot.chunk) return Status::ok();
-      Status gathered = s.comm->allGather(target, box, slot.g.size, param.elem, slot.g.axes, s.stream);
+      T *box = staged(slot) ? static_cast<T *>(s.staging) : param.as<T>();
+      Status gathered = s.comm->allGather(into, box, slot.g.size, param.elem, slot.g.axes, s.stream);
       if (gathered.isOk()) gathered = s.awaitIssued();
       if (!gathered.isOk()) return Status::error("the ZeRO parameter all-gather: " + gathered.message());
-      if (staged)
+      if (staged(slot))
         PARAX_CUDA(cudaMemcpyAsync(param.data, box, slot.n * elemBytes(param.elem), cudaMemcpyDeviceToDevice,
                                    s.stream));
       return Status::ok();

@@ -55,31 +55,70 @@ struct UpdateArgs {
   double lr, beta1, beta2, eps, decay, clip, correction1, correction2;
 };
 
-// AdamW with decoupled weight decay: the moments and the master in fp32,
-// each element's arithmetic in double; the new value rounded into the
+// AdamW with decoupled weight decay, element k: the moments and the master
+// in fp32, the arithmetic in double; the new value rounded into the
 // parameter's storage (T) too.
+template <typename T>
+__device__ void adamwElement(float *master, float *m, float *v, const float *grad, T *param, int64_t k,
+                             const UpdateArgs &a) {
+  double g = a.clip * grad[k];
+  double mk = a.beta1 * m[k] + (1 - a.beta1) * g;
+  double vk = a.beta2 * v[k] + (1 - a.beta2) * g * g;
+  m[k] = static_cast<float>(mk);
+  v[k] = static_cast<float>(vk);
+  double value = master[k] * (1 - a.lr * a.decay);
+  value -= a.lr * (mk / a.correction1) / (sqrt(vk / a.correction2) + a.eps);
+  master[k] = static_cast<float>(value);
+  st(param, k, master[k]);
+}
+
+// SGD with L2 weight decay, element k.
+template <typename T>
+__device__ void sgdElement(float *master, const float *grad, T *param, int64_t k, const UpdateArgs &a) {
+  double g = a.clip * grad[k] + a.decay * master[k];
+  master[k] = static_cast<float>(master[k] - a.lr * g);
+  st(param, k, master[k]);
+}
+
+// One box's update.
 template <typename T>
 __global__ void adamwKernel(float *master, float *m, float *v, const float *grad, T *param, int64_t n,
                             UpdateArgs a) {
-  PARAX_GRID_STRIDE(k, n) {
-    double g = a.clip * grad[k];
-    double mk = a.beta1 * m[k] + (1 - a.beta1) * g;
-    double vk = a.beta2 * v[k] + (1 - a.beta2) * g * g;
-    m[k] = static_cast<float>(mk);
-    v[k] = static_cast<float>(vk);
-    double value = master[k] * (1 - a.lr * a.decay);
-    value -= a.lr * (mk / a.correction1) / (sqrt(vk / a.correction2) + a.eps);
-    master[k] = static_cast<float>(value);
-    st(param, k, master[k]);
-  }
+  PARAX_GRID_STRIDE(k, n) adamwElement(master, m, v, grad, param, k, a);
+}
+template <typename T> __global__ void sgdKernel(float *master, const float *grad, T *param, int64_t n, UpdateArgs a) {
+  PARAX_GRID_STRIDE(k, n) sgdElement(master, grad, param, k, a);
 }
 
-// SGD with L2 weight decay.
-template <typename T> __global__ void sgdKernel(float *master, const float *grad, T *param, int64_t n, UpdateArgs a) {
-  PARAX_GRID_STRIDE(k, n) {
-    double g = a.clip * grad[k] + a.decay * master[k];
-    master[k] = static_cast<float>(master[k] - a.lr * g);
-    st(param, k, master[k]);
+// Many boxes' updates in one launch (as Apex's multi-tensor apply): box i
+// takes blocks [firstBlock, next box's), kUpdateChunk values a block.
+constexpr int64_t kUpdateChunk = 8 * kThreads;
+template <typename T> struct UpdateBox {
+  float *master, *m, *v; // (m, v: AdamW)
+  const float *grad;
+  T *param;
+  int64_t n, firstBlock;
+  double decay;
+};
+template <typename T>
+__global__ void multiUpdateKernel(const UpdateBox<T> *boxes, int count, UpdateArgs a, bool adamw) {
+  int lo = 0, hi = count - 1; // the last box whose first block is at most this one
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (boxes[mid].firstBlock <= static_cast<int64_t>(blockIdx.x))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const UpdateBox<T> b = boxes[lo];
+  UpdateArgs args = a;
+  args.decay = b.decay;
+  const int64_t begin = (blockIdx.x - b.firstBlock) * kUpdateChunk, end = min(b.n, begin + kUpdateChunk);
+  for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
+    if (adamw)
+      adamwElement(b.master, b.m, b.v, b.grad, b.param, k, args);
+    else
+      sgdElement(b.master, b.grad, b.param, k, args);
   }
 }
 

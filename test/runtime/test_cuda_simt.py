@@ -306,7 +306,8 @@ def test_device_optimizer_matches_the_host_optimizer(tmp_path, name):
 def test_gradient_buckets(tmp_path, name):
     """Without ZeRO the device optimizer all-reduces the gradient sums over
     dp in buckets: boxes side by side in the order the backward pass writes
-    them, one NCCL call a bucket once its last box is summed. By default
+    them, one NCCL call a bucket once its last box is summed (and updates
+    every box in one launch). By default
     (25 MiB) a tiny model's stage is one bucket; PARAX_CUDA_BUCKET_BYTES=1
     gives a box each, 16384 several boxes a bucket (norm weights beside a
     projection). Two steps give the same losses and weights bit for bit
@@ -324,7 +325,8 @@ def test_gradient_buckets(tmp_path, name):
         saved = os.path.join(case_dir, tag + ".safetensors")
         extra = case["options"] + ["--no-zero", "--losses", os.path.join(case_dir, tag + "-losses.npy"),
                                    "--save-weights", saved]  # (the interleaved plan's default is ZeRO-1)
-        env = {"PARAX_SIMT_STREAMS": "lazy"}
+        kernels = os.path.join(case_dir, tag + "-kernels.txt")
+        env = {"PARAX_SIMT_STREAMS": "lazy", "PARAX_SIMT_KERNELS": kernels}
         if limit:
             env["PARAX_CUDA_BUCKET_BYTES"] = limit
         _, log = cuda_cases.parax_run(BIN, os.path.join(case_dir, "weights.safetensors"),
@@ -334,6 +336,10 @@ def test_gradient_buckets(tmp_path, name):
                                       tool="parax-run-simt", env=env, extra=extra)
         m = re.search(r"(\d+) gradient boxes all-reduced in (\d+) bucket", log)
         assert m, log
+        # (and the update of every box in one launch)
+        with open(kernels) as f:
+            ran = set(f.read().split())
+        assert "multiUpdateKernel<T>" in ran and "adamwKernel<T>" not in ran, ran
         runs[limit] = (int(m.group(1)), int(m.group(2)), cuda_cases._counted(
             log, "gradient reduction(s) issued during the backward pass"),
             np.load(os.path.join(case_dir, tag + "-losses.npy")), load_safetensors(saved))
