@@ -210,7 +210,6 @@ struct CudaExecutor::State {
     float *sum = nullptr;
     int64_t n = 0;     // values
     size_t summed = 0; // of its slots, this step
-    bool issued = false;
   };
   std::vector<Bucket> buckets;
   std::vector<int> bucketOf; // per slot: its bucket, or -1 (ZeRO's slots, or no replicas)
@@ -227,7 +226,6 @@ struct CudaExecutor::State {
     }
     Bucket &b = buckets[bucketOf[i]];
     if (++b.summed < b.slots.size()) return Status::ok();
-    b.issued = true;
     if (streaming && issuingEarly) ++streamedEarly;
     return comm->allReduce(b.sum, b.n, Elem::F32, 1u << optimizer.replicaAxis, stream);
   }
@@ -1506,10 +1504,10 @@ Status CudaExecutor::State::placeBuckets(const std::function<Status(float **, in
   for (const std::vector<int> &written : slotsOf)
     for (int i : written) add(i);
   for (size_t i = 0; i < slots.size(); ++i) add(static_cast<int>(i));
+  if (order.empty()) return Status::ok();
   int64_t total = 0;
   for (int i : order) total += slots[i].n;
   float *arena = nullptr;
-  if (order.empty()) return Status::ok();
   Status st = take(&arena, total * 4);
   if (!st.isOk()) return st;
   int64_t offset = 0;
@@ -1943,10 +1941,7 @@ StatusOr<std::vector<double>> CudaExecutor::averageGradients(int64_t microbatche
     PARAX_LAUNCH(sumOfSquaresKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.share, slot.updated,
                                                                                       s.squares + i);
   }
-  for (State::Bucket &b : s.buckets) {
-    b.summed = 0;
-    b.issued = false;
-  }
+  for (State::Bucket &b : s.buckets) b.summed = 0;
   std::vector<double> squares(s.slots.size());
   if (!squares.empty())
     PARAX_CUDA(cudaMemcpyAsync(squares.data(), s.squares, squares.size() * sizeof(double), cudaMemcpyDeviceToHost,

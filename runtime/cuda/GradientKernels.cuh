@@ -298,6 +298,17 @@ struct AttentionShape {
   int64_t headOffset, group, past, stride;
   __device__ int64_t visible(int64_t s) const { return causal ? min(T, past + s * stride + 1) : T; }
   __device__ int64_t kvHead(int64_t h) const { return (headOffset + h) / group; }
+  /// The running block's tile (of `tiles`), batch and head, blocks numbered
+  /// tile-major (every batch and head of a tile before the next tile):
+  /// the last tile first if `lastFirst` (under a causal mask, the query
+  /// tile that reads the most keys), else the first (the key tile read by
+  /// the most queries) — the longest blocks start first.
+  __device__ void place(int64_t tiles, bool lastFirst, int64_t &tile, int64_t &b, int64_t &h) const {
+    int64_t major = blockIdx.x / (B * H);
+    tile = lastFirst ? tiles - 1 - major : major;
+    b = (blockIdx.x / H) % B;
+    h = blockIdx.x % H;
+  }
 };
 
 // The attention gradient, flash-style (as FlashAttention-2's backward pass,
@@ -373,8 +384,9 @@ template <typename T>
 __global__ void attentionGradStatsKernel(const T *q, const T *k, const T *v, const T *dout, float *stats,
                                          AttentionShape a, AttentionGradTiles g) {
   PARAX_DYNAMIC_SHARED(float, smem);
-  const int64_t R = g.R, tiles = (a.S + R - 1) / R;
-  const int64_t tile = tiles - 1 - blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
+  const int64_t R = g.R;
+  int64_t tile, b, h;
+  a.place((a.S + R - 1) / R, true, tile, b, h);
   const int64_t kh = a.kvHead(h);
   float *Qs = smem, *Ks = Qs + g.q(), *Vs = Ks + g.q(), *Os = Vs + g.o(), *Ss = Os + g.o();
   float *m = Ss + R * R, *l = m + R, *alpha = l + R;
@@ -454,7 +466,8 @@ __global__ void attentionGradKeyValueKernel(const T *q, const T *k, const T *v, 
                                             AttentionGradTiles g) {
   PARAX_DYNAMIC_SHARED(float, smem);
   const int64_t R = g.R;
-  const int64_t tile = blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
+  int64_t tile, b, h;
+  a.place((a.T + R - 1) / R, false, tile, b, h);
   const int64_t kh = a.kvHead(h);
   float *Ks = smem, *Qs = Ks + g.q(), *dK = Qs + g.q(), *Vs = dK + g.q(), *dOs = Vs + g.o(), *dV = dOs + g.o();
   float *P = dV + g.o(), *dS = P + R * R, *lse = dS + R * R, *Dr = lse + R;
@@ -495,8 +508,9 @@ template <typename T>
 __global__ void attentionGradQueryKernel(const T *q, const T *k, const T *v, const T *dout, const float *stats,
                                          T *dq, AttentionShape a, AttentionGradTiles g) {
   PARAX_DYNAMIC_SHARED(float, smem);
-  const int64_t R = g.R, tiles = (a.S + R - 1) / R;
-  const int64_t tile = tiles - 1 - blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
+  const int64_t R = g.R;
+  int64_t tile, b, h;
+  a.place((a.S + R - 1) / R, true, tile, b, h);
   const int64_t kh = a.kvHead(h);
   float *Qs = smem, *Ks = Qs + g.q(), *dQ = Ks + g.q(), *dOs = dQ + g.q(), *Vs = dOs + g.o();
   float *dS = Vs + g.o(), *lse = dS + R * R, *Dr = lse + R;
@@ -671,7 +685,8 @@ __global__ void attentionGradTensorCoreKeyValueKernel(const __nv_bfloat16 *q, co
   auto *ps = reinterpret_cast<__nv_bfloat16 *>(m.rest); // [R][ldp]
   auto *dK = reinterpret_cast<float *>(ps + R * g.ldp()); // [R][ldk]
   float *dV = dK + R * g.ldk();                          // [R][ldo]
-  const int64_t tile = blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
+  int64_t tile, b, h;
+  a.place((a.T + R - 1) / R, false, tile, b, h);
   const int64_t t0 = tile * R, kh = a.kvHead(h);
   loadTensorCoreKeys(m, k, v, b, kh, t0, a, g);
   for (int e = threadIdx.x; e < R * g.ldk(); e += blockDim.x) dK[e] = 0.0f;
@@ -728,8 +743,8 @@ __global__ void attentionGradTensorCoreQueryKernel(const __nv_bfloat16 *q, const
   const int R = TensorCoreGradTiles::kRows, warp = threadIdx.x / 32;
   TensorCoreGradShared m(reinterpret_cast<char *>(shared), g);
   auto *dQ = reinterpret_cast<float *>(m.rest); // [R][ldk]
-  const int64_t tiles = (a.S + R - 1) / R;
-  const int64_t tile = tiles - 1 - blockIdx.x / (a.B * a.H), h = blockIdx.x % a.H, b = (blockIdx.x / a.H) % a.B;
+  int64_t tile, b, h;
+  a.place((a.S + R - 1) / R, true, tile, b, h);
   const int64_t s0 = tile * R, kh = a.kvHead(h);
   loadTensorCoreQueries(m, q, dout, stats, b, h, s0, a, g);
   for (int e = threadIdx.x; e < R * g.ldk(); e += blockDim.x) dQ[e] = 0.0f;
