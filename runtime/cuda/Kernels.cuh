@@ -7,6 +7,7 @@
 #define PARAX_RUNTIME_CUDA_KERNELS_CUH
 
 #include "CudaCommon.cuh"
+#include "parax/runtime/ExpertChoice.h"
 
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -634,7 +635,8 @@ template <typename T> __global__ void argmaxRowsKernel(const T *x, int32_t *inde
 
 // One token's scores (softmax or sigmoid of its logits `l`) and its top-k
 // experts, best first (`chosen`, K <= 64): the largest scores + bias within
-// the allowed groups. `choice` is E floats of scratch.
+// the kept groups, as the CPU backend chooses them (chooseExperts). `choice`
+// is E floats of scratch.
 template <typename T>
 __device__ void routeToken(const float *l, const T *bias, float *scores, float *choice, int64_t E, int64_t K,
                            bool sigmoidScores, int64_t groups, int64_t topkGroups, int32_t *chosen) {
@@ -646,32 +648,7 @@ __device__ void routeToken(const float *l, const T *bias, float *scores, float *
   }
   if (!sigmoidScores) for (int64_t e = 0; e < E; ++e) scores[e] /= sum;
   for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? ld(bias, e) : 0.0f);
-  if (groups > 1) {
-    int64_t per = E / groups;
-    for (int64_t kept = 0; kept < groups - topkGroups; ++kept) {
-      // Drop the group with the lowest top-2 sum among those still allowed.
-      int64_t worst = -1;
-      float worstScore = INFINITY;
-      for (int64_t g = 0; g < groups; ++g) {
-        float a = -INFINITY, b = -INFINITY;
-        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
-          float c = choice[e];
-          if (c > a) { b = a; a = c; } else if (c > b) { b = c; }
-        }
-        if (a == -INFINITY) continue; // already dropped
-        float gs = a + (per > 1 ? b : 0.0f);
-        if (gs < worstScore || (gs == worstScore && g > worst)) { worstScore = gs; worst = g; }
-      }
-      for (int64_t e = worst * per; e < (worst + 1) * per; ++e) choice[e] = -INFINITY;
-    }
-  }
-  for (int64_t j = 0; j < K; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < E; ++e)
-      if (best < 0 || choice[e] > choice[best]) best = e;
-    chosen[j] = static_cast<int32_t>(best);
-    choice[best] = -INFINITY;
-  }
+  chooseExperts(choice, E, K, groups, topkGroups, chosen);
 }
 
 // One thread per token: scores, choice (+bias, groups), top-k weights/indices.

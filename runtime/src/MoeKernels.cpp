@@ -3,11 +3,12 @@
 
 #include "MoeKernels.h"
 
+#include "parax/runtime/ExpertChoice.h"
+
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 namespace parax::runtime {
@@ -29,31 +30,14 @@ void scoresOf(const float *logits, int64_t E, bool sigmoid, std::vector<double> 
 }
 
 // One token's scores and its chosen experts, best first: the top-k of
-// scores + bias, within the allowed groups.
+// scores + bias, within the kept groups (chooseExperts).
 void route(const float *logits, int64_t E, const Tensor *bias, const Routing &r, std::vector<double> &scores,
            std::vector<int64_t> &chosen) {
   scoresOf(logits, E, r.sigmoid, scores);
   std::vector<double> choice(E);
   for (int64_t e = 0; e < E; ++e) choice[e] = scores[e] + (bias ? bias->f[e] : 0.0);
-  if (r.groups > 1) {
-    int64_t per = E / r.groups;
-    std::vector<std::pair<double, int64_t>> groupScore;
-    for (int64_t g = 0; g < r.groups; ++g) {
-      std::vector<double> members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
-      std::partial_sort(members.begin(), members.begin() + std::min<int64_t>(2, per), members.end(),
-                        std::greater<double>());
-      groupScore.push_back({members[0] + (per > 1 ? members[1] : 0.0), g});
-    }
-    std::stable_sort(groupScore.begin(), groupScore.end(), [](auto &p, auto &q) { return p.first > q.first; });
-    std::vector<bool> allowed(r.groups, false);
-    for (int64_t g = 0; g < r.topkGroups; ++g) allowed[groupScore[g].second] = true;
-    for (int64_t e = 0; e < E; ++e)
-      if (!allowed[e / per]) choice[e] = -INFINITY;
-  }
-  std::vector<int64_t> order(E);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return choice[p] > choice[q]; });
-  chosen.assign(order.begin(), order.begin() + r.topK);
+  chosen.resize(r.topK);
+  chooseExperts(choice.data(), E, r.topK, r.groups, r.topkGroups, chosen.data());
 }
 
 // Every token's logits x · gateᵀ, [tokens, E].

@@ -4,6 +4,7 @@
 // instruction; no kernel of either backend reads or writes past a buffer.
 
 #include "parax/runtime/Executable.h"
+#include "parax/runtime/ExpertChoice.h"
 
 #include <algorithm>
 #include <set>
@@ -182,6 +183,8 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     int64_t h = lastOf(in[0]), tokens = count(in[0]) / h, K = attrInt(a, "top_k");
     if (in[1].size() != 2 || in[1][1] != h) return fail("the gate must be [experts, " + std::to_string(h) + "]");
     int64_t E = in[1][0], groups = attrInt(a, "num_groups", 1), topGroups = attrInt(a, "topk_groups", 1);
+    if (groups > kMaxExpertGroups)
+      return fail("num_groups " + std::to_string(groups) + " is above " + std::to_string(kMaxExpertGroups));
     if (K < 1 || K > E || groups < 1 || E % groups || topGroups < 1 || topGroups > groups ||
         topGroups * (E / groups) < K)
       return fail("top_k " + std::to_string(K) + " of " + std::to_string(E) + " experts in " +

@@ -8,7 +8,8 @@ Each entry: name -> (function arguments, body, result type, values), where
 an argument is (name, type, param) -- param names a checkpoint tensor, else
 the argument is an input -- and `values` maps an argument to a generator
 kind ("normal", "ids:V", "experts:E" for router indices, "ones",
-"position:P" for a generation step's run-time position P).
+"position:P" for a generation step's run-time position P, "nan-rows:I,J"
+for normal values with rows I, J (the last dimension's vectors) NaN).
 """
 
 import numpy as np
@@ -127,6 +128,20 @@ OPS = {
         "parax.router sigmoid %x, %gate, %bias {num_experts = 16 : i64, top_k = 4 : i64, normalize,"
         " num_groups = 4 : i64, topk_groups = 2 : i64, scaling_factor = 2.5 : f64}",
         (t(2, 5, 4), t(2, 5, 4, elem="i32")), {}),
+    # NaN scores (a diverging run's): experts ranked NaN last, ties by index
+    # (ExpertChoice.h), on both backends -- tokens 0 and 7 all NaN (softmax:
+    # every score NaN, experts 0 and 1 chosen); a whole group NaN (experts
+    # 4-7: the GPU's group choice once wrote before its scratch), one expert
+    # of another (9), and a token all NaN.
+    "router-softmax-nan": (
+        [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate")],
+        "parax.router softmax %x, %gate {num_experts = 8 : i64, top_k = 2 : i64, normalize}",
+        (t(2, 5, 2), t(2, 5, 2, elem="i32")), {"x": "nan-rows:0,7"}),
+    "router-sigmoid-groups-bias-nan": (
+        [("x", t(2, 5, 40), None), ("gate", t(16, 40), "gate"), ("bias", t(16), "bias")],
+        "parax.router sigmoid %x, %gate, %bias {num_experts = 16 : i64, top_k = 4 : i64, normalize,"
+        " num_groups = 4 : i64, topk_groups = 2 : i64, scaling_factor = 2.5 : f64}",
+        (t(2, 5, 4), t(2, 5, 4, elem="i32")), {"x": "nan-rows:3", "gate": "nan-rows:4,5,6,7,9"}),
     "experts": (
         [("x", t(2, 3, 40), None), ("w", t(2, 3, 2), None), ("idx", t(2, 3, 2, elem="i32"), None),
          ("wg", t(4, 300, 40), "wg"), ("wu", t(4, 300, 40), "wu"), ("wd", t(4, 40, 300), "wd")],
@@ -251,6 +266,10 @@ OPS = {
         [("x", t(2, 5, 40), None), ("gate", t(16, 40), "gate"), ("bias", t(16), "bias")],
         "parax.router_load sigmoid %x, %gate, %bias {num_experts = 16 : i64, top_k = 4 : i64,"
         " num_groups = 4 : i64, topk_groups = 2 : i64}", t(16), {}),
+    "router_load-sigmoid-groups-bias-nan": (  # the NaN cases' choices counted (see router-*-nan)
+        [("x", t(2, 5, 40), None), ("gate", t(16, 40), "gate"), ("bias", t(16), "bias")],
+        "parax.router_load sigmoid %x, %gate, %bias {num_experts = 16 : i64, top_k = 4 : i64,"
+        " num_groups = 4 : i64, topk_groups = 2 : i64}", t(16), {"x": "nan-rows:3", "gate": "nan-rows:4,5,6,7,9"}),
     "router_load-scores-softmax": (  # each expert's scores summed over the tokens, not the choices
         [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate")],
         "parax.router_load softmax %x, %gate {num_experts = 8 : i64, top_k = 2 : i64, normalize, scores}", t(8),
@@ -393,5 +412,8 @@ def values(case, seed=0):
             v = rng.standard_normal(shape).astype(np.float32)
             if is_bf16(case):  # values bf16 holds exactly: both backends start equal
                 v = round_to_bf16(v)
+            if kind.startswith("nan-rows:"):
+                rows = v.reshape(-1, shape[-1])
+                rows[[int(r) for r in kind[9:].split(",")]] = np.nan
         (params.__setitem__(param, v) if param else inputs.append(v))
     return inputs, params

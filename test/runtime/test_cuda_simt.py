@@ -564,6 +564,44 @@ def test_gelu_fused_only_into_an_epilogue_of_its_form(tmp_path, form, fused):
     assert ("gelu" not in result["profile_ms"]) == fused, result
 
 
+def test_the_fuzzer_compares_the_backends(tmp_path):
+    """parax-pxe-fuzz-simt --device cuda runs each accepted mutant on the
+    CUDA backend and on the CPU backend and counts where they disagree (ctest
+    cuda-simt-asan requires none, within the dtype's tolerance). The count
+    can fail: at a tolerance of 0 the bf16 device's rounded logits differ
+    from the CPU's fp32 ones, and the first difference is named. A
+    multi-rank seed is refused (the emulator's NCCL joins MPI ranks, not
+    threads)."""
+    import re
+    fuzz = tool("parax-pxe-fuzz-simt")
+    cuda_cases.prepare("llama-bf16", str(tmp_path))
+    d = os.path.join(str(tmp_path), "llama-bf16")
+
+    def run(tolerance, mutants=60):
+        proc = subprocess.run([fuzz, "single.pxe", "weights.safetensors", "tokens.npy", "--mutants", str(mutants),
+                               "--seed", "5", "--device", "cuda", "--tolerance", str(tolerance)],
+                              cwd=d, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        counts = re.search(r"on cuda and on cpu: (\d+) ran alike \(within [\de.-]+ of the largest \|output\|\), "
+                           r"(\d+) refused running on cuda alone, (\d+) disagreed", proc.stdout)
+        assert counts, proc.stdout
+        return [int(c) for c in counts.groups()], proc.stderr
+
+    (alike, _, disagreed), _ = run(cuda_cases.BF16_REL)
+    assert alike > 0 and disagreed == 0
+    (alike, _, disagreed), log = run(0)
+    assert alike == 0 and disagreed > 0, log[-2000:]
+    assert re.search(r"mutant \d+: the backends disagree: output 0\[\d+\]: \S+ on cpu, \S+ on cuda "
+                     r"\(largest \|value\| [\d.]+\)", log), log[-2000:]
+
+    cuda_cases.prepare("llama-tp2", str(tmp_path))
+    d = os.path.join(str(tmp_path), "llama-tp2")
+    proc = subprocess.run([fuzz, "sharded.pxe", "weights.safetensors", "tokens.npy", "--device", "cuda"],
+                          cwd=d, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--device cuda fuzzes one-rank executables; sharded.pxe has 2 ranks" \
+        in proc.stderr, proc.stderr
+
+
 def test_a_stalled_rank_ends_a_host_staged_job(tmp_path):
     """Host-staged collectives (ranks sharing a GPU) block in MPI: a rank
     that stops (SIGSTOP) ends the job after the timeout, naming the other

@@ -277,6 +277,9 @@ TEST(Executable, RefusesMoeGradientOpsWhoseShapesDoNotFit) {
                 "(sigmoid_grad): x, dy and the result must have one shape");
   expectRefused(routerAux({5}, {2, 3, 4}), "(router_aux_grad): the gate [experts, 8], the load [experts] and the "
                                            "result [tokens, experts] do not fit");
+  pxe::Executable manyGroups = routerGrad({2, 3, 2}, {2, 3, 4});
+  (*manyGroups.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_groups"].set_i(65);
+  expectRefused(manyGroups, "(router_grad): num_groups 65 is above 64");
   pxe::Executable noTokens = routerAux({4}, {2, 3, 4});
   (*noTokens.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_tokens"].set_i(0);
   expectRefused(noTokens, "(router_aux_grad): num_tokens must be positive");

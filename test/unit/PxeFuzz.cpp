@@ -10,7 +10,13 @@
 // timeout) is a failure.
 //
 //   parax-pxe-fuzz SEED.pxe WEIGHTS.safetensors [INPUT.npy ...]
-//       [--mutants N] [--seed S]
+//       [--mutants N] [--seed S] [--device cpu|cuda]
+//
+// --device cuda (parax-pxe-fuzz-simt: the CUDA backend on the SIMT emulator,
+// whose device allocations are exact, so that under AddressSanitizer a
+// kernel reading past a buffer fails) prepares and runs the accepted mutants
+// on the CUDA backend instead; one-rank executables only (the emulator's
+// NCCL joins the ranks of an MPI world, not threads).
 //
 // Prints, before each mutant, what was changed (so that a crash names it),
 // and at the end how many were refused at parse, at validation, at prepare,
@@ -20,12 +26,19 @@
 #include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
+#ifdef PARAX_WITH_CUDA
+#include "parax/runtime/CudaExecutor.h"
+#endif
 
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/reflection.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +68,33 @@ int64_t edgeValue(std::mt19937_64 &rng, int64_t original) {
   }
 }
 
+/// Element `k` of a repeated field in a fixed order. A map's entries, seen
+/// as a repeated field, come in the order of the map's hashing, which
+/// protobuf seeds differently in every process: they are taken sorted by
+/// their bytes (the key first), so that a seed names the same mutants in
+/// every run.
+int elementIndex(const pb::Message &message, const pb::FieldDescriptor *field, int k) {
+  if (!field->is_map()) return k;
+  const pb::Reflection *reflection = message.GetReflection();
+  std::vector<std::pair<std::string, int>> entries;
+  for (int i = 0, n = reflection->FieldSize(message, field); i < n; ++i)
+    entries.emplace_back(reflection->GetRepeatedMessage(message, field, i).SerializePartialAsString(), i);
+  std::sort(entries.begin(), entries.end());
+  return entries[k].second;
+}
+
+/// The message's bytes with map entries in key order (see elementIndex).
+std::string serializeDeterministically(const pb::Message &message) {
+  std::string bytes;
+  {
+    pb::io::StringOutputStream stream(&bytes);
+    pb::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    message.SerializePartialToCodedStream(&coded); // what SerializeToString writes, without its checks
+  }
+  return bytes;
+}
+
 /// Changes one field somewhere below `message`; returns what it did.
 std::string mutate(pb::Message &message, std::mt19937_64 &rng, const std::string &path) {
   const pb::Descriptor *type = message.GetDescriptor();
@@ -68,6 +108,7 @@ std::string mutate(pb::Message &message, std::mt19937_64 &rng, const std::string
     int n = reflection->FieldSize(message, field);
     int action = rng() % 4;
     if (n > 0 && action == 0) { // drop the last element
+      reflection->SwapElements(&message, field, elementIndex(message, field, n - 1), n - 1);
       reflection->RemoveLast(&message, field);
       return where + ": last of " + std::to_string(n) + " removed";
     }
@@ -81,7 +122,9 @@ std::string mutate(pb::Message &message, std::mt19937_64 &rng, const std::string
       case pb::FieldDescriptor::CPPTYPE_INT64: reflection->AddInt64(&message, field, edgeValue(rng, 0)); break;
       case pb::FieldDescriptor::CPPTYPE_STRING: reflection->AddString(&message, field, "tp"); break;
       case pb::FieldDescriptor::CPPTYPE_MESSAGE:
-        if (n > 0) reflection->AddMessage(&message, field)->CopyFrom(reflection->GetRepeatedMessage(message, field, 0));
+        if (n > 0)
+          reflection->AddMessage(&message, field)
+              ->CopyFrom(reflection->GetRepeatedMessage(message, field, elementIndex(message, field, 0)));
         else reflection->AddMessage(&message, field);
         break;
       default: return where + ": left";
@@ -90,6 +133,7 @@ std::string mutate(pb::Message &message, std::mt19937_64 &rng, const std::string
     }
     int k = rng() % n;
     where += "[" + std::to_string(k) + "]";
+    k = elementIndex(message, field, k);
     switch (field->cpp_type()) {
     case pb::FieldDescriptor::CPPTYPE_INT32: {
       int64_t v = edgeValue(rng, reflection->GetRepeatedInt32(message, field, k));
@@ -155,7 +199,94 @@ std::string mutate(pb::Message &message, std::mt19937_64 &rng, const std::string
   }
 }
 
+/// Changes one attribute of one instruction, keeping its kind: a number
+/// set to an edge value or scaled, a flag flipped, a list element changed
+/// (the values a kernel sees: an epsilon of 0, a scale of NaN, a head count
+/// of 3). Mutants of these that the runtime accepts must compute the same
+/// on every backend.
+std::string mutateAttribute(pxe::Executable &exe, std::mt19937_64 &rng) {
+  if (exe.stages_size() == 0) return "exe.stages: none to change";
+  int s = rng() % exe.stages_size();
+  pxe::Stage &stage = *exe.mutable_stages(s);
+  if (stage.instructions_size() == 0) return "exe.stages[" + std::to_string(s) + "]: no instructions";
+  int k = rng() % stage.instructions_size();
+  pxe::Instruction &instruction = *stage.mutable_instructions(k);
+  std::string where = "exe.stages[" + std::to_string(s) + "].instructions[" + std::to_string(k) + "] (" +
+                      instruction.op() + ")";
+  if (instruction.attrs().empty()) return where + ": no attributes";
+  std::vector<std::string> names;
+  for (const auto &[name, value] : instruction.attrs()) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  const std::string &name = names[rng() % names.size()];
+  pxe::Attr &attr = (*instruction.mutable_attrs())[name];
+  where += "." + name;
+  switch (attr.value_case()) {
+  case pxe::Attr::kI: attr.set_i(edgeValue(rng, attr.i())); return where + " = " + std::to_string(attr.i());
+  case pxe::Attr::kF: {
+    const double values[] = {0.0, -1.0, 1e-30, 1e300, std::nan(""), attr.f() * 2, attr.f() / 2, -attr.f()};
+    attr.set_f(values[rng() % 8]);
+    return where + " = " + std::to_string(attr.f());
+  }
+  case pxe::Attr::kB: attr.set_b(!attr.b()); return where + " flipped";
+  case pxe::Attr::kInts: {
+    auto &list = *attr.mutable_ints()->mutable_values();
+    if (list.empty()) return where + ": an empty list";
+    int j = rng() % list.size();
+    list[j] = edgeValue(rng, list[j]);
+    return where + "[" + std::to_string(j) + "] = " + std::to_string(list[j]);
+  }
+  case pxe::Attr::kStrings: {
+    auto &list = *attr.mutable_strings()->mutable_values();
+    if (list.empty()) return where + ": an empty list";
+    static const char *axes[] = {"", "tp", "dp", "pp", "ep", "cp", "nonesuch"};
+    int j = rng() % list.size();
+    list[j] = axes[rng() % (sizeof axes / sizeof axes[0])];
+    return where + "[" + std::to_string(j) + "] = '" + list[j] + "'";
+  }
+  default: return where + ": left";
+  }
+}
+
 enum class Outcome { Prepare, Run, Stalled, Ran };
+const char *outcomeName(Outcome o) {
+  switch (o) {
+  case Outcome::Prepare: return "refused at prepare";
+  case Outcome::Run: return "failed running";
+  case Outcome::Stalled: return "stalled";
+  case Outcome::Ran: return "ran";
+  }
+  return "?";
+}
+
+/// Where two runs' outputs differ by more than `tolerance` of the largest
+/// finite |value| of the first (a NaN or an infinity must be at the same
+/// place in both, integers equal); empty when they agree.
+std::string difference(const std::vector<Tensor> &cpu, const std::vector<Tensor> &cuda, double tolerance) {
+  if (cpu.size() != cuda.size())
+    return std::to_string(cpu.size()) + " outputs on cpu, " + std::to_string(cuda.size()) + " on cuda";
+  for (size_t k = 0; k < cpu.size(); ++k) {
+    const Tensor &a = cpu[k], &b = cuda[k];
+    std::string which = "output " + std::to_string(k);
+    if (a.isInt != b.isInt || a.shape != b.shape)
+      return which + ": " + a.shapeString() + " on cpu, " + b.shapeString() + " on cuda";
+    if (a.isInt) {
+      if (a.i != b.i) return which + ": integers differ";
+      continue;
+    }
+    double scale = 0;
+    for (float v : a.f)
+      if (std::isfinite(v)) scale = std::max(scale, std::fabs(double(v)));
+    for (size_t j = 0; j < a.f.size() && j < b.f.size(); ++j) {
+      float x = a.f[j], y = b.f[j];
+      bool same = std::isfinite(x) && std::isfinite(y) ? std::fabs(double(x) - y) <= tolerance * scale
+                                                       : (std::isnan(x) && std::isnan(y)) || x == y;
+      if (!same)
+        return which + "[" + std::to_string(j) + "]: " + std::to_string(x) + " on cpu, " + std::to_string(y) +
+               " on cuda (largest |value| " + std::to_string(scale) + ")";
+    }
+  }
+  return "";
+}
 
 /// Rank r's inputs: under data parallelism (a "dp" axis of D ranks) its
 /// replica's block of the rows, as parax-run gives it; all of them
@@ -186,13 +317,35 @@ std::vector<Tensor> inputsOfRank(const pxe::Executable &exe, int r, const std::v
 /// fails cancels the others' waits (as parax-run's MPI_Abort ends the job),
 /// and ranks still waiting after 10 s are cancelled (as the stall watchdog
 /// does).
-Outcome prepareAndRun(const pxe::Executable &exe, const Checkpoint &weights, const std::vector<Tensor> &inputs) {
-  int n = static_cast<int>(gridSize(exe));
-  if (n == 1) {
-    Executor executor;
-    if (!executor.prepare(exe, 0, nullptr, weights, inputs).isOk()) return Outcome::Prepare;
-    return executor.run().isOk() ? Outcome::Ran : Outcome::Run;
+/// One rank's executor (CPU or CUDA) prepared and run; with `outputs`,
+/// its outputs, with `error`, why it stopped.
+template <typename Backend, typename... Device>
+Outcome runOneRank(const pxe::Executable &exe, const Checkpoint &weights, const std::vector<Tensor> &inputs,
+                   std::vector<Tensor> *outputs, std::string *error, Device... device) {
+  Backend executor;
+  Status s = executor.prepare(exe, 0, nullptr, weights, inputs, device...);
+  Outcome outcome = Outcome::Prepare;
+  if (s.isOk()) {
+    s = executor.run();
+    outcome = s.isOk() ? Outcome::Ran : Outcome::Run;
   }
+  if (!s.isOk() && error) *error = s.message();
+  if (s.isOk() && outputs) *outputs = executor.outputs();
+  return outcome;
+}
+
+/// With `cuda`, on the CUDA backend (one rank). With `outputs` and
+/// `error`, a one-rank run's outputs and why it stopped.
+Outcome prepareAndRun(const pxe::Executable &exe, const Checkpoint &weights, const std::vector<Tensor> &inputs,
+                      bool cuda = false, std::vector<Tensor> *outputs = nullptr, std::string *error = nullptr) {
+  int n = static_cast<int>(gridSize(exe));
+#ifdef PARAX_WITH_CUDA
+  if (cuda) {
+    if (n != 1) return Outcome::Prepare; // refused before the first mutant
+    return runOneRank<CudaExecutor>(exe, weights, inputs, outputs, error, 0);
+  }
+#endif
+  if (n == 1) return runOneRank<Executor>(exe, weights, inputs, outputs, error);
   std::vector<int64_t> shape(exe.grid().shape().begin(), exe.grid().shape().end());
   std::vector<std::unique_ptr<Communicator>> comms = createThreadCommunicators(shape);
   std::vector<Executor> executors(n);
@@ -242,17 +395,27 @@ int main(int argc, char **argv) {
   std::vector<std::string> inputPaths;
   long mutants = 200;
   uint64_t seed = 1;
+  double tolerance = 1e-4;
+  bool onCuda = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--mutants" && i + 1 < argc) mutants = std::atol(argv[++i]);
     else if (arg == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (arg == "--device" && i + 1 < argc) {
+      std::string device = argv[++i];
+      if (device != "cpu" && device != "cuda") {
+        std::fprintf(stderr, "parax-pxe-fuzz: --device must be cpu or cuda, got '%s'\n", device.c_str());
+        return 2;
+      }
+      onCuda = device == "cuda";
+    } else if (arg == "--tolerance" && i + 1 < argc) tolerance = std::atof(argv[++i]);
     else if (seedPath.empty()) seedPath = arg;
     else if (weightsPath.empty()) weightsPath = arg;
     else inputPaths.push_back(arg);
   }
   if (seedPath.empty() || weightsPath.empty()) {
     std::fprintf(stderr, "usage: parax-pxe-fuzz SEED.pxe WEIGHTS.safetensors [INPUT.npy ...] "
-                         "[--mutants N] [--seed S]\n");
+                         "[--mutants N] [--seed S] [--device cpu|cuda [--tolerance T]]\n");
     return 2;
   }
   auto original = loadExecutable(seedPath);
@@ -263,6 +426,23 @@ int main(int argc, char **argv) {
                  weights.isOk() ? "" : weights.status().message().c_str());
     return 2;
   }
+#ifdef PARAX_WITH_CUDA
+  if (onCuda && gridSize(original.value()) != 1) {
+    std::fprintf(stderr, "parax-pxe-fuzz: --device cuda fuzzes one-rank executables; %s has %lld ranks\n",
+                 seedPath.c_str(), static_cast<long long>(gridSize(original.value())));
+    return 2;
+  }
+  if (onCuda && cudaDeviceCount() == 0) {
+    std::fprintf(stderr, "parax-pxe-fuzz: --device cuda: no CUDA device\n");
+    return 2;
+  }
+#else
+  if (onCuda) {
+    std::fprintf(stderr, "parax-pxe-fuzz: --device cuda: this parax-pxe-fuzz was built without CUDA "
+                         "(parax-pxe-fuzz-simt runs the CUDA backend on the emulator)\n");
+    return 2;
+  }
+#endif
   std::vector<Tensor> inputs;
   for (const std::string &path : inputPaths) {
     auto t = readNpy(path);
@@ -274,13 +454,13 @@ int main(int argc, char **argv) {
   }
   std::mt19937_64 rng(seed);
   long parse = 0, invalid = 0, prepare = 0, failedRun = 0, stalled = 0, ran = 0;
+  long compared = 0, cudaAlone = 0, disagreements = 0; // --device cuda: against the CPU backend
   for (long m = 0; m < mutants; ++m) {
     pxe::Executable exe = original.value();
     std::string what;
     for (int k = 0, n = 1 + rng() % 3; k < n; ++k)
-      what += std::string(k ? "; " : "") + mutate(exe, rng, "exe");
-    std::string bytes;
-    exe.SerializeToString(&bytes);
+      what += std::string(k ? "; " : "") + (rng() % 4 == 0 ? mutateAttribute(exe, rng) : mutate(exe, rng, "exe"));
+    std::string bytes = serializeDeterministically(exe);
     if (rng() % 8 == 0 && !bytes.empty()) { // the file itself damaged
       if (rng() % 2) {
         bytes.resize(rng() % bytes.size());
@@ -311,7 +491,30 @@ int main(int argc, char **argv) {
       ++invalid;
       continue;
     }
-    switch (prepareAndRun(parsed, *weights.value(), inputs)) {
+    std::vector<Tensor> onDevice, onCpu;
+    std::string deviceError, cpuError;
+    Outcome outcome = prepareAndRun(parsed, *weights.value(), inputs, onCuda, &onDevice, &deviceError);
+    if (onCuda) { // the CPU backend must agree: both refuse, or both run and compute the same
+      Outcome cpu = prepareAndRun(parsed, *weights.value(), inputs, false, &onCpu, &cpuError);
+      std::string differs = cpu != outcome ? std::string("cpu ") + outcomeName(cpu) +
+                                                 (cpuError.empty() ? "" : " (" + cpuError + ")") + ", cuda " +
+                                                 outcomeName(outcome) +
+                                                 (deviceError.empty() ? "" : " (" + deviceError + ")")
+                            : outcome == Outcome::Ran ? difference(onCpu, onDevice, tolerance)
+                                                      : std::string();
+      if (cpu == Outcome::Ran && outcome == Outcome::Run) {
+        // A combination only the device cannot run (the CPU computes every
+        // dtype in fp32): refused with a named error, never silently.
+        std::fprintf(stderr, "mutant %ld: refused on cuda alone: %s\n", m, deviceError.c_str());
+        ++cudaAlone;
+      } else if (!differs.empty()) {
+        std::fprintf(stderr, "mutant %ld: the backends disagree: %s\n", m, differs.c_str());
+        ++disagreements;
+      } else if (outcome == Outcome::Ran) {
+        ++compared;
+      }
+    }
+    switch (outcome) {
     case Outcome::Prepare: ++prepare; break;
     case Outcome::Run: ++failedRun; break;
     case Outcome::Stalled: ++stalled; break;
@@ -321,6 +524,9 @@ int main(int argc, char **argv) {
   std::printf("parax-pxe-fuzz: %ld mutants: %ld unreadable, %ld refused by the validator, %ld at prepare, "
               "%ld failed running, %ld stalled (ended by the watchdog), %ld ran\n",
               mutants, parse, invalid, prepare, failedRun, stalled, ran);
+  if (onCuda)
+    std::printf("parax-pxe-fuzz: on cuda and on cpu: %ld ran alike (within %g of the largest |output|), "
+                "%ld refused running on cuda alone, %ld disagreed\n", compared, tolerance, cudaAlone, disagreements);
 
   // The weights and the inputs damaged instead: bytes of a file's header
   // (or anywhere) changed, or the file cut, then opened and used by the

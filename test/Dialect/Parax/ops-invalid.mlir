@@ -438,6 +438,15 @@ func.func @negative_router_topk_groups(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>)
 
 // -----
 
+func.func @negative_router_too_many_groups(%x: tensor<4x8xf32>, %g: tensor<128x8xf32>) {
+  // The runtimes keep the chosen groups as a 64-bit mask (ExpertChoice.h).
+  // expected-error @+1 {{C3: num_groups (128) must be at most 64}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 128, top_k = 2, num_groups = 128, topk_groups = 2} : (tensor<4x8xf32>, tensor<128x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
 func.func @negative_router_group_capacity(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
   // One allowed group of two experts cannot supply three choices.
   // expected-error @+1 {{C3: the 1 allowed groups hold fewer than top_k experts}}

@@ -539,6 +539,12 @@ static LogicalResult verifyRouting(RouterLikeOp op) {
   if (groups <= 0 || experts % groups != 0)
     return op.emitOpError("C3: num_groups (")
            << groups << ") must divide num_experts (" << experts << ")";
+  // The runtimes keep the chosen groups as a 64-bit mask (kMaxExpertGroups,
+  // runtime/include/parax/runtime/ExpertChoice.h).
+  constexpr int64_t maxGroups = 64;
+  if (groups > maxGroups)
+    return op.emitOpError("C3: num_groups (")
+           << groups << ") must be at most " << maxGroups;
   if (topkGroups <= 0 || topkGroups > groups)
     return op.emitOpError("C3: topk_groups must be in [1, num_groups]");
   if (topkGroups * (experts / groups) < k)

@@ -511,7 +511,8 @@ def Parax_RouterOp : Parax_Op<"router"> {
 
     C1: `gate` is `[num_experts, H]` with H = `x`'s last dimension; `bias`,
     when present, is `[num_experts]`. C2: `0 < top_k <= num_experts`. C3:
-    `num_groups` divides `num_experts`, `0 < topk_groups <= num_groups`, and
+    `num_groups` divides `num_experts` and is at most 64,
+    `0 < topk_groups <= num_groups`, and
     the allowed groups hold at least `top_k` experts. C4: both results have
     `x`'s shape with the last dimension replaced by `top_k`; `weights` has
     `x`'s element type, `indices` is i32. C5: `scaling_factor > 0`. C6:
