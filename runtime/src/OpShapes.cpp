@@ -7,7 +7,10 @@
 #include "parax/runtime/ExpertChoice.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cmath>
 #include <set>
+#include <sstream>
 
 namespace parax::runtime {
 
@@ -19,6 +22,26 @@ std::string text(const Shape &s) {
   std::string t = "[";
   for (size_t d = 0; d < s.size(); ++d) t += (d ? ", " : "") + std::to_string(s[d]);
   return t + "]";
+}
+
+// A number as a person writes it: -1, 1e-05, nan.
+std::string shortest(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+// Whether rows first .. first + n - 1 lie in 0 .. size - 1 (n >= 0), without
+// overflowing: a start of INT64_MAX wrapped `start + n` below the size and
+// read before the tensor (parax-pxe-fuzz, 2026-12-01).
+bool rowsFit(int64_t first, int64_t n, int64_t size) { return first >= 0 && n <= size && first <= size - n; }
+
+// A position table's rows offset .. offset + n - 1 (every rank's piece) that
+// it does not have.
+std::string positionsPastTable(int64_t offset, int64_t n, int64_t rows) {
+  std::string last = offset <= INT64_MAX - n ? std::to_string(offset + n - 1) : "beyond";
+  return "positions " + std::to_string(offset) + " .. " + last + " exceed the table's " + std::to_string(rows) +
+         " rows";
 }
 
 int64_t count(const Shape &s) {
@@ -40,6 +63,19 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   for (int32_t id : inst.operands()) in.push_back(shapeOf(id));
   for (int32_t id : inst.results()) out.push_back(shapeOf(id));
   auto fail = [&](const std::string &what) { return Status::error(where + ": " + what); };
+
+  // Attribute values the dialect's verifiers require (ParaxOps.cpp), checked
+  // again for an executable that did not come from verified IR: an eps of
+  // -1 or a scale of NaN computed NaN without a word (parax-pxe-fuzz).
+  for (const char *key : {"eps", "theta", "scale", "scaling_factor", "scaling.factor", "coefficient"}) {
+    auto it = a.find(key);
+    if (it == a.end()) continue;
+    double v = it->second.f();
+    bool zeroAllowed = std::string(key) == "coefficient";
+    if (it->second.value_case() != pxe::Attr::kF || !std::isfinite(v) || v < 0 || (v == 0 && !zeroAllowed))
+      return fail(std::string(key) + " must be a finite " + (zeroAllowed ? "non-negative" : "positive") +
+                  " number" + (it->second.value_case() == pxe::Attr::kF ? ", got " + shortest(v) : ""));
+  }
 
   // Dtypes: the kernels read token ids, positions, labels and expert
   // indices as integers, everything else as floating point.
@@ -94,10 +130,8 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (in[0].size() != 2 || out[0].size() != 3 || out[0][0] != 1 || out[0][2] != in[0][1])
       return fail("the table [positions, hidden] and result [1, S, hidden] do not fit: " + text(in[0]) + ", " +
                   text(out[0]));
-    int64_t rows = attrInt(a, "offset") + out[0][1] * groupOf("seq_axes"); // (every rank's piece)
-    if (in.size() == 1 && (attrInt(a, "offset") < 0 || rows > in[0][0]))
-      return fail("positions " + std::to_string(attrInt(a, "offset")) + " .. " + std::to_string(rows - 1) +
-                  " exceed the table's " + std::to_string(in[0][0]) + " rows");
+    if (in.size() == 1 && !rowsFit(attrInt(a, "offset"), out[0][1] * groupOf("seq_axes"), in[0][0]))
+      return fail(positionsPastTable(attrInt(a, "offset"), out[0][1] * groupOf("seq_axes"), in[0][0]));
   } else if (op == "linear") {
     const Shape &x = in[0], &w = in[1], &y = out[0];
     if (x.empty() || w.size() != 2 || !alike(x, y, static_cast<int>(x.size()) - 1))
@@ -111,7 +145,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     for (size_t k = 1; k < in.size(); ++k)
       if (in[k] != Shape{in[0].back()}) return fail("the weight and bias must be [" + std::to_string(in[0].back()) + "]");
   } else if (op == "rope") {
-    int64_t rotary = attrInt(a, "rotary_dim");
+    int64_t rotary = attrInt(a, "rotary_dim"), offset = attrInt(a, "position_offset");
+    if (offset < 0 || offset > INT32_MAX) // (positions are int32 everywhere else)
+      return fail("position_offset must be in [0, 2^31), got " + std::to_string(offset));
     if (in[0].size() != 4 || out[0] != in[0] || rotary <= 0 || rotary % 2 || rotary > in[0][3])
       return fail("x [B, S, heads, D] and an even rotary_dim <= D, got " + text(in[0]) + " and " +
                   std::to_string(rotary));
@@ -158,7 +194,7 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   } else if (op == "slice") {
     int dim = -1;
     int64_t start = attrInt(a, "start", -1);
-    if (!dimAttr("dim", in[0], dim) || !alike(in[0], out[0], dim) || start < 0 || start + out[0][dim] > in[0][dim])
+    if (!dimAttr("dim", in[0], dim) || !alike(in[0], out[0], dim) || !rowsFit(start, out[0][dim], in[0][dim]))
       return fail("the slice from " + std::to_string(start) + " does not fit " + text(in[0]) + " -> " + text(out[0]));
   } else if (op == "concat") {
     int dim = -1;
@@ -240,10 +276,8 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (in[0].size() != 3 || out[0].size() != 2 || in[0][0] != 1 || in[0][2] != out[0][1])
       return fail("dy [1, S, hidden] and the table [positions, hidden] do not fit: " + text(in[0]) + ", " +
                   text(out[0]));
-    int64_t rows = attrInt(a, "offset") + in[0][1] * groupOf("seq_axes"); // (every rank's piece)
-    if (attrInt(a, "offset") < 0 || rows > out[0][0])
-      return fail("positions " + std::to_string(attrInt(a, "offset")) + " .. " + std::to_string(rows - 1) +
-                  " exceed the table's " + std::to_string(out[0][0]) + " rows");
+    if (!rowsFit(attrInt(a, "offset"), in[0][1] * groupOf("seq_axes"), out[0][0]))
+      return fail(positionsPastTable(attrInt(a, "offset"), in[0][1] * groupOf("seq_axes"), out[0][0]));
   } else if (op == "embedding_grad") {
     Shape want = in[0];
     if (out[0].size() != 2) return fail("the table's gradient must be [vocabulary, hidden], got " + text(out[0]));

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -283,6 +284,65 @@ TEST(Executable, RefusesMoeGradientOpsWhoseShapesDoNotFit) {
   pxe::Executable noTokens = routerAux({4}, {2, 3, 4});
   (*noTokens.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_tokens"].set_i(0);
   expectRefused(noTokens, "(router_aux_grad): num_tokens must be positive");
+}
+
+// Offsets near INT64_MAX: `start + n` wrapped below the size and passed the
+// check, and the slice read before its tensor (parax-pxe-fuzz, a DeepSeek
+// mutant, 2026-12-01).
+TEST(Executable, RefusesOffsetsWhoseEndOverflows) {
+  pxe::Executable slice = oneOp("slice", {{2, 9, 5}}, {{2, 4, 5}});
+  auto &attrs = *slice.mutable_stages(0)->mutable_instructions(0)->mutable_attrs();
+  attrs["dim"].set_i(1);
+  attrs["start"].set_i(5);
+  Status s = validateExecutable(slice);
+  EXPECT_TRUE(s.isOk()) << s.message();
+  attrs["start"].set_i(6);
+  expectRefused(slice, "(slice): the slice from 6 does not fit [2, 9, 5] -> [2, 4, 5]");
+  attrs["start"].set_i(INT64_MAX);
+  expectRefused(slice, "(slice): the slice from 9223372036854775807 does not fit");
+  pxe::Executable table = oneOp("position_embedding_grad", {{1, 3, 4}}, {{8, 4}});
+  (*table.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["offset"].set_i(INT64_MAX - 1);
+  expectRefused(table, "(position_embedding_grad): positions 9223372036854775806 .. beyond exceed the table's 8 rows");
+  pxe::Executable rope = oneOp("rope", {{1, 3, 2, 4}}, {{1, 3, 2, 4}});
+  (*rope.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["rotary_dim"].set_i(4);
+  (*rope.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["theta"].set_f(1e4);
+  s = validateExecutable(rope);
+  EXPECT_TRUE(s.isOk()) << s.message();
+  (*rope.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["position_offset"].set_i(INT64_MAX);
+  expectRefused(rope, "(rope): position_offset must be in [0, 2^31), got 9223372036854775807");
+  pxe::Executable positions = oneOp("position_embedding", {{8, 4}}, {{1, 3, 4}});
+  (*positions.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["offset"].set_i(INT64_MAX);
+  expectRefused(positions, "(position_embedding): positions 9223372036854775807 .. beyond exceed the table's 8 rows");
+}
+
+// The attribute values the dialect verifies, checked again at load: an
+// executable that did not come from verified IR (a hostile file, a stale
+// tool) computed NaN from an eps of -1 without a word.
+pxe::Executable rmsNorm(pxe::Attr eps) {
+  pxe::Executable exe = oneOp("rms_norm", {{2, 4}, {4}}, {{2, 4}});
+  (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["eps"] = eps;
+  return exe;
+}
+
+TEST(Executable, RefusesAttributeValuesTheDialectRefuses) {
+  pxe::Attr eps;
+  eps.set_f(1e-5);
+  Status s = validateExecutable(rmsNorm(eps));
+  EXPECT_TRUE(s.isOk()) << s.message();
+  eps.set_f(-1);
+  expectRefused(rmsNorm(eps), "stages[0].instructions[0] (rms_norm): eps must be a finite positive number, got -1");
+  eps.set_f(0);
+  expectRefused(rmsNorm(eps), "(rms_norm): eps must be a finite positive number, got 0");
+  eps.set_f(std::nan(""));
+  expectRefused(rmsNorm(eps), "(rms_norm): eps must be a finite positive number, got nan");
+  eps.set_i(1); // of another kind
+  expectRefused(rmsNorm(eps), "(rms_norm): eps must be a finite positive number");
+  pxe::Executable aux = routerAux({4}, {2, 3, 4});
+  (*aux.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["coefficient"].set_f(0);
+  s = validateExecutable(aux);
+  EXPECT_TRUE(s.isOk()) << s.message();
+  (*aux.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["coefficient"].set_f(-0.5);
+  expectRefused(aux, "(router_aux_grad): coefficient must be a finite non-negative number, got -0.5");
 }
 
 TEST(Executable, RefusesALossGradientOverFewerTokensThanItsRows) {
