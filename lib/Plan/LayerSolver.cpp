@@ -80,6 +80,7 @@ private:
                    llvm::function_ref<bool(int)> dimAllowed) const;
   SmallVector<Strategy> strategies(const OpNode &op) const;
   double opTime(const OpNode &op, const Strategy &s) const;
+  std::pair<double, double> scratchBytes(const OpNode &op, const Strategy &s) const;
   std::pair<double, std::optional<CollectiveKind>>
   reshard(int id, int8_t from, int8_t to) const;
   double attentionFlops(const OpNode &op) const;
@@ -342,6 +343,45 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   return rooflineTime(*ctx.cluster, flops, bytes, ctx.peak);
 }
 
+// The CUDA backend's kernel scratch for `op` under `s` on one device, in
+// bytes: {its forward, its gradient's} (CudaExecutor.cu's ensureScratch
+// calls, the ops whose scratch grows with the model: a stage holds one
+// buffer, as large as its largest op's).
+std::pair<double, double> Solver::scratchBytes(const OpNode &op, const Strategy &s) const {
+  const double tokens = ctx.tokens(), f = 4; // fp32 scratch
+  switch (op.kind) {
+  case OpClass::Experts: {
+    // A rank's experts see the dispatch's capacity (every token of the EP
+    // group could choose them): pairs of (row, choice). Counts and
+    // permutations (ints), the rows, gate/up products (fp32), bf16 copies
+    // for the GEMMs; the gradient also dy's rows and one expert's stack
+    // gradient [F, H].
+    double E = double(op.numExperts) / ctx.ep, pairs = tokens * op.topK * ctx.ep;
+    double H = value(op.inputs[0]).shape.back(), F = op.ffn * s.weightFrac, widest = std::max(H, F);
+    double ints = 3 * E + 2 * pairs;
+    return {f * (ints + pairs * (2 * H + 2 * F)) + 2 * pairs * widest,
+            f * (ints + 2 * pairs * H + 3 * pairs * F + F * H) + 2 * pairs * widest};
+  }
+  case OpClass::Attention: {
+    // The gradient: each query's log-sum-exp and D; with grouped KV heads,
+    // each query head's dK and dV in fp32 (summed per KV head after).
+    double heads = op.heads * s.computeFrac, B = ctx.sequences, S = ctx.queryLen, T = ctx.contextLen;
+    double partials = op.heads != op.kvHeads ? B * T * heads * (op.headDim + op.valueDim) : 0;
+    return {0, f * (2 * B * S * heads + partials)};
+  }
+  case OpClass::Embedding:
+    // The gradient: the rank's rows of the table summed in fp32.
+    return {0, f * op.weightParams * s.weightFrac};
+  case OpClass::Router: {
+    // Logits, scores and choices [tokens, E] each; bf16 activations.
+    double H = value(op.inputs[0]).shape.back(), scratch = f * 3 * tokens * op.numExperts + 2 * tokens * H;
+    return {scratch, scratch};
+  }
+  default:
+    return {0, 0};
+  }
+}
+
 std::pair<double, std::optional<CollectiveKind>>
 Solver::reshard(int id, int8_t from, int8_t to) const {
   if (from == to || to == kDead)
@@ -525,6 +565,9 @@ LayerPlan Solver::solve() {
     plan.layouts.push_back(SmallVector<int8_t>(s.out.begin(), s.out.end()));
     double time = opTime(op, s);
     plan.computeTime += time;
+    auto [forwardScratch, backwardScratch] = scratchBytes(op, s);
+    plan.scratchBytes[0] = std::max(plan.scratchBytes[0], forwardScratch);
+    plan.scratchBytes[1] = std::max({plan.scratchBytes[1], forwardScratch, backwardScratch});
     for (auto [k, in] : llvm::enumerate(op.inputs)) {
       auto [commTime, kind] = reshard(in, layoutOf(in), s.in[k]);
       plan.commTime += commTime;

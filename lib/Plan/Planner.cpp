@@ -50,6 +50,7 @@ struct LayerCost {
   double working = 0;      // full recompute: one layer's activations
   double gathered = 0;     // ZeRO-3: the layer's weights while it runs
   double staged = 0;       // ZeRO-2/3: its largest box's reduce-scatter staging
+  double scratch = 0;      // the CUDA backend's kernel scratch for its largest op
   double kvCache = 0;     // bytes per device (inference)
   double denseParams = 0, expertParams = 0;
 };
@@ -204,7 +205,7 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
     int64_t begin = plan.stageStart[s];
     int64_t end = s + 1 < stages ? plan.stageStart[s + 1] : costs.size();
     MemoryBreakdown m;
-    double working = 0, gathered = 0, staged = 0;
+    double working = 0, gathered = 0, staged = 0, scratch = 0;
     for (int64_t l = begin; l < end; ++l) {
       m.weights += costs[l].weights;
       m.gradients += costs[l].gradients;
@@ -213,9 +214,11 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
       working = std::max(working, costs[l].working);
       gathered = std::max(gathered, costs[l].gathered);
       staged = std::max(staged, costs[l].staged);
+      scratch = std::max(scratch, costs[l].scratch);
       m.kvCache += costs[l].kvCache;
     }
     m.optimizer += 2 * staged; // the runtime's two staging boxes
+    m.scratch = scratch; // one buffer a stage, grown to its largest op's
     m.activations += working;
     m.weights += 2 * gathered; // ZeRO-3: this layer's and the prefetched next
     m.reserved = opt.reservedBytes;
@@ -379,6 +382,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // microbatch's gradients through two fp32 staging boxes of the
               // largest box, at most 2^24 values (CudaExecutor.cu's
               // kZeroStagingValues).
+              c.scratch = lp.scratchBytes[1];
               c.staged = zero >= 2 && std::max(sharers, expertSharers) > 1
                              ? 4 * std::min(lp.largestWeightParams, double(int64_t(1) << 24))
                              : 0;
@@ -548,6 +552,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         c.cpComm = cpTime;
         c.weights = lp.weightBytes;
         c.working = lp.peakLiveBytes + gathered; // a stage holds one microbatch's at a time
+        c.scratch = lp.scratchBytes[0];
         // Every microbatch keeps its KV cache. A generation step's caches
         // hold their capacity whatever the context (its time is the
         // context's: the attention stops at the position).

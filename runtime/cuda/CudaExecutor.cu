@@ -1721,6 +1721,7 @@ size_t CudaExecutor::sharedMoves() const { return s_->sharedMoves; }
 size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
 size_t CudaExecutor::deviceBytes() const { return s_->deviceBytes; }
+size_t CudaExecutor::scratchBytes() const { return s_->scratchSize * sizeof(float); }
 
 void CudaExecutor::keepLoadedParameters() { s_->keepParameters = true; }
 

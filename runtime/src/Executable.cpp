@@ -401,6 +401,17 @@ Status validateExecutable(const pxe::Executable &exe) {
           return fail(iw + ".operands", "the position (operand " + std::to_string(p) +
                                             ") must be an integer scalar");
       }
+      for (int32_t id : inst.results()) {
+        if (id < 0 || id >= stage.buffers_size())
+          return fail(iw + ".results", "buffer " + std::to_string(id) + " is out of range");
+        if (defined[id])
+          return fail(iw + ".results", "buffer " + std::to_string(id) + " is written twice");
+        if (stage.buffers(id).role() != pxe::TEMPORARY)
+          return fail(iw + ".results", "buffer " + std::to_string(id) + " is not a temporary");
+        defined[id] = true;
+      }
+      // (after the results' ids are checked: a mutant's result id past the
+      // buffers was read here before, parax-pxe-fuzz 2026-12-01)
       if (inst.op() == "cache_update") {
         const pxe::Buffer &cache = stage.buffers(inst.operands(0)), &update = stage.buffers(inst.operands(1));
         const pxe::Buffer &result = stage.buffers(inst.results(0));
@@ -411,15 +422,6 @@ Status validateExecutable(const pxe::Executable &exe) {
         if (!fits)
           return fail(iw, "the cache, the update and the result must be [B, C, heads, D], "
                           "[B, S <= C, heads, D] and the cache's shape");
-      }
-      for (int32_t id : inst.results()) {
-        if (id < 0 || id >= stage.buffers_size())
-          return fail(iw + ".results", "buffer " + std::to_string(id) + " is out of range");
-        if (defined[id])
-          return fail(iw + ".results", "buffer " + std::to_string(id) + " is written twice");
-        if (stage.buffers(id).role() != pxe::TEMPORARY)
-          return fail(iw + ".results", "buffer " + std::to_string(id) + " is not a temporary");
-        defined[id] = true;
       }
       for (const auto &[name, attr] : inst.attrs()) { // axes, head_axes, vocab_axes, ...
         bool namesAxes = name.size() >= 4 && name.compare(name.size() - 4, 4, "axes") == 0;

@@ -90,6 +90,14 @@ TEST(Executable, RefusesAResultUnlikeItsCache) {
   expectRefused(generationStep(pxe::I32, 1, {1, 9, 2, 4}), "(cache_update): the cache");
 }
 
+// A result id past the buffers: the cache's check read that buffer before
+// the ids were checked (parax-pxe-fuzz, a cache-step mutant, 2026-12-01).
+TEST(Executable, RefusesACacheUpdateResultOutOfRange) {
+  pxe::Executable exe = generationStep(pxe::I32, 1, {1, 8, 2, 4});
+  exe.mutable_stages(0)->mutable_instructions(0)->set_results(0, 1 << 20);
+  expectRefused(exe, "stages[0].instructions[0] (cache_update).results: buffer 1048576 is out of range");
+}
+
 // One rank, one stage: x [2, 4] -> linear with weight [3, 4] (transposed)
 // and a bias of `bias` -> y [2, 3]; x's dtype `xType`.
 pxe::Executable linearStep(std::vector<int64_t> bias, pxe::DType xType = pxe::F32) {

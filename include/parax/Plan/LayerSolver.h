@@ -81,6 +81,9 @@ struct LayerPlan {
   /// to the last that reads it, the layer's inputs from its start and its
   /// outputs to its end), as the runtime places its temporaries.
   double peakLiveBytes = 0;
+  /// The CUDA backend's kernel scratch (one buffer, its largest op's) per
+  /// device: inference, training (the gradients' too).
+  double scratchBytes[2] = {0, 0};
   double kvBytesPerToken = 0;   // per device per token of context
   double alltoallBytes = 0;     // expert dispatch (= combine) bytes per device
   llvm::SmallVector<CollectiveUse> collectives; // forward

@@ -45,8 +45,13 @@ struct PlanOptions {
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0,
          kvCache = 0, reserved = 0;
+  /// The CUDA backend's kernel scratch: one buffer a stage, as large as its
+  /// largest op's (an embedding table's gradient in fp32, the experts' rows
+  /// at the dispatch's capacity, grouped heads' dK and dV in fp32).
+  double scratch = 0;
   double total() const {
-    return weights + gradients + optimizer + activations + kvCache + reserved;
+    return weights + gradients + optimizer + activations + kvCache + scratch +
+           reserved;
   }
 };
 

@@ -765,10 +765,11 @@ int main(int argc, char **argv) {
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda") {
       const BufferPlan &t = gpus[0]->temporaries();
-      size_t bytes = 0; // every program's, every microbatch's
+      size_t bytes = 0, scratch = 0; // every program's, every microbatch's
       for (const auto *all : {&gpuPrefills, &gpus})
-        for (const auto &program : *all) bytes += program->deviceBytes();
+        for (const auto &program : *all) bytes += program->deviceBytes(), scratch += program->scratchBytes();
       memory += ", " + std::to_string(bytes) + " bytes of device memory";
+      if (scratch > 0) memory += " (kernel scratch " + std::to_string(scratch) + ")";
       if (t.arenaBytes > 0)
         memory += ", temporaries share " + std::to_string(t.arenaBytes) + " bytes (live at once: " +
                   std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";

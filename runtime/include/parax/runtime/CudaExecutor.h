@@ -267,6 +267,9 @@ public:
   /// Device memory this executor has allocated (weights, inputs,
   /// temporaries, workspaces, scratch; not NCCL's own).
   size_t deviceBytes() const;
+  /// Of which the kernels' scratch buffer (grown by the steps to the largest
+  /// any instruction needed; the planner's `scratch`).
+  size_t scratchBytes() const;
   /// One more step, kernel by kernel, timing each instruction on the GPU:
   /// compute-stream time from its issue to the next instruction's (a wait
   /// for a collective counts for the instruction that needs its result).
