@@ -72,7 +72,7 @@ for name in "${device_names[@]}"; do
   (cd "$dir" && timeout 300 "$asan/bin/parax-pxe-fuzz-simt" "$exe" weights.safetensors $inputs --mutants 500 --seed 7 \
      --device cuda --tolerance "$tolerance" > "$cases/device-$name.out" 2> "$cases/device-$name.log") ||
     { tail -n 40 "$cases/device-$name.log"; echo "simt-asan: a mutant of $name crashed on the device"; exit 1; }
-  echo "$name: $(tail -n 1 "$cases/device-$name.out")"
+  echo "$name: $(grep "on cuda and on cpu" "$cases/device-$name.out")"
   grep -q ", 0 disagreed" "$cases/device-$name.out" ||
     { grep "the backends disagree" "$cases/device-$name.log" | head -n 20
       echo "simt-asan: the backends disagree on mutants of $name"; exit 1; }

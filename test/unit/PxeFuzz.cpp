@@ -258,9 +258,18 @@ const char *outcomeName(Outcome o) {
   return "?";
 }
 
-/// Where two runs' outputs differ by more than `tolerance` of the largest
-/// finite |value| of the first (a NaN or an infinity must be at the same
-/// place in both, integers equal); empty when they agree.
+std::string shortest(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+/// Where two runs' outputs differ by more than `tolerance` times the largest
+/// finite |value| of the first, or than `tolerance` where that is below 1
+/// (as cuda_cases.py's one-op cases compare: a gradient that a damaged
+/// weight shrank to 1e-11 is all rounding noise, 1e-13 on the CPU and 5e-9
+/// on the GPU); a NaN or an infinity must be at the same place in both,
+/// integers equal. Empty when they agree.
 std::string difference(const std::vector<Tensor> &cpu, const std::vector<Tensor> &cuda, double tolerance) {
   if (cpu.size() != cuda.size())
     return std::to_string(cpu.size()) + " outputs on cpu, " + std::to_string(cuda.size()) + " on cuda";
@@ -278,11 +287,11 @@ std::string difference(const std::vector<Tensor> &cpu, const std::vector<Tensor>
       if (std::isfinite(v)) scale = std::max(scale, std::fabs(double(v)));
     for (size_t j = 0; j < a.f.size() && j < b.f.size(); ++j) {
       float x = a.f[j], y = b.f[j];
-      bool same = std::isfinite(x) && std::isfinite(y) ? std::fabs(double(x) - y) <= tolerance * scale
+      bool same = std::isfinite(x) && std::isfinite(y) ? std::fabs(double(x) - y) <= tolerance * std::max(scale, 1.0)
                                                        : (std::isnan(x) && std::isnan(y)) || x == y;
       if (!same)
-        return which + "[" + std::to_string(j) + "]: " + std::to_string(x) + " on cpu, " + std::to_string(y) +
-               " on cuda (largest |value| " + std::to_string(scale) + ")";
+        return which + "[" + std::to_string(j) + "]: " + shortest(x) + " on cpu, " + shortest(y) +
+               " on cuda (largest |value| " + shortest(scale) + ")";
     }
   }
   return "";
@@ -455,6 +464,34 @@ int main(int argc, char **argv) {
   std::mt19937_64 rng(seed);
   long parse = 0, invalid = 0, prepare = 0, failedRun = 0, stalled = 0, ran = 0;
   long compared = 0, cudaAlone = 0, disagreements = 0; // --device cuda: against the CPU backend
+  // Prepares and runs `exe` on the chosen backend; on cuda also on the CPU
+  // backend, which must agree: both refuse, or both run and compute the
+  // same (or only the device refuses, by name: a combination it cannot run,
+  // the CPU computing every dtype in fp32).
+  auto runAndCompare = [&](const pxe::Executable &exe, const Checkpoint &checkpoint,
+                           const std::vector<Tensor> &given, const std::string &what) {
+    std::vector<Tensor> onDevice, onCpu;
+    std::string deviceError, cpuError;
+    Outcome outcome = prepareAndRun(exe, checkpoint, given, onCuda, &onDevice, &deviceError);
+    if (!onCuda) return outcome;
+    Outcome cpu = prepareAndRun(exe, checkpoint, given, false, &onCpu, &cpuError);
+    auto named = [](Outcome o, const std::string &error) {
+      return std::string(outcomeName(o)) + (error.empty() ? "" : " (" + error + ")");
+    };
+    std::string differs = cpu != outcome ? "cpu " + named(cpu, cpuError) + ", cuda " + named(outcome, deviceError)
+                          : outcome == Outcome::Ran ? difference(onCpu, onDevice, tolerance)
+                                                    : std::string();
+    if (cpu == Outcome::Ran && outcome == Outcome::Run) {
+      std::fprintf(stderr, "%s: refused on cuda alone: %s\n", what.c_str(), deviceError.c_str());
+      ++cudaAlone;
+    } else if (!differs.empty()) {
+      std::fprintf(stderr, "%s: the backends disagree: %s\n", what.c_str(), differs.c_str());
+      ++disagreements;
+    } else if (outcome == Outcome::Ran) {
+      ++compared;
+    }
+    return outcome;
+  };
   for (long m = 0; m < mutants; ++m) {
     pxe::Executable exe = original.value();
     std::string what;
@@ -491,29 +528,7 @@ int main(int argc, char **argv) {
       ++invalid;
       continue;
     }
-    std::vector<Tensor> onDevice, onCpu;
-    std::string deviceError, cpuError;
-    Outcome outcome = prepareAndRun(parsed, *weights.value(), inputs, onCuda, &onDevice, &deviceError);
-    if (onCuda) { // the CPU backend must agree: both refuse, or both run and compute the same
-      Outcome cpu = prepareAndRun(parsed, *weights.value(), inputs, false, &onCpu, &cpuError);
-      std::string differs = cpu != outcome ? std::string("cpu ") + outcomeName(cpu) +
-                                                 (cpuError.empty() ? "" : " (" + cpuError + ")") + ", cuda " +
-                                                 outcomeName(outcome) +
-                                                 (deviceError.empty() ? "" : " (" + deviceError + ")")
-                            : outcome == Outcome::Ran ? difference(onCpu, onDevice, tolerance)
-                                                      : std::string();
-      if (cpu == Outcome::Ran && outcome == Outcome::Run) {
-        // A combination only the device cannot run (the CPU computes every
-        // dtype in fp32): refused with a named error, never silently.
-        std::fprintf(stderr, "mutant %ld: refused on cuda alone: %s\n", m, deviceError.c_str());
-        ++cudaAlone;
-      } else if (!differs.empty()) {
-        std::fprintf(stderr, "mutant %ld: the backends disagree: %s\n", m, differs.c_str());
-        ++disagreements;
-      } else if (outcome == Outcome::Ran) {
-        ++compared;
-      }
-    }
+    Outcome outcome = runAndCompare(parsed, *weights.value(), inputs, "mutant " + std::to_string(m));
     switch (outcome) {
     case Outcome::Prepare: ++prepare; break;
     case Outcome::Run: ++failedRun; break;
@@ -524,9 +539,6 @@ int main(int argc, char **argv) {
   std::printf("parax-pxe-fuzz: %ld mutants: %ld unreadable, %ld refused by the validator, %ld at prepare, "
               "%ld failed running, %ld stalled (ended by the watchdog), %ld ran\n",
               mutants, parse, invalid, prepare, failedRun, stalled, ran);
-  if (onCuda)
-    std::printf("parax-pxe-fuzz: on cuda and on cpu: %ld ran alike (within %g of the largest |output|), "
-                "%ld refused running on cuda alone, %ld disagreed\n", compared, tolerance, cudaAlone, disagreements);
 
   // The weights and the inputs damaged instead: bytes of a file's header
   // (or anywhere) changed, or the file cut, then opened and used by the
@@ -582,11 +594,15 @@ int main(int argc, char **argv) {
       }
       given[which] = read.value();
     }
-    if (prepareAndRun(original.value(), *checkpoint, given) == Outcome::Ran) ++ranFiles;
+    if (runAndCompare(original.value(), *checkpoint, given, "damaged file " + std::to_string(m)) == Outcome::Ran)
+      ++ranFiles;
     else ++refusedFiles;
   }
   std::remove(scratch.c_str());
   std::printf("parax-pxe-fuzz: %ld damaged weights or inputs: %ld refused, %ld ran\n", files, refusedFiles,
               ranFiles);
+  if (onCuda) // the mutants and the damaged files
+    std::printf("parax-pxe-fuzz: on cuda and on cpu: %ld ran alike (within %g of the largest |output|, at least 1), "
+                "%ld refused running on cuda alone, %ld disagreed\n", compared, tolerance, cudaAlone, disagreements);
   return 0;
 }
