@@ -27,32 +27,14 @@ __global__ void crossEntropyGradKernel(const T *logits, const int32_t *labels, T
     st(dr, c, (expf(ld(l, c) - stats.max) / stats.sum - (c == label ? 1.0f : 0.0f)) * invTokens);
 }
 
-struct RowStats {
-  float mean, inv;
-};
-
-// A row's mean (0 unless centered: LayerNorm) and 1 / sqrt(variance + eps),
-// on every thread of the block.
-template <typename T>
-__device__ RowStats rowStats(float *partial, const T *xr, int64_t h, float eps, bool centered) {
-  float mean = 0;
-  if (centered) {
-    float s = 0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += ld(xr, c);
-    mean = blockReduce(partial, s, false) / h;
-  }
-  float v = 0;
-  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) v += (ld(xr, c) - mean) * (ld(xr, c) - mean);
-  return RowStats{mean, rsqrtf(blockReduce(partial, v, false) / h + eps)};
-}
-
 // One block per row. With x̂ = (x - mean)·r and g = dy·w:
 // dx = r·(g - mean(g) - x̂·mean(g·x̂)) (RMSNorm: no mean).
 template <typename T>
 __global__ void normGradKernel(const T *x, const T *w, const T *dy, T *dx, int64_t h, float eps, bool centered) {
   __shared__ float partial[kThreads];
+  __shared__ double sums[kThreads];
   const T *xr = x + blockIdx.x * h, *dyr = dy + blockIdx.x * h;
-  RowStats stats = rowStats(partial, xr, h, eps, centered);
+  RowStats stats = rowStats(sums, xr, h, eps, centered);
   float sumG = 0, dot = 0;
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
     float g = ld(dyr, c) * ld(w, c);
@@ -70,8 +52,8 @@ __global__ void normGradKernel(const T *x, const T *w, const T *dy, T *dx, int64
 // One block per row: its mean and 1/sqrt(variance + eps), for the weight's
 // gradient.
 template <typename T> __global__ void rowStatsKernel(const T *x, float *stats, int64_t h, float eps, bool centered) {
-  __shared__ float partial[kThreads];
-  RowStats s = rowStats(partial, x + blockIdx.x * h, h, eps, centered);
+  __shared__ double sums[kThreads];
+  RowStats s = rowStats(sums, x + blockIdx.x * h, h, eps, centered);
   if (threadIdx.x == 0) {
     stats[2 * blockIdx.x] = s.mean;
     stats[2 * blockIdx.x + 1] = s.inv;

@@ -71,36 +71,51 @@ __global__ void toBf16Kernel(const float *x, __nv_bfloat16 *y, int64_t n) {
   PARAX_GRID_STRIDE(i, n) y[i] = __float2bfloat16(x[i]);
 }
 
-// One block per row.
-template <typename T>
-__global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, float eps, bool layerNorm) {
-  __shared__ float partial[kThreads];
-  const T *xr = x + blockIdx.x * h;
-  T *yr = y + blockIdx.x * h;
-  float mean = 0;
-  if (layerNorm) {
-    float s = 0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += ld(xr, c);
-    partial[threadIdx.x] = s;
-    __syncthreads();
-    for (int step = blockDim.x / 2; step > 0; step /= 2) {
-      if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
-      __syncthreads();
-    }
-    mean = partial[0] / h;
-    __syncthreads();
-  }
-  float s = 0;
-  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += (ld(xr, c) - mean) * (ld(xr, c) - mean);
-  partial[threadIdx.x] = s;
+// A block's sum of `v` in double, on every thread.
+__device__ double blockSum(double *partial, double v) {
+  partial[threadIdx.x] = v;
   __syncthreads();
   for (int step = blockDim.x / 2; step > 0; step /= 2) {
     if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
     __syncthreads();
   }
-  float inv = rsqrtf(partial[0] / h + eps);
+  double out = partial[0];
+  __syncthreads();
+  return out;
+}
+
+struct RowStats {
+  float mean, inv;
+};
+
+// A row's mean (0 unless centered: LayerNorm) and 1 / sqrt(variance + eps),
+// on every thread of the block. Summed in double, as the CPU backend sums
+// them: in fp32 the squares of a row of 1e20s overflowed, and the row was
+// normalised to 0 where the CPU's was finite (parax-pxe-fuzz, a weight
+// damaged to 7e36). (A norm reads its row once: the double sums cost
+// nothing against the memory traffic.)
+template <typename T>
+__device__ RowStats rowStats(double *partial, const T *xr, int64_t h, float eps, bool centered) {
+  double mean = 0;
+  if (centered) {
+    double s = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += ld(xr, c);
+    mean = blockSum(partial, s) / h;
+  }
+  double v = 0;
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) v += (ld(xr, c) - mean) * (ld(xr, c) - mean);
+  return RowStats{static_cast<float>(mean), static_cast<float>(1.0 / sqrt(blockSum(partial, v) / h + eps))};
+}
+
+// One block per row.
+template <typename T>
+__global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, float eps, bool layerNorm) {
+  __shared__ double partial[kThreads];
+  const T *xr = x + blockIdx.x * h;
+  T *yr = y + blockIdx.x * h;
+  RowStats stats = rowStats(partial, xr, h, eps, layerNorm);
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-    st(yr, c, (ld(xr, c) - mean) * inv * ld(w, c) + (layerNorm ? ld(b, c) : 0.0f));
+    st(yr, c, (ld(xr, c) - stats.mean) * stats.inv * ld(w, c) + (layerNorm ? ld(b, c) : 0.0f));
 }
 
 // Angles in double, as the CPU backend computes them (float loses ~1e-4 rad

@@ -9,7 +9,8 @@ an argument is (name, type, param) -- param names a checkpoint tensor, else
 the argument is an input -- and `values` maps an argument to a generator
 kind ("normal", "ids:V", "experts:E" for router indices, "ones",
 "position:P" for a generation step's run-time position P, "nan-rows:I,J"
-for normal values with rows I, J (the last dimension's vectors) NaN).
+for normal values with rows I, J (the last dimension's vectors) NaN,
+"huge-rows:I,J" with those rows times 1e25).
 """
 
 import numpy as np
@@ -42,6 +43,15 @@ OPS = {
     "layer_norm-odd": (
         [("x", t(4, 3, 37), None), ("w", t(37), "w"), ("b", t(37), "b")],
         "parax.layer_norm %x, %w, %b {eps = 1.0e-05 : f64}", t(4, 3, 37), {}),
+    # Rows of 1e25s (a diverging run's, or a damaged weight's): their
+    # squares overflow fp32, so the statistics are summed in double, as on
+    # the CPU (in fp32 the GPU normalised such a row to 0).
+    "rms_norm-huge": (
+        [("x", t(3, 700), None), ("w", t(700), "w")],
+        "parax.rms_norm %x, %w {eps = 1.0e-06 : f64}", t(3, 700), {"x": "huge-rows:1"}),
+    "layer_norm-huge": (
+        [("x", t(4, 3, 37), None), ("w", t(37), "w"), ("b", t(37), "b")],
+        "parax.layer_norm %x, %w, %b {eps = 1.0e-05 : f64}", t(4, 3, 37), {"x": "huge-rows:0,5"}),
     "rope-partial-offset": (
         [("x", t(2, 6, 3, 16), None)],
         "parax.rope %x {theta = 10000.0 : f64, rotary_dim = 8, position_offset = 1000}",
@@ -182,6 +192,9 @@ OPS = {
     "rms_norm_grad-wide": (
         [("x", t(3, 700), None), ("w", t(700), "w"), ("dy", t(3, 700), None)],
         "parax.rms_norm_grad %x, %w, %dy {eps = 1.0e-06 : f64}", t(3, 700), {}),
+    "rms_norm_grad-huge": (
+        [("x", t(3, 700), None), ("w", t(700), "w"), ("dy", t(3, 700), None)],
+        "parax.rms_norm_grad %x, %w, %dy {eps = 1.0e-06 : f64}", t(3, 700), {"x": "huge-rows:2"}),
     "rms_norm_weight_grad": (
         [("x", t(2, 9, 300), None), ("dy", t(2, 9, 300), None)],
         "parax.rms_norm_weight_grad %x, %dy {eps = 1.0e-05 : f64}", t(300), {}),
@@ -415,5 +428,8 @@ def values(case, seed=0):
             if kind.startswith("nan-rows:"):
                 rows = v.reshape(-1, shape[-1])
                 rows[[int(r) for r in kind[9:].split(",")]] = np.nan
+            if kind.startswith("huge-rows:"):  # (1e25 in bf16 too)
+                rows = v.reshape(-1, shape[-1])
+                rows[[int(r) for r in kind[10:].split(",")]] *= np.float32(1e25)
         (params.__setitem__(param, v) if param else inputs.append(v))
     return inputs, params

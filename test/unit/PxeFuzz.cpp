@@ -594,9 +594,15 @@ int main(int argc, char **argv) {
       }
       given[which] = read.value();
     }
+    long before = disagreements;
     if (runAndCompare(original.value(), *checkpoint, given, "damaged file " + std::to_string(m)) == Outcome::Ran)
       ++ranFiles;
     else ++refusedFiles;
+    if (disagreements > before) { // kept to replay with parax-run
+      std::string kept = scratch + "-" + std::to_string(m);
+      std::rename(scratch.c_str(), kept.c_str());
+      std::fprintf(stderr, "damaged file %ld: kept as %s\n", m, kept.c_str());
+    }
   }
   std::remove(scratch.c_str());
   std::printf("parax-pxe-fuzz: %ld damaged weights or inputs: %ld refused, %ld ran\n", files, refusedFiles,
