@@ -411,7 +411,6 @@ def test_planner_optimizer_memory_matches_the_device_optimizer(tmp_path, pins, r
     device optimizer allocated on a rank (parax-run's summary), within 1 %
     (ZeRO's chunks are padded; 8 bytes a gradient for its sum of
     squares)."""
-    import json
     import re
     import subprocess
     from parax.checkpoint import save_safetensors
@@ -427,15 +426,8 @@ def test_planner_optimizer_memory_matches_the_device_optimizer(tmp_path, pins, r
     np.save(tokens, np.arange(4 * ranks * 32, dtype=np.int32).reshape(4 * ranks, 32) % 1024)
     workload = f"train:batch={4 * ranks},seq=32,{pins},tp=1,pp=1,cp=1,recompute=none"
     cluster = f"dgx-h100:devices_per_node={ranks}"
-    report = json.loads(subprocess.run(
-        [tool("parax-plan"), os.path.join(d, "model.mlir"), "--cluster", cluster, "--workload", workload,
-         "--json", "--top", "1"], capture_output=True, text=True, check=True, timeout=120).stdout)
-    planned = report["plans"][0]["memory_bytes"]["optimizer"]
-    partitioned, exe = os.path.join(d, "train.mlir"), os.path.join(d, "train.pxe")
-    subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
-                    f"--parax-plan=cluster={cluster} workload={workload}", "--parax-autodiff", "--parax-partition",
-                    "-o", partitioned], check=True, timeout=120)
-    subprocess.run([tool("parax-translate"), "--to-executable", partitioned, "-o", exe], check=True, timeout=120)
+    plan, exe = planned_executable(d, cluster, workload, recompute=False)
+    planned = plan["memory_bytes"]["optimizer"]
     zero = ["--zero-stage", pins[-1]] if "zero=0" not in pins else []
     out = subprocess.run(["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
                           tool("parax-run-simt"), exe, "--weights", os.path.join(d, "w.safetensors"),
@@ -736,6 +728,25 @@ def test_recompute_lowers_the_temporaries_live_at_once(tmp_path):
     assert live["full"] < live["selective"] < live["none"], live
 
 
+def planned_executable(d, cluster, workload, recompute=True):
+    """The best plan `parax-plan` makes for d/model.mlir (its JSON) and
+    d/train.pxe, the program compiled as `compile --train` does
+    (--parax-recompute applies the plan's choice, unless `recompute` is
+    False)."""
+    import json
+    import subprocess
+    report = json.loads(subprocess.run(
+        [tool("parax-plan"), os.path.join(d, "model.mlir"), "--cluster", cluster, "--workload", workload,
+         "--json", "--top", "1"], capture_output=True, text=True, check=True, timeout=120).stdout)
+    partitioned, exe = os.path.join(d, "train.mlir"), os.path.join(d, "train.pxe")
+    subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
+                    f"--parax-plan=cluster={cluster} workload={workload}", "--parax-autodiff",
+                    *(["--parax-recompute"] if recompute else []), "--parax-partition", "-o", partitioned],
+                   check=True, timeout=120)
+    subprocess.run([tool("parax-translate"), "--to-executable", partitioned, "-o", exe], check=True, timeout=120)
+    return report["plans"][0], exe
+
+
 def planned_and_allocated(d, cfg, rows, seq, workload, cluster, ranks=1, extra=()):
     """The plan `parax-plan` makes for d/model.mlir (llama_training_step's,
     of config `cfg`; bf16 zeros for weights, `rows` sequences of `seq`
@@ -744,7 +755,6 @@ def planned_and_allocated(d, cfg, rows, seq, workload, cluster, ranks=1, extra=(
     the emulator) allocated at prepare, less cuBLAS's two 32 MiB
     workspaces: the program compiled as `compile --train` does
     (--parax-recompute applies the plan's choice)."""
-    import json
     import re
     import subprocess
     import numpy as np
@@ -754,17 +764,9 @@ def planned_and_allocated(d, cfg, rows, seq, workload, cluster, ranks=1, extra=(
     save_safetensors(os.path.join(d, "w.safetensors"),
                      {k: np.zeros(s, np.float32) for k, s in parameter_shapes(cfg).items()}, dtype="bf16")
     np.save(os.path.join(d, "tokens.npy"), np.zeros((rows, seq), np.int32))
-    report = json.loads(subprocess.run(
-        [tool("parax-plan"), os.path.join(d, "model.mlir"), "--cluster", cluster, "--workload", workload,
-         "--json", "--top", "1"], capture_output=True, text=True, check=True, timeout=120).stdout)
-    plan = report["plans"][0]
+    plan, exe = planned_executable(d, cluster, workload)
     memory = plan["memory_bytes"]
     planner = memory["weights"] + memory["gradients"] + memory["activations"]
-    partitioned, exe = os.path.join(d, "train.mlir"), os.path.join(d, "train.pxe")
-    subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
-                    f"--parax-plan=cluster={cluster} workload={workload}", "--parax-autodiff", "--parax-recompute",
-                    "--parax-partition", "-o", partitioned], check=True, timeout=120)
-    subprocess.run([tool("parax-translate"), "--to-executable", partitioned, "-o", exe], check=True, timeout=120)
     tokens = os.path.join(d, "tokens.npy")
     launcher = ["mpirun", "-np", str(ranks)] if ranks > 1 else []
     out = subprocess.run(launcher + [tool("parax-run-simt"), exe, "--weights", os.path.join(d, "w.safetensors"),
@@ -811,15 +813,8 @@ def test_planner_scratch_matches_the_kernels_scratch(tmp_path, family, pins, ran
     tokens = os.path.join(d, "tokens.npy")
     np.save(tokens, np.random.default_rng(0).integers(0, cfg.vocab, (2, 128)).astype(np.int32))
     cluster, workload = f"dgx-h100:devices_per_node={ranks}", f"train:batch=2,seq=128{pins}"
-    report = json.loads(subprocess.run(
-        [tool("parax-plan"), os.path.join(d, "model.mlir"), "--cluster", cluster, "--workload", workload,
-         "--json", "--top", "1"], capture_output=True, text=True, check=True, timeout=120).stdout)
-    planner = report["plans"][0]["memory_bytes"]["scratch"]
-    partitioned, exe = os.path.join(d, "train.mlir"), os.path.join(d, "train.pxe")
-    subprocess.run([tool("parax-opt"), os.path.join(d, "model.mlir"),
-                    f"--parax-plan=cluster={cluster} workload={workload}", "--parax-autodiff", "--parax-recompute",
-                    "--parax-partition", "-o", partitioned], check=True, timeout=120)
-    subprocess.run([tool("parax-translate"), "--to-executable", partitioned, "-o", exe], check=True, timeout=120)
+    plan, exe = planned_executable(d, cluster, workload)
+    planner = plan["memory_bytes"]["scratch"]
     launcher = ["mpirun", "-np", str(ranks)] if ranks > 1 else []
     out = subprocess.run(launcher + [tool("parax-run-simt"), exe, "--weights", os.path.join(d, "w.safetensors"),
                                      "--input", tokens, "--input", tokens, "--device", "cuda", "--steps", "1"],
