@@ -469,7 +469,7 @@ int main(int argc, char **argv) {
   // same (or only the device refuses, by name: a combination it cannot run,
   // the CPU computing every dtype in fp32).
   auto runAndCompare = [&](const pxe::Executable &exe, const Checkpoint &checkpoint,
-                           const std::vector<Tensor> &given, const std::string &what) {
+                           const std::vector<Tensor> &given, const std::string &what, bool values = true) {
     std::vector<Tensor> onDevice, onCpu;
     std::string deviceError, cpuError;
     Outcome outcome = prepareAndRun(exe, checkpoint, given, onCuda, &onDevice, &deviceError);
@@ -479,7 +479,7 @@ int main(int argc, char **argv) {
       return std::string(outcomeName(o)) + (error.empty() ? "" : " (" + error + ")");
     };
     std::string differs = cpu != outcome ? "cpu " + named(cpu, cpuError) + ", cuda " + named(outcome, deviceError)
-                          : outcome == Outcome::Ran ? difference(onCpu, onDevice, tolerance)
+                          : outcome == Outcome::Ran && values ? difference(onCpu, onDevice, tolerance)
                                                     : std::string();
     if (cpu == Outcome::Ran && outcome == Outcome::Run) {
       std::fprintf(stderr, "%s: refused on cuda alone: %s\n", what.c_str(), deviceError.c_str());
@@ -565,6 +565,9 @@ int main(int argc, char **argv) {
   };
   std::string scratch = seedPath + ".damaged";
   std::string weightBytes = readFile(weightsPath);
+  bool bf16 = false; // a program storing bf16
+  for (const pxe::Stage &stage : original.value().stages())
+    for (const pxe::Buffer &b : stage.buffers()) bf16 = bf16 || b.dtype() == pxe::BF16;
   long files = 0, refusedFiles = 0, ranFiles = 0;
   for (long m = 0; m < mutants / 4; ++m, ++files) {
     std::string what;
@@ -595,7 +598,12 @@ int main(int argc, char **argv) {
       given[which] = read.value();
     }
     long before = disagreements;
-    if (runAndCompare(original.value(), *checkpoint, given, "damaged file " + std::to_string(m)) == Outcome::Ran)
+    // A bf16 program's damaged weight (a key projection of 1e37) makes its
+    // attention one-hot on whichever key rounds largest, and bf16 storage
+    // and the CPU's fp32 pick different keys: only the outcomes compared.
+    bool values = !(weightsHit && bf16);
+    if (runAndCompare(original.value(), *checkpoint, given, "damaged file " + std::to_string(m), values) ==
+        Outcome::Ran)
       ++ranFiles;
     else ++refusedFiles;
     if (disagreements > before) { // kept to replay with parax-run
