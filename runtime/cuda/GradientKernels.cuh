@@ -102,8 +102,11 @@ template <typename T> __global__ void geluGradKernel(const T *x, const T *dy, T 
   PARAX_GRID_STRIDE(k, n) {
     float v = ld(x, k), d;
     if (tanhApprox) {
-      float c = 0.7978845608028654f, t = tanhf(c * (v + 0.044715f * v * v * v));
-      d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * v * v);
+      // Where tanh has saturated (|v| above ~10), sech^2 is 0 and so is the
+      // second term: not 0 * inf, which made NaN of a 4e37 (v^2 overflows
+      // fp32; the CPU, in double, got 1: parax-pxe-fuzz on a damaged weight).
+      float c = 0.7978845608028654f, t = tanhf(c * (v + 0.044715f * v * v * v)), sech2 = 1.0f - t * t;
+      d = 0.5f * (1.0f + t) + (sech2 > 0.0f ? 0.5f * v * sech2 * c * (1.0f + 3.0f * 0.044715f * v * v) : 0.0f);
     } else {
       d = 0.5f * (1.0f + erff(v * 0.7071067811865476f)) + v * expf(-0.5f * v * v) * 0.3989422804014327f;
     }

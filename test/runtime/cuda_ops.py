@@ -258,6 +258,12 @@ OPS = {
                        "parax.gelu_grad tanh %x, %dy", t(3, 333), {}),
     "gelu_grad-erf": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
                       "parax.gelu_grad none %x, %dy", t(3, 333), {}),
+    # x of 1e25 (x^2 overflows fp32): the tanh form's derivative is 1 there,
+    # not 0 * inf (NaN on the GPU before; the CPU computes in double).
+    "gelu_grad-tanh-huge": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
+                            "parax.gelu_grad tanh %x, %dy", t(3, 333), {"x": "huge-rows:1"}),
+    "gelu_grad-erf-huge": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
+                           "parax.gelu_grad none %x, %dy", t(3, 333), {"x": "huge-rows:1"}),
     "sigmoid_grad": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
                      "parax.sigmoid_grad %x, %dy", t(3, 333), {}),
     # Mixture of experts' gradients: the router's choice made again, the
