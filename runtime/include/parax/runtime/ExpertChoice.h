@@ -34,14 +34,19 @@ PARAX_HOST_DEVICE inline bool ranksBefore(F a, int64_t p, F b, int64_t q) {
   return a > b || (a == b && p < q);
 }
 
-/// The best of items first .. last - 1 (value value[i]) that `keep(i)`
-/// admits and that rank after item `after` (none: -1); -1 if there is none.
-template <typename F, typename Keep>
-PARAX_HOST_DEVICE inline int64_t bestAfter(int64_t first, int64_t last, Keep keep, const F &value, int64_t after) {
+/// The best of items first .. last - 1 (of value value(i), an F) that
+/// `keep(i)` admits and that rank after item `after` (none: -1); -1 if
+/// there is none.
+template <typename F, typename Keep, typename Value>
+PARAX_HOST_DEVICE inline int64_t bestAfter(int64_t first, int64_t last, Keep keep, const Value &value,
+                                           int64_t after) {
   int64_t best = -1;
+  F afterValue = after >= 0 ? value(after) : F(0), bestValue = F(0);
   for (int64_t i = first; i < last; ++i) {
-    if (!keep(i) || (after >= 0 && !ranksBefore(value(after), after, value(i), i))) continue;
-    if (best < 0 || ranksBefore(value(i), i, value(best), best)) best = i;
+    if (!keep(i)) continue;
+    F v = value(i);
+    if (after >= 0 && !ranksBefore(afterValue, after, v, i)) continue;
+    if (best < 0 || ranksBefore(v, i, bestValue, best)) best = i, bestValue = v;
   }
   return best;
 }
@@ -60,19 +65,19 @@ PARAX_HOST_DEVICE void chooseExperts(const F *choice, int64_t E, int64_t K, int6
   uint64_t kept = ~uint64_t(0);
   if (groups > 1) {
     auto groupValue = [&](int64_t g) {
-      int64_t top = bestAfter(g * per, (g + 1) * per, any, expertValue, -1);
-      int64_t second = per > 1 ? bestAfter(g * per, (g + 1) * per, any, expertValue, top) : -1;
+      int64_t top = bestAfter<F>(g * per, (g + 1) * per, any, expertValue, -1);
+      int64_t second = per > 1 ? bestAfter<F>(g * per, (g + 1) * per, any, expertValue, top) : -1;
       return choice[top] + (second >= 0 ? choice[second] : F(0));
     };
     kept = 0;
     for (int64_t k = 0, g = -1; k < topkGroups; ++k) {
-      g = bestAfter(int64_t(0), groups, any, groupValue, g);
+      g = bestAfter<F>(int64_t(0), groups, any, groupValue, g);
       kept |= uint64_t(1) << g;
     }
   }
   auto inKeptGroup = [&](int64_t e) { return ((kept >> (e / per)) & 1) != 0; };
   for (int64_t k = 0, e = -1; k < K; ++k) {
-    e = bestAfter(int64_t(0), E, inKeptGroup, expertValue, e);
+    e = bestAfter<F>(int64_t(0), E, inKeptGroup, expertValue, e);
     chosen[k] = static_cast<I>(e);
   }
 }
