@@ -71,15 +71,19 @@ __global__ void toBf16Kernel(const float *x, __nv_bfloat16 *y, int64_t n) {
   PARAX_GRID_STRIDE(i, n) y[i] = __float2bfloat16(x[i]);
 }
 
-// A block's sum of `v` in double, on every thread.
-__device__ double blockSum(double *partial, double v) {
+// The block's maximum (takeMax) or sum of every thread's `v` (fp32 or
+// double), returned to every thread; `partial` holds kThreads of them in
+// shared memory.
+template <typename V> __device__ V blockReduce(V *partial, V v, bool takeMax) {
   partial[threadIdx.x] = v;
   __syncthreads();
   for (int step = blockDim.x / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) partial[threadIdx.x] += partial[threadIdx.x + step];
+    if (threadIdx.x < step)
+      partial[threadIdx.x] = takeMax ? fmax(partial[threadIdx.x], partial[threadIdx.x + step])
+                                     : partial[threadIdx.x] + partial[threadIdx.x + step];
     __syncthreads();
   }
-  double out = partial[0];
+  V out = partial[0];
   __syncthreads();
   return out;
 }
@@ -100,11 +104,11 @@ __device__ RowStats rowStats(double *partial, const T *xr, int64_t h, float eps,
   if (centered) {
     double s = 0;
     for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += ld(xr, c);
-    mean = blockSum(partial, s) / h;
+    mean = blockReduce(partial, s, false) / h;
   }
   double v = 0;
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x) v += (ld(xr, c) - mean) * (ld(xr, c) - mean);
-  return RowStats{static_cast<float>(mean), static_cast<float>(1.0 / sqrt(blockSum(partial, v) / h + eps))};
+  return RowStats{static_cast<float>(mean), static_cast<float>(1.0 / sqrt(blockReduce(partial, v, false) / h + eps))};
 }
 
 // One block per row.
@@ -939,22 +943,6 @@ __global__ void moeCombineKernel(const T *back, const int32_t *slot, T *y, int64
     }
     st(y, i, a);
   }
-}
-
-// The block's maximum (takeMax) or sum of every thread's `v`, returned to
-// every thread; `partial` holds kThreads floats of shared memory.
-__device__ float blockReduce(float *partial, float v, bool takeMax) {
-  partial[threadIdx.x] = v;
-  __syncthreads();
-  for (int step = blockDim.x / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step)
-      partial[threadIdx.x] = takeMax ? fmaxf(partial[threadIdx.x], partial[threadIdx.x + step])
-                                     : partial[threadIdx.x] + partial[threadIdx.x + step];
-    __syncthreads();
-  }
-  float out = partial[0];
-  __syncthreads();
-  return out;
 }
 
 // A row of logits' maximum and sum of exp(l - max), on every thread.

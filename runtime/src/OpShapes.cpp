@@ -130,8 +130,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (in[0].size() != 2 || out[0].size() != 3 || out[0][0] != 1 || out[0][2] != in[0][1])
       return fail("the table [positions, hidden] and result [1, S, hidden] do not fit: " + text(in[0]) + ", " +
                   text(out[0]));
-    if (in.size() == 1 && !rowsFit(attrInt(a, "offset"), out[0][1] * groupOf("seq_axes"), in[0][0]))
-      return fail(positionsPastTable(attrInt(a, "offset"), out[0][1] * groupOf("seq_axes"), in[0][0]));
+    int64_t offset = attrInt(a, "offset"), rows = out[0][1] * groupOf("seq_axes"); // (every rank's piece)
+    if (in.size() == 1 && !rowsFit(offset, rows, in[0][0]))
+      return fail(positionsPastTable(offset, rows, in[0][0]));
   } else if (op == "linear") {
     const Shape &x = in[0], &w = in[1], &y = out[0];
     if (x.empty() || w.size() != 2 || !alike(x, y, static_cast<int>(x.size()) - 1))
@@ -276,8 +277,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (in[0].size() != 3 || out[0].size() != 2 || in[0][0] != 1 || in[0][2] != out[0][1])
       return fail("dy [1, S, hidden] and the table [positions, hidden] do not fit: " + text(in[0]) + ", " +
                   text(out[0]));
-    if (!rowsFit(attrInt(a, "offset"), in[0][1] * groupOf("seq_axes"), out[0][0]))
-      return fail(positionsPastTable(attrInt(a, "offset"), in[0][1] * groupOf("seq_axes"), out[0][0]));
+    int64_t offset = attrInt(a, "offset"), rows = in[0][1] * groupOf("seq_axes"); // (every rank's piece)
+    if (!rowsFit(offset, rows, out[0][0]))
+      return fail(positionsPastTable(offset, rows, out[0][0]));
   } else if (op == "embedding_grad") {
     Shape want = in[0];
     if (out[0].size() != 2) return fail("the table's gradient must be [vocabulary, hidden], got " + text(out[0]));
