@@ -22,11 +22,16 @@ static InFlightDiagnostic unsupported(Operation *op, const Layout &layout) {
                          << layout.str() << ": ";
 }
 
-// The same layout, with dims of size 1 in `value` replicated (broadcast);
-// a scalar (a run-time position) is replicated.
+// The same layout, with dims of size 1 in `value` replicated (broadcast).
 static Layout forOperand(const Layout &layout, Value value) {
-  if (rankOf(value) == 0)
-    return Layout::replicated(0);
+  if (rankOf(value) == 0) {
+    // A float scalar (a loss term) carries the pending sum too; a run-time
+    // position is whole.
+    Layout scalar = Layout::replicated(0);
+    if (isa<FloatType>(cast<RankedTensorType>(value.getType()).getElementType()))
+      scalar.partial = layout.partial;
+    return scalar;
+  }
   Layout out = layout;
   ArrayRef<int64_t> shape = shapeOf(value);
   for (size_t d = 0; d < out.dims.size() && d < shape.size(); ++d)
@@ -462,8 +467,9 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
       })
       .Case<CrossEntropyOp>([&](CrossEntropyOp ce) -> FailureOr<SmallVector<Layout>> {
         // The tokens split as the labels are (integers are never
-        // resharded): a partial sum over those axes.
-        Layout labels = Layout::replicated(rankOf(ce.getLabels()));
+        // resharded), or, for labels not yet placed (a program input, then
+        // loaded so), over the axes of the partial sum, on dimension 0.
+        Layout labels = tokensSplit(out.partial, rankOf(ce.getLabels()), nullptr);
         if (const Layout *have = currentOf(1))
           labels = *have;
         Layout logits = logitsOf(labels);

@@ -76,6 +76,8 @@ private:
     return kReplicated;
   }
 
+  double keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm::ArrayRef<double> opTimes,
+                   double *recomputeTime = nullptr) const;
   void passThrough(const OpNode &op, SmallVector<Strategy> &out,
                    llvm::function_ref<bool(int)> dimAllowed) const;
   SmallVector<Strategy> strategies(const OpNode &op) const;
@@ -102,6 +104,90 @@ private:
   }
   mutable std::vector<double> collectiveCache;
 };
+
+// Whether the gradient of an op of this kind reads the op's activation
+// inputs (lib/Train/Autodiff.cpp's rules). A rope, a sum, a view, a slice,
+// a concat, a broadcast and a position embedding need dy alone.
+static bool gradientReadsInputs(OpClass kind) {
+  switch (kind) {
+  case OpClass::Linear:       // x, for the weight's gradient
+  case OpClass::Norm:         // x
+  case OpClass::Attention:    // q, k and v (it recomputes the scores)
+  case OpClass::Unary:        // x
+  case OpClass::Swiglu:       // gate and up
+  case OpClass::Mul:          // each the other's
+  case OpClass::Router:       // x (the choice made again)
+  case OpClass::Experts:      // x, the router's weights and choices
+  case OpClass::CrossEntropy: // logits and labels
+  case OpClass::Embedding:    // the token ids
+    return true;
+  default:
+    return false;
+  }
+}
+
+// Selective recomputation re-runs these (lib/Train/Recompute.cpp's
+// `cheap`: results large next to the time they take) and the views of what
+// it re-runs.
+static bool selectivelyRecomputed(OpClass kind) {
+  switch (kind) {
+  case OpClass::Norm:
+  case OpClass::Unary:
+  case OpClass::Swiglu:
+  case OpClass::Rope:
+  case OpClass::Mul:
+  case OpClass::Broadcast:
+  case OpClass::Concat:
+  case OpClass::Attention:
+    return true;
+  default:
+    return false;
+  }
+}
+
+// The bytes of the layer's values a training step keeps from its forward
+// pass to its backward (the values its gradient ops read, as the runtime
+// keeps each temporary from its writer to its last reader), each once, in
+// the layout its writer left it (`heldBytes`, by value id; the layer's
+// inputs in the boundary layout). `selective`: what selective
+// recomputation re-runs is not kept, the values it re-runs them from are;
+// `recomputeTime` gets the time of the ops re-run (`opTimes`, by op).
+double Solver::keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm::ArrayRef<double> opTimes,
+                         double *recomputeTime) const {
+  const int n = layer.ops.size();
+  SmallVector<int> writer(layer.values.size(), -1);
+  SmallVector<bool> rerunnable(n, false), rerun(n, false);
+  for (int i = 0; i < n; ++i) {
+    const OpNode &op = layer.ops[i];
+    bool isView = op.kind == OpClass::Reshape || op.kind == OpClass::Slice || op.kind == OpClass::Transpose;
+    rerunnable[i] = selective && (selectivelyRecomputed(op.kind) ||
+                                  (isView && !op.inputs.empty() && writer[op.inputs[0]] >= 0 &&
+                                   rerunnable[writer[op.inputs[0]]]));
+    for (int res : op.results)
+      writer[res] = i;
+  }
+  // Last op first: a value is needed if a gradient reads it, or an op
+  // re-run (or a view of it) needs it.
+  SmallVector<bool> needed(layer.values.size(), false);
+  for (int i = n - 1; i >= 0; --i) {
+    const OpNode &op = layer.ops[i];
+    bool resultNeeded = llvm::any_of(op.results, [&](int res) { return needed[res]; });
+    rerun[i] = rerunnable[i] && resultNeeded;
+    bool aliased = op.kind == OpClass::Reshape || op.cacheView;
+    if (rerun[i] || (aliased && resultNeeded) || gradientReadsInputs(op.kind))
+      for (int in : op.inputs)
+        needed[in] = true;
+  }
+  double bytes = 0;
+  for (auto [id, isNeeded] : llvm::enumerate(needed))
+    if (isNeeded && (writer[id] < 0 || !rerun[writer[id]]))
+      bytes += heldBytes[id];
+  if (recomputeTime)
+    for (int i = 0; i < n; ++i)
+      if (rerun[i])
+        *recomputeTime += opTimes[i];
+  return bytes;
+}
 
 void Solver::passThrough(const OpNode &op, SmallVector<Strategy> &out,
                          llvm::function_ref<bool(int)> dimAllowed) const {
@@ -556,6 +642,8 @@ LayerPlan Solver::solve() {
   plan.feasible = true;
   plan.objective = bestCost;
   double tokens = ctx.tokens();
+  SmallVector<double> heldBytes(layer.values.size(), 0), opTimes(n, 0);
+  double dispatchedBytes = 0;
   for (int i = 0; i < n; ++i) {
     const OpNode &op = layer.ops[i];
     const Strategy &s = options[i][choice[i]];
@@ -600,22 +688,23 @@ LayerPlan Solver::solve() {
       if (!value(res).inKvCache)
         liveBytes += fullBytes(res) * share(s.out[k]);
     plan.peakLiveBytes = std::max(plan.peakLiveBytes, liveBytes);
-    // Activations kept for the backward pass.
-    if (op.kind == OpClass::Reshape || op.cacheView)
-      continue;
-    double kept = 0;
+    // The bytes of each result as this device holds it (a reshape's and a
+    // cache view's are another value's memory).
     for (auto [k, res] : llvm::enumerate(op.results))
-      kept += fullBytes(res) * share(s.out[k]);
-    plan.activationBytes[0] += kept;
-    bool recomputed = op.kind == OpClass::Norm || op.kind == OpClass::Unary ||
-                      op.kind == OpClass::Swiglu || op.kind == OpClass::Rope ||
-                      op.kind == OpClass::Mul || op.kind == OpClass::Broadcast ||
-                      op.kind == OpClass::Concat || op.kind == OpClass::Attention;
-    if (recomputed)
-      plan.selectiveRecomputeTime += time;
-    else
-      plan.activationBytes[1] += kept;
+      heldBytes[res] = op.kind == OpClass::Reshape || op.cacheView ? 0 : fullBytes(res) * share(s.out[k]);
+    opTimes[i] = time;
+    if (op.kind == OpClass::Experts && ctx.ep > 1)
+      // The dispatched rows, weights and experts the gradient reads: the
+      // dispatch's capacity, ep · tokens · k rows (the runtime sizes them
+      // for every token of the EP group choosing this rank's experts).
+      dispatchedBytes += ctx.ep * (op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) +
+                                   fullBytes(op.inputs[1]) + fullBytes(op.inputs[2]));
   }
+  for (int in : layer.inputs)
+    heldBytes[in] = value(in).inKvCache ? 0 : fullBytes(in) * share(boundaryLayout(in));
+  plan.activationBytes[0] = keptBytes(/*selective=*/false, heldBytes, opTimes) + dispatchedBytes;
+  plan.activationBytes[1] =
+      keptBytes(/*selective=*/true, heldBytes, opTimes, &plan.selectiveRecomputeTime) + dispatchedBytes;
   // The last states' outputs closing back to the boundary.
   if (!lastLayer)
     for (int out : layer.outputs) {
@@ -626,9 +715,22 @@ LayerPlan Solver::solve() {
         plan.collectives.push_back({*kind, fullBytes(out), n});
     }
   for (int in : layer.inputs)
-    if (!value(in).inKvCache)
-      plan.activationBytes[2] += fullBytes(in) * share(boundaryLayout(in));
+    plan.activationBytes[2] += heldBytes[in];
+  for (int out : layer.outputs)
+    plan.outputBytes += value(out).inKvCache || lastLayer ? 0 : fullBytes(out) * share(boundaryLayout(out));
   plan.workingBytes = plan.activationBytes[0];
+  // The prologue and the layer holding the loss are never recomputed
+  // (lib/Train/Recompute.cpp): they keep what they keep without. (The
+  // loss's layer runs its backward right after its forward: under full
+  // recomputation what it keeps is live only then, with the layers'
+  // inputs, as one layer's working set is.)
+  bool holdsLoss = llvm::any_of(layer.ops, [](const OpNode &op) { return op.kind == OpClass::CrossEntropy; });
+  if (layer.index < 0 || holdsLoss) {
+    plan.activationBytes[1] = plan.activationBytes[0];
+    if (layer.index < 0)
+      plan.activationBytes[2] = plan.activationBytes[0];
+    plan.selectiveRecomputeTime = 0;
+  }
   return plan;
 }
 

@@ -25,7 +25,7 @@ namespace {
 // parallelism, both outside `tp`), partial over `tp`.
 ShardingAttr makeSharding(MLIRContext *context, FlatSymbolRefAttr grid,
                           int64_t rank, int8_t layout, int epDim = -1,
-                          int cpDim = -1) {
+                          int cpDim = -1, ArrayRef<StringRef> partialAxes = {}) {
   Builder b(context);
   SmallVector<Attribute> dims;
   for (int64_t d = 0; d < rank; ++d) {
@@ -39,6 +39,8 @@ ShardingAttr makeSharding(MLIRContext *context, FlatSymbolRefAttr grid,
     dims.push_back(b.getArrayAttr(axes));
   }
   SmallVector<Attribute> partial;
+  for (StringRef axis : partialAxes)
+    partial.push_back(b.getStringAttr(axis));
   if (layout == kPartial)
     partial.push_back(b.getStringAttr("tp"));
   return ShardingAttr::get(context, grid, b.getArrayAttr(dims),
@@ -169,8 +171,16 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
                               !value.someSequence && !value.inKvCache && !isa<EmbeddingOp>(op)
                           ? 1
                           : -1;
+          // The loss where its tokens are: each ep rank sums its
+          // sequences' part (their logits are not gathered). (Under
+          // context parallelism the logits are gathered: the labels, read
+          // whole, would be dealt out cyclically in the program, which
+          // integers cannot be yet.)
+          SmallVector<StringRef> tokenAxes;
+          if (isa<CrossEntropyOp>(op) && plan.ep > 1)
+            tokenAxes.push_back("ep");
           shardings.push_back(
-              makeSharding(context, grid, type.getRank(), lp.layouts[i][k], epDim, cpDim));
+              makeSharding(context, grid, type.getRank(), lp.layouts[i][k], epDim, cpDim, tokenAxes));
         }
         op->setAttr(ParaxDialect::kShardingsAttrName, b.getArrayAttr(shardings));
         // Parameters take the layout the op's strategy needs (the first

@@ -47,6 +47,7 @@ struct LayerCost {
   double compute = 0;
   double weights = 0, gradients = 0, optimizer = 0; // bytes per device
   double activations = 0;  // per in-flight microbatch
+  double inputBytes = 0, outputBytes = 0; // the layer's inputs and outputs, per microbatch
   double working = 0;      // full recompute: one layer's activations
   double gathered = 0;     // ZeRO-3: the layer's weights while it runs
   double staged = 0;       // ZeRO-2/3: its largest box's reduce-scatter staging
@@ -217,6 +218,13 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
       scratch = std::max(scratch, costs[l].scratch);
       m.kvCache += costs[l].kvCache;
     }
+    // A training pipeline's exchanges: each microbatch in flight has
+    // memory of its own for the activations a stage sends on and the
+    // gradient it receives back, and for the gradient it sends to the stage
+    // before (the CUDA backend's activation sets, docs/cuda.md).
+    if (stages > 1 && w.kind == WorkloadKind::Train)
+      m.activations += inflight(s) * ((s + 1 < stages ? 2 * costs[end - 1].outputBytes : 0) +
+                                      (s > 0 ? costs[begin].inputBytes : 0));
     m.optimizer += 2 * staged; // the runtime's two staging boxes
     m.scratch = scratch; // one buffer a stage, grown to its largest op's
     m.activations += working;
@@ -377,6 +385,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                                   ? lp.activationBytes[2]
                                   : lp.activationBytes[rc == Recompute::None ? 0 : 1] + gathered;
               c.working = rc == Recompute::Full ? lp.workingBytes + gathered : 0;
+              c.inputBytes = lp.activationBytes[2];
+              c.outputBytes = lp.outputBytes;
               c.gathered = zero == 3 ? e * (dense + expert) : 0;
               // ZeRO-2 (the runtime's device optimizer) reduce-scatters each
               // microbatch's gradients through two fp32 staging boxes of the

@@ -109,7 +109,8 @@ func.func @negative_cyclic_axis_inside(%x: tensor<2x8x16xf32>) -> tensor<2x8x16x
 // -----
 
 parax.grid @g(dp = 2)
-func.func @negative_loss_split_unlike_its_labels(%l: tensor<2x8x16xf32>, %y: tensor<2x8xi32>) -> tensor<f32> {
+func.func @negative_loss_split_unlike_its_labels(%l: tensor<2x8x16xf32>,
+    %y: tensor<2x8xi32> {parax.sharding = #parax.sharding<@g, [{}, {}]>}) -> tensor<f32> {
   // expected-error @+1 {{cannot partition this op with result layout [], partial = {dp}: its partial sum must be over the axes that split its labels, [{}, {}]}}
   %loss = parax.cross_entropy %l, %y {parax.shardings = [#parax.sharding<@g, [], partial = {dp}>]} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
   return %loss : tensor<f32>

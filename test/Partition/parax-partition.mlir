@@ -145,6 +145,41 @@ func.func @inputs(%tokens: tensor<2x8xi32>, %labels: tensor<2x8xi32>, %emb: tens
 
 // -----
 
+parax.grid @g(ep = 2)
+// A loss summed over the ranks that split its tokens (the plan's under
+// expert parallelism): the labels, a program input, are loaded split as the
+// logits are; the logits are never gathered, the loss is all-reduced.
+// CHECK-LABEL: func.func @loss_where_its_tokens_are
+// CHECK-SAME: %{{.*}}: tensor<1x8x16xf32> {{{.*}}}, %{{.*}}: tensor<1x8xi32> {parax.global_sharding = #parax.sharding<@g, [{ep}, {}]>, parax.input = 1 : i64}
+// CHECK-NOT: parax.all_gather
+// CHECK: parax.cross_entropy {{.*}} {num_tokens = 16 : i64} : (tensor<1x8x16xf32>, tensor<1x8xi32>)
+// CHECK-COUNT-1: parax.all_reduce
+// CHECK-NOT: parax.all_gather
+func.func @loss_where_its_tokens_are(%l: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>}, %y: tensor<2x8xi32>) -> tensor<f32> {
+  %loss = parax.cross_entropy %l, %y {parax.shardings = [#parax.sharding<@g, [], partial = {ep}>]} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+parax.grid @g(ep = 2)
+// A whole scalar (the load-balancing loss) added to that partial sum is
+// counted once: one rank's share (to_partial), then one all-reduce.
+// CHECK-LABEL: func.func @partial_loss_plus_a_whole_one
+// CHECK: parax.cross_entropy
+// CHECK: parax.to_partial
+// CHECK: parax.add
+// CHECK-COUNT-1: parax.all_reduce
+// CHECK-NOT: parax.all_reduce
+// CHECK: return
+func.func @partial_loss_plus_a_whole_one(%l: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>}, %y: tensor<2x8xi32>, %aux: tensor<f32>) -> tensor<f32> {
+  %loss = parax.cross_entropy %l, %y {parax.shardings = [#parax.sharding<@g, [], partial = {ep}>]} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  %total = parax.add %loss, %aux : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return %total : tensor<f32>
+}
+
+// -----
+
 parax.grid @g(dp = 2, tp = 2)
 // Data parallelism splits the batch: local shapes, no forward communication
 // (the results are gathered to be returned whole); on a [dp, tp] grid the
