@@ -127,6 +127,29 @@ static Layout tokensSplit(ArrayRef<std::string> axes, int64_t rank,
   return tokens;
 }
 
+// Whether labels in layout `have` become `want` by each rank taking its
+// part (shard_slice) alone: integers are never gathered, moved or summed.
+static bool labelsSliceTo(const Layout &have, const Layout &want) {
+  if (!have.partial.empty() || !want.partial.empty() || have.dims.size() != want.dims.size())
+    return false;
+  for (auto [h, w] : llvm::zip(have.dims, want.dims))
+    if (h.size() > w.size() || !std::equal(h.begin(), h.end(), w.begin()))
+      return false;
+  return true;
+}
+
+// The layout of labels for logits in `logits`: their tokens split alike
+// (the vocabulary is gathered whole for the loss), if the labels in `have`
+// are that or become it by a slice; else `have`.
+static Layout labelsFor(const Layout &logits, const Layout &have) {
+  if (logits.dims.size() != have.dims.size() + 1)
+    return have;
+  Layout tokens = logits;
+  tokens.partial.clear();
+  tokens.dims.pop_back();
+  return labelsSliceTo(have, tokens) ? tokens : have;
+}
+
 // The layout of logits whose tokens are split as `labels` are (the
 // vocabulary whole).
 static Layout logitsOf(const Layout &labels) {
@@ -312,7 +335,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         Layout labels = out;
         labels.dims.pop_back();
-        if (const Layout *have = currentOf(1); have && *have != labels)
+        if (const Layout *have = currentOf(1); have && !labelsSliceTo(*have, labels))
           return unsupported(op, out) << "its tokens must be split as its labels "
                                       << have->str() << " are";
         return SmallVector<Layout>{out, labels};
@@ -466,12 +489,18 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         return SmallVector<Layout>{Layout::replicated(1), Layout::replicated(1)};
       })
       .Case<CrossEntropyOp>([&](CrossEntropyOp ce) -> FailureOr<SmallVector<Layout>> {
-        // The tokens split as the labels are (integers are never
-        // resharded), or, for labels not yet placed (a program input, then
-        // loaded so), over the axes of the partial sum, on dimension 0.
+        // The tokens split as the labels are, or as the logits are where
+        // the labels become that by a slice (integers are never gathered,
+        // moved or summed); labels not yet placed (a program input, then
+        // loaded so) over the axes of the partial sum, on dimension 0.
         Layout labels = tokensSplit(out.partial, rankOf(ce.getLabels()), nullptr);
-        if (const Layout *have = currentOf(1))
+        if (const Layout *have = currentOf(1)) {
           labels = *have;
+          if (const Layout *logitsHave = currentOf(0);
+              logitsHave && tokenAxes(logitsOf(labels), {}) !=
+                                Layout::Axes(out.partial.begin(), out.partial.end()))
+            labels = labelsFor(*logitsHave, *have);
+        }
         Layout logits = logitsOf(labels);
         if (tokenAxes(logits, {}) != Layout::Axes(out.partial.begin(), out.partial.end()) ||
             !labels.partial.empty())
@@ -637,9 +666,9 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     return results;
   }
   if (isa<CrossEntropyOp, CrossEntropyGradOp>(op) && operands.size() == 2) {
-    // The labels' tokens: the loss a partial sum over them, its gradient
-    // split alike.
-    Layout logits = logitsOf(operands[1]);
+    // The labels' tokens (or the logits', where the labels become that by
+    // a slice): the loss a partial sum over them, its gradient split alike.
+    Layout logits = logitsOf(labelsFor(operands[0], operands[1]));
     Layout out = Layout::replicated(0);
     out.partial = tokenAxes(logits, {});
     results.push_back(isa<CrossEntropyOp>(op) ? out : logits);

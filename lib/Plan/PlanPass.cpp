@@ -171,14 +171,14 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
                               !value.someSequence && !value.inKvCache && !isa<EmbeddingOp>(op)
                           ? 1
                           : -1;
-          // The loss where its tokens are: each ep rank sums its
-          // sequences' part (their logits are not gathered). (Under
-          // context parallelism the logits are gathered: the labels, read
-          // whole, would be dealt out cyclically in the program, which
-          // integers cannot be yet.)
+          // The loss where its tokens are: each ep and cp rank sums its
+          // tokens' part, their logits never gathered (the labels loaded
+          // split over ep, dealt out over cp in the program).
           SmallVector<StringRef> tokenAxes;
-          if (isa<CrossEntropyOp>(op) && plan.ep > 1)
-            tokenAxes.push_back("ep");
+          if (isa<CrossEntropyOp>(op))
+            for (auto [axis, size] : {std::pair<StringRef, int64_t>("ep", plan.ep), {"cp", plan.cp}})
+              if (size > 1)
+                tokenAxes.push_back(axis);
           shardings.push_back(
               makeSharding(context, grid, type.getRank(), lp.layouts[i][k], epDim, cpDim, tokenAxes));
         }

@@ -27,17 +27,18 @@ std::pair<int64_t, int64_t> rowsCols(const Tensor &t) {
 }
 
 // Splits `t` into `parts` equal pieces along `dim`, concatenated piece-major.
-std::vector<float> piecesAlong(const Tensor &t, int dim, int parts) {
+template <typename T>
+std::vector<T> piecesAlong(const Tensor &t, const std::vector<T> &values, int dim, int parts) {
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < dim; ++d) outer *= t.shape[d];
   for (size_t d = dim + 1; d < t.shape.size(); ++d) inner *= t.shape[d];
   int64_t len = t.shape[dim], chunk = len / parts;
-  std::vector<float> out(t.numel());
+  std::vector<T> out(t.numel());
   size_t k = 0;
   for (int p = 0; p < parts; ++p)
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t c = 0; c < chunk; ++c) {
-        const float *src = &t.f[(o * len + p * chunk + c) * inner];
+        const T *src = &values[(o * len + p * chunk + c) * inner];
         std::copy(src, src + inner, &out[k]);
         k += inner;
       }
@@ -720,6 +721,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   }
   if (op == "reshape") {
     out().f = in(0).f;
+    out().i = in(0).i;
     return Status::ok();
   }
   if (op == "transpose") {
@@ -907,9 +909,15 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     int dim = static_cast<int>(attrInt(a, "dim"));
     Tensor &x = in(0), &y = out();
     if (op == "shard_slice") {
-      std::vector<float> pieces = piecesAlong(x, dim, P);
       int64_t index = groupIndex(axes), n = y.numel();
-      std::copy(&pieces[index * n], &pieces[(index + 1) * n], y.f.begin());
+      auto keep = [&](const auto &values, auto &into) {
+        auto pieces = piecesAlong(x, values, dim, P);
+        std::copy(pieces.begin() + index * n, pieces.begin() + (index + 1) * n, into.begin());
+      };
+      if (x.isInt)
+        keep(x.i, y.i); // (labels dealt out)
+      else
+        keep(x.f, y.f);
       return Status::ok();
     }
     if (op == "all_gather") {
@@ -920,14 +928,14 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       joinAlong(pieces, dim, P, y);
       return Status::ok();
     }
-    std::vector<float> pieces = piecesAlong(x, dim, P);
+    std::vector<float> pieces = piecesAlong(x, x.f, dim, P);
     if (P == 1) { y.f = pieces; return Status::ok(); }
     return e.comm_->reduceScatter(pieces.data(), y.f.data(), y.numel(), mask);
   }
   if (op == "all_to_all") {
     int split = static_cast<int>(attrInt(a, "split_dim")), concat = static_cast<int>(attrInt(a, "concat_dim"));
     Tensor &x = in(0), &y = out();
-    std::vector<float> pieces = piecesAlong(x, split, P), received(pieces.size());
+    std::vector<float> pieces = piecesAlong(x, x.f, split, P), received(pieces.size());
     Status s = P == 1 ? (received = pieces, Status::ok())
                       : e.comm_->allToAll(pieces.data(), received.data(), x.numel() / P, mask);
     if (!s.isOk()) return s;

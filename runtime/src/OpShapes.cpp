@@ -86,6 +86,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   else if (op == "moe_dispatch") intOperands = {2}, intResults = {2};
   else if (op == "moe_combine") intOperands = {1};
   else if (op == "router") intResults = {1};
+  else if ((op == "reshape" || op == "shard_slice") && inst.operands_size() == 1 &&
+           isInteger(stage.buffers(inst.operands(0)).dtype()))
+    intOperands = {0}, intResults = {0}; // (labels dealt out: moved, never computed on)
   if (int p = positionOperand(inst); p >= 0) intOperands.insert(p);
   for (int k = 0; k < inst.operands_size(); ++k)
     if (isInteger(stage.buffers(inst.operands(k)).dtype()) != (intOperands.count(k) > 0))

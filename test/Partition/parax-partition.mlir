@@ -162,6 +162,28 @@ func.func @loss_where_its_tokens_are(%l: tensor<2x8x16xf32> {parax.sharding = #p
 
 // -----
 
+parax.grid @g(cp = 2) {cyclic_axes = ["cp"]}
+// Under context parallelism the labels are loaded whole and dealt out in the
+// program (every cp-th position, as the logits' sequence is): integers are
+// sliced, never gathered; the logits stay each rank's own.
+// CHECK-LABEL: func.func @labels_dealt_out_cyclically
+// CHECK-SAME: %{{.*}}: tensor<2x8xi32> {parax.input = 1 : i64}
+// CHECK-NOT: parax.all_gather
+// CHECK: parax.silu {{.*}} -> tensor<2x4x16xf32>
+// CHECK: parax.reshape {{.*}} : (tensor<2x8xi32>) -> tensor<2x4x2xi32>
+// CHECK: parax.shard_slice {{.*}} over @g ["cp"] dim 2 : tensor<2x4x2xi32> -> tensor<2x4x1xi32>
+// CHECK: parax.reshape {{.*}} -> tensor<2x4xi32>
+// CHECK: parax.cross_entropy {{.*}} {num_tokens = 16 : i64} : (tensor<2x4x16xf32>, tensor<2x4xi32>)
+// CHECK-COUNT-1: parax.all_reduce
+// CHECK-NOT: parax.all_gather
+func.func @labels_dealt_out_cyclically(%x: tensor<2x8x16xf32>, %y: tensor<2x8xi32>) -> tensor<f32> {
+  %l = parax.silu %x {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %loss = parax.cross_entropy %l, %y {parax.shardings = [#parax.sharding<@g, [], partial = {cp}>]} : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 parax.grid @g(ep = 2)
 // A whole scalar (the load-balancing loss) added to that partial sum is
 // counted once: one rank's share (to_partial), then one all-reduce.

@@ -16,6 +16,8 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Parax_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
 def Parax_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+// Values moved but not computed on: floats or integers (labels dealt out).
+def Parax_DataTensor : StaticShapeTensorOf<[AnyFloat, I32, I64]>;
 // A run-time position in a sequence (a generation step's first position).
 def Parax_Position : 0DTensorOf<[I32, I64]>;
 
@@ -419,10 +421,11 @@ def Parax_ReshapeOp : Parax_FunctionalOp<"reshape", [], ["getBytesRead", "getByt
     %y = parax.reshape %x : (tensor<2x16x64xf32>) -> tensor<2x16x4x16xf32>
     ```
 
-    C1: static shapes with equal element counts and one element type.
+    C1: static shapes with equal element counts and one element type
+    (floating point or integer).
   }];
-  let arguments = (ins Parax_FloatTensor:$x);
-  let results = (outs Parax_FloatTensor:$result);
+  let arguments = (ins Parax_DataTensor:$x);
+  let results = (outs Parax_DataTensor:$result);
 }
 
 def Parax_TransposeOp : Parax_FunctionalOp<"transpose"> {
@@ -1148,11 +1151,12 @@ def Parax_ShardSliceOp : Parax_CommOp<"shard_slice", [Pure]> {
     %y = parax.shard_slice %x over @g ["tp"] dim 2 : tensor<2x16x64xf32> -> tensor<2x16x16xf32>
     ```
 
-    C1: as all_reduce. C2: as reduce_scatter.
+    C1: as all_reduce. C2: as reduce_scatter. `x` may be integer (labels
+    dealt out over the ranks that split their tokens).
   }];
-  let arguments = (ins Parax_FloatTensor:$x, FlatSymbolRefAttr:$grid,
+  let arguments = (ins Parax_DataTensor:$x, FlatSymbolRefAttr:$grid,
                        StrArrayAttr:$axes, I64Attr:$dim);
-  let results = (outs Parax_FloatTensor:$result);
+  let results = (outs Parax_DataTensor:$result);
   let assemblyFormat = "$x `over` $grid $axes `dim` $dim attr-dict `:` type($x) `->` type($result)";
 }
 
