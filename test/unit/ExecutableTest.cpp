@@ -139,6 +139,27 @@ TEST(Executable, RefusesIntegersWhereAKernelReadsFloats) {
   expectRefused(linearStep({3}, pxe::I32), "(linear): operand 0 must be floating point");
 }
 
+// A reshape of labels (what a context-parallel loss deals out): integers
+// in, integers out; a float result would read them as floats.
+pxe::Executable labelsReshape(pxe::DType resultType) {
+  pxe::Executable exe = oneRank();
+  pxe::Stage *stage = exe.mutable_stages(0);
+  addBuffer(*stage, pxe::INPUT, pxe::I32, {2, 8});
+  addBuffer(*stage, pxe::TEMPORARY, resultType, {2, 4, 2});
+  pxe::Instruction *inst = stage->add_instructions();
+  inst->set_op("reshape");
+  inst->add_operands(0);
+  inst->add_results(1);
+  stage->add_outputs(1);
+  return exe;
+}
+
+TEST(Executable, MovesIntegersWithoutTurningThemToFloats) {
+  Status s = validateExecutable(labelsReshape(pxe::I32));
+  EXPECT_TRUE(s.isOk()) << s.message();
+  expectRefused(labelsReshape(pxe::F32), "(reshape): result 0 must be integer");
+}
+
 TEST(Executable, RefusesAWeightThatDoesNotTakeXToY) {
   pxe::Executable exe = linearStep({3});
   (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["transpose_w"].set_b(false);
