@@ -96,6 +96,34 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   for (int k = 0; k < inst.results_size(); ++k)
     if (isInteger(stage.buffers(inst.results(k)).dtype()) != (intResults.count(k) > 0))
       return fail("result " + std::to_string(k) + " must be " + (intResults.count(k) ? "integer" : "floating point"));
+  // Floating point: one type for an op's operands and results (what the
+  // dialect's verifiers require; a CUDA kernel reads them all as one type),
+  // but the fp32 of a loss, an experts' load and the load-balancing terms.
+  std::set<int> f32Operands, f32Results;
+  if (op == "cross_entropy" || op == "router_load") f32Results = {0};
+  else if (op == "router_aux_grad") f32Operands = {2};
+  else if (op == "balance_loss") f32Operands = {0, 1}, f32Results = {0};
+  std::string first; // the first float operand or result, which sets the type
+  pxe::DType floatType = pxe::F32;
+  auto oneFloatType = [&](const std::string &what, int32_t id, bool fp32) -> Status {
+    pxe::DType t = stage.buffers(id).dtype();
+    if (isInteger(t)) return Status::ok();
+    if (fp32 && t != pxe::F32) return fail(what + " must be fp32, got " + pxe::DType_Name(t));
+    if (fp32) return Status::ok();
+    if (first.empty()) {
+      first = what, floatType = t;
+      return Status::ok();
+    }
+    if (t == floatType) return Status::ok();
+    return fail(what + " is " + pxe::DType_Name(t) + " but " + first + " is " + pxe::DType_Name(floatType) +
+                ": an op's floating-point operands and results have one type");
+  };
+  for (int k = 0; k < inst.operands_size(); ++k)
+    if (Status st = oneFloatType("operand " + std::to_string(k), inst.operands(k), f32Operands.count(k)); !st.isOk())
+      return st;
+  for (int k = 0; k < inst.results_size(); ++k)
+    if (Status st = oneFloatType("result " + std::to_string(k), inst.results(k), f32Results.count(k)); !st.isOk())
+      return st;
 
   // The group of a collective (or of a split op's axes attribute).
   auto groupOf = [&](const std::string &key) {

@@ -160,6 +160,28 @@ TEST(Executable, MovesIntegersWithoutTurningThemToFloats) {
   expectRefused(labelsReshape(pxe::F32), "(reshape): result 0 must be integer");
 }
 
+// A sum of fp32 and bf16 values (the dialect has one element type an op):
+// the CUDA kernel would read the fp32 operand's bytes as bf16 (or a bf16
+// one's past its end as fp32).
+TEST(Executable, RefusesFloatTypesMixedInAnOp) {
+  pxe::Executable exe = oneRank();
+  pxe::Stage *stage = exe.mutable_stages(0);
+  addBuffer(*stage, pxe::INPUT, pxe::BF16, {2, 8});
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {2, 8});
+  addBuffer(*stage, pxe::TEMPORARY, pxe::BF16, {2, 8});
+  pxe::Instruction *inst = stage->add_instructions();
+  inst->set_op("add");
+  inst->add_operands(0);
+  inst->add_operands(1);
+  inst->add_results(2);
+  stage->add_outputs(2);
+  expectRefused(exe, "(add): operand 1 is F32 but operand 0 is BF16: an op's floating-point operands and results "
+                     "have one type");
+  stage->mutable_buffers(1)->set_dtype(pxe::BF16);
+  Status s = validateExecutable(exe);
+  EXPECT_TRUE(s.isOk()) << s.message();
+}
+
 TEST(Executable, RefusesAWeightThatDoesNotTakeXToY) {
   pxe::Executable exe = linearStep({3});
   (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["transpose_w"].set_b(false);
