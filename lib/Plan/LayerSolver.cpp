@@ -693,7 +693,7 @@ LayerPlan Solver::solve() {
     for (auto [k, res] : llvm::enumerate(op.results))
       heldBytes[res] = op.kind == OpClass::Reshape || op.cacheView ? 0 : fullBytes(res) * share(s.out[k]);
     opTimes[i] = time;
-    if (op.kind == OpClass::Experts && ctx.ep > 1)
+    if (op.kind == OpClass::Experts && ctx.ep > 1 && op.inputs.size() >= 3)
       // The dispatched rows, weights and experts the gradient reads: the
       // dispatch's capacity, ep · tokens · k rows (the runtime sizes them
       // for every token of the EP group choosing this rank's experts).

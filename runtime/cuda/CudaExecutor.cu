@@ -3053,8 +3053,11 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return deferUntilNeeded({op == "send" ? inst.operands(0) : inst.results(0)}, nullptr);
   }
   if (op == "moe_dispatch" || op == "moe_combine") {
-    // Slots as the CPU backend fills them (moeSlotsKernel), an all-to-all of
-    // fixed blocks of `pairs` slots per rank, everything on the device. The
+    // Slots as the CPU backend fills them (moeSlotsKernel): block j holds
+    // the pairs this rank routes to member j, `pairs` slots a block. The
+    // all-to-all sends of each block only its first M rows, M the most any
+    // member routes to any other (the members' counts all-gathered and read
+    // by the host): the traffic of the routed rows, not of every slot. The
     // dispatch exchanges fp32 rows [x | weight | expert]; the combine the
     // rows' own storage.
     int64_t E = attrInt(a, "num_experts"), local = E / P;
@@ -3062,12 +3065,37 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t pairs = idx.numel(), K = idx.shape.back(), slots = P * pairs;
     int64_t h = in(0).shape.back();
     int64_t width = op == "moe_dispatch" ? h + 2 : h;
-    Status st = ensureCommScratch(pairs + 2 * slots * width);
+    int64_t ints = pairs + P + P * P;
+    Status st = ensureCommScratch(ints + 2 * slots * width);
     if (!st.isOk()) return st;
     auto *slot = reinterpret_cast<int32_t *>(commScratch);
-    float *send = commScratch + pairs, *recv = send + slots * width;
+    int32_t *counts = slot + pairs, *allCounts = counts + P;
+    float *send = commScratch + ints, *recv = send + slots * width;
     PARAX_CUDA(cudaMemsetAsync(slot, 0xff, pairs * 4, stream)); // -1: no slot
-    PARAX_LAUNCH(moeSlotsKernel, blocksFor(P), kThreads, 0, stream)(idx.i(), slot, pairs, local, P);
+    PARAX_LAUNCH(moeSlotsKernel, blocksFor(P), kThreads, 0, stream)(idx.i(), slot, counts, pairs, local, P);
+    int64_t M = pairs; // rows a block sends
+    if (comm) {
+      st = comm->allGather(counts, allCounts, P, Elem::I32, mask, stream);
+      if (!st.isOk()) return st;
+      std::vector<int32_t> all(P * P);
+      PARAX_CUDA(cudaMemcpyAsync(all.data(), allCounts, P * P * 4, cudaMemcpyDeviceToHost, stream));
+      st = sync();
+      if (!st.isOk()) return st;
+      M = *std::max_element(all.begin(), all.end());
+    }
+    // Each block's first M rows (`rowWidth` elements of `e`): packed
+    // (`pairs` rows apart to M apart) or unpacked (back).
+    auto blocks = [&](const void *from, void *to, bool pack, int64_t rowWidth, Elem e) {
+      DeviceBuffer like;
+      like.elem = e;
+      return withBits(like, [&](auto w) {
+        using W = decltype(w);
+        PARAX_LAUNCH(moeBlocksKernel<W>, blocksFor(P * M * rowWidth), kThreads, 0, stream)(
+            static_cast<const W *>(from), static_cast<W *>(to), P, M, pack ? pairs : M, pack ? M : pairs,
+            rowWidth);
+        return Status::ok();
+      });
+    };
     std::vector<int32_t> touched(inst.results().begin(), inst.results().end());
     if (op == "moe_dispatch") {
       DeviceBuffer &x = in(0), &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
@@ -3079,9 +3107,15 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         return Status::ok();
       });
       if (!st.isOk()) return st;
-      if (comm) {
-        st = comm->allToAll(send, recv, pairs * width, Elem::F32, mask, stream);
+      if (comm && M > 0) { // send's used rows packed into recv, exchanged into send, unpacked into recv
+        st = blocks(send, recv, true, width, Elem::F32);
+        if (st.isOk()) st = comm->allToAll(recv, send, M * width, Elem::F32, mask, stream);
         if (!st.isOk()) return st;
+        PARAX_LAUNCH(moeClearKernel, blocksFor(slots * width), kThreads, 0, stream)(recv, slots, h);
+        st = blocks(send, recv, false, width, Elem::F32);
+        if (!st.isOk()) return st;
+      } else if (comm) {
+        PARAX_LAUNCH(moeClearKernel, blocksFor(slots * width), kThreads, 0, stream)(recv, slots, h);
       }
       const float *received = comm ? recv : send;
       return deferUntilNeeded(touched, [this, &rows, &weights, &experts, received, slots, h] {
@@ -3094,18 +3128,19 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       });
     }
     DeviceBuffer &rowsBack = in(0), &y = out();
-    if (comm) {
-      st = comm->allToAll(rowsBack.data, recv, pairs * h, rowsBack.elem, mask, stream);
+    if (comm && M > 0) { // each block's used rows packed into send, exchanged into recv (blocks M rows apart)
+      st = blocks(rowsBack.data, send, true, h, rowsBack.elem);
+      if (st.isOk()) st = comm->allToAll(send, recv, M * h, rowsBack.elem, mask, stream);
       if (!st.isOk()) return st;
-      touched.push_back(inst.operands(0)); // read by the transfer
     }
     const void *back = comm ? static_cast<const void *>(recv) : rowsBack.data;
     int64_t per = attrInt(a, "per_choice") ? 1 : K; // pairs a result row sums
-    return deferUntilNeeded(touched, [this, &y, back, slot, per, h] {
+    int64_t stride = comm ? M : pairs;
+    return deferUntilNeeded(touched, [this, &y, back, slot, per, h, pairs, stride] {
       return withFloat(y, [&](auto t) {
         using T = decltype(t);
         PARAX_LAUNCH(moeCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
-            static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, per, h);
+            static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, per, h, pairs, stride);
         return Status::ok();
       });
     });

@@ -955,48 +955,66 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     int64_t E = attrInt(a, "num_experts"), local = E / P;
     Tensor &idx = in(op == "moe_dispatch" ? 2 : 1);
     int64_t pairs = idx.numel(), K = idx.shape.back();
+    // Block j: the (token, choice) pairs this rank routes to member j, in
+    // order. The all-to-all sends M rows a block, M the most any member
+    // routes to any other (the members' counts all-gathered): the traffic
+    // of the routed rows, not of the `pairs` slots a block may hold.
+    if (pairs >= (int64_t(1) << 24)) // (the counts travel as floats)
+      return Status::error(op + ": more than 2^24 (token, choice) pairs on a rank");
+    std::vector<float> counts(P, 0.0f), all(P * P);
+    for (int64_t k = 0; k < pairs; ++k) {
+      if (idx.i[k] < 0 || idx.i[k] >= E) return Status::error("expert index out of range");
+      counts[idx.i[k] / local] += 1;
+    }
+    Status s = P == 1 ? (all = counts, Status::ok()) : e.comm_->allGather(counts.data(), P, all.data(), mask);
+    if (!s.isOk()) return s;
+    const int64_t M = static_cast<int64_t>(*std::max_element(all.begin(), all.end()));
+    const int64_t me = groupIndex(axes);
+    std::vector<int64_t> fill(P, 0);
     if (op == "moe_dispatch") {
       Tensor &x = in(0), &w = in(1), &rows = out(0), &rw = out(1), &re = out(2);
       int64_t h = x.shape.back(), width = h + 2;
-      // Block j: the (token, choice) pairs routed to rank j, in order, each
-      // [h features, weight, local expert]; unused rows have expert -1.
-      std::vector<float> sendBuf(P * pairs * width, 0.0f), recvBuf(P * pairs * width);
-      std::vector<int64_t> fill(P, 0);
-      for (int64_t p = 0; p < P; ++p)
-        for (int64_t r = 0; r < pairs; ++r) sendBuf[(p * pairs + r) * width + h + 1] = -1;
+      // Each row [h features, weight, local expert]; unused rows expert -1.
+      std::vector<float> sendBuf(P * M * width, 0.0f), recvBuf(P * M * width);
       for (int64_t k = 0; k < pairs; ++k) {
         int64_t expert = idx.i[k], dest = expert / local;
-        if (expert < 0 || expert >= E) return Status::error("expert index out of range");
-        float *row = &sendBuf[(dest * pairs + fill[dest]++) * width];
+        float *row = &sendBuf[(dest * M + fill[dest]++) * width];
         std::copy(&x.f[(k / K) * h], &x.f[(k / K) * h] + h, row);
         row[h] = w.f[k];
         row[h + 1] = static_cast<float>(expert - dest * local);
       }
-      Status s = P == 1 ? (recvBuf = sendBuf, Status::ok())
-                        : e.comm_->allToAll(sendBuf.data(), recvBuf.data(), pairs * width, mask);
+      s = P == 1 ? (recvBuf = sendBuf, Status::ok())
+                 : e.comm_->allToAll(sendBuf.data(), recvBuf.data(), M * width, mask);
       if (!s.isOk()) return s;
-      for (int64_t r = 0; r < P * pairs; ++r) {
-        std::copy(&recvBuf[r * width], &recvBuf[r * width] + h, &rows.f[r * h]);
-        rw.f[r] = recvBuf[r * width + h];
-        re.i[r] = static_cast<int32_t>(recvBuf[r * width + h + 1]);
-      }
+      // Block i of the result: the rows member i routed here, then unused.
+      std::fill(rows.f.begin(), rows.f.end(), 0.0f);
+      std::fill(rw.f.begin(), rw.f.end(), 0.0f);
+      std::fill(re.i.begin(), re.i.end(), -1);
+      for (int64_t i = 0; i < P; ++i)
+        for (int64_t r = 0; r < static_cast<int64_t>(all[i * P + me]); ++r) {
+          const float *row = &recvBuf[(i * M + r) * width];
+          std::copy(row, row + h, &rows.f[(i * pairs + r) * h]);
+          rw.f[i * pairs + r] = row[h];
+          re.i[i * pairs + r] = static_cast<int32_t>(row[h + 1]);
+        }
       return Status::ok();
     }
+    // The rows member i routed here go back to it, M a block.
     Tensor &rows = in(0), &y = out();
     int64_t h = rows.shape.back();
-    std::vector<float> back(rows.f.size());
-    Status s = P == 1 ? (back = rows.f, Status::ok())
-                      : e.comm_->allToAll(rows.f.data(), back.data(), pairs * h, mask);
+    std::vector<float> sendBuf(P * M * h, 0.0f), back(P * M * h);
+    for (int64_t i = 0; i < P; ++i)
+      for (int64_t r = 0; r < static_cast<int64_t>(all[i * P + me]); ++r)
+        std::copy(&rows.f[(i * pairs + r) * h], &rows.f[(i * pairs + r + 1) * h], &sendBuf[(i * M + r) * h]);
+    s = P == 1 ? (back = sendBuf, Status::ok()) : e.comm_->allToAll(sendBuf.data(), back.data(), M * h, mask);
     if (!s.isOk()) return s;
     // Each pair's row back in its place, summed per token (or, per_choice,
     // kept per pair).
     std::fill(y.f.begin(), y.f.end(), 0.0f);
-    std::vector<int64_t> fill(P, 0);
     int64_t perRow = attrFlag(a, "per_choice") ? 1 : K;
     for (int64_t k = 0; k < pairs; ++k) {
-      if (idx.i[k] < 0 || idx.i[k] >= E) return Status::error("expert index out of range");
       int64_t dest = idx.i[k] / local;
-      const float *row = &back[(dest * pairs + fill[dest]++) * h];
+      const float *row = &back[(dest * M + fill[dest]++) * h];
       for (int64_t c = 0; c < h; ++c) y.f[(k / perRow) * h + c] += row[c];
     }
     return Status::ok();

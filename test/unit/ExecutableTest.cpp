@@ -1,7 +1,8 @@
 // The executable validator on hand-made generation steps: a run-time
 // position must be an integer scalar and a cache_update's shapes must fit,
 // whatever the file says. Then the CPU executor running such a step for
-// several microbatches, each with its own KV caches.
+// several microbatches, each with its own KV caches, and an expert
+// exchange over two ranks (what its all-to-alls send).
 
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
@@ -11,7 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <thread>
 
 using namespace parax::runtime;
 namespace pxe = parax::pxe;
@@ -671,6 +675,97 @@ TEST(Executor, RefusesACacheOfAnotherShape) {
   EXPECT_NE(s.message().find("input #0: a KV cache [1, 4, 2, 4] where this program keeps [1, 8, 2, 4]"),
             std::string::npos)
       << s.message();
+}
+
+
+// The element counts of each all-to-all (everything else passed through).
+class CountingCommunicator : public Communicator {
+public:
+  explicit CountingCommunicator(Communicator &inner) : inner(inner) {}
+  int rank() const override { return inner.rank(); }
+  int size() const override { return inner.size(); }
+  int groupSize(unsigned mask) const override { return inner.groupSize(mask); }
+  Status allReduce(float *data, size_t n, unsigned mask) override { return inner.allReduce(data, n, mask); }
+  Status allGather(const float *in, size_t n, float *out, unsigned mask) override {
+    return inner.allGather(in, n, out, mask);
+  }
+  Status reduceScatter(const float *in, float *out, size_t n, unsigned mask) override {
+    return inner.reduceScatter(in, out, n, mask);
+  }
+  Status allToAll(const float *in, float *out, size_t n, unsigned mask) override {
+    allToAlls.push_back(n);
+    return inner.allToAll(in, out, n, mask);
+  }
+  Status send(const float *data, size_t n, int peer) override { return inner.send(data, n, peer); }
+  Status recv(float *data, size_t n, int peer) override { return inner.recv(data, n, peer); }
+  [[noreturn]] void abort(const std::string &message) override {
+    inner.abort(message);
+    std::abort(); // (inner.abort does not return)
+  }
+  std::vector<size_t> allToAlls;
+
+private:
+  Communicator &inner;
+};
+
+// Two ranks over `ep`, 4 experts (2 a rank), 4 tokens of width 3 choosing
+// 2 each: 5 (token, choice) pairs go to rank 0's experts and 3 to rank 1's,
+// of the 8 slots a block holds. moe_dispatch, then moe_combine of the rows
+// as they arrived (experts that return their input): each token gets its
+// two rows back, summed.
+TEST(Executor, ExpertExchangesSendTheRoutedRowsNotEverySlot) {
+  pxe::Executable exe;
+  exe.set_format_version(1);
+  exe.mutable_grid()->add_axis_names("ep");
+  exe.mutable_grid()->add_shape(2);
+  exe.add_ranks()->add_values(0);
+  exe.add_ranks()->add_values(1);
+  pxe::Stage *stage = exe.add_stages();
+  stage->set_index(0);
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {4, 3});    // 0: tokens
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {4, 2});    // 1: router weights
+  addBuffer(*stage, pxe::INPUT, pxe::I32, {4, 2});    // 2: experts chosen
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {16, 3}); // 3: rows (2 blocks of 8 slots)
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {16, 1}); // 4: their weights
+  addBuffer(*stage, pxe::TEMPORARY, pxe::I32, {16, 1}); // 5: their local experts
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4, 3});  // 6: the tokens back
+  for (const char *op : {"moe_dispatch", "moe_combine"}) {
+    pxe::Instruction *inst = stage->add_instructions();
+    inst->set_op(op);
+    for (int id : std::string(op) == "moe_dispatch" ? std::vector<int>{0, 1, 2} : std::vector<int>{3, 2})
+      inst->add_operands(id);
+    for (int id : std::string(op) == "moe_dispatch" ? std::vector<int>{3, 4, 5} : std::vector<int>{6})
+      inst->add_results(id);
+    (*inst->mutable_attrs())["num_experts"].set_i(4);
+    (*inst->mutable_attrs())["axes"].mutable_strings()->add_values("ep");
+  }
+  stage->add_outputs(6);
+  Tensor x = Tensor::floats({4, 3}), w = Tensor::floats({4, 2}), idx = Tensor::ints({4, 2});
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = static_cast<float>(k + 1);
+  std::fill(w.f.begin(), w.f.end(), 0.5f);
+  idx.i = {0, 1, 2, 3, 0, 2, 1, 0}; // rank 0: 5 pairs, rank 1: 3
+  auto weights = emptyCheckpoint();
+  auto comms = createThreadCommunicators({2});
+  std::vector<std::unique_ptr<CountingCommunicator>> counting;
+  for (auto &c : comms) counting.push_back(std::make_unique<CountingCommunicator>(*c));
+  std::vector<Executor> executors(2);
+  std::vector<Status> status(2, Status::ok());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      status[r] = executors[r].prepare(exe, r, counting[r].get(), *weights, {x, w, idx});
+      if (status[r].isOk()) status[r] = executors[r].run();
+      if (!status[r].isOk()) cancelThreadCommunicators(*comms[r]);
+    });
+  for (auto &t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(status[r].isOk()) << status[r].message();
+    // Blocks of the longest count (5 rows): [3 features, weight, expert]
+    // rows out, 3 features back (every slot: 8 rows of each).
+    EXPECT_EQ(counting[r]->allToAlls, std::vector<size_t>({5 * 5, 5 * 3}));
+    Tensor back = executors[r].outputs().at(0);
+    for (size_t k = 0; k < x.f.size(); ++k) EXPECT_EQ(back.f[k], 2 * x.f[k]) << "rank " << r << " element " << k;
+  }
 }
 
 } // namespace
