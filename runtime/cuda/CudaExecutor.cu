@@ -3057,20 +3057,22 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     // the pairs this rank routes to member j, `pairs` slots a block. The
     // all-to-all sends of each block only its first M rows, M the most any
     // member routes to any other (the members' counts all-gathered and read
-    // by the host): the traffic of the routed rows, not of every slot. The
-    // dispatch exchanges fp32 rows [x | weight | expert]; the combine the
-    // rows' own storage.
+    // by the host): the traffic of the routed rows, not of every slot. Rows
+    // travel in their own storage; the dispatch's [router weight, local
+    // expert] of each slot in fp32 beside them.
     int64_t E = attrInt(a, "num_experts"), local = E / P;
     DeviceBuffer &idx = in(op == "moe_dispatch" ? 2 : 1);
     int64_t pairs = idx.numel(), K = idx.shape.back(), slots = P * pairs;
-    int64_t h = in(0).shape.back();
-    int64_t width = op == "moe_dispatch" ? h + 2 : h;
-    int64_t ints = pairs + P + P * P;
-    Status st = ensureCommScratch(ints + 2 * slots * width);
+    DeviceBuffer &x = in(0); // the tokens, or the rows back
+    const Elem e = x.elem;
+    const int64_t h = x.shape.back(), ints = pairs + P + P * P;
+    const int64_t rowFloats = (slots * h * static_cast<int64_t>(elemBytes(e)) + 3) / 4, metaFloats = 2 * slots;
+    Status st = ensureCommScratch(ints + 2 * (rowFloats + metaFloats));
     if (!st.isOk()) return st;
     auto *slot = reinterpret_cast<int32_t *>(commScratch);
     int32_t *counts = slot + pairs, *allCounts = counts + P;
-    float *send = commScratch + ints, *recv = send + slots * width;
+    float *sendRows = commScratch + ints, *sendMeta = sendRows + rowFloats;
+    float *recvRows = sendMeta + metaFloats, *recvMeta = recvRows + rowFloats;
     PARAX_CUDA(cudaMemsetAsync(slot, 0xff, pairs * 4, stream)); // -1: no slot
     PARAX_LAUNCH(moeSlotsKernel, blocksFor(P), kThreads, 0, stream)(idx.i(), slot, counts, pairs, local, P);
     int64_t M = pairs; // rows a block sends
@@ -3083,57 +3085,71 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       if (!st.isOk()) return st;
       M = *std::max_element(all.begin(), all.end());
     }
-    // Each block's first M rows (`rowWidth` elements of `e`): packed
-    // (`pairs` rows apart to M apart) or unpacked (back).
-    auto blocks = [&](const void *from, void *to, bool pack, int64_t rowWidth, Elem e) {
+    // Each block's first M rows (`width` elements of `of`): packed (`pairs`
+    // rows apart to M apart) or unpacked (back).
+    auto blocks = [&](const void *from, void *to, bool pack, int64_t width, Elem of) {
       DeviceBuffer like;
-      like.elem = e;
+      like.elem = of;
       return withBits(like, [&](auto w) {
         using W = decltype(w);
-        PARAX_LAUNCH(moeBlocksKernel<W>, blocksFor(P * M * rowWidth), kThreads, 0, stream)(
-            static_cast<const W *>(from), static_cast<W *>(to), P, M, pack ? pairs : M, pack ? M : pairs,
-            rowWidth);
+        PARAX_LAUNCH(moeBlocksKernel<W>, blocksFor(P * M * width), kThreads, 0, stream)(
+            static_cast<const W *>(from), static_cast<W *>(to), P, M, pack ? pairs : M, pack ? M : pairs, width);
         return Status::ok();
       });
     };
+    // Packs `rows` (and `meta`) into the receive side, exchanges them into
+    // the send side, where they arrive M rows a block.
+    auto exchange = [&](const void *rows, const float *meta) {
+      st = blocks(rows, recvRows, true, h, e);
+      if (st.isOk()) st = comm->allToAll(recvRows, sendRows, M * h, e, mask, stream);
+      if (st.isOk() && meta) st = blocks(meta, recvMeta, true, 2, Elem::F32);
+      if (st.isOk() && meta) st = comm->allToAll(recvMeta, sendMeta, M * 2, Elem::F32, mask, stream);
+      return st;
+    };
     std::vector<int32_t> touched(inst.results().begin(), inst.results().end());
     if (op == "moe_dispatch") {
-      DeviceBuffer &x = in(0), &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
-      PARAX_LAUNCH(moeClearKernel, blocksFor(slots * width), kThreads, 0, stream)(send, slots, h);
+      DeviceBuffer &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
+      auto clear = [&](float *rowsAt, float *metaAt) {
+        return withFloat(x, [&](auto t) {
+          using T = decltype(t);
+          PARAX_LAUNCH(moeClearKernel<T>, blocksFor(slots * (h + 2)), kThreads, 0, stream)(
+              reinterpret_cast<T *>(rowsAt), metaAt, slots, h);
+          return Status::ok();
+        });
+      };
+      st = clear(sendRows, sendMeta);
+      if (!st.isOk()) return st;
       st = withFloat(x, [&](auto t) {
         using T = decltype(t);
-        PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * width), kThreads, 0, stream)(
-            x.as<T>(), w.as<T>(), idx.i(), slot, send, pairs, K, h, local);
+        PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * (h + 2)), kThreads, 0, stream)(
+            x.as<T>(), w.as<T>(), idx.i(), slot, reinterpret_cast<T *>(sendRows), sendMeta, pairs, K, h, local);
         return Status::ok();
       });
-      if (!st.isOk()) return st;
-      if (comm && M > 0) { // send's used rows packed into recv, exchanged into send, unpacked into recv
-        st = blocks(send, recv, true, width, Elem::F32);
-        if (st.isOk()) st = comm->allToAll(recv, send, M * width, Elem::F32, mask, stream);
-        if (!st.isOk()) return st;
-        PARAX_LAUNCH(moeClearKernel, blocksFor(slots * width), kThreads, 0, stream)(recv, slots, h);
-        st = blocks(send, recv, false, width, Elem::F32);
-        if (!st.isOk()) return st;
-      } else if (comm) {
-        PARAX_LAUNCH(moeClearKernel, blocksFor(slots * width), kThreads, 0, stream)(recv, slots, h);
+      if (st.isOk() && comm) { // the rows that arrived, each block's after its member's used ones empty
+        if (M > 0) st = exchange(sendRows, sendMeta);
+        if (st.isOk()) st = clear(recvRows, recvMeta);
+        if (st.isOk() && M > 0) st = blocks(sendRows, recvRows, false, h, e);
+        if (st.isOk() && M > 0) st = blocks(sendMeta, recvMeta, false, 2, Elem::F32);
       }
-      const float *received = comm ? recv : send;
-      return deferUntilNeeded(touched, [this, &rows, &weights, &experts, received, slots, h] {
-        return withFloat(rows, [&](auto t) {
+      if (!st.isOk()) return st;
+      const float *receivedRows = comm ? recvRows : sendRows, *receivedMeta = comm ? recvMeta : sendMeta;
+      return deferUntilNeeded(touched, [this, &rows, &weights, &experts, receivedRows, receivedMeta, slots] {
+        PARAX_CUDA(cudaMemcpyAsync(rows.data, receivedRows, rows.bytes(), cudaMemcpyDeviceToDevice, stream));
+        return withFloat(weights, [&](auto t) {
           using T = decltype(t);
-          PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(slots * (h + 2)), kThreads, 0, stream)(
-              received, rows.as<T>(), weights.as<T>(), experts.i(), slots, h);
+          PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(slots), kThreads, 0, stream)(receivedMeta, weights.as<T>(),
+                                                                                  experts.i(), slots);
           return Status::ok();
         });
       });
     }
-    DeviceBuffer &rowsBack = in(0), &y = out();
-    if (comm && M > 0) { // each block's used rows packed into send, exchanged into recv (blocks M rows apart)
-      st = blocks(rowsBack.data, send, true, h, rowsBack.elem);
-      if (st.isOk()) st = comm->allToAll(send, recv, M * h, rowsBack.elem, mask, stream);
+    DeviceBuffer &y = out();
+    if (comm && M > 0) { // each block's used rows, back to its member (blocks M rows apart)
+      st = exchange(x.data, nullptr);
       if (!st.isOk()) return st;
+      touched.push_back(inst.operands(0)); // read by the transfer
     }
-    const void *back = comm ? static_cast<const void *>(recv) : rowsBack.data;
+    const void *back = comm ? static_cast<const void *>(sendRows) : x.data;
     int64_t per = attrInt(a, "per_choice") ? 1 : K; // pairs a result row sums
     int64_t stride = comm ? M : pairs;
     return deferUntilNeeded(touched, [this, &y, back, slot, per, h, pairs, stride] {

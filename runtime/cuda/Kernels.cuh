@@ -913,33 +913,35 @@ __global__ void moeBlocksKernel(const W *from, W *to, int64_t P, int64_t rows, i
   }
 }
 
-__global__ void moeClearKernel(float *send, int64_t slots, int64_t h) {
-  int64_t width = h + 2;
-  PARAX_GRID_STRIDE(i, slots * width) send[i] = i % width == h + 1 ? -1.0f : 0.0f; // every slot empty first
-}
-
-template <typename T>
-__global__ void moeFillKernel(const T *x, const T *w, const int32_t *idx, const int32_t *slot, float *send,
-                              int64_t pairs, int64_t K, int64_t h, int64_t local) {
-  int64_t width = h + 2;
-  PARAX_GRID_STRIDE(i, pairs * width) {
-    int64_t k = i / width, c = i % width;
-    int64_t s = slot[k];
-    if (s < 0) continue;
-    send[s * width + c] = c < h    ? ld(x, (k / K) * h + c)
-                          : c == h ? ld(w, k)
-                                   : static_cast<float>(idx[k] - (s / pairs) * local);
+// Every slot empty: rows zero, [weight 0, expert -1].
+template <typename T> __global__ void moeClearKernel(T *rows, float *meta, int64_t slots, int64_t h) {
+  PARAX_GRID_STRIDE(i, slots * (h + 2)) {
+    if (i < slots * h) st(rows, i, 0.0f);
+    else meta[i - slots * h] = (i - slots * h) % 2 == 1 ? -1.0f : 0.0f;
   }
 }
 
+// Each routed pair's row of x (its token's) into its slot, and the slot's
+// [router weight, local expert].
 template <typename T>
-__global__ void moeUnpackKernel(const float *recv, T *rows, T *weights, int32_t *experts, int64_t slots, int64_t h) {
-  int64_t width = h + 2;
-  PARAX_GRID_STRIDE(i, slots * width) {
-    int64_t r = i / width, c = i % width;
-    if (c < h) st(rows, r * h + c, recv[i]);
-    else if (c == h) st(weights, r, recv[i]);
-    else experts[r] = static_cast<int32_t>(recv[i]);
+__global__ void moeFillKernel(const T *x, const T *w, const int32_t *idx, const int32_t *slot, T *rows, float *meta,
+                              int64_t pairs, int64_t K, int64_t h, int64_t local) {
+  PARAX_GRID_STRIDE(i, pairs * (h + 2)) {
+    int64_t k = i / (h + 2), c = i % (h + 2);
+    int64_t s = slot[k];
+    if (s < 0) continue;
+    if (c < h) rows[s * h + c] = x[(k / K) * h + c];
+    else if (c == h) meta[s * 2] = ld(w, k);
+    else meta[s * 2 + 1] = static_cast<float>(idx[k] - (s / pairs) * local);
+  }
+}
+
+// The slots' [weight, expert] into the dispatch's results.
+template <typename T>
+__global__ void moeUnpackKernel(const float *meta, T *weights, int32_t *experts, int64_t slots) {
+  PARAX_GRID_STRIDE(r, slots) {
+    st(weights, r, meta[r * 2]);
+    experts[r] = static_cast<int32_t>(meta[r * 2 + 1]);
   }
 }
 
