@@ -381,6 +381,8 @@ struct CudaExecutor::State {
   // Collectives too, through NCCL (a host-staged one copies through the
   // host) or locally (no communicator).
   bool capturable(const pxe::Instruction &inst) const {
+    // (An expert exchange over ranks reads its counts on the host.)
+    if (inst.op() == "moe_dispatch" || inst.op() == "moe_combine") return !comm;
     if (isCollective(inst.op())) return !comm || !comm->staged;
     return capturableOp(inst.op()) || (inst.op() == "experts" && groupedExperts(inst));
   }
@@ -3078,6 +3080,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t M = pairs; // rows a block sends
     if (comm) {
       st = comm->allGather(counts, allCounts, P, Elem::I32, mask, stream);
+      if (st.isOk()) st = awaitIssued(); // (on the communication stream)
       if (!st.isOk()) return st;
       std::vector<int32_t> all(P * P);
       PARAX_CUDA(cudaMemcpyAsync(all.data(), allCounts, P * P * 4, cudaMemcpyDeviceToHost, stream));
@@ -3127,6 +3130,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       });
       if (st.isOk() && comm) { // the rows that arrived, each block's after its member's used ones empty
         if (M > 0) st = exchange(sendRows, sendMeta);
+        if (st.isOk()) st = awaitIssued();
         if (st.isOk()) st = clear(recvRows, recvMeta);
         if (st.isOk() && M > 0) st = blocks(sendRows, recvRows, false, h, e);
         if (st.isOk() && M > 0) st = blocks(sendMeta, recvMeta, false, 2, Elem::F32);
