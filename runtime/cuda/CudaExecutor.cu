@@ -381,8 +381,10 @@ struct CudaExecutor::State {
   // Collectives too, through NCCL (a host-staged one copies through the
   // host) or locally (no communicator).
   bool capturable(const pxe::Instruction &inst) const {
-    // (An expert exchange over ranks reads its counts on the host.)
-    if (inst.op() == "moe_dispatch" || inst.op() == "moe_combine") return !comm;
+    // (An expert exchange over several ranks reads its counts on the host.)
+    if ((inst.op() == "moe_dispatch" || inst.op() == "moe_combine") &&
+        groupSize(attrStrings(inst.attrs(), "axes")) > 1)
+      return !comm;
     if (isCollective(inst.op())) return !comm || !comm->staged;
     return capturableOp(inst.op()) || (inst.op() == "experts" && groupedExperts(inst));
   }
@@ -3077,8 +3079,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     float *recvRows = sendMeta + metaFloats, *recvMeta = recvRows + rowFloats;
     PARAX_CUDA(cudaMemsetAsync(slot, 0xff, pairs * 4, stream)); // -1: no slot
     PARAX_LAUNCH(moeSlotsKernel, blocksFor(P), kThreads, 0, stream)(idx.i(), slot, counts, pairs, local, P);
-    int64_t M = pairs; // rows a block sends
-    if (comm) {
+    int64_t M = pairs; // rows a block sends (a group of one: all, no host synchronisation)
+    if (comm && P > 1) {
       st = comm->allGather(counts, allCounts, P, Elem::I32, mask, stream);
       if (st.isOk()) st = awaitIssued(); // (on the communication stream)
       if (!st.isOk()) return st;
