@@ -715,7 +715,8 @@ LayerPlan Solver::solve() {
         plan.collectives.push_back({*kind, fullBytes(out), n});
     }
   for (int in : layer.inputs)
-    plan.activationBytes[2] += heldBytes[in];
+    plan.inputBytes += heldBytes[in];
+  plan.activationBytes[2] = plan.inputBytes;
   for (int out : layer.outputs)
     plan.outputBytes += value(out).inKvCache || lastLayer ? 0 : fullBytes(out) * share(boundaryLayout(out));
   plan.workingBytes = plan.activationBytes[0];

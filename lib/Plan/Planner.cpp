@@ -385,7 +385,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                                   ? lp.activationBytes[2]
                                   : lp.activationBytes[rc == Recompute::None ? 0 : 1] + gathered;
               c.working = rc == Recompute::Full ? lp.workingBytes + gathered : 0;
-              c.inputBytes = lp.activationBytes[2];
+              c.inputBytes = lp.inputBytes;
               c.outputBytes = lp.outputBytes;
               c.gathered = zero == 3 ? e * (dense + expert) : 0;
               // ZeRO-2 (the runtime's device optimizer) reduce-scatters each

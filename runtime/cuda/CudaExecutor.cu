@@ -76,10 +76,11 @@ template <typename F> Status withFloat(const DeviceBuffer &b, F &&f) {
 }
 // The same with the bit-width type (uint16_t or uint32_t) for data movement,
 // which works for integers too.
-template <typename F> Status withBits(const DeviceBuffer &b, F &&f) {
-  if (elemBytes(b.elem) == 2) return f(uint16_t{});
+template <typename F> Status withBits(Elem e, F &&f) {
+  if (elemBytes(e) == 2) return f(uint16_t{});
   return f(uint32_t{});
 }
+template <typename F> Status withBits(const DeviceBuffer &b, F &&f) { return withBits(b.elem, f); }
 
 // Lets each kernel's blocks take up to `bytes` of dynamic shared memory.
 template <typename... Kernels> Status allowSharedMemory(int bytes, Kernels *...kernels) {
@@ -3093,9 +3094,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     // Each block's first M rows (`width` elements of `of`): packed (`pairs`
     // rows apart to M apart) or unpacked (back).
     auto blocks = [&](const void *from, void *to, bool pack, int64_t width, Elem of) {
-      DeviceBuffer like;
-      like.elem = of;
-      return withBits(like, [&](auto w) {
+      return withBits(of, [&](auto w) {
         using W = decltype(w);
         PARAX_LAUNCH(moeBlocksKernel<W>, blocksFor(P * M * width), kThreads, 0, stream)(
             static_cast<const W *>(from), static_cast<W *>(to), P, M, pack ? pairs : M, pack ? M : pairs, width);
@@ -3111,45 +3110,46 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       if (st.isOk() && meta) st = comm->allToAll(recvMeta, sendMeta, M * 2, Elem::F32, mask, stream);
       return st;
     };
-    std::vector<int32_t> touched(inst.results().begin(), inst.results().end());
     if (op == "moe_dispatch") {
+      // The rows go straight into the result (its layout is the slots'),
+      // through the send side when they travel.
       DeviceBuffer &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
-      auto clear = [&](float *rowsAt, float *metaAt) {
+      auto clear = [&](void *rowsAt, float *metaAt) {
         return withFloat(x, [&](auto t) {
           using T = decltype(t);
           PARAX_LAUNCH(moeClearKernel<T>, blocksFor(slots * (h + 2)), kThreads, 0, stream)(
-              reinterpret_cast<T *>(rowsAt), metaAt, slots, h);
+              static_cast<T *>(rowsAt), metaAt, slots, h);
           return Status::ok();
         });
       };
-      st = clear(sendRows, sendMeta);
-      if (!st.isOk()) return st;
-      st = withFloat(x, [&](auto t) {
-        using T = decltype(t);
-        PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * (h + 2)), kThreads, 0, stream)(
-            x.as<T>(), w.as<T>(), idx.i(), slot, reinterpret_cast<T *>(sendRows), sendMeta, pairs, K, h, local);
-        return Status::ok();
-      });
+      void *filled = comm ? static_cast<void *>(sendRows) : rows.data;
+      st = clear(filled, sendMeta);
+      if (st.isOk())
+        st = withFloat(x, [&](auto t) {
+          using T = decltype(t);
+          PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * (h + 2)), kThreads, 0, stream)(
+              x.as<T>(), w.as<T>(), idx.i(), slot, static_cast<T *>(filled), sendMeta, pairs, K, h, local);
+          return Status::ok();
+        });
+      const float *meta = sendMeta;
       if (st.isOk() && comm) { // the rows that arrived, each block's after its member's used ones empty
         if (M > 0) st = exchange(sendRows, sendMeta);
         if (st.isOk()) st = awaitIssued();
-        if (st.isOk()) st = clear(recvRows, recvMeta);
-        if (st.isOk() && M > 0) st = blocks(sendRows, recvRows, false, h, e);
+        if (st.isOk()) st = clear(rows.data, recvMeta);
+        if (st.isOk() && M > 0) st = blocks(sendRows, rows.data, false, h, e);
         if (st.isOk() && M > 0) st = blocks(sendMeta, recvMeta, false, 2, Elem::F32);
+        meta = recvMeta;
       }
       if (!st.isOk()) return st;
-      const float *receivedRows = comm ? recvRows : sendRows, *receivedMeta = comm ? recvMeta : sendMeta;
-      return deferUntilNeeded(touched, [this, &rows, &weights, &experts, receivedRows, receivedMeta, slots] {
-        PARAX_CUDA(cudaMemcpyAsync(rows.data, receivedRows, rows.bytes(), cudaMemcpyDeviceToDevice, stream));
-        return withFloat(weights, [&](auto t) {
-          using T = decltype(t);
-          PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(slots), kThreads, 0, stream)(receivedMeta, weights.as<T>(),
-                                                                                  experts.i(), slots);
-          return Status::ok();
-        });
+      return withFloat(weights, [&](auto t) {
+        using T = decltype(t);
+        PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(slots), kThreads, 0, stream)(meta, weights.as<T>(), experts.i(),
+                                                                                slots);
+        return Status::ok();
       });
     }
     DeviceBuffer &y = out();
+    std::vector<int32_t> touched(inst.results().begin(), inst.results().end());
     if (comm && M > 0) { // each block's used rows, back to its member (blocks M rows apart)
       st = exchange(x.data, nullptr);
       if (!st.isOk()) return st;

@@ -76,7 +76,7 @@ struct LayerPlan {
   /// policy: none, selective, full (layer inputs only).
   double activationBytes[3] = {0, 0, 0};
   double workingBytes = 0;      // one layer's activations (full recompute)
-  double outputBytes = 0;       // the layer's outputs in the boundary layout
+  double inputBytes = 0, outputBytes = 0; // the layer's inputs and outputs, boundary layout
   /// Inference keeps nothing for a backward pass: the most bytes of values
   /// live at once in the layer's forward (each from the op that writes it
   /// to the last that reads it, the layer's inputs from its start and its
