@@ -8,6 +8,8 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -223,7 +225,22 @@ static LogicalResult partitionRoutedExperts(OpBuilder &b, Operation *op,
   SmallVector<StringRef> axisNames(expertAxes.begin(), expertAxes.end());
   ArrayAttr axes = b.getStrArrayAttr(axisNames);
   IntegerAttr experts = b.getI64IntegerAttr(numExperts);
-  int64_t rows = parts * indices.getNumElements();
+  // The rows a rank's dispatch holds: every rank's pairs (any routing), or
+  // the plan's expert capacity times its own (the runtime stops a step that
+  // routes more to a rank).
+  int64_t pairs = indices.getNumElements(), rows = parts * pairs;
+  auto function = op->getParentOfType<func::FuncOp>();
+  if (auto plan = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPlanAttrName))
+    if (Attribute given = plan.get("expert_capacity")) {
+      auto capacity = dyn_cast<FloatAttr>(given);
+      if (!capacity || !(capacity.getValueAsDouble() >= 1))
+        return function.emitError()
+               << "the plan's expert_capacity must be a number >= 1 (the rows a rank's "
+                  "expert dispatch holds, per (token, choice) pair of its own), got "
+               << given;
+      rows = std::clamp<int64_t>(
+          static_cast<int64_t>(std::ceil(capacity.getValueAsDouble() * pairs)), pairs, rows);
+    }
   auto dispatch = [&](Value x) {
     auto key = std::make_tuple(x.getAsOpaquePointer(), operands[1].getAsOpaquePointer(),
                                operands[2].getAsOpaquePointer());

@@ -154,6 +154,7 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
   ctx.tp = tp;
   ctx.group = makeGroup(cluster, tp, 1);
   ctx.ep = ep;
+  ctx.expertCapacity = w.expertCapacity.value_or(0);
   ctx.sequenceParallel = sp;
   ctx.sequences = sequences;
   ctx.kvBytes = dtypeBytes(w.kvDtype);

@@ -6,6 +6,8 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cmath>
+
 using namespace llvm;
 using namespace parax::plan;
 
@@ -54,6 +56,8 @@ std::string Workload::toString() const {
     text += formatv(",seq={0}", seq).str();
   if (microBatch)
     text += formatv(",mbs={0}", microBatch).str();
+  if (expertCapacity)
+    text += formatv(",capacity={0}", *expertCapacity).str();
   return text;
 }
 
@@ -153,6 +157,13 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
       if (!s)
         return workloadError(spec, "schedule must be gpipe, 1f1b or interleaved");
       w.schedule = *s;
+    } else if (key == "capacity") {
+      double factor;
+      if (value.getAsDouble(factor) || !(factor >= 1) || !std::isfinite(factor))
+        return workloadError(spec, "capacity (the expert capacity: rows a rank's expert dispatch "
+                                   "holds, per (token, choice) pair of its own) must be a number "
+                                   ">= 1, got '" + value + "'");
+      w.expertCapacity = factor;
     } else if (key == "chunks") {
       int64_t chunks;
       if (Error e = integer(chunks, 2))

@@ -3058,111 +3058,86 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return deferUntilNeeded({op == "send" ? inst.operands(0) : inst.results(0)}, nullptr);
   }
   if (op == "moe_dispatch" || op == "moe_combine") {
-    // Slots as the CPU backend fills them (moeSlotsKernel): block j holds
-    // the pairs this rank routes to member j, `pairs` slots a block. The
-    // all-to-all sends of each block only its first M rows, M the most any
-    // member routes to any other (the members' counts all-gathered and read
-    // by the host): the traffic of the routed rows, not of every slot. Rows
-    // travel in their own storage; the dispatch's [router weight, local
-    // expert] of each slot in fp32 beside them.
+    // As the CPU backend: this rank's pairs leave grouped by the member
+    // owning their expert (moeSlotsKernel); the members' counts, all-gathered
+    // and read by the host, size each block of one all-to-all of the routed
+    // rows only, which arrive member after member at the top of the
+    // dispatch's rows (the rest unused). Rows travel in their own storage;
+    // the dispatch's [router weight, local expert] of each in fp32 beside
+    // them. A group of one keeps its rows in place (no host synchronisation).
     int64_t E = attrInt(a, "num_experts"), local = E / P;
     DeviceBuffer &idx = in(op == "moe_dispatch" ? 2 : 1);
-    int64_t pairs = idx.numel(), K = idx.shape.back(), slots = P * pairs;
     DeviceBuffer &x = in(0); // the tokens, or the rows back
+    const int64_t pairs = idx.numel(), K = idx.shape.back(), h = x.shape.back();
+    const int64_t capacity = (op == "moe_dispatch" ? out(0) : x).shape[0];
     const Elem e = x.elem;
-    const int64_t h = x.shape.back(), ints = pairs + P + P * P;
-    const int64_t rowFloats = (slots * h * static_cast<int64_t>(elemBytes(e)) + 3) / 4, metaFloats = 2 * slots;
-    Status st = ensureCommScratch(ints + 2 * (rowFloats + metaFloats));
+    const int64_t me = groupIndex(axes), ints = pairs + P + P * P;
+    const int64_t rowFloats = (pairs * h * static_cast<int64_t>(elemBytes(e)) + 3) / 4;
+    Status st = ensureCommScratch(ints + rowFloats + 2 * pairs + 2 * capacity);
     if (!st.isOk()) return st;
     auto *slot = reinterpret_cast<int32_t *>(commScratch);
     int32_t *counts = slot + pairs, *allCounts = counts + P;
-    float *sendRows = commScratch + ints, *sendMeta = sendRows + rowFloats;
-    float *recvRows = sendMeta + metaFloats, *recvMeta = recvRows + rowFloats;
+    float *sendRows = commScratch + ints, *sendMeta = sendRows + rowFloats, *recvMeta = sendMeta + 2 * pairs;
     PARAX_CUDA(cudaMemsetAsync(slot, 0xff, pairs * 4, stream)); // -1: no slot
-    PARAX_LAUNCH(moeSlotsKernel, blocksFor(P), kThreads, 0, stream)(idx.i(), slot, counts, pairs, local, P);
-    int64_t M = pairs; // rows a block sends (a group of one: all, no host synchronisation)
-    if (comm && P > 1) {
+    PARAX_LAUNCH(moeSlotsKernel, 1, kThreads, 0, stream)(idx.i(), slot, counts, pairs, local, P);
+    const bool travel = comm && P > 1;
+    // Elements of `width` a row each block holds: to the members, or from them.
+    std::vector<int32_t> all;
+    auto blocks = [&](int64_t width, bool toMembers) {
+      std::vector<size_t> n(P);
+      for (int64_t j = 0; j < P; ++j) n[j] = static_cast<size_t>(all[toMembers ? me * P + j : j * P + me]) * width;
+      return n;
+    };
+    if (travel) {
       st = comm->allGather(counts, allCounts, P, Elem::I32, mask, stream);
       if (st.isOk()) st = awaitIssued(); // (on the communication stream)
       if (!st.isOk()) return st;
-      std::vector<int32_t> all(P * P);
+      all.resize(P * P);
       PARAX_CUDA(cudaMemcpyAsync(all.data(), allCounts, P * P * 4, cudaMemcpyDeviceToHost, stream));
       st = sync();
+      if (st.isOk()) st = expertCapacityCheck(op, all, P, capacity);
       if (!st.isOk()) return st;
-      M = *std::max_element(all.begin(), all.end());
     }
-    // Each block's first M rows (`width` elements of `of`): packed (`pairs`
-    // rows apart to M apart) or unpacked (back).
-    auto blocks = [&](const void *from, void *to, bool pack, int64_t width, Elem of) {
-      return withBits(of, [&](auto w) {
-        using W = decltype(w);
-        PARAX_LAUNCH(moeBlocksKernel<W>, blocksFor(P * M * width), kThreads, 0, stream)(
-            static_cast<const W *>(from), static_cast<W *>(to), P, M, pack ? pairs : M, pack ? M : pairs, width);
+    if (op == "moe_dispatch") {
+      // Filled in place (a group of one), or sent from the send side
+      // straight into the result.
+      DeviceBuffer &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
+      float *meta = recvMeta; // [weight, expert] of each of the result's rows
+      st = withFloat(x, [&](auto t) {
+        using T = decltype(t);
+        PARAX_LAUNCH(moeClearKernel<T>, blocksFor(capacity * (h + 2)), kThreads, 0, stream)(rows.as<T>(), meta,
+                                                                                            capacity, h);
+        PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * (h + 2)), kThreads, 0, stream)(
+            x.as<T>(), w.as<T>(), idx.i(), slot, travel ? reinterpret_cast<T *>(sendRows) : rows.as<T>(),
+            travel ? sendMeta : meta, pairs, K, h, local);
         return Status::ok();
       });
-    };
-    // Packs `rows` (and `meta`) into the receive side, exchanges them into
-    // the send side, where they arrive M rows a block.
-    auto exchange = [&](const void *rows, const float *meta) {
-      st = blocks(rows, recvRows, true, h, e);
-      if (st.isOk()) st = comm->allToAll(recvRows, sendRows, M * h, e, mask, stream);
-      if (st.isOk() && meta) st = blocks(meta, recvMeta, true, 2, Elem::F32);
-      if (st.isOk() && meta) st = comm->allToAll(recvMeta, sendMeta, M * 2, Elem::F32, mask, stream);
-      return st;
-    };
-    if (op == "moe_dispatch") {
-      // The rows go straight into the result (its layout is the slots'),
-      // through the send side when they travel.
-      DeviceBuffer &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
-      auto clear = [&](void *rowsAt, float *metaAt) {
-        return withFloat(x, [&](auto t) {
-          using T = decltype(t);
-          PARAX_LAUNCH(moeClearKernel<T>, blocksFor(slots * (h + 2)), kThreads, 0, stream)(
-              static_cast<T *>(rowsAt), metaAt, slots, h);
-          return Status::ok();
-        });
-      };
-      void *filled = comm ? static_cast<void *>(sendRows) : rows.data;
-      st = clear(filled, sendMeta);
-      if (st.isOk())
-        st = withFloat(x, [&](auto t) {
-          using T = decltype(t);
-          PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * (h + 2)), kThreads, 0, stream)(
-              x.as<T>(), w.as<T>(), idx.i(), slot, static_cast<T *>(filled), sendMeta, pairs, K, h, local);
-          return Status::ok();
-        });
-      const float *meta = sendMeta;
-      if (st.isOk() && comm) { // the rows that arrived, each block's after its member's used ones empty
-        if (M > 0) st = exchange(sendRows, sendMeta);
-        if (st.isOk()) st = awaitIssued();
-        if (st.isOk()) st = clear(rows.data, recvMeta);
-        if (st.isOk() && M > 0) st = blocks(sendRows, rows.data, false, h, e);
-        if (st.isOk() && M > 0) st = blocks(sendMeta, recvMeta, false, 2, Elem::F32);
-        meta = recvMeta;
-      }
+      if (st.isOk() && travel) st = comm->allToAllv(sendRows, blocks(h, true), rows.data, blocks(h, false), e, mask, stream);
+      if (st.isOk() && travel)
+        st = comm->allToAllv(sendMeta, blocks(2, true), recvMeta, blocks(2, false), Elem::F32, mask, stream);
+      if (st.isOk()) st = awaitIssued();
       if (!st.isOk()) return st;
       return withFloat(weights, [&](auto t) {
         using T = decltype(t);
-        PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(slots), kThreads, 0, stream)(meta, weights.as<T>(), experts.i(),
-                                                                                slots);
+        PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(capacity), kThreads, 0, stream)(meta, weights.as<T>(),
+                                                                                   experts.i(), capacity);
         return Status::ok();
       });
     }
     DeviceBuffer &y = out();
     std::vector<int32_t> touched(inst.results().begin(), inst.results().end());
-    if (comm && M > 0) { // each block's used rows, back to its member (blocks M rows apart)
-      st = exchange(x.data, nullptr);
+    if (travel) { // the rows that arrived, back to their members as they came
+      st = comm->allToAllv(x.data, blocks(h, false), sendRows, blocks(h, true), e, mask, stream);
       if (!st.isOk()) return st;
       touched.push_back(inst.operands(0)); // read by the transfer
     }
-    const void *back = comm ? static_cast<const void *>(sendRows) : x.data;
+    const void *back = travel ? static_cast<const void *>(sendRows) : x.data;
     int64_t per = attrInt(a, "per_choice") ? 1 : K; // pairs a result row sums
-    int64_t stride = comm ? M : pairs;
-    return deferUntilNeeded(touched, [this, &y, back, slot, per, h, pairs, stride] {
+    return deferUntilNeeded(touched, [this, &y, back, slot, per, h] {
       return withFloat(y, [&](auto t) {
         using T = decltype(t);
         PARAX_LAUNCH(moeCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
-            static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, per, h, pairs, stride);
+            static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, per, h);
         return Status::ok();
       });
     });

@@ -887,33 +887,30 @@ __global__ void expertsCombineKernel(const float *down, const T *w, const int32_
   }
 }
 
-// MoE exchanges (the CPU backend's layout): pair k goes to rank
-// dest = idx[k] / local, into slot dest * pairs + (its order among the pairs
-// for dest); a slot row is [x row | weight | local expert, -1 when empty],
-// in fp32 whatever the storage. One thread per destination walks the pairs.
+// MoE exchanges (the CPU backend's layout): this rank's pairs leave grouped
+// by the member owning their expert (dest = idx[k] / local), in order: pair
+// k's row is slot[k] = (the pairs for members before dest) + (its order
+// among dest's); counts[dest] of them. A row is [x row | weight | local
+// expert, -1 when empty], the last two in fp32 whatever the storage. One
+// block; a thread per destination walks the pairs.
 __global__ void moeSlotsKernel(const int32_t *idx, int32_t *slot, int32_t *counts, int64_t pairs, int64_t local,
                                int64_t P) {
-  int64_t dest = blockIdx.x * blockDim.x + threadIdx.x;
-  if (dest >= P) return;
-  int64_t fill = 0;
-  for (int64_t k = 0; k < pairs; ++k)
-    if (idx[k] >= 0 && idx[k] / local == dest) slot[k] = static_cast<int32_t>(dest * pairs + fill++);
-  counts[dest] = static_cast<int32_t>(fill);
-}
-
-// The first `rows` rows of each of P blocks of `width` elements a row, from
-// blocks `fromStride` rows apart to blocks `toStride` rows apart (the
-// exchange's used rows packed for the all-to-all, and back).
-template <typename W>
-__global__ void moeBlocksKernel(const W *from, W *to, int64_t P, int64_t rows, int64_t fromStride,
-                                int64_t toStride, int64_t width) {
-  PARAX_GRID_STRIDE(i, P * rows * width) {
-    int64_t j = i / (rows * width), r = i / width % rows, c = i % width;
-    to[(j * toStride + r) * width + c] = from[(j * fromStride + r) * width + c];
+  for (int64_t dest = threadIdx.x; dest < P; dest += blockDim.x) {
+    int64_t n = 0;
+    for (int64_t k = 0; k < pairs; ++k)
+      if (idx[k] >= 0 && idx[k] / local == dest) ++n;
+    counts[dest] = static_cast<int32_t>(n);
+  }
+  __syncthreads();
+  for (int64_t dest = threadIdx.x; dest < P; dest += blockDim.x) {
+    int64_t fill = 0;
+    for (int64_t d = 0; d < dest; ++d) fill += counts[d];
+    for (int64_t k = 0; k < pairs; ++k)
+      if (idx[k] >= 0 && idx[k] / local == dest) slot[k] = static_cast<int32_t>(fill++);
   }
 }
 
-// Every slot empty: rows zero, [weight 0, expert -1].
+// `slots` rows empty: zero, [weight 0, expert -1].
 template <typename T> __global__ void moeClearKernel(T *rows, float *meta, int64_t slots, int64_t h) {
   PARAX_GRID_STRIDE(i, slots * (h + 2)) {
     if (i < slots * h) st(rows, i, 0.0f);
@@ -932,11 +929,11 @@ __global__ void moeFillKernel(const T *x, const T *w, const int32_t *idx, const 
     if (s < 0) continue;
     if (c < h) rows[s * h + c] = x[(k / K) * h + c];
     else if (c == h) meta[s * 2] = ld(w, k);
-    else meta[s * 2 + 1] = static_cast<float>(idx[k] - (s / pairs) * local);
+    else meta[s * 2 + 1] = static_cast<float>(idx[k] % local);
   }
 }
 
-// The slots' [weight, expert] into the dispatch's results.
+// The rows' [weight, expert] into the dispatch's results.
 template <typename T>
 __global__ void moeUnpackKernel(const float *meta, T *weights, int32_t *experts, int64_t slots) {
   PARAX_GRID_STRIDE(r, slots) {
@@ -945,20 +942,17 @@ __global__ void moeUnpackKernel(const float *meta, T *weights, int32_t *experts,
   }
 }
 
-// y[t, c] = the sum over token t's pairs (in order) of their returned rows:
-// each of the `rows` result rows sums the `per` pairs it holds (a token's
-// K choices; one pair per row with per_choice).
-// `back` holds each member's rows in blocks `stride` rows apart (a slot is
-// block * pairs + row).
+// y[t, c] = the sum over token t's pairs (in order) of their returned rows
+// (`back`, row slot[k] for pair k): each of the `rows` result rows sums
+// the `per` pairs it holds (a token's K choices; one with per_choice).
 template <typename T>
-__global__ void moeCombineKernel(const T *back, const int32_t *slot, T *y, int64_t rows, int64_t per, int64_t h,
-                                 int64_t pairs, int64_t stride) {
+__global__ void moeCombineKernel(const T *back, const int32_t *slot, T *y, int64_t rows, int64_t per, int64_t h) {
   PARAX_GRID_STRIDE(i, rows * h) {
     int64_t t = i / h, c = i % h;
     float a = 0.0f;
     for (int64_t j = 0; j < per; ++j) {
       int64_t s = slot[t * per + j];
-      if (s >= 0) a += ld(back, ((s / pairs) * stride + s % pairs) * h + c);
+      if (s >= 0) a += ld(back, s * h + c);
     }
     st(y, i, a);
   }

@@ -266,6 +266,43 @@ public:
                  mpiComms[mask]);
     return toDevice(out, b, e, stream);
   }
+  /// Blocks of their own sizes: `in` holds sendCounts[p] elements for
+  /// member p, block after block; `out` gets recvCounts[p] from member p
+  /// likewise (what member p sends here). Empty blocks are not sent.
+  Status allToAllv(const void *in, const std::vector<size_t> &sendCounts, void *out,
+                   const std::vector<size_t> &recvCounts, Elem e, unsigned mask, cudaStream_t stream) {
+    size_t sent = 0, received = 0;
+    for (size_t n : sendCounts) sent += n;
+    for (size_t n : recvCounts) received += n;
+    if (!staged) {
+      return onCommStream(stream, "all_to_all", [&](cudaStream_t c) {
+        ncclResult_t r = ncclGroupStart();
+        size_t from = 0, to = 0;
+        for (int p = 0; r == ncclSuccess && p < sizes[mask]; ++p) {
+          if (sendCounts[p])
+            r = ncclSend(static_cast<const char *>(in) + from * elemBytes(e), sendCounts[p], ncclTypeOf(e), p,
+                         comms[mask], c);
+          if (r == ncclSuccess && recvCounts[p])
+            r = ncclRecv(static_cast<char *>(out) + to * elemBytes(e), recvCounts[p], ncclTypeOf(e), p,
+                         comms[mask], c);
+          from += sendCounts[p];
+          to += recvCounts[p];
+        }
+        ncclResult_t end = ncclGroupEnd();
+        return r != ncclSuccess ? r : end;
+      });
+    }
+    std::vector<int> sc, sd, rc, rd;
+    if (!mpiBlocks(sendCounts, sc, sd) || !mpiBlocks(recvCounts, rc, rd))
+      return Status::error("all_to_all: more than 2^31 - 1 values a rank (MPI_Alltoallv's int counts)");
+    auto watched = stalls->watch("all_to_all");
+    std::vector<float> a, b(received);
+    Status st = toHost(a, in, sent, e, stream);
+    if (!st.isOk()) return st;
+    MPI_Alltoallv(a.data(), sc.data(), sd.data(), MPI_FLOAT, b.data(), rc.data(), rd.data(), MPI_FLOAT,
+                  mpiComms[mask]);
+    return toDevice(out, b, e, stream);
+  }
   /// One send or receive of `n` elements of `e` with world rank `peer`.
   struct PointToPoint {
     void *buf;

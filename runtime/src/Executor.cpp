@@ -955,10 +955,9 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     int64_t E = attrInt(a, "num_experts"), local = E / P;
     Tensor &idx = in(op == "moe_dispatch" ? 2 : 1);
     int64_t pairs = idx.numel(), K = idx.shape.back();
-    // Block j: the (token, choice) pairs this rank routes to member j, in
-    // order. The all-to-all sends M rows a block, M the most any member
-    // routes to any other (the members' counts all-gathered): the traffic
-    // of the routed rows, not of the `pairs` slots a block may hold.
+    // This rank's (token, choice) pairs leave grouped by the member owning
+    // their expert, in order; the members' counts, all-gathered, size each
+    // block (an all-to-all of the routed rows only).
     if (pairs >= (int64_t(1) << 24)) // (the counts travel as floats)
       return Status::error(op + ": more than 2^24 (token, choice) pairs on a rank");
     std::vector<float> counts(P, 0.0f), all(P * P);
@@ -968,55 +967,62 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     }
     Status s = P == 1 ? (all = counts, Status::ok()) : e.comm_->allGather(counts.data(), P, all.data(), mask);
     if (!s.isOk()) return s;
-    const int64_t M = static_cast<int64_t>(*std::max_element(all.begin(), all.end()));
     const int64_t me = groupIndex(axes);
-    std::vector<int64_t> fill(P, 0);
+    const int64_t capacity = (op == "moe_dispatch" ? out(0) : in(0)).shape[0];
+    if (Status full = expertCapacityCheck(op, all, P, capacity); !full.isOk()) return full;
+    // Where each of this rank's pairs sits among the rows it sends.
+    std::vector<int64_t> sendAt(P, 0), at(pairs);
+    for (int64_t d = 1; d < P; ++d) sendAt[d] = sendAt[d - 1] + static_cast<int64_t>(all[me * P + d - 1]);
+    for (int64_t k = 0; k < pairs; ++k) at[k] = sendAt[idx.i[k] / local]++;
+    // Values a block holds, each way, for rows of `width`.
+    auto sizes = [&](int64_t width, bool toMembers) {
+      std::vector<size_t> n(P);
+      for (int64_t j = 0; j < P; ++j)
+        n[j] = static_cast<size_t>(all[toMembers ? me * P + j : j * P + me]) * width;
+      return n;
+    };
+    int64_t received = 0; // rows that arrive here
+    for (int64_t i = 0; i < P; ++i) received += static_cast<int64_t>(all[i * P + me]);
     if (op == "moe_dispatch") {
+      // Rows [h features, weight, local expert] go out; they arrive block
+      // after block (member 0's first) at the top of the results, the rest
+      // unused (expert -1).
       Tensor &x = in(0), &w = in(1), &rows = out(0), &rw = out(1), &re = out(2);
       int64_t h = x.shape.back(), width = h + 2;
-      // Each row [h features, weight, local expert]; unused rows expert -1.
-      std::vector<float> sendBuf(P * M * width, 0.0f), recvBuf(P * M * width);
+      std::vector<float> sendBuf(pairs * width), recvBuf(received * width);
       for (int64_t k = 0; k < pairs; ++k) {
-        int64_t expert = idx.i[k], dest = expert / local;
-        float *row = &sendBuf[(dest * M + fill[dest]++) * width];
+        float *row = &sendBuf[at[k] * width];
         std::copy(&x.f[(k / K) * h], &x.f[(k / K) * h] + h, row);
         row[h] = w.f[k];
-        row[h + 1] = static_cast<float>(expert - dest * local);
+        row[h + 1] = static_cast<float>(idx.i[k] % local);
       }
       s = P == 1 ? (recvBuf = sendBuf, Status::ok())
-                 : e.comm_->allToAll(sendBuf.data(), recvBuf.data(), M * width, mask);
+                 : e.comm_->allToAllv(sendBuf.data(), sizes(width, true), recvBuf.data(), sizes(width, false), mask);
       if (!s.isOk()) return s;
-      // Block i of the result: the rows member i routed here, then unused.
       std::fill(rows.f.begin(), rows.f.end(), 0.0f);
       std::fill(rw.f.begin(), rw.f.end(), 0.0f);
       std::fill(re.i.begin(), re.i.end(), -1);
-      for (int64_t i = 0; i < P; ++i)
-        for (int64_t r = 0; r < static_cast<int64_t>(all[i * P + me]); ++r) {
-          const float *row = &recvBuf[(i * M + r) * width];
-          std::copy(row, row + h, &rows.f[(i * pairs + r) * h]);
-          rw.f[i * pairs + r] = row[h];
-          re.i[i * pairs + r] = static_cast<int32_t>(row[h + 1]);
-        }
+      for (int64_t r = 0; r < received; ++r) {
+        const float *row = &recvBuf[r * width];
+        std::copy(row, row + h, &rows.f[r * h]);
+        rw.f[r] = row[h];
+        re.i[r] = static_cast<int32_t>(row[h + 1]);
+      }
       return Status::ok();
     }
-    // The rows member i routed here go back to it, M a block.
+    // The rows that arrived go back to their members, as they came.
     Tensor &rows = in(0), &y = out();
     int64_t h = rows.shape.back();
-    std::vector<float> sendBuf(P * M * h, 0.0f), back(P * M * h);
-    for (int64_t i = 0; i < P; ++i)
-      for (int64_t r = 0; r < static_cast<int64_t>(all[i * P + me]); ++r)
-        std::copy(&rows.f[(i * pairs + r) * h], &rows.f[(i * pairs + r + 1) * h], &sendBuf[(i * M + r) * h]);
-    s = P == 1 ? (back = sendBuf, Status::ok()) : e.comm_->allToAll(sendBuf.data(), back.data(), M * h, mask);
+    std::vector<float> back(pairs * h);
+    s = P == 1 ? (std::copy(rows.f.begin(), rows.f.begin() + received * h, back.begin()), Status::ok())
+               : e.comm_->allToAllv(rows.f.data(), sizes(h, false), back.data(), sizes(h, true), mask);
     if (!s.isOk()) return s;
     // Each pair's row back in its place, summed per token (or, per_choice,
     // kept per pair).
     std::fill(y.f.begin(), y.f.end(), 0.0f);
     int64_t perRow = attrFlag(a, "per_choice") ? 1 : K;
-    for (int64_t k = 0; k < pairs; ++k) {
-      int64_t dest = idx.i[k] / local;
-      const float *row = &back[(dest * M + fill[dest]++) * h];
-      for (int64_t c = 0; c < h; ++c) y.f[(k / perRow) * h + c] += row[c];
-    }
+    for (int64_t k = 0; k < pairs; ++k)
+      for (int64_t c = 0; c < h; ++c) y.f[(k / perRow) * h + c] += back[at[k] * h + c];
     return Status::ok();
   }
   return Status::error("no CPU kernel for '" + op + "'");

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <limits>
 #include <list>
 #include <memory>
 
@@ -98,6 +99,17 @@ public:
                               static_cast<int>(n), MPI_FLOAT, comms_[mask]),
                  "MPI_Alltoall");
   }
+  Status allToAllv(const float *in, const std::vector<size_t> &sendCounts, float *out,
+                   const std::vector<size_t> &recvCounts, unsigned mask) override {
+    // MPI counts and displacements are ints.
+    std::vector<int> sc, sd, rc, rd;
+    if (!mpiBlocks(sendCounts, sc, sd) || !mpiBlocks(recvCounts, rc, rd))
+      return Status::error("all_to_all: more than 2^31 - 1 values a rank (MPI_Alltoallv's int counts)");
+    auto watched = watchdog_->watch("all_to_all");
+    return check(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_FLOAT, out, rc.data(), rd.data(), MPI_FLOAT,
+                               comms_[mask]),
+                 "MPI_Alltoallv");
+  }
   // A send does not wait for its receive: the values are copied and sent
   // with MPI_Isend, moved along by progress() (the executor calls it
   // between instructions) and finished at the end.
@@ -168,6 +180,17 @@ GroupSplit groupSplit(const std::vector<int64_t> &shape, int64_t rank, unsigned 
     }
   }
   return g;
+}
+
+bool mpiBlocks(const std::vector<size_t> &counts, std::vector<int> &sizes, std::vector<int> &offsets) {
+  size_t at = 0;
+  for (size_t n : counts) {
+    if (at + n > static_cast<size_t>(std::numeric_limits<int>::max())) return false;
+    sizes.push_back(static_cast<int>(n));
+    offsets.push_back(static_cast<int>(at));
+    at += n;
+  }
+  return true;
 }
 
 StatusOr<std::unique_ptr<Communicator>>

@@ -342,14 +342,18 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     int64_t pairs = count(idx), K = lastOf(idx);
     if (dispatch) {
       int64_t h = lastOf(in[0]);
+      int64_t R = out[0].empty() ? 0 : out[0][0]; // rows a member holds: pairs .. P * pairs
       bool shaped = !in[0].empty() && count(in[0]) / h * K == pairs && count(in[1]) == pairs &&
-                    count(out[0]) == P * pairs * h && lastOf(out[0]) == h && count(out[1]) == P * pairs &&
-                    count(out[2]) == P * pairs;
-      if (!shaped) return fail("tokens, weights, indices and the rows sent do not fit");
+                    out[0].size() == 2 && lastOf(out[0]) == h && R >= pairs && R <= P * pairs &&
+                    out[1] == Shape{R, 1} && out[2] == Shape{R, 1};
+      if (!shaped)
+        return fail("tokens, weights, indices and the rows sent do not fit (the rows: [R, h] with R from the " +
+                    std::to_string(pairs) + " (token, choice) pairs to " + std::to_string(P) + " times that)");
     } else {
       int64_t h = lastOf(in[0]);
       int64_t rowsOut = attrFlag(a, "per_choice") ? pairs : pairs / std::max<int64_t>(K, 1);
-      bool shaped = !in[0].empty() && count(in[0]) == P * pairs * h && K >= 1 && pairs % K == 0 &&
+      int64_t R = in[0].empty() ? 0 : in[0][0];
+      bool shaped = in[0].size() == 2 && R >= pairs && R <= P * pairs && K >= 1 && pairs % K == 0 &&
                     count(out[0]) == rowsOut * h && lastOf(out[0]) == h;
       if (!shaped) return fail("the rows back, the indices and the result do not fit");
     }

@@ -24,6 +24,7 @@ struct World {
   // A generation-counted barrier per group (only its members call it).
   std::map<std::vector<int>, std::pair<int, long>> barriers; // members -> (arrived, generation)
   std::vector<const float *> posted;
+  std::vector<const std::vector<size_t> *> postedCounts; // allToAllv's send counts
   std::map<std::pair<int, int>, std::deque<std::vector<float>>> mailboxes;
   bool cancelled = false; // cancelThreadCommunicators: every wait ends in an error
 
@@ -133,6 +134,30 @@ public:
         std::copy(posts[j] + me * n, posts[j] + (me + 1) * n, out + j * n);
     });
   }
+  Status allToAllv(const float *in, const std::vector<size_t> &sendCounts, float *out,
+                   const std::vector<size_t> &recvCounts, unsigned mask) override {
+    {
+      std::lock_guard<std::mutex> lock(w_->mutex);
+      w_->postedCounts[rank_] = &sendCounts; // read after exchange's first barrier
+    }
+    std::vector<int> group = w_->members(rank_, mask);
+    Status bad = Status::ok();
+    Status s = exchange(in, mask, [&](auto &posts, int me) {
+      for (size_t j = 0; j < posts.size(); ++j) {
+        const std::vector<size_t> &theirs = *w_->postedCounts[group[j]];
+        size_t from = 0;
+        for (int d = 0; d < me; ++d) from += theirs[d];
+        if (theirs[me] != recvCounts[j])
+          bad = Status::error("all_to_all: rank " + std::to_string(group[j]) + " sends " +
+                              std::to_string(theirs[me]) + " values, " + std::to_string(recvCounts[j]) +
+                              " expected");
+        else
+          std::copy(posts[j] + from, posts[j] + from + theirs[me], out);
+        out += recvCounts[j];
+      }
+    });
+    return s.isOk() ? bad : s;
+  }
   Status send(const float *data, size_t n, int peer) override {
     std::lock_guard<std::mutex> lock(w_->mutex);
     w_->mailboxes[{rank_, peer}].emplace_back(data, data + n);
@@ -173,6 +198,7 @@ createThreadCommunicators(const std::vector<int64_t> &shape) {
   for (int64_t s : shape)
     world->size *= static_cast<int>(s);
   world->posted.assign(world->size, nullptr);
+  world->postedCounts.assign(world->size, nullptr);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int r = 0; r < world->size; ++r)
     comms.push_back(std::make_unique<ThreadCommunicator>(world, r));

@@ -269,6 +269,24 @@ func.func @expert_parallel(%x: tensor<1x4x8xf32>, %gate: tensor<8x8xf32> {parax.
 
 // -----
 
+parax.grid @g(ep = 4)
+// The plan's expert capacity sizes the exchange: 1.5 x a rank's 8 (token,
+// choice) pairs = 12 rows a rank, not the 32 every routing could need.
+// CHECK-LABEL: func.func @expert_capacity
+// CHECK: parax.moe_dispatch {{.*}} -> (tensor<12x8xf32>, tensor<12x1xf32>, tensor<12x1xi32>)
+// CHECK: parax.experts {{.*}} -> tensor<12x8xf32>
+// CHECK: parax.moe_combine {{.*}} : (tensor<12x8xf32>, tensor<1x4x2xi32>) -> tensor<1x4x8xf32>
+func.func @expert_capacity(%x: tensor<1x4x8xf32>, %w: tensor<1x4x2xf32>, %i: tensor<1x4x2xi32>,
+    %wg: tensor<8x16x8xf32> {parax.param = "e.{e}.w1", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
+    %wu: tensor<8x16x8xf32> {parax.param = "e.{e}.w3", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
+    %wd: tensor<8x8x16xf32> {parax.param = "e.{e}.w2", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>}) -> tensor<1x4x8xf32>
+    attributes {parax.plan = {ep = 4 : i64, expert_capacity = 1.5 : f64}} {
+  %y = parax.experts %x, %w, %i, %wg, %wu, %wd : (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<1x4x8xf32>
+  return %y : tensor<1x4x8xf32>
+}
+
+// -----
+
 parax.grid @g(tp = 4)
 // Fewer KV heads (2) than ranks (4): KV heads stay whole on every rank, each
 // rank's query heads (2 of 8) name their global position for the mapping.

@@ -696,6 +696,11 @@ public:
     allToAlls.push_back(n);
     return inner.allToAll(in, out, n, mask);
   }
+  Status allToAllv(const float *in, const std::vector<size_t> &sendCounts, float *out,
+                   const std::vector<size_t> &recvCounts, unsigned mask) override {
+    allToAllvs.push_back(sendCounts);
+    return inner.allToAllv(in, sendCounts, out, recvCounts, mask);
+  }
   Status send(const float *data, size_t n, int peer) override { return inner.send(data, n, peer); }
   Status recv(float *data, size_t n, int peer) override { return inner.recv(data, n, peer); }
   [[noreturn]] void abort(const std::string &message) override {
@@ -703,17 +708,25 @@ public:
     std::abort(); // (inner.abort does not return)
   }
   std::vector<size_t> allToAlls;
+  std::vector<std::vector<size_t>> allToAllvs; // each one's send counts
 
 private:
   Communicator &inner;
 };
 
 // Two ranks over `ep`, 4 experts (2 a rank), 4 tokens of width 3 choosing
-// 2 each: 5 (token, choice) pairs go to rank 0's experts and 3 to rank 1's,
-// of the 8 slots a block holds. moe_dispatch, then moe_combine of the rows
-// as they arrived (experts that return their input): each token gets its
-// two rows back, summed.
-TEST(Executor, ExpertExchangesSendTheRoutedRowsNotEverySlot) {
+// 2 each, the same on both ranks: 5 (token, choice) pairs go to rank 0's
+// experts and 3 to rank 1's, so rank 0 receives 10 rows and rank 1 6.
+// moe_dispatch into `capacity` rows a rank, then moe_combine of the rows as
+// they arrived (experts that return their input): each token gets its two
+// rows back, summed.
+struct ExpertExchange {
+  std::vector<Status> status;
+  std::vector<std::vector<std::vector<size_t>>> sent; // per rank: each all-to-all's send counts
+  std::vector<Tensor> back;
+  Tensor x;
+};
+ExpertExchange exchangeExperts(int64_t capacity) {
   pxe::Executable exe;
   exe.set_format_version(1);
   exe.mutable_grid()->add_axis_names("ep");
@@ -722,13 +735,13 @@ TEST(Executor, ExpertExchangesSendTheRoutedRowsNotEverySlot) {
   exe.add_ranks()->add_values(1);
   pxe::Stage *stage = exe.add_stages();
   stage->set_index(0);
-  addBuffer(*stage, pxe::INPUT, pxe::F32, {4, 3});    // 0: tokens
-  addBuffer(*stage, pxe::INPUT, pxe::F32, {4, 2});    // 1: router weights
-  addBuffer(*stage, pxe::INPUT, pxe::I32, {4, 2});    // 2: experts chosen
-  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {16, 3}); // 3: rows (2 blocks of 8 slots)
-  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {16, 1}); // 4: their weights
-  addBuffer(*stage, pxe::TEMPORARY, pxe::I32, {16, 1}); // 5: their local experts
-  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4, 3});  // 6: the tokens back
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {4, 3});           // 0: tokens
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {4, 2});           // 1: router weights
+  addBuffer(*stage, pxe::INPUT, pxe::I32, {4, 2});           // 2: experts chosen
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {capacity, 3}); // 3: rows
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {capacity, 1}); // 4: their weights
+  addBuffer(*stage, pxe::TEMPORARY, pxe::I32, {capacity, 1}); // 5: their local experts
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4, 3});       // 6: the tokens back
   for (const char *op : {"moe_dispatch", "moe_combine"}) {
     pxe::Instruction *inst = stage->add_instructions();
     inst->set_op(op);
@@ -740,8 +753,10 @@ TEST(Executor, ExpertExchangesSendTheRoutedRowsNotEverySlot) {
     (*inst->mutable_attrs())["axes"].mutable_strings()->add_values("ep");
   }
   stage->add_outputs(6);
-  Tensor x = Tensor::floats({4, 3}), w = Tensor::floats({4, 2}), idx = Tensor::ints({4, 2});
-  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = static_cast<float>(k + 1);
+  ExpertExchange out;
+  out.x = Tensor::floats({4, 3});
+  Tensor w = Tensor::floats({4, 2}), idx = Tensor::ints({4, 2});
+  for (size_t k = 0; k < out.x.f.size(); ++k) out.x.f[k] = static_cast<float>(k + 1);
   std::fill(w.f.begin(), w.f.end(), 0.5f);
   idx.i = {0, 1, 2, 3, 0, 2, 1, 0}; // rank 0: 5 pairs, rank 1: 3
   auto weights = emptyCheckpoint();
@@ -749,22 +764,48 @@ TEST(Executor, ExpertExchangesSendTheRoutedRowsNotEverySlot) {
   std::vector<std::unique_ptr<CountingCommunicator>> counting;
   for (auto &c : comms) counting.push_back(std::make_unique<CountingCommunicator>(*c));
   std::vector<Executor> executors(2);
-  std::vector<Status> status(2, Status::ok());
+  out.status.assign(2, Status::ok());
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
-      status[r] = executors[r].prepare(exe, r, counting[r].get(), *weights, {x, w, idx});
-      if (status[r].isOk()) status[r] = executors[r].run();
-      if (!status[r].isOk()) cancelThreadCommunicators(*comms[r]);
+      out.status[r] = executors[r].prepare(exe, r, counting[r].get(), *weights, {out.x, w, idx});
+      if (out.status[r].isOk()) out.status[r] = executors[r].run();
+      if (!out.status[r].isOk()) cancelThreadCommunicators(*comms[r]);
     });
   for (auto &t : threads) t.join();
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(status[r].isOk()) << status[r].message();
-    // Blocks of the longest count (5 rows): [3 features, weight, expert]
-    // rows out, 3 features back (every slot: 8 rows of each).
-    EXPECT_EQ(counting[r]->allToAlls, std::vector<size_t>({5 * 5, 5 * 3}));
-    Tensor back = executors[r].outputs().at(0);
-    for (size_t k = 0; k < x.f.size(); ++k) EXPECT_EQ(back.f[k], 2 * x.f[k]) << "rank " << r << " element " << k;
+    out.sent.push_back(counting[r]->allToAllvs);
+    out.back.push_back(out.status[r].isOk() ? executors[r].outputs().at(0) : Tensor());
+  }
+  return out;
+}
+
+TEST(Executor, ExpertExchangesSendTheRoutedRowsOnly) {
+  // 12 rows a rank (the 16 every routing could need, less): enough here.
+  ExpertExchange run = exchangeExperts(12);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(run.status[r].isOk()) << run.status[r].message();
+    for (size_t k = 0; k < run.x.f.size(); ++k)
+      EXPECT_EQ(run.back[r].f[k], 2 * run.x.f[k]) << "rank " << r << " element " << k;
+  }
+  // Out: 5 rows to rank 0, 3 to rank 1, [3 features, weight, expert] each;
+  // back: what arrived (rank 0: 5 from each rank, rank 1: 3), 3 features.
+  using Counts = std::vector<std::vector<size_t>>;
+  EXPECT_EQ(run.sent[0], Counts({{5 * 5, 3 * 5}, {5 * 3, 5 * 3}}));
+  EXPECT_EQ(run.sent[1], Counts({{5 * 5, 3 * 5}, {3 * 3, 3 * 3}}));
+}
+
+TEST(Executor, ExpertExchangeRefusesMoreRowsThanItHolds) {
+  // Rank 0 is routed 10 rows, 9 held: both ranks stop before the exchange,
+  // naming rank 0 and the counts (never a dropped row).
+  ExpertExchange run = exchangeExperts(9);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(run.status[r].isOk()) << "rank " << r;
+    EXPECT_NE(run.status[r].message().find("expert-parallel rank 0 of 2 is routed 10 (token, choice) rows, "
+                                           "more than the 9 its exchange holds"),
+              std::string::npos)
+        << run.status[r].message();
+    EXPECT_TRUE(run.sent[r].empty());
   }
 }
 

@@ -22,6 +22,7 @@
 #include "parax/Plan/CostModel.h"
 #include "parax/Plan/ModelGraph.h"
 
+#include <algorithm>
 #include <string>
 
 namespace parax::plan {
@@ -37,6 +38,13 @@ struct TpContext {
   int64_t tp = 1;
   Group group;                  // the tensor-parallel group
   int64_t ep = 1;               // expert-parallel degree (experts / ep here)
+  /// The rows an expert dispatch holds on a rank, as a multiple of the
+  /// rank's own (token, choice) pairs: ep (any routing) unless the
+  /// workload's expert capacity is less.
+  double expertCapacity = 0; // 0: none set
+  double dispatchedFactor() const {
+    return expertCapacity > 0 ? std::min<double>(ep, std::max(1.0, expertCapacity)) : double(ep);
+  }
   bool sequenceParallel = false; // layer boundary split on the sequence
   double sequences = 1;         // per microbatch (or per step)
   double queryLen = 1;          // new tokens per sequence

@@ -42,6 +42,11 @@ struct Workload {
   std::optional<Schedule> schedule;
   std::optional<int64_t> chunks; // interleaved 1F1B's model chunks a stage
   std::optional<int64_t> tp, pp, dp, ep, cp;
+  /// Expert parallelism: the rows a rank's expert dispatch holds, as a
+  /// multiple of its own (token, choice) pairs (unset: every rank's, which
+  /// any routing fits). Less memory; a step that routes more to one rank
+  /// stops with an error (no token is dropped).
+  std::optional<double> expertCapacity;
 
   std::string toString() const;
 };
@@ -49,7 +54,9 @@ struct Workload {
 /// `train:batch=1024,seq=4096[,mbs=1][,zero=1][,recompute=selective]`,
 /// `prefill:batch=8,seq=2048`, `decode:batch=64,context=4096[,kv=fp8]`;
 /// also `objective=latency|throughput`, `latency_ms=50`, `schedule=1f1b`,
-/// `chunks=2` (interleaved 1F1B's model chunks a stage, 2 or more), and `tp=`, `pp=`, `dp=`, `ep=`, `cp=` to pin degrees.
+/// `chunks=2` (interleaved 1F1B's model chunks a stage, 2 or more),
+/// `capacity=2` (the expert capacity, a number >= 1), and `tp=`, `pp=`,
+/// `dp=`, `ep=`, `cp=` to pin degrees.
 llvm::Expected<Workload> parseWorkload(llvm::StringRef spec);
 
 /// Bytes per element of a dtype name (bf16, f16, f32, fp8, int8), 0 if unknown.

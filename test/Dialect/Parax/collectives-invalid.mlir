@@ -130,17 +130,35 @@ func.func @negative_dispatch_experts(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %
 
 parax.grid @g(ep = 2)
 func.func @negative_dispatch_rows(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x2xi32>) {
-  // expected-error @+1 {{C3: expected results [16, 8], [16, 1], [16, 1]}}
-  %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["ep"] {num_experts = 8} : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>) -> (tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xi32>)
+  // expected-error @+1 {{C3: 6 rows: a rank holds from its 8 (token, choice) pairs to every rank's, 16}}
+  %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["ep"] {num_experts = 8} : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>) -> (tensor<6x8xf32>, tensor<6x1xf32>, tensor<6x1xi32>)
   return
 }
 
 // -----
 
 parax.grid @g(ep = 2)
-func.func @negative_combine_rows(%r: tensor<8x8xf32>, %i: tensor<4x2xi32>) {
-  // expected-error @+1 {{C3: expected rows [16, H] and a result of indices' leading shape with H appended}}
-  %y = parax.moe_combine %r, %i over @g ["ep"] {num_experts = 8} : (tensor<8x8xf32>, tensor<4x2xi32>) -> tensor<4x8xf32>
+func.func @negative_dispatch_too_many_rows(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x2xi32>) {
+  // expected-error @+1 {{C3: 17 rows: a rank holds from its 8 (token, choice) pairs to every rank's, 16}}
+  %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["ep"] {num_experts = 8} : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>) -> (tensor<17x8xf32>, tensor<17x1xf32>, tensor<17x1xi32>)
+  return
+}
+
+// -----
+
+parax.grid @g(ep = 2)
+func.func @negative_dispatch_shapes(%x: tensor<4x8xf32>, %w: tensor<4x2xf32>, %i: tensor<4x2xi32>) {
+  // expected-error @+1 {{C3: expected results [R, 8], [R, 1], [R, 1] in x's element type (R rows, i32 experts)}}
+  %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["ep"] {num_experts = 8} : (tensor<4x8xf32>, tensor<4x2xf32>, tensor<4x2xi32>) -> (tensor<12x8xf32>, tensor<10x1xf32>, tensor<12x1xi32>)
+  return
+}
+
+// -----
+
+parax.grid @g(ep = 2)
+func.func @negative_combine_rows(%r: tensor<7x8xf32>, %i: tensor<4x2xi32>) {
+  // expected-error @+1 {{C3: expected rows [R, H], R from 8 to 16 (as the dispatch's), and a result of indices' leading shape with H appended}}
+  %y = parax.moe_combine %r, %i over @g ["ep"] {num_experts = 8} : (tensor<7x8xf32>, tensor<4x2xi32>) -> tensor<4x8xf32>
   return
 }
 
@@ -148,7 +166,7 @@ func.func @negative_combine_rows(%r: tensor<8x8xf32>, %i: tensor<4x2xi32>) {
 
 parax.grid @g(ep = 2)
 func.func @negative_combine_per_choice(%r: tensor<16x8xf32>, %i: tensor<4x2xi32>) {
-  // expected-error @+1 {{C3: expected rows [16, H] and a result of indices' shape with H appended}}
+  // expected-error @+1 {{C3: expected rows [R, H], R from 8 to 16 (as the dispatch's), and a result of indices' shape with H appended}}
   %y = parax.moe_combine %r, %i over @g ["ep"] {num_experts = 8, per_choice} : (tensor<16x8xf32>, tensor<4x2xi32>) -> tensor<4x8xf32>
   return
 }

@@ -51,6 +51,17 @@ func.func @vocab_parallel_embedding(%ids: tensor<2x16xi32>, %t: tensor<64x64xf32
   return %0 : tensor<2x16x64xf32>
 }
 
+// A dispatch holding fewer rows than every rank's pairs (an expert
+// capacity: 40 of the 128 any routing could send one rank).
+// CHECK-LABEL: func.func @expert_capacity
+func.func @expert_capacity(%x: tensor<2x8x64xf32>, %w: tensor<2x8x2xf32>, %i: tensor<2x8x2xi32>) -> tensor<2x8x64xf32> {
+  // CHECK: parax.moe_dispatch {{.*}} -> (tensor<40x64xf32>, tensor<40x1xf32>, tensor<40x1xi32>)
+  %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["tp"] {num_experts = 8} : (tensor<2x8x64xf32>, tensor<2x8x2xf32>, tensor<2x8x2xi32>) -> (tensor<40x64xf32>, tensor<40x1xf32>, tensor<40x1xi32>)
+  // CHECK: parax.moe_combine {{.*}} : (tensor<40x64xf32>, tensor<2x8x2xi32>) -> tensor<2x8x64xf32>
+  %c = parax.moe_combine %r, %i over @g ["tp"] {num_experts = 8} : (tensor<40x64xf32>, tensor<2x8x2xi32>) -> tensor<2x8x64xf32>
+  return %c : tensor<2x8x64xf32>
+}
+
 // CHECK-LABEL: func.func @expert_parallel
 func.func @expert_parallel(%x: tensor<2x8x64xf32>, %w: tensor<2x8x2xf32>, %i: tensor<2x8x2xi32>,
     %g: tensor<2x96x64xf32>, %u: tensor<2x96x64xf32>, %d: tensor<2x64x96xf32>) -> tensor<2x8x64xf32> {

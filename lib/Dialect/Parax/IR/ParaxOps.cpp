@@ -1026,18 +1026,22 @@ LogicalResult MoeDispatchOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (w.getShape() != i.getShape() || i.getShape().drop_back() != lead)
     return emitOpError("C3: weights and indices must have x's leading shape "
                        "and one k");
-  int64_t rows = *size * tokens * k, hidden = x.getShape().back();
+  int64_t hidden = x.getShape().back();
   auto rowsType = cast<RankedTensorType>(getRows().getType());
   auto rowWeights = cast<RankedTensorType>(getRowWeights().getType());
   auto rowExperts = cast<RankedTensorType>(getRowExperts().getType());
-  if (rowsType.getShape() != ArrayRef<int64_t>{rows, hidden} ||
+  int64_t rows = rowsType.getRank() == 2 ? rowsType.getDimSize(0) : -1;
+  if (rowsType.getRank() != 2 || rowsType.getDimSize(1) != hidden ||
       rowWeights.getShape() != ArrayRef<int64_t>{rows, 1} ||
       rowExperts.getShape() != ArrayRef<int64_t>{rows, 1} ||
       rowsType.getElementType() != x.getElementType() ||
       rowWeights.getElementType() != x.getElementType())
-    return emitOpError("C3: expected results [")
-           << rows << ", " << hidden << "], [" << rows << ", 1], [" << rows
-           << ", 1]";
+    return emitOpError("C3: expected results [R, ")
+           << hidden << "], [R, 1], [R, 1] in x's element type (R rows, i32 experts)";
+  if (rows < tokens * k || rows > *size * tokens * k)
+    return emitOpError("C3: ")
+           << rows << " rows: a rank holds from its " << tokens * k
+           << " (token, choice) pairs to every rank's, " << *size * tokens * k;
   return success();
 }
 
@@ -1053,11 +1057,13 @@ LogicalResult MoeCombineOp::verifySymbolUses(SymbolTableCollection &symbols) {
   SmallVector<int64_t> expected(getPerChoice() ? i.getShape()
                                                : i.getShape().drop_back());
   expected.push_back(hidden);
-  if (rows.getRank() != 2 || rows.getDimSize(0) != *size * tokens * k ||
+  if (rows.getRank() != 2 || rows.getDimSize(0) < tokens * k ||
+      rows.getDimSize(0) > *size * tokens * k ||
       result.getShape() != ArrayRef<int64_t>(expected) ||
       result.getElementType() != rows.getElementType())
-    return emitOpError("C3: expected rows [")
-           << *size * tokens * k << ", H] and a result of indices' "
+    return emitOpError("C3: expected rows [R, H], R from ")
+           << tokens * k << " to " << *size * tokens * k
+           << " (as the dispatch's), and a result of indices' "
            << (getPerChoice() ? "" : "leading ") << "shape with H appended";
   return success();
 }

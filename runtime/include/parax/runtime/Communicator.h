@@ -31,6 +31,11 @@ public:
   virtual Status reduceScatter(const float *in, float *out, size_t n, unsigned axesMask) = 0;
   /// in holds groupSize blocks of n (block i to rank i); out likewise from them.
   virtual Status allToAll(const float *in, float *out, size_t n, unsigned axesMask) = 0;
+  /// Blocks of their own sizes: `in` holds sendCounts[i] values for rank i,
+  /// block after block in group order; `out` gets recvCounts[j] values from
+  /// rank j likewise (recvCounts[j] must be what rank j sends here).
+  virtual Status allToAllv(const float *in, const std::vector<size_t> &sendCounts, float *out,
+                           const std::vector<size_t> &recvCounts, unsigned axesMask) = 0;
   /// May return before the peer receives (MPI: the values are copied and
   /// sent in the background); sends to one peer arrive in order.
   virtual Status send(const float *data, size_t n, int peerRank) = 0;
@@ -50,6 +55,10 @@ struct GroupSplit {
   int64_t color = 0, key = 0, members = 1;
 };
 GroupSplit groupSplit(const std::vector<int64_t> &shape, int64_t rank, unsigned axesMask);
+
+/// MPI's int counts and displacements (`sizes`, `offsets`) for blocks of
+/// `counts` values packed one after another; false when they pass INT_MAX.
+bool mpiBlocks(const std::vector<size_t> &counts, std::vector<int> &sizes, std::vector<int> &offsets);
 
 /// The MPI communicator for a grid of `shape` (MPI must be initialised and
 /// the world size equal to the grid size). An operation that has not

@@ -119,6 +119,26 @@ SequenceRows sequenceRows(const pxe::Executable &exe, const std::vector<int64_t>
 /// its `scaling.*` attributes applied (none, linear, llama3).
 StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a);
 
+/// An expert exchange (moe_dispatch, moe_combine) over P members whose
+/// dispatch holds `capacity` rows a member, given the members' counts
+/// (all[i * P + j]: the (token, choice) pairs member i routes to member j's
+/// experts): an error naming the first member that would receive more,
+/// else ok. Every member has the same counts, so all fail together.
+template <typename Count>
+Status expertCapacityCheck(const std::string &op, const std::vector<Count> &all, int64_t P, int64_t capacity) {
+  for (int64_t j = 0; j < P; ++j) {
+    int64_t received = 0;
+    for (int64_t i = 0; i < P; ++i) received += static_cast<int64_t>(all[i * P + j]);
+    if (received > capacity)
+      return Status::error(op + ": expert-parallel rank " + std::to_string(j) + " of " + std::to_string(P) +
+                           " is routed " + std::to_string(received) + " (token, choice) rows, more than the " +
+                           std::to_string(capacity) +
+                           " its exchange holds (the router is that unbalanced: plan with a larger "
+                           "expert capacity, capacity= in the workload, or none for every row)");
+  }
+  return Status::ok();
+}
+
 } // namespace parax::runtime
 
 #endif // PARAX_RUNTIME_EXECUTABLE_H

@@ -1185,11 +1185,16 @@ def Parax_MoeDispatchOp : Parax_CommOp<"moe_dispatch"> {
     The `num_experts` experts are spread over the `P` ranks of `axes`, rank
     r owning experts `r·E/P .. (r+1)·E/P - 1`. Every (token t, choice j)
     with expert `e = indices[t, j]` goes to e's rank with its router weight
-    `weights[t, j]` (an all-to-all). The receiver's buffers hold `P` blocks
-    of `T·k` rows, block i from rank i in (token, choice) order, then unused
-    rows: `rows[P·T·k, H]`, `row_weights[P·T·k, 1]`, and `row_experts[P·T·k,
-    1]` (the local expert index, -1 for an unused row). Dropless: no token is
-    ever dropped, so the result equals the unsharded experts.
+    `weights[t, j]` (an all-to-all of the routed rows only). The receiver's
+    `R` rows hold what arrives, rank 0's rows first, then rank 1's..., each
+    rank's in (token, choice) order, then unused rows: `rows[R, H]`,
+    `row_weights[R, 1]`, and `row_experts[R, 1]` (the local expert index, -1
+    for an unused row). Every rank's T·k pairs could choose one rank's
+    experts: R = P·T·k holds any routing; a smaller R (the plan's expert
+    capacity, `capacity=` in the workload) holds less memory, and a step
+    that routes more than R rows to a rank stops with an error naming the
+    rank and the counts. Dropless either way: no token is ever dropped, so
+    the result equals the unsharded experts.
 
     ```mlir
     %r, %rw, %re = parax.moe_dispatch %x, %w, %i over @g ["ep"] {num_experts = 8}
@@ -1199,7 +1204,8 @@ def Parax_MoeDispatchOp : Parax_CommOp<"moe_dispatch"> {
 
     C1: as all_reduce. C2: `num_experts` divides by P. C3: `weights` and
     `indices` have `x`'s leading shape and one `k`; with T tokens, the results
-    are `[P·T·k, H]`, `[P·T·k, 1]` (x's element type) and `[P·T·k, 1]` (i32).
+    are `[R, H]`, `[R, 1]` (x's element type) and `[R, 1]` (i32), T·k ≤ R ≤
+    P·T·k.
   }];
   let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weights,
                        StaticShapeTensorOf<[I32]>:$indices,
@@ -1217,8 +1223,8 @@ def Parax_MoeDispatchOp : Parax_CommOp<"moe_dispatch"> {
 def Parax_MoeCombineOp : Parax_CommOp<"moe_combine"> {
   let summary = "expert parallelism: return expert outputs and sum per token";
   let description = [{
-    The inverse all-to-all of `moe_dispatch`: row blocks go back to the
-    ranks they came from, and each token's `k` rows (already scaled by their
+    The inverse all-to-all of `moe_dispatch`: the rows that arrived go back
+    to the ranks they came from, and each token's `k` rows (already scaled by their
     router weights) are summed into the token. `indices` are the token's
     expert choices, as given to the dispatch. With `per_choice`, the rows
     are not summed: the result is `[..., k, H]`, row (t, j) in place (the
@@ -1230,7 +1236,8 @@ def Parax_MoeCombineOp : Parax_CommOp<"moe_combine"> {
     ```
 
     C1: as all_reduce. C2: `num_experts` divides by P. C3: with `indices` of
-    T tokens and k choices, `rows` is `[P·T·k, H]` and the result is
+    T tokens and k choices, `rows` is `[R, H]`, T·k ≤ R ≤ P·T·k (the
+    dispatch's R, its rows in its order), and the result is
     `indices`' leading shape with `H` appended (`indices`' shape with `H`
     appended with `per_choice`).
   }];
