@@ -63,6 +63,9 @@ CASES = {
     "qwen2-moe-ep2": ("tiny-qwen2-moe", None, 2, 8, False, "ep=2,dp=1", 2),
     "deepseek-v3-ep2": ("tiny-deepseek-v3", None, 2, 8, False, "ep=2,dp=1", 2),
     "deepseek-v3-tp2": ("tiny-deepseek-v3", None, 2, 8, False, "tp=2,dp=1", 2),
+    # An expert capacity: each rank's dispatch holds 1.9 x its own pairs'
+    # rows (its router sends one rank 30 of 32), filled member by member.
+    "qwen2-moe-ep2-capacity": ("tiny-qwen2-moe", None, 2, 8, False, "ep=2,dp=1,capacity=1.9", 2),
     # Context parallelism: each rank 100 of 200 positions, keys and values
     # gathered; its queries' causal edge and RoPE offset by its piece (key
     # tiles cut mid-piece), on CUDA cores and (bf16) tensor cores; GPT-2's
@@ -164,6 +167,7 @@ TRAIN = {
     # dy dispatched, dx and the router weights' gradients combined back.
     "train-mixtral-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2),
     "train-mixtral-bf16-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "bf16"),
+    "train-mixtral-bf16-ep2-capacity": ("tiny-mixtral", 2, 8, "ep=2,dp=1,capacity=1.5", 2, "bf16"),
     # with a load-balancing loss: the load (f32 counts) all-reduced over ep
     "train-mixtral-bf16-aux-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "bf16", [], 0.5),
     "train-deepseek-v3": ("tiny-deepseek-v3", 2, 8, None, 1),  # sigmoid router, groups, bias; MLA

@@ -119,7 +119,7 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         # gathers at the end; CP2 alone has nothing left to overlap). Under
         # 1F1B the gradient sent back waits for the next microbatch's
         # receive (grouped with it): only the step's last one overlaps.
-        overlapping = ("deepseek-v3-ep2", "qwen2-moe-ep2", "deepseek-v3-bf16-ep2", "qwen2-moe-bf16-ep2",
+        overlapping = ("deepseek-v3-ep2", "qwen2-moe-ep2", "qwen2-moe-ep2-capacity", "deepseek-v3-bf16-ep2", "qwen2-moe-bf16-ep2",
                        "train-llama-tp2", "train-llama-tp4", "train-llama-bf16-tp4", "train-llama-tp2-pp2",
                        "train-llama-bf16-dp2-tp2",
                        "train-gpt2-cp2-tp2", "train-llama-adamw-tp2-pp2", "train-llama-bf16-adamw-dp2-tp2-zero",
@@ -922,3 +922,22 @@ def test_planner_pipeline_memory_matches_what_the_runtime_allocates(tmp_path, sc
     runtime = max(ranks)
     print(f"{schedule}: planner {planner / 1e6:.1f} MB, runtime {runtime / 1e6:.1f} MB (ranks {ranks})")
     assert abs(planner - runtime) <= 0.06 * runtime, (planner, ranks)
+
+
+@pytest.mark.parametrize("collectives", ["nccl", "mpi"])
+def test_expert_capacity_too_small_stops_every_rank(tmp_path, collectives):
+    """capacity=1.5 over ep=2: Qwen2-MoE's tiny router sends one rank 30
+    of the 32 pairs, more than the 24 rows its dispatch holds: on the CUDA
+    backend too (NCCL, or host-staged through MPI) every rank stops at the
+    dispatch naming that rank and the counts, instead of writing past the
+    rows or dropping any."""
+    from conftest import Model
+    tool("parax-run-simt")
+    model = Model(str(tmp_path), "tiny-qwen2-moe", batch=2)
+    exe = model.compile("over", "prefill:batch=2,seq=8,ep=2,dp=1,capacity=1.5", 2)
+    env = {"PARAX_COLLECTIVES": "mpi"} if collectives == "mpi" else {}
+    with pytest.raises(RuntimeError) as failed:
+        cuda_cases.parax_run(BIN, model.checkpoint, exe, 2, model.inputs, str(tmp_path / "out.npy"), "cuda",
+                             tool="parax-run-simt", env=env, timeout=120)
+    message = str(failed.value)
+    assert message.count("is routed 30 (token, choice) rows, more than the 24 its exchange holds") == 2, message

@@ -6,6 +6,7 @@ Tolerances (fp32 everywhere): single rank vs numpy 1e-4 absolute; sharded vs
 single rank 1e-5 absolute (only the order of floating-point sums differs).
 """
 
+import math
 import os
 
 import numpy as np
@@ -474,6 +475,46 @@ def test_expert_parallel_ranks_take_their_own_sequences(tmp_path):
     assert text.count('all_gather') == 1 and 'over @plan_forward ["ep"] dim 0' in text  # the logits, once
     sharded = model.run(exe, 2)
     assert np.abs(sharded - single).max() < SHARDED_TOL
+
+
+def dispatch_rows(mlir_path):
+    """The rows each moe_dispatch of a partitioned program holds."""
+    import re
+    text = open(mlir_path).read()
+    return [int(r) for r in re.findall(r"parax\.moe_dispatch .*-> \(tensor<(\d+)x", text)]
+
+
+@pytest.mark.parametrize("preset,pins,ranks,pairs", [("tiny-mixtral", "ep=4,dp=1,capacity=2", 4, 16),
+                                                     ("tiny-qwen2-moe", "ep=2,dp=1,capacity=1.9", 2, 16)],
+                         ids=["mixtral-ep4", "qwen2-moe-ep2"])
+def test_expert_capacity_holds_fewer_rows_and_matches_single_rank(tmp_path, preset, pins, ranks, pairs):
+    """capacity=c: a rank's dispatch holds c x its own (token, choice)
+    pairs (one sequence of 8 tokens a rank), not every rank's, and the
+    logits still match one rank's and numpy's (no token dropped). (Tiny
+    random routers are unbalanced: Qwen2-MoE's routes 30 of its 32 pairs to
+    one rank of two here.)"""
+    model = Model(str(tmp_path), preset, batch=ranks)
+    single = model.run(model.compile("single"), 1)
+    exe = model.compile("sharded", f"prefill:batch={ranks},seq=8,{pins}", ranks)
+    capacity = float(pins.split("capacity=")[1])
+    rows = dispatch_rows(os.path.join(model.dir, "sharded.mlir"))
+    assert rows and set(rows) == {math.ceil(capacity * pairs)}, rows
+    sharded = model.run(exe, ranks)
+    assert np.abs(sharded - single).max() < SHARDED_TOL
+    assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
+
+
+def test_expert_capacity_too_small_for_the_routing_names_the_rank(tmp_path):
+    """capacity=1 over ep=2: a rank holds its own 16 pairs' rows; the
+    router sends one rank more (these tokens: 18 and 14), so every rank
+    stops at the first dispatch with the counts -- no row dropped, no hang."""
+    model = Model(str(tmp_path), "tiny-mixtral", batch=2)
+    exe = model.compile("sharded", "prefill:batch=2,seq=8,ep=2,dp=1,capacity=1", 2)
+    assert set(dispatch_rows(os.path.join(model.dir, "sharded.mlir"))) == {16}
+    proc = model.run(exe, 2, expect_ok=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "moe_dispatch: expert-parallel rank" in out and "the 16 its exchange holds" in out, out
 
 
 def test_pipeline_with_several_microbatches(tmp_path):

@@ -133,8 +133,8 @@ Status expertCapacityCheck(const std::string &op, const std::vector<Count> &all,
       return Status::error(op + ": expert-parallel rank " + std::to_string(j) + " of " + std::to_string(P) +
                            " is routed " + std::to_string(received) + " (token, choice) rows, more than the " +
                            std::to_string(capacity) +
-                           " its exchange holds (the router is that unbalanced: plan with a larger "
-                           "expert capacity, capacity= in the workload, or none for every row)");
+                           " its exchange holds (the router's choices are that unbalanced: plan with "
+                           "a larger expert capacity, capacity= in the workload, or none to hold any routing)");
   }
   return Status::ok();
 }
