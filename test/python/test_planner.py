@@ -117,6 +117,30 @@ def test_expert_parallelism_is_searched(parax_plan, model_file):
     assert best["decoder_collectives_per_step"]["all_to_all"] >= 64
 
 
+def test_expert_capacity_shrinks_the_dispatched_rows(parax_plan, parax_opt, model_file):
+    """Mixtral-8x7B over EP8 (4 x 8 H100, one sequence of 4,096 tokens a
+    microbatch): a rank keeps, in each of the 32 MoE layers, the rows its
+    experts' gradient reads -- each row [4,096 features, its router weight]
+    in bf16 and its local expert (i32) -- sized for every rank's 4,096 x 2
+    (token, choice) pairs (8x its own), or capacity x its own. capacity=1.25
+    keeps 6.75 x those rows fewer; the experts' scratch shrinks too; the
+    plan records the capacity for the partitioner."""
+    model = model_file("mixtral-8x7b", 4096)
+    pins = "train:batch=64,seq=4096,ep=8,dp=4,pp=1,tp=1,mbs=1,recompute=selective,zero=3"
+    every, capped = (plan(parax_plan, model, "dgx-h100:nodes=4", pins + extra)["plans"][0]
+                     for extra in ("", ",capacity=1.25"))
+    rows = 32 * 4096 * 2 * (8 - 1.25)
+    assert every["memory_bytes"]["activations"] - capped["memory_bytes"]["activations"] == \
+        pytest.approx(rows * (4096 * 2 + 2 + 4), rel=1e-6)
+    assert capped["memory_bytes"]["scratch"] < every["memory_bytes"]["scratch"] / 4
+    assert capped["memory_bytes"]["weights"] == every["memory_bytes"]["weights"]
+    ir = subprocess.run([parax_opt, model,
+                         f"--parax-plan=cluster=dgx-h100:nodes=4 workload={pins},capacity=1.25"],
+                        capture_output=True, text=True, timeout=300)
+    assert ir.returncode == 0, ir.stderr
+    assert "expert_capacity = 1.250000e+00 : f64" in ir.stdout
+
+
 def test_context_parallelism_takes_long_prompts(parax_plan, model_file):
     """A 128K-token prompt on 2 x 8 H100: the planner splits it over cp
     ranks, which beats every plan without (PP2 x TP8 at about 1.47 s);

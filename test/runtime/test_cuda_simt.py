@@ -855,7 +855,8 @@ def test_planner_training_memory_matches_what_the_runtime_allocates(tmp_path, re
     assert abs(planner - runtime) <= 0.05 * runtime, (planner, runtime)
 
 
-@pytest.mark.parametrize("pins,ranks", [("", 1), (",ep=2,dp=1", 2)], ids=["ep1", "ep2"])
+@pytest.mark.parametrize("pins,ranks", [("", 1), (",ep=2,dp=1", 2), (",ep=2,dp=1,capacity=1.25", 2)],
+                         ids=["ep1", "ep2", "ep2-capacity"])
 def test_planner_moe_training_memory_matches_what_the_runtime_allocates(tmp_path, pins, ranks):
     """A Mixtral training step (hidden 256, FFN 512, 8 experts top 2, 2
     layers, bf16, 4 sequences of 1,024 tokens, no recompute), one GPU and

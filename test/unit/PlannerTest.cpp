@@ -392,6 +392,15 @@ TEST(WorkloadTest, ParsesAndRejects) {
   EXPECT_NE(message("decode:batch=8,context=64,cp=2").find("a decode step has one token a sequence"),
             std::string::npos);
   EXPECT_NE(message("prefill:batch=1,seq=10,cp=4").find("cp must divide seq"), std::string::npos);
+  for (const char *capacity : {"0.5", "x", "inf", "nan"})
+    EXPECT_NE(message(std::string("train:batch=8,seq=16,capacity=") + capacity)
+                  .find("capacity (the expert capacity: rows a rank's expert dispatch holds, per "
+                        "(token, choice) pair of its own) must be a number >= 1"),
+              std::string::npos)
+        << capacity;
+  Workload c = cantFail(parseWorkload("train:batch=8,seq=16,capacity=1.25"));
+  EXPECT_EQ(c.expertCapacity, 1.25);
+  EXPECT_EQ(c.toString(), "train:batch=8,seq=16,capacity=1.25");
 }
 
 } // namespace
