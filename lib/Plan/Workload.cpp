@@ -4,6 +4,7 @@
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
@@ -57,7 +58,7 @@ std::string Workload::toString() const {
   if (microBatch)
     text += formatv(",mbs={0}", microBatch).str();
   if (expertCapacity)
-    text += formatv(",capacity={0}", *expertCapacity).str();
+    text += formatv(",capacity={0}", format("%g", *expertCapacity)).str();
   return text;
 }
 

@@ -349,6 +349,7 @@ struct CudaExecutor::State {
   std::optional<PendingCollective> pending;
   bool overlap = true;   // PARAX_CUDA_OVERLAP=0: wait right after each collective
   size_t overlapped = 0; // instructions issued during a transfer, this step
+  double expertLoad = 0;  // busiestExpertLoad: the expert dispatches' busiest rank
 
   /// After a collective's transfer is issued: finishes at once when it has
   /// completed (host-staged) or overlap is off, otherwise leaves it pending.
@@ -1722,6 +1723,7 @@ StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
 bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
 size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }
 size_t CudaExecutor::hoistedInstructions() const { return s_->hoisted; }
+double CudaExecutor::busiestExpertLoad() const { return s_->expertLoad; }
 size_t CudaExecutor::sharedMoves() const { return s_->sharedMoves; }
 size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
@@ -3095,6 +3097,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       all.resize(P * P);
       PARAX_CUDA(cudaMemcpyAsync(all.data(), allCounts, P * P * 4, cudaMemcpyDeviceToHost, stream));
       st = sync();
+      if (op == "moe_dispatch") expertLoad = std::max(expertLoad, busiestRankLoad(all, P, pairs));
       if (st.isOk()) st = expertCapacityCheck(op, all, P, capacity);
       if (!st.isOk()) return st;
     }

@@ -969,6 +969,8 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     if (!s.isOk()) return s;
     const int64_t me = groupIndex(axes);
     const int64_t capacity = (op == "moe_dispatch" ? out(0) : in(0)).shape[0];
+    if (P > 1 && op == "moe_dispatch")
+      e.busiestExpertLoad_ = std::max(e.busiestExpertLoad_, busiestRankLoad(all, P, pairs));
     if (Status full = expertCapacityCheck(op, all, P, capacity); !full.isOk()) return full;
     // Where each of this rank's pairs sits among the rows it sends.
     std::vector<int64_t> sendAt(P, 0), at(pairs);

@@ -141,6 +141,22 @@ def test_expert_capacity_shrinks_the_dispatched_rows(parax_plan, parax_opt, mode
     assert "expert_capacity = 1.250000e+00 : f64" in ir.stdout
 
 
+def test_an_expert_capacity_is_suggested_when_nothing_fits(parax_plan, model_file):
+    """DeepSeek-V3 pinned to PP16 x EP64 on 2,048 H800 (its published
+    layout): every rank's dispatch sized for all 64 ranks' tokens does not
+    fit; the explanation names an expert capacity that does, and planning
+    with it finds that plan."""
+    model = model_file("deepseek-v3", 4096)
+    pins = "train:batch=15360,seq=4096,pp=16,ep=64"
+    out = plan(parax_plan, model, "hgx-h800:nodes=256", pins, expect=2)
+    import re
+    found = re.search(r"or on this cluster, capacity=([0-9.]+) \(a rank's expert dispatch holds .*?\), "
+                      r"e\.g\. (pp16 dp\d+ ep64[^,]*) at", out["explanation"])
+    assert found, out["explanation"]
+    best = plan(parax_plan, model, "hgx-h800:nodes=256", f"{pins},capacity={found.group(1)}")["plans"][0]
+    assert best["ep"] == 64 and best["pp"] == 16
+
+
 def test_context_parallelism_takes_long_prompts(parax_plan, model_file):
     """A 128K-token prompt on 2 x 8 H100: the planner splits it over cp
     ranks, which beats every plan without (PP2 x TP8 at about 1.47 s);

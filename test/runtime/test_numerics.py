@@ -504,6 +504,24 @@ def test_expert_capacity_holds_fewer_rows_and_matches_single_rank(tmp_path, pres
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
 
 
+def test_parax_run_reports_the_least_expert_capacity_that_fits(tmp_path):
+    """parax-run's summary names the busiest expert-parallel rank's rows as
+    a multiple of a rank's own pairs (these tokens: 30 of 16, 1.875): the
+    least capacity= the steps fit. At 1.875 (30 rows) they run and match
+    one rank; at 1.8125 (29 rows) they stop."""
+    model = Model(str(tmp_path), "tiny-qwen2-moe", batch=2)
+    single = model.run(model.compile("single"), 1)
+    proc = model.run(model.compile("every", "prefill:batch=2,seq=8,ep=2,dp=1", 2), 2, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "expert routing: the busiest rank was sent 1.875 x its own (token, choice) pairs" in proc.stdout, proc.stdout
+    exe = model.compile("fits", "prefill:batch=2,seq=8,ep=2,dp=1,capacity=1.875", 2)
+    assert set(dispatch_rows(os.path.join(model.dir, "fits.mlir"))) == {30}
+    assert np.abs(model.run(exe, 2) - single).max() < SHARDED_TOL
+    proc = model.run(model.compile("short", "prefill:batch=2,seq=8,ep=2,dp=1,capacity=1.8125", 2), 2,
+                     expect_ok=False)
+    assert proc.returncode != 0 and "is routed 30 (token, choice) rows, more than the 29" in proc.stderr, proc.stderr
+
+
 def test_expert_capacity_too_small_for_the_routing_names_the_rank(tmp_path):
     """capacity=1 over ep=2: a rank holds its own 16 pairs' rows; the
     router sends one rank more (these tokens: 18 and 14), so every rank

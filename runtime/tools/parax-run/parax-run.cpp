@@ -1105,6 +1105,15 @@ int main(int argc, char **argv) {
   };
   if (!saveWeights.empty()) save(saveWeights, false);
   if (!saveOptimizer.empty()) save(saveOptimizer, true);
+  // The busiest expert-parallel rank of every rank's dispatches: the least
+  // expert capacity (capacity= in the plan's workload) these steps fit.
+  double expertLoad = 0;
+  if (device == "cpu") expertLoad = std::max(cpu.busiestExpertLoad(), cpuPrefill.busiestExpertLoad());
+#ifdef PARAX_WITH_CUDA
+  for (const auto *all : {&gpuPrefills, &gpus})
+    for (const auto &program : *all) expertLoad = std::max(expertLoad, program->busiestExpertLoad());
+#endif
+  if (mpi) MPI_Allreduce(MPI_IN_PLACE, &expertLoad, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (writer) {
     if (!lossesPath.empty()) {
       Tensor t = Tensor::floats({static_cast<int64_t>(losses.size())});
@@ -1178,6 +1187,13 @@ int main(int argc, char **argv) {
 #endif
     }
     if (hoisted > 0) how += ", " + std::to_string(hoisted) + " parameter move(s) run once at prepare";
+    if (expertLoad > 0) {
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    ", expert routing: the busiest rank was sent %.4g x its own (token, choice) pairs "
+                    "(the least capacity= these steps fit)", expertLoad);
+      how += line;
+    }
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda" && gpus[0]->replaysGraph()) how += ", steps after the first as one CUDA graph";
     if (device == "cuda" && gpus[0]->cacheReadsInPlace() > 0)

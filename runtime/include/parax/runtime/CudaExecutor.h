@@ -255,6 +255,8 @@ public:
   /// Instructions prepare ran once because they only move parameters
   /// (slices, shard_slices, ... of weights): steps skip them.
   size_t hoistedInstructions() const;
+  /// As Executor::busiestExpertLoad (the expert dispatches over several ranks).
+  double busiestExpertLoad() const;
   /// Concats of a KV cache and new keys or values that the decode attention
   /// reads in place (not issued).
   size_t cacheReadsInPlace() const;

@@ -11,6 +11,7 @@
 #include "parax/runtime/Status.h"
 #include "parax/runtime/executable.pb.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,22 @@ SequenceRows sequenceRows(const pxe::Executable &exe, const std::vector<int64_t>
 /// its `scaling.*` attributes applied (none, linear, llama3).
 StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a);
 
+/// The (token, choice) rows member j of an expert exchange receives, given
+/// the members' counts (all[i * P + j]: the pairs member i routes to j).
+template <typename Count> int64_t routedTo(const std::vector<Count> &all, int64_t P, int64_t j) {
+  int64_t received = 0;
+  for (int64_t i = 0; i < P; ++i) received += static_cast<int64_t>(all[i * P + j]);
+  return received;
+}
+
+/// The most rows any member of an expert exchange receives, as a multiple
+/// of a member's own `pairs`: the least expert capacity that holds it.
+template <typename Count> double busiestRankLoad(const std::vector<Count> &all, int64_t P, int64_t pairs) {
+  int64_t most = 0;
+  for (int64_t j = 0; j < P; ++j) most = std::max(most, routedTo(all, P, j));
+  return pairs > 0 ? static_cast<double>(most) / static_cast<double>(pairs) : 0.0;
+}
+
 /// An expert exchange (moe_dispatch, moe_combine) over P members whose
 /// dispatch holds `capacity` rows a member, given the members' counts
 /// (all[i * P + j]: the (token, choice) pairs member i routes to member j's
@@ -127,8 +144,7 @@ StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a);
 template <typename Count>
 Status expertCapacityCheck(const std::string &op, const std::vector<Count> &all, int64_t P, int64_t capacity) {
   for (int64_t j = 0; j < P; ++j) {
-    int64_t received = 0;
-    for (int64_t i = 0; i < P; ++i) received += static_cast<int64_t>(all[i * P + j]);
+    int64_t received = routedTo(all, P, j);
     if (received > capacity)
       return Status::error(op + ": expert-parallel rank " + std::to_string(j) + " of " + std::to_string(P) +
                            " is routed " + std::to_string(received) + " (token, choice) rows, more than the " +

@@ -78,6 +78,10 @@ public:
   /// and `run` skips them.
   bool hoisted(int instruction) const { return hoisted_[instruction]; }
   size_t hoistedInstructions() const;
+  /// The most (token, choice) rows an expert dispatch sent one rank, as a
+  /// multiple of a rank's own pairs, over every dispatch run so far (0:
+  /// none over several ranks): the least expert capacity these steps fit.
+  double busiestExpertLoad() const { return busiestExpertLoad_; }
   /// Runs the moves of parameters again (prepare ran them once): after an
   /// optimizer step changed the parameters' values (hostBuffers).
   Status hoistParameterMoves();
@@ -121,6 +125,7 @@ private:
   std::vector<int32_t> cacheState_; // cacheStateInputs of the stage
   std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
+  double busiestExpertLoad_ = 0;
 };
 
 } // namespace parax::runtime
