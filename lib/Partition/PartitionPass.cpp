@@ -230,16 +230,19 @@ static LogicalResult partitionRoutedExperts(OpBuilder &b, Operation *op,
   // routes more to a rank).
   int64_t pairs = indices.getNumElements(), rows = parts * pairs;
   auto function = op->getParentOfType<func::FuncOp>();
-  if (auto plan = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPlanAttrName))
+  if (auto plan =
+          function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPlanAttrName))
     if (Attribute given = plan.get("expert_capacity")) {
       auto capacity = dyn_cast<FloatAttr>(given);
       if (!capacity || !(capacity.getValueAsDouble() >= 1))
         return function.emitError()
-               << "the plan's expert_capacity must be a number >= 1 (the rows a rank's "
-                  "expert dispatch holds, per (token, choice) pair of its own), got "
+               << "the plan's expert_capacity must be a number >= 1 (the rows "
+                  "a rank's expert dispatch holds, per (token, choice) pair of "
+                  "its own), got "
                << given;
       rows = std::clamp<int64_t>(
-          static_cast<int64_t>(std::ceil(capacity.getValueAsDouble() * pairs)), pairs, rows);
+          static_cast<int64_t>(std::ceil(capacity.getValueAsDouble() * pairs)),
+          pairs, rows);
     }
   auto dispatch = [&](Value x) {
     auto key = std::make_tuple(x.getAsOpaquePointer(), operands[1].getAsOpaquePointer(),

@@ -438,11 +438,12 @@ std::pair<double, double> Solver::scratchBytes(const OpNode &op, const Strategy 
   switch (op.kind) {
   case OpClass::Experts: {
     // A rank's experts see the dispatch's rows (every token of the EP group
-    // could choose them, or the expert capacity): pairs of (row, choice). Counts and
-    // permutations (ints), the rows, gate/up products (fp32), bf16 copies
-    // for the GEMMs; the gradient also dy's rows and one expert's stack
+    // could choose them, or the expert capacity): pairs of (row, choice).
+    // Counts and permutations (ints), the rows, gate/up products (fp32), bf16
+    // copies for the GEMMs; the gradient also dy's rows and one expert's stack
     // gradient [F, H].
-    double E = double(op.numExperts) / ctx.ep, pairs = tokens * op.topK * ctx.dispatchedFactor();
+    double E = double(op.numExperts) / ctx.ep,
+           pairs = tokens * op.topK * ctx.dispatchedFactor();
     double H = value(op.inputs[0]).shape.back(), F = op.ffn * s.weightFrac, widest = std::max(H, F);
     double ints = 3 * E + 2 * pairs;
     return {f * (ints + pairs * (2 * H + 2 * F)) + 2 * pairs * widest,
@@ -697,8 +698,9 @@ LayerPlan Solver::solve() {
       // The dispatched rows, weights and experts the gradient reads: ep ·
       // tokens · k rows (the runtime sizes them for every token of the EP
       // group choosing this rank's experts), or the expert capacity's.
-      dispatchedBytes += ctx.dispatchedFactor() * (op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) +
-                                   fullBytes(op.inputs[1]) + fullBytes(op.inputs[2]));
+      dispatchedBytes += ctx.dispatchedFactor() *
+                         (op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) +
+                          fullBytes(op.inputs[1]) + fullBytes(op.inputs[2]));
   }
   for (int in : layer.inputs)
     heldBytes[in] = value(in).inKvCache ? 0 : fullBytes(in) * share(boundaryLayout(in));

@@ -220,7 +220,8 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     summary.append("zero", b.getI64IntegerAttr(plan.zero));
     summary.append("recompute", b.getStringAttr(toString(plan.recompute)));
     if (work.expertCapacity && plan.ep > 1)
-      summary.append("expert_capacity", b.getF64FloatAttr(*work.expertCapacity));
+      summary.append("expert_capacity",
+                     b.getF64FloatAttr(*work.expertCapacity));
     summary.append("step_time_s", b.getF64FloatAttr(plan.stepTime));
     summary.append("mfu", b.getF64FloatAttr(plan.mfu));
     summary.append("memory_per_device_bytes", b.getF64FloatAttr(plan.memory.total()));

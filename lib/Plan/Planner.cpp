@@ -942,7 +942,8 @@ PlanResult parax::plan::searchPlans(const ModelGraph &model,
   }
   // An MoE model: an expert capacity (the largest of a few that fits)
   // shrinks the dispatched rows of every EP plan.
-  bool experts = llvm::any_of(model.layers, [](const LayerGraph &l) { return l.hasExperts; });
+  bool experts = llvm::any_of(model.layers,
+                              [](const LayerGraph &l) { return l.hasExperts; });
   if (experts && !workload.expertCapacity)
     for (double capacity : {4.0, 2.0, 1.5, 1.25}) {
       Workload capped = workload;
@@ -950,10 +951,12 @@ PlanResult parax::plan::searchPlans(const ModelGraph &model,
       PlanResult retry = Search(model, cluster, capped, quiet).run();
       if (!retry.plans.empty() && retry.plans.front().ep > 1) {
         const Plan &p = retry.plans.front();
-        result.explanation += formatv("; or on this cluster, capacity={0} (a rank's expert dispatch holds "
-                                      "{0} x its own tokens' rows, not ep x), e.g. {1} at {2:F3} s per step",
-                                      llvm::format("%g", capacity), p.degrees(), p.stepTime)
-                                  .str();
+        result.explanation +=
+            formatv("; or on this cluster, capacity={0} (a rank's expert "
+                    "dispatch holds {0} x its own tokens' rows, not ep x), "
+                    "e.g. {1} at {2:F3} s per step",
+                    llvm::format("%g", capacity), p.degrees(), p.stepTime)
+                .str();
         break;
       }
     }

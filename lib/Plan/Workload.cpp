@@ -161,9 +161,12 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
     } else if (key == "capacity") {
       double factor;
       if (value.getAsDouble(factor) || !(factor >= 1) || !std::isfinite(factor))
-        return workloadError(spec, "capacity (the expert capacity: rows a rank's expert dispatch "
-                                   "holds, per (token, choice) pair of its own) must be a number "
-                                   ">= 1, got '" + value + "'");
+        return workloadError(
+            spec,
+            "capacity (the expert capacity: rows a rank's expert dispatch "
+            "holds, per (token, choice) pair of its own) must be a number "
+            ">= 1, got '" +
+                value + "'");
       w.expertCapacity = factor;
     } else if (key == "chunks") {
       int64_t chunks;

@@ -983,8 +983,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
         n[j] = static_cast<size_t>(all[toMembers ? me * P + j : j * P + me]) * width;
       return n;
     };
-    int64_t received = 0; // rows that arrive here
-    for (int64_t i = 0; i < P; ++i) received += static_cast<int64_t>(all[i * P + me]);
+    const int64_t received = routedTo(all, P, me); // rows that arrive here
     if (op == "moe_dispatch") {
       // Rows [h features, weight, local expert] go out; they arrive block
       // after block (member 0's first) at the top of the results, the rest

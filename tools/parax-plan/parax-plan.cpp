@@ -40,10 +40,14 @@ static cl::opt<std::string> clusterOpt("cluster", cl::Required,
                                        cl::desc("cluster preset (PRESET[:nodes=N]) or JSON file"), cl::cat(planOptions));
 static cl::opt<std::string> workloadOpt(
     "workload", cl::Required,
-    cl::desc("train:batch=B,seq=S | prefill:batch=B,seq=S | decode:batch=B,context=C, then any of "
-             "tp= pp= dp= ep= cp= (pin a degree), mbs=, zero=0..3, recompute=none|selective|full, "
-             "schedule=gpipe|1f1b|interleaved, chunks=, capacity= (expert capacity, >= 1), kv=<dtype>, "
-             "objective=latency|throughput, latency_ms= (docs/planner.md)"), cl::cat(planOptions));
+    cl::desc("train:batch=B,seq=S | prefill:batch=B,seq=S | "
+             "decode:batch=B,context=C, then any of "
+             "tp= pp= dp= ep= cp= (pin a degree), mbs=, zero=0..3, "
+             "recompute=none|selective|full, "
+             "schedule=gpipe|1f1b|interleaved, chunks=, capacity= (expert "
+             "capacity, >= 1), kv=<dtype>, "
+             "objective=latency|throughput, latency_ms= (docs/planner.md)"),
+    cl::cat(planOptions));
 static cl::opt<int> topOpt("top", cl::init(5), cl::desc("number of plans to show"), cl::cat(planOptions));
 static cl::opt<bool> jsonOpt("json", cl::desc("print JSON instead of a table"), cl::cat(planOptions));
 static cl::opt<bool> timingOpt("timing",

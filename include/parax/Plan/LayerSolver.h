@@ -43,7 +43,9 @@ struct TpContext {
   /// workload's expert capacity is less.
   double expertCapacity = 0; // 0: none set
   double dispatchedFactor() const {
-    return expertCapacity > 0 ? std::min<double>(ep, std::max(1.0, expertCapacity)) : double(ep);
+    return expertCapacity > 0
+               ? std::min<double>(ep, std::max(1.0, expertCapacity))
+               : double(ep);
   }
   bool sequenceParallel = false; // layer boundary split on the sequence
   double sequences = 1;         // per microbatch (or per step)

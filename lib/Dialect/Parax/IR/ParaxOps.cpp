@@ -1037,7 +1037,8 @@ LogicalResult MoeDispatchOp::verifySymbolUses(SymbolTableCollection &symbols) {
       rowsType.getElementType() != x.getElementType() ||
       rowWeights.getElementType() != x.getElementType())
     return emitOpError("C3: expected results [R, ")
-           << hidden << "], [R, 1], [R, 1] in x's element type (R rows, i32 experts)";
+           << hidden
+           << "], [R, 1], [R, 1] in x's element type (R rows, i32 experts)";
   if (rows < tokens * k || rows > *size * tokens * k)
     return emitOpError("C3: ")
            << rows << " rows: a rank holds from its " << tokens * k
