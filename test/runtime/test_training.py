@@ -127,6 +127,8 @@ MOE_PLANS = [
     # rows, here enough): the gradients' dispatch of dy fits the same rows.
     ("tiny-mixtral", "ep=2,dp=1,capacity=1.5", 2),
     ("tiny-mixtral", "ep=2,pp=2,dp=1,capacity=1.5", 4),
+    ("tiny-mixtral", "ep=2,tp=2,dp=1,capacity=1.5", 4),
+    ("tiny-mixtral", "dp=2,ep=2,capacity=1.5", 4),
     ("tiny-qwen2-moe", "ep=2,dp=1", 2),
     ("tiny-qwen2-moe", "ep=2,tp=2,dp=1", 4),
     ("tiny-deepseek-v3", "ep=2,dp=1", 2),
