@@ -726,7 +726,7 @@ struct ExpertExchange {
   std::vector<Tensor> back;
   Tensor x;
 };
-ExpertExchange exchangeExperts(int64_t capacity) {
+ExpertExchange exchangeExperts(int64_t capacity, std::vector<int32_t> choices = {0, 1, 2, 3, 0, 2, 1, 0}) {
   pxe::Executable exe;
   exe.set_format_version(1);
   exe.mutable_grid()->add_axis_names("ep");
@@ -758,7 +758,7 @@ ExpertExchange exchangeExperts(int64_t capacity) {
   Tensor w = Tensor::floats({4, 2}), idx = Tensor::ints({4, 2});
   for (size_t k = 0; k < out.x.f.size(); ++k) out.x.f[k] = static_cast<float>(k + 1);
   std::fill(w.f.begin(), w.f.end(), 0.5f);
-  idx.i = {0, 1, 2, 3, 0, 2, 1, 0}; // rank 0: 5 pairs, rank 1: 3
+  idx.i = choices; // (by default rank 0's experts get 5 pairs, rank 1's 3)
   auto weights = emptyCheckpoint();
   auto comms = createThreadCommunicators({2});
   std::vector<std::unique_ptr<CountingCommunicator>> counting;
@@ -793,6 +793,21 @@ TEST(Executor, ExpertExchangesSendTheRoutedRowsOnly) {
   using Counts = std::vector<std::vector<size_t>>;
   EXPECT_EQ(run.sent[0], Counts({{5 * 5, 3 * 5}, {5 * 3, 5 * 3}}));
   EXPECT_EQ(run.sent[1], Counts({{5 * 5, 3 * 5}, {3 * 3, 3 * 3}}));
+}
+
+TEST(Executor, ExpertExchangeWithAnEmptyBlock) {
+  // Every pair to rank 0's experts: rank 0 receives all 16 rows (the most
+  // any routing sends, 16 held), rank 1 none; the blocks to and from rank
+  // 1 are empty.
+  ExpertExchange run = exchangeExperts(16, {0, 1, 1, 0, 0, 1, 1, 1});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(run.status[r].isOk()) << run.status[r].message();
+    for (size_t k = 0; k < run.x.f.size(); ++k)
+      EXPECT_EQ(run.back[r].f[k], 2 * run.x.f[k]) << "rank " << r << " element " << k;
+  }
+  using Counts = std::vector<std::vector<size_t>>;
+  EXPECT_EQ(run.sent[0], Counts({{8 * 5, 0}, {8 * 3, 8 * 3}}));
+  EXPECT_EQ(run.sent[1], Counts({{8 * 5, 0}, {0, 0}}));
 }
 
 TEST(Executor, ExpertExchangeRefusesMoreRowsThanItHolds) {
