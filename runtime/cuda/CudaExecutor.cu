@@ -322,6 +322,7 @@ struct CudaExecutor::State {
     if (tokens) cudaFree(tokens);
     if (commScratch) cudaFree(commScratch);
     for (auto &[inst, frequencies] : ropeFrequencies) cudaFree(frequencies);
+    for (auto &[bias, counts] : expertCounts) cudaFree(counts);
     if (blas) cublasDestroy(blas);
     ltPlans.clear(); // before the handle
     if (lt) cublasLtDestroy(lt);
@@ -350,6 +351,7 @@ struct CudaExecutor::State {
   bool overlap = true;   // PARAX_CUDA_OVERLAP=0: wait right after each collective
   size_t overlapped = 0; // instructions issued during a transfer, this step
   double expertLoad = 0;  // busiestExpertLoad: the expert dispatches' busiest rank
+  std::map<int32_t, int32_t *> expertCounts; // takeExpertCounts: per router bias buffer, [E] on the device
 
   /// After a collective's transfer is issued: finishes at once when it has
   /// completed (host-staged) or overlap is off, otherwise leaves it pending.
@@ -1724,6 +1726,20 @@ bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
 size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }
 size_t CudaExecutor::hoistedInstructions() const { return s_->hoisted; }
 double CudaExecutor::busiestExpertLoad() const { return s_->expertLoad; }
+
+StatusOr<std::map<int32_t, std::vector<double>>> CudaExecutor::takeExpertCounts() {
+  State &s = *s_;
+  std::map<int32_t, std::vector<double>> taken;
+  for (auto &[bias, counts] : s.expertCounts) {
+    std::vector<int32_t> host(s.buffers[bias].numel());
+    PARAX_CUDA(cudaMemcpyAsync(host.data(), counts, host.size() * 4, cudaMemcpyDeviceToHost, s.stream));
+    PARAX_CUDA(cudaMemsetAsync(counts, 0, host.size() * 4, s.stream));
+    Status st = s.sync();
+    if (!st.isOk()) return st;
+    taken[bias].assign(host.begin(), host.end());
+  }
+  return taken;
+}
 size_t CudaExecutor::sharedMoves() const { return s_->sharedMoves; }
 size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
@@ -2577,13 +2593,23 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       });
     }
     DeviceBuffer &w = out(0), &idx = out(1);
-    return withFloat(w, [&](auto t) {
+    st = withFloat(w, [&](auto t) {
       using T = decltype(t);
       PARAX_LAUNCH(routerKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
           logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, w.as<T>(), idx.i(), tokens, E, K,
           sigmoidScores, normalize, scaling, groups, topkGroups);
       return Status::ok();
     });
+    if (st.isOk() && inst.operands_size() == 3) { // a correction bias: its experts' choices counted
+      int32_t *&counts = expertCounts[inst.operands(2)];
+      if (!counts) { // (the first run allocates: a captured step is never the first)
+        st = allocate(&counts, E * 4, "a router's expert counts");
+        if (!st.isOk()) return st;
+        PARAX_CUDA(cudaMemsetAsync(counts, 0, E * 4, stream));
+      }
+      PARAX_LAUNCH(expertCountKernel, blocksFor(tokens * K), kThreads, 0, stream)(idx.i(), counts, tokens * K, E);
+    }
+    return st;
   }
   if (op == "experts_grad") {
     DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &dy = in(6);

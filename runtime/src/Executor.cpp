@@ -791,8 +791,15 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     routing.sigmoid = attrString(a, "score_func") == "sigmoid";
     routing.normalize = attrFlag(a, "normalize");
     routing.scaling = attrFloat(a, "scaling_factor", 1.0);
-    if (op == "router")
+    if (op == "router") {
       router(in(0), in(1), inst.operands_size() == 3 ? &in(2) : nullptr, routing, out(0), out(1));
+      if (inst.operands_size() == 3) { // a correction bias: its experts' choices counted
+        std::vector<double> &counts = e.expertCounts_[inst.operands(2)];
+        counts.resize(in(2).numel());
+        for (int32_t expert : out(1).i)
+          if (expert >= 0 && expert < static_cast<int32_t>(counts.size())) counts[expert] += 1;
+      }
+    }
     else if (op == "router_load")
       routerLoad(in(0), in(1), inst.operands_size() == 3 ? &in(2) : nullptr, routing, attrFlag(a, "scores"), out());
     else

@@ -942,3 +942,37 @@ def test_expert_capacity_too_small_stops_every_rank(tmp_path, collectives):
                              tool="parax-run-simt", env=env, timeout=120)
     message = str(failed.value)
     assert message.count("is routed 30 (token, choice) rows, more than the 24 its exchange holds") == 2, message
+
+
+@pytest.mark.parametrize("ranks,pins", [(1, None), (2, "ep=2,dp=1")], ids=["one", "ep2"])
+def test_router_bias_updates_on_the_cuda_backend_as_on_the_cpu(tmp_path, ranks, pins):
+    """--bias-update-speed (DeepSeek-V3's auxiliary-loss-free balancing) on
+    the CUDA backend: each router's choices counted on the device, the
+    bias moved on the host (its fp32 master) and written back; after three
+    SGD steps the saved biases equal the CPU backend's exactly, and moved.
+    (A speed of 0.5 changes the routing of steps 2 and 3: a device bias left
+    as loaded gives other counts, and this fails.)""" 
+    import subprocess
+    from conftest import MPI_ENV, Model
+    from parax.checkpoint import load_safetensors
+    tool("parax-run-simt")
+    model = Model(str(tmp_path), "tiny-deepseek-v3", loss=True, batch=2, rows=2)
+    exe = model.compile("train", autodiff=True) if pins is None else \
+        model.compile("sharded", f"prefill:batch=2,seq=8,{pins}", ranks, autodiff=True)
+    saved = {}
+    for program, device in (("parax-run", "cpu"), ("parax-run-simt", "cuda")):
+        out = str(tmp_path / f"{device}.safetensors")
+        launcher = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none"] if ranks > 1 else []
+        cmd = launcher + [os.path.join(BIN, program), exe, "--weights", model.checkpoint, "--device", device,
+                          "--optimizer", "sgd", "--lr", "0.1", "--bias-update-speed", "0.5", "--steps", "3",
+                          "--save-weights", out]
+        for path in model.inputs:
+            cmd += ["--input", path]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=MPI_ENV)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        saved[device] = load_safetensors(out)
+    biases = [n for n in saved["cpu"] if n.endswith("e_score_correction_bias")]
+    assert biases
+    for name in biases:
+        assert np.array_equal(saved["cuda"][name], saved["cpu"][name]), (name, saved["cuda"][name], saved["cpu"][name])
+        assert not np.array_equal(saved["cpu"][name], model.weights[name]), name

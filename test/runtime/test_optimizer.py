@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import Model, tool
+from parax import reference
 from parax.checkpoint import load_safetensors, save_safetensors
 
 SINGLE_TOL = 1e-6
@@ -389,3 +390,56 @@ def test_front_door_compiles_and_trains(tmp_path):
     assert np.abs(values - runs["none"][0]).max() < 1e-6
     assert runs["full"][1] > runs["none"][1], runs  # the recomputed ops
     assert set(load_safetensors(saved)) == set(model.weights)
+
+
+def numpy_bias_step(model, speed):
+    """DeepSeek-V3's auxiliary-loss-free balancing, one step, in numpy: each
+    MoE layer's correction bias moves `speed` towards balance, b_e +=
+    speed * sign(mean load - load_e), the loads being that layer's expert
+    choices over the step's tokens (routed with the loaded weights)."""
+    routers = []
+    reference.forward(model.cfg, model.weights, model.tokens, routers=routers)
+    names = sorted((n for n in model.weights if n.endswith("gate.e_score_correction_bias")),
+                   key=lambda n: int(n.split(".")[2]))
+    assert len(names) == len(routers)
+    moved = {}
+    for name, (_, top) in zip(names, routers):
+        load = np.bincount(top.reshape(-1), minlength=model.cfg.num_experts).astype(np.float64)
+        moved[name] = (model.weights[name] + speed * np.sign(load.mean() - load)).astype(np.float32)
+    return moved
+
+
+@pytest.mark.parametrize("pins,ranks", [(None, 1), ("ep=2,dp=1", 2), ("dp=2,ep=2", 4)],
+                         ids=["single", "ep2", "dp2-ep2"])
+def test_router_bias_moves_towards_balance(tmp_path, pins, ranks):
+    """--bias-update-speed 0.01 (DeepSeek-V3's auxiliary-loss-free
+    balancing): after one step each router's correction bias equals numpy's
+    rule on the loads of the step's tokens -- summed over the ranks that
+    routed them (EP ranks and replicas each their own sequences) -- while
+    every other weight takes its SGD step as before."""
+    dp = 2 if pins and "dp=2" in pins else 1
+    model = Model(str(tmp_path), "tiny-deepseek-v3", loss=True, batch=2, rows=2 * dp)
+    exe = model.compile("train", autodiff=True) if pins is None else \
+        model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True)
+    sgd = ["--optimizer", "sgd", "--lr", "0.1"]
+    trained, _, _ = train(model, exe, ranks, 1, sgd, extra=["--bias-update-speed", "0.01"])
+    without, _, _ = train(model, exe, ranks, 1, sgd)
+    want = numpy_bias_step(model, 0.01)
+    for name, bias in want.items():
+        assert np.abs(trained[name] - bias).max() < 1e-7, (name, trained[name], bias)
+        assert np.array_equal(without[name], model.weights[name]), name  # off: as loaded
+    assert any(not np.array_equal(b, model.weights[n]) for n, b in want.items())
+    for name in trained:
+        if name not in want:
+            assert np.array_equal(trained[name], without[name]), name
+
+
+def test_bias_update_speed_needs_a_router_bias(tmp_path):
+    model = Model(str(tmp_path), "tiny-mixtral", loss=True, batch=2, rows=2)
+    proc = model.run(model.compile("train", autodiff=True), 1, outputs=0, expect_ok=False,
+                     extra=["--optimizer", "sgd", "--bias-update-speed", "0.001"])
+    assert proc.returncode != 0
+    assert "--bias-update-speed: no router of this executable has a correction bias" in proc.stderr, proc.stderr
+    proc = model.run(model.compile("train", autodiff=True), 1, outputs=0, expect_ok=False,
+                     extra=["--bias-update-speed", "0.001"])
+    assert proc.returncode != 0 and "--bias-update-speed belong to --optimizer" in proc.stderr, proc.stderr

@@ -97,6 +97,9 @@ void usage() {
                "  each microbatch's gradients reduce-scattered; 3: the parameters too, each gathered\n"
                "  before the instructions that read it); by default the plan's stage; --no-zero: never). --step-rows R: each step takes the next R rows of the\n"
                "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
+               "  --bias-update-speed G: DeepSeek-V3's auxiliary-loss-free balancing: after each\n"
+               "  step every router's correction bias moves G towards balance (b_e += G sign(mean\n"
+               "  load - load_e), the loads counted over the step's tokens on every rank)\n"
                "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors); OUT/\n"
                "  (a folder): a sharded checkpoint, each rank writing its share of the whole tensors\n"
                "  (model-0000k-of-0000n.safetensors, model.safetensors.index.json)\n"
@@ -305,6 +308,7 @@ int main(int argc, char **argv) {
   std::string saveOptimizer, loadOptimizer; // --save-optimizer, --load-optimizer
   long long stepRows = 0;     // --step-rows (0: every row every step)
   bool optimizerSettings = false;
+  double biasSpeed = 0;       // --bias-update-speed
   bool zeroGiven = false;     // --zero / --no-zero / --zero-stage (else the plan's ZeRO stage decides)
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -339,6 +343,14 @@ int main(int argc, char **argv) {
       optimizer.kind = value();
       if (optimizer.kind != "sgd" && optimizer.kind != "adamw")
         die("--optimizer must be sgd or adamw, got '" + optimizer.kind + "'");
+    }
+    else if (arg == "--bias-update-speed") {
+      std::string text = value();
+      char *end = nullptr;
+      biasSpeed = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end || !std::isfinite(biasSpeed) || biasSpeed <= 0)
+        die("--bias-update-speed must be a positive number, got '" + text + "'");
+      optimizerSettings = true;
     }
     else if (arg == "--lr" || arg == "--beta1" || arg == "--beta2" || arg == "--eps" || arg == "--weight-decay" ||
              arg == "--clip-grad-norm" || arg == "--min-lr") {
@@ -456,8 +468,8 @@ int main(int argc, char **argv) {
   const bool trains = !optimizer.kind.empty();
   if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty()))
     die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
-        "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --save-optimizer and "
-        "--load-optimizer belong to --optimizer");
+        "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --save-optimizer, "
+        "--load-optimizer and --bias-update-speed belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
     die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
@@ -805,6 +817,69 @@ int main(int argc, char **argv) {
     s = training->bindParameters(parameters);
     if (!s.isOk()) die(s.message());
   }
+  // --bias-update-speed: every router's correction bias, over every stage,
+  // in one order (each rank sums its counts into its place; all add them).
+  std::vector<std::pair<std::string, int64_t>> biases; // checkpoint name, experts
+  if (biasSpeed > 0) {
+    for (const parax::pxe::Stage &stage : exe.value().stages())
+      for (const parax::pxe::Instruction &inst : stage.instructions()) {
+        if (inst.op() != "router" || inst.operands_size() != 3) continue;
+        const parax::pxe::Buffer &bias = stage.buffers(inst.operands(2));
+        if (bias.role() != parax::pxe::PARAMETER || bias.shape_size() != 1 ||
+            numelOf(std::vector<int64_t>(bias.global_shape().begin(), bias.global_shape().end())) != bias.shape(0))
+          die("--bias-update-speed: stage " + std::to_string(stage.index()) +
+              "'s router bias (buffer " + std::to_string(inst.operands(2)) + ") is not a whole parameter");
+        auto named = [&](const auto &b) { return b.first == bias.param_name(); };
+        if (std::none_of(biases.begin(), biases.end(), named)) biases.push_back({bias.param_name(), bias.shape(0)});
+      }
+    if (biases.empty())
+      die("--bias-update-speed: no router of this executable has a correction bias (DeepSeek-V3's "
+          "e_score_correction_bias)");
+  }
+  // The step's expert loads (every rank's counts summed), then each bias
+  // this rank holds moved by biasSpeed towards balance.
+  auto balanceExperts = [&] {
+    std::vector<double> loads;
+    std::map<std::string, size_t> at;
+    for (const auto &[name, experts] : biases) {
+      at[name] = loads.size();
+      loads.resize(loads.size() + experts, 0.0);
+    }
+    const parax::pxe::Stage &mine = exe.value().stages(stageIndex);
+    std::map<int32_t, std::vector<double>> counted;
+    if (device == "cpu") counted = cpu.takeExpertCounts();
+#ifdef PARAX_WITH_CUDA
+    if (device == "cuda") {
+      auto taken = gpus[0]->takeExpertCounts();
+      if (!taken.isOk()) die(taken.status().message());
+      counted = std::move(taken.value());
+    }
+#endif
+    for (const auto &[id, counts] : counted)
+      for (size_t e = 0; e < counts.size(); ++e) loads[at.at(mine.buffers(id).param_name()) + e] += counts[e];
+    if (mpi) {
+      auto watched = waits->watch("summing the experts' loads (--bias-update-speed)");
+      MPI_Allreduce(MPI_IN_PLACE, loads.data(), static_cast<int>(loads.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    }
+    std::vector<Tensor> moved(parameters.size()); // (on CUDA: the biases written to the device)
+    for (const parax::pxe::Buffer &b : mine.buffers()) {
+      auto found = b.role() == parax::pxe::PARAMETER ? at.find(b.param_name()) : at.end();
+      if (found == at.end()) continue;
+      Tensor &bias = parameters[b.id()];
+      const double *load = &loads[found->second];
+      double mean = 0;
+      for (int64_t e = 0; e < bias.numel(); ++e) mean += load[e] / static_cast<double>(bias.numel());
+      for (int64_t e = 0; e < bias.numel(); ++e)
+        bias.f[e] += static_cast<float>(biasSpeed * ((mean > load[e]) - (mean < load[e])));
+      moved[b.id()] = bias;
+    }
+#ifdef PARAX_WITH_CUDA
+    if (device == "cuda") {
+      Status st = gpus[0]->updateParameters(moved);
+      if (!st.isOk()) die("--bias-update-speed: " + st.message());
+    }
+#endif
+  };
   if (!loadOptimizer.empty()) { // AdamW's moments and step count, saved by --save-optimizer
     auto file = Checkpoint::open(loadOptimizer);
     if (!file.isOk()) die("--load-optimizer: " + file.status().message());
@@ -952,6 +1027,7 @@ int main(int argc, char **argv) {
         s = training->averageGradients(results, micro, optimizer.zero);
         if (s.isOk()) s = training->apply(optimizer, results, parameters, gradNorm);
 #endif
+        if (s.isOk() && biasSpeed > 0) balanceExperts();
         if (s.isOk() && device == "cpu") s = cpu.hoistParameterMoves();
         if (!s.isOk()) die(s.message());
         if (lossOutput >= 0) {

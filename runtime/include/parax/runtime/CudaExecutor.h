@@ -17,6 +17,7 @@
 #include <memory>
 #include <utility>
 #include <string>
+#include <map>
 #include <vector>
 
 namespace parax::runtime {
@@ -257,6 +258,8 @@ public:
   size_t hoistedInstructions() const;
   /// As Executor::busiestExpertLoad (the expert dispatches over several ranks).
   double busiestExpertLoad() const;
+  /// As Executor::takeExpertCounts (counted on the device; this waits for it).
+  StatusOr<std::map<int32_t, std::vector<double>>> takeExpertCounts();
   /// Concats of a KV cache and new keys or values that the decode attention
   /// reads in place (not issued).
   size_t cacheReadsInPlace() const;

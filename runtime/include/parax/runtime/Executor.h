@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <utility>
 #include <vector>
 
 namespace parax::runtime {
@@ -82,6 +83,10 @@ public:
   /// multiple of a rank's own pairs, over every dispatch run so far (0:
   /// none over several ranks): the least expert capacity these steps fit.
   double busiestExpertLoad() const { return busiestExpertLoad_; }
+  /// Each router with a correction bias (DeepSeek-V3's): its expert choices
+  /// counted over every run since the last call, by the bias's buffer
+  /// ([E] counts; a router re-run by recompute counts again). Cleared.
+  std::map<int32_t, std::vector<double>> takeExpertCounts() { return std::exchange(expertCounts_, {}); }
   /// Runs the moves of parameters again (prepare ran them once): after an
   /// optimizer step changed the parameters' values (hostBuffers).
   Status hoistParameterMoves();
@@ -126,6 +131,7 @@ private:
   std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
   double busiestExpertLoad_ = 0;
+  std::map<int32_t, std::vector<double>> expertCounts_; // takeExpertCounts
 };
 
 } // namespace parax::runtime
