@@ -171,6 +171,11 @@ TRAIN = {
     # with a load-balancing loss: the load (f32 counts) all-reduced over ep
     "train-mixtral-bf16-aux-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "bf16", [], 0.5),
     "train-deepseek-v3": ("tiny-deepseek-v3", 2, 8, None, 1),  # sigmoid router, groups, bias; MLA
+    # its auxiliary-loss-free balancing: the router biases moved after step
+    # 1 (0.5: enough to change step 2's routing, whose loss and gradients
+    # are compared)
+    "train-deepseek-v3-bias": ("tiny-deepseek-v3", 2, 8, None, 1, "f32",
+                               ["--optimizer", "sgd", "--lr", "0.1", "--bias-update-speed", "0.5"]),
     # Optimizer steps (parax-run --optimizer): two steps, the second's loss
     # and gradients compared, so the first's update (on the device: fp32
     # master copies and moments there, the parameters rounded from them,
