@@ -825,8 +825,9 @@ int main(int argc, char **argv) {
       for (const parax::pxe::Instruction &inst : stage.instructions()) {
         if (inst.op() != "router" || inst.operands_size() != 3) continue;
         const parax::pxe::Buffer &bias = stage.buffers(inst.operands(2));
-        if (bias.role() != parax::pxe::PARAMETER || bias.shape_size() != 1 ||
-            numelOf(std::vector<int64_t>(bias.global_shape().begin(), bias.global_shape().end())) != bias.shape(0))
+        const bool whole = std::all_of(bias.split().begin(), bias.split().end(),
+                                       [](const parax::pxe::AxisList &axes) { return axes.axes_size() == 0; });
+        if (bias.role() != parax::pxe::PARAMETER || bias.shape_size() != 1 || !whole)
           die("--bias-update-speed: stage " + std::to_string(stage.index()) +
               "'s router bias (buffer " + std::to_string(inst.operands(2)) + ") is not a whole parameter");
         auto named = [&](const auto &b) { return b.first == bias.param_name(); };
