@@ -76,11 +76,10 @@ template <typename F> Status withFloat(const DeviceBuffer &b, F &&f) {
 }
 // The same with the bit-width type (uint16_t or uint32_t) for data movement,
 // which works for integers too.
-template <typename F> Status withBits(Elem e, F &&f) {
-  if (elemBytes(e) == 2) return f(uint16_t{});
+template <typename F> Status withBits(const DeviceBuffer &b, F &&f) {
+  if (elemBytes(b.elem) == 2) return f(uint16_t{});
   return f(uint32_t{});
 }
-template <typename F> Status withBits(const DeviceBuffer &b, F &&f) { return withBits(b.elem, f); }
 
 // Lets each kernel's blocks take up to `bytes` of dynamic shared memory.
 template <typename... Kernels> Status allowSharedMemory(int bytes, Kernels *...kernels) {
@@ -1729,15 +1728,17 @@ double CudaExecutor::busiestExpertLoad() const { return s_->expertLoad; }
 
 StatusOr<std::map<int32_t, std::vector<double>>> CudaExecutor::takeExpertCounts() {
   State &s = *s_;
-  std::map<int32_t, std::vector<double>> taken;
+  std::map<int32_t, std::vector<int32_t>> host; // every router's, then one wait
   for (auto &[bias, counts] : s.expertCounts) {
-    std::vector<int32_t> host(s.buffers[bias].numel());
-    PARAX_CUDA(cudaMemcpyAsync(host.data(), counts, host.size() * 4, cudaMemcpyDeviceToHost, s.stream));
-    PARAX_CUDA(cudaMemsetAsync(counts, 0, host.size() * 4, s.stream));
-    Status st = s.sync();
-    if (!st.isOk()) return st;
-    taken[bias].assign(host.begin(), host.end());
+    std::vector<int32_t> &into = host[bias];
+    into.resize(s.buffers[bias].numel());
+    PARAX_CUDA(cudaMemcpyAsync(into.data(), counts, into.size() * 4, cudaMemcpyDeviceToHost, s.stream));
+    PARAX_CUDA(cudaMemsetAsync(counts, 0, into.size() * 4, s.stream));
   }
+  Status st = s.sync();
+  if (!st.isOk()) return st;
+  std::map<int32_t, std::vector<double>> taken;
+  for (const auto &[bias, counts] : host) taken[bias].assign(counts.begin(), counts.end());
   return taken;
 }
 size_t CudaExecutor::sharedMoves() const { return s_->sharedMoves; }
@@ -3109,13 +3110,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     PARAX_CUDA(cudaMemsetAsync(slot, 0xff, pairs * 4, stream)); // -1: no slot
     PARAX_LAUNCH(moeSlotsKernel, 1, kThreads, 0, stream)(idx.i(), slot, counts, pairs, local, P);
     const bool travel = comm && P > 1;
-    // Elements of `width` a row each block holds: to the members, or from them.
-    std::vector<int32_t> all;
-    auto blocks = [&](int64_t width, bool toMembers) {
-      std::vector<size_t> n(P);
-      for (int64_t j = 0; j < P; ++j) n[j] = static_cast<size_t>(all[toMembers ? me * P + j : j * P + me]) * width;
-      return n;
-    };
+    std::vector<int32_t> all; // the members' counts
+    auto blocks = [&](int64_t width, bool toMembers) { return exchangeBlocks(all, P, me, width, toMembers); };
     if (travel) {
       st = comm->allGather(counts, allCounts, P, Elem::I32, mask, stream);
       if (st.isOk()) st = awaitIssued(); // (on the communication stream)
@@ -3123,8 +3119,9 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       all.resize(P * P);
       PARAX_CUDA(cudaMemcpyAsync(all.data(), allCounts, P * P * 4, cudaMemcpyDeviceToHost, stream));
       st = sync();
+      if (!st.isOk()) return st;
       if (op == "moe_dispatch") expertLoad = std::max(expertLoad, busiestRankLoad(all, P, pairs));
-      if (st.isOk()) st = expertCapacityCheck(op, all, P, capacity);
+      st = expertCapacityCheck(op, all, P, capacity);
       if (!st.isOk()) return st;
     }
     if (op == "moe_dispatch") {

@@ -983,13 +983,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     std::vector<int64_t> sendAt(P, 0), at(pairs);
     for (int64_t d = 1; d < P; ++d) sendAt[d] = sendAt[d - 1] + static_cast<int64_t>(all[me * P + d - 1]);
     for (int64_t k = 0; k < pairs; ++k) at[k] = sendAt[idx.i[k] / local]++;
-    // Values a block holds, each way, for rows of `width`.
-    auto sizes = [&](int64_t width, bool toMembers) {
-      std::vector<size_t> n(P);
-      for (int64_t j = 0; j < P; ++j)
-        n[j] = static_cast<size_t>(all[toMembers ? me * P + j : j * P + me]) * width;
-      return n;
-    };
+    auto sizes = [&](int64_t width, bool toMembers) { return exchangeBlocks(all, P, me, width, toMembers); };
     const int64_t received = routedTo(all, P, me); // rows that arrive here
     if (op == "moe_dispatch") {
       // Rows [h features, weight, local expert] go out; they arrive block

@@ -819,7 +819,8 @@ int main(int argc, char **argv) {
   }
   // --bias-update-speed: every router's correction bias, over every stage,
   // in one order (each rank sums its counts into its place; all add them).
-  std::vector<std::pair<std::string, int64_t>> biases; // checkpoint name, experts
+  std::map<std::string, size_t> biasAt; // checkpoint name -> its first expert's place among the loads
+  size_t biasLoads = 0;                 // every bias's experts
   if (biasSpeed > 0) {
     for (const parax::pxe::Stage &stage : exe.value().stages())
       for (const parax::pxe::Instruction &inst : stage.instructions()) {
@@ -830,22 +831,16 @@ int main(int argc, char **argv) {
         if (bias.role() != parax::pxe::PARAMETER || bias.shape_size() != 1 || !whole)
           die("--bias-update-speed: stage " + std::to_string(stage.index()) +
               "'s router bias (buffer " + std::to_string(inst.operands(2)) + ") is not a whole parameter");
-        auto named = [&](const auto &b) { return b.first == bias.param_name(); };
-        if (std::none_of(biases.begin(), biases.end(), named)) biases.push_back({bias.param_name(), bias.shape(0)});
+        if (biasAt.emplace(bias.param_name(), biasLoads).second) biasLoads += bias.shape(0);
       }
-    if (biases.empty())
+    if (biasAt.empty())
       die("--bias-update-speed: no router of this executable has a correction bias (DeepSeek-V3's "
           "e_score_correction_bias)");
   }
   // The step's expert loads (every rank's counts summed), then each bias
   // this rank holds moved by biasSpeed towards balance.
   auto balanceExperts = [&] {
-    std::vector<double> loads;
-    std::map<std::string, size_t> at;
-    for (const auto &[name, experts] : biases) {
-      at[name] = loads.size();
-      loads.resize(loads.size() + experts, 0.0);
-    }
+    std::vector<double> loads(biasLoads, 0.0);
     const parax::pxe::Stage &mine = exe.value().stages(stageIndex);
     std::map<int32_t, std::vector<double>> counted;
     if (device == "cpu") counted = cpu.takeExpertCounts();
@@ -857,22 +852,22 @@ int main(int argc, char **argv) {
     }
 #endif
     for (const auto &[id, counts] : counted)
-      for (size_t e = 0; e < counts.size(); ++e) loads[at.at(mine.buffers(id).param_name()) + e] += counts[e];
+      for (size_t e = 0; e < counts.size(); ++e) loads[biasAt.at(mine.buffers(id).param_name()) + e] += counts[e];
     if (mpi) {
       auto watched = waits->watch("summing the experts' loads (--bias-update-speed)");
       MPI_Allreduce(MPI_IN_PLACE, loads.data(), static_cast<int>(loads.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     }
     std::vector<Tensor> moved(parameters.size()); // (on CUDA: the biases written to the device)
     for (const parax::pxe::Buffer &b : mine.buffers()) {
-      auto found = b.role() == parax::pxe::PARAMETER ? at.find(b.param_name()) : at.end();
-      if (found == at.end()) continue;
+      auto found = b.role() == parax::pxe::PARAMETER ? biasAt.find(b.param_name()) : biasAt.end();
+      if (found == biasAt.end()) continue;
       Tensor &bias = parameters[b.id()];
       const double *load = &loads[found->second];
       double mean = 0;
       for (int64_t e = 0; e < bias.numel(); ++e) mean += load[e] / static_cast<double>(bias.numel());
       for (int64_t e = 0; e < bias.numel(); ++e)
         bias.f[e] += static_cast<float>(biasSpeed * ((mean > load[e]) - (mean < load[e])));
-      moved[b.id()] = bias;
+      if (device == "cuda") moved[b.id()] = bias;
     }
 #ifdef PARAX_WITH_CUDA
     if (device == "cuda") {

@@ -128,6 +128,18 @@ template <typename Count> int64_t routedTo(const std::vector<Count> &all, int64_
   return received;
 }
 
+/// The values each block of member `me`'s all-to-all holds for rows of
+/// `width`: to each member (the pairs `me` routes to it), or from each (the
+/// pairs it routes to `me`).
+template <typename Count>
+std::vector<size_t> exchangeBlocks(const std::vector<Count> &all, int64_t P, int64_t me, int64_t width,
+                                   bool toMembers) {
+  std::vector<size_t> n(P);
+  for (int64_t j = 0; j < P; ++j)
+    n[j] = static_cast<size_t>(all[toMembers ? me * P + j : j * P + me]) * static_cast<size_t>(width);
+  return n;
+}
+
 /// The most rows any member of an expert exchange receives, as a multiple
 /// of a member's own `pairs`: the least expert capacity that holds it.
 template <typename Count> double busiestRankLoad(const std::vector<Count> &all, int64_t P, int64_t pairs) {
