@@ -215,6 +215,21 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         }
         return layouts;
       })
+      .Case<HeadLinearOp>([&](HeadLinearOp linear) -> FailureOr<SmallVector<Layout>> {
+        // A linear per head: the heads split with their weights, then as
+        // a linear (output features split, or input features with a
+        // partial-sum result).
+        int64_t r = rankOf(linear.getResult());
+        Layout x = out;
+        x.partial.clear();
+        x.dims[r - 1] = out.partial;
+        Layout w = Layout::replicated(3);
+        int64_t inDim = linear.getTransposeW() ? 2 : 1;
+        w.dims[0] = out.dims[r - 2];
+        w.dims[inDim] = out.partial;
+        w.dims[3 - inDim] = out.dims[r - 1];
+        return SmallVector<Layout>{x, w};
+      })
       .Case<EmbeddingOp>([&](EmbeddingOp embedding) -> FailureOr<SmallVector<Layout>> {
         int64_t r = rankOf(embedding.getResult());
         Layout ids = Layout::replicated(r - 1);
@@ -609,6 +624,28 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     for (size_t d = 0; d + 1 < out.dims.size(); ++d)
       llvm::erase_if(out.dims[d], [&](const std::string &axis) {
         return llvm::is_contained(out.dims.back(), axis) ||
+               llvm::is_contained(out.partial, axis);
+      });
+    results.push_back(out);
+    return results;
+  }
+  if (auto linear = dyn_cast<HeadLinearOp>(op); linear && operands.size() == 2) {
+    // The heads as x's (or the weights') are split; then as a linear.
+    const Layout &w = operands[1];
+    int64_t inDim = linear.getTransposeW() ? 2 : 1;
+    Layout out = in;
+    out.partial.clear();
+    size_t heads = out.dims.size() - 2;
+    if (out.dims[heads].empty())
+      out.dims[heads] = w.dims[0];
+    out.dims.back() = w.dims[3 - inDim];
+    if (!w.dims[inDim].empty() &&
+        (in.dims.back() == w.dims[inDim] || in.dims.back().empty()))
+      out.partial = w.dims[inDim];
+    for (size_t d = 0; d < heads; ++d)
+      llvm::erase_if(out.dims[d], [&](const std::string &axis) {
+        return llvm::is_contained(out.dims[heads], axis) ||
+               llvm::is_contained(out.dims.back(), axis) ||
                llvm::is_contained(out.partial, axis);
       });
     results.push_back(out);

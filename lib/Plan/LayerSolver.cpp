@@ -111,6 +111,7 @@ private:
 static bool gradientReadsInputs(OpClass kind) {
   switch (kind) {
   case OpClass::Linear:       // x, for the weight's gradient
+  case OpClass::HeadLinear:   // x
   case OpClass::Norm:         // x
   case OpClass::Attention:    // q, k and v (it recomputes the scores)
   case OpClass::Unary:        // x
@@ -237,6 +238,17 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
       Strategy row{"row", {static_cast<int8_t>(last)}, {kPartial}};
       row.computeFrac = row.weightFrac = 1.0 / t;
       list.push_back(row);
+    }
+    break;
+  }
+  case OpClass::HeadLinear: {
+    // The heads split with their weights (x [..., G, in] -> [..., G, out]).
+    int heads = rank(op.inputs[0]) - 2;
+    list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
+    if (t > 1 && splittable(op.inputs[0], heads) && splittable(op.results[0], heads)) {
+      Strategy s{"heads", {static_cast<int8_t>(heads)}, {static_cast<int8_t>(heads)}};
+      s.computeFrac = s.weightFrac = 1.0 / t;
+      list.push_back(s);
     }
     break;
   }

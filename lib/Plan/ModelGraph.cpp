@@ -27,6 +27,7 @@ static std::optional<OpClass> classify(Operation *op) {
       .Case<EmbeddingOp>([](auto) { return OpClass::Embedding; })
       .Case<PositionEmbeddingOp>([](auto) { return OpClass::PositionEmbedding; })
       .Case<LinearOp>([](auto) { return OpClass::Linear; })
+      .Case<HeadLinearOp>([](auto) { return OpClass::HeadLinear; })
       .Case<RmsNormOp, LayerNormOp>([](auto) { return OpClass::Norm; })
       .Case<RopeOp>([](auto) { return OpClass::Rope; })
       .Case<AttentionOp>([](auto) { return OpClass::Attention; })

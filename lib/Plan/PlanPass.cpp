@@ -59,6 +59,8 @@ int weightSplitDim(Operation *op, Value weight, StringRef strategy) {
       return t ? 1 : 0;
     return kReplicated;
   }
+  if (isa<HeadLinearOp>(op))
+    return strategy == "heads" ? 0 : kReplicated;
   if (isa<EmbeddingOp>(op))
     return strategy == "vocab" ? 0 : strategy == "hidden" ? 1 : kReplicated;
   if (isa<PositionEmbeddingOp>(op))

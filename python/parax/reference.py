@@ -106,20 +106,30 @@ def _mlp(w, prefix, x, names=("gate_proj", "up_proj", "down_proj")):
 
 class KVCache:
     """Keys (after RoPE) and values of the tokens seen so far, per layer, as
-    each layer's attention reads them: `keys[i]`, `values[i]` [B, T, KH, D]."""
+    each layer's attention reads them: `keys[i]`, `values[i]` [B, T, KH, D].
+    `latent`: DeepSeek-V3's layers keep what the weight-absorbed form's
+    attention reads instead, one KV head of [latent, rope key] keys and
+    latent values (the reference still attends in the explicit form,
+    expanding the latents per head)."""
 
-    def __init__(self):
+    def __init__(self, latent=False):
         self.keys, self.values = {}, {}
+        self.latent = latent
+
+    def append(self, layer, k, v):
+        """The layer's cached keys and values with k's and v's after them."""
+        if layer in self.keys:
+            k = np.concatenate([self.keys[layer], k], axis=1)
+            v = np.concatenate([self.values[layer], v], axis=1)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
 
     def length(self):
         return next(iter(self.keys.values())).shape[1] if self.keys else 0
 
     def attend(self, layer, q, k, v, scale):
         """Attention of q over the cached tokens and k/v's, which are then cached."""
-        if layer in self.keys:
-            k = np.concatenate([self.keys[layer], k], axis=1)
-            v = np.concatenate([self.values[layer], v], axis=1)
-        self.keys[layer], self.values[layer] = k, v
+        k, v = self.append(layer, k, v)
         return _attention(q, k, v, scale)
 
 
@@ -208,12 +218,21 @@ def _mla(cfg, w, p, x, cache, layer, past):
     ckv = x @ w[f"{p}.kv_a_proj_with_mqa.weight"].T
     latent, k_pe = ckv[..., : cfg.kv_lora_rank], ckv[..., cfg.kv_lora_rank:]
     k_pe = _rope(k_pe.reshape(b, s, 1, rope_d), cfg.rope_theta, interleaved=True, offset=past)
-    kv = (_rms_norm(latent, w[f"{p}.kv_a_layernorm.weight"], cfg.norm_eps)
-          @ w[f"{p}.kv_b_proj.weight"].T).reshape(b, s, nh, nope + vd)
-    k = np.concatenate([kv[..., :nope], np.broadcast_to(k_pe, (b, s, nh, rope_d))], axis=-1)
-    v = kv[..., nope:]
+    latent = _rms_norm(latent, w[f"{p}.kv_a_layernorm.weight"], cfg.norm_eps)
     qf = np.concatenate([q_nope, q_pe], axis=-1)
-    o = cache.attend(layer, qf, k, v, 1.0 / math.sqrt(nope + rope_d))
+    scale = 1.0 / math.sqrt(nope + rope_d)
+    if cache.latent:  # cache [latent, rope key] and the latent; expand them all
+        keys, values = cache.append(layer, np.concatenate([latent[:, :, None], k_pe], axis=-1),
+                                    latent[:, :, None])
+        latent, k_pe = values[:, :, 0], keys[:, :, :, cfg.kv_lora_rank:]
+    t = latent.shape[1]
+    kv = (latent @ w[f"{p}.kv_b_proj.weight"].T).reshape(b, t, nh, nope + vd)
+    k = np.concatenate([kv[..., :nope], np.broadcast_to(k_pe, (b, t, nh, rope_d))], axis=-1)
+    v = kv[..., nope:]
+    if cache.latent:
+        o = _attention(qf, k, v, scale)
+    else:
+        o = cache.attend(layer, qf, k, v, scale)
     return o.reshape(b, s, nh * vd) @ w[f"{p}.o_proj.weight"].T
 
 

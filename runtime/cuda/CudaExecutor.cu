@@ -140,7 +140,7 @@ bool among(const std::string &op, std::initializer_list<const char *> ops) {
   return std::any_of(ops.begin(), ops.end(), [&](const char *o) { return op == o; });
 }
 bool capturableOp(const std::string &op) {
-  return among(op, {"embedding", "position_embedding", "linear", "rms_norm", "layer_norm", "rope", "attention",
+  return among(op, {"embedding", "position_embedding", "linear", "head_linear", "rms_norm", "layer_norm", "rope", "attention",
                     "add", "mul", "silu", "sigmoid", "gelu", "swiglu", "reshape", "transpose", "broadcast", "slice",
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
@@ -791,6 +791,31 @@ struct CudaExecutor::State {
     }
     PARAX_CUBLAS(cublasSgemm(blas, op, CUBLAS_OP_N, n, m, k, &one, static_cast<const float *>(w), ldw,
                              static_cast<const float *>(x), k, &beta, static_cast<float *>(y), n));
+    return Status::ok();
+  }
+
+  /// Row-major y[m, g, n] = x[m, g, k] · W[g] for every head g, W stored
+  /// [g, k, n] or, `transposeW`, [g, n, k]: one strided batched GEMM with
+  /// fp32 accumulation (the heads' rows g * k apart). Types as gemm's: a
+  /// bf16 W with an fp32 x rounds x into `xb` (m * g * k elements) first.
+  Status headGemm(const void *x, Elem xe, int64_t m, int64_t g, int64_t k, const void *w, Elem we, bool transposeW,
+                  int64_t n, void *y, Elem ye, __nv_bfloat16 *xb) {
+    if (we == Elem::F32 && (xe != Elem::F32 || ye != Elem::F32))
+      return Status::error("a GEMM with fp32 weights needs fp32 activations");
+    if (we == Elem::BF16 && xe == Elem::F32) {
+      PARAX_LAUNCH(toBf16Kernel, blocksFor(m * g * k), kThreads, 0, stream)(static_cast<const float *>(x), xb,
+                                                                           m * g * k);
+      x = xb;
+    }
+    cudaDataType_t wType = we == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t yType = ye == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const float one = 1.0f, zero = 0.0f;
+    // Column-major, head by head: y_g^T [n, m] = op(W_g^T) x_g^T.
+    PARAX_CUBLAS(cublasGemmStridedBatchedEx(
+        blas, transposeW ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+        static_cast<int>(k), &one, w, wType, static_cast<int>(transposeW ? k : n), k * n, x, wType,
+        static_cast<int>(g * k), k, &zero, y, yType, static_cast<int>(g * n), n, static_cast<int>(g),
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return Status::ok();
   }
 
@@ -2335,6 +2360,16 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return gemm(x.data, x.elem, m, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, into, y.elem,
                 reinterpret_cast<__nv_bfloat16 *>(scratch), inst.operands_size() == 3 ? in(2).data : nullptr,
                 fused != geluInto.end());
+  }
+  if (op == "head_linear") {
+    DeviceBuffer &x = in(0), &w = in(1), &y = out();
+    int64_t g = x.shape[x.shape.size() - 2], k = x.shape.back(), n = y.shape.back(), m = x.numel() / (g * k);
+    if (w.elem == Elem::BF16 && x.elem == Elem::F32) {
+      Status st = ensureScratch((m * g * k + 1) / 2);
+      if (!st.isOk()) return st;
+    }
+    return headGemm(x.data, x.elem, m, g, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, y.data, y.elem,
+                    reinterpret_cast<__nv_bfloat16 *>(scratch));
   }
   if (op == "rms_norm" || op == "layer_norm") {
     DeviceBuffer &x = in(0), &y = out();

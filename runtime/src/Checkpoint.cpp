@@ -289,13 +289,35 @@ const Checkpoint::Entry *Checkpoint::find(const std::string &name) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+// Whether `want` is `have` with dimensions split into adjacent ones (each of
+// `have`'s the product of consecutive dimensions of `want`): the same
+// row-major elements, read in more dimensions (a [heads * rows, in] weight
+// read as [heads, rows, in]). A transposed tensor of the same size is not.
+static bool refines(const std::vector<int64_t> &want, const std::vector<int64_t> &have) {
+  size_t i = 0;
+  for (int64_t dim : have) {
+    int64_t product = 1;
+    do {
+      if (i == want.size())
+        return false;
+      product *= want[i++];
+    } while (product < dim && product != 0);
+    if (product != dim)
+      return false;
+  }
+  for (; i < want.size(); ++i)
+    if (want[i] != 1)
+      return false;
+  return true;
+}
+
 Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &shape,
                            const std::vector<int64_t> &start,
                            const std::vector<int64_t> &size, Tensor &out) const {
   const Entry *entry = find(name);
   if (!entry)
     return PARAX_ERROR(path_ + ": no tensor '" + name + "' (a missing weight)");
-  if (entry->shape != shape) {
+  if (entry->shape != shape && !refines(shape, entry->shape)) {
     std::string want, have;
     for (int64_t d : shape) want += std::to_string(d) + " ";
     for (int64_t d : entry->shape) have += std::to_string(d) + " ";

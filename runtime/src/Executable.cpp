@@ -25,6 +25,7 @@ const std::map<std::string, Arity> &arities() {
   static const std::map<std::string, Arity> table = {
       {"embedding", {2, 2, 1}},      {"position_embedding", {1, 2, 1}},
       {"linear", {2, 3, 1}},         {"rms_norm", {2, 2, 1}},
+      {"head_linear", {2, 2, 1}},
       {"layer_norm", {3, 3, 1}},     {"rope", {1, 2, 1}},
       {"attention", {3, 4, 1}},      {"cache_update", {3, 3, 1}},
       {"add", {2, 2, 1}},            {"mul", {2, 2, 1}},

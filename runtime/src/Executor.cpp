@@ -566,6 +566,16 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     }
     return Status::ok();
   }
+  if (op == "head_linear") {
+    // Head g of every row through W[g]: one GEMM a head, its rows G * in apart.
+    Tensor &x = in(0), &w = in(1), &y = out();
+    bool t = attrFlag(a, "transpose_w");
+    int64_t g = x.shape[x.shape.size() - 2], k = x.shape.back(), n = y.shape.back(), m = x.numel() / (g * k);
+    for (int64_t h = 0; h < g; ++h)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, t ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, x.f.data() + h * k,
+                  g * k, w.f.data() + h * k * n, t ? k : n, 0.0f, y.f.data() + h * n, g * n);
+    return Status::ok();
+  }
   if (op == "rms_norm" || op == "layer_norm") {
     Tensor &x = in(0), &w = in(1), &y = out();
     auto [rows, h] = rowsCols(x);

@@ -172,6 +172,14 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     Shape want = attrFlag(a, "transpose_w") ? Shape{n, k} : Shape{k, n};
     if (w != want) return fail("the weight must be " + text(want) + ", got " + text(w));
     if (in.size() == 3 && in[2] != Shape{n}) return fail("the bias must be [" + std::to_string(n) + "]");
+  } else if (op == "head_linear") {
+    const Shape &x = in[0], &w = in[1], &y = out[0];
+    if (x.size() < 2 || w.size() != 3 || !alike(x, y, static_cast<int>(x.size()) - 1))
+      return fail("x [..., G, in], weight [G, in, out] and result [..., G, out] do not fit: " + text(x) + ", " +
+                  text(w) + ", " + text(y));
+    int64_t g = x[x.size() - 2], k = x.back(), n = y.back();
+    Shape want = attrFlag(a, "transpose_w") ? Shape{g, n, k} : Shape{g, k, n};
+    if (w != want) return fail("the weight must be " + text(want) + ", got " + text(w));
   } else if (op == "rms_norm" || op == "layer_norm") {
     if (in[0].empty() || out[0] != in[0]) return fail("the result must be the input's shape " + text(in[0]));
     for (size_t k = 1; k < in.size(); ++k)

@@ -305,6 +305,36 @@ func.func @kv_heads_replicated(%q: tensor<1x8x8x8xf32>, %k: tensor<1x8x2x8xf32>,
 
 // -----
 
+parax.grid @g(tp = 2)
+// Multi-head latent attention's absorbed form: each rank its heads and their
+// slices of the per-head weights (into the latent, attention over the one
+// latent KV head every rank keeps, back out), then the row-parallel output
+// projection: one all-reduce, nothing gathered.
+// CHECK-LABEL: func.func @absorbed_latent_attention
+// CHECK-SAME: tensor<2x8x16xf32> {parax.global_sharding = #parax.sharding<@g, [{tp}, {}, {}]>, parax.param = "w_uk"}
+// CHECK-SAME: tensor<2x4x16xf32> {parax.global_sharding = #parax.sharding<@g, [{tp}, {}, {}]>, parax.param = "w_uv"}
+// CHECK: parax.head_linear {{.*}} : (tensor<1x1x2x8xf32>, tensor<2x8x16xf32>) -> tensor<1x1x2x16xf32>
+// CHECK: parax.attention {{.*}}head_axes = ["tp"]{{.*}}num_heads = 2 : i64, num_kv_heads = 1 : i64{{.*}} -> tensor<1x1x2x16xf32>
+// CHECK: parax.head_linear {{.*}} {transpose_w} : (tensor<1x1x2x16xf32>, tensor<2x4x16xf32>) -> tensor<1x1x2x4xf32>
+// CHECK-NOT: parax.all_gather
+// CHECK-COUNT-1: parax.all_reduce
+// CHECK-NOT: parax.all_gather
+// CHECK: return
+func.func @absorbed_latent_attention(%q: tensor<1x1x4x8xf32>, %k: tensor<1x5x1x16xf32>, %v: tensor<1x5x1x16xf32>,
+    %uk: tensor<4x8x16xf32> {parax.param = "w_uk", parax.sharding = #parax.sharding<@g, [{tp}, {}, {}]>},
+    %uv: tensor<4x4x16xf32> {parax.param = "w_uv", parax.sharding = #parax.sharding<@g, [{tp}, {}, {}]>},
+    %o: tensor<8x16xf32> {parax.param = "o", parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) -> tensor<1x1x8xf32> {
+  %ql = parax.head_linear %q, %uk {parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}, {}]>]} : (tensor<1x1x4x8xf32>, tensor<4x8x16xf32>) -> tensor<1x1x4x16xf32>
+  %a = parax.attention %ql, %k, %v {causal, num_heads = 4, num_kv_heads = 1, head_dim = 16, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}, {}]>]}
+      : (tensor<1x1x4x16xf32>, tensor<1x5x1x16xf32>, tensor<1x5x1x16xf32>) -> tensor<1x1x4x16xf32>
+  %h = parax.head_linear %a, %uv {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}, {}]>]} : (tensor<1x1x4x16xf32>, tensor<4x4x16xf32>) -> tensor<1x1x4x4xf32>
+  %r = parax.reshape %h {parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<1x1x4x4xf32>) -> tensor<1x1x16xf32>
+  %y = parax.linear %r, %o {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<1x1x16xf32>, tensor<8x16xf32>) -> tensor<1x1x8xf32>
+  return %y : tensor<1x1x8xf32>
+}
+
+// -----
+
 parax.grid @g(pp = 2, dp = 2, tp = 2)
 // All three at once (dp2 x tp2 x pp2, 8 ranks): the batch split over dp, a
 // Megatron MLP per stage over tp, one send/recv pair between the stages.

@@ -44,11 +44,16 @@ class Model:
     step over KV caches of that capacity (`generate` runs it); with `past`
     too, its inputs are those of the step at position `past`: the position,
     and caches holding numpy's keys and values of the `past` earlier tokens
-    (noise beyond: rows no step may read)."""
+    (noise beyond: rows no step may read). `mla`: DeepSeek-V3's attention
+    form (the absorbed one's caches hold the latent); `overrides`: config
+    fields set after the preset's (e.g. widths that differ from each other)."""
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
-                 dtype="f32", past=0, return_kv=False, rows=None, cache=0, last_logits=False, aux_loss=0.0):
+                 dtype="f32", past=0, return_kv=False, rows=None, cache=0, last_logits=False, aux_loss=0.0,
+                 mla="explicit", overrides=None):
         self.cfg = load_config(preset, layers=layers)
+        for field, value in (overrides or {}).items():
+            setattr(self.cfg, field, value)
         self.cfg.router_aux_loss_coef = aux_loss  # an MoE's load-balancing loss in training
         self.dir = tmp
         os.makedirs(tmp, exist_ok=True)
@@ -57,7 +62,7 @@ class Model:
         with open(self.ir, "w") as f:
             f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss,
                                 past=0 if cache else past, return_kv=return_kv, cache=cache,
-                                last_logits=last_logits))
+                                last_logits=last_logits, mla=mla))
         self.weights = random_weights(self.cfg, seed=seed)
         if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
             self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
@@ -75,7 +80,7 @@ class Model:
             np.save(position, np.array(past, dtype=np.int32))
             self.inputs.append(position)
         if past:
-            kv = reference.KVCache()
+            kv = reference.KVCache(latent=mla == "absorbed")
             reference.forward(self.cfg, self.weights, self.past_tokens, kv)
             for layer in range(self.cfg.layers):
                 for name, t in (("key", kv.keys[layer]), ("value", kv.values[layer])):

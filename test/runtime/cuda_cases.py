@@ -40,8 +40,13 @@ MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CO
                OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_orte_tmpdir_base=_SESSIONS)
 
+# DeepSeek-V3's weight-absorbed attention (the caches hold the latent), with
+# widths that differ from each other (latent 24, no-rope keys 16, values 8):
+# a per-head weight read the wrong way round cannot pass.
+ABSORBED_MLA = {"mla": "absorbed", "overrides": {"kv_lora_rank": 24, "v_head_dim": 8}}
+
 # name -> (preset, layers, batch, seq, loss, workload pins or None, ranks[, dtype[, past[,
-# return_kv[, cache]]]]) (past: a step over a KV cache of that many tokens, their keys
+# return_kv[, cache[, Model options]]]]]) (past: a step over a KV cache of that many tokens, their keys
 # and values inputs; planned as decode at that context; return_kv: the step
 # also returns its new keys and values, each result compared; cache: a
 # generation step over caches of that capacity, run at position `past`)
@@ -106,6 +111,10 @@ CASES = {
     "llama-cache-step-tp2": ("tiny-llama", None, 2, 1, False, "tp=2,dp=1", 2, "f32", 200, False, 300),
     "gpt2-cache-step-bf16": ("tiny-gpt2", None, 2, 1, False, None, 1, "bf16", 50, False, 64),
     "deepseek-v3-cache-step": ("tiny-deepseek-v3", None, 2, 1, False, None, 1, "f32", 30, False, 64),
+    # the absorbed form: per-head GEMMs (strided batched, bf16) on a rank's
+    # heads, the one latent KV head on every rank
+    "deepseek-v3-absorbed-cache-step-bf16-tp2": ("tiny-deepseek-v3", None, 2, 1, False, "tp=2,dp=1", 2, "bf16", 30,
+                                                 False, 64, ABSORBED_MLA),
 }
 # Generation loops (parax-run --generate, fp32): name -> (preset, batch,
 # workload pins or None, ranks, cache capacity, prompt length, tokens to
@@ -113,7 +122,8 @@ CASES = {
 # that --seq sharing the step's weights and caches ("last_logits": built
 # --last-logits); "run": parax-run's sampling options; "micro": the prompt's
 # batches per replica (microbatches, each with its own caches); "ragged":
-# each row's prompt length (shorter ones padded with -1). The GPU's
+# each row's prompt length (shorter ones padded with -1); "model": Model
+# options of both programs. The GPU's
 # tokens must be the CPU backend's, and every position's logits within TOL
 # of the CPU's and of numpy's (on those tokens; NaN where the prefill
 # computed none, on both). The first runs 67 steps, crossing a 64-key tile
@@ -141,6 +151,8 @@ GENERATE = {
     # parameters): the other programs of the rank take those slices from
     # the first instead of keeping copies.
     "generate-gpt2-micro2-prefill": ("tiny-gpt2", 2, None, 1, 24, 7, 4, {"chunk": 3, "micro": 2}),
+    "generate-deepseek-v3-absorbed-tp2-prefill": ("tiny-deepseek-v3", 2, "tp=2,dp=1", 2, 32, 9, 6,
+                                                  {"chunk": 4, "model": ABSORBED_MLA}),
 }
 BF16_REL = 3e-2
 # Training steps (--parax-autodiff): name -> (preset, batch, seq, workload
@@ -273,11 +285,12 @@ def prepare(name, root):
     past = rest[1] if len(rest) > 1 else 0
     return_kv = rest[2] if len(rest) > 2 else False
     cache = rest[3] if len(rest) > 3 else 0
+    options = rest[4] if len(rest) > 4 else {}
     case_dir = os.path.join(root, name)
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)  # data-parallel replicas take their own rows: the inputs hold dp batches
     model = Model(case_dir, preset, layers=layers, batch=batch, seq=seq, loss=loss, dtype=dtype,
-                  past=past, return_kv=return_kv, rows=batch * dp, cache=cache)
+                  past=past, return_kv=return_kv, rows=batch * dp, cache=cache, **options)
     single = model.compile("single")
     outputs = 1 + 2 * model.cfg.layers if return_kv else 1
     cpu, *more = model.run(single, 1, outputs=outputs) if return_kv else [model.run(single, 1)]
@@ -309,12 +322,12 @@ def prepare_generate(name, root):
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
     workload = None if pins is None else f"decode:batch={batch * dp},context={capacity},{pins}"
-    model = Model(case_dir, preset, batch=batch, seq=1, cache=capacity)
+    model = Model(case_dir, preset, batch=batch, seq=1, cache=capacity, **more.get("model", {}))
     exe = model.compile("step", workload, ranks)
     prefill = None
     if "chunk" in more:  # in the case's directory: the executables travel, the rest is made again
         chunked = Model(os.path.join(case_dir, "chunk"), preset, batch=batch, seq=more["chunk"], cache=capacity,
-                        last_logits=more.get("last_logits", False))
+                        last_logits=more.get("last_logits", False), **more.get("model", {}))
         os.replace(chunked.compile("prefill", workload, ranks), os.path.join(case_dir, "prefill.pxe"))
         prefill = os.path.join(case_dir, "prefill.pxe")
         import shutil

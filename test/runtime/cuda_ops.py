@@ -37,6 +37,14 @@ OPS = {
     "linear-transposed-bias": (
         [("x", t(3, 5, 70), None), ("w", t(90, 70), "w"), ("b", t(90), "b")],
         "parax.linear %x, %w, %b {transpose_w}", t(3, 5, 90), {}),
+    # A linear per head (multi-head latent attention's absorbed form): 5
+    # heads' rows 5 * 40 apart, each through its own weight.
+    "head_linear": (
+        [("x", t(3, 2, 5, 40), None), ("w", t(5, 40, 24), "w")],
+        "parax.head_linear %x, %w", t(3, 2, 5, 24), {}),
+    "head_linear-transposed": (
+        [("x", t(2, 1, 6, 48), None), ("w", t(6, 20, 48), "w")],
+        "parax.head_linear %x, %w {transpose_w}", t(2, 1, 6, 20), {}),
     "rms_norm-wide": (  # a row wider than a block of 256 threads
         [("x", t(3, 700), None), ("w", t(700), "w")],
         "parax.rms_norm %x, %w {eps = 1.0e-06 : f64}", t(3, 700), {}),
@@ -74,6 +82,17 @@ OPS = {
         [("q", t(1, 5, 2, 512), None), ("k", t(1, 5, 2, 512), None), ("v", t(1, 5, 2, 512), None)],
         "parax.attention %q, %k, %v {causal, head_dim = 512 : i64, num_heads = 2 : i64,"
         " num_kv_heads = 2 : i64, scale = 0.04 : f64}", t(1, 5, 2, 512), {}),
+    # DeepSeek-V3's latent attention at its widths (576-wide keys, the
+    # 512-wide latent as values, one KV head): 16 heads (a TP8 rank's) in
+    # the split decode kernel; all 128 in the tiled one.
+    "attention-latent-decode-16-heads": (
+        [("q", t(1, 1, 16, 576), None), ("k", t(1, 300, 1, 576), None), ("v", t(1, 300, 1, 512), None)],
+        "parax.attention %q, %k, %v {causal, head_dim = 576 : i64, num_heads = 16 : i64,"
+        " num_kv_heads = 1 : i64, scale = 0.07 : f64}", t(1, 1, 16, 512), {}),
+    "attention-latent-decode-128-heads": (
+        [("q", t(1, 1, 128, 576), None), ("k", t(1, 90, 1, 576), None), ("v", t(1, 90, 1, 512), None)],
+        "parax.attention %q, %k, %v {causal, head_dim = 576 : i64, num_heads = 128 : i64,"
+        " num_kv_heads = 1 : i64, scale = 0.07 : f64}", t(1, 1, 128, 512), {}),
     # A few queries over many keys: split over the keys (flash-decoding).
     "attention-decode-split": (  # 700 keys: 11 chunks; 8 heads over 2 KV heads in one block each
         [("q", t(2, 1, 8, 16), None), ("k", t(2, 700, 2, 16), None), ("v", t(2, 700, 2, 16), None)],

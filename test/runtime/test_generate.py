@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import Model, replicas, tool
+from cuda_cases import ABSORBED_MLA
 
 CAPACITY, PROMPT, NEW = 12, 3, 6
 
@@ -608,3 +609,88 @@ def test_replicas_that_stop_at_different_positions_join_their_logits(tmp_path):
     assert (tokens[:2, PROMPT:] == stop).all() and (tokens[2:] == free[2:]).all()
     assert np.isnan(logits[:2, PROMPT:]).all() and not np.isnan(logits[2:]).any()
     np.testing.assert_allclose(logits[2:], model_reference(model, tokens[2:, :-1]), atol=1e-4, rtol=1e-4)
+
+
+# DeepSeek-V3's multi-head latent attention in its weight-absorbed form
+# (`--mla absorbed`): the caches hold the latent (ABSORBED_MLA: widths that
+# differ from each other).
+ABSORBED_PLANS = [(None, 1), ("tp=2,dp=1", 2), ("tp=4,dp=1", 4), ("pp=2,dp=1", 2), ("dp=2,tp=2", 4)]
+
+
+def absorbed(tmp, seq=1, **kwargs):
+    return Model(tmp, "tiny-deepseek-v3", seq=seq, **ABSORBED_MLA, **kwargs)
+
+
+@pytest.mark.parametrize("pins,ranks", ABSORBED_PLANS, ids=[p[0] or "single" for p in ABSORBED_PLANS])
+def test_absorbed_latent_attention_generates_as_numpy(tmp_path, pins, ranks):
+    """The absorbed form generates what numpy's explicit form computes on
+    one rank and under TP (the heads and their kv_b_proj slices split, the
+    one latent KV head kept whole on every rank), PP and DP x TP; each
+    layer's caches are [B, C, 1, 24 + 8] keys and [B, C, 1, 24] values."""
+    dp = replicas(pins)
+    model = absorbed(str(tmp_path), cache=CAPACITY)
+    with open(model.ir) as f:
+        ir = f.read()
+    assert "%cache_1_key: tensor<2x12x1x32xf32>" in ir and "%cache_1_value: tensor<2x12x1x24xf32>" in ir
+    assert ir.count("parax.head_linear") == 2 * model.cfg.layers
+    workload = f"decode:batch={2 * dp},context={CAPACITY},{pins}" if pins else None
+    exe = model.compile("step", workload, ranks)
+    prompt = prompt_for(model, 2 * dp)
+    tokens, logits = model.generate(exe, ranks, prompt, NEW)
+    check_generation(model, tokens, logits, PROMPT)
+
+
+@pytest.mark.parametrize("pins,ranks", [(None, 1), ("tp=2,dp=1", 2)])
+def test_absorbed_step_over_numpy_latents_matches_the_whole_sequence(tmp_path, pins, ranks):
+    """Caches holding numpy's latents of 7 tokens ([normed latent, rotated
+    rope key] as the key, the normed latent as the value) and noise beyond:
+    one step of 2 tokens equals the whole sequence's explicit forward pass."""
+    model = absorbed(str(tmp_path), seq=2, past=7, cache=CAPACITY + 4)
+    workload = f"decode:batch=2,context={CAPACITY + 4},{pins}" if pins else None
+    got = model.run(model.compile("step", workload, ranks), ranks)
+    np.testing.assert_allclose(got, model.reference(), atol=1e-4, rtol=1e-4)
+
+
+def test_absorbed_forward_and_prefill_match_numpy(tmp_path):
+    """A plain forward pass of the absorbed form (no cache) is numpy's; a
+    prefill program of 3-token chunks writes the latent caches its step
+    reads."""
+    plain = absorbed(os.path.join(str(tmp_path), "plain"), seq=6)
+    got = plain.run(plain.compile("tp2", "prefill:batch=2,seq=6,tp=2,dp=1", 2), 2)
+    np.testing.assert_allclose(got, plain.reference(), atol=1e-4, rtol=1e-4)
+    step = absorbed(str(tmp_path), cache=CAPACITY + 4)
+    chunked = absorbed(os.path.join(str(tmp_path), "prefill"), seq=3, cache=CAPACITY + 4)
+    prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2, 7))
+    proc = step.generate(step.compile("step"), 1, prompt, NEW, prefill=chunked.compile("prefill"),
+                         expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "prefill of 2 chunk(s) of 3 tokens" in proc.stdout, proc.stdout
+    tokens, logits = step.generate(step.compile("step"), 1, prompt, NEW, prefill=chunked.compile("prefill"))
+    check_generation(step, tokens, logits, 7)
+
+
+def test_absorbed_weights_are_the_checkpoints_read_by_heads(tmp_path):
+    """kv_b_proj.weight stays the checkpoint's [heads * (16 + 8), 24]; the
+    program reads it as [heads, 24, 24]. Stored transposed ([24, 96]: as
+    many elements), it is refused, named."""
+    from parax.checkpoint import save_safetensors
+    model = absorbed(str(tmp_path), cache=CAPACITY)
+    name = "model.layers.0.self_attn.kv_b_proj.weight"
+    assert model.weights[name].shape == (4 * 24, 24)
+    exe = model.compile("step")
+    weights = dict(model.weights)
+    weights[name] = np.ascontiguousarray(weights[name].T)
+    save_safetensors(model.checkpoint, weights)
+    proc = model.generate(exe, 1, prompt_for(model, 2), 2, expect_ok=False)
+    assert proc.returncode != 0
+    assert f"tensor '{name}' has shape [ 24 96 ], the executable expects [ 4 24 24 ]" in proc.stderr + proc.stdout
+
+
+def test_builder_refuses_absorbed_attention_where_it_does_not_apply():
+    from parax.models import build_model, load_config
+    with pytest.raises(ValueError, match="tiny-llama .llama. has no multi-head latent attention"):
+        build_model(load_config("tiny-llama"), seq=1, cache=8, mla="absorbed")
+    with pytest.raises(ValueError, match="mla=absorbed is an inference form"):
+        build_model(load_config("tiny-deepseek-v3"), seq=4, loss=True, mla="absorbed")
+    with pytest.raises(ValueError, match="mla 'latent' is not one of explicit, absorbed"):
+        build_model(load_config("tiny-deepseek-v3"), seq=4, mla="latent")

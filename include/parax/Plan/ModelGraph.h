@@ -23,6 +23,7 @@ enum class OpClass {
   Embedding,
   PositionEmbedding,
   Linear,
+  HeadLinear,
   Norm,
   Rope,
   Attention,

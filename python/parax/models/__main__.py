@@ -1,5 +1,6 @@
 """python3 -m parax.models PRESET|config.json [--layers N] [--batch B --seq S]
-                          [--dtype bf16|f32] [--loss] [--past P] [--return-kv] [--cache C] [--last-logits] -o model.mlir"""
+                          [--dtype bf16|f32] [--loss] [--past P] [--return-kv] [--cache C] [--last-logits]
+                          [--mla explicit|absorbed] -o model.mlir"""
 
 import argparse
 import sys
@@ -34,6 +35,9 @@ def main(argv=None):
     parser.add_argument("--last-logits", action="store_true",
                         help="logits of the last position only ([batch, 1, vocab]): a prefill "
                              "(--prefill of parax-run --generate) needs no others")
+    parser.add_argument("--mla", default="explicit", choices=["explicit", "absorbed"],
+                        help="DeepSeek-V3's attention: explicit (per-head keys and values) or "
+                             "weight-absorbed (the KV cache holds the latent; inference)")
     parser.add_argument("-o", "--output", default="-", help="output file ('-' = stdout)")
     parser.add_argument("--list", action="store_true", help="list the presets")
     args = parser.parse_args(argv)
@@ -46,7 +50,8 @@ def main(argv=None):
         cfg = load_config(args.model, layers=args.layers)
         text = build_model(cfg, batch=args.batch, seq=args.seq, dtype=args.dtype,
                            loss=args.loss, past=args.past, return_kv=args.return_kv,
-                           cache=args.cache, last_logits=args.last_logits)
+                           cache=args.cache, last_logits=args.last_logits,
+                           mla=args.mla)
     except (ConfigError, ValueError) as e:
         print(f"parax.models: error: {e}", file=sys.stderr)
         return 1

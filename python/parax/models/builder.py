@@ -108,8 +108,9 @@ class _Emitter:
 
 class _Builder:
     def __init__(self, cfg: ModelConfig, batch, seq, dtype, past=0, return_kv=False,
-                 cache=0, last_logits=False):
+                 cache=0, last_logits=False, mla="explicit"):
         self.cfg = cfg
+        self.mla = mla  # DeepSeek-V3's attention: "explicit" or "absorbed"
         self.last_logits = last_logits  # the lm head on the last position only
         self.B, self.S = batch, seq
         self.past = past
@@ -250,6 +251,13 @@ class _Builder:
         k_pe = self.reshape(self.slice(ckv, 2, cfg.kv_lora_rank, rope_d), [B, S, 1, rope_d])
         k_pe = self.rope(k_pe, rope_d, interleaved=True)
         c = self.rms_norm(c, f"{prefix}.kv_a_layernorm.weight", cfg.norm_eps)
+        scale = 1.0 / math.sqrt(qk)
+        scaling = cfg.rope_scaling or {}
+        if scaling.get("mscale_all_dim") and float(scaling.get("factor", 1)) > 1:
+            m = 0.1 * float(scaling["mscale_all_dim"]) * math.log(float(scaling["factor"])) + 1.0
+            scale *= m * m
+        if self.mla == "absorbed":
+            return self.absorbed_mla(prefix, q_nope, q_pe, c, k_pe, scale)
         kv = self.linear(c, f"{prefix}.kv_b_proj.weight", nh * (nope + vd),
                          cfg.kv_lora_rank)
         kv = self.reshape(kv, [B, S, nh, nope + vd])
@@ -258,12 +266,29 @@ class _Builder:
         k_pe = e.op("broadcast", [k_pe], [[B, S, nh, rope_d]])
         qf = e.op("concat", [q_nope, q_pe], [[B, S, nh, qk]], "dim = 3 : i64")
         kf = e.op("concat", [k_nope, k_pe], [[B, S, nh, qk]], "dim = 3 : i64")
-        scale = 1.0 / math.sqrt(qk)
-        scaling = cfg.rope_scaling or {}
-        if scaling.get("mscale_all_dim") and float(scaling.get("factor", 1)) > 1:
-            m = 0.1 * float(scaling["mscale_all_dim"]) * math.log(float(scaling["factor"])) + 1.0
-            scale *= m * m
         o = self.attention(qf, kf, v, nh, nh, qk, scale)
+        o = self.reshape(o, [B, S, nh * vd])
+        return self.linear(o, f"{prefix}.o_proj.weight", h, nh * vd)
+
+    def absorbed_mla(self, prefix, q_nope, q_pe, c, k_pe, scale):
+        """The weight-absorbed form of the same attention: kv_b_proj's key
+        half folded into the queries and its value half applied after the
+        attention (`parax.head_linear`, per head), so that the attention
+        reads one latent KV head, [latent, rope key] as the key and the
+        latent as the value: a KV cache of kv_lora_rank + qk_rope_dim +
+        kv_lora_rank values a token a layer instead of heads x (qk + v)."""
+        cfg, B, S, e = self.cfg, self.B, self.S, self.e
+        h, nh, lora = cfg.hidden, cfg.heads, cfg.kv_lora_rank
+        nope, rope_d, vd = cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
+        # The checkpoint's [nh * (nope + vd), lora], read by heads.
+        w = e.param(f"{prefix}.kv_b_proj.weight", [nh, nope + vd, lora])
+        w_uk, w_uv = self.slice(w, 1, 0, nope), self.slice(w, 1, nope, vd)
+        q_latent = e.op("head_linear", [q_nope, w_uk], [[B, S, nh, lora]])
+        qf = e.op("concat", [q_latent, q_pe], [[B, S, nh, lora + rope_d]], "dim = 3 : i64")
+        latent = self.reshape(c, [B, S, 1, lora])
+        kf = e.op("concat", [latent, k_pe], [[B, S, 1, lora + rope_d]], "dim = 3 : i64")
+        o = self.attention(qf, kf, latent, nh, 1, lora + rope_d, scale)
+        o = e.op("head_linear", [o, w_uv], [[B, S, nh, vd]], "transpose_w")
         o = self.reshape(o, [B, S, nh * vd])
         return self.linear(o, f"{prefix}.o_proj.weight", h, nh * vd)
 
@@ -414,7 +439,7 @@ class _Builder:
 
 
 def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, past=0,
-                return_kv=False, cache=0, last_logits=False):
+                return_kv=False, cache=0, last_logits=False, mla="explicit"):
     """Returns the parax IR text of `cfg`'s forward pass (and loss with `loss`).
 
     `past` > 0 builds a step over a KV cache: `seq` new tokens (1 for a decode
@@ -438,7 +463,20 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
     `last_logits` computes the logits of the last position alone
     (`[batch, 1, vocab]`): all a prefill needs to pick the next token, without
     the lm head's work and memory for every other position (a chunk of 2048
-    tokens of a 128K vocabulary: 2048x fewer)."""
+    tokens of a 128K vocabulary: 2048x fewer).
+
+    `mla="absorbed"` builds DeepSeek-V3's attention in its weight-absorbed
+    form (the same function of the same checkpoint): its KV cache holds the
+    latent, one KV head of [kv_lora_rank + qk_rope_dim] keys and
+    [kv_lora_rank] values, instead of every head's expanded keys and values
+    (DeepSeek-V3: 1,088 values a token a layer instead of 40,960). Inference
+    only (no gradient rule for `parax.head_linear` yet)."""
+    if mla not in ("explicit", "absorbed"):
+        raise ValueError(f"mla {mla!r} is not one of explicit, absorbed")
+    if mla == "absorbed" and cfg.family != "deepseek_v3":
+        raise ValueError(f"mla=absorbed: {cfg.name} ({cfg.family}) has no multi-head latent attention")
+    if mla == "absorbed" and loss:
+        raise ValueError("mla=absorbed is an inference form: no loss (train the explicit form)")
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if seq is None:
@@ -458,7 +496,7 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
         raise ValueError(f"sequence {seq} does not fit a cache of {cache} tokens")
     if last_logits and loss:
         raise ValueError("last_logits: the loss needs every position's logits")
-    return _Builder(cfg, batch, seq, dtype, past, return_kv, cache, last_logits).build(loss=loss)
+    return _Builder(cfg, batch, seq, dtype, past, return_kv, cache, last_logits, mla).build(loss=loss)
 
 
 def parameter_shapes(cfg: ModelConfig):

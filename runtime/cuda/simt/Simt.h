@@ -370,6 +370,13 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int lda, const void *B, cudaDataType_t Btype, int ldb, const void *beta,
                             void *C, cudaDataType_t Ctype, int ldc, cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                                          const void *A, cudaDataType_t Atype, int lda, long long strideA,
+                                          const void *B, cudaDataType_t Btype, int ldb, long long strideB,
+                                          const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo);
 
 //===----------------------------------------------------------------------===//
 // cuBLASLt: matmul with the bias epilogue

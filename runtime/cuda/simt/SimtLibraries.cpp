@@ -156,6 +156,29 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// Batch b is cublasGemmEx's product of A + b * strideA, B + b * strideB into
+// C + b * strideC (each batch checked as one GEMM).
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
+                                          int m, int n, int k, const void *alpha, const void *A,
+                                          cudaDataType_t aType, int lda, long long strideA, const void *B,
+                                          cudaDataType_t bType, int ldb, long long strideB, const void *beta,
+                                          void *C, cudaDataType_t cType, int ldc, long long strideC,
+                                          int batchCount, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  if (batchCount < 0)
+    return complain(CUBLAS_STATUS_INVALID_VALUE, "cublasGemmStridedBatchedEx", "a negative batch count");
+  auto at = [](const void *p, long long stride, long long b, cudaDataType_t type) {
+    return static_cast<const char *>(p) + stride * b * (type == CUDA_R_16BF ? 2 : 4);
+  };
+  for (long long b = 0; b < batchCount; ++b) {
+    cublasStatus_t st = cublasGemmEx(handle, ta, tb, m, n, k, alpha, at(A, strideA, b, aType), aType, lda,
+                                      at(B, strideB, b, bType), bType, ldb, beta,
+                                      const_cast<char *>(at(C, strideC, b, cType)), cType, ldc, compute, algo);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return st;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 //===----------------------------------------------------------------------===//
 // cuBLASLt
 //===----------------------------------------------------------------------===//

@@ -100,6 +100,47 @@ func.func @negative_linear_element_types(%x: tensor<2x4xf32>, %w: tensor<4x8xbf1
 
 // -----
 
+func.func @negative_head_linear_weight_rank(%x: tensor<2x4x8xf32>, %w: tensor<8x16xf32>) {
+  // expected-error @+1 {{C1: x needs rank >= 2 and the weight rank 3}}
+  %0 = parax.head_linear %x, %w : (tensor<2x4x8xf32>, tensor<8x16xf32>) -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_head_linear_heads(%x: tensor<2x4x8xf32>, %w: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{C2: x's 4 heads (its dimension -2) need one weight each, the weight has 2}}
+  %0 = parax.head_linear %x, %w : (tensor<2x4x8xf32>, tensor<2x8x16xf32>) -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_head_linear_in_features(%x: tensor<2x4x8xf32>, %w: tensor<4x8x16xf32>) {
+  // [4, 8, 16] with transpose_w is [G, out, in]: in = 16 does not match x's 8.
+  // expected-error @+1 {{C3: x's last dimension (8) must equal the weight's in features (16, weight is [G, out, in])}}
+  %0 = parax.head_linear %x, %w {transpose_w} : (tensor<2x4x8xf32>, tensor<4x8x16xf32>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_head_linear_result(%x: tensor<2x4x8xf32>, %w: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{C4: result shape must be x's with the last dimension 16}}
+  %0 = parax.head_linear %x, %w : (tensor<2x4x8xf32>, tensor<4x8x16xf32>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_head_linear_element_types(%x: tensor<2x4x8xf32>, %w: tensor<4x8x16xbf16>) {
+  // expected-error @+1 {{C5: operands and result must share one element type}}
+  %0 = parax.head_linear %x, %w : (tensor<2x4x8xf32>, tensor<4x8x16xbf16>) -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
 func.func @negative_rms_norm_weight(%x: tensor<2x4xf32>, %w: tensor<8xf32>) {
   // expected-error @+1 {{C1: norm parameters must be [4]}}
   %0 = parax.rms_norm %x, %w {eps = 1.0e-5 : f64} : (tensor<2x4xf32>, tensor<8xf32>) -> tensor<2x4xf32>

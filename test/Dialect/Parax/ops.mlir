@@ -23,6 +23,16 @@ func.func @linears(%x: tensor<2x16x64xf32>, %w: tensor<64x128xf32>, %wt: tensor<
   return %y, %z : tensor<2x16x128xf32>, tensor<2x16x128xf32>
 }
 
+// CHECK-LABEL: func.func @head_linears
+func.func @head_linears(%x: tensor<2x1x4x16xf32>, %w: tensor<4x16x32xf32>, %wt: tensor<4x8x32xf32>)
+    -> tensor<2x1x4x8xf32> {
+  // CHECK: parax.head_linear %{{.*}}, %{{.*}} : (tensor<2x1x4x16xf32>, tensor<4x16x32xf32>) -> tensor<2x1x4x32xf32>
+  %y = parax.head_linear %x, %w : (tensor<2x1x4x16xf32>, tensor<4x16x32xf32>) -> tensor<2x1x4x32xf32>
+  // CHECK: parax.head_linear %{{.*}}, %{{.*}} {transpose_w} : (tensor<2x1x4x32xf32>, tensor<4x8x32xf32>) -> tensor<2x1x4x8xf32>
+  %z = parax.head_linear %y, %wt {transpose_w} : (tensor<2x1x4x32xf32>, tensor<4x8x32xf32>) -> tensor<2x1x4x8xf32>
+  return %z : tensor<2x1x4x8xf32>
+}
+
 // CHECK-LABEL: func.func @norms_and_rope
 func.func @norms_and_rope(%x: tensor<2x16x64xf32>, %w: tensor<64xf32>, %b: tensor<64xf32>, %q: tensor<2x16x4x16xf32>)
     -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>) {

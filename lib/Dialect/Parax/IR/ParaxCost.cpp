@@ -68,6 +68,11 @@ uint64_t LinearOp::getFlops() {
   return 2 * rows * in * out + (getBias() ? rows * out : 0);
 }
 
+// 2·M·in·out multiply-adds per head.
+uint64_t HeadLinearOp::getFlops() {
+  return 2 * (numel(getX()) / getInFeatures()) * getInFeatures() * getOutFeatures();
+}
+
 // Per element: RMSNorm square, accumulate, scale, weight (4); LayerNorm adds
 // the mean, subtraction and bias (8).
 uint64_t RmsNormOp::getFlops() { return 4 * numel(getX()); }

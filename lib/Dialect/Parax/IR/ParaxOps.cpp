@@ -277,6 +277,43 @@ LogicalResult RopeOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// HeadLinearOp
+//===----------------------------------------------------------------------===//
+
+int64_t HeadLinearOp::getInFeatures() {
+  return tensorOf(getWeight()).getDimSize(getTransposeW() ? 2 : 1);
+}
+int64_t HeadLinearOp::getOutFeatures() {
+  return tensorOf(getWeight()).getDimSize(getTransposeW() ? 1 : 2);
+}
+
+LogicalResult HeadLinearOp::verify() {
+  RankedTensorType x = tensorOf(getX()), w = tensorOf(getWeight()),
+                   result = tensorOf(getResult());
+  if (x.getRank() < 2 || w.getRank() != 3)
+    return emitOpError("C1: x needs rank >= 2 and the weight rank 3");
+  int64_t heads = x.getDimSize(x.getRank() - 2);
+  if (w.getDimSize(0) != heads)
+    return emitOpError("C2: x's ")
+           << heads << " heads (its dimension -2) need one weight each, the weight has "
+           << w.getDimSize(0);
+  int64_t in = getInFeatures(), out = getOutFeatures();
+  if (x.getShape().back() != in)
+    return emitOpError("C3: x's last dimension (")
+           << x.getShape().back() << ") must equal the weight's in features ("
+           << in << (getTransposeW() ? ", weight is [G, out, in])" : ", weight is [G, in, out])");
+  SmallVector<int64_t> expected(x.getShape());
+  expected.back() = out;
+  if (result.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError("C4: result shape must be x's with the last dimension ")
+           << out;
+  Type element = x.getElementType();
+  if (w.getElementType() != element || result.getElementType() != element)
+    return emitOpError("C5: operands and result must share one element type");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // AttentionOp
 //===----------------------------------------------------------------------===//
 

@@ -34,7 +34,9 @@ public:
   const Entry *find(const std::string &name) const;
 
   /// Copies the box [start, start + size) of tensor `name` (whole tensor
-  /// shape `shape` expected) into `out` (f32 for floats, i32 for integers).
+  /// shape `shape` expected, or a tensor whose dimensions `shape` splits:
+  /// [heads * rows, in] read as [heads, rows, in]) into `out` (f32 for
+  /// floats, i32 for integers).
   Status readBox(const std::string &name, const std::vector<int64_t> &shape,
                  const std::vector<int64_t> &start,
                  const std::vector<int64_t> &size, Tensor &out) const;

@@ -175,6 +175,36 @@ def Parax_LinearOp : Parax_Op<"linear"> {
   }];
 }
 
+def Parax_HeadLinearOp : Parax_FunctionalOp<"head_linear"> {
+  let summary = "y[..., g, :] = x[..., g, :] · W[g]: a linear per head";
+  let description = [{
+    `x : [..., G, in]`, `W : [G, in, out]` (or `[G, out, in]` with
+    `transpose_w`); head (group) `g` of every row goes through its own
+    weight `W[g]`; the result is `[..., G, out]`. Multi-head latent
+    attention's weight-absorbed form uses it twice: each head's no-rope
+    query through its slice of `kv_b_proj` into the latent space, and each
+    head's latent output back out of it. Tensor parallelism splits the heads
+    (`G`, with `W`'s dimension 0); splitting `in` makes a partial sum, as a
+    row-parallel linear.
+
+    ```mlir
+    %y = parax.head_linear %x, %w {transpose_w} : (tensor<2x1x4x32xf32>, tensor<4x16x32xf32>) -> tensor<2x1x4x16xf32>
+    ```
+
+    C1: `x` has rank >= 2 and `W` rank 3. C2: `x`'s heads (dimension -2)
+    number `W`'s `G`. C3: `x`'s last dimension = `in`. C4: result = `x`
+    shape with the last dimension replaced by `out`. C5: one element type
+    for all operands and the result.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight,
+                       UnitAttr:$transpose_w);
+  let results = (outs Parax_FloatTensor:$result);
+  let extraClassDeclaration = [{
+    int64_t getInFeatures();
+    int64_t getOutFeatures();
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation and position encoding
 //===----------------------------------------------------------------------===//
