@@ -245,8 +245,10 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     // The heads split with their weights (x [..., G, in] -> [..., G, out]).
     int heads = rank(op.inputs[0]) - 2;
     list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
-    if (t > 1 && splittable(op.inputs[0], heads) && splittable(op.results[0], heads)) {
-      Strategy s{"heads", {static_cast<int8_t>(heads)}, {static_cast<int8_t>(heads)}};
+    if (t > 1 && splittable(op.inputs[0], heads) &&
+        splittable(op.results[0], heads)) {
+      Strategy s{
+          "heads", {static_cast<int8_t>(heads)}, {static_cast<int8_t>(heads)}};
       s.computeFrac = s.weightFrac = 1.0 / t;
       list.push_back(s);
     }

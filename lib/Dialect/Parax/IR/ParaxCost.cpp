@@ -68,10 +68,8 @@ uint64_t LinearOp::getFlops() {
   return 2 * rows * in * out + (getBias() ? rows * out : 0);
 }
 
-// 2·M·in·out multiply-adds per head.
-uint64_t HeadLinearOp::getFlops() {
-  return 2 * (numel(getX()) / getInFeatures()) * getInFeatures() * getOutFeatures();
-}
+// 2·M·in·out multiply-adds per head: 2·out per element of x.
+uint64_t HeadLinearOp::getFlops() { return 2 * numel(getX()) * getOutFeatures(); }
 
 // Per element: RMSNorm square, accumulate, scale, weight (4); LayerNorm adds
 // the mean, subtraction and bias (8).

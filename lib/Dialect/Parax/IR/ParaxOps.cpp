@@ -295,13 +295,16 @@ LogicalResult HeadLinearOp::verify() {
   int64_t heads = x.getDimSize(x.getRank() - 2);
   if (w.getDimSize(0) != heads)
     return emitOpError("C2: x's ")
-           << heads << " heads (its dimension -2) need one weight each, the weight has "
+           << heads
+           << " heads (its dimension -2) need one weight each, the weight has "
            << w.getDimSize(0);
   int64_t in = getInFeatures(), out = getOutFeatures();
   if (x.getShape().back() != in)
     return emitOpError("C3: x's last dimension (")
            << x.getShape().back() << ") must equal the weight's in features ("
-           << in << (getTransposeW() ? ", weight is [G, out, in])" : ", weight is [G, in, out])");
+           << in
+           << (getTransposeW() ? ", weight is [G, out, in])"
+                               : ", weight is [G, in, out])");
   SmallVector<int64_t> expected(x.getShape());
   expected.back() = out;
   if (result.getShape() != ArrayRef<int64_t>(expected))
