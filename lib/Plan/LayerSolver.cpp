@@ -438,8 +438,8 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   for (auto [i, id] : llvm::enumerate(op.results))
     bytes += fullBytes(id) * share(s.out[i]);
   if (op.kind == OpClass::Attention && ctx.decode)
-    bytes += ctx.sequences * ctx.contextLen * op.kvHeads *
-             (op.headDim + op.valueDim) * ctx.kvBytes * s.kvFrac;
+    bytes += ctx.sequences * ctx.contextLen * op.kvHeads * op.cacheWidth *
+             ctx.kvBytes * s.kvFrac;
   return rooflineTime(*ctx.cluster, flops, bytes, ctx.peak);
 }
 
@@ -692,7 +692,7 @@ LayerPlan Solver::solve() {
     }
     if (op.kind == OpClass::Attention)
       plan.kvBytesPerToken +=
-          op.kvHeads * (op.headDim + op.valueDim) * ctx.kvBytes * s.kvFrac;
+          op.kvHeads * op.cacheWidth * ctx.kvBytes * s.kvFrac;
     // Inference: the peak of live values (those live into this op, in
     // their layouts here, and what it writes).
     double liveBytes = 0;

@@ -18,7 +18,7 @@ double ModelGraph::kvCacheBytesPerToken(int64_t kvBytes) const {
   double total = 0;
   for (const LayerGraph &layer : layers)
     if (layer.hasAttention)
-      total += layer.kvHeads * (layer.headDim + layer.valueDim) * kvBytes;
+      total += layer.kvHeads * layer.cacheWidth * kvBytes;
   return total;
 }
 
@@ -233,13 +233,13 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         node.heads = attention.getNumHeads();
         node.kvHeads = attention.getNumKvHeads();
         node.headDim = attention.getHeadDim();
-        node.valueDim = cast<RankedTensorType>(attention.getV().getType()).getDimSize(3);
+        node.valueDim = attention.getValueWidth();
+        node.cacheWidth = node.headDim + (attention.getV() == attention.getK() ? 0 : node.valueDim);
         node.causal = attention.getCausal();
         node.flopsPerToken = 0; // computed from the context by the planner
         layer.hasAttention = true;
         layer.kvHeads = node.kvHeads;
-        layer.headDim = node.headDim;
-        layer.valueDim = node.valueDim;
+        layer.cacheWidth = node.cacheWidth;
       } else if (auto linear = dyn_cast<LinearOp>(op)) {
         node.in = linear.getInFeatures();
         node.out = linear.getOutFeatures();

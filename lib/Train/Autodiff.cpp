@@ -234,7 +234,11 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                    tag(ReshapeOp::create(b, loc, reshape.getX().getType(), dy), op));
         return success();
       })
-      .Case<AttentionOp>([&](AttentionOp attention) {
+      .Case<AttentionOp>([&](AttentionOp attention) -> LogicalResult {
+        if (attention.getValueDim())
+          return attention.emitOpError(
+              "with value_dim (values inside v's channels) has no gradient "
+              "rule; train the model with separate keys and values");
         Operation *back = copyOf(
             op, ValueRange{attention.getQ(), attention.getK(), attention.getV(), dy},
             TypeRange{attention.getQ().getType(), attention.getK().getType(),

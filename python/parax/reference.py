@@ -108,20 +108,24 @@ class KVCache:
     """Keys (after RoPE) and values of the tokens seen so far, per layer, as
     each layer's attention reads them: `keys[i]`, `values[i]` [B, T, KH, D].
     `latent`: DeepSeek-V3's layers keep what the weight-absorbed form's
-    attention reads instead, one KV head of [latent, rope key] keys and
-    latent values (the reference still attends in the explicit form,
-    expanding the latents per head)."""
+    attention reads instead, one KV head of [latent, rope key] keys whose
+    latent channels are the values (no `values[i]`; the reference still
+    attends in the explicit form, expanding the latents per head)."""
 
     def __init__(self, latent=False):
         self.keys, self.values = {}, {}
         self.latent = latent
 
-    def append(self, layer, k, v):
-        """The layer's cached keys and values with k's and v's after them."""
+    def append(self, layer, k, v=None):
+        """The layer's cached keys and values with k's and v's after them
+        (v None: keys alone)."""
         if layer in self.keys:
             k = np.concatenate([self.keys[layer], k], axis=1)
-            v = np.concatenate([self.values[layer], v], axis=1)
-        self.keys[layer], self.values[layer] = k, v
+            if v is not None:
+                v = np.concatenate([self.values[layer], v], axis=1)
+        self.keys[layer] = k
+        if v is not None:
+            self.values[layer] = v
         return k, v
 
     def length(self):
@@ -222,9 +226,8 @@ def _mla(cfg, w, p, x, cache, layer, past):
     qf = np.concatenate([q_nope, q_pe], axis=-1)
     scale = 1.0 / math.sqrt(nope + rope_d)
     if cache.latent:  # cache [latent, rope key] and the latent; expand them all
-        keys, values = cache.append(layer, np.concatenate([latent[:, :, None], k_pe], axis=-1),
-                                    latent[:, :, None])
-        latent, k_pe = values[:, :, 0], keys[:, :, :, cfg.kv_lora_rank:]
+        keys, _ = cache.append(layer, np.concatenate([latent[:, :, None], k_pe], axis=-1))
+        latent, k_pe = keys[:, :, 0, :cfg.kv_lora_rank], keys[:, :, :, cfg.kv_lora_rank:]
     t = latent.shape[1]
     kv = (latent @ w[f"{p}.kv_b_proj.weight"].T).reshape(b, t, nh, nope + vd)
     k = np.concatenate([kv[..., :nope], np.broadcast_to(k_pe, (b, t, nh, rope_d))], axis=-1)

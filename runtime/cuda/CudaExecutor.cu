@@ -924,9 +924,9 @@ void CudaExecutor::State::planDecodeAttention() {
   if (!splitDecodeAttention) return;
   for (const pxe::Instruction &inst : stage.instructions()) {
     if (inst.op() != "attention") continue;
-    const DeviceBuffer &q = buffers[inst.operands(0)], &k = buffers[inst.operands(1)],
-                       &v = buffers[inst.operands(2)];
-    int64_t S = q.shape[1], H = q.shape[2], D = q.shape[3], KH = k.shape[2], DV = v.shape[3];
+    const DeviceBuffer &q = buffers[inst.operands(0)], &k = buffers[inst.operands(1)];
+    int64_t S = q.shape[1], H = q.shape[2], D = q.shape[3], KH = k.shape[2];
+    int64_t DV = buffers[inst.results(0)].shape[3]; // (v's first DV channels, with value_dim)
     std::vector<std::string> headAxes = attrStrings(inst.attrs(), "head_axes");
     int64_t rows = (headAxes.empty() ? H : H * groupSize(headAxes)) / KH * S;
     int keys = DecodeTiles().keys;
@@ -2402,7 +2402,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "attention") {
     DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &y = out();
     int64_t B = q.shape[0], S = q.shape[1], H = q.shape[2], D = q.shape[3];
-    int64_t T = k.shape[1], KH = k.shape[2], DV = v.shape[3];
+    // The values: v's first DV channels of its VW (all of them, unless value_dim).
+    int64_t T = k.shape[1], KH = k.shape[2], DV = y.shape[3], VW = v.shape[3];
     std::vector<std::string> headAxes = attrStrings(a, "head_axes");
     int64_t headOffset = 0, totalHeads = H;
     if (!headAxes.empty()) {
@@ -2452,7 +2453,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * chunks, 256, sharedBytes, stream)(
             q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
             static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
-            causal, scale, headOffset, group, chunks, chunkKeys, keyTile, position, past, stride);
+            VW, causal, scale, headOffset, group, chunks, chunkKeys, keyTile, position, past, stride);
         PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
             scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
         return Status::ok();
@@ -2464,7 +2465,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
       PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
-          T, KH, DV, causal, scale, headOffset, group, position, past, stride, nullptr, nullptr);
+          T, KH, DV, VW, causal, scale, headOffset, group, position, past, stride, nullptr, nullptr);
       return Status::ok();
     }
     // Otherwise CUDA cores, with tiles that fit the device's shared memory
@@ -2483,7 +2484,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return withFloat(y, [&](auto t) {
       using E = decltype(t);
       PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
-          q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, causal, scale, headOffset,
+          q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, VW, causal, scale, headOffset,
           group, tiles.queries, tiles.keys, position, past, stride);
       return Status::ok();
     });
@@ -2992,8 +2993,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using B16 = __nv_bfloat16;
       PARAX_LAUNCH(attentionTensorCoreKernel, queryBlocks, threads, TensorCoreTiles::bytes(shape.D, shape.DV),
                    stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), nullptr, shape.B, shape.S, shape.H, shape.D,
-                           shape.T, shape.KH, shape.DV, shape.causal, shape.scale, shape.headOffset, shape.group,
-                           nullptr, shape.past, shape.stride, dout.as<B16>(), scratch);
+                           shape.T, shape.KH, shape.DV, shape.DV, shape.causal, shape.scale, shape.headOffset,
+                           shape.group, nullptr, shape.past, shape.stride, dout.as<B16>(), scratch);
       PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.H * ((shape.T + R - 1) / R), threads,
                    tc.keyValueBytes(), stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch,
                                                out(1).as<B16>(), out(2).as<B16>(), dkPart, dvPart, shape, tc);

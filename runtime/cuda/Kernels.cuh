@@ -198,7 +198,7 @@ struct AttentionTiles {
 
 template <typename T>
 __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_t B, int64_t S, int64_t H,
-                                int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
+                                int64_t D, int64_t T_, int64_t KH, int64_t DV, int64_t VW, bool causal, float scale,
                                 int64_t headOffset, int64_t group, int qTile, int kTile,
                                 const int32_t *position, int64_t past, int64_t stride) {
   PARAX_DYNAMIC_SHARED(float, shared);
@@ -241,7 +241,7 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
     }
     for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
       int j = i / dv, d = i % dv;
-      vs[i] = j < cols ? ld(v, ((b * T_ + t0 + j) * KH + kh) * DV + d) : 0.0f;
+      vs[i] = j < cols ? ld(v, ((b * T_ + t0 + j) * KH + kh) * VW + d) : 0.0f;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < qTile * kTile; i += blockDim.x) {
@@ -294,8 +294,8 @@ __device__ __forceinline__ const T *kvRow(const T *cached, const T *fresh, int64
 template <typename T>
 __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int64_t kCached, const T *v,
                                       const T *vNew, int64_t vCached, float *partial, int64_t S, int64_t H,
-                                      int64_t D, int64_t T_, int64_t KH, int64_t DV, bool causal, float scale,
-                                      int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
+                                      int64_t D, int64_t T_, int64_t KH, int64_t DV, int64_t VW, bool causal,
+                                      float scale, int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
                                       int kTile, const int32_t *position, int64_t past, int64_t stride) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1, dv = static_cast<int>(DV), d0 = static_cast<int>(D);
@@ -333,7 +333,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
     }
     for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
       int j = i / dv, d = i % dv;
-      vs[i] = j < cols ? ld(kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, DV), d) : 0.0f;
+      vs[i] = j < cols ? ld(kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW), d) : 0.0f;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < maxRows * kTile; i += blockDim.x) {
@@ -426,7 +426,8 @@ __device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, int aStep, cons
 
 __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                           __nv_bfloat16 *y, int64_t B, int64_t S, int64_t H, int64_t D, int64_t T_,
-                                          int64_t KH, int64_t DV, bool causal, float scale, int64_t headOffset,
+                                          int64_t KH, int64_t DV, int64_t VW, bool causal, float scale,
+                                          int64_t headOffset,
                                           int64_t group, const int32_t *position, int64_t past,
                                           int64_t stride, const __nv_bfloat16 *dout, float *stats) {
   using namespace nvcuda;
@@ -470,7 +471,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
     }
     for (int i = threadIdx.x; i < KT * dv; i += blockDim.x) {
       int j = i / dv, d = i % dv;
-      vs[j * ldv + d] = j < cols ? v[((b * T_ + t0 + j) * KH + kh) * DV + d] : __float2bfloat16(0.0f);
+      vs[j * ldv + d] = j < cols ? v[((b * T_ + t0 + j) * KH + kh) * VW + d] : __float2bfloat16(0.0f);
     }
     __syncthreads();
     // S[16 warp rows][KT] = Q K^T (K^T read as a column-major matrix_b).

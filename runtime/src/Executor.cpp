@@ -629,7 +629,8 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   if (op == "attention") {
     Tensor &q = in(0), &k = in(1), &v = in(2), &y = out();
     int64_t B = q.shape[0], S = q.shape[1], H = q.shape[2], D = q.shape[3];
-    int64_t T = k.shape[1], KH = k.shape[2], DV = v.shape[3];
+    // The values: v's first DV channels of its VW (all of them, unless value_dim).
+    int64_t T = k.shape[1], KH = k.shape[2], DV = y.shape[3], VW = v.shape[3];
     StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, q, k);
     if (!geometry.isOk())
       return geometry.status();
@@ -645,7 +646,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     for (int64_t bb = 0; bb < B; ++bb)
       for (int64_t h = 0; h < H; ++h) {
         int64_t kh = (headOffset + h) / group;
-        const float *keys = &k.f[(bb * T * KH + kh) * D], *values = &v.f[(bb * T * KH + kh) * DV];
+        const float *keys = &k.f[(bb * T * KH + kh) * D], *values = &v.f[(bb * T * KH + kh) * VW];
         for (int64_t s0 = 0; s0 < S; s0 += kBlock) {
           int64_t block = std::min(kBlock, S - s0);
           int64_t seen = visibleOf(s0 + block - 1); // by the block's last query
@@ -667,7 +668,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
             std::fill(row + visible, row + seen, 0.0f);
           }
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, block, DV, seen, 1.0f, scores.data(), seen, values,
-                      KH * DV, 0.0f, yBlock, H * DV);
+                      KH * VW, 0.0f, yBlock, H * DV);
         }
       }
     return Status::ok();

@@ -197,8 +197,14 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     const Shape &q = in[0], &k = in[1], &v = in[2], &y = grad ? in[3] : out[0];
     if (grad && (out[0] != q || out[1] != k || out[2] != v))
       return fail("dq, dk and dv must have the shapes of q, k and v");
+    // (value_dim: the values are v's first DV channels)
+    int64_t valueDim = grad ? 0 : attrInt(a, "value_dim");
+    if (v.size() == 4 && (valueDim < 0 || valueDim > v[3]))
+      return fail("value_dim " + std::to_string(valueDim) + " is not within v's " + std::to_string(v[3]) +
+                  " channels");
+    int64_t DV = valueDim > 0 ? valueDim : v.size() == 4 ? v[3] : 0;
     bool shaped = q.size() == 4 && k.size() == 4 && v.size() == 4 && k[0] == q[0] && v[0] == q[0] &&
-                  k[1] == v[1] && k[2] == v[2] && k[3] == q[3] && y == Shape{q[0], q[1], q[2], v[3]};
+                  k[1] == v[1] && k[2] == v[2] && k[3] == q[3] && y == Shape{q[0], q[1], q[2], DV};
     if (!shaped)
       return fail("q [B, S, H, D], k [B, T, KH, D], v [B, T, KH, DV] and result [B, S, H, DV] do not fit: " +
                   text(q) + ", " + text(k) + ", " + text(v) + ", " + text(y));

@@ -53,3 +53,18 @@ func.func @negative_cache_step(%x: tensor<1x1x2x8xf32>, %p: tensor<i32>, %labels
   %l = parax.cross_entropy %r, %labels : (tensor<1x1x2x8xf32>, tensor<1x1x2xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// Multi-head latent attention's absorbed form (inference): the values are
+// the keys' first channels, and neither it nor head_linear has a gradient.
+func.func @negative_values_inside_keys(%q: tensor<1x4x2x16xf32>, %k: tensor<1x4x1x16xf32>, %labels: tensor<1x4xi32>,
+                                       %w: tensor<16x8xf32> {parax.param = "w"}) -> tensor<f32> {
+  // expected-error @+1 {{'parax.attention' op with value_dim (values inside v's channels) has no gradient rule; train the model with separate keys and values}}
+  %o = parax.attention %q, %k, %k {causal, num_heads = 2, num_kv_heads = 1, head_dim = 16, scale = 0.25 : f64, value_dim = 8}
+      : (tensor<1x4x2x16xf32>, tensor<1x4x1x16xf32>, tensor<1x4x1x16xf32>) -> tensor<1x4x2x8xf32>
+  %r = parax.reshape %o : (tensor<1x4x2x8xf32>) -> tensor<1x4x16xf32>
+  %y = parax.linear %r, %w : (tensor<1x4x16xf32>, tensor<16x8xf32>) -> tensor<1x4x8xf32>
+  %l = parax.cross_entropy %y, %labels : (tensor<1x4x8xf32>, tensor<1x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

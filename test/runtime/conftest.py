@@ -83,7 +83,9 @@ class Model:
             kv = reference.KVCache(latent=mla == "absorbed")
             reference.forward(self.cfg, self.weights, self.past_tokens, kv)
             for layer in range(self.cfg.layers):
-                for name, t in (("key", kv.keys[layer]), ("value", kv.values[layer])):
+                for name, t in (("key", kv.keys.get(layer)), ("value", kv.values.get(layer))):
+                    if t is None:  # (the absorbed form's latents: keys alone)
+                        continue
                     if cache:  # the first `past` rows of a cache of that capacity
                         noise = rng.standard_normal((t.shape[0], cache - past) + t.shape[2:])
                         t = np.concatenate([t, noise], axis=1)

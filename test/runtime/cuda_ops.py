@@ -13,6 +13,8 @@ for normal values with rows I, J (the last dimension's vectors) NaN,
 "huge-rows:I,J" with those rows times 1e25).
 """
 
+import re
+
 import numpy as np
 
 from parax.checkpoint import round_to_bf16
@@ -82,17 +84,23 @@ OPS = {
         [("q", t(1, 5, 2, 512), None), ("k", t(1, 5, 2, 512), None), ("v", t(1, 5, 2, 512), None)],
         "parax.attention %q, %k, %v {causal, head_dim = 512 : i64, num_heads = 2 : i64,"
         " num_kv_heads = 2 : i64, scale = 0.04 : f64}", t(1, 5, 2, 512), {}),
-    # DeepSeek-V3's latent attention at its widths (576-wide keys, the
-    # 512-wide latent as values, one KV head): 16 heads (a TP8 rank's) in
-    # the split decode kernel; all 128 in the tiled one.
+    # DeepSeek-V3's latent attention at its widths, as its absorbed form
+    # reads it: one KV head of 576-wide keys whose first 512 channels are
+    # the values (v is k, value_dim). 16 heads (a TP8 rank's) in the split
+    # decode kernel; all 128 in the tiled one; 20 queries (a prefill chunk)
+    # in the tiled kernels (bf16: tensor cores).
     "attention-latent-decode-16-heads": (
-        [("q", t(1, 1, 16, 576), None), ("k", t(1, 300, 1, 576), None), ("v", t(1, 300, 1, 512), None)],
-        "parax.attention %q, %k, %v {causal, head_dim = 576 : i64, num_heads = 16 : i64,"
-        " num_kv_heads = 1 : i64, scale = 0.07 : f64}", t(1, 1, 16, 512), {}),
+        [("q", t(1, 1, 16, 576), None), ("k", t(1, 300, 1, 576), None)],
+        "parax.attention %q, %k, %k {causal, head_dim = 576 : i64, num_heads = 16 : i64,"
+        " num_kv_heads = 1 : i64, scale = 0.07 : f64, value_dim = 512 : i64}", t(1, 1, 16, 512), {}),
     "attention-latent-decode-128-heads": (
-        [("q", t(1, 1, 128, 576), None), ("k", t(1, 90, 1, 576), None), ("v", t(1, 90, 1, 512), None)],
-        "parax.attention %q, %k, %v {causal, head_dim = 576 : i64, num_heads = 128 : i64,"
-        " num_kv_heads = 1 : i64, scale = 0.07 : f64}", t(1, 1, 128, 512), {}),
+        [("q", t(1, 1, 128, 576), None), ("k", t(1, 90, 1, 576), None)],
+        "parax.attention %q, %k, %k {causal, head_dim = 576 : i64, num_heads = 128 : i64,"
+        " num_kv_heads = 1 : i64, scale = 0.07 : f64, value_dim = 512 : i64}", t(1, 1, 128, 512), {}),
+    "attention-latent-prefill": (
+        [("q", t(1, 20, 4, 96), None), ("k", t(1, 20, 1, 96), None)],
+        "parax.attention %q, %k, %k {causal, head_dim = 96 : i64, num_heads = 4 : i64,"
+        " num_kv_heads = 1 : i64, scale = 0.1 : f64, value_dim = 64 : i64}", t(1, 20, 4, 64), {}),
     # A few queries over many keys: split over the keys (flash-decoding).
     "attention-decode-split": (  # 700 keys: 11 chunks; 8 heads over 2 KV heads in one block each
         [("q", t(2, 1, 8, 16), None), ("k", t(2, 700, 2, 16), None), ("v", t(2, 700, 2, 16), None)],
@@ -411,7 +419,9 @@ def _mlir(case):
     params = ",\n    ".join(
         f"%{a}: {ty}" + (f' {{parax.param = "{p}"}}' if p else "") for a, ty, p in args)
     results = result if isinstance(result, tuple) else (result,)
-    operand_types = ", ".join(ty for a, ty, _ in args if f"%{a}" in body)
+    # (in the body's order, an argument used twice typed twice)
+    types = {a: ty for a, ty, _ in args}
+    operand_types = ", ".join(types[a] for a in re.findall(r"%(\w+)", body.split("{")[0]))
     names = ", ".join(f"%r{i}" for i in range(len(results)))
     # Collectives print their types as `T -> T` (`(T, T) -> T` for two operands).
     if " over @g " in body:

@@ -626,12 +626,14 @@ def test_absorbed_latent_attention_generates_as_numpy(tmp_path, pins, ranks):
     """The absorbed form generates what numpy's explicit form computes on
     one rank and under TP (the heads and their kv_b_proj slices split, the
     one latent KV head kept whole on every rank), PP and DP x TP; each
-    layer's caches are [B, C, 1, 24 + 8] keys and [B, C, 1, 24] values."""
+    layer has one cache, [B, C, 1, 24 + 8], whose first 24 channels are the
+    values."""
     dp = replicas(pins)
     model = absorbed(str(tmp_path), cache=CAPACITY)
     with open(model.ir) as f:
         ir = f.read()
-    assert "%cache_1_key: tensor<2x12x1x32xf32>" in ir and "%cache_1_value: tensor<2x12x1x24xf32>" in ir
+    assert "%cache_1_key: tensor<2x12x1x32xf32>" in ir and "%cache_1_value" not in ir
+    assert "value_dim = 24" in ir
     assert ir.count("parax.head_linear") == 2 * model.cfg.layers
     workload = f"decode:batch={2 * dp},context={CAPACITY},{pins}" if pins else None
     exe = model.compile("step", workload, ranks)
@@ -643,7 +645,7 @@ def test_absorbed_latent_attention_generates_as_numpy(tmp_path, pins, ranks):
 @pytest.mark.parametrize("pins,ranks", [(None, 1), ("tp=2,dp=1", 2)])
 def test_absorbed_step_over_numpy_latents_matches_the_whole_sequence(tmp_path, pins, ranks):
     """Caches holding numpy's latents of 7 tokens ([normed latent, rotated
-    rope key] as the key, the normed latent as the value) and noise beyond:
+    rope key], the normed latent the values) and noise beyond:
     one step of 2 tokens equals the whole sequence's explicit forward pass."""
     model = absorbed(str(tmp_path), seq=2, past=7, cache=CAPACITY + 4)
     workload = f"decode:batch=2,context={CAPACITY + 4},{pins}" if pins else None

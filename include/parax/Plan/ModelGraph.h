@@ -66,8 +66,10 @@ struct OpNode {
   double weightBytes = 0;            // parameters read (whole, unsharded)
   double weightParams = 0;           // parameter elements
   double largestWeight = 0;          // the largest parameter's elements
-  // Attention: heads, KV heads, qk and v head dims, causal.
-  int64_t heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
+  // Attention: heads, KV heads, qk and v head dims, causal; the channels
+  // a KV head's cache row holds (the keys', plus the values' unless they
+  // are the keys' first channels: `value_dim` over v = k).
+  int64_t heads = 0, kvHeads = 0, headDim = 0, valueDim = 0, cacheWidth = 0;
   bool causal = false;
   // Linear: in/out features. Experts: E, F, k. Slice/concat: the dim.
   int64_t in = 0, out = 0;
@@ -93,7 +95,7 @@ struct LayerGraph {
   double paramBytes = 0;
   double expertParams = 0; // of which in routed experts
   bool hasAttention = false, hasExperts = false;
-  int64_t kvHeads = 0, headDim = 0, valueDim = 0; // for the KV cache
+  int64_t kvHeads = 0, cacheWidth = 0; // the KV cache's heads and their channels
 };
 
 struct ModelGraph {

@@ -172,21 +172,27 @@ class _Builder:
             attrs += f", scaling = {_dict_attr(scaling)}"
         return self.e.op("rope", operands, [x[1]], attrs)
 
-    def attention(self, q, k, v, heads, kv_heads, head_dim, scale):
+    def attention(self, q, k, v, heads, kv_heads, head_dim, scale, value_dim=None):
         """With a KV cache (`past` > 0), the keys and values of the `past`
         earlier tokens are program inputs (`%past_<layer>_key`, `%past_<layer>_value`)
         (the attention's own k and v operands, after RoPE) put in front of
-        this step's."""
+        this step's. `value_dim`: the values are v's first value_dim
+        channels; v may then be k, and one cache (the key's) holds both."""
+        shared = v is k
         if self.return_kv:
-            self.new_kv += [k, v]
+            self.new_kv += [k] if shared else [k, v]
         if self.past:
-            k, v = self.join_cache(k, "key"), self.join_cache(v, "value")
+            k = self.join_cache(k, "key")
+            v = k if shared else self.join_cache(v, "value")
         if self.cache:
-            k, v = self.write_cache(k, "key"), self.write_cache(v, "value")
+            k = self.write_cache(k, "key")
+            v = k if shared else self.write_cache(v, "value")
         operands = [q, k, v] + ([self.position] if self.cache else [])
-        shape = q[1][:3] + [v[1][3]]
+        shape = q[1][:3] + [value_dim or v[1][3]]
         attrs = (f"causal, head_dim = {head_dim} : i64, num_heads = {heads} : i64, "
                  f"num_kv_heads = {kv_heads} : i64, scale = {f64(scale)}")
+        if value_dim:
+            attrs += f", value_dim = {value_dim} : i64"
         return self.e.op("attention", operands, [shape], attrs)
 
     def write_cache(self, x, name):
@@ -274,9 +280,10 @@ class _Builder:
         """The weight-absorbed form of the same attention: kv_b_proj's key
         half folded into the queries and its value half applied after the
         attention (`parax.head_linear`, per head), so that the attention
-        reads one latent KV head, [latent, rope key] as the key and the
-        latent as the value: a KV cache of kv_lora_rank + qk_rope_dim +
-        kv_lora_rank values a token a layer instead of heads x (qk + v)."""
+        reads one latent KV head, [latent, rope key] as the key and its
+        first kv_lora_rank channels, the latent, as the value: one KV cache
+        of kv_lora_rank + qk_rope_dim values a token a layer instead of
+        heads x (qk + v)."""
         cfg, B, S, e = self.cfg, self.B, self.S, self.e
         h, nh, lora = cfg.hidden, cfg.heads, cfg.kv_lora_rank
         nope, rope_d, vd = cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
@@ -287,7 +294,7 @@ class _Builder:
         qf = e.op("concat", [q_latent, q_pe], [[B, S, nh, lora + rope_d]], "dim = 3 : i64")
         latent = self.reshape(c, [B, S, 1, lora])
         kf = e.op("concat", [latent, k_pe], [[B, S, 1, lora + rope_d]], "dim = 3 : i64")
-        o = self.attention(qf, kf, latent, nh, 1, lora + rope_d, scale)
+        o = self.attention(qf, kf, kf, nh, 1, lora + rope_d, scale, value_dim=lora)
         o = e.op("head_linear", [o, w_uv], [[B, S, nh, vd]], "transpose_w")
         o = self.reshape(o, [B, S, nh * vd])
         return self.linear(o, f"{prefix}.o_proj.weight", h, nh * vd)
@@ -467,10 +474,12 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
 
     `mla="absorbed"` builds DeepSeek-V3's attention in its weight-absorbed
     form (the same function of the same checkpoint): its KV cache holds the
-    latent, one KV head of [kv_lora_rank + qk_rope_dim] keys and
-    [kv_lora_rank] values, instead of every head's expanded keys and values
-    (DeepSeek-V3: 1,088 values a token a layer instead of 40,960). Inference
-    only (no gradient rule for `parax.head_linear` yet)."""
+    latent, one KV head of [kv_lora_rank + qk_rope_dim] keys whose first
+    kv_lora_rank channels are the values (one cache a layer, `%cache_<layer>_key`
+    or `%past_<layer>_key`; with return_kv, one result a layer), instead of
+    every head's expanded keys and values (DeepSeek-V3: 576 values a token
+    a layer instead of 40,960). Inference only (no gradient rule for
+    `parax.head_linear` yet)."""
     if mla not in ("explicit", "absorbed"):
         raise ValueError(f"mla {mla!r} is not one of explicit, absorbed")
     if mla == "absorbed" and cfg.family != "deepseek_v3":

@@ -1000,3 +1000,21 @@ func.func @balance_loss_coefficient(%load: tensor<4xf32>, %scores: tensor<4xf32>
   %b = parax.balance_loss %load, %scores {num_experts = 4, coefficient = -1.0, num_tokens = 8} : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
   return %b : tensor<f32>
 }
+
+// -----
+
+func.func @negative_attention_value_dim(%q: tensor<1x4x2x16xf32>, %k: tensor<1x4x1x16xf32>) {
+  // expected-error @+1 {{C10: value_dim (24) must be in [1, 16], v's channels}}
+  %o = parax.attention %q, %k, %k {causal, num_heads = 2, num_kv_heads = 1, head_dim = 16, scale = 0.25 : f64, value_dim = 24}
+      : (tensor<1x4x2x16xf32>, tensor<1x4x1x16xf32>, tensor<1x4x1x16xf32>) -> tensor<1x4x2x24xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_value_dim_result(%q: tensor<1x4x2x16xf32>, %k: tensor<1x4x1x16xf32>) {
+  // expected-error @+1 {{C4: result must be [B, S, num_heads, Dv] of q's element type}}
+  %o = parax.attention %q, %k, %k {causal, num_heads = 2, num_kv_heads = 1, head_dim = 16, scale = 0.25 : f64, value_dim = 8}
+      : (tensor<1x4x2x16xf32>, tensor<1x4x1x16xf32>, tensor<1x4x1x16xf32>) -> tensor<1x4x2x16xf32>
+  return
+}

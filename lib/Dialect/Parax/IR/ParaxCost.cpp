@@ -94,7 +94,7 @@ template <typename AttentionLike> static uint64_t attentionPairs(AttentionLike o
 
 // Scores q·k (2·d per pair), softmax (5 per pair), p·v (2·Dv per pair).
 uint64_t AttentionOp::getFlops() {
-  return attentionPairs(*this) * (2 * getHeadDim() + 5 + 2 * dimSize(getV(), 3));
+  return attentionPairs(*this) * (2 * getHeadDim() + 5 + 2 * getValueWidth());
 }
 
 uint64_t AddOp::getFlops() { return numel(getResult()); }

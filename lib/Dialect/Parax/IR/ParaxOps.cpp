@@ -355,8 +355,18 @@ static LogicalResult verifyAttention(AttentionLike op, Value out,
       k.getDimSize(1) != v.getDimSize(1))
     return op.emitOpError("C4: batch sizes must agree and k, v must share a "
                           "sequence length");
+  int64_t valueWidth = v.getDimSize(3);
+  if constexpr (std::is_same_v<AttentionLike, AttentionOp>) {
+    if (std::optional<uint64_t> width = op.getValueDim()) {
+      if (*width < 1 || static_cast<int64_t>(*width) > v.getDimSize(3))
+        return op.emitOpError("C10: value_dim (")
+               << *width << ") must be in [1, " << v.getDimSize(3)
+               << "], v's channels";
+      valueWidth = *width;
+    }
+  }
   SmallVector<int64_t> expected = {q.getDimSize(0), q.getDimSize(1), heads,
-                                   v.getDimSize(3)};
+                                   valueWidth};
   if (result.getShape() != ArrayRef<int64_t>(expected) ||
       result.getElementType() != q.getElementType())
     return op.emitOpError("C4: result must be [B, S, num_heads, Dv] of q's "
@@ -372,6 +382,12 @@ static LogicalResult verifyAttention(AttentionLike op, Value out,
                           "as queries (")
            << *pieces * q.getDimSize(1) << "), got " << k.getDimSize(1);
   return success();
+}
+
+int64_t AttentionOp::getValueWidth() {
+  if (std::optional<uint64_t> width = getValueDim())
+    return *width;
+  return tensorOf(getV()).getDimSize(3);
 }
 
 LogicalResult AttentionOp::verify() {

@@ -339,18 +339,29 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
     query `i` is query `p(i) = c·S + i` of `N·S` (with `seq_cyclic`, `p(i) =
     (g·S + i)·N1 + c1`, as for `parax.position_embedding`) and, with
     `causal`, sees keys `0 .. p(i) + Skv - N·S`.
+
+    With `value_dim = Dv`, the values are the first `Dv` channels of `v`'s
+    (C10: `Dv` is at most `v`'s last dimension; the result is `[B, S,
+    num_heads, Dv]`): `v` may then be `k` itself, as in multi-head latent
+    attention's absorbed form, whose one cache row `[latent, rope key]` is
+    the key and whose latent is the value.
   }];
   let arguments = (ins Parax_FloatTensor:$q, Parax_FloatTensor:$k,
                        Parax_FloatTensor:$v, Optional<Parax_Position>:$position,
                        UnitAttr:$causal,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads,
                        I64Attr:$head_dim, F64Attr:$scale,
+                       OptionalAttr<I64Attr>:$value_dim,
                        OptionalAttr<FlatSymbolRefAttr>:$head_grid,
                        OptionalAttr<StrArrayAttr>:$head_axes,
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
                        OptionalAttr<StrArrayAttr>:$seq_axes,
                        UnitAttr:$seq_cyclic);
   let results = (outs Parax_FloatTensor:$result);
+  let extraClassDeclaration = [{
+    /// The values' width: `value_dim`, else `v`'s last dimension.
+    int64_t getValueWidth();
+  }];
 }
 
 def Parax_CacheUpdateOp : Parax_FunctionalOp<"cache_update", [],
