@@ -114,6 +114,9 @@ struct Exporter {
     if (auto attention = dyn_cast<AttentionOp>(op)) {
       if (attention.getNumHeads() != attention.getNumKvHeads())
         return op->emitError("export: attention with one KV head per head only");
+      if (attention.getValueDim())
+        return op->emitError("export: attention with value_dim (values inside "
+                             "v's channels) has no linalg form yet");
       auto q = cast<RankedTensorType>(operands[0].getType());
       auto k = cast<RankedTensorType>(operands[1].getType());
       int64_t batch = q.getDimSize(0), seq = q.getDimSize(1),

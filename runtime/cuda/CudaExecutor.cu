@@ -407,9 +407,9 @@ struct CudaExecutor::State {
   // instead of copied and read again. (attention, operand 1 or 2) -> the
   // concat's (cache, new) buffers.
   std::map<std::pair<const pxe::Instruction *, int>, std::pair<int32_t, int32_t>> cacheParts;
-  // Attentions that run split over the keys (their shapes allow it) -> the
-  // keys per shared-memory tile; decided once at prepare.
-  std::map<const pxe::Instruction *, int> decodeKeyTiles;
+  // Attentions that run split over the keys (their shapes allow it) -> their
+  // tiles (keys, and query rows a block); decided once at prepare.
+  std::map<const pxe::Instruction *, DecodeTiles> decodeKeyTiles;
   void planDecodeAttention();
   void aliasCacheUpdates();
   size_t cacheWritesInPlace = 0;
@@ -928,11 +928,14 @@ void CudaExecutor::State::planDecodeAttention() {
     int64_t S = q.shape[1], H = q.shape[2], D = q.shape[3], KH = k.shape[2];
     int64_t DV = buffers[inst.results(0)].shape[3]; // (v's first DV channels, with value_dim)
     std::vector<std::string> headAxes = attrStrings(inst.attrs(), "head_axes");
-    int64_t rows = (headAxes.empty() ? H : H * groupSize(headAxes)) / KH * S;
-    int keys = DecodeTiles().keys;
-    while (AttentionTiles::floats(rows, keys, D, DV) * 4 > sharedOptIn && keys > 16) keys /= 2;
-    if (S <= 4 && rows <= 64 && AttentionTiles::floats(rows, keys, D, DV) * 4 <= sharedOptIn)
-      decodeKeyTiles[&inst] = keys;
+    // A KV head's query rows on this rank (the rank's heads of its group).
+    int64_t group = (headAxes.empty() ? H : H * groupSize(headAxes)) / KH, rows = std::min(group, H) * S;
+    DecodeTiles tiles;
+    tiles.rows = static_cast<int>(std::min<int64_t>(rows, tiles.rows));
+    auto bytes = [&] { return AttentionTiles::floats(tiles.rows, tiles.keys, D, DV) * 4; };
+    while (bytes() > sharedOptIn && tiles.keys > 16) tiles.keys /= 2;
+    while (bytes() > sharedOptIn && tiles.rows > 1) tiles.rows = (tiles.rows + 1) / 2;
+    if (S <= 4 && bytes() <= sharedOptIn) decodeKeyTiles[&inst] = tiles;
   }
   // The concats that join a cache with new keys or values for one of them.
   std::map<int32_t, int> uses = useCounts();
@@ -2425,7 +2428,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     // PARAX_ATTENTION=no-split).
     int64_t group = totalHeads / KH;
     if (auto decode = decodeKeyTiles.find(&inst); decode != decodeKeyTiles.end()) {
-      int keyTile = decode->second;
+      int keyTile = decode->second.keys, blockRows = decode->second.rows;
       // Keys and values: one buffer, or a fused concat's two (the cache's
       // rows, then the new tokens').
       auto parts = [&](int operand, const DeviceBuffer &whole) {
@@ -2440,20 +2443,21 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       std::tie(vCache, vNew, cachedV) = parts(2, v);
       // Chunks of whole key tiles, enough for two blocks per SM.
       auto ceilDiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+      // A KV head's rows on this rank, in blocks of blockRows.
+      int64_t rows = std::min(group, H) * S, rowBlocks = ceilDiv(rows, blockRows);
       int64_t tilesOfKeys = ceilDiv(T, keyTile);
-      int64_t wanted = std::min(tilesOfKeys, ceilDiv(2 * multiprocessors, B * KH));
+      int64_t wanted = std::min(tilesOfKeys, ceilDiv(2 * multiprocessors, B * KH * rowBlocks));
       int64_t chunkKeys = ceilDiv(tilesOfKeys, wanted) * keyTile;
       int64_t chunks = ceilDiv(T, chunkKeys);
-      int64_t rows = group * S;
       Status st = ensureScratch(B * KH * chunks * rows * DecodeTiles::perRow(DV));
       if (!st.isOk()) return st;
-      int64_t sharedBytes = AttentionTiles::floats(rows, keyTile, D, DV) * 4;
+      int64_t sharedBytes = AttentionTiles::floats(blockRows, keyTile, D, DV) * 4;
       return withFloat(y, [&](auto t) {
         using E = decltype(t);
-        PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * chunks, 256, sharedBytes, stream)(
+        PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * rowBlocks * chunks, 256, sharedBytes, stream)(
             q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
             static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
-            VW, causal, scale, headOffset, group, chunks, chunkKeys, keyTile, position, past, stride);
+            VW, causal, scale, headOffset, group, chunks, chunkKeys, keyTile, blockRows, position, past, stride);
         PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
             scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
         return Status::ok();

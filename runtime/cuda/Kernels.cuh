@@ -279,6 +279,11 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
 // place of the query tile (AttentionTiles::floats).
 struct DecodeTiles {
   int keys = 64;
+  /// Query rows (head, position) a block holds: a KV head's rows are cut
+  /// into blocks of this many when they do not fit one (multi-head latent
+  /// attention: 128 heads over one 576-wide latent head), each block
+  /// reading the chunk's keys once.
+  int rows = 64;
   /// Floats of `partial` per (batch, KV head, chunk) and row.
   static int64_t perRow(int64_t DV) { return DV + 2; }
 };
@@ -296,31 +301,39 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
                                       const T *vNew, int64_t vCached, float *partial, int64_t S, int64_t H,
                                       int64_t D, int64_t T_, int64_t KH, int64_t DV, int64_t VW, bool causal,
                                       float scale, int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
-                                      int kTile, const int32_t *position, int64_t past, int64_t stride) {
+                                      int kTile, int blockRows, const int32_t *position, int64_t past,
+                                      int64_t stride) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1, dv = static_cast<int>(DV), d0 = static_cast<int>(D);
-  const int maxRows = static_cast<int>(group * S);
-  float *qs = shared;              // [maxRows][D + 1]
-  float *ks = qs + maxRows * ds;   // [kTile][D + 1]
-  float *vs = ks + kTile * ds;     // [kTile][DV]
-  float *ps = vs + kTile * dv;     // [maxRows][kTile]
-  float *os = ps + maxRows * kTile; // [maxRows][DV]
-  float *rowMax = os + maxRows * dv, *rowSum = rowMax + maxRows, *rowScale = rowSum + maxRows;
-  int64_t c = blockIdx.x % chunks, kh = (blockIdx.x / chunks) % KH, b = blockIdx.x / (chunks * KH);
-  // This rank's query heads that read KV head kh: rows (head, position).
+  // A KV head's rows on this rank (at most its group's heads, or the
+  // rank's, times S) are `partial`'s rows; a block holds blockRows of them.
+  const int maxRows = static_cast<int>(min(group, H) * S), R = blockRows;
+  const int64_t rowBlocks = (maxRows + R - 1) / R;
+  float *qs = shared;        // [R][D + 1]
+  float *ks = qs + R * ds;   // [kTile][D + 1]
+  float *vs = ks + kTile * ds; // [kTile][DV]
+  float *ps = vs + kTile * dv; // [R][kTile]
+  float *os = ps + R * kTile;  // [R][DV]
+  float *rowMax = os + R * dv, *rowSum = rowMax + R, *rowScale = rowSum + R;
+  int64_t c = blockIdx.x % chunks, g = (blockIdx.x / chunks) % rowBlocks;
+  int64_t kh = (blockIdx.x / (chunks * rowBlocks)) % KH, b = blockIdx.x / (chunks * rowBlocks * KH);
+  // This rank's query heads that read KV head kh: rows (head, position),
+  // this block's from row0 on.
   int64_t hLo = max((int64_t)0, kh * group - headOffset), hHi = min(H, (kh + 1) * group - headOffset);
   int rows = hHi > hLo ? static_cast<int>((hHi - hLo) * S) : 0;
+  const int row0 = static_cast<int>(g) * R;
+  int here = max(0, min(R, rows - row0));
   if (position) past = *position; // (else as attentionKernel's)
   // A cache's rows beyond the last query's position are not read (a
   // generation step: the chunks past it only write empty partials).
   int64_t k0 = c * chunkKeys, k1 = min(causal ? min(T_, past + (S - 1) * stride + 1) : T_, k0 + chunkKeys);
-  for (int i = threadIdx.x; i < maxRows * ds; i += blockDim.x) {
+  for (int i = threadIdx.x; i < R * ds; i += blockDim.x) {
     int r = i / ds, d = i % ds;
-    int64_t h = hLo + r / S, pos = r % S;
-    qs[i] = (r < rows && d < d0) ? ld(q, ((b * S + pos) * H + h) * D + d) : 0.0f;
+    int64_t h = hLo + (row0 + r) / S, pos = (row0 + r) % S;
+    qs[i] = (r < here && d < d0) ? ld(q, ((b * S + pos) * H + h) * D + d) : 0.0f;
   }
-  for (int i = threadIdx.x; i < maxRows * dv; i += blockDim.x) os[i] = 0.0f;
-  for (int r = threadIdx.x; r < maxRows; r += blockDim.x) {
+  for (int i = threadIdx.x; i < R * dv; i += blockDim.x) os[i] = 0.0f;
+  for (int r = threadIdx.x; r < R; r += blockDim.x) {
     rowMax[r] = -INFINITY;
     rowSum[r] = 0.0f;
   }
@@ -336,10 +349,10 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
       vs[i] = j < cols ? ld(kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW), d) : 0.0f;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < maxRows * kTile; i += blockDim.x) {
+    for (int i = threadIdx.x; i < R * kTile; i += blockDim.x) {
       int r = i / kTile, j = i % kTile;
       float score = -INFINITY;
-      if (r < rows && j < cols && (!causal || t0 + j <= past + (r % S) * stride)) {
+      if (r < here && j < cols && (!causal || t0 + j <= past + ((row0 + r) % S) * stride)) {
         const float *qr = qs + r * ds, *kr = ks + j * ds;
         float dot = 0.0f;
         for (int d = 0; d < d0; ++d) dot += qr[d] * kr[d];
@@ -348,11 +361,11 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
       ps[i] = score;
     }
     __syncthreads();
-    onlineSoftmaxTile(ps, os, vs, rowMax, rowSum, rowScale, maxRows, kTile, cols, dv);
+    onlineSoftmaxTile(ps, os, vs, rowMax, rowSum, rowScale, R, kTile, cols, dv);
   }
   // partial[(b, kh, c)][row]: DV outputs, then the row's max and sum.
-  float *out = partial + ((b * KH + kh) * chunks + c) * maxRows * (DV + 2);
-  for (int i = threadIdx.x; i < rows * (dv + 2); i += blockDim.x) {
+  float *out = partial + (((b * KH + kh) * chunks + c) * maxRows + row0) * (DV + 2);
+  for (int i = threadIdx.x; i < here * (dv + 2); i += blockDim.x) {
     int r = i / (dv + 2), d = i % (dv + 2);
     out[i] = d < dv ? os[r * dv + d] : d == dv ? rowMax[r] : rowSum[r];
   }
@@ -367,7 +380,7 @@ __global__ void decodeCombineKernel(const float *partial, T *y, int64_t B, int64
     int64_t d = i % DV, h = (i / DV) % H, pos = (i / (DV * H)) % S, b = i / (DV * H * S);
     int64_t kh = (headOffset + h) / group;
     int64_t hLo = max((int64_t)0, kh * group - headOffset);
-    int64_t row = (h - hLo) * S + pos, maxRows = group * S;
+    int64_t row = (h - hLo) * S + pos, maxRows = min(group, H) * S;
     const float *base = partial + (b * KH + kh) * chunks * maxRows * (DV + 2) + row * (DV + 2);
     float m = -INFINITY;
     for (int64_t c = 0; c < chunks; ++c) m = fmaxf(m, base[c * maxRows * (DV + 2) + DV]);

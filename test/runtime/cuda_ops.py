@@ -86,9 +86,10 @@ OPS = {
         " num_kv_heads = 2 : i64, scale = 0.04 : f64}", t(1, 5, 2, 512), {}),
     # DeepSeek-V3's latent attention at its widths, as its absorbed form
     # reads it: one KV head of 576-wide keys whose first 512 channels are
-    # the values (v is k, value_dim). 16 heads (a TP8 rank's) in the split
-    # decode kernel; all 128 in the tiled one; 20 queries (a prefill chunk)
-    # in the tiled kernels (bf16: tensor cores).
+    # the values (v is k, value_dim), in the split decode kernel: 16 heads
+    # (a TP8 rank's) in one block of rows; all 128 in blocks of rows that
+    # fit shared memory, each reading the keys once. 20 queries (a prefill
+    # chunk) in the tiled kernels (bf16: tensor cores).
     "attention-latent-decode-16-heads": (
         [("q", t(1, 1, 16, 576), None), ("k", t(1, 300, 1, 576), None)],
         "parax.attention %q, %k, %k {causal, head_dim = 576 : i64, num_heads = 16 : i64,"
@@ -97,10 +98,16 @@ OPS = {
         [("q", t(1, 1, 128, 576), None), ("k", t(1, 90, 1, 576), None)],
         "parax.attention %q, %k, %k {causal, head_dim = 576 : i64, num_heads = 128 : i64,"
         " num_kv_heads = 1 : i64, scale = 0.07 : f64, value_dim = 512 : i64}", t(1, 1, 128, 512), {}),
-    "attention-latent-prefill": (
+    "attention-latent-chunk": (
         [("q", t(1, 20, 4, 96), None), ("k", t(1, 20, 1, 96), None)],
         "parax.attention %q, %k, %k {causal, head_dim = 96 : i64, num_heads = 4 : i64,"
         " num_kv_heads = 1 : i64, scale = 0.1 : f64, value_dim = 64 : i64}", t(1, 20, 4, 64), {}),
+    # 3 queries of 40 heads over one KV head: 120 rows, two blocks of 64
+    # (the second starting at the query in position 1).
+    "attention-decode-row-blocks": (
+        [("q", t(2, 3, 40, 32), None), ("k", t(2, 150, 1, 32), None), ("v", t(2, 150, 1, 24), None)],
+        "parax.attention %q, %k, %v {causal, head_dim = 32 : i64, num_heads = 40 : i64,"
+        " num_kv_heads = 1 : i64, scale = 0.15 : f64}", t(2, 3, 40, 24), {}),
     # A few queries over many keys: split over the keys (flash-decoding).
     "attention-decode-split": (  # 700 keys: 11 chunks; 8 heads over 2 KV heads in one block each
         [("q", t(2, 1, 8, 16), None), ("k", t(2, 700, 2, 16), None), ("v", t(2, 700, 2, 16), None)],

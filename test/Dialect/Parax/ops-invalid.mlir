@@ -109,7 +109,7 @@ func.func @negative_head_linear_weight_rank(%x: tensor<2x4x8xf32>, %w: tensor<8x
 // -----
 
 func.func @negative_head_linear_heads(%x: tensor<2x4x8xf32>, %w: tensor<2x8x16xf32>) {
-  // expected-error @+1 {{C2: x's 4 heads (its dimension -2) need one weight each, the weight has 2}}
+  // expected-error @+1 {{C3: x's 4 heads (its dimension -2) need one weight each, the weight has 2}}
   %0 = parax.head_linear %x, %w : (tensor<2x4x8xf32>, tensor<2x8x16xf32>) -> tensor<2x4x16xf32>
   return
 }
@@ -118,7 +118,7 @@ func.func @negative_head_linear_heads(%x: tensor<2x4x8xf32>, %w: tensor<2x8x16xf
 
 func.func @negative_head_linear_in_features(%x: tensor<2x4x8xf32>, %w: tensor<4x8x16xf32>) {
   // [4, 8, 16] with transpose_w is [G, out, in]: in = 16 does not match x's 8.
-  // expected-error @+1 {{C3: x's last dimension (8) must equal the weight's in features (16, weight is [G, out, in])}}
+  // expected-error @+1 {{C2: x's last dimension (8) must equal the weight's in features (16, weight is [G, out, in])}}
   %0 = parax.head_linear %x, %w {transpose_w} : (tensor<2x4x8xf32>, tensor<4x8x16xf32>) -> tensor<2x4x8xf32>
   return
 }

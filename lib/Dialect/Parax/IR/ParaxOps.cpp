@@ -185,31 +185,42 @@ int64_t LinearOp::getOutFeatures() {
   return tensorOf(getWeight()).getDimSize(getTransposeW() ? 0 : 1);
 }
 
-LogicalResult LinearOp::verify() {
-  RankedTensorType x = tensorOf(getX()), w = tensorOf(getWeight()),
-                   result = tensorOf(getResult());
-  if (x.getRank() < 1 || w.getRank() != 2)
-    return emitOpError("C1: x needs rank >= 1 and the weight rank 2");
-  int64_t in = getInFeatures(), out = getOutFeatures();
+// C2, C4 and C5 of a linear and of a linear per head: x's last dimension is
+// the weight's in features (`layout` names the weight's dimensions), the
+// result x's shape with the out features last, one element type for every
+// operand and the result.
+template <typename LinearLike>
+static LogicalResult verifyFeatures(LinearLike op, StringRef layout) {
+  RankedTensorType x = tensorOf(op.getX()), result = tensorOf(op.getResult());
+  int64_t in = op.getInFeatures(), out = op.getOutFeatures();
   if (x.getShape().back() != in)
-    return emitOpError("C2: x's last dimension (")
+    return op.emitOpError("C2: x's last dimension (")
            << x.getShape().back() << ") must equal the weight's in features ("
-           << in << (getTransposeW() ? ", weight is [out, in])" : ", weight is [in, out])");
-  if (getBias()) {
-    RankedTensorType bias = tensorOf(getBias());
-    if (bias.getRank() != 1 || bias.getDimSize(0) != out)
-      return emitOpError("C3: bias must be [") << out << "]";
-  }
+           << in << ", weight is " << layout << ")";
   SmallVector<int64_t> expected(x.getShape());
   expected.back() = out;
   if (result.getShape() != ArrayRef<int64_t>(expected))
-    return emitOpError("C4: result shape must be x's with the last dimension ")
+    return op.emitOpError("C4: result shape must be x's with the last dimension ")
            << out;
   Type element = x.getElementType();
-  if (w.getElementType() != element || result.getElementType() != element ||
-      (getBias() && tensorOf(getBias()).getElementType() != element))
-    return emitOpError("C5: operands and result must share one element type");
+  if (result.getElementType() != element ||
+      llvm::any_of(op->getOperands(), [&](Value v) {
+        return tensorOf(v).getElementType() != element;
+      }))
+    return op.emitOpError("C5: operands and result must share one element type");
   return success();
+}
+
+LogicalResult LinearOp::verify() {
+  RankedTensorType x = tensorOf(getX()), w = tensorOf(getWeight());
+  if (x.getRank() < 1 || w.getRank() != 2)
+    return emitOpError("C1: x needs rank >= 1 and the weight rank 2");
+  if (getBias()) {
+    RankedTensorType bias = tensorOf(getBias());
+    if (bias.getRank() != 1 || bias.getDimSize(0) != getOutFeatures())
+      return emitOpError("C3: bias must be [") << getOutFeatures() << "]";
+  }
+  return verifyFeatures(*this, getTransposeW() ? "[out, in]" : "[in, out]");
 }
 
 //===----------------------------------------------------------------------===//
@@ -288,32 +299,16 @@ int64_t HeadLinearOp::getOutFeatures() {
 }
 
 LogicalResult HeadLinearOp::verify() {
-  RankedTensorType x = tensorOf(getX()), w = tensorOf(getWeight()),
-                   result = tensorOf(getResult());
+  RankedTensorType x = tensorOf(getX()), w = tensorOf(getWeight());
   if (x.getRank() < 2 || w.getRank() != 3)
     return emitOpError("C1: x needs rank >= 2 and the weight rank 3");
   int64_t heads = x.getDimSize(x.getRank() - 2);
   if (w.getDimSize(0) != heads)
-    return emitOpError("C2: x's ")
+    return emitOpError("C3: x's ")
            << heads
            << " heads (its dimension -2) need one weight each, the weight has "
            << w.getDimSize(0);
-  int64_t in = getInFeatures(), out = getOutFeatures();
-  if (x.getShape().back() != in)
-    return emitOpError("C3: x's last dimension (")
-           << x.getShape().back() << ") must equal the weight's in features ("
-           << in
-           << (getTransposeW() ? ", weight is [G, out, in])"
-                               : ", weight is [G, in, out])");
-  SmallVector<int64_t> expected(x.getShape());
-  expected.back() = out;
-  if (result.getShape() != ArrayRef<int64_t>(expected))
-    return emitOpError("C4: result shape must be x's with the last dimension ")
-           << out;
-  Type element = x.getElementType();
-  if (w.getElementType() != element || result.getElementType() != element)
-    return emitOpError("C5: operands and result must share one element type");
-  return success();
+  return verifyFeatures(*this, getTransposeW() ? "[G, out, in]" : "[G, in, out]");
 }
 
 //===----------------------------------------------------------------------===//

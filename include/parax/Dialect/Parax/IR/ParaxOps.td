@@ -191,10 +191,10 @@ def Parax_HeadLinearOp : Parax_FunctionalOp<"head_linear"> {
     %y = parax.head_linear %x, %w {transpose_w} : (tensor<2x1x4x32xf32>, tensor<4x16x32xf32>) -> tensor<2x1x4x16xf32>
     ```
 
-    C1: `x` has rank >= 2 and `W` rank 3. C2: `x`'s heads (dimension -2)
-    number `W`'s `G`. C3: `x`'s last dimension = `in`. C4: result = `x`
-    shape with the last dimension replaced by `out`. C5: one element type
-    for all operands and the result.
+    C1: `x` has rank >= 2 and `W` rank 3. C2: `x`'s last dimension = `in`.
+    C3: `x`'s heads (dimension -2) number `W`'s `G`. C4: result = `x` shape
+    with the last dimension replaced by `out`. C5: one element type for all
+    operands and the result (C2, C4, C5 as `parax.linear`'s).
   }];
   let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight,
                        UnitAttr:$transpose_w);
