@@ -4,7 +4,8 @@
         MODEL: a preset or config.json (built with --batch/--seq/--layers/--dtype,
         --past P [--return-kv] for a step over a KV cache, --cache C for a
         generation step, --last-logits for a prefill that returns the last
-        position's logits only) or a .mlir file; plans (printing the ranked
+        position's logits only, --mla absorbed for DeepSeek-V3's latent KV
+        cache) or a .mlir file; plans (printing the ranked
         table), partitions and translates.
     python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
                          [--output logits.npy ...] --ranks N [--generate K [--prefill P.pxe]]
@@ -57,7 +58,7 @@ def _run(cmd, env=None, timeout=600, capture=True):
 
 def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=None,
                   dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False, cache=0,
-                  last_logits=False, train=False):
+                  last_logits=False, train=False, mla="explicit"):
     """Builds (if needed), plans, partitions and translates; returns the
     partitioned IR path. `train`: a training step (the model takes labels
     after the tokens; the program returns the loss, then the gradient of
@@ -70,7 +71,7 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
         with open(ir, "w") as f:
             f.write(build_model(load_config(model, layers=layers), batch=batch, seq=seq,
                                 dtype=dtype, past=past, return_kv=return_kv, cache=cache,
-                                last_logits=last_logits, loss=train))
+                                last_logits=last_logits, loss=train, mla=mla))
     if show_plans:
         print(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload,
                     "--top", "3"]), end="")
@@ -320,6 +321,8 @@ def main(argv=None):
     c.add_argument("--train", action="store_true",
                    help="a training step: inputs tokens and labels; results the loss, then "
                         "each parameter's gradient (run with --optimizer to train)")
+    c.add_argument("--mla", default="explicit", choices=["explicit", "absorbed"],
+                   help="DeepSeek-V3's attention: absorbed caches the latent (inference)")
     c.add_argument("--last-logits", action="store_true",
                    help="logits of the last position only (a prefill program for run --prefill)")
     r = sub.add_parser("run", help="run an executable under mpirun")
@@ -352,7 +355,7 @@ def main(argv=None):
             compile_model(args.model, args.cluster, args.workload, args.output, args.batch,
                           args.seq, args.layers, args.dtype, past=args.past,
                           return_kv=args.return_kv, cache=args.cache, last_logits=args.last_logits,
-                          train=args.train)
+                          train=args.train, mla=args.mla)
             return 0
         if args.command == "run":
             sampling = [arg for option, value in (("--temperature", args.temperature), ("--top-k", args.top_k),

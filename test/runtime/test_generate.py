@@ -696,3 +696,40 @@ def test_builder_refuses_absorbed_attention_where_it_does_not_apply():
         build_model(load_config("tiny-deepseek-v3"), seq=4, loss=True, mla="absorbed")
     with pytest.raises(ValueError, match="mla 'latent' is not one of explicit, absorbed"):
         build_model(load_config("tiny-deepseek-v3"), seq=4, mla="latent")
+
+
+def test_front_door_compiles_absorbed_attention(tmp_path):
+    """python3 -m parax compile --mla absorbed --cache: DeepSeek-V3's latent
+    cache through the front door (a config.json of the tiny preset with
+    ABSORBED_MLA's widths), planned TP2, generating what numpy's explicit
+    form computes."""
+    import json
+    import sys
+    from conftest import ORACLE_CLUSTER, ROOT
+    from parax import reference
+    from parax.checkpoint import random_weights, save_safetensors
+    from parax.models import PRESETS, load_config
+    config = dict(PRESETS["tiny-deepseek-v3"], kv_lora_rank=ABSORBED_MLA["overrides"]["kv_lora_rank"],
+                  v_head_dim=ABSORBED_MLA["overrides"]["v_head_dim"])
+    path = str(tmp_path / "config.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    cfg = load_config(path)
+    weights = random_weights(cfg, seed=4)
+    checkpoint, exe = str(tmp_path / "w.safetensors"), str(tmp_path / "gen.pxe")
+    save_safetensors(checkpoint, weights)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    front = [sys.executable, "-m", "parax"]
+    subprocess.run(front + ["compile", path, "--cluster", f"{ORACLE_CLUSTER}:devices_per_node=2",
+                            "--workload", "decode:batch=2,context=16,tp=2,dp=1", "--batch", "2", "--seq", "1",
+                            "--cache", "16", "--dtype", "f32", "--mla", "absorbed", "-o", exe],
+                   check=True, capture_output=True, timeout=120, env=env)
+    prompt, out, logits = (str(tmp_path / n) for n in ("prompt.npy", "tokens.npy", "logits.npy"))
+    np.save(prompt, np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32))
+    proc = subprocess.run(front + ["run", exe, "--weights", checkpoint, "--input", prompt, "--output", out,
+                                   "--output", logits, "--ranks", "2", "--generate", "4"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tokens = np.load(out)
+    np.testing.assert_allclose(np.load(logits), reference.forward(cfg, weights, tokens[:, :-1]),
+                               atol=1e-4, rtol=1e-4)
