@@ -588,8 +588,10 @@ BENCH = {
 
 # A whole generation loop (parax-run --generate --prefill): name -> (preset,
 # layers, batch, dtype, prompt length = the prefill's chunk (built
-# --last-logits), tokens to generate). Prefill time, the steps' median,
-# tokens/s, and what the step borrowed of the prefill program's memory.
+# --last-logits), tokens to generate[, microbatches[, DeepSeek-V3's
+# attention form]]). Prefill time, the steps' median, tokens/s, and what
+# the step borrowed of the prefill program's memory.
+DEEPSEEK_ATTENTION = os.path.join(ROOT, "bench", "configs", "deepseek-v3-attention-1layer.json")
 BENCH_GENERATE = {
     "llama3-8b-1layer-generate8-prompt2048-bf16": ("llama3-8b", 1, 8, "bf16", 2048, 64),
     # 16 rows in one batch, and as 2 microbatches of 8 (a 7th element: the
@@ -597,7 +599,24 @@ BENCH_GENERATE = {
     # the trade-off the planner weighs for inference (docs/cost-model.md).
     "llama3-8b-1layer-generate16-prompt512-bf16": ("llama3-8b", 1, 16, "bf16", 512, 64),
     "llama3-8b-1layer-generate2x8-prompt512-bf16": ("llama3-8b", 1, 8, "bf16", 512, 64, 2),
+    # DeepSeek-V3's attention at its widths (one dense layer, a small
+    # vocabulary), explicit and weight-absorbed (its caches 71x smaller;
+    # its attention over 576/512-wide heads, 128 of them over one latent).
+    "deepseek-v3-attention-generate8-prompt2048-bf16": (DEEPSEEK_ATTENTION, 1, 8, "bf16", 2048, 64, 1, "explicit"),
+    "deepseek-v3-attention-absorbed-generate8-prompt2048-bf16": (DEEPSEEK_ATTENTION, 1, 8, "bf16", 2048, 64, 1,
+                                                                 "absorbed"),
 }
+
+
+def kv_values_per_token(cfg, mla="explicit"):
+    """Values a token's KV cache holds a layer: keys and values of every KV
+    head, DeepSeek-V3's every head's (192 + 128), or its one latent row
+    (576) in the absorbed form."""
+    if cfg.family == "deepseek_v3":
+        if mla == "absorbed":
+            return cfg.kv_lora_rank + cfg.qk_rope_dim
+        return cfg.heads * (cfg.qk_nope_dim + cfg.qk_rope_dim + cfg.v_head_dim)
+    return 2 * cfg.kv_heads * cfg.head_dim
 
 
 # One op alone: name -> ((batch, seq, heads, kv heads, head width, keys),
@@ -697,7 +716,7 @@ def prepare_bench(root, bin_dir):
                 # The prefill returns its last position's logits only, as a
                 # server's would: not [8, 2048, 128256] of them.
                 f.write(build_model(cfg, batch=batch, seq=seq, dtype=dtype, cache=prompt + new,
-                                    last_logits=program == "prefill"))
+                                    last_logits=program == "prefill", mla=more[1] if len(more) > 1 else "explicit"))
             _run([os.path.join(bin_dir, "parax-translate"), "--to-executable", ir,
                   "-o", os.path.join(d, program + ".pxe")])
             if program == "step":  # the planner's step time for these rows and microbatches (one H200)
@@ -779,7 +798,8 @@ def _bench_weights(preset, layers, dtype, arrays, weights_dir):
     from parax.checkpoint import save_safetensors
     from parax.models import load_config
     from parax.models.builder import parameter_shapes
-    weights_path = os.path.join(weights_dir, f"weights-{preset}-{layers}-{dtype}.safetensors")
+    label = os.path.splitext(os.path.basename(preset))[0]  # (a preset, or a config.json's path)
+    weights_path = os.path.join(weights_dir, f"weights-{label}-{layers}-{dtype}.safetensors")
     if not os.path.exists(weights_path):
         if (preset, layers) not in arrays:
             block = _bench_block()
@@ -892,7 +912,7 @@ def _bench_generate(name, root, bin_dir, device, arrays, weights_dir):
     matmul = sum(int(np.prod(s)) for s in parameter_shapes(cfg).values()) - cfg.vocab * cfg.hidden
     # What a step reads at least, at the steps' middle position: every
     # microbatch reads the weights.
-    kv_bytes = width * 2 * layers * rows * (prompt + new // 2) * cfg.kv_heads * cfg.head_dim
+    kv_bytes = width * layers * rows * (prompt + new // 2) * kv_values_per_token(cfg, *more[1:2])
     return {"case": name, "step_ms_median": step_ms_of(log), "prefill_ms": float(prefill.group(1)) if prefill else 0,
             "tokens_per_s": _counted(log, "tokens/s at the median step"), "steps": new - 1,
             "rows": rows, "micro": micro,
