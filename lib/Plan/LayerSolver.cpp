@@ -690,9 +690,16 @@ LayerPlan Solver::solve() {
       plan.expertParams += op.weightParams * weightShare;
       plan.alltoallBytes += fullBytes(op.inputs[0]) * op.topK;
     }
-    if (op.kind == OpClass::Attention)
+    // The KV cache: what the program's cache updates write (a token's
+    // heads x channels, in their layout), else what the attention reads.
+    if (op.kind == OpClass::Attention && !layer.cachedValues)
       plan.kvBytesPerToken +=
           op.kvHeads * op.cacheWidth * ctx.kvBytes * s.kvFrac;
+    if (op.kind == OpClass::CacheUpdate) {
+      const auto &shape = value(op.results[0]).shape;
+      plan.kvBytesPerToken +=
+          shape[2] * shape[3] * ctx.kvBytes * share(s.out[0]);
+    }
     // Inference: the peak of live values (those live into this op, in
     // their layouts here, and what it writes).
     double liveBytes = 0;

@@ -18,7 +18,9 @@ double ModelGraph::kvCacheBytesPerToken(int64_t kvBytes) const {
   double total = 0;
   for (const LayerGraph &layer : layers)
     if (layer.hasAttention)
-      total += layer.kvHeads * layer.cacheWidth * kvBytes;
+      total += (layer.cachedValues ? layer.cachedValues
+                                   : layer.kvHeads * layer.cacheWidth) *
+               kvBytes;
   return total;
 }
 
@@ -261,8 +263,9 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
       } else if (auto update = dyn_cast<CacheUpdateOp>(op)) {
         node.dim = 1;
         node.cacheView = true;
-        model.cachedTokens = model.cacheCapacity =
-            cast<RankedTensorType>(update.getCache().getType()).getDimSize(1);
+        auto cache = cast<RankedTensorType>(update.getCache().getType());
+        model.cachedTokens = model.cacheCapacity = cache.getDimSize(1);
+        layer.cachedValues += cache.getDimSize(2) * cache.getDimSize(3);
         layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;
       } else if (auto transpose = dyn_cast<TransposeOp>(op)) {
         node.permutation.assign(transpose.getPermutation().begin(),

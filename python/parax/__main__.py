@@ -321,8 +321,9 @@ def main(argv=None):
     c.add_argument("--train", action="store_true",
                    help="a training step: inputs tokens and labels; results the loss, then "
                         "each parameter's gradient (run with --optimizer to train)")
-    c.add_argument("--mla", default="explicit", choices=["explicit", "absorbed"],
-                   help="DeepSeek-V3's attention: absorbed caches the latent (inference)")
+    c.add_argument("--mla", default="explicit", choices=["explicit", "absorbed", "expanded"],
+                   help="DeepSeek-V3's attention: absorbed caches the latent (inference); expanded "
+                        "reads that cache in the explicit form (a prefill)")
     c.add_argument("--last-logits", action="store_true",
                    help="logits of the last position only (a prefill program for run --prefill)")
     r = sub.add_parser("run", help="run an executable under mpirun")

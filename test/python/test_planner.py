@@ -268,11 +268,13 @@ def test_pipelined_inference_runs_microbatches_through_the_stages(parax_plan, mo
 
 def test_absorbed_latent_attention_caches_the_latent(parax_plan, tmp_path):
     """DeepSeek-V3 decoding with its weight-absorbed attention (--mla
-    absorbed) caches one latent KV head a layer, 576 key and 512 value
-    channels, instead of 128 heads of 192 + 128: 61 x 1088 x 2 bytes a token
-    instead of 61 x 128 x 320 x 2 (37.6x less). At a context of 32768 for
-    64 sequences on 32 H800, the explicit form's caches do not fit, the
-    latent ones do."""
+    absorbed) caches one 576-wide latent row a layer (its values are the
+    keys' first 512 channels) instead of 128 heads of 192 + 128: 61 x 576 x
+    2 bytes a token instead of 61 x 128 x 320 x 2 (71x less). At a context
+    of 32768 for 64 sequences on 32 H800, the explicit form's caches do not
+    fit, the latent ones do. Its prefill (--mla expanded) writes the same
+    cache, though its attention reads every latent expanded per head: the
+    cache counts what is written."""
     cfg = load_config("deepseek-v3")
     paths = {}
     for form in ("explicit", "absorbed"):
@@ -286,3 +288,13 @@ def test_absorbed_latent_attention_caches_the_latent(parax_plan, tmp_path):
     assert latent["model"]["kv_bytes_per_token"] == 61 * 576 * 2
     best = latent["plans"][0]
     assert best["memory_bytes"]["total"] < 80e9
+    # The prefill: 4096 tokens written into the latent cache. Its attention
+    # reads them expanded (128 heads x 320 channels), yet the cache the plan
+    # holds is the latent's, as the absorbed step's is.
+    expanded = tmp_path / "expanded.mlir"
+    expanded.write_text(build_model(cfg, batch=1, seq=4096, cache=4096, last_logits=True, mla="expanded"))
+    prefill = plan(parax_plan, str(expanded), "hgx-h800:nodes=4", "prefill:batch=1,seq=4096")
+    assert prefill["model"]["kv_bytes_per_token"] == 61 * 576 * 2
+    for p in prefill["plans"]:
+        tokens_held = p["memory_bytes"]["kv_cache"] / (61 * 576 * 2)
+        assert 0 < tokens_held <= 4096, p

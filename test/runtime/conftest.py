@@ -80,7 +80,7 @@ class Model:
             np.save(position, np.array(past, dtype=np.int32))
             self.inputs.append(position)
         if past:
-            kv = reference.KVCache(latent=mla == "absorbed")
+            kv = reference.KVCache(latent=mla != "explicit")
             reference.forward(self.cfg, self.weights, self.past_tokens, kv)
             for layer in range(self.cfg.layers):
                 for name, t in (("key", kv.keys.get(layer)), ("value", kv.values.get(layer))):

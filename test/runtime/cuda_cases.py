@@ -123,7 +123,7 @@ CASES = {
 # --last-logits); "run": parax-run's sampling options; "micro": the prompt's
 # batches per replica (microbatches, each with its own caches); "ragged":
 # each row's prompt length (shorter ones padded with -1); "model": Model
-# options of both programs. The GPU's
+# options of both programs ("prefill_model": of the prefill's). The GPU's
 # tokens must be the CPU backend's, and every position's logits within TOL
 # of the CPU's and of numpy's (on those tokens; NaN where the prefill
 # computed none, on both). The first runs 67 steps, crossing a 64-key tile
@@ -153,6 +153,11 @@ GENERATE = {
     "generate-gpt2-micro2-prefill": ("tiny-gpt2", 2, None, 1, 24, 7, 4, {"chunk": 3, "micro": 2}),
     "generate-deepseek-v3-absorbed-tp2-prefill": ("tiny-deepseek-v3", 2, "tp=2,dp=1", 2, 32, 9, 6,
                                                   {"chunk": 4, "model": ABSORBED_MLA}),
+    # the same caches written by a prefill of the explicit form's attention
+    # (each cached latent expanded per head)
+    "generate-deepseek-v3-absorbed-tp2-prefill-expanded": (
+        "tiny-deepseek-v3", 2, "tp=2,dp=1", 2, 32, 9, 6,
+        {"chunk": 4, "model": ABSORBED_MLA, "prefill_model": dict(ABSORBED_MLA, mla="expanded")}),
 }
 BF16_REL = 3e-2
 # Training steps (--parax-autodiff): name -> (preset, batch, seq, workload
@@ -327,7 +332,8 @@ def prepare_generate(name, root):
     prefill = None
     if "chunk" in more:  # in the case's directory: the executables travel, the rest is made again
         chunked = Model(os.path.join(case_dir, "chunk"), preset, batch=batch, seq=more["chunk"], cache=capacity,
-                        last_logits=more.get("last_logits", False), **more.get("model", {}))
+                        last_logits=more.get("last_logits", False),
+                        **more.get("prefill_model", more.get("model", {})))
         os.replace(chunked.compile("prefill", workload, ranks), os.path.join(case_dir, "prefill.pxe"))
         prefill = os.path.join(case_dir, "prefill.pxe")
         import shutil

@@ -671,6 +671,33 @@ def test_absorbed_forward_and_prefill_match_numpy(tmp_path):
     check_generation(step, tokens, logits, 7)
 
 
+@pytest.mark.parametrize("pins,ranks", [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2)])
+def test_expanded_prefill_writes_the_latent_caches_the_absorbed_step_reads(tmp_path, pins, ranks):
+    """--mla expanded (the latent cache read in the explicit form, every
+    cached latent expanded per head): its forward pass and a step of 2
+    tokens over numpy's latents are numpy's, and as the prefill of an
+    absorbed generation step it writes the caches that step reads."""
+    plain = Model(os.path.join(str(tmp_path), "plain"), "tiny-deepseek-v3", seq=6,
+                  **dict(ABSORBED_MLA, mla="expanded"))
+    got = plain.run(plain.compile("plain", "prefill:batch=2,seq=6,tp=2,dp=1", 2), 2)
+    np.testing.assert_allclose(got, plain.reference(), atol=1e-4, rtol=1e-4)
+    half = Model(os.path.join(str(tmp_path), "half"), "tiny-deepseek-v3", seq=2, past=7, cache=CAPACITY + 4,
+                 **dict(ABSORBED_MLA, mla="expanded"))
+    got = half.run(half.compile("half"), 1)
+    np.testing.assert_allclose(got, half.reference(), atol=1e-4, rtol=1e-4)
+    workload = f"decode:batch=2,context={CAPACITY + 4},{pins}" if pins else None
+    step = absorbed(str(tmp_path), cache=CAPACITY + 4)
+    chunked = Model(os.path.join(str(tmp_path), "prefill"), "tiny-deepseek-v3", seq=3, cache=CAPACITY + 4,
+                    **dict(ABSORBED_MLA, mla="expanded"))
+    exe, prefill = step.compile("step", workload, ranks), chunked.compile("prefill", workload, ranks)
+    prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2, 7))
+    proc = step.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "prefill of 2 chunk(s) of 3 tokens" in proc.stdout, proc.stdout
+    tokens, logits = step.generate(exe, ranks, prompt, NEW, prefill=prefill)
+    check_generation(step, tokens, logits, 7)
+
+
 def test_absorbed_weights_are_the_checkpoints_read_by_heads(tmp_path):
     """kv_b_proj.weight stays the checkpoint's [heads * (16 + 8), 24]; the
     program reads it as [heads, 24, 24]. Stored transposed ([24, 96]: as
@@ -690,11 +717,13 @@ def test_absorbed_weights_are_the_checkpoints_read_by_heads(tmp_path):
 
 def test_builder_refuses_absorbed_attention_where_it_does_not_apply():
     from parax.models import build_model, load_config
-    with pytest.raises(ValueError, match="tiny-llama .llama. has no multi-head latent attention"):
+    with pytest.raises(ValueError, match="mla=absorbed: tiny-llama .llama. has no multi-head latent attention"):
         build_model(load_config("tiny-llama"), seq=1, cache=8, mla="absorbed")
     with pytest.raises(ValueError, match="mla=absorbed is an inference form"):
         build_model(load_config("tiny-deepseek-v3"), seq=4, loss=True, mla="absorbed")
-    with pytest.raises(ValueError, match="mla 'latent' is not one of explicit, absorbed"):
+    with pytest.raises(ValueError, match="mla=expanded is an inference form"):
+        build_model(load_config("tiny-deepseek-v3"), seq=4, loss=True, mla="expanded")
+    with pytest.raises(ValueError, match="mla 'latent' is not one of explicit, absorbed, expanded"):
         build_model(load_config("tiny-deepseek-v3"), seq=4, mla="latent")
 
 

@@ -96,6 +96,11 @@ struct LayerGraph {
   double expertParams = 0; // of which in routed experts
   bool hasAttention = false, hasExperts = false;
   int64_t kvHeads = 0, cacheWidth = 0; // the KV cache's heads and their channels
+  /// With caches written by the program (parax.cache_update): the values a
+  /// token adds to them (their heads x channels, summed), which count
+  /// instead of what the attention reads (the absorbed MLA's latent read
+  /// expanded per head by a prefill).
+  int64_t cachedValues = 0;
 };
 
 struct ModelGraph {

@@ -1,6 +1,6 @@
 """python3 -m parax.models PRESET|config.json [--layers N] [--batch B --seq S]
                           [--dtype bf16|f32] [--loss] [--past P] [--return-kv] [--cache C] [--last-logits]
-                          [--mla explicit|absorbed] -o model.mlir"""
+                          [--mla explicit|absorbed|expanded] -o model.mlir"""
 
 import argparse
 import sys
@@ -35,9 +35,10 @@ def main(argv=None):
     parser.add_argument("--last-logits", action="store_true",
                         help="logits of the last position only ([batch, 1, vocab]): a prefill "
                              "(--prefill of parax-run --generate) needs no others")
-    parser.add_argument("--mla", default="explicit", choices=["explicit", "absorbed"],
-                        help="DeepSeek-V3's attention: explicit (per-head keys and values) or "
-                             "weight-absorbed (the KV cache holds the latent; inference)")
+    parser.add_argument("--mla", default="explicit", choices=["explicit", "absorbed", "expanded"],
+                        help="DeepSeek-V3's attention: explicit (per-head keys and values), "
+                             "weight-absorbed (the KV cache holds the latent; inference), or expanded "
+                             "(the same latent cache, each latent expanded per head: a prefill)")
     parser.add_argument("-o", "--output", default="-", help="output file ('-' = stdout)")
     parser.add_argument("--list", action="store_true", help="list the presets")
     args = parser.parse_args(argv)
