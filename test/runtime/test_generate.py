@@ -30,6 +30,17 @@ def check_generation(model, tokens, logits, prompt_len, tol=1e-4):
     assert (expected[:, prompt_len - 1:].argmax(-1)[clear] == generated[clear]).all()
 
 
+def check_prefilled_generation(step, exe, ranks, prompt, prefill, chunks, chunk):
+    """Generation after a prefill of `chunks` chunks of `chunk` tokens: the
+    run says so, the prompt leads the tokens and every step is numpy's."""
+    proc = step.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"prefill of {chunks} chunk(s) of {chunk} tokens" in proc.stdout, proc.stdout
+    tokens, logits = step.generate(exe, ranks, prompt, NEW, prefill=prefill)
+    assert (tokens[:, :prompt.shape[1]] == prompt).all()
+    check_generation(step, tokens, logits, prompt.shape[1])
+
+
 def model_reference(model, tokens):
     from parax import reference
     return reference.forward(model.cfg, model.weights, tokens)
@@ -333,12 +344,7 @@ def test_prefill_chunks_then_steps_match_numpy(tmp_path, pins, ranks, prompt_len
     exe = step.compile("step", workload if pins else None, ranks)
     prefill = chunked.compile("prefill", workload if pins else None, ranks)
     prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2 * dp, prompt_len))
-    proc = step.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "prefill of 2 chunk(s) of 3 tokens" in proc.stdout, proc.stdout
-    tokens, logits = step.generate(exe, ranks, prompt, NEW, prefill=prefill)
-    assert (tokens[:, :prompt_len] == prompt).all()
-    check_generation(step, tokens, logits, prompt_len)
+    check_prefilled_generation(step, exe, ranks, prompt, prefill, 2, 3)
 
 
 def test_prefill_errors_are_named(tmp_path):
@@ -582,11 +588,7 @@ def test_a_prefill_chunk_planned_as_a_prefill_goes_with_its_step(tmp_path, pins,
         with open(os.path.join(chunked.dir, "prefill.mlir")) as f:
             assert "parax.reduce_scatter" in f.read()
     prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2, 9))
-    proc = step.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "prefill of 2 chunk(s) of 4 tokens" in proc.stdout, proc.stdout
-    tokens, logits = step.generate(exe, ranks, prompt, NEW, prefill=prefill)
-    check_generation(step, tokens, logits, 9)
+    check_prefilled_generation(step, exe, ranks, prompt, prefill, 2, 4)
 
 
 def test_replicas_that_stop_at_different_positions_join_their_logits(tmp_path):
@@ -663,12 +665,7 @@ def test_absorbed_forward_and_prefill_match_numpy(tmp_path):
     step = absorbed(str(tmp_path), cache=CAPACITY + 4)
     chunked = absorbed(os.path.join(str(tmp_path), "prefill"), seq=3, cache=CAPACITY + 4)
     prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2, 7))
-    proc = step.generate(step.compile("step"), 1, prompt, NEW, prefill=chunked.compile("prefill"),
-                         expect_ok=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "prefill of 2 chunk(s) of 3 tokens" in proc.stdout, proc.stdout
-    tokens, logits = step.generate(step.compile("step"), 1, prompt, NEW, prefill=chunked.compile("prefill"))
-    check_generation(step, tokens, logits, 7)
+    check_prefilled_generation(step, step.compile("step"), 1, prompt, chunked.compile("prefill"), 2, 3)
 
 
 @pytest.mark.parametrize("pins,ranks", [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2)])
@@ -691,11 +688,7 @@ def test_expanded_prefill_writes_the_latent_caches_the_absorbed_step_reads(tmp_p
                     **dict(ABSORBED_MLA, mla="expanded"))
     exe, prefill = step.compile("step", workload, ranks), chunked.compile("prefill", workload, ranks)
     prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2, 7))
-    proc = step.generate(exe, ranks, prompt, NEW, prefill=prefill, expect_ok=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "prefill of 2 chunk(s) of 3 tokens" in proc.stdout, proc.stdout
-    tokens, logits = step.generate(exe, ranks, prompt, NEW, prefill=prefill)
-    check_generation(step, tokens, logits, 7)
+    check_prefilled_generation(step, exe, ranks, prompt, prefill, 2, 3)
 
 
 def test_absorbed_weights_are_the_checkpoints_read_by_heads(tmp_path):
