@@ -7,7 +7,9 @@ For each run the published configuration is pinned (degrees, microbatch,
 recompute where stated) and parax-plan predicts the step; we compare
 achieved FLOP/s per GPU. Megatron-LM (2021) reports hardware FLOPs, which
 count the recomputed forward pass (x 4/3 for full recompute); Llama 3
-reports model FLOPs (MFU). Sources are in docs/cost-model.md.
+reports model FLOPs (MFU). DeepSeek-V3 reports GPU hours a trillion
+tokens: we compare tokens/s per GPU (the TFLOP/s column shows parax's model
+FLOPs at the published rate, for scale). Sources are in docs/cost-model.md.
 """
 
 import argparse
@@ -43,6 +45,14 @@ RUNS = [
     ("Llama 3 405B, 16384 H100, CP16, seq 131072 (Llama 3 paper, Table 4)",
      "llama3-405b", 131072, "dgx-h100:nodes=2048",
      "train:batch=128,seq=131072,tp=8,pp=16,cp=16,dp=8,mbs=1", 380, "model"),
+    # 180K H800 GPU hours a trillion tokens (DeepSeek-V3 report, §1):
+    # 1e12 / (180e3 x 3600) = 1543 tokens/s per GPU. PP16, EP64 over 8
+    # nodes, ZeRO-1, no TP (§3.2); 15360 sequences of 4096 (§4.2); FP8
+    # GEMMs (§3.3). Not modelled: DualPipe's overlap (a 1F1B schedule
+    # here), the multi-token-prediction module.
+    ("DeepSeek-V3, 2048 H800, FP8 (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
+     "deepseek-v3", 4096, "hgx-h800:nodes=256",
+     "train:batch=15360,seq=4096,tp=1,pp=16,ep=64,dp=2,zero=1,capacity=2,gemm=fp8", 1e12 / (180e3 * 3600), "tokens"),
 ]
 
 
@@ -67,17 +77,24 @@ def main():
                 print(f"| {name} | {published} | no plan: {result.get('explanation')} | | |")
                 continue
             p = result["plans"][0]
-            peak = {"dgx-a100-80gb": 312e12, "dgx-h100": 989e12}[cluster.split(":")[0]]
+            peak = {"dgx-a100-80gb": 312e12, "dgx-h100": 989e12, "hgx-h800": 989e12}[cluster.split(":")[0]]
             tflops = p["mfu"] * peak / 1e12
             if kind == "hardware" and p["recompute"] == "full":
                 tflops *= 4 / 3  # the recomputed forward counts as work done
-            plan = (f"tp{p['tp']} pp{p['pp']} dp{p['dp']}{' cp' + str(p['cp']) if p['cp'] > 1 else ''}, "
+            plan = (f"tp{p['tp']} pp{p['pp']} dp{p['dp']}{' ep' + str(p['ep']) if p['ep'] > 1 else ''}"
+                    f"{' cp' + str(p['cp']) if p['cp'] > 1 else ''}, "
                     f"{p['schedule']}"
                     f"{' v' + str(p['virtual_stages']) if p['virtual_stages'] > 1 else ''}, "
                     f"ZeRO-{p['zero']}, {p['recompute']} recompute, "
                     f"step {p['step_time_s']:.2f} s (bubble {p['time_s']['bubble']:.2f}, "
                     f"tp {p['time_s']['tp_comm']:.2f}, dp {p['time_s']['dp_comm']:.2f}"
                     f"{', cp ' + format(p['time_s']['cp_comm'], '.2f') if p['cp'] > 1 else ''})")
+            if kind == "tokens":
+                rate = p["tokens_per_s_per_device"]
+                at_published = result["model"]["flops_per_token"] * 3 * published / 1e12
+                print(f"| {name} | {published:.0f} tokens/s ({at_published:.0f} model) | {rate:.0f} tokens/s "
+                      f"({tflops:.0f}) | {rate / published:.2f} | {plan}, ep {p['time_s']['ep_comm']:.2f} |")
+                continue
             print(f"| {name} | {published} ({kind}) | {tflops:.0f} | {tflops / published:.2f} | {plan} |")
 
 

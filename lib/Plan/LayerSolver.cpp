@@ -82,6 +82,11 @@ private:
                    llvm::function_ref<bool(int)> dimAllowed) const;
   SmallVector<Strategy> strategies(const OpNode &op) const;
   double opTime(const OpNode &op, const Strategy &s) const;
+  /// A GEMM (linear, head_linear, experts): what the workload's gemm=
+  /// dtype applies to.
+  static bool isGemm(const OpNode &op);
+  /// The bytes of `op`'s weights as it reads them (gemm=fp8: one an element).
+  double weightBytes(const OpNode &op) const;
   std::pair<double, double> scratchBytes(const OpNode &op, const Strategy &s) const;
   std::pair<double, std::optional<CollectiveKind>>
   reshard(int id, int8_t from, int8_t to) const;
@@ -418,6 +423,16 @@ double Solver::attentionFlops(const OpNode &op) const {
          (2.0 * op.headDim + 5 + 2.0 * op.valueDim);
 }
 
+bool Solver::isGemm(const OpNode &op) {
+  return op.kind == OpClass::Linear || op.kind == OpClass::HeadLinear ||
+         op.kind == OpClass::Experts;
+}
+
+double Solver::weightBytes(const OpNode &op) const {
+  return isGemm(op) && ctx.gemmBytes > 0 ? op.weightParams * ctx.gemmBytes
+                                         : op.weightBytes;
+}
+
 double Solver::opTime(const OpNode &op, const Strategy &s) const {
   if (op.kind == OpClass::Reshape || op.cacheView)
     return 0; // a view
@@ -425,7 +440,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   double flops = op.kind == OpClass::Attention ? attentionFlops(op)
                                                : op.flopsPerToken * tokens;
   flops *= s.computeFrac;
-  double weights = op.weightBytes * s.weightFrac;
+  double weights = weightBytes(op) * s.weightFrac;
   if (op.kind == OpClass::Experts) {
     double local = double(op.numExperts) / ctx.ep;
     double touched = std::min(local, tokens * op.topK);
@@ -440,7 +455,8 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   if (op.kind == OpClass::Attention && ctx.decode)
     bytes += ctx.sequences * ctx.contextLen * op.kvHeads * op.cacheWidth *
              ctx.kvBytes * s.kvFrac;
-  return rooflineTime(*ctx.cluster, flops, bytes, ctx.peak);
+  return rooflineTime(*ctx.cluster, flops, bytes,
+                      isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak);
 }
 
 // The CUDA backend's kernel scratch for `op` under `s` on one device, in
@@ -682,11 +698,11 @@ LayerPlan Solver::solve() {
       plan.collectives.push_back({s.internal->first, s.internal->second * tokens, i});
     }
     double weightShare = s.weightFrac / (op.kind == OpClass::Experts ? ctx.ep : 1);
-    plan.weightBytes += op.weightBytes * weightShare;
+    plan.weightBytes += weightBytes(op) * weightShare;
     plan.weightParams += op.weightParams * weightShare;
     plan.largestWeightParams = std::max(plan.largestWeightParams, op.largestWeight * weightShare);
     if (op.kind == OpClass::Experts) {
-      plan.expertWeightBytes += op.weightBytes * weightShare;
+      plan.expertWeightBytes += weightBytes(op) * weightShare;
       plan.expertParams += op.weightParams * weightShare;
       plan.alltoallBytes += fullBytes(op.inputs[0]) * op.topK;
     }

@@ -114,11 +114,21 @@ private:
     return cp <= 1 || rows == 1 || !hasExperts;
   }
   /// Expert parallelism: a layer's dispatch and combine all-to-alls over
-  /// the ep group (forward), 0 without.
+  /// the ep group, 0 without (each way of a training step: the backward's
+  /// combine gradient goes the dispatch's way). With gemm=fp8 the
+  /// dispatched rows are FP8 (the experts' GEMMs read them so), the
+  /// combined ones the model's dtype, as DeepSeek-V3 exchanges them.
   double expertExchangeTime(const LayerPlan &lp, int64_t ep, Group epGroup) const {
-    return ep > 1 && lp.alltoallBytes > 0
-               ? 2 * collectiveTime(cluster, CollectiveKind::AllToAll, lp.alltoallBytes, epGroup)
-               : 0;
+    if (ep <= 1 || lp.alltoallBytes <= 0)
+      return 0;
+    double dispatched = w.gemmDtype.empty()
+                            ? 1
+                            : std::min(1.0, double(dtypeBytes(w.gemmDtype)) /
+                                                model.elementBytes);
+    return collectiveTime(cluster, CollectiveKind::AllToAll,
+                          lp.alltoallBytes * dispatched, epGroup) +
+           collectiveTime(cluster, CollectiveKind::AllToAll, lp.alltoallBytes,
+                          epGroup);
   }
   /// Context parallelism: the keys and values of layer `lp` gathered over
   /// cp ranks, per device ({bytes of the gathered copy, seconds}).
@@ -152,6 +162,10 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
   TpContext ctx;
   ctx.cluster = &cluster;
   ctx.peak = peakFlops(cluster, model.dtype);
+  if (!w.gemmDtype.empty()) {
+    ctx.gemmPeak = cluster.peak(w.gemmDtype);
+    ctx.gemmBytes = dtypeBytes(w.gemmDtype);
+  }
   ctx.tp = tp;
   ctx.group = makeGroup(cluster, tp, 1);
   ctx.ep = ep;
@@ -693,6 +707,14 @@ PlanResult Search::run() {
                 model.cacheCapacity > 0 ? formatv(", or as a prefill chunk (prefill:batch=B,seq=P, P <= {0})",
                                                   model.cacheCapacity).str()
                                         : std::string())
+            .str();
+    return result;
+  }
+  if (!w.gemmDtype.empty() && cluster.peak(w.gemmDtype) <= 0) {
+    result.explanation =
+        formatv("gemm={0}: the cluster's device ({1}) has no {0} figure in "
+                "its peak_tflops",
+                w.gemmDtype, cluster.device)
             .str();
     return result;
   }

@@ -42,9 +42,9 @@ StringRef parax::plan::toString(Recompute recompute) {
 
 int64_t parax::plan::dtypeBytes(StringRef dtype) {
   return StringSwitch<int64_t>(dtype)
-      .Cases("bf16", "f16", 2)
+      .Cases({"bf16", "f16"}, 2)
       .Case("f32", 4)
-      .Cases("fp8", "int8", 1)
+      .Cases({"fp8", "int8"}, 1)
       .Default(0);
 }
 
@@ -59,6 +59,8 @@ std::string Workload::toString() const {
     text += formatv(",mbs={0}", microBatch).str();
   if (expertCapacity)
     text += formatv(",capacity={0}", format("%g", *expertCapacity)).str();
+  if (!gemmDtype.empty())
+    text += ",gemm=" + gemmDtype;
   return text;
 }
 
@@ -93,7 +95,7 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
       return Error::success();
     };
     auto pin = [&](std::optional<int64_t> &out) -> Error {
-      int64_t number;
+      int64_t number = 0;
       if (Error e = integer(number, 1))
         return e;
       out = number;
@@ -168,6 +170,14 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
             ">= 1, got '" +
                 value + "'");
       w.expertCapacity = factor;
+    } else if (key == "gemm") {
+      if (!StringSwitch<bool>(value)
+               .Cases({"fp8", "bf16", "f16", "f32"}, true)
+               .Default(false))
+        return workloadError(spec, "gemm (the GEMMs' dtype) must be fp8, bf16, "
+                                   "f16 or f32, got '" +
+                                       value + "'");
+      w.gemmDtype = value.str();
     } else if (key == "chunks") {
       int64_t chunks;
       if (Error e = integer(chunks, 2))

@@ -298,3 +298,35 @@ def test_absorbed_latent_attention_caches_the_latent(parax_plan, tmp_path):
     for p in prefill["plans"]:
         tokens_held = p["memory_bytes"]["kv_cache"] / (61 * 576 * 2)
         assert 0 < tokens_held <= 4096, p
+
+
+def test_fp8_gemms(parax_plan, model_file):
+    """gemm=fp8: the GEMMs run at the device's FP8 peak, reading FP8 weights.
+    Pinned to one plan, a compute-bound training step takes less time, not
+    half (attention and the elementwise ops keep bf16); decoding holds and
+    reads the GEMMs' weights at one byte (the embedding keeps two); the
+    expert exchange sends the dispatched rows in FP8, the combined ones in
+    bf16 (3/4 of the bytes). A device without an FP8 figure: see
+    test/Plan/parax-plan-gemm-error.mlir."""
+    dense = model_file("llama3-8b", 4096)
+    pins = "tp=8,pp=1,dp=1,mbs=1,zero=1,recompute=none"
+    bf16 = plan(parax_plan, dense, "dgx-h100", f"train:batch=8,seq=4096,{pins}")["plans"][0]
+    fp8 = plan(parax_plan, dense, "dgx-h100", f"train:batch=8,seq=4096,{pins},gemm=fp8")["plans"][0]
+    ratio = fp8["time_s"]["compute"] / bf16["time_s"]["compute"]
+    assert 0.5 < ratio < 0.8, ratio
+    assert fp8["memory_bytes"]["weights"] == bf16["memory_bytes"]["weights"]  # masters as before
+    decode = "decode:batch=8,context=4096,tp=1,dp=8"
+    bf16 = plan(parax_plan, dense, "dgx-h100", decode)["plans"][0]
+    out = plan(parax_plan, dense, "dgx-h100", decode + ",gemm=fp8")
+    assert out["workload"].endswith(",gemm=fp8")
+    fp8 = out["plans"][0]
+    # 8.03 B parameters, 0.53 B of them the embedding's
+    weights = fp8["memory_bytes"]["weights"] / bf16["memory_bytes"]["weights"]
+    assert weights == pytest.approx((7.50 + 2 * 0.525) / (2 * 8.03), rel=0.01)
+    assert fp8["weight_read_bound_s"] < 0.6 * bf16["weight_read_bound_s"]
+    moe = model_file("mixtral-8x7b", 4096)
+    pins = "tp=1,pp=4,ep=8,dp=1,mbs=1,zero=1,recompute=full,schedule=1f1b"
+    bf16 = plan(parax_plan, moe, "dgx-h100:nodes=4", f"train:batch=8,seq=4096,{pins}")["plans"][0]
+    fp8 = plan(parax_plan, moe, "dgx-h100:nodes=4", f"train:batch=8,seq=4096,{pins},gemm=fp8")["plans"][0]
+    # 3/4 of the bytes; each exchange's latency stays
+    assert 0.75 < fp8["time_s"]["ep_comm"] / bf16["time_s"]["ep_comm"] < 0.8

@@ -401,6 +401,12 @@ TEST(WorkloadTest, ParsesAndRejects) {
   Workload c = cantFail(parseWorkload("train:batch=8,seq=16,capacity=1.25"));
   EXPECT_EQ(c.expertCapacity, 1.25);
   EXPECT_EQ(c.toString(), "train:batch=8,seq=16,capacity=1.25");
+  EXPECT_NE(message("train:batch=8,seq=16,gemm=int4")
+                .find("gemm (the GEMMs' dtype) must be fp8, bf16, f16 or f32, got 'int4'"),
+            std::string::npos);
+  Workload g = cantFail(parseWorkload("train:batch=8,seq=16,gemm=fp8"));
+  EXPECT_EQ(g.gemmDtype, "fp8");
+  EXPECT_EQ(g.toString(), "train:batch=8,seq=16,gemm=fp8");
 }
 
 } // namespace

@@ -35,6 +35,9 @@ std::string layoutName(int8_t layout);
 struct TpContext {
   const ClusterSpec *cluster = nullptr;
   double peak = 0;              // FLOP/s of the model's dtype
+  /// The workload's gemm= dtype (0: the model's): the GEMMs' FLOP/s and
+  /// their weights' bytes an element.
+  double gemmPeak = 0, gemmBytes = 0;
   int64_t tp = 1;
   Group group;                  // the tensor-parallel group
   int64_t ep = 1;               // expert-parallel degree (experts / ep here)

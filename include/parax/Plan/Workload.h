@@ -47,6 +47,10 @@ struct Workload {
   /// any routing fits). Less memory; a step that routes more to one rank
   /// stops with an error (no token is dropped).
   std::optional<double> expertCapacity;
+  /// The GEMMs' dtype (linear, head_linear, experts: their FLOP/s and the
+  /// bytes of the weights they read), empty for the model's own. `fp8`:
+  /// DeepSeek-V3's FP8 recipe (see cost-model.md, "FP8 GEMMs").
+  std::string gemmDtype;
 
   std::string toString() const;
 };
@@ -55,7 +59,8 @@ struct Workload {
 /// `prefill:batch=8,seq=2048`, `decode:batch=64,context=4096[,kv=fp8]`;
 /// also `objective=latency|throughput`, `latency_ms=50`, `schedule=1f1b`,
 /// `chunks=2` (interleaved 1F1B's model chunks a stage, 2 or more),
-/// `capacity=2` (the expert capacity, a number >= 1), and `tp=`, `pp=`,
+/// `capacity=2` (the expert capacity, a number >= 1), `gemm=fp8` (the
+/// GEMMs' dtype: fp8, bf16, f16 or f32), and `tp=`, `pp=`,
 /// `dp=`, `ep=`, `cp=` to pin degrees.
 llvm::Expected<Workload> parseWorkload(llvm::StringRef spec);
 
