@@ -57,6 +57,9 @@ struct DeviceBuffer {
   void *data = nullptr;
   bool inArena = false; // a temporary placed in the step's arena (not its own allocation)
   bool aliased = false; // another buffer's memory: an in-place cache_update's result is its cache
+  // A parameter in another program's memory whose leading slices lie this
+  // many elements apart there (a head_linear's weight alone); 0: dense.
+  int64_t blockStride = 0;
   int64_t numel() const { return numelOf(shape); }
   size_t bytes() const { return std::max<int64_t>(numel(), 1) * elemBytes(elem); }
   float *f() const { return static_cast<float *>(data); }
@@ -414,6 +417,7 @@ struct CudaExecutor::State {
   void aliasCacheUpdates();
   size_t cacheWritesInPlace = 0;
   size_t sharedParameters = 0, sharedCaches = 0; // taken from another program (prepare's `share`)
+  size_t offeredParameters = 0; // looked for in `share` (not read through parameter moves)
   /// This stage's buffer of the same role, box (parameter name and piece,
   /// or input index), shape, split and dtype as `other`, or -1.
   int32_t sameBox(const pxe::Buffer &other) const {
@@ -424,6 +428,35 @@ struct CudaExecutor::State {
     }
     return -1;
   }
+  /// Where this program holds the values of `other`, a parameter of
+  /// `otherHost`'s program on this rank: a parameter of the same box, or
+  /// one whose elements of the same checkpoint tensor, declared in another
+  /// shape, include `other`'s (DeepSeek-V3's kv_b_proj: [heads x 256, 512]
+  /// to an expanded prefill; [heads, 128, 512] of keys and [heads, 128,
+  /// 512] of values, pieces of [heads, 256, 512], to an absorbed step).
+  /// `other`'s values start `offset` elements into that parameter; with
+  /// `blockStride` > 0 its leading slices lie that many elements apart
+  /// there, which only a reader that takes a stride may accept (`strided`).
+  struct Held {
+    int32_t id = -1;
+    int64_t offset = 0, blockStride = 0;
+  };
+  std::optional<Held> heldParameter(const pxe::Buffer &other, const Executor &otherHost, bool strided) const {
+    int32_t same = sameBox(other);
+    if (same >= 0) return Held{same};
+    auto wanted = elementBlocks(otherHost.parameterBox(other), other);
+    if (!wanted || (wanted->count > 1 && (!strided || wanted->count != other.shape(0)))) return std::nullopt;
+    for (const pxe::Buffer &b : host.stageProgram().buffers()) {
+      if (!buffers[b.id()].data || b.role() != pxe::PARAMETER || b.param_name() != other.param_name() ||
+          b.dtype() != other.dtype() ||
+          !std::equal(b.partial().begin(), b.partial().end(), other.partial().begin(), other.partial().end()))
+        continue;
+      auto held = elementBlocks(host.parameterBox(b), b);
+      if (held && held->count == 1 && held->first <= wanted->first && wanted->end() <= held->end())
+        return Held{b.id(), wanted->first - held->first, wanted->count > 1 ? wanted->stride : 0};
+    }
+    return std::nullopt;
+  }
   static bool sameParameterBox(const pxe::Buffer &a, const pxe::Buffer &b) {
     auto same = [](const auto &x, const auto &y) { return std::equal(x.begin(), x.end(), y.begin(), y.end()); };
     if (b.role() != pxe::PARAMETER || a.param_name() != b.param_name() || a.dtype() != b.dtype() ||
@@ -433,6 +466,18 @@ struct CudaExecutor::State {
     for (int d = 0; d < a.split_size(); ++d)
       if (!same(a.split(d).axes(), b.split(d).axes())) return false;
     return true;
+  }
+  /// By buffer: whether every read of it is as a head_linear's weight
+  /// (headGemm takes its heads' stride: a parameter whose heads lie apart
+  /// in another's memory).
+  std::vector<bool> readOnlyAsHeadWeights() const {
+    const pxe::Stage &stage = host.stageProgram();
+    std::vector<bool> only(stage.buffers_size(), true);
+    for (const pxe::Instruction &inst : stage.instructions())
+      for (int i = 0; i < inst.operands_size(); ++i)
+        if (inst.op() != "head_linear" || i != 1) only[inst.operands(i)] = false;
+    for (int32_t id : stage.outputs()) only[id] = false;
+    return only;
   }
   /// How many times each buffer is read: by instructions and as the
   /// stage's outputs.
@@ -795,11 +840,12 @@ struct CudaExecutor::State {
   }
 
   /// Row-major y[m, g, n] = x[m, g, k] · W[g] for every head g, W stored
-  /// [g, k, n] or, `transposeW`, [g, n, k]: one strided batched GEMM with
-  /// fp32 accumulation (the heads' rows g * k apart). Types as gemm's: a
+  /// [g, k, n] or, `transposeW`, [g, n, k], its heads `wStride` elements
+  /// apart (k * n dense): one strided batched GEMM with fp32 accumulation
+  /// (x's heads' rows g * k apart). Types as gemm's: a
   /// bf16 W with an fp32 x rounds x into `xb` (m * g * k elements) first.
-  Status headGemm(const void *x, Elem xe, int64_t m, int64_t g, int64_t k, const void *w, Elem we, bool transposeW,
-                  int64_t n, void *y, Elem ye, __nv_bfloat16 *xb) {
+  Status headGemm(const void *x, Elem xe, int64_t m, int64_t g, int64_t k, const void *w, int64_t wStride, Elem we,
+                  bool transposeW, int64_t n, void *y, Elem ye, __nv_bfloat16 *xb) {
     if (we == Elem::F32 && (xe != Elem::F32 || ye != Elem::F32))
       return Status::error("a GEMM with fp32 weights needs fp32 activations");
     if (we == Elem::BF16 && xe == Elem::F32) {
@@ -813,7 +859,7 @@ struct CudaExecutor::State {
     // Column-major, head by head: y_g^T [n, m] = op(W_g^T) x_g^T.
     PARAX_CUBLAS(cublasGemmStridedBatchedEx(
         blas, transposeW ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-        static_cast<int>(k), &one, w, wType, static_cast<int>(transposeW ? k : n), k * n, x, wType,
+        static_cast<int>(k), &one, w, wType, static_cast<int>(transposeW ? k : n), wStride, x, wType,
         static_cast<int>(g * k), k, &zero, y, yType, static_cast<int>(g * n), n, static_cast<int>(g),
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return Status::ok();
@@ -1230,6 +1276,7 @@ CudaExecutor::~CudaExecutor() = default;
 int CudaExecutor::stage() const { return s_->host.stage(); }
 size_t CudaExecutor::cacheWritesInPlace() const { return s_->cacheWritesInPlace; }
 size_t CudaExecutor::sharedParameters() const { return s_->sharedParameters; }
+size_t CudaExecutor::offeredParameters() const { return s_->offeredParameters; }
 size_t CudaExecutor::sharedCaches() const { return s_->sharedCaches; }
 bool CudaExecutor::borrowsTemporaries() const { return !s_->ownsArena; }
 size_t CudaExecutor::instructionCount() const { return s_->host.instructionCount(); }
@@ -1295,13 +1342,17 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     return Status::ok();
   };
   if (share) // a parameter `share` holds in the same box: its memory
-    hooks.alreadyHeld = [&s, share](int32_t id) {
+    hooks.alreadyHeld = [&s, share, headWeights = std::vector<bool>()](int32_t id) mutable {
       if (s.buffers.empty()) s.buffers.resize(s.host.stageProgram().buffers_size());
+      if (headWeights.empty()) headWeights = s.readOnlyAsHeadWeights();
       const pxe::Buffer &mine = s.host.stageProgram().buffers(id);
-      int32_t theirs = share->s_->sameBox(mine);
-      if (theirs < 0) return false;
+      ++s.offeredParameters;
+      auto theirs = share->s_->heldParameter(mine, s.host, headWeights[id]);
+      if (!theirs) return false;
       s.describe(id);
-      s.buffers[id].data = share->s_->buffers[theirs].data;
+      const DeviceBuffer &lent = share->s_->buffers[theirs->id];
+      s.buffers[id].data = static_cast<char *>(lent.data) + theirs->offset * elemBytes(lent.elem);
+      s.buffers[id].blockStride = theirs->blockStride;
       s.buffers[id].aliased = true;
       ++s.sharedParameters;
       return true;
@@ -2371,8 +2422,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       Status st = ensureScratch((m * g * k + 1) / 2);
       if (!st.isOk()) return st;
     }
-    return headGemm(x.data, x.elem, m, g, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, y.data, y.elem,
-                    reinterpret_cast<__nv_bfloat16 *>(scratch));
+    return headGemm(x.data, x.elem, m, g, k, w.data, w.blockStride > 0 ? w.blockStride : k * n, w.elem,
+                    attrInt(a, "transpose_w") != 0, n, y.data, y.elem, reinterpret_cast<__nv_bfloat16 *>(scratch));
   }
   if (op == "rms_norm" || op == "layer_norm") {
     DeviceBuffer &x = in(0), &y = out();

@@ -182,6 +182,37 @@ std::vector<int64_t> boxStart(const pxe::Executable &exe, const std::vector<int6
   return start;
 }
 
+std::optional<ElementBlocks> elementBlocks(const CheckpointBox &box, const pxe::Buffer &buffer) {
+  const int rank = static_cast<int>(box.shape.size());
+  if (buffer.param_name().find("{e}") != std::string::npos || rank == 0 ||
+      box.start.size() != box.shape.size() || buffer.shape_size() != rank)
+    return std::nullopt;
+  // The last dimension the box cuts (0 when it is whole): a block is the
+  // box's extent there times the whole later dimensions.
+  int cut = 0;
+  for (int d = 0; d < rank; ++d)
+    if (buffer.shape(d) != box.shape[d]) cut = d;
+  ElementBlocks blocks;
+  blocks.length = 1;
+  for (int d = cut; d < rank; ++d) blocks.length *= buffer.shape(d);
+  // Before it, at most one dimension with more than one element: the
+  // blocks', a stride of the tensor's dimensions after it.
+  for (int d = 0; d < cut; ++d) {
+    if (buffer.shape(d) == 1) continue;
+    if (blocks.count > 1) return std::nullopt;
+    blocks.count = buffer.shape(d);
+    blocks.stride = 1;
+    for (int e = d + 1; e < rank; ++e) blocks.stride *= box.shape[e];
+  }
+  for (int d = 0; d < rank; ++d) blocks.first = blocks.first * box.shape[d] + box.start[d];
+  if (blocks.count > 1 && blocks.stride == blocks.length) { // back to back: one run
+    blocks.length *= blocks.count;
+    blocks.count = 1;
+  }
+  if (blocks.count == 1) blocks.stride = 0;
+  return blocks;
+}
+
 CheckpointBox checkpointBox(const pxe::Executable &exe, const std::vector<int64_t> &coordinates,
                             const pxe::Buffer &buffer) {
   CheckpointBox box{wholeShape(buffer), boxStart(exe, coordinates, buffer)};

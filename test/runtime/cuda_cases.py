@@ -520,7 +520,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "hoisted": hoisted(log), "temporaries": temporaries_of(log),
             "cache_in_place": _counted(log, "KV-cache concat(s) read in place by attention"),
             "cache_writes_in_place": _counted(log, "KV cache(s) written in place"),
-            "shared_parameters": _counted(log, "parameter(s) and"),
+            "shared_parameters": _shared_parameters(log), "step_parameters": _counted(log, "parameter(s) and"),
             "shared_caches": _counted(log, "KV cache(s) shared with the prefill program"),
             "microbatch_shared": _counted(log, "parameter(s) of microbatch 0 shared"),
             "borrowing_temporaries": _counted(log, "program(s) running in another's temporary memory"),
@@ -529,6 +529,14 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "in_flight": in_flight(log), "activation_sets": _counted(log, "activation sets a rank"),
             "early_reductions": _counted(log, "gradient reduction(s) issued during the backward pass"),
             "nccl": case.get("launcher", False) or (case["ranks"] > 1 and "host memory and MPI" not in log)}
+
+
+def _shared_parameters(log):
+    """The step's parameters in its prefill program's memory ("N of M
+    parameter(s) and ... shared with the prefill program"; 0: absent)."""
+    import re
+    m = re.search(r"(\d+) of \d+ parameter\(s\) and", log)
+    return int(m.group(1)) if m else 0
 
 
 def _counted(log, what):
@@ -924,7 +932,7 @@ def _bench_generate(name, root, bin_dir, device, arrays, weights_dir):
             "rows": rows, "micro": micro,
             "planned_step_ms": 1e3 * _planned(d).get("step_time_s", 0),
             "weight_bytes": width * matmul * micro, "kv_bytes": kv_bytes,
-            "shared_parameters": _counted(log, "parameter(s) and"),
+            "shared_parameters": _shared_parameters(log),
             "shared_caches": _counted(log, "KV cache(s) shared with the prefill program"),
             "device_bytes": _counted(log, "bytes of device memory")}
 

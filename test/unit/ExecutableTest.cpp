@@ -824,4 +824,38 @@ TEST(Executor, ExpertExchangeRefusesMoreRowsThanItHolds) {
   }
 }
 
+TEST(Executable, BoxesOfATensorInRefinedShapesHoldTheSameElements) {
+  // DeepSeek-V3's kv_b_proj at 4 heads of 3 rows (2 of keys, 1 of values)
+  // of 2: [12, 2] to one program, [4, 3, 2] to another. Rank 1 of 2 on the
+  // heads holds rows 6..11 either way: the same run of elements, 12..24.
+  pxe::Stage stage;
+  pxe::Buffer *flat = addBuffer(stage, pxe::PARAMETER, pxe::F32, {6, 2});
+  pxe::Buffer *heads = addBuffer(stage, pxe::PARAMETER, pxe::F32, {2, 3, 2});
+  auto blocks = [](int64_t first, int64_t length, int64_t stride = 0, int64_t count = 1) {
+    return std::optional<ElementBlocks>(ElementBlocks{first, length, stride, count});
+  };
+  EXPECT_EQ(elementBlocks({{12, 2}, {6, 0}}, *flat), blocks(12, 12));
+  EXPECT_EQ(elementBlocks({{4, 3, 2}, {2, 0, 0}}, *heads), blocks(12, 12));
+  EXPECT_EQ(elementBlocks({{4, 3, 2}, {2, 0, 0}}, *heads)->end(), 24);
+  // One head's rows: a run after leading dimensions of one element.
+  pxe::Buffer *head = addBuffer(stage, pxe::PARAMETER, pxe::F32, {1, 3, 2});
+  EXPECT_EQ(elementBlocks({{4, 3, 2}, {3, 0, 0}}, *head), blocks(18, 6));
+  // Rank 1's key piece: its two heads' first two rows, a block a head.
+  pxe::Buffer *keys = addBuffer(stage, pxe::PARAMETER, pxe::F32, {2, 2, 2});
+  EXPECT_EQ(elementBlocks({{4, 3, 2}, {2, 0, 0}}, *keys), blocks(12, 4, 6, 2));
+  EXPECT_EQ(elementBlocks({{4, 3, 2}, {2, 0, 0}}, *keys)->end(), 22);
+  // ... and its value piece, every head's last row.
+  pxe::Buffer *values = addBuffer(stage, pxe::PARAMETER, pxe::F32, {2, 1, 2});
+  EXPECT_EQ(elementBlocks({{4, 3, 2}, {2, 2, 0}}, *values), blocks(16, 2, 6, 2));
+  // Whole: one run of everything.
+  pxe::Buffer *all = addBuffer(stage, pxe::PARAMETER, pxe::F32, {4, 3, 2});
+  EXPECT_EQ(elementBlocks({{4, 3, 2}, {0, 0, 0}}, *all), blocks(0, 24));
+  // Cut on two dimensions before the last cut one: not blocks at one stride.
+  pxe::Buffer *corner = addBuffer(stage, pxe::PARAMETER, pxe::F32, {2, 2, 1});
+  EXPECT_EQ(elementBlocks({{4, 3, 2}, {0, 0, 0}}, *corner), std::nullopt);
+  // A stack of experts is not one checkpoint tensor.
+  heads->set_param_name("experts.{e}.w");
+  EXPECT_EQ(elementBlocks({{4, 3, 2}, {2, 0, 0}}, *heads), std::nullopt);
+}
+
 } // namespace

@@ -667,7 +667,7 @@ int main(int argc, char **argv) {
                              "memory and MPI, not NCCL\n", size, devices);
     }
     using Share = CudaExecutor::Share;
-    size_t sharedParameters = 0, sharedCaches = 0, borrowedWeights = 0, sharedMoves = 0;
+    size_t sharedParameters = 0, stepParameters = 0, sharedCaches = 0, borrowedWeights = 0, sharedMoves = 0;
     for (int64_t m = 0; m < programs; ++m) {
       // Microbatch m > 0 borrows microbatch 0's weights; the step borrows
       // its prefill program's weights and caches.
@@ -689,12 +689,14 @@ int main(int argc, char **argv) {
       if (!s.isOk()) die(s.message());
       runners[m] = runnerOf(*gpus[m]);
       sharedParameters += gpus[m]->sharedParameters();
+      stepParameters += gpus[m]->offeredParameters();
       sharedCaches += gpus[m]->sharedCaches();
       sharedMoves += gpus[m]->sharedMoves();
       if (m > 0 && chunks == 0) borrowedWeights += gpus[m]->sharedParameters();
     }
     if (chunks > 0)
-      sharing = ", " + std::to_string(sharedParameters) + " parameter(s) and " + std::to_string(sharedCaches) +
+      sharing = ", " + std::to_string(sharedParameters) + " of " + std::to_string(stepParameters) +
+                " parameter(s) and " + std::to_string(sharedCaches) +
                 " KV cache(s) shared with the prefill program";
     if (programs > 1)
       sharing += ", " + std::to_string(borrowedWeights) + " parameter(s) of microbatch 0 shared with the " +
@@ -793,7 +795,8 @@ int main(int argc, char **argv) {
     return memory;
   };
   if (steps == 0) { // prepare only: every rank says what it holds
-    std::printf("parax-run: rank %d (stage %d) on %s: %s\n", rank, stageIndex, device.c_str(), holdings().c_str());
+    std::printf("parax-run: rank %d (stage %d) on %s: %s%s\n", rank, stageIndex, device.c_str(), holdings().c_str(),
+                sharing.c_str());
     std::fflush(stdout);
     shutdown();
     return 0;

@@ -69,6 +69,10 @@ public:
   /// prepare (the same moves of the same parameters) that prepare took
   /// from `share`.
   size_t sharedParameters() const;
+  /// The parameters prepare looked for in `share` (sharedParameters of
+  /// them found): every one but those read only through parameter moves,
+  /// which share the moves' results instead (sharedMoves).
+  size_t offeredParameters() const;
   size_t sharedCaches() const;
   size_t sharedMoves() const;
   /// Whether this program's temporaries live in `share`'s memory.

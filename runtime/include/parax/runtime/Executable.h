@@ -12,6 +12,7 @@
 #include "parax/runtime/executable.pb.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,29 @@ struct CheckpointBox {
 };
 CheckpointBox checkpointBox(const pxe::Executable &exe, const std::vector<int64_t> &coordinates,
                             const pxe::Buffer &buffer);
+
+/// Where a box's elements lie in its checkpoint tensor's row-major order:
+/// `count` blocks of `length` elements, the first at `first`, each
+/// `stride` after the one before (one block when they are one run).
+struct ElementBlocks {
+  int64_t first = 0, length = 0, stride = 0, count = 1;
+  int64_t end() const { return first + (count - 1) * stride + length; }
+  bool operator==(const ElementBlocks &o) const {
+    return first == o.first && length == o.length && count == o.count && (count == 1 || stride == o.stride);
+  }
+};
+
+/// The elements of its checkpoint tensor that parameter `buffer`'s box
+/// `box` holds: one run when the box is cut on one dimension and whole on
+/// the later ones; blocks when it is also cut on one earlier dimension (a
+/// fused tensor's piece split over heads: DeepSeek-V3's kv_b_proj
+/// [heads, 256, 512] has a key piece [heads, 128, 512], a block a head).
+/// Nothing when the box is cut on more dimensions, and for a stack of
+/// experts. A tensor declared in a refined shape (dimensions split, never
+/// reordered: Checkpoint::readBox) keeps its elements' order, so boxes of
+/// one tensor in differing shapes with the same blocks hold the same
+/// values.
+std::optional<ElementBlocks> elementBlocks(const CheckpointBox &box, const pxe::Buffer &buffer);
 
 /// Number of ranks of the executable's grid.
 int64_t gridSize(const pxe::Executable &exe);

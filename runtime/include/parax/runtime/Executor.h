@@ -9,6 +9,7 @@
 
 #include "parax/runtime/Checkpoint.h"
 #include "parax/runtime/Communicator.h"
+#include "parax/runtime/Executable.h"
 #include "parax/runtime/Status.h"
 #include "parax/runtime/Tensor.h"
 #include "parax/runtime/executable.pb.h"
@@ -98,6 +99,8 @@ public:
   /// For other backends, which load through this one and then take over.
   const pxe::Stage &stageProgram() const { return *stageProto_; }
   const std::vector<int64_t> &coordinates() const { return coords_; }
+  /// The checkpoint box parameter `buffer` of this stage reads on this rank.
+  CheckpointBox parameterBox(const pxe::Buffer &buffer) const { return checkpointBox(*exe_, coords_, buffer); }
   /// KV caches kept outside the executor, by input index: one set per
   /// microbatch of a generation loop, which the programs of that microbatch
   /// (the prefill's and the step's) take in turn.
