@@ -173,21 +173,31 @@ double Solver::keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm:
       writer[res] = i;
   }
   // Last op first: a value is needed if a gradient reads it, or an op
-  // re-run (or a view of it) needs it.
+  // re-run (or a view of it) needs it; needed whole unless only GEMMs'
+  // gradients read it (kept in their dtype, ctx.gemmInputShare).
   SmallVector<bool> needed(layer.values.size(), false);
+  SmallVector<bool> neededWhole(layer.values.size(), false);
   for (int i = n - 1; i >= 0; --i) {
     const OpNode &op = layer.ops[i];
     bool resultNeeded = llvm::any_of(op.results, [&](int res) { return needed[res]; });
+    bool resultWhole =
+        llvm::any_of(op.results, [&](int res) { return neededWhole[res]; });
     rerun[i] = rerunnable[i] && resultNeeded;
     bool aliased = op.kind == OpClass::Reshape || op.cacheView;
-    if (rerun[i] || (aliased && resultNeeded) || gradientReadsInputs(op.kind))
-      for (int in : op.inputs)
-        needed[in] = true;
+    bool reads = gradientReadsInputs(op.kind);
+    if (!rerun[i] && !(aliased && resultNeeded) && !reads)
+      continue;
+    for (auto [k, in] : llvm::enumerate(op.inputs)) {
+      needed[in] = true;
+      bool whole = rerun[i] || (reads && !(isGemm(op) && k == 0)) ||
+                   (aliased && resultWhole);
+      neededWhole[in] = neededWhole[in] || whole;
+    }
   }
   double bytes = 0;
   for (auto [id, isNeeded] : llvm::enumerate(needed))
     if (isNeeded && (writer[id] < 0 || !rerun[writer[id]]))
-      bytes += heldBytes[id];
+      bytes += heldBytes[id] * (neededWhole[id] ? 1 : ctx.gemmInputShare);
   if (recomputeTime)
     for (int i = 0; i < n; ++i)
       if (rerun[i])
@@ -735,8 +745,11 @@ LayerPlan Solver::solve() {
       // The dispatched rows, weights and experts the gradient reads: ep ·
       // tokens · k rows (the runtime sizes them for every token of the EP
       // group choosing this rank's experts), or the expert capacity's.
+      // (The rows in the GEMMs' dtype: the experts' gradient alone reads
+      // them.)
       dispatchedBytes += ctx.dispatchedFactor() *
-                         (op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) +
+                         (op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) *
+                              ctx.gemmInputShare +
                           fullBytes(op.inputs[1]) + fullBytes(op.inputs[2]));
   }
   for (int in : layer.inputs)

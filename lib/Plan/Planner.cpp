@@ -113,6 +113,14 @@ private:
   bool contextSplitFits(int64_t cp, int64_t rows) const {
     return cp <= 1 || rows == 1 || !hasExperts;
   }
+  /// The GEMMs' input bytes an element (gemm=), as a share of the model's:
+  /// what the expert dispatch sends and a training step keeps for the
+  /// GEMMs' gradients. 1 for the model's dtype or a wider one.
+  double gemmInputShare() const {
+    return w.gemmDtype.empty() ? 1
+                               : std::min(1.0, double(dtypeBytes(w.gemmDtype)) /
+                                                   model.elementBytes);
+  }
   /// Expert parallelism: a layer's dispatch and combine all-to-alls over
   /// the ep group, 0 without (each way of a training step: the backward's
   /// combine gradient goes the dispatch's way). With gemm=fp8 the
@@ -121,12 +129,8 @@ private:
   double expertExchangeTime(const LayerPlan &lp, int64_t ep, Group epGroup) const {
     if (ep <= 1 || lp.alltoallBytes <= 0)
       return 0;
-    double dispatched = w.gemmDtype.empty()
-                            ? 1
-                            : std::min(1.0, double(dtypeBytes(w.gemmDtype)) /
-                                                model.elementBytes);
     return collectiveTime(cluster, CollectiveKind::AllToAll,
-                          lp.alltoallBytes * dispatched, epGroup) +
+                          lp.alltoallBytes * gemmInputShare(), epGroup) +
            collectiveTime(cluster, CollectiveKind::AllToAll, lp.alltoallBytes,
                           epGroup);
   }
@@ -165,6 +169,7 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
   if (!w.gemmDtype.empty()) {
     ctx.gemmPeak = cluster.peak(w.gemmDtype);
     ctx.gemmBytes = dtypeBytes(w.gemmDtype);
+    ctx.gemmInputShare = gemmInputShare();
   }
   ctx.tp = tp;
   ctx.group = makeGroup(cluster, tp, 1);

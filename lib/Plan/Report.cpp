@@ -29,6 +29,10 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                 cluster.devicesPerNode, gb(cluster.hbmBytes));
   os << formatv("workload  {0}, objective {1}\n", workload.toString(),
                 toString(workload.objective));
+  if (!workload.gemmDtype.empty())
+    os << formatv("          the GEMMs costed in {0}: a what-if (parax's "
+                  "runtimes run them in the model's dtype)\n",
+                  workload.gemmDtype);
   os << formatv("model     {0:F2} B parameters ({1:F2} B active per token), "
                 "{2:F1} GB; KV cache {3:F1} KiB per token; {4:F2} GFLOP per "
                 "token forward\n",

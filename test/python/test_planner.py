@@ -330,3 +330,26 @@ def test_fp8_gemms(parax_plan, model_file):
     fp8 = plan(parax_plan, moe, "dgx-h100:nodes=4", f"train:batch=8,seq=4096,{pins},gemm=fp8")["plans"][0]
     # 3/4 of the bytes; each exchange's latency stays
     assert 0.75 < fp8["time_s"]["ep_comm"] / bf16["time_s"]["ep_comm"] < 0.8
+
+
+def test_fp8_training_keeps_the_gemm_inputs_in_fp8(parax_plan, model_file):
+    """gemm=fp8 training keeps what only the GEMMs' gradients read in FP8, as
+    DeepSeek-V3 caches the linears' inputs (§3.3.3), and the rows an expert
+    dispatch holds for the experts' gradient; what another gradient reads too
+    stays bf16. Llama-3-8B without recompute: in each of the 32 layers the two
+    norms' outputs, the attention's output and SwiGLU's (3 x 4,096 + 14,336
+    values a token), and the final norm's output, a byte each instead of two.
+    Mixtral-8x7B over EP8 under selective recompute (the norms' outputs made
+    again, the attention's too): the dispatched rows alone, 8 ranks' 4,096 x 2
+    pairs of 4,096 features in each of 32 layers."""
+    dense = model_file("llama3-8b", 4096)
+    pins = "train:batch=8,seq=4096,tp=1,pp=1,dp=8,mbs=1,zero=3,recompute=none"
+    bf16, fp8 = (plan(parax_plan, dense, "dgx-h100", pins + extra)["plans"][0]["memory_bytes"]
+                 for extra in ("", ",gemm=fp8"))
+    assert bf16["activations"] - fp8["activations"] == 4096 * (32 * (3 * 4096 + 14336) + 4096)
+    assert bf16["weights"] == fp8["weights"] and bf16["optimizer"] == fp8["optimizer"]
+    moe = model_file("mixtral-8x7b", 4096)
+    pins = "train:batch=64,seq=4096,ep=8,dp=4,pp=1,tp=1,mbs=1,recompute=selective,zero=3"
+    bf16, fp8 = (plan(parax_plan, moe, "dgx-h100:nodes=4", pins + extra)["plans"][0]["memory_bytes"]
+                 for extra in ("", ",gemm=fp8"))
+    assert bf16["activations"] - fp8["activations"] == 32 * (8 * 4096 * 2) * 4096

@@ -45,7 +45,8 @@ static cl::opt<std::string> workloadOpt(
              "tp= pp= dp= ep= cp= (pin a degree), mbs=, zero=0..3, "
              "recompute=none|selective|full, "
              "schedule=gpipe|1f1b|interleaved, chunks=, capacity= (expert "
-             "capacity, >= 1), kv=<dtype>, "
+             "capacity, >= 1), gemm=fp8|bf16|f16|f32 (the GEMMs' dtype), "
+             "kv=<dtype>, "
              "objective=latency|throughput, latency_ms= (docs/planner.md)"),
     cl::cat(planOptions));
 static cl::opt<int> topOpt("top", cl::init(5), cl::desc("number of plans to show"), cl::cat(planOptions));

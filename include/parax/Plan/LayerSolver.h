@@ -38,6 +38,11 @@ struct TpContext {
   /// The workload's gemm= dtype (0: the model's): the GEMMs' FLOP/s and
   /// their weights' bytes an element.
   double gemmPeak = 0, gemmBytes = 0;
+  /// A training step keeps what only the GEMMs' gradients read of a value
+  /// (their inputs x) in the GEMMs' dtype, this share of its bytes when
+  /// narrower than the model's (gemm=fp8 on bf16: 1/2), as DeepSeek-V3
+  /// caches them in FP8; 1 otherwise.
+  double gemmInputShare = 1;
   int64_t tp = 1;
   Group group;                  // the tensor-parallel group
   int64_t ep = 1;               // expert-parallel degree (experts / ep here)
