@@ -1,6 +1,7 @@
 //===- LayerSolver.cpp - exact op shardings for one layer -----------------===//
 
 #include "parax/Plan/LayerSolver.h"
+#include "parax/Train/Recompute.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
@@ -132,25 +133,6 @@ static bool gradientReadsInputs(OpClass kind) {
   }
 }
 
-// Selective recomputation re-runs these (lib/Train/Recompute.cpp's
-// `cheap`: results large next to the time they take) and the views of what
-// it re-runs.
-static bool selectivelyRecomputed(OpClass kind) {
-  switch (kind) {
-  case OpClass::Norm:
-  case OpClass::Unary:
-  case OpClass::Swiglu:
-  case OpClass::Rope:
-  case OpClass::Mul:
-  case OpClass::Broadcast:
-  case OpClass::Concat:
-  case OpClass::Attention:
-    return true;
-  default:
-    return false;
-  }
-}
-
 // The bytes of the layer's values a training step keeps from its forward
 // pass to its backward (the values its gradient ops read, as the runtime
 // keeps each temporary from its writer to its last reader), each once, in
@@ -166,8 +148,9 @@ double Solver::keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm:
   for (int i = 0; i < n; ++i) {
     const OpNode &op = layer.ops[i];
     bool isView = op.kind == OpClass::Reshape || op.kind == OpClass::Slice || op.kind == OpClass::Transpose;
-    rerunnable[i] = selective && (selectivelyRecomputed(op.kind) ||
-                                  (isView && !op.inputs.empty() && writer[op.inputs[0]] >= 0 &&
+    rerunnable[i] = selective && (parax::isSelectivelyRecomputed(op.op) ||
+                                  (isView && !op.inputs.empty() &&
+                                   writer[op.inputs[0]] >= 0 &&
                                    rerunnable[writer[op.inputs[0]]]));
     for (int res : op.results)
       writer[res] = i;

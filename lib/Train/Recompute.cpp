@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "parax/Train/Recompute.h"
 #include "parax/Dialect/Parax/IR/ParaxOps.h"
 #include "parax/Train/Passes.h"
 
@@ -33,14 +34,20 @@ std::optional<int64_t> layerOf(Operation *op) {
   return std::nullopt;
 }
 
-// Selective recomputation: ops whose results are large next to the time
-// they take (the planner's list, lib/Plan/LayerSolver.cpp), and views of
-// what is recomputed.
-bool cheap(Operation *op) {
-  return isa<RmsNormOp, LayerNormOp, SiluOp, SigmoidOp, GeluOp, SwigluOp, RopeOp,
-             MulOp, BroadcastOp, ConcatOp, AttentionOp>(op);
-}
 bool view(Operation *op) { return isa<ReshapeOp, SliceOp, TransposeOp>(op); }
+
+} // namespace
+
+bool parax::isSelectivelyRecomputed(Operation *op) {
+  if (auto linear = dyn_cast<LinearOp>(op))
+    return cast<ShapedType>(linear.getResult().getType()).getShape().back() >
+           kRecomputedExpansion *
+               cast<ShapedType>(linear.getX().getType()).getShape().back();
+  return isa<RmsNormOp, LayerNormOp, SiluOp, SigmoidOp, GeluOp, SwigluOp,
+             RopeOp, MulOp, BroadcastOp, ConcatOp, AttentionOp>(op);
+}
+
+namespace {
 
 LogicalResult recompute(func::FuncOp function, StringRef mode) {
   Block &body = function.getBody().front();
@@ -82,7 +89,7 @@ LogicalResult recompute(func::FuncOp function, StringRef mode) {
     IRMapping again;
     SmallVector<Operation *> clones;
     for (Operation *op : forward) {
-      bool recomputed = mode == "full" || cheap(op) ||
+      bool recomputed = mode == "full" || isSelectivelyRecomputed(op) ||
                         (view(op) && again.contains(op->getOperand(0)));
       if (recomputed)
         clones.push_back(b.clone(*op, again));

@@ -85,3 +85,39 @@ func.func @planned(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
   %loss = parax.cross_entropy %logits, %labels {parax.layer = 1 : i64} : (tensor<2x4x32xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// A low-rank latent's up-projection, more than 4x as wide as its input
+// (DeepSeek-V3's MLA: q_b_proj 16x, kv_b_proj 64x), is made again under
+// selective recomputation from the norm of the kept latent, made again
+// too; the down-projection to the latent is kept, not made again.
+// SEL-LABEL: func.func @latent
+// SEL: %[[C:.*]] = parax.linear %arg0, %arg2 {parax.layer = 0 : i64, transpose_w}
+// SEL: %[[N:.*]] = parax.rms_norm %[[C]], %arg3
+// SEL: %[[U:.*]] = parax.linear %[[N]], %arg4 {parax.layer = 0 : i64, transpose_w}
+// SEL: parax.cross_entropy_grad
+// SEL-NOT: parax.linear %{{.*}}, %arg2
+// SEL: %[[N2:.*]] = parax.rms_norm %[[C]], %arg3
+// SEL-NEXT: %[[U2:.*]] = parax.linear %[[N2]], %arg4 {parax.layer = 0 : i64, transpose_w}
+// SEL-NEXT: parax.mul %{{.*}}, %[[U2]]
+// SEL-NOT: parax.linear %{{.*}}, %arg2
+// SEL: parax.linear_weight_grad %[[N2]]
+// SEL-NOT: parax.linear %{{.*}}, %arg2
+// SEL: return
+// NONE-LABEL: func.func @latent
+// NONE-COUNT-1: parax.rms_norm %
+// NONE-NOT: parax.rms_norm %
+func.func @latent(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
+                  %down: tensor<4x16xf32> {parax.param = "down"},
+                  %norm: tensor<4xf32> {parax.param = "norm"},
+                  %up: tensor<40x4xf32> {parax.param = "up"},
+                  %head: tensor<32x40xf32> {parax.param = "head"}) -> tensor<f32> {
+  %c = parax.linear %x, %down {transpose_w, parax.layer = 0 : i64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> tensor<2x4x4xf32>
+  %n = parax.rms_norm %c, %norm {eps = 1.0e-5 : f64, parax.layer = 0 : i64} : (tensor<2x4x4xf32>, tensor<4xf32>) -> tensor<2x4x4xf32>
+  %u = parax.linear %n, %up {transpose_w, parax.layer = 0 : i64} : (tensor<2x4x4xf32>, tensor<40x4xf32>) -> tensor<2x4x40xf32>
+  %a = parax.mul %u, %u {parax.layer = 0 : i64} : (tensor<2x4x40xf32>, tensor<2x4x40xf32>) -> tensor<2x4x40xf32>
+  %logits = parax.linear %a, %head {transpose_w, parax.layer = 1 : i64} : (tensor<2x4x40xf32>, tensor<32x40xf32>) -> tensor<2x4x32xf32>
+  %loss = parax.cross_entropy %logits, %labels {parax.layer = 1 : i64} : (tensor<2x4x32xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -243,17 +243,19 @@ def test_microbatch_gradients_are_averaged(tmp_path, preset, pins, ranks, layers
 # (preset, workload pins or None, ranks, rows: microbatches of 2)
 RECOMPUTE_PLANS = [("tiny-llama", None, 1, 2), ("tiny-llama", "tp=2,pp=2,dp=1", 4, 2),
                    ("tiny-llama", "pp=2,dp=1", 2, 4), ("tiny-mixtral", "ep=2,dp=1", 2, 2),
-                   ("tiny-gpt2", "tp=2,dp=1", 2, 2), ("tiny-llama", "cp=2,tp=2,dp=1", 4, 2)]
+                   ("tiny-gpt2", "tp=2,dp=1", 2, 2), ("tiny-llama", "cp=2,tp=2,dp=1", 4, 2),
+                   ("tiny-deepseek-v3", "tp=2,dp=1", 2, 2)]
 
 
 @pytest.mark.parametrize("mode", ["selective", "full"])
 @pytest.mark.parametrize("preset,pins,ranks,rows", RECOMPUTE_PLANS,
                          ids=[f"{p[0][5:]}-{p[1] or 'one'}-{p[3] // 2}micro" for p in RECOMPUTE_PLANS])
 def test_recomputed_activations_give_the_same_gradients(tmp_path, preset, pins, ranks, rows, mode):
-    """--parax-recompute: each layer's forward ops (all, or the cheap ones)
-    run again before its gradient ops, which read the copies (collectives
-    included: TP's all-reduces, EP's dispatch and combine, a pipeline
-    stage's; under 1F1B with two microbatches too); the loss and every
+    """--parax-recompute: each layer's forward ops (all, or the cheap ones:
+    DeepSeek-V3's kv_b_proj up-projection among them) run again before its
+    gradient ops, which read the copies (collectives included: TP's
+    all-reduces, EP's dispatch and combine, a pipeline stage's; under 1F1B
+    with two microbatches too); the loss and every
     gradient are those of the step that kept its activations (the same ops
     on the same values)."""
     model = Model(str(tmp_path), preset, loss=True, batch=2, rows=rows)
@@ -264,6 +266,8 @@ def test_recomputed_activations_give_the_same_gradients(tmp_path, preset, pins, 
     kept_text = open(os.path.join(model.dir, "kept.mlir")).read()
     op = "parax.rms_norm " if preset != "tiny-gpt2" else "parax.layer_norm "
     assert text.count(op) > kept_text.count(op), "nothing was recomputed"
+    if preset == "tiny-deepseek-v3":  # kv_b_proj, 8x its latent: made again from the latent's norm
+        assert text.count("parax.linear ") > kept_text.count("parax.linear "), "kv_b_proj was not recomputed"
     if pins and "pp=2" in pins:
         # Stage 0 receives its gradient before it recomputes anything: 1F1B
         # runs the copies in the backward half (after the first receive).
