@@ -29,6 +29,9 @@ print(",".join(c for c in cuda_cases.all_cases() if c not in left_out))' "$root/
 PARAX_BUILD_DIR="$build" "$root/.venv/bin/python" "$root/test/runtime/cuda_cases.py" \
   prepare "$out/cases" --bin "$build/bin" --cases "$cases"
 find "$out/cases" -name '*.mlir' -delete
+# (the CPU runs' own output files: their values are the cases' cpu*.npy,
+# which is what gpu-check.sh compares with; 13 MB of the 64 MiB)
+find "$out/cases" -name 'out*.npy' -delete
 # Many cases share their weights and inputs: each distinct file kept once
 # in shared/, the cases' copies relative links to it (the device tool
 # carries at most 64 MiB, links as links).
@@ -58,4 +61,12 @@ packages="libevent-core-2.1-7 libevent-pthreads-2.1-7 libgfortran5 libhwloc15 li
           libopenblas0-pthread libopenmpi3 libprotobuf32 libquadmath0 libpmix2 openmpi-bin
           openmpi-common"
 (cd "$out/debs" && apt-get download $packages >/dev/null)
-du -sh "$out"
+# The device tool carries 64 MiB at most, the bundle with the working tree
+# (links as links): say so here, not on the GPU machine.
+bytes="$(du -sb --apparent-size "$out" | cut -f1)"
+tree="$(cd "$root" && git ls-files -z | xargs -0 du -cb --apparent-size | tail -1 | cut -f1)"
+echo "gpu-bundle: $((bytes / 1048576)) MiB in $out, $(((bytes + tree) / 1048576)) MiB with the working tree"
+if (( bytes + tree > 64 * 1048576 )); then
+  echo "gpu-bundle: more than the 64 MiB the device tool carries: leave cases out (the list above)" >&2
+  exit 1
+fi
