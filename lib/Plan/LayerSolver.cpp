@@ -83,8 +83,8 @@ private:
                    llvm::function_ref<bool(int)> dimAllowed) const;
   SmallVector<Strategy> strategies(const OpNode &op) const;
   double opTime(const OpNode &op, const Strategy &s) const;
-  /// A GEMM (linear, head_linear, experts): what the workload's gemm=
-  /// dtype applies to.
+  /// A GEMM (linear, head_linear, experts) but the output head: what the
+  /// workload's gemm= dtype applies to.
   static bool isGemm(const OpNode &op);
   /// The bytes of `op`'s weights as it reads them (gemm=fp8: one an element).
   double weightBytes(const OpNode &op) const;
@@ -417,8 +417,8 @@ double Solver::attentionFlops(const OpNode &op) const {
 }
 
 bool Solver::isGemm(const OpNode &op) {
-  return op.kind == OpClass::Linear || op.kind == OpClass::HeadLinear ||
-         op.kind == OpClass::Experts;
+  return (op.kind == OpClass::Linear && !op.outputHead) ||
+         op.kind == OpClass::HeadLinear || op.kind == OpClass::Experts;
 }
 
 double Solver::weightBytes(const OpNode &op) const {

@@ -245,6 +245,9 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
       } else if (auto linear = dyn_cast<LinearOp>(op)) {
         node.in = linear.getInFeatures();
         node.out = linear.getOutFeatures();
+        node.outputHead = llvm::any_of(linear->getUsers(), [](Operation *user) {
+          return isa<CrossEntropyOp, func::ReturnOp>(user);
+        });
       } else if (auto experts = dyn_cast<ExpertsOp>(op)) {
         node.numExperts = experts.getNumExperts();
         node.ffn = experts.getFfnDim();

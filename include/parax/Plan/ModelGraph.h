@@ -73,6 +73,10 @@ struct OpNode {
   bool causal = false;
   // Linear: in/out features. Experts: E, F, k. Slice/concat: the dim.
   int64_t in = 0, out = 0;
+  // Linear: the output head (its logits returned or read by the loss),
+  // which a workload's gemm= dtype leaves in the model's, as DeepSeek-V3
+  // keeps it (report §3.3.1).
+  bool outputHead = false;
   int64_t numExperts = 0, ffn = 0, topK = 0;
   int64_t dim = -1;
   llvm::SmallVector<int64_t> permutation;
