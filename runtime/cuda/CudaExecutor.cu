@@ -445,20 +445,15 @@ struct CudaExecutor::State {
     int32_t same = sameBox(other);
     if (same >= 0) return Held{same};
     CheckpointBox box = otherHost.parameterBox(other);
-    auto wanted = elementBlocks(box, other);
-    if (!wanted || (wanted->count > 1 && (!strided || wanted->count != other.shape(0)))) return std::nullopt;
     for (const pxe::Buffer &b : host.stageProgram().buffers()) {
       if (!buffers[b.id()].data || b.role() != pxe::PARAMETER || b.param_name() != other.param_name() ||
           b.dtype() != other.dtype() ||
           !std::equal(b.partial().begin(), b.partial().end(), other.partial().begin(), other.partial().end()))
         continue;
-      // (The same tensor: as many elements either way. `other` is not read
-      // from the checkpoint, which would refuse another size.)
-      CheckpointBox heldBox = host.parameterBox(b);
-      if (numelOf(heldBox.shape) != numelOf(box.shape)) continue;
-      auto held = elementBlocks(heldBox, b);
-      if (held && held->count == 1 && held->first <= wanted->first && wanted->end() <= held->end())
-        return Held{b.id(), wanted->first - held->first, wanted->count > 1 ? wanted->stride : 0};
+      auto at = heldAt(box, other, host.parameterBox(b), b);
+      // (blocks: only for a reader that takes their stride, a block a head)
+      if (at && (at->blockStride == 0 || (strided && elementBlocks(box, other)->count == other.shape(0))))
+        return Held{b.id(), at->offset, at->blockStride};
     }
     return std::nullopt;
   }

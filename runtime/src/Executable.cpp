@@ -2,6 +2,7 @@
 
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/PipelineSchedule.h"
+#include "parax/runtime/Tensor.h"
 
 #include <cmath>
 #include <fstream>
@@ -211,6 +212,16 @@ std::optional<ElementBlocks> elementBlocks(const CheckpointBox &box, const pxe::
   }
   if (blocks.count == 1) blocks.stride = 0;
   return blocks;
+}
+
+std::optional<HeldAt> heldAt(const CheckpointBox &wantedBox, const pxe::Buffer &wanted,
+                             const CheckpointBox &heldBox, const pxe::Buffer &held) {
+  if (numelOf(wantedBox.shape) != numelOf(heldBox.shape)) return std::nullopt;
+  auto want = elementBlocks(wantedBox, wanted);
+  auto have = elementBlocks(heldBox, held);
+  if (!want || !have || have->count != 1 || want->first < have->first || want->end() > have->end())
+    return std::nullopt;
+  return HeldAt{want->first - have->first, want->count > 1 ? want->stride : 0};
 }
 
 CheckpointBox checkpointBox(const pxe::Executable &exe, const std::vector<int64_t> &coordinates,

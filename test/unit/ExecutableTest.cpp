@@ -858,4 +858,32 @@ TEST(Executable, BoxesOfATensorInRefinedShapesHoldTheSameElements) {
   EXPECT_EQ(elementBlocks({{4, 3, 2}, {2, 0, 0}}, *heads), std::nullopt);
 }
 
+TEST(Executable, AParameterIsFoundInAnotherDeclarationOfItsTensor) {
+  // kv_b_proj at 4 heads of 3 rows of 2, over 2 ranks: rank 1 holds rows
+  // 6..11 of [12, 2] to one program; to another, its key piece [4, 2, 2]
+  // and value piece [4, 1, 2] of [4, 3, 2], heads 2..3.
+  pxe::Stage stage;
+  pxe::Buffer *flat = addBuffer(stage, pxe::PARAMETER, pxe::F32, {6, 2});
+  const CheckpointBox flatBox{{12, 2}, {6, 0}};
+  auto expectAt = [&](const CheckpointBox &box, const pxe::Buffer &buffer, int64_t offset, int64_t stride) {
+    auto at = heldAt(box, buffer, flatBox, *flat);
+    ASSERT_TRUE(at.has_value());
+    EXPECT_EQ(at->offset, offset);
+    EXPECT_EQ(at->blockStride, stride);
+  };
+  pxe::Buffer *keys = addBuffer(stage, pxe::PARAMETER, pxe::F32, {2, 2, 2});
+  pxe::Buffer *values = addBuffer(stage, pxe::PARAMETER, pxe::F32, {2, 1, 2});
+  pxe::Buffer *head = addBuffer(stage, pxe::PARAMETER, pxe::F32, {1, 3, 2});
+  expectAt({{4, 3, 2}, {2, 0, 0}}, *keys, 0, 6);   // a block of 4 a head, 6 apart
+  expectAt({{4, 3, 2}, {2, 2, 0}}, *values, 4, 6); // each head's last row
+  expectAt({{4, 3, 2}, {3, 0, 0}}, *head, 6, 0);   // head 3 whole: one run
+  // Rank 0's heads are not in rank 1's box.
+  EXPECT_FALSE(heldAt({{4, 3, 2}, {0, 0, 0}}, *keys, flatBox, *flat).has_value());
+  // A declaration of the tensor with another number of elements is not the
+  // same tensor, though its box's offsets would fit.
+  EXPECT_FALSE(heldAt({{4, 4, 2}, {2, 0, 0}}, *keys, flatBox, *flat).has_value());
+  // Blocks are not taken from blocks (the lender's box must be one run).
+  EXPECT_FALSE(heldAt({{4, 3, 2}, {2, 2, 0}}, *values, {{4, 3, 2}, {2, 0, 0}}, *keys).has_value());
+}
+
 } // namespace
