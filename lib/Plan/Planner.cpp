@@ -310,6 +310,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
     if (local % mbs || !contextSplitFits(cp, mbs))
       continue;
     int64_t m = local / mbs;
+    std::vector<LayerCost> costs; // by layer, for one configuration at a time
     for (bool sp : {false, true}) {
       if (sp && (tp == 1 || (w.seq / cp) % tp))
         continue;
@@ -371,10 +372,12 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             if (w.zero && *w.zero != zero)
               continue;
             ++evaluated;
-            std::vector<LayerCost> costs(model.layers.size());
+            // (every field written: the vector is reused, not cleared)
+            costs.resize(model.layers.size());
             for (size_t l = 0; l < costs.size(); ++l) {
               const LayerPlan &lp = *plans[l];
               LayerCost &c = costs[l];
+              c.kvCache = 0;
               double a2a = expertExchangeTime(lp, ep, epGroup);
               // Keys and values gathered (forward), their gradients
               // reduce-scattered (backward).
