@@ -452,7 +452,7 @@ struct CudaExecutor::State {
         continue;
       auto at = heldAt(box, other, host.parameterBox(b), b);
       // (blocks: only for a reader that takes their stride, a block a head)
-      if (at && (at->blockStride == 0 || (strided && elementBlocks(box, other)->count == other.shape(0))))
+      if (at && (at->blockStride == 0 || (strided && at->blocks == other.shape(0))))
         return Held{b.id(), at->offset, at->blockStride};
     }
     return std::nullopt;

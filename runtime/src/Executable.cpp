@@ -221,7 +221,7 @@ std::optional<HeldAt> heldAt(const CheckpointBox &wantedBox, const pxe::Buffer &
   auto have = elementBlocks(heldBox, held);
   if (!want || !have || have->count != 1 || want->first < have->first || want->end() > have->end())
     return std::nullopt;
-  return HeldAt{want->first - have->first, want->count > 1 ? want->stride : 0};
+  return HeldAt{want->first - have->first, want->count > 1 ? want->stride : 0, want->count};
 }
 
 CheckpointBox checkpointBox(const pxe::Executable &exe, const std::vector<int64_t> &coordinates,

@@ -870,6 +870,7 @@ TEST(Executable, AParameterIsFoundInAnotherDeclarationOfItsTensor) {
     ASSERT_TRUE(at.has_value());
     EXPECT_EQ(at->offset, offset);
     EXPECT_EQ(at->blockStride, stride);
+    EXPECT_EQ(at->blocks, stride > 0 ? 2 : 1);
   };
   pxe::Buffer *keys = addBuffer(stage, pxe::PARAMETER, pxe::F32, {2, 2, 2});
   pxe::Buffer *values = addBuffer(stage, pxe::PARAMETER, pxe::F32, {2, 1, 2});

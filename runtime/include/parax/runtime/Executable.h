@@ -114,14 +114,14 @@ std::optional<ElementBlocks> elementBlocks(const CheckpointBox &box, const pxe::
 
 /// Where parameter `wanted` (its box `wantedBox`) lies in the memory of
 /// parameter `held` (`heldBox`), a box of the same checkpoint tensor held
-/// as one run of its elements: `offset` elements in, its blocks (when it
-/// is blocks) `blockStride` apart (0: one run). Nothing when `held` lacks
+/// as one run of its elements: `offset` elements in, its `blocks` blocks
+/// (when it is blocks) `blockStride` apart (0: one run). Nothing when `held` lacks
 /// some of `wanted`'s elements, or when the two declare the tensor with
 /// different numbers of elements (a program that takes another's memory
 /// for a parameter never reads it from the checkpoint, which would refuse
 /// the wrong size).
 struct HeldAt {
-  int64_t offset = 0, blockStride = 0;
+  int64_t offset = 0, blockStride = 0, blocks = 1;
 };
 std::optional<HeldAt> heldAt(const CheckpointBox &wantedBox, const pxe::Buffer &wanted,
                              const CheckpointBox &heldBox, const pxe::Buffer &held);
