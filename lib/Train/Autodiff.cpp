@@ -118,24 +118,51 @@ private:
     balanceRows = 0;
     for (Operation &op : function.getBody().front().without_terminator()) {
       auto router = dyn_cast<RouterOp>(&op);
-      if (!router || router.getAuxLossCoef().convertToDouble() <= 0)
+      if (!router || router.getAuxLossCoef().convertToDouble() <= 0 ||
+          router.getSequenceAux())
         continue;
-      SmallVector<Value> routed = {router.getX(), router.getGate()};
-      if (Value bias = router.getBias())
-        routed.push_back(bias);
-      auto experts = static_cast<int64_t>(router.getNumExperts());
-      Operation *load = copyOf(router, routed, TypeRange{RankedTensorType::get({experts}, b.getF32Type())},
-                               OperationName(RouterLoadOp::getOperationName(), b.getContext()));
-      load->removeAttr("aux_loss_coef");
-      if (scores)
-        load->setAttr("scores", b.getUnitAttr());
       auto x = cast<RankedTensorType>(router.getX().getType());
       balanceRows += x.getNumElements() / x.getShape().back();
       balanced = router;
-      Value mine = load->getResult(0);
+      Value mine = loadOf(router, /*perSequence=*/false, scores);
       sum = sum ? Value(tag(AddOp::create(b, router.getLoc(), mine.getType(), sum, mine), router)) : mine;
     }
     return sum;
+  }
+  // `router`'s router_load: [E], or [B, E] per sequence; of the (normalised)
+  // scores with `scores`.
+  Value loadOf(RouterOp router, bool perSequence, bool scores) {
+    SmallVector<Value> routed = {router.getX(), router.getGate()};
+    if (Value bias = router.getBias())
+      routed.push_back(bias);
+    auto x = cast<RankedTensorType>(router.getX().getType());
+    SmallVector<int64_t> shape = {static_cast<int64_t>(router.getNumExperts())};
+    if (perSequence)
+      shape.insert(shape.begin(), x.getDimSize(0));
+    Operation *load = copyOf(
+        router, routed, TypeRange{RankedTensorType::get(shape, b.getF32Type())},
+        OperationName(RouterLoadOp::getOperationName(), b.getContext()));
+    load->removeAttr("aux_loss_coef");
+    load->removeAttr("sequence_aux");
+    if (scores)
+      load->setAttr("scores", b.getUnitAttr());
+    return load->getResult(0);
+  }
+
+  // DeepSeek-V3's sequence-wise balance loss (`sequence_aux`): each
+  // router's own, per sequence of x [B, S, H]: α · Σ_e f_e · P_e with f_e =
+  // E / (K · S) · the sequence's choices of e and P_e the mean normalised
+  // score, averaged over the B sequences; balance_loss's per-sequence form
+  // with coefficient α / K. The routers differentiated, each with its
+  // choices per sequence.
+  SmallVector<std::pair<RouterOp, Value>> sequenceBalanced;
+  // balance_loss's and router_aux_grad's attributes for `router`: the
+  // coefficient, the tokens per sequence, the sequences.
+  static std::tuple<double, int64_t, int64_t> sequenceTerms(RouterOp router) {
+    auto x = cast<RankedTensorType>(router.getX().getType());
+    return {router.getAuxLossCoef().convertToDouble() /
+                static_cast<double>(router.getTopK()),
+            x.getDimSize(1), x.getDimSize(0)};
   }
   Value totalLoad() {
     if (!balanceLoad)
@@ -145,14 +172,30 @@ private:
   // The loss returned: the cross-entropy plus the load-balancing loss's
   // value, when the routers are balanced.
   Value withBalanceLoss(Value loss) {
+    Operation *ce = loss.getDefiningOp();
+    for (auto [router, load] : sequenceBalanced) {
+      auto [coefficient, tokens, sequences] = sequenceTerms(router);
+      Value scores = loadOf(router, /*perSequence=*/true, /*scores=*/true);
+      Value value =
+          tag(BalanceLossOp::create(
+                  b, loss.getLoc(), loss.getType(), load, scores,
+                  router.getNumExpertsAttr(), b.getF64FloatAttr(coefficient),
+                  b.getI64IntegerAttr(tokens), b.getI64IntegerAttr(sequences)),
+              ce);
+      loss =
+          tag(AddOp::create(b, loss.getLoc(), loss.getType(), loss, value), ce);
+    }
     if (!balanceLoad)
       return loss;
     Value scores = sumOverRouters(/*scores=*/true);
-    Value value = tag(BalanceLossOp::create(b, loss.getLoc(), loss.getType(), balanceLoad, scores,
-                                            balanced.getNumExpertsAttr(), balanced.getAuxLossCoefAttr(),
-                                            b.getI64IntegerAttr(balanceRows)),
-                      loss.getDefiningOp());
-    return tag(AddOp::create(b, loss.getLoc(), loss.getType(), loss, value), loss.getDefiningOp());
+    Value value =
+        tag(BalanceLossOp::create(
+                b, loss.getLoc(), loss.getType(), balanceLoad, scores,
+                balanced.getNumExpertsAttr(), balanced.getAuxLossCoefAttr(),
+                b.getI64IntegerAttr(balanceRows), b.getI64IntegerAttr(1)),
+            ce);
+    return tag(AddOp::create(b, loss.getLoc(), loss.getType(), loss, value),
+               ce);
   }
 };
 
@@ -318,15 +361,33 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                               OperationName(RouterGradOp::getOperationName(), b.getContext()))
                            ->getResult(0);
         double coef = router.getAuxLossCoef().convertToDouble();
-        if (coef > 0) {
+        if (coef > 0 && router.getSequenceAux()) {
+          // The sequence-wise loss's gradient: this router's choices per
+          // sequence (partial sums over the ranks splitting a sequence).
+          Value load = loadOf(router, /*perSequence=*/true, /*scores=*/false);
+          sequenceBalanced.push_back({router, load});
+          auto [coefficient, tokens, sequences] = sequenceTerms(router);
+          Value aux = tag(
+              RouterAuxGradOp::create(
+                  b, loc, x.clone(shape), router.getX(), router.getGate(), load,
+                  router.getScoreFuncAttr(), router.getNumExpertsAttr(),
+                  b.getF64FloatAttr(coefficient), b.getI64IntegerAttr(tokens),
+                  b.getI64IntegerAttr(sequences)),
+              op);
+          logits =
+              tag(AddOp::create(b, loc, logits.getType(), logits, aux), op);
+        } else if (coef > 0) {
           // The load-balancing loss's gradient: every layer's and token's
           // load (sums, all-reduced when the tokens are split), then by
           // the logits.
           Value load = totalLoad();
-          Value aux = tag(RouterAuxGradOp::create(b, loc, x.clone(shape), router.getX(), router.getGate(), load,
-                                                  router.getScoreFuncAttr(), router.getNumExpertsAttr(),
-                                                  b.getF64FloatAttr(coef), b.getI64IntegerAttr(balanceRows)),
-                          op);
+          Value aux =
+              tag(RouterAuxGradOp::create(
+                      b, loc, x.clone(shape), router.getX(), router.getGate(),
+                      load, router.getScoreFuncAttr(),
+                      router.getNumExpertsAttr(), b.getF64FloatAttr(coef),
+                      b.getI64IntegerAttr(balanceRows), b.getI64IntegerAttr(1)),
+                  op);
           logits = tag(AddOp::create(b, loc, logits.getType(), logits, aux), op);
         }
         accumulate(router.getX(),
@@ -446,6 +507,9 @@ LogicalResult Differentiator::run() {
             return router.getBias() == use.get();
           if (auto grad = dyn_cast<RouterGradOp>(user))
             return grad.getBias() == use.get();
+          if (auto load =
+                  dyn_cast<RouterLoadOp>(user)) // (the balance loss's choices)
+            return load.getBias() == use.get();
           return false;
         }))
       continue;

@@ -261,13 +261,36 @@ def _deepseek_v3(cfg, w, tokens, cache, routers=None):
     return x @ w["lm_head.weight"].T
 
 
-def load_balancing_loss(cfg, routers):
+def load_balancing_loss(cfg, routers, sequences=1):
     """The MoE load-balancing loss of a forward pass's routers (`forward`'s
     `routers`) as transformers' `load_balancing_loss_func` computes it for
     Mixtral and Qwen2-MoE: every layer's tokens together,
     cfg.router_aux_loss_coef · E · Σ_e f_e · P_e, f_e the choices routed to
-    e over all the rows (layers × tokens), P_e the mean score."""
+    e over all the rows (layers × tokens), P_e the mean score. With
+    cfg.sequence_aux, DeepSeek-V3's sequence-wise loss instead (its §2.1.2,
+    eqs. 17-20, over the batch's `sequences` rows, each layer's own)."""
+    if cfg.sequence_aux:
+        return sequence_balance_loss(cfg, routers, sequences)
     counts = sum(np.bincount(top.reshape(-1), minlength=cfg.num_experts) for _, top in routers)
     rows = sum(len(scores) for scores, _ in routers)
     mean_score = sum(scores.sum(axis=0) for scores, _ in routers) / rows
     return cfg.router_aux_loss_coef * cfg.num_experts * float((counts / rows * mean_score).sum())
+
+
+def sequence_balance_loss(cfg, routers, sequences):
+    """DeepSeek-V3's complementary sequence-wise balance loss, summed over
+    the layers: for each sequence of T tokens, α · Σ_i f_i · P_i with f_i =
+    N_r / (K_r · T) · (the tokens whose top-K holds i) and P_i = (1 / T) Σ_t
+    s_i,t / Σ_j s_j,t, averaged over the sequences (as DeepSeek-V2's
+    modeling code averages its seq_aux loss over the batch)."""
+    total = 0.0
+    E, K = cfg.num_experts, cfg.top_k
+    for scores, top in routers:
+        s = scores.reshape(sequences, -1, E).astype(np.float64)
+        T = s.shape[1]
+        chosen = np.zeros_like(s)
+        np.put_along_axis(chosen, top.reshape(sequences, T, K), 1.0, axis=-1)
+        f = chosen.sum(axis=1) * E / (K * T)
+        p = (s / s.sum(axis=-1, keepdims=True)).mean(axis=1)
+        total += cfg.router_aux_loss_coef * float((f * p).sum(axis=-1).mean())
+    return total

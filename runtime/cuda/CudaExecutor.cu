@@ -2634,9 +2634,10 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   }
   if (op == "balance_loss") {
     DeviceBuffer &load = in(0), &scores = in(1), &loss = out();
-    double T = static_cast<double>(attrInt(a, "num_tokens")), E = static_cast<double>(load.numel());
+    double T = static_cast<double>(attrInt(a, "num_tokens")), E = static_cast<double>(load.shape.back());
+    double sequences = static_cast<double>(attrInt(a, "num_sequences", 1));
     PARAX_LAUNCH(balanceLossKernel, 1, 1, 0, stream)(load.f(), scores.f(), loss.f(), load.numel(),
-                                                     attrFloat(a, "coefficient") * E / (T * T));
+                                                     attrFloat(a, "coefficient") * E / (T * T * sequences));
     return Status::ok();
   }
   if (op == "router" || op == "router_grad" || op == "router_load" || op == "router_aux_grad") {
@@ -2654,23 +2655,27 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     float scaling = static_cast<float>(attrFloat(a, "scaling_factor", 1.0));
     int64_t groups = attrInt(a, "num_groups", 1), topkGroups = attrInt(a, "topk_groups", 1);
     if (op == "router_aux_grad") {
+      // Per sequence: a row of the load [B, E] for each sequence's tokens.
       DeviceBuffer &load = in(2), &dl = out();
+      int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
+      double T = static_cast<double>(attrInt(a, "num_tokens"));
+      double scale = attrFloat(a, "coefficient") * E / (T * T * static_cast<double>(attrInt(a, "num_sequences", 1)));
       return withFloat(dl, [&](auto t) {
         using T = decltype(t);
         PARAX_LAUNCH(routerAuxGradKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
-            logits, load.f(), dl.as<T>(), tokens, E, sigmoidScores,
-            static_cast<float>(attrFloat(a, "coefficient")), static_cast<float>(attrInt(a, "num_tokens")));
+            logits, load.f(), dl.as<T>(), tokens, E, sigmoidScores, static_cast<float>(scale), perRow);
         return Status::ok();
       });
     }
     if (op == "router_load") {
       DeviceBuffer &load = out();
-      PARAX_CUDA(cudaMemsetAsync(load.data, 0, E * 4, stream));
+      int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
+      PARAX_CUDA(cudaMemsetAsync(load.data, 0, load.numel() * 4, stream));
       return withFloat(x, [&](auto t) {
         using T = decltype(t);
         PARAX_LAUNCH(routerLoadKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
             logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, load.f(), tokens, E, K,
-            sigmoidScores, groups, topkGroups, attrInt(a, "scores") != 0);
+            sigmoidScores, groups, topkGroups, attrInt(a, "scores") != 0, perRow);
         return Status::ok();
       });
     }

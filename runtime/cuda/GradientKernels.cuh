@@ -169,59 +169,73 @@ __global__ void routerGradKernel(const float *logits, const T *bias, const T *dw
 }
 
 // One thread per token: its chosen experts counted (routeToken), into
-// `load` [E] (fp32 counts, zeroed first).
+// `load` [E] (fp32 counts, zeroed first); per sequence (`perRow` tokens a
+// sequence, 0: all together) into its sequence's row of `load` [B, E],
+// the scores normalised (s_e / Σ_j s_j).
 template <typename T>
 __global__ void routerLoadKernel(const float *logits, const T *bias, float *scratch, float *load, int64_t tokens,
                                  int64_t E, int64_t K, bool sigmoidScores, int64_t groups, int64_t topkGroups,
-                                 bool sumScores) {
+                                 bool sumScores, int64_t perRow) {
   int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= tokens) return;
+  float *row = load + (perRow ? t / perRow * E : 0);
   if (sumScores) { // each expert's score (softmax or sigmoid of the logits), not the choice
     const float *l = logits + t * E;
-    float top = -INFINITY, sum = 0;
+    float top = -INFINITY, sum = 0, sigmoids = 0;
     for (int64_t e = 0; e < E; ++e) top = fmaxf(top, l[e]);
     for (int64_t e = 0; e < E; ++e) sum += expf(l[e] - top);
+    for (int64_t e = 0; e < E; ++e) sigmoids += 1.0f / (1.0f + expf(-l[e]));
+    float norm = perRow ? sigmoids : 1.0f;
     for (int64_t e = 0; e < E; ++e)
-      atomicAdd(&load[e], sigmoidScores ? 1.0f / (1.0f + expf(-l[e])) : expf(l[e] - top) / sum);
+      atomicAdd(&row[e], sigmoidScores ? 1.0f / (1.0f + expf(-l[e])) / norm : expf(l[e] - top) / sum);
     return;
   }
   float *scores = scratch + t * 2 * E;
   int32_t chosen[64];
   routeToken(logits + t * E, bias, scores, scores + E, E, K, sigmoidScores, groups, topkGroups, chosen);
-  for (int64_t j = 0; j < K; ++j) atomicAdd(&load[chosen[j]], 1.0f);
+  for (int64_t j = 0; j < K; ++j) atomicAdd(&row[chosen[j]], 1.0f);
 }
 
-// The load-balancing loss's value: scale · Σ_e load_e · scores_e (one thread).
-__global__ void balanceLossKernel(const float *load, const float *scores, float *loss, int64_t E, double scale) {
+// The load-balancing loss's value: scale · Σ load · scores over the n
+// values (one thread).
+__global__ void balanceLossKernel(const float *load, const float *scores, float *loss, int64_t n, double scale) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double sum = 0;
-  for (int64_t e = 0; e < E; ++e) sum += static_cast<double>(load[e]) * scores[e];
+  for (int64_t e = 0; e < n; ++e) sum += static_cast<double>(load[e]) * scores[e];
   *loss = static_cast<float>(scale * sum);
 }
 
 // One thread per token: the load-balancing loss's gradient by its logits,
-// g_e = coefficient · E · load_e / T², through the softmax or sigmoid.
+// g_e = scale · load_e (scale = coefficient · E / T², over the sequences
+// too per sequence), through the softmax or sigmoid; per sequence
+// (`perRow` tokens a row of load [B, E]) the sigmoid's scores normalised
+// first (s / Σ_j s_j; softmax's already are).
 template <typename T>
 __global__ void routerAuxGradKernel(const float *logits, const float *load, T *dlogits, int64_t tokens, int64_t E,
-                                    bool sigmoidScores, float coefficient, float wholeTokens) {
+                                    bool sigmoidScores, float scale, int64_t perRow) {
   int64_t t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= tokens) return;
-  const float *l = logits + t * E;
-  float scale = coefficient * E / (wholeTokens * wholeTokens);
+  const float *l = logits + t * E, *g = load + (perRow ? t / perRow * E : 0);
   if (sigmoidScores) {
+    float sum = 1, mix = 0;
+    if (perRow) {
+      sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += 1.0f / (1.0f + expf(-l[e]));
+      for (int64_t e = 0; e < E; ++e) mix += scale * ld(g, e) / (1.0f + expf(-l[e])) / sum;
+    }
     for (int64_t e = 0; e < E; ++e) {
       float s = 1.0f / (1.0f + expf(-l[e]));
-      st(dlogits, t * E + e, scale * ld(load, e) * s * (1.0f - s));
+      st(dlogits, t * E + e, (scale * ld(g, e) - mix) / sum * s * (1.0f - s));
     }
     return;
   }
   float m = -INFINITY, sum = 0, mix = 0;
   for (int64_t e = 0; e < E; ++e) m = fmaxf(m, l[e]);
   for (int64_t e = 0; e < E; ++e) sum += expf(l[e] - m);
-  for (int64_t e = 0; e < E; ++e) mix += scale * ld(load, e) * expf(l[e] - m) / sum;
+  for (int64_t e = 0; e < E; ++e) mix += scale * ld(g, e) * expf(l[e] - m) / sum;
   for (int64_t e = 0; e < E; ++e) {
     float s = expf(l[e] - m) / sum;
-    st(dlogits, t * E + e, s * (scale * ld(load, e) - mix));
+    st(dlogits, t * E + e, s * (scale * ld(g, e) - mix));
   }
 }
 

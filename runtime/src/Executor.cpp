@@ -786,12 +786,13 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   }
   if (op == "balance_loss") {
     out().f.assign(1, static_cast<float>(
-                          balanceLoss(in(0), in(1), attrFloat(a, "coefficient"), attrInt(a, "num_tokens"))));
+                          balanceLoss(in(0), in(1), attrFloat(a, "coefficient"), attrInt(a, "num_tokens"),
+                                      attrInt(a, "num_sequences", 1))));
     return Status::ok();
   }
   if (op == "router_aux_grad") {
     routerAuxGrad(in(0), in(1), in(2), attrString(a, "score_func") == "sigmoid", attrFloat(a, "coefficient"),
-                  attrInt(a, "num_tokens"), out());
+                  attrInt(a, "num_tokens"), attrInt(a, "num_sequences", 1), out());
     return Status::ok();
   }
   if (op == "router" || op == "router_grad" || op == "router_load") {

@@ -121,42 +121,59 @@ void routerGrad(const Tensor &x, const Tensor &gate, const Tensor *bias, const T
 void routerLoad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, bool sumScores,
                 Tensor &load) {
   int64_t E = gate.shape[0], tokens = x.numel() / x.shape.back();
+  // Per sequence (load [B, E]): each sequence's tokens into its row, the
+  // scores normalised.
+  bool perSequence = load.shape.size() == 2;
+  int64_t perRow = perSequence ? tokens / load.shape[0] : tokens;
   std::vector<float> logits = logitsOf(x, gate);
   std::vector<double> scores;
   std::vector<int64_t> chosen;
-  std::vector<double> count(E, 0.0);
+  std::vector<double> count(load.numel(), 0.0);
   for (int64_t t = 0; t < tokens; ++t) {
+    double *row = &count[t / perRow * E];
     if (sumScores) {
       scoresOf(&logits[t * E], E, routing.sigmoid, scores);
-      for (int64_t e = 0; e < E; ++e) count[e] += scores[e];
+      double sum = 0;
+      for (double s : scores) sum += s;
+      for (int64_t e = 0; e < E; ++e) row[e] += perSequence ? scores[e] / sum : scores[e];
       continue;
     }
     route(&logits[t * E], E, bias, routing, scores, chosen);
-    for (int64_t e : chosen) count[e] += 1;
+    for (int64_t e : chosen) row[e] += 1;
   }
-  for (int64_t e = 0; e < E; ++e) load.f[e] = static_cast<float>(count[e]);
+  for (size_t e = 0; e < count.size(); ++e) load.f[e] = static_cast<float>(count[e]);
 }
 
-double balanceLoss(const Tensor &load, const Tensor &scores, double coefficient, int64_t tokens) {
+double balanceLoss(const Tensor &load, const Tensor &scores, double coefficient, int64_t tokens, int64_t sequences) {
   double T = static_cast<double>(tokens), sum = 0;
   for (size_t e = 0; e < load.f.size(); ++e) sum += static_cast<double>(load.f[e]) * scores.f[e];
-  return coefficient * static_cast<double>(load.f.size()) * sum / (T * T);
+  return coefficient * static_cast<double>(load.shape.back()) * sum / (T * T * static_cast<double>(sequences));
 }
 
 void routerAuxGrad(const Tensor &x, const Tensor &gate, const Tensor &load, bool sigmoid, double coefficient,
-                   int64_t tokens, Tensor &dlogits) {
+                   int64_t tokens, int64_t sequences, Tensor &dlogits) {
   int64_t E = gate.shape[0], rows = x.numel() / x.shape.back();
+  bool perSequence = load.shape.size() == 2;
+  int64_t perRow = perSequence ? rows / load.shape[0] : rows;
   std::vector<float> logits = logitsOf(x, gate);
-  std::vector<double> g(E), scores;
-  double T = static_cast<double>(tokens);
-  for (int64_t e = 0; e < E; ++e) g[e] = coefficient * E * load.f[e] / (T * T);
+  std::vector<double> g(load.numel()), scores;
+  double T = static_cast<double>(tokens), scale = coefficient * E / (T * T * static_cast<double>(sequences));
+  for (size_t e = 0; e < g.size(); ++e) g[e] = scale * load.f[e];
   for (int64_t t = 0; t < rows; ++t) {
+    const double *gt = &g[t / perRow * E];
     scoresOf(&logits[t * E], E, sigmoid, scores);
-    double mix = 0;
-    for (int64_t e = 0; e < E; ++e) mix += g[e] * scores[e];
+    // Per sequence, through the normalisation s / Σ_j s_j first (a no-op
+    // for softmax's scores, which sum to 1).
+    double sum = 1, mix = 0;
+    if (perSequence && sigmoid) {
+      sum = 0;
+      for (double s : scores) sum += s;
+    }
+    for (int64_t e = 0; e < E; ++e) mix += gt[e] * scores[e] / sum;
     for (int64_t e = 0; e < E; ++e) {
       double s = scores[e];
-      dlogits.f[t * E + e] = static_cast<float>(sigmoid ? g[e] * s * (1.0 - s) : s * (g[e] - mix));
+      double ds = perSequence && sigmoid ? (gt[e] - mix) / sum : gt[e];
+      dlogits.f[t * E + e] = static_cast<float>(sigmoid ? ds * s * (1.0 - s) : s * (gt[e] - mix));
     }
   }
 }

@@ -25,16 +25,21 @@ void router(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routi
 void routerGrad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Tensor &dweights,
                 const Routing &routing, Tensor &dlogits);
 /// How many (token, choice) pairs each expert receives: load [E]; with
-/// `scores`, the sum of each expert's scores over the tokens instead.
+/// `scores`, the sum of each expert's scores over the tokens instead. A
+/// load [B, E] (x [B, S, H]) counts each sequence's tokens apart, and
+/// with `scores` sums their normalised scores s_e / Σ_j s_j.
 void routerLoad(const Tensor &x, const Tensor &gate, const Tensor *bias, const Routing &routing, bool scores,
                 Tensor &load);
-/// The load-balancing loss coefficient · E · Σ_e (load_e / T) · (scores_e / T).
-double balanceLoss(const Tensor &load, const Tensor &scores, double coefficient, int64_t tokens);
+/// The load-balancing loss coefficient · E · Σ_e (load_e / T) · (scores_e / T);
+/// per sequence (load [B, E]) the sum of each row's, over `sequences`.
+double balanceLoss(const Tensor &load, const Tensor &scores, double coefficient, int64_t tokens, int64_t sequences);
 /// The load-balancing loss's gradient by the logits [tokens, E]: with
 /// g_e = coefficient · E · load_e / T², s_t · (g - g·s_t) (softmax) or
-/// g · s_t · (1 - s_t) (sigmoid); T = `tokens`, the whole's count.
+/// g · s_t · (1 - s_t) (sigmoid); T = `tokens`, the whole's count. Per
+/// sequence (load [B, E]): g_be = coefficient · E · load_be / (T² ·
+/// sequences), through the normalised scores s / Σ_j s_j.
 void routerAuxGrad(const Tensor &x, const Tensor &gate, const Tensor &load, bool sigmoid, double coefficient,
-                   int64_t tokens, Tensor &dlogits);
+                   int64_t tokens, int64_t sequences, Tensor &dlogits);
 /// The routed experts' output (a choice outside 0 .. E-1 adds nothing).
 void experts(const Tensor &x, const Tensor &weights, const Tensor &indices, const Tensor &wGate, const Tensor &wUp,
              const Tensor &wDown, Tensor &y);

@@ -252,15 +252,19 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     }
     if (total != out[0][dim]) return fail("the parts do not add up to " + text(out[0]));
   } else if (op == "balance_loss") {
-    if (in[0].size() != 1 || in[1] != in[0] || !out[0].empty())
-      return fail("the load and the scores must be [experts] alike, the result a scalar");
-    if (attrInt(a, "num_tokens") < 1) return fail("num_tokens must be positive");
+    if (in[0].empty() || in[0].size() > 2 || in[1] != in[0] || !out[0].empty())
+      return fail("the load and the scores must be [experts] or [sequences, experts] alike, the result a scalar");
+    if (attrInt(a, "num_tokens") < 1 || attrInt(a, "num_sequences", 1) < 1)
+      return fail("num_tokens and num_sequences must be positive");
   } else if (op == "router_aux_grad") {
     int64_t h = lastOf(in[0]), tokens = count(in[0]) / h, E = in[1].empty() ? 0 : in[1][0];
-    if (in[1] != Shape{E, h} || in[2] != Shape{E} || count(out[0]) != tokens * E || lastOf(out[0]) != E)
-      return fail("the gate [experts, " + std::to_string(h) + "], the load [experts] and the result [tokens, experts] "
-                  "do not fit");
-    if (attrInt(a, "num_tokens") < 1) return fail("num_tokens must be positive");
+    bool perSequence = in[0].size() == 3 && in[2] == Shape{in[0][0], E};
+    if (in[1] != Shape{E, h} || (in[2] != Shape{E} && !perSequence) || count(out[0]) != tokens * E ||
+        lastOf(out[0]) != E)
+      return fail("the gate [experts, " + std::to_string(h) + "], the load [experts] (or [sequences, experts] for x "
+                  "[sequences, tokens, " + std::to_string(h) + "]) and the result [tokens, experts] do not fit");
+    if (attrInt(a, "num_tokens") < 1 || attrInt(a, "num_sequences", 1) < 1)
+      return fail("num_tokens and num_sequences must be positive");
   } else if (op == "router" || op == "router_grad" || op == "router_load") {
     int64_t h = lastOf(in[0]), tokens = count(in[0]) / h, K = attrInt(a, "top_k");
     if (in[1].size() != 2 || in[1][1] != h) return fail("the gate must be [experts, " + std::to_string(h) + "]");
@@ -275,7 +279,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (in.size() > biasAt && in[biasAt] != Shape{E}) return fail("the bias must be [" + std::to_string(E) + "]");
     if (op == "router" && (count(out[0]) != tokens * K || count(out[1]) != tokens * K))
       return fail("the weights and indices must hold " + std::to_string(tokens * K) + " values");
-    if (op == "router_load" && out[0] != Shape{E}) return fail("the load must be [" + std::to_string(E) + "]");
+    if (op == "router_load" && out[0] != Shape{E} && !(in[0].size() == 3 && out[0] == Shape{in[0][0], E}))
+      return fail("the load must be [" + std::to_string(E) + "] or, per sequence, [" +
+                  std::to_string(in[0].size() == 3 ? in[0][0] : 0) + ", " + std::to_string(E) + "]");
     if (op == "router_grad" && (count(in[2]) != tokens * K || count(out[0]) != tokens * E || lastOf(out[0]) != E))
       return fail("dweights must hold " + std::to_string(tokens * K) + " values and the result [tokens, " +
                   std::to_string(E) + "]");

@@ -136,7 +136,7 @@ class Model:
         logits -= logits.max(axis=-1, keepdims=True)
         logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
         picked = np.take_along_axis(logp, self.labels[..., None].astype(np.int64), axis=-1)
-        balance = reference.load_balancing_loss(self.cfg, routers) if routers and self.cfg.router_aux_loss_coef else 0.0
+        balance = reference.load_balancing_loss(self.cfg, routers, len(self.tokens)) if routers and self.cfg.router_aux_loss_coef else 0.0
         return float(-picked.mean()) + balance
 
     def compile(self, name, workload=None, devices=1, autodiff=False, recompute=None):

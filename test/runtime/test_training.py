@@ -56,14 +56,21 @@ def numpy_loss(model, weights, aux=True):
     logits -= logits.max(axis=-1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
     ce = float(-np.take_along_axis(logp, model.labels[..., None].astype(np.int64), axis=-1).mean())
-    return ce + (load_balancing_loss(model.cfg, routers) if aux and model.cfg.router_aux_loss_coef else 0.0)
+    return ce + (load_balancing_loss(model.cfg, routers, len(model.tokens)) if aux and model.cfg.router_aux_loss_coef else 0.0)
 
 
-@pytest.mark.parametrize("preset,aux", [("tiny-llama", 0), ("tiny-gpt2", 0), ("tiny-mixtral", 0),
-                                        ("tiny-qwen2-moe", 0), ("tiny-deepseek-v3", 0),
-                                        ("tiny-mixtral", 0.5), ("tiny-qwen2-moe", 0.5)],
-                         ids=["llama", "gpt2", "mixtral", "qwen2-moe", "deepseek-v3", "mixtral-aux", "qwen2-moe-aux"])
-def test_gradients_match_finite_differences(tmp_path, preset, aux):
+SEQUENCE_AUX = {"sequence_aux": True}  # DeepSeek-V3's sequence-wise balance loss
+
+
+@pytest.mark.parametrize("preset,aux,overrides",
+                         [("tiny-llama", 0, None), ("tiny-gpt2", 0, None), ("tiny-mixtral", 0, None),
+                          ("tiny-qwen2-moe", 0, None), ("tiny-deepseek-v3", 0, None),
+                          ("tiny-mixtral", 0.5, None), ("tiny-qwen2-moe", 0.5, None),
+                          ("tiny-deepseek-v3", 0.5, SEQUENCE_AUX),
+                          ("tiny-qwen2-moe", 0.5, SEQUENCE_AUX)],
+                         ids=["llama", "gpt2", "mixtral", "qwen2-moe", "deepseek-v3", "mixtral-aux", "qwen2-moe-aux",
+                              "deepseek-v3-seq-aux", "qwen2-moe-seq-aux"])
+def test_gradients_match_finite_differences(tmp_path, preset, aux, overrides):
     """Tiny Llama, GPT-2, Mixtral, Qwen2-MoE and DeepSeek-V3, 2 layers, one
     rank: every parameter's gradient (GPT-2: biases, LayerNorms, the
     position table, the fused QKV weight through its slices, the embedding
@@ -74,8 +81,10 @@ def test_gradients_match_finite_differences(tmp_path, preset, aux):
     numpy's float64 loss; the loss itself numpy's. With a load-balancing
     loss (weight 0.5, large enough to matter: HF's is 0.001-0.02) the
     gradients are those of the cross-entropy plus it, and so is the loss
-    returned."""
-    model = Model(str(tmp_path), preset, loss=True, aux_loss=aux)
+    returned. DeepSeek-V3's sequence-wise loss (sigmoid scores normalised
+    per token; each layer's, per sequence) and the same under softmax
+    (Qwen2-MoE's router) likewise."""
+    model = Model(str(tmp_path), preset, loss=True, aux_loss=aux, overrides=overrides)
     loss, grads = gradients(model, model.compile("train", autodiff=True), 1)
     weights = {k: v.astype(np.float64) for k, v in model.weights.items()}
     assert abs(loss - numpy_loss(model, weights)) < 1e-4
@@ -185,6 +194,38 @@ def test_load_balancing_gradients_are_over_every_token(tmp_path, preset, pins, r
             halves.append(gradients(one, one.compile("train", autodiff=True), 1))
         single_loss = sum(h[0] for h in halves) / dp
         single = {k: sum(h[1][k] for h in halves) / dp for k in halves[0][1]}
+    assert abs(loss - single_loss) < 1e-5
+    for name in single:
+        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+
+
+@pytest.mark.parametrize("preset,pins,ranks,batch", [
+    ("tiny-deepseek-v3", "ep=2,dp=1", 2, 2), ("tiny-deepseek-v3", "tp=2,dp=1", 2, 2),
+    ("tiny-deepseek-v3", "ep=2,tp=2,dp=1", 4, 2), ("tiny-deepseek-v3", "cp=2,tp=1,dp=1,ep=1", 2, 1),
+    ("tiny-deepseek-v3", "dp=2,ep=2", 4, 4), ("tiny-deepseek-v3", "pp=2,ep=2,dp=1", 4, 2),
+    ("tiny-qwen2-moe", "ep=2,dp=1", 2, 2)],
+    ids=["deepseek-v3-ep2", "deepseek-v3-tp2", "deepseek-v3-ep2-tp2", "deepseek-v3-cp2", "deepseek-v3-dp2-ep2",
+         "deepseek-v3-pp2-ep2", "qwen2-moe-ep2"])
+def test_sequence_balance_gradients_match_single_rank(tmp_path, preset, pins, ranks, batch):
+    """DeepSeek-V3's sequence-wise balance loss (`sequence_aux`): each
+    sequence's load is its own, so with the sequences split (ep, dp) each
+    rank's rows of the per-sequence load are whole and the loss a partial
+    sum over the sequences; with one sequence split (cp) its load is a
+    partial sum, all-reduced before router_aux_grad. Unlike the batch-wise
+    loss, data-parallel replicas give one rank's result over all the rows
+    (the mean over sequences does not depend on who holds them). The
+    gradients and the loss (cross-entropy plus the balance loss) equal one
+    rank's, which test_gradients_match_finite_differences holds to numpy."""
+    model = Model(str(tmp_path), preset, loss=True, batch=batch // (2 if "dp=2" in pins else 1), rows=batch,
+                  aux_loss=0.5, overrides=SEQUENCE_AUX)
+    exe = model.compile("sharded", f"prefill:batch={batch},seq=8,{pins}", ranks, autodiff=True)
+    text = open(exe.replace(".pxe", ".mlir")).read()
+    # (a load per sequence: [sequences, experts])
+    assert re.search(r"parax\.router_load .*-> tensor<\d+x8xf32>", text) and "parax.router_aux_grad" in text
+    loss, sharded = gradients(model, exe, ranks)
+    one = Model(str(tmp_path / "one"), preset, loss=True, batch=batch, aux_loss=0.5, overrides=SEQUENCE_AUX)
+    single_loss, single = gradients(one, one.compile("train", autodiff=True), 1)
+    assert abs(single_loss - one.reference_loss()) < 1e-4
     assert abs(loss - single_loss) < 1e-5
     for name in single:
         assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name

@@ -356,6 +356,8 @@ class _Builder:
                       f"topk_groups = {cfg.topk_groups} : i64"]
         if cfg.router_aux_loss_coef:
             attrs.append(f"aux_loss_coef = {f64(cfg.router_aux_loss_coef)}")
+            if cfg.sequence_aux:
+                attrs.append("sequence_aux")
         routed_shape = x[1][:-1] + [k]
         weights, indices = e.op("router", operands, [routed_shape, routed_shape],
                                 ", ".join(attrs), prefix=cfg.score_func,

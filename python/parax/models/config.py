@@ -46,8 +46,12 @@ class ModelConfig:
     first_dense_layers: int = 0   # DeepSeek: the first k layers use a dense MLP
     router_bias: bool = False     # DeepSeek-V3: e_score_correction_bias
     # the load-balancing loss's weight in training (Hugging Face's
-    # router_aux_loss_coef, taken when output_router_logits is set)
+    # router_aux_loss_coef, taken when output_router_logits is set;
+    # DeepSeek's aux_loss_alpha)
     router_aux_loss_coef: float = 0.0
+    # DeepSeek-V3's sequence-wise balance loss (seq_aux): per layer and
+    # sequence, not over every layer's tokens together
+    sequence_aux: bool = False
     # multi-head latent attention (DeepSeek-V3)
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -136,6 +140,13 @@ def from_hf_dict(raw, name="model"):
         cfg.num_groups = raw.get("n_group", 1)
         cfg.topk_groups = raw.get("topk_group", 1)
         cfg.first_dense_layers = raw.get("first_k_dense_replace", 0)
+        # The complementary sequence-wise balance loss (DeepSeek-V3 §2.1.2).
+        if float(raw.get("aux_loss_alpha", 0.0)) > 0:
+            if not raw.get("seq_aux", False):
+                raise ConfigError("deepseek_v3: aux_loss_alpha without seq_aux (the batch-wise "
+                                  "balance loss) is not supported; set seq_aux")
+            cfg.router_aux_loss_coef = float(raw["aux_loss_alpha"])
+            cfg.sequence_aux = True
         cfg.router_bias = cfg.score_func == "sigmoid"
         cfg.q_lora_rank = raw.get("q_lora_rank") or 0
         cfg.kv_lora_rank = _need(raw, "kv_lora_rank")

@@ -195,7 +195,7 @@ uint64_t RouterGradOp::getFlops() {
   return 2 * tokens * hidden * experts + 10 * tokens * experts;
 }
 // A product and a sum per expert.
-uint64_t BalanceLossOp::getFlops() { return 2 * getNumExperts() + 4; }
+uint64_t BalanceLossOp::getFlops() { return 2 * numel(getLoad()) + 4; }
 // The gate GEMM and the choice again, then a count per choice.
 uint64_t RouterLoadOp::getFlops() {
   uint64_t hidden = lastDim(getX()), experts = getNumExperts();

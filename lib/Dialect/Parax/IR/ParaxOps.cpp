@@ -569,6 +569,17 @@ static LogicalResult verifyRoutedShape(Operation *op, RankedTensorType x,
   return success();
 }
 
+// An expert load of `x`'s tokens: [experts], or [B, experts] per sequence
+// of x [B, S, H]; f32.
+static bool isExpertLoad(RankedTensorType load, RankedTensorType x,
+                         int64_t experts) {
+  if (!load.getElementType().isF32() || load.getRank() < 1 ||
+      load.getShape().back() != experts)
+    return false;
+  return load.getRank() == 1 || (load.getRank() == 2 && x.getRank() == 3 &&
+                                 load.getDimSize(0) == x.getDimSize(0));
+}
+
 // C1-C3 and C5 of the router and its gradient (same operands, same
 // attributes); C4 of the router's weights and indices.
 template <typename RouterLikeOp>
@@ -612,6 +623,10 @@ LogicalResult RouterOp::verify() {
   if (!(getAuxLossCoef().convertToDouble() >= 0))
     return emitOpError("C6: aux_loss_coef must not be negative");
   RankedTensorType x = tensorOf(getX());
+  if (getSequenceAux() && x.getRank() != 3)
+    return emitOpError(
+               "C7: sequence_aux needs x of rank 3 ([B, S, H]), got rank ")
+           << x.getRank();
   int64_t k = getTopK();
   if (failed(verifyRoutedShape(*this, x, tensorOf(getWeights()), k, "C4",
                                "weights")) ||
@@ -627,10 +642,10 @@ LogicalResult RouterLoadOp::verify() {
   if (failed(verifyRouting(*this)))
     return failure();
   RankedTensorType result = tensorOf(getResult());
-  if (result.getRank() != 1 || result.getDimSize(0) != getNumExperts() ||
-      !result.getElementType().isF32())
+  if (!isExpertLoad(result, tensorOf(getX()), getNumExperts()))
     return emitOpError("C4: the result must be [")
-           << getNumExperts() << "] of f32";
+           << getNumExperts() << "] or [B, " << getNumExperts()
+           << "] (x [B, S, H]) of f32";
   return success();
 }
 
@@ -639,30 +654,42 @@ LogicalResult RouterAuxGradOp::verify() {
                    load = tensorOf(getLoad()), result = tensorOf(getResult());
   int64_t experts = getNumExperts();
   if (x.getRank() < 1 || gate.getRank() != 2 || gate.getDimSize(0) != experts ||
-      gate.getDimSize(1) != x.getShape().back() || load.getRank() != 1 ||
-      load.getDimSize(0) != experts)
-    return emitOpError("C1: gate must be [num_experts, H] and load [num_experts], num_experts = ")
+      gate.getDimSize(1) != x.getShape().back() ||
+      !isExpertLoad(load, x, experts))
+    return emitOpError("C1: gate must be [num_experts, H] and load "
+                       "[num_experts] or [B, num_experts] "
+                       "(x [B, S, H]), num_experts = ")
            << experts;
   if (failed(verifyRoutedShape(*this, x, result, experts, "C2", "the result")))
     return failure();
   if (result.getElementType() != x.getElementType())
     return emitOpError("C2: the result must have x's element type");
-  if (!(getCoefficient().convertToDouble() >= 0) || getNumTokens() <= 0)
-    return emitOpError("C3: coefficient must not be negative and num_tokens must be positive");
+  if (!(getCoefficient().convertToDouble() >= 0) || getNumTokens() <= 0 ||
+      getNumSequences() <= 0)
+    return emitOpError("C3: coefficient must not be negative and num_tokens "
+                       "and num_sequences must be "
+                       "positive");
   return success();
 }
 
 LogicalResult BalanceLossOp::verify() {
   int64_t experts = getNumExperts();
-  for (Value vector : {getLoad(), getScores()}) {
-    RankedTensorType type = tensorOf(vector);
-    if (type.getRank() != 1 || type.getDimSize(0) != experts)
-      return emitOpError("C1: load and scores must be [num_experts] of f32, num_experts = ") << experts;
-  }
+  RankedTensorType load = tensorOf(getLoad());
+  bool perSequence = load.getRank() == 2;
+  if ((load.getRank() != 1 && !perSequence) ||
+      load.getShape().back() != experts ||
+      tensorOf(getScores()).getShape() != load.getShape())
+    return emitOpError("C1: load and scores must be [num_experts] or [B, "
+                       "num_experts] alike, of f32, "
+                       "num_experts = ")
+           << experts;
   if (tensorOf(getResult()).getRank() != 0)
     return emitOpError("C2: the result must be a rank-0 f32 tensor");
-  if (!(getCoefficient().convertToDouble() >= 0) || getNumTokens() <= 0)
-    return emitOpError("C3: coefficient must not be negative and num_tokens must be positive");
+  if (!(getCoefficient().convertToDouble() >= 0) || getNumTokens() <= 0 ||
+      getNumSequences() <= 0)
+    return emitOpError("C3: coefficient must not be negative and num_tokens "
+                       "and num_sequences must be "
+                       "positive");
   return success();
 }
 

@@ -568,6 +568,14 @@ def Parax_RouterOp : Parax_Op<"router"> {
     `P_e` the mean score) takes part in the training step's gradient
     (--parax-autodiff: `parax.router_load`, `parax.router_aux_grad`) but not
     in the loss value returned, as Megatron-LM reports it apart.
+
+    `sequence_aux` (with `aux_loss_coef`, DeepSeek-V3's complementary
+    sequence-wise balance loss, §2.1.2; Hugging Face's `seq_aux` with
+    `aux_loss_alpha`): per layer and per sequence (`x` is `[B, S, H]`),
+    `α · Σ_e f_e · P_e` with `f_e = E / (K · S) · (the sequence's choices
+    of e)` and `P_e` the mean over the sequence of the normalised scores
+    `s_e / Σ_j s_j`; averaged over the sequences and summed over the
+    layers. C7: `sequence_aux` needs `x` of rank 3.
   }];
   let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$gate,
                        Optional<Parax_FloatTensor>:$bias,
@@ -577,7 +585,8 @@ def Parax_RouterOp : Parax_Op<"router"> {
                        DefaultValuedAttr<F64Attr, "1.0">:$scaling_factor,
                        DefaultValuedAttr<I64Attr, "1">:$num_groups,
                        DefaultValuedAttr<I64Attr, "1">:$topk_groups,
-                       DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coef);
+                       DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coef,
+                       UnitAttr:$sequence_aux);
   let results = (outs Parax_FloatTensor:$weights, StaticShapeTensorOf<[I32]>:$indices);
   let assemblyFormat = [{
     `` $score_func $x `,` $gate (`,` $bias^)? attr-dict `:` functional-type(operands, results)
@@ -954,7 +963,8 @@ def Parax_RouterGradOp : Parax_Op<"router_grad"> {
                        DefaultValuedAttr<F64Attr, "1.0">:$scaling_factor,
                        DefaultValuedAttr<I64Attr, "1">:$num_groups,
                        DefaultValuedAttr<I64Attr, "1">:$topk_groups,
-                       DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coef);
+                       DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coef,
+                       UnitAttr:$sequence_aux);
   let results = (outs Parax_FloatTensor:$result);
   let assemblyFormat = [{
     `` $score_func $x `,` $gate `,` $dweights (`,` $bias^)? attr-dict `:` functional-type(operands, results)
@@ -972,13 +982,20 @@ def Parax_RouterLoadOp : Parax_Op<"router_load"> {
     ranks, a partial sum (the load-balancing loss needs every token's, so
     it is all-reduced).
 
+    Per sequence, with a result `[B, num_experts]` for `x` `[B, S, H]`:
+    row b counts sequence b's tokens alone (the sequence-wise balance
+    loss's), and with `scores` sums their normalised scores `s_e / Σ_j s_j`
+    (the same as the scores under softmax). With a sequence split over
+    ranks, a partial sum over the axes that split it.
+
     ```mlir
     %l = parax.router_load softmax %x, %g {num_experts = 8, top_k = 2}
         : (tensor<2x16x64xf32>, tensor<8x64xf32>) -> tensor<8xf32>
     ```
 
-    C1-C3, C5: as `parax.router`'s. C4: the result is `[num_experts]` of
-    f32 (counts beyond bf16's exact integers).
+    C1-C3, C5: as `parax.router`'s. C4: the result is `[num_experts]` or,
+    for `x` of rank 3, `[B, num_experts]`, of f32 (counts beyond bf16's
+    exact integers).
   }];
   let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$gate,
                        Optional<Parax_FloatTensor>:$bias,
@@ -1005,17 +1022,27 @@ def Parax_BalanceLossOp : Parax_Op<"balance_loss"> {
     Mixtral and Qwen2-MoE, weighted. A scalar f32, added by
     `--parax-autodiff` to the cross-entropy it returns.
 
+    Per sequence (`load` and `scores` `[B, num_experts]`, a row a sequence
+    of `T = num_tokens` tokens): the mean over the `num_sequences`
+    sequences (every rank's) of each row's loss, `coefficient · E ·
+    Σ_b Σ_e (load_be / T) · (scores_be / T) / num_sequences`; with the
+    sequences split over ranks, each rank's rows give a partial sum.
+    DeepSeek-V3's sequence-wise loss is this with `coefficient = α /
+    top_k`.
+
     ```mlir
     %b = parax.balance_loss %load, %scores {coefficient = 0.02, num_experts = 8, num_tokens = 32}
         : (tensor<8xf32>, tensor<8xf32>) -> tensor<f32>
     ```
 
-    C1: `load` and `scores` are `[num_experts]` of f32. C2: the result is a
-    rank-0 f32 tensor. C3: `coefficient >= 0`, `num_tokens > 0`.
+    C1: `load` and `scores` are `[num_experts]` or `[B, num_experts]`
+    alike, of f32. C2: the result is a rank-0 f32 tensor. C3:
+    `coefficient >= 0`, `num_tokens > 0`, `num_sequences > 0`.
   }];
   let arguments = (ins TensorOf<[F32]>:$load, TensorOf<[F32]>:$scores,
                        I64Attr:$num_experts, F64Attr:$coefficient,
-                       I64Attr:$num_tokens);
+                       I64Attr:$num_tokens,
+                       DefaultValuedAttr<I64Attr, "1">:$num_sequences);
   let results = (outs TensorOf<[F32]>:$result);
   let assemblyFormat = [{
     $load `,` $scores attr-dict `:` functional-type(operands, results)
@@ -1037,20 +1064,31 @@ def Parax_RouterAuxGradOp : Parax_Op<"router_aux_grad"> {
     partitioning with the tokens split, each rank computes its tokens'
     rows; `num_tokens` stays the whole's.
 
+    Per sequence (`x` `[B, S, H]`, `load` `[B, num_experts]`: each
+    sequence's choices, `T = num_tokens` its tokens, `N = num_sequences`
+    every rank's sequences): the loss is `parax.balance_loss`'s per
+    sequence form over the normalised scores `s' = s / Σ_j s_j`; with
+    `g_be = coefficient · E · load_be / (T² · N)`, token t of sequence b
+    gets `(g_b - Σ_e g_be · s'_te) / Σ_j s_tj` by its scores, then through
+    the sigmoid (`s · (1 - s)`); under softmax (`s' = s`) as above.
+
     ```mlir
     %d = parax.router_aux_grad softmax %x, %g, %load {num_experts = 8, coefficient = 0.02, num_tokens = 32}
         : (tensor<2x16x64xf32>, tensor<8x64xf32>, tensor<8xf32>) -> tensor<2x16x8xf32>
     ```
 
-    C1: `gate` is `[num_experts, H]`, `load` `[num_experts]` (f32). C2: the result
+    C1: `gate` is `[num_experts, H]`, `load` `[num_experts]` or, for `x`
+    `[B, S, H]`, `[B, num_experts]` (f32). C2: the result
     has `x`'s shape with the last dimension `num_experts`, and `x`'s
-    element type. C3: `coefficient >= 0`, `num_tokens > 0`.
+    element type. C3: `coefficient >= 0`, `num_tokens > 0`,
+    `num_sequences > 0`.
   }];
   let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$gate,
                        TensorOf<[F32]>:$load,
                        Parax_ScoreFuncAttr:$score_func,
                        I64Attr:$num_experts, F64Attr:$coefficient,
-                       I64Attr:$num_tokens);
+                       I64Attr:$num_tokens,
+                       DefaultValuedAttr<I64Attr, "1">:$num_sequences);
   let results = (outs Parax_FloatTensor:$result);
   let assemblyFormat = [{
     `` $score_func $x `,` $gate `,` $load attr-dict `:` functional-type(operands, results)
