@@ -215,35 +215,32 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         }
         return layouts;
       })
-      .Case<HeadLinearOp>(
-          [&](HeadLinearOp linear) -> FailureOr<SmallVector<Layout>> {
-            // A linear per head: the heads split with their weights, then as
-            // a linear (output features split, or input features with a
-            // partial-sum result).
-            int64_t r = rankOf(linear.getResult());
-            Layout x = out;
-            x.partial.clear();
-            x.dims[r - 1] = out.partial;
-            Layout w = Layout::replicated(3);
-            int64_t inDim = linear.getTransposeW() ? 2 : 1;
-            w.dims[0] = out.dims[r - 2];
-            w.dims[inDim] = out.partial;
-            w.dims[3 - inDim] = out.dims[r - 1];
-            return SmallVector<Layout>{x, w};
-          })
-      .Case<EmbeddingOp>(
-          [&](EmbeddingOp embedding) -> FailureOr<SmallVector<Layout>> {
-            int64_t r = rankOf(embedding.getResult());
-            Layout ids = Layout::replicated(r - 1);
-            for (int64_t d = 0; d < r - 1; ++d)
-              ids.dims[d] = out.dims[d];
-            Layout table = Layout::replicated(2);
-            table.dims[0] = out.partial;     // vocab-parallel: rows split
-            table.dims[1] = out.dims[r - 1]; // hidden split
-            return SmallVector<Layout>{ids, table};
-          })
-      .Case<PositionEmbeddingOp>([&](PositionEmbeddingOp embedding)
-                                     -> FailureOr<SmallVector<Layout>> {
+      .Case<HeadLinearOp>([&](HeadLinearOp linear) -> FailureOr<SmallVector<Layout>> {
+        // A linear per head: the heads split with their weights, then as
+        // a linear (output features split, or input features with a
+        // partial-sum result).
+        int64_t r = rankOf(linear.getResult());
+        Layout x = out;
+        x.partial.clear();
+        x.dims[r - 1] = out.partial;
+        Layout w = Layout::replicated(3);
+        int64_t inDim = linear.getTransposeW() ? 2 : 1;
+        w.dims[0] = out.dims[r - 2];
+        w.dims[inDim] = out.partial;
+        w.dims[3 - inDim] = out.dims[r - 1];
+        return SmallVector<Layout>{x, w};
+      })
+      .Case<EmbeddingOp>([&](EmbeddingOp embedding) -> FailureOr<SmallVector<Layout>> {
+        int64_t r = rankOf(embedding.getResult());
+        Layout ids = Layout::replicated(r - 1);
+        for (int64_t d = 0; d < r - 1; ++d)
+          ids.dims[d] = out.dims[d];
+        Layout table = Layout::replicated(2);
+        table.dims[0] = out.partial;    // vocab-parallel: rows split
+        table.dims[1] = out.dims[r - 1]; // hidden split
+        return SmallVector<Layout>{ids, table};
+      })
+      .Case<PositionEmbeddingOp>([&](PositionEmbeddingOp embedding) -> FailureOr<SmallVector<Layout>> {
         // Positions split over ranks (context parallelism): each rank its
         // rows of the table (seq_axes, localizeAttributes).
         if (failed(noPartial()) ||
@@ -258,8 +255,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           layouts.push_back(Layout::replicated(0)); // the position
         return layouts;
       })
-      .Case<RmsNormOp, LayerNormOp>([&](Operation *)
-                                        -> FailureOr<SmallVector<Layout>> {
+      .Case<RmsNormOp, LayerNormOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
             failed(wholeDim(out.dims.size() - 1,
                             "a norm needs its whole last dimension")))
@@ -277,20 +273,18 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         return same();
       })
-      .Case<SiluOp, SigmoidOp, GeluOp, SwigluOp>(
-          [&](Operation *) -> FailureOr<SmallVector<Layout>> {
-            if (failed(noPartial()))
-              return failure();
-            return same();
-          })
+      .Case<SiluOp, SigmoidOp, GeluOp, SwigluOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()))
+          return failure();
+        return same();
+      })
       .Case<AddOp>([&](auto) { return same(); })
       .Case<MulOp>([&](auto) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()))
           return failure();
         return same();
       })
-      .Case<ReshapeOp>([&](ReshapeOp reshape)
-                           -> FailureOr<SmallVector<Layout>> {
+      .Case<ReshapeOp>([&](ReshapeOp reshape) -> FailureOr<SmallVector<Layout>> {
         FailureOr<Layout> in = mapThroughReshape(
             out, shapeOf(reshape.getResult()), shapeOf(reshape.getX()), grid);
         if (failed(in))
@@ -298,13 +292,12 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
                                          "the split";
         return SmallVector<Layout>{*in};
       })
-      .Case<TransposeOp>(
-          [&](TransposeOp transpose) -> FailureOr<SmallVector<Layout>> {
-            Layout in = out;
-            for (auto [e, d] : llvm::enumerate(transpose.getPermutation()))
-              in.dims[d] = out.dims[e];
-            return SmallVector<Layout>{in};
-          })
+      .Case<TransposeOp>([&](TransposeOp transpose) -> FailureOr<SmallVector<Layout>> {
+        Layout in = out;
+        for (auto [e, d] : llvm::enumerate(transpose.getPermutation()))
+          in.dims[d] = out.dims[e];
+        return SmallVector<Layout>{in};
+      })
       .Case<SliceOp>([&](SliceOp slice) -> FailureOr<SmallVector<Layout>> {
         if (failed(wholeDim(slice.getDim(), "the sliced dimension must be whole")))
           return failure();
@@ -317,8 +310,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         return same();
       })
       .Case<BroadcastOp>([&](auto) { return same(); })
-      .Case<AttentionOp>([&](AttentionOp attention)
-                             -> FailureOr<SmallVector<Layout>> {
+      .Case<AttentionOp>([&](AttentionOp attention) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
             (attention.getPosition() &&
              failed(wholeDim(1, "attention over a KV cache at a run-time "
@@ -331,8 +323,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           layouts->push_back(Layout::replicated(0));
         return layouts;
       })
-      .Case<AttentionGradOp>([&](AttentionGradOp grad)
-                                 -> FailureOr<SmallVector<Layout>> {
+      .Case<AttentionGradOp>([&](AttentionGradOp grad) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
             failed(wholeDim(3, "attention needs whole heads")))
           return failure();
@@ -350,8 +341,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         layouts->push_back(out); // the gradient of the output
         return layouts;
       })
-      .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp ce)
-                                    -> FailureOr<SmallVector<Layout>> {
+      .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp ce) -> FailureOr<SmallVector<Layout>> {
         // Each rank its tokens' rows (num_tokens: the whole mean's count),
         // split as the labels are (integers are never resharded).
         if (failed(noPartial()) ||
@@ -365,16 +355,15 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
                                       << have->str() << " are";
         return SmallVector<Layout>{out, labels};
       })
-      .Case<LinearWeightGradOp>(
-          [&](LinearWeightGradOp grad) -> FailureOr<SmallVector<Layout>> {
-            int64_t r = rankOf(grad.getX());
-            int64_t inDim = grad.getTransposeW() ? 1 : 0;
-            Layout x = tokensSplit(out.partial, r, currentOf(1));
-            Layout dy = x;
-            x.dims[r - 1] = out.dims[inDim];
-            dy.dims[r - 1] = out.dims[1 - inDim];
-            return SmallVector<Layout>{x, dy};
-          })
+      .Case<LinearWeightGradOp>([&](LinearWeightGradOp grad) -> FailureOr<SmallVector<Layout>> {
+        int64_t r = rankOf(grad.getX());
+        int64_t inDim = grad.getTransposeW() ? 1 : 0;
+        Layout x = tokensSplit(out.partial, r, currentOf(1));
+        Layout dy = x;
+        x.dims[r - 1] = out.dims[inDim];
+        dy.dims[r - 1] = out.dims[1 - inDim];
+        return SmallVector<Layout>{x, dy};
+      })
       .Case<SumToOp>([&](SumToOp sum) -> FailureOr<SmallVector<Layout>> {
         // The summed dimensions' split becomes the partial sum: each axis
         // where the operand already splits a summed dimension (or holds a
@@ -408,46 +397,39 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         }
         return SmallVector<Layout>{x};
       })
-      .Case<GeluGradOp, SigmoidGradOp>(
-          [&](Operation *) -> FailureOr<SmallVector<Layout>> {
-            if (failed(noPartial()))
-              return failure();
-            return same();
-          })
-      .Case<PositionEmbeddingGradOp>(
-          [&](Operation *) -> FailureOr<SmallVector<Layout>> {
-            // A rank's positions (split over the partial's axes) write their
-            // rows.
-            if (failed(wholeDim(0, "the table's rows are written by position")))
-              return failure();
-            Layout dy = Layout::replicated(3);
-            dy.dims[1].assign(out.partial.begin(), out.partial.end());
-            dy.dims[2] = out.dims[1];
-            return SmallVector<Layout>{dy};
-          })
-      .Case<RmsNormGradOp, LayerNormGradOp>(
-          [&](Operation *) -> FailureOr<SmallVector<Layout>> {
-            if (failed(noPartial()) ||
-                failed(wholeDim(out.dims.size() - 1,
-                                "a norm needs its whole last dimension")))
-              return failure();
-            return SmallVector<Layout>{out, Layout::replicated(1), out};
-          })
-      .Case<RmsNormWeightGradOp, LayerNormWeightGradOp>(
-          [&](Operation *) -> FailureOr<SmallVector<Layout>> {
-            if (failed(wholeDim(0, "a norm needs its whole last dimension")))
-              return failure();
-            Layout x = tokensSplit(out.partial, rankOf(op->getOperand(0)),
-                                   currentOf(0));
-            return SmallVector<Layout>{x, x};
-          })
+      .Case<GeluGradOp, SigmoidGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()))
+          return failure();
+        return same();
+      })
+      .Case<PositionEmbeddingGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        // A rank's positions (split over the partial's axes) write their rows.
+        if (failed(wholeDim(0, "the table's rows are written by position")))
+          return failure();
+        Layout dy = Layout::replicated(3);
+        dy.dims[1].assign(out.partial.begin(), out.partial.end());
+        dy.dims[2] = out.dims[1];
+        return SmallVector<Layout>{dy};
+      })
+      .Case<RmsNormGradOp, LayerNormGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()) ||
+            failed(wholeDim(out.dims.size() - 1,
+                            "a norm needs its whole last dimension")))
+          return failure();
+        return SmallVector<Layout>{out, Layout::replicated(1), out};
+      })
+      .Case<RmsNormWeightGradOp, LayerNormWeightGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        if (failed(wholeDim(0, "a norm needs its whole last dimension")))
+          return failure();
+        Layout x = tokensSplit(out.partial, rankOf(op->getOperand(0)), currentOf(0));
+        return SmallVector<Layout>{x, x};
+      })
       .Case<SwigluGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()))
           return failure();
         return same();
       })
-      .Case<EmbeddingGradOp>([&](EmbeddingGradOp grad)
-                                 -> FailureOr<SmallVector<Layout>> {
+      .Case<EmbeddingGradOp>([&](EmbeddingGradOp grad) -> FailureOr<SmallVector<Layout>> {
         // The token ids keep their split (integers are never resharded):
         // dy follows them.
         int64_t r = rankOf(grad.getDy());
@@ -472,50 +454,43 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         return same();
       })
-      .Case<RouterOp, RouterGradOp, RouterAuxGradOp>(
-          [&](Operation *) -> FailureOr<SmallVector<Layout>> {
-            if (failed(noPartial()) ||
-                failed(
-                    wholeDim(out.dims.size() - 1, "top-k needs every expert")))
-              return failure();
-            // x, the gate, (the gradient's dweights: x's tokens; the load:
-            // every token's, whole), (the bias).
-            SmallVector<Layout> layouts = {out, Layout::replicated(2)};
-            if (isa<RouterGradOp>(op))
-              layouts.push_back(out);
-            if (auto aux = dyn_cast<RouterAuxGradOp>(op)) {
-              // Per sequence: the rank's sequences' loads, each whole.
-              Layout load = Layout::replicated(rankOf(aux.getLoad()));
-              if (rankOf(aux.getLoad()) == 2)
-                load.dims[0] = out.dims[0];
-              layouts.push_back(load);
-            }
-            if (layouts.size() < op->getNumOperands())
-              layouts.push_back(Layout::replicated(1));
-            return layouts;
-          })
-      .Case<RouterLoadOp>(
-          [&](RouterLoadOp load) -> FailureOr<SmallVector<Layout>> {
-            // Summed over the tokens: a partial sum over the axes splitting
-            // them.
-            int64_t experts = rankOf(load.getResult()) - 1;
-            if (failed(wholeDim(experts, "the load counts every expert")))
-              return failure();
-            Layout x =
-                tokensSplit(out.partial, rankOf(load.getX()), currentOf(0));
-            if (experts == 1) { // per sequence: the rank's sequences, split
-                                // over the partial sum's axes
-              x = Layout::replicated(3);
-              x.dims[0] = out.dims[0];
-              x.dims[1].assign(out.partial.begin(), out.partial.end());
-            }
-            SmallVector<Layout> layouts = {x, Layout::replicated(2)};
-            if (load.getBias())
-              layouts.push_back(Layout::replicated(1));
-            return layouts;
-          })
-      .Case<ExpertsOp, ExpertsGradOp>([&](Operation *)
-                                          -> FailureOr<SmallVector<Layout>> {
+      .Case<RouterOp, RouterGradOp, RouterAuxGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+        if (failed(noPartial()) ||
+            failed(wholeDim(out.dims.size() - 1, "top-k needs every expert")))
+          return failure();
+        // x, the gate, (the gradient's dweights: x's tokens; the load: every
+        // token's, whole), (the bias).
+        SmallVector<Layout> layouts = {out, Layout::replicated(2)};
+        if (isa<RouterGradOp>(op))
+          layouts.push_back(out);
+        if (auto aux = dyn_cast<RouterAuxGradOp>(op)) {
+          // Per sequence: the rank's sequences' loads, each whole.
+          Layout load = Layout::replicated(rankOf(aux.getLoad()));
+          if (rankOf(aux.getLoad()) == 2)
+            load.dims[0] = out.dims[0];
+          layouts.push_back(load);
+        }
+        if (layouts.size() < op->getNumOperands())
+          layouts.push_back(Layout::replicated(1));
+        return layouts;
+      })
+      .Case<RouterLoadOp>([&](RouterLoadOp load) -> FailureOr<SmallVector<Layout>> {
+        // Summed over the tokens: a partial sum over the axes splitting them.
+        int64_t experts = rankOf(load.getResult()) - 1;
+        if (failed(wholeDim(experts, "the load counts every expert")))
+          return failure();
+        Layout x = tokensSplit(out.partial, rankOf(load.getX()), currentOf(0));
+        if (experts == 1) { // per sequence: the rank's sequences, split over the partial sum's axes
+          x = Layout::replicated(3);
+          x.dims[0] = out.dims[0];
+          x.dims[1].assign(out.partial.begin(), out.partial.end());
+        }
+        SmallVector<Layout> layouts = {x, Layout::replicated(2)};
+        if (load.getBias())
+          layouts.push_back(Layout::replicated(1));
+        return layouts;
+      })
+      .Case<ExpertsOp, ExpertsGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         // Each expert's FFN split over the partial sum's axes (a gradient's
         // by x and by the router's weights are partial sums over them too);
         // the stacks split on experts by the partitioner; dy as x.
@@ -532,8 +507,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           layouts.push_back(x);
         return layouts;
       })
-      .Case<BalanceLossOp>([&](BalanceLossOp loss)
-                               -> FailureOr<SmallVector<Layout>> {
+      .Case<BalanceLossOp>([&](BalanceLossOp loss) -> FailureOr<SmallVector<Layout>> {
         // Every row's load and scores (partial sums all-reduced), a whole
         // scalar; per sequence, the sequences split over the partial sum's
         // axes (each rank's sum of its sequences' losses).
@@ -546,8 +520,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         return SmallVector<Layout>{Layout::replicated(1), Layout::replicated(1)};
       })
-      .Case<CrossEntropyOp>([&](CrossEntropyOp ce)
-                                -> FailureOr<SmallVector<Layout>> {
+      .Case<CrossEntropyOp>([&](CrossEntropyOp ce) -> FailureOr<SmallVector<Layout>> {
         // The tokens split as the labels are, or as the logits are where
         // the labels become that by a slice (integers are never gathered,
         // moved or summed); labels not yet placed (a program input, then

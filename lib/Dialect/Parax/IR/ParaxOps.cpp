@@ -657,8 +657,8 @@ LogicalResult RouterAuxGradOp::verify() {
       gate.getDimSize(1) != x.getShape().back() ||
       !isExpertLoad(load, x, experts))
     return emitOpError("C1: gate must be [num_experts, H] and load "
-                       "[num_experts] or [B, num_experts] "
-                       "(x [B, S, H]), num_experts = ")
+                       "[num_experts] or [B, num_experts] (x [B, S, H]), "
+                       "num_experts = ")
            << experts;
   if (failed(verifyRoutedShape(*this, x, result, experts, "C2", "the result")))
     return failure();
@@ -667,8 +667,7 @@ LogicalResult RouterAuxGradOp::verify() {
   if (!(getCoefficient().convertToDouble() >= 0) || getNumTokens() <= 0 ||
       getNumSequences() <= 0)
     return emitOpError("C3: coefficient must not be negative and num_tokens "
-                       "and num_sequences must be "
-                       "positive");
+                       "and num_sequences must be positive");
   return success();
 }
 
@@ -679,17 +678,15 @@ LogicalResult BalanceLossOp::verify() {
   if ((load.getRank() != 1 && !perSequence) ||
       load.getShape().back() != experts ||
       tensorOf(getScores()).getShape() != load.getShape())
-    return emitOpError("C1: load and scores must be [num_experts] or [B, "
-                       "num_experts] alike, of f32, "
-                       "num_experts = ")
+    return emitOpError("C1: load and scores must be [num_experts] or "
+                       "[B, num_experts] alike, of f32, num_experts = ")
            << experts;
   if (tensorOf(getResult()).getRank() != 0)
     return emitOpError("C2: the result must be a rank-0 f32 tensor");
   if (!(getCoefficient().convertToDouble() >= 0) || getNumTokens() <= 0 ||
       getNumSequences() <= 0)
     return emitOpError("C3: coefficient must not be negative and num_tokens "
-                       "and num_sequences must be "
-                       "positive");
+                       "and num_sequences must be positive");
   return success();
 }
 
