@@ -125,3 +125,36 @@ func.func @balanced_layers(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
   %l = parax.cross_entropy %y2, %labels : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// DeepSeek-V3's sequence-wise balance loss (sequence_aux): each router its
+// own load per sequence, [B = 2, E = 4], not summed over the layers;
+// router_aux_grad over it with coefficient α / top_k = 0.01, T = 4 tokens a
+// sequence, 2 sequences; the loss returned adds each layer's value
+// (balance_loss per sequence, of the routers' normalised scores).
+// CHECK-LABEL: func.func @sequence_balanced
+// CHECK: parax.router_grad sigmoid
+// CHECK-NEXT: %[[L2:.*]] = parax.router_load sigmoid %{{.*}}, %{{.*}} {num_experts = 4 : i64, top_k = 2 : i64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> tensor<2x4xf32>
+// CHECK-NEXT: parax.router_aux_grad sigmoid %{{.*}}, %{{.*}}, %[[L2]] {coefficient = 1.000000e-02 : f64, num_experts = 4 : i64, num_sequences = 2 : i64, num_tokens = 4 : i64} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<2x4xf32>) -> tensor<2x4x4xf32>
+// CHECK: parax.router_grad sigmoid
+// CHECK-NEXT: %[[L1:.*]] = parax.router_load sigmoid %arg0, {{.*}} -> tensor<2x4xf32>
+// CHECK-NEXT: parax.router_aux_grad sigmoid %arg0, %{{.*}}, %[[L1]] {{.*}}num_sequences = 2 : i64
+// CHECK: %[[S2:.*]] = parax.router_load sigmoid {{.*}}scores{{.*}} -> tensor<2x4xf32>
+// CHECK-NEXT: %[[V2:.*]] = parax.balance_loss %[[L2]], %[[S2]] {coefficient = 1.000000e-02 : f64, num_experts = 4 : i64, num_sequences = 2 : i64, num_tokens = 4 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<f32>
+// CHECK-NEXT: %[[LOSS2:.*]] = parax.add %{{.*}}, %[[V2]]
+// CHECK-NEXT: %[[S1:.*]] = parax.router_load sigmoid %arg0, {{.*}}scores
+// CHECK-NEXT: %[[V1:.*]] = parax.balance_loss %[[L1]], %[[S1]]
+// CHECK-NEXT: %[[LOSS:.*]] = parax.add %[[LOSS2]], %[[V1]]
+// CHECK-NEXT: return %[[LOSS]],
+func.func @sequence_balanced(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
+    %gate: tensor<4x16xf32> {parax.param = "gate"}, %gate2: tensor<4x16xf32> {parax.param = "gate2"},
+    %w1: tensor<4x24x16xf32> {parax.param = "w1"}, %w3: tensor<4x24x16xf32> {parax.param = "w3"},
+    %w2: tensor<4x16x24xf32> {parax.param = "w2"}) -> tensor<f32> {
+  %w, %i = parax.router sigmoid %x, %gate {num_experts = 4 : i64, top_k = 2 : i64, aux_loss_coef = 0.02 : f64, sequence_aux} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
+  %y = parax.experts %x, %w, %i, %w1, %w3, %w2 : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>) -> tensor<2x4x16xf32>
+  %w2b, %i2 = parax.router sigmoid %y, %gate2 {num_experts = 4 : i64, top_k = 2 : i64, aux_loss_coef = 0.02 : f64, sequence_aux} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
+  %z = parax.experts %y, %w2b, %i2, %w1, %w3, %w2 : (tensor<2x4x16xf32>, tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<4x24x16xf32>, tensor<4x24x16xf32>, tensor<4x16x24xf32>) -> tensor<2x4x16xf32>
+  %l = parax.cross_entropy %z, %labels : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -159,6 +159,25 @@ def test_router_aux_loss_coef_is_read_when_router_logits_are_output(tmp_path):
     assert build_model(cfg).count("aux_loss_coef = 0.02 : f64") == cfg.layers
 
 
+def test_deepseek_sequence_aux_is_read_from_aux_loss_alpha_and_seq_aux(tmp_path):
+    """DeepSeek's config.json names its balance loss aux_loss_alpha with
+    seq_aux (DeepSeek-V3: 0.001, true): each MoE layer's router carries
+    aux_loss_coef and sequence_aux (the dense first layers none); the
+    batch-wise form (seq_aux false) is refused, not built as another."""
+    raw = dict(PRESETS["tiny-deepseek-v3"], aux_loss_alpha=0.001, seq_aux=True)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    cfg = load_config(str(path))
+    assert cfg.router_aux_loss_coef == 0.001 and cfg.sequence_aux
+    moe_layers = cfg.layers - cfg.first_dense_layers
+    text = build_model(cfg)
+    assert text.count("aux_loss_coef = 0.001 : f64, sequence_aux") == moe_layers == 1
+    path.write_text(json.dumps(dict(raw, seq_aux=False)))
+    with pytest.raises(ConfigError, match="aux_loss_alpha without seq_aux"):
+        load_config(str(path))
+    assert "sequence_aux" not in build_model(load_config("tiny-deepseek-v3"))
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "parax.models", *args],
                           capture_output=True, text=True, timeout=120,

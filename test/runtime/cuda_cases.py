@@ -187,6 +187,10 @@ TRAIN = {
     "train-mixtral-bf16-ep2-capacity": ("tiny-mixtral", 2, 8, "ep=2,dp=1,capacity=1.5", 2, "bf16"),
     # with a load-balancing loss: the load (f32 counts) all-reduced over ep
     "train-mixtral-bf16-aux-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2, "bf16", [], 0.5),
+    # DeepSeek-V3's sequence-wise balance loss: a load row per sequence, each
+    # rank's own sequence whole under ep (normalised sigmoid scores)
+    "train-deepseek-v3-bf16-seq-aux-ep2": ("tiny-deepseek-v3", 2, 8, "ep=2,dp=1", 2, "bf16", [], 0.5,
+                                           {"overrides": {"sequence_aux": True}}),
     "train-deepseek-v3": ("tiny-deepseek-v3", 2, 8, None, 1),  # sigmoid router, groups, bias; MLA
     # its auxiliary-loss-free balancing: the router biases moved after step
     # 1 (0.5: enough to change step 2's routing, whose loss and gradients
@@ -371,7 +375,7 @@ def prepare_train(name, root):
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
     model = Model(case_dir, preset, layers=more.get("layers"), batch=batch, seq=seq, loss=True, dtype=dtype,
-                  rows=batch * dp * micro, aux_loss=aux)
+                  rows=batch * dp * micro, aux_loss=aux, overrides=more.get("overrides"))
     # The CPU backend runs the same executable (a plan's gradients may be
     # pieces of fused tensors; test_training.py checks them against one rank).
     # (a training workload for a schedule's pins: interleaved chunks)

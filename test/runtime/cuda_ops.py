@@ -342,6 +342,30 @@ OPS = {
         [("x", t(2, 5, 40), None), ("gate", t(8, 40), "gate"), ("load", t(8), None)],
         "parax.router_aux_grad sigmoid %x, %gate, %load {num_experts = 8 : i64, coefficient = 0.5 : f64,"
         " num_tokens = 10 : i64}", t(2, 5, 8), {}),
+    # DeepSeek-V3's sequence-wise balance loss: a load row per sequence,
+    # the sigmoid's scores normalised per token.
+    "router_load-sequences-sigmoid-bias": (
+        [("x", t(3, 5, 40), None), ("gate", t(16, 40), "gate"), ("bias", t(16), "bias")],
+        "parax.router_load sigmoid %x, %gate, %bias {num_experts = 16 : i64, top_k = 4 : i64,"
+        " num_groups = 4 : i64, topk_groups = 2 : i64}", t(3, 16), {}),
+    "router_load-sequences-scores-sigmoid": (
+        [("x", t(3, 5, 40), None), ("gate", t(8, 40), "gate")],
+        "parax.router_load sigmoid %x, %gate {num_experts = 8 : i64, top_k = 2 : i64, scores}", t(3, 8), {}),
+    "router_load-sequences-scores-softmax": (
+        [("x", t(3, 5, 40), None), ("gate", t(8, 40), "gate")],
+        "parax.router_load softmax %x, %gate {num_experts = 8 : i64, top_k = 2 : i64, scores}", t(3, 8), {}),
+    "balance_loss-sequences": (
+        [("load", t(3, 8), None), ("scores", t(3, 8), None)],
+        "parax.balance_loss %load, %scores {num_experts = 8 : i64, coefficient = 0.5 : f64, num_tokens = 5 : i64,"
+        " num_sequences = 6 : i64}", t(elem="f32"), {}),
+    "router_aux_grad-sequences-sigmoid": (
+        [("x", t(3, 5, 40), None), ("gate", t(8, 40), "gate"), ("load", t(3, 8), None)],
+        "parax.router_aux_grad sigmoid %x, %gate, %load {num_experts = 8 : i64, coefficient = 0.5 : f64,"
+        " num_tokens = 5 : i64, num_sequences = 3 : i64}", t(3, 5, 8), {}),
+    "router_aux_grad-sequences-softmax": (
+        [("x", t(3, 5, 40), None), ("gate", t(8, 40), "gate"), ("load", t(3, 8), None)],
+        "parax.router_aux_grad softmax %x, %gate, %load {num_experts = 8 : i64, coefficient = 0.5 : f64,"
+        " num_tokens = 5 : i64, num_sequences = 3 : i64}", t(3, 5, 8), {}),
     "experts_grad": (
         [("x", t(2, 3, 40), None), ("w", t(2, 3, 2), None), ("idx", t(2, 3, 2, elem="i32"), None),
          ("wg", t(4, 30, 40), "wg"), ("wu", t(4, 30, 40), "wu"), ("wd", t(4, 40, 30), "wd"),

@@ -306,12 +306,28 @@ pxe::Executable routerAux(std::vector<int64_t> load, std::vector<int64_t> result
   return exe;
 }
 
+// The load-balancing loss's router_load (top_k 2) and balance_loss
+// (num_tokens 3) on these shapes.
+pxe::Executable routerLoad(std::vector<int64_t> load) {
+  pxe::Executable exe = oneOp("router_load", {{2, 3, 8}, {4, 8}}, {load});
+  (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["top_k"].set_i(2);
+  return exe;
+}
+
+pxe::Executable balanceLoss(std::vector<int64_t> load, std::vector<int64_t> scores) {
+  pxe::Executable exe = oneOp("balance_loss", {load, scores}, {{}});
+  (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_tokens"].set_i(3);
+  return exe;
+}
+
 TEST(Executable, AcceptsMoeGradientOpsWhoseShapesFit) {
   for (const pxe::Executable &exe :
        {routerGrad({2, 3, 2}, {2, 3, 4}),
         oneOp("experts_grad", {{6, 8}, {6, 2}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 8, 5}, {6, 8}},
               {{6, 8}, {6, 2}, {4, 5, 8}, {4, 5, 8}, {4, 8, 5}}, {2}),
-        oneOp("sigmoid_grad", {{3, 7}, {3, 7}}, {{3, 7}}), routerAux({4}, {2, 3, 4})}) {
+        oneOp("sigmoid_grad", {{3, 7}, {3, 7}}, {{3, 7}}), routerAux({4}, {2, 3, 4}),
+        routerAux({2, 4}, {2, 3, 4}), // a load per sequence
+        routerLoad({4}), routerLoad({2, 4}), balanceLoss({2, 4}, {2, 4})}) {
     Status s = validateExecutable(exe);
     EXPECT_TRUE(s.isOk()) << s.message();
   }
@@ -331,14 +347,22 @@ TEST(Executable, RefusesMoeGradientOpsWhoseShapesDoNotFit) {
                 "(experts_grad): operand 2 must be integer");
   expectRefused(oneOp("sigmoid_grad", {{3, 7}, {3, 6}}, {{3, 7}}),
                 "(sigmoid_grad): x, dy and the result must have one shape");
-  expectRefused(routerAux({5}, {2, 3, 4}), "(router_aux_grad): the gate [experts, 8], the load [experts] and the "
-                                           "result [tokens, experts] do not fit");
+  const char *auxShapes = "(router_aux_grad): the gate [experts, 8], the load [experts] (or [sequences, experts] for "
+                          "x [sequences, tokens, 8]) and the result [tokens, experts] do not fit";
+  expectRefused(routerAux({5}, {2, 3, 4}), auxShapes);
+  expectRefused(routerAux({3, 4}, {2, 3, 4}), auxShapes); // not a row for each of x's 2 sequences
+  expectRefused(routerLoad({3, 4}), "(router_load): the load must be [4] or, per sequence, [2, 4]");
+  expectRefused(balanceLoss({2, 4}, {4}), "(balance_loss): the load and the scores must be [experts] or [sequences, "
+                                          "experts] alike, the result a scalar");
   pxe::Executable manyGroups = routerGrad({2, 3, 2}, {2, 3, 4});
   (*manyGroups.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_groups"].set_i(65);
   expectRefused(manyGroups, "(router_grad): num_groups 65 is above 64");
   pxe::Executable noTokens = routerAux({4}, {2, 3, 4});
   (*noTokens.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_tokens"].set_i(0);
-  expectRefused(noTokens, "(router_aux_grad): num_tokens must be positive");
+  expectRefused(noTokens, "(router_aux_grad): num_tokens and num_sequences must be positive");
+  pxe::Executable noSequences = routerAux({2, 4}, {2, 3, 4});
+  (*noSequences.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["num_sequences"].set_i(0);
+  expectRefused(noSequences, "(router_aux_grad): num_tokens and num_sequences must be positive");
 }
 
 // Offsets near INT64_MAX: `start + n` wrapped below the size and passed the

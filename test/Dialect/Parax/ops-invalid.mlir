@@ -955,8 +955,48 @@ func.func @router_aux_loss_coef(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>) ->
 
 // -----
 
+func.func @router_sequence_aux_rank(%x: tensor<8x16xf32>, %g: tensor<4x16xf32>) -> tensor<8x2xf32> {
+  // expected-error @+1 {{C7: sequence_aux needs x of rank 3 ([B, S, H]), got rank 2}}
+  %w, %i = parax.router softmax %x, %g {num_experts = 4, top_k = 2, aux_loss_coef = 0.1 : f64, sequence_aux} : (tensor<8x16xf32>, tensor<4x16xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>)
+  return %w : tensor<8x2xf32>
+}
+
+// -----
+
+func.func @router_load_sequences(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>) -> tensor<3x4xf32> {
+  // expected-error @+1 {{C4: the result must be [4] or [B, 4] (x [B, S, H]) of f32}}
+  %l = parax.router_load softmax %x, %g {num_experts = 4, top_k = 2} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> tensor<3x4xf32>
+  return %l : tensor<3x4xf32>
+}
+
+// -----
+
+func.func @router_aux_grad_sequences(%x: tensor<8x16xf32>, %g: tensor<4x16xf32>, %load: tensor<2x4xf32>) -> tensor<8x4xf32> {
+  // expected-error @+1 {{C1: gate must be [num_experts, H] and load [num_experts] or [B, num_experts] (x [B, S, H]), num_experts = 4}}
+  %d = parax.router_aux_grad sigmoid %x, %g, %load {num_experts = 4, coefficient = 0.02, num_tokens = 4, num_sequences = 2} : (tensor<8x16xf32>, tensor<4x16xf32>, tensor<2x4xf32>) -> tensor<8x4xf32>
+  return %d : tensor<8x4xf32>
+}
+
+// -----
+
+func.func @router_aux_grad_num_sequences(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %load: tensor<2x4xf32>) -> tensor<2x4x4xf32> {
+  // expected-error @+1 {{C3: coefficient must not be negative and num_tokens and num_sequences must be positive}}
+  %d = parax.router_aux_grad sigmoid %x, %g, %load {num_experts = 4, coefficient = 0.02, num_tokens = 4, num_sequences = 0} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<2x4xf32>) -> tensor<2x4x4xf32>
+  return %d : tensor<2x4x4xf32>
+}
+
+// -----
+
+func.func @balance_loss_sequences(%load: tensor<2x4xf32>, %scores: tensor<4xf32>) -> tensor<f32> {
+  // expected-error @+1 {{C1: load and scores must be [num_experts] or [B, num_experts] alike, of f32, num_experts = 4}}
+  %b = parax.balance_loss %load, %scores {num_experts = 4, coefficient = 0.02, num_tokens = 4, num_sequences = 2} : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<f32>
+  return %b : tensor<f32>
+}
+
+// -----
+
 func.func @router_load_result(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>) -> tensor<4xbf16> {
-  // expected-error @+1 {{C4: the result must be [4] of f32}}
+  // expected-error @+1 {{C4: the result must be [4] or [B, 4] (x [B, S, H]) of f32}}
   %l = parax.router_load softmax %x, %g {num_experts = 4, top_k = 2} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> tensor<4xbf16>
   return %l : tensor<4xbf16>
 }
@@ -964,7 +1004,7 @@ func.func @router_load_result(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>) -> t
 // -----
 
 func.func @router_aux_grad_load(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %load: tensor<3xf32>) -> tensor<2x4x4xf32> {
-  // expected-error @+1 {{C1: gate must be [num_experts, H] and load [num_experts], num_experts = 4}}
+  // expected-error @+1 {{C1: gate must be [num_experts, H] and load [num_experts] or [B, num_experts] (x [B, S, H]), num_experts = 4}}
   %d = parax.router_aux_grad softmax %x, %g, %load {num_experts = 4, coefficient = 0.02, num_tokens = 8} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<3xf32>) -> tensor<2x4x4xf32>
   return %d : tensor<2x4x4xf32>
 }
@@ -972,7 +1012,7 @@ func.func @router_aux_grad_load(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %l
 // -----
 
 func.func @router_aux_grad_tokens(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, %load: tensor<4xf32>) -> tensor<2x4x4xf32> {
-  // expected-error @+1 {{C3: coefficient must not be negative and num_tokens must be positive}}
+  // expected-error @+1 {{C3: coefficient must not be negative and num_tokens and num_sequences must be positive}}
   %d = parax.router_aux_grad softmax %x, %g, %load {num_experts = 4, coefficient = 0.02, num_tokens = 0} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<4xf32>) -> tensor<2x4x4xf32>
   return %d : tensor<2x4x4xf32>
 }
@@ -980,7 +1020,7 @@ func.func @router_aux_grad_tokens(%x: tensor<2x4x16xf32>, %g: tensor<4x16xf32>, 
 // -----
 
 func.func @balance_loss_experts(%load: tensor<4xf32>, %scores: tensor<3xf32>) -> tensor<f32> {
-  // expected-error @+1 {{C1: load and scores must be [num_experts] of f32, num_experts = 4}}
+  // expected-error @+1 {{C1: load and scores must be [num_experts] or [B, num_experts] alike, of f32, num_experts = 4}}
   %b = parax.balance_loss %load, %scores {num_experts = 4, coefficient = 0.02, num_tokens = 8} : (tensor<4xf32>, tensor<3xf32>) -> tensor<f32>
   return %b : tensor<f32>
 }
@@ -996,7 +1036,7 @@ func.func @balance_loss_scalar(%load: tensor<4xf32>, %scores: tensor<4xf32>) -> 
 // -----
 
 func.func @balance_loss_coefficient(%load: tensor<4xf32>, %scores: tensor<4xf32>) -> tensor<f32> {
-  // expected-error @+1 {{C3: coefficient must not be negative and num_tokens must be positive}}
+  // expected-error @+1 {{C3: coefficient must not be negative and num_tokens and num_sequences must be positive}}
   %b = parax.balance_loss %load, %scores {num_experts = 4, coefficient = -1.0, num_tokens = 8} : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
   return %b : tensor<f32>
 }
