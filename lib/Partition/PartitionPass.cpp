@@ -550,7 +550,7 @@ LogicalResult FunctionPartitioner::buildStage(
           k, ParaxDialect::kGlobalShardingAttrName,
           returnLayouts[k].toAttr(context, grid.ref));
     for (StringRef name : {ParaxDialect::kGradAttrName, ParaxDialect::kParamOffsetAttrName,
-                           ParaxDialect::kParamShapeAttrName})
+                           ParaxDialect::kParamShapeAttrName, ParaxDialect::kLossTermAttrName})
       if (Attribute value = function.getResultAttr(i, name))
         stageFunction.setResultAttr(k, name, value);
   }

@@ -171,31 +171,32 @@ private:
   }
   // The loss returned: the cross-entropy plus the load-balancing loss's
   // value, when the routers are balanced.
+  // The sum of the balance losses' values (null without any): a result of
+  // its own too, after the gradients, for logging.
+  Value balanceSum;
+  Value addTerm(Value sum, Value term, Operation *at) {
+    return sum ? Value(tag(AddOp::create(b, term.getLoc(), term.getType(), sum, term), at)) : term;
+  }
   Value withBalanceLoss(Value loss) {
     Operation *ce = loss.getDefiningOp();
     for (auto [router, load] : sequenceBalanced) {
       auto [coefficient, tokens, sequences] = sequenceTerms(router);
       Value scores = loadOf(router, /*perSequence=*/true, /*scores=*/true);
-      Value value =
-          tag(BalanceLossOp::create(
-                  b, loss.getLoc(), loss.getType(), load, scores,
-                  router.getNumExpertsAttr(), b.getF64FloatAttr(coefficient),
-                  b.getI64IntegerAttr(tokens), b.getI64IntegerAttr(sequences)),
-              ce);
-      loss =
-          tag(AddOp::create(b, loss.getLoc(), loss.getType(), loss, value), ce);
+      Value value = tag(BalanceLossOp::create(b, loss.getLoc(), loss.getType(), load, scores,
+                                              router.getNumExpertsAttr(), b.getF64FloatAttr(coefficient),
+                                              b.getI64IntegerAttr(tokens), b.getI64IntegerAttr(sequences)),
+                        ce);
+      balanceSum = addTerm(balanceSum, value, ce);
     }
-    if (!balanceLoad)
-      return loss;
-    Value scores = sumOverRouters(/*scores=*/true);
-    Value value =
-        tag(BalanceLossOp::create(
-                b, loss.getLoc(), loss.getType(), balanceLoad, scores,
-                balanced.getNumExpertsAttr(), balanced.getAuxLossCoefAttr(),
-                b.getI64IntegerAttr(balanceRows), b.getI64IntegerAttr(1)),
-            ce);
-    return tag(AddOp::create(b, loss.getLoc(), loss.getType(), loss, value),
-               ce);
+    if (balanceLoad) {
+      Value scores = sumOverRouters(/*scores=*/true);
+      Value value = tag(BalanceLossOp::create(b, loss.getLoc(), loss.getType(), balanceLoad, scores,
+                                              balanced.getNumExpertsAttr(), balanced.getAuxLossCoefAttr(),
+                                              b.getI64IntegerAttr(balanceRows), b.getI64IntegerAttr(1)),
+                        ce);
+      balanceSum = addTerm(balanceSum, value, ce);
+    }
+    return balanceSum ? addTerm(loss, balanceSum, ce) : loss;
   }
 };
 
@@ -507,8 +508,8 @@ LogicalResult Differentiator::run() {
             return router.getBias() == use.get();
           if (auto grad = dyn_cast<RouterGradOp>(user))
             return grad.getBias() == use.get();
-          if (auto load =
-                  dyn_cast<RouterLoadOp>(user)) // (the balance loss's choices)
+          // (the balance loss's choices)
+          if (auto load = dyn_cast<RouterLoadOp>(user))
             return load.getBias() == use.get();
           return false;
         }))
@@ -527,6 +528,12 @@ LogicalResult Differentiator::run() {
       if (Attribute value = function.getArgAttr(arg.getArgNumber(), box))
         attrs.append(box, value);
     resultAttrs.push_back(attrs.getDictionary(b.getContext()));
+  }
+  if (balanceSum) { // the balance losses apart, after the gradients
+    results.push_back(balanceSum);
+    types.push_back(balanceSum.getType());
+    resultAttrs.push_back(
+        b.getDictionaryAttr(b.getNamedAttr(ParaxDialect::kLossTermAttrName, b.getStringAttr("balance"))));
   }
   func::ReturnOp::create(b, ret.getLoc(), results);
   ret.erase();

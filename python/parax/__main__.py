@@ -345,8 +345,8 @@ def main(argv=None):
     for option, kind in (("--lr", float), ("--beta1", float), ("--beta2", float), ("--eps", float),
                          ("--weight-decay", float), ("--clip-grad-norm", float), ("--step-rows", int),
                          ("--lr-schedule", str), ("--warmup-steps", int), ("--decay-steps", int), ("--min-lr", float),
-                         ("--save-weights", str), ("--losses", str), ("--save-optimizer", str),
-                         ("--load-optimizer", str)):
+                         ("--save-weights", str), ("--losses", str), ("--balance-losses", str),
+                         ("--save-optimizer", str), ("--load-optimizer", str)):
         r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
     r.add_argument("--zero", action="store_true", help="with --optimizer adamw: ZeRO-1")
     sub.add_parser("demo", help="the README's main job")
@@ -365,7 +365,7 @@ def main(argv=None):
                         if value is not None for arg in (option, str(value))]
             training = [arg for option in ("--optimizer", "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
                                            "--clip-grad-norm", "--step-rows", "--save-weights", "--losses",
-                                           "--lr-schedule", "--warmup-steps", "--decay-steps", "--min-lr",
+                                           "--balance-losses", "--lr-schedule", "--warmup-steps", "--decay-steps", "--min-lr",
                                            "--save-optimizer", "--load-optimizer")
                         for value in [getattr(args, option[2:].replace("-", "_"))] if value is not None
                         for arg in (option, str(value))] + (["--zero"] if args.zero else [])

@@ -489,6 +489,19 @@ Status validateExecutable(const pxe::Executable &exe) {
     for (int32_t id : stage.outputs())
       if (id < 0 || id >= stage.buffers_size() || !defined[id])
         return fail(where + ".outputs", "buffer " + std::to_string(id) + " is not computed");
+    if (stage.output_terms_size() && stage.output_terms_size() != stage.outputs_size())
+      return fail(where + ".output_terms", std::to_string(stage.output_terms_size()) + " terms for " +
+                                                std::to_string(stage.outputs_size()) + " outputs");
+    for (int k = 0; k < stage.output_terms_size(); ++k) {
+      const std::string &term = stage.output_terms(k);
+      if (term.empty()) continue;
+      if (term != "balance")
+        return fail(where + ".output_terms[" + std::to_string(k) + "]", "'" + term + "' is not a loss term "
+                                                                          "(balance)");
+      const pxe::Buffer &b = stage.buffers(stage.outputs(k));
+      if (b.shape_size() != 0 || b.dtype() != pxe::F32)
+        return fail(where + ".output_terms[" + std::to_string(k) + "]", "a loss term must be an f32 scalar");
+    }
     if (Status results = checkOutputResults(exe, s); !results.isOk())
       return results;
   }

@@ -113,7 +113,8 @@ func.func @balanced(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
 // CHECK-NEXT: %[[SCORES:.*]] = parax.add %[[S1]], %[[S2]]
 // CHECK-NEXT: %[[VALUE:.*]] = parax.balance_loss %[[SUM]], %[[SCORES]] {coefficient = 2.000000e-02 : f64, num_experts = 4 : i64, num_tokens = 16 : i64}
 // CHECK-NEXT: %[[LOSS:.*]] = parax.add %{{.*}}, %[[VALUE]] : (tensor<f32>, tensor<f32>) -> tensor<f32>
-// CHECK-NEXT: return %[[LOSS]],
+// The balancing loss returned apart too, last (for logging).
+// CHECK-NEXT: return %[[LOSS]], {{.*}}, %[[VALUE]] : tensor<f32>, {{.*}}, tensor<f32>
 func.func @balanced_layers(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
     %gate: tensor<4x16xf32> {parax.param = "gate"}, %gate2: tensor<4x16xf32> {parax.param = "gate2"},
     %w1: tensor<4x24x16xf32> {parax.param = "w1"}, %w3: tensor<4x24x16xf32> {parax.param = "w3"},
@@ -134,6 +135,7 @@ func.func @balanced_layers(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
 // sequence, 2 sequences; the loss returned adds each layer's value
 // (balance_loss per sequence, of the routers' normalised scores).
 // CHECK-LABEL: func.func @sequence_balanced
+// CHECK-SAME: tensor<4x16x24xf32> {parax.grad = "w2"}, tensor<f32> {parax.loss_term = "balance"})
 // CHECK: parax.router_grad sigmoid
 // CHECK-NEXT: %[[L2:.*]] = parax.router_load sigmoid %{{.*}}, %{{.*}} {num_experts = 4 : i64, top_k = 2 : i64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> tensor<2x4xf32>
 // CHECK-NEXT: parax.router_aux_grad sigmoid %{{.*}}, %{{.*}}, %[[L2]] {coefficient = 1.000000e-02 : f64, num_experts = 4 : i64, num_sequences = 2 : i64, num_tokens = 4 : i64} : (tensor<2x4x16xf32>, tensor<4x16xf32>, tensor<2x4xf32>) -> tensor<2x4x4xf32>
@@ -142,11 +144,11 @@ func.func @balanced_layers(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
 // CHECK-NEXT: parax.router_aux_grad sigmoid %arg0, %{{.*}}, %[[L1]] {{.*}}num_sequences = 2 : i64
 // CHECK: %[[S2:.*]] = parax.router_load sigmoid {{.*}}scores{{.*}} -> tensor<2x4xf32>
 // CHECK-NEXT: %[[V2:.*]] = parax.balance_loss %[[L2]], %[[S2]] {coefficient = 1.000000e-02 : f64, num_experts = 4 : i64, num_sequences = 2 : i64, num_tokens = 4 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<f32>
-// CHECK-NEXT: %[[LOSS2:.*]] = parax.add %{{.*}}, %[[V2]]
 // CHECK-NEXT: %[[S1:.*]] = parax.router_load sigmoid %arg0, {{.*}}scores
 // CHECK-NEXT: %[[V1:.*]] = parax.balance_loss %[[L1]], %[[S1]]
-// CHECK-NEXT: %[[LOSS:.*]] = parax.add %[[LOSS2]], %[[V1]]
-// CHECK-NEXT: return %[[LOSS]],
+// CHECK-NEXT: %[[BALANCE:.*]] = parax.add %[[V2]], %[[V1]]
+// CHECK-NEXT: %[[LOSS:.*]] = parax.add %{{.*}}, %[[BALANCE]]
+// CHECK-NEXT: return %[[LOSS]], {{.*}}, %[[BALANCE]] : tensor<f32>, {{.*}}, tensor<f32>
 func.func @sequence_balanced(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
     %gate: tensor<4x16xf32> {parax.param = "gate"}, %gate2: tensor<4x16xf32> {parax.param = "gate2"},
     %w1: tensor<4x24x16xf32> {parax.param = "w1"}, %w3: tensor<4x24x16xf32> {parax.param = "w3"},

@@ -443,3 +443,51 @@ def test_bias_update_speed_needs_a_router_bias(tmp_path):
     proc = model.run(model.compile("train", autodiff=True), 1, outputs=0, expect_ok=False,
                      extra=["--bias-update-speed", "0.001"])
     assert proc.returncode != 0 and "--bias-update-speed belong to --optimizer" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("preset,overrides,pins,ranks", [
+    ("tiny-mixtral", None, None, 1), ("tiny-mixtral", None, "ep=2,dp=1", 2),
+    ("tiny-deepseek-v3", {"sequence_aux": True}, None, 1),
+    ("tiny-deepseek-v3", {"sequence_aux": True}, "dp=2,ep=2", 4)],
+    ids=["mixtral", "mixtral-ep2", "deepseek-v3-seq-aux", "deepseek-v3-seq-aux-dp2-ep2"])
+def test_load_balancing_loss_is_logged_apart(tmp_path, preset, overrides, pins, ranks):
+    """The MoE load-balancing loss is in the loss trained (and returned
+    first) and is also returned apart, after the gradients, so parax-run
+    logs it beside the loss (Megatron-LM logs the two apart):
+    --balance-losses B.npy holds each step's, printed with the step's loss
+    and in the summary; --output-dir writes it as balance_loss.npy. Step
+    1's equals numpy's balance loss at the loaded weights and the loss
+    minus it numpy's cross-entropy (one rank over every row: the
+    sequence-wise loss is each sequence's, so DP2 x EP2 gives the same)."""
+    dp = 2 if pins and "dp=2" in pins else 1
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=2 * dp, aux_loss=0.5, overrides=overrides)
+    exe = model.compile("train", autodiff=True) if pins is None else \
+        model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True)
+    balance_path = os.path.join(model.dir, "balance.npy")
+    _, losses, stdout = train(model, exe, ranks, 2, ["--optimizer", "sgd", "--lr", "0.1"],
+                              extra=["--balance-losses", balance_path])
+    balances = np.load(balance_path)
+    assert balances.shape == (2,) and balances[0] != balances[1]
+    routers = []
+    logits = reference.forward(model.cfg, model.weights, model.tokens, routers=routers).astype(np.float64)
+    expected = reference.load_balancing_loss(model.cfg, routers, len(model.tokens))
+    assert expected > 0.1  # (weight 0.5: a term that matters)
+    assert abs(balances[0] - expected) < 1e-5, (balances[0], expected)
+    logits -= logits.max(axis=-1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    ce = -np.take_along_axis(logp, model.labels[..., None].astype(np.int64), axis=-1).mean()
+    assert abs(losses[0] - balances[0] - ce) < 1e-4, (losses[0], balances[0], ce)
+    assert f"step 1: loss {losses[0]:.6f} (load balancing {balances[0]:.6f})" in stdout, stdout
+    assert f"(load balancing {balances[0]:.6f} -> {balances[1]:.6f}) over 2 step(s)" in stdout, stdout
+    if ranks == 1:
+        results = model.run_to_dir(exe, 1)
+        assert abs(float(results["balance_loss"]) - expected) < 1e-5
+        assert abs(float(results["result0"]) - expected - ce) < 1e-4
+
+
+def test_balance_losses_need_a_load_balancing_loss(tmp_path):
+    model = Model(str(tmp_path), "tiny-mixtral", loss=True, batch=2, rows=2)
+    proc = model.run(model.compile("train", autodiff=True), 1, outputs=0, expect_ok=False,
+                     extra=["--optimizer", "sgd", "--balance-losses", os.path.join(str(tmp_path), "b.npy")])
+    assert proc.returncode != 0
+    assert "--balance-losses: the executable returns no load-balancing loss" in proc.stderr, proc.stderr

@@ -97,6 +97,8 @@ void usage() {
                "  each microbatch's gradients reduce-scattered; 3: the parameters too, each gathered\n"
                "  before the instructions that read it); by default the plan's stage; --no-zero: never). --step-rows R: each step takes the next R rows of the\n"
                "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
+               "  --balance-losses B.npy: each step's MoE load-balancing loss (already in the loss;\n"
+               "  also printed with it).\n"
                "  --bias-update-speed G: DeepSeek-V3's auxiliary-loss-free balancing: after each\n"
                "  step every router's correction bias moves G towards balance (b_e += G sign(mean\n"
                "  load - load_e), the loads counted over the step's tokens on every rank)\n"
@@ -305,6 +307,7 @@ int main(int argc, char **argv) {
   OptimizerConfig optimizer;  // --optimizer and its settings
   std::string saveWeights;    // --save-weights
   std::string lossesPath;     // --losses
+  std::string balancePath;    // --balance-losses
   std::string saveOptimizer, loadOptimizer; // --save-optimizer, --load-optimizer
   long long stepRows = 0;     // --step-rows (0: every row every step)
   bool optimizerSettings = false;
@@ -405,6 +408,7 @@ int main(int argc, char **argv) {
     }
     else if (arg == "--save-weights") saveWeights = value();
     else if (arg == "--losses") lossesPath = value();
+    else if (arg == "--balance-losses") balancePath = value();
     else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--step-rows") {
@@ -466,10 +470,10 @@ int main(int argc, char **argv) {
     die("--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
   const bool trains = !optimizer.kind.empty();
-  if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty()))
+  if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty() || !balancePath.empty()))
     die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
-        "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --save-optimizer, "
-        "--load-optimizer and --bias-update-speed belong to --optimizer");
+        "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --balance-losses, "
+        "--save-optimizer, --load-optimizer and --bias-update-speed belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
     die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
@@ -921,6 +925,15 @@ int main(int argc, char **argv) {
       lossOutput = k;
   if (trains && lossOutput < 0 && stageIndex + 1 == exe.value().stages_size())
     die("--optimizer: the executable returns no loss (a scalar result): build it with --parax-autodiff");
+  // The MoE load-balancing losses' sum, returned apart (already in the
+  // loss): the last stage's output marked "balance".
+  std::vector<float> balances; // each step's
+  int balanceOutput = -1;
+  if (stageIndex + 1 == exe.value().stages_size())
+    for (int k = 0; k < exe.value().stages(stageIndex).output_terms_size(); ++k)
+      if (exe.value().stages(stageIndex).output_terms(k) == "balance") balanceOutput = k;
+  if (trains && !balancePath.empty() && rank == writerOf(exe.value(), 0) && balanceOutput < 0)
+    die("--balance-losses: the executable returns no load-balancing loss (no router has aux_loss_coef)");
   auto barrier = [&](const char *which) { // around each step, to time it
     if (size == 1) return;
     auto watched = waits->watch(which);
@@ -1037,12 +1050,26 @@ int main(int argc, char **argv) {
           if (!s.isOk()) die(s.message());
           losses.push_back(static_cast<float>(loss));
         }
+        if (balanceOutput >= 0) { // as the loss: the mean over the microbatches and replicas
+          double balance = 0;
+          for (float v : results[balanceOutput].f) balance += v;
+          balance /= static_cast<double>(results[balanceOutput].f.size());
+          s = training->replicaMean(balance);
+          if (!s.isOk()) die(s.message());
+          balances.push_back(static_cast<float>(balance));
+        }
       }
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       if (trains && writer) {
-        std::printf("parax-run: step %lld: loss %.6f, gradient norm %.6f%s, learning rate %.6g\n",
-                    static_cast<long long>(training->steps()), losses.back(), gradNorm,
+        std::string balance;
+        if (!balances.empty()) {
+          char text[64];
+          std::snprintf(text, sizeof text, " (load balancing %.6f)", balances.back());
+          balance = text;
+        }
+        std::printf("parax-run: step %lld: loss %.6f%s, gradient norm %.6f%s, learning rate %.6g\n",
+                    static_cast<long long>(training->steps()), losses.back(), balance.c_str(), gradNorm,
                     optimizer.clipNorm > 0 && gradNorm > optimizer.clipNorm ? " (clipped)" : "",
                     training->lastLearningRate());
         std::fflush(stdout);
@@ -1133,9 +1160,12 @@ int main(int argc, char **argv) {
   // outputs, and each gradient whole, gathered from its boxes (every rank
   // sends its own); with --save-weights the parameters likewise.
   std::vector<std::string> resultNames; // a gradient's checkpoint name, else ""
+  int balanceResult = -1;                // the load-balancing loss's result
   auto sources = resultSources(exe.value());
   for (const auto &from : sources) {
     const auto &stage = exe.value().stages(from[0].stage);
+    if (from[0].output < stage.output_terms_size() && stage.output_terms(from[0].output) == "balance")
+      balanceResult = static_cast<int>(resultNames.size());
     resultNames.push_back(from[0].output < stage.output_grads_size() ? stage.output_grads(from[0].output) : "");
   }
   bool gradients = std::any_of(resultNames.begin(), resultNames.end(), [](const std::string &n) { return !n.empty(); });
@@ -1190,10 +1220,11 @@ int main(int argc, char **argv) {
 #endif
   if (mpi) MPI_Allreduce(MPI_IN_PLACE, &expertLoad, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (writer) {
-    if (!lossesPath.empty()) {
-      Tensor t = Tensor::floats({static_cast<int64_t>(losses.size())});
-      t.f = losses;
-      s = writeNpy(lossesPath, t);
+    for (auto [path, values] : {std::pair(&lossesPath, &losses), std::pair(&balancePath, &balances)}) {
+      if (path->empty()) continue;
+      Tensor t = Tensor::floats({static_cast<int64_t>(values->size())});
+      t.f = *values;
+      s = writeNpy(*path, t);
       if (!s.isOk()) die(s.message());
     }
     if (outputs.size() > results.size())
@@ -1207,13 +1238,15 @@ int main(int argc, char **argv) {
       for (size_t k = 0; k < results.size(); ++k) {
         // A gradient as its checkpoint name (a fused tensor's piece with
         // "@<offsets>", a stack of experts one file per expert), any other
-        // result as result<k>; '/' as '_'.
+        // result as result<k> (the load-balancing loss as balance_loss);
+        // '/' as '_'.
         bool named = k < resultNames.size() && !resultNames[k].empty();
         std::map<std::string, Tensor> files;
         if (named)
           putParameter(resultNames[k], std::move(results[k]), files);
         else
-          files["result" + std::to_string(k)] = std::move(results[k]);
+          files[static_cast<int>(k) == balanceResult ? "balance_loss" : "result" + std::to_string(k)] =
+              std::move(results[k]);
         for (auto &[file, tensor] : files) {
           std::string name = file;
           std::replace(name.begin(), name.end(), '/', '_');
@@ -1239,9 +1272,13 @@ int main(int argc, char **argv) {
                std::to_string(heldSets[1]) + " bytes of them on the device)";
     }
     if (trains && !losses.empty()) {
-      char line[200];
-      std::snprintf(line, sizeof line, ", %s: loss %.6f -> %.6f over %zu step(s), %zu bytes of optimizer state on rank %d%s",
-                    optimizer.kind.c_str(), losses.front(), losses.back(), losses.size(), training->stateBytes(), rank,
+      char balance[96] = "", line[320];
+      if (!balances.empty())
+        std::snprintf(balance, sizeof balance, " (load balancing %.6f -> %.6f)", balances.front(), balances.back());
+      std::snprintf(line, sizeof line,
+                    ", %s: loss %.6f -> %.6f%s over %zu step(s), %zu bytes of optimizer state on rank %d%s",
+                    optimizer.kind.c_str(), losses.front(), losses.back(), balance, losses.size(),
+                    training->stateBytes(), rank,
                     zeroSummary(optimizer, training->sharesState(optimizer), deviceOptimizer).c_str());
       how += line;
 #ifdef PARAX_WITH_CUDA

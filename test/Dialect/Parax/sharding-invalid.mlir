@@ -224,3 +224,10 @@ func.func @negative_input_index(%x: tensor<8xi32> {parax.input = -1 : i64}) {
 func.func @negative_input_on_param(%w: tensor<8xf32> {parax.input = 0 : i64, parax.param = "w"}) {
   return
 }
+
+// -----
+
+// expected-error @+1 {{result #0: 'parax.loss_term' must be "balance" (the only loss term)}}
+func.func @negative_loss_term(%x: tensor<f32>) -> (tensor<f32> {parax.loss_term = "router"}) {
+  return %x : tensor<f32>
+}

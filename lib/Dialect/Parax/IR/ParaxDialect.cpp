@@ -353,6 +353,13 @@ LogicalResult ParaxDialect::verifyRegionResultAttribute(Operation *op,
                                << "' must name a checkpoint tensor";
     return success();
   }
+  if (attr.getName().getValue() == kLossTermAttrName) {
+    auto name = dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue() != "balance")
+      return emitResultError() << "'" << kLossTermAttrName
+                               << "' must be \"balance\" (the only loss term)";
+    return success();
+  }
   return emitResultError() << "unknown parax result attribute '"
                            << attr.getName().getValue() << "'";
 }

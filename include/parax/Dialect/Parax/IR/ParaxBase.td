@@ -73,6 +73,11 @@ def Parax_Dialect : Dialect {
     /// original function it is (a stage returns only some: a training
     /// step's gradients come from the stages holding their parameters).
     static constexpr ::llvm::StringLiteral kResultAttrName = "parax.result";
+    /// On a function result (--parax-autodiff): a term of the loss
+    /// returned first, returned apart for logging ("balance": the MoE
+    /// load-balancing losses' sum).
+    static constexpr ::llvm::StringLiteral kLossTermAttrName =
+        "parax.loss_term";
   }];
 }
 
