@@ -912,3 +912,18 @@ TEST(Executable, AParameterIsFoundInAnotherDeclarationOfItsTensor) {
 }
 
 } // namespace
+
+// A loss term returned apart (the MoE load-balancing loss, for logging):
+// one entry per output, "balance" on an f32 scalar.
+TEST(Executable, ALossTermIsABalanceScalar) {
+  auto withTerms = [](pxe::Executable exe, std::vector<std::string> terms) {
+    for (const std::string &term : terms) exe.mutable_stages(0)->add_output_terms(term);
+    return exe;
+  };
+  Status ok = validateExecutable(withTerms(balanceLoss({2, 4}, {2, 4}), {"balance"}));
+  EXPECT_TRUE(ok.isOk()) << ok.message();
+  expectRefused(withTerms(balanceLoss({2, 4}, {2, 4}), {"router"}), "'router' is not a loss term (balance)");
+  expectRefused(withTerms(balanceLoss({2, 4}, {2, 4}), {"balance", ""}), "output_terms: 2 terms for 1 outputs");
+  expectRefused(withTerms(oneOp("sigmoid_grad", {{3, 7}, {3, 7}}, {{3, 7}}), {"balance"}),
+                "a loss term must be an f32 scalar");
+}
