@@ -255,19 +255,23 @@ MICRO_PLANS = [
 ]
 
 
-@pytest.mark.parametrize("preset,pins,ranks,layers,rows",
-                         [("tiny-llama", *p) for p in MICRO_PLANS] +
-                         [("tiny-mixtral", "ep=2,pp=2,dp=1", 4, 2, 8)],  # EP's exchanges inside 1F1B
-                         ids=["single", "pp2", "tp2-pp2-4micro", "pp4-6micro", "mixtral-ep2-pp2-4micro"])
-def test_microbatch_gradients_are_averaged(tmp_path, preset, pins, ranks, layers, rows):
+@pytest.mark.parametrize("preset,pins,ranks,layers,rows,balance",
+                         [("tiny-llama", *p, {}) for p in MICRO_PLANS] +
+                         [("tiny-mixtral", "ep=2,pp=2,dp=1", 4, 2, 8, {}),  # EP's exchanges inside 1F1B
+                          # the sequence-wise balance loss: each microbatch's sequences' mean, averaged
+                          ("tiny-deepseek-v3", "ep=2,pp=2,dp=1", 4, 2, 8,
+                           {"aux_loss": 0.5, "overrides": SEQUENCE_AUX})],
+                         ids=["single", "pp2", "tp2-pp2-4micro", "pp4-6micro", "mixtral-ep2-pp2-4micro",
+                              "deepseek-v3-seq-aux-ep2-pp2-4micro"])
+def test_microbatch_gradients_are_averaged(tmp_path, preset, pins, ranks, layers, rows, balance):
     """Rows through an executable of batch 2: microbatches, whose gradients
     parax-run averages (each a mean over its tokens), equal the gradients
     of one batch of all the rows on one rank. Through pipeline stages the
     microbatches run 1F1B: a stage runs the forward halves of as many
     microbatches as stages follow it, then one forward and one backward
     half in turn, each microbatch in flight with activations of its own."""
-    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=rows, layers=layers)
-    whole = Model(str(tmp_path / "whole"), preset, loss=True, batch=rows, layers=layers)
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=rows, layers=layers, **balance)
+    whole = Model(str(tmp_path / "whole"), preset, loss=True, batch=rows, layers=layers, **balance)
     workload = pins and f"prefill:batch=2,seq=8,{pins}"
     exe = model.compile("micro", workload, ranks, autodiff=True)
     loss, micro = gradients(model, exe, ranks)
