@@ -170,6 +170,15 @@ static Layout::Axes tokenAxes(const Layout &layout, ArrayRef<std::string> taken)
   return axes;
 }
 
+// The axes splitting labels in `layout` (every dimension a token's),
+// outer dimension first.
+static Layout::Axes labelAxes(const Layout &layout) {
+  Layout::Axes axes;
+  for (const Layout::Axes &dim : layout.dims)
+    axes.append(dim.begin(), dim.end());
+  return axes;
+}
+
 FailureOr<SmallVector<Layout>>
 parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
                                  const GridInfo &grid, ArrayRef<Layout> current) {
@@ -353,7 +362,10 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         if (const Layout *have = currentOf(1); have && !labelsSliceTo(*have, labels))
           return unsupported(op, out) << "its tokens must be split as its labels "
                                       << have->str() << " are";
-        return SmallVector<Layout>{out, labels};
+        SmallVector<Layout> layouts = {out, labels};
+        if (ce.getCount()) // every rank's count, whole
+          layouts.push_back(Layout::replicated(0));
+        return layouts;
       })
       .Case<LinearWeightGradOp>([&](LinearWeightGradOp grad) -> FailureOr<SmallVector<Layout>> {
         int64_t r = rankOf(grad.getX());
@@ -539,7 +551,24 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return unsupported(op, out) << "its partial sum must be over the axes "
                                          "that split its labels, "
                                       << labels.str();
-        return SmallVector<Layout>{logits, labels};
+        SmallVector<Layout> layouts = {logits, labels};
+        if (ce.getCount()) // every rank's count, whole
+          layouts.push_back(Layout::replicated(0));
+        return layouts;
+      })
+      .Case<LabelCountOp>([&](LabelCountOp count) -> FailureOr<SmallVector<Layout>> {
+        // Each rank counts the labels it holds: a partial sum over the axes
+        // splitting them; a whole count of whole labels (the planner's: the
+        // labels then load whole, the loss slicing its own). Integers are
+        // never resharded: the labels as they are.
+        Layout labels = Layout::replicated(rankOf(count.getLabels()));
+        if (const Layout *have = currentOf(0))
+          labels = *have;
+        if (labelAxes(labels) != Layout::Axes(out.partial.begin(), out.partial.end()))
+          return unsupported(op, out) << "its partial sum must be over the axes "
+                                         "that split its labels, "
+                                      << labels.str();
+        return SmallVector<Layout>{labels};
       })
       .Default([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         return op->emitError("the partitioner has no rule for this op");
@@ -735,7 +764,13 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
-  if (isa<CrossEntropyOp, CrossEntropyGradOp>(op) && operands.size() == 2) {
+  if (isa<LabelCountOp>(op)) { // a partial sum over the labels' split
+    Layout out = Layout::replicated(0);
+    out.partial = labelAxes(in);
+    results.push_back(out);
+    return results;
+  }
+  if (isa<CrossEntropyOp, CrossEntropyGradOp>(op) && operands.size() >= 2) {
     // The labels' tokens (or the logits', where the labels become that by
     // a slice): the loss a partial sum over them, its gradient split alike.
     Layout logits = logitsOf(labelsFor(operands[0], operands[1]));

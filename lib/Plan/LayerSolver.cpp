@@ -391,6 +391,9 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     }
     break;
   }
+  case OpClass::LabelCount: // whole labels, a whole count (a scalar)
+    list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
+    break;
   case OpClass::CrossEntropy: {
     list.push_back(Strategy{"replicated", {kReplicated, kReplicated}, {kReplicated}});
     int logits = op.inputs[0];

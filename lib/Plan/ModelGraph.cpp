@@ -46,6 +46,7 @@ static std::optional<OpClass> classify(Operation *op) {
       .Case<RouterOp>([](auto) { return OpClass::Router; })
       .Case<ExpertsOp>([](auto) { return OpClass::Experts; })
       .Case<CrossEntropyOp>([](auto) { return OpClass::CrossEntropy; })
+      .Case<LabelCountOp>([](auto) { return OpClass::LabelCount; })
       .Default([](Operation *) { return std::nullopt; });
 }
 

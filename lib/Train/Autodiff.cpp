@@ -220,8 +220,8 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         // The loss is the root: its gradient is 1, not `dy`.
         accumulate(ce.getLogits(),
                    tag(CrossEntropyGradOp::create(b, loc, ce.getLogits().getType(),
-                                                  ce.getLogits(), ce.getLabels(),
-                                                  /*num_tokens=*/nullptr),
+                                                  ce.getLogits(), ce.getLabels(), ce.getCount(),
+                                                  /*num_tokens=*/nullptr, ce.getIgnoreIndexAttr()),
                        op));
         return success();
       })

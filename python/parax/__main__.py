@@ -58,12 +58,12 @@ def _run(cmd, env=None, timeout=600, capture=True):
 
 def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=None,
                   dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False, cache=0,
-                  last_logits=False, train=False, mla="explicit"):
+                  last_logits=False, train=False, mla="explicit", ignore_index=None):
     """Builds (if needed), plans, partitions and translates; returns the
     partitioned IR path. `train`: a training step (the model takes labels
     after the tokens; the program returns the loss, then the gradient of
     every parameter; the activations the plan chose to recompute are
-    recomputed)."""
+    recomputed); `ignore_index`: labels of that value not counted."""
     workdir = workdir or tempfile.mkdtemp(prefix="parax-")
     ir = model
     if not model.endswith(".mlir"):
@@ -71,7 +71,8 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
         with open(ir, "w") as f:
             f.write(build_model(load_config(model, layers=layers), batch=batch, seq=seq,
                                 dtype=dtype, past=past, return_kv=return_kv, cache=cache,
-                                last_logits=last_logits, loss=train, mla=mla))
+                                last_logits=last_logits, loss=train, mla=mla,
+                                ignore_index=ignore_index))
     if show_plans:
         print(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload,
                     "--top", "3"]), end="")
@@ -321,6 +322,8 @@ def main(argv=None):
     c.add_argument("--train", action="store_true",
                    help="a training step: inputs tokens and labels; results the loss, then "
                         "each parameter's gradient (run with --optimizer to train)")
+    c.add_argument("--ignore-index", type=int,
+                   help="with --train: labels of this value are not counted (Hugging Face's -100)")
     c.add_argument("--mla", default="explicit", choices=["explicit", "absorbed", "expanded"],
                    help="DeepSeek-V3's attention: absorbed caches the latent (inference); expanded "
                         "reads that cache in the explicit form (a prefill)")
@@ -356,7 +359,7 @@ def main(argv=None):
             compile_model(args.model, args.cluster, args.workload, args.output, args.batch,
                           args.seq, args.layers, args.dtype, past=args.past,
                           return_kv=args.return_kv, cache=args.cache, last_logits=args.last_logits,
-                          train=args.train, mla=args.mla)
+                          train=args.train, mla=args.mla, ignore_index=args.ignore_index)
             return 0
         if args.command == "run":
             sampling = [arg for option, value in (("--temperature", args.temperature), ("--top-k", args.top_k),

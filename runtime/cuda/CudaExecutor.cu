@@ -148,7 +148,7 @@ bool capturableOp(const std::string &op) {
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
                     "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad",
-                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss"});
+                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss", "label_count"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -2899,10 +2899,22 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
+  if (op == "label_count") {
+    DeviceBuffer &labels = in(0), &count = out();
+    PARAX_CUDA(cudaMemsetAsync(count.data, 0, 4, stream));
+    PARAX_LAUNCH(labelCountKernel, blocksFor(labels.numel()), kThreads, 0, stream)(
+        labels.i(), labels.numel(), static_cast<int32_t>(attrInt(a, "ignore_index")), count.f());
+    return Status::ok();
+  }
   if (op == "cross_entropy" || op == "cross_entropy_grad") {
     DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
     int64_t V = logits.shape.back(), tokens = logits.numel() / V;
     float invTokens = 1.0f / attrInt(a, "num_tokens", tokens); // (a rank's part of the mean)
+    // With ignore_index: its labels skipped, the mean over label_count's count.
+    const float *count = inst.operands_size() == 3 ? in(2).f() : nullptr;
+    LabelRule rule;
+    rule.ignores = count != nullptr;
+    rule.ignore = static_cast<int32_t>(attrInt(a, "ignore_index"));
     Status st = ensureScratch(1);
     if (!st.isOk()) return st;
     auto *badToken = reinterpret_cast<int32_t *>(scratch);
@@ -2912,16 +2924,19 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       st = withFloat(logits, [&](auto t) {
         using T = decltype(t);
         PARAX_LAUNCH(crossEntropyKernel<T>, tokens, kThreads, 0, stream)(logits.as<T>(), labels.i(), y.f(), V,
-                                                                         badToken);
+                                                                         badToken, rule);
         return Status::ok();
       });
       if (!st.isOk()) return st;
-      PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, invTokens);
+      if (count)
+        PARAX_LAUNCH(divideByCountKernel, 1, 1, 0, stream)(y.f(), 1, count);
+      else
+        PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, invTokens);
     } else {
       st = withFloat(y, [&](auto t) {
         using T = decltype(t);
-        PARAX_LAUNCH(crossEntropyGradKernel<T>, tokens, kThreads, 0, stream)(logits.as<T>(), labels.i(),
-                                                                             y.as<T>(), V, invTokens, badToken);
+        PARAX_LAUNCH(crossEntropyGradKernel<T>, tokens, kThreads, 0, stream)(
+            logits.as<T>(), labels.i(), y.as<T>(), V, invTokens, badToken, rule, count);
         return Status::ok();
       });
       if (!st.isOk()) return st;

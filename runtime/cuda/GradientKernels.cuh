@@ -13,18 +13,25 @@ namespace parax::runtime {
 
 namespace {
 
-// One block per token: (softmax - onehot(label)) / tokens.
+// One block per token: (softmax - onehot(label)) / tokens, the tokens
+// `invTokens` or, with `count` (label_count's), 1 / max(1, count); an
+// ignored label's row 0.
 template <typename T>
 __global__ void crossEntropyGradKernel(const T *logits, const int32_t *labels, T *d, int64_t V, float invTokens,
-                                       int32_t *badToken) {
+                                       int32_t *badToken, LabelRule rule, const float *count) {
   __shared__ float partial[kThreads];
   const T *l = logits + blockIdx.x * V;
   T *dr = d + blockIdx.x * V;
-  SoftmaxStats stats = softmaxStats(partial, l, V);
   int32_t label = labels[blockIdx.x];
+  if (rule.skips(label)) { // (the whole block: no barrier is left waiting)
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) st(dr, c, 0.0f);
+    return;
+  }
+  SoftmaxStats stats = softmaxStats(partial, l, V);
   if (threadIdx.x == 0 && (label < 0 || label >= V)) *badToken = static_cast<int32_t>(blockIdx.x);
+  float scale = count ? 1.0f / fmaxf(1.0f, *count) : invTokens;
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-    st(dr, c, (expf(ld(l, c) - stats.max) / stats.sum - (c == label ? 1.0f : 0.0f)) * invTokens);
+    st(dr, c, (expf(ld(l, c) - stats.max) / stats.sum - (c == label ? 1.0f : 0.0f)) * scale);
 }
 
 // One block per row. With x̂ = (x - mean)·r and g = dy·w:

@@ -985,16 +985,26 @@ template <typename T> __device__ SoftmaxStats softmaxStats(float *partial, const
   return SoftmaxStats{m, blockReduce(partial, s, false)};
 }
 
+// A label the cross-entropy counts: any but `ignore` (ignore_index) where
+// `ignores` is set.
+struct LabelRule {
+  bool ignores = false;
+  int32_t ignore = 0;
+  __device__ bool skips(int32_t label) const { return ignores && label == ignore; }
+};
+
 // One block per token; a label outside the vocabulary is reported through
-// `badToken` (the host turns it into an error, as the CPU backend does).
+// `badToken` (the host turns it into an error, as the CPU backend does);
+// an ignored one adds nothing.
 template <typename T>
 __global__ void crossEntropyKernel(const T *logits, const int32_t *labels, float *total, int64_t V,
-                                   int32_t *badToken) {
+                                   int32_t *badToken, LabelRule rule) {
   __shared__ float partial[kThreads];
   const T *l = logits + blockIdx.x * V;
+  int32_t label = labels[blockIdx.x];
+  if (rule.skips(label)) return; // (the whole block: no barrier is left waiting)
   SoftmaxStats stats = softmaxStats(partial, l, V);
   if (threadIdx.x == 0) {
-    int32_t label = labels[blockIdx.x];
     if (label < 0 || label >= V) *badToken = static_cast<int32_t>(blockIdx.x);
     else atomicAdd(total, logf(stats.sum) + stats.max - ld(l, label));
   }
@@ -1002,6 +1012,17 @@ __global__ void crossEntropyKernel(const T *logits, const int32_t *labels, float
 
 __global__ void scaleKernel(float *x, int64_t n, float factor) {
   PARAX_GRID_STRIDE(k, n) x[k] *= factor;
+}
+
+// x / max(1, count): the mean over the counted labels (label_count's).
+__global__ void divideByCountKernel(float *x, int64_t n, const float *count) {
+  PARAX_GRID_STRIDE(k, n) x[k] /= fmaxf(1.0f, *count);
+}
+
+// One thread per label: the labels not ignored, counted into `count`
+// (zeroed first).
+__global__ void labelCountKernel(const int32_t *labels, int64_t n, int32_t ignore, float *count) {
+  PARAX_GRID_STRIDE(k, n) if (labels[k] != ignore) atomicAdd(count, 1.0f);
 }
 
 } // namespace

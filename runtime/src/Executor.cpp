@@ -62,6 +62,35 @@ void joinAlong(const std::vector<float> &pieces, int dim, int parts, Tensor &out
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// The cross-entropy's mean: its divisor (the counted labels of every rank,
+// at least 1, with ignore_index; else num_tokens or this rank's rows) and
+// the label it skips.
+struct CountedLabels {
+  double divisor = 1;
+  std::optional<int32_t> ignore;
+  const Tensor *labels = nullptr;
+  // Every counted label inside the vocabulary of V.
+  Status check(int64_t V) const {
+    for (size_t t = 0; t < labels->i.size(); ++t)
+      if (int32_t label = labels->i[t]; (!ignore || label != *ignore) && (label < 0 || label >= V))
+        return Status::error("label out of range at token " + std::to_string(t) + " (" + std::to_string(label) +
+                             ", vocabulary " + std::to_string(V) +
+                             (ignore ? ", ignore_index " + std::to_string(*ignore) : std::string()) + ")");
+    return Status::ok();
+  }
+};
+CountedLabels countedLabels(const Attrs &a, const Tensor &labels, const Tensor *count) {
+  CountedLabels counted;
+  counted.labels = &labels;
+  if (count) {
+    counted.divisor = std::max(1.0, static_cast<double>(count->f[0]));
+    counted.ignore = static_cast<int32_t>(attrInt(a, "ignore_index"));
+  } else {
+    counted.divisor = static_cast<double>(attrInt(a, "num_tokens", labels.numel()));
+  }
+  return counted;
+}
+
 // Whether `inst` only moves data (copies, cuts, lays out, zeroes).
 bool movesData(const pxe::Instruction &inst) {
   static const char *const moves[] = {"slice",     "shard_slice", "to_partial", "reshape",
@@ -828,10 +857,15 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   }
   if (op == "cross_entropy_grad") {
     Tensor &logits = in(0), &labels = in(1);
-    int64_t V = logits.shape.back();
-    for (int32_t label : labels.i)
-      if (label < 0 || label >= V) return Status::error("label out of range");
-    crossEntropyGrad(logits, labels, attrInt(a, "num_tokens", labels.numel()), out());
+    CountedLabels counted = countedLabels(a, labels, inst.operands_size() == 3 ? &in(2) : nullptr);
+    if (Status st = counted.check(logits.shape.back()); !st.isOk()) return st;
+    crossEntropyGrad(logits, labels, counted.divisor, counted.ignore, out());
+    return Status::ok();
+  }
+  if (op == "label_count") {
+    int32_t ignore = static_cast<int32_t>(attrInt(a, "ignore_index"));
+    out().f.assign(1, static_cast<float>(std::count_if(in(0).i.begin(), in(0).i.end(),
+                                                       [&](int32_t label) { return label != ignore; })));
     return Status::ok();
   }
   if (op == "linear_weight_grad") {
@@ -898,16 +932,18 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   if (op == "cross_entropy") {
     Tensor &logits = in(0), &labels = in(1), &y = out();
     auto [tokens, V] = rowsCols(logits);
+    CountedLabels counted = countedLabels(a, labels, inst.operands_size() == 3 ? &in(2) : nullptr);
+    if (Status st = counted.check(V); !st.isOk()) return st;
     double total = 0;
     for (int64_t t = 0; t < tokens; ++t) {
+      int32_t label = labels.i[t];
+      if (counted.ignore && label == *counted.ignore) continue;
       const float *l = &logits.f[t * V];
       double m = *std::max_element(l, l + V), sum = 0;
       for (int64_t c = 0; c < V; ++c) sum += std::exp(l[c] - m);
-      int32_t label = labels.i[t];
-      if (label < 0 || label >= V) return Status::error("label out of range");
       total += std::log(sum) + m - l[label];
     }
-    y.f[0] = static_cast<float>(total / attrInt(a, "num_tokens", tokens)); // (a rank's part of the mean)
+    y.f[0] = static_cast<float>(total / counted.divisor); // (a rank's part of the mean)
     return Status::ok();
   }
 

@@ -31,15 +31,20 @@ std::pair<double, double> rowStats(const float *x, int64_t h, double eps, bool c
 
 } // namespace
 
-void crossEntropyGrad(const Tensor &logits, const Tensor &labels, int64_t tokens, Tensor &dlogits) {
+void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor, std::optional<int32_t> ignore,
+                      Tensor &dlogits) {
   auto [rows, V] = rowsCols(logits);
   for (int64_t t = 0; t < rows; ++t) {
     const float *l = &logits.f[t * V];
     float *d = &dlogits.f[t * V];
+    if (ignore && labels.i[t] == *ignore) { // a token the loss does not count
+      std::fill(d, d + V, 0.0f);
+      continue;
+    }
     double m = *std::max_element(l, l + V), sum = 0;
     for (int64_t c = 0; c < V; ++c) sum += std::exp(l[c] - m);
-    for (int64_t c = 0; c < V; ++c) d[c] = static_cast<float>(std::exp(l[c] - m) / sum / tokens);
-    d[labels.i[t]] -= 1.0f / tokens; // (labels checked by the forward's rule: in range)
+    for (int64_t c = 0; c < V; ++c) d[c] = static_cast<float>(std::exp(l[c] - m) / sum / divisor);
+    d[labels.i[t]] -= static_cast<float>(1.0 / divisor); // (labels checked by the caller: in range)
   }
 }
 

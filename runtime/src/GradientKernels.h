@@ -7,6 +7,7 @@
 #include "parax/runtime/Tensor.h"
 
 #include <functional>
+#include <optional>
 
 namespace parax::runtime {
 
@@ -20,8 +21,10 @@ struct AttentionGeometry {
   int64_t group = 1;      // query heads per KV head
 };
 
-/// `tokens`: the count of the mean (this rank's rows may be a part of it).
-void crossEntropyGrad(const Tensor &logits, const Tensor &labels, int64_t tokens, Tensor &dlogits);
+/// `divisor`: the count of the mean (this rank's rows may be a part of it);
+/// a token labelled `ignore` gets a row of zeros.
+void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor, std::optional<int32_t> ignore,
+                      Tensor &dlogits);
 void linearWeightGrad(const Tensor &x, const Tensor &dy, bool transposeW, Tensor &dw);
 /// RMSNorm's gradients, or LayerNorm's (`centered`: x less its mean).
 void normGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, bool centered, Tensor &dx);

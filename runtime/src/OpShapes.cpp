@@ -83,6 +83,7 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   if (op == "embedding" || op == "embedding_grad") intOperands = {0};
   else if (op == "experts" || op == "experts_grad") intOperands = {2};
   else if (op == "cross_entropy" || op == "cross_entropy_grad") intOperands = {1};
+  else if (op == "label_count") intOperands = {0};
   else if (op == "moe_dispatch") intOperands = {2}, intResults = {2};
   else if (op == "moe_combine") intOperands = {1};
   else if (op == "router") intResults = {1};
@@ -100,7 +101,8 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   // dialect's verifiers require; a CUDA kernel reads them all as one type),
   // but the fp32 of a loss, an experts' load and the load-balancing terms.
   std::set<int> f32Operands, f32Results;
-  if (op == "cross_entropy" || op == "router_load") f32Results = {0};
+  if (op == "cross_entropy" || op == "router_load" || op == "label_count") f32Results = {0};
+  if ((op == "cross_entropy" || op == "cross_entropy_grad") && inst.operands_size() == 3) f32Operands = {2};
   else if (op == "router_aux_grad") f32Operands = {2};
   else if (op == "balance_loss") f32Operands = {0, 1}, f32Results = {0};
   std::string first; // the first float operand or result, which sets the type
@@ -303,6 +305,10 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       return fail(op == "cross_entropy" ? "the loss must be a scalar" : "the result must be the logits' shape");
     if (attrInt(a, "num_tokens", count(in[1])) < count(in[1]))
       return fail("num_tokens must be at least the " + std::to_string(count(in[1])) + " rows of the logits");
+    if ((in.size() == 3) != (a.count("ignore_index") > 0) || (in.size() == 3 && !in[2].empty()))
+      return fail("a count of the labels (a scalar) must come with ignore_index and only then");
+  } else if (op == "label_count") {
+    if (!out[0].empty() || !a.count("ignore_index")) return fail("the count must be a scalar, with ignore_index");
   } else if (op == "linear_weight_grad") {
     const Shape &x = in[0], &dy = in[1];
     if (x.size() < 2 || !alike(x, dy, static_cast<int>(x.size()) - 1))

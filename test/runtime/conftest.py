@@ -50,11 +50,12 @@ class Model:
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
                  dtype="f32", past=0, return_kv=False, rows=None, cache=0, last_logits=False, aux_loss=0.0,
-                 mla="explicit", overrides=None):
+                 mla="explicit", overrides=None, ignore_index=None):
         self.cfg = load_config(preset, layers=layers)
         for field, value in (overrides or {}).items():
             setattr(self.cfg, field, value)
         self.cfg.router_aux_loss_coef = aux_loss  # an MoE's load-balancing loss in training
+        self.ignore_index = ignore_index  # labels the loss does not count
         self.dir = tmp
         os.makedirs(tmp, exist_ok=True)
         self.past = past
@@ -62,7 +63,7 @@ class Model:
         with open(self.ir, "w") as f:
             f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss,
                                 past=0 if cache else past, return_kv=return_kv, cache=cache,
-                                last_logits=last_logits, mla=mla))
+                                last_logits=last_logits, mla=mla, ignore_index=ignore_index))
         self.weights = random_weights(self.cfg, seed=seed)
         if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
             self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
@@ -94,6 +95,9 @@ class Model:
                     self.inputs.append(path)
         if loss:
             self.labels = rng.integers(0, self.cfg.vocab, size=(rows, seq)).astype(np.int32)
+            if ignore_index is not None:  # a fine-tuning batch: each row's prompt, and some padding, not counted
+                self.labels[:, :3] = ignore_index
+                self.labels[0, -2:] = ignore_index
             self.labels_path = os.path.join(tmp, "labels.npy")
             np.save(self.labels_path, self.labels)
             self.inputs.append(self.labels_path)
@@ -135,9 +139,17 @@ class Model:
             if not self.past else self.reference().astype(np.float64)
         logits -= logits.max(axis=-1, keepdims=True)
         logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-        picked = np.take_along_axis(logp, self.labels[..., None].astype(np.int64), axis=-1)
+        picked = np.take_along_axis(logp, self.counted_labels()[..., None], axis=-1)[self.counted()]
         balance = reference.load_balancing_loss(self.cfg, routers, len(self.tokens)) if routers and self.cfg.router_aux_loss_coef else 0.0
         return float(-picked.mean()) + balance
+
+    def counted(self):
+        """Which labels the loss counts (all but ignore_index's)."""
+        return self.labels != self.ignore_index if self.ignore_index is not None else np.ones(self.labels.shape, bool)
+
+    def counted_labels(self):
+        """The labels as int64 indices, an ignored one as 0 (then dropped)."""
+        return np.where(self.counted(), self.labels, 0).astype(np.int64)
 
     def compile(self, name, workload=None, devices=1, autodiff=False, recompute=None):
         """plan (oracle cluster) -> partition -> translate; returns the .pxe.

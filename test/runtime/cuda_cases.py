@@ -180,6 +180,10 @@ TRAIN = {
     "train-llama-bf16-dp2-tp2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16"),
     "train-gpt2": ("tiny-gpt2", 2, 8, None, 1),  # biases, LayerNorms, GELU, positions, fused QKV
     "train-gpt2-cp2-tp2": ("tiny-gpt2", 2, 8, "cp=2,tp=2,dp=1", 4),
+    # ignore_index -100 (a prompt's and padding's labels): the count of the
+    # others every rank's, the loss their mean (labels dealt out over cp)
+    "train-llama-bf16-ignored-cp2-tp2": ("tiny-llama", 2, 8, "cp=2,tp=2,dp=1", 4, "bf16", [], 0.0,
+                                         {"ignore_index": -100}),
     # Mixture of experts: the router's and the experts' gradients; under EP
     # dy dispatched, dx and the router weights' gradients combined back.
     "train-mixtral-ep2": ("tiny-mixtral", 2, 8, "ep=2,dp=1", 2),
@@ -375,7 +379,8 @@ def prepare_train(name, root):
     os.makedirs(case_dir, exist_ok=True)
     dp = replicas(pins)
     model = Model(case_dir, preset, layers=more.get("layers"), batch=batch, seq=seq, loss=True, dtype=dtype,
-                  rows=batch * dp * micro, aux_loss=aux, overrides=more.get("overrides"))
+                  rows=batch * dp * micro, aux_loss=aux, overrides=more.get("overrides"),
+                  ignore_index=more.get("ignore_index"))
     # The CPU backend runs the same executable (a plan's gradients may be
     # pieces of fused tensors; test_training.py checks them against one rank).
     # (a training workload for a schedule's pins: interleaved chunks)

@@ -212,7 +212,19 @@ OPS = {
     "cross_entropy": (
         [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None)],
         "parax.cross_entropy %logits, %labels", t(elem="f32"), {"labels": "ids:1000"}),
+    # ignore_index: every third label -100, the mean over label_count's count
+    "label_count": (
+        [("labels", t(2, 6, elem="i32"), None)],
+        "parax.label_count %labels {ignore_index = -100 : i64}", t(elem="f32"), {"labels": "ids-ignored:1000"}),
+    "cross_entropy-ignored": (  # a count of every rank's 8 counted of the 12 here (and more elsewhere)
+        [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None), ("count", t(elem="f32"), None)],
+        "parax.cross_entropy %logits, %labels, %count {ignore_index = -100 : i64}", t(elem="f32"),
+        {"labels": "ids-ignored:1000", "count": "count:20"}),
     # The training step's gradient ops (--parax-autodiff).
+    "cross_entropy_grad-ignored": (
+        [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None), ("count", t(elem="f32"), None)],
+        "parax.cross_entropy_grad %logits, %labels, %count {ignore_index = -100 : i64}", t(2, 6, 1000),
+        {"labels": "ids-ignored:1000", "count": "count:20"}),
     "cross_entropy_grad": (  # a rank's 12 of 48 tokens (num_tokens)
         [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None)],
         "parax.cross_entropy_grad %logits, %labels {num_tokens = 48 : i64}", t(2, 6, 1000),
@@ -402,7 +414,7 @@ RESULT_SUFFIXES = {2: ("-weights", "-indices"), 3: ("-dq", "-dk", "-dv"),
 
 
 # Ops with an f32 operand or result whatever the storage: no bf16 case.
-F32_ONLY = ("router_load", "router_aux_grad", "balance_loss")
+F32_ONLY = ("router_load", "router_aux_grad", "balance_loss", "label_count")
 
 
 def cases():
@@ -480,6 +492,11 @@ def values(case, seed=0):
         kind = kinds.get(arg, "normal")
         if kind.startswith("ids:"):
             v = rng.integers(0, int(kind[4:]), shape).astype(np.int32)
+        elif kind.startswith("ids-ignored:"):  # some labels the loss does not count (-100)
+            v = rng.integers(0, int(kind[12:]), shape).astype(np.int32)
+            v.flat[::3] = -100
+        elif kind.startswith("count:"):  # a count of labels, a scalar
+            v = np.array(float(kind[6:]), dtype=np.float32)
         elif kind.startswith("experts:"):
             v = rng.integers(0, int(kind[8:]), shape).astype(np.int32)
         elif kind.startswith("position:"):

@@ -491,3 +491,27 @@ def test_balance_losses_need_a_load_balancing_loss(tmp_path):
                      extra=["--optimizer", "sgd", "--balance-losses", os.path.join(str(tmp_path), "b.npy")])
     assert proc.returncode != 0
     assert "--balance-losses: the executable returns no load-balancing loss" in proc.stderr, proc.stderr
+
+
+def test_front_door_trains_with_ignored_labels(tmp_path):
+    """`compile --train --ignore-index -100`: the step's loss is the mean
+    over the labels that are not -100 (a fine-tuning batch's prompts and
+    padding), numpy's, on TP2 from the planned front door."""
+    import subprocess
+    import sys
+    from conftest import ORACLE_CLUSTER, ROOT
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, ignore_index=-100)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    front = [sys.executable, "-m", "parax"]
+    exe = str(tmp_path / "front.pxe")
+    subprocess.run(front + ["compile", "tiny-llama", "--cluster", f"{ORACLE_CLUSTER}:devices_per_node=2",
+                            "--workload", "train:batch=2,seq=8,tp=2,dp=1,pp=1", "--batch", "2", "--seq", "8",
+                            "--dtype", "f32", "--train", "--ignore-index", "-100", "-o", exe],
+                   check=True, capture_output=True, timeout=120, env=env)
+    losses = str(tmp_path / "losses.npy")
+    proc = subprocess.run(front + ["run", exe, "--weights", model.checkpoint, "--ranks", "2", "--steps", "1",
+                                   *[a for p in model.inputs for a in ("--input", p)],
+                                   "--optimizer", "sgd", "--losses", losses],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert abs(float(np.load(losses)[0]) - model.reference_loss()) < 1e-5

@@ -55,7 +55,8 @@ def numpy_loss(model, weights, aux=True):
     logits = forward(model.cfg, weights, model.tokens, routers=routers).astype(np.float64)
     logits -= logits.max(axis=-1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-    ce = float(-np.take_along_axis(logp, model.labels[..., None].astype(np.int64), axis=-1).mean())
+    picked = np.take_along_axis(logp, model.counted_labels()[..., None], axis=-1)[..., 0]
+    ce = float(-picked[model.counted()].mean())
     return ce + (load_balancing_loss(model.cfg, routers, len(model.tokens)) if aux and model.cfg.router_aux_loss_coef else 0.0)
 
 
@@ -101,6 +102,66 @@ def test_gradients_match_finite_differences(tmp_path, preset, aux, overrides):
         expected = (numpy_loss(model, plus) - numpy_loss(model, minus)) / (2 * eps)
         got = float((grad.astype(np.float64) * direction).sum())
         assert abs(got - expected) <= FD_TOL * max(abs(expected), 1e-3), (name, got, expected)
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2"])
+def test_ignored_labels_are_not_counted(tmp_path, preset):
+    """ignore_index = -100 (Hugging Face's; a fine-tuning batch's prompt
+    and padding): those tokens add nothing to the loss, which is the mean
+    over the others (numpy's), and every gradient is that loss's (finite
+    differences of numpy's)."""
+    model = Model(str(tmp_path), preset, loss=True, ignore_index=-100)
+    assert (~model.counted()).sum() == 8  # 3 prompt tokens a row, 2 padded
+    exe = model.compile("train", autodiff=True)
+    loss, grads = gradients(model, exe, 1)
+    weights = {k: v.astype(np.float64) for k, v in model.weights.items()}
+    assert abs(loss - numpy_loss(model, weights)) < 1e-4
+    unmasked = Model(str(tmp_path / "all"), preset, loss=True)
+    assert abs(loss - gradients(unmasked, unmasked.compile("train", autodiff=True), 1)[0]) > 1e-3
+    rng = np.random.default_rng(3)
+    eps = 1e-4
+    for name in sorted(grads)[:6] + ["lm_head.weight" if "lm_head.weight" in grads else "transformer.wte.weight"]:
+        grad = grads[name]
+        direction = rng.standard_normal(grad.shape)
+        plus, minus = dict(weights), dict(weights)
+        plus[name] = weights[name] + eps * direction
+        minus[name] = weights[name] - eps * direction
+        expected = (numpy_loss(model, plus) - numpy_loss(model, minus)) / (2 * eps)
+        got = float((grad.astype(np.float64) * direction).sum())
+        assert abs(got - expected) <= FD_TOL * max(abs(expected), 1e-3), (name, got, expected)
+
+
+@pytest.mark.parametrize("preset,pins,ranks", [
+    ("tiny-llama", "tp=2,dp=1", 2), ("tiny-llama", "cp=2,tp=1,dp=1", 2), ("tiny-llama", "tp=2,pp=2,dp=1", 4),
+    ("tiny-llama", "cp=2,tp=2,dp=1", 4), ("tiny-gpt2", "tp=2,dp=1", 2), ("tiny-mixtral", "ep=2,dp=1", 2),
+    ("tiny-llama", "dp=2", 2)],
+    ids=["tp2", "cp2", "tp2-pp2", "cp2-tp2", "gpt2-tp2", "mixtral-ep2", "dp2"])
+def test_ignored_labels_under_sharding(tmp_path, preset, pins, ranks):
+    """The count of labels that are not ignore_index is every rank's: the
+    labels load whole, each rank counts them all (label_count) and the
+    loss slices its own tokens (tp's sequence split, cp's cyclic one, ep's
+    sequences). Loss and gradients equal one rank's. Data-parallel
+    replicas each take the mean over their own counted tokens, as
+    microbatches do (Megatron-LM's and Hugging Face's per-batch mean; not
+    one mean over the step's tokens): DP2 equals the mean of the two
+    halves' one-rank runs."""
+    dp = 2 if "dp=2" in pins else 1
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=2 * dp, ignore_index=-100)
+    exe = model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True)
+    assert "parax.label_count" in open(exe.replace(".pxe", ".mlir")).read()
+    loss, sharded = gradients(model, exe, ranks)
+    halves = []
+    for r in range(dp):
+        one = Model(str(tmp_path / f"one{r}"), preset, loss=True, batch=2, ignore_index=-100)
+        one.labels = model.labels[2 * r:2 * r + 2]
+        np.save(one.tokens_path, model.tokens[2 * r:2 * r + 2])
+        np.save(one.labels_path, one.labels)
+        halves.append(gradients(one, one.compile("train", autodiff=True), 1))
+    single_loss = sum(h[0] for h in halves) / dp
+    single = {k: sum(h[1][k] for h in halves) / dp for k in halves[0][1]}
+    assert abs(loss - single_loss) < 1e-5
+    for name in single:
+        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
 
 
 # (workload pins, ranks)

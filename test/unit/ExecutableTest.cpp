@@ -927,3 +927,29 @@ TEST(Executable, ALossTermIsABalanceScalar) {
   expectRefused(withTerms(oneOp("sigmoid_grad", {{3, 7}, {3, 7}}, {{3, 7}}), {"balance"}),
                 "a loss term must be an f32 scalar");
 }
+
+// ignore_index: the cross-entropy's third operand, the count of labels,
+// comes with the attribute and only then; label_count needs it too.
+TEST(Executable, ACountOfLabelsComesWithIgnoreIndex) {
+  auto withIgnore = [](pxe::Executable exe) {
+    (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["ignore_index"].set_i(-100);
+    return exe;
+  };
+  for (const char *op : {"cross_entropy", "cross_entropy_grad"}) {
+    std::vector<std::vector<int64_t>> result = {std::string(op) == "cross_entropy" ? std::vector<int64_t>{}
+                                                                                    : std::vector<int64_t>{6, 10}};
+    Status ok = validateExecutable(withIgnore(oneOp(op, {{6, 10}, {6}, {}}, result, {1})));
+    EXPECT_TRUE(ok.isOk()) << ok.message();
+    expectRefused(oneOp(op, {{6, 10}, {6}, {}}, result, {1}),
+                  "a count of the labels (a scalar) must come with ignore_index and only then");
+    expectRefused(withIgnore(oneOp(op, {{6, 10}, {6}}, result, {1})),
+                  "a count of the labels (a scalar) must come with ignore_index and only then");
+    expectRefused(withIgnore(oneOp(op, {{6, 10}, {6}, {2}}, result, {1})),
+                  "a count of the labels (a scalar) must come with ignore_index and only then");
+  }
+  Status ok = validateExecutable(withIgnore(oneOp("label_count", {{6}}, {{}}, {0})));
+  EXPECT_TRUE(ok.isOk()) << ok.message();
+  expectRefused(oneOp("label_count", {{6}}, {{}}, {0}), "(label_count): the count must be a scalar, with ignore_index");
+  expectRefused(withIgnore(oneOp("label_count", {{6}}, {{2}}, {0})),
+                "(label_count): the count must be a scalar, with ignore_index");
+}

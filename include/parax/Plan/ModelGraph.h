@@ -40,6 +40,7 @@ enum class OpClass {
   Router,
   Experts,
   CrossEntropy,
+  LabelCount, // the cross-entropy's counted labels (ignore_index)
 };
 
 /// An activation value inside a layer graph.

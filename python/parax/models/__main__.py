@@ -22,6 +22,8 @@ def main(argv=None):
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     parser.add_argument("--loss", action="store_true",
                         help="take labels and return the mean cross-entropy loss")
+    parser.add_argument("--ignore-index", type=int,
+                        help="with --loss: labels of this value are not counted (Hugging Face's -100)")
     parser.add_argument("--past", type=int, default=0,
                         help="a step over a KV cache of P earlier tokens (their keys and "
                              "values are inputs after the tokens; --seq 1: a decode step)")
@@ -52,7 +54,7 @@ def main(argv=None):
         text = build_model(cfg, batch=args.batch, seq=args.seq, dtype=args.dtype,
                            loss=args.loss, past=args.past, return_kv=args.return_kv,
                            cache=args.cache, last_logits=args.last_logits,
-                           mla=args.mla)
+                           mla=args.mla, ignore_index=args.ignore_index)
     except (ConfigError, ValueError) as e:
         print(f"parax.models: error: {e}", file=sys.stderr)
         return 1

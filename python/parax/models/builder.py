@@ -451,7 +451,7 @@ class _Builder:
         # The lm head is tied to wte ([V, H], i.e. [out, in]).
         return self.linear(x, "transformer.wte.weight", cfg.vocab, h)
 
-    def build(self, loss=False):
+    def build(self, loss=False, ignore_index=None):
         e = self.e
         tokens = e.arg("tokens", [self.B, self.S])
         labels = e.arg("labels", [self.B, self.S]) if loss else None
@@ -462,7 +462,11 @@ class _Builder:
         else:
             logits = self.build_decoder(tokens)
         result = logits
-        if loss:
+        if loss and ignore_index is not None:
+            ignored = f"ignore_index = {int(ignore_index)} : i64"
+            count = e.op("label_count", [labels], [[]], ignored, result_dtypes=["f32"])
+            result = e.op("cross_entropy", [logits, labels, count], [[]], ignored, result_dtypes=["f32"])
+        elif loss:
             result = e.op("cross_entropy", [logits, labels], [[]],
                           result_dtypes=["f32"])
         results = [result] + self.new_kv
@@ -482,7 +486,7 @@ class _Builder:
 
 
 def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, past=0,
-                return_kv=False, cache=0, last_logits=False, mla="explicit"):
+                return_kv=False, cache=0, last_logits=False, mla="explicit", ignore_index=None):
     """Returns the parax IR text of `cfg`'s forward pass (and loss with `loss`).
 
     `past` > 0 builds a step over a KV cache: `seq` new tokens (1 for a decode
@@ -518,7 +522,14 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
     `parax.head_linear` yet). `mla="expanded"` writes and reads the same
     latent cache with the explicit form's attention, every cached latent
     expanded per head: a prefill for the absorbed step, with 3.4x less
-    attention work a (query, key) pair."""
+    attention work a (query, key) pair.
+
+    `ignore_index` (with `loss`; Hugging Face's -100): a label of that
+    value is not counted, the loss the mean over the others
+    (`parax.label_count` then `parax.cross_entropy` with `ignore_index`):
+    a prompt's or a padding's tokens left out of a fine-tuning loss."""
+    if ignore_index is not None and not loss:
+        raise ValueError("ignore_index is the loss's: give it with loss")
     if mla not in ("explicit", "absorbed", "expanded"):
         raise ValueError(f"mla {mla!r} is not one of explicit, absorbed, expanded")
     if mla != "explicit" and cfg.family != "deepseek_v3":
@@ -544,7 +555,8 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
         raise ValueError(f"sequence {seq} does not fit a cache of {cache} tokens")
     if last_logits and loss:
         raise ValueError("last_logits: the loss needs every position's logits")
-    return _Builder(cfg, batch, seq, dtype, past, return_kv, cache, last_logits, mla).build(loss=loss)
+    return _Builder(cfg, batch, seq, dtype, past, return_kv, cache, last_logits, mla).build(
+        loss=loss, ignore_index=ignore_index)
 
 
 def parameter_shapes(cfg: ModelConfig):

@@ -575,6 +575,38 @@ func.func @negative_cross_entropy_labels(%l: tensor<2x4x16xf32>, %y: tensor<2x16
 
 // -----
 
+func.func @negative_cross_entropy_count_without_ignore(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>, %n: tensor<f32>) {
+  // expected-error @+1 {{C4: the count of labels (parax.label_count) must be given with ignore_index and only then}}
+  %0 = parax.cross_entropy %l, %y, %n : (tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<f32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @negative_cross_entropy_ignore_without_count(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>) {
+  // expected-error @+1 {{C4: the count of labels (parax.label_count) must be given with ignore_index and only then}}
+  %0 = parax.cross_entropy %l, %y {ignore_index = -100 : i64} : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @negative_cross_entropy_grad_count_without_ignore(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>, %n: tensor<f32>) {
+  // expected-error @+1 {{C4: the count of labels (parax.label_count) must be given with ignore_index and only then}}
+  %0 = parax.cross_entropy_grad %l, %y, %n : (tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<f32>) -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_label_count_result(%y: tensor<2x4xi32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %0 = parax.label_count %y {ignore_index = -100 : i64} : (tensor<2x4xi32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
 func.func @negative_cross_entropy_result(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>) {
   // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
   %0 = parax.cross_entropy %l, %y : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<2xf32>

@@ -787,18 +787,32 @@ static LogicalResult verifyNumTokens(Operation *op, Value logitsValue,
   return success();
 }
 
+// C4 of the cross-entropy and its gradient: `count` with `ignore_index`.
+template <typename CrossEntropyLikeOp>
+static LogicalResult verifyIgnoredLabels(CrossEntropyLikeOp op) {
+  if (bool(op.getCount()) != op.getIgnoreIndex().has_value())
+    return op.emitOpError("C4: the count of labels (parax.label_count) must be "
+                          "given with ignore_index and only then");
+  return success();
+}
+
 LogicalResult CrossEntropyOp::verify() {
-  if (failed(verifyLabels(*this, getLogits(), getLabels())))
+  if (failed(verifyLabels(*this, getLogits(), getLabels())) ||
+      failed(verifyIgnoredLabels(*this)))
     return failure();
   return verifyNumTokens(*this, getLogits(), getNumTokens());
 }
+
+// C1 holds by the result's type constraint.
+LogicalResult LabelCountOp::verify() { return success(); }
 
 //===----------------------------------------------------------------------===//
 // Gradients
 //===----------------------------------------------------------------------===//
 
 LogicalResult CrossEntropyGradOp::verify() {
-  if (failed(verifyLabels(*this, getLogits(), getLabels())))
+  if (failed(verifyLabels(*this, getLogits(), getLabels())) ||
+      failed(verifyIgnoredLabels(*this)))
     return failure();
   if (getResult().getType() != getLogits().getType())
     return emitOpError("C2: the result must have the logits' type");

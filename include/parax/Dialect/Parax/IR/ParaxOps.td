@@ -643,12 +643,45 @@ def Parax_CrossEntropyOp : Parax_FunctionalOp<"cross_entropy"> {
     are), the local op sums its own tokens' terms over `num_tokens`, the
     `T` of the whole mean: a partial sum of the loss.
 
+    With `ignore_index` (Hugging Face's -100: a prompt's or a padding's
+    labels), a token whose label is `ignore_index` adds nothing and the
+    mean is over the counted tokens: `count`, the number of labels that
+    are not `ignore_index` (`parax.label_count`, every rank's tokens'),
+    divides the sum (at least 1: a batch with no counted token has loss 0).
+
+    ```mlir
+    %n = parax.label_count %labels {ignore_index = -100 : i64} : (tensor<2x16xi32>) -> tensor<f32>
+    %l = parax.cross_entropy %logits, %labels, %n {ignore_index = -100 : i64}
+        : (tensor<2x16x256xf32>, tensor<2x16xi32>, tensor<f32>) -> tensor<f32>
+    ```
+
     C1: `labels` has `logits`' shape without the last dimension. C2: the
     result is a rank-0 f32 tensor. C3: `num_tokens`, when present, is at
-    least the logits' token count.
+    least the logits' token count. C4: `count` (a rank-0 f32) is given with
+    `ignore_index` and only then.
   }];
   let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels,
-                       OptionalAttr<I64Attr>:$num_tokens);
+                       Optional<0DTensorOf<[F32]>>:$count,
+                       OptionalAttr<I64Attr>:$num_tokens,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+}
+
+def Parax_LabelCountOp : Parax_FunctionalOp<"label_count"> {
+  let summary = "how many labels the cross-entropy counts";
+  let description = [{
+    The number of `labels` that are not `ignore_index`, a scalar f32: the
+    divisor of `parax.cross_entropy`'s mean with `ignore_index`. With the
+    tokens split over ranks, each rank's count is a partial sum (all-reduced
+    before the loss reads it).
+
+    ```mlir
+    %n = parax.label_count %labels {ignore_index = -100 : i64} : (tensor<2x16xi32>) -> tensor<f32>
+    ```
+
+    C1: the result is a rank-0 f32 tensor.
+  }];
+  let arguments = (ins Parax_IndexTensor:$labels, I64Attr:$ignore_index);
   let results = (outs 0DTensorOf<[F32]>:$result);
 }
 
@@ -670,12 +703,18 @@ def Parax_CrossEntropyGradOp : Parax_FunctionalOp<"cross_entropy_grad"> {
     %d = parax.cross_entropy_grad %logits, %labels : (tensor<2x16x256xf32>, tensor<2x16xi32>) -> tensor<2x16x256xf32>
     ```
 
+    With `ignore_index` and `count` (as `parax.cross_entropy`'s): 0 for
+    an ignored token, the others divided by `count` (at least 1).
+
     C1: `labels` has `logits`' shape without the last dimension. C2: the
     result has `logits`' type. C3: `num_tokens`, when present, is at least
-    the logits' token count.
+    the logits' token count. C4: `count` (a rank-0 f32) is given with
+    `ignore_index` and only then.
   }];
   let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels,
-                       OptionalAttr<I64Attr>:$num_tokens);
+                       Optional<0DTensorOf<[F32]>>:$count,
+                       OptionalAttr<I64Attr>:$num_tokens,
+                       OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs Parax_FloatTensor:$result);
 }
 
