@@ -60,6 +60,22 @@ def numpy_loss(model, weights, aux=True):
     return ce + (load_balancing_loss(model.cfg, routers, len(model.tokens)) if aux and model.cfg.router_aux_loss_coef else 0.0)
 
 
+def check_directional_derivatives(model, weights, grads, names, seed):
+    """Each named gradient's directional derivative <g, d> (d random)
+    equals the central difference of numpy's float64 loss (FD_TOL)."""
+    rng = np.random.default_rng(seed)
+    eps = 1e-4
+    for name in names:
+        grad = grads[name]
+        direction = rng.standard_normal(grad.shape)
+        plus, minus = dict(weights), dict(weights)
+        plus[name] = weights[name] + eps * direction
+        minus[name] = weights[name] - eps * direction
+        expected = (numpy_loss(model, plus) - numpy_loss(model, minus)) / (2 * eps)
+        got = float((grad.astype(np.float64) * direction).sum())
+        assert abs(got - expected) <= FD_TOL * max(abs(expected), 1e-3), (name, got, expected)
+
+
 SEQUENCE_AUX = {"sequence_aux": True}  # DeepSeek-V3's sequence-wise balance loss
 
 
@@ -91,17 +107,9 @@ def test_gradients_match_finite_differences(tmp_path, preset, aux, overrides):
     assert abs(loss - numpy_loss(model, weights)) < 1e-4
     # (DeepSeek-V3's router correction bias chooses experts only: no gradient.)
     assert set(grads) == {name for name in model.weights if "e_score_correction_bias" not in name}
-    rng = np.random.default_rng(7)
-    eps = 1e-4
     for name, grad in grads.items():
         assert grad.shape == model.weights[name].shape, name
-        direction = rng.standard_normal(grad.shape)
-        plus, minus = dict(weights), dict(weights)
-        plus[name] = weights[name] + eps * direction
-        minus[name] = weights[name] - eps * direction
-        expected = (numpy_loss(model, plus) - numpy_loss(model, minus)) / (2 * eps)
-        got = float((grad.astype(np.float64) * direction).sum())
-        assert abs(got - expected) <= FD_TOL * max(abs(expected), 1e-3), (name, got, expected)
+    check_directional_derivatives(model, weights, grads, list(grads), seed=7)
 
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2"])
@@ -118,17 +126,8 @@ def test_ignored_labels_are_not_counted(tmp_path, preset):
     assert abs(loss - numpy_loss(model, weights)) < 1e-4
     unmasked = Model(str(tmp_path / "all"), preset, loss=True)
     assert abs(loss - gradients(unmasked, unmasked.compile("train", autodiff=True), 1)[0]) > 1e-3
-    rng = np.random.default_rng(3)
-    eps = 1e-4
-    for name in sorted(grads)[:6] + ["lm_head.weight" if "lm_head.weight" in grads else "transformer.wte.weight"]:
-        grad = grads[name]
-        direction = rng.standard_normal(grad.shape)
-        plus, minus = dict(weights), dict(weights)
-        plus[name] = weights[name] + eps * direction
-        minus[name] = weights[name] - eps * direction
-        expected = (numpy_loss(model, plus) - numpy_loss(model, minus)) / (2 * eps)
-        got = float((grad.astype(np.float64) * direction).sum())
-        assert abs(got - expected) <= FD_TOL * max(abs(expected), 1e-3), (name, got, expected)
+    head = "lm_head.weight" if "lm_head.weight" in grads else "transformer.wte.weight"
+    check_directional_derivatives(model, weights, grads, sorted(grads)[:6] + [head], seed=3)
 
 
 @pytest.mark.parametrize("preset,pins,ranks", [

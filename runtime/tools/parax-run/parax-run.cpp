@@ -1042,21 +1042,16 @@ int main(int argc, char **argv) {
         if (s.isOk() && biasSpeed > 0) balanceExperts();
         if (s.isOk() && device == "cpu") s = cpu.hoistParameterMoves();
         if (!s.isOk()) die(s.message());
-        if (lossOutput >= 0) {
-          double loss = 0;
-          for (float v : results[lossOutput].f) loss += v;
-          loss /= static_cast<double>(results[lossOutput].f.size());
-          s = training->replicaMean(loss);
+        // The loss and the load-balancing loss: each the mean over the
+        // microbatches and the replicas.
+        for (auto [output, values] : {std::pair(lossOutput, &losses), std::pair(balanceOutput, &balances)}) {
+          if (output < 0) continue;
+          double mean = 0;
+          for (float v : results[output].f) mean += v;
+          mean /= static_cast<double>(results[output].f.size());
+          s = training->replicaMean(mean);
           if (!s.isOk()) die(s.message());
-          losses.push_back(static_cast<float>(loss));
-        }
-        if (balanceOutput >= 0) { // as the loss: the mean over the microbatches and replicas
-          double balance = 0;
-          for (float v : results[balanceOutput].f) balance += v;
-          balance /= static_cast<double>(results[balanceOutput].f.size());
-          s = training->replicaMean(balance);
-          if (!s.isOk()) die(s.message());
-          balances.push_back(static_cast<float>(balance));
+          values->push_back(static_cast<float>(mean));
         }
       }
       barrier("the barrier after a step");
