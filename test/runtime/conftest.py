@@ -51,6 +51,7 @@ class Model:
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
                  dtype="f32", past=0, return_kv=False, rows=None, cache=0, last_logits=False, aux_loss=0.0,
                  mla="explicit", overrides=None, ignore_index=None):
+        self.preset = preset
         self.cfg = load_config(preset, layers=layers)
         for field, value in (overrides or {}).items():
             setattr(self.cfg, field, value)

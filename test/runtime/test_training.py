@@ -60,6 +60,22 @@ def numpy_loss(model, weights, aux=True):
     return ce + (load_balancing_loss(model.cfg, routers, len(model.tokens)) if aux and model.cfg.router_aux_loss_coef else 0.0)
 
 
+def replica_means(tmp_path, model, dp, **options):
+    """The loss and gradients of `dp` one-rank runs, each over one
+    replica's share of `model`'s rows (its tokens and labels), averaged:
+    what data-parallel replicas that each take their own mean give."""
+    rows = len(model.tokens) // dp
+    runs = []
+    for r in range(dp):
+        one = Model(str(tmp_path / f"replica{r}"), model.preset, loss=True, batch=rows, **options)
+        share = slice(r * rows, (r + 1) * rows)
+        one.labels = model.labels[share]
+        np.save(one.tokens_path, model.tokens[share])
+        np.save(one.labels_path, one.labels)
+        runs.append(gradients(one, one.compile("train", autodiff=True), 1))
+    return sum(run[0] for run in runs) / dp, {k: sum(run[1][k] for run in runs) / dp for k in runs[0][1]}
+
+
 def check_directional_derivatives(model, weights, grads, names, seed):
     """Each named gradient's directional derivative <g, d> (d random)
     equals the central difference of numpy's float64 loss (FD_TOL)."""
@@ -149,15 +165,7 @@ def test_ignored_labels_under_sharding(tmp_path, preset, pins, ranks):
     exe = model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True)
     assert "parax.label_count" in open(exe.replace(".pxe", ".mlir")).read()
     loss, sharded = gradients(model, exe, ranks)
-    halves = []
-    for r in range(dp):
-        one = Model(str(tmp_path / f"one{r}"), preset, loss=True, batch=2, ignore_index=-100)
-        one.labels = model.labels[2 * r:2 * r + 2]
-        np.save(one.tokens_path, model.tokens[2 * r:2 * r + 2])
-        np.save(one.labels_path, one.labels)
-        halves.append(gradients(one, one.compile("train", autodiff=True), 1))
-    single_loss = sum(h[0] for h in halves) / dp
-    single = {k: sum(h[1][k] for h in halves) / dp for k in halves[0][1]}
+    single_loss, single = replica_means(tmp_path, model, dp, ignore_index=-100)
     assert abs(loss - single_loss) < 1e-5
     for name in single:
         assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
@@ -245,15 +253,7 @@ def test_load_balancing_gradients_are_over_every_token(tmp_path, preset, pins, r
         one = Model(str(tmp_path / "one"), preset, loss=True, batch=batch, aux_loss=0.5)
         single_loss, single = gradients(one, one.compile("train", autodiff=True), 1)
     else:  # each replica its own rows and its own balance: the mean of two one-rank runs
-        halves = []
-        for r in range(dp):
-            one = Model(str(tmp_path / f"one{r}"), preset, loss=True, batch=batch // dp, aux_loss=0.5)
-            rows = slice(r * batch // dp, (r + 1) * batch // dp)
-            np.save(one.tokens_path, model.tokens[rows])
-            np.save(one.labels_path, model.labels[rows])
-            halves.append(gradients(one, one.compile("train", autodiff=True), 1))
-        single_loss = sum(h[0] for h in halves) / dp
-        single = {k: sum(h[1][k] for h in halves) / dp for k in halves[0][1]}
+        single_loss, single = replica_means(tmp_path, model, dp, aux_loss=0.5)
     assert abs(loss - single_loss) < 1e-5
     for name in single:
         assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
