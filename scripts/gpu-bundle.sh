@@ -54,6 +54,11 @@ for folder, _, files in os.walk(os.path.join(out, "cases")):
             os.remove(path)
         os.symlink(os.path.relpath(kept, folder), path)
 PY
+# The shared files gzipped (the weights and results of the tiny models:
+# about a fifth smaller); gpu-check.sh unpacks them first. The cases'
+# links point into shared/ and dangle until then.
+tar -czf "$out/shared.tar.gz" -C "$out" shared
+rm -rf "$out/shared"
 # Runtime libraries parax-run and Open MPI need that a CUDA image may lack
 # (CUDA's own libraries come from the image). Unpacked there without
 # overwriting anything.

@@ -51,6 +51,14 @@ fi
 (mpirun --version | head -1) 2>&1 || echo "gpu-check: no mpirun (multi-rank cases will fail)"
 
 py="${PARAX_PYTHON:-python3}" # the image's python3 has numpy
+# The cases' shared weights and results, gzipped by gpu-bundle.sh (the
+# device tool carries 64 MiB): unpacked once into the bundle.
+if [[ -f "$bundle/shared.tar.gz" && ! -d "$bundle/shared" ]]; then
+  tar -xzf "$bundle/shared.tar.gz" -C "$bundle" 2>/dev/null ||
+    "$py" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$bundle/shared.tar.gz" "$bundle" ||
+    { echo "gpu-check: cannot unpack $bundle/shared.tar.gz"; exit 1; }
+fi
 status=0
 echo "== correctness: GPU vs CPU (and numpy for the models): 1e-4 fp32, 1e-5 relative per op, 3 % bf16 =="
 # Every temporary turns to NaN after its last use (PARAX_CUDA_POISON_DEAD):
