@@ -352,6 +352,8 @@ def main(argv=None):
                          ("--save-optimizer", str), ("--load-optimizer", str)):
         r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
     r.add_argument("--zero", action="store_true", help="with --optimizer adamw: ZeRO-1")
+    r.add_argument("--per-token-loss", action="store_true",
+                   help="labels ignored (compile --ignore-index): one mean over the step's counted labels")
     sub.add_parser("demo", help="the README's main job")
     args = parser.parse_args(argv)
     try:
@@ -371,7 +373,8 @@ def main(argv=None):
                                            "--balance-losses", "--lr-schedule", "--warmup-steps", "--decay-steps", "--min-lr",
                                            "--save-optimizer", "--load-optimizer")
                         for value in [getattr(args, option[2:].replace("-", "_"))] if value is not None
-                        for arg in (option, str(value))] + (["--zero"] if args.zero else [])
+                        for arg in (option, str(value))] + (["--zero"] if args.zero else []) + \
+                (["--per-token-loss"] if args.per_token_loss else [])
             print(run_model(args.executable, args.weights, args.input, args.output,
                             args.ranks, args.steps, args.generate, args.prefill, sampling, training), end="")
             return 0

@@ -353,6 +353,7 @@ struct CudaExecutor::State {
   bool overlap = true;   // PARAX_CUDA_OVERLAP=0: wait right after each collective
   size_t overlapped = 0; // instructions issued during a transfer, this step
   double expertLoad = 0;  // busiestExpertLoad: the expert dispatches' busiest rank
+  std::optional<float> labelCount; // setLabelCount: what label_count gives instead of counting
   std::map<int32_t, int32_t *> expertCounts; // takeExpertCounts: per router bias buffer, [E] on the device
 
   /// After a collective's transfer is issued: finishes at once when it has
@@ -1804,6 +1805,7 @@ bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
 size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }
 size_t CudaExecutor::hoistedInstructions() const { return s_->hoisted; }
 double CudaExecutor::busiestExpertLoad() const { return s_->expertLoad; }
+void CudaExecutor::setLabelCount(std::optional<float> count) { s_->labelCount = count; }
 
 StatusOr<std::map<int32_t, std::vector<double>>> CudaExecutor::takeExpertCounts() {
   State &s = *s_;
@@ -2901,6 +2903,10 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   }
   if (op == "label_count") {
     DeviceBuffer &labels = in(0), &count = out();
+    if (labelCount) { // the step's count, set by parax-run --per-token-loss
+      PARAX_LAUNCH(storeKernel, 1, 1, 0, stream)(count.f(), *labelCount);
+      return Status::ok();
+    }
     PARAX_CUDA(cudaMemsetAsync(count.data, 0, 4, stream));
     PARAX_LAUNCH(labelCountKernel, blocksFor(labels.numel()), kThreads, 0, stream)(
         labels.i(), labels.numel(), static_cast<int32_t>(attrInt(a, "ignore_index")), count.f());

@@ -1014,9 +1014,15 @@ __global__ void scaleKernel(float *x, int64_t n, float factor) {
   PARAX_GRID_STRIDE(k, n) x[k] *= factor;
 }
 
-// x / max(1, count): the mean over the counted labels (label_count's).
+// x / count: the mean over the counted labels (label_count's; none
+// counted: x, a sum of nothing, stays 0).
 __global__ void divideByCountKernel(float *x, int64_t n, const float *count) {
-  PARAX_GRID_STRIDE(k, n) x[k] /= fmaxf(1.0f, *count);
+  PARAX_GRID_STRIDE(k, n) x[k] /= *count > 0 ? *count : 1.0f;
+}
+
+// *x = value (one thread).
+__global__ void storeKernel(float *x, float value) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *x = value;
 }
 
 // One thread per label: the labels not ignored, counted into `count`

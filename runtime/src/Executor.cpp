@@ -83,7 +83,7 @@ CountedLabels countedLabels(const Attrs &a, const Tensor &labels, const Tensor *
   CountedLabels counted;
   counted.labels = &labels;
   if (count) {
-    counted.divisor = std::max(1.0, static_cast<double>(count->f[0]));
+    counted.divisor = count->f[0] > 0 ? static_cast<double>(count->f[0]) : 1.0; // (none counted: a loss of 0)
     counted.ignore = static_cast<int32_t>(attrInt(a, "ignore_index"));
   } else {
     counted.divisor = static_cast<double>(attrInt(a, "num_tokens", labels.numel()));
@@ -864,8 +864,9 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   }
   if (op == "label_count") {
     int32_t ignore = static_cast<int32_t>(attrInt(a, "ignore_index"));
-    out().f.assign(1, static_cast<float>(std::count_if(in(0).i.begin(), in(0).i.end(),
-                                                       [&](int32_t label) { return label != ignore; })));
+    out().f.assign(1, e.labelCount_ ? *e.labelCount_
+                                    : static_cast<float>(std::count_if(in(0).i.begin(), in(0).i.end(),
+                                                                       [&](int32_t label) { return label != ignore; })));
     return Status::ok();
   }
   if (op == "linear_weight_grad") {

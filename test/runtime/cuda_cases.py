@@ -246,6 +246,12 @@ TRAIN = {
     "train-llama-bf16-adamw-dp2-pp2-micro3": ("tiny-llama", 1, 8, "dp=2,pp=2", 4, "bf16",
                                               ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3"], 0.0,
                                               {"micro": 3}),
+    # --per-token-loss: each microbatch's losses and gradients over the
+    # step's count of labels (ignore_index), the device optimizer's sums
+    "train-llama-adamw-ignored-per-token-dp2-micro2": ("tiny-llama", 2, 8, "dp=2", 2, "f32",
+                                                       ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3",
+                                                        "--per-token-loss"], 0.0,
+                                                       {"micro": 2, "ignore_index": -100}),
     # experts' all-to-alls inside the halves
     "train-mixtral-ep2-pp2-micro2": ("tiny-mixtral", 2, 8, "ep=2,pp=2,dp=1", 4, "f32", [], 0.0, {"micro": 2}),
     # Interleaved 1F1B: each step's receives (a forward and a backward

@@ -20,7 +20,7 @@ FD_TOL = 1e-3
 SHARDED_TOL = 1e-6
 
 
-def gradients(model, exe, ranks):
+def gradients(model, exe, ranks, extra=()):
     """The loss and a {parameter name: gradient} dict (the pieces of a fused
     tensor, each a result of its own with its box, put together)."""
     text = open(exe.replace(".pxe", ".mlir")).read()
@@ -32,7 +32,7 @@ def gradients(model, exe, ranks):
                        r'(?:, parax\.param_shape = array<i64: [0-9, ]+>)?(?:, parax\.result = (\d+) : i64)?', text)
     numbered = {int(k): (name, offset) for name, offset, k in found if k}
     results = [numbered[k] for k in sorted(numbered)] if numbered else [(n, o) for n, o, _ in found]
-    outs = model.run(exe, ranks, outputs=1 + len(results))
+    outs = model.run(exe, ranks, outputs=1 + len(results), extra=extra)
     grads = {}
     for (name, offset), grad in zip(results, outs[1:]):
         if "{e}" in name:  # a stack of experts: one gradient per expert, as checkpoints name them
@@ -169,6 +169,44 @@ def test_ignored_labels_under_sharding(tmp_path, preset, pins, ranks):
     assert abs(loss - single_loss) < 1e-5
     for name in single:
         assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+
+
+@pytest.mark.parametrize("pins,ranks,rows", [("dp=2", 2, 4), (None, 1, 4), ("pp=2,dp=1", 2, 8),
+                                             ("dp=2,tp=2", 4, 8)],
+                         ids=["dp2", "2micro", "pp2-4micro", "dp2-tp2-2micro"])
+def test_per_token_loss_is_one_mean_over_the_step(tmp_path, pins, ranks, rows):
+    """parax-run --per-token-loss: the loss and gradients are the mean over
+    every counted label of the step, whichever replica or microbatch holds
+    it (Megatron-LM's calculate_per_token_loss; Hugging Face's
+    num_items_in_batch): replicas and microbatches of batch 2 whose rows
+    count different numbers of labels (row 0 has 2 more ignored) give one
+    rank's run over all the rows in one batch. Without the flag they give
+    the mean of each batch's mean, which differs."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=rows, ignore_index=-100)
+    dp = 2 if pins and "dp=2" in pins else 1
+    workload = pins and f"prefill:batch={2 * dp},seq=8,{pins}"
+    exe = model.compile("micro", workload, ranks, autodiff=True)
+    loss, grads = gradients(model, exe, ranks, extra=["--per-token-loss"])
+    whole = Model(str(tmp_path / "whole"), "tiny-llama", loss=True, batch=rows, ignore_index=-100)
+    whole_loss, whole_grads = gradients(whole, whole.compile("whole", autodiff=True), 1)
+    assert abs(whole_loss - whole.reference_loss()) < 1e-4
+    assert abs(loss - whole_loss) < 1e-5
+    for name in whole_grads:
+        assert np.abs(grads[name] - whole_grads[name]).max() < SHARDED_TOL, name
+    per_batch, _ = gradients(model, exe, ranks)
+    assert abs(per_batch - whole_loss) > 1e-3
+
+
+def test_per_token_loss_needs_counted_labels(tmp_path):
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2)
+    proc = model.run(model.compile("train", autodiff=True), 1, outputs=0, expect_ok=False,
+                     extra=["--per-token-loss"])
+    assert proc.returncode != 0
+    assert "--per-token-loss: the executable counts no labels" in proc.stderr, proc.stderr
+    infer = Model(str(tmp_path / "infer"), "tiny-llama")
+    proc = infer.run(infer.compile("forward"), 1, outputs=0, expect_ok=False, extra=["--per-token-loss"])
+    assert proc.returncode != 0 and "--per-token-loss: the executable is no training step" in proc.stderr, \
+        proc.stderr
 
 
 # (workload pins, ranks)

@@ -99,6 +99,9 @@ void usage() {
                "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
                "  --balance-losses B.npy: each step's MoE load-balancing loss (already in the loss;\n"
                "  also printed with it).\n"
+               "  --per-token-loss: with labels ignored (built with ignore_index), the loss the mean\n"
+               "  over every counted label of the step, all microbatches and replicas together\n"
+               "  (default: each microbatch's mean, averaged)\n"
                "  --bias-update-speed G: DeepSeek-V3's auxiliary-loss-free balancing: after each\n"
                "  step every router's correction bias moves G towards balance (b_e += G sign(mean\n"
                "  load - load_e), the loads counted over the step's tokens on every rank)\n"
@@ -308,6 +311,7 @@ int main(int argc, char **argv) {
   std::string saveWeights;    // --save-weights
   std::string lossesPath;     // --losses
   std::string balancePath;    // --balance-losses
+  bool perTokenLoss = false;  // --per-token-loss
   std::string saveOptimizer, loadOptimizer; // --save-optimizer, --load-optimizer
   long long stepRows = 0;     // --step-rows (0: every row every step)
   bool optimizerSettings = false;
@@ -409,6 +413,7 @@ int main(int argc, char **argv) {
     else if (arg == "--save-weights") saveWeights = value();
     else if (arg == "--losses") lossesPath = value();
     else if (arg == "--balance-losses") balancePath = value();
+    else if (arg == "--per-token-loss") perTokenLoss = true;
     else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--step-rows") {
@@ -934,6 +939,44 @@ int main(int argc, char **argv) {
       if (exe.value().stages(stageIndex).output_terms(k) == "balance") balanceOutput = k;
   if (trains && !balancePath.empty() && rank == writerOf(exe.value(), 0) && balanceOutput < 0)
     die("--balance-losses: the executable returns no load-balancing loss (no router has aux_loss_coef)");
+  // --per-token-loss: every label_count gives the step's count of labels
+  // that are not ignore_index (every replica's and microbatch's rows,
+  // which every rank holds), over the step's microbatches x replicas, so
+  // that the mean parax-run takes of their losses and gradients is the
+  // mean over the step's counted labels. The labels: label_count's input.
+  int labelsInput = -1;
+  int32_t ignoreIndex = 0;
+  if (perTokenLoss) {
+    if (!training || generate > 0 || !std::any_of(exe.value().stages(0).output_grads().begin(),
+                                                  exe.value().stages(0).output_grads().end(),
+                                                  [](const std::string &g) { return !g.empty(); }))
+      die("--per-token-loss: the executable is no training step (build it with --parax-autodiff)");
+    bool counts = false;
+    for (const auto &st : exe.value().stages())
+      for (const auto &inst : st.instructions())
+        counts |= inst.op() == "label_count";
+    if (!counts)
+      die("--per-token-loss: the executable counts no labels (build the model with ignore_index: every "
+          "microbatch then counts all its tokens, and the two means are one)");
+    for (const auto &inst : exe.value().stages(stageIndex).instructions()) {
+      if (inst.op() != "label_count") continue;
+      const auto &labels = exe.value().stages(stageIndex).buffers(inst.operands(0));
+      if (labels.role() != parax::pxe::INPUT || labels.global_shape_size() != labels.shape_size())
+        die("--per-token-loss: label_count reads no whole input of labels on stage " + std::to_string(stageIndex));
+      labelsInput = labels.input_index();
+      ignoreIndex = static_cast<int32_t>(attrInt(inst.attrs(), "ignore_index"));
+    }
+    if (labelsInput >= static_cast<int>(inputTensors.size()))
+      die("--per-token-loss: the labels are input #" + std::to_string(labelsInput) + ", which was not given");
+  }
+  // The step's count over micro x replicas (a step's rows are block's).
+  auto stepLabelCount = [&]() -> float {
+    const Tensor &labels = inputTensors[labelsInput];
+    int64_t width = labels.numel() / std::max<int64_t>(labels.shape.empty() ? 1 : labels.shape[0], 1);
+    int64_t counted = 0;
+    for (int64_t k = block * rows * width; k < (block + 1) * rows * width; ++k) counted += labels.i[k] != ignoreIndex;
+    return static_cast<float>(static_cast<double>(counted) / static_cast<double>(micro * replicas));
+  };
   auto barrier = [&](const char *which) { // around each step, to time it
     if (size == 1) return;
     auto watched = waits->watch(which);
@@ -1006,6 +1049,13 @@ int main(int argc, char **argv) {
       auto start = std::chrono::steady_clock::now();
       results.clear();
       block = trains ? step % blocks : 0;
+      if (labelsInput >= 0) {
+        std::optional<float> count = stepLabelCount();
+        if (device == "cpu") cpu.setLabelCount(count);
+#ifdef PARAX_WITH_CUDA
+        else gpus[0]->setLabelCount(count);
+#endif
+      }
       for (const auto &items : pipeline) runStep(items);
       for (int64_t j = 0; whole && j < micro; ++j) {
         if (j > 0 || (step > 0 && (micro > 1 || blocks > 1))) { // prepare set microbatch 0 for the first step

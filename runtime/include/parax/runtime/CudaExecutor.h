@@ -15,6 +15,7 @@
 #include "parax/runtime/executable.pb.h"
 
 #include <memory>
+#include <optional>
 #include <utility>
 #include <string>
 #include <map>
@@ -262,6 +263,8 @@ public:
   size_t hoistedInstructions() const;
   /// As Executor::busiestExpertLoad (the expert dispatches over several ranks).
   double busiestExpertLoad() const;
+  /// As Executor::setLabelCount (parax-run --per-token-loss).
+  void setLabelCount(std::optional<float> count);
   /// As Executor::takeExpertCounts (counted on the device; this waits for it).
   StatusOr<std::map<int32_t, std::vector<double>>> takeExpertCounts();
   /// Concats of a KV cache and new keys or values that the decode attention

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -88,6 +89,10 @@ public:
   /// counted over every run since the last call, by the bias's buffer
   /// ([E] counts; a router re-run by recompute counts again). Cleared.
   std::map<int32_t, std::vector<double>> takeExpertCounts() { return std::exchange(expertCounts_, {}); }
+  /// The count every label_count instruction gives from now on instead of
+  /// counting its own labels (parax-run --per-token-loss: the step's counted
+  /// labels over its microbatches and replicas); none: count them.
+  void setLabelCount(std::optional<float> count) { labelCount_ = count; }
   /// Runs the moves of parameters again (prepare ran them once): after an
   /// optimizer step changed the parameters' values (hostBuffers).
   Status hoistParameterMoves();
@@ -135,6 +140,7 @@ private:
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
   double busiestExpertLoad_ = 0;
   std::map<int32_t, std::vector<double>> expertCounts_; // takeExpertCounts
+  std::optional<float> labelCount_;                      // setLabelCount
 };
 
 } // namespace parax::runtime

@@ -647,7 +647,7 @@ def Parax_CrossEntropyOp : Parax_FunctionalOp<"cross_entropy"> {
     labels), a token whose label is `ignore_index` adds nothing and the
     mean is over the counted tokens: `count`, the number of labels that
     are not `ignore_index` (`parax.label_count`, every rank's tokens'),
-    divides the sum (at least 1: a batch with no counted token has loss 0).
+    divides the sum (none counted: the loss is 0).
 
     ```mlir
     %n = parax.label_count %labels {ignore_index = -100 : i64} : (tensor<2x16xi32>) -> tensor<f32>
@@ -704,7 +704,7 @@ def Parax_CrossEntropyGradOp : Parax_FunctionalOp<"cross_entropy_grad"> {
     ```
 
     With `ignore_index` and `count` (as `parax.cross_entropy`'s): 0 for
-    an ignored token, the others divided by `count` (at least 1).
+    an ignored token, the others divided by `count`.
 
     C1: `labels` has `logits`' shape without the last dimension. C2: the
     result has `logits`' type. C3: `num_tokens`, when present, is at least
