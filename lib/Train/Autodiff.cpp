@@ -169,33 +169,34 @@ private:
       balanceLoad = sumOverRouters(/*scores=*/false);
     return balanceLoad;
   }
-  // The loss returned: the cross-entropy plus the load-balancing loss's
-  // value, when the routers are balanced.
   // The sum of the balance losses' values (null without any): a result of
   // its own too, after the gradients, for logging.
   Value balanceSum;
   Value addTerm(Value sum, Value term, Operation *at) {
     return sum ? Value(tag(AddOp::create(b, term.getLoc(), term.getType(), sum, term), at)) : term;
   }
+  // Adds the value of a balance loss over `load` and `scores` to balanceSum
+  // (in the loss's layer and stage, `ce`'s).
+  void addBalanceValue(Value load, Value scores, IntegerAttr experts, double coefficient, int64_t tokens,
+                       int64_t sequences, Operation *ce) {
+    Value value = tag(BalanceLossOp::create(b, ce->getLoc(), ce->getResult(0).getType(), load, scores, experts,
+                                            b.getF64FloatAttr(coefficient), b.getI64IntegerAttr(tokens),
+                                            b.getI64IntegerAttr(sequences)),
+                      ce);
+    balanceSum = addTerm(balanceSum, value, ce);
+  }
+  // The loss returned: the cross-entropy plus the load-balancing losses'
+  // values, when routers are balanced.
   Value withBalanceLoss(Value loss) {
     Operation *ce = loss.getDefiningOp();
     for (auto [router, load] : sequenceBalanced) {
       auto [coefficient, tokens, sequences] = sequenceTerms(router);
-      Value scores = loadOf(router, /*perSequence=*/true, /*scores=*/true);
-      Value value = tag(BalanceLossOp::create(b, loss.getLoc(), loss.getType(), load, scores,
-                                              router.getNumExpertsAttr(), b.getF64FloatAttr(coefficient),
-                                              b.getI64IntegerAttr(tokens), b.getI64IntegerAttr(sequences)),
-                        ce);
-      balanceSum = addTerm(balanceSum, value, ce);
+      addBalanceValue(load, loadOf(router, /*perSequence=*/true, /*scores=*/true), router.getNumExpertsAttr(),
+                      coefficient, tokens, sequences, ce);
     }
-    if (balanceLoad) {
-      Value scores = sumOverRouters(/*scores=*/true);
-      Value value = tag(BalanceLossOp::create(b, loss.getLoc(), loss.getType(), balanceLoad, scores,
-                                              balanced.getNumExpertsAttr(), balanced.getAuxLossCoefAttr(),
-                                              b.getI64IntegerAttr(balanceRows), b.getI64IntegerAttr(1)),
-                        ce);
-      balanceSum = addTerm(balanceSum, value, ce);
-    }
+    if (balanceLoad)
+      addBalanceValue(balanceLoad, sumOverRouters(/*scores=*/true), balanced.getNumExpertsAttr(),
+                      balanced.getAuxLossCoef().convertToDouble(), balanceRows, /*sequences=*/1, ce);
     return balanceSum ? addTerm(loss, balanceSum, ce) : loss;
   }
 };
@@ -362,33 +363,28 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                               OperationName(RouterGradOp::getOperationName(), b.getContext()))
                            ->getResult(0);
         double coef = router.getAuxLossCoef().convertToDouble();
-        if (coef > 0 && router.getSequenceAux()) {
-          // The sequence-wise loss's gradient: this router's choices per
-          // sequence (partial sums over the ranks splitting a sequence).
-          Value load = loadOf(router, /*perSequence=*/true, /*scores=*/false);
-          sequenceBalanced.push_back({router, load});
-          auto [coefficient, tokens, sequences] = sequenceTerms(router);
-          Value aux = tag(
-              RouterAuxGradOp::create(
-                  b, loc, x.clone(shape), router.getX(), router.getGate(), load,
-                  router.getScoreFuncAttr(), router.getNumExpertsAttr(),
-                  b.getF64FloatAttr(coefficient), b.getI64IntegerAttr(tokens),
-                  b.getI64IntegerAttr(sequences)),
-              op);
-          logits =
-              tag(AddOp::create(b, loc, logits.getType(), logits, aux), op);
-        } else if (coef > 0) {
-          // The load-balancing loss's gradient: every layer's and token's
-          // load (sums, all-reduced when the tokens are split), then by
-          // the logits.
-          Value load = totalLoad();
-          Value aux =
-              tag(RouterAuxGradOp::create(
-                      b, loc, x.clone(shape), router.getX(), router.getGate(),
-                      load, router.getScoreFuncAttr(),
-                      router.getNumExpertsAttr(), b.getF64FloatAttr(coef),
-                      b.getI64IntegerAttr(balanceRows), b.getI64IntegerAttr(1)),
-                  op);
+        if (coef > 0) {
+          // The load-balancing loss's gradient, then by the logits: per
+          // sequence (sequence_aux), this router's choices per sequence
+          // (partial sums over the ranks splitting a sequence); else every
+          // layer's and token's load (sums, all-reduced when the tokens
+          // are split).
+          Value load;
+          double coefficient = coef;
+          int64_t tokens, sequences = 1;
+          if (router.getSequenceAux()) {
+            load = loadOf(router, /*perSequence=*/true, /*scores=*/false);
+            sequenceBalanced.push_back({router, load});
+            std::tie(coefficient, tokens, sequences) = sequenceTerms(router);
+          } else {
+            load = totalLoad();
+            tokens = balanceRows;
+          }
+          Value aux = tag(RouterAuxGradOp::create(b, loc, x.clone(shape), router.getX(), router.getGate(), load,
+                                                  router.getScoreFuncAttr(), router.getNumExpertsAttr(),
+                                                  b.getF64FloatAttr(coefficient), b.getI64IntegerAttr(tokens),
+                                                  b.getI64IntegerAttr(sequences)),
+                          op);
           logits = tag(AddOp::create(b, loc, logits.getType(), logits, aux), op);
         }
         accumulate(router.getX(),

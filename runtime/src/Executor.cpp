@@ -62,9 +62,9 @@ void joinAlong(const std::vector<float> &pieces, int dim, int parts, Tensor &out
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-// The cross-entropy's mean: its divisor (the counted labels of every rank,
-// at least 1, with ignore_index; else num_tokens or this rank's rows) and
-// the label it skips.
+// The cross-entropy's mean: its divisor (with ignore_index, label_count's
+// count, 1 where it is 0; else num_tokens or this rank's rows) and the
+// label it skips.
 struct CountedLabels {
   double divisor = 1;
   std::optional<int32_t> ignore;

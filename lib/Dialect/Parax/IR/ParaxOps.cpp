@@ -674,8 +674,7 @@ LogicalResult RouterAuxGradOp::verify() {
 LogicalResult BalanceLossOp::verify() {
   int64_t experts = getNumExperts();
   RankedTensorType load = tensorOf(getLoad());
-  bool perSequence = load.getRank() == 2;
-  if ((load.getRank() != 1 && !perSequence) ||
+  if ((load.getRank() != 1 && load.getRank() != 2) ||
       load.getShape().back() != experts ||
       tensorOf(getScores()).getShape() != load.getShape())
     return emitOpError("C1: load and scores must be [num_experts] or "
