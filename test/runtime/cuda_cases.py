@@ -38,7 +38,11 @@ _SESSIONS = tempfile.mkdtemp(prefix="parax-ompi-")
 atexit.register(shutil.rmtree, _SESSIONS, True)
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_orte_tmpdir_base=_SESSIONS)
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_orte_tmpdir_base=_SESSIONS,
+               # (When a rank exits with an error, mpirun sends the others
+               # SIGTERM and waits this many seconds before SIGKILL: Open MPI
+               # 4.1's default of 1 s cost each refused run 2 s.)
+               OMPI_MCA_odls_base_sigkill_timeout="0")
 
 # DeepSeek-V3's weight-absorbed attention (the caches hold the latent), with
 # widths that differ from each other (latent 24, no-rope keys 16, values 8):
