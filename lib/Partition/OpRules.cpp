@@ -570,6 +570,16 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
                                       << labels.str();
         return SmallVector<Layout>{labels};
       })
+      .Case<ShiftOp>([&](ShiftOp) -> FailureOr<SmallVector<Layout>> {
+        // Each row moved within itself: rows split as they are, the
+        // sequence whole (a split one would need its neighbour's first
+        // tokens).
+        if (failed(noPartial()) ||
+            failed(wholeDim(1, "a shift needs its whole sequence (no context "
+                               "parallelism with multi-token prediction)")))
+          return failure();
+        return SmallVector<Layout>{out};
+      })
       .Default([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         return op->emitError("the partitioner has no rule for this op");
       });
@@ -625,7 +635,7 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
   const Layout &in = operands.front();
   Value result = op->getResult(0);
   if (isa<SiluOp, SigmoidOp, GeluOp, SwigluOp, AddOp, MulOp, RopeOp, RmsNormOp,
-          LayerNormOp, BroadcastOp, CacheUpdateOp>(op) &&
+          LayerNormOp, BroadcastOp, CacheUpdateOp, ShiftOp>(op) &&
       rankOf(op->getOperand(0)) == rankOf(result)) {
     Layout out = in;
     if (isa<RmsNormOp, LayerNormOp>(op))

@@ -392,6 +392,7 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     break;
   }
   case OpClass::LabelCount: // whole labels, a whole count (a scalar)
+  case OpClass::Shift:      // ids as they are (rows within themselves)
     list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
     break;
   case OpClass::CrossEntropy: {

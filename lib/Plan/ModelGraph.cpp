@@ -47,6 +47,7 @@ static std::optional<OpClass> classify(Operation *op) {
       .Case<ExpertsOp>([](auto) { return OpClass::Experts; })
       .Case<CrossEntropyOp>([](auto) { return OpClass::CrossEntropy; })
       .Case<LabelCountOp>([](auto) { return OpClass::LabelCount; })
+      .Case<ShiftOp>([](auto) { return OpClass::Shift; })
       .Default([](Operation *) { return std::nullopt; });
 }
 

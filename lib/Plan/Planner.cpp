@@ -66,6 +66,8 @@ public:
     for (const LayerGraph &layer : model.layers) {
       signature.push_back(ids.try_emplace(layer.signature, ids.size()).first->second);
       hasExperts = hasExperts || layer.hasExperts;
+      for (const OpNode &op : layer.ops)
+        shifts = shifts || op.kind == OpClass::Shift;
     }
   }
 
@@ -80,6 +82,7 @@ private:
   PlanOptions opt;
   std::vector<int> signature;
   bool hasExperts = false; // some layer routes tokens to experts
+  bool shifts = false;     // multi-token prediction's shifted tokens: no cp
   std::map<std::tuple<int, int64_t, int64_t, bool, double, bool, double>, LayerPlan> cache;
   int64_t evaluated = 0;
   // The best objectives of feasible plans so far: a configuration whose
@@ -746,7 +749,9 @@ PlanResult Search::run() {
         // (not a decode step's one token, not a step over a KV cache) into
         // pieces of at least kMinContextPiece tokens unless pinned. (An
         // MoE layer routes [B x S] tokens: one sequence a microbatch.)
-        if (cp > 1 && (w.kind == WorkloadKind::Decode || model.cachedTokens > 0 ||
+        // (A shift of the tokens, multi-token prediction's, needs each
+        // sequence whole.)
+        if (cp > 1 && (w.kind == WorkloadKind::Decode || model.cachedTokens > 0 || shifts ||
                        w.seq % cp || (!w.cp && w.seq / cp < kMinContextPiece)))
           continue;
         if (w.cp && *w.cp != cp)
@@ -799,7 +804,8 @@ PlanResult Search::run() {
                   "data-parallel replicas (dp x ep; divide them, for training) "
                   "and {1} devices must factor into pp x dp x ep x cp x tp with tp "
                   "inside a {2}-device node (cp dividing the sequence; under an MoE "
-                  "model, with one sequence a microbatch)",
+                  "model, with one sequence a microbatch; none with multi-token "
+                  "prediction)",
                   w.batch, n, cluster.devicesPerNode)
               .str();
     } else {

@@ -12,6 +12,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <optional>
@@ -222,7 +223,8 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         accumulate(ce.getLogits(),
                    tag(CrossEntropyGradOp::create(b, loc, ce.getLogits().getType(),
                                                   ce.getLogits(), ce.getLabels(), ce.getCount(),
-                                                  /*num_tokens=*/nullptr, ce.getIgnoreIndexAttr()),
+                                                  /*num_tokens=*/nullptr, ce.getIgnoreIndexAttr(),
+                                                  ce.getWeightAttr()),
                        op));
         return success();
       })
@@ -456,10 +458,29 @@ LogicalResult Differentiator::run() {
   Block &body = function.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   Value loss = ret.getNumOperands() == 1 ? ret.getOperand(0) : Value();
-  if (!loss || !loss.getDefiningOp<CrossEntropyOp>())
+  // The loss: a cross-entropy, or a sum of them (multi-token prediction's
+  // depths after the main loss, each with its weight): each is a root, its
+  // gradient 1; the sums take none.
+  SmallVector<Value> pending = {loss};
+  llvm::SmallPtrSet<Operation *, 4> roots, sums;
+  while (loss && !pending.empty()) {
+    Value term = pending.pop_back_val();
+    if (auto ce = term.getDefiningOp<CrossEntropyOp>()) {
+      roots.insert(ce);
+    } else if (auto add = term.getDefiningOp<AddOp>();
+               add && cast<RankedTensorType>(add.getType()).getRank() == 0) {
+      sums.insert(add);
+      pending.append({add.getLhs(), add.getRhs()});
+    } else {
+      roots.clear();
+      break;
+    }
+  }
+  if (roots.empty())
     return ret.emitError("--parax-autodiff needs a function returning one "
-                         "loss (a parax.cross_entropy result), got ")
-           << ret.getNumOperands() << " result(s)";
+                         "loss (a parax.cross_entropy result or a sum of them), got ")
+           << ret.getNumOperands() << " result(s)"
+           << (ret.getNumOperands() == 1 ? " that is neither" : "");
 
   b.setInsertionPoint(ret);
   SmallVector<Operation *> forward;
@@ -469,7 +490,9 @@ LogicalResult Differentiator::run() {
     for (Value result : op->getResults())
       if (failed(joinSlices(result)))
         return failure();
-    bool reaches = isa<CrossEntropyOp>(op) && op->getResult(0) == loss;
+    if (sums.contains(op))
+      continue; // (its terms are roots)
+    bool reaches = roots.contains(op);
     Value dy;
     // (A router's second result, its indices, has no gradient.)
     if (op->getNumResults() >= 1 && grads.count(op->getResult(0)))

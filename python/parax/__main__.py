@@ -58,12 +58,14 @@ def _run(cmd, env=None, timeout=600, capture=True):
 
 def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=None,
                   dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False, cache=0,
-                  last_logits=False, train=False, mla="explicit", ignore_index=None):
+                  last_logits=False, train=False, mla="explicit", ignore_index=None, mtp_weight=None):
     """Builds (if needed), plans, partitions and translates; returns the
     partitioned IR path. `train`: a training step (the model takes labels
     after the tokens; the program returns the loss, then the gradient of
     every parameter; the activations the plan chose to recompute are
-    recomputed); `ignore_index`: labels of that value not counted."""
+    recomputed); `ignore_index`: labels of that value not counted;
+    `mtp_weight`: multi-token prediction's loss weighted so (the config's
+    depths)."""
     workdir = workdir or tempfile.mkdtemp(prefix="parax-")
     ir = model
     if not model.endswith(".mlir"):
@@ -72,7 +74,7 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
             f.write(build_model(load_config(model, layers=layers), batch=batch, seq=seq,
                                 dtype=dtype, past=past, return_kv=return_kv, cache=cache,
                                 last_logits=last_logits, loss=train, mla=mla,
-                                ignore_index=ignore_index))
+                                ignore_index=ignore_index, mtp_weight=mtp_weight))
     if show_plans:
         print(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload,
                     "--top", "3"]), end="")
@@ -324,6 +326,9 @@ def main(argv=None):
                         "each parameter's gradient (run with --optimizer to train)")
     c.add_argument("--ignore-index", type=int,
                    help="with --train: labels of this value are not counted (Hugging Face's -100)")
+    c.add_argument("--mtp-weight", type=float,
+                   help="with --train: multi-token prediction (the config's num_nextn_predict_layers "
+                        "depths), its loss weighted this much (DeepSeek-V3: 0.3, then 0.1)")
     c.add_argument("--mla", default="explicit", choices=["explicit", "absorbed", "expanded"],
                    help="DeepSeek-V3's attention: absorbed caches the latent (inference); expanded "
                         "reads that cache in the explicit form (a prefill)")
@@ -361,7 +366,8 @@ def main(argv=None):
             compile_model(args.model, args.cluster, args.workload, args.output, args.batch,
                           args.seq, args.layers, args.dtype, past=args.past,
                           return_kv=args.return_kv, cache=args.cache, last_logits=args.last_logits,
-                          train=args.train, mla=args.mla, ignore_index=args.ignore_index)
+                          train=args.train, mla=args.mla, ignore_index=args.ignore_index,
+                          mtp_weight=args.mtp_weight)
             return 0
         if args.command == "run":
             sampling = [arg for option, value in (("--temperature", args.temperature), ("--top-k", args.top_k),

@@ -117,11 +117,12 @@ def load_checkpoint(path):
     return out
 
 
-def random_weights(cfg, seed=0):
-    """HF tensor name -> float32 array: weights ~ N(0, 0.02), norms ~ 1."""
+def random_weights(cfg, seed=0, mtp_depths=0):
+    """HF tensor name -> float32 array: weights ~ N(0, 0.02), norms ~ 1
+    (with `mtp_depths`, multi-token prediction's modules' too)."""
     rng = np.random.default_rng(seed)
     weights = {}
-    for name, shape in parameter_shapes(cfg).items():
+    for name, shape in parameter_shapes(cfg, mtp_depths).items():
         def sample(shape, name=name):
             if "norm" in name or name.endswith("ln_1.weight") or name.endswith("ln_2.weight") \
                     or name.endswith("ln_f.weight"):

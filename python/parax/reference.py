@@ -137,27 +137,42 @@ class KVCache:
         return _attention(q, k, v, scale)
 
 
-def forward(cfg, w, tokens, cache=None, routers=None):
+def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     """Logits [B, S, V] of the model `cfg` with weights `w` on `tokens`.
 
     With a `KVCache`, `tokens` follow the cached ones (positions from the
     cache's length on) and their keys and values are added to it. `routers`,
-    if given, gets every MoE layer's (scores, chosen experts)."""
+    if given, gets every MoE layer's (scores, chosen experts); `trunk`, if
+    given, the last layer's hidden states (before the final norm)."""
     cache = cache if cache is not None else KVCache()
     if cfg.family == "gpt2":
         return _gpt2(cfg, w, tokens, cache)
-    if cfg.family == "deepseek_v3":
-        return _deepseek_v3(cfg, w, tokens, cache, routers)
-    if cfg.family not in ("llama", "mixtral", "qwen2_moe"):
+    if cfg.family not in ("llama", "mixtral", "qwen2_moe", "deepseek_v3"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
-    b, s = tokens.shape
+    if cfg.family == "deepseek_v3" and cfg.rope_scaling:
+        raise NotImplementedError("numpy reference: DeepSeek-V3 with rope scaling")
     past = cache.length()
     h = w["model.embed_tokens.weight"][tokens]
-    nh, kh, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
     for i in range(cfg.layers):
-        p = f"model.layers.{i}"
-        x = _rms_norm(h, w[f"{p}.input_layernorm.weight"], cfg.norm_eps)
+        h = _decoder_layer(cfg, w, i, h, cache, past, routers)
+    if trunk is not None:
+        trunk.append(h)
+    return _rms_norm(h, w["model.norm.weight"], cfg.norm_eps) @ _head(cfg, w).T
 
+
+def _head(cfg, w):
+    return w["model.embed_tokens.weight"] if cfg.tie_embeddings else w["lm_head.weight"]
+
+
+def _decoder_layer(cfg, w, i, h, cache, past, routers):
+    """Layer i (model.layers.i) of a pre-norm RMSNorm decoder on h [B, S, H]."""
+    b, s, _ = h.shape
+    p = f"model.layers.{i}"
+    nh, kh, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
+    x = _rms_norm(h, w[f"{p}.input_layernorm.weight"], cfg.norm_eps)
+    if cfg.family == "deepseek_v3":
+        h = h + _mla(cfg, w, f"{p}.self_attn", x, cache, i, past)
+    else:
         def proj(name, n):
             y = x @ w[f"{p}.self_attn.{name}.weight"].T
             if cfg.attention_bias:
@@ -168,21 +183,52 @@ def forward(cfg, w, tokens, cache=None, routers=None):
         v = proj("v_proj", kh)
         o = cache.attend(i, q, k, v, 1.0 / math.sqrt(hd)).reshape(b, s, nh * hd)
         h = h + o @ w[f"{p}.self_attn.o_proj.weight"].T
-        x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
-        flat = x.reshape(b * s, -1)
-        if cfg.family == "llama":
-            m = _mlp(w, f"{p}.mlp", flat)
-        elif cfg.family == "mixtral":
-            m = _moe(cfg, w, f"{p}.block_sparse_moe", flat, ("w1", "w3", "w2"), routers)
-        else:
-            m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"), routers)
-            shared = _mlp(w, f"{p}.mlp.shared_expert", flat)
-            gate = 1.0 / (1.0 + np.exp(-(flat @ w[f"{p}.mlp.shared_expert_gate.weight"].T)))
-            m = m + gate * shared
-        h = h + m.reshape(b, s, -1)
-    x = _rms_norm(h, w["model.norm.weight"], cfg.norm_eps)
-    head = w["model.embed_tokens.weight"] if cfg.tie_embeddings else w["lm_head.weight"]
-    return x @ head.T
+    x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
+    flat = x.reshape(b * s, -1)
+    if cfg.family == "llama" or not cfg.is_moe_layer(i):
+        m = _mlp(w, f"{p}.mlp", flat)
+    elif cfg.family == "mixtral":
+        m = _moe(cfg, w, f"{p}.block_sparse_moe", flat, ("w1", "w3", "w2"), routers)
+    elif cfg.family == "deepseek_v3":
+        m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"), routers)
+        m = m + _mlp(w, f"{p}.mlp.shared_experts", flat)
+    else:
+        m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"), routers)
+        shared = _mlp(w, f"{p}.mlp.shared_expert", flat)
+        gate = 1.0 / (1.0 + np.exp(-(flat @ w[f"{p}.mlp.shared_expert_gate.weight"].T)))
+        m = m + gate * shared
+    return h + m.reshape(b, s, -1)
+
+
+def multi_token_prediction(cfg, w, tokens, labels, trunk, depths, ignore_index=-100, routers=None):
+    """DeepSeek-V3's multi-token prediction losses (report §2.2, eqs. 21-24),
+    one per depth k = 1..depths: the previous depth's hidden states (the
+    `trunk`'s, before the final norm, first) and the embedding of the
+    tokens k ahead, each RMS-normalised, joined (the embedding's first, as
+    the checkpoint's eh_proj reads them) and projected, through decoder
+    layer L + k - 1, its shared_head norm and the output head; the mean
+    cross-entropy against the labels k ahead over the positions that have
+    one (and are not `ignore_index`)."""
+    b, s = tokens.shape
+    h, losses = trunk, []
+    for k in range(1, depths + 1):
+        i = cfg.layers + k - 1
+        p = f"model.layers.{i}"
+        ahead = np.zeros_like(tokens)
+        ahead[:, : s - k] = tokens[:, k:]
+        e = _rms_norm(w["model.embed_tokens.weight"][ahead], w[f"{p}.enorm.weight"], cfg.norm_eps)
+        x = np.concatenate([e, _rms_norm(h, w[f"{p}.hnorm.weight"], cfg.norm_eps)], axis=-1)
+        h = _decoder_layer(cfg, w, i, x @ w[f"{p}.eh_proj.weight"].T, KVCache(), 0, routers)
+        logits = (_rms_norm(h, w[f"{p}.shared_head.norm.weight"], cfg.norm_eps) @ _head(cfg, w).T)
+        target = np.full_like(labels, ignore_index)
+        target[:, : s - k] = labels[:, k:]
+        counted = target != ignore_index
+        logits = logits.astype(np.float64)
+        logits -= logits.max(axis=-1, keepdims=True)
+        logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+        picked = np.take_along_axis(logp, np.where(counted, target, 0)[..., None].astype(np.int64), axis=-1)
+        losses.append(float(-picked[counted].mean()) if counted.any() else 0.0)
+    return losses
 
 
 def _gpt2(cfg, w, tokens, cache):
@@ -237,28 +283,6 @@ def _mla(cfg, w, p, x, cache, layer, past):
     else:
         o = cache.attend(layer, qf, k, v, scale)
     return o.reshape(b, s, nh * vd) @ w[f"{p}.o_proj.weight"].T
-
-
-def _deepseek_v3(cfg, w, tokens, cache, routers=None):
-    if cfg.rope_scaling:
-        raise NotImplementedError("numpy reference: DeepSeek-V3 with rope scaling")
-    b, s = tokens.shape
-    past = cache.length()
-    h = w["model.embed_tokens.weight"][tokens]
-    for i in range(cfg.layers):
-        p = f"model.layers.{i}"
-        x = _rms_norm(h, w[f"{p}.input_layernorm.weight"], cfg.norm_eps)
-        h = h + _mla(cfg, w, f"{p}.self_attn", x, cache, i, past)
-        x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
-        flat = x.reshape(b * s, -1)
-        if cfg.is_moe_layer(i):
-            m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"), routers)
-            m = m + _mlp(w, f"{p}.mlp.shared_experts", flat)
-        else:
-            m = _mlp(w, f"{p}.mlp", flat)
-        h = h + m.reshape(b, s, -1)
-    x = _rms_norm(h, w["model.norm.weight"], cfg.norm_eps)
-    return x @ w["lm_head.weight"].T
 
 
 def load_balancing_loss(cfg, routers, sequences=1):

@@ -148,7 +148,7 @@ bool capturableOp(const std::string &op) {
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
                     "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad",
-                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss", "label_count"});
+                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss", "label_count", "shift"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -2901,6 +2901,12 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
+  if (op == "shift") {
+    DeviceBuffer &x = in(0), &y = out();
+    PARAX_LAUNCH(shiftKernel, blocksFor(x.numel()), kThreads, 0, stream)(
+        x.i(), y.i(), x.numel(), x.shape[1], attrInt(a, "shift"), static_cast<int32_t>(attrInt(a, "fill")));
+    return Status::ok();
+  }
   if (op == "label_count") {
     DeviceBuffer &labels = in(0), &count = out();
     if (labelCount) { // the step's count, set by parax-run --per-token-loss
@@ -2921,6 +2927,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     LabelRule rule;
     rule.ignores = count != nullptr;
     rule.ignore = static_cast<int32_t>(attrInt(a, "ignore_index"));
+    rule.weight = static_cast<float>(attrFloat(a, "weight", 1.0));
     Status st = ensureScratch(1);
     if (!st.isOk()) return st;
     auto *badToken = reinterpret_cast<int32_t *>(scratch);
@@ -2938,6 +2945,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         PARAX_LAUNCH(divideByCountKernel, 1, 1, 0, stream)(y.f(), 1, count);
       else
         PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, invTokens);
+      if (rule.weight != 1.0f)
+        PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, rule.weight);
     } else {
       st = withFloat(y, [&](auto t) {
         using T = decltype(t);

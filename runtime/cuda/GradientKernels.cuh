@@ -29,7 +29,7 @@ __global__ void crossEntropyGradKernel(const T *logits, const int32_t *labels, T
   }
   SoftmaxStats stats = softmaxStats(partial, l, V);
   if (threadIdx.x == 0 && (label < 0 || label >= V)) *badToken = static_cast<int32_t>(blockIdx.x);
-  float scale = count ? 1.0f / (*count > 0 ? *count : 1.0f) : invTokens;
+  float scale = (count ? 1.0f / (*count > 0 ? *count : 1.0f) : invTokens) * rule.weight;
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
     st(dr, c, (expf(ld(l, c) - stats.max) / stats.sum - (c == label ? 1.0f : 0.0f)) * scale);
 }

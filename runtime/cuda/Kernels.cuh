@@ -990,6 +990,7 @@ template <typename T> __device__ SoftmaxStats softmaxStats(float *partial, const
 struct LabelRule {
   bool ignores = false;
   int32_t ignore = 0;
+  float weight = 1; // the loss's weight (a multi-token prediction depth's share)
   __device__ bool skips(int32_t label) const { return ignores && label == ignore; }
 };
 
@@ -1018,6 +1019,12 @@ __global__ void scaleKernel(float *x, int64_t n, float factor) {
 // counted: x, a sum of nothing, stays 0).
 __global__ void divideByCountKernel(float *x, int64_t n, const float *count) {
   PARAX_GRID_STRIDE(k, n) x[k] /= *count > 0 ? *count : 1.0f;
+}
+
+// One thread per element of [rows, S] ids: y[r, s] = x[r, s + shift], or
+// `fill` past the sequence.
+__global__ void shiftKernel(const int32_t *x, int32_t *y, int64_t n, int64_t S, int64_t shift, int32_t fill) {
+  PARAX_GRID_STRIDE(k, n) y[k] = k % S + shift < S ? x[k + shift] : fill;
 }
 
 // *x = value (one thread).

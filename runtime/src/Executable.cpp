@@ -43,7 +43,7 @@ const std::map<std::string, Arity> &arities() {
       {"moe_dispatch", {3, 3, 3}},   {"moe_combine", {2, 2, 1}},
       // Gradients (--parax-autodiff).
       {"cross_entropy_grad", {2, 3, 1}}, {"linear_weight_grad", {2, 2, 1}},
-      {"label_count", {1, 1, 1}},
+      {"label_count", {1, 1, 1}},        {"shift", {1, 1, 1}},
       {"rms_norm_grad", {3, 3, 1}},      {"rms_norm_weight_grad", {2, 2, 1}},
       {"swiglu_grad", {3, 3, 1}},        {"attention_grad", {4, 4, 3}},
       {"embedding_grad", {2, 2, 1}},     {"sum_to", {1, 1, 1}},

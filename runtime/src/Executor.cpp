@@ -63,8 +63,8 @@ void joinAlong(const std::vector<float> &pieces, int dim, int parts, Tensor &out
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // The cross-entropy's mean: its divisor (with ignore_index, label_count's
-// count, 1 where it is 0; else num_tokens or this rank's rows) and the
-// label it skips.
+// count, 1 where it is 0; else num_tokens or this rank's rows; over the
+// loss's weight) and the label it skips.
 struct CountedLabels {
   double divisor = 1;
   std::optional<int32_t> ignore;
@@ -88,6 +88,7 @@ CountedLabels countedLabels(const Attrs &a, const Tensor &labels, const Tensor *
   } else {
     counted.divisor = static_cast<double>(attrInt(a, "num_tokens", labels.numel()));
   }
+  counted.divisor /= attrFloat(a, "weight", 1.0); // (a multi-token prediction depth's share) // (a multi-token prediction depth's share)
   return counted;
 }
 
@@ -867,6 +868,16 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     out().f.assign(1, e.labelCount_ ? *e.labelCount_
                                     : static_cast<float>(std::count_if(in(0).i.begin(), in(0).i.end(),
                                                                        [&](int32_t label) { return label != ignore; })));
+    return Status::ok();
+  }
+  if (op == "shift") {
+    const Tensor &x = in(0);
+    int64_t S = x.shape[1], shift = attrInt(a, "shift");
+    auto fill = static_cast<int32_t>(attrInt(a, "fill"));
+    Tensor &y = out();
+    for (int64_t r = 0; r < x.shape[0]; ++r)
+      for (int64_t s = 0; s < S; ++s)
+        y.i[r * S + s] = s + shift < S ? x.i[r * S + s + shift] : fill;
     return Status::ok();
   }
   if (op == "linear_weight_grad") {

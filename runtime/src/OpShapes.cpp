@@ -67,7 +67,7 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   // Attribute values the dialect's verifiers require (ParaxOps.cpp), checked
   // again for an executable that did not come from verified IR: an eps of
   // -1 or a scale of NaN computed NaN without a word (parax-pxe-fuzz).
-  for (const char *key : {"eps", "theta", "scale", "scaling_factor", "scaling.factor", "coefficient"}) {
+  for (const char *key : {"eps", "theta", "scale", "scaling_factor", "scaling.factor", "coefficient", "weight"}) {
     auto it = a.find(key);
     if (it == a.end()) continue;
     double v = it->second.f();
@@ -84,6 +84,7 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   else if (op == "experts" || op == "experts_grad") intOperands = {2};
   else if (op == "cross_entropy" || op == "cross_entropy_grad") intOperands = {1};
   else if (op == "label_count") intOperands = {0};
+  else if (op == "shift") intOperands = {0}, intResults = {0};
   else if (op == "moe_dispatch") intOperands = {2}, intResults = {2};
   else if (op == "moe_combine") intOperands = {1};
   else if (op == "router") intResults = {1};
@@ -309,6 +310,14 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       return fail("a count of the labels (a scalar) must come with ignore_index and only then");
   } else if (op == "label_count") {
     if (!out[0].empty() || !a.count("ignore_index")) return fail("the count must be a scalar, with ignore_index");
+  } else if (op == "shift") {
+    if (in[0].size() != 2 || out[0] != in[0] ||
+        stage.buffers(inst.operands(0)).dtype() != stage.buffers(inst.results(0)).dtype())
+      return fail("x must be [batch, sequence] and the result of its type");
+    int64_t shift = attrInt(a, "shift", 0);
+    if (shift <= 0 || shift >= in[0][1] || !a.count("fill"))
+      return fail("shift must be in (0, " + std::to_string(in[0][1]) + "), the sequence, with a fill, got " +
+                  std::to_string(shift));
   } else if (op == "linear_weight_grad") {
     const Shape &x = in[0], &dy = in[1];
     if (x.size() < 2 || !alike(x, dy, static_cast<int>(x.size()) - 1))

@@ -50,7 +50,7 @@ class Model:
 
     def __init__(self, tmp, preset, layers=None, batch=2, seq=8, seed=0, loss=False,
                  dtype="f32", past=0, return_kv=False, rows=None, cache=0, last_logits=False, aux_loss=0.0,
-                 mla="explicit", overrides=None, ignore_index=None):
+                 mla="explicit", overrides=None, ignore_index=None, mtp_weight=None):
         self.preset = preset
         self.cfg = load_config(preset, layers=layers)
         for field, value in (overrides or {}).items():
@@ -64,8 +64,12 @@ class Model:
         with open(self.ir, "w") as f:
             f.write(build_model(self.cfg, batch=batch, seq=seq, dtype=dtype, loss=loss,
                                 past=0 if cache else past, return_kv=return_kv, cache=cache,
-                                last_logits=last_logits, mla=mla, ignore_index=ignore_index))
-        self.weights = random_weights(self.cfg, seed=seed)
+                                last_logits=last_logits, mla=mla, ignore_index=ignore_index,
+                                mtp_weight=mtp_weight))
+        # multi-token prediction (the config's depths), its loss weighted mtp_weight
+        self.mtp_weight = mtp_weight
+        self.mtp_depths = self.cfg.mtp_layers if mtp_weight else 0
+        self.weights = random_weights(self.cfg, seed=seed, mtp_depths=self.mtp_depths)
         if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
             self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
         self.checkpoint = os.path.join(tmp, "weights.safetensors")
@@ -131,18 +135,26 @@ class Model:
         every = np.concatenate([self.past_tokens, self.tokens], axis=1)
         return reference.forward(self.cfg, self.weights, every)[:, self.past:]
 
-    def reference_loss(self):
+    def reference_loss(self, weights=None):
         """Mean token cross-entropy of the numpy logits against the labels,
-        plus an MoE's load-balancing loss when it has one (as parax's
-        training loss)."""
-        routers = []
-        logits = reference.forward(self.cfg, self.weights, self.tokens, routers=routers).astype(np.float64) \
+        plus multi-token prediction's weighted losses and an MoE's
+        load-balancing loss when it has them (as parax's training loss);
+        of `weights` (float64 for finite differences) if given."""
+        weights = self.weights if weights is None else weights
+        routers, trunk = [], []
+        logits = reference.forward(self.cfg, weights, self.tokens, routers=routers,
+                                   trunk=trunk).astype(np.float64) \
             if not self.past else self.reference().astype(np.float64)
+        mtp = 0.0
+        if self.mtp_depths:
+            ignore = -100 if self.ignore_index is None else self.ignore_index
+            mtp = self.mtp_weight / self.mtp_depths * sum(reference.multi_token_prediction(
+                self.cfg, weights, self.tokens, self.labels, trunk[0], self.mtp_depths, ignore, routers))
         logits -= logits.max(axis=-1, keepdims=True)
         logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
         picked = np.take_along_axis(logp, self.counted_labels()[..., None], axis=-1)[self.counted()]
         balance = reference.load_balancing_loss(self.cfg, routers, len(self.tokens)) if routers and self.cfg.router_aux_loss_coef else 0.0
-        return float(-picked.mean()) + balance
+        return float(-picked.mean()) + mtp + balance
 
     def counted(self):
         """Which labels the loss counts (all but ignore_index's)."""

@@ -47,17 +47,10 @@ def gradients(model, exe, ranks, extra=()):
     return float(outs[0]), grads
 
 
-def numpy_loss(model, weights, aux=True):
-    """numpy's cross-entropy (float64), plus an MoE model's load-balancing
-    loss when it has one (and `aux`)."""
-    from parax.reference import forward, load_balancing_loss
-    routers = []
-    logits = forward(model.cfg, weights, model.tokens, routers=routers).astype(np.float64)
-    logits -= logits.max(axis=-1, keepdims=True)
-    logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-    picked = np.take_along_axis(logp, model.counted_labels()[..., None], axis=-1)[..., 0]
-    ce = float(-picked[model.counted()].mean())
-    return ce + (load_balancing_loss(model.cfg, routers, len(model.tokens)) if aux and model.cfg.router_aux_loss_coef else 0.0)
+def numpy_loss(model, weights):
+    """numpy's loss (float64): the cross-entropy, plus multi-token
+    prediction's and an MoE model's load-balancing loss when it has them."""
+    return model.reference_loss(weights)
 
 
 def replica_means(tmp_path, model, dp, **options):
@@ -555,3 +548,32 @@ def test_output_dir_writes_each_gradient_under_its_name(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted(["result0.npy"] + [n + ".npy" for n in moe.weights])
     for name in moe.weights:
         assert np.array_equal(np.load(out / (name + ".npy")), grads[name]), name
+
+
+@pytest.mark.parametrize("preset,overrides,aux", [("tiny-deepseek-v3", None, 0), ("tiny-llama", {"mtp_layers": 2}, 0),
+                                                  ("tiny-deepseek-v3", SEQUENCE_AUX, 0.5)],
+                         ids=["deepseek-v3", "llama-2-depths", "deepseek-v3-seq-aux"])
+def test_multi_token_prediction_matches_numpy(tmp_path, preset, overrides, aux):
+    """DeepSeek-V3's multi-token prediction (one depth, its preset's
+    num_nextn_predict_layers; Llama given two), weight 0.3: the loss is the
+    cross-entropy plus 0.3 / D times each depth's (its module's decoder
+    layer, eh_proj over [enorm(embedding of the tokens k ahead);
+    hnorm(hidden)], its own final norm, the shared embedding and head, the
+    labels k ahead, the last k positions not counted), numpy's; every
+    gradient, the shared embedding's and head's (read by the trunk and
+    each depth) and the modules' own, is that loss's (finite differences
+    of numpy's). With DeepSeek-V3's sequence-wise balance loss the module's
+    router is balanced too."""
+    model = Model(str(tmp_path), preset, loss=True, overrides=overrides, mtp_weight=0.3, aux_loss=aux)
+    text = open(model.ir).read()
+    assert text.count("parax.shift") == 2 * model.mtp_depths and text.count("parax.cross_entropy") == 1 + model.mtp_depths
+    loss, grads = gradients(model, model.compile("train", autodiff=True), 1)
+    weights = {k: v.astype(np.float64) for k, v in model.weights.items()}
+    assert abs(loss - numpy_loss(model, weights)) < 1e-4
+    plain = Model(str(tmp_path / "plain"), preset, loss=True, overrides=overrides, aux_loss=aux)
+    assert abs(loss - gradients(plain, plain.compile("train", autodiff=True), 1)[0]) > 1e-2
+    assert set(grads) == {name for name in model.weights if "e_score_correction_bias" not in name}
+    last = f"model.layers.{model.cfg.layers + model.mtp_depths - 1}"
+    names = [n for n in sorted(grads) if n.startswith(last) and "experts.3" not in n][:8]
+    names += ["model.embed_tokens.weight", "lm_head.weight", "model.layers.0.self_attn.o_proj.weight"]
+    check_directional_derivatives(model, weights, grads, names, seed=5)

@@ -41,6 +41,7 @@ enum class OpClass {
   Experts,
   CrossEntropy,
   LabelCount, // the cross-entropy's counted labels (ignore_index)
+  Shift,      // token ids or labels moved along the sequence (multi-token prediction)
 };
 
 /// An activation value inside a layer graph.

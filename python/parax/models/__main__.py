@@ -1,5 +1,6 @@
 """python3 -m parax.models PRESET|config.json [--layers N] [--batch B --seq S]
-                          [--dtype bf16|f32] [--loss] [--past P] [--return-kv] [--cache C] [--last-logits]
+                          [--dtype bf16|f32] [--loss [--ignore-index I] [--mtp-weight W [--mtp-depths D]]]
+                          [--past P] [--return-kv] [--cache C] [--last-logits]
                           [--mla explicit|absorbed|expanded] -o model.mlir"""
 
 import argparse
@@ -24,6 +25,12 @@ def main(argv=None):
                         help="take labels and return the mean cross-entropy loss")
     parser.add_argument("--ignore-index", type=int,
                         help="with --loss: labels of this value are not counted (Hugging Face's -100)")
+    parser.add_argument("--mtp-weight", type=float,
+                        help="with --loss: multi-token prediction (DeepSeek-V3), its depths' loss "
+                             "weighted this much (0.3, then 0.1 in DeepSeek-V3's training)")
+    parser.add_argument("--mtp-depths", type=int,
+                        help="with --mtp-weight: this many depths (default: the config's "
+                             "num_nextn_predict_layers)")
     parser.add_argument("--past", type=int, default=0,
                         help="a step over a KV cache of P earlier tokens (their keys and "
                              "values are inputs after the tokens; --seq 1: a decode step)")
@@ -54,7 +61,8 @@ def main(argv=None):
         text = build_model(cfg, batch=args.batch, seq=args.seq, dtype=args.dtype,
                            loss=args.loss, past=args.past, return_kv=args.return_kv,
                            cache=args.cache, last_logits=args.last_logits,
-                           mla=args.mla, ignore_index=args.ignore_index)
+                           mla=args.mla, ignore_index=args.ignore_index,
+                           mtp_weight=args.mtp_weight, mtp_depths=args.mtp_depths)
     except (ConfigError, ValueError) as e:
         print(f"parax.models: error: {e}", file=sys.stderr)
         return 1

@@ -386,24 +386,68 @@ class _Builder:
         hidden = e.op("embedding", [tokens, table], [tokens[1] + [cfg.hidden]])
         for i in range(cfg.layers):
             e.layer = i
-            p = f"model.layers.{i}"
-            x = self.rms_norm(hidden, f"{p}.input_layernorm.weight", cfg.norm_eps)
-            if cfg.family == "deepseek_v3":
-                a = self.mla_attention(x, f"{p}.self_attn")
-            else:
-                a = self.gqa_attention(x, f"{p}.self_attn")
-            hidden = e.op("add", [hidden, a], [hidden[1]])
-            x = self.rms_norm(hidden, f"{p}.post_attention_layernorm.weight", cfg.norm_eps)
-            if cfg.is_moe_layer(i):
-                block = "block_sparse_moe" if cfg.family == "mixtral" else "mlp"
-                m = self.moe(x, f"{p}.{block}")
-            else:
-                m = self.gated_mlp(x, f"{p}.mlp", cfg.ffn)
-            hidden = e.op("add", [hidden, m], [hidden[1]])
+            hidden = self.decoder_layer(hidden, i)
         e.layer = cfg.layers
+        self.trunk = hidden  # (what multi-token prediction's first depth reads)
         x = self.rms_norm(self.head_rows(hidden), "model.norm.weight", cfg.norm_eps)
-        head = "model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight"
-        return self.linear(x, head, cfg.vocab, cfg.hidden)
+        return self.linear(x, self.head_weight(), cfg.vocab, cfg.hidden)
+
+    def head_weight(self):
+        return "model.embed_tokens.weight" if self.cfg.tie_embeddings else "lm_head.weight"
+
+    def decoder_layer(self, hidden, i):
+        """Checkpoint layer i (model.layers.i): attention, then the MLP or
+        the experts, each a pre-norm residual branch."""
+        cfg, e = self.cfg, self.e
+        p = f"model.layers.{i}"
+        x = self.rms_norm(hidden, f"{p}.input_layernorm.weight", cfg.norm_eps)
+        if cfg.family == "deepseek_v3":
+            a = self.mla_attention(x, f"{p}.self_attn")
+        else:
+            a = self.gqa_attention(x, f"{p}.self_attn")
+        hidden = e.op("add", [hidden, a], [hidden[1]])
+        x = self.rms_norm(hidden, f"{p}.post_attention_layernorm.weight", cfg.norm_eps)
+        if cfg.is_moe_layer(i):
+            block = "block_sparse_moe" if cfg.family == "mixtral" else "mlp"
+            m = self.moe(x, f"{p}.{block}")
+        else:
+            m = self.gated_mlp(x, f"{p}.mlp", cfg.ffn)
+        return e.op("add", [hidden, m], [hidden[1]])
+
+    def multi_token_prediction(self, tokens, labels, loss, depths, weight, ignore_index):
+        """DeepSeek-V3's multi-token prediction (report §2.2): depth k reads
+        the previous depth's hidden states (the trunk's, before its final
+        norm, at k = 1) and the embedding of the tokens k ahead, joined as
+        eh_proj · [enorm(embedding); hnorm(hidden)] (the checkpoint's order:
+        vLLM's and SGLang's), through one more decoder layer
+        (model.layers.{L + k - 1}), its own final norm and the shared
+        head; its loss is the cross-entropy against the labels k ahead (the
+        last k positions not counted), weighted weight / depths, added to
+        `loss`. All of it is in the head's layer (the last pipeline stage)."""
+        cfg, e, h = self.cfg, self.e, self.cfg.hidden
+        ignored = f"ignore_index = {int(ignore_index)} : i64"
+        share = f"weight = {f64(weight / depths)}"
+        table = e.param("model.embed_tokens.weight", [cfg.vocab, h])
+        hidden = self.trunk
+        for k in range(1, depths + 1):
+            p = f"model.layers.{cfg.layers + k - 1}"
+            ahead = e.op("shift", [tokens], [tokens[1]], f"shift = {k} : i64, fill = 0 : i64",
+                         result_dtypes=["i32"])
+            embedded = e.op("embedding", [ahead, table], [tokens[1] + [h]])
+            joined = e.op("concat", [self.rms_norm(embedded, f"{p}.enorm.weight", cfg.norm_eps),
+                                     self.rms_norm(hidden, f"{p}.hnorm.weight", cfg.norm_eps)],
+                          [hidden[1][:-1] + [2 * h]], "dim = 2 : i64")
+            hidden = self.decoder_layer(self.linear(joined, f"{p}.eh_proj.weight", h, 2 * h),
+                                        cfg.layers + k - 1)
+            x = self.rms_norm(hidden, f"{p}.shared_head.norm.weight", cfg.norm_eps)
+            logits = self.linear(x, self.head_weight(), cfg.vocab, h)
+            target = e.op("shift", [labels], [labels[1]],
+                          f"shift = {k} : i64, fill = {int(ignore_index)} : i64", result_dtypes=["i32"])
+            count = e.op("label_count", [target], [[]], ignored, result_dtypes=["f32"])
+            term = e.op("cross_entropy", [logits, target, count], [[]], f"{ignored}, {share}",
+                        result_dtypes=["f32"])
+            loss = e.op("add", [loss, term], [[]], result_dtypes=["f32"])
+        return loss
 
     def build_gpt2(self, tokens):
         cfg, e, B, S = self.cfg, self.e, self.B, self.S
@@ -451,7 +495,7 @@ class _Builder:
         # The lm head is tied to wte ([V, H], i.e. [out, in]).
         return self.linear(x, "transformer.wte.weight", cfg.vocab, h)
 
-    def build(self, loss=False, ignore_index=None):
+    def build(self, loss=False, ignore_index=None, mtp_depths=0, mtp_weight=0.0):
         e = self.e
         tokens = e.arg("tokens", [self.B, self.S])
         labels = e.arg("labels", [self.B, self.S]) if loss else None
@@ -469,6 +513,9 @@ class _Builder:
         elif loss:
             result = e.op("cross_entropy", [logits, labels], [[]],
                           result_dtypes=["f32"])
+        if mtp_depths:
+            result = self.multi_token_prediction(tokens, labels, result, mtp_depths, mtp_weight,
+                                                 -100 if ignore_index is None else ignore_index)
         results = [result] + self.new_kv
         types = ", ".join(e.ty_of(r) for r in results)
         result_type = f"({types})" if len(results) > 1 else types
@@ -478,7 +525,8 @@ class _Builder:
                   f"{self.cfg.layers} layers, batch {self.B}, sequence {self.S}"
                   f"{f', after {self.past} cached tokens' if self.past else ''}"
                   f"{f', over a KV cache of {self.cache} tokens' if self.cache else ''}"
-                  f"{', logits of the last position' if self.last_logits else ''}\n")
+                  f"{', logits of the last position' if self.last_logits else ''}"
+                  f"{f', {mtp_depths} multi-token prediction depth(s) weighted {mtp_weight:g}' if mtp_depths else ''}\n")
         return (header + "module {\n"
                 f"  func.func @forward(\n      {args}) -> {result_type} {{\n"
                 + "\n".join(e.lines) + "\n"
@@ -486,7 +534,8 @@ class _Builder:
 
 
 def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, past=0,
-                return_kv=False, cache=0, last_logits=False, mla="explicit", ignore_index=None):
+                return_kv=False, cache=0, last_logits=False, mla="explicit", ignore_index=None,
+                mtp_weight=None, mtp_depths=None):
     """Returns the parax IR text of `cfg`'s forward pass (and loss with `loss`).
 
     `past` > 0 builds a step over a KV cache: `seq` new tokens (1 for a decode
@@ -527,7 +576,30 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
     `ignore_index` (with `loss`; Hugging Face's -100): a label of that
     value is not counted, the loss the mean over the others
     (`parax.label_count` then `parax.cross_entropy` with `ignore_index`):
-    a prompt's or a padding's tokens left out of a fine-tuning loss."""
+    a prompt's or a padding's tokens left out of a fine-tuning loss.
+
+    `mtp_weight` λ > 0 (with `loss`; DeepSeek-V3 trained with 0.3, then
+    0.1): multi-token prediction, `mtp_depths` D modules (default: the
+    config's num_nextn_predict_layers), each predicting one token further
+    ahead; the loss is the cross-entropy plus λ / D times the sum of the
+    depths' (Megatron-LM's mtp_loss_scaling_factor). Its weights are the
+    checkpoint's model.layers.{L}.. (enorm, hnorm, eh_proj, shared_head.norm
+    and a decoder layer), the embedding and the head shared. A filled
+    position (past the sequence) is not counted: its label is the loss's
+    ignore_index (-100 without one)."""
+    if mtp_depths is not None and not mtp_weight:
+        raise ValueError("mtp_depths: give the multi-token prediction loss's weight (mtp_weight) too")
+    if mtp_weight is not None:
+        if not loss:
+            raise ValueError("multi-token prediction (mtp_weight) is a training loss: give it with loss")
+        if not mtp_weight > 0 or not math.isfinite(mtp_weight):
+            raise ValueError(f"mtp_weight must be a positive number, got {mtp_weight}")
+        if cfg.family == "gpt2":
+            raise ValueError(f"multi-token prediction: {cfg.name} (gpt2) is not a pre-norm RMSNorm decoder")
+        mtp_depths = cfg.mtp_layers if mtp_depths is None else mtp_depths
+        if mtp_depths < 1:
+            raise ValueError(f"multi-token prediction: {cfg.name} has no num_nextn_predict_layers; "
+                             "give the depths (mtp_depths)")
     if ignore_index is not None and not loss:
         raise ValueError("ignore_index is the loss's: give it with loss")
     if mla not in ("explicit", "absorbed", "expanded"):
@@ -555,13 +627,17 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
         raise ValueError(f"sequence {seq} does not fit a cache of {cache} tokens")
     if last_logits and loss:
         raise ValueError("last_logits: the loss needs every position's logits")
+    if mtp_depths and mtp_depths >= seq:
+        raise ValueError(f"multi-token prediction: {mtp_depths} depth(s) need a sequence longer "
+                         f"than {mtp_depths}, got {seq}")
     return _Builder(cfg, batch, seq, dtype, past, return_kv, cache, last_logits, mla).build(
-        loss=loss, ignore_index=ignore_index)
+        loss=loss, ignore_index=ignore_index, mtp_depths=mtp_depths or 0, mtp_weight=mtp_weight or 0.0)
 
 
-def parameter_shapes(cfg: ModelConfig):
+def parameter_shapes(cfg: ModelConfig, mtp_depths=0):
     """Checkpoint tensor name -> shape, as the built graph declares them
-    (a name with `{e}` is a stack of per-expert tensors along dim 0)."""
-    b = _Builder(cfg, 1, 1 if cfg.family != "gpt2" else 1, "bf16")
-    b.build()
+    (a name with `{e}` is a stack of per-expert tensors along dim 0); with
+    `mtp_depths`, multi-token prediction's modules' too (after the others)."""
+    b = _Builder(cfg, 1, mtp_depths + 1, "bf16")
+    b.build(loss=mtp_depths > 0, mtp_depths=mtp_depths, mtp_weight=1.0)
     return {name: shape for name, (_, shape) in b.e.params.items()}

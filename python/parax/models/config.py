@@ -52,6 +52,9 @@ class ModelConfig:
     # DeepSeek-V3's sequence-wise balance loss (seq_aux): per layer and
     # sequence, not over every layer's tokens together
     sequence_aux: bool = False
+    # multi-token prediction's depths (DeepSeek-V3's num_nextn_predict_layers;
+    # built only for a loss given its weight)
+    mtp_layers: int = 0
     # multi-head latent attention (DeepSeek-V3)
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -148,6 +151,7 @@ def from_hf_dict(raw, name="model"):
             cfg.router_aux_loss_coef = float(raw["aux_loss_alpha"])
             cfg.sequence_aux = True
         cfg.router_bias = cfg.score_func == "sigmoid"
+        cfg.mtp_layers = int(raw.get("num_nextn_predict_layers", 0) or 0)
         cfg.q_lora_rank = raw.get("q_lora_rank") or 0
         cfg.kv_lora_rank = _need(raw, "kv_lora_rank")
         cfg.qk_nope_dim = _need(raw, "qk_nope_head_dim")

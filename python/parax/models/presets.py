@@ -55,6 +55,7 @@ PRESETS = {
         "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
         "norm_topk_prob": True, "routed_scaling_factor": 2.5,
         "scoring_func": "sigmoid", "tie_word_embeddings": False,
+        "num_nextn_predict_layers": 1,
     },
     # --- published models ------------------------------------------------------
     # meta-llama/Meta-Llama-3-8B
@@ -109,7 +110,8 @@ PRESETS = {
         "num_local_experts": 8, "num_experts_per_tok": 2,
         "tie_word_embeddings": False,
     },
-    # deepseek-ai/DeepSeek-V3 (the multi-token-prediction module is not built)
+    # deepseek-ai/DeepSeek-V3 (its multi-token prediction module, one depth, is
+    # built for a loss given --mtp-weight)
     "deepseek-v3": {
         "model_type": "deepseek_v3", "hidden_size": 7168,
         "intermediate_size": 18432, "moe_intermediate_size": 2048,
@@ -128,5 +130,6 @@ PRESETS = {
         "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
         "norm_topk_prob": True, "routed_scaling_factor": 2.5,
         "scoring_func": "sigmoid", "tie_word_embeddings": False,
+        "num_nextn_predict_layers": 1,
     },
 }

@@ -13,6 +13,8 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace parax;
 
@@ -792,6 +794,11 @@ static LogicalResult verifyIgnoredLabels(CrossEntropyLikeOp op) {
   if (bool(op.getCount()) != op.getIgnoreIndex().has_value())
     return op.emitOpError("C4: the count of labels (parax.label_count) must be "
                           "given with ignore_index and only then");
+  if (std::optional<APFloat> weight = op.getWeight()) {
+    double w = weight->convertToDouble();
+    if (!(w > 0) || !std::isfinite(w))
+      return op.emitOpError("C5: weight must be a positive finite number, got ") << w;
+  }
   return success();
 }
 
@@ -804,6 +811,17 @@ LogicalResult CrossEntropyOp::verify() {
 
 // C1 holds by the result's type constraint.
 LogicalResult LabelCountOp::verify() { return success(); }
+
+LogicalResult ShiftOp::verify() {
+  RankedTensorType x = tensorOf(getX());
+  if (x.getRank() != 2 || getResult().getType() != x)
+    return emitOpError("C1: x must be [batch, sequence] and the result of its type, got ")
+           << x << " -> " << getResult().getType();
+  if (getShift() <= 0 || getShift() >= x.getDimSize(1))
+    return emitOpError("C2: shift must be in (0, ") << x.getDimSize(1) << "), the sequence, got "
+                                                     << getShift();
+  return success();
+}
 
 //===----------------------------------------------------------------------===//
 // Gradients

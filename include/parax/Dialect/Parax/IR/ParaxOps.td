@@ -655,16 +655,44 @@ def Parax_CrossEntropyOp : Parax_FunctionalOp<"cross_entropy"> {
         : (tensor<2x16x256xf32>, tensor<2x16xi32>, tensor<f32>) -> tensor<f32>
     ```
 
+    With `weight` (a multi-token prediction depth's share of the loss,
+    DeepSeek-V3's λ / D), the loss times `weight`. A function's loss may be
+    a sum of such losses (`parax.add`): the main cross-entropy and each
+    depth's.
+
     C1: `labels` has `logits`' shape without the last dimension. C2: the
     result is a rank-0 f32 tensor. C3: `num_tokens`, when present, is at
     least the logits' token count. C4: `count` (a rank-0 f32) is given with
-    `ignore_index` and only then.
+    `ignore_index` and only then. C5: `weight`, when present, is a positive
+    finite number.
   }];
   let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels,
                        Optional<0DTensorOf<[F32]>>:$count,
                        OptionalAttr<I64Attr>:$num_tokens,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<I64Attr>:$ignore_index,
+                       OptionalAttr<F64Attr>:$weight);
   let results = (outs 0DTensorOf<[F32]>:$result);
+}
+
+def Parax_ShiftOp : Parax_FunctionalOp<"shift"> {
+  let summary = "token ids or labels moved earlier along the sequence";
+  let description = [{
+    `result[b, s] = x[b, s + shift]` where `s + shift` is inside the
+    sequence, `fill` at the last `shift` positions: the tokens `shift`
+    positions ahead. Multi-token prediction (DeepSeek-V3 §2.2) reads the
+    token after the next at depth 1: its module's input tokens are the
+    inputs shifted by 1 (a filled position's loss is not counted), its
+    labels the labels shifted by 1 with `fill` the loss's `ignore_index`.
+
+    ```mlir
+    %t = parax.shift %labels {shift = 1 : i64, fill = -100 : i64} : (tensor<2x16xi32>) -> tensor<2x16xi32>
+    ```
+
+    C1: `x` is [batch, sequence] and the result has its type. C2: `0 <
+    shift < sequence`.
+  }];
+  let arguments = (ins Parax_IndexTensor:$x, I64Attr:$shift, I64Attr:$fill);
+  let results = (outs Parax_IndexTensor:$result);
 }
 
 def Parax_LabelCountOp : Parax_FunctionalOp<"label_count"> {
@@ -704,17 +732,20 @@ def Parax_CrossEntropyGradOp : Parax_FunctionalOp<"cross_entropy_grad"> {
     ```
 
     With `ignore_index` and `count` (as `parax.cross_entropy`'s): 0 for
-    an ignored token, the others divided by `count`.
+    an ignored token, the others divided by `count`. With `weight`: times
+    `weight`.
 
     C1: `labels` has `logits`' shape without the last dimension. C2: the
     result has `logits`' type. C3: `num_tokens`, when present, is at least
     the logits' token count. C4: `count` (a rank-0 f32) is given with
-    `ignore_index` and only then.
+    `ignore_index` and only then. C5: `weight`, when present, is a positive
+    finite number.
   }];
   let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels,
                        Optional<0DTensorOf<[F32]>>:$count,
                        OptionalAttr<I64Attr>:$num_tokens,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<I64Attr>:$ignore_index,
+                       OptionalAttr<F64Attr>:$weight);
   let results = (outs Parax_FloatTensor:$result);
 }
 
