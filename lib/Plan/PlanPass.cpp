@@ -161,7 +161,13 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
           auto type = cast<RankedTensorType>(result.getType());
           // Expert parallelism: the ep ranks of a replica hold their own
           // sequences (the batch dimension), exchanged only by the experts.
-          int epDim = plan.ep > 1 && type.getRank() >= 2 && type.getDimSize(0) % plan.ep == 0 ? 0 : -1;
+          // (Labels stay whole, shifted ones too: every rank counts them
+          // all and the loss slices its own.)
+          bool labels = isa<ShiftOp>(op) && llvm::any_of(result.getUsers(), [](Operation *user) {
+                          return isa<LabelCountOp, CrossEntropyOp>(user);
+                        });
+          int epDim =
+              plan.ep > 1 && type.getRank() >= 2 && type.getDimSize(0) % plan.ep == 0 && !labels ? 0 : -1;
           // Context parallelism: each cp rank its positions of every
           // sequence ([B, S, ...] values holding the whole sequence; a
           // slice of positions, the last for a prefill's logits, is

@@ -88,7 +88,7 @@ CountedLabels countedLabels(const Attrs &a, const Tensor &labels, const Tensor *
   } else {
     counted.divisor = static_cast<double>(attrInt(a, "num_tokens", labels.numel()));
   }
-  counted.divisor /= attrFloat(a, "weight", 1.0); // (a multi-token prediction depth's share) // (a multi-token prediction depth's share)
+  counted.divisor /= attrFloat(a, "weight", 1.0); // (a multi-token prediction depth's share)
   return counted;
 }
 

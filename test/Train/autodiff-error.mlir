@@ -4,8 +4,21 @@
 // function, never skipped.
 
 func.func @negative_no_loss(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
-  // expected-error @+1 {{--parax-autodiff needs a function returning one loss (a parax.cross_entropy result), got 1 result(s)}}
+  // expected-error @+1 {{--parax-autodiff needs a function returning one loss (a parax.cross_entropy result or a sum of them), got 1 result(s) that is neither}}
   return %x : tensor<2x4xf32>
+}
+
+// -----
+
+// A sum of losses whose terms are not all cross-entropies.
+func.func @negative_sum_of_a_loss_and_a_count(%x: tensor<2x4x8xf32>, %labels: tensor<2x4xi32>,
+                                              %w: tensor<8x8xf32> {parax.param = "w"}) -> tensor<f32> {
+  %y = parax.linear %x, %w : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %n = parax.label_count %labels {ignore_index = -100 : i64} : (tensor<2x4xi32>) -> tensor<f32>
+  %l = parax.cross_entropy %y, %labels, %n {ignore_index = -100 : i64} : (tensor<2x4x8xf32>, tensor<2x4xi32>, tensor<f32>) -> tensor<f32>
+  %s = parax.add %l, %n : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  // expected-error @+1 {{--parax-autodiff needs a function returning one loss (a parax.cross_entropy result or a sum of them), got 1 result(s) that is neither}}
+  return %s : tensor<f32>
 }
 
 // -----

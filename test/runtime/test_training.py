@@ -577,3 +577,42 @@ def test_multi_token_prediction_matches_numpy(tmp_path, preset, overrides, aux):
     names = [n for n in sorted(grads) if n.startswith(last) and "experts.3" not in n][:8]
     names += ["model.embed_tokens.weight", "lm_head.weight", "model.layers.0.self_attn.o_proj.weight"]
     check_directional_derivatives(model, weights, grads, names, seed=5)
+
+
+MTP_PLANS = [("tiny-deepseek-v3", "ep=2,dp=1", 2), ("tiny-deepseek-v3", "tp=2,dp=1", 2),
+             ("tiny-deepseek-v3", "pp=2,dp=1", 2), ("tiny-deepseek-v3", "ep=2,tp=2,dp=1", 4),
+             ("tiny-deepseek-v3", "dp=2,ep=2", 4), ("tiny-deepseek-v3", "pp=2,ep=2,dp=1", 4),
+             ("tiny-llama", "tp=2,pp=2,dp=1", 4), ("tiny-llama", "dp=2", 2)]
+
+
+@pytest.mark.parametrize("preset,pins,ranks", MTP_PLANS, ids=[f"{p[0][5:]}-{p[1]}" for p in MTP_PLANS])
+def test_multi_token_prediction_under_sharding(tmp_path, preset, pins, ranks):
+    """Multi-token prediction (weight 0.3; Llama two depths) on N ranks:
+    loss and gradients equal one rank's over all the rows. The module
+    reads the tokens shifted within each row (rows split over dp and ep as
+    they are), its embedding and head are the trunk's (the pipeline's first
+    and last stage hold the embedding both), its labels shifted and counted
+    whole on every rank like the main loss's."""
+    dp = int(re.search(r"dp=(\d+)", pins).group(1))
+    overrides = {"mtp_layers": 2} if preset == "tiny-llama" else None
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=2 * dp, overrides=overrides, mtp_weight=0.3)
+    single_model = Model(str(tmp_path / "one"), preset, loss=True, batch=2 * dp, overrides=overrides, mtp_weight=0.3)
+    single_loss, single = gradients(single_model, single_model.compile("train", autodiff=True), 1)
+    exe = model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True)
+    loss, sharded = gradients(model, exe, ranks)
+    assert abs(loss - single_loss) < 1e-5
+    assert set(sharded) == set(single)
+    for name in single:
+        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+
+
+def test_multi_token_prediction_has_no_context_parallelism(tmp_path):
+    """A shift of the tokens needs each whole sequence: the planner offers
+    no cp with multi-token prediction, and says so when cp is pinned."""
+    from conftest import ORACLE_CLUSTER, tool
+    import subprocess
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=1, overrides={"mtp_layers": 1}, mtp_weight=0.3)
+    proc = subprocess.run([tool("parax-opt"), model.ir, f"--parax-plan=cluster={ORACLE_CLUSTER}:devices_per_node=2 "
+                           "workload=prefill:batch=1,seq=8,cp=2,tp=1,dp=1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "none with multi-token prediction" in proc.stderr, proc.stderr

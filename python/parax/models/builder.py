@@ -506,6 +506,12 @@ class _Builder:
         else:
             logits = self.build_decoder(tokens)
         result = logits
+        if loss and mtp_depths and ignore_index is None:
+            # Multi-token prediction's labels past the sequence are not
+            # counted (-100): the main loss counts its labels too (all of
+            # them), so the labels load whole as its count and the depths'
+            # shifts read them.
+            ignore_index = -100
         if loss and ignore_index is not None:
             ignored = f"ignore_index = {int(ignore_index)} : i64"
             count = e.op("label_count", [labels], [[]], ignored, result_dtypes=["f32"])
@@ -514,8 +520,7 @@ class _Builder:
             result = e.op("cross_entropy", [logits, labels], [[]],
                           result_dtypes=["f32"])
         if mtp_depths:
-            result = self.multi_token_prediction(tokens, labels, result, mtp_depths, mtp_weight,
-                                                 -100 if ignore_index is None else ignore_index)
+            result = self.multi_token_prediction(tokens, labels, result, mtp_depths, mtp_weight, ignore_index)
         results = [result] + self.new_kv
         types = ", ".join(e.ty_of(r) for r in results)
         result_type = f"({types})" if len(results) > 1 else types

@@ -599,6 +599,46 @@ func.func @negative_cross_entropy_grad_count_without_ignore(%l: tensor<2x4x16xf3
 
 // -----
 
+func.func @negative_cross_entropy_weight(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>) {
+  // expected-error @+1 {{C5: weight must be a positive finite number, got -3.000000e-01}}
+  %0 = parax.cross_entropy %l, %y {weight = -0.3 : f64} : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @negative_cross_entropy_grad_weight(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>) {
+  // expected-error @+1 {{C5: weight must be a positive finite number, got 0.000000e+00}}
+  %0 = parax.cross_entropy_grad %l, %y {weight = 0.0 : f64} : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_shift_rank(%y: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{C1: x must be [batch, sequence] and the result of its type, got 'tensor<2x4x2xi32>' -> 'tensor<2x4x2xi32>'}}
+  %0 = parax.shift %y {shift = 1 : i64, fill = 0 : i64} : (tensor<2x4x2xi32>) -> tensor<2x4x2xi32>
+  return
+}
+
+// -----
+
+func.func @negative_shift_result(%y: tensor<2x4xi32>) {
+  // expected-error @+1 {{C1: x must be [batch, sequence] and the result of its type, got 'tensor<2x4xi32>' -> 'tensor<2x4xi64>'}}
+  %0 = parax.shift %y {shift = 1 : i64, fill = 0 : i64} : (tensor<2x4xi32>) -> tensor<2x4xi64>
+  return
+}
+
+// -----
+
+func.func @negative_shift_past_the_sequence(%y: tensor<2x4xi32>) {
+  // expected-error @+1 {{C2: shift must be in (0, 4), the sequence, got 4}}
+  %0 = parax.shift %y {shift = 4 : i64, fill = -100 : i64} : (tensor<2x4xi32>) -> tensor<2x4xi32>
+  return
+}
+
+// -----
+
 func.func @negative_label_count_result(%y: tensor<2x4xi32>) {
   // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
   %0 = parax.label_count %y {ignore_index = -100 : i64} : (tensor<2x4xi32>) -> tensor<2xf32>
