@@ -200,6 +200,11 @@ TRAIN = {
     "train-deepseek-v3-bf16-seq-aux-ep2": ("tiny-deepseek-v3", 2, 8, "ep=2,dp=1", 2, "bf16", [], 0.5,
                                            {"overrides": {"sequence_aux": True}}),
     "train-deepseek-v3": ("tiny-deepseek-v3", 2, 8, None, 1),  # sigmoid router, groups, bias; MLA
+    # multi-token prediction (one depth, weight 0.3): the shifted tokens and
+    # labels, a weighted loss and its gradient, the shared embedding and
+    # head; under ep each rank's sequences
+    "train-deepseek-v3-bf16-mtp-ep2": ("tiny-deepseek-v3", 2, 8, "ep=2,dp=1", 2, "bf16", [], 0.0,
+                                       {"mtp_weight": 0.3}),
     # its auxiliary-loss-free balancing: the router biases moved after step
     # 1 (0.5: enough to change step 2's routing, whose loss and gradients
     # are compared)
@@ -390,7 +395,7 @@ def prepare_train(name, root):
     dp = replicas(pins)
     model = Model(case_dir, preset, layers=more.get("layers"), batch=batch, seq=seq, loss=True, dtype=dtype,
                   rows=batch * dp * micro, aux_loss=aux, overrides=more.get("overrides"),
-                  ignore_index=more.get("ignore_index"))
+                  ignore_index=more.get("ignore_index"), mtp_weight=more.get("mtp_weight"))
     # The CPU backend runs the same executable (a plan's gradients may be
     # pieces of fused tensors; test_training.py checks them against one rank).
     # (a training workload for a schedule's pins: interleaved chunks)

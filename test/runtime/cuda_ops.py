@@ -220,6 +220,19 @@ OPS = {
         [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None), ("count", t(elem="f32"), None)],
         "parax.cross_entropy %logits, %labels, %count {ignore_index = -100 : i64}", t(elem="f32"),
         {"labels": "ids-ignored:1000", "count": "count:20"}),
+    # Multi-token prediction: the labels two ahead (the last two -100), a
+    # depth's loss and its gradient weighted 0.15.
+    "shift": (
+        [("labels", t(3, 7, elem="i32"), None)],
+        "parax.shift %labels {shift = 2 : i64, fill = -100 : i64}", t(3, 7, elem="i32"), {"labels": "ids:1000"}),
+    "cross_entropy-weighted": (
+        [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None), ("count", t(elem="f32"), None)],
+        "parax.cross_entropy %logits, %labels, %count {ignore_index = -100 : i64, weight = 0.15 : f64}",
+        t(elem="f32"), {"labels": "ids-ignored:1000", "count": "count:20"}),
+    "cross_entropy_grad-weighted": (
+        [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None), ("count", t(elem="f32"), None)],
+        "parax.cross_entropy_grad %logits, %labels, %count {ignore_index = -100 : i64, weight = 0.15 : f64}",
+        t(2, 6, 1000), {"labels": "ids-ignored:1000", "count": "count:20"}),
     # The training step's gradient ops (--parax-autodiff).
     "cross_entropy_grad-ignored": (
         [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None), ("count", t(elem="f32"), None)],
@@ -414,7 +427,7 @@ RESULT_SUFFIXES = {2: ("-weights", "-indices"), 3: ("-dq", "-dk", "-dv"),
 
 
 # Ops with an f32 operand or result whatever the storage: no bf16 case.
-F32_ONLY = ("router_load", "router_aux_grad", "balance_loss", "label_count")
+F32_ONLY = ("router_load", "router_aux_grad", "balance_loss", "label_count", "shift")
 
 
 def cases():

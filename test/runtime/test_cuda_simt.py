@@ -124,7 +124,8 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
                        "train-llama-bf16-dp2-tp2",
                        "train-gpt2-cp2-tp2", "train-llama-bf16-ignored-cp2-tp2", "train-llama-adamw-tp2-pp2", "train-llama-bf16-adamw-dp2-tp2-zero",
                        "train-llama-bf16-adamw-dp2-tp2-zero2", "train-llama-bf16-adamw-dp2-tp2-zero3",
-                       "train-qwen2-moe-adamw-ep2-tp2", "train-deepseek-v3-bf16-seq-aux-ep2", "train-llama-pp4-micro6",
+                       "train-qwen2-moe-adamw-ep2-tp2", "train-deepseek-v3-bf16-seq-aux-ep2",
+                       "train-deepseek-v3-bf16-mtp-ep2", "train-llama-pp4-micro6",
                        "train-llama-bf16-adamw-dp2-pp2-micro3", "train-mixtral-ep2-pp2-micro2",
                        "train-llama-pp4-chunks2-micro8", "train-llama-bf16-adamw-dp2-pp2-chunks2-micro4")
         assert (result["overlap"] > 0) == (name in overlapping and "PARAX_SIMT_DEVICES" not in env), result

@@ -200,6 +200,10 @@ def test_per_token_loss_needs_counted_labels(tmp_path):
     proc = infer.run(infer.compile("forward"), 1, outputs=0, expect_ok=False, extra=["--per-token-loss"])
     assert proc.returncode != 0 and "--per-token-loss: the executable is no training step" in proc.stderr, \
         proc.stderr
+    mtp = Model(str(tmp_path / "mtp"), "tiny-deepseek-v3", loss=True, batch=2, mtp_weight=0.3)
+    proc = mtp.run(mtp.compile("train", autodiff=True), 1, outputs=0, expect_ok=False, extra=["--per-token-loss"])
+    assert proc.returncode != 0 and "--per-token-loss: multi-token prediction's labels (shifted)" in proc.stderr, \
+        proc.stderr
 
 
 # (workload pins, ranks)

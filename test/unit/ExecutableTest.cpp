@@ -953,3 +953,29 @@ TEST(Executable, ACountOfLabelsComesWithIgnoreIndex) {
   expectRefused(withIgnore(oneOp("label_count", {{6}}, {{2}}, {0})),
                 "(label_count): the count must be a scalar, with ignore_index");
 }
+
+// Multi-token prediction's shift (ids moved along their sequence) and a
+// loss's weight, checked before any kernel runs.
+TEST(Executable, AShiftStaysInsideItsSequenceOfIds) {
+  auto shift = [](std::vector<int64_t> shape, int64_t by, bool fill = true, pxe::DType result = pxe::I32) {
+    pxe::Executable exe = oneOp("shift", {shape}, {shape}, {0});
+    pxe::Stage *stage = exe.mutable_stages(0);
+    pxe::Instruction *inst = stage->mutable_instructions(0);
+    stage->mutable_buffers(inst->results(0))->set_dtype(result);
+    (*inst->mutable_attrs())["shift"].set_i(by);
+    if (fill) (*inst->mutable_attrs())["fill"].set_i(-100);
+    return exe;
+  };
+  Status ok = validateExecutable(shift({2, 8}, 1));
+  EXPECT_TRUE(ok.isOk()) << ok.message();
+  expectRefused(shift({2, 8}, 0), "(shift): shift must be in (0, 8), the sequence, with a fill, got 0");
+  expectRefused(shift({2, 8}, 8), "(shift): shift must be in (0, 8), the sequence, with a fill, got 8");
+  expectRefused(shift({2, 8}, 1, /*fill=*/false), "(shift): shift must be in (0, 8), the sequence, with a fill, got 1");
+  expectRefused(shift({16}, 1), "(shift): x must be [batch, sequence] and the result of its type");
+  expectRefused(shift({2, 8}, 1, true, pxe::F32), "result 0 must be integer");
+  for (double weight : {-0.3, 0.0, std::nan("")}) {
+    pxe::Executable exe = oneOp("cross_entropy", {{6, 10}, {6}}, {{}}, {1});
+    (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["weight"].set_f(weight);
+    expectRefused(exe, "weight must be a finite positive number");
+  }
+}

@@ -959,6 +959,9 @@ int main(int argc, char **argv) {
       die("--per-token-loss: the executable counts no labels (build the model with ignore_index: every "
           "microbatch then counts all its tokens, and the two means are one)");
     for (const auto &inst : exe.value().stages(stageIndex).instructions()) {
+      if (inst.op() == "shift")
+        die("--per-token-loss: multi-token prediction's labels (shifted) are counted per microbatch only, not "
+            "over the step yet; train it without --per-token-loss");
       if (inst.op() != "label_count") continue;
       const auto &labels = exe.value().stages(stageIndex).buffers(inst.operands(0));
       if (labels.role() != parax::pxe::INPUT || labels.global_shape_size() != labels.shape_size())
