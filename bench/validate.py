@@ -23,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from parax.models import build_model, load_config  # noqa: E402
 
-# name, model, seq, cluster, workload, published TFLOP/s per GPU, kind of FLOPs
+# name, model, seq, cluster, workload, published TFLOP/s per GPU, kind of
+# FLOPs[, build_model options]
 RUNS = [
     ("Megatron-LM GPT-3 175B, 1024 A100 (Narayanan 2021, Table 1)",
      "bench/configs/megatron-175b.json", 2048, "dgx-a100-80gb:nodes=128",
@@ -48,11 +49,13 @@ RUNS = [
     # 180K H800 GPU hours a trillion tokens (DeepSeek-V3 report, §1):
     # 1e12 / (180e3 x 3600) = 1543 tokens/s per GPU. PP16, EP64 over 8
     # nodes, ZeRO-1, no TP (§3.2); 15360 sequences of 4096 (§4.2); FP8
-    # GEMMs (§3.3). Not modelled: DualPipe's overlap (a 1F1B schedule
-    # here), the multi-token-prediction module.
-    ("DeepSeek-V3, 2048 H800, FP8 (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
+    # GEMMs (§3.3); its multi-token prediction, one depth (§2.2, §4.2:
+    # weight 0.3 for the first 10T tokens). Not modelled: DualPipe's
+    # overlap (a 1F1B schedule here).
+    ("DeepSeek-V3, 2048 H800, FP8, MTP (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
      "deepseek-v3", 4096, "hgx-h800:nodes=256",
-     "train:batch=15360,seq=4096,tp=1,pp=16,ep=64,dp=2,zero=1,capacity=2,gemm=fp8", 1e12 / (180e3 * 3600), "tokens"),
+     "train:batch=15360,seq=4096,tp=1,pp=16,ep=64,dp=2,zero=1,capacity=2,gemm=fp8", 1e12 / (180e3 * 3600), "tokens",
+     {"loss": True, "mtp_weight": 0.3}),
 ]
 
 
@@ -64,11 +67,11 @@ def main():
     print("| run | published TFLOP/s/GPU | parax predicts | ratio | predicted plan |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, model, seq, cluster, workload, published, kind in RUNS:
+        for name, model, seq, cluster, workload, published, kind, *built in RUNS:
             source = os.path.join(ROOT, model) if model.endswith(".json") else model
             path = os.path.join(tmp, os.path.basename(model) + ".mlir")
             with open(path, "w") as f:
-                f.write(build_model(load_config(source), seq=seq))
+                f.write(build_model(load_config(source), seq=seq, **(built[0] if built else {})))
             out = subprocess.run([tool, path, "--cluster", cluster, "--workload", workload,
                                   "--json", "--top", "1"], capture_output=True, text=True,
                                  timeout=600)
