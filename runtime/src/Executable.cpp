@@ -119,6 +119,12 @@ StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, 
   if (chunks == 1) {
     int backward = backwardStart(stage);
     if (backward > 0) starts.push_back(backward);
+    int tail = last ? tailStart(stage) : -1;
+    if (tail > 0) { // the last stage's tail: its own range, after the next microbatch's forward pass
+      starts.push_back(tail);
+      std::vector<PipelineRange> ranges = {{0, tail, 0, true, true}, {tail, n, 0, false, true}};
+      return ranges;
+    }
   } else {
     for (int k = 1; k < n; ++k)
       if (stage.instructions(k).op() == "recv" && stage.instructions(k).attrs().count("range_start"))
@@ -147,6 +153,20 @@ StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, 
     ranges[i].end = i + 1 < count ? starts[i + 1] : n;
   }
   return ranges;
+}
+
+int tailStart(const pxe::Stage &stage) {
+  bool sentBack = false;
+  for (int k = 0; k < stage.instructions_size(); ++k) {
+    const pxe::Instruction &inst = stage.instructions(k);
+    int64_t peer = attrInt(inst.attrs(), "peer", -1);
+    if ((inst.op() != "send" && inst.op() != "recv") || peer < 0 || peer >= stage.index() ||
+        attrStrings(inst.attrs(), "axes") != std::vector<std::string>{"pp"})
+      continue;
+    if (inst.op() == "send") sentBack = true;
+    else if (sentBack) return k;
+  }
+  return -1;
 }
 
 int backwardStart(const pxe::Stage &stage) {

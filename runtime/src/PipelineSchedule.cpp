@@ -27,7 +27,11 @@ StatusOr<PipelineSteps> pipelineSteps(const std::vector<PipelineRange> &ranges, 
         for (int i = 0; i < count; ++i) steps.push_back({{m, i}});
       return steps;
     }
-    int64_t warmup = kind == "gpipe" ? micro : std::min<int64_t>(stages - 1 - stage, micro);
+    // (The last stage's tail waits for the first stage's backward pass of
+    // its microbatch, which that stage runs after its next forward pass:
+    // the tail comes after the next microbatch's range.)
+    int64_t ahead = ranges[0].backward ? 1 : stages - 1 - stage;
+    int64_t warmup = kind == "gpipe" ? micro : std::min<int64_t>(ahead, micro);
     for (int64_t m = 0; m < warmup; ++m) steps.push_back({{m, 0}});
     for (int64_t m = 0; m < micro; ++m) {
       if (m + warmup < micro) steps.push_back({{m + warmup, 0}});

@@ -263,6 +263,12 @@ TRAIN = {
                                                        {"micro": 2, "ignore_index": -100}),
     # experts' all-to-alls inside the halves
     "train-mixtral-ep2-pp2-micro2": ("tiny-mixtral", 2, 8, "ep=2,pp=2,dp=1", 4, "f32", [], 0.0, {"micro": 2}),
+    # a tied weight on both stages (multi-token prediction's embedding and
+    # head; GPT-2's embedding): the last stage's tail receives the sum the
+    # first stage sends back at the end of its backward half, after the
+    # next microbatch's range
+    "train-deepseek-v3-mtp-pp2-micro3": ("tiny-deepseek-v3", 2, 8, "pp=2,dp=1", 2, "f32", [], 0.0,
+                                         {"micro": 3, "mtp_weight": 0.3}),
     # Interleaved 1F1B: each step's receives (a forward and a backward
     # range's) in one group with the step before's sends; four stages of
     # two chunks each, the last chunk's activations wrapping to stage 0.

@@ -515,3 +515,35 @@ def test_front_door_trains_with_ignored_labels(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert abs(float(np.load(losses)[0]) - model.reference_loss()) < 1e-5
+
+
+def test_front_door_trains_multi_token_prediction(tmp_path):
+    """`python3 -m parax compile --train --mtp-weight 0.3` (DeepSeek-V3's
+    one depth, planned EP2 x PP2 with 2 microbatches) then `run
+    --optimizer adamw`: step 1's loss is numpy's (the cross-entropy plus
+    0.3 times the depth's), the loss falls over 6 steps, and the module's
+    weights are saved with the others."""
+    import subprocess
+    import sys
+    from conftest import ORACLE_CLUSTER, ROOT
+    model = Model(str(tmp_path), "tiny-deepseek-v3", loss=True, batch=2, rows=4, mtp_weight=0.3)
+    whole = Model(str(tmp_path / "whole"), "tiny-deepseek-v3", loss=True, batch=4, mtp_weight=0.3)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    front = [sys.executable, "-m", "parax"]
+    exe = str(tmp_path / "front.pxe")
+    subprocess.run(front + ["compile", "tiny-deepseek-v3", "--cluster", f"{ORACLE_CLUSTER}:devices_per_node=4",
+                            "--workload", "train:batch=4,seq=8,mbs=1,ep=2,pp=2,dp=1,tp=1", "--batch", "2",
+                            "--seq", "8", "--dtype", "f32", "--train", "--mtp-weight", "0.3", "-o", exe],
+                   check=True, capture_output=True, timeout=120, env=env)
+    losses, saved = str(tmp_path / "losses.npy"), str(tmp_path / "saved.safetensors")
+    proc = subprocess.run(front + ["run", exe, "--weights", model.checkpoint, "--ranks", "4", "--steps", "6",
+                                   *[a for p in model.inputs for a in ("--input", p)],
+                                   "--optimizer", "adamw", "--lr", "0.01", "--losses", losses,
+                                   "--save-weights", saved],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    values = np.load(losses)
+    assert abs(values[0] - whole.reference_loss()) < 1e-5, (values[0], whole.reference_loss())
+    assert values[-1] < values[0], values
+    assert set(load_safetensors(saved)) == set(model.weights)
+    assert "model.layers.2.eh_proj.weight" in model.weights

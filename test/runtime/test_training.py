@@ -355,9 +355,15 @@ MICRO_PLANS = [
                          [("tiny-mixtral", "ep=2,pp=2,dp=1", 4, 2, 8, {}),  # EP's exchanges inside 1F1B
                           # the sequence-wise balance loss: each microbatch's sequences' mean, averaged
                           ("tiny-deepseek-v3", "ep=2,pp=2,dp=1", 4, 2, 8,
-                           {"aux_loss": 0.5, "overrides": SEQUENCE_AUX})],
+                           {"aux_loss": 0.5, "overrides": SEQUENCE_AUX}),
+                          # multi-token prediction: each microbatch's depth counted over its own rows
+                          ("tiny-deepseek-v3", "ep=2,pp=2,dp=1", 4, 2, 8, {"mtp_weight": 0.3}),
+                          # the embedding tied to the head: the first stage sends its gradient's
+                          # sum back to the last, which receives it in its tail, after the next
+                          # microbatch's range (the first stage runs that forward pass first)
+                          ("tiny-gpt2", "pp=2,dp=1", 2, 2, 8, {})],
                          ids=["single", "pp2", "tp2-pp2-4micro", "pp4-6micro", "mixtral-ep2-pp2-4micro",
-                              "deepseek-v3-seq-aux-ep2-pp2-4micro"])
+                              "deepseek-v3-seq-aux-ep2-pp2-4micro", "deepseek-v3-mtp-ep2-pp2-4micro", "gpt2-pp2-4micro"])
 def test_microbatch_gradients_are_averaged(tmp_path, preset, pins, ranks, layers, rows, balance):
     """Rows through an executable of batch 2: microbatches, whose gradients
     parax-run averages (each a mean over its tokens), equal the gradients

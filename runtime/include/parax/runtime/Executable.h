@@ -61,9 +61,16 @@ std::vector<std::vector<ResultSource>> resultSources(const pxe::Executable &exe)
 /// right before its first reader).
 int backwardStart(const pxe::Stage &stage);
 
+/// Where the last stage's tail starts: its first receive from an earlier
+/// stage after it sent one a gradient (a tied weight's sum over the stages
+/// holding it, sent back by the first stage at the end of its backward
+/// pass), or -1.
+int tailStart(const pxe::Stage &stage);
+
 /// The ranges a training step over pipeline stages runs `stage`'s program
 /// in (PipelineSchedule.h): with one model chunk a stage, its forward and
-/// backward pass (split at backwardStart; the last stage: one range); with
+/// backward pass (split at backwardStart; the last stage: one range, or
+/// two when it has a tail, split at tailStart); with
 /// interleaved chunks, each chunk's forward pass, then each chunk's
 /// backward pass in reverse, each beginning at a recv marked
 /// `range_start`. An error naming the stage when the marks do not give

@@ -3,7 +3,8 @@
 //
 // A stage's program (one microbatch) is cut into ranges of instructions:
 // with one model chunk a stage, its forward pass (up to backwardStart) and
-// its backward pass (the last stage: one range); with interleaved chunks,
+// its backward pass (the last stage: one range, and its tail, the receives
+// of a tied weight's gradient summed on the first stage, in a second); with interleaved chunks,
 // each chunk's forward pass, then each chunk's backward pass in reverse
 // (a range begins at a recv marked `range_start`; the last stage's last
 // chunk: forward and backward in one range). The schedule lists the steps
