@@ -393,16 +393,40 @@ LogicalResult FunctionPartitioner::buildStage(
   // (activations) or the one before (gradients), received in the range
   // that reads it, so that ranges pair up with their peers' in order.
   std::set<std::pair<int64_t, bool>> rangesBegun; // (virtual stage, backward)
+  // Sends to a stage that is not a neighbour (the last stage's gradient of
+  // a weight tied to the first's) wait for this stage's next receive or
+  // its end, after the sends to its neighbours made meanwhile: sent at
+  // once, the last stage would wait for the first stage to take it while
+  // that stage waits for its neighbour's gradient, which the last stage had
+  // not sent yet (with rendezvous sends, forever).
+  SmallVector<std::pair<Value, int64_t>> farSends;
+  Operation *lastTransfer = nullptr; // the send or receive made last
+  auto sendFar = [&]() {
+    for (auto [value, to] : farSends)
+      lastTransfer = SendOp::create(b, value.getLoc(), local[value].value, grid.ref,
+                                    b.getStrArrayAttr({kPipelineAxis}), b.getI64IntegerAttr(to));
+    farSends.clear();
+  };
   auto receive = [&](Value value, Operation *reader) -> LogicalResult {
     if (isa<BlockArgument>(value) || local.count(value))
       return success();
     int64_t from = definedIn.lookup(value);
+    sendFar();
     while (!local.count(value)) {
       Value next = incoming[from][nextIncoming[from]++];
       Type type = localType(globalType(next), layouts[next], grid);
+      // ... and are received right after the transfer made last (the
+      // first stage's backward pass then begins with them): received
+      // later, on its own, the first stage would wait there while the last
+      // stage, whose sends wait for their receives in one group with its
+      // next microbatch's, waits for it (under 1F1B on the CUDA backend).
+      OpBuilder::InsertionGuard guard(b);
+      if (chunks == 1 && std::abs(from - stage) > 1 && lastTransfer && isa<RecvOp>(lastTransfer))
+        b.setInsertionPointAfter(lastTransfer);
       auto recv = RecvOp::create(b, next.getLoc(), type, grid.ref,
                                  b.getStrArrayAttr({kPipelineAxis}),
                                  b.getI64IntegerAttr(from));
+      lastTransfer = recv;
       local[next] = {recv, layouts[next]};
       if (chunks == 1)
         continue;
@@ -442,9 +466,14 @@ LogicalResult FunctionPartitioner::buildStage(
   }
   auto sendResults = [&](Operation *op) {
     for (Value result : op->getResults())
-      for (int64_t to : sendTo.lookup(result))
-        SendOp::create(b, result.getLoc(), local[result].value, grid.ref,
-                       b.getStrArrayAttr({kPipelineAxis}), b.getI64IntegerAttr(to));
+      for (int64_t to : sendTo.lookup(result)) {
+        if (chunks == 1 && std::abs(to - stage) > 1) {
+          farSends.push_back({result, to});
+          continue;
+        }
+        lastTransfer = SendOp::create(b, result.getLoc(), local[result].value, grid.ref,
+                                      b.getStrArrayAttr({kPipelineAxis}), b.getI64IntegerAttr(to));
+      }
   };
 
   // Resharded copies are shared by the consumers that want the same layout.
@@ -523,6 +552,7 @@ LogicalResult FunctionPartitioner::buildStage(
   for (unsigned i : returnsOf[stage])
     if (failed(receive(terminator->getOperand(i), nullptr)))
       return failure();
+  sendFar();
   for (unsigned i : returnsOf[stage]) {
     Value result = terminator->getOperand(i);
     auto param = gradParam.find(i);

@@ -269,6 +269,12 @@ TRAIN = {
     # next microbatch's range
     "train-deepseek-v3-mtp-pp2-micro3": ("tiny-deepseek-v3", 2, 8, "pp=2,dp=1", 2, "f32", [], 0.0,
                                          {"micro": 3, "mtp_weight": 0.3}),
+    # ... over four stages: the last stage's gradient of it sent to the
+    # first after the one its neighbour waits for, received by the first
+    # with the gradient that begins its backward half (on its own, later,
+    # it deadlocked here: the last stage's sends wait in one group with its
+    # next range's receives)
+    "train-gpt2-pp4-micro4": ("tiny-gpt2", 1, 8, "pp=4,dp=1", 4, "f32", [], 0.0, {"micro": 4, "layers": 4}),
     # Interleaved 1F1B: each step's receives (a forward and a backward
     # range's) in one group with the step before's sends; four stages of
     # two chunks each, the last chunk's activations wrapping to stage 0.

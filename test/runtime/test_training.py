@@ -367,9 +367,14 @@ MICRO_PLANS = [
                           # the embedding tied to the head: the first stage sends its gradient's
                           # sum back to the last, which receives it in its tail, after the next
                           # microbatch's range (the first stage runs that forward pass first)
-                          ("tiny-gpt2", "pp=2,dp=1", 2, 2, 8, {})],
+                          ("tiny-gpt2", "pp=2,dp=1", 2, 2, 8, {}),
+                          # ... from a stage that is not a neighbour: the last stage's gradient
+                          # of it sent after the one its neighbour waits for
+                          ("tiny-gpt2", "pp=4,dp=1", 4, 4, 12, {}),
+                          ("tiny-llama", "pp=4,dp=1", 4, 4, 8, {"overrides": {"mtp_layers": 1}, "mtp_weight": 0.3})],
                          ids=["single", "pp2", "tp2-pp2-4micro", "pp4-6micro", "mixtral-ep2-pp2-4micro",
-                              "deepseek-v3-seq-aux-ep2-pp2-4micro", "deepseek-v3-mtp-ep2-pp2-4micro", "gpt2-pp2-4micro"])
+                              "deepseek-v3-seq-aux-ep2-pp2-4micro", "deepseek-v3-mtp-ep2-pp2-4micro", "gpt2-pp2-4micro",
+                              "gpt2-pp4-6micro", "llama-mtp-pp4-4micro"])
 def test_microbatch_gradients_are_averaged(tmp_path, preset, pins, ranks, layers, rows, balance):
     """Rows through an executable of batch 2: microbatches, whose gradients
     parax-run averages (each a mean over its tokens), equal the gradients
