@@ -34,12 +34,20 @@ struct Simulated {
   bool completes = true, inOrder = true, eachRangeOnce = true;
 };
 
-Simulated simulate(int stages, int chunks, int64_t micro, const std::string &kind) {
+// With `tied` (one chunk): a weight on the first and the last stage, as
+// the partitioner orders its transfers: the last stage sends its gradient
+// of it after its activation gradient, the first receives it with the one
+// that begins its backward half and sends the sum back at the end, which
+// the last stage receives in its tail (a range of its own).
+Simulated simulate(int stages, int chunks, int64_t micro, const std::string &kind, bool tied = false) {
   const int last = stages * chunks - 1;
   std::vector<std::vector<std::vector<Transfer>>> groups(stages);
   Simulated result;
+  const What part = {stages + 1, true, 0}, sum = {stages + 2, false, 0};
+  auto of = [](What what, int64_t m) { return What{std::get<0>(what), std::get<1>(what), m}; };
   for (int s = 0; s < stages; ++s) {
     std::vector<PipelineRange> ranges = trainingRanges(s, stages, chunks);
+    if (tied && s == last) ranges = {{0, 1, 0, true, true}, {1, 2, 0, false, true}};
     StatusOr<PipelineSteps> steps = pipelineSteps(ranges, kind, s, stages, micro);
     EXPECT_TRUE(steps.isOk()) << steps.status().message();
     if (!steps.isOk()) return {false, false, false};
@@ -52,10 +60,19 @@ Simulated simulate(int stages, int chunks, int64_t micro, const std::string &kin
         const PipelineRange &r = ranges[item.range];
         if (next[item.micro]++ != item.range) result.eachRangeOnce = false;
         int vs = r.chunk * stages + s;
+        if (tied && vs == last && item.range == 1) { // the tail
+          group.push_back({false, 0, of(sum, item.micro)});
+          continue;
+        }
         if (r.forward && vs > 0) group.push_back({false, (vs - 1) % stages, {vs - 1, false, item.micro}});
         if (!r.forward && vs < last) group.push_back({false, (vs + 1) % stages, {vs + 1, true, item.micro}});
         if (r.forward && !r.backward && vs < last) sends.push_back({true, (vs + 1) % stages, {vs, false, item.micro}});
         if (r.backward && vs > 0) sends.push_back({true, (vs - 1) % stages, {vs, true, item.micro}});
+        if (tied && vs == last) sends.push_back({true, 0, of(part, item.micro)});
+        if (tied && vs == 0 && r.backward) {
+          group.push_back({false, last, of(part, item.micro)});
+          sends.push_back({true, last, of(sum, item.micro)});
+        }
       }
       if (!group.empty()) groups[s].push_back(group);
       held = sends;
@@ -118,6 +135,18 @@ TEST(PipelineSchedule, OneFOneBNeverDeadlocksAndPairsInOrder) {
     for (int64_t micro = 1; micro <= 9; ++micro) {
       Simulated r = simulate(stages, 1, micro, "1f1b");
       EXPECT_TRUE(r.completes && r.inOrder && r.eachRangeOnce) << stages << " stages, " << micro << " microbatches";
+    }
+}
+
+TEST(PipelineSchedule, ATiedWeightsSumReachesTheLastStagesTail) {
+  // The last stage's tail runs after its next microbatch's range: the
+  // first stage sends the sum after its next forward half.
+  for (int stages = 2; stages <= 6; ++stages)
+    for (int64_t micro = 1; micro <= 9; ++micro) {
+      Simulated r = simulate(stages, 1, micro, "1f1b", /*tied=*/true);
+      EXPECT_TRUE(r.completes && r.inOrder && r.eachRangeOnce)
+          << stages << " stages, " << micro << " microbatches: completes " << r.completes << ", in order "
+          << r.inOrder << ", each range once " << r.eachRangeOnce;
     }
 }
 
