@@ -548,11 +548,20 @@ LogicalResult Differentiator::run() {
         attrs.append(box, value);
     resultAttrs.push_back(attrs.getDictionary(b.getContext()));
   }
-  if (balanceSum) { // the balance losses apart, after the gradients
-    results.push_back(balanceSum);
-    types.push_back(balanceSum.getType());
+  // Multi-token prediction's weighted losses (the roots with a weight),
+  // summed: a term of the loss too.
+  Value mtpSum;
+  for (Operation *op : forward) // (in program order)
+    if (roots.contains(op) && cast<CrossEntropyOp>(op).getWeight())
+      mtpSum = addTerm(mtpSum, op->getResult(0), loss.getDefiningOp());
+  // The terms apart, after the gradients.
+  for (auto [sum, term] : {std::pair(balanceSum, "balance"), std::pair(mtpSum, "mtp")}) {
+    if (!sum)
+      continue;
+    results.push_back(sum);
+    types.push_back(sum.getType());
     resultAttrs.push_back(
-        b.getDictionaryAttr(b.getNamedAttr(ParaxDialect::kLossTermAttrName, b.getStringAttr("balance"))));
+        b.getDictionaryAttr(b.getNamedAttr(ParaxDialect::kLossTermAttrName, b.getStringAttr(term))));
   }
   func::ReturnOp::create(b, ret.getLoc(), results);
   ret.erase();

@@ -516,9 +516,9 @@ Status validateExecutable(const pxe::Executable &exe) {
     for (int k = 0; k < stage.output_terms_size(); ++k) {
       const std::string &term = stage.output_terms(k);
       if (term.empty()) continue;
-      if (term != "balance")
+      if (term != "balance" && term != "mtp")
         return fail(where + ".output_terms[" + std::to_string(k) + "]", "'" + term + "' is not a loss term "
-                                                                          "(balance)");
+                                                                          "(balance, mtp)");
       const pxe::Buffer &b = stage.buffers(stage.outputs(k));
       if (b.shape_size() != 0 || b.dtype() != pxe::F32)
         return fail(where + ".output_terms[" + std::to_string(k) + "]", "a loss term must be an f32 scalar");

@@ -547,3 +547,44 @@ def test_front_door_trains_multi_token_prediction(tmp_path):
     assert values[-1] < values[0], values
     assert set(load_safetensors(saved)) == set(model.weights)
     assert "model.layers.2.eh_proj.weight" in model.weights
+
+
+@pytest.mark.parametrize("pins,ranks", [(None, 1), ("ep=2,pp=2,dp=1", 4)], ids=["one", "ep2-pp2"])
+def test_multi_token_prediction_loss_is_logged_apart(tmp_path, pins, ranks):
+    """Multi-token prediction's weighted loss (0.3 x the depth's) is in the
+    loss trained and also returned apart: --mtp-losses M.npy holds each
+    step's, printed with the step's loss beside the load-balancing loss
+    (DeepSeek-V3's sequence-wise one, 0.5) and in the summary;
+    --output-dir writes it as mtp_loss.npy. Step 1's is 0.3 x numpy's
+    depth loss, and the loss minus both terms numpy's cross-entropy."""
+    model = Model(str(tmp_path), "tiny-deepseek-v3", loss=True, batch=2, rows=2, mtp_weight=0.3, aux_loss=0.5,
+                  overrides={"sequence_aux": True})
+    exe = model.compile("train", autodiff=True) if pins is None else \
+        model.compile("sharded", f"prefill:batch=2,seq=8,{pins}", ranks, autodiff=True)
+    paths = [os.path.join(model.dir, f"{name}.npy") for name in ("mtp", "balance")]
+    _, losses, stdout = train(model, exe, ranks, 2, ["--optimizer", "sgd", "--lr", "0.1"],
+                              extra=["--mtp-losses", paths[0], "--balance-losses", paths[1]])
+    mtp, balances = np.load(paths[0]), np.load(paths[1])
+    assert mtp.shape == (2,) and mtp[0] != mtp[1]
+    routers, trunk = [], []
+    logits = reference.forward(model.cfg, model.weights, model.tokens, routers=routers, trunk=trunk)
+    depth, = reference.multi_token_prediction(model.cfg, model.weights, model.tokens, model.labels, trunk[0], 1,
+                                              routers=routers)
+    assert abs(mtp[0] - 0.3 * depth) < 1e-5, (mtp[0], 0.3 * depth)
+    assert abs(balances[0] - reference.load_balancing_loss(model.cfg, routers, len(model.tokens))) < 1e-5
+    logits = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    ce = -np.take_along_axis(logp, model.labels[..., None].astype(np.int64), axis=-1).mean()
+    assert abs(losses[0] - mtp[0] - balances[0] - ce) < 1e-4
+    assert (f"step 1: loss {losses[0]:.6f} (load balancing {balances[0]:.6f}) "
+            f"(multi-token prediction {mtp[0]:.6f})") in stdout, stdout
+    assert f"(multi-token prediction {mtp[0]:.6f} -> {mtp[1]:.6f}) over 2 step(s)" in stdout, stdout
+    if ranks == 1:
+        results = model.run_to_dir(exe, 1)
+        assert abs(float(results["mtp_loss"]) - 0.3 * depth) < 1e-5
+    plain = Model(str(tmp_path / "plain"), "tiny-deepseek-v3", loss=True, batch=2)
+    proc = plain.run(plain.compile("train", autodiff=True), 1, outputs=0, expect_ok=False,
+                     extra=["--optimizer", "sgd", "--mtp-losses", paths[0]])
+    assert proc.returncode != 0
+    assert "--mtp-losses: the executable returns no multi-token prediction loss (built without --mtp-weight)" \
+        in proc.stderr, proc.stderr

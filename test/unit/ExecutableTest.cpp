@@ -922,7 +922,7 @@ TEST(Executable, ALossTermIsABalanceScalar) {
   };
   Status ok = validateExecutable(withTerms(balanceLoss({2, 4}, {2, 4}), {"balance"}));
   EXPECT_TRUE(ok.isOk()) << ok.message();
-  expectRefused(withTerms(balanceLoss({2, 4}, {2, 4}), {"router"}), "'router' is not a loss term (balance)");
+  expectRefused(withTerms(balanceLoss({2, 4}, {2, 4}), {"router"}), "'router' is not a loss term (balance, mtp)");
   expectRefused(withTerms(balanceLoss({2, 4}, {2, 4}), {"balance", ""}), "output_terms: 2 terms for 1 outputs");
   expectRefused(withTerms(oneOp("sigmoid_grad", {{3, 7}, {3, 7}}, {{3, 7}}), {"balance"}),
                 "a loss term must be an f32 scalar");

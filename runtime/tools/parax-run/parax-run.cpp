@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -97,8 +98,9 @@ void usage() {
                "  each microbatch's gradients reduce-scattered; 3: the parameters too, each gathered\n"
                "  before the instructions that read it); by default the plan's stage; --no-zero: never). --step-rows R: each step takes the next R rows of the\n"
                "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
-               "  --balance-losses B.npy: each step's MoE load-balancing loss (already in the loss;\n"
-               "  also printed with it).\n"
+               "  --balance-losses B.npy: each step's MoE load-balancing loss; --mtp-losses M.npy:\n"
+               "  each step's multi-token prediction loss, weighted (both already in the loss; also\n"
+               "  printed with it).\n"
                "  --per-token-loss: with labels ignored (built with ignore_index), the loss the mean\n"
                "  over every counted label of the step, all microbatches and replicas together\n"
                "  (default: each microbatch's mean, averaged)\n"
@@ -310,7 +312,20 @@ int main(int argc, char **argv) {
   OptimizerConfig optimizer;  // --optimizer and its settings
   std::string saveWeights;    // --save-weights
   std::string lossesPath;     // --losses
-  std::string balancePath;    // --balance-losses
+  // The loss terms a training step returns apart (already in its loss):
+  // the MoE load-balancing losses' sum, multi-token prediction's weighted
+  // depths; each the last stage's output marked with its term.
+  struct LossTerm {
+    const char *term, *label, *flag, *file, *noun, *missing;
+    std::string path;             // its flag's: each step's value
+    int output = -1, result = -1; // the last stage's output, the program's result
+    std::vector<float> values;    // each step's
+  };
+  std::array<LossTerm, 2> terms = {
+      {{"balance", "load balancing", "--balance-losses", "balance_loss", "load-balancing loss",
+        "no router has aux_loss_coef"},
+       {"mtp", "multi-token prediction", "--mtp-losses", "mtp_loss", "multi-token prediction loss",
+        "built without --mtp-weight"}}};
   bool perTokenLoss = false;  // --per-token-loss
   std::string saveOptimizer, loadOptimizer; // --save-optimizer, --load-optimizer
   long long stepRows = 0;     // --step-rows (0: every row every step)
@@ -412,7 +427,8 @@ int main(int argc, char **argv) {
     }
     else if (arg == "--save-weights") saveWeights = value();
     else if (arg == "--losses") lossesPath = value();
-    else if (arg == "--balance-losses") balancePath = value();
+    else if (arg == terms[0].flag) terms[0].path = value();
+    else if (arg == terms[1].flag) terms[1].path = value();
     else if (arg == "--per-token-loss") perTokenLoss = true;
     else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
@@ -475,9 +491,10 @@ int main(int argc, char **argv) {
     die("--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
   const bool trains = !optimizer.kind.empty();
-  if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty() || !balancePath.empty()))
+  if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty() ||
+                  std::any_of(terms.begin(), terms.end(), [](const LossTerm &t) { return !t.path.empty(); })))
     die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
-        "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --balance-losses, "
+        "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --balance-losses, --mtp-losses, "
         "--save-optimizer, --load-optimizer and --bias-update-speed belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
@@ -930,15 +947,13 @@ int main(int argc, char **argv) {
       lossOutput = k;
   if (trains && lossOutput < 0 && stageIndex + 1 == exe.value().stages_size())
     die("--optimizer: the executable returns no loss (a scalar result): build it with --parax-autodiff");
-  // The MoE load-balancing losses' sum, returned apart (already in the
-  // loss): the last stage's output marked "balance".
-  std::vector<float> balances; // each step's
-  int balanceOutput = -1;
-  if (stageIndex + 1 == exe.value().stages_size())
-    for (int k = 0; k < exe.value().stages(stageIndex).output_terms_size(); ++k)
-      if (exe.value().stages(stageIndex).output_terms(k) == "balance") balanceOutput = k;
-  if (trains && !balancePath.empty() && rank == writerOf(exe.value(), 0) && balanceOutput < 0)
-    die("--balance-losses: the executable returns no load-balancing loss (no router has aux_loss_coef)");
+  for (LossTerm &t : terms) {
+    if (stageIndex + 1 == exe.value().stages_size())
+      for (int k = 0; k < exe.value().stages(stageIndex).output_terms_size(); ++k)
+        if (exe.value().stages(stageIndex).output_terms(k) == t.term) t.output = k;
+    if (trains && !t.path.empty() && rank == writerOf(exe.value(), 0) && t.output < 0)
+      die(std::string(t.flag) + ": the executable returns no " + t.noun + " (" + t.missing + ")");
+  }
   // --per-token-loss: every label_count gives the step's count of labels
   // that are not ignore_index (every replica's and microbatch's rows,
   // which every rank holds), over the step's microbatches x replicas, so
@@ -1095,9 +1110,10 @@ int main(int argc, char **argv) {
         if (s.isOk() && biasSpeed > 0) balanceExperts();
         if (s.isOk() && device == "cpu") s = cpu.hoistParameterMoves();
         if (!s.isOk()) die(s.message());
-        // The loss and the load-balancing loss: each the mean over the
-        // microbatches and the replicas.
-        for (auto [output, values] : {std::pair(lossOutput, &losses), std::pair(balanceOutput, &balances)}) {
+        // The loss and its terms: each the mean over the microbatches and
+        // the replicas.
+        for (auto [output, values] : {std::pair(lossOutput, &losses), std::pair(terms[0].output, &terms[0].values),
+                                      std::pair(terms[1].output, &terms[1].values)}) {
           if (output < 0) continue;
           double mean = 0;
           for (float v : results[output].f) mean += v;
@@ -1110,12 +1126,13 @@ int main(int argc, char **argv) {
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       if (trains && writer) {
-        std::string balance;
-        if (!balances.empty()) {
-          char text[64];
-          std::snprintf(text, sizeof text, " (load balancing %.6f)", balances.back());
-          balance = text;
-        }
+        std::string balance; // the loss's terms
+        for (const LossTerm &t : terms)
+          if (!t.values.empty()) {
+            char text[96];
+            std::snprintf(text, sizeof text, " (%s %.6f)", t.label, t.values.back());
+            balance += text;
+          }
         std::printf("parax-run: step %lld: loss %.6f%s, gradient norm %.6f%s, learning rate %.6g\n",
                     static_cast<long long>(training->steps()), losses.back(), balance.c_str(), gradNorm,
                     optimizer.clipNorm > 0 && gradNorm > optimizer.clipNorm ? " (clipped)" : "",
@@ -1208,12 +1225,12 @@ int main(int argc, char **argv) {
   // outputs, and each gradient whole, gathered from its boxes (every rank
   // sends its own); with --save-weights the parameters likewise.
   std::vector<std::string> resultNames; // a gradient's checkpoint name, else ""
-  int balanceResult = -1;                // the load-balancing loss's result
   auto sources = resultSources(exe.value());
   for (const auto &from : sources) {
     const auto &stage = exe.value().stages(from[0].stage);
-    if (from[0].output < stage.output_terms_size() && stage.output_terms(from[0].output) == "balance")
-      balanceResult = static_cast<int>(resultNames.size());
+    for (LossTerm &t : terms)
+      if (from[0].output < stage.output_terms_size() && stage.output_terms(from[0].output) == t.term)
+        t.result = static_cast<int>(resultNames.size());
     resultNames.push_back(from[0].output < stage.output_grads_size() ? stage.output_grads(from[0].output) : "");
   }
   bool gradients = std::any_of(resultNames.begin(), resultNames.end(), [](const std::string &n) { return !n.empty(); });
@@ -1268,7 +1285,8 @@ int main(int argc, char **argv) {
 #endif
   if (mpi) MPI_Allreduce(MPI_IN_PLACE, &expertLoad, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (writer) {
-    for (auto [path, values] : {std::pair(&lossesPath, &losses), std::pair(&balancePath, &balances)}) {
+    for (auto [path, values] : {std::pair(&lossesPath, &losses), std::pair(&terms[0].path, &terms[0].values),
+                                std::pair(&terms[1].path, &terms[1].values)}) {
       if (path->empty()) continue;
       Tensor t = Tensor::floats({static_cast<int64_t>(values->size())});
       t.f = *values;
@@ -1286,15 +1304,18 @@ int main(int argc, char **argv) {
       for (size_t k = 0; k < results.size(); ++k) {
         // A gradient as its checkpoint name (a fused tensor's piece with
         // "@<offsets>", a stack of experts one file per expert), any other
-        // result as result<k> (the load-balancing loss as balance_loss);
+        // result as result<k> (a loss term as balance_loss or mtp_loss);
         // '/' as '_'.
         bool named = k < resultNames.size() && !resultNames[k].empty();
         std::map<std::string, Tensor> files;
         if (named)
           putParameter(resultNames[k], std::move(results[k]), files);
-        else
-          files[static_cast<int>(k) == balanceResult ? "balance_loss" : "result" + std::to_string(k)] =
-              std::move(results[k]);
+        else {
+          std::string file = "result" + std::to_string(k);
+          for (const LossTerm &t : terms)
+            if (static_cast<int>(k) == t.result) file = t.file;
+          files[file] = std::move(results[k]);
+        }
         for (auto &[file, tensor] : files) {
           std::string name = file;
           std::replace(name.begin(), name.end(), '/', '_');
@@ -1320,9 +1341,13 @@ int main(int argc, char **argv) {
                std::to_string(heldSets[1]) + " bytes of them on the device)";
     }
     if (trains && !losses.empty()) {
-      char balance[96] = "", line[320];
-      if (!balances.empty())
-        std::snprintf(balance, sizeof balance, " (load balancing %.6f -> %.6f)", balances.front(), balances.back());
+      char balance[192] = "", line[416];
+      for (const LossTerm &t : terms)
+        if (!t.values.empty()) {
+          size_t used = std::strlen(balance);
+          std::snprintf(balance + used, sizeof balance - used, " (%s %.6f -> %.6f)", t.label, t.values.front(),
+                        t.values.back());
+        }
       std::snprintf(line, sizeof line,
                     ", %s: loss %.6f -> %.6f%s over %zu step(s), %zu bytes of optimizer state on rank %d%s",
                     optimizer.kind.c_str(), losses.front(), losses.back(), balance, losses.size(),

@@ -227,7 +227,7 @@ func.func @negative_input_on_param(%w: tensor<8xf32> {parax.input = 0 : i64, par
 
 // -----
 
-// expected-error @+1 {{result #0: 'parax.loss_term' must be "balance" (the only loss term)}}
+// expected-error @+1 {{result #0: 'parax.loss_term' must be "balance" or "mtp" (the loss terms: the load-balancing losses', multi-token prediction's)}}
 func.func @negative_loss_term(%x: tensor<f32>) -> (tensor<f32> {parax.loss_term = "router"}) {
   return %x : tensor<f32>
 }

@@ -355,9 +355,10 @@ LogicalResult ParaxDialect::verifyRegionResultAttribute(Operation *op,
   }
   if (attr.getName().getValue() == kLossTermAttrName) {
     auto name = dyn_cast<StringAttr>(attr.getValue());
-    if (!name || name.getValue() != "balance")
+    if (!name || (name.getValue() != "balance" && name.getValue() != "mtp"))
       return emitResultError() << "'" << kLossTermAttrName
-                               << "' must be \"balance\" (the only loss term)";
+                               << "' must be \"balance\" or \"mtp\" (the loss terms: the load-balancing "
+                                  "losses', multi-token prediction's)";
     return success();
   }
   return emitResultError() << "unknown parax result attribute '"

@@ -75,7 +75,8 @@ def Parax_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kResultAttrName = "parax.result";
     /// On a function result (--parax-autodiff): a term of the loss
     /// returned first, returned apart for logging ("balance": the MoE
-    /// load-balancing losses' sum).
+    /// load-balancing losses' sum; "mtp": multi-token prediction's
+    /// weighted losses').
     static constexpr ::llvm::StringLiteral kLossTermAttrName =
         "parax.loss_term";
   }];
