@@ -222,13 +222,19 @@ def multi_token_prediction(cfg, w, tokens, labels, trunk, depths, ignore_index=-
         logits = (_rms_norm(h, w[f"{p}.shared_head.norm.weight"], cfg.norm_eps) @ _head(cfg, w).T)
         target = np.full_like(labels, ignore_index)
         target[:, : s - k] = labels[:, k:]
-        counted = target != ignore_index
-        logits = logits.astype(np.float64)
-        logits -= logits.max(axis=-1, keepdims=True)
-        logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-        picked = np.take_along_axis(logp, np.where(counted, target, 0)[..., None].astype(np.int64), axis=-1)
-        losses.append(float(-picked[counted].mean()) if counted.any() else 0.0)
+        losses.append(cross_entropy(logits, target, ignore_index))
     return losses
+
+
+def cross_entropy(logits, labels, ignore_index=None):
+    """The mean token cross-entropy of `logits` [.., V] against `labels`
+    (float64), over the labels that are not `ignore_index` (none: 0)."""
+    counted = labels != ignore_index if ignore_index is not None else np.ones(labels.shape, bool)
+    logits = logits.astype(np.float64)
+    logits -= logits.max(axis=-1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    picked = np.take_along_axis(logp, np.where(counted, labels, 0)[..., None].astype(np.int64), axis=-1)[..., 0]
+    return float(-picked[counted].mean()) if counted.any() else 0.0
 
 
 def _gpt2(cfg, w, tokens, cache):

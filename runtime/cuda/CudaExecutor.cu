@@ -2943,10 +2943,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       if (!st.isOk()) return st;
       if (count)
         PARAX_LAUNCH(divideByCountKernel, 1, 1, 0, stream)(y.f(), 1, count);
-      else
-        PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, invTokens);
-      if (rule.weight != 1.0f)
-        PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, rule.weight);
+      if (!count || rule.weight != 1.0f)
+        PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, (count ? 1.0f : invTokens) * rule.weight);
     } else {
       st = withFloat(y, [&](auto t) {
         using T = decltype(t);

@@ -150,19 +150,12 @@ class Model:
             ignore = -100 if self.ignore_index is None else self.ignore_index
             mtp = self.mtp_weight / self.mtp_depths * sum(reference.multi_token_prediction(
                 self.cfg, weights, self.tokens, self.labels, trunk[0], self.mtp_depths, ignore, routers))
-        logits -= logits.max(axis=-1, keepdims=True)
-        logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-        picked = np.take_along_axis(logp, self.counted_labels()[..., None], axis=-1)[self.counted()]
         balance = reference.load_balancing_loss(self.cfg, routers, len(self.tokens)) if routers and self.cfg.router_aux_loss_coef else 0.0
-        return float(-picked.mean()) + mtp + balance
+        return reference.cross_entropy(logits, self.labels, self.ignore_index) + mtp + balance
 
     def counted(self):
         """Which labels the loss counts (all but ignore_index's)."""
         return self.labels != self.ignore_index if self.ignore_index is not None else np.ones(self.labels.shape, bool)
-
-    def counted_labels(self):
-        """The labels as int64 indices, an ignored one as 0 (then dropped)."""
-        return np.where(self.counted(), self.labels, 0).astype(np.int64)
 
     def compile(self, name, workload=None, devices=1, autodiff=False, recompute=None):
         """plan (oracle cluster) -> partition -> translate; returns the .pxe.

@@ -425,8 +425,6 @@ class _Builder:
         last k positions not counted), weighted weight / depths, added to
         `loss`. All of it is in the head's layer (the last pipeline stage)."""
         cfg, e, h = self.cfg, self.e, self.cfg.hidden
-        ignored = f"ignore_index = {int(ignore_index)} : i64"
-        share = f"weight = {f64(weight / depths)}"
         table = e.param("model.embed_tokens.weight", [cfg.vocab, h])
         hidden = self.trunk
         for k in range(1, depths + 1):
@@ -443,11 +441,21 @@ class _Builder:
             logits = self.linear(x, self.head_weight(), cfg.vocab, h)
             target = e.op("shift", [labels], [labels[1]],
                           f"shift = {k} : i64, fill = {int(ignore_index)} : i64", result_dtypes=["i32"])
-            count = e.op("label_count", [target], [[]], ignored, result_dtypes=["f32"])
-            term = e.op("cross_entropy", [logits, target, count], [[]], f"{ignored}, {share}",
-                        result_dtypes=["f32"])
+            term = self.cross_entropy(logits, target, ignore_index, weight / depths)
             loss = e.op("add", [loss, term], [[]], result_dtypes=["f32"])
         return loss
+
+    def cross_entropy(self, logits, labels, ignore_index=None, weight=None):
+        """The mean token cross-entropy; with `ignore_index`, over the labels
+        parax.label_count counts; with `weight`, times it."""
+        e = self.e
+        attrs = [f"ignore_index = {int(ignore_index)} : i64"] if ignore_index is not None else []
+        operands = [logits, labels]
+        if attrs:
+            operands.append(e.op("label_count", [labels], [[]], attrs[0], result_dtypes=["f32"]))
+        if weight is not None:
+            attrs.append(f"weight = {f64(weight)}")
+        return e.op("cross_entropy", operands, [[]], ", ".join(attrs), result_dtypes=["f32"])
 
     def build_gpt2(self, tokens):
         cfg, e, B, S = self.cfg, self.e, self.B, self.S
@@ -512,13 +520,8 @@ class _Builder:
             # them), so the labels load whole as its count and the depths'
             # shifts read them.
             ignore_index = -100
-        if loss and ignore_index is not None:
-            ignored = f"ignore_index = {int(ignore_index)} : i64"
-            count = e.op("label_count", [labels], [[]], ignored, result_dtypes=["f32"])
-            result = e.op("cross_entropy", [logits, labels, count], [[]], ignored, result_dtypes=["f32"])
-        elif loss:
-            result = e.op("cross_entropy", [logits, labels], [[]],
-                          result_dtypes=["f32"])
+        if loss:
+            result = self.cross_entropy(logits, labels, ignore_index)
         if mtp_depths:
             result = self.multi_token_prediction(tokens, labels, result, mtp_depths, mtp_weight, ignore_index)
         results = [result] + self.new_kv
