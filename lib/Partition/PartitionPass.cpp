@@ -109,13 +109,25 @@ private:
   // virtual stage; virtualOf keeps it for every original value and op).
   int64_t chunks = 1;
   DenseMap<Value, int64_t> virtualOf;
+  // A gradient of a weight that several stages read (a tied embedding and
+  // head): result -> (stage -> that stage's part, which it returns).
+  DenseMap<unsigned, std::map<int64_t, Value>> stageParts;
 
   RankedTensorType globalType(Value v) {
     return cast<RankedTensorType>(v.getType());
   }
   LogicalResult assignLayouts();
-  void placeResults(int64_t stages,
-                    const std::map<int64_t, SmallVector<Operation *>> &byStage);
+  LogicalResult splitTiedGradients(int64_t stages);
+  /// What `stage` returns as result i: its part of a tied weight's
+  /// gradient, else the function's result.
+  Value returnedBy(int64_t stage, unsigned i) {
+    auto parts = stageParts.find(i);
+    if (parts != stageParts.end() && parts->second.count(stage))
+      return parts->second.at(stage);
+    return function.getBody().front().getTerminator()->getOperand(i);
+  }
+  LogicalResult placeResults(int64_t stages,
+                             const std::map<int64_t, SmallVector<Operation *>> &byStage);
   LogicalResult buildStage(int64_t stage, int64_t stages,
                            const std::map<int64_t, SmallVector<Operation *>> &ops,
                            DenseMap<Value, int64_t> &definedIn);
@@ -325,7 +337,7 @@ LogicalResult FunctionPartitioner::buildStage(
         received.insert(operand);
     }
   for (unsigned i : returnsOf[stage]) {
-    Value result = terminator->getOperand(i);
+    Value result = returnedBy(stage, i);
     if (auto arg = dyn_cast<BlockArgument>(result))
       argNumbers.insert(arg.getArgNumber());
     else if (definedIn.lookup(result) != stage)
@@ -459,7 +471,7 @@ LogicalResult FunctionPartitioner::buildStage(
       for (Value operand : op->getOperands())
         needed.insert(operand);
     for (unsigned i : returnsOf[other])
-      needed.insert(terminator->getOperand(i));
+      needed.insert(returnedBy(other, i));
     for (Value value : needed)
       if (!isa<BlockArgument>(value) && definedIn.lookup(value) == stage)
         sendTo[value].push_back(other);
@@ -550,11 +562,11 @@ LogicalResult FunctionPartitioner::buildStage(
   SmallVector<Value> returns;
   SmallVector<Layout> returnLayouts;
   for (unsigned i : returnsOf[stage])
-    if (failed(receive(terminator->getOperand(i), nullptr)))
+    if (failed(receive(returnedBy(stage, i), nullptr)))
       return failure();
   sendFar();
   for (unsigned i : returnsOf[stage]) {
-    Value result = terminator->getOperand(i);
+    Value result = returnedBy(stage, i);
     auto param = gradParam.find(i);
     Layout want = param != gradParam.end()
                       ? layouts[function.getArgument(param->second)]
@@ -583,6 +595,8 @@ LogicalResult FunctionPartitioner::buildStage(
                            ParaxDialect::kParamShapeAttrName, ParaxDialect::kLossTermAttrName})
       if (Attribute value = function.getResultAttr(i, name))
         stageFunction.setResultAttr(k, name, value);
+    if (stageParts.count(i))
+      stageFunction.setResultAttr(k, ParaxDialect::kStagePartAttrName, builder.getUnitAttr());
   }
 
   // The schedule, for the runtime.
@@ -605,7 +619,7 @@ LogicalResult FunctionPartitioner::buildStage(
   return success();
 }
 
-void FunctionPartitioner::placeResults(
+LogicalResult FunctionPartitioner::placeResults(
     int64_t stages, const std::map<int64_t, SmallVector<Operation *>> &byStage) {
   for (unsigned i = 0; i < function.getNumResults(); ++i) {
     auto grad = function.getResultAttrOfType<StringAttr>(i, ParaxDialect::kGradAttrName);
@@ -627,14 +641,88 @@ void FunctionPartitioner::placeResults(
       continue;
     }
     gradParam[i] = *param;
+    // A tied weight's parts: every stage holding it must make one (a copy
+    // left without its gradient would drift from the others).
+    auto parts = stageParts.find(i);
+    if (parts != stageParts.end())
+      for (int64_t stage : holders)
+        if (!parts->second.count(stage))
+          return function.emitError("pipeline stage ")
+                 << stage << " reads parameter " << grad
+                 << " but makes no part of its gradient, which other stages make: its copy would not be updated";
     for (int64_t stage : holders)
       returnsOf[stage].push_back(i);
   }
+  return success();
+}
+
+// A weight that several stages read (GPT-2's embedding and head, multi-
+// token prediction's embedding): each of them returns its part of the
+// gradient, the sum of the contributions made there, and the runtime adds
+// the parts once a step, after the microbatches (Megatron-LM's all-reduce
+// of the embedding group's gradients). Until 2026-12-02 the last stage
+// sent its part to the first every microbatch and received the sum back,
+// transfers that interleaved 1F1B could not order.
+LogicalResult FunctionPartitioner::splitTiedGradients(int64_t stages) {
+  if (stages <= 1)
+    return success();
+  Operation *terminator = function.getBody().front().getTerminator();
+  for (unsigned i = 0; i < function.getNumResults(); ++i) {
+    if (!function.getResultAttr(i, ParaxDialect::kGradAttrName))
+      continue;
+    // The contributions: what the adds summing them (each read once) add.
+    Value root = terminator->getOperand(i);
+    SmallVector<Value> leaves, stack = {root};
+    SmallVector<Operation *> adds;
+    while (!stack.empty()) {
+      Value v = stack.pop_back_val();
+      auto add = v.getDefiningOp<AddOp>();
+      if (add && v.hasOneUse() && add.getLhs().getType() == v.getType() &&
+          add.getRhs().getType() == v.getType()) {
+        adds.push_back(add);
+        stack.push_back(add.getRhs());
+        stack.push_back(add.getLhs());
+        continue;
+      }
+      leaves.push_back(v);
+    }
+    std::map<int64_t, SmallVector<Value>> byStage;
+    for (Value leaf : leaves) {
+      if (isa<BlockArgument>(leaf))
+        return function.emitError("the gradient of '")
+               << function.getResultAttr(i, ParaxDialect::kGradAttrName)
+               << "' adds an argument: a gradient is made by ops";
+      byStage[stageOf(leaf.getDefiningOp()) % stages].push_back(leaf);
+    }
+    if (byStage.size() < 2)
+      continue;
+    // Each stage's part: its contributions summed, in their order, after
+    // the last of them (in its virtual stage).
+    for (auto &[stage, terms] : byStage) {
+      Value part = terms[0];
+      Operation *last = terms[0].getDefiningOp();
+      for (Value term : terms)
+        if (last->isBeforeInBlock(term.getDefiningOp()))
+          last = term.getDefiningOp();
+      OpBuilder b(last->getContext());
+      b.setInsertionPointAfter(last);
+      for (Value term : ArrayRef<Value>(terms).drop_front()) {
+        auto add = AddOp::create(b, root.getLoc(), root.getType(), part, term);
+        for (StringRef name : {ParaxDialect::kStageAttrName, ParaxDialect::kLayerAttrName})
+          if (Attribute value = last->getAttr(name))
+            add->setAttr(name, value);
+        part = add;
+      }
+      stageParts[i][stage] = part;
+    }
+    terminator->setOperand(i, stageParts[i].begin()->second);
+    for (Operation *add : adds) // each read by the one before it (the first: by the return)
+      add->erase();
+  }
+  return success();
 }
 
 LogicalResult FunctionPartitioner::run() {
-  if (failed(assignLayouts()))
-    return failure();
   // Stages.
   std::map<int64_t, SmallVector<Operation *>> byStage;
   DenseMap<Value, int64_t> definedIn;
@@ -656,6 +744,8 @@ LogicalResult FunctionPartitioner::run() {
     stages = axis;
     chunks = virtualStages / axis;
   }
+  if (failed(splitTiedGradients(stages)) || failed(assignLayouts()))
+    return failure();
   for (Operation &op : function.getBody().front().without_terminator()) {
     int64_t stage = stageOf(&op) % stages;
     byStage[stage].push_back(&op);
@@ -670,7 +760,8 @@ LogicalResult FunctionPartitioner::run() {
   } else if (byStage.empty()) {
     byStage[0] = {};
   }
-  placeResults(stages, byStage);
+  if (failed(placeResults(stages, byStage)))
+    return failure();
   for (int64_t s = 0; s < stages; ++s)
     if (failed(buildStage(s, stages, byStage, definedIn)))
       return failure();

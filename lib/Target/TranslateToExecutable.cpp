@@ -164,7 +164,7 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
       // Every stage may return results (a training step's gradients come
       // from the stages holding their parameters); each says which result
       // of the program it is, and a split one where its box lies.
-      bool trains = false, numbered = false, terms = false;
+      bool trains = false, numbered = false, terms = false, parts = false;
       for (auto [k, value] : llvm::enumerate(ret.getOperands())) {
         stage.add_outputs(ids.at(value));
         auto result = function.getResultAttrOfType<IntegerAttr>(k, ParaxDialect::kResultAttrName);
@@ -191,11 +191,16 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
         auto term = function.getResultAttrOfType<StringAttr>(k, ParaxDialect::kLossTermAttrName);
         stage.add_output_terms(term ? term.getValue().str() : "");
         terms |= bool(term);
+        bool part = bool(function.getResultAttr(k, ParaxDialect::kStagePartAttrName));
+        stage.add_output_stage_parts(part);
+        parts |= part;
       }
       if (!trains)
         stage.clear_output_grads();
       if (!terms)
         stage.clear_output_terms();
+      if (!parts)
+        stage.clear_output_stage_parts();
       if (!numbered && last)
         stage.clear_output_results(); // the last stage's results in order
       else if (!numbered && ret.getNumOperands() > 0)

@@ -200,6 +200,7 @@ struct CudaExecutor::State {
     float *m = nullptr, *v = nullptr; // AdamW's moments, as `master`
     cudaEvent_t summed = nullptr;     // ZeRO-2: its last reduce-scatter into `sum` done
     void *chunk = nullptr; // ZeRO-3: the parameter's chunk (storage type, `size` values)
+    float *otherParts = nullptr; // a stage's part: the other stages' parts of `share` (updated values each)
   };
   /// Whether slot i's sums are reduced over other ranks (ZeRO's group, or
   /// the replicas), and the count its mean divides by besides microbatches.
@@ -1920,6 +1921,9 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
       return Status::error(what + ": a ZeRO chunk [" + std::to_string(g.begin) + ", " + std::to_string(g.end) +
                            ") of " + std::to_string(g.size) + " that is not rank " + std::to_string(g.index) + " of " +
                            std::to_string(g.members) + "'s of a box of " + std::to_string(slot.n));
+    if (g.partRanks.size() > 1 &&
+        (!s.comm || std::find(g.partRanks.begin(), g.partRanks.end(), s.comm->rank) == g.partRanks.end()))
+      return Status::error(what + ": its gradient's parts are added over ranks this rank is not among");
     if (!slot.shared && (g.begin != 0 || g.end != slot.n))
       return Status::error(what + ": a chunk [" + std::to_string(g.begin) + ", " + std::to_string(g.end) +
                            ") of a box of " + std::to_string(slot.n) + " updated without ZeRO");
@@ -1930,6 +1934,9 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     if (st.isOk()) st = take(&slot.master, slot.updated * 4, what + " (fp32 master)");
     if (st.isOk() && setup.adamw) st = take(&slot.m, slot.updated * 4, what + " (AdamW's first moment)");
     if (st.isOk() && setup.adamw) st = take(&slot.v, slot.updated * 4, what + " (AdamW's second moment)");
+    if (st.isOk() && g.partRanks.size() > 1)
+      st = take(&slot.otherParts, slot.updated * 4 * static_cast<int64_t>(g.partRanks.size() - 1),
+                what + " (the other stages' parts of its gradient)");
     if (!st.isOk()) return st;
     slot.share = slot.shared && !slot.chunkSums ? slot.sum + g.index * g.size : slot.sum;
     // The master's first values: the box's (ZeRO: its chunk).
@@ -2038,6 +2045,40 @@ StatusOr<std::vector<double>> CudaExecutor::averageGradients(int64_t microbatche
   }
   Status awaited = s.awaitIssued();
   if (!awaited.isOk()) return Status::error("the data-parallel gradient reduction: " + awaited.message());
+  // A weight several stages read: each of them adds the others' parts of
+  // its gradient, exchanged in one group (in the order of the results, as
+  // every stage issues them), in stage order.
+  std::vector<int> parts;
+  for (size_t i = 0; i < s.slots.size(); ++i)
+    if (s.slots[i].g.partRanks.size() > 1) parts.push_back(static_cast<int>(i));
+  if (!parts.empty()) {
+    const pxe::Stage &stage = s.host.stageProgram();
+    std::sort(parts.begin(), parts.end(), [&](int a, int b) {
+      return outputResult(stage, s.slots[a].g.output) < outputResult(stage, s.slots[b].g.output);
+    });
+    std::vector<NcclCommunicator::PointToPoint> ops;
+    for (int i : parts) {
+      const State::OptimizerSlot &slot = s.slots[i];
+      const std::vector<int> &ranks = slot.g.partRanks;
+      for (size_t j = 0, other = 0; j < ranks.size(); ++j) {
+        if (ranks[j] == s.comm->rank) continue;
+        ops.push_back({slot.share, static_cast<size_t>(slot.updated), Elem::F32, ranks[j], true});
+        ops.push_back({slot.otherParts + other++ * slot.updated, static_cast<size_t>(slot.updated), Elem::F32,
+                       ranks[j], false});
+      }
+    }
+    Status st = s.comm->exchange(ops, s.stream);
+    if (st.isOk()) st = s.awaitIssued();
+    if (!st.isOk()) return Status::error("the sum of a gradient's parts over the stages holding its weight: " +
+                                         st.message());
+    for (int i : parts) {
+      const State::OptimizerSlot &slot = s.slots[i];
+      const std::vector<int> &ranks = slot.g.partRanks;
+      int at = static_cast<int>(std::find(ranks.begin(), ranks.end(), s.comm->rank) - ranks.begin());
+      PARAX_LAUNCH(sumPartsKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(
+          slot.share, slot.otherParts, slot.updated, static_cast<int>(ranks.size()), at);
+    }
+  }
   // Then their mean, and its sum of squares.
   for (size_t i = 0; i < s.slots.size(); ++i) {
     State::OptimizerSlot &slot = s.slots[i];

@@ -38,6 +38,17 @@ __global__ void stagePartKernel(const T *grad, int64_t n, float *staged, int64_t
 
 // Adds the sum of the squares of x's n values to *total (in double, as the
 // host's global norm sums them).
+// A gradient's parts from `pieces` stages added in stage order into
+// `mine` (stage `at`'s; `others` holds the rest, n values each, in stage
+// order): every stage computes the same sum.
+__global__ void sumPartsKernel(float *mine, const float *others, int64_t n, int pieces, int at) {
+  PARAX_GRID_STRIDE(k, n) {
+    float sum = 0.0f;
+    for (int j = 0; j < pieces; ++j) sum += j == at ? mine[k] : others[(j < at ? j : j - 1) * n + k];
+    mine[k] = sum;
+  }
+}
+
 __global__ void sumOfSquaresKernel(const float *x, int64_t n, double *total) {
   __shared__ double partial[kThreads];
   double s = 0;

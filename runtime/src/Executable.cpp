@@ -105,6 +105,10 @@ int outputResult(const pxe::Stage &stage, int k) {
   return stage.output_results_size() ? stage.output_results(k) : k;
 }
 
+bool isStagePart(const pxe::Stage &stage, int k) {
+  return k < stage.output_stage_parts_size() && stage.output_stage_parts(k);
+}
+
 std::vector<int64_t> wholeShape(const pxe::Buffer &buffer) {
   if (buffer.global_shape_size())
     return {buffer.global_shape().begin(), buffer.global_shape().end()};
@@ -307,11 +311,15 @@ Status checkResultsCovered(const pxe::Executable &exe) {
         return k < st.output_grads_size() ? st.output_grads(k) : std::string();
       };
       if (gradOf(a, first.output) != gradOf(b, other.output) ||
-          wholeShape(a.buffers(a.outputs(first.output))) != wholeShape(b.buffers(b.outputs(other.output))))
+          wholeShape(a.buffers(a.outputs(first.output))) != wholeShape(b.buffers(b.outputs(other.output))) ||
+          isStagePart(a, first.output) != isStagePart(b, other.output))
         return fail("stages[" + std::to_string(other.stage) + "].outputs[" + std::to_string(other.output) + "]",
                     "is result " + std::to_string(r) + " but differs from stage " + std::to_string(first.stage) +
-                        "'s (gradient name or shape)");
+                        "'s (gradient name, shape or being a stage's part)");
     }
+    if (isStagePart(exe.stages(first.stage), first.output) && sources[r].size() < 2)
+      return fail("stages[" + std::to_string(first.stage) + "].outputs[" + std::to_string(first.output) + "]",
+                  "is a stage's part of result " + std::to_string(r) + ", which no other stage returns");
   }
   return Status::ok();
 }
@@ -523,6 +531,13 @@ Status validateExecutable(const pxe::Executable &exe) {
       if (b.shape_size() != 0 || b.dtype() != pxe::F32)
         return fail(where + ".output_terms[" + std::to_string(k) + "]", "a loss term must be an f32 scalar");
     }
+    if (stage.output_stage_parts_size() && stage.output_stage_parts_size() != stage.outputs_size())
+      return fail(where + ".output_stage_parts", std::to_string(stage.output_stage_parts_size()) + " flags for " +
+                                                     std::to_string(stage.outputs_size()) + " outputs");
+    for (int k = 0; k < stage.output_stage_parts_size(); ++k)
+      if (stage.output_stage_parts(k) && (k >= stage.output_grads_size() || stage.output_grads(k).empty()))
+        return fail(where + ".output_stage_parts[" + std::to_string(k) + "]", "a stage's part of what is not a "
+                                                                              "gradient");
     if (Status results = checkOutputResults(exe, s); !results.isOk())
       return results;
   }

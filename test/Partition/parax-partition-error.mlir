@@ -181,3 +181,18 @@ func.func @negative_expert_capacity(%x: tensor<1x4x8xf32>, %w: tensor<1x4x2xf32>
   %y = parax.experts %x, %w, %i, %wg, %wu, %wd : (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<1x4x8xf32>
   return %y : tensor<1x4x8xf32>
 }
+
+// -----
+
+// A weight three stages read whose gradient only two make parts of: the
+// third stage's copy would never be updated.
+parax.grid @g(pp = 3)
+// expected-error @+1 {{pipeline stage 2 reads parameter "w" but makes no part of its gradient, which other stages make: its copy would not be updated}}
+func.func @tied_part_missing(%x: tensor<4x4xf32>, %w: tensor<4x4xf32> {parax.param = "w"})
+    -> (tensor<4x4xf32>, tensor<4x4xf32> {parax.grad = "w"}) {
+  %a = parax.add %x, %w {parax.stage = 0 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %b = parax.add %a, %w {parax.stage = 1 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %c = parax.add %b, %w {parax.stage = 2 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %g = parax.add %a, %b {parax.stage = 1 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %c, %g : tensor<4x4xf32>, tensor<4x4xf32>
+}

@@ -264,17 +264,24 @@ TRAIN = {
     # experts' all-to-alls inside the halves
     "train-mixtral-ep2-pp2-micro2": ("tiny-mixtral", 2, 8, "ep=2,pp=2,dp=1", 4, "f32", [], 0.0, {"micro": 2}),
     # a tied weight on both stages (multi-token prediction's embedding and
-    # head; GPT-2's embedding): the last stage's tail receives the sum the
-    # first stage sends back at the end of its backward half, after the
-    # next microbatch's range
+    # head; GPT-2's embedding): each stage returns its part of the
+    # gradient, the parts added once the step's microbatches have run
     "train-deepseek-v3-mtp-pp2-micro3": ("tiny-deepseek-v3", 2, 8, "pp=2,dp=1", 2, "f32", [], 0.0,
                                          {"micro": 3, "mtp_weight": 0.3}),
-    # ... over four stages: the last stage's gradient of it sent to the
-    # first after the one its neighbour waits for, received by the first
-    # with the gradient that begins its backward half (on its own, later,
-    # it deadlocked here: the last stage's sends wait in one group with its
-    # next range's receives)
+    # ... over four stages (the first and the last hold it)
     "train-gpt2-pp4-micro4": ("tiny-gpt2", 1, 8, "pp=4,dp=1", 4, "f32", [], 0.0, {"micro": 4, "layers": 4}),
+    # ... under interleaved 1F1B (the head on virtual stage 3, the
+    # embedding on 0); with the device optimizer, the parts exchanged and
+    # added on the GPU after the data-parallel all-reduce (ZeRO-2: each
+    # rank's chunk of the sums)
+    "train-gpt2-pp2-chunks2-micro4": ("tiny-gpt2", 1, 8, "pp=2,dp=1,schedule=interleaved,chunks=2", 2, "f32", [],
+                                      0.0, {"micro": 4, "layers": 4}),
+    "train-gpt2-adamw-dp2-pp2-chunks2-micro2": ("tiny-gpt2", 1, 8, "dp=2,pp=2,schedule=interleaved,chunks=2", 4,
+                                                "f32", ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3"],
+                                                0.0, {"micro": 2, "layers": 4}),
+    "train-gpt2-bf16-adamw-dp2-pp2-zero2-micro2": ("tiny-gpt2", 1, 8, "dp=2,pp=2", 4, "bf16",
+                                                   ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3",
+                                                    "--zero-stage", "2"], 0.0, {"micro": 2}),
     # Interleaved 1F1B: each step's receives (a forward and a backward
     # range's) in one group with the step before's sends; four stages of
     # two chunks each, the last chunk's activations wrapping to stage 0.

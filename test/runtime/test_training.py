@@ -468,6 +468,7 @@ INTERLEAVED_PLANS = [
     ("tiny-llama", "pp=2,tp=2,chunks=2", 4, 4, 8),
     ("tiny-llama", "pp=2,dp=2,chunks=2", 4, 4, 16),
     ("tiny-llama", "pp=4,chunks=2", 4, 8, 16),       # the last chunk's activations wrap to stage 0
+    ("tiny-gpt2", "pp=2,chunks=2", 2, 4, 8),
     ("tiny-mixtral", "pp=2,ep=2,chunks=2", 4, 4, 8),  # EP's exchanges inside the chunks
 ]
 

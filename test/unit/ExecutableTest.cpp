@@ -543,6 +543,35 @@ TEST(Executable, AcceptsGradientsReturnedByTheStagesHoldingTheirParameter) {
   EXPECT_EQ(sources[1][0].stage, 0);
 }
 
+// A weight both stages read (a tied embedding and head): each returns its
+// part of the gradient, flagged on both; the runtime adds the parts.
+TEST(Executable, AGradientsPartsAreFlaggedOnEveryStageReturningIt) {
+  auto flagged = [](std::vector<bool> first, std::vector<bool> second) {
+    pxe::Executable exe = gradientsOnTwoStages();
+    for (bool f : first) exe.mutable_stages(0)->add_output_stage_parts(f);
+    for (bool f : second) exe.mutable_stages(1)->add_output_stage_parts(f);
+    return exe;
+  };
+  pxe::Executable exe = flagged({true}, {false, true});
+  Status s = validateExecutable(exe);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_TRUE(isStagePart(exe.stages(0), 0));
+  EXPECT_FALSE(isStagePart(exe.stages(1), 0));
+  EXPECT_TRUE(isStagePart(exe.stages(1), 1));
+  expectRefused(flagged({true}, {false, false}),
+                "stages[1].outputs[1]: is result 1 but differs from stage 0's (gradient name, shape or being a "
+                "stage's part)");
+  expectRefused(flagged({true}, {true}), "stages[1].output_stage_parts: 1 flags for 2 outputs");
+  expectRefused(flagged({true}, {true, true}), "stages[1].output_stage_parts[0]: a stage's part of what is not a "
+                                               "gradient");
+  // A part no other stage returns would never be added to.
+  pxe::Executable alone = flagged({}, {false, true});
+  alone.mutable_stages(0)->clear_outputs();
+  alone.mutable_stages(0)->clear_output_results();
+  alone.mutable_stages(0)->clear_output_grads();
+  expectRefused(alone, "stages[1].outputs[1]: is a stage's part of result 1, which no other stage returns");
+}
+
 TEST(Executable, RefusesAnEarlierStageOutputThatDoesNotSayWhichResult) {
   pxe::Executable exe = gradientsOnTwoStages();
   exe.mutable_stages(0)->clear_output_results();

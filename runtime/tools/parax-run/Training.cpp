@@ -6,6 +6,7 @@
 #include "parax/runtime/Executable.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <set>
 
@@ -131,6 +132,27 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
       if (s == stage_ && k < stage.outputs_size()) shareOf_[k] = {axes, g.members, g.key, MPI_COMM_NULL};
     }
   }
+  // A stage's part of a gradient: the ranks of the stages returning its
+  // result that differ from this one only along "pp".
+  partRanks_.assign(stage.outputs_size(), {});
+  auto sources = resultSources(exe);
+  int ppAxis = -1;
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+    if (exe.grid().axis_names(i) == "pp") ppAxis = i;
+  for (int k = 0; k < stage.outputs_size(); ++k) {
+    if (!runtime::isStagePart(stage, k) || ppAxis < 0) continue;
+    std::set<int> holders;
+    for (const runtime::ResultSource &source : sources[outputResult(stage, k)]) holders.insert(source.stage);
+    for (int s : holders) {
+      std::vector<int64_t> at = coordinatesOf(exe, rank);
+      at[ppAxis] = s;
+      for (int q = 0; q < exe.ranks_size(); ++q)
+        if (coordinatesOf(exe, q) == at) partRanks_[k].push_back(q);
+    }
+    partOutputs_.push_back(k);
+  }
+  std::sort(partOutputs_.begin(), partOutputs_.end(),
+            [&](int a, int b) { return outputResult(stage, a) < outputResult(stage, b); });
   if (!mpi_) return;
   unsigned dpAxes = 0; // (the data-parallel all-reduce's group, without ZeRO)
   for (int i = 0; i < exe.grid().axis_names_size(); ++i)
@@ -202,7 +224,56 @@ Status Training::allReduceOverReplicas(float *data, size_t n) {
   return Status::ok();
 }
 
+Status Training::sumStageParts(std::vector<Tensor> &outputs) {
+  if (!mpi_) return Status::ok();
+  constexpr int kPartTag = 7301; // (apart from the pipeline's transfers)
+  for (int k : partOutputs_) {
+    const std::vector<int> &ranks = partRanks_[k];
+    std::vector<float> &mine = outputs[k].f;
+    if (mine.size() > static_cast<size_t>(INT_MAX))
+      return Status::error("the stages' parts of " + gradOf_[k] + ": more than 2^31 - 1 values");
+    std::vector<std::vector<float>> parts(ranks.size());
+    std::vector<MPI_Request> requests;
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      if (ranks[j] == rank_) continue;
+      parts[j].resize(mine.size());
+      requests.emplace_back();
+      MPI_Irecv(parts[j].data(), static_cast<int>(mine.size()), MPI_FLOAT, ranks[j], kPartTag, MPI_COMM_WORLD,
+                &requests.back());
+      requests.emplace_back();
+      MPI_Isend(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, ranks[j], kPartTag, MPI_COMM_WORLD,
+                &requests.back());
+    }
+    {
+      auto watched = watch("the sum of a gradient's parts over the stages holding its weight (MPI_Isend/MPI_Irecv)");
+      if (MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return Status::error("the sum of the stages' parts of " + gradOf_[k] + " failed");
+    }
+    std::vector<float> sum(mine.size(), 0.0f);
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      const std::vector<float> &part = ranks[j] == rank_ ? mine : parts[j];
+      for (size_t e = 0; e < sum.size(); ++e) sum[e] += part[e];
+    }
+    mine = std::move(sum);
+  }
+  return Status::ok();
+}
+
+Status Training::meanOverReplicas(std::vector<Tensor> &outputs) {
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!isGrad(k)) continue;
+    std::vector<float> &g = outputs[k].f;
+    Status s = allReduceOverReplicas(g.data(), g.size());
+    if (!s.isOk()) return s;
+    float scale = 1.0f / static_cast<float>(replicas_);
+    for (float &v : g) v *= scale;
+  }
+  return Status::ok();
+}
+
 Status Training::averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares) {
+  Status summed = sumStageParts(outputs);
+  if (!summed.isOk()) return summed;
   bool shares = zeroShares && largestShareGroup_ > 1;
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!isGrad(k)) continue;
@@ -275,7 +346,7 @@ std::vector<Training::Update> Training::updates(const OptimizerConfig &config) c
     Chunk c = shares ? chunkOf(k, n) : Chunk{0, n, n};
     const ShareGroup &g = shareOf_[k];
     all.push_back({k, paramOf_[k], c.begin, c.end, c.size, decays(k), shares ? g.axes : 0u, shares ? g.members : 1,
-                   shares ? g.index : 0});
+                   shares ? g.index : 0, partRanks_[k]});
   }
   return all;
 }

@@ -8,7 +8,10 @@
 // reduce-scatter over every rank holding the box: each then updates its
 // share of the box and an all-gather puts it back together), clipped by
 // their global norm,
-// and applied to the rank's parameter boxes (SGD or AdamW, in fp32); the
+// and applied to the rank's parameter boxes (SGD or AdamW, in fp32). A
+// weight several stages read (a tied embedding and head) has a part of its
+// gradient on each of them: the parts are added first, on each of them,
+// in stage order (the same sum everywhere, so the copies stay equal). The
 // writer gathers whole tensors from the boxes (gradients for --output,
 // parameters for --save-weights).
 
@@ -70,11 +73,19 @@ public:
   /// Joins another microbatch's outputs to `into`: gradients added, any
   /// other output's rows appended (a scalar's values collected).
   Status join(std::vector<Tensor> &into, const std::vector<Tensor> &part) const;
-  /// Gradients summed over `micro` microbatches: their mean over those and
-  /// over the data-parallel replicas (every rank takes part). `zeroShares`
-  /// (an optimizer with ZeRO): averaged over the microbatches only; `apply`
-  /// reduce-scatters them over the replicas.
+  /// Gradients summed over `micro` microbatches: the stages' parts added
+  /// (sumStageParts), then their mean over the microbatches and over the
+  /// data-parallel replicas (every rank takes part). `zeroShares` (an
+  /// optimizer with ZeRO): averaged over the microbatches only; `apply`
+  /// reduce-scatters them over the replicas, and `meanOverReplicas` takes
+  /// the replicas' mean for writing.
   Status averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares);
+  Status meanOverReplicas(std::vector<Tensor> &outputs);
+  /// Each gradient that is this stage's part (`output_stage_parts`)
+  /// replaced by the sum of every holding stage's part, in stage order: the
+  /// parts exchanged with the ranks of those stages that share this rank's
+  /// other coordinates, in the order of the results (every rank takes part).
+  Status sumStageParts(std::vector<Tensor> &outputs);
   /// Checks that every gradient output has its parameter's box on this
   /// rank (same name, piece and shape); an error naming the first that
   /// does not. Call once before `apply`.
@@ -97,6 +108,10 @@ public:
     bool decays;
     unsigned axes;           // ZeRO's share group (a mask of grid axes)
     int64_t members, index;  // its ranks, and this rank's place among them
+    // A stage's part of a gradient (a weight several stages read): the
+    // ranks whose parts are added, in stage order, this rank among them
+    // (see sumStageParts); else empty.
+    std::vector<int> partRanks;
   };
   std::vector<Update> updates(const OptimizerConfig &config) const;
   /// Whether the optimizer splits its state (ZeRO, with some box held by
@@ -200,6 +215,10 @@ private:
   int64_t largestShareGroup_ = 1;           // over every stage
   std::vector<std::string> gradOf_;      // per output of this stage: "<name>[@offsets]" or ""
   std::vector<int> paramOf_;             // per gradient output: its parameter's buffer id
+  // Per output that is a stage's part of a gradient: the ranks whose parts
+  // are added (Update::partRanks); and those outputs in result order.
+  std::vector<std::vector<int>> partRanks_;
+  std::vector<int> partOutputs_;
   // Per gradient output: whether its box counts in the global norm here
   // (the first stage and first rank holding it; bindParameters sets it),
   // and whether this stage is the first returning it (under ZeRO each rank

@@ -917,7 +917,7 @@ int main(int argc, char **argv) {
     updates = training->updates(optimizer);
     std::vector<CudaExecutor::Gradient> bound;
     for (const Training::Update &u : updates)
-      bound.push_back({u.output, u.parameter, u.begin, u.end, u.size, u.axes, u.members, u.index});
+      bound.push_back({u.output, u.parameter, u.begin, u.end, u.size, u.axes, u.members, u.index, u.partRanks});
     CudaExecutor::OptimizerSetup setup;
     setup.adamw = optimizer.kind == "adamw";
     setup.replicaAxis = replicaAxis;
@@ -1160,10 +1160,9 @@ int main(int argc, char **argv) {
     // The gradients written: the mean over the microbatches and replicas
     // (with ZeRO each replica has only summed its own microbatches' yet;
     // the device optimizer's are the mean already).
-    if (!trains || (optimizer.zero && !deviceOptimizer)) {
-      s = training->averageGradients(results, trains ? 1 : micro, false);
-      if (!s.isOk()) die(s.message());
-    }
+    if (!trains) s = training->averageGradients(results, micro, false);
+    else if (optimizer.zero && !deviceOptimizer) s = training->meanOverReplicas(results);
+    if (!s.isOk()) die(s.message());
   }
   meanOfScalars(results); // the loss: the mean over the microbatches
 

@@ -231,3 +231,17 @@ func.func @negative_input_on_param(%w: tensor<8xf32> {parax.input = 0 : i64, par
 func.func @negative_loss_term(%x: tensor<f32>) -> (tensor<f32> {parax.loss_term = "router"}) {
   return %x : tensor<f32>
 }
+
+// -----
+
+// expected-error @+1 {{result #0: 'parax.stage_part' is a unit attribute on a gradient ('parax.grad')}}
+func.func @negative_stage_part_not_a_gradient(%x: tensor<4xf32>) -> (tensor<4xf32> {parax.stage_part}) {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{result #0: 'parax.stage_part' is a unit attribute on a gradient ('parax.grad')}}
+func.func @negative_stage_part_value(%x: tensor<4xf32>) -> (tensor<4xf32> {parax.grad = "w", parax.stage_part = 1 : i64}) {
+  return %x : tensor<4xf32>
+}

@@ -361,6 +361,12 @@ LogicalResult ParaxDialect::verifyRegionResultAttribute(Operation *op,
                                   "losses', multi-token prediction's)";
     return success();
   }
+  if (attr.getName().getValue() == kStagePartAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()) || !function.getResultAttr(resultIndex, kGradAttrName))
+      return emitResultError() << "'" << kStagePartAttrName
+                               << "' is a unit attribute on a gradient ('" << kGradAttrName << "')";
+    return success();
+  }
   return emitResultError() << "unknown parax result attribute '"
                            << attr.getName().getValue() << "'";
 }

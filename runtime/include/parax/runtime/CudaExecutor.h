@@ -155,6 +155,10 @@ public:
     // place among them.
     unsigned axes = 0;
     int64_t members = 1, index = 0;
+    // A stage's part of a gradient (a weight several stages read): the
+    // world ranks whose parts are added once a step, in stage order, this
+    // rank among them; else empty.
+    std::vector<int> partRanks;
   };
   struct OptimizerSetup {
     bool adamw = false;   // else SGD (no moments)

@@ -45,6 +45,10 @@ std::vector<int32_t> cacheStateInputs(const pxe::Stage &stage);
 /// without `output_results`: the k-th).
 int outputResult(const pxe::Stage &stage, int k);
 
+/// Whether output `k` of `stage` is the stage's part of a gradient that
+/// several stages return a part of (`output_stage_parts`).
+bool isStagePart(const pxe::Stage &stage, int k);
+
 /// Where the program's results come from: for each result, every stage
 /// output that returns it (or, a gradient in its parameter's split, each
 /// rank's box of it; every stage holding the parameter returns it).

@@ -79,6 +79,12 @@ def Parax_Dialect : Dialect {
     /// weighted losses').
     static constexpr ::llvm::StringLiteral kLossTermAttrName =
         "parax.loss_term";
+    /// On a partitioned stage function's result (a gradient): this stage's
+    /// part of a gradient that every stage returning it returns a part of
+    /// (a weight they all read: a tied embedding and head); the runtime
+    /// adds the parts once a step, after the microbatches.
+    static constexpr ::llvm::StringLiteral kStagePartAttrName =
+        "parax.stage_part";
   }];
 }
 
