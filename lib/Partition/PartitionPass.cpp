@@ -405,12 +405,13 @@ LogicalResult FunctionPartitioner::buildStage(
   // (activations) or the one before (gradients), received in the range
   // that reads it, so that ranges pair up with their peers' in order.
   std::set<std::pair<int64_t, bool>> rangesBegun; // (virtual stage, backward)
-  // Sends to a stage that is not a neighbour (the last stage's gradient of
-  // a weight tied to the first's) wait for this stage's next receive or
-  // its end, after the sends to its neighbours made meanwhile: sent at
-  // once, the last stage would wait for the first stage to take it while
-  // that stage waits for its neighbour's gradient, which the last stage had
-  // not sent yet (with rendezvous sends, forever).
+  // Sends to a stage that is not a neighbour (an earlier stage's new keys
+  // and values, which the last returns; until tied weights' gradients
+  // became stage parts, the last stage's part of one) wait for this
+  // stage's next receive or its end, after the sends to its neighbours
+  // made meanwhile: sent at once, a stage could wait for a far stage to
+  // take it while that stage waits for its neighbour, which waits for
+  // this stage's next send (with rendezvous sends, forever).
   SmallVector<std::pair<Value, int64_t>> farSends;
   Operation *lastTransfer = nullptr; // the send or receive made last
   auto sendFar = [&]() {
@@ -427,11 +428,12 @@ LogicalResult FunctionPartitioner::buildStage(
     while (!local.count(value)) {
       Value next = incoming[from][nextIncoming[from]++];
       Type type = localType(globalType(next), layouts[next], grid);
-      // ... and are received right after the transfer made last (the
-      // first stage's backward pass then begins with them): received
-      // later, on its own, the first stage would wait there while the last
+      // ... and are received right after the transfer made last (with it,
+      // in the group of receives the CUDA backend issues together):
+      // received later, on its own, a stage would wait there while the far
       // stage, whose sends wait for their receives in one group with its
-      // next microbatch's, waits for it (under 1F1B on the CUDA backend).
+      // next microbatch's, waits for it (seen under 1F1B on the CUDA
+      // backend with a tied weight's gradient sent to the first stage).
       OpBuilder::InsertionGuard guard(b);
       if (chunks == 1 && std::abs(from - stage) > 1 && lastTransfer && isa<RecvOp>(lastTransfer))
         b.setInsertionPointAfter(lastTransfer);

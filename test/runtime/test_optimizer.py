@@ -162,6 +162,9 @@ PLANS = [
     ("tiny-llama", "dp=2,tp=2,pp=2", 8, ["--zero", "--clip-grad-norm", "0.5"]),
     ("tiny-gpt2", "tp=2,pp=2,dp=1", 4, []),  # fused QKV in pieces; the tied embedding on both stages
     ("tiny-gpt2", "dp=2,tp=2", 4, ["--zero"]),
+    # the tied embedding's parts added on both stages before ZeRO's
+    # reduce-scatter; the copies stay equal (every stage the same sum)
+    ("tiny-gpt2", "dp=2,pp=2", 4, ["--zero"]),
     # MoE: the experts' stacks updated in their EP boxes (each rank its
     # experts), saved one tensor per expert; DeepSeek-V3's correction bias,
     # which has no gradient, stays as loaded.

@@ -468,14 +468,16 @@ INTERLEAVED_PLANS = [
     ("tiny-llama", "pp=2,tp=2,chunks=2", 4, 4, 8),
     ("tiny-llama", "pp=2,dp=2,chunks=2", 4, 4, 16),
     ("tiny-llama", "pp=4,chunks=2", 4, 8, 16),       # the last chunk's activations wrap to stage 0
-    ("tiny-gpt2", "pp=2,chunks=2", 2, 4, 8),
+    ("tiny-gpt2", "pp=2,chunks=2", 2, 4, 8),         # the tied embedding on virtual stages 0 and 3
+    ("tiny-llama", "pp=2,chunks=2", 2, 4, 8, {"overrides": {"mtp_layers": 1}, "mtp_weight": 0.3}),  # ... and MTP's
     ("tiny-mixtral", "pp=2,ep=2,chunks=2", 4, 4, 8),  # EP's exchanges inside the chunks
 ]
 
 
-@pytest.mark.parametrize("preset,pins,ranks,layers,rows", INTERLEAVED_PLANS,
-                         ids=[f"{p[0][5:]}-{p[1].replace(',', '-').replace('=', '')}" for p in INTERLEAVED_PLANS])
-def test_interleaved_1f1b_gives_one_batchs_gradients(tmp_path, preset, pins, ranks, layers, rows):
+@pytest.mark.parametrize("preset,pins,ranks,layers,rows,options", [p if len(p) > 5 else p + ({},) for p in INTERLEAVED_PLANS],
+                         ids=[f"{p[0][5:]}{'-mtp' if len(p) > 5 else ''}-{p[1].replace(',', '-').replace('=', '')}"
+                              for p in INTERLEAVED_PLANS])
+def test_interleaved_1f1b_gives_one_batchs_gradients(tmp_path, preset, pins, ranks, layers, rows, options):
     """Interleaved 1F1B (Megatron's virtual pipeline): the layers cut into
     pp x chunks virtual stages, virtual stage c on stage c % pp; each stage
     runs its chunks' forward and backward passes in Megatron's order, the
@@ -483,8 +485,8 @@ def test_interleaved_1f1b_gives_one_batchs_gradients(tmp_path, preset, pins, ran
     batch's of all the rows on one rank."""
     pinned = dict(kv.split("=") for kv in pins.split(","))
     pp, chunks, dp = (int(pinned.get(k, 1)) for k in ("pp", "chunks", "dp"))
-    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=rows, layers=layers)
-    whole = Model(str(tmp_path / "whole"), preset, loss=True, batch=rows, layers=layers)
+    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=rows, layers=layers, **options)
+    whole = Model(str(tmp_path / "whole"), preset, loss=True, batch=rows, layers=layers, **options)
     extra = "" if "dp=" in pins else ",dp=1"
     exe = model.compile("chunks", f"train:batch={rows},seq=8,mbs=2,schedule=interleaved,{pins}{extra}", ranks,
                         autodiff=True)
