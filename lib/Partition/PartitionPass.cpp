@@ -638,20 +638,27 @@ LogicalResult FunctionPartitioner::placeResults(
               return llvm::is_contained(op->getOperands(), function.getArgument(*param));
             }))
           holders.push_back(stage);
-    if (holders.empty()) { // not a gradient, or of a parameter nothing reads
-      returnsOf[stages - 1].push_back(i);
-      continue;
-    }
-    gradParam[i] = *param;
-    // A tied weight's parts: every stage holding it must make one (a copy
-    // left without its gradient would drift from the others).
+    // A tied weight's parts: the stages holding it make them, one each (a
+    // copy left without its gradient would drift from the others; a part
+    // made elsewhere would be returned by no stage).
     auto parts = stageParts.find(i);
-    if (parts != stageParts.end())
+    if (parts != stageParts.end()) {
       for (int64_t stage : holders)
         if (!parts->second.count(stage))
           return function.emitError("pipeline stage ")
                  << stage << " reads parameter " << grad
                  << " but makes no part of its gradient, which other stages make: its copy would not be updated";
+      for (const auto &part : parts->second)
+        if (!llvm::is_contained(holders, part.first))
+          return function.emitError("pipeline stage ")
+                 << part.first << " makes a part of the gradient of " << grad
+                 << " but does not read the parameter: no stage would return that part";
+    }
+    if (holders.empty()) { // not a gradient, or of a parameter nothing reads
+      returnsOf[stages - 1].push_back(i);
+      continue;
+    }
+    gradParam[i] = *param;
     for (int64_t stage : holders)
       returnsOf[stage].push_back(i);
   }

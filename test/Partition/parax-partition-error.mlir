@@ -196,3 +196,16 @@ func.func @tied_part_missing(%x: tensor<4x4xf32>, %w: tensor<4x4xf32> {parax.par
   %g = parax.add %a, %b {parax.stage = 1 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   return %c, %g : tensor<4x4xf32>, tensor<4x4xf32>
 }
+
+// -----
+
+// ... and a part made on a stage that does not read the weight.
+parax.grid @g(pp = 2)
+// expected-error @+1 {{pipeline stage 1 makes a part of the gradient of "w" but does not read the parameter: no stage would return that part}}
+func.func @tied_part_elsewhere(%x: tensor<4x4xf32>, %w: tensor<4x4xf32> {parax.param = "w"})
+    -> (tensor<4x4xf32>, tensor<4x4xf32> {parax.grad = "w"}) {
+  %a = parax.add %x, %w {parax.stage = 0 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %b = parax.add %a, %a {parax.stage = 1 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %g = parax.add %a, %b {parax.stage = 1 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %b, %g : tensor<4x4xf32>, tensor<4x4xf32>
+}
