@@ -161,14 +161,16 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
   for (BlockArgument arg : body.getArguments()) {
     if (!function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamAttrName))
       continue;
-    std::optional<int64_t> first;
+    std::optional<int64_t> first, last;
     bool expert = false;
     SmallVector<Value> frontier = {arg};
     while (!frontier.empty()) {
       Value v = frontier.pop_back_val();
       for (Operation *user : v.getUsers()) {
-        if (std::optional<int64_t> layer = getLayer(user))
+        if (std::optional<int64_t> layer = getLayer(user)) {
           first = first ? std::min(*first, *layer) : *layer;
+          last = last ? std::max(*last, *layer) : *layer;
+        }
         expert |= isa<ExpertsOp>(user);
         if (weights.contains(user->getResult(0)))
           frontier.push_back(user->getResult(0));
@@ -176,6 +178,9 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
     }
     if (!first)
       continue;
+    if (!byLayer.empty() && *first == byLayer.begin()->first && *last == byLayer.rbegin()->first &&
+        *first != *last)
+      model.tiedParams += getNumElements(arg.getType());
     paramsOf[*first] += getNumElements(arg.getType());
     paramBytesOf[*first] += getTensorBytes(arg.getType());
     if (expert)

@@ -508,18 +508,29 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                              : zero == 2 ? (m - 1) * slowest + slowestBackward
                                          : slowestBackward;
             double dpExposed = std::max(0.0, sync - overlap);
+            // A weight the first and the last stage both hold (a tied
+            // embedding and head): the two exchange their parts of its
+            // gradient once a step, after the last backward (the runtime's
+            // sumStageParts: fp32, each rank its box, split over tp; ZeRO:
+            // its chunk), between stages pp - 1 apart.
+            double tied = 0;
+            if (pp > 1 && model.tiedParams > 0) {
+              Group ends = makeGroup(cluster, 2, (pp - 1) * tp * cp * ep * dp);
+              tied = collectiveTime(cluster, CollectiveKind::SendRecv,
+                                    4 * model.tiedParams / tp / (zero >= 1 ? sharers : 1), ends);
+            }
             double optimizerParams =
                 zero >= 1 ? denseParams / sharers + expertParams / expertSharers
                           : denseParams + expertParams;
             plan.optimizerTime = 16.0 * optimizerParams /
                                  (cluster.hbmBandwidth * cluster.memoryEfficiency);
-            plan.stepTime = pipeline + ppComm + dpExposed + plan.optimizerTime;
+            plan.stepTime = pipeline + ppComm + tied + dpExposed + plan.optimizerTime;
             plan.computeTime = m * stageCompute;
             plan.bubbleTime = (slots - m) * slowest;
             plan.tpComm = m * stageTp;
             plan.epComm = m * stageEp;
             plan.cpComm = m * stageCp;
-            plan.ppComm = ppComm;
+            plan.ppComm = ppComm + tied;
             plan.dpComm = dpExposed;
             double tokens = double(w.batch) * w.seq;
             plan.tokensPerSecond = tokens / plan.stepTime;

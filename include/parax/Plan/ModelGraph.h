@@ -123,6 +123,10 @@ struct ModelGraph {
   double activeParams = 0;        // per token (routed experts: k of E)
   double forwardFlopsPerToken = 0; // at the IR's sequence length
   int64_t hidden = 0;
+  /// Elements of the weights both the first and the last layer read (a
+  /// tied embedding and head): under PP each of the two stages holds them
+  /// and adds the other's part of their gradient once a step.
+  double tiedParams = 0;
   /// KV cache bytes per token of context at `kvBytes` per element.
   double kvCacheBytesPerToken(int64_t kvBytes) const;
 };
