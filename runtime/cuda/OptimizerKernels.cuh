@@ -36,8 +36,6 @@ __global__ void stagePartKernel(const T *grad, int64_t n, float *staged, int64_t
   }
 }
 
-// Adds the sum of the squares of x's n values to *total (in double, as the
-// host's global norm sums them).
 // A gradient's parts from `pieces` stages added in stage order into
 // `mine` (stage `at`'s; `others` holds the rest, n values each, in stage
 // order): every stage computes the same sum.
@@ -49,6 +47,8 @@ __global__ void sumPartsKernel(float *mine, const float *others, int64_t n, int 
   }
 }
 
+// Adds the sum of the squares of x's n values to *total (in double, as the
+// host's global norm sums them).
 __global__ void sumOfSquaresKernel(const float *x, int64_t n, double *total) {
   __shared__ double partial[kThreads];
   double s = 0;

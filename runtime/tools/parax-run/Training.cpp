@@ -133,22 +133,18 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
     }
   }
   // A stage's part of a gradient: the ranks of the stages returning its
-  // result that differ from this one only along "pp".
+  // result that differ from this one only along "pp" (ranks are in
+  // row-major grid order: stage s's is this rank moved s - stage_ strides).
   partRanks_.assign(stage.outputs_size(), {});
   auto sources = resultSources(exe);
-  int ppAxis = -1;
-  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
-    if (exe.grid().axis_names(i) == "pp") ppAxis = i;
+  int64_t ppStride = 1;
+  int ppAxis = exe.grid().axis_names_size() - 1;
+  for (; ppAxis >= 0 && exe.grid().axis_names(ppAxis) != "pp"; --ppAxis) ppStride *= exe.grid().shape(ppAxis);
   for (int k = 0; k < stage.outputs_size(); ++k) {
-    if (!runtime::isStagePart(stage, k) || ppAxis < 0) continue;
+    if (!runtime::isStagePart(stage, k) || ppAxis < 0) continue; // (parts come from pipeline stages)
     std::set<int> holders;
     for (const runtime::ResultSource &source : sources[outputResult(stage, k)]) holders.insert(source.stage);
-    for (int s : holders) {
-      std::vector<int64_t> at = coordinatesOf(exe, rank);
-      at[ppAxis] = s;
-      for (int q = 0; q < exe.ranks_size(); ++q)
-        if (coordinatesOf(exe, q) == at) partRanks_[k].push_back(q);
-    }
+    for (int s : holders) partRanks_[k].push_back(static_cast<int>(rank + (s - stage_) * ppStride));
     partOutputs_.push_back(k);
   }
   std::sort(partOutputs_.begin(), partOutputs_.end(),
@@ -259,33 +255,26 @@ Status Training::sumStageParts(std::vector<Tensor> &outputs) {
   return Status::ok();
 }
 
-Status Training::meanOverReplicas(std::vector<Tensor> &outputs) {
+Status Training::meanOf(std::vector<Tensor> &outputs, int64_t micro, bool overReplicas) {
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!isGrad(k)) continue;
     std::vector<float> &g = outputs[k].f;
-    Status s = allReduceOverReplicas(g.data(), g.size());
-    if (!s.isOk()) return s;
-    float scale = 1.0f / static_cast<float>(replicas_);
+    if (overReplicas) {
+      Status s = allReduceOverReplicas(g.data(), g.size());
+      if (!s.isOk()) return s;
+    }
+    float scale = 1.0f / static_cast<float>(micro * (overReplicas ? replicas_ : 1));
     for (float &v : g) v *= scale;
   }
   return Status::ok();
 }
 
+Status Training::meanOverReplicas(std::vector<Tensor> &outputs) { return meanOf(outputs, 1, true); }
+
 Status Training::averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares) {
   Status summed = sumStageParts(outputs);
   if (!summed.isOk()) return summed;
-  bool shares = zeroShares && largestShareGroup_ > 1;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    if (!isGrad(k)) continue;
-    std::vector<float> &g = outputs[k].f;
-    if (!shares) {
-      Status s = allReduceOverReplicas(g.data(), g.size());
-      if (!s.isOk()) return s;
-    }
-    float scale = 1.0f / static_cast<float>(micro * (shares ? 1 : replicas_));
-    for (float &v : g) v *= scale;
-  }
-  return Status::ok();
+  return meanOf(outputs, micro, !(zeroShares && largestShareGroup_ > 1));
 }
 
 Status Training::bindParameters(const std::vector<Tensor> &buffers) {

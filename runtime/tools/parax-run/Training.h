@@ -180,6 +180,9 @@ private:
   /// matrix (not a norm's weight or a bias).
   bool decays(int k) const;
   Status allReduceOverReplicas(float *data, size_t n);
+  /// Each gradient divided by `micro`, and with `overReplicas` all-reduced
+  /// over the replicas and divided by them too.
+  Status meanOf(std::vector<Tensor> &outputs, int64_t micro, bool overReplicas);
   /// ZeRO shares the optimizer state of a box over its share group: the
   /// ranks of the stage holding the same box (they differ only along the
   /// grid axes the parameter is neither split nor partial over: dp, and
