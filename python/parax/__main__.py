@@ -303,6 +303,20 @@ def demo():
                  moe_diff < 1e-4 and fell and il_diff < 1e-5) else 1
 
 
+def convert_checkpoint(source, output, shards):
+    """Whole tensors from `source` (any checkpoint load_checkpoint reads)
+    written as one safetensors file, or (`output` ending in '/') as a
+    Hugging Face sharded checkpoint of `shards` files. The whole model
+    passes through this process's memory: an offline conversion."""
+    from .checkpoint import load_checkpoint, save_sharded
+    tensors = load_checkpoint(source)
+    if output.endswith("/") or os.path.isdir(output):
+        save_sharded(output, tensors, shards)
+    else:
+        save_safetensors(output, tensors)
+    print(f"{len(tensors)} tensors, {sum(a.size for a in tensors.values())} values -> {output}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m parax", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -354,11 +368,17 @@ def main(argv=None):
                          ("--weight-decay", float), ("--clip-grad-norm", float), ("--step-rows", int),
                          ("--lr-schedule", str), ("--warmup-steps", int), ("--decay-steps", int), ("--min-lr", float),
                          ("--save-weights", str), ("--losses", str), ("--balance-losses", str),
-                         ("--save-optimizer", str), ("--load-optimizer", str)):
+                         ("--save-optimizer", str), ("--load-optimizer", str), ("--save-format", str)):
         r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
     r.add_argument("--zero", action="store_true", help="with --optimizer adamw: ZeRO-1")
     r.add_argument("--per-token-loss", action="store_true",
                    help="labels ignored (compile --ignore-index): one mean over the step's counted labels")
+    k = sub.add_parser("checkpoint", help="put a checkpoint together as whole tensors: a box-wise one "
+                                          "(run --save-format boxes), a sharded one or a file")
+    k.add_argument("source", help="a .safetensors file, an index (*.json) or a folder holding one")
+    k.add_argument("-o", "--output", required=True,
+                   help="OUT.safetensors, or OUT/ for a Hugging Face sharded checkpoint")
+    k.add_argument("--shards", type=int, default=1, help="with OUT/: how many files")
     sub.add_parser("demo", help="the README's main job")
     args = parser.parse_args(argv)
     try:
@@ -377,15 +397,18 @@ def main(argv=None):
             training = [arg for option in ("--optimizer", "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
                                            "--clip-grad-norm", "--step-rows", "--save-weights", "--losses",
                                            "--balance-losses", "--lr-schedule", "--warmup-steps", "--decay-steps", "--min-lr",
-                                           "--save-optimizer", "--load-optimizer")
+                                           "--save-optimizer", "--load-optimizer", "--save-format")
                         for value in [getattr(args, option[2:].replace("-", "_"))] if value is not None
                         for arg in (option, str(value))] + (["--zero"] if args.zero else []) + \
                 (["--per-token-loss"] if args.per_token_loss else [])
             print(run_model(args.executable, args.weights, args.input, args.output,
                             args.ranks, args.steps, args.generate, args.prefill, sampling, training), end="")
             return 0
+        if args.command == "checkpoint":
+            convert_checkpoint(args.source, args.output, args.shards)
+            return 0
         return demo()
-    except (ToolError, ValueError) as e:
+    except (ToolError, ValueError, OSError, KeyError) as e:
         print(f"parax: error: {e}", file=sys.stderr)
         return 1
 

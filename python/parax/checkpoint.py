@@ -99,17 +99,74 @@ def save_sharded(folder, tensors, shards, dtype="f32"):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
+BOX_INDEX = "boxes.index.json"
+
+
+def save_boxes(folder, boxes, files):
+    """A box-wise checkpoint as parax-run --save-format boxes writes one:
+    `boxes` maps a tensor name to (its whole array, [(start, size, file
+    number)]); box k of file f is stored as "<name>@<start>" in
+    boxes-0000f-of-0000n.safetensors (n = `files`), and boxes.index.json
+    lists every tensor's shape and boxes."""
+    import os
+    os.makedirs(folder, exist_ok=True)
+    parts, index = [{} for _ in range(files)], {}
+    name_of = lambda f: f"boxes-{f + 1:05d}-of-{files:05d}.safetensors"
+    for name, (whole, listed) in boxes.items():
+        entry = index[name] = {"shape": list(whole.shape), "boxes": []}
+        for start, size, f in listed:
+            region = tuple(slice(a, a + n) for a, n in zip(start, size))
+            parts[f][name + "@" + ",".join(map(str, start))] = np.ascontiguousarray(whole[region])
+            entry["boxes"].append({"start": list(start), "size": list(size), "file": name_of(f)})
+    for f, part in enumerate(parts):
+        if part:
+            save_safetensors(os.path.join(folder, name_of(f)), part)
+    with open(os.path.join(folder, BOX_INDEX), "w") as f:
+        json.dump({"format": "parax-boxes", "tensors": index}, f, indent=2)
+
+
+def load_boxes(path):
+    """name -> whole array from a box-wise checkpoint (its index or
+    folder): each tensor put together from its boxes, which must tile it
+    (each element written once)."""
+    import os
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    with open(os.path.join(folder, BOX_INDEX) if os.path.isdir(path) else path) as f:
+        tensors = json.load(f)["tensors"]
+    files, out = {}, {}
+    for name, entry in tensors.items():
+        whole = np.zeros(entry["shape"], dtype=np.float32)
+        written = np.zeros(entry["shape"], dtype=np.int32)
+        for box in entry["boxes"]:
+            if box["file"] not in files:
+                files[box["file"]] = load_safetensors(os.path.join(folder, box["file"]))
+            data = files[box["file"]][name + "@" + ",".join(map(str, box["start"]))]
+            region = tuple(slice(a, a + n) for a, n in zip(box["start"], box["size"]))
+            whole[region] = data
+            written[region] += 1
+        if not (written == 1).all():
+            raise ValueError(f"{path}: the boxes of tensor '{name}' do not tile it")
+        out[name] = whole
+    return out
+
+
 def load_checkpoint(path):
     """name -> array from a .safetensors file, a sharded checkpoint's index,
-    or a folder holding the index (or a lone model.safetensors)."""
+    a box-wise checkpoint's, or a folder holding either (or a lone
+    model.safetensors)."""
     import os
     if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, BOX_INDEX)):
+            return load_boxes(path)
         index = os.path.join(path, INDEX)
         path = index if os.path.exists(index) else os.path.join(path, "model.safetensors")
     if not path.endswith(".json"):
         return load_safetensors(path)
     with open(path) as f:
-        weight_map = json.load(f)["weight_map"]
+        index = json.load(f)
+    if "tensors" in index:
+        return load_boxes(path)
+    weight_map = index["weight_map"]
     folder, out = os.path.dirname(path), {}
     for file in sorted(set(weight_map.values())):
         part = load_safetensors(os.path.join(folder, file))

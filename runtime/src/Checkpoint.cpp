@@ -2,6 +2,7 @@
 
 #include "parax/runtime/Checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -12,17 +13,19 @@
 
 namespace parax::runtime {
 
-namespace {
-
-// A minimal JSON reader for the safetensors header: objects, arrays,
-// strings, numbers; nothing else is needed or accepted.
-struct Json {
+// A minimal JSON reader for the safetensors header and the indexes:
+// objects, arrays, strings, numbers; nothing else is needed or accepted.
+struct detail::Json {
   enum Kind { Object, Array, String, Number } kind = Number;
   std::map<std::string, Json> object;
   std::vector<Json> array;
   std::string string;
   double number = 0;
 };
+
+namespace {
+
+using detail::Json;
 
 class JsonParser {
 public:
@@ -165,13 +168,17 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string &path) 
   ckpt->path_ = path;
   Status s = Status::ok();
   if (isDirectory(path)) {
-    std::string index = path + "/model.safetensors.index.json", single = path + "/model.safetensors";
-    if (exists(index))
+    std::string index = path + "/model.safetensors.index.json", single = path + "/model.safetensors",
+                boxes = path + "/" + kBoxIndexName;
+    if (exists(boxes))
+      s = ckpt->addIndex(boxes);
+    else if (exists(index))
       s = ckpt->addIndex(index);
     else if (exists(single))
       s = ckpt->addFile(single, nullptr);
     else
-      return PARAX_ERROR(path + ": a folder without model.safetensors.index.json or model.safetensors");
+      return PARAX_ERROR(path + ": a folder without model.safetensors.index.json or model.safetensors (nor a "
+                                "box-wise checkpoint's " + kBoxIndexName + ")");
   } else if (endsWith(path, ".json")) {
     s = ckpt->addIndex(path);
   } else {
@@ -182,6 +189,47 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string &path) 
   return ckpt;
 }
 
+namespace {
+
+// A file an index names: a plain name in the index's folder.
+Status plainFileName(const std::string &index, const std::string &file, const std::string &what) {
+  if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+    return PARAX_ERROR(index + ": " + what + " is in '" + file + "', which is not a plain file name in the index's folder");
+  return Status::ok();
+}
+
+std::string folderOf(const std::string &path) {
+  return path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+}
+
+std::string listed(const std::vector<int64_t> &dims) {
+  std::string text = "[";
+  for (int64_t d : dims) text += (text.size() > 1 ? ", " : "") + std::to_string(d);
+  return text + "]";
+}
+
+// A JSON array of integers in [0, 1e12] (a shape or a box's start).
+bool readDims(const Json &value, std::vector<int64_t> &dims) {
+  if (value.kind != Json::Array || value.array.size() > 16) return false;
+  dims.clear();
+  for (const Json &d : value.array) {
+    if (d.kind != Json::Number || !(d.number >= 0) || d.number > 1e12 || d.number != static_cast<int64_t>(d.number))
+      return false;
+    dims.push_back(static_cast<int64_t>(d.number));
+  }
+  return true;
+}
+
+// The elements of `dims`, or -1 past 2^62.
+int64_t volume(const std::vector<int64_t> &dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    if (__builtin_mul_overflow(n, d, &n) || n > (int64_t(1) << 62)) return -1;
+  return n;
+}
+
+} // namespace
+
 Status Checkpoint::addIndex(const std::string &path) {
   StatusOr<std::string> text = readText(path, size_t(1) << 28);
   if (!text.isOk())
@@ -190,19 +238,19 @@ Status Checkpoint::addIndex(const std::string &path) {
   Json root;
   if (!parser.parse(root) || !parser.atEnd() || root.kind != Json::Object)
     return PARAX_ERROR(path + ": not a JSON object");
+  if (root.object.count("tensors"))
+    return addBoxIndex(root, path);
   auto map = root.object.find("weight_map");
   if (map == root.object.end() || map->second.kind != Json::Object)
     return PARAX_ERROR(path + ": no \"weight_map\" object (a sharded checkpoint's index)");
-  std::string folder = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  std::string folder = folderOf(path);
   std::map<std::string, std::set<std::string>> tensorsOf; // shard file -> its tensors
   for (const auto &[name, file] : map->second.object) {
     if (file.kind != Json::String)
       return PARAX_ERROR(path + ": the shard of tensor '" + name + "' is not a file name");
-    const std::string &shard = file.string;
-    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..")
-      return PARAX_ERROR(path + ": shard '" + shard + "' of tensor '" + name +
-                         "' is not a plain file name in the index's folder");
-    tensorsOf[shard].insert(name);
+    if (Status plain = plainFileName(path, file.string, "tensor '" + name + "'"); !plain.isOk())
+      return plain;
+    tensorsOf[file.string].insert(name);
   }
   for (const auto &[shard, names] : tensorsOf) {
     Status s = addFile(folder + "/" + shard, &names);
@@ -211,6 +259,86 @@ Status Checkpoint::addIndex(const std::string &path) {
     for (const std::string &name : names)
       if (!entries_.count(name))
         return PARAX_ERROR(path + ": tensor '" + name + "' is not in its shard " + shard);
+  }
+  return Status::ok();
+}
+
+Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
+  const Json &tensors = root.object.at("tensors");
+  if (tensors.kind != Json::Object)
+    return PARAX_ERROR(path + ": \"tensors\" is not an object (a box-wise checkpoint's index)");
+  std::map<std::string, std::set<std::string>> keysOf; // file -> the boxes' keys in it
+  std::map<std::string, std::string> fileOf;           // key -> its file
+  // Every pair of a tensor's boxes is compared: bound the work a hostile
+  // index can ask for.
+  int64_t pairs = 0;
+  for (const auto &[name, tensor] : tensors.object) {
+    std::string where = path + ": tensor '" + name + "'";
+    auto shape = tensor.object.find("shape");
+    auto boxes = tensor.object.find("boxes");
+    Boxed boxed;
+    if (tensor.kind != Json::Object || shape == tensor.object.end() || !readDims(shape->second, boxed.shape) ||
+        volume(boxed.shape) < 0)
+      return PARAX_ERROR(where + ": no shape (an array of dimensions)");
+    if (boxes == tensor.object.end() || boxes->second.kind != Json::Array)
+      return PARAX_ERROR(where + ": no \"boxes\" array");
+    int64_t covered = 0;
+    for (const Json &b : boxes->second.array) {
+      Box box;
+      auto start = b.object.find("start"), size = b.object.find("size"), file = b.object.find("file");
+      if (b.kind != Json::Object || start == b.object.end() || size == b.object.end() || file == b.object.end() ||
+          !readDims(start->second, box.start) || !readDims(size->second, box.size) ||
+          file->second.kind != Json::String)
+        return PARAX_ERROR(where + ": a box without start, size (arrays of dimensions) and file");
+      bool inside = box.start.size() == boxed.shape.size() && box.size.size() == boxed.shape.size();
+      for (size_t d = 0; inside && d < box.start.size(); ++d)
+        inside = box.start[d] + box.size[d] <= boxed.shape[d];
+      if (!inside)
+        return PARAX_ERROR(where + ": the box at " + listed(box.start) + " of size " + listed(box.size) +
+                           " lies outside its shape " + listed(boxed.shape));
+      for (const Box &other : boxed.boxes) {
+        bool overlap = true;
+        for (size_t d = 0; overlap && d < box.start.size(); ++d)
+          overlap = std::max(box.start[d], other.start[d]) <
+                    std::min(box.start[d] + box.size[d], other.start[d] + other.size[d]);
+        if (overlap)
+          return PARAX_ERROR(where + ": the boxes at " + listed(other.start) + " and " + listed(box.start) +
+                             " overlap");
+      }
+      if ((pairs += static_cast<int64_t>(boxed.boxes.size())) > (int64_t(1) << 26))
+        return PARAX_ERROR(path + ": more boxes than a checkpoint's index may hold");
+      covered += volume(box.size);
+      box.key = boxKey(name, box.start);
+      if (Status plain = plainFileName(path, file->second.string, "box '" + box.key + "'"); !plain.isOk())
+        return plain;
+      keysOf[file->second.string].insert(box.key);
+      fileOf[box.key] = file->second.string;
+      boxed.boxes.push_back(std::move(box));
+    }
+    if (covered != volume(boxed.shape))
+      return PARAX_ERROR(where + ": its boxes cover " + std::to_string(covered) + " of its " +
+                         std::to_string(volume(boxed.shape)) + " elements");
+    boxed_[name] = std::move(boxed);
+  }
+  std::string folder = folderOf(path);
+  for (const auto &[file, keys] : keysOf)
+    if (Status s = addFile(folder + "/" + file, &keys); !s.isOk())
+      return s;
+  for (const auto &[name, boxed] : boxed_) {
+    bool integers = false;
+    for (size_t i = 0; i < boxed.boxes.size(); ++i) {
+      const Box &box = boxed.boxes[i];
+      const Entry *entry = find(box.key);
+      if (!entry)
+        return PARAX_ERROR(path + ": box '" + box.key + "' is not in its file " + fileOf[box.key]);
+      if (entry->shape != box.size)
+        return PARAX_ERROR(path + ": box '" + box.key + "' has shape " + listed(entry->shape) + " in " +
+                           fileOf[box.key] + ", the index says " + listed(box.size));
+      bool isInt = entry->dtype == "I32" || entry->dtype == "I64";
+      if (i && isInt != integers)
+        return PARAX_ERROR(path + ": the boxes of tensor '" + name + "' mix integer and floating-point dtypes");
+      integers = isInt;
+    }
   }
   return Status::ok();
 }
@@ -314,31 +442,62 @@ static bool refines(const std::vector<int64_t> &want, const std::vector<int64_t>
 Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &shape,
                            const std::vector<int64_t> &start,
                            const std::vector<int64_t> &size, Tensor &out) const {
+  auto boxed = boxed_.find(name);
   const Entry *entry = find(name);
-  if (!entry)
+  if (!entry && boxed == boxed_.end())
     return PARAX_ERROR(path_ + ": no tensor '" + name + "' (a missing weight)");
-  if (entry->shape != shape && !refines(shape, entry->shape)) {
-    std::string want, have;
-    for (int64_t d : shape) want += std::to_string(d) + " ";
-    for (int64_t d : entry->shape) have += std::to_string(d) + " ";
-    return PARAX_ERROR(path_ + ": tensor '" + name + "' has shape [ " + have +
-                       "], the executable expects [ " + want + "]");
-  }
-  size_t rank = shape.size();
-  size_t elem = dtypeSize(entry->dtype);
-  const File &file = files_[entry->file];
-  const uint8_t *base = file.map + file.dataOffset + entry->begin;
-  bool isInt = entry->dtype == "I32" || entry->dtype == "I64";
-  out = isInt ? Tensor::ints(size) : Tensor::floats(size);
-  std::vector<int64_t> strides(rank, 1);
-  for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d)
-    strides[d] = strides[d + 1] * shape[d + 1];
-  // Row by row: the box's last dimension is contiguous in the file.
-  int64_t n = out.numel();
-  int64_t inner = rank ? size[rank - 1] : 1;
-  if (n == 0 || inner == 0)
+  const std::vector<int64_t> &have = entry ? entry->shape : boxed->second.shape;
+  // A box-wise tensor's boxes are boxes of its own shape only.
+  if (have != shape && (boxed != boxed_.end() || !refines(shape, have)))
+    return PARAX_ERROR(path_ + ": tensor '" + name + "' has shape " + listed(have) + ", the executable expects " +
+                       listed(shape));
+  if (entry) {
+    bool isInt = entry->dtype == "I32" || entry->dtype == "I64";
+    out = isInt ? Tensor::ints(size) : Tensor::floats(size);
+    copyRegion(*entry, shape, start, size, out, std::vector<int64_t>(size.size(), 0));
     return Status::ok();
-  const std::string &dtype = entry->dtype;
+  }
+  // From every saved box the wanted one overlaps (they tile the tensor).
+  const std::vector<Box> &boxes = boxed->second.boxes;
+  const Entry &first = entries_.at(boxes.front().key);
+  bool isInt = first.dtype == "I32" || first.dtype == "I64";
+  out = isInt ? Tensor::ints(size) : Tensor::floats(size);
+  for (const Box &box : boxes) {
+    std::vector<int64_t> from(shape.size()), part(shape.size()), to(shape.size());
+    bool overlaps = true;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      int64_t lo = std::max(start[d], box.start[d]);
+      int64_t hi = std::min(start[d] + size[d], box.start[d] + box.size[d]);
+      overlaps = overlaps && lo < hi;
+      from[d] = lo - box.start[d];
+      part[d] = hi - lo;
+      to[d] = lo - start[d];
+    }
+    if (overlaps)
+      copyRegion(entries_.at(box.key), box.size, from, part, out, to);
+  }
+  return Status::ok();
+}
+
+void Checkpoint::copyRegion(const Entry &entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &from,
+                            const std::vector<int64_t> &size, Tensor &out, const std::vector<int64_t> &to) const {
+  size_t rank = shape.size();
+  size_t elem = dtypeSize(entry.dtype);
+  const File &file = files_[entry.file];
+  const uint8_t *base = file.map + file.dataOffset + entry.begin;
+  std::vector<int64_t> strides(rank, 1), outStrides(rank, 1);
+  for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
+    strides[d] = strides[d + 1] * shape[d + 1];
+    outStrides[d] = outStrides[d + 1] * out.shape[d + 1];
+  }
+  int64_t rows = 1;
+  for (int64_t d : size) rows *= d;
+  // Row by row: the region's last dimension is contiguous in the file.
+  int64_t inner = rank ? size[rank - 1] : 1;
+  if (rows == 0 || inner == 0)
+    return;
+  rows /= inner;
+  const std::string &dtype = entry.dtype;
   auto convertRow = [&](const uint8_t *p, int64_t k) {
     if (dtype == "F32") {
       std::memcpy(&out.f[k], p, inner * 4);
@@ -360,19 +519,20 @@ Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &
       }
     }
   };
-  std::vector<int64_t> index(rank, 0); // the row's coordinates in the box (last stays 0)
-  for (int64_t k = 0; k < n; k += inner) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < rank; ++d)
-      offset += (start[d] + index[d]) * strides[d];
-    convertRow(base + offset * elem, k);
+  std::vector<int64_t> index(rank, 0); // the row's coordinates in the region (last stays 0)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t offset = 0, at = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      offset += (from[d] + index[d]) * strides[d];
+      at += (to[d] + index[d]) * outStrides[d];
+    }
+    convertRow(base + offset * elem, at);
     for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
       if (++index[d] < size[d])
         break;
       index[d] = 0;
     }
   }
-  return Status::ok();
 }
 
 // The checkpoint name of expert `x` of the stack `name` ("{e}" replaced).
@@ -562,6 +722,70 @@ Status writeSafetensorsIndex(const std::string &folder, const std::map<std::stri
     if (Status plain = plainName(path, name); !plain.isOk())
       return plain;
     out << separator << "    \"" << name << "\": \"" << file << "\"";
+    separator = ",\n";
+  }
+  out << "\n  }\n}\n";
+  return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
+}
+
+std::string boxKey(const std::string &name, const std::vector<int64_t> &start) {
+  std::string key = name + "@";
+  for (size_t d = 0; d < start.size(); ++d) key += (d ? "," : "") + std::to_string(start[d]);
+  return key;
+}
+
+std::string boxFileName(int rank, int ranks) {
+  char name[64];
+  std::snprintf(name, sizeof name, "boxes-%05d-of-%05d.safetensors", rank + 1, ranks);
+  return name;
+}
+
+void putParameterBox(const std::string &name, const std::vector<int64_t> &shape, const std::vector<int64_t> &start,
+                     const std::vector<int64_t> &size, int writer, const Tensor *data, BoxCheckpoint &into) {
+  auto put = [&](const std::string &tensor, std::vector<int64_t> whole, std::vector<int64_t> at,
+                 std::vector<int64_t> extent, const float *values) {
+    if (values) {
+      Tensor box = Tensor::floats(extent);
+      std::copy(values, values + box.numel(), box.f.begin());
+      into.tensors[boxKey(tensor, at)] = std::move(box);
+    }
+    into.records.push_back({tensor, std::move(whole), std::move(at), std::move(extent), writer});
+  };
+  if (name.find("{e}") == std::string::npos || shape.empty()) {
+    put(name, shape, start, size, data ? data->f.data() : nullptr);
+    return;
+  }
+  // A stack of experts: a box of each expert it covers.
+  std::vector<int64_t> inner(shape.begin() + 1, shape.end()), innerStart(start.begin() + 1, start.end()),
+      innerSize(size.begin() + 1, size.end());
+  int64_t perExpert = 1;
+  for (int64_t d : innerSize) perExpert *= d;
+  for (int64_t x = 0; x < size[0]; ++x)
+    put(expertName(name, start[0] + x), inner, innerStart, innerSize,
+        data ? data->f.data() + x * perExpert : nullptr);
+}
+
+Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &records, int ranks) {
+  std::string path = folder + "/" + kBoxIndexName;
+  std::map<std::string, std::vector<const SavedBox *>> byTensor;
+  uint64_t bytes = 0;
+  for (const SavedBox &box : records) {
+    if (Status plain = plainName(path, box.name); !plain.isOk())
+      return plain;
+    byTensor[box.name].push_back(&box);
+    bytes += 4 * static_cast<uint64_t>(volume(box.size));
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out)
+    return PARAX_ERROR(path + ": cannot write");
+  out << "{\n  \"format\": \"parax-boxes\",\n  \"metadata\": {\"total_size\": " << bytes << "},\n  \"tensors\": {";
+  const char *separator = "\n";
+  for (const auto &[name, boxes] : byTensor) {
+    out << separator << "    \"" << name << "\": {\"shape\": " << listed(boxes.front()->shape) << ", \"boxes\": [";
+    for (size_t i = 0; i < boxes.size(); ++i)
+      out << (i ? ",\n" : "\n") << "      {\"start\": " << listed(boxes[i]->start) << ", \"size\": "
+          << listed(boxes[i]->size) << ", \"file\": \"" << boxFileName(boxes[i]->writer, ranks) << "\"}";
+    out << "]}";
     separator = ",\n";
   }
   out << "\n  }\n}\n";

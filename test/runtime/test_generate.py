@@ -705,7 +705,7 @@ def test_absorbed_weights_are_the_checkpoints_read_by_heads(tmp_path):
     save_safetensors(model.checkpoint, weights)
     proc = model.generate(exe, 1, prompt_for(model, 2), 2, expect_ok=False)
     assert proc.returncode != 0
-    assert f"tensor '{name}' has shape [ 24 96 ], the executable expects [ 4 24 24 ]" in proc.stderr + proc.stdout
+    assert f"tensor '{name}' has shape [24, 96], the executable expects [4, 24, 24]" in proc.stderr + proc.stdout
 
 
 def test_builder_refuses_absorbed_attention_where_it_does_not_apply():

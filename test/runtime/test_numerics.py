@@ -274,7 +274,7 @@ def test_fused_weight_of_the_wrong_shape_names_it(tmp_path):
     save_safetensors(model.checkpoint, weights)
     proc = model.run(exe, 2, expect_ok=False)
     assert proc.returncode != 0
-    assert f"tensor '{name}' has shape [ 64 96 ], the executable expects [ 64 192 ]" in proc.stderr, proc.stderr
+    assert f"tensor '{name}' has shape [64, 96], the executable expects [64, 192]" in proc.stderr, proc.stderr
 
 
 def test_wrong_rank_count_is_refused(tmp_path):
@@ -414,13 +414,100 @@ def test_bad_sharded_checkpoint_is_named(tmp_path, damage, message):
     assert message in proc.stderr, proc.stderr
 
 
+def uneven_boxes(weights, files=3):
+    """Each tensor cut into boxes no plan's split matches: dimension 0 at a
+    third and past two thirds, the first piece of a matrix also cut along
+    dimension 1 at a third; the boxes dealt over `files` files."""
+    boxes, k = {}, 0
+    for name, w in sorted(weights.items()):
+        cuts = sorted({0, w.shape[0] // 3, min(w.shape[0], 2 * w.shape[0] // 3 + 1), w.shape[0]})
+        listed = []
+        for lo, hi in zip(cuts, cuts[1:]):
+            if lo == 0 and w.ndim >= 2 and w.shape[1] >= 3:
+                third = w.shape[1] // 3
+                for c0, c1 in ((0, third), (third, w.shape[1])):
+                    listed.append(([lo, c0, *[0] * (w.ndim - 2)], [hi - lo, c1 - c0, *w.shape[2:]], k % files))
+                    k += 1
+            else:
+                listed.append(([lo, *[0] * (w.ndim - 1)], [hi - lo, *w.shape[1:]], k % files))
+                k += 1
+        boxes[name] = (w, listed)
+    return boxes
+
+
+@pytest.mark.parametrize("preset,pins,ranks", [("tiny-llama", None, 1), ("tiny-llama", "tp=2,pp=2,dp=1", 4),
+                                               ("tiny-mixtral", "ep=2,dp=1", 2)],
+                         ids=["llama-single", "llama-tp2-pp2", "mixtral-ep2"])
+def test_box_checkpoint_loads_under_any_split(tmp_path, preset, pins, ranks):
+    """A box-wise checkpoint (boxes.index.json and the boxes' files, here
+    written by numpy with boxes no plan's split matches) gives the logits
+    the single file gives: each rank puts its boxes together from every
+    saved box they overlap; the folder or its index may be given."""
+    from parax.checkpoint import BOX_INDEX, save_boxes
+    model = Model(str(tmp_path), preset)
+    exe = model.compile("model", pins and f"prefill:batch=2,seq=8,{pins}", ranks)
+    want = model.run(exe, ranks)
+    folder = str(tmp_path / "boxes")
+    save_boxes(folder, uneven_boxes(model.weights), 3)
+    for weights in (folder, os.path.join(folder, BOX_INDEX)):
+        model.checkpoint = weights
+        np.testing.assert_array_equal(model.run(exe, ranks), want)
+
+
+def _box(index, name, k=0):
+    return index["tensors"][name]["boxes"][k]
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda index: _box(index, "lm_head.weight").update(start=[200, 0]),
+     "tensor 'lm_head.weight': the box at [200, 0] of size [85, 21] lies outside its shape [256, 64]"),
+    (lambda index: _box(index, "lm_head.weight", 1).update(start=[80, 21]),
+     "tensor 'lm_head.weight': the boxes at [80, 21] and [85, 0] overlap"),
+    (lambda index: index["tensors"]["lm_head.weight"]["boxes"].pop(),
+     "tensor 'lm_head.weight': its boxes cover 10944 of its 16384 elements"),
+    (lambda index: _box(index, "lm_head.weight").update(file="../boxes-00001-of-00003.safetensors"),
+     "box 'lm_head.weight@0,0' is in '../boxes-00001-of-00003.safetensors', which is not a plain file name"),
+    (lambda index: _box(index, "lm_head.weight").update(file="missing.safetensors"),
+     "missing.safetensors: cannot open the checkpoint"),
+    (lambda index: _box(index, "lm_head.weight").update(file=_box(index, "lm_head.weight", 1)["file"]),
+     "box 'lm_head.weight@0,0' is not in its file boxes-0000"),
+    (lambda index: index["tensors"]["lm_head.weight"].update(shape=[256, 64, 1]),
+     "tensor 'lm_head.weight': the box at [0, 0] of size [85, 21] lies outside its shape [256, 64, 1]"),
+    (lambda index: index["tensors"]["lm_head.weight"].pop("boxes"), "tensor 'lm_head.weight': no \"boxes\" array"),
+    (lambda index: index["tensors"].pop("lm_head.weight"), "no tensor 'lm_head.weight' (a missing weight)"),
+    (lambda index: index.update(tensors=[]), "\"tensors\" is not an object"),
+], ids=["outside", "overlap", "gap", "path-outside", "missing-file", "box-not-in-file", "wrong-rank",
+        "no-boxes", "unlisted-tensor", "tensors-not-object"])
+def test_bad_box_checkpoint_is_named(tmp_path, damage, message):
+    """A damaged or hostile box-wise index gets an error naming the tensor
+    and the problem: a box outside its tensor, boxes that overlap or leave
+    a gap (they must tile the tensor), a file outside the index's folder or
+    not there, a box its file does not hold, a tensor the model needs that
+    the index does not list."""
+    import json as _json
+    from parax.checkpoint import BOX_INDEX, save_boxes
+    model = Model(str(tmp_path), "tiny-llama")
+    folder = str(tmp_path / "boxes")
+    save_boxes(folder, uneven_boxes(model.weights), 3)
+    path = os.path.join(folder, BOX_INDEX)
+    with open(path) as f:
+        index = _json.load(f)
+    damage(index)
+    with open(path, "w") as f:
+        _json.dump(index, f)
+    model.checkpoint = folder
+    proc = model.run(model.compile("single"), 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
 def test_a_folder_without_a_checkpoint_is_named(tmp_path):
     model = Model(str(tmp_path), "tiny-llama")
     model.checkpoint = str(tmp_path / "empty")
     os.makedirs(model.checkpoint)
     proc = model.run(model.compile("single"), 1, expect_ok=False)
     assert proc.returncode != 0
-    assert "a folder without model.safetensors.index.json or model.safetensors" in proc.stderr
+    assert "a folder without model.safetensors.index.json or model.safetensors (nor a box-wise" in proc.stderr
 
 
 def test_front_door_demo_runs_end_to_end():

@@ -333,6 +333,61 @@ def test_sharded_checkpoints_are_written_by_every_rank(tmp_path, preset, pins, r
         assert np.abs(resumed[name] - want[name]).max() < SINGLE_TOL, name
 
 
+# (preset, the plan saving: pins, ranks, extra; the plan resuming: pins, ranks; the files written)
+BOX_PLANS = [
+    # ZeRO's state chunks gathered back into their boxes; the dp=1 replica writes nothing
+    ("tiny-llama", ("dp=2,tp=2", 4, ["--zero"]), ("tp=2,pp=2,dp=1", 4), 2),
+    # fused QKV in pieces; the tied embedding, held by both stages, written once
+    ("tiny-gpt2", ("tp=2,pp=2,dp=1", 4, []), (None, 1), 4),
+    # each rank its experts' boxes, one per expert; the dense weights once
+    ("tiny-mixtral", ("ep=2,dp=1", 2, []), ("tp=2,dp=1", 2), 2),
+]
+
+
+@pytest.mark.parametrize("preset,saving,resuming,files", BOX_PLANS, ids=[p[0][5:] for p in BOX_PLANS])
+def test_box_checkpoints_are_written_where_the_boxes_are(tmp_path, preset, saving, resuming, files):
+    """--save-format boxes: each rank writes the parameter and AdamW boxes
+    it holds (the first rank of replica 0 holding each box), nothing
+    gathered; rank 0 writes boxes.index.json. Put back together by numpy
+    (parax.checkpoint.load_boxes, which checks the boxes tile each tensor)
+    they equal the whole tensors the same run saves with --save-format
+    whole, every value once; and two steps resumed from them under another
+    plan (--weights DIR, --load-optimizer DIR: each rank reading its boxes
+    from whichever saved boxes overlap them) equal four steps on one rank."""
+    from parax.checkpoint import BOX_INDEX, load_boxes
+    (pins, ranks, extra), (later_pins, later_ranks) = saving, resuming
+    dp = int(re.search(r"dp=(\d+)", pins).group(1))
+    one = Model(str(tmp_path / "one"), preset, loss=True, batch=2 * dp)
+    want, _, _ = train(one, one.compile("train", autodiff=True), 1, 4, SHARDED_ADAMW)
+    model = Model(str(tmp_path / "saving"), preset, loss=True, batch=2, rows=2 * dp)
+    exe = model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True)
+    single, state_file = str(tmp_path / "single.safetensors"), str(tmp_path / "state.safetensors")
+    weights_dir, state_dir = str(tmp_path / "weights") + "/", str(tmp_path / "state") + "/"
+    settings = [*SHARDED_ADAMW, *extra, "--steps", "2"]
+    model.run(exe, ranks, outputs=0, extra=[*settings, "--save-weights", single, "--save-optimizer", state_file])
+    model.run(exe, ranks, outputs=0, extra=[*settings, "--save-weights", weights_dir, "--save-optimizer", state_dir,
+                                            "--save-format", "boxes"])
+    for folder, file in ((weights_dir, single), (state_dir, state_file)):
+        written = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+        assert written == [f"boxes-{k:05d}-of-{ranks:05d}.safetensors" for k in range(1, files + 1)], written
+        got, whole = load_boxes(folder), load_safetensors(file)
+        assert set(got) == set(whole)
+        for name in whole:
+            np.testing.assert_array_equal(got[name], whole[name], err_msg=name)
+        boxes = {}  # every value written once: the files hold exactly the model's values
+        for f in written:
+            boxes.update(load_safetensors(os.path.join(folder, f)))
+        assert sum(b.size for b in boxes.values()) == sum(w.size for w in whole.values())
+        assert os.path.exists(os.path.join(folder, BOX_INDEX))
+    later = Model(str(tmp_path / "resuming"), preset, loss=True, batch=2 * dp)
+    later.checkpoint = weights_dir
+    later_exe = later.compile("later", later_pins and f"prefill:batch={2 * dp},seq=8,{later_pins}", later_ranks,
+                              autodiff=True)
+    resumed, _, _ = train(later, later_exe, later_ranks, 2, SHARDED_ADAMW + ["--load-optimizer", state_dir])
+    for name in want:
+        assert np.abs(resumed[name] - want[name]).max() < SHARDED_TOL, name
+
+
 def test_bad_optimizer_requests_are_named(tmp_path):
     model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
     train_exe = model.compile("train", autodiff=True)
@@ -358,6 +413,11 @@ def test_bad_optimizer_requests_are_named(tmp_path):
     fails(model, train_exe, ["--optimizer", "sgd", "--save-optimizer", "x"], "SGD has none")
     fails(model, train_exe, ["--optimizer", "sgd", "--lr-schedule", "step"], "--lr-schedule must be")
     fails(model, train_exe, ["--optimizer", "sgd", "--lr", "0.1", "--min-lr", "0.2"], "--min-lr is above --lr")
+    fails(model, train_exe, ["--optimizer", "sgd", "--save-format", "dcp"], "--save-format must be whole or boxes")
+    fails(model, train_exe, ["--optimizer", "sgd", "--save-format", "boxes"], "--save-format boxes: nothing is saved")
+    fails(model, train_exe, ["--optimizer", "sgd", "--save-format", "boxes", "--save-weights", "w.safetensors"],
+          "--save-format boxes writes a folder", "'w.safetensors' is not one")
+    fails(model, train_exe, ["--save-format", "boxes"], "belong to --optimizer")
 
 
 def test_front_door_compiles_and_trains(tmp_path):

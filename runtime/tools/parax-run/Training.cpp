@@ -448,19 +448,27 @@ Status Training::replicaMean(double &value) {
   return Status::ok();
 }
 
+std::vector<std::pair<int, std::vector<int64_t>>> Training::holders(const Item &item) const {
+  const pxe::Buffer &buffer = exe_.stages(item.stage).buffers(item.buffer);
+  std::vector<std::pair<int, std::vector<int64_t>>> boxes;
+  std::vector<std::vector<int64_t>> seen;
+  for (int q = 0; q < exe_.ranks_size(); ++q) {
+    if (coordinate(exe_, q, "pp") != item.stage || coordinate(exe_, q, "dp") != 0) continue;
+    std::vector<int64_t> start = boxStart(exe_, coordinatesOf(exe_, q), buffer);
+    if (std::find(seen.begin(), seen.end(), start) != seen.end()) continue;
+    seen.push_back(start);
+    for (size_t dim = 0; dim < start.size(); ++dim) start[dim] += item.at[dim];
+    boxes.emplace_back(q, std::move(start));
+  }
+  return boxes;
+}
+
 Status Training::gather(const std::vector<Item> &items, std::vector<Tensor> &whole) {
   auto watched = watch("gathering whole tensors from their boxes on the writer");
   for (const Item &item : items) {
     int writer = item.writer;
     const pxe::Buffer &buffer = exe_.stages(item.stage).buffers(item.buffer);
-    // The boxes of replica 0's ranks in the stage, the first rank of each.
-    std::vector<std::vector<int64_t>> seen;
-    for (int q = 0; q < exe_.ranks_size(); ++q) {
-      if (coordinate(exe_, q, "pp") != item.stage || coordinate(exe_, q, "dp") != 0) continue;
-      std::vector<int64_t> start = boxStart(exe_, coordinatesOf(exe_, q), buffer);
-      if (std::find(seen.begin(), seen.end(), start) != seen.end()) continue;
-      seen.push_back(start);
-      for (size_t dim = 0; dim < start.size(); ++dim) start[dim] += item.at[dim];
+    for (const auto &[q, start] : holders(item)) {
       if (q == rank_ && rank_ == writer) {
         placeBox(*item.local, start, whole[item.whole]);
       } else if (q == rank_) {
@@ -499,12 +507,11 @@ Status Training::gatherGradients(const std::vector<Tensor> &outputs, int writer,
   return Status::ok();
 }
 
-Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer,
-                                  std::map<std::string, Tensor> &whole, const std::string &suffix,
-                                  Layout *layout) {
+std::vector<Training::Item> Training::parameterItems(const std::vector<Tensor> &buffers,
+                                                    std::vector<std::string> &names,
+                                                    std::vector<std::vector<int64_t>> &shapes) const {
   std::vector<Item> items;
-  std::vector<std::string> names, pieces;
-  std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::string> pieces;
   for (int s = 0; s < exe_.stages_size(); ++s)
     for (const pxe::Buffer &b : exe_.stages(s).buffers()) {
       if (b.role() != pxe::PARAMETER || b.dtype() == pxe::I32 || b.dtype() == pxe::I64) continue;
@@ -519,6 +526,15 @@ Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer
       for (int d = 0; d < b.param_offset_size(); ++d) at[d] = b.param_offset(d);
       items.push_back({s, b.id(), s == stage_ ? &buffers[b.id()] : nullptr, index, at, 0});
     }
+  return items;
+}
+
+Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer,
+                                  std::map<std::string, Tensor> &whole, const std::string &suffix,
+                                  Layout *layout) {
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<Item> items = parameterItems(buffers, names, shapes);
   // Whole tensor i's writer: `writer`, or (kEveryRank) rank i mod the ranks.
   int ranks = exe_.ranks_size();
   auto writerOfTensor = [&](size_t i) { return writer == kEveryRank ? static_cast<int>(i % ranks) : writer; };
@@ -537,6 +553,19 @@ Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer
     if (writerOfTensor(i) == rank_) runtime::putParameter(names[i] + suffix, std::move(tensors[i]), whole);
   }
   return Status::ok();
+}
+
+void Training::parameterBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
+                              runtime::BoxCheckpoint &into) const {
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const Item &item : parameterItems(buffers, names, shapes)) {
+    const pxe::Buffer &buffer = exe_.stages(item.stage).buffers(item.buffer);
+    std::vector<int64_t> size(buffer.shape().begin(), buffer.shape().end());
+    for (const auto &[q, start] : holders(item))
+      runtime::putParameterBox(names[item.whole] + suffix, shapes[item.whole], start, size, q,
+                               q == rank_ ? item.local : nullptr, into);
+  }
 }
 
 // Each gradient's moment `which` (0: m, 1: v) as its parameter's box, in a
@@ -579,6 +608,20 @@ Status Training::gatherState(int writer, std::map<std::string, Tensor> &whole, L
     step.f[0] = static_cast<float>(step_);
     whole["optimizer.step"] = step;
   }
+  return Status::ok();
+}
+
+Status Training::optimizerStateBoxes(runtime::BoxCheckpoint &into) {
+  if (step_ == 0) return Status::error("--save-optimizer: no optimizer step ran, so there is no state");
+  for (int which = 0; which < 2; ++which) {
+    std::vector<Tensor> boxes;
+    Status s = stateBoxes(which, boxes);
+    if (!s.isOk()) return s;
+    parameterBoxes(boxes, which == 0 ? ".exp_avg" : ".exp_avg_sq", into);
+  }
+  Tensor step = Tensor::floats({1});
+  step.f[0] = static_cast<float>(step_);
+  runtime::putParameterBox("optimizer.step", {1}, {0}, {1}, 0, rank_ == 0 ? &step : nullptr, into);
   return Status::ok();
 }
 

@@ -166,6 +166,15 @@ public:
   /// the parameters, and "optimizer.step" (t, one value; kEveryRank: on
   /// rank 0). Every rank takes part. After `bindParameters`.
   Status gatherState(int writer, std::map<std::string, Tensor> &whole, Layout *layout = nullptr);
+  /// A box-wise checkpoint of the parameters in `buffers` (indexed by
+  /// buffer id; their names + `suffix`): every box of replica 0's ranks
+  /// recorded once (held by the first rank holding it), this rank's own
+  /// with their values. No communication.
+  void parameterBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
+                      runtime::BoxCheckpoint &into) const;
+  /// AdamW's state likewise (gatherState's names; under ZeRO each box's
+  /// chunks gathered back first: every rank takes part).
+  Status optimizerStateBoxes(runtime::BoxCheckpoint &into);
   /// Reads this rank's boxes (its share, under ZeRO) of such a state, to
   /// go on from where it was saved (the next step is t + 1). After
   /// `bindParameters`.
@@ -173,6 +182,13 @@ public:
 
 private:
   struct Item; // a box of a whole tensor, held by some ranks
+  /// The boxes of an item: the first rank of replica 0 holding each, and
+  /// where the box starts in the whole tensor.
+  std::vector<std::pair<int, std::vector<int64_t>>> holders(const Item &item) const;
+  /// An item for every parameter piece (`buffers`: this rank's values),
+  /// once over the stages; `names` and `shapes` get the whole tensors.
+  std::vector<Item> parameterItems(const std::vector<Tensor> &buffers, std::vector<std::string> &names,
+                                   std::vector<std::vector<int64_t>> &shapes) const;
   Status gather(const std::vector<Item> &items, std::vector<Tensor> &whole);
   Status stateBoxes(int which, std::vector<Tensor> &boxes);
   bool ownsBoxIgnoringReplica(int output) const;

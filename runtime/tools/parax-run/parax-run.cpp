@@ -114,6 +114,10 @@ void usage() {
                "  (<name>.exp_avg, <name>.exp_avg_sq) and step count (optimizer.step), to resume\n"
                "  (a folder: sharded likewise). --weights and --load-optimizer read a .safetensors\n"
                "  file, a sharded checkpoint's index (*.index.json) or a folder holding one\n"
+               "  --save-format boxes: --save-weights OUT/ and --save-optimizer S/ write each rank's\n"
+               "  own boxes, nothing gathered (boxes-0000k-of-0000n.safetensors, one a rank holding\n"
+               "  boxes, and boxes.index.json: each tensor's boxes); read back under any plan\n"
+               "  (default: whole, gathered whole tensors)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
@@ -311,6 +315,7 @@ int main(int argc, char **argv) {
   std::string device = "cpu";
   OptimizerConfig optimizer;  // --optimizer and its settings
   std::string saveWeights;    // --save-weights
+  std::string saveFormat = "whole"; // --save-format: whole tensors, or each rank's boxes
   std::string lossesPath;     // --losses
   // The loss terms a training step returns apart (already in its loss):
   // the MoE load-balancing losses' sum, multi-token prediction's weighted
@@ -426,6 +431,12 @@ int main(int argc, char **argv) {
       optimizerSettings = true;
     }
     else if (arg == "--save-weights") saveWeights = value();
+    else if (arg == "--save-format") {
+      saveFormat = value();
+      if (saveFormat != "whole" && saveFormat != "boxes")
+        die("--save-format must be whole or boxes, got '" + saveFormat + "'");
+      optimizerSettings = true;
+    }
     else if (arg == "--losses") lossesPath = value();
     else if (arg == terms[0].flag) terms[0].path = value();
     else if (arg == terms[1].flag) terms[1].path = value();
@@ -495,10 +506,18 @@ int main(int argc, char **argv) {
                   std::any_of(terms.begin(), terms.end(), [](const LossTerm &t) { return !t.path.empty(); })))
     die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
         "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --balance-losses, --mtp-losses, "
-        "--save-optimizer, --load-optimizer and --bias-update-speed belong to --optimizer");
+        "--save-optimizer, --load-optimizer, --save-format and --bias-update-speed belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
     die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
+  if (saveFormat == "boxes") {
+    if (saveWeights.empty() && saveOptimizer.empty())
+      die("--save-format boxes: nothing is saved (--save-weights or --save-optimizer)");
+    for (const std::string *path : {&saveWeights, &saveOptimizer})
+      if (!path->empty() && !isFolderPath(*path))
+        die("--save-format boxes writes a folder (one file a rank and boxes.index.json): '" + *path +
+            "' is not one (end it with '/')");
+  }
   if (zeroGiven && optimizer.zero && optimizer.kind != "adamw")
     die("--zero and --zero-stage split AdamW's states: they need --optimizer adamw");
 #ifndef PARAX_WITH_CUDA
@@ -1248,8 +1267,27 @@ int main(int argc, char **argv) {
   // Weights and optimizer state: one file, gathered whole on the writer;
   // or a folder (a path ending in '/', or an existing folder), a sharded
   // checkpoint each rank writes its share of (whole tensors spread over
-  // the ranks), with rank 0's index.
+  // the ranks), with rank 0's index; or (--save-format boxes) each rank's
+  // own boxes in a file of its own, nothing gathered, with rank 0's index.
+  auto makeFolder = [&](const std::string &path) {
+    std::string folder = path.back() == '/' ? path.substr(0, path.size() - 1) : path;
+    if (::mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) die(folder + ": cannot create the folder");
+    return folder;
+  };
   auto save = [&](const std::string &path, bool state) {
+    if (saveFormat == "boxes") {
+      BoxCheckpoint boxes;
+      Status st = Status::ok();
+      if (state) st = training->optimizerStateBoxes(boxes);
+      else training->parameterBoxes(parameters, "", boxes);
+      if (!st.isOk()) die(st.message());
+      std::string folder = makeFolder(path);
+      int ranks = exe.value().ranks_size();
+      if (!boxes.tensors.empty()) st = writeSafetensors(folder + "/" + boxFileName(rank, ranks), boxes.tensors);
+      if (st.isOk() && rank == 0) st = writeBoxIndex(folder, boxes.records, ranks);
+      if (!st.isOk()) die(st.message());
+      return;
+    }
     bool sharded = isFolderPath(path);
     int to = sharded ? Training::kEveryRank : writerOf(exe.value(), 0);
     std::map<std::string, Tensor> tensors;
@@ -1262,8 +1300,7 @@ int main(int argc, char **argv) {
       if (!st.isOk()) die(st.message());
       return;
     }
-    std::string folder = path.back() == '/' ? path.substr(0, path.size() - 1) : path;
-    if (::mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) die(folder + ": cannot create the folder");
+    std::string folder = makeFolder(path);
     int shards = 0;
     for (const auto &[name, rank] : layout.writer) shards = std::max(shards, rank + 1);
     std::map<std::string, std::string> weightMap;

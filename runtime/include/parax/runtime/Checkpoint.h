@@ -14,12 +14,19 @@
 
 namespace parax::runtime {
 
+namespace detail {
+struct Json; // a parsed JSON value (Checkpoint.cpp)
+} // namespace detail
+
 /// Memory-mapped safetensors weights (validated headers: dtypes F32/BF16/
 /// F16/I32/I64, offsets inside the file, sizes matching shapes): one file,
 /// or a sharded checkpoint as Hugging Face writes it -- an index
 /// (`model.safetensors.index.json`: "weight_map", tensor name -> shard file
 /// in the index's folder) or a folder holding that index (or a lone
-/// `model.safetensors`).
+/// `model.safetensors`); or a box-wise checkpoint (`boxes.index.json`, or
+/// a folder holding it: each tensor's shape and the boxes that tile it,
+/// each box a tensor "<name>@<start>" of one rank's file, as parax-run
+/// `--save-format boxes` writes them), read under any split.
 class Checkpoint {
 public:
   static StatusOr<std::shared_ptr<Checkpoint>> open(const std::string &path);
@@ -36,7 +43,8 @@ public:
   /// Copies the box [start, start + size) of tensor `name` (whole tensor
   /// shape `shape` expected, or a tensor whose dimensions `shape` splits:
   /// [heads * rows, in] read as [heads, rows, in]) into `out` (f32 for
-  /// floats, i32 for integers).
+  /// floats, i32 for integers); of a box-wise checkpoint's tensor, from
+  /// the saved boxes it overlaps.
   Status readBox(const std::string &name, const std::vector<int64_t> &shape,
                  const std::vector<int64_t> &start,
                  const std::vector<int64_t> &size, Tensor &out) const;
@@ -57,11 +65,61 @@ private:
   };
   /// Maps `path` and adds its tensors (those `only` names, when given).
   Status addFile(const std::string &path, const std::set<std::string> *only);
+  /// A sharded checkpoint's index or a box-wise one's.
   Status addIndex(const std::string &path);
+  /// A box-wise checkpoint's index (parsed `root`, read from `path`).
+  Status addBoxIndex(const detail::Json &root, const std::string &path);
+  /// Copies the region [from, from + size) of `entry` (read as `shape`)
+  /// into `out` (of shape `outShape`) at `to`.
+  void copyRegion(const Entry &entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &from,
+                  const std::vector<int64_t> &size, Tensor &out, const std::vector<int64_t> &to) const;
   std::string path_; // what was opened (a file, an index or a folder)
   std::vector<File> files_;
   std::map<std::string, Entry> entries_;
+  /// A box-wise checkpoint's tensors: the whole shape and the boxes that
+  /// tile it (each an entry named by boxKey).
+  struct Box {
+    std::vector<int64_t> start, size;
+    std::string key;
+  };
+  struct Boxed {
+    std::vector<int64_t> shape;
+    std::vector<Box> boxes;
+  };
+  std::map<std::string, Boxed> boxed_;
 };
+
+/// A box of a whole checkpoint tensor, as a box-wise checkpoint's index
+/// records it.
+struct SavedBox {
+  std::string name;                        // the checkpoint tensor
+  std::vector<int64_t> shape, start, size; // its whole shape; the box's start and size
+  int writer = 0;                          // the rank whose file holds it
+};
+/// A box-wise checkpoint's records (every box, on every rank) and this
+/// rank's boxes' values by key.
+struct BoxCheckpoint {
+  std::vector<SavedBox> records;
+  std::map<std::string, Tensor> tensors;
+};
+/// The index of a box-wise checkpoint in its folder.
+inline constexpr const char *kBoxIndexName = "boxes.index.json";
+/// A box's tensor name in its file: "<name>@<start, comma-separated>".
+std::string boxKey(const std::string &name, const std::vector<int64_t> &start);
+/// The file of rank `rank` (from 0) of `ranks` in a box-wise checkpoint:
+/// boxes-00003-of-00008.safetensors.
+std::string boxFileName(int rank, int ranks);
+/// Adds a box [start, start + size) of parameter `name` (whole `shape`;
+/// "{e}" in the name: a stack of experts, recorded as one box per expert
+/// it covers, under the expert's name, as putParameter writes them),
+/// held by rank `writer`, to `into`: its records and, when `data` (its
+/// values) is given, its tensors.
+void putParameterBox(const std::string &name, const std::vector<int64_t> &shape, const std::vector<int64_t> &start,
+                     const std::vector<int64_t> &size, int writer, const Tensor *data, BoxCheckpoint &into);
+/// Writes `folder`/boxes.index.json: every tensor's shape and its boxes
+/// (start, size and the file of the rank holding it, of `ranks`), and
+/// their total bytes (F32).
+Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &records, int ranks);
 
 /// Reads a .npy array (little-endian f4 / i4 / i8, C order).
 StatusOr<Tensor> readNpy(const std::string &path);
