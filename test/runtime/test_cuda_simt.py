@@ -378,6 +378,46 @@ def test_bucket_bytes_must_be_a_positive_count(tmp_path):
                                  env={"PARAX_CUDA_BUCKET_BYTES": bad}, extra=case["options"])
 
 
+def test_box_checkpoints_from_the_device_optimizer(tmp_path):
+    """--save-format boxes on the CUDA backend under ZeRO-3 (the masters
+    and moments kept as each rank's chunks on the device, read back and
+    gathered into the boxes first): numpy puts back together the tensors
+    that --save-format whole writes, and a step resumed from the boxes
+    takes the third step as the straight run did."""
+    from parax.checkpoint import load_boxes, load_safetensors
+    name = "train-llama-bf16-adamw-dp2-tp2-zero3"
+    case_dir, case = prepared_case(name, tmp_path)
+    inputs = [os.path.join(case_dir, p) for p in case["inputs"]]
+
+    def train(tag, steps, save, extra=(), weights=None):
+        losses = os.path.join(case_dir, f"{tag}-losses.npy")
+        _, log = cuda_cases.parax_run(BIN, weights or os.path.join(case_dir, "weights.safetensors"),
+                                      os.path.join(case_dir, case["exe"]), case["ranks"], inputs,
+                                      os.path.join(case_dir, f"{tag}-loss.npy"), "cuda", steps=steps,
+                                      tool="parax-run-simt", extra=case["options"] + ["--losses", losses] +
+                                      [arg for what, path in save for arg in (what, os.path.join(case_dir, path))] +
+                                      list(extra))
+        assert "optimizer on the device" in log and "(ZeRO-3)" in log, log
+        return np.load(losses)
+
+    straight = train("straight", 3, [("--save-weights", "straight.safetensors")])
+    train("whole", 2, [("--save-weights", "whole.safetensors"), ("--save-optimizer", "whole-state.safetensors")])
+    train("boxes", 2, [("--save-weights", "weights/"), ("--save-optimizer", "state/")], ["--save-format", "boxes"])
+    for folder, file in (("weights", "whole.safetensors"), ("state", "whole-state.safetensors")):
+        got, want = load_boxes(os.path.join(case_dir, folder)), load_safetensors(os.path.join(case_dir, file))
+        assert got.keys() == want.keys(), folder
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    resumed = train("resumed", 1, [("--save-weights", "resumed.safetensors")],
+                    ["--load-optimizer", os.path.join(case_dir, "state")], os.path.join(case_dir, "weights"))
+    np.testing.assert_allclose(resumed, straight[-1:], rtol=1e-6, atol=0)
+    want, got = load_safetensors(os.path.join(case_dir, "straight.safetensors")), \
+        load_safetensors(os.path.join(case_dir, "resumed.safetensors"))
+    for key in want:
+        scale = max(1.0, float(np.abs(want[key]).max()))
+        assert float(np.abs(got[key].astype(np.float64) - want[key]).max()) <= 1e-6 * scale, key
+
+
 @pytest.mark.parametrize("name", ["train-llama-bf16-adamw-dp2-pp2-micro3",
                                   "train-llama-bf16-adamw-dp2-pp2-chunks2-micro4"])
 def test_zero3_through_pipeline_ranges(tmp_path, name):

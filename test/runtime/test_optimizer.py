@@ -19,7 +19,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import Model, tool
+from conftest import ROOT, Model, tool
 from parax import reference
 from parax.checkpoint import load_safetensors, save_safetensors
 
@@ -354,7 +354,9 @@ def test_box_checkpoints_are_written_where_the_boxes_are(tmp_path, preset, savin
     whole, every value once; and two steps resumed from them under another
     plan (--weights DIR, --load-optimizer DIR: each rank reading its boxes
     from whichever saved boxes overlap them) equal four steps on one rank."""
-    from parax.checkpoint import BOX_INDEX, load_boxes
+    import subprocess
+    import sys
+    from parax.checkpoint import BOX_INDEX, load_boxes, load_checkpoint
     (pins, ranks, extra), (later_pins, later_ranks) = saving, resuming
     dp = int(re.search(r"dp=(\d+)", pins).group(1))
     one = Model(str(tmp_path / "one"), preset, loss=True, batch=2 * dp)
@@ -379,6 +381,16 @@ def test_box_checkpoints_are_written_where_the_boxes_are(tmp_path, preset, savin
             boxes.update(load_safetensors(os.path.join(folder, f)))
         assert sum(b.size for b in boxes.values()) == sum(w.size for w in whole.values())
         assert os.path.exists(os.path.join(folder, BOX_INDEX))
+    # the front door's offline conversion: one file, and Hugging Face's sharded form
+    for out in (str(tmp_path / "converted.safetensors"), str(tmp_path / "converted") + "/"):
+        proc = subprocess.run([sys.executable, "-m", "parax", "checkpoint", weights_dir, "-o", out, "--shards", "2"],
+                              capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        assert proc.returncode == 0, proc.stderr
+        converted, whole = load_checkpoint(out), load_safetensors(single)
+        assert set(converted) == set(whole)
+        for name in whole:
+            np.testing.assert_array_equal(converted[name], whole[name], err_msg=name)
     later = Model(str(tmp_path / "resuming"), preset, loss=True, batch=2 * dp)
     later.checkpoint = weights_dir
     later_exe = later.compile("later", later_pins and f"prefill:batch={2 * dp},seq=8,{later_pins}", later_ranks,
