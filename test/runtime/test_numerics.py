@@ -397,12 +397,18 @@ def test_bad_sharded_checkpoint_is_named(tmp_path, damage, message):
     outside the index's folder, a shard file that is not there, a tensor
     its shard does not hold, no weight_map, a tensor the model needs that
     the index does not map."""
-    import json as _json
     from parax.checkpoint import INDEX, save_sharded
     model = Model(str(tmp_path), "tiny-llama")
     folder = str(tmp_path / "sharded")
     save_sharded(folder, model.weights, 2)
-    path = os.path.join(folder, INDEX)
+    assert_refused_once_damaged(model, folder, INDEX, damage, message)
+
+
+def assert_refused_once_damaged(model, folder, index_name, damage, message):
+    """`damage` applied to the checkpoint index `folder`/`index_name` (its
+    JSON), the model's run from that folder fails, naming `message`."""
+    import json as _json
+    path = os.path.join(folder, index_name)
     with open(path) as f:
         index = _json.load(f)
     damage(index)
@@ -484,21 +490,11 @@ def test_bad_box_checkpoint_is_named(tmp_path, damage, message):
     a gap (they must tile the tensor), a file outside the index's folder or
     not there, a box its file does not hold, a tensor the model needs that
     the index does not list."""
-    import json as _json
     from parax.checkpoint import BOX_INDEX, save_boxes
     model = Model(str(tmp_path), "tiny-llama")
     folder = str(tmp_path / "boxes")
     save_boxes(folder, uneven_boxes(model.weights), 3)
-    path = os.path.join(folder, BOX_INDEX)
-    with open(path) as f:
-        index = _json.load(f)
-    damage(index)
-    with open(path, "w") as f:
-        _json.dump(index, f)
-    model.checkpoint = folder
-    proc = model.run(model.compile("single"), 1, expect_ok=False)
-    assert proc.returncode != 0
-    assert message in proc.stderr, proc.stderr
+    assert_refused_once_damaged(model, folder, BOX_INDEX, damage, message)
 
 
 def test_a_folder_without_a_checkpoint_is_named(tmp_path):
