@@ -697,6 +697,7 @@ LayerPlan Solver::solve() {
     double weightShare = s.weightFrac / (op.kind == OpClass::Experts ? ctx.ep : 1);
     plan.weightBytes += weightBytes(op) * weightShare;
     plan.weightParams += op.weightParams * weightShare;
+    plan.tiedParams += op.tiedParams * weightShare;
     plan.largestWeightParams = std::max(plan.largestWeightParams, op.largestWeight * weightShare);
     if (op.kind == OpClass::Experts) {
       plan.expertWeightBytes += weightBytes(op) * weightShare;

@@ -158,12 +158,13 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
   // Each parameter belongs to the first layer that reads it (tied weights
   // count once).
   DenseMap<int64_t, double> paramsOf, paramBytesOf, expertParamsOf;
+  DenseSet<Value> tiedWeights; // a tied parameter and the weights made of it
   for (BlockArgument arg : body.getArguments()) {
     if (!function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamAttrName))
       continue;
     std::optional<int64_t> first, last;
     bool expert = false;
-    SmallVector<Value> frontier = {arg};
+    SmallVector<Value> frontier = {arg}, reached = {arg};
     while (!frontier.empty()) {
       Value v = frontier.pop_back_val();
       for (Operation *user : v.getUsers()) {
@@ -172,15 +173,19 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
           last = last ? std::max(*last, *layer) : *layer;
         }
         expert |= isa<ExpertsOp>(user);
-        if (weights.contains(user->getResult(0)))
+        if (weights.contains(user->getResult(0))) {
           frontier.push_back(user->getResult(0));
+          reached.push_back(user->getResult(0));
+        }
       }
     }
     if (!first)
       continue;
     if (!byLayer.empty() && *first == byLayer.begin()->first && *last == byLayer.rbegin()->first &&
-        *first != *last)
+        *first != *last) {
       model.tiedParams += getNumElements(arg.getType());
+      tiedWeights.insert(reached.begin(), reached.end());
+    }
     paramsOf[*first] += getNumElements(arg.getType());
     paramBytesOf[*first] += getTensorBytes(arg.getType());
     if (expert)
@@ -227,6 +232,8 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
           node.weightBytes += getTensorBytes(operand.getType());
           node.weightParams += getNumElements(operand.getType());
           node.largestWeight = std::max<double>(node.largestWeight, getNumElements(operand.getType()));
+          if (tiedWeights.contains(operand))
+            node.tiedParams += getNumElements(operand.getType());
           continue;
         }
         auto defining = layerOf.find(operand);

@@ -160,6 +160,13 @@ private:
   }
   void finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
                     llvm::function_ref<double(int64_t)> inflight);
+  /// Per device, the elements of a weight the first and the last layer
+  /// share (a tied embedding) that both layers' plans count but one
+  /// stage holding both holds once (the larger box): at PP1 that is the
+  /// only stage; under PP the first and last stages each hold a copy.
+  static double heldTwice(const std::vector<const LayerPlan *> &plans, int64_t pp) {
+    return pp == 1 && plans.size() > 1 ? std::min(plans.front()->tiedParams, plans.back()->tiedParams) : 0;
+  }
   void countCollectives(Plan &plan, const std::vector<const LayerPlan *> &plans);
   double modelFlopsPerToken(double contextLen, double queryLen) const;
 };
@@ -377,6 +384,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             ++evaluated;
             // (every field written: the vector is reused, not cleared)
             costs.resize(model.layers.size());
+            double once = heldTwice(plans, pp);
             for (size_t l = 0; l < costs.size(); ++l) {
               const LayerPlan &lp = *plans[l];
               LayerCost &c = costs[l];
@@ -395,13 +403,17 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               c.tpComm = 2 * lp.commTime;
               c.epComm = 2 * a2a;
               c.cpComm = 2 * cpTime;
+              // A tied weight that both the first and this last layer read
+              // is one parameter on a stage holding both: its weight, state
+              // and sync once; its gradient's two parts are both made.
+              double parts = l + 1 == costs.size() ? once : 0;
               c.expertParams = lp.expertParams;
-              c.denseParams = lp.weightParams - lp.expertParams;
+              c.denseParams = lp.weightParams - lp.expertParams - parts;
               double e = model.elementBytes;
               double dense = c.denseParams, expert = c.expertParams;
               double shard = dense / sharers + expert / expertSharers;
               c.weights = zero == 3 ? e * shard : e * (dense + expert);
-              c.gradients = zero >= 2 ? e * shard : e * (dense + expert);
+              c.gradients = (zero >= 2 ? e * shard : e * (dense + expert)) + e * parts;
               // fp32 master, m and v (12 bytes a parameter), and the
               // step's fp32 gradient sums (4: the sums over microbatches
               // that the data-parallel mean and the update read).
@@ -610,6 +622,9 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       }
       if (!ok)
         continue;
+      double once = heldTwice(plans, pp);
+      costs.back().denseParams -= once;
+      costs.back().weights -= once * model.elementBytes;
       double stageTime = 0;
       auto one = [](int64_t) { return 1.0; };
       std::vector<int64_t> starts =

@@ -90,6 +90,9 @@ struct LayerPlan {
   double weightParams = 0;      // per device
   double expertParams = 0;      // per device
   double largestWeightParams = 0; // per device: the largest parameter's box
+  /// Per device: of weightParams, those of a weight the first and the
+  /// last layer share (a tied embedding; ModelGraph.tiedParams).
+  double tiedParams = 0;
   /// Activations kept for backward per microbatch per device, by recompute
   /// policy: none, selective, full (layer inputs only).
   double activationBytes[3] = {0, 0, 0};
