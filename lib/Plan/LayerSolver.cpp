@@ -595,15 +595,17 @@ LayerPlan Solver::solve() {
     return p < 0 ? static_cast<int8_t>(kDead) : static_cast<int8_t>(state[p]);
   };
 
+  // Each state once, as a key of index[i] (whose nodes do not move);
+  // states[i] points at the keys, in the order they were reached.
   std::vector<std::unordered_map<State, int>> index(n + 1);
-  std::vector<std::vector<std::pair<State, Entry>>> states(n + 1);
+  std::vector<std::vector<std::pair<const State *, Entry>>> states(n + 1);
   State start(live[0].size(), static_cast<char>(kDead));
   for (int in : layer.inputs)
     if (position[0][in] >= 0)
       start[position[0][in]] = boundaryLayout(in);
-  states[0].push_back({start, {0, -1, -1}});
-  index[0][start] = 0;
+  states[0].push_back({&index[0].try_emplace(start, 0).first->first, {0, -1, -1}});
 
+  State next; // (one buffer, reused)
   for (int i = 0; i < n; ++i) {
     const OpNode &op = layer.ops[i];
     SmallVector<double> opCost;
@@ -615,13 +617,13 @@ LayerPlan Solver::solve() {
       opCost.push_back(cost);
     }
     for (int si = 0, se = states[i].size(); si < se; ++si) {
-      State state = states[i][si].first;
+      const State &state = *states[i][si].first;
       double base = states[i][si].second.cost;
       for (auto [ci, s] : llvm::enumerate(options[i])) {
         double cost = base + opCost[ci];
         for (auto [k, in] : llvm::enumerate(op.inputs))
           cost += ctx.commWeight * reshard(in, layoutAt(i, state, in), s.in[k]).first;
-        State next(live[i + 1].size(), 0);
+        next.assign(live[i + 1].size(), 0);
         for (auto [p, v] : llvm::enumerate(live[i + 1])) {
           if (definedAt[v] == i)
             next[p] = s.out[llvm::find(op.results, v) - op.results.begin()];
@@ -630,7 +632,7 @@ LayerPlan Solver::solve() {
         }
         auto [it, inserted] = index[i + 1].try_emplace(next, states[i + 1].size());
         if (inserted)
-          states[i + 1].push_back({next, {cost, si, static_cast<int>(ci)}});
+          states[i + 1].push_back({&it->first, {cost, si, static_cast<int>(ci)}});
         else if (cost < states[i + 1][it->second].second.cost)
           states[i + 1][it->second].second = {cost, si, static_cast<int>(ci)};
       }
@@ -646,7 +648,7 @@ LayerPlan Solver::solve() {
     if (!lastLayer)
       for (int out : layer.outputs)
         cost += ctx.commWeight *
-                reshard(out, layoutAt(n, states[n][si].first, out),
+                reshard(out, layoutAt(n, *states[n][si].first, out),
                         boundaryLayout(out))
                     .first;
     if (cost < bestCost) {
@@ -675,7 +677,7 @@ LayerPlan Solver::solve() {
   for (int i = 0; i < n; ++i) {
     const OpNode &op = layer.ops[i];
     const Strategy &s = options[i][choice[i]];
-    const State &state = states[i][stateAt[i]].first;
+    const State &state = *states[i][stateAt[i]].first;
     auto layoutOf = [&](int v) { return layoutAt(i, state, v); };
     plan.strategy.push_back(s.name);
     plan.layouts.push_back(SmallVector<int8_t>(s.out.begin(), s.out.end()));
@@ -749,7 +751,7 @@ LayerPlan Solver::solve() {
   if (!lastLayer)
     for (int out : layer.outputs) {
       auto [commTime, kind] =
-          reshard(out, layoutAt(n, states[n][best].first, out), boundaryLayout(out));
+          reshard(out, layoutAt(n, *states[n][best].first, out), boundaryLayout(out));
       plan.commTime += commTime;
       if (kind)
         plan.collectives.push_back({*kind, fullBytes(out), n});

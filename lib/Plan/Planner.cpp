@@ -84,6 +84,18 @@ private:
   bool hasExperts = false; // some layer routes tokens to experts
   bool shifts = false;     // multi-token prediction's shifted tokens: no cp
   std::map<std::tuple<int, int64_t, int64_t, bool, double, bool, double>, LayerPlan> cache;
+  /// Interleaved 1F1B's activation sets each of `pp` stages holds at
+  /// once with `v` chunks and `m` microbatches (the runtime's schedule,
+  /// runtime::activationsInFlight), computed once a (pp, v, m).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<double>> inFlight;
+  const std::vector<double> &interleavedActivations(int64_t pp, int64_t v, int64_t m) {
+    auto [it, inserted] = inFlight.try_emplace({pp, v, m});
+    if (inserted)
+      for (int64_t stage = 0; stage < pp; ++stage)
+        it->second.push_back(parax::runtime::activationsInFlight(
+            "interleaved", static_cast<int>(stage), static_cast<int>(pp), static_cast<int>(v), m));
+    return it->second;
+  }
   int64_t evaluated = 0;
   // The best objectives of feasible plans so far: a configuration whose
   // lower bound is worse than the top-k-th cannot make the list.
@@ -205,7 +217,10 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
 
 const LayerPlan &Search::layerPlan(size_t layer, const TpContext &ctx) {
   bool last = layer + 1 == model.layers.size();
-  auto key = std::make_tuple(signature[layer], ctx.tp, ctx.ep,
+  // The solver reads ep (and the expert capacity) for experts alone: a
+  // layer without them has one plan whatever the ep degree.
+  bool experts = llvm::any_of(model.layers[layer].ops, [](const OpNode &op) { return op.kind == OpClass::Experts; });
+  auto key = std::make_tuple(signature[layer], ctx.tp, experts ? ctx.ep : 1,
                              ctx.sequenceParallel, ctx.sequences, last, ctx.queryLen);
   auto it = cache.find(key);
   if (it == cache.end())
@@ -365,16 +380,13 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
           // under the schedule parax-run runs (runtime::pipelineSteps),
           // counted as the runtime keeps them -- a slot per microbatch a
           // chunk holds, in microbatches' worth of a stage's layers.
-          std::vector<double> interleavedInFlight;
-          if (sched == Schedule::Interleaved)
-            for (int64_t stage = 0; stage < pp; ++stage)
-              interleavedInFlight.push_back(parax::runtime::activationsInFlight(
-                  "interleaved", static_cast<int>(stage), static_cast<int>(pp), static_cast<int>(v), m));
+          const std::vector<double> *interleavedInFlight =
+              sched == Schedule::Interleaved ? &interleavedActivations(pp, v, m) : nullptr;
           auto inflight = [&](int64_t stage) -> double {
             switch (sched) {
             case Schedule::GPipe: return m;
             case Schedule::OneFOneB: return std::min<int64_t>(m, pp - stage);
-            case Schedule::Interleaved: return interleavedInFlight[stage];
+            case Schedule::Interleaved: return (*interleavedInFlight)[stage];
             }
             return m;
           };
