@@ -102,22 +102,30 @@ def save_sharded(folder, tensors, shards, dtype="f32"):
 BOX_INDEX = "boxes.index.json"
 
 
+def _box_key(name, start, run=None):
+    return name + "@" + ",".join(map(str, start)) + (f"#{run[0]}" if run else "")
+
+
 def save_boxes(folder, boxes, files):
     """A box-wise checkpoint as parax-run --save-format boxes writes one:
     `boxes` maps a tensor name to (its whole array, [(start, size, file
-    number)]); box k of file f is stored as "<name>@<start>" in
-    boxes-0000f-of-0000n.safetensors (n = `files`), and boxes.index.json
-    lists every tensor's shape and boxes."""
+    number[, (begin, end)])]); a box, or the run [begin, end) of its
+    elements in row-major order (a ZeRO chunk), of file f is stored as
+    "<name>@<start>[#<begin>]" in boxes-0000f-of-0000n.safetensors (n =
+    `files`), and boxes.index.json lists every tensor's shape and boxes."""
     import os
     os.makedirs(folder, exist_ok=True)
     parts, index = [{} for _ in range(files)], {}
     name_of = lambda f: f"boxes-{f + 1:05d}-of-{files:05d}.safetensors"
     for name, (whole, listed) in boxes.items():
         entry = index[name] = {"shape": list(whole.shape), "boxes": []}
-        for start, size, f in listed:
+        for start, size, f, *run in listed:
+            run = run[0] if run else None
             region = tuple(slice(a, a + n) for a, n in zip(start, size))
-            parts[f][name + "@" + ",".join(map(str, start))] = np.ascontiguousarray(whole[region])
-            entry["boxes"].append({"start": list(start), "size": list(size), "file": name_of(f)})
+            data = np.ascontiguousarray(whole[region])
+            parts[f][_box_key(name, start, run)] = data.reshape(-1)[run[0]:run[1]].copy() if run else data
+            entry["boxes"].append({"start": list(start), "size": list(size), "file": name_of(f),
+                                   **({"range": list(run)} if run else {})})
     for f, part in enumerate(parts):
         if part:
             save_safetensors(os.path.join(folder, name_of(f)), part)
@@ -127,8 +135,8 @@ def save_boxes(folder, boxes, files):
 
 def load_boxes(path):
     """name -> whole array from a box-wise checkpoint (its index or
-    folder): each tensor put together from its boxes, which must tile it
-    (each element written once)."""
+    folder): each tensor put together from its boxes and runs, which must
+    tile it (each element written once)."""
     import os
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     with open(os.path.join(folder, BOX_INDEX) if os.path.isdir(path) else path) as f:
@@ -140,10 +148,15 @@ def load_boxes(path):
         for box in entry["boxes"]:
             if box["file"] not in files:
                 files[box["file"]] = load_safetensors(os.path.join(folder, box["file"]))
-            data = files[box["file"]][name + "@" + ",".join(map(str, box["start"]))]
+            run = box.get("range")
+            data = files[box["file"]][_box_key(name, box["start"], run)]
             region = tuple(slice(a, a + n) for a, n in zip(box["start"], box["size"]))
-            whole[region] = data
-            written[region] += 1
+            begin, end = run or (0, int(np.prod(box["size"])))
+            values, counts = whole[region].reshape(-1), written[region].reshape(-1)
+            values[begin:end] = data.reshape(-1)
+            counts[begin:end] += 1
+            whole[region] = values.reshape(box["size"])
+            written[region] = counts.reshape(box["size"])
         if not (written == 1).all():
             raise ValueError(f"{path}: the boxes of tensor '{name}' do not tile it")
         out[name] = whole

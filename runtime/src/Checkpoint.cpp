@@ -296,19 +296,36 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
       if (!inside)
         return PARAX_ERROR(where + ": the box at " + listed(box.start) + " of size " + listed(box.size) +
                            " lies outside its shape " + listed(boxed.shape));
+      // A run of the box's elements (a ZeRO chunk), or all of them.
+      box.end = volume(box.size);
+      auto range = b.object.find("range");
+      bool run = range != b.object.end();
+      if (run) {
+        std::vector<int64_t> bounds;
+        if (!readDims(range->second, bounds) || bounds.size() != 2 || bounds[0] >= bounds[1] ||
+            bounds[1] > box.end)
+          return PARAX_ERROR(where + ": the box at " + listed(box.start) + " has a range that is not [begin, end)" +
+                             " within its " + std::to_string(box.end) + " elements");
+        box.begin = bounds[0];
+        box.end = bounds[1];
+      }
       for (const Box &other : boxed.boxes) {
         bool overlap = true;
-        for (size_t d = 0; overlap && d < box.start.size(); ++d)
-          overlap = std::max(box.start[d], other.start[d]) <
-                    std::min(box.start[d] + box.size[d], other.start[d] + other.size[d]);
+        if (other.start == box.start && other.size == box.size) { // runs of one box
+          overlap = std::max(box.begin, other.begin) < std::min(box.end, other.end);
+        } else {
+          for (size_t d = 0; overlap && d < box.start.size(); ++d)
+            overlap = std::max(box.start[d], other.start[d]) <
+                      std::min(box.start[d] + box.size[d], other.start[d] + other.size[d]);
+        }
         if (overlap)
           return PARAX_ERROR(where + ": the boxes at " + listed(other.start) + " and " + listed(box.start) +
                              " overlap");
       }
       if ((pairs += static_cast<int64_t>(boxed.boxes.size())) > (int64_t(1) << 26))
         return PARAX_ERROR(path + ": more boxes than a checkpoint's index may hold");
-      covered += volume(box.size);
-      box.key = boxKey(name, box.start);
+      covered += box.end - box.begin;
+      box.key = SavedBox{name, {}, box.start, box.size, 0, box.begin, run ? box.end : -1}.key();
       if (Status plain = plainFileName(path, file->second.string, "box '" + box.key + "'"); !plain.isOk())
         return plain;
       keysOf[file->second.string].insert(box.key);
@@ -331,9 +348,11 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
       const Entry *entry = find(box.key);
       if (!entry)
         return PARAX_ERROR(path + ": box '" + box.key + "' is not in its file " + fileOf[box.key]);
-      if (entry->shape != box.size)
+      std::vector<int64_t> stored = box.key.find('#') == std::string::npos ? box.size
+                                                                            : std::vector<int64_t>{box.end - box.begin};
+      if (entry->shape != stored)
         return PARAX_ERROR(path + ": box '" + box.key + "' has shape " + listed(entry->shape) + " in " +
-                           fileOf[box.key] + ", the index says " + listed(box.size));
+                           fileOf[box.key] + ", the index says " + listed(stored));
       bool isInt = entry->dtype == "I32" || entry->dtype == "I64";
       if (i && isInt != integers)
         return PARAX_ERROR(path + ": the boxes of tensor '" + name + "' mix integer and floating-point dtypes");
@@ -474,13 +493,14 @@ Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &
       to[d] = lo - start[d];
     }
     if (overlaps)
-      copyRegion(entries_.at(box.key), box.size, from, part, out, to);
+      copyRegion(entries_.at(box.key), box.size, from, part, out, to, box.begin, box.end);
   }
   return Status::ok();
 }
 
 void Checkpoint::copyRegion(const Entry &entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &from,
-                            const std::vector<int64_t> &size, Tensor &out, const std::vector<int64_t> &to) const {
+                            const std::vector<int64_t> &size, Tensor &out, const std::vector<int64_t> &to,
+                            int64_t begin, int64_t end) const {
   size_t rank = shape.size();
   size_t elem = dtypeSize(entry.dtype);
   const File &file = files_[entry.file];
@@ -498,21 +518,21 @@ void Checkpoint::copyRegion(const Entry &entry, const std::vector<int64_t> &shap
     return;
   rows /= inner;
   const std::string &dtype = entry.dtype;
-  auto convertRow = [&](const uint8_t *p, int64_t k) {
+  auto convert = [&](const uint8_t *p, int64_t k, int64_t count) {
     if (dtype == "F32") {
-      std::memcpy(&out.f[k], p, inner * 4);
+      std::memcpy(&out.f[k], p, count * 4);
     } else if (dtype == "BF16") {
-      for (int64_t j = 0; j < inner; ++j, p += 2) {
+      for (int64_t j = 0; j < count; ++j, p += 2) {
         uint32_t bits = uint32_t(p[0] | (p[1] << 8)) << 16;
         std::memcpy(&out.f[k + j], &bits, 4);
       }
     } else if (dtype == "F16") {
-      for (int64_t j = 0; j < inner; ++j, p += 2)
+      for (int64_t j = 0; j < count; ++j, p += 2)
         out.f[k + j] = halfToFloat(uint16_t(p[0] | (p[1] << 8)));
     } else if (dtype == "I32") {
-      std::memcpy(&out.i[k], p, inner * 4);
+      std::memcpy(&out.i[k], p, count * 4);
     } else {
-      for (int64_t j = 0; j < inner; ++j, p += 8) {
+      for (int64_t j = 0; j < count; ++j, p += 8) {
         int64_t v;
         std::memcpy(&v, p, 8);
         out.i[k + j] = static_cast<int32_t>(v);
@@ -526,7 +546,10 @@ void Checkpoint::copyRegion(const Entry &entry, const std::vector<int64_t> &shap
       offset += (from[d] + index[d]) * strides[d];
       at += (to[d] + index[d]) * outStrides[d];
     }
-    convertRow(base + offset * elem, at);
+    // The part of the row the entry holds.
+    int64_t lo = std::max(offset, begin), hi = std::min(offset + inner, end);
+    if (lo < hi)
+      convert(base + (lo - begin) * elem, at + (lo - offset), hi - lo);
     for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
       if (++index[d] < size[d])
         break;
@@ -740,29 +763,45 @@ std::string boxFileName(int rank, int ranks) {
   return name;
 }
 
+std::string SavedBox::key() const {
+  return boxKey(name, start) + (end >= 0 ? "#" + std::to_string(begin) : "");
+}
+
 void putParameterBox(const std::string &name, const std::vector<int64_t> &shape, const std::vector<int64_t> &start,
-                     const std::vector<int64_t> &size, int writer, const Tensor *data, BoxCheckpoint &into) {
+                     const std::vector<int64_t> &size, int writer, const float *data, BoxCheckpoint &into,
+                     int64_t begin, int64_t end) {
+  // A box (or the run [first, last) of its elements) and its values.
   auto put = [&](const std::string &tensor, std::vector<int64_t> whole, std::vector<int64_t> at,
-                 std::vector<int64_t> extent, const float *values) {
+                 std::vector<int64_t> extent, int64_t first, int64_t last, const float *values) {
+    SavedBox box{tensor, std::move(whole), std::move(at), std::move(extent), writer, first, last};
     if (values) {
-      Tensor box = Tensor::floats(extent);
-      std::copy(values, values + box.numel(), box.f.begin());
-      into.tensors[boxKey(tensor, at)] = std::move(box);
+      Tensor t = Tensor::floats(last >= 0 ? std::vector<int64_t>{last - first} : box.size);
+      std::copy(values, values + t.numel(), t.f.begin());
+      into.tensors[box.key()] = std::move(t);
     }
-    into.records.push_back({tensor, std::move(whole), std::move(at), std::move(extent), writer});
+    into.records.push_back(std::move(box));
   };
   if (name.find("{e}") == std::string::npos || shape.empty()) {
-    put(name, shape, start, size, data ? data->f.data() : nullptr);
+    put(name, shape, start, size, begin, end, data);
     return;
   }
-  // A stack of experts: a box of each expert it covers.
+  // A stack of experts: a box of each expert it covers (a run: its part
+  // of each expert's elements).
   std::vector<int64_t> inner(shape.begin() + 1, shape.end()), innerStart(start.begin() + 1, start.end()),
       innerSize(size.begin() + 1, size.end());
   int64_t perExpert = 1;
   for (int64_t d : innerSize) perExpert *= d;
-  for (int64_t x = 0; x < size[0]; ++x)
-    put(expertName(name, start[0] + x), inner, innerStart, innerSize,
-        data ? data->f.data() + x * perExpert : nullptr);
+  for (int64_t x = 0; x < size[0]; ++x) {
+    int64_t first = x * perExpert, last = first + perExpert; // the expert's elements in the box
+    if (end >= 0) {
+      first = std::max(first, begin);
+      last = std::min(last, end);
+      if (first >= last) continue;
+    }
+    bool whole = end < 0 || (first == x * perExpert && last == first + perExpert);
+    put(expertName(name, start[0] + x), inner, innerStart, innerSize, whole ? 0 : first - x * perExpert,
+        whole ? -1 : last - x * perExpert, data ? data + (first - (end >= 0 ? begin : 0)) : nullptr);
+  }
 }
 
 Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &records, int ranks) {
@@ -773,7 +812,7 @@ Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &rec
     if (Status plain = plainName(path, box.name); !plain.isOk())
       return plain;
     byTensor[box.name].push_back(&box);
-    bytes += 4 * static_cast<uint64_t>(volume(box.size));
+    bytes += 4 * static_cast<uint64_t>(box.end >= 0 ? box.end - box.begin : volume(box.size));
   }
   std::ofstream out(path, std::ios::binary);
   if (!out)
@@ -782,9 +821,13 @@ Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &rec
   const char *separator = "\n";
   for (const auto &[name, boxes] : byTensor) {
     out << separator << "    \"" << name << "\": {\"shape\": " << listed(boxes.front()->shape) << ", \"boxes\": [";
-    for (size_t i = 0; i < boxes.size(); ++i)
+    for (size_t i = 0; i < boxes.size(); ++i) {
       out << (i ? ",\n" : "\n") << "      {\"start\": " << listed(boxes[i]->start) << ", \"size\": "
-          << listed(boxes[i]->size) << ", \"file\": \"" << boxFileName(boxes[i]->writer, ranks) << "\"}";
+          << listed(boxes[i]->size);
+      if (boxes[i]->end >= 0)
+        out << ", \"range\": " << listed({boxes[i]->begin, boxes[i]->end});
+      out << ", \"file\": \"" << boxFileName(boxes[i]->writer, ranks) << "\"}";
+    }
     out << "]}";
     separator = ",\n";
   }

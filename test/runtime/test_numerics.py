@@ -423,19 +423,28 @@ def assert_refused_once_damaged(model, folder, index_name, damage, message):
 def uneven_boxes(weights, files=3):
     """Each tensor cut into boxes no plan's split matches: dimension 0 at a
     third and past two thirds, the first piece of a matrix also cut along
-    dimension 1 at a third; the boxes dealt over `files` files."""
+    dimension 1 at a third, the last piece held as two runs of its
+    elements (as ZeRO's chunks are: row-major, cut at 7/13 of them); the
+    boxes dealt over `files` files."""
     boxes, k = {}, 0
     for name, w in sorted(weights.items()):
         cuts = sorted({0, w.shape[0] // 3, min(w.shape[0], 2 * w.shape[0] // 3 + 1), w.shape[0]})
         listed = []
         for lo, hi in zip(cuts, cuts[1:]):
+            start, size = [lo, *[0] * (w.ndim - 1)], [hi - lo, *w.shape[1:]]
             if lo == 0 and w.ndim >= 2 and w.shape[1] >= 3:
                 third = w.shape[1] // 3
                 for c0, c1 in ((0, third), (third, w.shape[1])):
                     listed.append(([lo, c0, *[0] * (w.ndim - 2)], [hi - lo, c1 - c0, *w.shape[2:]], k % files))
                     k += 1
+            elif hi == w.shape[0] and int(np.prod(size)) >= 2:
+                n = int(np.prod(size))
+                cut = max(1, 7 * n // 13)
+                for run in ((0, cut), (cut, n)):
+                    listed.append((start, size, k % files, run))
+                    k += 1
             else:
-                listed.append(([lo, *[0] * (w.ndim - 1)], [hi - lo, *w.shape[1:]], k % files))
+                listed.append((start, size, k % files))
                 k += 1
         boxes[name] = (w, listed)
     return boxes
@@ -446,9 +455,10 @@ def uneven_boxes(weights, files=3):
                          ids=["llama-single", "llama-tp2-pp2", "mixtral-ep2"])
 def test_box_checkpoint_loads_under_any_split(tmp_path, preset, pins, ranks):
     """A box-wise checkpoint (boxes.index.json and the boxes' files, here
-    written by numpy with boxes no plan's split matches) gives the logits
-    the single file gives: each rank puts its boxes together from every
-    saved box they overlap; the folder or its index may be given."""
+    written by numpy with boxes no plan's split matches, some held as runs
+    of their elements) gives the logits the single file gives: each rank
+    puts its boxes together from every saved box they overlap; the folder
+    or its index may be given."""
     from parax.checkpoint import BOX_INDEX, save_boxes
     model = Model(str(tmp_path), preset)
     exe = model.compile("model", pins and f"prefill:batch=2,seq=8,{pins}", ranks)
@@ -470,7 +480,7 @@ def _box(index, name, k=0):
     (lambda index: _box(index, "lm_head.weight", 1).update(start=[80, 21]),
      "tensor 'lm_head.weight': the boxes at [80, 21] and [85, 0] overlap"),
     (lambda index: index["tensors"]["lm_head.weight"]["boxes"].pop(),
-     "tensor 'lm_head.weight': its boxes cover 10944 of its 16384 elements"),
+     "tensor 'lm_head.weight': its boxes cover 13873 of its 16384 elements"),
     (lambda index: _box(index, "lm_head.weight").update(file="../boxes-00001-of-00003.safetensors"),
      "box 'lm_head.weight@0,0' is in '../boxes-00001-of-00003.safetensors', which is not a plain file name"),
     (lambda index: _box(index, "lm_head.weight").update(file="missing.safetensors"),
@@ -482,13 +492,21 @@ def _box(index, name, k=0):
     (lambda index: index["tensors"]["lm_head.weight"].pop("boxes"), "tensor 'lm_head.weight': no \"boxes\" array"),
     (lambda index: index["tensors"].pop("lm_head.weight"), "no tensor 'lm_head.weight' (a missing weight)"),
     (lambda index: index.update(tensors=[]), "\"tensors\" is not an object"),
+    (lambda index: _box(index, "lm_head.weight", 4).update(range=[2000, 6000]),
+     "tensor 'lm_head.weight': the box at [171, 0] has a range that is not [begin, end) within its 5440 elements"),
+    (lambda index: _box(index, "lm_head.weight", 4).update(range=[2000, 5440]),
+     "tensor 'lm_head.weight': the boxes at [171, 0] and [171, 0] overlap"),
+    (lambda index: (_box(index, "lm_head.weight", 3).update(range=[0, 2928]),
+                    _box(index, "lm_head.weight", 4).update(range=[2928, 5440])),
+     "box 'lm_head.weight@171,0#0' has shape [2929] in boxes-"),
 ], ids=["outside", "overlap", "gap", "path-outside", "missing-file", "box-not-in-file", "wrong-rank",
-        "no-boxes", "unlisted-tensor", "tensors-not-object"])
+        "no-boxes", "unlisted-tensor", "tensors-not-object", "range-outside", "runs-overlap", "run-moved"])
 def test_bad_box_checkpoint_is_named(tmp_path, damage, message):
     """A damaged or hostile box-wise index gets an error naming the tensor
-    and the problem: a box outside its tensor, boxes that overlap or leave
-    a gap (they must tile the tensor), a file outside the index's folder or
-    not there, a box its file does not hold, a tensor the model needs that
+    and the problem: a box outside its tensor, boxes or runs of a box that
+    overlap or leave a gap (they must tile the tensor), a run outside its
+    box, a file outside the index's folder or not there, a box its file
+    does not hold or holds at another size, a tensor the model needs that
     the index does not list."""
     from parax.checkpoint import BOX_INDEX, save_boxes
     model = Model(str(tmp_path), "tiny-llama")

@@ -333,22 +333,31 @@ def test_sharded_checkpoints_are_written_by_every_rank(tmp_path, preset, pins, r
         assert np.abs(resumed[name] - want[name]).max() < SINGLE_TOL, name
 
 
-# (preset, the plan saving: pins, ranks, extra; the plan resuming: pins, ranks; the files written)
+# (preset, the plan saving: pins, ranks, extra; the plan resuming: pins,
+# ranks; the ranks (from 1) whose files hold the weights, the optimizer state)
 BOX_PLANS = [
-    # ZeRO's state chunks gathered back into their boxes; the dp=1 replica writes nothing
-    ("tiny-llama", ("dp=2,tp=2", 4, ["--zero"]), ("tp=2,pp=2,dp=1", 4), 2),
+    # the weights: the dp=1 replica writes none; ZeRO's state: every rank
+    # its own chunk of each box (a run of its elements)
+    ("tiny-llama", ("dp=2,tp=2", 4, ["--zero"]), ("tp=2,pp=2,dp=1", 4), ([1, 2], [1, 2, 3, 4])),
     # fused QKV in pieces; the tied embedding, held by both stages, written once
-    ("tiny-gpt2", ("tp=2,pp=2,dp=1", 4, []), (None, 1), 4),
+    ("tiny-gpt2", ("tp=2,pp=2,dp=1", 4, []), (None, 1), ([1, 2, 3, 4], [1, 2, 3, 4])),
     # each rank its experts' boxes, one per expert; the dense weights once
-    ("tiny-mixtral", ("ep=2,dp=1", 2, []), ("tp=2,dp=1", 2), 2),
+    ("tiny-mixtral", ("ep=2,dp=1", 2, []), ("tp=2,dp=1", 2), ([1, 2], [1, 2])),
+    # ZeRO over ep: the dense weights' state in two runs, each rank's
+    # experts' whole; the tied embedding's parts across two stages, each
+    # stage's state chunked over dp, the first stage's written
+    ("tiny-mixtral", ("ep=2,dp=1", 2, ["--zero"]), (None, 1), ([1, 2], [1, 2])),
+    ("tiny-gpt2", ("dp=2,pp=2", 4, ["--zero"]), ("tp=2,dp=1", 2), ([1, 3], [1, 2, 3, 4])),
 ]
 
 
-@pytest.mark.parametrize("preset,saving,resuming,files", BOX_PLANS, ids=[p[0][5:] for p in BOX_PLANS])
+@pytest.mark.parametrize("preset,saving,resuming,files", BOX_PLANS,
+                         ids=[f"{p[0][5:]}-{p[1][0]}{'-zero' if p[1][2] else ''}" for p in BOX_PLANS])
 def test_box_checkpoints_are_written_where_the_boxes_are(tmp_path, preset, saving, resuming, files):
     """--save-format boxes: each rank writes the parameter and AdamW boxes
-    it holds (the first rank of replica 0 holding each box), nothing
-    gathered; rank 0 writes boxes.index.json. Put back together by numpy
+    it holds (the first rank of replica 0 holding each box; under ZeRO
+    each rank its own chunk of the state, a run of a box's elements),
+    nothing gathered; rank 0 writes boxes.index.json. Put back together by numpy
     (parax.checkpoint.load_boxes, which checks the boxes tile each tensor)
     they equal the whole tensors the same run saves with --save-format
     whole, every value once; and two steps resumed from them under another
@@ -369,9 +378,9 @@ def test_box_checkpoints_are_written_where_the_boxes_are(tmp_path, preset, savin
     model.run(exe, ranks, outputs=0, extra=[*settings, "--save-weights", single, "--save-optimizer", state_file])
     model.run(exe, ranks, outputs=0, extra=[*settings, "--save-weights", weights_dir, "--save-optimizer", state_dir,
                                             "--save-format", "boxes"])
-    for folder, file in ((weights_dir, single), (state_dir, state_file)):
+    for folder, file, count in ((weights_dir, single, files[0]), (state_dir, state_file, files[1])):
         written = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
-        assert written == [f"boxes-{k:05d}-of-{ranks:05d}.safetensors" for k in range(1, files + 1)], written
+        assert written == [f"boxes-{k:05d}-of-{ranks:05d}.safetensors" for k in count], written
         got, whole = load_boxes(folder), load_safetensors(file)
         assert set(got) == set(whole)
         for name in whole:
@@ -380,7 +389,9 @@ def test_box_checkpoints_are_written_where_the_boxes_are(tmp_path, preset, savin
         for f in written:
             boxes.update(load_safetensors(os.path.join(folder, f)))
         assert sum(b.size for b in boxes.values()) == sum(w.size for w in whole.values())
-        assert os.path.exists(os.path.join(folder, BOX_INDEX))
+        with open(os.path.join(folder, BOX_INDEX)) as f:
+            runs = '"range"' in f.read()
+        assert runs == (folder == state_dir and "--zero" in extra), folder
     # the front door's offline conversion: one file, and Hugging Face's sharded form
     for out in (str(tmp_path / "converted.safetensors"), str(tmp_path / "converted") + "/"):
         proc = subprocess.run([sys.executable, "-m", "parax", "checkpoint", weights_dir, "-o", out, "--shards", "2"],

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cmath>
 #include <set>
+#include <sstream>
 
 namespace parax::run {
 
@@ -563,9 +564,57 @@ void Training::parameterBoxes(const std::vector<Tensor> &buffers, const std::str
     const pxe::Buffer &buffer = exe_.stages(item.stage).buffers(item.buffer);
     std::vector<int64_t> size(buffer.shape().begin(), buffer.shape().end());
     for (const auto &[q, start] : holders(item))
-      runtime::putParameterBox(names[item.whole] + suffix, shapes[item.whole], start, size, q,
-                               q == rank_ ? item.local : nullptr, into);
+      if (q == rank_)
+        runtime::putParameterBox(names[item.whole] + suffix, shapes[item.whole], start, size, q,
+                                 item.local->f.data(), into);
   }
+}
+
+Status Training::gatherRecords(std::vector<runtime::SavedBox> &records) {
+  if (!mpi_) return Status::ok();
+  auto csv = [](const std::vector<int64_t> &dims) {
+    std::string text;
+    for (int64_t d : dims) text += std::to_string(d) + ",";
+    return text;
+  };
+  std::string mine;
+  for (const runtime::SavedBox &r : records)
+    mine += r.name + "\t" + csv(r.shape) + "\t" + csv(r.start) + "\t" + csv(r.size) + "\t" +
+            std::to_string(r.writer) + "\t" + std::to_string(r.begin) + "\t" + std::to_string(r.end) + "\n";
+  int ranks = exe_.ranks_size(), length = static_cast<int>(mine.size());
+  std::vector<int> lengths(ranks), offsets(ranks, 0);
+  auto watched = watch("gathering a box-wise checkpoint's records on rank 0");
+  if (MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return Status::error("gathering a box-wise checkpoint's records (MPI_Gather) failed");
+  for (int q = 1; q < ranks; ++q) offsets[q] = offsets[q - 1] + lengths[q - 1];
+  std::string all(rank_ == 0 ? offsets[ranks - 1] + lengths[ranks - 1] : 0, '\0');
+  if (MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0,
+                  MPI_COMM_WORLD) != MPI_SUCCESS)
+    return Status::error("gathering a box-wise checkpoint's records (MPI_Gatherv) failed");
+  if (rank_ != 0) return Status::ok();
+  records.clear();
+  std::istringstream lines(all);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string name, shape, start, size, writer, begin, end;
+    std::getline(fields, name, '\t');
+    std::getline(fields, shape, '\t');
+    std::getline(fields, start, '\t');
+    std::getline(fields, size, '\t');
+    std::getline(fields, writer, '\t');
+    std::getline(fields, begin, '\t');
+    std::getline(fields, end);
+    auto dims = [](const std::string &text) {
+      std::vector<int64_t> out;
+      std::istringstream parts(text);
+      for (std::string d; std::getline(parts, d, ',');) out.push_back(std::stoll(d));
+      return out;
+    };
+    records.push_back({name, dims(shape), dims(start), dims(size), std::stoi(writer), std::stoll(begin),
+                       std::stoll(end)});
+  }
+  return Status::ok();
 }
 
 // Each gradient's moment `which` (0: m, 1: v) as its parameter's box, in a
@@ -613,15 +662,35 @@ Status Training::gatherState(int writer, std::map<std::string, Tensor> &whole, L
 
 Status Training::optimizerStateBoxes(runtime::BoxCheckpoint &into) {
   if (step_ == 0) return Status::error("--save-optimizer: no optimizer step ran, so there is no state");
+  const pxe::Stage &stage = exe_.stages(stage_);
   for (int which = 0; which < 2; ++which) {
-    std::vector<Tensor> boxes;
-    Status s = stateBoxes(which, boxes);
-    if (!s.isOk()) return s;
-    parameterBoxes(boxes, which == 0 ? ".exp_avg" : ".exp_avg_sq", into);
+    const char *suffix = which == 0 ? ".exp_avg" : ".exp_avg_sq";
+    if (!zeroShares_) { // whole boxes, the first rank holding each writes it
+      std::vector<Tensor> boxes;
+      Status s = stateBoxes(which, boxes);
+      if (!s.isOk()) return s;
+      parameterBoxes(boxes, suffix, into);
+      continue;
+    }
+    // ZeRO: every rank its own chunk of each box (the first stage's, of a
+    // weight two stages hold), nothing gathered.
+    for (int k = 0; k < stage.outputs_size(); ++k) {
+      if (!isGrad(k) || !firstStage_[k]) continue;
+      const pxe::Buffer &param = stage.buffers(paramOf_[k]);
+      std::vector<int64_t> size(param.shape().begin(), param.shape().end());
+      int64_t n = runtime::numelOf(size);
+      Chunk c = chunkOf(k, n);
+      if (c.begin >= c.end) continue;
+      runtime::CheckpointBox where = runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), param);
+      bool whole = c.begin == 0 && c.end == n;
+      runtime::putParameterBox(param.param_name() + suffix, where.shape, where.start, size, rank_,
+                               moment(k, which).data(), into, whole ? 0 : c.begin, whole ? -1 : c.end);
+    }
   }
-  Tensor step = Tensor::floats({1});
-  step.f[0] = static_cast<float>(step_);
-  runtime::putParameterBox("optimizer.step", {1}, {0}, {1}, 0, rank_ == 0 ? &step : nullptr, into);
+  if (rank_ == 0) {
+    float step = static_cast<float>(step_);
+    runtime::putParameterBox("optimizer.step", {1}, {0}, {1}, 0, &step, into);
+  }
   return Status::ok();
 }
 

@@ -166,15 +166,19 @@ public:
   /// the parameters, and "optimizer.step" (t, one value; kEveryRank: on
   /// rank 0). Every rank takes part. After `bindParameters`.
   Status gatherState(int writer, std::map<std::string, Tensor> &whole, Layout *layout = nullptr);
-  /// A box-wise checkpoint of the parameters in `buffers` (indexed by
-  /// buffer id; their names + `suffix`): every box of replica 0's ranks
-  /// recorded once (held by the first rank holding it), this rank's own
-  /// with their values. No communication.
+  /// This rank's part of a box-wise checkpoint of the parameters in
+  /// `buffers` (indexed by buffer id; their names + `suffix`): the boxes
+  /// of which it is the first holder in replica 0, with their values. No
+  /// communication.
   void parameterBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
                       runtime::BoxCheckpoint &into) const;
-  /// AdamW's state likewise (gatherState's names; under ZeRO each box's
-  /// chunks gathered back first: every rank takes part).
+  /// AdamW's state likewise (gatherState's names), and the step count on
+  /// rank 0; under ZeRO every rank its own chunk of each box, a run of the
+  /// box's elements. No communication.
   Status optimizerStateBoxes(runtime::BoxCheckpoint &into);
+  /// Every rank's records put together on rank 0 (for its index). Every
+  /// rank takes part.
+  Status gatherRecords(std::vector<runtime::SavedBox> &records);
   /// Reads this rank's boxes (its share, under ZeRO) of such a state, to
   /// go on from where it was saved (the next step is t + 1). After
   /// `bindParameters`.

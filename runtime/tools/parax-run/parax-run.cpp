@@ -1280,6 +1280,7 @@ int main(int argc, char **argv) {
       Status st = Status::ok();
       if (state) st = training->optimizerStateBoxes(boxes);
       else training->parameterBoxes(parameters, "", boxes);
+      if (st.isOk()) st = training->gatherRecords(boxes.records);
       if (!st.isOk()) die(st.message());
       std::string folder = makeFolder(path);
       int ranks = exe.value().ranks_size();

@@ -6,6 +6,7 @@
 #include "parax/runtime/Status.h"
 #include "parax/runtime/Tensor.h"
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -25,8 +26,9 @@ struct Json; // a parsed JSON value (Checkpoint.cpp)
 /// in the index's folder) or a folder holding that index (or a lone
 /// `model.safetensors`); or a box-wise checkpoint (`boxes.index.json`, or
 /// a folder holding it: each tensor's shape and the boxes that tile it,
-/// each box a tensor "<name>@<start>" of one rank's file, as parax-run
-/// `--save-format boxes` writes them), read under any split.
+/// each box -- or a run of a box's elements in row-major order (a ZeRO
+/// chunk) -- a tensor of one rank's file, as parax-run `--save-format
+/// boxes` writes them), read under any split.
 class Checkpoint {
 public:
   static StatusOr<std::shared_ptr<Checkpoint>> open(const std::string &path);
@@ -69,10 +71,12 @@ private:
   Status addIndex(const std::string &path);
   /// A box-wise checkpoint's index (parsed `root`, read from `path`).
   Status addBoxIndex(const detail::Json &root, const std::string &path);
-  /// Copies the region [from, from + size) of `entry` (read as `shape`)
-  /// into `out` (of shape `outShape`) at `to`.
+  /// Copies the region [from, from + size) of a tensor of `shape` into
+  /// `out` at `to`; `entry` holds the tensor's elements [begin, end) in
+  /// row-major order (a run of them: those outside are left alone).
   void copyRegion(const Entry &entry, const std::vector<int64_t> &shape, const std::vector<int64_t> &from,
-                  const std::vector<int64_t> &size, Tensor &out, const std::vector<int64_t> &to) const;
+                  const std::vector<int64_t> &size, Tensor &out, const std::vector<int64_t> &to,
+                  int64_t begin = 0, int64_t end = INT64_MAX) const;
   std::string path_; // what was opened (a file, an index or a folder)
   std::vector<File> files_;
   std::map<std::string, Entry> entries_;
@@ -80,6 +84,7 @@ private:
   /// tile it (each an entry named by boxKey).
   struct Box {
     std::vector<int64_t> start, size;
+    int64_t begin = 0, end = 0; // the elements it holds, in the box's row-major order
     std::string key;
   };
   struct Boxed {
@@ -95,6 +100,11 @@ struct SavedBox {
   std::string name;                        // the checkpoint tensor
   std::vector<int64_t> shape, start, size; // its whole shape; the box's start and size
   int writer = 0;                          // the rank whose file holds it
+  /// A run of the box's elements (row-major) alone, [begin, end): a ZeRO
+  /// chunk of it (end < 0: the whole box).
+  int64_t begin = 0, end = -1;
+  /// Its tensor's name in the file: boxKey (and "#<begin>" for a run).
+  std::string key() const;
 };
 /// A box-wise checkpoint's records (every box, on every rank) and this
 /// rank's boxes' values by key.
@@ -113,9 +123,11 @@ std::string boxFileName(int rank, int ranks);
 /// "{e}" in the name: a stack of experts, recorded as one box per expert
 /// it covers, under the expert's name, as putParameter writes them),
 /// held by rank `writer`, to `into`: its records and, when `data` (its
-/// values) is given, its tensors.
+/// values) is given, its tensors. With `end` >= 0, only the box's
+/// elements [begin, end) in row-major order (`data`: those alone).
 void putParameterBox(const std::string &name, const std::vector<int64_t> &shape, const std::vector<int64_t> &start,
-                     const std::vector<int64_t> &size, int writer, const Tensor *data, BoxCheckpoint &into);
+                     const std::vector<int64_t> &size, int writer, const float *data, BoxCheckpoint &into,
+                     int64_t begin = 0, int64_t end = -1);
 /// Writes `folder`/boxes.index.json: every tensor's shape and its boxes
 /// (start, size and the file of the rank holding it, of `ranks`), and
 /// their total bytes (F32).
