@@ -299,3 +299,33 @@ def run_with_a_stalled_rank(cmd, env, program="parax-run", settle=1.0):
         except ProcessLookupError:
             pass
     return out, err, proc.returncode
+
+
+def uneven_boxes(weights, files=3):
+    """Each tensor cut into boxes no plan's split matches: dimension 0 at a
+    third and past two thirds, the first piece of a matrix also cut along
+    dimension 1 at a third, the last piece held as two runs of its
+    elements (as ZeRO's chunks are: row-major, cut at 7/13 of them); the
+    boxes dealt over `files` files."""
+    boxes, k = {}, 0
+    for name, w in sorted(weights.items()):
+        cuts = sorted({0, w.shape[0] // 3, min(w.shape[0], 2 * w.shape[0] // 3 + 1), w.shape[0]})
+        listed = []
+        for lo, hi in zip(cuts, cuts[1:]):
+            start, size = [lo, *[0] * (w.ndim - 1)], [hi - lo, *w.shape[1:]]
+            if lo == 0 and w.ndim >= 2 and w.shape[1] >= 3:
+                third = w.shape[1] // 3
+                for c0, c1 in ((0, third), (third, w.shape[1])):
+                    listed.append(([lo, c0, *[0] * (w.ndim - 2)], [hi - lo, c1 - c0, *w.shape[2:]], k % files))
+                    k += 1
+            elif hi == w.shape[0] and int(np.prod(size)) >= 2:
+                n = int(np.prod(size))
+                cut = max(1, 7 * n // 13)
+                for run in ((0, cut), (cut, n)):
+                    listed.append((start, size, k % files, run))
+                    k += 1
+            else:
+                listed.append((start, size, k % files))
+                k += 1
+        boxes[name] = (w, listed)
+    return boxes

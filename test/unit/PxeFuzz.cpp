@@ -5,11 +5,13 @@
 // run on all its ranks (threads of this process, in-process communicators);
 // then the weights and the inputs are damaged the same way (bytes changed,
 // mostly in their headers, or the file cut) and used by the valid
-// executable. Every mutant must end in a named error, a stall the watchdog
+// executable (weights in a folder, a sharded or box-wise checkpoint: one of
+// its files, the index half the time, in a copy of the folder). Every
+// mutant must end in a named error, a stall the watchdog
 // ends, or a run: a crash, an uncaught exception or a hang (the harness's
 // timeout) is a failure.
 //
-//   parax-pxe-fuzz SEED.pxe WEIGHTS.safetensors [INPUT.npy ...]
+//   parax-pxe-fuzz SEED.pxe WEIGHTS.safetensors|WEIGHTS/ [INPUT.npy ...]
 //       [--mutants N] [--seed S] [--device cpu|cuda]
 //
 // --device cuda (parax-pxe-fuzz-simt: the CUDA backend on the SIMT emulator,
@@ -42,6 +44,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <fstream>
@@ -564,7 +567,24 @@ int main(int argc, char **argv) {
     return bytes;
   };
   std::string scratch = seedPath + ".damaged";
-  std::string weightBytes = readFile(weightsPath);
+  // Weights in a folder (a sharded or a box-wise checkpoint): one of its
+  // files damaged in a copy of the folder -- the index half the time.
+  namespace fs = std::filesystem;
+  std::vector<std::string> weightFiles;
+  std::string weightCopy = seedPath + ".damaged-weights";
+  if (fs::is_directory(weightsPath)) {
+    fs::remove_all(weightCopy);
+    fs::create_directories(weightCopy);
+    for (const fs::directory_entry &entry : fs::directory_iterator(weightsPath)) {
+      std::string name = entry.path().filename().string();
+      fs::copy_file(entry.path(), weightCopy + "/" + name);
+      // (the index first)
+      if (name.size() > 11 && name.compare(name.size() - 11, 11, ".index.json") == 0)
+        weightFiles.insert(weightFiles.begin(), name);
+      else
+        weightFiles.push_back(name);
+    }
+  }
   bool bf16 = false; // a program storing bf16
   for (const pxe::Stage &stage : original.value().stages())
     for (const pxe::Buffer &b : stage.buffers()) bf16 = bf16 || b.dtype() == pxe::BF16;
@@ -573,17 +593,27 @@ int main(int argc, char **argv) {
     std::string what;
     bool weightsHit = inputPaths.empty() || rng() % 2;
     size_t which = weightsHit ? 0 : rng() % inputPaths.size();
-    std::string bytes = damage(weightsHit ? weightBytes : readFile(inputPaths[which]), what);
-    std::fprintf(stderr, "damaged %s %ld: %s\n", weightsHit ? "weights" : inputPaths[which].c_str(), m, what.c_str());
+    std::string file = weightsHit ? weightsPath : inputPaths[which], target = scratch;
+    if (weightsHit && !weightFiles.empty()) { // a file of the folder's copy
+      file = weightFiles[rng() % 2 ? 0 : rng() % weightFiles.size()];
+      target = weightCopy + "/" + file;
+      file = weightsPath + "/" + file;
+    }
+    std::string bytes = damage(readFile(file), what);
+    std::fprintf(stderr, "damaged %s %ld: %s\n", file.c_str(), m, what.c_str());
     std::fflush(stderr);
-    {
-      std::ofstream out(scratch, std::ios::binary);
+    for (const std::string &path : {scratch, target}) { // (scratch: kept if the backends disagree)
+      std::ofstream out(path, std::ios::binary);
       out << bytes;
     }
     std::shared_ptr<Checkpoint> checkpoint = weights.value();
     std::vector<Tensor> given = inputs;
     if (weightsHit) {
-      auto opened = Checkpoint::open(scratch);
+      auto opened = Checkpoint::open(weightFiles.empty() ? scratch : weightCopy);
+      if (target != scratch) { // the copy whole again for the next
+        std::ofstream out(target, std::ios::binary);
+        out << readFile(file);
+      }
       if (!opened.isOk()) {
         ++refusedFiles;
         continue;
@@ -613,6 +643,7 @@ int main(int argc, char **argv) {
     }
   }
   std::remove(scratch.c_str());
+  if (!weightFiles.empty()) fs::remove_all(weightCopy);
   std::printf("parax-pxe-fuzz: %ld damaged weights or inputs: %ld refused, %ld ran\n", files, refusedFiles,
               ranFiles);
   if (onCuda) // the mutants and the damaged files
