@@ -299,8 +299,8 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
       // A run of the box's elements (a ZeRO chunk), or all of them.
       box.end = volume(box.size);
       auto range = b.object.find("range");
-      bool run = range != b.object.end();
-      if (run) {
+      box.run = range != b.object.end();
+      if (box.run) {
         std::vector<int64_t> bounds;
         if (!readDims(range->second, bounds) || bounds.size() != 2 || bounds[0] >= bounds[1] ||
             bounds[1] > box.end)
@@ -325,7 +325,7 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
       if ((pairs += static_cast<int64_t>(boxed.boxes.size())) > (int64_t(1) << 26))
         return PARAX_ERROR(path + ": more boxes than a checkpoint's index may hold");
       covered += box.end - box.begin;
-      box.key = SavedBox{name, {}, box.start, box.size, 0, box.begin, run ? box.end : -1}.key();
+      box.key = SavedBox{name, {}, box.start, box.size, 0, box.begin, box.run ? box.end : -1}.key();
       if (Status plain = plainFileName(path, file->second.string, "box '" + box.key + "'"); !plain.isOk())
         return plain;
       keysOf[file->second.string].insert(box.key);
@@ -348,8 +348,7 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
       const Entry *entry = find(box.key);
       if (!entry)
         return PARAX_ERROR(path + ": box '" + box.key + "' is not in its file " + fileOf[box.key]);
-      std::vector<int64_t> stored = box.key.find('#') == std::string::npos ? box.size
-                                                                            : std::vector<int64_t>{box.end - box.begin};
+      std::vector<int64_t> stored = box.run ? std::vector<int64_t>{box.end - box.begin} : box.size;
       if (entry->shape != stored)
         return PARAX_ERROR(path + ": box '" + box.key + "' has shape " + listed(entry->shape) + " in " +
                            fileOf[box.key] + ", the index says " + listed(stored));
@@ -478,8 +477,8 @@ Status Checkpoint::readBox(const std::string &name, const std::vector<int64_t> &
   }
   // From every saved box the wanted one overlaps (they tile the tensor).
   const std::vector<Box> &boxes = boxed->second.boxes;
-  const Entry &first = entries_.at(boxes.front().key);
-  bool isInt = first.dtype == "I32" || first.dtype == "I64";
+  const std::string &dtype = boxes.empty() ? "F32" : entries_.at(boxes.front().key).dtype; // (no box: no element)
+  bool isInt = dtype == "I32" || dtype == "I64";
   out = isInt ? Tensor::ints(size) : Tensor::floats(size);
   for (const Box &box : boxes) {
     std::vector<int64_t> from(shape.size()), part(shape.size()), to(shape.size());

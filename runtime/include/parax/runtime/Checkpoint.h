@@ -85,6 +85,7 @@ private:
   struct Box {
     std::vector<int64_t> start, size;
     int64_t begin = 0, end = 0; // the elements it holds, in the box's row-major order
+    bool run = false;           // stored flat, as those elements alone
     std::string key;
   };
   struct Boxed {
