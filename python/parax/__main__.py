@@ -393,7 +393,8 @@ def main(argv=None):
                          ("--weight-decay", float), ("--clip-grad-norm", float), ("--step-rows", int),
                          ("--lr-schedule", str), ("--warmup-steps", int), ("--decay-steps", int), ("--min-lr", float),
                          ("--save-weights", str), ("--losses", str), ("--balance-losses", str),
-                         ("--save-optimizer", str), ("--load-optimizer", str), ("--save-format", str)):
+                         ("--save-optimizer", str), ("--load-optimizer", str), ("--save-format", str),
+                         ("--save-every", int)):
         r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
     r.add_argument("--zero", action="store_true", help="with --optimizer adamw: ZeRO-1")
     r.add_argument("--per-token-loss", action="store_true",
@@ -422,7 +423,7 @@ def main(argv=None):
             training = [arg for option in ("--optimizer", "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
                                            "--clip-grad-norm", "--step-rows", "--save-weights", "--losses",
                                            "--balance-losses", "--lr-schedule", "--warmup-steps", "--decay-steps", "--min-lr",
-                                           "--save-optimizer", "--load-optimizer", "--save-format")
+                                           "--save-optimizer", "--load-optimizer", "--save-format", "--save-every")
                         for value in [getattr(args, option[2:].replace("-", "_"))] if value is not None
                         for arg in (option, str(value))] + (["--zero"] if args.zero else []) + \
                 (["--per-token-loss"] if args.per_token_loss else [])

@@ -1985,6 +1985,7 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
 Status CudaExecutor::streamGradients(bool first, int range) {
   State &s = *s_;
   if (s.slots.empty()) return Status::error("streamGradients: no optimizer bound");
+  if (first) s.sumsGathered = false; // a step's sums made anew
   s.streaming = true;
   s.streamFirst = first;
   s.streamRange = range;
@@ -2004,6 +2005,7 @@ CudaExecutor::GradientBuckets CudaExecutor::gradientBuckets() const {
 
 Status CudaExecutor::accumulateGradients(bool first, int range) {
   State &s = *s_;
+  if (first) s.sumsGathered = false; // a step's sums made anew
   for (size_t i = 0; i < s.slots.size(); ++i) {
     const State::OptimizerSlot &slot = s.slots[i];
     if (!s.inRange(static_cast<int>(i), range)) continue;
@@ -2224,6 +2226,10 @@ Status CudaExecutor::readMasters(std::vector<Tensor> &values) {
     values[slot.g.parameter] = Tensor::floats(s.buffers[slot.g.parameter].shape);
     Status st = copyToHost(values[slot.g.parameter].f.data(), whole, slot.n, Elem::F32, s.stream);
     if (!st.isOk()) return st;
+    // ZeRO-1 gathered into the sums: zeros again, as the next step's sums
+    // start (their padding past the box is never written).
+    if (slot.shared && whole == slot.sum)
+      PARAX_CUDA(cudaMemsetAsync(slot.sum, 0, slot.g.size * slot.g.members * 4, s.stream));
   }
   return s.sync();
 }

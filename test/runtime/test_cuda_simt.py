@@ -419,6 +419,44 @@ def test_box_checkpoints_from_the_device_optimizer(tmp_path):
         assert float(np.abs(got[key].astype(np.float64) - want[key]).max()) <= 1e-6 * scale, key
 
 
+@pytest.mark.parametrize("name", ["train-llama-bf16-adamw-dp2-tp2-zero", "train-llama-adamw-dp3-zero",
+                                  "train-llama-bf16-adamw-dp2-tp2-zero3"])
+def test_checkpoints_every_step_leave_the_device_optimizer_as_it_was(tmp_path, name):
+    """--save-every 1 on the CUDA backend's device optimizer (ZeRO-1: its
+    masters gathered where the step's gradient sums were, then zeroed for
+    the next step; ZeRO-3: chunks), three steps: the losses and the last
+    weights equal a run that saves nothing, and a step resumed from step
+    2's checkpoint takes the third step as the run did."""
+    from parax.checkpoint import load_safetensors
+    case_dir, case = prepared_case(name, tmp_path)
+    inputs = [os.path.join(case_dir, p) for p in case["inputs"]]
+
+    def train(tag, steps, extra=(), weights=None):
+        losses, saved = os.path.join(case_dir, f"{tag}-losses.npy"), os.path.join(case_dir, f"{tag}.safetensors")
+        _, log = cuda_cases.parax_run(BIN, weights or os.path.join(case_dir, "weights.safetensors"),
+                                      os.path.join(case_dir, case["exe"]), case["ranks"], inputs,
+                                      os.path.join(case_dir, f"{tag}-loss.npy"), "cuda", steps=steps,
+                                      tool="parax-run-simt",
+                                      extra=case["options"] + ["--losses", losses, "--save-weights", saved,
+                                                               *extra])
+        assert "optimizer on the device" in log, log
+        return np.load(losses), load_safetensors(saved)
+
+    plain_losses, plain = train("plain", 3)
+    state = os.path.join(case_dir, "state.safetensors")
+    every_losses, every = train("every", 3, ["--save-every", "1", "--save-optimizer", state])
+    np.testing.assert_array_equal(every_losses, plain_losses)
+    for key in plain:
+        np.testing.assert_array_equal(every[key], plain[key], err_msg=key)
+    resumed_losses, resumed = train("resumed", 1, ["--load-optimizer", state.replace(".safetensors",
+                                                                                     "-step-00000002.safetensors")],
+                                    weights=os.path.join(case_dir, "every-step-00000002.safetensors"))
+    np.testing.assert_allclose(resumed_losses, plain_losses[-1:], rtol=1e-6, atol=0)
+    for key in plain:
+        scale = max(1.0, float(np.abs(plain[key]).max()))
+        assert float(np.abs(resumed[key].astype(np.float64) - plain[key]).max()) <= 1e-6 * scale, key
+
+
 @pytest.mark.parametrize("name", ["train-llama-bf16-adamw-dp2-pp2-micro3",
                                   "train-llama-bf16-adamw-dp2-pp2-chunks2-micro4"])
 def test_zero3_through_pipeline_ranges(tmp_path, name):

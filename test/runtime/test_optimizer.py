@@ -411,6 +411,42 @@ def test_box_checkpoints_are_written_where_the_boxes_are(tmp_path, preset, savin
         assert np.abs(resumed[name] - want[name]).max() < SHARDED_TOL, name
 
 
+@pytest.mark.parametrize("form", ["file", "boxes"])
+def test_a_run_saves_every_k_steps(tmp_path, form):
+    """--save-every 2 over 5 AdamW steps on DP2 with ZeRO-1: checkpoints
+    of steps 2 and 4 beside the last (W-step-00000002.safetensors for a
+    file; W/step-00000002/ for a folder, here box-wise), the run's losses
+    and weights those of a run that saves nothing, and one step resumed on
+    one rank from step 4's weights and moments equals the run's last."""
+    from parax.checkpoint import load_checkpoint
+    model = Model(str(tmp_path / "dp2"), "tiny-llama", loss=True, batch=2, rows=4)
+    exe = model.compile("dp2", "prefill:batch=4,seq=8,dp=2", 2, autodiff=True)
+    plain, plain_losses, _ = train(model, exe, 2, 5, SHARDED_ADAMW + ["--zero"])
+    weights, state = str(tmp_path / "w"), str(tmp_path / "s")
+    if form == "file":
+        weights, state, extra = weights + ".safetensors", state + ".safetensors", []
+        at = lambda path, t: path.replace(".safetensors", f"-step-{t:08d}.safetensors")
+    else:
+        weights, state, extra = weights + "/", state + "/", ["--save-format", "boxes"]
+        at = lambda path, t: os.path.join(path, f"step-{t:08d}")
+    losses = os.path.join(model.dir, "losses-every.npy")
+    model.run(exe, 2, outputs=0, extra=[*SHARDED_ADAMW, "--zero", "--steps", "5", "--save-every", "2", *extra,
+                                        "--save-weights", weights, "--save-optimizer", state, "--losses", losses])
+    np.testing.assert_array_equal(np.load(losses), plain_losses)
+    last = load_checkpoint(weights)
+    for name in plain:
+        np.testing.assert_array_equal(last[name], plain[name], err_msg=name)
+    for t in (2, 4):
+        assert os.path.exists(at(weights, t)) and os.path.exists(at(state, t)), t
+    assert not os.path.exists(at(weights, 5)) and not os.path.exists(at(weights, 6))
+    one = Model(str(tmp_path / "one"), "tiny-llama", loss=True, batch=4)
+    one.checkpoint = at(weights, 4)
+    resumed, _, _ = train(one, one.compile("train", autodiff=True), 1, 1,
+                          SHARDED_ADAMW + ["--load-optimizer", at(state, 4)])
+    for name in plain:
+        assert np.abs(resumed[name] - plain[name]).max() < SHARDED_TOL, name
+
+
 def test_bad_optimizer_requests_are_named(tmp_path):
     model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
     train_exe = model.compile("train", autodiff=True)
@@ -441,6 +477,8 @@ def test_bad_optimizer_requests_are_named(tmp_path):
     fails(model, train_exe, ["--optimizer", "sgd", "--save-format", "boxes", "--save-weights", "w.safetensors"],
           "--save-format boxes writes a folder", "'w.safetensors' is not one")
     fails(model, train_exe, ["--save-format", "boxes"], "belong to --optimizer")
+    fails(model, train_exe, ["--optimizer", "sgd", "--save-every", "0"], "--save-every must be a positive count")
+    fails(model, train_exe, ["--optimizer", "sgd", "--save-every", "2"], "--save-every K: nothing is saved")
 
 
 def test_front_door_compiles_and_trains(tmp_path):

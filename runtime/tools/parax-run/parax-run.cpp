@@ -118,6 +118,8 @@ void usage() {
                "  own boxes, nothing gathered (boxes-0000k-of-0000n.safetensors, one a rank holding\n"
                "  boxes, and boxes.index.json: each tensor's boxes); read back under any plan\n"
                "  (default: whole, gathered whole tensors)\n"
+               "  --save-every K: also every K steps (but the last), OUT/ as OUT/step-0000000K/ and\n"
+               "  OUT.safetensors as OUT-step-0000000K.safetensors (K counts a resumed run's steps)\n"
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
@@ -316,6 +318,7 @@ int main(int argc, char **argv) {
   OptimizerConfig optimizer;  // --optimizer and its settings
   std::string saveWeights;    // --save-weights
   std::string saveFormat = "whole"; // --save-format: whole tensors, or each rank's boxes
+  long long saveEvery = 0;          // --save-every K: a checkpoint every K steps too
   std::string lossesPath;     // --losses
   // The loss terms a training step returns apart (already in its loss):
   // the MoE load-balancing losses' sum, multi-token prediction's weighted
@@ -431,6 +434,13 @@ int main(int argc, char **argv) {
       optimizerSettings = true;
     }
     else if (arg == "--save-weights") saveWeights = value();
+    else if (arg == "--save-every") {
+      std::string text = value();
+      char *end = nullptr;
+      saveEvery = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end || saveEvery < 1) die("--save-every must be a positive count of steps, got '" + text + "'");
+      optimizerSettings = true;
+    }
     else if (arg == "--save-format") {
       saveFormat = value();
       if (saveFormat != "whole" && saveFormat != "boxes")
@@ -506,10 +516,13 @@ int main(int argc, char **argv) {
                   std::any_of(terms.begin(), terms.end(), [](const LossTerm &t) { return !t.path.empty(); })))
     die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
         "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --balance-losses, --mtp-losses, "
-        "--save-optimizer, --load-optimizer, --save-format and --bias-update-speed belong to --optimizer");
+        "--save-optimizer, --load-optimizer, --save-format, --save-every and --bias-update-speed belong to "
+        "--optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
     die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
+  if (saveEvery > 0 && saveWeights.empty() && saveOptimizer.empty())
+    die("--save-every K: nothing is saved (--save-weights or --save-optimizer)");
   if (saveFormat == "boxes") {
     if (saveWeights.empty() && saveOptimizer.empty())
       die("--save-format boxes: nothing is saved (--save-weights or --save-optimizer)");
@@ -1027,6 +1040,88 @@ int main(int argc, char **argv) {
     if (exe.value().grid().axis_names(i) != "pp" && exe.value().grid().axis_names(i) != "dp" && coords[i] != 0)
       replicaWriter = false;
   bool writer = replicaWriter && replica == 0;
+  // Weights and optimizer state: one file, gathered whole on the writer;
+  // or a folder (a path ending in '/', or an existing folder), a sharded
+  // checkpoint each rank writes its share of (whole tensors spread over
+  // the ranks), with rank 0's index; or (--save-format boxes) each rank's
+  // own boxes in a file of its own, nothing gathered, with rank 0's index.
+  auto makeFolder = [&](const std::string &path) {
+    std::string folder = path.back() == '/' ? path.substr(0, path.size() - 1) : path;
+    if (::mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) die(folder + ": cannot create the folder");
+    return folder;
+  };
+  auto save = [&](const std::string &path, bool state) {
+    if (saveFormat == "boxes") {
+      BoxCheckpoint boxes;
+      Status st = Status::ok();
+      if (state) st = training->optimizerStateBoxes(boxes);
+      else training->parameterBoxes(parameters, "", boxes);
+      if (st.isOk()) st = training->gatherRecords(boxes.records);
+      if (!st.isOk()) die(st.message());
+      std::string folder = makeFolder(path);
+      int ranks = exe.value().ranks_size();
+      if (!boxes.tensors.empty()) st = writeSafetensors(folder + "/" + boxFileName(rank, ranks), boxes.tensors);
+      if (st.isOk() && rank == 0) st = writeBoxIndex(folder, boxes.records, ranks);
+      if (!st.isOk()) die(st.message());
+      return;
+    }
+    bool sharded = isFolderPath(path);
+    int to = sharded ? Training::kEveryRank : writerOf(exe.value(), 0);
+    std::map<std::string, Tensor> tensors;
+    Training::Layout layout;
+    Status st = state ? training->gatherState(to, tensors, &layout)
+                      : training->gatherParameters(parameters, to, tensors, "", &layout);
+    if (!st.isOk()) die(st.message());
+    if (!sharded) {
+      if (writer) st = writeSafetensors(path, tensors);
+      if (!st.isOk()) die(st.message());
+      return;
+    }
+    std::string folder = makeFolder(path);
+    int shards = 0;
+    for (const auto &[name, rank] : layout.writer) shards = std::max(shards, rank + 1);
+    std::map<std::string, std::string> weightMap;
+    for (const auto &[name, rank] : layout.writer) weightMap[name] = shardFileName(rank, shards);
+    if (!tensors.empty()) st = writeSafetensors(folder + "/" + shardFileName(rank, shards), tensors);
+    if (st.isOk() && rank == 0) st = writeSafetensorsIndex(folder, weightMap, layout.bytes);
+    if (!st.isOk()) die(st.message());
+  };
+#ifdef PARAX_WITH_CUDA
+  // The device optimizer's masters and moments, read back to the host for
+  // writing (under ZeRO the masters are all-gathered).
+  auto readDeviceState = [&]() {
+    Status st = gpus[0]->readMasters(masters);
+    if (!st.isOk()) die(st.message());
+    for (int which = 0; which < 2; ++which) {
+      auto moments = gpus[0]->readMoments(which);
+      if (!moments.isOk()) die(moments.status().message());
+      for (size_t i = 0; i < updates.size(); ++i)
+        training->moment(updates[i].output, which) = std::move(moments.value()[i]);
+    }
+  };
+#endif
+  // --save-every K: every K optimizer steps (counting a resumed run's),
+  // but the last, a checkpoint of the step beside the one the run ends
+  // with: OUT/ as OUT/step-0000000K/, OUT.safetensors as
+  // OUT-step-0000000K.safetensors.
+  auto saveStep = [&](int64_t t) {
+    char tag[32];
+    std::snprintf(tag, sizeof tag, "step-%08lld", static_cast<long long>(t));
+    auto at = [&](const std::string &path) {
+      std::string base = path.back() == '/' ? path.substr(0, path.size() - 1) : path;
+      if (isFolderPath(path) || saveFormat == "boxes") {
+        makeFolder(base);
+        return base + "/" + tag + "/";
+      }
+      size_t dot = base.rfind(".safetensors");
+      return (dot == std::string::npos ? base : base.substr(0, dot)) + "-" + tag + ".safetensors";
+    };
+#ifdef PARAX_WITH_CUDA
+    if (deviceOptimizer) readDeviceState();
+#endif
+    if (!saveWeights.empty()) save(at(saveWeights), false);
+    if (!saveOptimizer.empty()) save(at(saveOptimizer), true);
+  };
   if (generate > 0) {
     GenerationLoop loop{exe.value(), step,          prefill,  runners,      prefills, size,
                         replica,     micro,         exeBatch, replicaWriter, sequence, promptLengths, rows,
@@ -1158,6 +1253,7 @@ int main(int argc, char **argv) {
                     training->lastLearningRate());
         std::fflush(stdout);
       }
+      if (saveEvery > 0 && step + 1 < steps && training->steps() % saveEvery == 0) saveStep(training->steps());
     }
 #ifdef PARAX_WITH_CUDA
     // The device optimizer's gradients, masters and moments, read back for
@@ -1166,14 +1262,7 @@ int main(int argc, char **argv) {
       auto sums = gpus[0]->gradientSums();
       if (!sums.isOk()) die(sums.status().message());
       for (size_t i = 0; i < updates.size(); ++i) results[updates[i].output] = std::move(sums.value()[i]);
-      s = gpus[0]->readMasters(masters);
-      if (!s.isOk()) die(s.message());
-      for (int which = 0; which < 2; ++which) {
-        auto moments = gpus[0]->readMoments(which);
-        if (!moments.isOk()) die(moments.status().message());
-        for (size_t i = 0; i < updates.size(); ++i)
-          training->moment(updates[i].output, which) = std::move(moments.value()[i]);
-      }
+      readDeviceState();
     }
 #endif
     // The gradients written: the mean over the microbatches and replicas
@@ -1264,52 +1353,6 @@ int main(int argc, char **argv) {
       results = std::move(ordered);
     }
   }
-  // Weights and optimizer state: one file, gathered whole on the writer;
-  // or a folder (a path ending in '/', or an existing folder), a sharded
-  // checkpoint each rank writes its share of (whole tensors spread over
-  // the ranks), with rank 0's index; or (--save-format boxes) each rank's
-  // own boxes in a file of its own, nothing gathered, with rank 0's index.
-  auto makeFolder = [&](const std::string &path) {
-    std::string folder = path.back() == '/' ? path.substr(0, path.size() - 1) : path;
-    if (::mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) die(folder + ": cannot create the folder");
-    return folder;
-  };
-  auto save = [&](const std::string &path, bool state) {
-    if (saveFormat == "boxes") {
-      BoxCheckpoint boxes;
-      Status st = Status::ok();
-      if (state) st = training->optimizerStateBoxes(boxes);
-      else training->parameterBoxes(parameters, "", boxes);
-      if (st.isOk()) st = training->gatherRecords(boxes.records);
-      if (!st.isOk()) die(st.message());
-      std::string folder = makeFolder(path);
-      int ranks = exe.value().ranks_size();
-      if (!boxes.tensors.empty()) st = writeSafetensors(folder + "/" + boxFileName(rank, ranks), boxes.tensors);
-      if (st.isOk() && rank == 0) st = writeBoxIndex(folder, boxes.records, ranks);
-      if (!st.isOk()) die(st.message());
-      return;
-    }
-    bool sharded = isFolderPath(path);
-    int to = sharded ? Training::kEveryRank : writerOf(exe.value(), 0);
-    std::map<std::string, Tensor> tensors;
-    Training::Layout layout;
-    Status st = state ? training->gatherState(to, tensors, &layout)
-                      : training->gatherParameters(parameters, to, tensors, "", &layout);
-    if (!st.isOk()) die(st.message());
-    if (!sharded) {
-      if (writer) st = writeSafetensors(path, tensors);
-      if (!st.isOk()) die(st.message());
-      return;
-    }
-    std::string folder = makeFolder(path);
-    int shards = 0;
-    for (const auto &[name, rank] : layout.writer) shards = std::max(shards, rank + 1);
-    std::map<std::string, std::string> weightMap;
-    for (const auto &[name, rank] : layout.writer) weightMap[name] = shardFileName(rank, shards);
-    if (!tensors.empty()) st = writeSafetensors(folder + "/" + shardFileName(rank, shards), tensors);
-    if (st.isOk() && rank == 0) st = writeSafetensorsIndex(folder, weightMap, layout.bytes);
-    if (!st.isOk()) die(st.message());
-  };
   if (!saveWeights.empty()) save(saveWeights, false);
   if (!saveOptimizer.empty()) save(saveOptimizer, true);
   // The busiest expert-parallel rank of every rank's dispatches: the least
