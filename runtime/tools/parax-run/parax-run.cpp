@@ -349,6 +349,14 @@ int main(int argc, char **argv) {
       }
       return argv[++i];
     };
+    // The flag's value, a positive count of `what`.
+    auto positiveCount = [&](const char *what) {
+      std::string text = value();
+      char *end = nullptr;
+      long long n = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end || n < 1) die(arg + " must be a positive count of " + what + ", got '" + text + "'");
+      return n;
+    };
     if (arg == "--weights") weights = value();
     else if (arg == "--input") inputs.push_back(value());
     else if (arg == "--output") outputs.push_back(value());
@@ -435,10 +443,7 @@ int main(int argc, char **argv) {
     }
     else if (arg == "--save-weights") saveWeights = value();
     else if (arg == "--save-every") {
-      std::string text = value();
-      char *end = nullptr;
-      saveEvery = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end || saveEvery < 1) die("--save-every must be a positive count of steps, got '" + text + "'");
+      saveEvery = positiveCount("steps");
       optimizerSettings = true;
     }
     else if (arg == "--save-format") {
@@ -454,10 +459,7 @@ int main(int argc, char **argv) {
     else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--step-rows") {
-      std::string text = value();
-      char *end = nullptr;
-      stepRows = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end || stepRows < 1) die("--step-rows must be a positive count of rows, got '" + text + "'");
+      stepRows = positiveCount("rows");
       optimizerSettings = true;
     }
     else if (arg == "--stop-token") {
