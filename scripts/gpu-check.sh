@@ -139,7 +139,8 @@ for r in bench:
     t = r.get("temporaries")
     if t:  # device memory of the step's temporaries
         print(f"    temporaries: {t['arena_bytes'] / 2**20:.1f} MiB shared (live at once "
-              f"{t['live_bytes'] / 2**20:.1f} MiB, one allocation each {t['unshared_bytes'] / 2**20:.1f} MiB)")
+              f"{t['live_bytes'] / 2**20:.1f} MiB, one allocation each {t['unshared_bytes'] / 2**20:.1f} MiB; "
+              f"{t['in_place']} more written in place)")
     if r.get("device_bytes") and r.get("planned_bytes"):  # the planner's memory model, checked
         print(f"    device memory: {r['device_bytes'] / 1e9:.3f} GB allocated by parax-run; the planner "
               f"expected {(r['planned_bytes'] - 1.5e9) / 1e9:.3f} GB (+ its 1.5 GB reserve)")

@@ -717,13 +717,22 @@ LayerPlan Solver::solve() {
           shape[2] * shape[3] * ctx.kvBytes * share(s.out[0]);
     }
     // Inference: the peak of live values (those live into this op, in
-    // their layouts here, and what it writes).
+    // their layouts here, and what it writes). An elementwise result takes
+    // the memory of an operand of its shape and layout that this op is the
+    // last reader of, as the runtime writes it in place.
     double liveBytes = 0;
     for (int v : live[i])
       if (!value(v).inKvCache)
         liveBytes += fullBytes(v) * share(layoutOf(v));
+    bool elementwise = op.kind == OpClass::Unary || op.kind == OpClass::Swiglu || op.kind == OpClass::Add ||
+                       op.kind == OpClass::Mul;
+    bool inPlace = false;
+    for (auto [k, in] : llvm::enumerate(op.inputs))
+      inPlace |= elementwise && op.results.size() == 1 && lastUse[in] == static_cast<int>(i) &&
+                 !value(in).inKvCache && value(in).shape == value(op.results[0]).shape &&
+                 fullBytes(in) == fullBytes(op.results[0]) && layoutOf(in) == s.in[k] && s.in[k] == s.out[0];
     for (auto [k, res] : llvm::enumerate(op.results))
-      if (!value(res).inKvCache)
+      if (!value(res).inKvCache && !inPlace)
         liveBytes += fullBytes(res) * share(s.out[k]);
     plan.peakLiveBytes = std::max(plan.peakLiveBytes, liveBytes);
     // The bytes of each result as this device holds it (a reshape's and a

@@ -56,7 +56,8 @@ struct DeviceBuffer {
   Elem elem = Elem::F32;
   void *data = nullptr;
   bool inArena = false; // a temporary placed in the step's arena (not its own allocation)
-  bool aliased = false; // another buffer's memory: an in-place cache_update's result is its cache
+  bool aliased = false; // another buffer's memory: an in-place cache_update's result is its cache; a result in
+                        // place is its host's allocation (PARAX_CUDA_SHARE_TEMPORARIES=0)
   // A parameter in another program's memory whose leading slices lie this
   // many elements apart there (a head_linear's weight alone); 0: dense.
   int64_t blockStride = 0;
@@ -529,6 +530,7 @@ struct CudaExecutor::State {
   // reading memory that only happens not to be reused yet.
   void *arena = nullptr;
   BufferPlan temporaries;
+  size_t inPlace = 0; // temporaries in an operand's memory (placeTemporaries)
   std::vector<int32_t> placed; // the temporaries placeTemporaries gave memory
   std::vector<std::vector<int32_t>> poisonAfter; // per instruction
   Status placeTemporaries();
@@ -1150,25 +1152,84 @@ Status CudaExecutor::State::placeTemporaries() {
       if (r.begin > 0 && first[id] < r.begin && last[id] >= r.begin) return true;
     return false;
   };
-  std::vector<int32_t> shared;
-  std::vector<BufferLifetime> lifetimes, heldLifetimes;
-  std::vector<bool> untouched; // by a step (a fused concat's or linear's result): no memory
-  held.clear();
-  for (int32_t id : ids) {
-    if (!ranges.empty() && first[id] <= last[id] && (pinned[id] || crosses(id))) {
-      held.push_back(id);
-      heldLifetimes.push_back({buffers[id].bytes(), first[id], last[id]});
-      continue;
-    }
-    shared.push_back(id);
-    untouched.push_back(first[id] > last[id]);
-    if (untouched.back()) first[id] = last[id] = 0;
-    lifetimes.push_back({untouched.back() ? 0 : buffers[id].bytes(), first[id], last[id]});
-  }
   const bool own = envIs("PARAX_CUDA_SHARE_TEMPORARIES", "0"); // one allocation each
   bool poison = envIs("PARAX_CUDA_POISON_DEAD", "1");
+  // An elementwise result takes the memory of an operand of its shape that
+  // it is the last reader of (each thread reads its element before it
+  // writes it): a gradient's two parts summed, a residual added. Not an
+  // operand a collective reads (it may still be in flight on its own
+  // stream), nor one the optimizer takes after its range, nor one kept
+  // between ranges. hostOf[result] = that operand; guestOf the reverse.
+  // (PARAX_CUDA_IN_PLACE=0: none, for side-by-side checks.)
+  std::vector<int32_t> hostOf(stage.buffers_size(), -1), guestOf(stage.buffers_size(), -1);
+  std::vector<bool> temporary(stage.buffers_size(), false), sentOrReduced(stage.buffers_size(), false);
+  for (int32_t id : ids) temporary[id] = true;
+  for (int k = 0; k < n; ++k)
+    if (!skipped[k] && isCollective(stage.instructions(k).op()))
+      for (int32_t id : stage.instructions(k).operands()) sentOrReduced[id] = true;
+  auto mayShare = [&](int32_t id) {
+    return temporary[id] && first[id] <= last[id] && !pinned[id] && !crosses(id) && !takenAfterRange[id];
+  };
+  const bool inPlaceOff = envIs("PARAX_CUDA_IN_PLACE", "0"); // (for side-by-side checks)
+  for (int k = 0; k < n && !inPlaceOff; ++k) {
+    const pxe::Instruction &inst = stage.instructions(k);
+    if (skipped[k] || inst.results_size() != 1 || !among(inst.op(), {"add", "mul", "silu", "sigmoid", "gelu", "swiglu"}))
+      continue;
+    int32_t result = inst.results(0);
+    if (!mayShare(result) || first[result] != k) continue;
+    for (int32_t id : inst.operands()) {
+      if (!mayShare(id) || last[id] != k || first[id] >= k || sentOrReduced[id] || guestOf[id] >= 0 ||
+          buffers[id].shape != buffers[result].shape || buffers[id].elem != buffers[result].elem)
+        continue;
+      hostOf[result] = id;
+      guestOf[id] = result;
+      break;
+    }
+  }
+  auto tailOf = [&](int32_t id) { // the last of the results that take id's memory in turn
+    while (guestOf[id] >= 0) id = guestOf[id];
+    return id;
+  };
+  std::vector<bool> untouched(stage.buffers_size(), false); // by a step (a fused concat's or linear's result): no memory
+  for (int32_t id : ids)
+    if (first[id] > last[id]) {
+      untouched[id] = true;
+      first[id] = last[id] = 0;
+    }
+  // The shared temporaries (a result in place: in its host's memory, not
+  // listed) and the held ones (kept between ranges), with their lifetimes.
+  std::vector<int32_t> shared;
+  std::vector<BufferLifetime> lifetimes, heldLifetimes;
+  auto collect = [&] {
+    shared.clear(), lifetimes.clear(), held.clear(), heldLifetimes.clear();
+    inPlace = 0;
+    for (int32_t id : ids) {
+      if (!ranges.empty() && !untouched[id] && (pinned[id] || crosses(id))) {
+        held.push_back(id);
+        heldLifetimes.push_back({buffers[id].bytes(), first[id], last[id]});
+      } else if (hostOf[id] >= 0) {
+        ++inPlace;
+      } else {
+        shared.push_back(id);
+        lifetimes.push_back({untouched[id] ? 0 : buffers[id].bytes(), first[id], last[tailOf(id)]});
+      }
+    }
+    return own ? BufferPlan{} : planBuffers(lifetimes, 256);
+  };
+  temporaries = collect();
+  if (inPlace > 0) { // unless the buffers apart pack into less (the greedy placement is not optimal)
+    std::vector<int32_t> hosts = hostOf, guests = guestOf;
+    std::fill(hostOf.begin(), hostOf.end(), -1);
+    std::fill(guestOf.begin(), guestOf.end(), -1);
+    BufferPlan apart = collect();
+    if (apart.arenaBytes < temporaries.arenaBytes) {
+      temporaries = apart;
+    } else {
+      hostOf = hosts, guestOf = guests;
+      temporaries = collect();
+    }
+  }
   if (poison) poisonAfter.assign(n, {});
-  temporaries = own ? BufferPlan{} : planBuffers(lifetimes, 256);
   if (own) {
     for (int32_t id : shared) {
       Status st = allocate(&buffers[id].data, buffers[id].bytes(), nameOf(id));
@@ -1185,12 +1246,18 @@ Status CudaExecutor::State::placeTemporaries() {
     }
   }
   for (size_t j = 0; j < shared.size(); ++j) {
+    int32_t tail = tailOf(shared[j]);
     if (!own) {
       buffers[shared[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
       buffers[shared[j]].inArena = true;
     }
-    if (poison && last[shared[j]] < n && !untouched[j] && !takenAfterRange[shared[j]])
-      poisonAfter[last[shared[j]]].push_back(shared[j]);
+    for (int32_t id = guestOf[shared[j]]; id >= 0; id = guestOf[id]) {
+      buffers[id].data = buffers[shared[j]].data;
+      buffers[id].inArena = !own;
+      buffers[id].aliased = own;
+    }
+    if (poison && last[tail] < n && !untouched[tail] && !takenAfterRange[tail])
+      poisonAfter[last[tail]].push_back(tail);
   }
   if (ranges.empty()) return Status::ok();
   // Pools (see `held`): each a block a slot (or one allocation a buffer),
@@ -1826,6 +1893,7 @@ StatusOr<std::map<int32_t, std::vector<double>>> CudaExecutor::takeExpertCounts(
 size_t CudaExecutor::sharedMoves() const { return s_->sharedMoves; }
 size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
+size_t CudaExecutor::inPlaceTemporaries() const { return s_->inPlace; }
 size_t CudaExecutor::deviceBytes() const { return s_->deviceBytes; }
 size_t CudaExecutor::scratchBytes() const { return s_->scratchSize * sizeof(float); }
 
@@ -2344,12 +2412,12 @@ Status CudaExecutor::holdActivations(int sets, const std::vector<int64_t> &chunk
   }
   for (int32_t id : s.placed) {
     DeviceBuffer &b = s.buffers[id];
-    if (!b.inArena) { // PARAX_CUDA_SHARE_TEMPORARIES=0: its own allocation
+    if (!b.inArena && !b.aliased) { // PARAX_CUDA_SHARE_TEMPORARIES=0: its own allocation
       PARAX_CUDA(cudaFree(b.data));
       s.deviceBytes -= b.bytes();
     }
     b.data = nullptr;
-    b.inArena = false;
+    b.inArena = b.aliased = false;
   }
   s.ranges = ranges;
   s.assignSlotRanges();

@@ -610,10 +610,12 @@ def overlapping(log):
 
 def temporaries_of(log):
     """parax-run's device memory for temporaries: bytes of the shared arena,
-    of the most live at once (the lower bound), of one allocation each."""
+    of the most live at once (the lower bound), of one allocation each, and
+    how many more were written in an operand's memory."""
     import re
-    m = re.search(r"temporaries share (\d+) bytes \(live at once: (\d+), one allocation each: (\d+)\)", log)
-    return dict(zip(("arena_bytes", "live_bytes", "unshared_bytes"), map(int, m.groups()))) if m else {}
+    m = re.search(r"temporaries share (\d+) bytes \(live at once: (\d+), one allocation each: (\d+); "
+                  r"(\d+) more written in place\)", log)
+    return dict(zip(("arena_bytes", "live_bytes", "unshared_bytes", "in_place"), map(int, m.groups()))) if m else {}
 
 
 def step_ms_of(log):

@@ -755,8 +755,10 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
     planner's mbs=8 of 16: every microbatch's caches, one working set; the
     runtime's two step programs share weights, workspaces and arena,
     `--generate 1 --steps 0`). Within 5 %
-    (measured: 1.0 % and 3.1 % for prefill; before the planner counted live
-    values rather than every value of a layer, 10 % and 30 %)."""
+    (measured: 1.1 % and 3.3 % for prefill, 98.6 vs 97.5 MB and 130.0 vs
+    125.8; before the planner counted live values rather than every value
+    of a layer, 10 % and 30 %; with results written in place by the runtime
+    and not counted so by the planner, 11.7 % at 4 x 512)."""
     import re
     import subprocess
     import numpy as np
@@ -996,6 +998,62 @@ def test_planner_counts_a_tied_embedding_once_on_one_stage(tmp_path, tied):
     assert abs(memory["optimizer"] - optimizer) <= 0.01 * optimizer, (memory, optimizer)
 
 
+def test_elementwise_results_in_place_make_a_tied_gradient_cost_nothing(tmp_path):
+    """On one stage a tied embedding's gradient is made in two parts, the
+    head's and the embedding's, and summed: with the sum written into a
+    part's memory (an elementwise result in an operand it is the last
+    reader of), a tied Llama (vocabulary 16,384 x hidden 512, bf16, 2
+    layers, 2 sequences of 128) has no more temporaries live at once than
+    the untied one (measured: 45.9 MB each, as the arenas; 62.4 MB tied
+    with PARAX_CUDA_IN_PLACE=0, the head's gradient part, 16.8 MB, kept
+    beside the sum). An AdamW step with every dead
+    temporary poisoned (NaN after its last reader) gives the loss and
+    weights of the run without in-place results, bit for bit."""
+    import re
+    import subprocess
+    from parax.checkpoint import load_safetensors, save_safetensors
+    from parax.models.builder import parameter_shapes
+    tool("parax-run-simt")
+    arena, live, runs = {}, {}, {}
+    for tied in (False, True):
+        d = str(tmp_path / ("tied" if tied else "untied"))
+        os.makedirs(d)
+        cfg = llama_training_step(d, 2, 128, "bf16", hidden=512, ffn=1536, layers=2, heads=8, kv_heads=2,
+                                  vocab=16384, positions=128, theta=10000.0, tied=tied)
+        rng = np.random.default_rng(0)
+        save_safetensors(os.path.join(d, "w.safetensors"),
+                         {k: 0.02 * rng.standard_normal(s).astype(np.float32)
+                          for k, s in parameter_shapes(cfg).items()}, dtype="bf16")
+        tokens = os.path.join(d, "tokens.npy")
+        np.save(tokens, rng.integers(0, 16384, (2, 128)).astype(np.int32))
+        _, exe = planned_executable(d, "dgx-h100:devices_per_node=1",
+                                    "train:batch=2,seq=128,dp=1,tp=1,pp=1,cp=1,zero=0,recompute=none",
+                                    recompute=False)
+        for in_place in ("1", "0"):
+            env = dict(cuda_cases.MPI_ENV, PARAX_CUDA_IN_PLACE=in_place, PARAX_CUDA_POISON_DEAD="1")
+            saved, losses = os.path.join(d, f"in-place-{in_place}.safetensors"), os.path.join(d, f"losses-{in_place}.npy")
+            out = subprocess.run([tool("parax-run-simt"), exe, "--weights", os.path.join(d, "w.safetensors"),
+                                  "--input", tokens, "--input", tokens, "--device", "cuda", "--steps", "1",
+                                  "--optimizer", "adamw", "--losses", losses, "--save-weights", saved],
+                                 capture_output=True, text=True, check=True, timeout=300, env=env).stdout
+            t = cuda_cases.temporaries_of(out)
+            arena[tied, in_place], live[tied, in_place] = t["arena_bytes"], t["live_bytes"]
+            # (untied, the plan with no result in place may pack tighter, and is kept)
+            assert t["in_place"] > 0 if tied and in_place == "1" else t["in_place"] == 0 or in_place == "1", out
+            runs[tied, in_place] = np.load(losses), load_safetensors(saved)
+    print("arena", {k: f"{v / 1e6:.2f} MB" for k, v in arena.items()},
+          "live", {k: f"{v / 1e6:.2f} MB" for k, v in live.items()})
+    assert live[True, "1"] <= live[False, "1"] < live[True, "0"], live
+    assert arena[True, "1"] < arena[True, "0"], arena
+    for tied in (False, True):
+        (on_losses, on), (off_losses, off) = runs[tied, "1"], runs[tied, "0"]
+        assert np.all(np.isfinite(on_losses)), on_losses
+        np.testing.assert_array_equal(on_losses, off_losses)
+        assert on.keys() == off.keys()
+        for key in on:
+            np.testing.assert_array_equal(on[key], off[key], err_msg=key)
+
+
 def test_planner_latent_attention_memory_matches_what_the_runtime_allocates(tmp_path):
     """DeepSeek-V3's latent attention in a training step (hidden 512, 8
     heads, query latent 64 up to 8 x 48, KV latent 32 up to 8 x 64: 6x and
@@ -1046,11 +1104,13 @@ def test_planner_moe_training_memory_matches_what_the_runtime_allocates(tmp_path
     the CUDA backend allocated at prepare on each rank (less cuBLAS's
     workspaces). Under EP a rank keeps the dispatched rows for its experts'
     gradient, sized by the dispatch's capacity (ep x its tokens x k), and
-    each rank's loss reads only its own sequences' logits. Within 15 %, the
+    each rank's loss reads only its own sequences' logits. Within 20 %, the
     planner above (it adds every gradient; in a model this small the arena
-    lets them take much of the activations' dead memory). Measured: EP1
-    63.3 vs 56.1 MB, EP2 41.3 vs 42.6 MB a rank. (When the planner counted
-    every forward result and the undispatched tokens: 76.9 MB at EP1.)"""
+    lets them take much of the activations' dead memory, and since sums are
+    written into an operand's memory the backward's peak is lower still).
+    Measured: EP1 63.3 vs 54.0 MB (56.1 with PARAX_CUDA_IN_PLACE=0), EP2
+    41.3 vs 42.6 MB a rank. (When the planner counted every forward result
+    and the undispatched tokens: 76.9 MB at EP1.)"""
     import json
     from parax.models import build_model, load_config
     d = str(tmp_path)
@@ -1068,7 +1128,7 @@ def test_planner_moe_training_memory_matches_what_the_runtime_allocates(tmp_path
     assert plan["ep"] == ranks, plan
     print(f"ep{ranks}: planner {planner / 1e6:.1f} MB, runtime {[a / 1e6 for a in allocated]} MB")
     for runtime in allocated:
-        assert abs(planner - runtime) <= 0.15 * runtime, (planner, allocated)
+        assert abs(planner - runtime) <= 0.2 * runtime, (planner, allocated)
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved"])

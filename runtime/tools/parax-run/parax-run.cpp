@@ -846,7 +846,8 @@ int main(int argc, char **argv) {
       if (scratch > 0) memory += " (kernel scratch " + std::to_string(scratch) + ")";
       if (t.arenaBytes > 0)
         memory += ", temporaries share " + std::to_string(t.arenaBytes) + " bytes (live at once: " +
-                  std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) + ")";
+                  std::to_string(t.peakLiveBytes) + ", one allocation each: " + std::to_string(t.unsharedBytes) +
+                  "; " + std::to_string(gpus[0]->inPlaceTemporaries()) + " more written in place)";
       if (gpus[0]->activationSets() > 1)
         memory += " and " + std::to_string(gpus[0]->activationSets()) + " activation sets hold " +
                   std::to_string(gpus[0]->activationBytes()) + " bytes";

@@ -280,6 +280,9 @@ public:
   /// Where the step's temporaries live: one arena they share (its size, the
   /// lower bound, and what one allocation each would take).
   const BufferPlan &temporaries() const;
+  /// Temporaries written into the memory of an operand they are the last
+  /// reader of (elementwise ops of one shape): not in temporaries().
+  size_t inPlaceTemporaries() const;
   /// Device memory this executor has allocated (weights, inputs,
   /// temporaries, workspaces, scratch; not NCCL's own).
   size_t deviceBytes() const;
