@@ -719,7 +719,8 @@ LayerPlan Solver::solve() {
     // Inference: the peak of live values (those live into this op, in
     // their layouts here, and what it writes). An elementwise result takes
     // the memory of an operand of its shape and layout that this op is the
-    // last reader of, as the runtime writes it in place.
+    // last reader of, as the runtime writes it in place; so does a
+    // reshape's of its operand's bytes.
     double liveBytes = 0;
     for (int v : live[i])
       if (!value(v).inKvCache)
@@ -727,10 +728,16 @@ LayerPlan Solver::solve() {
     bool elementwise = op.kind == OpClass::Unary || op.kind == OpClass::Swiglu || op.kind == OpClass::Add ||
                        op.kind == OpClass::Mul;
     bool inPlace = false;
-    for (auto [k, in] : llvm::enumerate(op.inputs))
-      inPlace |= elementwise && op.results.size() == 1 && lastUse[in] == static_cast<int>(i) &&
-                 !value(in).inKvCache && value(in).shape == value(op.results[0]).shape &&
-                 fullBytes(in) == fullBytes(op.results[0]) && layoutOf(in) == s.in[k] && s.in[k] == s.out[0];
+    for (auto [k, in] : llvm::enumerate(op.inputs)) {
+      if (op.results.size() != 1 || lastUse[in] != static_cast<int>(i) || value(in).inKvCache ||
+          layoutOf(in) != s.in[k])
+        continue;
+      int res = op.results[0];
+      if (op.kind == OpClass::Reshape)
+        inPlace |= fullBytes(in) * share(s.in[k]) == fullBytes(res) * share(s.out[0]);
+      else if (elementwise)
+        inPlace |= value(in).shape == value(res).shape && fullBytes(in) == fullBytes(res) && s.in[k] == s.out[0];
+    }
     for (auto [k, res] : llvm::enumerate(op.results))
       if (!value(res).inKvCache && !inPlace)
         liveBytes += fullBytes(res) * share(s.out[k]);

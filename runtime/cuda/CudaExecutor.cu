@@ -1156,12 +1156,14 @@ Status CudaExecutor::State::placeTemporaries() {
   bool poison = envIs("PARAX_CUDA_POISON_DEAD", "1");
   // An elementwise result takes the memory of an operand of its shape that
   // it is the last reader of (each thread reads its element before it
-  // writes it): a gradient's two parts summed, a residual added. Not an
+  // writes it): a gradient's two parts summed, a residual added; a
+  // reshape's result, of an operand it is the last reader of. Not an
   // operand a collective reads (it may still be in flight on its own
   // stream), nor one the optimizer takes after its range, nor one kept
   // between ranges. hostOf[result] = that operand; guestOf the reverse.
   // (PARAX_CUDA_IN_PLACE=0: none, for side-by-side checks.)
   std::vector<int32_t> hostOf(stage.buffers_size(), -1), guestOf(stage.buffers_size(), -1);
+  std::vector<bool> reshaped(stage.buffers_size(), false); // in place as a reshape's result
   std::vector<bool> temporary(stage.buffers_size(), false), sentOrReduced(stage.buffers_size(), false);
   for (int32_t id : ids) temporary[id] = true;
   for (int k = 0; k < n; ++k)
@@ -1173,16 +1175,20 @@ Status CudaExecutor::State::placeTemporaries() {
   const bool inPlaceOff = envIs("PARAX_CUDA_IN_PLACE", "0"); // (for side-by-side checks)
   for (int k = 0; k < n && !inPlaceOff; ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
-    if (skipped[k] || inst.results_size() != 1 || !among(inst.op(), {"add", "mul", "silu", "sigmoid", "gelu", "swiglu"}))
+    if (skipped[k] || inst.results_size() != 1 ||
+        !among(inst.op(), {"add", "mul", "silu", "sigmoid", "gelu", "swiglu", "reshape"}))
       continue;
     int32_t result = inst.results(0);
     if (!mayShare(result) || first[result] != k) continue;
+    bool reshape = inst.op() == "reshape"; // (its result is then its operand's bytes: no copy)
     for (int32_t id : inst.operands()) {
       if (!mayShare(id) || last[id] != k || first[id] >= k || sentOrReduced[id] || guestOf[id] >= 0 ||
-          buffers[id].shape != buffers[result].shape || buffers[id].elem != buffers[result].elem)
+          buffers[id].elem != buffers[result].elem ||
+          (reshape ? buffers[id].numel() != buffers[result].numel() : buffers[id].shape != buffers[result].shape))
         continue;
       hostOf[result] = id;
       guestOf[id] = result;
+      reshaped[result] = reshape;
       break;
     }
   }
@@ -1217,17 +1223,26 @@ Status CudaExecutor::State::placeTemporaries() {
     return own ? BufferPlan{} : planBuffers(lifetimes, 256);
   };
   temporaries = collect();
-  if (inPlace > 0) { // unless the buffers apart pack into less (the greedy placement is not optimal)
-    std::vector<int32_t> hosts = hostOf, guests = guestOf;
-    std::fill(hostOf.begin(), hostOf.end(), -1);
-    std::fill(guestOf.begin(), guestOf.end(), -1);
-    BufferPlan apart = collect();
-    if (apart.arenaBytes < temporaries.arenaBytes) {
-      temporaries = apart;
-    } else {
-      hostOf = hosts, guestOf = guests;
-      temporaries = collect();
+  // The greedy placement is not optimal: the buffers are placed again with
+  // only the reshapes in place, and with none, and the smallest arena kept
+  // (the first of equals).
+  const std::vector<int32_t> hosts = hostOf, guests = guestOf;
+  auto only = [&](bool keepElementwise, bool keepReshapes) {
+    for (size_t id = 0; id < hosts.size(); ++id) {
+      bool keep = hosts[id] >= 0 && (reshaped[id] ? keepReshapes : keepElementwise);
+      hostOf[id] = keep ? hosts[id] : -1;
+      if (hosts[id] >= 0) guestOf[hosts[id]] = keep ? static_cast<int32_t>(id) : -1;
     }
+  };
+  int bestChoice = 0;
+  for (int choice = 1; choice < 3 && inPlace > 0; ++choice) {
+    only(false, choice == 1);
+    BufferPlan other = collect();
+    if (other.arenaBytes < temporaries.arenaBytes) temporaries = other, bestChoice = choice;
+  }
+  if (bestChoice != 2) { // (choice 2, none in place, is the last collected)
+    only(bestChoice == 0, true);
+    temporaries = collect();
   }
   if (poison) poisonAfter.assign(n, {});
   if (own) {
@@ -2688,8 +2703,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
-  if (op == "reshape")
-    return copy(out().data, in(0).data, out().numel(), out());
+  if (op == "reshape") // (nothing to move when the result is in its operand's memory)
+    return out().data == in(0).data ? Status::ok() : copy(out().data, in(0).data, out().numel(), out());
   if (op == "transpose") {
     auto it = a.find("permutation");
     if (it == a.end()) return Status::error("transpose without permutation");

@@ -1038,7 +1038,7 @@ def test_elementwise_results_in_place_make_a_tied_gradient_cost_nothing(tmp_path
                                  capture_output=True, text=True, check=True, timeout=300, env=env).stdout
             t = cuda_cases.temporaries_of(out)
             arena[tied, in_place], live[tied, in_place] = t["arena_bytes"], t["live_bytes"]
-            # (untied, the plan with no result in place may pack tighter, and is kept)
+            # (untied, a plan with fewer results in place may pack tighter, and is kept)
             assert t["in_place"] > 0 if tied and in_place == "1" else t["in_place"] == 0 or in_place == "1", out
             runs[tied, in_place] = np.load(losses), load_safetensors(saved)
     print("arena", {k: f"{v / 1e6:.2f} MB" for k, v in arena.items()},
