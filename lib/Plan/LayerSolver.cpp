@@ -717,16 +717,16 @@ LayerPlan Solver::solve() {
           shape[2] * shape[3] * ctx.kvBytes * share(s.out[0]);
     }
     // Inference: the peak of live values (those live into this op, in
-    // their layouts here, and what it writes). An elementwise result takes
-    // the memory of an operand of its shape and layout that this op is the
-    // last reader of, as the runtime writes it in place; so does a
-    // reshape's of its operand's bytes.
+    // their layouts here, and what it writes). An elementwise result
+    // (rope's too) takes the memory of an operand of its shape and layout
+    // that this op is the last reader of, as the runtime writes it in
+    // place; so does a reshape's of its operand's bytes.
     double liveBytes = 0;
     for (int v : live[i])
       if (!value(v).inKvCache)
         liveBytes += fullBytes(v) * share(layoutOf(v));
     bool elementwise = op.kind == OpClass::Unary || op.kind == OpClass::Swiglu || op.kind == OpClass::Add ||
-                       op.kind == OpClass::Mul;
+                       op.kind == OpClass::Mul || op.kind == OpClass::Rope;
     bool inPlace = false;
     for (auto [k, in] : llvm::enumerate(op.inputs)) {
       if (op.results.size() != 1 || lastUse[in] != static_cast<int>(i) || value(in).inKvCache ||

@@ -1156,7 +1156,8 @@ Status CudaExecutor::State::placeTemporaries() {
   bool poison = envIs("PARAX_CUDA_POISON_DEAD", "1");
   // An elementwise result takes the memory of an operand of its shape that
   // it is the last reader of (each thread reads its element before it
-  // writes it): a gradient's two parts summed, a residual added; a
+  // writes it; rope rotates each pair of a row in one thread): a
+  // gradient's two parts summed, a residual added, queries rotated; a
   // reshape's result, of an operand it is the last reader of. Not an
   // operand a collective reads (it may still be in flight on its own
   // stream), nor one the optimizer takes after its range, nor one kept
@@ -1176,7 +1177,7 @@ Status CudaExecutor::State::placeTemporaries() {
   for (int k = 0; k < n && !inPlaceOff; ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
     if (skipped[k] || inst.results_size() != 1 ||
-        !among(inst.op(), {"add", "mul", "silu", "sigmoid", "gelu", "swiglu", "reshape"}))
+        !among(inst.op(), {"add", "mul", "silu", "sigmoid", "gelu", "swiglu", "rope", "reshape"}))
       continue;
     int32_t result = inst.results(0);
     if (!mayShare(result) || first[result] != k) continue;
@@ -2572,7 +2573,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
   if (op == "rope") {
     DeviceBuffer &x = in(0), &y = out();
     int64_t rot = attrInt(a, "rotary_dim");
-    Status st = copy(y.data, x.data, x.numel(), x);
+    Status st = y.data == x.data ? Status::ok() : copy(y.data, x.data, x.numel(), x); // (rotated in y)
     if (!st.isOk()) return st;
     int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
     SequenceRows rows = rowsOf(a, S); // (unsplit with a run-time position)
