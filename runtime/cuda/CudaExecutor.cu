@@ -1227,7 +1227,7 @@ Status CudaExecutor::State::placeTemporaries() {
   // The greedy placement is not optimal: the buffers are placed again with
   // only the reshapes in place, and with none, and the smallest arena kept
   // (the first of equals).
-  const std::vector<int32_t> hosts = hostOf, guests = guestOf;
+  const std::vector<int32_t> hosts = hostOf;
   auto only = [&](bool keepElementwise, bool keepReshapes) {
     for (size_t id = 0; id < hosts.size(); ++id) {
       bool keep = hosts[id] >= 0 && (reshaped[id] ? keepReshapes : keepElementwise);
