@@ -1110,14 +1110,10 @@ int main(int argc, char **argv) {
   auto saveStep = [&](int64_t t) {
     char tag[32];
     std::snprintf(tag, sizeof tag, "step-%08lld", static_cast<long long>(t));
-    auto at = [&](const std::string &path) {
-      std::string base = path.back() == '/' ? path.substr(0, path.size() - 1) : path;
-      if (isFolderPath(path) || saveFormat == "boxes") {
-        makeFolder(base);
-        return base + "/" + tag + "/";
-      }
-      size_t dot = base.rfind(".safetensors");
-      return (dot == std::string::npos ? base : base.substr(0, dot)) + "-" + tag + ".safetensors";
+    auto at = [&](const std::string &path) { // (a file's path has no trailing '/')
+      if (isFolderPath(path) || saveFormat == "boxes") return makeFolder(path) + "/" + tag + "/";
+      size_t dot = path.rfind(".safetensors");
+      return (dot == std::string::npos ? path : path.substr(0, dot)) + "-" + tag + ".safetensors";
     };
 #ifdef PARAX_WITH_CUDA
     if (deviceOptimizer) readDeviceState();
