@@ -203,6 +203,19 @@ struct CudaExecutor::State {
     void *chunk = nullptr; // ZeRO-3: the parameter's chunk (storage type, `size` values)
     float *otherParts = nullptr; // a stage's part: the other stages' parts of `share` (updated values each)
   };
+  /// Host copies of one of each slot's chunk-sized arrays (the values
+  /// this rank updates: master, m or v), nothing gathered.
+  StatusOr<std::vector<std::vector<float>>> readChunks(float *OptimizerSlot::*which) {
+    std::vector<std::vector<float>> chunks(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const OptimizerSlot &slot = slots[i];
+      chunks[i].resize(slot.g.end - slot.g.begin);
+      Status st = copyToHost(chunks[i].data(), slot.*which, chunks[i].size(), Elem::F32, stream);
+      if (!st.isOk()) return st;
+      readBackBytes += chunks[i].size() * sizeof(float);
+    }
+    return chunks;
+  }
   /// Whether slot i's sums are reduced over other ranks (ZeRO's group, or
   /// the replicas), and the count its mean divides by besides microbatches.
   bool reducesSum(const OptimizerSlot &slot) const { return slot.shared || optimizer.replicas > 1; }
@@ -304,6 +317,7 @@ struct CudaExecutor::State {
   bool sumsGathered = false; // ZeRO: readMasters has used the sums' memory
   std::vector<void *> optimizerMemory;
   size_t optimizerBytes = 0;
+  size_t readBackBytes = 0; // of the optimizer's state, copied to the host for writing
   bool keepParameters = false; // keepLoadedParameters
 
   ~State() {
@@ -2284,6 +2298,7 @@ StatusOr<std::vector<Tensor>> CudaExecutor::gradientSums() {
     sums.push_back(Tensor::floats(s.buffers[s.host.stageProgram().outputs(slot.g.output)].shape));
     Status st = copyToHost(sums.back().f.data(), whole, slot.n, Elem::F32, s.stream);
     if (!st.isOk()) return st;
+    s.readBackBytes += slot.n * sizeof(float);
   }
   Status st = s.sync();
   if (!st.isOk()) return st;
@@ -2310,6 +2325,7 @@ Status CudaExecutor::readMasters(std::vector<Tensor> &values) {
     values[slot.g.parameter] = Tensor::floats(s.buffers[slot.g.parameter].shape);
     Status st = copyToHost(values[slot.g.parameter].f.data(), whole, slot.n, Elem::F32, s.stream);
     if (!st.isOk()) return st;
+    s.readBackBytes += slot.n * sizeof(float);
     // ZeRO-1 gathered into the sums: zeros again, as the next step's sums
     // start (their padding past the box is never written).
     if (slot.shared && whole == slot.sum)
@@ -2319,16 +2335,15 @@ Status CudaExecutor::readMasters(std::vector<Tensor> &values) {
 }
 
 StatusOr<std::vector<std::vector<float>>> CudaExecutor::readMoments(int which) const {
-  const State &s = *s_;
-  std::vector<std::vector<float>> moments(s.slots.size());
-  for (size_t i = 0; i < s.slots.size() && s.optimizer.adamw; ++i) {
-    const State::OptimizerSlot &slot = s.slots[i];
-    moments[i].resize(slot.g.end - slot.g.begin);
-    Status st = copyToHost(moments[i].data(), which == 0 ? slot.m : slot.v, moments[i].size(), Elem::F32, s.stream);
-    if (!st.isOk()) return st;
-  }
-  return moments;
+  if (!s_->optimizer.adamw) return std::vector<std::vector<float>>(s_->slots.size());
+  return s_->readChunks(which == 0 ? &State::OptimizerSlot::m : &State::OptimizerSlot::v);
 }
+
+StatusOr<std::vector<std::vector<float>>> CudaExecutor::readMasterChunks() const {
+  return s_->readChunks(&State::OptimizerSlot::master);
+}
+
+size_t CudaExecutor::readBackBytes() const { return s_->readBackBytes; }
 
 Status CudaExecutor::writeMoments(int which, const std::vector<std::vector<float>> &values) {
   State &s = *s_;

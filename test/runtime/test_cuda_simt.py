@@ -14,6 +14,7 @@ reverse, which exposes a missing __syncthreads() the first order hides.
 """
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -327,7 +328,6 @@ def test_gradient_buckets(tmp_path, name):
     of a box each some are issued while the backward pass still runs. Under
     interleaved 1F1B a bucket may hold boxes of both model chunks: it goes
     when the later chunk's range has summed its box."""
-    import re
     from parax.checkpoint import load_safetensors
     tool("parax-run-simt")
     case_dir, case = prepared_case(name, tmp_path)
@@ -381,10 +381,13 @@ def test_bucket_bytes_must_be_a_positive_count(tmp_path):
 
 def test_box_checkpoints_from_the_device_optimizer(tmp_path):
     """--save-format boxes on the CUDA backend under ZeRO-3 (the masters
-    and moments kept as each rank's chunks on the device, read back and
-    gathered into the boxes first): numpy puts back together the tensors
-    that --save-format whole writes, and a step resumed from the boxes
-    takes the third step as the straight run did."""
+    and moments kept as each rank's chunks on the device, each rank
+    writing its own chunks, nothing gathered): numpy puts back together
+    the tensors that --save-format whole writes, and a step resumed from
+    the boxes takes the third step as the straight run did. What is read
+    back from the device is what is written: a run saving nothing reads
+    back nothing; a box-wise save the chunks (masters, m, v: 1.5 x the
+    moments' bytes); a whole save all-gathers the masters (more)."""
     from parax.checkpoint import load_boxes, load_safetensors
     name = "train-llama-bf16-adamw-dp2-tp2-zero3"
     case_dir, case = prepared_case(name, tmp_path)
@@ -399,11 +402,18 @@ def test_box_checkpoints_from_the_device_optimizer(tmp_path):
                                       [arg for what, path in save for arg in (what, os.path.join(case_dir, path))] +
                                       list(extra))
         assert "optimizer on the device" in log and "(ZeRO-3)" in log, log
+        read_back[tag] = int(re.search(r"gradient sums; (\d+) bytes read back to write\)", log).group(1))
+        moments[tag] = int(re.search(r"(\d+) bytes of optimizer state on rank", log).group(1))
         return np.load(losses)
 
+    read_back, moments = {}, {}
     straight = train("straight", 3, [("--save-weights", "straight.safetensors")])
+    train("nothing", 1, [])
     train("whole", 2, [("--save-weights", "whole.safetensors"), ("--save-optimizer", "whole-state.safetensors")])
     train("boxes", 2, [("--save-weights", "weights/"), ("--save-optimizer", "state/")], ["--save-format", "boxes"])
+    print("read back", read_back, "moments", moments)
+    assert read_back["nothing"] == 0 and moments["nothing"] == moments["boxes"] > 0, (read_back, moments)
+    assert read_back["boxes"] == moments["boxes"] * 3 // 2 < read_back["whole"], (read_back, moments)
     for folder, file in (("weights", "whole.safetensors"), ("state", "whole-state.safetensors")):
         got, want = load_boxes(os.path.join(case_dir, folder)), load_safetensors(os.path.join(case_dir, file))
         assert got.keys() == want.keys(), folder
@@ -466,7 +476,6 @@ def test_zero3_through_pipeline_ranges(tmp_path, name):
     range), into memory other ranges reuse. Two AdamW steps give
     ZeRO-1's losses and weights (to the summation order of the per-
     microbatch reduce-scatters), with every split box kept as a chunk."""
-    import re
     from parax.checkpoint import load_safetensors
     case_dir, case = prepared_case(name, tmp_path)
     got = {}
@@ -501,7 +510,6 @@ def test_planner_optimizer_memory_matches_the_device_optimizer(tmp_path, pins, r
     device optimizer allocated on a rank (parax-run's summary), within 1 %
     (ZeRO's chunks are padded; 8 bytes a gradient for its sum of
     squares)."""
-    import re
     import subprocess
     from parax.checkpoint import save_safetensors
     from parax.models.builder import parameter_shapes
@@ -540,7 +548,6 @@ def test_watchdog_names_rank_and_collective(tmp_path, fault, message, name):
     that issued it -- not a hang and not a wrong result. op-all_to_all: one
     rank under mpirun, so its collective goes through a one-rank NCCL
     communicator (as on the one-GPU machine)."""
-    import re
     tool("parax-run-simt")
     cuda_cases.prepare_any(name, str(tmp_path), BIN)
     env = {"PARAX_SIMT_NCCL_FAULT": fault, "PARAX_NCCL_TIMEOUT": "1", "PARAX_SIMT_STREAMS": "lazy"}
@@ -558,7 +565,6 @@ def test_watchdog_watches_graph_replays(tmp_path, fault, message):
     the second is captured with its collective as a CUDA graph, whose
     replay fails: the watchdog still names the collective (an event
     recorded as an external node of the graph marks each one)."""
-    import re
     tool("parax-run-simt")
     cuda_cases.prepare_any("op-all_reduce", str(tmp_path), BIN)
     env = {"PARAX_SIMT_NCCL_FAULT": fault, "PARAX_SIMT_NCCL_FAULT_AFTER": "1", "PARAX_NCCL_TIMEOUT": "1"}
@@ -672,7 +678,6 @@ def test_the_fuzzer_compares_the_backends(tmp_path):
     from the CPU's fp32 ones, and the first difference is named. A
     multi-rank seed is refused (the emulator's NCCL joins MPI ranks, not
     threads)."""
-    import re
     import subprocess
     fuzz = tool("parax-pxe-fuzz-simt")
     cuda_cases.prepare("llama-bf16", str(tmp_path))
@@ -708,7 +713,6 @@ def test_a_stalled_rank_ends_a_host_staged_job(tmp_path):
     """Host-staged collectives (ranks sharing a GPU) block in MPI: a rank
     that stops (SIGSTOP) ends the job after the timeout, naming the other
     rank's operation, instead of hanging."""
-    import re
     from conftest import MPI_ENV, run_with_a_stalled_rank
     tool("parax-run-simt")
     cuda_cases.prepare("llama-tp2", str(tmp_path))
@@ -728,7 +732,6 @@ def test_out_of_device_memory_names_what_did_not_fit(tmp_path):
     GPU) cannot hold GPT-2 tiny's 487 KiB of weights: the error names the
     parameter that did not fit, its size, what the rank holds already and
     what the device has left."""
-    import re
     tool("parax-run-simt")
     cuda_cases.prepare("gpt2", str(tmp_path))
     env = {"PARAX_SIMT_DEVICE_MEMORY": str(64 * 2**20 + 100 * 2**10)}
@@ -759,7 +762,6 @@ def test_planner_memory_matches_what_the_runtime_allocates(tmp_path, batch, seq,
     125.8; before the planner counted live values rather than every value
     of a layer, 10 % and 30 %; with results written in place by the runtime
     and not counted so by the planner, 11.7 % at 4 x 512)."""
-    import re
     import subprocess
     import numpy as np
     from parax.checkpoint import save_safetensors
@@ -811,7 +813,6 @@ def test_recompute_lowers_the_temporaries_live_at_once(tmp_path):
     the norms' results no longer kept for the backward pass) and full below
     selective (only each layer's input kept). Measured: 15.2, 10.5 and 6.8
     MB. (That the gradients stay the same: test_training.py.)"""
-    import re
     import subprocess
     import numpy as np
     from parax.checkpoint import random_weights, save_safetensors
@@ -864,7 +865,6 @@ def planned_and_allocated(d, cfg, rows, seq, workload, cluster, ranks=1, extra=(
     the emulator) allocated at prepare, less cuBLAS's two 32 MiB
     workspaces: the program compiled as `compile --train` does
     (--parax-recompute applies the plan's choice)."""
-    import re
     import subprocess
     import numpy as np
     from parax.checkpoint import save_safetensors
@@ -903,7 +903,6 @@ def test_planner_scratch_matches_the_kernels_scratch(tmp_path, family, pins, ran
     every token of the group). Within 10 %. Measured: 4.19 vs 4.19 MB,
     3.44 vs 3.44 MB and 6.63 vs 6.62 MB."""
     import json
-    import re
     import subprocess
     import numpy as np
     from parax.checkpoint import random_weights, save_safetensors
@@ -971,7 +970,6 @@ def test_planner_counts_a_tied_embedding_once_on_one_stage(tmp_path, tied):
     its optimizer memory the device optimizer's (fp32 master, m, v and the
     step's sums), within 1 %. (When the planner counted the tied weight in
     both layers that read it, it planned 1.57x the tied model's weights.)"""
-    import re
     import subprocess
     from parax.checkpoint import save_safetensors
     from parax.models.builder import parameter_shapes
@@ -1009,7 +1007,6 @@ def test_elementwise_results_in_place_make_a_tied_gradient_cost_nothing(tmp_path
     beside the sum). An AdamW step with every dead
     temporary poisoned (NaN after its last reader) gives the loss and
     weights of the run without in-place results, bit for bit."""
-    import re
     import subprocess
     from parax.checkpoint import load_safetensors, save_safetensors
     from parax.models.builder import parameter_shapes

@@ -558,9 +558,35 @@ Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer
 
 void Training::parameterBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
                               runtime::BoxCheckpoint &into) const {
+  wholeBoxes(buffers, suffix, {}, into);
+}
+
+Status Training::parameterChunkBoxes(const std::vector<Tensor> &buffers, const std::vector<std::vector<float>> &chunks,
+                                     runtime::BoxCheckpoint &into) const {
+  const pxe::Stage &stage = exe_.stages(stage_);
+  std::vector<bool> updated(stage.buffers_size(), false);
+  for (int k = 0; k < stage.outputs_size(); ++k) {
+    if (!isGrad(k)) continue;
+    const pxe::Buffer &param = stage.buffers(paramOf_[k]);
+    Chunk c = chunkOf(k, runtime::numelOf(std::vector<int64_t>(param.shape().begin(), param.shape().end())));
+    size_t given = k < static_cast<int>(chunks.size()) ? chunks[k].size() : 0;
+    if (given != static_cast<size_t>(std::max<int64_t>(c.end - c.begin, 0)))
+      return Status::error("a box-wise checkpoint of " + param.param_name() + ": " + std::to_string(given) +
+                           " values of its chunk on rank " + std::to_string(rank_) + " where ZeRO gives it " +
+                           std::to_string(std::max<int64_t>(c.end - c.begin, 0)));
+    updated[paramOf_[k]] = true;
+  }
+  chunkBoxes("", [&](int k) { return chunks[k].data(); }, into);
+  wholeBoxes(buffers, "", updated, into);
+  return Status::ok();
+}
+
+void Training::wholeBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
+                          const std::vector<bool> &skipped, runtime::BoxCheckpoint &into) const {
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
   for (const Item &item : parameterItems(buffers, names, shapes)) {
+    if (item.stage == stage_ && item.buffer < static_cast<int>(skipped.size()) && skipped[item.buffer]) continue;
     const pxe::Buffer &buffer = exe_.stages(item.stage).buffers(item.buffer);
     std::vector<int64_t> size(buffer.shape().begin(), buffer.shape().end());
     for (const auto &[q, start] : holders(item))
@@ -662,7 +688,6 @@ Status Training::gatherState(int writer, std::map<std::string, Tensor> &whole, L
 
 Status Training::optimizerStateBoxes(runtime::BoxCheckpoint &into) {
   if (step_ == 0) return Status::error("--save-optimizer: no optimizer step ran, so there is no state");
-  const pxe::Stage &stage = exe_.stages(stage_);
   for (int which = 0; which < 2; ++which) {
     const char *suffix = which == 0 ? ".exp_avg" : ".exp_avg_sq";
     if (!zeroShares_) { // whole boxes, the first rank holding each writes it
@@ -672,26 +697,31 @@ Status Training::optimizerStateBoxes(runtime::BoxCheckpoint &into) {
       parameterBoxes(boxes, suffix, into);
       continue;
     }
-    // ZeRO: every rank its own chunk of each box (the first stage's, of a
-    // weight two stages hold), nothing gathered.
-    for (int k = 0; k < stage.outputs_size(); ++k) {
-      if (!isGrad(k) || !firstStage_[k]) continue;
-      const pxe::Buffer &param = stage.buffers(paramOf_[k]);
-      std::vector<int64_t> size(param.shape().begin(), param.shape().end());
-      int64_t n = runtime::numelOf(size);
-      Chunk c = chunkOf(k, n);
-      if (c.begin >= c.end) continue;
-      runtime::CheckpointBox where = runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), param);
-      bool whole = c.begin == 0 && c.end == n;
-      runtime::putParameterBox(param.param_name() + suffix, where.shape, where.start, size, rank_,
-                               moment(k, which).data(), into, whole ? 0 : c.begin, whole ? -1 : c.end);
-    }
+    // ZeRO: every rank its own chunk of each box, nothing gathered.
+    chunkBoxes(suffix, [&](int k) { return (which == 0 ? states_[k].m : states_[k].v).data(); }, into);
   }
   if (rank_ == 0) {
     float step = static_cast<float>(step_);
     runtime::putParameterBox("optimizer.step", {1}, {0}, {1}, 0, &step, into);
   }
   return Status::ok();
+}
+
+void Training::chunkBoxes(const std::string &suffix, const std::function<const float *(int k)> &values,
+                          runtime::BoxCheckpoint &into) const {
+  const pxe::Stage &stage = exe_.stages(stage_);
+  for (int k = 0; k < stage.outputs_size(); ++k) {
+    if (!isGrad(k) || !firstStage_[k]) continue;
+    const pxe::Buffer &param = stage.buffers(paramOf_[k]);
+    std::vector<int64_t> size(param.shape().begin(), param.shape().end());
+    int64_t n = runtime::numelOf(size);
+    Chunk c = chunkOf(k, n);
+    if (c.begin >= c.end) continue;
+    runtime::CheckpointBox where = runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), param);
+    bool whole = c.begin == 0 && c.end == n;
+    runtime::putParameterBox(param.param_name() + suffix, where.shape, where.start, size, rank_, values(k), into,
+                             whole ? 0 : c.begin, whole ? -1 : c.end);
+  }
 }
 
 Status Training::loadState(const runtime::Checkpoint &file, const std::string &path, bool zero) {

@@ -27,6 +27,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -172,6 +173,13 @@ public:
   /// communication.
   void parameterBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
                       runtime::BoxCheckpoint &into) const;
+  /// Likewise under ZeRO with the parameters a gradient updates given as
+  /// this rank's chunks (`chunks`, per gradient output: the values it
+  /// updates, as the device optimizer keeps its masters), each written as
+  /// its run of the box's elements like the moments, nothing gathered; the
+  /// other parameters (none updates them) from `buffers`.
+  Status parameterChunkBoxes(const std::vector<Tensor> &buffers, const std::vector<std::vector<float>> &chunks,
+                             runtime::BoxCheckpoint &into) const;
   /// AdamW's state likewise (gatherState's names), and the step count on
   /// rank 0; under ZeRO every rank its own chunk of each box, a run of the
   /// box's elements. No communication.
@@ -238,6 +246,15 @@ private:
   int64_t largestShareGroup_ = 1;           // over every stage
   std::vector<std::string> gradOf_;      // per output of this stage: "<name>[@offsets]" or ""
   std::vector<int> paramOf_;             // per gradient output: its parameter's buffer id
+  /// Under ZeRO: this rank's chunk of each box a gradient updates (the
+  /// first stage's, of a weight two stages hold), `values(k)` the chunk's
+  /// values for gradient output k, as a run of the box's elements.
+  void chunkBoxes(const std::string &suffix, const std::function<const float *(int k)> &values,
+                  runtime::BoxCheckpoint &into) const;
+  /// Of the parameters in `buffers`, those not `skipped` (by this stage's
+  /// buffer id), as parameterBoxes writes them.
+  void wholeBoxes(const std::vector<Tensor> &buffers, const std::string &suffix, const std::vector<bool> &skipped,
+                  runtime::BoxCheckpoint &into) const;
   // Per output that is a stage's part of a gradient: the ranks whose parts
   // are added (Update::partRanks); and those outputs in result order.
   std::vector<std::vector<int>> partRanks_;

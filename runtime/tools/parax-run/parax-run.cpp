@@ -1043,6 +1043,23 @@ int main(int argc, char **argv) {
     if (exe.value().grid().axis_names(i) != "pp" && exe.value().grid().axis_names(i) != "dp" && coords[i] != 0)
       replicaWriter = false;
   bool writer = replicaWriter && replica == 0;
+  // The program's results in order: a gradient's checkpoint name, else
+  // "". Gradients are read back from the device and gathered whole only
+  // when --output (as far as it reaches) or --output-dir writes them.
+  std::vector<std::string> resultNames;
+  auto sources = resultSources(exe.value());
+  for (const auto &from : sources) {
+    const auto &stage = exe.value().stages(from[0].stage);
+    for (LossTerm &t : terms)
+      if (from[0].output < stage.output_terms_size() && stage.output_terms(from[0].output) == t.term)
+        t.result = static_cast<int>(resultNames.size());
+    resultNames.push_back(from[0].output < stage.output_grads_size() ? stage.output_grads(from[0].output) : "");
+  }
+  bool gradients = std::any_of(resultNames.begin(), resultNames.end(), [](const std::string &n) { return !n.empty(); });
+  bool writesGradients = generate <= 0 && gradients &&
+                         (!outputDir.empty() || std::any_of(resultNames.begin(),
+                                                            resultNames.begin() + std::min(outputs.size(), resultNames.size()),
+                                                            [](const std::string &n) { return !n.empty(); }));
   // Weights and optimizer state: one file, gathered whole on the writer;
   // or a folder (a path ending in '/', or an existing folder), a sharded
   // checkpoint each rank writes its share of (whole tensors spread over
@@ -1053,11 +1070,15 @@ int main(int argc, char **argv) {
     if (::mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) die(folder + ": cannot create the folder");
     return folder;
   };
+  // The device optimizer's ZeRO masters as this rank's chunks, per
+  // gradient output (read back for a box-wise save of the weights).
+  std::vector<std::vector<float>> masterChunks;
   auto save = [&](const std::string &path, bool state) {
     if (saveFormat == "boxes") {
       BoxCheckpoint boxes;
       Status st = Status::ok();
       if (state) st = training->optimizerStateBoxes(boxes);
+      else if (!masterChunks.empty()) st = training->parameterChunkBoxes(parameters, masterChunks, boxes);
       else training->parameterBoxes(parameters, "", boxes);
       if (st.isOk()) st = training->gatherRecords(boxes.records);
       if (!st.isOk()) die(st.message());
@@ -1090,12 +1111,22 @@ int main(int argc, char **argv) {
     if (!st.isOk()) die(st.message());
   };
 #ifdef PARAX_WITH_CUDA
-  // The device optimizer's masters and moments, read back to the host for
-  // writing (under ZeRO the masters are all-gathered).
+  // The device optimizer's masters (for --save-weights) and moments (for
+  // --save-optimizer), read back to the host for writing, nothing more.
+  // Under ZeRO the masters are all-gathered, but for a box-wise
+  // checkpoint: each rank's chunks, nothing gathered.
   auto readDeviceState = [&]() {
-    Status st = gpus[0]->readMasters(masters);
+    Status st = Status::ok();
+    if (!saveWeights.empty() && saveFormat == "boxes" && training->sharesState(optimizer)) {
+      auto chunks = gpus[0]->readMasterChunks();
+      if (!chunks.isOk()) die(chunks.status().message());
+      masterChunks.assign(exe.value().stages(stageIndex).outputs_size(), {});
+      for (size_t i = 0; i < updates.size(); ++i) masterChunks[updates[i].output] = std::move(chunks.value()[i]);
+    } else if (!saveWeights.empty()) {
+      st = gpus[0]->readMasters(masters);
+    }
     if (!st.isOk()) die(st.message());
-    for (int which = 0; which < 2; ++which) {
+    for (int which = 0; which < 2 && !saveOptimizer.empty(); ++which) {
       auto moments = gpus[0]->readMoments(which);
       if (!moments.isOk()) die(moments.status().message());
       for (size_t i = 0; i < updates.size(); ++i)
@@ -1255,12 +1286,15 @@ int main(int argc, char **argv) {
       if (saveEvery > 0 && step + 1 < steps && training->steps() % saveEvery == 0) saveStep(training->steps());
     }
 #ifdef PARAX_WITH_CUDA
-    // The device optimizer's gradients, masters and moments, read back for
-    // writing (every rank: under ZeRO the masters are all-gathered).
+    // The device optimizer's gradients, masters and moments, read back
+    // where something writes them (every rank: under ZeRO the gradients
+    // and masters are all-gathered).
     if (deviceOptimizer && steps > 0) {
-      auto sums = gpus[0]->gradientSums();
-      if (!sums.isOk()) die(sums.status().message());
-      for (size_t i = 0; i < updates.size(); ++i) results[updates[i].output] = std::move(sums.value()[i]);
+      if (writesGradients) {
+        auto sums = gpus[0]->gradientSums();
+        if (!sums.isOk()) die(sums.status().message());
+        for (size_t i = 0; i < updates.size(); ++i) results[updates[i].output] = std::move(sums.value()[i]);
+      }
       readDeviceState();
     }
 #endif
@@ -1330,19 +1364,9 @@ int main(int argc, char **argv) {
   // The program's results in order, on the writer: the last stage's
   // outputs, and each gradient whole, gathered from its boxes (every rank
   // sends its own); with --save-weights the parameters likewise.
-  std::vector<std::string> resultNames; // a gradient's checkpoint name, else ""
-  auto sources = resultSources(exe.value());
-  for (const auto &from : sources) {
-    const auto &stage = exe.value().stages(from[0].stage);
-    for (LossTerm &t : terms)
-      if (from[0].output < stage.output_terms_size() && stage.output_terms(from[0].output) == t.term)
-        t.result = static_cast<int>(resultNames.size());
-    resultNames.push_back(from[0].output < stage.output_grads_size() ? stage.output_grads(from[0].output) : "");
-  }
-  bool gradients = std::any_of(resultNames.begin(), resultNames.end(), [](const std::string &n) { return !n.empty(); });
-  if (generate <= 0 && gradients && (!outputs.empty() || !outputDir.empty())) {
+  if (generate <= 0 && gradients) {
     std::map<int, Tensor> whole;
-    s = training->gatherGradients(results, writerOf(exe.value(), 0), whole);
+    if (writesGradients) s = training->gatherGradients(results, writerOf(exe.value(), 0), whole);
     if (!s.isOk()) die(s.message());
     if (writer) {
       std::vector<Tensor> ordered(sources.size());
@@ -1427,16 +1451,23 @@ int main(int argc, char **argv) {
           std::snprintf(balance + used, sizeof balance - used, " (%s %.6f -> %.6f)", t.label, t.values.front(),
                         t.values.back());
         }
+      // (The device optimizer's moments: on the device, read back only to
+      // be written.)
+      size_t stateBytes = training->stateBytes();
+      if (deviceOptimizer && optimizer.kind == "adamw") {
+        stateBytes = 0;
+        for (const Training::Update &u : updates) stateBytes += 2 * sizeof(float) * (u.end - u.begin);
+      }
       std::snprintf(line, sizeof line,
                     ", %s: loss %.6f -> %.6f%s over %zu step(s), %zu bytes of optimizer state on rank %d%s",
-                    optimizer.kind.c_str(), losses.front(), losses.back(), balance, losses.size(),
-                    training->stateBytes(), rank,
+                    optimizer.kind.c_str(), losses.front(), losses.back(), balance, losses.size(), stateBytes, rank,
                     zeroSummary(optimizer, training->sharesState(optimizer), deviceOptimizer).c_str());
       how += line;
 #ifdef PARAX_WITH_CUDA
       if (deviceOptimizer)
         how += ", optimizer on the device (" + std::to_string(gpus[0]->optimizerBytes()) +
-               " bytes: fp32 masters, moments, gradient sums), " + std::to_string(gpus[0]->gradientsReducedEarly()) +
+               " bytes: fp32 masters, moments, gradient sums; " + std::to_string(gpus[0]->readBackBytes()) +
+               " bytes read back to write), " + std::to_string(gpus[0]->gradientsReducedEarly()) +
                " gradient reduction(s) issued during the backward pass";
       if (deviceOptimizer && gpus[0]->gradientBuckets().buckets > 0)
         how += ", " + std::to_string(gpus[0]->gradientBuckets().boxes) + " gradient boxes all-reduced in " +

@@ -230,11 +230,15 @@ public:
   /// all-gathered); the fp32 masters put whole into values[parameter]
   /// (ZeRO: all-gathered into the sums' memory, so after gradientSums);
   /// AdamW's moment (`which` 0: m, 1: v) per gradient, of the values this
-  /// rank updates (end - begin). Under ZeRO every rank of the dp group
-  /// calls the first two.
+  /// rank updates (end - begin); the fp32 masters likewise, nothing
+  /// gathered (a ZeRO rank's own chunks, for a box-wise checkpoint). Under
+  /// ZeRO every rank of the dp group calls the first two.
   StatusOr<std::vector<Tensor>> gradientSums();
   Status readMasters(std::vector<Tensor> &values);
   StatusOr<std::vector<std::vector<float>>> readMoments(int which) const;
+  StatusOr<std::vector<std::vector<float>>> readMasterChunks() const;
+  /// Bytes the four calls above copied to the host so far.
+  size_t readBackBytes() const;
   /// Replaces the moments (a resumed run's), as readMoments gives them.
   Status writeMoments(int which, const std::vector<std::vector<float>> &values);
   /// ZeRO-3: the parameter boxes kept as chunks, those chunks' bytes, the
