@@ -299,12 +299,13 @@ struct CudaExecutor::State {
   std::vector<OptimizerSlot> slots;
   CudaExecutor::OptimizerSetup optimizer;
   // streamGradients: during the next run, each bound gradient is added to
-  // its sum, and the sum's data-parallel reduction issued, right after the
-  // instruction that writes it (slotsOf[k]: the slots instruction k's
-  // results are the gradients of); `reduced`: per slot, done this step.
+  // its sum, and (`streamReduces`) the sum's data-parallel reduction
+  // issued, right after the instruction that writes it (slotsOf[k]: the
+  // slots instruction k's results are the gradients of); `taken`: per
+  // slot, added this run; `reduced`: reduced this step.
   std::vector<std::vector<int>> slotsOf;
-  std::vector<bool> reduced;
-  bool streaming = false, streamFirst = false;
+  std::vector<bool> taken, reduced;
+  bool streaming = false, streamFirst = false, streamReduces = true;
   int streamRange = -1; // the range streamed (-1: the whole program)
   size_t streamedEarly = 0; // reductions (buckets) issued with instructions still to run (the last run)
   Status reduceGradient(int slot);
@@ -1123,6 +1124,7 @@ Status CudaExecutor::State::placeTemporaries() {
     for (const auto *list : {&inst.operands(), &inst.results()})
       for (int32_t id : *list) last[id] = std::max(last[id], until);
   }
+  const std::vector<int> lastUse = last; // (an output's, before it is kept past the run)
   for (int32_t id : stage.outputs()) last[id] = n; // read after the step
   // A gradient the device optimizer takes (adds to its sum) right after the
   // backward range that writes it is not kept past that range (not one
@@ -1137,6 +1139,25 @@ Status CudaExecutor::State::placeTemporaries() {
         last[id] = r.end - 1;
         takenAfterRange[id] = true;
       }
+  }
+  // Without ranges, every microbatch's run adds a gradient the device
+  // optimizer takes to its sum right after the instruction that writes it
+  // (streamGradients; Megatron-LM accumulates into its main_grad buffer
+  // likewise): no memory past its last use then, instead of every
+  // gradient held to the backward pass's end. Not a collective's result
+  // (added once the compute stream waits for it), one an instruction
+  // fused into the one before writes (skipped), nor with
+  // PARAX_CUDA_OVERLAP=0 (added after the run).
+  for (int k = 0; gradientsBound && ranges.empty() && overlap && k < stage.outputs_size() &&
+                  k < stage.output_grads_size();
+       ++k) {
+    int32_t id = stage.outputs(k);
+    if (stage.output_grads(k).empty() || stage.buffers(id).role() != pxe::TEMPORARY) continue;
+    int writer = -1;
+    for (int j = 0; j < n; ++j)
+      for (int32_t r : stage.instructions(j).results())
+        if (r == id) writer = j;
+    if (writer >= 0 && !skipped[writer] && !isCollective(stage.instructions(writer).op())) last[id] = lastUse[id];
   }
   // Ranges (holdActivations): what begins and ends a range -- received
   // ahead, or sent in the next step's group -- gets memory of its own in
@@ -1637,7 +1658,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
   }
   Status st = completePending();
   for (size_t i = 0; i < slots.size() && streaming && st.isOk(); ++i) // written before the range, or not overlapped
-    if (!reduced[i] && inRange(static_cast<int>(i), streamRange)) st = reduceGradient(static_cast<int>(i));
+    if (!taken[i] && inRange(static_cast<int>(i), streamRange)) st = reduceGradient(static_cast<int>(i));
   streaming = false;
   if (st.isOk() && marks) PARAX_CUDA(cudaEventRecord(marks->back(), stream));
   return st;
@@ -1714,9 +1735,10 @@ Status CudaExecutor::State::placeBuckets(const std::function<Status(float **, in
 
 Status CudaExecutor::State::reduceGradient(int i) {
   OptimizerSlot &slot = slots[i];
-  if (slot.chunkSums) {
-    reduced[i] = true;
-    if (streaming && issuingEarly) ++streamedEarly;
+  taken[i] = true;
+  if (slot.chunkSums) { // (every microbatch's reduce-scattered)
+    reduced[i] = reduced[i] || streamReduces;
+    if (streaming && issuingEarly && streamReduces) ++streamedEarly;
     return reduceScatterMicrobatch(i, streamFirst);
   }
   const DeviceBuffer &out = buffers[host.stageProgram().outputs(slot.g.output)];
@@ -1726,8 +1748,9 @@ Status CudaExecutor::State::reduceGradient(int i) {
                                                                               streamFirst ? 1 : 0);
     return Status::ok();
   });
+  if (!st.isOk() || !streamReduces) return st;
   reduced[i] = true;
-  if (!st.isOk() || !reducesSum(slot)) return st;
+  if (!reducesSum(slot)) return st;
   // On the collectives' stream, after the sum: nothing on the compute
   // stream reads it before the step's host synchronisation (its watchdog
   // waits for it), so nothing waits for it here.
@@ -2058,6 +2081,7 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
                            ") is not bound, but holdActivations placed it as read right after its range");
   s.slotsOf.assign(stage.instructions_size(), {});
   s.reduced.assign(s.slots.size(), false);
+  s.taken.assign(s.slots.size(), false);
   for (int k = 0; k < stage.instructions_size(); ++k)
     for (int32_t id : stage.instructions(k).results())
       for (size_t i = 0; i < s.slots.size(); ++i)
@@ -2080,13 +2104,15 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
   return s.sync();
 }
 
-Status CudaExecutor::streamGradients(bool first, int range) {
+Status CudaExecutor::streamGradients(bool first, int range, bool reduce) {
   State &s = *s_;
   if (s.slots.empty()) return Status::error("streamGradients: no optimizer bound");
   if (first) s.sumsGathered = false; // a step's sums made anew
   s.streaming = true;
   s.streamFirst = first;
   s.streamRange = range;
+  s.streamReduces = reduce;
+  s.taken.assign(s.slots.size(), false);
   if (std::none_of(s.reduced.begin(), s.reduced.end(), [](bool r) { return r; }))
     s.streamedEarly = 0; // the step's first streamed range
   return Status::ok();
@@ -2417,7 +2443,10 @@ Status CudaExecutor::run() {
 Status CudaExecutor::holdActivations(int sets, const std::vector<int64_t> &chunkSets,
                                      const std::vector<PipelineRange> &ranges, bool gradientsBound) {
   State &s = *s_;
-  if (sets < 1 || ranges.empty() || !s.ranges.empty()) return Status::ok();
+  if (sets < 1 || !s.ranges.empty()) return Status::ok();
+  // Without ranges: placed again only for the gradients the optimizer
+  // takes as they are written (placeTemporaries).
+  if (ranges.empty() && (!gradientsBound || !s.ownsArena || s.gradientsBound)) return Status::ok();
   int chunks = 1;
   for (const PipelineRange &r : ranges) chunks = std::max(chunks, r.chunk + 1);
   if (chunks > 1 && static_cast<int>(chunkSets.size()) != chunks)
@@ -2454,7 +2483,7 @@ Status CudaExecutor::holdActivations(int sets, const std::vector<int64_t> &chunk
   s.assignSlotRanges();
   s.sets = sets;
   s.gradientsBound = gradientsBound;
-  s.graphs = false; // the sets' buffers move between runs
+  if (!ranges.empty()) s.graphs = false; // the sets' buffers move between runs
   return s.placeTemporaries();
 }
 

@@ -810,9 +810,12 @@ int main(int argc, char **argv) {
   if (optimizerAt && std::string(optimizerAt) != "host" && std::string(optimizerAt) != "device")
     die(std::string("PARAX_CUDA_OPTIMIZER=") + optimizerAt + ": host or device");
   deviceOptimizer = trains && device == "cuda" && !(optimizerAt && std::string(optimizerAt) == "host");
-  if (device == "cuda" && pipelined) {
-    // (the device optimizer takes each gradient right after its range)
-    s = gpus[0]->holdActivations(static_cast<int>(sets), chunksInFlight(pipeline, ranges), ranges, deviceOptimizer);
+  if (device == "cuda" && (pipelined || deviceOptimizer)) {
+    // (the device optimizer takes each gradient right after its range; or
+    // without ranges, right after the instruction that writes it)
+    s = gpus[0]->holdActivations(static_cast<int>(sets), pipelined ? chunksInFlight(pipeline, ranges)
+                                                                    : std::vector<int64_t>{},
+                                 ranges, deviceOptimizer);
     if (!s.isOk()) die(s.message());
     heldSets[0] = gpus[0]->activationSets();
     heldSets[1] = static_cast<long long>(gpus[0]->activationBytes());
@@ -1225,13 +1228,13 @@ int main(int argc, char **argv) {
           if (!s.isOk()) die(s.message());
         }
 #ifdef PARAX_WITH_CUDA
-        if (deviceOptimizer && j + 1 == micro) s = gpus[0]->streamGradients(j == 0); // as in part()
+        // Every microbatch's gradients added to the sums as they are
+        // written (their memory is not kept past that); the last's reduced
+        // over the replicas then too.
+        if (deviceOptimizer) s = gpus[0]->streamGradients(j == 0, -1, j + 1 == micro);
         if (!s.isOk()) die(s.message());
 #endif
         s = runners[0].run();
-#ifdef PARAX_WITH_CUDA
-        if (s.isOk() && deviceOptimizer && j + 1 < micro) s = gpus[0]->accumulateGradients(j == 0);
-#endif
         if (!s.isOk()) die(s.message());
         s = training->join(results, runners[0].outputs());
         if (!s.isOk()) die(s.message());

@@ -93,10 +93,13 @@ public:
   /// microbatches in flight at once; with several model chunks, what only
   /// chunk c's ranges touch in chunkSets[c] slots of its own
   /// (runtime::chunksInFlight: fewer microbatches hold a later chunk). No
-  /// CUDA graphs then. With no ranges, nothing changes.
+  /// CUDA graphs then.
   /// `gradientsBound`: bindOptimizer will bind every gradient output, so
   /// each is read (added to its sum) right after the range that writes it
-  /// and shares the arena rather than taking a set's memory.
+  /// and shares the arena rather than taking a set's memory. With no
+  /// ranges, only that changes: each gradient is then added to its sum
+  /// right after the instruction that writes it (every microbatch's run
+  /// calls streamGradients first) and has no memory past its last use.
   Status holdActivations(int sets, const std::vector<int64_t> &chunkSets, const std::vector<PipelineRange> &ranges,
                          bool gradientsBound = false);
   /// Microbatch `micro`'s activations for the next setInputs, exchange and
@@ -200,7 +203,13 @@ public:
   /// after the run's last instruction.
   /// With `range`: during that range's runRange, its gradients (each
   /// backward range of the last microbatch streams its own).
-  Status streamGradients(bool first, int range = -1);
+  /// With `reduce` false (a microbatch before the step's last, without
+  /// ranges): each gradient is added to its sum right after the
+  /// instruction that writes it, and nothing reduced (but ZeRO-2's
+  /// reduce-scatter of each microbatch's gradients): every microbatch of a
+  /// step without ranges streams so, since holdActivations then gives a
+  /// bound gradient no memory past its instruction.
+  Status streamGradients(bool first, int range = -1, bool reduce = true);
   /// Of the last such run: reductions issued with instructions still to run.
   size_t gradientsReducedEarly() const;
   /// Without ZeRO, over replicas: the buckets the gradient sums are
