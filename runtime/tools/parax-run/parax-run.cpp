@@ -970,6 +970,13 @@ int main(int argc, char **argv) {
       s = gpus[0]->writeMoments(which, moments);
     }
     if (!s.isOk()) die(s.message());
+    // The device holds the masters now: the host's fp32 copies of what the
+    // optimizer updates go (4 bytes a parameter of the rank's boxes), read
+    // back only to be saved; the rest (a bias --bias-update-speed moves)
+    // stay.
+    for (const Training::Update &u : updates) std::vector<float>().swap(masters[u.parameter].f);
+    for (int which = 0; which < 2 && !loadOptimizer.empty(); ++which)
+      for (const Training::Update &u : updates) std::vector<float>().swap(training->moment(u.output, which));
   }
 #endif
   // A schedule decays over this run's steps unless told otherwise (a
