@@ -744,9 +744,20 @@ LayerPlan Solver::solve() {
     plan.peakLiveBytes = std::max(plan.peakLiveBytes, liveBytes);
     // The bytes of each result as this device holds it (a reshape's and a
     // cache view's are another value's memory).
-    for (auto [k, res] : llvm::enumerate(op.results))
+    for (auto [k, res] : llvm::enumerate(op.results)) {
       heldBytes[res] = op.kind == OpClass::Reshape || op.cacheView ? 0 : fullBytes(res) * share(s.out[k]);
+      if (!value(res).inKvCache)
+        plan.backwardTransientBytes = std::max(plan.backwardTransientBytes, heldBytes[res]);
+    }
     opTimes[i] = time;
+    if (op.kind == OpClass::Experts && ctx.ep > 1)
+      // Its backward: the output's gradient dispatched to this rank's
+      // experts, the input's gradient rows sent back, the experts' weight
+      // gradients (one instruction writes them all).
+      plan.backwardTransientBytes =
+          std::max(plan.backwardTransientBytes,
+                   2 * ctx.dispatchedFactor() * op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) +
+                       op.weightBytes * weightShare);
     if (op.kind == OpClass::Experts && ctx.ep > 1 && op.inputs.size() >= 3)
       // The dispatched rows, weights and experts the gradient reads: ep ·
       // tokens · k rows (the runtime sizes them for every token of the EP

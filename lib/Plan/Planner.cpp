@@ -50,6 +50,8 @@ struct LayerCost {
   double activations = 0;  // per in-flight microbatch
   double inputBytes = 0, outputBytes = 0; // the layer's inputs and outputs, per microbatch
   double working = 0;      // full recompute: one layer's activations
+  double transient = 0;    // per microbatch: the gradient of its largest value (backward)
+  double largestGradient = 0; // the largest gradient box (bf16) and a tied weight's other part
   double gathered = 0;     // ZeRO-3: the layer's weights while it runs
   double staged = 0;       // ZeRO-2/3: its largest box's reduce-scatter staging
   double scratch = 0;      // the CUDA backend's kernel scratch for its largest op
@@ -252,13 +254,14 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
     int64_t begin = plan.stageStart[s];
     int64_t end = s + 1 < stages ? plan.stageStart[s + 1] : costs.size();
     MemoryBreakdown m;
-    double working = 0, gathered = 0, staged = 0, scratch = 0;
+    double working = 0, gathered = 0, staged = 0, scratch = 0, largestGradient = 0;
     for (int64_t l = begin; l < end; ++l) {
       m.weights += costs[l].weights;
       m.gradients += costs[l].gradients;
       m.optimizer += costs[l].optimizer;
       m.activations += inflight(s) * costs[l].activations;
       working = std::max(working, costs[l].working);
+      largestGradient = std::max(largestGradient, costs[l].largestGradient);
       gathered = std::max(gathered, costs[l].gathered);
       staged = std::max(staged, costs[l].staged);
       scratch = std::max(scratch, costs[l].scratch);
@@ -273,7 +276,27 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
                                       (s > 0 ? costs[begin].inputBytes : 0));
     m.optimizer += 2 * staged; // the runtime's two staging boxes
     m.scratch = scratch; // one buffer a stage, grown to its largest op's
+    // A microbatch's backward pass through layer l: what the layers up to
+    // l keep (the later ones' is freed), layer l's working set (full
+    // recomputation makes it again) and the gradient of its largest value
+    // (the loss's layer: of the logits) at once.
+    if (w.kind == WorkloadKind::Train) {
+      double later = 0, backward = 0;
+      for (int64_t l = end - 1; l >= begin; --l) {
+        backward = std::max(backward, costs[l].working + costs[l].transient - later);
+        later += costs[l].activations;
+      }
+      working = backward;
+    }
     m.activations += working;
+    // One stage: the optimizer adds each bf16 gradient to its fp32 sum
+    // right after the instruction that writes it, every microbatch (the
+    // CUDA backend's streamGradients), so a gradient is live only then:
+    // the largest, and a tied weight's first part held until the other is
+    // made. (With stages, a range's gradients are held to its end: all of
+    // the stage's.)
+    if (stages == 1 && w.kind == WorkloadKind::Train)
+      m.gradients = largestGradient;
     m.weights += 2 * gathered; // ZeRO-3: this layer's and the prefetched next
     m.reserved = opt.reservedBytes;
     if (m.total() > worst) {
@@ -426,6 +449,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               double shard = dense / sharers + expert / expertSharers;
               c.weights = zero == 3 ? e * shard : e * (dense + expert);
               c.gradients = (zero >= 2 ? e * shard : e * (dense + expert)) + e * parts;
+              c.largestGradient = e * (lp.largestWeightParams + parts);
+              c.transient = lp.backwardTransientBytes;
               // fp32 master, m and v (12 bytes a parameter), and the
               // step's fp32 gradient sums (4: the sums over microbatches
               // that the data-parallel mean and the update read).

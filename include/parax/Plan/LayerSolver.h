@@ -97,6 +97,12 @@ struct LayerPlan {
   /// policy: none, selective, full (layer inputs only).
   double activationBytes[3] = {0, 0, 0};
   double workingBytes = 0;      // one layer's activations (full recompute)
+  /// Per microbatch per device: what the layer's backward pass makes at
+  /// once while what the layer keeps is live: the gradient of its largest
+  /// value (the loss's layer: of the logits); under EP an expert layer's
+  /// gradient rows dispatched in, its input's gradient rows and its
+  /// experts' weight gradients, if more.
+  double backwardTransientBytes = 0;
   double inputBytes = 0, outputBytes = 0; // the layer's inputs and outputs, boundary layout
   /// Inference keeps nothing for a backward pass: the most bytes of values
   /// live at once in the layer's forward (each from the op that writes it

@@ -14,7 +14,8 @@ print("pp2: step difference equals it" if abs(step - extra) < 1e-12 else f"pp2: 
 # Under PP1 the one stage holds the tied weight once (bf16 weights: 2
 # bytes; fp32 master, moments and sums: 16), a TP box of it: 128256 x 4096
 # / 8 elements less than the untied model's two tensors; its gradient is
-# made in two parts all the same (the head's and the embedding's).
+# made in two parts (the head's, held through the backward pass, and the
+# embedding's), where the untied model holds one gradient at a time.
 box = 128256 * 4096 / 8
 for field in ("weights", "gradients", "optimizer"):
     saved = untied1["memory_bytes"][field] - tied1["memory_bytes"][field]
