@@ -293,10 +293,18 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
     // right after the instruction that writes it, every microbatch (the
     // CUDA backend's streamGradients), so a gradient is live only then:
     // the largest, and a tied weight's first part held until the other is
-    // made. (With stages, a range's gradients are held to its end: all of
-    // the stage's.)
-    if (stages == 1 && w.kind == WorkloadKind::Train)
-      m.gradients = largestGradient;
+    // made. But the program all-reduces over cp every gradient, and over
+    // ep the dense weights', after its backward pass: those are held to
+    // its end. (With stages, a range's gradients are held to its end: all
+    // of the stage's.)
+    if (stages == 1 && w.kind == WorkloadKind::Train) {
+      double held = 0;
+      for (int64_t l = begin; l < end; ++l)
+        held += model.elementBytes * (plan.cp > 1   ? costs[l].denseParams + costs[l].expertParams
+                                      : plan.ep > 1 ? costs[l].denseParams
+                                                    : 0);
+      m.gradients = std::min(m.gradients, held + largestGradient);
+    }
     m.weights += 2 * gathered; // ZeRO-3: this layer's and the prefetched next
     m.reserved = opt.reservedBytes;
     if (m.total() > worst) {
