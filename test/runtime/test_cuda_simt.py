@@ -1008,9 +1008,10 @@ def test_elementwise_results_in_place_make_a_tied_gradient_cost_nothing(tmp_path
     part's memory (an elementwise result in an operand it is the last
     reader of), a tied Llama (vocabulary 16,384 x hidden 512, bf16, 2
     layers, 2 sequences of 128) has no more temporaries live at once than
-    the untied one (measured: 45.9 MB each, as the arenas; 62.4 MB tied
-    with PARAX_CUDA_IN_PLACE=0, the head's gradient part, 16.8 MB, kept
-    beside the sum). An AdamW step with every dead
+    the untied one (measured: 34.1 MB each live at once, the arenas 34.3
+    tied and 34.1 untied; 50.3 MB tied with PARAX_CUDA_IN_PLACE=0, the
+    head's gradient part, 16.8 MB, kept beside the sum; before gradients
+    were added to the sums as written: 45.9 and 62.4). An AdamW step with every dead
     temporary poisoned (NaN after its last reader) gives the loss and
     weights of the run without in-place results, bit for bit."""
     import subprocess
