@@ -50,7 +50,7 @@ struct LayerCost {
   double activations = 0;  // per in-flight microbatch
   double inputBytes = 0, outputBytes = 0; // the layer's inputs and outputs, per microbatch
   double working = 0;      // full recompute: one layer's activations
-  double transient = 0;    // per microbatch: the gradient of its largest value (backward)
+  double transient = 0;    // per microbatch: what its backward makes at once (LayerPlan::backwardTransientBytes)
   double largestGradient = 0; // the largest gradient box (bf16) and a tied weight's other part
   double gathered = 0;     // ZeRO-3: the layer's weights while it runs
   double staged = 0;       // ZeRO-2/3: its largest box's reduce-scatter staging

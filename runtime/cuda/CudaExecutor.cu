@@ -1148,16 +1148,15 @@ Status CudaExecutor::State::placeTemporaries() {
   // (added once the compute stream waits for it), one an instruction
   // fused into the one before writes (skipped), nor with
   // PARAX_CUDA_OVERLAP=0 (added after the run).
-  for (int k = 0; gradientsBound && ranges.empty() && overlap && k < stage.outputs_size() &&
-                  k < stage.output_grads_size();
-       ++k) {
-    int32_t id = stage.outputs(k);
-    if (stage.output_grads(k).empty() || stage.buffers(id).role() != pxe::TEMPORARY) continue;
-    int writer = -1;
+  if (gradientsBound && ranges.empty() && overlap) {
+    std::vector<int> writer(stage.buffers_size(), -1); // the last instruction writing each
     for (int j = 0; j < n; ++j)
-      for (int32_t r : stage.instructions(j).results())
-        if (r == id) writer = j;
-    if (writer >= 0 && !skipped[writer] && !isCollective(stage.instructions(writer).op())) last[id] = lastUse[id];
+      for (int32_t r : stage.instructions(j).results()) writer[r] = j;
+    for (int k = 0; k < stage.outputs_size() && k < stage.output_grads_size(); ++k) {
+      int32_t id = stage.outputs(k), w = writer[id];
+      if (stage.output_grads(k).empty() || stage.buffers(id).role() != pxe::TEMPORARY) continue;
+      if (w >= 0 && !skipped[w] && !isCollective(stage.instructions(w).op())) last[id] = lastUse[id];
+    }
   }
   // Ranges (holdActivations): what begins and ends a range -- received
   // ahead, or sent in the next step's group -- gets memory of its own in

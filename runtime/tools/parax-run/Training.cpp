@@ -698,7 +698,7 @@ Status Training::optimizerStateBoxes(runtime::BoxCheckpoint &into) {
       continue;
     }
     // ZeRO: every rank its own chunk of each box, nothing gathered.
-    chunkBoxes(suffix, [&](int k) { return (which == 0 ? states_[k].m : states_[k].v).data(); }, into);
+    chunkBoxes(suffix, [&](int k) { return moment(k, which).data(); }, into);
   }
   if (rank_ == 0) {
     float step = static_cast<float>(step_);
