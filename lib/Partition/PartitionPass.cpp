@@ -573,6 +573,16 @@ LogicalResult FunctionPartitioner::buildStage(
     Layout want = param != gradParam.end()
                       ? layouts[function.getArgument(param->second)]
                       : Layout::replicated(globalType(result).getRank());
+    // A gradient still a partial sum (over cp, over ep for a dense weight,
+    // over tp for a sequence-split norm) in its parameter's split is
+    // returned so: the runtime adds the partial axes into its
+    // data-parallel reduction, once a step over the summed microbatches
+    // (Megatron-LM reduces over dp x cp likewise), instead of an
+    // all-reduce each microbatch that holds the gradient to the program's
+    // end.
+    const Layout &have = local[result].layout;
+    if (param != gradParam.end() && want.partial.empty() && have.dims == want.dims)
+      want.partial = have.partial;
     FailureOr<Value> value = get(result, want, terminator->getLoc());
     if (failed(value))
       return failure();

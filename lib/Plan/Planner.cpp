@@ -293,18 +293,12 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
     // right after the instruction that writes it, every microbatch (the
     // CUDA backend's streamGradients), so a gradient is live only then:
     // the largest, and a tied weight's first part held until the other is
-    // made. But the program all-reduces over cp every gradient, and over
-    // ep the dense weights', after its backward pass: those are held to
-    // its end. (With stages, a range's gradients are held to its end: all
-    // of the stage's.)
-    if (stages == 1 && w.kind == WorkloadKind::Train) {
-      double held = 0;
-      for (int64_t l = begin; l < end; ++l)
-        held += model.elementBytes * (plan.cp > 1   ? costs[l].denseParams + costs[l].expertParams
-                                      : plan.ep > 1 ? costs[l].denseParams
-                                                    : 0);
-      m.gradients = std::min(m.gradients, held + largestGradient);
-    }
+    // made. (A gradient that is a partial sum over cp or ep is returned
+    // so and summed with the data-parallel reduction, not all-reduced in
+    // the program. With stages, a range's gradients are held to its end:
+    // all of the stage's.)
+    if (stages == 1 && w.kind == WorkloadKind::Train)
+      m.gradients = std::min(m.gradients, largestGradient);
     m.weights += 2 * gathered; // ZeRO-3: this layer's and the prefetched next
     m.reserved = opt.reservedBytes;
     if (m.total() > worst) {

@@ -176,8 +176,16 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
           if (buffer.role() != pxe::TEMPORARY || buffer.global_shape_size())
             return ret.emitError("result #") << k << " is split but not computed by the stage alone";
           addBox(buffer, cast<RankedTensorType>(value.getType()), global, grid);
+          // A gradient that is a partial sum: the runtime sums it over these
+          // axes with its data-parallel reduction.
+          for (Attribute axis : global.getPartialAxes())
+            buffer.add_partial(cast<StringAttr>(axis).getValue().str());
         }
         auto grad = function.getResultAttrOfType<StringAttr>(k, ParaxDialect::kGradAttrName);
+        if (!grad && stage.buffers(ids.at(value)).partial_size())
+          return ret.emitError("result #")
+                 << k << " is a partial sum but not a gradient (the runtime adds the partial sums of "
+                 << "gradients only)";
         std::string name = grad ? grad.getValue().str() : "";
         // A piece of a fused tensor: "<name>@<offset>,...".
         if (auto offset = function.getResultAttrOfType<DenseI64ArrayAttr>(

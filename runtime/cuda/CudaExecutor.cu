@@ -218,13 +218,27 @@ struct CudaExecutor::State {
   }
   /// Whether slot i's sums are reduced over other ranks (ZeRO's group, or
   /// the replicas), and the count its mean divides by besides microbatches.
-  bool reducesSum(const OptimizerSlot &slot) const { return slot.shared || optimizer.replicas > 1; }
-  int64_t ranksSummed(const OptimizerSlot &slot) const { return slot.shared ? slot.g.members : optimizer.replicas; }
+  bool reducesSum(const OptimizerSlot &slot) const { return slot.shared || sumAxes(slot) != 0; }
+  /// The equal copies of a sum of the parts a reduction adds (its mean's
+  /// divisor besides microbatches): the replicas, fewer when dp is among
+  /// the partial axes (a program that splits its tokens over dp itself).
+  int64_t ranksSummed(const OptimizerSlot &slot) const {
+    if (slot.shared) return slot.g.members / slot.g.partialRanks;
+    unsigned axes = sumAxes(slot);
+    return axes ? comm->sizes[axes] / slot.g.partialRanks : 1;
+  }
+  /// Without ZeRO, the axes slot i's sums are all-reduced over: dp, and
+  /// those its gradient is a partial sum over.
+  unsigned sumAxes(const OptimizerSlot &slot) const {
+    return (optimizer.replicas > 1 ? 1u << optimizer.replicaAxis : 0u) | slot.g.partialAxes;
+  }
   /// Without ZeRO: consecutive slots (in the order the program writes
   /// their gradients) whose sums lie side by side in one allocation, all-
-  /// reduced over dp in one call once the last of them is summed.
+  /// reduced over the same axes (sumAxes) in one call once the last of
+  /// them is summed.
   struct Bucket {
     std::vector<int> slots;
+    unsigned axes = 0;
     float *sum = nullptr;
     int64_t n = 0;     // values
     size_t summed = 0; // of its slots, this step
@@ -245,7 +259,7 @@ struct CudaExecutor::State {
     Bucket &b = buckets[bucketOf[i]];
     if (++b.summed < b.slots.size()) return Status::ok();
     if (streaming && issuingEarly) ++streamedEarly;
-    return comm->allReduce(b.sum, b.n, Elem::F32, 1u << optimizer.replicaAxis, stream);
+    return comm->allReduce(b.sum, b.n, Elem::F32, b.axes, stream);
   }
   /// Places the bucketed slots' sums (bindOptimizer).
   Status placeBuckets(const std::function<Status(float **, int64_t)> &take);
@@ -1696,13 +1710,13 @@ Status CudaExecutor::State::reduceGradientsOf(int k) {
 
 Status CudaExecutor::State::placeBuckets(const std::function<Status(float **, int64_t)> &take) {
   bucketOf.assign(slots.size(), -1);
-  if (optimizer.replicas <= 1) return Status::ok();
-  // The slots all-reduced over dp, in the order the program writes their
-  // gradients (a backward pass: the last layer's first).
+  // The slots all-reduced (over dp, or the axes their gradients are
+  // partial sums over), in the order the program writes their gradients
+  // (a backward pass: the last layer's first).
   std::vector<int> order;
   std::vector<bool> seen(slots.size(), false);
   auto add = [&](int i) {
-    if (seen[i] || slots[i].shared) return;
+    if (seen[i] || slots[i].shared || !sumAxes(slots[i])) return;
     seen[i] = true;
     order.push_back(i);
   };
@@ -1718,9 +1732,10 @@ Status CudaExecutor::State::placeBuckets(const std::function<Status(float **, in
   int64_t offset = 0;
   for (int i : order) {
     OptimizerSlot &slot = slots[i];
-    if (buckets.empty() || (buckets.back().n + slot.n) * 4 > bucketBytes) {
+    if (buckets.empty() || (buckets.back().n + slot.n) * 4 > bucketBytes || buckets.back().axes != sumAxes(slot)) {
       buckets.emplace_back();
       buckets.back().sum = arena + offset;
+      buckets.back().axes = sumAxes(slot);
     }
     Bucket &b = buckets.back();
     b.slots.push_back(i);
@@ -2047,9 +2062,14 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
     if (!slot.shared && (g.begin != 0 || g.end != slot.n))
       return Status::error(what + ": a chunk [" + std::to_string(g.begin) + ", " + std::to_string(g.end) +
                            ") of a box of " + std::to_string(slot.n) + " updated without ZeRO");
+    const unsigned summed = s.sumAxes(slot);
+    if (slot.shared ? (g.partialAxes & ~g.axes) || g.partialRanks < 1 || g.members % g.partialRanks
+                    : summed && (!s.comm || summed >= s.comm->sizes.size() || !s.comm->sizes[summed]))
+      return Status::error(what + ": the axes its gradient is a partial sum over are not a group of this rank's "
+                                  "communicator" + (slot.shared ? std::string(" within its ZeRO group") : ""));
     int64_t sums = slot.chunkSums ? g.size : slot.shared ? g.size * g.members : slot.n;
-    // (without ZeRO, over replicas: side by side in buckets, placeBuckets)
-    bool bucketed = !slot.shared && setup.replicas > 1;
+    // (reduced without ZeRO: side by side in buckets, placeBuckets)
+    bool bucketed = !slot.shared && summed;
     Status st = bucketed ? Status::ok() : take(&slot.sum, sums * 4, what + " (gradient sums)");
     if (st.isOk()) st = take(&slot.master, slot.updated * 4, what + " (fp32 master)");
     if (st.isOk() && setup.adamw) st = take(&slot.m, slot.updated * 4, what + " (AdamW's first moment)");

@@ -4,6 +4,7 @@
 #include "parax/runtime/PipelineSchedule.h"
 #include "parax/runtime/Tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -538,6 +539,28 @@ Status validateExecutable(const pxe::Executable &exe) {
       if (stage.output_stage_parts(k) && (k >= stage.output_grads_size() || stage.output_grads(k).empty()))
         return fail(where + ".output_stage_parts[" + std::to_string(k) + "]", "a stage's part of what is not a "
                                                                               "gradient");
+    // A computed buffer that is a partial sum: a gradient output, which the
+    // runtime sums over those axes with its data-parallel reduction.
+    for (int32_t b = 0; b < stage.buffers_size(); ++b) {
+      const pxe::Buffer &buffer = stage.buffers(b);
+      if (buffer.role() != pxe::TEMPORARY || !buffer.partial_size()) continue;
+      std::string bw = where + ".buffers[" + std::to_string(b) + "].partial";
+      bool gradient = false;
+      for (int k = 0; k < stage.outputs_size(); ++k)
+        gradient = gradient || (stage.outputs(k) == b && k < stage.output_grads_size() && !stage.output_grads(k).empty());
+      if (!gradient)
+        return fail(bw, "a partial sum that is not a gradient output (the runtime adds up the partial sums of "
+                        "gradients only)");
+      for (const std::string &axis : buffer.partial()) {
+        if (!axisSize(exe, axis)) return fail(bw, "names unknown grid axis '" + axis + "'");
+        if (axis == "pp") return fail(bw, "a partial sum over 'pp' (pipeline stages run different programs)");
+        for (const pxe::AxisList &split : buffer.split())
+          if (std::find(split.axes().begin(), split.axes().end(), axis) != split.axes().end())
+            return fail(bw, "'" + axis + "' both splits the box and sums it");
+        if (std::count(buffer.partial().begin(), buffer.partial().end(), axis) > 1)
+          return fail(bw, "names '" + axis + "' twice");
+      }
+    }
     if (Status results = checkOutputResults(exe, s); !results.isOk())
       return results;
   }

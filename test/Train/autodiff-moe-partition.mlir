@@ -5,12 +5,16 @@
 // and the router weights' gradients come back (one combine each, the
 // latter per choice); each rank's experts' gradients are whole (no
 // all-reduce of the stacks: every token routed to an expert reached its
-// rank); the gate's and w0's, over tokens split on ep, are all-reduced. The
-// load-balancing loss (aux_loss_coef) needs every token's load: each rank's
-// router_load is all-reduced over ep; num_tokens stays the whole's.
+// rank); the gate's and w0's, over tokens split on ep, are returned as
+// partial sums over ep (no all-reduce: the runtime sums them over dp x ep
+// once a step, with the data-parallel reduction). The load-balancing loss
+// (aux_loss_coef) needs every token's load: each rank's router_load is
+// all-reduced over ep; num_tokens stays the whole's.
 
 parax.grid @g(ep = 2)
 // CHECK-LABEL: func.func @moe
+// CHECK-SAME: tensor<16x16xf32> {parax.global_sharding = #parax.sharding<@g, [{}, {}], partial = {ep}>, parax.grad = "w0"
+// CHECK-SAME: tensor<4x16xf32> {parax.global_sharding = #parax.sharding<@g, [{}, {}], partial = {ep}>, parax.grad = "gate"
 // CHECK-SAME: tensor<2x24x16xf32> {parax.global_sharding = #parax.sharding<@g, [{ep}, {}, {}]>, parax.grad = "experts.{e}.w1"
 // CHECK-COUNT-2: parax.moe_dispatch
 // CHECK-NOT: parax.moe_dispatch
@@ -22,7 +26,11 @@ parax.grid @g(ep = 2)
 // CHECK-NEXT: %[[LOAD:.*]] = parax.router_load {{.*}} : (tensor<1x4x16xf32>, tensor<4x16xf32>) -> tensor<4xf32>
 // CHECK-NEXT: %[[WHOLE:.*]] = parax.all_reduce %[[LOAD]] over @g ["ep"] : tensor<4xf32> -> tensor<4xf32>
 // CHECK-NEXT: parax.router_aux_grad softmax %{{.*}}, %{{.*}}, %[[WHOLE]] {coefficient = 2.000000e-02 : f64, num_experts = 4 : i64, num_tokens = 8 : i64} : (tensor<1x4x16xf32>
-// CHECK-COUNT-2: parax.all_reduce {{.*}} : tensor<{{4x16|16x16}}xf32>
+// CHECK-NOT: parax.all_reduce {{.*}} : tensor<{{4x16|16x16}}xf32>
+// CHECK: parax.router_load
+// CHECK-NEXT: parax.all_reduce {{.*}} over @g ["ep"] : tensor<4xf32>
+// The loss, all-reduced: the one other all-reduce.
+// CHECK: parax.all_reduce {{.*}} over @g ["ep"] : tensor<f32>
 // CHECK-NOT: parax.all_reduce
 // CHECK: return
 func.func @moe(%x0: tensor<2x4x16xf32>, %labels: tensor<2x4xi32> {parax.sharding = #parax.sharding<@g, [{ep}, {}]>},

@@ -38,15 +38,19 @@ parax.grid @g(dp = 2, tp = 2)
 // parallelism's is), the labels too: the loss and its gradient are
 // computed on each rank's tokens (num_tokens: the whole mean's count), the
 // loss a partial sum over dp; each weight's gradient is a partial sum over
-// dp too. Three all-reduces over dp alone when they are returned (tp
-// splits the features), no logits gathered.
+// dp too, and returned so (the runtime sums it with its data-parallel
+// reduction, once a step): one all-reduce over dp, the loss's; no logits
+// gathered.
 // CHECK-LABEL: func.func @tokens
+// CHECK-SAME: tensor<128x16xf32> {parax.global_sharding = #parax.sharding<@g, [{tp}, {}], partial = {dp}>, parax.grad = "up"
+// CHECK-SAME: tensor<16x128xf32> {parax.global_sharding = #parax.sharding<@g, [{}, {tp}], partial = {dp}>, parax.grad = "down"
 // CHECK-NOT: parax.all_gather
 // CHECK: parax.cross_entropy {{.*}} {num_tokens = 16 : i64} : (tensor<1x8x16xf32>, tensor<1x8xi32>) -> tensor<f32>
 // CHECK: parax.cross_entropy_grad {{.*}} {num_tokens = 16 : i64} : (tensor<1x8x16xf32>, tensor<1x8xi32>) -> tensor<1x8x16xf32>
 // CHECK-NOT: parax.all_gather
 // CHECK: parax.linear_weight_grad {{.*}} : (tensor<1x8x16xf32>, tensor<1x8x128xf32>) -> tensor<128x16xf32>
-// CHECK-COUNT-3: parax.all_reduce {{.*}} over @g ["dp"]
+// CHECK-COUNT-1: parax.all_reduce {{.*}} over @g ["dp"] : tensor<f32>
+// CHECK-NOT: parax.all_reduce
 // CHECK: return
 func.func @tokens(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{dp}, {}, {}]>},
     %labels: tensor<2x8xi32> {parax.sharding = #parax.sharding<@g, [{dp}, {}]>},

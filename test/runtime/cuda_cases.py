@@ -234,6 +234,18 @@ TRAIN = {
     "train-llama-bf16-adamw-dp2-tp2-zero2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",
                                              ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3",
                                               "--zero-stage", "2"]),
+    # Context parallelism: every gradient a partial sum over cp, returned
+    # so; the device optimizer sums each microbatch's as it is written and
+    # all-reduces the step's sums over cp (buckets over the cp group, the
+    # mean divided by the microbatches alone); with ZeRO-2 over dp x cp
+    # (each microbatch reduce-scattered over the four ranks holding the
+    # box, the mean divided by the two replicas).
+    "train-llama-adamw-cp2-micro2": ("tiny-llama", 2, 8, "cp=2,tp=1,dp=1", 2, "f32",
+                                     ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3"], 0.0,
+                                     {"micro": 2}),
+    "train-llama-bf16-adamw-dp2-cp2-zero2": ("tiny-llama", 2, 8, "dp=2,cp=2,tp=1", 4, "bf16",
+                                             ["--optimizer", "adamw", "--lr", "1e-2", "--eps", "1e-3",
+                                              "--zero-stage", "2"]),
     # ZeRO-3: the parameters kept as chunks, each gathered before the
     # instructions that read it (forward and backward apart)
     "train-llama-bf16-adamw-dp2-tp2-zero3": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16",

@@ -622,6 +622,33 @@ TEST(Executable, RefusesAGradientBoxThatIsNotItsSplit) {
   expectRefused(exe, "stages[0].buffers[2].global_shape: dimension 0 is not the local size times its split");
 }
 
+// A gradient returned as a partial sum (over cp, say): the runtime adds
+// those axes into its data-parallel reduction. Only a gradient output may
+// be one, over axes of the grid other than pp, none of them splitting it.
+TEST(Executable, APartialSumIsAGradientOverAxesThatDoNotSplitIt) {
+  auto partial = [](int stage, int buffer, std::vector<std::string> axes, const char *split = nullptr) {
+    pxe::Executable exe = gradientsOnTwoStages();
+    exe.mutable_grid()->add_axis_names("cp");
+    exe.mutable_grid()->add_shape(1);
+    for (pxe::Coordinates &rank : *exe.mutable_ranks()) rank.add_values(0);
+    pxe::Buffer *b = exe.mutable_stages(stage)->mutable_buffers(buffer);
+    if (b->shape_size() == 1) {
+      b->add_global_shape(4);
+      pxe::AxisList *dim = b->add_split();
+      if (split) dim->add_axes(split);
+    }
+    for (const std::string &axis : axes) b->add_partial(axis);
+    return exe;
+  };
+  Status s = validateExecutable(partial(0, 2, {"cp"}));
+  EXPECT_TRUE(s.isOk()) << s.message();
+  expectRefused(partial(1, 4, {"cp"}), "stages[1].buffers[4].partial: a partial sum that is not a gradient output");
+  expectRefused(partial(0, 2, {"pp"}), "stages[0].buffers[2].partial: a partial sum over 'pp'");
+  expectRefused(partial(0, 2, {"tp"}), "stages[0].buffers[2].partial: names unknown grid axis 'tp'");
+  expectRefused(partial(0, 2, {"cp", "cp"}), "stages[0].buffers[2].partial: names 'cp' twice");
+  expectRefused(partial(0, 2, {"cp"}, "cp"), "stages[0].buffers[2].partial: 'cp' both splits the box and sums it");
+}
+
 TEST(Executable, RefusesAZeroStageOutOfRange) {
   pxe::Executable exe = gradientsOnTwoStages();
   exe.mutable_schedule()->set_zero_stage(4);

@@ -73,6 +73,16 @@ unsigned shareAxes(const pxe::Executable &exe, const pxe::Buffer &param) {
   return axes;
 }
 
+/// The grid axes a buffer is a partial sum over, as a mask.
+unsigned partialAxes(const pxe::Executable &exe, const pxe::Buffer &buffer) {
+  unsigned axes = 0;
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+    if (std::find(buffer.partial().begin(), buffer.partial().end(), exe.grid().axis_names(i)) !=
+        buffer.partial().end())
+      axes |= 1u << i;
+  return axes;
+}
+
 /// The parameter buffer of `stage` that gradient `name` (an output_grads
 /// entry) updates, or nullptr.
 const pxe::Buffer *parameterNamed(const pxe::Stage &stage, const std::string &name) {
@@ -119,8 +129,15 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
   countedInNorm_.assign(stage.outputs_size(), false);
   firstStage_.assign(stage.outputs_size(), false);
   shareOf_.assign(stage.outputs_size(), ShareGroup());
+  partialOf_.assign(stage.outputs_size(), PartialSum());
   std::vector<int64_t> shape(exe.grid().shape().begin(), exe.grid().shape().end());
-  std::set<unsigned> groups; // every stage's share groups (the splits are collective over the world)
+  unsigned dpAxes = 0; // (the data-parallel all-reduce's group, without ZeRO)
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+    if (exe.grid().axis_names(i) == "dp" && replicas_ > 1) dpAxes = 1u << i;
+  // Every stage's share groups, and its gradients' all-reduce groups
+  // without ZeRO (dp and the axes a gradient is a partial sum over): the
+  // splits are collective over the world.
+  std::set<unsigned> groups;
   for (int s = 0; s < exe.stages_size(); ++s) {
     const pxe::Stage &held = exe.stages(s);
     for (int k = 0; k < held.output_grads_size(); ++k) {
@@ -130,7 +147,13 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
       runtime::GroupSplit g = runtime::groupSplit(shape, rank, axes);
       largestShareGroup_ = std::max(largestShareGroup_, g.members);
       if (g.members > 1) groups.insert(axes);
-      if (s == stage_ && k < stage.outputs_size()) shareOf_[k] = {axes, g.members, g.key, MPI_COMM_NULL};
+      unsigned partial = k < held.outputs_size() ? partialAxes(exe, held.buffers(held.outputs(k))) : 0u;
+      if (partial) groups.insert(dpAxes | partial);
+      if (s != stage_ || k >= stage.outputs_size()) continue;
+      shareOf_[k] = {axes, g.members, g.key, MPI_COMM_NULL};
+      int64_t ranks = runtime::groupSplit(shape, rank, partial).members;
+      partialOf_[k] = {partial, ranks, runtime::groupSplit(shape, rank, dpAxes | partial).members / ranks,
+                       MPI_COMM_NULL};
     }
   }
   // A stage's part of a gradient: the ranks of the stages returning its
@@ -151,9 +174,6 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
   std::sort(partOutputs_.begin(), partOutputs_.end(),
             [&](int a, int b) { return outputResult(stage, a) < outputResult(stage, b); });
   if (!mpi_) return;
-  unsigned dpAxes = 0; // (the data-parallel all-reduce's group, without ZeRO)
-  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
-    if (exe.grid().axis_names(i) == "dp" && replicas_ > 1) dpAxes = 1u << i;
   if (dpAxes) groups.insert(dpAxes);
   for (unsigned axes : groups) {
     // The ranks differing from this one only along `axes`, in grid order.
@@ -164,6 +184,7 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
   if (dpAxes) replicaComm_ = shareComms_[dpAxes];
   for (ShareGroup &group : shareOf_)
     if (group.members > 1) group.comm = shareComms_[group.axes];
+  for (PartialSum &sum : partialOf_) sum.comm = sum.axes ? shareComms_[dpAxes | sum.axes] : replicaComm_;
 }
 
 Training::~Training() {
@@ -213,10 +234,11 @@ Status Training::gatherChunks(size_t k, const std::vector<float> &mine, std::vec
   return Status::ok();
 }
 
-Status Training::allReduceOverReplicas(float *data, size_t n) {
-  if (replicaComm_ == MPI_COMM_NULL) return Status::ok();
-  auto watched = watch("the data-parallel gradient all-reduce (MPI_Allreduce over dp)");
-  if (MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, replicaComm_) != MPI_SUCCESS)
+Status Training::allReduceOverReplicas(size_t k, float *data, size_t n) {
+  MPI_Comm comm = k < partialOf_.size() ? partialOf_[k].comm : replicaComm_;
+  if (comm == MPI_COMM_NULL) return Status::ok();
+  auto watched = watch("the data-parallel gradient all-reduce (MPI_Allreduce over dp and the gradient's partial axes)");
+  if (MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm) != MPI_SUCCESS)
     return Status::error("the data-parallel gradient all-reduce failed");
   return Status::ok();
 }
@@ -261,10 +283,10 @@ Status Training::meanOf(std::vector<Tensor> &outputs, int64_t micro, bool overRe
     if (!isGrad(k)) continue;
     std::vector<float> &g = outputs[k].f;
     if (overReplicas) {
-      Status s = allReduceOverReplicas(g.data(), g.size());
+      Status s = allReduceOverReplicas(k, g.data(), g.size());
       if (!s.isOk()) return s;
     }
-    float scale = 1.0f / static_cast<float>(micro * (overReplicas ? replicas_ : 1));
+    float scale = 1.0f / static_cast<float>(micro * (overReplicas ? partialOf_[k].copies : 1));
     for (float &v : g) v *= scale;
   }
   return Status::ok();
@@ -336,7 +358,7 @@ std::vector<Training::Update> Training::updates(const OptimizerConfig &config) c
     Chunk c = shares ? chunkOf(k, n) : Chunk{0, n, n};
     const ShareGroup &g = shareOf_[k];
     all.push_back({k, paramOf_[k], c.begin, c.end, c.size, decays(k), shares ? g.axes : 0u, shares ? g.members : 1,
-                   shares ? g.index : 0, partRanks_[k]});
+                   shares ? g.index : 0, partialOf_[k].axes, partialOf_[k].ranks, partRanks_[k]});
   }
   return all;
 }
@@ -376,7 +398,8 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
     const ShareGroup &group = shareOf_[k];
     if (shares && group.members > 1) {
       // Summed over the group: dp's replicas, each box `members / replicas`
-      // times (equal copies), so the mean divides by the members.
+      // times (equal copies, or partial sums over partialOf_'s axes), so
+      // the mean divides by the members over the partial axes' ranks.
       Chunk c = chunkOf(k, static_cast<int64_t>(g.size()));
       std::vector<float> padded(c.size * group.members, 0.0f);
       std::copy(g.begin(), g.end(), padded.begin());
@@ -385,7 +408,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
       if (MPI_Reduce_scatter_block(padded.data(), share[k].data(), static_cast<int>(c.size), MPI_FLOAT, MPI_SUM,
                                    group.comm) != MPI_SUCCESS)
         return Status::error("the ZeRO gradient reduce-scatter failed");
-      for (float &v : share[k]) v /= static_cast<float>(group.members);
+      for (float &v : share[k]) v /= static_cast<float>(group.members / partialOf_[k].ranks);
       share[k].resize(c.end - c.begin);
     } else {
       share[k] = g;

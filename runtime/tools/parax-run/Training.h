@@ -109,6 +109,12 @@ public:
     bool decays;
     unsigned axes;           // ZeRO's share group (a mask of grid axes)
     int64_t members, index;  // its ranks, and this rank's place among them
+    // The grid axes the gradient is a partial sum over (a mask; within
+    // `axes` under ZeRO), and the ranks along them: the reduction sums
+    // over them as well as over the replicas, and the mean divides by the
+    // replicas alone.
+    unsigned partialAxes;
+    int64_t partialRanks;
     // A stage's part of a gradient (a weight several stages read): the
     // ranks whose parts are added, in stage order, this rank among them
     // (see sumStageParts); else empty.
@@ -207,16 +213,20 @@ private:
   /// Whether weight decay applies to gradient output k's parameter: a
   /// matrix (not a norm's weight or a bias).
   bool decays(int k) const;
-  Status allReduceOverReplicas(float *data, size_t n);
+  /// Gradient output k's values summed over the replicas and the axes it
+  /// is a partial sum over (`partialOf_`).
+  Status allReduceOverReplicas(size_t k, float *data, size_t n);
   /// Each gradient divided by `micro`, and with `overReplicas` all-reduced
-  /// over the replicas and divided by them too.
+  /// over the replicas (and its partial axes) and divided by the replicas
+  /// too.
   Status meanOf(std::vector<Tensor> &outputs, int64_t micro, bool overReplicas);
   /// ZeRO shares the optimizer state of a box over its share group: the
   /// ranks of the stage holding the same box (they differ only along the
   /// grid axes the parameter is neither split nor partial over: dp, and
   /// ep, cp or tp where it is replicated). Their gradients are equal but
-  /// for dp, so a reduce-scatter over the group, divided by its size, is
-  /// the data-parallel mean.
+  /// for dp and the axes the gradient is a partial sum over, so a
+  /// reduce-scatter over the group, divided by its size over those axes'
+  /// ranks, is the data-parallel mean.
   struct ShareGroup {
     unsigned axes = 0;           // a mask of grid axes
     int64_t members = 1, index = 0;
@@ -242,6 +252,17 @@ private:
   int64_t replicas_ = 1, replica_ = 0;
   MPI_Comm replicaComm_ = MPI_COMM_NULL; // the ranks that differ from this one only along "dp"
   std::vector<ShareGroup> shareOf_;      // per output of this stage (gradients')
+  /// Per output of this stage: the grid axes its box is a partial sum over
+  /// (a mask; the buffer's `partial`), the ranks along them, and the
+  /// group it is all-reduced over without ZeRO (dp and those axes), which
+  /// holds `copies` equal sums of the parts (the replicas; fewer when dp
+  /// is among the axes: a program splitting its tokens over dp itself).
+  struct PartialSum {
+    unsigned axes = 0;
+    int64_t ranks = 1, copies = 1;
+    MPI_Comm comm = MPI_COMM_NULL;
+  };
+  std::vector<PartialSum> partialOf_;
   std::map<unsigned, MPI_Comm> shareComms_; // by axes mask, groups of more than one rank
   int64_t largestShareGroup_ = 1;           // over every stage
   std::vector<std::string> gradOf_;      // per output of this stage: "<name>[@offsets]" or ""

@@ -955,7 +955,8 @@ int main(int argc, char **argv) {
     updates = training->updates(optimizer);
     std::vector<CudaExecutor::Gradient> bound;
     for (const Training::Update &u : updates)
-      bound.push_back({u.output, u.parameter, u.begin, u.end, u.size, u.axes, u.members, u.index, u.partRanks});
+      bound.push_back({u.output, u.parameter, u.begin, u.end, u.size, u.axes, u.members, u.index, u.partRanks,
+                       u.partialAxes, u.partialRanks});
     CudaExecutor::OptimizerSetup setup;
     setup.adamw = optimizer.kind == "adamw";
     setup.replicaAxis = replicaAxis;

@@ -162,6 +162,12 @@ public:
     // world ranks whose parts are added once a step, in stage order, this
     // rank among them; else empty.
     std::vector<int> partRanks;
+    // The grid axes the gradient is a partial sum over (a mask; within
+    // `axes` under ZeRO) and the ranks along them: its reduction sums over
+    // them too (without ZeRO: an all-reduce over dp and them), its mean
+    // divides by the replicas alone.
+    unsigned partialAxes = 0;
+    int64_t partialRanks = 1;
   };
   struct OptimizerSetup {
     bool adamw = false;   // else SGD (no moments)
