@@ -1065,8 +1065,9 @@ def test_elementwise_results_in_place_make_a_tied_gradient_cost_nothing(tmp_path
             np.testing.assert_array_equal(on[key], off[key], err_msg=key)
 
 
-@pytest.mark.parametrize("ranks,zero", [(1, 0), (2, 0), (2, 2)], ids=["dp1", "dp2", "dp2-zero2"])
-def test_gradients_summed_as_written_hold_no_memory_past_it(tmp_path, ranks, zero):
+@pytest.mark.parametrize("ranks,zero,cp", [(1, 0, 1), (2, 0, 1), (2, 2, 1), (1, 0, 2)],
+                         ids=["dp1", "dp2", "dp2-zero2", "cp2"])
+def test_gradients_summed_as_written_hold_no_memory_past_it(tmp_path, ranks, zero, cp):
     """Without pipeline stages, every microbatch's run adds each gradient
     to the device optimizer's fp32 sum right after the instruction that
     writes it (the last microbatch's also issuing its reduction over dp;
@@ -1079,7 +1080,11 @@ def test_gradients_summed_as_written_hold_no_memory_past_it(tmp_path, ranks, zer
     gradients' bytes against PARAX_CUDA_OVERLAP=0 (every gradient summed
     after the run, so held to its end), and two steps give the same losses
     and weights bit for bit. Measured: DP1 21.5 vs 29.1 MB (the forward's
-    end is the peak now), DP2 and DP2 ZeRO-2 14.9 vs 29.0 MB."""
+    end is the peak now), DP2 and DP2 ZeRO-2 14.9 vs 29.0 MB. CP2 (each
+    rank 64 positions of every sequence): every gradient is a partial sum
+    over cp, returned so and all-reduced with the step's sums, where the
+    program used to all-reduce each after the backward pass (so held to
+    its end either way): 15.2 vs 29.1 MB."""
     import subprocess
     from parax.checkpoint import load_safetensors, save_safetensors
     from parax.models.builder import parameter_shapes
@@ -1095,9 +1100,9 @@ def test_gradients_summed_as_written_hold_no_memory_past_it(tmp_path, ranks, zer
     gradient_bytes = 2 * sum(int(np.prod(s)) for s in shapes.values())
     tokens = os.path.join(d, "tokens.npy")
     np.save(tokens, rng.integers(0, 8192, (4, 128)).astype(np.int32))
-    workload = f"train:batch=4,seq=128,dp={ranks},tp=1,pp=1,cp=1,zero={zero},mbs={mbs},recompute=none"
-    _, exe = planned_executable(d, f"dgx-h100:devices_per_node={ranks}", workload, recompute=False)
-    launcher = ["mpirun", "-np", str(ranks)] if ranks > 1 else []
+    workload = f"train:batch=4,seq=128,dp={ranks},tp=1,pp=1,cp={cp},zero={zero},mbs={mbs},recompute=none"
+    _, exe = planned_executable(d, f"dgx-h100:devices_per_node={ranks * cp}", workload, recompute=False)
+    launcher = ["mpirun", "-np", str(ranks * cp)] if ranks * cp > 1 else []
     arena, runs = {}, {}
     for overlap in ("1", "0"):
         env = dict(cuda_cases.MPI_ENV, PARAX_CUDA_OVERLAP=overlap, PARAX_CUDA_POISON_DEAD="1")
