@@ -559,6 +559,7 @@ struct CudaExecutor::State {
   // reading memory that only happens not to be reused yet.
   void *arena = nullptr;
   BufferPlan temporaries;
+  std::string peakReport; // PARAX_CUDA_MEMORY_PEAK=1 (prepare)
   size_t inPlace = 0; // temporaries in an operand's memory (placeTemporaries)
   std::vector<int32_t> placed; // the temporaries placeTemporaries gave memory
   std::vector<std::vector<int32_t>> poisonAfter; // per instruction
@@ -1205,8 +1206,10 @@ Status CudaExecutor::State::placeTemporaries() {
   // An elementwise result takes the memory of an operand of its shape that
   // it is the last reader of (each thread reads its element before it
   // writes it; rope rotates each pair of a row in one thread): a
-  // gradient's two parts summed, a residual added, queries rotated; a
-  // reshape's result, of an operand it is the last reader of. Not an
+  // gradient's two parts summed, a residual added, queries rotated, the
+  // gradient through a SwiGLU, sigmoid or GELU written over the last of
+  // its operands it reads (the up-projection's, or dy); a reshape's
+  // result, of an operand it is the last reader of. Not an
   // operand a collective reads (it may still be in flight on its own
   // stream), nor one the optimizer takes after its range, nor one kept
   // between ranges. hostOf[result] = that operand; guestOf the reverse.
@@ -1225,7 +1228,8 @@ Status CudaExecutor::State::placeTemporaries() {
   for (int k = 0; k < n && !inPlaceOff; ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
     if (skipped[k] || inst.results_size() != 1 ||
-        !among(inst.op(), {"add", "mul", "silu", "sigmoid", "gelu", "swiglu", "rope", "reshape"}))
+        !among(inst.op(), {"add", "mul", "silu", "sigmoid", "gelu", "swiglu", "rope", "reshape", "swiglu_grad",
+                           "sigmoid_grad", "gelu_grad"}))
       continue;
     int32_t result = inst.results(0);
     if (!mayShare(result) || first[result] != k) continue;
@@ -1292,6 +1296,29 @@ Status CudaExecutor::State::placeTemporaries() {
   if (bestChoice != 2) { // (choice 2, none in place, is the last collected)
     only(bestChoice == 0, true);
     temporaries = collect();
+  }
+  // PARAX_CUDA_MEMORY_PEAK=1: what is live where the shared temporaries
+  // peak (the arena's lower bound), the largest first -- for setting a
+  // memory model beside the runtime.
+  peakReport.clear();
+  if (envIs("PARAX_CUDA_MEMORY_PEAK", "1") && temporaries.peakInstruction >= 0) {
+    const int at = temporaries.peakInstruction;
+    auto opOf = [&](int k) { return k < n ? stage.instructions(k).op() : std::string("the run's end"); };
+    std::vector<size_t> live;
+    for (size_t i = 0; i < lifetimes.size(); ++i)
+      if (lifetimes[i].bytes && lifetimes[i].first <= at && at <= lifetimes[i].last) live.push_back(i);
+    std::stable_sort(live.begin(), live.end(),
+                     [&](size_t a, size_t b) { return lifetimes[a].bytes > lifetimes[b].bytes; });
+    peakReport = "temporaries peak at instruction " + std::to_string(at) + " (" + opOf(at) + "): " +
+                 std::to_string(temporaries.peakLiveBytes) + " bytes live (each 256-byte aligned) in " +
+                 std::to_string(live.size()) +
+                 " buffers; the largest:";
+    for (size_t j = 0; j < live.size() && j < 12; ++j) {
+      const BufferLifetime &l = lifetimes[live[j]];
+      peakReport += "\n  " + std::to_string(l.bytes) + " bytes: buffer " + std::to_string(shared[live[j]]) +
+                    ", from instruction " + std::to_string(l.first) + " (" + opOf(l.first) + ") to " +
+                    std::to_string(l.last) + " (" + opOf(l.last) + ")";
+    }
   }
   if (poison) poisonAfter.assign(n, {});
   if (own) {
@@ -1960,6 +1987,8 @@ StatusOr<std::map<int32_t, std::vector<double>>> CudaExecutor::takeExpertCounts(
 size_t CudaExecutor::sharedMoves() const { return s_->sharedMoves; }
 size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
+
+const std::string &CudaExecutor::memoryPeak() const { return s_->peakReport; }
 size_t CudaExecutor::inPlaceTemporaries() const { return s_->inPlace; }
 size_t CudaExecutor::deviceBytes() const { return s_->deviceBytes; }
 size_t CudaExecutor::scratchBytes() const { return s_->scratchSize * sizeof(float); }

@@ -52,7 +52,10 @@ BufferPlan planBuffers(const std::vector<BufferLifetime> &buffers, size_t alignm
   long long live = 0;
   for (const auto &[at, delta] : events) {
     live += delta;
-    plan.peakLiveBytes = std::max(plan.peakLiveBytes, static_cast<size_t>(std::max(live, 0LL)));
+    if (live > 0 && static_cast<size_t>(live) > plan.peakLiveBytes) {
+      plan.peakLiveBytes = static_cast<size_t>(live);
+      plan.peakInstruction = at;
+    }
   }
   return plan;
 }

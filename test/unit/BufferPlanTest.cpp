@@ -38,6 +38,15 @@ TEST(BufferPlan, AChainNeedsTwoBuffers) {
   EXPECT_EQ(plan.arenaBytes, 2u * 1024);
   EXPECT_EQ(plan.peakLiveBytes, 2u * 1024);
   EXPECT_EQ(plan.unsharedBytes, 10u * 1024);
+  EXPECT_EQ(plan.peakInstruction, 1); // (x0 and x1 live from there on)
+}
+
+TEST(BufferPlan, SaysWhereThePeakIs) {
+  // 1 KiB live throughout; 3 KiB more during instructions 4 to 6 only.
+  std::vector<BufferLifetime> all = {{1024, 0, 9}, {1024, 2, 3}, {3072, 4, 6}, {1024, 7, 9}};
+  BufferPlan plan = planBuffers(all, 256);
+  EXPECT_EQ(plan.peakLiveBytes, 4u * 1024);
+  EXPECT_EQ(plan.peakInstruction, 4);
 }
 
 TEST(BufferPlan, BuffersLiveTogetherNeverShare) {

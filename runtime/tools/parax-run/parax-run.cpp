@@ -859,6 +859,10 @@ int main(int argc, char **argv) {
     return memory;
   };
   if (steps == 0) { // prepare only: every rank says what it holds
+#ifdef PARAX_WITH_CUDA
+    if (device == "cuda" && !gpus[0]->memoryPeak().empty())
+      std::printf("parax-run: rank %d: %s\n", rank, gpus[0]->memoryPeak().c_str());
+#endif
     std::printf("parax-run: rank %d (stage %d) on %s: %s%s\n", rank, stageIndex, device.c_str(), holdings().c_str(),
                 sharing.c_str());
     std::fflush(stdout);

@@ -25,6 +25,7 @@ struct BufferPlan {
   size_t arenaBytes = 0;       // the block they all fit in
   size_t unsharedBytes = 0;    // one block each instead (aligned)
   size_t peakLiveBytes = 0;    // the most bytes live at one instruction: a lower bound
+  int peakInstruction = -1;    // the first instruction where that many are live
 };
 
 BufferPlan planBuffers(const std::vector<BufferLifetime> &buffers, size_t alignment);

@@ -299,6 +299,9 @@ public:
   /// Where the step's temporaries live: one arena they share (its size, the
   /// lower bound, and what one allocation each would take).
   const BufferPlan &temporaries() const;
+  /// With PARAX_CUDA_MEMORY_PEAK=1: the instruction where the shared
+  /// temporaries peak and the largest buffers live there; else empty.
+  const std::string &memoryPeak() const;
   /// Temporaries written into the memory of an operand they are the last
   /// reader of (elementwise ops of one shape): not in temporaries().
   size_t inPlaceTemporaries() const;
