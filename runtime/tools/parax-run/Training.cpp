@@ -73,12 +73,13 @@ unsigned shareAxes(const pxe::Executable &exe, const pxe::Buffer &param) {
   return axes;
 }
 
-/// The grid axes a buffer is a partial sum over, as a mask.
+/// The grid axes a buffer is a partial sum over, as a mask (an axis of one
+/// rank sums nothing: left out).
 unsigned partialAxes(const pxe::Executable &exe, const pxe::Buffer &buffer) {
   unsigned axes = 0;
   for (int i = 0; i < exe.grid().axis_names_size(); ++i)
-    if (std::find(buffer.partial().begin(), buffer.partial().end(), exe.grid().axis_names(i)) !=
-        buffer.partial().end())
+    if (exe.grid().shape(i) > 1 && std::find(buffer.partial().begin(), buffer.partial().end(),
+                                             exe.grid().axis_names(i)) != buffer.partial().end())
       axes |= 1u << i;
   return axes;
 }
