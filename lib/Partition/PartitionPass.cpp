@@ -574,15 +574,18 @@ LogicalResult FunctionPartitioner::buildStage(
                       ? layouts[function.getArgument(param->second)]
                       : Layout::replicated(globalType(result).getRank());
     // A gradient still a partial sum (over cp, over ep for a dense weight,
-    // over tp for a sequence-split norm) in its parameter's split is
-    // returned so: the runtime adds the partial axes into its
-    // data-parallel reduction, once a step over the summed microbatches
-    // (Megatron-LM reduces over dp x cp likewise), instead of an
-    // all-reduce each microbatch that holds the gradient to the program's
-    // end.
+    // over tp for a sequence-split norm) is returned so, in its
+    // parameter's split (a slice of a partial sum is one; an axis that
+    // splits the parameter is reduce-scattered): the runtime adds the
+    // partial axes into its data-parallel reduction, once a step over the
+    // summed microbatches (Megatron-LM reduces over dp x cp likewise),
+    // instead of an all-reduce each microbatch that holds the gradient to
+    // the program's end.
     const Layout &have = local[result].layout;
-    if (param != gradParam.end() && want.partial.empty() && have.dims == want.dims)
-      want.partial = have.partial;
+    if (param != gradParam.end() && want.partial.empty())
+      for (const std::string &axis : have.partial)
+        if (llvm::none_of(want.dims, [&](const auto &axes) { return llvm::is_contained(axes, axis); }))
+          want.partial.push_back(axis);
     FailureOr<Value> value = get(result, want, terminator->getLoc());
     if (failed(value))
       return failure();

@@ -64,6 +64,29 @@ func.func @tokens(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [
 
 // -----
 
+parax.grid @g(dp = 2, tp = 2)
+// A gradient computed whole (the forward gathered its weight over tp) but
+// a partial sum over dp: its tp slice is returned, still a partial sum (a
+// slice of a sum is the sum of the slices), so no all-reduce of the whole
+// gradient over dp -- the loss's is the one all-reduce.
+// CHECK-LABEL: func.func @sliced
+// CHECK-SAME: tensor<8x16xf32> {parax.global_sharding = #parax.sharding<@g, [{tp}, {}], partial = {dp}>, parax.grad = "w"
+// CHECK: parax.all_gather {{.*}} over @g ["tp"]
+// CHECK: %[[WHOLE:.*]] = parax.linear_weight_grad {{.*}} -> tensor<16x16xf32>
+// CHECK: parax.all_reduce {{.*}} over @g ["dp"] : tensor<f32>
+// CHECK-NOT: parax.all_reduce
+// CHECK: %[[BOX:.*]] = parax.shard_slice %[[WHOLE]] over @g ["tp"] dim 0 : tensor<16x16xf32> -> tensor<8x16xf32>
+// CHECK: return %{{.*}}, %[[BOX]]
+func.func @sliced(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{dp}, {}, {}]>},
+    %labels: tensor<2x8xi32> {parax.sharding = #parax.sharding<@g, [{dp}, {}]>},
+    %w: tensor<16x16xf32> {parax.param = "w", parax.sharding = #parax.sharding<@g, [{tp}, {}]>}) -> tensor<f32> {
+  %y = parax.linear %x, %w {transpose_w, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {}]>]} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %l = parax.cross_entropy %y, %labels : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 parax.grid @g(pp = 2)
 // Pipeline stages: each gradient op runs in its forward op's stage. Stage
 // 0 sends its activation forward, then receives the gradient by it (after
