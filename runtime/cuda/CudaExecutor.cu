@@ -217,16 +217,8 @@ struct CudaExecutor::State {
     return chunks;
   }
   /// Whether slot i's sums are reduced over other ranks (ZeRO's group, or
-  /// the replicas), and the count its mean divides by besides microbatches.
+  /// dp and the gradient's partial axes).
   bool reducesSum(const OptimizerSlot &slot) const { return slot.shared || sumAxes(slot) != 0; }
-  /// The equal copies of a sum of the parts a reduction adds (its mean's
-  /// divisor besides microbatches): the replicas, fewer when dp is among
-  /// the partial axes (a program that splits its tokens over dp itself).
-  int64_t ranksSummed(const OptimizerSlot &slot) const {
-    if (slot.shared) return slot.g.members / slot.g.partialRanks;
-    unsigned axes = sumAxes(slot);
-    return axes ? comm->sizes[axes] / slot.g.partialRanks : 1;
-  }
   /// Without ZeRO, the axes slot i's sums are all-reduced over: dp, and
   /// those its gradient is a partial sum over.
   unsigned sumAxes(const OptimizerSlot &slot) const {
@@ -2092,10 +2084,10 @@ Status CudaExecutor::bindOptimizer(const std::vector<Gradient> &gradients, const
       return Status::error(what + ": a chunk [" + std::to_string(g.begin) + ", " + std::to_string(g.end) +
                            ") of a box of " + std::to_string(slot.n) + " updated without ZeRO");
     const unsigned summed = s.sumAxes(slot);
-    if (slot.shared ? (g.partialAxes & ~g.axes) || g.partialRanks < 1 || g.members % g.partialRanks
-                    : summed && (!s.comm || summed >= s.comm->sizes.size() || !s.comm->sizes[summed]))
+    if (slot.shared ? (g.partialAxes & ~g.axes) != 0 : summed && (!s.comm || summed >= s.comm->sizes.size()))
       return Status::error(what + ": the axes its gradient is a partial sum over are not a group of this rank's "
                                   "communicator" + (slot.shared ? std::string(" within its ZeRO group") : ""));
+    if (g.copies < 1) return Status::error(what + ": its mean divides by " + std::to_string(g.copies) + " copies");
     int64_t sums = slot.chunkSums ? g.size : slot.shared ? g.size * g.members : slot.n;
     // (reduced without ZeRO: side by side in buckets, placeBuckets)
     bool bucketed = !slot.shared && summed;
@@ -2258,7 +2250,7 @@ StatusOr<std::vector<double>> CudaExecutor::averageGradients(int64_t microbatche
     State::OptimizerSlot &slot = s.slots[i];
     s.reduced[i] = false;
     PARAX_LAUNCH(scaleKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(
-        slot.share, slot.updated, 1.0f / static_cast<float>(microbatches * s.ranksSummed(slot)));
+        slot.share, slot.updated, 1.0f / static_cast<float>(microbatches * slot.g.copies));
     PARAX_LAUNCH(sumOfSquaresKernel, blocksFor(slot.updated), kThreads, 0, s.stream)(slot.share, slot.updated,
                                                                                       s.squares + i);
   }

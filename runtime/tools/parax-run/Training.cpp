@@ -287,10 +287,15 @@ Status Training::meanOf(std::vector<Tensor> &outputs, int64_t micro, bool overRe
       Status s = allReduceOverReplicas(k, g.data(), g.size());
       if (!s.isOk()) return s;
     }
-    float scale = 1.0f / static_cast<float>(micro * (overReplicas ? partialOf_[k].copies : 1));
+    float scale = 1.0f / static_cast<float>(micro * (overReplicas ? copiesOf(k, false) : 1));
     for (float &v : g) v *= scale;
   }
   return Status::ok();
+}
+
+int64_t Training::copiesOf(size_t k, bool shares) const {
+  const ShareGroup &g = shareOf_[k];
+  return shares && g.members > 1 ? g.members / partialOf_[k].ranks : partialOf_[k].copies;
 }
 
 Status Training::meanOverReplicas(std::vector<Tensor> &outputs) { return meanOf(outputs, 1, true); }
@@ -359,7 +364,7 @@ std::vector<Training::Update> Training::updates(const OptimizerConfig &config) c
     Chunk c = shares ? chunkOf(k, n) : Chunk{0, n, n};
     const ShareGroup &g = shareOf_[k];
     all.push_back({k, paramOf_[k], c.begin, c.end, c.size, decays(k), shares ? g.axes : 0u, shares ? g.members : 1,
-                   shares ? g.index : 0, partialOf_[k].axes, partialOf_[k].ranks, partRanks_[k]});
+                   shares ? g.index : 0, partialOf_[k].axes, copiesOf(k, shares), partRanks_[k]});
   }
   return all;
 }
@@ -400,7 +405,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
     if (shares && group.members > 1) {
       // Summed over the group: dp's replicas, each box `members / replicas`
       // times (equal copies, or partial sums over partialOf_'s axes), so
-      // the mean divides by the members over the partial axes' ranks.
+      // the mean divides by the copies of the whole sum.
       Chunk c = chunkOf(k, static_cast<int64_t>(g.size()));
       std::vector<float> padded(c.size * group.members, 0.0f);
       std::copy(g.begin(), g.end(), padded.begin());
@@ -409,7 +414,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
       if (MPI_Reduce_scatter_block(padded.data(), share[k].data(), static_cast<int>(c.size), MPI_FLOAT, MPI_SUM,
                                    group.comm) != MPI_SUCCESS)
         return Status::error("the ZeRO gradient reduce-scatter failed");
-      for (float &v : share[k]) v /= static_cast<float>(group.members / partialOf_[k].ranks);
+      for (float &v : share[k]) v /= static_cast<float>(copiesOf(k, true));
       share[k].resize(c.end - c.begin);
     } else {
       share[k] = g;

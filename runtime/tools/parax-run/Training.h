@@ -110,11 +110,11 @@ public:
     unsigned axes;           // ZeRO's share group (a mask of grid axes)
     int64_t members, index;  // its ranks, and this rank's place among them
     // The grid axes the gradient is a partial sum over (a mask; within
-    // `axes` under ZeRO), and the ranks along them: the reduction sums
-    // over them as well as over the replicas, and the mean divides by the
-    // replicas alone.
+    // `axes` under ZeRO): the reduction sums over them as well as over the
+    // replicas; and the equal copies of the whole sum that reduction adds
+    // up, the mean's divisor besides the microbatches (copiesOf).
     unsigned partialAxes;
-    int64_t partialRanks;
+    int64_t copies;
     // A stage's part of a gradient (a weight several stages read): the
     // ranks whose parts are added, in stage order, this rank among them
     // (see sumStageParts); else empty.
@@ -220,6 +220,10 @@ private:
   /// over the replicas (and its partial axes) and divided by the replicas
   /// too.
   Status meanOf(std::vector<Tensor> &outputs, int64_t micro, bool overReplicas);
+  /// The equal copies of gradient output k's whole sum that its reduction
+  /// adds up (ZeRO, `shares`: over its share group, whose members hold
+  /// parts along the partial axes; else over dp and those axes).
+  int64_t copiesOf(size_t k, bool shares) const;
   /// ZeRO shares the optimizer state of a box over its share group: the
   /// ranks of the stage holding the same box (they differ only along the
   /// grid axes the parameter is neither split nor partial over: dp, and

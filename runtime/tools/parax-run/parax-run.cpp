@@ -960,7 +960,7 @@ int main(int argc, char **argv) {
     std::vector<CudaExecutor::Gradient> bound;
     for (const Training::Update &u : updates)
       bound.push_back({u.output, u.parameter, u.begin, u.end, u.size, u.axes, u.members, u.index, u.partRanks,
-                       u.partialAxes, u.partialRanks});
+                       u.partialAxes, u.copies});
     CudaExecutor::OptimizerSetup setup;
     setup.adamw = optimizer.kind == "adamw";
     setup.replicaAxis = replicaAxis;

@@ -163,11 +163,13 @@ public:
     // rank among them; else empty.
     std::vector<int> partRanks;
     // The grid axes the gradient is a partial sum over (a mask; within
-    // `axes` under ZeRO) and the ranks along them: its reduction sums over
-    // them too (without ZeRO: an all-reduce over dp and them), its mean
-    // divides by the replicas alone.
+    // `axes` under ZeRO): its reduction sums over them too (without ZeRO:
+    // an all-reduce over dp and them). `copies`: the equal copies of the
+    // whole sum that reduction adds up, its mean's divisor besides the
+    // microbatches (the replicas; ZeRO: the members over the partial
+    // axes' ranks).
     unsigned partialAxes = 0;
-    int64_t partialRanks = 1;
+    int64_t copies = 1;
   };
   struct OptimizerSetup {
     bool adamw = false;   // else SGD (no moments)
