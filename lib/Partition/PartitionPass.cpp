@@ -117,6 +117,9 @@ private:
     return cast<RankedTensorType>(v.getType());
   }
   LogicalResult assignLayouts();
+  std::optional<unsigned> parameterOf(unsigned result);
+  std::optional<Layout> returnedParameterLayout(Value value);
+  static Layout splitLikeParameter(Layout gradient, const Layout &param);
   LogicalResult splitTiedGradients(int64_t stages);
   /// What `stage` returns as result i: its part of a tied weight's
   /// gradient, else the function's result.
@@ -153,6 +156,55 @@ static std::optional<Layout> layoutReadBy(Operation *op, Value operand,
     if (use.get() == operand)
       return (*wanted)[use.getOperandNumber()];
   return std::nullopt;
+}
+
+// The parameter whose gradient result `i` is: the argument with its name
+// (and, for one of several parts of a parameter, its offset).
+std::optional<unsigned> FunctionPartitioner::parameterOf(unsigned i) {
+  auto grad = function.getResultAttrOfType<StringAttr>(i, ParaxDialect::kGradAttrName);
+  if (!grad)
+    return std::nullopt;
+  auto offset = function.getResultAttr(i, ParaxDialect::kParamOffsetAttrName);
+  std::optional<unsigned> param;
+  for (BlockArgument arg : function.getArguments())
+    if (function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamAttrName) == grad &&
+        function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamOffsetAttrName) == offset)
+      param = arg.getArgNumber();
+  return param;
+}
+
+// The layout of the parameter whose gradient `value` is (returned as it
+// is, or through adds of its contributions, each read once), if any.
+std::optional<Layout> FunctionPartitioner::returnedParameterLayout(Value value) {
+  while (value.hasOneUse() && isa<AddOp>(*value.getUsers().begin()))
+    value = value.getUsers().begin()->getResult(0);
+  if (!value.hasOneUse())
+    return std::nullopt;
+  OpOperand &use = *value.getUses().begin();
+  if (!isa<func::ReturnOp>(use.getOwner()))
+    return std::nullopt;
+  std::optional<unsigned> param = parameterOf(use.getOperandNumber());
+  if (!param)
+    return std::nullopt;
+  return layouts.lookup(function.getArgument(*param));
+}
+
+// A weight's gradient computed whole on a dimension its parameter splits
+// (the LM head's from a whole dlogits, a table's from a whole dy) is
+// computed split so instead: each rank slices its operands, which costs no
+// transfer, and computes and holds only its box, where it computed the
+// whole gradient and then sliced it on the way out.
+Layout FunctionPartitioner::splitLikeParameter(Layout gradient, const Layout &param) {
+  auto used = [&](const std::string &axis) {
+    return llvm::is_contained(gradient.partial, axis) ||
+           llvm::any_of(gradient.dims, [&](const Layout::Axes &axes) {
+             return llvm::is_contained(axes, axis);
+           });
+  };
+  for (auto [have, want] : llvm::zip(gradient.dims, param.dims))
+    if (have.empty() && !want.empty() && llvm::none_of(want, used))
+      have = want;
+  return gradient;
 }
 
 LogicalResult FunctionPartitioner::assignLayouts() {
@@ -201,9 +253,10 @@ LogicalResult FunctionPartitioner::assignLayouts() {
       for (Value operand : op.getOperands())
         operands.push_back(layouts.lookup(operand));
       results = propagateLayouts(&op, operands, grid);
+      if (isa<LinearWeightGradOp, EmbeddingGradOp>(op))
+        if (std::optional<Layout> param = returnedParameterLayout(op.getResult(0)))
+          results.front() = splitLikeParameter(results.front(), *param);
     }
-    for (auto [result, layout] : llvm::zip(op.getResults(), results))
-      layouts[result] = layout;
   }
   return success();
 }
@@ -638,12 +691,7 @@ LogicalResult FunctionPartitioner::placeResults(
     int64_t stages, const std::map<int64_t, SmallVector<Operation *>> &byStage) {
   for (unsigned i = 0; i < function.getNumResults(); ++i) {
     auto grad = function.getResultAttrOfType<StringAttr>(i, ParaxDialect::kGradAttrName);
-    auto offset = function.getResultAttr(i, ParaxDialect::kParamOffsetAttrName);
-    std::optional<unsigned> param;
-    for (BlockArgument arg : function.getArguments())
-      if (grad && function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamAttrName) == grad &&
-          function.getArgAttr(arg.getArgNumber(), ParaxDialect::kParamOffsetAttrName) == offset)
-        param = arg.getArgNumber();
+    std::optional<unsigned> param = parameterOf(i);
     SmallVector<int64_t> holders; // the stages that read the parameter
     if (param)
       for (const auto &[stage, ops] : byStage)

@@ -65,23 +65,67 @@ func.func @tokens(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [
 // -----
 
 parax.grid @g(dp = 2, tp = 2)
-// A gradient computed whole (the forward gathered its weight over tp) but
-// a partial sum over dp: its tp slice is returned, still a partial sum (a
-// slice of a sum is the sum of the slices), so no all-reduce of the whole
-// gradient over dp -- the loss's is the one all-reduce.
+// A gradient whose dy is whole (the forward gathered its weight over tp)
+// but whose parameter is split over tp: each rank slices dy (no transfer)
+// and computes only its box, which is returned still a partial sum over dp
+// -- no whole 16x16 gradient, no all-reduce of it: the loss's is the one.
 // CHECK-LABEL: func.func @sliced
 // CHECK-SAME: tensor<8x16xf32> {parax.global_sharding = #parax.sharding<@g, [{tp}, {}], partial = {dp}>, parax.grad = "w"
 // CHECK: parax.all_gather {{.*}} over @g ["tp"]
-// CHECK: %[[WHOLE:.*]] = parax.linear_weight_grad {{.*}} -> tensor<16x16xf32>
+// CHECK: %[[DY:.*]] = parax.cross_entropy_grad
+// CHECK: %[[SLICE:.*]] = parax.shard_slice %[[DY]] over @g ["tp"] dim 2 : tensor<1x8x16xf32> -> tensor<1x8x8xf32>
+// CHECK: %[[BOX:.*]] = parax.linear_weight_grad %{{.*}}, %[[SLICE]] {{.*}} -> tensor<8x16xf32>
+// CHECK-NOT: tensor<16x16xf32>
 // CHECK: parax.all_reduce {{.*}} over @g ["dp"] : tensor<f32>
 // CHECK-NOT: parax.all_reduce
-// CHECK: %[[BOX:.*]] = parax.shard_slice %[[WHOLE]] over @g ["tp"] dim 0 : tensor<16x16xf32> -> tensor<8x16xf32>
 // CHECK: return %{{.*}}, %[[BOX]]
 func.func @sliced(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{dp}, {}, {}]>},
     %labels: tensor<2x8xi32> {parax.sharding = #parax.sharding<@g, [{dp}, {}]>},
     %w: tensor<16x16xf32> {parax.param = "w", parax.sharding = #parax.sharding<@g, [{tp}, {}]>}) -> tensor<f32> {
   %y = parax.linear %x, %w {transpose_w, parax.shardings = [#parax.sharding<@g, [{dp}, {}, {}]>]} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
   %l = parax.cross_entropy %y, %labels : (tensor<2x8x16xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+// A table split on its hidden dimension whose dy is a partial sum over tp
+// (the head's dx): dy is reduce-scattered to the rank's columns and each
+// rank computes its 32x8 box, where dy was all-reduced and the whole
+// 32x16 gradient computed, then sliced.
+// CHECK-LABEL: func.func @columns
+// CHECK: %[[DY:.*]] = parax.reduce_scatter %{{.*}} over @g ["tp"] dim 2 : tensor<2x4x16xf32> -> tensor<2x4x8xf32>
+// CHECK: %[[BOX:.*]] = parax.embedding_grad %arg0, %[[DY]] : (tensor<2x4xi32>, tensor<2x4x8xf32>) -> tensor<32x8xf32>
+// CHECK-NOT: parax.all_reduce
+// CHECK: return %{{.*}}, %[[BOX]],
+func.func @columns(%ids: tensor<2x4xi32>, %labels: tensor<2x4xi32>,
+    %embed: tensor<32x16xf32> {parax.param = "embed", parax.sharding = #parax.sharding<@g, [{}, {tp}]>},
+    %head: tensor<32x16xf32> {parax.param = "head", parax.sharding = #parax.sharding<@g, [{tp}, {}]>}) -> tensor<f32> {
+  %h = parax.embedding %ids, %embed {parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<2x4xi32>, tensor<32x16xf32>) -> tensor<2x4x16xf32>
+  %y = parax.linear %h, %head {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}]>]} : (tensor<2x4x16xf32>, tensor<32x16xf32>) -> tensor<2x4x32xf32>
+  %l = parax.cross_entropy %y, %labels : (tensor<2x4x32xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+// A vocab-parallel table: its gradient accumulates the rank's rows only
+// (vocab_axes, ids of other rows skipped), a 16x16 box, not the whole 32x16
+// gradient sliced; the head's from dlogits sliced to its vocabulary rows.
+// CHECK-LABEL: func.func @rows
+// CHECK: %[[DLOGITS:.*]] = parax.shard_slice %{{.*}} over @g ["tp"] dim 2 : tensor<2x4x32xf32> -> tensor<2x4x16xf32>
+// CHECK: %[[HEAD:.*]] = parax.linear_weight_grad %{{.*}}, %[[DLOGITS]] {transpose_w} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<16x16xf32>
+// CHECK: %[[TABLE:.*]] = parax.embedding_grad %arg0, %{{.*}} {vocab_axes = ["tp"], vocab_grid = @g} : (tensor<2x4xi32>, tensor<2x4x16xf32>) -> tensor<16x16xf32>
+// CHECK-NOT: 32x16
+// CHECK: return %{{.*}}, %[[TABLE]], %[[HEAD]]
+func.func @rows(%ids: tensor<2x4xi32>, %labels: tensor<2x4xi32>,
+    %embed: tensor<32x16xf32> {parax.param = "embed", parax.sharding = #parax.sharding<@g, [{tp}, {}]>},
+    %head: tensor<32x16xf32> {parax.param = "head", parax.sharding = #parax.sharding<@g, [{tp}, {}]>}) -> tensor<f32> {
+  %h = parax.embedding %ids, %embed {parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x4xi32>, tensor<32x16xf32>) -> tensor<2x4x16xf32>
+  %y = parax.linear %h, %head {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<2x4x16xf32>, tensor<32x16xf32>) -> tensor<2x4x32xf32>
+  %l = parax.cross_entropy %y, %labels : (tensor<2x4x32xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
 

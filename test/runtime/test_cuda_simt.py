@@ -114,7 +114,11 @@ def test_simt_matches_cpu_and_numpy(tmp_path, name):
         # sequence-split norms' weights under tp, the dense weights under
         # ep, every weight under cp), which the program returns so.
         pinned = dict(p.split("=") for p in (case[3] or "dp=1").split(",")) if case else {}
-        partial = any(int(pinned.get(axis, 1)) > 1 for axis in ("tp", "ep", "cp"))
+        # (Under tp with pp the reported rank's stage writes its last such
+        # gradient, the first layer's norm weight's, at its last
+        # instruction, after its send: that bucket is issued at the end.)
+        partial = any(int(pinned.get(axis, 1)) > 1 for axis in ("ep", "cp")) or (
+            int(pinned.get("tp", 1)) > 1 and int(pinned.get("pp", 1)) == 1)
         replicated = name in optimizer_cases() and ("dp=1" not in (case[3] or "dp=1") or zero and ranks > 1 or partial)
         assert (result["early_reductions"] > 0) == replicated, result
         assert result["host_staged"] == (ranks > 1 and "PARAX_SIMT_DEVICES" in env), result
