@@ -352,10 +352,10 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
       })
       .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp ce) -> FailureOr<SmallVector<Layout>> {
         // Each rank its tokens' rows (num_tokens: the whole mean's count),
-        // split as the labels are (integers are never resharded).
-        if (failed(noPartial()) ||
-            failed(wholeDim(out.dims.size() - 1,
-                            "the softmax needs every logit of a token")))
+        // split as the labels are (integers are never resharded); its
+        // vocabulary's columns where the logits split it (vocab-parallel:
+        // the partitioner gives the local op every token's logsumexp).
+        if (failed(noPartial()))
           return failure();
         Layout labels = out;
         labels.dims.pop_back();
@@ -537,20 +537,28 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         // the labels become that by a slice (integers are never gathered,
         // moved or summed); labels not yet placed (a program input, then
         // loaded so) over the axes of the partial sum, on dimension 0.
-        Layout labels = tokensSplit(out.partial, rankOf(ce.getLabels()), nullptr);
+        // Vocab-parallel: the partial sum's axes that split the logits'
+        // vocabulary (as they arrive) split it for the loss too, each rank
+        // adding the terms of the labels it holds.
+        Layout::Axes vocab, tokens;
+        const Layout *logitsHave = currentOf(0);
+        for (const std::string &axis : out.partial)
+          (logitsHave && !logitsHave->dims.empty() && llvm::is_contained(logitsHave->dims.back(), axis)
+               ? vocab
+               : tokens)
+              .push_back(axis);
+        Layout labels = tokensSplit(tokens, rankOf(ce.getLabels()), nullptr);
         if (const Layout *have = currentOf(1)) {
           labels = *have;
-          if (const Layout *logitsHave = currentOf(0);
-              logitsHave && tokenAxes(logitsOf(labels), {}) !=
-                                Layout::Axes(out.partial.begin(), out.partial.end()))
+          if (logitsHave && tokenAxes(logitsOf(labels), {}) != tokens)
             labels = labelsFor(*logitsHave, *have);
         }
         Layout logits = logitsOf(labels);
-        if (tokenAxes(logits, {}) != Layout::Axes(out.partial.begin(), out.partial.end()) ||
-            !labels.partial.empty())
+        if (tokenAxes(logits, {}) != tokens || !labels.partial.empty())
           return unsupported(op, out) << "its partial sum must be over the axes "
                                          "that split its labels, "
-                                      << labels.str();
+                                      << labels.str() << (vocab.empty() ? "" : ", and its vocabulary");
+        logits.dims.back() = vocab;
         SmallVector<Layout> layouts = {logits, labels};
         if (ce.getCount()) // every rank's count, whole
           layouts.push_back(Layout::replicated(0));
@@ -782,10 +790,17 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
   }
   if (isa<CrossEntropyOp, CrossEntropyGradOp>(op) && operands.size() >= 2) {
     // The labels' tokens (or the logits', where the labels become that by
-    // a slice): the loss a partial sum over them, its gradient split alike.
+    // a slice): the loss a partial sum over them, its gradient split alike;
+    // logits split on the vocabulary stay so (vocab-parallel: the loss a
+    // partial sum over those axes too).
     Layout logits = logitsOf(labelsFor(operands[0], operands[1]));
+    if (!operands[0].dims.empty() && operands[0].partial.empty())
+      for (const std::string &axis : operands[0].dims.back())
+        if (llvm::none_of(logits.dims, [&](const Layout::Axes &axes) { return llvm::is_contained(axes, axis); }))
+          logits.dims.back().push_back(axis);
     Layout out = Layout::replicated(0);
     out.partial = tokenAxes(logits, {});
+    out.partial.append(logits.dims.back().begin(), logits.dims.back().end());
     results.push_back(isa<CrossEntropyOp>(op) ? out : logits);
     return results;
   }
@@ -840,12 +855,18 @@ void parax::partition::localizeAttributes(Operation *local,
       local->setAttr("head_axes", b.getStrArrayAttr(axes));
     }
   } else if (isa<CrossEntropyOp, CrossEntropyGradOp>(local)) {
-    // Tokens split over ranks: the mean's count is the whole's.
+    // Tokens split over ranks: the mean's count is the whole's (the
+    // vocabulary's split, vocab_axes, is not the tokens').
     auto labels = cast<RankedTensorType>(local->getOperand(1).getType());
     const Layout &out = results.front();
-    int64_t parts = grid.product(out.partial);
-    for (const auto &axes : out.dims)
-      parts *= grid.product(axes);
+    int64_t parts = 1;
+    for (const std::string &axis : out.partial)
+      parts *= grid.product(axis);
+    for (size_t d = 0; d + 1 < out.dims.size(); ++d)
+      parts *= grid.product(out.dims[d]);
+    if (auto vocab = local->getAttrOfType<ArrayAttr>("vocab_axes"); vocab && isa<CrossEntropyOp>(local))
+      for (StringRef axis : vocab.getAsValueRange<StringAttr>())
+        parts /= grid.product(axis.str());
     if (parts > 1)
       local->setAttr("num_tokens", b.getI64IntegerAttr(labels.getNumElements() * parts));
   } else if (auto grad = dyn_cast<EmbeddingGradOp>(local)) {

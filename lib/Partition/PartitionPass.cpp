@@ -257,8 +257,40 @@ LogicalResult FunctionPartitioner::assignLayouts() {
         if (std::optional<Layout> param = returnedParameterLayout(op.getResult(0)))
           results.front() = splitLikeParameter(results.front(), *param);
     }
+    // Vocab-parallel cross-entropy: logits split on the vocabulary stay
+    // so, the loss a partial sum over those axes too (the plan's layout
+    // names the tokens' axes only).
+    if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+      const Layout &logits = layouts[ce.getLogits()];
+      if (!logits.dims.empty() && logits.partial.empty())
+        for (const std::string &axis : logits.dims.back())
+          if (!llvm::is_contained(results.front().partial, axis))
+            results.front().partial.push_back(axis);
+    }
+    for (auto [result, layout] : llvm::zip(op.getResults(), results))
+      layouts[result] = layout;
   }
   return success();
+}
+
+// Every token's logsumexp over the whole vocabulary of `logits`, this
+// rank's columns of it split over `vocab`: each rank's logsumexp over its
+// own, all-gathered ([..., P]), and the logsumexp of those; one a logits
+// value (`cache`), for the loss and its gradient alike.
+static Value logSumExp(OpBuilder &b, Location loc, Value logits, const Layout::Axes &vocab,
+                       const GridInfo &grid, DenseMap<Value, Value> &cache) {
+  if (Value known = cache.lookup(logits))
+    return known;
+  auto type = cast<RankedTensorType>(logits.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape.back() = 1;
+  Value part = LogSumExpOp::create(b, loc, RankedTensorType::get(shape, b.getF32Type()), logits);
+  SmallVector<StringRef> axes(vocab.begin(), vocab.end());
+  shape.back() = grid.product(vocab);
+  Value parts = AllGatherOp::create(b, loc, RankedTensorType::get(shape, b.getF32Type()), part, grid.ref,
+                                    b.getStrArrayAttr(axes), b.getI64IntegerAttr(type.getRank() - 1));
+  shape.back() = 1;
+  return cache[logits] = LogSumExpOp::create(b, loc, RankedTensorType::get(shape, b.getF32Type()), parts);
 }
 
 // The all-to-all exchanges of a stage, by the local (tokens, router
@@ -560,6 +592,7 @@ LogicalResult FunctionPartitioner::buildStage(
   };
 
   DispatchCache dispatched;
+  DenseMap<Value, Value> lse; // vocab-parallel logits -> their logsumexp
   for (Operation *op : ops) {
     for (Value operand : op->getOperands())
       if (failed(receive(operand, op)))
@@ -597,6 +630,16 @@ LogicalResult FunctionPartitioner::buildStage(
       continue;
     }
     OperationState state(op->getLoc(), op->getName());
+    if (isa<CrossEntropyOp, CrossEntropyGradOp>(op) && !(*wanted)[0].dims.back().empty()) {
+      // Vocab-parallel: every token's logsumexp over the whole vocabulary
+      // (each rank's over its logits, gathered, taken again), shared by
+      // the loss and its gradient; the local op names the vocabulary's axes.
+      const Layout::Axes &vocab = (*wanted)[0].dims.back();
+      operands.push_back(logSumExp(b, op->getLoc(), operands[0], vocab, grid, lse));
+      SmallVector<StringRef> axes(vocab.begin(), vocab.end());
+      state.addAttribute("vocab_grid", grid.ref);
+      state.addAttribute("vocab_axes", b.getStrArrayAttr(axes));
+    }
     state.addOperands(operands);
     for (auto [result, layout] : llvm::zip(op->getResults(), results))
       state.addTypes(localType(globalType(result), layout, grid));

@@ -222,9 +222,10 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         // The loss is the root: its gradient is 1, not `dy`.
         accumulate(ce.getLogits(),
                    tag(CrossEntropyGradOp::create(b, loc, ce.getLogits().getType(),
-                                                  ce.getLogits(), ce.getLabels(), ce.getCount(),
+                                                  ce.getLogits(), ce.getLabels(), ce.getExtras(),
                                                   /*num_tokens=*/nullptr, ce.getIgnoreIndexAttr(),
-                                                  ce.getWeightAttr()),
+                                                  ce.getWeightAttr(), ce.getVocabGridAttr(),
+                                                  ce.getVocabAxesAttr()),
                        op));
         return success();
       })

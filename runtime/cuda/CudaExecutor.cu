@@ -149,7 +149,7 @@ bool capturableOp(const std::string &op) {
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
                     "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad",
-                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss", "label_count", "shift"});
+                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss", "label_count", "shift", "logsumexp"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -3133,12 +3133,30 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         labels.i(), labels.numel(), static_cast<int32_t>(attrInt(a, "ignore_index")), count.f());
     return Status::ok();
   }
+  if (op == "logsumexp") {
+    DeviceBuffer &x = in(0);
+    int64_t n = x.shape.back();
+    return withFloat(x, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(logSumExpKernel<T>, x.numel() / n, kThreads, 0, stream)(x.as<T>(), out().f(), n);
+      return Status::ok();
+    });
+  }
   if (op == "cross_entropy" || op == "cross_entropy_grad") {
     DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
     int64_t V = logits.shape.back(), tokens = logits.numel() / V;
     float invTokens = 1.0f / attrInt(a, "num_tokens", tokens); // (a rank's part of the mean)
-    // With ignore_index: its labels skipped, the mean over label_count's count.
-    const float *count = inst.operands_size() == 3 ? in(2).f() : nullptr;
+    // After the labels: label_count's count (with ignore_index: its labels
+    // skipped, the mean over it), then a vocab-parallel op's lse.
+    const float *count = nullptr;
+    VocabPart part;
+    for (int k = 2; k < inst.operands_size(); ++k)
+      (in(k).shape.empty() ? count : part.lse) = in(k).f();
+    if (part.lse) {
+      std::vector<std::string> axes = attrStrings(a, "vocab_axes");
+      part.offset = groupIndex(axes) * V;
+      part.vocab = V * groupSize(axes);
+    }
     LabelRule rule;
     rule.ignores = count != nullptr;
     rule.ignore = static_cast<int32_t>(attrInt(a, "ignore_index"));
@@ -3152,7 +3170,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       st = withFloat(logits, [&](auto t) {
         using T = decltype(t);
         PARAX_LAUNCH(crossEntropyKernel<T>, tokens, kThreads, 0, stream)(logits.as<T>(), labels.i(), y.f(), V,
-                                                                         badToken, rule);
+                                                                         badToken, rule, part);
         return Status::ok();
       });
       if (!st.isOk()) return st;
@@ -3164,13 +3182,14 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       st = withFloat(y, [&](auto t) {
         using T = decltype(t);
         PARAX_LAUNCH(crossEntropyGradKernel<T>, tokens, kThreads, 0, stream)(
-            logits.as<T>(), labels.i(), y.as<T>(), V, invTokens, badToken, rule, count);
+            logits.as<T>(), labels.i(), y.as<T>(), V, invTokens, badToken, rule, count, part);
         return Status::ok();
       });
       if (!st.isOk()) return st;
     }
     return checkFlag(badToken, [&](int32_t bad) {
-      return "label out of range at token " + std::to_string(bad) + " (vocabulary " + std::to_string(V) + ")";
+      return "label out of range at token " + std::to_string(bad) + " (vocabulary " +
+             std::to_string(part.lse ? part.vocab : V) + ")";
     });
   }
   if (op == "linear_weight_grad") {

@@ -16,9 +16,11 @@ namespace {
 // One block per token: (softmax - onehot(label)) / tokens, the tokens
 // `invTokens` or, with `count` (label_count's), 1 / count; an
 // ignored label's row 0.
+// Vocab-parallel (`part.lse`): exp(logits - lse) on this rank's columns,
+// less 1 at the label where this rank holds it.
 template <typename T>
 __global__ void crossEntropyGradKernel(const T *logits, const int32_t *labels, T *d, int64_t V, float invTokens,
-                                       int32_t *badToken, LabelRule rule, const float *count) {
+                                       int32_t *badToken, LabelRule rule, const float *count, VocabPart part) {
   __shared__ float partial[kThreads];
   const T *l = logits + blockIdx.x * V;
   T *dr = d + blockIdx.x * V;
@@ -27,11 +29,14 @@ __global__ void crossEntropyGradKernel(const T *logits, const int32_t *labels, T
     for (int64_t c = threadIdx.x; c < V; c += blockDim.x) st(dr, c, 0.0f);
     return;
   }
-  SoftmaxStats stats = softmaxStats(partial, l, V);
-  if (threadIdx.x == 0 && (label < 0 || label >= V)) *badToken = static_cast<int32_t>(blockIdx.x);
+  SoftmaxStats stats{0.0f, 1.0f};
+  if (part.lse) stats.max = part.lse[blockIdx.x]; // (the same for the whole block)
+  else stats = softmaxStats(partial, l, V);
+  const int64_t vocab = part.lse ? part.vocab : V, local = label - part.offset;
+  if (threadIdx.x == 0 && (label < 0 || label >= vocab)) *badToken = static_cast<int32_t>(blockIdx.x);
   float scale = (count ? 1.0f / (*count > 0 ? *count : 1.0f) : invTokens) * rule.weight;
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-    st(dr, c, (expf(ld(l, c) - stats.max) / stats.sum - (c == label ? 1.0f : 0.0f)) * scale);
+    st(dr, c, (expf(ld(l, c) - stats.max) / stats.sum - (c == local ? 1.0f : 0.0f)) * scale);
 }
 
 // One block per row. With x̂ = (x - mean)·r and g = dy·w:

@@ -994,16 +994,40 @@ struct LabelRule {
   __device__ bool skips(int32_t label) const { return ignores && label == ignore; }
 };
 
+// Vocab-parallel cross-entropy: this rank's logits are the vocabulary's
+// columns `offset .. offset + V - 1` of `vocab`, and `lse` every token's
+// logsumexp over all of them; without `lse`, the whole vocabulary is here.
+struct VocabPart {
+  const float *lse = nullptr;
+  int64_t offset = 0;
+  int64_t vocab = 0;
+};
+
+// One block per row: y[row] = log(sum(exp(x[row, :]))).
+template <typename T> __global__ void logSumExpKernel(const T *x, float *y, int64_t n) {
+  __shared__ float partial[kThreads];
+  SoftmaxStats stats = softmaxStats(partial, x + blockIdx.x * n, n);
+  if (threadIdx.x == 0) y[blockIdx.x] = isinf(stats.max) ? stats.max : stats.max + logf(stats.sum);
+}
+
 // One block per token; a label outside the vocabulary is reported through
 // `badToken` (the host turns it into an error, as the CPU backend does);
-// an ignored one adds nothing.
+// an ignored one adds nothing. Vocab-parallel: the term of a label this
+// rank holds, lse - logit.
 template <typename T>
 __global__ void crossEntropyKernel(const T *logits, const int32_t *labels, float *total, int64_t V,
-                                   int32_t *badToken, LabelRule rule) {
+                                   int32_t *badToken, LabelRule rule, VocabPart part) {
   __shared__ float partial[kThreads];
   const T *l = logits + blockIdx.x * V;
   int32_t label = labels[blockIdx.x];
   if (rule.skips(label)) return; // (the whole block: no barrier is left waiting)
+  if (part.lse) {
+    if (threadIdx.x != 0) return;
+    if (label < 0 || label >= part.vocab) *badToken = static_cast<int32_t>(blockIdx.x);
+    else if (label >= part.offset && label < part.offset + V)
+      atomicAdd(total, part.lse[blockIdx.x] - ld(l, label - part.offset));
+    return;
+  }
   SoftmaxStats stats = softmaxStats(partial, l, V);
   if (threadIdx.x == 0) {
     if (label < 0 || label >= V) *badToken = static_cast<int32_t>(blockIdx.x);

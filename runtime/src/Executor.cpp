@@ -856,11 +856,46 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     expertsGrad(in(0), in(1), in(2), in(3), in(4), in(5), in(6), out(0), out(1), out(2), out(3), out(4));
     return Status::ok();
   }
-  if (op == "cross_entropy_grad") {
+  if (op == "cross_entropy" || op == "cross_entropy_grad") {
+    // After the labels: label_count's count (rank 0), then a vocab-parallel
+    // op's lse (this rank's logits the vocabulary's columns offset ..).
     Tensor &logits = in(0), &labels = in(1);
-    CountedLabels counted = countedLabels(a, labels, inst.operands_size() == 3 ? &in(2) : nullptr);
-    if (Status st = counted.check(logits.shape.back()); !st.isOk()) return st;
-    crossEntropyGrad(logits, labels, counted.divisor, counted.ignore, out());
+    const Tensor *count = nullptr, *lse = nullptr;
+    for (int k = 2; k < inst.operands_size(); ++k)
+      (in(k).shape.empty() ? count : lse) = &in(k);
+    std::vector<std::string> vocabAxes = attrStrings(a, "vocab_axes");
+    auto [tokens, V] = rowsCols(logits);
+    int64_t offset = lse ? groupIndex(vocabAxes) * V : 0;
+    CountedLabels counted = countedLabels(a, labels, count);
+    if (Status st = counted.check(lse ? V * groupSizeOf(vocabAxes) : V); !st.isOk()) return st;
+    if (op == "cross_entropy_grad") {
+      crossEntropyGrad(logits, labels, counted.divisor, counted.ignore, out(), lse, offset);
+      return Status::ok();
+    }
+    double total = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      int64_t label = labels.i[t];
+      if (counted.ignore && label == *counted.ignore) continue;
+      const float *l = &logits.f[t * V];
+      if (lse) { // the term of a label this rank holds
+        if (label >= offset && label < offset + V) total += lse->f[t] - l[label - offset];
+        continue;
+      }
+      double m = *std::max_element(l, l + V), sum = 0;
+      for (int64_t c = 0; c < V; ++c) sum += std::exp(l[c] - m);
+      total += std::log(sum) + m - l[label];
+    }
+    out().f[0] = static_cast<float>(total / counted.divisor); // (a rank's part of the mean)
+    return Status::ok();
+  }
+  if (op == "logsumexp") {
+    auto [rows, n] = rowsCols(in(0));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *x = &in(0).f[r * n];
+      double m = *std::max_element(x, x + n), sum = 0;
+      for (int64_t c = 0; c < n; ++c) sum += std::exp(x[c] - m);
+      out().f[r] = static_cast<float>(std::isinf(m) ? m : m + std::log(sum));
+    }
     return Status::ok();
   }
   if (op == "label_count") {
@@ -939,23 +974,6 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
           return Status::error("token id " + std::to_string(id) + " is outside the vocabulary of " +
                                std::to_string(table.shape[0]));
     embeddingGrad(ids, in(1), offset, table);
-    return Status::ok();
-  }
-  if (op == "cross_entropy") {
-    Tensor &logits = in(0), &labels = in(1), &y = out();
-    auto [tokens, V] = rowsCols(logits);
-    CountedLabels counted = countedLabels(a, labels, inst.operands_size() == 3 ? &in(2) : nullptr);
-    if (Status st = counted.check(V); !st.isOk()) return st;
-    double total = 0;
-    for (int64_t t = 0; t < tokens; ++t) {
-      int32_t label = labels.i[t];
-      if (counted.ignore && label == *counted.ignore) continue;
-      const float *l = &logits.f[t * V];
-      double m = *std::max_element(l, l + V), sum = 0;
-      for (int64_t c = 0; c < V; ++c) sum += std::exp(l[c] - m);
-      total += std::log(sum) + m - l[label];
-    }
-    y.f[0] = static_cast<float>(total / counted.divisor); // (a rank's part of the mean)
     return Status::ok();
   }
 

@@ -32,7 +32,7 @@ std::pair<double, double> rowStats(const float *x, int64_t h, double eps, bool c
 } // namespace
 
 void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor, std::optional<int32_t> ignore,
-                      Tensor &dlogits) {
+                      Tensor &dlogits, const Tensor *lse, int64_t offset) {
   auto [rows, V] = rowsCols(logits);
   for (int64_t t = 0; t < rows; ++t) {
     const float *l = &logits.f[t * V];
@@ -41,10 +41,19 @@ void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor
       std::fill(d, d + V, 0.0f);
       continue;
     }
-    double m = *std::max_element(l, l + V), sum = 0;
-    for (int64_t c = 0; c < V; ++c) sum += std::exp(l[c] - m);
-    for (int64_t c = 0; c < V; ++c) d[c] = static_cast<float>(std::exp(l[c] - m) / sum / divisor);
-    d[labels.i[t]] -= static_cast<float>(1.0 / divisor); // (labels checked by the caller: in range)
+    // softmax = exp(l - logsumexp): the row's own, or (vocab-parallel: this
+    // rank's columns `offset ..` of the vocabulary) the whole row's.
+    double shift, sum = 1;
+    if (lse) {
+      shift = lse->f[t];
+    } else {
+      shift = *std::max_element(l, l + V);
+      sum = 0;
+      for (int64_t c = 0; c < V; ++c) sum += std::exp(l[c] - shift);
+    }
+    for (int64_t c = 0; c < V; ++c) d[c] = static_cast<float>(std::exp(l[c] - shift) / sum / divisor);
+    if (int64_t label = labels.i[t] - offset; label >= 0 && label < V) // (checked by the caller: in range)
+      d[label] -= static_cast<float>(1.0 / divisor);
   }
 }
 

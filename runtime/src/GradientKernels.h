@@ -24,7 +24,7 @@ struct AttentionGeometry {
 /// `divisor`: the count of the mean (this rank's rows may be a part of it);
 /// a token labelled `ignore` gets a row of zeros.
 void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor, std::optional<int32_t> ignore,
-                      Tensor &dlogits);
+                      Tensor &dlogits, const Tensor *lse = nullptr, int64_t offset = 0);
 void linearWeightGrad(const Tensor &x, const Tensor &dy, bool transposeW, Tensor &dw);
 /// RMSNorm's gradients, or LayerNorm's (`centered`: x less its mean).
 void normGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, bool centered, Tensor &dx);

@@ -102,8 +102,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   // dialect's verifiers require; a CUDA kernel reads them all as one type),
   // but the fp32 of a loss, an experts' load and the load-balancing terms.
   std::set<int> f32Operands, f32Results;
-  if (op == "cross_entropy" || op == "router_load" || op == "label_count") f32Results = {0};
-  if ((op == "cross_entropy" || op == "cross_entropy_grad") && inst.operands_size() == 3) f32Operands = {2};
+  if (op == "cross_entropy" || op == "router_load" || op == "label_count" || op == "logsumexp") f32Results = {0};
+  if (op == "cross_entropy" || op == "cross_entropy_grad")
+    for (int k = 2; k < inst.operands_size(); ++k) f32Operands.insert(k); // a count, an lse
   else if (op == "router_aux_grad") f32Operands = {2};
   else if (op == "balance_loss") f32Operands = {0, 1}, f32Results = {0};
   std::string first; // the first float operand or result, which sets the type
@@ -306,8 +307,22 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       return fail(op == "cross_entropy" ? "the loss must be a scalar" : "the result must be the logits' shape");
     if (attrInt(a, "num_tokens", count(in[1])) < count(in[1]))
       return fail("num_tokens must be at least the " + std::to_string(count(in[1])) + " rows of the logits");
-    if ((in.size() == 3) != (a.count("ignore_index") > 0) || (in.size() == 3 && !in[2].empty()))
-      return fail("a count of the labels (a scalar) must come with ignore_index and only then");
+    // After the labels: a count (a scalar) with ignore_index, then an lse
+    // ([.., 1]) with vocab_axes (vocab-parallel), each only then.
+    bool counted = a.count("ignore_index") > 0, vocab = a.count("vocab_axes") > 0;
+    if (in.size() != 2 + size_t(counted) + size_t(vocab) || (counted && !in[2].empty()))
+      return fail("a count of the labels (a scalar) must come with ignore_index and only then, "
+                  "then an lse with vocab_axes and only then");
+    if (vocab) {
+      std::vector<int64_t> row = in[0];
+      row.back() = 1;
+      if (in.back() != row) return fail("lse must have the logits' shape with a last dimension of 1");
+    }
+  } else if (op == "logsumexp") {
+    std::vector<int64_t> row = in[0];
+    if (!row.empty()) row.back() = 1;
+    if (in[0].empty() || out[0] != row)
+      return fail("the result must have x's shape with a last dimension of 1");
   } else if (op == "label_count") {
     if (!out[0].empty() || !a.count("ignore_index")) return fail("the count must be a scalar, with ignore_index");
   } else if (op == "shift") {

@@ -111,15 +111,25 @@ func.func @columns(%ids: tensor<2x4xi32>, %labels: tensor<2x4xi32>,
 // -----
 
 parax.grid @g(tp = 2)
-// A vocab-parallel table: its gradient accumulates the rank's rows only
-// (vocab_axes, ids of other rows skipped), a 16x16 box, not the whole 32x16
-// gradient sliced; the head's from dlogits sliced to its vocabulary rows.
+// A vocab-parallel table and head, and vocab-parallel cross-entropy: the
+// logits stay split (no 2x4x32 gathered), every token's logsumexp over the
+// whole vocabulary made of each rank's (a 2x4x1 gathered), the loss a
+// partial sum over tp (one all-reduce of a scalar), dlogits the rank's
+// columns, from which the head's gradient is its 16x16 box; the table's
+// accumulates the rank's rows only (vocab_axes).
 // CHECK-LABEL: func.func @rows
-// CHECK: %[[DLOGITS:.*]] = parax.shard_slice %{{.*}} over @g ["tp"] dim 2 : tensor<2x4x32xf32> -> tensor<2x4x16xf32>
+// CHECK-NOT: tensor<2x4x32xf32>
+// CHECK: %[[PART:.*]] = parax.logsumexp %[[LOGITS:.*]] : (tensor<2x4x16xf32>) -> tensor<2x4x1xf32>
+// CHECK: %[[PARTS:.*]] = parax.all_gather %[[PART]] over @g ["tp"] dim 2 : tensor<2x4x1xf32> -> tensor<2x4x2xf32>
+// CHECK: %[[LSE:.*]] = parax.logsumexp %[[PARTS]] : (tensor<2x4x2xf32>) -> tensor<2x4x1xf32>
+// CHECK: %[[LOSS:.*]] = parax.cross_entropy %[[LOGITS]], %arg1, %[[LSE]] {vocab_axes = ["tp"], vocab_grid = @g}
+// CHECK: %[[DLOGITS:.*]] = parax.cross_entropy_grad %[[LOGITS]], %arg1, %[[LSE]] {vocab_axes = ["tp"], vocab_grid = @g} : {{.*}} -> tensor<2x4x16xf32>
 // CHECK: %[[HEAD:.*]] = parax.linear_weight_grad %{{.*}}, %[[DLOGITS]] {transpose_w} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<16x16xf32>
 // CHECK: %[[TABLE:.*]] = parax.embedding_grad %arg0, %{{.*}} {vocab_axes = ["tp"], vocab_grid = @g} : (tensor<2x4xi32>, tensor<2x4x16xf32>) -> tensor<16x16xf32>
+// CHECK: %[[SUM:.*]] = parax.all_reduce %[[LOSS]] over @g ["tp"] : tensor<f32>
 // CHECK-NOT: 32x16
-// CHECK: return %{{.*}}, %[[TABLE]], %[[HEAD]]
+// CHECK-NOT: tensor<2x4x32xf32>
+// CHECK: return %[[SUM]], %[[TABLE]], %[[HEAD]]
 func.func @rows(%ids: tensor<2x4xi32>, %labels: tensor<2x4xi32>,
     %embed: tensor<32x16xf32> {parax.param = "embed", parax.sharding = #parax.sharding<@g, [{tp}, {}]>},
     %head: tensor<32x16xf32> {parax.param = "head", parax.sharding = #parax.sharding<@g, [{tp}, {}]>}) -> tensor<f32> {

@@ -242,6 +242,19 @@ OPS = {
         [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None)],
         "parax.cross_entropy_grad %logits, %labels {num_tokens = 48 : i64}", t(2, 6, 1000),
         {"labels": "ids:1000"}),
+    # Vocab-parallel cross-entropy (grid @g: its one rank holds the whole
+    # vocabulary): every token's logsumexp, the loss and its gradient read it.
+    "logsumexp": (
+        [("x", t(2, 6, 1000), None)], "parax.logsumexp %x", t(2, 6, 1), {}),
+    "cross_entropy-vocab": (
+        [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None), ("lse", t(2, 6, 1), None)],
+        'parax.cross_entropy %logits, %labels, %lse {vocab_grid = @g, vocab_axes = ["tp"]}', t(elem="f32"),
+        {"labels": "ids:1000"}),
+    "cross_entropy_grad-vocab": (  # ignored labels, the mean over their count
+        [("logits", t(2, 6, 1000), None), ("labels", t(2, 6, elem="i32"), None), ("count", t(elem="f32"), None),
+         ("lse", t(2, 6, 1), None)],
+        'parax.cross_entropy_grad %logits, %labels, %count, %lse {ignore_index = -100 : i64, vocab_grid = @g, '
+        'vocab_axes = ["tp"]}', t(2, 6, 1000), {"labels": "ids-ignored:1000", "count": "count:20"}),
     "linear_weight_grad": (
         [("x", t(3, 5, 70), None), ("dy", t(3, 5, 90), None)],
         "parax.linear_weight_grad %x, %dy", t(70, 90), {}),
@@ -427,7 +440,9 @@ RESULT_SUFFIXES = {2: ("-weights", "-indices"), 3: ("-dq", "-dk", "-dv"),
 
 
 # Ops with an f32 operand or result whatever the storage: no bf16 case.
-F32_ONLY = ("router_load", "router_aux_grad", "balance_loss", "label_count", "shift")
+# (The vocab-parallel ones' lse: in bf16 programs too, the SIMT model cases.)
+F32_ONLY = ("router_load", "router_aux_grad", "balance_loss", "label_count", "shift", "logsumexp",
+            "cross_entropy-vocab", "cross_entropy_grad-vocab")
 
 
 def cases():
@@ -459,7 +474,7 @@ def mlir(case):
     cases: every f32 tensor but a loss in bf16). A collective's function
     comes in a module with its grid."""
     text = _mlir(case)
-    if is_collective(case):
+    if " @g" in OPS[_op(case)[0]][1]:  # (a collective's, or a vocab-parallel op's)
         text = "module {\n  parax.grid @g (tp = 1)\n" + text + "}\n"
     return text.replace("xf32>", "xbf16>") if is_bf16(case) else text
 

@@ -1010,6 +1010,31 @@ TEST(Executable, ACountOfLabelsComesWithIgnoreIndex) {
                 "(label_count): the count must be a scalar, with ignore_index");
 }
 
+// Vocab-parallel cross-entropy: after the labels (and a count), every
+// token's logsumexp ([.., 1]) with vocab_axes and only then; logsumexp's
+// result is its operand's shape with a last dimension of 1.
+TEST(Executable, AVocabParallelLossReadsOneLogsumexpAToken) {
+  auto vocab = [](pxe::Executable exe) {
+    (*exe.mutable_stages(0)->mutable_instructions(0)->mutable_attrs())["vocab_axes"].mutable_strings()->add_values(
+        "tp");
+    return exe;
+  };
+  for (const char *op : {"cross_entropy", "cross_entropy_grad"}) {
+    std::vector<std::vector<int64_t>> result = {std::string(op) == "cross_entropy" ? std::vector<int64_t>{}
+                                                                                    : std::vector<int64_t>{6, 10}};
+    Status ok = validateExecutable(vocab(oneOp(op, {{6, 10}, {6}, {6, 1}}, result, {1})));
+    EXPECT_TRUE(ok.isOk()) << ok.message();
+    expectRefused(vocab(oneOp(op, {{6, 10}, {6}}, result, {1})),
+                  "then an lse with vocab_axes and only then");
+    expectRefused(oneOp(op, {{6, 10}, {6}, {6, 1}}, result, {1}), "then an lse with vocab_axes and only then");
+    expectRefused(vocab(oneOp(op, {{6, 10}, {6}, {6, 2}}, result, {1})),
+                  "lse must have the logits' shape with a last dimension of 1");
+  }
+  Status ok = validateExecutable(oneOp("logsumexp", {{6, 10}}, {{6, 1}}));
+  EXPECT_TRUE(ok.isOk()) << ok.message();
+  expectRefused(oneOp("logsumexp", {{6, 10}}, {{6}}), "(logsumexp): the result must have x's shape with a last dimension of 1");
+}
+
 // Multi-token prediction's shift (ids moved along their sequence) and a
 // loss's weight, checked before any kernel runs.
 TEST(Executable, AShiftStaysInsideItsSequenceOfIds) {

@@ -1130,3 +1130,46 @@ func.func @negative_attention_value_dim_result(%q: tensor<1x4x2x16xf32>, %k: ten
       : (tensor<1x4x2x16xf32>, tensor<1x4x1x16xf32>, tensor<1x4x1x16xf32>) -> tensor<1x4x2x16xf32>
   return
 }
+
+// -----
+
+func.func @negative_logsumexp_shape(%x: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{C1: the result must have x's shape with a last dimension of 1}}
+  %0 = parax.logsumexp %x : (tensor<2x4x16xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_cross_entropy_lse_without_vocab_axes(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>, %lse: tensor<2x4x1xf32>) {
+  // expected-error @+1 {{C6: an lse is given with vocab_grid and vocab_axes, and only then}}
+  %0 = parax.cross_entropy %l, %y, %lse : (tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<2x4x1xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+func.func @negative_cross_entropy_grad_vocab_axes_without_lse(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>) {
+  // expected-error @+1 {{C6: an lse is given with vocab_grid and vocab_axes, and only then}}
+  %0 = parax.cross_entropy_grad %l, %y {vocab_grid = @g, vocab_axes = ["tp"]} : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+func.func @negative_cross_entropy_lse_shape(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>, %lse: tensor<2x4x2xf32>) {
+  // expected-error @+1 {{C6: lse must have the logits' shape with a last dimension of 1, got 'tensor<2x4x2xf32>'}}
+  %0 = parax.cross_entropy %l, %y, %lse {vocab_grid = @g, vocab_axes = ["tp"]} : (tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<2x4x2xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+parax.grid @g(tp = 2)
+func.func @negative_cross_entropy_lse_before_count(%l: tensor<2x4x16xf32>, %y: tensor<2x4xi32>, %lse: tensor<2x4x1xf32>, %n: tensor<f32>) {
+  // expected-error @+1 {{C6: after the labels come at most a count (rank 0) and an lse, in that order, got 2 operand(s)}}
+  %0 = parax.cross_entropy %l, %y, %lse, %n {ignore_index = -100 : i64, vocab_grid = @g, vocab_axes = ["tp"]} : (tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<2x4x1xf32>, tensor<f32>) -> tensor<f32>
+  return
+}

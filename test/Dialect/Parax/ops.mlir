@@ -142,6 +142,23 @@ func.func @loss(%logits: tensor<2x16x256xf32>, %labels: tensor<2x16xi32>) -> ten
   return %l : tensor<f32>
 }
 
+parax.grid @vocab(tp = 2)
+
+// Vocab-parallel: this rank's half of the vocabulary, every token's
+// logsumexp over all of it.
+// CHECK-LABEL: func.func @vocab_parallel_loss
+func.func @vocab_parallel_loss(%logits: tensor<2x16x128xbf16>, %labels: tensor<2x16xi32>, %n: tensor<f32>) -> (tensor<f32>, tensor<2x16x128xbf16>) {
+  // CHECK: parax.logsumexp %{{.*}} : (tensor<2x16x128xbf16>) -> tensor<2x16x1xf32>
+  %p = parax.logsumexp %logits : (tensor<2x16x128xbf16>) -> tensor<2x16x1xf32>
+  // CHECK: parax.cross_entropy %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {ignore_index = -100 : i64, vocab_axes = ["tp"], vocab_grid = @vocab}
+  %l = parax.cross_entropy %logits, %labels, %n, %p {ignore_index = -100 : i64, vocab_grid = @vocab, vocab_axes = ["tp"]}
+      : (tensor<2x16x128xbf16>, tensor<2x16xi32>, tensor<f32>, tensor<2x16x1xf32>) -> tensor<f32>
+  // CHECK: parax.cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} {vocab_axes = ["tp"], vocab_grid = @vocab}
+  %d = parax.cross_entropy_grad %logits, %labels, %p {vocab_grid = @vocab, vocab_axes = ["tp"]}
+      : (tensor<2x16x128xbf16>, tensor<2x16xi32>, tensor<2x16x1xf32>) -> tensor<2x16x128xbf16>
+  return %l, %d : tensor<f32>, tensor<2x16x128xbf16>
+}
+
 // CHECK-LABEL: func.func @gradients
 func.func @gradients(%ids: tensor<2x16xi32>, %x: tensor<2x16x64xf32>, %w: tensor<64xf32>, %lw: tensor<128x64xf32>,
                      %g: tensor<2x16x128xf32>, %logits: tensor<2x16x256xf32>, %q: tensor<2x16x4x16xf32>,

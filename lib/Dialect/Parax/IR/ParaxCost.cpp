@@ -148,6 +148,7 @@ uint64_t ExpertsOp::getBytesRead() {
 // logsumexp (max, exp, sum, log ≈ 4 per logit) and the label pick.
 uint64_t CrossEntropyOp::getFlops() { return 4 * numel(getLogits()); }
 uint64_t LabelCountOp::getFlops() { return numel(getLabels()); }
+uint64_t LogSumExpOp::getFlops() { return 4 * numel(getX()); }
 uint64_t ShiftOp::getFlops() { return 0; } // a copy
 
 // Gradients. Softmax and the label (about 5 per logit).

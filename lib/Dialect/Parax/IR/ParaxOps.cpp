@@ -799,6 +799,24 @@ static LogicalResult verifyIgnoredLabels(CrossEntropyLikeOp op) {
     if (!(w > 0) || !std::isfinite(w))
       return op.emitOpError("C5: weight must be a positive finite number, got ") << w;
   }
+  // C6: a count, then an lse, each at most once; the lse of a
+  // vocab-parallel op only, one logsumexp a token.
+  auto extras = op.getExtras();
+  bool counted = op.getCount() != nullptr, vocab = op.getLse() != nullptr;
+  if (extras.size() != unsigned(counted) + unsigned(vocab) ||
+      (extras.size() == 2 && tensorOf(extras[0]).getRank() != 0))
+    return op.emitOpError("C6: after the labels come at most a count (rank 0) and an lse, "
+                          "in that order, got ")
+           << extras.size() << " operand(s)";
+  if (bool(op.getVocabGrid()) != bool(op.getVocabAxes()) || bool(op.getVocabGrid()) != vocab)
+    return op.emitOpError("C6: an lse is given with vocab_grid and vocab_axes, and only then");
+  if (vocab) {
+    SmallVector<int64_t> shape(tensorOf(op.getLogits()).getShape());
+    shape.back() = 1;
+    if (tensorOf(op.getLse()).getShape() != ArrayRef<int64_t>(shape))
+      return op.emitOpError("C6: lse must have the logits' shape with a last dimension of 1, got ")
+             << op.getLse().getType();
+  }
   return success();
 }
 
@@ -811,6 +829,17 @@ LogicalResult CrossEntropyOp::verify() {
 
 // C1 holds by the result's type constraint.
 LogicalResult LabelCountOp::verify() { return success(); }
+
+LogicalResult LogSumExpOp::verify() {
+  RankedTensorType x = tensorOf(getX());
+  SmallVector<int64_t> shape(x.getShape());
+  if (!shape.empty())
+    shape.back() = 1;
+  if (x.getRank() < 1 || tensorOf(getResult()).getShape() != ArrayRef<int64_t>(shape))
+    return emitOpError("C1: the result must have x's shape with a last dimension of 1, got ")
+           << x << " -> " << getResult().getType();
+  return success();
+}
 
 LogicalResult ShiftOp::verify() {
   RankedTensorType x = tensorOf(getX());

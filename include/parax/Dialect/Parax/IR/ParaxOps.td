@@ -630,6 +630,25 @@ def Parax_ExpertsOp : Parax_Op<"experts", [], ["getBytesRead"]> {
 // Loss
 //===----------------------------------------------------------------------===//
 
+// The cross-entropy's and its gradient's operands after the labels: a
+// count (rank 0), then a vocab-parallel op's lse.
+defvar crossEntropyOperands = [{
+  /// label_count's count (with ignore_index), or null.
+  ::mlir::Value getCount() {
+    for (::mlir::Value v : getExtras())
+      if (::llvm::cast<::mlir::ShapedType>(v.getType()).getRank() == 0)
+        return v;
+    return {};
+  }
+  /// The whole vocabulary's logsumexp of every token (vocab-parallel), or null.
+  ::mlir::Value getLse() {
+    for (::mlir::Value v : getExtras())
+      if (::llvm::cast<::mlir::ShapedType>(v.getType()).getRank() != 0)
+        return v;
+    return {};
+  }
+}];
+
 def Parax_CrossEntropyOp : Parax_FunctionalOp<"cross_entropy"> {
   let summary = "mean token cross-entropy of logits against labels";
   let description = [{
@@ -660,18 +679,54 @@ def Parax_CrossEntropyOp : Parax_FunctionalOp<"cross_entropy"> {
     a sum of such losses (`parax.add`): the main cross-entropy and each
     depth's.
 
+    Vocab-parallel (after partitioning with the logits split on their last
+    dimension): the local op names the grid axes the vocabulary is split over
+    (`vocab_grid`, `vocab_axes`; this rank's logits are the classes `c·V ..
+    (c+1)·V - 1` for its coordinate `c` along them) and reads `lse`, every
+    token's logsumexp over the whole vocabulary (`[..., 1]` f32: its
+    `parax.logsumexp` over each rank's logits, gathered, then taken again).
+    A token's term `lse - logit[label]` is added by the rank holding its
+    label: the result is a partial sum over those axes, no logit moved.
+
+    ```mlir
+    %l = parax.cross_entropy %logits, %labels, %lse {vocab_grid = @g, vocab_axes = ["tp"], num_tokens = 32 : i64}
+        : (tensor<2x16x128xf32>, tensor<2x16xi32>, tensor<2x16x1xf32>) -> tensor<f32>
+    ```
+
     C1: `labels` has `logits`' shape without the last dimension. C2: the
     result is a rank-0 f32 tensor. C3: `num_tokens`, when present, is at
     least the logits' token count. C4: `count` (a rank-0 f32) is given with
     `ignore_index` and only then. C5: `weight`, when present, is a positive
-    finite number.
+    finite number. C6: after `labels`, at most a `count` and an `lse`, in
+    that order; `lse` (the logits' shape with a last dimension of 1) is
+    given with `vocab_grid` and `vocab_axes` and only then.
   }];
   let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels,
-                       Optional<0DTensorOf<[F32]>>:$count,
+                       Variadic<TensorOf<[F32]>>:$extras,
                        OptionalAttr<I64Attr>:$num_tokens,
                        OptionalAttr<I64Attr>:$ignore_index,
-                       OptionalAttr<F64Attr>:$weight);
+                       OptionalAttr<F64Attr>:$weight,
+                       OptionalAttr<FlatSymbolRefAttr>:$vocab_grid,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
   let results = (outs 0DTensorOf<[F32]>:$result);
+  let extraClassDeclaration = crossEntropyOperands;
+}
+
+def Parax_LogSumExpOp : Parax_FunctionalOp<"logsumexp"> {
+  let summary = "log of the sum of exponentials over the last dimension";
+  let description = [{
+    `result[..., 0] = log(sum_c exp(x[..., c]))` in f32 (shifted by the
+    row's maximum). Vocab-parallel cross-entropy takes it twice: over each
+    rank's logits, and over those gathered, the whole vocabulary's.
+
+    ```mlir
+    %p = parax.logsumexp %logits : (tensor<2x16x128xbf16>) -> tensor<2x16x1xf32>
+    ```
+
+    C1: the result is f32 of `x`'s shape with a last dimension of 1.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x);
+  let results = (outs TensorOf<[F32]>:$result);
 }
 
 def Parax_ShiftOp : Parax_FunctionalOp<"shift"> {
@@ -735,18 +790,25 @@ def Parax_CrossEntropyGradOp : Parax_FunctionalOp<"cross_entropy_grad"> {
     an ignored token, the others divided by `count`. With `weight`: times
     `weight`.
 
+    Vocab-parallel (`vocab_grid`, `vocab_axes`, `lse`: as
+    `parax.cross_entropy`'s): `exp(logits - lse)`, less 1 at the label
+    where this rank holds it.
+
     C1: `labels` has `logits`' shape without the last dimension. C2: the
     result has `logits`' type. C3: `num_tokens`, when present, is at least
     the logits' token count. C4: `count` (a rank-0 f32) is given with
     `ignore_index` and only then. C5: `weight`, when present, is a positive
-    finite number.
+    finite number. C6: as `parax.cross_entropy`'s.
   }];
   let arguments = (ins Parax_FloatTensor:$logits, Parax_IndexTensor:$labels,
-                       Optional<0DTensorOf<[F32]>>:$count,
+                       Variadic<TensorOf<[F32]>>:$extras,
                        OptionalAttr<I64Attr>:$num_tokens,
                        OptionalAttr<I64Attr>:$ignore_index,
-                       OptionalAttr<F64Attr>:$weight);
+                       OptionalAttr<F64Attr>:$weight,
+                       OptionalAttr<FlatSymbolRefAttr>:$vocab_grid,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
   let results = (outs Parax_FloatTensor:$result);
+  let extraClassDeclaration = crossEntropyOperands;
 }
 
 def Parax_LinearWeightGradOp : Parax_FunctionalOp<"linear_weight_grad"> {
