@@ -400,10 +400,12 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     int logits = op.inputs[0];
     int last = rank(logits) - 1;
     if (splittable(logits, last)) {
-      // Vocab-parallel: max and sum-exp all-reduced per token (8 bytes).
+      // Vocab-parallel (as the partitioner does it): every rank's
+      // logsumexp of its columns all-gathered, 4 bytes a rank a token (the
+      // gradient reads the same).
       Strategy s{"vocab", {static_cast<int8_t>(last), kReplicated}, {kReplicated}};
       s.computeFrac = 1.0 / t;
-      s.internal = std::make_pair(CollectiveKind::AllReduce, 8.0);
+      s.internal = std::make_pair(CollectiveKind::AllGather, 4.0 * t);
       list.push_back(s);
     }
     break;
