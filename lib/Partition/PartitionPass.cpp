@@ -87,9 +87,9 @@ struct Local {
 
 class FunctionPartitioner {
 public:
-  FunctionPartitioner(ModuleOp module, func::FuncOp function, GridInfo grid)
+  FunctionPartitioner(ModuleOp module, func::FuncOp function, GridInfo grid, bool vocabParallel)
       : module(module), function(function), grid(std::move(grid)),
-        builder(module.getContext()) {}
+        builder(module.getContext()), vocabParallel(vocabParallel) {}
 
   LogicalResult run();
 
@@ -98,6 +98,7 @@ private:
   func::FuncOp function;
   GridInfo grid;
   OpBuilder builder;
+  bool vocabParallel; // logits split on the vocabulary stay so for the loss
   DenseMap<Value, Layout> layouts; // global layout of every original value
   // The results each stage returns, in order: the model's results from the
   // last stage; a training step's gradient of a parameter from every stage
@@ -259,13 +260,17 @@ LogicalResult FunctionPartitioner::assignLayouts() {
     }
     // Vocab-parallel cross-entropy: logits split on the vocabulary stay
     // so, the loss a partial sum over those axes too (the plan's layout
-    // names the tokens' axes only).
-    if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
-      const Layout &logits = layouts[ce.getLogits()];
+    // names the tokens' axes only); or (vocab-parallel=false) gathered.
+    if (isa<CrossEntropyOp, CrossEntropyGradOp>(op)) {
+      const Layout &logits = layouts[op.getOperand(0)];
+      Layout &out = results.front();
       if (!logits.dims.empty() && logits.partial.empty())
-        for (const std::string &axis : logits.dims.back())
-          if (!llvm::is_contained(results.front().partial, axis))
-            results.front().partial.push_back(axis);
+        for (const std::string &axis : logits.dims.back()) {
+          if (!vocabParallel)
+            llvm::erase(isa<CrossEntropyOp>(op) ? out.partial : out.dims.back(), axis);
+          else if (isa<CrossEntropyOp>(op) && !llvm::is_contained(out.partial, axis))
+            out.partial.push_back(axis);
+        }
     }
     for (auto [result, layout] : llvm::zip(op.getResults(), results))
       layouts[result] = layout;
@@ -884,6 +889,7 @@ LogicalResult FunctionPartitioner::run() {
 
 struct ParaxPartitionPass
     : public parax::impl::ParaxPartitionPassBase<ParaxPartitionPass> {
+  using ParaxPartitionPassBase::ParaxPartitionPassBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<func::FuncOp> functions;
@@ -897,7 +903,7 @@ struct ParaxPartitionPass
       FailureOr<GridInfo> grid = findGrid(module, function);
       if (failed(grid))
         return signalPassFailure();
-      if (failed(FunctionPartitioner(module, function, *grid).run()))
+      if (failed(FunctionPartitioner(module, function, *grid, vocabParallel).run()))
         return signalPassFailure();
     }
   }

@@ -1,4 +1,5 @@
 // RUN: parax-opt %s -split-input-file --parax-autodiff --parax-partition | FileCheck %s
+// RUN: parax-opt %s -split-input-file --parax-autodiff --parax-partition=vocab-parallel=false | FileCheck %s --check-prefix=GATHER
 
 // The backward pass takes its layouts from propagation: gradients flow
 // through the same splits as the forward pass, and a weight's gradient,
@@ -130,6 +131,12 @@ parax.grid @g(tp = 2)
 // CHECK-NOT: 32x16
 // CHECK-NOT: tensor<2x4x32xf32>
 // CHECK: return %[[SUM]], %[[TABLE]], %[[HEAD]]
+// (vocab-parallel=false: the logits gathered, the loss over all of them)
+// GATHER-LABEL: func.func @rows
+// GATHER-NOT: parax.logsumexp
+// GATHER: parax.all_gather %{{.*}} over @g ["tp"] dim 2 : tensor<2x4x16xf32> -> tensor<2x4x32xf32>
+// GATHER: parax.cross_entropy %{{.*}}, %arg1 : (tensor<2x4x32xf32>, tensor<2x4xi32>) -> tensor<f32>
+// GATHER-NOT: parax.logsumexp
 func.func @rows(%ids: tensor<2x4xi32>, %labels: tensor<2x4xi32>,
     %embed: tensor<32x16xf32> {parax.param = "embed", parax.sharding = #parax.sharding<@g, [{tp}, {}]>},
     %head: tensor<32x16xf32> {parax.param = "head", parax.sharding = #parax.sharding<@g, [{tp}, {}]>}) -> tensor<f32> {

@@ -18,7 +18,16 @@ def ParaxPartitionPass : Pass<"parax-partition", "mlir::ModuleOp"> {
     carries `parax.pipeline = {stage, stages, schedule, micro_batches}`.
     Function results are made replicated. An op with no local rule for its
     layout is an error at the op.
+
+    Logits split on the vocabulary (a column-parallel head) stay split for
+    the cross-entropy and its gradient (vocab-parallel: every token's
+    logsumexp gathered instead); `vocab-parallel=false` gathers the logits
+    instead (to compare the two).
   }];
+  let options = [
+    Option<"vocabParallel", "vocab-parallel", "bool", /*default=*/"true",
+           "Keep logits split on the vocabulary for the cross-entropy">,
+  ];
 }
 
 def ParaxSpecializeRankPass : Pass<"parax-specialize-rank", "mlir::ModuleOp"> {

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Vocab-parallel cross-entropy (docs/partitioning.md) on CPU ranks (not a
+# test): a training step (--parax-autodiff) of a Llama with a large
+# vocabulary for its width (2 layers, hidden 512, vocabulary 32,000, fp32;
+# Llama-3-8B's ratio is 128,256 / 4,096), 4 sequences of 256 tokens, under
+# TP2 on two ranks: the logits kept split on the vocabulary (every token's
+# logsumexp gathered) against --parax-partition=vocab-parallel=false (the
+# logits all-gathered, the loss and its gradient over all of them on both
+# ranks). Side by side in rounds; prints each run's step time, then the
+# medians and their ratio; then, without rounds, the CUDA backend's device
+# memory of each (the emulator's parax-run-simt --steps 0, rank 0).
+#
+#   bench/vocab-parallel.sh [build-dir] [rounds]
+BENCH=vocab-bench source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+cat > "$work/config.json" <<JSON
+{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 2,
+ "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 32000,
+ "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+ "tie_word_embeddings": false}
+JSON
+"$py" -c 'import sys; from parax.checkpoint import random_weights, save_safetensors; from parax.models import load_config; save_safetensors(sys.argv[1] + "/w.safetensors", random_weights(load_config(sys.argv[1] + "/config.json"), seed=1))' "$work"
+tokens tokens 4 256 2
+tokens labels 4 256 3
+"$py" -m parax.models "$work/config.json" --batch 4 --seq 256 --dtype f32 --loss -o "$work/loss.mlir"
+cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
+for vocab in true false; do
+  "$build/bin/parax-opt" "$work/loss.mlir" --parax-plan="cluster=$cluster workload=train:batch=4,seq=256,tp=2,dp=1,pp=1" \
+    --parax-autodiff --parax-partition=vocab-parallel=$vocab -o "$work/$vocab.mlir"
+  "$build/bin/parax-translate" --to-executable "$work/$vocab.mlir" -o "$work/$vocab.pxe"
+done
+echo "logits gathered: vocab-parallel $(grep -c 'all_gather.*x32000x' "$work/true.mlir"), gathered $(grep -c 'all_gather.*x32000x' "$work/false.mlir")"
+
+step() { # executable -> the median step time in ms (two ranks)
+  timeout 600 mpirun -np 2 --oversubscribe --bind-to none "$build/bin/parax-run" "$1" \
+    --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --steps 3 |
+    grep "step time" | sed -E 's/.*step time ([0-9.]+) ms.*/\1/'
+}
+for round in $(seq "$rounds"); do
+  split="$(step "$work/true.pxe")"
+  gathered="$(step "$work/false.pxe")"
+  echo "round $round: TP2 training step: vocab-parallel $split ms, logits gathered $gathered ms"
+  echo "$split $gathered" >> "$work/figures"
+done
+"$py" - "$work/figures" <<'PY'
+import sys
+import numpy as np
+split, gathered = np.median(np.loadtxt(sys.argv[1], ndmin=2), axis=0)
+print(f"medians: vocab-parallel {split:.1f} ms, logits gathered {gathered:.1f} ms ({gathered / split:.2f}x)")
+PY
+if [ -x "$build/bin/parax-run-simt" ]; then
+  for vocab in true false; do
+    memory="$(timeout 600 mpirun -np 2 --oversubscribe --bind-to none "$build/bin/parax-run-simt" "$work/$vocab.pxe" \
+      --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --device cuda --steps 0 |
+      grep -o 'temporaries share [0-9]* bytes' | head -1)"
+    echo "CUDA backend (emulator), vocab-parallel=$vocab: $memory"
+  done
+fi
