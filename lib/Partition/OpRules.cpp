@@ -127,9 +127,7 @@ static Layout tokensSplit(ArrayRef<std::string> axes, int64_t rank,
   return tokens;
 }
 
-// Whether labels in layout `have` become `want` by each rank taking its
-// part (shard_slice) alone: integers are never gathered, moved or summed.
-static bool labelsSliceTo(const Layout &have, const Layout &want) {
+bool parax::partition::slicesTo(const Layout &have, const Layout &want) {
   if (!have.partial.empty() || !want.partial.empty() || have.dims.size() != want.dims.size())
     return false;
   for (auto [h, w] : llvm::zip(have.dims, want.dims))
@@ -147,7 +145,7 @@ static Layout labelsFor(const Layout &logits, const Layout &have) {
   Layout tokens = logits;
   tokens.partial.clear();
   tokens.dims.pop_back();
-  return labelsSliceTo(have, tokens) ? tokens : have;
+  return slicesTo(have, tokens) ? tokens : have;
 }
 
 // The layout of logits whose tokens are split as `labels` are (the
@@ -359,7 +357,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         Layout labels = out;
         labels.dims.pop_back();
-        if (const Layout *have = currentOf(1); have && !labelsSliceTo(*have, labels))
+        if (const Layout *have = currentOf(1); have && !slicesTo(*have, labels))
           return unsupported(op, out) << "its tokens must be split as its labels "
                                       << have->str() << " are";
         SmallVector<Layout> layouts = {out, labels};
@@ -442,13 +440,26 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         return same();
       })
       .Case<EmbeddingGradOp>([&](EmbeddingGradOp grad) -> FailureOr<SmallVector<Layout>> {
-        // The token ids keep their split (integers are never resharded):
-        // dy follows them.
+        // The token ids keep their split (integers are never gathered,
+        // moved or summed), or are sliced to dy's tokens over the partial
+        // sum's axes where that is how dy arrives (context parallelism: each
+        // rank its positions' rows, not dy gathered): dy follows them.
         int64_t r = rankOf(grad.getDy());
         Layout ids = Layout::replicated(r - 1);
         if (const Layout *have = currentOf(0)) {
           ids = *have;
           ids.partial.clear();
+        }
+        if (const Layout *dyHave = currentOf(1);
+            dyHave && static_cast<int64_t>(dyHave->dims.size()) == r &&
+            labelAxes(ids) != Layout::Axes(out.partial.begin(), out.partial.end())) {
+          Layout sliced = Layout::replicated(r - 1);
+          for (int64_t d = 0; d < r - 1; ++d)
+            for (const std::string &axis : dyHave->dims[d])
+              if (llvm::is_contained(out.partial, axis))
+                sliced.dims[d].push_back(axis);
+          if (slicesTo(ids, sliced))
+            ids = sliced;
         }
         Layout dy = Layout::replicated(r);
         for (int64_t d = 0; d < r - 1; ++d)

@@ -121,6 +121,7 @@ private:
   std::optional<unsigned> parameterOf(unsigned result);
   std::optional<Layout> returnedParameterLayout(Value value);
   static Layout splitLikeParameter(Layout gradient, const Layout &param);
+  std::optional<Layout> tableGradientLayout(EmbeddingGradOp grad, const Layout &param);
   LogicalResult splitTiedGradients(int64_t stages);
   /// What `stage` returns as result i: its part of a tied weight's
   /// gradient, else the function's result.
@@ -208,6 +209,29 @@ Layout FunctionPartitioner::splitLikeParameter(Layout gradient, const Layout &pa
   return gradient;
 }
 
+// A table's gradient whose dy arrives split over positions on axes that do
+// not split the table (context parallelism): the ids (whole: the embedding
+// reads them so) are sliced to dy's positions, and the gradient, in the
+// table's split, is a partial sum over those axes (returned so, summed by
+// the runtime's reduction with the other gradients' cp sums) where dy was
+// gathered whole over them and every rank summed every position.
+std::optional<Layout> FunctionPartitioner::tableGradientLayout(EmbeddingGradOp grad, const Layout &param) {
+  const Layout &ids = layouts[grad.getIds()], &dy = layouts[grad.getDy()];
+  if (!dy.partial.empty() || dy.dims.size() != ids.dims.size() + 1 || param.dims.size() != 2)
+    return std::nullopt;
+  Layout out = param, sliced = Layout::replicated(ids.dims.size());
+  out.partial.clear();
+  for (size_t d = 0; d < sliced.dims.size(); ++d)
+    for (const std::string &axis : dy.dims[d])
+      if (llvm::none_of(param.dims, [&](const Layout::Axes &axes) { return llvm::is_contained(axes, axis); })) {
+        sliced.dims[d].push_back(axis);
+        out.partial.push_back(axis);
+      }
+  if (out.partial.empty() || !slicesTo(ids, sliced))
+    return std::nullopt;
+  return out;
+}
+
 LogicalResult FunctionPartitioner::assignLayouts() {
   for (BlockArgument arg : function.getArguments()) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
@@ -255,8 +279,12 @@ LogicalResult FunctionPartitioner::assignLayouts() {
         operands.push_back(layouts.lookup(operand));
       results = propagateLayouts(&op, operands, grid);
       if (isa<LinearWeightGradOp, EmbeddingGradOp>(op))
-        if (std::optional<Layout> param = returnedParameterLayout(op.getResult(0)))
-          results.front() = splitLikeParameter(results.front(), *param);
+        if (std::optional<Layout> param = returnedParameterLayout(op.getResult(0))) {
+          std::optional<Layout> table;
+          if (auto grad = dyn_cast<EmbeddingGradOp>(op))
+            table = tableGradientLayout(grad, *param);
+          results.front() = table ? *table : splitLikeParameter(results.front(), *param);
+        }
     }
     // Vocab-parallel cross-entropy: logits split on the vocabulary stay
     // so, the loss a partial sum over those axes too (the plan's layout

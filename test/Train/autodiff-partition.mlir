@@ -148,6 +148,32 @@ func.func @rows(%ids: tensor<2x4xi32>, %labels: tensor<2x4xi32>,
 
 // -----
 
+parax.grid @g(cp = 2) {cyclic_axes = ["cp"]}
+// Context parallelism: the table's gradient from each rank's positions.
+// The ids (loaded whole, as the embedding reads them) are dealt out as dy
+// arrives, cyclically, and the gradient is returned a partial sum over cp
+// (summed by the runtime's reduction), where dy was all-gathered over cp
+// and every rank summed every position.
+// CHECK-LABEL: func.func @positions
+// CHECK-SAME: tensor<32x16xf32> {parax.global_sharding = #parax.sharding<@g, [{}, {}], partial = {cp}>, parax.grad = "embed"
+// CHECK: %[[DX:.*]] = parax.linear %{{.*}}, %arg3 : (tensor<1x4x32xf32>, tensor<32x16xf32>) -> tensor<1x4x16xf32>
+// CHECK: %[[DEALT:.*]] = parax.reshape %arg0 : (tensor<1x8xi32>) -> tensor<1x4x2xi32>
+// CHECK: %[[MINE:.*]] = parax.shard_slice %[[DEALT]] over @g ["cp"] dim 2
+// CHECK: %[[IDS:.*]] = parax.reshape %[[MINE]] : (tensor<1x4x1xi32>) -> tensor<1x4xi32>
+// CHECK: %[[TABLE:.*]] = parax.embedding_grad %[[IDS]], %[[DX]] : (tensor<1x4xi32>, tensor<1x4x16xf32>) -> tensor<32x16xf32>
+// CHECK-NOT: parax.all_gather
+// CHECK: return %{{.*}}, %[[TABLE]],
+func.func @positions(%ids: tensor<1x8xi32>, %labels: tensor<1x8xi32>,
+    %embed: tensor<32x16xf32> {parax.param = "embed"},
+    %head: tensor<32x16xf32> {parax.param = "head"}) -> tensor<f32> {
+  %h = parax.embedding %ids, %embed : (tensor<1x8xi32>, tensor<32x16xf32>) -> tensor<1x8x16xf32>
+  %y = parax.linear %h, %head {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<1x8x16xf32>, tensor<32x16xf32>) -> tensor<1x8x32xf32>
+  %l = parax.cross_entropy %y, %labels : (tensor<1x8x32xf32>, tensor<1x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 parax.grid @g(pp = 2)
 // Pipeline stages: each gradient op runs in its forward op's stage. Stage
 // 0 sends its activation forward, then receives the gradient by it (after

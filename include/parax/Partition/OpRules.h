@@ -31,6 +31,11 @@ llvm::SmallVector<Layout> propagateLayouts(mlir::Operation *op,
                                            llvm::ArrayRef<Layout> operands,
                                            const GridInfo &grid);
 
+/// Whether integers (token ids, labels) in layout `have` become `want` by
+/// each rank taking its part (shard_slice) alone: integers are never
+/// gathered, moved or summed.
+bool slicesTo(const Layout &have, const Layout &want);
+
 /// Adjusts the attributes of the local copy `local` of an op partitioned with
 /// `results` layouts (head counts of attention, vocab axes of an embedding).
 void localizeAttributes(mlir::Operation *local, llvm::ArrayRef<Layout> results,
