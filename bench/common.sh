@@ -29,3 +29,14 @@ tokens() {
   "$py" -c 'import sys, numpy as np; np.save(sys.argv[1], np.random.default_rng(int(sys.argv[4])).integers(0, 8192, size=(int(sys.argv[2]), int(sys.argv[3]))).astype(np.int32))' \
     "$work/$1.npy" "$2" "$3" "${4:-2}"
 }
+
+# `train_step RANKS EXE [parax-run options]`: the median step time in ms of
+# 3 training steps of EXE on RANKS ranks over $work/tokens.npy and
+# $work/labels.npy with the weights $work/w.safetensors.
+train_step() {
+  local ranks="$1" exe="$2"
+  shift 2
+  timeout 600 mpirun -np "$ranks" --oversubscribe --bind-to none "$build/bin/parax-run" "$exe" \
+    --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --steps 3 "$@" |
+    grep "step time" | sed -E 's/.*step time ([0-9.]+) ms.*/\1/'
+}

@@ -30,15 +30,10 @@ cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
   --parax-autodiff --parax-partition -o "$work/ep2.mlir"
 "$build/bin/parax-translate" --to-executable "$work/ep2.mlir" -o "$work/ep2.pxe"
 
-step() { # ranks executable -> the median step time in ms
-  timeout 600 mpirun -np "$1" --oversubscribe --bind-to none "$build/bin/parax-run" "$2" \
-    --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --steps 3 |
-    grep "step time" | sed -E 's/.*step time ([0-9.]+) ms.*/\1/'
-}
 for round in $(seq "$rounds"); do
-  fwd="$(step 1 "$work/forward.pxe")"
-  one="$(step 1 "$work/single.pxe")"
-  ep="$(step 2 "$work/ep2.pxe")"
+  fwd="$(train_step 1 "$work/forward.pxe")"
+  one="$(train_step 1 "$work/single.pxe")"
+  ep="$(train_step 2 "$work/ep2.pxe")"
   echo "round $round: forward $fwd ms; training step: 1 rank $one ms, EP2 $ep ms"
   echo "$fwd $one $ep" >> "$work/figures"
 done

@@ -36,25 +36,18 @@ for plan in "dp=2,tp=1,pp=1" "tp=2,dp=1,pp=1" "pp=2,tp=1,dp=1" "pp=2,tp=1,dp=1,m
   "$build/bin/parax-translate" --to-executable "$work/$plan.mlir" -o "$work/$plan.pxe"
 done
 
-step() { # ranks executable [parax-run options] -> the median step time in ms
-  local ranks="$1" exe="$2"
-  shift 2
-  timeout 600 mpirun -np "$ranks" --oversubscribe --bind-to none "$build/bin/parax-run" "$exe" \
-    --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --steps 3 "$@" |
-    grep "step time" | sed -E 's/.*step time ([0-9.]+) ms.*/\1/'
-}
 for round in $(seq "$rounds"); do
-  fwd="$(step 1 "$work/forward.pxe")"
-  one="$(step 1 "$work/single.pxe")"
-  dp="$(step 2 "$work/dp=2,tp=1,pp=1.pxe")"
-  tp="$(step 2 "$work/tp=2,dp=1,pp=1.pxe")"
-  pp="$(step 2 "$work/pp=2,tp=1,dp=1.pxe")"
-  pp4="$(step 2 "$work/pp=2,tp=1,dp=1,micro.pxe")"
-  adam="$(step 1 "$work/single.pxe" --optimizer adamw)"
-  dpadam="$(step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw)"
-  dpzero="$(step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw --zero)"
-  sel="$(step 1 "$work/selective.pxe")"
-  full="$(step 1 "$work/full.pxe")"
+  fwd="$(train_step 1 "$work/forward.pxe")"
+  one="$(train_step 1 "$work/single.pxe")"
+  dp="$(train_step 2 "$work/dp=2,tp=1,pp=1.pxe")"
+  tp="$(train_step 2 "$work/tp=2,dp=1,pp=1.pxe")"
+  pp="$(train_step 2 "$work/pp=2,tp=1,dp=1.pxe")"
+  pp4="$(train_step 2 "$work/pp=2,tp=1,dp=1,micro.pxe")"
+  adam="$(train_step 1 "$work/single.pxe" --optimizer adamw)"
+  dpadam="$(train_step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw)"
+  dpzero="$(train_step 2 "$work/dp=2,tp=1,pp=1.pxe" --optimizer adamw --zero)"
+  sel="$(train_step 1 "$work/selective.pxe")"
+  full="$(train_step 1 "$work/full.pxe")"
   echo "round $round: forward $fwd ms; training step: 1 rank $one ms, DP2 $dp ms, TP2 $tp ms, PP2 $pp ms," \
     "PP2 1F1B over 4 microbatches $pp4 ms;" \
     "with AdamW: 1 rank $adam ms, DP2 $dpadam ms, DP2 ZeRO-1 $dpzero ms;" \

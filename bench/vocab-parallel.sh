@@ -31,14 +31,9 @@ for vocab in true false; do
 done
 echo "logits gathered: vocab-parallel $(grep -c 'all_gather.*x32000x' "$work/true.mlir"), gathered $(grep -c 'all_gather.*x32000x' "$work/false.mlir")"
 
-step() { # executable -> the median step time in ms (two ranks)
-  timeout 600 mpirun -np 2 --oversubscribe --bind-to none "$build/bin/parax-run" "$1" \
-    --weights "$work/w.safetensors" --input "$work/tokens.npy" --input "$work/labels.npy" --steps 3 |
-    grep "step time" | sed -E 's/.*step time ([0-9.]+) ms.*/\1/'
-}
 for round in $(seq "$rounds"); do
-  split="$(step "$work/true.pxe")"
-  gathered="$(step "$work/false.pxe")"
+  split="$(train_step 2 "$work/true.pxe")"
+  gathered="$(train_step 2 "$work/false.pxe")"
   echo "round $round: TP2 training step: vocab-parallel $split ms, logits gathered $gathered ms"
   echo "$split $gathered" >> "$work/figures"
 done
