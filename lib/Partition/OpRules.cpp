@@ -553,11 +553,11 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         // adding the terms of the labels it holds.
         Layout::Axes vocab, tokens;
         const Layout *logitsHave = currentOf(0);
-        for (const std::string &axis : out.partial)
-          (logitsHave && !logitsHave->dims.empty() && llvm::is_contained(logitsHave->dims.back(), axis)
-               ? vocab
-               : tokens)
-              .push_back(axis);
+        for (const std::string &axis : out.partial) {
+          bool splitsVocab = logitsHave && !logitsHave->dims.empty() &&
+                             llvm::is_contained(logitsHave->dims.back(), axis);
+          (splitsVocab ? vocab : tokens).push_back(axis);
+        }
         Layout labels = tokensSplit(tokens, rankOf(ce.getLabels()), nullptr);
         if (const Layout *have = currentOf(1)) {
           labels = *have;
@@ -870,14 +870,12 @@ void parax::partition::localizeAttributes(Operation *local,
     // vocabulary's split, vocab_axes, is not the tokens').
     auto labels = cast<RankedTensorType>(local->getOperand(1).getType());
     const Layout &out = results.front();
-    int64_t parts = 1;
-    for (const std::string &axis : out.partial)
-      parts *= grid.product(axis);
+    int64_t parts = grid.product(out.partial);
     for (size_t d = 0; d + 1 < out.dims.size(); ++d)
       parts *= grid.product(out.dims[d]);
     if (auto vocab = local->getAttrOfType<ArrayAttr>("vocab_axes"); vocab && isa<CrossEntropyOp>(local))
       for (StringRef axis : vocab.getAsValueRange<StringAttr>())
-        parts /= grid.product(axis.str());
+        parts /= grid.sizes.lookup(axis);
     if (parts > 1)
       local->setAttr("num_tokens", b.getI64IntegerAttr(labels.getNumElements() * parts));
   } else if (auto grad = dyn_cast<EmbeddingGradOp>(local)) {

@@ -317,13 +317,13 @@ static Value logSumExp(OpBuilder &b, Location loc, Value logits, const Layout::A
   auto type = cast<RankedTensorType>(logits.getType());
   SmallVector<int64_t> shape(type.getShape());
   shape.back() = 1;
-  Value part = LogSumExpOp::create(b, loc, RankedTensorType::get(shape, b.getF32Type()), logits);
+  auto one = RankedTensorType::get(shape, b.getF32Type()); // [..., 1] a token
+  Value part = LogSumExpOp::create(b, loc, one, logits);
   SmallVector<StringRef> axes(vocab.begin(), vocab.end());
-  shape.back() = grid.product(vocab);
+  shape.back() = grid.product(vocab); // every rank's
   Value parts = AllGatherOp::create(b, loc, RankedTensorType::get(shape, b.getF32Type()), part, grid.ref,
                                     b.getStrArrayAttr(axes), b.getI64IntegerAttr(type.getRank() - 1));
-  shape.back() = 1;
-  return cache[logits] = LogSumExpOp::create(b, loc, RankedTensorType::get(shape, b.getF32Type()), parts);
+  return cache[logits] = LogSumExpOp::create(b, loc, one, parts);
 }
 
 // The all-to-all exchanges of a stage, by the local (tokens, router

@@ -881,9 +881,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
         if (label >= offset && label < offset + V) total += lse->f[t] - l[label - offset];
         continue;
       }
-      double m = *std::max_element(l, l + V), sum = 0;
-      for (int64_t c = 0; c < V; ++c) sum += std::exp(l[c] - m);
-      total += std::log(sum) + m - l[label];
+      total += rowExp(l, V).logSumExp() - l[label];
     }
     out().f[0] = static_cast<float>(total / counted.divisor); // (a rank's part of the mean)
     return Status::ok();
@@ -891,10 +889,8 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   if (op == "logsumexp") {
     auto [rows, n] = rowsCols(in(0));
     for (int64_t r = 0; r < rows; ++r) {
-      const float *x = &in(0).f[r * n];
-      double m = *std::max_element(x, x + n), sum = 0;
-      for (int64_t c = 0; c < n; ++c) sum += std::exp(x[c] - m);
-      out().f[r] = static_cast<float>(std::isinf(m) ? m : m + std::log(sum));
+      RowExp row = rowExp(&in(0).f[r * n], n);
+      out().f[r] = static_cast<float>(std::isinf(row.max) ? row.max : row.logSumExp());
     }
     return Status::ok();
   }

@@ -31,6 +31,12 @@ std::pair<double, double> rowStats(const float *x, int64_t h, double eps, bool c
 
 } // namespace
 
+RowExp rowExp(const float *x, int64_t n) {
+  RowExp row{*std::max_element(x, x + n), 0.0};
+  for (int64_t c = 0; c < n; ++c) row.sum += std::exp(x[c] - row.max);
+  return row;
+}
+
 void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor, std::optional<int32_t> ignore,
                       Tensor &dlogits, const Tensor *lse, int64_t offset) {
   auto [rows, V] = rowsCols(logits);
@@ -43,15 +49,8 @@ void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor
     }
     // softmax = exp(l - logsumexp): the row's own, or (vocab-parallel: this
     // rank's columns `offset ..` of the vocabulary) the whole row's.
-    double shift, sum = 1;
-    if (lse) {
-      shift = lse->f[t];
-    } else {
-      shift = *std::max_element(l, l + V);
-      sum = 0;
-      for (int64_t c = 0; c < V; ++c) sum += std::exp(l[c] - shift);
-    }
-    for (int64_t c = 0; c < V; ++c) d[c] = static_cast<float>(std::exp(l[c] - shift) / sum / divisor);
+    RowExp row = lse ? RowExp{lse->f[t], 1.0} : rowExp(l, V);
+    for (int64_t c = 0; c < V; ++c) d[c] = static_cast<float>(std::exp(l[c] - row.max) / row.sum / divisor);
     if (int64_t label = labels.i[t] - offset; label >= 0 && label < V) // (checked by the caller: in range)
       d[label] -= static_cast<float>(1.0 / divisor);
   }

@@ -6,6 +6,7 @@
 
 #include "parax/runtime/Tensor.h"
 
+#include <cmath>
 #include <functional>
 #include <optional>
 
@@ -20,6 +21,14 @@ struct AttentionGeometry {
   int64_t headOffset = 0; // this rank's first query head
   int64_t group = 1;      // query heads per KV head
 };
+
+/// A row's maximum and the sum of exp(x - max) over it, in double: its
+/// softmax is exp(x - max) / sum, its logsumexp max + log(sum).
+struct RowExp {
+  double max = 0, sum = 1;
+  double logSumExp() const { return max + std::log(sum); }
+};
+RowExp rowExp(const float *x, int64_t n);
 
 /// `divisor`: the count of the mean (this rank's rows may be a part of it);
 /// a token labelled `ignore` gets a row of zeros.
