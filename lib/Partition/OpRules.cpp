@@ -136,6 +136,23 @@ bool parax::partition::slicesTo(const Layout &have, const Layout &want) {
   return true;
 }
 
+bool parax::partition::reduceScattersTo(const Layout &have, const Layout &want) {
+  if (have == want || have.dims.size() != want.dims.size())
+    return false;
+  SmallVector<std::string> scattered;
+  for (auto [h, w] : llvm::zip(have.dims, want.dims)) {
+    if (h.size() > w.size() || !std::equal(h.begin(), h.end(), w.begin()))
+      return false;
+    scattered.append(w.begin() + h.size(), w.end());
+  }
+  auto in = [](ArrayRef<std::string> axes) {
+    return [axes](const std::string &axis) { return llvm::is_contained(axes, axis); };
+  };
+  return llvm::all_of(scattered, in(have.partial)) && llvm::all_of(want.partial, in(have.partial)) &&
+         llvm::none_of(scattered, in(want.partial)) &&
+         scattered.size() + want.partial.size() == have.partial.size();
+}
+
 // The layout of labels for logits in `logits`: their tokens split alike
 // (the vocabulary is gathered whole for the loss), if the labels in `have`
 // are that or become it by a slice; else `have`.

@@ -100,6 +100,10 @@ private:
   OpBuilder builder;
   bool vocabParallel; // logits split on the vocabulary stay so for the loss
   DenseMap<Value, Layout> layouts; // global layout of every original value
+  // Results an op computes in another layout than `layouts` holds them in:
+  // resharded right after it (attention's dk and dv, reduce-scattered to
+  // the layout of the keys and values they are the gradients of).
+  DenseMap<Value, Layout> computedIn;
   // The results each stage returns, in order: the model's results from the
   // last stage; a training step's gradient of a parameter from every stage
   // that holds the parameter, in its layout (gradParam: result -> argument).
@@ -278,6 +282,20 @@ LogicalResult FunctionPartitioner::assignLayouts() {
       for (Value operand : op.getOperands())
         operands.push_back(layouts.lookup(operand));
       results = propagateLayouts(&op, operands, grid);
+      // Under context parallelism attention's dk and dv are partial sums
+      // over the keys' whole sequence (each rank's queries saw every key):
+      // reduce-scattered to the keys' own layout (each rank its positions,
+      // Megatron-LM's ring passes them back to their owners), the K and V
+      // projections' backward then runs on a rank's positions, where they
+      // were all-reduced and every rank ran it on the whole sequence.
+      if (auto grad = dyn_cast<AttentionGradOp>(op))
+        for (unsigned i : {1, 2}) {
+          const Layout &primal = layouts[op.getOperand(i)];
+          if (reduceScattersTo(results[i], primal)) {
+            computedIn[op.getResult(i)] = results[i];
+            results[i] = primal;
+          }
+        }
       if (isa<LinearWeightGradOp, EmbeddingGradOp>(op))
         if (std::optional<Layout> param = returnedParameterLayout(op.getResult(0))) {
           std::optional<Layout> table;
@@ -632,7 +650,7 @@ LogicalResult FunctionPartitioner::buildStage(
         return failure();
     SmallVector<Layout> results;
     for (Value result : op->getResults())
-      results.push_back(layouts[result]);
+      results.push_back(computedIn.count(result) ? computedIn[result] : layouts[result]);
     SmallVector<Layout> current;
     for (Value operand : op->getOperands())
       current.push_back(local[operand].layout);
@@ -685,6 +703,13 @@ LogicalResult FunctionPartitioner::buildStage(
     for (auto [result, newResult, layout] :
          llvm::zip(op->getResults(), copy->getResults(), results))
       local[result] = {newResult, layout};
+    for (Value result : op->getResults())
+      if (computedIn.count(result)) {
+        FailureOr<Value> held = get(result, layouts[result], op->getLoc());
+        if (failed(held))
+          return op->emitError("while partitioning this op");
+        local[result] = {*held, layouts[result]};
+      }
     sendResults(op);
   }
 

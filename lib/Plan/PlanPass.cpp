@@ -171,12 +171,12 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
           // Context parallelism: each cp rank its positions of every
           // sequence ([B, S, ...] values holding the whole sequence; a
           // slice of positions, the last for a prefill's logits, is
-          // gathered), from the embedding's result on: the token ids are
-          // read whole (a rank loads a block of an input, and the positions
-          // are dealt out cyclically).
+          // gathered), the embedding's result too: the token ids are read
+          // whole (a rank loads a block of an input) and dealt out
+          // cyclically in the program, each rank looking up its own.
           const ValueNode &value = layer.values[layer.ops[i].results[k]];
           int cpDim = plan.cp > 1 && type.getRank() >= 3 && type.getDimSize(1) == model->irSeq &&
-                              !value.someSequence && !value.inKvCache && !isa<EmbeddingOp>(op)
+                              !value.someSequence && !value.inKvCache
                           ? 1
                           : -1;
           // The loss where its tokens are: each ep and cp rank sums its

@@ -174,6 +174,52 @@ func.func @positions(%ids: tensor<1x8xi32>, %labels: tensor<1x8xi32>,
 
 // -----
 
+parax.grid @g(cp = 2) {cyclic_axes = ["cp"]}
+// Context parallelism: attention's dk and dv, partial sums over the keys'
+// whole sequence, are reduce-scattered back to the keys' and values' own
+// positions (cyclically, as the forward pass gathered them), so the K and
+// V projections' backward runs on a rank's 4 positions: no all-reduce of
+// dk or dv, no gather of the normed input for their weights' gradients,
+// no whole-sequence dx. The embedding looks up this rank's ids only (dealt
+// out once, for the forward pass and the table's gradient alike).
+// CHECK-LABEL: func.func @keys
+// CHECK: %[[DEALT:.*]] = parax.shard_slice {{.*}} over @g ["cp"] dim 2 : tensor<1x4x2xi32> -> tensor<1x4x1xi32>
+// CHECK: %[[IDS:.*]] = parax.reshape %[[DEALT]] : (tensor<1x4x1xi32>) -> tensor<1x4xi32>
+// CHECK: parax.embedding %[[IDS]], {{.*}} -> tensor<1x4x16xf32>
+// CHECK-COUNT-2: parax.all_gather {{.*}} over @g ["cp"] dim 2 : tensor<1x4x1x2x8xf32> -> tensor<1x4x2x2x8xf32>
+// CHECK: parax.attention_grad
+// CHECK-NOT: parax.all_reduce {{.*}}x8xf32>
+// CHECK-NOT: parax.all_gather
+// CHECK-COUNT-2: parax.reduce_scatter {{.*}} over @g ["cp"] dim 2 : tensor<1x4x2x2x8xf32> -> tensor<1x4x1x2x8xf32>
+// CHECK-NOT: parax.all_gather
+// CHECK-COUNT-3: parax.linear_weight_grad {{.*}} : (tensor<1x4x16xf32>, tensor<1x4x16xf32>) -> tensor<16x16xf32>
+// CHECK-NOT: parax.all_gather
+// CHECK: parax.rms_norm_grad {{.*}} -> tensor<1x4x16xf32>
+// CHECK: parax.embedding_grad %[[IDS]], {{.*}} : (tensor<1x4xi32>, tensor<1x4x16xf32>) -> tensor<32x16xf32>
+// CHECK: parax.all_reduce {{.*}} over @g ["cp"] : tensor<f32> -> tensor<f32>
+// CHECK-NOT: parax.all_reduce
+// CHECK: return
+func.func @keys(%ids: tensor<1x8xi32>, %labels: tensor<1x8xi32>,
+    %wte: tensor<32x16xf32> {parax.param = "wte"}, %wn: tensor<16xf32> {parax.param = "wn"},
+    %wq: tensor<16x16xf32> {parax.param = "wq"}, %wk: tensor<16x16xf32> {parax.param = "wk"},
+    %wv: tensor<16x16xf32> {parax.param = "wv"}, %head: tensor<32x16xf32> {parax.param = "head"}) -> tensor<f32> {
+  %e = parax.embedding %ids, %wte {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<1x8xi32>, tensor<32x16xf32>) -> tensor<1x8x16xf32>
+  %x = parax.rms_norm %e, %wn {eps = 1.0e-5 : f64, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<1x8x16xf32>, tensor<16xf32>) -> tensor<1x8x16xf32>
+  %hq = parax.linear %x, %wq {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<1x8x16xf32>, tensor<16x16xf32>) -> tensor<1x8x16xf32>
+  %hk = parax.linear %x, %wk {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<1x8x16xf32>, tensor<16x16xf32>) -> tensor<1x8x16xf32>
+  %hv = parax.linear %x, %wv {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<1x8x16xf32>, tensor<16x16xf32>) -> tensor<1x8x16xf32>
+  %q = parax.reshape %hq {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}, {}]>]} : (tensor<1x8x16xf32>) -> tensor<1x8x2x8xf32>
+  %k = parax.reshape %hk {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}, {}]>]} : (tensor<1x8x16xf32>) -> tensor<1x8x2x8xf32>
+  %v = parax.reshape %hv {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}, {}]>]} : (tensor<1x8x16xf32>) -> tensor<1x8x2x8xf32>
+  %o = parax.attention %q, %k, %v {causal, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}, {}]>]} : (tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>) -> tensor<1x8x2x8xf32>
+  %y = parax.reshape %o {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<1x8x2x8xf32>) -> tensor<1x8x16xf32>
+  %logits = parax.linear %y, %head {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<1x8x16xf32>, tensor<32x16xf32>) -> tensor<1x8x32xf32>
+  %l = parax.cross_entropy %logits, %labels : (tensor<1x8x32xf32>, tensor<1x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 parax.grid @g(pp = 2)
 // Pipeline stages: each gradient op runs in its forward op's stage. Stage
 // 0 sends its activation forward, then receives the gradient by it (after

@@ -36,6 +36,10 @@ llvm::SmallVector<Layout> propagateLayouts(mlir::Operation *op,
 /// gathered, moved or summed.
 bool slicesTo(const Layout &have, const Layout &want);
 
+/// Whether `want` is `have` with some of its pending sums reduce-scattered
+/// (each such axis appended to a dimension's split) and nothing else.
+bool reduceScattersTo(const Layout &have, const Layout &want);
+
 /// Adjusts the attributes of the local copy `local` of an op partitioned with
 /// `results` layouts (head counts of attention, vocab axes of an embedding).
 void localizeAttributes(mlir::Operation *local, llvm::ArrayRef<Layout> results,
