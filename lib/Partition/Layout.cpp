@@ -101,8 +101,9 @@ struct Resharder {
     return RankedTensorType::get(shape, type().getElementType());
   }
 
-  void allReduce(StringRef axis) {
-    value = AllReduceOp::create(b, loc, type(), value, grid.ref, axes(axis));
+  void allReduce(ArrayRef<std::string> names) { // (one collective over them all)
+    SmallVector<StringRef> list(names.begin(), names.end());
+    value = AllReduceOp::create(b, loc, type(), value, grid.ref, b.getStrArrayAttr(list));
   }
   // A cyclic axis of n ranks deals dimension `dim` out element by element:
   // viewed as [.., dim / n, n, ..], rank c holds index c of the new inner
@@ -201,8 +202,10 @@ struct Resharder {
             return emitError(loc) << "the cyclic axis '" << axes[k]
                                   << "' must come first among its dimension's axes in "
                                   << layout->str();
-    // 1. Pending sums that are not wanted: reduce, scattering when a
-    //    dimension wants the axis next.
+    // 1. Pending sums that are not wanted: reduce-scattered where a
+    //    dimension wants the axis next, then the others all-reduced
+    //    together, in one collective (over the scattered, smaller value).
+    SmallVector<std::string, 2> reduced;
     for (std::string axis : SmallVector<std::string, 2>(cur.partial)) {
       if (llvm::is_contained(want.partial, axis))
         continue;
@@ -210,9 +213,15 @@ struct Resharder {
         reduceScatter(axis, *d);
         cur.dims[*d].push_back(axis);
       } else {
-        allReduce(axis);
+        reduced.push_back(axis);
       }
       llvm::erase(cur.partial, axis);
+    }
+    if (!reduced.empty()) {
+      llvm::sort(reduced, [&](const std::string &a, const std::string &b) {
+        return llvm::find(grid.order, a) < llvm::find(grid.order, b);
+      });
+      allReduce(reduced);
     }
     // 2. Splits that are not wanted, minor axis first: move them to the
     //    dimension that wants them (all_to_all) or gather them.

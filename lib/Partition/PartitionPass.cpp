@@ -72,8 +72,10 @@ FailureOr<GridInfo> findGrid(ModuleOp module, func::FuncOp function) {
   }
   GridInfo info;
   info.ref = FlatSymbolRefAttr::get(grid.getSymNameAttr());
-  for (auto [name, size] : llvm::zip(grid.getAxisNames(), grid.getShape()))
+  for (auto [name, size] : llvm::zip(grid.getAxisNames(), grid.getShape())) {
     info.sizes[cast<StringAttr>(name).getValue()] = size;
+    info.order.push_back(cast<StringAttr>(name).getValue().str());
+  }
   if (ArrayAttr cyclic = grid.getCyclicAxesAttr())
     for (Attribute axis : cyclic)
       info.cyclic.insert(cast<StringAttr>(axis).getValue());

@@ -184,6 +184,23 @@ func.func @labels_dealt_out_cyclically(%x: tensor<2x8x16xf32>, %y: tensor<2x8xi3
 
 // -----
 
+parax.grid @g(cp = 2, tp = 2) {cyclic_axes = ["cp"]}
+// A sum pending over several axes is all-reduced once, over all of them:
+// the loss, a partial sum over cp (its tokens) and tp (its vocabulary).
+// CHECK-LABEL: func.func @one_reduction_over_two_axes
+// CHECK: parax.cross_entropy {{.*}} : (tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<2x4x1xf32>) -> tensor<f32>
+// CHECK-NEXT: parax.all_reduce {{.*}} over @g ["cp", "tp"] : tensor<f32> -> tensor<f32>
+// CHECK-NOT: parax.all_reduce
+// CHECK: return
+func.func @one_reduction_over_two_axes(%x: tensor<2x8x16xf32>, %y: tensor<2x8xi32>,
+    %head: tensor<32x16xf32> {parax.param = "head"}) -> tensor<f32> {
+  %logits = parax.linear %x, %head {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {tp}]>]} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %loss = parax.cross_entropy %logits, %y {parax.shardings = [#parax.sharding<@g, [], partial = {cp}>]} : (tensor<2x8x32xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 parax.grid @g(ep = 2)
 // A whole scalar (the load-balancing loss) added to that partial sum is
 // counted once: one rank's share (to_partial), then one all-reduce.

@@ -43,6 +43,8 @@ struct Layout {
 struct GridInfo {
   mlir::FlatSymbolRefAttr ref;
   llvm::StringMap<int64_t> sizes;
+  /// The axes in the grid's order (a collective names its axes so).
+  llvm::SmallVector<std::string> order;
   /// Axes that split a dimension element by element (the grid's
   /// cyclic_axes), not in blocks.
   llvm::StringSet<> cyclic;

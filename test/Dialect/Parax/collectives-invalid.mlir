@@ -30,6 +30,15 @@ func.func @negative_axis_twice(%x: tensor<8xf32>) {
 // -----
 
 parax.grid @g(dp = 2, tp = 4)
+func.func @negative_axes_out_of_order(%x: tensor<8xf32>) {
+  // expected-error @+1 {{C1: axes must follow the grid's order (grid @g has axes ["dp", "tp"])}}
+  %0 = parax.all_reduce %x over @g ["tp", "dp"] : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+parax.grid @g(dp = 2, tp = 4)
 func.func @negative_no_axes(%x: tensor<8xf32>) {
   // expected-error @+1 {{C1: needs at least one grid axis}}
   %0 = parax.all_reduce %x over @g [] : tensor<8xf32> -> tensor<8xf32>

@@ -1002,7 +1002,7 @@ LogicalResult EmbeddingGradOp::verify() {
 //===----------------------------------------------------------------------===//
 
 // The grid and the product of the sizes of `axes`, after checking that the
-// axes are distinct axes of the grid (C1).
+// axes are distinct axes of the grid, in its order (C1).
 static FailureOr<int64_t> groupSize(Operation *op, FlatSymbolRefAttr gridRef,
                                     ArrayAttr axes,
                                     SymbolTableCollection &symbols) {
@@ -1012,7 +1012,8 @@ static FailureOr<int64_t> groupSize(Operation *op, FlatSymbolRefAttr gridRef,
   if (axes.empty())
     return op->emitOpError("C1: needs at least one grid axis");
   llvm::StringSet<> seen;
-  int64_t size = 1;
+  int64_t size = 1, last = -1;
+  ArrayRef<Attribute> names = grid.getAxisNames().getValue();
   for (Attribute attr : axes) {
     StringRef axis = cast<StringAttr>(attr).getValue();
     std::optional<int64_t> axisSize = grid.getAxisSize(axis);
@@ -1022,6 +1023,11 @@ static FailureOr<int64_t> groupSize(Operation *op, FlatSymbolRefAttr gridRef,
              << grid.getAxisNames() << ")";
     if (!seen.insert(axis).second)
       return op->emitOpError("C1: grid axis '") << axis << "' is named twice";
+    int64_t index = llvm::find(names, attr) - names.begin();
+    if (index < last)
+      return op->emitOpError("C1: axes must follow the grid's order (grid ")
+             << gridRef << " has axes " << grid.getAxisNames() << ")";
+    last = index;
     size *= *axisSize;
   }
   return size;

@@ -1287,8 +1287,9 @@ def Parax_AllReduceOp : Parax_CommOp<"all_reduce"> {
     %y = parax.all_reduce %x over @g ["tp"] : tensor<2x16x64xf32> -> tensor<2x16x64xf32>
     ```
 
-    C1: `grid` names a `parax.grid`; `axes` are distinct axes of it. C2: the
-    result type equals the operand type.
+    C1: `grid` names a `parax.grid`; `axes` are distinct axes of it, in
+    the grid's order (a group's ranks are ordered major to minor, as the
+    grid's axes are). C2: the result type equals the operand type.
   }];
   let arguments = (ins Parax_FloatTensor:$x, FlatSymbolRefAttr:$grid,
                        StrArrayAttr:$axes);
