@@ -128,6 +128,7 @@ private:
   std::optional<Layout> returnedParameterLayout(Value value);
   static Layout splitLikeParameter(Layout gradient, const Layout &param);
   std::optional<Layout> tableGradientLayout(EmbeddingGradOp grad, const Layout &param);
+  std::optional<Layout> normRows(Value x);
   LogicalResult splitTiedGradients(int64_t stages);
   /// What `stage` returns as result i: its part of a tied weight's
   /// gradient, else the function's result.
@@ -238,6 +239,26 @@ std::optional<Layout> FunctionPartitioner::tableGradientLayout(EmbeddingGradOp g
   return out;
 }
 
+// The layout the norms reading `x` read it in, if they agree: a norm's
+// gradients take x so, the rows their forward norm ran on. x's own layout
+// may split its last dimension (an embedding's result split on the
+// hidden size, all-to-all'd to the norm's rows under sequence
+// parallelism), which would have the gradients gather x whole and
+// all-reduce dy, where they now reuse the forward's copy of x and
+// reduce-scatter dy.
+std::optional<Layout> FunctionPartitioner::normRows(Value x) {
+  std::optional<Layout> rows;
+  for (Operation *user : x.getUsers()) {
+    if (!isa<RmsNormOp, LayerNormOp>(user))
+      continue;
+    std::optional<Layout> read = layoutReadBy(user, x, grid);
+    if (!read || (rows && *rows != *read))
+      return std::nullopt;
+    rows = read;
+  }
+  return rows;
+}
+
 LogicalResult FunctionPartitioner::assignLayouts() {
   for (BlockArgument arg : function.getArguments()) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
@@ -283,6 +304,9 @@ LogicalResult FunctionPartitioner::assignLayouts() {
       SmallVector<Layout> operands;
       for (Value operand : op.getOperands())
         operands.push_back(layouts.lookup(operand));
+      if (isa<RmsNormGradOp, LayerNormGradOp, RmsNormWeightGradOp, LayerNormWeightGradOp>(op))
+        if (std::optional<Layout> rows = normRows(op.getOperand(0)))
+          operands[0] = *rows;
       results = propagateLayouts(&op, operands, grid);
       // Under context parallelism attention's dk and dv are partial sums
       // over the keys' whole sequence (each rank's queries saw every key):
@@ -656,6 +680,9 @@ LogicalResult FunctionPartitioner::buildStage(
     SmallVector<Layout> current;
     for (Value operand : op->getOperands())
       current.push_back(local[operand].layout);
+    if (isa<RmsNormGradOp, LayerNormGradOp, RmsNormWeightGradOp, LayerNormWeightGradOp>(op))
+      if (std::optional<Layout> rows = normRows(op->getOperand(0)))
+        current[0] = *rows; // (the forward norm's copy, shared)
     FailureOr<SmallVector<Layout>> wanted =
         operandLayouts(op, results, grid, current);
     if (failed(wanted))

@@ -91,6 +91,17 @@ private:
   std::pair<double, double> scratchBytes(const OpNode &op, const Strategy &s) const;
   std::pair<double, std::optional<CollectiveKind>>
   reshard(int id, int8_t from, int8_t to) const;
+  /// The layout value `v` (in layout `have`) is held in after `op` reads
+  /// it under `s`: a copy gathered or all-reduced whole for it is kept for
+  /// the value's later readers (the partitioner shares one resharded copy
+  /// among them, and any other layout is sliced from it locally), so they
+  /// pay no second collective; else `have`.
+  static int8_t heldAfter(const OpNode &op, const Strategy &s, int v, int8_t have) {
+    for (auto [k, in] : llvm::enumerate(op.inputs))
+      if (in == v && s.in[k] == kReplicated && have != kDead)
+        return kReplicated;
+    return have;
+  }
   double attentionFlops(const OpNode &op) const;
   double collective(CollectiveKind kind, double bytes) const {
     if (kind == CollectiveKind::AllToAll)
@@ -540,14 +551,13 @@ double Solver::exhaustive() {
       if (s.internal)
         c += ctx.commWeight *
              collective(s.internal->first, s.internal->second * ctx.tokens());
-      SmallVector<int8_t> saved(op.results.size());
-      for (auto [k, res] : llvm::enumerate(op.results)) {
-        saved[k] = layout[res];
-        layout[res] = s.out[k];
-      }
-      visit(i + 1, c);
+      SmallVector<int8_t> saved(layout.begin(), layout.end());
+      for (int in : op.inputs)
+        layout[in] = heldAfter(op, s, in, layout[in]);
       for (auto [k, res] : llvm::enumerate(op.results))
-        layout[res] = saved[k];
+        layout[res] = s.out[k];
+      visit(i + 1, c);
+      layout = saved;
     }
   };
   visit(0, 0);
@@ -630,7 +640,7 @@ LayerPlan Solver::solve() {
           if (definedAt[v] == i)
             next[p] = s.out[llvm::find(op.results, v) - op.results.begin()];
           else
-            next[p] = state[position[i][v]];
+            next[p] = heldAfter(op, s, v, state[position[i][v]]);
         }
         auto [it, inserted] = index[i + 1].try_emplace(next, states[i + 1].size());
         if (inserted)

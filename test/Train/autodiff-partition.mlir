@@ -220,6 +220,34 @@ func.func @keys(%ids: tensor<1x8xi32>, %labels: tensor<1x8xi32>,
 
 // -----
 
+parax.grid @g(tp = 2)
+// A norm's gradients read x as the forward norm read it: on its rows
+// (sequence parallelism), though x, the embedding's result, is held split
+// on the hidden size. The forward's all-to-all'd copy of x is reused, dy
+// (a partial sum over tp from the column-parallel head) reduce-scattered
+// to the rows; no gather of x, no all-reduce of dy.
+// CHECK-LABEL: func.func @norm_rows
+// CHECK: %[[E:.*]] = parax.embedding {{.*}} -> tensor<1x8x8xf32>
+// CHECK: %[[ROWS:.*]] = parax.all_to_all %[[E]] over @g ["tp"] split 1 concat 2 : tensor<1x8x8xf32> -> tensor<1x4x16xf32>
+// CHECK: parax.rms_norm %[[ROWS]]
+// CHECK: %[[DY:.*]] = parax.reduce_scatter {{.*}} over @g ["tp"] dim 1 : tensor<1x8x16xf32> -> tensor<1x4x16xf32>
+// CHECK: parax.rms_norm_grad %[[ROWS]], %{{.*}}, %[[DY]] {{.*}} -> tensor<1x4x16xf32>
+// CHECK: parax.rms_norm_weight_grad %[[ROWS]], %[[DY]] {{.*}} -> tensor<16xf32>
+// CHECK-NOT: parax.all_reduce {{.*}}x16xf32>
+// CHECK: return
+func.func @norm_rows(%ids: tensor<1x8xi32>, %labels: tensor<1x8xi32>,
+    %wte: tensor<32x16xf32> {parax.param = "wte", parax.sharding = #parax.sharding<@g, [{}, {tp}]>},
+    %wn: tensor<16xf32> {parax.param = "wn"},
+    %head: tensor<32x16xf32> {parax.param = "head", parax.sharding = #parax.sharding<@g, [{tp}, {}]>}) -> tensor<f32> {
+  %e = parax.embedding %ids, %wte {parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<1x8xi32>, tensor<32x16xf32>) -> tensor<1x8x16xf32>
+  %x = parax.rms_norm %e, %wn {eps = 1.0e-5 : f64, parax.shardings = [#parax.sharding<@g, [{}, {tp}, {}]>]} : (tensor<1x8x16xf32>, tensor<16xf32>) -> tensor<1x8x16xf32>
+  %logits = parax.linear %x, %head {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<1x8x16xf32>, tensor<32x16xf32>) -> tensor<1x8x32xf32>
+  %l = parax.cross_entropy %logits, %labels : (tensor<1x8x32xf32>, tensor<1x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 parax.grid @g(pp = 2)
 // Pipeline stages: each gradient op runs in its forward op's stage. Stage
 // 0 sends its activation forward, then receives the gradient by it (after

@@ -157,6 +157,47 @@ TEST_F(PlannerTest, DynamicProgramMatchesExhaustiveEnumeration) {
     }
 }
 
+// Under sequence parallelism a norm read by two column-parallel linears
+// (gate and up) runs on its rows and its output is gathered once: the
+// partitioner shares one gathered copy among the readers, and the solver
+// costs it so. (It used to charge a gather to each reader, which made the
+// norm on every row of the sequence, its input gathered once, look
+// cheaper.)
+TEST_F(PlannerTest, AValueGatheredForOneReaderIsGatheredForTheNext) {
+  ModelGraph model = analyze(R"mlir(
+func.func @forward(%tok: tensor<8x2048xi32>,
+    %emb: tensor<1024x1024xbf16> {parax.param = "emb"},
+    %norm: tensor<1024xbf16> {parax.param = "norm"},
+    %gate: tensor<4096x1024xbf16> {parax.param = "gate"},
+    %up: tensor<4096x1024xbf16> {parax.param = "up"},
+    %down: tensor<1024x4096xbf16> {parax.param = "down"},
+    %head: tensor<1024x1024xbf16> {parax.param = "head"}) -> tensor<8x2048x1024xbf16> {
+  %h = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<8x2048xi32>, tensor<1024x1024xbf16>) -> tensor<8x2048x1024xbf16>
+  %n = parax.rms_norm %h, %norm {eps = 1.0e-5 : f64, parax.layer = 0 : i64} : (tensor<8x2048x1024xbf16>, tensor<1024xbf16>) -> tensor<8x2048x1024xbf16>
+  %g = parax.linear %n, %gate {transpose_w, parax.layer = 0 : i64} : (tensor<8x2048x1024xbf16>, tensor<4096x1024xbf16>) -> tensor<8x2048x4096xbf16>
+  %u = parax.linear %n, %up {transpose_w, parax.layer = 0 : i64} : (tensor<8x2048x1024xbf16>, tensor<4096x1024xbf16>) -> tensor<8x2048x4096xbf16>
+  %s = parax.swiglu %g, %u {parax.layer = 0 : i64} : (tensor<8x2048x4096xbf16>, tensor<8x2048x4096xbf16>) -> tensor<8x2048x4096xbf16>
+  %d = parax.linear %s, %down {transpose_w, parax.layer = 0 : i64} : (tensor<8x2048x4096xbf16>, tensor<1024x4096xbf16>) -> tensor<8x2048x1024xbf16>
+  %r = parax.add %h, %d {parax.layer = 0 : i64} : (tensor<8x2048x1024xbf16>, tensor<8x2048x1024xbf16>) -> tensor<8x2048x1024xbf16>
+  %l = parax.linear %r, %head {transpose_w, parax.layer = 1 : i64} : (tensor<8x2048x1024xbf16>, tensor<1024x1024xbf16>) -> tensor<8x2048x1024xbf16>
+  return %l : tensor<8x2048x1024xbf16>
+}
+)mlir");
+  const LayerGraph &layer = model.layers[1];
+  ASSERT_EQ(layer.index, 0);
+  TpContext ctx = tpContext(4);
+  ctx.sequenceParallel = true;
+  LayerPlan plan = solveLayer(layer, ctx);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(plan.strategy[0], "split1"); // the norm on the rank's rows
+  EXPECT_EQ(plan.strategy[1], "column");
+  EXPECT_EQ(plan.strategy[2], "column");
+  // One all-gather of the norm's output for both linears, one
+  // reduce-scatter of the down projection's partial sums.
+  EXPECT_EQ(kinds(plan), std::vector<std::string>({"all_gather", "reduce_scatter"}));
+  EXPECT_NEAR(plan.objective, solveLayerExhaustively(layer, ctx, false), 1e-12 * plan.objective);
+}
+
 // A grouped-query attention block: q/k/v projections, attention, output
 // projection and the residual add.
 TEST_F(PlannerTest, AttentionSplitsByHeadsAndMatchesExhaustive) {
