@@ -703,6 +703,19 @@ LogicalResult FunctionPartitioner::buildStage(
       operands.push_back(*value);
     }
     if (routed && !expertAxes.empty()) {
+      // The same tokens on several expert-parallel ranks would each reach
+      // the experts: harmless forward (each rank combines its own copy),
+      // but their gradients would be added to the experts' once a copy.
+      const Layout &tokens = (*wanted)[0];
+      for (const std::string &axis : expertAxes)
+        if (isa<ExpertsGradOp>(op) &&
+            llvm::none_of(ArrayRef(tokens.dims).drop_back(),
+                          [&](const Layout::Axes &axes) { return llvm::is_contained(axes, axis); }))
+          return op->emitError("expert parallelism in a training step needs each rank over '")
+                 << axis << "' to hold its own tokens (a share of the batch), but they are "
+                 << tokens.str() << ", the same on its " << grid.sizes.lookup(axis)
+                 << " ranks, whose experts' gradients would count every token that many times "
+                    "(give the model a batch that the expert-parallel ranks divide)";
       if (failed(partitionRoutedExperts(b, op, operands, results, expertAxes,
                                         grid, dispatched, local)))
         return failure();

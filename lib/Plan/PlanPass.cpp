@@ -181,12 +181,17 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
                           : -1;
           // The loss where its tokens are: each ep and cp rank sums its
           // tokens' part, their logits never gathered (the labels loaded
-          // split over ep, dealt out over cp in the program).
+          // split over ep, dealt out over cp in the program). Over ep only
+          // where the logits' sequences are split (a batch that ep does not
+          // divide is whole on every ep rank, and so is the loss).
           SmallVector<StringRef> tokenAxes;
-          if (isa<CrossEntropyOp>(op))
-            for (auto [axis, size] : {std::pair<StringRef, int64_t>("ep", plan.ep), {"cp", plan.cp}})
-              if (size > 1)
-                tokenAxes.push_back(axis);
+          if (isa<CrossEntropyOp>(op)) {
+            auto logits = cast<RankedTensorType>(op->getOperand(0).getType());
+            if (plan.ep > 1 && logits.getDimSize(0) % plan.ep == 0)
+              tokenAxes.push_back("ep");
+            if (plan.cp > 1)
+              tokenAxes.push_back("cp");
+          }
           shardings.push_back(
               makeSharding(context, grid, type.getRank(), lp.layouts[i][k], epDim, cpDim, tokenAxes));
         }

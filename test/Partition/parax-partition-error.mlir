@@ -209,3 +209,19 @@ func.func @tied_part_elsewhere(%x: tensor<4x4xf32>, %w: tensor<4x4xf32> {parax.p
   %g = parax.add %a, %b {parax.stage = 1 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   return %b, %g : tensor<4x4xf32>, tensor<4x4xf32>
 }
+
+// -----
+
+// Expert parallelism in a training step with the same tokens on both ep
+// ranks (a batch of 1): each rank's copy would reach the experts, whose
+// gradients would count every token twice.
+parax.grid @g(ep = 2)
+func.func @negative_experts_gradient_of_shared_tokens(%x: tensor<1x4x8xf32>, %w: tensor<1x4x2xf32>, %i: tensor<1x4x2xi32>,
+    %wg: tensor<8x16x8xf32> {parax.param = "e.{e}.w1", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
+    %wu: tensor<8x16x8xf32> {parax.param = "e.{e}.w3", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
+    %wd: tensor<8x8x16xf32> {parax.param = "e.{e}.w2", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
+    %dy: tensor<1x4x8xf32>) -> tensor<1x4x8xf32> {
+  // expected-error @+1 {{expert parallelism in a training step needs each rank over 'ep' to hold its own tokens (a share of the batch), but they are [{}, {}, {}], the same on its 2 ranks, whose experts' gradients would count every token that many times}}
+  %dx, %dws, %dg, %du, %dd = parax.experts_grad %x, %w, %i, %wg, %wu, %wd, %dy : (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>, tensor<1x4x8xf32>) -> (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>)
+  return %dx : tensor<1x4x8xf32>
+}
