@@ -72,6 +72,13 @@ bool GridInfo::splitsCyclically(const Layout &layout) const {
   return false;
 }
 
+bool GridInfo::divides(const Layout &layout, ArrayRef<int64_t> shape) const {
+  for (auto [d, axes] : llvm::enumerate(layout.dims))
+    if (d < shape.size() && shape[d] % product(axes))
+      return false;
+  return true;
+}
+
 RankedTensorType parax::partition::localType(RankedTensorType type,
                                              const Layout &layout,
                                              const GridInfo &grid) {
@@ -193,6 +200,14 @@ struct Resharder {
 
   LogicalResult run(const Layout &want) {
     int64_t rank = cur.dims.size();
+    // Every wanted split divides its dimension (else some rank would hold
+    // nothing, or a ragged piece).
+    for (int64_t d = 0; d < rank && d < type().getRank(); ++d) {
+      int64_t size = type().getDimSize(d) * grid.product(cur.dims[d]), parts = grid.product(want.dims[d]);
+      if (size % parts)
+        return emitError(loc) << "cannot reshard to " << want.str() << ": dimension " << d << " of size "
+                              << size << " does not split over " << parts << " ranks";
+    }
     // A cyclic axis deals a dimension out before any other axis splits it
     // (it comes first), and is never moved to another dimension.
     for (const Layout *layout : {static_cast<const Layout *>(&cur), &want})

@@ -683,7 +683,7 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
-  if (auto reshape = dyn_cast<ReshapeOp>(op); reshape && in.partial.empty()) {
+  if (auto reshape = dyn_cast<ReshapeOp>(op)) { // (a partial sum reshaped is one)
     FailureOr<Layout> out = mapThroughReshape(in, shapeOf(reshape.getX()),
                                               shapeOf(result), grid);
     if (succeeded(out)) {

@@ -286,8 +286,10 @@ LogicalResult FunctionPartitioner::assignLayouts() {
       return a->isBeforeInBlock(b);
     });
     std::optional<Layout> wanted = layoutReadBy(first, arg, grid);
-    if (!wanted || !wanted->partial.empty() || grid.splitsCyclically(*wanted))
-      continue; // (a cyclic split is dealt out in the program: loads are blocks)
+    if (!wanted || !wanted->partial.empty() || grid.splitsCyclically(*wanted) ||
+        !grid.divides(*wanted, type.getShape()))
+      continue; // (a cyclic split is dealt out in the program: loads are blocks;
+                // a split that does not divide is its reader's to refuse)
     layouts[arg] = *wanted;
     function.setArgAttr(n, ParaxDialect::kShardingAttrName,
                         wanted->toAttr(function.getContext(), grid.ref));

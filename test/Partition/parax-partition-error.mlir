@@ -225,3 +225,16 @@ func.func @negative_experts_gradient_of_shared_tokens(%x: tensor<1x4x8xf32>, %w:
   %dx, %dws, %dg, %du, %dd = parax.experts_grad %x, %w, %i, %wg, %wu, %wd, %dy : (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>, tensor<1x4x8xf32>) -> (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>)
   return %dx : tensor<1x4x8xf32>
 }
+
+// -----
+
+// A split that does not divide its dimension (a sum over tp of tokens whose
+// one sequence cannot be dealt to two ranks): refused, where each rank
+// used to get a tensor of zero rows.
+parax.grid @g(tp = 2)
+func.func @negative_split_that_does_not_divide(%x: tensor<1x3x16xf32>, %dy: tensor<1x3x16xf32>) -> tensor<16xf32> {
+  // expected-error @+2 {{cannot reshard to [{tp}, {}, {}]: dimension 0 of size 1 does not split over 2 ranks}}
+  // expected-error @+1 {{while partitioning this op}}
+  %g = parax.rms_norm_weight_grad %x, %dy {eps = 1.0e-5 : f64, parax.shardings = [#parax.sharding<@g, [{}], partial = {tp}>]} : (tensor<1x3x16xf32>, tensor<1x3x16xf32>) -> tensor<16xf32>
+  return %g : tensor<16xf32>
+}

@@ -248,6 +248,26 @@ func.func @norm_rows(%ids: tensor<1x8xi32>, %labels: tensor<1x8xi32>,
 
 // -----
 
+parax.grid @g(tp = 2)
+// A bias's gradient over tokens split on tp (sequence parallelism): its
+// sum_to is a partial sum over tp and stays one through the reshape to
+// the bias's shape; returned so (summed by the runtime's reduction), where
+// it was all-reduced before the reshape, once a bias a microbatch.
+// CHECK-LABEL: func.func @bias_rows
+// CHECK-SAME: tensor<16xf32> {parax.global_sharding = #parax.sharding<@g, [{}], partial = {tp}>, parax.grad = "b"
+// CHECK: parax.sum_to {{.*}} : (tensor<1x4x16xf32>) -> tensor<1x1x16xf32>
+// CHECK-NEXT: parax.reshape {{.*}} : (tensor<1x1x16xf32>) -> tensor<16xf32>
+// CHECK-NOT: parax.all_reduce {{.*}}16xf32>
+// CHECK: return
+func.func @bias_rows(%x: tensor<1x8x16xf32>, %labels: tensor<1x8xi32>,
+    %w: tensor<16x16xf32> {parax.param = "w"}, %b: tensor<16xf32> {parax.param = "b"}) -> tensor<f32> {
+  %y = parax.linear %x, %w, %b {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {tp}, {}]>]} : (tensor<1x8x16xf32>, tensor<16x16xf32>, tensor<16xf32>) -> tensor<1x8x16xf32>
+  %l = parax.cross_entropy %y, %labels {parax.shardings = [#parax.sharding<@g, [], partial = {tp}>]} : (tensor<1x8x16xf32>, tensor<1x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 parax.grid @g(pp = 2)
 // Pipeline stages: each gradient op runs in its forward op's stage. Stage
 // 0 sends its activation forward, then receives the gradient by it (after

@@ -51,6 +51,8 @@ struct GridInfo {
   int64_t product(llvm::ArrayRef<std::string> axes) const;
   /// Whether `layout` splits some dimension over a cyclic axis.
   bool splitsCyclically(const Layout &layout) const;
+  /// Whether each split of `layout` divides its dimension of `shape`.
+  bool divides(const Layout &layout, llvm::ArrayRef<int64_t> shape) const;
 };
 
 /// The local (per-rank) type of a value of global type `type` in `layout`.
