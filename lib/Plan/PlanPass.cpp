@@ -109,8 +109,6 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
       return failure();
     PlanOptions options;
     options.topK = 1;
-    if (work.kind == WorkloadKind::Train)
-      options.expertSequences = model->irBatch;
     PlanResult result = searchPlans(*model, clusterSpec, work, options);
     if (result.plans.empty())
       return function.emitError() << "parax-plan: " << result.explanation;

@@ -823,8 +823,7 @@ PlanResult Search::run() {
           continue;
         int64_t rest = n / tp / pp / cp;
         for (int64_t ep : divisorsOf(rest)) {
-          if (ep > 1 && (!experts || experts % ep ||
-                         (opt.expertSequences && opt.expertSequences % ep)))
+          if (ep > 1 && (!experts || experts % ep))
             continue;
           if (w.ep && *w.ep != ep)
             continue;
@@ -874,11 +873,6 @@ PlanResult Search::run() {
                   "prediction)",
                   w.batch, n, cluster.devicesPerNode)
               .str();
-      if (opt.expertSequences)
-        result.explanation += formatv("; ep dividing the model's batch ({0}), each expert-parallel "
-                                      "rank taking its own sequences in a training step",
-                                      opt.expertSequences)
-                                  .str();
     } else {
       // The least overflowing plan, and what overflows.
       const Plan *closest = nullptr;

@@ -40,11 +40,6 @@ struct PlanOptions {
   /// Skip configurations whose lower bound cannot reach the top k (the
   /// result is the same; tests compare both).
   bool prune = true;
-  /// Expert parallelism only where it divides this many sequences (a
-  /// training step's IR batch, which the ep ranks of a replica split:
-  /// the same sequence on several would count in each one's experts'
-  /// gradients); 0: any.
-  int64_t expertSequences = 0;
 };
 
 struct MemoryBreakdown {
