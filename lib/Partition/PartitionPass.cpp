@@ -106,6 +106,8 @@ private:
   // resharded right after it (attention's dk and dv, reduce-scattered to
   // the layout of the keys and values they are the gradients of).
   DenseMap<Value, Layout> computedIn;
+  // A norm gradient's x as its forward norm read it (normRows), by op.
+  DenseMap<Operation *, Layout> normInput;
   // The results each stage returns, in order: the model's results from the
   // last stage; a training step's gradient of a parameter from every stage
   // that holds the parameter, in its layout (gradParam: result -> argument).
@@ -308,7 +310,7 @@ LogicalResult FunctionPartitioner::assignLayouts() {
         operands.push_back(layouts.lookup(operand));
       if (isa<RmsNormGradOp, LayerNormGradOp, RmsNormWeightGradOp, LayerNormWeightGradOp>(op))
         if (std::optional<Layout> rows = normRows(op.getOperand(0)))
-          operands[0] = *rows;
+          operands[0] = normInput[&op] = *rows;
       results = propagateLayouts(&op, operands, grid);
       // Under context parallelism attention's dk and dv are partial sums
       // over the keys' whole sequence (each rank's queries saw every key):
@@ -316,7 +318,7 @@ LogicalResult FunctionPartitioner::assignLayouts() {
       // Megatron-LM's ring passes them back to their owners), the K and V
       // projections' backward then runs on a rank's positions, where they
       // were all-reduced and every rank ran it on the whole sequence.
-      if (auto grad = dyn_cast<AttentionGradOp>(op))
+      if (isa<AttentionGradOp>(op))
         for (unsigned i : {1, 2}) {
           const Layout &primal = layouts[op.getOperand(i)];
           if (reduceScattersTo(results[i], primal)) {
@@ -682,9 +684,8 @@ LogicalResult FunctionPartitioner::buildStage(
     SmallVector<Layout> current;
     for (Value operand : op->getOperands())
       current.push_back(local[operand].layout);
-    if (isa<RmsNormGradOp, LayerNormGradOp, RmsNormWeightGradOp, LayerNormWeightGradOp>(op))
-      if (std::optional<Layout> rows = normRows(op->getOperand(0)))
-        current[0] = *rows; // (the forward norm's copy, shared)
+    if (auto rows = normInput.find(op); rows != normInput.end())
+      current[0] = rows->second; // (the forward norm's copy, shared)
     FailureOr<SmallVector<Layout>> wanted =
         operandLayouts(op, results, grid, current);
     if (failed(wanted))
