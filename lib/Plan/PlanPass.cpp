@@ -136,21 +136,13 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     // Op layouts and stages.
     std::vector<LayerPlan> layers =
         layerPlansFor(*model, clusterSpec, work, plan);
-    // Interleaved 1F1B with v chunks a device: the decoder layers cut into
-    // pp x v virtual stages of (nearly) equal counts, virtual stage c on
-    // pipeline stage c % pp (Megatron's layout); the prologue goes with the
-    // first, the epilogue with the last. `parax.stage` is the virtual stage
-    // (the partitioner maps it to the grid's pp axis).
-    const int64_t decoder = model->numDecoderLayers;
+    // Interleaved 1F1B with v chunks a device: virtual stage c (its
+    // decoder layers from plan.chunkStart) on pipeline stage c % pp
+    // (Megatron's layout); the prologue goes with the first, the epilogue
+    // with the last. `parax.stage` is the virtual stage (the partitioner
+    // maps it to the grid's pp axis).
     for (size_t l = 0; l < model->layers.size(); ++l) {
-      int64_t stage = 0;
-      for (size_t s = 0; s < plan.stageStart.size(); ++s)
-        if (static_cast<int64_t>(l) >= plan.stageStart[s])
-          stage = s;
-      if (plan.chunkOfLayer(0, decoder) >= 0) {
-        int64_t index = model->layers[l].index;
-        stage = index < 0 ? 0 : plan.chunkOfLayer(std::min(index, decoder - 1), decoder);
-      }
+      int64_t stage = plan.stageOfLayer(l, model->layers[l].index);
       const LayerGraph &layer = model->layers[l];
       const LayerPlan &lp = layers[l];
       for (size_t i = 0; i < layer.ops.size(); ++i) {

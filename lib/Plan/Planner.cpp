@@ -12,6 +12,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -174,6 +175,32 @@ private:
   }
   void finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
                     llvm::function_ref<double(int64_t)> inflight);
+  /// Each pipeline stage's layers (indices into model.layers, in order):
+  /// a contiguous run, or under interleaved 1F1B its virtual stages'.
+  std::vector<std::vector<int64_t>> stageLayers(const Plan &plan) const {
+    std::vector<std::vector<int64_t>> out(plan.pp);
+    for (size_t l = 0; l < model.layers.size(); ++l)
+      out[plan.stageOfLayer(l, model.layers[l].index) % plan.pp].push_back(l);
+    return out;
+  }
+  /// Interleaved 1F1B's virtual stages for `starts`: each stage's decoder
+  /// layers dealt into v chunks (equal counts a stage when a stage has
+  /// fewer than v).
+  std::vector<int64_t> chunksFor(llvm::ArrayRef<int64_t> starts, int64_t v) const {
+    int64_t pp = starts.size(), layers = model.numDecoderLayers;
+    std::vector<int64_t> counts(pp, 0);
+    for (int64_t s = 0; s < pp; ++s) {
+      int64_t end = s + 1 < pp ? starts[s + 1] : model.layers.size();
+      for (int64_t l = starts[s]; l < end; ++l)
+        counts[s] += model.layers[l].index >= 0 && model.layers[l].index < layers;
+    }
+    std::vector<int64_t> chunks = interleavedChunks(counts, v);
+    if (!chunks.empty())
+      return chunks;
+    for (int64_t s = 0; s < pp; ++s)
+      counts[s] = layers / pp + (s < layers % pp ? 1 : 0);
+    return interleavedChunks(counts, v);
+  }
   /// Per device, the elements of a weight the first and the last layer
   /// share (a tied embedding) that both layers' plans count but one
   /// stage holding both holds once (the larger box): at PP1 that is the
@@ -250,12 +277,12 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
   plan.capacity = capacity();
   int64_t stages = plan.stageStart.size();
   double worst = -kInf;
+  std::vector<std::vector<int64_t>> stageOf = stageLayers(plan);
   for (int64_t s = 0; s < stages; ++s) {
-    int64_t begin = plan.stageStart[s];
-    int64_t end = s + 1 < stages ? plan.stageStart[s + 1] : costs.size();
+    const std::vector<int64_t> &layers = stageOf[s];
     MemoryBreakdown m;
     double working = 0, gathered = 0, staged = 0, scratch = 0, largestGradient = 0;
-    for (int64_t l = begin; l < end; ++l) {
+    for (int64_t l : layers) {
       m.weights += costs[l].weights;
       m.gradients += costs[l].gradients;
       m.optimizer += costs[l].optimizer;
@@ -272,8 +299,8 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
     // gradient it receives back, and for the gradient it sends to the stage
     // before (the CUDA backend's activation sets, docs/cuda.md).
     if (stages > 1 && w.kind == WorkloadKind::Train)
-      m.activations += inflight(s) * ((s + 1 < stages ? 2 * costs[end - 1].outputBytes : 0) +
-                                      (s > 0 ? costs[begin].inputBytes : 0));
+      m.activations += inflight(s) * ((s + 1 < stages ? 2 * costs[layers.back()].outputBytes : 0) +
+                                      (s > 0 ? costs[layers.front()].inputBytes : 0));
     m.optimizer += 2 * staged; // the runtime's two staging boxes
     m.scratch = scratch; // one buffer a stage, grown to its largest op's
     // A microbatch's backward pass through layer l: what the layers up to
@@ -282,7 +309,7 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
     // (the loss's layer: of the logits) at once.
     if (w.kind == WorkloadKind::Train) {
       double later = 0, backward = 0;
-      for (int64_t l = end - 1; l >= begin; --l) {
+      for (int64_t l : llvm::reverse(layers)) {
         backward = std::max(backward, costs[l].working + costs[l].transient - later);
         later += costs[l].activations;
       }
@@ -501,15 +528,17 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             plan.zero = zero;
             plan.recompute = rc;
             plan.stageStart = starts;
+            // Interleaved: each stage's count of layers in its chunks, and
+            // the stages costed with the layers their chunks hold.
+            if (sched == Schedule::Interleaved)
+              plan.chunkStart = chunksFor(starts, v);
             finishMemory(plan, costs, inflight);
             // The slowest stage sets the pace.
             double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,
                    stageCp = 0, stageCompute = 0, denseParams = 0, expertParams = 0;
-            for (size_t s = 0; s < starts.size(); ++s) {
-              size_t begin = starts[s];
-              size_t end = s + 1 < starts.size() ? starts[s + 1] : costs.size();
+            for (const std::vector<int64_t> &layers : stageLayers(plan)) {
               double t = 0, b = 0, tpc = 0, epc = 0, cpc = 0, comp = 0, dn = 0, ex = 0;
-              for (size_t l = begin; l < end; ++l) {
+              for (int64_t l : layers) {
                 t += costs[l].time;
                 b += costs[l].backward;
                 tpc += costs[l].tpComm;
@@ -991,6 +1020,33 @@ std::vector<int64_t> parax::plan::partitionStages(
     i = from[s][i];
   }
   return starts;
+}
+
+std::vector<int64_t> parax::plan::interleavedChunks(llvm::ArrayRef<int64_t> layersPerStage,
+                                                   int64_t chunks) {
+  int64_t pp = layersPerStage.size();
+  if (pp == 0 || chunks < 1 || llvm::any_of(layersPerStage, [&](int64_t n) { return n < chunks; }))
+    return {};
+  std::vector<int64_t> starts;
+  for (int64_t c = 0, first = 0; c < pp * chunks; ++c) {
+    starts.push_back(first);
+    int64_t n = layersPerStage[c % pp], j = c / pp;
+    first += n / chunks + (j < n % chunks ? 1 : 0);
+  }
+  return starts;
+}
+
+int64_t Plan::stageOfLayer(int64_t layer, int64_t index) const {
+  if (!chunkStart.empty()) {
+    if (index < 0)
+      return 0;
+    return std::upper_bound(chunkStart.begin(), chunkStart.end(), index) - chunkStart.begin() - 1;
+  }
+  int64_t stage = 0;
+  for (size_t s = 0; s < stageStart.size(); ++s)
+    if (layer >= stageStart[s])
+      stage = s;
+  return stage;
 }
 
 Plan Plan::withDegrees(int64_t pp, int64_t dp, int64_t ep, int64_t tp,

@@ -83,19 +83,20 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                     p.tpComm * 1e3, p.ppComm * 1e3, p.epComm * 1e3);
   }
   const Plan &best = result.plans.front();
-  os << formatv("\nbest: {0}; stages start at layer graph indices [", best.degrees());
-  for (auto [i, s] : llvm::enumerate(best.stageStart))
-    os << (i ? ", " : "") << s;
-  os << "]\n";
-  if (best.chunkOfLayer(0, result.decoderLayers) >= 0) {
+  os << formatv("\nbest: {0}; ", best.degrees());
+  if (best.chunkStart.empty()) {
+    os << "stages start at layer graph indices [";
+    for (auto [i, s] : llvm::enumerate(best.stageStart))
+      os << (i ? ", " : "") << s;
+    os << "]\n";
+  } else {
     // What PlanPass builds: virtual stage c's decoder layers on stage c % pp.
+    int64_t chunks = best.chunkStart.size();
     os << formatv("interleaved 1F1B: {0} virtual stages, virtual stage c on pipeline stage c % {1}; decoder "
-                  "layers of each: [", best.pp * best.virtualStages, best.pp);
-    for (int64_t c = 0, l = 0; c < best.pp * best.virtualStages; ++c) {
-      int64_t first = l;
-      while (l < result.decoderLayers && best.chunkOfLayer(l, result.decoderLayers) == c)
-        ++l;
-      os << (c ? ", " : "") << first << "-" << l - 1;
+                  "layers of each: [", chunks, best.pp);
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t end = c + 1 < chunks ? best.chunkStart[c + 1] : result.decoderLayers;
+      os << (c ? ", " : "") << best.chunkStart[c] << "-" << end - 1;
     }
     os << "] (the prologue with the first, the epilogue with the last)\n";
   }
@@ -141,6 +142,7 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
         {"schedule", toString(p.schedule)}, {"virtual_stages", p.virtualStages},
         {"zero", p.zero}, {"recompute", toString(p.recompute)},
         {"stage_start", std::move(stages)},
+        {"chunk_start", llvm::json::Array(p.chunkStart)},
         {"step_time_s", p.stepTime}, {"mfu", p.mfu},
         {"tokens_per_s", p.tokensPerSecond},
         {"tokens_per_s_per_device", p.tokensPerSecondPerDevice},

@@ -465,6 +465,7 @@ def test_the_plans_pipeline_schedule_is_run_or_named(tmp_path, schedule, said):
 INTERLEAVED_PLANS = [
     ("tiny-llama", "pp=2,chunks=2", 2, 4, 8),
     ("tiny-llama", "pp=2,chunks=3", 2, 6, 4),       # odd chunks; as many microbatches as stages
+    ("tiny-llama", "pp=2,chunks=2", 2, 6, 8),       # each stage's 3 layers in chunks of 2 and 1
     ("tiny-llama", "pp=2,tp=2,chunks=2", 4, 4, 8),
     ("tiny-llama", "pp=2,dp=2,chunks=2", 4, 4, 16),
     ("tiny-llama", "pp=4,chunks=2", 4, 8, 16),       # the last chunk's activations wrap to stage 0

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <numeric>
 #include <random>
 
 using namespace mlir;
@@ -289,6 +290,43 @@ TEST_F(PlannerTest, StagePartitionMatchesBruteForce) {
       EXPECT_DOUBLE_EQ(best, brute) << "trial " << trial;
     }
   }
+}
+
+TEST(InterleavedChunksTest, EachStageKeepsItsLayersInNearlyEqualChunks) {
+  // 96 layers on 16 stages of 4 chunks: 6 a stage, in chunks of 2, 2, 1, 1
+  // (virtual stages 0-31 of two layers, 32-63 of one).
+  std::vector<int64_t> starts = interleavedChunks(std::vector<int64_t>(16, 6), 4);
+  ASSERT_EQ(starts.size(), 64u);
+  EXPECT_EQ(starts[1], 2);
+  EXPECT_EQ(starts[32], 64);
+  EXPECT_EQ(starts[63], 95);
+  // Any counts: every stage's chunks hold its count, differing by a layer
+  // at most, in the order of the virtual stages.
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    int64_t pp = 1 + trial % 5, chunks = 1 + trial % 4;
+    std::vector<int64_t> counts(pp);
+    for (int64_t &n : counts)
+      n = chunks + rng() % 7;
+    std::vector<int64_t> got = interleavedChunks(counts, chunks);
+    ASSERT_EQ(got.size(), size_t(pp * chunks)) << "trial " << trial;
+    int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+    std::vector<int64_t> held(pp, 0), least(pp, total), most(pp, 0);
+    for (int64_t c = 0; c < pp * chunks; ++c) {
+      int64_t size = (c + 1 < pp * chunks ? got[c + 1] : total) - got[c];
+      ASSERT_GE(size, 1) << "trial " << trial;
+      held[c % pp] += size;
+      least[c % pp] = std::min(least[c % pp], size);
+      most[c % pp] = std::max(most[c % pp], size);
+    }
+    EXPECT_EQ(got.front(), 0);
+    for (int64_t s = 0; s < pp; ++s) {
+      EXPECT_EQ(held[s], counts[s]) << "trial " << trial;
+      EXPECT_LE(most[s] - least[s], 1) << "trial " << trial;
+    }
+  }
+  // A stage with fewer layers than chunks cannot fill them.
+  EXPECT_TRUE(interleavedChunks({3, 1}, 2).empty());
 }
 
 TEST_F(PlannerTest, PruningKeepsTheOptimum) {

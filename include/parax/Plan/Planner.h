@@ -67,15 +67,15 @@ struct Plan {
   Recompute recompute = Recompute::None;
   /// First index (into ModelGraph::layers) of each stage.
   std::vector<int64_t> stageStart;
-  /// Interleaved 1F1B: the virtual stage (0 .. pp x virtualStages - 1,
-  /// run on pipeline stage c % pp) of decoder layer `layer` of `layers`:
-  /// the layers cut into chunks of nearly equal counts. -1: not
-  /// interleaved.
-  int64_t chunkOfLayer(int64_t layer, int64_t layers) const {
-    if (schedule != Schedule::Interleaved || pp <= 1 || layers <= 0)
-      return -1;
-    return layer * pp * virtualStages / layers;
-  }
+  /// Interleaved 1F1B: the first decoder layer of each virtual stage (pp x
+  /// virtualStages of them, virtual stage c run on pipeline stage c % pp),
+  /// from interleavedChunks. Empty: not interleaved.
+  std::vector<int64_t> chunkStart;
+  /// The stage (the virtual stage when interleaved) of graph layer `layer`
+  /// (an index into ModelGraph::layers) whose parax.layer is `index` (-1:
+  /// the prologue, with the first; past the decoder layers: the epilogue,
+  /// with the last).
+  int64_t stageOfLayer(int64_t layer, int64_t index) const;
 
   // Times (seconds per step). Exposed communication only.
   double stepTime = 0;
@@ -135,6 +135,15 @@ std::vector<int64_t> partitionStages(llvm::ArrayRef<double> layerTime,
                                      llvm::function_ref<double(int64_t)> inflight,
                                      double capacity, int64_t pp,
                                      double &maxStage);
+
+/// Interleaved 1F1B's virtual stages: pipeline stage s's
+/// `layersPerStage[s]` decoder layers dealt into `chunks` runs of nearly
+/// equal counts (the larger first), virtual stage j x pp + s holding run j
+/// of stage s, so that each device holds the layers the cost model gave it.
+/// Returns each virtual stage's first decoder layer (empty when a stage has
+/// fewer layers than chunks).
+std::vector<int64_t> interleavedChunks(llvm::ArrayRef<int64_t> layersPerStage,
+                                       int64_t chunks);
 
 /// The per-layer op layouts of `plan` (for writing onto the IR): one
 /// LayerPlan per entry of model.layers.
