@@ -235,6 +235,7 @@ MOE_PLANS = [
     ("tiny-mixtral", "tp=2,dp=1", 2),
     ("tiny-mixtral", "dp=2,ep=2", 4),
     ("tiny-mixtral", "ep=2,pp=2,dp=1", 4),
+    ("tiny-mixtral", "ep=2,cp=2,tp=1,dp=1", 4),   # each ep rank its sequences, each cp rank its positions
     # An expert capacity (a rank's exchanges hold 1.5 x its own pairs'
     # rows, here enough): the gradients' dispatch of dy fits the same rows.
     ("tiny-mixtral", "ep=2,dp=1,capacity=1.5", 2),
@@ -245,6 +246,7 @@ MOE_PLANS = [
     ("tiny-qwen2-moe", "ep=2,tp=2,dp=1", 4),
     ("tiny-deepseek-v3", "ep=2,dp=1", 2),
     ("tiny-deepseek-v3", "tp=2,dp=1", 2),
+    ("tiny-deepseek-v3", "ep=2,cp=2,tp=1,dp=1", 4),  # MLA's keys and values gathered over cp
 ]
 
 
