@@ -76,6 +76,15 @@ private:
       return 1;
     return kReplicated;
   }
+  /// What an output of the layer, in layout `have`, closes to: a result
+  /// of the program whole (the partitioner gathers or all-reduces it:
+  /// prefill's logits), but a KV cache, which stays where it is; else the
+  /// next layer's boundary.
+  int8_t closingLayout(int id, int8_t have) const {
+    if (value(id).returned && !value(id).inKvCache)
+      return kReplicated;
+    return lastLayer ? have : boundaryLayout(id);
+  }
 
   double keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm::ArrayRef<double> opTimes,
                    double *recomputeTime = nullptr) const;
@@ -537,9 +546,8 @@ double Solver::exhaustive() {
   double best = kInf;
   std::function<void(int, double)> visit = [&](int i, double cost) {
     if (i == n) {
-      if (!lastLayer)
-        for (int out : layer.outputs)
-          cost += ctx.commWeight * reshard(out, layout[out], boundaryLayout(out)).first;
+      for (int out : layer.outputs)
+        cost += ctx.commWeight * reshard(out, layout[out], closingLayout(out, layout[out])).first;
       best = std::min(best, cost);
       return;
     }
@@ -652,17 +660,15 @@ LayerPlan Solver::solve() {
   }
 
   LayerPlan plan;
-  // Close: outputs go back to the boundary layout (the last layer's are free).
+  // Close: outputs go back to the boundary layout (the last layer's whole).
   int best = -1;
   double bestCost = kInf;
   for (int si = 0, se = states[n].size(); si < se; ++si) {
     double cost = states[n][si].second.cost;
-    if (!lastLayer)
-      for (int out : layer.outputs)
-        cost += ctx.commWeight *
-                reshard(out, layoutAt(n, *states[n][si].first, out),
-                        boundaryLayout(out))
-                    .first;
+    for (int out : layer.outputs) {
+      int8_t have = layoutAt(n, *states[n][si].first, out);
+      cost += ctx.commWeight * reshard(out, have, closingLayout(out, have)).first;
+    }
     if (cost < bestCost) {
       bestCost = cost;
       best = si;
@@ -787,13 +793,17 @@ LayerPlan Solver::solve() {
   plan.activationBytes[1] =
       keptBytes(/*selective=*/true, heldBytes, opTimes, &plan.selectiveRecomputeTime) + dispatchedBytes;
   // The last states' outputs closing back to the boundary.
-  if (!lastLayer)
-    for (int out : layer.outputs) {
-      auto [commTime, kind] =
-          reshard(out, layoutAt(n, *states[n][best].first, out), boundaryLayout(out));
-      plan.commTime += commTime;
-      if (kind)
-        plan.collectives.push_back({*kind, fullBytes(out), n});
+  for (int out : layer.outputs) {
+    int8_t have = layoutAt(n, *states[n][best].first, out);
+    auto [commTime, kind] = reshard(out, have, closingLayout(out, have));
+    plan.commTime += commTime;
+    if (kind)
+      plan.collectives.push_back({*kind, fullBytes(out), n});
+  }
+  for (int out : layer.outputs)
+    if (value(out).returned && !value(out).inKvCache && rank(out) >= 3 && !value(out).someSequence) {
+      plan.returnedSequenceBytes += fullBytes(out);
+      ++plan.returnedSequenceValues;
     }
   for (int in : layer.inputs)
     plan.inputBytes += heldBytes[in];

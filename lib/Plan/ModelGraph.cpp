@@ -298,6 +298,9 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
     for (auto &[value, id] : ids) {
       if (llvm::is_contained(layer.inputs, id))
         continue;
+      layer.values[id].returned = llvm::any_of(value.getUsers(), [](Operation *user) {
+        return isa<func::ReturnOp>(user);
+      });
       for (Operation *user : value.getUsers()) {
         std::optional<int64_t> userLayer = getLayer(user);
         if (!userLayer || *userLayer != index) {

@@ -162,6 +162,14 @@ private:
     return {bytes, collectiveTime(cluster, CollectiveKind::AllGather, bytes,
                                   makeGroup(cluster, cp, ctx.tp))};
   }
+  /// Context parallelism: the results of layer `lp` that hold the whole
+  /// sequence (prefill's logits) gathered over the cp ranks, in seconds.
+  double gatheredResults(const LayerPlan &lp, const TpContext &ctx, int64_t cp) const {
+    if (cp <= 1 || lp.returnedSequenceBytes <= 0)
+      return 0;
+    return collectiveTime(cluster, CollectiveKind::AllGather, lp.returnedSequenceBytes * cp,
+                          makeGroup(cluster, cp, ctx.tp));
+  }
   std::vector<int64_t> partition(const std::vector<LayerCost> &costs,
                                  int64_t pp, llvm::function_ref<double(int64_t)> inflight,
                                  double &maxStage) {
@@ -355,6 +363,9 @@ void Search::countCollectives(Plan &plan,
     // Context parallelism: every attention's keys and values gathered.
     if (plan.cp > 1 && plans[l]->kvBytesPerToken > 0)
       count(CollectiveKind::AllGather, 2);
+    // ... and the results holding the whole sequence.
+    if (plan.cp > 1)
+      count(CollectiveKind::AllGather, plans[l]->returnedSequenceValues);
   }
   if (plan.pp > 1) // one boundary crossing per stage boundary
     plan.allCollectives["send_recv"] += plan.pp - 1;
@@ -457,7 +468,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // Keys and values gathered (forward), their gradients
               // reduce-scattered (backward).
               auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
-              c.forward = lp.computeTime + lp.commTime + a2a + cpTime;
+              double results = gatheredResults(lp, ctx, cp);
+              c.forward = lp.computeTime + lp.commTime + a2a + cpTime + results;
               c.backward = 2 * lp.computeTime + lp.commTime + a2a + cpTime;
               double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
                              : rc == Recompute::Full    ? c.forward
@@ -466,7 +478,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               c.compute = 3 * lp.computeTime + extra;
               c.tpComm = 2 * lp.commTime;
               c.epComm = 2 * a2a;
-              c.cpComm = 2 * cpTime;
+              c.cpComm = 2 * cpTime + results;
               // A tied weight that both the first and this last layer read
               // is one parameter on a stage holding both: its weight, state
               // and sync once; its gradient's two parts are both made.
@@ -673,6 +685,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         LayerCost &c = costs[l];
         double a2a = expertExchangeTime(lp, ep, epGroup);
         auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
+        cpTime += gatheredResults(lp, ctx, cp);
         c.time = c.forward = lp.computeTime + lp.commTime + a2a + cpTime; // one microbatch
         c.compute = lp.computeTime;
         c.tpComm = lp.commTime;

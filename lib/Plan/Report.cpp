@@ -109,7 +109,7 @@ std::string parax::plan::formatPlans(const PlanResult &result,
     os << formatv("context parallelism: each sequence in {0} pieces of {1} tokens; every layer's keys and "
                   "values all-gathered over them ({2}): {3:F3} ms a step\n",
                   best.cp, workload.seq / best.cp,
-                  workload.kind == WorkloadKind::Train ? "their gradients reduce-scattered back" : "forward",
+                  workload.kind == WorkloadKind::Train ? "their gradients reduce-scattered back" : "forward; the results holding the whole sequence too",
                   best.cpComm * 1e3);
   os << formatv("forward collectives per step: decoder layers: {0}; all: {1}\n",
                 collectivesText(best.decoderCollectives),

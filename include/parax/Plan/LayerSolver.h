@@ -114,6 +114,11 @@ struct LayerPlan {
   double scratchBytes[2] = {0, 0};
   double kvBytesPerToken = 0;   // per device per token of context
   double alltoallBytes = 0;     // expert dispatch (= combine) bytes per device
+  /// Per device, the bytes of the layer's results that hold the whole
+  /// sequence (prefill's logits), as returned whole over tp: under context
+  /// parallelism each rank's positions, all-gathered over cp.
+  double returnedSequenceBytes = 0;
+  int returnedSequenceValues = 0;
   llvm::SmallVector<CollectiveUse> collectives; // forward
   double objective = 0;
 };

@@ -57,6 +57,9 @@ struct ValueNode {
   // slice: the last position that a prefill's logits need): never the
   // sequence split of sequence parallelism.
   bool someSequence = false;
+  // A result of the program: returned whole (gathered over tp and cp),
+  // but for a KV cache, which stays where it is.
+  bool returned = false;
 };
 
 struct OpNode {
