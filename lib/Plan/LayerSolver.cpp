@@ -800,11 +800,16 @@ LayerPlan Solver::solve() {
     if (kind)
       plan.collectives.push_back({*kind, fullBytes(out), n});
   }
-  for (int out : layer.outputs)
-    if (value(out).returned && !value(out).inKvCache && rank(out) >= 3 && !value(out).someSequence) {
+  for (int out : layer.outputs) {
+    if (!value(out).returned || value(out).inKvCache || rank(out) < 2)
+      continue;
+    plan.returnedBytes += fullBytes(out);
+    ++plan.returnedValues;
+    if (rank(out) >= 3 && !value(out).someSequence) {
       plan.returnedSequenceBytes += fullBytes(out);
       ++plan.returnedSequenceValues;
     }
+  }
   for (int in : layer.inputs)
     plan.inputBytes += heldBytes[in];
   plan.activationBytes[2] = plan.inputBytes;

@@ -162,13 +162,22 @@ private:
     return {bytes, collectiveTime(cluster, CollectiveKind::AllGather, bytes,
                                   makeGroup(cluster, cp, ctx.tp))};
   }
-  /// Context parallelism: the results of layer `lp` that hold the whole
-  /// sequence (prefill's logits) gathered over the cp ranks, in seconds.
-  double gatheredResults(const LayerPlan &lp, const TpContext &ctx, int64_t cp) const {
-    if (cp <= 1 || lp.returnedSequenceBytes <= 0)
-      return 0;
-    return collectiveTime(cluster, CollectiveKind::AllGather, lp.returnedSequenceBytes * cp,
-                          makeGroup(cluster, cp, ctx.tp));
+  /// The program's results that layer `lp` makes, returned whole: those
+  /// holding the whole sequence (prefill's logits) gathered over the cp
+  /// ranks, then all over the ep ranks (each holding its own sequences):
+  /// {seconds over cp, seconds over ep}.
+  std::pair<double, double> gatheredResults(const LayerPlan &lp, const TpContext &ctx, int64_t cp,
+                                            int64_t ep) const {
+    double overCp = 0, overEp = 0, whole = lp.returnedBytes;
+    if (cp > 1 && lp.returnedSequenceBytes > 0) {
+      overCp = collectiveTime(cluster, CollectiveKind::AllGather, lp.returnedSequenceBytes * cp,
+                              makeGroup(cluster, cp, ctx.tp));
+      whole += lp.returnedSequenceBytes * (cp - 1);
+    }
+    if (ep > 1 && whole > 0)
+      overEp = collectiveTime(cluster, CollectiveKind::AllGather, whole * ep,
+                              makeGroup(cluster, ep, ctx.tp * cp));
+    return {overCp, overEp};
   }
   std::vector<int64_t> partition(const std::vector<LayerCost> &costs,
                                  int64_t pp, llvm::function_ref<double(int64_t)> inflight,
@@ -363,9 +372,12 @@ void Search::countCollectives(Plan &plan,
     // Context parallelism: every attention's keys and values gathered.
     if (plan.cp > 1 && plans[l]->kvBytesPerToken > 0)
       count(CollectiveKind::AllGather, 2);
-    // ... and the results holding the whole sequence.
+    // ... and the results: those holding the whole sequence over cp, all
+    // over ep.
     if (plan.cp > 1)
       count(CollectiveKind::AllGather, plans[l]->returnedSequenceValues);
+    if (plan.ep > 1)
+      count(CollectiveKind::AllGather, plans[l]->returnedValues);
   }
   if (plan.pp > 1) // one boundary crossing per stage boundary
     plan.allCollectives["send_recv"] += plan.pp - 1;
@@ -468,8 +480,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // Keys and values gathered (forward), their gradients
               // reduce-scattered (backward).
               auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
-              double results = gatheredResults(lp, ctx, cp);
-              c.forward = lp.computeTime + lp.commTime + a2a + cpTime + results;
+              auto [resultsOverCp, resultsOverEp] = gatheredResults(lp, ctx, cp, ep);
+              c.forward = lp.computeTime + lp.commTime + a2a + cpTime + resultsOverCp + resultsOverEp;
               c.backward = 2 * lp.computeTime + lp.commTime + a2a + cpTime;
               double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
                              : rc == Recompute::Full    ? c.forward
@@ -477,8 +489,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               c.time = c.forward + c.backward + extra;
               c.compute = 3 * lp.computeTime + extra;
               c.tpComm = 2 * lp.commTime;
-              c.epComm = 2 * a2a;
-              c.cpComm = 2 * cpTime + results;
+              c.epComm = 2 * a2a + resultsOverEp;
+              c.cpComm = 2 * cpTime + resultsOverCp;
               // A tied weight that both the first and this last layer read
               // is one parameter on a stage holding both: its weight, state
               // and sync once; its gradient's two parts are both made.
@@ -685,12 +697,12 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         LayerCost &c = costs[l];
         double a2a = expertExchangeTime(lp, ep, epGroup);
         auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
-        cpTime += gatheredResults(lp, ctx, cp);
-        c.time = c.forward = lp.computeTime + lp.commTime + a2a + cpTime; // one microbatch
+        auto [resultsOverCp, resultsOverEp] = gatheredResults(lp, ctx, cp, ep);
         c.compute = lp.computeTime;
         c.tpComm = lp.commTime;
-        c.epComm = a2a;
-        c.cpComm = cpTime;
+        c.epComm = a2a + resultsOverEp;
+        c.cpComm = cpTime + resultsOverCp;
+        c.time = c.forward = lp.computeTime + lp.commTime + c.epComm + c.cpComm; // one microbatch
         c.weights = lp.weightBytes;
         c.working = lp.peakLiveBytes + gathered; // a stage holds one microbatch's at a time
         c.scratch = lp.scratchBytes[0];

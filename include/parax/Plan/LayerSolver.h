@@ -114,11 +114,12 @@ struct LayerPlan {
   double scratchBytes[2] = {0, 0};
   double kvBytesPerToken = 0;   // per device per token of context
   double alltoallBytes = 0;     // expert dispatch (= combine) bytes per device
-  /// Per device, the bytes of the layer's results that hold the whole
-  /// sequence (prefill's logits), as returned whole over tp: under context
-  /// parallelism each rank's positions, all-gathered over cp.
-  double returnedSequenceBytes = 0;
-  int returnedSequenceValues = 0;
+  /// Per device, the bytes of the program's results the layer makes (but
+  /// KV caches), as returned whole over tp: each ep rank's sequences,
+  /// all-gathered over ep; of them, those holding the whole sequence
+  /// (prefill's logits), each cp rank's positions, all-gathered over cp.
+  double returnedBytes = 0, returnedSequenceBytes = 0;
+  int returnedValues = 0, returnedSequenceValues = 0;
   llvm::SmallVector<CollectiveUse> collectives; // forward
   double objective = 0;
 };
