@@ -78,10 +78,10 @@ private:
   }
   /// What an output of the layer, in layout `have`, closes to: a result
   /// of the program whole (the partitioner gathers or all-reduces it:
-  /// prefill's logits), but a KV cache, which stays where it is; else the
-  /// next layer's boundary.
+  /// prefill's logits), but a KV cache, which stays where it is, and a
+  /// training step's (TpContext::train); else the next layer's boundary.
   int8_t closingLayout(int id, int8_t have) const {
-    if (value(id).returned && !value(id).inKvCache)
+    if (value(id).returned && !value(id).inKvCache && !ctx.train)
       return kReplicated;
     return lastLayer ? have : boundaryLayout(id);
   }
@@ -801,7 +801,7 @@ LayerPlan Solver::solve() {
       plan.collectives.push_back({*kind, fullBytes(out), n});
   }
   for (int out : layer.outputs) {
-    if (!value(out).returned || value(out).inKvCache || rank(out) < 2)
+    if (!value(out).returned || value(out).inKvCache || rank(out) < 2 || ctx.train)
       continue;
     plan.returnedBytes += fullBytes(out);
     ++plan.returnedValues;

@@ -168,6 +168,8 @@ private:
   /// {seconds over cp, seconds over ep}.
   std::pair<double, double> gatheredResults(const LayerPlan &lp, const TpContext &ctx, int64_t cp,
                                             int64_t ep) const {
+    if (ctx.train)
+      return {0, 0};
     double overCp = 0, overEp = 0, whole = lp.returnedBytes;
     if (cp > 1 && lp.returnedSequenceBytes > 0) {
       overCp = collectiveTime(cluster, CollectiveKind::AllGather, lp.returnedSequenceBytes * cp,
@@ -256,6 +258,7 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
     ctx.contextLen = w.seq;
     ctx.queryPieces = cp;
   }
+  ctx.train = train();
   ctx.computeWeight = train() ? 3 : 1;
   ctx.commWeight = train() ? 2 : 1;
   return ctx;
@@ -374,9 +377,9 @@ void Search::countCollectives(Plan &plan,
       count(CollectiveKind::AllGather, 2);
     // ... and the results: those holding the whole sequence over cp, all
     // over ep.
-    if (plan.cp > 1)
+    if (plan.cp > 1 && !train())
       count(CollectiveKind::AllGather, plans[l]->returnedSequenceValues);
-    if (plan.ep > 1)
+    if (plan.ep > 1 && !train())
       count(CollectiveKind::AllGather, plans[l]->returnedValues);
   }
   if (plan.pp > 1) // one boundary crossing per stage boundary

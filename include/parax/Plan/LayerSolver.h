@@ -65,6 +65,9 @@ struct TpContext {
   double queryPieces = 1;
   double kvBytes = 2;           // KV cache element bytes (decode)
   bool decode = false;          // attention reads a KV cache of contextLen
+  /// A training step: it returns its loss (a scalar); the results of an IR
+  /// without one (logits) stand in for it and are not gathered.
+  bool train = false;
   double computeWeight = 1;     // train: 3 (forward + backward)
   double commWeight = 1;        // train: 2 (forward + backward conjugates)
   /// Constraints for tests: op index -> strategy name that must be chosen.
