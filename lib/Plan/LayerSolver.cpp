@@ -111,6 +111,28 @@ private:
         return kReplicated;
     return have;
   }
+  /// The layout of a second copy of value `v` (in layout `have`) that `op`
+  /// makes reading it under `s`: an all-to-all from one split to another
+  /// leaves both (the partitioner keeps the value and shares the copy
+  /// among its later readers), so a later reader may take either; none
+  /// otherwise (-1).
+  /// The index of the last op reading each value (the op count for the
+  /// layer's outputs; -1: none).
+  SmallVector<int> lastUses() const {
+    SmallVector<int> last(layer.values.size(), -1);
+    for (auto [i, op] : llvm::enumerate(layer.ops))
+      for (int in : op.inputs)
+        last[in] = i;
+    for (int out : layer.outputs)
+      last[out] = layer.ops.size();
+    return last;
+  }
+  static int8_t copyAfter(const OpNode &op, const Strategy &s, int v, int8_t have) {
+    for (auto [k, in] : llvm::enumerate(op.inputs))
+      if (in == v && have >= 0 && s.in[k] >= 0 && s.in[k] != have)
+        return s.in[k];
+    return -1;
+  }
   double attentionFlops(const OpNode &op) const;
   double collective(CollectiveKind kind, double bytes) const {
     if (kind == CollectiveKind::AllToAll)
@@ -543,6 +565,7 @@ double Solver::exhaustive() {
   SmallVector<int8_t> layout(layer.values.size(), kDead);
   for (int in : layer.inputs)
     layout[in] = boundaryLayout(in);
+  SmallVector<int> lastUse = lastUses();
   double best = kInf;
   std::function<void(int, double)> visit = [&](int i, double cost) {
     if (i == n) {
@@ -560,11 +583,22 @@ double Solver::exhaustive() {
         c += ctx.commWeight *
              collective(s.internal->first, s.internal->second * ctx.tokens());
       SmallVector<int8_t> saved(layout.begin(), layout.end());
+      SmallVector<std::pair<int, int8_t>> copies;
+      for (int in : op.inputs)
+        if (int8_t copy = copyAfter(op, s, in, layout[in]); copy >= 0 && lastUse[in] > i)
+          copies.push_back({in, copy});
       for (int in : op.inputs)
         layout[in] = heldAfter(op, s, in, layout[in]);
       for (auto [k, res] : llvm::enumerate(op.results))
         layout[res] = s.out[k];
       visit(i + 1, c);
+      // ... or later readers take one input's copy.
+      for (auto [in, copy] : copies) {
+        int8_t held = layout[in];
+        layout[in] = copy;
+        visit(i + 1, c);
+        layout[in] = held;
+      }
       layout = saved;
     }
   };
@@ -575,12 +609,7 @@ double Solver::exhaustive() {
 LayerPlan Solver::solve() {
   const int n = layer.ops.size();
   const int numValues = layer.values.size();
-  SmallVector<int> lastUse(numValues, -1);
-  for (auto [i, op] : llvm::enumerate(layer.ops))
-    for (int in : op.inputs)
-      lastUse[in] = i;
-  for (int out : layer.outputs)
-    lastUse[out] = n;
+  SmallVector<int> lastUse = lastUses();
 
   SmallVector<SmallVector<Strategy>> options(n);
   for (int i = 0; i < n; ++i) {
@@ -650,11 +679,25 @@ LayerPlan Solver::solve() {
           else
             next[p] = heldAfter(op, s, v, state[position[i][v]]);
         }
-        auto [it, inserted] = index[i + 1].try_emplace(next, states[i + 1].size());
-        if (inserted)
-          states[i + 1].push_back({&it->first, {cost, si, static_cast<int>(ci)}});
-        else if (cost < states[i + 1][it->second].second.cost)
-          states[i + 1][it->second].second = {cost, si, static_cast<int>(ci)};
+        auto reach = [&](const State &to) {
+          auto [it, inserted] = index[i + 1].try_emplace(to, states[i + 1].size());
+          if (inserted)
+            states[i + 1].push_back({&it->first, {cost, si, static_cast<int>(ci)}});
+          else if (cost < states[i + 1][it->second].second.cost)
+            states[i + 1][it->second].second = {cost, si, static_cast<int>(ci)};
+        };
+        reach(next);
+        // ... or later readers take one input's copy.
+        for (auto [p, v] : llvm::enumerate(live[i + 1])) {
+          if (definedAt[v] == i)
+            continue;
+          int8_t copy = copyAfter(op, s, v, state[position[i][v]]);
+          if (copy < 0)
+            continue;
+          State variant = next;
+          variant[p] = copy;
+          reach(variant);
+        }
       }
     }
   }
