@@ -683,6 +683,32 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     results.push_back(out);
     return results;
   }
+  if (auto slice = dyn_cast<SliceOp>(op)) { // (a partial sum sliced is one)
+    if (in.dims[slice.getDim()].empty()) {
+      results.push_back(in);
+      return results;
+    }
+    return replicated();
+  }
+  if (auto concat = dyn_cast<ConcatOp>(op)) {
+    // The operands' common split (a whole operand is cut locally), the
+    // joined dimension whole: the backward of a concat of slices (MLA's
+    // heads' gradients) stays split by heads.
+    std::optional<Layout> common;
+    for (const Layout &part : operands) {
+      if (!part.partial.empty())
+        return replicated();
+      if (part.isReplicated())
+        continue;
+      if (common && !(*common == part))
+        return replicated();
+      common = part;
+    }
+    if (!common || !common->dims[concat.getDim()].empty())
+      return replicated();
+    results.push_back(*common);
+    return results;
+  }
   if (auto reshape = dyn_cast<ReshapeOp>(op)) { // (a partial sum reshaped is one)
     FailureOr<Layout> out = mapThroughReshape(in, shapeOf(reshape.getX()),
                                               shapeOf(result), grid);
