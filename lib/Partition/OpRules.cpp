@@ -670,6 +670,18 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     return replicated();
   const Layout &in = operands.front();
   Value result = op->getResult(0);
+  // A partial sum plus a split value: in the split, the sum
+  // reduce-scattered to it, not the split value gathered and made a
+  // partial sum (an MoE layer's backward: the experts' dx, partial over
+  // tp, and the router's, split on the sequence).
+  if (isa<AddOp>(op) && operands.size() == 2 && rankOf(op->getOperand(0)) == rankOf(result) &&
+      rankOf(op->getOperand(1)) == rankOf(result))
+    for (int k : {0, 1})
+      if (!operands[k].partial.empty() && operands[1 - k].partial.empty() &&
+          reduceScattersTo(operands[k], operands[1 - k])) {
+        results.push_back(operands[1 - k]);
+        return results;
+      }
   if (isa<SiluOp, SigmoidOp, GeluOp, SwigluOp, AddOp, MulOp, RopeOp, RmsNormOp,
           LayerNormOp, BroadcastOp, CacheUpdateOp, ShiftOp>(op) &&
       rankOf(op->getOperand(0)) == rankOf(result)) {
