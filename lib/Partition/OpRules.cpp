@@ -673,15 +673,25 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
   // A partial sum plus a split value: in the split, the sum
   // reduce-scattered to it, not the split value gathered and made a
   // partial sum (an MoE layer's backward: the experts' dx, partial over
-  // tp, and the router's, split on the sequence).
+  // tp, and the router's, split on the sequence). A partial sum plus a
+  // value split alike: a partial sum (the other kept on one rank), left
+  // for its reader to reduce as it needs (MLA's backward: the
+  // column-parallel query down projection's dx plus the replicated key
+  // one's, reduce-scattered for the norm, not all-reduced and sliced).
   if (isa<AddOp>(op) && operands.size() == 2 && rankOf(op->getOperand(0)) == rankOf(result) &&
       rankOf(op->getOperand(1)) == rankOf(result))
-    for (int k : {0, 1})
-      if (!operands[k].partial.empty() && operands[1 - k].partial.empty() &&
-          reduceScattersTo(operands[k], operands[1 - k])) {
+    for (int k : {0, 1}) {
+      if (operands[k].partial.empty() || !operands[1 - k].partial.empty())
+        continue;
+      if (reduceScattersTo(operands[k], operands[1 - k])) {
         results.push_back(operands[1 - k]);
         return results;
       }
+      if (operands[1 - k].dims == operands[k].dims) {
+        results.push_back(operands[k]);
+        return results;
+      }
+    }
   if (isa<SiluOp, SigmoidOp, GeluOp, SwigluOp, AddOp, MulOp, RopeOp, RmsNormOp,
           LayerNormOp, BroadcastOp, CacheUpdateOp, ShiftOp>(op) &&
       rankOf(op->getOperand(0)) == rankOf(result)) {

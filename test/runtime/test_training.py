@@ -634,3 +634,68 @@ def test_multi_token_prediction_has_no_context_parallelism(tmp_path):
                            "workload=prefill:batch=1,seq=8,cp=2,tp=1,dp=1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "none with multi-token prediction" in proc.stderr, proc.stderr
+
+
+# Hand-written shardings (parax.shardings on the forward ops), so that the
+# backward meets a given pattern whatever the planner would choose: x read
+# by a column-parallel linear (its dx a partial sum over tp) and a
+# replicated one (its dx whole); the partitioner adds the two as a partial
+# sum (the whole one kept on one rank) and reduces it once, for the
+# embedding's gradient.
+HAND_SHARDED = """{grid}func.func @forward(%tokens: tensor<2x8xi32>, %labels: tensor<2x8xi32>,
+    %table: tensor<64x16xf32> {{parax.param = "table"}},
+    %w1: tensor<32x16xf32> {{parax.param = "w1"{w1}}},
+    %w2: tensor<32x16xf32> {{parax.param = "w2"}}) -> tensor<f32> {{
+  %x = parax.embedding %tokens, %table {whole3} : (tensor<2x8xi32>, tensor<64x16xf32>) -> tensor<2x8x16xf32>
+  %y1 = parax.linear %x, %w1 {{transpose_w{column}}} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %y2 = parax.linear %x, %w2 {{transpose_w{whole}}} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %z = parax.add %y1, %y2 {whole3} : (tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  %l = parax.cross_entropy %z, %labels : (tensor<2x8x32xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}}
+"""
+HAND_SHARDINGS = {"grid": "parax.grid @g(tp = 2)\n",
+                  "w1": ", parax.sharding = #parax.sharding<@g, [{tp}, {}]>",
+                  "whole3": "{parax.shardings = [#parax.sharding<@g, [{}, {}, {}]>]}",
+                  "column": ", parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]",
+                  "whole": ", parax.shardings = [#parax.sharding<@g, [{}, {}, {}]>]"}
+
+
+def test_hand_sharded_backward_sums_match_single_rank(tmp_path):
+    """A partial sum plus a whole value in the backward (x's two dx):
+    added as a partial sum, to_partial keeping the whole one on one rank;
+    the loss and every gradient on 2 ranks equal one rank's."""
+    import subprocess
+    from conftest import MPI_ENV, tool
+    from parax.checkpoint import save_safetensors
+    rng = np.random.default_rng(5)
+    weights = {"table": rng.standard_normal((64, 16)).astype(np.float32),
+               "w1": rng.standard_normal((32, 16)).astype(np.float32) * 0.3,
+               "w2": rng.standard_normal((32, 16)).astype(np.float32) * 0.3}
+    save_safetensors(str(tmp_path / "w.safetensors"), weights)
+    for name, high in (("tokens", 64), ("labels", 32)):
+        np.save(tmp_path / f"{name}.npy", rng.integers(0, high, size=(2, 8)).astype(np.int32))
+    results = {}
+    for ranks, passes in ((1, ["--parax-autodiff"]), (2, ["--parax-autodiff", "--parax-partition"])):
+        model = tmp_path / f"model{ranks}.mlir"
+        model.write_text(HAND_SHARDED.format(**(HAND_SHARDINGS if ranks > 1 else dict.fromkeys(HAND_SHARDINGS, ""))))
+        ir, exe = tmp_path / f"r{ranks}.mlir", tmp_path / f"r{ranks}.pxe"
+        for cmd in ([tool("parax-opt"), str(model), *passes, "-o", str(ir)],
+                    [tool("parax-translate"), "--to-executable", str(ir), "-o", str(exe)]):
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 0, proc.stderr
+        text = ir.read_text()
+        if ranks == 2:
+            assert "parax.to_partial" in text and text.count("parax.all_reduce") == 1, text
+        names = ["loss"] + re.findall(r'parax\.grad = "(\w+)"', text)
+        outs = [str(tmp_path / f"r{ranks}-{name}.npy") for name in names]
+        proc = subprocess.run(["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
+                               tool("parax-run"), str(exe), "--weights", str(tmp_path / "w.safetensors"),
+                               "--input", str(tmp_path / "tokens.npy"), "--input", str(tmp_path / "labels.npy"),
+                               *[a for out in outs for a in ("--output", out)]],
+                              capture_output=True, text=True, timeout=120, env=MPI_ENV)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        results[ranks] = {name: np.load(out) for name, out in zip(names, outs)}
+    assert set(results[1]) == set(results[2]) == {"loss", "table", "w1", "w2"}
+    for name, want in results[1].items():
+        assert np.abs(results[2][name] - want).max() < SHARDED_TOL, name
