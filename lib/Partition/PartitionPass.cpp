@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -658,7 +659,8 @@ LogicalResult FunctionPartitioner::buildStage(
 
   // Resharded copies are shared by the consumers that want the same layout.
   std::map<std::pair<void *, std::string>, Value> resharded;
-  auto get = [&](Value value, const Layout &want, Location loc) -> FailureOr<Value> {
+  std::function<FailureOr<Value>(Value, const Layout &, Location)> get =
+      [&](Value value, const Layout &want, Location loc) -> FailureOr<Value> {
     const Local &have = local[value];
     if (have.layout == want)
       return have.value;
@@ -666,6 +668,20 @@ LogicalResult FunctionPartitioner::buildStage(
     auto it = resharded.find(key);
     if (it != resharded.end())
       return it->second;
+    // A partial sum made of a value that is none: from its copy in that
+    // layout without the sum (shared: a gathered copy another reader made
+    // is not gathered again), kept on one rank.
+    Layout summed = want;
+    summed.partial.clear();
+    if (!want.partial.empty() && have.layout.partial.empty() && !(summed == have.layout)) {
+      FailureOr<Value> base = get(value, summed, loc);
+      if (failed(base))
+        return failure();
+      FailureOr<Value> out = reshard(b, loc, *base, summed, want, grid);
+      if (succeeded(out))
+        resharded[key] = *out;
+      return out;
+    }
     FailureOr<Value> out = reshard(b, loc, have.value, have.layout, want, grid);
     if (succeeded(out))
       resharded[key] = *out;

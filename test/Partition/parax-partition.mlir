@@ -500,3 +500,26 @@ func.func @chunks(%x: tensor<4xf32>) -> tensor<4xf32> {
   %d = parax.silu %c {parax.stage = 3 : i64} : (tensor<4xf32>) -> tensor<4xf32>
   return %d : tensor<4xf32>
 }
+
+// -----
+
+parax.grid @g(tp = 2)
+// A split value read whole by one op and as a partial sum by another (a
+// residual added to a row-parallel output): one all-gather; the partial
+// sum is that gathered copy kept on one rank (it used to be gathered a
+// second time).
+// CHECK-LABEL: func.func @gathered_once
+// CHECK: %[[H:.*]] = parax.silu
+// CHECK-NEXT: %[[WHOLE:.*]] = parax.all_gather %[[H]] over @g ["tp"] dim 2
+// CHECK-NOT: parax.all_gather
+// CHECK: parax.to_partial %[[WHOLE]] over @g ["tp"]
+// CHECK-NOT: parax.all_gather
+// CHECK: return
+func.func @gathered_once(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{}, {}, {tp}]>},
+    %w: tensor<16x16xf32> {parax.param = "w", parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) -> tensor<2x8x16xf32> {
+  %h = parax.silu %x {parax.shardings = [#parax.sharding<@g, [{}, {}, {tp}]>]} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %n = parax.silu %h {parax.shardings = [#parax.sharding<@g, [{}, {}, {}]>]} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %y = parax.linear %n, %w {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %r = parax.add %h, %y {parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %r : tensor<2x8x16xf32>
+}
