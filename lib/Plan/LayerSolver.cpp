@@ -742,6 +742,13 @@ LayerPlan Solver::solve() {
     auto layoutOf = [&](int v) { return layoutAt(i, state, v); };
     plan.strategy.push_back(s.name);
     plan.layouts.push_back(SmallVector<int8_t>(s.out.begin(), s.out.end()));
+    // Some positions sliced from the whole sequence (a prefill's last):
+    // under context parallelism the partitioner gathers the input first.
+    if (op.kind == OpClass::Slice && op.dim == 1 && rank(op.inputs[0]) >= 3 &&
+        !value(op.inputs[0]).someSequence && value(op.results[0]).someSequence) {
+      plan.slicedSequenceBytes += fullBytes(op.inputs[0]) * share(s.in[0]);
+      ++plan.slicedSequenceValues;
+    }
     double time = opTime(op, s);
     plan.computeTime += time;
     auto [forwardScratch, backwardScratch] = scratchBytes(op, s);

@@ -164,15 +164,19 @@ private:
   }
   /// The program's results that layer `lp` makes, returned whole: those
   /// holding the whole sequence (prefill's logits) gathered over the cp
-  /// ranks, then all over the ep ranks (each holding its own sequences):
+  /// ranks, then all over the ep ranks (each holding its own sequences);
+  /// and under cp the values some positions are sliced from, gathered:
   /// {seconds over cp, seconds over ep}.
   std::pair<double, double> gatheredResults(const LayerPlan &lp, const TpContext &ctx, int64_t cp,
                                             int64_t ep) const {
-    if (ctx.train)
-      return {0, 0};
     double overCp = 0, overEp = 0, whole = lp.returnedBytes;
+    if (cp > 1 && lp.slicedSequenceBytes > 0)
+      overCp += collectiveTime(cluster, CollectiveKind::AllGather, lp.slicedSequenceBytes * cp,
+                               makeGroup(cluster, cp, ctx.tp));
+    if (ctx.train)
+      return {overCp, 0};
     if (cp > 1 && lp.returnedSequenceBytes > 0) {
-      overCp = collectiveTime(cluster, CollectiveKind::AllGather, lp.returnedSequenceBytes * cp,
+      overCp += collectiveTime(cluster, CollectiveKind::AllGather, lp.returnedSequenceBytes * cp,
                               makeGroup(cluster, cp, ctx.tp));
       whole += lp.returnedSequenceBytes * (cp - 1);
     }
@@ -377,6 +381,8 @@ void Search::countCollectives(Plan &plan,
       count(CollectiveKind::AllGather, 2);
     // ... and the results: those holding the whole sequence over cp, all
     // over ep.
+    if (plan.cp > 1)
+      count(CollectiveKind::AllGather, plans[l]->slicedSequenceValues);
     if (plan.cp > 1 && !train())
       count(CollectiveKind::AllGather, plans[l]->returnedSequenceValues);
     if (plan.ep > 1 && !train())

@@ -123,6 +123,11 @@ struct LayerPlan {
   /// (prefill's logits), each cp rank's positions, all-gathered over cp.
   double returnedBytes = 0, returnedSequenceBytes = 0;
   int returnedValues = 0, returnedSequenceValues = 0;
+  /// Per device, the bytes of the values some positions are sliced from
+  /// (a prefill's last), in the slice's layout over tp: under context
+  /// parallelism each rank's positions, all-gathered over cp first.
+  double slicedSequenceBytes = 0;
+  int slicedSequenceValues = 0;
   llvm::SmallVector<CollectiveUse> collectives; // forward
   double objective = 0;
 };
