@@ -111,11 +111,6 @@ private:
         return kReplicated;
     return have;
   }
-  /// The layout of a second copy of value `v` (in layout `have`) that `op`
-  /// makes reading it under `s`: an all-to-all from one split to another
-  /// leaves both (the partitioner keeps the value and shares the copy
-  /// among its later readers), so a later reader may take either; none
-  /// otherwise (-1).
   /// The index of the last op reading each value (the op count for the
   /// layer's outputs; -1: none).
   SmallVector<int> lastUses() const {
@@ -127,6 +122,11 @@ private:
       last[out] = layer.ops.size();
     return last;
   }
+  /// The layout of a second copy of value `v` (in layout `have`) that `op`
+  /// makes reading it under `s`: an all-to-all from one split to another
+  /// leaves both (the partitioner keeps the value and shares the copy
+  /// among its later readers), so a later reader may take either; none
+  /// otherwise (-1).
   static int8_t copyAfter(const OpNode &op, const Strategy &s, int v, int8_t have) {
     for (auto [k, in] : llvm::enumerate(op.inputs))
       if (in == v && have >= 0 && s.in[k] >= 0 && s.in[k] != have)

@@ -196,8 +196,11 @@ private:
     }
     return partitionStages(time, states, acts, inflight, capacity(), pp, maxStage);
   }
+  /// The plan's memory per stage (`stages`: each stage's layers, from
+  /// stageLayers), the fullest stage's kept, and whether it fits.
   void finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
-                    llvm::function_ref<double(int64_t)> inflight);
+                    llvm::function_ref<double(int64_t)> inflight,
+                    const std::vector<std::vector<int64_t>> &stages);
   /// Each pipeline stage's layers (indices into model.layers, in order):
   /// a contiguous run, or under interleaved 1F1B its virtual stages'.
   std::vector<std::vector<int64_t>> stageLayers(const Plan &plan) const {
@@ -297,11 +300,11 @@ double Search::modelFlopsPerToken(double contextLen, double queryLen) const {
 }
 
 void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
-                          llvm::function_ref<double(int64_t)> inflight) {
+                          llvm::function_ref<double(int64_t)> inflight,
+                          const std::vector<std::vector<int64_t>> &stageOf) {
   plan.capacity = capacity();
-  int64_t stages = plan.stageStart.size();
+  int64_t stages = stageOf.size();
   double worst = -kInf;
-  std::vector<std::vector<int64_t>> stageOf = stageLayers(plan);
   for (int64_t s = 0; s < stages; ++s) {
     const std::vector<int64_t> &layers = stageOf[s];
     MemoryBreakdown m;
@@ -565,11 +568,12 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             // the stages costed with the layers their chunks hold.
             if (sched == Schedule::Interleaved)
               plan.chunkStart = chunksFor(starts, v);
-            finishMemory(plan, costs, inflight);
+            std::vector<std::vector<int64_t>> stages = stageLayers(plan);
+            finishMemory(plan, costs, inflight, stages);
             // The slowest stage sets the pace.
             double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,
                    stageCp = 0, stageCompute = 0, denseParams = 0, expertParams = 0;
-            for (const std::vector<int64_t> &layers : stageLayers(plan)) {
+            for (const std::vector<int64_t> &layers : stages) {
               double t = 0, b = 0, tpc = 0, epc = 0, cpc = 0, comp = 0, dn = 0, ex = 0;
               for (int64_t l : layers) {
                 t += costs[l].time;
@@ -738,7 +742,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       plan.microBatch = static_cast<int64_t>(perMicro);
       plan.microBatches = micro;
       plan.stageStart = starts;
-      finishMemory(plan, costs, one);
+      finishMemory(plan, costs, one, stageLayers(plan));
       // Per stage: one microbatch's time and parts, and the weights it reads.
       struct Part {
         double time = 0, compute = 0, tp = 0, ep = 0, cp = 0, weights = 0;
@@ -1076,11 +1080,8 @@ int64_t Plan::stageOfLayer(int64_t layer, int64_t index) const {
       return 0;
     return std::upper_bound(chunkStart.begin(), chunkStart.end(), index) - chunkStart.begin() - 1;
   }
-  int64_t stage = 0;
-  for (size_t s = 0; s < stageStart.size(); ++s)
-    if (layer >= stageStart[s])
-      stage = s;
-  return stage;
+  auto after = std::upper_bound(stageStart.begin(), stageStart.end(), layer);
+  return std::max<int64_t>(0, after - stageStart.begin() - 1);
 }
 
 Plan Plan::withDegrees(int64_t pp, int64_t dp, int64_t ep, int64_t tp,
