@@ -47,6 +47,15 @@ bool Layout::isReplicated() const {
          llvm::all_of(dims, [](const auto &axes) { return axes.empty(); });
 }
 
+bool Layout::slicesTo(const Layout &want) const {
+  if (!partial.empty() || !want.partial.empty() || dims.size() != want.dims.size())
+    return false;
+  for (auto [axes, target] : llvm::zip(dims, want.dims))
+    if (axes.size() > target.size() || !std::equal(axes.begin(), axes.end(), target.begin()))
+      return false;
+  return true;
+}
+
 std::string Layout::str() const {
   std::string text = "[";
   for (auto [i, axes] : llvm::enumerate(dims))

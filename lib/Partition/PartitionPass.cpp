@@ -658,16 +658,17 @@ LogicalResult FunctionPartitioner::buildStage(
   };
 
   // Resharded copies are shared by the consumers that want the same layout.
-  std::map<std::pair<void *, std::string>, Value> resharded;
+  std::map<std::pair<void *, std::string>, std::pair<Layout, Value>> resharded;
   std::function<FailureOr<Value>(Value, const Layout &, Location)> get =
       [&](Value value, const Layout &want, Location loc) -> FailureOr<Value> {
     const Local &have = local[value];
     if (have.layout == want)
       return have.value;
-    auto key = std::make_pair(value.getAsOpaquePointer(), want.str());
+    void *id = value.getAsOpaquePointer();
+    auto key = std::make_pair(id, want.str());
     auto it = resharded.find(key);
     if (it != resharded.end())
-      return it->second;
+      return it->second.second;
     // A partial sum made of a value that is none: from its copy in that
     // layout without the sum (shared: a gathered copy another reader made
     // is not gathered again), kept on one rank.
@@ -679,12 +680,23 @@ LogicalResult FunctionPartitioner::buildStage(
         return failure();
       FailureOr<Value> out = reshard(b, loc, *base, summed, want, grid);
       if (succeeded(out))
-        resharded[key] = *out;
+        resharded[key] = {want, *out};
       return out;
     }
-    FailureOr<Value> out = reshard(b, loc, have.value, have.layout, want, grid);
+    // A copy another reader had gathered (or summed) gives every layout
+    // it slices to locally: no second collective (the planner costs it
+    // so, heldAfter).
+    Value from = have.value;
+    Layout fromLayout = have.layout;
+    for (auto copy = resharded.lower_bound({id, ""}); copy != resharded.end() && copy->first.first == id;
+         ++copy)
+      if (copy->second.first.slicesTo(want)) {
+        std::tie(fromLayout, from) = copy->second;
+        break;
+      }
+    FailureOr<Value> out = reshard(b, loc, from, fromLayout, want, grid);
     if (succeeded(out))
-      resharded[key] = *out;
+      resharded[key] = {want, *out};
     return out;
   };
 

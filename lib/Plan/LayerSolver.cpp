@@ -749,6 +749,10 @@ LayerPlan Solver::solve() {
       plan.slicedSequenceBytes += fullBytes(op.inputs[0]) * share(s.in[0]);
       ++plan.slicedSequenceValues;
     }
+    if (op.kind == OpClass::CrossEntropy) {
+      plan.holdsLoss = true;
+      plan.lossOverTp = s.in[0] != kReplicated;
+    }
     double time = opTime(op, s);
     plan.computeTime += time;
     auto [forwardScratch, backwardScratch] = scratchBytes(op, s);

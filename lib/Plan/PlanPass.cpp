@@ -109,6 +109,22 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
       return failure();
     PlanOptions options;
     options.topK = 1;
+    // The program's batch is one microbatch of a data-parallel replica,
+    // its sequences split over the replica's EP ranks (PlanPass's epDim):
+    // a batch that ep does not divide is whole on every EP rank, each
+    // computing it all -- not the plan costed. A searched ep divides it;
+    // a pinned one that does not is refused for a training step (the
+    // experts would add each copy's gradient) and warned of otherwise.
+    options.epDivides = model->irBatch;
+    if (work.ep && *work.ep > 1 && model->irBatch % *work.ep) {
+      auto diag = work.kind == WorkloadKind::Train ? function.emitError() : function.emitWarning();
+      diag << "parax-plan: ep=" << *work.ep << " does not divide the IR's batch (" << model->irBatch
+           << "): each EP rank would compute the whole batch; build the IR with a batch of "
+              "micro_batch x ep";
+      if (work.kind == WorkloadKind::Train)
+        return failure();
+      options.epDivides = 0;
+    }
     PlanResult result = searchPlans(*model, clusterSpec, work, options);
     if (result.plans.empty())
       return function.emitError() << "parax-plan: " << result.explanation;

@@ -185,6 +185,19 @@ private:
                               makeGroup(cluster, ep, ctx.tp * cp));
     return {overCp, overEp};
   }
+  /// The ranks whose partial losses the loss's layer sums (ep, cp and,
+  /// vocab-parallel, tp; 1: none), and the seconds of that all-reduce of
+  /// a scalar.
+  static int64_t lossSummers(const LayerPlan &lp, int64_t tp, int64_t cp, int64_t ep) {
+    return lp.holdsLoss ? ep * cp * (lp.lossOverTp ? tp : 1) : 1;
+  }
+  double summedLoss(const LayerPlan &lp, const TpContext &ctx, int64_t cp, int64_t ep) const {
+    int64_t ranks = lossSummers(lp, ctx.tp, cp, ep);
+    if (ranks == 1)
+      return 0;
+    return collectiveTime(cluster, CollectiveKind::AllReduce, 4,
+                          makeGroup(cluster, ranks, lp.lossOverTp ? 1 : ctx.tp));
+  }
   std::vector<int64_t> partition(const std::vector<LayerCost> &costs,
                                  int64_t pp, llvm::function_ref<double(int64_t)> inflight,
                                  double &maxStage) {
@@ -390,6 +403,9 @@ void Search::countCollectives(Plan &plan,
       count(CollectiveKind::AllGather, plans[l]->returnedSequenceValues);
     if (plan.ep > 1 && !train())
       count(CollectiveKind::AllGather, plans[l]->returnedValues);
+    // ... and the loss summed.
+    if (lossSummers(*plans[l], plan.tp, plan.cp, plan.ep) > 1)
+      count(CollectiveKind::AllReduce, 1);
   }
   if (plan.pp > 1) // one boundary crossing per stage boundary
     plan.allCollectives["send_recv"] += plan.pp - 1;
@@ -493,14 +509,15 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // reduce-scattered (backward).
               auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
               auto [resultsOverCp, resultsOverEp] = gatheredResults(lp, ctx, cp, ep);
-              c.forward = lp.computeTime + lp.commTime + a2a + cpTime + resultsOverCp + resultsOverEp;
+              double loss = summedLoss(lp, ctx, cp, ep);
+              c.forward = lp.computeTime + lp.commTime + a2a + cpTime + resultsOverCp + resultsOverEp + loss;
               c.backward = 2 * lp.computeTime + lp.commTime + a2a + cpTime;
               double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
                              : rc == Recompute::Full    ? c.forward
                                                         : 0;
               c.time = c.forward + c.backward + extra;
               c.compute = 3 * lp.computeTime + extra;
-              c.tpComm = 2 * lp.commTime;
+              c.tpComm = 2 * lp.commTime + loss;
               c.epComm = 2 * a2a + resultsOverEp;
               c.cpComm = 2 * cpTime + resultsOverCp;
               // A tied weight that both the first and this last layer read
@@ -712,10 +729,10 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
         auto [resultsOverCp, resultsOverEp] = gatheredResults(lp, ctx, cp, ep);
         c.compute = lp.computeTime;
-        c.tpComm = lp.commTime;
+        c.tpComm = lp.commTime + summedLoss(lp, ctx, cp, ep);
         c.epComm = a2a + resultsOverEp;
         c.cpComm = cpTime + resultsOverCp;
-        c.time = c.forward = lp.computeTime + lp.commTime + c.epComm + c.cpComm; // one microbatch
+        c.time = c.forward = lp.computeTime + c.tpComm + c.epComm + c.cpComm; // one microbatch
         c.weights = lp.weightBytes;
         c.working = lp.peakLiveBytes + gathered; // a stage holds one microbatch's at a time
         c.scratch = lp.scratchBytes[0];
@@ -868,6 +885,7 @@ PlanResult Search::run() {
         experts = op.numExperts;
 
   std::vector<Plan> all;
+  bool epHeldToBatch = false; // an ep skipped: it does not divide the IR's batch
   for (int64_t tp : divisorsOf(n)) {
     if (tp > cluster.devicesPerNode || cluster.devicesPerNode % tp)
       continue; // tensor parallelism stays inside a node
@@ -892,6 +910,10 @@ PlanResult Search::run() {
         for (int64_t ep : divisorsOf(rest)) {
           if (ep > 1 && (!experts || experts % ep))
             continue;
+          if (ep > 1 && opt.epDivides && opt.epDivides % ep) {
+            epHeldToBatch = true;
+            continue;
+          }
           if (w.ep && *w.ep != ep)
             continue;
           int64_t dp = rest / ep;
@@ -940,6 +962,11 @@ PlanResult Search::run() {
                   "prediction)",
                   w.batch, n, cluster.devicesPerNode)
               .str();
+      if (epHeldToBatch)
+        result.explanation += formatv("; ep must divide the IR's batch ({0}): each EP rank runs its "
+                                      "own sequences of it",
+                                      opt.epDivides)
+                                  .str();
     } else {
       // The least overflowing plan, and what overflows.
       const Plan *closest = nullptr;

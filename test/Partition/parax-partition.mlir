@@ -523,3 +523,28 @@ func.func @gathered_once(%x: tensor<2x8x16xf32> {parax.sharding = #parax.shardin
   %r = parax.add %h, %y {parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %r : tensor<2x8x16xf32>
 }
+
+// -----
+
+parax.grid @g(cp = 2, tp = 2)
+// A value split over tp (an embedding's hidden columns) read whole by one
+// op (a norm) and split over the sequence by a later one (a residual add
+// under sequence parallelism): the second takes its share of the gathered
+// copy locally (it used to move the original by an all-to-all). Under cp
+// the "whole" copy is still split over cp: any copy the wanted layout
+// slices is taken.
+// CHECK-LABEL: func.func @sliced_from_the_gathered_copy
+// CHECK: %[[H:.*]] = parax.silu
+// CHECK-NEXT: %[[WHOLE:.*]] = parax.all_gather %[[H]] over @g ["tp"] dim 2 : tensor<2x4x8xf32> -> tensor<2x4x16xf32>
+// CHECK-NOT: parax.all_to_all
+// CHECK: %[[MINE:.*]] = parax.shard_slice %[[WHOLE]] over @g ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x2x16xf32>
+// CHECK-NOT: parax.all_to_all
+// CHECK: parax.add %[[MINE]],
+func.func @sliced_from_the_gathered_copy(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{}, {cp}, {tp}]>},
+    %w: tensor<16x16xf32> {parax.param = "w", parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) -> tensor<2x8x16xf32> {
+  %h = parax.silu %x {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {tp}]>]} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %n = parax.silu %h {parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}]>]} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %y = parax.linear %n, %w {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {cp}, {}], partial = {tp}>]} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %r = parax.add %h, %y {parax.shardings = [#parax.sharding<@g, [{}, {cp, tp}, {}]>]} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %r : tensor<2x8x16xf32>
+}

@@ -22,11 +22,11 @@ def parax_plan(parax_opt):
 def model_file(tmp_path_factory):
     cache = {}
 
-    def get(preset, seq=2048, layers=None):
-        key = (preset, seq, layers)
+    def get(preset, seq=2048, layers=None, batch=1):
+        key = (preset, seq, layers, batch)
         if key not in cache:
-            path = tmp_path_factory.mktemp("models") / f"{preset}-{seq}-{layers}.mlir"
-            path.write_text(build_model(load_config(preset, layers=layers), seq=seq))
+            path = tmp_path_factory.mktemp("models") / f"{preset}-{seq}-{layers}-{batch}.mlir"
+            path.write_text(build_model(load_config(preset, layers=layers), batch=batch, seq=seq))
             cache[key] = str(path)
         return cache[key]
     return get
@@ -127,7 +127,8 @@ def test_expert_capacity_shrinks_the_dispatched_rows(parax_plan, parax_opt, mode
     expert layer's gradient is made (the output's gradient rows dispatched
     in and the input's gradient rows, bf16, both of the dispatch's size),
     is lower by 2 x 6.75 x its own rows too; the experts' scratch shrinks
-    too; the plan records the capacity for the partitioner."""
+    too; the plan records the capacity for the partitioner (whose IR holds
+    a microbatch of each of the 8 EP ranks of a replica: batch 8)."""
     model = model_file("mixtral-8x7b", 4096)
     pins = "train:batch=64,seq=4096,ep=8,dp=4,pp=1,tp=1,mbs=1,recompute=selective,zero=3"
     every, capped = (plan(parax_plan, model, "dgx-h100:nodes=4", pins + extra)["plans"][0]
@@ -138,7 +139,7 @@ def test_expert_capacity_shrinks_the_dispatched_rows(parax_plan, parax_opt, mode
         pytest.approx(rows * (4096 * 2 + 2 + 4) + transient, rel=1e-6)
     assert capped["memory_bytes"]["scratch"] < every["memory_bytes"]["scratch"] / 4
     assert capped["memory_bytes"]["weights"] == every["memory_bytes"]["weights"]
-    ir = subprocess.run([parax_opt, model,
+    ir = subprocess.run([parax_opt, model_file("mixtral-8x7b", 4096, batch=8),
                          f"--parax-plan=cluster=dgx-h100:nodes=4 workload={pins},capacity=1.25"],
                         capture_output=True, text=True, timeout=300)
     assert ir.returncode == 0, ir.stderr
@@ -360,3 +361,51 @@ def test_fp8_training_keeps_the_gemm_inputs_in_fp8(parax_plan, model_file):
     bf16, fp8 = (plan(parax_plan, moe, "dgx-h100:nodes=4", pins + extra)["plans"][0]["memory_bytes"]
                  for extra in ("", ",gemm=fp8"))
     assert bf16["activations"] - fp8["activations"] == 32 * (8 * 4096 * 2) * 4096
+
+
+# (preset, workload pins): 4 layers of each, IRs of a batch the EP ranks
+# divide (8: micro_batch x ep).
+COUNTED = [
+    ("llama3-8b", "train:batch=16,seq=2048,tp=8"),  # a vocab-parallel loss, summed over tp
+    ("llama3-8b", "train:batch=16,seq=2048,tp=4,cp=2"),  # ... over cp and tp
+    ("llama3-8b", "prefill:batch=8,seq=2048,pp=2,tp=4"),
+    ("llama3-8b", "decode:batch=16,context=2048,pp=2,tp=4"),
+    ("mixtral-8x7b", "prefill:batch=8,seq=2048,pp=2,tp=4"),  # the embedding's gathered copy sliced
+    ("mixtral-8x7b", "train:batch=16,seq=2048,ep=4,tp=2"),
+    ("mixtral-8x7b", "decode:batch=16,context=2048,ep=2,tp=4"),
+    ("deepseek-v3", "train:batch=16,seq=2048,tp=4,dp=2"),
+    ("deepseek-v3", "prefill:batch=8,seq=2048,cp=2,tp=2,pp=2"),
+    ("deepseek-v3", "prefill:batch=8,seq=2048,ep=4,tp=2"),
+    ("gpt3-175b", "train:batch=16,seq=2048,tp=4,cp=2"),  # a row-parallel head (50,257 columns)
+    ("gpt3-175b", "prefill:batch=8,seq=2048,cp=2,tp=2,pp=2"),
+]
+
+
+@pytest.mark.parametrize("preset,workload", COUNTED, ids=[f"{p}-{w}" for p, w in COUNTED])
+def test_counted_collectives_are_the_programs(parax_plan, parax_opt, tmp_path, preset, workload):
+    """The forward collectives the planner counts for its best plan (JSON
+    `collectives_per_step`) are those of the program --parax-partition
+    makes of that plan, kind by kind (an expert exchange's dispatch and
+    combine are all-to-alls; send/recv aside). Each kind of disagreement
+    found so far was a cost the planner did not charge or charged twice:
+    the loss's all-reduce, the logits' gathers, an all-to-all where the
+    program sliced a gathered copy (or the reverse)."""
+    import re
+    from collections import Counter
+    cfg = load_config(preset, layers=4)
+    train = workload.startswith("train")
+    decode = workload.startswith("decode")
+    ir = tmp_path / "model.mlir"
+    ir.write_text(build_model(cfg, batch=8, seq=1 if decode else 2048, past=2048 if decode else 0,
+                              loss=train))
+    counted = plan(parax_plan, str(ir), "dgx-h100", workload)["plans"][0]["collectives_per_step"]
+    counted.pop("send_recv", None)
+    proc = subprocess.run([parax_opt, str(ir), f"--parax-plan=cluster=dgx-h100 workload={workload}",
+                           "--parax-partition"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    program = Counter()
+    for op in re.findall(r"parax\.(all_gather|all_reduce|reduce_scatter|all_to_all|moe_dispatch|moe_combine) ",
+                         proc.stdout):
+        program["all_to_all" if op.startswith("moe_") else op] += 1
+    assert counted == dict(program)
+    assert sum(program.values()) > 0

@@ -36,6 +36,9 @@ struct Layout {
   }
   bool operator!=(const Layout &other) const { return !(*this == other); }
   bool isReplicated() const;
+  /// Whether `want` is this layout sliced locally: no partial sum, and
+  /// each dimension's axes a prefix of `want`'s.
+  bool slicesTo(const Layout &want) const;
   std::string str() const;
 };
 

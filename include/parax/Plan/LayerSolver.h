@@ -128,6 +128,10 @@ struct LayerPlan {
   /// parallelism each rank's positions, all-gathered over cp first.
   double slicedSequenceBytes = 0;
   int slicedSequenceValues = 0;
+  /// The loss's layer: each rank's cross-entropy is a partial sum over the
+  /// ranks holding its tokens (ep, cp) and, vocab-parallel, over tp, summed
+  /// by one all-reduce of the scalar (Search::summedLoss).
+  bool holdsLoss = false, lossOverTp = false;
   llvm::SmallVector<CollectiveUse> collectives; // forward
   double objective = 0;
 };

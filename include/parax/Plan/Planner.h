@@ -40,6 +40,9 @@ struct PlanOptions {
   /// Skip configurations whose lower bound cannot reach the top k (the
   /// result is the same; tests compare both).
   bool prune = true;
+  /// When set (--parax-plan: the IR's batch), ep divides it: each EP rank
+  /// of the program runs its own sequences, as the plan is costed.
+  int64_t epDivides = 0;
 };
 
 struct MemoryBreakdown {
