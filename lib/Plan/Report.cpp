@@ -100,11 +100,18 @@ std::string parax::plan::formatPlans(const PlanResult &result,
     }
     os << "] (the prologue with the first, the epilogue with the last)\n";
   }
+  // The program's batch: a microbatch of each of a replica's EP ranks
+  // (the partitioner splits it over them).
+  int64_t programBatch = best.microBatch * best.ep;
+  std::string perRank =
+      best.ep > 1 ? formatv(": {0} on each of its {1} EP ranks", best.microBatch, best.ep).str() : "";
   if (!train && best.microBatches > 1)
     os << formatv("run: {0} microbatches of {1} sequences a replica{2} (build the program with "
-                  "batch {1}; parax-run takes {0} x {1} rows a replica as microbatches)\n",
-                  best.microBatches, best.microBatch,
-                  workload.kind == WorkloadKind::Decode ? ", each with its own KV cache" : "");
+                  "batch {1}{3}; parax-run takes {0} x {1} rows a replica as microbatches)\n",
+                  best.microBatches, programBatch,
+                  workload.kind == WorkloadKind::Decode ? ", each with its own KV cache" : "", perRank);
+  else if (best.ep > 1)
+    os << formatv("run: build the program with batch {0}{1}\n", programBatch, perRank);
   if (best.cp > 1)
     os << formatv("context parallelism: each sequence in {0} pieces of {1} tokens; every layer's keys and "
                   "values all-gathered over them ({2}): {3:F3} ms a step\n",
