@@ -706,6 +706,18 @@ LogicalResult FunctionPartitioner::buildStage(
     for (Value operand : op->getOperands())
       if (failed(receive(operand, op)))
         return failure();
+    // Two partial sums over the same ranks, added where the result is
+    // wanted summed: added as they are, the sum reduced once (a loss of
+    // several cross-entropies, each a partial sum over the tokens' and the
+    // vocabulary's ranks: one all-reduce of the scalar, not one each).
+    if (isa<AddOp>(op) && !computedIn.count(op->getResult(0))) {
+      const Layout &lhs = local[op->getOperand(0)].layout, &rhs = local[op->getOperand(1)].layout;
+      const Layout &wanted = layouts[op->getResult(0)];
+      if (!lhs.partial.empty() && lhs == rhs && wanted.partial.empty() && lhs.dims == wanted.dims &&
+          globalType(op->getOperand(0)) == globalType(op->getResult(0)) &&
+          globalType(op->getOperand(1)) == globalType(op->getResult(0)))
+        computedIn[op->getResult(0)] = lhs;
+    }
     SmallVector<Layout> results;
     for (Value result : op->getResults())
       results.push_back(computedIn.count(result) ? computedIn[result] : layouts[result]);

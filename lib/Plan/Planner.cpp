@@ -207,7 +207,12 @@ private:
       states.push_back(c.weights + c.gradients + c.optimizer + c.kvCache);
       acts.push_back(c.activations);
     }
-    return partitionStages(time, states, acts, inflight, capacity(), pp, maxStage);
+    std::vector<int64_t> starts = partitionStages(time, states, acts, inflight, capacity(), pp, maxStage);
+    // No stages fit: the fastest ones regardless (only when asked), kept as
+    // a plan that does not fit, for the explanation to say what overflows.
+    if (starts.empty() && opt.keepUnfitStages)
+      starts = partitionStages(time, states, acts, inflight, kInf, pp, maxStage);
+    return starts;
   }
   /// The plan's memory per stage (`stages`: each stage's layers, from
   /// stageLayers), the fullest stage's kept, and whether it fits.
@@ -1137,6 +1142,16 @@ PlanResult parax::plan::searchPlans(const ModelGraph &model,
                                     const Workload &workload,
                                     const PlanOptions &options) {
   PlanResult result = Search(model, cluster, workload, options).run();
+  // Nothing even to explain by (every configuration's pipeline stages fit
+  // in no split of the layers): again, keeping those with their fastest
+  // split (the answer used to be that no configuration applies).
+  if (result.plans.empty() && !result.closest && !options.keepUnfitStages) {
+    PlanOptions unfit = options;
+    unfit.keepUnfitStages = true;
+    PlanResult again = Search(model, cluster, workload, unfit).run();
+    if (again.closest)
+      result = std::move(again);
+  }
   if (!result.plans.empty() || !options.explainInfeasible || !result.closest)
     return result;
   // The smallest change that fits: more nodes (doubling), and for inference

@@ -548,3 +548,24 @@ func.func @sliced_from_the_gathered_copy(%x: tensor<2x8x16xf32> {parax.sharding 
   %r = parax.add %h, %y {parax.shardings = [#parax.sharding<@g, [{}, {cp, tp}, {}]>]} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %r : tensor<2x8x16xf32>
 }
+
+// -----
+
+parax.grid @g(tp = 2)
+// Two partial sums over the same ranks added where the sum is wanted
+// whole (a loss of two cross-entropies): added as they are, the sum
+// all-reduced once (it used to be one all-reduce each, then the add).
+// CHECK-LABEL: func.func @partials_added_then_reduced
+// CHECK-NOT: parax.all_reduce
+// CHECK: %[[SUM:.*]] = parax.add
+// CHECK-NEXT: %[[WHOLE:.*]] = parax.all_reduce %[[SUM]] over @g ["tp"]
+// CHECK-NOT: parax.all_reduce
+// CHECK: return %[[WHOLE]]
+func.func @partials_added_then_reduced(%x: tensor<2x8x16xf32> {parax.sharding = #parax.sharding<@g, [{}, {}, {tp}]>},
+    %w1: tensor<16x16xf32> {parax.param = "w1", parax.sharding = #parax.sharding<@g, [{}, {tp}]>},
+    %w2: tensor<16x16xf32> {parax.param = "w2", parax.sharding = #parax.sharding<@g, [{}, {tp}]>}) -> tensor<2x8x16xf32> {
+  %a = parax.linear %x, %w1 {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %b = parax.linear %x, %w2 {transpose_w, parax.shardings = [#parax.sharding<@g, [{}, {}, {}], partial = {tp}>]} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %r = parax.add %a, %b {parax.shardings = [#parax.sharding<@g, [{}, {}, {}]>]} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %r : tensor<2x8x16xf32>
+}

@@ -98,6 +98,19 @@ def test_infeasible_says_why_and_what_would_fit(parax_plan, model_file):
     assert "Smallest change that fits:" in proc.stdout
 
 
+def test_pipeline_stages_that_do_not_fit_say_what_overflows(parax_plan, model_file):
+    """Llama-3-70B pinned to two pipeline stages on two GPUs: no split of
+    its layers fits, and the answer says what overflows (the plan used to
+    be dropped, and the answer was that no configuration applies)."""
+    proc = subprocess.run([parax_plan, model_file("llama3-70b", 4096), "--cluster",
+                           "dgx-h100:devices_per_node=2", "--workload", "train:batch=8,seq=4096,pp=2"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "no plan: nothing fits in 80.0 GB per device" in proc.stdout, proc.stdout
+    assert "the least demanding plan (pp2 dp1 ep1 tp1)" in proc.stdout
+    assert "Smallest change that fits:" in proc.stdout
+
+
 def test_same_input_same_output(parax_plan, model_file):
     model = model_file("mixtral-8x7b", 4096)
     runs = [subprocess.run([parax_plan, model, "--cluster", "dgx-h100:nodes=2", "--workload",

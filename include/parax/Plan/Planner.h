@@ -43,6 +43,10 @@ struct PlanOptions {
   /// When set (--parax-plan: the IR's batch), ep divides it: each EP rank
   /// of the program runs its own sequences, as the plan is costed.
   int64_t epDivides = 0;
+  /// Keep configurations whose pipeline stages fit in no split of the
+  /// layers, costed with their fastest split (they do not fit): what
+  /// searchPlans searches with when a search found nothing to explain by.
+  bool keepUnfitStages = false;
 };
 
 struct MemoryBreakdown {
