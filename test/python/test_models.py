@@ -6,6 +6,7 @@ numbers the model publishers give.
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -144,6 +145,24 @@ def test_layers_override_and_config_json(tmp_path):
     shapes = params_of(build_model(cfg))
     assert "model.layers.1.mlp.up_proj.weight" in shapes
     assert "model.layers.2.mlp.up_proj.weight" not in shapes
+
+
+def test_pad_vocab_rounds_the_vocabulary_up():
+    """--pad-vocab M: GPT-2/3's 50,257 classes to 51,200 for M = 1024
+    (Megatron-LM's 128 x tp at tp = 8), the embedding and the tied head
+    both; a vocabulary M divides is left as it is."""
+    cfg = load_config("gpt3-175b", layers=1, pad_vocab=1024)
+    assert cfg.vocab == 51200
+    shapes = params_of(build_model(cfg, seq=16))
+    assert shapes["transformer.wte.weight"] == [51200, 12288]
+    assert load_config("llama3-8b", pad_vocab=128).vocab == 128256
+    with pytest.raises(ConfigError, match="--pad-vocab must be at least 1"):
+        load_config("gpt3-175b", pad_vocab=0)
+    out = subprocess.run([sys.executable, "-m", "parax.models", "gpt3-175b", "--layers", "1", "--seq", "16",
+                          "--pad-vocab", "1024"], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert out.returncode == 0, out.stderr
+    assert "tensor<51200x12288xbf16> {parax.param = \"transformer.wte.weight\"}" in out.stdout
 
 
 def test_router_aux_loss_coef_is_read_when_router_logits_are_output(tmp_path):

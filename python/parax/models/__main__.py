@@ -1,4 +1,4 @@
-"""python3 -m parax.models PRESET|config.json [--layers N] [--batch B --seq S]
+"""python3 -m parax.models PRESET|config.json [--layers N] [--pad-vocab M] [--batch B --seq S]
                           [--dtype bf16|f32] [--loss [--ignore-index I] [--mtp-weight W [--mtp-depths D]]]
                           [--past P] [--return-kv] [--cache C] [--last-logits]
                           [--mla explicit|absorbed|expanded] -o model.mlir"""
@@ -18,6 +18,10 @@ def main(argv=None):
     parser.add_argument("model", nargs="?",
                         help=f"a preset ({', '.join(PRESETS)}) or a config.json path")
     parser.add_argument("--layers", type=int, help="override the number of layers")
+    parser.add_argument("--pad-vocab", type=int, metavar="M",
+                        help="round the vocabulary up to a multiple of M (Megatron-LM's padding, e.g. 128 x tp: "
+                             "GPT-2/3's 50,257 to 51,200 for M = 1024), so that tensor parallelism splits the "
+                             "embedding and the output head; a model of that many classes, its checkpoint too")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, help="sequence length (default: min(2048, max positions))")
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
@@ -57,7 +61,7 @@ def main(argv=None):
     if not args.model:
         parser.error("a preset or config.json is required")
     try:
-        cfg = load_config(args.model, layers=args.layers)
+        cfg = load_config(args.model, layers=args.layers, pad_vocab=args.pad_vocab)
         text = build_model(cfg, batch=args.batch, seq=args.seq, dtype=args.dtype,
                            loss=args.loss, past=args.past, return_kv=args.return_kv,
                            cache=args.cache, last_logits=args.last_logits,

@@ -165,8 +165,14 @@ def from_hf_dict(raw, name="model"):
     return cfg
 
 
-def load_config(preset_or_path, layers=None):
-    """A preset name or a path to a Hugging Face config.json -> ModelConfig."""
+def load_config(preset_or_path, layers=None, pad_vocab=None):
+    """A preset name or a path to a Hugging Face config.json -> ModelConfig.
+    `pad_vocab=M`: the vocabulary rounded up to a multiple of M, as
+    Megatron-LM pads it (--make-vocab-size-divisible-by, times its tensor
+    parallel degree) so that tensor parallelism divides the embedding and
+    the output head: a model of that many classes, the added ones never a
+    label (trained towards zero probability), whose checkpoint has as many
+    rows (a Hugging Face GPT-2's 50,257 do not: parax-run refuses it)."""
     if preset_or_path in PRESETS:
         cfg = from_hf_dict(copy.deepcopy(PRESETS[preset_or_path]), preset_or_path)
     elif os.path.exists(preset_or_path):
@@ -185,4 +191,8 @@ def load_config(preset_or_path, layers=None):
             raise ConfigError("--layers must be at least 1")
         cfg.layers = layers
         cfg.first_dense_layers = min(cfg.first_dense_layers, layers)
+    if pad_vocab is not None:
+        if pad_vocab < 1:
+            raise ConfigError("--pad-vocab must be at least 1")
+        cfg.vocab = -(-cfg.vocab // pad_vocab) * pad_vocab
     return cfg
