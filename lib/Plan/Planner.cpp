@@ -664,6 +664,16 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             plan.optimizerTime = 16.0 * optimizerParams /
                                  (cluster.hbmBandwidth * cluster.memoryEfficiency);
             plan.stepTime = pipeline + ppComm + tied + dpExposed + plan.optimizerTime;
+            // Each virtual stage's passes, for simulatePipeline.
+            plan.stageForward.assign(pp * v, 0);
+            plan.stageBackward.assign(pp * v, 0);
+            for (size_t l = 0; l < costs.size(); ++l) {
+              int64_t c = plan.stageOfLayer(l, model.layers[l].index);
+              plan.stageForward[c] += costs[l].forward;
+              plan.stageBackward[c] += costs[l].time - costs[l].forward;
+            }
+            plan.transferTime = p2p;
+            plan.tailTime = tied + dpExposed + plan.optimizerTime;
             plan.computeTime = m * stageCompute;
             plan.bubbleTime = (slots - m) * slowest;
             plan.tpComm = m * stageTp;

@@ -11,6 +11,7 @@
 #include "parax/Dialect/Parax/IR/ParaxOps.h"
 #include "parax/InitAll.h"
 #include "parax/Plan/Planner.h"
+#include "parax/Plan/Timeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -53,6 +54,12 @@ static cl::opt<int> topOpt("top", cl::init(5), cl::desc("number of plans to show
 static cl::opt<bool> jsonOpt("json", cl::desc("print JSON instead of a table"), cl::cat(planOptions));
 static cl::opt<bool> timingOpt("timing",
                                cl::desc("print the search time to stderr"), cl::cat(planOptions));
+static cl::opt<std::string> timelineOpt(
+    "timeline", cl::value_desc("file"),
+    cl::desc("training: write the best plan's step as Chrome trace events (chrome://tracing, "
+             "ui.perfetto.dev): each pipeline stage's passes in the order parax-run runs them, "
+             "simulated with the plan's costs"),
+    cl::cat(planOptions));
 static cl::opt<bool> printCluster("print-cluster",
                                   cl::desc("print the cluster as JSON and exit"), cl::cat(planOptions));
 
@@ -105,6 +112,11 @@ int main(int argc, char **argv) {
   Expected<Workload> workload = parseWorkload(workloadOpt);
   if (!workload) {
     errs() << "parax-plan: " << toString(workload.takeError()) << "\n";
+    return 1;
+  }
+  if (!timelineOpt.empty() && workload->kind != WorkloadKind::Train) {
+    errs() << "parax-plan: --timeline shows a training step's pipeline; the workload '" << workloadOpt
+           << "' is no training step\n";
     return 1;
   }
 
@@ -165,5 +177,23 @@ int main(int argc, char **argv) {
   if (timingOpt)
     errs() << formatv("search time: {0:F4} s ({1} configurations)\n", seconds,
                       result.evaluated);
+  if (!timelineOpt.empty() && !result.plans.empty()) {
+    const Plan &best = result.plans.front();
+    Expected<PipelineTimeline> timeline = simulatePipeline(best);
+    if (!timeline) {
+      errs() << "parax-plan: --timeline: " << toString(timeline.takeError()) << "\n";
+      return 1;
+    }
+    std::error_code ec;
+    raw_fd_ostream file(timelineOpt, ec);
+    if (ec) {
+      errs() << "parax-plan: --timeline: cannot write '" << timelineOpt << "': " << ec.message() << "\n";
+      return 1;
+    }
+    writeChromeTrace(best, *timeline, file);
+    errs() << formatv("timeline: {0}: the pipeline in parax-run's order takes {1:F3} s a step, simulated "
+                      "({2:F3} s with what follows it); the plan's formula: {3:F3} s\n",
+                      timelineOpt, timeline->makespan, timeline->makespan + best.tailTime, best.stepTime);
+  }
   return result.plans.empty() ? 2 : 0;
 }

@@ -93,6 +93,14 @@ struct Plan {
   /// cp ranks (and, training, their gradients reduce-scattered back).
   double cpComm = 0;
   double optimizerTime = 0;
+  /// Training: per virtual stage (pp x virtualStages of them, virtual
+  /// stage c on stage c % pp), one microbatch's forward and backward pass
+  /// (the backward with its recomputation), seconds; one pipeline
+  /// transfer's seconds; and what follows the last backward pass (the tied
+  /// weight's exchange, the exposed gradient sync, the optimizer). What
+  /// simulatePipeline (Timeline.h) runs.
+  std::vector<double> stageForward, stageBackward;
+  double transferTime = 0, tailTime = 0;
   // Results.
   double mfu = 0;            // train, prefill
   double tokensPerSecond = 0;

@@ -1,0 +1,91 @@
+//===- TimelineTest.cpp - the simulated pipeline against known makespans --===//
+//
+// simulatePipeline runs each stage's passes in parax-run's order. With
+// equal stages and free transfers its makespan is the textbook one
+// (Narayanan et al. 2021 §2.2): (m + p - 1) (F + B) for GPipe and 1F1B,
+// (m + (p - 1) / v) (F + B) for interleaved 1F1B with v chunks a stage
+// (F and B a whole stage's passes). A stage lighter than the others
+// shortens the fill and drain; a transfer delays each crossing.
+
+#include "parax/Plan/Timeline.h"
+
+#include <gtest/gtest.h>
+
+using namespace parax::plan;
+
+namespace {
+
+Plan pipeline(int64_t pp, int64_t v, int64_t m, Schedule schedule, double forward, double backward) {
+  Plan plan = Plan::withDegrees(pp, 1, 1, 1, false);
+  plan.virtualStages = v;
+  plan.microBatches = m;
+  plan.schedule = schedule;
+  // A stage's F and B split evenly over its chunks.
+  plan.stageForward.assign(pp * v, forward / v);
+  plan.stageBackward.assign(pp * v, backward / v);
+  return plan;
+}
+
+double makespan(const Plan &plan) {
+  llvm::Expected<PipelineTimeline> timeline = simulatePipeline(plan);
+  EXPECT_TRUE(bool(timeline)) << (timeline ? "" : llvm::toString(timeline.takeError()));
+  return timeline ? timeline->makespan : -1;
+}
+
+TEST(TimelineTest, EqualStagesTakeTheTextbookMakespan) {
+  for (int64_t pp : {1, 2, 4, 8})
+    for (int64_t m : {1, 3, 8, 16}) {
+      for (Schedule s : {Schedule::OneFOneB, Schedule::GPipe})
+        EXPECT_DOUBLE_EQ(makespan(pipeline(pp, 1, m, s, 1.0, 2.0)), (m + pp - 1) * 3.0)
+            << "pp " << pp << " m " << m << " " << toString(s).str();
+      for (int64_t v : {2, 4}) {
+        if (m % pp || pp == 1)
+          continue;
+        EXPECT_NEAR(makespan(pipeline(pp, v, m, Schedule::Interleaved, 1.0, 2.0)),
+                    (m + (pp - 1.0) / v) * 3.0, 1e-9)
+            << "pp " << pp << " v " << v << " m " << m;
+      }
+    }
+}
+
+TEST(TimelineTest, EveryPassOnceOnItsStageInTurn) {
+  Plan plan = pipeline(4, 2, 8, Schedule::Interleaved, 1.0, 2.0);
+  llvm::Expected<PipelineTimeline> timeline = simulatePipeline(plan);
+  ASSERT_TRUE(bool(timeline));
+  // 8 microbatches x 2 chunks x (forward, backward) on each of 4 stages,
+  // the last stage's last chunk running its forward and backward as one.
+  EXPECT_EQ(timeline->events.size(), size_t(4 * 8 * 2 * 2 - 8));
+  std::vector<double> free(4, 0);
+  for (const PipelineEvent &e : timeline->events) {
+    EXPECT_GE(e.start, free[e.stage] - 1e-12); // one pass at a time a stage
+    free[e.stage] = e.end;
+  }
+}
+
+TEST(TimelineTest, ALighterStageShortensTheFillAndDrain) {
+  // The last stage at half the others' cost: the formula's (m + p - 1)
+  // slots of the slowest stage overstate the step by the drain it skips.
+  Plan plan = pipeline(4, 1, 8, Schedule::OneFOneB, 1.0, 2.0);
+  plan.stageForward[3] = 0.5;
+  plan.stageBackward[3] = 1.0;
+  double simulated = makespan(plan);
+  EXPECT_LT(simulated, (8 + 3) * 3.0);
+  EXPECT_GE(simulated, 8 * 3.0 + 3 * 1.5); // the slowest stage's own work, and a lighter stage's fill
+}
+
+TEST(TimelineTest, TransfersDelayEachCrossing) {
+  // 1F1B, free passes but transfers of h: the first forward crosses p - 1
+  // boundaries and its backward crosses them back.
+  Plan plan = pipeline(4, 1, 1, Schedule::OneFOneB, 1.0, 2.0);
+  plan.transferTime = 0.25;
+  EXPECT_DOUBLE_EQ(makespan(plan), 4 * 3.0 + 2 * 3 * 0.25);
+}
+
+TEST(TimelineTest, APlanWithoutPassTimesIsRefused) {
+  Plan plan = Plan::withDegrees(2, 1, 1, 1, false);
+  llvm::Expected<PipelineTimeline> timeline = simulatePipeline(plan);
+  ASSERT_FALSE(bool(timeline));
+  EXPECT_NE(llvm::toString(timeline.takeError()).find("no pass times"), std::string::npos);
+}
+
+} // namespace
