@@ -10,6 +10,30 @@ using llvm::formatv;
 
 static double gb(double bytes) { return bytes / 1e9; }
 
+namespace {
+/// Where a grid axis's groups sit: its ranks a node and the nodes a group
+/// spans (ranks in grid order [pp, dp, ep, cp, tp], tp fastest, node after
+/// node).
+struct AxisPlacement {
+  const char *axis;
+  int64_t size, perNode, nodes;
+};
+} // namespace
+
+static std::vector<AxisPlacement> placement(const Plan &p, const ClusterSpec &cluster) {
+  std::vector<AxisPlacement> out;
+  int64_t stride = 1;
+  for (auto [axis, size] : {std::pair<const char *, int64_t>{"tp", p.tp}, {"cp", p.cp}, {"ep", p.ep},
+                            {"dp", p.dp}, {"pp", p.pp}}) {
+    if (size > 1) {
+      Group group = makeGroup(cluster, size, stride);
+      out.push_back({axis, size, group.perNode, group.nodes()});
+    }
+    stride *= size;
+  }
+  return out;
+}
+
 static std::string collectivesText(const std::map<std::string, int64_t> &counts) {
   std::string text;
   for (const auto &[kind, count] : counts)
@@ -105,6 +129,18 @@ std::string parax::plan::formatPlans(const PlanResult &result,
   int64_t programBatch = best.microBatch * best.ep;
   std::string perRank =
       best.ep > 1 ? formatv(": {0} on each of its {1} EP ranks", best.microBatch, best.ep).str() : "";
+  {
+    std::string text;
+    for (const AxisPlacement &a : placement(best, cluster))
+      text += formatv("{0}{1} {2}: {3}", text.empty() ? "" : "; ", a.axis, a.size,
+                      a.nodes == 1    ? std::string("within a node")
+                      : a.perNode == 1 ? formatv("one rank a node, over {0} nodes", a.nodes).str()
+                                       : formatv("{0} ranks a node, over {1} nodes", a.perNode, a.nodes).str())
+                  .str();
+    if (!text.empty())
+      os << formatv("placement (ranks in grid order pp, dp, ep, cp, tp; {0} devices a node): {1}\n",
+                    cluster.devicesPerNode, text);
+  }
   if (!train && best.microBatches > 1)
     os << formatv("run: {0} microbatches of {1} sequences a replica{2} (build the program with "
                   "batch {1}{3}; parax-run takes {0} x {1} rows a replica as microbatches)\n",
@@ -171,6 +207,13 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
                             {"reserved", p.memory.reserved},
                             {"total", p.memory.total()},
                             {"usable", p.capacity}}},
+        {"placement",
+         [&] {
+           llvm::json::Object axes;
+           for (const AxisPlacement &a : placement(p, cluster))
+             axes[a.axis] = llvm::json::Object{{"size", a.size}, {"ranks_per_node", a.perNode}, {"nodes", a.nodes}};
+           return axes;
+         }()},
         {"collectives_per_step", std::move(collectives)},
         {"decoder_collectives_per_step", std::move(decoder)}};
   };
