@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <tuple>
 
 using namespace parax::plan;
@@ -208,10 +209,24 @@ private:
       acts.push_back(c.activations);
     }
     std::vector<int64_t> starts = partitionStages(time, states, acts, inflight, capacity(), pp, maxStage);
-    // No stages fit: the fastest ones regardless (only when asked), kept as
+    // No stages fit (only when asked): the split that needs the least
+    // memory (the smallest capacity some split fits, by bisection), kept as
     // a plan that does not fit, for the explanation to say what overflows.
-    if (starts.empty() && opt.keepUnfitStages)
-      starts = partitionStages(time, states, acts, inflight, kInf, pp, maxStage);
+    if (starts.empty() && opt.keepUnfitStages && pp <= static_cast<int64_t>(costs.size())) {
+      double most = 0;
+      for (int64_t s = 0; s < pp; ++s)
+        most = std::max(most, inflight(s));
+      double lo = capacity(), hi = std::accumulate(states.begin(), states.end(), 0.0) +
+                                   most * std::accumulate(acts.begin(), acts.end(), 0.0);
+      for (int i = 0; i < 60 && hi > lo * (1 + 1e-9); ++i) {
+        double mid = (lo + hi) / 2;
+        if (partitionStages(time, states, acts, inflight, mid, pp, maxStage).empty())
+          lo = mid;
+        else
+          hi = mid;
+      }
+      starts = partitionStages(time, states, acts, inflight, hi, pp, maxStage);
+    }
     return starts;
   }
   /// The plan's memory per stage (`stages`: each stage's layers, from
