@@ -177,6 +177,8 @@ int main(int argc, char **argv) {
   if (timingOpt)
     errs() << formatv("search time: {0:F4} s ({1} configurations)\n", seconds,
                       result.evaluated);
+  if (!timelineOpt.empty() && result.plans.empty())
+    errs() << "parax-plan: --timeline: no plan, so no timeline written to '" << timelineOpt << "'\n";
   if (!timelineOpt.empty() && !result.plans.empty()) {
     const Plan &best = result.plans.front();
     Expected<PipelineTimeline> timeline = simulatePipeline(best);
