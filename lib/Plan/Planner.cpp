@@ -407,8 +407,10 @@ void Search::countCollectives(Plan &plan,
       if (decoder)
         plan.decoderCollectives[name] += n;
     };
-    for (const CollectiveUse &use : plans[l]->collectives)
+    for (const CollectiveUse &use : plans[l]->collectives) {
       count(use.kind, 1);
+      plan.tpCollectiveBytes[toString(use.kind).str()] += use.bytes;
+    }
     // Expert parallelism: dispatch and combine.
     if (plan.ep > 1 && plans[l]->alltoallBytes > 0)
       count(CollectiveKind::AllToAll, 2);

@@ -214,6 +214,13 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
              axes[a.axis] = llvm::json::Object{{"size", a.size}, {"ranks_per_node", a.perNode}, {"nodes", a.nodes}};
            return axes;
          }()},
+        {"tp_collective_bytes_per_microbatch",
+         [&] {
+           llvm::json::Object bytes;
+           for (const auto &[kind, b] : p.tpCollectiveBytes)
+             bytes[kind] = b;
+           return bytes;
+         }()},
         {"collectives_per_step", std::move(collectives)},
         {"decoder_collectives_per_step", std::move(decoder)}};
   };

@@ -429,3 +429,59 @@ def test_counted_collectives_are_the_programs(parax_plan, parax_opt, tmp_path, p
         program["all_to_all" if op.startswith("moe_") else op] += 1
     assert counted == dict(program)
     assert sum(program.values()) > 0
+
+
+# (preset, workload): tensor parallelism with pipeline and data
+# parallelism, each microbatch the IR's batch of 8.
+TP_BYTES = [
+    ("llama3-8b", "train:batch=16,seq=2048,tp=8,mbs=8"),
+    ("llama3-8b", "prefill:batch=8,seq=2048,tp=4,pp=2,mbs=8"),
+    ("llama3-8b", "decode:batch=8,context=2000,tp=8,mbs=8"),
+    ("mixtral-8x7b", "train:batch=16,seq=2048,tp=4,dp=2,mbs=8"),
+    ("deepseek-v3", "prefill:batch=8,seq=2048,tp=8,mbs=8"),
+    ("deepseek-v3", "decode:batch=8,context=2000,tp=8,mbs=8"),
+    ("gpt3-175b", "train:batch=16,seq=2048,tp=4,pp=2,mbs=8"),  # a row-parallel head
+]
+
+
+@pytest.mark.parametrize("preset,workload", TP_BYTES, ids=[f"{p}-{w}" for p, w in TP_BYTES])
+def test_tp_collective_bytes_are_the_programs(parax_plan, parax_opt, tmp_path, preset, workload):
+    """The bytes the layer solver costs for each kind of collective over
+    the tp group (JSON `tp_collective_bytes_per_microbatch`: an
+    all-gather's gathered value, a reduce-scatter's and an all-reduce's
+    input, an all-to-all's value whole over tp) are those of the program's
+    collectives over ["tp"], read from their tensor types (the loss's
+    scalar all-reduce aside: lit LOSS). Under cp or ep the program gathers
+    the results over cp or ep before tp, the planner after: the same bytes
+    on the wire, split otherwise between the axes."""
+    import re
+    from collections import Counter
+    cfg = load_config(preset, layers=4)
+    decode = workload.startswith("decode")
+    ir = tmp_path / "model.mlir"
+    ir.write_text(build_model(cfg, batch=8, seq=1 if decode else 2048, past=2000 if decode else 0,
+                              loss=workload.startswith("train")))
+    best = plan(parax_plan, str(ir), "dgx-h100", workload)["plans"][0]
+    assert best["micro_batch"] == 8
+    costed = best["tp_collective_bytes_per_microbatch"]
+    proc = subprocess.run([parax_opt, str(ir), f"--parax-plan=cluster=dgx-h100 workload={workload}",
+                           "--parax-partition"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    sizes = {"bf16": 2, "f32": 4}
+
+    def nbytes(t):
+        dims, dtype = re.match(r"tensor<((?:\d+x)*)(\w+)>", t).groups()
+        n = sizes[dtype]
+        for d in dims.split("x")[:-1]:
+            n *= int(d)
+        return n
+
+    program = Counter()
+    for kind, src, dst in re.findall(r"parax\.(all_gather|all_reduce|reduce_scatter|all_to_all) \S+ over @\w+ "
+                                     r"\[\"tp\"\][^:]*: (tensor<[^>]*>) -> (tensor<[^>]*>)", proc.stdout):
+        if src == "tensor<f32>":
+            continue  # the loss
+        program[kind] += {"all_gather": nbytes(dst), "all_to_all": nbytes(src) * best["tp"]}.get(kind, nbytes(src))
+    assert {kind for kind, total in costed.items() if total} == set(program)
+    for kind, total in program.items():
+        assert costed[kind] == pytest.approx(total, rel=1e-9), kind

@@ -116,6 +116,11 @@ struct Plan {
   double objective = 0;       // smaller is better
   /// Forward collectives per step by kind, over decoder layers and overall.
   std::map<std::string, int64_t> decoderCollectives, allCollectives;
+  /// Bytes of the forward collectives over the tp group per microbatch on a
+  /// device, by kind, as costed (all-gather: the gathered value;
+  /// reduce-scatter, all-reduce: the input; all-to-all: the value whole
+  /// over tp).
+  std::map<std::string, double> tpCollectiveBytes;
 
   std::string degrees() const;
   static Plan withDegrees(int64_t pp, int64_t dp, int64_t ep, int64_t tp,
