@@ -23,7 +23,31 @@ llama_bench_model() {
  "max_position_embeddings": $1, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
  "tie_word_embeddings": false}
 JSON
+  config_weights
+}
+# Random weights (seed 1) for $work/config.json, as $work/w.safetensors.
+config_weights() {
   "$py" -c 'import sys; from parax.checkpoint import random_weights, save_safetensors; from parax.models import load_config; save_safetensors(sys.argv[1] + "/w.safetensors", random_weights(load_config(sys.argv[1] + "/config.json"), seed=1))' "$work"
+}
+# `training_program NAME WORKLOAD [PARTITION]`: the training step of
+# $work/loss.mlir (--parax-autodiff) as $work/NAME.pxe (its IR
+# $work/NAME.mlir), planned for WORKLOAD on the oracle cluster of 2
+# devices a node and partitioned (PARTITION: the pass and its options,
+# default --parax-partition); WORKLOAD "-": one rank, neither.
+training_program() {
+  local name="$1" workload="$2" partition="${3:---parax-partition}"
+  if [ "$workload" = - ]; then
+    "$build/bin/parax-opt" "$work/loss.mlir" --parax-autodiff -o "$work/$name.mlir"
+  else
+    "$build/bin/parax-opt" "$work/loss.mlir" \
+      --parax-plan="cluster=$root/python/parax/oracle-cluster.json:devices_per_node=2 workload=$workload" \
+      --parax-autodiff "$partition" -o "$work/$name.mlir"
+  fi
+  "$build/bin/parax-translate" --to-executable "$work/$name.mlir" -o "$work/$name.pxe"
+}
+# `medians FILE`: the median of each column of FILE's rows of figures.
+medians() {
+  "$py" -c 'import sys, numpy as np; print(*np.median(np.loadtxt(sys.argv[1], ndmin=2), axis=0))' "$1"
 }
 tokens() {
   "$py" -c 'import sys, numpy as np; np.save(sys.argv[1], np.random.default_rng(int(sys.argv[4])).integers(0, 8192, size=(int(sys.argv[2]), int(sys.argv[3]))).astype(np.int32))' \

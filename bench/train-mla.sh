@@ -18,16 +18,12 @@ cat > "$work/config.json" <<JSON
  "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
  "norm_topk_prob": true, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "tie_word_embeddings": false}
 JSON
-"$py" -c 'import sys; from parax.checkpoint import random_weights, save_safetensors; from parax.models import load_config; save_safetensors(sys.argv[1] + "/w.safetensors", random_weights(load_config(sys.argv[1] + "/config.json"), seed=1))' "$work"
+config_weights
 tokens tokens 2 512 2
 tokens labels 2 512 3
 "$py" -m parax.models "$work/config.json" --batch 2 --seq 512 --dtype f32 --loss -o "$work/loss.mlir"
-"$build/bin/parax-opt" "$work/loss.mlir" --parax-autodiff -o "$work/single.mlir"
-"$build/bin/parax-translate" --to-executable "$work/single.mlir" -o "$work/single.pxe"
-cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
-"$build/bin/parax-opt" "$work/loss.mlir" --parax-plan="cluster=$cluster workload=train:batch=2,seq=512,tp=2,dp=1,pp=1" \
-  --parax-autodiff --parax-partition -o "$work/tp2.mlir"
-"$build/bin/parax-translate" --to-executable "$work/tp2.mlir" -o "$work/tp2.pxe"
+training_program single -
+training_program tp2 train:batch=2,seq=512,tp=2,dp=1,pp=1
 echo "TP2 program: $(grep -oE 'parax\.(all_gather|all_reduce|reduce_scatter|all_to_all)' "$work/tp2.mlir" | sort | uniq -c | tr -s ' \n' ' ')"
 
 for round in $(seq "$rounds"); do
@@ -36,9 +32,5 @@ for round in $(seq "$rounds"); do
   echo "round $round: training step: 1 rank $one ms, TP2 $tp ms"
   echo "$one $tp" >> "$work/figures"
 done
-"$py" - "$work/figures" <<'PY'
-import sys
-import numpy as np
-one, tp = np.median(np.loadtxt(sys.argv[1], ndmin=2), axis=0)
-print(f"medians, 1,024 tokens: training step on 1 rank {one:.1f} ms, TP2 {tp:.1f} ms ({one / tp:.2f}x one rank)")
-PY
+read -r one tp <<< "$(medians "$work/figures")"
+awk -v one="$one" -v tp="$tp" 'BEGIN { printf "medians, 1,024 tokens: training step on 1 rank %.1f ms, TP2 %.1f ms (%.2fx one rank)\n", one, tp, one / tp }'

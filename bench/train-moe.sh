@@ -18,17 +18,13 @@ cat > "$work/config.json" <<JSON
  "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
  "num_local_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": false}
 JSON
-"$py" -c 'import sys; from parax.checkpoint import random_weights, save_safetensors; from parax.models import load_config; save_safetensors(sys.argv[1] + "/w.safetensors", random_weights(load_config(sys.argv[1] + "/config.json"), seed=1))' "$work"
+config_weights
 tokens tokens 4 128 2
 tokens labels 4 128 3
 "$py" -m parax.models "$work/config.json" --batch 4 --seq 128 --dtype f32 --loss -o "$work/loss.mlir"
 "$build/bin/parax-translate" --to-executable "$work/loss.mlir" -o "$work/forward.pxe"
-"$build/bin/parax-opt" "$work/loss.mlir" --parax-autodiff -o "$work/single.mlir"
-"$build/bin/parax-translate" --to-executable "$work/single.mlir" -o "$work/single.pxe"
-cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
-"$build/bin/parax-opt" "$work/loss.mlir" --parax-plan="cluster=$cluster workload=train:batch=4,seq=128,ep=2,dp=1,pp=1" \
-  --parax-autodiff --parax-partition -o "$work/ep2.mlir"
-"$build/bin/parax-translate" --to-executable "$work/ep2.mlir" -o "$work/ep2.pxe"
+training_program single -
+training_program ep2 train:batch=4,seq=128,ep=2,dp=1,pp=1
 
 for round in $(seq "$rounds"); do
   fwd="$(train_step 1 "$work/forward.pxe")"
@@ -37,10 +33,5 @@ for round in $(seq "$rounds"); do
   echo "round $round: forward $fwd ms; training step: 1 rank $one ms, EP2 $ep ms"
   echo "$fwd $one $ep" >> "$work/figures"
 done
-"$py" - "$work/figures" <<'PY'
-import sys
-import numpy as np
-fwd, one, ep = np.median(np.loadtxt(sys.argv[1], ndmin=2), axis=0)
-print(f"medians, 512 tokens: forward alone {fwd:.1f} ms; training step on 1 rank {one:.1f} ms "
-      f"({one / fwd:.2f}x the forward), EP2 {ep:.1f} ms ({one / ep:.2f}x one rank)")
-PY
+read -r fwd one ep <<< "$(medians "$work/figures")"
+awk -v fwd="$fwd" -v one="$one" -v ep="$ep" 'BEGIN { printf "medians, 512 tokens: forward alone %.1f ms; training step on 1 rank %.1f ms (%.2fx the forward), EP2 %.1f ms (%.2fx one rank)\n", fwd, one, one / fwd, ep, one / ep }'

@@ -30,8 +30,17 @@ for mode in selective full; do
 done
 cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
 for plan in "dp=2,tp=1,pp=1" "tp=2,dp=1,pp=1" "pp=2,tp=1,dp=1" "pp=2,tp=1,dp=1,micro"; do
-  case "$plan" in dp=2*) ir="$work/loss2.mlir" ;; *micro) ir="$work/loss1.mlir" ;; *) ir="$work/loss4.mlir" ;; esac
-  "$build/bin/parax-opt" "$ir" --parax-plan="cluster=$cluster workload=train:batch=4,seq=256,${plan%,micro}" \
+  # (A plan's microbatch is the program's batch: PP2 over the batch-4 IR
+  # runs one microbatch of 4, pinned so; left free, the plan may interleave
+  # 4 microbatches of 1, which a batch-4 program does not have.)
+  pins="${plan%,micro}"
+  case "$plan" in
+    dp=2*) ir="$work/loss2.mlir" ;;
+    *micro) ir="$work/loss1.mlir" ;;
+    pp=*) ir="$work/loss4.mlir" pins="$pins,mbs=4" ;;
+    *) ir="$work/loss4.mlir" ;;
+  esac
+  "$build/bin/parax-opt" "$ir" --parax-plan="cluster=$cluster workload=train:batch=4,seq=256,$pins" \
     --parax-autodiff --parax-partition -o "$work/$plan.mlir"
   "$build/bin/parax-translate" --to-executable "$work/$plan.mlir" -o "$work/$plan.pxe"
 done

@@ -19,15 +19,12 @@ cat > "$work/config.json" <<JSON
  "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
  "tie_word_embeddings": false}
 JSON
-"$py" -c 'import sys; from parax.checkpoint import random_weights, save_safetensors; from parax.models import load_config; save_safetensors(sys.argv[1] + "/w.safetensors", random_weights(load_config(sys.argv[1] + "/config.json"), seed=1))' "$work"
+config_weights
 tokens tokens 4 256 2
 tokens labels 4 256 3
 "$py" -m parax.models "$work/config.json" --batch 4 --seq 256 --dtype f32 --loss -o "$work/loss.mlir"
-cluster="$root/python/parax/oracle-cluster.json:devices_per_node=2"
 for vocab in true false; do
-  "$build/bin/parax-opt" "$work/loss.mlir" --parax-plan="cluster=$cluster workload=train:batch=4,seq=256,tp=2,dp=1,pp=1" \
-    --parax-autodiff --parax-partition=vocab-parallel=$vocab -o "$work/$vocab.mlir"
-  "$build/bin/parax-translate" --to-executable "$work/$vocab.mlir" -o "$work/$vocab.pxe"
+  training_program "$vocab" train:batch=4,seq=256,tp=2,dp=1,pp=1 --parax-partition=vocab-parallel=$vocab
 done
 echo "logits gathered: vocab-parallel $(grep -c 'all_gather.*x32000x' "$work/true.mlir"), gathered $(grep -c 'all_gather.*x32000x' "$work/false.mlir")"
 
@@ -37,12 +34,8 @@ for round in $(seq "$rounds"); do
   echo "round $round: TP2 training step: vocab-parallel $split ms, logits gathered $gathered ms"
   echo "$split $gathered" >> "$work/figures"
 done
-"$py" - "$work/figures" <<'PY'
-import sys
-import numpy as np
-split, gathered = np.median(np.loadtxt(sys.argv[1], ndmin=2), axis=0)
-print(f"medians: vocab-parallel {split:.1f} ms, logits gathered {gathered:.1f} ms ({gathered / split:.2f}x)")
-PY
+read -r split gathered <<< "$(medians "$work/figures")"
+awk -v s="$split" -v g="$gathered" 'BEGIN { printf "medians: vocab-parallel %.1f ms, logits gathered %.1f ms (%.2fx)\n", s, g, g / s }'
 if [ -x "$build/bin/parax-run-simt" ]; then
   for vocab in true false; do
     memory="$(timeout 600 mpirun -np 2 --oversubscribe --bind-to none "$build/bin/parax-run-simt" "$work/$vocab.pxe" \

@@ -681,16 +681,19 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             plan.optimizerTime = 16.0 * optimizerParams /
                                  (cluster.hbmBandwidth * cluster.memoryEfficiency);
             plan.stepTime = pipeline + ppComm + tied + dpExposed + plan.optimizerTime;
-            // Each virtual stage's passes, for simulatePipeline.
-            plan.stageForward.assign(pp * v, 0);
-            plan.stageBackward.assign(pp * v, 0);
-            for (size_t l = 0; l < costs.size(); ++l) {
-              int64_t c = plan.stageOfLayer(l, model.layers[l].index);
-              plan.stageForward[c] += costs[l].forward;
-              plan.stageBackward[c] += costs[l].time - costs[l].forward;
+            // Each virtual stage's passes, for simulatePipeline: only for a
+            // plan the search may return (not on the search's hot path).
+            if (plan.fits && plan.stepTime <= cutoff()) {
+              plan.stageForward.assign(pp * v, 0);
+              plan.stageBackward.assign(pp * v, 0);
+              for (size_t l = 0; l < costs.size(); ++l) {
+                int64_t c = plan.stageOfLayer(l, model.layers[l].index);
+                plan.stageForward[c] += costs[l].forward;
+                plan.stageBackward[c] += costs[l].time - costs[l].forward;
+              }
+              plan.transferTime = p2p;
+              plan.tailTime = tied + dpExposed + plan.optimizerTime;
             }
-            plan.transferTime = p2p;
-            plan.tailTime = tied + dpExposed + plan.optimizerTime;
             plan.computeTime = m * stageCompute;
             plan.bubbleTime = (slots - m) * slowest;
             plan.tpComm = m * stageTp;
@@ -1170,8 +1173,9 @@ PlanResult parax::plan::searchPlans(const ModelGraph &model,
                                     const PlanOptions &options) {
   PlanResult result = Search(model, cluster, workload, options).run();
   // Nothing even to explain by (every configuration's pipeline stages fit
-  // in no split of the layers): again, keeping those with their fastest
-  // split (the answer used to be that no configuration applies).
+  // in no split of the layers): again, keeping those with the split that
+  // needs the least memory (the answer used to be that no configuration
+  // applies).
   if (result.plans.empty() && !result.closest && !options.keepUnfitStages) {
     PlanOptions unfit = options;
     unfit.keepUnfitStages = true;

@@ -34,6 +34,18 @@ static std::vector<AxisPlacement> placement(const Plan &p, const ClusterSpec &cl
   return out;
 }
 
+/// The best plan's placement line: each axis within a node or over nodes.
+static std::string placementText(const Plan &p, const ClusterSpec &cluster) {
+  std::string text;
+  for (const AxisPlacement &a : placement(p, cluster))
+    text += formatv("{0}{1} {2}: {3}", text.empty() ? "" : "; ", a.axis, a.size,
+                    a.nodes == 1    ? std::string("within a node")
+                    : a.perNode == 1 ? formatv("one rank a node, over {0} nodes", a.nodes).str()
+                                     : formatv("{0} ranks a node, over {1} nodes", a.perNode, a.nodes).str())
+                .str();
+  return text;
+}
+
 static std::string collectivesText(const std::map<std::string, int64_t> &counts) {
   std::string text;
   for (const auto &[kind, count] : counts)
@@ -124,23 +136,14 @@ std::string parax::plan::formatPlans(const PlanResult &result,
     }
     os << "] (the prologue with the first, the epilogue with the last)\n";
   }
+  if (std::string text = placementText(best, cluster); !text.empty())
+    os << formatv("placement (ranks in grid order pp, dp, ep, cp, tp; {0} devices a node): {1}\n",
+                  cluster.devicesPerNode, text);
   // The program's batch: a microbatch of each of a replica's EP ranks
   // (the partitioner splits it over them).
   int64_t programBatch = best.microBatch * best.ep;
   std::string perRank =
       best.ep > 1 ? formatv(": {0} on each of its {1} EP ranks", best.microBatch, best.ep).str() : "";
-  {
-    std::string text;
-    for (const AxisPlacement &a : placement(best, cluster))
-      text += formatv("{0}{1} {2}: {3}", text.empty() ? "" : "; ", a.axis, a.size,
-                      a.nodes == 1    ? std::string("within a node")
-                      : a.perNode == 1 ? formatv("one rank a node, over {0} nodes", a.nodes).str()
-                                       : formatv("{0} ranks a node, over {1} nodes", a.perNode, a.nodes).str())
-                  .str();
-    if (!text.empty())
-      os << formatv("placement (ranks in grid order pp, dp, ep, cp, tp; {0} devices a node): {1}\n",
-                    cluster.devicesPerNode, text);
-  }
   if (!train && best.microBatches > 1)
     os << formatv("run: {0} microbatches of {1} sequences a replica{2} (build the program with "
                   "batch {1}{3}; parax-run takes {0} x {1} rows a replica as microbatches)\n",

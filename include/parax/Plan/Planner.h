@@ -44,8 +44,9 @@ struct PlanOptions {
   /// of the program runs its own sequences, as the plan is costed.
   int64_t epDivides = 0;
   /// Keep configurations whose pipeline stages fit in no split of the
-  /// layers, costed with their fastest split (they do not fit): what
-  /// searchPlans searches with when a search found nothing to explain by.
+  /// layers, costed with the split that needs the least memory (they do
+  /// not fit): what searchPlans searches with when a search found nothing
+  /// to explain by.
   bool keepUnfitStages = false;
 };
 
@@ -98,7 +99,8 @@ struct Plan {
   /// (the backward with its recomputation), seconds; one pipeline
   /// transfer's seconds; and what follows the last backward pass (the tied
   /// weight's exchange, the exposed gradient sync, the optimizer). What
-  /// simulatePipeline (Timeline.h) runs.
+  /// simulatePipeline (Timeline.h) runs; set for the plans a search may
+  /// return (those that fit within the best so far).
   std::vector<double> stageForward, stageBackward;
   double transferTime = 0, tailTime = 0;
   // Results.
