@@ -1141,7 +1141,7 @@ def _bench_experts(name, root, bin_dir, device, weights_dir):
             "profile_ms": profile_of(log), "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
 
 
-def bench(root, bin_dir, device="cuda", report=lambda result: None):
+def bench(root, bin_dir, device="cuda", report=lambda result: None, only=None):
     """Every benchmark, quickest first (the attention kernels, the bf16
     layers, the experts, then fp32: a run cut short keeps the figures that
     matter most);
@@ -1155,6 +1155,11 @@ def bench(root, bin_dir, device="cuda", report=lambda result: None):
     order = (list(BENCH_ATTENTION) + list(BENCH_ATTENTION_GRAD) + bf16 + list(BENCH_GENERATE) + list(BENCH_EXPERTS) +
              list(BENCH_TRAIN) +
              [n for n in BENCH if n not in bf16])
+    if only is not None:  # a subset (a second GPU run retrying what failed)
+        unknown = set(only) - set(order)
+        if unknown:
+            raise SystemExit(f"unknown bench cases: {', '.join(sorted(unknown))}")
+        order = [n for n in order if n in only]
     try:
         for name in order:
             start = time.time()
@@ -1236,7 +1241,7 @@ def main():
             print(json.dumps(r), flush=True)
             results.append(r)
             save()
-        bench(args.dir, args.bin, args.device, report)
+        bench(args.dir, args.bin, args.device, report, args.cases.split(",") if args.cases else None)
     save()
     return 1 if failed else 0
 
