@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -53,21 +54,40 @@ ncclDataType_t ncclTypeOf(Elem e) {
 }
 
 /// Host floats to `n` device elements of `e` (bf16 rounded to nearest even),
-/// and back (bf16 widened exactly); both wait for the copy.
+/// and back (bf16 widened exactly); both wait for the copy. bf16 passes
+/// through a staging buffer of at most kStagingElems (a prefill's bf16
+/// logits are half a gigabyte: no second copy of them on the host).
+constexpr size_t kStagingElems = size_t(1) << 22;
 inline Status copyToDevice(void *dst, const float *src, size_t n, Elem e, cudaStream_t stream) {
-  std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? n : 0);
-  for (size_t i = 0; i < narrow.size(); ++i) narrow[i] = __float2bfloat16(src[i]);
-  const void *from = e == Elem::BF16 ? static_cast<const void *>(narrow.data()) : src;
-  PARAX_CUDA(cudaMemcpyAsync(dst, from, n * elemBytes(e), cudaMemcpyHostToDevice, stream));
-  PARAX_CUDA(cudaStreamSynchronize(stream));
+  if (e != Elem::BF16) {
+    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * elemBytes(e), cudaMemcpyHostToDevice, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+  std::vector<__nv_bfloat16> narrow(std::min(n, kStagingElems));
+  for (size_t at = 0; at < n; at += narrow.size()) {
+    size_t m = std::min(narrow.size(), n - at);
+    for (size_t i = 0; i < m; ++i) narrow[i] = __float2bfloat16(src[at + i]);
+    PARAX_CUDA(cudaMemcpyAsync(static_cast<__nv_bfloat16 *>(dst) + at, narrow.data(), m * sizeof(__nv_bfloat16),
+                               cudaMemcpyHostToDevice, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream)); // (before the staging buffer is written again)
+  }
   return Status::ok();
 }
 inline Status copyToHost(float *dst, const void *src, size_t n, Elem e, cudaStream_t stream) {
-  std::vector<__nv_bfloat16> narrow(e == Elem::BF16 ? n : 0);
-  void *landing = e == Elem::BF16 ? static_cast<void *>(narrow.data()) : dst;
-  PARAX_CUDA(cudaMemcpyAsync(landing, src, n * elemBytes(e), cudaMemcpyDeviceToHost, stream));
-  PARAX_CUDA(cudaStreamSynchronize(stream));
-  for (size_t i = 0; i < narrow.size(); ++i) dst[i] = __bfloat162float(narrow[i]);
+  if (e != Elem::BF16) {
+    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * elemBytes(e), cudaMemcpyDeviceToHost, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+  std::vector<__nv_bfloat16> narrow(std::min(n, kStagingElems));
+  for (size_t at = 0; at < n; at += narrow.size()) {
+    size_t m = std::min(narrow.size(), n - at);
+    PARAX_CUDA(cudaMemcpyAsync(narrow.data(), static_cast<const __nv_bfloat16 *>(src) + at,
+                               m * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost, stream));
+    PARAX_CUDA(cudaStreamSynchronize(stream));
+    for (size_t i = 0; i < m; ++i) dst[at + i] = __bfloat162float(narrow[i]);
+  }
   return Status::ok();
 }
 

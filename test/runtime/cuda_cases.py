@@ -853,6 +853,20 @@ def profile_of(log):
             for m in re.finditer(r"parax-run: profile: (\S+)\s+([0-9.]+) ms", log)}
 
 
+def _profiled(env, device):
+    """`env` with PARAX_CUDA_PROFILE=1 on the GPU: one more step, op by op."""
+    return dict(env, PARAX_CUDA_PROFILE="1") if device == "cuda" else env or None
+
+
+def _kernel_time(log, flops):
+    """A one-op bench's device time from the profiled step: the step time
+    also holds reading the result back to the host (33 MB for a prefill's
+    attention output in fp32), which a kernel's figure must not."""
+    profile = profile_of(log)
+    ms = profile.get("total")
+    return {"profile_ms": profile, "kernel_ms": ms, "kernel_tflops": flops / ms / 1e9} if ms else {}
+
+
 def _planned(case_dir):
     """The planner's figures for a bench case ({} if not recorded)."""
     path = os.path.join(case_dir, "planned.json")
@@ -1028,7 +1042,7 @@ def _bench_attention(name, root, bin_dir, device):
     save_safetensors(weights_path, {})
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
                        os.path.join(d, "out.npy"), device, steps=10, timeout=300,
-                       env={"PARAX_ATTENTION": kernel} if kernel else None)
+                       env=_profiled({"PARAX_ATTENTION": kernel} if kernel else {}, device))
     step_ms = step_ms_of(log)
     # The causal half only: q.k and p.v over the keys each query sees.
     flops = 4 * B * H * D * (S * (T - S) + S * (S + 1) / 2)
@@ -1041,7 +1055,8 @@ def _bench_attention(name, root, bin_dir, device):
     diff = float(np.abs(got - want).max())
     tolerance = (1e-2 if dtype == "bf16" else 1e-4) * float(np.abs(want).max())
     return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9,
-            "kv_bytes": kv_bytes, "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
+            **_kernel_time(log, flops), "kv_bytes": kv_bytes, "rows_vs_numpy": diff, "tolerance": tolerance,
+            "ok": diff < tolerance}
 
 
 def _bench_attention_grad(name, root, bin_dir, device):
@@ -1061,7 +1076,7 @@ def _bench_attention_grad(name, root, bin_dir, device):
     save_safetensors(weights_path, {})
     _, log = parax_run(bin_dir, weights_path, os.path.join(d, "op.pxe"), 1, inputs,
                        os.path.join(d, "dq.npy"), device, steps=10, timeout=300,
-                       env={"PARAX_ATTENTION": kernel} if kernel else None)
+                       env=_profiled({"PARAX_ATTENTION": kernel} if kernel else {}, device))
     step_ms = step_ms_of(log)
     flops = 5 * 2 * B * H * D * S * (S + 1) / 2
     if dtype == "bf16":
@@ -1083,7 +1098,7 @@ def _bench_attention_grad(name, root, bin_dir, device):
     diff = float(np.abs(got - want).max())
     tolerance = (2e-2 if dtype == "bf16" else 1e-3) * float(np.abs(want).max())
     return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9,
-            "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
+            **_kernel_time(log, flops), "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
 
 
 def _experts_rows(block, x, w, idx, tokens, E, H, F):

@@ -193,9 +193,9 @@ Training::~Training() {
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
 }
 
-Status Training::join(std::vector<Tensor> &into, const std::vector<Tensor> &part) const {
-  if (into.empty()) {
-    into = part;
+Status Training::join(std::vector<Tensor> &into, std::vector<Tensor> part) const {
+  if (into.empty()) { // (moved: a prefill's logits are a gigabyte)
+    into = std::move(part);
     return Status::ok();
   }
   for (size_t k = 0; k < into.size() && k < part.size(); ++k) {

@@ -73,7 +73,7 @@ public:
   bool isGrad(size_t k) const { return k < gradOf_.size() && !gradOf_[k].empty(); }
   /// Joins another microbatch's outputs to `into`: gradients added, any
   /// other output's rows appended (a scalar's values collected).
-  Status join(std::vector<Tensor> &into, const std::vector<Tensor> &part) const;
+  Status join(std::vector<Tensor> &into, std::vector<Tensor> part) const;
   /// Gradients summed over `micro` microbatches: the stages' parts added
   /// (sumStageParts), then their mean over the microbatches and over the
   /// data-parallel replicas (every rank takes part). `zeroShares` (an
