@@ -2767,7 +2767,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using T = decltype(t);
       PARAX_LAUNCH(binaryKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
           l.as<T>(), r.as<T>(), y.as<T>(), dimsOf(l.shape), dimsOf(r.shape), dimsOf(y.shape), y.numel(),
-          op == "add");
+          op == "add", l.shape == y.shape, r.shape == y.shape);
       return Status::ok();
     });
   }
