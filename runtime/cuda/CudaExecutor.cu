@@ -317,6 +317,7 @@ struct CudaExecutor::State {
   Status reduceGradient(int slot);
   Status reduceGradientsOf(int k);
   std::vector<bool> boundOutput; // per stage output: a bound gradient (outputs() skips it)
+  mutable std::vector<Tensor> spare; // recycle()'s tensors, for outputs() to write into
   // ZeRO, a box of n values not a multiple of the replicas: the padded box
   // the all-gather of the new values fills (storage-sized, the largest such).
   void *staging = nullptr;
@@ -1595,7 +1596,15 @@ std::vector<Tensor> CudaExecutor::outputs() const {
       continue;
     }
     const DeviceBuffer &d = s_->buffers[ids[k]];
-    Tensor t = d.elem == Elem::I32 ? Tensor::ints(d.shape) : Tensor::floats(d.shape);
+    auto same = [&](const Tensor &t) { return t.isInt == (d.elem == Elem::I32) && t.shape == d.shape; };
+    auto kept = std::find_if(s_->spare.begin(), s_->spare.end(), same);
+    Tensor t;
+    if (kept != s_->spare.end()) { // (every value is written below)
+      t = std::move(*kept);
+      s_->spare.erase(kept);
+    } else {
+      t = d.elem == Elem::I32 ? Tensor::ints(d.shape) : Tensor::floats(d.shape);
+    }
     if (d.elem == Elem::I32)
       cudaMemcpy(t.i.data(), d.data, d.numel() * 4, cudaMemcpyDeviceToHost);
     else
@@ -1603,6 +1612,13 @@ std::vector<Tensor> CudaExecutor::outputs() const {
     out.push_back(std::move(t));
   }
   return out;
+}
+
+void CudaExecutor::recycle(std::vector<Tensor> results) {
+  s_->spare.clear();
+  for (Tensor &t : results)
+    if (t.hasValues() && t.numel() == static_cast<int64_t>(t.isInt ? t.i.size() : t.f.size()))
+      s_->spare.push_back(std::move(t));
 }
 
 StatusOr<std::vector<int32_t>> CudaExecutor::greedyTokens() {

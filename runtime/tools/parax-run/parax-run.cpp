@@ -1224,6 +1224,9 @@ int main(int argc, char **argv) {
     for (int step = 0; step < steps; ++step) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
+#ifdef PARAX_WITH_CUDA
+      if (device == "cuda") gpus[0]->recycle(std::move(results)); // their memory, for this step's results
+#endif
       results.clear();
       block = trains ? step % blocks : 0;
       if (labelsInput >= 0) {

@@ -84,6 +84,10 @@ public:
   /// step as one CUDA graph (PARAX_CUDA_GRAPHS=0: never).
   Status run();
   std::vector<Tensor> outputs() const;
+  /// An earlier step's results: outputs() writes results of the same shape
+  /// into their memory instead of fresh memory (a prefill's fp32 logits
+  /// are a gigabyte, which the host would zero page by page each step).
+  void recycle(std::vector<Tensor> results);
 
   /// Pipeline training (1F1B, interleaved). After prepare, with the
   /// stage's ranges (runtime::pipelineRanges): each microbatch keeps the
