@@ -400,9 +400,10 @@ __global__ void decodeCombineKernel(const float *partial, T *y, int64_t B, int64
 // bf16 storage with head widths that are multiples of 16: one block of four
 // warps per (batch, head, 64 queries), each warp owning 16 query rows.
 // Per 64-key tile: S = Q K^T on tensor cores, the online softmax in fp32 by
-// one thread per row (P rounded to bf16), then P V on tensor cores into a
-// scratch tile that the block folds into the fp32 output (rescaled per
-// row). Shared memory rows are padded (8 bf16 / 4 fp32) to keep WMMA's
+// one thread per row (P rounded to bf16), then the fp32 output so far
+// rescaled per row and P V added to it on tensor cores (no scratch tile:
+// 110 KiB of shared memory at 128-wide heads, so two blocks share an SM;
+// with a 33 KiB scratch tile an H200 held one). Shared memory rows are padded (8 bf16 / 4 fp32) to keep WMMA's
 // 256-bit alignment and spread the banks. Given `stats` (and dO), it
 // writes each query's log-sum-exp and D = rowsum(dO * O) there instead of
 // O: the first step of the attention gradient (GradientKernels.cuh).
@@ -411,7 +412,7 @@ struct TensorCoreTiles {
   // Bytes of dynamic shared memory for head widths D, DV.
   static int64_t bytes(int64_t D, int64_t DV) {
     return 2 * (kQueries * (D + 8) + kKeys * (D + 8) + kKeys * (DV + 8) + kQueries * (kKeys + 8)) +
-           4 * (kQueries * (kKeys + 4) + kQueries * (DV + 4) + kQueries * DV + 3 * kQueries);
+           4 * (kQueries * (kKeys + 4) + kQueries * DV + 3 * kQueries);
   }
 };
 
@@ -447,14 +448,13 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
   PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
   const int dq = static_cast<int>(D), dv = static_cast<int>(DV);
-  const int ldq = dq + 8, ldv = dv + 8, ldp = KT + 8, lds = KT + 4, ldo = dv + 4;
+  const int ldq = dq + 8, ldv = dv + 8, ldp = KT + 8, lds = KT + 4;
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(shared); // [QT][ldq]
   __nv_bfloat16 *ks = qs + QT * ldq;                    // [KT][ldq]
   __nv_bfloat16 *vs = ks + KT * ldq;                    // [KT][ldv]
   __nv_bfloat16 *ps = vs + KT * ldv;                    // [QT][ldp] probabilities
   auto *ss = reinterpret_cast<float *>(ps + QT * ldp);  // [QT][lds] scores
-  float *ot = ss + QT * lds;                            // [QT][ldo] this tile's P V
-  float *os = ot + QT * ldo;                            // [QT][dv] the output so far
+  float *os = ss + QT * lds;                            // [QT][dv] the output so far
   float *rowMax = os + QT * dv, *rowSum = rowMax + QT, *rowScale = rowSum + QT;
   // The last query tile first (under a causal mask the one that reads the
   // most keys: the longest blocks start first, the short ones fill in).
@@ -513,15 +513,12 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
       rowScale[r] = rescale;
     }
     __syncthreads();
-    // ot[16 warp rows][DV] = P V.
+    for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) os[i] *= rowScale[i / dv];
+    __syncthreads();
+    // os[16 warp rows][DV] += P V.
     for (int n0 = 0; n0 < dv; n0 += 16)
       warpTileProduct<wmma::row_major, wmma::row_major>(ps + warp * 16 * ldp, ldp, 16, vs + n0, ldv, 16 * ldv, KT,
-                                                        ot + warp * 16 * ldo + n0, ldo);
-    __syncthreads();
-    for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) {
-      int r = i / dv, d = i % dv;
-      os[i] = os[i] * rowScale[r] + ot[r * ldo + d];
-    }
+                                                        os + warp * 16 * dv + n0, dv, true);
     __syncthreads();
   }
   if (stats) { // for the gradient (attentionGradTensorCore*): each query's log-sum-exp and D = rowsum(dO * O)
