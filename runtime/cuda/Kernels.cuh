@@ -438,6 +438,32 @@ __device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, int aStep, cons
   wmma::store_matrix_sync(out, acc, ldo, wmma::mem_row_major);
 }
 
+// Rows 0 .. tileRows - 1 of a bf16 tile in shared memory: dst[r * ldd + c]
+// = src[r * rowStride + c] for r < validRows, else 0 (c < width). Eight
+// values (16 bytes) a load where every row start is 16-byte aligned, one
+// at a time otherwise.
+struct alignas(16) Bf16x8 {
+  uint32_t w[4];
+};
+__device__ void loadTile(__nv_bfloat16 *dst, int ldd, const __nv_bfloat16 *src, int64_t rowStride, int validRows,
+                         int tileRows, int width) {
+  bool packed = width % 8 == 0 && ldd % 8 == 0 && rowStride % 8 == 0 &&
+                reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  if (packed) {
+    const int packs = width / 8;
+    for (int i = threadIdx.x; i < tileRows * packs; i += blockDim.x) {
+      int r = i / packs, c = (i % packs) * 8;
+      *reinterpret_cast<Bf16x8 *>(dst + r * ldd + c) =
+          r < validRows ? *reinterpret_cast<const Bf16x8 *>(src + r * rowStride + c) : Bf16x8{};
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < tileRows * width; i += blockDim.x) {
+    int r = i / width, c = i % width;
+    dst[r * ldd + c] = r < validRows ? src[r * rowStride + c] : __float2bfloat16(0.0f);
+  }
+}
+
 __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                           __nv_bfloat16 *y, int64_t B, int64_t S, int64_t H, int64_t D, int64_t T_,
                                           int64_t KH, int64_t DV, int64_t VW, bool causal, float scale,
@@ -466,10 +492,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   if (position) past = *position; // (else as attentionKernel's)
   int64_t keysEnd = causal ? min(T_, past + (q0 + rows - 1) * stride + 1) : T_;
   int warp = threadIdx.x / 32;
-  for (int i = threadIdx.x; i < QT * dq; i += blockDim.x) {
-    int r = i / dq, d = i % dq;
-    qs[r * ldq + d] = r < rows ? q[((b * S + q0 + r) * H + h) * D + d] : __float2bfloat16(0.0f);
-  }
+  loadTile(qs, ldq, q + ((b * S + q0) * H + h) * D, H * D, rows, QT, dq);
   for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) os[i] = 0.0f;
   for (int r = threadIdx.x; r < QT; r += blockDim.x) {
     rowMax[r] = -INFINITY;
@@ -478,14 +501,8 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   __syncthreads();
   for (int64_t t0 = 0; t0 < keysEnd; t0 += KT) {
     int cols = static_cast<int>(min((int64_t)KT, keysEnd - t0));
-    for (int i = threadIdx.x; i < KT * dq; i += blockDim.x) {
-      int j = i / dq, d = i % dq;
-      ks[j * ldq + d] = j < cols ? k[((b * T_ + t0 + j) * KH + kh) * D + d] : __float2bfloat16(0.0f);
-    }
-    for (int i = threadIdx.x; i < KT * dv; i += blockDim.x) {
-      int j = i / dv, d = i % dv;
-      vs[j * ldv + d] = j < cols ? v[((b * T_ + t0 + j) * KH + kh) * VW + d] : __float2bfloat16(0.0f);
-    }
+    loadTile(ks, ldq, k + ((b * T_ + t0) * KH + kh) * D, KH * D, cols, KT, dq);
+    loadTile(vs, ldv, v + ((b * T_ + t0) * KH + kh) * VW, KH * VW, cols, KT, dv);
     __syncthreads();
     // S[16 warp rows][KT] = Q K^T (K^T read as a column-major matrix_b).
     for (int n0 = 0; n0 < KT; n0 += 16)
