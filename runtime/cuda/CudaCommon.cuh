@@ -58,21 +58,28 @@ ncclDataType_t ncclTypeOf(Elem e) {
 /// through a staging buffer of at most kStagingElems (a prefill's bf16
 /// logits are half a gigabyte: no second copy of them on the host).
 constexpr size_t kStagingElems = size_t(1) << 22;
+/// step(staging, at, m) for each chunk of at most kStagingElems of n values.
+template <typename Step> Status inStagedChunks(size_t n, Step step) {
+  std::vector<__nv_bfloat16> staging(std::min(n, kStagingElems));
+  for (size_t at = 0; at < n; at += staging.size()) {
+    Status st = step(staging.data(), at, std::min(staging.size(), n - at));
+    if (!st.isOk()) return st;
+  }
+  return Status::ok();
+}
 inline Status copyToDevice(void *dst, const float *src, size_t n, Elem e, cudaStream_t stream) {
   if (e != Elem::BF16) {
     PARAX_CUDA(cudaMemcpyAsync(dst, src, n * elemBytes(e), cudaMemcpyHostToDevice, stream));
     PARAX_CUDA(cudaStreamSynchronize(stream));
     return Status::ok();
   }
-  std::vector<__nv_bfloat16> narrow(std::min(n, kStagingElems));
-  for (size_t at = 0; at < n; at += narrow.size()) {
-    size_t m = std::min(narrow.size(), n - at);
+  return inStagedChunks(n, [&](__nv_bfloat16 *narrow, size_t at, size_t m) {
     for (size_t i = 0; i < m; ++i) narrow[i] = __float2bfloat16(src[at + i]);
-    PARAX_CUDA(cudaMemcpyAsync(static_cast<__nv_bfloat16 *>(dst) + at, narrow.data(), m * sizeof(__nv_bfloat16),
+    PARAX_CUDA(cudaMemcpyAsync(static_cast<__nv_bfloat16 *>(dst) + at, narrow, m * sizeof(__nv_bfloat16),
                                cudaMemcpyHostToDevice, stream));
     PARAX_CUDA(cudaStreamSynchronize(stream)); // (before the staging buffer is written again)
-  }
-  return Status::ok();
+    return Status::ok();
+  });
 }
 inline Status copyToHost(float *dst, const void *src, size_t n, Elem e, cudaStream_t stream) {
   if (e != Elem::BF16) {
@@ -80,15 +87,13 @@ inline Status copyToHost(float *dst, const void *src, size_t n, Elem e, cudaStre
     PARAX_CUDA(cudaStreamSynchronize(stream));
     return Status::ok();
   }
-  std::vector<__nv_bfloat16> narrow(std::min(n, kStagingElems));
-  for (size_t at = 0; at < n; at += narrow.size()) {
-    size_t m = std::min(narrow.size(), n - at);
-    PARAX_CUDA(cudaMemcpyAsync(narrow.data(), static_cast<const __nv_bfloat16 *>(src) + at,
-                               m * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost, stream));
+  return inStagedChunks(n, [&](__nv_bfloat16 *narrow, size_t at, size_t m) {
+    PARAX_CUDA(cudaMemcpyAsync(narrow, static_cast<const __nv_bfloat16 *>(src) + at, m * sizeof(__nv_bfloat16),
+                               cudaMemcpyDeviceToHost, stream));
     PARAX_CUDA(cudaStreamSynchronize(stream));
     for (size_t i = 0; i < m; ++i) dst[at + i] = __bfloat162float(narrow[i]);
-  }
-  return Status::ok();
+    return Status::ok();
+  });
 }
 
 } // namespace parax::runtime
