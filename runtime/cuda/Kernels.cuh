@@ -402,7 +402,7 @@ __global__ void decodeCombineKernel(const float *partial, T *y, int64_t B, int64
 // Per 64-key tile: S = Q K^T on tensor cores, the online softmax in fp32 by
 // one thread per row (P rounded to bf16), then the fp32 output so far
 // rescaled per row and P V added to it on tensor cores (no scratch tile:
-// 110 KiB of shared memory at 128-wide heads, so two blocks share an SM;
+// 111 KiB of shared memory at 128-wide heads, so two blocks share an SM;
 // with a 33 KiB scratch tile an H200 held one). Shared memory rows are padded (8 bf16 / 4 fp32) to keep WMMA's
 // 256-bit alignment and spread the banks. Given `stats` (and dO), it
 // writes each query's log-sum-exp and D = rowsum(dO * O) there instead of
@@ -412,7 +412,7 @@ struct TensorCoreTiles {
   // Bytes of dynamic shared memory for head widths D, DV.
   static int64_t bytes(int64_t D, int64_t DV) {
     return 2 * (kQueries * (D + 8) + kKeys * (D + 8) + kKeys * (DV + 8) + kQueries * (kKeys + 8)) +
-           4 * (kQueries * (kKeys + 4) + kQueries * DV + 3 * kQueries);
+           4 * (kQueries * (kKeys + 4) + kQueries * (DV + 4) + 3 * kQueries);
   }
 };
 
@@ -474,14 +474,14 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
   PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
   const int dq = static_cast<int>(D), dv = static_cast<int>(DV);
-  const int ldq = dq + 8, ldv = dv + 8, ldp = KT + 8, lds = KT + 4;
+  const int ldq = dq + 8, ldv = dv + 8, ldp = KT + 8, lds = KT + 4, ldo = dv + 4;
   auto *qs = reinterpret_cast<__nv_bfloat16 *>(shared); // [QT][ldq]
   __nv_bfloat16 *ks = qs + QT * ldq;                    // [KT][ldq]
   __nv_bfloat16 *vs = ks + KT * ldq;                    // [KT][ldv]
   __nv_bfloat16 *ps = vs + KT * ldv;                    // [QT][ldp] probabilities
   auto *ss = reinterpret_cast<float *>(ps + QT * ldp);  // [QT][lds] scores
-  float *os = ss + QT * lds;                            // [QT][dv] the output so far
-  float *rowMax = os + QT * dv, *rowSum = rowMax + QT, *rowScale = rowSum + QT;
+  float *os = ss + QT * lds;                            // [QT][ldo] the output so far
+  float *rowMax = os + QT * ldo, *rowSum = rowMax + QT, *rowScale = rowSum + QT;
   // The last query tile first (under a causal mask the one that reads the
   // most keys: the longest blocks start first, the short ones fill in).
   int64_t tiles = (S + QT - 1) / QT;
@@ -493,7 +493,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   int64_t keysEnd = causal ? min(T_, past + (q0 + rows - 1) * stride + 1) : T_;
   int warp = threadIdx.x / 32;
   loadTile(qs, ldq, q + ((b * S + q0) * H + h) * D, H * D, rows, QT, dq);
-  for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) os[i] = 0.0f;
+  for (int i = threadIdx.x; i < QT * ldo; i += blockDim.x) os[i] = 0.0f;
   for (int r = threadIdx.x; r < QT; r += blockDim.x) {
     rowMax[r] = -INFINITY;
     rowSum[r] = 0.0f;
@@ -530,19 +530,19 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
       rowScale[r] = rescale;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < QT * dv; i += blockDim.x) os[i] *= rowScale[i / dv];
+    for (int i = threadIdx.x; i < QT * ldo; i += blockDim.x) os[i] *= rowScale[i / ldo];
     __syncthreads();
     // os[16 warp rows][DV] += P V.
     for (int n0 = 0; n0 < dv; n0 += 16)
       warpTileProduct<wmma::row_major, wmma::row_major>(ps + warp * 16 * ldp, ldp, 16, vs + n0, ldv, 16 * ldv, KT,
-                                                        os + warp * 16 * dv + n0, dv, true);
+                                                        os + warp * 16 * ldo + n0, ldo, true);
     __syncthreads();
   }
   if (stats) { // for the gradient (attentionGradTensorCore*): each query's log-sum-exp and D = rowsum(dO * O)
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
       int64_t row = (b * S + q0 + r) * H + h;
       float dot = 0.0f;
-      for (int d = 0; d < dv; ++d) dot += __bfloat162float(dout[row * DV + d]) * os[r * dv + d];
+      for (int d = 0; d < dv; ++d) dot += __bfloat162float(dout[row * DV + d]) * os[r * ldo + d];
       bool seen = rowSum[r] > 0;
       stats[2 * row] = seen ? rowMax[r] + logf(rowSum[r]) : INFINITY;
       stats[2 * row + 1] = seen ? dot / rowSum[r] : 0.0f;
@@ -551,7 +551,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   }
   for (int i = threadIdx.x; i < rows * dv; i += blockDim.x) {
     int r = i / dv, d = i % dv;
-    y[((b * S + q0 + r) * H + h) * DV + d] = __float2bfloat16(os[i] / rowSum[r]);
+    y[((b * S + q0 + r) * H + h) * DV + d] = __float2bfloat16(os[r * ldo + d] / rowSum[r]);
   }
 }
 
