@@ -13,6 +13,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -44,6 +45,13 @@ Dims dimsOf(const std::vector<int64_t> &shape) {
   for (size_t i = 0; i < shape.size() && i < kMaxRank; ++i) d.d[i] = shape[i];
   return d;
 }
+
+// 16 bytes loaded at once (8 bf16 or 4 fp32 values), from an address
+// that is a multiple of 16.
+struct alignas(16) Pack16 {
+  uint32_t w[4];
+};
+__device__ __forceinline__ bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Floating-point storage: fp32 or bf16 (T); the math is fp32 either way.
 // Data movement copies the bits (W: uint32_t or uint16_t, by element size).
@@ -338,15 +346,38 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
     rowSum[r] = 0.0f;
   }
   __syncthreads();
+  // Keys and values 16 bytes a load where every row starts 16-byte aligned.
+  constexpr int E = 16 / sizeof(T);
+  const bool packed = d0 % E == 0 && dv % E == 0 && VW % E == 0 && aligned16(k) && aligned16(kNew) &&
+                      aligned16(v) && aligned16(vNew);
   for (int64_t t0 = k0; t0 < k1; t0 += kTile) {
     int cols = static_cast<int>(min((int64_t)kTile, k1 - t0));
-    for (int i = threadIdx.x; i < kTile * ds; i += blockDim.x) {
-      int j = i / ds, d = i % ds;
-      ks[i] = (j < cols && d < d0) ? ld(kvRow(k, kNew, kCached, T_, b, t0 + j, KH, kh, D), d) : 0.0f;
-    }
-    for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
-      int j = i / dv, d = i % dv;
-      vs[i] = j < cols ? ld(kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW), d) : 0.0f;
+    if (packed) { // 16 bytes a load (the keys' padding column is never read)
+      for (int i = threadIdx.x; i < kTile * (d0 / E); i += blockDim.x) {
+        int j = i / (d0 / E), d = i % (d0 / E) * E;
+        Pack16 pack = j < cols ? *reinterpret_cast<const Pack16 *>(kvRow(k, kNew, kCached, T_, b, t0 + j, KH, kh, D) + d)
+                               : Pack16{};
+        T values[E];
+        std::memcpy(values, &pack, sizeof pack); // (the bytes as T: a cast would break C++'s aliasing rules)
+        for (int e = 0; e < E; ++e) ks[j * ds + d + e] = ld(values, e);
+      }
+      for (int i = threadIdx.x; i < kTile * (dv / E); i += blockDim.x) {
+        int j = i / (dv / E), d = i % (dv / E) * E;
+        Pack16 pack = j < cols ? *reinterpret_cast<const Pack16 *>(kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW) + d)
+                               : Pack16{};
+        T values[E];
+        std::memcpy(values, &pack, sizeof pack);
+        for (int e = 0; e < E; ++e) vs[j * dv + d + e] = ld(values, e);
+      }
+    } else {
+      for (int i = threadIdx.x; i < kTile * ds; i += blockDim.x) {
+        int j = i / ds, d = i % ds;
+        ks[i] = (j < cols && d < d0) ? ld(kvRow(k, kNew, kCached, T_, b, t0 + j, KH, kh, D), d) : 0.0f;
+      }
+      for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
+        int j = i / dv, d = i % dv;
+        vs[i] = j < cols ? ld(kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW), d) : 0.0f;
+      }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < R * kTile; i += blockDim.x) {
@@ -442,19 +473,15 @@ __device__ void warpTileProduct(const __nv_bfloat16 *a, int lda, int aStep, cons
 // = src[r * rowStride + c] for r < validRows, else 0 (c < width). Eight
 // values (16 bytes) a load where every row start is 16-byte aligned, one
 // at a time otherwise.
-struct alignas(16) Bf16x8 {
-  uint32_t w[4];
-};
 __device__ void loadTile(__nv_bfloat16 *dst, int ldd, const __nv_bfloat16 *src, int64_t rowStride, int validRows,
                          int tileRows, int width) {
-  bool packed = width % 8 == 0 && ldd % 8 == 0 && rowStride % 8 == 0 &&
-                reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  bool packed = width % 8 == 0 && ldd % 8 == 0 && rowStride % 8 == 0 && aligned16(src) && aligned16(dst);
   if (packed) {
     const int packs = width / 8;
     for (int i = threadIdx.x; i < tileRows * packs; i += blockDim.x) {
       int r = i / packs, c = (i % packs) * 8;
-      *reinterpret_cast<Bf16x8 *>(dst + r * ldd + c) =
-          r < validRows ? *reinterpret_cast<const Bf16x8 *>(src + r * rowStride + c) : Bf16x8{};
+      *reinterpret_cast<Pack16 *>(dst + r * ldd + c) =
+          r < validRows ? *reinterpret_cast<const Pack16 *>(src + r * rowStride + c) : Pack16{};
     }
     return;
   }
