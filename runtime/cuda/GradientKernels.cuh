@@ -588,13 +588,13 @@ struct TensorCoreGradTiles {
 };
 
 // A kRows-row tile of `base` (rows `rowStride` apart) from row `first` into
-// shared bf16 rows `ld` apart; zeros past `limit` rows.
+// shared bf16 rows `ld` apart; zeros past `limit` rows (loadTile: 16 bytes
+// a load where rows are aligned).
 __device__ void loadTensorCoreTile(__nv_bfloat16 *tile, int ld, const __nv_bfloat16 *base, int64_t first,
                                    int64_t limit, int64_t rowStride, int width) {
-  for (int e = threadIdx.x; e < TensorCoreGradTiles::kRows * width; e += blockDim.x) {
-    int r = e / width, c = e % width;
-    tile[r * ld + c] = first + r < limit ? base[(first + r) * rowStride + c] : __float2bfloat16(0.0f);
-  }
+  const int R = TensorCoreGradTiles::kRows;
+  int valid = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(R), limit - first)));
+  loadTile(tile, ld, base + first * rowStride, rowStride, valid, R, width);
 }
 
 // The parts of shared memory both kernels use, laid out by one function.
