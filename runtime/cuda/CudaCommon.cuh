@@ -67,32 +67,27 @@ template <typename Step> Status inStagedChunks(size_t n, Step step) {
   }
   return Status::ok();
 }
+inline Status copyAndWait(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  PARAX_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream));
+  PARAX_CUDA(cudaStreamSynchronize(stream));
+  return Status::ok();
+}
 inline Status copyToDevice(void *dst, const float *src, size_t n, Elem e, cudaStream_t stream) {
-  if (e != Elem::BF16) {
-    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * elemBytes(e), cudaMemcpyHostToDevice, stream));
-    PARAX_CUDA(cudaStreamSynchronize(stream));
-    return Status::ok();
-  }
+  if (e != Elem::BF16) return copyAndWait(dst, src, n * elemBytes(e), cudaMemcpyHostToDevice, stream);
   return inStagedChunks(n, [&](__nv_bfloat16 *narrow, size_t at, size_t m) {
     for (size_t i = 0; i < m; ++i) narrow[i] = __float2bfloat16(src[at + i]);
-    PARAX_CUDA(cudaMemcpyAsync(static_cast<__nv_bfloat16 *>(dst) + at, narrow, m * sizeof(__nv_bfloat16),
-                               cudaMemcpyHostToDevice, stream));
-    PARAX_CUDA(cudaStreamSynchronize(stream)); // (before the staging buffer is written again)
-    return Status::ok();
+    // (waits: the staging buffer is written again next)
+    return copyAndWait(static_cast<__nv_bfloat16 *>(dst) + at, narrow, m * sizeof(__nv_bfloat16),
+                       cudaMemcpyHostToDevice, stream);
   });
 }
 inline Status copyToHost(float *dst, const void *src, size_t n, Elem e, cudaStream_t stream) {
-  if (e != Elem::BF16) {
-    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * elemBytes(e), cudaMemcpyDeviceToHost, stream));
-    PARAX_CUDA(cudaStreamSynchronize(stream));
-    return Status::ok();
-  }
+  if (e != Elem::BF16) return copyAndWait(dst, src, n * elemBytes(e), cudaMemcpyDeviceToHost, stream);
   return inStagedChunks(n, [&](__nv_bfloat16 *narrow, size_t at, size_t m) {
-    PARAX_CUDA(cudaMemcpyAsync(narrow, static_cast<const __nv_bfloat16 *>(src) + at, m * sizeof(__nv_bfloat16),
-                               cudaMemcpyDeviceToHost, stream));
-    PARAX_CUDA(cudaStreamSynchronize(stream));
-    for (size_t i = 0; i < m; ++i) dst[at + i] = __bfloat162float(narrow[i]);
-    return Status::ok();
+    Status st = copyAndWait(narrow, static_cast<const __nv_bfloat16 *>(src) + at, m * sizeof(__nv_bfloat16),
+                            cudaMemcpyDeviceToHost, stream);
+    for (size_t i = 0; st.isOk() && i < m; ++i) dst[at + i] = __bfloat162float(narrow[i]);
+    return st;
   });
 }
 
