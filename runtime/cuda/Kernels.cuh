@@ -431,7 +431,7 @@ __global__ void decodeCombineKernel(const float *partial, T *y, int64_t B, int64
 // bf16 storage with head widths that are multiples of 16: one block of four
 // warps per (batch, head, 64 queries), each warp owning 16 query rows.
 // Per 64-key tile: S = Q K^T on tensor cores, the online softmax in fp32 by
-// one thread per row (P rounded to bf16), then the fp32 output so far
+// two threads a row (P rounded to bf16), then the fp32 output so far
 // rescaled per row and P V added to it on tensor cores (no scratch tile:
 // 111 KiB of shared memory at 128-wide heads, so two blocks share an SM;
 // with a 33 KiB scratch tile an H200 held one). Shared memory rows are padded (8 bf16 / 4 fp32) to keep WMMA's
@@ -439,11 +439,12 @@ __global__ void decodeCombineKernel(const float *partial, T *y, int64_t B, int64
 // writes each query's log-sum-exp and D = rowsum(dO * O) there instead of
 // O: the first step of the attention gradient (GradientKernels.cuh).
 struct TensorCoreTiles {
-  static constexpr int kQueries = 64, kKeys = 64, kWarps = 4;
+  static constexpr int kQueries = 64, kKeys = 64, kWarps = 4, kThreads = 32 * kWarps;
+  static_assert(kThreads == 2 * kQueries, "the softmax takes two threads a query row");
   // Bytes of dynamic shared memory for head widths D, DV.
   static int64_t bytes(int64_t D, int64_t DV) {
     return 2 * (kQueries * (D + 8) + kKeys * (D + 8) + kKeys * (DV + 8) + kQueries * (kKeys + 8)) +
-           4 * (kQueries * (kKeys + 4) + kQueries * (DV + 4) + 3 * kQueries);
+           4 * (kQueries * (kKeys + 4) + kQueries * (DV + 4) + 3 * kQueries + 2 * kThreads);
   }
 };
 
@@ -509,6 +510,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   auto *ss = reinterpret_cast<float *>(ps + QT * ldp);  // [QT][lds] scores
   float *os = ss + QT * lds;                            // [QT][ldo] the output so far
   float *rowMax = os + QT * ldo, *rowSum = rowMax + QT, *rowScale = rowSum + QT;
+  float *partMax = rowScale + QT, *partSum = partMax + TensorCoreTiles::kThreads; // the softmax's halves
   // The last query tile first (under a causal mask the one that reads the
   // most keys: the longest blocks start first, the short ones fill in).
   int64_t tiles = (S + QT - 1) / QT;
@@ -536,25 +538,35 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
       warpTileProduct<wmma::row_major, wmma::col_major>(qs + warp * 16 * ldq, ldq, 16, ks + n0 * ldq, ldq, 16, dq,
                                                         ss + warp * 16 * lds + n0, lds);
     __syncthreads();
-    for (int r = threadIdx.x; r < QT; r += blockDim.x) {
+    { // The online softmax, two threads a row (every thread busy): thread
+      // 2r + half takes row r's columns half, half + 2, ... (interleaved,
+      // fewer bank conflicts); their maxima and sums meet in shared memory.
+      const int r = threadIdx.x / 2, half = threadIdx.x % 2;
       float *sr = ss + r * lds;
-      float m = rowMax[r];
-      for (int j = 0; j < cols; ++j) {
+      float m = -INFINITY;
+      for (int j = half; j < cols; j += 2) {
         bool visible = r < rows && (!causal || t0 + j <= past + (q0 + r) * stride);
         sr[j] = visible ? sr[j] * scale : -INFINITY;
         m = fmaxf(m, sr[j]);
       }
+      partMax[threadIdx.x] = m;
+      __syncthreads();
+      m = fmaxf(rowMax[r], fmaxf(partMax[2 * r], partMax[2 * r + 1]));
       float sum = 0.0f;
-      for (int j = 0; j < KT; ++j) {
+      for (int j = half; j < KT; j += 2) {
         float p = (j < cols && sr[j] != -INFINITY) ? expf(sr[j] - m) : 0.0f;
         __nv_bfloat16 pb = __float2bfloat16(p);
         ps[r * ldp + j] = pb;
         sum += __bfloat162float(pb); // the sum of what P V multiplies
       }
-      float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
-      rowSum[r] = rowSum[r] * rescale + sum;
-      rowMax[r] = m;
-      rowScale[r] = rescale;
+      partSum[threadIdx.x] = sum;
+      __syncthreads();
+      if (half == 0) {
+        float rescale = rowMax[r] == -INFINITY ? 0.0f : expf(rowMax[r] - m);
+        rowSum[r] = rowSum[r] * rescale + partSum[2 * r] + partSum[2 * r + 1];
+        rowMax[r] = m;
+        rowScale[r] = rescale;
+      }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < QT * ldo; i += blockDim.x) os[i] *= rowScale[i / ldo];
