@@ -433,7 +433,7 @@ __global__ void decodeCombineKernel(const float *partial, T *y, int64_t B, int64
 // Per 64-key tile: S = Q K^T on tensor cores, the online softmax in fp32 by
 // two threads a row (P rounded to bf16), then the fp32 output so far
 // rescaled per row and P V added to it on tensor cores (no scratch tile:
-// 111 KiB of shared memory at 128-wide heads, so two blocks share an SM;
+// 112 KiB of shared memory at 128-wide heads, so two blocks share an SM;
 // with a 33 KiB scratch tile an H200 held one). Shared memory rows are padded (8 bf16 / 4 fp32) to keep WMMA's
 // 256-bit alignment and spread the banks. Given `stats` (and dO), it
 // writes each query's log-sum-exp and D = rowsum(dO * O) there instead of
