@@ -355,16 +355,16 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
     if (packed) { // 16 bytes a load (the keys' padding column is never read)
       for (int i = threadIdx.x; i < kTile * (d0 / E); i += blockDim.x) {
         int j = i / (d0 / E), d = i % (d0 / E) * E;
-        Pack16 pack = j < cols ? *reinterpret_cast<const Pack16 *>(kvRow(k, kNew, kCached, T_, b, t0 + j, KH, kh, D) + d)
-                               : Pack16{};
+        const T *row = j < cols ? kvRow(k, kNew, kCached, T_, b, t0 + j, KH, kh, D) : nullptr;
+        Pack16 pack = row ? *reinterpret_cast<const Pack16 *>(row + d) : Pack16{};
         T values[E];
         std::memcpy(values, &pack, sizeof pack); // (the bytes as T: a cast would break C++'s aliasing rules)
         for (int e = 0; e < E; ++e) ks[j * ds + d + e] = ld(values, e);
       }
       for (int i = threadIdx.x; i < kTile * (dv / E); i += blockDim.x) {
         int j = i / (dv / E), d = i % (dv / E) * E;
-        Pack16 pack = j < cols ? *reinterpret_cast<const Pack16 *>(kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW) + d)
-                               : Pack16{};
+        const T *row = j < cols ? kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW) : nullptr;
+        Pack16 pack = row ? *reinterpret_cast<const Pack16 *>(row + d) : Pack16{};
         T values[E];
         std::memcpy(values, &pack, sizeof pack);
         for (int e = 0; e < E; ++e) vs[j * dv + d + e] = ld(values, e);
@@ -434,8 +434,9 @@ __global__ void decodeCombineKernel(const float *partial, T *y, int64_t B, int64
 // two threads a row (P rounded to bf16), then the fp32 output so far
 // rescaled per row and P V added to it on tensor cores (no scratch tile:
 // 112 KiB of shared memory at 128-wide heads, so two blocks share an SM;
-// with a 33 KiB scratch tile an H200 held one). Shared memory rows are padded (8 bf16 / 4 fp32) to keep WMMA's
-// 256-bit alignment and spread the banks. Given `stats` (and dO), it
+// with a 33 KiB scratch tile an H200 held one). Shared memory rows are
+// padded (8 bf16 / 4 fp32) to keep WMMA's 256-bit alignment and spread the
+// banks. Given `stats` (and dO), it
 // writes each query's log-sum-exp and D = rowsum(dO * O) there instead of
 // O: the first step of the attention gradient (GradientKernels.cuh).
 struct TensorCoreTiles {
