@@ -353,10 +353,10 @@ struct AttentionGradTiles {
 template <typename T>
 __device__ void loadGradTile(float *tile, const T *base, int64_t first, int64_t limit, int64_t rowStride,
                              int64_t width, int64_t R) {
-  for (int64_t e = threadIdx.x; e < R * width; e += blockDim.x) {
-    int64_t r = e / width, c = e % width;
-    tile[r * (width + 1) + c] = first + r < limit ? ld(base, (first + r) * rowStride + c) : 0.0f;
-  }
+  const T *rows = base + first * rowStride;
+  int valid = static_cast<int>(max(static_cast<int64_t>(0), min(R, limit - first)));
+  loadFloatTile<T>(tile, static_cast<int>(width) + 1, [&](int r) { return rows + r * rowStride; }, valid,
+                   static_cast<int>(R), static_cast<int>(width), packable(rows, rowStride, width));
 }
 
 // C[r][d] (its rows first scaled by scale[r], if given) += Σ_x A[r][x] ·

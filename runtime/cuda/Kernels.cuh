@@ -57,6 +57,38 @@ __device__ __forceinline__ bool aligned16(const void *p) { return reinterpret_ca
 // Data movement copies the bits (W: uint32_t or uint16_t, by element size).
 __device__ __forceinline__ float ld(const float *p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float ld(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
+
+// Whether rows of `width` values `rowStride` apart from `base` can be read
+// 16 bytes at a time (every row start 16-byte aligned).
+template <typename T> __device__ bool packable(const T *base, int64_t rowStride, int64_t width) {
+  constexpr int E = 16 / sizeof(T);
+  return width % E == 0 && rowStride % E == 0 && aligned16(base);
+}
+
+// Rows 0 .. tileRows - 1 of a fp32 tile in shared memory: dst[r * ldd + c]
+// = row(r)[c] for r < validRows, else 0 (c < width), row(r) giving row r's
+// first value. 16 bytes a load where `packed` (see packable), one value at
+// a time otherwise (each with its row's address worked out again: an H200
+// read a KV cache so at 0.2 TB/s).
+template <typename T, typename Row>
+__device__ void loadFloatTile(float *dst, int ldd, Row row, int validRows, int tileRows, int width, bool packed) {
+  constexpr int E = 16 / sizeof(T);
+  if (packed) {
+    const int packs = width / E;
+    for (int i = threadIdx.x; i < tileRows * packs; i += blockDim.x) {
+      int r = i / packs, c = i % packs * E;
+      Pack16 pack = r < validRows ? *reinterpret_cast<const Pack16 *>(row(r) + c) : Pack16{};
+      T values[E];
+      std::memcpy(values, &pack, sizeof pack); // (the bytes as T: a cast would break C++'s aliasing rules)
+      for (int e = 0; e < E; ++e) dst[r * ldd + c + e] = ld(values, e);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < tileRows * width; i += blockDim.x) {
+    int r = i / width, c = i % width;
+    dst[r * ldd + c] = r < validRows ? ld(row(r), c) : 0.0f;
+  }
+}
 __device__ __forceinline__ void st(float *p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v) { p[i] = __float2bfloat16(v); }
 
@@ -231,26 +263,21 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
   if (position) past = *position;
   // Keys the tile's last query sees (causal), or all of them.
   int64_t keysEnd = causal ? min(T_, past + (q0 + rows - 1) * stride + 1) : T_;
-  for (int i = threadIdx.x; i < qTile * ds; i += blockDim.x) {
-    int r = i / ds, d = i % ds;
-    qs[i] = (r < rows && d < d0) ? ld(q, ((b * S + q0 + r) * H + h) * D + d) : 0.0f;
-  }
+  const T *qTile0 = q + ((b * S + q0) * H + h) * D; // (the rows' padding columns are never read)
+  loadFloatTile<T>(qs, ds, [&](int r) { return qTile0 + r * H * D; }, rows, qTile, d0, packable(qTile0, H * D, d0));
   for (int i = threadIdx.x; i < qTile * dv; i += blockDim.x) os[i] = 0.0f;
   for (int r = threadIdx.x; r < qTile; r += blockDim.x) {
     rowMax[r] = -INFINITY;
     rowSum[r] = 0.0f;
   }
   __syncthreads();
+  const T *kHead = k + kh * D, *vHead = v + kh * VW; // (row t of batch b: + (b * T_ + t) * KH * width)
+  const bool keysPacked = packable(kHead, KH * D, d0), valuesPacked = packable(vHead, KH * VW, dv);
   for (int64_t t0 = 0; t0 < keysEnd; t0 += kTile) {
     int cols = static_cast<int>(min((int64_t)kTile, keysEnd - t0));
-    for (int i = threadIdx.x; i < kTile * ds; i += blockDim.x) {
-      int j = i / ds, d = i % ds;
-      ks[i] = (j < cols && d < d0) ? ld(k, ((b * T_ + t0 + j) * KH + kh) * D + d) : 0.0f;
-    }
-    for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
-      int j = i / dv, d = i % dv;
-      vs[i] = j < cols ? ld(v, ((b * T_ + t0 + j) * KH + kh) * VW + d) : 0.0f;
-    }
+    loadFloatTile<T>(ks, ds, [&](int j) { return kHead + (b * T_ + t0 + j) * KH * D; }, cols, kTile, d0, keysPacked);
+    loadFloatTile<T>(vs, dv, [&](int j) { return vHead + (b * T_ + t0 + j) * KH * VW; }, cols, kTile, dv,
+                     valuesPacked);
     __syncthreads();
     for (int i = threadIdx.x; i < qTile * kTile; i += blockDim.x) {
       int r = i / kTile, j = i % kTile;
@@ -346,39 +373,13 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
     rowSum[r] = 0.0f;
   }
   __syncthreads();
-  // Keys and values 16 bytes a load where every row starts 16-byte aligned.
-  constexpr int E = 16 / sizeof(T);
-  const bool packed = d0 % E == 0 && dv % E == 0 && VW % E == 0 && aligned16(k) && aligned16(kNew) &&
-                      aligned16(v) && aligned16(vNew);
+  const bool keysPacked = packable(k, D, d0) && aligned16(kNew), valuesPacked = packable(v, VW, dv) && aligned16(vNew);
   for (int64_t t0 = k0; t0 < k1; t0 += kTile) {
     int cols = static_cast<int>(min((int64_t)kTile, k1 - t0));
-    if (packed) { // 16 bytes a load (the keys' padding column is never read)
-      for (int i = threadIdx.x; i < kTile * (d0 / E); i += blockDim.x) {
-        int j = i / (d0 / E), d = i % (d0 / E) * E;
-        const T *row = j < cols ? kvRow(k, kNew, kCached, T_, b, t0 + j, KH, kh, D) : nullptr;
-        Pack16 pack = row ? *reinterpret_cast<const Pack16 *>(row + d) : Pack16{};
-        T values[E];
-        std::memcpy(values, &pack, sizeof pack); // (the bytes as T: a cast would break C++'s aliasing rules)
-        for (int e = 0; e < E; ++e) ks[j * ds + d + e] = ld(values, e);
-      }
-      for (int i = threadIdx.x; i < kTile * (dv / E); i += blockDim.x) {
-        int j = i / (dv / E), d = i % (dv / E) * E;
-        const T *row = j < cols ? kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW) : nullptr;
-        Pack16 pack = row ? *reinterpret_cast<const Pack16 *>(row + d) : Pack16{};
-        T values[E];
-        std::memcpy(values, &pack, sizeof pack);
-        for (int e = 0; e < E; ++e) vs[j * dv + d + e] = ld(values, e);
-      }
-    } else {
-      for (int i = threadIdx.x; i < kTile * ds; i += blockDim.x) {
-        int j = i / ds, d = i % ds;
-        ks[i] = (j < cols && d < d0) ? ld(kvRow(k, kNew, kCached, T_, b, t0 + j, KH, kh, D), d) : 0.0f;
-      }
-      for (int i = threadIdx.x; i < kTile * dv; i += blockDim.x) {
-        int j = i / dv, d = i % dv;
-        vs[i] = j < cols ? ld(kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW), d) : 0.0f;
-      }
-    }
+    loadFloatTile<T>(ks, ds, [&](int j) { return kvRow(k, kNew, kCached, T_, b, t0 + j, KH, kh, D); }, cols, kTile,
+                     d0, keysPacked);
+    loadFloatTile<T>(vs, dv, [&](int j) { return kvRow(v, vNew, vCached, T_, b, t0 + j, KH, kh, VW); }, cols,
+                     kTile, dv, valuesPacked);
     __syncthreads();
     for (int i = threadIdx.x; i < R * kTile; i += blockDim.x) {
       int r = i / kTile, j = i % kTile;
