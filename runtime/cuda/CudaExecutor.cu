@@ -414,8 +414,9 @@ struct CudaExecutor::State {
   bool groupedExperts(const pxe::Instruction &inst) const {
     if (!expertsPath.empty()) return expertsPath == "grouped"; // validated by prepare
     const std::vector<Tensor> &b = host.hostBuffers();
-    int64_t pairs = b[inst.operands(2)].numel(), E = b[inst.operands(3)].shape[0];
-    return pairs <= kGroupedRows * E && 3 * b[inst.operands(3)].numel() <= kGroupedWeights;
+    const Tensor &gate = b[inst.operands(3)]; // [E, F, H], as up; down [E, H, F]
+    int64_t pairs = b[inst.operands(2)].numel(), E = gate.shape[0];
+    return pairs <= kGroupedRows * E && 3 * gate.numel() <= kGroupedWeights;
   }
   // Collectives too, through NCCL (a host-staged one copies through the
   // host) or locally (no communicator).
@@ -2759,7 +2760,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     int64_t tcBytes = TensorCoreTiles::bytes(D, DV);
     if (tensorCoreAttention && y.elem == Elem::BF16 && D % 16 == 0 && DV % 16 == 0 && tcBytes <= limit) {
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
-      PARAX_LAUNCH(attentionTensorCoreKernel, blocks, 32 * TensorCoreTiles::kWarps, tcBytes, stream)(
+      PARAX_LAUNCH(attentionTensorCoreKernel, blocks, TensorCoreTiles::kThreads, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
           T, KH, DV, VW, causal, scale, headOffset, group, position, past, stride, nullptr, nullptr);
       return Status::ok();
@@ -3337,7 +3338,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       const int64_t R = TensorCoreGradTiles::kRows, threads = 32 * TensorCoreGradTiles::kWarps;
       const int64_t queryBlocks = shape.B * shape.H * ((shape.S + R - 1) / R);
       using B16 = __nv_bfloat16;
-      PARAX_LAUNCH(attentionTensorCoreKernel, queryBlocks, threads, TensorCoreTiles::bytes(shape.D, shape.DV),
+      PARAX_LAUNCH(attentionTensorCoreKernel, queryBlocks, TensorCoreTiles::kThreads,
+                   TensorCoreTiles::bytes(shape.D, shape.DV),
                    stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), nullptr, shape.B, shape.S, shape.H, shape.D,
                            shape.T, shape.KH, shape.DV, shape.DV, shape.causal, shape.scale, shape.headOffset,
                            shape.group, nullptr, shape.past, shape.stride, dout.as<B16>(), scratch);

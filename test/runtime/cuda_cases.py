@@ -945,9 +945,9 @@ def _bench_model(name, root, bin_dir, device, arrays, weights_dir):
 
 def _bench_train(name, root, bin_dir, device, arrays, weights_dir):
     """One BENCH_TRAIN case: 5 steps each of the gradients alone and AdamW on
-    the device, 3 of AdamW on the host (8.6 s a step on an H200's host);
-    the median step times, and the device's
-    time for the gradients alone (op by op)."""
+    the device, 3 of AdamW on the host (8.6 s a step on an H200's host); the
+    median step times, and the device's time for the gradients alone (op by
+    op)."""
     from parax.models import load_config
     from parax.models.builder import parameter_shapes
     preset, layers, batch, seq = BENCH_TRAIN[name]
@@ -1119,12 +1119,15 @@ def _experts_rows(block, x, w, idx, tokens, E, H, F):
 
     y = np.zeros((len(tokens), H))
     for e in np.unique(idx[tokens]):  # each expert's matrices built once
-        up, down = stacked(e, F, H), stacked(e, H, F)
+        wg, wd = stacked(e, F, H), stacked(e, H, F)
         for i, t in enumerate(tokens):
-            for j in np.flatnonzero(idx[t] == e):
-                gate = (up @ round_to_bf16(x[t])).astype(np.float64)
-                act = round_to_bf16((gate / (1 + np.exp(-gate)) * -gate).astype(np.float32))
-                y[i] += float(w[t, j]) * (down @ act).astype(np.float64)
+            chosen = idx[t] == e  # (a token may choose e more than once)
+            if not chosen.any():
+                continue
+            weight = float(w[t][chosen].sum(dtype=np.float64))
+            gate = (wg @ round_to_bf16(x[t])).astype(np.float64)
+            act = round_to_bf16((gate / (1 + np.exp(-gate)) * -gate).astype(np.float32))
+            y[i] += weight * (wd @ act).astype(np.float64)
     return y
 
 
