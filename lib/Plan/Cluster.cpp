@@ -21,7 +21,7 @@ namespace {
 // (per device, one direction), microseconds.
 const std::pair<const char *, const char *> kPresets[] = {
     {"dgx-a100-80gb", R"json({
-  "name": "dgx-a100-80gb", "device": "A100 SXM4 80GB",
+  "name": "dgx-a100-80gb", "multiprocessors": 108, "device": "A100 SXM4 80GB",
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 312, "f16": 312, "f32": 156},
   "hbm_gb": 80, "hbm_bandwidth_gbps": 2039,
@@ -30,7 +30,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "inter_node": {"bandwidth_gbps": 25, "efficiency": 0.9, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
     {"dgx-h100", R"json({
-  "name": "dgx-h100", "device": "H100 SXM5 80GB",
+  "name": "dgx-h100", "multiprocessors": 132, "device": "H100 SXM5 80GB",
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
   "hbm_gb": 80, "hbm_bandwidth_gbps": 3350,
@@ -39,7 +39,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
     {"dgx-h200", R"json({
-  "name": "dgx-h200", "device": "H200 SXM 141GB",
+  "name": "dgx-h200", "multiprocessors": 132, "device": "H200 SXM 141GB",
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
   "hbm_gb": 141, "hbm_bandwidth_gbps": 4800,
@@ -48,7 +48,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
     {"hgx-h800", R"json({
-  "name": "hgx-h800", "device": "H800 SXM 80GB",
+  "name": "hgx-h800", "multiprocessors": 132, "device": "H800 SXM 80GB",
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
   "hbm_gb": 80, "hbm_bandwidth_gbps": 3350,
@@ -57,7 +57,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
     {"dgx-b200", R"json({
-  "name": "dgx-b200", "device": "B200 180GB",
+  "name": "dgx-b200", "multiprocessors": 148, "device": "B200 180GB",
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 2250, "f16": 2250, "f32": 1125, "fp8": 4500},
   "hbm_gb": 180, "hbm_bandwidth_gbps": 8000,
@@ -66,7 +66,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.74, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
     {"gb200-nvl72", R"json({
-  "name": "gb200-nvl72", "device": "GB200 (per GPU) 186GB",
+  "name": "gb200-nvl72", "multiprocessors": 148, "device": "GB200 (per GPU) 186GB",
   "devices_per_node": 72, "nodes": 1,
   "peak_tflops": {"bf16": 2500, "f16": 2500, "f32": 1250, "fp8": 5000},
   "hbm_gb": 186, "hbm_bandwidth_gbps": 8000,
@@ -161,6 +161,8 @@ std::string ClusterSpec::toJson() const {
       {"intra_node", link(intraNode)},
       {"inter_node", link(interNode)},
       {"collective_latency_us", collectiveLatency * 1e6}};
+  if (multiprocessors > 0)
+    root["multiprocessors"] = multiprocessors;
   return formatv("{0:2}", json::Value(std::move(root))).str();
 }
 
@@ -180,7 +182,8 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
                           {"name", "device", "devices_per_node", "nodes",
                            "peak_tflops", "hbm_gb", "hbm_bandwidth_gbps",
                            "matmul_efficiency", "memory_efficiency",
-                           "intra_node", "inter_node", "collective_latency_us"},
+                           "intra_node", "inter_node", "collective_latency_us",
+                           "multiprocessors"},
                           "", source))
     return std::move(e);
 
@@ -202,6 +205,12 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
     if (!tflops)
       return tflops.takeError();
     spec.peakFlops[entry.first.str()] = *tflops * 1e12;
+  }
+  if (root->get("multiprocessors")) {
+    std::optional<int64_t> sms = root->getInteger("multiprocessors");
+    if (!sms || *sms <= 0)
+      return fieldError(source, "multiprocessors", "must be a positive integer");
+    spec.multiprocessors = *sms;
   }
   auto hbm = positive(*root, "hbm_gb", "", source);
   auto hbmBw = positive(*root, "hbm_bandwidth_gbps", "", source);

@@ -3,6 +3,8 @@
 #include "parax/Plan/CostModel.h"
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 using namespace parax::plan;
 
@@ -28,38 +30,35 @@ Group parax::plan::makeGroup(const ClusterSpec &cluster, int64_t size,
 
 namespace {
 
-// NCCL's ring model (docs/cost-model.md §collectives): a launch latency, a
-// per-step latency, and the bus-bandwidth factor times bytes over the link's
-// achievable bandwidth. Two protocols: Simple (full bandwidth, higher
-// latency) and LL (low latency, half the bandwidth); the faster one wins, as
-// NCCL's tuner picks.
-double ringTime(const ClusterSpec &cluster, const LinkSpec &link,
-                CollectiveKind kind, double bytes, int64_t n) {
-  if (n <= 1 || bytes <= 0)
-    return 0;
-  double steps = 0, factor = 0;
+// A link's bus bandwidth for the stack's collectives (bytes/s).
+double busBandwidth(const ClusterSpec &cluster, const LinkSpec &link) {
+  return link.bandwidth * link.efficiency * cluster.profile.collectiveEfficiency;
+}
+
+// Ring steps and the bus-bandwidth factor of `kind` over n ranks
+// (nccl-tests PERFORMANCE.md; NCCL's tuning.cc step counts).
+std::pair<double, double> ringShape(CollectiveKind kind, double n) {
   switch (kind) {
-  case CollectiveKind::AllReduce:
-    steps = 2.0 * (n - 1);
-    factor = 2.0 * (n - 1) / n;
-    break;
+  case CollectiveKind::AllReduce: return {2.0 * (n - 1), 2.0 * (n - 1) / n};
   case CollectiveKind::AllGather:
   case CollectiveKind::ReduceScatter:
-  case CollectiveKind::AllToAll:
-    steps = n - 1;
-    factor = double(n - 1) / n;
-    break;
-  case CollectiveKind::SendRecv:
-    steps = 1;
-    factor = 1;
-    break;
+  case CollectiveKind::AllToAll: return {n - 1, (n - 1) / n};
+  case CollectiveKind::SendRecv: return {1, 1};
   }
-  double bandwidth = link.bandwidth * link.efficiency;
-  double simple = cluster.collectiveLatency + steps * link.hopLatency +
-                  factor * bytes / bandwidth;
-  // LL: NCCL's base 6.6 us and about a sixth of Simple's per-step latency.
-  double ll = 6.6e-6 + steps * link.hopLatency / 5.7 +
-              factor * bytes / (0.5 * bandwidth);
+  return {0, 0};
+}
+
+// NCCL's ring model (docs/cost-model.md, collectives): a launch latency,
+// `intraSteps` steps over NVLink and `interSteps` over the network, each
+// with its per-step latency, and the bus-bandwidth factor times bytes over
+// the ring's bus bandwidth. Two protocols: Simple (full bandwidth) and LL
+// (NCCL's 6.6 us launch, about a sixth of Simple's per-step latency, half
+// the bandwidth); the faster wins, as NCCL's tuner picks.
+double ringTime(const ClusterSpec &cluster, double intraSteps, double interSteps,
+                double factor, double bytes, double busBw) {
+  double hops = intraSteps * cluster.intraNode.hopLatency + interSteps * cluster.interNode.hopLatency;
+  double simple = cluster.collectiveLatency + hops + factor * bytes / busBw;
+  double ll = 6.6e-6 + hops / 5.7 + factor * bytes / (0.5 * busBw);
   return std::min(simple, ll);
 }
 
@@ -70,35 +69,38 @@ double parax::plan::collectiveTime(const ClusterSpec &cluster,
                                    Group group) {
   if (group.size <= 1 || bytes <= 0)
     return 0;
-  int64_t g = group.perNode, k = group.nodes();
+  double n = group.size, g = group.perNode, k = group.nodes();
+  auto [steps, factor] = ringShape(kind, n);
+  double intraBw = busBandwidth(cluster, cluster.intraNode);
   if (k <= 1)
-    return ringTime(cluster, cluster.intraNode, kind, bytes, group.size);
-  if (g <= 1)
-    return ringTime(cluster, cluster.interNode, kind, bytes, group.size);
+    return ringTime(cluster, steps, 0, factor, bytes, intraBw);
+  // Across nodes each of a node's g ranks drives its own NIC (rails), so a
+  // ring's bus bandwidth is g NICs' unless NVLink is slower.
+  double interBw = busBandwidth(cluster, cluster.interNode);
+  double ringBw = std::min(intraBw, g * interBw);
   switch (kind) {
-  case CollectiveKind::AllReduce:
-    // Reduce-scatter in the node, all-reduce 1/g across nodes, all-gather.
-    return ringTime(cluster, cluster.intraNode, CollectiveKind::ReduceScatter,
-                    bytes, g) +
-           ringTime(cluster, cluster.interNode, CollectiveKind::AllReduce,
-                    bytes / g, k) +
-           ringTime(cluster, cluster.intraNode, CollectiveKind::AllGather,
-                    bytes, g);
   case CollectiveKind::AllGather:
   case CollectiveKind::ReduceScatter:
-    return ringTime(cluster, cluster.intraNode, kind, bytes, g) +
-           ringTime(cluster, cluster.interNode, kind, bytes / g, k);
+    // One ring over all n ranks: k of its n - 1 steps leave a node.
+    return ringTime(cluster, steps - (k - 1), k - 1, factor, bytes, ringBw);
+  case CollectiveKind::AllReduce: {
+    double ring = ringTime(cluster, steps - 2 * (k - 1), 2 * (k - 1), factor, bytes, ringBw);
+    // NCCL's tree: up and down a chain inside the node and a binary tree
+    // over the nodes; 2 S over 0.92 of the bus bandwidth (tuning.cc).
+    double tree = ringTime(cluster, 2 * (g - 1), 2 * std::ceil(std::log2(k)), 2.0, bytes,
+                           0.92 * ringBw);
+    return std::min(ring, tree);
+  }
   case CollectiveKind::AllToAll: {
     // The off-node share goes over the NICs, the rest over NVLink, at once.
-    double n = group.size;
     double offNode = bytes * (n - g) / n, onNode = bytes * (g - 1) / n;
     double inter = cluster.collectiveLatency + (k - 1) * cluster.interNode.hopLatency +
-                   offNode / (cluster.interNode.bandwidth * cluster.interNode.efficiency);
-    double intra = onNode / (cluster.intraNode.bandwidth * cluster.intraNode.efficiency);
+                   offNode / interBw;
+    double intra = onNode / intraBw;
     return std::max(inter, intra);
   }
   case CollectiveKind::SendRecv:
-    return ringTime(cluster, cluster.interNode, kind, bytes, 2);
+    return ringTime(cluster, 0, 1, 1, bytes, interBw);
   }
   return 0;
 }
@@ -112,5 +114,42 @@ double parax::plan::rooflineTime(const ClusterSpec &cluster, double flops,
                                  double bytes, double peak) {
   double compute = flops / (peak * cluster.matmulEfficiency);
   double memory = bytes / (cluster.hbmBandwidth * cluster.memoryEfficiency);
-  return std::max(compute, memory);
+  return std::max(compute, memory) + cluster.profile.kernelOverhead;
+}
+
+double parax::plan::gemmTime(const ClusterSpec &cluster, double flops, double bytes, double peak,
+                             double m, double n, double k, double batch) {
+  const Profile &profile = cluster.profile;
+  double efficiency = cluster.matmulEfficiency;
+  if (profile.gemmShapes) {
+    // `batch` independent GEMMs of one shape fill the device together.
+    int64_t sms = cluster.multiprocessors > 0 ? cluster.multiprocessors : 108;
+    double share = gemmShapeEfficiency(m * std::max(batch, 1.0), n, k, sms, profile.gemmKOverhead);
+    efficiency *= share;
+  }
+  double compute = flops / (peak * efficiency);
+  double memory = bytes / (cluster.hbmBandwidth * cluster.memoryEfficiency);
+  return std::max(compute, memory) + profile.kernelOverhead;
+}
+
+double parax::plan::streamedPassOverhead(llvm::ArrayRef<double> gather,
+                                         llvm::ArrayRef<double> reduce,
+                                         llvm::ArrayRef<double> work, int64_t prefetch) {
+  size_t n = work.size();
+  std::vector<double> done(n, 0); // when each layer's gather ends
+  double comm = 0, clock = 0, total = 0; // the stream's free time, the compute's
+  for (size_t j = 0; j < std::min<size_t>(std::max<int64_t>(prefetch, 0), n); ++j)
+    done[j] = comm += gather[j];
+  for (size_t j = 0; j < n; ++j) {
+    if (prefetch <= 0)
+      done[j] = comm = std::max(comm, clock) + gather[j];
+    double start = std::max(clock, done[j]);
+    if (prefetch > 0 && j + prefetch < n)
+      done[j + prefetch] = comm = std::max(comm, start) + gather[j + prefetch];
+    clock = start + work[j];
+    total += work[j];
+    if (!reduce.empty())
+      comm = std::max(comm, clock) + reduce[j];
+  }
+  return std::max(clock, comm) - total;
 }

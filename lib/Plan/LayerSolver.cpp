@@ -477,6 +477,8 @@ double Solver::weightBytes(const OpNode &op) const {
 double Solver::opTime(const OpNode &op, const Strategy &s) const {
   if (op.kind == OpClass::Reshape || op.cacheView)
     return 0; // a view
+  const ClusterSpec &cluster = *ctx.cluster;
+  const Profile &profile = cluster.profile;
   double tokens = ctx.tokens();
   double flops = op.kind == OpClass::Attention ? attentionFlops(op)
                                                : op.flopsPerToken * tokens;
@@ -496,8 +498,68 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   if (op.kind == OpClass::Attention && ctx.decode)
     bytes += ctx.sequences * ctx.contextLen * op.kvHeads * op.cacheWidth *
              ctx.kvBytes * s.kvFrac;
-  return rooflineTime(*ctx.cluster, flops, bytes,
-                      isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak);
+  double peak = isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
+  switch (op.kind) {
+  case OpClass::Linear: {
+    // y [tokens, out] = x [tokens, in] W: column-parallel splits out,
+    // row-parallel splits in.
+    double n = op.out, k = op.in;
+    if (s.name == "column")
+      n /= t;
+    if (s.name == "row")
+      k /= t;
+    return gemmTime(cluster, flops, bytes, peak, tokens, n, k);
+  }
+  case OpClass::HeadLinear: {
+    // G heads, each [tokens, in] x [in, out]: G GEMMs side by side.
+    const auto &in = value(op.inputs[0]).shape, &out = value(op.results[0]).shape;
+    double heads = in.size() >= 2 ? double(in[in.size() - 2]) : 1;
+    if (s.name == "heads")
+      heads /= t;
+    return gemmTime(cluster, flops, bytes, peak, tokens, out.back(), in.back(), heads);
+  }
+  case OpClass::Experts: {
+    // A rank's E / ep experts, each on its share of the (token, choice)
+    // pairs (balanced routing): gate/up [rows, H] x [H, F], down back.
+    double local = double(op.numExperts) / ctx.ep;
+    double rows = tokens * op.topK * ctx.ep / op.numExperts;
+    double hidden = value(op.inputs[0]).shape.back();
+    return gemmTime(cluster, flops, bytes, peak, rows, op.ffn * s.weightFrac, hidden, local);
+  }
+  case OpClass::Attention: {
+    if (profile.attention == AttentionKernel::Flash) {
+      double compute = flops / (peak * cluster.matmulEfficiency * profile.flashEfficiency);
+      double memory = bytes / (cluster.hbmBandwidth * cluster.memoryEfficiency);
+      return std::max(compute, memory) + profile.kernelOverhead;
+    }
+    // Materialised: Q K^T and P V as batched GEMMs over every (query, key)
+    // pair whatever the mask, and the score matrix through HBM in between
+    // (softmax, dropout): four kernels.
+    double q = ctx.queryLen, c = ctx.contextLen;
+    double heads = ctx.sequences * op.heads * s.computeFrac;
+    double scores = heads * q * c;
+    double qk = gemmTime(cluster, 2 * scores * op.headDim, 0, peak, q, c, op.headDim, heads);
+    double pv = gemmTime(cluster, 2 * scores * op.valueDim, 0, peak, q, op.valueDim, c, heads);
+    double memory = (bytes + scores * profile.scoreBytes) /
+                    (cluster.hbmBandwidth * cluster.memoryEfficiency);
+    return qk + pv + memory + 2 * profile.kernelOverhead;
+  }
+  case OpClass::Norm:
+    bytes *= profile.normPasses;
+    break;
+  case OpClass::Rope:
+    bytes *= profile.ropePasses;
+    break;
+  case OpClass::Swiglu:
+    bytes *= profile.swigluPasses;
+    break;
+  case OpClass::Unary:
+    bytes *= profile.unaryPasses;
+    break;
+  default:
+    break;
+  }
+  return rooflineTime(cluster, flops, bytes, peak);
 }
 
 // The CUDA backend's kernel scratch for `op` under `s` on one device, in

@@ -83,6 +83,12 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
       mlir::emitError(module.getLoc()) << "parax-plan: " << llvm::toString(clusterSpec.takeError());
       return signalPassFailure();
     }
+    llvm::Expected<Profile> stack = resolveProfile(profile);
+    if (!stack) {
+      mlir::emitError(module.getLoc()) << "parax-plan: " << llvm::toString(stack.takeError());
+      return signalPassFailure();
+    }
+    clusterSpec->profile = *stack;
     llvm::Expected<Workload> work = parseWorkload(workload);
     if (!work) {
       mlir::emitError(module.getLoc()) << "parax-plan: " << llvm::toString(work.takeError());

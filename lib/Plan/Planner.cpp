@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "parax/Plan/Planner.h"
+#include "parax/Plan/CostModel.h"
 #include "parax/runtime/PipelineSchedule.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -268,7 +269,30 @@ private:
     return pp == 1 && plans.size() > 1 ? std::min(plans.front()->tiedParams, plans.back()->tiedParams) : 0;
   }
   void countCollectives(Plan &plan, const std::vector<const LayerPlan *> &plans);
+  /// ZeRO-3: the seconds one microbatch's forward and backward pass over
+  /// `layers` wait for their parameters' gathers and gradients'
+  /// reduce-scatters, on one communication stream beside the compute.
+  double zero3Exposed(const std::vector<LayerCost> &costs, const std::vector<int64_t> &layers,
+                      Group denseGroup, Group expertGroup) const;
   double modelFlopsPerToken(double contextLen, double queryLen) const;
+  /// The FLOP/s at which `flopsPerToken` of the model's FLOPs would run
+  /// at the devices' peaks: the GEMMs' share at the gemm= dtype's peak,
+  /// the rest at the model's dtype's (MFU's denominator: a plan cannot
+  /// exceed it).
+  double mfuPeak(double flopsPerToken) const {
+    double peak = peakFlops(cluster, model.dtype);
+    if (w.gemmDtype.empty() || flopsPerToken <= 0)
+      return peak;
+    double gemm = 0;
+    for (const LayerGraph &layer : model.layers)
+      for (const OpNode &op : layer.ops)
+        if ((op.kind == OpClass::Linear && !op.outputHead) || op.kind == OpClass::HeadLinear ||
+            op.kind == OpClass::Experts)
+          gemm += op.flopsPerToken;
+    gemm = std::min(gemm, flopsPerToken);
+    double seconds = gemm / peakFlops(cluster, w.gemmDtype) + (flopsPerToken - gemm) / peak;
+    return flopsPerToken / seconds;
+  }
 };
 
 TpContext Search::context(int64_t tp, int64_t ep, bool sp,
@@ -433,6 +457,44 @@ void Search::countCollectives(Plan &plan,
     plan.allCollectives["send_recv"] += plan.pp - 1;
 }
 
+double Search::zero3Exposed(const std::vector<LayerCost> &costs,
+                            const std::vector<int64_t> &layers, Group denseGroup,
+                            Group expertGroup) const {
+  const Profile &profile = cluster.profile;
+  // A collective of `bytes` in messages of at most `bucket` (0: one).
+  auto chunked = [&](CollectiveKind kind, double bytes, Group group, double bucket) {
+    if (group.size <= 1 || bytes <= 0)
+      return 0.0;
+    double pieces = bucket > 0 ? std::ceil(bytes / bucket) : 1;
+    return pieces * collectiveTime(cluster, kind, bytes / pieces, group);
+  };
+  size_t n = layers.size();
+  std::vector<double> gather(n), reduce(n);
+  double e = model.elementBytes;
+  for (size_t i = 0; i < n; ++i) {
+    const LayerCost &c = costs[layers[i]];
+    gather[i] = chunked(CollectiveKind::AllGather, e * c.denseParams, denseGroup,
+                        profile.zero3BucketBytes) +
+                chunked(CollectiveKind::AllGather, e * c.expertParams, expertGroup,
+                        profile.zero3BucketBytes);
+    // The fp32 gradient sums, as the data-parallel reduction reads them.
+    reduce[i] = chunked(CollectiveKind::ReduceScatter, 4 * c.denseParams, denseGroup,
+                        profile.reduceBucketBytes) +
+                chunked(CollectiveKind::ReduceScatter, 4 * c.expertParams, expertGroup,
+                        profile.reduceBucketBytes);
+  }
+  std::vector<double> forward(n), backward(n), gatherBack(n), reduceBack(n);
+  for (size_t i = 0; i < n; ++i) {
+    const LayerCost &c = costs[layers[i]];
+    forward[i] = c.forward;
+    backward[n - 1 - i] = c.time - c.forward;
+    gatherBack[n - 1 - i] = gather[i];
+    reduceBack[n - 1 - i] = reduce[i];
+  }
+  return streamedPassOverhead(gather, {}, forward, profile.zero3Prefetch) +
+         streamedPassOverhead(gatherBack, reduceBack, backward, profile.zero3Prefetch);
+}
+
 void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                            int64_t cp, std::vector<Plan> &out) {
   int64_t replicas = dp * ep;
@@ -454,7 +516,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
   Group ppGroup = makeGroup(cluster, 2, tp * cp * ep * dp);
   int64_t sharers = replicas * cp, expertSharers = dp * cp;
   double flopsPerToken = modelFlopsPerToken(w.seq, w.seq);
-  double peak = peakFlops(cluster, model.dtype);
+  double peak = mfuPeak(flopsPerToken);
 
   for (int64_t mbs : mbsList) {
     if (local % mbs || !contextSplitFits(cp, mbs))
@@ -463,6 +525,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
     std::vector<LayerCost> costs; // by layer, for one configuration at a time
     for (bool sp : {false, true}) {
       if (sp && (tp == 1 || (w.seq / cp) % tp))
+        continue;
+      if (w.sequenceParallel && *w.sequenceParallel != sp)
         continue;
       TpContext ctx = context(tp, ep, sp, mbs, cp);
       std::vector<const LayerPlan *> plans;
@@ -516,7 +580,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             return m;
           };
           for (int zero = 0; zero <= 3; ++zero) {
-            if (w.zero && *w.zero != zero)
+            if (w.zero ? *w.zero != zero : zero > cluster.profile.maxZero)
               continue;
             ++evaluated;
             // (every field written: the vector is reused, not cleared)
@@ -532,14 +596,18 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
               auto [resultsOverCp, resultsOverEp] = gatheredResults(lp, ctx, cp, ep);
               double loss = summedLoss(lp, ctx, cp, ep);
-              c.forward = lp.computeTime + lp.commTime + a2a + cpTime + resultsOverCp + resultsOverEp + loss;
-              c.backward = 2 * lp.computeTime + lp.commTime + a2a + cpTime;
+              // (the profile's overlaps hide a share of the TP and expert
+              // communication behind independent compute)
+              double tpTime = lp.commTime * (1 - cluster.profile.tpOverlap);
+              a2a *= 1 - cluster.profile.epOverlap;
+              c.forward = lp.computeTime + tpTime + a2a + cpTime + resultsOverCp + resultsOverEp + loss;
+              c.backward = 2 * lp.computeTime + tpTime + a2a + cpTime;
               double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
                              : rc == Recompute::Full    ? c.forward
                                                         : 0;
               c.time = c.forward + c.backward + extra;
               c.compute = 3 * lp.computeTime + extra;
-              c.tpComm = 2 * lp.commTime + loss;
+              c.tpComm = 2 * tpTime + loss;
               c.epComm = 2 * a2a + resultsOverEp;
               c.cpComm = 2 * cpTime + resultsOverCp;
               // A tied weight that both the first and this last layer read
@@ -610,6 +678,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             std::vector<std::vector<int64_t>> stages = stageLayers(plan);
             finishMemory(plan, costs, inflight, stages);
             // The slowest stage sets the pace.
+            const std::vector<int64_t> *slowestLayers = &stages.front();
             double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,
                    stageCp = 0, stageCompute = 0, denseParams = 0, expertParams = 0;
             for (const std::vector<int64_t> &layers : stages) {
@@ -625,6 +694,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 ex += costs[l].expertParams;
               }
               if (t > slowest) {
+                slowestLayers = &layers;
                 slowest = t;
                 slowestBackward = b;
                 stageTp = tpc;
@@ -653,17 +723,25 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // microbatch's gradients (the sums are split).
               double t = collectiveTime(cluster, CollectiveKind::ReduceScatter, 4 * params, group) *
                          (zero >= 2 ? m : 1);
-              // ZeRO-1/2 gather the updated parameters once per step; ZeRO-3
-              // gathers them for every microbatch's forward and backward.
-              return t + (zero == 3 ? 2.0 * m * gather : gather);
+              // ZeRO-1/2 gather the updated parameters once per step.
+              return t + gather;
             };
-            sync = syncOver(denseParams, denseGroup) + syncOver(expertParams, expertGroup);
-            // What hides it: the last microbatch's backward; ZeRO-2's
-            // reduce-scatters each run beside the next microbatch too.
-            double overlap = zero == 3   ? 0.9 * m * slowest
-                             : zero == 2 ? (m - 1) * slowest + slowestBackward
-                                         : slowestBackward;
-            double dpExposed = std::max(0.0, sync - overlap);
+            double dpExposed = 0;
+            if (zero == 3) {
+              // Gathered layer by layer for every microbatch's forward and
+              // backward, reduce-scattered layer by layer: what the two
+              // streams leave exposed on the slowest stage.
+              dpExposed = m * zero3Exposed(costs, *slowestLayers, denseGroup, expertGroup);
+            } else {
+              sync = syncOver(denseParams, denseGroup) + syncOver(expertParams, expertGroup);
+              // What hides it (a profile with dp_overlap): the last
+              // microbatch's backward; ZeRO-2's reduce-scatters each run
+              // beside the next microbatch too.
+              double overlap = !cluster.profile.dpOverlap ? 0
+                               : zero == 2 ? (m - 1) * slowest + slowestBackward
+                                           : slowestBackward;
+              dpExposed = std::max(0.0, sync - overlap);
+            }
             // A weight the first and the last stage both hold (a tied
             // embedding and head): the two exchange their parts of its
             // gradient once a step, after the last backward (the runtime's
@@ -742,10 +820,12 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
   bool decode = w.kind == WorkloadKind::Decode;
   double flopsPerToken = decode ? modelFlopsPerToken(w.context + 1, 1)
                                 : modelFlopsPerToken(w.seq, w.seq);
-  double peak = peakFlops(cluster, model.dtype);
+  double peak = mfuPeak(flopsPerToken);
   for (int64_t micro : counts)
     for (bool sp : {false, true}) {
       if (sp && (decode || tp == 1 || (w.seq / cp) % tp))
+        continue;
+      if (w.sequenceParallel && *w.sequenceParallel != sp && !(decode && !sp))
         continue;
       ++evaluated;
       double perMicro = double(sequences / micro); // rows of one microbatch
@@ -764,8 +844,8 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
         auto [resultsOverCp, resultsOverEp] = gatheredResults(lp, ctx, cp, ep);
         c.compute = lp.computeTime;
-        c.tpComm = lp.commTime + summedLoss(lp, ctx, cp, ep);
-        c.epComm = a2a + resultsOverEp;
+        c.tpComm = lp.commTime * (1 - cluster.profile.tpOverlap) + summedLoss(lp, ctx, cp, ep);
+        c.epComm = a2a * (1 - cluster.profile.epOverlap) + resultsOverEp;
         c.cpComm = cpTime + resultsOverCp;
         c.time = c.forward = lp.computeTime + c.tpComm + c.epComm + c.cpComm; // one microbatch
         c.weights = lp.weightBytes;
@@ -1167,10 +1247,24 @@ std::string Plan::degrees() const {
   return text;
 }
 
+// The cluster as the workload runs on it: its pinned attention kernel over
+// the profile's (a materialised one, when the profile has no figure for
+// its bytes, moves Megatron-LM's 13 a score: docs/cost-model.md).
+static ClusterSpec withPins(const ClusterSpec &cluster, const Workload &workload) {
+  ClusterSpec out = cluster;
+  if (workload.attention) {
+    out.profile.attention = *workload.attention;
+    if (*workload.attention == AttentionKernel::Materialized && out.profile.scoreBytes <= 0)
+      out.profile.scoreBytes = 13;
+  }
+  return out;
+}
+
 PlanResult parax::plan::searchPlans(const ModelGraph &model,
-                                    const ClusterSpec &cluster,
+                                    const ClusterSpec &pinnedCluster,
                                     const Workload &workload,
                                     const PlanOptions &options) {
+  ClusterSpec cluster = withPins(pinnedCluster, workload);
   PlanResult result = Search(model, cluster, workload, options).run();
   // Nothing even to explain by (every configuration's pipeline stages fit
   // in no split of the layers): again, keeping those with the split that
@@ -1242,9 +1336,10 @@ PlanResult parax::plan::searchPlans(const ModelGraph &model,
 }
 
 std::vector<LayerPlan> parax::plan::layerPlansFor(const ModelGraph &model,
-                                                  const ClusterSpec &cluster,
+                                                  const ClusterSpec &pinnedCluster,
                                                   const Workload &workload,
                                                   const Plan &plan) {
+  ClusterSpec cluster = withPins(pinnedCluster, workload);
   Search search(model, cluster, workload, PlanOptions());
   double sequences = plan.microBatch; // (inference: a replica's rows over its microbatches)
   TpContext ctx = search.context(plan.tp, plan.ep, plan.sequenceParallel, sequences, plan.cp);

@@ -65,6 +65,7 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                 cluster.devicesPerNode, gb(cluster.hbmBytes));
   os << formatv("workload  {0}, objective {1}\n", workload.toString(),
                 toString(workload.objective));
+  os << formatv("stack     {0}\n", cluster.profile.summary());
   if (!workload.gemmDtype.empty())
     os << formatv("          the GEMMs costed in {0}: a what-if (parax's "
                   "runtimes run them in the model's dtype)\n",
@@ -234,6 +235,9 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
       {"devices", result.devices},
       {"workload", workload.toString()},
       {"objective", toString(workload.objective)},
+      {"profile", llvm::json::Object{{"name", cluster.profile.name},
+                                     {"description", cluster.profile.description},
+                                     {"assumptions", cluster.profile.summary()}}},
       {"model", llvm::json::Object{{"parameters", result.params},
                                    {"active_parameters", result.activeParams},
                                    {"parameter_bytes", result.paramBytes},

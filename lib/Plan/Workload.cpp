@@ -61,6 +61,10 @@ std::string Workload::toString() const {
     text += formatv(",capacity={0}", format("%g", *expertCapacity)).str();
   if (!gemmDtype.empty())
     text += ",gemm=" + gemmDtype;
+  if (sequenceParallel)
+    text += *sequenceParallel ? ",sp=1" : ",sp=0";
+  if (attention)
+    text += ",attention=" + plan::toString(*attention).str();
   return text;
 }
 
@@ -178,6 +182,15 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
                                    "f16 or f32, got '" +
                                        value + "'");
       w.gemmDtype = value.str();
+    } else if (key == "sp") {
+      if (value != "0" && value != "1")
+        return workloadError(spec, "sp (sequence parallelism) must be 0 or 1, got '" + value + "'");
+      w.sequenceParallel = value == "1";
+    } else if (key == "attention") {
+      if (value != "flash" && value != "materialized")
+        return workloadError(spec, "attention (the kernel kind) must be flash or "
+                                   "materialized, got '" + value + "'");
+      w.attention = value == "flash" ? AttentionKernel::Flash : AttentionKernel::Materialized;
     } else if (key == "chunks") {
       int64_t chunks;
       if (Error e = integer(chunks, 2))

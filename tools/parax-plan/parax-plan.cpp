@@ -1,6 +1,6 @@
 //===- parax-plan.cpp - rank TP / PP / DP / EP plans for a model ----------===//
 //
-//   parax-plan MODEL.mlir|PRESET --cluster C --workload W [--top K] [--json]
+//   parax-plan MODEL.mlir|PRESET --cluster C [--profile P] --workload W [--top K] [--json]
 //
 // A PRESET is built with the Python model builder (python -m parax.models) at
 // the workload's sequence length. Exit status: 0 with plans, 1 on bad input,
@@ -47,7 +47,7 @@ static cl::opt<std::string> workloadOpt(
              "recompute=none|selective|full, "
              "schedule=gpipe|1f1b|interleaved, chunks=, capacity= (expert "
              "capacity, >= 1), gemm=fp8|bf16|f16|f32 (the GEMMs' dtype), "
-             "kv=<dtype>, "
+             "sp=0|1, attention=flash|materialized, kv=<dtype>, "
              "objective=latency|throughput, latency_ms= (docs/planner.md)"),
     cl::cat(planOptions));
 static cl::opt<int> topOpt("top", cl::init(5), cl::desc("number of plans to show"), cl::cat(planOptions));
@@ -60,6 +60,14 @@ static cl::opt<std::string> timelineOpt(
              "ui.perfetto.dev): each pipeline stage's passes in the order parax-run runs them, "
              "simulated with the plan's costs"),
     cl::cat(planOptions));
+static cl::opt<std::string> profileOpt(
+    "profile", cl::init("roofline"), cl::value_desc("name|file.json"),
+    cl::desc("the software stack's profile: roofline (default: ideal kernels), megatron-2021, "
+             "megatron-core, fsdp, deepspeed-zero3-2021, parax-cuda, or a JSON file "
+             "(docs/cost-model.md, Profiles)"),
+    cl::cat(planOptions));
+static cl::opt<bool> printProfile("print-profile",
+                                  cl::desc("print the profile as JSON and exit"), cl::cat(planOptions));
 static cl::opt<bool> printCluster("print-cluster",
                                   cl::desc("print the cluster as JSON and exit"), cl::cat(planOptions));
 
@@ -109,6 +117,16 @@ int main(int argc, char **argv) {
     outs() << cluster->toJson() << "\n";
     return 0;
   }
+  Expected<Profile> profile = resolveProfile(profileOpt);
+  if (!profile) {
+    errs() << "parax-plan: " << toString(profile.takeError()) << "\n";
+    return 1;
+  }
+  if (printProfile) {
+    outs() << profile->toJson() << "\n";
+    return 0;
+  }
+  cluster->profile = *profile;
   Expected<Workload> workload = parseWorkload(workloadOpt);
   if (!workload) {
     errs() << "parax-plan: " << toString(workload.takeError()) << "\n";

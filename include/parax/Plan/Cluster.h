@@ -10,6 +10,8 @@
 #ifndef PARAX_PLAN_CLUSTER_H
 #define PARAX_PLAN_CLUSTER_H
 
+#include "parax/Plan/Profile.h"
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -38,6 +40,12 @@ struct ClusterSpec {
   LinkSpec intraNode;
   LinkSpec interNode;
   double collectiveLatency = 8.4e-6; // fixed launch cost of a collective
+  /// Streaming multiprocessors a device (GEMM wave quantisation); 0: unknown
+  /// (a profile with gemm_shapes then assumes 108).
+  int64_t multiprocessors = 0;
+  /// The software stack that runs on it (not part of the cluster's JSON:
+  /// parax-plan --profile, the pass's profile= option).
+  Profile profile;
 
   int64_t numDevices() const { return devicesPerNode * nodes; }
   /// Peak FLOP/s for `dtype`, or 0 when the device has no figure for it.

@@ -11,6 +11,8 @@
 
 #include "parax/Plan/Cluster.h"
 
+#include "llvm/ADT/ArrayRef.h"
+
 namespace parax::plan {
 
 enum class CollectiveKind { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
@@ -38,9 +40,26 @@ double collectiveTime(const ClusterSpec &cluster, CollectiveKind kind,
 double peakFlops(const ClusterSpec &cluster, llvm::StringRef dtype);
 
 /// Seconds for `flops` of arithmetic at `peak` FLOP/s, reading/writing
-/// `bytes` of HBM: the larger of the two, each at its achievable fraction.
+/// `bytes` of HBM: the larger of the two, each at its achievable fraction,
+/// plus the profile's cost of a kernel.
 double rooflineTime(const ClusterSpec &cluster, double flops, double bytes,
                     double peak);
+
+/// rooflineTime for `batch` GEMMs of an (m x k) by (k x n) shape: under a
+/// profile with gemm_shapes, at the efficiency of that shape
+/// (gemmShapeEfficiency) rather than the cluster's fixed one.
+double gemmTime(const ClusterSpec &cluster, double flops, double bytes, double peak,
+                double m, double n, double k, double batch = 1);
+
+/// One pass over layers, a compute stream beside one communication stream
+/// (ZeRO-3 / FSDP): layer j computes for `work[j]` once its `gather[j]` is
+/// done; the gather of the layer `prefetch` ahead is issued when a layer
+/// starts computing (prefetch 0: when the one before it ends); `reduce[j]`
+/// (empty: none) is issued when layer j ends. The stream runs its
+/// collectives in the order issued. Returns the pass's time beyond
+/// `sum(work)`: what the communication leaves exposed.
+double streamedPassOverhead(llvm::ArrayRef<double> gather, llvm::ArrayRef<double> reduce,
+                            llvm::ArrayRef<double> work, int64_t prefetch);
 
 } // namespace parax::plan
 

@@ -22,6 +22,9 @@ def ParaxPlanPass : Pass<"parax-plan", "mlir::ModuleOp"> {
   let options = [
     Option<"cluster", "cluster", "std::string", /*default=*/"\"dgx-h100\"",
            "Cluster preset, PRESET:nodes=N, or a JSON file">,
+    Option<"profile", "profile", "std::string", /*default=*/"\"roofline\"",
+           "The software stack's profile (roofline, megatron-2021, megatron-core, "
+           "fsdp, deepspeed-zero3-2021, parax-cuda) or a JSON file">,
     Option<"workload", "workload", "std::string",
            /*default=*/"\"train:batch=8,seq=2048\"",
            "train:batch=B,seq=S | prefill:batch=B,seq=S | decode:batch=B,context=C">,

@@ -3,6 +3,8 @@
 #ifndef PARAX_PLAN_WORKLOAD_H
 #define PARAX_PLAN_WORKLOAD_H
 
+#include "parax/Plan/Profile.h"
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -51,6 +53,10 @@ struct Workload {
   /// bytes of the weights they read), empty for the model's own. `fp8`:
   /// DeepSeek-V3's FP8 recipe (see cost-model.md, "FP8 GEMMs").
   std::string gemmDtype;
+  /// Sequence parallelism pinned on or off (unset: searched).
+  std::optional<bool> sequenceParallel;
+  /// The attention kernel's kind, over the profile's.
+  std::optional<AttentionKernel> attention;
 
   std::string toString() const;
 };
@@ -60,7 +66,8 @@ struct Workload {
 /// also `objective=latency|throughput`, `latency_ms=50`, `schedule=1f1b`,
 /// `chunks=2` (interleaved 1F1B's model chunks a stage, 2 or more),
 /// `capacity=2` (the expert capacity, a number >= 1), `gemm=fp8` (the
-/// GEMMs' dtype: fp8, bf16, f16 or f32), and `tp=`, `pp=`,
+/// GEMMs' dtype: fp8, bf16, f16 or f32), `sp=0|1` (sequence parallelism),
+/// `attention=flash|materialized` (the kernel kind), and `tp=`, `pp=`,
 /// `dp=`, `ep=`, `cp=` to pin degrees.
 llvm::Expected<Workload> parseWorkload(llvm::StringRef spec);
 

@@ -1,0 +1,122 @@
+//===- Profile.h - how a software stack runs on the hardware ----*- C++ -*-===//
+//
+// A cluster (Cluster.h) says what the hardware can do; a profile says what a
+// software stack makes of it: how close its GEMMs come to the achievable
+// peak as a function of their shape, which attention kernel it runs, how
+// many passes over memory its elementwise ops take, what a kernel costs
+// beyond its work, and which communication it hides behind compute. The
+// search reads the two together (ClusterSpec::profile); every cost formula
+// that depends on the stack asks the profile.
+//
+// Shipped profiles (docs/cost-model.md, "Profiles", with the documented
+// behaviour each figure comes from): `roofline` (the ideal stack: fixed
+// GEMM efficiency, flash attention, fused kernels, no overhead; a lower
+// bound), `megatron-2021` (Megatron-LM as Narayanan et al. 2021 and
+// Korthikanti et al. 2022 ran it), `megatron-core` (Megatron-Core with
+// TransformerEngine: flash attention, fused kernels, overlapped DP and TP
+// communication), `fsdp` (PyTorch FSDP / eager PyTorch, torchtitan-like),
+// `deepspeed-zero3-2021` and `parax-cuda` (parax's own CUDA backend).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PARAX_PLAN_PROFILE_H
+#define PARAX_PLAN_PROFILE_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace parax::plan {
+
+enum class AttentionKernel {
+  /// FlashAttention-class: the score matrix never leaves the chip; the
+  /// FLOPs at `flashEfficiency` of the GEMMs' rate; causal masks skip
+  /// the masked half.
+  Flash,
+  /// The score matrix written to HBM and read back (QK^T GEMM, softmax,
+  /// dropout, PV GEMM as separate kernels), whole whatever the mask: the
+  /// 2021-22 stacks.
+  Materialized,
+};
+llvm::StringRef toString(AttentionKernel kind);
+
+struct Profile {
+  std::string name = "roofline";
+  std::string description = "ideal kernels: fixed GEMM efficiency, flash attention, "
+                            "one fused kernel an op, no launch cost (a lower bound)";
+  // --- compute -----------------------------------------------------------
+  /// GEMM efficiency by shape: the cluster's matmul_efficiency (the
+  /// achievable peak of large GEMMs) times the tile and wave quantisation
+  /// of the best of the device's GEMM tiles, times k / (k + gemmKOverhead)
+  /// (a tile's pipeline fill and epilogue). False: matmul_efficiency for
+  /// every shape.
+  bool gemmShapes = false;
+  double gemmKOverhead = 0;
+  AttentionKernel attention = AttentionKernel::Flash;
+  /// Flash attention's FLOP/s as a share of the GEMMs' (matmul_efficiency).
+  double flashEfficiency = 1;
+  /// Materialised attention: HBM bytes moved per score element in the
+  /// forward pass (the backward pass moves twice as much, as every op's).
+  double scoreBytes = 0;
+  /// Memory-bound ops: HBM passes as a multiple of one fused kernel's
+  /// (reads of the operands, one write of the result), per op class
+  /// ("norm", "rope", "swiglu", "unary", "add", "mul"): an eager stack
+  /// runs an RMSNorm as several kernels, some in fp32.
+  double normPasses = 1, ropePasses = 1, swigluPasses = 1, unaryPasses = 1;
+  /// Seconds each kernel costs beyond its work (launch gap, ramp-up, tail).
+  double kernelOverhead = 0;
+  // --- communication -----------------------------------------------------
+  /// The stack's collectives' bus bandwidth as a share of NCCL's best on
+  /// the link (the cluster's link efficiency).
+  double collectiveEfficiency = 1;
+  /// Shares of the tensor-parallel and expert all-to-all time hidden
+  /// behind independent compute (0: the compute stream waits).
+  double tpOverlap = 0, epOverlap = 0;
+  /// Data-parallel gradient reduction (ZeRO-0/1/2) overlapped with the
+  /// last microbatch's backward pass (Megatron-Core's overlap_grad_reduce,
+  /// DDP's buckets); false: it starts after the backward pass.
+  bool dpOverlap = true;
+  /// ZeRO-3 / FSDP: parameters gathered layer by layer, `zero3Prefetch`
+  /// layers ahead (0: none, the compute waits for each gather), in
+  /// messages of at most `zero3BucketBytes` (0: a layer's parameters in
+  /// one), each gradient reduce-scattered in messages of at most
+  /// `reduceBucketBytes` (0: a layer's), on one communication stream
+  /// beside the compute (Planner.cpp simulates the two). One gather serves
+  /// a layer's backward and its recomputed forward.
+  int zero3Prefetch = 1;
+  double zero3BucketBytes = 0, reduceBucketBytes = 0;
+  /// The highest ZeRO stage the stack implements (Megatron-LM 2021: none;
+  /// Megatron-Core's distributed optimizer: 1): the search tries no other.
+  int maxZero = 3;
+  /// The default: the kernels' lower bound.
+  bool isRoofline() const { return name == "roofline"; }
+
+  /// The profile as JSON (the format parseProfile reads).
+  std::string toJson() const;
+  /// One line: the assumptions a report prints under its table.
+  std::string summary() const;
+};
+
+/// Reads a profile from JSON text; every field but `name` is optional (the
+/// roofline profile's value when absent); unknown fields are an error.
+llvm::Expected<Profile> parseProfile(llvm::StringRef json,
+                                     llvm::StringRef source = "<json>");
+
+/// A shipped profile's name, or a path to a JSON file.
+llvm::Expected<Profile> resolveProfile(llvm::StringRef spec);
+
+/// Names of the shipped profiles, sorted.
+std::vector<std::string> profileNames();
+
+/// A GEMM's achievable share of `matmulEfficiency` on a device with
+/// `multiprocessors` SMs: the best, over the GEMM tiles a library
+/// chooses from, of the tile and wave quantisation of the (m x n) output,
+/// times k / (k + kOverhead). 1 for a shape no quantisation touches.
+double gemmShapeEfficiency(double m, double n, double k, int64_t multiprocessors,
+                           double kOverhead);
+
+} // namespace parax::plan
+
+#endif // PARAX_PLAN_PROFILE_H

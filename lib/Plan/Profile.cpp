@@ -1,0 +1,296 @@
+//===- Profile.cpp - software-stack profiles and their JSON form ----------===//
+//
+// Every figure of the shipped profiles is derived in docs/cost-model.md
+// ("Profiles") from the stack's documented behaviour; none is fitted to a
+// published end-to-end run.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parax/Plan/Profile.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace llvm;
+using namespace parax::plan;
+
+namespace {
+
+// Units: microseconds, megabytes (1e6 bytes).
+const std::pair<const char *, const char *> kProfiles[] = {
+    {"roofline", R"json({"name": "roofline"})json"},
+    {"megatron-2021", R"json({
+  "name": "megatron-2021",
+  "description": "Megatron-LM as Narayanan et al. 2021 and Korthikanti et al. 2022 ran it: cuBLAS GEMMs, the score matrix materialised (fused scale-mask-softmax, dropout), fused LayerNorm and bias-GeLU, no TP overlap, gradients all-reduced after the backward pass",
+  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "attention": "materialized", "score_bytes": 13,
+  "kernel_overhead_us": 2,
+  "dp_overlap": false, "max_zero": 0})json"},
+    {"deepspeed-zero3-2021", R"json({
+  "name": "deepspeed-zero3-2021",
+  "description": "DeepSpeed ZeRO-3 on Megatron's GPT kernels (Narayanan et al. 2021, Table 2's baseline): parameters gathered in 50M-element buckets one bucket ahead, gradients reduce-scattered in 500M-element buckets",
+  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "attention": "materialized", "score_bytes": 13,
+  "kernel_overhead_us": 2,
+  "dp_overlap": true,
+  "zero3_prefetch_layers": 1, "zero3_bucket_mb": 100, "reduce_bucket_mb": 1000})json"},
+    {"megatron-core", R"json({
+  "name": "megatron-core",
+  "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned",
+  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "attention": "flash", "flash_efficiency": 0.7,
+  "kernel_overhead_us": 2,
+  "dp_overlap": true, "max_zero": 1})json"},
+    {"fsdp", R"json({
+  "name": "fsdp",
+  "description": "PyTorch FSDP in eager mode (torchtitan-like): cuBLAS GEMMs, SDPA flash attention, RMSNorm, RoPE and SwiGLU as eager kernels (fp32 upcasts), a layer's parameters gathered one layer ahead and its gradients reduce-scattered as one message",
+  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "attention": "flash", "flash_efficiency": 0.7,
+  "elementwise_passes": {"norm": 9.5, "rope": 4, "swiglu": 1.7, "unary": 1},
+  "kernel_overhead_us": 2,
+  "dp_overlap": true,
+  "zero3_prefetch_layers": 1})json"},
+    {"parax-cuda", R"json({
+  "name": "parax-cuda",
+  "description": "parax's own CUDA backend as measured on one H200 (docs/cuda.md, 2026-12-04): cuBLAS GEMMs, its tensor-core attention kernel (5.3 TFLOP/s forward), one kernel an op, CUDA graphs, gradient buckets during the last backward, ZeRO-3 gathers one layer ahead",
+  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "attention": "flash", "flash_efficiency": 0.0067,
+  "kernel_overhead_us": 1,
+  "dp_overlap": true,
+  "zero3_prefetch_layers": 1})json"},
+};
+
+Error fieldError(StringRef source, const Twine &field, const Twine &why) {
+  return createStringError(inconvertibleErrorCode(), "%s: profile field '%s' %s",
+                           source.str().c_str(), field.str().c_str(), why.str().c_str());
+}
+
+// A number in [lo, hi] (absent: `fallback`).
+Expected<double> number(const json::Object &object, StringRef key, double lo, double hi,
+                        double fallback, StringRef source, StringRef path = "") {
+  std::string field = path.empty() ? key.str() : (path + "." + key).str();
+  const json::Value *value = object.get(key);
+  if (!value)
+    return fallback;
+  std::optional<double> n = value->getAsNumber();
+  if (!n || !std::isfinite(*n))
+    return fieldError(source, field, "must be a number");
+  if (*n < lo || *n > hi)
+    return fieldError(source, field,
+                      formatv("must be in [{0}, {1}], got {2}", format("%g", lo), format("%g", hi),
+                              format("%g", *n)));
+  return *n;
+}
+
+Expected<bool> boolean(const json::Object &object, StringRef key, bool fallback,
+                       StringRef source) {
+  const json::Value *value = object.get(key);
+  if (!value)
+    return fallback;
+  std::optional<bool> b = value->getAsBoolean();
+  if (!b)
+    return fieldError(source, key, "must be true or false");
+  return *b;
+}
+
+} // namespace
+
+StringRef parax::plan::toString(AttentionKernel kind) {
+  return kind == AttentionKernel::Flash ? "flash" : "materialized";
+}
+
+Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
+  Expected<json::Value> parsed = json::parse(text);
+  if (!parsed)
+    return createStringError(inconvertibleErrorCode(), "%s: invalid JSON: %s",
+                             source.str().c_str(), toString(parsed.takeError()).c_str());
+  const json::Object *root = parsed->getAsObject();
+  if (!root)
+    return createStringError(inconvertibleErrorCode(), "%s: a profile must be a JSON object",
+                             source.str().c_str());
+  static const StringRef known[] = {
+      "name", "description", "gemm_shapes", "gemm_k_overhead", "attention",
+      "flash_efficiency", "score_bytes", "elementwise_passes", "kernel_overhead_us",
+      "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
+      "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero"};
+  for (const auto &entry : *root)
+    if (!is_contained(known, StringRef(entry.first)))
+      return fieldError(source, entry.first.str(),
+                        "is not a profile field (known: " + join(ArrayRef<StringRef>(known), ", ") + ")");
+  Profile p;
+  std::optional<StringRef> name = root->getString("name");
+  if (!name || name->empty())
+    return fieldError(source, "name", "is missing (a profile must be named)");
+  p.name = name->str();
+  if (const json::Value *d = root->get("description")) {
+    if (!d->getAsString())
+      return fieldError(source, "description", "must be a string");
+    p.description = d->getAsString()->str();
+  } else if (!p.isRoofline()) {
+    p.description = "";
+  }
+  auto shapes = boolean(*root, "gemm_shapes", p.gemmShapes, source);
+  if (!shapes)
+    return shapes.takeError();
+  p.gemmShapes = *shapes;
+  struct Field {
+    StringRef key;
+    double *target;
+    double lo, hi, scale;
+  };
+  double bucket = 0, reduce = 0, overheadUs = 0, prefetch = p.zero3Prefetch,
+         maxZero = p.maxZero;
+  Field fields[] = {
+      {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},
+      {"flash_efficiency", &p.flashEfficiency, 1e-4, 1, 1},
+      {"score_bytes", &p.scoreBytes, 0, 1e3, 1},
+      {"kernel_overhead_us", &overheadUs, 0, 1e4, 1},
+      {"collective_efficiency", &p.collectiveEfficiency, 1e-3, 1, 1},
+      {"tp_overlap", &p.tpOverlap, 0, 1, 1},
+      {"ep_overlap", &p.epOverlap, 0, 1, 1},
+      {"zero3_prefetch_layers", &prefetch, 0, 64, 1},
+      {"zero3_bucket_mb", &bucket, 0, 1e7, 1},
+      {"reduce_bucket_mb", &reduce, 0, 1e7, 1},
+      {"max_zero", &maxZero, 0, 3, 1},
+  };
+  for (Field &f : fields) {
+    auto v = number(*root, f.key, f.lo, f.hi, *f.target, source);
+    if (!v)
+      return v.takeError();
+    *f.target = *v;
+  }
+  if (prefetch != std::floor(prefetch))
+    return fieldError(source, "zero3_prefetch_layers", "must be a whole number");
+  p.zero3Prefetch = static_cast<int>(prefetch);
+  if (maxZero != std::floor(maxZero))
+    return fieldError(source, "max_zero", "must be 0, 1, 2 or 3");
+  p.maxZero = static_cast<int>(maxZero);
+  p.kernelOverhead = overheadUs * 1e-6;
+  p.zero3BucketBytes = bucket * 1e6;
+  p.reduceBucketBytes = reduce * 1e6;
+  if (const json::Value *a = root->get("attention")) {
+    std::optional<StringRef> kind = a->getAsString();
+    if (!kind || (*kind != "flash" && *kind != "materialized"))
+      return fieldError(source, "attention", "must be \"flash\" or \"materialized\"");
+    p.attention = *kind == "flash" ? AttentionKernel::Flash : AttentionKernel::Materialized;
+  }
+  if (p.attention == AttentionKernel::Materialized && p.scoreBytes <= 0)
+    return fieldError(source, "score_bytes",
+                      "must be positive for a materialized attention (the bytes a score "
+                      "element moves)");
+  if (const json::Value *passes = root->get("elementwise_passes")) {
+    const json::Object *object = passes->getAsObject();
+    if (!object)
+      return fieldError(source, "elementwise_passes",
+                        "must map op classes (norm, rope, swiglu, unary) to numbers");
+    for (const auto &entry : *object) {
+      StringRef key = entry.first;
+      double *target = key == "norm"     ? &p.normPasses
+                       : key == "rope"   ? &p.ropePasses
+                       : key == "swiglu" ? &p.swigluPasses
+                       : key == "unary"  ? &p.unaryPasses
+                                         : nullptr;
+      if (!target)
+        return fieldError(source, ("elementwise_passes." + key).str(),
+                          "is not an op class (known: norm, rope, swiglu, unary)");
+      auto v = number(*object, key, 1, 100, 1, source, "elementwise_passes");
+      if (!v)
+        return v.takeError();
+      *target = *v;
+    }
+  }
+  auto overlap = boolean(*root, "dp_overlap", p.dpOverlap, source);
+  if (!overlap)
+    return overlap.takeError();
+  p.dpOverlap = *overlap;
+  return p;
+}
+
+std::string Profile::toJson() const {
+  json::Object root{
+      {"name", name},
+      {"description", description},
+      {"gemm_shapes", gemmShapes},
+      {"gemm_k_overhead", gemmKOverhead},
+      {"attention", toString(attention)},
+      {"flash_efficiency", flashEfficiency},
+      {"score_bytes", scoreBytes},
+      {"elementwise_passes",
+       json::Object{{"norm", normPasses}, {"rope", ropePasses}, {"swiglu", swigluPasses},
+                    {"unary", unaryPasses}}},
+      {"kernel_overhead_us", kernelOverhead * 1e6},
+      {"collective_efficiency", collectiveEfficiency},
+      {"tp_overlap", tpOverlap},
+      {"ep_overlap", epOverlap},
+      {"dp_overlap", dpOverlap},
+      {"zero3_prefetch_layers", zero3Prefetch},
+      {"zero3_bucket_mb", zero3BucketBytes / 1e6},
+      {"reduce_bucket_mb", reduceBucketBytes / 1e6}};
+  return formatv("{0:2}", json::Value(std::move(root))).str();
+}
+
+std::string Profile::summary() const {
+  std::string attentionText =
+      attention == AttentionKernel::Flash
+          ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str()
+          : formatv("materialised attention ({0} bytes a score)", scoreBytes).str();
+  return formatv("profile {0}: GEMMs {1}, {2}, {3} us a kernel, DP sync {4}, TP overlap {5:2}",
+                 name, gemmShapes ? "by shape (tile/wave quantisation)" : "at a fixed efficiency",
+                 attentionText, kernelOverhead * 1e6,
+                 dpOverlap ? "behind the last backward" : "after the backward", tpOverlap)
+      .str();
+}
+
+std::vector<std::string> parax::plan::profileNames() {
+  std::vector<std::string> names;
+  for (const auto &profile : kProfiles)
+    names.push_back(profile.first);
+  llvm::sort(names);
+  return names;
+}
+
+Expected<Profile> parax::plan::resolveProfile(StringRef spec) {
+  for (const auto &profile : kProfiles)
+    if (spec == profile.first)
+      return parseProfile(profile.second, profile.first);
+  ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFile(spec);
+  if (!file)
+    return createStringError(inconvertibleErrorCode(),
+                             "profile '%s' is neither a shipped profile (%s) nor a readable "
+                             "JSON file",
+                             spec.str().c_str(), join(profileNames(), ", ").c_str());
+  return parseProfile((*file)->getBuffer(), spec);
+}
+
+double parax::plan::gemmShapeEfficiency(double m, double n, double k, int64_t multiprocessors,
+                                        double kOverhead) {
+  if (m <= 0 || n <= 0 || k <= 0)
+    return 1;
+  // The output tiles a GEMM library picks from; a tile's own efficiency is
+  // its arithmetic intensity (mt x nt / (mt + nt) multiply-adds a loaded
+  // element) over that of a 128 x 128 tile, at most 1 (docs/cost-model.md).
+  static const double tiles[][2] = {{256, 128}, {128, 256}, {128, 128},
+                                    {128, 64},  {64, 128},  {64, 64}};
+  double sms = std::max<int64_t>(multiprocessors, 1), best = 0;
+  for (const auto &tile : tiles) {
+    double mt = tile[0], nt = tile[1];
+    double own = std::min(1.0, (mt * nt / (mt + nt)) / 64.0);
+    double rows = std::ceil(m / mt), cols = std::ceil(n / nt);
+    double quantised = (m * n) / (rows * mt * cols * nt);
+    // Too few tiles to fill the device: the library splits k (split-K),
+    // into pieces of at least 512.
+    double splits = std::max(1.0, std::min(std::floor(sms / (rows * cols)), std::floor(k / 512)));
+    double count = rows * cols * splits;
+    double waves = std::ceil(count / sms);
+    double occupancy = count / (waves * sms);
+    best = std::max(best, own * quantised * occupancy);
+  }
+  return best * k / (k + kOverhead);
+}

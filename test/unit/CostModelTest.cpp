@@ -1,0 +1,153 @@
+//===- CostModelTest.cpp - collective, GEMM and stream costs by hand -------===//
+//
+// Every expected value here is written out from the formula of
+// docs/cost-model.md with the preset's figures as numbers (dgx-h100: NVLink
+// 450 GB/s at 0.82 = 369 GB/s, 3.4 us a step; the network 50 GB/s a GPU
+// at 0.93 = 46.5 GB/s, 14 us a step; 8.4 us a launch), never with
+// collectiveTime itself, so a wrong link, step count or placement fails.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parax/Plan/CostModel.h"
+#include "parax/Plan/Profile.h"
+
+#include <gtest/gtest.h>
+
+using namespace parax::plan;
+
+namespace {
+
+ClusterSpec h100(int nodes) {
+  return llvm::cantFail(resolveCluster("dgx-h100:nodes=" + std::to_string(nodes)));
+}
+
+constexpr double kNvlink = 369e9, kNic = 46.5e9;
+
+TEST(CostModelTest, AllGatherInsideANodeIsOneNvlinkRing) {
+  // 7 steps of 3.4 us after the 8.4 us launch; 7/8 of 1 GB over NVLink.
+  ClusterSpec c = h100(1);
+  double expected = 8.4e-6 + 7 * 3.4e-6 + 7.0 / 8 * 1e9 / kNvlink;
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllGather, 1e9, makeGroup(c, 8, 1)), expected, 1e-9);
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::ReduceScatter, 1e9, makeGroup(c, 8, 1)), expected, 1e-9);
+}
+
+TEST(CostModelTest, AllGatherOverNodesIsOneRingThroughEveryNic) {
+  // 32 ranks, 8 a node on 4 nodes: 31 steps, 3 of them between nodes; the
+  // ring's bus bandwidth is the lesser of NVLink (369) and 8 NICs (372).
+  ClusterSpec c = h100(4);
+  Group g = makeGroup(c, 32, 1);
+  ASSERT_EQ(g.nodes(), 4);
+  double expected = 8.4e-6 + 28 * 3.4e-6 + 3 * 14e-6 + 31.0 / 32 * 1e9 / kNvlink;
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllGather, 1e9, g), expected, 1e-9);
+  // One rank a node (a data-parallel group of stride 8): one NIC's rate.
+  Group dp = makeGroup(c, 4, 8);
+  ASSERT_EQ(dp.perNode, 1);
+  double one = 8.4e-6 + 3 * 14e-6 + 3.0 / 4 * 1e9 / kNic;
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllGather, 1e9, dp), one, 1e-9);
+}
+
+TEST(CostModelTest, AllReduceOverNodesTakesTheFasterOfRingAndTree) {
+  ClusterSpec c = h100(4);
+  Group g = makeGroup(c, 32, 1);
+  // 1 GB: the ring (62 steps, 6 between nodes), Simple protocol.
+  double ring = 8.4e-6 + 56 * 3.4e-6 + 6 * 14e-6 + 2.0 * 31 / 32 * 1e9 / kNvlink;
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllReduce, 1e9, g), ring, 1e-9);
+  // 64 KiB: the tree (7 NVLink steps up and down, 2 levels over 4 nodes
+  // up and down) in the LL protocol: 6.6 us, a 5.7th of the step
+  // latencies, half of 0.92 of the bus bandwidth.
+  double tree = 6.6e-6 + (14 * 3.4e-6 + 4 * 14e-6) / 5.7 + 2.0 * 65536 / (0.5 * 0.92 * kNvlink);
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllReduce, 65536, g), tree, 1e-10);
+}
+
+TEST(CostModelTest, AllToAllOverNodesSendsTheOffNodeShareOverTheNics) {
+  // 16 ranks on 2 nodes, 1 GB a rank: half leaves the node over its NIC
+  // (the bound), 7/16 stays on NVLink at the same time.
+  ClusterSpec c = h100(2);
+  double expected = 8.4e-6 + 14e-6 + 0.5e9 / kNic;
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllToAll, 1e9, makeGroup(c, 16, 1)), expected, 1e-9);
+  // Priced at NVLink's rate it would be 8x faster: the bug this catches.
+  EXPECT_GT(collectiveTime(c, CollectiveKind::AllToAll, 1e9, makeGroup(c, 16, 1)), 0.5e9 / kNvlink * 7);
+}
+
+TEST(CostModelTest, SendRecvBetweenNodesUsesOneNic) {
+  ClusterSpec c = h100(2);
+  double expected = 8.4e-6 + 14e-6 + 1e8 / kNic;
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::SendRecv, 1e8, makeGroup(c, 2, 8)), expected, 1e-9);
+}
+
+TEST(CostModelTest, AProfilesCollectiveEfficiencyScalesTheBandwidth) {
+  ClusterSpec c = h100(1);
+  c.profile.collectiveEfficiency = 0.5;
+  double expected = 8.4e-6 + 7 * 3.4e-6 + 7.0 / 8 * 1e9 / (0.5 * kNvlink);
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllGather, 1e9, makeGroup(c, 8, 1)), expected, 1e-9);
+}
+
+TEST(CostModelTest, GemmEfficiencyFollowsTilesAndWaves) {
+  // 4096^3 on 132 SMs: 512 tiles of 256 x 128 in 4 waves of 132 (the last
+  // short), times 4096 / (4096 + 64).
+  EXPECT_NEAR(gemmShapeEfficiency(4096, 4096, 4096, 132, 64), 512.0 / 528 * 4096 / 4160, 1e-12);
+  // 100 rows: a 128-row tile is 100/128 full; 32 column tiles split 4
+  // ways along k fill 128 of 132 SMs.
+  EXPECT_NEAR(gemmShapeEfficiency(100, 4096, 4096, 132, 64), 100.0 / 128 * 128 / 132 * 4096 / 4160,
+              1e-12);
+  // A shape that fills whole waves of full tiles, no k overhead: 1.
+  EXPECT_DOUBLE_EQ(gemmShapeEfficiency(256 * 12, 128 * 11, 8192, 132, 0), 1.0);
+}
+
+TEST(CostModelTest, GemmTimeUsesTheShapeOnlyUnderAShapeProfile) {
+  ClusterSpec c = h100(1);
+  double flops = 2.0 * 100 * 4096 * 4096, peak = 989e12;
+  double fixed = flops / (peak * 0.803);
+  EXPECT_NEAR(gemmTime(c, flops, 0, peak, 100, 4096, 4096), fixed, 1e-15);
+  c.profile = llvm::cantFail(resolveProfile("megatron-core"));
+  double shaped = flops / (peak * 0.803 * (100.0 / 128 * 128 / 132 * 4096 / 4160)) + 2e-6;
+  EXPECT_NEAR(gemmTime(c, flops, 0, peak, 100, 4096, 4096), shaped, 1e-12);
+}
+
+TEST(CostModelTest, StreamedGathersHideBehindTheLayerBefore) {
+  // Four layers of 10 ms, gathers of 4 ms one layer ahead: only the first
+  // gather waits.
+  EXPECT_DOUBLE_EQ(streamedPassOverhead({4, 4, 4, 4}, {}, {10, 10, 10, 10}, 1), 4);
+  // Gathers of 15 ms: each layer waits 5 ms more than the one before.
+  EXPECT_DOUBLE_EQ(streamedPassOverhead({15, 15, 15, 15}, {}, {10, 10, 10, 10}, 1), 15 + 3 * 5);
+  // No prefetch: every gather waits.
+  EXPECT_DOUBLE_EQ(streamedPassOverhead({4, 4, 4, 4}, {}, {10, 10, 10, 10}, 0), 16);
+  // Backward: the reduce-scatter of each layer follows it on the same
+  // stream; the last one is exposed (and delays nothing else here).
+  // gathers 2, reduces 3, work 10: g0 [0,2], L0 [2,12] (g1 [2,4]), r0
+  // [12,15], g2 [15,17], L1 [12,22], r1 [22,25], g3 [25,27], L2 [22,32],
+  // r2 [32,35], L3 [32,42], r3 [42,45]: 45 - 40.
+  EXPECT_DOUBLE_EQ(streamedPassOverhead({2, 2, 2, 2}, {3, 3, 3, 3}, {10, 10, 10, 10}, 1), 5);
+}
+
+TEST(CostModelTest, ProfilesParseAndBadOnesNameTheField) {
+  for (const std::string &name : profileNames()) {
+    llvm::Expected<Profile> p = resolveProfile(name);
+    ASSERT_TRUE(static_cast<bool>(p)) << name << ": " << llvm::toString(p.takeError());
+    // What toJson writes, parseProfile reads back.
+    llvm::Expected<Profile> again = parseProfile(p->toJson());
+    ASSERT_TRUE(static_cast<bool>(again)) << llvm::toString(again.takeError());
+    EXPECT_EQ(again->toJson(), p->toJson());
+  }
+  auto error = [](llvm::StringRef json) {
+    llvm::Expected<Profile> p = parseProfile(json, "p.json");
+    return p ? std::string() : llvm::toString(p.takeError());
+  };
+  EXPECT_NE(error(R"({"name": "x", "gemm_shape": true})").find("'gemm_shape' is not a profile field"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"gemm_shapes": true})").find("'name' is missing"), std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "attention": "paged"})").find("'attention' must be"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "attention": "materialized"})").find("'score_bytes'"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "tp_overlap": 1.5})").find("'tp_overlap' must be in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "elementwise_passes": {"softmax": 2}})")
+                .find("'elementwise_passes.softmax' is not an op class"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "max_zero": 2.5})").find("'max_zero'"), std::string::npos);
+  EXPECT_NE(llvm::toString(resolveProfile("no-such-stack").takeError()).find("neither a shipped profile"),
+            std::string::npos);
+}
+
+} // namespace
