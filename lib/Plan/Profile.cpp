@@ -240,10 +240,10 @@ std::string Profile::summary() const {
   std::string attentionText =
       attention == AttentionKernel::Flash
           ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str()
-          : formatv("materialised attention ({0} bytes a score)", scoreBytes).str();
+          : formatv("materialised attention ({0} bytes a score)", format("%g", scoreBytes)).str();
   return formatv("profile {0}: GEMMs {1}, {2}, {3} us a kernel, DP sync {4}, TP overlap {5:2}",
                  name, gemmShapes ? "by shape (tile/wave quantisation)" : "at a fixed efficiency",
-                 attentionText, kernelOverhead * 1e6,
+                 attentionText, format("%g", kernelOverhead * 1e6),
                  dpOverlap ? "behind the last backward" : "after the backward", tpOverlap)
       .str();
 }

@@ -1,0 +1,20 @@
+// A profile that cannot be read: the pass and the tool name the profile and
+// its field.
+// RUN: not parax-opt %s --parax-plan="cluster=dgx-h100 profile=nonesuch workload=train:batch=8,seq=16" 2>&1 | FileCheck %s --check-prefix=NAME
+// RUN: not parax-opt %s --parax-plan="cluster=dgx-h100 profile=%S/Inputs/bad-profile.json workload=train:batch=8,seq=16" 2>&1 | FileCheck %s --check-prefix=FIELD
+// RUN: not parax-plan %s --cluster dgx-h100 --profile %S/Inputs/bad-profile.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=FIELD
+// RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,sp=2 2>&1 | FileCheck %s --check-prefix=SP
+// RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,attention=paged 2>&1 | FileCheck %s --check-prefix=ATTN
+
+// NAME: profile 'nonesuch' is neither a shipped profile (deepspeed-zero3-2021, fsdp, megatron-2021, megatron-core, parax-cuda, roofline) nor a readable JSON file
+// FIELD: bad-profile.json: profile field 'score_bytes' must be positive for a materialized attention
+// SP: sp (sequence parallelism) must be 0 or 1, got '2'
+// ATTN: attention (the kernel kind) must be flash or materialized, got 'paged'
+
+func.func @model(%tok: tensor<1x16xi32>,
+    %emb: tensor<64x32xbf16> {parax.param = "emb"},
+    %w: tensor<32x32xbf16> {parax.param = "w"}) -> tensor<1x16x32xbf16> {
+  %h = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<1x16xi32>, tensor<64x32xbf16>) -> tensor<1x16x32xbf16>
+  %y = parax.linear %h, %w {parax.layer = 0 : i64} : (tensor<1x16x32xbf16>, tensor<32x32xbf16>) -> tensor<1x16x32xbf16>
+  return %y : tensor<1x16x32xbf16>
+}
