@@ -58,6 +58,8 @@ double ringTime(const ClusterSpec &cluster, double intraSteps, double interSteps
                 double factor, double bytes, double busBw) {
   double hops = intraSteps * cluster.intraNode.hopLatency + interSteps * cluster.interNode.hopLatency;
   double simple = cluster.collectiveLatency + hops + factor * bytes / busBw;
+  if (!cluster.profile.ncclProtocols)
+    return simple;
   double ll = 6.6e-6 + hops / 5.7 + factor * bytes / (0.5 * busBw);
   return std::min(simple, ll);
 }
@@ -87,6 +89,8 @@ double parax::plan::collectiveTime(const ClusterSpec &cluster,
     double ring = ringTime(cluster, steps - 2 * (k - 1), 2 * (k - 1), factor, bytes, ringBw);
     // NCCL's tree: up and down a chain inside the node and a binary tree
     // over the nodes; 2 S over 0.92 of the bus bandwidth (tuning.cc).
+    if (!cluster.profile.ncclProtocols)
+      return ring;
     double tree = ringTime(cluster, 2 * (g - 1), 2 * std::ceil(std::log2(k)), 2.0, bytes,
                            0.92 * ringBw);
     return std::min(ring, tree);

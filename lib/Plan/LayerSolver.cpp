@@ -524,7 +524,8 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double local = double(op.numExperts) / ctx.ep;
     double rows = tokens * op.topK * ctx.ep / op.numExperts;
     double hidden = value(op.inputs[0]).shape.back();
-    return gemmTime(cluster, flops, bytes, peak, rows, op.ffn * s.weightFrac, hidden, local);
+    return gemmTime(cluster, flops / profile.expertsEfficiency, bytes, peak, rows, op.ffn * s.weightFrac,
+                    hidden, local);
   }
   case OpClass::Attention: {
     if (profile.attention == AttentionKernel::Flash) {
@@ -555,6 +556,10 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     break;
   case OpClass::Unary:
     bytes *= profile.unaryPasses;
+    break;
+  case OpClass::Add:
+  case OpClass::Mul:
+    bytes *= profile.addPasses;
     break;
   default:
     break;
@@ -606,8 +611,11 @@ std::pair<double, std::optional<CollectiveKind>>
 Solver::reshard(int id, int8_t from, int8_t to) const {
   if (from == to || to == kDead)
     return {0, std::nullopt};
-  if (from == kReplicated) // slicing or zero-filling is local
-    return {0, std::nullopt};
+  if (from == kReplicated) { // slicing or zero-filling is local: a copy through memory
+    const ClusterSpec &c = *ctx.cluster;
+    double bytes = to == kPartial ? fullBytes(id) : fullBytes(id) / t;
+    return {2 * bytes / (c.hbmBandwidth * c.memoryEfficiency) + c.profile.kernelOverhead, std::nullopt};
+  }
   std::optional<CollectiveKind> kind;
   if (to == kReplicated)
     kind = from == kPartial ? CollectiveKind::AllReduce : CollectiveKind::AllGather;

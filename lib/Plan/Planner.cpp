@@ -756,7 +756,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             double optimizerParams =
                 zero >= 1 ? denseParams / sharers + expertParams / expertSharers
                           : denseParams + expertParams;
-            plan.optimizerTime = 16.0 * optimizerParams /
+            plan.optimizerTime = cluster.profile.optimizerBytes * optimizerParams /
                                  (cluster.hbmBandwidth * cluster.memoryEfficiency);
             plan.stepTime = pipeline + ppComm + tied + dpExposed + plan.optimizerTime;
             // Each virtual stage's passes, for simulatePipeline: only for a

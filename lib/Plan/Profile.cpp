@@ -119,7 +119,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "name", "description", "gemm_shapes", "gemm_k_overhead", "attention",
       "flash_efficiency", "score_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
-      "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero"};
+      "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
+      "nccl_protocols", "optimizer_bytes", "experts_efficiency"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
       return fieldError(source, entry.first.str(),
@@ -159,6 +160,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"zero3_bucket_mb", &bucket, 0, 1e7, 1},
       {"reduce_bucket_mb", &reduce, 0, 1e7, 1},
       {"max_zero", &maxZero, 0, 3, 1},
+      {"optimizer_bytes", &p.optimizerBytes, 1e-3, 1e6, 1},
+      {"experts_efficiency", &p.expertsEfficiency, 1e-3, 1, 1},
   };
   for (Field &f : fields) {
     auto v = number(*root, f.key, f.lo, f.hi, *f.target, source);
@@ -189,23 +192,28 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     const json::Object *object = passes->getAsObject();
     if (!object)
       return fieldError(source, "elementwise_passes",
-                        "must map op classes (norm, rope, swiglu, unary) to numbers");
+                        "must map op classes (norm, rope, swiglu, unary, add) to numbers");
     for (const auto &entry : *object) {
       StringRef key = entry.first;
       double *target = key == "norm"     ? &p.normPasses
                        : key == "rope"   ? &p.ropePasses
                        : key == "swiglu" ? &p.swigluPasses
                        : key == "unary"  ? &p.unaryPasses
+                       : key == "add"    ? &p.addPasses
                                          : nullptr;
       if (!target)
         return fieldError(source, ("elementwise_passes." + key).str(),
-                          "is not an op class (known: norm, rope, swiglu, unary)");
-      auto v = number(*object, key, 1, 100, 1, source, "elementwise_passes");
+                          "is not an op class (known: norm, rope, swiglu, unary, add)");
+      auto v = number(*object, key, 0.01, 100, 1, source, "elementwise_passes");
       if (!v)
         return v.takeError();
       *target = *v;
     }
   }
+  auto nccl = boolean(*root, "nccl_protocols", p.ncclProtocols, source);
+  if (!nccl)
+    return nccl.takeError();
+  p.ncclProtocols = *nccl;
   auto overlap = boolean(*root, "dp_overlap", p.dpOverlap, source);
   if (!overlap)
     return overlap.takeError();
@@ -224,9 +232,12 @@ std::string Profile::toJson() const {
       {"score_bytes", scoreBytes},
       {"elementwise_passes",
        json::Object{{"norm", normPasses}, {"rope", ropePasses}, {"swiglu", swigluPasses},
-                    {"unary", unaryPasses}}},
+                    {"unary", unaryPasses}, {"add", addPasses}}},
+      {"optimizer_bytes", optimizerBytes},
+      {"experts_efficiency", expertsEfficiency},
       {"kernel_overhead_us", kernelOverhead * 1e6},
       {"collective_efficiency", collectiveEfficiency},
+      {"nccl_protocols", ncclProtocols},
       {"tp_overlap", tpOverlap},
       {"ep_overlap", epOverlap},
       {"dp_overlap", dpOverlap},

@@ -11,6 +11,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -503,6 +504,12 @@ void Executor::releaseHostCopies(bool keepParameters) {
   runsElsewhere_ = true;
 }
 
+void Executor::setProfiling(bool on) {
+  profiling_ = on;
+  if (stageProto_)
+    seconds_.resize(stageProto_->instructions_size());
+}
+
 Status Executor::run() { return runRange(0, stageProto_ ? stageProto_->instructions_size() : 0); }
 
 
@@ -526,7 +533,10 @@ Status Executor::runRange(int begin, int end) {
     if (hoisted_[k])
       continue;
     const pxe::Instruction &inst = stageProto_->instructions(k);
+    auto started = std::chrono::steady_clock::now();
     Status s = impl.run(inst);
+    if (profiling_)
+      seconds_[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (s.isOk() && comm_)
       s = comm_->progress(); // sends in flight move while this rank computes
     if (!s.isOk())

@@ -10,6 +10,7 @@
 
 #include "parax/Dialect/Parax/IR/ParaxOps.h"
 #include "parax/InitAll.h"
+#include "parax/Plan/Calibration.h"
 #include "parax/Plan/Planner.h"
 #include "parax/Plan/Timeline.h"
 
@@ -21,6 +22,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -35,12 +37,12 @@ using namespace parax::plan;
 // LLVM library registers).
 static cl::OptionCategory planOptions("parax-plan options");
 
-static cl::opt<std::string> input(cl::Positional, cl::Required,
+static cl::opt<std::string> input(cl::Positional, cl::Optional,
                                   cl::desc("<model.mlir | preset>"), cl::cat(planOptions));
 static cl::opt<std::string> clusterOpt("cluster", cl::Required,
                                        cl::desc("cluster preset (PRESET[:nodes=N]) or JSON file"), cl::cat(planOptions));
 static cl::opt<std::string> workloadOpt(
-    "workload", cl::Required,
+    "workload",
     cl::desc("train:batch=B,seq=S | prefill:batch=B,seq=S | "
              "decode:batch=B,context=C, then any of "
              "tp= pp= dp= ep= cp= (pin a degree), mbs=, zero=0..3, "
@@ -65,6 +67,16 @@ static cl::opt<std::string> profileOpt(
     cl::desc("the software stack's profile: roofline (default: ideal kernels), megatron-2021, "
              "megatron-core, fsdp, deepspeed-zero3-2021, parax-cuda, or a JSON file "
              "(docs/cost-model.md, Profiles)"),
+    cl::cat(planOptions));
+static cl::list<std::string> calibrateOpt(
+    "calibrate", cl::CommaSeparated, cl::value_desc("P.json,..."),
+    cl::desc("fit the cluster (--cluster, its counts and memory kept) and a profile to what "
+             "parax-run --profile measured; write them with --calibrated (docs/cost-model.md, "
+             "Calibration)"),
+    cl::cat(planOptions));
+static cl::opt<std::string> calibratedOpt(
+    "calibrated", cl::value_desc("prefix"),
+    cl::desc("--calibrate's output: <prefix>.cluster.json and <prefix>.profile.json"),
     cl::cat(planOptions));
 static cl::opt<bool> printProfile("print-profile",
                                   cl::desc("print the profile as JSON and exit"), cl::cat(planOptions));
@@ -116,6 +128,44 @@ int main(int argc, char **argv) {
   if (printCluster) {
     outs() << cluster->toJson() << "\n";
     return 0;
+  }
+  if (!calibrateOpt.empty()) {
+    if (calibratedOpt.empty()) {
+      errs() << "parax-plan: --calibrate needs --calibrated PREFIX (where to write the fit)\n";
+      return 1;
+    }
+    std::vector<std::string> texts, names;
+    for (const std::string &path : calibrateOpt) {
+      ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFile(path);
+      if (!file) {
+        errs() << "parax-plan: --calibrate: cannot read '" << path << "': " << file.getError().message() << "\n";
+        return 1;
+      }
+      texts.push_back((*file)->getBuffer().str());
+      names.push_back(path);
+    }
+    Expected<Calibration> fit = calibrate(*cluster, texts, names);
+    if (!fit) {
+      errs() << "parax-plan: " << toString(fit.takeError()) << "\n";
+      return 1;
+    }
+    for (auto [suffix, text] : {std::pair<const char *, std::string>{".cluster.json", fit->cluster.toJson()},
+                                {".profile.json", fit->cluster.profile.toJson()}}) {
+      std::error_code ec;
+      raw_fd_ostream file(calibratedOpt + suffix, ec);
+      if (ec) {
+        errs() << "parax-plan: --calibrated: cannot write '" << calibratedOpt + suffix << "': " << ec.message()
+               << "\n";
+        return 1;
+      }
+      file << text << "\n";
+    }
+    outs() << fit->report << formatv("wrote {0}.cluster.json and {0}.profile.json\n", calibratedOpt);
+    return 0;
+  }
+  if (input.empty() || workloadOpt.empty()) {
+    errs() << "parax-plan: needs a model (MODEL.mlir or a preset) and --workload\n";
+    return 1;
   }
   Expected<Profile> profile = resolveProfile(profileOpt);
   if (!profile) {

@@ -62,15 +62,26 @@ struct Profile {
   double scoreBytes = 0;
   /// Memory-bound ops: HBM passes as a multiple of one fused kernel's
   /// (reads of the operands, one write of the result), per op class
-  /// ("norm", "rope", "swiglu", "unary", "add", "mul"): an eager stack
+  /// ("norm", "rope", "swiglu", "unary", "add": add and mul): an eager stack
   /// runs an RMSNorm as several kernels, some in fp32.
-  double normPasses = 1, ropePasses = 1, swigluPasses = 1, unaryPasses = 1;
+  double normPasses = 1, ropePasses = 1, swigluPasses = 1, unaryPasses = 1, addPasses = 1;
+  /// HBM bytes an optimizer step moves a parameter it updates (AdamW in
+  /// fp32: master, m and v read and written, the gradient read: 16 as the
+  /// planner has always counted it; a calibrated profile measures it).
+  double optimizerBytes = 16;
+  /// The experts' GEMMs (gathered rows, a GEMM an expert) as a share of
+  /// the dense GEMMs' rate.
+  double expertsEfficiency = 1;
   /// Seconds each kernel costs beyond its work (launch gap, ramp-up, tail).
   double kernelOverhead = 0;
   // --- communication -----------------------------------------------------
   /// The stack's collectives' bus bandwidth as a share of NCCL's best on
   /// the link (the cluster's link efficiency).
   double collectiveEfficiency = 1;
+  /// NCCL's protocols and algorithms: LL beside Simple, the tree beside
+  /// the ring for all-reduce over nodes (false: a plain ring, as a
+  /// calibrated MPI is costed).
+  bool ncclProtocols = true;
   /// Shares of the tensor-parallel and expert all-to-all time hidden
   /// behind independent compute (0: the compute stream waits).
   double tpOverlap = 0, epOverlap = 0;

@@ -23,6 +23,7 @@
 #include "GenerationLoop.h"
 #include "Grid.h"
 #include "Runner.h"
+#include "RunProfile.h"
 #include "Training.h"
 #ifdef PARAX_WITH_CUDA
 #include "parax/runtime/CudaExecutor.h"
@@ -123,6 +124,9 @@ void usage() {
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
+               "  --profile P.json: (CPU) each instruction's wall time, the median over the steps,\n"
+               "  with its shapes, attributes and the ranks a collective spans (rank 0: P.json, rank\n"
+               "  r: P.json.rank<r>): what parax-plan --calibrate fits a cluster and profile to\n"
                "  PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT): a collective not finished\n"
                "  after S seconds ends the job, naming rank and operation (default 300)\n"
                "  PARAX_CUDA_OVERLAP=0: the GPU waits for each collective right after it (by\n"
@@ -310,6 +314,7 @@ int main(int argc, char **argv) {
   int steps = 1;
   long generate = -1; // --generate K: tokens to generate per row
   std::string prefillPath; // --prefill: a program for the prompt's chunks
+  std::string profilePath; // --profile: each instruction's wall time (CPU)
   Sampling sampling;        // --temperature, --top-k, --seed
   long long stopToken = -1; // --stop-token
   bool samplingGiven = false;
@@ -377,6 +382,7 @@ int main(int argc, char **argv) {
         die("--generate must be a positive count of tokens, got '" + text + "'");
     }
     else if (arg == "--prefill") prefillPath = value();
+    else if (arg == "--profile") profilePath = value();
     else if (arg == "--optimizer") {
       optimizer.kind = value();
       if (optimizer.kind != "sgd" && optimizer.kind != "adamw")
@@ -513,6 +519,8 @@ int main(int argc, char **argv) {
   if ((samplingGiven || stopToken >= 0) && generate <= 0)
     die("--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
+  if (!profilePath.empty() && device != "cpu")
+    die("--profile times the CPU backend's instructions; on cuda use PARAX_CUDA_PROFILE=1");
   const bool trains = !optimizer.kind.empty();
   if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty() ||
                   std::any_of(terms.begin(), terms.end(), [](const LossTerm &t) { return !t.path.empty(); })))
@@ -708,6 +716,7 @@ int main(int argc, char **argv) {
       runners[m] = generate > 0 ? runnerWithCaches(cpu, caches[m]) : runnerOf(cpu);
       if (chunks > 0) prefills[m] = runnerWithCaches(cpuPrefill, caches[m]);
     }
+    if (!profilePath.empty()) cpu.setProfiling(true);
     stageIndex = cpu.stage();
     instructions = cpu.instructionCount();
     hoisted = cpu.hoistedInstructions();
@@ -871,6 +880,9 @@ int main(int argc, char **argv) {
   }
 
   std::vector<double> times;
+  // A training step's gradient averaging (the data-parallel reduction) and
+  // optimizer update on the host, each step (--profile).
+  std::vector<double> syncTimes, optimizerTimes;
   double prefillSeconds = 0; // --prefill: the prompt's chunks
   std::vector<Tensor> results; // this stage's outputs, microbatches joined
   // A training step's gradients (every rank's boxes) and the optimizer.
@@ -1261,13 +1273,21 @@ int main(int argc, char **argv) {
         if (deviceOptimizer) {
           s = deviceStep(*gpus[0], *training, optimizer, updates, micro, gradNorm);
         } else {
+          auto began = std::chrono::steady_clock::now();
           s = training->averageGradients(results, micro, optimizer.zero);
+          auto averaged = std::chrono::steady_clock::now();
           if (s.isOk()) s = training->apply(optimizer, results, parameters, gradNorm);
           if (s.isOk() && device == "cuda") s = gpus[0]->updateParameters(masters);
+          syncTimes.push_back(std::chrono::duration<double>(averaged - began).count());
+          optimizerTimes.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - averaged).count());
         }
 #else
+        auto began = std::chrono::steady_clock::now();
         s = training->averageGradients(results, micro, optimizer.zero);
+        auto averaged = std::chrono::steady_clock::now();
         if (s.isOk()) s = training->apply(optimizer, results, parameters, gradNorm);
+        syncTimes.push_back(std::chrono::duration<double>(averaged - began).count());
+        optimizerTimes.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - averaged).count());
 #endif
         if (s.isOk() && biasSpeed > 0) balanceExperts();
         if (s.isOk() && device == "cpu") s = cpu.hoistParameterMoves();
@@ -1550,6 +1570,18 @@ int main(int argc, char **argv) {
                 size, device.c_str(), instructions, rank, static_cast<long long>(micro),
                 1e3 * median, times.size(), how.c_str());
     std::fputs(profile.c_str(), stdout);
+  }
+  // --profile: rank 0 writes FILE, rank r FILE.rank<r>.
+  if (!profilePath.empty() && device == "cpu") {
+    std::string path = rank == 0 ? profilePath : profilePath + ".rank" + std::to_string(rank);
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    RunProfileTotals totals{median(times), static_cast<int>(times.size()), median(syncTimes),
+                            median(optimizerTimes), optimizerTimes.empty() ? std::string() : optimizer.kind};
+    Status written = writeRunProfile(path, exe.value(), cpu, rank, size, device, totals);
+    if (!written.isOk()) die(written.message());
   }
   training.reset(); // its MPI communicator, before MPI ends
   shutdown();

@@ -122,6 +122,11 @@ public:
   }
   std::vector<Tensor> &hostBuffers() { return buffers_; }
   const std::vector<Tensor> &hostBuffers() const { return buffers_; }
+  /// parax-run --profile: from now on each instruction's wall time is
+  /// recorded on every run (instructionSeconds: per instruction, one entry
+  /// a run of it); off again with false (the records stay).
+  void setProfiling(bool on);
+  const std::vector<std::vector<double>> &instructionSeconds() const { return seconds_; }
 
 private:
   struct Impl;
@@ -141,6 +146,8 @@ private:
   double busiestExpertLoad_ = 0;
   std::map<int32_t, std::vector<double>> expertCounts_; // takeExpertCounts
   std::optional<float> labelCount_;                      // setLabelCount
+  bool profiling_ = false;
+  std::vector<std::vector<double>> seconds_; // setProfiling
 };
 
 } // namespace parax::runtime

@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""The closed loop on this machine's CPU ranks: calibrate, then predict.
+
+    .venv/bin/python bench/calibration.py [--build build] [--rounds 3]
+
+1. Calibration runs (parax-run --profile): a small Llama's prefill on one
+   rank at two sizes and under TP2 (its collectives), its training step
+   with AdamW under TP2 with sequence parallelism, and a generation loop
+   of 2 rows (GEMMs streaming their weights).
+2. parax-plan --calibrate fits a cluster and a profile to them
+   (docs/cost-model.md, "Calibration").
+3. Other plans -- other shapes, other layouts, other workloads: prefill,
+   training with AdamW, generation; TP, PP, DP, CP, EP; a Llama and a
+   Mixtral -- are each planned with the calibrated files (parax-plan
+   --json: the predicted step), compiled with the same pins, and run
+   (parax-run, the median step of several); rounds interleave the plans.
+4. Printed: each plan's predicted and measured step and their error; for
+   each group of plans of one workload on 2 ranks, whether the plan
+   predicted fastest is the measured fastest or within 5 % of it; last,
+   the largest |error| and the ranking agreement.
+
+One OpenBLAS thread a rank; at most 2 ranks (this machine has 2 cores: a
+third rank would share a core, which no cluster description says).
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OPENBLAS_NUM_THREADS="1",
+           OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_btl_vader_single_copy_mechanism="none")
+PY = os.path.join(ROOT, ".venv", "bin", "python")
+
+LLAMA = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4,
+         "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8192,
+         "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+         "tie_word_embeddings": False}
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 384, "intermediate_size": 768, "num_hidden_layers": 2,
+           "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 8192,
+           "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 1e6,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False}
+# A starting point for the fit: only its counts and memory are kept.
+BASE_CLUSTER = {"name": "this-cpu", "device": "one core (OpenBLAS, one thread)", "devices_per_node": 2,
+                "nodes": 1, "peak_tflops": {"f32": 0.1}, "hbm_gb": 8, "hbm_bandwidth_gbps": 5,
+                "matmul_efficiency": 1, "memory_efficiency": 1,
+                "intra_node": {"bandwidth_gbps": 5, "efficiency": 1, "hop_latency_us": 10},
+                "inter_node": {"bandwidth_gbps": 5, "efficiency": 1, "hop_latency_us": 10},
+                "collective_latency_us": 20}
+
+
+class Bench:
+    def __init__(self, build, work):
+        self.bin = os.path.join(build, "bin")
+        self.work = work
+
+    def path(self, name):
+        return os.path.join(self.work, name)
+
+    def sh(self, cmd, timeout=600):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+        return out.stdout
+
+    def model(self, name, config):
+        with open(self.path(name + ".json"), "w") as f:
+            json.dump(config, f)
+        self.sh([PY, "-c", "import sys; from parax.checkpoint import random_weights, save_safetensors; "
+                 "from parax.models import load_config; "
+                 "save_safetensors(sys.argv[2], random_weights(load_config(sys.argv[1]), seed=1))",
+                 self.path(name + ".json"), self.path(name + ".safetensors")])
+
+    def ir(self, model, batch, seq, loss=False, cache=0):
+        name = f"{model}-b{batch}-s{seq}{'-loss' if loss else ''}{f'-c{cache}' if cache else ''}.mlir"
+        if not os.path.exists(self.path(name)):
+            self.sh([PY, "-m", "parax.models", self.path(model + ".json"), "--batch", str(batch), "--seq",
+                     str(seq), "--dtype", "f32"] + (["--loss"] if loss else []) +
+                    (["--cache", str(cache)] if cache else []) + ["-o", self.path(name)])
+        return self.path(name)
+
+    def tokens(self, name, rows, cols, seed):
+        path = self.path(name + ".npy")
+        self.sh([PY, "-c", "import sys, numpy as np; np.save(sys.argv[1], np.random.default_rng("
+                 "int(sys.argv[4])).integers(0, 8192, size=(int(sys.argv[2]), int(sys.argv[3])))"
+                 ".astype(np.int32))", path, str(rows), str(cols), str(seed)])
+        return path
+
+    def compile(self, ir, name, cluster, profile, workload, train):
+        """The plan the search picks for `workload` written onto `ir`,
+        partitioned and translated: NAME.pxe."""
+        passes = [f"--parax-plan=cluster={cluster} profile={profile} workload={workload}"]
+        if train:
+            passes.append("--parax-autodiff")
+        self.sh([os.path.join(self.bin, "parax-opt"), ir] + passes +
+                ["--parax-partition", "-o", self.path(name + ".mlir")])
+        self.sh([os.path.join(self.bin, "parax-translate"), "--to-executable", self.path(name + ".mlir"),
+                 "-o", self.path(name + ".pxe")])
+        return self.path(name + ".pxe")
+
+    def predict(self, ir, cluster, profile, workload):
+        out = json.loads(self.sh([os.path.join(self.bin, "parax-plan"), ir, "--cluster", cluster,
+                                  "--profile", profile, "--workload", workload, "--json", "--top", "1"]))
+        if not out["plans"]:
+            raise RuntimeError(f"no plan for {workload}: {out.get('explanation')}")
+        return out["plans"][0]
+
+    def run(self, exe, ranks, weights, inputs, extra=(), profile=None):
+        cmd = ["timeout", "600", "mpirun", "-np", str(ranks), "--bind-to", "none",
+               os.path.join(self.bin, "parax-run"), exe, "--weights", weights] + list(extra)
+        for path in inputs:
+            cmd += ["--input", path]
+        if profile:
+            cmd += ["--profile", profile]
+        text = self.sh(cmd)
+        found = re.search(r"step time ([0-9.]+) ms", text)
+        if not found:
+            raise RuntimeError(f"no step time in: {text[-500:]}")
+        return float(found.group(1)) / 1e3
+
+
+def cluster_file(bench, calibrated, ranks):
+    return f"{calibrated}.cluster.json:devices_per_node={ranks}"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--keep", help="a folder to work in and keep")
+    args = parser.parse_args()
+    work = args.keep or tempfile.mkdtemp(prefix="parax-calibration.")
+    os.makedirs(work, exist_ok=True)
+    b = Bench(args.build, work)
+    b.model("llama", LLAMA)
+    b.model("mixtral", MIXTRAL)
+    with open(b.path("base.json"), "w") as f:
+        json.dump(BASE_CLUSTER, f)
+    llama_w, mixtral_w = b.path("llama.safetensors"), b.path("mixtral.safetensors")
+    oracle = os.path.join(ROOT, "python", "parax", "oracle-cluster.json")
+
+    # 1. Calibration runs, each profiled (the plans pinned, on the base cluster).
+    print("== calibration runs (parax-run --profile)", flush=True)
+    profiles = []
+    t = {}
+    for name, (model, batch, seq, ranks, workload, train) in {
+        "cal-prefill-small": ("llama", 2, 128, 1, "prefill:batch=2,seq=128", False),
+        "cal-prefill-large": ("llama", 4, 512, 1, "prefill:batch=4,seq=512", False),
+        "cal-prefill-tp2": ("llama", 2, 256, 2, "prefill:batch=2,seq=256,tp=2,sp=0", False),
+        "cal-train-tp2-sp": ("llama", 2, 128, 2, "train:batch=2,seq=128,tp=2,sp=1,mbs=2,recompute=none", True),
+        "cal-mixtral-prefill": ("mixtral", 2, 128, 1, "prefill:batch=2,seq=128", False),
+        "cal-mixtral-prefill-ep2": ("mixtral", 4, 128, 2, "prefill:batch=4,seq=128,ep=2,tp=1,pp=1,dp=1", False),
+        # A generation step of 2 rows: GEMMs that stream their weights.
+        "cal-generate": ("llama", 2, 1, 1, "decode:batch=2,context=48", False),
+    }.items():
+        generate = workload.startswith("decode")
+        ir = b.ir(model, batch, 1, cache=128) if generate else b.ir(model, batch, seq, loss=train)
+        cluster = f"{oracle}:devices_per_node={ranks}"
+        exe = b.compile(ir, name, cluster, "roofline", workload + ("" if ranks > 1 else ",tp=1,pp=1,dp=1"), train)
+        if generate:
+            inputs, extra = [b.tokens("cal-prompt", batch, 32, 5)], ["--generate", "32"]
+        else:
+            inputs = [b.tokens(f"tok-{batch}x{seq}", batch, seq, 2)]
+            extra = ["--steps", "5"]
+            if train:
+                inputs.append(b.tokens(f"lab-{batch}x{seq}", batch, seq, 3))
+                extra += ["--optimizer", "adamw"]
+        prof = b.path(name + ".profile.json")
+        b.run(exe, ranks, llama_w if model == "llama" else mixtral_w, inputs, extra, profile=prof)
+        profiles.append(prof)
+        for r in range(1, ranks):
+            profiles.append(f"{prof}.rank{r}")
+    calibrated = b.path("calibrated")
+    print(b.sh([os.path.join(b.bin, "parax-plan"), "--cluster", b.path("base.json"), "--calibrate",
+                ",".join(profiles), "--calibrated", calibrated]), flush=True)
+    profile = calibrated + ".profile.json"
+
+    # 2. The plans predicted and run. (group, name, model, IR batch, seq,
+    # ranks, workload, kind, run rows, extra parax-run arguments)
+    plans = [
+        ("prefill 4x256", "1 rank", "llama", 4, 256, 1, "prefill:batch=4,seq=256,tp=1,pp=1,dp=1", "prefill", 4),
+        ("prefill 4x256", "TP2", "llama", 4, 256, 2, "prefill:batch=4,seq=256,tp=2,pp=1,dp=1,cp=1,sp=0", "prefill", 4),
+        ("prefill 4x256", "TP2 SP", "llama", 4, 256, 2, "prefill:batch=4,seq=256,tp=2,pp=1,dp=1,cp=1,sp=1", "prefill", 4),
+        ("prefill 4x256", "PP2", "llama", 4, 256, 2, "prefill:batch=4,seq=256,tp=1,pp=2,dp=1,cp=1,mbs=4", "prefill", 4),
+        ("prefill 4x256", "DP2", "llama", 2, 256, 2, "prefill:batch=4,seq=256,tp=1,pp=1,dp=2,cp=1", "prefill", 4),
+        ("prefill 1x1024", "1 rank", "llama", 1, 1024, 1, "prefill:batch=1,seq=1024,tp=1,pp=1,dp=1", "prefill", 1),
+        ("prefill 1x1024", "CP2", "llama", 1, 1024, 2, "prefill:batch=1,seq=1024,tp=1,pp=1,dp=1,cp=2", "prefill", 1),
+        ("prefill 1x1024", "TP2", "llama", 1, 1024, 2, "prefill:batch=1,seq=1024,tp=2,pp=1,dp=1,cp=1,sp=0", "prefill", 1),
+        ("train 4x128", "1 rank", "llama", 4, 128, 1, "train:batch=4,seq=128,tp=1,pp=1,dp=1,mbs=4,recompute=none,zero=0", "train", 4),
+        ("train 4x128", "TP2", "llama", 4, 128, 2, "train:batch=4,seq=128,tp=2,pp=1,dp=1,mbs=4,sp=0,recompute=none,zero=0", "train", 4),
+        ("train 4x128", "DP2", "llama", 2, 128, 2, "train:batch=4,seq=128,tp=1,pp=1,dp=2,mbs=2,recompute=none,zero=0", "train", 4),
+        ("train 4x128", "PP2", "llama", 4, 128, 2, "train:batch=4,seq=128,tp=1,pp=2,dp=1,mbs=4,recompute=none,zero=0", "train", 4),
+        ("generate 4 rows", "1 rank", "llama", 4, 1, 1, "decode:batch=4,context=96,tp=1,pp=1,dp=1", "generate", 4),
+        ("generate 4 rows", "TP2", "llama", 4, 1, 2, "decode:batch=4,context=96,tp=2,pp=1,dp=1", "generate", 4),
+        ("mixtral prefill 4x256", "1 rank", "mixtral", 4, 256, 1, "prefill:batch=4,seq=256,tp=1,pp=1,dp=1,ep=1", "prefill", 4),
+        ("mixtral prefill 4x256", "EP2", "mixtral", 4, 256, 2, "prefill:batch=4,seq=256,tp=1,pp=1,dp=1,ep=2", "prefill", 4),
+        ("mixtral prefill 4x256", "TP2", "mixtral", 4, 256, 2, "prefill:batch=4,seq=256,tp=2,pp=1,dp=1,ep=1,sp=0", "prefill", 4),
+        ("mixtral train 4x128", "EP2", "mixtral", 4, 128, 2, "train:batch=4,seq=128,tp=1,pp=1,dp=1,ep=2,mbs=2,recompute=none,zero=0", "train", 4),
+    ]
+    prepared = []
+    for group, name, model, batch, seq, ranks, workload, kind, rows in plans:
+        train = kind == "train"
+        ir = (b.ir(model, batch, 1, cache=128) if kind == "generate"
+              else b.ir(model, batch, seq, loss=train))
+        cluster = cluster_file(b, calibrated, ranks)
+        predicted = b.predict(ir, cluster, profile, workload)
+        exe = b.compile(ir, f"{group}-{name}".replace(" ", "_"), cluster, profile, workload, train)
+        weights = llama_w if model == "llama" else mixtral_w
+        if kind == "generate":
+            # A prompt of 64, 64 tokens generated: contexts 1 .. 128, 96 on
+            # average over the generated half (the median step's).
+            inputs, extra = [b.tokens("prompt", rows, 64, 4)], ["--generate", "64"]
+        else:
+            inputs = [b.tokens(f"tok-{rows}x{seq}", rows, seq, 2)]
+            extra = ["--steps", "4"]
+            if train:
+                inputs.append(b.tokens(f"lab-{rows}x{seq}", rows, seq, 3))
+                extra += ["--optimizer", "adamw"]
+        prepared.append(dict(group=group, name=name, ranks=ranks, exe=exe, weights=weights, inputs=inputs,
+                             extra=extra, predicted=predicted["step_time_s"], measured=[]))
+    print(f"== {len(prepared)} plans, {args.rounds} rounds", flush=True)
+    for round_ in range(args.rounds):
+        for p in prepared:
+            p["measured"].append(b.run(p["exe"], p["ranks"], p["weights"], p["inputs"], p["extra"]))
+        print(f"round {round_ + 1} done", flush=True)
+
+    print("\n| workload | plan | ranks | predicted ms | measured ms (median) | error |")
+    print("|---|---|---|---|---|---|")
+    errors = []
+    for p in prepared:
+        m = statistics.median(p["measured"])
+        p["median"] = m
+        e = p["predicted"] / m - 1
+        errors.append(abs(e))
+        print(f"| {p['group']} | {p['name']} | {p['ranks']} | {1e3 * p['predicted']:.1f} | {1e3 * m:.1f} | "
+              f"{100 * e:+.1f} % |")
+    print()
+    agree, groups = 0, 0
+    for group in dict.fromkeys(p["group"] for p in prepared):
+        two = [p for p in prepared if p["group"] == group and p["ranks"] == 2]
+        if len(two) < 2:
+            continue
+        groups += 1
+        best_predicted = min(two, key=lambda p: p["predicted"])
+        best_measured = min(two, key=lambda p: p["median"])
+        ok = best_predicted["median"] <= 1.05 * best_measured["median"]
+        agree += ok
+        print(f"{group}: predicted best {best_predicted['name']}, measured best {best_measured['name']} "
+              f"({'within 5 %' if ok else 'NOT within 5 %'}: {1e3 * best_predicted['median']:.1f} vs "
+              f"{1e3 * best_measured['median']:.1f} ms)")
+    print(f"\n{len(errors)} plans: largest |error| {100 * max(errors):.1f} %, mean {100 * statistics.mean(errors):.1f} %, "
+          f"within +-15 %: {sum(e <= 0.15 for e in errors)}; best plan found in {agree} of {groups} groups")
+
+
+if __name__ == "__main__":
+    main()

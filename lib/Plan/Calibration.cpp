@@ -1,0 +1,444 @@
+//===- Calibration.cpp - a cluster and profile fitted to measured runs ----===//
+
+#include "parax/Plan/Calibration.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+using namespace llvm;
+using namespace parax::plan;
+
+namespace {
+
+// The memory-bound classes have a rate each (a profile's
+// elementwise_passes relative to the plain ones'): Memory is the plain.
+enum class Kind { Gemm, Memory, Norm, Rope, Swiglu, Unary, Attention, Experts, Collective, Skip };
+// Columns of the compute fit: a kind's work (in Kind's order, to
+// Experts), a GEMM's bytes, the overhead.
+constexpr int kGemmBytes = 8, kOverhead = 9, kColumns = 10;
+
+// What the planner prices as a GEMM, as HBM traffic, as attention or as a
+// collective; the rest (views, sends and receives whose time is the
+// pipeline's waiting, integer bookkeeping) is not fitted.
+Kind kindOf(StringRef op) {
+  return StringSwitch<Kind>(op)
+      .Cases({"linear", "head_linear", "linear_weight_grad"}, Kind::Gemm)
+      .Case("attention", Kind::Attention)
+      .Case("experts", Kind::Experts)
+      .Cases({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "moe_dispatch", "moe_combine"},
+             Kind::Collective)
+      .Cases({"add", "mul", "transpose", "concat", "logsumexp"}, Kind::Memory)
+      .Cases({"rms_norm", "layer_norm"}, Kind::Norm)
+      .Case("rope", Kind::Rope)
+      .Case("swiglu", Kind::Swiglu)
+      .Cases({"silu", "sigmoid", "gelu"}, Kind::Unary)
+      .Default(Kind::Skip);
+}
+
+struct Sample {
+  Kind kind;
+  double x = 0;       // FLOPs (GEMM, attention) or bytes (memory)
+  double bytes = 0;   // GEMM: the bytes it reads and writes
+  double steps = 0;   // collectives: ring steps
+  double wire = 0;    // collectives: bus-bandwidth factor x bytes
+  double seconds = 0;
+};
+
+double numel(const json::Array &shape) {
+  double n = 1;
+  for (const json::Value &d : shape)
+    n *= d.getAsNumber().value_or(0);
+  return n;
+}
+
+double last(const json::Array &shape) {
+  return shape.empty() ? 1 : shape.back().getAsNumber().value_or(1);
+}
+
+// Solves the weighted least squares min sum w_i (a_i . theta - t_i)^2 over
+// the columns in `use` (the others 0), by the normal equations. Returns
+// false when they are singular.
+bool leastSquares(const std::vector<std::vector<double>> &rows, const std::vector<double> &t,
+                  const std::vector<double> &w, const std::vector<bool> &use,
+                  std::vector<double> &theta) {
+  size_t p = use.size();
+  std::vector<size_t> cols;
+  for (size_t j = 0; j < p; ++j)
+    if (use[j])
+      cols.push_back(j);
+  size_t q = cols.size();
+  std::vector<std::vector<double>> m(q, std::vector<double>(q + 1, 0));
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t a = 0; a < q; ++a) {
+      for (size_t b = 0; b < q; ++b)
+        m[a][b] += w[i] * rows[i][cols[a]] * rows[i][cols[b]];
+      m[a][q] += w[i] * rows[i][cols[a]] * t[i];
+    }
+  // Scale each column to unit diagonal (the columns differ by 1e12).
+  std::vector<double> scale(q, 1);
+  for (size_t a = 0; a < q; ++a)
+    scale[a] = m[a][a] > 0 ? 1 / std::sqrt(m[a][a]) : 1;
+  for (size_t a = 0; a < q; ++a) {
+    for (size_t b = 0; b < q; ++b)
+      m[a][b] *= scale[a] * scale[b];
+    m[a][q] *= scale[a];
+  }
+  for (size_t a = 0; a < q; ++a) { // Gaussian elimination, partial pivoting
+    size_t pivot = a;
+    for (size_t r = a + 1; r < q; ++r)
+      if (std::abs(m[r][a]) > std::abs(m[pivot][a]))
+        pivot = r;
+    if (std::abs(m[pivot][a]) < 1e-9)
+      return false;
+    std::swap(m[a], m[pivot]);
+    for (size_t r = 0; r < q; ++r)
+      if (r != a) {
+        double f = m[r][a] / m[a][a];
+        for (size_t c = a; c <= q; ++c)
+          m[r][c] -= f * m[a][c];
+      }
+  }
+  theta.assign(p, 0);
+  for (size_t a = 0; a < q; ++a)
+    theta[cols[a]] = m[a][q] / m[a][a] * scale[a];
+  return true;
+}
+
+// The fit with every coefficient >= 0: a negative one is dropped (its
+// column fixed at 0) and the rest fitted again.
+// `relative`: each sample's error relative to its time (else absolute: the
+// long ones weigh most, as in a step's sum).
+Expected<std::vector<double>> nonNegative(const std::vector<std::vector<double>> &rows,
+                                          const std::vector<double> &t, std::vector<bool> use,
+                                          StringRef what, bool relative = true) {
+  std::vector<double> theta, weights;
+  for (double s : t)
+    weights.push_back(relative ? 1 / (s * s) : 1);
+  for (size_t round = 0; round <= use.size(); ++round) {
+    if (!leastSquares(rows, t, weights, use, theta)) {
+      // A column the samples cannot tell apart from another (collective
+      // steps when every group has one size): drop the last one in use
+      // but the first.
+      bool dropped = false;
+      for (size_t j = use.size(); j-- > 1;)
+        if (use[j]) {
+          use[j] = false;
+          dropped = true;
+          break;
+        }
+      if (!dropped)
+        return createStringError(inconvertibleErrorCode(), "--calibrate: the %s samples do not determine a fit",
+                                 what.str().c_str());
+      continue;
+    }
+    size_t worst = use.size();
+    for (size_t j = 0; j < use.size(); ++j)
+      if (use[j] && theta[j] < 0 && (worst == use.size() || theta[j] < theta[worst]))
+        worst = j;
+    if (worst == use.size())
+      return theta;
+    use[worst] = false;
+  }
+  return theta;
+}
+
+} // namespace
+
+Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<std::string> files,
+                                             ArrayRef<std::string> names) {
+  std::vector<Sample> samples;
+  std::string dtype;
+  for (auto [text, name] : llvm::zip(files, names)) {
+    auto fail = [&, name = name](const Twine &why) {
+      return createStringError(inconvertibleErrorCode(), "%s: %s", name.c_str(), why.str().c_str());
+    };
+    Expected<json::Value> parsed = json::parse(text);
+    if (!parsed)
+      return fail("invalid JSON: " + toString(parsed.takeError()));
+    const json::Object *root = parsed->getAsObject();
+    if (!root || root->getString("format") != std::optional<StringRef>("parax-run-profile-1"))
+      return fail("not a parax-run --profile file (format parax-run-profile-1)");
+    const json::Array *instructions = root->getArray("instructions");
+    if (!instructions)
+      return fail("no 'instructions' array");
+    for (auto [i, value] : llvm::enumerate(*instructions)) {
+      const json::Object *inst = value.getAsObject();
+      auto where = [&, i = i](const Twine &why) { return fail(formatv("instruction {0}: ", i) + why); };
+      if (!inst)
+        return where("not an object");
+      std::optional<StringRef> op = inst->getString("op");
+      std::optional<double> seconds = inst->getNumber("seconds_median");
+      const json::Array *operands = inst->getArray("operands");
+      const json::Array *results = inst->getArray("results");
+      if (!op || !seconds || !operands || !results)
+        return where("needs op, seconds_median, operands and results");
+      if (!(*seconds > 0) || !std::isfinite(*seconds))
+        continue; // (a time too short for the clock)
+      Kind kind = kindOf(*op);
+      if (kind == Kind::Skip)
+        continue;
+      auto shape = [&](const json::Array &list, size_t k) -> const json::Array * {
+        return k < list.size() ? list[k].getAsArray() : nullptr;
+      };
+      if (kind != Kind::Collective && (!shape(*operands, 0) || !shape(*results, 0)))
+        return where("'" + *op + "' needs its operands' and results' shapes");
+      std::optional<StringRef> type = inst->getString("dtype");
+      double element = type == std::optional<StringRef>("f32") ? 4 : 2;
+      if (kind == Kind::Gemm && type)
+        dtype = type->str();
+      Sample s{kind};
+      s.seconds = *seconds;
+      if (kind == Kind::Gemm) {
+        const json::Array &x = *shape(*operands, 0), &y = *shape(*results, 0);
+        s.x = *op == "linear_weight_grad" ? 2 * numel(y) * (numel(x) / last(x)) : 2 * numel(y) * last(x);
+        for (const json::Array *list : {operands, results})
+          for (const json::Value &v : *list)
+            if (const json::Array *a = v.getAsArray())
+              s.bytes += element * numel(*a);
+      } else if (kind == Kind::Attention) {
+        const json::Array *q = shape(*operands, 0), *k = shape(*operands, 1), *v = shape(*operands, 2);
+        if (!q || !k || !v || q->size() != 4 || k->size() != 4 || v->size() != 4)
+          return where("attention needs q, k and v of rank 4");
+        if ((*q)[1].getAsNumber().value_or(0) < 8)
+          continue; // a decode step's: it reads its cache up to a run-time position, not its shape
+        double b = (*q)[0].getAsNumber().value_or(0), sq = (*q)[1].getAsNumber().value_or(0),
+               h = (*q)[2].getAsNumber().value_or(0), d = last(*q), skv = (*k)[1].getAsNumber().value_or(0),
+               dv = last(*v);
+        const json::Object *attrs = inst->getObject("attrs");
+        bool causal = attrs && attrs->getBoolean("causal").value_or(false);
+        double pairs = causal ? sq * (skv - sq) + sq * (sq + 1) / 2 : sq * skv;
+        s.x = b * h * pairs * (2 * d + 5 + 2 * dv);
+      } else if (kind == Kind::Experts) {
+        // x [.., H], the routing [.., k], the gate stack [E, F, H]: the
+        // planner's T k (6 H F + 5 F + 2 H).
+        const json::Array *x = shape(*operands, 0), *routing = shape(*operands, 1), *gate = shape(*operands, 3);
+        if (!x || !routing || !gate || gate->size() != 3)
+          return where("experts needs x, the routing and the expert stacks");
+        if (last(*routing) == 1)
+          continue; // rows dispatched to this rank's experts (capacity rows, not the pairs routed)
+        double h = last(*x), f = (*gate)[1].getAsNumber().value_or(0);
+        s.x = numel(*routing) * (6 * h * f + 5 * f + 2 * h);
+      } else if (kind != Kind::Collective) { // memory-bound
+        for (const json::Value &o : *operands)
+          if (const json::Array *a = o.getAsArray())
+            s.x += element * numel(*a);
+        for (const json::Value &r : *results)
+          if (const json::Array *a = r.getAsArray())
+            s.x += element * numel(*a);
+      } else {
+        double n = inst->getNumber("group").value_or(1);
+        if (n <= 1)
+          continue;
+        const json::Array *in = shape(*operands, 0), *out = shape(*results, 0);
+        if (!in || !out)
+          return where("a collective needs its operand's and result's shapes");
+        // The planner's bytes: all-gather the gathered value, the others
+        // their input; an expert exchange (an all-to-all) the rank's own
+        // (token, choice) rows.
+        double bytes = element * (*op == "all_gather" ? numel(*out) : numel(*in));
+        if (*op == "moe_dispatch" || *op == "moe_combine") {
+          const json::Array *routing = shape(*operands, 1);
+          if (!routing)
+            return where("an expert exchange needs its routing");
+          bytes = element * numel(*routing) * last(*in);
+        }
+        bool reduce = *op == "all_reduce";
+        s.steps = reduce ? 2 * (n - 1) : n - 1;
+        s.wire = (reduce ? 2 * (n - 1) / n : (n - 1) / n) * bytes;
+      }
+      samples.push_back(s);
+    }
+  }
+  auto count = [&](Kind k) { return llvm::count_if(samples, [&](const Sample &s) { return s.kind == k; }); };
+  if (count(Kind::Gemm) < 2 || count(Kind::Memory) < 2)
+    return createStringError(inconvertibleErrorCode(),
+                             "--calibrate: the runs hold %d GEMM and %d memory-bound timings; at least 2 "
+                             "of each are needed",
+                             int(count(Kind::Gemm)), int(count(Kind::Memory)));
+
+  // Compute: theta = [1/R, 1/B (plain), 1/B (norm, rope, swiglu, unary),
+  // 1/A, 1/E (experts), 1/B (GEMM bytes), c]: a column a kind, in Kind's
+  // order, then the GEMMs' bytes and the overhead. A GEMM costs the larger
+  // of its FLOPs' and its bytes' time, as the planner's roofline prices
+  // it: a first fit takes both (their sum), and each GEMM is then fitted
+  // by the term that fit says is the larger, until that stops changing.
+  std::vector<bool> use(kColumns, false);
+  use[kOverhead] = true;
+  std::vector<const Sample *> fitted;
+  for (const Sample &s : samples)
+    if (s.kind != Kind::Collective) {
+      fitted.push_back(&s);
+      use[static_cast<int>(s.kind)] = true;
+      use[kGemmBytes] = use[kGemmBytes] || s.bytes > 0;
+    }
+  std::vector<double> t;
+  for (const Sample *s : fitted)
+    t.push_back(s->seconds);
+  std::vector<int> bound(fitted.size(), 2); // a GEMM's term: 0 FLOPs, 1 bytes, 2 both
+  Expected<std::vector<double>> compute = std::vector<double>();
+  for (int round = 0; round < 8; ++round) {
+    std::vector<std::vector<double>> rows;
+    for (auto [i, s] : llvm::enumerate(fitted)) {
+      std::vector<double> row(kColumns, 0);
+      if (bound[i] != 1)
+        row[static_cast<int>(s->kind)] = s->x;
+      if (bound[i] != 0)
+        row[kGemmBytes] = s->bytes;
+      row[kOverhead] = 1;
+      rows.push_back(row);
+    }
+    compute = nonNegative(rows, t, use, "compute");
+    if (!compute)
+      return compute.takeError();
+    bool changed = false;
+    for (auto [i, s] : llvm::enumerate(fitted)) {
+      if (s->kind != Kind::Gemm)
+        continue;
+      int term = s->x * (*compute)[0] >= s->bytes * (*compute)[kGemmBytes] ? 0 : 1;
+      changed = changed || term != bound[i];
+      bound[i] = term;
+    }
+    if (!changed)
+      break;
+  }
+  const std::vector<double> &th = *compute;
+  auto slope = [&](Kind k) { return th[static_cast<int>(k)]; };
+  if (!(slope(Kind::Gemm) > 0) || !(slope(Kind::Memory) > 0))
+    return createStringError(inconvertibleErrorCode(),
+                             "--calibrate: the GEMM or the plain memory-bound timings (add, mul, ...) do "
+                             "not grow with their work (no positive rate fits)");
+  Calibration out;
+  ClusterSpec &c = out.cluster;
+  c = base;
+  Profile &p = c.profile;
+  p = Profile();
+  p.name = "calibrated";
+  p.description = formatv("fitted by parax-plan --calibrate to {0} run profile(s)", files.size()).str();
+  double rate = 1 / slope(Kind::Gemm);
+  std::string type = dtype.empty() ? "f32" : dtype;
+  c.peakFlops.clear();
+  c.peakFlops[type] = rate;
+  if (type != "bf16")
+    c.peakFlops["bf16"] = rate; // (a model's other dtype runs no faster here)
+  c.matmulEfficiency = 1;
+  // The memory's bandwidth: what the GEMMs stream at (their bytes' slope),
+  // or where no GEMM fits one, the plain ops'; a class's passes: its time a
+  // byte over that (a class with no samples keeps 1).
+  double perByte = th[kGemmBytes] > 0 ? th[kGemmBytes] : slope(Kind::Memory);
+  c.hbmBandwidth = 1 / perByte;
+  c.memoryEfficiency = 1;
+  for (auto [kind, passes] : {std::pair<Kind, double *>{Kind::Memory, &p.addPasses},
+                              {Kind::Norm, &p.normPasses},
+                              {Kind::Rope, &p.ropePasses},
+                              {Kind::Swiglu, &p.swigluPasses},
+                              {Kind::Unary, &p.unaryPasses}})
+    if (slope(kind) > 0)
+      *passes = std::clamp(slope(kind) / perByte, 0.01, 100.0);
+  p.kernelOverhead = th[kOverhead];
+  // The optimizer's bytes a parameter: its measured update over the
+  // parameters the rank holds, at that bandwidth (the median over the runs
+  // that updated).
+  std::vector<double> optimizerBytes;
+  for (const std::string &text : files) {
+    Expected<json::Value> parsed = json::parse(text);
+    const json::Object *root = parsed ? parsed->getAsObject() : nullptr;
+    if (!parsed)
+      consumeError(parsed.takeError());
+    double seconds = root ? root->getNumber("optimizer_seconds_median").value_or(0) : 0;
+    double values = root ? root->getNumber("parameter_values").value_or(0) : 0;
+    if (seconds > 0 && values > 0)
+      optimizerBytes.push_back(seconds * c.hbmBandwidth / values);
+  }
+  if (!optimizerBytes.empty()) {
+    llvm::sort(optimizerBytes);
+    p.optimizerBytes = optimizerBytes[optimizerBytes.size() / 2];
+  }
+  if (slope(Kind::Attention) > 0)
+    p.flashEfficiency = std::min(1.0, slope(Kind::Gemm) / slope(Kind::Attention));
+  if (slope(Kind::Experts) > 0)
+    p.expertsEfficiency = std::min(1.0, slope(Kind::Gemm) / slope(Kind::Experts));
+  p.ncclProtocols = false;
+
+  // Collectives: theta = [L, h, 1/W].
+  std::vector<std::vector<double>> crows;
+  std::vector<double> ct;
+  for (const Sample &s : samples)
+    if (s.kind == Kind::Collective) {
+      crows.push_back({1, s.steps, s.wire});
+      ct.push_back(s.seconds);
+    }
+  std::string collectiveLine = "collectives: none measured (the base cluster's links kept)";
+  std::vector<double> cth;
+  if (!crows.empty()) {
+    Expected<std::vector<double>> fit =
+        nonNegative(crows, ct, {true, true, true}, "collective", /*relative=*/false);
+    if (!fit)
+      return fit.takeError();
+    cth = *fit;
+    LinkSpec link;
+    link.bandwidth = cth[2] > 0 ? 1 / cth[2] : 1e15;
+    link.efficiency = 1;
+    link.hopLatency = std::max(cth[1], 1e-9);
+    c.intraNode = c.interNode = link;
+    c.collectiveLatency = std::max(cth[0], 1e-9);
+  }
+
+  // The residuals, a line a class.
+  auto predict = [&](const Sample &s) {
+    if (s.kind == Kind::Collective)
+      return cth[0] + s.steps * cth[1] + s.wire * cth[2];
+    if (s.kind == Kind::Gemm)
+      return std::max(s.x * slope(s.kind), s.bytes * th[kGemmBytes]) + th[kOverhead];
+    return s.x * slope(s.kind) + th[kOverhead];
+  };
+  auto line = [&](Kind kind, const std::string &head) {
+    std::vector<double> r;
+    for (const Sample &s : samples)
+      if (s.kind == kind)
+        r.push_back(std::abs(predict(s) / s.seconds - 1));
+    if (r.empty())
+      return head + ": no samples\n";
+    llvm::sort(r);
+    return formatv("{0}: {1} samples, |relative residual| median {2:P1}, largest {3:P1}\n", head, r.size(),
+                   r[r.size() / 2], r.back())
+        .str();
+  };
+  auto passesLine = [&](Kind kind, const char *name, double passes) {
+    return line(kind, formatv("{0}: {1:F2} passes ({2:F2} GB/s)", name, passes,
+                              c.hbmBandwidth / passes / 1e9)
+                          .str());
+  };
+  out.report = line(Kind::Gemm, formatv("GEMMs: {0:F2} GFLOP/s ({1}), streaming {2:F2} GB/s", rate / 1e9, type,
+                                        c.hbmBandwidth / 1e9)
+                                    .str()) +
+               passesLine(Kind::Memory, "plain memory-bound ops (add, mul, ...)", p.addPasses) +
+               passesLine(Kind::Norm, "norms", p.normPasses) + passesLine(Kind::Rope, "rope", p.ropePasses) +
+               passesLine(Kind::Swiglu, "swiglu", p.swigluPasses) +
+               passesLine(Kind::Unary, "activations", p.unaryPasses) +
+               line(Kind::Experts, slope(Kind::Experts) > 0
+                                       ? formatv("experts: {0:F2} GFLOP/s", 1 / slope(Kind::Experts) / 1e9).str()
+                                       : std::string("experts: not fitted")) +
+               line(Kind::Attention, slope(Kind::Attention) > 0
+                                         ? formatv("attention: {0:F2} GFLOP/s", 1 / slope(Kind::Attention) / 1e9).str()
+                                         : std::string("attention: not fitted")) +
+               formatv("kernel overhead: {0:F2} us an instruction\n", th[kOverhead] * 1e6).str() +
+               (optimizerBytes.empty() ? std::string("optimizer: not measured (16 bytes a parameter kept)\n")
+                                       : formatv("optimizer: {0:F1} bytes a parameter at that bandwidth ({1} "
+                                                 "run(s))\n",
+                                                 p.optimizerBytes, optimizerBytes.size())
+                                             .str()) +
+               (crows.empty() ? collectiveLine + "\n"
+                              : line(Kind::Collective,
+                                     formatv("collectives: launch {0:F1} us, {1:F1} us a ring step, {2:F3} GB/s",
+                                             cth[0] * 1e6, cth[1] * 1e6,
+                                             cth[2] > 0 ? 1 / cth[2] / 1e9 : 0.0)
+                                         .str()));
+  return out;
+}

@@ -1,0 +1,37 @@
+// RunProfile.h - parax-run --profile: what each instruction of a rank took.
+//
+// The file parax-plan --calibrate reads (docs/cost-model.md, "Calibration"):
+// the run's setting (device, ranks, the rank's grid coordinates and stage,
+// the median step, a training step's gradient averaging and optimizer
+// update with the parameter values the rank holds), then every instruction the rank ran with its operands'
+// and results' local shapes, its dtype, its attributes, the ranks its
+// collective spans, and the median of its wall times over the runs.
+
+#ifndef PARAX_RUN_RUNPROFILE_H
+#define PARAX_RUN_RUNPROFILE_H
+
+#include "parax/runtime/Executor.h"
+#include "parax/runtime/Status.h"
+
+#include <string>
+
+namespace parax::runtime {
+
+/// Medians over a run's steps, seconds.
+struct RunProfileTotals {
+  double step = 0;
+  int steps = 0;
+  /// A training step's host work after the stage's instructions: the
+  /// gradients averaged over microbatches and replicas (the data-parallel
+  /// reduction), and the optimizer's update (`optimizer`: its kind; empty:
+  /// none ran).
+  double gradientAverage = 0, optimizerUpdate = 0;
+  std::string optimizer;
+};
+
+Status writeRunProfile(const std::string &path, const pxe::Executable &exe, const Executor &executor,
+                       int rank, int ranks, const std::string &device, const RunProfileTotals &totals);
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUN_RUNPROFILE_H

@@ -1,0 +1,56 @@
+"""parax-run --profile and parax-plan --calibrate: what a run measured,
+and the cluster and profile fitted to it (docs/cost-model.md,
+Calibration)."""
+import json
+import os
+import subprocess
+
+from conftest import Model, run, tool
+
+
+def test_profile_times_every_instruction_and_calibrate_reads_it(tmp_path):
+    """Each rank's file holds each instruction the rank ran -- its shapes,
+    dtype, the ranks a collective spans -- with the median of one wall
+    time a step; a training step adds the optimizer's update and the
+    parameter values it updated. --calibrate fits a cluster and a profile
+    that parax-plan then reads back."""
+    model = Model(str(tmp_path), "tiny-llama", batch=2, loss=True)
+    exe = model.compile("tp", "train:batch=2,seq=8,tp=2,sp=0,recompute=none", 2, autodiff=True)
+    profile = os.path.join(model.dir, "run.json")
+    model.run(exe, 2, extra=["--steps", "3", "--optimizer", "adamw", "--profile", profile], outputs=0)
+    files = [profile, profile + ".rank1"]
+    for rank, path in enumerate(files):
+        data = json.load(open(path))
+        assert data["format"] == "parax-run-profile-1" and data["rank"] == rank and data["ranks"] == 2
+        assert data["steps"] == 3 and data["step_seconds_median"] > 0
+        assert data["optimizer"] == "adamw" and data["optimizer_seconds_median"] > 0
+        ops = {inst["op"] for inst in data["instructions"]}
+        assert {"linear", "linear_weight_grad", "attention", "rms_norm"} <= ops, ops
+        for inst in data["instructions"]:
+            assert inst["runs"] == 3 and inst["seconds_median"] >= 0, inst
+            assert inst["dtype"] == "f32"
+            if inst["op"] in ("all_reduce", "all_gather", "reduce_scatter"):
+                assert inst["group"] == 2, inst
+        # The rank's parameters: half of each split weight, all of a replicated one.
+        assert 0 < data["parameter_values"] < sum(w.size for w in model.weights.values())
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracle-cluster.json")
+    prefix = os.path.join(model.dir, "fit")
+    out = run([tool("parax-plan"), "--cluster", base, "--calibrate", ",".join(files), "--calibrated", prefix]).stdout
+    assert "GEMMs:" in out and "wrote" in out, out
+    cluster, fitted = json.load(open(prefix + ".cluster.json")), json.load(open(prefix + ".profile.json"))
+    assert cluster["peak_tflops"]["f32"] > 0 and fitted["name"] == "calibrated" and not fitted["nccl_protocols"]
+    plan = json.loads(run([tool("parax-plan"), model.ir, "--cluster", prefix + ".cluster.json:devices_per_node=2",
+                           "--profile", prefix + ".profile.json", "--workload", "train:batch=2,seq=8", "--json"]).stdout)
+    assert plan["plans"] and plan["profile"]["name"] == "calibrated"
+
+
+def test_calibrate_refuses_what_is_no_run_profile(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}')
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracle-cluster.json")
+    proc = subprocess.run([tool("parax-plan"), "--cluster", base, "--calibrate", str(bad), "--calibrated",
+                           str(tmp_path / "fit")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "bad.json: not a parax-run --profile file" in proc.stderr, proc.stderr
+    proc = subprocess.run([tool("parax-plan"), "--cluster", base, "--calibrate", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "--calibrate needs --calibrated PREFIX" in proc.stderr, proc.stderr
