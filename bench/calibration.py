@@ -152,7 +152,7 @@ def main():
     for name, (model, batch, seq, ranks, workload, train) in {
         "cal-prefill-small": ("llama", 2, 128, 1, "prefill:batch=2,seq=128", False),
         "cal-prefill-large": ("llama", 4, 512, 1, "prefill:batch=4,seq=512", False),
-        "cal-prefill-tp2": ("llama", 2, 256, 2, "prefill:batch=2,seq=256,tp=2,sp=0", False),
+        "cal-prefill-tp2": ("llama", 2, 512, 2, "prefill:batch=2,seq=512,tp=2,sp=0", False),
         "cal-train-tp2-sp": ("llama", 2, 128, 2, "train:batch=2,seq=128,tp=2,sp=1,mbs=2,recompute=none", True),
         "cal-mixtral-prefill": ("mixtral", 2, 128, 1, "prefill:batch=2,seq=128", False),
         "cal-mixtral-prefill-ep2": ("mixtral", 4, 128, 2, "prefill:batch=4,seq=128,ep=2,tp=1,pp=1,dp=1", False),

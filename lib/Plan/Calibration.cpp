@@ -1,6 +1,7 @@
 //===- Calibration.cpp - a cluster and profile fitted to measured runs ----===//
 
 #include "parax/Plan/Calibration.h"
+#include "parax/Plan/CostModel.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -48,6 +49,7 @@ struct Sample {
   double bytes = 0;   // GEMM: the bytes it reads and writes
   double steps = 0;   // collectives: ring steps
   double wire = 0;    // collectives: bus-bandwidth factor x bytes
+  CollectiveKind collective = CollectiveKind::AllReduce;
   double seconds = 0;
 };
 
@@ -250,6 +252,10 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
           bytes = element * numel(*routing) * last(*in);
         }
         bool reduce = *op == "all_reduce";
+        s.collective = reduce                       ? CollectiveKind::AllReduce
+                       : *op == "all_gather"        ? CollectiveKind::AllGather
+                       : *op == "reduce_scatter"    ? CollectiveKind::ReduceScatter
+                                                    : CollectiveKind::AllToAll;
         s.steps = reduce ? 2 * (n - 1) : n - 1;
         s.wire = (reduce ? 2 * (n - 1) / n : (n - 1) / n) * bytes;
       }
@@ -366,34 +372,52 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     p.expertsEfficiency = std::min(1.0, slope(Kind::Gemm) / slope(Kind::Experts));
   p.ncclProtocols = false;
 
-  // Collectives: theta = [L, h, 1/W].
+  // Collectives: theta = [L, h, 1/W a kind (all-reduce, all-gather,
+  // reduce-scatter, all-to-all)]; the link's bandwidth is the fastest
+  // kind's, the others a share of it (the profile's collective_kinds).
   std::vector<std::vector<double>> crows;
   std::vector<double> ct;
+  std::vector<bool> cuse = {true, true, false, false, false, false};
+  // A kind's bandwidth is fitted only where some message of it is large
+  // enough to show one (64 KB on the wire): a loss's scalar all-reduce
+  // says only latency.
+  for (const Sample &s : samples)
+    if (s.kind == Kind::Collective && s.wire >= 65536)
+      cuse[2 + static_cast<int>(s.collective)] = true;
   for (const Sample &s : samples)
     if (s.kind == Kind::Collective) {
-      crows.push_back({1, s.steps, s.wire});
+      std::vector<double> row = {1, s.steps, 0, 0, 0, 0};
+      if (cuse[2 + static_cast<int>(s.collective)])
+        row[2 + static_cast<int>(s.collective)] = s.wire;
+      crows.push_back(row);
       ct.push_back(s.seconds);
     }
   std::string collectiveLine = "collectives: none measured (the base cluster's links kept)";
   std::vector<double> cth;
   if (!crows.empty()) {
-    Expected<std::vector<double>> fit =
-        nonNegative(crows, ct, {true, true, true}, "collective", /*relative=*/false);
+    Expected<std::vector<double>> fit = nonNegative(crows, ct, cuse, "collective", /*relative=*/false);
     if (!fit)
       return fit.takeError();
     cth = *fit;
+    double fastest = 0; // the least seconds a byte among the kinds fitted
+    for (int k = 2; k < 6; ++k)
+      if (cth[k] > 0 && (fastest == 0 || cth[k] < fastest))
+        fastest = cth[k];
     LinkSpec link;
-    link.bandwidth = cth[2] > 0 ? 1 / cth[2] : 1e15;
+    link.bandwidth = fastest > 0 ? 1 / fastest : 1e15;
     link.efficiency = 1;
     link.hopLatency = std::max(cth[1], 1e-9);
     c.intraNode = c.interNode = link;
     c.collectiveLatency = std::max(cth[0], 1e-9);
+    for (int k = 0; k < 4; ++k)
+      if (cth[2 + k] > 0)
+        p.kindEfficiency[k] = fastest / cth[2 + k];
   }
 
   // The residuals, a line a class.
   auto predict = [&](const Sample &s) {
     if (s.kind == Kind::Collective)
-      return cth[0] + s.steps * cth[1] + s.wire * cth[2];
+      return cth[0] + s.steps * cth[1] + s.wire * cth[2 + static_cast<int>(s.collective)];
     if (s.kind == Kind::Gemm)
       return std::max(s.x * slope(s.kind), s.bytes * th[kGemmBytes]) + th[kOverhead];
     return s.x * slope(s.kind) + th[kOverhead];
@@ -436,9 +460,12 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                                              .str()) +
                (crows.empty() ? collectiveLine + "\n"
                               : line(Kind::Collective,
-                                     formatv("collectives: launch {0:F1} us, {1:F1} us a ring step, {2:F3} GB/s",
-                                             cth[0] * 1e6, cth[1] * 1e6,
-                                             cth[2] > 0 ? 1 / cth[2] / 1e9 : 0.0)
+                                     formatv("collectives: launch {0:F1} us, {1:F1} us a ring step, {2:F3} GB/s "
+                                             "(all-reduce x {3:F2}, all-gather x {4:F2}, reduce-scatter x {5:F2}, "
+                                             "all-to-all x {6:F2})",
+                                             cth[0] * 1e6, cth[1] * 1e6, c.intraNode.bandwidth / 1e9,
+                                             p.kindEfficiency[0], p.kindEfficiency[1], p.kindEfficiency[2],
+                                             p.kindEfficiency[3])
                                          .str()));
   return out;
 }

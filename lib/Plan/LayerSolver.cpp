@@ -489,6 +489,12 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double touched = std::min(local, tokens * op.topK);
     weights *= touched / op.numExperts;
   }
+  if ((op.kind == OpClass::Embedding || op.kind == OpClass::PositionEmbedding) && !op.results.empty()) {
+    // A lookup reads the rows its tokens name, at most one a token (its
+    // result's bytes), not the table (until 2026-12-05 the whole table:
+    // Llama-3-8B's 1 GB in every decode step).
+    weights = std::min(weights, fullBytes(op.results[0]) * share(s.out[0]));
+  }
   double bytes = weights;
   for (auto [i, id] : llvm::enumerate(op.inputs))
     if (!value(id).inKvCache) // the attention's cache read below
@@ -825,6 +831,7 @@ LayerPlan Solver::solve() {
     }
     double time = opTime(op, s);
     plan.computeTime += time;
+    plan.opTimes.push_back(time);
     auto [forwardScratch, backwardScratch] = scratchBytes(op, s);
     plan.scratchBytes[0] = std::max(plan.scratchBytes[0], forwardScratch);
     plan.scratchBytes[1] = std::max({plan.scratchBytes[1], forwardScratch, backwardScratch});
@@ -832,11 +839,12 @@ LayerPlan Solver::solve() {
       auto [commTime, kind] = reshard(in, layoutOf(in), s.in[k]);
       plan.commTime += commTime;
       if (kind)
-        plan.collectives.push_back({*kind, fullBytes(in), i});
+        plan.collectives.push_back({*kind, fullBytes(in), i, commTime});
     }
     if (s.internal) {
-      plan.commTime += collective(s.internal->first, s.internal->second * tokens);
-      plan.collectives.push_back({s.internal->first, s.internal->second * tokens, i});
+      double seconds = collective(s.internal->first, s.internal->second * tokens);
+      plan.commTime += seconds;
+      plan.collectives.push_back({s.internal->first, s.internal->second * tokens, i, seconds});
     }
     double weightShare = s.weightFrac / (op.kind == OpClass::Experts ? ctx.ep : 1);
     plan.weightBytes += weightBytes(op) * weightShare;
@@ -922,7 +930,7 @@ LayerPlan Solver::solve() {
     auto [commTime, kind] = reshard(out, have, closingLayout(out, have));
     plan.commTime += commTime;
     if (kind)
-      plan.collectives.push_back({*kind, fullBytes(out), n});
+      plan.collectives.push_back({*kind, fullBytes(out), n, commTime});
   }
   for (int out : layer.outputs) {
     if (!value(out).returned || value(out).inKvCache || rank(out) < 2 || ctx.train)

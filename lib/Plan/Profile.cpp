@@ -120,7 +120,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "flash_efficiency", "score_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
-      "nccl_protocols", "optimizer_bytes", "experts_efficiency"};
+      "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
       return fieldError(source, entry.first.str(),
@@ -210,6 +210,25 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       *target = *v;
     }
   }
+  static const char *kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"};
+  if (const json::Value *value = root->get("collective_kinds")) {
+    const json::Object *object = value->getAsObject();
+    if (!object)
+      return fieldError(source, "collective_kinds",
+                        "must map collective kinds (all_reduce, all_gather, reduce_scatter, all_to_all, "
+                        "send_recv) to shares of the bus bandwidth");
+    for (const auto &entry : *object) {
+      const char *const *found = llvm::find(kinds, entry.first.str());
+      if (found == std::end(kinds))
+        return fieldError(source, ("collective_kinds." + entry.first.str()),
+                          "is not a collective kind (known: all_reduce, all_gather, reduce_scatter, "
+                          "all_to_all, send_recv)");
+      auto v = number(*object, entry.first, 1e-4, 100, 1, source, "collective_kinds");
+      if (!v)
+        return v.takeError();
+      p.kindEfficiency[found - std::begin(kinds)] = *v;
+    }
+  }
   auto nccl = boolean(*root, "nccl_protocols", p.ncclProtocols, source);
   if (!nccl)
     return nccl.takeError();
@@ -238,6 +257,10 @@ std::string Profile::toJson() const {
       {"kernel_overhead_us", kernelOverhead * 1e6},
       {"collective_efficiency", collectiveEfficiency},
       {"nccl_protocols", ncclProtocols},
+      {"collective_kinds",
+       json::Object{{"all_reduce", kindEfficiency[0]}, {"all_gather", kindEfficiency[1]},
+                    {"reduce_scatter", kindEfficiency[2]}, {"all_to_all", kindEfficiency[3]},
+                    {"send_recv", kindEfficiency[4]}}},
       {"tp_overlap", tpOverlap},
       {"ep_overlap", epOverlap},
       {"dp_overlap", dpOverlap},

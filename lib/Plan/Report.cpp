@@ -2,6 +2,7 @@
 
 #include "parax/Plan/Planner.h"
 
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -251,4 +252,69 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
       root["closest"] = planJson(*result.closest);
   }
   return root;
+}
+
+std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec &cluster,
+                                     const Workload &workload, const Plan &plan) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  const Profile &profile = cluster.profile;
+  auto link = [](const LinkSpec &l) {
+    return formatv("{0:F1} GB/s x {1:F2}, {2:F1} us a ring step", l.bandwidth / 1e9, l.efficiency,
+                   l.hopLatency * 1e6)
+        .str();
+  };
+  os << formatv("\nexplain: {0}\n", plan.degrees());
+  os << formatv("  device: {0} TFLOP/s ({1}) x matmul efficiency {2:F3}{3}; HBM {4:F1} GB/s x {5:F2}\n",
+                peakFlops(cluster, model.dtype) / 1e12, model.dtype, cluster.matmulEfficiency,
+                profile.gemmShapes ? formatv(" x the GEMM's shape ({0} SMs)", cluster.multiprocessors).str()
+                                   : std::string(),
+                cluster.hbmBandwidth / 1e9, cluster.memoryEfficiency);
+  os << formatv("  links: in a node {0}; between nodes {1}; {2:F1} us a collective's launch\n",
+                link(cluster.intraNode), link(cluster.interNode), cluster.collectiveLatency * 1e6);
+  os << "  " << profile.summary() << "\n";
+  os << formatv("  profile: passes norm {0:G}, rope {1:G}, swiglu {2:G}, activations {3:G}, add/mul {4:G}; "
+                "experts at {5:G} of the GEMM rate; optimizer {6:G} bytes a parameter\n",
+                profile.normPasses, profile.ropePasses, profile.swigluPasses, profile.unaryPasses,
+                profile.addPasses, profile.expertsEfficiency, profile.optimizerBytes);
+  std::vector<LayerPlan> plans = layerPlansFor(model, cluster, workload, plan);
+  os << formatv("  each distinct layer, forward, one microbatch of {0} sequence(s) on one device (ms):\n",
+                plan.microBatch);
+  llvm::StringMap<bool> shown;
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    const LayerGraph &layer = model.layers[l];
+    if (!shown.try_emplace(layer.signature, true).second)
+      continue;
+    int64_t same = llvm::count_if(model.layers, [&](const LayerGraph &g) { return g.signature == layer.signature; });
+    const LayerPlan &lp = plans[l];
+    os << formatv("    layer {0} ({1} like it): compute {2:F3}, tensor-parallel collectives {3:F3}\n", layer.index,
+                  same, lp.computeTime * 1e3, lp.commTime * 1e3);
+    for (size_t i = 0; i < layer.ops.size() && i < lp.opTimes.size(); ++i) {
+      for (const CollectiveUse &use : lp.collectives)
+        if (use.opIndex == static_cast<int>(i))
+          os << formatv("      {0,-24} {1,-22} {2,9:F3}  ({3:F2} MB)\n", toString(use.kind), "", use.seconds * 1e3,
+                        use.bytes / 1e6);
+      std::string name = layer.ops[i].op ? layer.ops[i].op->getName().getStringRef().str() : "?";
+      os << formatv("      {0,-24} {1,-22} {2,9:F3}\n", name, lp.strategy[i], lp.opTimes[i] * 1e3);
+    }
+    for (const CollectiveUse &use : lp.collectives)
+      if (use.opIndex >= static_cast<int>(layer.ops.size()))
+        os << formatv("      {0,-24} {1,-22} {2,9:F3}  ({3:F2} MB, closing the layer)\n", toString(use.kind), "",
+                      use.seconds * 1e3, use.bytes / 1e6);
+  }
+  os << formatv("  step {0:F3} ms = ", plan.stepTime * 1e3);
+  if (workload.kind == WorkloadKind::Train)
+    os << formatv("compute {0:F3} + bubble {1:F3} + tp {2:F3} + ep {3:F3} + cp {4:F3} (the slowest stage's {5} "
+                  "microbatch(es), training's forward + 2x backward{6}) + pp {7:F3} + exposed dp {8:F3} + "
+                  "optimizer {9:F3}\n",
+                  plan.computeTime * 1e3, plan.bubbleTime * 1e3, plan.tpComm * 1e3, plan.epComm * 1e3,
+                  plan.cpComm * 1e3, plan.microBatches,
+                  plan.recompute == Recompute::None ? "" : ", recomputation included", plan.ppComm * 1e3,
+                  plan.dpComm * 1e3, plan.optimizerTime * 1e3);
+  else
+    os << formatv("compute {0:F3} + tp {1:F3} + ep {2:F3} + cp {3:F3} + pp {4:F3} (on the critical path of {5} "
+                  "microbatch(es))\n",
+                  plan.computeTime * 1e3, plan.tpComm * 1e3, plan.epComm * 1e3, plan.cpComm * 1e3,
+                  plan.ppComm * 1e3, plan.microBatches);
+  return text;
 }

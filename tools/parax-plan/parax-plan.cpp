@@ -78,6 +78,10 @@ static cl::opt<std::string> calibratedOpt(
     "calibrated", cl::value_desc("prefix"),
     cl::desc("--calibrate's output: <prefix>.cluster.json and <prefix>.profile.json"),
     cl::cat(planOptions));
+static cl::opt<bool> explainOpt("explain",
+                                cl::desc("after the table: the best plan's cost terms with their inputs "
+                                         "(each distinct layer's ops and collectives, how the step adds up)"),
+                                cl::cat(planOptions));
 static cl::opt<bool> printProfile("print-profile",
                                   cl::desc("print the profile as JSON and exit"), cl::cat(planOptions));
 static cl::opt<bool> printCluster("print-cluster",
@@ -242,6 +246,8 @@ int main(int argc, char **argv) {
     outs() << formatv("{0:2}", plansToJson(result, *cluster, *workload)) << "\n";
   else
     outs() << formatPlans(result, *cluster, *workload);
+  if (explainOpt && !jsonOpt && !result.plans.empty())
+    outs() << explainPlan(*graph, *cluster, *workload, result.plans.front());
   if (timingOpt)
     errs() << formatv("search time: {0:F4} s ({1} configurations)\n", seconds,
                       result.evaluated);

@@ -79,6 +79,7 @@ struct CollectiveUse {
   CollectiveKind kind;
   double bytes;
   int opIndex; // the consumer whose input needed it
+  double seconds = 0; // forward, as costed
 };
 
 struct LayerPlan {
@@ -86,6 +87,7 @@ struct LayerPlan {
   llvm::SmallVector<std::string> strategy;           // per op
   llvm::SmallVector<llvm::SmallVector<int8_t>> layouts; // per op, per result
   double computeTime = 0; // forward, per device
+  llvm::SmallVector<double> opTimes; // forward, per device, per op (--explain)
   double commTime = 0;    // forward tensor-parallel collectives
   double selectiveRecomputeTime = 0;
   double weightBytes = 0;       // per device

@@ -173,6 +173,12 @@ std::vector<LayerPlan> layerPlansFor(const ModelGraph &model,
                                      const ClusterSpec &cluster,
                                      const Workload &workload, const Plan &plan);
 
+/// --explain: the best plan's cost terms with their inputs -- the cluster's
+/// and the profile's figures, each distinct layer's ops (strategy, forward
+/// time) and collectives (kind, bytes, time), and how the step adds up.
+std::string explainPlan(const ModelGraph &model, const ClusterSpec &cluster,
+                        const Workload &workload, const Plan &plan);
+
 /// A readable ranked table, and the same as JSON.
 std::string formatPlans(const PlanResult &result, const ClusterSpec &cluster,
                         const Workload &workload);

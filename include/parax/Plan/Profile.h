@@ -78,6 +78,11 @@ struct Profile {
   /// The stack's collectives' bus bandwidth as a share of NCCL's best on
   /// the link (the cluster's link efficiency).
   double collectiveEfficiency = 1;
+  /// Per collective kind, a further share of that bus bandwidth
+  /// (`collective_kinds`: all_reduce, all_gather, reduce_scatter,
+  /// all_to_all, send_recv; 1 unless set): MPI on CPUs reduces in its own
+  /// arithmetic and moves all-to-alls pairwise, so its kinds differ.
+  double kindEfficiency[5] = {1, 1, 1, 1, 1}; // by CollectiveKind
   /// NCCL's protocols and algorithms: LL beside Simple, the tree beside
   /// the ring for all-reduce over nodes (false: a plain ring, as a
   /// calibrated MPI is costed).
