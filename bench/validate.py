@@ -13,6 +13,8 @@ throughput with the FLOP count the source itself uses:
 - Megatron-LM (Narayanan et al. 2021, arXiv 2104.04473, Table 1 and
   Table 2's ZeRO-3 baseline) reports hardware FLOP/s a GPU with its Eq. 3,
   F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (full recompute);
+- Korthikanti et al. 2022 (arXiv 2205.05198) report model FLOPs
+  utilisation with their Eq. 7, 72 B L s h^2 (1 + s/(6h) + v/(12 h L));
 - Llama 3 (arXiv 2407.21783, Table 4) reports BF16 MFU-derived TFLOP/s a
   GPU; the step is parax's model FLOPs (3 x forward, causal attention
   halved) over that rate;
@@ -56,6 +58,19 @@ TABLE1 = [
 ZERO3 = [(384, 4, 144), (768, 2, 88), (1536, 1, 44)]
 
 
+# Korthikanti et al. 2022 (arXiv 2205.05198), Tables 3 and 5: sequence
+# parallelism with selective recompute, TP8, one sequence a microbatch, A100
+# 80 GB, seq 2048: hidden, layers, heads, PP, GPUs, batch, model FLOPs
+# utilisation (Eq. 7's FLOPs over 312 TFLOP/s). (Figures as read from the
+# paper's tables; the 22B row's PP1 on one node.)
+KORTHIKANTI = [
+    ("22B", 6144, 48, 64, 1, 8, 4, 0.415),
+    ("175B", 12288, 96, 96, 8, 64, 64, 0.514),
+    ("530B", 20480, 105, 128, 35, 280, 280, 0.560),
+    ("1T", 25600, 128, 160, 64, 512, 512, 0.563),
+]
+
+
 def gpt(hidden, layers, heads):
     return {"model_type": "gpt2", "n_embd": hidden, "n_layer": layers, "n_head": heads,
             "vocab_size": 51200, "n_positions": 2048, "layer_norm_epsilon": 1e-5}
@@ -65,6 +80,12 @@ def megatron_flops(batch, seq, layers, hidden, vocab=51200):
     """Narayanan et al. 2021, Eq. 3: a step's FLOPs with full recompute."""
     return 96 * batch * seq * layers * hidden ** 2 * (
         1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def korthikanti_flops(batch, seq, layers, hidden, vocab=51200):
+    """Korthikanti et al. 2022, Eq. 7: a step's model FLOPs (no recompute)."""
+    return 72 * batch * layers * seq * hidden ** 2 * (
+        1 + seq / (6 * hidden) + vocab / (12 * hidden * layers))
 
 
 def rows():
@@ -77,6 +98,15 @@ def rows():
             config=gpt(h, l, a), seq=2048, cluster=f"dgx-a100-80gb:nodes={gpus // 8}",
             profile="megatron-2021",
             workload=f"train:batch={batch},seq=2048,tp={tp},pp={pp},dp={dp},recompute=full,zero=0,sp=0",
+            published=step, unit="s"))
+    for name, h, l, a, pp, gpus, batch, mfu in KORTHIKANTI:
+        dp = gpus // (8 * pp)
+        step = korthikanti_flops(batch, 2048, l, h) / (gpus * 312e12 * mfu)
+        out.append(dict(
+            name=f"Megatron-LM GPT {name}, {gpus} A100, TP8 SP PP{pp} DP{dp}, selective recompute (Korthikanti 2022)",
+            config=gpt(h, l, a), seq=2048, cluster=f"dgx-a100-80gb:nodes={gpus // 8}",
+            profile="megatron-2021",
+            workload=f"train:batch={batch},seq=2048,tp=8,pp={pp},dp={dp},mbs=1,sp=1,recompute=selective,zero=0",
             published=step, unit="s"))
     for gpus, mbs, tflops in ZERO3:
         step = megatron_flops(1536, 2048, 96, 12288) / (gpus * tflops * 1e12)

@@ -67,7 +67,7 @@ private:
     if (r >= 2 && dim == 0)
       return false;
     if (r >= 2 && dim == 1)
-      return !value(id).someSequence && static_cast<int64_t>(ctx.queryLen) % t == 0;
+      return ctx.sequenceSplits && !value(id).someSequence && static_cast<int64_t>(ctx.queryLen) % t == 0;
     return value(id).shape[dim] % t == 0;
   }
 
@@ -489,12 +489,6 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double touched = std::min(local, tokens * op.topK);
     weights *= touched / op.numExperts;
   }
-  if ((op.kind == OpClass::Embedding || op.kind == OpClass::PositionEmbedding) && !op.results.empty()) {
-    // A lookup reads the rows its tokens name, at most one a token (its
-    // result's bytes), not the table (until 2026-12-05 the whole table:
-    // Llama-3-8B's 1 GB in every decode step).
-    weights = std::min(weights, fullBytes(op.results[0]) * share(s.out[0]));
-  }
   double bytes = weights;
   for (auto [i, id] : llvm::enumerate(op.inputs))
     if (!value(id).inKvCache) // the attention's cache read below
@@ -617,11 +611,11 @@ std::pair<double, std::optional<CollectiveKind>>
 Solver::reshard(int id, int8_t from, int8_t to) const {
   if (from == to || to == kDead)
     return {0, std::nullopt};
-  if (from == kReplicated) { // slicing or zero-filling is local: a copy through memory
-    const ClusterSpec &c = *ctx.cluster;
-    double bytes = to == kPartial ? fullBytes(id) : fullBytes(id) / t;
-    return {2 * bytes / (c.hbmBandwidth * c.memoryEfficiency) + c.profile.kernelOverhead, std::nullopt};
-  }
+  // Slicing or zero-filling is local. (Its copy is not costed: a cost
+  // here makes a KV cache's layout turn on it, and a generation's prefill
+  // and step programs, planned apart, must keep their caches alike.)
+  if (from == kReplicated)
+    return {0, std::nullopt};
   std::optional<CollectiveKind> kind;
   if (to == kReplicated)
     kind = from == kPartial ? CollectiveKind::AllReduce : CollectiveKind::AllGather;

@@ -310,6 +310,7 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
   ctx.ep = ep;
   ctx.expertCapacity = w.expertCapacity.value_or(0);
   ctx.sequenceParallel = sp;
+  ctx.sequenceSplits = w.sequenceParallel.value_or(true);
   ctx.sequences = sequences;
   ctx.kvBytes = dtypeBytes(w.kvDtype);
   if (w.kind == WorkloadKind::Decode) {

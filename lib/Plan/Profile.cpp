@@ -275,10 +275,13 @@ std::string Profile::summary() const {
       attention == AttentionKernel::Flash
           ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str()
           : formatv("materialised attention ({0} bytes a score)", format("%g", scoreBytes)).str();
-  return formatv("profile {0}: GEMMs {1}, {2}, {3} us a kernel, DP sync {4}, TP overlap {5:2}",
+  return formatv("profile {0}: GEMMs {1}, {2}, {3} us a kernel, DP sync {4}, TP overlap {5:2}{6}",
                  name, gemmShapes ? "by shape (tile/wave quantisation)" : "at a fixed efficiency",
                  attentionText, format("%g", kernelOverhead * 1e6),
-                 dpOverlap ? "behind the last backward" : "after the backward", tpOverlap)
+                 dpOverlap ? "behind the last backward" : "after the backward", tpOverlap,
+                 isRoofline() ? " -- ideal kernels, a lower bound on the step; --profile megatron-core, fsdp, "
+                                "... for a real stack's costs"
+                              : "")
       .str();
 }
 

@@ -56,6 +56,11 @@ struct TpContext {
                : double(ep);
   }
   bool sequenceParallel = false; // layer boundary split on the sequence
+  /// Whether an activation may be split on the sequence inside a layer
+  /// (a residual add between a reduce-scatter and an all-gather): not when
+  /// the workload pins sp=0, which then means Megatron's layer without
+  /// sequence parallelism (all-reduces, norms on whole activations).
+  bool sequenceSplits = true;
   double sequences = 1;         // per microbatch (or per step)
   double queryLen = 1;          // new tokens per sequence
   double contextLen = 1;        // keys per query (incl. the new tokens)
