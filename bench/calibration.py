@@ -93,6 +93,18 @@ class Bench:
                  ".astype(np.int32))", path, str(rows), str(cols), str(seed)])
         return path
 
+    def run_arguments(self, kind, rows, seq, prompt, steps):
+        """parax-run's inputs and arguments for `rows` rows: a generation
+        loop of `prompt` tokens then as many generated, or `steps` steps of
+        a prefill or of training with AdamW ({inputs}, {arguments})."""
+        if kind == "generate":
+            return [self.tokens(f"prompt-{rows}x{prompt}", rows, prompt, 4)], ["--generate", str(prompt)]
+        inputs, extra = [self.tokens(f"tok-{rows}x{seq}", rows, seq, 2)], ["--steps", str(steps)]
+        if kind == "train":
+            inputs.append(self.tokens(f"lab-{rows}x{seq}", rows, seq, 3))
+            extra += ["--optimizer", "adamw"]
+        return inputs, extra
+
     def compile(self, ir, name, cluster, profile, workload, train):
         """The plan the search picks for `workload` written onto `ir`,
         partitioned and translated: NAME.pxe."""
@@ -184,14 +196,8 @@ def main():
         ir = b.ir(model, batch, 1, cache=128) if generate else b.ir(model, batch, seq, loss=train)
         cluster = f"{oracle}:devices_per_node={ranks}"
         exe = b.compile(ir, name, cluster, "roofline", workload + ("" if ranks > 1 else ",tp=1,pp=1,dp=1"), train)
-        if generate:
-            inputs, extra = [b.tokens("cal-prompt", batch, 32, 5)], ["--generate", "32"]
-        else:
-            inputs = [b.tokens(f"tok-{batch}x{seq}", batch, seq, 2)]
-            extra = ["--steps", "5"]
-            if train:
-                inputs.append(b.tokens(f"lab-{batch}x{seq}", batch, seq, 3))
-                extra += ["--optimizer", "adamw"]
+        inputs, extra = b.run_arguments("generate" if generate else "train" if train else "prefill", batch, seq,
+                                        prompt=32, steps=5)
         prof = b.path(name + ".profile.json")
         b.run(exe, ranks, llama_w if model == "llama" else mixtral_w, inputs, extra, profile=prof)
         profiles.append(prof)
@@ -237,16 +243,9 @@ def main():
         predicted = b.predict(ir, cluster, profile, workload)
         exe = b.compile(ir, f"{group}-{name}".replace(" ", "_"), cluster, profile, workload, train)
         weights = llama_w if model == "llama" else mixtral_w
-        if kind == "generate":
-            # A prompt of 64, 64 tokens generated: contexts 1 .. 128, 96 on
-            # average over the generated half (the median step's).
-            inputs, extra = [b.tokens("prompt", rows, 64, 4)], ["--generate", "64"]
-        else:
-            inputs = [b.tokens(f"tok-{rows}x{seq}", rows, seq, 2)]
-            extra = ["--steps", "4"]
-            if train:
-                inputs.append(b.tokens(f"lab-{rows}x{seq}", rows, seq, 3))
-                extra += ["--optimizer", "adamw"]
+        # (generation: a prompt of 64, 64 tokens generated: contexts 1 ..
+        # 128, 96 on average over the generated half, the median step's)
+        inputs, extra = b.run_arguments(kind, rows, seq, prompt=64, steps=4)
         prepared.append(dict(group=group, name=name, ranks=ranks, exe=exe, weights=weights, inputs=inputs,
                              extra=extra, predicted=predicted["step_time_s"], measured=[]))
     print(f"== {len(prepared)} plans, {args.rounds} rounds", flush=True)
