@@ -1951,7 +1951,7 @@ CudaExecutor::ShardedParameters CudaExecutor::shardedParameters() const {
   return p;
 }
 
-StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
+StatusOr<std::vector<double>> CudaExecutor::timeInstructions() {
   State &s = *s_;
   const pxe::Stage &stage = s.host.stageProgram();
   std::vector<cudaEvent_t> marks(stage.instructions_size() + 1, nullptr);
@@ -1966,19 +1966,33 @@ StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
   Status st = s.issue(0, stage.instructions_size(), false, &marks);
   if (st.isOk()) st = s.sync();
   if (!st.isOk()) return st;
-  std::vector<OpTime> times; // by op, in order of first appearance
+  std::vector<double> seconds(stage.instructions_size(), -1);
   for (int k = 0; k < stage.instructions_size(); ++k) {
     if (s.skipped[k]) continue;
     float ms = 0;
     PARAX_CUDA(cudaEventElapsedTime(&ms, marks[k], marks[k + 1]));
+    seconds[k] = 1e-3 * ms;
+  }
+  return seconds;
+}
+
+StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
+  StatusOr<std::vector<double>> seconds = timeInstructions();
+  if (!seconds.isOk()) return seconds.status();
+  const pxe::Stage &stage = s_->host.stageProgram();
+  std::vector<OpTime> times; // by op, in order of first appearance
+  for (int k = 0; k < stage.instructions_size(); ++k) {
+    if (seconds.value()[k] < 0) continue;
     const std::string &op = stage.instructions(k).op();
     auto it = std::find_if(times.begin(), times.end(), [&](const OpTime &t) { return t.op == op; });
     if (it == times.end()) it = times.insert(times.end(), OpTime{op, 0.0, 0});
-    it->ms += ms;
+    it->ms += 1e3 * seconds.value()[k];
     ++it->count;
   }
   return times;
 }
+
+const Executor &CudaExecutor::hostExecutor() const { return s_->host; }
 
 bool CudaExecutor::replaysGraph() const { return s_->graph != nullptr; }
 size_t CudaExecutor::overlappedInstructions() const { return s_->overlapped; }

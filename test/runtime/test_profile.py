@@ -54,3 +54,22 @@ def test_calibrate_refuses_what_is_no_run_profile(tmp_path):
     proc = subprocess.run([tool("parax-plan"), "--cluster", base, "--calibrate", str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "--calibrate needs --calibrated PREFIX" in proc.stderr, proc.stderr
+
+
+def test_profile_on_the_cuda_backend_times_instructions_on_the_device(tmp_path):
+    """--device cuda (the CUDA backend's source on the SIMT emulator): three
+    more steps, each instruction timed by device events; the same file."""
+    model = Model(str(tmp_path), "tiny-llama", batch=2)
+    exe = model.compile("single")
+    profile = os.path.join(model.dir, "cuda.json")
+    proc = subprocess.run([tool("parax-run-simt"), exe, "--weights", model.checkpoint,
+                           *[arg for path in model.inputs for arg in ("--input", path)],
+                           "--device", "cuda", "--steps", "1", "--profile", profile],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.load(open(profile))
+    assert data["device"] == "cuda" and data["ranks"] == 1
+    runs = {inst["runs"] for inst in data["instructions"]}
+    assert runs == {3}, runs
+    assert {"linear", "attention", "rms_norm"} <= {inst["op"] for inst in data["instructions"]}
+    assert all(inst["seconds_median"] >= 0 for inst in data["instructions"])

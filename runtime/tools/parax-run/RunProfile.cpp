@@ -68,9 +68,9 @@ const char *dtypeName(pxe::DType t) {
 } // namespace
 
 Status writeRunProfile(const std::string &path, const pxe::Executable &exe, const Executor &executor,
-                       int rank, int ranks, const std::string &device, const RunProfileTotals &totals) {
+                       const std::vector<std::vector<double>> &seconds, int rank, int ranks,
+                       const std::string &device, const RunProfileTotals &totals) {
   const pxe::Stage &stage = executor.stageProgram();
-  const std::vector<std::vector<double>> &seconds = executor.instructionSeconds();
   std::ostringstream os;
   os << "{\n  \"format\": \"parax-run-profile-1\",\n  \"device\": " << quoted(device) << ",\n  \"ranks\": " << ranks
      << ",\n  \"rank\": " << rank << ",\n  \"stage\": " << executor.stage()

@@ -29,8 +29,11 @@ struct RunProfileTotals {
   std::string optimizer;
 };
 
+/// `executor`: the stage's program and the rank's coordinates; `seconds`:
+/// each instruction's wall times (one a run; empty: not run).
 Status writeRunProfile(const std::string &path, const pxe::Executable &exe, const Executor &executor,
-                       int rank, int ranks, const std::string &device, const RunProfileTotals &totals);
+                       const std::vector<std::vector<double>> &seconds, int rank, int ranks,
+                       const std::string &device, const RunProfileTotals &totals);
 
 } // namespace parax::runtime
 

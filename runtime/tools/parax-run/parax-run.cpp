@@ -124,9 +124,10 @@ void usage() {
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
-               "  --profile P.json: (CPU) each instruction's wall time, the median over the steps,\n"
-               "  with its shapes, attributes and the ranks a collective spans (rank 0: P.json, rank\n"
-               "  r: P.json.rank<r>): what parax-plan --calibrate fits a cluster and profile to\n"
+               "  --profile P.json: each instruction's wall time, the median over the steps (cuda:\n"
+               "  over 3 more steps timed by device events), with its shapes, attributes and the\n"
+               "  ranks a collective spans (rank 0: P.json, rank r: P.json.rank<r>): what\n"
+               "  parax-plan --calibrate fits a cluster and profile to\n"
                "  PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT): a collective not finished\n"
                "  after S seconds ends the job, naming rank and operation (default 300)\n"
                "  PARAX_CUDA_OVERLAP=0: the GPU waits for each collective right after it (by\n"
@@ -519,8 +520,6 @@ int main(int argc, char **argv) {
   if ((samplingGiven || stopToken >= 0) && generate <= 0)
     die("--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
-  if (!profilePath.empty() && device != "cpu")
-    die("--profile times the CPU backend's instructions; on cuda use PARAX_CUDA_PROFILE=1");
   const bool trains = !optimizer.kind.empty();
   if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty() ||
                   std::any_of(terms.begin(), terms.end(), [](const LossTerm &t) { return !t.path.empty(); })))
@@ -1571,16 +1570,31 @@ int main(int argc, char **argv) {
                 1e3 * median, times.size(), how.c_str());
     std::fputs(profile.c_str(), stdout);
   }
-  // --profile: rank 0 writes FILE, rank r FILE.rank<r>.
-  if (!profilePath.empty() && device == "cpu") {
+  // --profile: rank 0 writes FILE, rank r FILE.rank<r>. On cuda, three
+  // more steps, each instruction timed on the device by events.
+  if (!profilePath.empty()) {
     std::string path = rank == 0 ? profilePath : profilePath + ".rank" + std::to_string(rank);
+    const Executor *program = &cpu;
+    std::vector<std::vector<double>> seconds = cpu.instructionSeconds();
+#ifdef PARAX_WITH_CUDA
+    if (device == "cuda") {
+      program = &gpus[0]->hostExecutor();
+      seconds.assign(program->instructionCount(), {});
+      for (int run = 0; run < 3; ++run) {
+        auto timed = gpus[0]->timeInstructions();
+        if (!timed.isOk()) die("--profile: " + timed.status().message());
+        for (size_t k = 0; k < seconds.size(); ++k)
+          if (timed.value()[k] >= 0) seconds[k].push_back(timed.value()[k]);
+      }
+    }
+#endif
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
     RunProfileTotals totals{median(times), static_cast<int>(times.size()), median(syncTimes),
                             median(optimizerTimes), optimizerTimes.empty() ? std::string() : optimizer.kind};
-    Status written = writeRunProfile(path, exe.value(), cpu, rank, size, device, totals);
+    Status written = writeRunProfile(path, exe.value(), *program, seconds, rank, size, device, totals);
     if (!written.isOk()) die(written.message());
   }
   training.reset(); // its MPI communicator, before MPI ends

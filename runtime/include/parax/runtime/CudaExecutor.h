@@ -36,6 +36,7 @@ int cudaDeviceCount();
 /// collectives through host memory and MPI: same results, lower bandwidth.
 /// Release with destroyNcclCommunicator (before MPI_Finalize).
 class NcclCommunicator;
+class Executor;
 StatusOr<NcclCommunicator *>
 createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size,
                        int device, double timeoutSeconds = 300);
@@ -328,6 +329,13 @@ public:
     int count = 0;
   };
   StatusOr<std::vector<OpTime>> profileStep();
+  /// One more step, each instruction timed on the device by events:
+  /// seconds by instruction (-1: not run, e.g. hoisted). parax-run
+  /// --profile on cuda.
+  StatusOr<std::vector<double>> timeInstructions();
+  /// The CPU executor this one loaded through (its stage program, the
+  /// rank's coordinates).
+  const Executor &hostExecutor() const;
 
 private:
   struct State;
