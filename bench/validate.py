@@ -39,7 +39,9 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from parax.models import build_model, load_config  # noqa: E402
 
 # Narayanan et al. 2021, Table 1 (A100 80 GB, seq 2048, vocabulary 51,200):
-# hidden, layers, heads, TP, PP, GPUs, batch, achieved TFLOP/s a GPU.
+# hidden, layers, heads, TP, PP, GPUs, batch, achieved TFLOP/s a GPU. (Written
+# down from memory of the table, which the Megatron-LM README reproduces;
+# not re-read against the paper on 2026-12-05: check before trusting a row.)
 TABLE1 = [
     ("1.7B", 2304, 24, 24, 1, 1, 32, 512, 137),
     ("3.6B", 3072, 30, 32, 2, 1, 64, 512, 138),
@@ -54,15 +56,16 @@ TABLE1 = [
 ]
 
 # Narayanan et al. 2021, Table 2: GPT-3 175B under ZeRO-3 without model
-# parallelism (DeepSpeed), batch 1536: GPUs, microbatch, TFLOP/s a GPU.
+# parallelism (DeepSpeed), batch 1536: GPUs, microbatch, TFLOP/s a GPU (the
+# TFLOP/s as issue 43 quotes them; the microbatches from memory).
 ZERO3 = [(384, 4, 144), (768, 2, 88), (1536, 1, 44)]
 
 
 # Korthikanti et al. 2022 (arXiv 2205.05198), Tables 3 and 5: sequence
 # parallelism with selective recompute, TP8, one sequence a microbatch, A100
 # 80 GB, seq 2048: hidden, layers, heads, PP, GPUs, batch, model FLOPs
-# utilisation (Eq. 7's FLOPs over 312 TFLOP/s). (Figures as read from the
-# paper's tables; the 22B row's PP1 on one node.)
+# utilisation (Eq. 7's FLOPs over 312 TFLOP/s). (Written down from memory of
+# the paper's tables, not re-read on 2026-12-05: check them against the PDF.)
 KORTHIKANTI = [
     ("22B", 6144, 48, 64, 1, 8, 4, 0.415),
     ("175B", 12288, 96, 96, 8, 64, 64, 0.514),
