@@ -157,6 +157,8 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                                              ArrayRef<std::string> names) {
   std::vector<Sample> samples;
   std::string dtype;
+  // Each run's measured optimizer update and the parameter values it held.
+  std::vector<std::pair<double, double>> updates;
   for (auto [text, name] : llvm::zip(files, names)) {
     auto fail = [&, name = name](const Twine &why) {
       return createStringError(inconvertibleErrorCode(), "%s: %s", name.c_str(), why.str().c_str());
@@ -170,6 +172,10 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     const json::Array *instructions = root->getArray("instructions");
     if (!instructions)
       return fail("no 'instructions' array");
+    double updated = root->getNumber("optimizer_seconds_median").value_or(0);
+    double values = root->getNumber("parameter_values").value_or(0);
+    if (updated > 0 && values > 0)
+      updates.emplace_back(updated, values);
     for (auto [i, value] : llvm::enumerate(*instructions)) {
       const json::Object *inst = value.getAsObject();
       auto where = [&, i = i](const Twine &why) { return fail(formatv("instruction {0}: ", i) + why); };
@@ -352,16 +358,8 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   // parameters the rank holds, at that bandwidth (the median over the runs
   // that updated).
   std::vector<double> optimizerBytes;
-  for (const std::string &text : files) {
-    Expected<json::Value> parsed = json::parse(text);
-    const json::Object *root = parsed ? parsed->getAsObject() : nullptr;
-    if (!parsed)
-      consumeError(parsed.takeError());
-    double seconds = root ? root->getNumber("optimizer_seconds_median").value_or(0) : 0;
-    double values = root ? root->getNumber("parameter_values").value_or(0) : 0;
-    if (seconds > 0 && values > 0)
-      optimizerBytes.push_back(seconds * c.hbmBandwidth / values);
-  }
+  for (auto [seconds, values] : updates)
+    optimizerBytes.push_back(seconds * c.hbmBandwidth / values);
   if (!optimizerBytes.empty()) {
     llvm::sort(optimizerBytes);
     p.optimizerBytes = optimizerBytes[optimizerBytes.size() / 2];

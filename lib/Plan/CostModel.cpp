@@ -127,16 +127,12 @@ double parax::plan::rooflineTime(const ClusterSpec &cluster, double flops,
 double parax::plan::gemmTime(const ClusterSpec &cluster, double flops, double bytes, double peak,
                              double m, double n, double k, double batch) {
   const Profile &profile = cluster.profile;
-  double efficiency = cluster.matmulEfficiency;
   if (profile.gemmShapes) {
     // `batch` independent GEMMs of one shape fill the device together.
     int64_t sms = cluster.multiprocessors > 0 ? cluster.multiprocessors : 108;
-    double share = gemmShapeEfficiency(m * std::max(batch, 1.0), n, k, sms, profile.gemmKOverhead);
-    efficiency *= share;
+    peak *= gemmShapeEfficiency(m * std::max(batch, 1.0), n, k, sms, profile.gemmKOverhead);
   }
-  double compute = flops / (peak * efficiency);
-  double memory = bytes / (cluster.hbmBandwidth * cluster.memoryEfficiency);
-  return std::max(compute, memory) + profile.kernelOverhead;
+  return rooflineTime(cluster, flops, bytes, peak);
 }
 
 double parax::plan::streamedPassOverhead(llvm::ArrayRef<double> gather,

@@ -528,11 +528,8 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
                     hidden, local);
   }
   case OpClass::Attention: {
-    if (profile.attention == AttentionKernel::Flash) {
-      double compute = flops / (peak * cluster.matmulEfficiency * profile.flashEfficiency);
-      double memory = bytes / (cluster.hbmBandwidth * cluster.memoryEfficiency);
-      return std::max(compute, memory) + profile.kernelOverhead;
-    }
+    if (profile.attention == AttentionKernel::Flash)
+      return rooflineTime(cluster, flops, bytes, peak * profile.flashEfficiency);
     // Materialised: Q K^T and P V as batched GEMMs over every (query, key)
     // pair whatever the mask, and the score matrix through HBM in between
     // (softmax, dropout): four kernels.
@@ -803,7 +800,7 @@ LayerPlan Solver::solve() {
   plan.feasible = true;
   plan.objective = bestCost;
   double tokens = ctx.tokens();
-  SmallVector<double> heldBytes(layer.values.size(), 0), opTimes(n, 0);
+  SmallVector<double> heldBytes(layer.values.size(), 0);
   double dispatchedBytes = 0;
   for (int i = 0; i < n; ++i) {
     const OpNode &op = layer.ops[i];
@@ -893,7 +890,6 @@ LayerPlan Solver::solve() {
       if (!value(res).inKvCache)
         plan.backwardTransientBytes = std::max(plan.backwardTransientBytes, heldBytes[res]);
     }
-    opTimes[i] = time;
     if (op.kind == OpClass::Experts && ctx.ep > 1)
       // Its backward: the output's gradient dispatched to this rank's
       // experts, the input's gradient rows sent back, the experts' weight
@@ -915,9 +911,9 @@ LayerPlan Solver::solve() {
   }
   for (int in : layer.inputs)
     heldBytes[in] = value(in).inKvCache ? 0 : fullBytes(in) * share(boundaryLayout(in));
-  plan.activationBytes[0] = keptBytes(/*selective=*/false, heldBytes, opTimes) + dispatchedBytes;
+  plan.activationBytes[0] = keptBytes(/*selective=*/false, heldBytes, plan.opTimes) + dispatchedBytes;
   plan.activationBytes[1] =
-      keptBytes(/*selective=*/true, heldBytes, opTimes, &plan.selectiveRecomputeTime) + dispatchedBytes;
+      keptBytes(/*selective=*/true, heldBytes, plan.opTimes, &plan.selectiveRecomputeTime) + dispatchedBytes;
   // The last states' outputs closing back to the boundary.
   for (int out : layer.outputs) {
     int8_t have = layoutAt(n, *states[n][best].first, out);

@@ -71,8 +71,12 @@ public:
     for (const LayerGraph &layer : model.layers) {
       signature.push_back(ids.try_emplace(layer.signature, ids.size()).first->second);
       hasExperts = hasExperts || layer.hasExperts;
-      for (const OpNode &op : layer.ops)
+      for (const OpNode &op : layer.ops) {
         shifts = shifts || op.kind == OpClass::Shift;
+        if ((op.kind == OpClass::Linear && !op.outputHead) || op.kind == OpClass::HeadLinear ||
+            op.kind == OpClass::Experts)
+          gemmFlopsPerToken += op.flopsPerToken;
+      }
     }
   }
 
@@ -88,6 +92,7 @@ private:
   std::vector<int> signature;
   bool hasExperts = false; // some layer routes tokens to experts
   bool shifts = false;     // multi-token prediction's shifted tokens: no cp
+  double gemmFlopsPerToken = 0; // of the GEMMs gemm= runs in its dtype (mfuPeak)
   std::map<std::tuple<int, int64_t, int64_t, bool, double, bool, double>, LayerPlan> cache;
   /// Interleaved 1F1B's activation sets each of `pp` stages holds at
   /// once with `v` chunks and `m` microbatches (the runtime's schedule,
@@ -283,13 +288,7 @@ private:
     double peak = peakFlops(cluster, model.dtype);
     if (w.gemmDtype.empty() || flopsPerToken <= 0)
       return peak;
-    double gemm = 0;
-    for (const LayerGraph &layer : model.layers)
-      for (const OpNode &op : layer.ops)
-        if ((op.kind == OpClass::Linear && !op.outputHead) || op.kind == OpClass::HeadLinear ||
-            op.kind == OpClass::Experts)
-          gemm += op.flopsPerToken;
-    gemm = std::min(gemm, flopsPerToken);
+    double gemm = std::min(gemmFlopsPerToken, flopsPerToken);
     double seconds = gemm / peakFlops(cluster, w.gemmDtype) + (flopsPerToken - gemm) / peak;
     return flopsPerToken / seconds;
   }
@@ -469,28 +468,22 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
     double pieces = bucket > 0 ? std::ceil(bytes / bucket) : 1;
     return pieces * collectiveTime(cluster, kind, bytes / pieces, group);
   };
+  // Each layer's gathers and (the fp32 gradient sums, as the
+  // data-parallel reduction reads them) reduce-scatters, and its passes:
+  // the forward in layer order, the backward in reverse.
   size_t n = layers.size();
-  std::vector<double> gather(n), reduce(n);
+  std::vector<double> gather(n), forward(n), gatherBack(n), reduceBack(n), backward(n);
   double e = model.elementBytes;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0, r = n - 1; i < n; ++i, --r) {
     const LayerCost &c = costs[layers[i]];
-    gather[i] = chunked(CollectiveKind::AllGather, e * c.denseParams, denseGroup,
-                        profile.zero3BucketBytes) +
-                chunked(CollectiveKind::AllGather, e * c.expertParams, expertGroup,
-                        profile.zero3BucketBytes);
-    // The fp32 gradient sums, as the data-parallel reduction reads them.
-    reduce[i] = chunked(CollectiveKind::ReduceScatter, 4 * c.denseParams, denseGroup,
-                        profile.reduceBucketBytes) +
-                chunked(CollectiveKind::ReduceScatter, 4 * c.expertParams, expertGroup,
-                        profile.reduceBucketBytes);
-  }
-  std::vector<double> forward(n), backward(n), gatherBack(n), reduceBack(n);
-  for (size_t i = 0; i < n; ++i) {
-    const LayerCost &c = costs[layers[i]];
+    gather[i] = gatherBack[r] =
+        chunked(CollectiveKind::AllGather, e * c.denseParams, denseGroup, profile.zero3BucketBytes) +
+        chunked(CollectiveKind::AllGather, e * c.expertParams, expertGroup, profile.zero3BucketBytes);
+    reduceBack[r] =
+        chunked(CollectiveKind::ReduceScatter, 4 * c.denseParams, denseGroup, profile.reduceBucketBytes) +
+        chunked(CollectiveKind::ReduceScatter, 4 * c.expertParams, expertGroup, profile.reduceBucketBytes);
     forward[i] = c.forward;
-    backward[n - 1 - i] = c.time - c.forward;
-    gatherBack[n - 1 - i] = gather[i];
-    reduceBack[n - 1 - i] = reduce[i];
+    backward[r] = c.time - c.forward;
   }
   return streamedPassOverhead(gather, {}, forward, profile.zero3Prefetch) +
          streamedPassOverhead(gatherBack, reduceBack, backward, profile.zero3Prefetch);
