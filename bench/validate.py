@@ -21,10 +21,14 @@ throughput with the FLOP count the source itself uses:
 - DeepSeek-V3 (arXiv 2412.19437, §1) reports 180K H800 GPU hours a
   trillion tokens: tokens/s a GPU.
 
-No profile constant was chosen with these rows (each comes from the
-stack's documented kernels, a library's published efficiency or a stated
-assumption: docs/cost-model.md); every row is a validation row. The last
-lines print the mean and largest |error|.
+One profile constant was chosen with one of these rows, and that row is
+kept apart: the share of NCCL's bus bandwidth that DeepSpeed's 2021
+ZeRO-3 gathers and reduce-scatters reached (0.3, the deepspeed-zero3-2021
+profile) on Table 2's 384-GPU row; its 768- and 1536-GPU rows test it.
+Every other figure comes from the stack's documented kernels and code, a
+library's published efficiency or a stated assumption (docs/cost-model.md).
+The fit row is marked and left out of the statistics printed last: the
+mean and largest |error| of the validation rows.
 """
 
 import argparse
@@ -114,6 +118,9 @@ def rows():
     for gpus, mbs, tflops in ZERO3:
         step = megatron_flops(1536, 2048, 96, 12288) / (gpus * tflops * 1e12)
         out.append(dict(
+            # the deepspeed-zero3-2021 profile's collective share was chosen
+            # on the 384-GPU row: not a validation row
+            fit=gpus == 384,
             name=f"GPT-3 175B, ZeRO-3, {gpus} A100, microbatch {mbs} (Narayanan 2021, Table 2)",
             config=gpt(12288, 96, 96), seq=2048, cluster=f"dgx-a100-80gb:nodes={gpus // 8}",
             profile="deepspeed-zero3-2021",
@@ -142,7 +149,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--only", help="rows whose name contains this")
+    parser.add_argument("--profile-as", action="append", default=[], metavar="NAME=PATH",
+                        help="use the profile file PATH for the rows that name profile NAME "
+                             "(a calibrated or edited profile)")
     args = parser.parse_args()
+    replaced = dict(item.split("=", 1) for item in args.profile_as)
     tool = os.path.join(args.build, "bin", "parax-plan")
     print("| run | profile | published | parax | error | parax's plan |")
     print("|---|---|---|---|---|---|")
@@ -161,7 +172,8 @@ def main():
             path = os.path.join(tmp, "model.mlir")
             with open(path, "w") as f:
                 f.write(build_model(load_config(source), seq=row["seq"], **row.get("built", {})))
-            out = subprocess.run([tool, path, "--cluster", row["cluster"], "--profile", row["profile"],
+            profile = replaced.get(row["profile"], row["profile"])
+            out = subprocess.run([tool, path, "--cluster", row["cluster"], "--profile", profile,
                                   "--workload", row["workload"], "--json", "--top", "1"],
                                  capture_output=True, text=True, timeout=600)
             result = json.loads(out.stdout)
@@ -183,7 +195,8 @@ def main():
                 predicted = p["mfu"] * peak / 1e12
                 error = row["published"] / predicted - 1
                 shown = (f"{row['published']} TFLOP/s", f"{predicted:.0f} TFLOP/s")
-            errors.append(error)
+            if not row.get("fit"):
+                errors.append(error)
             plan = (f"mbs {p['micro_batch']} x {p['micro_batches']}, {p['schedule']}"
                     f"{' v' + str(p['virtual_stages']) if p['virtual_stages'] > 1 else ''}, "
                     f"ZeRO-{p['zero']}, {p['recompute']}; step {p['step_time_s']:.2f} s: compute "
@@ -191,12 +204,12 @@ def main():
                     f"pp {t['pp_comm']:.2f}, dp {t['dp_comm']:.2f}"
                     f"{', ep ' + format(t['ep_comm'], '.2f') if p['ep'] > 1 else ''}"
                     f"{', cp ' + format(t['cp_comm'], '.2f') if p['cp'] > 1 else ''}")
-            print(f"| {row['name']} | {row['profile']} | {shown[0]} | {shown[1]} | {100 * error:+.1f} % | {plan} |",
+            print(f"| {row['name']} | {row['profile']} | {shown[0]} | {shown[1]} | {100 * error:+.1f} %{' (fit row)' if row.get('fit') else ''} | {plan} |",
                   flush=True)
     if errors:
         mean = sum(abs(e) for e in errors) / len(errors)
         worst = max(errors, key=abs)
-        print(f"\n{len(errors)} rows: mean |error| of the step time {100 * mean:.1f} %, "
+        print(f"\n{len(errors)} validation rows: mean |error| of the step time {100 * mean:.1f} %, "
               f"largest {100 * worst:+.1f} %, within +-10 %: {sum(abs(e) <= 0.10 for e in errors)}, "
               f"within +-25 %: {sum(abs(e) <= 0.25 for e in errors)}")
 

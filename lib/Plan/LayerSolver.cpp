@@ -842,6 +842,9 @@ LayerPlan Solver::solve() {
     plan.weightParams += op.weightParams * weightShare;
     plan.tiedParams += op.tiedParams * weightShare;
     plan.largestWeightParams = std::max(plan.largestWeightParams, op.largestWeight * weightShare);
+    if (op.kind != OpClass::Experts)
+      for (double elements : op.weightTensors)
+        plan.denseTensors.push_back(elements * weightShare);
     if (op.kind == OpClass::Experts) {
       plan.expertWeightBytes += weightBytes(op) * weightShare;
       plan.expertParams += op.weightParams * weightShare;

@@ -232,6 +232,7 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
           node.weightBytes += getTensorBytes(operand.getType());
           node.weightParams += getNumElements(operand.getType());
           node.largestWeight = std::max<double>(node.largestWeight, getNumElements(operand.getType()));
+          node.weightTensors.push_back(getNumElements(operand.getType()));
           if (tiedWeights.contains(operand))
             node.tiedParams += getNumElements(operand.getType());
           continue;

@@ -60,6 +60,7 @@ struct LayerCost {
   double scratch = 0;      // the CUDA backend's kernel scratch for its largest op
   double kvCache = 0;     // bytes per device (inference)
   double denseParams = 0, expertParams = 0;
+  llvm::SmallVector<double, 8> denseTensors; // LayerPlan::denseTensors
 };
 
 class Search {
@@ -278,6 +279,7 @@ private:
   /// `layers` wait for their parameters' gathers and gradients'
   /// reduce-scatters, on one communication stream beside the compute.
   double zero3Exposed(const std::vector<LayerCost> &costs, const std::vector<int64_t> &layers,
+                      Recompute rc,
                       Group denseGroup, Group expertGroup) const;
   double modelFlopsPerToken(double contextLen, double queryLen) const;
   /// The FLOP/s at which `flopsPerToken` of the model's FLOPs would run
@@ -458,30 +460,52 @@ void Search::countCollectives(Plan &plan,
 }
 
 double Search::zero3Exposed(const std::vector<LayerCost> &costs,
-                            const std::vector<int64_t> &layers, Group denseGroup,
-                            Group expertGroup) const {
+                            const std::vector<int64_t> &layers, Recompute rc,
+                            Group denseGroup, Group expertGroup) const {
   const Profile &profile = cluster.profile;
+  // One collective call (torch.distributed's list forms: a copy kernel a
+  // rank besides).
+  auto call = [&](CollectiveKind kind, double bytes, Group group) {
+    return collectiveTime(cluster, kind, bytes, group) +
+           (profile.collectiveListCopies ? group.size * profile.kernelOverhead : 0);
+  };
   // A collective of `bytes` in messages of at most `bucket` (0: one).
   auto chunked = [&](CollectiveKind kind, double bytes, Group group, double bucket) {
     if (group.size <= 1 || bytes <= 0)
       return 0.0;
     double pieces = bucket > 0 ? std::ceil(bytes / bucket) : 1;
-    return pieces * collectiveTime(cluster, kind, bytes / pieces, group);
+    return pieces * call(kind, bytes / pieces, group);
   };
-  // Each layer's gathers and (the fp32 gradient sums, as the
-  // data-parallel reduction reads them) reduce-scatters, and its passes:
-  // the forward in layer order, the backward in reverse.
+  // A layer's dense parameters, `bytes` an element: in buckets, or one
+  // message a parameter tensor but those every rank keeps whole.
+  auto dense = [&](CollectiveKind kind, double bytes, const LayerCost &c, double bucket) {
+    if (!profile.zero3TensorMessages)
+      return chunked(kind, bytes * c.denseParams, denseGroup, bucket);
+    double t = 0;
+    if (denseGroup.size > 1)
+      for (double elements : c.denseTensors)
+        if (elements >= profile.zero3PersistElements)
+          t += call(kind, bytes * elements, denseGroup);
+    return t;
+  };
+  // Each layer's gathers and reduce-scatters (the gradients in the stack's
+  // reduction type), and its passes: the forward in layer order, the
+  // backward in reverse. A recomputed forward's gather serves the backward
+  // unless the stack drops parameters it reuses only that far apart.
   size_t n = layers.size();
   std::vector<double> gather(n), forward(n), gatherBack(n), reduceBack(n), backward(n);
-  double e = model.elementBytes;
+  double e = model.elementBytes, g = profile.reduceBytes;
   for (size_t i = 0, r = n - 1; i < n; ++i, --r) {
     const LayerCost &c = costs[layers[i]];
     gather[i] = gatherBack[r] =
-        chunked(CollectiveKind::AllGather, e * c.denseParams, denseGroup, profile.zero3BucketBytes) +
+        dense(CollectiveKind::AllGather, e, c, profile.zero3BucketBytes) +
         chunked(CollectiveKind::AllGather, e * c.expertParams, expertGroup, profile.zero3BucketBytes);
+    if (rc == Recompute::Full && profile.zero3ReuseElements > 0 &&
+        c.denseParams + c.expertParams > profile.zero3ReuseElements)
+      gatherBack[r] *= 2;
     reduceBack[r] =
-        chunked(CollectiveKind::ReduceScatter, 4 * c.denseParams, denseGroup, profile.reduceBucketBytes) +
-        chunked(CollectiveKind::ReduceScatter, 4 * c.expertParams, expertGroup, profile.reduceBucketBytes);
+        dense(CollectiveKind::ReduceScatter, g, c, profile.reduceBucketBytes) +
+        chunked(CollectiveKind::ReduceScatter, g * c.expertParams, expertGroup, profile.reduceBucketBytes);
     forward[i] = c.forward;
     backward[r] = c.time - c.forward;
   }
@@ -610,12 +634,17 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               double parts = l + 1 == costs.size() ? once : 0;
               c.expertParams = lp.expertParams;
               c.denseParams = lp.weightParams - lp.expertParams - parts;
+              c.denseTensors = lp.denseTensors;
               double e = model.elementBytes;
               double dense = c.denseParams, expert = c.expertParams;
               double shard = dense / sharers + expert / expertSharers;
               c.weights = zero == 3 ? e * shard : e * (dense + expert);
               c.gradients = (zero >= 2 ? e * shard : e * (dense + expert)) + e * parts;
               c.largestGradient = e * (lp.largestWeightParams + parts);
+              // A stack whose weight-gradient GEMMs add into the fp32 sums
+              // holds no gradient in the model's type.
+              if (cluster.profile.gradientFusion)
+                c.gradients = c.largestGradient = 0;
               c.transient = lp.backwardTransientBytes;
               // fp32 master, m and v (12 bytes a parameter), and the
               // step's fp32 gradient sums (4: the sums over microbatches
@@ -702,8 +731,9 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             double pipeline = slots * slowest;
             double ppComm = pp > 1 ? 2 * slots * p2p * v : 0;
             // Gradient synchronisation, overlapped with the last backward:
-            // the step's fp32 gradient sums reduced (4 bytes a parameter,
-            // as the runtime and Megatron-LM's bf16 training reduce them),
+            // the step's gradient sums reduced (the profile's bytes a
+            // parameter: 4, fp32, as the runtime and Megatron-LM's bf16
+            // training reduce them),
             // the parameters gathered in their own type.
             double e = model.elementBytes;
             double sync = 0;
@@ -711,11 +741,13 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               if (group.size <= 1 || params <= 0)
                 return 0.0;
               if (zero == 0)
-                return collectiveTime(cluster, CollectiveKind::AllReduce, 4 * params, group);
+                return collectiveTime(cluster, CollectiveKind::AllReduce,
+                                      cluster.profile.reduceBytes * params, group);
               double gather = collectiveTime(cluster, CollectiveKind::AllGather, e * params, group);
               // ZeRO-1 reduce-scatters the step's sums once; ZeRO-2/3 each
               // microbatch's gradients (the sums are split).
-              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter, 4 * params, group) *
+              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter,
+                                        cluster.profile.reduceBytes * params, group) *
                          (zero >= 2 ? m : 1);
               // ZeRO-1/2 gather the updated parameters once per step.
               return t + gather;
@@ -725,7 +757,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // Gathered layer by layer for every microbatch's forward and
               // backward, reduce-scattered layer by layer: what the two
               // streams leave exposed on the slowest stage.
-              dpExposed = m * zero3Exposed(costs, *slowestLayers, denseGroup, expertGroup);
+              dpExposed = m * zero3Exposed(costs, *slowestLayers, rc, denseGroup, expertGroup);
             } else {
               sync = syncOver(denseParams, denseGroup) + syncOver(expertParams, expertGroup);
               // What hides it (a profile with dp_overlap): the last

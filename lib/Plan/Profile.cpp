@@ -35,19 +35,22 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "dp_overlap": false, "max_zero": 0})json"},
     {"deepspeed-zero3-2021", R"json({
   "name": "deepspeed-zero3-2021",
-  "description": "DeepSpeed ZeRO-3 on Megatron's GPT kernels (Narayanan et al. 2021, Table 2's baseline): parameters gathered in 50M-element buckets one bucket ahead, gradients reduce-scattered in 500M-element buckets",
+  "description": "DeepSpeed ZeRO-3 (v0.3, spring 2021) on Megatron's GPT kernels (Narayanan et al. 2021, Table 2's baseline): one all-gather a parameter tensor, each after a device synchronisation (no prefetch overlap), tensors under 100K elements kept whole, parameters re-gathered for the backward beyond a reuse distance of 1e9 elements, one fp16 reduce-scatter a gradient tensor, torch.distributed's list forms; its gathers and reduce-scatters at 0.3 of NCCL's bus bandwidth, the one figure chosen on a published run (Table 2's 384-GPU row)",
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "materialized", "score_bytes": 13,
   "kernel_overhead_us": 2,
   "dp_overlap": true,
-  "zero3_prefetch_layers": 1, "zero3_bucket_mb": 100, "reduce_bucket_mb": 1000})json"},
+  "zero3_prefetch_layers": 0, "zero3_tensor_messages": true,
+  "zero3_persist_elements": 1e5, "zero3_reuse_elements": 1e9,
+  "collective_list_copies": true, "reduce_bytes": 2,
+  "collective_kinds": {"all_gather": 0.3, "reduce_scatter": 0.3}})json"},
     {"megatron-core", R"json({
   "name": "megatron-core",
   "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned",
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "flash", "flash_efficiency": 0.7,
   "kernel_overhead_us": 2,
-  "dp_overlap": true, "max_zero": 1})json"},
+  "dp_overlap": true, "max_zero": 1, "gradient_fusion": true})json"},
     {"fsdp", R"json({
   "name": "fsdp",
   "description": "PyTorch FSDP in eager mode (torchtitan-like): cuBLAS GEMMs, SDPA flash attention, RMSNorm, RoPE and SwiGLU as eager kernels (fp32 upcasts), a layer's parameters gathered one layer ahead and its gradients reduce-scattered as one message",
@@ -120,7 +123,9 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "flash_efficiency", "score_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
-      "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds"};
+      "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds",
+      "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
+      "collective_list_copies", "reduce_bytes", "gradient_fusion"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
       return fieldError(source, entry.first.str(),
@@ -162,6 +167,9 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"max_zero", &maxZero, 0, 3, 1},
       {"optimizer_bytes", &p.optimizerBytes, 1e-3, 1e6, 1},
       {"experts_efficiency", &p.expertsEfficiency, 1e-3, 1, 1},
+      {"zero3_persist_elements", &p.zero3PersistElements, 0, 1e15, 1},
+      {"zero3_reuse_elements", &p.zero3ReuseElements, 0, 1e15, 1},
+      {"reduce_bytes", &p.reduceBytes, 0.5, 8, 1},
   };
   for (Field &f : fields) {
     auto v = number(*root, f.key, f.lo, f.hi, *f.target, source);
@@ -233,10 +241,15 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   if (!nccl)
     return nccl.takeError();
   p.ncclProtocols = *nccl;
-  auto overlap = boolean(*root, "dp_overlap", p.dpOverlap, source);
-  if (!overlap)
-    return overlap.takeError();
-  p.dpOverlap = *overlap;
+  for (auto [key, target] : {std::pair{"dp_overlap", &p.dpOverlap},
+                             std::pair{"zero3_tensor_messages", &p.zero3TensorMessages},
+                             std::pair{"collective_list_copies", &p.collectiveListCopies},
+                             std::pair{"gradient_fusion", &p.gradientFusion}}) {
+    auto flag = boolean(*root, key, *target, source);
+    if (!flag)
+      return flag.takeError();
+    *target = *flag;
+  }
   return p;
 }
 
@@ -266,7 +279,14 @@ std::string Profile::toJson() const {
       {"dp_overlap", dpOverlap},
       {"zero3_prefetch_layers", zero3Prefetch},
       {"zero3_bucket_mb", zero3BucketBytes / 1e6},
-      {"reduce_bucket_mb", reduceBucketBytes / 1e6}};
+      {"reduce_bucket_mb", reduceBucketBytes / 1e6},
+      {"zero3_tensor_messages", zero3TensorMessages},
+      {"zero3_persist_elements", zero3PersistElements},
+      {"zero3_reuse_elements", zero3ReuseElements},
+      {"collective_list_copies", collectiveListCopies},
+      {"reduce_bytes", reduceBytes},
+      {"gradient_fusion", gradientFusion},
+      {"max_zero", maxZero}};
   return formatv("{0:2}", json::Value(std::move(root))).str();
 }
 

@@ -412,6 +412,58 @@ TEST_F(PlannerTest, ZeroTwoSplitsTheSumsAndReduceScattersEveryMicrobatch) {
   EXPECT_NEAR(two.dpComm - one.dpComm, 3 * (reduceScatter - microbatch), 1e-9 * two.stepTime);
 }
 
+TEST_F(PlannerTest, ZeroThreeAsDeepSpeedRanItGathersTensorByTensorWithoutOverlap) {
+  // DeepSpeed's 2021 stage 3: every gather after a device synchronisation
+  // (no prefetch: each is exposed, and so is each reduce-scatter on the
+  // same stream), one collective a parameter tensor, tensors under the
+  // persistence threshold (the 1M-element embedding and head here) never
+  // gathered, the fp16 gradients reduce-scattered, and each call over 16
+  // ranks 16 copy kernels more (torch.distributed's list forms). Layer 0's
+  // two 4M-element weights: forward, the backward's gather and the
+  // reduce-scatter, each of the two tensors apart.
+  ModelGraph model = analyze(mlp());
+  ClusterSpec c = cantFail(resolveCluster("dgx-h100:nodes=2"));
+  c.profile = cantFail(parseProfile(R"({"name": "ds", "kernel_overhead_us": 5,
+      "zero3_prefetch_layers": 0, "zero3_tensor_messages": true, "zero3_persist_elements": 2e6,
+      "zero3_reuse_elements": 1e6, "collective_list_copies": true, "reduce_bytes": 2})"));
+  auto planned = [&](const char *recompute) {
+    Workload w = cantFail(parseWorkload(std::string("train:batch=16,seq=2048,dp=16,tp=1,pp=1,ep=1,cp=1,"
+                                                    "mbs=1,zero=3,recompute=") + recompute));
+    PlanResult result = searchPlans(model, c, w, PlanOptions());
+    EXPECT_FALSE(result.plans.empty());
+    return result.plans.empty() ? Plan() : result.plans.front();
+  };
+  Group replicas = makeGroup(c, 16, 1);
+  double copies = 16 * 5e-6, weight = 4096.0 * 1024;
+  double gather = 2 * (collectiveTime(c, CollectiveKind::AllGather, 2 * weight, replicas) + copies);
+  double reduce = 2 * (collectiveTime(c, CollectiveKind::ReduceScatter, 2 * weight, replicas) + copies);
+  Plan plain = planned("none");
+  EXPECT_NEAR(plain.dpComm, 2 * gather + reduce, 1e-12);
+  // Full recomputation: the layer's 8M elements are beyond the reuse
+  // distance (1M), so its recomputed forward's gather is not kept for
+  // its backward: gathered once more.
+  Plan recomputed = planned("full");
+  EXPECT_NEAR(recomputed.dpComm, 3 * gather + reduce, 1e-12);
+}
+
+TEST_F(PlannerTest, GradientFusionHoldsNoGradientInTheModelsType) {
+  // Megatron's gradient_accumulation_fusion: the weight-gradient GEMM adds
+  // into the fp32 sums, so no bf16 gradient is held (without it one stage
+  // holds its largest); the sums (optimizer state here) are unchanged.
+  ModelGraph model = analyze(mlp());
+  Workload w = cantFail(parseWorkload("train:batch=16,seq=2048,dp=8,tp=1,pp=1,ep=1,cp=1,mbs=1,"
+                                      "recompute=none,zero=0"));
+  ClusterSpec c = cluster;
+  PlanResult held = searchPlans(model, c, w, PlanOptions());
+  c.profile.gradientFusion = true;
+  PlanResult fused = searchPlans(model, c, w, PlanOptions());
+  ASSERT_FALSE(held.plans.empty());
+  ASSERT_FALSE(fused.plans.empty());
+  EXPECT_GT(held.plans.front().memory.gradients, 0);
+  EXPECT_EQ(fused.plans.front().memory.gradients, 0);
+  EXPECT_EQ(fused.plans.front().memory.optimizer, held.plans.front().memory.optimizer);
+}
+
 TEST(ClusterTest, PresetsParseAndOverridesApply) {
   for (const std::string &name : clusterPresetNames()) {
     Expected<ClusterSpec> spec = resolveCluster(name);

@@ -39,7 +39,7 @@ static cl::OptionCategory planOptions("parax-plan options");
 
 static cl::opt<std::string> input(cl::Positional, cl::Optional,
                                   cl::desc("<model.mlir | preset>"), cl::cat(planOptions));
-static cl::opt<std::string> clusterOpt("cluster", cl::Required,
+static cl::opt<std::string> clusterOpt("cluster",
                                        cl::desc("cluster preset (PRESET[:nodes=N]) or JSON file"), cl::cat(planOptions));
 static cl::opt<std::string> workloadOpt(
     "workload",
@@ -124,6 +124,20 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(planOptions);
   cl::ParseCommandLineOptions(argc, argv, "parax planner\n");
 
+  // A profile stands alone: --print-profile needs nothing else.
+  Expected<Profile> profile = resolveProfile(profileOpt);
+  if (!profile) {
+    errs() << "parax-plan: " << toString(profile.takeError()) << "\n";
+    return 1;
+  }
+  if (printProfile) {
+    outs() << profile->toJson() << "\n";
+    return 0;
+  }
+  if (clusterOpt.empty()) {
+    errs() << "parax-plan: needs --cluster (a preset such as dgx-h100:nodes=4, or a JSON file)\n";
+    return 1;
+  }
   Expected<ClusterSpec> cluster = resolveCluster(clusterOpt);
   if (!cluster) {
     errs() << "parax-plan: " << toString(cluster.takeError()) << "\n";
@@ -170,15 +184,6 @@ int main(int argc, char **argv) {
   if (input.empty() || workloadOpt.empty()) {
     errs() << "parax-plan: needs a model (MODEL.mlir or a preset) and --workload\n";
     return 1;
-  }
-  Expected<Profile> profile = resolveProfile(profileOpt);
-  if (!profile) {
-    errs() << "parax-plan: " << toString(profile.takeError()) << "\n";
-    return 1;
-  }
-  if (printProfile) {
-    outs() << profile->toJson() << "\n";
-    return 0;
   }
   cluster->profile = *profile;
   Expected<Workload> workload = parseWorkload(workloadOpt);

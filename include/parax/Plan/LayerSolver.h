@@ -100,6 +100,9 @@ struct LayerPlan {
   double weightParams = 0;      // per device
   double expertParams = 0;      // per device
   double largestWeightParams = 0; // per device: the largest parameter's box
+  /// Per device: each dense (not routed-expert) parameter's box, in op
+  /// order (a ZeRO-3 stack that gathers parameter by parameter).
+  llvm::SmallVector<double, 8> denseTensors;
   /// Per device: of weightParams, those of a weight the first and the
   /// last layer share (a tied embedding; ModelGraph.tiedParams).
   double tiedParams = 0;

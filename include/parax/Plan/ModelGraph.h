@@ -71,6 +71,7 @@ struct OpNode {
   double weightBytes = 0;            // parameters read (whole, unsharded)
   double weightParams = 0;           // parameter elements
   double largestWeight = 0;          // the largest parameter's elements
+  llvm::SmallVector<double, 2> weightTensors; // each parameter's elements
   double tiedParams = 0;             // of weightParams: a weight the first and last layer share
   // Attention: heads, KV heads, qk and v head dims, causal; the channels
   // a KV head's cache row holds (the keys', plus the values' unless they

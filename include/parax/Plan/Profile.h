@@ -103,6 +103,29 @@ struct Profile {
   /// a layer's backward and its recomputed forward.
   int zero3Prefetch = 1;
   double zero3BucketBytes = 0, reduceBucketBytes = 0;
+  /// ZeRO-3 as DeepSpeed's stage 3 ran it in 2021 (v0.3, partition_parameters.py):
+  /// one collective a parameter tensor instead of buckets
+  /// (`zero3_tensor_messages`); tensors of fewer than
+  /// `zero3PersistElements` elements (a device's part) kept whole on every
+  /// rank, never gathered (stage3_param_persistence_threshold); a layer's
+  /// parameters gathered for its recomputed forward kept for its backward
+  /// only when they are at most `zero3ReuseElements` (max_reuse_distance;
+  /// 0: always kept), else gathered again.
+  bool zero3TensorMessages = false;
+  double zero3PersistElements = 0, zero3ReuseElements = 0;
+  /// torch.distributed's list forms of all-gather and reduce-scatter
+  /// (PyTorch <= 1.10) copy each rank's piece in a kernel of its own: a
+  /// ZeRO-3 collective over n ranks costs n kernels more.
+  bool collectiveListCopies = false;
+  /// The weight-gradient GEMMs accumulate into the fp32 gradient sums
+  /// (Megatron's gradient_accumulation_fusion, on by default): no gradient
+  /// in the model's type is held (false: parax's runtime, which writes each
+  /// bf16 gradient and then adds it to its sum).
+  bool gradientFusion = false;
+  /// Bytes an element of the gradients the data-parallel reduction moves
+  /// (4: fp32 sums, as parax's runtime and Megatron's bf16 training reduce
+  /// them; 2: DeepSpeed's fp16 gradients).
+  double reduceBytes = 4;
   /// The highest ZeRO stage the stack implements (Megatron-LM 2021: none;
   /// Megatron-Core's distributed optimizer: 1): the search tries no other.
   int maxZero = 3;
