@@ -1597,15 +1597,7 @@ std::vector<Tensor> CudaExecutor::outputs() const {
       continue;
     }
     const DeviceBuffer &d = s_->buffers[ids[k]];
-    auto same = [&](const Tensor &t) { return t.isInt == (d.elem == Elem::I32) && t.shape == d.shape; };
-    auto kept = std::find_if(s_->spare.begin(), s_->spare.end(), same);
-    Tensor t;
-    if (kept != s_->spare.end()) { // (every value is written below)
-      t = std::move(*kept);
-      s_->spare.erase(kept);
-    } else {
-      t = d.elem == Elem::I32 ? Tensor::ints(d.shape) : Tensor::floats(d.shape);
-    }
+    Tensor t = takeSpare(s_->spare, d.elem == Elem::I32, d.shape); // (every value is written below)
     if (d.elem == Elem::I32)
       cudaMemcpy(t.i.data(), d.data, d.numel() * 4, cudaMemcpyDeviceToHost);
     else
@@ -1616,10 +1608,7 @@ std::vector<Tensor> CudaExecutor::outputs() const {
 }
 
 void CudaExecutor::recycle(std::vector<Tensor> results) {
-  s_->spare.clear();
-  for (Tensor &t : results)
-    if (t.hasValues() && t.numel() == static_cast<int64_t>(t.isInt ? t.i.size() : t.f.size()))
-      s_->spare.push_back(std::move(t));
+  s_->spare = recyclable(std::move(results));
 }
 
 StatusOr<std::vector<int32_t>> CudaExecutor::greedyTokens() {

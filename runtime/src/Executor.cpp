@@ -448,8 +448,17 @@ size_t Executor::instructionCount() const {
 
 std::vector<Tensor> Executor::outputs() const {
   std::vector<Tensor> out;
-  for (int32_t id : stageProto_->outputs())
-    out.push_back(buffers_[id]);
+  for (int32_t id : stageProto_->outputs()) {
+    const Tensor &b = buffers_[id];
+    if (!b.hasValues()) { // (a shape only)
+      out.push_back(b);
+      continue;
+    }
+    Tensor t = takeSpare(spare_, b.isInt, b.shape);
+    std::copy(b.f.begin(), b.f.end(), t.f.begin());
+    std::copy(b.i.begin(), b.i.end(), t.i.begin());
+    out.push_back(std::move(t));
+  }
   return out;
 }
 

@@ -2,6 +2,8 @@
 
 #include "parax/runtime/Tensor.h"
 
+#include <algorithm>
+
 namespace parax::runtime {
 
 int64_t numelOf(const std::vector<int64_t> &shape) {
@@ -46,6 +48,24 @@ std::string Tensor::shapeString() const {
   for (size_t d = 0; d < shape.size(); ++d)
     s += (d ? ", " : "") + std::to_string(shape[d]);
   return s + "]";
+}
+
+std::vector<Tensor> recyclable(std::vector<Tensor> results) {
+  std::vector<Tensor> kept;
+  for (Tensor &t : results)
+    if (t.hasValues() && t.numel() == static_cast<int64_t>(t.isInt ? t.i.size() : t.f.size()))
+      kept.push_back(std::move(t));
+  return kept;
+}
+
+Tensor takeSpare(std::vector<Tensor> &spare, bool isInt, const std::vector<int64_t> &shape) {
+  auto same = [&](const Tensor &t) { return t.isInt == isInt && t.shape == shape; };
+  auto kept = std::find_if(spare.begin(), spare.end(), same);
+  if (kept == spare.end())
+    return isInt ? Tensor::ints(shape) : Tensor::floats(shape);
+  Tensor t = std::move(*kept);
+  spare.erase(kept);
+  return t;
 }
 
 } // namespace parax::runtime

@@ -1235,8 +1235,10 @@ int main(int argc, char **argv) {
     for (int step = 0; step < steps; ++step) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
+      // The last step's results' memory, for this step's.
+      if (device == "cpu") cpu.recycle(std::move(results));
 #ifdef PARAX_WITH_CUDA
-      if (device == "cuda") gpus[0]->recycle(std::move(results)); // their memory, for this step's results
+      if (device == "cuda") gpus[0]->recycle(std::move(results));
 #endif
       results.clear();
       block = trains ? step % blocks : 0;

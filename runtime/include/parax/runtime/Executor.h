@@ -71,6 +71,9 @@ public:
   /// The stage's outputs: the last stage's results, and a training step's
   /// gradients of the parameters the stage holds (in their split).
   std::vector<Tensor> outputs() const;
+  /// An earlier step's results: outputs() copies into their memory
+  /// (recyclable(), Tensor.h).
+  void recycle(std::vector<Tensor> results) { spare_ = recyclable(std::move(results)); }
   /// Each row's most likely token of the first output (logits [..., V]):
   /// the first of equal largest values. The last stage only.
   StatusOr<std::vector<int32_t>> greedyTokens() const;
@@ -138,6 +141,7 @@ private:
   int stage_ = 0;
   std::vector<int64_t> coords_;
   std::vector<Tensor> buffers_;
+  mutable std::vector<Tensor> spare_; // recycle()'s tensors, for outputs() to fill
   std::vector<bool> hoisted_; // per instruction
   std::vector<int32_t> activations_; // buffers swapActivations exchanges
   std::vector<int32_t> cacheState_; // cacheStateInputs of the stage

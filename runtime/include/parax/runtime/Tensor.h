@@ -33,6 +33,15 @@ struct Tensor {
 
 int64_t numelOf(const std::vector<int64_t> &shape);
 
+/// An earlier step's results kept for their memory (those with all their
+/// values): a backend's outputs() writes results of the same shape into
+/// them instead of fresh memory, which the host would otherwise fault in
+/// and zero page by page each step (a prefill's logits: a gigabyte).
+std::vector<Tensor> recyclable(std::vector<Tensor> results);
+/// One of `spare`'s tensors of this kind and shape, moved out (its old
+/// values still in it: the caller overwrites them all), else a fresh one.
+Tensor takeSpare(std::vector<Tensor> &spare, bool isInt, const std::vector<int64_t> &shape);
+
 } // namespace parax::runtime
 
 #endif // PARAX_RUNTIME_TENSOR_H
