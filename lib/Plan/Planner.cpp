@@ -206,16 +206,21 @@ private:
     return collectiveTime(cluster, CollectiveKind::AllReduce, 4,
                           makeGroup(cluster, ranks, lp.lossOverTp ? 1 : ctx.tp));
   }
+  /// Stage starts for `pp` stages, each stage's counted memory within the
+  /// capacity less `margin`.
   std::vector<int64_t> partition(const std::vector<LayerCost> &costs,
                                  int64_t pp, llvm::function_ref<double(int64_t)> inflight,
-                                 double &maxStage) {
+                                 double &maxStage, double margin = 0) {
     std::vector<double> time, states, acts;
     for (const LayerCost &c : costs) {
       time.push_back(c.time);
       states.push_back(c.weights + c.gradients + c.optimizer + c.kvCache);
       acts.push_back(c.activations);
     }
-    std::vector<int64_t> starts = partitionStages(time, states, acts, inflight, capacity(), pp, maxStage);
+    std::vector<int64_t> starts =
+        partitionStages(time, states, acts, inflight, capacity() - margin, pp, maxStage);
+    if (margin > 0)
+      return starts;
     // No stages fit (only when asked): the split that needs the least
     // memory (the smallest capacity some split fits, by bisection), kept as
     // a plan that does not fit, for the explanation to say what overflows.
@@ -679,12 +684,6 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               if (slots * work / pp > cutoff())
                 continue;
             }
-            double stageTime = 0;
-            std::vector<int64_t> starts =
-                pp == 1 ? std::vector<int64_t>{0}
-                        : partition(costs, pp, inflight, stageTime);
-            if (starts.empty())
-              continue;
             Plan plan = Plan::withDegrees(pp, dp, ep, tp, sp);
             plan.cp = cp;
             plan.microBatch = mbs;
@@ -693,13 +692,31 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             plan.virtualStages = v;
             plan.zero = zero;
             plan.recompute = rc;
-            plan.stageStart = starts;
-            // Interleaved: each stage's count of layers in its chunks, and
-            // the stages costed with the layers their chunks hold.
-            if (sched == Schedule::Interleaved)
-              plan.chunkStart = chunksFor(starts, v);
-            std::vector<std::vector<int64_t>> stages = stageLayers(plan);
-            finishMemory(plan, costs, inflight, stages);
+            // The stages: split by time under the memory the split counts
+            // (states and activations in flight); when the stage's whole
+            // memory (working sets, exchanges, ...) then overflows, split
+            // again with that much less room, twice at most.
+            double stageTime = 0, margin = 0;
+            std::vector<std::vector<int64_t>> stages;
+            for (int attempt = 0; attempt < 3; ++attempt) {
+              std::vector<int64_t> starts =
+                  pp == 1 ? std::vector<int64_t>{0}
+                          : partition(costs, pp, inflight, stageTime, margin);
+              if (starts.empty())
+                break; // (the last split, if any, is kept)
+              plan.stageStart = starts;
+              // Interleaved: each stage's count of layers in its chunks,
+              // and the stages costed with the layers their chunks hold.
+              if (sched == Schedule::Interleaved)
+                plan.chunkStart = chunksFor(starts, v);
+              stages = stageLayers(plan);
+              finishMemory(plan, costs, inflight, stages);
+              if (plan.fits || pp == 1)
+                break;
+              margin += plan.memory.total() - plan.memory.reserved - plan.capacity;
+            }
+            if (stages.empty())
+              continue;
             // The slowest stage sets the pace.
             const std::vector<int64_t> *slowestLayers = &stages.front();
             double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,

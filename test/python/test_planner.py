@@ -118,6 +118,21 @@ def test_pipeline_stages_that_do_not_fit_say_what_overflows(parax_plan, model_fi
     assert 706 < needs < 725, proc.stdout
 
 
+def test_a_stage_split_that_overflows_is_split_again(parax_plan, model_file):
+    """DeepSeek-V3 on 2,048 H800 under megatron-core (no bf16 gradients
+    held): the split by time under the memory the split counts put too
+    many layers on a stage whose working sets then overflowed (75.3 GB of
+    70.5), and the search answered that nothing fits; split again with the
+    overflow taken off the room, it fits."""
+    out = plan(parax_plan, model_file("deepseek-v3", 4096), "hgx-h800:nodes=256",
+               "train:batch=15360,seq=4096,tp=1,pp=16,ep=64,dp=2,zero=1,capacity=2,gemm=fp8,"
+               "recompute=selective,mbs=1", "--profile", "megatron-core", "--top", "1")
+    assert out["plans"], out.get("explanation")
+    memory = out["plans"][0]["memory_bytes"]
+    assert memory["total"] - memory["reserved"] <= memory["usable"]
+    assert memory["gradients"] == 0
+
+
 def test_same_input_same_output(parax_plan, model_file):
     model = model_file("mixtral-8x7b", 4096)
     runs = [subprocess.run([parax_plan, model, "--cluster", "dgx-h100:nodes=2", "--workload",
