@@ -26,14 +26,56 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def _rope(x, theta, rot=None, interleaved=False, offset=0):
+def _rope_frequencies(theta, rot, scaling, max_positions):
+    """Inverse frequencies [rot/2] and the factor on cos and sin, as
+    transformers' modeling_rope_utils defines each rope_type."""
+    inv = 1.0 / (theta ** (np.arange(0, rot, 2) / rot))
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "default":
+        return inv, 1.0
+    factor = float(scaling["factor"])
+    if kind == "linear":
+        return inv / factor, 1.0
+    if kind == "llama3":
+        old = scaling["original_max_position_embeddings"]
+        low, high = old / scaling["low_freq_factor"], old / scaling["high_freq_factor"]
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - scaling["low_freq_factor"]) / (
+            scaling["high_freq_factor"] - scaling["low_freq_factor"])
+        scaled = np.where(wavelen > low, inv / factor, inv)
+        middle = (wavelen <= low) & (wavelen >= high)
+        return np.where(middle, (1 - smooth) * inv / factor + smooth * inv, scaled), 1.0
+    if kind == "yarn":
+        old = scaling.get("original_max_position_embeddings") or max_positions
+        fast, slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+
+        def dim(rotations):
+            return rot * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+        low, high = max(math.floor(dim(fast)), 0), min(math.ceil(dim(slow)), rot - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(rot // 2) - low) / (high - low), 0, 1)
+        kept = 1 - ramp  # the share extrapolated (unscaled)
+        if scaling.get("attention_factor") is not None:
+            amplitude = float(scaling["attention_factor"])
+        elif scaling.get("mscale") and scaling.get("mscale_all_dim"):
+            amplitude = ((0.1 * scaling["mscale"] * math.log(factor) + 1)
+                         / (0.1 * scaling["mscale_all_dim"] * math.log(factor) + 1))
+        else:
+            amplitude = 0.1 * math.log(factor) + 1
+        return inv / factor * (1 - kept) + inv * kept, amplitude
+    raise NotImplementedError(f"numpy reference: rope_type {kind}")
+
+
+def _rope(x, theta, rot=None, interleaved=False, offset=0, scaling=None, max_positions=0):
     """x: [B, S, H, D] at positions offset .. offset + S - 1; rotate-half
-    (Llama) or interleaved pairs."""
+    (Llama) or interleaved pairs; `scaling`: a config's rope_scaling."""
     b, s, h, d = x.shape
     rot = rot or d
-    inv = 1.0 / (theta ** (np.arange(0, rot, 2) / rot))
+    inv, amplitude = _rope_frequencies(theta, rot, scaling, max_positions)
     angles = np.arange(offset, offset + s)[:, None] * inv[None, :]  # [S, rot/2]
     cos, sin = np.cos(angles)[None, :, None, :], np.sin(angles)[None, :, None, :]
+    cos, sin = cos * amplitude, sin * amplitude
     out = x.copy()
     if interleaved:
         x1, x2 = x[..., 0:rot:2], x[..., 1:rot:2]
@@ -149,8 +191,6 @@ def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
         return _gpt2(cfg, w, tokens, cache)
     if cfg.family not in ("llama", "mixtral", "qwen2_moe", "deepseek_v3"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
-    if cfg.family == "deepseek_v3" and cfg.rope_scaling:
-        raise NotImplementedError("numpy reference: DeepSeek-V3 with rope scaling")
     past = cache.length()
     h = w["model.embed_tokens.weight"][tokens]
     for i in range(cfg.layers):
@@ -178,8 +218,10 @@ def _decoder_layer(cfg, w, i, h, cache, past, routers):
             if cfg.attention_bias:
                 y = y + w[f"{p}.self_attn.{name}.bias"]
             return y.reshape(b, s, n, hd)
-        q = _rope(proj("q_proj", nh), cfg.rope_theta, offset=past)
-        k = _rope(proj("k_proj", kh), cfg.rope_theta, offset=past)
+        q = _rope(proj("q_proj", nh), cfg.rope_theta, offset=past, scaling=cfg.rope_scaling,
+                  max_positions=cfg.max_positions)
+        k = _rope(proj("k_proj", kh), cfg.rope_theta, offset=past, scaling=cfg.rope_scaling,
+                  max_positions=cfg.max_positions)
         v = proj("v_proj", kh)
         o = cache.attend(i, q, k, v, 1.0 / math.sqrt(hd)).reshape(b, s, nh * hd)
         h = h + o @ w[f"{p}.self_attn.o_proj.weight"].T
@@ -269,14 +311,18 @@ def _mla(cfg, w, p, x, cache, layer, past):
     else:
         q = x @ w[f"{p}.q_proj.weight"].T
     q = q.reshape(b, s, nh, nope + rope_d)
-    q_nope, q_pe = q[..., :nope], _rope(q[..., nope:], cfg.rope_theta, interleaved=True,
-                                        offset=past)
+    rope = dict(interleaved=True, offset=past, scaling=cfg.rope_scaling, max_positions=cfg.max_positions)
+    q_nope, q_pe = q[..., :nope], _rope(q[..., nope:], cfg.rope_theta, **rope)
     ckv = x @ w[f"{p}.kv_a_proj_with_mqa.weight"].T
     latent, k_pe = ckv[..., : cfg.kv_lora_rank], ckv[..., cfg.kv_lora_rank:]
-    k_pe = _rope(k_pe.reshape(b, s, 1, rope_d), cfg.rope_theta, interleaved=True, offset=past)
+    k_pe = _rope(k_pe.reshape(b, s, 1, rope_d), cfg.rope_theta, **rope)
     latent = _rms_norm(latent, w[f"{p}.kv_a_layernorm.weight"], cfg.norm_eps)
     qf = np.concatenate([q_nope, q_pe], axis=-1)
     scale = 1.0 / math.sqrt(nope + rope_d)
+    scaling = cfg.rope_scaling or {}
+    if scaling.get("mscale_all_dim") and float(scaling.get("factor", 1)) > 1:
+        # DeepSeek-V3's YaRN: the softmax scale times mscale(all dims) squared
+        scale *= (0.1 * scaling["mscale_all_dim"] * math.log(float(scaling["factor"])) + 1) ** 2
     if cache.latent:  # cache [latent, rope key] and the latent; expand them all
         keys, _ = cache.append(layer, np.concatenate([latent[:, :, None], k_pe], axis=-1))
         latent, k_pe = keys[:, :, 0, :cfg.kv_lora_rank], keys[:, :, :, cfg.kv_lora_rank:]

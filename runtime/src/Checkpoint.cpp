@@ -430,6 +430,20 @@ Status Checkpoint::addFile(const std::string &path, const std::set<std::string> 
   return Status::ok();
 }
 
+std::vector<std::string> Checkpoint::tensorNames() const {
+  std::set<std::string> boxes;
+  std::vector<std::string> names;
+  for (const auto &[name, boxed] : boxed_) {
+    names.push_back(name);
+    for (const Box &box : boxed.boxes)
+      boxes.insert(box.key);
+  }
+  for (const auto &[name, entry] : entries_)
+    if (!boxes.count(name))
+      names.push_back(name);
+  return names;
+}
+
 const Checkpoint::Entry *Checkpoint::find(const std::string &name) const {
   auto it = entries_.find(name);
   return it == entries_.end() ? nullptr : &it->second;

@@ -769,6 +769,22 @@ StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a) {
     }
   } else if (scaling == "linear") {
     for (double &f : invFreq) f /= attrFloat(a, "scaling.factor");
+  } else if (scaling == "yarn") {
+    // YaRN (Peng et al. 2023): channels of fewer rotations than beta_slow
+    // over the original context interpolated (f / factor), of more than
+    // beta_fast kept, a linear ramp between (by channel index).
+    double factor = attrFloat(a, "scaling.factor");
+    double old = static_cast<double>(attrInt(a, "scaling.original_max_position_embeddings"));
+    auto channel = [&](double rotations) {
+      return rot * std::log(old / (rotations * 2 * M_PI)) / (2 * std::log(theta));
+    };
+    double low = std::max(std::floor(channel(attrFloat(a, "scaling.beta_fast"))), 0.0);
+    double high = std::min(std::ceil(channel(attrFloat(a, "scaling.beta_slow"))), rot - 1.0);
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < rot / 2; ++i) {
+      double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+      invFreq[i] = invFreq[i] / factor * ramp + invFreq[i] * (1 - ramp);
+    }
   } else if (!scaling.empty()) {
     return Status::error("rope scaling '" + scaling + "' is not implemented by the runtime");
   }

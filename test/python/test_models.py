@@ -5,6 +5,7 @@ types), independently of the builder's internals, and compared with the
 numbers the model publishers give.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -256,6 +257,69 @@ def test_bad_config_files(tmp_path):
     missing.write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
     with pytest.raises(ConfigError, match="lacks 'num_attention_heads'"):
         load_config(str(missing))
+
+
+# Fields of the existing families whose values change the math and that
+# parax does not build: each refused at model build, named with its value
+# (issue 44: each ran before with exit code 0 and wrong logits).
+@pytest.mark.parametrize("preset,field,value,message", [
+    ("tiny-llama", "hidden_act", "gelu", "'hidden_act' = 'gelu' is not implemented (parax builds SiLU"),
+    ("tiny-llama", "hidden_act", "relu", "'hidden_act' = 'relu'"),
+    ("tiny-llama", "attention_bias", True, "'attention_bias' = True is not implemented"),
+    ("tiny-llama", "mlp_bias", True, "'mlp_bias' = True is not implemented"),
+    ("tiny-mixtral", "sliding_window", 4, "'sliding_window' = 4 is not implemented"),
+    ("tiny-mixtral", "router_jitter_noise", 0.1, "'router_jitter_noise' = 0.1"),
+    ("tiny-qwen2-moe", "use_sliding_window", True, "'use_sliding_window' = True"),
+    ("tiny-gpt2", "scale_attn_by_inverse_layer_idx", True, "'scale_attn_by_inverse_layer_idx' = True"),
+    ("tiny-gpt2", "add_cross_attention", True, "'add_cross_attention' = True"),
+    ("tiny-llama", "rope_scaling", {"rope_type": "dynamic", "factor": 2.0},
+     "rope_type 'dynamic', which is not implemented"),
+    ("tiny-llama", "rope_scaling", {"rope_type": "longrope", "factor": 2.0}, "rope_type 'longrope'"),
+    ("tiny-llama", "rope_scaling", {"rope_type": "yarn", "factor": 2.0, "truncate": False},
+     "'rope_scaling' has 'truncate', unknown to parax"),
+    ("tiny-llama", "rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "lacks 'low_freq_factor'"),
+    ("tiny-llama", "quantization_config", {"quant_method": "gptq"}, "'quantization_config'"),
+    ("tiny-llama", "sliding_window", 4096, "field(s) 'sliding_window' = 4096 unknown to parax"),
+    ("tiny-deepseek-v3", "rope_scaling", {"type": "yarn", "factor": 40.0, "mscale": 1.0,
+                                          "mscale_all_dim": 0.707}, "mscale 1.0 unlike mscale_all_dim"),
+])
+def test_fields_parax_does_not_build_are_refused(tmp_path, preset, field, value, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(PRESETS[preset], **{field: value})))
+    with pytest.raises(ConfigError) as error:
+        load_config(str(path))
+    assert message in str(error.value)
+    assert str(path) in str(error.value)  # where
+    # ... and by the command line, which names it too
+    proc = _cli(str(path), "--seq", "4")
+    assert proc.returncode != 0 and message in proc.stderr
+
+
+def test_fields_that_leave_the_model_unchanged_are_accepted(tmp_path):
+    """What transformers' save_pretrained writes for a default Llama (token
+    ids, dropout, bookkeeping) builds the model the bare fields do; an
+    unknown field is accepted when the user vouches for it; a model folder
+    is read as its config.json."""
+    bare = load_config("tiny-llama")
+    written = dict(PRESETS["tiny-llama"], architectures=["LlamaForCausalLM"], attention_bias=False,
+                   attention_dropout=0.0, bos_token_id=1, eos_token_id=2, hidden_act="silu",
+                   initializer_range=0.02, mlp_bias=False, pretraining_tp=1, rope_scaling=None,
+                   torch_dtype="float32", transformers_version="4.46.3", use_cache=True,
+                   head_dim=16)
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(written))
+    cfg = load_config(str(folder))
+    assert dataclasses.replace(cfg, name=bare.name) == bare
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(dict(PRESETS["tiny-llama"], my_note="x")))
+    with pytest.raises(ConfigError, match="'my_note' = 'x' unknown to parax"):
+        load_config(str(odd))
+    assert dataclasses.replace(load_config(str(odd), allow_unknown=["my_note"]), name=bare.name) == bare
+    proc = _cli(str(odd), "--seq", "4", "--allow-unknown-config", "my_note")
+    assert proc.returncode == 0, proc.stderr
+    with pytest.raises(ConfigError, match="a folder without a config.json"):
+        load_config(str(tmp_path / "hf" / ".."))
 
 
 # --- with the C++ tool: independent counts agree, FLOPs match the formulas ---

@@ -296,6 +296,29 @@ def test_missing_weight_names_it(tmp_path):
     assert "no tensor 'model.layers.1.mlp.down_proj.weight' (a missing weight)" in proc.stderr
 
 
+def test_weights_the_program_never_reads_are_refused(tmp_path):
+    """A checkpoint of another model than the one compiled (here a Llama
+    with q/k/v and o_proj biases, which parax's Llama does not build) is
+    refused, its unread tensors named; --allow-unused-weights runs it."""
+    model = Model(str(tmp_path), "tiny-llama")
+    from parax.checkpoint import save_safetensors
+    weights = dict(model.weights)
+    rng = np.random.default_rng(3)
+    for layer in range(model.cfg.layers):
+        for proj in ("q_proj", "o_proj"):
+            rows = weights[f"model.layers.{layer}.self_attn.{proj}.weight"].shape[0]
+            weights[f"model.layers.{layer}.self_attn.{proj}.bias"] = rng.standard_normal(rows).astype(np.float32)
+    save_safetensors(model.checkpoint, weights)
+    exe = model.compile("single")
+    proc = model.run(exe, 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert ("the program reads no tensor named model.layers.0.self_attn.o_proj.bias, "
+            "model.layers.0.self_attn.q_proj.bias, model.layers.1.self_attn.o_proj.bias") in proc.stderr
+    assert "--allow-unused-weights" in proc.stderr
+    logits = model.run(exe, 1, extra=["--allow-unused-weights"])
+    assert np.abs(logits - model.reference()).max() < NUMPY_TOL
+
+
 @pytest.mark.parametrize("damage,message", [
     (lambda b: b[: len(b) // 2], "not a parax executable"),
     (lambda b: b"\x08\x07" + b[2:], "format_version"),

@@ -1,7 +1,8 @@
-"""python3 -m parax.models PRESET|config.json [--layers N] [--pad-vocab M] [--batch B --seq S]
+"""python3 -m parax.models PRESET|config.json|MODEL_DIR [--layers N] [--pad-vocab M] [--batch B --seq S]
                           [--dtype bf16|f32] [--loss [--ignore-index I] [--mtp-weight W [--mtp-depths D]]]
                           [--past P] [--return-kv] [--cache C] [--last-logits]
-                          [--mla explicit|absorbed|expanded] -o model.mlir"""
+                          [--mla explicit|absorbed|expanded] [--allow-unknown-config KEY]
+                          -o model.mlir"""
 
 import argparse
 import sys
@@ -52,6 +53,9 @@ def main(argv=None):
                         help="DeepSeek-V3's attention: explicit (per-head keys and values), "
                              "weight-absorbed (the KV cache holds the latent; inference), or expanded "
                              "(the same latent cache, each latent expanded per head: a prefill)")
+    parser.add_argument("--allow-unknown-config", action="append", default=[], metavar="KEY",
+                        help="a config.json field parax does not know, which you vouch leaves the "
+                             "model unchanged (unknown fields are refused otherwise); repeatable")
     parser.add_argument("-o", "--output", default="-", help="output file ('-' = stdout)")
     parser.add_argument("--list", action="store_true", help="list the presets")
     args = parser.parse_args(argv)
@@ -61,7 +65,8 @@ def main(argv=None):
     if not args.model:
         parser.error("a preset or config.json is required")
     try:
-        cfg = load_config(args.model, layers=args.layers, pad_vocab=args.pad_vocab)
+        cfg = load_config(args.model, layers=args.layers, pad_vocab=args.pad_vocab,
+                          allow_unknown=args.allow_unknown_config)
         text = build_model(cfg, batch=args.batch, seq=args.seq, dtype=args.dtype,
                            loss=args.loss, past=args.past, return_kv=args.return_kv,
                            cache=args.cache, last_logits=args.last_logits,

@@ -12,7 +12,7 @@ parameter is a function argument named by its Hugging Face checkpoint tensor
 
 import math
 
-from .config import ModelConfig
+from .config import ModelConfig, yarn_attention_factor
 
 DTYPES = {"bf16": "bf16", "f32": "f32", "f16": "f16"}
 
@@ -169,6 +169,15 @@ class _Builder:
             scaling.pop("type", None)
             scaling["rope_type"] = rope_type
             scaling["factor"] = float(scaling["factor"])
+            if rope_type == "yarn":  # (the defaults transformers and DeepSeek take)
+                scaling["original_max_position_embeddings"] = int(
+                    scaling.get("original_max_position_embeddings") or cfg.max_positions)
+                scaling["beta_fast"] = float(scaling.get("beta_fast") or 32)
+                scaling["beta_slow"] = float(scaling.get("beta_slow") or 1)
+                scaling.pop("attention_factor", None)  # (in the attention's scale)
+            for key in ("low_freq_factor", "high_freq_factor", "mscale", "mscale_all_dim"):
+                if key in scaling:
+                    scaling[key] = float(scaling[key])
             attrs += f", scaling = {_dict_attr(scaling)}"
         return self.e.op("rope", operands, [x[1]], attrs)
 
@@ -231,7 +240,13 @@ class _Builder:
         q = self.rope(self.reshape(q, [B, S, nh, hd]), hd)
         k = self.rope(self.reshape(k, [B, S, nkv, hd]), hd)
         v = self.reshape(v, [B, S, nkv, hd])
-        o = self.attention(q, k, v, nh, nkv, hd, 1.0 / math.sqrt(hd))
+        scale = 1.0 / math.sqrt(hd)
+        scaling = cfg.rope_scaling or {}
+        if scaling.get("rope_type", scaling.get("type")) == "yarn":
+            # YaRN scales cos and sin by its attention factor: q and k each,
+            # the scores by its square.
+            scale *= yarn_attention_factor(scaling) ** 2
+        o = self.attention(q, k, v, nh, nkv, hd, scale)
         o = self.reshape(o, [B, S, nh * hd])
         return self.linear(o, f"{prefix}.o_proj.weight", h, nh * hd)
 

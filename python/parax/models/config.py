@@ -3,6 +3,7 @@
 import copy
 import dataclasses
 import json
+import math
 import os
 from typing import Optional
 
@@ -12,7 +13,67 @@ FAMILIES = ("llama", "gpt2", "mixtral", "qwen2_moe", "deepseek_v3")
 
 
 class ConfigError(ValueError):
-    """A config that names no known family or lacks a required field."""
+    """A config that names no known family, lacks a required field, or sets
+    a field parax does not implement."""
+
+
+# Fields of a Hugging Face config.json that leave the model parax builds
+# unchanged whatever their value: bookkeeping, tokens, generation defaults,
+# initialisation, and dropout (parax runs none: as transformers' eval()).
+NEUTRAL_FIELDS = frozenset({
+    "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+    "_commit_hash", "_attn_implementation", "_attn_implementation_autoset", "attn_implementation",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "use_cache", "initializer_range", "initializer_factor", "return_dict", "output_hidden_states",
+    "output_attentions", "torchscript", "use_bfloat16", "tokenizer_class", "id2label", "label2id",
+    "problem_type", "finetuning_task", "task_specific_params", "prefix", "tf_legacy_loss",
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+    "suppress_tokens", "begin_suppress_tokens", "chunk_size_feed_forward",
+    # dropout (training regularisation; none in parax, as in eval mode)
+    "attention_dropout", "hidden_dropout", "attn_pdrop", "embd_pdrop", "resid_pdrop",
+    "summary_first_dropout",
+    # GPT-2's sequence-classification head (not the causal LM)
+    "summary_activation", "summary_proj_to_labels", "summary_type", "summary_use_proj",
+    # the same math, computed in another order or precision
+    "pretraining_tp", "reorder_and_upcast_attn",
+    # DeepSeek-V3: the expert-parallel degree its reference code ran
+    "ep_size",
+})
+
+
+class _Fields(dict):
+    """A config dictionary that remembers the fields read from it."""
+
+    def __init__(self, raw):
+        super().__init__(raw)
+        self.read = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+def _only(raw, family, key, allowed, default, builds):
+    """The field's value, refused unless it is one of `allowed` (what parax
+    builds: `builds`)."""
+    value = raw.get(key, default)
+    if value not in allowed:
+        raise ConfigError(f"{family} config field '{key}' = {value!r} is not implemented "
+                          f"(parax builds {builds}); refusing the model rather than building "
+                          f"another one")
+    return value
 
 
 @dataclasses.dataclass
@@ -71,6 +132,12 @@ class ModelConfig:
         return self.is_moe and layer >= self.first_dense_layers
 
 
+def _scaling_or_none(scaling):
+    if not scaling or scaling.get("rope_type", scaling.get("type")) == "default":
+        return None
+    return copy.deepcopy(dict(scaling))
+
+
 def _need(raw, *keys):
     for key in keys:
         if key in raw:
@@ -78,13 +145,86 @@ def _need(raw, *keys):
     raise ConfigError(f"config lacks '{keys[0]}'")
 
 
-def from_hf_dict(raw, name="model"):
-    """Builds a ModelConfig from a Hugging Face config dictionary."""
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+def _check_rope_scaling(raw, family):
+    """rope_scaling: one of ROPE_TYPES (both runtimes compute its
+    frequencies), with the fields each reads; refused otherwise."""
+    scaling = raw.get("rope_scaling")
+    if scaling is None:
+        return
+    if not isinstance(scaling, dict):
+        raise ConfigError(f"{family} config field 'rope_scaling' = {scaling!r} is not a dictionary")
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind not in ROPE_TYPES:
+        raise ConfigError(f"{family} config field 'rope_scaling' has rope_type {kind!r}, which is "
+                          f"not implemented (implemented: {', '.join(ROPE_TYPES)})")
+    known = {"rope_type", "type", "factor", "original_max_position_embeddings", "low_freq_factor",
+             "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+             "attention_factor"}
+    extra = sorted(set(scaling) - known)
+    if extra:
+        raise ConfigError(f"{family} config field 'rope_scaling' has {', '.join(map(repr, extra))}, "
+                          f"unknown to parax (rope_type {kind!r})")
+    if kind != "default" and not float(scaling.get("factor", 0)) > 0:
+        raise ConfigError(f"{family} config field 'rope_scaling' needs a positive 'factor' "
+                          f"(rope_type {kind!r})")
+    if kind == "llama3":
+        for key in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+            if key not in scaling:
+                raise ConfigError(f"{family} config field 'rope_scaling' (llama3) lacks '{key}'")
+    if kind == "yarn" and family == "deepseek_v3" and abs(yarn_attention_factor(scaling) - 1) > 1e-12:
+        raise ConfigError(f"deepseek_v3 config field 'rope_scaling': YaRN with mscale "
+                          f"{scaling.get('mscale')!r} unlike mscale_all_dim "
+                          f"{scaling.get('mscale_all_dim')!r} (a factor on the rotated channels "
+                          f"alone) is not implemented")
+
+
+def yarn_attention_factor(scaling):
+    """YaRN's factor on cos and sin (transformers' `attention_factor`): the
+    given one, else DeepSeek's mscale ratio, else 0.1 ln(factor) + 1."""
+    def mscale(factor, m=1.0):
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+    factor = float(scaling["factor"])
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        return mscale(factor, float(scaling["mscale"])) / mscale(factor, float(scaling["mscale_all_dim"]))
+    return mscale(factor)
+
+
+def from_hf_dict(raw, name="model", allow_unknown=()):
+    """Builds a ModelConfig from a Hugging Face config dictionary. Every
+    field is used, known to leave the math unchanged (NEUTRAL_FIELDS), or
+    refused: a value parax does not implement, or a field it does not know
+    (unless named in `allow_unknown`, the user's word that it changes
+    nothing)."""
+    raw = _Fields(raw)
+    cfg = _from_fields(raw, name)
+    unknown = sorted(k for k in raw if k not in raw.read and k not in NEUTRAL_FIELDS
+                     and k not in allow_unknown)
+    if unknown:
+        listed = ", ".join(f"'{k}' = {dict.__getitem__(raw, k)!r}" for k in unknown)
+        raise ConfigError(f"{cfg.family} config field(s) {listed} unknown to parax: they may "
+                          f"change the model, which parax would then build wrongly; if they do "
+                          f"not, pass --allow-unknown-config for each")
+    return cfg
+
+
+def _from_fields(raw, name):
     family = raw.get("model_type")
     if family not in FAMILIES:
         raise ConfigError(
             f"model_type {family!r} is not supported (supported: {', '.join(FAMILIES)})")
+    _check_rope_scaling(raw, family)
     if family == "gpt2":
+        # the attention scaled by 1/sqrt(head dim) only, no cross-attention
+        _only(raw, family, "scale_attn_weights", (True,), True, "scores scaled by 1/sqrt(head dim)")
+        _only(raw, family, "scale_attn_by_inverse_layer_idx", (False,), False,
+              "no per-layer attention scale")
+        _only(raw, family, "add_cross_attention", (False,), False, "a decoder without cross-attention")
+        raw.get("n_ctx")  # (an old alias of n_positions, which is read)
         hidden = _need(raw, "n_embd", "hidden_size")
         heads = _need(raw, "n_head", "num_attention_heads")
         if hidden % heads:
@@ -101,18 +241,43 @@ def from_hf_dict(raw, name="model"):
             norm_eps=raw.get("layer_norm_epsilon", 1e-5), tie_embeddings=True,
             attention_bias=True, gelu_approx="none" if act == "gelu" else "tanh")
 
+    # Every other family: a SwiGLU MLP, RMSNorm, no bias but where the
+    # family has its own (Qwen2-MoE's q/k/v).
+    _only(raw, family, "hidden_act", ("silu",), "silu", "SiLU (SwiGLU)")
+    _only(raw, family, "mlp_bias", (False,), False, "MLPs without biases")
+    if family == "llama":
+        _only(raw, family, "attention_bias", (False,), False,
+              "attention projections without biases")
     hidden = _need(raw, "hidden_size")
     heads = _need(raw, "num_attention_heads")
+    max_positions = raw.get("max_position_embeddings", 4096)
+    if family == "mixtral":
+        window = raw.get("sliding_window")
+        if window is not None and window < max_positions:
+            raise ConfigError(f"mixtral config field 'sliding_window' = {window!r} is not "
+                              f"implemented (parax's attention sees every earlier token, and "
+                              f"{window} is under max_position_embeddings {max_positions})")
+        _only(raw, family, "router_jitter_noise", (0, 0.0), 0.0, "routing without jitter noise")
+    if family == "qwen2_moe":
+        _only(raw, family, "use_sliding_window", (False,), False,
+              "attention over every earlier token")
+        raw.get("sliding_window"), raw.get("max_window_layers")  # (unused without it)
+        _only(raw, family, "qkv_bias", (True,), True, "q/k/v projections with biases")
+    if family == "deepseek_v3":
+        _only(raw, family, "moe_layer_freq", (1,), 1, "experts in every layer after the first dense ones")
+        _only(raw, family, "topk_method", ("noaux_tc", "greedy"), "noaux_tc",
+              "DeepSeek-V3's group-limited routing (noaux_tc) or plain top-k")
+        _only(raw, family, "rope_interleave", (True,), True, "interleaved rotary channels")
     cfg = ModelConfig(
         family=family, name=name, hidden=hidden,
         layers=_need(raw, "num_hidden_layers"), heads=heads,
         kv_heads=raw.get("num_key_value_heads") or heads,
         head_dim=raw.get("head_dim") or hidden // heads,
         ffn=_need(raw, "intermediate_size"), vocab=_need(raw, "vocab_size"),
-        max_positions=raw.get("max_position_embeddings", 4096),
+        max_positions=max_positions,
         norm_eps=raw.get("rms_norm_eps", 1e-6),
         rope_theta=float(raw.get("rope_theta", 10000.0)),
-        rope_scaling=copy.deepcopy(raw.get("rope_scaling")),
+        rope_scaling=_scaling_or_none(raw.get("rope_scaling")),
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         attention_bias=bool(raw.get("attention_bias", family == "qwen2_moe")))
     if family in ("mixtral", "qwen2_moe") and raw.get("output_router_logits"):
@@ -165,8 +330,10 @@ def from_hf_dict(raw, name="model"):
     return cfg
 
 
-def load_config(preset_or_path, layers=None, pad_vocab=None):
-    """A preset name or a path to a Hugging Face config.json -> ModelConfig.
+def load_config(preset_or_path, layers=None, pad_vocab=None, allow_unknown=()):
+    """A preset name, a path to a Hugging Face config.json or a model folder
+    holding one -> ModelConfig. `allow_unknown`: config fields the user
+    vouches leave the model unchanged (from_hf_dict).
     `pad_vocab=M`: the vocabulary rounded up to a multiple of M, as
     Megatron-LM pads it (--make-vocab-size-divisible-by, times its tensor
     parallel degree) so that tensor parallelism divides the embedding and
@@ -175,6 +342,11 @@ def load_config(preset_or_path, layers=None, pad_vocab=None):
     rows (a Hugging Face GPT-2's 50,257 do not: parax-run refuses it)."""
     if preset_or_path in PRESETS:
         cfg = from_hf_dict(copy.deepcopy(PRESETS[preset_or_path]), preset_or_path)
+    elif os.path.isdir(preset_or_path):  # a Hugging Face model folder
+        path = os.path.join(preset_or_path, "config.json")
+        if not os.path.exists(path):
+            raise ConfigError(f"{preset_or_path}: a folder without a config.json")
+        return load_config(path, layers, pad_vocab, allow_unknown)
     elif os.path.exists(preset_or_path):
         with open(preset_or_path) as f:
             try:
@@ -182,7 +354,12 @@ def load_config(preset_or_path, layers=None, pad_vocab=None):
             except json.JSONDecodeError as e:
                 raise ConfigError(f"{preset_or_path}: not valid JSON: {e}") from e
         name = os.path.basename(os.path.dirname(os.path.abspath(preset_or_path)))
-        cfg = from_hf_dict(raw, name or "model")
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{preset_or_path}: a config must be a JSON object")
+        try:
+            cfg = from_hf_dict(raw, name or "model", allow_unknown)
+        except ConfigError as e:
+            raise ConfigError(f"{preset_or_path}: {e}") from e
     else:
         raise ConfigError(f"{preset_or_path!r} is neither a preset "
                           f"({', '.join(PRESETS)}) nor a config.json file")

@@ -42,6 +42,7 @@
 #include <deque>
 #include <limits>
 #include <memory>
+#include <set>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -124,6 +125,8 @@ void usage() {
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
+               "  --allow-unused-weights: run although the checkpoint holds tensors the program never\n"
+               "  reads (refused otherwise: a model other than the one compiled)\n"
                "  --profile P.json: each instruction's wall time, the median over the steps (cuda:\n"
                "  over 3 more steps timed by device events), with its shapes, attributes and the\n"
                "  ranks a collective spans (rank 0: P.json, rank r: P.json.rank<r>): what\n"
@@ -341,6 +344,7 @@ int main(int argc, char **argv) {
        {"mtp", "multi-token prediction", "--mtp-losses", "mtp_loss", "multi-token prediction loss",
         "built without --mtp-weight"}}};
   bool perTokenLoss = false;  // --per-token-loss
+  bool allowUnusedWeights = false; // --allow-unused-weights
   std::string saveOptimizer, loadOptimizer; // --save-optimizer, --load-optimizer
   long long stepRows = 0;     // --step-rows (0: every row every step)
   bool optimizerSettings = false;
@@ -463,6 +467,7 @@ int main(int argc, char **argv) {
     else if (arg == terms[0].flag) terms[0].path = value();
     else if (arg == terms[1].flag) terms[1].path = value();
     else if (arg == "--per-token-loss") perTokenLoss = true;
+    else if (arg == "--allow-unused-weights") allowUnusedWeights = true;
     else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--step-rows") {
@@ -574,6 +579,29 @@ int main(int argc, char **argv) {
   }
   auto ckpt = Checkpoint::open(weights);
   if (!ckpt.isOk()) die(ckpt.status().message());
+  if (!allowUnusedWeights) {
+    // A checkpoint tensor no stage reads is a model other than the
+    // program's (a bias, a layer, a norm it does not build): refused.
+    std::set<std::string> read;
+    for (const auto &stage : exe.value().stages())
+      for (const auto &buffer : stage.buffers())
+        if (buffer.role() == parax::pxe::PARAMETER) {
+          std::vector<int64_t> whole(buffer.global_shape().begin(), buffer.global_shape().end());
+          for (const std::string &name : checkpointNames(buffer.param_name(), whole))
+            read.insert(name);
+        }
+    std::vector<std::string> unused;
+    for (const std::string &name : ckpt.value()->tensorNames())
+      if (!read.count(name)) unused.push_back(name);
+    if (!unused.empty()) {
+      std::string listed;
+      for (size_t k = 0; k < unused.size() && k < 8; ++k) listed += (k ? ", " : "") + unused[k];
+      if (unused.size() > 8) listed += ", ... (" + std::to_string(unused.size()) + " in all)";
+      die(weights + ": the program reads no tensor named " + listed +
+          ": this checkpoint holds a model other than the one compiled (build the model from its "
+          "config.json), or pass --allow-unused-weights to run without them");
+    }
+  }
   std::vector<Tensor> inputTensors;
   for (const std::string &path : inputs) {
     auto t = readNpy(path);

@@ -229,6 +229,22 @@ func.func @negative_rope_scaling_factor(%x: tensor<1x4x2x8xf32>) {
 
 // -----
 
+func.func @negative_rope_yarn_fields(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C5: yarn scaling needs a float 'beta_fast'}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, scaling = {rope_type = "yarn", factor = 4.0 : f64, original_max_position_embeddings = 64 : i64}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_llama3_original(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C5: llama3 scaling needs a positive integer 'original_max_position_embeddings'}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, scaling = {rope_type = "llama3", factor = 8.0 : f64, low_freq_factor = 1.0 : f64, high_freq_factor = 4.0 : f64, original_max_position_embeddings = 8.0e3 : f64}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
 func.func @negative_attention_rank(%q: tensor<1x4x8xf32>, %k: tensor<1x4x2x8xf32>) {
   // expected-error @+1 {{C1: q, k, v and the result must have rank 4}}
   %0 = parax.attention %q, %k, %k {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64} : (tensor<1x4x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>

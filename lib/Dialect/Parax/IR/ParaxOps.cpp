@@ -285,6 +285,25 @@ LogicalResult RopeOp::verify() {
                          "or \"linear\"");
     if (!scaling.getAs<FloatAttr>("factor"))
       return emitOpError("C5: scaling needs a float 'factor'");
+    // The fields each kind's frequencies read (the runtimes'
+    // ropeInverseFrequencies).
+    SmallVector<StringRef> floats, ints;
+    if (type.getValue() == "llama3") {
+      floats = {"low_freq_factor", "high_freq_factor"};
+      ints = {"original_max_position_embeddings"};
+    } else if (type.getValue() == "yarn") {
+      floats = {"beta_fast", "beta_slow"};
+      ints = {"original_max_position_embeddings"};
+    }
+    for (StringRef name : floats)
+      if (!scaling.getAs<FloatAttr>(name))
+        return emitOpError("C5: ") << type.getValue() << " scaling needs a float '" << name << "'";
+    for (StringRef name : ints) {
+      auto value = scaling.getAs<IntegerAttr>(name);
+      if (!value || value.getInt() <= 0)
+        return emitOpError("C5: ") << type.getValue() << " scaling needs a positive integer '" << name
+                                   << "'";
+    }
   }
   return success();
 }

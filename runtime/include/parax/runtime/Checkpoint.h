@@ -41,6 +41,9 @@ public:
     int file = 0;              // which of the mapped files
   };
   const Entry *find(const std::string &name) const;
+  /// The whole tensors it holds, by name (a box-wise checkpoint's, not its
+  /// boxes').
+  std::vector<std::string> tensorNames() const;
 
   /// Copies the box [start, start + size) of tensor `name` (whole tensor
   /// shape `shape` expected, or a tensor whose dimensions `shape` splits:
