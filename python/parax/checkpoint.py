@@ -214,7 +214,8 @@ def random_weights(cfg, seed=0, mtp_depths=0):
     return weights
 
 
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel",
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM",
+                 "gpt2": "GPT2LMHeadModel",
                  "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
                  "deepseek_v3": "DeepseekV3ForCausalLM"}
 

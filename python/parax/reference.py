@@ -189,7 +189,7 @@ def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     cache = cache if cache is not None else KVCache()
     if cfg.family == "gpt2":
         return _gpt2(cfg, w, tokens, cache)
-    if cfg.family not in ("llama", "mixtral", "qwen2_moe", "deepseek_v3"):
+    if cfg.family not in ("llama", "qwen2", "mistral", "mixtral", "qwen2_moe", "deepseek_v3"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
     past = cache.length()
     h = w["model.embed_tokens.weight"][tokens]
@@ -227,7 +227,7 @@ def _decoder_layer(cfg, w, i, h, cache, past, routers):
         h = h + o @ w[f"{p}.self_attn.o_proj.weight"].T
     x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
     flat = x.reshape(b * s, -1)
-    if cfg.family == "llama" or not cfg.is_moe_layer(i):
+    if not cfg.is_moe_layer(i):
         m = _mlp(w, f"{p}.mlp", flat)
     elif cfg.family == "mixtral":
         m = _moe(cfg, w, f"{p}.block_sparse_moe", flat, ("w1", "w3", "w2"), routers)

@@ -54,6 +54,10 @@ def count(shapes):
     ("gpt3-175b", 175.0e9, 0.005),
     # DeepSeek-V3 tech report: 671 B total (the 14 B MTP module excluded).
     ("deepseek-v3", 671e9, 0.005),
+    # Qwen2.5 model card: Qwen2.5-72B, 72.7 B.
+    ("qwen2.5-72b", 72.7e9, 0.005),
+    # Mistral AI: Mistral Large 2, 123 B.
+    ("mistral-large-2", 123e9, 0.005),
 ])
 def test_published_parameter_counts(preset, published, rel):
     text = build_model(load_config(preset))
@@ -267,9 +271,7 @@ def test_bad_config_files(tmp_path):
     ("tiny-llama", "hidden_act", "relu", "'hidden_act' = 'relu'"),
     ("tiny-llama", "attention_bias", True, "'attention_bias' = True is not implemented"),
     ("tiny-llama", "mlp_bias", True, "'mlp_bias' = True is not implemented"),
-    ("tiny-mixtral", "sliding_window", 4, "'sliding_window' = 4 is not implemented"),
     ("tiny-mixtral", "router_jitter_noise", 0.1, "'router_jitter_noise' = 0.1"),
-    ("tiny-qwen2-moe", "use_sliding_window", True, "'use_sliding_window' = True"),
     ("tiny-gpt2", "scale_attn_by_inverse_layer_idx", True, "'scale_attn_by_inverse_layer_idx' = True"),
     ("tiny-gpt2", "add_cross_attention", True, "'add_cross_attention' = True"),
     ("tiny-llama", "rope_scaling", {"rope_type": "dynamic", "factor": 2.0},
@@ -293,6 +295,29 @@ def test_fields_parax_does_not_build_are_refused(tmp_path, preset, field, value,
     # ... and by the command line, which names it too
     proc = _cli(str(path), "--seq", "4")
     assert proc.returncode != 0 and message in proc.stderr
+
+
+@pytest.mark.parametrize("preset,window", [("tiny-mistral", 64), ("tiny-mixtral", 4), ("tiny-qwen2", 16)])
+def test_a_program_longer_than_a_sliding_window_is_refused_at_build(tmp_path, preset, window):
+    """parax's attention sees every earlier token: a model with a sliding
+    window builds programs whose positions fit in it, and no longer ones
+    (a prompt, a KV cache's past, a generation cache's capacity)."""
+    fields = dict(PRESETS[preset], sliding_window=window)
+    if preset == "tiny-qwen2":  # its window slides from layer max_window_layers on
+        fields.update(use_sliding_window=True, max_window_layers=1)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields))
+    cfg = load_config(str(path))
+    assert cfg.sliding_window == window
+    build_model(cfg, seq=window)
+    for args in (dict(seq=window + 1), dict(seq=1, past=window), dict(seq=1, cache=window + 1)):
+        with pytest.raises(ConfigError, match=f"sliding window of {window} tokens, which parax does not "
+                                              f"implement: a program of {window + 1} positions"):
+            build_model(cfg, **args)
+    # Qwen2 with its window on no layer (max_window_layers = the layer count): none.
+    if preset == "tiny-qwen2":
+        path.write_text(json.dumps(dict(fields, max_window_layers=2)))
+        assert load_config(str(path)).sliding_window == 0
 
 
 def test_fields_that_leave_the_model_unchanged_are_accepted(tmp_path):

@@ -12,7 +12,7 @@ parameter is a function argument named by its Hugging Face checkpoint tensor
 
 import math
 
-from .config import ModelConfig, yarn_attention_factor
+from .config import ConfigError, ModelConfig, yarn_attention_factor
 
 DTYPES = {"bf16": "bf16", "f32": "f32", "f16": "f16"}
 
@@ -650,6 +650,12 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
         raise ValueError(f"sequence {seq} does not fit a cache of {cache} tokens")
     if last_logits and loss:
         raise ValueError("last_logits: the loss needs every position's logits")
+    span = max(past + seq, cache)  # the positions the program's attention may see
+    if cfg.sliding_window and span > cfg.sliding_window:
+        raise ConfigError(f"{cfg.name} ({cfg.family}) attends over a sliding window of "
+                          f"{cfg.sliding_window} tokens, which parax does not implement: a program "
+                          f"of {span} positions would see tokens beyond it (build one of at most "
+                          f"{cfg.sliding_window})")
     if mtp_depths and mtp_depths >= seq:
         raise ValueError(f"multi-token prediction: {mtp_depths} depth(s) need a sequence longer "
                          f"than {mtp_depths}, got {seq}")

@@ -9,7 +9,10 @@ from typing import Optional
 
 from .presets import PRESETS
 
-FAMILIES = ("llama", "gpt2", "mixtral", "qwen2_moe", "deepseek_v3")
+FAMILIES = ("llama", "qwen2", "mistral", "gpt2", "mixtral", "qwen2_moe", "deepseek_v3")
+# Dense families built as Llama (pre-norm RMSNorm, rotary, SwiGLU): Qwen2 /
+# Qwen2.5 with q/k/v biases, Mistral.
+LLAMA_LIKE = ("llama", "qwen2", "mistral")
 
 
 class ConfigError(ValueError):
@@ -91,7 +94,11 @@ class ModelConfig:
     rope_theta: float = 10000.0
     rope_scaling: Optional[dict] = None
     tie_embeddings: bool = False
-    attention_bias: bool = False
+    attention_bias: bool = False  # q/k/v projections with biases (Qwen2's, Qwen2-MoE's)
+    # Attention over the last `sliding_window` tokens alone (Mistral's,
+    # Mixtral's, Qwen2's with use_sliding_window; 0: every earlier one):
+    # a program that spans more tokens is refused at build.
+    sliding_window: int = 0
     gelu_approx: str = "tanh"     # GPT-2 family: "tanh" (gelu_new) or "none"
     # mixture of experts
     num_experts: int = 0
@@ -245,23 +252,25 @@ def _from_fields(raw, name):
     # family has its own (Qwen2-MoE's q/k/v).
     _only(raw, family, "hidden_act", ("silu",), "silu", "SiLU (SwiGLU)")
     _only(raw, family, "mlp_bias", (False,), False, "MLPs without biases")
-    if family == "llama":
+    if family in ("llama", "mistral"):
         _only(raw, family, "attention_bias", (False,), False,
               "attention projections without biases")
     hidden = _need(raw, "hidden_size")
     heads = _need(raw, "num_attention_heads")
     max_positions = raw.get("max_position_embeddings", 4096)
+    window = 0
+    if family in ("mistral", "mixtral"):  # (transformers' defaults: 4096, None)
+        window = raw.get("sliding_window", 4096 if family == "mistral" else None) or 0
     if family == "mixtral":
-        window = raw.get("sliding_window")
-        if window is not None and window < max_positions:
-            raise ConfigError(f"mixtral config field 'sliding_window' = {window!r} is not "
-                              f"implemented (parax's attention sees every earlier token, and "
-                              f"{window} is under max_position_embeddings {max_positions})")
         _only(raw, family, "router_jitter_noise", (0, 0.0), 0.0, "routing without jitter noise")
-    if family == "qwen2_moe":
-        _only(raw, family, "use_sliding_window", (False,), False,
-              "attention over every earlier token")
+    if family in ("qwen2", "qwen2_moe"):
+        # transformers slides the window over the layers from
+        # max_window_layers on (none when it is the layer count)
+        if raw.get("use_sliding_window", False) and \
+                raw.get("max_window_layers", 28) < _need(raw, "num_hidden_layers"):
+            window = raw.get("sliding_window", 4096) or 0
         raw.get("sliding_window"), raw.get("max_window_layers")  # (unused without it)
+    if family == "qwen2_moe":
         _only(raw, family, "qkv_bias", (True,), True, "q/k/v projections with biases")
     if family == "deepseek_v3":
         _only(raw, family, "moe_layer_freq", (1,), 1, "experts in every layer after the first dense ones")
@@ -279,9 +288,13 @@ def _from_fields(raw, name):
         rope_theta=float(raw.get("rope_theta", 10000.0)),
         rope_scaling=_scaling_or_none(raw.get("rope_scaling")),
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
-        attention_bias=bool(raw.get("attention_bias", family == "qwen2_moe")))
-    if family in ("mixtral", "qwen2_moe") and raw.get("output_router_logits"):
-        cfg.router_aux_loss_coef = float(raw.get("router_aux_loss_coef", 0.001))
+        attention_bias=family in ("qwen2", "qwen2_moe") or bool(raw.get("attention_bias", False)),
+        sliding_window=int(window))
+    if family in ("mixtral", "qwen2_moe"):
+        # (a training loss transformers adds only with output_router_logits)
+        coef = float(raw.get("router_aux_loss_coef", 0.001))
+        if raw.get("output_router_logits"):
+            cfg.router_aux_loss_coef = coef
     if family == "mixtral":
         cfg.num_experts = _need(raw, "num_local_experts")
         cfg.top_k = _need(raw, "num_experts_per_tok")

@@ -21,6 +21,21 @@ PRESETS = {
         "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0, "tie_word_embeddings": False,
     },
+    "tiny-qwen2": {  # Qwen2 / Qwen2.5: q/k/v biases, tied embeddings (the small ones)
+        "model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 256,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "tie_word_embeddings": True,
+        "use_sliding_window": False, "sliding_window": 128, "max_window_layers": 2,
+    },
+    "tiny-mistral": {  # a sliding window of 64: programs of up to 64 positions
+        "model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0, "tie_word_embeddings": False, "sliding_window": 64,
+    },
     "tiny-gpt2": {
         "model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
         "vocab_size": 256, "n_positions": 128, "layer_norm_epsilon": 1e-5,
@@ -58,6 +73,23 @@ PRESETS = {
         "num_nextn_predict_layers": 1,
     },
     # --- published models ------------------------------------------------------
+    # Qwen2.5-72B (sizes as Qwen/Qwen2.5-72B publishes them): 72.7 B parameters.
+    "qwen2.5-72b": {
+        "model_type": "qwen2", "hidden_size": 8192, "intermediate_size": 29568,
+        "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "vocab_size": 152064, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0, "tie_word_embeddings": False,
+        "use_sliding_window": False, "sliding_window": 131072, "max_window_layers": 80,
+    },
+    # Mistral Large 2 (sizes as mistralai/Mistral-Large-Instruct-2407 publishes
+    # them): 123 B.
+    "mistral-large-2": {
+        "model_type": "mistral", "hidden_size": 12288, "intermediate_size": 28672,
+        "num_hidden_layers": 88, "num_attention_heads": 96, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 32768, "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+        "sliding_window": None,
+    },
     # meta-llama/Meta-Llama-3-8B
     "llama3-8b": {
         "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,

@@ -43,8 +43,8 @@ func.func @norms_and_rope(%x: tensor<2x16x64xf32>, %w: tensor<64xf32>, %b: tenso
   // CHECK: parax.rope %{{.*}} {rotary_dim = 16 : i64, theta = 5.000000e+05 : f64}
   %e = parax.rope %q {theta = 500000.0 : f64, rotary_dim = 16} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
   // Partial, interleaved rotary with a position offset and Llama 3.1 scaling.
-  // CHECK: parax.rope %{{.*}} {interleaved, position_offset = 4 : i64, rotary_dim = 8 : i64, scaling = {factor = 8.000000e+00 : f64, rope_type = "llama3"}, theta = 1.000000e+04 : f64}
-  %p = parax.rope %q {theta = 10000.0 : f64, rotary_dim = 8, interleaved, position_offset = 4, scaling = {rope_type = "llama3", factor = 8.0 : f64}} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
+  // CHECK: parax.rope %{{.*}} {interleaved, position_offset = 4 : i64, rotary_dim = 8 : i64, scaling = {factor = 8.000000e+00 : f64, high_freq_factor = 4.000000e+00 : f64, low_freq_factor = 1.000000e+00 : f64, original_max_position_embeddings = 8192 : i64, rope_type = "llama3"}, theta = 1.000000e+04 : f64}
+  %p = parax.rope %q {theta = 10000.0 : f64, rotary_dim = 8, interleaved, position_offset = 4, scaling = {rope_type = "llama3", factor = 8.0 : f64, low_freq_factor = 1.0 : f64, high_freq_factor = 4.0 : f64, original_max_position_embeddings = 8192 : i64}} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
   return %r, %l, %e, %p : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>
 }
 
