@@ -204,7 +204,11 @@ def random_weights(cfg, seed=0, mtp_depths=0):
             if "norm" in name or name.endswith("ln_1.weight") or name.endswith("ln_2.weight") \
                     or name.endswith("ln_f.weight"):
                 return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
-            scale = 0.5 if name.endswith("bias") else 0.08
+            # (DeepSeek-V3's routing bias near 0: at the other biases' 0.5 it
+            # outweighs the routers' sigmoid scores and every token goes to
+            # the same experts, which tests no routing)
+            scale = 0.02 if name.endswith("e_score_correction_bias") \
+                else 0.5 if name.endswith("bias") else 0.08
             return (scale * rng.standard_normal(shape)).astype(np.float32)
         if "{e}" in name:
             for e in range(shape[0]):

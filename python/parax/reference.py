@@ -179,6 +179,28 @@ class KVCache:
         return _attention(q, k, v, scale)
 
 
+def balanced_router_bias(cfg, w, tokens):
+    """Weights `w` with each MoE layer's e_score_correction_bias set as
+    DeepSeek-V3's auxiliary-loss-free balancing drives it, for `tokens`:
+    minus each expert's mean score, so that no expert (and no group) is
+    everyone's choice, and which experts and groups a token takes turns on
+    the token. Random weights otherwise route most tokens alike, which
+    tests no routing rule. Layer by layer (a layer's routing moves the
+    next's inputs)."""
+    w = dict(w)
+    for layer in range(cfg.layers):
+        name = f"model.layers.{layer}.mlp.gate.e_score_correction_bias"
+        if name not in w:
+            continue
+        routers = []
+        forward(cfg, w, tokens, routers=routers)
+        # (the routers of the MoE layers so far, in order: this one's is the last)
+        scores = routers[sum(f"model.layers.{j}.mlp.gate.e_score_correction_bias" in w
+                             for j in range(layer + 1)) - 1][0]
+        w[name] = (-scores.mean(axis=0)).astype(np.float32)
+    return w
+
+
 def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     """Logits [B, S, V] of the model `cfg` with weights `w` on `tokens`.
 

@@ -70,14 +70,16 @@ class Model:
         self.mtp_weight = mtp_weight
         self.mtp_depths = self.cfg.mtp_layers if mtp_weight else 0
         self.weights = random_weights(self.cfg, seed=seed, mtp_depths=self.mtp_depths)
-        if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
-            self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
-        self.checkpoint = os.path.join(tmp, "weights.safetensors")
-        save_safetensors(self.checkpoint, self.weights, dtype=dtype)
         rng = np.random.default_rng(seed + 1)
         rows = rows or batch
         every = rng.integers(0, self.cfg.vocab, size=(rows, past + seq)).astype(np.int32)
         self.past_tokens, self.tokens = every[:, :past], every[:, past:]
+        if self.cfg.router_bias:  # DeepSeek-V3: routing that spreads over experts and groups
+            self.weights = reference.balanced_router_bias(self.cfg, self.weights, every)
+        if dtype == "bf16":  # the values a bf16 checkpoint holds, for numpy too
+            self.weights = {k: round_to_bf16(v) for k, v in self.weights.items()}
+        self.checkpoint = os.path.join(tmp, "weights.safetensors")
+        save_safetensors(self.checkpoint, self.weights, dtype=dtype)
         self.tokens_path = os.path.join(tmp, "tokens.npy")
         np.save(self.tokens_path, self.tokens)
         self.inputs = [self.tokens_path]

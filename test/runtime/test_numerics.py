@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import MPI_ENV, Model, replicas, tool, uneven_boxes
+from parax import reference
 
 NUMPY_TOL = 1e-4
 SHARDED_TOL = 1e-5
@@ -283,6 +284,31 @@ def test_wrong_rank_count_is_refused(tmp_path):
                      expect_ok=False)
     assert proc.returncode != 0
     assert "grid has 2 ranks but mpirun started 3 (use mpirun -np 2)" in proc.stderr
+
+
+def test_deepseek_test_data_exercises_the_routing_rule(tmp_path):
+    """The tiny DeepSeek-V3's test data (the conftest Model's weights and
+    tokens) spreads over the experts and both groups, and valuing a group
+    by its best expert instead of its top-2 sum would route some token
+    elsewhere: a wrong group rule changes the logits the numerics tests
+    compare (with random routing biases all 16 tokens went to the same two
+    experts, and such a bug survived every test)."""
+    model = Model(str(tmp_path), "tiny-deepseek-v3")
+    cfg = model.cfg
+    routers = []
+    reference.forward(cfg, model.weights, model.tokens, routers=routers)
+    scores, top = routers[0]
+    assert len(set(top.ravel().tolist())) >= 6
+    per = cfg.num_experts // cfg.num_groups
+    assert len(set((top[:, 0] // per).tolist())) == cfg.num_groups
+    choice = (scores + model.weights["model.layers.1.mlp.gate.e_score_correction_bias"]).reshape(
+        len(scores), cfg.num_groups, per)
+    by_top2 = np.argmax(np.sort(choice, axis=-1)[..., -2:].sum(-1), axis=-1)
+    by_best = np.argmax(choice.max(-1), axis=-1)
+    assert (by_top2 != by_best).any()
+    # and parax computes it as numpy does
+    logits = model.run(model.compile("single"), 1)
+    assert np.abs(logits - model.reference()).max() < NUMPY_TOL
 
 
 def test_missing_weight_names_it(tmp_path):
