@@ -182,7 +182,7 @@ class KVCache:
 def balanced_router_bias(cfg, w, tokens):
     """Weights `w` with each MoE layer's e_score_correction_bias set as
     DeepSeek-V3's auxiliary-loss-free balancing drives it, for `tokens`:
-    minus each expert's mean score, so that no expert (and no group) is
+    one minus each expert's mean score, so that no expert (and no group) is
     everyone's choice, and which experts and groups a token takes turns on
     the token. Random weights otherwise route most tokens alike, which
     tests no routing rule. Layer by layer (a layer's routing moves the
@@ -197,7 +197,11 @@ def balanced_router_bias(cfg, w, tokens):
         # (the routers of the MoE layers so far, in order: this one's is the last)
         scores = routers[sum(f"model.layers.{j}.mlp.gate.e_score_correction_bias" in w
                              for j in range(layer + 1)) - 1][0]
-        w[name] = (-scores.mean(axis=0)).astype(np.float32)
+        # (plus 1: every score + bias positive, which changes no choice --
+        # a common offset moves every expert and group alike -- and keeps
+        # transformers' DeepSeek-V3, which masks the groups left out with
+        # 0 rather than -inf, choosing as DeepSeek's reference code does)
+        w[name] = (1.0 - scores.mean(axis=0)).astype(np.float32)
     return w
 
 

@@ -1,7 +1,7 @@
 """The check users trust: parax's single-rank output against Hugging Face
 `transformers` (PyPI) loading the very same safetensors checkpoint (with a
 config.json) through `AutoModelForCausalLM.from_pretrained`, for every family
-it implements here. DeepSeek-V3 is not in the pinned transformers 4.46.3.
+it implements here (transformers 4.51.3, pinned in python/requirements.txt).
 
 Tolerance: 1e-4 absolute on fp32 logits.
 """
@@ -24,7 +24,7 @@ TOL = 1e-4
 
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2", "tiny-mixtral",
-                                    "tiny-qwen2-moe"])
+                                    "tiny-qwen2-moe", "tiny-deepseek-v3"])
 def test_parax_matches_transformers(tmp_path, preset):
     model = Model(str(tmp_path), preset)
     directory = str(tmp_path / "hf")
@@ -43,8 +43,9 @@ def test_parax_matches_transformers(tmp_path, preset):
 
 @pytest.mark.parametrize("preset,aux", [("tiny-llama", 0.0), ("tiny-qwen2", 0.0), ("tiny-gpt2", 0.0),
                                         ("tiny-mixtral", 0.0), ("tiny-qwen2-moe", 0.0), ("tiny-mixtral", 0.5),
-                                        ("tiny-qwen2-moe", 0.5)],
-                         ids=["llama", "qwen2", "gpt2", "mixtral", "qwen2-moe", "mixtral-aux", "qwen2-moe-aux"])
+                                        ("tiny-qwen2-moe", 0.5), ("tiny-deepseek-v3", 0.0)],
+                         ids=["llama", "qwen2", "gpt2", "mixtral", "qwen2-moe", "mixtral-aux", "qwen2-moe-aux",
+                              "deepseek-v3"])
 def test_training_gradients_match_transformers(tmp_path, preset, aux):
     """A training step's loss and every parameter's gradient (parax
     --parax-autodiff, one rank) against PyTorch's autograd through the
