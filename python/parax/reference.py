@@ -215,7 +215,8 @@ def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     cache = cache if cache is not None else KVCache()
     if cfg.family == "gpt2":
         return _gpt2(cfg, w, tokens, cache)
-    if cfg.family not in ("llama", "qwen2", "mistral", "mixtral", "qwen2_moe", "deepseek_v3"):
+    if cfg.family not in ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen2_moe", "qwen3_moe",
+                          "deepseek_v3"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
     past = cache.length()
     h = w["model.embed_tokens.weight"][tokens]
@@ -244,10 +245,12 @@ def _decoder_layer(cfg, w, i, h, cache, past, routers):
             if cfg.attention_bias:
                 y = y + w[f"{p}.self_attn.{name}.bias"]
             return y.reshape(b, s, n, hd)
-        q = _rope(proj("q_proj", nh), cfg.rope_theta, offset=past, scaling=cfg.rope_scaling,
-                  max_positions=cfg.max_positions)
-        k = _rope(proj("k_proj", kh), cfg.rope_theta, offset=past, scaling=cfg.rope_scaling,
-                  max_positions=cfg.max_positions)
+        q, k = proj("q_proj", nh), proj("k_proj", kh)
+        if cfg.qk_norm:
+            q = _rms_norm(q, w[f"{p}.self_attn.q_norm.weight"], cfg.norm_eps)
+            k = _rms_norm(k, w[f"{p}.self_attn.k_norm.weight"], cfg.norm_eps)
+        q = _rope(q, cfg.rope_theta, offset=past, scaling=cfg.rope_scaling, max_positions=cfg.max_positions)
+        k = _rope(k, cfg.rope_theta, offset=past, scaling=cfg.rope_scaling, max_positions=cfg.max_positions)
         v = proj("v_proj", kh)
         o = cache.attend(i, q, k, v, 1.0 / math.sqrt(hd)).reshape(b, s, nh * hd)
         h = h + o @ w[f"{p}.self_attn.o_proj.weight"].T
@@ -260,11 +263,12 @@ def _decoder_layer(cfg, w, i, h, cache, past, routers):
     elif cfg.family == "deepseek_v3":
         m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"), routers)
         m = m + _mlp(w, f"{p}.mlp.shared_experts", flat)
-    else:
+    else:  # Qwen2-MoE (a gated shared expert), Qwen3-MoE (none)
         m = _moe(cfg, w, f"{p}.mlp", flat, ("gate_proj", "up_proj", "down_proj"), routers)
-        shared = _mlp(w, f"{p}.mlp.shared_expert", flat)
-        gate = 1.0 / (1.0 + np.exp(-(flat @ w[f"{p}.mlp.shared_expert_gate.weight"].T)))
-        m = m + gate * shared
+        if cfg.shared_ffn:
+            shared = _mlp(w, f"{p}.mlp.shared_expert", flat)
+            gate = 1.0 / (1.0 + np.exp(-(flat @ w[f"{p}.mlp.shared_expert_gate.weight"].T)))
+            m = m + gate * shared
     return h + m.reshape(b, s, -1)
 
 

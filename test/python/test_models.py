@@ -58,6 +58,9 @@ def count(shapes):
     ("qwen2.5-72b", 72.7e9, 0.005),
     # Mistral AI: Mistral Large 2, 123 B.
     ("mistral-large-2", 123e9, 0.005),
+    # Qwen3 model cards: Qwen3-32B 32.8 B; Qwen3-235B-A22B 235 B.
+    ("qwen3-32b", 32.8e9, 0.005),
+    ("qwen3-235b-a22b", 235e9, 0.005),
 ])
 def test_published_parameter_counts(preset, published, rel):
     text = build_model(load_config(preset))

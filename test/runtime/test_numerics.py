@@ -46,6 +46,13 @@ PLANS = [
     ("tiny-qwen2-moe", None, "ep=2,dp=1", 2),
     ("tiny-deepseek-v3", None, "ep=2,dp=1", 2),
     ("tiny-deepseek-v3", None, "tp=2,dp=1", 2),
+    # Qwen2 (q/k/v biases, tied embeddings), Qwen3 (each head's q and k
+    # normalised: a norm over a split of heads), Qwen3-MoE, Mistral.
+    ("tiny-qwen2", None, "tp=2,dp=1", 2),
+    ("tiny-qwen3", None, "tp=2,dp=1", 2),
+    ("tiny-qwen3", None, "cp=2,tp=1,dp=1", 2),
+    ("tiny-qwen3-moe", None, "ep=2,tp=2,dp=1", 4),
+    ("tiny-mistral", None, "tp=2,pp=2,dp=1", 4),
     # Context parallelism: each rank a piece of every sequence, keys and
     # values gathered for attention (rope, causal mask and GPT-2's position
     # table offset by the piece).

@@ -237,8 +237,11 @@ class _Builder:
                         f"{prefix}.k_proj.bias" if bias else None)
         v = self.linear(x, f"{prefix}.v_proj.weight", nkv * hd, h,
                         f"{prefix}.v_proj.bias" if bias else None)
-        q = self.rope(self.reshape(q, [B, S, nh, hd]), hd)
-        k = self.rope(self.reshape(k, [B, S, nkv, hd]), hd)
+        q, k = self.reshape(q, [B, S, nh, hd]), self.reshape(k, [B, S, nkv, hd])
+        if cfg.qk_norm:  # Qwen3: each head's q and k RMS-normalised
+            q = self.rms_norm(q, f"{prefix}.q_norm.weight", cfg.norm_eps)
+            k = self.rms_norm(k, f"{prefix}.k_norm.weight", cfg.norm_eps)
+        q, k = self.rope(q, hd), self.rope(k, hd)
         v = self.reshape(v, [B, S, nkv, hd])
         scale = 1.0 / math.sqrt(hd)
         scaling = cfg.rope_scaling or {}

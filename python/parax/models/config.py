@@ -9,10 +9,8 @@ from typing import Optional
 
 from .presets import PRESETS
 
-FAMILIES = ("llama", "qwen2", "mistral", "gpt2", "mixtral", "qwen2_moe", "deepseek_v3")
-# Dense families built as Llama (pre-norm RMSNorm, rotary, SwiGLU): Qwen2 /
-# Qwen2.5 with q/k/v biases, Mistral.
-LLAMA_LIKE = ("llama", "qwen2", "mistral")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe",
+            "deepseek_v3")
 
 
 class ConfigError(ValueError):
@@ -95,6 +93,7 @@ class ModelConfig:
     rope_scaling: Optional[dict] = None
     tie_embeddings: bool = False
     attention_bias: bool = False  # q/k/v projections with biases (Qwen2's, Qwen2-MoE's)
+    qk_norm: bool = False         # Qwen3: an RMSNorm over each head's q and k before rotary
     # Attention over the last `sliding_window` tokens alone (Mistral's,
     # Mixtral's, Qwen2's with use_sliding_window; 0: every earlier one):
     # a program that spans more tokens is refused at build.
@@ -252,7 +251,7 @@ def _from_fields(raw, name):
     # family has its own (Qwen2-MoE's q/k/v).
     _only(raw, family, "hidden_act", ("silu",), "silu", "SiLU (SwiGLU)")
     _only(raw, family, "mlp_bias", (False,), False, "MLPs without biases")
-    if family in ("llama", "mistral"):
+    if family in ("llama", "mistral", "qwen3", "qwen3_moe"):
         _only(raw, family, "attention_bias", (False,), False,
               "attention projections without biases")
     hidden = _need(raw, "hidden_size")
@@ -263,7 +262,7 @@ def _from_fields(raw, name):
         window = raw.get("sliding_window", 4096 if family == "mistral" else None) or 0
     if family == "mixtral":
         _only(raw, family, "router_jitter_noise", (0, 0.0), 0.0, "routing without jitter noise")
-    if family in ("qwen2", "qwen2_moe"):
+    if family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         # transformers slides the window over the layers from
         # max_window_layers on (none when it is the layer count)
         if raw.get("use_sliding_window", False) and \
@@ -289,8 +288,9 @@ def _from_fields(raw, name):
         rope_scaling=_scaling_or_none(raw.get("rope_scaling")),
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         attention_bias=family in ("qwen2", "qwen2_moe") or bool(raw.get("attention_bias", False)),
+        qk_norm=family in ("qwen3", "qwen3_moe"),
         sliding_window=int(window))
-    if family in ("mixtral", "qwen2_moe"):
+    if family in ("mixtral", "qwen2_moe", "qwen3_moe"):
         # (a training loss transformers adds only with output_router_logits)
         coef = float(raw.get("router_aux_loss_coef", 0.001))
         if raw.get("output_router_logits"):
@@ -300,15 +300,16 @@ def _from_fields(raw, name):
         cfg.top_k = _need(raw, "num_experts_per_tok")
         cfg.moe_ffn = cfg.ffn
         cfg.normalize_topk = True
-    elif family == "qwen2_moe":
+    elif family in ("qwen2_moe", "qwen3_moe"):
         cfg.num_experts = _need(raw, "num_experts")
         cfg.top_k = _need(raw, "num_experts_per_tok")
         cfg.moe_ffn = _need(raw, "moe_intermediate_size")
-        cfg.shared_ffn = raw.get("shared_expert_intermediate_size", 0)
-        cfg.shared_expert_gate = cfg.shared_ffn > 0
-        cfg.normalize_topk = bool(raw.get("norm_topk_prob", False))
+        if family == "qwen2_moe":  # (Qwen3-MoE has no shared expert)
+            cfg.shared_ffn = raw.get("shared_expert_intermediate_size", 0)
+            cfg.shared_expert_gate = cfg.shared_ffn > 0
+        cfg.normalize_topk = bool(raw.get("norm_topk_prob", family == "qwen3_moe"))
         if raw.get("mlp_only_layers") or raw.get("decoder_sparse_step", 1) != 1:
-            raise ConfigError("qwen2_moe: mlp_only_layers / decoder_sparse_step "
+            raise ConfigError(f"{family}: mlp_only_layers / decoder_sparse_step "
                               "other than every layer are not supported")
     elif family == "deepseek_v3":
         cfg.num_experts = _need(raw, "n_routed_experts")

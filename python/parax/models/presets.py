@@ -29,6 +29,20 @@ PRESETS = {
         "rope_theta": 1000000.0, "tie_word_embeddings": True,
         "use_sliding_window": False, "sliding_window": 128, "max_window_layers": 2,
     },
+    "tiny-qwen3": {  # Qwen3: RMSNorm of each head's q and k, explicit head_dim
+        "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True,
+    },
+    "tiny-qwen3-moe": {
+        "model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+        "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": True,
+        "tie_word_embeddings": False,
+    },
     "tiny-mistral": {  # a sliding window of 64: programs of up to 64 positions
         "model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -80,6 +94,22 @@ PRESETS = {
         "vocab_size": 152064, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
         "rope_theta": 1000000.0, "tie_word_embeddings": False,
         "use_sliding_window": False, "sliding_window": 131072, "max_window_layers": 80,
+    },
+    # Qwen3-32B and Qwen3-235B-A22B (sizes as Qwen/Qwen3-32B and
+    # Qwen/Qwen3-235B-A22B publish them): 32.8 B; 235 B, 22 B active.
+    "qwen3-32b": {
+        "model_type": "qwen3", "hidden_size": 5120, "intermediate_size": 25600,
+        "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+    },
+    "qwen3-235b-a22b": {
+        "model_type": "qwen3_moe", "hidden_size": 4096, "intermediate_size": 12288,
+        "moe_intermediate_size": 1536, "num_hidden_layers": 94, "num_attention_heads": 64,
+        "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+        "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True,
+        "tie_word_embeddings": False,
     },
     # Mistral Large 2 (sizes as mistralai/Mistral-Large-Instruct-2407 publishes
     # them): 123 B.
