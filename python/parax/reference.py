@@ -31,7 +31,7 @@ def _rope_frequencies(theta, rot, scaling, max_positions):
     transformers' modeling_rope_utils defines each rope_type."""
     inv = 1.0 / (theta ** (np.arange(0, rot, 2) / rot))
     kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-    if kind == "default":
+    if kind in ("default", "dynamic"):  # (dynamic: within max_position_embeddings)
         return inv, 1.0
     factor = float(scaling["factor"])
     if kind == "linear":

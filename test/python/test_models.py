@@ -277,8 +277,6 @@ def test_bad_config_files(tmp_path):
     ("tiny-mixtral", "router_jitter_noise", 0.1, "'router_jitter_noise' = 0.1"),
     ("tiny-gpt2", "scale_attn_by_inverse_layer_idx", True, "'scale_attn_by_inverse_layer_idx' = True"),
     ("tiny-gpt2", "add_cross_attention", True, "'add_cross_attention' = True"),
-    ("tiny-llama", "rope_scaling", {"rope_type": "dynamic", "factor": 2.0},
-     "rope_type 'dynamic', which is not implemented"),
     ("tiny-llama", "rope_scaling", {"rope_type": "longrope", "factor": 2.0}, "rope_type 'longrope'"),
     ("tiny-llama", "rope_scaling", {"rope_type": "yarn", "factor": 2.0, "truncate": False},
      "'rope_scaling' has 'truncate', unknown to parax"),
@@ -321,6 +319,18 @@ def test_a_program_longer_than_a_sliding_window_is_refused_at_build(tmp_path, pr
     if preset == "tiny-qwen2":
         path.write_text(json.dumps(dict(fields, max_window_layers=2)))
         assert load_config(str(path)).sliding_window == 0
+
+
+def test_dynamic_ntk_rope_past_its_positions_is_refused_at_build(tmp_path):
+    """Dynamic NTK scaling is plain rotary within max_position_embeddings
+    (transformers rescales only past it): such programs build, longer ones
+    are refused."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(PRESETS["tiny-llama"], rope_scaling={"rope_type": "dynamic", "factor": 2.0})))
+    cfg = load_config(str(path))
+    assert "scaling" not in build_model(cfg, seq=128)
+    with pytest.raises(ConfigError, match="dynamic NTK rope scaling past max_position_embeddings 128"):
+        build_model(cfg, seq=8, past=121)
 
 
 def test_fields_that_leave_the_model_unchanged_are_accepted(tmp_path):

@@ -163,7 +163,7 @@ class _Builder:
             attrs += f", position_offset = {self.past} : i64"
         if interleaved:
             attrs += ", interleaved"
-        if cfg.rope_scaling:
+        if cfg.rope_scaling and cfg.rope_scaling.get("rope_type") != "dynamic":
             scaling = dict(cfg.rope_scaling)
             rope_type = scaling.pop("rope_type", None) or scaling.pop("type", None)
             scaling.pop("type", None)
@@ -654,6 +654,10 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
     if last_logits and loss:
         raise ValueError("last_logits: the loss needs every position's logits")
     span = max(past + seq, cache)  # the positions the program's attention may see
+    if (cfg.rope_scaling or {}).get("rope_type") == "dynamic" and span > cfg.max_positions:
+        raise ConfigError(f"{cfg.name} ({cfg.family}): dynamic NTK rope scaling past "
+                          f"max_position_embeddings {cfg.max_positions} (a program of {span} "
+                          f"positions) is not implemented")
     if cfg.sliding_window and span > cfg.sliding_window:
         raise ConfigError(f"{cfg.name} ({cfg.family}) attends over a sliding window of "
                           f"{cfg.sliding_window} tokens, which parax does not implement: a program "

@@ -141,6 +141,10 @@ class ModelConfig:
 def _scaling_or_none(scaling):
     if not scaling or scaling.get("rope_type", scaling.get("type")) == "default":
         return None
+    if scaling.get("rope_type", scaling.get("type")) == "dynamic":
+        # Dynamic NTK: plain rotary up to max_position_embeddings (a longer
+        # program is refused at build: rope_positions)
+        return {"rope_type": "dynamic"}
     return copy.deepcopy(dict(scaling))
 
 
@@ -151,7 +155,7 @@ def _need(raw, *keys):
     raise ConfigError(f"config lacks '{keys[0]}'")
 
 
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 
 
 def _check_rope_scaling(raw, family):
