@@ -215,8 +215,8 @@ def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     cache = cache if cache is not None else KVCache()
     if cfg.family == "gpt2":
         return _gpt2(cfg, w, tokens, cache)
-    if cfg.family not in ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen2_moe", "qwen3_moe",
-                          "deepseek_v3"):
+    if cfg.family not in ("llama", "qwen2", "qwen3", "mistral", "phi3", "mixtral", "qwen2_moe",
+                          "qwen3_moe", "deepseek_v3"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
     past = cache.length()
     h = w["model.embed_tokens.weight"][tokens]
@@ -241,6 +241,11 @@ def _decoder_layer(cfg, w, i, h, cache, past, routers):
         h = h + _mla(cfg, w, f"{p}.self_attn", x, cache, i, past)
     else:
         def proj(name, n):
+            if cfg.fused:  # Phi-3's qkv_proj: q, k, v rows
+                rows = {"q_proj": (0, nh * hd), "k_proj": (nh * hd, kh * hd),
+                        "v_proj": ((nh + kh) * hd, kh * hd)}[name]
+                fused = w[f"{p}.self_attn.qkv_proj.weight"]
+                return (x @ fused[rows[0]: rows[0] + rows[1]].T).reshape(b, s, n, hd)
             y = x @ w[f"{p}.self_attn.{name}.weight"].T
             if cfg.attention_bias:
                 y = y + w[f"{p}.self_attn.{name}.bias"]
@@ -249,14 +254,18 @@ def _decoder_layer(cfg, w, i, h, cache, past, routers):
         if cfg.qk_norm:
             q = _rms_norm(q, w[f"{p}.self_attn.q_norm.weight"], cfg.norm_eps)
             k = _rms_norm(k, w[f"{p}.self_attn.k_norm.weight"], cfg.norm_eps)
-        q = _rope(q, cfg.rope_theta, offset=past, scaling=cfg.rope_scaling, max_positions=cfg.max_positions)
-        k = _rope(k, cfg.rope_theta, offset=past, scaling=cfg.rope_scaling, max_positions=cfg.max_positions)
+        rope = dict(rot=cfg.rotary_dim or hd, offset=past, scaling=cfg.rope_scaling,
+                    max_positions=cfg.max_positions)
+        q, k = _rope(q, cfg.rope_theta, **rope), _rope(k, cfg.rope_theta, **rope)
         v = proj("v_proj", kh)
         o = cache.attend(i, q, k, v, 1.0 / math.sqrt(hd)).reshape(b, s, nh * hd)
         h = h + o @ w[f"{p}.self_attn.o_proj.weight"].T
     x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
     flat = x.reshape(b * s, -1)
-    if not cfg.is_moe_layer(i):
+    if cfg.fused:  # Phi-3's gate_up_proj: gate rows, then up rows
+        gate, up = np.split(w[f"{p}.mlp.gate_up_proj.weight"], 2, axis=0)
+        m = (_silu(flat @ gate.T) * (flat @ up.T)) @ w[f"{p}.mlp.down_proj.weight"].T
+    elif not cfg.is_moe_layer(i):
         m = _mlp(w, f"{p}.mlp", flat)
     elif cfg.family == "mixtral":
         m = _moe(cfg, w, f"{p}.block_sparse_moe", flat, ("w1", "w3", "w2"), routers)

@@ -61,6 +61,8 @@ def count(shapes):
     # Qwen3 model cards: Qwen3-32B 32.8 B; Qwen3-235B-A22B 235 B.
     ("qwen3-32b", 32.8e9, 0.005),
     ("qwen3-235b-a22b", 235e9, 0.005),
+    # Microsoft: Phi-3-medium, 14 B (13.96 B).
+    ("phi-3-medium", 13.96e9, 0.005),
 ])
 def test_published_parameter_counts(preset, published, rel):
     text = build_model(load_config(preset))

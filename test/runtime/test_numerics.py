@@ -53,6 +53,7 @@ PLANS = [
     ("tiny-qwen3", None, "cp=2,tp=1,dp=1", 2),
     ("tiny-qwen3-moe", None, "ep=2,tp=2,dp=1", 4),
     ("tiny-mistral", None, "tp=2,pp=2,dp=1", 4),
+    ("tiny-phi3", None, "tp=2,dp=1", 2),  # (pieces of the fused tensors on each rank)
     # Context parallelism: each rank a piece of every sequence, keys and
     # values gathered for attention (rope, causal mask and GPT-2's position
     # table offset by the piece).

@@ -221,6 +221,12 @@ class _Builder:
 
     def gated_mlp(self, x, prefix, width, names=("gate_proj", "up_proj", "down_proj")):
         h = self.cfg.hidden
+        if self.cfg.fused:  # Phi-3: gate then up rows of one gate_up_proj [2 F, h]
+            w = self.e.param(f"{prefix}.gate_up_proj.weight", [2 * width, h])
+            g, u = (self.e.op("linear", [x, self.slice(w, 0, start, width)], [x[1][:-1] + [width]],
+                              "transpose_w") for start in (0, width))
+            s = self.e.op("swiglu", [g, u], [g[1]])
+            return self.linear(s, f"{prefix}.{names[2]}.weight", h, width)
         g = self.linear(x, f"{prefix}.{names[0]}.weight", width, h)
         u = self.linear(x, f"{prefix}.{names[1]}.weight", width, h)
         s = self.e.op("swiglu", [g, u], [g[1]])
@@ -231,17 +237,24 @@ class _Builder:
         cfg, B, S = self.cfg, self.B, self.S
         h, nh, nkv, hd = cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim
         bias = cfg.attention_bias
-        q = self.linear(x, f"{prefix}.q_proj.weight", nh * hd, h,
-                        f"{prefix}.q_proj.bias" if bias else None)
-        k = self.linear(x, f"{prefix}.k_proj.weight", nkv * hd, h,
-                        f"{prefix}.k_proj.bias" if bias else None)
-        v = self.linear(x, f"{prefix}.v_proj.weight", nkv * hd, h,
-                        f"{prefix}.v_proj.bias" if bias else None)
+        if cfg.fused:  # Phi-3: q, k and v rows of one qkv_proj [(nh + 2 nkv) hd, h]
+            w = self.e.param(f"{prefix}.qkv_proj.weight", [(nh + 2 * nkv) * hd, h])
+            q, k, v = (self.e.op("linear", [x, self.slice(w, 0, start, rows)], [x[1][:-1] + [rows]],
+                                 "transpose_w")
+                       for start, rows in ((0, nh * hd), (nh * hd, nkv * hd), ((nh + nkv) * hd, nkv * hd)))
+        else:
+            q = self.linear(x, f"{prefix}.q_proj.weight", nh * hd, h,
+                            f"{prefix}.q_proj.bias" if bias else None)
+            k = self.linear(x, f"{prefix}.k_proj.weight", nkv * hd, h,
+                            f"{prefix}.k_proj.bias" if bias else None)
+            v = self.linear(x, f"{prefix}.v_proj.weight", nkv * hd, h,
+                            f"{prefix}.v_proj.bias" if bias else None)
         q, k = self.reshape(q, [B, S, nh, hd]), self.reshape(k, [B, S, nkv, hd])
         if cfg.qk_norm:  # Qwen3: each head's q and k RMS-normalised
             q = self.rms_norm(q, f"{prefix}.q_norm.weight", cfg.norm_eps)
             k = self.rms_norm(k, f"{prefix}.k_norm.weight", cfg.norm_eps)
-        q, k = self.rope(q, hd), self.rope(k, hd)
+        rot = cfg.rotary_dim or hd
+        q, k = self.rope(q, rot), self.rope(k, rot)
         v = self.reshape(v, [B, S, nkv, hd])
         scale = 1.0 / math.sqrt(hd)
         scaling = cfg.rope_scaling or {}

@@ -9,7 +9,7 @@ from typing import Optional
 
 from .presets import PRESETS
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe",
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe",
             "deepseek_v3")
 
 
@@ -94,6 +94,8 @@ class ModelConfig:
     tie_embeddings: bool = False
     attention_bias: bool = False  # q/k/v projections with biases (Qwen2's, Qwen2-MoE's)
     qk_norm: bool = False         # Qwen3: an RMSNorm over each head's q and k before rotary
+    fused: bool = False           # Phi-3: one qkv_proj and one gate_up_proj tensor
+    rotary_dim: int = 0           # channels a head rotates (0: all; Phi's partial_rotary_factor)
     # Attention over the last `sliding_window` tokens alone (Mistral's,
     # Mixtral's, Qwen2's with use_sliding_window; 0: every earlier one):
     # a program that spans more tokens is refused at build.
@@ -255,15 +257,17 @@ def _from_fields(raw, name):
     # family has its own (Qwen2-MoE's q/k/v).
     _only(raw, family, "hidden_act", ("silu",), "silu", "SiLU (SwiGLU)")
     _only(raw, family, "mlp_bias", (False,), False, "MLPs without biases")
-    if family in ("llama", "mistral", "qwen3", "qwen3_moe"):
+    if family in ("llama", "mistral", "qwen3", "qwen3_moe", "phi3"):
         _only(raw, family, "attention_bias", (False,), False,
               "attention projections without biases")
     hidden = _need(raw, "hidden_size")
     heads = _need(raw, "num_attention_heads")
     max_positions = raw.get("max_position_embeddings", 4096)
     window = 0
-    if family in ("mistral", "mixtral"):  # (transformers' defaults: 4096, None)
+    if family in ("mistral", "mixtral", "phi3"):  # (transformers' defaults: 4096, None, None)
         window = raw.get("sliding_window", 4096 if family == "mistral" else None) or 0
+    if family == "phi3":
+        raw.get("original_max_position_embeddings")  # (LongRoPE's, which is refused)
     if family == "mixtral":
         _only(raw, family, "router_jitter_noise", (0, 0.0), 0.0, "routing without jitter noise")
     if family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
@@ -293,6 +297,7 @@ def _from_fields(raw, name):
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         attention_bias=family in ("qwen2", "qwen2_moe") or bool(raw.get("attention_bias", False)),
         qk_norm=family in ("qwen3", "qwen3_moe"),
+        fused=family == "phi3",
         sliding_window=int(window))
     if family in ("mixtral", "qwen2_moe", "qwen3_moe"):
         # (a training loss transformers adds only with output_router_logits)
@@ -342,6 +347,16 @@ def _from_fields(raw, name):
         cfg.v_head_dim = _need(raw, "v_head_dim")
         cfg.head_dim = cfg.qk_nope_dim + cfg.qk_rope_dim
         cfg.kv_heads = heads
+    factor = float(raw.get("partial_rotary_factor", 1.0)) if family == "phi3" else 1.0
+    cfg.rotary_dim = int(cfg.head_dim * factor)
+    if cfg.rotary_dim % 2 or not 0 < cfg.rotary_dim <= cfg.head_dim:
+        raise ConfigError(f"{family} config field 'partial_rotary_factor' = {factor!r}: "
+                          f"{cfg.rotary_dim} rotated channels of {cfg.head_dim} (an even number "
+                          f"is needed)")
+    if cfg.rotary_dim < cfg.head_dim and (cfg.rope_scaling or {}).get(
+            "rope_type", (cfg.rope_scaling or {}).get("type")) == "yarn":
+        raise ConfigError(f"{family} config field 'rope_scaling': YaRN on partially rotated heads "
+                          f"(partial_rotary_factor {factor}) is not implemented")
     if cfg.heads % cfg.kv_heads:
         raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
                           f"num_attention_heads {cfg.heads}")

@@ -43,6 +43,14 @@ PRESETS = {
         "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": True,
         "tie_word_embeddings": False,
     },
+    "tiny-phi3": {  # Phi-3: fused qkv_proj and gate_up_proj; a partial rotary (Phi-4-mini's)
+        "model_type": "phi3", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 256, "max_position_embeddings": 128, "original_max_position_embeddings": 128,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+        "tie_word_embeddings": False, "sliding_window": 64,
+        "pad_token_id": 0,  # (transformers' default, 32000, is past this vocabulary)
+    },
     "tiny-mistral": {  # a sliding window of 64: programs of up to 64 positions
         "model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -110,6 +118,15 @@ PRESETS = {
         "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
         "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True,
         "tie_word_embeddings": False,
+    },
+    # Phi-3-medium (sizes as microsoft/Phi-3-medium-4k-instruct publishes
+    # them): 14 B; a sliding window of 2047.
+    "phi-3-medium": {
+        "model_type": "phi3", "hidden_size": 5120, "intermediate_size": 17920,
+        "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 10,
+        "vocab_size": 32064, "max_position_embeddings": 4096,
+        "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "tie_word_embeddings": False, "sliding_window": 2047,
     },
     # Mistral Large 2 (sizes as mistralai/Mistral-Large-Instruct-2407 publishes
     # them): 123 B.
