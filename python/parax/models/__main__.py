@@ -24,7 +24,7 @@ def main(argv=None):
                              "GPT-2/3's 50,257 to 51,200 for M = 1024), so that tensor parallelism splits the "
                              "embedding and the output head; a model of that many classes, its checkpoint too")
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, help="sequence length (default: min(2048, max positions))")
+    parser.add_argument("--seq", type=int, help="sequence length (default: min(2048, max positions, a sliding window))")
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     parser.add_argument("--loss", action="store_true",
                         help="take labels and return the mean cross-entropy loss")

@@ -650,7 +650,7 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if seq is None:
-        seq = min(2048, cfg.max_positions)
+        seq = min(2048, cfg.max_positions, cfg.sliding_window or cfg.max_positions)
     if batch < 1 or seq < 1:
         raise ValueError("batch and sequence must be positive")
     if past < 0:
