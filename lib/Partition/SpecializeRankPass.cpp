@@ -84,7 +84,7 @@ struct ParaxSpecializeRankPass
     int64_t devices = grid.getNumDevices();
     if (rank < 0 || rank >= devices) {
       mlir::emitError(module.getLoc())
-          << "rank " << rank << " is outside the grid @" << grid.getSymName()
+          << "rank " << static_cast<int64_t>(rank) << " is outside the grid @" << grid.getSymName()
           << " of " << devices << " ranks";
       return signalPassFailure();
     }

@@ -92,10 +92,13 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
   rest.split(items, ',', -1, /*KeepEmpty=*/false);
   for (StringRef item : items) {
     auto [key, value] = item.split('=');
+    // (at most 2^31: counts beyond any cluster, whose products in bytes
+    // and FLOPs would overflow the search's arithmetic)
     auto integer = [&](int64_t &out, int64_t minimum) -> Error {
-      if (value.getAsInteger(10, out) || out < minimum)
-        return workloadError(spec, "'" + key + "' needs an integer >= " +
-                                       Twine(minimum) + ", got '" + value + "'");
+      constexpr int64_t kMost = int64_t(1) << 31;
+      if (value.getAsInteger(10, out) || out < minimum || out > kMost)
+        return workloadError(spec, "'" + key + "' needs an integer in [" + Twine(minimum) + ", " +
+                                       Twine(kMost) + "], got '" + value + "'");
       return Error::success();
     };
     auto pin = [&](std::optional<int64_t> &out) -> Error {
@@ -204,6 +207,10 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
   }
   if (w.batch <= 0)
     return workloadError(spec, "needs batch=N");
+  int64_t tokens = w.batch * std::max<int64_t>(1, std::max(w.seq, w.context));
+  if (tokens > (int64_t(1) << 40))
+    return workloadError(spec, "batch x sequence (or context) is " + Twine(tokens) +
+                                   " tokens a step, more than 2^40");
   if (w.kind == WorkloadKind::Decode) {
     if (w.context <= 0)
       return workloadError(spec, "decode needs context=N (tokens in the KV cache)");

@@ -3,6 +3,7 @@
 #include "parax/runtime/Checkpoint.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -699,8 +700,12 @@ StatusOr<Tensor> readNpy(const std::string &path) {
   } else {
     std::vector<int64_t> wide(n);
     in.read(reinterpret_cast<char *>(wide.data()), n * 8);
-    for (int64_t k = 0; k < n; ++k)
+    for (int64_t k = 0; k < n; ++k) {
+      if (wide[k] < INT32_MIN || wide[k] > INT32_MAX) // (truncated, it would be another token)
+        return PARAX_ERROR(path + ": element " + std::to_string(k) + " is " + std::to_string(wide[k]) +
+                           ", outside the 32-bit range the runtime's indices hold");
       t.i[k] = static_cast<int32_t>(wide[k]);
+    }
   }
   if (!in)
     return PARAX_ERROR(path + ": truncated data");

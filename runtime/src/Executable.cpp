@@ -4,6 +4,8 @@
 #include "parax/runtime/PipelineSchedule.h"
 #include "parax/runtime/Tensor.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -674,6 +676,9 @@ Status validatePipelineTransfers(const pxe::Executable &exe) {
 }
 
 StatusOr<pxe::Executable> loadExecutable(const std::string &path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+    return PARAX_ERROR(path + ": not a file (an executable is a .pxe file)");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return PARAX_ERROR(path + ": cannot open the executable");

@@ -275,6 +275,10 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
     Status s = weights.readParameterBox(buffer.param_name(), box.shape, box.start, shape, t);
     if (!s.isOk())
       return s;
+    if (t.isInt != isInt) // (same byte size, other kind: the kernels would read the wrong vector)
+      return Status::error("checkpoint tensor '" + buffer.param_name() + "' holds " +
+                           (t.isInt ? "integers" : "floats") + ", the program reads " +
+                           (isInt ? "integers" : "floats") + " there");
     if (zero)
       std::fill(t.f.begin(), t.f.end(), 0.0f);
     if (hooks && hooks->parameterLoaded) {

@@ -330,6 +330,56 @@ def test_missing_weight_names_it(tmp_path):
     assert "no tensor 'model.layers.1.mlp.down_proj.weight' (a missing weight)" in proc.stderr
 
 
+def test_a_float_parameter_stored_as_integers_is_refused(tmp_path):
+    """Issue 45 R1: an F32 parameter whose safetensors header says I32 (the
+    same byte size): refused, named (it crashed in cblas_sgemm)."""
+    from safetensors.numpy import save_file
+    model = Model(str(tmp_path), "tiny-llama")
+    weights = dict(model.weights)
+    name = "model.layers.0.mlp.up_proj.weight"
+    weights[name] = weights[name].view(np.int32)
+    save_file(weights, model.checkpoint)
+    proc = model.run(model.compile("single"), 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert f"checkpoint tensor '{name}' holds integers, the program reads floats there" in proc.stderr
+
+
+def test_int64_tokens_outside_32_bits_are_refused(tmp_path):
+    """Issue 45 R7: int64 token ids of 2^32 + 5 were truncated to token 5
+    (identical logits): refused, naming the element and its value."""
+    model = Model(str(tmp_path), "tiny-llama")
+    tokens = model.tokens.astype(np.int64)
+    tokens[1, 3] = 2 ** 32 + 5
+    np.save(model.tokens_path, tokens)
+    proc = model.run(model.compile("single"), 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert "element 11 is 4294967301, outside the 32-bit range" in proc.stderr
+
+
+def test_an_executable_path_that_is_a_folder_is_named(tmp_path):
+    """Issue 45 R13: a directory given as the executable ("format_version:
+    is 0" before)."""
+    model = Model(str(tmp_path), "tiny-llama")
+    folder = tmp_path / "exe.pxe"
+    folder.mkdir()
+    proc = model.run(str(folder), 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert f"{folder}: not a file (an executable is a .pxe file)" in proc.stderr
+
+
+def test_two_outputs_to_one_path_are_refused_before_a_step(tmp_path):
+    """Issue 45 R5: --save-weights and --save-optimizer naming one file ran
+    and kept only the optimizer's state: refused before any step."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True)
+    exe = model.compile("train", autodiff=True)
+    same = str(tmp_path / "x.safetensors")
+    proc = model.run(exe, 1, expect_ok=False, extra=["--optimizer", "adamw", "--steps", "2",
+                                                     "--save-weights", same, "--save-optimizer", same])
+    assert proc.returncode != 0
+    assert f"--save-weights and --save-optimizer both write '{same}'" in proc.stderr
+    assert not os.path.exists(same)
+
+
 def test_weights_the_program_never_reads_are_refused(tmp_path):
     """A checkpoint of another model than the one compiled (here a Llama
     with q/k/v and o_proj biases, which parax's Llama does not build) is

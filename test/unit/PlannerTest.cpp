@@ -542,6 +542,14 @@ TEST(WorkloadTest, ParsesAndRejects) {
   Workload g = cantFail(parseWorkload("train:batch=8,seq=16,gemm=fp8"));
   EXPECT_EQ(g.gemmDtype, "fp8");
   EXPECT_EQ(g.toString(), "train:batch=8,seq=16,gemm=fp8");
+  // Counts that would overflow the search's arithmetic (a batch of 2^63 - 1
+  // planned with negative rows, latency and memory): refused.
+  EXPECT_NE(message("prefill:batch=9223372036854775807,seq=8")
+                .find("'batch' needs an integer in [1, 2147483648], got '9223372036854775807'"),
+            std::string::npos);
+  EXPECT_NE(message("prefill:batch=2147483648,seq=2048").find("4398046511104 tokens a step, more than 2^40"),
+            std::string::npos);
+  EXPECT_NE(message("decode:batch=65536,context=2147483648").find("more than 2^40"), std::string::npos);
 }
 
 } // namespace

@@ -537,6 +537,19 @@ int main(int argc, char **argv) {
     die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
   if (saveEvery > 0 && saveWeights.empty() && saveOptimizer.empty())
     die("--save-every K: nothing is saved (--save-weights or --save-optimizer)");
+  {
+    // Two things written to one path: the later would replace the earlier
+    // (the weights lost under the optimizer's state), after every step ran.
+    std::vector<std::pair<std::string, std::string>> written = {
+        {"--save-weights", saveWeights}, {"--save-optimizer", saveOptimizer}, {"--losses", lossesPath}};
+    for (const LossTerm &t : terms) written.push_back({t.flag, t.path});
+    for (const std::string &out : outputs) written.push_back({"--output", out});
+    for (size_t a = 0; a < written.size(); ++a)
+      for (size_t b = a + 1; b < written.size(); ++b)
+        if (!written[a].second.empty() && written[a].second == written[b].second)
+          die(written[a].first + " and " + written[b].first + " both write '" + written[a].second +
+              "': give each its own path");
+  }
   if (saveFormat == "boxes") {
     if (saveWeights.empty() && saveOptimizer.empty())
       die("--save-format boxes: nothing is saved (--save-weights or --save-optimizer)");
