@@ -9,10 +9,14 @@
 #include "MoeKernels.h"
 
 #include <cblas.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -205,6 +209,34 @@ struct Executor::Impl {
   Status run(const pxe::Instruction &inst);
 };
 
+// Host memory this process may still take: the least of what its
+// address-space limit leaves and what the system has available (bytes;
+// a very large number when neither is known).
+static double availableHostBytes(std::string &which) {
+  double best = 1e300;
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    double used = 0;
+    std::ifstream statm("/proc/self/statm");
+    long pages = 0;
+    if (statm >> pages)
+      used = static_cast<double>(pages) * sysconf(_SC_PAGESIZE);
+    best = static_cast<double>(limit.rlim_cur) - used;
+    which = "what the process's address-space limit leaves";
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  while (meminfo >> key >> kb) {
+    if (key == "MemAvailable:" && kb * 1024 < best) {
+      best = kb * 1024;
+      which = "MemAvailable";
+    }
+    meminfo.ignore(256, '\n');
+  }
+  return best;
+}
+
 Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *comm,
                          const Checkpoint &weights, const std::vector<Tensor> &inputs,
                          const LoadHooks *hooks) {
@@ -221,6 +253,23 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
   if (stage_ >= exe.stages_size())
     stage_ = 0;
   stageProto_ = &exe.stages(stage_);
+  if (!hooks) {
+    // Every buffer is host memory here (4 bytes an element): refused with
+    // the figures before anything is taken, not in an allocation.
+    double needed = 0;
+    for (const pxe::Buffer &buffer : stageProto_->buffers())
+      needed += 4.0 * numelOf(std::vector<int64_t>(buffer.shape().begin(), buffer.shape().end()));
+    std::string which;
+    double available = availableHostBytes(which);
+    if (needed > available) {
+      char text[256];
+      std::snprintf(text, sizeof text,
+                    "rank %d (stage %d) needs %.2f GB of host memory for its buffers; %.2f GB are "
+                    "available (%s)",
+                    rank, stage_, needed / 1e9, available / 1e9, which.c_str());
+      return Status::error(text);
+    }
+  }
   buffers_.assign(stageProto_->buffers_size(), Tensor());
   cacheState_ = cacheStateInputs(*stageProto_);
   // Instructions whose token ids or run-time position come from the inputs:

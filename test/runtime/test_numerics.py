@@ -344,6 +344,21 @@ def test_a_float_parameter_stored_as_integers_is_refused(tmp_path):
     assert f"checkpoint tensor '{name}' holds integers, the program reads floats there" in proc.stderr
 
 
+def test_a_program_larger_than_the_memory_it_may_take_is_refused_with_figures(tmp_path):
+    """Issue 45 R2: `--steps 0` ("does it fit?") of a program whose buffers
+    need 6 GB, under a 4 GB address-space limit: refused with both
+    figures before anything is allocated (it aborted in std::bad_alloc)."""
+    import subprocess
+    model = Model(str(tmp_path), "tiny-llama", batch=4096, seq=128)
+    exe = model.compile("single")
+    command = (f"ulimit -v 4000000; exec {tool('parax-run')} {exe} --weights {model.checkpoint} "
+               f"--input {model.tokens_path} --steps 0")
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    assert proc.returncode != 0
+    assert "rank 0 (stage 0) needs 6.04 GB of host memory for its buffers; " in proc.stderr, proc.stderr
+    assert "GB are available" in proc.stderr
+
+
 def test_int64_tokens_outside_32_bits_are_refused(tmp_path):
     """Issue 45 R7: int64 token ids of 2^32 + 5 were truncated to token 5
     (identical logits): refused, naming the element and its value."""

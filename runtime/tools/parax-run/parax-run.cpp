@@ -42,6 +42,7 @@
 #include <deque>
 #include <limits>
 #include <memory>
+#include <new>
 #include <set>
 #include <functional>
 #include <string>
@@ -279,6 +280,14 @@ Tensor receiveTensor(int from) {
 }
 
 int main(int argc, char **argv) {
+  // An allocation that fails past prepare's check (the optimizer's state,
+  // a gathered result): a named error, not an abort.
+  std::set_new_handler([] {
+    std::fputs("parax-run: out of host memory (an allocation failed; the program's buffers, its "
+               "optimizer state and the results need more than this process may take)\n",
+               stderr);
+    std::_Exit(1);
+  });
   const bool mpi = launchedByMpi();
   int rank = 0, size = 1;
   // How long one wait for the other ranks may take before the job ends
