@@ -5,6 +5,9 @@
 
 #include "parax/runtime/executable.pb.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
@@ -317,9 +320,16 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
   exe.mutable_schedule()->set_zero_stage(static_cast<int32_t>(zeroStage));
   if (chunks > 1)
     exe.mutable_schedule()->set_chunks(static_cast<int32_t>(chunks));
+  // Deterministically: an attribute map's entries sorted by key (their
+  // hash order made each translation of one IR a different file).
   std::string bytes;
-  if (!exe.SerializeToString(&bytes))
-    return module.emitError("cannot serialise the executable");
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    if (!exe.SerializeToCodedStream(&coded) || coded.HadError())
+      return module.emitError("cannot serialise the executable");
+  }
   os << bytes;
   return success();
 }

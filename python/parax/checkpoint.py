@@ -6,6 +6,7 @@ them. Written with the standard library and numpy (no safetensors package).
 """
 
 import json
+import os
 import struct
 
 import numpy as np
@@ -44,21 +45,31 @@ def save_safetensors(path, tensors, dtype="f32"):
         offset += size
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        # Tensor by tensor, straight from the arrays (no copy of the whole
-        # checkpoint in memory).
-        for name in sorted(tensors):
-            array = tensors[name]
-            if header[name]["dtype"] == "I32":
-                np.ascontiguousarray(array).tofile(f)
-            elif header[name]["dtype"] == "BF16":
-                flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
-                for start in range(0, flat.size, 1 << 22):  # bounded temporaries
-                    f.write(_bf16_bytes(flat[start:start + (1 << 22)]))
-            else:
-                np.ascontiguousarray(array, dtype=np.float32).tofile(f)
+    # Through a temporary file beside it, synced and renamed over it: an old
+    # checkpoint stays whole until the new one is.
+    partial = f"{path}.partial-{os.getpid()}"
+    try:
+        with open(partial, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            # Tensor by tensor, straight from the arrays (no copy of the whole
+            # checkpoint in memory).
+            for name in sorted(tensors):
+                array = tensors[name]
+                if header[name]["dtype"] == "I32":
+                    np.ascontiguousarray(array).tofile(f)
+                elif header[name]["dtype"] == "BF16":
+                    flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
+                    for start in range(0, flat.size, 1 << 22):  # bounded temporaries
+                        f.write(_bf16_bytes(flat[start:start + (1 << 22)]))
+                else:
+                    np.ascontiguousarray(array, dtype=np.float32).tofile(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
 
 
 def load_safetensors(path):

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <functional>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -712,6 +713,33 @@ StatusOr<Tensor> readNpy(const std::string &path) {
   return t;
 }
 
+// Writes `path` through a temporary file beside it, flushed, synced and
+// renamed over it: the old file stays whole until the new one is, so a run
+// killed mid-write loses neither.
+static Status writeAtomically(const std::string &path, const std::function<void(std::ostream &)> &write) {
+  std::string partial = path + ".partial-" + std::to_string(getpid());
+  {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    if (!out)
+      return PARAX_ERROR(path + ": cannot write (" + partial + ")");
+    write(out);
+    out.flush();
+    if (!out) {
+      std::remove(partial.c_str());
+      return PARAX_ERROR(path + ": write failed");
+    }
+  }
+  int fd = ::open(partial.c_str(), O_RDONLY);
+  bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0)
+    ::close(fd);
+  if (!synced || std::rename(partial.c_str(), path.c_str()) != 0) {
+    std::remove(partial.c_str());
+    return PARAX_ERROR(path + ": cannot put the written file in place");
+  }
+  return Status::ok();
+}
+
 Status writeNpy(const std::string &path, const Tensor &t) {
   std::string shape = "(";
   for (int64_t d : t.shape)
@@ -722,19 +750,17 @@ Status writeNpy(const std::string &path, const Tensor &t) {
   while ((10 + header.size() + 1) % 64)
     header += ' ';
   header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  if (!out)
-    return PARAX_ERROR(path + ": cannot write");
-  out.write("\x93NUMPY\x01\x00", 8);
-  uint16_t len = header.size();
-  out.put(len & 0xff);
-  out.put(len >> 8);
-  out << header;
-  if (t.isInt)
-    out.write(reinterpret_cast<const char *>(t.i.data()), t.i.size() * 4);
-  else
-    out.write(reinterpret_cast<const char *>(t.f.data()), t.f.size() * 4);
-  return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
+  return writeAtomically(path, [&](std::ostream &out) {
+    out.write("\x93NUMPY\x01\x00", 8);
+    uint16_t len = header.size();
+    out.put(len & 0xff);
+    out.put(len >> 8);
+    out << header;
+    if (t.isInt)
+      out.write(reinterpret_cast<const char *>(t.i.data()), t.i.size() * 4);
+    else
+      out.write(reinterpret_cast<const char *>(t.f.data()), t.f.size() * 4);
+  });
 }
 
 // Tensor names are written unescaped: refuse those that would need it.
@@ -754,19 +780,18 @@ std::string shardFileName(int k, int n) {
 Status writeSafetensorsIndex(const std::string &folder, const std::map<std::string, std::string> &weightMap,
                              uint64_t totalBytes) {
   std::string path = folder + "/model.safetensors.index.json";
-  std::ofstream out(path, std::ios::binary);
-  if (!out)
-    return PARAX_ERROR(path + ": cannot write");
-  out << "{\n  \"metadata\": {\"total_size\": " << totalBytes << "},\n  \"weight_map\": {";
-  const char *separator = "\n";
-  for (const auto &[name, file] : weightMap) {
+  for (const auto &[name, file] : weightMap)
     if (Status plain = plainName(path, name); !plain.isOk())
       return plain;
-    out << separator << "    \"" << name << "\": \"" << file << "\"";
-    separator = ",\n";
-  }
-  out << "\n  }\n}\n";
-  return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
+  return writeAtomically(path, [&](std::ostream &out) {
+    out << "{\n  \"metadata\": {\"total_size\": " << totalBytes << "},\n  \"weight_map\": {";
+    const char *separator = "\n";
+    for (const auto &[name, file] : weightMap) {
+      out << separator << "    \"" << name << "\": \"" << file << "\"";
+      separator = ",\n";
+    }
+    out << "\n  }\n}\n";
+  });
 }
 
 std::string boxKey(const std::string &name, const std::vector<int64_t> &start) {
@@ -832,25 +857,25 @@ Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &rec
     byTensor[box.name].push_back(&box);
     bytes += 4 * static_cast<uint64_t>(box.end >= 0 ? box.end - box.begin : volume(box.size));
   }
-  std::ofstream out(path, std::ios::binary);
-  if (!out)
-    return PARAX_ERROR(path + ": cannot write");
-  out << "{\n  \"format\": \"parax-boxes\",\n  \"metadata\": {\"total_size\": " << bytes << "},\n  \"tensors\": {";
-  const char *separator = "\n";
-  for (const auto &[name, boxes] : byTensor) {
-    out << separator << "    \"" << name << "\": {\"shape\": " << listed(boxes.front()->shape) << ", \"boxes\": [";
-    for (size_t i = 0; i < boxes.size(); ++i) {
-      out << (i ? ",\n" : "\n") << "      {\"start\": " << listed(boxes[i]->start) << ", \"size\": "
-          << listed(boxes[i]->size);
-      if (boxes[i]->end >= 0)
-        out << ", \"range\": " << listed({boxes[i]->begin, boxes[i]->end});
-      out << ", \"file\": \"" << boxFileName(boxes[i]->writer, ranks) << "\"}";
+  return writeAtomically(path, [&](std::ostream &out) {
+    out << "{\n  \"format\": \"parax-boxes\",\n  \"metadata\": {\"total_size\": " << bytes
+        << "},\n  \"tensors\": {";
+    const char *separator = "\n";
+    for (const auto &[name, boxes] : byTensor) {
+      out << separator << "    \"" << name << "\": {\"shape\": " << listed(boxes.front()->shape)
+          << ", \"boxes\": [";
+      for (size_t i = 0; i < boxes.size(); ++i) {
+        out << (i ? ",\n" : "\n") << "      {\"start\": " << listed(boxes[i]->start) << ", \"size\": "
+            << listed(boxes[i]->size);
+        if (boxes[i]->end >= 0)
+          out << ", \"range\": " << listed({boxes[i]->begin, boxes[i]->end});
+        out << ", \"file\": \"" << boxFileName(boxes[i]->writer, ranks) << "\"}";
+      }
+      out << "]}";
+      separator = ",\n";
     }
-    out << "]}";
-    separator = ",\n";
-  }
-  out << "\n  }\n}\n";
-  return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
+    out << "\n  }\n}\n";
+  });
 }
 
 Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors) {
@@ -872,16 +897,14 @@ Status writeSafetensors(const std::string &path, const std::map<std::string, Ten
   header += "}";
   while (header.size() % 8)
     header += ' ';
-  std::ofstream out(path, std::ios::binary);
-  if (!out)
-    return PARAX_ERROR(path + ": cannot write");
-  uint64_t length = header.size();
-  for (int b = 0; b < 8; ++b)
-    out.put(static_cast<char>((length >> (8 * b)) & 0xff));
-  out << header;
-  for (const auto &[name, t] : tensors)
-    out.write(reinterpret_cast<const char *>(t.f.data()), t.f.size() * 4);
-  return out ? Status::ok() : PARAX_ERROR(path + ": write failed");
+  return writeAtomically(path, [&](std::ostream &out) {
+    uint64_t length = header.size();
+    for (int b = 0; b < 8; ++b)
+      out.put(static_cast<char>((length >> (8 * b)) & 0xff));
+    out << header;
+    for (const auto &[name, t] : tensors)
+      out.write(reinterpret_cast<const char *>(t.f.data()), t.f.size() * 4);
+  });
 }
 
 } // namespace parax::runtime
