@@ -151,6 +151,20 @@ def save_boxes(folder, boxes, files):
         json.dump({"format": "parax-boxes", "tensors": index}, f, indent=2)
 
 
+def _shard_path(folder, file, index, what):
+    """The path of a file an index names, which must be a plain file name
+    in the index's folder (no directory part, no `..`, not absolute) and no
+    symbolic link (which could lead anywhere), as parax-run requires."""
+    if not isinstance(file, str) or not file or "/" in file or "\\" in file or file in (".", ".."):
+        raise ValueError(f"{index}: {what} is in {file!r}, which is not a plain file name in the "
+                         f"index's folder")
+    full = os.path.join(folder, file)
+    if os.path.islink(full):
+        raise ValueError(f"{index}: {what} is in {file!r}, a symbolic link (refused: it may lead "
+                         f"outside the checkpoint's folder)")
+    return full
+
+
 def load_boxes(path):
     """name -> whole array from a box-wise checkpoint (its index or
     folder): each tensor put together from its boxes and runs, which must
@@ -165,7 +179,8 @@ def load_boxes(path):
         written = np.zeros(entry["shape"], dtype=np.int32)
         for box in entry["boxes"]:
             if box["file"] not in files:
-                files[box["file"]] = load_safetensors(os.path.join(folder, box["file"]))
+                files[box["file"]] = load_safetensors(
+                    _shard_path(folder, box["file"], path, f"a box of tensor '{name}'"))
             run = box.get("range")
             data = files[box["file"]][_box_key(name, box["start"], run)]
             region = tuple(slice(a, a + n) for a, n in zip(box["start"], box["size"]))
@@ -200,7 +215,7 @@ def load_checkpoint(path):
     weight_map = index["weight_map"]
     folder, out = os.path.dirname(path), {}
     for file in sorted(set(weight_map.values())):
-        part = load_safetensors(os.path.join(folder, file))
+        part = load_safetensors(_shard_path(folder, file, path, "a shard"))
         out.update({name: part[name] for name, shard in weight_map.items() if shard == file})
     return out
 

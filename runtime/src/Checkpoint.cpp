@@ -193,15 +193,21 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string &path) 
 
 namespace {
 
+std::string folderOf(const std::string &path) {
+  return path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+}
+
 // A file an index names: a plain name in the index's folder.
 Status plainFileName(const std::string &index, const std::string &file, const std::string &what) {
   if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
     return PARAX_ERROR(index + ": " + what + " is in '" + file + "', which is not a plain file name in the index's folder");
+  // ... and not a symbolic link, which could lead anywhere.
+  struct stat info;
+  std::string full = folderOf(index) + "/" + file;
+  if (lstat(full.c_str(), &info) == 0 && S_ISLNK(info.st_mode))
+    return PARAX_ERROR(index + ": " + what + " is in '" + file +
+                       "', a symbolic link (refused: it may lead outside the checkpoint's folder)");
   return Status::ok();
-}
-
-std::string folderOf(const std::string &path) {
-  return path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
 }
 
 std::string listed(const std::vector<int64_t> &dims) {

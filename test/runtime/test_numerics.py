@@ -526,6 +526,37 @@ def test_bad_sharded_checkpoint_is_named(tmp_path, damage, message):
     assert_refused_once_damaged(model, folder, INDEX, damage, message)
 
 
+@pytest.mark.parametrize("shard", ["../../other.safetensors", "/tmp/other.safetensors", "link.safetensors"],
+                         ids=["dot-dot", "absolute", "symlink"])
+def test_an_index_naming_a_file_outside_its_folder_is_refused_by_both_loaders(tmp_path, shard):
+    """Issue 45 R6: `python -m parax checkpoint` (parax.checkpoint) read
+    files an index named outside its folder; both loaders followed
+    symbolic links. Each is refused, by Python and by parax-run alike."""
+    import json as _json
+    from parax.checkpoint import INDEX, load_checkpoint, save_sharded
+    model = Model(str(tmp_path), "tiny-llama")
+    folder = str(tmp_path / "sharded")
+    save_sharded(folder, model.weights, 2)
+    outside = tmp_path / "other.safetensors"
+    os.replace(os.path.join(folder, "model-00002-of-00002.safetensors"), outside)
+    if shard == "link.safetensors":
+        os.symlink(outside, os.path.join(folder, shard))
+    path = os.path.join(folder, INDEX)
+    with open(path) as f:
+        index = _json.load(f)
+    index["weight_map"] = {name: (shard if file == "model-00002-of-00002.safetensors" else file)
+                           for name, file in index["weight_map"].items()}
+    with open(path, "w") as f:
+        _json.dump(index, f)
+    message = "a symbolic link" if shard == "link.safetensors" else "not a plain file name in the index's folder"
+    with pytest.raises(ValueError, match=message):
+        load_checkpoint(folder)
+    model.checkpoint = folder
+    proc = model.run(model.compile("single"), 1, expect_ok=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
 def assert_refused_once_damaged(model, folder, index_name, damage, message):
     """`damage` applied to the checkpoint index `folder`/`index_name` (its
     JSON), the model's run from that folder fails, naming `message`."""
