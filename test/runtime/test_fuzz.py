@@ -65,6 +65,20 @@ def test_mutants_end_in_a_named_error_or_a_run(tmp_path, preset, build, pins, ra
         assert files and int(files.group(1)) > 0, proc.stdout
 
 
+def test_a_seed_that_does_not_run_fails_the_fuzzer(tmp_path):
+    """Issue 45 R12: given inputs the unmutated executable refuses (here
+    none: the tokens are missing), every mutant was refused at prepare and
+    the fuzzer exited 0 having tested nothing. Now it fails, saying so."""
+    model = Model(str(tmp_path), "tiny-llama")
+    exe = model.compile("seed")
+    proc = subprocess.run([tool("parax-pxe-fuzz"), exe, model.checkpoint, "--mutants", "50"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "does not run with these weights and inputs (refused at prepare: the executable wants input #0" \
+        in proc.stderr
+    assert "testing nothing" in proc.stderr
+
+
 @pytest.mark.parametrize("pins,ranks", [(None, 1), ("tp=2,dp=1", 2)], ids=["single", "tp2"])
 def test_damaged_box_checkpoints_end_in_a_named_error_or_a_run(tmp_path, pins, ranks):
     """Weights from a box-wise checkpoint (numpy's uneven boxes and runs):

@@ -495,6 +495,19 @@ int main(int argc, char **argv) {
     }
     return outcome;
   };
+  // The seed itself must run: else every mutant is refused for what the
+  // seed lacks, and the run passes having tested nothing.
+  {
+    std::string seedError;
+    Outcome seedOutcome = prepareAndRun(original.value(), *weights.value(), inputs, onCuda, nullptr, &seedError);
+    if (seedOutcome != Outcome::Ran) {
+      std::fprintf(stderr,
+                   "parax-pxe-fuzz: the unmutated %s does not run with these weights and inputs (%s%s%s): "
+                   "every mutant would be refused for that, testing nothing\n",
+                   seedPath.c_str(), outcomeName(seedOutcome), seedError.empty() ? "" : ": ", seedError.c_str());
+      return 2;
+    }
+  }
   for (long m = 0; m < mutants; ++m) {
     pxe::Executable exe = original.value();
     std::string what;
