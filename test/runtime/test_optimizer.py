@@ -708,3 +708,48 @@ def test_multi_token_prediction_loss_is_logged_apart(tmp_path, pins, ranks):
     assert proc.returncode != 0
     assert "--mtp-losses: the executable returns no multi-token prediction loss (built without --mtp-weight)" \
         in proc.stderr, proc.stderr
+
+
+def test_nonfinite_gradients_stop_the_run_or_skip_the_step(tmp_path):
+    """Issue 45 R11: NaN weights trained to the end with rc 0 and saved
+    NaN weights. A step whose gradients are not finite now stops the run
+    before its update, naming the step (no weights saved); with
+    --skip-nonfinite the step is skipped, counted, and the weights saved
+    are the ones loaded."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True)
+    exe = model.compile("train", autodiff=True)
+    weights = dict(model.weights)
+    weights["model.layers.0.mlp.up_proj.weight"] = weights["model.layers.0.mlp.up_proj.weight"].copy()
+    weights["model.layers.0.mlp.up_proj.weight"][3, 5] = np.nan
+    save_safetensors(model.checkpoint, weights)
+    saved = os.path.join(model.dir, "trained.safetensors")
+    proc = model.run(exe, 1, outputs=0, expect_ok=False,
+                     extra=[*ADAMW, "--steps", "2", "--save-weights", saved])
+    assert proc.returncode != 0
+    assert "optimizer step 1: the gradients are not finite (their global norm is nan)" in proc.stderr, proc.stderr
+    assert not os.path.exists(saved)
+    proc = model.run(exe, 1, outputs=0, expect_ok=False,
+                     extra=[*ADAMW, "--steps", "2", "--save-weights", saved, "--skip-nonfinite"])
+    assert proc.returncode == 0, proc.stderr
+    assert "2 step(s) skipped: their gradients were not finite" in proc.stdout
+    kept = load_safetensors(saved)
+    for name, w in weights.items():
+        np.testing.assert_array_equal(kept[name], w)
+
+
+def test_loaded_moments_adamw_could_not_have_made_are_refused(tmp_path):
+    """Issue 45 R11: optimizer state with a negative second moment (or a
+    NaN) made every update NaN, the run ending with rc 0. Refused at load,
+    naming the tensor."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True)
+    exe = model.compile("train", autodiff=True)
+    state = str(tmp_path / "state.safetensors")
+    train(model, exe, 1, 1, [*ADAMW, "--save-optimizer", state])
+    moments = load_safetensors(state)
+    name = "model.layers.1.mlp.down_proj.weight.exp_avg_sq"
+    moments[name] = moments[name].copy()
+    moments[name].reshape(-1)[7] = -1.0
+    save_safetensors(state, moments)
+    proc = model.run(exe, 1, outputs=0, expect_ok=False, extra=[*ADAMW, "--steps", "1", "--load-optimizer", state])
+    assert proc.returncode != 0
+    assert f"'{name}' holds -1.000000 at element 7 of this rank's box: a negative second moment" in proc.stderr

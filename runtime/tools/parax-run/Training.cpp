@@ -384,6 +384,17 @@ Status Training::beginStep(const OptimizerConfig &config, const std::vector<doub
       return Status::error("the gradients' global norm (MPI_Allreduce) failed");
   }
   gradNorm = std::sqrt(total);
+  if (!std::isfinite(gradNorm)) {
+    // (every rank sees the same all-reduced norm: all stop or skip alike)
+    if (!config.skipNonfinite)
+      return Status::error("optimizer step " + std::to_string(step_) + ": the gradients are not finite (their "
+                           "global norm is " + std::to_string(gradNorm) + "): stopped before the update, no "
+                           "weight changed (--skip-nonfinite skips such a step instead)");
+    --step_; // (the step's update is not applied: the schedule does not advance)
+    ++skipped_;
+    factors.skip = true;
+    return Status::ok();
+  }
   factors.clip = config.clipNorm > 0 && gradNorm > config.clipNorm ? config.clipNorm / (gradNorm + 1e-6) : 1.0;
   factors.lr = lr_ = learningRate(config, step_);
   factors.correction1 = 1 - std::pow(config.beta1, static_cast<double>(step_));
@@ -423,7 +434,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
   }
   StepFactors f;
   Status begun = beginStep(config, squares, f, gradNorm);
-  if (!begun.isOk()) return begun;
+  if (!begun.isOk() || f.skip) return begun;
   const double clip = f.clip, lr = f.lr, correction1 = f.correction1, correction2 = f.correction2;
   const double b1 = config.beta1, b2 = config.beta2;
   for (size_t k = 0; k < outputs.size(); ++k) {
@@ -773,6 +784,15 @@ Status Training::loadState(const runtime::Checkpoint &file, const std::string &p
       std::string name = b.param_name() + (which == 0 ? ".exp_avg" : ".exp_avg_sq");
       s = file.readParameterBox(name, where.shape, where.start, shape, box);
       if (!s.isOk()) return Status::error(path + ": " + s.message());
+      if (box.isInt) return Status::error(path + ": '" + name + "' holds integers, not a moment");
+      // A moment AdamW could not have made: NaN or infinite, or a negative
+      // second moment (its square root is NaN): every update would be.
+      for (size_t e = 0; e < box.f.size(); ++e)
+        if (!std::isfinite(box.f[e]) || (which == 1 && box.f[e] < 0))
+          return Status::error(path + ": '" + name + "' holds " + std::to_string(box.f[e]) + " at element " +
+                               std::to_string(e) + " of this rank's box: " +
+                               (which == 1 && std::isfinite(box.f[e]) ? "a negative second moment"
+                                                                      : "not a finite number"));
       Chunk c = shares ? chunkOf(k, box.numel()) : Chunk{0, box.numel(), box.numel()};
       (which == 0 ? states_[k].m : states_[k].v).assign(box.f.begin() + c.begin, box.f.begin() + c.end);
     }

@@ -55,6 +55,10 @@ struct OptimizerConfig {
   int64_t warmupSteps = 0, decaySteps = 0;
   std::string schedule = "constant";
   double minLr = 0;
+  // A step whose gradients are not finite (their global norm NaN or
+  // infinite): stop, naming it (false), or skip its update, as
+  // mixed-precision trainers do, and count it (true: --skip-nonfinite).
+  bool skipNonfinite = false;
 };
 
 /// The learning rate of optimizer step `step` (see OptimizerConfig).
@@ -131,7 +135,10 @@ public:
   /// box once. Every rank takes part. `gradNorm` receives the norm.
   struct StepFactors {
     double lr, clip, correction1, correction2;
+    bool skip = false; // the gradients are not finite and --skip-nonfinite: no update
   };
+  /// Steps whose update was skipped (--skip-nonfinite).
+  int64_t skippedSteps() const { return skipped_; }
   Status beginStep(const OptimizerConfig &config, const std::vector<double> &squares, StepFactors &factors,
                    double &gradNorm);
   /// AdamW's moment (`which` 0: m, 1: v) of gradient output `k`, as this
@@ -294,6 +301,7 @@ private:
   };
   std::vector<State> states_; // per output
   int64_t step_ = 0;
+  int64_t skipped_ = 0; // steps not applied (non-finite gradients)
   double lr_ = 0;
   bool zeroShares_ = false; // the states hold this rank's chunk of each box
 };

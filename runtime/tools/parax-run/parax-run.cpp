@@ -126,6 +126,8 @@ void usage() {
                "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
                "  the parameter values it holds and, on cuda, the device memory it took (with\n"
                "  --generate: every program of the loop, every microbatch's)\n"
+               "  --skip-nonfinite: with --optimizer, a step whose gradients are not finite is skipped (no\n"
+               "  update; counted at the end) instead of stopping the run, which is the default\n"
                "  --allow-unused-weights: run although the checkpoint holds tensors the program never\n"
                "  reads (refused otherwise: a model other than the one compiled)\n"
                "  --profile P.json: each instruction's wall time, the median over the steps (cuda:\n"
@@ -170,7 +172,7 @@ Status deviceStep(CudaExecutor &gpu, Training &training, const OptimizerConfig &
   }
   Training::StepFactors f;
   Status s = training.beginStep(config, perOutput, f, gradNorm);
-  if (!s.isOk()) return s;
+  if (!s.isOk() || f.skip) return s;
   CudaExecutor::OptimizerStep step{f.lr, config.beta1, config.beta2, config.eps, config.weightDecay,
                                    f.clip, f.correction1, f.correction2, {}};
   for (const Training::Update &u : updates) step.decays.push_back(u.decays);
@@ -477,6 +479,7 @@ int main(int argc, char **argv) {
     else if (arg == terms[1].flag) terms[1].path = value();
     else if (arg == "--per-token-loss") perTokenLoss = true;
     else if (arg == "--allow-unused-weights") allowUnusedWeights = true;
+    else if (arg == "--skip-nonfinite") { optimizer.skipNonfinite = true; optimizerSettings = true; }
     else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--step-rows") {
@@ -539,8 +542,8 @@ int main(int argc, char **argv) {
                   std::any_of(terms.begin(), terms.end(), [](const LossTerm &t) { return !t.path.empty(); })))
     die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
         "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --balance-losses, --mtp-losses, "
-        "--save-optimizer, --load-optimizer, --save-format, --save-every and --bias-update-speed belong to "
-        "--optimizer");
+        "--save-optimizer, --load-optimizer, --save-format, --save-every, --bias-update-speed and --skip-nonfinite "
+        "belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
     die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
@@ -1621,6 +1624,9 @@ int main(int argc, char **argv) {
                 size, device.c_str(), instructions, rank, static_cast<long long>(micro),
                 1e3 * median, times.size(), how.c_str());
     std::fputs(profile.c_str(), stdout);
+    if (training && training->skippedSteps() > 0)
+      std::printf("parax-run: %lld step(s) skipped: their gradients were not finite (--skip-nonfinite)\n",
+                  static_cast<long long>(training->skippedSteps()));
   }
   // --profile: rank 0 writes FILE, rank r FILE.rank<r>. On cuda, three
   // more steps, each instruction timed on the device by events.
