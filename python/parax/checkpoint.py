@@ -165,6 +165,21 @@ def _shard_path(folder, file, index, what):
     return full
 
 
+def _check_save(path, index):
+    """parax-run names each save in every file it writes and in the index
+    (metadata.parax_save): a file of another save is refused (a save that
+    died part way, files of two runs together)."""
+    save = (index.get("metadata") or {}).get("parax_save")
+    if not save:
+        return
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        mine = (json.loads(f.read(size)).get("__metadata__") or {}).get("parax_save")
+    if mine != save:
+        raise ValueError(f"{path}: written by another save ({mine or 'none named'}) than its index names "
+                         f"({save}): a save that did not finish, or files of two saves mixed; refused")
+
+
 def load_boxes(path):
     """name -> whole array from a box-wise checkpoint (its index or
     folder): each tensor put together from its boxes and runs, which must
@@ -172,15 +187,17 @@ def load_boxes(path):
     import os
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     with open(os.path.join(folder, BOX_INDEX) if os.path.isdir(path) else path) as f:
-        tensors = json.load(f)["tensors"]
+        index = json.load(f)
+    tensors = index["tensors"]
     files, out = {}, {}
     for name, entry in tensors.items():
         whole = np.zeros(entry["shape"], dtype=np.float32)
         written = np.zeros(entry["shape"], dtype=np.int32)
         for box in entry["boxes"]:
             if box["file"] not in files:
-                files[box["file"]] = load_safetensors(
-                    _shard_path(folder, box["file"], path, f"a box of tensor '{name}'"))
+                file = _shard_path(folder, box["file"], path, f"a box of tensor '{name}'")
+                _check_save(file, index)
+                files[box["file"]] = load_safetensors(file)
             run = box.get("range")
             data = files[box["file"]][_box_key(name, box["start"], run)]
             region = tuple(slice(a, a + n) for a, n in zip(box["start"], box["size"]))
@@ -215,7 +232,9 @@ def load_checkpoint(path):
     weight_map = index["weight_map"]
     folder, out = os.path.dirname(path), {}
     for file in sorted(set(weight_map.values())):
-        part = load_safetensors(_shard_path(folder, file, path, "a shard"))
+        shard = _shard_path(folder, file, path, "a shard")
+        _check_save(shard, index)
+        part = load_safetensors(shard)
         out.update({name: part[name] for name, shard in weight_map.items() if shard == file})
     return out
 

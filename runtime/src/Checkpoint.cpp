@@ -238,6 +238,16 @@ int64_t volume(const std::vector<int64_t> &dims) {
 
 } // namespace
 
+// The save an index records (metadata.parax_save; "" if none: an index
+// parax did not write, or an older one).
+static std::string savedBy(const Json &root) {
+  auto meta = root.object.find("metadata");
+  if (meta == root.object.end() || meta->second.kind != Json::Object)
+    return "";
+  auto id = meta->second.object.find("parax_save");
+  return id != meta->second.object.end() && id->second.kind == Json::String ? id->second.string : "";
+}
+
 Status Checkpoint::addIndex(const std::string &path) {
   StatusOr<std::string> text = readText(path, size_t(1) << 28);
   if (!text.isOk())
@@ -252,6 +262,7 @@ Status Checkpoint::addIndex(const std::string &path) {
   if (map == root.object.end() || map->second.kind != Json::Object)
     return PARAX_ERROR(path + ": no \"weight_map\" object (a sharded checkpoint's index)");
   std::string folder = folderOf(path);
+  std::string save = savedBy(root);
   std::map<std::string, std::set<std::string>> tensorsOf; // shard file -> its tensors
   for (const auto &[name, file] : map->second.object) {
     if (file.kind != Json::String)
@@ -261,7 +272,7 @@ Status Checkpoint::addIndex(const std::string &path) {
     tensorsOf[file.string].insert(name);
   }
   for (const auto &[shard, names] : tensorsOf) {
-    Status s = addFile(folder + "/" + shard, &names);
+    Status s = addFile(folder + "/" + shard, &names, save.empty() ? nullptr : &save);
     if (!s.isOk())
       return s;
     for (const std::string &name : names)
@@ -273,6 +284,7 @@ Status Checkpoint::addIndex(const std::string &path) {
 
 Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
   const Json &tensors = root.object.at("tensors");
+  std::string save = savedBy(root);
   if (tensors.kind != Json::Object)
     return PARAX_ERROR(path + ": \"tensors\" is not an object (a box-wise checkpoint's index)");
   std::map<std::string, std::set<std::string>> keysOf; // file -> the boxes' keys in it
@@ -347,7 +359,7 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
   }
   std::string folder = folderOf(path);
   for (const auto &[file, keys] : keysOf)
-    if (Status s = addFile(folder + "/" + file, &keys); !s.isOk())
+    if (Status s = addFile(folder + "/" + file, &keys, save.empty() ? nullptr : &save); !s.isOk())
       return s;
   for (const auto &[name, boxed] : boxed_) {
     bool integers = false;
@@ -369,7 +381,7 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
   return Status::ok();
 }
 
-Status Checkpoint::addFile(const std::string &path, const std::set<std::string> *only) {
+Status Checkpoint::addFile(const std::string &path, const std::set<std::string> *only, const std::string *save) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0)
     return PARAX_ERROR(path + ": cannot open the checkpoint");
@@ -396,6 +408,21 @@ Status Checkpoint::addFile(const std::string &path, const std::set<std::string> 
   Json root;
   if (!parser.parse(root) || !parser.atEnd() || root.kind != Json::Object)
     return PARAX_ERROR(path + ": the header is not a JSON object");
+  if (save) {
+    // A file of another save than its index's: a save that did not finish
+    // (its index still the last one's) or files of two runs together.
+    std::string mine;
+    auto meta = root.object.find("__metadata__");
+    if (meta != root.object.end() && meta->second.kind == Json::Object) {
+      auto id = meta->second.object.find("parax_save");
+      if (id != meta->second.object.end() && id->second.kind == Json::String)
+        mine = id->second.string;
+    }
+    if (mine != *save)
+      return PARAX_ERROR(path + ": written by another save (" + (mine.empty() ? "none named" : mine) +
+                         ") than its index names (" + *save +
+                         "): a save that did not finish, or files of two saves mixed; refused");
+  }
   size_t dataSize = file.mapSize - file.dataOffset;
   for (const auto &[name, value] : root.object) {
     if (name == "__metadata__" || (only && !only->count(name)))
@@ -784,13 +811,14 @@ std::string shardFileName(int k, int n) {
 }
 
 Status writeSafetensorsIndex(const std::string &folder, const std::map<std::string, std::string> &weightMap,
-                             uint64_t totalBytes) {
+                             uint64_t totalBytes, const std::string &save) {
   std::string path = folder + "/model.safetensors.index.json";
   for (const auto &[name, file] : weightMap)
     if (Status plain = plainName(path, name); !plain.isOk())
       return plain;
   return writeAtomically(path, [&](std::ostream &out) {
-    out << "{\n  \"metadata\": {\"total_size\": " << totalBytes << "},\n  \"weight_map\": {";
+    out << "{\n  \"metadata\": {\"total_size\": " << totalBytes
+        << (save.empty() ? "" : ", \"parax_save\": \"" + save + "\"") << "},\n  \"weight_map\": {";
     const char *separator = "\n";
     for (const auto &[name, file] : weightMap) {
       out << separator << "    \"" << name << "\": \"" << file << "\"";
@@ -853,7 +881,8 @@ void putParameterBox(const std::string &name, const std::vector<int64_t> &shape,
   }
 }
 
-Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &records, int ranks) {
+Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &records, int ranks,
+                     const std::string &save) {
   std::string path = folder + "/" + kBoxIndexName;
   std::map<std::string, std::vector<const SavedBox *>> byTensor;
   uint64_t bytes = 0;
@@ -865,7 +894,7 @@ Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &rec
   }
   return writeAtomically(path, [&](std::ostream &out) {
     out << "{\n  \"format\": \"parax-boxes\",\n  \"metadata\": {\"total_size\": " << bytes
-        << "},\n  \"tensors\": {";
+        << (save.empty() ? "" : ", \"parax_save\": \"" + save + "\"") << "},\n  \"tensors\": {";
     const char *separator = "\n";
     for (const auto &[name, boxes] : byTensor) {
       out << separator << "    \"" << name << "\": {\"shape\": " << listed(boxes.front()->shape)
@@ -884,8 +913,11 @@ Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &rec
   });
 }
 
-Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors) {
+Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors,
+                        const std::string &save) {
   std::string header = "{";
+  if (!save.empty())
+    header += "\"__metadata__\":{\"parax_save\":\"" + save + "\"}";
   size_t offset = 0;
   for (const auto &[name, t] : tensors) {
     if (t.isInt)

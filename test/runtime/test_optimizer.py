@@ -753,3 +753,28 @@ def test_loaded_moments_adamw_could_not_have_made_are_refused(tmp_path):
     proc = model.run(exe, 1, outputs=0, expect_ok=False, extra=[*ADAMW, "--steps", "1", "--load-optimizer", state])
     assert proc.returncode != 0
     assert f"'{name}' holds -1.000000 at element 7 of this rank's box: a negative second moment" in proc.stderr
+
+
+def test_shards_of_two_saves_are_refused_together(tmp_path):
+    """Issue 45 R4: a sharded checkpoint saved over by a run that died part
+    way (one shard new, the index and the other shard the last save's)
+    loaded with rc 0 and logits of neither. Each save names itself in every
+    file and its index (written last, once every rank's shard is): files of
+    two saves together are refused, by parax-run and by Python, naming the
+    shard."""
+    import shutil
+    from parax.checkpoint import load_checkpoint
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
+    exe = model.compile("sharded", "prefill:batch=4,seq=8,dp=2,tp=1", 2, autodiff=True)
+    first, second = str(tmp_path / "first") + "/", str(tmp_path / "second") + "/"
+    for folder, steps in ((first, "1"), (second, "2")):
+        model.run(exe, 2, outputs=0, extra=[*SHARDED_ADAMW, "--steps", steps, "--save-weights", folder])
+    load_checkpoint(first)  # whole: it loads
+    shard = "model-00002-of-00002.safetensors"
+    shutil.copy(os.path.join(second, shard), os.path.join(first, shard))
+    with pytest.raises(ValueError, match=f"{shard}: written by another save"):
+        load_checkpoint(first)
+    model.checkpoint = first
+    proc = model.run(exe, 2, outputs=0, expect_ok=False, extra=[*SHARDED_ADAMW, "--steps", "1"])
+    assert proc.returncode != 0
+    assert f"{shard}: written by another save (" in proc.stderr and "files of two saves mixed" in proc.stderr

@@ -43,6 +43,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <random>
 #include <set>
 #include <functional>
 #include <string>
@@ -1152,6 +1153,25 @@ int main(int argc, char **argv) {
   // The device optimizer's ZeRO masters as this rank's chunks, per
   // gradient output (read back for a box-wise save of the weights).
   std::vector<std::vector<float>> masterChunks;
+  // Each save's identity, in every file it writes and in its index (written
+  // last, once every rank's files are): a loader refuses files of another
+  // save (a save that died part way, its index still the last one's).
+  auto saveIdentity = [&]() {
+    unsigned long long id[2] = {std::random_device{}(),
+                                static_cast<unsigned long long>(
+                                    std::chrono::system_clock::now().time_since_epoch().count())};
+    if (mpi && size > 1) MPI_Bcast(id, 2, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    char text[64];
+    std::snprintf(text, sizeof text, "%llx-%llx", id[0], id[1]);
+    return std::string(text);
+  };
+  // Every rank's files written (or not): the index is written only then,
+  // and only if all were.
+  auto allWritten = [&](const Status &mine) {
+    int ok = mine.isOk() ? 1 : 0;
+    if (mpi && size > 1) MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return ok == 1;
+  };
   auto save = [&](const std::string &path, bool state) {
     if (saveFormat == "boxes") {
       BoxCheckpoint boxes;
@@ -1163,8 +1183,11 @@ int main(int argc, char **argv) {
       if (!st.isOk()) die(st.message());
       std::string folder = makeFolder(path);
       int ranks = exe.value().ranks_size();
-      if (!boxes.tensors.empty()) st = writeSafetensors(folder + "/" + boxFileName(rank, ranks), boxes.tensors);
-      if (st.isOk() && rank == 0) st = writeBoxIndex(folder, boxes.records, ranks);
+      std::string id = saveIdentity();
+      if (!boxes.tensors.empty())
+        st = writeSafetensors(folder + "/" + boxFileName(rank, ranks), boxes.tensors, id);
+      if (!allWritten(st)) die(st.isOk() ? "another rank could not write its part of " + folder : st.message());
+      if (rank == 0) st = writeBoxIndex(folder, boxes.records, ranks, id);
       if (!st.isOk()) die(st.message());
       return;
     }
@@ -1185,8 +1208,10 @@ int main(int argc, char **argv) {
     for (const auto &[name, rank] : layout.writer) shards = std::max(shards, rank + 1);
     std::map<std::string, std::string> weightMap;
     for (const auto &[name, rank] : layout.writer) weightMap[name] = shardFileName(rank, shards);
-    if (!tensors.empty()) st = writeSafetensors(folder + "/" + shardFileName(rank, shards), tensors);
-    if (st.isOk() && rank == 0) st = writeSafetensorsIndex(folder, weightMap, layout.bytes);
+    std::string id = saveIdentity();
+    if (!tensors.empty()) st = writeSafetensors(folder + "/" + shardFileName(rank, shards), tensors, id);
+    if (!allWritten(st)) die(st.isOk() ? "another rank could not write its shard of " + folder : st.message());
+    if (rank == 0) st = writeSafetensorsIndex(folder, weightMap, layout.bytes, id);
     if (!st.isOk()) die(st.message());
   };
 #ifdef PARAX_WITH_CUDA

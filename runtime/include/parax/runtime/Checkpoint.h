@@ -69,7 +69,9 @@ private:
     size_t mapSize = 0, dataOffset = 0;
   };
   /// Maps `path` and adds its tensors (those `only` names, when given).
-  Status addFile(const std::string &path, const std::set<std::string> *only);
+  /// `save`: the save its index records (parax_save), which the file's
+  /// own metadata must name too (a shard of another save: refused).
+  Status addFile(const std::string &path, const std::set<std::string> *only, const std::string *save = nullptr);
   /// A sharded checkpoint's index or a box-wise one's.
   Status addIndex(const std::string &path);
   /// A box-wise checkpoint's index (parsed `root`, read from `path`).
@@ -134,18 +136,22 @@ void putParameterBox(const std::string &name, const std::vector<int64_t> &shape,
                      int64_t begin = 0, int64_t end = -1);
 /// Writes `folder`/boxes.index.json: every tensor's shape and its boxes
 /// (start, size and the file of the rank holding it, of `ranks`), and
-/// their total bytes (F32).
-Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &records, int ranks);
+/// their total bytes (F32); `save`, the save its files' metadata name.
+Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &records, int ranks,
+                     const std::string &save = "");
 
 /// Reads a .npy array (little-endian f4 / i4 / i8, C order).
 StatusOr<Tensor> readNpy(const std::string &path);
 /// Writes `tensors` as a safetensors file, every tensor F32 (what the
 /// runtime computes in), in name order.
-Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors);
+/// `save`: an identity of this save, recorded in the file's metadata
+/// (parax_save) for an index to match its shards against.
+Status writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors,
+                        const std::string &save = "");
 /// Writes a sharded checkpoint's index (`model.safetensors.index.json` in
 /// `folder`): each tensor's shard file, and the tensors' total bytes.
 Status writeSafetensorsIndex(const std::string &folder, const std::map<std::string, std::string> &weightMap,
-                             uint64_t totalBytes);
+                             uint64_t totalBytes, const std::string &save = "");
 /// The file name of shard `k` (from 0) of `n`, as Hugging Face names them:
 /// model-00001-of-00004.safetensors.
 std::string shardFileName(int k, int n);
