@@ -193,6 +193,7 @@ class Model:
         if not expect_ok:
             return proc
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        self.stdout = proc.stdout  # (what the run reported: parameter values loaded, ...)
         if outputs == 0:
             return None
         return np.load(outs[0]) if outputs == 1 else [np.load(out) for out in outs]

@@ -8,6 +8,7 @@ single rank 1e-5 absolute (only the order of floating-point sums differs).
 
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -77,6 +78,17 @@ def test_sharded_matches_single_rank(tmp_path, preset, layers, pins, ranks):
     sharded = model.run(model.compile("sharded", workload, ranks), ranks)
     assert np.abs(sharded - single).max() < SHARDED_TOL
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
+    # ... and it ran sharded (issue 45: a partitioner that quietly kept every
+    # weight whole on every rank would pass the comparisons above): under
+    # tp, pp or ep rank 0 loads less than the whole model, under dp and cp
+    # alone all of it.
+    loaded = int(re.search(r", (\d+) parameter values loaded", model.stdout).group(1))
+    whole = sum(w.size for w in model.weights.values())
+    degrees = dict(item.split("=") for item in pins.split(","))
+    if any(int(degrees.get(axis, 1)) > 1 for axis in ("tp", "pp", "ep")):
+        assert loaded < whole, (loaded, whole)
+    else:
+        assert loaded == whole, (loaded, whole)
 
 
 @pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen2-moe", "tiny-deepseek-v3"])
