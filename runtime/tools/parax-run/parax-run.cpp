@@ -543,7 +543,7 @@ int main(int argc, char **argv) {
                   std::any_of(terms.begin(), terms.end(), [](const LossTerm &t) { return !t.path.empty(); })))
     die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
         "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --balance-losses, --mtp-losses, "
-        "--save-optimizer, --load-optimizer, --save-format, --save-every, --bias-update-speed and --skip-nonfinite "
+        "--save-optimizer, --load-optimizer, --skip-nonfinite, --save-format, --save-every and --bias-update-speed "
         "belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
