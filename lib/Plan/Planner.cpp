@@ -60,7 +60,7 @@ struct LayerCost {
   double scratch = 0;      // the CUDA backend's kernel scratch for its largest op
   double kvCache = 0;     // bytes per device (inference)
   double denseParams = 0, expertParams = 0;
-  llvm::SmallVector<double, 8> denseTensors; // LayerPlan::denseTensors
+  llvm::ArrayRef<double> denseTensors; // its LayerPlan's (the search's cache holds it)
 };
 
 class Search {

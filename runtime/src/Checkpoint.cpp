@@ -238,10 +238,11 @@ int64_t volume(const std::vector<int64_t> &dims) {
 
 } // namespace
 
-// The save an index records (metadata.parax_save; "" if none: an index
-// parax did not write, or an older one).
-static std::string savedBy(const Json &root) {
-  auto meta = root.object.find("metadata");
+// The save a file names in its metadata object `key` (an index's
+// "metadata", a safetensors file's "__metadata__"): "" if none (not
+// written by parax-run, or an older save).
+static std::string savedBy(const Json &root, const char *key) {
+  auto meta = root.object.find(key);
   if (meta == root.object.end() || meta->second.kind != Json::Object)
     return "";
   auto id = meta->second.object.find("parax_save");
@@ -262,7 +263,7 @@ Status Checkpoint::addIndex(const std::string &path) {
   if (map == root.object.end() || map->second.kind != Json::Object)
     return PARAX_ERROR(path + ": no \"weight_map\" object (a sharded checkpoint's index)");
   std::string folder = folderOf(path);
-  std::string save = savedBy(root);
+  std::string save = savedBy(root, "metadata");
   std::map<std::string, std::set<std::string>> tensorsOf; // shard file -> its tensors
   for (const auto &[name, file] : map->second.object) {
     if (file.kind != Json::String)
@@ -284,7 +285,7 @@ Status Checkpoint::addIndex(const std::string &path) {
 
 Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
   const Json &tensors = root.object.at("tensors");
-  std::string save = savedBy(root);
+  std::string save = savedBy(root, "metadata");
   if (tensors.kind != Json::Object)
     return PARAX_ERROR(path + ": \"tensors\" is not an object (a box-wise checkpoint's index)");
   std::map<std::string, std::set<std::string>> keysOf; // file -> the boxes' keys in it
@@ -411,13 +412,7 @@ Status Checkpoint::addFile(const std::string &path, const std::set<std::string> 
   if (save) {
     // A file of another save than its index's: a save that did not finish
     // (its index still the last one's) or files of two runs together.
-    std::string mine;
-    auto meta = root.object.find("__metadata__");
-    if (meta != root.object.end() && meta->second.kind == Json::Object) {
-      auto id = meta->second.object.find("parax_save");
-      if (id != meta->second.object.end() && id->second.kind == Json::String)
-        mine = id->second.string;
-    }
+    std::string mine = savedBy(root, "__metadata__");
     if (mine != *save)
       return PARAX_ERROR(path + ": written by another save (" + (mine.empty() ? "none named" : mine) +
                          ") than its index names (" + *save +
