@@ -18,13 +18,20 @@ using namespace parax::plan;
 namespace {
 
 // The presets, in the JSON format users write. Units: TFLOP/s, GB, GB/s
-// (per device, one direction), microseconds.
+// (per device, one direction), microseconds. `hbm_gb` is the memory the
+// driver reports (nvidia-smi's total, in 10^9 bytes), not the marketed
+// size, which counts GiB as GB: A100 80GB 81,920 MiB = 85.89 GB, H100 80GB
+// 81,559 MiB = 85.52 GB, H200 141GB 143,771 MiB = 150.75 GB (Modal,
+// "Why does an NVIDIA H100 80GB card offer 85.52 GB?", and
+// modal-labs/modal-client PR #2797). The H800 is taken as the H100's
+// memory part; the B200 and GB200 figures are the marketed sizes (no
+// reported total found).
 const std::pair<const char *, const char *> kPresets[] = {
     {"dgx-a100-80gb", R"json({
   "name": "dgx-a100-80gb", "multiprocessors": 108, "device": "A100 SXM4 80GB",
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 312, "f16": 312, "f32": 156},
-  "hbm_gb": 80, "hbm_bandwidth_gbps": 2039,
+  "hbm_gb": 85.89, "hbm_bandwidth_gbps": 2039,
   "matmul_efficiency": 0.869, "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 300, "efficiency": 0.78, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 25, "efficiency": 0.9, "hop_latency_us": 14},
@@ -33,7 +40,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "name": "dgx-h100", "multiprocessors": 132, "device": "H100 SXM5 80GB",
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
-  "hbm_gb": 80, "hbm_bandwidth_gbps": 3350,
+  "hbm_gb": 85.52, "hbm_bandwidth_gbps": 3350,
   "matmul_efficiency": 0.803, "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 450, "efficiency": 0.82, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
@@ -42,7 +49,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "name": "dgx-h200", "multiprocessors": 132, "device": "H200 SXM 141GB",
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
-  "hbm_gb": 141, "hbm_bandwidth_gbps": 4800,
+  "hbm_gb": 150.75, "hbm_bandwidth_gbps": 4800,
   "matmul_efficiency": 0.803, "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 450, "efficiency": 0.82, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
@@ -51,7 +58,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "name": "hgx-h800", "multiprocessors": 132, "device": "H800 SXM 80GB",
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
-  "hbm_gb": 80, "hbm_bandwidth_gbps": 3350,
+  "hbm_gb": 85.52, "hbm_bandwidth_gbps": 3350,
   "matmul_efficiency": 0.803, "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 200, "efficiency": 0.8, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},

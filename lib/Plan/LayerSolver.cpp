@@ -295,7 +295,12 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     break;
   }
   case OpClass::Embedding: {
-    list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
+    // Replicated only when no split applies: a lookup reads a few rows
+    // whatever the layout, so time alone would always replicate the
+    // table, tp times its memory (weights, gradients, optimizer state)
+    // for one collective saved; the stacks split it (Megatron's and
+    // vLLM's VocabParallelEmbedding).
+    size_t first = list.size();
     const ValueNode &result = value(op.results[0]);
     int64_t vocab = op.weightParams / result.shape.back();
     if (t > 1 && vocab % t == 0) {
@@ -309,6 +314,8 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
       s.weightFrac = 1.0 / t;
       list.push_back(s);
     }
+    if (list.size() == first)
+      list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated}});
     break;
   }
   case OpClass::PositionEmbedding: {
@@ -489,6 +496,10 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double touched = std::min(local, tokens * op.topK);
     weights *= touched / op.numExperts;
   }
+  // A lookup reads the rows of its tokens, not the table (a rank's share
+  // of them when the table is split).
+  if (op.kind == OpClass::Embedding)
+    weights = std::min(weights, fullBytes(op.results[0]) * s.weightFrac);
   double bytes = weights;
   for (auto [i, id] : llvm::enumerate(op.inputs))
     if (!value(id).inKvCache) // the attention's cache read below
@@ -839,6 +850,9 @@ LayerPlan Solver::solve() {
     }
     double weightShare = s.weightFrac / (op.kind == OpClass::Experts ? ctx.ep : 1);
     plan.weightBytes += weightBytes(op) * weightShare;
+    if (op.kind == OpClass::Embedding)
+      plan.unreadWeightBytes += std::max(
+          0.0, weightBytes(op) * weightShare - fullBytes(op.results[0]) * s.weightFrac);
     plan.weightParams += op.weightParams * weightShare;
     plan.tiedParams += op.tiedParams * weightShare;
     plan.largestWeightParams = std::max(plan.largestWeightParams, op.largestWeight * weightShare);

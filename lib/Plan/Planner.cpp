@@ -385,13 +385,18 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
       scratch = std::max(scratch, costs[l].scratch);
       m.kvCache += costs[l].kvCache;
     }
-    // A training pipeline's exchanges: each microbatch in flight has
-    // memory of its own for the activations a stage sends on and the
-    // gradient it receives back, and for the gradient it sends to the stage
-    // before (the CUDA backend's activation sets, docs/cuda.md).
-    if (stages > 1 && w.kind == WorkloadKind::Train)
-      m.activations += inflight(s) * ((s + 1 < stages ? 2 * costs[layers.back()].outputBytes : 0) +
-                                      (s > 0 ? costs[layers.front()].inputBytes : 0));
+    // A training pipeline's exchanges: the activation a stage sends on,
+    // kept for each microbatch in flight unless the stack frees it once
+    // sent; the gradient it receives back and the one it sends to the
+    // stage before, each microbatch's own (the CUDA backend's activation
+    // sets, docs/cuda.md) or one pair during a microbatch's backward.
+    if (stages > 1 && w.kind == WorkloadKind::Train) {
+      const Profile &prof = cluster.profile;
+      double out = s + 1 < stages ? costs[layers.back()].outputBytes : 0;
+      double in = s > 0 ? costs[layers.front()].inputBytes : 0;
+      m.activations += (prof.pipelineOutputsKept ? inflight(s) * out : 0) +
+                       (prof.pipelineGradientSets ? inflight(s) : 1) * (out + in);
+    }
     m.optimizer += 2 * staged; // the runtime's two staging boxes
     m.scratch = scratch; // one buffer a stage, grown to its largest op's
     // A microbatch's backward pass through layer l: what the layers up to
@@ -918,7 +923,8 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       plan.microBatches = micro;
       plan.stageStart = starts;
       finishMemory(plan, costs, one, stageLayers(plan));
-      // Per stage: one microbatch's time and parts, and the weights it reads.
+      // Per stage: one microbatch's time and parts, and the weights it
+      // reads (an embedding's looked-up rows, not its table).
       struct Part {
         double time = 0, compute = 0, tp = 0, ep = 0, cp = 0, weights = 0;
       };
@@ -933,7 +939,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             part->tp += costs[l].tpComm;
             part->ep += costs[l].epComm;
             part->cp += costs[l].cpComm;
-            part->weights += costs[l].weights;
+            part->weights += costs[l].weights - plans[l]->unreadWeightBytes;
           }
         }
       }
@@ -945,7 +951,10 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         double working = 0;
         for (size_t l = starts[st]; l < end; ++l)
           working = std::max(working, costs[l].working);
-        plan.kvRoom += tp * std::max(0.0, capacity() - stages[st].weights - working);
+        double held = 0;
+        for (size_t l = starts[st]; l < end; ++l)
+          held += costs[l].weights;
+        plan.kvRoom += tp * std::max(0.0, capacity() - held - working);
       }
       double boundaryBytes = model.hidden * model.elementBytes * ctx.tokens();
       double hop = pp > 1 ? collectiveTime(cluster, CollectiveKind::SendRecv, boundaryBytes, ppGroup) : 0;

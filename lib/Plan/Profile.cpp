@@ -32,7 +32,8 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "materialized", "score_bytes": 13,
   "kernel_overhead_us": 2,
-  "dp_overlap": false, "max_zero": 0})json"},
+  "dp_overlap": false, "max_zero": 0,
+  "pipeline_outputs_kept": true, "pipeline_gradient_sets": false})json"},
     {"deepspeed-zero3-2021", R"json({
   "name": "deepspeed-zero3-2021",
   "description": "DeepSpeed ZeRO-3 (v0.3, spring 2021) on Megatron's GPT kernels (Narayanan et al. 2021, Table 2's baseline): one all-gather a parameter tensor, each after a device synchronisation (no prefetch overlap), tensors under 100K elements kept whole, parameters re-gathered for the backward beyond a reuse distance of 1e9 elements, one fp16 reduce-scatter a gradient tensor, torch.distributed's list forms; its gathers and reduce-scatters at 0.3 of NCCL's bus bandwidth, the one figure chosen on a published run (Table 2's 384-GPU row)",
@@ -50,7 +51,8 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "flash", "flash_efficiency": 0.7,
   "kernel_overhead_us": 2,
-  "dp_overlap": true, "max_zero": 1, "gradient_fusion": true})json"},
+  "dp_overlap": true, "max_zero": 1, "gradient_fusion": true,
+  "pipeline_outputs_kept": false, "pipeline_gradient_sets": false})json"},
     {"fsdp", R"json({
   "name": "fsdp",
   "description": "PyTorch FSDP in eager mode (torchtitan-like): cuBLAS GEMMs, SDPA flash attention, RMSNorm, RoPE and SwiGLU as eager kernels (fp32 upcasts), a layer's parameters gathered one layer ahead and its gradients reduce-scattered as one message",
@@ -125,7 +127,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
       "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds",
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
-      "collective_list_copies", "reduce_bytes", "gradient_fusion"};
+      "collective_list_copies", "reduce_bytes", "gradient_fusion",
+      "pipeline_outputs_kept", "pipeline_gradient_sets"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
       return fieldError(source, entry.first.str(),
@@ -244,7 +247,9 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   for (auto [key, target] : {std::pair{"dp_overlap", &p.dpOverlap},
                              std::pair{"zero3_tensor_messages", &p.zero3TensorMessages},
                              std::pair{"collective_list_copies", &p.collectiveListCopies},
-                             std::pair{"gradient_fusion", &p.gradientFusion}}) {
+                             std::pair{"gradient_fusion", &p.gradientFusion},
+                             std::pair{"pipeline_outputs_kept", &p.pipelineOutputsKept},
+                             std::pair{"pipeline_gradient_sets", &p.pipelineGradientSets}}) {
     auto flag = boolean(*root, key, *target, source);
     if (!flag)
       return flag.takeError();
@@ -286,6 +291,8 @@ std::string Profile::toJson() const {
       {"collective_list_copies", collectiveListCopies},
       {"reduce_bytes", reduceBytes},
       {"gradient_fusion", gradientFusion},
+      {"pipeline_outputs_kept", pipelineOutputsKept},
+      {"pipeline_gradient_sets", pipelineGradientSets},
       {"max_zero", maxZero}};
   return formatv("{0:2}", json::Value(std::move(root))).str();
 }

@@ -5,9 +5,9 @@
 // CLUSTER: cluster 'nonesuch' is neither a preset
 // WORKLOAD: workload 'train:seq=16': needs batch=N
 
-// A model whose weights (one 96 GB linear) cannot fit in 8 x 80 GB with any
+// A model whose weights (one 96 GB linear) cannot fit in 8 x 85.5 GB with any
 // placement the planner may use: the error says what overflows.
-// expected-error @+1 {{parax-plan: nothing fits in 80.0 GB per device}}
+// expected-error @+1 {{parax-plan: nothing fits in 85.5 GB per device}}
 func.func @negative_too_big(%tok: tensor<1x16xi32>,
     %emb: tensor<64x16384xbf16> {parax.param = "emb"},
     %w: tensor<3000000x16384xbf16> {parax.param = "w"}) -> tensor<1x16x3000000xbf16> {

@@ -97,6 +97,9 @@ struct LayerPlan {
   double selectiveRecomputeTime = 0;
   double weightBytes = 0;       // per device
   double expertWeightBytes = 0; // per device (included in weightBytes)
+  /// Per device: the part of weightBytes a forward pass does not read (an
+  /// embedding table's rows no token looks up).
+  double unreadWeightBytes = 0;
   double weightParams = 0;      // per device
   double expertParams = 0;      // per device
   double largestWeightParams = 0; // per device: the largest parameter's box

@@ -126,6 +126,15 @@ struct Profile {
   /// (4: fp32 sums, as parax's runtime and Megatron's bf16 training reduce
   /// them; 2: DeepSpeed's fp16 gradients).
   double reduceBytes = 4;
+  /// A pipeline stage's memory for its exchanges. `pipelineOutputsKept`:
+  /// the activation a stage sends on is kept until that microbatch's
+  /// backward (parax's runtime; Megatron-LM until 2022), not freed once
+  /// sent (Megatron-Core's deallocate_pipeline_outputs, on in its
+  /// training loop). `pipelineGradientSets`: each microbatch in flight has
+  /// its own buffers for the gradient it receives and the one it sends
+  /// back (parax's runtime's activation sets, docs/cuda.md), not one pair
+  /// live during one microbatch's backward.
+  bool pipelineOutputsKept = true, pipelineGradientSets = true;
   /// The highest ZeRO stage the stack implements (Megatron-LM 2021: none;
   /// Megatron-Core's distributed optimizer: 1): the search tries no other.
   int maxZero = 3;
