@@ -51,6 +51,9 @@ LogicalResult addAttr(google::protobuf::Map<std::string, pxe::Attr> &out,
   } else if (auto dense = dyn_cast<DenseI64ArrayAttr>(attr)) {
     for (int64_t v : dense.asArrayRef())
       value.mutable_ints()->add_values(v);
+  } else if (auto dense = dyn_cast<DenseF64ArrayAttr>(attr)) {
+    for (double v : dense.asArrayRef())
+      value.mutable_floats()->add_values(v);
   } else if (auto score = dyn_cast<ScoreFuncAttr>(attr)) {
     value.set_s(stringifyScoreFunc(score.getValue()).str());
   } else if (auto gelu = dyn_cast<GeluApproxAttr>(attr)) {

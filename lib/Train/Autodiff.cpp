@@ -15,6 +15,7 @@
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <type_traits>
 #include <optional>
 
 namespace parax {
@@ -62,9 +63,16 @@ private:
   template <typename GradOp, typename WeightGradOp, typename NormOp>
   void normGradients(NormOp norm, Value dy) {
     Location loc = norm.getLoc();
-    accumulate(norm.getX(), tag(GradOp::create(b, loc, norm.getX().getType(), norm.getX(),
-                                               norm.getWeight(), dy, norm.getEpsAttr()),
-                                norm));
+    GradOp dx;
+    if constexpr (std::is_same_v<GradOp, RmsNormGradOp>)
+      // (RMSNorm's weight offset, Gemma's 1 + w, enters dx alone: dw is
+      // sum(dy * x-hat) whatever it is)
+      dx = GradOp::create(b, loc, norm.getX().getType(), norm.getX(), norm.getWeight(), dy,
+                          norm.getEpsAttr(), norm.getOffsetAttr());
+    else
+      dx = GradOp::create(b, loc, norm.getX().getType(), norm.getX(), norm.getWeight(), dy,
+                          norm.getEpsAttr());
+    accumulate(norm.getX(), tag(dx, norm));
     accumulate(norm.getWeight(), tag(WeightGradOp::create(b, loc, norm.getWeight().getType(),
                                                           norm.getX(), dy, norm.getEpsAttr()),
                                      norm));
@@ -317,7 +325,7 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
                    tag(EmbeddingGradOp::create(b, loc, embedding.getTable().getType(),
                                                embedding.getIds(), dy,
                                                /*vocab_grid=*/nullptr,
-                                               /*vocab_axes=*/nullptr),
+                                               /*vocab_axes=*/nullptr, embedding.getScaleAttr()),
                        op));
         return success();
       })

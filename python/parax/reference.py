@@ -26,13 +26,20 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def _rope_frequencies(theta, rot, scaling, max_positions):
+def _rope_frequencies(theta, rot, scaling, max_positions, span=0):
     """Inverse frequencies [rot/2] and the factor on cos and sin, as
-    transformers' modeling_rope_utils defines each rope_type."""
+    transformers' modeling_rope_utils defines each rope_type (`span`: the
+    positions of the call, which pick LongRoPE's list)."""
     inv = 1.0 / (theta ** (np.arange(0, rot, 2) / rot))
     kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
     if kind in ("default", "dynamic"):  # (dynamic: within max_position_embeddings)
         return inv, 1.0
+    if kind == "longrope":
+        old = scaling["original_max_position_embeddings"]
+        factors = np.asarray(scaling["long_factor" if span > old else "short_factor"], float)
+        extension = max_positions / old
+        amplitude = math.sqrt(1 + math.log(extension) / math.log(old)) if extension > 1 else 1.0
+        return inv / factors, amplitude
     factor = float(scaling["factor"])
     if kind == "linear":
         return inv / factor, 1.0
@@ -72,7 +79,7 @@ def _rope(x, theta, rot=None, interleaved=False, offset=0, scaling=None, max_pos
     (Llama) or interleaved pairs; `scaling`: a config's rope_scaling."""
     b, s, h, d = x.shape
     rot = rot or d
-    inv, amplitude = _rope_frequencies(theta, rot, scaling, max_positions)
+    inv, amplitude = _rope_frequencies(theta, rot, scaling, max_positions, offset + s)
     angles = np.arange(offset, offset + s)[:, None] * inv[None, :]  # [S, rot/2]
     cos, sin = np.cos(angles)[None, :, None, :], np.sin(angles)[None, :, None, :]
     cos, sin = cos * amplitude, sin * amplitude
@@ -215,6 +222,8 @@ def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     cache = cache if cache is not None else KVCache()
     if cfg.family == "gpt2":
         return _gpt2(cfg, w, tokens, cache)
+    if cfg.family == "gemma3_text":
+        return _gemma3(cfg, w, tokens, cache)
     if cfg.family not in ("llama", "qwen2", "qwen3", "mistral", "phi3", "mixtral", "qwen2_moe",
                           "qwen3_moe", "deepseek_v3"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
@@ -225,6 +234,40 @@ def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     if trunk is not None:
         trunk.append(h)
     return _rms_norm(h, w["model.norm.weight"], cfg.norm_eps) @ _head(cfg, w).T
+
+
+def _gemma3(cfg, w, tokens, cache):
+    """Gemma 3's text model (transformers' modeling_gemma3): embeddings
+    times sqrt(hidden) (in f32), RMSNorms scaling by 1 + w, each branch
+    normalised before and after, q and k normalised per head, a GeGLU MLP
+    (GELU, tanh form), scores scaled by query_pre_attn_scalar^-1/2, and
+    every layer but each sliding_window_pattern-th local: the rope of
+    rope_local_base_freq, unscaled (programs within the window)."""
+    def norm(x, name):
+        return _rms_norm(x, 1.0 + w[name], cfg.norm_eps)
+    past = cache.length()
+    h = w["model.embed_tokens.weight"][tokens] * np.float32(math.sqrt(cfg.hidden))
+    b, s, _ = h.shape
+    nh, kh, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
+    for i in range(cfg.layers):
+        p = f"model.layers.{i}"
+        local = cfg.window_pattern > 1 and (i + 1) % cfg.window_pattern != 0
+        x = norm(h, f"{p}.input_layernorm.weight")
+        q = (x @ w[f"{p}.self_attn.q_proj.weight"].T).reshape(b, s, nh, hd)
+        k = (x @ w[f"{p}.self_attn.k_proj.weight"].T).reshape(b, s, kh, hd)
+        v = (x @ w[f"{p}.self_attn.v_proj.weight"].T).reshape(b, s, kh, hd)
+        q, k = norm(q, f"{p}.self_attn.q_norm.weight"), norm(k, f"{p}.self_attn.k_norm.weight")
+        rope = dict(rot=hd, offset=past, scaling=None if local else cfg.rope_scaling,
+                    max_positions=cfg.max_positions)
+        theta = cfg.local_rope_theta if local else cfg.rope_theta
+        q, k = _rope(q, theta, **rope), _rope(k, theta, **rope)
+        o = cache.attend(i, q, k, v, cfg.query_scalar ** -0.5).reshape(b, s, nh * hd)
+        h = h + norm(o @ w[f"{p}.self_attn.o_proj.weight"].T, f"{p}.post_attention_layernorm.weight")
+        x = norm(h, f"{p}.pre_feedforward_layernorm.weight")
+        g, u = x @ w[f"{p}.mlp.gate_proj.weight"].T, x @ w[f"{p}.mlp.up_proj.weight"].T
+        m = (_gelu_tanh(g) * u) @ w[f"{p}.mlp.down_proj.weight"].T
+        h = h + norm(m, f"{p}.post_feedforward_layernorm.weight")
+    return norm(h, "model.norm.weight") @ _head(cfg, w).T
 
 
 def _head(cfg, w):
@@ -254,7 +297,10 @@ def _decoder_layer(cfg, w, i, h, cache, past, routers):
         if cfg.qk_norm:
             q = _rms_norm(q, w[f"{p}.self_attn.q_norm.weight"], cfg.norm_eps)
             k = _rms_norm(k, w[f"{p}.self_attn.k_norm.weight"], cfg.norm_eps)
-        rope = dict(rot=cfg.rotary_dim or hd, offset=past, scaling=cfg.rope_scaling,
+        scaling = cfg.rope_scaling
+        if (scaling or {}).get("rope_type") == "longrope":
+            scaling = dict(scaling, original_max_position_embeddings=cfg.original_max_positions)
+        rope = dict(rot=cfg.rotary_dim or hd, offset=past, scaling=scaling,
                     max_positions=cfg.max_positions)
         q, k = _rope(q, cfg.rope_theta, **rope), _rope(k, cfg.rope_theta, **rope)
         v = proj("v_proj", kh)

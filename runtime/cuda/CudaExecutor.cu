@@ -2619,10 +2619,18 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     std::vector<std::string> axes = attrStrings(a, "vocab_axes");
     int64_t rows = table.shape[0], h = table.shape[1];
     int64_t offset = axes.empty() ? 0 : groupIndex(axes) * rows;
-    return withBits(y, [&](auto w) {
+    Status st = withBits(y, [&](auto w) {
       using W = decltype(w);
       PARAX_LAUNCH(embeddingKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(
           ids.i(), table.as<W>(), y.as<W>(), ids.numel(), h, rows, offset);
+      return Status::ok();
+    });
+    if (!st.isOk()) return st;
+    float scale = static_cast<float>(attrFloat(a, "scale", 1.0)); // (Gemma's sqrt(hidden))
+    if (scale == 1.0f) return Status::ok();
+    return withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(scaleValuesKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(y.as<T>(), y.numel(), scale);
       return Status::ok();
     });
   }
@@ -2678,7 +2686,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using T = decltype(t);
       PARAX_LAUNCH(normKernel<T>, rows, kThreads, 0, stream)(
           x.as<T>(), in(1).as<T>(), layer ? in(2).as<T>() : nullptr, y.as<T>(), h,
-          static_cast<float>(attrFloat(a, "eps")), layer);
+          static_cast<float>(attrFloat(a, "eps")), layer, static_cast<float>(attrFloat(a, "offset")));
       return Status::ok();
     });
   }
@@ -3241,7 +3249,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using T = decltype(t);
       if (input) {
         PARAX_LAUNCH(normGradKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), in(1).as<T>(), in(2).as<T>(),
-                                                                   y.as<T>(), h, eps, centered);
+                                                                   y.as<T>(), h, eps, centered,
+                                                                   static_cast<float>(attrFloat(a, "offset")));
       } else {
         PARAX_LAUNCH(rowStatsKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), scratch, h, eps, centered);
         PARAX_LAUNCH(normWeightGradKernel<T>, blocksFor(h), kThreads, 0, stream)(x.as<T>(), in(1).as<T>(),
@@ -3393,6 +3402,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using T = decltype(t);
       PARAX_LAUNCH(embeddingGradKernel<T>, blocksFor(dy.numel()), kThreads, 0, stream)(
           ids.i(), dy.as<T>(), scratch, ids.numel(), h, rows, offset, !axes.empty(), badToken);
+      if (float scale = static_cast<float>(attrFloat(a, "scale", 1.0)); scale != 1.0f)
+        PARAX_LAUNCH(scaleKernel, blocksFor(rows * h), kThreads, 0, stream)(scratch, rows * h, scale);
       PARAX_LAUNCH(fromFloatKernel<T>, blocksFor(rows * h), kThreads, 0, stream)(scratch, table.as<T>(), rows * h);
       return Status::ok();
     });

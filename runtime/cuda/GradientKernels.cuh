@@ -42,14 +42,15 @@ __global__ void crossEntropyGradKernel(const T *logits, const int32_t *labels, T
 // One block per row. With x̂ = (x - mean)·r and g = dy·w:
 // dx = r·(g - mean(g) - x̂·mean(g·x̂)) (RMSNorm: no mean).
 template <typename T>
-__global__ void normGradKernel(const T *x, const T *w, const T *dy, T *dx, int64_t h, float eps, bool centered) {
+__global__ void normGradKernel(const T *x, const T *w, const T *dy, T *dx, int64_t h, float eps, bool centered,
+                               float offset) {
   __shared__ float partial[kThreads];
   __shared__ double sums[kThreads];
   const T *xr = x + blockIdx.x * h, *dyr = dy + blockIdx.x * h;
   RowStats stats = rowStats(sums, xr, h, eps, centered);
   float sumG = 0, dot = 0;
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-    float g = ld(dyr, c) * ld(w, c);
+    float g = ld(dyr, c) * (ld(w, c) + offset);
     sumG += g;
     dot += g * (ld(xr, c) - stats.mean) * stats.inv;
   }
@@ -57,7 +58,7 @@ __global__ void normGradKernel(const T *x, const T *w, const T *dy, T *dx, int64
   dot = blockReduce(partial, dot, false) / h;
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
     float xhat = (ld(xr, c) - stats.mean) * stats.inv;
-    st(dx + blockIdx.x * h, c, stats.inv * (ld(dyr, c) * ld(w, c) - meanG - xhat * dot));
+    st(dx + blockIdx.x * h, c, stats.inv * (ld(dyr, c) * (ld(w, c) + offset) - meanG - xhat * dot));
   }
 }
 

@@ -153,13 +153,14 @@ __device__ RowStats rowStats(double *partial, const T *xr, int64_t h, float eps,
 
 // One block per row.
 template <typename T>
-__global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, float eps, bool layerNorm) {
+__global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, float eps, bool layerNorm,
+                           float offset) {
   __shared__ double partial[kThreads];
   const T *xr = x + blockIdx.x * h;
   T *yr = y + blockIdx.x * h;
   RowStats stats = rowStats(partial, xr, h, eps, layerNorm);
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x)
-    st(yr, c, (ld(xr, c) - stats.mean) * stats.inv * ld(w, c) + (layerNorm ? ld(b, c) : 0.0f));
+    st(yr, c, (ld(xr, c) - stats.mean) * stats.inv * (ld(w, c) + offset) + (layerNorm ? ld(b, c) : 0.0f));
 }
 
 // Angles in double, as the CPU backend computes them (float loses ~1e-4 rad
@@ -1096,6 +1097,11 @@ __global__ void crossEntropyKernel(const T *logits, const int32_t *labels, float
 
 __global__ void scaleKernel(float *x, int64_t n, float factor) {
   PARAX_GRID_STRIDE(k, n) x[k] *= factor;
+}
+
+// x *= factor in fp32 math, stored in T (Gemma's scaled embeddings).
+template <typename T> __global__ void scaleValuesKernel(T *x, int64_t n, float factor) {
+  PARAX_GRID_STRIDE(k, n) st(x, k, ld(x, k) * factor);
 }
 
 // x / count: the mean over the counted labels (label_count's; none

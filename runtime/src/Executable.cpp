@@ -790,6 +790,22 @@ StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a) {
       double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
       invFreq[i] = invFreq[i] / factor * ramp + invFreq[i] * (1 - ramp);
     }
+  } else if (scaling == "longrope") {
+    // LongRoPE (Phi-3): each channel's frequency divided by its own
+    // factor (the short or the long list, chosen at build by the
+    // program's positions).
+    auto it = a.find("scaling.ext_factors");
+    if (it == a.end() || !it->second.has_floats() ||
+        it->second.floats().values_size() != static_cast<int>(invFreq.size()))
+      return Status::error("longrope scaling needs ext_factors: " + std::to_string(invFreq.size()) +
+                           " numbers (one a pair of rotated channels)");
+    for (size_t i = 0; i < invFreq.size(); ++i) {
+      double factor = it->second.floats().values(static_cast<int>(i));
+      if (!std::isfinite(factor) || factor <= 0)
+        return Status::error("longrope scaling: ext_factors[" + std::to_string(i) +
+                             "] must be a finite positive number");
+      invFreq[i] /= factor;
+    }
   } else if (!scaling.empty()) {
     return Status::error("rope scaling '" + scaling + "' is not implemented by the runtime");
   }

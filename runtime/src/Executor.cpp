@@ -622,6 +622,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   if (op == "embedding") {
     Tensor &ids = in(0), &table = in(1), &y = out();
     int64_t h = table.shape[1], rows = table.shape[0], offset = 0;
+    float scale = static_cast<float>(attrFloat(a, "scale", 1.0)); // (Gemma's sqrt(hidden))
     std::vector<std::string> axes = attrStrings(a, "vocab_axes");
     if (!axes.empty())
       offset = groupIndex(axes) * rows;
@@ -634,6 +635,8 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       if (id < 0 || id >= rows)
         return Status::error("token id " + std::to_string(ids.i[t]) + " is outside the vocabulary of " + std::to_string(rows));
       std::copy(&table.f[id * h], &table.f[id * h] + h, &y.f[t * h]);
+      if (scale != 1.0f)
+        for (int64_t c = 0; c < h; ++c) y.f[t * h + c] *= scale;
     }
     return Status::ok();
   }
@@ -682,6 +685,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     Tensor &x = in(0), &w = in(1), &y = out();
     auto [rows, h] = rowsCols(x);
     double eps = attrFloat(a, "eps");
+    float offset = static_cast<float>(attrFloat(a, "offset")); // (Gemma's 1 + w)
     for (int64_t r = 0; r < rows; ++r) {
       const float *xr = &x.f[r * h];
       float *yr = &y.f[r * h];
@@ -694,7 +698,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       var /= h;
       float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
       for (int64_t c = 0; c < h; ++c)
-        yr[c] = static_cast<float>(xr[c] - mean) * inv * w.f[c] +
+        yr[c] = static_cast<float>(xr[c] - mean) * inv * (w.f[c] + offset) +
                 (op == "layer_norm" ? in(2).f[c] : 0.0f);
     }
     return Status::ok();
@@ -988,7 +992,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     return Status::ok();
   }
   if (op == "rms_norm_grad" || op == "layer_norm_grad") {
-    normGrad(in(0), in(1), in(2), attrFloat(a, "eps"), op == "layer_norm_grad", out());
+    normGrad(in(0), in(1), in(2), attrFloat(a, "eps"), op == "layer_norm_grad", out(), attrFloat(a, "offset"));
     return Status::ok();
   }
   if (op == "rms_norm_weight_grad" || op == "layer_norm_weight_grad") {
@@ -1041,7 +1045,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
         if (id < 0 || id >= table.shape[0])
           return Status::error("token id " + std::to_string(id) + " is outside the vocabulary of " +
                                std::to_string(table.shape[0]));
-    embeddingGrad(ids, in(1), offset, table);
+    embeddingGrad(ids, in(1), offset, table, static_cast<float>(attrFloat(a, "scale", 1.0)));
     return Status::ok();
   }
 

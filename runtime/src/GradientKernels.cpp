@@ -68,22 +68,25 @@ void linearWeightGrad(const Tensor &x, const Tensor &dy, bool transposeW, Tensor
 }
 
 // With x̂ = (x - mean)·r and g = dy·w: dx = r·(g - mean(g) - x̂·mean(g·x̂))
-// (RMSNorm: no mean, and r·(g - x̂·mean(g·x̂)) is r·g - x·r³·mean(g·x)).
-void normGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, bool centered, Tensor &dx) {
+// (RMSNorm: no mean, and r·(g - x̂·mean(g·x̂)) is r·g - x·r³·mean(g·x)); w
+// is the weight plus `offset` (Gemma's 1 + w).
+void normGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, bool centered, Tensor &dx,
+              double offset) {
   auto [rows, h] = rowsCols(x);
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = &x.f[r * h], *dyr = &dy.f[r * h];
     auto [mean, inv] = rowStats(xr, h, eps, centered);
     double meanG = 0, dot = 0;
     for (int64_t c = 0; c < h; ++c) {
-      double g = double(dyr[c]) * w.f[c];
+      double g = double(dyr[c]) * (w.f[c] + offset);
       meanG += g;
       dot += g * (xr[c] - mean) * inv;
     }
     meanG = centered ? meanG / h : 0.0;
     dot /= h;
     for (int64_t c = 0; c < h; ++c)
-      dx.f[r * h + c] = static_cast<float>(inv * (double(dyr[c]) * w.f[c] - meanG - (xr[c] - mean) * inv * dot));
+      dx.f[r * h + c] =
+          static_cast<float>(inv * (double(dyr[c]) * (w.f[c] + offset) - meanG - (xr[c] - mean) * inv * dot));
   }
 }
 
@@ -189,13 +192,13 @@ void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tens
     }
 }
 
-void embeddingGrad(const Tensor &ids, const Tensor &dy, int64_t offset, Tensor &dtable) {
+void embeddingGrad(const Tensor &ids, const Tensor &dy, int64_t offset, Tensor &dtable, float scale) {
   int64_t rows = dtable.shape[0], h = dtable.shape[1];
   std::fill(dtable.f.begin(), dtable.f.end(), 0.0f);
   for (int64_t t = 0; t < ids.numel(); ++t) {
     int64_t id = ids.i[t] - offset;
     if (id < 0 || id >= rows) continue;
-    for (int64_t c = 0; c < h; ++c) dtable.f[id * h + c] += dy.f[t * h + c];
+    for (int64_t c = 0; c < h; ++c) dtable.f[id * h + c] += dy.f[t * h + c] * scale;
   }
 }
 

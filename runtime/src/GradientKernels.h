@@ -36,7 +36,8 @@ void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor
                       Tensor &dlogits, const Tensor *lse = nullptr, int64_t offset = 0);
 void linearWeightGrad(const Tensor &x, const Tensor &dy, bool transposeW, Tensor &dw);
 /// RMSNorm's gradients, or LayerNorm's (`centered`: x less its mean).
-void normGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, bool centered, Tensor &dx);
+void normGrad(const Tensor &x, const Tensor &w, const Tensor &dy, double eps, bool centered, Tensor &dx,
+              double offset = 0);
 void normWeightGrad(const Tensor &x, const Tensor &dy, double eps, bool centered, Tensor &dw);
 /// x summed over the dimensions where `y` (of x's rank) has size 1.
 void sumTo(const Tensor &x, Tensor &y);
@@ -45,7 +46,7 @@ void swigluGrad(const Tensor &gate, const Tensor &up, const Tensor &dy, int oper
 void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &dout,
                    const AttentionGeometry &geometry, Tensor &dq, Tensor &dk, Tensor &dv);
 /// Rows `offset ..` of the table's gradient; ids outside add nothing.
-void embeddingGrad(const Tensor &ids, const Tensor &dy, int64_t offset, Tensor &dtable);
+void embeddingGrad(const Tensor &ids, const Tensor &dy, int64_t offset, Tensor &dtable, float scale = 1);
 
 } // namespace parax::runtime
 

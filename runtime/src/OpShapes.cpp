@@ -77,6 +77,10 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
                   " number" + (it->second.value_case() == pxe::Attr::kF ? ", got " + shortest(v) : ""));
   }
 
+  if (auto it = a.find("offset"); it != a.end() && (op == "rms_norm" || op == "rms_norm_grad") &&
+      (it->second.value_case() != pxe::Attr::kF || !std::isfinite(it->second.f())))
+    return fail("offset must be a finite number");
+
   // Dtypes: the kernels read token ids, positions, labels and expert
   // indices as integers, everything else as floating point.
   std::set<int> intOperands, intResults;
@@ -195,6 +199,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (in[0].size() != 4 || out[0] != in[0] || rotary <= 0 || rotary % 2 || rotary > in[0][3])
       return fail("x [B, S, heads, D] and an even rotary_dim <= D, got " + text(in[0]) + " and " +
                   std::to_string(rotary));
+    // (its scaling's fields: the frequencies the kernels will compute)
+    StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(a);
+    if (!frequencies.isOk()) return fail(frequencies.status().message());
   } else if (op == "attention" || op == "attention_grad") {
     // (the gradient: `dout` in the result's place, dq, dk, dv of q's, k's, v's shapes)
     bool grad = op == "attention_grad";

@@ -63,6 +63,10 @@ def count(shapes):
     ("qwen3-235b-a22b", 235e9, 0.005),
     # Microsoft: Phi-3-medium, 14 B (13.96 B).
     ("phi-3-medium", 13.96e9, 0.005),
+    # Gemma 3 technical report, Table 1: 27B's language model 25,600 M
+    # non-embedding and 1,416 M embedding parameters (the vision encoder's
+    # 417 M apart).
+    ("gemma-3-27b", 27.016e9, 0.005),
 ])
 def test_published_parameter_counts(preset, published, rel):
     text = build_model(load_config(preset))
@@ -279,7 +283,21 @@ def test_bad_config_files(tmp_path):
     ("tiny-mixtral", "router_jitter_noise", 0.1, "'router_jitter_noise' = 0.1"),
     ("tiny-gpt2", "scale_attn_by_inverse_layer_idx", True, "'scale_attn_by_inverse_layer_idx' = True"),
     ("tiny-gpt2", "add_cross_attention", True, "'add_cross_attention' = True"),
-    ("tiny-llama", "rope_scaling", {"rope_type": "longrope", "factor": 2.0}, "rope_type 'longrope'"),
+    ("tiny-llama", "rope_scaling", {"rope_type": "longrope", "factor": 2.0},
+     "LongRoPE is implemented for phi3 alone"),
+    ("tiny-gemma3", "attn_logit_softcapping", 50.0, "'attn_logit_softcapping' = 50.0 is not implemented"),
+    ("tiny-gemma3", "final_logit_softcapping", 30.0, "'final_logit_softcapping' = 30.0 is not implemented"),
+    ("tiny-gemma3", "hidden_activation", "gelu", "'hidden_activation' = 'gelu' is not implemented"),
+    ("tiny-gemma3", "rope_scaling", {"rope_type": "yarn", "factor": 4.0},
+     "Gemma 3 with a rope scaling other than 'linear' is not implemented"),
+    ("tiny-phi3", "rope_scaling", {"rope_type": "linear", "factor": 2.0},
+     "a Phi-3 config takes LongRoPE alone"),
+    ("tiny-phi3", "rope_scaling", {"type": "longrope", "short_factor": [1.0] * 6, "long_factor": [2.0] * 5},
+     "'long_factor' has 5 factors, the rotated channels need 6"),
+    ("tiny-phi3", "rope_scaling", {"type": "longrope", "short_factor": [1.0] * 6, "long_factor": [0.0] * 6},
+     "needs 'long_factor', a list of positive numbers"),
+    ("tiny-phi3", "rope_scaling", {"type": "longrope", "short_factor": [1.0] * 6, "long_factor": [2.0] * 6,
+                                   "factor": 4.0}, "(longrope) has 'factor': not implemented"),
     ("tiny-llama", "rope_scaling", {"rope_type": "yarn", "factor": 2.0, "truncate": False},
      "'rope_scaling' has 'truncate', unknown to parax"),
     ("tiny-llama", "rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "lacks 'low_freq_factor'"),
@@ -333,6 +351,33 @@ def test_dynamic_ntk_rope_past_its_positions_is_refused_at_build(tmp_path):
     assert "scaling" not in build_model(cfg, seq=128)
     with pytest.raises(ConfigError, match="dynamic NTK rope scaling past max_position_embeddings 128"):
         build_model(cfg, seq=8, past=121)
+
+
+def test_longrope_is_refused_where_parax_would_differ(tmp_path):
+    """LongRoPE (Phi-3): its factor on cos and sin scales the rotated
+    channels alone, which the attention's scale cannot express on partially
+    rotated heads (tiny-phi3's 12 of 16): refused when the context is
+    extended (max_position_embeddings over the original), built when it is
+    not. A generation step over a cache past the original context (where
+    transformers switches lists and recomputes the cache) is refused;
+    prefill programs past it build, with the long factors."""
+    factors = {"type": "su", "short_factor": [1.0] * 6, "long_factor": [2.0] * 6}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(PRESETS["tiny-phi3"], original_max_position_embeddings=64,
+                                    rope_scaling=factors)))
+    with pytest.raises(ConfigError, match="on partially rotated heads .partial_rotary_factor 0.75"):
+        load_config(str(path))
+    path.write_text(json.dumps(dict(PRESETS["tiny-phi3"], original_max_position_embeddings=128,
+                                    rope_scaling=factors)))
+    assert "ext_factors = array<f64: 1.0, 1.0" in build_model(load_config(str(path)), seq=16)
+    whole = dict(PRESETS["tiny-phi3"], partial_rotary_factor=1.0, original_max_position_embeddings=16,
+                 rope_scaling=dict(factors, short_factor=[1.0] * 8, long_factor=[2.0] * 8))
+    path.write_text(json.dumps(whole))
+    cfg = load_config(str(path))
+    assert "ext_factors = array<f64: 2.0, 2.0" in build_model(cfg, seq=17)
+    assert "ext_factors = array<f64: 1.0, 1.0" in build_model(cfg, seq=1, cache=16)
+    with pytest.raises(ConfigError, match="a generation step over a cache of 17 positions is not implemented"):
+        build_model(cfg, seq=1, cache=17)
 
 
 def test_fields_that_leave_the_model_unchanged_are_accepted(tmp_path):

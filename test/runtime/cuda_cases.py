@@ -82,6 +82,9 @@ CASES = {
     "llama-cp2-seq200": ("tiny-llama", None, 1, 200, False, "cp=2,tp=1,dp=1", 2),
     "llama-bf16-cp2-seq200": ("tiny-llama", None, 1, 200, False, "cp=2,tp=1,dp=1", 2, "bf16"),
     "gpt2-cp2-tp2": ("tiny-gpt2", None, 2, 8, False, "cp=2,tp=2,dp=1", 4),
+    # Gemma 3: 1 + w norms and the embedding's scale, forward and backward.
+    "gemma3": ("tiny-gemma3", None, 2, 8, False, None, 1),
+    "gemma3-loss-tp2": ("tiny-gemma3", None, 2, 8, True, "tp=2,dp=1", 2),
     # bf16 storage throughout (GEMMs on tensor cores with fp32 accumulation,
     # every other op in fp32 math, each result rounded to bf16; collectives
     # in bf16): against the CPU backend's fp32 math from the same bf16

@@ -55,6 +55,9 @@ PLANS = [
     ("tiny-qwen3-moe", None, "ep=2,tp=2,dp=1", 4),
     ("tiny-mistral", None, "tp=2,pp=2,dp=1", 4),
     ("tiny-phi3", None, "tp=2,dp=1", 2),  # (pieces of the fused tensors on each rank)
+    # Gemma 3: 1 + w norms (the q/k ones over a split of heads), the
+    # embedding's scale on a split table, local and global layers on stages.
+    ("tiny-gemma3", None, "tp=2,pp=2,dp=1", 4),
     # Context parallelism: each rank a piece of every sequence, keys and
     # values gathered for attention (rope, causal mask and GPT-2's position
     # table offset by the piece).

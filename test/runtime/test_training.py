@@ -18,6 +18,10 @@ from conftest import Model
 
 FD_TOL = 1e-3
 SHARDED_TOL = 1e-6
+# fp32 sums in another order (a TP split, its all-reduce): relative to the
+# largest |gradient| (tiny-Llama's about 0.5; Gemma 3's 3.4, its embeddings
+# scaled by sqrt(hidden) = 8, differ by 1.7e-6 of it under TP2)
+SHARDED_REL_TOL = 4e-6
 
 
 def gradients(model, exe, ranks, extra=()):
@@ -161,7 +165,8 @@ def test_ignored_labels_under_sharding(tmp_path, preset, pins, ranks):
     single_loss, single = replica_means(tmp_path, model, dp, ignore_index=-100)
     assert abs(loss - single_loss) < 1e-5
     for name in single:
-        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+        tol = max(SHARDED_TOL, SHARDED_REL_TOL * float(np.abs(single[name]).max()))
+        assert np.abs(sharded[name] - single[name]).max() < tol, name
 
 
 @pytest.mark.parametrize("pins,ranks,rows", [("dp=2", 2, 4), (None, 1, 4), ("pp=2,dp=1", 2, 8),
@@ -247,6 +252,9 @@ MOE_PLANS = [
     ("tiny-deepseek-v3", "ep=2,dp=1", 2),
     ("tiny-deepseek-v3", "tp=2,dp=1", 2),
     ("tiny-deepseek-v3", "ep=2,cp=2,tp=1,dp=1", 4),  # MLA's keys and values gathered over cp
+    # Gemma 3 (not MoE): the 1 + w norms' and the scaled embedding's
+    # gradients under TP (sequence parallelism) and two stages.
+    ("tiny-gemma3", "tp=2,pp=2,dp=1", 4),
 ]
 
 
@@ -260,7 +268,8 @@ def test_sharded_gradients_match_single_rank(tmp_path, preset, pins, ranks):
 
 def check_sharded_against_single_rank(tmp_path, preset, pins, ranks, **options):
     """`pins` on `ranks` ranks (dp replicas of 2 rows each): the loss and
-    every gradient equal one rank's over all the rows."""
+    every gradient equal one rank's over all the rows (within SHARDED_TOL, or
+    SHARDED_REL_TOL of the largest |gradient| where that is more)."""
     dp = int(re.search(r"dp=(\d+)", pins).group(1))
     model = Model(str(tmp_path), preset, loss=True, batch=2, rows=2 * dp, **options)
     single_model = Model(str(tmp_path / "one"), preset, loss=True, batch=2 * dp, **options)
@@ -270,7 +279,8 @@ def check_sharded_against_single_rank(tmp_path, preset, pins, ranks, **options):
     assert abs(loss - single_loss) < 1e-5
     assert set(sharded) == set(single)
     for name in single:
-        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+        tol = max(SHARDED_TOL, SHARDED_REL_TOL * float(np.abs(single[name]).max()))
+        assert np.abs(sharded[name] - single[name]).max() < tol, name
 
 
 @pytest.mark.parametrize("preset,pins,ranks,batch", [
@@ -299,7 +309,8 @@ def test_load_balancing_gradients_are_over_every_token(tmp_path, preset, pins, r
         single_loss, single = replica_means(tmp_path, model, dp, aux_loss=0.5)
     assert abs(loss - single_loss) < 1e-5
     for name in single:
-        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+        tol = max(SHARDED_TOL, SHARDED_REL_TOL * float(np.abs(single[name]).max()))
+        assert np.abs(sharded[name] - single[name]).max() < tol, name
 
 
 @pytest.mark.parametrize("preset,pins,ranks,batch", [
@@ -331,7 +342,8 @@ def test_sequence_balance_gradients_match_single_rank(tmp_path, preset, pins, ra
     assert abs(single_loss - one.reference_loss()) < 1e-4
     assert abs(loss - single_loss) < 1e-5
     for name in single:
-        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+        tol = max(SHARDED_TOL, SHARDED_REL_TOL * float(np.abs(single[name]).max()))
+        assert np.abs(sharded[name] - single[name]).max() < tol, name
 
 
 @pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen2-moe", "tiny-deepseek-v3"])
@@ -346,7 +358,8 @@ def test_moe_gradients_under_context_parallelism(tmp_path, preset):
     loss, sharded = gradients(model, exe, 2)
     assert abs(loss - single_loss) < 1e-5
     for name in single:
-        assert np.abs(sharded[name] - single[name]).max() < SHARDED_TOL, name
+        tol = max(SHARDED_TOL, SHARDED_REL_TOL * float(np.abs(single[name]).max()))
+        assert np.abs(sharded[name] - single[name]).max() < tol, name
 
 
 # (workload pins, ranks, layers, rows: microbatches of 2 rows)

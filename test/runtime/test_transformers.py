@@ -24,7 +24,7 @@ TOL = 1e-4
 
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-phi3",
-                                    "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe",
+                                    "tiny-gemma3", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe",
                                     "tiny-deepseek-v3"])
 def test_parax_matches_transformers(tmp_path, preset):
     model = Model(str(tmp_path), preset)
@@ -45,9 +45,9 @@ def test_parax_matches_transformers(tmp_path, preset):
 @pytest.mark.parametrize("preset,aux", [("tiny-llama", 0.0), ("tiny-qwen2", 0.0), ("tiny-gpt2", 0.0),
                                         ("tiny-mixtral", 0.0), ("tiny-qwen2-moe", 0.0), ("tiny-mixtral", 0.5),
                                         ("tiny-qwen2-moe", 0.5), ("tiny-deepseek-v3", 0.0), ("tiny-qwen3", 0.0),
-                                        ("tiny-qwen3-moe", 0.5), ("tiny-phi3", 0.0)],
+                                        ("tiny-qwen3-moe", 0.5), ("tiny-phi3", 0.0), ("tiny-gemma3", 0.0)],
                          ids=["llama", "qwen2", "gpt2", "mixtral", "qwen2-moe", "mixtral-aux", "qwen2-moe-aux",
-                              "deepseek-v3", "qwen3", "qwen3-moe-aux", "phi3"])
+                              "deepseek-v3", "qwen3", "qwen3-moe-aux", "phi3", "gemma3"])
 def test_training_gradients_match_transformers(tmp_path, preset, aux):
     """A training step's loss and every parameter's gradient (parax
     --parax-autodiff, one rank) against PyTorch's autograd through the
@@ -116,6 +116,42 @@ def test_rope_scaling_matches_transformers(tmp_path, scaling):
     plain = Model(str(tmp_path / "plain"), "tiny-llama", seq=32)
     if scaling["rope_type"] != "dynamic":
         assert np.abs(plain.reference() - expected).max() > 100 * TOL  # the scaling shows
+    assert np.abs(model.reference() - expected).max() < TOL
+    logits = model.run(model.compile("single"), 1)
+    assert np.abs(logits - expected).max() < TOL
+
+
+@pytest.mark.parametrize("seq", [12, 32], ids=["short-factors", "long-factors"])
+def test_longrope_matches_transformers(tmp_path, seq):
+    """Phi-3's LongRoPE (rope_scaling type 'su', as Phi-3-mini-128k's
+    config.json once wrote it; transformers reads it as 'longrope'): each
+    rotated pair's frequency divided by its own factor, the short list
+    while a call's positions stay within original_max_position_embeddings
+    (16 here), the long one past it (32 tokens), and cos and sin scaled by
+    sqrt(1 + ln 8 / ln 16) (a context of 128 over 16; parax scales the
+    scores by its square: every channel of a head turns, as in Phi-3-mini
+    and -medium). The numpy reference agrees too, and the plain rotary
+    does not."""
+    import json
+    config = dict(PRESETS["tiny-phi3"], max_position_embeddings=128, original_max_position_embeddings=16,
+                  partial_rotary_factor=1.0,
+                  rope_scaling={"type": "su", "short_factor": [1.0, 1.1, 1.2, 1.3, 1.6, 2.0, 2.5, 3.0],
+                                "long_factor": [1.0, 1.5, 2.0, 2.5, 4.0, 6.0, 8.0, 12.0]})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    model = Model(str(tmp_path / "parax"), str(path), seq=seq)
+    directory = str(tmp_path / "hf")
+    save_pretrained(directory, config, model.weights)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        directory, torch_dtype=torch.float32, attn_implementation="eager")
+    hf.eval()
+    with torch.no_grad():
+        expected = hf(torch.tensor(model.tokens, dtype=torch.long)).logits.numpy()
+    unscaled = dict(config, max_position_embeddings=16)
+    unscaled.pop("rope_scaling")
+    (tmp_path / "plain.json").write_text(json.dumps(unscaled))
+    plain = Model(str(tmp_path / "plain"), str(tmp_path / "plain.json"), seq=seq)
+    assert np.abs(plain.reference() - expected).max() > 100 * TOL  # the scaling shows
     assert np.abs(model.reference() - expected).max() < TOL
     logits = model.run(model.compile("single"), 1)
     assert np.abs(logits - expected).max() < TOL

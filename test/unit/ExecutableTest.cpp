@@ -1060,3 +1060,28 @@ TEST(Executable, AShiftStaysInsideItsSequenceOfIds) {
     expectRefused(exe, "weight must be a finite positive number");
   }
 }
+
+// A rope whose LongRoPE factors do not fit its rotated pairs, or are not
+// positive, is refused when the executable is read, naming the rope.
+TEST(Executable, RefusesLongRopeFactorsUnlikeItsPairs) {
+  for (std::vector<double> factors : {std::vector<double>{1.0, 2.0}, std::vector<double>{1.0, 2.0, 0.0, 4.0},
+                                      std::vector<double>{1.0, NAN, 3.0, 4.0}}) {
+    pxe::Executable exe = oneRank();
+    pxe::Stage *stage = exe.mutable_stages(0);
+    addBuffer(*stage, pxe::INPUT, pxe::F32, {1, 4, 2, 8});
+    addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {1, 4, 2, 8});
+    pxe::Instruction *inst = stage->add_instructions();
+    inst->set_op("rope");
+    inst->add_operands(0);
+    inst->add_results(1);
+    auto &attrs = *inst->mutable_attrs();
+    attrs["rotary_dim"].set_i(8);
+    attrs["theta"].set_f(1e4);
+    attrs["scaling.rope_type"].set_s("longrope");
+    attrs["scaling.factor"].set_f(4);
+    for (double f : factors) attrs["scaling.ext_factors"].mutable_floats()->add_values(f);
+    stage->add_outputs(1);
+    expectRefused(exe, factors.size() == 2 ? "longrope scaling needs ext_factors: 4 numbers"
+                                           : "must be a finite positive number");
+  }
+}

@@ -11,8 +11,9 @@ parameter is a function argument named by its Hugging Face checkpoint tensor
 """
 
 import math
+import struct
 
-from .config import ConfigError, ModelConfig, yarn_attention_factor
+from .config import ConfigError, ModelConfig, longrope_attention_factor, yarn_attention_factor
 
 DTYPES = {"bf16": "bf16", "f32": "f32", "f16": "f16"}
 
@@ -26,6 +27,17 @@ def f64(x):
     return f"{s} : f64"
 
 
+def _in_dtype(x, dtype):
+    """x rounded to the element type `dtype` (f32, or bf16 to nearest even
+    from the f32), as torch holds a scalar in the model's type."""
+    if dtype == "f16":
+        return struct.unpack("<e", struct.pack("<e", x))[0]
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    if dtype == "bf16":
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
 def _dict_attr(d):
     items = []
     for key in sorted(d):
@@ -36,6 +48,8 @@ def _dict_attr(d):
             items.append(f"{key} = {value} : i64")
         elif isinstance(value, float):
             items.append(f"{key} = {f64(value)}")
+        elif isinstance(value, (list, tuple)):  # numbers: array<f64: ...>
+            items.append(f"{key} = array<f64: {', '.join(f64(v)[:-6] for v in value)}>")
         else:
             items.append(f'{key} = "{value}"')
     return "{" + ", ".join(items) + "}"
@@ -134,7 +148,8 @@ class _Builder:
 
     def rms_norm(self, x, name, eps):
         w = self.e.param(name, [x[1][-1]])
-        return self.e.op("rms_norm", [x, w], [x[1]], f"eps = {f64(eps)}")
+        offset = f", offset = {f64(self.cfg.norm_offset)}" if self.cfg.norm_offset else ""
+        return self.e.op("rms_norm", [x, w], [x[1]], f"eps = {f64(eps)}{offset}")
 
     def layer_norm(self, x, prefix, eps):
         h = x[1][-1]
@@ -155,19 +170,33 @@ class _Builder:
         (last_logits) the last one alone, whose logits pick the next token."""
         return self.slice(hidden, 1, self.S - 1, 1) if self.last_logits else hidden
 
-    def rope(self, x, rotary_dim, interleaved=False):
+    def rope(self, x, rotary_dim, interleaved=False, local=False):
+        """`local`: Gemma 3's sliding-window layers' rotary (their own
+        theta, no scaling)."""
         cfg = self.cfg
-        attrs = f"rotary_dim = {rotary_dim} : i64, theta = {f64(cfg.rope_theta)}"
+        theta = cfg.local_rope_theta if local else cfg.rope_theta
+        attrs = f"rotary_dim = {rotary_dim} : i64, theta = {f64(theta)}"
         operands = [x] + ([self.position] if self.position else [])
         if self.past:
             attrs += f", position_offset = {self.past} : i64"
         if interleaved:
             attrs += ", interleaved"
-        if cfg.rope_scaling and cfg.rope_scaling.get("rope_type") != "dynamic":
+        if cfg.rope_scaling and cfg.rope_scaling.get("rope_type") != "dynamic" and not local:
             scaling = dict(cfg.rope_scaling)
             rope_type = scaling.pop("rope_type", None) or scaling.pop("type", None)
             scaling.pop("type", None)
             scaling["rope_type"] = rope_type
+            if rope_type == "longrope":
+                # LongRoPE (Phi-3): the long factors when the program's
+                # positions pass the original context, else the short
+                # ones (as transformers picks them by the positions of a
+                # call); cos and sin scaled in the attention's scale.
+                span = max(self.past + self.S, self.cache)
+                old = cfg.original_max_positions
+                chosen = scaling["long_factor"] if span > old else scaling["short_factor"]
+                scaling = {"rope_type": "longrope", "original_max_position_embeddings": old,
+                           "ext_factors": [float(v) for v in chosen]}
+                scaling["factor"] = float(cfg.max_positions / old)
             scaling["factor"] = float(scaling["factor"])
             if rope_type == "yarn":  # (the defaults transformers and DeepSeek take)
                 scaling["original_max_position_embeddings"] = int(
@@ -229,7 +258,10 @@ class _Builder:
             return self.linear(s, f"{prefix}.{names[2]}.weight", h, width)
         g = self.linear(x, f"{prefix}.{names[0]}.weight", width, h)
         u = self.linear(x, f"{prefix}.{names[1]}.weight", width, h)
-        s = self.e.op("swiglu", [g, u], [g[1]])
+        if self.cfg.mlp_act == "gelu_tanh":  # Gemma's GeGLU
+            s = self.e.op("mul", [self.e.op("gelu", [g], [g[1]], prefix="tanh"), u], [g[1]])
+        else:
+            s = self.e.op("swiglu", [g, u], [g[1]])
         return self.linear(s, f"{prefix}.{names[2]}.weight", h, width)
 
     # --- attention blocks -----------------------------------------------------
@@ -250,18 +282,21 @@ class _Builder:
             v = self.linear(x, f"{prefix}.v_proj.weight", nkv * hd, h,
                             f"{prefix}.v_proj.bias" if bias else None)
         q, k = self.reshape(q, [B, S, nh, hd]), self.reshape(k, [B, S, nkv, hd])
-        if cfg.qk_norm:  # Qwen3: each head's q and k RMS-normalised
+        if cfg.qk_norm:  # Qwen3, Gemma 3: each head's q and k RMS-normalised
             q = self.rms_norm(q, f"{prefix}.q_norm.weight", cfg.norm_eps)
             k = self.rms_norm(k, f"{prefix}.k_norm.weight", cfg.norm_eps)
         rot = cfg.rotary_dim or hd
-        q, k = self.rope(q, rot), self.rope(k, rot)
+        local = cfg.is_local_layer(self.e.layer)
+        q, k = self.rope(q, rot, local=local), self.rope(k, rot, local=local)
         v = self.reshape(v, [B, S, nkv, hd])
-        scale = 1.0 / math.sqrt(hd)
+        scale = 1.0 / math.sqrt(cfg.query_scalar or hd)
         scaling = cfg.rope_scaling or {}
         if scaling.get("rope_type", scaling.get("type")) == "yarn":
             # YaRN scales cos and sin by its attention factor: q and k each,
             # the scores by its square.
             scale *= yarn_attention_factor(scaling) ** 2
+        if scaling.get("rope_type") == "longrope":  # (as YaRN's)
+            scale *= longrope_attention_factor(cfg) ** 2
         o = self.attention(q, k, v, nh, nkv, hd, scale)
         o = self.reshape(o, [B, S, nh * hd])
         return self.linear(o, f"{prefix}.o_proj.weight", h, nh * hd)
@@ -414,7 +449,9 @@ class _Builder:
         cfg, e = self.cfg, self.e
         e.layer = -1
         table = e.param("model.embed_tokens.weight", [cfg.vocab, cfg.hidden])
-        hidden = e.op("embedding", [tokens, table], [tokens[1] + [cfg.hidden]])
+        # (Gemma: scaled by sqrt(hidden) in the model's type, as transformers)
+        scale = f"scale = {f64(_in_dtype(math.sqrt(cfg.hidden), e.dtype))}" if cfg.embed_scale else ""
+        hidden = e.op("embedding", [tokens, table], [tokens[1] + [cfg.hidden]], scale)
         for i in range(cfg.layers):
             e.layer = i
             hidden = self.decoder_layer(hidden, i)
@@ -436,13 +473,18 @@ class _Builder:
             a = self.mla_attention(x, f"{p}.self_attn")
         else:
             a = self.gqa_attention(x, f"{p}.self_attn")
+        if cfg.sandwich_norms:  # Gemma 3: each branch's output normalised too
+            a = self.rms_norm(a, f"{p}.post_attention_layernorm.weight", cfg.norm_eps)
         hidden = e.op("add", [hidden, a], [hidden[1]])
-        x = self.rms_norm(hidden, f"{p}.post_attention_layernorm.weight", cfg.norm_eps)
+        x = self.rms_norm(hidden, f"{p}.{'pre_feedforward' if cfg.sandwich_norms else 'post_attention'}"
+                                  f"_layernorm.weight", cfg.norm_eps)
         if cfg.is_moe_layer(i):
             block = "block_sparse_moe" if cfg.family == "mixtral" else "mlp"
             m = self.moe(x, f"{p}.{block}")
         else:
             m = self.gated_mlp(x, f"{p}.mlp", cfg.ffn)
+        if cfg.sandwich_norms:
+            m = self.rms_norm(m, f"{p}.post_feedforward_layernorm.weight", cfg.norm_eps)
         return e.op("add", [hidden, m], [hidden[1]])
 
     def multi_token_prediction(self, tokens, labels, loss, depths, weight, ignore_index):
@@ -671,6 +713,13 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
         raise ConfigError(f"{cfg.name} ({cfg.family}): dynamic NTK rope scaling past "
                           f"max_position_embeddings {cfg.max_positions} (a program of {span} "
                           f"positions) is not implemented")
+    if (cfg.rope_scaling or {}).get("rope_type") == "longrope" and cache > cfg.original_max_positions:
+        raise ConfigError(f"{cfg.name} ({cfg.family}): LongRoPE switches from its short to its long "
+                          f"factors past original_max_position_embeddings "
+                          f"{cfg.original_max_positions}, and transformers then recomputes the "
+                          f"cache; a generation step over a cache of {cache} positions is not "
+                          f"implemented (build one of at most {cfg.original_max_positions}, or "
+                          f"prefill programs)")
     if cfg.sliding_window and span > cfg.sliding_window:
         raise ConfigError(f"{cfg.name} ({cfg.family}) attends over a sliding window of "
                           f"{cfg.sliding_window} tokens, which parax does not implement: a program "

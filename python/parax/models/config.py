@@ -9,7 +9,7 @@ from typing import Optional
 
 from .presets import PRESETS
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe",
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3_text", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe",
             "deepseek_v3")
 
 
@@ -43,6 +43,8 @@ NEUTRAL_FIELDS = frozenset({
     "pretraining_tp", "reorder_and_upcast_attn",
     # DeepSeek-V3: the expert-parallel degree its reference code ran
     "ep_size",
+    # Gemma 3: the KV cache transformers' generate() builds
+    "cache_implementation",
 })
 
 
@@ -96,6 +98,9 @@ class ModelConfig:
     qk_norm: bool = False         # Qwen3: an RMSNorm over each head's q and k before rotary
     fused: bool = False           # Phi-3: one qkv_proj and one gate_up_proj tensor
     rotary_dim: int = 0           # channels a head rotates (0: all; Phi's partial_rotary_factor)
+    # Phi-3's original_max_position_embeddings: where LongRoPE switches from
+    # its short to its long factors (0: none)
+    original_max_positions: int = 0
     # Attention over the last `sliding_window` tokens alone (Mistral's,
     # Mixtral's, Qwen2's with use_sliding_window; 0: every earlier one):
     # a program that spans more tokens is refused at build.
@@ -130,7 +135,24 @@ class ModelConfig:
     qk_nope_dim: int = 0
     qk_rope_dim: int = 0
     v_head_dim: int = 0
+    # Gemma 3: RMSNorms scaling by (offset + w) (1: Gemma's 1 + w), the
+    # embeddings scaled by sqrt(hidden), a GeGLU MLP (GELU, tanh form),
+    # norms after attention and the MLP too (sandwich), scores scaled by
+    # query_pre_attn_scalar^-1/2, and local layers (all but each
+    # `window_pattern`-th) over a sliding window with their own rope theta
+    # and no rope scaling
+    norm_offset: float = 0.0
+    embed_scale: bool = False
+    mlp_act: str = "silu"
+    sandwich_norms: bool = False
+    query_scalar: float = 0.0
+    local_rope_theta: float = 0.0
+    window_pattern: int = 0
     name: str = "model"
+
+    def is_local_layer(self, layer):
+        """Gemma 3's sliding-window layers (transformers: (i + 1) % pattern)."""
+        return self.window_pattern > 1 and (layer + 1) % self.window_pattern != 0
 
     @property
     def is_moe(self):
@@ -140,9 +162,19 @@ class ModelConfig:
         return self.is_moe and layer >= self.first_dense_layers
 
 
-def _scaling_or_none(scaling):
+def _rope_kind(scaling, family):
+    """A rope_scaling's kind; Phi-3's 'su' and 'yarn' are LongRoPE (as
+    transformers' Phi3Config reads them)."""
+    kind = scaling.get("rope_type", scaling.get("type"))
+    return "longrope" if family == "phi3" and kind in ("su", "yarn") else kind
+
+
+def _scaling_or_none(scaling, family):
     if not scaling or scaling.get("rope_type", scaling.get("type")) == "default":
         return None
+    if _rope_kind(scaling, family) == "longrope":
+        return {"rope_type": "longrope", "short_factor": list(scaling["short_factor"]),
+                "long_factor": list(scaling["long_factor"])}
     if scaling.get("rope_type", scaling.get("type")) == "dynamic":
         # Dynamic NTK: plain rotary up to max_position_embeddings (a longer
         # program is refused at build: rope_positions)
@@ -157,7 +189,7 @@ def _need(raw, *keys):
     raise ConfigError(f"config lacks '{keys[0]}'")
 
 
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
 
 
 def _check_rope_scaling(raw, family):
@@ -168,7 +200,28 @@ def _check_rope_scaling(raw, family):
         return
     if not isinstance(scaling, dict):
         raise ConfigError(f"{family} config field 'rope_scaling' = {scaling!r} is not a dictionary")
-    kind = scaling.get("rope_type", scaling.get("type"))
+    kind = _rope_kind(scaling, family)
+    if family == "phi3" and kind not in ("default", "longrope"):
+        raise ConfigError(f"phi3 config field 'rope_scaling' has rope_type {kind!r}: a Phi-3 "
+                          f"config takes LongRoPE alone ('longrope', or 'su' and 'yarn', which "
+                          f"transformers reads as it)")
+    if kind == "longrope":
+        if family != "phi3":
+            raise ConfigError(f"{family} config field 'rope_scaling': LongRoPE is implemented for "
+                              f"phi3 alone")
+        extra = sorted(set(scaling) - {"rope_type", "type", "short_factor", "long_factor"})
+        if extra:
+            raise ConfigError(f"phi3 config field 'rope_scaling' (longrope) has "
+                              f"{', '.join(map(repr, extra))}: not implemented (a Phi-3 config's "
+                              f"LongRoPE has type, short_factor and long_factor)")
+        for key in ("short_factor", "long_factor"):
+            values = scaling.get(key)
+            if not isinstance(values, list) or not values or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    and v > 0 for v in values):
+                raise ConfigError(f"phi3 config field 'rope_scaling' (longrope) needs '{key}', a "
+                                  f"list of positive numbers, got {values!r}")
+        return
     if kind not in ROPE_TYPES:
         raise ConfigError(f"{family} config field 'rope_scaling' has rope_type {kind!r}, which is "
                           f"not implemented (implemented: {', '.join(ROPE_TYPES)})")
@@ -191,6 +244,17 @@ def _check_rope_scaling(raw, family):
                           f"{scaling.get('mscale')!r} unlike mscale_all_dim "
                           f"{scaling.get('mscale_all_dim')!r} (a factor on the rotated channels "
                           f"alone) is not implemented")
+
+
+def longrope_attention_factor(cfg):
+    """LongRoPE's factor on cos and sin (transformers'
+    _compute_longrope_parameters): sqrt(1 + ln s / ln L), s the context's
+    extension max_position_embeddings / L, L the original context; 1 when
+    it is not extended."""
+    extension = cfg.max_positions / cfg.original_max_positions
+    if extension <= 1:
+        return 1.0
+    return math.sqrt(1 + math.log(extension) / math.log(cfg.original_max_positions))
 
 
 def yarn_attention_factor(scaling):
@@ -253,6 +317,8 @@ def _from_fields(raw, name):
             norm_eps=raw.get("layer_norm_epsilon", 1e-5), tie_embeddings=True,
             attention_bias=True, gelu_approx="none" if act == "gelu" else "tanh")
 
+    if family == "gemma3_text":
+        return _gemma3(raw, family, name)
     # Every other family: a SwiGLU MLP, RMSNorm, no bias but where the
     # family has its own (Qwen2-MoE's q/k/v).
     _only(raw, family, "hidden_act", ("silu",), "silu", "SiLU (SwiGLU)")
@@ -266,8 +332,9 @@ def _from_fields(raw, name):
     window = 0
     if family in ("mistral", "mixtral", "phi3"):  # (transformers' defaults: 4096, None, None)
         window = raw.get("sliding_window", 4096 if family == "mistral" else None) or 0
-    if family == "phi3":
-        raw.get("original_max_position_embeddings")  # (LongRoPE's, which is refused)
+    original = 0
+    if family == "phi3":  # (transformers' default: 4096)
+        original = int(raw.get("original_max_position_embeddings", 4096))
     if family == "mixtral":
         _only(raw, family, "router_jitter_noise", (0, 0.0), 0.0, "routing without jitter noise")
     if family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
@@ -293,12 +360,13 @@ def _from_fields(raw, name):
         max_positions=max_positions,
         norm_eps=raw.get("rms_norm_eps", 1e-6),
         rope_theta=float(raw.get("rope_theta", 10000.0)),
-        rope_scaling=_scaling_or_none(raw.get("rope_scaling")),
+        rope_scaling=_scaling_or_none(raw.get("rope_scaling"), family),
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         attention_bias=family in ("qwen2", "qwen2_moe") or bool(raw.get("attention_bias", False)),
         qk_norm=family in ("qwen3", "qwen3_moe"),
         fused=family == "phi3",
-        sliding_window=int(window))
+        sliding_window=int(window),
+        original_max_positions=original)
     if family in ("mixtral", "qwen2_moe", "qwen3_moe"):
         # (a training loss transformers adds only with output_router_logits)
         coef = float(raw.get("router_aux_loss_coef", 0.001))
@@ -357,6 +425,60 @@ def _from_fields(raw, name):
             "rope_type", (cfg.rope_scaling or {}).get("type")) == "yarn":
         raise ConfigError(f"{family} config field 'rope_scaling': YaRN on partially rotated heads "
                           f"(partial_rotary_factor {factor}) is not implemented")
+    if (cfg.rope_scaling or {}).get("rope_type") == "longrope":
+        for key in ("short_factor", "long_factor"):
+            if len(cfg.rope_scaling[key]) != cfg.rotary_dim // 2:
+                raise ConfigError(f"phi3 config field 'rope_scaling' (longrope): '{key}' has "
+                                  f"{len(cfg.rope_scaling[key])} factors, the rotated channels "
+                                  f"need {cfg.rotary_dim // 2} (one a pair)")
+        if original <= 0:
+            raise ConfigError(f"phi3 config field 'original_max_position_embeddings' = "
+                              f"{original!r} must be positive")
+        if cfg.rotary_dim < cfg.head_dim and longrope_attention_factor(cfg) != 1:
+            raise ConfigError(f"phi3 config field 'rope_scaling': LongRoPE's factor on cos and sin "
+                              f"(a context of {cfg.max_positions} over {original}) on partially "
+                              f"rotated heads (partial_rotary_factor {factor}: it scales the "
+                              f"rotated channels alone) is not implemented")
+    if cfg.heads % cfg.kv_heads:
+        raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
+                          f"num_attention_heads {cfg.heads}")
+    return cfg
+
+
+def _gemma3(raw, family, name):
+    """Gemma 3's text model (transformers' Gemma3TextConfig defaults)."""
+    _only(raw, family, "hidden_activation", ("gelu_pytorch_tanh",), "gelu_pytorch_tanh",
+          "a GeGLU MLP with GELU's tanh form")
+    _only(raw, family, "attention_bias", (False,), False, "attention projections without biases")
+    _only(raw, family, "attn_logit_softcapping", (None,), None, "scores without soft-capping")
+    _only(raw, family, "final_logit_softcapping", (None,), None, "logits without soft-capping")
+    hidden, heads = _need(raw, "hidden_size"), _need(raw, "num_attention_heads")
+    layers = _need(raw, "num_hidden_layers")
+    pattern = int(raw.get("sliding_window_pattern", 6))
+    if pattern < 1:
+        raise ConfigError(f"{family} config field 'sliding_window_pattern' = {pattern!r} must be positive")
+    window = int(raw.get("sliding_window", 4096) or 0)
+    local = pattern > 1 and layers > 0
+    cfg = ModelConfig(
+        family=family, name=name, hidden=hidden, layers=layers, heads=heads,
+        kv_heads=raw.get("num_key_value_heads") or heads, head_dim=raw.get("head_dim", 256),
+        ffn=_need(raw, "intermediate_size"), vocab=_need(raw, "vocab_size"),
+        max_positions=raw.get("max_position_embeddings", 131072),
+        norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=float(raw.get("rope_theta", 1e6)),
+        rope_scaling=_scaling_or_none(raw.get("rope_scaling"), family),
+        tie_embeddings=bool(raw.get("tie_word_embeddings", True)), qk_norm=True,
+        sliding_window=window if local else 0, norm_offset=1.0, embed_scale=True,
+        mlp_act="gelu_tanh", sandwich_norms=True,
+        query_scalar=float(raw.get("query_pre_attn_scalar", 256)),
+        local_rope_theta=float(raw.get("rope_local_base_freq", 10000.0)), window_pattern=pattern)
+    if not local:
+        raw.get("sliding_window"), raw.get("rope_local_base_freq")  # (unused: no local layer)
+    cfg.rotary_dim = cfg.head_dim
+    if (cfg.rope_scaling or {}).get("rope_type") not in (None, "linear"):
+        raise ConfigError(f"{family} config field 'rope_scaling' = {raw.get('rope_scaling')!r}: "
+                          f"Gemma 3 with a rope scaling other than 'linear' is not implemented")
+    if cfg.query_scalar <= 0:
+        raise ConfigError(f"{family} config field 'query_pre_attn_scalar' must be positive")
     if cfg.heads % cfg.kv_heads:
         raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
                           f"num_attention_heads {cfg.heads}")

@@ -35,6 +35,15 @@ PRESETS = {
         "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 128,
         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True,
     },
+    "tiny-gemma3": {  # Gemma 3: 1 + w norms, sandwich norms, GeGLU, local and global layers
+        "model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0},  # (the global layers')
+        "query_pre_attn_scalar": 24, "sliding_window": 64, "sliding_window_pattern": 3,
+        "pad_token_id": 0,
+    },
     "tiny-qwen3-moe": {
         "model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
         "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -127,6 +136,16 @@ PRESETS = {
         "vocab_size": 32064, "max_position_embeddings": 4096,
         "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
         "tie_word_embeddings": False, "sliding_window": 2047,
+    },
+    # Gemma 3 27B's text model (sizes as google/gemma-3-27b-it's config.json
+    # publishes them in its text_config): 27 B.
+    "gemma-3-27b": {
+        "model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504,
+        "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16,
+        "head_dim": 128, "vocab_size": 262208, "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "query_pre_attn_scalar": 168, "sliding_window": 1024, "sliding_window_pattern": 6,
     },
     # Mistral Large 2 (sizes as mistralai/Mistral-Large-Instruct-2407 publishes
     # them): 123 B.

@@ -141,6 +141,38 @@ func.func @negative_head_linear_element_types(%x: tensor<2x4x8xf32>, %w: tensor<
 
 // -----
 
+func.func @negative_embedding_scale(%ids: tensor<2xi32>, %t: tensor<8x4xf32>) {
+  // expected-error @+1 {{C5: scale must be finite and positive, got -2}}
+  %0 = parax.embedding %ids, %t {scale = -2.0 : f64} : (tensor<2xi32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_embedding_grad_scale(%ids: tensor<2xi32>, %dy: tensor<2x4xf32>) {
+  // expected-error @+1 {{C3: scale must be finite and positive, got 0}}
+  %0 = parax.embedding_grad %ids, %dy {scale = 0.0 : f64} : (tensor<2xi32>, tensor<2x4xf32>) -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rms_norm_offset(%x: tensor<2x4xf32>, %w: tensor<4xf32>) {
+  // expected-error @+1 {{C4: offset must be finite}}
+  %0 = parax.rms_norm %x, %w {eps = 1.0e-05 : f64, offset = 0x7FF0000000000000 : f64} : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rms_norm_grad_offset(%x: tensor<2x4xf32>, %w: tensor<4xf32>) {
+  // expected-error @+1 {{C4: offset must be finite}}
+  %0 = parax.rms_norm_grad %x, %w, %x {eps = 1.0e-05 : f64, offset = 0x7FF8000000000000 : f64} : (tensor<2x4xf32>, tensor<4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
 func.func @negative_rms_norm_weight(%x: tensor<2x4xf32>, %w: tensor<8xf32>) {
   // expected-error @+1 {{C1: norm parameters must be [4]}}
   %0 = parax.rms_norm %x, %w {eps = 1.0e-5 : f64} : (tensor<2x4xf32>, tensor<8xf32>) -> tensor<2x4xf32>
@@ -214,7 +246,7 @@ func.func @negative_rope_offset(%x: tensor<1x4x2x8xf32>) {
 // -----
 
 func.func @negative_rope_scaling_type(%x: tensor<1x4x2x8xf32>) {
-  // expected-error @+1 {{C5: scaling needs rope_type = "llama3", "yarn" or "linear"}}
+  // expected-error @+1 {{C5: scaling needs rope_type = "llama3", "yarn", "linear" or "longrope"}}
   %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, scaling = {rope_type = "ntk", factor = 2.0 : f64}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
   return
 }
@@ -232,6 +264,22 @@ func.func @negative_rope_scaling_factor(%x: tensor<1x4x2x8xf32>) {
 func.func @negative_rope_yarn_fields(%x: tensor<1x4x2x8xf32>) {
   // expected-error @+1 {{C5: yarn scaling needs a float 'beta_fast'}}
   %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, scaling = {rope_type = "yarn", factor = 4.0 : f64, original_max_position_embeddings = 64 : i64}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_longrope_factors(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C5: longrope scaling needs 'ext_factors', an array<f64> of 4 factors (one a pair of rotated channels)}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, scaling = {rope_type = "longrope", factor = 4.0 : f64, ext_factors = array<f64: 1.0, 2.0, 3.0>}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_longrope_factor_value(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C5: longrope scaling's ext_factors must be finite and positive, got 0}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, scaling = {rope_type = "longrope", factor = 4.0 : f64, ext_factors = array<f64: 1.0, 2.0, 0.0, 4.0>}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
   return
 }
 

@@ -109,6 +109,11 @@ int64_t GridOp::getNumDevices() {
 // Embeddings
 //===----------------------------------------------------------------------===//
 
+// An optional float attribute's value.
+static std::optional<double> valueOf(FloatAttr attr) {
+  return attr ? std::optional<double>(attr.getValueAsDouble()) : std::nullopt;
+}
+
 LogicalResult EmbeddingOp::verify() {
   RankedTensorType table = tensorOf(getTable()), ids = tensorOf(getIds()),
                    result = tensorOf(getResult());
@@ -123,6 +128,8 @@ LogicalResult EmbeddingOp::verify() {
     return emitOpError("C3: result element type must match the table's");
   if (bool(getVocabGrid()) != bool(getVocabAxes()))
     return emitOpError("C4: vocab_grid and vocab_axes come together");
+  if (std::optional<double> scale = valueOf(getScaleAttr()); scale && !(std::isfinite(*scale) && *scale > 0))
+    return emitOpError("C5: scale must be finite and positive, got ") << *scale;
   return success();
 }
 
@@ -248,6 +255,8 @@ static LogicalResult verifyNorm(Operation *op, Value x, ValueRange params,
 }
 
 LogicalResult RmsNormOp::verify() {
+  if (std::optional<double> offset = valueOf(getOffsetAttr()); offset && !std::isfinite(*offset))
+    return emitOpError("C4: offset must be finite");
   return verifyNorm(*this, getX(), getWeight(), getResult(),
                     getEps().convertToDouble());
 }
@@ -279,10 +288,10 @@ LogicalResult RopeOp::verify() {
     return failure();
   if (auto scaling = getScalingAttr()) {
     auto type = scaling.getAs<StringAttr>("rope_type");
-    if (!type || !llvm::is_contained(ArrayRef<StringRef>{"llama3", "yarn", "linear"},
+    if (!type || !llvm::is_contained(ArrayRef<StringRef>{"llama3", "yarn", "linear", "longrope"},
                                      type.getValue()))
-      return emitOpError("C5: scaling needs rope_type = \"llama3\", \"yarn\" "
-                         "or \"linear\"");
+      return emitOpError("C5: scaling needs rope_type = \"llama3\", \"yarn\", "
+                         "\"linear\" or \"longrope\"");
     if (!scaling.getAs<FloatAttr>("factor"))
       return emitOpError("C5: scaling needs a float 'factor'");
     // The fields each kind's frequencies read (the runtimes'
@@ -294,6 +303,16 @@ LogicalResult RopeOp::verify() {
     } else if (type.getValue() == "yarn") {
       floats = {"beta_fast", "beta_slow"};
       ints = {"original_max_position_embeddings"};
+    } else if (type.getValue() == "longrope") {
+      auto factors = scaling.getAs<DenseF64ArrayAttr>("ext_factors");
+      int64_t pairs = static_cast<int64_t>(getRotaryDim()) / 2;
+      if (!factors || static_cast<int64_t>(factors.size()) != pairs)
+        return emitOpError("C5: longrope scaling needs 'ext_factors', an array<f64> of ")
+               << pairs << " factors (one a pair of rotated channels)";
+      for (double factor : factors.asArrayRef())
+        if (!std::isfinite(factor) || factor <= 0)
+          return emitOpError("C5: longrope scaling's ext_factors must be finite and positive, got ")
+                 << factor;
     }
     for (StringRef name : floats)
       if (!scaling.getAs<FloatAttr>(name))
@@ -930,6 +949,8 @@ static LogicalResult verifyNormWeightGrad(Operation *op, Value xValue,
 }
 
 LogicalResult RmsNormGradOp::verify() {
+  if (std::optional<double> offset = valueOf(getOffsetAttr()); offset && !std::isfinite(*offset))
+    return emitOpError("C4: offset must be finite");
   return verifyNormGrad(*this, getX(), getWeight(), getDy(), getResult(),
                         getEps().convertToDouble());
 }
@@ -1013,6 +1034,8 @@ LogicalResult EmbeddingGradOp::verify() {
            << dy << " and " << table;
   if (bool(getVocabGrid()) != bool(getVocabAxes()))
     return emitOpError("C2: vocab_grid and vocab_axes come together");
+  if (std::optional<double> scale = valueOf(getScaleAttr()); scale && !(std::isfinite(*scale) && *scale > 0))
+    return emitOpError("C3: scale must be finite and positive, got ") << *scale;
   return success();
 }
 

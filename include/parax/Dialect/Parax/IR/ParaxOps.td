@@ -92,9 +92,12 @@ def Parax_EmbeddingOp : Parax_FunctionalOp<"embedding", [], ["getBytesRead"]> {
     %h = parax.embedding %ids, %wte : (tensor<2x16xi32>, tensor<256x64xf32>) -> tensor<2x16x64xf32>
     ```
 
+    With `scale`, each row is multiplied by it (Gemma's embeddings, scaled
+    by the square root of the hidden size).
+
     C1: `table` has rank 2. C2: result shape = `ids` shape + [H]. C3: result
     element type = `table` element type. C4: `vocab_grid` and `vocab_axes`
-    come together.
+    come together. C5: `scale`, when present, is finite and positive.
 
     After partitioning, a vocab-parallel embedding names the grid axes its
     table's rows are split over (`vocab_grid`, `vocab_axes`): the local table
@@ -103,8 +106,15 @@ def Parax_EmbeddingOp : Parax_FunctionalOp<"embedding", [], ["getBytesRead"]> {
   }];
   let arguments = (ins Parax_IndexTensor:$ids, Parax_FloatTensor:$table,
                        OptionalAttr<FlatSymbolRefAttr>:$vocab_grid,
-                       OptionalAttr<StrArrayAttr>:$vocab_axes);
+                       OptionalAttr<StrArrayAttr>:$vocab_axes,
+                       OptionalAttr<F64Attr>:$scale);
   let results = (outs Parax_FloatTensor:$result);
+  // (the form before `scale`, which embedders call)
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$ids, "::mlir::Value":$table, "::mlir::FlatSymbolRefAttr":$vocab_grid,
+                   "::mlir::ArrayAttr":$vocab_axes), [{
+      build($_builder, $_state, result, ids, table, vocab_grid, vocab_axes, ::mlir::FloatAttr());
+    }]>];
 }
 
 def Parax_PositionEmbeddingOp : Parax_FunctionalOp<"position_embedding", [], ["getBytesRead"]> {
@@ -212,17 +222,24 @@ def Parax_HeadLinearOp : Parax_FunctionalOp<"head_linear"> {
 def Parax_RmsNormOp : Parax_FunctionalOp<"rms_norm"> {
   let summary = "RMSNorm over the last dimension";
   let description = [{
-    `y = x / sqrt(mean(x^2) + eps) * weight` over the last dimension.
+    `y = x / sqrt(mean(x^2) + eps) * (weight + offset)` over the last
+    dimension (`offset`: 0 when absent; Gemma's norms scale by `1 + w`).
 
     ```mlir
     %y = parax.rms_norm %x, %w {eps = 1.0e-05 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
     ```
 
     C1: `weight` is `[H]` with H = `x`'s last dimension. C2: result type =
-    `x` type. C3: `eps > 0`.
+    `x` type. C3: `eps > 0`. C4: `offset`, when present, is finite.
   }];
-  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight, F64Attr:$eps);
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight, F64Attr:$eps,
+                       OptionalAttr<F64Attr>:$offset);
   let results = (outs Parax_FloatTensor:$result);
+  // (the form before `offset`, which embedders call)
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$x, "::mlir::Value":$weight, "::mlir::FloatAttr":$eps), [{
+      build($_builder, $_state, result, x, weight, eps, ::mlir::FloatAttr());
+    }]>];
 }
 
 def Parax_LayerNormOp : Parax_FunctionalOp<"layer_norm"> {
@@ -254,7 +271,10 @@ def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
     `(2i, 2i+1)` with `interleaved`. `rotary_dim < head_dim` is partial
     rotary (the rest passes through). `scaling` carries a Hugging Face
     `rope_scaling` dictionary (`rope_type` = `llama3` or `yarn` with its
-    factors) unchanged.
+    factors) unchanged, or LongRoPE's (`rope_type` = `longrope`) with the
+    one list of per-pair factors the program's positions select
+    (`ext_factors`: pair `i` turns at `pos / (ext_factors[i] ·
+    theta^(2i / rotary_dim))`).
 
     ```mlir
     %q = parax.rope %x {theta = 500000.0 : f64, rotary_dim = 16} : (tensor<2x16x4x16xf32>) -> tensor<2x16x4x16xf32>
@@ -272,7 +292,9 @@ def Parax_RopeOp : Parax_FunctionalOp<"rope"> {
     C1: `x` has rank 4 and the result has its type. C2: `theta > 0`. C3:
     `rotary_dim` is positive, even and at most `head_dim`. C4:
     `position_offset >= 0`. C5: `scaling`, when present, has a string
-    `rope_type` of `llama3`, `yarn` or `linear` and a float `factor`. C6:
+    `rope_type` of `llama3`, `yarn`, `linear` or `longrope` and a float
+    `factor`, and the fields its kind reads (`longrope`: `ext_factors`,
+    `rotary_dim / 2` finite positive f64s). C6:
     `position` and a non-zero `position_offset` do not come together. C7:
     `seq_grid` and `seq_axes` come together, name axes of a grid, and take no
     `position`.
@@ -837,7 +859,8 @@ def Parax_RmsNormGradOp : Parax_FunctionalOp<"rms_norm_grad"> {
   let summary = "gradient of RMSNorm by its input";
   let description = [{
     For `y = parax.rms_norm x, w`, with `r = 1 / sqrt(mean(x^2) + eps)` and
-    `g = dy · w` over the last dimension (`H` wide):
+    `g = dy · (w + offset)` over the last dimension (`H` wide; `offset` as
+    the norm's):
     `dx = r · g - x · r^3 · mean(g · x)`.
 
     ```mlir
@@ -845,11 +868,16 @@ def Parax_RmsNormGradOp : Parax_FunctionalOp<"rms_norm_grad"> {
     ```
 
     C1: `weight` is `[H]` with H = `x`'s last dimension. C2: `dy` and the
-    result have `x`'s type. C3: `eps > 0`.
+    result have `x`'s type. C3: `eps > 0`. C4: `offset`, when present, is
+    finite.
   }];
   let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$weight,
-                       Parax_FloatTensor:$dy, F64Attr:$eps);
+                       Parax_FloatTensor:$dy, F64Attr:$eps, OptionalAttr<F64Attr>:$offset);
   let results = (outs Parax_FloatTensor:$result);
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$x, "::mlir::Value":$weight, "::mlir::Value":$dy, "::mlir::FloatAttr":$eps), [{
+      build($_builder, $_state, result, x, weight, dy, eps, ::mlir::FloatAttr());
+    }]>];
 }
 
 def Parax_RmsNormWeightGradOp : Parax_FunctionalOp<"rms_norm_weight_grad"> {
@@ -937,13 +965,22 @@ def Parax_EmbeddingGradOp : Parax_FunctionalOp<"embedding_grad"> {
     `vocab_axes`, as `parax.embedding`'s), the local result holds rows `c·V
     ..` and ids outside them add nothing.
 
+    With `scale` (the embedding's), each row of `dy` is multiplied by it.
+
     C1: the result has rank 2 and `dy` has `ids`' shape with the result's
-    `H` appended. C2: `vocab_grid` and `vocab_axes` come together.
+    `H` appended. C2: `vocab_grid` and `vocab_axes` come together. C3:
+    `scale`, when present, is finite and positive.
   }];
   let arguments = (ins Parax_IndexTensor:$ids, Parax_FloatTensor:$dy,
                        OptionalAttr<FlatSymbolRefAttr>:$vocab_grid,
-                       OptionalAttr<StrArrayAttr>:$vocab_axes);
+                       OptionalAttr<StrArrayAttr>:$vocab_axes,
+                       OptionalAttr<F64Attr>:$scale);
   let results = (outs Parax_FloatTensor:$result);
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$ids, "::mlir::Value":$dy, "::mlir::FlatSymbolRefAttr":$vocab_grid,
+                   "::mlir::ArrayAttr":$vocab_axes), [{
+      build($_builder, $_state, result, ids, dy, vocab_grid, vocab_axes, ::mlir::FloatAttr());
+    }]>];
 }
 
 def Parax_SumToOp : Parax_FunctionalOp<"sum_to"> {
