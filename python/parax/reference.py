@@ -22,6 +22,10 @@ def _silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
 def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
@@ -222,8 +226,8 @@ def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     cache = cache if cache is not None else KVCache()
     if cfg.family == "gpt2":
         return _gpt2(cfg, w, tokens, cache)
-    if cfg.family == "gemma3_text":
-        return _gemma3(cfg, w, tokens, cache)
+    if cfg.family in ("gemma", "gemma3_text"):
+        return _gemma(cfg, w, tokens, cache)
     if cfg.family not in ("llama", "qwen2", "qwen3", "mistral", "phi3", "mixtral", "qwen2_moe",
                           "qwen3_moe", "deepseek_v3"):
         raise NotImplementedError(f"numpy reference: {cfg.family}")
@@ -236,13 +240,15 @@ def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     return _rms_norm(h, w["model.norm.weight"], cfg.norm_eps) @ _head(cfg, w).T
 
 
-def _gemma3(cfg, w, tokens, cache):
-    """Gemma 3's text model (transformers' modeling_gemma3): embeddings
-    times sqrt(hidden) (in f32), RMSNorms scaling by 1 + w, each branch
-    normalised before and after, q and k normalised per head, a GeGLU MLP
-    (GELU, tanh form), scores scaled by query_pre_attn_scalar^-1/2, and
-    every layer but each sliding_window_pattern-th local: the rope of
+def _gemma(cfg, w, tokens, cache):
+    """Gemma (transformers' modeling_gemma) and Gemma 3's text model
+    (modeling_gemma3): embeddings times sqrt(hidden) (in f32), RMSNorms
+    scaling by 1 + w, a GeGLU MLP (GELU, exact or its tanh form). Gemma 3
+    also: each branch normalised before and after, q and k normalised per
+    head, scores scaled by query_pre_attn_scalar^-1/2, and every layer but
+    each sliding_window_pattern-th local: the rope of
     rope_local_base_freq, unscaled (programs within the window)."""
+    gemma3 = cfg.family == "gemma3_text"
     def norm(x, name):
         return _rms_norm(x, 1.0 + w[name], cfg.norm_eps)
     past = cache.length()
@@ -256,17 +262,20 @@ def _gemma3(cfg, w, tokens, cache):
         q = (x @ w[f"{p}.self_attn.q_proj.weight"].T).reshape(b, s, nh, hd)
         k = (x @ w[f"{p}.self_attn.k_proj.weight"].T).reshape(b, s, kh, hd)
         v = (x @ w[f"{p}.self_attn.v_proj.weight"].T).reshape(b, s, kh, hd)
-        q, k = norm(q, f"{p}.self_attn.q_norm.weight"), norm(k, f"{p}.self_attn.k_norm.weight")
+        if gemma3:
+            q, k = norm(q, f"{p}.self_attn.q_norm.weight"), norm(k, f"{p}.self_attn.k_norm.weight")
         rope = dict(rot=hd, offset=past, scaling=None if local else cfg.rope_scaling,
                     max_positions=cfg.max_positions)
         theta = cfg.local_rope_theta if local else cfg.rope_theta
         q, k = _rope(q, theta, **rope), _rope(k, theta, **rope)
-        o = cache.attend(i, q, k, v, cfg.query_scalar ** -0.5).reshape(b, s, nh * hd)
-        h = h + norm(o @ w[f"{p}.self_attn.o_proj.weight"].T, f"{p}.post_attention_layernorm.weight")
-        x = norm(h, f"{p}.pre_feedforward_layernorm.weight")
+        o = cache.attend(i, q, k, v, (cfg.query_scalar or hd) ** -0.5).reshape(b, s, nh * hd)
+        o = o @ w[f"{p}.self_attn.o_proj.weight"].T
+        h = h + (norm(o, f"{p}.post_attention_layernorm.weight") if gemma3 else o)
+        x = norm(h, f"{p}.pre_feedforward_layernorm.weight" if gemma3 else f"{p}.post_attention_layernorm.weight")
         g, u = x @ w[f"{p}.mlp.gate_proj.weight"].T, x @ w[f"{p}.mlp.up_proj.weight"].T
-        m = (_gelu_tanh(g) * u) @ w[f"{p}.mlp.down_proj.weight"].T
-        h = h + norm(m, f"{p}.post_feedforward_layernorm.weight")
+        act = _gelu_tanh(g) if cfg.mlp_act == "gelu_tanh" else 0.5 * g * (1 + _erf(g / math.sqrt(2)))
+        m = (act * u) @ w[f"{p}.mlp.down_proj.weight"].T
+        h = h + (norm(m, f"{p}.post_feedforward_layernorm.weight") if gemma3 else m)
     return norm(h, "model.norm.weight") @ _head(cfg, w).T
 
 

@@ -24,7 +24,7 @@ TOL = 1e-4
 
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-phi3",
-                                    "tiny-gemma3", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe",
+                                    "tiny-gemma", "tiny-gemma3", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe",
                                     "tiny-deepseek-v3"])
 def test_parax_matches_transformers(tmp_path, preset):
     model = Model(str(tmp_path), preset)
@@ -45,9 +45,10 @@ def test_parax_matches_transformers(tmp_path, preset):
 @pytest.mark.parametrize("preset,aux", [("tiny-llama", 0.0), ("tiny-qwen2", 0.0), ("tiny-gpt2", 0.0),
                                         ("tiny-mixtral", 0.0), ("tiny-qwen2-moe", 0.0), ("tiny-mixtral", 0.5),
                                         ("tiny-qwen2-moe", 0.5), ("tiny-deepseek-v3", 0.0), ("tiny-qwen3", 0.0),
-                                        ("tiny-qwen3-moe", 0.5), ("tiny-phi3", 0.0), ("tiny-gemma3", 0.0)],
+                                        ("tiny-qwen3-moe", 0.5), ("tiny-phi3", 0.0), ("tiny-gemma", 0.0),
+                                        ("tiny-gemma3", 0.0)],
                          ids=["llama", "qwen2", "gpt2", "mixtral", "qwen2-moe", "mixtral-aux", "qwen2-moe-aux",
-                              "deepseek-v3", "qwen3", "qwen3-moe-aux", "phi3", "gemma3"])
+                              "deepseek-v3", "qwen3", "qwen3-moe-aux", "phi3", "gemma", "gemma3"])
 def test_training_gradients_match_transformers(tmp_path, preset, aux):
     """A training step's loss and every parameter's gradient (parax
     --parax-autodiff, one rank) against PyTorch's autograd through the

@@ -258,8 +258,9 @@ class _Builder:
             return self.linear(s, f"{prefix}.{names[2]}.weight", h, width)
         g = self.linear(x, f"{prefix}.{names[0]}.weight", width, h)
         u = self.linear(x, f"{prefix}.{names[1]}.weight", width, h)
-        if self.cfg.mlp_act == "gelu_tanh":  # Gemma's GeGLU
-            s = self.e.op("mul", [self.e.op("gelu", [g], [g[1]], prefix="tanh"), u], [g[1]])
+        if self.cfg.mlp_act in ("gelu_tanh", "gelu"):  # Gemma's GeGLU
+            approx = "tanh" if self.cfg.mlp_act == "gelu_tanh" else "none"
+            s = self.e.op("mul", [self.e.op("gelu", [g], [g[1]], prefix=approx), u], [g[1]])
         else:
             s = self.e.op("swiglu", [g, u], [g[1]])
         return self.linear(s, f"{prefix}.{names[2]}.weight", h, width)

@@ -9,7 +9,7 @@ from typing import Optional
 
 from .presets import PRESETS
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3_text", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe",
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma", "gemma3_text", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe",
             "deepseek_v3")
 
 
@@ -319,6 +319,8 @@ def _from_fields(raw, name):
 
     if family == "gemma3_text":
         return _gemma3(raw, family, name)
+    if family == "gemma":
+        return _gemma(raw, family, name)
     # Every other family: a SwiGLU MLP, RMSNorm, no bias but where the
     # family has its own (Qwen2-MoE's q/k/v).
     _only(raw, family, "hidden_act", ("silu",), "silu", "SiLU (SwiGLU)")
@@ -439,6 +441,31 @@ def _from_fields(raw, name):
                               f"(a context of {cfg.max_positions} over {original}) on partially "
                               f"rotated heads (partial_rotary_factor {factor}: it scales the "
                               f"rotated channels alone) is not implemented")
+    if cfg.heads % cfg.kv_heads:
+        raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
+                          f"num_attention_heads {cfg.heads}")
+    return cfg
+
+
+def _gemma(raw, family, name):
+    """Gemma (1): Llama with 1 + w norms, embeddings scaled by sqrt(hidden)
+    and a GeGLU MLP of `hidden_act` (transformers' PyTorch Gemma reads it,
+    not `hidden_activation`, which it leaves to Flax)."""
+    act = _only(raw, family, "hidden_act", ("gelu_pytorch_tanh", "gelu"), "gelu_pytorch_tanh",
+                "a GeGLU MLP with GELU, exact or in its tanh form")
+    raw.get("hidden_activation")  # (read by transformers' Flax model alone)
+    _only(raw, family, "attention_bias", (False,), False, "attention projections without biases")
+    hidden, heads = _need(raw, "hidden_size"), _need(raw, "num_attention_heads")
+    cfg = ModelConfig(
+        family=family, name=name, hidden=hidden, layers=_need(raw, "num_hidden_layers"), heads=heads,
+        kv_heads=raw.get("num_key_value_heads") or heads, head_dim=raw.get("head_dim", 256),
+        ffn=_need(raw, "intermediate_size"), vocab=_need(raw, "vocab_size"),
+        max_positions=raw.get("max_position_embeddings", 8192),
+        norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=float(raw.get("rope_theta", 10000.0)),
+        rope_scaling=_scaling_or_none(raw.get("rope_scaling"), family),
+        tie_embeddings=bool(raw.get("tie_word_embeddings", True)), norm_offset=1.0, embed_scale=True,
+        mlp_act="gelu_tanh" if act == "gelu_pytorch_tanh" else "gelu")
+    cfg.rotary_dim = cfg.head_dim
     if cfg.heads % cfg.kv_heads:
         raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
                           f"num_attention_heads {cfg.heads}")

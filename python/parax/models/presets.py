@@ -35,6 +35,12 @@ PRESETS = {
         "head_dim": 32, "vocab_size": 256, "max_position_embeddings": 128,
         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True,
     },
+    "tiny-gemma": {  # Gemma (1): 1 + w norms, scaled embeddings, GeGLU (exact GELU), MQA
+        "model_type": "gemma", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+        "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-6, "hidden_act": "gelu", "pad_token_id": 0,
+    },
     "tiny-gemma3": {  # Gemma 3: 1 + w norms, sandwich norms, GeGLU, local and global layers
         "model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -136,6 +142,13 @@ PRESETS = {
         "vocab_size": 32064, "max_position_embeddings": 4096,
         "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
         "tie_word_embeddings": False, "sliding_window": 2047,
+    },
+    # Gemma 7B (sizes as google/gemma-7b's config.json publishes them): 8.54 B.
+    "gemma-7b": {
+        "model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576,
+        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "gelu",
     },
     # Gemma 3 27B's text model (sizes as google/gemma-3-27b-it's config.json
     # publishes them in its text_config): 27 B.
