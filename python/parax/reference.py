@@ -99,16 +99,20 @@ def _rope(x, theta, rot=None, interleaved=False, offset=0, scaling=None, max_pos
     return out
 
 
-def _attention(q, k, v, scale, causal=True):
+def _attention(q, k, v, scale, causal=True, window=0):
     """q [B,S,H,D], k/v [B,T,KH,D] (T >= S: the last S keys are the queries'
-    own positions): grouped-query, causal softmax attention."""
+    own positions): grouped-query, causal softmax attention; with `window`,
+    over each query's last `window` keys (its own included)."""
     h, kh = q.shape[2], k.shape[2]
     k = np.repeat(k, h // kh, axis=2)
     v = np.repeat(v, h // kh, axis=2)
     scores = np.einsum("bshd,bthd->bhst", q, k) * scale
     if causal:
         s, t = q.shape[1], k.shape[1]
-        scores = np.where(np.tril(np.ones((s, t), bool), t - s)[None, None], scores, -np.inf)
+        seen = np.tril(np.ones((s, t), bool), t - s)
+        if window:  # (key j hidden from query i at position i + t - s when j <= i + t - s - window)
+            seen &= ~np.tril(np.ones((s, t), bool), t - s - window)
+        scores = np.where(seen[None, None], scores, -np.inf)
     scores = scores - scores.max(-1, keepdims=True)
     p = np.exp(scores)
     p /= p.sum(-1, keepdims=True)
@@ -184,10 +188,10 @@ class KVCache:
     def length(self):
         return next(iter(self.keys.values())).shape[1] if self.keys else 0
 
-    def attend(self, layer, q, k, v, scale):
+    def attend(self, layer, q, k, v, scale, window=0):
         """Attention of q over the cached tokens and k/v's, which are then cached."""
         k, v = self.append(layer, k, v)
-        return _attention(q, k, v, scale)
+        return _attention(q, k, v, scale, window=window)
 
 
 def balanced_router_bias(cfg, w, tokens):
@@ -268,7 +272,8 @@ def _gemma(cfg, w, tokens, cache):
                     max_positions=cfg.max_positions)
         theta = cfg.local_rope_theta if local else cfg.rope_theta
         q, k = _rope(q, theta, **rope), _rope(k, theta, **rope)
-        o = cache.attend(i, q, k, v, (cfg.query_scalar or hd) ** -0.5).reshape(b, s, nh * hd)
+        o = cache.attend(i, q, k, v, (cfg.query_scalar or hd) ** -0.5,
+                         cfg.sliding_window if local else 0).reshape(b, s, nh * hd)
         o = o @ w[f"{p}.self_attn.o_proj.weight"].T
         h = h + (norm(o, f"{p}.post_attention_layernorm.weight") if gemma3 else o)
         x = norm(h, f"{p}.pre_feedforward_layernorm.weight" if gemma3 else f"{p}.post_attention_layernorm.weight")
@@ -313,7 +318,8 @@ def _decoder_layer(cfg, w, i, h, cache, past, routers):
                     max_positions=cfg.max_positions)
         q, k = _rope(q, cfg.rope_theta, **rope), _rope(k, cfg.rope_theta, **rope)
         v = proj("v_proj", kh)
-        o = cache.attend(i, q, k, v, 1.0 / math.sqrt(hd)).reshape(b, s, nh * hd)
+        window = cfg.sliding_window if cfg.family in ("mistral", "mixtral") else 0
+        o = cache.attend(i, q, k, v, 1.0 / math.sqrt(hd), window).reshape(b, s, nh * hd)
         h = h + o @ w[f"{p}.self_attn.o_proj.weight"].T
     x = _rms_norm(h, w[f"{p}.post_attention_layernorm.weight"], cfg.norm_eps)
     flat = x.reshape(b * s, -1)

@@ -2614,6 +2614,12 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return static_cast<char *>(b.data) + elements * elemBytes(b.elem);
   };
 
+  // A sliding window: the CPU backend's for now (the attention kernels
+  // below see every earlier key).
+  if ((op == "attention" || op == "attention_grad") && attrInt(a, "window") > 0)
+    return Status::error(op + " over a sliding window (window = " + std::to_string(attrInt(a, "window")) +
+                         ") is not implemented by the CUDA backend: run it with --device cpu, or build "
+                         "programs of at most that many positions");
   if (op == "embedding") {
     DeviceBuffer &ids = in(0), &table = in(1), &y = out();
     std::vector<std::string> axes = attrStrings(a, "vocab_axes");

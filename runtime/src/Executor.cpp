@@ -196,6 +196,7 @@ struct Executor::Impl {
     g.scale = static_cast<float>(attrFloat(a, "scale"));
     bool causal = attrFlag(a, "causal");
     g.visible = [causal, rows, edge, T](int64_t s) { return causal ? std::min(T, rows.position(s) + edge + 1) : T; };
+    g.window = attrInt(a, "window"); // (a sliding window: the last keys alone)
     std::vector<std::string> headAxes = attrStrings(a, "head_axes");
     int64_t totalHeads = H;
     if (!headAxes.empty()) {
@@ -742,6 +743,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       return geometry.status();
     float scale = geometry.value().scale;
     const auto &visibleOf = geometry.value().visible;
+    const AttentionGeometry &geo = geometry.value();
     int64_t headOffset = geometry.value().headOffset, group = geometry.value().group;
     // Blocks of a head's queries: scores = scale * Q K^T over the keys the
     // block's last query sees (sgemm), masked and normalised row by row
@@ -765,12 +767,13 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
                       H * D, keys, KH * D, 0.0f, scores.data(), seen);
           for (int64_t r = 0; r < block; ++r) {
             float *row = &scores[r * seen];
-            int64_t visible = visibleOf(s0 + r);
+            int64_t visible = visibleOf(s0 + r), first = geo.first(s0 + r);
             float maxScore = -INFINITY;
-            for (int64_t t = 0; t < visible; ++t) maxScore = std::max(maxScore, row[t]);
+            for (int64_t t = first; t < visible; ++t) maxScore = std::max(maxScore, row[t]);
             double sum = 0;
-            for (int64_t t = 0; t < visible; ++t) sum += row[t] = std::exp(row[t] - maxScore);
-            for (int64_t t = 0; t < visible; ++t) row[t] = static_cast<float>(row[t] / sum);
+            for (int64_t t = first; t < visible; ++t) sum += row[t] = std::exp(row[t] - maxScore);
+            for (int64_t t = first; t < visible; ++t) row[t] = static_cast<float>(row[t] / sum);
+            std::fill(row, row + first, 0.0f);
             std::fill(row + visible, row + seen, 0.0f);
           }
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, block, DV, seen, 1.0f, scores.data(), seen, values,

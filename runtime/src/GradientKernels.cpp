@@ -168,17 +168,19 @@ void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tens
                     KH * DV, 0.0f, dp.data(), seen);
         for (int64_t r = 0; r < block; ++r) {
           float *row = &p[r * seen], *drow = &dp[r * seen];
-          int64_t visible = geometry.visible(s0 + r);
+          int64_t visible = geometry.visible(s0 + r), first = geometry.first(s0 + r);
           float maxScore = -INFINITY;
-          for (int64_t t = 0; t < visible; ++t) maxScore = std::max(maxScore, row[t]);
+          for (int64_t t = first; t < visible; ++t) maxScore = std::max(maxScore, row[t]);
           double sum = 0;
-          for (int64_t t = 0; t < visible; ++t) sum += row[t] = std::exp(row[t] - maxScore);
+          for (int64_t t = first; t < visible; ++t) sum += row[t] = std::exp(row[t] - maxScore);
           double dot = 0;
-          for (int64_t t = 0; t < visible; ++t) {
+          for (int64_t t = first; t < visible; ++t) {
             row[t] = static_cast<float>(row[t] / sum);
             dot += double(row[t]) * drow[t];
           }
-          for (int64_t t = 0; t < visible; ++t) drow[t] = static_cast<float>(row[t] * (drow[t] - dot));
+          for (int64_t t = first; t < visible; ++t) drow[t] = static_cast<float>(row[t] * (drow[t] - dot));
+          std::fill(row, row + first, 0.0f);
+          std::fill(drow, drow + first, 0.0f);
           std::fill(row + visible, row + seen, 0.0f);
           std::fill(drow + visible, drow + seen, 0.0f);
         }

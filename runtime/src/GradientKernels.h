@@ -6,6 +6,7 @@
 
 #include "parax/runtime/Tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -16,8 +17,11 @@ namespace parax::runtime {
 /// attention and its gradient share.
 struct AttentionGeometry {
   float scale = 1;
-  /// Keys query `s` sees: 0 .. visible(s) - 1.
+  /// Keys query `s` sees: first(s) .. visible(s) - 1 (first: 0 but
+  /// under a sliding window of the last `window` keys).
   std::function<int64_t(int64_t)> visible;
+  int64_t window = 0;
+  int64_t first(int64_t s) const { return window > 0 ? std::max<int64_t>(0, visible(s) - window) : 0; }
   int64_t headOffset = 0; // this rank's first query head
   int64_t group = 1;      // query heads per KV head
 };

@@ -77,6 +77,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
                   " number" + (it->second.value_case() == pxe::Attr::kF ? ", got " + shortest(v) : ""));
   }
 
+  if (auto it = a.find("window"); it != a.end() && (op == "attention" || op == "attention_grad") &&
+      (it->second.value_case() != pxe::Attr::kI || it->second.i() <= 0 || !attrFlag(a, "causal")))
+    return fail("window must be a positive count of keys, on a causal attention");
   if (auto it = a.find("offset"); it != a.end() && (op == "rms_norm" || op == "rms_norm_grad") &&
       (it->second.value_case() != pxe::Attr::kF || !std::isfinite(it->second.f())))
     return fail("offset must be a finite number");

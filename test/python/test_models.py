@@ -321,11 +321,12 @@ def test_fields_parax_does_not_build_are_refused(tmp_path, preset, field, value,
     assert proc.returncode != 0 and message in proc.stderr
 
 
-@pytest.mark.parametrize("preset,window", [("tiny-mistral", 64), ("tiny-mixtral", 4), ("tiny-qwen2", 16)])
+@pytest.mark.parametrize("preset,window", [("tiny-qwen2", 16), ("tiny-phi3", 8)])
 def test_a_program_longer_than_a_sliding_window_is_refused_at_build(tmp_path, preset, window):
-    """parax's attention sees every earlier token: a model with a sliding
-    window builds programs whose positions fit in it, and no longer ones
-    (a prompt, a KV cache's past, a generation cache's capacity)."""
+    """Where parax does not apply a sliding window as the attention's mask
+    (Qwen2's, Phi-3's: transformers' masks for them are not checked), a
+    model with one builds programs whose positions fit in it, and no longer
+    ones (a prompt, a KV cache's past, a generation cache's capacity)."""
     fields = dict(PRESETS[preset], sliding_window=window)
     if preset == "tiny-qwen2":  # its window slides from layer max_window_layers on
         fields.update(use_sliding_window=True, max_window_layers=1)
@@ -342,6 +343,21 @@ def test_a_program_longer_than_a_sliding_window_is_refused_at_build(tmp_path, pr
     if preset == "tiny-qwen2":
         path.write_text(json.dumps(dict(fields, max_window_layers=2)))
         assert load_config(str(path)).sliding_window == 0
+
+
+@pytest.mark.parametrize("preset,window,windowed", [("tiny-mistral", 4, 2), ("tiny-mixtral", 4, 2),
+                                                     ("tiny-gemma3", 4, 2)])
+def test_a_sliding_window_is_the_attentions_mask(tmp_path, preset, window, windowed):
+    """Mistral, Mixtral and Gemma 3 (its local layers: 2 of 3 here) build
+    programs longer than their window, each windowed layer's attention
+    masked to its last `window` keys (`window`); a program within the
+    window needs none."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(PRESETS[preset], sliding_window=window)))
+    cfg = load_config(str(path))
+    assert build_model(cfg, seq=window).count("window = ") == 0
+    for args in (dict(seq=window + 1), dict(seq=1, past=window), dict(seq=1, cache=window + 1)):
+        assert build_model(cfg, **args).count(f"window = {window} : i64") == windowed
 
 
 def test_dynamic_ntk_rope_past_its_positions_is_refused_at_build(tmp_path):

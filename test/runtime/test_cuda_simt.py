@@ -1302,3 +1302,17 @@ def test_router_bias_updates_on_the_cuda_backend_as_on_the_cpu(tmp_path, ranks, 
     for name in biases:
         assert np.array_equal(saved["cuda"][name], saved["cpu"][name]), (name, saved["cuda"][name], saved["cpu"][name])
         assert not np.array_equal(saved["cpu"][name], model.weights[name]), name
+
+
+def test_a_sliding_window_is_refused_by_the_cuda_backend(tmp_path):
+    """The CUDA attention kernels see every earlier key: a program with a
+    sliding window (Mistral's of 3 over 8 tokens) is refused on the device,
+    naming the op and the window, instead of computing without it."""
+    from conftest import Model
+    tool("parax-run-simt")
+    model = Model(str(tmp_path), "tiny-mistral", batch=2, overrides={"sliding_window": 3})
+    exe = model.compile("single")
+    with pytest.raises(RuntimeError, match=r"attention over a sliding window \(window = 3\) is not "
+                                           r"implemented by the CUDA backend"):
+        cuda_cases.parax_run(BIN, model.checkpoint, exe, 1, model.inputs, str(tmp_path / "out.npy"), "cuda",
+                             tool="parax-run-simt", timeout=120)

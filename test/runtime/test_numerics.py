@@ -94,6 +94,20 @@ def test_sharded_matches_single_rank(tmp_path, preset, layers, pins, ranks):
         assert loaded == whole, (loaded, whole)
 
 
+@pytest.mark.parametrize("pins,ranks", [("cp=2,tp=1,dp=1", 2), ("tp=2,pp=2,dp=1", 4)])
+def test_sliding_window_sharded_matches_single_rank(tmp_path, pins, ranks):
+    """Mistral with a window of 3 keys over 8 tokens: under context
+    parallelism each rank's queries see their last 3 keys of the gathered
+    sequence (positions, not the piece's rows); under TP and PP every
+    stage's attention keeps its window."""
+    model = Model(str(tmp_path), "tiny-mistral", rows=2, overrides={"sliding_window": 3})
+    assert "window = 3" in open(model.ir).read()
+    single = model.run(model.compile("single"), 1)
+    sharded = model.run(model.compile("sharded", f"prefill:batch={max(2, ranks)},seq=8,{pins}", ranks), ranks)
+    assert np.abs(sharded - single).max() < SHARDED_TOL
+    assert np.abs(single - model.reference()).max() < NUMPY_TOL
+
+
 @pytest.mark.parametrize("preset", ["tiny-mixtral", "tiny-qwen2-moe", "tiny-deepseek-v3"])
 def test_context_parallel_moe_routes_each_ranks_tokens(tmp_path, preset):
     """Context parallelism over an MoE model, one sequence: its tokens

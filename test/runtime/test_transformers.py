@@ -156,3 +156,41 @@ def test_longrope_matches_transformers(tmp_path, seq):
     assert np.abs(model.reference() - expected).max() < TOL
     logits = model.run(model.compile("single"), 1)
     assert np.abs(logits - expected).max() < TOL
+
+
+@pytest.mark.parametrize("preset", ["tiny-mistral", "tiny-mixtral", "tiny-gemma3"])
+def test_sliding_window_matches_transformers(tmp_path, preset):
+    """A sliding window of 4 keys over 16 tokens (issue 44: Mixtral's was
+    ignored, 3.1 off): Mistral's and Mixtral's every layer, Gemma 3's local
+    layers, each query over its last 4 keys; logits and a training step's
+    gradients against transformers, and the numpy reference."""
+    import json
+    from test_training import gradients
+    config = dict(PRESETS[preset], sliding_window=4)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    model = Model(str(tmp_path / "parax"), str(path), seq=16)
+    directory = str(tmp_path / "hf")
+    save_pretrained(directory, config, model.weights)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        directory, torch_dtype=torch.float32, attn_implementation="eager")
+    hf.eval()
+    with torch.no_grad():
+        expected = hf(torch.tensor(model.tokens, dtype=torch.long)).logits.numpy()
+    assert np.abs(model.reference() - expected).max() < TOL
+    assert np.abs(model.run(model.compile("single"), 1) - expected).max() < TOL
+    # training: the loss and each gradient
+    trained = Model(str(tmp_path / "train"), str(path), seq=16, loss=True)
+    tokens = torch.tensor(trained.tokens, dtype=torch.long)
+    logits = hf(tokens).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             torch.tensor(trained.labels, dtype=torch.long).reshape(-1))
+    loss.backward()
+    want = {name: p.grad.numpy() for name, p in hf.named_parameters() if p.grad is not None}
+    got_loss, got = gradients(trained, trained.compile("train", autodiff=True), 1)
+    assert abs(got_loss - float(loss)) < 1e-5
+    for name, grad in got.items():
+        if name not in want and "lm_head" in name:
+            continue
+        w = want[name].reshape(grad.shape)
+        assert np.abs(grad - w).max() <= 1e-4 * max(float(np.abs(w).max()), 1e-6), name

@@ -231,6 +231,9 @@ class _Builder:
                  f"num_kv_heads = {kv_heads} : i64, scale = {f64(scale)}")
         if value_dim:
             attrs += f", value_dim = {value_dim} : i64"
+        window = self.cfg.layer_window(self.e.layer)
+        if window and max(self.past + self.S, self.cache) > window:  # (a shorter program sees all)
+            attrs += f", window = {window} : i64"
         return self.e.op("attention", operands, [shape], attrs)
 
     def write_cache(self, x, name):
@@ -721,7 +724,7 @@ def build_model(cfg: ModelConfig, batch=1, seq=None, dtype="bf16", loss=False, p
                           f"cache; a generation step over a cache of {cache} positions is not "
                           f"implemented (build one of at most {cfg.original_max_positions}, or "
                           f"prefill programs)")
-    if cfg.sliding_window and span > cfg.sliding_window:
+    if cfg.sliding_window and span > cfg.sliding_window and not cfg.window_masked:
         raise ConfigError(f"{cfg.name} ({cfg.family}) attends over a sliding window of "
                           f"{cfg.sliding_window} tokens, which parax does not implement: a program "
                           f"of {span} positions would see tokens beyond it (build one of at most "

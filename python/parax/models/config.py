@@ -105,6 +105,9 @@ class ModelConfig:
     # Mixtral's, Qwen2's with use_sliding_window; 0: every earlier one):
     # a program that spans more tokens is refused at build.
     sliding_window: int = 0
+    # The window applied as the attention's mask (`window`, Mistral's,
+    # Mixtral's, Gemma 3's local layers'): programs may span more
+    window_masked: bool = False
     gelu_approx: str = "tanh"     # GPT-2 family: "tanh" (gelu_new) or "none"
     # mixture of experts
     num_experts: int = 0
@@ -149,6 +152,14 @@ class ModelConfig:
     local_rope_theta: float = 0.0
     window_pattern: int = 0
     name: str = "model"
+
+    def layer_window(self, layer):
+        """The sliding window layer `layer`'s attention applies (0: none)."""
+        if not self.window_masked or not self.sliding_window:
+            return 0
+        if self.family == "gemma3_text":
+            return self.sliding_window if self.is_local_layer(layer) else 0
+        return self.sliding_window
 
     def is_local_layer(self, layer):
         """Gemma 3's sliding-window layers (transformers: (i + 1) % pattern)."""
@@ -368,6 +379,7 @@ def _from_fields(raw, name):
         qk_norm=family in ("qwen3", "qwen3_moe"),
         fused=family == "phi3",
         sliding_window=int(window),
+        window_masked=family in ("mistral", "mixtral"),
         original_max_positions=original)
     if family in ("mixtral", "qwen2_moe", "qwen3_moe"):
         # (a training loss transformers adds only with output_router_logits)
@@ -494,7 +506,7 @@ def _gemma3(raw, family, name):
         norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=float(raw.get("rope_theta", 1e6)),
         rope_scaling=_scaling_or_none(raw.get("rope_scaling"), family),
         tie_embeddings=bool(raw.get("tie_word_embeddings", True)), qk_norm=True,
-        sliding_window=window if local else 0, norm_offset=1.0, embed_scale=True,
+        sliding_window=window if local else 0, window_masked=True, norm_offset=1.0, embed_scale=True,
         mlp_act="gelu_tanh", sandwich_norms=True,
         query_scalar=float(raw.get("query_pre_attn_scalar", 256)),
         local_rope_theta=float(raw.get("rope_local_base_freq", 10000.0)), window_pattern=pattern)

@@ -293,6 +293,14 @@ func.func @negative_rope_llama3_original(%x: tensor<1x4x2x8xf32>) {
 
 // -----
 
+func.func @negative_attention_window(%q: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C11: a window must be positive and come with causal}}
+  %0 = parax.attention %q, %q, %q {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, window = 2} : (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
 func.func @negative_attention_rank(%q: tensor<1x4x8xf32>, %k: tensor<1x4x2x8xf32>) {
   // expected-error @+1 {{C1: q, k, v and the result must have rank 4}}
   %0 = parax.attention %q, %k, %k {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64} : (tensor<1x4x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>

@@ -360,6 +360,9 @@ LogicalResult HeadLinearOp::verify() {
 template <typename AttentionLike>
 static LogicalResult verifyAttention(AttentionLike op, Value out,
                                      bool hasPosition) {
+  if (std::optional<uint64_t> window = op.getWindow())
+    if (static_cast<int64_t>(*window) <= 0 || !op.getCausal())
+      return op.emitOpError("C11: a window must be positive and come with causal");
   RankedTensorType q = tensorOf(op.getQ()), k = tensorOf(op.getK()),
                    v = tensorOf(op.getV()), result = tensorOf(out);
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4 ||

@@ -339,7 +339,12 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
     C5: `scale > 0`. C6: with `causal`, `Skv >= S` (`Skv >= N·S` with
     `seq_axes`). C7: `head_grid` and `head_axes` come together. C8: a
     `position` operand needs `causal`. C9: `seq_grid` and `seq_axes` come
-    together, name axes of a grid, and take no `position`.
+    together, name axes of a grid, and take no `position`. C11: `window`,
+    when present, is positive and comes with `causal`.
+
+    With `window = W` (a sliding window: Mistral's, Gemma 3's local layers),
+    a query sees the last `W` of the keys it would see without it (its own
+    included).
 
     With a `position` operand `p` (run-time; a generation step), `k` and `v`
     are a KV cache of capacity `Skv` (written by `parax.cache_update`) whose
@@ -378,7 +383,8 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
                        OptionalAttr<StrArrayAttr>:$head_axes,
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
                        OptionalAttr<StrArrayAttr>:$seq_axes,
-                       UnitAttr:$seq_cyclic);
+                       UnitAttr:$seq_cyclic,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs Parax_FloatTensor:$result);
   let extraClassDeclaration = [{
     /// The values' width: `value_dim`, else `v`'s last dimension.
@@ -945,7 +951,8 @@ def Parax_AttentionGradOp : Parax_FunctionalOp<"attention_grad"> {
                        OptionalAttr<StrArrayAttr>:$head_axes,
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
                        OptionalAttr<StrArrayAttr>:$seq_axes,
-                       UnitAttr:$seq_cyclic);
+                       UnitAttr:$seq_cyclic,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs Parax_FloatTensor:$dq, Parax_FloatTensor:$dk,
                       Parax_FloatTensor:$dv);
 }
