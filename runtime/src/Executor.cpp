@@ -662,8 +662,12 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     bool t = attrFlag(a, "transpose_w");
     auto [m, k] = rowsCols(x);
     int64_t n = y.shape.back();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, t ? CblasTrans : CblasNoTrans, m, n, k,
-                1.0f, x.f.data(), k, w.f.data(), t ? k : n, 0.0f, y.f.data(), n);
+    if (m == 1) // one row (a decode step of one sequence): a GEMV reads W without packing it
+      cblas_sgemv(CblasRowMajor, t ? CblasNoTrans : CblasTrans, t ? n : k, t ? k : n, 1.0f, w.f.data(),
+                  t ? k : n, x.f.data(), 1, 0.0f, y.f.data(), 1);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, t ? CblasTrans : CblasNoTrans, m, n, k,
+                  1.0f, x.f.data(), k, w.f.data(), t ? k : n, 0.0f, y.f.data(), n);
     if (inst.operands_size() == 3) {
       Tensor &bias = in(2);
       for (int64_t r = 0; r < m; ++r)

@@ -845,3 +845,13 @@ def test_bf16_executable_computes_in_fp32_on_the_cpu(tmp_path, preset, pins, ran
         model.compile("sharded", f"prefill:batch=2,seq=8,{pins}", ranks)
     logits = model.run(exe, ranks)
     assert np.abs(logits - model.reference()).max() < NUMPY_TOL
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-gpt2"])
+def test_one_row_decode_matches_numpy(tmp_path, preset):
+    """A decode step of one sequence (every linear one row: the CPU backend
+    calls a GEMV, with the weight as nn.Linear stores it and as GPT-2's
+    Conv1D does) against the numpy reference."""
+    model = Model(str(tmp_path), preset, batch=1, rows=1, seq=1, past=5)
+    logits = model.run(model.compile("single"), 1)
+    assert np.abs(logits - model.reference()).max() < NUMPY_TOL
