@@ -23,6 +23,26 @@ transformers = pytest.importorskip("transformers") \
 TOL = 1e-4
 
 
+def config_file(tmp_path, config, name="config.json"):
+    """`config` written as a Hugging Face config.json: its path."""
+    import json
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def transformers_logits(tmp_path, config, model):
+    """transformers' model of `config` loaded from `model`'s weights, and its
+    fp32 logits on the model's tokens."""
+    directory = str(tmp_path / "hf")
+    save_pretrained(directory, config, model.weights)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        directory, torch_dtype=torch.float32, attn_implementation="eager")
+    hf.eval()
+    with torch.no_grad():
+        return hf, hf(torch.tensor(model.tokens, dtype=torch.long)).logits.numpy()
+
+
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-phi3",
                                     "tiny-gemma", "tiny-gemma3", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe",
                                     "tiny-deepseek-v3"])
@@ -133,25 +153,15 @@ def test_longrope_matches_transformers(tmp_path, seq):
     scores by its square: every channel of a head turns, as in Phi-3-mini
     and -medium). The numpy reference agrees too, and the plain rotary
     does not."""
-    import json
     config = dict(PRESETS["tiny-phi3"], max_position_embeddings=128, original_max_position_embeddings=16,
                   partial_rotary_factor=1.0,
                   rope_scaling={"type": "su", "short_factor": [1.0, 1.1, 1.2, 1.3, 1.6, 2.0, 2.5, 3.0],
                                 "long_factor": [1.0, 1.5, 2.0, 2.5, 4.0, 6.0, 8.0, 12.0]})
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    model = Model(str(tmp_path / "parax"), str(path), seq=seq)
-    directory = str(tmp_path / "hf")
-    save_pretrained(directory, config, model.weights)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(
-        directory, torch_dtype=torch.float32, attn_implementation="eager")
-    hf.eval()
-    with torch.no_grad():
-        expected = hf(torch.tensor(model.tokens, dtype=torch.long)).logits.numpy()
+    model = Model(str(tmp_path / "parax"), config_file(tmp_path, config), seq=seq)
+    _, expected = transformers_logits(tmp_path, config, model)
     unscaled = dict(config, max_position_embeddings=16)
     unscaled.pop("rope_scaling")
-    (tmp_path / "plain.json").write_text(json.dumps(unscaled))
-    plain = Model(str(tmp_path / "plain"), str(tmp_path / "plain.json"), seq=seq)
+    plain = Model(str(tmp_path / "plain"), config_file(tmp_path, unscaled, "plain.json"), seq=seq)
     assert np.abs(plain.reference() - expected).max() > 100 * TOL  # the scaling shows
     assert np.abs(model.reference() - expected).max() < TOL
     logits = model.run(model.compile("single"), 1)
@@ -164,23 +174,15 @@ def test_sliding_window_matches_transformers(tmp_path, preset):
     ignored, 3.1 off): Mistral's and Mixtral's every layer, Gemma 3's local
     layers, each query over its last 4 keys; logits and a training step's
     gradients against transformers, and the numpy reference."""
-    import json
     from test_training import gradients
     config = dict(PRESETS[preset], sliding_window=4)
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    model = Model(str(tmp_path / "parax"), str(path), seq=16)
-    directory = str(tmp_path / "hf")
-    save_pretrained(directory, config, model.weights)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(
-        directory, torch_dtype=torch.float32, attn_implementation="eager")
-    hf.eval()
-    with torch.no_grad():
-        expected = hf(torch.tensor(model.tokens, dtype=torch.long)).logits.numpy()
+    path = config_file(tmp_path, config)
+    model = Model(str(tmp_path / "parax"), path, seq=16)
+    hf, expected = transformers_logits(tmp_path, config, model)
     assert np.abs(model.reference() - expected).max() < TOL
     assert np.abs(model.run(model.compile("single"), 1) - expected).max() < TOL
     # training: the loss and each gradient
-    trained = Model(str(tmp_path / "train"), str(path), seq=16, loss=True)
+    trained = Model(str(tmp_path / "train"), path, seq=16, loss=True)
     tokens = torch.tensor(trained.tokens, dtype=torch.long)
     logits = hf(tokens).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
