@@ -466,7 +466,7 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
 double Solver::attentionFlops(const OpNode &op) const {
   // The pairs of the whole sequence's queries, this rank's share of them.
   double q = ctx.queryLen * ctx.queryPieces, c = ctx.contextLen;
-  double pairs = (op.causal ? q * (c - q) + q * (q + 1) / 2 : q * c) / ctx.queryPieces;
+  double pairs = op.attentionPairs(q, c) / ctx.queryPieces;
   return ctx.sequences * op.heads * pairs *
          (2.0 * op.headDim + 5 + 2.0 * op.valueDim);
 }
@@ -506,9 +506,10 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
       bytes += fullBytes(id) * share(s.in[i]);
   for (auto [i, id] : llvm::enumerate(op.results))
     bytes += fullBytes(id) * share(s.out[i]);
-  if (op.kind == OpClass::Attention && ctx.decode)
-    bytes += ctx.sequences * ctx.contextLen * op.kvHeads * op.cacheWidth *
-             ctx.kvBytes * s.kvFrac;
+  if (op.kind == OpClass::Attention && ctx.decode) // (the window's rows of the cache)
+    bytes += ctx.sequences *
+             (op.window > 0 ? std::min<double>(ctx.contextLen, op.window) : ctx.contextLen) *
+             op.kvHeads * op.cacheWidth * ctx.kvBytes * s.kvFrac;
   double peak = isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
   switch (op.kind) {
   case OpClass::Linear: {

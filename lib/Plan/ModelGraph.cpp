@@ -253,6 +253,7 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         node.valueDim = attention.getValueWidth();
         node.cacheWidth = node.headDim + (attention.getV() == attention.getK() ? 0 : node.valueDim);
         node.causal = attention.getCausal();
+        node.window = attention.getWindow().value_or(0);
         node.flopsPerToken = 0; // computed from the context by the planner
         layer.hasAttention = true;
         layer.kvHeads = node.kvHeads;
@@ -330,4 +331,16 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         model.hidden = op.in;
   model.forwardFlopsPerToken = totalFlops / irTokens;
   return model;
+}
+
+double parax::plan::OpNode::attentionPairs(double q, double c) const {
+  if (!causal)
+    return q * c;
+  // Query i sees x = c - q + 1 + i keys (x from a to c), at most `window`.
+  double a = c - q + 1, w = window > 0 ? static_cast<double>(window) : c;
+  if (c <= w)
+    return (a + c) * q / 2;
+  if (a >= w)
+    return q * w;
+  return (a + w) * (w - a + 1) / 2 + (c - w) * w;
 }

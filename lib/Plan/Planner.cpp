@@ -357,8 +357,7 @@ double Search::modelFlopsPerToken(double contextLen, double queryLen) const {
         continue;
       }
       double q = queryLen, c = contextLen;
-      double pairs = op.causal ? q * (c - q) + q * (q + 1) / 2 : q * c;
-      flops += op.heads * pairs / q * (2.0 * op.headDim + 5 + 2.0 * op.valueDim);
+      flops += op.heads * op.attentionPairs(q, c) / q * (2.0 * op.headDim + 5 + 2.0 * op.valueDim);
     }
   return flops;
 }

@@ -541,3 +541,23 @@ def test_pipeline_exchange_memory_follows_the_stack(parax_plan, model_file, tmp_
     base = used[(False, False)][0]
     assert used[(True, False)][0] - base == pytest.approx(2 * x, rel=1e-6)
     assert used[(True, True)][0] - base == pytest.approx(3 * x, rel=1e-6)
+
+
+def test_a_sliding_window_costs_the_pairs_it_sees(parax_plan, tmp_path):
+    """Mistral's attention over a window of 1,024 keys in a prefill of 8,192
+    tokens: a query at position p sees min(p + 1, 1024) keys, 7,864,832
+    pairs in all (the causal triangle without it: 33,558,528), so the model
+    FLOPs a token drop by 2 layers x 4 heads x (33,558,528 - 7,864,832) /
+    8,192 pairs x (2 x 16 + 5 + 2 x 16) FLOPs = 1,731,313.5; and the step
+    with them."""
+    flops, steps = {}, {}
+    for window in (None, 1024):
+        config = tmp_path / f"config-{window}.json"
+        config.write_text(json.dumps(dict(PRESETS["tiny-mistral"], sliding_window=window,
+                                          max_position_embeddings=8192)))
+        model = tmp_path / f"model-{window}.mlir"
+        model.write_text(build_model(load_config(str(config)), seq=8192))
+        out = plan(parax_plan, str(model), "dgx-h100:devices_per_node=1", "prefill:batch=1,seq=8192")
+        flops[window], steps[window] = out["model"]["flops_per_token"], out["plans"][0]["step_time_s"]
+    assert flops[None] - flops[1024] == pytest.approx(2 * 4 * (33558528 - 7864832) / 8192 * 69, rel=1e-12)
+    assert steps[1024] < steps[None]

@@ -78,6 +78,11 @@ struct OpNode {
   // are the keys' first channels: `value_dim` over v = k).
   int64_t heads = 0, kvHeads = 0, headDim = 0, valueDim = 0, cacheWidth = 0;
   bool causal = false;
+  int64_t window = 0; // a sliding window: each query over its last `window` keys (0: none)
+  /// Attention: the (query, key) pairs `queries` consecutive queries, the
+  /// last at key `keys` - 1, see (all of them, the causal triangle, or
+  /// under the window its last keys); what a flash-class kernel computes.
+  double attentionPairs(double queries, double keys) const;
   // Linear: in/out features. Experts: E, F, k. Slice/concat: the dim.
   int64_t in = 0, out = 0;
   // Linear: the output head (its logits returned or read by the loss),
