@@ -297,7 +297,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
           return failure();
         return same();
       })
-      .Case<SiluOp, SigmoidOp, GeluOp, SwigluOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+      .Case<SiluOp, SigmoidOp, GeluOp, SoftcapOp, SwigluOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()))
           return failure();
         return same();
@@ -424,7 +424,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
         }
         return SmallVector<Layout>{x};
       })
-      .Case<GeluGradOp, SigmoidGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
+      .Case<GeluGradOp, SigmoidGradOp, SoftcapGradOp>([&](Operation *) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()))
           return failure();
         return same();
@@ -692,7 +692,7 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
         return results;
       }
     }
-  if (isa<SiluOp, SigmoidOp, GeluOp, SwigluOp, AddOp, MulOp, RopeOp, RmsNormOp,
+  if (isa<SiluOp, SigmoidOp, GeluOp, SoftcapOp, SwigluOp, AddOp, MulOp, RopeOp, RmsNormOp,
           LayerNormOp, BroadcastOp, CacheUpdateOp, ShiftOp>(op) &&
       rankOf(op->getOperand(0)) == rankOf(result)) {
     Layout out = in;
@@ -881,7 +881,7 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     return results;
   }
   if (isa<RmsNormGradOp, LayerNormGradOp, SwigluGradOp, GeluGradOp,
-          SigmoidGradOp, RouterGradOp, RouterAuxGradOp>(op) &&
+          SigmoidGradOp, SoftcapGradOp, RouterGradOp, RouterAuxGradOp>(op) &&
       rankOf(op->getOperand(0)) == rankOf(result)) {
     // The activation's layout (the gradient is resharded to it); a norm's
     // rows and the router's logits whole.

@@ -33,7 +33,7 @@ static std::optional<OpClass> classify(Operation *op) {
       .Case<RmsNormOp, LayerNormOp>([](auto) { return OpClass::Norm; })
       .Case<RopeOp>([](auto) { return OpClass::Rope; })
       .Case<AttentionOp>([](auto) { return OpClass::Attention; })
-      .Case<SiluOp, SigmoidOp, GeluOp>([](auto) { return OpClass::Unary; })
+      .Case<SiluOp, SigmoidOp, GeluOp, SoftcapOp>([](auto) { return OpClass::Unary; })
       .Case<SwigluOp>([](auto) { return OpClass::Swiglu; })
       .Case<AddOp>([](auto) { return OpClass::Add; })
       .Case<MulOp>([](auto) { return OpClass::Mul; })

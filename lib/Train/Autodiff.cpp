@@ -345,6 +345,13 @@ LogicalResult Differentiator::differentiate(Operation *op, Value dy) {
         accumulate(broadcast.getX(), sumTo(dy, broadcast.getX().getType()));
         return success();
       })
+      .Case<SoftcapOp>([&](SoftcapOp softcap) {
+        accumulate(softcap.getX(),
+                   tag(SoftcapGradOp::create(b, loc, softcap.getX().getType(), softcap.getX(), dy,
+                                             softcap.getCapAttr()),
+                       op));
+        return success();
+      })
       .Case<SigmoidOp>([&](SigmoidOp sigmoid) {
         accumulate(sigmoid.getX(),
                    tag(SigmoidGradOp::create(b, loc, sigmoid.getX().getType(),

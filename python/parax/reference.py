@@ -99,7 +99,7 @@ def _rope(x, theta, rot=None, interleaved=False, offset=0, scaling=None, max_pos
     return out
 
 
-def _attention(q, k, v, scale, causal=True, window=0):
+def _attention(q, k, v, scale, causal=True, window=0, softcap=0.0):
     """q [B,S,H,D], k/v [B,T,KH,D] (T >= S: the last S keys are the queries'
     own positions): grouped-query, causal softmax attention; with `window`,
     over each query's last `window` keys (its own included)."""
@@ -107,6 +107,8 @@ def _attention(q, k, v, scale, causal=True, window=0):
     k = np.repeat(k, h // kh, axis=2)
     v = np.repeat(v, h // kh, axis=2)
     scores = np.einsum("bshd,bthd->bhst", q, k) * scale
+    if softcap:  # Gemma 2: c * tanh(s / c)
+        scores = softcap * np.tanh(scores / softcap)
     if causal:
         s, t = q.shape[1], k.shape[1]
         seen = np.tril(np.ones((s, t), bool), t - s)
@@ -188,10 +190,10 @@ class KVCache:
     def length(self):
         return next(iter(self.keys.values())).shape[1] if self.keys else 0
 
-    def attend(self, layer, q, k, v, scale, window=0):
+    def attend(self, layer, q, k, v, scale, window=0, softcap=0.0):
         """Attention of q over the cached tokens and k/v's, which are then cached."""
         k, v = self.append(layer, k, v)
-        return _attention(q, k, v, scale, window=window)
+        return _attention(q, k, v, scale, window=window, softcap=softcap)
 
 
 def balanced_router_bias(cfg, w, tokens):
@@ -230,7 +232,7 @@ def forward(cfg, w, tokens, cache=None, routers=None, trunk=None):
     cache = cache if cache is not None else KVCache()
     if cfg.family == "gpt2":
         return _gpt2(cfg, w, tokens, cache)
-    if cfg.family in ("gemma", "gemma3_text"):
+    if cfg.family in ("gemma", "gemma2", "gemma3_text"):
         return _gemma(cfg, w, tokens, cache)
     if cfg.family not in ("llama", "qwen2", "qwen3", "mistral", "phi3", "mixtral", "qwen2_moe",
                           "qwen3_moe", "deepseek_v3"):
@@ -253,6 +255,7 @@ def _gemma(cfg, w, tokens, cache):
     each sliding_window_pattern-th local: the rope of
     rope_local_base_freq, unscaled (programs within the window)."""
     gemma3 = cfg.family == "gemma3_text"
+    sandwich = cfg.family in ("gemma2", "gemma3_text")
     def norm(x, name):
         return _rms_norm(x, 1.0 + w[name], cfg.norm_eps)
     past = cache.length()
@@ -268,20 +271,24 @@ def _gemma(cfg, w, tokens, cache):
         v = (x @ w[f"{p}.self_attn.v_proj.weight"].T).reshape(b, s, kh, hd)
         if gemma3:
             q, k = norm(q, f"{p}.self_attn.q_norm.weight"), norm(k, f"{p}.self_attn.k_norm.weight")
-        rope = dict(rot=hd, offset=past, scaling=None if local else cfg.rope_scaling,
+        local_rope = local and gemma3  # (Gemma 3's local layers: their own theta, unscaled)
+        rope = dict(rot=hd, offset=past, scaling=None if local_rope else cfg.rope_scaling,
                     max_positions=cfg.max_positions)
-        theta = cfg.local_rope_theta if local else cfg.rope_theta
+        theta = cfg.local_rope_theta if local_rope else cfg.rope_theta
         q, k = _rope(q, theta, **rope), _rope(k, theta, **rope)
         o = cache.attend(i, q, k, v, (cfg.query_scalar or hd) ** -0.5,
-                         cfg.sliding_window if local else 0).reshape(b, s, nh * hd)
+                         cfg.sliding_window if local else 0, cfg.attn_softcap).reshape(b, s, nh * hd)
         o = o @ w[f"{p}.self_attn.o_proj.weight"].T
-        h = h + (norm(o, f"{p}.post_attention_layernorm.weight") if gemma3 else o)
-        x = norm(h, f"{p}.pre_feedforward_layernorm.weight" if gemma3 else f"{p}.post_attention_layernorm.weight")
+        h = h + (norm(o, f"{p}.post_attention_layernorm.weight") if sandwich else o)
+        x = norm(h, f"{p}.pre_feedforward_layernorm.weight" if sandwich else f"{p}.post_attention_layernorm.weight")
         g, u = x @ w[f"{p}.mlp.gate_proj.weight"].T, x @ w[f"{p}.mlp.up_proj.weight"].T
         act = _gelu_tanh(g) if cfg.mlp_act == "gelu_tanh" else 0.5 * g * (1 + _erf(g / math.sqrt(2)))
         m = (act * u) @ w[f"{p}.mlp.down_proj.weight"].T
-        h = h + (norm(m, f"{p}.post_feedforward_layernorm.weight") if gemma3 else m)
-    return norm(h, "model.norm.weight") @ _head(cfg, w).T
+        h = h + (norm(m, f"{p}.post_feedforward_layernorm.weight") if sandwich else m)
+    logits = norm(h, "model.norm.weight") @ _head(cfg, w).T
+    if cfg.final_softcap:  # Gemma 2
+        logits = cfg.final_softcap * np.tanh(logits / cfg.final_softcap)
+    return logits
 
 
 def _head(cfg, w):

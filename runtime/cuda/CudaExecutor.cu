@@ -2616,6 +2616,9 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
 
   // A sliding window: the CPU backend's for now (the attention kernels
   // below see every earlier key).
+  if ((op == "attention" || op == "attention_grad") && attrFloat(a, "softcap") > 0)
+    return Status::error(op + " with soft-capped scores (Gemma 2) is not implemented by the CUDA backend: "
+                         "run it with --device cpu");
   if ((op == "attention" || op == "attention_grad") && attrInt(a, "window") > 0)
     return Status::error(op + " over a sliding window (window = " + std::to_string(attrInt(a, "window")) +
                          ") is not implemented by the CUDA backend: run it with --device cpu, or build "

@@ -33,7 +33,7 @@ const std::map<std::string, Arity> &arities() {
       {"layer_norm", {3, 3, 1}},     {"rope", {1, 2, 1}},
       {"attention", {3, 4, 1}},      {"cache_update", {3, 3, 1}},
       {"add", {2, 2, 1}},            {"mul", {2, 2, 1}},
-      {"silu", {1, 1, 1}},           {"sigmoid", {1, 1, 1}},
+      {"silu", {1, 1, 1}},           {"sigmoid", {1, 1, 1}},        {"softcap", {1, 1, 1}},
       {"gelu", {1, 1, 1}},           {"swiglu", {2, 2, 1}},
       {"reshape", {1, 1, 1}},        {"transpose", {1, 1, 1}},
       {"slice", {1, 1, 1}},          {"concat", {1, -1, 1}},
@@ -53,7 +53,7 @@ const std::map<std::string, Arity> &arities() {
       {"embedding_grad", {2, 2, 1}},     {"sum_to", {1, 1, 1}},
       {"gelu_grad", {2, 2, 1}},          {"layer_norm_grad", {3, 3, 1}},
       {"layer_norm_weight_grad", {2, 2, 1}}, {"position_embedding_grad", {1, 1, 1}},
-      {"sigmoid_grad", {2, 2, 1}},       {"router_grad", {3, 4, 1}},
+      {"sigmoid_grad", {2, 2, 1}},       {"router_grad", {3, 4, 1}},  {"softcap_grad", {2, 2, 1}},
       {"experts_grad", {7, 7, 5}},       {"router_load", {2, 3, 1}},
       {"router_aux_grad", {3, 3, 1}},    {"balance_loss", {2, 2, 1}},
   };

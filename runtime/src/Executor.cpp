@@ -197,6 +197,7 @@ struct Executor::Impl {
     bool causal = attrFlag(a, "causal");
     g.visible = [causal, rows, edge, T](int64_t s) { return causal ? std::min(T, rows.position(s) + edge + 1) : T; };
     g.window = attrInt(a, "window"); // (a sliding window: the last keys alone)
+    g.softcap = attrFloat(a, "softcap"); // (Gemma 2: scores squashed into (-c, c))
     std::vector<std::string> headAxes = attrStrings(a, "head_axes");
     int64_t totalHeads = H;
     if (!headAxes.empty()) {
@@ -772,6 +773,7 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
           for (int64_t r = 0; r < block; ++r) {
             float *row = &scores[r * seen];
             int64_t visible = visibleOf(s0 + r), first = geo.first(s0 + r);
+            geo.capScores(row + first, visible - first);
             float maxScore = -INFINITY;
             for (int64_t t = first; t < visible; ++t) maxScore = std::max(maxScore, row[t]);
             double sum = 0;
@@ -836,6 +838,12 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       else
         y.f[k] = 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f));
     }
+    return Status::ok();
+  }
+  if (op == "softcap") { // cap · tanh(x / cap) (Gemma 2's logits)
+    Tensor &x = in(0), &y = out();
+    double cap = attrFloat(a, "cap");
+    for (int64_t k = 0; k < x.numel(); ++k) y.f[k] = static_cast<float>(cap * std::tanh(x.f[k] / cap));
     return Status::ok();
   }
   if (op == "swiglu") {
@@ -1008,6 +1016,15 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   }
   if (op == "sum_to") {
     sumTo(in(0), out());
+    return Status::ok();
+  }
+  if (op == "softcap_grad") {
+    Tensor &x = in(0), &dy = in(1), &dx = out();
+    double cap = attrFloat(a, "cap");
+    for (int64_t k = 0; k < x.numel(); ++k) {
+      double t = std::tanh(x.f[k] / cap);
+      dx.f[k] = static_cast<float>(dy.f[k] * (1 - t * t));
+    }
     return Status::ok();
   }
   if (op == "sigmoid_grad") {

@@ -148,6 +148,7 @@ void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tens
   std::fill(dv.f.begin(), dv.f.end(), 0.0f);
   constexpr int64_t kBlock = 64;
   std::vector<float> p(std::min(kBlock, S) * T), dp(std::min(kBlock, S) * T);
+  std::vector<float> capped(geometry.softcap > 0 ? T : 0); // a row's capped scores
   for (int64_t bb = 0; bb < B; ++bb)
     for (int64_t h = 0; h < H; ++h) {
       int64_t kh = (geometry.headOffset + h) / geometry.group;
@@ -169,6 +170,9 @@ void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tens
         for (int64_t r = 0; r < block; ++r) {
           float *row = &p[r * seen], *drow = &dp[r * seen];
           int64_t visible = geometry.visible(s0 + r), first = geometry.first(s0 + r);
+          geometry.capScores(row + first, visible - first);
+          if (geometry.softcap > 0)
+            std::copy(row + first, row + visible, capped.begin() + first);
           float maxScore = -INFINITY;
           for (int64_t t = first; t < visible; ++t) maxScore = std::max(maxScore, row[t]);
           double sum = 0;
@@ -179,6 +183,12 @@ void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tens
             dot += double(row[t]) * drow[t];
           }
           for (int64_t t = first; t < visible; ++t) drow[t] = static_cast<float>(row[t] * (drow[t] - dot));
+          // Soft-capped: the capped score's gradient times 1 - (capped / c)^2.
+          if (geometry.softcap > 0)
+            for (int64_t t = first; t < visible; ++t) {
+              double c = capped[t] / geometry.softcap;
+              drow[t] = static_cast<float>(drow[t] * (1 - c * c));
+            }
           std::fill(row, row + first, 0.0f);
           std::fill(drow, drow + first, 0.0f);
           std::fill(row + visible, row + seen, 0.0f);

@@ -22,6 +22,12 @@ struct AttentionGeometry {
   std::function<int64_t(int64_t)> visible;
   int64_t window = 0;
   int64_t first(int64_t s) const { return window > 0 ? std::max<int64_t>(0, visible(s) - window) : 0; }
+  /// Soft-capping of the scaled scores, c · tanh(s / c) (0: none).
+  double softcap = 0;
+  void capScores(float *scores, int64_t n) const {
+    if (softcap > 0)
+      for (int64_t t = 0; t < n; ++t) scores[t] = static_cast<float>(softcap * std::tanh(scores[t] / softcap));
+  }
   int64_t headOffset = 0; // this rank's first query head
   int64_t group = 1;      // query heads per KV head
 };

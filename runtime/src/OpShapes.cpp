@@ -67,7 +67,8 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   // Attribute values the dialect's verifiers require (ParaxOps.cpp), checked
   // again for an executable that did not come from verified IR: an eps of
   // -1 or a scale of NaN computed NaN without a word (parax-pxe-fuzz).
-  for (const char *key : {"eps", "theta", "scale", "scaling_factor", "scaling.factor", "coefficient", "weight"}) {
+  for (const char *key : {"eps", "theta", "scale", "scaling_factor", "scaling.factor", "coefficient", "weight",
+                          "cap", "softcap"}) {
     auto it = a.find(key);
     if (it == a.end()) continue;
     double v = it->second.f();
@@ -235,7 +236,8 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   if (op == "add" || op == "mul" || op == "broadcast") {
     for (const Shape &x : in)
       if (!broadcastsTo(x, out[0])) return fail(text(x) + " does not broadcast to the result " + text(out[0]));
-  } else if (op == "silu" || op == "sigmoid" || op == "gelu" || op == "all_reduce" || op == "to_partial") {
+  } else if (op == "silu" || op == "sigmoid" || op == "gelu" || op == "softcap" || op == "all_reduce" ||
+             op == "to_partial") {
     if (out[0] != in[0]) return fail("the result must be the input's shape " + text(in[0]));
   } else if (op == "swiglu") {
     if (in[1] != in[0] || out[0] != in[0]) return fail("gate, up and result must have one shape");
@@ -362,7 +364,7 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   } else if (op == "sum_to") {
     if (out[0].size() != in[0].size() || !broadcastsTo(out[0], in[0]))
       return fail(text(in[0]) + " cannot be summed to " + text(out[0]));
-  } else if (op == "gelu_grad" || op == "sigmoid_grad") {
+  } else if (op == "gelu_grad" || op == "sigmoid_grad" || op == "softcap_grad") {
     if (in[1] != in[0] || out[0] != in[0]) return fail("x, dy and the result must have one shape");
   } else if (op == "position_embedding_grad") {
     if (in[0].size() != 3 || out[0].size() != 2 || in[0][0] != 1 || in[0][2] != out[0][1])

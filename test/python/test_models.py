@@ -67,8 +67,9 @@ def count(shapes):
     # non-embedding and 1,416 M embedding parameters (the vision encoder's
     # 417 M apart).
     ("gemma-3-27b", 27.016e9, 0.005),
-    # Google: Gemma 7B, 8.54 B parameters.
+    # Google: Gemma 7B, 8.54 B parameters; Gemma 2 9B, 9.24 B.
     ("gemma-7b", 8.54e9, 0.005),
+    ("gemma-2-9b", 9.24e9, 0.005),
 ])
 def test_published_parameter_counts(preset, published, rel):
     text = build_model(load_config(preset))
@@ -288,6 +289,7 @@ def test_bad_config_files(tmp_path):
     ("tiny-llama", "rope_scaling", {"rope_type": "longrope", "factor": 2.0},
      "LongRoPE is implemented for phi3 alone"),
     ("tiny-gemma", "hidden_act", "relu", "'hidden_act' = 'relu' is not implemented"),
+    ("tiny-gemma2", "attn_logit_softcapping", -1.0, "'attn_logit_softcapping' = -1.0 must be a positive number"),
     ("tiny-gemma3", "attn_logit_softcapping", 50.0, "'attn_logit_softcapping' = 50.0 is not implemented"),
     ("tiny-gemma3", "final_logit_softcapping", 30.0, "'final_logit_softcapping' = 30.0 is not implemented"),
     ("tiny-gemma3", "hidden_activation", "gelu", "'hidden_activation' = 'gelu' is not implemented"),

@@ -1316,3 +1316,15 @@ def test_a_sliding_window_is_refused_by_the_cuda_backend(tmp_path):
                                            r"implemented by the CUDA backend"):
         cuda_cases.parax_run(BIN, model.checkpoint, exe, 1, model.inputs, str(tmp_path / "out.npy"), "cuda",
                              tool="parax-run-simt", timeout=120)
+
+
+def test_soft_capped_scores_are_refused_by_the_cuda_backend(tmp_path):
+    """Gemma 2's soft-capped attention scores: the CUDA kernels do not cap
+    them, so the device refuses the program by name."""
+    from conftest import Model
+    tool("parax-run-simt")
+    model = Model(str(tmp_path), "tiny-gemma2", batch=2)
+    with pytest.raises(RuntimeError, match=r"attention with soft-capped scores \(Gemma 2\) is not implemented "
+                                           r"by the CUDA backend"):
+        cuda_cases.parax_run(BIN, model.checkpoint, model.compile("single"), 1, model.inputs,
+                             str(tmp_path / "out.npy"), "cuda", tool="parax-run-simt", timeout=120)

@@ -58,6 +58,7 @@ PLANS = [
     # Gemma 3: 1 + w norms (the q/k ones over a split of heads), the
     # embedding's scale on a split table, local and global layers on stages.
     ("tiny-gemma3", None, "tp=2,pp=2,dp=1", 4),
+    ("tiny-gemma2", None, "tp=2,dp=1", 2),  # soft-capped scores over split heads, capped logits
     # Context parallelism: each rank a piece of every sequence, keys and
     # values gathered for attention (rope, causal mask and GPT-2's position
     # table offset by the piece).

@@ -255,6 +255,7 @@ MOE_PLANS = [
     # Gemma 3 (not MoE): the 1 + w norms' and the scaled embedding's
     # gradients under TP (sequence parallelism) and two stages.
     ("tiny-gemma3", "tp=2,pp=2,dp=1", 4),
+    ("tiny-gemma2", "tp=2,dp=1", 2),
 ]
 
 

@@ -44,7 +44,7 @@ def transformers_logits(tmp_path, config, model):
 
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-phi3",
-                                    "tiny-gemma", "tiny-gemma3", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe",
+                                    "tiny-gemma", "tiny-gemma2", "tiny-gemma3", "tiny-gpt2", "tiny-mixtral", "tiny-qwen2-moe", "tiny-qwen3-moe",
                                     "tiny-deepseek-v3"])
 def test_parax_matches_transformers(tmp_path, preset):
     model = Model(str(tmp_path), preset)
@@ -66,9 +66,9 @@ def test_parax_matches_transformers(tmp_path, preset):
                                         ("tiny-mixtral", 0.0), ("tiny-qwen2-moe", 0.0), ("tiny-mixtral", 0.5),
                                         ("tiny-qwen2-moe", 0.5), ("tiny-deepseek-v3", 0.0), ("tiny-qwen3", 0.0),
                                         ("tiny-qwen3-moe", 0.5), ("tiny-phi3", 0.0), ("tiny-gemma", 0.0),
-                                        ("tiny-gemma3", 0.0)],
+                                        ("tiny-gemma2", 0.0), ("tiny-gemma3", 0.0)],
                          ids=["llama", "qwen2", "gpt2", "mixtral", "qwen2-moe", "mixtral-aux", "qwen2-moe-aux",
-                              "deepseek-v3", "qwen3", "qwen3-moe-aux", "phi3", "gemma", "gemma3"])
+                              "deepseek-v3", "qwen3", "qwen3-moe-aux", "phi3", "gemma", "gemma2", "gemma3"])
 def test_training_gradients_match_transformers(tmp_path, preset, aux):
     """A training step's loss and every parameter's gradient (parax
     --parax-autodiff, one rank) against PyTorch's autograd through the
@@ -168,7 +168,7 @@ def test_longrope_matches_transformers(tmp_path, seq):
     assert np.abs(logits - expected).max() < TOL
 
 
-@pytest.mark.parametrize("preset", ["tiny-mistral", "tiny-mixtral", "tiny-gemma3"])
+@pytest.mark.parametrize("preset", ["tiny-mistral", "tiny-mixtral", "tiny-gemma2", "tiny-gemma3"])
 def test_sliding_window_matches_transformers(tmp_path, preset):
     """A sliding window of 4 keys over 16 tokens (issue 44: Mixtral's was
     ignored, 3.1 off): Mistral's and Mixtral's every layer, Gemma 3's local

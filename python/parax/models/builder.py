@@ -231,6 +231,8 @@ class _Builder:
                  f"num_kv_heads = {kv_heads} : i64, scale = {f64(scale)}")
         if value_dim:
             attrs += f", value_dim = {value_dim} : i64"
+        if self.cfg.attn_softcap:  # Gemma 2
+            attrs += f", softcap = {f64(self.cfg.attn_softcap)}"
         window = self.cfg.layer_window(self.e.layer)
         if window and max(self.past + self.S, self.cache) > window:  # (a shorter program sees all)
             attrs += f", window = {window} : i64"
@@ -290,7 +292,7 @@ class _Builder:
             q = self.rms_norm(q, f"{prefix}.q_norm.weight", cfg.norm_eps)
             k = self.rms_norm(k, f"{prefix}.k_norm.weight", cfg.norm_eps)
         rot = cfg.rotary_dim or hd
-        local = cfg.is_local_layer(self.e.layer)
+        local = cfg.family == "gemma3_text" and cfg.is_local_layer(self.e.layer)  # (its own rope)
         q, k = self.rope(q, rot, local=local), self.rope(k, rot, local=local)
         v = self.reshape(v, [B, S, nkv, hd])
         scale = 1.0 / math.sqrt(cfg.query_scalar or hd)
@@ -462,7 +464,10 @@ class _Builder:
         e.layer = cfg.layers
         self.trunk = hidden  # (what multi-token prediction's first depth reads)
         x = self.rms_norm(self.head_rows(hidden), "model.norm.weight", cfg.norm_eps)
-        return self.linear(x, self.head_weight(), cfg.vocab, cfg.hidden)
+        logits = self.linear(x, self.head_weight(), cfg.vocab, cfg.hidden)
+        if cfg.final_softcap:  # Gemma 2
+            logits = e.op("softcap", [logits], [logits[1]], f"cap = {f64(cfg.final_softcap)}")
+        return logits
 
     def head_weight(self):
         return "model.embed_tokens.weight" if self.cfg.tie_embeddings else "lm_head.weight"

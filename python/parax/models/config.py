@@ -9,7 +9,7 @@ from typing import Optional
 
 from .presets import PRESETS
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma", "gemma3_text", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe",
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma", "gemma2", "gemma3_text", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe",
             "deepseek_v3")
 
 
@@ -151,13 +151,16 @@ class ModelConfig:
     query_scalar: float = 0.0
     local_rope_theta: float = 0.0
     window_pattern: int = 0
+    # Gemma 2: scores and final logits soft-capped, c · tanh(x / c) (0: none)
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
     name: str = "model"
 
     def layer_window(self, layer):
         """The sliding window layer `layer`'s attention applies (0: none)."""
         if not self.window_masked or not self.sliding_window:
             return 0
-        if self.family == "gemma3_text":
+        if self.family in ("gemma2", "gemma3_text"):
             return self.sliding_window if self.is_local_layer(layer) else 0
         return self.sliding_window
 
@@ -332,6 +335,8 @@ def _from_fields(raw, name):
         return _gemma3(raw, family, name)
     if family == "gemma":
         return _gemma(raw, family, name)
+    if family == "gemma2":
+        return _gemma2(raw, family, name)
     # Every other family: a SwiGLU MLP, RMSNorm, no bias but where the
     # family has its own (Qwen2-MoE's q/k/v).
     _only(raw, family, "hidden_act", ("silu",), "silu", "SiLU (SwiGLU)")
@@ -478,6 +483,43 @@ def _gemma(raw, family, name):
         tie_embeddings=bool(raw.get("tie_word_embeddings", True)), norm_offset=1.0, embed_scale=True,
         mlp_act="gelu_tanh" if act == "gelu_pytorch_tanh" else "gelu")
     cfg.rotary_dim = cfg.head_dim
+    if cfg.heads % cfg.kv_heads:
+        raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
+                          f"num_attention_heads {cfg.heads}")
+    return cfg
+
+
+def _gemma2(raw, family, name):
+    """Gemma 2 (transformers' Gemma2Config defaults): Gemma 3's layer
+    without q/k norms, every even layer local (over `sliding_window`), one
+    rope theta, scores and final logits soft-capped."""
+    _only(raw, family, "hidden_activation", ("gelu_pytorch_tanh",), "gelu_pytorch_tanh",
+          "a GeGLU MLP with GELU's tanh form")
+    _only(raw, family, "attention_bias", (False,), False, "attention projections without biases")
+    hidden, heads = _need(raw, "hidden_size"), _need(raw, "num_attention_heads")
+    layers = _need(raw, "num_hidden_layers")
+    caps = {}
+    for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
+        value = raw.get(key, default)
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ConfigError(f"{family} config field '{key}' = {value!r} must be a positive number or null")
+        caps[key] = float(value or 0)
+    cfg = ModelConfig(
+        family=family, name=name, hidden=hidden, layers=layers, heads=heads,
+        kv_heads=raw.get("num_key_value_heads") or heads, head_dim=raw.get("head_dim", 256),
+        ffn=_need(raw, "intermediate_size"), vocab=_need(raw, "vocab_size"),
+        max_positions=raw.get("max_position_embeddings", 8192),
+        norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=float(raw.get("rope_theta", 10000.0)),
+        rope_scaling=_scaling_or_none(raw.get("rope_scaling"), family),
+        tie_embeddings=bool(raw.get("tie_word_embeddings", True)),
+        sliding_window=int(raw.get("sliding_window", 4096) or 0) if layers > 0 else 0, window_masked=True,
+        norm_offset=1.0, embed_scale=True, mlp_act="gelu_tanh", sandwich_norms=True,
+        query_scalar=float(raw.get("query_pre_attn_scalar", 256)), window_pattern=2,
+        attn_softcap=caps["attn_logit_softcapping"], final_softcap=caps["final_logit_softcapping"])
+    cfg.local_rope_theta = cfg.rope_theta
+    cfg.rotary_dim = cfg.head_dim
+    if cfg.query_scalar <= 0:
+        raise ConfigError(f"{family} config field 'query_pre_attn_scalar' must be positive")
     if cfg.heads % cfg.kv_heads:
         raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
                           f"num_attention_heads {cfg.heads}")

@@ -41,6 +41,14 @@ PRESETS = {
         "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128,
         "rms_norm_eps": 1e-6, "hidden_act": "gelu", "pad_token_id": 0,
     },
+    "tiny-gemma2": {  # Gemma 2: soft-capped scores and logits, even layers local
+        "model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 24, "sliding_window": 64,
+        "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0,  # (small: random scores cross them)
+        "pad_token_id": 0,
+    },
     "tiny-gemma3": {  # Gemma 3: 1 + w norms, sandwich norms, GeGLU, local and global layers
         "model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -149,6 +157,14 @@ PRESETS = {
         "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
         "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
         "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "gelu",
+    },
+    # Gemma 2 9B (sizes as google/gemma-2-9b's config.json publishes them): 9.24 B.
+    "gemma-2-9b": {
+        "model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336,
+        "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "query_pre_attn_scalar": 256,
+        "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
     },
     # Gemma 3 27B's text model (sizes as google/gemma-3-27b-it's config.json
     # publishes them in its text_config): 27 B.

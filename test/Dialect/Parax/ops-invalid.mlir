@@ -293,6 +293,30 @@ func.func @negative_rope_llama3_original(%x: tensor<1x4x2x8xf32>) {
 
 // -----
 
+func.func @negative_attention_softcap(%q: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C12: softcap must be finite and positive}}
+  %0 = parax.attention %q, %q, %q {causal, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, softcap = -1.0 : f64} : (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_softcap(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{C2: cap must be finite and positive}}
+  %0 = parax.softcap %x {cap = 0.0 : f64} : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_softcap_grad(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{C2: cap must be finite and positive}}
+  %0 = parax.softcap_grad %x, %x {cap = 0x7FF0000000000000 : f64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
 func.func @negative_attention_window(%q: tensor<1x4x2x8xf32>) {
   // expected-error @+1 {{C11: a window must be positive and come with causal}}
   %0 = parax.attention %q, %q, %q {num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.35 : f64, window = 2} : (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>

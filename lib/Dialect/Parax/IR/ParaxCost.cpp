@@ -101,6 +101,7 @@ uint64_t AddOp::getFlops() { return numel(getResult()); }
 uint64_t MulOp::getFlops() { return numel(getResult()); }
 uint64_t SiluOp::getFlops() { return 4 * numel(getResult()); }
 uint64_t SigmoidOp::getFlops() { return 3 * numel(getResult()); }
+uint64_t SoftcapOp::getFlops() { return 4 * numel(getResult()); }
 uint64_t GeluOp::getFlops() { return 8 * numel(getResult()); }
 uint64_t SwigluOp::getFlops() { return 5 * numel(getResult()); }
 
@@ -190,6 +191,8 @@ uint64_t LayerNormWeightGradOp::getFlops() { return 8 * numel(getX()); }
 uint64_t PositionEmbeddingGradOp::getFlops() { return 0; }
 // The sigmoid again and the product (about 5 per element).
 uint64_t SigmoidGradOp::getFlops() { return 5 * numel(getX()); }
+// The tanh again, its square and the product.
+uint64_t SoftcapGradOp::getFlops() { return 6 * numel(getX()); }
 // The gate GEMM and the choice again (the scores are recomputed), then the
 // normalisation's and the scores' gradients (about 5 per logit).
 uint64_t RouterGradOp::getFlops() {

@@ -363,6 +363,9 @@ static LogicalResult verifyAttention(AttentionLike op, Value out,
   if (std::optional<uint64_t> window = op.getWindow())
     if (static_cast<int64_t>(*window) <= 0 || !op.getCausal())
       return op.emitOpError("C11: a window must be positive and come with causal");
+  if (FloatAttr cap = op.getSoftcapAttr())
+    if (!(std::isfinite(cap.getValueAsDouble()) && cap.getValueAsDouble() > 0))
+      return op.emitOpError("C12: softcap must be finite and positive");
   RankedTensorType q = tensorOf(op.getQ()), k = tensorOf(op.getK()),
                    v = tensorOf(op.getV()), result = tensorOf(out);
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4 ||
@@ -498,6 +501,12 @@ static LogicalResult verifySameType(Operation *op) {
 
 LogicalResult SiluOp::verify() { return verifySameType(*this); }
 LogicalResult SigmoidOp::verify() { return verifySameType(*this); }
+
+LogicalResult SoftcapOp::verify() {
+  if (!(std::isfinite(getCap().convertToDouble()) && getCap().convertToDouble() > 0))
+    return emitOpError("C2: cap must be finite and positive");
+  return verifySameType(*this);
+}
 LogicalResult GeluOp::verify() { return verifySameType(*this); }
 LogicalResult SwigluOp::verify() { return verifySameType(*this); }
 
@@ -997,6 +1006,12 @@ LogicalResult SumToOp::verify() {
 
 LogicalResult GeluGradOp::verify() { return verifySameType(*this); }
 LogicalResult SigmoidGradOp::verify() { return verifySameType(*this); }
+
+LogicalResult SoftcapGradOp::verify() {
+  if (!(std::isfinite(getCap().convertToDouble()) && getCap().convertToDouble() > 0))
+    return emitOpError("C2: cap must be finite and positive");
+  return verifySameType(*this);
+}
 
 LogicalResult LayerNormGradOp::verify() {
   return verifyNormGrad(*this, getX(), getWeight(), getDy(), getResult(),

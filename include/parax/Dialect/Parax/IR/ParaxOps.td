@@ -344,7 +344,9 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
 
     With `window = W` (a sliding window: Mistral's, Gemma 3's local layers),
     a query sees the last `W` of the keys it would see without it (its own
-    included).
+    included). With `softcap = c` (Gemma 2), each scaled score `s` becomes
+    `c · tanh(s / c)` before the mask and the softmax (C12: `c` finite and
+    positive).
 
     With a `position` operand `p` (run-time; a generation step), `k` and `v`
     are a KV cache of capacity `Skv` (written by `parax.cache_update`) whose
@@ -384,7 +386,8 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
                        OptionalAttr<StrArrayAttr>:$seq_axes,
                        UnitAttr:$seq_cyclic,
-                       OptionalAttr<I64Attr>:$window);
+                       OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Parax_FloatTensor:$result);
   let extraClassDeclaration = [{
     /// The values' width: `value_dim`, else `v`'s last dimension.
@@ -451,6 +454,22 @@ class Parax_UnaryOp<string mnemonic, string what> : Parax_FunctionalOp<mnemonic>
 
 def Parax_SiluOp : Parax_UnaryOp<"silu", "SiLU, x · sigmoid(x)">;
 def Parax_SigmoidOp : Parax_UnaryOp<"sigmoid", "logistic sigmoid">;
+
+def Parax_SoftcapOp : Parax_FunctionalOp<"softcap"> {
+  let summary = "elementwise soft-capping, cap · tanh(x / cap)";
+  let description = [{
+    Gemma 2's final logits: each value squashed into (-cap, cap).
+
+    ```mlir
+    %y = parax.softcap %x {cap = 30.0 : f64} : (tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+    ```
+
+    C1: the result type equals the operand type. C2: `cap` is finite and
+    positive.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, F64Attr:$cap);
+  let results = (outs Parax_FloatTensor:$result);
+}
 
 def Parax_GeluOp : Parax_Op<"gelu"> {
   let summary = "elementwise GELU";
@@ -952,7 +971,8 @@ def Parax_AttentionGradOp : Parax_FunctionalOp<"attention_grad"> {
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
                        OptionalAttr<StrArrayAttr>:$seq_axes,
                        UnitAttr:$seq_cyclic,
-                       OptionalAttr<I64Attr>:$window);
+                       OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs Parax_FloatTensor:$dq, Parax_FloatTensor:$dk,
                       Parax_FloatTensor:$dv);
 }
@@ -1088,6 +1108,22 @@ def Parax_PositionEmbeddingGradOp : Parax_FunctionalOp<"position_embedding_grad"
                        OptionalAttr<FlatSymbolRefAttr>:$seq_grid,
                        OptionalAttr<StrArrayAttr>:$seq_axes,
                        UnitAttr:$seq_cyclic);
+  let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_SoftcapGradOp : Parax_FunctionalOp<"softcap_grad"> {
+  let summary = "gradient of soft-capping by its input";
+  let description = [{
+    `dy · (1 - tanh(x / cap)^2)`.
+
+    ```mlir
+    %dx = parax.softcap_grad %x, %dy {cap = 30.0 : f64} : (tensor<2x16x256xf32>, tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
+    ```
+
+    C1: `x`, `dy` and the result have one type. C2: `cap` is finite and
+    positive.
+  }];
+  let arguments = (ins Parax_FloatTensor:$x, Parax_FloatTensor:$dy, F64Attr:$cap);
   let results = (outs Parax_FloatTensor:$result);
 }
 
