@@ -401,7 +401,8 @@ def _gpt2(cfg, w, tokens, cache):
                          1.0 / math.sqrt(hd)).reshape(b, s, -1)
         h = h + o @ w[f"{q}.attn.c_proj.weight"] + w[f"{q}.attn.c_proj.bias"]
         x = _layer_norm(h, w[f"{q}.ln_2.weight"], w[f"{q}.ln_2.bias"], cfg.norm_eps)
-        f = _gelu_tanh(x @ w[f"{q}.mlp.c_fc.weight"] + w[f"{q}.mlp.c_fc.bias"])
+        f = x @ w[f"{q}.mlp.c_fc.weight"] + w[f"{q}.mlp.c_fc.bias"]
+        f = _gelu_tanh(f) if cfg.gelu_approx == "tanh" else 0.5 * f * (1 + _erf(f / math.sqrt(2)))
         h = h + f @ w[f"{q}.mlp.c_proj.weight"] + w[f"{q}.mlp.c_proj.bias"]
     x = _layer_norm(h, w[f"{p}.ln_f.weight"], w[f"{p}.ln_f.bias"], cfg.norm_eps)
     return x @ w[f"{p}.wte.weight"].T

@@ -196,3 +196,15 @@ def test_sliding_window_matches_transformers(tmp_path, preset):
             continue
         w = want[name].reshape(grad.shape)
         assert np.abs(grad - w).max() <= 1e-4 * max(float(np.abs(w).max()), 1e-6), name
+
+
+def test_gpt2_exact_gelu_matches_transformers(tmp_path):
+    """GPT-2 with `activation_function: gelu` (the exact, erf form; GPT-2's
+    own is gelu_new, the tanh form): parax's program and the numpy
+    reference both against transformers."""
+    config = dict(PRESETS["tiny-gpt2"], activation_function="gelu")
+    model = Model(str(tmp_path / "parax"), config_file(tmp_path, config), seq=16)
+    _, expected = transformers_logits(tmp_path, config, model)
+    assert "parax.gelu none" in open(model.ir).read()
+    assert np.abs(model.reference() - expected).max() < TOL
+    assert np.abs(model.run(model.compile("single"), 1) - expected).max() < TOL
