@@ -134,6 +134,11 @@ private:
     return -1;
   }
   double attentionFlops(const OpNode &op) const;
+  /// An embedding's table bytes (a rank's share) its lookup does not read:
+  /// it reads the rows of its tokens, not the table.
+  double unreadTableBytes(const OpNode &op, const Strategy &s) const {
+    return std::max(0.0, (weightBytes(op) - fullBytes(op.results[0])) * s.weightFrac);
+  }
   double collective(CollectiveKind kind, double bytes) const {
     if (kind == CollectiveKind::AllToAll)
       bytes /= t;
@@ -496,10 +501,8 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double touched = std::min(local, tokens * op.topK);
     weights *= touched / op.numExperts;
   }
-  // A lookup reads the rows of its tokens, not the table (a rank's share
-  // of them when the table is split).
   if (op.kind == OpClass::Embedding)
-    weights = std::min(weights, fullBytes(op.results[0]) * s.weightFrac);
+    weights -= unreadTableBytes(op, s);
   double bytes = weights;
   for (auto [i, id] : llvm::enumerate(op.inputs))
     if (!value(id).inKvCache) // the attention's cache read below
@@ -852,8 +855,7 @@ LayerPlan Solver::solve() {
     double weightShare = s.weightFrac / (op.kind == OpClass::Experts ? ctx.ep : 1);
     plan.weightBytes += weightBytes(op) * weightShare;
     if (op.kind == OpClass::Embedding)
-      plan.unreadWeightBytes += std::max(
-          0.0, weightBytes(op) * weightShare - fullBytes(op.results[0]) * s.weightFrac);
+      plan.unreadWeightBytes += unreadTableBytes(op, s);
     plan.weightParams += op.weightParams * weightShare;
     plan.tiedParams += op.tiedParams * weightShare;
     plan.largestWeightParams = std::max(plan.largestWeightParams, op.largestWeight * weightShare);

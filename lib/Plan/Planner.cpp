@@ -922,10 +922,10 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       plan.microBatches = micro;
       plan.stageStart = starts;
       finishMemory(plan, costs, one, stageLayers(plan));
-      // Per stage: one microbatch's time and parts, and the weights it
-      // reads (an embedding's looked-up rows, not its table).
+      // Per stage: one microbatch's time and parts, the weights it holds
+      // and those it reads (an embedding's looked-up rows, not its table).
       struct Part {
-        double time = 0, compute = 0, tp = 0, ep = 0, cp = 0, weights = 0;
+        double time = 0, compute = 0, tp = 0, ep = 0, cp = 0, held = 0, weights = 0;
       };
       std::vector<Part> stages(starts.size());
       Part all;
@@ -938,6 +938,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             part->tp += costs[l].tpComm;
             part->ep += costs[l].epComm;
             part->cp += costs[l].cpComm;
+            part->held += costs[l].weights;
             part->weights += costs[l].weights - plans[l]->unreadWeightBytes;
           }
         }
@@ -950,10 +951,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         double working = 0;
         for (size_t l = starts[st]; l < end; ++l)
           working = std::max(working, costs[l].working);
-        double held = 0;
-        for (size_t l = starts[st]; l < end; ++l)
-          held += costs[l].weights;
-        plan.kvRoom += tp * std::max(0.0, capacity() - held - working);
+        plan.kvRoom += tp * std::max(0.0, capacity() - stages[st].held - working);
       }
       double boundaryBytes = model.hidden * model.elementBytes * ctx.tokens();
       double hop = pp > 1 ? collectiveTime(cluster, CollectiveKind::SendRecv, boundaryBytes, ppGroup) : 0;

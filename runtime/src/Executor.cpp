@@ -746,10 +746,10 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, q, k);
     if (!geometry.isOk())
       return geometry.status();
-    float scale = geometry.value().scale;
-    const auto &visibleOf = geometry.value().visible;
     const AttentionGeometry &geo = geometry.value();
-    int64_t headOffset = geometry.value().headOffset, group = geometry.value().group;
+    float scale = geo.scale;
+    const auto &visibleOf = geo.visible;
+    int64_t headOffset = geo.headOffset, group = geo.group;
     // Blocks of a head's queries: scores = scale * Q K^T over the keys the
     // block's last query sees (sgemm), masked and normalised row by row
     // (sums in double), then Y = P V (sgemm). Rows of q and y are strided

@@ -331,12 +331,8 @@ def _from_fields(raw, name):
             norm_eps=raw.get("layer_norm_epsilon", 1e-5), tie_embeddings=True,
             attention_bias=True, gelu_approx="none" if act == "gelu" else "tanh")
 
-    if family == "gemma3_text":
-        return _gemma3(raw, family, name)
-    if family == "gemma":
+    if family in ("gemma", "gemma2", "gemma3_text"):
         return _gemma(raw, family, name)
-    if family == "gemma2":
-        return _gemma2(raw, family, name)
     # Every other family: a SwiGLU MLP, RMSNorm, no bias but where the
     # family has its own (Qwen2-MoE's q/k/v).
     _only(raw, family, "hidden_act", ("silu",), "silu", "SiLU (SwiGLU)")
@@ -458,112 +454,75 @@ def _from_fields(raw, name):
                               f"(a context of {cfg.max_positions} over {original}) on partially "
                               f"rotated heads (partial_rotary_factor {factor}: it scales the "
                               f"rotated channels alone) is not implemented")
-    if cfg.heads % cfg.kv_heads:
-        raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
-                          f"num_attention_heads {cfg.heads}")
+    _check_heads(cfg)
     return cfg
 
 
 def _gemma(raw, family, name):
-    """Gemma (1): Llama with 1 + w norms, embeddings scaled by sqrt(hidden)
-    and a GeGLU MLP of `hidden_act` (transformers' PyTorch Gemma reads it,
-    not `hidden_activation`, which it leaves to Flax)."""
-    act = _only(raw, family, "hidden_act", ("gelu_pytorch_tanh", "gelu"), "gelu_pytorch_tanh",
-                "a GeGLU MLP with GELU, exact or in its tanh form")
-    raw.get("hidden_activation")  # (read by transformers' Flax model alone)
+    """Gemma (`gemma`), Gemma 2 (`gemma2`) and Gemma 3's text model
+    (`gemma3_text`), with transformers' defaults for each: Llama with 1 + w
+    norms, embeddings scaled by sqrt(hidden) and a GeGLU MLP. Gemma reads
+    `hidden_act` (transformers' PyTorch Gemma does; `hidden_activation` is
+    its Flax model's). Gemma 2 and 3: each branch normalised before and
+    after, scores scaled by query_pre_attn_scalar^-1/2, local layers over
+    a sliding window (Gemma 2: every even one; Gemma 3: all but each
+    sliding_window_pattern-th, with their own rope theta). Gemma 2 soft-caps
+    scores and final logits; Gemma 3 normalises each head's q and k."""
+    v2, v3 = family == "gemma2", family == "gemma3_text"
+    if family == "gemma":
+        act = _only(raw, family, "hidden_act", ("gelu_pytorch_tanh", "gelu"), "gelu_pytorch_tanh",
+                    "a GeGLU MLP with GELU, exact or in its tanh form")
+        raw.get("hidden_activation")  # (read by transformers' Flax model alone)
+    else:
+        act = _only(raw, family, "hidden_activation", ("gelu_pytorch_tanh",), "gelu_pytorch_tanh",
+                    "a GeGLU MLP with GELU's tanh form")
     _only(raw, family, "attention_bias", (False,), False, "attention projections without biases")
-    hidden, heads = _need(raw, "hidden_size"), _need(raw, "num_attention_heads")
-    cfg = ModelConfig(
-        family=family, name=name, hidden=hidden, layers=_need(raw, "num_hidden_layers"), heads=heads,
-        kv_heads=raw.get("num_key_value_heads") or heads, head_dim=raw.get("head_dim", 256),
-        ffn=_need(raw, "intermediate_size"), vocab=_need(raw, "vocab_size"),
-        max_positions=raw.get("max_position_embeddings", 8192),
-        norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=float(raw.get("rope_theta", 10000.0)),
-        rope_scaling=_scaling_or_none(raw.get("rope_scaling"), family),
-        tie_embeddings=bool(raw.get("tie_word_embeddings", True)), norm_offset=1.0, embed_scale=True,
-        mlp_act="gelu_tanh" if act == "gelu_pytorch_tanh" else "gelu")
-    cfg.rotary_dim = cfg.head_dim
-    if cfg.heads % cfg.kv_heads:
-        raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
-                          f"num_attention_heads {cfg.heads}")
-    return cfg
-
-
-def _gemma2(raw, family, name):
-    """Gemma 2 (transformers' Gemma2Config defaults): Gemma 3's layer
-    without q/k norms, every even layer local (over `sliding_window`), one
-    rope theta, scores and final logits soft-capped."""
-    _only(raw, family, "hidden_activation", ("gelu_pytorch_tanh",), "gelu_pytorch_tanh",
-          "a GeGLU MLP with GELU's tanh form")
-    _only(raw, family, "attention_bias", (False,), False, "attention projections without biases")
-    hidden, heads = _need(raw, "hidden_size"), _need(raw, "num_attention_heads")
-    layers = _need(raw, "num_hidden_layers")
-    caps = {}
+    caps = {"attn_logit_softcapping": 0.0, "final_logit_softcapping": 0.0}
     for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
-        value = raw.get(key, default)
-        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise ConfigError(f"{family} config field '{key}' = {value!r} must be a positive number or null")
-        caps[key] = float(value or 0)
-    cfg = ModelConfig(
-        family=family, name=name, hidden=hidden, layers=layers, heads=heads,
-        kv_heads=raw.get("num_key_value_heads") or heads, head_dim=raw.get("head_dim", 256),
-        ffn=_need(raw, "intermediate_size"), vocab=_need(raw, "vocab_size"),
-        max_positions=raw.get("max_position_embeddings", 8192),
-        norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=float(raw.get("rope_theta", 10000.0)),
-        rope_scaling=_scaling_or_none(raw.get("rope_scaling"), family),
-        tie_embeddings=bool(raw.get("tie_word_embeddings", True)),
-        sliding_window=int(raw.get("sliding_window", 4096) or 0) if layers > 0 else 0, window_masked=True,
-        norm_offset=1.0, embed_scale=True, mlp_act="gelu_tanh", sandwich_norms=True,
-        query_scalar=float(raw.get("query_pre_attn_scalar", 256)), window_pattern=2,
-        attn_softcap=caps["attn_logit_softcapping"], final_softcap=caps["final_logit_softcapping"])
-    cfg.local_rope_theta = cfg.rope_theta
-    cfg.rotary_dim = cfg.head_dim
-    if cfg.query_scalar <= 0:
-        raise ConfigError(f"{family} config field 'query_pre_attn_scalar' must be positive")
-    if cfg.heads % cfg.kv_heads:
-        raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
-                          f"num_attention_heads {cfg.heads}")
-    return cfg
-
-
-def _gemma3(raw, family, name):
-    """Gemma 3's text model (transformers' Gemma3TextConfig defaults)."""
-    _only(raw, family, "hidden_activation", ("gelu_pytorch_tanh",), "gelu_pytorch_tanh",
-          "a GeGLU MLP with GELU's tanh form")
-    _only(raw, family, "attention_bias", (False,), False, "attention projections without biases")
-    _only(raw, family, "attn_logit_softcapping", (None,), None, "scores without soft-capping")
-    _only(raw, family, "final_logit_softcapping", (None,), None, "logits without soft-capping")
+        if v3:
+            _only(raw, family, key, (None,), None, "scores and logits without soft-capping")
+        elif v2:
+            value = raw.get(key, default)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
+                                          and value > 0):
+                raise ConfigError(f"{family} config field '{key}' = {value!r} must be a positive "
+                                  f"number or null")
+            caps[key] = float(value or 0)
     hidden, heads = _need(raw, "hidden_size"), _need(raw, "num_attention_heads")
     layers = _need(raw, "num_hidden_layers")
-    pattern = int(raw.get("sliding_window_pattern", 6))
-    if pattern < 1:
+    pattern = 2 if v2 else int(raw.get("sliding_window_pattern", 6)) if v3 else 0
+    if v3 and pattern < 1:
         raise ConfigError(f"{family} config field 'sliding_window_pattern' = {pattern!r} must be positive")
-    window = int(raw.get("sliding_window", 4096) or 0)
-    local = pattern > 1 and layers > 0
+    window = int(raw.get("sliding_window", 4096) or 0) if v2 or v3 else 0
+    theta = float(raw.get("rope_theta", 1e6 if v3 else 10000.0))
     cfg = ModelConfig(
         family=family, name=name, hidden=hidden, layers=layers, heads=heads,
         kv_heads=raw.get("num_key_value_heads") or heads, head_dim=raw.get("head_dim", 256),
         ffn=_need(raw, "intermediate_size"), vocab=_need(raw, "vocab_size"),
-        max_positions=raw.get("max_position_embeddings", 131072),
-        norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=float(raw.get("rope_theta", 1e6)),
+        max_positions=raw.get("max_position_embeddings", 131072 if v3 else 8192),
+        norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=theta,
         rope_scaling=_scaling_or_none(raw.get("rope_scaling"), family),
-        tie_embeddings=bool(raw.get("tie_word_embeddings", True)), qk_norm=True,
-        sliding_window=window if local else 0, window_masked=True, norm_offset=1.0, embed_scale=True,
-        mlp_act="gelu_tanh", sandwich_norms=True,
-        query_scalar=float(raw.get("query_pre_attn_scalar", 256)),
-        local_rope_theta=float(raw.get("rope_local_base_freq", 10000.0)), window_pattern=pattern)
-    if not local:
-        raw.get("sliding_window"), raw.get("rope_local_base_freq")  # (unused: no local layer)
+        tie_embeddings=bool(raw.get("tie_word_embeddings", True)), qk_norm=v3,
+        sliding_window=window if pattern > 1 and layers > 0 else 0, window_masked=True,
+        norm_offset=1.0, embed_scale=True, mlp_act="gelu_tanh" if act == "gelu_pytorch_tanh" else "gelu",
+        sandwich_norms=v2 or v3, query_scalar=float(raw.get("query_pre_attn_scalar", 256)) if v2 or v3 else 0.0,
+        local_rope_theta=float(raw.get("rope_local_base_freq", 10000.0)) if v3 else theta,
+        window_pattern=pattern, attn_softcap=caps["attn_logit_softcapping"],
+        final_softcap=caps["final_logit_softcapping"])
     cfg.rotary_dim = cfg.head_dim
-    if (cfg.rope_scaling or {}).get("rope_type") not in (None, "linear"):
+    if v3 and (cfg.rope_scaling or {}).get("rope_type") not in (None, "linear"):
         raise ConfigError(f"{family} config field 'rope_scaling' = {raw.get('rope_scaling')!r}: "
                           f"Gemma 3 with a rope scaling other than 'linear' is not implemented")
-    if cfg.query_scalar <= 0:
+    if (v2 or v3) and cfg.query_scalar <= 0:
         raise ConfigError(f"{family} config field 'query_pre_attn_scalar' must be positive")
+    _check_heads(cfg)
+    return cfg
+
+
+def _check_heads(cfg):
     if cfg.heads % cfg.kv_heads:
         raise ConfigError(f"num_key_value_heads {cfg.kv_heads} does not divide "
                           f"num_attention_heads {cfg.heads}")
-    return cfg
 
 
 def load_config(preset_or_path, layers=None, pad_vocab=None, allow_unknown=()):
