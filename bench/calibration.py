@@ -13,7 +13,11 @@
    training with AdamW, generation; TP, PP, DP, CP, EP; a Llama and a
    Mixtral -- are each planned with the calibrated files (parax-plan
    --json: the predicted step), compiled with the same pins, and run
-   (parax-run, the median step of several); rounds interleave the plans.
+   (parax-run, the median step of several); rounds interleave the plans,
+   and each round runs the calibration runs again: the predictions
+   printed come from the fit to every round's calibration runs (the
+   machine's speed drifts between invocations; a fit made before the
+   plans ran carried that drift into every prediction).
 4. Printed: each plan's predicted and measured step and their error; for
    each group of plans of one workload on 2 ranks, whether the plan
    predicted fastest is the measured fastest or within 5 % of it; last,
@@ -156,7 +160,7 @@ def cluster_file(bench, calibrated, ranks):
     for link in ("intra_node", "inter_node"):
         cluster[link]["bandwidth_gbps"] *= share
     cluster["devices_per_node"] = ranks
-    path = bench.path(f"calibrated-{ranks}-ranks.cluster.json")
+    path = f"{calibrated}-{ranks}-ranks.cluster.json"
     with open(path, "w") as f:
         json.dump(cluster, f)
     return path
@@ -178,10 +182,13 @@ def main():
     llama_w, mixtral_w = b.path("llama.safetensors"), b.path("mixtral.safetensors")
     oracle = os.path.join(ROOT, "python", "parax", "oracle-cluster.json")
 
-    # 1. Calibration runs, each profiled (the plans pinned, on the base cluster).
+    # 1. Calibration runs, each profiled (the plans pinned, on the base
+    # cluster). They run again in every round of the plans below, and the
+    # final fit takes every round's profiles: the machine's speed drifts
+    # (other tenants), and a fit made only before the plans ran would carry
+    # the drift into every prediction.
     print("== calibration runs (parax-run --profile)", flush=True)
-    profiles = []
-    t = {}
+    cal_runs = []
     for name, (model, batch, seq, ranks, workload, train) in {
         "cal-prefill-small": ("llama", 2, 128, 1, "prefill:batch=2,seq=128", False),
         "cal-prefill-large": ("llama", 4, 512, 1, "prefill:batch=4,seq=512", False),
@@ -198,14 +205,25 @@ def main():
         exe = b.compile(ir, name, cluster, "roofline", workload + ("" if ranks > 1 else ",tp=1,pp=1,dp=1"), train)
         inputs, extra = b.run_arguments("generate" if generate else "train" if train else "prefill", batch, seq,
                                         prompt=32, steps=5)
-        prof = b.path(name + ".profile.json")
-        b.run(exe, ranks, llama_w if model == "llama" else mixtral_w, inputs, extra, profile=prof)
-        profiles.append(prof)
-        for r in range(1, ranks):
-            profiles.append(f"{prof}.rank{r}")
-    calibrated = b.path("calibrated")
-    print(b.sh([os.path.join(b.bin, "parax-plan"), "--cluster", b.path("base.json"), "--calibrate",
-                ",".join(profiles), "--calibrated", calibrated]), flush=True)
+        cal_runs.append(dict(name=name, exe=exe, ranks=ranks, weights=llama_w if model == "llama" else mixtral_w,
+                             inputs=inputs, extra=extra))
+
+    def profile_round(round_):
+        """Every calibration run once, profiled: the files' paths."""
+        files = []
+        for c in cal_runs:
+            prof = b.path(f"{c['name']}.round{round_}.profile.json")
+            b.run(c["exe"], c["ranks"], c["weights"], c["inputs"], c["extra"], profile=prof)
+            files += [prof] + [f"{prof}.rank{r}" for r in range(1, c["ranks"])]
+        return files
+
+    def calibrate(files, prefix):
+        print(b.sh([os.path.join(b.bin, "parax-plan"), "--cluster", b.path("base.json"), "--calibrate",
+                    ",".join(files), "--calibrated", prefix]), flush=True)
+        return prefix
+
+    profiles = profile_round(0)
+    calibrated = calibrate(profiles, b.path("calibrated"))
     profile = calibrated + ".profile.json"
 
     # 2. The plans predicted and run. (group -- plans of one workload on one
@@ -240,19 +258,26 @@ def main():
         ir = (b.ir(model, batch, 1, cache=128) if kind == "generate"
               else b.ir(model, batch, seq, loss=train))
         cluster = cluster_file(b, calibrated, ranks)
-        predicted = b.predict(ir, cluster, profile, workload)
         exe = b.compile(ir, f"{group}-{name}".replace(" ", "_"), cluster, profile, workload, train)
         weights = llama_w if model == "llama" else mixtral_w
         # (generation: a prompt of 64, 64 tokens generated: contexts 1 ..
         # 128, 96 on average over the generated half, the median step's)
         inputs, extra = b.run_arguments(kind, rows, seq, prompt=64, steps=4)
         prepared.append(dict(group=group, name=name, ranks=ranks, exe=exe, weights=weights, inputs=inputs,
-                             extra=extra, predicted=predicted["step_time_s"], measured=[]))
-    print(f"== {len(prepared)} plans, {args.rounds} rounds", flush=True)
+                             extra=extra, ir=ir, workload=workload, measured=[]))
+    print(f"== {len(prepared)} plans, {args.rounds} rounds (each with the calibration runs again)", flush=True)
     for round_ in range(args.rounds):
+        profiles += profile_round(round_ + 1)
         for p in prepared:
             p["measured"].append(b.run(p["exe"], p["ranks"], p["weights"], p["inputs"], p["extra"]))
         print(f"round {round_ + 1} done", flush=True)
+    # The final fit, on every round's calibration runs, predicts the plans
+    # (compiled on the first fit: their layouts are pinned).
+    print("== the fit on every round's calibration runs", flush=True)
+    final = calibrate(profiles, b.path("final"))
+    for p in prepared:
+        p["predicted"] = b.predict(p["ir"], cluster_file(b, final, p["ranks"]), final + ".profile.json",
+                                   p["workload"])["step_time_s"]
 
     print("\n| workload | plan | ranks | predicted ms | measured ms (median) | error |")
     print("|---|---|---|---|---|---|")

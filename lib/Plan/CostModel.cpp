@@ -137,7 +137,8 @@ double parax::plan::gemmTime(const ClusterSpec &cluster, double flops, double by
 
 double parax::plan::streamedPassOverhead(llvm::ArrayRef<double> gather,
                                          llvm::ArrayRef<double> reduce,
-                                         llvm::ArrayRef<double> work, int64_t prefetch) {
+                                         llvm::ArrayRef<double> work, int64_t prefetch,
+                                         llvm::ArrayRef<double> held) {
   size_t n = work.size();
   std::vector<double> done(n, 0); // when each layer's gather ends
   double comm = 0, clock = 0, total = 0; // the stream's free time, the compute's
@@ -151,6 +152,21 @@ double parax::plan::streamedPassOverhead(llvm::ArrayRef<double> gather,
       done[j + prefetch] = comm = std::max(comm, start) + gather[j + prefetch];
     clock = start + work[j];
     total += work[j];
+    // Link sharing: what the stream runs after `start` gets the links at
+    // the rate the layer's own collectives leave, then all of them once
+    // the layer ends.
+    if (!held.empty() && held[j] > 0) {
+      double free = std::max(0.0, work[j] - std::min(held[j], work[j]));
+      auto shared = [&](double end) {
+        if (end <= start)
+          return end;
+        double need = end - start;
+        return need <= free && free > 0 ? start + need * work[j] / free : clock + need - free;
+      };
+      for (size_t k = j + 1; k < std::min<size_t>(n, j + 1 + std::max<int64_t>(prefetch, 0)); ++k)
+        done[k] = shared(done[k]); // (the gathers issued so far)
+      comm = shared(comm);
+    }
     if (!reduce.empty())
       comm = std::max(comm, clock) + reduce[j];
   }

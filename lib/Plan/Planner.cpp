@@ -43,12 +43,21 @@ std::vector<int64_t> divisorsOf(int64_t n) {
 }
 
 // Everything one layer contributes to a training configuration.
+/// The links a group's collectives hold: 1, the network, when it spans
+/// nodes; 0, a node's own links (NVLink), when it does not.
+static int linkOf(Group g) { return g.nodes() > 1 ? 1 : 0; }
+
 struct LayerCost {
   double time = 0;      // per microbatch: forward + backward (+ recompute)
   double forward = 0;   // per microbatch
   double backward = 0;
   double tpComm = 0, epComm = 0, cpComm = 0;
   double compute = 0;
+  // Seconds its collectives hold each kind of link (0: a node's own links,
+  // 1: the network) in its forward and in its backward (`backward`'s, no
+  // recompute): what a gradient sync or a ZeRO-3 gather beside them
+  // cannot use.
+  double forwardBusy[2] = {0, 0}, backwardBusy[2] = {0, 0};
   double weights = 0, gradients = 0, optimizer = 0; // bytes per device
   double activations = 0;  // per in-flight microbatch
   double inputBytes = 0, outputBytes = 0; // the layer's inputs and outputs, per microbatch
@@ -502,7 +511,11 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
   // backward in reverse. A recomputed forward's gather serves the backward
   // unless the stack drops parameters it reuses only that far apart.
   size_t n = layers.size();
-  std::vector<double> gather(n), forward(n), gatherBack(n), reduceBack(n), backward(n);
+  std::vector<double> gather(n), forward(n), gatherBack(n), reduceBack(n), backward(n),
+      heldForward(n), heldBackward(n);
+  bool uses[2] = {false, false};
+  uses[linkOf(denseGroup)] = denseGroup.size > 1;
+  uses[linkOf(expertGroup)] = uses[linkOf(expertGroup)] || expertGroup.size > 1;
   double e = model.elementBytes, g = profile.reduceBytes;
   for (size_t i = 0, r = n - 1; i < n; ++i, --r) {
     const LayerCost &c = costs[layers[i]];
@@ -517,9 +530,17 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
         chunked(CollectiveKind::ReduceScatter, g * c.expertParams, expertGroup, profile.reduceBucketBytes);
     forward[i] = c.forward;
     backward[r] = c.time - c.forward;
+    // (the links the layer's own collectives hold while the stream's
+    // gathers and reduce-scatters want them)
+    for (int link : {0, 1})
+      if (uses[link]) {
+        heldForward[i] += c.forwardBusy[link];
+        heldBackward[r] += c.backwardBusy[link] * (rc == Recompute::Full ? 2 : 1);
+      }
   }
-  return streamedPassOverhead(gather, {}, forward, profile.zero3Prefetch) +
-         streamedPassOverhead(gatherBack, reduceBack, backward, profile.zero3Prefetch);
+  return streamedPassOverhead(gather, {}, forward, profile.zero3Prefetch, heldForward) +
+         streamedPassOverhead(gatherBack, reduceBack, backward, profile.zero3Prefetch,
+                              heldBackward);
 }
 
 void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
@@ -541,6 +562,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
   Group denseGroup = makeGroup(cluster, replicas * cp, tp);
   Group expertGroup = makeGroup(cluster, dp * cp, tp);
   Group ppGroup = makeGroup(cluster, 2, tp * cp * ep * dp);
+  int tpLink = linkOf(makeGroup(cluster, tp, 1)), epLink = linkOf(epGroup),
+      cpLink = linkOf(makeGroup(cluster, cp, tp));
   int64_t sharers = replicas * cp, expertSharers = dp * cp;
   double flopsPerToken = modelFlopsPerToken(w.seq, w.seq);
   double peak = mfuPeak(flopsPerToken);
@@ -637,6 +660,14 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               c.tpComm = 2 * tpTime + loss;
               c.epComm = 2 * a2a + resultsOverEp;
               c.cpComm = 2 * cpTime + resultsOverCp;
+              for (int link : {0, 1})
+                c.forwardBusy[link] = c.backwardBusy[link] = 0;
+              c.backwardBusy[tpLink] += tpTime;
+              c.backwardBusy[epLink] += a2a;
+              c.backwardBusy[cpLink] += cpTime;
+              c.forwardBusy[tpLink] += tpTime + loss;
+              c.forwardBusy[epLink] += a2a + resultsOverEp;
+              c.forwardBusy[cpLink] += cpTime + resultsOverCp;
               // A tied weight that both the first and this last layer read
               // is one parameter on a stage holding both: its weight, state
               // and sync once; its gradient's two parts are both made.
@@ -725,9 +756,16 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             const std::vector<int64_t> *slowestLayers = &stages.front();
             double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,
                    stageCp = 0, stageCompute = 0, denseParams = 0, expertParams = 0;
+            double slowestBackwardBusy[2] = {0, 0}, slowestBusy[2] = {0, 0};
             for (const std::vector<int64_t> &layers : stages) {
               double t = 0, b = 0, tpc = 0, epc = 0, cpc = 0, comp = 0, dn = 0, ex = 0;
+              double bb[2] = {0, 0}, bt[2] = {0, 0};
               for (int64_t l : layers) {
+                for (int link : {0, 1}) {
+                  bb[link] += costs[l].backwardBusy[link];
+                  bt[link] += costs[l].forwardBusy[link] + costs[l].backwardBusy[link] *
+                                                                (rc == Recompute::Full ? 2 : 1);
+                }
                 t += costs[l].time;
                 b += costs[l].backward;
                 tpc += costs[l].tpComm;
@@ -745,6 +783,10 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 stageEp = epc;
                 stageCp = cpc;
                 stageCompute = comp;
+                for (int link : {0, 1}) {
+                  slowestBackwardBusy[link] = bb[link];
+                  slowestBusy[link] = bt[link];
+                }
               }
               denseParams = std::max(denseParams, dn);
               expertParams = std::max(expertParams, ex);
@@ -780,13 +822,28 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // streams leave exposed on the slowest stage.
               dpExposed = m * zero3Exposed(costs, *slowestLayers, rc, denseGroup, expertGroup);
             } else {
-              sync = syncOver(denseParams, denseGroup) + syncOver(expertParams, expertGroup);
+              double dense = syncOver(denseParams, denseGroup);
+              double expert = syncOver(expertParams, expertGroup);
+              sync = dense + expert;
               // What hides it (a profile with dp_overlap): the last
               // microbatch's backward; ZeRO-2's reduce-scatters each run
-              // beside the next microbatch too.
-              double overlap = !cluster.profile.dpOverlap ? 0
-                               : zero == 2 ? (m - 1) * slowest + slowestBackward
-                                           : slowestBackward;
+              // beside the next microbatch too. Link sharing: while that
+              // window's own collectives (TP, EP, CP) hold the links
+              // the sync needs, the sync waits.
+              double overlap = 0;
+              if (cluster.profile.dpOverlap) {
+                bool uses[2] = {false, false};
+                if (dense > 0)
+                  uses[linkOf(denseGroup)] = true;
+                if (expert > 0)
+                  uses[linkOf(expertGroup)] = true;
+                double window = zero == 2 ? (m - 1) * slowest + slowestBackward : slowestBackward;
+                for (int link : {0, 1})
+                  if (uses[link])
+                    window -= slowestBackwardBusy[link] +
+                              (zero == 2 ? (m - 1) * slowestBusy[link] : 0);
+                overlap = std::max(0.0, window);
+              }
               dpExposed = std::max(0.0, sync - overlap);
             }
             // A weight the first and the last stage both hold (a tied

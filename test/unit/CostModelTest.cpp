@@ -120,6 +120,30 @@ TEST(CostModelTest, StreamedGathersHideBehindTheLayerBefore) {
   EXPECT_DOUBLE_EQ(streamedPassOverhead({2, 2, 2, 2}, {3, 3, 3, 3}, {10, 10, 10, 10}, 1), 5);
 }
 
+TEST(CostModelTest, StreamedGathersWaitForTheLinksALayerHolds) {
+  // Layers of 10 ms whose own collectives hold the gathers' links 8 ms of
+  // the 10 (2 ms free, spread over the layer): a gather of 4 ms issued as
+  // a layer starts gets 2 ms of link in it and finishes 2 ms after it.
+  // g0 [0,4]; L0 [4,14], g1 2 ms in L0, done 16; L1 [16,26], g2 done 28;
+  // L2 [28,38], g3 done 40; L3 [40,50]: 50 - 40.
+  EXPECT_DOUBLE_EQ(streamedPassOverhead({4, 4, 4, 4}, {}, {10, 10, 10, 10}, 1, {8, 8, 8, 8}), 10);
+  // Held 4 of 10: 6 ms free, at 0.6 of the link a gather of 4 ms takes
+  // 6.67 ms of the layer's 10: hidden, as without the layer's collectives.
+  EXPECT_DOUBLE_EQ(streamedPassOverhead({4, 4, 4, 4}, {}, {10, 10, 10, 10}, 1, {4, 4, 4, 4}), 4);
+  // Held on a link the stream does not use: nothing (the planner passes
+  // only the links its group needs).
+  EXPECT_DOUBLE_EQ(streamedPassOverhead({4, 4, 4, 4}, {}, {10, 10, 10, 10}, 1, {0, 0, 0, 0}), 4);
+  // Backward with reduce-scatters (the case above, 5 ms), each layer's
+  // links held 9 of 10 ms: g0 [0,2]; L0 [2,12]: g1 needs 2, 1 free ->
+  // done 13; r0 [13,16]; L1 [13,23]: g2 issued at 13 behind r0 (ends 16),
+  // so r0's last 3 ms and g2's 2 need 5, 1 free -> done 23 + 4 = 27;
+  // r1 [27,30]; L2 [27,37]: g3 behind r1: 3 + 2 = 5 -> 37 + 4 = 41; r2
+  // [41,44]; L3 [41,51]: r2's 3, 1 free -> 51 + 2 = 53; r3 [53,56]:
+  // 56 - 40.
+  EXPECT_DOUBLE_EQ(streamedPassOverhead({2, 2, 2, 2}, {3, 3, 3, 3}, {10, 10, 10, 10}, 1, {9, 9, 9, 9}),
+                   16);
+}
+
 TEST(CostModelTest, ProfilesParseAndBadOnesNameTheField) {
   for (const std::string &name : profileNames()) {
     llvm::Expected<Profile> p = resolveProfile(name);

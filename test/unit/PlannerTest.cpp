@@ -412,6 +412,33 @@ TEST_F(PlannerTest, ZeroTwoSplitsTheSumsAndReduceScattersEveryMicrobatch) {
   EXPECT_NEAR(two.dpComm - one.dpComm, 3 * (reduceScatter - microbatch), 1e-9 * two.stepTime);
 }
 
+TEST_F(PlannerTest, GradientSyncWaitsWhileTheBackwardsCollectivesHoldItsLinks) {
+  // One node: TP2 and DP4 share the node's links (NVLink, slowed 20x so
+  // the sync outlasts the backward). The sync is overlapped with the last
+  // backward, but not while that backward's own TP all-reduces hold the
+  // links: it hides only behind the backward's compute (2/3 of one
+  // microbatch's compute, no recompute: forward 1, backward 2), not its
+  // collectives (half of the TP time: the forward's and the backward's).
+  ModelGraph model = analyze(mlp(true));
+  ClusterSpec c = cantFail(resolveCluster("dgx-h100"));
+  c.intraNode.bandwidth /= 20;
+  Workload w = cantFail(parseWorkload("train:batch=8,seq=2048,dp=4,tp=2,pp=1,ep=1,cp=1,mbs=2,"
+                                      "recompute=none,zero=0,sp=0"));
+  auto planned = [&](bool overlap) {
+    ClusterSpec d = c;
+    d.profile.dpOverlap = overlap;
+    PlanResult result = searchPlans(model, d, w, PlanOptions());
+    EXPECT_FALSE(result.plans.empty());
+    return result.plans.empty() ? Plan() : result.plans.front();
+  };
+  Plan serial = planned(false), shared = planned(true);
+  ASSERT_EQ(shared.microBatches, 1);
+  ASSERT_GT(shared.tpComm, 0); // (the layer is split: its collectives are there)
+  double sync = serial.dpComm, compute = shared.computeTime;
+  ASSERT_GT(sync, 2.0 / 3 * compute + shared.tpComm / 2); // (exposed either way)
+  EXPECT_NEAR(shared.dpComm, sync - 2.0 / 3 * compute, 1e-9 * sync);
+}
+
 TEST_F(PlannerTest, ZeroThreeAsDeepSpeedRanItGathersTensorByTensorWithoutOverlap) {
   // DeepSpeed's 2021 stage 3: every gather after a device synchronisation
   // (no prefetch: each is exposed, and so is each reduce-scatter on the

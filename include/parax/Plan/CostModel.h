@@ -56,10 +56,14 @@ double gemmTime(const ClusterSpec &cluster, double flops, double bytes, double p
 /// done; the gather of the layer `prefetch` ahead is issued when a layer
 /// starts computing (prefetch 0: when the one before it ends); `reduce[j]`
 /// (empty: none) is issued when layer j ends. The stream runs its
-/// collectives in the order issued. Returns the pass's time beyond
-/// `sum(work)`: what the communication leaves exposed.
+/// collectives in the order issued. `held[j]` (empty: none) is how long
+/// layer j's own collectives hold the links the stream needs while it
+/// computes, spread evenly over its `work[j]`: the stream shares the
+/// layer's time at the rate left (link sharing). Returns the pass's time
+/// beyond `sum(work)`: what the communication leaves exposed.
 double streamedPassOverhead(llvm::ArrayRef<double> gather, llvm::ArrayRef<double> reduce,
-                            llvm::ArrayRef<double> work, int64_t prefetch);
+                            llvm::ArrayRef<double> work, int64_t prefetch,
+                            llvm::ArrayRef<double> held = {});
 
 } // namespace parax::plan
 
