@@ -18,7 +18,7 @@ apt_packages=(
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   # runtime half
-  libopenmpi-dev openmpi-bin libopenblas-dev libprotobuf-dev protobuf-compiler
+  libopenmpi-dev openmpi-bin libopenblas-dev libprotobuf-dev protobuf-compiler zlib1g-dev
   # python (the project venv is made from Debian's interpreter)
   python3 python3-venv
 )

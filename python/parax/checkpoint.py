@@ -8,6 +8,7 @@ them. Written with the standard library and numpy (no safetensors package).
 import json
 import os
 import struct
+import zlib
 
 import numpy as np
 
@@ -47,29 +48,56 @@ def save_safetensors(path, tensors, dtype="f32"):
     text += b" " * ((8 - len(text) % 8) % 8)
     # Through a temporary file beside it, synced and renamed over it: an old
     # checkpoint stays whole until the new one is.
+    def write(f):
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        # Tensor by tensor, straight from the arrays (no copy of the whole
+        # checkpoint in memory).
+        for name in sorted(tensors):
+            array = tensors[name]
+            if header[name]["dtype"] == "I32":
+                np.ascontiguousarray(array).tofile(f)
+            elif header[name]["dtype"] == "BF16":
+                flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
+                for start in range(0, flat.size, 1 << 22):  # bounded temporaries
+                    f.write(_bf16_bytes(flat[start:start + (1 << 22)]))
+            else:
+                np.ascontiguousarray(array, dtype=np.float32).tofile(f)
+    _write_atomically(path, write)
+
+
+def _write_atomically(path, write):
+    """`write(f)` into a temporary file beside `path`, synced and renamed
+    over it: an old file stays whole until the new one is."""
     partial = f"{path}.partial-{os.getpid()}"
     try:
         with open(partial, "wb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text)
-            # Tensor by tensor, straight from the arrays (no copy of the whole
-            # checkpoint in memory).
-            for name in sorted(tensors):
-                array = tensors[name]
-                if header[name]["dtype"] == "I32":
-                    np.ascontiguousarray(array).tofile(f)
-                elif header[name]["dtype"] == "BF16":
-                    flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
-                    for start in range(0, flat.size, 1 << 22):  # bounded temporaries
-                        f.write(_bf16_bytes(flat[start:start + (1 << 22)]))
-                else:
-                    np.ascontiguousarray(array, dtype=np.float32).tofile(f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(partial, path)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
+
+
+def _digest(path):
+    """A file's size and CRC-32 (zlib's), as an index records them
+    (metadata.parax_files) for a loader to check."""
+    crc, size = 0, 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            crc = zlib.crc32(block, crc)
+            size += len(block)
+    return {"bytes": size, "crc32": f"{crc:08x}"}
+
+
+def _write_index(path, index, folder, files):
+    """An index, written last and atomically, recording each of `files`'
+    (in `folder`) size and checksum."""
+    index.setdefault("metadata", {})["parax_files"] = {
+        file: _digest(os.path.join(folder, file)) for file in sorted(files)}
+    _write_atomically(path, lambda f: f.write(json.dumps(index, indent=2).encode()))
 
 
 def load_safetensors(path):
@@ -113,8 +141,8 @@ def save_sharded(folder, tensors, shards, dtype="f32"):
         save_safetensors(os.path.join(folder, file), part, dtype=dtype)
         weight_map.update({name: file for name in part})
         total += sum(a.size * (2 if dtype == "bf16" and a.dtype != np.int32 else 4) for a in part.values())
-    with open(os.path.join(folder, INDEX), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    _write_index(os.path.join(folder, INDEX), {"metadata": {"total_size": total}, "weight_map": weight_map},
+                 folder, set(weight_map.values()))
 
 
 BOX_INDEX = "boxes.index.json"
@@ -144,11 +172,11 @@ def save_boxes(folder, boxes, files):
             parts[f][_box_key(name, start, run)] = data.reshape(-1)[run[0]:run[1]].copy() if run else data
             entry["boxes"].append({"start": list(start), "size": list(size), "file": name_of(f),
                                    **({"range": list(run)} if run else {})})
+    written = [name_of(f) for f, part in enumerate(parts) if part]
     for f, part in enumerate(parts):
         if part:
             save_safetensors(os.path.join(folder, name_of(f)), part)
-    with open(os.path.join(folder, BOX_INDEX), "w") as f:
-        json.dump({"format": "parax-boxes", "tensors": index}, f, indent=2)
+    _write_index(os.path.join(folder, BOX_INDEX), {"format": "parax-boxes", "tensors": index}, folder, written)
 
 
 def _shard_path(folder, file, index, what):
@@ -165,19 +193,33 @@ def _shard_path(folder, file, index, what):
     return full
 
 
-def _check_save(path, index):
+def _check_file(path, index, where, file):
     """parax-run names each save in every file it writes and in the index
     (metadata.parax_save): a file of another save is refused (a save that
-    died part way, files of two runs together)."""
-    save = (index.get("metadata") or {}).get("parax_save")
-    if not save:
+    died part way, files of two runs together). An index that records its
+    files' sizes and checksums (metadata.parax_files) has each checked: a
+    file damaged, truncated or replaced since it was saved is refused."""
+    metadata = index.get("metadata") or {}
+    save = metadata.get("parax_save")
+    if save:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            mine = (json.loads(f.read(size)).get("__metadata__") or {}).get("parax_save")
+        if mine != save:
+            raise ValueError(f"{path}: written by another save ({mine or 'none named'}) than its index names "
+                             f"({save}): a save that did not finish, or files of two saves mixed; refused")
+    files = metadata.get("parax_files")
+    if files is None:
         return
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        mine = (json.loads(f.read(size)).get("__metadata__") or {}).get("parax_save")
-    if mine != save:
-        raise ValueError(f"{path}: written by another save ({mine or 'none named'}) than its index names "
-                         f"({save}): a save that did not finish, or files of two saves mixed; refused")
+    if file not in files:
+        raise ValueError(f"{where}: records no size and checksum for its file {file} (an index edited by hand?)")
+    recorded, found = files[file], _digest(path)
+    if found["bytes"] != recorded.get("bytes"):
+        raise ValueError(f"{path}: {found['bytes']} bytes, its index records {recorded.get('bytes')} "
+                         f"(truncated or replaced since it was saved); refused")
+    if found["crc32"] != recorded.get("crc32"):
+        raise ValueError(f"{path}: CRC-32 {found['crc32']}, its index records {recorded.get('crc32')} "
+                         f"(damaged since it was saved); refused")
 
 
 def load_boxes(path):
@@ -196,7 +238,7 @@ def load_boxes(path):
         for box in entry["boxes"]:
             if box["file"] not in files:
                 file = _shard_path(folder, box["file"], path, f"a box of tensor '{name}'")
-                _check_save(file, index)
+                _check_file(file, index, path, box["file"])
                 files[box["file"]] = load_safetensors(file)
             run = box.get("range")
             data = files[box["file"]][_box_key(name, box["start"], run)]
@@ -233,7 +275,7 @@ def load_checkpoint(path):
     folder, out = os.path.dirname(path), {}
     for file in sorted(set(weight_map.values())):
         shard = _shard_path(folder, file, path, "a shard")
-        _check_save(shard, index)
+        _check_file(shard, index, path, file)
         part = load_safetensors(shard)
         out.update({name: part[name] for name, shard in weight_map.items() if shard == file})
     return out

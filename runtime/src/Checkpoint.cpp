@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 namespace parax::runtime {
 
@@ -170,8 +172,11 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::open(const std::string &path) 
   ckpt->path_ = path;
   Status s = Status::ok();
   if (isDirectory(path)) {
-    std::string index = path + "/model.safetensors.index.json", single = path + "/model.safetensors",
-                boxes = path + "/" + kBoxIndexName;
+    std::string folder = path; // (files named in it without a doubled '/')
+    while (folder.size() > 1 && folder.back() == '/')
+      folder.pop_back();
+    std::string index = folder + "/model.safetensors.index.json", single = folder + "/model.safetensors",
+                boxes = folder + "/" + kBoxIndexName;
     if (exists(boxes))
       s = ckpt->addIndex(boxes);
     else if (exists(index))
@@ -249,6 +254,32 @@ static std::string savedBy(const Json &root, const char *key) {
   return id != meta->second.object.end() && id->second.kind == Json::String ? id->second.string : "";
 }
 
+Status Checkpoint::recordedDigests(const Json &root, const std::string &path,
+                                   std::map<std::string, FileDigest> &out) {
+  auto meta = root.object.find("metadata");
+  if (meta == root.object.end() || meta->second.kind != Json::Object)
+    return Status::ok();
+  auto files = meta->second.object.find("parax_files");
+  if (files == meta->second.object.end())
+    return Status::ok();
+  if (files->second.kind != Json::Object)
+    return PARAX_ERROR(path + ": metadata.parax_files is not an object (file name -> bytes and crc32)");
+  for (const auto &[name, record] : files->second.object) {
+    auto bytes = record.object.find("bytes"), crc = record.object.find("crc32");
+    char *end = nullptr;
+    unsigned long value = 0;
+    if (record.kind == Json::Object && crc != record.object.end() && crc->second.kind == Json::String &&
+        crc->second.string.size() == 8)
+      value = std::strtoul(crc->second.string.c_str(), &end, 16);
+    if (record.kind != Json::Object || bytes == record.object.end() || bytes->second.kind != Json::Number ||
+        bytes->second.number < 0 || bytes->second.number > 9e15 || !end || *end)
+      return PARAX_ERROR(path + ": the record of file '" + name +
+                         "' is not {\"bytes\": a size, \"crc32\": 8 hexadecimal digits}");
+    out[name] = FileDigest{static_cast<uint64_t>(bytes->second.number), static_cast<uint32_t>(value)};
+  }
+  return Status::ok();
+}
+
 Status Checkpoint::addIndex(const std::string &path) {
   StatusOr<std::string> text = readText(path, size_t(1) << 28);
   if (!text.isOk())
@@ -272,8 +303,16 @@ Status Checkpoint::addIndex(const std::string &path) {
       return plain;
     tensorsOf[file.string].insert(name);
   }
+  std::map<std::string, FileDigest> digests;
+  if (Status s = recordedDigests(root, path, digests); !s.isOk())
+    return s;
   for (const auto &[shard, names] : tensorsOf) {
-    Status s = addFile(folder + "/" + shard, &names, save.empty() ? nullptr : &save);
+    auto digest = digests.find(shard);
+    if (!digests.empty() && digest == digests.end())
+      return PARAX_ERROR(path + ": records no size and checksum for its shard " + shard +
+                         " (an index edited by hand?)");
+    Status s = addFile(folder + "/" + shard, &names, save.empty() ? nullptr : &save,
+                       digests.empty() ? nullptr : &digest->second);
     if (!s.isOk())
       return s;
     for (const std::string &name : names)
@@ -359,9 +398,19 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
     boxed_[name] = std::move(boxed);
   }
   std::string folder = folderOf(path);
-  for (const auto &[file, keys] : keysOf)
-    if (Status s = addFile(folder + "/" + file, &keys, save.empty() ? nullptr : &save); !s.isOk())
+  std::map<std::string, FileDigest> digests;
+  if (Status s = recordedDigests(root, path, digests); !s.isOk())
+    return s;
+  for (const auto &[file, keys] : keysOf) {
+    auto digest = digests.find(file);
+    if (!digests.empty() && digest == digests.end())
+      return PARAX_ERROR(path + ": records no size and checksum for its file " + file +
+                         " (an index edited by hand?)");
+    if (Status s = addFile(folder + "/" + file, &keys, save.empty() ? nullptr : &save,
+                           digests.empty() ? nullptr : &digest->second);
+        !s.isOk())
       return s;
+  }
   for (const auto &[name, boxed] : boxed_) {
     bool integers = false;
     for (size_t i = 0; i < boxed.boxes.size(); ++i) {
@@ -382,7 +431,8 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
   return Status::ok();
 }
 
-Status Checkpoint::addFile(const std::string &path, const std::set<std::string> *only, const std::string *save) {
+Status Checkpoint::addFile(const std::string &path, const std::set<std::string> *only, const std::string *save,
+                           const FileDigest *digest) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0)
     return PARAX_ERROR(path + ": cannot open the checkpoint");
@@ -417,6 +467,24 @@ Status Checkpoint::addFile(const std::string &path, const std::set<std::string> 
       return PARAX_ERROR(path + ": written by another save (" + (mine.empty() ? "none named" : mine) +
                          ") than its index names (" + *save +
                          "): a save that did not finish, or files of two saves mixed; refused");
+  }
+  if (digest) {
+    // Damaged, truncated or replaced since its save completed.
+    if (file.mapSize != digest->bytes)
+      return PARAX_ERROR(path + ": " + std::to_string(file.mapSize) + " bytes, its index records " +
+                         std::to_string(digest->bytes) + " (truncated or replaced since it was saved); refused");
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (size_t at = 0; at < file.mapSize;) {
+      uInt piece = static_cast<uInt>(std::min<size_t>(file.mapSize - at, size_t(1) << 30));
+      crc = crc32(crc, file.map + at, piece);
+      at += piece;
+    }
+    if (static_cast<uint32_t>(crc) != digest->crc32) {
+      char text[64];
+      std::snprintf(text, sizeof text, "CRC-32 %08x, its index records %08x", static_cast<uint32_t>(crc),
+                    digest->crc32);
+      return PARAX_ERROR(path + ": " + text + " (damaged since it was saved); refused");
+    }
   }
   size_t dataSize = file.mapSize - file.dataOffset;
   for (const auto &[name, value] : root.object) {
@@ -626,6 +694,11 @@ Status Checkpoint::readParameterBox(const std::string &name, const std::vector<i
     Status s = readBox(expert, inner, innerStart, innerSize, piece);
     if (!s.isOk())
       return s;
+    // (an expert's weights are floats; integers there left the stack's
+    // part zero, silently, before)
+    if (piece.isInt)
+      return PARAX_ERROR(path_ + ": checkpoint tensor '" + expert +
+                         "' holds integers, the program reads floats there (a stack of experts' weights)");
     std::copy(piece.f.begin(), piece.f.end(), out.f.begin() + x * perExpert);
   }
   return Status::ok();
@@ -805,15 +878,57 @@ std::string shardFileName(int k, int n) {
   return name;
 }
 
+// An index's metadata: the total, the save and each file's digest.
+static std::string indexMetadata(uint64_t totalBytes, const std::string &save,
+                                 const std::map<std::string, FileDigest> &files) {
+  std::string text = "{\"total_size\": " + std::to_string(totalBytes);
+  if (!save.empty())
+    text += ", \"parax_save\": \"" + save + "\"";
+  if (!files.empty()) {
+    text += ", \"parax_files\": {";
+    const char *separator = "";
+    for (const auto &[name, digest] : files) {
+      char crc[16];
+      std::snprintf(crc, sizeof crc, "%08x", digest.crc32);
+      text += separator + std::string("\"") + name + "\": {\"bytes\": " + std::to_string(digest.bytes) +
+              ", \"crc32\": \"" + crc + "\"}";
+      separator = ", ";
+    }
+    text += "}";
+  }
+  return text + "}";
+}
+
+StatusOr<FileDigest> digestFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return PARAX_ERROR(path + ": cannot read it back");
+  FileDigest digest;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::vector<char> buffer(size_t(1) << 20);
+  while (in) {
+    in.read(buffer.data(), buffer.size());
+    std::streamsize got = in.gcount();
+    if (got <= 0)
+      break;
+    crc = crc32(crc, reinterpret_cast<const Bytef *>(buffer.data()), static_cast<uInt>(got));
+    digest.bytes += static_cast<uint64_t>(got);
+  }
+  if (in.bad())
+    return PARAX_ERROR(path + ": a read failed");
+  digest.crc32 = static_cast<uint32_t>(crc);
+  return digest;
+}
+
 Status writeSafetensorsIndex(const std::string &folder, const std::map<std::string, std::string> &weightMap,
-                             uint64_t totalBytes, const std::string &save) {
+                             uint64_t totalBytes, const std::string &save,
+                             const std::map<std::string, FileDigest> &files) {
   std::string path = folder + "/model.safetensors.index.json";
   for (const auto &[name, file] : weightMap)
     if (Status plain = plainName(path, name); !plain.isOk())
       return plain;
   return writeAtomically(path, [&](std::ostream &out) {
-    out << "{\n  \"metadata\": {\"total_size\": " << totalBytes
-        << (save.empty() ? "" : ", \"parax_save\": \"" + save + "\"") << "},\n  \"weight_map\": {";
+    out << "{\n  \"metadata\": " << indexMetadata(totalBytes, save, files) << ",\n  \"weight_map\": {";
     const char *separator = "\n";
     for (const auto &[name, file] : weightMap) {
       out << separator << "    \"" << name << "\": \"" << file << "\"";
@@ -877,7 +992,7 @@ void putParameterBox(const std::string &name, const std::vector<int64_t> &shape,
 }
 
 Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &records, int ranks,
-                     const std::string &save) {
+                     const std::string &save, const std::map<std::string, FileDigest> &files) {
   std::string path = folder + "/" + kBoxIndexName;
   std::map<std::string, std::vector<const SavedBox *>> byTensor;
   uint64_t bytes = 0;
@@ -888,8 +1003,8 @@ Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &rec
     bytes += 4 * static_cast<uint64_t>(box.end >= 0 ? box.end - box.begin : volume(box.size));
   }
   return writeAtomically(path, [&](std::ostream &out) {
-    out << "{\n  \"format\": \"parax-boxes\",\n  \"metadata\": {\"total_size\": " << bytes
-        << (save.empty() ? "" : ", \"parax_save\": \"" + save + "\"") << "},\n  \"tensors\": {";
+    out << "{\n  \"format\": \"parax-boxes\",\n  \"metadata\": " << indexMetadata(bytes, save, files)
+        << ",\n  \"tensors\": {";
     const char *separator = "\n";
     for (const auto &[name, boxes] : byTensor) {
       out << separator << "    \"" << name << "\": {\"shape\": " << listed(boxes.front()->shape)

@@ -61,8 +61,13 @@ def test_mutants_end_in_a_named_error_or_a_run(tmp_path, preset, build, pins, ra
         assert unreadable > 0 and refused > 0 and ran > 0, proc.stdout
         # Then the weights and inputs damaged (a .npy dimension that threw
         # std::invalid_argument out of the reader before).
-        files = re.search(r"1000 damaged weights or inputs: (\d+) refused, (\d+) ran", proc.stdout)
+        files = re.search(r"1000 damaged weights or inputs: (\d+) refused, (\d+) ran; (\d+) of them typed "
+                          r"\(a dtype or an integer's width changed\): (\d+) ran", proc.stdout)
         assert files and int(files.group(1)) > 0, proc.stdout
+        # A float weight stored as integers (or ints as floats), tokens
+        # widened to int64 past 32 bits (issue 45 R1, R7): each refused,
+        # never read as what it is not.
+        assert int(files.group(3)) > 0 and int(files.group(4)) == 0, proc.stdout
 
 
 def test_a_seed_that_does_not_run_fails_the_fuzzer(tmp_path):
@@ -95,7 +100,7 @@ def test_damaged_box_checkpoints_end_in_a_named_error_or_a_run(tmp_path, pins, r
                           capture_output=True, text=True, timeout=300)
     last = proc.stderr.strip().splitlines()[-1:] if proc.stderr else []
     assert proc.returncode == 0, f"crashed after {last}\n{proc.stdout}"
-    files = re.search(r"500 damaged weights or inputs: (\d+) refused, (\d+) ran", proc.stdout)
+    files = re.search(r"500 damaged weights or inputs: (\d+) refused, (\d+) ran;", proc.stdout)
     assert files and int(files.group(1)) > 0 and int(files.group(2)) > 0, proc.stdout
     assert "boxes.index.json" in proc.stderr and "boxes-00002-of-00003.safetensors" in proc.stderr
 

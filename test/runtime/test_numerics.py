@@ -360,13 +360,17 @@ def test_missing_weight_names_it(tmp_path):
     assert "no tensor 'model.layers.1.mlp.down_proj.weight' (a missing weight)" in proc.stderr
 
 
-def test_a_float_parameter_stored_as_integers_is_refused(tmp_path):
+@pytest.mark.parametrize("preset,name", [
+    ("tiny-llama", "model.layers.0.mlp.up_proj.weight"),
+    # one expert's tensor of a stack (its part of the stack was left zero,
+    # rc 0, found by parax-pxe-fuzz's dtype mutations)
+    ("tiny-mixtral", "model.layers.0.block_sparse_moe.experts.1.w3.weight")])
+def test_a_float_parameter_stored_as_integers_is_refused(tmp_path, preset, name):
     """Issue 45 R1: an F32 parameter whose safetensors header says I32 (the
     same byte size): refused, named (it crashed in cblas_sgemm)."""
     from safetensors.numpy import save_file
-    model = Model(str(tmp_path), "tiny-llama")
+    model = Model(str(tmp_path), preset)
     weights = dict(model.weights)
-    name = "model.layers.0.mlp.up_proj.weight"
     weights[name] = weights[name].view(np.int32)
     save_file(weights, model.checkpoint)
     proc = model.run(model.compile("single"), 1, expect_ok=False)

@@ -13,6 +13,7 @@ The oracle, in two parts:
   gradient near zero turns the ~1e-7 differences that the order of sums
   leaves into updates of up to lr; eps 1e-3 bounds that gain by lr / eps."""
 
+import json
 import os
 import re
 
@@ -778,3 +779,70 @@ def test_shards_of_two_saves_are_refused_together(tmp_path):
     proc = model.run(exe, 2, outputs=0, expect_ok=False, extra=[*SHARDED_ADAMW, "--steps", "1"])
     assert proc.returncode != 0
     assert f"{shard}: written by another save (" in proc.stderr and "files of two saves mixed" in proc.stderr
+
+
+def test_a_shard_damaged_after_its_save_is_refused_by_name(tmp_path):
+    """Issue 45: an index records each of its files' size and CRC-32
+    (metadata.parax_files), parax-run's and Python's alike, and both loaders
+    check them: a shard damaged in place after a complete save (one byte of
+    a weight flipped, the size unchanged) or truncated is refused, naming
+    the file, where before the loader read the damaged weight with rc 0."""
+    import shutil
+    from parax.checkpoint import load_checkpoint, save_sharded, save_boxes
+    model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=4)
+    exe = model.compile("sharded", "prefill:batch=4,seq=8,dp=2,tp=1", 2, autodiff=True)
+    saved = str(tmp_path / "saved") + "/"
+    model.run(exe, 2, outputs=0, extra=[*SHARDED_ADAMW, "--steps", "1", "--save-weights", saved])
+    with open(os.path.join(saved, "model.safetensors.index.json")) as f:
+        files = json.load(f)["metadata"]["parax_files"]
+    shard = "model-00002-of-00002.safetensors"
+    assert set(files) == {"model-00001-of-00002.safetensors", shard}
+    assert files[shard]["bytes"] == os.path.getsize(os.path.join(saved, shard))
+    whole = load_checkpoint(saved)  # as saved: it loads
+
+    def damaged(folder, file, how):
+        copy = str(tmp_path / f"{how}-{os.path.basename(folder.rstrip('/'))}") + "/"
+        shutil.copytree(folder, copy)
+        path = os.path.join(copy, file)
+        if how == "flipped":  # the last byte: a weight's, not the header's
+            with open(path, "r+b") as f:
+                f.seek(-1, os.SEEK_END)
+                byte = f.read(1)
+                f.seek(-1, os.SEEK_END)
+                f.write(bytes([byte[0] ^ 0x40]))
+        else:
+            os.truncate(path, os.path.getsize(path) - 4)
+        return copy, path
+
+    for how, text in (("flipped", "(damaged since it was saved); refused"),
+                      ("truncated", "(truncated or replaced since it was saved); refused")):
+        copy, path = damaged(saved, shard, how)
+        with pytest.raises(ValueError, match=re.escape(text)):
+            load_checkpoint(copy)
+        model.checkpoint = copy
+        proc = model.run(exe, 2, outputs=0, expect_ok=False, extra=[*SHARDED_ADAMW, "--steps", "1"])
+        assert proc.returncode != 0
+        assert f"{path}: " in proc.stderr and text in proc.stderr, proc.stderr[-2000:]
+
+    # Python's writers record them too (sharded and box-wise), and a file
+    # the records do not name is refused.
+    for kind in ("sharded", "boxes"):
+        folder = str(tmp_path / f"python-{kind}") + "/"
+        if kind == "sharded":
+            save_sharded(folder, whole, 2)
+            file, index = shard, "model.safetensors.index.json"
+        else:
+            name = sorted(whole)[0]
+            save_boxes(folder, {name: (whole[name], [((0,) * whole[name].ndim, whole[name].shape, 1)])}, 2)
+            file, index = "boxes-00002-of-00002.safetensors", "boxes.index.json"
+        load_checkpoint(folder)
+        copy, _ = damaged(folder, file, "flipped")
+        with pytest.raises(ValueError, match=re.escape("(damaged since it was saved)")):
+            load_checkpoint(copy)
+        with open(os.path.join(folder, index)) as f:
+            edited = json.load(f)
+        del edited["metadata"]["parax_files"][file]
+        with open(os.path.join(folder, index), "w") as f:
+            json.dump(edited, f)
+        with pytest.raises(ValueError, match="records no size and checksum for its file"):
+            load_checkpoint(folder)

@@ -44,6 +44,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -565,8 +566,62 @@ int main(int argc, char **argv) {
     bytes << in.rdbuf();
     return bytes.str();
   };
+  // Typed damage (issue 45 R1, R7): a safetensors tensor's dtype swapped
+  // for another of its width (F32 <-> I32, BF16 <-> F16), or an int32 .npy
+  // rewritten as int64 with one element past 32 bits; "" when the file is
+  // neither.
+  auto retype = [&](const std::string &bytes, std::string &what) -> std::string {
+    if (bytes.size() > 10 && bytes.compare(0, 6, "\x93NUMPY") == 0 && bytes[6] == 1) {
+      size_t length = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
+      std::string header = bytes.substr(10, length);
+      size_t open = header.find("'shape': ("), close = header.find(')', open);
+      size_t count = bytes.size() > 10 + length ? (bytes.size() - 10 - length) / 4 : 0;
+      if (header.find("'<i4'") == std::string::npos || open == std::string::npos ||
+          close == std::string::npos || count == 0)
+        return "";
+      std::vector<int64_t> values(count);
+      for (size_t i = 0; i < count; ++i) {
+        int32_t v;
+        std::memcpy(&v, bytes.data() + 10 + length + 4 * i, 4);
+        values[i] = v;
+      }
+      size_t at = rng() % count;
+      values[at] += int64_t(1) << 32;
+      std::string dict = "{'descr': '<i8', 'fortran_order': False, 'shape': (" +
+                         header.substr(open + 10, close - open - 10) + "), }";
+      while ((10 + dict.size() + 1) % 64) dict += ' ';
+      dict += '\n';
+      std::string out = std::string("\x93NUMPY\x01\x00", 8);
+      out += static_cast<char>(dict.size() & 0xff);
+      out += static_cast<char>(dict.size() >> 8);
+      out += dict;
+      out.append(reinterpret_cast<const char *>(values.data()), 8 * count);
+      what = "int32 widened to int64, element " + std::to_string(at) + " past 32 bits";
+      return out;
+    }
+    static const std::pair<const char *, const char *> swaps[] = {
+        {"\"dtype\":\"F32\"", "\"dtype\":\"I32\""}, {"\"dtype\":\"I32\"", "\"dtype\":\"F32\""},
+        {"\"dtype\":\"BF16\"", "\"dtype\":\"F16\""}, {"\"dtype\":\"F16\"", "\"dtype\":\"BF16\""}};
+    std::vector<std::pair<size_t, int>> found; // (where, which swap)
+    size_t headerEnd = bytes.size() > 8 ? std::min<size_t>(bytes.size(), 8 + (size_t(1) << 20)) : 0;
+    for (int k = 0; k < 4; ++k)
+      for (size_t at = bytes.find(swaps[k].first); at != std::string::npos && at < headerEnd;
+           at = bytes.find(swaps[k].first, at + 1))
+        found.push_back({at, k});
+    if (found.empty())
+      return "";
+    auto [at, k] = found[rng() % found.size()];
+    std::string out = bytes;
+    out.replace(at, std::strlen(swaps[k].first), swaps[k].second);
+    what = std::string("dtype at byte ") + std::to_string(at) + ": " + swaps[k].first + " -> " + swaps[k].second;
+    return out;
+  };
   auto damage = [&](std::string bytes, std::string &what) {
     if (bytes.empty()) return bytes;
+    if (rng() % 4 == 0) {
+      std::string typed = retype(bytes, what);
+      if (!typed.empty()) return typed;
+    }
     if (rng() % 4 == 0) {
       bytes.resize(rng() % bytes.size());
       what = "cut to " + std::to_string(bytes.size()) + " bytes";
@@ -601,7 +656,7 @@ int main(int argc, char **argv) {
   bool bf16 = false; // a program storing bf16
   for (const pxe::Stage &stage : original.value().stages())
     for (const pxe::Buffer &b : stage.buffers()) bf16 = bf16 || b.dtype() == pxe::BF16;
-  long files = 0, refusedFiles = 0, ranFiles = 0;
+  long files = 0, refusedFiles = 0, ranFiles = 0, typedFiles = 0, typedRan = 0;
   for (long m = 0; m < mutants / 4; ++m, ++files) {
     std::string what;
     bool weightsHit = inputPaths.empty() || rng() % 2;
@@ -613,6 +668,8 @@ int main(int argc, char **argv) {
       file = weightsPath + "/" + file;
     }
     std::string bytes = damage(readFile(file), what);
+    bool typed = what.rfind("dtype", 0) == 0 || what.rfind("int32 widened", 0) == 0;
+    typedFiles += typed;
     std::fprintf(stderr, "damaged %s %ld: %s\n", file.c_str(), m, what.c_str());
     std::fflush(stderr);
     for (const std::string &path : {scratch, target}) { // (scratch: kept if the backends disagree)
@@ -646,9 +703,15 @@ int main(int argc, char **argv) {
     // and the CPU's fp32 pick different keys: only the outcomes compared.
     bool values = !(weightsHit && bf16);
     if (runAndCompare(original.value(), *checkpoint, given, "damaged file " + std::to_string(m), values) ==
-        Outcome::Ran)
+        Outcome::Ran) {
       ++ranFiles;
-    else ++refusedFiles;
+      if (typed) { // read as what it is not, or truncated: a silent wrong answer
+        ++typedRan;
+        std::fprintf(stderr, "damaged file %ld (%s) ran\n", m, what.c_str());
+      }
+    } else {
+      ++refusedFiles;
+    }
     if (disagreements > before) { // kept to replay with parax-run
       std::string kept = scratch + "-" + std::to_string(m);
       std::rename(scratch.c_str(), kept.c_str());
@@ -657,8 +720,9 @@ int main(int argc, char **argv) {
   }
   std::remove(scratch.c_str());
   if (!weightFiles.empty()) fs::remove_all(weightCopy);
-  std::printf("parax-pxe-fuzz: %ld damaged weights or inputs: %ld refused, %ld ran\n", files, refusedFiles,
-              ranFiles);
+  std::printf("parax-pxe-fuzz: %ld damaged weights or inputs: %ld refused, %ld ran; %ld of them typed (a "
+              "dtype or an integer's width changed): %ld ran\n",
+              files, refusedFiles, ranFiles, typedFiles, typedRan);
   if (onCuda) // the mutants and the damaged files
     std::printf("parax-pxe-fuzz: on cuda and on cpu: %ld ran alike (within %g of the largest |output|, at least 1), "
                 "%ld refused running on cuda alone, %ld disagreed\n", compared, tolerance, cudaAlone, disagreements);

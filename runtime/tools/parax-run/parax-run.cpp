@@ -1172,6 +1172,27 @@ int main(int argc, char **argv) {
     if (mpi && size > 1) MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return ok == 1;
   };
+  // Each rank's file's size and checksum (after it is written; a failure
+  // joins `st`), then, once every rank's files are, gathered on rank 0 for
+  // the index, by the file name of each rank that wrote one.
+  auto digestOf = [&](const std::string &file, bool wrote, Status &st) {
+    std::array<uint64_t, 3> mine = {0, 0, 0};
+    if (wrote && st.isOk()) {
+      StatusOr<FileDigest> d = digestFile(file);
+      if (d.isOk()) mine = {1, d.value().bytes, d.value().crc32};
+      else st = d.status();
+    }
+    return mine;
+  };
+  auto gatherDigests = [&](const std::array<uint64_t, 3> &mine, const std::function<std::string(int)> &nameOf) {
+    std::vector<uint64_t> all(3 * std::max(size, 1));
+    if (mpi && size > 1) MPI_Gather(mine.data(), 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    else std::copy(mine.begin(), mine.end(), all.begin());
+    std::map<std::string, FileDigest> digests;
+    for (int r = 0; r < std::max(size, 1); ++r)
+      if (all[3 * r]) digests[nameOf(r)] = FileDigest{all[3 * r + 1], static_cast<uint32_t>(all[3 * r + 2])};
+    return digests;
+  };
   auto save = [&](const std::string &path, bool state) {
     if (saveFormat == "boxes") {
       BoxCheckpoint boxes;
@@ -1186,8 +1207,10 @@ int main(int argc, char **argv) {
       std::string id = saveIdentity();
       if (!boxes.tensors.empty())
         st = writeSafetensors(folder + "/" + boxFileName(rank, ranks), boxes.tensors, id);
+      auto mine = digestOf(folder + "/" + boxFileName(rank, ranks), !boxes.tensors.empty(), st);
       if (!allWritten(st)) die(st.isOk() ? "another rank could not write its part of " + folder : st.message());
-      if (rank == 0) st = writeBoxIndex(folder, boxes.records, ranks, id);
+      auto digests = gatherDigests(mine, [&](int r) { return boxFileName(r, ranks); });
+      if (rank == 0) st = writeBoxIndex(folder, boxes.records, ranks, id, digests);
       if (!st.isOk()) die(st.message());
       return;
     }
@@ -1210,8 +1233,10 @@ int main(int argc, char **argv) {
     for (const auto &[name, rank] : layout.writer) weightMap[name] = shardFileName(rank, shards);
     std::string id = saveIdentity();
     if (!tensors.empty()) st = writeSafetensors(folder + "/" + shardFileName(rank, shards), tensors, id);
+    auto mine = digestOf(folder + "/" + shardFileName(rank, shards), !tensors.empty(), st);
     if (!allWritten(st)) die(st.isOk() ? "another rank could not write its shard of " + folder : st.message());
-    if (rank == 0) st = writeSafetensorsIndex(folder, weightMap, layout.bytes, id);
+    auto digests = gatherDigests(mine, [&](int r) { return shardFileName(r, shards); });
+    if (rank == 0) st = writeSafetensorsIndex(folder, weightMap, layout.bytes, id, digests);
     if (!st.isOk()) die(st.message());
   };
 #ifdef PARAX_WITH_CUDA

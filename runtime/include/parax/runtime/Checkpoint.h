@@ -19,6 +19,16 @@ namespace detail {
 struct Json; // a parsed JSON value (Checkpoint.cpp)
 } // namespace detail
 
+/// A written file's size and CRC-32 (zlib's): an index records one for
+/// each of its files (metadata.parax_files) and a loader checks it, so a
+/// file damaged, truncated or replaced after a complete save is refused,
+/// named.
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+StatusOr<FileDigest> digestFile(const std::string &path);
+
 /// Memory-mapped safetensors weights (validated headers: dtypes F32/BF16/
 /// F16/I32/I64, offsets inside the file, sizes matching shapes): one file,
 /// or a sharded checkpoint as Hugging Face writes it -- an index
@@ -71,7 +81,12 @@ private:
   /// Maps `path` and adds its tensors (those `only` names, when given).
   /// `save`: the save its index records (parax_save), which the file's
   /// own metadata must name too (a shard of another save: refused).
-  Status addFile(const std::string &path, const std::set<std::string> *only, const std::string *save = nullptr);
+  /// `digest`: the size and CRC-32 its index records (checked).
+  Status addFile(const std::string &path, const std::set<std::string> *only, const std::string *save = nullptr,
+                 const FileDigest *digest = nullptr);
+  /// The digests an index records (metadata.parax_files), by file name.
+  static Status recordedDigests(const detail::Json &root, const std::string &path,
+                                std::map<std::string, FileDigest> &out);
   /// A sharded checkpoint's index or a box-wise one's.
   Status addIndex(const std::string &path);
   /// A box-wise checkpoint's index (parsed `root`, read from `path`).
@@ -137,8 +152,9 @@ void putParameterBox(const std::string &name, const std::vector<int64_t> &shape,
 /// Writes `folder`/boxes.index.json: every tensor's shape and its boxes
 /// (start, size and the file of the rank holding it, of `ranks`), and
 /// their total bytes (F32); `save`, the save its files' metadata name.
+/// `files`: each file's digest, recorded.
 Status writeBoxIndex(const std::string &folder, const std::vector<SavedBox> &records, int ranks,
-                     const std::string &save = "");
+                     const std::string &save = "", const std::map<std::string, FileDigest> &files = {});
 
 /// Reads a .npy array (little-endian f4 / i4 / i8, C order).
 StatusOr<Tensor> readNpy(const std::string &path);
@@ -151,7 +167,8 @@ Status writeSafetensors(const std::string &path, const std::map<std::string, Ten
 /// Writes a sharded checkpoint's index (`model.safetensors.index.json` in
 /// `folder`): each tensor's shard file, and the tensors' total bytes.
 Status writeSafetensorsIndex(const std::string &folder, const std::map<std::string, std::string> &weightMap,
-                             uint64_t totalBytes, const std::string &save = "");
+                             uint64_t totalBytes, const std::string &save = "",
+                             const std::map<std::string, FileDigest> &files = {});
 /// The file name of shard `k` (from 0) of `n`, as Hugging Face names them:
 /// model-00001-of-00004.safetensors.
 std::string shardFileName(int k, int n);
