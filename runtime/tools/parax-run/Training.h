@@ -64,6 +64,19 @@ struct OptimizerConfig {
 /// The learning rate of optimizer step `step` (see OptimizerConfig).
 double learningRate(const OptimizerConfig &config, int64_t step);
 
+/// One AdamW update's factors for a step: gradient clip, betas and their
+/// complements (1 - beta, taken in double: 1 - 0.999f is 1.3e-5 off), the
+/// step size lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t), the decay's
+/// 1 - lr * weight_decay, and eps (Loshchilov & Hutter's decoupled decay,
+/// as torch.optim.AdamW).
+struct AdamwFactors {
+  float clip, beta1, beta2, rest1, rest2, step, rootCorrection, keep, eps;
+};
+/// p, m, v updated in place from g, n elements each (fp32).
+void adamwUpdate(float *p, float *m, float *v, const float *g, size_t n, const AdamwFactors &f);
+/// The sum of x's squares (a gradient norm's part).
+double sumOfSquares(const float *x, size_t n);
+
 /// One rank's share of a training run. `mpi`: launched under MPI (else a
 /// single rank, no MPI calls); `waits` watches every blocking MPI call.
 class Training {
