@@ -308,11 +308,11 @@ Status Checkpoint::addIndex(const std::string &path) {
     return s;
   for (const auto &[shard, names] : tensorsOf) {
     auto digest = digests.find(shard);
-    if (!digests.empty() && digest == digests.end())
+    if (!digests.empty() && digest == digests.end() && exists(folder + "/" + shard)) // (else: "cannot open")
       return PARAX_ERROR(path + ": records no size and checksum for its shard " + shard +
                          " (an index edited by hand?)");
     Status s = addFile(folder + "/" + shard, &names, save.empty() ? nullptr : &save,
-                       digests.empty() ? nullptr : &digest->second);
+                       digest == digests.end() ? nullptr : &digest->second);
     if (!s.isOk())
       return s;
     for (const std::string &name : names)
@@ -403,11 +403,11 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
     return s;
   for (const auto &[file, keys] : keysOf) {
     auto digest = digests.find(file);
-    if (!digests.empty() && digest == digests.end())
+    if (!digests.empty() && digest == digests.end() && exists(folder + "/" + file)) // (else: "cannot open")
       return PARAX_ERROR(path + ": records no size and checksum for its file " + file +
                          " (an index edited by hand?)");
     if (Status s = addFile(folder + "/" + file, &keys, save.empty() ? nullptr : &save,
-                           digests.empty() ? nullptr : &digest->second);
+                           digest == digests.end() ? nullptr : &digest->second);
         !s.isOk())
       return s;
   }

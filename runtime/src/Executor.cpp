@@ -692,20 +692,22 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
     auto [rows, h] = rowsCols(x);
     double eps = attrFloat(a, "eps");
     float offset = static_cast<float>(attrFloat(a, "offset")); // (Gemma's 1 + w)
+    bool layer = op == "layer_norm";
+    const float *bias = layer ? in(2).f.data() : nullptr;
     for (int64_t r = 0; r < rows; ++r) {
       const float *xr = &x.f[r * h];
       float *yr = &y.f[r * h];
       double mean = 0, var = 0;
-      if (op == "layer_norm") {
+      if (layer) {
         for (int64_t c = 0; c < h; ++c) mean += xr[c];
         mean /= h;
       }
       for (int64_t c = 0; c < h; ++c) var += (xr[c] - mean) * (xr[c] - mean);
       var /= h;
       float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+      float centre = static_cast<float>(mean);
       for (int64_t c = 0; c < h; ++c)
-        yr[c] = static_cast<float>(xr[c] - mean) * inv * (w.f[c] + offset) +
-                (op == "layer_norm" ? in(2).f[c] : 0.0f);
+        yr[c] = (xr[c] - centre) * inv * (w.f[c] + offset) + (bias ? bias[c] : 0.0f);
     }
     return Status::ok();
   }
@@ -723,19 +725,25 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       return frequencies.status();
     const std::vector<double> &invFreq = frequencies.value();
     y.f = x.f;
-    for (int64_t bb = 0; bb < B; ++bb)
-      for (int64_t s = 0; s < S; ++s)
+    // A position's cos and sin, computed once for its heads (and rows).
+    std::vector<float> cosines(rot / 2), sines(rot / 2);
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t i = 0; i < rot / 2; ++i) {
+        double angle = static_cast<double>(offset + rows.position(s)) * invFreq[i];
+        cosines[i] = static_cast<float>(std::cos(angle));
+        sines[i] = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
+      }
+      for (int64_t bb = 0; bb < B; ++bb)
         for (int64_t h = 0; h < H; ++h) {
           float *v = &y.f[((bb * S + s) * H + h) * D];
           for (int64_t i = 0; i < rot / 2; ++i) {
-            double angle = static_cast<double>(offset + rows.position(s)) * invFreq[i];
-            float c = std::cos(angle), sn = inverse ? -std::sin(angle) : std::sin(angle);
             int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + rot / 2;
-            float x0 = v[p], x1 = v[q];
+            float x0 = v[p], x1 = v[q], c = cosines[i], sn = sines[i];
             v[p] = x0 * c - x1 * sn;
             v[q] = x1 * c + x0 * sn;
           }
         }
+    }
     return Status::ok();
   }
   if (op == "attention") {
@@ -818,9 +826,39 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
   }
   if (op == "add" || op == "mul") {
     Tensor &l = in(0), &r = in(1), &y = out();
-    for (int64_t k = 0; k < y.numel(); ++k) {
+    bool add = op == "add";
+    int64_t n = y.numel();
+    float *to = y.f.data();
+    // Operands of the result's shape (a residual add, SwiGLU's product) or
+    // holding its trailing dimensions (a bias) read by a flat index; any
+    // other broadcast through broadcastIndex.
+    auto trailing = [&](const Tensor &t) { // 1s, then the result's dimensions
+      if (t.shape.size() != y.shape.size() || t.numel() == 0)
+        return false;
+      size_t d = 0;
+      while (d < t.shape.size() && t.shape[d] == 1)
+        ++d;
+      return std::equal(t.shape.begin() + d, t.shape.end(), y.shape.begin() + d);
+    };
+    if (trailing(l) && trailing(r)) {
+      const float *x = l.f.data(), *z = r.f.data();
+      int64_t nx = l.numel(), nz = r.numel();
+      if (nx == n && nz == n) {
+        if (add) for (int64_t k = 0; k < n; ++k) to[k] = x[k] + z[k];
+        else for (int64_t k = 0; k < n; ++k) to[k] = x[k] * z[k];
+      } else {
+        for (int64_t base = 0; base < n; base += std::min(nx, nz)) { // rows of the smaller one
+          int64_t row = std::min(nx, nz);
+          const float *xr = x + (nx == n ? base : base % nx), *zr = z + (nz == n ? base : base % nz);
+          if (add) for (int64_t k = 0; k < row; ++k) to[base + k] = xr[k] + zr[k];
+          else for (int64_t k = 0; k < row; ++k) to[base + k] = xr[k] * zr[k];
+        }
+      }
+      return Status::ok();
+    }
+    for (int64_t k = 0; k < n; ++k) {
       float x = l.f[broadcastIndex(l, y, k)], z = r.f[broadcastIndex(r, y, k)];
-      y.f[k] = op == "add" ? x + z : x * z;
+      to[k] = add ? x + z : x * z;
     }
     return Status::ok();
   }
