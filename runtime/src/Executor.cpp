@@ -41,12 +41,11 @@ std::vector<T> piecesAlong(const Tensor &t, const std::vector<T> &values, int di
   std::vector<T> out(t.numel());
   size_t k = 0;
   for (int p = 0; p < parts; ++p)
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t c = 0; c < chunk; ++c) {
-        const T *src = &values[(o * len + p * chunk + c) * inner];
-        std::copy(src, src + inner, &out[k]);
-        k += inner;
-      }
+    for (int64_t o = 0; o < outer; ++o) { // (a piece's rows of one outer index are contiguous)
+      const T *src = &values[(o * len + p * chunk) * inner];
+      std::copy(src, src + chunk * inner, &out[k]);
+      k += chunk * inner;
+    }
   return out;
 }
 
@@ -58,11 +57,10 @@ void joinAlong(const std::vector<float> &pieces, int dim, int parts, Tensor &out
   int64_t len = out.shape[dim], chunk = len / parts;
   size_t k = 0;
   for (int p = 0; p < parts; ++p)
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t c = 0; c < chunk; ++c) {
-        std::copy(&pieces[k], &pieces[k] + inner, &out.f[(o * len + p * chunk + c) * inner]);
-        k += inner;
-      }
+    for (int64_t o = 0; o < outer; ++o) {
+      std::copy(&pieces[k], &pieces[k] + chunk * inner, &out.f[(o * len + p * chunk) * inner]);
+      k += chunk * inner;
+    }
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
@@ -1140,15 +1138,24 @@ Status Executor::Impl::run(const pxe::Instruction &inst) {
       return Status::ok();
     }
     if (op == "all_gather") {
-      std::vector<float> pieces(x.numel() * P);
+      // (scratch kept between steps: a prefill's gathered logits are tens
+      // of MB, faulted in and zeroed afresh each step before)
+      // Along the outermost dimension that is not 1 the pieces are the
+      // result's layout: gathered straight into it.
+      bool inPlace = std::all_of(y.shape.begin(), y.shape.begin() + dim, [](int64_t d) { return d == 1; });
+      std::vector<float> &pieces = inPlace ? y.f : e.gatherScratch_;
+      pieces.resize(x.numel() * P);
       Status s = P == 1 ? (pieces = x.f, Status::ok())
                         : e.comm_->allGather(x.f.data(), x.numel(), pieces.data(), mask);
       if (!s.isOk()) return s;
-      joinAlong(pieces, dim, P, y);
+      if (!inPlace) joinAlong(pieces, dim, P, y);
       return Status::ok();
     }
+    if (P == 1) { y.f = piecesAlong(x, x.f, dim, P); return Status::ok(); }
+    // (likewise: along the outermost dimension not 1, x is its pieces)
+    if (std::all_of(x.shape.begin(), x.shape.begin() + dim, [](int64_t d) { return d == 1; }))
+      return e.comm_->reduceScatter(x.f.data(), y.f.data(), y.numel(), mask);
     std::vector<float> pieces = piecesAlong(x, x.f, dim, P);
-    if (P == 1) { y.f = pieces; return Status::ok(); }
     return e.comm_->reduceScatter(pieces.data(), y.f.data(), y.numel(), mask);
   }
   if (op == "all_to_all") {

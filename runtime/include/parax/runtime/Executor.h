@@ -148,6 +148,7 @@ private:
   std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
   double busiestExpertLoad_ = 0;
+  std::vector<float> gatherScratch_; // an all_gather's pieces, before they are joined
   std::map<int32_t, std::vector<double>> expertCounts_; // takeExpertCounts
   std::optional<float> labelCount_;                      // setLabelCount
   bool profiling_ = false;
