@@ -459,3 +459,19 @@ def test_moe_flops_follow_active_parameters(parax_opt):
     active = 12.9e9 - cfg.vocab * cfg.hidden
     expected = 2 * active + 2 * cfg.layers * seq * cfg.heads * cfg.head_dim
     assert summary["FLOPs per token"] == pytest.approx(expected, rel=0.02)
+
+
+def test_a_folder_of_a_presets_name_is_the_model_in_it(tmp_path, monkeypatch):
+    """A model saved as ./tiny-llama is what the user names, not the preset
+    tiny-llama (the README walkthrough's model was built with the preset's
+    vocabulary of 256 and refused its own checkpoint of 512)."""
+    import json
+    from parax.models import load_config
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("tiny-llama")
+    with open("tiny-llama/config.json", "w") as f:
+        json.dump({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}, f)
+    assert load_config("tiny-llama").vocab == 512
+    monkeypatch.chdir(ROOT)
+    assert load_config("tiny-llama").vocab == 256

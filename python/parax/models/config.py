@@ -527,7 +527,8 @@ def _check_heads(cfg):
 
 def load_config(preset_or_path, layers=None, pad_vocab=None, allow_unknown=()):
     """A preset name, a path to a Hugging Face config.json or a model folder
-    holding one -> ModelConfig. `allow_unknown`: config fields the user
+    holding one -> ModelConfig (a path that exists wins over a preset of its
+    name). `allow_unknown`: config fields the user
     vouches leave the model unchanged (from_hf_dict).
     `pad_vocab=M`: the vocabulary rounded up to a multiple of M, as
     Megatron-LM pads it (--make-vocab-size-divisible-by, times its tensor
@@ -535,7 +536,9 @@ def load_config(preset_or_path, layers=None, pad_vocab=None, allow_unknown=()):
     the output head: a model of that many classes, the added ones never a
     label (trained towards zero probability), whose checkpoint has as many
     rows (a Hugging Face GPT-2's 50,257 do not: parax-run refuses it)."""
-    if preset_or_path in PRESETS:
+    # (a file or folder of a preset's name is what the user means: a model
+    # saved as "tiny-llama" is not the preset tiny-llama)
+    if preset_or_path in PRESETS and not os.path.exists(preset_or_path):
         cfg = from_hf_dict(copy.deepcopy(PRESETS[preset_or_path]), preset_or_path)
     elif os.path.isdir(preset_or_path):  # a Hugging Face model folder
         path = os.path.join(preset_or_path, "config.json")

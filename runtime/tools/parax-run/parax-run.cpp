@@ -1419,10 +1419,19 @@ int main(int argc, char **argv) {
             std::snprintf(text, sizeof text, " (%s %.6f)", t.label, t.values.back());
             balance += text;
           }
-        std::printf("parax-run: step %lld: loss %.6f%s, gradient norm %.6f%s, learning rate %.6g\n",
+        // Progress: the step's time, its tokens a second, and what the
+        // steps left take at the median step so far.
+        std::vector<double> sorted = times;
+        std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+        long long left = static_cast<long long>(std::llround(sorted[sorted.size() / 2] * (steps - step - 1)));
+        double tokens = static_cast<double>(rows) *
+                        (!inputTensors.empty() && inputTensors[0].shape.size() > 1 ? inputTensors[0].shape[1] : 1);
+        std::printf("parax-run: step %lld: loss %.6f%s, gradient norm %.6f%s, learning rate %.6g; %.1f ms, "
+                    "%.0f tokens/s, %lld:%02lld:%02lld left\n",
                     static_cast<long long>(training->steps()), losses.back(), balance.c_str(), gradNorm,
                     optimizer.clipNorm > 0 && gradNorm > optimizer.clipNorm ? " (clipped)" : "",
-                    training->lastLearningRate());
+                    training->lastLearningRate(), 1e3 * times.back(), tokens / times.back(), left / 3600,
+                    left / 60 % 60, left % 60);
         std::fflush(stdout);
       }
       if (saveEvery > 0 && step + 1 < steps && training->steps() % saveEvery == 0) saveStep(training->steps());

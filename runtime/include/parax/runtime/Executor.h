@@ -149,6 +149,7 @@ private:
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
   double busiestExpertLoad_ = 0;
   std::vector<float> gatherScratch_; // an all_gather's pieces, before they are joined
+  std::vector<int> kernels_;         // each instruction's CPU kernel (Impl::kKernels' index)
   std::map<int32_t, std::vector<double>> expertCounts_; // takeExpertCounts
   std::optional<float> labelCount_;                      // setLabelCount
   bool profiling_ = false;
