@@ -1379,32 +1379,26 @@ Status Executor::Impl::runEmbeddingGrad(const pxe::Instruction &inst, int) {
 // all_reduce
 Status Executor::Impl::runAllReduce(const pxe::Instruction &inst, int) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  Group group;
-  if (Status s = groupOf(a, true, group); !s.isOk())
+  Group g;
+  if (Status s = groupOf(a, true, g); !s.isOk())
     return s;
-  [[maybe_unused]] const std::vector<std::string> &axes = group.axes;
-  [[maybe_unused]] unsigned mask = group.mask;
-  [[maybe_unused]] int64_t P = group.size;
   out().f = in(0).f;
-  return P == 1 ? Status::ok() : e.comm_->allReduce(out().f.data(), out().f.size(), mask);
+  return g.size == 1 ? Status::ok() : e.comm_->allReduce(out().f.data(), out().f.size(), g.mask);
 }
 
 // shard_slice, all_gather, reduce_scatter
 Status Executor::Impl::runShardSlice(const pxe::Instruction &inst, int variant) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
   // (shard_slice only needs this rank's place in the group)
-  Group group;
-  if (Status s = groupOf(a, variant != 0, group); !s.isOk())
+  Group g;
+  if (Status s = groupOf(a, variant != 0, g); !s.isOk())
     return s;
-  [[maybe_unused]] const std::vector<std::string> &axes = group.axes;
-  [[maybe_unused]] unsigned mask = group.mask;
-  [[maybe_unused]] int64_t P = group.size;
   int dim = static_cast<int>(attrInt(a, "dim"));
   Tensor &x = in(0), &y = out();
   if (variant == 0) {
-    int64_t index = groupIndex(axes), n = y.numel();
+    int64_t index = groupIndex(g.axes), n = y.numel();
     auto keep = [&](const auto &values, auto &into) {
-      auto pieces = piecesAlong(x, values, dim, P);
+      auto pieces = piecesAlong(x, values, dim, g.size);
       std::copy(pieces.begin() + index * n, pieces.begin() + (index + 1) * n, into.begin());
     };
     if (x.isInt)
@@ -1420,89 +1414,74 @@ Status Executor::Impl::runShardSlice(const pxe::Instruction &inst, int variant) 
     // result's layout: gathered straight into it.
     bool inPlace = std::all_of(y.shape.begin(), y.shape.begin() + dim, [](int64_t d) { return d == 1; });
     std::vector<float> &pieces = inPlace ? y.f : e.gatherScratch_;
-    pieces.resize(x.numel() * P);
-    Status s = P == 1 ? (pieces = x.f, Status::ok())
-                      : e.comm_->allGather(x.f.data(), x.numel(), pieces.data(), mask);
+    pieces.resize(x.numel() * g.size);
+    Status s = g.size == 1 ? (pieces = x.f, Status::ok())
+                      : e.comm_->allGather(x.f.data(), x.numel(), pieces.data(), g.mask);
     if (!s.isOk()) return s;
-    if (!inPlace) joinAlong(pieces, dim, P, y);
+    if (!inPlace) joinAlong(pieces, dim, g.size, y);
     return Status::ok();
   }
-  if (P == 1) { y.f = piecesAlong(x, x.f, dim, P); return Status::ok(); }
+  if (g.size == 1) { y.f = piecesAlong(x, x.f, dim, g.size); return Status::ok(); }
   // (likewise: along the outermost dimension not 1, x is its pieces)
   if (std::all_of(x.shape.begin(), x.shape.begin() + dim, [](int64_t d) { return d == 1; }))
-    return e.comm_->reduceScatter(x.f.data(), y.f.data(), y.numel(), mask);
-  std::vector<float> pieces = piecesAlong(x, x.f, dim, P);
-  return e.comm_->reduceScatter(pieces.data(), y.f.data(), y.numel(), mask);
+    return e.comm_->reduceScatter(x.f.data(), y.f.data(), y.numel(), g.mask);
+  std::vector<float> pieces = piecesAlong(x, x.f, dim, g.size);
+  return e.comm_->reduceScatter(pieces.data(), y.f.data(), y.numel(), g.mask);
 }
 
 // all_to_all
 Status Executor::Impl::runAllToAll(const pxe::Instruction &inst, int) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  Group group;
-  if (Status s = groupOf(a, true, group); !s.isOk())
+  Group g;
+  if (Status s = groupOf(a, true, g); !s.isOk())
     return s;
-  [[maybe_unused]] const std::vector<std::string> &axes = group.axes;
-  [[maybe_unused]] unsigned mask = group.mask;
-  [[maybe_unused]] int64_t P = group.size;
   int split = static_cast<int>(attrInt(a, "split_dim")), concat = static_cast<int>(attrInt(a, "concat_dim"));
   Tensor &x = in(0), &y = out();
-  std::vector<float> pieces = piecesAlong(x, x.f, split, P), received(pieces.size());
-  Status s = P == 1 ? (received = pieces, Status::ok())
-                    : e.comm_->allToAll(pieces.data(), received.data(), x.numel() / P, mask);
+  std::vector<float> pieces = piecesAlong(x, x.f, split, g.size), received(pieces.size());
+  Status s = g.size == 1 ? (received = pieces, Status::ok())
+                    : e.comm_->allToAll(pieces.data(), received.data(), x.numel() / g.size, g.mask);
   if (!s.isOk()) return s;
-  joinAlong(received, concat, P, y);
+  joinAlong(received, concat, g.size, y);
   return Status::ok();
 }
 
 // to_partial
 Status Executor::Impl::runToPartial(const pxe::Instruction &inst, int) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  Group group;
-  if (Status s = groupOf(a, false, group); !s.isOk())
+  Group g;
+  if (Status s = groupOf(a, false, g); !s.isOk())
     return s;
-  [[maybe_unused]] const std::vector<std::string> &axes = group.axes;
-  [[maybe_unused]] unsigned mask = group.mask;
-  [[maybe_unused]] int64_t P = group.size;
   out().f = in(0).f;
-  if (groupIndex(axes) != 0) std::fill(out().f.begin(), out().f.end(), 0.0f);
+  if (groupIndex(g.axes) != 0) std::fill(out().f.begin(), out().f.end(), 0.0f);
   return Status::ok();
 }
 
 // send
 Status Executor::Impl::runSend(const pxe::Instruction &inst, int) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  Group group;
-  if (Status s = groupOf(a, true, group); !s.isOk())
+  Group g;
+  if (Status s = groupOf(a, true, g); !s.isOk())
     return s;
-  [[maybe_unused]] const std::vector<std::string> &axes = group.axes;
-  [[maybe_unused]] unsigned mask = group.mask;
-  [[maybe_unused]] int64_t P = group.size;
-  return e.comm_->send(in(0).f.data(), in(0).numel(), peerRank(axes.at(0), attrInt(a, "peer")));
+  return e.comm_->send(in(0).f.data(), in(0).numel(), peerRank(g.axes.at(0), attrInt(a, "peer")));
 }
 
 // recv
 Status Executor::Impl::runRecv(const pxe::Instruction &inst, int) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  Group group;
-  if (Status s = groupOf(a, true, group); !s.isOk())
+  Group g;
+  if (Status s = groupOf(a, true, g); !s.isOk())
     return s;
-  [[maybe_unused]] const std::vector<std::string> &axes = group.axes;
-  [[maybe_unused]] unsigned mask = group.mask;
-  [[maybe_unused]] int64_t P = group.size;
-  return e.comm_->recv(out().f.data(), out().numel(), peerRank(axes.at(0), attrInt(a, "peer")));
+  return e.comm_->recv(out().f.data(), out().numel(), peerRank(g.axes.at(0), attrInt(a, "peer")));
 }
 
 // moe_dispatch, moe_combine
 Status Executor::Impl::runMoeDispatch(const pxe::Instruction &inst, int variant) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
   const std::string &op = inst.op(); // (for messages)
-  Group group;
-  if (Status s = groupOf(a, true, group); !s.isOk())
+  Group g;
+  if (Status s = groupOf(a, true, g); !s.isOk())
     return s;
-  [[maybe_unused]] const std::vector<std::string> &axes = group.axes;
-  [[maybe_unused]] unsigned mask = group.mask;
-  [[maybe_unused]] int64_t P = group.size;
-  int64_t E = attrInt(a, "num_experts"), local = E / P;
+  int64_t E = attrInt(a, "num_experts"), local = E / g.size;
   Tensor &idx = in(variant == 0 ? 2 : 1);
   int64_t pairs = idx.numel(), K = idx.shape.back();
   // This rank's (token, choice) pairs leave grouped by the member owning
@@ -1510,24 +1489,24 @@ Status Executor::Impl::runMoeDispatch(const pxe::Instruction &inst, int variant)
   // block (an all-to-all of the routed rows only).
   if (pairs >= (int64_t(1) << 24)) // (the counts travel as floats)
     return Status::error(op + ": more than 2^24 (token, choice) pairs on a rank");
-  std::vector<float> counts(P, 0.0f), all(P * P);
+  std::vector<float> counts(g.size, 0.0f), all(g.size * g.size);
   for (int64_t k = 0; k < pairs; ++k) {
     if (idx.i[k] < 0 || idx.i[k] >= E) return Status::error("expert index out of range");
     counts[idx.i[k] / local] += 1;
   }
-  Status s = P == 1 ? (all = counts, Status::ok()) : e.comm_->allGather(counts.data(), P, all.data(), mask);
+  Status s = g.size == 1 ? (all = counts, Status::ok()) : e.comm_->allGather(counts.data(), g.size, all.data(), g.mask);
   if (!s.isOk()) return s;
-  const int64_t me = groupIndex(axes);
+  const int64_t me = groupIndex(g.axes);
   const int64_t capacity = (variant == 0 ? out(0) : in(0)).shape[0];
-  if (P > 1 && variant == 0)
-    e.busiestExpertLoad_ = std::max(e.busiestExpertLoad_, busiestRankLoad(all, P, pairs));
-  if (Status full = expertCapacityCheck(op, all, P, capacity); !full.isOk()) return full;
+  if (g.size > 1 && variant == 0)
+    e.busiestExpertLoad_ = std::max(e.busiestExpertLoad_, busiestRankLoad(all, g.size, pairs));
+  if (Status full = expertCapacityCheck(op, all, g.size, capacity); !full.isOk()) return full;
   // Where each of this rank's pairs sits among the rows it sends.
-  std::vector<int64_t> sendAt(P, 0), at(pairs);
-  for (int64_t d = 1; d < P; ++d) sendAt[d] = sendAt[d - 1] + static_cast<int64_t>(all[me * P + d - 1]);
+  std::vector<int64_t> sendAt(g.size, 0), at(pairs);
+  for (int64_t d = 1; d < g.size; ++d) sendAt[d] = sendAt[d - 1] + static_cast<int64_t>(all[me * g.size + d - 1]);
   for (int64_t k = 0; k < pairs; ++k) at[k] = sendAt[idx.i[k] / local]++;
-  auto sizes = [&](int64_t width, bool toMembers) { return exchangeBlocks(all, P, me, width, toMembers); };
-  const int64_t received = routedTo(all, P, me); // rows that arrive here
+  auto sizes = [&](int64_t width, bool toMembers) { return exchangeBlocks(all, g.size, me, width, toMembers); };
+  const int64_t received = routedTo(all, g.size, me); // rows that arrive here
   if (variant == 0) {
     // Rows [h features, weight, local expert] go out; they arrive block
     // after block (member 0's first) at the top of the results, the rest
@@ -1541,8 +1520,8 @@ Status Executor::Impl::runMoeDispatch(const pxe::Instruction &inst, int variant)
       row[h] = w.f[k];
       row[h + 1] = static_cast<float>(idx.i[k] % local);
     }
-    s = P == 1 ? (recvBuf = sendBuf, Status::ok())
-               : e.comm_->allToAllv(sendBuf.data(), sizes(width, true), recvBuf.data(), sizes(width, false), mask);
+    s = g.size == 1 ? (recvBuf = sendBuf, Status::ok())
+               : e.comm_->allToAllv(sendBuf.data(), sizes(width, true), recvBuf.data(), sizes(width, false), g.mask);
     if (!s.isOk()) return s;
     std::fill(rows.f.begin(), rows.f.end(), 0.0f);
     std::fill(rw.f.begin(), rw.f.end(), 0.0f);
@@ -1559,8 +1538,8 @@ Status Executor::Impl::runMoeDispatch(const pxe::Instruction &inst, int variant)
   Tensor &rows = in(0), &y = out();
   int64_t h = rows.shape.back();
   std::vector<float> back(pairs * h);
-  s = P == 1 ? (std::copy(rows.f.begin(), rows.f.begin() + received * h, back.begin()), Status::ok())
-             : e.comm_->allToAllv(rows.f.data(), sizes(h, false), back.data(), sizes(h, true), mask);
+  s = g.size == 1 ? (std::copy(rows.f.begin(), rows.f.begin() + received * h, back.begin()), Status::ok())
+             : e.comm_->allToAllv(rows.f.data(), sizes(h, false), back.data(), sizes(h, true), g.mask);
   if (!s.isOk()) return s;
   // Each pair's row back in its place, summed per token (or, per_choice,
   // kept per pair).
