@@ -280,6 +280,26 @@ Status Checkpoint::recordedDigests(const Json &root, const std::string &path,
   return Status::ok();
 }
 
+Status Checkpoint::addIndexedFiles(const Json &root, const std::string &path,
+                                   const std::map<std::string, std::set<std::string>> &namesOf,
+                                   const std::string &save) {
+  std::string folder = folderOf(path);
+  std::map<std::string, FileDigest> digests;
+  if (Status s = recordedDigests(root, path, digests); !s.isOk())
+    return s;
+  for (const auto &[file, names] : namesOf) {
+    auto digest = digests.find(file);
+    if (!digests.empty() && digest == digests.end() && exists(folder + "/" + file)) // (else: "cannot open")
+      return PARAX_ERROR(path + ": records no size and checksum for its file " + file +
+                         " (an index edited by hand?)");
+    if (Status s = addFile(folder + "/" + file, &names, save.empty() ? nullptr : &save,
+                           digest == digests.end() ? nullptr : &digest->second);
+        !s.isOk())
+      return s;
+  }
+  return Status::ok();
+}
+
 Status Checkpoint::addIndex(const std::string &path) {
   StatusOr<std::string> text = readText(path, size_t(1) << 28);
   if (!text.isOk())
@@ -293,7 +313,6 @@ Status Checkpoint::addIndex(const std::string &path) {
   auto map = root.object.find("weight_map");
   if (map == root.object.end() || map->second.kind != Json::Object)
     return PARAX_ERROR(path + ": no \"weight_map\" object (a sharded checkpoint's index)");
-  std::string folder = folderOf(path);
   std::string save = savedBy(root, "metadata");
   std::map<std::string, std::set<std::string>> tensorsOf; // shard file -> its tensors
   for (const auto &[name, file] : map->second.object) {
@@ -303,22 +322,12 @@ Status Checkpoint::addIndex(const std::string &path) {
       return plain;
     tensorsOf[file.string].insert(name);
   }
-  std::map<std::string, FileDigest> digests;
-  if (Status s = recordedDigests(root, path, digests); !s.isOk())
+  if (Status s = addIndexedFiles(root, path, tensorsOf, save); !s.isOk())
     return s;
-  for (const auto &[shard, names] : tensorsOf) {
-    auto digest = digests.find(shard);
-    if (!digests.empty() && digest == digests.end() && exists(folder + "/" + shard)) // (else: "cannot open")
-      return PARAX_ERROR(path + ": records no size and checksum for its shard " + shard +
-                         " (an index edited by hand?)");
-    Status s = addFile(folder + "/" + shard, &names, save.empty() ? nullptr : &save,
-                       digest == digests.end() ? nullptr : &digest->second);
-    if (!s.isOk())
-      return s;
+  for (const auto &[shard, names] : tensorsOf)
     for (const std::string &name : names)
       if (!entries_.count(name))
         return PARAX_ERROR(path + ": tensor '" + name + "' is not in its shard " + shard);
-  }
   return Status::ok();
 }
 
@@ -397,20 +406,8 @@ Status Checkpoint::addBoxIndex(const Json &root, const std::string &path) {
                          std::to_string(volume(boxed.shape)) + " elements");
     boxed_[name] = std::move(boxed);
   }
-  std::string folder = folderOf(path);
-  std::map<std::string, FileDigest> digests;
-  if (Status s = recordedDigests(root, path, digests); !s.isOk())
+  if (Status s = addIndexedFiles(root, path, keysOf, save); !s.isOk())
     return s;
-  for (const auto &[file, keys] : keysOf) {
-    auto digest = digests.find(file);
-    if (!digests.empty() && digest == digests.end() && exists(folder + "/" + file)) // (else: "cannot open")
-      return PARAX_ERROR(path + ": records no size and checksum for its file " + file +
-                         " (an index edited by hand?)");
-    if (Status s = addFile(folder + "/" + file, &keys, save.empty() ? nullptr : &save,
-                           digest == digests.end() ? nullptr : &digest->second);
-        !s.isOk())
-      return s;
-  }
   for (const auto &[name, boxed] : boxed_) {
     bool integers = false;
     for (size_t i = 0; i < boxed.boxes.size(); ++i) {

@@ -84,6 +84,10 @@ private:
   /// `digest`: the size and CRC-32 its index records (checked).
   Status addFile(const std::string &path, const std::set<std::string> *only, const std::string *save = nullptr,
                  const FileDigest *digest = nullptr);
+  /// The files an index names (file -> the tensors or boxes read from
+  /// it), each checked against its recorded digest, if the index has them.
+  Status addIndexedFiles(const detail::Json &root, const std::string &path,
+                         const std::map<std::string, std::set<std::string>> &namesOf, const std::string &save);
   /// The digests an index records (metadata.parax_files), by file name.
   static Status recordedDigests(const detail::Json &root, const std::string &path,
                                 std::map<std::string, FileDigest> &out);
