@@ -416,6 +416,21 @@ def test_an_executable_path_that_is_a_folder_is_named(tmp_path):
     assert f"{folder}: not a file (an executable is a .pxe file)" in proc.stderr
 
 
+def test_flags_take_their_value_after_an_equals_sign_too(tmp_path):
+    """Issue 46: `--weights=W` was "unknown option"; --name=value is
+    --name value for every flag (the same logits either way)."""
+    import subprocess
+    model = Model(str(tmp_path), "tiny-llama")
+    exe = model.compile("single")
+    spaced = model.run(exe, 1)
+    out = str(tmp_path / "equals.npy")
+    proc = subprocess.run([tool("parax-run"), exe, f"--weights={model.checkpoint}",
+                           *[f"--input={path}" for path in model.inputs], f"--output={out}", "--steps=1"],
+                          capture_output=True, text=True, timeout=120, env=MPI_ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert np.array_equal(np.load(out), spaced)
+
+
 def test_two_outputs_to_one_path_are_refused_before_a_step(tmp_path):
     """Issue 45 R5: --save-weights and --save-optimizer naming one file ran
     and kept only the optimizer's state: refused before any step."""

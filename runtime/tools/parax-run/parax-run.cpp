@@ -62,6 +62,7 @@ void usage() {
                "[--device cpu|cuda]\n"
                "       mpirun -np N parax-run STEP.pxe --weights W.safetensors --input PROMPT.npy "
                "--generate K [--output TOKENS.npy [--output LOGITS.npy]] [--device cpu|cuda]\n"
+               "  (every flag takes its value as --flag VALUE or --flag=VALUE)\n"
                "  --generate K: greedy generation of K tokens per prompt row with a generation\n"
                "  step (built --seq 1 --cache C): the prompt's tokens are fed one step each,\n"
                "  then each step's most likely token; the KV caches stay where the step runs\n"
@@ -362,6 +363,23 @@ int main(int argc, char **argv) {
   bool optimizerSettings = false;
   double biasSpeed = 0;       // --bias-update-speed
   bool zeroGiven = false;     // --zero / --no-zero / --zero-stage (else the plan's ZeRO stage decides)
+  // --name=value is --name value.
+  std::vector<std::string> words;
+  for (int i = 1; i < argc; ++i) {
+    std::string word = argv[i];
+    size_t eq = word.find('=');
+    if (word.rfind("--", 0) == 0 && eq != std::string::npos) {
+      words.push_back(word.substr(0, eq));
+      words.push_back(word.substr(eq + 1));
+    } else {
+      words.push_back(word);
+    }
+  }
+  std::vector<char *> split = {argv[0]};
+  for (std::string &word : words) split.push_back(word.data());
+  split.push_back(nullptr);
+  argc = static_cast<int>(split.size()) - 1;
+  argv = split.data();
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
