@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <deque>
 #include <limits>
 
@@ -158,7 +160,8 @@ GenerationLoop::Result GenerationLoop::run() {
   }
   // A step's time: between the ends of two positions on this rank (no
   // barrier: it would drain the pipeline of microbatches).
-  auto last = std::chrono::steady_clock::now();
+  auto last = std::chrono::steady_clock::now(), reported = last;
+  int64_t reportedAt = t;
   for (; t < total; ++t) {
     bool any = false;
     for (int64_t m = 0; m < micro; ++m) {
@@ -171,6 +174,20 @@ GenerationLoop::Result GenerationLoop::run() {
     auto now = std::chrono::steady_clock::now();
     result.times.push_back(std::chrono::duration<double>(now - last).count());
     last = now;
+    // Progress, about once a second (one line from the first replica's
+    // writer; nothing for a loop shorter than that).
+    double since = std::chrono::duration<double>(now - reported).count();
+    if (replicaWriter && replica == 0 && since >= 1.0 && t + 1 < total) {
+      double rate = static_cast<double>(t + 1 - reportedAt) / since; // positions a second
+      long long left = static_cast<long long>(std::llround(static_cast<double>(total - t - 1) / rate));
+      std::printf("parax-run: generating: position %lld of %lld, %.0f tokens/s (%lld rows), %lld:%02lld:%02lld "
+                  "left\n",
+                  static_cast<long long>(t + 1), static_cast<long long>(total), rate * micro * batch,
+                  static_cast<long long>(micro * batch), left / 3600, left / 60 % 60, left % 60);
+      std::fflush(stdout);
+      reported = now;
+      reportedAt = t + 1;
+    }
   }
   for (int64_t m = 0; m < micro; ++m) settle(m);
   if (!sends.empty()) {
