@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "llvm/Support/CommandLine.h"
 
 void parax::registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<parax::ParaxDialect, mlir::func::FuncDialect,
@@ -28,4 +29,10 @@ void parax::registerAllPasses() {
   parax::registerParaxInteropPasses();
   parax::registerParaxTargetPasses();
   parax::registerParaxTrainPasses();
+}
+
+void parax::hideLibraryOptions() {
+  for (auto &option : llvm::cl::getRegisteredOptions())
+    if (!option.first.starts_with("help") && option.first != "version")
+      option.second->setHiddenFlag(llvm::cl::ReallyHidden);
 }

@@ -18,6 +18,10 @@ namespace parax {
 void registerAllDialects(mlir::DialectRegistry &registry);
 /// Registers every parax pass with the global pass registry.
 void registerAllPasses();
+/// Hides from --help the options the LLVM libraries register as they load
+/// (every code generator's: several hundred), still accepted; call first in
+/// a tool's main, before it registers its own.
+void hideLibraryOptions();
 } // namespace parax
 
 #endif // PARAX_INITALL_H

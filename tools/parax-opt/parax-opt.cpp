@@ -6,6 +6,8 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 int main(int argc, char **argv) {
+  // (--help: the passes and MlirOptMain's options, not LLVM's)
+  parax::hideLibraryOptions();
   mlir::DialectRegistry registry;
   parax::registerAllDialects(registry);
   parax::registerAllPasses();
