@@ -309,6 +309,11 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     compute = nonNegative(rows, t, use, "compute");
     if (!compute)
       return compute.takeError();
+    // No positive FLOP rate (GEMMs too small to tell their arithmetic
+    // from their bytes): nothing to take a GEMM's term by (a second fit
+    // would have an empty column); the check below names it.
+    if (!((*compute)[0] > 0))
+      break;
     bool changed = false;
     for (auto [i, s] : llvm::enumerate(fitted)) {
       if (s->kind != Kind::Gemm)

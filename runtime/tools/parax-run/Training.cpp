@@ -358,16 +358,20 @@ double sumOfSquares(const float *x, size_t n) {
 }
 
 void adamwUpdate(float *p, float *m, float *v, const float *g, size_t n, const AdamwFactors &f) {
-  // In fp32 over contiguous arrays, no branch and no division by the bias
-  // corrections inside (folded into `step` and `rootCorrection`): the loop
-  // vectorises (Training.cpp is built with -fno-math-errno for sqrt).
+  // Over contiguous arrays, no branch: the loop vectorises (Training.cpp is
+  // built with -fno-math-errno for sqrt). The arithmetic in double, element
+  // for element the CUDA backend's (OptimizerKernels.cuh, adamwElement):
+  // the two optimizers agree to the bit (test_cuda_simt.py).
+  const double keep = 1 - f.lr * f.decay;
   for (size_t e = 0; e < n; ++e) {
-    float grad = f.clip * g[e];
-    float mm = f.beta1 * m[e] + f.rest1 * grad;
-    float vv = f.beta2 * v[e] + f.rest2 * grad * grad;
-    m[e] = mm;
-    v[e] = vv;
-    p[e] = p[e] * f.keep - f.step * mm / (std::sqrt(vv) * f.rootCorrection + f.eps);
+    double grad = f.clip * g[e];
+    double mm = f.beta1 * m[e] + (1 - f.beta1) * grad;
+    double vv = f.beta2 * v[e] + (1 - f.beta2) * grad * grad;
+    m[e] = static_cast<float>(mm);
+    v[e] = static_cast<float>(vv);
+    double value = p[e] * keep;
+    value -= f.lr * (mm / f.correction1) / (std::sqrt(vv / f.correction2) + f.eps);
+    p[e] = static_cast<float>(value);
   }
 }
 
@@ -485,11 +489,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
         st.v.assign(n, 0.0f);
       }
       adamwUpdate(p, st.m.data(), st.v.data(), grad, n,
-                  AdamwFactors{static_cast<float>(clip), static_cast<float>(b1), static_cast<float>(b2),
-                               static_cast<float>(1 - b1), static_cast<float>(1 - b2),
-                               static_cast<float>(lr / correction1),
-                               static_cast<float>(1 / std::sqrt(correction2)),
-                               static_cast<float>(1 - lr * decay), static_cast<float>(config.eps)});
+                  AdamwFactors{clip, b1, b2, lr, decay, config.eps, correction1, correction2});
     }
     if (shares) { // every replica's updated chunk back into every replica's box
       Status st = gatherChunks(k, std::vector<float>(p, p + n), param.f, "the ZeRO parameter all-gather");

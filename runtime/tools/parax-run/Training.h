@@ -64,13 +64,11 @@ struct OptimizerConfig {
 /// The learning rate of optimizer step `step` (see OptimizerConfig).
 double learningRate(const OptimizerConfig &config, int64_t step);
 
-/// One AdamW update's factors for a step: gradient clip, betas and their
-/// complements (1 - beta, taken in double: 1 - 0.999f is 1.3e-5 off), the
-/// step size lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t), the decay's
-/// 1 - lr * weight_decay, and eps (Loshchilov & Hutter's decoupled decay,
-/// as torch.optim.AdamW).
+/// One AdamW update's factors for a step: gradient clip, betas, learning
+/// rate, weight decay (decoupled: Loshchilov & Hutter, as torch.optim.AdamW),
+/// eps and the bias corrections 1 - beta^t.
 struct AdamwFactors {
-  float clip, beta1, beta2, rest1, rest2, step, rootCorrection, keep, eps;
+  double clip, beta1, beta2, lr, decay, eps, correction1, correction2;
 };
 /// p, m, v updated in place from g, n elements each (fp32).
 void adamwUpdate(float *p, float *m, float *v, const float *g, size_t n, const AdamwFactors &f);
