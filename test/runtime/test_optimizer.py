@@ -846,3 +846,19 @@ def test_a_shard_damaged_after_its_save_is_refused_by_name(tmp_path):
             json.dump(edited, f)
         with pytest.raises(ValueError, match="records no size and checksum for its file"):
             load_checkpoint(folder)
+
+
+def test_training_steps_report_progress_unless_quiet(tmp_path):
+    """Issue 48: each training step prints its loss and also its time,
+    tokens/s and the time left; --quiet leaves the summary alone."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True)
+    exe = model.compile("train", autodiff=True)
+    loud = model.run(exe, 1, outputs=0, expect_ok=False, extra=[*ADAMW, "--steps", "3"])
+    assert loud.returncode == 0, loud.stderr
+    steps = re.findall(r"step (\d): loss [0-9.]+, .*; ([0-9.]+) ms, (\d+) tokens/s, (\d+):(\d\d):(\d\d) left",
+                       loud.stdout)
+    assert [int(s[0]) for s in steps] == [1, 2, 3], loud.stdout
+    assert all(float(s[1]) > 0 and int(s[2]) > 0 for s in steps)
+    quiet = model.run(exe, 1, outputs=0, expect_ok=False, extra=[*ADAMW, "--steps", "3", "--quiet"])
+    assert quiet.returncode == 0, quiet.stderr
+    assert "step 1:" not in quiet.stdout and "adamw: loss" in quiet.stdout, quiet.stdout

@@ -177,7 +177,7 @@ GenerationLoop::Result GenerationLoop::run() {
     // Progress, about once a second (one line from the first replica's
     // writer; nothing for a loop shorter than that).
     double since = std::chrono::duration<double>(now - reported).count();
-    if (replicaWriter && replica == 0 && since >= 1.0 && t + 1 < total) {
+    if (progress && replicaWriter && replica == 0 && since >= 1.0 && t + 1 < total) {
       double rate = static_cast<double>(t + 1 - reportedAt) / since; // positions a second
       long long left = static_cast<long long>(std::llround(static_cast<double>(total - t - 1) / rate));
       std::printf("parax-run: generating: position %lld of %lld, %.0f tokens/s (%lld rows), %lld:%02lld:%02lld "

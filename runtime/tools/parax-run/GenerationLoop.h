@@ -40,6 +40,7 @@ struct GenerationLoop {
   runtime::StallWatchdog *waits = nullptr; // (null: one rank, nothing to wait for)
   std::function<void(const std::string &)> die; // ends the job; never returns
   std::function<void(const char *)> barrier;
+  bool progress = true; // a progress line about once a second (--quiet: none)
 
   struct Result {
     std::vector<double> times;  // each position's step, on this rank

@@ -62,7 +62,8 @@ void usage() {
                "[--device cpu|cuda]\n"
                "       mpirun -np N parax-run STEP.pxe --weights W.safetensors --input PROMPT.npy "
                "--generate K [--output TOKENS.npy [--output LOGITS.npy]] [--device cpu|cuda]\n"
-               "  (every flag takes its value as --flag VALUE or --flag=VALUE)\n"
+               "  (every flag takes its value as --flag VALUE or --flag=VALUE; --quiet: no line a\n"
+               "  training step and no generation progress, the summary only)\n"
                "  --generate K: greedy generation of K tokens per prompt row with a generation\n"
                "  step (built --seq 1 --cache C): the prompt's tokens are fed one step each,\n"
                "  then each step's most likely token; the KV caches stay where the step runs\n"
@@ -363,6 +364,7 @@ int main(int argc, char **argv) {
   bool optimizerSettings = false;
   double biasSpeed = 0;       // --bias-update-speed
   bool zeroGiven = false;     // --zero / --no-zero / --zero-stage (else the plan's ZeRO stage decides)
+  bool quiet = false;         // --quiet: no line a step, no generation progress (the summary still)
   // --name=value is --name value.
   std::vector<std::string> words;
   for (int i = 1; i < argc; ++i) {
@@ -499,6 +501,7 @@ int main(int argc, char **argv) {
     else if (arg == "--per-token-loss") perTokenLoss = true;
     else if (arg == "--allow-unused-weights") allowUnusedWeights = true;
     else if (arg == "--skip-nonfinite") { optimizer.skipNonfinite = true; optimizerSettings = true; }
+    else if (arg == "--quiet") quiet = true;
     else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--step-rows") {
@@ -1303,7 +1306,7 @@ int main(int argc, char **argv) {
     GenerationLoop loop{exe.value(), step,          prefill,  runners,      prefills, size,
                         replica,     micro,         exeBatch, replicaWriter, sequence, promptLengths, rows,
                         promptLength, generate,     chunks,   sampling,     stopToken, outputs.size() > 1,
-                        waits.get(), [&](const std::string &m) { die(m); }, barrier};
+                        waits.get(), [&](const std::string &m) { die(m); }, barrier, !quiet};
     GenerationLoop::Result done = loop.run();
     times = std::move(done.times);
     prefillSeconds = done.prefillSeconds;
@@ -1429,7 +1432,7 @@ int main(int argc, char **argv) {
       }
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      if (trains && writer) {
+      if (trains && writer && !quiet) {
         std::string balance; // the loss's terms
         for (const LossTerm &t : terms)
           if (!t.values.empty()) {
