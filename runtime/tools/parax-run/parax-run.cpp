@@ -1441,8 +1441,9 @@ int main(int argc, char **argv) {
             balance += text;
           }
         // Progress: the step's time, its tokens a second, and what the
-        // steps left take at the median step so far.
-        std::vector<double> sorted = times;
+        // steps left take at the median of the last (at most 32) steps --
+        // not of them all, which a long run would sort every step.
+        std::vector<double> sorted(times.end() - std::min<size_t>(times.size(), 32), times.end());
         std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
         long long left = static_cast<long long>(std::llround(sorted[sorted.size() / 2] * (steps - step - 1)));
         double tokens = static_cast<double>(rows) *
