@@ -20,10 +20,10 @@ namespace {
 
 // The memory-bound classes have a rate each (a profile's
 // elementwise_passes relative to the plain ones'): Memory is the plain.
-enum class Kind { Gemm, Memory, Norm, Rope, Swiglu, Unary, Attention, Experts, Collective, Skip };
+enum class Kind { Gemm, Memory, Norm, Rope, Swiglu, Unary, CrossEntropy, Attention, Experts, Collective, Skip };
 // Columns of the compute fit: a kind's work (in Kind's order, to
 // Experts), a GEMM's bytes, the overhead.
-constexpr int kGemmBytes = 8, kOverhead = 9, kColumns = 10;
+constexpr int kGemmBytes = 9, kOverhead = 10, kColumns = 11;
 
 // What the planner prices as a GEMM, as HBM traffic, as attention or as a
 // collective; the rest (views, sends and receives whose time is the
@@ -35,11 +35,14 @@ Kind kindOf(StringRef op) {
       .Case("experts", Kind::Experts)
       .Cases({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "moe_dispatch", "moe_combine"},
              Kind::Collective)
-      .Cases({"add", "mul", "transpose", "concat", "logsumexp"}, Kind::Memory)
+      .Cases({"add", "mul", "transpose", "concat"}, Kind::Memory)
       .Cases({"rms_norm", "layer_norm"}, Kind::Norm)
       .Case("rope", Kind::Rope)
       .Case("swiglu", Kind::Swiglu)
       .Cases({"silu", "sigmoid", "gelu"}, Kind::Unary)
+      // (under a vocabulary split the logsumexp over a rank's columns is the
+      // loss's work; its cross_entropy only picks the labels)
+      .Cases({"cross_entropy", "logsumexp"}, Kind::CrossEntropy)
       .Default(Kind::Skip);
 }
 
@@ -47,6 +50,7 @@ struct Sample {
   Kind kind;
   double x = 0;       // FLOPs (GEMM, attention) or bytes (memory)
   double bytes = 0;   // GEMM: the bytes it reads and writes
+  double calls = 1;   // collectives: launches (a step's gradient all-reduces: one a tensor)
   double steps = 0;   // collectives: ring steps
   double wire = 0;    // collectives: bus-bandwidth factor x bytes
   CollectiveKind collective = CollectiveKind::AllReduce;
@@ -159,6 +163,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   std::string dtype;
   // Each run's measured optimizer update and the parameter values it held.
   std::vector<std::pair<double, double>> updates;
+  bool cpuRuns = false; // a run on parax-run's CPU path (its averaging follows the backward)
   for (auto [text, name] : llvm::zip(files, names)) {
     auto fail = [&, name = name](const Twine &why) {
       return createStringError(inconvertibleErrorCode(), "%s: %s", name.c_str(), why.str().c_str());
@@ -172,10 +177,45 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     const json::Array *instructions = root->getArray("instructions");
     if (!instructions)
       return fail("no 'instructions' array");
+    if (root->getString("device") == std::optional<StringRef>("cpu"))
+      cpuRuns = true;
+    // The gradient averaging's all-reduces (MPI_Allreduce a gradient
+    // tensor): collective samples of `calls` launches each. The rest of the
+    // averaging (the division by the microbatches and replicas, a pass over
+    // the gradients) is host work a parameter, counted with the update.
+    double reduceSeconds = 0;
+    if (const json::Value *list = root->get("gradient_all_reduces")) {
+      const json::Array *reduces = list->getAsArray();
+      if (!reduces)
+        return fail("'gradient_all_reduces' is not an array");
+      for (auto [i, value] : llvm::enumerate(*reduces)) {
+        const json::Object *r = value.getAsObject();
+        std::optional<double> n = r ? r->getNumber("group") : std::nullopt,
+                              bytes = r ? r->getNumber("bytes") : std::nullopt,
+                              calls = r ? r->getNumber("calls") : std::nullopt,
+                              seconds = r ? r->getNumber("seconds_median") : std::nullopt;
+        if (!n || !bytes || !calls || !seconds || !(*n >= 1) || !(*bytes >= 0) || !(*calls >= 1) ||
+            !(*seconds >= 0) || !std::isfinite(*bytes) || !std::isfinite(*seconds))
+          return fail(formatv("gradient_all_reduces[{0}]: needs group >= 1, bytes >= 0, calls >= 1 and "
+                              "seconds_median >= 0",
+                              i));
+        reduceSeconds += *seconds;
+        if (*n <= 1 || !(*seconds > 0))
+          continue;
+        Sample s{Kind::Collective};
+        s.collective = CollectiveKind::AllReduce;
+        s.calls = *calls;
+        s.steps = *calls * 2 * (*n - 1);
+        s.wire = 2 * (*n - 1) / *n * *bytes;
+        s.seconds = *seconds;
+        samples.push_back(s);
+      }
+    }
+    double averaged = root->getNumber("gradient_average_seconds_median").value_or(0);
     double updated = root->getNumber("optimizer_seconds_median").value_or(0);
     double values = root->getNumber("parameter_values").value_or(0);
     if (updated > 0 && values > 0)
-      updates.emplace_back(updated, values);
+      updates.emplace_back(updated + std::max(0.0, averaged - reduceSeconds), values);
     for (auto [i, value] : llvm::enumerate(*instructions)) {
       const json::Object *inst = value.getAsObject();
       auto where = [&, i = i](const Twine &why) { return fail(formatv("instruction {0}: ", i) + why); };
@@ -190,8 +230,8 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
       if (!(*seconds > 0) || !std::isfinite(*seconds))
         continue; // (a time too short for the clock)
       Kind kind = kindOf(*op);
-      if (kind == Kind::Skip)
-        continue;
+      if (kind == Kind::Skip || (*op == "cross_entropy" && operands->size() > 2))
+        continue; // (a loss given its logsumexp: the labels' pick)
       auto shape = [&](const json::Array &list, size_t k) -> const json::Array * {
         return k < list.size() ? list[k].getAsArray() : nullptr;
       };
@@ -353,6 +393,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   c.memoryEfficiency = 1;
   for (auto [kind, passes] : {std::pair<Kind, double *>{Kind::Memory, &p.addPasses},
                               {Kind::Norm, &p.normPasses},
+                              {Kind::CrossEntropy, &p.crossEntropyPasses},
                               {Kind::Rope, &p.ropePasses},
                               {Kind::Swiglu, &p.swigluPasses},
                               {Kind::Unary, &p.unaryPasses}})
@@ -374,6 +415,10 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   if (slope(Kind::Experts) > 0)
     p.expertsEfficiency = std::min(1.0, slope(Kind::Gemm) / slope(Kind::Experts));
   p.ncclProtocols = false;
+  // parax-run's CPU path averages a step's gradients after its backward
+  // (Training::averageGradients); the CUDA backend streams them in buckets
+  // during the last backward.
+  p.dpOverlap = !cpuRuns;
 
   // Collectives: theta = [L, h, 1/W a kind (all-reduce, all-gather,
   // reduce-scatter, all-to-all)]; the link's bandwidth is the fastest
@@ -389,7 +434,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
       cuse[2 + static_cast<int>(s.collective)] = true;
   for (const Sample &s : samples)
     if (s.kind == Kind::Collective) {
-      std::vector<double> row = {1, s.steps, 0, 0, 0, 0};
+      std::vector<double> row = {s.calls, s.steps, 0, 0, 0, 0};
       if (cuse[2 + static_cast<int>(s.collective)])
         row[2 + static_cast<int>(s.collective)] = s.wire;
       crows.push_back(row);
@@ -420,7 +465,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   // The residuals, a line a class.
   auto predict = [&](const Sample &s) {
     if (s.kind == Kind::Collective)
-      return cth[0] + s.steps * cth[1] + s.wire * cth[2 + static_cast<int>(s.collective)];
+      return s.calls * cth[0] + s.steps * cth[1] + s.wire * cth[2 + static_cast<int>(s.collective)];
     if (s.kind == Kind::Gemm)
       return std::max(s.x * slope(s.kind), s.bytes * th[kGemmBytes]) + th[kOverhead];
     return s.x * slope(s.kind) + th[kOverhead];
@@ -449,6 +494,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                passesLine(Kind::Norm, "norms", p.normPasses) + passesLine(Kind::Rope, "rope", p.ropePasses) +
                passesLine(Kind::Swiglu, "swiglu", p.swigluPasses) +
                passesLine(Kind::Unary, "activations", p.unaryPasses) +
+               passesLine(Kind::CrossEntropy, "cross-entropy", p.crossEntropyPasses) +
                line(Kind::Experts, slope(Kind::Experts) > 0
                                        ? formatv("experts: {0:F2} GFLOP/s", 1 / slope(Kind::Experts) / 1e9).str()
                                        : std::string("experts: not fitted")) +
@@ -461,6 +507,8 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                                                  "run(s))\n",
                                                  p.optimizerBytes, optimizerBytes.size())
                                              .str()) +
+               (p.dpOverlap ? "gradient averaging: overlapped with the last backward (the CUDA backend's buckets)\n"
+                            : "gradient averaging: after the backward (parax-run's CPU path)\n") +
                (crows.empty() ? collectiveLine + "\n"
                               : line(Kind::Collective,
                                      formatv("collectives: launch {0:F1} us, {1:F1} us a ring step, {2:F3} GB/s "

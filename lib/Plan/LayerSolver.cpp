@@ -573,6 +573,9 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   case OpClass::Mul:
     bytes *= profile.addPasses;
     break;
+  case OpClass::CrossEntropy:
+    bytes *= profile.crossEntropyPasses;
+    break;
   default:
     break;
   }

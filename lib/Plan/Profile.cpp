@@ -203,7 +203,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     const json::Object *object = passes->getAsObject();
     if (!object)
       return fieldError(source, "elementwise_passes",
-                        "must map op classes (norm, rope, swiglu, unary, add) to numbers");
+                        "must map op classes (norm, rope, swiglu, unary, add, cross_entropy) to numbers");
     for (const auto &entry : *object) {
       StringRef key = entry.first;
       double *target = key == "norm"     ? &p.normPasses
@@ -211,10 +211,11 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                        : key == "swiglu" ? &p.swigluPasses
                        : key == "unary"  ? &p.unaryPasses
                        : key == "add"    ? &p.addPasses
+                       : key == "cross_entropy" ? &p.crossEntropyPasses
                                          : nullptr;
       if (!target)
         return fieldError(source, ("elementwise_passes." + key).str(),
-                          "is not an op class (known: norm, rope, swiglu, unary, add)");
+                          "is not an op class (known: norm, rope, swiglu, unary, add, cross_entropy)");
       auto v = number(*object, key, 0.01, 100, 1, source, "elementwise_passes");
       if (!v)
         return v.takeError();
@@ -269,7 +270,7 @@ std::string Profile::toJson() const {
       {"score_bytes", scoreBytes},
       {"elementwise_passes",
        json::Object{{"norm", normPasses}, {"rope", ropePasses}, {"swiglu", swigluPasses},
-                    {"unary", unaryPasses}, {"add", addPasses}}},
+                    {"unary", unaryPasses}, {"add", addPasses}, {"cross_entropy", crossEntropyPasses}}},
       {"optimizer_bytes", optimizerBytes},
       {"experts_efficiency", expertsEfficiency},
       {"kernel_overhead_us", kernelOverhead * 1e6},

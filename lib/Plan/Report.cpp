@@ -273,10 +273,10 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
   os << formatv("  links: in a node {0}; between nodes {1}; {2:F1} us a collective's launch\n",
                 link(cluster.intraNode), link(cluster.interNode), cluster.collectiveLatency * 1e6);
   os << "  " << profile.summary() << "\n";
-  os << formatv("  profile: passes norm {0:G}, rope {1:G}, swiglu {2:G}, activations {3:G}, add/mul {4:G}; "
-                "experts at {5:G} of the GEMM rate; optimizer {6:G} bytes a parameter\n",
+  os << formatv("  profile: passes norm {0:G}, rope {1:G}, swiglu {2:G}, activations {3:G}, add/mul {4:G}, "
+                "cross-entropy {5:G}; experts at {6:G} of the GEMM rate; optimizer {7:G} bytes a parameter\n",
                 profile.normPasses, profile.ropePasses, profile.swigluPasses, profile.unaryPasses,
-                profile.addPasses, profile.expertsEfficiency, profile.optimizerBytes);
+                profile.addPasses, profile.crossEntropyPasses, profile.expertsEfficiency, profile.optimizerBytes);
   std::vector<LayerPlan> plans = layerPlansFor(model, cluster, workload, plan);
   os << formatv("  each distinct layer, forward, one microbatch of {0} sequence(s) on one device (ms):\n",
                 plan.microBatch);

@@ -75,3 +75,29 @@ def test_profile_on_the_cuda_backend_times_instructions_on_the_device(tmp_path):
     assert runs == {3}, runs
     assert {"linear", "attention", "rms_norm"} <= {inst["op"] for inst in data["instructions"]}
     assert all(inst["seconds_median"] >= 0 for inst in data["instructions"])
+
+
+def test_profile_records_the_data_parallel_gradient_all_reduces(tmp_path):
+    """A DP2 training step averages each gradient with one MPI_Allreduce
+    over the two replicas: the profile records their bytes (every
+    parameter's gradient in fp32), their count (one a tensor) and their
+    time, which is part of the averaging's; --calibrate takes them as
+    all-reduce samples and, for a run on parax-run's CPU path, a profile
+    whose gradient averaging follows the backward."""
+    model = Model(str(tmp_path), "tiny-llama", batch=1, seq=64, loss=True, rows=2)
+    exe = model.compile("dp", "train:batch=2,seq=64,tp=1,pp=1,dp=2,mbs=1,recompute=none,zero=0", 2, autodiff=True)
+    profile = os.path.join(model.dir, "run.json")
+    model.run(exe, 2, extra=["--steps", "2", "--optimizer", "adamw", "--profile", profile], outputs=0)
+    for path in (profile, profile + ".rank1"):
+        data = json.load(open(path))
+        reduces = data["gradient_all_reduces"]
+        assert len(reduces) == 1, reduces
+        assert reduces[0]["group"] == 2 and reduces[0]["calls"] == len(model.weights), reduces
+        assert reduces[0]["bytes"] == 4 * sum(w.size for w in model.weights.values()), reduces
+        assert 0 < reduces[0]["seconds_median"] <= data["gradient_average_seconds_median"], data
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracle-cluster.json")
+    prefix = os.path.join(model.dir, "fit")
+    out = run([tool("parax-plan"), "--cluster", base, "--calibrate", f"{profile},{profile}.rank1",
+               "--calibrated", prefix]).stdout
+    assert "gradient averaging: after the backward" in out, out
+    assert json.load(open(prefix + ".profile.json"))["dp_overlap"] is False

@@ -1,10 +1,11 @@
 //===- CalibrationTest.cpp - the fit recovers the figures that made the times -===//
 //
 // Run profiles written here from known figures (a GEMM rate and the
-// bandwidth GEMMs stream at, the plain and the norms' memory rates, the
-// attention's rate, a kernel's overhead, a collective's launch, ring step
-// and bandwidth), each instruction's time computed by the planner's own
-// forms; calibrate() must give those figures back.
+// bandwidth GEMMs stream at, the plain, the norms' and the cross-entropy's
+// memory rates, the attention's rate, a kernel's overhead, a collective's
+// launch, ring step and bandwidth, the host's work a parameter), each
+// instruction's time computed by the planner's own forms; calibrate() must
+// give those figures back.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,8 +23,8 @@ using namespace parax::plan;
 
 namespace {
 
-constexpr double kRate = 100e9, kStream = 10e9, kPlain = 1e9, kNorm = 2e9, kAttention = 40e9,
-                 kOverhead = 3e-6, kLaunch = 20e-6, kStep = 5e-6, kWire = 2e9;
+constexpr double kRate = 100e9, kStream = 10e9, kPlain = 1e9, kNorm = 2e9, kCrossEntropy = 0.5e9,
+                 kAttention = 40e9, kOverhead = 3e-6, kLaunch = 20e-6, kStep = 5e-6, kWire = 2e9;
 
 std::string shape(std::vector<int64_t> dims) {
   std::string out = "[";
@@ -51,7 +52,8 @@ double elements(const std::vector<int64_t> &dims) {
   return n;
 }
 
-std::string runProfile(double optimizerSeconds, double parameters) {
+// `averageSeconds`: the gradient averaging's time beyond its all-reduces.
+std::string runProfile(double optimizerSeconds, double parameters, double averageSeconds = 0) {
   std::vector<std::string> list;
   // GEMMs y [m, n] = x [m, k] W [n, k]: the larger of FLOPs and bytes.
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1024, 512, 512},
@@ -67,6 +69,17 @@ std::string runProfile(double optimizerSeconds, double parameters) {
     std::vector<int64_t> x = {rows, 512};
     list.push_back(inst("add", {x, x}, x, 3 * 4 * elements(x) / kPlain + kOverhead));
     list.push_back(inst("rms_norm", {x, {512}}, x, 4 * (2 * elements(x) + 512) / kNorm + kOverhead));
+  }
+  // The loss over [rows, V] logits: their bytes (and the labels') at its
+  // rate; under a vocabulary split the logsumexp over a rank's columns is
+  // that work, and the loss given it (a third operand) picks labels only:
+  // not a sample (its time here would spoil the fit were it one).
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{128, 4096}, {256, 8192}, {512, 2048}}) {
+    double labels = 4.0 * rows;
+    list.push_back(inst("cross_entropy", {{rows, vocab}, {rows}}, {},
+                        (4.0 * rows * vocab + labels + 4) / kCrossEntropy + kOverhead));
+    list.push_back(inst("logsumexp", {{rows, vocab}}, {rows, 1}, 4.0 * rows * (vocab + 1) / kCrossEntropy + kOverhead));
+    list.push_back(inst("cross_entropy", {{rows, vocab}, {rows}, {rows, 1}}, {}, 1.0));
   }
   for (int64_t s : {64, 128, 256}) {
     // causal: s (s + 1) / 2 pairs of 2 heads of 64, 2 x 64 + 5 + 2 x 64 FLOPs a pair
@@ -88,19 +101,26 @@ std::string runProfile(double optimizerSeconds, double parameters) {
   std::string body;
   for (size_t i = 0; i < list.size(); ++i)
     body += (i ? ",\n" : "") + list[i];
+  // A step's gradient averaging over 4 ranks: 9 all-reduces of 40 MB in
+  // all, one a gradient tensor (a launch and 2 (n - 1) ring steps each).
+  double reduced = 40e6, reduce = 9 * kLaunch + 9 * 6 * kStep + 2 * 3.0 / 4 * reduced / kWire;
   return llvm::formatv(R"({{"format": "parax-run-profile-1", "device": "cpu", "ranks": 1, "rank": 0, )"
                        R"("parameter_values": {0:e}, "optimizer": "adamw", "optimizer_seconds_median": {1:e}, )"
-                       R"("instructions": [{2}]})",
-                       parameters, optimizerSeconds, body)
+                       R"("gradient_average_seconds_median": {2:e}, )"
+                       R"("gradient_all_reduces": [{{"group": 4, "bytes": {3:e}, "calls": 9, "seconds_median": {4:e}}], )"
+                       R"("instructions": [{5}]})",
+                       parameters, optimizerSeconds, reduce + averageSeconds, reduced, reduce, body)
       .str();
 }
 
 ClusterSpec base() { return llvm::cantFail(resolveCluster("dgx-a100-80gb")); }
 
 TEST(CalibrationTest, TheFitGivesBackTheFiguresThatMadeTheTimes) {
-  // An optimizer moving 48 bytes a parameter at the streaming rate.
+  // An optimizer moving 48 bytes a parameter at the streaming rate, the
+  // averaging's division 8 more.
   double parameters = 1e7;
-  llvm::Expected<Calibration> fit = calibrate(base(), {runProfile(48 * parameters / kStream, parameters)}, {"p.json"});
+  llvm::Expected<Calibration> fit = calibrate(
+      base(), {runProfile(48 * parameters / kStream, parameters, 8 * parameters / kStream)}, {"p.json"});
   ASSERT_TRUE(static_cast<bool>(fit)) << llvm::toString(fit.takeError());
   const ClusterSpec &c = fit->cluster;
   const Profile &p = c.profile;
@@ -110,18 +130,44 @@ TEST(CalibrationTest, TheFitGivesBackTheFiguresThatMadeTheTimes) {
   near(c.hbmBandwidth, kStream);
   near(p.addPasses, kStream / kPlain);
   near(p.normPasses, kStream / kNorm);
+  near(p.crossEntropyPasses, kStream / kCrossEntropy);
   near(p.flashEfficiency, kAttention / kRate);
   near(p.kernelOverhead, kOverhead);
-  near(p.optimizerBytes, 48);
+  near(p.optimizerBytes, 56);
   near(c.intraNode.bandwidth, kWire);
   near(c.collectiveLatency, kLaunch);
   near(c.intraNode.hopLatency, kStep);
   EXPECT_FALSE(p.ncclProtocols);
+  // (parax-run's CPU path averages the gradients after the backward)
+  EXPECT_FALSE(p.dpOverlap);
   // What is not the fit's is the base cluster's.
   EXPECT_EQ(c.devicesPerNode, 8);
   EXPECT_EQ(c.hbmBytes, base().hbmBytes);
   EXPECT_NE(fit->report.find("GEMMs: 100.00 GFLOP/s (f32), streaming 10.00 GB/s"), std::string::npos)
       << fit->report;
+}
+
+TEST(CalibrationTest, RunsOnTheCudaBackendOverlapTheGradientAveraging) {
+  std::string text = runProfile(1e-3, 1e7);
+  size_t at = text.find(R"("device": "cpu")");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 15, R"("device": "cuda")");
+  llvm::Expected<Calibration> fit = calibrate(base(), {text}, {"g.json"});
+  ASSERT_TRUE(static_cast<bool>(fit)) << llvm::toString(fit.takeError());
+  EXPECT_TRUE(fit->cluster.profile.dpOverlap);
+  EXPECT_NE(fit->report.find("gradient averaging: overlapped with the last backward"), std::string::npos);
+}
+
+TEST(CalibrationTest, AGradientAllReduceWithoutItsFiguresIsRefusedByIndex) {
+  std::string text = runProfile(1e-3, 1e7);
+  size_t at = text.find(R"("calls": 9)");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 10, R"("calls": 0)");
+  llvm::Expected<Calibration> fit = calibrate(base(), {text}, {"r.json"});
+  ASSERT_FALSE(static_cast<bool>(fit));
+  EXPECT_NE(llvm::toString(fit.takeError()).find("r.json: gradient_all_reduces[0]: needs group >= 1, bytes >= 0, "
+                                                 "calls >= 1"),
+            std::string::npos);
 }
 
 TEST(CalibrationTest, TooFewTimingsAreRefusedNamingWhatIsMissing) {

@@ -439,6 +439,36 @@ TEST_F(PlannerTest, GradientSyncWaitsWhileTheBackwardsCollectivesHoldItsLinks) {
   EXPECT_NEAR(shared.dpComm, sync - 2.0 / 3 * compute, 1e-9 * sync);
 }
 
+TEST_F(PlannerTest, TheLossTakesItsProfilesPassesOverTheLogits) {
+  // The MLP's output [8, 2048, 1024] bf16 as logits of a cross-entropy with
+  // int32 labels: its bytes (the logits' 2 a value, the labels' 4, the f32
+  // loss) are memory-bound at any pass count here (4 FLOPs a logit at the
+  // bf16 peak take 1/300 of their read), and training runs the loss once
+  // forward and its gradient at twice that (no recompute): 11 passes
+  // against 1 add 10 x 3 x bytes / HBM to the step's compute.
+  std::string text = mlp(true);
+  text.replace(text.find("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})"),
+               std::string("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})").size(),
+               "%head: tensor<1024x1024xbf16> {parax.param = \"head\"}, %labels: tensor<8x2048xi32>)");
+  text.replace(text.find("-> tensor<8x2048x1024xbf16> {"), 30, "-> tensor<f32> {");
+  text.replace(text.find("  return %l : tensor<8x2048x1024xbf16>"), 39,
+               "  %loss = parax.cross_entropy %l, %labels {parax.layer = 1 : i64} : (tensor<8x2048x1024xbf16>, "
+               "tensor<8x2048xi32>) -> tensor<f32>\n  return %loss : tensor<f32>");
+  ModelGraph model = analyze(text);
+  Workload w = cantFail(parseWorkload("train:batch=8,seq=2048,dp=1,tp=1,pp=1,ep=1,cp=1,mbs=8,recompute=none,zero=0"));
+  ClusterSpec c = cantFail(resolveCluster("dgx-h100:devices_per_node=1,nodes=1"));
+  auto compute = [&](double passes) {
+    ClusterSpec d = c;
+    d.profile.crossEntropyPasses = passes;
+    PlanResult result = searchPlans(model, d, w, PlanOptions());
+    EXPECT_FALSE(result.plans.empty());
+    return result.plans.empty() ? 0.0 : result.plans.front().computeTime;
+  };
+  double bytes = 8.0 * 2048 * 1024 * 2 + 8.0 * 2048 * 4 + 4;
+  double more = 10 * 3 * bytes / (c.hbmBandwidth * c.memoryEfficiency);
+  EXPECT_NEAR(compute(11) - compute(1), more, 1e-9 * more);
+}
+
 TEST_F(PlannerTest, ZeroThreeAsDeepSpeedRanItGathersTensorByTensorWithoutOverlap) {
   // DeepSpeed's 2021 stage 3: every gather after a device synchronisation
   // (no prefetch: each is exposed, and so is each reduce-scatter on the

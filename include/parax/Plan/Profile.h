@@ -62,9 +62,12 @@ struct Profile {
   double scoreBytes = 0;
   /// Memory-bound ops: HBM passes as a multiple of one fused kernel's
   /// (reads of the operands, one write of the result), per op class
-  /// ("norm", "rope", "swiglu", "unary", "add": add and mul): an eager stack
-  /// runs an RMSNorm as several kernels, some in fp32.
-  double normPasses = 1, ropePasses = 1, swigluPasses = 1, unaryPasses = 1, addPasses = 1;
+  /// ("norm", "rope", "swiglu", "unary", "add": add and mul,
+  /// "cross_entropy": the loss over the logits): an eager stack runs an
+  /// RMSNorm as several kernels, some in fp32; a CPU's cross-entropy is
+  /// bound by its exponentials, not its bytes.
+  double normPasses = 1, ropePasses = 1, swigluPasses = 1, unaryPasses = 1, addPasses = 1,
+         crossEntropyPasses = 1;
   /// HBM bytes an optimizer step moves a parameter it updates (AdamW in
   /// fp32: master, m and v read and written, the gradient read: 16 as the
   /// planner has always counted it; a calibrated profile measures it).

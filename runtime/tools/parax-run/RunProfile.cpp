@@ -87,7 +87,13 @@ Status writeRunProfile(const std::string &path, const pxe::Executable &exe, cons
      << ",\n  \"step_seconds_median\": " << number(totals.step) << ",\n  \"parameter_values\": "
      << number(parameters) << ",\n  \"optimizer\": " << quoted(totals.optimizer)
      << ",\n  \"gradient_average_seconds_median\": " << number(totals.gradientAverage)
-     << ",\n  \"optimizer_seconds_median\": " << number(totals.optimizerUpdate) << ",\n  \"instructions\": [";
+     << ",\n  \"optimizer_seconds_median\": " << number(totals.optimizerUpdate) << ",\n  \"gradient_all_reduces\": [";
+  for (size_t k = 0; k < totals.gradientReduces.size(); ++k) {
+    const RunProfileTotals::Reduce &r = totals.gradientReduces[k];
+    os << (k ? ", " : "") << "{\"group\": " << r.ranks << ", \"bytes\": " << number(r.bytes)
+       << ", \"calls\": " << r.calls << ", \"seconds_median\": " << number(r.seconds) << "}";
+  }
+  os << "],\n  \"instructions\": [";
   auto shapeOf = [&](int32_t id) { return list(stage.buffers(id).shape()); };
   bool first = true;
   for (int k = 0; k < stage.instructions_size(); ++k) {

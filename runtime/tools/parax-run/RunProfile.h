@@ -14,6 +14,7 @@
 #include "parax/runtime/Status.h"
 
 #include <string>
+#include <vector>
 
 namespace parax::runtime {
 
@@ -27,6 +28,16 @@ struct RunProfileTotals {
   /// none ran).
   double gradientAverage = 0, optimizerUpdate = 0;
   std::string optimizer;
+  /// The gradient averaging's all-reduces a step (part of its time), by
+  /// the ranks they span: the bytes a rank put into them, how many calls,
+  /// the median of their summed seconds.
+  struct Reduce {
+    int ranks = 0;
+    double bytes = 0;
+    int calls = 0;
+    double seconds = 0;
+  };
+  std::vector<Reduce> gradientReduces;
 };
 
 /// `executor`: the stage's program and the rank's coordinates; `seconds`:

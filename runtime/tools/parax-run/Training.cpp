@@ -6,6 +6,7 @@
 #include "parax/runtime/Executable.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <set>
@@ -239,8 +240,15 @@ Status Training::allReduceOverReplicas(size_t k, float *data, size_t n) {
   MPI_Comm comm = k < partialOf_.size() ? partialOf_[k].comm : replicaComm_;
   if (comm == MPI_COMM_NULL) return Status::ok();
   auto watched = watch("the data-parallel gradient all-reduce (MPI_Allreduce over dp and the gradient's partial axes)");
+  auto began = std::chrono::steady_clock::now();
   if (MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm) != MPI_SUCCESS)
     return Status::error("the data-parallel gradient all-reduce failed");
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  ReduceTally &tally = reduces_[ranks];
+  tally.bytes += sizeof(float) * static_cast<double>(n);
+  tally.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  ++tally.calls;
   return Status::ok();
 }
 

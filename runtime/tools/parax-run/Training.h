@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace parax::run {
@@ -96,6 +97,15 @@ public:
   /// reduce-scatters them over the replicas, and `meanOverReplicas` takes
   /// the replicas' mean for writing.
   Status averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares);
+  /// The gradients' all-reduces over the replicas (and their partial axes)
+  /// since the last call, by the ranks each spans: the bytes a rank put
+  /// into them, how many, and their wall time (parax-run --profile's
+  /// `gradient_all_reduces`).
+  struct ReduceTally {
+    double bytes = 0, seconds = 0;
+    int calls = 0;
+  };
+  std::map<int, ReduceTally> takeReduceTally() { return std::exchange(reduces_, {}); }
   Status meanOverReplicas(std::vector<Tensor> &outputs);
   /// Each gradient that is this stage's part (`output_stage_parts`)
   /// replaced by the sum of every holding stage's part, in stage order: the
@@ -285,6 +295,7 @@ private:
     MPI_Comm comm = MPI_COMM_NULL;
   };
   std::vector<PartialSum> partialOf_;
+  std::map<int, ReduceTally> reduces_; // since the last takeReduceTally
   std::map<unsigned, MPI_Comm> shareComms_; // by axes mask, groups of more than one rank
   int64_t largestShareGroup_ = 1;           // over every stage
   std::vector<std::string> gradOf_;      // per output of this stage: "<name>[@offsets]" or ""

@@ -957,11 +957,21 @@ int main(int argc, char **argv) {
   // A training step's gradient averaging (the data-parallel reduction) and
   // optimizer update on the host, each step (--profile).
   std::vector<double> syncTimes, optimizerTimes;
+  // ... and the averaging's all-reduces, by the ranks they span: each
+  // step's summed seconds, the bytes and calls of one step.
+  std::map<int, std::vector<double>> reduceTimes;
+  std::map<int, Training::ReduceTally> reduceStep;
   double prefillSeconds = 0; // --prefill: the prompt's chunks
   std::vector<Tensor> results; // this stage's outputs, microbatches joined
   // A training step's gradients (every rank's boxes) and the optimizer.
   std::unique_ptr<Training> training;
   if (generate <= 0) training = std::make_unique<Training>(exe.value(), rank, mpi, waits.get());
+  auto tallyReduces = [&] {
+    for (const auto &[ranks, tally] : training->takeReduceTally()) {
+      reduceTimes[ranks].push_back(tally.seconds);
+      reduceStep[ranks] = tally;
+    }
+  };
   // The parameters the optimizer updates: the CPU executor's own buffers;
   // on CUDA, fp32 master copies on the host (the device holds the storage
   // dtype), written back to the device after each step.
@@ -1405,6 +1415,7 @@ int main(int argc, char **argv) {
           if (s.isOk() && device == "cuda") s = gpus[0]->updateParameters(masters);
           syncTimes.push_back(std::chrono::duration<double>(averaged - began).count());
           optimizerTimes.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - averaged).count());
+          tallyReduces();
         }
 #else
         auto began = std::chrono::steady_clock::now();
@@ -1413,6 +1424,7 @@ int main(int argc, char **argv) {
         if (s.isOk()) s = training->apply(optimizer, results, parameters, gradNorm);
         syncTimes.push_back(std::chrono::duration<double>(averaged - began).count());
         optimizerTimes.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - averaged).count());
+        tallyReduces();
 #endif
         if (s.isOk() && biasSpeed > 0) balanceExperts();
         if (s.isOk() && device == "cpu") s = cpu.hoistParameterMoves();
@@ -1733,6 +1745,8 @@ int main(int argc, char **argv) {
     };
     RunProfileTotals totals{median(times), static_cast<int>(times.size()), median(syncTimes),
                             median(optimizerTimes), optimizerTimes.empty() ? std::string() : optimizer.kind};
+    for (const auto &[ranks, tally] : reduceStep)
+      totals.gradientReduces.push_back({ranks, tally.bytes, tally.calls, median(reduceTimes[ranks])});
     Status written = writeRunProfile(path, exe.value(), *program, seconds, rank, size, device, totals);
     if (!written.isOk()) die(written.message());
   }
