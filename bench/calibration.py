@@ -7,7 +7,9 @@
    rank at two sizes and under TP2 (its collectives), its training step
    with AdamW under TP2 with sequence parallelism and under DP2 (the
    gradient all-reduces), a generation loop of 2 rows (GEMMs streaming
-   their weights), a small Mixtral's prefill on one rank and under EP2.
+   their weights), a small Mixtral's prefill on one rank and under EP2,
+   and a sweep of each collective kind over message sizes (64 KB to 32 MB
+   a rank), as nccl-tests measures NCCL.
 2. parax-plan --calibrate fits a cluster and a profile to them
    (docs/cost-model.md, "Calibration").
 3. Other plans -- other shapes, other layouts, other workloads: prefill,
@@ -28,9 +30,12 @@
    predicted fastest is the measured fastest or within 5 % of it; last,
    the largest |error| and the ranking agreement.
 
-One OpenBLAS thread a rank. Plans of more ranks than cores (4 on this
-machine's 2) are costed on a cluster whose every rate is cores / ranks of
-the calibrated one: the ranks share the cores by time slicing.
+One OpenBLAS thread a rank, each rank bound to a core of its own, a
+one-rank run to the slowest core (a synchronous step goes at its slowest
+rank's pace; on this VM one core's memory streams up to 30 % slower).
+Plans of more ranks than cores (4 on this machine's 2) run unbound and are
+costed on a cluster whose every rate is cores / ranks of the calibrated
+one: the ranks share the cores by time slicing.
 """
 
 import argparse
@@ -69,6 +74,7 @@ class Bench:
     def __init__(self, build, work):
         self.bin = os.path.join(build, "bin")
         self.work = work
+        self.core = None  # the core one-rank runs are bound to (None: any)
 
     def path(self, name):
         return os.path.join(self.work, name)
@@ -94,6 +100,37 @@ class Bench:
                      str(seq), "--dtype", "f32"] + (["--loss"] if loss else []) +
                     (["--cache", str(cache)] if cache else []) + ["-o", self.path(name)])
         return self.path(name)
+
+    def collective_sweep(self):
+        """A program of collectives only, over 2 ranks -- all-reduce,
+        all-gather, reduce-scatter and all-to-all of 64 KB to 32 MB a rank,
+        a power of two apart (what nccl-tests measures for NCCL) -- with
+        its inputs and an empty weights file: (exe, inputs, weights)."""
+        args, body, results, types, inputs = [], [], [], [], []
+        for i, k in enumerate(range(14, 24)):
+            half = 2 ** k // 2
+            t = f"tensor<2x{half}xf32>"
+            args.append(f"%x{i}: {t} {{parax.input = {i} : i64}}")
+            body += [f'%r{i} = parax.all_reduce %x{i} over @g ["tp"] : {t} -> {t}',
+                     f'%g{i} = parax.all_gather %x{i} over @g ["tp"] dim 0 : {t} -> tensor<4x{half}xf32>',
+                     f'%s{i} = parax.reduce_scatter %g{i} over @g ["tp"] dim 0 : tensor<4x{half}xf32> -> {t}',
+                     f'%a{i} = parax.all_to_all %x{i} over @g ["tp"] split 1 concat 0 : {t} -> '
+                     f'tensor<4x{half // 2}xf32>']
+            results += [f"%r{i}", f"%s{i}", f"%a{i}"]
+            types += [t, t, f"tensor<4x{half // 2}xf32>"]
+            inputs.append(self.path(f"sweep-{i}.npy"))
+            self.sh([PY, "-c", "import sys, numpy as np; np.save(sys.argv[1], np.random.default_rng(int(sys.argv[3]))"
+                     ".standard_normal((2, int(sys.argv[2]))).astype(np.float32))", inputs[-1], str(half), str(i)])
+        text = ("module {\n  parax.grid @g (tp = 2)\n  func.func @forward(" + ", ".join(args) + ") -> (" +
+                ", ".join(types) + ") {\n" + "".join(f"    {line}\n" for line in body) + "    return " +
+                ", ".join(results) + " : " + ", ".join(types) + "\n  }\n}\n")
+        with open(self.path("sweep.mlir"), "w") as f:
+            f.write(text)
+        self.sh([os.path.join(self.bin, "parax-translate"), "--to-executable", self.path("sweep.mlir"), "-o",
+                 self.path("sweep.pxe")])
+        with open(self.path("empty.safetensors"), "wb") as f:  # (no parameters)
+            f.write((8).to_bytes(8, "little") + b"{}      ")
+        return self.path("sweep.pxe"), inputs, self.path("empty.safetensors")
 
     def tokens(self, name, rows, cols, seed):
         path = self.path(name + ".npy")
@@ -138,8 +175,14 @@ class Bench:
             raise RuntimeError(f"no plan for {workload}: {out.get('explanation')}")
         return out["plans"][0]
 
-    def run(self, exe, ranks, weights, inputs, extra=(), profile=None):
-        cmd = ["timeout", "600", "mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
+    def run(self, exe, ranks, weights, inputs, extra=(), profile=None, core=None):
+        """parax-run's step time: each rank bound to a core of its own
+        (rank r to core r), a one-rank run to `core` (default self.core);
+        more ranks than cores share them unbound."""
+        core = self.core if core is None else core
+        bind = (["--oversubscribe", "--bind-to", "none"] if ranks > CORES
+                else ["--bind-to", "core"] + (["--cpu-set", str(core)] if ranks == 1 and core is not None else []))
+        cmd = ["timeout", "600", "mpirun", "-np", str(ranks)] + bind + [
                os.path.join(self.bin, "parax-run"), exe, "--weights", weights] + list(extra)
         for path in inputs:
             cmd += ["--input", path]
@@ -222,6 +265,26 @@ def main():
                                         prompt=32, steps=5)
         cal_runs.append(dict(name=name, exe=exe, ranks=ranks, weights=llama_w if model == "llama" else mixtral_w,
                              inputs=inputs, extra=extra))
+
+    # Each collective kind over message sizes (on this VM an all-reduce
+    # past the 32 MB last-level cache runs at a third of its rate, an
+    # all-gather keeps its own): no model's collectives span them all.
+    sweep, sweep_inputs, no_weights = b.collective_sweep()
+    cal_runs.append(dict(name="cal-collectives", exe=sweep, ranks=2, weights=no_weights, inputs=sweep_inputs,
+                         extra=["--steps", "5"]))
+
+    # The slowest core: a synchronous step over several ranks goes at its
+    # slowest rank's pace, so the one-rank runs (most calibration runs)
+    # are bound to the slowest core -- on this VM its memory streams up to
+    # 30 % slower than the other's (a generation step 6.2 against 4.8 ms);
+    # unbound, a one-rank run landed on either, by chance.
+    streaming = next(c for c in cal_runs if c["name"] == "cal-generate")
+    pace = {core: statistics.median(b.run(streaming["exe"], 1, streaming["weights"], streaming["inputs"],
+                                          streaming["extra"], core=core) for _ in range(3))
+            for core in range(CORES)}
+    b.core = max(pace, key=pace.get)
+    print("one-rank runs bound to core %d (a 2-row generation step: %s)" % (
+        b.core, ", ".join(f"core {c} {1e3 * t:.2f} ms" for c, t in sorted(pace.items()))), flush=True)
 
     def profile_round(round_):
         """Every calibration run once, profiled: the files' paths."""

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <vector>
 
 using namespace llvm;
@@ -53,6 +55,8 @@ struct Sample {
   double calls = 1;   // collectives: launches (a step's gradient all-reduces: one a tensor)
   double steps = 0;   // collectives: ring steps
   double wire = 0;    // collectives: bus-bandwidth factor x bytes
+  double message = 0; // collectives: a call's buffer (collectiveTime's bytes)
+  bool gradient = false; // a step's gradient all-reduces (one a tensor of that size)
   CollectiveKind collective = CollectiveKind::AllReduce;
   double seconds = 0;
 };
@@ -164,6 +168,21 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   // Each run's measured optimizer update and the parameter values it held.
   std::vector<std::pair<double, double>> updates;
   bool cpuRuns = false; // a run on parax-run's CPU path (its averaging follows the backward)
+  // A collective ends when its last rank arrives: the others' times hold
+  // their wait for it. Each collective of a run (its ranks' files: P.json,
+  // P.json.rank<r>) is taken at its least time over the ranks running the
+  // same stage program -- the last arrival's.
+  std::map<std::tuple<std::string, int64_t, int64_t>, Sample> collectives;
+  auto collective = [&](StringRef file, int64_t stage, int64_t index, const Sample &s) {
+    StringRef run = file;
+    size_t at = file.rfind(".rank");
+    if (at != StringRef::npos && at + 5 < file.size() &&
+        llvm::all_of(file.drop_front(at + 5), [](char c) { return c >= '0' && c <= '9'; }))
+      run = file.take_front(at);
+    auto [it, added] = collectives.try_emplace({run.str(), stage, index}, s);
+    if (!added && s.seconds < it->second.seconds)
+      it->second = s;
+  };
   for (auto [text, name] : llvm::zip(files, names)) {
     auto fail = [&, name = name](const Twine &why) {
       return createStringError(inconvertibleErrorCode(), "%s: %s", name.c_str(), why.str().c_str());
@@ -179,6 +198,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
       return fail("no 'instructions' array");
     if (root->getString("device") == std::optional<StringRef>("cpu"))
       cpuRuns = true;
+    int64_t stage = static_cast<int64_t>(root->getNumber("stage").value_or(0));
     // The gradient averaging's all-reduces (MPI_Allreduce a gradient
     // tensor): collective samples of `calls` launches each. The rest of the
     // averaging (the division by the microbatches and replicas, a pass over
@@ -207,8 +227,11 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
         s.calls = *calls;
         s.steps = *calls * 2 * (*n - 1);
         s.wire = 2 * (*n - 1) / *n * *bytes;
+        s.message = *bytes / *calls;
+        s.gradient = true;
         s.seconds = *seconds;
-        samples.push_back(s);
+        // (a step's, by the ranks it spans and its message's size)
+        collective(name, stage, -1 - static_cast<int64_t>(s.message) * 1024 - static_cast<int64_t>(*n), s);
       }
     }
     double averaged = root->getNumber("gradient_average_seconds_median").value_or(0);
@@ -304,10 +327,15 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                                                     : CollectiveKind::AllToAll;
         s.steps = reduce ? 2 * (n - 1) : n - 1;
         s.wire = (reduce ? 2 * (n - 1) / n : (n - 1) / n) * bytes;
+        s.message = bytes;
+        collective(name, stage, static_cast<int64_t>(i), s);
+        continue;
       }
       samples.push_back(s);
     }
   }
+  for (const auto &entry : collectives)
+    samples.push_back(entry.second);
   auto count = [&](Kind k) { return llvm::count_if(samples, [&](const Sample &s) { return s.kind == k; }); };
   if (count(Kind::Gemm) < 2 || count(Kind::Memory) < 2)
     return createStringError(inconvertibleErrorCode(),
@@ -423,8 +451,14 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   // Collectives: theta = [L, h, 1/W a kind (all-reduce, all-gather,
   // reduce-scatter, all-to-all)]; the link's bandwidth is the fastest
   // kind's, the others a share of it (the profile's collective_kinds).
-  std::vector<std::vector<double>> crows;
-  std::vector<double> ct;
+  // A message's size changes its bandwidth, differently for each kind: on
+  // a CPU node MPI copies through the last-level cache, and an all-reduce
+  // beyond it moves at a third of its pace while an all-gather keeps its
+  // own. Each kind's size curve: its median rate (wire bytes over its time
+  // less the line's latency) a power of two of message bytes, as a share of
+  // its fastest such rate; the line is fitted on each sample's wire over
+  // its share, the rates read again with the line's latency, until the
+  // shares settle. A kind whose messages fill one power of two has none.
   std::vector<bool> cuse = {true, true, false, false, false, false};
   // A kind's bandwidth is fitted only where some message of it is large
   // enough to show one (64 KB on the wire): a loss's scalar all-reduce
@@ -432,21 +466,74 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   for (const Sample &s : samples)
     if (s.kind == Kind::Collective && s.wire >= 65536)
       cuse[2 + static_cast<int>(s.collective)] = true;
-  for (const Sample &s : samples)
-    if (s.kind == Kind::Collective) {
-      std::vector<double> row = {s.calls, s.steps, 0, 0, 0, 0};
-      if (cuse[2 + static_cast<int>(s.collective)])
-        row[2 + static_cast<int>(s.collective)] = s.wire;
-      crows.push_back(row);
-      ct.push_back(s.seconds);
-    }
-  std::string collectiveLine = "collectives: none measured (the base cluster's links kept)";
+  auto share = [&](const Sample &s) { return p.sizeShare(static_cast<int>(s.collective), s.message); };
   std::vector<double> cth;
-  if (!crows.empty()) {
-    Expected<std::vector<double>> fit = nonNegative(crows, ct, cuse, "collective", /*relative=*/false);
+  auto fitLine = [&]() -> Error {
+    std::vector<std::vector<double>> rows;
+    std::vector<double> t;
+    for (const Sample &s : samples)
+      if (s.kind == Kind::Collective) {
+        std::vector<double> row = {s.calls, s.steps, 0, 0, 0, 0};
+        if (cuse[2 + static_cast<int>(s.collective)])
+          row[2 + static_cast<int>(s.collective)] = s.wire / share(s);
+        rows.push_back(row);
+        t.push_back(s.seconds);
+      }
+    if (rows.empty())
+      return Error::success();
+    Expected<std::vector<double>> fit = nonNegative(rows, t, cuse, "collective");
     if (!fit)
       return fit.takeError();
     cth = *fit;
+    return Error::success();
+  };
+  if (Error e = fitLine())
+    return std::move(e);
+  for (int round = 0; round < 100 && !cth.empty(); ++round) {
+    bool settled = true;
+    for (int k = 0; k < 4; ++k) {
+      std::map<int, std::vector<std::pair<double, double>>> bins; // log2 bytes: (bytes, rate)
+      for (const Sample &s : samples) {
+        double wireTime = s.seconds - s.calls * cth[0] - s.steps * cth[1];
+        if (s.kind == Kind::Collective && static_cast<int>(s.collective) == k && s.wire >= 65536 &&
+            wireTime > 0)
+          bins[static_cast<int>(std::floor(std::log2(s.message)))].emplace_back(s.message, s.wire / wireTime);
+      }
+      std::vector<std::pair<double, double>> curve;
+      if (bins.size() >= 2) {
+        double top = 0;
+        for (auto &[bin, points] : bins) {
+          double logs = 0;
+          std::vector<double> rates;
+          for (auto [bytes, rate] : points) {
+            logs += std::log(bytes);
+            rates.push_back(rate);
+          }
+          llvm::sort(rates);
+          curve.emplace_back(std::exp(logs / points.size()), rates[rates.size() / 2]);
+          top = std::max(top, curve.back().second);
+        }
+        for (auto &point : curve)
+          point.second = std::clamp(point.second / top, 0.01, 1.0);
+      }
+      std::vector<std::pair<double, double>> &old = p.sizeCurves[k];
+      settled = settled && curve.size() == old.size();
+      for (size_t i = 0; settled && i < curve.size(); ++i)
+        settled = std::abs(curve[i].second / old[i].second - 1) < 1e-9;
+      old = curve;
+    }
+    if (Error e = fitLine())
+      return std::move(e);
+    if (settled)
+      break;
+  }
+  // A step's gradient reduction goes in messages of at most its largest
+  // gradient (one a tensor, as parax-run averages them).
+  for (const Sample &s : samples)
+    if (s.kind == Kind::Collective && s.gradient)
+      p.reduceBucketBytes = std::max(p.reduceBucketBytes, s.message);
+  std::string collectiveLine = "collectives: none measured (the base cluster's links kept)";
+  if (!cth.empty()) {
     double fastest = 0; // the least seconds a byte among the kinds fitted
     for (int k = 2; k < 6; ++k)
       if (cth[k] > 0 && (fastest == 0 || cth[k] < fastest))
@@ -465,7 +552,8 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   // The residuals, a line a class.
   auto predict = [&](const Sample &s) {
     if (s.kind == Kind::Collective)
-      return s.calls * cth[0] + s.steps * cth[1] + s.wire * cth[2 + static_cast<int>(s.collective)];
+      return s.calls * cth[0] + s.steps * cth[1] +
+             s.wire * cth[2 + static_cast<int>(s.collective)] / share(s);
     if (s.kind == Kind::Gemm)
       return std::max(s.x * slope(s.kind), s.bytes * th[kGemmBytes]) + th[kOverhead];
     return s.x * slope(s.kind) + th[kOverhead];
@@ -509,7 +597,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                                              .str()) +
                (p.dpOverlap ? "gradient averaging: overlapped with the last backward (the CUDA backend's buckets)\n"
                             : "gradient averaging: after the backward (parax-run's CPU path)\n") +
-               (crows.empty() ? collectiveLine + "\n"
+               (cth.empty() ? collectiveLine + "\n"
                               : line(Kind::Collective,
                                      formatv("collectives: launch {0:F1} us, {1:F1} us a ring step, {2:F3} GB/s "
                                              "(all-reduce x {3:F2}, all-gather x {4:F2}, reduce-scatter x {5:F2}, "
@@ -518,5 +606,17 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                                              p.kindEfficiency[0], p.kindEfficiency[1], p.kindEfficiency[2],
                                              p.kindEfficiency[3])
                                          .str()));
+  static const char *const kindNames[] = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all"};
+  for (int k = 0; k < 4; ++k)
+    if (!p.sizeCurves[k].empty()) {
+      out.report += formatv("{0} by message size (share of its bandwidth):", kindNames[k]).str();
+      for (auto [bytes, fraction] : p.sizeCurves[k])
+        out.report += formatv(" {0:F2} MB {1:F2};", bytes / 1e6, fraction).str();
+      out.report.back() = '\n';
+    }
+  if (p.reduceBucketBytes > 0)
+    out.report += formatv("gradient reduction: in messages of at most {0:F2} MB (its largest gradient's)\n",
+                          p.reduceBucketBytes / 1e6)
+                      .str();
   return out;
 }

@@ -73,8 +73,11 @@ double parax::plan::collectiveTime(const ClusterSpec &cluster,
     return 0;
   double n = group.size, g = group.perNode, k = group.nodes();
   auto [steps, factor] = ringShape(kind, n);
-  // (the profile's share for this kind: what each bandwidth below carries)
-  factor /= cluster.profile.kindEfficiency[static_cast<int>(kind)];
+  // (the profile's share for this kind and this message's size: what each
+  // bandwidth below carries)
+  double share = cluster.profile.kindEfficiency[static_cast<int>(kind)] *
+                 cluster.profile.sizeShare(static_cast<int>(kind), bytes);
+  factor /= share;
   double intraBw = busBandwidth(cluster, cluster.intraNode);
   if (k <= 1)
     return ringTime(cluster, steps, 0, factor, bytes, intraBw);
@@ -93,13 +96,11 @@ double parax::plan::collectiveTime(const ClusterSpec &cluster,
     // over the nodes; 2 S over 0.92 of the bus bandwidth (tuning.cc).
     if (!cluster.profile.ncclProtocols)
       return ring;
-    double tree = ringTime(cluster, 2 * (g - 1), 2 * std::ceil(std::log2(k)),
-                           2.0 / cluster.profile.kindEfficiency[static_cast<int>(kind)], bytes, 0.92 * ringBw);
+    double tree = ringTime(cluster, 2 * (g - 1), 2 * std::ceil(std::log2(k)), 2.0 / share, bytes, 0.92 * ringBw);
     return std::min(ring, tree);
   }
   case CollectiveKind::AllToAll: {
     // The off-node share goes over the NICs, the rest over NVLink, at once.
-    double share = cluster.profile.kindEfficiency[static_cast<int>(kind)];
     double offNode = bytes * (n - g) / n / share, onNode = bytes * (g - 1) / n / share;
     double inter = cluster.collectiveLatency + (k - 1) * cluster.interNode.hopLatency +
                    offNode / interBw;

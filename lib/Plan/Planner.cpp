@@ -800,17 +800,21 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             // the parameters gathered in their own type.
             double e = model.elementBytes;
             double sync = 0;
+            // (in messages of at most the profile's reduce bucket; 0: one)
+            auto messages = [&](CollectiveKind kind, double bytes, Group group) {
+              double bucket = cluster.profile.reduceBucketBytes;
+              double pieces = bucket > 0 ? std::ceil(bytes / bucket) : 1;
+              return pieces * collectiveTime(cluster, kind, bytes / pieces, group);
+            };
             auto syncOver = [&](double params, Group group) {
               if (group.size <= 1 || params <= 0)
                 return 0.0;
               if (zero == 0)
-                return collectiveTime(cluster, CollectiveKind::AllReduce,
-                                      cluster.profile.reduceBytes * params, group);
-              double gather = collectiveTime(cluster, CollectiveKind::AllGather, e * params, group);
+                return messages(CollectiveKind::AllReduce, cluster.profile.reduceBytes * params, group);
+              double gather = messages(CollectiveKind::AllGather, e * params, group);
               // ZeRO-1 reduce-scatters the step's sums once; ZeRO-2/3 each
               // microbatch's gradients (the sums are split).
-              double t = collectiveTime(cluster, CollectiveKind::ReduceScatter,
-                                        cluster.profile.reduceBytes * params, group) *
+              double t = messages(CollectiveKind::ReduceScatter, cluster.profile.reduceBytes * params, group) *
                          (zero >= 2 ? m : 1);
               // ZeRO-1/2 gather the updated parameters once per step.
               return t + gather;

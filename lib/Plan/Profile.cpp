@@ -72,6 +72,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "zero3_prefetch_layers": 1})json"},
 };
 
+// collective_kinds' and collective_size_curves' keys, by CollectiveKind.
+const char *const kKindNames[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"};
+
 Error fieldError(StringRef source, const Twine &field, const Twine &why) {
   return createStringError(inconvertibleErrorCode(), "%s: profile field '%s' %s",
                            source.str().c_str(), field.str().c_str(), why.str().c_str());
@@ -125,7 +128,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "flash_efficiency", "score_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
-      "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds",
+      "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds", "collective_size_curves",
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets"};
@@ -222,7 +225,6 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       *target = *v;
     }
   }
-  static const char *kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"};
   if (const json::Value *value = root->get("collective_kinds")) {
     const json::Object *object = value->getAsObject();
     if (!object)
@@ -230,15 +232,47 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                         "must map collective kinds (all_reduce, all_gather, reduce_scatter, all_to_all, "
                         "send_recv) to shares of the bus bandwidth");
     for (const auto &entry : *object) {
-      const char *const *found = llvm::find(kinds, entry.first.str());
-      if (found == std::end(kinds))
+      const char *const *found = llvm::find(kKindNames, entry.first.str());
+      if (found == std::end(kKindNames))
         return fieldError(source, ("collective_kinds." + entry.first.str()),
                           "is not a collective kind (known: all_reduce, all_gather, reduce_scatter, "
                           "all_to_all, send_recv)");
       auto v = number(*object, entry.first, 1e-4, 100, 1, source, "collective_kinds");
       if (!v)
         return v.takeError();
-      p.kindEfficiency[found - std::begin(kinds)] = *v;
+      p.kindEfficiency[found - std::begin(kKindNames)] = *v;
+    }
+  }
+  if (const json::Value *value = root->get("collective_size_curves")) {
+    const json::Object *object = value->getAsObject();
+    if (!object)
+      return fieldError(source, "collective_size_curves",
+                        "must map collective kinds to lists of [MB, share] pairs");
+    for (const auto &entry : *object) {
+      const char *const *found = llvm::find(kKindNames, entry.first.str());
+      std::string field = "collective_size_curves." + entry.first.str();
+      auto bad = [&](const Twine &why) { return fieldError(source, field, why); };
+      if (found == std::end(kKindNames))
+        return bad("is not a collective kind (known: all_reduce, all_gather, reduce_scatter, all_to_all, "
+                   "send_recv)");
+      std::vector<std::pair<double, double>> &curve = p.sizeCurves[found - std::begin(kKindNames)];
+      const json::Array *points = entry.second.getAsArray();
+      if (!points)
+        return bad("must be a list of [MB, share] pairs");
+      for (auto [i, point] : llvm::enumerate(*points)) {
+        const json::Array *pair = point.getAsArray();
+        std::optional<double> mb = pair && pair->size() == 2 ? (*pair)[0].getAsNumber() : std::nullopt,
+                              share = pair && pair->size() == 2 ? (*pair)[1].getAsNumber() : std::nullopt;
+        if (!mb || !share)
+          return bad(formatv("[{0}] must be an [MB, share] pair of numbers", i));
+        if (!(*mb > 0) || !std::isfinite(*mb) || !(*share > 0) || !(*share <= 1))
+          return bad(formatv("[{0}]: MB must be positive and the share in (0, 1], got [{1}, {2}]", i,
+                             format("%g", *mb), format("%g", *share)));
+        if (!curve.empty() && !(*mb * 1e6 > curve.back().first))
+          return bad(formatv("[{0}]: MB must ascend ({1} after {2})", i, format("%g", *mb),
+                             format("%g", curve.back().first / 1e6)));
+        curve.emplace_back(*mb * 1e6, *share);
+      }
     }
   }
   auto nccl = boolean(*root, "nccl_protocols", p.ncclProtocols, source);
@@ -280,6 +314,17 @@ std::string Profile::toJson() const {
        json::Object{{"all_reduce", kindEfficiency[0]}, {"all_gather", kindEfficiency[1]},
                     {"reduce_scatter", kindEfficiency[2]}, {"all_to_all", kindEfficiency[3]},
                     {"send_recv", kindEfficiency[4]}}},
+      {"collective_size_curves", [&] {
+         json::Object curves;
+         for (int k = 0; k < 5; ++k)
+           if (!sizeCurves[k].empty()) {
+             json::Array points;
+             for (auto [bytes, share] : sizeCurves[k])
+               points.push_back(json::Array{bytes / 1e6, share});
+             curves[kKindNames[k]] = std::move(points);
+           }
+         return curves;
+       }()},
       {"tp_overlap", tpOverlap},
       {"ep_overlap", epOverlap},
       {"dp_overlap", dpOverlap},
@@ -296,6 +341,20 @@ std::string Profile::toJson() const {
       {"pipeline_gradient_sets", pipelineGradientSets},
       {"max_zero", maxZero}};
   return formatv("{0:2}", json::Value(std::move(root))).str();
+}
+
+double Profile::sizeShare(int kind, double bytes) const {
+  const std::vector<std::pair<double, double>> &sizeCurve = sizeCurves[kind];
+  if (sizeCurve.empty())
+    return 1;
+  if (bytes <= sizeCurve.front().first)
+    return sizeCurve.front().second;
+  if (bytes >= sizeCurve.back().first)
+    return sizeCurve.back().second;
+  auto above = llvm::find_if(sizeCurve, [&](const auto &point) { return point.first >= bytes; });
+  auto below = std::prev(above);
+  double t = std::log(bytes / below->first) / std::log(above->first / below->first);
+  return below->second + t * (above->second - below->second);
 }
 
 std::string Profile::summary() const {

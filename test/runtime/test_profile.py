@@ -90,11 +90,15 @@ def test_profile_records_the_data_parallel_gradient_all_reduces(tmp_path):
     model.run(exe, 2, extra=["--steps", "2", "--optimizer", "adamw", "--profile", profile], outputs=0)
     for path in (profile, profile + ".rank1"):
         data = json.load(open(path))
+        # (an entry a message size: the gradients of that many values)
         reduces = data["gradient_all_reduces"]
-        assert len(reduces) == 1, reduces
-        assert reduces[0]["group"] == 2 and reduces[0]["calls"] == len(model.weights), reduces
-        assert reduces[0]["bytes"] == 4 * sum(w.size for w in model.weights.values()), reduces
-        assert 0 < reduces[0]["seconds_median"] <= data["gradient_average_seconds_median"], data
+        sizes = sorted({4 * w.size for w in model.weights.values()})
+        assert sorted(r["bytes"] / r["calls"] for r in reduces) == sizes, reduces
+        for r in reduces:
+            assert r["group"] == 2 and r["calls"] == sum(4 * w.size == r["bytes"] / r["calls"]
+                                                         for w in model.weights.values()), r
+        assert all(r["seconds_median"] > 0 for r in reduces), reduces
+        assert sum(r["seconds_median"] for r in reduces) < data["step_seconds_median"], data
     base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracle-cluster.json")
     prefix = os.path.join(model.dir, "fit")
     out = run([tool("parax-plan"), "--cluster", base, "--calibrate", f"{profile},{profile}.rank1",

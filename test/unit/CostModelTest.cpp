@@ -82,6 +82,22 @@ TEST(CostModelTest, AProfilesCollectiveEfficiencyScalesTheBandwidth) {
   EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllGather, 1e9, makeGroup(c, 8, 1)), expected, 1e-9);
 }
 
+TEST(CostModelTest, AKindsSizeCurveScalesItsBandwidthByTheMessage) {
+  // The all-gather's curve: share 1 to 100 MB, 0.5 from 400 MB, log-linear
+  // between (at 200 MB half way in log: 0.75). The all-reduce has none.
+  ClusterSpec c = h100(1);
+  c.profile.sizeCurves[static_cast<int>(CollectiveKind::AllGather)] = {{100e6, 1.0}, {400e6, 0.5}};
+  auto gather = [&](double bytes, double share) {
+    return 8.4e-6 + 7 * 3.4e-6 + 7.0 / 8 * bytes / (share * kNvlink);
+  };
+  for (auto [bytes, share] : {std::pair<double, double>{50e6, 1.0}, {100e6, 1.0}, {200e6, 0.75}, {1e9, 0.5}})
+    EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllGather, bytes, makeGroup(c, 8, 1)), gather(bytes, share), 1e-9)
+        << bytes;
+  // (NCCL's LL protocol does not win at these sizes: Simple's time above)
+  double reduce = 8.4e-6 + 14 * 3.4e-6 + 2 * 7.0 / 8 * 1e9 / kNvlink;
+  EXPECT_NEAR(collectiveTime(c, CollectiveKind::AllReduce, 1e9, makeGroup(c, 8, 1)), reduce, 1e-9);
+}
+
 TEST(CostModelTest, GemmEfficiencyFollowsTilesAndWaves) {
   // 4096^3 on 132 SMs: 512 tiles of 256 x 128 in 4 waves of 132 (the last
   // short), times 4096 / (4096 + 64).
@@ -170,6 +186,15 @@ TEST(CostModelTest, ProfilesParseAndBadOnesNameTheField) {
                 .find("'elementwise_passes.softmax' is not an op class"),
             std::string::npos);
   EXPECT_NE(error(R"({"name": "x", "max_zero": 2.5})").find("'max_zero'"), std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "collective_size_curves": {"all_reduce": [[4, 1], [2, 0.5]]}})")
+                .find("'collective_size_curves.all_reduce' [1]: MB must ascend (2 after 4)"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "collective_size_curves": {"all_reduce": [[4, 1.5]]}})")
+                .find("the share in (0, 1], got [4, 1.5]"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "collective_size_curves": {"broadcast": []}})")
+                .find("'collective_size_curves.broadcast' is not a collective kind"),
+            std::string::npos);
   EXPECT_NE(llvm::toString(resolveProfile("no-such-stack").takeError()).find("neither a shipped profile"),
             std::string::npos);
 }

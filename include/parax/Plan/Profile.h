@@ -86,6 +86,15 @@ struct Profile {
   /// all_to_all, send_recv; 1 unless set): MPI on CPUs reduces in its own
   /// arithmetic and moves all-to-alls pairwise, so its kinds differ.
   double kindEfficiency[5] = {1, 1, 1, 1, 1}; // by CollectiveKind
+  /// Per collective kind, by its message (the buffer collectiveTime is
+  /// given), a further share of that bandwidth (`collective_size_curves`:
+  /// a kind's [[MB, share], ...] with MB ascending; linear in log(bytes)
+  /// between points, the end points' shares beyond them; none: 1 at any
+  /// size): MPI on a CPU node copies through the last-level cache, and an
+  /// all-reduce beyond it moves at a third of its pace (a calibrated
+  /// profile measures each kind's curve, as nccl-tests does NCCL's).
+  std::vector<std::pair<double, double>> sizeCurves[5]; // by CollectiveKind: (bytes, share)
+  double sizeShare(int kind, double bytes) const;
   /// NCCL's protocols and algorithms: LL beside Simple, the tree beside
   /// the ring for all-reduce over nodes (false: a plain ring, as a
   /// calibrated MPI is costed).
@@ -101,7 +110,8 @@ struct Profile {
   /// layers ahead (0: none, the compute waits for each gather), in
   /// messages of at most `zero3BucketBytes` (0: a layer's parameters in
   /// one), each gradient reduce-scattered in messages of at most
-  /// `reduceBucketBytes` (0: a layer's), on one communication stream
+  /// `reduceBucketBytes` (0: a layer's; ZeRO-0/1/2's gradient reduction
+  /// and parameter gather likewise, 0: one message), on one communication stream
   /// beside the compute (Planner.cpp simulates the two). One gather serves
   /// a layer's backward and its recomputed forward.
   int zero3Prefetch = 1;

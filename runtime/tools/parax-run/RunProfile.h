@@ -29,8 +29,9 @@ struct RunProfileTotals {
   double gradientAverage = 0, optimizerUpdate = 0;
   std::string optimizer;
   /// The gradient averaging's all-reduces a step (part of its time), by
-  /// the ranks they span: the bytes a rank put into them, how many calls,
-  /// the median of their summed seconds.
+  /// the ranks they span and their message's size: the bytes a rank put
+  /// into them (calls x message), how many calls, the median of their
+  /// summed seconds.
   struct Reduce {
     int ranks = 0;
     double bytes = 0;

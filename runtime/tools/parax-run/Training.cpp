@@ -245,8 +245,7 @@ Status Training::allReduceOverReplicas(size_t k, float *data, size_t n) {
     return Status::error("the data-parallel gradient all-reduce failed");
   int ranks = 1;
   MPI_Comm_size(comm, &ranks);
-  ReduceTally &tally = reduces_[ranks];
-  tally.bytes += sizeof(float) * static_cast<double>(n);
+  ReduceTally &tally = reduces_[{ranks, static_cast<int64_t>(sizeof(float) * n)}];
   tally.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   ++tally.calls;
   return Status::ok();

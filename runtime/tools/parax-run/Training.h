@@ -98,14 +98,15 @@ public:
   /// the replicas' mean for writing.
   Status averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares);
   /// The gradients' all-reduces over the replicas (and their partial axes)
-  /// since the last call, by the ranks each spans: the bytes a rank put
-  /// into them, how many, and their wall time (parax-run --profile's
+  /// since the last call, by the ranks each spans and its message's bytes:
+  /// how many, and their wall time (parax-run --profile's
   /// `gradient_all_reduces`).
   struct ReduceTally {
-    double bytes = 0, seconds = 0;
     int calls = 0;
+    double seconds = 0;
   };
-  std::map<int, ReduceTally> takeReduceTally() { return std::exchange(reduces_, {}); }
+  using ReduceKey = std::pair<int, int64_t>; // (ranks, bytes a call)
+  std::map<ReduceKey, ReduceTally> takeReduceTally() { return std::exchange(reduces_, {}); }
   Status meanOverReplicas(std::vector<Tensor> &outputs);
   /// Each gradient that is this stage's part (`output_stage_parts`)
   /// replaced by the sum of every holding stage's part, in stage order: the
@@ -295,7 +296,7 @@ private:
     MPI_Comm comm = MPI_COMM_NULL;
   };
   std::vector<PartialSum> partialOf_;
-  std::map<int, ReduceTally> reduces_; // since the last takeReduceTally
+  std::map<ReduceKey, ReduceTally> reduces_; // since the last takeReduceTally
   std::map<unsigned, MPI_Comm> shareComms_; // by axes mask, groups of more than one rank
   int64_t largestShareGroup_ = 1;           // over every stage
   std::vector<std::string> gradOf_;      // per output of this stage: "<name>[@offsets]" or ""

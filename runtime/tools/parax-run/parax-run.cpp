@@ -957,19 +957,19 @@ int main(int argc, char **argv) {
   // A training step's gradient averaging (the data-parallel reduction) and
   // optimizer update on the host, each step (--profile).
   std::vector<double> syncTimes, optimizerTimes;
-  // ... and the averaging's all-reduces, by the ranks they span: each
-  // step's summed seconds, the bytes and calls of one step.
-  std::map<int, std::vector<double>> reduceTimes;
-  std::map<int, Training::ReduceTally> reduceStep;
+  // ... and the averaging's all-reduces, by the ranks they span and their
+  // message's bytes: each step's summed seconds, the calls of one step.
+  std::map<Training::ReduceKey, std::vector<double>> reduceTimes;
+  std::map<Training::ReduceKey, int> reduceCalls;
   double prefillSeconds = 0; // --prefill: the prompt's chunks
   std::vector<Tensor> results; // this stage's outputs, microbatches joined
   // A training step's gradients (every rank's boxes) and the optimizer.
   std::unique_ptr<Training> training;
   if (generate <= 0) training = std::make_unique<Training>(exe.value(), rank, mpi, waits.get());
   auto tallyReduces = [&] {
-    for (const auto &[ranks, tally] : training->takeReduceTally()) {
-      reduceTimes[ranks].push_back(tally.seconds);
-      reduceStep[ranks] = tally;
+    for (const auto &[key, tally] : training->takeReduceTally()) {
+      reduceTimes[key].push_back(tally.seconds);
+      reduceCalls[key] = tally.calls;
     }
   };
   // The parameters the optimizer updates: the CPU executor's own buffers;
@@ -1745,8 +1745,9 @@ int main(int argc, char **argv) {
     };
     RunProfileTotals totals{median(times), static_cast<int>(times.size()), median(syncTimes),
                             median(optimizerTimes), optimizerTimes.empty() ? std::string() : optimizer.kind};
-    for (const auto &[ranks, tally] : reduceStep)
-      totals.gradientReduces.push_back({ranks, tally.bytes, tally.calls, median(reduceTimes[ranks])});
+    for (const auto &[key, calls] : reduceCalls)
+      totals.gradientReduces.push_back(
+          {key.first, static_cast<double>(key.second) * calls, calls, median(reduceTimes[key])});
     Status written = writeRunProfile(path, exe.value(), *program, seconds, rank, size, device, totals);
     if (!written.isOk()) die(written.message());
   }
