@@ -214,10 +214,10 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                               bytes = r ? r->getNumber("bytes") : std::nullopt,
                               calls = r ? r->getNumber("calls") : std::nullopt,
                               seconds = r ? r->getNumber("seconds_median") : std::nullopt;
-        if (!n || !bytes || !calls || !seconds || !(*n >= 1) || !(*bytes >= 0) || !(*calls >= 1) ||
-            !(*seconds >= 0) || !std::isfinite(*bytes) || !std::isfinite(*seconds))
-          return fail(formatv("gradient_all_reduces[{0}]: needs group >= 1, bytes >= 0, calls >= 1 and "
-                              "seconds_median >= 0",
+        if (!n || !bytes || !calls || !seconds || !(*n >= 1 && *n <= 1e6) || !(*bytes >= 0 && *bytes <= 1e15) ||
+            !(*calls >= 1 && *calls <= 1e9) || !(*seconds >= 0) || !std::isfinite(*seconds))
+          return fail(formatv("gradient_all_reduces[{0}]: needs group in [1, 1e6], bytes in [0, 1e15], calls in "
+                              "[1, 1e9] and seconds_median >= 0",
                               i));
         reduceSeconds += *seconds;
         if (*n <= 1 || !(*seconds > 0))

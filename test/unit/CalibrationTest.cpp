@@ -223,8 +223,8 @@ TEST(CalibrationTest, AGradientAllReduceWithoutItsFiguresIsRefusedByIndex) {
   text.replace(at, 10, R"("calls": 0)");
   llvm::Expected<Calibration> fit = calibrate(base(), {text}, {"r.json"});
   ASSERT_FALSE(static_cast<bool>(fit));
-  EXPECT_NE(llvm::toString(fit.takeError()).find("r.json: gradient_all_reduces[0]: needs group >= 1, bytes >= 0, "
-                                                 "calls >= 1"),
+  EXPECT_NE(llvm::toString(fit.takeError()).find("r.json: gradient_all_reduces[0]: needs group in [1, 1e6], bytes "
+                                                 "in [0, 1e15], calls in [1, 1e9]"),
             std::string::npos);
 }
 
