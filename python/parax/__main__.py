@@ -6,7 +6,10 @@
         generation step, --last-logits for a prefill that returns the last
         position's logits only, --mla absorbed for DeepSeek-V3's latent KV
         cache) or a .mlir file; plans (printing the ranked
-        table), partitions and translates.
+        table), partitions and translates. A program's batch is what one
+        replica runs at once: where the best plan for --workload runs
+        another than --batch (data or expert parallel), the model is built
+        with that, the plan pinned, and a line says so.
     python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
                          [--output logits.npy ...] --ranks N [--generate K [--prefill P.pxe]]
         runs it under mpirun (N: the executable's grid size); --generate K:
@@ -19,6 +22,7 @@
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -70,11 +74,34 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
     ir = model
     if not model.endswith(".mlir"):
         ir = os.path.join(workdir, "model.mlir")
-        with open(ir, "w") as f:
-            f.write(build_model(load_config(model, layers=layers), batch=batch, seq=seq,
-                                dtype=dtype, past=past, return_kv=return_kv, cache=cache,
-                                last_logits=last_logits, loss=train, mla=mla,
-                                ignore_index=ignore_index, mtp_weight=mtp_weight))
+        config = load_config(model, layers=layers)
+
+        def build(rows):
+            with open(ir, "w") as f:
+                f.write(build_model(config, batch=rows, seq=seq, dtype=dtype, past=past, return_kv=return_kv,
+                                    cache=cache, last_logits=last_logits, loss=train, mla=mla,
+                                    ignore_index=ignore_index, mtp_weight=mtp_weight))
+        build(batch)
+        # The program's batch is what one replica runs at once (a microbatch
+        # of each of its EP ranks): where the best plan runs another than
+        # --batch, the model is built again with it, the plan pinned.
+        plans = json.loads(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload, "--json",
+                                 "--top", "1"]))["plans"]
+        if plans and plans[0]["micro_batch"] * plans[0]["ep"] != batch:
+            best = plans[0]
+            rows = best["micro_batch"] * best["ep"]
+            pins = {k: best[k] for k in ("tp", "pp", "dp", "ep", "cp")}
+            pins["mbs"] = best["micro_batch"]
+            if train:
+                pins.update(sp=int(best["sequence_parallel"]), schedule=best["schedule"],
+                            recompute=best["recompute"], zero=best["zero"])
+                if best["schedule"] == "interleaved":
+                    pins["chunks"] = best["virtual_stages"]
+            workload = _pinned(workload, pins)
+            print(f"parax: the best plan runs {rows} row(s) a replica at once (tp {best['tp']}, pp {best['pp']}, "
+                  f"dp {best['dp']}, ep {best['ep']}): the program is built with batch {rows}, the plan pinned "
+                  f"({workload})")
+            build(rows)
     if show_plans:
         print(_run([_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload,
                     "--top", "3"]), end="")
@@ -83,6 +110,14 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
           *(["--parax-autodiff", "--parax-recompute"] if train else []), "--parax-partition", "-o", partitioned])
     _run([_tool("parax-translate"), "--to-executable", partitioned, "-o", output])
     return partitioned
+
+
+def _pinned(workload, pins):
+    """`workload` (KIND:key=value,...) with `pins` set (over any it has)."""
+    kind, _, rest = workload.partition(":")
+    fields = dict(item.split("=", 1) for item in rest.split(",") if item)
+    fields.update({k: str(v) for k, v in pins.items()})
+    return kind + ":" + ",".join(f"{k}={v}" for k, v in fields.items())
 
 
 def grid_size(partitioned):
