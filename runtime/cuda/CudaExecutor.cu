@@ -145,11 +145,11 @@ bool among(const std::string &op, std::initializer_list<const char *> ops) {
 }
 bool capturableOp(const std::string &op) {
   return among(op, {"embedding", "position_embedding", "linear", "head_linear", "rms_norm", "layer_norm", "rope", "attention",
-                    "add", "mul", "silu", "sigmoid", "gelu", "swiglu", "reshape", "transpose", "broadcast", "slice",
+                    "add", "mul", "silu", "sigmoid", "gelu", "softcap", "swiglu", "reshape", "transpose", "broadcast", "slice",
                     "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
                     "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad",
-                    "sigmoid_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss", "label_count", "shift", "logsumexp"});
+                    "sigmoid_grad", "softcap_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss", "label_count", "shift", "logsumexp"});
 }
 // Ops that move data between ranks (through the communicator, if any).
 bool isCollective(const std::string &op) {
@@ -2614,14 +2614,15 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return static_cast<char *>(b.data) + elements * elemBytes(b.elem);
   };
 
-  // A sliding window: the CPU backend's for now (the attention kernels
-  // below see every earlier key).
-  if ((op == "attention" || op == "attention_grad") && attrFloat(a, "softcap") > 0)
+  // A sliding window and soft-capped scores: the forward kernels mask and
+  // cap; the gradient's kernels see every earlier key, uncapped, so a
+  // training step with either is the CPU backend's for now.
+  if (op == "attention_grad" && attrFloat(a, "softcap") > 0)
     return Status::error(op + " with soft-capped scores (Gemma 2) is not implemented by the CUDA backend: "
-                         "run it with --device cpu");
-  if ((op == "attention" || op == "attention_grad") && attrInt(a, "window") > 0)
+                         "train it with --device cpu");
+  if (op == "attention_grad" && attrInt(a, "window") > 0)
     return Status::error(op + " over a sliding window (window = " + std::to_string(attrInt(a, "window")) +
-                         ") is not implemented by the CUDA backend: run it with --device cpu, or build "
+                         ") is not implemented by the CUDA backend: train it with --device cpu, or build "
                          "programs of at most that many positions");
   if (op == "embedding") {
     DeviceBuffer &ids = in(0), &table = in(1), &y = out();
@@ -2736,6 +2737,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     SequenceRows rows = rowsOf(a, S); // query s at rows.position(s) of the whole
     int64_t past = T - S * rows.pieces + rows.start, stride = rows.stride;
     float scale = static_cast<float>(attrFloat(a, "scale"));
+    int64_t window = attrInt(a, "window");                          // (0: none)
+    float softcap = static_cast<float>(attrFloat(a, "softcap"));  // (0: none)
     // A few queries (a decode step: S = 1) over the keys: split over the
     // keys, every query head of a KV head in one block (unless
     // PARAX_ATTENTION=no-split).
@@ -2770,7 +2773,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
         PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * rowBlocks * chunks, 256, sharedBytes, stream)(
             q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
             static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
-            VW, causal, scale, headOffset, group, chunks, chunkKeys, keyTile, blockRows, position, past, stride);
+            VW, causal, scale, headOffset, group, chunks, chunkKeys, keyTile, blockRows, position, past, stride,
+            window, softcap);
         PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
             scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
         return Status::ok();
@@ -2782,7 +2786,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
       PARAX_LAUNCH(attentionTensorCoreKernel, blocks, TensorCoreTiles::kThreads, tcBytes, stream)(
           q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
-          T, KH, DV, VW, causal, scale, headOffset, group, position, past, stride, nullptr, nullptr);
+          T, KH, DV, VW, causal, scale, headOffset, group, position, past, stride, nullptr, nullptr, window,
+          softcap);
       return Status::ok();
     }
     // Otherwise CUDA cores, with tiles that fit the device's shared memory
@@ -2802,7 +2807,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       using E = decltype(t);
       PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
           q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, VW, causal, scale, headOffset,
-          group, tiles.queries, tiles.keys, position, past, stride);
+          group, tiles.queries, tiles.keys, position, past, stride, window, softcap);
       return Status::ok();
     });
   }
@@ -2816,12 +2821,13 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
-  if (op == "silu" || op == "sigmoid" || op == "gelu") {
-    int kind = op == "silu" ? 0 : op == "sigmoid" ? 1 : attrString(a, "approximate") == "tanh" ? 2 : 3;
+  if (op == "silu" || op == "sigmoid" || op == "gelu" || op == "softcap") {
+    int kind = op == "silu" ? 0 : op == "sigmoid" ? 1 : op == "softcap" ? 4 : attrString(a, "approximate") == "tanh" ? 2 : 3;
+    float cap = op == "softcap" ? static_cast<float>(attrFloat(a, "cap")) : 0.0f;
     return withFloat(out(), [&](auto t) {
       using T = decltype(t);
       PARAX_LAUNCH(unaryKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(in(0).as<T>(), out().as<T>(),
-                                                                                 out().numel(), kind);
+                                                                                 out().numel(), kind, cap);
       return Status::ok();
     });
   }
@@ -3285,6 +3291,14 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
+  if (op == "softcap_grad") {
+    return withFloat(out(), [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(softcapGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+          in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel(), static_cast<float>(attrFloat(a, "cap")));
+      return Status::ok();
+    });
+  }
   if (op == "gelu_grad") {
     return withFloat(out(), [&](auto t) {
       using T = decltype(t);
@@ -3363,7 +3377,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
                    TensorCoreTiles::bytes(shape.D, shape.DV),
                    stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), nullptr, shape.B, shape.S, shape.H, shape.D,
                            shape.T, shape.KH, shape.DV, shape.DV, shape.causal, shape.scale, shape.headOffset,
-                           shape.group, nullptr, shape.past, shape.stride, dout.as<B16>(), scratch);
+                           shape.group, nullptr, shape.past, shape.stride, dout.as<B16>(), scratch,
+                           /*window=*/0, /*softcap=*/0.0f); // (refused above: the gradient's kernels have neither)
       PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.H * ((shape.T + R - 1) / R), threads,
                    tc.keyValueBytes(), stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch,
                                                out(1).as<B16>(), out(2).as<B16>(), dkPart, dvPart, shape, tc);

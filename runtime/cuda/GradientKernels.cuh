@@ -150,6 +150,15 @@ __global__ void sigmoidGradKernel(const T *x, const T *dy, T *dx, int64_t n) {
   }
 }
 
+// The gradient of cap tanh(x / cap) (Gemma 2's logits): dy (1 - tanh(x / cap)^2).
+template <typename T>
+__global__ void softcapGradKernel(const T *x, const T *dy, T *dx, int64_t n, float cap) {
+  PARAX_GRID_STRIDE(k, n) {
+    float t = tanhf(ld(x, k) / cap);
+    st(dx, k, ld(dy, k) * (1.0f - t * t));
+  }
+}
+
 // One thread per token: the router's choice made again (routeToken), then
 // the gradient through the normalisation and scaling to the chosen scores,
 // and through the softmax or sigmoid to the logits. `scratch`: 2E floats a

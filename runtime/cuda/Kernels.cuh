@@ -223,6 +223,21 @@ __device__ __forceinline__ void onlineSoftmaxTile(float *ps, float *os, const fl
   __syncthreads();
 }
 
+// Which keys a query sees (the CPU backend's AttentionGeometry): under a
+// causal mask those up to its position p, else all T; under a sliding
+// window of W (> 0) the last W of those. `firstKey` is the first it sees.
+__device__ __forceinline__ int64_t keysEndFor(bool causal, int64_t T, int64_t p) {
+  return causal ? min(T, p + 1) : T;
+}
+__device__ __forceinline__ int64_t firstKey(bool causal, int64_t window, int64_t T, int64_t p) {
+  return window > 0 ? max((int64_t)0, keysEndFor(causal, T, p) - window) : 0;
+}
+__device__ __forceinline__ bool keyVisible(bool causal, int64_t window, int64_t T, int64_t t, int64_t p) {
+  return t < keysEndFor(causal, T, p) && t >= firstKey(causal, window, T, p);
+}
+// A scaled score soft-capped (Gemma 2: c tanh(s / c)); c <= 0: as it is.
+__device__ __forceinline__ float capScore(float s, float cap) { return cap > 0 ? cap * tanhf(s / cap) : s; }
+
 // Flash-style attention on CUDA cores: one block per (batch, head, tile of
 // `qTile` queries). Key tiles of `kTile` keys pass through shared memory
 // (fp32 whatever the storage); each query row keeps an online softmax
@@ -241,7 +256,8 @@ template <typename T>
 __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_t B, int64_t S, int64_t H,
                                 int64_t D, int64_t T_, int64_t KH, int64_t DV, int64_t VW, bool causal, float scale,
                                 int64_t headOffset, int64_t group, int qTile, int kTile,
-                                const int32_t *position, int64_t past, int64_t stride) {
+                                const int32_t *position, int64_t past, int64_t stride, int64_t window,
+                                float softcap) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1; // padded rows: keys fall in different banks
   const int dv = static_cast<int>(DV), d0 = static_cast<int>(D);
@@ -262,8 +278,10 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
   // dealt out cyclically, stride the ranks), or (a generation step over a
   // cache) the run-time position.
   if (position) past = *position;
-  // Keys the tile's last query sees (causal), or all of them.
+  // Keys the tile's last query sees (causal), or all of them; from the
+  // first its first query sees (a sliding window).
   int64_t keysEnd = causal ? min(T_, past + (q0 + rows - 1) * stride + 1) : T_;
+  int64_t keysBegin = firstKey(causal, window, T_, past + q0 * stride);
   const T *qTile0 = q + ((b * S + q0) * H + h) * D; // (the rows' padding columns are never read)
   loadFloatTile<T>(qs, ds, [&](int r) { return qTile0 + r * H * D; }, rows, qTile, d0, packable(qTile0, H * D, d0));
   for (int i = threadIdx.x; i < qTile * dv; i += blockDim.x) os[i] = 0.0f;
@@ -274,7 +292,7 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
   __syncthreads();
   const T *kHead = k + kh * D, *vHead = v + kh * VW; // (row t of batch b: + (b * T_ + t) * KH * width)
   const bool keysPacked = packable(kHead, KH * D, d0), valuesPacked = packable(vHead, KH * VW, dv);
-  for (int64_t t0 = 0; t0 < keysEnd; t0 += kTile) {
+  for (int64_t t0 = keysBegin; t0 < keysEnd; t0 += kTile) {
     int cols = static_cast<int>(min((int64_t)kTile, keysEnd - t0));
     loadFloatTile<T>(ks, ds, [&](int j) { return kHead + (b * T_ + t0 + j) * KH * D; }, cols, kTile, d0, keysPacked);
     loadFloatTile<T>(vs, dv, [&](int j) { return vHead + (b * T_ + t0 + j) * KH * VW; }, cols, kTile, dv,
@@ -283,11 +301,11 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
     for (int i = threadIdx.x; i < qTile * kTile; i += blockDim.x) {
       int r = i / kTile, j = i % kTile;
       float score = -INFINITY;
-      if (r < rows && j < cols && (!causal || t0 + j <= past + (q0 + r) * stride)) {
+      if (r < rows && j < cols && keyVisible(causal, window, T_, t0 + j, past + (q0 + r) * stride)) {
         const float *qr = qs + r * ds, *kr = ks + j * ds;
         float dot = 0.0f;
         for (int d = 0; d < d0; ++d) dot += qr[d] * kr[d];
-        score = dot * scale;
+        score = capScore(dot * scale, softcap);
       }
       ps[i] = score;
     }
@@ -338,7 +356,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
                                       int64_t D, int64_t T_, int64_t KH, int64_t DV, int64_t VW, bool causal,
                                       float scale, int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
                                       int kTile, int blockRows, const int32_t *position, int64_t past,
-                                      int64_t stride) {
+                                      int64_t stride, int64_t window, float softcap) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1, dv = static_cast<int>(DV), d0 = static_cast<int>(D);
   // A KV head's rows on this rank (at most its group's heads, or the
@@ -362,7 +380,9 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
   if (position) past = *position; // (else as attentionKernel's)
   // A cache's rows beyond the last query's position are not read (a
   // generation step: the chunks past it only write empty partials).
-  int64_t k0 = c * chunkKeys, k1 = min(causal ? min(T_, past + (S - 1) * stride + 1) : T_, k0 + chunkKeys);
+  // (and under a sliding window, none before the first query's first)
+  int64_t k0 = max(c * chunkKeys, firstKey(causal, window, T_, past)),
+          k1 = min(causal ? min(T_, past + (S - 1) * stride + 1) : T_, c * chunkKeys + chunkKeys);
   for (int i = threadIdx.x; i < R * ds; i += blockDim.x) {
     int r = i / ds, d = i % ds;
     int64_t h = hLo + (row0 + r) / S, pos = (row0 + r) % S;
@@ -385,11 +405,11 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
     for (int i = threadIdx.x; i < R * kTile; i += blockDim.x) {
       int r = i / kTile, j = i % kTile;
       float score = -INFINITY;
-      if (r < here && j < cols && (!causal || t0 + j <= past + ((row0 + r) % S) * stride)) {
+      if (r < here && j < cols && keyVisible(causal, window, T_, t0 + j, past + ((row0 + r) % S) * stride)) {
         const float *qr = qs + r * ds, *kr = ks + j * ds;
         float dot = 0.0f;
         for (int d = 0; d < d0; ++d) dot += qr[d] * kr[d];
-        score = dot * scale;
+        score = capScore(dot * scale, softcap);
       }
       ps[i] = score;
     }
@@ -500,7 +520,8 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
                                           int64_t KH, int64_t DV, int64_t VW, bool causal, float scale,
                                           int64_t headOffset,
                                           int64_t group, const int32_t *position, int64_t past,
-                                          int64_t stride, const __nv_bfloat16 *dout, float *stats) {
+                                          int64_t stride, const __nv_bfloat16 *dout, float *stats,
+                                          int64_t window, float softcap) {
   using namespace nvcuda;
   constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
   PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
@@ -523,6 +544,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   int64_t kh = (headOffset + h) / group;
   if (position) past = *position; // (else as attentionKernel's)
   int64_t keysEnd = causal ? min(T_, past + (q0 + rows - 1) * stride + 1) : T_;
+  int64_t keysBegin = firstKey(causal, window, T_, past + q0 * stride);
   int warp = threadIdx.x / 32;
   loadTile(qs, ldq, q + ((b * S + q0) * H + h) * D, H * D, rows, QT, dq);
   for (int i = threadIdx.x; i < QT * ldo; i += blockDim.x) os[i] = 0.0f;
@@ -531,7 +553,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
     rowSum[r] = 0.0f;
   }
   __syncthreads();
-  for (int64_t t0 = 0; t0 < keysEnd; t0 += KT) {
+  for (int64_t t0 = keysBegin; t0 < keysEnd; t0 += KT) {
     int cols = static_cast<int>(min((int64_t)KT, keysEnd - t0));
     loadTile(ks, ldq, k + ((b * T_ + t0) * KH + kh) * D, KH * D, cols, KT, dq);
     loadTile(vs, ldv, v + ((b * T_ + t0) * KH + kh) * VW, KH * VW, cols, KT, dv);
@@ -548,8 +570,8 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
       float *sr = ss + r * lds;
       float m = -INFINITY;
       for (int j = half; j < cols; j += 2) {
-        bool visible = r < rows && (!causal || t0 + j <= past + (q0 + r) * stride);
-        sr[j] = visible ? sr[j] * scale : -INFINITY;
+        bool visible = r < rows && keyVisible(causal, window, T_, t0 + j, past + (q0 + r) * stride);
+        sr[j] = visible ? capScore(sr[j] * scale, softcap) : -INFINITY;
         m = fmaxf(m, sr[j]);
       }
       partMax[threadIdx.x] = m;
@@ -625,13 +647,15 @@ template <typename W> __global__ void broadcastKernel(const W *x, W *y, Dims xd,
 }
 
 // kind: 0 silu, 1 sigmoid, 2 gelu tanh, 3 gelu erf
-template <typename T> __global__ void unaryKernel(const T *x, T *y, int64_t n, int kind) {
+// kind: 0 silu, 1 sigmoid, 2 gelu (tanh), 3 gelu (exact), 4 softcap (cap tanh(x / cap): Gemma 2's logits).
+template <typename T> __global__ void unaryKernel(const T *x, T *y, int64_t n, int kind, float cap) {
   PARAX_GRID_STRIDE(k, n) {
     float v = ld(x, k), r;
     if (kind == 0) r = siluF(v);
     else if (kind == 1) r = 1.0f / (1.0f + expf(-v));
     else if (kind == 2) r = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-    else r = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    else if (kind == 3) r = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    else r = capScore(v, cap);
     st(y, k, r);
   }
 }

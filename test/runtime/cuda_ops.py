@@ -338,6 +338,10 @@ OPS = {
                            "parax.gelu_grad none %x, %dy", t(3, 333), {"x": "huge-rows:1"}),
     "sigmoid_grad": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
                      "parax.sigmoid_grad %x, %dy", t(3, 333), {}),
+    # Gemma 2's final logits, capped at 1.5 (the random values cross it).
+    "softcap": ([("x", t(3, 333), None)], "parax.softcap %x {cap = 1.5 : f64}", t(3, 333), {}),
+    "softcap_grad": ([("x", t(3, 333), None), ("dy", t(3, 333), None)],
+                     "parax.softcap_grad %x, %dy {cap = 1.5 : f64}", t(3, 333), {}),
     # Mixture of experts' gradients: the router's choice made again, the
     # experts' five gradients (an unused dispatch row adds nothing).
     "router_grad-softmax": (

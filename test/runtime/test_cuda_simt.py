@@ -1304,27 +1304,21 @@ def test_router_bias_updates_on_the_cuda_backend_as_on_the_cpu(tmp_path, ranks, 
         assert not np.array_equal(saved["cpu"][name], model.weights[name]), name
 
 
-def test_a_sliding_window_is_refused_by_the_cuda_backend(tmp_path):
-    """The CUDA attention kernels see every earlier key: a program with a
-    sliding window (Mistral's of 3 over 8 tokens) is refused on the device,
-    naming the op and the window, instead of computing without it."""
+@pytest.mark.parametrize("preset,overrides,message", [
+    ("tiny-mistral", {"sliding_window": 3}, r"attention_grad over a sliding window \(window = 3\) is not "
+                                            r"implemented by the CUDA backend"),
+    ("tiny-gemma2", {}, r"attention_grad with soft-capped scores \(Gemma 2\) is not implemented by the CUDA "
+                        r"backend")], ids=["window", "softcap"])
+def test_training_through_a_window_or_capped_scores_is_refused_by_the_cuda_backend(tmp_path, preset, overrides,
+                                                                                     message):
+    """The forward kernels mask a sliding window and cap Gemma 2's scores
+    (the mistral-window and gemma2 cases of test_simt_matches_cpu_and_numpy);
+    the gradient's kernels see every earlier key, uncapped, so a training
+    step with either is refused on the device, naming the op, instead of
+    computing wrong gradients."""
     from conftest import Model
     tool("parax-run-simt")
-    model = Model(str(tmp_path), "tiny-mistral", batch=2, overrides={"sliding_window": 3})
-    exe = model.compile("single")
-    with pytest.raises(RuntimeError, match=r"attention over a sliding window \(window = 3\) is not "
-                                           r"implemented by the CUDA backend"):
-        cuda_cases.parax_run(BIN, model.checkpoint, exe, 1, model.inputs, str(tmp_path / "out.npy"), "cuda",
-                             tool="parax-run-simt", timeout=120)
-
-
-def test_soft_capped_scores_are_refused_by_the_cuda_backend(tmp_path):
-    """Gemma 2's soft-capped attention scores: the CUDA kernels do not cap
-    them, so the device refuses the program by name."""
-    from conftest import Model
-    tool("parax-run-simt")
-    model = Model(str(tmp_path), "tiny-gemma2", batch=2)
-    with pytest.raises(RuntimeError, match=r"attention with soft-capped scores \(Gemma 2\) is not implemented "
-                                           r"by the CUDA backend"):
-        cuda_cases.parax_run(BIN, model.checkpoint, model.compile("single"), 1, model.inputs,
+    model = Model(str(tmp_path), preset, batch=2, loss=True, overrides=overrides)
+    with pytest.raises(RuntimeError, match=message):
+        cuda_cases.parax_run(BIN, model.checkpoint, model.compile("train", autodiff=True), 1, model.inputs,
                              str(tmp_path / "out.npy"), "cuda", tool="parax-run-simt", timeout=120)
