@@ -2614,16 +2614,6 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     return static_cast<char *>(b.data) + elements * elemBytes(b.elem);
   };
 
-  // A sliding window and soft-capped scores: the forward kernels mask and
-  // cap; the gradient's kernels see every earlier key, uncapped, so a
-  // training step with either is the CPU backend's for now.
-  if (op == "attention_grad" && attrFloat(a, "softcap") > 0)
-    return Status::error(op + " with soft-capped scores (Gemma 2) is not implemented by the CUDA backend: "
-                         "train it with --device cpu");
-  if (op == "attention_grad" && attrInt(a, "window") > 0)
-    return Status::error(op + " over a sliding window (window = " + std::to_string(attrInt(a, "window")) +
-                         ") is not implemented by the CUDA backend: train it with --device cpu, or build "
-                         "programs of at most that many positions");
   if (op == "embedding") {
     DeviceBuffer &ids = in(0), &table = in(1), &y = out();
     std::vector<std::string> axes = attrStrings(a, "vocab_axes");
@@ -3341,6 +3331,8 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
     SequenceRows rows = rowsOf(a, shape.S); // as attention's queries
     shape.past = shape.T - shape.S * rows.pieces + rows.start;
     shape.stride = rows.stride;
+    shape.window = attrInt(a, "window");                          // (0: none)
+    shape.softcap = static_cast<float>(attrFloat(a, "softcap"));  // (0: none)
     // Each query's log-sum-exp and D; where a KV head is read by other than
     // exactly one local query head (GQA; or none: KV heads replicated over
     // ranks of other query heads), each query head's dK and dV in fp32,
@@ -3378,7 +3370,7 @@ Status CudaExecutor::State::run(const pxe::Instruction &inst) {
                    stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), nullptr, shape.B, shape.S, shape.H, shape.D,
                            shape.T, shape.KH, shape.DV, shape.DV, shape.causal, shape.scale, shape.headOffset,
                            shape.group, nullptr, shape.past, shape.stride, dout.as<B16>(), scratch,
-                           /*window=*/0, /*softcap=*/0.0f); // (refused above: the gradient's kernels have neither)
+                           shape.window, shape.softcap);
       PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.H * ((shape.T + R - 1) / R), threads,
                    tc.keyValueBytes(), stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch,
                                                out(1).as<B16>(), out(2).as<B16>(), dkPart, dvPart, shape, tc);

@@ -317,7 +317,18 @@ struct AttentionShape {
   bool causal;
   float scale;
   int64_t headOffset, group, past, stride;
+  int64_t window = 0; // a sliding window: each query's last `window` keys (0: all it sees)
+  float softcap = 0;  // scores capped at c tanh(s / c) (0: not)
   __device__ int64_t visible(int64_t s) const { return causal ? min(T, past + s * stride + 1) : T; }
+  /// The first key query s sees (a sliding window), and whether it sees key t.
+  __device__ int64_t first(int64_t s) const { return window > 0 ? max((int64_t)0, visible(s) - window) : 0; }
+  __device__ bool sees(int64_t s, int64_t t) const { return t < visible(s) && t >= first(s); }
+  /// A score from the dot product of its query and key (scaled, capped),
+  /// and what a gradient through the cap is multiplied by (1 - (score / c)^2).
+  __device__ float score(float dot) const { return capScore(scale * dot, softcap); }
+  __device__ float capSlope(float capped) const {
+    return softcap > 0 ? 1.0f - (capped / softcap) * (capped / softcap) : 1.0f;
+  }
   __device__ int64_t kvHead(int64_t h) const { return (headOffset + h) / group; }
   /// The running block's tile (of `tiles`), batch and head, blocks numbered
   /// tile-major (every batch and head of a tile before the next tile):
@@ -420,15 +431,15 @@ __global__ void attentionGradStatsKernel(const T *q, const T *k, const T *v, con
   }
   const T *kb = k + (b * a.T * a.KH + kh) * a.D, *vb = v + (b * a.T * a.KH + kh) * a.DV;
   const int64_t keys = a.visible(s0 + rows - 1); // the tile's last query sees the most
-  for (int64_t t0 = 0; t0 < keys; t0 += R) {
+  for (int64_t t0 = a.first(s0); t0 < keys; t0 += R) { // (from the first its first query sees)
     __syncthreads();
     loadGradTile(Ks, kb, t0, a.T, a.KH * a.D, a.D, R);
     loadGradTile(Vs, vb, t0, a.T, a.KH * a.DV, a.DV, R);
     __syncthreads();
     for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
       int64_t i = e / R, j = e % R;
-      Ss[e] = i < rows && t0 + j < a.visible(s0 + i) ? a.scale * tileDot(Qs + i * (a.D + 1), Ks + j * (a.D + 1), a.D)
-                                                     : -INFINITY;
+      Ss[e] = i < rows && a.sees(s0 + i, t0 + j) ? a.score(tileDot(Qs + i * (a.D + 1), Ks + j * (a.D + 1), a.D))
+                                                 : -INFINITY;
     }
     __syncthreads();
     if (threadIdx.x < R) { // the row's online softmax: P in place of S
@@ -469,9 +480,10 @@ __device__ void attentionGradScores(const float *Qs, const float *dOs, const flo
   for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
     int64_t i = e / R, j = e % R;
     float p = 0, ds = 0;
-    if (i < rows && j < keys && t0 + j < a.visible(s0 + i)) {
-      p = expf(a.scale * tileDot(Qs + i * (a.D + 1), Ks + j * (a.D + 1), a.D) - lse[i]);
-      ds = p * (tileDot(dOs + i * (a.DV + 1), Vs + j * (a.DV + 1), a.DV) - Dr[i]) * a.scale;
+    if (i < rows && j < keys && a.sees(s0 + i, t0 + j)) {
+      float score = a.score(tileDot(Qs + i * (a.D + 1), Ks + j * (a.D + 1), a.D));
+      p = expf(score - lse[i]);
+      ds = p * (tileDot(dOs + i * (a.DV + 1), Vs + j * (a.DV + 1), a.DV) - Dr[i]) * a.capSlope(score) * a.scale;
     }
     if (P) P[e] = p;
     dS[e] = ds;
@@ -499,7 +511,8 @@ __global__ void attentionGradKeyValueKernel(const T *q, const T *k, const T *v, 
   for (int64_t e = threadIdx.x; e < g.o(); e += blockDim.x) dV[e] = 0.0f;
   for (int64_t s0 = 0; s0 < a.S; s0 += R) {
     int64_t rows = min(R, a.S - s0);
-    if (a.visible(s0 + rows - 1) <= t0) continue; // no query of the tile sees these keys
+    if (a.visible(s0 + rows - 1) <= t0 || a.first(s0) >= t0 + keys)
+      continue; // no query of the tile sees these keys (before them, or windowed past them)
     __syncthreads();
     loadGradTile(Qs, q + (b * a.S * a.H + h) * a.D, s0, a.S, a.H * a.D, a.D, R);
     loadGradTile(dOs, dout + (b * a.S * a.H + h) * a.DV, s0, a.S, a.H * a.DV, a.DV, R);
@@ -546,7 +559,7 @@ __global__ void attentionGradQueryKernel(const T *q, const T *k, const T *v, con
   }
   const T *kb = k + (b * a.T * a.KH + kh) * a.D, *vb = v + (b * a.T * a.KH + kh) * a.DV;
   const int64_t seen = a.visible(s0 + rows - 1);
-  for (int64_t t0 = 0; t0 < seen; t0 += R) {
+  for (int64_t t0 = a.first(s0); t0 < seen; t0 += R) {
     __syncthreads();
     loadGradTile(Ks, kb, t0, a.T, a.KH * a.D, a.D, R);
     loadGradTile(Vs, vb, t0, a.T, a.KH * a.DV, a.DV, R);
@@ -668,9 +681,10 @@ __device__ void tensorCoreGradScores(TensorCoreGradShared &m, __nv_bfloat16 *ps,
   for (int e = threadIdx.x; e < R * R; e += blockDim.x) {
     int i = e / R, j = e % R;
     float p = 0.0f, ds = 0.0f;
-    if (s0 + i < a.S && t0 + j < a.visible(s0 + i)) { // (visible <= T)
-      p = expf(a.scale * m.ss[i * lds + j] - m.lse[i]);
-      ds = p * (m.dps[i * lds + j] - m.Dr[i]) * a.scale;
+    if (s0 + i < a.S && a.sees(s0 + i, t0 + j)) { // (visible <= T)
+      float score = a.score(m.ss[i * lds + j]);
+      p = expf(score - m.lse[i]);
+      ds = p * (m.dps[i * lds + j] - m.Dr[i]) * a.capSlope(score) * a.scale;
     }
     if (ps) ps[i * ldp + j] = __float2bfloat16(p);
     m.dss[i * ldp + j] = __float2bfloat16(ds);
@@ -713,7 +727,8 @@ __global__ void attentionGradTensorCoreKeyValueKernel(const __nv_bfloat16 *q, co
   for (int e = threadIdx.x; e < R * g.ldk(); e += blockDim.x) dK[e] = 0.0f;
   for (int e = threadIdx.x; e < R * g.ldo(); e += blockDim.x) dV[e] = 0.0f;
   for (int64_t s0 = 0; s0 < a.S; s0 += R) {
-    if (a.visible(min(a.S, s0 + R) - 1) <= t0) continue; // no query of the tile sees these keys
+    if (a.visible(min(a.S, s0 + R) - 1) <= t0 || a.first(s0) >= min(a.T, t0 + R))
+      continue; // no query of the tile sees these keys (before them, or windowed past them)
     __syncthreads();
     loadTensorCoreQueries(m, q, dout, stats, b, h, s0, a, g);
     __syncthreads();
@@ -770,7 +785,7 @@ __global__ void attentionGradTensorCoreQueryKernel(const __nv_bfloat16 *q, const
   loadTensorCoreQueries(m, q, dout, stats, b, h, s0, a, g);
   for (int e = threadIdx.x; e < R * g.ldk(); e += blockDim.x) dQ[e] = 0.0f;
   const int64_t seen = a.visible(min(a.S, s0 + R) - 1);
-  for (int64_t t0 = 0; t0 < seen; t0 += R) {
+  for (int64_t t0 = a.first(s0); t0 < seen; t0 += R) {
     __syncthreads();
     loadTensorCoreKeys(m, k, v, b, kh, t0, a, g);
     __syncthreads();

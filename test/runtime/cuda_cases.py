@@ -85,7 +85,7 @@ CASES = {
     # Sliding windows (37 keys over 100 positions: windows that begin
     # mid-tile), on CUDA cores, tensor cores (bf16) and over a decode
     # step's cache; Gemma 2's soft-capped scores, with its local layers
-    # windowed too (forward only: the gradient's kernels refuse both).
+    # windowed too (their gradients: the train-*-window cases).
     "mistral-window": ("tiny-mistral", None, 1, 100, False, None, 1, "f32", 0, False, 0,
                        {"overrides": {"sliding_window": 37}}),
     "mistral-bf16-window": ("tiny-mistral", None, 1, 100, False, None, 1, "bf16", 0, False, 0,
@@ -200,6 +200,17 @@ TRAIN = {
     "train-llama-tp2-pp2": ("tiny-llama", 2, 8, "tp=2,pp=2,dp=1", 4),  # gradients sent back a stage
     "train-llama-bf16-dp2-tp2": ("tiny-llama", 2, 8, "dp=2,tp=2", 4, "bf16"),
     "train-gpt2": ("tiny-gpt2", 2, 8, None, 1),  # biases, LayerNorms, GELU, positions, fused QKV
+    # Sliding windows (37 keys over 100 positions) and Gemma 2's capped
+    # scores (its local layers windowed too) through the attention's
+    # gradient: CUDA cores, and tensor cores in bf16.
+    "train-mistral-window-seq100": ("tiny-mistral", 1, 100, None, 1, "f32", [], 0.0,
+                                    {"overrides": {"sliding_window": 37}}),
+    "train-mistral-bf16-window-seq100": ("tiny-mistral", 1, 100, None, 1, "bf16", [], 0.0,
+                                         {"overrides": {"sliding_window": 37}}),
+    "train-gemma2-window-seq100": ("tiny-gemma2", 1, 100, None, 1, "f32", [], 0.0,
+                                   {"overrides": {"sliding_window": 37}}),
+    "train-gemma2-bf16-window-seq100": ("tiny-gemma2", 1, 100, None, 1, "bf16", [], 0.0,
+                                        {"overrides": {"sliding_window": 37}}),
     "train-gpt2-cp2-tp2": ("tiny-gpt2", 2, 8, "cp=2,tp=2,dp=1", 4),
     # ignore_index -100 (a prompt's and padding's labels): the count of the
     # others every rank's, the loss their mean (labels dealt out over cp)

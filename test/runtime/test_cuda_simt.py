@@ -1304,21 +1304,3 @@ def test_router_bias_updates_on_the_cuda_backend_as_on_the_cpu(tmp_path, ranks, 
         assert not np.array_equal(saved["cpu"][name], model.weights[name]), name
 
 
-@pytest.mark.parametrize("preset,overrides,message", [
-    ("tiny-mistral", {"sliding_window": 3}, r"attention_grad over a sliding window \(window = 3\) is not "
-                                            r"implemented by the CUDA backend"),
-    ("tiny-gemma2", {}, r"attention_grad with soft-capped scores \(Gemma 2\) is not implemented by the CUDA "
-                        r"backend")], ids=["window", "softcap"])
-def test_training_through_a_window_or_capped_scores_is_refused_by_the_cuda_backend(tmp_path, preset, overrides,
-                                                                                     message):
-    """The forward kernels mask a sliding window and cap Gemma 2's scores
-    (the mistral-window and gemma2 cases of test_simt_matches_cpu_and_numpy);
-    the gradient's kernels see every earlier key, uncapped, so a training
-    step with either is refused on the device, naming the op, instead of
-    computing wrong gradients."""
-    from conftest import Model
-    tool("parax-run-simt")
-    model = Model(str(tmp_path), preset, batch=2, loss=True, overrides=overrides)
-    with pytest.raises(RuntimeError, match=message):
-        cuda_cases.parax_run(BIN, model.checkpoint, model.compile("train", autodiff=True), 1, model.inputs,
-                             str(tmp_path / "out.npy"), "cuda", tool="parax-run-simt", timeout=120)
