@@ -12,9 +12,11 @@
         with that, the plan pinned, and a line says so.
     python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
                          [--output logits.npy ...] --ranks N [--generate K [--prefill P.pxe]]
-        runs it under mpirun (N: the executable's grid size); --generate K:
-        K tokens after the prompt --input, with a generation step (and a
-        prefill program for the prompt's chunks).
+                         [--launcher 'srun -n {ranks}']
+        runs it under mpirun (N: the executable's grid size), or the
+        --launcher given (a cluster's: srun, mpirun with a hostfile);
+        --generate K: K tokens after the prompt --input, with a
+        generation step (and a prefill program for the prompt's chunks).
     python3 -m parax demo
         the README's main job: a tiny Llama planned, partitioned and run on 4
         CPU ranks, compared with the single-rank run; then 8 tokens generated
@@ -132,15 +134,32 @@ def grid_size(partitioned):
     return n
 
 
+DEFAULT_LAUNCHER = "mpirun -np {ranks} --oversubscribe --bind-to none"
+
+
+def launcher_command(launcher, ranks):
+    """The launcher's words (`launcher`: a command line with {ranks} where
+    the rank count goes, e.g. "srun -n {ranks}" or "mpirun -np {ranks}
+    --hostfile hosts")."""
+    import shlex
+    if "{ranks}" not in launcher:
+        raise ToolError(f"--launcher {launcher!r}: no {{ranks}} in it (where the rank count goes, "
+                        "e.g. 'srun -n {ranks}')")
+    words = shlex.split(launcher.replace("{ranks}", str(ranks)))
+    if not words:
+        raise ToolError("--launcher: empty")
+    return words
+
+
 def run_model(exe, weights, inputs, output=None, ranks=1, steps=1, generate=0, prefill=None,
-              sampling=(), extra=()):
+              sampling=(), extra=(), launcher=DEFAULT_LAUNCHER):
     """`output`: a path, or a list of paths (one per result, in order).
     `generate` > 0: that many tokens after the prompt (the one input), the
     prompt's whole chunks through `prefill` (an executable) if given;
     `sampling`: parax-run's --temperature/--top-k/--top-p/--seed/--stop-token arguments;
-    `extra`: any other parax-run arguments (--optimizer ...)."""
-    cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
-           _tool("parax-run"), exe, "--weights", weights]
+    `extra`: any other parax-run arguments (--optimizer ...); `launcher`:
+    how the ranks start (launcher_command)."""
+    cmd = launcher_command(launcher, ranks) + [_tool("parax-run"), exe, "--weights", weights]
     cmd += ["--generate", str(generate)] if generate else ["--steps", str(steps)]
     cmd += (["--prefill", prefill] if prefill else []) + list(sampling) + list(extra)
     for path in inputs:
@@ -414,6 +433,10 @@ def main(argv=None):
     r.add_argument("--input", action="append", default=[])
     r.add_argument("--output", action="append", default=[])
     r.add_argument("--ranks", type=int, required=True)
+    r.add_argument("--launcher", default=DEFAULT_LAUNCHER,
+                   help="how the ranks start, {ranks} where their count goes (default: %(default)s; e.g. "
+                        "'srun -n {ranks}' under Slurm, 'mpirun -np {ranks} --hostfile hosts --map-by ppr:8:node' "
+                        "over several machines; each rank takes the GPU of its index among its node's ranks)")
     r.add_argument("--steps", type=int, default=1)
     r.add_argument("--generate", type=int, default=0,
                    help="K tokens after the prompt (--input), with a generation step")
@@ -463,7 +486,8 @@ def main(argv=None):
                         for arg in (option, str(value))] + (["--zero"] if args.zero else []) + \
                 (["--per-token-loss"] if args.per_token_loss else [])
             print(run_model(args.executable, args.weights, args.input, args.output,
-                            args.ranks, args.steps, args.generate, args.prefill, sampling, training), end="")
+                            args.ranks, args.steps, args.generate, args.prefill, sampling, training,
+                            launcher=args.launcher), end="")
             return 0
         if args.command == "checkpoint":
             convert_checkpoint(args.source, args.output, args.shards)

@@ -70,6 +70,7 @@ def test_the_readme_pieces_run_as_written(tmp_path):
     assert sampled.shape == (1, 16) and (sampled[0, :8] == np.arange(1, 9)).all()
     # the front door's TP2 prefill computes what the walkthrough's did
     assert np.abs(np.load(walk / "front-logits.npy") - np.load(walk / "logits.npy")).max() < 1e-5
+    assert np.array_equal(np.load(walk / "hosts-logits.npy"), np.load(walk / "front-logits.npy"))
     # interop: upstream shard annotations out, parax shardings in
     assert "shard.grid" in (walk / "exported.mlir").read_text()
     assert "parax.grid @g (tp = 4)" in (walk / "imported.mlir").read_text()

@@ -798,8 +798,18 @@ int main(int argc, char **argv) {
 #ifdef PARAX_WITH_CUDA
     int devices = cudaDeviceCount();
     if (devices == 0) die("--device cuda: no CUDA device");
-    const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    int gpuIndex = (local ? std::atoi(local) : rank) % devices;
+    // The GPU: the rank's index among the ranks on its node (MPI-3's shared
+    // memory split: whatever launched it -- mpirun, srun, a hostfile),
+    // modulo the node's devices.
+    int localRank = rank;
+    if (mpi) {
+      MPI_Comm node;
+      if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &localRank);
+        MPI_Comm_free(&node);
+      }
+    }
+    int gpuIndex = localRank % devices;
     if (mpi) { // under a launcher even one rank gets NCCL (collectives over groups of one)
       auto watched = waits->watch("NCCL set-up");
       auto created = createNcclCommunicator(shape, rank, size, gpuIndex, collectiveTimeout);
