@@ -49,10 +49,16 @@ class ToolError(RuntimeError):
 
 
 def _tool(name):
+    """A C++ tool: in $PARAX_BUILD_DIR/bin (default: the repository's
+    build/bin), else on PATH (an installed `parax` command)."""
+    import shutil
     path = os.path.join(BIN, name)
-    if not os.path.exists(path):
-        raise ToolError(f"{path} is not built (run scripts/setup.sh)")
-    return path
+    if os.path.exists(path):
+        return path
+    found = shutil.which(name)
+    if found and "PARAX_BUILD_DIR" not in os.environ:
+        return found
+    raise ToolError(f"{path} is not built (run scripts/setup.sh; or put the tools' folder on PATH)")
 
 
 def _run(cmd, env=None, timeout=600, capture=True):

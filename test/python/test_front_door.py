@@ -22,3 +22,30 @@ def test_pins_replace_what_the_workload_said_and_keep_the_rest():
     assert _pinned("prefill:batch=4,seq=32,tp=1", {"tp": 2, "dp": 1, "mbs": 4}) == \
         "prefill:batch=4,seq=32,tp=2,dp=1,mbs=4"
     assert _pinned("train:batch=8", {"zero": 1}) == "train:batch=8,zero=1"
+
+
+def test_pip_install_gives_the_parax_command_which_finds_the_tools_on_path(tmp_path):
+    """`pip install .` (pyproject.toml) installs the package and a `parax`
+    command; installed, the front door finds the C++ tools on PATH (no
+    repository build folder beside the package). (Offline: the venv's
+    setuptools and wheel, no build isolation.)"""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    build = os.environ.get("PARAX_BUILD_DIR", os.path.join(root, "build"))
+    target = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                           "--no-build-isolation", "--target", str(target), root],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (target / "parax" / "oracle-cluster.json").exists()
+    assert not (target / "CMakeFiles").exists()  # (CMake's build folder is not the package's)
+    env = {k: v for k, v in os.environ.items() if k != "PARAX_BUILD_DIR"}
+    env.update(PYTHONPATH=str(target), PATH=os.path.join(os.path.abspath(build), "bin") + os.pathsep + env["PATH"])
+    out = subprocess.run([str(target / "bin" / "parax"), "compile", "tiny-llama", "--cluster",
+                          "dgx-h100:devices_per_node=2", "--workload", "prefill:batch=2,seq=8,tp=2", "--batch", "2",
+                          "--seq", "8", "-o", str(tmp_path / "m.pxe")],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "m.pxe").stat().st_size > 0
