@@ -727,14 +727,89 @@ struct CudaExecutor::State {
     return static_cast<int>(rank);
   }
 
-  Status run(const pxe::Instruction &inst);
+  /// Instruction k of the stage, by its kernel (kernels[k]).
+  Status run(int k);
+  using Kernel = Status (State::*)(const pxe::Instruction &inst);
+  static const std::pair<const char *, Kernel> kKernels[];
+  std::vector<Kernel> kernels; // per instruction: its op's kernel (nullptr: none)
+  void resolveKernels();
+  // An instruction's operands or results by place (each kernel's first
+  // lines: `Pick in{buffers, inst.operands()}, out{buffers, inst.results()};`).
+  struct Pick {
+    std::vector<DeviceBuffer> &b;
+    const google::protobuf::RepeatedField<int32_t> &ids;
+    DeviceBuffer &operator()(int k = 0) const { return b[ids[k]]; }
+  };
+  // Copies n elements of `like`'s storage on the stream.
+  Status copy(void *dst, const void *src, int64_t n, const DeviceBuffer &like) {
+    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * elemBytes(like.elem), cudaMemcpyDeviceToDevice, stream));
+    return Status::ok();
+  }
+  static void *offsetOf(const DeviceBuffer &b, int64_t elements) {
+    return static_cast<char *>(b.data) + elements * elemBytes(b.elem);
+  }
+  // A collective's axes, the ranks they span and their mask; an error for
+  // a group of several ranks without a communicator.
+  struct CollectiveGroup {
+    std::vector<std::string> axes;
+    int64_t ranks;
+    unsigned mask;
+  };
+  StatusOr<CollectiveGroup> collectiveGroup(const Attrs &a) {
+    CollectiveGroup g{attrStrings(a, "axes"), 0, 0};
+    g.ranks = groupSize(g.axes);
+    g.mask = maskOf(g.axes);
+    if (g.ranks > 1 && !comm) return Status::error("a collective over several ranks needs a communicator");
+    return g;
+  }
+  // The kernels, one an op or a family of ops (kKernels).
+  Status runEmbedding(const pxe::Instruction &inst);
+  Status runPositionEmbedding(const pxe::Instruction &inst);
+  Status runLinear(const pxe::Instruction &inst);
+  Status runHeadLinear(const pxe::Instruction &inst);
+  Status runNorm(const pxe::Instruction &inst);
+  Status runRope(const pxe::Instruction &inst);
+  Status runAttention(const pxe::Instruction &inst);
+  Status runBinary(const pxe::Instruction &inst);
+  Status runUnary(const pxe::Instruction &inst);
+  Status runSwiglu(const pxe::Instruction &inst);
+  Status runReshape(const pxe::Instruction &inst);
+  Status runTranspose(const pxe::Instruction &inst);
+  Status runBroadcast(const pxe::Instruction &inst);
+  Status runSlice(const pxe::Instruction &inst);
+  Status runCacheUpdate(const pxe::Instruction &inst);
+  Status runConcat(const pxe::Instruction &inst);
+  Status runBalanceLoss(const pxe::Instruction &inst);
+  Status runRouter(const pxe::Instruction &inst);
+  Status runExpertsGrad(const pxe::Instruction &inst);
+  Status runExperts(const pxe::Instruction &inst);
+  Status runShift(const pxe::Instruction &inst);
+  Status runLabelCount(const pxe::Instruction &inst);
+  Status runLogsumexp(const pxe::Instruction &inst);
+  Status runCrossEntropy(const pxe::Instruction &inst);
+  Status runLinearWeightGrad(const pxe::Instruction &inst);
+  Status runNormGrad(const pxe::Instruction &inst);
+  Status runSumTo(const pxe::Instruction &inst);
+  Status runSigmoidGrad(const pxe::Instruction &inst);
+  Status runSoftcapGrad(const pxe::Instruction &inst);
+  Status runGeluGrad(const pxe::Instruction &inst);
+  Status runPositionEmbeddingGrad(const pxe::Instruction &inst);
+  Status runSwigluGrad(const pxe::Instruction &inst);
+  Status runAttentionGrad(const pxe::Instruction &inst);
+  Status runEmbeddingGrad(const pxe::Instruction &inst);
+  Status runAllReduce(const pxe::Instruction &inst);
+  Status runShardSlice(const pxe::Instruction &inst);
+  Status runToPartial(const pxe::Instruction &inst);
+  Status runGatherScatter(const pxe::Instruction &inst);
+  Status runSendRecv(const pxe::Instruction &inst);
+  Status runExpertExchange(const pxe::Instruction &inst);
   /// `st` as the error of instruction k, done `how` ("on the GPU", ...).
   /// The moves of parameters that prepare ran once, again on the new
   /// values (on the device: the host's copies are gone); waits for the GPU.
   Status rerunParameterMoves() {
     for (int k = 0; k < host.stageProgram().instructions_size(); ++k) {
       if (!host.hoisted(k)) continue;
-      Status st = run(host.stageProgram().instructions(k));
+      Status st = run(k);
       if (!st.isOk()) return failed(k, "run again after a parameter update", st);
     }
     return sync();
@@ -1554,6 +1629,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   s.aliasCacheUpdates();
   st = s.planGeluFusion();
   if (!st.isOk()) return st;
+  s.resolveKernels();
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
     if (inst.op() != "rope") continue;
     StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(inst.attrs());
@@ -1689,7 +1765,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
     else if (pending)
       ++overlapped;
     if (st.isOk())
-      st = run(stage.instructions(k));
+      st = run(k);
     if (st.isOk() && streaming) st = reduceGradientsOf(k);
     if (st.isOk() && !poisonAfter.empty())
       for (int32_t id : poisonAfter[k])
@@ -2600,989 +2676,1175 @@ Status CudaExecutor::runRange(int begin, int end, bool holdSends) {
 
 // (An instruction's floating-point operands and results have one type but
 // the fp32 of losses and loads: the executable's validator, at prepare.)
-Status CudaExecutor::State::run(const pxe::Instruction &inst) {
-  const Attrs &a = inst.attrs();
-  const std::string &op = inst.op();
-  auto in = [&](int k) -> DeviceBuffer & { return buffers[inst.operands(k)]; };
-  auto out = [&](int k = 0) -> DeviceBuffer & { return buffers[inst.results(k)]; };
-  // Copies n elements of `like`'s storage.
-  auto copy = [&](void *dst, const void *src, int64_t n, const DeviceBuffer &like) -> Status {
-    PARAX_CUDA(cudaMemcpyAsync(dst, src, n * elemBytes(like.elem), cudaMemcpyDeviceToDevice, stream));
-    return Status::ok();
-  };
-  auto offsetOf = [](const DeviceBuffer &b, int64_t elements) {
-    return static_cast<char *>(b.data) + elements * elemBytes(b.elem);
-  };
+// The kernel of instruction k (resolveKernels: by its op, once).
+Status CudaExecutor::State::run(int k) {
+  const pxe::Instruction &inst = host.stageProgram().instructions(k);
+  if (!kernels[k]) return Status::error("no CUDA kernel for '" + inst.op() + "'");
+  return (this->*kernels[k])(inst);
+}
 
-  if (op == "embedding") {
-    DeviceBuffer &ids = in(0), &table = in(1), &y = out();
-    std::vector<std::string> axes = attrStrings(a, "vocab_axes");
-    int64_t rows = table.shape[0], h = table.shape[1];
-    int64_t offset = axes.empty() ? 0 : groupIndex(axes) * rows;
-    Status st = withBits(y, [&](auto w) {
-      using W = decltype(w);
-      PARAX_LAUNCH(embeddingKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(
-          ids.i(), table.as<W>(), y.as<W>(), ids.numel(), h, rows, offset);
-      return Status::ok();
-    });
-    if (!st.isOk()) return st;
-    float scale = static_cast<float>(attrFloat(a, "scale", 1.0)); // (Gemma's sqrt(hidden))
-    if (scale == 1.0f) return Status::ok();
-    return withFloat(y, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(scaleValuesKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(y.as<T>(), y.numel(), scale);
-      return Status::ok();
-    });
-  }
-  if (op == "position_embedding") {
-    DeviceBuffer &table = in(0), &y = out();
-    int64_t h = y.shape[2];
-    if (inst.operands_size() == 1) { // a rank's positions of the sequence: a block, or dealt out
-      SequenceRows rows = rowsOf(a, y.shape[1]);
-      int64_t first = attrInt(a, "offset") + rows.start;
-      if (rows.stride == 1) return copy(y.data, offsetOf(table, first * h), y.numel(), y);
-      return withBits(y, [&](auto w) {
-        using W = decltype(w);
-        PARAX_LAUNCH(strideRowsKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(
-            table.as<W>(), y.as<W>(), y.numel(), h, first, rows.stride);
-        return Status::ok();
-      });
-    }
-    return withBits(y, [&](auto w) { // rows from a run-time position
-      using W = decltype(w);
-      PARAX_LAUNCH(positionRowsKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(table.as<W>(), in(1).i(),
-                                                                                    y.as<W>(), y.numel(), h);
-      return Status::ok();
-    });
-  }
-  if (op == "linear") {
-    DeviceBuffer &x = in(0), &w = in(1), &y = out();
-    int64_t k = x.shape.back(), n = y.shape.back(), m = x.numel() / k;
-    if (w.elem == Elem::BF16 && x.elem == Elem::F32) {
-      Status st = ensureScratch((m * k + 1) / 2);
-      if (!st.isOk()) return st;
-    }
-    auto fused = geluInto.find(&inst);
-    void *into = fused == geluInto.end() ? y.data : buffers[fused->second].data;
-    return gemm(x.data, x.elem, m, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, into, y.elem,
-                reinterpret_cast<__nv_bfloat16 *>(scratch), inst.operands_size() == 3 ? in(2).data : nullptr,
-                fused != geluInto.end());
-  }
-  if (op == "head_linear") {
-    DeviceBuffer &x = in(0), &w = in(1), &y = out();
-    int64_t g = x.shape[x.shape.size() - 2], k = x.shape.back(), n = y.shape.back(), m = x.numel() / (g * k);
-    if (w.elem == Elem::BF16 && x.elem == Elem::F32) {
-      Status st = ensureScratch((m * g * k + 1) / 2);
-      if (!st.isOk()) return st;
-    }
-    return headGemm(x.data, x.elem, m, g, k, w.data, w.blockStride > 0 ? w.blockStride : k * n, w.elem,
-                    attrInt(a, "transpose_w") != 0, n, y.data, y.elem, reinterpret_cast<__nv_bfloat16 *>(scratch));
-  }
-  if (op == "rms_norm" || op == "layer_norm") {
-    DeviceBuffer &x = in(0), &y = out();
-    int64_t h = x.shape.back(), rows = x.numel() / h;
-    bool layer = op == "layer_norm";
-    return withFloat(y, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(normKernel<T>, rows, kThreads, 0, stream)(
-          x.as<T>(), in(1).as<T>(), layer ? in(2).as<T>() : nullptr, y.as<T>(), h,
-          static_cast<float>(attrFloat(a, "eps")), layer, static_cast<float>(attrFloat(a, "offset")));
-      return Status::ok();
-    });
-  }
-  if (op == "rope") {
-    DeviceBuffer &x = in(0), &y = out();
-    int64_t rot = attrInt(a, "rotary_dim");
-    Status st = y.data == x.data ? Status::ok() : copy(y.data, x.data, x.numel(), x); // (rotated in y)
-    if (!st.isOk()) return st;
-    int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
-    SequenceRows rows = rowsOf(a, S); // (unsplit with a run-time position)
-    return withFloat(y, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(ropeKernel<T>, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
-          y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset") + rows.start,
-          rows.stride, inst.operands_size() == 2 ? in(1).i() : nullptr, attrInt(a, "interleaved") != 0,
-          attrInt(a, "inverse") != 0);
-      return Status::ok();
-    });
-  }
-  if (op == "attention") {
-    DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &y = out();
-    int64_t B = q.shape[0], S = q.shape[1], H = q.shape[2], D = q.shape[3];
-    // The values: v's first DV channels of its VW (all of them, unless value_dim).
-    int64_t T = k.shape[1], KH = k.shape[2], DV = y.shape[3], VW = v.shape[3];
-    std::vector<std::string> headAxes = attrStrings(a, "head_axes");
-    int64_t headOffset = 0, totalHeads = H;
-    if (!headAxes.empty()) {
-      headOffset = groupIndex(headAxes) * H;
-      totalHeads = H * groupSize(headAxes);
-    }
-    int64_t limit = sharedOptIn;
-    bool causal = attrInt(a, "causal") != 0;
-    // A generation step's run-time position (on the device), or none; then
-    // query s sits at past + s * stride: past is T - S, or with the queries
-    // split over N ranks (seq_axes) T - N * S plus the rank's first
-    // position (a block: stride 1; dealt out cyclically: stride N1).
-    const int32_t *position = inst.operands_size() == 4 ? in(3).i() : nullptr;
-    SequenceRows rows = rowsOf(a, S); // query s at rows.position(s) of the whole
-    int64_t past = T - S * rows.pieces + rows.start, stride = rows.stride;
-    float scale = static_cast<float>(attrFloat(a, "scale"));
-    int64_t window = attrInt(a, "window");                          // (0: none)
-    float softcap = static_cast<float>(attrFloat(a, "softcap"));  // (0: none)
-    // A few queries (a decode step: S = 1) over the keys: split over the
-    // keys, every query head of a KV head in one block (unless
-    // PARAX_ATTENTION=no-split).
-    int64_t group = totalHeads / KH;
-    if (auto decode = decodeKeyTiles.find(&inst); decode != decodeKeyTiles.end()) {
-      int keyTile = decode->second.keys, blockRows = decode->second.rows;
-      // Keys and values: one buffer, or a fused concat's two (the cache's
-      // rows, then the new tokens').
-      auto parts = [&](int operand, const DeviceBuffer &whole) {
-        auto it = cacheParts.find({&inst, operand});
-        if (it == cacheParts.end()) return std::make_tuple(whole.data, static_cast<void *>(nullptr), T);
-        const DeviceBuffer &cache = buffers[it->second.first];
-        return std::make_tuple(cache.data, buffers[it->second.second].data, cache.shape[1]);
-      };
-      void *kCache, *kNew, *vCache, *vNew; // (named, not bound: the lambda below captures them)
-      int64_t cachedK, cachedV;
-      std::tie(kCache, kNew, cachedK) = parts(1, k);
-      std::tie(vCache, vNew, cachedV) = parts(2, v);
-      // Chunks of whole key tiles, enough for two blocks per SM.
-      auto ceilDiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-      // A KV head's rows on this rank, in blocks of blockRows.
-      int64_t rows = std::min(group, H) * S, rowBlocks = ceilDiv(rows, blockRows);
-      int64_t tilesOfKeys = ceilDiv(T, keyTile);
-      int64_t wanted = std::min(tilesOfKeys, ceilDiv(2 * multiprocessors, B * KH * rowBlocks));
-      int64_t chunkKeys = ceilDiv(tilesOfKeys, wanted) * keyTile;
-      int64_t chunks = ceilDiv(T, chunkKeys);
-      Status st = ensureScratch(B * KH * chunks * rows * DecodeTiles::perRow(DV));
-      if (!st.isOk()) return st;
-      int64_t sharedBytes = AttentionTiles::floats(blockRows, keyTile, D, DV) * 4;
-      return withFloat(y, [&](auto t) {
-        using E = decltype(t);
-        PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * rowBlocks * chunks, 256, sharedBytes, stream)(
-            q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
-            static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
-            VW, causal, scale, headOffset, group, chunks, chunkKeys, keyTile, blockRows, position, past, stride,
-            window, softcap);
-        PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
-            scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
-        return Status::ok();
-      });
-    }
-    // bf16 with head widths in 16s: tensor cores (unless PARAX_ATTENTION=cuda-cores).
-    int64_t tcBytes = TensorCoreTiles::bytes(D, DV);
-    if (tensorCoreAttention && y.elem == Elem::BF16 && D % 16 == 0 && DV % 16 == 0 && tcBytes <= limit) {
-      int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
-      PARAX_LAUNCH(attentionTensorCoreKernel, blocks, TensorCoreTiles::kThreads, tcBytes, stream)(
-          q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
-          T, KH, DV, VW, causal, scale, headOffset, group, position, past, stride, nullptr, nullptr, window,
-          softcap);
-      return Status::ok();
-    }
-    // Otherwise CUDA cores, with tiles that fit the device's shared memory
-    // (opt-in beyond 48 KiB).
-    AttentionTiles tiles;
-    while (AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4 > limit && tiles.keys > 16)
-      tiles.keys /= 2;
-    while (AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4 > limit && tiles.queries > 8)
-      tiles.queries /= 2;
-    int64_t sharedBytes = AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4;
-    if (sharedBytes > limit)
-      return Status::error("attention: head widths " + std::to_string(D) + "/" + std::to_string(DV) +
-                           " need " + std::to_string(sharedBytes) + " bytes of shared memory; the device has " +
-                           std::to_string(limit));
-    int64_t blocks = B * H * ((S + tiles.queries - 1) / tiles.queries);
-    return withFloat(y, [&](auto t) {
-      using E = decltype(t);
-      PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
-          q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, VW, causal, scale, headOffset,
-          group, tiles.queries, tiles.keys, position, past, stride, window, softcap);
-      return Status::ok();
-    });
-  }
-  if (op == "add" || op == "mul") {
-    DeviceBuffer &l = in(0), &r = in(1), &y = out();
-    return withFloat(y, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(binaryKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
-          l.as<T>(), r.as<T>(), y.as<T>(), dimsOf(l.shape), dimsOf(r.shape), dimsOf(y.shape), y.numel(),
-          op == "add", l.shape == y.shape, r.shape == y.shape);
-      return Status::ok();
-    });
-  }
-  if (op == "silu" || op == "sigmoid" || op == "gelu" || op == "softcap") {
-    int kind = op == "silu" ? 0 : op == "sigmoid" ? 1 : op == "softcap" ? 4 : attrString(a, "approximate") == "tanh" ? 2 : 3;
-    float cap = op == "softcap" ? static_cast<float>(attrFloat(a, "cap")) : 0.0f;
-    return withFloat(out(), [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(unaryKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(in(0).as<T>(), out().as<T>(),
-                                                                                 out().numel(), kind, cap);
-      return Status::ok();
-    });
-  }
-  if (op == "swiglu") {
-    return withFloat(out(), [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(swigluKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
-          in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel());
-      return Status::ok();
-    });
-  }
-  if (op == "reshape") // (nothing to move when the result is in its operand's memory)
-    return out().data == in(0).data ? Status::ok() : copy(out().data, in(0).data, out().numel(), out());
-  if (op == "transpose") {
-    auto it = a.find("permutation");
-    if (it == a.end()) return Status::error("transpose without permutation");
-    std::vector<int64_t> perm(it->second.ints().values().begin(), it->second.ints().values().end());
-    return withBits(out(), [&](auto w) {
-      using W = decltype(w);
-      PARAX_LAUNCH(transposeKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
-          in(0).as<W>(), out().as<W>(), dimsOf(in(0).shape), dimsOf(out().shape), dimsOf(perm), out().numel());
-      return Status::ok();
-    });
-  }
-  if (op == "broadcast") {
-    return withBits(out(), [&](auto w) {
-      using W = decltype(w);
-      PARAX_LAUNCH(broadcastKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
-          in(0).as<W>(), out().as<W>(), dimsOf(in(0).shape), dimsOf(out().shape), out().numel());
-      return Status::ok();
-    });
-  }
-  if (op == "slice") {
-    int dim = static_cast<int>(attrInt(a, "dim"));
-    auto [outer, inner] = around(out().shape, dim);
-    return withBits(out(), [&, outer = outer, inner = inner](auto w) {
-      using W = decltype(w);
-      PARAX_LAUNCH(sliceKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
-          in(0).as<W>(), out().as<W>(), outer, in(0).shape[dim], out().shape[dim], attrInt(a, "start"), inner);
-      return Status::ok();
-    });
-  }
-  if (op == "cache_update") {
-    // In place when the result shares the cache's memory (see
-    // aliasCacheUpdates); otherwise the cache is copied first.
-    DeviceBuffer &cache = in(0), &update = in(1), &y = out();
-    if (y.data != cache.data) {
-      Status st = copy(y.data, cache.data, y.numel(), y);
-      if (!st.isOk()) return st;
-    }
-    int64_t row = y.shape[2] * y.shape[3];
+// Each op the CUDA backend runs, and its kernel.
+const std::pair<const char *, CudaExecutor::State::Kernel> CudaExecutor::State::kKernels[] = {
+    {"embedding", &State::runEmbedding},
+    {"position_embedding", &State::runPositionEmbedding},
+    {"linear", &State::runLinear},
+    {"head_linear", &State::runHeadLinear},
+    {"rms_norm", &State::runNorm},
+    {"layer_norm", &State::runNorm},
+    {"rope", &State::runRope},
+    {"attention", &State::runAttention},
+    {"add", &State::runBinary},
+    {"mul", &State::runBinary},
+    {"silu", &State::runUnary},
+    {"sigmoid", &State::runUnary},
+    {"gelu", &State::runUnary},
+    {"softcap", &State::runUnary},
+    {"swiglu", &State::runSwiglu},
+    {"reshape", &State::runReshape},
+    {"transpose", &State::runTranspose},
+    {"broadcast", &State::runBroadcast},
+    {"slice", &State::runSlice},
+    {"cache_update", &State::runCacheUpdate},
+    {"concat", &State::runConcat},
+    {"balance_loss", &State::runBalanceLoss},
+    {"router", &State::runRouter},
+    {"router_grad", &State::runRouter},
+    {"router_load", &State::runRouter},
+    {"router_aux_grad", &State::runRouter},
+    {"experts_grad", &State::runExpertsGrad},
+    {"experts", &State::runExperts},
+    {"shift", &State::runShift},
+    {"label_count", &State::runLabelCount},
+    {"logsumexp", &State::runLogsumexp},
+    {"cross_entropy", &State::runCrossEntropy},
+    {"cross_entropy_grad", &State::runCrossEntropy},
+    {"linear_weight_grad", &State::runLinearWeightGrad},
+    {"rms_norm_grad", &State::runNormGrad},
+    {"rms_norm_weight_grad", &State::runNormGrad},
+    {"layer_norm_grad", &State::runNormGrad},
+    {"layer_norm_weight_grad", &State::runNormGrad},
+    {"sum_to", &State::runSumTo},
+    {"sigmoid_grad", &State::runSigmoidGrad},
+    {"softcap_grad", &State::runSoftcapGrad},
+    {"gelu_grad", &State::runGeluGrad},
+    {"position_embedding_grad", &State::runPositionEmbeddingGrad},
+    {"swiglu_grad", &State::runSwigluGrad},
+    {"attention_grad", &State::runAttentionGrad},
+    {"embedding_grad", &State::runEmbeddingGrad},
+    {"all_reduce", &State::runAllReduce},
+    {"shard_slice", &State::runShardSlice},
+    {"to_partial", &State::runToPartial},
+    {"all_gather", &State::runGatherScatter},
+    {"reduce_scatter", &State::runGatherScatter},
+    {"all_to_all", &State::runGatherScatter},
+    {"send", &State::runSendRecv},
+    {"recv", &State::runSendRecv},
+    {"moe_dispatch", &State::runExpertExchange},
+    {"moe_combine", &State::runExpertExchange},
+};
+
+void CudaExecutor::State::resolveKernels() {
+  const pxe::Stage &stage = host.stageProgram();
+  kernels.assign(stage.instructions_size(), nullptr);
+  for (int k = 0; k < stage.instructions_size(); ++k)
+    for (const auto &[op, kernel] : kKernels)
+      if (stage.instructions(k).op() == op) kernels[k] = kernel;
+}
+
+Status CudaExecutor::State::runEmbedding(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &ids = in(0), &table = in(1), &y = out();
+  std::vector<std::string> axes = attrStrings(a, "vocab_axes");
+  int64_t rows = table.shape[0], h = table.shape[1];
+  int64_t offset = axes.empty() ? 0 : groupIndex(axes) * rows;
+  Status st = withBits(y, [&](auto w) {
+    using W = decltype(w);
+    PARAX_LAUNCH(embeddingKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(
+        ids.i(), table.as<W>(), y.as<W>(), ids.numel(), h, rows, offset);
+    return Status::ok();
+  });
+  if (!st.isOk()) return st;
+  float scale = static_cast<float>(attrFloat(a, "scale", 1.0)); // (Gemma's sqrt(hidden))
+  if (scale == 1.0f) return Status::ok();
+  return withFloat(y, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(scaleValuesKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(y.as<T>(), y.numel(), scale);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runPositionEmbedding(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &table = in(0), &y = out();
+  int64_t h = y.shape[2];
+  if (inst.operands_size() == 1) { // a rank's positions of the sequence: a block, or dealt out
+    SequenceRows rows = rowsOf(a, y.shape[1]);
+    int64_t first = attrInt(a, "offset") + rows.start;
+    if (rows.stride == 1) return copy(y.data, offsetOf(table, first * h), y.numel(), y);
     return withBits(y, [&](auto w) {
       using W = decltype(w);
-      PARAX_LAUNCH(cacheWriteKernel<W>, blocksFor(update.numel()), kThreads, 0, stream)(
-          update.as<W>(), in(2).i(), y.as<W>(), y.shape[0], y.shape[1], update.shape[1], row);
+      PARAX_LAUNCH(strideRowsKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(
+          table.as<W>(), y.as<W>(), y.numel(), h, first, rows.stride);
       return Status::ok();
     });
   }
-  if (op == "concat") {
-    int dim = static_cast<int>(attrInt(a, "dim"));
-    auto [outer, inner] = around(out().shape, dim);
-    return withBits(out(), [&, outer = outer, inner = inner](auto w) {
-      using W = decltype(w);
-      int64_t at = 0;
-      for (int k = 0; k < inst.operands_size(); ++k) {
-        PARAX_LAUNCH(placeKernel<W>, blocksFor(in(k).numel()), kThreads, 0, stream)(
-            in(k).as<W>(), out().as<W>(), outer, out().shape[dim], in(k).shape[dim], at, inner);
-        at += in(k).shape[dim];
-      }
+  return withBits(y, [&](auto w) { // rows from a run-time position
+    using W = decltype(w);
+    PARAX_LAUNCH(positionRowsKernel<W>, blocksFor(y.numel()), kThreads, 0, stream)(table.as<W>(), in(1).i(),
+                                                                                  y.as<W>(), y.numel(), h);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runLinear(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &w = in(1), &y = out();
+  int64_t k = x.shape.back(), n = y.shape.back(), m = x.numel() / k;
+  if (w.elem == Elem::BF16 && x.elem == Elem::F32) {
+    Status st = ensureScratch((m * k + 1) / 2);
+    if (!st.isOk()) return st;
+  }
+  auto fused = geluInto.find(&inst);
+  void *into = fused == geluInto.end() ? y.data : buffers[fused->second].data;
+  return gemm(x.data, x.elem, m, k, w.data, w.elem, attrInt(a, "transpose_w") != 0, n, into, y.elem,
+              reinterpret_cast<__nv_bfloat16 *>(scratch), inst.operands_size() == 3 ? in(2).data : nullptr,
+              fused != geluInto.end());
+}
+
+Status CudaExecutor::State::runHeadLinear(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &w = in(1), &y = out();
+  int64_t g = x.shape[x.shape.size() - 2], k = x.shape.back(), n = y.shape.back(), m = x.numel() / (g * k);
+  if (w.elem == Elem::BF16 && x.elem == Elem::F32) {
+    Status st = ensureScratch((m * g * k + 1) / 2);
+    if (!st.isOk()) return st;
+  }
+  return headGemm(x.data, x.elem, m, g, k, w.data, w.blockStride > 0 ? w.blockStride : k * n, w.elem,
+                  attrInt(a, "transpose_w") != 0, n, y.data, y.elem, reinterpret_cast<__nv_bfloat16 *>(scratch));
+}
+
+Status CudaExecutor::State::runNorm(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &y = out();
+  int64_t h = x.shape.back(), rows = x.numel() / h;
+  bool layer = op == "layer_norm";
+  return withFloat(y, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(normKernel<T>, rows, kThreads, 0, stream)(
+        x.as<T>(), in(1).as<T>(), layer ? in(2).as<T>() : nullptr, y.as<T>(), h,
+        static_cast<float>(attrFloat(a, "eps")), layer, static_cast<float>(attrFloat(a, "offset")));
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runRope(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &y = out();
+  int64_t rot = attrInt(a, "rotary_dim");
+  Status st = y.data == x.data ? Status::ok() : copy(y.data, x.data, x.numel(), x); // (rotated in y)
+  if (!st.isOk()) return st;
+  int64_t B = x.shape[0], S = x.shape[1], H = x.shape[2], D = x.shape[3];
+  SequenceRows rows = rowsOf(a, S); // (unsplit with a run-time position)
+  return withFloat(y, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(ropeKernel<T>, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
+        y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset") + rows.start,
+        rows.stride, inst.operands_size() == 2 ? in(1).i() : nullptr, attrInt(a, "interleaved") != 0,
+        attrInt(a, "inverse") != 0);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runAttention(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &y = out();
+  int64_t B = q.shape[0], S = q.shape[1], H = q.shape[2], D = q.shape[3];
+  // The values: v's first DV channels of its VW (all of them, unless value_dim).
+  int64_t T = k.shape[1], KH = k.shape[2], DV = y.shape[3], VW = v.shape[3];
+  std::vector<std::string> headAxes = attrStrings(a, "head_axes");
+  int64_t headOffset = 0, totalHeads = H;
+  if (!headAxes.empty()) {
+    headOffset = groupIndex(headAxes) * H;
+    totalHeads = H * groupSize(headAxes);
+  }
+  int64_t limit = sharedOptIn;
+  bool causal = attrInt(a, "causal") != 0;
+  // A generation step's run-time position (on the device), or none; then
+  // query s sits at past + s * stride: past is T - S, or with the queries
+  // split over N ranks (seq_axes) T - N * S plus the rank's first
+  // position (a block: stride 1; dealt out cyclically: stride N1).
+  const int32_t *position = inst.operands_size() == 4 ? in(3).i() : nullptr;
+  SequenceRows rows = rowsOf(a, S); // query s at rows.position(s) of the whole
+  int64_t past = T - S * rows.pieces + rows.start, stride = rows.stride;
+  float scale = static_cast<float>(attrFloat(a, "scale"));
+  int64_t window = attrInt(a, "window");                          // (0: none)
+  float softcap = static_cast<float>(attrFloat(a, "softcap"));  // (0: none)
+  // A few queries (a decode step: S = 1) over the keys: split over the
+  // keys, every query head of a KV head in one block (unless
+  // PARAX_ATTENTION=no-split).
+  int64_t group = totalHeads / KH;
+  if (auto decode = decodeKeyTiles.find(&inst); decode != decodeKeyTiles.end()) {
+    int keyTile = decode->second.keys, blockRows = decode->second.rows;
+    // Keys and values: one buffer, or a fused concat's two (the cache's
+    // rows, then the new tokens').
+    auto parts = [&](int operand, const DeviceBuffer &whole) {
+      auto it = cacheParts.find({&inst, operand});
+      if (it == cacheParts.end()) return std::make_tuple(whole.data, static_cast<void *>(nullptr), T);
+      const DeviceBuffer &cache = buffers[it->second.first];
+      return std::make_tuple(cache.data, buffers[it->second.second].data, cache.shape[1]);
+    };
+    void *kCache, *kNew, *vCache, *vNew; // (named, not bound: the lambda below captures them)
+    int64_t cachedK, cachedV;
+    std::tie(kCache, kNew, cachedK) = parts(1, k);
+    std::tie(vCache, vNew, cachedV) = parts(2, v);
+    // Chunks of whole key tiles, enough for two blocks per SM.
+    auto ceilDiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+    // A KV head's rows on this rank, in blocks of blockRows.
+    int64_t rows = std::min(group, H) * S, rowBlocks = ceilDiv(rows, blockRows);
+    int64_t tilesOfKeys = ceilDiv(T, keyTile);
+    int64_t wanted = std::min(tilesOfKeys, ceilDiv(2 * multiprocessors, B * KH * rowBlocks));
+    int64_t chunkKeys = ceilDiv(tilesOfKeys, wanted) * keyTile;
+    int64_t chunks = ceilDiv(T, chunkKeys);
+    Status st = ensureScratch(B * KH * chunks * rows * DecodeTiles::perRow(DV));
+    if (!st.isOk()) return st;
+    int64_t sharedBytes = AttentionTiles::floats(blockRows, keyTile, D, DV) * 4;
+    return withFloat(y, [&](auto t) {
+      using E = decltype(t);
+      PARAX_LAUNCH(decodeAttentionKernel<E>, B * KH * rowBlocks * chunks, 256, sharedBytes, stream)(
+          q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
+          static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
+          VW, causal, scale, headOffset, group, chunks, chunkKeys, keyTile, blockRows, position, past, stride,
+          window, softcap);
+      PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
+          scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
       return Status::ok();
     });
   }
-  if (op == "balance_loss") {
-    DeviceBuffer &load = in(0), &scores = in(1), &loss = out();
-    double T = static_cast<double>(attrInt(a, "num_tokens")), E = static_cast<double>(load.shape.back());
-    double sequences = static_cast<double>(attrInt(a, "num_sequences", 1));
-    PARAX_LAUNCH(balanceLossKernel, 1, 1, 0, stream)(load.f(), scores.f(), loss.f(), load.numel(),
-                                                     attrFloat(a, "coefficient") * E / (T * T * sequences));
+  // bf16 with head widths in 16s: tensor cores (unless PARAX_ATTENTION=cuda-cores).
+  int64_t tcBytes = TensorCoreTiles::bytes(D, DV);
+  if (tensorCoreAttention && y.elem == Elem::BF16 && D % 16 == 0 && DV % 16 == 0 && tcBytes <= limit) {
+    int64_t blocks = B * H * ((S + TensorCoreTiles::kQueries - 1) / TensorCoreTiles::kQueries);
+    PARAX_LAUNCH(attentionTensorCoreKernel, blocks, TensorCoreTiles::kThreads, tcBytes, stream)(
+        q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
+        T, KH, DV, VW, causal, scale, headOffset, group, position, past, stride, nullptr, nullptr, window,
+        softcap);
     return Status::ok();
   }
-  if (op == "router" || op == "router_grad" || op == "router_load" || op == "router_aux_grad") {
-    DeviceBuffer &x = in(0), &gate = in(1);
-    int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0], K = attrInt(a, "top_k");
-    if (K > 64) return Status::error(op + ": top_k above 64");
-    // Logits [tokens, E] in fp32 = x . gate^T, then scores and choice (2E per token).
-    Status st = ensureScratch(tokens * E * 3 + (tokens * h + 1) / 2);
+  // Otherwise CUDA cores, with tiles that fit the device's shared memory
+  // (opt-in beyond 48 KiB).
+  AttentionTiles tiles;
+  while (AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4 > limit && tiles.keys > 16)
+    tiles.keys /= 2;
+  while (AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4 > limit && tiles.queries > 8)
+    tiles.queries /= 2;
+  int64_t sharedBytes = AttentionTiles::floats(tiles.queries, tiles.keys, D, DV) * 4;
+  if (sharedBytes > limit)
+    return Status::error("attention: head widths " + std::to_string(D) + "/" + std::to_string(DV) +
+                         " need " + std::to_string(sharedBytes) + " bytes of shared memory; the device has " +
+                         std::to_string(limit));
+  int64_t blocks = B * H * ((S + tiles.queries - 1) / tiles.queries);
+  return withFloat(y, [&](auto t) {
+    using E = decltype(t);
+    PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
+        q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, VW, causal, scale, headOffset,
+        group, tiles.queries, tiles.keys, position, past, stride, window, softcap);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runBinary(const pxe::Instruction &inst) {
+  const std::string &op = inst.op();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &l = in(0), &r = in(1), &y = out();
+  return withFloat(y, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(binaryKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
+        l.as<T>(), r.as<T>(), y.as<T>(), dimsOf(l.shape), dimsOf(r.shape), dimsOf(y.shape), y.numel(),
+        op == "add", l.shape == y.shape, r.shape == y.shape);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runUnary(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  int kind = op == "silu" ? 0 : op == "sigmoid" ? 1 : op == "softcap" ? 4 : attrString(a, "approximate") == "tanh" ? 2 : 3;
+  float cap = op == "softcap" ? static_cast<float>(attrFloat(a, "cap")) : 0.0f;
+  return withFloat(out(), [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(unaryKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(in(0).as<T>(), out().as<T>(),
+                                                                               out().numel(), kind, cap);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runSwiglu(const pxe::Instruction &inst) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  return withFloat(out(), [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(swigluKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+        in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel());
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runReshape(const pxe::Instruction &inst) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  // (nothing to move when the result is in its operand's memory)
+  return out().data == in(0).data ? Status::ok() : copy(out().data, in(0).data, out().numel(), out());
+}
+
+Status CudaExecutor::State::runTranspose(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  auto it = a.find("permutation");
+  if (it == a.end()) return Status::error("transpose without permutation");
+  std::vector<int64_t> perm(it->second.ints().values().begin(), it->second.ints().values().end());
+  return withBits(out(), [&](auto w) {
+    using W = decltype(w);
+    PARAX_LAUNCH(transposeKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
+        in(0).as<W>(), out().as<W>(), dimsOf(in(0).shape), dimsOf(out().shape), dimsOf(perm), out().numel());
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runBroadcast(const pxe::Instruction &inst) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  return withBits(out(), [&](auto w) {
+    using W = decltype(w);
+    PARAX_LAUNCH(broadcastKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
+        in(0).as<W>(), out().as<W>(), dimsOf(in(0).shape), dimsOf(out().shape), out().numel());
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runSlice(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  int dim = static_cast<int>(attrInt(a, "dim"));
+  auto [outer, inner] = around(out().shape, dim);
+  return withBits(out(), [&, outer = outer, inner = inner](auto w) {
+    using W = decltype(w);
+    PARAX_LAUNCH(sliceKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
+        in(0).as<W>(), out().as<W>(), outer, in(0).shape[dim], out().shape[dim], attrInt(a, "start"), inner);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runCacheUpdate(const pxe::Instruction &inst) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  // In place when the result shares the cache's memory (see
+  // aliasCacheUpdates); otherwise the cache is copied first.
+  DeviceBuffer &cache = in(0), &update = in(1), &y = out();
+  if (y.data != cache.data) {
+    Status st = copy(y.data, cache.data, y.numel(), y);
     if (!st.isOk()) return st;
-    float *logits = scratch, *choice = scratch + tokens * E;
-    auto *xb = reinterpret_cast<__nv_bfloat16 *>(scratch + tokens * E * 3);
-    st = gemm(x.data, x.elem, tokens, h, gate.data, gate.elem, true, E, logits, Elem::F32, xb);
-    if (!st.isOk()) return st;
-    bool sigmoidScores = attrString(a, "score_func") == "sigmoid", normalize = attrInt(a, "normalize") != 0;
-    float scaling = static_cast<float>(attrFloat(a, "scaling_factor", 1.0));
-    int64_t groups = attrInt(a, "num_groups", 1), topkGroups = attrInt(a, "topk_groups", 1);
-    if (op == "router_aux_grad") {
-      // Per sequence: a row of the load [B, E] for each sequence's tokens.
-      DeviceBuffer &load = in(2), &dl = out();
-      int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
-      double T = static_cast<double>(attrInt(a, "num_tokens"));
-      double scale = attrFloat(a, "coefficient") * E / (T * T * static_cast<double>(attrInt(a, "num_sequences", 1)));
-      return withFloat(dl, [&](auto t) {
-        using T = decltype(t);
-        PARAX_LAUNCH(routerAuxGradKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
-            logits, load.f(), dl.as<T>(), tokens, E, sigmoidScores, static_cast<float>(scale), perRow);
-        return Status::ok();
-      });
+  }
+  int64_t row = y.shape[2] * y.shape[3];
+  return withBits(y, [&](auto w) {
+    using W = decltype(w);
+    PARAX_LAUNCH(cacheWriteKernel<W>, blocksFor(update.numel()), kThreads, 0, stream)(
+        update.as<W>(), in(2).i(), y.as<W>(), y.shape[0], y.shape[1], update.shape[1], row);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runConcat(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  int dim = static_cast<int>(attrInt(a, "dim"));
+  auto [outer, inner] = around(out().shape, dim);
+  return withBits(out(), [&, outer = outer, inner = inner](auto w) {
+    using W = decltype(w);
+    int64_t at = 0;
+    for (int k = 0; k < inst.operands_size(); ++k) {
+      PARAX_LAUNCH(placeKernel<W>, blocksFor(in(k).numel()), kThreads, 0, stream)(
+          in(k).as<W>(), out().as<W>(), outer, out().shape[dim], in(k).shape[dim], at, inner);
+      at += in(k).shape[dim];
     }
-    if (op == "router_load") {
-      DeviceBuffer &load = out();
-      int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
-      PARAX_CUDA(cudaMemsetAsync(load.data, 0, load.numel() * 4, stream));
-      return withFloat(x, [&](auto t) {
-        using T = decltype(t);
-        PARAX_LAUNCH(routerLoadKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
-            logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, load.f(), tokens, E, K,
-            sigmoidScores, groups, topkGroups, attrInt(a, "scores") != 0, perRow);
-        return Status::ok();
-      });
-    }
-    if (op == "router_grad") {
-      DeviceBuffer &dw = in(2), &dl = out();
-      return withFloat(dl, [&](auto t) {
-        using T = decltype(t);
-        PARAX_LAUNCH(routerGradKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
-            logits, inst.operands_size() == 4 ? in(3).as<T>() : nullptr, dw.as<T>(), choice, dl.as<T>(), tokens,
-            E, K, sigmoidScores, normalize, scaling, groups, topkGroups);
-        return Status::ok();
-      });
-    }
-    DeviceBuffer &w = out(0), &idx = out(1);
-    st = withFloat(w, [&](auto t) {
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runBalanceLoss(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &load = in(0), &scores = in(1), &loss = out();
+  double T = static_cast<double>(attrInt(a, "num_tokens")), E = static_cast<double>(load.shape.back());
+  double sequences = static_cast<double>(attrInt(a, "num_sequences", 1));
+  PARAX_LAUNCH(balanceLossKernel, 1, 1, 0, stream)(load.f(), scores.f(), loss.f(), load.numel(),
+                                                   attrFloat(a, "coefficient") * E / (T * T * sequences));
+  return Status::ok();
+}
+
+Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &gate = in(1);
+  int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0], K = attrInt(a, "top_k");
+  if (K > 64) return Status::error(op + ": top_k above 64");
+  // Logits [tokens, E] in fp32 = x . gate^T, then scores and choice (2E per token).
+  Status st = ensureScratch(tokens * E * 3 + (tokens * h + 1) / 2);
+  if (!st.isOk()) return st;
+  float *logits = scratch, *choice = scratch + tokens * E;
+  auto *xb = reinterpret_cast<__nv_bfloat16 *>(scratch + tokens * E * 3);
+  st = gemm(x.data, x.elem, tokens, h, gate.data, gate.elem, true, E, logits, Elem::F32, xb);
+  if (!st.isOk()) return st;
+  bool sigmoidScores = attrString(a, "score_func") == "sigmoid", normalize = attrInt(a, "normalize") != 0;
+  float scaling = static_cast<float>(attrFloat(a, "scaling_factor", 1.0));
+  int64_t groups = attrInt(a, "num_groups", 1), topkGroups = attrInt(a, "topk_groups", 1);
+  if (op == "router_aux_grad") {
+    // Per sequence: a row of the load [B, E] for each sequence's tokens.
+    DeviceBuffer &load = in(2), &dl = out();
+    int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
+    double T = static_cast<double>(attrInt(a, "num_tokens"));
+    double scale = attrFloat(a, "coefficient") * E / (T * T * static_cast<double>(attrInt(a, "num_sequences", 1)));
+    return withFloat(dl, [&](auto t) {
       using T = decltype(t);
-      PARAX_LAUNCH(routerKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
-          logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, w.as<T>(), idx.i(), tokens, E, K,
-          sigmoidScores, normalize, scaling, groups, topkGroups);
+      PARAX_LAUNCH(routerAuxGradKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
+          logits, load.f(), dl.as<T>(), tokens, E, sigmoidScores, static_cast<float>(scale), perRow);
       return Status::ok();
     });
-    if (st.isOk() && inst.operands_size() == 3) { // a correction bias: its experts' choices counted
-      int32_t *&counts = expertCounts[inst.operands(2)];
-      if (!counts) { // (the first run allocates: a captured step is never the first)
-        st = allocate(&counts, E * 4, "a router's expert counts");
-        if (!st.isOk()) return st;
-        PARAX_CUDA(cudaMemsetAsync(counts, 0, E * 4, stream));
-      }
-      PARAX_LAUNCH(expertCountKernel, blocksFor(tokens * K), kThreads, 0, stream)(idx.i(), counts, tokens * K, E);
-    }
-    return st;
   }
-  if (op == "experts_grad") {
-    DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &dy = in(6);
-    const int64_t pairs = idx.numel(), K = idx.shape.back(), E = wg.shape[0], H = x.shape.back(), F = wg.shape[1];
-    // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); rows of
-    // x and dy [pairs, H] (later dX's two halves); G, U, DYW [pairs, F]; one
-    // expert's stack gradient [F, H]; bf16 activations for the GEMMs.
-    int64_t ints = 3 * E + 2 * pairs;
-    Status st = ensureScratch(ints + 2 * pairs * H + 3 * pairs * F + F * H + (pairs * std::max(H, F) + 1) / 2);
-    if (!st.isOk()) return st;
-    auto *count = reinterpret_cast<int32_t *>(scratch);
-    int32_t *offset = count + E, *cursor = offset + E, *perm = cursor + E, *pos = perm + pairs;
-    float *X = scratch + ints, *DY = X + pairs * H, *G = DY + pairs * H, *U = G + pairs * F, *DYW = U + pairs * F;
-    float *stackGrad = DYW + pairs * F;
-    auto *xb = reinterpret_cast<__nv_bfloat16 *>(stackGrad + F * H);
+  if (op == "router_load") {
+    DeviceBuffer &load = out();
+    int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
+    PARAX_CUDA(cudaMemsetAsync(load.data, 0, load.numel() * 4, stream));
+    return withFloat(x, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(routerLoadKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
+          logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, load.f(), tokens, E, K,
+          sigmoidScores, groups, topkGroups, attrInt(a, "scores") != 0, perRow);
+      return Status::ok();
+    });
+  }
+  if (op == "router_grad") {
+    DeviceBuffer &dw = in(2), &dl = out();
+    return withFloat(dl, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(routerGradKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
+          logits, inst.operands_size() == 4 ? in(3).as<T>() : nullptr, dw.as<T>(), choice, dl.as<T>(), tokens,
+          E, K, sigmoidScores, normalize, scaling, groups, topkGroups);
+      return Status::ok();
+    });
+  }
+  DeviceBuffer &w = out(0), &idx = out(1);
+  st = withFloat(w, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(routerKernel<T>, blocksFor(tokens), kThreads, 0, stream)(
+        logits, inst.operands_size() == 3 ? in(2).as<T>() : nullptr, choice, w.as<T>(), idx.i(), tokens, E, K,
+        sigmoidScores, normalize, scaling, groups, topkGroups);
+    return Status::ok();
+  });
+  if (st.isOk() && inst.operands_size() == 3) { // a correction bias: its experts' choices counted
+    int32_t *&counts = expertCounts[inst.operands(2)];
+    if (!counts) { // (the first run allocates: a captured step is never the first)
+      st = allocate(&counts, E * 4, "a router's expert counts");
+      if (!st.isOk()) return st;
+      PARAX_CUDA(cudaMemsetAsync(counts, 0, E * 4, stream));
+    }
+    PARAX_LAUNCH(expertCountKernel, blocksFor(tokens * K), kThreads, 0, stream)(idx.i(), counts, tokens * K, E);
+  }
+  return st;
+}
+
+Status CudaExecutor::State::runExpertsGrad(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &dy = in(6);
+  const int64_t pairs = idx.numel(), K = idx.shape.back(), E = wg.shape[0], H = x.shape.back(), F = wg.shape[1];
+  // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); rows of
+  // x and dy [pairs, H] (later dX's two halves); G, U, DYW [pairs, F]; one
+  // expert's stack gradient [F, H]; bf16 activations for the GEMMs.
+  int64_t ints = 3 * E + 2 * pairs;
+  Status st = ensureScratch(ints + 2 * pairs * H + 3 * pairs * F + F * H + (pairs * std::max(H, F) + 1) / 2);
+  if (!st.isOk()) return st;
+  auto *count = reinterpret_cast<int32_t *>(scratch);
+  int32_t *offset = count + E, *cursor = offset + E, *perm = cursor + E, *pos = perm + pairs;
+  float *X = scratch + ints, *DY = X + pairs * H, *G = DY + pairs * H, *U = G + pairs * F, *DYW = U + pairs * F;
+  float *stackGrad = DYW + pairs * F;
+  auto *xb = reinterpret_cast<__nv_bfloat16 *>(stackGrad + F * H);
+  // The host sizes each expert's GEMMs.
+  PARAX_CUDA(cudaMemsetAsync(count, 0, E * 4, stream));
+  PARAX_LAUNCH(expertCountKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), count, pairs, E);
+  std::vector<int32_t> counts(E), offsets(E);
+  PARAX_CUDA(cudaMemcpyAsync(counts.data(), count, E * 4, cudaMemcpyDeviceToHost, stream));
+  st = sync();
+  if (!st.isOk()) return st;
+  int32_t n = 0; // rows of used pairs
+  for (int64_t e = 0; e < E; ++e) {
+    offsets[e] = n;
+    n += counts[e];
+  }
+  PARAX_CUDA(cudaMemcpyAsync(cursor, offsets.data(), E * 4, cudaMemcpyHostToDevice, stream));
+  PARAX_CUDA(cudaMemsetAsync(perm, 0xff, pairs * 4, stream));
+  PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream)); // -1: an unused dispatch row
+  PARAX_LAUNCH(expertOrderKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), cursor, perm, pos, pairs, E);
+  // The router weights of unused pairs, and the stacks of experts no pair
+  // chose, are zero.
+  for (int k = 1; k < 5; ++k) PARAX_CUDA(cudaMemsetAsync(out(k).data, 0, out(k).bytes(), stream));
+  // fp32 Aᵀ·B [k, n] of row-major A [m, k] and B [m, n] (a weight's gradient).
+  return withFloat(x, [&](auto t) {
+    using T = decltype(t);
+    if (n > 0) {
+      PARAX_LAUNCH(gatherRowsFloatKernel<T>, blocksFor(n * H), kThreads, 0, stream)(x.as<T>(), perm, X, n, K, H);
+      PARAX_LAUNCH(gatherRowsFloatKernel<T>, blocksFor(n * H), kThreads, 0, stream)(dy.as<T>(), perm, DY, n, K, H);
+    }
+    Status s = Status::ok();
+    for (int64_t e = 0; e < E && s.isOk(); ++e) {
+      if (counts[e] == 0) continue;
+      int64_t r = offsets[e], m = counts[e];
+      // gate/up stacks are [E, F, H], down [E, H, F]: G = X W_gateᵀ, DYW = DY W_down.
+      s = gemm(X + r * H, Elem::F32, m, H, offsetOf(wg, e * F * H), wg.elem, true, F, G + r * F, Elem::F32, xb);
+      if (s.isOk())
+        s = gemm(X + r * H, Elem::F32, m, H, offsetOf(wu, e * F * H), wu.elem, true, F, U + r * F, Elem::F32, xb);
+      if (s.isOk())
+        s = gemm(DY + r * H, Elem::F32, m, H, offsetOf(wd, e * H * F), wd.elem, false, F, DYW + r * F, Elem::F32,
+                 xb);
+    }
+    if (!s.isOk()) return s;
+    if (n == 0) { // no pair chose an expert of this rank: every gradient is zero
+      PARAX_CUDA(cudaMemsetAsync(out(0).data, 0, out(0).bytes(), stream));
+      return Status::ok();
+    }
+    PARAX_LAUNCH(expertsWeightGradKernel<T>, n, kThreads, 0, stream)(perm, G, U, DYW, out(1).as<T>(), F);
+    PARAX_LAUNCH(expertsSwigluGradKernel<T>, blocksFor(n * F), kThreads, 0, stream)(perm, w.as<T>(), G, U, DYW, n,
+                                                                                  F);
+    // Each expert's three stack gradients (through fp32 scratch when stored as bf16).
+    for (int64_t e = 0; e < E && s.isOk(); ++e) {
+      if (counts[e] == 0) continue;
+      int64_t r = offsets[e], m = counts[e];
+      const std::pair<const float *, const float *> products[3] = {{G, X}, {U, X}, {DY, DYW}};
+      const int64_t widths[3][2] = {{F, H}, {F, H}, {H, F}};
+      for (int which = 0; which < 3 && s.isOk(); ++which) {
+        int64_t k = widths[which][0], cols = widths[which][1];
+        const float *A = products[which].first + r * k, *B = products[which].second + r * cols;
+        T *into = out(2 + which).as<T>() + e * F * H;
+        float *C = std::is_same<T, float>::value ? reinterpret_cast<float *>(into) : stackGrad;
+        s = transposedProduct(A, k, B, cols, m, C, Elem::F32);
+        if (s.isOk() && C == stackGrad)
+          PARAX_LAUNCH(fromFloatKernel<T>, blocksFor(F * H), kThreads, 0, stream)(stackGrad, into, F * H);
+      }
+    }
+    // dX = dG W_gate + dU W_up per row, in X's memory (read by now), then
+    // each token's rows summed.
+    for (int64_t e = 0; e < E && s.isOk(); ++e) {
+      if (counts[e] == 0) continue;
+      int64_t r = offsets[e], m = counts[e];
+      s = gemm(G + r * F, Elem::F32, m, F, offsetOf(wg, e * F * H), wg.elem, false, H, X + r * H, Elem::F32, xb);
+      if (s.isOk())
+        s = gemm(U + r * F, Elem::F32, m, F, offsetOf(wu, e * F * H), wu.elem, false, H, X + r * H, Elem::F32, xb,
+                 nullptr, false, /*accumulate=*/true);
+    }
+    if (!s.isOk()) return s;
+    PARAX_LAUNCH(expertsCombineKernel<T>, blocksFor(x.numel()), kThreads, 0, stream)(
+        X, static_cast<const T *>(nullptr), pos, out(0).as<T>(), x.numel() / H, K, H);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runExperts(const pxe::Instruction &inst) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &y = out();
+  int64_t H = x.shape.back(), K = idx.shape.back(), pairs = idx.numel(), E = wg.shape[0], F = wg.shape[1];
+  // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); rows
+  // [pairs, H] (x's storage); gate, up [pairs, F]; down [pairs, H] (fp32);
+  // bf16 activations for the GEMMs.
+  int64_t ints = 3 * E + 2 * pairs, widest = std::max(H, F);
+  Status st = ensureScratch(ints + pairs * (2 * H + 2 * F) + (pairs * widest + 1) / 2);
+  if (!st.isOk()) return st;
+  auto *count = reinterpret_cast<int32_t *>(scratch);
+  int32_t *offset = count + E, *cursor = offset + E, *perm = cursor + E, *pos = perm + pairs;
+  float *rowsAt = scratch + ints, *gate = rowsAt + pairs * H, *up = gate + pairs * F, *down = up + pairs * F;
+  auto *xb = reinterpret_cast<__nv_bfloat16 *>(down + pairs * H);
+  auto rows = [&](int64_t r) { return reinterpret_cast<char *>(rowsAt) + r * H * elemBytes(x.elem); };
+  PARAX_CUDA(cudaMemsetAsync(count, 0, E * 4, stream));
+  PARAX_LAUNCH(expertCountKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), count, pairs, E);
+  bool grouped = groupedExperts(inst);
+  // Rows in expert order: every pair's row (grouped: the host never
+  // learns how many are used) or the used ones.
+  int64_t gathered = pairs;
+  std::vector<int32_t> counts(E), offsets(E);
+  if (grouped) {
+    PARAX_LAUNCH(expertOffsetsKernel, 1, 1, 0, stream)(count, offset, cursor, E);
+  } else {
     // The host sizes each expert's GEMMs.
-    PARAX_CUDA(cudaMemsetAsync(count, 0, E * 4, stream));
-    PARAX_LAUNCH(expertCountKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), count, pairs, E);
-    std::vector<int32_t> counts(E), offsets(E);
     PARAX_CUDA(cudaMemcpyAsync(counts.data(), count, E * 4, cudaMemcpyDeviceToHost, stream));
     st = sync();
     if (!st.isOk()) return st;
-    int32_t n = 0; // rows of used pairs
+    int32_t total = 0;
     for (int64_t e = 0; e < E; ++e) {
-      offsets[e] = n;
-      n += counts[e];
+      offsets[e] = total;
+      total += counts[e];
     }
+    gathered = total;
     PARAX_CUDA(cudaMemcpyAsync(cursor, offsets.data(), E * 4, cudaMemcpyHostToDevice, stream));
-    PARAX_CUDA(cudaMemsetAsync(perm, 0xff, pairs * 4, stream));
-    PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream)); // -1: an unused dispatch row
-    PARAX_LAUNCH(expertOrderKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), cursor, perm, pos, pairs, E);
-    // The router weights of unused pairs, and the stacks of experts no pair
-    // chose, are zero.
-    for (int k = 1; k < 5; ++k) PARAX_CUDA(cudaMemsetAsync(out(k).data, 0, out(k).bytes(), stream));
-    // fp32 Aᵀ·B [k, n] of row-major A [m, k] and B [m, n] (a weight's gradient).
-    return withFloat(x, [&](auto t) {
-      using T = decltype(t);
-      if (n > 0) {
-        PARAX_LAUNCH(gatherRowsFloatKernel<T>, blocksFor(n * H), kThreads, 0, stream)(x.as<T>(), perm, X, n, K, H);
-        PARAX_LAUNCH(gatherRowsFloatKernel<T>, blocksFor(n * H), kThreads, 0, stream)(dy.as<T>(), perm, DY, n, K, H);
-      }
-      Status s = Status::ok();
-      for (int64_t e = 0; e < E && s.isOk(); ++e) {
-        if (counts[e] == 0) continue;
-        int64_t r = offsets[e], m = counts[e];
-        // gate/up stacks are [E, F, H], down [E, H, F]: G = X W_gateᵀ, DYW = DY W_down.
-        s = gemm(X + r * H, Elem::F32, m, H, offsetOf(wg, e * F * H), wg.elem, true, F, G + r * F, Elem::F32, xb);
-        if (s.isOk())
-          s = gemm(X + r * H, Elem::F32, m, H, offsetOf(wu, e * F * H), wu.elem, true, F, U + r * F, Elem::F32, xb);
-        if (s.isOk())
-          s = gemm(DY + r * H, Elem::F32, m, H, offsetOf(wd, e * H * F), wd.elem, false, F, DYW + r * F, Elem::F32,
-                   xb);
-      }
-      if (!s.isOk()) return s;
-      if (n == 0) { // no pair chose an expert of this rank: every gradient is zero
-        PARAX_CUDA(cudaMemsetAsync(out(0).data, 0, out(0).bytes(), stream));
-        return Status::ok();
-      }
-      PARAX_LAUNCH(expertsWeightGradKernel<T>, n, kThreads, 0, stream)(perm, G, U, DYW, out(1).as<T>(), F);
-      PARAX_LAUNCH(expertsSwigluGradKernel<T>, blocksFor(n * F), kThreads, 0, stream)(perm, w.as<T>(), G, U, DYW, n,
-                                                                                    F);
-      // Each expert's three stack gradients (through fp32 scratch when stored as bf16).
-      for (int64_t e = 0; e < E && s.isOk(); ++e) {
-        if (counts[e] == 0) continue;
-        int64_t r = offsets[e], m = counts[e];
-        const std::pair<const float *, const float *> products[3] = {{G, X}, {U, X}, {DY, DYW}};
-        const int64_t widths[3][2] = {{F, H}, {F, H}, {H, F}};
-        for (int which = 0; which < 3 && s.isOk(); ++which) {
-          int64_t k = widths[which][0], cols = widths[which][1];
-          const float *A = products[which].first + r * k, *B = products[which].second + r * cols;
-          T *into = out(2 + which).as<T>() + e * F * H;
-          float *C = std::is_same<T, float>::value ? reinterpret_cast<float *>(into) : stackGrad;
-          s = transposedProduct(A, k, B, cols, m, C, Elem::F32);
-          if (s.isOk() && C == stackGrad)
-            PARAX_LAUNCH(fromFloatKernel<T>, blocksFor(F * H), kThreads, 0, stream)(stackGrad, into, F * H);
-        }
-      }
-      // dX = dG W_gate + dU W_up per row, in X's memory (read by now), then
-      // each token's rows summed.
-      for (int64_t e = 0; e < E && s.isOk(); ++e) {
-        if (counts[e] == 0) continue;
-        int64_t r = offsets[e], m = counts[e];
-        s = gemm(G + r * F, Elem::F32, m, F, offsetOf(wg, e * F * H), wg.elem, false, H, X + r * H, Elem::F32, xb);
-        if (s.isOk())
-          s = gemm(U + r * F, Elem::F32, m, F, offsetOf(wu, e * F * H), wu.elem, false, H, X + r * H, Elem::F32, xb,
-                   nullptr, false, /*accumulate=*/true);
-      }
-      if (!s.isOk()) return s;
-      PARAX_LAUNCH(expertsCombineKernel<T>, blocksFor(x.numel()), kThreads, 0, stream)(
-          X, static_cast<const T *>(nullptr), pos, out(0).as<T>(), x.numel() / H, K, H);
-      return Status::ok();
-    });
   }
-  if (op == "experts") {
-    DeviceBuffer &x = in(0), &w = in(1), &idx = in(2), &wg = in(3), &wu = in(4), &wd = in(5), &y = out();
-    int64_t H = x.shape.back(), K = idx.shape.back(), pairs = idx.numel(), E = wg.shape[0], F = wg.shape[1];
-    // Scratch: count, offset, cursor [E]; perm, pos [pairs] (ints); rows
-    // [pairs, H] (x's storage); gate, up [pairs, F]; down [pairs, H] (fp32);
-    // bf16 activations for the GEMMs.
-    int64_t ints = 3 * E + 2 * pairs, widest = std::max(H, F);
-    Status st = ensureScratch(ints + pairs * (2 * H + 2 * F) + (pairs * widest + 1) / 2);
-    if (!st.isOk()) return st;
-    auto *count = reinterpret_cast<int32_t *>(scratch);
-    int32_t *offset = count + E, *cursor = offset + E, *perm = cursor + E, *pos = perm + pairs;
-    float *rowsAt = scratch + ints, *gate = rowsAt + pairs * H, *up = gate + pairs * F, *down = up + pairs * F;
-    auto *xb = reinterpret_cast<__nv_bfloat16 *>(down + pairs * H);
-    auto rows = [&](int64_t r) { return reinterpret_cast<char *>(rowsAt) + r * H * elemBytes(x.elem); };
-    PARAX_CUDA(cudaMemsetAsync(count, 0, E * 4, stream));
-    PARAX_LAUNCH(expertCountKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), count, pairs, E);
-    bool grouped = groupedExperts(inst);
-    // Rows in expert order: every pair's row (grouped: the host never
-    // learns how many are used) or the used ones.
-    int64_t gathered = pairs;
-    std::vector<int32_t> counts(E), offsets(E);
-    if (grouped) {
-      PARAX_LAUNCH(expertOffsetsKernel, 1, 1, 0, stream)(count, offset, cursor, E);
-    } else {
-      // The host sizes each expert's GEMMs.
-      PARAX_CUDA(cudaMemcpyAsync(counts.data(), count, E * 4, cudaMemcpyDeviceToHost, stream));
-      st = sync();
-      if (!st.isOk()) return st;
-      int32_t total = 0;
-      for (int64_t e = 0; e < E; ++e) {
-        offsets[e] = total;
-        total += counts[e];
-      }
-      gathered = total;
-      PARAX_CUDA(cudaMemcpyAsync(cursor, offsets.data(), E * 4, cudaMemcpyHostToDevice, stream));
-    }
-    PARAX_CUDA(cudaMemsetAsync(perm, 0xff, pairs * 4, stream)); // -1: no pair (rows past the last used one)
-    PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream));  // -1: an unused dispatch row
-    PARAX_LAUNCH(expertOrderKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), cursor, perm, pos, pairs, E);
-    st = withBits(x, [&](auto b) {
-      using W = decltype(b);
-      PARAX_LAUNCH(gatherRowsKernel<W>, blocksFor(gathered * H), kThreads, 0, stream)(
-          x.as<W>(), perm, reinterpret_cast<W *>(rowsAt), gathered, K, H);
-      return Status::ok();
-    });
-    if (!st.isOk()) return st;
-    if (grouped) {
-      // x . W_e^T for every expert's rows, gate/up [E, F, H] and down [E, H, F].
-      auto project = [&](const void *in, Elem inElem, int64_t width, const DeviceBuffer &weights, int64_t n,
-                         float *result) -> Status {
-        dim3 grid(GroupedTiles::blocks(pairs, E), (n + GroupedTiles::kCols - 1) / GroupedTiles::kCols);
-        if (weights.elem == Elem::F32) {
-          if (inElem != Elem::F32) return Status::error("experts: fp32 weights need fp32 activations");
-          PARAX_LAUNCH(groupedGemmKernel, grid, GroupedTiles::kThreads, GroupedTiles::bytes(), stream)(
-              static_cast<const float *>(in), weights.f(), result, count, offset, E, n, width);
-          return Status::ok();
-        }
-        if (inElem == Elem::F32) {
-          PARAX_LAUNCH(toBf16Kernel, blocksFor(pairs * width), kThreads, 0, stream)(static_cast<const float *>(in),
-                                                                                   xb, pairs * width);
-          in = xb;
-        }
-        PARAX_LAUNCH(groupedGemmTensorCoreKernel, grid, GroupedTiles::kThreads, GroupedTiles::bytes(), stream)(
-            static_cast<const __nv_bfloat16 *>(in), weights.as<__nv_bfloat16>(), result, count, offset, E, n,
-            width);
-        return Status::ok();
-      };
-      st = project(rowsAt, x.elem, H, wg, F, gate);
-      if (st.isOk()) st = project(rowsAt, x.elem, H, wu, F, up);
-      if (!st.isOk()) return st;
-      PARAX_LAUNCH(swigluKernel<float>, blocksFor(pairs * F), kThreads, 0, stream)(gate, up, gate, pairs * F);
-      st = project(gate, Elem::F32, F, wd, H, down);
-      if (!st.isOk()) return st;
-    } else {
-      for (int64_t e = 0; e < E && st.isOk(); ++e) {
-        if (counts[e] == 0) continue;
-        int64_t r = offsets[e], m = counts[e];
-        // gate/up stacks are [E, F, H] and down [E, H, F]: x . W^T each.
-        st = gemm(rows(r), x.elem, m, H, offsetOf(wg, e * F * H), wg.elem, true, F, gate + r * F, Elem::F32, xb);
-        if (st.isOk())
-          st = gemm(rows(r), x.elem, m, H, offsetOf(wu, e * F * H), wu.elem, true, F, up + r * F, Elem::F32, xb);
-      }
-      if (!st.isOk()) return st;
-      PARAX_LAUNCH(swigluKernel<float>, blocksFor(gathered * F), kThreads, 0, stream)(gate, up, gate, gathered * F);
-      for (int64_t e = 0; e < E && st.isOk(); ++e) {
-        if (counts[e] == 0) continue;
-        int64_t r = offsets[e], m = counts[e];
-        st = gemm(gate + r * F, Elem::F32, m, F, offsetOf(wd, e * H * F), wd.elem, true, H, down + r * H,
-                  Elem::F32, xb);
-      }
-      if (!st.isOk()) return st;
-    }
-    return withFloat(y, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(expertsCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
-          down, w.as<T>(), pos, y.as<T>(), y.numel() / H, K, H);
-      return Status::ok();
-    });
-  }
-  if (op == "shift") {
-    DeviceBuffer &x = in(0), &y = out();
-    PARAX_LAUNCH(shiftKernel, blocksFor(x.numel()), kThreads, 0, stream)(
-        x.i(), y.i(), x.numel(), x.shape[1], attrInt(a, "shift"), static_cast<int32_t>(attrInt(a, "fill")));
+  PARAX_CUDA(cudaMemsetAsync(perm, 0xff, pairs * 4, stream)); // -1: no pair (rows past the last used one)
+  PARAX_CUDA(cudaMemsetAsync(pos, 0xff, pairs * 4, stream));  // -1: an unused dispatch row
+  PARAX_LAUNCH(expertOrderKernel, blocksFor(pairs), kThreads, 0, stream)(idx.i(), cursor, perm, pos, pairs, E);
+  st = withBits(x, [&](auto b) {
+    using W = decltype(b);
+    PARAX_LAUNCH(gatherRowsKernel<W>, blocksFor(gathered * H), kThreads, 0, stream)(
+        x.as<W>(), perm, reinterpret_cast<W *>(rowsAt), gathered, K, H);
     return Status::ok();
-  }
-  if (op == "label_count") {
-    DeviceBuffer &labels = in(0), &count = out();
-    if (labelCount) { // the step's count, set by parax-run --per-token-loss
-      PARAX_LAUNCH(storeKernel, 1, 1, 0, stream)(count.f(), *labelCount);
-      return Status::ok();
-    }
-    PARAX_CUDA(cudaMemsetAsync(count.data, 0, 4, stream));
-    PARAX_LAUNCH(labelCountKernel, blocksFor(labels.numel()), kThreads, 0, stream)(
-        labels.i(), labels.numel(), static_cast<int32_t>(attrInt(a, "ignore_index")), count.f());
-    return Status::ok();
-  }
-  if (op == "logsumexp") {
-    DeviceBuffer &x = in(0);
-    int64_t n = x.shape.back();
-    return withFloat(x, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(logSumExpKernel<T>, x.numel() / n, kThreads, 0, stream)(x.as<T>(), out().f(), n);
-      return Status::ok();
-    });
-  }
-  if (op == "cross_entropy" || op == "cross_entropy_grad") {
-    DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
-    int64_t V = logits.shape.back(), tokens = logits.numel() / V;
-    float invTokens = 1.0f / attrInt(a, "num_tokens", tokens); // (a rank's part of the mean)
-    // After the labels: label_count's count (with ignore_index: its labels
-    // skipped, the mean over it), then a vocab-parallel op's lse.
-    const float *count = nullptr;
-    VocabPart part;
-    for (int k = 2; k < inst.operands_size(); ++k)
-      (in(k).shape.empty() ? count : part.lse) = in(k).f();
-    if (part.lse) {
-      std::vector<std::string> axes = attrStrings(a, "vocab_axes");
-      part.offset = groupIndex(axes) * V;
-      part.vocab = V * groupSize(axes);
-    }
-    LabelRule rule;
-    rule.ignores = count != nullptr;
-    rule.ignore = static_cast<int32_t>(attrInt(a, "ignore_index"));
-    rule.weight = static_cast<float>(attrFloat(a, "weight", 1.0));
-    Status st = ensureScratch(1);
-    if (!st.isOk()) return st;
-    auto *badToken = reinterpret_cast<int32_t *>(scratch);
-    PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream)); // -1: every label is valid
-    if (op == "cross_entropy") {
-      PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
-      st = withFloat(logits, [&](auto t) {
-        using T = decltype(t);
-        PARAX_LAUNCH(crossEntropyKernel<T>, tokens, kThreads, 0, stream)(logits.as<T>(), labels.i(), y.f(), V,
-                                                                         badToken, rule, part);
+  });
+  if (!st.isOk()) return st;
+  if (grouped) {
+    // x . W_e^T for every expert's rows, gate/up [E, F, H] and down [E, H, F].
+    auto project = [&](const void *in, Elem inElem, int64_t width, const DeviceBuffer &weights, int64_t n,
+                       float *result) -> Status {
+      dim3 grid(GroupedTiles::blocks(pairs, E), (n + GroupedTiles::kCols - 1) / GroupedTiles::kCols);
+      if (weights.elem == Elem::F32) {
+        if (inElem != Elem::F32) return Status::error("experts: fp32 weights need fp32 activations");
+        PARAX_LAUNCH(groupedGemmKernel, grid, GroupedTiles::kThreads, GroupedTiles::bytes(), stream)(
+            static_cast<const float *>(in), weights.f(), result, count, offset, E, n, width);
         return Status::ok();
-      });
-      if (!st.isOk()) return st;
-      if (count)
-        PARAX_LAUNCH(divideByCountKernel, 1, 1, 0, stream)(y.f(), 1, count);
-      if (!count || rule.weight != 1.0f)
-        PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, (count ? 1.0f : invTokens) * rule.weight);
-    } else {
-      st = withFloat(y, [&](auto t) {
-        using T = decltype(t);
-        PARAX_LAUNCH(crossEntropyGradKernel<T>, tokens, kThreads, 0, stream)(
-            logits.as<T>(), labels.i(), y.as<T>(), V, invTokens, badToken, rule, count, part);
-        return Status::ok();
-      });
-      if (!st.isOk()) return st;
-    }
-    return checkFlag(badToken, [&](int32_t bad) {
-      return "label out of range at token " + std::to_string(bad) + " (vocabulary " +
-             std::to_string(part.lse ? part.vocab : V) + ")";
-    });
-  }
-  if (op == "linear_weight_grad") {
-    DeviceBuffer &x = in(0), &dy = in(1), &dw = out();
-    int64_t k = x.shape.back(), n = dy.shape.back(), m = x.numel() / k;
-    // dW [k, n] = xᵀ · dy; with transpose_w, dW [n, k] = dyᵀ · x.
-    if (attrInt(a, "transpose_w") != 0) return transposedProduct(dy.data, n, x.data, k, m, dw.data, x.elem);
-    return transposedProduct(x.data, k, dy.data, n, m, dw.data, x.elem);
-  }
-  if (op == "rms_norm_grad" || op == "rms_norm_weight_grad" || op == "layer_norm_grad" ||
-      op == "layer_norm_weight_grad") {
-    DeviceBuffer &x = in(0), &y = out();
-    int64_t h = x.shape.back(), rows = x.numel() / h;
-    float eps = static_cast<float>(attrFloat(a, "eps"));
-    bool centered = op.rfind("layer_norm", 0) == 0, input = op == "rms_norm_grad" || op == "layer_norm_grad";
-    if (!input) {
-      Status st = ensureScratch(2 * rows);
-      if (!st.isOk()) return st;
-    }
-    return withFloat(y, [&](auto t) {
-      using T = decltype(t);
-      if (input) {
-        PARAX_LAUNCH(normGradKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), in(1).as<T>(), in(2).as<T>(),
-                                                                   y.as<T>(), h, eps, centered,
-                                                                   static_cast<float>(attrFloat(a, "offset")));
-      } else {
-        PARAX_LAUNCH(rowStatsKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), scratch, h, eps, centered);
-        PARAX_LAUNCH(normWeightGradKernel<T>, blocksFor(h), kThreads, 0, stream)(x.as<T>(), in(1).as<T>(),
-                                                                                 scratch, y.as<T>(), rows, h);
       }
-      return Status::ok();
-    });
-  }
-  if (op == "sum_to") {
-    DeviceBuffer &x = in(0), &y = out();
-    return withFloat(y, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(sumToKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
-          x.as<T>(), y.as<T>(), dimsOf(x.shape), dimsOf(y.shape), y.numel(), x.numel() / std::max<int64_t>(1, y.numel()));
-      return Status::ok();
-    });
-  }
-  if (op == "sigmoid_grad") {
-    return withFloat(out(), [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(sigmoidGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
-          in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel());
-      return Status::ok();
-    });
-  }
-  if (op == "softcap_grad") {
-    return withFloat(out(), [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(softcapGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
-          in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel(), static_cast<float>(attrFloat(a, "cap")));
-      return Status::ok();
-    });
-  }
-  if (op == "gelu_grad") {
-    return withFloat(out(), [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(geluGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
-          in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel(), attrString(a, "approximate") == "tanh");
-      return Status::ok();
-    });
-  }
-  if (op == "position_embedding_grad") {
-    DeviceBuffer &dy = in(0), &table = out();
-    SequenceRows rows = rowsOf(a, dy.shape[1]);
-    PARAX_CUDA(cudaMemsetAsync(table.data, 0, table.numel() * elemBytes(table.elem), stream));
-    return withBits(table, [&](auto w) {
-      using W = decltype(w);
-      PARAX_LAUNCH(positionGradRowsKernel<W>, blocksFor(dy.numel()), kThreads, 0, stream)(
-          dy.as<W>(), table.as<W>(), dy.numel(), dy.shape[2], attrInt(a, "offset") + rows.start, rows.stride);
-      return Status::ok();
-    });
-  }
-  if (op == "swiglu_grad") {
-    return withFloat(out(), [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(swigluGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
-          in(0).as<T>(), in(1).as<T>(), in(2).as<T>(), out().as<T>(), out().numel(),
-          static_cast<int>(attrInt(a, "operand")));
-      return Status::ok();
-    });
-  }
-  if (op == "attention_grad") {
-    DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &dout = in(3);
-    AttentionShape shape{q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[1], k.shape[2], v.shape[3],
-                         attrInt(a, "causal") != 0, static_cast<float>(attrFloat(a, "scale")), 0, 1, 0, 1};
-    std::vector<std::string> headAxes = attrStrings(a, "head_axes");
-    int64_t totalHeads = shape.H;
-    if (!headAxes.empty()) {
-      shape.headOffset = groupIndex(headAxes) * shape.H;
-      totalHeads = shape.H * groupSize(headAxes);
-    }
-    shape.group = totalHeads / shape.KH;
-    SequenceRows rows = rowsOf(a, shape.S); // as attention's queries
-    shape.past = shape.T - shape.S * rows.pieces + rows.start;
-    shape.stride = rows.stride;
-    shape.window = attrInt(a, "window");                          // (0: none)
-    shape.softcap = static_cast<float>(attrFloat(a, "softcap"));  // (0: none)
-    // Each query's log-sum-exp and D; where a KV head is read by other than
-    // exactly one local query head (GQA; or none: KV heads replicated over
-    // ranks of other query heads), each query head's dK and dV in fp32,
-    // summed per KV head at the end.
-    std::vector<int64_t> readers(shape.KH, 0);
-    for (int64_t h = 0; h < shape.H; ++h) {
-      int64_t kh = (shape.headOffset + h) / shape.group;
-      if (kh < shape.KH) ++readers[kh];
-    }
-    const bool partials = std::any_of(readers.begin(), readers.end(), [](int64_t n) { return n != 1; });
-    const int64_t statsFloats = 2 * shape.B * shape.S * shape.H;
-    Status st = ensureScratch(statsFloats + (partials ? shape.B * shape.T * shape.H * (shape.D + shape.DV) : 0));
-    if (!st.isOk()) return st;
-    float *dkPart = partials ? scratch + statsFloats : nullptr;
-    float *dvPart = partials ? dkPart + shape.B * shape.T * shape.H * shape.D : nullptr;
-    auto sumParts = [&](auto t) {
-      using T = decltype(t);
-      if (!partials) return Status::ok();
-      PARAX_LAUNCH(attentionGradSumHeadsKernel<T>, blocksFor(out(1).numel()), kThreads, 0, stream)(
-          dkPart, out(1).as<T>(), shape.D, shape);
-      PARAX_LAUNCH(attentionGradSumHeadsKernel<T>, blocksFor(out(2).numel()), kThreads, 0, stream)(
-          dvPart, out(2).as<T>(), shape.DV, shape);
+      if (inElem == Elem::F32) {
+        PARAX_LAUNCH(toBf16Kernel, blocksFor(pairs * width), kThreads, 0, stream)(static_cast<const float *>(in),
+                                                                                 xb, pairs * width);
+        in = xb;
+      }
+      PARAX_LAUNCH(groupedGemmTensorCoreKernel, grid, GroupedTiles::kThreads, GroupedTiles::bytes(), stream)(
+          static_cast<const __nv_bfloat16 *>(in), weights.as<__nv_bfloat16>(), result, count, offset, E, n,
+          width);
       return Status::ok();
     };
-    // bf16 with head widths in 16s: tensor cores, where the tiles fit the
-    // shared memory (unless PARAX_ATTENTION=cuda-cores).
-    TensorCoreGradTiles tc{static_cast<int>(shape.D), static_cast<int>(shape.DV)};
-    if (tensorCoreAttention && q.elem == Elem::BF16 && shape.D % 16 == 0 && shape.DV % 16 == 0 &&
-        std::max({TensorCoreTiles::bytes(shape.D, shape.DV), tc.keyValueBytes(), tc.queryBytes()}) <= sharedOptIn) {
-      const int64_t R = TensorCoreGradTiles::kRows, threads = 32 * TensorCoreGradTiles::kWarps;
-      const int64_t queryBlocks = shape.B * shape.H * ((shape.S + R - 1) / R);
-      using B16 = __nv_bfloat16;
-      PARAX_LAUNCH(attentionTensorCoreKernel, queryBlocks, TensorCoreTiles::kThreads,
-                   TensorCoreTiles::bytes(shape.D, shape.DV),
-                   stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), nullptr, shape.B, shape.S, shape.H, shape.D,
-                           shape.T, shape.KH, shape.DV, shape.DV, shape.causal, shape.scale, shape.headOffset,
-                           shape.group, nullptr, shape.past, shape.stride, dout.as<B16>(), scratch,
-                           shape.window, shape.softcap);
-      PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.H * ((shape.T + R - 1) / R), threads,
-                   tc.keyValueBytes(), stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch,
-                                               out(1).as<B16>(), out(2).as<B16>(), dkPart, dvPart, shape, tc);
-      st = sumParts(B16{});
-      if (!st.isOk()) return st;
-      PARAX_LAUNCH(attentionGradTensorCoreQueryKernel, queryBlocks, threads, tc.queryBytes(), stream)(
-          q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch, out(0).as<B16>(), shape, tc);
-      return Status::ok();
+    st = project(rowsAt, x.elem, H, wg, F, gate);
+    if (st.isOk()) st = project(rowsAt, x.elem, H, wu, F, up);
+    if (!st.isOk()) return st;
+    PARAX_LAUNCH(swigluKernel<float>, blocksFor(pairs * F), kThreads, 0, stream)(gate, up, gate, pairs * F);
+    st = project(gate, Elem::F32, F, wd, H, down);
+    if (!st.isOk()) return st;
+  } else {
+    for (int64_t e = 0; e < E && st.isOk(); ++e) {
+      if (counts[e] == 0) continue;
+      int64_t r = offsets[e], m = counts[e];
+      // gate/up stacks are [E, F, H] and down [E, H, F]: x . W^T each.
+      st = gemm(rows(r), x.elem, m, H, offsetOf(wg, e * F * H), wg.elem, true, F, gate + r * F, Elem::F32, xb);
+      if (st.isOk())
+        st = gemm(rows(r), x.elem, m, H, offsetOf(wu, e * F * H), wu.elem, true, F, up + r * F, Elem::F32, xb);
     }
-    // Otherwise CUDA cores in fp32: tiles of 32 rows (16 past head width
-    // 128, or where 32 would not fit the shared memory a block may have).
-    AttentionGradTiles g{shape.D <= 128 && shape.DV <= 128 ? 32 : 16, shape.D, shape.DV};
-    auto largest = [&] { return 4 * std::max({g.statsFloats(), g.keyValueFloats(), g.queryFloats()}); };
-    while (largest() > sharedOptIn && g.R > 8) g.R /= 2;
-    if (largest() > sharedOptIn)
-      return Status::error("attention_grad: head widths " + std::to_string(shape.D) + " and " +
-                           std::to_string(shape.DV) + " need " + std::to_string(largest()) +
-                           " bytes of shared memory a block; this GPU allows " + std::to_string(sharedOptIn));
-    const int64_t queryTiles = (shape.S + g.R - 1) / g.R, keyTiles = (shape.T + g.R - 1) / g.R;
-    return withFloat(q, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(attentionGradStatsKernel<T>, shape.B * shape.H * queryTiles, kThreads, 4 * g.statsFloats(),
-                   stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, shape, g);
-      PARAX_LAUNCH(attentionGradKeyValueKernel<T>, shape.B * shape.H * keyTiles, kThreads, 4 * g.keyValueFloats(),
-                   stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(1).as<T>(), out(2).as<T>(),
-                           dkPart, dvPart, shape, g);
-      Status summed = sumParts(t);
-      if (!summed.isOk()) return summed;
-      PARAX_LAUNCH(attentionGradQueryKernel<T>, shape.B * shape.H * queryTiles, kThreads, 4 * g.queryFloats(),
-                   stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(0).as<T>(), shape, g);
-      return Status::ok();
-    });
-  }
-  if (op == "embedding_grad") {
-    DeviceBuffer &ids = in(0), &dy = in(1), &table = out();
-    std::vector<std::string> axes = attrStrings(a, "vocab_axes");
-    int64_t rows = table.shape[0], h = table.shape[1];
-    int64_t offset = axes.empty() ? 0 : groupIndex(axes) * rows;
-    Status st = ensureScratch(rows * h + 1);
     if (!st.isOk()) return st;
-    auto *badToken = reinterpret_cast<int32_t *>(scratch + rows * h);
-    PARAX_CUDA(cudaMemsetAsync(scratch, 0, rows * h * sizeof(float), stream));
-    PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream));
-    st = withFloat(table, [&](auto t) {
-      using T = decltype(t);
-      PARAX_LAUNCH(embeddingGradKernel<T>, blocksFor(dy.numel()), kThreads, 0, stream)(
-          ids.i(), dy.as<T>(), scratch, ids.numel(), h, rows, offset, !axes.empty(), badToken);
-      if (float scale = static_cast<float>(attrFloat(a, "scale", 1.0)); scale != 1.0f)
-        PARAX_LAUNCH(scaleKernel, blocksFor(rows * h), kThreads, 0, stream)(scratch, rows * h, scale);
-      PARAX_LAUNCH(fromFloatKernel<T>, blocksFor(rows * h), kThreads, 0, stream)(scratch, table.as<T>(), rows * h);
-      return Status::ok();
-    });
+    PARAX_LAUNCH(swigluKernel<float>, blocksFor(gathered * F), kThreads, 0, stream)(gate, up, gate, gathered * F);
+    for (int64_t e = 0; e < E && st.isOk(); ++e) {
+      if (counts[e] == 0) continue;
+      int64_t r = offsets[e], m = counts[e];
+      st = gemm(gate + r * F, Elem::F32, m, F, offsetOf(wd, e * H * F), wd.elem, true, H, down + r * H,
+                Elem::F32, xb);
+    }
     if (!st.isOk()) return st;
-    return checkFlag(badToken, [&](int32_t bad) {
-      return "token id at " + std::to_string(bad) + " is outside the vocabulary of " + std::to_string(rows);
-    });
   }
+  return withFloat(y, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(expertsCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
+        down, w.as<T>(), pos, y.as<T>(), y.numel() / H, K, H);
+    return Status::ok();
+  });
+}
 
-  // Communication: through the communicator whenever there is one (even
-  // for a group of one rank: that is how a one-GPU machine runs NCCL's
-  // path); without one (a single rank started without mpirun), local copies.
-  std::vector<std::string> axes = attrStrings(a, "axes");
-  int64_t P = groupSize(axes);
-  unsigned mask = maskOf(axes);
-  if (P > 1 && !comm)
-    return Status::error("a collective over several ranks needs a communicator");
-  // Each collective issues its transfer, then hands what consumes it to
-  // deferUntilNeeded with the buffers the transfer and that work touch.
-  if (op == "all_reduce") {
-    Status st = copy(out().data, in(0).data, out().numel(), out());
-    if (!st.isOk() || !comm) return st;
-    st = comm->allReduce(out().data, out().numel(), out().elem, mask, stream);
-    if (!st.isOk()) return st;
-    return deferUntilNeeded({inst.results(0)}, nullptr);
-  }
-  if (op == "shard_slice") {
-    int dim = static_cast<int>(attrInt(a, "dim"));
-    auto [outer, inner] = around(in(0).shape, dim);
-    int64_t chunk = out().shape[dim];
-    return withBits(out(), [&, outer = outer, inner = inner](auto w) {
-      using W = decltype(w);
-      PARAX_LAUNCH(sliceKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
-          in(0).as<W>(), out().as<W>(), outer, in(0).shape[dim], chunk, groupIndex(axes) * chunk, inner);
-      return Status::ok();
-    });
-  }
-  if (op == "to_partial") {
-    if (groupIndex(axes) == 0) return copy(out().data, in(0).data, out().numel(), out());
-    PARAX_CUDA(cudaMemsetAsync(out().data, 0, out().bytes(), stream));
+Status CudaExecutor::State::runShift(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &y = out();
+  PARAX_LAUNCH(shiftKernel, blocksFor(x.numel()), kThreads, 0, stream)(
+      x.i(), y.i(), x.numel(), x.shape[1], attrInt(a, "shift"), static_cast<int32_t>(attrInt(a, "fill")));
+  return Status::ok();
+}
+
+Status CudaExecutor::State::runLabelCount(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &labels = in(0), &count = out();
+  if (labelCount) { // the step's count, set by parax-run --per-token-loss
+    PARAX_LAUNCH(storeKernel, 1, 1, 0, stream)(count.f(), *labelCount);
     return Status::ok();
   }
-  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") {
-    DeviceBuffer &x = in(0), &y = out();
-    int64_t largest = std::max(x.numel(), y.numel());
-    Status st = ensureCommScratch(largest * 2);
-    if (!st.isOk()) return st;
-    void *a0 = commScratch, *a1 = commScratch + largest;
-    std::vector<int32_t> touched = {inst.operands(0), inst.results(0)};
-    if (op == "all_gather") {
-      int dim = static_cast<int>(attrInt(a, "dim"));
-      if (!comm) return copy(y.data, x.data, y.numel(), y);
-      st = comm->allGather(x.data, a0, x.numel(), x.elem, mask, stream);
-      if (!st.isOk()) return st;
-      return deferUntilNeeded(touched, [this, &y, dim, P, a0] { return pieces(true, y, dim, P, a0); });
-    }
-    if (op == "reduce_scatter") {
-      int dim = static_cast<int>(attrInt(a, "dim"));
-      st = pieces(false, x, dim, P, a0);
-      if (!st.isOk()) return st;
-      if (!comm) return copy(y.data, a0, y.numel(), y);
-      st = comm->reduceScatter(a0, y.data, y.numel(), y.elem, mask, stream);
-      if (!st.isOk()) return st;
-      return deferUntilNeeded(touched, nullptr);
-    }
-    int split = static_cast<int>(attrInt(a, "split_dim")), concat = static_cast<int>(attrInt(a, "concat_dim"));
-    st = pieces(false, x, split, P, a0);
-    if (!st.isOk()) return st;
-    if (!comm) return pieces(true, y, concat, P, a0);
-    st = comm->allToAll(a0, a1, x.numel() / P, x.elem, mask, stream);
-    if (!st.isOk()) return st;
-    return deferUntilNeeded(touched, [this, &y, concat, P, a1] { return pieces(true, y, concat, P, a1); });
+  PARAX_CUDA(cudaMemsetAsync(count.data, 0, 4, stream));
+  PARAX_LAUNCH(labelCountKernel, blocksFor(labels.numel()), kThreads, 0, stream)(
+      labels.i(), labels.numel(), static_cast<int32_t>(attrInt(a, "ignore_index")), count.f());
+  return Status::ok();
+}
+
+Status CudaExecutor::State::runLogsumexp(const pxe::Instruction &inst) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0);
+  int64_t n = x.shape.back();
+  return withFloat(x, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(logSumExpKernel<T>, x.numel() / n, kThreads, 0, stream)(x.as<T>(), out().f(), n);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runCrossEntropy(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
+  int64_t V = logits.shape.back(), tokens = logits.numel() / V;
+  float invTokens = 1.0f / attrInt(a, "num_tokens", tokens); // (a rank's part of the mean)
+  // After the labels: label_count's count (with ignore_index: its labels
+  // skipped, the mean over it), then a vocab-parallel op's lse.
+  const float *count = nullptr;
+  VocabPart part;
+  for (int k = 2; k < inst.operands_size(); ++k)
+    (in(k).shape.empty() ? count : part.lse) = in(k).f();
+  if (part.lse) {
+    std::vector<std::string> axes = attrStrings(a, "vocab_axes");
+    part.offset = groupIndex(axes) * V;
+    part.vocab = V * groupSize(axes);
   }
-  if (op == "send" || op == "recv") {
-    if (!comm)
-      return Status::error("send/recv needs a communicator");
-    Status st = comm->exchange({pointToPoint(inst)}, stream);
+  LabelRule rule;
+  rule.ignores = count != nullptr;
+  rule.ignore = static_cast<int32_t>(attrInt(a, "ignore_index"));
+  rule.weight = static_cast<float>(attrFloat(a, "weight", 1.0));
+  Status st = ensureScratch(1);
+  if (!st.isOk()) return st;
+  auto *badToken = reinterpret_cast<int32_t *>(scratch);
+  PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream)); // -1: every label is valid
+  if (op == "cross_entropy") {
+    PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
+    st = withFloat(logits, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(crossEntropyKernel<T>, tokens, kThreads, 0, stream)(logits.as<T>(), labels.i(), y.f(), V,
+                                                                       badToken, rule, part);
+      return Status::ok();
+    });
     if (!st.isOk()) return st;
-    return deferUntilNeeded({op == "send" ? inst.operands(0) : inst.results(0)}, nullptr);
+    if (count)
+      PARAX_LAUNCH(divideByCountKernel, 1, 1, 0, stream)(y.f(), 1, count);
+    if (!count || rule.weight != 1.0f)
+      PARAX_LAUNCH(scaleKernel, 1, 1, 0, stream)(y.f(), 1, (count ? 1.0f : invTokens) * rule.weight);
+  } else {
+    st = withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(crossEntropyGradKernel<T>, tokens, kThreads, 0, stream)(
+          logits.as<T>(), labels.i(), y.as<T>(), V, invTokens, badToken, rule, count, part);
+      return Status::ok();
+    });
+    if (!st.isOk()) return st;
   }
-  if (op == "moe_dispatch" || op == "moe_combine") {
-    // As the CPU backend: this rank's pairs leave grouped by the member
-    // owning their expert (moeSlotsKernel); the members' counts, all-gathered
-    // and read by the host, size each block of one all-to-all of the routed
-    // rows only, which arrive member after member at the top of the
-    // dispatch's rows (the rest unused). Rows travel in their own storage;
-    // the dispatch's [router weight, local expert] of each in fp32 beside
-    // them. A group of one keeps its rows in place (no host synchronisation).
-    int64_t E = attrInt(a, "num_experts"), local = E / P;
-    DeviceBuffer &idx = in(op == "moe_dispatch" ? 2 : 1);
-    DeviceBuffer &x = in(0); // the tokens, or the rows back
-    const int64_t pairs = idx.numel(), K = idx.shape.back(), h = x.shape.back();
-    const int64_t capacity = (op == "moe_dispatch" ? out(0) : x).shape[0];
-    const Elem e = x.elem;
-    const int64_t me = groupIndex(axes), ints = pairs + P + P * P;
-    const int64_t rowFloats = (pairs * h * static_cast<int64_t>(elemBytes(e)) + 3) / 4;
-    Status st = ensureCommScratch(ints + rowFloats + 2 * pairs + 2 * capacity);
+  return checkFlag(badToken, [&](int32_t bad) {
+    return "label out of range at token " + std::to_string(bad) + " (vocabulary " +
+           std::to_string(part.lse ? part.vocab : V) + ")";
+  });
+}
+
+Status CudaExecutor::State::runLinearWeightGrad(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &dy = in(1), &dw = out();
+  int64_t k = x.shape.back(), n = dy.shape.back(), m = x.numel() / k;
+  // dW [k, n] = xᵀ · dy; with transpose_w, dW [n, k] = dyᵀ · x.
+  if (attrInt(a, "transpose_w") != 0) return transposedProduct(dy.data, n, x.data, k, m, dw.data, x.elem);
+  return transposedProduct(x.data, k, dy.data, n, m, dw.data, x.elem);
+}
+
+Status CudaExecutor::State::runNormGrad(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &y = out();
+  int64_t h = x.shape.back(), rows = x.numel() / h;
+  float eps = static_cast<float>(attrFloat(a, "eps"));
+  bool centered = op.rfind("layer_norm", 0) == 0, input = op == "rms_norm_grad" || op == "layer_norm_grad";
+  if (!input) {
+    Status st = ensureScratch(2 * rows);
     if (!st.isOk()) return st;
-    auto *slot = reinterpret_cast<int32_t *>(commScratch);
-    int32_t *counts = slot + pairs, *allCounts = counts + P;
-    float *sendRows = commScratch + ints, *sendMeta = sendRows + rowFloats, *recvMeta = sendMeta + 2 * pairs;
-    PARAX_CUDA(cudaMemsetAsync(slot, 0xff, pairs * 4, stream)); // -1: no slot
-    PARAX_LAUNCH(moeSlotsKernel, 1, kThreads, 0, stream)(idx.i(), slot, counts, pairs, local, P);
-    const bool travel = comm && P > 1;
-    std::vector<int32_t> all; // the members' counts
-    auto blocks = [&](int64_t width, bool toMembers) { return exchangeBlocks(all, P, me, width, toMembers); };
-    if (travel) {
-      st = comm->allGather(counts, allCounts, P, Elem::I32, mask, stream);
-      if (st.isOk()) st = awaitIssued(); // (on the communication stream)
-      if (!st.isOk()) return st;
-      all.resize(P * P);
-      PARAX_CUDA(cudaMemcpyAsync(all.data(), allCounts, P * P * 4, cudaMemcpyDeviceToHost, stream));
-      st = sync();
-      if (!st.isOk()) return st;
-      if (op == "moe_dispatch") expertLoad = std::max(expertLoad, busiestRankLoad(all, P, pairs));
-      st = expertCapacityCheck(op, all, P, capacity);
-      if (!st.isOk()) return st;
+  }
+  return withFloat(y, [&](auto t) {
+    using T = decltype(t);
+    if (input) {
+      PARAX_LAUNCH(normGradKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), in(1).as<T>(), in(2).as<T>(),
+                                                                 y.as<T>(), h, eps, centered,
+                                                                 static_cast<float>(attrFloat(a, "offset")));
+    } else {
+      PARAX_LAUNCH(rowStatsKernel<T>, rows, kThreads, 0, stream)(x.as<T>(), scratch, h, eps, centered);
+      PARAX_LAUNCH(normWeightGradKernel<T>, blocksFor(h), kThreads, 0, stream)(x.as<T>(), in(1).as<T>(),
+                                                                               scratch, y.as<T>(), rows, h);
     }
-    if (op == "moe_dispatch") {
-      // Filled in place (a group of one), or sent from the send side
-      // straight into the result.
-      DeviceBuffer &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
-      float *meta = recvMeta; // [weight, expert] of each of the result's rows
-      st = withFloat(x, [&](auto t) {
-        using T = decltype(t);
-        PARAX_LAUNCH(moeClearKernel<T>, blocksFor(capacity * (h + 2)), kThreads, 0, stream)(rows.as<T>(), meta,
-                                                                                            capacity, h);
-        PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * (h + 2)), kThreads, 0, stream)(
-            x.as<T>(), w.as<T>(), idx.i(), slot, travel ? reinterpret_cast<T *>(sendRows) : rows.as<T>(),
-            travel ? sendMeta : meta, pairs, K, h, local);
-        return Status::ok();
-      });
-      if (st.isOk() && travel) st = comm->allToAllv(sendRows, blocks(h, true), rows.data, blocks(h, false), e, mask, stream);
-      if (st.isOk() && travel)
-        st = comm->allToAllv(sendMeta, blocks(2, true), recvMeta, blocks(2, false), Elem::F32, mask, stream);
-      if (st.isOk()) st = awaitIssued();
-      if (!st.isOk()) return st;
-      return withFloat(weights, [&](auto t) {
-        using T = decltype(t);
-        PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(capacity), kThreads, 0, stream)(meta, weights.as<T>(),
-                                                                                   experts.i(), capacity);
-        return Status::ok();
-      });
-    }
-    DeviceBuffer &y = out();
-    std::vector<int32_t> touched(inst.results().begin(), inst.results().end());
-    if (travel) { // the rows that arrived, back to their members as they came
-      st = comm->allToAllv(x.data, blocks(h, false), sendRows, blocks(h, true), e, mask, stream);
-      if (!st.isOk()) return st;
-      touched.push_back(inst.operands(0)); // read by the transfer
-    }
-    const void *back = travel ? static_cast<const void *>(sendRows) : x.data;
-    int64_t per = attrInt(a, "per_choice") ? 1 : K; // pairs a result row sums
-    return deferUntilNeeded(touched, [this, &y, back, slot, per, h] {
-      return withFloat(y, [&](auto t) {
-        using T = decltype(t);
-        PARAX_LAUNCH(moeCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
-            static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, per, h);
-        return Status::ok();
-      });
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runSumTo(const pxe::Instruction &inst) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &y = out();
+  return withFloat(y, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(sumToKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
+        x.as<T>(), y.as<T>(), dimsOf(x.shape), dimsOf(y.shape), y.numel(), x.numel() / std::max<int64_t>(1, y.numel()));
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runSigmoidGrad(const pxe::Instruction &inst) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  return withFloat(out(), [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(sigmoidGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+        in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel());
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runSoftcapGrad(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  return withFloat(out(), [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(softcapGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+        in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel(), static_cast<float>(attrFloat(a, "cap")));
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runGeluGrad(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  return withFloat(out(), [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(geluGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+        in(0).as<T>(), in(1).as<T>(), out().as<T>(), out().numel(), attrString(a, "approximate") == "tanh");
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runPositionEmbeddingGrad(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &dy = in(0), &table = out();
+  SequenceRows rows = rowsOf(a, dy.shape[1]);
+  PARAX_CUDA(cudaMemsetAsync(table.data, 0, table.numel() * elemBytes(table.elem), stream));
+  return withBits(table, [&](auto w) {
+    using W = decltype(w);
+    PARAX_LAUNCH(positionGradRowsKernel<W>, blocksFor(dy.numel()), kThreads, 0, stream)(
+        dy.as<W>(), table.as<W>(), dy.numel(), dy.shape[2], attrInt(a, "offset") + rows.start, rows.stride);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runSwigluGrad(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  return withFloat(out(), [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(swigluGradKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(
+        in(0).as<T>(), in(1).as<T>(), in(2).as<T>(), out().as<T>(), out().numel(),
+        static_cast<int>(attrInt(a, "operand")));
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runAttentionGrad(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &dout = in(3);
+  AttentionShape shape{q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[1], k.shape[2], v.shape[3],
+                       attrInt(a, "causal") != 0, static_cast<float>(attrFloat(a, "scale")), 0, 1, 0, 1};
+  std::vector<std::string> headAxes = attrStrings(a, "head_axes");
+  int64_t totalHeads = shape.H;
+  if (!headAxes.empty()) {
+    shape.headOffset = groupIndex(headAxes) * shape.H;
+    totalHeads = shape.H * groupSize(headAxes);
+  }
+  shape.group = totalHeads / shape.KH;
+  SequenceRows rows = rowsOf(a, shape.S); // as attention's queries
+  shape.past = shape.T - shape.S * rows.pieces + rows.start;
+  shape.stride = rows.stride;
+  shape.window = attrInt(a, "window");                          // (0: none)
+  shape.softcap = static_cast<float>(attrFloat(a, "softcap"));  // (0: none)
+  // Each query's log-sum-exp and D; where a KV head is read by other than
+  // exactly one local query head (GQA; or none: KV heads replicated over
+  // ranks of other query heads), each query head's dK and dV in fp32,
+  // summed per KV head at the end.
+  std::vector<int64_t> readers(shape.KH, 0);
+  for (int64_t h = 0; h < shape.H; ++h) {
+    int64_t kh = (shape.headOffset + h) / shape.group;
+    if (kh < shape.KH) ++readers[kh];
+  }
+  const bool partials = std::any_of(readers.begin(), readers.end(), [](int64_t n) { return n != 1; });
+  const int64_t statsFloats = 2 * shape.B * shape.S * shape.H;
+  Status st = ensureScratch(statsFloats + (partials ? shape.B * shape.T * shape.H * (shape.D + shape.DV) : 0));
+  if (!st.isOk()) return st;
+  float *dkPart = partials ? scratch + statsFloats : nullptr;
+  float *dvPart = partials ? dkPart + shape.B * shape.T * shape.H * shape.D : nullptr;
+  auto sumParts = [&](auto t) {
+    using T = decltype(t);
+    if (!partials) return Status::ok();
+    PARAX_LAUNCH(attentionGradSumHeadsKernel<T>, blocksFor(out(1).numel()), kThreads, 0, stream)(
+        dkPart, out(1).as<T>(), shape.D, shape);
+    PARAX_LAUNCH(attentionGradSumHeadsKernel<T>, blocksFor(out(2).numel()), kThreads, 0, stream)(
+        dvPart, out(2).as<T>(), shape.DV, shape);
+    return Status::ok();
+  };
+  // bf16 with head widths in 16s: tensor cores, where the tiles fit the
+  // shared memory (unless PARAX_ATTENTION=cuda-cores).
+  TensorCoreGradTiles tc{static_cast<int>(shape.D), static_cast<int>(shape.DV)};
+  if (tensorCoreAttention && q.elem == Elem::BF16 && shape.D % 16 == 0 && shape.DV % 16 == 0 &&
+      std::max({TensorCoreTiles::bytes(shape.D, shape.DV), tc.keyValueBytes(), tc.queryBytes()}) <= sharedOptIn) {
+    const int64_t R = TensorCoreGradTiles::kRows, threads = 32 * TensorCoreGradTiles::kWarps;
+    const int64_t queryBlocks = shape.B * shape.H * ((shape.S + R - 1) / R);
+    using B16 = __nv_bfloat16;
+    PARAX_LAUNCH(attentionTensorCoreKernel, queryBlocks, TensorCoreTiles::kThreads,
+                 TensorCoreTiles::bytes(shape.D, shape.DV),
+                 stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), nullptr, shape.B, shape.S, shape.H, shape.D,
+                         shape.T, shape.KH, shape.DV, shape.DV, shape.causal, shape.scale, shape.headOffset,
+                         shape.group, nullptr, shape.past, shape.stride, dout.as<B16>(), scratch,
+                         shape.window, shape.softcap);
+    PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.H * ((shape.T + R - 1) / R), threads,
+                 tc.keyValueBytes(), stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch,
+                                             out(1).as<B16>(), out(2).as<B16>(), dkPart, dvPart, shape, tc);
+    st = sumParts(B16{});
+    if (!st.isOk()) return st;
+    PARAX_LAUNCH(attentionGradTensorCoreQueryKernel, queryBlocks, threads, tc.queryBytes(), stream)(
+        q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch, out(0).as<B16>(), shape, tc);
+    return Status::ok();
+  }
+  // Otherwise CUDA cores in fp32: tiles of 32 rows (16 past head width
+  // 128, or where 32 would not fit the shared memory a block may have).
+  AttentionGradTiles g{shape.D <= 128 && shape.DV <= 128 ? 32 : 16, shape.D, shape.DV};
+  auto largest = [&] { return 4 * std::max({g.statsFloats(), g.keyValueFloats(), g.queryFloats()}); };
+  while (largest() > sharedOptIn && g.R > 8) g.R /= 2;
+  if (largest() > sharedOptIn)
+    return Status::error("attention_grad: head widths " + std::to_string(shape.D) + " and " +
+                         std::to_string(shape.DV) + " need " + std::to_string(largest()) +
+                         " bytes of shared memory a block; this GPU allows " + std::to_string(sharedOptIn));
+  const int64_t queryTiles = (shape.S + g.R - 1) / g.R, keyTiles = (shape.T + g.R - 1) / g.R;
+  return withFloat(q, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(attentionGradStatsKernel<T>, shape.B * shape.H * queryTiles, kThreads, 4 * g.statsFloats(),
+                 stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, shape, g);
+    PARAX_LAUNCH(attentionGradKeyValueKernel<T>, shape.B * shape.H * keyTiles, kThreads, 4 * g.keyValueFloats(),
+                 stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(1).as<T>(), out(2).as<T>(),
+                         dkPart, dvPart, shape, g);
+    Status summed = sumParts(t);
+    if (!summed.isOk()) return summed;
+    PARAX_LAUNCH(attentionGradQueryKernel<T>, shape.B * shape.H * queryTiles, kThreads, 4 * g.queryFloats(),
+                 stream)(q.as<T>(), k.as<T>(), v.as<T>(), dout.as<T>(), scratch, out(0).as<T>(), shape, g);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runEmbeddingGrad(const pxe::Instruction &inst) {
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &ids = in(0), &dy = in(1), &table = out();
+  std::vector<std::string> axes = attrStrings(a, "vocab_axes");
+  int64_t rows = table.shape[0], h = table.shape[1];
+  int64_t offset = axes.empty() ? 0 : groupIndex(axes) * rows;
+  Status st = ensureScratch(rows * h + 1);
+  if (!st.isOk()) return st;
+  auto *badToken = reinterpret_cast<int32_t *>(scratch + rows * h);
+  PARAX_CUDA(cudaMemsetAsync(scratch, 0, rows * h * sizeof(float), stream));
+  PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream));
+  st = withFloat(table, [&](auto t) {
+    using T = decltype(t);
+    PARAX_LAUNCH(embeddingGradKernel<T>, blocksFor(dy.numel()), kThreads, 0, stream)(
+        ids.i(), dy.as<T>(), scratch, ids.numel(), h, rows, offset, !axes.empty(), badToken);
+    if (float scale = static_cast<float>(attrFloat(a, "scale", 1.0)); scale != 1.0f)
+      PARAX_LAUNCH(scaleKernel, blocksFor(rows * h), kThreads, 0, stream)(scratch, rows * h, scale);
+    PARAX_LAUNCH(fromFloatKernel<T>, blocksFor(rows * h), kThreads, 0, stream)(scratch, table.as<T>(), rows * h);
+    return Status::ok();
+  });
+  if (!st.isOk()) return st;
+  return checkFlag(badToken, [&](int32_t bad) {
+    return "token id at " + std::to_string(bad) + " is outside the vocabulary of " + std::to_string(rows);
+  });
+}
+
+Status CudaExecutor::State::runAllReduce(const pxe::Instruction &inst) {
+  StatusOr<CollectiveGroup> group = collectiveGroup(inst.attrs());
+  if (!group.isOk()) return group.status();
+  unsigned mask = group.value().mask;
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  Status st = copy(out().data, in(0).data, out().numel(), out());
+  if (!st.isOk() || !comm) return st;
+  st = comm->allReduce(out().data, out().numel(), out().elem, mask, stream);
+  if (!st.isOk()) return st;
+  return deferUntilNeeded({inst.results(0)}, nullptr);
+}
+
+Status CudaExecutor::State::runShardSlice(const pxe::Instruction &inst) {
+  StatusOr<CollectiveGroup> group = collectiveGroup(inst.attrs());
+  if (!group.isOk()) return group.status();
+  const std::vector<std::string> &axes = group.value().axes;
+  const Attrs &a = inst.attrs();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  int dim = static_cast<int>(attrInt(a, "dim"));
+  auto [outer, inner] = around(in(0).shape, dim);
+  int64_t chunk = out().shape[dim];
+  return withBits(out(), [&, outer = outer, inner = inner](auto w) {
+    using W = decltype(w);
+    PARAX_LAUNCH(sliceKernel<W>, blocksFor(out().numel()), kThreads, 0, stream)(
+        in(0).as<W>(), out().as<W>(), outer, in(0).shape[dim], chunk, groupIndex(axes) * chunk, inner);
+    return Status::ok();
+  });
+}
+
+Status CudaExecutor::State::runToPartial(const pxe::Instruction &inst) {
+  StatusOr<CollectiveGroup> group = collectiveGroup(inst.attrs());
+  if (!group.isOk()) return group.status();
+  const std::vector<std::string> &axes = group.value().axes;
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  if (groupIndex(axes) == 0) return copy(out().data, in(0).data, out().numel(), out());
+  PARAX_CUDA(cudaMemsetAsync(out().data, 0, out().bytes(), stream));
+  return Status::ok();
+}
+
+Status CudaExecutor::State::runGatherScatter(const pxe::Instruction &inst) {
+  StatusOr<CollectiveGroup> group = collectiveGroup(inst.attrs());
+  if (!group.isOk()) return group.status();
+  int64_t P = group.value().ranks;
+  unsigned mask = group.value().mask;
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &x = in(0), &y = out();
+  int64_t largest = std::max(x.numel(), y.numel());
+  Status st = ensureCommScratch(largest * 2);
+  if (!st.isOk()) return st;
+  void *a0 = commScratch, *a1 = commScratch + largest;
+  std::vector<int32_t> touched = {inst.operands(0), inst.results(0)};
+  if (op == "all_gather") {
+    int dim = static_cast<int>(attrInt(a, "dim"));
+    if (!comm) return copy(y.data, x.data, y.numel(), y);
+    st = comm->allGather(x.data, a0, x.numel(), x.elem, mask, stream);
+    if (!st.isOk()) return st;
+    return deferUntilNeeded(touched, [this, &y, dim, P, a0] { return pieces(true, y, dim, P, a0); });
+  }
+  if (op == "reduce_scatter") {
+    int dim = static_cast<int>(attrInt(a, "dim"));
+    st = pieces(false, x, dim, P, a0);
+    if (!st.isOk()) return st;
+    if (!comm) return copy(y.data, a0, y.numel(), y);
+    st = comm->reduceScatter(a0, y.data, y.numel(), y.elem, mask, stream);
+    if (!st.isOk()) return st;
+    return deferUntilNeeded(touched, nullptr);
+  }
+  int split = static_cast<int>(attrInt(a, "split_dim")), concat = static_cast<int>(attrInt(a, "concat_dim"));
+  st = pieces(false, x, split, P, a0);
+  if (!st.isOk()) return st;
+  if (!comm) return pieces(true, y, concat, P, a0);
+  st = comm->allToAll(a0, a1, x.numel() / P, x.elem, mask, stream);
+  if (!st.isOk()) return st;
+  return deferUntilNeeded(touched, [this, &y, concat, P, a1] { return pieces(true, y, concat, P, a1); });
+}
+
+Status CudaExecutor::State::runSendRecv(const pxe::Instruction &inst) {
+  StatusOr<CollectiveGroup> group = collectiveGroup(inst.attrs());
+  if (!group.isOk()) return group.status();
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  if (!comm)
+    return Status::error("send/recv needs a communicator");
+  Status st = comm->exchange({pointToPoint(inst)}, stream);
+  if (!st.isOk()) return st;
+  return deferUntilNeeded({op == "send" ? inst.operands(0) : inst.results(0)}, nullptr);
+}
+
+Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
+  StatusOr<CollectiveGroup> group = collectiveGroup(inst.attrs());
+  if (!group.isOk()) return group.status();
+  const std::vector<std::string> &axes = group.value().axes;
+  int64_t P = group.value().ranks;
+  unsigned mask = group.value().mask;
+  const Attrs &a = inst.attrs();
+  const std::string &op = inst.op();
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  // As the CPU backend: this rank's pairs leave grouped by the member
+  // owning their expert (moeSlotsKernel); the members' counts, all-gathered
+  // and read by the host, size each block of one all-to-all of the routed
+  // rows only, which arrive member after member at the top of the
+  // dispatch's rows (the rest unused). Rows travel in their own storage;
+  // the dispatch's [router weight, local expert] of each in fp32 beside
+  // them. A group of one keeps its rows in place (no host synchronisation).
+  int64_t E = attrInt(a, "num_experts"), local = E / P;
+  DeviceBuffer &idx = in(op == "moe_dispatch" ? 2 : 1);
+  DeviceBuffer &x = in(0); // the tokens, or the rows back
+  const int64_t pairs = idx.numel(), K = idx.shape.back(), h = x.shape.back();
+  const int64_t capacity = (op == "moe_dispatch" ? out(0) : x).shape[0];
+  const Elem e = x.elem;
+  const int64_t me = groupIndex(axes), ints = pairs + P + P * P;
+  const int64_t rowFloats = (pairs * h * static_cast<int64_t>(elemBytes(e)) + 3) / 4;
+  Status st = ensureCommScratch(ints + rowFloats + 2 * pairs + 2 * capacity);
+  if (!st.isOk()) return st;
+  auto *slot = reinterpret_cast<int32_t *>(commScratch);
+  int32_t *counts = slot + pairs, *allCounts = counts + P;
+  float *sendRows = commScratch + ints, *sendMeta = sendRows + rowFloats, *recvMeta = sendMeta + 2 * pairs;
+  PARAX_CUDA(cudaMemsetAsync(slot, 0xff, pairs * 4, stream)); // -1: no slot
+  PARAX_LAUNCH(moeSlotsKernel, 1, kThreads, 0, stream)(idx.i(), slot, counts, pairs, local, P);
+  const bool travel = comm && P > 1;
+  std::vector<int32_t> all; // the members' counts
+  auto blocks = [&](int64_t width, bool toMembers) { return exchangeBlocks(all, P, me, width, toMembers); };
+  if (travel) {
+    st = comm->allGather(counts, allCounts, P, Elem::I32, mask, stream);
+    if (st.isOk()) st = awaitIssued(); // (on the communication stream)
+    if (!st.isOk()) return st;
+    all.resize(P * P);
+    PARAX_CUDA(cudaMemcpyAsync(all.data(), allCounts, P * P * 4, cudaMemcpyDeviceToHost, stream));
+    st = sync();
+    if (!st.isOk()) return st;
+    if (op == "moe_dispatch") expertLoad = std::max(expertLoad, busiestRankLoad(all, P, pairs));
+    st = expertCapacityCheck(op, all, P, capacity);
+    if (!st.isOk()) return st;
+  }
+  if (op == "moe_dispatch") {
+    // Filled in place (a group of one), or sent from the send side
+    // straight into the result.
+    DeviceBuffer &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
+    float *meta = recvMeta; // [weight, expert] of each of the result's rows
+    st = withFloat(x, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(moeClearKernel<T>, blocksFor(capacity * (h + 2)), kThreads, 0, stream)(rows.as<T>(), meta,
+                                                                                          capacity, h);
+      PARAX_LAUNCH(moeFillKernel<T>, blocksFor(pairs * (h + 2)), kThreads, 0, stream)(
+          x.as<T>(), w.as<T>(), idx.i(), slot, travel ? reinterpret_cast<T *>(sendRows) : rows.as<T>(),
+          travel ? sendMeta : meta, pairs, K, h, local);
+      return Status::ok();
+    });
+    if (st.isOk() && travel) st = comm->allToAllv(sendRows, blocks(h, true), rows.data, blocks(h, false), e, mask, stream);
+    if (st.isOk() && travel)
+      st = comm->allToAllv(sendMeta, blocks(2, true), recvMeta, blocks(2, false), Elem::F32, mask, stream);
+    if (st.isOk()) st = awaitIssued();
+    if (!st.isOk()) return st;
+    return withFloat(weights, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(moeUnpackKernel<T>, blocksFor(capacity), kThreads, 0, stream)(meta, weights.as<T>(),
+                                                                                 experts.i(), capacity);
+      return Status::ok();
     });
   }
-  return Status::error("no CUDA kernel for '" + op + "'");
+  DeviceBuffer &y = out();
+  std::vector<int32_t> touched(inst.results().begin(), inst.results().end());
+  if (travel) { // the rows that arrived, back to their members as they came
+    st = comm->allToAllv(x.data, blocks(h, false), sendRows, blocks(h, true), e, mask, stream);
+    if (!st.isOk()) return st;
+    touched.push_back(inst.operands(0)); // read by the transfer
+  }
+  const void *back = travel ? static_cast<const void *>(sendRows) : x.data;
+  int64_t per = attrInt(a, "per_choice") ? 1 : K; // pairs a result row sums
+  return deferUntilNeeded(touched, [this, &y, back, slot, per, h] {
+    return withFloat(y, [&](auto t) {
+      using T = decltype(t);
+      PARAX_LAUNCH(moeCombineKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
+          static_cast<const T *>(back), slot, y.as<T>(), y.numel() / h, per, h);
+      return Status::ok();
+    });
+  });
 }
+
 
 } // namespace parax::runtime
