@@ -139,6 +139,20 @@ Expected<LinkSpec> parseLink(const json::Object &root, StringRef key,
   return link;
 }
 
+// The most devices a cluster may have (2^24: far past any machine, and
+// every count and product of counts the search forms stays exact).
+constexpr int64_t kMaxDevices = int64_t(1) << 24;
+
+Error checkSize(const ClusterSpec &spec, StringRef source) {
+  if (spec.devicesPerNode > kMaxDevices || spec.nodes > kMaxDevices ||
+      spec.devicesPerNode * spec.nodes > kMaxDevices)
+    return createStringError(inconvertibleErrorCode(),
+                             "%s: %lld nodes of %lld devices are more than parax plans for (%lld devices at most)",
+                             source.str().c_str(), static_cast<long long>(spec.nodes),
+                             static_cast<long long>(spec.devicesPerNode), static_cast<long long>(kMaxDevices));
+  return Error::success();
+}
+
 } // namespace
 
 double ClusterSpec::peak(StringRef dtype) const {
@@ -243,6 +257,8 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
     return inter.takeError();
   spec.intraNode = *intra;
   spec.interNode = *inter;
+  if (Error e = checkSize(spec, source))
+    return std::move(e);
   return spec;
 }
 
@@ -290,5 +306,7 @@ Expected<ClusterSpec> parax::plan::resolveCluster(StringRef spec) {
                                "nodes, devices_per_node)",
                                spec.str().c_str(), key.str().c_str());
   }
+  if (Error e = checkSize(*cluster, ("cluster '" + spec + "'").str()))
+    return std::move(e);
   return cluster;
 }

@@ -1,9 +1,11 @@
 // RUN: parax-opt %s -split-input-file -verify-diagnostics --parax-plan="cluster=dgx-h100 workload=train:batch=8,seq=16"
 // RUN: not parax-opt %s -split-input-file --parax-plan="cluster=nonesuch workload=train:batch=8,seq=16" 2>&1 | FileCheck %s --check-prefix=CLUSTER
 // RUN: not parax-opt %s --parax-plan="cluster=dgx-h100 workload=train:seq=16" 2>&1 | FileCheck %s --check-prefix=WORKLOAD
+// RUN: not parax-opt %s -split-input-file --parax-plan="cluster=dgx-h100:nodes=9223372036854775807 workload=train:batch=8,seq=16" 2>&1 | FileCheck %s --check-prefix=HUGE
 
 // CLUSTER: cluster 'nonesuch' is neither a preset
 // WORKLOAD: workload 'train:seq=16': needs batch=N
+// HUGE: cluster 'dgx-h100:nodes=9223372036854775807': 9223372036854775807 nodes of 8 devices are more than parax plans for (16777216 devices at most)
 
 // A model whose weights (one 96 GB linear) cannot fit in 8 x 85.5 GB with any
 // placement the planner may use: the error says what overflows.

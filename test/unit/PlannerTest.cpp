@@ -546,6 +546,12 @@ TEST(ClusterTest, BadInputNamesTheProblem) {
             std::string::npos);
   EXPECT_NE(message(resolveCluster("dgx-h100:gpus=4")).find("unknown option 'gpus'"),
             std::string::npos);
+  // (nodes x devices overflowed to -8 devices, a plan search over them)
+  EXPECT_NE(message(resolveCluster("dgx-h100:nodes=9223372036854775807"))
+                .find("cluster 'dgx-h100:nodes=9223372036854775807': 9223372036854775807 nodes of 8 devices are "
+                      "more than parax plans for (16777216 devices at most)"),
+            std::string::npos);
+  EXPECT_EQ(message(resolveCluster("dgx-h100:nodes=2097152")), "ok"); // 2^24 devices
   EXPECT_NE(message(parseCluster("{", "c.json")).find("c.json: invalid JSON"),
             std::string::npos);
   std::string json = cantFail(resolveCluster("dgx-h100")).toJson();
