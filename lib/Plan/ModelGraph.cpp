@@ -98,9 +98,38 @@ static bool readInPlace(ConcatOp join) {
   return cast<RankedTensorType>(attention.getQ().getType()).getDimSize(1) <= 4;
 }
 
+// Whether a tensor holds more than 2^53 elements: no device holds it, and
+// its element count (a product of its dimensions, uint64_t in the cost
+// interface) would wrap or lose exactness in the planner's doubles.
+static bool holdsTooMany(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return false;
+  constexpr uint64_t kLimit = uint64_t(1) << 53;
+  uint64_t n = 1;
+  for (int64_t d : tensor.getShape()) {
+    if (d > 0 && n > kLimit / uint64_t(d))
+      return true;
+    n *= uint64_t(d);
+  }
+  return n > kLimit;
+}
+
 FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
   ModelGraph model;
   Block &body = function.getBody().front();
+  for (BlockArgument arg : body.getArguments())
+    if (holdsTooMany(arg.getType())) {
+      function.emitError() << "argument #" << arg.getArgNumber() << " (" << arg.getType()
+                           << ") has more than 2^53 elements: no device holds it";
+      return failure();
+    }
+  for (Operation &op : body)
+    for (Value result : op.getResults())
+      if (holdsTooMany(result.getType())) {
+        op.emitError() << "its result " << result.getType() << " has more than 2^53 elements: no device holds it";
+        return failure();
+      }
 
   // Parameters and the token input.
   DenseSet<Value> weights;

@@ -20,6 +20,19 @@ func.func @negative_too_big(%tok: tensor<1x16xi32>,
 
 // -----
 
+// A weight of 2^64 elements: its count wrapped to 0 in the cost interface
+// (a 274.88 B-parameter model, 0 FLOPs a token).
+// expected-error @+1 {{argument #2 ('tensor<4294967296x4294967296xbf16>') has more than 2^53 elements: no device holds it}}
+func.func @negative_huge(%tok: tensor<1x16xi32>,
+    %emb: tensor<64x4294967296xbf16> {parax.param = "emb"},
+    %w: tensor<4294967296x4294967296xbf16> {parax.param = "w"}) -> tensor<1x16x4294967296xbf16> {
+  %h = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<1x16xi32>, tensor<64x4294967296xbf16>) -> tensor<1x16x4294967296xbf16>
+  %y = parax.linear %h, %w {transpose_w, parax.layer = 0 : i64} : (tensor<1x16x4294967296xbf16>, tensor<4294967296x4294967296xbf16>) -> tensor<1x16x4294967296xbf16>
+  return %y : tensor<1x16x4294967296xbf16>
+}
+
+// -----
+
 func.func @negative_no_layer(%tok: tensor<1x16xi32>, %emb: tensor<64x32xbf16> {parax.param = "emb"}) -> tensor<1x16x32xbf16> {
   // expected-error @+1 {{the planner needs every op's 'parax.layer'}}
   %h = parax.embedding %tok, %emb : (tensor<1x16xi32>, tensor<64x32xbf16>) -> tensor<1x16x32xbf16>
