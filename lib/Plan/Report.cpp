@@ -84,23 +84,23 @@ std::string parax::plan::formatPlans(const PlanResult &result,
   }
   if (train)
     os << formatv("{0,-2} {1,-22} {2,-9} {3,-11} {4,-4} {5,-9} {6,9} {7,6} | "
-                  "{8,7} {9,6} {10,6} {11,6} {12,7} | {13,7} {14,7} {15,7} "
-                  "{16,7} {17,7}\n",
+                  "{8,7} {9,6} {10,6} {11,6} {12,7} {13,7} | {14,7} {15,7} {16,7} "
+                  "{17,7} {18,7} {19,7}\n",
                   "#", "degrees", "mbs x m", "schedule", "zero", "recompute",
-                  "step s", "MFU", "weights", "grads", "optim", "act", "tot/GB",
-                  "tp s", "pp s", "dp s", "ep s", "bubble");
+                  "step s", "MFU", "weights", "grads", "optim", "act", "scratch", "tot/GB",
+                  "tp s", "pp s", "dp s", "ep s", "cp s", "bubble");
   else
-    os << formatv("{0,-2} {1,-22} {2,-9} {3,11} {4,12} {5,11} | {6,7} {7,6} "
-                  "{8,7} {9,8} | {10,8} {11,8} {12,8}\n",
+    os << formatv("{0,-2} {1,-22} {2,-9} {3,11} {4,12} {5,11} | {6,7} {7,6} {8,7} "
+                  "{9,7} {10,12} | {11,8} {12,8} {13,8} {14,8}\n",
                   "#", "degrees", "seqs x m", "latency ms", "tok/s/device",
-                  "w-read ms", "weights", "KV", "tot/GB", "KV room", "tp ms",
-                  "pp ms", "ep ms");
+                  "w-read ms", "weights", "KV", "act", "tot/GB", "KV room/rep", "tp ms",
+                  "pp ms", "ep ms", "cp ms");
   for (auto [i, p] : llvm::enumerate(result.plans)) {
     const MemoryBreakdown &m = p.memory;
     if (train)
       os << formatv("{0,-2} {1,-22} {2,-9} {3,-11} {4,-4} {5,-9} {6,9:F3} "
-                    "{7,5:F1}% | {8,7:F1} {9,6:F1} {10,6:F1} {11,6:F1} {12,7:F1} "
-                    "| {13,7:F3} {14,7:F3} {15,7:F3} {16,7:F3} {17,7:F3}\n",
+                    "{7,5:F1}% | {8,7:F1} {9,6:F1} {10,6:F1} {11,6:F1} {12,7:F1} {13,7:F1} "
+                    "| {14,7:F3} {15,7:F3} {16,7:F3} {17,7:F3} {18,7:F3} {19,7:F3}\n",
                     i + 1, p.degrees(),
                     formatv("{0}x{1}", p.microBatch, p.microBatches).str(),
                     p.schedule == Schedule::Interleaved
@@ -108,25 +108,42 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                         : toString(p.schedule).str(),
                     p.zero, toString(p.recompute), p.stepTime, 100 * p.mfu,
                     gb(m.weights), gb(m.gradients), gb(m.optimizer),
-                    gb(m.activations), gb(m.total()), p.tpComm, p.ppComm,
-                    p.dpComm, p.epComm, p.bubbleTime);
+                    gb(m.activations + m.kvCache), gb(m.scratch), gb(m.total() - m.reserved), p.tpComm,
+                    p.ppComm, p.dpComm, p.epComm, p.cpComm, p.bubbleTime);
     else
       os << formatv("{0,-2} {1,-22} {2,-9} {3,11:F3} {4,12:F1} {5,11:F3} | "
-                    "{6,7:F1} {7,6:F1} {8,7:F1} {9,8:F1} | {10,8:F3} {11,8:F3} "
-                    "{12,8:F3}\n",
+                    "{6,7:F1} {7,6:F1} {8,7:F1} {9,7:F1} {10,12:F1} | {11,8:F3} {12,8:F3} "
+                    "{13,8:F3} {14,8:F3}\n",
                     i + 1, p.degrees(), formatv("{0}x{1}", p.microBatch, p.microBatches).str(),
                     p.stepTime * 1e3,
                     p.tokensPerSecondPerDevice, p.weightReadBound * 1e3,
-                    gb(m.weights), gb(m.kvCache), gb(m.total()), gb(p.kvRoom),
-                    p.tpComm * 1e3, p.ppComm * 1e3, p.epComm * 1e3);
+                    gb(m.weights), gb(m.kvCache), gb(m.scratch + m.activations), gb(m.total() - m.reserved),
+                    gb(p.kvRoom), p.tpComm * 1e3, p.ppComm * 1e3, p.epComm * 1e3, p.cpComm * 1e3);
   }
+  // What the columns are (issue 48: a table nobody explained).
+  const Plan &first = result.plans.front();
+  if (train)
+    os << formatv("\ncolumns: degrees pp dp ep cp tp (sp: sequence parallelism); mbs x m: sequences a microbatch x "
+                  "microbatches a step; schedule 1f1b or interl.vN (interleaved, N model chunks a stage); zero: "
+                  "ZeRO stage; step s and MFU (model FLOPs a second over the devices' peak in the GEMMs' dtype); GB a "
+                  "device of the fullest stage: weights, gradients, optimizer state, activations, the backend's "
+                  "kernel scratch, their sum (tot/GB, without the runtime's {0:F1} GB reserve); the communication "
+                  "each step leaves exposed (tp, pp, dp, ep, cp s) and the pipeline's idle time (bubble)\n",
+                  gb(first.memory.reserved));
+  else
+    os << formatv("\ncolumns: degrees pp dp ep cp tp; seqs x m: sequences a microbatch x microbatches; latency "
+                  "ms (a step), tokens/s a device, w-read ms (the step's weight-read bound); GB a device: weights, "
+                  "KV cache, act (activations and the backend's kernel scratch), their sum (tot/GB, without the runtime's {0:F1} GB "
+                  "reserve); KV room/rep: the KV cache one replica's devices hold together (its tp x pp x cp "
+                  "devices); the communication each step leaves exposed (tp, pp, ep, cp ms)\n",
+                  gb(first.memory.reserved));
   const Plan &best = result.plans.front();
   os << formatv("\nbest: {0}; ", best.degrees());
   if (best.chunkStart.empty()) {
-    os << "stages start at layer graph indices [";
+    os << "stages start at layers [";
     for (auto [i, s] : llvm::enumerate(best.stageStart))
       os << (i ? ", " : "") << s;
-    os << "]\n";
+    os << "] (in the model's layer graph: 0 the embedding, then the decoder layers, the head last)\n";
   } else {
     // What PlanPass builds: virtual stage c's decoder layers on stage c % pp.
     int64_t chunks = best.chunkStart.size();
