@@ -567,7 +567,8 @@ def test_bias_update_speed_needs_a_router_bias(tmp_path):
     assert "--bias-update-speed: no router of this executable has a correction bias" in proc.stderr, proc.stderr
     proc = model.run(model.compile("train", autodiff=True), 1, outputs=0, expect_ok=False,
                      extra=["--bias-update-speed", "0.001"])
-    assert proc.returncode != 0 and "--bias-update-speed belong to --optimizer" in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "--bias-update-speed and --log-json belong to --optimizer" in proc.stderr, \
+        proc.stderr
 
 
 @pytest.mark.parametrize("preset,overrides,pins,ranks", [
@@ -862,3 +863,23 @@ def test_training_steps_report_progress_unless_quiet(tmp_path):
     quiet = model.run(exe, 1, outputs=0, expect_ok=False, extra=[*ADAMW, "--steps", "3", "--quiet"])
     assert quiet.returncode == 0, quiet.stderr
     assert "step 1:" not in quiet.stdout and "adamw: loss" in quiet.stdout, quiet.stdout
+
+
+def test_log_json_writes_a_line_a_training_step(tmp_path):
+    """Issue 48: --log-json L.jsonl, quiet or not, writes one JSON object a
+    training step: the same loss, learning rate and clipping the losses
+    file and the printed lines say. Without --optimizer it is refused."""
+    model = Model(str(tmp_path), "tiny-llama", loss=True)
+    exe = model.compile("train", autodiff=True)
+    log, losses = str(tmp_path / "log.jsonl"), str(tmp_path / "losses.npy")
+    proc = model.run(exe, 1, outputs=0, expect_ok=False,
+                     extra=[*ADAMW, "--steps", "3", "--quiet", "--clip-grad-norm", "1e-3", "--log-json", log,
+                            "--losses", losses])
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in open(log)]
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    np.testing.assert_allclose([line["loss"] for line in lines], np.load(losses), rtol=1e-6)
+    assert all(line["clipped"] and line["grad_norm"] > 1e-3 and line["seconds"] > 0 and line["tokens_per_s"] > 0
+               and line["eta_s"] >= 0 for line in lines), lines
+    refused = model.run(exe, 1, outputs=0, expect_ok=False, extra=["--log-json", log])
+    assert refused.returncode != 0 and "--log-json belong to --optimizer" in refused.stderr, refused.stderr

@@ -65,6 +65,7 @@ def test_the_readme_pieces_run_as_written(tmp_path):
     assert json.load(open(walk / "fit.profile.json"))["name"] == "calibrated"
     # the box-wise checkpoints (every 2 steps, and the last) put together
     assert (walk / "ckpt" / "step-00000002").is_dir() and (walk / "whole.safetensors").stat().st_size > 0
+    assert [json.loads(line)["step"] for line in open(walk / "steps.jsonl")] == [1, 2, 3, 4]
     # 8 sampled tokens after the 8-token prompt
     sampled = np.load(walk / "sampled.npy")
     assert sampled.shape == (1, 16) and (sampled[0, :8] == np.arange(1, 9)).all()

@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <new>
@@ -64,6 +65,8 @@ void usage() {
                "--generate K [--output TOKENS.npy [--output LOGITS.npy]] [--device cpu|cuda]\n"
                "  (every flag takes its value as --flag VALUE or --flag=VALUE; --quiet: no line a\n"
                "  training step and no generation progress, the summary only)\n"
+               "  --log-json L.jsonl: with --optimizer, one JSON object a training step (step, loss and\n"
+               "  its terms, grad_norm, clipped, lr, seconds, tokens_per_s, eta_s), quiet or not\n"
                "  --generate K: greedy generation of K tokens per prompt row with a generation\n"
                "  step (built --seq 1 --cache C): the prompt's tokens are fed one step each,\n"
                "  then each step's most likely token; the KV caches stay where the step runs\n"
@@ -333,6 +336,7 @@ int main(int argc, char **argv) {
   long generate = -1; // --generate K: tokens to generate per row
   std::string prefillPath; // --prefill: a program for the prompt's chunks
   std::string profilePath; // --profile: each instruction's wall time (CPU)
+  std::string logJsonPath; // --log-json: a JSON line a training step
   Sampling sampling;        // --temperature, --top-k, --seed
   long long stopToken = -1; // --stop-token
   bool samplingGiven = false;
@@ -502,6 +506,7 @@ int main(int argc, char **argv) {
     else if (arg == "--allow-unused-weights") allowUnusedWeights = true;
     else if (arg == "--skip-nonfinite") { optimizer.skipNonfinite = true; optimizerSettings = true; }
     else if (arg == "--quiet") quiet = true;
+    else if (arg == "--log-json") logJsonPath = value();
     else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
     else if (arg == "--step-rows") {
@@ -560,12 +565,12 @@ int main(int argc, char **argv) {
     die("--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate");
   if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
   const bool trains = !optimizer.kind.empty();
-  if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty() ||
+  if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty() || !logJsonPath.empty() ||
                   std::any_of(terms.begin(), terms.end(), [](const LossTerm &t) { return !t.path.empty(); })))
     die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
         "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --balance-losses, --mtp-losses, "
-        "--save-optimizer, --load-optimizer, --skip-nonfinite, --save-format, --save-every and --bias-update-speed "
-        "belong to --optimizer");
+        "--save-optimizer, --load-optimizer, --skip-nonfinite, --save-format, --save-every, --bias-update-speed "
+        "and --log-json belong to --optimizer");
   if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
   if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
     die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
@@ -1164,6 +1169,12 @@ int main(int argc, char **argv) {
     if (exe.value().grid().axis_names(i) != "pp" && exe.value().grid().axis_names(i) != "dp" && coords[i] != 0)
       replicaWriter = false;
   bool writer = replicaWriter && replica == 0;
+  // --log-json: the rank that prints the steps writes their lines.
+  std::ofstream logJson;
+  if (writer && !logJsonPath.empty()) {
+    logJson.open(logJsonPath);
+    if (!logJson) die("--log-json: cannot write '" + logJsonPath + "'");
+  }
   // The program's results in order: a gradient's checkpoint name, else
   // "". Gradients are read back from the device and gathered whole only
   // when --output (as far as it reaches) or --output-dir writes them.
@@ -1454,13 +1465,15 @@ int main(int argc, char **argv) {
       }
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      if (trains && writer && !quiet) {
-        std::string balance; // the loss's terms
+      if (trains && writer && (!quiet || logJson.is_open())) {
+        std::string balance, balanceJson; // the loss's terms
         for (const LossTerm &t : terms)
           if (!t.values.empty()) {
             char text[96];
             std::snprintf(text, sizeof text, " (%s %.6f)", t.label, t.values.back());
             balance += text;
+            std::snprintf(text, sizeof text, ", \"%s\": %.9g", t.file, t.values.back());
+            balanceJson += text;
           }
         // Progress: the step's time, its tokens a second, and what the
         // steps left take at the median of the last (at most 32) steps --
@@ -1470,13 +1483,30 @@ int main(int argc, char **argv) {
         long long left = static_cast<long long>(std::llround(sorted[sorted.size() / 2] * (steps - step - 1)));
         double tokens = static_cast<double>(rows) *
                         (!inputTensors.empty() && inputTensors[0].shape.size() > 1 ? inputTensors[0].shape[1] : 1);
-        std::printf("parax-run: step %lld: loss %.6f%s, gradient norm %.6f%s, learning rate %.6g; %.1f ms, "
-                    "%.0f tokens/s, %lld:%02lld:%02lld left\n",
-                    static_cast<long long>(training->steps()), losses.back(), balance.c_str(), gradNorm,
-                    optimizer.clipNorm > 0 && gradNorm > optimizer.clipNorm ? " (clipped)" : "",
-                    training->lastLearningRate(), 1e3 * times.back(), tokens / times.back(), left / 3600,
-                    left / 60 % 60, left % 60);
-        std::fflush(stdout);
+        bool clipped = optimizer.clipNorm > 0 && gradNorm > optimizer.clipNorm;
+        if (!quiet) {
+          std::printf("parax-run: step %lld: loss %.6f%s, gradient norm %.6f%s, learning rate %.6g; %.1f ms, "
+                      "%.0f tokens/s, %lld:%02lld:%02lld left\n",
+                      static_cast<long long>(training->steps()), losses.back(), balance.c_str(), gradNorm,
+                      clipped ? " (clipped)" : "", training->lastLearningRate(), 1e3 * times.back(),
+                      tokens / times.back(), left / 3600, left / 60 % 60, left % 60);
+          std::fflush(stdout);
+        }
+        if (logJson.is_open()) {
+          auto number = [](double x) { // (JSON has no NaN or infinity)
+            char text[32];
+            if (std::isfinite(x)) std::snprintf(text, sizeof text, "%.9g", x);
+            else std::snprintf(text, sizeof text, "null");
+            return std::string(text);
+          };
+          logJson << "{\"step\": " << training->steps() << ", \"loss\": " << number(losses.back()) << balanceJson
+                  << ", \"grad_norm\": " << number(gradNorm) << ", \"clipped\": " << (clipped ? "true" : "false")
+                  << ", \"lr\": " << number(training->lastLearningRate()) << ", \"seconds\": "
+                  << number(times.back()) << ", \"tokens_per_s\": " << number(tokens / times.back())
+                  << ", \"eta_s\": " << left << "}\n";
+          logJson.flush();
+          if (!logJson) die("--log-json: writing '" + logJsonPath + "' failed");
+        }
       }
       if (saveEvery > 0 && step + 1 < steps && training->steps() % saveEvery == 0) saveStep(training->steps());
     }
