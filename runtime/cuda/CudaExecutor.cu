@@ -2857,7 +2857,7 @@ Status CudaExecutor::State::runRope(const pxe::Instruction &inst) {
     PARAX_LAUNCH(ropeKernel<T>, blocksFor(B * S * H * rot / 2), kThreads, 0, stream)(
         y.as<T>(), ropeFrequencies.at(&inst), B, S, H, D, rot, attrInt(a, "position_offset") + rows.start,
         rows.stride, inst.operands_size() == 2 ? in(1).i() : nullptr, attrInt(a, "interleaved") != 0,
-        attrInt(a, "inverse") != 0);
+        attrInt(a, "inverse") != 0, static_cast<float>(ropeRotatedFactor(a)));
     return Status::ok();
   });
 }

@@ -169,13 +169,14 @@ __global__ void normKernel(const T *x, const T *w, const T *b, T *y, int64_t h, 
 template <typename T>
 __global__ void ropeKernel(T *v, const double *invFreq, int64_t B, int64_t S, int64_t H, int64_t D, int64_t rot,
                            int64_t offset, int64_t stride, const int32_t *position, bool interleaved,
-                           bool inverse) {
+                           bool inverse, float factor) {
   int64_t half = rot / 2;
   if (position) offset = *position; // (stride 1 then)
   PARAX_GRID_STRIDE(k, B * S * H * half) {
     int64_t i = k % half, row = k / half, s = (row / H) % S;
     double angle = static_cast<double>(offset + s * stride) * invFreq[i];
-    float c = static_cast<float>(cos(angle)), sn = static_cast<float>(inverse ? -sin(angle) : sin(angle));
+    float c = static_cast<float>(factor * cos(angle)),
+          sn = static_cast<float>(factor * (inverse ? -sin(angle) : sin(angle)));
     T *x = v + row * D;
     int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + half;
     float x0 = ld(x, p), x1 = ld(x, q);

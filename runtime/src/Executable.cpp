@@ -752,6 +752,10 @@ SequenceRows sequenceRows(const pxe::Executable &exe, const std::vector<int64_t>
   return r;
 }
 
+double ropeRotatedFactor(const Attrs &a) {
+  return a.count("scaling.attention_factor") ? attrFloat(a, "scaling.attention_factor") : 1.0;
+}
+
 StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a) {
   int64_t rot = attrInt(a, "rotary_dim");
   double theta = attrFloat(a, "theta");

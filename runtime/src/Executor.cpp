@@ -900,14 +900,15 @@ Status Executor::Impl::runRope(const pxe::Instruction &inst, int) {
   if (!frequencies.isOk())
     return frequencies.status();
   const std::vector<double> &invFreq = frequencies.value();
+  double factor = ropeRotatedFactor(a); // (the rotated channels', LongRoPE's on a partial rotary)
   y.f = x.f;
   // A position's cos and sin, computed once for its heads (and rows).
   std::vector<float> cosines(rot / 2), sines(rot / 2);
   for (int64_t s = 0; s < S; ++s) {
     for (int64_t i = 0; i < rot / 2; ++i) {
       double angle = static_cast<double>(offset + rows.position(s)) * invFreq[i];
-      cosines[i] = static_cast<float>(std::cos(angle));
-      sines[i] = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
+      cosines[i] = static_cast<float>(factor * std::cos(angle));
+      sines[i] = static_cast<float>(factor * (inverse ? -std::sin(angle) : std::sin(angle)));
     }
     for (int64_t bb = 0; bb < B; ++bb)
       for (int64_t h = 0; h < H; ++h) {

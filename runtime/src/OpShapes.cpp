@@ -206,6 +206,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     // (its scaling's fields: the frequencies the kernels will compute)
     StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(a);
     if (!frequencies.isOk()) return fail(frequencies.status().message());
+    double factor = ropeRotatedFactor(a);
+    if (!std::isfinite(factor) || factor <= 0)
+      return fail("scaling.attention_factor must be finite and positive, got " + std::to_string(factor));
   } else if (op == "attention" || op == "attention_grad") {
     // (the gradient: `dout` in the result's place, dq, dk, dv of q's, k's, v's shapes)
     bool grad = op == "attention_grad";

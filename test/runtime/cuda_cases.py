@@ -96,6 +96,13 @@ CASES = {
                       {"overrides": {"sliding_window": 37}}),
     "gemma2-bf16-window": ("tiny-gemma2", None, 1, 100, False, None, 1, "bf16", 0, False, 0,
                            {"overrides": {"sliding_window": 37}}),
+    # LongRoPE on half a head (Phi-4-mini's partial rotary): the factor on
+    # the turning channels alone, in the rope kernel.
+    "phi3-longrope-partial": ("tiny-phi3", None, 1, 32, False, None, 1, "f32", 0, False, 0,
+                              {"overrides": {"original_max_positions": 16, "rotary_dim": 8,
+                                             "rope_scaling": {"rope_type": "longrope",
+                                                              "short_factor": [1.0, 1.2, 1.6, 2.5],
+                                                              "long_factor": [1.0, 2.0, 4.0, 8.0]}}}),
     # Gemma 3: 1 + w norms and the embedding's scale, forward and backward.
     "gemma3": ("tiny-gemma3", None, 2, 8, False, None, 1),
     "gemma3-loss-tp2": ("tiny-gemma3", None, 2, 8, True, "tp=2,dp=1", 2),

@@ -142,8 +142,9 @@ def test_rope_scaling_matches_transformers(tmp_path, scaling):
     assert np.abs(logits - expected).max() < TOL
 
 
-@pytest.mark.parametrize("seq", [12, 32], ids=["short-factors", "long-factors"])
-def test_longrope_matches_transformers(tmp_path, seq):
+@pytest.mark.parametrize("seq,rotary", [(12, 1.0), (32, 1.0), (32, 0.5), (12, 0.5)],
+                         ids=["short-factors", "long-factors", "long-factors-partial", "short-factors-partial"])
+def test_longrope_matches_transformers(tmp_path, seq, rotary):
     """Phi-3's LongRoPE (rope_scaling type 'su', as Phi-3-mini-128k's
     config.json once wrote it; transformers reads it as 'longrope'): each
     rotated pair's frequency divided by its own factor, the short list
@@ -151,12 +152,15 @@ def test_longrope_matches_transformers(tmp_path, seq):
     (16 here), the long one past it (32 tokens), and cos and sin scaled by
     sqrt(1 + ln 8 / ln 16) (a context of 128 over 16; parax scales the
     scores by its square: every channel of a head turns, as in Phi-3-mini
-    and -medium). The numpy reference agrees too, and the plain rotary
-    does not."""
+    and -medium). On a head half of whose channels turn (Phi-4-mini's
+    partial_rotary_factor, 0.5 here) the factor scales the turning channels
+    alone: the rope's output, not the scores. The numpy reference agrees
+    too, and the plain rotary does not."""
+    pairs = int(PRESETS["tiny-phi3"]["hidden_size"] // PRESETS["tiny-phi3"]["num_attention_heads"] * rotary) // 2
     config = dict(PRESETS["tiny-phi3"], max_position_embeddings=128, original_max_position_embeddings=16,
-                  partial_rotary_factor=1.0,
-                  rope_scaling={"type": "su", "short_factor": [1.0, 1.1, 1.2, 1.3, 1.6, 2.0, 2.5, 3.0],
-                                "long_factor": [1.0, 1.5, 2.0, 2.5, 4.0, 6.0, 8.0, 12.0]})
+                  partial_rotary_factor=rotary,
+                  rope_scaling={"type": "su", "short_factor": [1.0, 1.1, 1.2, 1.3, 1.6, 2.0, 2.5, 3.0][:pairs],
+                                "long_factor": [1.0, 1.5, 2.0, 2.5, 4.0, 6.0, 8.0, 12.0][:pairs]})
     model = Model(str(tmp_path / "parax"), config_file(tmp_path, config), seq=seq)
     _, expected = transformers_logits(tmp_path, config, model)
     unscaled = dict(config, max_position_embeddings=16)

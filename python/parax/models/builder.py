@@ -197,6 +197,8 @@ class _Builder:
                 scaling = {"rope_type": "longrope", "original_max_position_embeddings": old,
                            "ext_factors": [float(v) for v in chosen]}
                 scaling["factor"] = float(cfg.max_positions / old)
+                if rotary_dim < cfg.head_dim:  # (on part of a head: the turning channels alone, not the scores)
+                    scaling["attention_factor"] = float(longrope_attention_factor(cfg))
             scaling["factor"] = float(scaling["factor"])
             if rope_type == "yarn":  # (the defaults transformers and DeepSeek take)
                 scaling["original_max_position_embeddings"] = int(
@@ -301,7 +303,7 @@ class _Builder:
             # YaRN scales cos and sin by its attention factor: q and k each,
             # the scores by its square.
             scale *= yarn_attention_factor(scaling) ** 2
-        if scaling.get("rope_type") == "longrope":  # (as YaRN's)
+        if scaling.get("rope_type") == "longrope" and rot == hd:  # (as YaRN's; on part of a head: the rope's)
             scale *= longrope_attention_factor(cfg) ** 2
         o = self.attention(q, k, v, nh, nkv, hd, scale)
         o = self.reshape(o, [B, S, nh * hd])

@@ -449,11 +449,6 @@ def _from_fields(raw, name):
         if original <= 0:
             raise ConfigError(f"phi3 config field 'original_max_position_embeddings' = "
                               f"{original!r} must be positive")
-        if cfg.rotary_dim < cfg.head_dim and longrope_attention_factor(cfg) != 1:
-            raise ConfigError(f"phi3 config field 'rope_scaling': LongRoPE's factor on cos and sin "
-                              f"(a context of {cfg.max_positions} over {original}) on partially "
-                              f"rotated heads (partial_rotary_factor {factor}: it scales the "
-                              f"rotated channels alone) is not implemented")
     _check_heads(cfg)
     return cfg
 

@@ -285,6 +285,14 @@ func.func @negative_rope_longrope_factor_value(%x: tensor<1x4x2x8xf32>) {
 
 // -----
 
+func.func @negative_rope_attention_factor(%x: tensor<1x4x2x8xf32>) {
+  // expected-error @+1 {{C5: scaling's 'attention_factor' must be a finite positive float}}
+  %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 4, scaling = {rope_type = "longrope", factor = 4.0 : f64, ext_factors = array<f64: 1.0, 2.0>, attention_factor = -1.5 : f64}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
 func.func @negative_rope_llama3_original(%x: tensor<1x4x2x8xf32>) {
   // expected-error @+1 {{C5: llama3 scaling needs a positive integer 'original_max_position_embeddings'}}
   %0 = parax.rope %x {theta = 1.0e4 : f64, rotary_dim = 8, scaling = {rope_type = "llama3", factor = 8.0 : f64, low_freq_factor = 1.0 : f64, high_freq_factor = 4.0 : f64, original_max_position_embeddings = 8.0e3 : f64}} : (tensor<1x4x2x8xf32>) -> tensor<1x4x2x8xf32>

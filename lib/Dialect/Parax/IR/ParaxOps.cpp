@@ -317,6 +317,12 @@ LogicalResult RopeOp::verify() {
     for (StringRef name : floats)
       if (!scaling.getAs<FloatAttr>(name))
         return emitOpError("C5: ") << type.getValue() << " scaling needs a float '" << name << "'";
+    // (the rotated channels' factor: LongRoPE's on a partially rotated head)
+    if (Attribute factor = scaling.get("attention_factor")) {
+      auto value = dyn_cast<FloatAttr>(factor);
+      if (!value || !std::isfinite(value.getValueAsDouble()) || value.getValueAsDouble() <= 0)
+        return emitOpError("C5: scaling's 'attention_factor' must be a finite positive float");
+    }
     for (StringRef name : ints) {
       auto value = scaling.getAs<IntegerAttr>(name);
       if (!value || value.getInt() <= 0)

@@ -169,6 +169,11 @@ SequenceRows sequenceRows(const pxe::Executable &exe, const std::vector<int64_t>
 /// its `scaling.*` attributes applied (none, linear, llama3).
 StatusOr<std::vector<double>> ropeInverseFrequencies(const Attrs &a);
 
+/// What a `rope` multiplies its rotated channels by: `scaling.attention_factor`
+/// (LongRoPE's on a partially rotated head: the channels that turn alone),
+/// else 1.
+double ropeRotatedFactor(const Attrs &a);
+
 /// The (token, choice) rows member j of an expert exchange receives, given
 /// the members' counts (all[i * P + j]: the pairs member i routes to j).
 template <typename Count> int64_t routedTo(const std::vector<Count> &all, int64_t P, int64_t j) {
