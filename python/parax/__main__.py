@@ -407,14 +407,20 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="plan, partition and translate a model")
-    c.add_argument("model")
-    c.add_argument("--cluster", required=True)
-    c.add_argument("--workload", required=True)
-    c.add_argument("-o", "--output", required=True)
-    c.add_argument("--batch", type=int, default=1)
-    c.add_argument("--seq", type=int)
-    c.add_argument("--layers", type=int)
-    c.add_argument("--dtype", default="bf16")
+    c.add_argument("model", help="a preset (python -m parax.models --list), a config.json or Hugging Face "
+                                 "model folder, or a .mlir file")
+    c.add_argument("--cluster", required=True, help="a preset (dgx-h100, ...) or cluster JSON, with overrides "
+                                                    "(dgx-h100:nodes=4,devices_per_node=8)")
+    c.add_argument("--workload", required=True,
+                   help="KIND:key=value,... -- train:batch=B,seq=S, prefill:batch=B,seq=S or "
+                        "decode:batch=B,context=C; pins tp= pp= dp= ep= cp= mbs= ... (parax-plan --help)")
+    c.add_argument("-o", "--output", required=True, help="the executable (.pxe)")
+    c.add_argument("--batch", type=int, default=1,
+                   help="the rows one replica runs at once (default 1; where the best plan runs another, "
+                        "the model is built with that)")
+    c.add_argument("--seq", type=int, help="positions a program takes (default: the config's)")
+    c.add_argument("--layers", type=int, help="the first N decoder layers only")
+    c.add_argument("--dtype", default="bf16", help="f32, bf16 or f16 (default bf16)")
     c.add_argument("--past", type=int, default=0, help="a step over a KV cache of P tokens")
     c.add_argument("--return-kv", action="store_true",
                    help="also return each layer's new keys and values")
@@ -434,16 +440,19 @@ def main(argv=None):
     c.add_argument("--last-logits", action="store_true",
                    help="logits of the last position only (a prefill program for run --prefill)")
     r = sub.add_parser("run", help="run an executable under mpirun")
-    r.add_argument("executable")
-    r.add_argument("--weights", required=True)
-    r.add_argument("--input", action="append", default=[])
-    r.add_argument("--output", action="append", default=[])
-    r.add_argument("--ranks", type=int, required=True)
+    r.add_argument("executable", help="a .pxe from compile (or parax-translate)")
+    r.add_argument("--weights", required=True,
+                   help="a .safetensors file, a sharded or box-wise index, or a folder holding one")
+    r.add_argument("--input", action="append", default=[],
+                   help="an input .npy, in the program's order (tokens, then labels, ...)")
+    r.add_argument("--output", action="append", default=[], help="a result .npy, in the program's order")
+    r.add_argument("--ranks", type=int, required=True,
+                   help="the executable's grid size (its pp x dp x ep x cp x tp; compile prints it)")
     r.add_argument("--launcher", default=DEFAULT_LAUNCHER,
                    help="how the ranks start, {ranks} where their count goes (default: %(default)s; e.g. "
                         "'srun -n {ranks}' under Slurm, 'mpirun -np {ranks} --hostfile hosts --map-by ppr:8:node' "
                         "over several machines; each rank takes the GPU of its index among its node's ranks)")
-    r.add_argument("--steps", type=int, default=1)
+    r.add_argument("--steps", type=int, default=1, help="steps to run (with --optimizer: optimizer steps)")
     r.add_argument("--generate", type=int, default=0,
                    help="K tokens after the prompt (--input), with a generation step")
     r.add_argument("--prefill", help="with --generate: a program for the prompt's chunks "
@@ -458,7 +467,7 @@ def main(argv=None):
                          ("--lr-schedule", str), ("--warmup-steps", int), ("--decay-steps", int), ("--min-lr", float),
                          ("--save-weights", str), ("--losses", str), ("--balance-losses", str),
                          ("--save-optimizer", str), ("--load-optimizer", str), ("--save-format", str),
-                         ("--save-every", int)):
+                         ("--save-every", int), ("--log-json", str)):
         r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
     r.add_argument("--zero", action="store_true", help="with --optimizer adamw: ZeRO-1")
     r.add_argument("--per-token-loss", action="store_true",
@@ -487,7 +496,7 @@ def main(argv=None):
             training = [arg for option in ("--optimizer", "--lr", "--beta1", "--beta2", "--eps", "--weight-decay",
                                            "--clip-grad-norm", "--step-rows", "--save-weights", "--losses",
                                            "--balance-losses", "--lr-schedule", "--warmup-steps", "--decay-steps", "--min-lr",
-                                           "--save-optimizer", "--load-optimizer", "--save-format", "--save-every")
+                                           "--save-optimizer", "--load-optimizer", "--save-format", "--save-every", "--log-json")
                         for value in [getattr(args, option[2:].replace("-", "_"))] if value is not None
                         for arg in (option, str(value))] + (["--zero"] if args.zero else []) + \
                 (["--per-token-loss"] if args.per_token_loss else [])
