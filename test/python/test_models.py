@@ -376,26 +376,32 @@ def test_dynamic_ntk_rope_past_its_positions_is_refused_at_build(tmp_path):
 
 def test_longrope_is_refused_where_parax_would_differ(tmp_path):
     """LongRoPE (Phi-3): its factor on cos and sin scales the rotated
-    channels alone, which the attention's scale cannot express on partially
-    rotated heads (tiny-phi3's 12 of 16): refused when the context is
-    extended (max_position_embeddings over the original), built when it is
-    not. A generation step over a cache past the original context (where
+    channels alone: on partially rotated heads (tiny-phi3's 12 of 16) with
+    the context extended (max_position_embeddings over the original) it is
+    the rope's own (scaling.attention_factor = sqrt(1 + ln 2 / ln 64), the
+    scores' scale left alone), on whole heads it is folded into the scores'
+    scale (none on the rope), and without an extension there is none. A
+    generation step over a cache past the original context (where
     transformers switches lists and recomputes the cache) is refused;
     prefill programs past it build, with the long factors."""
+    import math
     factors = {"type": "su", "short_factor": [1.0] * 6, "long_factor": [2.0] * 6}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(dict(PRESETS["tiny-phi3"], original_max_position_embeddings=64,
                                     rope_scaling=factors)))
-    with pytest.raises(ConfigError, match="on partially rotated heads .partial_rotary_factor 0.75"):
-        load_config(str(path))
+    text = build_model(load_config(str(path)), seq=16)
+    factor = math.sqrt(1 + math.log(2) / math.log(64))
+    assert text.count(f"attention_factor = {factor!r} : f64") == 4, text  # q and k of the 2 layers
     path.write_text(json.dumps(dict(PRESETS["tiny-phi3"], original_max_position_embeddings=128,
                                     rope_scaling=factors)))
-    assert "ext_factors = array<f64: 1.0, 1.0" in build_model(load_config(str(path)), seq=16)
+    text = build_model(load_config(str(path)), seq=16)
+    assert "ext_factors = array<f64: 1.0, 1.0" in text and "attention_factor" not in text
     whole = dict(PRESETS["tiny-phi3"], partial_rotary_factor=1.0, original_max_position_embeddings=16,
                  rope_scaling=dict(factors, short_factor=[1.0] * 8, long_factor=[2.0] * 8))
     path.write_text(json.dumps(whole))
     cfg = load_config(str(path))
     assert "ext_factors = array<f64: 2.0, 2.0" in build_model(cfg, seq=17)
+    assert "attention_factor" not in build_model(cfg, seq=17)  # (whole heads: in the scores' scale)
     assert "ext_factors = array<f64: 1.0, 1.0" in build_model(cfg, seq=1, cache=16)
     with pytest.raises(ConfigError, match="a generation step over a cache of 17 positions is not implemented"):
         build_model(cfg, seq=1, cache=17)

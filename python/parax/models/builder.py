@@ -197,7 +197,8 @@ class _Builder:
                 scaling = {"rope_type": "longrope", "original_max_position_embeddings": old,
                            "ext_factors": [float(v) for v in chosen]}
                 scaling["factor"] = float(cfg.max_positions / old)
-                if rotary_dim < cfg.head_dim:  # (on part of a head: the turning channels alone, not the scores)
+                # (on part of a head: the turning channels alone, not the scores)
+                if rotary_dim < cfg.head_dim and longrope_attention_factor(cfg) != 1:
                     scaling["attention_factor"] = float(longrope_attention_factor(cfg))
             scaling["factor"] = float(scaling["factor"])
             if rope_type == "yarn":  # (the defaults transformers and DeepSeek take)
