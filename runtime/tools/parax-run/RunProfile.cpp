@@ -9,6 +9,14 @@
 #include <sstream>
 
 namespace parax::runtime {
+
+std::string jsonNumber(double x) {
+  if (!std::isfinite(x)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", x);
+  return text;
+}
+
 namespace {
 
 std::string quoted(const std::string &text) {
@@ -19,13 +27,6 @@ std::string quoted(const std::string &text) {
     out += c;
   }
   return out + "\"";
-}
-
-std::string number(double x) {
-  if (!std::isfinite(x)) return "null";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", x);
-  return text;
 }
 
 template <typename Range> std::string list(const Range &values) {
@@ -41,7 +42,7 @@ template <typename Range> std::string list(const Range &values) {
 std::string attrJson(const pxe::Attr &a) {
   switch (a.value_case()) {
   case pxe::Attr::kI: return std::to_string(a.i());
-  case pxe::Attr::kF: return number(a.f());
+  case pxe::Attr::kF: return jsonNumber(a.f());
   case pxe::Attr::kS: return quoted(a.s());
   case pxe::Attr::kB: return a.b() ? "true" : "false";
   case pxe::Attr::kInts: return list(a.ints().values());
@@ -84,14 +85,14 @@ Status writeRunProfile(const std::string &path, const pxe::Executable &exe, cons
       parameters += n;
     }
   os << "], \"shape\": " << list(exe.grid().shape()) << "},\n  \"steps\": " << totals.steps
-     << ",\n  \"step_seconds_median\": " << number(totals.step) << ",\n  \"parameter_values\": "
-     << number(parameters) << ",\n  \"optimizer\": " << quoted(totals.optimizer)
-     << ",\n  \"gradient_average_seconds_median\": " << number(totals.gradientAverage)
-     << ",\n  \"optimizer_seconds_median\": " << number(totals.optimizerUpdate) << ",\n  \"gradient_all_reduces\": [";
+     << ",\n  \"step_seconds_median\": " << jsonNumber(totals.step) << ",\n  \"parameter_values\": "
+     << jsonNumber(parameters) << ",\n  \"optimizer\": " << quoted(totals.optimizer)
+     << ",\n  \"gradient_average_seconds_median\": " << jsonNumber(totals.gradientAverage)
+     << ",\n  \"optimizer_seconds_median\": " << jsonNumber(totals.optimizerUpdate) << ",\n  \"gradient_all_reduces\": [";
   for (size_t k = 0; k < totals.gradientReduces.size(); ++k) {
     const RunProfileTotals::Reduce &r = totals.gradientReduces[k];
-    os << (k ? ", " : "") << "{\"group\": " << r.ranks << ", \"bytes\": " << number(r.bytes)
-       << ", \"calls\": " << r.calls << ", \"seconds_median\": " << number(r.seconds) << "}";
+    os << (k ? ", " : "") << "{\"group\": " << r.ranks << ", \"bytes\": " << jsonNumber(r.bytes)
+       << ", \"calls\": " << r.calls << ", \"seconds_median\": " << jsonNumber(r.seconds) << "}";
   }
   os << "],\n  \"instructions\": [";
   auto shapeOf = [&](int32_t id) { return list(stage.buffers(id).shape()); };
@@ -122,7 +123,7 @@ Status writeRunProfile(const std::string &path, const pxe::Executable &exe, cons
         for (int a = 0; a < exe.grid().axis_names_size(); ++a)
           if (exe.grid().axis_names(a) == axis) group *= exe.grid().shape(a);
     os << "}, \"group\": " << group << ", \"runs\": " << times.size()
-       << ", \"seconds_median\": " << number(times[times.size() / 2]) << "}";
+       << ", \"seconds_median\": " << jsonNumber(times[times.size() / 2]) << "}";
   }
   os << "\n  ]\n}\n";
   std::ofstream file(path);

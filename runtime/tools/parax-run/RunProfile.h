@@ -41,6 +41,10 @@ struct RunProfileTotals {
   std::vector<Reduce> gradientReduces;
 };
 
+/// A number as JSON writes it (%.9g; null for NaN or infinity, which JSON
+/// has not).
+std::string jsonNumber(double x);
+
 /// `executor`: the stage's program and the rank's coordinates; `seconds`:
 /// each instruction's wall times (one a run; empty: not run).
 Status writeRunProfile(const std::string &path, const pxe::Executable &exe, const Executor &executor,

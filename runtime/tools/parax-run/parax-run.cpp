@@ -982,8 +982,10 @@ int main(int argc, char **argv) {
   // A training step's gradients (every rank's boxes) and the optimizer.
   std::unique_ptr<Training> training;
   if (generate <= 0) training = std::make_unique<Training>(exe.value(), rank, mpi, waits.get());
-  auto tallyReduces = [&] {
-    for (const auto &[key, tally] : training->takeReduceTally()) {
+  auto tallyReduces = [&] { // (kept a step only for --profile: a long run's would grow)
+    std::map<Training::ReduceKey, Training::ReduceTally> step = training->takeReduceTally();
+    if (profilePath.empty()) return;
+    for (const auto &[key, tally] : step) {
       reduceTimes[key].push_back(tally.seconds);
       reduceCalls[key] = tally.calls;
     }
@@ -1473,8 +1475,7 @@ int main(int argc, char **argv) {
             char text[96];
             std::snprintf(text, sizeof text, " (%s %.6f)", t.label, t.values.back());
             balance += text;
-            std::snprintf(text, sizeof text, ", \"%s\": %.9g", t.file, t.values.back());
-            balanceJson += text;
+            balanceJson += std::string(", \"") + t.file + "\": " + jsonNumber(t.values.back());
           }
         // Progress: the step's time, its tokens a second, and what the
         // steps left take at the median of the last (at most 32) steps --
@@ -1494,16 +1495,11 @@ int main(int argc, char **argv) {
           std::fflush(stdout);
         }
         if (logJson.is_open()) {
-          auto number = [](double x) { // (JSON has no NaN or infinity)
-            char text[32];
-            if (std::isfinite(x)) std::snprintf(text, sizeof text, "%.9g", x);
-            else std::snprintf(text, sizeof text, "null");
-            return std::string(text);
-          };
-          logJson << "{\"step\": " << training->steps() << ", \"loss\": " << number(losses.back()) << balanceJson
-                  << ", \"grad_norm\": " << number(gradNorm) << ", \"clipped\": " << (clipped ? "true" : "false")
-                  << ", \"lr\": " << number(training->lastLearningRate()) << ", \"seconds\": "
-                  << number(times.back()) << ", \"tokens_per_s\": " << number(tokens / times.back())
+          logJson << "{\"step\": " << training->steps() << ", \"loss\": " << jsonNumber(losses.back())
+                  << balanceJson << ", \"grad_norm\": " << jsonNumber(gradNorm)
+                  << ", \"clipped\": " << (clipped ? "true" : "false")
+                  << ", \"lr\": " << jsonNumber(training->lastLearningRate()) << ", \"seconds\": "
+                  << jsonNumber(times.back()) << ", \"tokens_per_s\": " << jsonNumber(tokens / times.back())
                   << ", \"eta_s\": " << left << "}\n";
           logJson.flush();
           if (!logJson) die("--log-json: writing '" + logJsonPath + "' failed");
