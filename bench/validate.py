@@ -78,6 +78,33 @@ KORTHIKANTI = [
 ]
 
 
+# torchtitan's benchmarks of December 2024 (pytorch/torchtitan,
+# benchmarks/llama3_h100_202412_torchtitan.md, read 2026-12-05): table,
+# model, GPUs, sequence, local batch, microbatch, activation checkpointing
+# (torchtitan's "selective" is its op-level policy), PP, TP, CP, schedule,
+# torch.compile, Float8, tokens/s a GPU. PP runs split the local batch into
+# as many microbatches as stages (pipelining_utils.py at 9dec370).
+TORCHTITAN = [
+    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, 5762),
+    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, 6667),
+    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, 8532),
+    (2, "llama3-8b", 8, 32768, 1, 1, "full", 1, 1, 1, None, True, True, 3890),
+    (2, "llama3-8b", 8, 65536, 1, 1, "full", 1, 1, 2, None, True, True, 2540),
+    (2, "llama3-8b", 8, 131072, 1, 1, "full", 1, 1, 4, None, True, True, 1071),
+    (2, "llama3-8b", 8, 262144, 1, 1, "full", 1, 1, 8, None, True, True, 548),
+    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, 5605),
+    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, 6514),
+    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, 8380),
+    (4, "llama3-70b", 256, 8192, 16, 16, "full", 1, 8, 1, None, True, True, 829),
+    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "1f1b", True, True, 100),
+    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "interleaved", True, True, 128),
+    (6, "llama3-405b", 512, 32768, 8, 1, "full", 8, 8, 1, "1f1b", True, True, 76),
+    (6, "llama3-405b", 512, 65536, 8, 1, "full", 8, 8, 2, "1f1b", True, True, 47),
+    (6, "llama3-405b", 512, 131072, 8, 1, "full", 8, 8, 4, "1f1b", True, True, 31),
+    (6, "llama3-405b", 512, 262144, 8, 1, "full", 8, 8, 8, "1f1b", True, True, 16),
+]
+
+
 def gpt(hidden, layers, heads):
     return {"model_type": "gpt2", "n_embd": hidden, "n_layer": layers, "n_head": heads,
             "vocab_size": 51200, "n_positions": 2048, "layer_norm_epsilon": 1e-5}
@@ -137,6 +164,28 @@ def rows():
             profile="megatron-core",
             workload=f"train:batch={batch},seq={seq},tp=8,pp=16,cp={cp},dp={dp},mbs=1",
             published=tflops, unit="model TFLOP/s"))
+    # torchtitan's December 2024 benchmarks (pytorch/torchtitan,
+    # benchmarks/llama3_h100_202412_torchtitan.md): Llama 3.1 8B/70B/405B on
+    # Grand Teton H100s, seq 8192 unless stated, tokens/s a GPU. Eager rows
+    # on the fsdp profile, torch.compile rows on fsdp-compile; Float8 is
+    # gemm=fp8. AsyncTP (Tables 5 and 6) is not modelled: its TP
+    # communication is counted exposed.
+    for table, model, gpus, seq, local, mbs, ac, pp_, tp_, cp_, schedule, compiled, fp8, tps in TORCHTITAN:
+        dp = gpus // (tp_ * pp_ * cp_)
+        knobs = f"tp={tp_},pp={pp_},cp={cp_},dp={dp},mbs={mbs},zero=3,recompute={ac}"
+        if schedule:
+            knobs += f",schedule={schedule}" + (",chunks=2" if schedule == "interleaved" else "")
+        if fp8:
+            knobs += ",gemm=fp8"
+        what = " + ".join(["FSDP"] + (["TP"] if tp_ > 1 else []) + (["PP " + schedule] if pp_ > 1 else [])
+                          + (["CP"] if cp_ > 1 else []) + (["compile"] if compiled else [])
+                          + (["Float8"] if fp8 else []))
+        out.append(dict(
+            name=f"torchtitan Llama 3.1 {model[7:].upper()}, {gpus} H100, {what}, seq {seq} (torchtitan 2024-12, Table {table})",
+            config=model, seq=seq, cluster=f"grand-teton-h100:nodes={gpus // 8}",
+            profile="fsdp-compile" if compiled else "fsdp",
+            workload=f"train:batch={local * dp},seq={seq},{knobs}",
+            published=tps, unit="tokens/s"))
     out.append(dict(
         name="DeepSeek-V3, 2048 H800, PP16 EP64 DP2, FP8, MTP (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
         config="deepseek-v3", seq=4096, cluster="hgx-h800:nodes=256", profile="megatron-core",

@@ -25,7 +25,7 @@ namespace {
 // "Why does an NVIDIA H100 80GB card offer 85.52 GB?", and
 // modal-labs/modal-client PR #2797). The H800 is taken as the H100's
 // memory part; the B200 and GB200 figures are the marketed sizes (no
-// reported total found).
+// reported total found), and so is Grand Teton's H100 96GB (96 GiB).
 const std::pair<const char *, const char *> kPresets[] = {
     {"dgx-a100-80gb", R"json({
   "name": "dgx-a100-80gb", "multiprocessors": 108, "device": "A100 SXM4 80GB",
@@ -41,7 +41,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
   "hbm_gb": 85.52, "hbm_bandwidth_gbps": 3350,
-  "matmul_efficiency": 0.803, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.803, "fp8_matmul_efficiency": 0.709, "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 450, "efficiency": 0.82, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -50,7 +50,16 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
   "hbm_gb": 150.75, "hbm_bandwidth_gbps": 4800,
-  "matmul_efficiency": 0.803, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.803, "fp8_matmul_efficiency": 0.734, "memory_efficiency": 0.85,
+  "intra_node": {"bandwidth_gbps": 450, "efficiency": 0.82, "hop_latency_us": 3.4},
+  "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
+  "collective_latency_us": 8.4})json"},
+    {"grand-teton-h100", R"json({
+  "name": "grand-teton-h100", "multiprocessors": 132, "device": "H100 96GB HBM2e at 500 W",
+  "devices_per_node": 8, "nodes": 1,
+  "peak_tflops": {"bf16": 912, "f16": 912, "f32": 456, "fp8": 1824},
+  "hbm_gb": 103.08, "hbm_bandwidth_gbps": 2400,
+  "matmul_efficiency": 0.803, "fp8_matmul_efficiency": 0.709, "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 450, "efficiency": 0.82, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -59,7 +68,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
   "hbm_gb": 85.52, "hbm_bandwidth_gbps": 3350,
-  "matmul_efficiency": 0.803, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.803, "fp8_matmul_efficiency": 0.709, "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 200, "efficiency": 0.8, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -68,7 +77,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 2250, "f16": 2250, "f32": 1125, "fp8": 4500},
   "hbm_gb": 180, "hbm_bandwidth_gbps": 8000,
-  "matmul_efficiency": 0.776, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.776, "fp8_matmul_efficiency": 0.763, "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 900, "efficiency": 0.94, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.74, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -77,7 +86,7 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 72, "nodes": 1,
   "peak_tflops": {"bf16": 2500, "f16": 2500, "f32": 1250, "fp8": 5000},
   "hbm_gb": 186, "hbm_bandwidth_gbps": 8000,
-  "matmul_efficiency": 0.729, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.729, "fp8_matmul_efficiency": 0.723, "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 900, "efficiency": 0.9, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.9, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -160,6 +169,12 @@ double ClusterSpec::peak(StringRef dtype) const {
   return it == peakFlops.end() ? 0 : it->second;
 }
 
+double ClusterSpec::gemmPeak(StringRef dtype) const {
+  if (dtype == "fp8" && fp8MatmulEfficiency > 0)
+    return peak(dtype) * fp8MatmulEfficiency / matmulEfficiency;
+  return peak(dtype);
+}
+
 std::string ClusterSpec::toJson() const {
   json::Object peaks;
   for (const auto &[dtype, flops] : peakFlops)
@@ -184,6 +199,8 @@ std::string ClusterSpec::toJson() const {
       {"collective_latency_us", collectiveLatency * 1e6}};
   if (multiprocessors > 0)
     root["multiprocessors"] = multiprocessors;
+  if (fp8MatmulEfficiency > 0)
+    root["fp8_matmul_efficiency"] = fp8MatmulEfficiency;
   return formatv("{0:2}", json::Value(std::move(root))).str();
 }
 
@@ -202,7 +219,7 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
   if (Error e = checkKeys(*root,
                           {"name", "device", "devices_per_node", "nodes",
                            "peak_tflops", "hbm_gb", "hbm_bandwidth_gbps",
-                           "matmul_efficiency", "memory_efficiency",
+                           "matmul_efficiency", "fp8_matmul_efficiency", "memory_efficiency",
                            "intra_node", "inter_node", "collective_latency_us",
                            "multiprocessors"},
                           "", source))
@@ -248,6 +265,14 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
   spec.hbmBandwidth = *hbmBw * 1e9;
   spec.matmulEfficiency = *mm;
   spec.memoryEfficiency = *mem;
+  if (root->get("fp8_matmul_efficiency")) {
+    auto fp8 = positive(*root, "fp8_matmul_efficiency", "", source);
+    if (!fp8)
+      return fp8.takeError();
+    if (*fp8 > 1)
+      return fieldError(source, "fp8_matmul_efficiency", "must be at most 1");
+    spec.fp8MatmulEfficiency = *fp8;
+  }
   spec.collectiveLatency = *lat * 1e-6;
   auto intra = parseLink(*root, "intra_node", source);
   if (!intra)

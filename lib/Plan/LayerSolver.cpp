@@ -192,13 +192,29 @@ double Solver::keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm:
   const int n = layer.ops.size();
   SmallVector<int> writer(layer.values.size(), -1);
   SmallVector<bool> rerunnable(n, false), rerun(n, false);
+  int gemms = 0; // the layer's GEMMs so far (AlternateGemms)
   for (int i = 0; i < n; ++i) {
     const OpNode &op = layer.ops[i];
     bool isView = op.kind == OpClass::Reshape || op.kind == OpClass::Slice || op.kind == OpClass::Transpose;
-    rerunnable[i] = selective && (parax::isSelectivelyRecomputed(op.op) ||
-                                  (isView && !op.inputs.empty() &&
-                                   writer[op.inputs[0]] >= 0 &&
-                                   rerunnable[writer[op.inputs[0]]]));
+    bool chosen = false;
+    switch (ctx.cluster->profile.selectiveRecompute) {
+    case SelectiveRecompute::Runtime:
+      chosen = parax::isSelectivelyRecomputed(op.op);
+      break;
+    case SelectiveRecompute::CoreAttention:
+      chosen = op.kind == OpClass::Attention;
+      break;
+    case SelectiveRecompute::AlternateGemms:
+      if (op.kind == OpClass::Linear || op.kind == OpClass::HeadLinear)
+        chosen = ++gemms % 2 == 0;
+      else
+        chosen = op.kind != OpClass::Attention && op.kind != OpClass::CrossEntropy &&
+                 op.kind != OpClass::Embedding && !isView;
+      break;
+    }
+    rerunnable[i] = selective && (chosen || (isView && !op.inputs.empty() &&
+                                             writer[op.inputs[0]] >= 0 &&
+                                             rerunnable[writer[op.inputs[0]]]));
     for (int res : op.results)
       writer[res] = i;
   }
@@ -841,6 +857,15 @@ LayerPlan Solver::solve() {
     double time = opTime(op, s);
     plan.computeTime += time;
     plan.opTimes.push_back(time);
+    // A flash-style kernel's backward runs its FLOPs (2.5x the forward's)
+    // at about the forward's rate (FlashAttention-3 paper, H100 head dim
+    // 128: FA2 318 against 333-370 TFLOP/s, cuDNN 516 against 529-600);
+    // a materialised one's is four batched GEMMs against two.
+    if (op.kind == OpClass::Attention && ctx.cluster->profile.attention == AttentionKernel::Flash) {
+      double forward = 2.0 * op.headDim + 5 + 2.0 * op.valueDim;
+      double backward = forward + 2.0 * op.valueDim + 5 + 4.0 * op.headDim;
+      plan.backwardExtraTime += time * (backward / forward - 2);
+    }
     auto [forwardScratch, backwardScratch] = scratchBytes(op, s);
     plan.scratchBytes[0] = std::max(plan.scratchBytes[0], forwardScratch);
     plan.scratchBytes[1] = std::max({plan.scratchBytes[1], forwardScratch, backwardScratch});

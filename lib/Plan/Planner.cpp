@@ -316,7 +316,7 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
   ctx.cluster = &cluster;
   ctx.peak = peakFlops(cluster, model.dtype);
   if (!w.gemmDtype.empty()) {
-    ctx.gemmPeak = cluster.peak(w.gemmDtype);
+    ctx.gemmPeak = cluster.gemmPeak(w.gemmDtype);
     ctx.gemmBytes = dtypeBytes(w.gemmDtype);
     ctx.gemmInputShare = gemmInputShare();
   }
@@ -651,12 +651,12 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               double tpTime = lp.commTime * (1 - cluster.profile.tpOverlap);
               a2a *= 1 - cluster.profile.epOverlap;
               c.forward = lp.computeTime + tpTime + a2a + cpTime + resultsOverCp + resultsOverEp + loss;
-              c.backward = 2 * lp.computeTime + tpTime + a2a + cpTime;
+              c.backward = 2 * lp.computeTime + lp.backwardExtraTime + tpTime + a2a + cpTime;
               double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
                              : rc == Recompute::Full    ? c.forward
                                                         : 0;
               c.time = c.forward + c.backward + extra;
-              c.compute = 3 * lp.computeTime + extra;
+              c.compute = 3 * lp.computeTime + lp.backwardExtraTime + extra;
               c.tpComm = 2 * tpTime + loss;
               c.epComm = 2 * a2a + resultsOverEp;
               c.cpComm = 2 * cpTime + resultsOverCp;

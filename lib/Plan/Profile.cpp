@@ -10,6 +10,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -31,6 +32,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "description": "Megatron-LM as Narayanan et al. 2021 and Korthikanti et al. 2022 ran it: cuBLAS GEMMs, the score matrix materialised (fused scale-mask-softmax, dropout), fused LayerNorm and bias-GeLU, no TP overlap, gradients all-reduced after the backward pass",
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "materialized", "score_bytes": 13,
+  "selective_recompute": "core_attention",
   "kernel_overhead_us": 2,
   "dp_overlap": false, "max_zero": 0,
   "pipeline_outputs_kept": true, "pipeline_gradient_sets": false})json"},
@@ -50,15 +52,27 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned",
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "flash", "flash_efficiency": 0.7,
+  "selective_recompute": "core_attention",
   "kernel_overhead_us": 2,
   "dp_overlap": true, "max_zero": 1, "gradient_fusion": true,
   "pipeline_outputs_kept": false, "pipeline_gradient_sets": false})json"},
     {"fsdp", R"json({
   "name": "fsdp",
-  "description": "PyTorch FSDP in eager mode (torchtitan-like): cuBLAS GEMMs, SDPA flash attention, RMSNorm, RoPE and SwiGLU as eager kernels (fp32 upcasts), a layer's parameters gathered one layer ahead and its gradients reduce-scattered as one message",
+  "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead and its gradients reduce-scattered as one message",
   "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "flash", "flash_efficiency": 0.7,
-  "elementwise_passes": {"norm": 9.5, "rope": 4, "swiglu": 1.7, "unary": 1},
+  "attention": "flash", "flash_efficiency": 0.41,
+  "selective_recompute": "alternate_gemms",
+  "elementwise_passes": {"norm": 9.5, "rope": 4, "swiglu": 1.7, "unary": 1, "cross_entropy": 6.7},
+  "kernel_overhead_us": 2,
+  "dp_overlap": true,
+  "zero3_prefetch_layers": 1})json"},
+    {"fsdp-compile", R"json({
+  "name": "fsdp-compile",
+  "description": "the fsdp profile (torchtitan, December 2024) with each transformer block compiled by torch.compile: Inductor fuses each RMSNorm, RoPE and SwiGLU into one kernel; the loss, outside the blocks, stays eager",
+  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "attention": "flash", "flash_efficiency": 0.41,
+  "selective_recompute": "alternate_gemms",
+  "elementwise_passes": {"norm": 1, "rope": 1, "swiglu": 1, "unary": 1, "cross_entropy": 6.7},
   "kernel_overhead_us": 2,
   "dp_overlap": true,
   "zero3_prefetch_layers": 1})json"},
@@ -114,6 +128,15 @@ StringRef parax::plan::toString(AttentionKernel kind) {
   return kind == AttentionKernel::Flash ? "flash" : "materialized";
 }
 
+StringRef parax::plan::toString(SelectiveRecompute policy) {
+  switch (policy) {
+  case SelectiveRecompute::Runtime: return "runtime";
+  case SelectiveRecompute::CoreAttention: return "core_attention";
+  case SelectiveRecompute::AlternateGemms: return "alternate_gemms";
+  }
+  return "runtime";
+}
+
 Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   Expected<json::Value> parsed = json::parse(text);
   if (!parsed)
@@ -124,7 +147,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     return createStringError(inconvertibleErrorCode(), "%s: a profile must be a JSON object",
                              source.str().c_str());
   static const StringRef known[] = {
-      "name", "description", "gemm_shapes", "gemm_k_overhead", "attention",
+      "name", "description", "gemm_shapes", "gemm_k_overhead", "attention", "selective_recompute",
       "flash_efficiency", "score_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
@@ -197,6 +220,19 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     if (!kind || (*kind != "flash" && *kind != "materialized"))
       return fieldError(source, "attention", "must be \"flash\" or \"materialized\"");
     p.attention = *kind == "flash" ? AttentionKernel::Flash : AttentionKernel::Materialized;
+  }
+  if (const json::Value *a = root->get("selective_recompute")) {
+    std::optional<StringRef> policy = a->getAsString();
+    auto parsed = policy ? StringSwitch<std::optional<SelectiveRecompute>>(*policy)
+                               .Case("runtime", SelectiveRecompute::Runtime)
+                               .Case("core_attention", SelectiveRecompute::CoreAttention)
+                               .Case("alternate_gemms", SelectiveRecompute::AlternateGemms)
+                               .Default(std::nullopt)
+                         : std::nullopt;
+    if (!parsed)
+      return fieldError(source, "selective_recompute",
+                        "must be \"runtime\", \"core_attention\" or \"alternate_gemms\"");
+    p.selectiveRecompute = *parsed;
   }
   if (p.attention == AttentionKernel::Materialized && p.scoreBytes <= 0)
     return fieldError(source, "score_bytes",
@@ -300,6 +336,7 @@ std::string Profile::toJson() const {
       {"gemm_shapes", gemmShapes},
       {"gemm_k_overhead", gemmKOverhead},
       {"attention", toString(attention)},
+      {"selective_recompute", toString(selectiveRecompute)},
       {"flash_efficiency", flashEfficiency},
       {"score_bytes", scoreBytes},
       {"elementwise_passes",

@@ -68,6 +68,34 @@ func.func @forward(%tok: tensor<8x2048xi32>,
 )mlir";
   }
 
+  // tokens -> embedding; layer 0: q, k, v (4096 -> 4096, 256, 256), 32
+  // query heads on 2 KV heads of 128, causal attention, o, the residual add;
+  // 2 x 512 tokens, bf16.
+  std::string attentionBlock() {
+    return R"mlir(
+func.func @forward(%tok: tensor<2x512xi32>,
+    %emb: tensor<512x4096xbf16> {parax.param = "emb"},
+    %wq: tensor<4096x4096xbf16> {parax.param = "q"},
+    %wk: tensor<256x4096xbf16> {parax.param = "k"},
+    %wv: tensor<256x4096xbf16> {parax.param = "v"},
+    %wo: tensor<4096x4096xbf16> {parax.param = "o"}) -> tensor<2x512x4096xbf16> {
+  %h = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<2x512xi32>, tensor<512x4096xbf16>) -> tensor<2x512x4096xbf16>
+  %q = parax.linear %h, %wq {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<4096x4096xbf16>) -> tensor<2x512x4096xbf16>
+  %k = parax.linear %h, %wk {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<256x4096xbf16>) -> tensor<2x512x256xbf16>
+  %v = parax.linear %h, %wv {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<256x4096xbf16>) -> tensor<2x512x256xbf16>
+  %q4 = parax.reshape %q {parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>) -> tensor<2x512x32x128xbf16>
+  %k4 = parax.reshape %k {parax.layer = 0 : i64} : (tensor<2x512x256xbf16>) -> tensor<2x512x2x128xbf16>
+  %v4 = parax.reshape %v {parax.layer = 0 : i64} : (tensor<2x512x256xbf16>) -> tensor<2x512x2x128xbf16>
+  %o = parax.attention %q4, %k4, %v4 {causal, num_heads = 32, num_kv_heads = 2, head_dim = 128, scale = 0.088 : f64, parax.layer = 0 : i64}
+      : (tensor<2x512x32x128xbf16>, tensor<2x512x2x128xbf16>, tensor<2x512x2x128xbf16>) -> tensor<2x512x32x128xbf16>
+  %o3 = parax.reshape %o {parax.layer = 0 : i64} : (tensor<2x512x32x128xbf16>) -> tensor<2x512x4096xbf16>
+  %y = parax.linear %o3, %wo {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<4096x4096xbf16>) -> tensor<2x512x4096xbf16>
+  %r = parax.add %h, %y {parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<2x512x4096xbf16>) -> tensor<2x512x4096xbf16>
+  return %r : tensor<2x512x4096xbf16>
+}
+)mlir";
+  }
+
   TpContext tpContext(int64_t tp) {
     TpContext ctx;
     ctx.cluster = &cluster;
@@ -202,28 +230,7 @@ func.func @forward(%tok: tensor<8x2048xi32>,
 // A grouped-query attention block: q/k/v projections, attention, output
 // projection and the residual add.
 TEST_F(PlannerTest, AttentionSplitsByHeadsAndMatchesExhaustive) {
-  std::string source = R"mlir(
-func.func @forward(%tok: tensor<2x512xi32>,
-    %emb: tensor<512x4096xbf16> {parax.param = "emb"},
-    %wq: tensor<4096x4096xbf16> {parax.param = "q"},
-    %wk: tensor<256x4096xbf16> {parax.param = "k"},
-    %wv: tensor<256x4096xbf16> {parax.param = "v"},
-    %wo: tensor<4096x4096xbf16> {parax.param = "o"}) -> tensor<2x512x4096xbf16> {
-  %h = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<2x512xi32>, tensor<512x4096xbf16>) -> tensor<2x512x4096xbf16>
-  %q = parax.linear %h, %wq {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<4096x4096xbf16>) -> tensor<2x512x4096xbf16>
-  %k = parax.linear %h, %wk {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<256x4096xbf16>) -> tensor<2x512x256xbf16>
-  %v = parax.linear %h, %wv {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<256x4096xbf16>) -> tensor<2x512x256xbf16>
-  %q4 = parax.reshape %q {parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>) -> tensor<2x512x32x128xbf16>
-  %k4 = parax.reshape %k {parax.layer = 0 : i64} : (tensor<2x512x256xbf16>) -> tensor<2x512x2x128xbf16>
-  %v4 = parax.reshape %v {parax.layer = 0 : i64} : (tensor<2x512x256xbf16>) -> tensor<2x512x2x128xbf16>
-  %o = parax.attention %q4, %k4, %v4 {causal, num_heads = 32, num_kv_heads = 2, head_dim = 128, scale = 0.088 : f64, parax.layer = 0 : i64}
-      : (tensor<2x512x32x128xbf16>, tensor<2x512x2x128xbf16>, tensor<2x512x2x128xbf16>) -> tensor<2x512x32x128xbf16>
-  %o3 = parax.reshape %o {parax.layer = 0 : i64} : (tensor<2x512x32x128xbf16>) -> tensor<2x512x4096xbf16>
-  %y = parax.linear %o3, %wo {transpose_w, parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<4096x4096xbf16>) -> tensor<2x512x4096xbf16>
-  %r = parax.add %h, %y {parax.layer = 0 : i64} : (tensor<2x512x4096xbf16>, tensor<2x512x4096xbf16>) -> tensor<2x512x4096xbf16>
-  return %r : tensor<2x512x4096xbf16>
-}
-)mlir";
+  std::string source = attentionBlock();
   ModelGraph model = analyze(source);
   const LayerGraph &layer = model.layers[1];
   TpContext ctx = tpContext(2);
@@ -249,6 +256,62 @@ func.func @forward(%tok: tensor<2x512xi32>,
   EXPECT_EQ(four.strategy[6], "heads-kv-replicated");
   EXPECT_NEAR(four.objective, solveLayerExhaustively(layer, ctx, true),
               1e-12 * four.objective);
+}
+
+TEST_F(PlannerTest, AFlashAttentionsBackwardRunsItsFiveProductsAPair) {
+  // Flash attention's backward recomputes the scores and runs dv, dP, dq,
+  // dk: per (query, key) pair 2d + 5 + 2Dv again, then 2Dv + 5 + 4d,
+  // against the forward's 2d + 5 + 2Dv (d = Dv = 128: 1290 against 517),
+  // at the forward's rate. By hand: at 512 tokens the forward is bound by
+  // its bytes (q and the output [2, 512, 32, 128], k and v [2, 512, 2, 128],
+  // bf16, at 3,350 GB/s x 0.85: 6.26 us), not its FLOPs (2 sequences x 32
+  // heads x 512·513/2 causal pairs x 517 at 989 TF x 0.803: 5.47 us).
+  ModelGraph model = analyze(attentionBlock());
+  TpContext ctx = tpContext(1);
+  ctx.sequences = 2;
+  ctx.queryLen = ctx.contextLen = 512;
+  ctx.train = true;
+  LayerPlan plan = solveLayer(model.layers[1], ctx, /*lastLayer=*/true);
+  double flops = 2.0 * 32 * (512.0 * 513 / 2) * 517 / (989e12 * 0.803);
+  double forward = 2.0 * (2 * 2 * 512 * 32 * 128 + 2 * 2 * 512 * 2 * 128) / (3350e9 * 0.85);
+  ASSERT_GT(forward, flops);
+  EXPECT_NEAR(plan.opTimes[6], forward, 1e-9 * forward);
+  EXPECT_NEAR(plan.backwardExtraTime, forward * (1290.0 / 517 - 2), 1e-9 * forward);
+  // A materialised kernel's backward is four batched GEMMs against two.
+  cluster.profile = cantFail(parseProfile(R"({"name": "m", "attention": "materialized", "score_bytes": 13})"));
+  EXPECT_EQ(solveLayer(model.layers[1], ctx, true).backwardExtraTime, 0);
+}
+
+TEST_F(PlannerTest, EachStacksSelectiveRecomputationReRunsWhatItsCodeReRuns) {
+  // Megatron's core attention: the attention alone. torchtitan's op-level
+  // policy: every op but the attention and the odd GEMMs (q, v kept; k, the
+  // 2nd, re-run for the attention's gradient, which reads it; o, the 4th,
+  // not: no gradient of this block reads its result); the k projection's
+  // [2, 512, 256] bf16 result is no longer kept. parax's runtime: the
+  // attention (no GEMM here widens 4x).
+  ModelGraph model = analyze(attentionBlock());
+  TpContext ctx = tpContext(1);
+  ctx.sequences = 2;
+  ctx.queryLen = ctx.contextLen = 512;
+  ctx.train = true;
+  auto solved = [&](const char *policy) {
+    cluster.profile = cantFail(parseProfile(
+        (std::string(R"({"name": "p", "selective_recompute": ")") + policy + "\"}").c_str()));
+    return solveLayer(model.layers[1], ctx, /*lastLayer=*/true);
+  };
+  LayerPlan core = solved("core_attention"), alternate = solved("alternate_gemms"),
+            runtime = solved("runtime");
+  EXPECT_DOUBLE_EQ(core.selectiveRecomputeTime, core.opTimes[6]);
+  EXPECT_DOUBLE_EQ(runtime.selectiveRecomputeTime, runtime.opTimes[6]);
+  EXPECT_DOUBLE_EQ(alternate.selectiveRecomputeTime, alternate.opTimes[2]);
+  EXPECT_DOUBLE_EQ(alternate.activationBytes[0] - alternate.activationBytes[1], 2.0 * 512 * 256 * 2);
+  // Without recomputation the policies keep the same.
+  EXPECT_DOUBLE_EQ(alternate.activationBytes[0], core.activationBytes[0]);
+  // A policy parax does not know is refused by name.
+  Expected<Profile> bad = parseProfile(R"({"name": "p", "selective_recompute": "some"})", "p.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(toString(bad.takeError()).find("p.json: profile field 'selective_recompute' must be"),
+            std::string::npos);
 }
 
 TEST_F(PlannerTest, StagePartitionMatchesBruteForce) {
@@ -530,10 +593,17 @@ TEST(ClusterTest, PresetsParseAndOverridesApply) {
     Expected<ClusterSpec> again = parseCluster(spec->toJson());
     ASSERT_TRUE(!!again) << llvm::toString(again.takeError());
     EXPECT_EQ(again->hbmBytes, spec->hbmBytes);
+    EXPECT_EQ(again->fp8MatmulEfficiency, spec->fp8MatmulEfficiency);
   }
   ClusterSpec h100 = cantFail(resolveCluster("dgx-h100:nodes=4"));
   EXPECT_EQ(h100.numDevices(), 32);
   EXPECT_DOUBLE_EQ(h100.hbmBandwidth, 3.35e12);
+  // A GEMM's achievable rate in its dtype: bf16 794.5 of 989 TF, fp8
+  // 1,402.6 of 1,979 (mamf-finder's H100 SXM rows): the costed peak times
+  // the matmul efficiency.
+  EXPECT_NEAR(h100.gemmPeak("bf16") * h100.matmulEfficiency, 989e12 * 0.803, 1e3);
+  EXPECT_NEAR(h100.gemmPeak("fp8") * h100.matmulEfficiency, 1979e12 * 0.709, 1e3);
+  EXPECT_EQ(h100.peak("fp8"), 1979e12); // (MFU's denominator stays the datasheet's)
 }
 
 TEST(ClusterTest, BadInputNamesTheProblem) {
@@ -562,6 +632,12 @@ TEST(ClusterTest, BadInputNamesTheProblem) {
   std::string negative = json;
   negative.replace(negative.find("\"nodes\": 1"), 10, "\"nodes\": -1");
   EXPECT_NE(message(parseCluster(negative, "c.json")).find("field 'nodes' must be a positive integer"),
+            std::string::npos);
+  std::string fp8 = json;
+  size_t at = fp8.find("\"fp8_matmul_efficiency\"");
+  ASSERT_NE(at, std::string::npos);
+  fp8.replace(at, fp8.find(',', at) - at, "\"fp8_matmul_efficiency\": 1.709");
+  EXPECT_NE(message(parseCluster(fp8, "c.json")).find("field 'fp8_matmul_efficiency' must be at most 1"),
             std::string::npos);
 }
 

@@ -36,6 +36,9 @@ struct ClusterSpec {
   double hbmBytes = 0;
   double hbmBandwidth = 0;
   double matmulEfficiency = 1; // achievable fraction of peak for large GEMMs
+  /// The same for fp8 GEMMs (their own measured share of the fp8 peak); 0:
+  /// matmulEfficiency.
+  double fp8MatmulEfficiency = 0;
   double memoryEfficiency = 1; // achievable fraction of HBM bandwidth
   LinkSpec intraNode;
   LinkSpec interNode;
@@ -50,6 +53,9 @@ struct ClusterSpec {
   int64_t numDevices() const { return devicesPerNode * nodes; }
   /// Peak FLOP/s for `dtype`, or 0 when the device has no figure for it.
   double peak(llvm::StringRef dtype) const;
+  /// The peak a GEMM in `dtype` is costed at: `peak(dtype)` scaled so that
+  /// matmulEfficiency times it is the dtype's achievable rate.
+  double gemmPeak(llvm::StringRef dtype) const;
   /// The cluster as JSON (the format parseCluster reads).
   std::string toJson() const;
 };

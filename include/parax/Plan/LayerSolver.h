@@ -94,6 +94,10 @@ struct LayerPlan {
   double computeTime = 0; // forward, per device
   llvm::SmallVector<double> opTimes; // forward, per device, per op (--explain)
   double commTime = 0;    // forward tensor-parallel collectives
+  /// The backward's time beyond twice the forward's: a flash-style
+  /// attention's gradient recomputes the scores, 5 products a pair
+  /// against the forward's 2 (AttentionGradOp::getFlops, 2.5x).
+  double backwardExtraTime = 0;
   double selectiveRecomputeTime = 0;
   double weightBytes = 0;       // per device
   double expertWeightBytes = 0; // per device (included in weightBytes)

@@ -42,6 +42,23 @@ enum class AttentionKernel {
 };
 llvm::StringRef toString(AttentionKernel kind);
 
+/// What a stack's selective recomputation re-runs in a layer's backward
+/// (the rest of its forward's results are kept).
+enum class SelectiveRecompute {
+  /// parax's runtime (lib/Train/Recompute.cpp): norms, activations, rope,
+  /// products, attention, and the GEMMs that widen 4x or more.
+  Runtime,
+  /// The attention core alone: Megatron-LM's `--recompute-activations`
+  /// (Korthikanti et al. 2022) and Megatron-Core's default
+  /// `recompute_modules` ["core_attn"].
+  CoreAttention,
+  /// Every op but the attention and every other GEMM of a layer (the
+  /// 1st, 3rd, ... kept, the 2nd, 4th, ... re-run): torchtitan's op-level
+  /// selective checkpointing (`_save_list` with `mm_count % 2`).
+  AlternateGemms,
+};
+llvm::StringRef toString(SelectiveRecompute policy);
+
 struct Profile {
   std::string name = "roofline";
   std::string description = "ideal kernels: fixed GEMM efficiency, flash attention, "
@@ -55,6 +72,7 @@ struct Profile {
   bool gemmShapes = false;
   double gemmKOverhead = 0;
   AttentionKernel attention = AttentionKernel::Flash;
+  SelectiveRecompute selectiveRecompute = SelectiveRecompute::Runtime;
   /// Flash attention's FLOP/s as a share of the GEMMs' (matmul_efficiency).
   double flashEfficiency = 1;
   /// Materialised attention: HBM bytes moved per score element in the
