@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <limits>
+#include <set>
 #include <unordered_map>
 
 using namespace parax::plan;
@@ -836,6 +837,7 @@ LayerPlan Solver::solve() {
   double tokens = ctx.tokens();
   SmallVector<double> heldBytes(layer.values.size(), 0);
   double dispatchedBytes = 0;
+  std::set<int> castInputs; // (gemm=fp8) the GEMM inputs quantised so far
   for (int i = 0; i < n; ++i) {
     const OpNode &op = layer.ops[i];
     const Strategy &s = options[i][choice[i]];
@@ -861,7 +863,30 @@ LayerPlan Solver::solve() {
     // at about the forward's rate (FlashAttention-3 paper, H100 head dim
     // 128: FA2 318 against 333-370 TFLOP/s, cuDNN 516 against 529-600);
     // a materialised one's is four batched GEMMs against two.
-    if (op.kind == OpClass::Attention && ctx.cluster->profile.attention == AttentionKernel::Flash) {
+    // gemm=fp8: the stack's quantisation of the GEMM's operands (the
+    // output head and the experts stay out of it), forward: the input (once
+    // for the GEMMs that share it, in the layout it is held in before a
+    // gather: TransformerEngine and torchao cast a sequence-parallel shard
+    // and gather it in fp8) and, training, the weights; backward: the
+    // output's gradient (a sequence-parallel shard likewise).
+    const Profile &profile = ctx.cluster->profile;
+    if (isGemm(op) && op.kind != OpClass::Experts && ctx.gemmBytes == 1) {
+      double bandwidth = ctx.cluster->hbmBandwidth * ctx.cluster->memoryEfficiency;
+      int in = op.inputs[0];
+      double input = castInputs.insert(in).second ? fullBytes(in) * share(layoutOf(in)) : 0;
+      double output = fullBytes(op.results[0]) *
+                      std::min(share(s.out[0]), ctx.sequenceParallel ? 1.0 / t : 1.0);
+      double casts = profile.fp8ActivationPasses * input / bandwidth;
+      if (ctx.train) {
+        casts += profile.fp8WeightPasses * op.weightBytes * s.weightFrac / bandwidth;
+        // (the backward, costed at twice the forward, casts the gradient
+        // alone)
+        plan.backwardExtraTime += profile.fp8ActivationPasses * output / bandwidth - 2 * casts;
+      }
+      plan.computeTime += casts;
+      plan.opTimes.back() += casts;
+    }
+    if (op.kind == OpClass::Attention && profile.attention == AttentionKernel::Flash) {
       double forward = 2.0 * op.headDim + 5 + 2.0 * op.valueDim;
       double backward = forward + 2.0 * op.valueDim + 5 + 4.0 * op.headDim;
       plan.backwardExtraTime += time * (backward / forward - 2);

@@ -53,6 +53,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "flash", "flash_efficiency": 0.7,
   "selective_recompute": "core_attention",
+  "fp8_casts": {"activations": 2, "weights": 0},
   "kernel_overhead_us": 2,
   "dp_overlap": true, "max_zero": 1, "gradient_fusion": true,
   "pipeline_outputs_kept": false, "pipeline_gradient_sets": false})json"},
@@ -63,6 +64,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "attention": "flash", "flash_efficiency": 0.41,
   "selective_recompute": "alternate_gemms",
   "elementwise_passes": {"norm": 9.5, "rope": 4, "swiglu": 1.7, "unary": 1, "cross_entropy": 6.7},
+  "fp8_casts": {"activations": 3.75, "weights": 4},
   "kernel_overhead_us": 2,
   "dp_overlap": true,
   "zero3_prefetch_layers": 1})json"},
@@ -73,6 +75,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "attention": "flash", "flash_efficiency": 0.41,
   "selective_recompute": "alternate_gemms",
   "elementwise_passes": {"norm": 1, "rope": 1, "swiglu": 1, "unary": 1, "cross_entropy": 6.7},
+  "fp8_casts": {"activations": 3.75, "weights": 4},
   "kernel_overhead_us": 2,
   "dp_overlap": true,
   "zero3_prefetch_layers": 1})json"},
@@ -154,7 +157,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds", "collective_size_curves",
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
-      "pipeline_outputs_kept", "pipeline_gradient_sets"};
+      "pipeline_outputs_kept", "pipeline_gradient_sets", "fp8_casts"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
       return fieldError(source, entry.first.str(),
@@ -261,6 +264,22 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       *target = *v;
     }
   }
+  if (const json::Value *casts = root->get("fp8_casts")) {
+    const json::Object *object = casts->getAsObject();
+    if (!object)
+      return fieldError(source, "fp8_casts",
+                        "must be an object, e.g. {\"activations\": 2, \"weights\": 0}");
+    for (const auto &entry : *object) {
+      StringRef key = entry.first;
+      if (key != "activations" && key != "weights")
+        return fieldError(source, ("fp8_casts." + key).str(),
+                          "is not an fp8 cast (known: activations, weights)");
+      auto passes = number(*object, key, 0, 1e3, 0, source, "fp8_casts");
+      if (!passes)
+        return passes.takeError();
+      (key == "activations" ? p.fp8ActivationPasses : p.fp8WeightPasses) = *passes;
+    }
+  }
   if (const json::Value *value = root->get("collective_kinds")) {
     const json::Object *object = value->getAsObject();
     if (!object)
@@ -342,6 +361,7 @@ std::string Profile::toJson() const {
       {"elementwise_passes",
        json::Object{{"norm", normPasses}, {"rope", ropePasses}, {"swiglu", swigluPasses},
                     {"unary", unaryPasses}, {"add", addPasses}, {"cross_entropy", crossEntropyPasses}}},
+      {"fp8_casts", json::Object{{"activations", fp8ActivationPasses}, {"weights", fp8WeightPasses}}},
       {"optimizer_bytes", optimizerBytes},
       {"experts_efficiency", expertsEfficiency},
       {"kernel_overhead_us", kernelOverhead * 1e6},

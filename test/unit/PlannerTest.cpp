@@ -282,6 +282,44 @@ TEST_F(PlannerTest, AFlashAttentionsBackwardRunsItsFiveProductsAPair) {
   EXPECT_EQ(solveLayer(model.layers[1], ctx, true).backwardExtraTime, 0);
 }
 
+TEST_F(PlannerTest, Fp8GemmsPayTheirStacksQuantisation) {
+  // gemm=fp8 with a stack that moves 2 passes over each GEMM input and
+  // output gradient and 4 over the weights a microbatch: q, k and v share
+  // their input (cast once), o reads the attention's; the backward casts
+  // the four outputs' gradients. By hand, bf16 bytes at 3,350 GB/s x 0.85.
+  ModelGraph model = analyze(attentionBlock());
+  TpContext ctx = tpContext(1);
+  ctx.sequences = 2;
+  ctx.queryLen = ctx.contextLen = 512;
+  ctx.train = true;
+  ctx.gemmBytes = 1;
+  ctx.gemmPeak = cluster.gemmPeak("fp8");
+  ctx.gemmInputShare = 0.5;
+  auto solved = [&](const char *casts) {
+    cluster.profile = cantFail(parseProfile((std::string(R"({"name": "p", "fp8_casts": )") + casts + "}").c_str()));
+    return solveLayer(model.layers[1], ctx, /*lastLayer=*/true);
+  };
+  LayerPlan plain = solved(R"({"activations": 0, "weights": 0})");
+  LayerPlan cast = solved(R"({"activations": 2, "weights": 4})");
+  double bandwidth = 3350e9 * 0.85, tokens = 2 * 512;
+  double inputs = 2 * (tokens * 4096 + tokens * 4096);                 // h (once), the attention's output
+  double weights = 2 * (4096.0 * 4096 * 2 + 256.0 * 4096 * 2);         // q, o; k, v
+  double outputs = 2 * (tokens * 4096 * 2 + tokens * 256 * 2);         // q, y; k, v
+  double forward = (2 * inputs + 4 * weights) / bandwidth;
+  EXPECT_NEAR(cast.computeTime - plain.computeTime, forward, 1e-9 * forward);
+  EXPECT_NEAR(cast.backwardExtraTime - plain.backwardExtraTime, 2 * outputs / bandwidth - 2 * forward,
+              1e-9 * forward);
+  // Inference casts the inputs alone.
+  ctx.train = false;
+  double prefill = solved(R"({"activations": 2, "weights": 4})").computeTime -
+                   solved(R"({"activations": 0, "weights": 0})").computeTime;
+  EXPECT_NEAR(prefill, 2 * inputs / bandwidth, 1e-9 * forward);
+  Expected<Profile> bad = parseProfile(R"({"name": "p", "fp8_casts": {"scales": 1}})", "p.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(toString(bad.takeError()).find("p.json: profile field 'fp8_casts.scales' is not an fp8 cast"),
+            std::string::npos);
+}
+
 TEST_F(PlannerTest, EachStacksSelectiveRecomputationReRunsWhatItsCodeReRuns) {
   // Megatron's core attention: the attention alone. torchtitan's op-level
   // policy: every op but the attention and the odd GEMMs (q, v kept; k, the

@@ -86,6 +86,12 @@ struct Profile {
   /// bound by its exponentials, not its bytes.
   double normPasses = 1, ropePasses = 1, swigluPasses = 1, unaryPasses = 1, addPasses = 1,
          crossEntropyPasses = 1;
+  /// gemm=fp8: the stack's quantisation of a GEMM's operands (scales,
+  /// casts, the transposed copies its backward GEMMs read), as HBM passes
+  /// over the operand's bytes in the model's dtype: over the activation
+  /// input (forward) and the output gradient (backward) each, and over the
+  /// weights each microbatch (training). 0: not costed.
+  double fp8ActivationPasses = 0, fp8WeightPasses = 0;
   /// HBM bytes an optimizer step moves a parameter it updates (AdamW in
   /// fp32: master, m and v read and written, the gradient read: 16 as the
   /// planner has always counted it; a calibrated profile measures it).
