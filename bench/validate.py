@@ -82,26 +82,28 @@ KORTHIKANTI = [
 # benchmarks/llama3_h100_202412_torchtitan.md, read 2026-12-05): table,
 # model, GPUs, sequence, local batch, microbatch, activation checkpointing
 # (torchtitan's "selective" is its op-level policy), PP, TP, CP, schedule,
-# torch.compile, Float8, tokens/s a GPU. PP runs split the local batch into
+# torch.compile, Float8, tokens/s a GPU, memory (GiB: the peak of the
+# caching allocator's reserved memory, the largest over the GPUs, which
+# includes its fragmentation). PP runs split the local batch into
 # as many microbatches as stages (pipelining_utils.py at 9dec370).
 TORCHTITAN = [
-    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, 5762),
-    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, 6667),
-    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, 8532),
-    (2, "llama3-8b", 8, 32768, 1, 1, "full", 1, 1, 1, None, True, True, 3890),
-    (2, "llama3-8b", 8, 65536, 1, 1, "full", 1, 1, 2, None, True, True, 2540),
-    (2, "llama3-8b", 8, 131072, 1, 1, "full", 1, 1, 4, None, True, True, 1071),
-    (2, "llama3-8b", 8, 262144, 1, 1, "full", 1, 1, 8, None, True, True, 548),
-    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, 5605),
-    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, 6514),
-    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, 8380),
-    (4, "llama3-70b", 256, 8192, 16, 16, "full", 1, 8, 1, None, True, True, 829),
-    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "1f1b", True, True, 100),
-    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "interleaved", True, True, 128),
-    (6, "llama3-405b", 512, 32768, 8, 1, "full", 8, 8, 1, "1f1b", True, True, 76),
-    (6, "llama3-405b", 512, 65536, 8, 1, "full", 8, 8, 2, "1f1b", True, True, 47),
-    (6, "llama3-405b", 512, 131072, 8, 1, "full", 8, 8, 4, "1f1b", True, True, 31),
-    (6, "llama3-405b", 512, 262144, 8, 1, "full", 8, 8, 8, "1f1b", True, True, 16),
+    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, 5762, 82.4),
+    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, 6667, 77.0),
+    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, 8532, 76.8),
+    (2, "llama3-8b", 8, 32768, 1, 1, "full", 1, 1, 1, None, True, True, 3890, 83.9),
+    (2, "llama3-8b", 8, 65536, 1, 1, "full", 1, 1, 2, None, True, True, 2540, 84.2),
+    (2, "llama3-8b", 8, 131072, 1, 1, "full", 1, 1, 4, None, True, True, 1071, 84.0),
+    (2, "llama3-8b", 8, 262144, 1, 1, "full", 1, 1, 8, None, True, True, 548, 84.5),
+    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, 5605, 67.0),
+    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, 6514, 62.0),
+    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, 8380, 61.8),
+    (4, "llama3-70b", 256, 8192, 16, 16, "full", 1, 8, 1, None, True, True, 829, 71.9),
+    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "1f1b", True, True, 100, 82.5),
+    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "interleaved", True, True, 128, 72.7),
+    (6, "llama3-405b", 512, 32768, 8, 1, "full", 8, 8, 1, "1f1b", True, True, 76, 75.3),
+    (6, "llama3-405b", 512, 65536, 8, 1, "full", 8, 8, 2, "1f1b", True, True, 47, 75.9),
+    (6, "llama3-405b", 512, 131072, 8, 1, "full", 8, 8, 4, "1f1b", True, True, 31, 77.1),
+    (6, "llama3-405b", 512, 262144, 8, 1, "full", 8, 8, 8, "1f1b", True, True, 16, 84.9),
 ]
 
 
@@ -170,7 +172,7 @@ def rows():
     # on the fsdp profile, torch.compile rows on fsdp-compile; Float8 is
     # gemm=fp8. AsyncTP (Tables 5 and 6) is not modelled: its TP
     # communication is counted exposed.
-    for table, model, gpus, seq, local, mbs, ac, pp_, tp_, cp_, schedule, compiled, fp8, tps in TORCHTITAN:
+    for table, model, gpus, seq, local, mbs, ac, pp_, tp_, cp_, schedule, compiled, fp8, tps, gib in TORCHTITAN:
         dp = gpus // (tp_ * pp_ * cp_)
         knobs = f"tp={tp_},pp={pp_},cp={cp_},dp={dp},mbs={mbs},zero=3,recompute={ac}"
         if schedule:
@@ -185,7 +187,7 @@ def rows():
             config=model, seq=seq, cluster=f"grand-teton-h100:nodes={gpus // 8}",
             profile="fsdp-compile" if compiled else "fsdp",
             workload=f"train:batch={local * dp},seq={seq},{knobs}",
-            published=tps, unit="tokens/s"))
+            published=tps, unit="tokens/s", memory_gib=gib))
     out.append(dict(
         name="DeepSeek-V3, 2048 H800, PP16 EP64 DP2, FP8, MTP (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
         config="deepseek-v3", seq=4096, cluster="hgx-h800:nodes=256", profile="megatron-core",
@@ -207,6 +209,7 @@ def main():
     print("| run | profile | published | parax | error | parax's plan |")
     print("|---|---|---|---|---|---|")
     errors = []
+    memory = []  # (name, published GiB, parax's GiB)
     with tempfile.TemporaryDirectory() as tmp:
         for row in rows():
             if args.only and args.only not in row["name"]:
@@ -220,7 +223,8 @@ def main():
                 source = config
             path = os.path.join(tmp, "model.mlir")
             with open(path, "w") as f:
-                f.write(build_model(load_config(source), seq=row["seq"], **row.get("built", {})))
+                # (a training step: the loss built in, as every run computed it)
+                f.write(build_model(load_config(source), seq=row["seq"], **{"loss": True, **row.get("built", {})}))
             profile = replaced.get(row["profile"], row["profile"])
             out = subprocess.run([tool, path, "--cluster", row["cluster"], "--profile", profile,
                                   "--workload", row["workload"], "--json", "--top", "1"],
@@ -246,6 +250,9 @@ def main():
                 shown = (f"{row['published']} TFLOP/s", f"{predicted:.0f} TFLOP/s")
             if not row.get("fit"):
                 errors.append(error)
+            if row.get("memory_gib"):
+                m = p["memory_bytes"]
+                memory.append((row["name"], row["memory_gib"], (m["total"] - m["reserved"]) / 2 ** 30))
             plan = (f"mbs {p['micro_batch']} x {p['micro_batches']}, {p['schedule']}"
                     f"{' v' + str(p['virtual_stages']) if p['virtual_stages'] > 1 else ''}, "
                     f"ZeRO-{p['zero']}, {p['recompute']}; step {p['step_time_s']:.2f} s: compute "
@@ -261,6 +268,15 @@ def main():
         print(f"\n{len(errors)} validation rows: mean |error| of the step time {100 * mean:.1f} %, "
               f"largest {100 * worst:+.1f} %, within +-10 %: {sum(abs(e) <= 0.10 for e in errors)}, "
               f"within +-25 %: {sum(abs(e) <= 0.25 for e in errors)}")
+    if memory:
+        # parax's figure is the live tensors (no allocator fragmentation,
+        # no CUDA context): below the published reserved memory.
+        print("\n| run | published memory | parax | error |\n|---|---|---|---|")
+        for name, published, predicted in memory:
+            print(f"| {name} | {published:.1f} GiB | {predicted:.1f} GiB | {100 * (predicted / published - 1):+.0f} % |")
+        errs = [predicted / published - 1 for _, published, predicted in memory]
+        print(f"\n{len(memory)} rows with a published memory: parax's live memory "
+              f"{100 * min(errs):+.0f} % to {100 * max(errs):+.0f} % of it, mean {100 * sum(errs) / len(errs):+.0f} %")
 
 
 if __name__ == "__main__":

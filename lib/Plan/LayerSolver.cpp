@@ -855,6 +855,12 @@ LayerPlan Solver::solve() {
     if (op.kind == OpClass::CrossEntropy) {
       plan.holdsLoss = true;
       plan.lossOverTp = s.in[0] != kReplicated;
+      // (the logits' gradient is the transient below; the stack's loss may
+      // hold more logits-sized buffers at its peak)
+      if (ctx.train)
+        plan.backwardTransientBytes = std::max(
+            plan.backwardTransientBytes,
+            (1 + ctx.cluster->profile.lossBuffers) * fullBytes(op.inputs[0]) * share(s.in[0]));
     }
     double time = opTime(op, s);
     plan.computeTime += time;

@@ -135,6 +135,11 @@ private:
   }
 
   bool train() const { return w.kind == WorkloadKind::Train; }
+  /// Whether a training step with `stages` pipeline stages keeps ZeRO-3's
+  /// parameters gathered a step (Profile::zero3PipelineUnsharded).
+  bool zero3KeptUnsharded(int64_t stages) const {
+    return cluster.profile.zero3PipelineUnsharded && stages > 1 && w.kind == WorkloadKind::Train;
+  }
   double capacity() const {
     return cluster.hbmBytes * opt.memoryHeadroom - opt.reservedBytes;
   }
@@ -380,9 +385,11 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
   for (int64_t s = 0; s < stages; ++s) {
     const std::vector<int64_t> &layers = stageOf[s];
     MemoryBreakdown m;
-    double working = 0, gathered = 0, staged = 0, scratch = 0, largestGradient = 0;
+    double working = 0, gathered = 0, staged = 0, scratch = 0, largestGradient = 0,
+           stageGathered = 0;
     for (int64_t l : layers) {
       m.weights += costs[l].weights;
+      stageGathered += costs[l].gathered;
       m.gradients += costs[l].gradients;
       m.optimizer += costs[l].optimizer;
       m.activations += inflight(s) * costs[l].activations;
@@ -405,8 +412,10 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
       m.activations += (prof.pipelineOutputsKept ? inflight(s) * out : 0) +
                        (prof.pipelineGradientSets ? inflight(s) : 1) * (out + in);
     }
-    m.optimizer += 2 * staged; // the runtime's two staging boxes
-    m.scratch = scratch; // one buffer a stage, grown to its largest op's
+    if (cluster.profile.runtimeBuffers) {
+      m.optimizer += 2 * staged; // the runtime's two staging boxes
+      m.scratch = scratch;       // one buffer a stage, grown to its largest op's
+    }
     // A microbatch's backward pass through layer l: what the layers up to
     // l keep (the later ones' is freed), layer l's working set (full
     // recomputation makes it again) and the gradient of its largest value
@@ -430,7 +439,14 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
     // all of the stage's.)
     if (stages == 1 && w.kind == WorkloadKind::Train)
       m.gradients = std::min(m.gradients, largestGradient);
-    m.weights += 2 * gathered; // ZeRO-3: this layer's and the prefetched next
+    if (zero3KeptUnsharded(stages)) {
+      // ZeRO-3 under a pipeline, kept gathered: the stage's parameters in
+      // their type, its gradients unsharded in the reduction's.
+      m.weights += stageGathered;
+      m.gradients += stageGathered / model.elementBytes * cluster.profile.reduceBytes;
+    } else {
+      m.weights += 2 * gathered; // ZeRO-3: this layer's and the prefetched next
+    }
     m.reserved = opt.reservedBytes;
     if (m.total() > worst) {
       worst = m.total();
@@ -824,7 +840,10 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // Gathered layer by layer for every microbatch's forward and
               // backward, reduce-scattered layer by layer: what the two
               // streams leave exposed on the slowest stage.
-              dpExposed = m * zero3Exposed(costs, *slowestLayers, rc, denseGroup, expertGroup);
+              // (a stack that keeps a pipeline stage's parameters gathered
+              // gathers and reduces once a step)
+              dpExposed = (zero3KeptUnsharded(pp) ? 1 : m) *
+                          zero3Exposed(costs, *slowestLayers, rc, denseGroup, expertGroup);
             } else {
               double dense = syncOver(denseParams, denseGroup);
               double expert = syncOver(expertParams, expertGroup);

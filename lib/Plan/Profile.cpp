@@ -33,7 +33,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "materialized", "score_bytes": 13,
   "selective_recompute": "core_attention",
-  "kernel_overhead_us": 2,
+  "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": false, "max_zero": 0,
   "pipeline_outputs_kept": true, "pipeline_gradient_sets": false})json"},
     {"deepspeed-zero3-2021", R"json({
@@ -41,7 +41,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "description": "DeepSpeed ZeRO-3 (v0.3, spring 2021) on Megatron's GPT kernels (Narayanan et al. 2021, Table 2's baseline): one all-gather a parameter tensor, each after a device synchronisation (no prefetch overlap), tensors under 100K elements kept whole, parameters re-gathered for the backward beyond a reuse distance of 1e9 elements, one fp16 reduce-scatter a gradient tensor, torch.distributed's list forms; its gathers and reduce-scatters at 0.3 of NCCL's bus bandwidth, the one figure chosen on a published run (Table 2's 384-GPU row)",
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "materialized", "score_bytes": 13,
-  "kernel_overhead_us": 2,
+  "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": true,
   "zero3_prefetch_layers": 0, "zero3_tensor_messages": true,
   "zero3_persist_elements": 1e5, "zero3_reuse_elements": 1e9,
@@ -54,7 +54,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "attention": "flash", "flash_efficiency": 0.7,
   "selective_recompute": "core_attention",
   "fp8_casts": {"activations": 2, "weights": 0},
-  "kernel_overhead_us": 2,
+  "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": true, "max_zero": 1, "gradient_fusion": true,
   "pipeline_outputs_kept": false, "pipeline_gradient_sets": false})json"},
     {"fsdp", R"json({
@@ -65,9 +65,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "selective_recompute": "alternate_gemms",
   "elementwise_passes": {"norm": 9.5, "rope": 4, "swiglu": 1.7, "unary": 1, "cross_entropy": 6.7},
   "fp8_casts": {"activations": 3.75, "weights": 4},
-  "kernel_overhead_us": 2,
+  "kernel_overhead_us": 2, "loss_buffers": 3, "runtime_buffers": false,
   "dp_overlap": true,
-  "zero3_prefetch_layers": 1})json"},
+  "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true})json"},
     {"fsdp-compile", R"json({
   "name": "fsdp-compile",
   "description": "the fsdp profile (torchtitan, December 2024) with each transformer block compiled by torch.compile: Inductor fuses each RMSNorm, RoPE and SwiGLU into one kernel; the loss, outside the blocks, stays eager",
@@ -76,9 +76,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "selective_recompute": "alternate_gemms",
   "elementwise_passes": {"norm": 1, "rope": 1, "swiglu": 1, "unary": 1, "cross_entropy": 6.7},
   "fp8_casts": {"activations": 3.75, "weights": 4},
-  "kernel_overhead_us": 2,
+  "kernel_overhead_us": 2, "loss_buffers": 3, "runtime_buffers": false,
   "dp_overlap": true,
-  "zero3_prefetch_layers": 1})json"},
+  "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true})json"},
     {"parax-cuda", R"json({
   "name": "parax-cuda",
   "description": "parax's own CUDA backend as measured on one H200 (docs/cuda.md, 2026-12-04): cuBLAS GEMMs, its tensor-core attention kernel (5.3 TFLOP/s forward), one kernel an op, CUDA graphs, gradient buckets during the last backward, ZeRO-3 gathers one layer ahead",
@@ -157,7 +157,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds", "collective_size_curves",
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
-      "pipeline_outputs_kept", "pipeline_gradient_sets", "fp8_casts"};
+      "pipeline_outputs_kept", "pipeline_gradient_sets", "fp8_casts", "loss_buffers",
+      "runtime_buffers", "zero3_pipeline_unsharded"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
       return fieldError(source, entry.first.str(),
@@ -199,6 +200,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"max_zero", &maxZero, 0, 3, 1},
       {"optimizer_bytes", &p.optimizerBytes, 1e-3, 1e6, 1},
       {"experts_efficiency", &p.expertsEfficiency, 1e-3, 1, 1},
+      {"loss_buffers", &p.lossBuffers, 0, 100, 1},
       {"zero3_persist_elements", &p.zero3PersistElements, 0, 1e15, 1},
       {"zero3_reuse_elements", &p.zero3ReuseElements, 0, 1e15, 1},
       {"reduce_bytes", &p.reduceBytes, 0.5, 8, 1},
@@ -339,7 +341,9 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"collective_list_copies", &p.collectiveListCopies},
                              std::pair{"gradient_fusion", &p.gradientFusion},
                              std::pair{"pipeline_outputs_kept", &p.pipelineOutputsKept},
-                             std::pair{"pipeline_gradient_sets", &p.pipelineGradientSets}}) {
+                             std::pair{"pipeline_gradient_sets", &p.pipelineGradientSets},
+                             std::pair{"runtime_buffers", &p.runtimeBuffers},
+                             std::pair{"zero3_pipeline_unsharded", &p.zero3PipelineUnsharded}}) {
     auto flag = boolean(*root, key, *target, source);
     if (!flag)
       return flag.takeError();
@@ -396,6 +400,9 @@ std::string Profile::toJson() const {
       {"gradient_fusion", gradientFusion},
       {"pipeline_outputs_kept", pipelineOutputsKept},
       {"pipeline_gradient_sets", pipelineGradientSets},
+      {"loss_buffers", lossBuffers},
+      {"runtime_buffers", runtimeBuffers},
+      {"zero3_pipeline_unsharded", zero3PipelineUnsharded},
       {"max_zero", maxZero}};
   return formatv("{0:2}", json::Value(std::move(root))).str();
 }

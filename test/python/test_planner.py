@@ -561,3 +561,29 @@ def test_a_sliding_window_costs_the_pairs_it_sees(parax_plan, tmp_path):
         flops[window], steps[window] = out["model"]["flops_per_token"], out["plans"][0]["step_time_s"]
     assert flops[None] - flops[1024] == pytest.approx(2 * 4 * (33558528 - 7864832) / 8192 * 69, rel=1e-12)
     assert steps[1024] < steps[None]
+
+
+def test_zero3_under_a_pipeline_kept_gathered(parax_plan, model_file, tmp_path):
+    # torchtitan's FSDP under PP (reshard_after_forward=False, the schedule's
+    # no-sync microbatches): a stage's parameters gathered once a step and
+    # kept in bf16, its gradients unsharded in fp32 until the last of the 4
+    # microbatches, gathered and reduced once. Llama 3 8B cut to 4 layers on
+    # pp2 x dp4: the fuller stage holds the embedding (128256 x 4096) and 3
+    # decoder layers (218,112,000 parameters each): 1,179,672,576 in all.
+    model = model_file("llama3-8b", 2048, layers=4)
+    work = "train:batch=16,seq=2048,dp=4,tp=1,pp=2,mbs=1,zero=3,recompute=none,schedule=1f1b"
+    plans = {}
+    for kept in (False, True):
+        profile = tmp_path / f"p{kept}.json"
+        profile.write_text(json.dumps({"name": "p", "zero3_prefetch_layers": 1, "runtime_buffers": False,
+                                       "zero3_pipeline_unsharded": kept}))
+        plans[kept] = plan(parax_plan, model, "dgx-h100", work, "--profile", str(profile))["plans"][0]
+    each, once = plans[False], plans[True]
+    assert each["stage_start"] == once["stage_start"] == [0, 4]
+    assert once["time_s"]["dp_comm"] * 4 == pytest.approx(each["time_s"]["dp_comm"], rel=1e-9)
+    stage = (128256 * 4096 + 3 * 218_112_000) * 2
+    # the stage whole in bf16 instead of its largest layer (the embedding)
+    # twice (this one and the prefetched next)
+    assert once["memory_bytes"]["weights"] - each["memory_bytes"]["weights"] == pytest.approx(
+        stage - 2 * 128256 * 4096 * 2, rel=1e-6)
+    assert once["memory_bytes"]["gradients"] - each["memory_bytes"]["gradients"] == pytest.approx(2 * stage, rel=1e-6)

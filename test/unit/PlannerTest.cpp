@@ -570,6 +570,43 @@ TEST_F(PlannerTest, TheLossTakesItsProfilesPassesOverTheLogits) {
   EXPECT_NEAR(compute(11) - compute(1), more, 1e-9 * more);
 }
 
+TEST_F(PlannerTest, EachStacksOwnBuffersAreItsMemory) {
+  // The loss of the MLP above: its logits [8, 2048, 1024] bf16 (32 MiB).
+  std::string text = mlp(true);
+  text.replace(text.find("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})"),
+               std::string("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})").size(),
+               "%head: tensor<1024x1024xbf16> {parax.param = \"head\"}, %labels: tensor<8x2048xi32>)");
+  text.replace(text.find("-> tensor<8x2048x1024xbf16> {"), 30, "-> tensor<f32> {");
+  text.replace(text.find("  return %l : tensor<8x2048x1024xbf16>"), 39,
+               "  %loss = parax.cross_entropy %l, %labels {parax.layer = 1 : i64} : (tensor<8x2048x1024xbf16>, "
+               "tensor<8x2048xi32>) -> tensor<f32>\n  return %loss : tensor<f32>");
+  ModelGraph model = analyze(text);
+  TpContext ctx = tpContext(1);
+  ctx.train = true;
+  double logits = 8.0 * 2048 * 1024 * 2;
+  // An eager fp32 cross-entropy: the logits' gradient and 3 logits-sized
+  // buffers more at its peak (its fp32 copy and log-softmax: 10 bytes a
+  // bf16 logit against 4).
+  cluster.profile = cantFail(parseProfile(R"({"name": "p", "loss_buffers": 3})"));
+  EXPECT_DOUBLE_EQ(solveLayer(model.layers[2], ctx, true).backwardTransientBytes, 4 * logits);
+  cluster.profile = Profile();
+  EXPECT_DOUBLE_EQ(solveLayer(model.layers[2], ctx, true).backwardTransientBytes, logits);
+
+  // parax's runtime's kernel scratch (the embedding's fp32 gradient, 4 MiB
+  // here) is no other stack's.
+  Workload w = cantFail(parseWorkload("train:batch=8,seq=2048,dp=1,tp=1,pp=1,ep=1,cp=1,mbs=8,recompute=none,zero=0"));
+  ClusterSpec c = cantFail(resolveCluster("dgx-h100:devices_per_node=1,nodes=1"));
+  auto memory = [&](const char *profile) {
+    ClusterSpec d = c;
+    d.profile = cantFail(parseProfile(profile));
+    PlanResult result = searchPlans(model, d, w, PlanOptions());
+    EXPECT_FALSE(result.plans.empty());
+    return result.plans.empty() ? MemoryBreakdown() : result.plans.front().memory;
+  };
+  EXPECT_DOUBLE_EQ(memory(R"({"name": "parax"})").scratch, 1024.0 * 1024 * 4);
+  EXPECT_EQ(memory(R"({"name": "other", "runtime_buffers": false})").scratch, 0);
+}
+
 TEST_F(PlannerTest, ZeroThreeAsDeepSpeedRanItGathersTensorByTensorWithoutOverlap) {
   // DeepSpeed's 2021 stage 3: every gather after a device synchronisation
   // (no prefetch: each is exposed, and so is each reduce-scatter on the

@@ -172,6 +172,22 @@ struct Profile {
   /// back (parax's runtime's activation sets, docs/cuda.md), not one pair
   /// live during one microbatch's backward.
   bool pipelineOutputsKept = true, pipelineGradientSets = true;
+  /// The loss's own buffers at its peak, in logits-sized buffers (the
+  /// model's dtype) beyond the logits and their gradient: an eager fp32
+  /// cross-entropy holds its fp32 copy and log-softmax (or, backward, the
+  /// log-softmax, its fp32 gradient and the cast one): 10 bytes a bf16
+  /// logit against the 4 of the two, 3 buffers more.
+  double lossBuffers = 0;
+  /// parax's runtime's own buffers: a stage's kernel scratch (the CUDA
+  /// backend's) and the optimizer's two staging boxes; another stack
+  /// holds neither.
+  bool runtimeBuffers = true;
+  /// ZeRO-3 under a pipeline: the stage's parameters gathered once a step
+  /// and kept (not resharded after each forward) and its gradients kept
+  /// unsharded in the reduction type until the last microbatch, reduced
+  /// once (torchtitan: `reshard_after_forward=False` with PP, the
+  /// schedule's no-sync microbatches).
+  bool zero3PipelineUnsharded = false;
   /// The highest ZeRO stage the stack implements (Megatron-LM 2021: none;
   /// Megatron-Core's distributed optimizer: 1): the search tries no other.
   int maxZero = 3;
