@@ -190,7 +190,7 @@ def rows():
             published=tps, unit="tokens/s", memory_gib=gib))
     out.append(dict(
         name="DeepSeek-V3, 2048 H800, PP16 EP64 DP2, FP8, MTP (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
-        config="deepseek-v3", seq=4096, cluster="hgx-h800:nodes=256", profile="megatron-core",
+        config="deepseek-v3", seq=4096, cluster="hgx-h800:nodes=256", profile="deepseek-v3",
         workload="train:batch=15360,seq=4096,tp=1,pp=16,ep=64,dp=2,zero=1,capacity=2,gemm=fp8",
         published=1e12 / (180e3 * 3600), unit="tokens/s", built={"loss": True, "mtp_weight": 0.3}))
     return out

@@ -852,6 +852,10 @@ LayerPlan Solver::solve() {
       plan.slicedSequenceBytes += fullBytes(op.inputs[0]) * share(s.in[0]);
       ++plan.slicedSequenceValues;
     }
+    if (op.kind == OpClass::Router && op.numGroups > 1) {
+      plan.numGroups = op.numGroups;
+      plan.topkGroups = op.topkGroups;
+    }
     if (op.kind == OpClass::CrossEntropy) {
       plan.holdsLoss = true;
       plan.lossOverTp = s.in[0] != kReplicated;
@@ -925,6 +929,8 @@ LayerPlan Solver::solve() {
       plan.expertWeightBytes += weightBytes(op) * weightShare;
       plan.expertParams += op.weightParams * weightShare;
       plan.alltoallBytes += fullBytes(op.inputs[0]) * op.topK;
+      plan.dispatchedRows += fullBytes(op.inputs[0]);
+      plan.expertTopK = std::max(plan.expertTopK, op.topK);
     }
     // The KV cache: what the program's cache updates write (a token's
     // heads x channels, in their layout), else what the attention reads.

@@ -321,6 +321,8 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
       } else if (auto router = dyn_cast<RouterOp>(op)) {
         node.numExperts = router.getNumExperts();
         node.topK = router.getTopK();
+        node.numGroups = router.getNumGroups();
+        node.topkGroups = router.getTopkGroups();
       }
       appendSignature(layer.signature, node);
       layer.ops.push_back(std::move(node));

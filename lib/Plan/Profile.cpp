@@ -57,6 +57,17 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": true, "max_zero": 1, "gradient_fusion": true,
   "pipeline_outputs_kept": false, "pipeline_gradient_sets": false})json"},
+    {"deepseek-v3", R"json({
+  "name": "deepseek-v3",
+  "description": "DeepSeek's own stack as the DeepSeek-V3 report (sections 3.2-3.3) documents it: DualPipe overlapping the expert all-to-all with the other direction's compute (its bubble is costed as 1F1B's), 20 of 132 SMs given to communication, the dispatch sent once a node (group-limited routing: at most 4 nodes) and fanned out over NVLink, FP8 GEMMs with the activations quantised in the kernel before, RMSNorm and the up-projections recomputed, ZeRO-1",
+  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "attention": "flash", "flash_efficiency": 0.7,
+  "selective_recompute": "runtime",
+  "fp8_casts": {"activations": 1, "weights": 0},
+  "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
+  "ep_overlap": 1, "ep_node_dispatch": true, "compute_share": 0.848,
+  "dp_overlap": true, "max_zero": 1, "gradient_fusion": true,
+  "pipeline_outputs_kept": false, "pipeline_gradient_sets": false})json"},
     {"fsdp", R"json({
   "name": "fsdp",
   "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead and its gradients reduce-scattered as one message",
@@ -158,7 +169,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded"};
+      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
       return fieldError(source, entry.first.str(),
@@ -201,6 +212,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"optimizer_bytes", &p.optimizerBytes, 1e-3, 1e6, 1},
       {"experts_efficiency", &p.expertsEfficiency, 1e-3, 1, 1},
       {"loss_buffers", &p.lossBuffers, 0, 100, 1},
+      {"compute_share", &p.computeShare, 0.05, 1, 1},
       {"zero3_persist_elements", &p.zero3PersistElements, 0, 1e15, 1},
       {"zero3_reuse_elements", &p.zero3ReuseElements, 0, 1e15, 1},
       {"reduce_bytes", &p.reduceBytes, 0.5, 8, 1},
@@ -343,7 +355,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"pipeline_outputs_kept", &p.pipelineOutputsKept},
                              std::pair{"pipeline_gradient_sets", &p.pipelineGradientSets},
                              std::pair{"runtime_buffers", &p.runtimeBuffers},
-                             std::pair{"zero3_pipeline_unsharded", &p.zero3PipelineUnsharded}}) {
+                             std::pair{"zero3_pipeline_unsharded", &p.zero3PipelineUnsharded},
+                             std::pair{"ep_node_dispatch", &p.epNodeDispatch}}) {
     auto flag = boolean(*root, key, *target, source);
     if (!flag)
       return flag.takeError();
@@ -403,6 +416,8 @@ std::string Profile::toJson() const {
       {"loss_buffers", lossBuffers},
       {"runtime_buffers", runtimeBuffers},
       {"zero3_pipeline_unsharded", zero3PipelineUnsharded},
+      {"ep_node_dispatch", epNodeDispatch},
+      {"compute_share", computeShare},
       {"max_zero", maxZero}};
   return formatv("{0:2}", json::Value(std::move(root))).str();
 }

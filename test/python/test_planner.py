@@ -587,3 +587,32 @@ def test_zero3_under_a_pipeline_kept_gathered(parax_plan, model_file, tmp_path):
     assert once["memory_bytes"]["weights"] - each["memory_bytes"]["weights"] == pytest.approx(
         stage - 2 * 128256 * 4096 * 2, rel=1e-6)
     assert once["memory_bytes"]["gradients"] - each["memory_bytes"]["gradients"] == pytest.approx(2 * stage, rel=1e-6)
+
+
+def test_a_node_deduplicating_dispatch_sends_a_token_once_a_node(parax_plan, model_file, tmp_path):
+    # DeepEP's dispatch (the deepseek-v3 profile's ep_node_dispatch): a token
+    # goes once over the network to each other node holding one of its 8
+    # experts and is copied there over NVLink. DeepSeek-V3 cut to 4 layers
+    # (its last the one MoE layer) on EP16 over 2 H100 nodes, one sequence
+    # of 4096 tokens a rank, bf16 rows of 7168: 58,720,256 bytes. Its 8
+    # groups, 4 a node, 4 reachable: a token misses a node with probability
+    # C(4,4)/C(8,4) = 1/70, so it reaches 2 x 69/70 nodes, the other one's
+    # share 1/2. Off the node: 22.4 us of latency and hops plus those bytes
+    # at 50 GB/s x 0.93; on it, 8 x 7/8 copies at 450 GB/s x 0.82, at once.
+    # A layer's step: dispatch and combine, forward and backward.
+    model = model_file("deepseek-v3", 4096, layers=4)
+    work = "train:batch=16,seq=4096,dp=1,ep=16,tp=1,pp=1,mbs=1,zero=1,recompute=full,capacity=2"
+    runs = {}
+    for dedup in (False, True):
+        profile = tmp_path / f"p{dedup}.json"
+        profile.write_text(json.dumps({"name": "p", "ep_node_dispatch": dedup, "runtime_buffers": False}))
+        runs[dedup] = plan(parax_plan, model, "dgx-h100:nodes=2", work, "--profile", str(profile))["plans"][0]
+    best, plain = runs[True], runs[False]
+    rows = 4096 * 7168 * 2
+    off = 8.4e-6 + 14e-6 + rows * (2 * 69 / 70) / 2 / (50e9 * 0.93)
+    on = rows * 8 * 7 / 8 / (450e9 * 0.82)
+    assert off > on
+    assert best["time_s"]["ep_comm"] == pytest.approx(4 * off, rel=1e-6)
+    # the all-to-all of one copy an expert sends 8 copies, half of them off
+    # the node: about twice the time
+    assert plain["time_s"]["ep_comm"] > 1.8 * best["time_s"]["ep_comm"]

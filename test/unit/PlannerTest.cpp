@@ -607,6 +607,25 @@ TEST_F(PlannerTest, EachStacksOwnBuffersAreItsMemory) {
   EXPECT_EQ(memory(R"({"name": "other", "runtime_buffers": false})").scratch, 0);
 }
 
+TEST_F(PlannerTest, SmsGivenToCommunicationSlowTheFlopBoundOps) {
+  // compute_share 0.5: the GEMMs (FLOP-bound: up, down and the head over
+  // 8 x 2048 tokens, 2 x 16384 x (2 x 1024 x 4096 + 1024 x 1024) FLOPs
+  // forward at 989 TF x 0.803, three times a training step) take twice
+  // as long; the embedding (bound by its bytes) does not.
+  ModelGraph model = analyze(mlp());
+  Workload w = cantFail(parseWorkload("train:batch=8,seq=2048,dp=1,tp=1,pp=1,ep=1,cp=1,mbs=8,recompute=none,zero=0"));
+  auto compute = [&](const char *profile) {
+    ClusterSpec c = cantFail(resolveCluster("dgx-h100:devices_per_node=1,nodes=1"));
+    c.profile = cantFail(parseProfile(profile));
+    PlanResult result = searchPlans(model, c, w, PlanOptions());
+    EXPECT_FALSE(result.plans.empty());
+    return result.plans.empty() ? 0.0 : result.plans.front().computeTime;
+  };
+  double gemms = 3 * 2.0 * 16384 * (2 * 1024.0 * 4096 + 1024.0 * 1024) / (989e12 * 0.803);
+  EXPECT_NEAR(compute(R"({"name": "half", "compute_share": 0.5})") - compute(R"({"name": "all"})"), gemms,
+              1e-9 * gemms);
+}
+
 TEST_F(PlannerTest, ZeroThreeAsDeepSpeedRanItGathersTensorByTensorWithoutOverlap) {
   // DeepSpeed's 2021 stage 3: every gather after a device synchronisation
   // (no prefetch: each is exposed, and so is each reduce-scatter on the

@@ -134,6 +134,11 @@ struct LayerPlan {
   double scratchBytes[2] = {0, 0};
   double kvBytesPerToken = 0;   // per device per token of context
   double alltoallBytes = 0;     // expert dispatch (= combine) bytes per device
+  double dispatchedRows = 0;    // of alltoallBytes: the tokens' bytes (one copy each)
+  int64_t expertTopK = 0;       // the experts a token goes to
+  /// Group-limited routing: a token's experts from at most `topkGroups`
+  /// of `numGroups` groups (1 and 1: any expert).
+  int64_t numGroups = 1, topkGroups = 1;
   /// Per device, the bytes of the program's results the layer makes (but
   /// KV caches), as returned whole over tp: each ep rank's sequences,
   /// all-gathered over ep; of them, those holding the whole sequence

@@ -90,6 +90,9 @@ struct OpNode {
   // keeps it (report §3.3.1).
   bool outputHead = false;
   int64_t numExperts = 0, ffn = 0, topK = 0;
+  // Router: group-limited routing (a token's experts from at most
+  // `topkGroups` of `numGroups` groups; 1 and 1: none).
+  int64_t numGroups = 1, topkGroups = 1;
   int64_t dim = -1;
   llvm::SmallVector<int64_t> permutation;
   // A decode step's KV cache (an input) joined with the new tokens' keys or

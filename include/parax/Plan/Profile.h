@@ -126,6 +126,15 @@ struct Profile {
   /// Shares of the tensor-parallel and expert all-to-all time hidden
   /// behind independent compute (0: the compute stream waits).
   double tpOverlap = 0, epOverlap = 0;
+  /// The expert dispatch sends a token once to each node holding its
+  /// experts, over the scale-out network, and fans it out over NVLink there
+  /// (DeepSeek's DeepEP); false: one copy an expert (an all-to-all).
+  bool epNodeDispatch = false;
+  /// The share of the SMs left to compute kernels while the stack's
+  /// communication kernels run beside them (DeepSeek-V3: 20 of 132 SMs
+  /// given to communication, 112/132): FLOP-bound ops run at that share
+  /// of their rate.
+  double computeShare = 1;
   /// Data-parallel gradient reduction (ZeRO-0/1/2) overlapped with the
   /// last microbatch's backward pass (Megatron-Core's overlap_grad_reduce,
   /// DDP's buckets); false: it starts after the backward pass.
