@@ -414,6 +414,7 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
                           llvm::function_ref<double(int64_t)> inflight,
                           const std::vector<std::vector<int64_t>> &stageOf) {
   plan.capacity = capacity();
+  plan.stageMemory.clear();
   int64_t stages = stageOf.size();
   double worst = -kInf;
   for (int64_t s = 0; s < stages; ++s) {
@@ -482,6 +483,7 @@ void Search::finishMemory(Plan &plan, const std::vector<LayerCost> &costs,
       m.weights += 2 * gathered; // ZeRO-3: this layer's and the prefetched next
     }
     m.reserved = opt.reservedBytes;
+    plan.stageMemory.push_back(m);
     if (m.total() > worst) {
       worst = m.total();
       plan.memory = m;
@@ -1073,6 +1075,11 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       for (const Part &part : stages)
         if (part.time > slowest->time)
           slowest = &part;
+      // (what simulateInference runs: each stage's time on one microbatch)
+      plan.stageForward.clear();
+      for (const Part &part : stages)
+        plan.stageForward.push_back(part.time);
+      plan.transferTime = hop;
       double chained = all.time + (pp - 1) * hop; // one microbatch through every stage
       double turn = slowest->time + (pp > 1 ? hop : 0); // the slowest stage on one microbatch
       // The critical path: `all` (every stage on one microbatch) plus

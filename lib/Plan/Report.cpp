@@ -186,6 +186,14 @@ std::string parax::plan::formatPlans(const PlanResult &result,
   return text;
 }
 
+// A device's memory by kind, in bytes, and their total.
+static llvm::json::Object memoryJson(const MemoryBreakdown &m) {
+  return llvm::json::Object{{"weights", m.weights},     {"gradients", m.gradients},
+                            {"optimizer", m.optimizer}, {"activations", m.activations},
+                            {"kv_cache", m.kvCache},    {"scratch", m.scratch},
+                            {"reserved", m.reserved},   {"total", m.total()}};
+}
+
 llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
                                            const ClusterSpec &cluster,
                                            const Workload &workload) {
@@ -219,16 +227,21 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
                             {"dp_comm", p.dpComm}, {"ep_comm", p.epComm},
                             {"cp_comm", p.cpComm},
                             {"optimizer", p.optimizerTime}}},
-        {"memory_bytes",
-         llvm::json::Object{{"weights", p.memory.weights},
-                            {"gradients", p.memory.gradients},
-                            {"optimizer", p.memory.optimizer},
-                            {"activations", p.memory.activations},
-                            {"kv_cache", p.memory.kvCache},
-                            {"scratch", p.memory.scratch},
-                            {"reserved", p.memory.reserved},
-                            {"total", p.memory.total()},
-                            {"usable", p.capacity}}},
+        {"memory_bytes", [&] {
+           llvm::json::Object m = memoryJson(p.memory);
+           m["usable"] = p.capacity;
+           return m;
+         }()},
+        {"stage_memory_bytes",
+         [&] {
+           llvm::json::Array perStage;
+           for (const MemoryBreakdown &m : p.stageMemory)
+             perStage.push_back(memoryJson(m));
+           return perStage;
+         }()},
+        {"stage_forward_s", llvm::json::Array(p.stageForward)},
+        {"stage_backward_s", llvm::json::Array(p.stageBackward)},
+        {"transfer_s", p.transferTime},
         {"placement",
          [&] {
            llvm::json::Object axes;

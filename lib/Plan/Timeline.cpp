@@ -85,6 +85,25 @@ llvm::Expected<PipelineTimeline> parax::plan::simulatePipeline(const Plan &plan)
   return timeline;
 }
 
+llvm::Expected<PipelineTimeline> parax::plan::simulateInference(const Plan &plan) {
+  const int64_t pp = plan.pp;
+  if (static_cast<int64_t>(plan.stageForward.size()) != pp || !plan.stageBackward.empty())
+    return llvm::createStringError(
+        "the plan has no per-stage inference times (an inference plan from searchPlans has)");
+  PipelineTimeline timeline;
+  std::vector<double> free(pp, 0), arrived(plan.microBatches, 0);
+  for (int64_t micro = 0; micro < plan.microBatches; ++micro)
+    for (int64_t s = 0; s < pp; ++s) {
+      double ready = std::max(free[s], s > 0 ? arrived[micro] + plan.transferTime : 0.0);
+      PipelineEvent event{s, 0, micro, /*forward=*/true, /*backward=*/false, ready,
+                          ready + plan.stageForward[s]};
+      free[s] = arrived[micro] = event.end;
+      timeline.makespan = std::max(timeline.makespan, event.end);
+      timeline.events.push_back(event);
+    }
+  return timeline;
+}
+
 void parax::plan::writeChromeTrace(const Plan &plan, const PipelineTimeline &timeline,
                                    llvm::raw_ostream &os) {
   // Trace times are microseconds.

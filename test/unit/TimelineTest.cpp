@@ -89,3 +89,36 @@ TEST(TimelineTest, APlanWithoutPassTimesIsRefused) {
 }
 
 } // namespace
+
+TEST(TimelineTest, InferenceRunsTheMicrobatchesThroughTheStages) {
+  // Three stages of 1 s, four microbatches, 0.1 s a crossing: the last
+  // microbatch leaves the first stage at 4 s and crosses twice, 2.2 s:
+  // (m + p - 1) t + (p - 1) hop = 6.2 s. A stage is never busy twice at
+  // once and a microbatch starts a stage only after it crossed.
+  Plan plan = Plan::withDegrees(3, 1, 1, 1, false);
+  plan.microBatches = 4;
+  plan.stageForward = {1.0, 1.0, 1.0};
+  plan.transferTime = 0.1;
+  llvm::Expected<PipelineTimeline> timeline = simulateInference(plan);
+  ASSERT_TRUE(bool(timeline)) << llvm::toString(timeline.takeError());
+  EXPECT_NEAR(timeline->makespan, 6.2, 1e-12);
+  EXPECT_EQ(timeline->events.size(), size_t(12));
+  std::vector<double> free(3, 0), left(4, -1);
+  for (const PipelineEvent &e : timeline->events) {
+    EXPECT_TRUE(e.forward && !e.backward);
+    EXPECT_GE(e.start, free[e.stage] - 1e-12);
+    if (e.stage > 0)
+      EXPECT_GE(e.start, left[e.micro] + 0.1 - 1e-12);
+    free[e.stage] = left[e.micro] = e.end;
+  }
+  // A slower middle stage paces the rest: 1 + 4 x 2 + 1 + 2 x 0.1.
+  plan.stageForward = {1.0, 2.0, 1.0};
+  llvm::Expected<PipelineTimeline> paced = simulateInference(plan);
+  ASSERT_TRUE(bool(paced));
+  EXPECT_NEAR(paced->makespan, 10.2, 1e-12);
+  // A training plan's times are not an inference step's.
+  plan.stageBackward = {2.0, 2.0, 2.0};
+  llvm::Expected<PipelineTimeline> training = simulateInference(plan);
+  ASSERT_FALSE(bool(training));
+  EXPECT_NE(llvm::toString(training.takeError()).find("no per-stage inference times"), std::string::npos);
+}

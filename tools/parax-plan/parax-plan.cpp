@@ -58,9 +58,10 @@ static cl::opt<bool> timingOpt("timing",
                                cl::desc("print the search time to stderr"), cl::cat(planOptions));
 static cl::opt<std::string> timelineOpt(
     "timeline", cl::value_desc("file"),
-    cl::desc("training: write the best plan's step as Chrome trace events (chrome://tracing, "
-             "ui.perfetto.dev): each pipeline stage's passes in the order parax-run runs them, "
-             "simulated with the plan's costs"),
+    cl::desc("write the best plan's step as Chrome trace events (chrome://tracing, "
+             "ui.perfetto.dev), simulated with the plan's costs: training, each pipeline stage's "
+             "passes in the order parax-run runs them; prefill and decode, the microbatches "
+             "through the stages"),
     cl::cat(planOptions));
 static cl::opt<std::string> profileOpt(
     "profile", cl::init("roofline"), cl::value_desc("name|file.json"),
@@ -191,12 +192,6 @@ int main(int argc, char **argv) {
     errs() << "parax-plan: " << toString(workload.takeError()) << "\n";
     return 1;
   }
-  if (!timelineOpt.empty() && workload->kind != WorkloadKind::Train) {
-    errs() << "parax-plan: --timeline shows a training step's pipeline; the workload '" << workloadOpt
-           << "' is no training step\n";
-    return 1;
-  }
-
   std::string path = input;
   SmallString<128> temp;
   if (!sys::fs::exists(path)) {
@@ -260,7 +255,9 @@ int main(int argc, char **argv) {
     errs() << "parax-plan: --timeline: no plan, so no timeline written to '" << timelineOpt << "'\n";
   if (!timelineOpt.empty() && !result.plans.empty()) {
     const Plan &best = result.plans.front();
-    Expected<PipelineTimeline> timeline = simulatePipeline(best);
+    Expected<PipelineTimeline> timeline = workload->kind == WorkloadKind::Train
+                                              ? simulatePipeline(best)
+                                              : simulateInference(best);
     if (!timeline) {
       errs() << "parax-plan: --timeline: " << toString(timeline.takeError()) << "\n";
       return 1;
@@ -272,9 +269,14 @@ int main(int argc, char **argv) {
       return 1;
     }
     writeChromeTrace(best, *timeline, file);
-    errs() << formatv("timeline: {0}: the pipeline in parax-run's order takes {1:F3} s a step, simulated "
-                      "({2:F3} s with what follows it); the plan's formula: {3:F3} s\n",
-                      timelineOpt, timeline->makespan, timeline->makespan + best.tailTime, best.stepTime);
+    if (workload->kind == WorkloadKind::Train)
+      errs() << formatv("timeline: {0}: the pipeline in parax-run's order takes {1:F3} s a step, simulated "
+                        "({2:F3} s with what follows it); the plan's formula: {3:F3} s\n",
+                        timelineOpt, timeline->makespan, timeline->makespan + best.tailTime, best.stepTime);
+    else
+      errs() << formatv("timeline: {0}: {1} microbatch(es) through {2} stage(s) take {3:F4} s, simulated; "
+                        "the plan's formula: {4:F4} s\n",
+                        timelineOpt, best.microBatches, best.pp, timeline->makespan, best.stepTime);
   }
   return result.plans.empty() ? 2 : 0;
 }

@@ -113,6 +113,7 @@ struct Plan {
   /// Inference: bytes a replica (tp x pp devices) has left for the KV cache.
   double kvRoom = 0;
   MemoryBreakdown memory;     // the fullest stage
+  std::vector<MemoryBreakdown> stageMemory; // each pipeline stage's, in order
   double capacity = 0;        // usable bytes per device
   bool fits = false;
   double objective = 0;       // smaller is better

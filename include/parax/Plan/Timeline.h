@@ -43,6 +43,13 @@ struct PipelineTimeline {
 /// schedule the runtime refuses.
 llvm::Expected<PipelineTimeline> simulatePipeline(const Plan &plan);
 
+/// An inference step of `plan` (prefill or decode; stageForward, one
+/// microbatch's time on each stage, and transferTime set): the
+/// microbatches through the stages in order, each stage taking the next
+/// as soon as it is free and the microbatch has crossed from the stage
+/// before. Decode steps repeat this for each position.
+llvm::Expected<PipelineTimeline> simulateInference(const Plan &plan);
+
 /// `timeline` as Chrome trace events: a process per pipeline stage, a
 /// complete event per pass ("F3" / "B3" / "FB3": microbatch 3; "c1": model
 /// chunk 1 when interleaved), then what follows the pipeline (the tied
