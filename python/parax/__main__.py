@@ -10,13 +10,19 @@
         replica runs at once: where the best plan for --workload runs
         another than --batch (data or expert parallel), the model is built
         with that, the plan pinned, and a line says so.
+    python3 -m parax plan MODEL --cluster C --workload W [--profile P] [--html report.html]
+        the ranked plans (parax-plan's table; a training MODEL is built
+        with its loss); --html: a page of the best plan's time by term,
+        each pipeline stage's memory by kind and the step's pipeline
+        timeline, drawn in SVG.
     python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
                          [--output logits.npy ...] --ranks N [--generate K [--prefill P.pxe]]
                          [--launcher 'srun -n {ranks}']
         runs it under mpirun (N: the executable's grid size), or the
         --launcher given (a cluster's: srun, mpirun with a hostfile);
         --generate K: K tokens after the prompt --input, with a
-        generation step (and a prefill program for the prompt's chunks).
+        generation step (and a prefill program for the prompt's chunks);
+        training (--optimizer): --plot losses.svg draws the loss a step.
     python3 -m parax demo
         the README's main job: a tiny Llama planned, partitioned and run on 4
         CPU ranks, compared with the single-rank run; then 8 tokens generated
@@ -118,6 +124,40 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
           *(["--parax-autodiff", "--parax-recompute"] if train else []), "--parax-partition", "-o", partitioned])
     _run([_tool("parax-translate"), "--to-executable", partitioned, "-o", output])
     return partitioned
+
+
+def plan_model(model, cluster, workload, profile=None, seq=None, layers=None, dtype="bf16", html=None,
+               top=5, workdir=None):
+    """parax-plan's ranked table for `model` (a preset, config.json or
+    folder, built for the workload: a training step with its loss; or a
+    .mlir file); with `html`, a page of the best plan drawn (report.py).
+    Returns the table's text."""
+    from .report import plan_html
+    workdir = workdir or tempfile.mkdtemp(prefix="parax-")
+    ir = model
+    if not model.endswith(".mlir"):
+        ir = os.path.join(workdir, "model.mlir")
+        with open(ir, "w") as f:
+            f.write(build_model(load_config(model, layers=layers), seq=seq, dtype=dtype,
+                                loss=workload.startswith("train")))
+    cmd = [_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload, "--top", str(top)]
+    if profile:
+        cmd += ["--profile", profile]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode not in (0, 2):  # 2: no plan fits (the table says why)
+        raise ToolError(f"parax-plan failed:\n{proc.stdout}{proc.stderr}")
+    if html:
+        trace_path = os.path.join(workdir, "trace.json")
+        out = subprocess.run(cmd + ["--json", "--timeline", trace_path], capture_output=True, text=True,
+                             timeout=600)
+        result = json.loads(out.stdout)
+        trace = None
+        if os.path.exists(trace_path):
+            with open(trace_path) as f:
+                trace = json.load(f)
+        with open(html, "w") as f:
+            f.write(plan_html(result, trace))
+    return proc.stdout
 
 
 def _pinned(workload, pins):
@@ -439,6 +479,22 @@ def main(argv=None):
                         "reads that cache in the explicit form (a prefill)")
     c.add_argument("--last-logits", action="store_true",
                    help="logits of the last position only (a prefill program for run --prefill)")
+    pl = sub.add_parser("plan", help="rank the plans of a model on a cluster (and draw the best)")
+    pl.add_argument("model", help="a preset (python -m parax.models --list), a config.json or Hugging Face "
+                                  "model folder, or a .mlir file")
+    pl.add_argument("--cluster", required=True, help="a preset (dgx-h100, ...) or cluster JSON, with overrides "
+                                                     "(dgx-h100:nodes=4,devices_per_node=8)")
+    pl.add_argument("--workload", required=True,
+                    help="KIND:key=value,... -- train:batch=B,seq=S, prefill:batch=B,seq=S or "
+                         "decode:batch=B,context=C; pins tp= pp= dp= ep= cp= mbs= ... (parax-plan --help)")
+    pl.add_argument("--profile", help="the software stack: roofline (default), megatron-core, fsdp, "
+                                      "fsdp-compile, deepseek-v3, parax-cuda, ... or a profile JSON")
+    pl.add_argument("--seq", type=int, help="positions the model is built with (default: the config's)")
+    pl.add_argument("--layers", type=int, help="the first N decoder layers only")
+    pl.add_argument("--dtype", default="bf16", help="f32, bf16 or f16 (default bf16)")
+    pl.add_argument("--top", type=int, default=5, help="plans in the table (default 5)")
+    pl.add_argument("--html", help="write a page of the best plan: its time by term, each stage's memory "
+                                   "by kind, the step's pipeline timeline (SVG)")
     r = sub.add_parser("run", help="run an executable under mpirun")
     r.add_argument("executable", help="a .pxe from compile (or parax-translate)")
     r.add_argument("--weights", required=True,
@@ -470,6 +526,7 @@ def main(argv=None):
                          ("--save-every", int), ("--log-json", str)):
         r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
     r.add_argument("--zero", action="store_true", help="with --optimizer adamw: ZeRO-1")
+    r.add_argument("--plot", help="with --optimizer: draw the loss a step as SVG in this file")
     r.add_argument("--per-token-loss", action="store_true",
                    help="labels ignored (compile --ignore-index): one mean over the step's counted labels")
     k = sub.add_parser("checkpoint", help="put a checkpoint together as whole tensors: a box-wise one "
@@ -488,7 +545,18 @@ def main(argv=None):
                           train=args.train, mla=args.mla, ignore_index=args.ignore_index,
                           mtp_weight=args.mtp_weight)
             return 0
+        if args.command == "plan":
+            print(plan_model(args.model, args.cluster, args.workload, args.profile, args.seq, args.layers,
+                             args.dtype, args.html, args.top), end="")
+            if args.html:
+                print(f"parax: wrote {args.html}")
+            return 0
         if args.command == "run":
+            if args.plot and not args.optimizer:
+                raise ValueError("--plot draws a training run's losses: it needs --optimizer")
+            log = args.log_json
+            if args.plot and not log:
+                log = args.log_json = os.path.join(tempfile.mkdtemp(prefix="parax-"), "steps.jsonl")
             sampling = [arg for option, value in (("--temperature", args.temperature), ("--top-k", args.top_k),
                                                   ("--top-p", args.top_p), ("--seed", args.seed),
                                                   ("--stop-token", args.stop_token))
@@ -503,6 +571,11 @@ def main(argv=None):
             print(run_model(args.executable, args.weights, args.input, args.output,
                             args.ranks, args.steps, args.generate, args.prefill, sampling, training,
                             launcher=args.launcher), end="")
+            if args.plot:
+                from .report import loss_svg, read_log
+                with open(args.plot, "w") as f:
+                    f.write(loss_svg(read_log(log)))
+                print(f"parax: wrote {args.plot}")
             return 0
         if args.command == "checkpoint":
             convert_checkpoint(args.source, args.output, args.shards)

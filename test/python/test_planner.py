@@ -616,3 +616,28 @@ def test_a_node_deduplicating_dispatch_sends_a_token_once_a_node(parax_plan, mod
     # the all-to-all of one copy an expert sends 8 copies, half of them off
     # the node: about twice the time
     assert plain["time_s"]["ep_comm"] > 1.8 * best["time_s"]["ep_comm"]
+
+
+def test_the_front_doors_plan_page_draws_the_best_plan(tmp_path):
+    # `parax plan --html`: the best plan's time by term, each of its two
+    # stages' memory by kind (the JSON's per-stage figures, stacked to their
+    # totals) and the pipeline timeline, a rectangle a simulated pass.
+    import re
+    import sys
+    page = tmp_path / "plan.html"
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    args = ["llama3-8b", "--cluster", "dgx-h100", "--workload", "train:batch=8,seq=1024,pp=2,tp=4,dp=1,mbs=1",
+            "--layers", "4", "--profile", "megatron-core"]
+    proc = subprocess.run([sys.executable, "-m", "parax", "plan", *args, "--html", str(page), "--top", "1"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pp2 dp1 ep1 tp4" in proc.stdout
+    text = page.read_text()
+    memory = re.findall(r"<title>stage (\d): (\w+) ([0-9.]+) GB</title>", text)
+    assert {stage for stage, _, _ in memory} == {"0", "1"}
+    assert {kind for _, kind, _ in memory} >= {"weights", "optimizer", "activations", "reserved"}
+    passes = re.findall(r"<title>([FB]+\d+)(?: c\d+)?: [0-9.]+ ms</title>", text)
+    # 8 microbatches on 2 stages: forward and backward each, the last
+    # stage's as one pass
+    assert len(passes) == 8 * 2 + 8, passes
+    assert "the step, " in text and "by term" in text

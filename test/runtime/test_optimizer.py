@@ -502,16 +502,21 @@ def test_front_door_compiles_and_trains(tmp_path):
                                 "--batch", "2", "--seq", "8", "--dtype", "f32", "--train", "-o", exe],
                        check=True, capture_output=True, timeout=120, env=env)
         losses, saved = str(tmp_path / f"losses-{recompute}.npy"), str(tmp_path / "saved.safetensors")
+        plot = str(tmp_path / "losses.svg")
         proc = subprocess.run(front + ["run", exe, "--weights", model.checkpoint, "--ranks", "4", "--steps", "6",
                                        *[a for p in model.inputs for a in ("--input", p)],
                                        "--optimizer", "adamw", "--lr", "0.01", "--zero", "--losses", losses,
-                                       "--save-weights", saved],
+                                       "--save-weights", saved, *(["--plot", plot] if recompute == "full" else [])],
                               capture_output=True, text=True, timeout=120, env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "(ZeRO-1)" in proc.stdout, proc.stdout
         runs[recompute] = (np.load(losses), int(re.search(r"(\d+) instructions on rank 0", proc.stdout).group(1)))
     values = runs["full"][0]
     assert values.shape == (6,) and values[-1] < values[0], values
+    # --plot: the loss curve drawn, a point a step at the run's losses
+    points = re.findall(r"<title>step (\d+): ([-0-9.e+]+)</title>", open(plot).read())
+    assert [int(step) for step, _ in points] == list(range(1, 7)), points
+    assert np.allclose([float(loss) for _, loss in points], values, rtol=1e-5), (points, values)
     assert np.abs(values - runs["none"][0]).max() < 1e-6
     assert runs["full"][1] > runs["none"][1], runs  # the recomputed ops
     assert set(load_safetensors(saved)) == set(model.weights)
