@@ -186,8 +186,12 @@ DEFAULT_LAUNCHER = "mpirun -np {ranks} --oversubscribe --bind-to none"
 def launcher_command(launcher, ranks):
     """The launcher's words (`launcher`: a command line with {ranks} where
     the rank count goes, e.g. "srun -n {ranks}" or "mpirun -np {ranks}
-    --hostfile hosts")."""
+    --hostfile hosts"; "none": no launcher -- this process is already one
+    of the job's ranks, started by an outer mpirun or srun, and parax-run
+    joins that job)."""
     import shlex
+    if launcher == "none":
+        return []
     if "{ranks}" not in launcher:
         raise ToolError(f"--launcher {launcher!r}: no {{ranks}} in it (where the rank count goes, "
                         "e.g. 'srun -n {ranks}')")
@@ -507,7 +511,9 @@ def main(argv=None):
     r.add_argument("--launcher", default=DEFAULT_LAUNCHER,
                    help="how the ranks start, {ranks} where their count goes (default: %(default)s; e.g. "
                         "'srun -n {ranks}' under Slurm, 'mpirun -np {ranks} --hostfile hosts --map-by ppr:8:node' "
-                        "over several machines; each rank takes the GPU of its index among its node's ranks)")
+                        "over several machines; each rank takes the GPU of its index among its node's ranks; "
+                        "'none': this command is itself one of the ranks, started by an outer launcher, e.g. "
+                        "mpirun -np 2 parax run ... --ranks 2 --launcher none)")
     r.add_argument("--steps", type=int, default=1, help="steps to run (with --optimizer: optimizer steps)")
     r.add_argument("--generate", type=int, default=0,
                    help="K tokens after the prompt (--input), with a generation step")

@@ -327,6 +327,34 @@ def test_front_door_compiles_and_generates(tmp_path):
     assert (expected[:, 2:].argmax(-1) == tokens[:, 3:]).all()
 
 
+def test_front_door_joins_an_outer_launchers_job(tmp_path):
+    """`run --launcher none` under an external mpirun: each of the two
+    ranks mpirun starts is a `parax run`, whose parax-run joins mpirun's job.
+    The same TP2 prefill's logits as the job parax launches itself."""
+    import sys
+    from conftest import MPI_ENV, ORACLE_CLUSTER, ROOT
+    from parax.checkpoint import random_weights, save_safetensors
+    from parax.models import load_config
+    checkpoint, exe = str(tmp_path / "w.safetensors"), str(tmp_path / "tp2.pxe")
+    save_safetensors(checkpoint, random_weights(load_config("tiny-llama"), seed=5))
+    env = dict(MPI_ENV, PYTHONPATH=os.path.join(ROOT, "python"))
+    front = [sys.executable, "-m", "parax"]
+    subprocess.run(front + ["compile", "tiny-llama", "--cluster", f"{ORACLE_CLUSTER}:devices_per_node=2",
+                            "--workload", "prefill:batch=2,seq=8,tp=2,dp=1", "--batch", "2", "--seq", "8",
+                            "--dtype", "f32", "-o", exe], check=True, capture_output=True, timeout=120, env=env)
+    tokens = str(tmp_path / "tokens.npy")
+    np.save(tokens, np.arange(16, dtype=np.int32).reshape(2, 8))
+    ours, outer = str(tmp_path / "ours.npy"), str(tmp_path / "outer.npy")
+    run = ["run", exe, "--weights", checkpoint, "--input", tokens, "--ranks", "2"]
+    subprocess.run(front + run + ["--output", ours], check=True, capture_output=True, timeout=120, env=env)
+    proc = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"] + front + run +
+                          ["--output", outer, "--launcher", "none"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 rank(s) on cpu" in proc.stdout, proc.stdout
+    np.testing.assert_array_equal(np.load(outer), np.load(ours))
+
+
 PREFILL_PLANS = [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("dp=2", 2)]
 
 
