@@ -23,6 +23,8 @@
         --generate K: K tokens after the prompt --input, with a
         generation step (and a prefill program for the prompt's chunks);
         training (--optimizer): --plot losses.svg draws the loss a step.
+    From Python: parax.plan(...), parax.compile(...), parax.run(...)
+        return Plan / Executable objects and numpy arrays (parax/api.py).
     python3 -m parax demo
         the README's main job: a tiny Llama planned, partitioned and run on 4
         CPU ranks, compared with the single-rank run; then 8 tokens generated

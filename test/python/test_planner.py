@@ -641,3 +641,23 @@ def test_the_front_doors_plan_page_draws_the_best_plan(tmp_path):
     # stage's as one pass
     assert len(passes) == 8 * 2 + 8, passes
     assert "the step, " in text and "by term" in text
+
+
+def test_the_python_api_returns_plans_as_objects():
+    # parax.plan: parax-plan's ranked plans as Plan objects; a pinned
+    # workload gives back the pinned plan, and a plan's pins reproduce it.
+    import parax
+    result = parax.plan("llama3-8b", "dgx-h100:nodes=2", "train:batch=64,seq=4096,tp=2,pp=2",
+                        profile="megatron-core", layers=4, top=3)
+    best = result.best
+    assert (best.tp, best.pp, best.dp, best.ep, best.cp) == (2, 2, 4, 1, 1)
+    assert best.degrees.startswith("pp2 dp4 ep1 cp1 tp2")
+    assert best.step_time_s == best.json["step_time_s"] > 0
+    assert len(best.stage_memory_bytes) == 2
+    again = parax.plan("llama3-8b", "dgx-h100:nodes=2", "train:batch=64,seq=4096," + best.pins,
+                       profile="megatron-core", layers=4, top=1).best
+    assert again.degrees == best.degrees
+    nothing = parax.plan("llama3-70b", "dgx-h100:devices_per_node=1", "train:batch=8,seq=4096")
+    assert nothing.plans == [] and "nothing fits" in nothing.explanation
+    with pytest.raises(ValueError, match="no plan"):
+        nothing.best

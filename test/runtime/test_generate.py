@@ -355,6 +355,27 @@ def test_front_door_joins_an_outer_launchers_job(tmp_path):
     np.testing.assert_array_equal(np.load(outer), np.load(ours))
 
 
+def test_the_python_api_compiles_and_runs(tmp_path):
+    """parax.compile then parax.run: an Executable that knows its ranks,
+    run on numpy arrays, numpy's logits back (the oracle cluster's plan
+    splits even this tiny model)."""
+    import parax
+    from conftest import ORACLE_CLUSTER
+    from parax import reference
+    from parax.checkpoint import random_weights, save_safetensors
+    from parax.models import load_config
+    cfg = load_config("tiny-llama")
+    weights = random_weights(cfg, seed=6)
+    checkpoint = str(tmp_path / "w.safetensors")
+    save_safetensors(checkpoint, weights)
+    exe = parax.compile("tiny-llama", f"{ORACLE_CLUSTER}:devices_per_node=2", "prefill:batch=2,seq=8,tp=2,dp=1",
+                        str(tmp_path / "api.pxe"), batch=2, seq=8, dtype="f32")
+    assert exe.ranks == 2
+    tokens = np.arange(16, dtype=np.int32).reshape(2, 8)
+    logits = parax.run(exe, checkpoint, [tokens])[0]
+    np.testing.assert_allclose(logits, reference.forward(cfg, weights, tokens), atol=1e-4, rtol=1e-4)
+
+
 PREFILL_PLANS = [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2), ("dp=2", 2)]
 
 
