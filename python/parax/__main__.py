@@ -15,6 +15,15 @@
         with its loss); --html: a page of the best plan's time by term,
         each pipeline stage's memory by kind and the step's pipeline
         timeline, drawn in SVG.
+    python3 -m parax models [MODEL ...]
+        python3 -m parax.models: the presets (--list), a model's parax IR.
+    python3 -m parax init-weights MODEL -o W.safetensors [--seed S] [--layers N]
+        random weights for MODEL under its checkpoint names (N(0, 0.02), norms 1).
+    python3 -m parax tokens MODEL_FOLDER "text" ... -o tokens.npy
+        the texts as token ids by the model's own tokenizer.json (a row a text,
+        shorter rows padded with -1: parax-run's prompt form).
+    python3 -m parax train model.pxe ... / generate step.pxe ... --tokens K
+        run with --optimizer (default adamw) / run --generate K.
     python3 -m parax run model.pxe --weights W.safetensors --input tokens.npy
                          [--output logits.npy ...] --ranks N [--generate K [--prefill P.pxe]]
                          [--launcher 'srun -n {ranks}']
@@ -160,6 +169,32 @@ def plan_model(model, cluster, workload, profile=None, seq=None, layers=None, dt
         with open(html, "w") as f:
             f.write(plan_html(result, trace))
     return proc.stdout
+
+
+def init_weights(model, output, seed=0, layers=None):
+    """Random weights for `model` under its checkpoint names."""
+    cfg = load_config(model, layers=layers)
+    save_safetensors(output, random_weights(cfg, seed=seed))
+    return output
+
+
+def text_tokens(model, texts, output):
+    """`texts` as token ids by the model folder's tokenizer.json (the
+    `tokenizers` package): a row a text, shorter rows padded with -1."""
+    path = model if model.endswith(".json") else os.path.join(model, "tokenizer.json")
+    if not os.path.exists(path):
+        raise ValueError(f"{path}: no tokenizer.json (the model folder's tokenizer, as Hugging Face "
+                         "saves it) to turn text into ids")
+    from tokenizers import Tokenizer
+    tokenizer = Tokenizer.from_file(path)
+    rows = [tokenizer.encode(text).ids for text in texts]
+    if not rows or not all(rows):
+        raise ValueError("a text gave no tokens")
+    ids = np.full((len(rows), max(len(r) for r in rows)), -1, dtype=np.int32)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = row
+    np.save(output, ids)
+    return ids
 
 
 def _pinned(workload, pins):
@@ -501,42 +536,60 @@ def main(argv=None):
     pl.add_argument("--top", type=int, default=5, help="plans in the table (default 5)")
     pl.add_argument("--html", help="write a page of the best plan: its time by term, each stage's memory "
                                    "by kind, the step's pipeline timeline (SVG)")
-    r = sub.add_parser("run", help="run an executable under mpirun")
-    r.add_argument("executable", help="a .pxe from compile (or parax-translate)")
-    r.add_argument("--weights", required=True,
-                   help="a .safetensors file, a sharded or box-wise index, or a folder holding one")
-    r.add_argument("--input", action="append", default=[],
-                   help="an input .npy, in the program's order (tokens, then labels, ...)")
-    r.add_argument("--output", action="append", default=[], help="a result .npy, in the program's order")
-    r.add_argument("--ranks", type=int, required=True,
-                   help="the executable's grid size (its pp x dp x ep x cp x tp; compile prints it)")
-    r.add_argument("--launcher", default=DEFAULT_LAUNCHER,
-                   help="how the ranks start, {ranks} where their count goes (default: %(default)s; e.g. "
-                        "'srun -n {ranks}' under Slurm, 'mpirun -np {ranks} --hostfile hosts --map-by ppr:8:node' "
-                        "over several machines; each rank takes the GPU of its index among its node's ranks; "
-                        "'none': this command is itself one of the ranks, started by an outer launcher, e.g. "
-                        "mpirun -np 2 parax run ... --ranks 2 --launcher none)")
-    r.add_argument("--steps", type=int, default=1, help="steps to run (with --optimizer: optimizer steps)")
-    r.add_argument("--generate", type=int, default=0,
-                   help="K tokens after the prompt (--input), with a generation step")
-    r.add_argument("--prefill", help="with --generate: a program for the prompt's chunks "
-                                     "(built like the step with --seq P)")
-    for option, kind in (("--temperature", float), ("--top-k", int), ("--top-p", float), ("--seed", int),
-                         ("--stop-token", int)):
-        r.add_argument(option, type=kind, help="with --generate (see parax-run --help)")
-    # Training (an executable built with compile --train): --steps optimizer steps.
-    r.add_argument("--optimizer", choices=["sgd", "adamw"], help="train: --steps optimizer steps")
-    for option, kind in (("--lr", float), ("--beta1", float), ("--beta2", float), ("--eps", float),
-                         ("--weight-decay", float), ("--clip-grad-norm", float), ("--step-rows", int),
-                         ("--lr-schedule", str), ("--warmup-steps", int), ("--decay-steps", int), ("--min-lr", float),
-                         ("--save-weights", str), ("--losses", str), ("--balance-losses", str),
-                         ("--save-optimizer", str), ("--load-optimizer", str), ("--save-format", str),
-                         ("--save-every", int), ("--log-json", str)):
-        r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
-    r.add_argument("--zero", action="store_true", help="with --optimizer adamw: ZeRO-1")
-    r.add_argument("--plot", help="with --optimizer: draw the loss a step as SVG in this file")
-    r.add_argument("--per-token-loss", action="store_true",
-                   help="labels ignored (compile --ignore-index): one mean over the step's counted labels")
+    def run_arguments(r):
+        r.add_argument("executable", help="a .pxe from compile (or parax-translate)")
+        r.add_argument("--weights", required=True,
+                       help="a .safetensors file, a sharded or box-wise index, or a folder holding one")
+        r.add_argument("--input", action="append", default=[],
+                       help="an input .npy, in the program's order (tokens, then labels, ...)")
+        r.add_argument("--output", action="append", default=[], help="a result .npy, in the program's order")
+        r.add_argument("--ranks", type=int, required=True,
+                       help="the executable's grid size (its pp x dp x ep x cp x tp; compile prints it)")
+        r.add_argument("--launcher", default=DEFAULT_LAUNCHER,
+                       help="how the ranks start, {ranks} where their count goes (default: %(default)s; e.g. "
+                            "'srun -n {ranks}' under Slurm, 'mpirun -np {ranks} --hostfile hosts --map-by ppr:8:node' "
+                            "over several machines; each rank takes the GPU of its index among its node's ranks; "
+                            "'none': this command is itself one of the ranks, started by an outer launcher, e.g. "
+                            "mpirun -np 2 parax run ... --ranks 2 --launcher none)")
+        r.add_argument("--steps", type=int, default=1, help="steps to run (with --optimizer: optimizer steps)")
+        r.add_argument("--generate", type=int, default=0,
+                       help="K tokens after the prompt (--input), with a generation step")
+        r.add_argument("--prefill", help="with --generate: a program for the prompt's chunks "
+                                         "(built like the step with --seq P)")
+        for option, kind in (("--temperature", float), ("--top-k", int), ("--top-p", float), ("--seed", int),
+                             ("--stop-token", int)):
+            r.add_argument(option, type=kind, help="with --generate (see parax-run --help)")
+        # Training (an executable built with compile --train): --steps optimizer steps.
+        r.add_argument("--optimizer", choices=["sgd", "adamw"], help="train: --steps optimizer steps")
+        for option, kind in (("--lr", float), ("--beta1", float), ("--beta2", float), ("--eps", float),
+                             ("--weight-decay", float), ("--clip-grad-norm", float), ("--step-rows", int),
+                             ("--lr-schedule", str), ("--warmup-steps", int), ("--decay-steps", int), ("--min-lr", float),
+                             ("--save-weights", str), ("--losses", str), ("--balance-losses", str),
+                             ("--save-optimizer", str), ("--load-optimizer", str), ("--save-format", str),
+                             ("--save-every", int), ("--log-json", str)):
+            r.add_argument(option, type=kind, help="with --optimizer (see parax-run --help)")
+        r.add_argument("--zero", action="store_true", help="with --optimizer adamw: ZeRO-1")
+        r.add_argument("--plot", help="with --optimizer: draw the loss a step as SVG in this file")
+        r.add_argument("--per-token-loss", action="store_true",
+                       help="labels ignored (compile --ignore-index): one mean over the step's counted labels")
+
+    run_arguments(sub.add_parser("run", help="run an executable under mpirun"))
+    run_arguments(sub.add_parser("train", help="run a training executable (compile --train): "
+                                               "run with --optimizer, adamw unless given"))
+    run_arguments(sub.add_parser("generate", help="generate with a generation step (compile --cache): "
+                                                  "run --generate K, K from --tokens"))
+    sub.choices["generate"].add_argument("--tokens", type=int, required=True, help="tokens to generate a row")
+    m = sub.add_parser("models", help="python3 -m parax.models: the presets, a model's parax IR")
+    m.add_argument("rest", nargs=argparse.REMAINDER, help="python3 -m parax.models' arguments")
+    w = sub.add_parser("init-weights", help="random weights for a model, under its checkpoint names")
+    w.add_argument("model", help="a preset, a config.json or a Hugging Face model folder")
+    w.add_argument("-o", "--output", required=True, help="the .safetensors file")
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--layers", type=int, help="the first N decoder layers only")
+    t = sub.add_parser("tokens", help="texts as token ids by a model folder's tokenizer.json")
+    t.add_argument("model", help="a Hugging Face model folder (or its tokenizer.json)")
+    t.add_argument("text", nargs="+", help="one text a row")
+    t.add_argument("-o", "--output", required=True, help="the .npy of ids (rows padded with -1)")
     k = sub.add_parser("checkpoint", help="put a checkpoint together as whole tensors: a box-wise one "
                                           "(run --save-format boxes), a sharded one or a file")
     k.add_argument("source", help="a .safetensors file, an index (*.json) or a folder holding one")
@@ -544,6 +597,10 @@ def main(argv=None):
                    help="OUT.safetensors, or OUT/ for a Hugging Face sharded checkpoint")
     k.add_argument("--shards", type=int, default=1, help="with OUT/: how many files")
     sub.add_parser("demo", help="the README's main job")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["models"]:  # (its own parser: python3 -m parax.models)
+        from .models.__main__ import main as models_main
+        return models_main(argv[1:])
     args = parser.parse_args(argv)
     try:
         if args.command == "compile":
@@ -559,7 +616,18 @@ def main(argv=None):
             if args.html:
                 print(f"parax: wrote {args.html}")
             return 0
-        if args.command == "run":
+        if args.command == "init-weights":
+            print(f"parax: wrote {init_weights(args.model, args.output, args.seed, args.layers)}")
+            return 0
+        if args.command == "tokens":
+            ids = text_tokens(args.model, args.text, args.output)
+            print(f"parax: wrote {args.output}: {ids.shape[0]} row(s) of up to {ids.shape[1]} token(s)")
+            return 0
+        if args.command == "train" and not args.optimizer:
+            args.optimizer = "adamw"
+        if args.command == "generate":
+            args.generate = args.tokens
+        if args.command in ("run", "train", "generate"):
             if args.plot and not args.optimizer:
                 raise ValueError("--plot draws a training run's losses: it needs --optimizer")
             log = args.log_json
