@@ -487,14 +487,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m parax", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    def model_arguments(p):
+        """What compile and plan both take: the model, the cluster, the workload."""
+        p.add_argument("model", help="a preset (python -m parax.models --list), a config.json or Hugging Face "
+                                     "model folder, or a .mlir file")
+        p.add_argument("--cluster", required=True, help="a preset (dgx-h100, ...) or cluster JSON, with "
+                                                        "overrides (dgx-h100:nodes=4,devices_per_node=8)")
+        p.add_argument("--workload", required=True,
+                       help="KIND:key=value,... -- train:batch=B,seq=S, prefill:batch=B,seq=S or "
+                            "decode:batch=B,context=C; pins tp= pp= dp= ep= cp= mbs= ... (parax-plan --help)")
+
     c = sub.add_parser("compile", help="plan, partition and translate a model")
-    c.add_argument("model", help="a preset (python -m parax.models --list), a config.json or Hugging Face "
-                                 "model folder, or a .mlir file")
-    c.add_argument("--cluster", required=True, help="a preset (dgx-h100, ...) or cluster JSON, with overrides "
-                                                    "(dgx-h100:nodes=4,devices_per_node=8)")
-    c.add_argument("--workload", required=True,
-                   help="KIND:key=value,... -- train:batch=B,seq=S, prefill:batch=B,seq=S or "
-                        "decode:batch=B,context=C; pins tp= pp= dp= ep= cp= mbs= ... (parax-plan --help)")
+    model_arguments(c)
     c.add_argument("-o", "--output", required=True, help="the executable (.pxe)")
     c.add_argument("--batch", type=int, default=1,
                    help="the rows one replica runs at once (default 1; where the best plan runs another, "
@@ -521,13 +525,7 @@ def main(argv=None):
     c.add_argument("--last-logits", action="store_true",
                    help="logits of the last position only (a prefill program for run --prefill)")
     pl = sub.add_parser("plan", help="rank the plans of a model on a cluster (and draw the best)")
-    pl.add_argument("model", help="a preset (python -m parax.models --list), a config.json or Hugging Face "
-                                  "model folder, or a .mlir file")
-    pl.add_argument("--cluster", required=True, help="a preset (dgx-h100, ...) or cluster JSON, with overrides "
-                                                     "(dgx-h100:nodes=4,devices_per_node=8)")
-    pl.add_argument("--workload", required=True,
-                    help="KIND:key=value,... -- train:batch=B,seq=S, prefill:batch=B,seq=S or "
-                         "decode:batch=B,context=C; pins tp= pp= dp= ep= cp= mbs= ... (parax-plan --help)")
+    model_arguments(pl)
     pl.add_argument("--profile", help="the software stack: roofline (default), megatron-core, fsdp, "
                                       "fsdp-compile, deepseek-v3, parax-cuda, ... or a profile JSON")
     pl.add_argument("--seq", type=int, help="positions the model is built with (default: the config's)")

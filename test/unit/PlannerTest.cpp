@@ -96,6 +96,16 @@ func.func @forward(%tok: tensor<2x512xi32>,
 )mlir";
   }
 
+  // attentionBlock's layer at one rank, a training step of its 2 x 512
+  // tokens.
+  TpContext attentionTraining() {
+    TpContext ctx = tpContext(1);
+    ctx.sequences = 2;
+    ctx.queryLen = ctx.contextLen = 512;
+    ctx.train = true;
+    return ctx;
+  }
+
   TpContext tpContext(int64_t tp) {
     TpContext ctx;
     ctx.cluster = &cluster;
@@ -267,10 +277,7 @@ TEST_F(PlannerTest, AFlashAttentionsBackwardRunsItsFiveProductsAPair) {
   // bf16, at 3,350 GB/s x 0.85: 6.26 us), not its FLOPs (2 sequences x 32
   // heads x 512·513/2 causal pairs x 517 at 989 TF x 0.803: 5.47 us).
   ModelGraph model = analyze(attentionBlock());
-  TpContext ctx = tpContext(1);
-  ctx.sequences = 2;
-  ctx.queryLen = ctx.contextLen = 512;
-  ctx.train = true;
+  TpContext ctx = attentionTraining();
   LayerPlan plan = solveLayer(model.layers[1], ctx, /*lastLayer=*/true);
   double flops = 2.0 * 32 * (512.0 * 513 / 2) * 517 / (989e12 * 0.803);
   double forward = 2.0 * (2 * 2 * 512 * 32 * 128 + 2 * 2 * 512 * 2 * 128) / (3350e9 * 0.85);
@@ -288,10 +295,7 @@ TEST_F(PlannerTest, Fp8GemmsPayTheirStacksQuantisation) {
   // their input (cast once), o reads the attention's; the backward casts
   // the four outputs' gradients. By hand, bf16 bytes at 3,350 GB/s x 0.85.
   ModelGraph model = analyze(attentionBlock());
-  TpContext ctx = tpContext(1);
-  ctx.sequences = 2;
-  ctx.queryLen = ctx.contextLen = 512;
-  ctx.train = true;
+  TpContext ctx = attentionTraining();
   ctx.gemmBytes = 1;
   ctx.gemmPeak = cluster.gemmPeak("fp8");
   ctx.gemmInputShare = 0.5;
@@ -328,10 +332,7 @@ TEST_F(PlannerTest, EachStacksSelectiveRecomputationReRunsWhatItsCodeReRuns) {
   // [2, 512, 256] bf16 result is no longer kept. parax's runtime: the
   // attention (no GEMM here widens 4x).
   ModelGraph model = analyze(attentionBlock());
-  TpContext ctx = tpContext(1);
-  ctx.sequences = 2;
-  ctx.queryLen = ctx.contextLen = 512;
-  ctx.train = true;
+  TpContext ctx = attentionTraining();
   auto solved = [&](const char *policy) {
     cluster.profile = cantFail(parseProfile(
         (std::string(R"({"name": "p", "selective_recompute": ")") + policy + "\"}").c_str()));
