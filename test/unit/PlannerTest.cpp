@@ -96,6 +96,20 @@ func.func @forward(%tok: tensor<2x512xi32>,
 )mlir";
   }
 
+  // mlp(true) with its output as the logits of a cross-entropy over
+  // int32 labels [8, 2048] (the loss in the head's layer).
+  std::string mlpWithLoss() {
+    std::string text = mlp(true);
+    text.replace(text.find("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})"),
+                 std::string("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})").size(),
+                 "%head: tensor<1024x1024xbf16> {parax.param = \"head\"}, %labels: tensor<8x2048xi32>)");
+    text.replace(text.find("-> tensor<8x2048x1024xbf16> {"), 30, "-> tensor<f32> {");
+    text.replace(text.find("  return %l : tensor<8x2048x1024xbf16>"), 39,
+                 "  %loss = parax.cross_entropy %l, %labels {parax.layer = 1 : i64} : (tensor<8x2048x1024xbf16>, "
+                 "tensor<8x2048xi32>) -> tensor<f32>\n  return %loss : tensor<f32>");
+    return text;
+  }
+
   // attentionBlock's layer at one rank, a training step of its 2 x 512
   // tokens.
   TpContext attentionTraining() {
@@ -548,15 +562,7 @@ TEST_F(PlannerTest, TheLossTakesItsProfilesPassesOverTheLogits) {
   // bf16 peak take 1/300 of their read), and training runs the loss once
   // forward and its gradient at twice that (no recompute): 11 passes
   // against 1 add 10 x 3 x bytes / HBM to the step's compute.
-  std::string text = mlp(true);
-  text.replace(text.find("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})"),
-               std::string("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})").size(),
-               "%head: tensor<1024x1024xbf16> {parax.param = \"head\"}, %labels: tensor<8x2048xi32>)");
-  text.replace(text.find("-> tensor<8x2048x1024xbf16> {"), 30, "-> tensor<f32> {");
-  text.replace(text.find("  return %l : tensor<8x2048x1024xbf16>"), 39,
-               "  %loss = parax.cross_entropy %l, %labels {parax.layer = 1 : i64} : (tensor<8x2048x1024xbf16>, "
-               "tensor<8x2048xi32>) -> tensor<f32>\n  return %loss : tensor<f32>");
-  ModelGraph model = analyze(text);
+  ModelGraph model = analyze(mlpWithLoss());
   Workload w = cantFail(parseWorkload("train:batch=8,seq=2048,dp=1,tp=1,pp=1,ep=1,cp=1,mbs=8,recompute=none,zero=0"));
   ClusterSpec c = cantFail(resolveCluster("dgx-h100:devices_per_node=1,nodes=1"));
   auto compute = [&](double passes) {
@@ -573,15 +579,7 @@ TEST_F(PlannerTest, TheLossTakesItsProfilesPassesOverTheLogits) {
 
 TEST_F(PlannerTest, EachStacksOwnBuffersAreItsMemory) {
   // The loss of the MLP above: its logits [8, 2048, 1024] bf16 (32 MiB).
-  std::string text = mlp(true);
-  text.replace(text.find("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})"),
-               std::string("%head: tensor<1024x1024xbf16> {parax.param = \"head\"})").size(),
-               "%head: tensor<1024x1024xbf16> {parax.param = \"head\"}, %labels: tensor<8x2048xi32>)");
-  text.replace(text.find("-> tensor<8x2048x1024xbf16> {"), 30, "-> tensor<f32> {");
-  text.replace(text.find("  return %l : tensor<8x2048x1024xbf16>"), 39,
-               "  %loss = parax.cross_entropy %l, %labels {parax.layer = 1 : i64} : (tensor<8x2048x1024xbf16>, "
-               "tensor<8x2048xi32>) -> tensor<f32>\n  return %loss : tensor<f32>");
-  ModelGraph model = analyze(text);
+  ModelGraph model = analyze(mlpWithLoss());
   TpContext ctx = tpContext(1);
   ctx.train = true;
   double logits = 8.0 * 2048 * 1024 * 2;
