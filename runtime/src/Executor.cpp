@@ -131,7 +131,13 @@ struct Executor::Impl {
         if (exe.grid().axis_names(i) == axis)
           index = i;
       if (index <= last) {
-        status = Status::error("collective axes must be distinct grid axes in grid order");
+        std::string given, order;
+        for (const std::string &a : axes)
+          given += (given.empty() ? "" : ", ") + a;
+        for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+          order += (i ? ", " : "") + exe.grid().axis_names(i);
+        status = Status::error("collective axes [" + given + "] must be distinct grid axes in grid order (" +
+                               order + ")");
         return 0;
       }
       last = index;
@@ -1492,7 +1498,9 @@ Status Executor::Impl::runMoeDispatch(const pxe::Instruction &inst, int variant)
     return Status::error(op + ": more than 2^24 (token, choice) pairs on a rank");
   std::vector<float> counts(g.size, 0.0f), all(g.size * g.size);
   for (int64_t k = 0; k < pairs; ++k) {
-    if (idx.i[k] < 0 || idx.i[k] >= E) return Status::error("expert index out of range");
+    if (idx.i[k] < 0 || idx.i[k] >= E)
+      return Status::error(op + ": (token, choice) pair " + std::to_string(k) + " chose expert " +
+                           std::to_string(idx.i[k]) + ", outside the " + std::to_string(E) + " experts");
     counts[idx.i[k] / local] += 1;
   }
   Status s = g.size == 1 ? (all = counts, Status::ok()) : e.comm_->allGather(counts.data(), g.size, all.data(), g.mask);

@@ -248,8 +248,9 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (count(in[0]) != count(out[0])) return fail(text(in[0]) + " cannot be reshaped to " + text(out[0]));
   } else if (op == "transpose") {
     std::vector<int64_t> perm;
-    if (auto it = a.find("permutation"); it != a.end())
-      perm.assign(it->second.ints().values().begin(), it->second.ints().values().end());
+    auto it = a.find("permutation");
+    if (it == a.end()) return fail("has no permutation attribute");
+    perm.assign(it->second.ints().values().begin(), it->second.ints().values().end());
     std::vector<int64_t> sorted = perm;
     std::sort(sorted.begin(), sorted.end());
     bool permutes = perm.size() == in[0].size() && out[0].size() == in[0].size();

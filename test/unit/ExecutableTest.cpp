@@ -904,6 +904,20 @@ TEST(Executor, ExpertExchangeRefusesMoreRowsThanItHolds) {
   }
 }
 
+TEST(Executor, ExpertExchangeRefusesAnExpertOutsideTheModel) {
+  // Pair 5 (token 2's second choice) chose expert 7 of 4: each rank stops
+  // naming it, before anything is sent.
+  ExpertExchange run = exchangeExperts(12, {0, 1, 2, 3, 0, 7, 1, 0});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(run.status[r].isOk()) << "rank " << r;
+    EXPECT_NE(run.status[r].message().find("moe_dispatch: (token, choice) pair 5 chose expert 7, outside the 4 "
+                                           "experts"),
+              std::string::npos)
+        << run.status[r].message();
+    EXPECT_TRUE(run.sent[r].empty());
+  }
+}
+
 TEST(Executable, BoxesOfATensorInRefinedShapesHoldTheSameElements) {
   // DeepSeek-V3's kv_b_proj at 4 heads of 3 rows (2 of keys, 1 of values)
   // of 2: [12, 2] to one program, [4, 3, 2] to another. Rank 1 of 2 on the
@@ -1084,4 +1098,106 @@ TEST(Executable, RefusesLongRopeFactorsUnlikeItsPairs) {
     expectRefused(exe, factors.size() == 2 ? "longrope scaling needs ext_factors: 4 numbers"
                                            : "must be a finite positive number");
   }
+}
+
+// The executor's own checks, on executables the validator lets through
+// (its text is what a user reads).
+
+// Two ranks over `tp`, one stage: an input [4] all-reduced over `axes`.
+pxe::Executable allReduceOver(const std::vector<std::string> &axes) {
+  pxe::Executable exe;
+  exe.set_format_version(1);
+  exe.mutable_grid()->add_axis_names("dp");
+  exe.mutable_grid()->add_shape(1);
+  exe.mutable_grid()->add_axis_names("tp");
+  exe.mutable_grid()->add_shape(2);
+  for (int r = 0; r < 2; ++r) {
+    auto *c = exe.add_ranks();
+    c->add_values(0);
+    c->add_values(r);
+  }
+  pxe::Stage *stage = exe.add_stages();
+  stage->set_index(0);
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {4});
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
+  pxe::Instruction *inst = stage->add_instructions();
+  inst->set_op("all_reduce");
+  inst->add_operands(0);
+  inst->add_results(1);
+  for (const std::string &axis : axes)
+    (*inst->mutable_attrs())["axes"].mutable_strings()->add_values(axis);
+  stage->add_outputs(1);
+  return exe;
+}
+
+// `exe` prepared on rank 0 without a communicator, run once: the status.
+Status runAlone(const pxe::Executable &exe, std::vector<Tensor> inputs) {
+  auto weights = emptyCheckpoint();
+  Executor executor;
+  Status s = executor.prepare(exe, 0, nullptr, *weights, inputs);
+  return s.isOk() ? executor.run() : s;
+}
+
+TEST(Executor, ACollectiveOverSeveralRanksNeedsACommunicator) {
+  pxe::Executable exe = allReduceOver({"tp"});
+  ASSERT_TRUE(validateExecutable(exe).isOk());
+  Status s = runAlone(exe, {Tensor::floats({4})});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("a collective over several ranks needs a communicator"), std::string::npos)
+      << s.message();
+}
+
+TEST(Executor, RefusesCollectiveAxesOutOfGridOrder) {
+  for (auto [axes, given] : {std::pair{std::vector<std::string>{"tp", "dp"}, "[tp, dp]"},
+                             std::pair{std::vector<std::string>{"tp", "tp"}, "[tp, tp]"}}) {
+    pxe::Executable exe = allReduceOver(axes);
+    ASSERT_TRUE(validateExecutable(exe).isOk());
+    Status s = runAlone(exe, {Tensor::floats({4})});
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find(std::string("stage 0 instruction 0 (all_reduce): collective axes ") + given +
+                               " must be distinct grid axes in grid order (dp, tp)"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
+TEST(Executor, RefusesATransposeWithoutItsPermutation) {
+  pxe::Executable exe = oneRank();
+  pxe::Stage *stage = exe.mutable_stages(0);
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {2, 3});
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {3, 2});
+  pxe::Instruction *inst = stage->add_instructions();
+  inst->set_op("transpose");
+  inst->add_operands(0);
+  inst->add_results(1);
+  stage->add_outputs(1);
+  // (refused before it runs: the validator reads the attribute)
+  Status s = validateExecutable(exe);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("stages[0].instructions[0] (transpose): has no permutation attribute"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(Executor, GreedyTokensNeedLogits) {
+  auto weights = emptyCheckpoint();
+  pxe::Executable none = oneRank();
+  addBuffer(*none.mutable_stages(0), pxe::INPUT, pxe::F32, {2, 5});
+  Executor executor;
+  ASSERT_TRUE(executor.prepare(none, 0, nullptr, *weights, {Tensor::floats({2, 5})}).isOk());
+  ASSERT_TRUE(executor.run().isOk());
+  StatusOr<std::vector<int32_t>> tokens = executor.greedyTokens();
+  ASSERT_FALSE(tokens.isOk());
+  EXPECT_NE(tokens.status().message().find("greedy tokens: this stage returns nothing"), std::string::npos);
+  // a first result of integers is no logits
+  pxe::Executable ints = oneRank();
+  addBuffer(*ints.mutable_stages(0), pxe::INPUT, pxe::I32, {2, 5});
+  ints.mutable_stages(0)->add_outputs(0);
+  Executor other;
+  ASSERT_TRUE(other.prepare(ints, 0, nullptr, *weights, {Tensor::ints({2, 5})}).isOk());
+  ASSERT_TRUE(other.run().isOk());
+  tokens = other.greedyTokens();
+  ASSERT_FALSE(tokens.isOk());
+  EXPECT_NE(tokens.status().message().find("greedy tokens: the first result is not logits [..., vocab]"),
+            std::string::npos);
 }
