@@ -330,7 +330,8 @@ Status checkResultsCovered(const pxe::Executable &exe) {
 
 } // namespace
 
-Status validateExecutable(const pxe::Executable &exe) {
+// The grid, the ranks' coordinates, the schedule and the stages' count.
+static Status validateGrid(const pxe::Executable &exe) {
   if (exe.format_version() != kFormatVersion)
     return fail("format_version", "is " + std::to_string(exe.format_version()) +
                                       ", this runtime reads " +
@@ -385,185 +386,218 @@ Status validateExecutable(const pxe::Executable &exe) {
     return fail("stages", std::to_string(exe.stages_size()) +
                               " stages need a grid axis 'pp' of that size");
 
+  return Status::ok();
+}
+
+// Stage `stage`'s buffers (`where` names it): ids, dtypes, roles, shapes,
+// and the boxes of parameters, inputs and split outputs; `defined` gets
+// the buffers given before the first instruction (parameters, inputs).
+static Status validateBuffers(const pxe::Executable &exe, const pxe::Stage &stage, const std::string &where,
+                              std::vector<bool> &defined) {
+  for (int b = 0; b < stage.buffers_size(); ++b) {
+    const pxe::Buffer &buffer = stage.buffers(b);
+    std::string bw = where + ".buffers[" + std::to_string(b) + "]";
+    if (buffer.id() != b)
+      return fail(bw + ".id", "is " + std::to_string(buffer.id()) + ", expected " + std::to_string(b));
+    if (buffer.dtype() == pxe::DTYPE_UNSPECIFIED || !pxe::DType_IsValid(buffer.dtype()))
+      return fail(bw + ".dtype", "is not a known dtype");
+    if (!pxe::Role_IsValid(buffer.role()) || buffer.role() == pxe::ROLE_UNSPECIFIED)
+      return fail(bw + ".role", "is not a known role");
+    int64_t elements = 1;
+    for (int64_t d : buffer.shape()) {
+      if (d <= 0)
+        return fail(bw + ".shape", "has a non-positive dimension");
+      elements *= d;
+      if (elements > kMaxElements)
+        return fail(bw + ".shape", "is too large");
+    }
+    // A box of a whole tensor: a parameter's, an input's, or a split
+    // output's (a gradient in its parameter's split).
+    auto checkBox = [&]() -> Status {
+      if (buffer.global_shape_size() != buffer.shape_size() ||
+          buffer.split_size() != buffer.shape_size())
+        return fail(bw, "global_shape and split need one entry per dimension");
+      for (int d = 0; d < buffer.shape_size(); ++d) {
+        int64_t parts = 1;
+        for (const std::string &axis : buffer.split(d).axes()) {
+          int64_t n = axisSize(exe, axis);
+          if (!n)
+            return fail(bw + ".split", "names unknown grid axis '" + axis + "'");
+          parts *= n;
+        }
+        if (buffer.global_shape(d) != buffer.shape(d) * parts)
+          return fail(bw + ".global_shape",
+                      "dimension " + std::to_string(d) + " is not the local size times its split");
+      }
+      return Status::ok();
+    };
+    if (buffer.role() == pxe::TEMPORARY && (buffer.global_shape_size() || buffer.split_size())) {
+      if (std::find(stage.outputs().begin(), stage.outputs().end(), b) == stage.outputs().end())
+        return fail(bw + ".global_shape", "belongs on a parameter, an input or an output");
+      if (Status box = checkBox(); !box.isOk())
+        return box;
+    }
+    if (buffer.role() == pxe::PARAMETER || buffer.role() == pxe::INPUT) {
+      defined[b] = true;
+      if (buffer.role() == pxe::PARAMETER && buffer.param_name().empty())
+        return fail(bw + ".param_name", "is empty");
+      if (Status box = checkBox(); !box.isOk())
+        return box;
+      for (const std::string &axis : buffer.partial())
+        if (!axisSize(exe, axis))
+          return fail(bw + ".partial", "names unknown grid axis '" + axis + "'");
+      if (buffer.param_offset_size() || buffer.param_shape_size()) {
+        if (buffer.role() != pxe::PARAMETER || buffer.param_name().find("{e}") != std::string::npos)
+          return fail(bw + ".param_offset", "belongs on a parameter that is not a stack of experts");
+        if (buffer.param_offset_size() != buffer.shape_size() || buffer.param_shape_size() != buffer.shape_size())
+          return fail(bw, "param_offset and param_shape need one entry per dimension");
+        for (int d = 0; d < buffer.shape_size(); ++d)
+          if (buffer.param_offset(d) < 0 ||
+              buffer.param_offset(d) > buffer.param_shape(d) - buffer.global_shape(d))
+            return fail(bw + ".param_offset", "dimension " + std::to_string(d) +
+                                                  ": the piece lies outside the checkpoint tensor");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+// Instruction k of `stage`: a known op, its operands computed before it
+// and its results written once, its attributes' axes and its shapes.
+static Status validateInstruction(const pxe::Executable &exe, const pxe::Stage &stage, int k,
+                                  const std::string &where, std::vector<bool> &defined) {
+  const pxe::Instruction &inst = stage.instructions(k);
+  std::string iw = where + ".instructions[" + std::to_string(k) + "] (" + inst.op() + ")";
+  auto arity = arities().find(inst.op());
+  if (arity == arities().end())
+    return fail(iw + ".op", "is not an op this runtime knows");
+  const Arity &counts = arity->second;
+  if (inst.operands_size() < counts.minOperands ||
+      (counts.maxOperands >= 0 && inst.operands_size() > counts.maxOperands) ||
+      inst.results_size() != counts.results)
+    return fail(iw, "has the wrong number of operands or results");
+  for (int32_t id : inst.operands())
+    if (id < 0 || id >= stage.buffers_size() || !defined[id])
+      return fail(iw + ".operands", "buffer " + std::to_string(id) +
+                                        " is out of range or not yet computed");
+  if (int p = positionOperand(inst); p >= 0) {
+    const pxe::Buffer &position = stage.buffers(inst.operands(p));
+    if ((position.dtype() != pxe::I32 && position.dtype() != pxe::I64) || position.shape_size() != 0)
+      return fail(iw + ".operands", "the position (operand " + std::to_string(p) +
+                                        ") must be an integer scalar");
+  }
+  for (int32_t id : inst.results()) {
+    if (id < 0 || id >= stage.buffers_size())
+      return fail(iw + ".results", "buffer " + std::to_string(id) + " is out of range");
+    if (defined[id])
+      return fail(iw + ".results", "buffer " + std::to_string(id) + " is written twice");
+    if (stage.buffers(id).role() != pxe::TEMPORARY)
+      return fail(iw + ".results", "buffer " + std::to_string(id) + " is not a temporary");
+    defined[id] = true;
+  }
+  // (after the results' ids are checked: a mutant's result id past the
+  // buffers was read here before, parax-pxe-fuzz 2026-12-01)
+  if (inst.op() == "cache_update") {
+    const pxe::Buffer &cache = stage.buffers(inst.operands(0)), &update = stage.buffers(inst.operands(1));
+    const pxe::Buffer &result = stage.buffers(inst.results(0));
+    bool fits = cache.shape_size() == 4 && update.shape_size() == 4 &&
+                result.shape_size() == 4 && update.shape(1) <= cache.shape(1);
+    for (int d = 0; fits && d < 4; ++d)
+      fits = result.shape(d) == cache.shape(d) && (d == 1 || update.shape(d) == cache.shape(d));
+    if (!fits)
+      return fail(iw, "the cache, the update and the result must be [B, C, heads, D], "
+                      "[B, S <= C, heads, D] and the cache's shape");
+  }
+  for (const auto &[name, attr] : inst.attrs()) { // axes, head_axes, vocab_axes, ...
+    bool namesAxes = name.size() >= 4 && name.compare(name.size() - 4, 4, "axes") == 0;
+    if (namesAxes && attr.has_strings())
+      for (const std::string &axis : attr.strings().values())
+        if (!axisSize(exe, axis))
+          return fail(iw + ".attrs[" + name + "]", "names unknown grid axis '" + axis + "'");
+  }
+  // Pipeline stages run different programs: a group spanning them
+  // would wait for ranks that never join it (only send/recv cross).
+  if (exe.stages_size() > 1 && inst.op() != "send" && inst.op() != "recv")
+    for (const std::string &axis : attrStrings(inst.attrs(), "axes"))
+      if (axis == "pp")
+        return fail(iw + ".attrs[axes]", "a group over 'pp' spans pipeline stages, which run different "
+                                         "programs: its ranks would wait forever");
+  if (Status shapes = checkOpShapes(exe, stage, inst, iw); !shapes.isOk())
+    return shapes;
+  return Status::ok();
+}
+
+// Stage `stage`'s outputs and what they are (gradients, loss terms, stage
+// parts), and its partial sums (gradient outputs only).
+static Status validateOutputs(const pxe::Executable &exe, const pxe::Stage &stage, const std::string &where,
+                              const std::vector<bool> &defined) {
+  if (stage.output_grads_size() && stage.output_grads_size() != stage.outputs_size())
+    return fail(where + ".output_grads", std::to_string(stage.output_grads_size()) + " names for " +
+                                              std::to_string(stage.outputs_size()) + " outputs");
+  for (int32_t id : stage.outputs())
+    if (id < 0 || id >= stage.buffers_size() || !defined[id])
+      return fail(where + ".outputs", "buffer " + std::to_string(id) + " is not computed");
+  if (stage.output_terms_size() && stage.output_terms_size() != stage.outputs_size())
+    return fail(where + ".output_terms", std::to_string(stage.output_terms_size()) + " terms for " +
+                                              std::to_string(stage.outputs_size()) + " outputs");
+  for (int k = 0; k < stage.output_terms_size(); ++k) {
+    const std::string &term = stage.output_terms(k);
+    if (term.empty()) continue;
+    if (term != "balance" && term != "mtp")
+      return fail(where + ".output_terms[" + std::to_string(k) + "]", "'" + term + "' is not a loss term "
+                                                                        "(balance, mtp)");
+    const pxe::Buffer &b = stage.buffers(stage.outputs(k));
+    if (b.shape_size() != 0 || b.dtype() != pxe::F32)
+      return fail(where + ".output_terms[" + std::to_string(k) + "]", "a loss term must be an f32 scalar");
+  }
+  if (stage.output_stage_parts_size() && stage.output_stage_parts_size() != stage.outputs_size())
+    return fail(where + ".output_stage_parts", std::to_string(stage.output_stage_parts_size()) + " flags for " +
+                                                   std::to_string(stage.outputs_size()) + " outputs");
+  for (int k = 0; k < stage.output_stage_parts_size(); ++k)
+    if (stage.output_stage_parts(k) && (k >= stage.output_grads_size() || stage.output_grads(k).empty()))
+      return fail(where + ".output_stage_parts[" + std::to_string(k) + "]", "a stage's part of what is not a "
+                                                                            "gradient");
+  // A computed buffer that is a partial sum: a gradient output, which the
+  // runtime sums over those axes with its data-parallel reduction.
+  for (int32_t b = 0; b < stage.buffers_size(); ++b) {
+    const pxe::Buffer &buffer = stage.buffers(b);
+    if (buffer.role() != pxe::TEMPORARY || !buffer.partial_size()) continue;
+    std::string bw = where + ".buffers[" + std::to_string(b) + "].partial";
+    bool gradient = false;
+    for (int k = 0; k < stage.outputs_size(); ++k)
+      gradient = gradient || (stage.outputs(k) == b && k < stage.output_grads_size() && !stage.output_grads(k).empty());
+    if (!gradient)
+      return fail(bw, "a partial sum that is not a gradient output (the runtime adds up the partial sums of "
+                      "gradients only)");
+    for (const std::string &axis : buffer.partial()) {
+      if (!axisSize(exe, axis)) return fail(bw, "names unknown grid axis '" + axis + "'");
+      if (axis == "pp") return fail(bw, "a partial sum over 'pp' (pipeline stages run different programs)");
+      for (const pxe::AxisList &split : buffer.split())
+        if (std::find(split.axes().begin(), split.axes().end(), axis) != split.axes().end())
+          return fail(bw, "'" + axis + "' both splits the box and sums it");
+      if (std::count(buffer.partial().begin(), buffer.partial().end(), axis) > 1)
+        return fail(bw, "names '" + axis + "' twice");
+    }
+  }
+  return Status::ok();
+}
+
+Status validateExecutable(const pxe::Executable &exe) {
+  if (Status grid = validateGrid(exe); !grid.isOk())
+    return grid;
   for (int s = 0; s < exe.stages_size(); ++s) {
     const pxe::Stage &stage = exe.stages(s);
     std::string where = "stages[" + std::to_string(s) + "]";
     if (stage.index() != s)
       return fail(where + ".index", "is " + std::to_string(stage.index()));
     std::vector<bool> defined(stage.buffers_size(), false);
-    for (int b = 0; b < stage.buffers_size(); ++b) {
-      const pxe::Buffer &buffer = stage.buffers(b);
-      std::string bw = where + ".buffers[" + std::to_string(b) + "]";
-      if (buffer.id() != b)
-        return fail(bw + ".id", "is " + std::to_string(buffer.id()) + ", expected " + std::to_string(b));
-      if (buffer.dtype() == pxe::DTYPE_UNSPECIFIED || !pxe::DType_IsValid(buffer.dtype()))
-        return fail(bw + ".dtype", "is not a known dtype");
-      if (!pxe::Role_IsValid(buffer.role()) || buffer.role() == pxe::ROLE_UNSPECIFIED)
-        return fail(bw + ".role", "is not a known role");
-      int64_t elements = 1;
-      for (int64_t d : buffer.shape()) {
-        if (d <= 0)
-          return fail(bw + ".shape", "has a non-positive dimension");
-        elements *= d;
-        if (elements > kMaxElements)
-          return fail(bw + ".shape", "is too large");
-      }
-      // A box of a whole tensor: a parameter's, an input's, or a split
-      // output's (a gradient in its parameter's split).
-      auto checkBox = [&]() -> Status {
-        if (buffer.global_shape_size() != buffer.shape_size() ||
-            buffer.split_size() != buffer.shape_size())
-          return fail(bw, "global_shape and split need one entry per dimension");
-        for (int d = 0; d < buffer.shape_size(); ++d) {
-          int64_t parts = 1;
-          for (const std::string &axis : buffer.split(d).axes()) {
-            int64_t n = axisSize(exe, axis);
-            if (!n)
-              return fail(bw + ".split", "names unknown grid axis '" + axis + "'");
-            parts *= n;
-          }
-          if (buffer.global_shape(d) != buffer.shape(d) * parts)
-            return fail(bw + ".global_shape",
-                        "dimension " + std::to_string(d) + " is not the local size times its split");
-        }
-        return Status::ok();
-      };
-      if (buffer.role() == pxe::TEMPORARY && (buffer.global_shape_size() || buffer.split_size())) {
-        if (std::find(stage.outputs().begin(), stage.outputs().end(), b) == stage.outputs().end())
-          return fail(bw + ".global_shape", "belongs on a parameter, an input or an output");
-        if (Status box = checkBox(); !box.isOk())
-          return box;
-      }
-      if (buffer.role() == pxe::PARAMETER || buffer.role() == pxe::INPUT) {
-        defined[b] = true;
-        if (buffer.role() == pxe::PARAMETER && buffer.param_name().empty())
-          return fail(bw + ".param_name", "is empty");
-        if (Status box = checkBox(); !box.isOk())
-          return box;
-        for (const std::string &axis : buffer.partial())
-          if (!axisSize(exe, axis))
-            return fail(bw + ".partial", "names unknown grid axis '" + axis + "'");
-        if (buffer.param_offset_size() || buffer.param_shape_size()) {
-          if (buffer.role() != pxe::PARAMETER || buffer.param_name().find("{e}") != std::string::npos)
-            return fail(bw + ".param_offset", "belongs on a parameter that is not a stack of experts");
-          if (buffer.param_offset_size() != buffer.shape_size() || buffer.param_shape_size() != buffer.shape_size())
-            return fail(bw, "param_offset and param_shape need one entry per dimension");
-          for (int d = 0; d < buffer.shape_size(); ++d)
-            if (buffer.param_offset(d) < 0 ||
-                buffer.param_offset(d) > buffer.param_shape(d) - buffer.global_shape(d))
-              return fail(bw + ".param_offset", "dimension " + std::to_string(d) +
-                                                    ": the piece lies outside the checkpoint tensor");
-        }
-      }
-    }
-    for (int k = 0; k < stage.instructions_size(); ++k) {
-      const pxe::Instruction &inst = stage.instructions(k);
-      std::string iw = where + ".instructions[" + std::to_string(k) + "] (" + inst.op() + ")";
-      auto arity = arities().find(inst.op());
-      if (arity == arities().end())
-        return fail(iw + ".op", "is not an op this runtime knows");
-      const Arity &counts = arity->second;
-      if (inst.operands_size() < counts.minOperands ||
-          (counts.maxOperands >= 0 && inst.operands_size() > counts.maxOperands) ||
-          inst.results_size() != counts.results)
-        return fail(iw, "has the wrong number of operands or results");
-      for (int32_t id : inst.operands())
-        if (id < 0 || id >= stage.buffers_size() || !defined[id])
-          return fail(iw + ".operands", "buffer " + std::to_string(id) +
-                                            " is out of range or not yet computed");
-      if (int p = positionOperand(inst); p >= 0) {
-        const pxe::Buffer &position = stage.buffers(inst.operands(p));
-        if ((position.dtype() != pxe::I32 && position.dtype() != pxe::I64) || position.shape_size() != 0)
-          return fail(iw + ".operands", "the position (operand " + std::to_string(p) +
-                                            ") must be an integer scalar");
-      }
-      for (int32_t id : inst.results()) {
-        if (id < 0 || id >= stage.buffers_size())
-          return fail(iw + ".results", "buffer " + std::to_string(id) + " is out of range");
-        if (defined[id])
-          return fail(iw + ".results", "buffer " + std::to_string(id) + " is written twice");
-        if (stage.buffers(id).role() != pxe::TEMPORARY)
-          return fail(iw + ".results", "buffer " + std::to_string(id) + " is not a temporary");
-        defined[id] = true;
-      }
-      // (after the results' ids are checked: a mutant's result id past the
-      // buffers was read here before, parax-pxe-fuzz 2026-12-01)
-      if (inst.op() == "cache_update") {
-        const pxe::Buffer &cache = stage.buffers(inst.operands(0)), &update = stage.buffers(inst.operands(1));
-        const pxe::Buffer &result = stage.buffers(inst.results(0));
-        bool fits = cache.shape_size() == 4 && update.shape_size() == 4 &&
-                    result.shape_size() == 4 && update.shape(1) <= cache.shape(1);
-        for (int d = 0; fits && d < 4; ++d)
-          fits = result.shape(d) == cache.shape(d) && (d == 1 || update.shape(d) == cache.shape(d));
-        if (!fits)
-          return fail(iw, "the cache, the update and the result must be [B, C, heads, D], "
-                          "[B, S <= C, heads, D] and the cache's shape");
-      }
-      for (const auto &[name, attr] : inst.attrs()) { // axes, head_axes, vocab_axes, ...
-        bool namesAxes = name.size() >= 4 && name.compare(name.size() - 4, 4, "axes") == 0;
-        if (namesAxes && attr.has_strings())
-          for (const std::string &axis : attr.strings().values())
-            if (!axisSize(exe, axis))
-              return fail(iw + ".attrs[" + name + "]", "names unknown grid axis '" + axis + "'");
-      }
-      // Pipeline stages run different programs: a group spanning them
-      // would wait for ranks that never join it (only send/recv cross).
-      if (exe.stages_size() > 1 && inst.op() != "send" && inst.op() != "recv")
-        for (const std::string &axis : attrStrings(inst.attrs(), "axes"))
-          if (axis == "pp")
-            return fail(iw + ".attrs[axes]", "a group over 'pp' spans pipeline stages, which run different "
-                                             "programs: its ranks would wait forever");
-      if (Status shapes = checkOpShapes(exe, stage, inst, iw); !shapes.isOk())
-        return shapes;
-    }
-    if (stage.output_grads_size() && stage.output_grads_size() != stage.outputs_size())
-      return fail(where + ".output_grads", std::to_string(stage.output_grads_size()) + " names for " +
-                                                std::to_string(stage.outputs_size()) + " outputs");
-    for (int32_t id : stage.outputs())
-      if (id < 0 || id >= stage.buffers_size() || !defined[id])
-        return fail(where + ".outputs", "buffer " + std::to_string(id) + " is not computed");
-    if (stage.output_terms_size() && stage.output_terms_size() != stage.outputs_size())
-      return fail(where + ".output_terms", std::to_string(stage.output_terms_size()) + " terms for " +
-                                                std::to_string(stage.outputs_size()) + " outputs");
-    for (int k = 0; k < stage.output_terms_size(); ++k) {
-      const std::string &term = stage.output_terms(k);
-      if (term.empty()) continue;
-      if (term != "balance" && term != "mtp")
-        return fail(where + ".output_terms[" + std::to_string(k) + "]", "'" + term + "' is not a loss term "
-                                                                          "(balance, mtp)");
-      const pxe::Buffer &b = stage.buffers(stage.outputs(k));
-      if (b.shape_size() != 0 || b.dtype() != pxe::F32)
-        return fail(where + ".output_terms[" + std::to_string(k) + "]", "a loss term must be an f32 scalar");
-    }
-    if (stage.output_stage_parts_size() && stage.output_stage_parts_size() != stage.outputs_size())
-      return fail(where + ".output_stage_parts", std::to_string(stage.output_stage_parts_size()) + " flags for " +
-                                                     std::to_string(stage.outputs_size()) + " outputs");
-    for (int k = 0; k < stage.output_stage_parts_size(); ++k)
-      if (stage.output_stage_parts(k) && (k >= stage.output_grads_size() || stage.output_grads(k).empty()))
-        return fail(where + ".output_stage_parts[" + std::to_string(k) + "]", "a stage's part of what is not a "
-                                                                              "gradient");
-    // A computed buffer that is a partial sum: a gradient output, which the
-    // runtime sums over those axes with its data-parallel reduction.
-    for (int32_t b = 0; b < stage.buffers_size(); ++b) {
-      const pxe::Buffer &buffer = stage.buffers(b);
-      if (buffer.role() != pxe::TEMPORARY || !buffer.partial_size()) continue;
-      std::string bw = where + ".buffers[" + std::to_string(b) + "].partial";
-      bool gradient = false;
-      for (int k = 0; k < stage.outputs_size(); ++k)
-        gradient = gradient || (stage.outputs(k) == b && k < stage.output_grads_size() && !stage.output_grads(k).empty());
-      if (!gradient)
-        return fail(bw, "a partial sum that is not a gradient output (the runtime adds up the partial sums of "
-                        "gradients only)");
-      for (const std::string &axis : buffer.partial()) {
-        if (!axisSize(exe, axis)) return fail(bw, "names unknown grid axis '" + axis + "'");
-        if (axis == "pp") return fail(bw, "a partial sum over 'pp' (pipeline stages run different programs)");
-        for (const pxe::AxisList &split : buffer.split())
-          if (std::find(split.axes().begin(), split.axes().end(), axis) != split.axes().end())
-            return fail(bw, "'" + axis + "' both splits the box and sums it");
-        if (std::count(buffer.partial().begin(), buffer.partial().end(), axis) > 1)
-          return fail(bw, "names '" + axis + "' twice");
-      }
-    }
+    if (Status buffers = validateBuffers(exe, stage, where, defined); !buffers.isOk())
+      return buffers;
+    for (int k = 0; k < stage.instructions_size(); ++k)
+      if (Status inst = validateInstruction(exe, stage, k, where, defined); !inst.isOk())
+        return inst;
+    if (Status outputs = validateOutputs(exe, stage, where, defined); !outputs.isOk())
+      return outputs;
     if (Status results = checkOutputResults(exe, s); !results.isOk())
       return results;
   }
