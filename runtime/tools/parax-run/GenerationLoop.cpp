@@ -18,11 +18,40 @@ using namespace parax::runtime;
 
 namespace parax::run {
 
+void GenerationLoop::finish(Result &result, const std::vector<int64_t> &ranOf,
+                            const std::vector<std::vector<std::vector<float>>> &stepLogits, int64_t vocab) {
+  int64_t width = promptLength + generate;
+  int64_t ran = *std::max_element(ranOf.begin(), ranOf.end()); // fewer than total when every row stopped
+  result.ran = ran;
+  for (int64_t m = 0; m < micro; ++m) // the positions of its rows a stopped microbatch never ran
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t after = ranOf[m] + 1; after < endOf(firstRowOf(m) + b); ++after)
+        sequence[(firstRowOf(m) + b) * width + after] = static_cast<int32_t>(stopToken);
+  if (replicaWriter) {
+    // This replica's rows of the sequence: [micro * batch, width].
+    int64_t mine = micro * batch;
+    Tensor tokens = Tensor::ints({mine, width});
+    std::copy(sequence.begin() + firstRowOf(0) * width, sequence.begin() + (firstRowOf(0) + mine) * width,
+              tokens.i.begin());
+    result.results.push_back(std::move(tokens));
+    if (wantLogits) { // [rows, positions run, vocab]; NaN where a stopped microbatch ran none
+      Tensor ordered = Tensor::floats({mine, ran, vocab}); // and past each row's last token
+      std::fill(ordered.f.begin(), ordered.f.end(), std::numeric_limits<float>::quiet_NaN());
+      for (int64_t m = 0; m < micro; ++m)
+        for (int64_t b = 0; b < batch; ++b) {
+          int64_t positions = std::min<int64_t>(stepLogits[m].size(), endOf(firstRowOf(m) + b) - 1);
+          for (int64_t p = 0; p < positions; ++p)
+            std::copy(&stepLogits[m][p][b * vocab], &stepLogits[m][p][(b + 1) * vocab],
+                      &ordered.f[((m * batch + b) * ran + p) * vocab]);
+        }
+      result.results.push_back(std::move(ordered));
+    }
+  }
+}
+
 GenerationLoop::Result GenerationLoop::run() {
   Result result;
   Status s = Status::ok();
-  // Microbatch m of this replica: rows (replica * micro + m) * batch ..
-  auto firstRowOf = [&](int64_t m) { return (replica * micro + m) * batch; };
   auto inputsAt = [&](const GenerationProgram &program, int64_t t, int64_t m) {
     return generationInputs(program, sequence, promptLength + generate, firstRowOf(m), t);
   };
@@ -40,9 +69,6 @@ GenerationLoop::Result GenerationLoop::run() {
   std::vector<int64_t> ranOf(micro, 0);   // positions each microbatch has run
   std::vector<int64_t> awaited(micro, -1); // a position whose tokens this rank awaits from the writer
   std::vector<bool> stopped(rows, false);  // rows that gave --stop-token
-  // Row r holds its prompt below promptLengths[r], its generated tokens
-  // from there up to endOf(r), -1 after.
-  auto endOf = [&](int64_t row) { return promptLengths[row] + generate; };
   auto shortestPromptOf = [&](int64_t m) {
     int64_t shortest = promptLength;
     for (int64_t b = 0; b < batch; ++b) shortest = std::min(shortest, promptLengths[firstRowOf(m) + b]);
@@ -194,32 +220,7 @@ GenerationLoop::Result GenerationLoop::run() {
     auto watched = waits->watch("sending the generated tokens");
     MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
   }
-  int64_t ran = *std::max_element(ranOf.begin(), ranOf.end()); // fewer than total when every row stopped
-  result.ran = ran;
-  for (int64_t m = 0; m < micro; ++m) // the positions of its rows a stopped microbatch never ran
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t after = ranOf[m] + 1; after < endOf(firstRowOf(m) + b); ++after)
-        sequence[(firstRowOf(m) + b) * width + after] = static_cast<int32_t>(stopToken);
-  if (replicaWriter) {
-    // This replica's rows of the sequence: [micro * batch, width].
-    int64_t mine = micro * batch;
-    Tensor tokens = Tensor::ints({mine, width});
-    std::copy(sequence.begin() + firstRowOf(0) * width, sequence.begin() + (firstRowOf(0) + mine) * width,
-              tokens.i.begin());
-    result.results.push_back(std::move(tokens));
-    if (wantLogits) { // [rows, positions run, vocab]; NaN where a stopped microbatch ran none
-      Tensor ordered = Tensor::floats({mine, ran, vocab}); // and past each row's last token
-      std::fill(ordered.f.begin(), ordered.f.end(), std::numeric_limits<float>::quiet_NaN());
-      for (int64_t m = 0; m < micro; ++m)
-        for (int64_t b = 0; b < batch; ++b) {
-          int64_t positions = std::min<int64_t>(stepLogits[m].size(), endOf(firstRowOf(m) + b) - 1);
-          for (int64_t p = 0; p < positions; ++p)
-            std::copy(&stepLogits[m][p][b * vocab], &stepLogits[m][p][(b + 1) * vocab],
-                      &ordered.f[((m * batch + b) * ran + p) * vocab]);
-        }
-      result.results.push_back(std::move(ordered));
-    }
-  }
+  finish(result, ranOf, stepLogits, vocab);
   return result;
 }
 

@@ -49,6 +49,18 @@ struct GenerationLoop {
     std::vector<Tensor> results; // the writer's: tokens [rows of the replica, width], then logits
   };
   Result run();
+
+private:
+  // Microbatch m's first row: rows (replica * micro + m) * batch ...
+  int64_t firstRowOf(int64_t m) const { return (replica * micro + m) * batch; }
+  // Row r holds its prompt below promptLengths[r], its generated tokens
+  // from there up to endOf(r), -1 after.
+  int64_t endOf(int64_t row) const { return promptLengths[row] + generate; }
+  // After the loop: the positions a stopped microbatch never ran get the
+  // stop token; the writer's results (the replica's rows, and with
+  // wantLogits their logits, NaN where none ran) into `result`.
+  void finish(Result &result, const std::vector<int64_t> &ranOf,
+              const std::vector<std::vector<std::vector<float>>> &stepLogits, int64_t vocab);
 };
 
 } // namespace parax::run
