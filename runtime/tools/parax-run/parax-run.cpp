@@ -21,6 +21,7 @@
 #include "parax/runtime/StallWatchdog.h"
 
 #include "GenerationLoop.h"
+#include "Options.h"
 #include "Grid.h"
 #include "Runner.h"
 #include "RunProfile.h"
@@ -56,114 +57,6 @@ using namespace parax::run;
 
 namespace {
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: mpirun -np N parax-run MODEL.pxe --weights W.safetensors "
-               "--input X.npy [--input Y.npy] [--output OUT.npy [--output OUT2.npy]] [--steps K] "
-               "[--device cpu|cuda]\n"
-               "       mpirun -np N parax-run STEP.pxe --weights W.safetensors --input PROMPT.npy "
-               "--generate K [--output TOKENS.npy [--output LOGITS.npy]] [--device cpu|cuda]\n"
-               "  (every flag takes its value as --flag VALUE or --flag=VALUE; --quiet: no line a\n"
-               "  training step and no generation progress, the summary only)\n"
-               "  --log-json L.jsonl: with --optimizer, one JSON object a training step (step, loss and\n"
-               "  its terms, grad_norm, clipped, lr, seconds, tokens_per_s, eta_s), quiet or not\n"
-               "  --generate K: greedy generation of K tokens per prompt row with a generation\n"
-               "  step (built --seq 1 --cache C): the prompt's tokens are fed one step each,\n"
-               "  then each step's most likely token; the KV caches stay where the step runs\n"
-               "  (on the device) and are written in place. Outputs: the prompt and the\n"
-               "  generated tokens [rows, L + K], and each step's logits [rows, L + K - 1, V]. A\n"
-               "  shorter prompt ends with -1s: its row gets K tokens after its own prompt, then -1s\n"
-               "  (logits NaN past its last token). Rows of\n"
-               "  several batches per replica run as microbatches, each with its own caches, in\n"
-               "  turn on every pipeline stage (stage s+1 on one while stage s is on the next)\n"
-               "  --prefill CHUNK.pxe: the prompt's first tokens in chunks of CHUNK's --seq (built like\n"
-               "  the step, with --seq P, and planned alike), which writes the same caches; the\n"
-               "  CUDA backend shares the weights and caches of both programs\n"
-               "  --temperature T [--top-k K] [--top-p P] [--seed S]: draw each token from\n"
-               "  softmax(logits / T) over the K most likely (0: all), then over the fewest of them,\n"
-               "  most likely first, holding P of their probability (default 1: all),\n"
-               "  reproducibly from S (default: the most likely)\n"
-               "  --stop-token ID: a row that generates ID generates nothing more (its later tokens\n"
-               "  are ID); a microbatch whose rows all have runs no more steps (its LOGITS are NaN\n"
-               "  there), and the loop ends when every row has (LOGITS then holds the positions run)\n"
-               "  --output: the executable's results in order (the logits; with a decode step\n"
-               "  built --return-kv, then each layer's new keys and values; a training step's\n"
-               "  loss, then each parameter's gradient, averaged over microbatches and replicas)\n"
-               "  --output-dir DIR: every result into DIR (an existing folder): a gradient as\n"
-               "  <checkpoint name>.npy (a fused tensor's piece <name>@<offsets>.npy), any other\n"
-               "  result as result<k>.npy\n"
-               "  --optimizer sgd|adamw: with a training step (--parax-autodiff), --steps K optimizer\n"
-               "  steps: each step's gradients (averaged over its microbatches and the replicas)\n"
-               "  update every rank's parameter boxes in place, in fp32 (on cuda: the device optimizer,\n"
-               "  fp32 masters and moments in device memory; PARAX_CUDA_OPTIMIZER=host below: on the\n"
-               "  host). --lr (1e-3), --beta1 (0.9),\n"
-               "  --beta2 (0.999), --eps (1e-8), --weight-decay (0: decoupled, matrices only),\n"
-               "  --clip-grad-norm N (the gradients' global L2 norm at most N), --lr-schedule\n"
-               "  constant|linear|cosine (default constant) with --warmup-steps W (lr t/W at first),\n"
-               "  --decay-steps D (down to --min-lr by step D; default the run's last step),\n"
-               "  --zero (ZeRO-1: the\n"
-               "  AdamW states split over the ranks holding each box (dp, and ep, cp, tp where the\n"
-               "  box is replicated): gradients reduce-scattered, parameters all-gathered),\n"
-               "  --zero-stage 0|1|2|3 (on cuda's device optimizer, 2: the gradient sums split too,\n"
-               "  each microbatch's gradients reduce-scattered; 3: the parameters too, each gathered\n"
-               "  before the instructions that read it); by default the plan's stage; --no-zero: never). --step-rows R: each step takes the next R rows of the\n"
-               "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
-               "  --balance-losses B.npy: each step's MoE load-balancing loss; --mtp-losses M.npy:\n"
-               "  each step's multi-token prediction loss, weighted (both already in the loss; also\n"
-               "  printed with it).\n"
-               "  --per-token-loss: with labels ignored (built with ignore_index), the loss the mean\n"
-               "  over every counted label of the step, all microbatches and replicas together\n"
-               "  (default: each microbatch's mean, averaged)\n"
-               "  --bias-update-speed G: DeepSeek-V3's auxiliary-loss-free balancing: after each\n"
-               "  step every router's correction bias moves G towards balance (b_e += G sign(mean\n"
-               "  load - load_e), the loads counted over the step's tokens on every rank)\n"
-               "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors); OUT/\n"
-               "  (a folder): a sharded checkpoint, each rank writing its share of the whole tensors\n"
-               "  (model-0000k-of-0000n.safetensors, model.safetensors.index.json)\n"
-               "  --save-optimizer S.safetensors / --load-optimizer S.safetensors: AdamW's moments\n"
-               "  (<name>.exp_avg, <name>.exp_avg_sq) and step count (optimizer.step), to resume\n"
-               "  (a folder: sharded likewise). --weights and --load-optimizer read a .safetensors\n"
-               "  file, a sharded checkpoint's index (*.index.json) or a folder holding one\n"
-               "  --save-format boxes: --save-weights OUT/ and --save-optimizer S/ write each rank's\n"
-               "  own boxes, nothing gathered (boxes-0000k-of-0000n.safetensors, one a rank holding\n"
-               "  boxes, and boxes.index.json: each tensor's boxes); read back under any plan\n"
-               "  (default: whole, gathered whole tensors)\n"
-               "  --save-every K: also every K steps (but the last), OUT/ as OUT/step-0000000K/ and\n"
-               "  OUT.safetensors as OUT-step-0000000K.safetensors (K counts a resumed run's steps)\n"
-               "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
-               "  the parameter values it holds and, on cuda, the device memory it took (with\n"
-               "  --generate: every program of the loop, every microbatch's)\n"
-               "  --skip-nonfinite: with --optimizer, a step whose gradients are not finite is skipped (no\n"
-               "  update; counted at the end) instead of stopping the run, which is the default\n"
-               "  --allow-unused-weights: run although the checkpoint holds tensors the program never\n"
-               "  reads (refused otherwise: a model other than the one compiled)\n"
-               "  --profile P.json: each instruction's wall time, the median over the steps (cuda:\n"
-               "  over 3 more steps timed by device events), with its shapes, attributes and the\n"
-               "  ranks a collective spans (rank 0: P.json, rank r: P.json.rank<r>): what\n"
-               "  parax-plan --calibrate fits a cluster and profile to\n"
-               "  PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT): a collective not finished\n"
-               "  after S seconds ends the job, naming rank and operation (default 300)\n"
-               "  PARAX_CUDA_OVERLAP=0: the GPU waits for each collective right after it (by\n"
-               "  default only before the first instruction that touches its buffers)\n"
-               "  PARAX_CUDA_GRAPHS=0: no CUDA graphs (by default a stage without collectives\n"
-               "  or host synchronisations replays its steps after the first as one graph)\n"
-               "  PARAX_ATTENTION=cuda-cores: bf16 attention and its gradient without tensor cores\n"
-               "  PARAX_CUDA_PROFILE=1: after the timed steps, one more step timed op by op\n"
-               "  PARAX_CUDA_FUSE_GELU=0: no gelu in cuBLASLt's GELU_BIAS epilogue (by default\n"
-               "  fused into a biased linear when the epilogue computes the gelu's form)\n"
-               "  PARAX_EXPERTS=grouped|per-expert: MoE experts as one grouped GEMM per\n"
-               "  projection, or cuBLAS GEMMs per expert (by default grouped while experts\n"
-               "  average at most 128 rows)\n"
-               "  PARAX_CUDA_SHARE_TEMPORARIES=0: one device allocation per temporary (by\n"
-               "  default temporaries whose lifetimes do not meet share memory)\n"
-               "  PARAX_CUDA_POISON_DEAD=1: a check: every temporary is filled with NaN\n"
-               "  after its last use, so that a late reader computes NaN\n"
-               "  PARAX_CUDA_OPTIMIZER=host: the optimizer on the host (fp32 masters there, the\n"
-               "  gradients copied to the host and the parameters back each step; by default\n"
-               "  masters, moments and gradients stay on the device)\n"
-               "  PARAX_CUDA_BUCKET_BYTES=N: without ZeRO, the device optimizer all-reduces the\n"
-               "  gradient sums over dp in buckets of up to N bytes (default 25 MiB; 1: a box each)\n");
-}
 
 #ifdef PARAX_WITH_CUDA
 /// One optimizer step on the device: the step's gradient sums averaged
@@ -200,13 +93,6 @@ std::string zeroSummary(const OptimizerConfig &optimizer, bool shares, bool onDe
 }
 
 } // namespace
-
-/// A checkpoint path naming a folder (a sharded checkpoint): ending in '/',
-/// or an existing folder.
-bool isFolderPath(const std::string &path) {
-  struct stat st;
-  return (!path.empty() && path.back() == '/') || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
-}
 
 /// Started by an MPI launcher (Open MPI, MPICH, PMIx, Slurm)? A single rank
 /// started by hand runs without MPI: no launcher daemon is needed then.
@@ -329,293 +215,25 @@ int main(int argc, char **argv) {
     std::exit(1);
   };
 
-  std::string model, weights;
-  std::vector<std::string> outputs;
-  std::string outputDir; // --output-dir
-  std::vector<std::string> inputs;
-  int steps = 1;
-  long generate = -1; // --generate K: tokens to generate per row
-  std::string prefillPath; // --prefill: a program for the prompt's chunks
-  std::string profilePath; // --profile: each instruction's wall time (CPU)
-  std::string logJsonPath; // --log-json: a JSON line a training step
-  Sampling sampling;        // --temperature, --top-k, --seed
-  long long stopToken = -1; // --stop-token
-  bool samplingGiven = false;
-  bool stepsGiven = false;
-  std::string device = "cpu";
-  OptimizerConfig optimizer;  // --optimizer and its settings
-  std::string saveWeights;    // --save-weights
-  std::string saveFormat = "whole"; // --save-format: whole tensors, or each rank's boxes
-  long long saveEvery = 0;          // --save-every K: a checkpoint every K steps too
-  std::string lossesPath;     // --losses
-  // The loss terms a training step returns apart (already in its loss):
-  // the MoE load-balancing losses' sum, multi-token prediction's weighted
-  // depths; each the last stage's output marked with its term.
-  struct LossTerm {
-    const char *term, *label, *flag, *file, *noun, *missing;
-    std::string path;             // its flag's: each step's value
-    int output = -1, result = -1; // the last stage's output, the program's result
-    std::vector<float> values;    // each step's
-  };
-  std::array<LossTerm, 2> terms = {
-      {{"balance", "load balancing", "--balance-losses", "balance_loss", "load-balancing loss",
-        "no router has aux_loss_coef"},
-       {"mtp", "multi-token prediction", "--mtp-losses", "mtp_loss", "multi-token prediction loss",
-        "built without --mtp-weight"}}};
-  bool perTokenLoss = false;  // --per-token-loss
-  bool allowUnusedWeights = false; // --allow-unused-weights
-  std::string saveOptimizer, loadOptimizer; // --save-optimizer, --load-optimizer
-  long long stepRows = 0;     // --step-rows (0: every row every step)
-  bool optimizerSettings = false;
-  double biasSpeed = 0;       // --bias-update-speed
-  bool zeroGiven = false;     // --zero / --no-zero / --zero-stage (else the plan's ZeRO stage decides)
-  bool quiet = false;         // --quiet: no line a step, no generation progress (the summary still)
-  // --name=value is --name value.
-  std::vector<std::string> words;
-  for (int i = 1; i < argc; ++i) {
-    std::string word = argv[i];
-    size_t eq = word.find('=');
-    if (word.rfind("--", 0) == 0 && eq != std::string::npos) {
-      words.push_back(word.substr(0, eq));
-      words.push_back(word.substr(eq + 1));
-    } else {
-      words.push_back(word);
-    }
+  Options opt = parseOptions(argc, argv, die);
+  if (opt.help) {
+    finalize();
+    return 0;
   }
-  std::vector<char *> split = {argv[0]};
-  for (std::string &word : words) split.push_back(word.data());
-  split.push_back(nullptr);
-  argc = static_cast<int>(split.size()) - 1;
-  argv = split.data();
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        usage();
-        die("missing value after " + arg);
-      }
-      return argv[++i];
-    };
-    // The flag's value, a positive count of `what`.
-    auto positiveCount = [&](const char *what) {
-      std::string text = value();
-      char *end = nullptr;
-      long long n = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end || n < 1) die(arg + " must be a positive count of " + what + ", got '" + text + "'");
-      return n;
-    };
-    if (arg == "--weights") weights = value();
-    else if (arg == "--input") inputs.push_back(value());
-    else if (arg == "--output") outputs.push_back(value());
-    else if (arg == "--output-dir") outputDir = value();
-    else if (arg == "--steps") {
-      std::string text = value();
-      char *end = nullptr;
-      long n = std::strtol(text.c_str(), &end, 10);
-      if (text.empty() || *end || n < 0 || n > 1000000000) die("--steps must be a count of steps, got '" + text + "'");
-      steps = static_cast<int>(n);
-      stepsGiven = true;
-    }
-    else if (arg == "--generate") {
-      std::string text = value();
-      char *end = nullptr;
-      generate = std::strtol(text.c_str(), &end, 10);
-      if (text.empty() || *end || generate < 1 || generate > 1000000)
-        die("--generate must be a positive count of tokens, got '" + text + "'");
-    }
-    else if (arg == "--prefill") prefillPath = value();
-    else if (arg == "--profile") profilePath = value();
-    else if (arg == "--optimizer") {
-      optimizer.kind = value();
-      if (optimizer.kind != "sgd" && optimizer.kind != "adamw")
-        die("--optimizer must be sgd or adamw, got '" + optimizer.kind + "'");
-    }
-    else if (arg == "--bias-update-speed") {
-      std::string text = value();
-      char *end = nullptr;
-      biasSpeed = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end || !std::isfinite(biasSpeed) || biasSpeed <= 0)
-        die("--bias-update-speed must be a positive number, got '" + text + "'");
-      optimizerSettings = true;
-    }
-    else if (arg == "--lr" || arg == "--beta1" || arg == "--beta2" || arg == "--eps" || arg == "--weight-decay" ||
-             arg == "--clip-grad-norm" || arg == "--min-lr") {
-      std::string text = value();
-      char *end = nullptr;
-      double number = std::strtod(text.c_str(), &end);
-      bool beta = arg == "--beta1" || arg == "--beta2";
-      if (text.empty() || *end || !std::isfinite(number) || number < 0 || (beta && number >= 1) ||
-          ((arg == "--lr" || arg == "--eps") && number == 0))
-        die(arg + " must be a " + (beta ? "number in [0, 1)" : arg == "--lr" || arg == "--eps" ? "positive number"
-                                                                                              : "non-negative number") +
-            ", got '" + text + "'");
-      double &slot = arg == "--lr"      ? optimizer.lr
-                     : arg == "--beta1" ? optimizer.beta1
-                     : arg == "--beta2" ? optimizer.beta2
-                     : arg == "--eps"   ? optimizer.eps
-                     : arg == "--weight-decay" ? optimizer.weightDecay
-                     : arg == "--min-lr"       ? optimizer.minLr
-                                               : optimizer.clipNorm;
-      slot = number;
-      optimizerSettings = true;
-    }
-    else if (arg == "--warmup-steps" || arg == "--decay-steps") {
-      std::string text = value();
-      char *end = nullptr;
-      long long n = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end || n < 0 || n > 1000000000)
-        die(arg + " must be a count of steps, got '" + text + "'");
-      (arg == "--warmup-steps" ? optimizer.warmupSteps : optimizer.decaySteps) = n;
-      optimizerSettings = true;
-    }
-    else if (arg == "--lr-schedule") {
-      optimizer.schedule = value();
-      if (optimizer.schedule != "constant" && optimizer.schedule != "linear" && optimizer.schedule != "cosine")
-        die("--lr-schedule must be constant, linear or cosine, got '" + optimizer.schedule + "'");
-      optimizerSettings = true;
-    }
-    else if (arg == "--zero" || arg == "--no-zero") {
-      zeroGiven = true;
-      optimizer.zero = arg == "--zero";
-      optimizer.zeroStage = optimizer.zero ? 1 : 0;
-      optimizerSettings = true;
-    }
-    else if (arg == "--zero-stage") {
-      std::string text = value();
-      if (text != "0" && text != "1" && text != "2" && text != "3")
-        die("--zero-stage must be 0, 1, 2 or 3, got '" + text + "'");
-      zeroGiven = true;
-      optimizer.zeroStage = std::stoi(text);
-      optimizer.zero = optimizer.zeroStage > 0;
-      optimizerSettings = true;
-    }
-    else if (arg == "--save-weights") saveWeights = value();
-    else if (arg == "--save-every") {
-      saveEvery = positiveCount("steps");
-      optimizerSettings = true;
-    }
-    else if (arg == "--save-format") {
-      saveFormat = value();
-      if (saveFormat != "whole" && saveFormat != "boxes")
-        die("--save-format must be whole or boxes, got '" + saveFormat + "'");
-      optimizerSettings = true;
-    }
-    else if (arg == "--losses") lossesPath = value();
-    else if (arg == terms[0].flag) terms[0].path = value();
-    else if (arg == terms[1].flag) terms[1].path = value();
-    else if (arg == "--per-token-loss") perTokenLoss = true;
-    else if (arg == "--allow-unused-weights") allowUnusedWeights = true;
-    else if (arg == "--skip-nonfinite") { optimizer.skipNonfinite = true; optimizerSettings = true; }
-    else if (arg == "--quiet") quiet = true;
-    else if (arg == "--log-json") logJsonPath = value();
-    else if (arg == "--save-optimizer") { saveOptimizer = value(); optimizerSettings = true; }
-    else if (arg == "--load-optimizer") { loadOptimizer = value(); optimizerSettings = true; }
-    else if (arg == "--step-rows") {
-      stepRows = positiveCount("rows");
-      optimizerSettings = true;
-    }
-    else if (arg == "--stop-token") {
-      std::string text = value();
-      char *end = nullptr;
-      stopToken = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end || stopToken < 0 || stopToken > INT32_MAX)
-        die("--stop-token must be a token id, got '" + text + "'");
-    }
-    else if (arg == "--top-p") {
-      std::string text = value();
-      char *end = nullptr;
-      double p = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end || !(p > 0 && p <= 1))
-        die("--top-p must be a probability in (0, 1], got '" + text + "'");
-      sampling.topP = p;
-      samplingGiven = true;
-    }
-    else if (arg == "--temperature" || arg == "--top-k" || arg == "--seed") {
-      std::string text = value();
-      char *end = nullptr;
-      double number = std::strtod(text.c_str(), &end);
-      bool whole = number == static_cast<double>(static_cast<long long>(number));
-      if (text.empty() || *end || !(number >= 0) || (arg != "--temperature" && (!whole || number > 9e15)))
-        die(arg + " must be a non-negative " + (arg == "--temperature" ? "number" : "integer") + ", got '" + text + "'");
-      if (arg == "--temperature") sampling.temperature = number;
-      else if (arg == "--top-k") sampling.topK = static_cast<int64_t>(number);
-      else sampling.seed = static_cast<uint64_t>(number);
-      samplingGiven = true;
-    }
-    else if (arg == "--device") device = value();
-    else if (arg == "--help" || arg == "-h") { usage(); finalize(); return 0; }
-    else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg);
-    else model = arg;
-  }
-  if (model.empty() || weights.empty()) {
-    usage();
-    die("an executable and --weights are required");
-  }
-  if (steps == 0 && (!outputs.empty() || !outputDir.empty())) die("--steps 0 prepares only: it writes no --output");
-  if (!outputDir.empty() && !outputs.empty()) die("--output-dir writes every result: it takes no --output");
-  if (!outputDir.empty() && generate > 0) die("--generate writes its tokens and logits with --output, not --output-dir");
-  if (!outputDir.empty()) {
-    struct stat info;
-    if (stat(outputDir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
-      die("--output-dir " + outputDir + ": not a directory");
-  }
-  if (generate > 0 && stepsGiven && steps != 0)
-    die("--generate runs one step per token: it takes no --steps (--steps 0: prepare its programs only)");
-  if (!prefillPath.empty() && generate <= 0) die("--prefill is part of --generate");
-  if ((samplingGiven || stopToken >= 0) && generate <= 0)
-    die("--temperature, --top-k, --top-p, --seed and --stop-token are part of --generate");
-  if (device != "cpu" && device != "cuda") die("--device must be cpu or cuda");
-  const bool trains = !optimizer.kind.empty();
-  if (!trains && (optimizerSettings || !saveWeights.empty() || !lossesPath.empty() || !logJsonPath.empty() ||
-                  std::any_of(terms.begin(), terms.end(), [](const LossTerm &t) { return !t.path.empty(); })))
-    die("--lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --lr-schedule, --warmup-steps, "
-        "--decay-steps, --min-lr, --zero, --step-rows, --save-weights, --losses, --balance-losses, --mtp-losses, "
-        "--save-optimizer, --load-optimizer, --skip-nonfinite, --save-format, --save-every, --bias-update-speed "
-        "and --log-json belong to --optimizer");
-  if (trains && generate > 0) die("--optimizer trains a training step: it takes no --generate");
-  if ((!saveOptimizer.empty() || !loadOptimizer.empty()) && optimizer.kind != "adamw")
-    die("--save-optimizer and --load-optimizer keep AdamW's moments: SGD has none (--optimizer adamw)");
-  if (saveEvery > 0 && saveWeights.empty() && saveOptimizer.empty())
-    die("--save-every K: nothing is saved (--save-weights or --save-optimizer)");
-  {
-    // Two things written to one path: the later would replace the earlier
-    // (the weights lost under the optimizer's state), after every step ran.
-    std::vector<std::pair<std::string, std::string>> written = {
-        {"--save-weights", saveWeights}, {"--save-optimizer", saveOptimizer}, {"--losses", lossesPath}};
-    for (const LossTerm &t : terms) written.push_back({t.flag, t.path});
-    for (const std::string &out : outputs) written.push_back({"--output", out});
-    for (size_t a = 0; a < written.size(); ++a)
-      for (size_t b = a + 1; b < written.size(); ++b)
-        if (!written[a].second.empty() && written[a].second == written[b].second)
-          die(written[a].first + " and " + written[b].first + " both write '" + written[a].second +
-              "': give each its own path");
-  }
-  if (saveFormat == "boxes") {
-    if (saveWeights.empty() && saveOptimizer.empty())
-      die("--save-format boxes: nothing is saved (--save-weights or --save-optimizer)");
-    for (const std::string *path : {&saveWeights, &saveOptimizer})
-      if (!path->empty() && !isFolderPath(*path))
-        die("--save-format boxes writes a folder (one file a rank and boxes.index.json): '" + *path +
-            "' is not one (end it with '/')");
-  }
-  if (zeroGiven && optimizer.zero && optimizer.kind != "adamw")
-    die("--zero and --zero-stage split AdamW's states: they need --optimizer adamw");
-#ifndef PARAX_WITH_CUDA
-  if (device == "cuda") die("--device cuda: this parax-run was built without CUDA");
-#endif
+  const bool trains = opt.trains();
   if (!(collectiveTimeout > 0)) {
     const char *name = std::getenv("PARAX_COLLECTIVE_TIMEOUT") ? "PARAX_COLLECTIVE_TIMEOUT" : "PARAX_NCCL_TIMEOUT";
     die(std::string(name) + "=" + std::getenv(name) + ": not a positive number of seconds");
   }
 
-  StatusOr<parax::pxe::Executable> exe = loadExecutable(model);
+  StatusOr<parax::pxe::Executable> exe = loadExecutable(opt.model);
   if (!exe.isOk()) die(exe.status().message());
   // The plan's ZeRO stage: AdamW's states split over the ranks holding
   // each box (1), the gradient sums too (2) and the parameters between
   // their uses (3) -- 2 and 3 on the CUDA backend's device optimizer.
-  if (trains && !zeroGiven && optimizer.kind == "adamw" && exe.value().schedule().zero_stage() >= 1) {
-    optimizer.zeroStage = exe.value().schedule().zero_stage();
-    optimizer.zero = true;
+  if (trains && !opt.zeroGiven && opt.optimizer.kind == "adamw" && exe.value().schedule().zero_stage() >= 1) {
+    opt.optimizer.zeroStage = exe.value().schedule().zero_stage();
+    opt.optimizer.zero = true;
   }
   int64_t grid = gridSize(exe.value());
   if (grid != size)
@@ -624,15 +242,15 @@ int main(int argc, char **argv) {
 
   std::vector<int64_t> shape(exe.value().grid().shape().begin(), exe.value().grid().shape().end());
   std::unique_ptr<Communicator> comm;
-  if (size > 1 && device == "cpu") {
+  if (size > 1 && opt.device == "cpu") {
     auto watched = waits->watch("communicator set-up (MPI_Comm_split)");
     auto created = createMpiCommunicator(shape, collectiveTimeout);
     if (!created.isOk()) die(created.status().message());
     comm = std::move(created.value());
   }
-  auto ckpt = Checkpoint::open(weights);
+  auto ckpt = Checkpoint::open(opt.weights);
   if (!ckpt.isOk()) die(ckpt.status().message());
-  if (!allowUnusedWeights) {
+  if (!opt.allowUnusedWeights) {
     // A checkpoint tensor no stage reads is a model other than the
     // program's (a bias, a layer, a norm it does not build): refused.
     std::set<std::string> read;
@@ -650,13 +268,13 @@ int main(int argc, char **argv) {
       std::string listed;
       for (size_t k = 0; k < unused.size() && k < 8; ++k) listed += (k ? ", " : "") + unused[k];
       if (unused.size() > 8) listed += ", ... (" + std::to_string(unused.size()) + " in all)";
-      die(weights + ": the program reads no tensor named " + listed +
+      die(opt.weights + ": the program reads no tensor named " + listed +
           ": this checkpoint holds a model other than the one compiled (build the model from its "
           "config.json), or pass --allow-unused-weights to run without them");
     }
   }
   std::vector<Tensor> inputTensors;
-  for (const std::string &path : inputs) {
+  for (const std::string &path : opt.inputs) {
     auto t = readNpy(path);
     if (!t.isOk()) die(t.status().message());
     inputTensors.push_back(std::move(t.value()));
@@ -684,15 +302,15 @@ int main(int argc, char **argv) {
   int64_t blocks = 1, block = 0; // --step-rows: the steps' blocks of rows, the current one
   if (!inputTensors.empty() && exeBatch > 0 && !inputTensors[0].shape.empty()) {
     rows = inputTensors[0].shape[0];
-    if (stepRows > 0) {
-      if (rows % stepRows)
-        die("--step-rows " + std::to_string(stepRows) + " does not divide input #0's " + std::to_string(rows) +
+    if (opt.stepRows > 0) {
+      if (rows % opt.stepRows)
+        die("--step-rows " + std::to_string(opt.stepRows) + " does not divide input #0's " + std::to_string(rows) +
             " rows");
-      blocks = rows / stepRows;
-      rows = stepRows;
+      blocks = rows / opt.stepRows;
+      rows = opt.stepRows;
     }
     if (rows % (exeBatch * replicas))
-      die(std::string(stepRows > 0 ? "--step-rows takes " : "input #0 has ") + std::to_string(rows) + " rows, not a multiple of the executable's batch " +
+      die(std::string(opt.stepRows > 0 ? "--step-rows takes " : "input #0 has ") + std::to_string(rows) + " rows, not a multiple of the executable's batch " +
           std::to_string(exeBatch) +
           (replicas > 1 ? " times its " + std::to_string(replicas) +
                               " data-parallel replicas (each takes an equal share of whole batches)"
@@ -708,7 +326,7 @@ int main(int argc, char **argv) {
   int64_t promptLength = 0, chunks = 0;
   std::vector<int32_t> sequence; // [rows, promptLength + generate], on every rank
   std::vector<int64_t> promptLengths; // each row's: its tokens before the first -1
-  if (generate > 0) {
+  if (opt.generate > 0) {
     if (inputTensors.size() != 1) die("--generate takes one --input: the prompt's tokens [rows, L]");
     const Tensor &prompt = inputTensors[0];
     if (!prompt.isInt || prompt.shape.size() != 2)
@@ -717,12 +335,12 @@ int main(int argc, char **argv) {
     if (!checked.isOk()) die(checked.status().message());
     step = checked.value();
     promptLength = prompt.shape[1];
-    if (promptLength + generate - 1 > step.capacity)
-      die("the prompt's " + std::to_string(promptLength) + " tokens and " + std::to_string(generate) +
-          " generated ones need " + std::to_string(promptLength + generate - 1) +
+    if (promptLength + opt.generate - 1 > step.capacity)
+      die("the prompt's " + std::to_string(promptLength) + " tokens and " + std::to_string(opt.generate) +
+          " generated ones need " + std::to_string(promptLength + opt.generate - 1) +
           " cache rows; the step's caches hold " + std::to_string(step.capacity) +
           " (build it with a larger --cache)");
-    int64_t width = promptLength + generate;
+    int64_t width = promptLength + opt.generate;
     sequence.assign(rows * width, -1);
     promptLengths.assign(rows, promptLength);
     for (int64_t r = 0; r < rows; ++r) {
@@ -737,8 +355,8 @@ int main(int argc, char **argv) {
       promptLengths[r] = length;
       std::copy(row, row + length, &sequence[r * width]);
     }
-    if (!prefillPath.empty()) {
-      prefillExe = loadExecutable(prefillPath);
+    if (!opt.prefillPath.empty()) {
+      prefillExe = loadExecutable(opt.prefillPath);
       if (!prefillExe.isOk()) die(prefillExe.status().message());
       auto pairs = prefillProgram(prefillExe.value(), exe.value(), step);
       if (!pairs.isOk()) die(pairs.status().message());
@@ -750,7 +368,7 @@ int main(int argc, char **argv) {
   // Microbatch m of this replica: rows (replica * micro + m) * batch ..
   auto firstRowOf = [&](int64_t m) { return (replica * micro + m) * exeBatch; };
   auto inputsAt = [&](const GenerationProgram &program, int64_t t, int64_t m) {
-    return generationInputs(program, sequence, promptLength + generate, firstRowOf(m), t);
+    return generationInputs(program, sequence, promptLength + opt.generate, firstRowOf(m), t);
   };
 
   auto microbatch = [&](int64_t j) {
@@ -770,7 +388,7 @@ int main(int argc, char **argv) {
   // --generate over several microbatches a replica: each has its own KV
   // caches and its own runner of the step (and of the prefill program), so
   // that the pipeline stages work on different microbatches at once.
-  const int64_t programs = generate > 0 ? micro : 1;
+  const int64_t programs = opt.generate > 0 ? micro : 1;
   Executor cpu, cpuPrefill;
   std::vector<Executor::CacheSet> caches(programs); // the CPU backend's, per microbatch
   std::vector<Runner> runners(programs), prefills(programs); // per microbatch
@@ -784,8 +402,8 @@ int main(int argc, char **argv) {
   NcclCommunicator *nccl = nullptr;
 #endif
   Status s = Status::ok();
-  if (device == "cpu") {
-    s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), generate > 0 ? inputsAt(step, 0, 0) : microbatch(0));
+  if (opt.device == "cpu") {
+    s = cpu.prepare(exe.value(), rank, comm.get(), *ckpt.value(), opt.generate > 0 ? inputsAt(step, 0, 0) : microbatch(0));
     if (!s.isOk()) die(s.message());
     if (chunks > 0) {
       s = cpuPrefill.prepare(prefillExe.value(), rank, comm.get(), *ckpt.value(), inputsAt(prefill, 0, 0));
@@ -793,10 +411,10 @@ int main(int argc, char **argv) {
     }
     // One executor a program; each run takes its microbatch's caches.
     for (int64_t m = 0; m < programs; ++m) {
-      runners[m] = generate > 0 ? runnerWithCaches(cpu, caches[m]) : runnerOf(cpu);
+      runners[m] = opt.generate > 0 ? runnerWithCaches(cpu, caches[m]) : runnerOf(cpu);
       if (chunks > 0) prefills[m] = runnerWithCaches(cpuPrefill, caches[m]);
     }
-    if (!profilePath.empty()) cpu.setProfiling(true);
+    if (!opt.profilePath.empty()) cpu.setProfiling(true);
     stageIndex = cpu.stage();
     instructions = cpu.instructionCount();
     hoisted = cpu.hoistedInstructions();
@@ -843,7 +461,7 @@ int main(int argc, char **argv) {
       if (trains) gpus[m]->keepLoadedParameters(); // the optimizer's fp32 masters start from them
       const CudaExecutor *lender = chunks > 0 ? gpuPrefills[m].get() : m > 0 ? gpus[0].get() : nullptr;
       s = gpus[m]->prepare(exe.value(), rank, nccl, *ckpt.value(),
-                           generate > 0 ? inputsAt(step, 0, m) : microbatch(0), gpuIndex, lender,
+                           opt.generate > 0 ? inputsAt(step, 0, m) : microbatch(0), gpuIndex, lender,
                            chunks > 0 ? Share::WeightsAndCaches : Share::Weights);
       if (!s.isOk()) die(s.message());
       runners[m] = runnerOf(*gpus[m]);
@@ -884,9 +502,9 @@ int main(int argc, char **argv) {
   // (CudaExecutor::exchange).
   const int stages = exe.value().stages_size();
   const bool chunked = exe.value().schedule().chunks() > 1;
-  if (chunked && generate > 0) die("--generate: this executable runs model chunks (interleaved 1F1B): plan it for inference");
-  const bool pipelined = (micro > 1 || chunked) && stages > 1 && generate <= 0;
-  const std::string kind = device == "cuda" && exe.value().schedule().kind() == "gpipe"
+  if (chunked && opt.generate > 0) die("--generate: this executable runs model chunks (interleaved 1F1B): plan it for inference");
+  const bool pipelined = (micro > 1 || chunked) && stages > 1 && opt.generate <= 0;
+  const std::string kind = opt.device == "cuda" && exe.value().schedule().kind() == "gpipe"
                                ? std::string("1f1b") : exe.value().schedule().kind();
   auto scheduleOf = [&](int stage) {
     auto ranges = pipelineRanges(exe.value(), stage);
@@ -908,8 +526,8 @@ int main(int argc, char **argv) {
   const char *optimizerAt = std::getenv("PARAX_CUDA_OPTIMIZER");
   if (optimizerAt && std::string(optimizerAt) != "host" && std::string(optimizerAt) != "device")
     die(std::string("PARAX_CUDA_OPTIMIZER=") + optimizerAt + ": host or device");
-  deviceOptimizer = trains && device == "cuda" && !(optimizerAt && std::string(optimizerAt) == "host");
-  if (device == "cuda" && (pipelined || deviceOptimizer)) {
+  deviceOptimizer = trains && opt.device == "cuda" && !(optimizerAt && std::string(optimizerAt) == "host");
+  if (opt.device == "cuda" && (pipelined || deviceOptimizer)) {
     // (the device optimizer takes each gradient right after its range; or
     // without ranges, right after the instruction that writes it)
     s = gpus[0]->holdActivations(static_cast<int>(sets), pipelined ? chunksInFlight(pipeline, ranges)
@@ -919,7 +537,7 @@ int main(int argc, char **argv) {
     heldSets[0] = gpus[0]->activationSets();
     heldSets[1] = static_cast<long long>(gpus[0]->activationBytes());
   }
-  if (mpi && device == "cuda") // the summary's: the most a rank holds (stage 0's)
+  if (mpi && opt.device == "cuda") // the summary's: the most a rank holds (stage 0's)
     MPI_Allreduce(MPI_IN_PLACE, heldSets, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
 #endif
   auto shutdown = [&] {
@@ -939,7 +557,7 @@ int main(int argc, char **argv) {
   auto holdings = [&] {
     std::string memory = std::to_string(loaded) + " parameter values loaded";
 #ifdef PARAX_WITH_CUDA
-    if (device == "cuda") {
+    if (opt.device == "cuda") {
       const BufferPlan &t = gpus[0]->temporaries();
       size_t bytes = 0, scratch = 0; // every program's, every microbatch's
       for (const auto *all : {&gpuPrefills, &gpus})
@@ -957,12 +575,12 @@ int main(int argc, char **argv) {
 #endif
     return memory;
   };
-  if (steps == 0) { // prepare only: every rank says what it holds
+  if (opt.steps == 0) { // prepare only: every rank says what it holds
 #ifdef PARAX_WITH_CUDA
-    if (device == "cuda" && !gpus[0]->memoryPeak().empty())
+    if (opt.device == "cuda" && !gpus[0]->memoryPeak().empty())
       std::printf("parax-run: rank %d: %s\n", rank, gpus[0]->memoryPeak().c_str());
 #endif
-    std::printf("parax-run: rank %d (stage %d) on %s: %s%s\n", rank, stageIndex, device.c_str(), holdings().c_str(),
+    std::printf("parax-run: rank %d (stage %d) on %s: %s%s\n", rank, stageIndex, opt.device.c_str(), holdings().c_str(),
                 sharing.c_str());
     std::fflush(stdout);
     shutdown();
@@ -981,10 +599,10 @@ int main(int argc, char **argv) {
   std::vector<Tensor> results; // this stage's outputs, microbatches joined
   // A training step's gradients (every rank's boxes) and the optimizer.
   std::unique_ptr<Training> training;
-  if (generate <= 0) training = std::make_unique<Training>(exe.value(), rank, mpi, waits.get());
+  if (opt.generate <= 0) training = std::make_unique<Training>(exe.value(), rank, mpi, waits.get());
   auto tallyReduces = [&] { // (kept a step only for --profile: a long run's would grow)
     std::map<Training::ReduceKey, Training::ReduceTally> step = training->takeReduceTally();
-    if (profilePath.empty()) return;
+    if (opt.profilePath.empty()) return;
     for (const auto &[key, tally] : step) {
       reduceTimes[key].push_back(tally.seconds);
       reduceCalls[key] = tally.calls;
@@ -995,9 +613,9 @@ int main(int argc, char **argv) {
   // dtype), written back to the device after each step.
   std::vector<Tensor> masters;
 #ifdef PARAX_WITH_CUDA
-  if (trains && device == "cuda") masters = gpus[0]->takeLoadedParameters();
+  if (trains && opt.device == "cuda") masters = gpus[0]->takeLoadedParameters();
 #endif
-  std::vector<Tensor> &parameters = device == "cpu" ? cpu.hostBuffers() : masters;
+  std::vector<Tensor> &parameters = opt.device == "cpu" ? cpu.hostBuffers() : masters;
   if (trains) {
     s = training->bindParameters(parameters);
     if (!s.isOk()) die(s.message());
@@ -1006,7 +624,7 @@ int main(int argc, char **argv) {
   // in one order (each rank sums its counts into its place; all add them).
   std::map<std::string, size_t> biasAt; // checkpoint name -> its first expert's place among the loads
   size_t biasLoads = 0;                 // every bias's experts
-  if (biasSpeed > 0) {
+  if (opt.biasSpeed > 0) {
     for (const parax::pxe::Stage &stage : exe.value().stages())
       for (const parax::pxe::Instruction &inst : stage.instructions()) {
         if (inst.op() != "router" || inst.operands_size() != 3) continue;
@@ -1028,9 +646,9 @@ int main(int argc, char **argv) {
     std::vector<double> loads(biasLoads, 0.0);
     const parax::pxe::Stage &mine = exe.value().stages(stageIndex);
     std::map<int32_t, std::vector<double>> counted;
-    if (device == "cpu") counted = cpu.takeExpertCounts();
+    if (opt.device == "cpu") counted = cpu.takeExpertCounts();
 #ifdef PARAX_WITH_CUDA
-    if (device == "cuda") {
+    if (opt.device == "cuda") {
       auto taken = gpus[0]->takeExpertCounts();
       if (!taken.isOk()) die(taken.status().message());
       counted = std::move(taken.value());
@@ -1051,39 +669,39 @@ int main(int argc, char **argv) {
       double mean = 0;
       for (int64_t e = 0; e < bias.numel(); ++e) mean += load[e] / static_cast<double>(bias.numel());
       for (int64_t e = 0; e < bias.numel(); ++e)
-        bias.f[e] += static_cast<float>(biasSpeed * ((mean > load[e]) - (mean < load[e])));
-      if (device == "cuda") moved[b.id()] = bias;
+        bias.f[e] += static_cast<float>(opt.biasSpeed * ((mean > load[e]) - (mean < load[e])));
+      if (opt.device == "cuda") moved[b.id()] = bias;
     }
 #ifdef PARAX_WITH_CUDA
-    if (device == "cuda") {
+    if (opt.device == "cuda") {
       Status st = gpus[0]->updateParameters(moved);
       if (!st.isOk()) die("--bias-update-speed: " + st.message());
     }
 #endif
   };
-  if (!loadOptimizer.empty()) { // AdamW's moments and step count, saved by --save-optimizer
-    auto file = Checkpoint::open(loadOptimizer);
+  if (!opt.loadOptimizer.empty()) { // AdamW's moments and step count, saved by --save-optimizer
+    auto file = Checkpoint::open(opt.loadOptimizer);
     if (!file.isOk()) die("--load-optimizer: " + file.status().message());
-    s = training->loadState(*file.value(), loadOptimizer, optimizer.zero);
+    s = training->loadState(*file.value(), opt.loadOptimizer, opt.optimizer.zero);
     if (!s.isOk()) die("--load-optimizer: " + s.message());
   }
   std::vector<Training::Update> updates; // what each bound gradient updates (deviceOptimizer)
 #ifdef PARAX_WITH_CUDA
   if (deviceOptimizer) {
-    updates = training->updates(optimizer);
+    updates = training->updates(opt.optimizer);
     std::vector<CudaExecutor::Gradient> bound;
     for (const Training::Update &u : updates)
       bound.push_back({u.output, u.parameter, u.begin, u.end, u.size, u.axes, u.members, u.index, u.partRanks,
                        u.partialAxes, u.copies});
     CudaExecutor::OptimizerSetup setup;
-    setup.adamw = optimizer.kind == "adamw";
+    setup.adamw = opt.optimizer.kind == "adamw";
     setup.replicaAxis = replicaAxis;
     setup.replicas = replicas;
-    setup.zero = training->sharesState(optimizer);
-    setup.shardSums = setup.zero && optimizer.zeroStage >= 2;
-    setup.shardParameters = setup.zero && optimizer.zeroStage >= 3;
+    setup.zero = training->sharesState(opt.optimizer);
+    setup.shardSums = setup.zero && opt.optimizer.zeroStage >= 2;
+    setup.shardParameters = setup.zero && opt.optimizer.zeroStage >= 3;
     s = gpus[0]->bindOptimizer(bound, setup, masters);
-    for (int which = 0; s.isOk() && which < 2 && !loadOptimizer.empty(); ++which) {
+    for (int which = 0; s.isOk() && which < 2 && !opt.loadOptimizer.empty(); ++which) {
       std::vector<std::vector<float>> moments;
       for (const Training::Update &u : updates) moments.push_back(training->moment(u.output, which));
       s = gpus[0]->writeMoments(which, moments);
@@ -1094,14 +712,14 @@ int main(int argc, char **argv) {
     // back only to be saved; the rest (a bias --bias-update-speed moves)
     // stay.
     for (const Training::Update &u : updates) std::vector<float>().swap(masters[u.parameter].f);
-    for (int which = 0; which < 2 && !loadOptimizer.empty(); ++which)
+    for (int which = 0; which < 2 && !opt.loadOptimizer.empty(); ++which)
       for (const Training::Update &u : updates) std::vector<float>().swap(training->moment(u.output, which));
   }
 #endif
   // A schedule decays over this run's steps unless told otherwise (a
   // resumed run counts on from the saved step).
-  if (trains && optimizer.decaySteps == 0) optimizer.decaySteps = training->steps() + steps;
-  if (trains && optimizer.minLr > optimizer.lr) die("--min-lr is above --lr");
+  if (trains && opt.optimizer.decaySteps == 0) opt.optimizer.decaySteps = training->steps() + opt.steps;
+  if (trains && opt.optimizer.minLr > opt.optimizer.lr) die("--min-lr is above --lr");
   std::vector<float> losses; // --optimizer: each step's loss (the last stage's)
   double gradNorm = 0;       // the last step's, before clipping
   int lossOutput = -1;       // the last stage's scalar result that is not a gradient
@@ -1111,7 +729,7 @@ int main(int argc, char **argv) {
       lossOutput = k;
   if (trains && lossOutput < 0 && stageIndex + 1 == exe.value().stages_size())
     die("--optimizer: the executable returns no loss (a scalar result): build it with --parax-autodiff");
-  for (LossTerm &t : terms) {
+  for (LossTerm &t : opt.terms) {
     if (stageIndex + 1 == exe.value().stages_size())
       for (int k = 0; k < exe.value().stages(stageIndex).output_terms_size(); ++k)
         if (exe.value().stages(stageIndex).output_terms(k) == t.term) t.output = k;
@@ -1125,8 +743,8 @@ int main(int argc, char **argv) {
   // mean over the step's counted labels. The labels: label_count's input.
   int labelsInput = -1;
   int32_t ignoreIndex = 0;
-  if (perTokenLoss) {
-    if (!training || generate > 0 || !std::any_of(exe.value().stages(0).output_grads().begin(),
+  if (opt.perTokenLoss) {
+    if (!training || opt.generate > 0 || !std::any_of(exe.value().stages(0).output_grads().begin(),
                                                   exe.value().stages(0).output_grads().end(),
                                                   [](const std::string &g) { return !g.empty(); }))
       die("--per-token-loss: the executable is no training step (build it with --parax-autodiff)");
@@ -1174,9 +792,9 @@ int main(int argc, char **argv) {
   bool writer = replicaWriter && replica == 0;
   // --log-json: the rank that prints the steps writes their lines.
   std::ofstream logJson;
-  if (writer && !logJsonPath.empty()) {
-    logJson.open(logJsonPath);
-    if (!logJson) die("--log-json: cannot write '" + logJsonPath + "'");
+  if (writer && !opt.logJsonPath.empty()) {
+    logJson.open(opt.logJsonPath);
+    if (!logJson) die("--log-json: cannot write '" + opt.logJsonPath + "'");
   }
   // The program's results in order: a gradient's checkpoint name, else
   // "". Gradients are read back from the device and gathered whole only
@@ -1185,15 +803,15 @@ int main(int argc, char **argv) {
   auto sources = resultSources(exe.value());
   for (const auto &from : sources) {
     const auto &stage = exe.value().stages(from[0].stage);
-    for (LossTerm &t : terms)
+    for (LossTerm &t : opt.terms)
       if (from[0].output < stage.output_terms_size() && stage.output_terms(from[0].output) == t.term)
         t.result = static_cast<int>(resultNames.size());
     resultNames.push_back(from[0].output < stage.output_grads_size() ? stage.output_grads(from[0].output) : "");
   }
   bool gradients = std::any_of(resultNames.begin(), resultNames.end(), [](const std::string &n) { return !n.empty(); });
-  bool writesGradients = generate <= 0 && gradients &&
-                         (!outputDir.empty() || std::any_of(resultNames.begin(),
-                                                            resultNames.begin() + std::min(outputs.size(), resultNames.size()),
+  bool writesGradients = opt.generate <= 0 && gradients &&
+                         (!opt.outputDir.empty() || std::any_of(resultNames.begin(),
+                                                            resultNames.begin() + std::min(opt.outputs.size(), resultNames.size()),
                                                             [](const std::string &n) { return !n.empty(); }));
   // Weights and optimizer state: one file, gathered whole on the writer;
   // or a folder (a path ending in '/', or an existing folder), a sharded
@@ -1249,7 +867,7 @@ int main(int argc, char **argv) {
     return digests;
   };
   auto save = [&](const std::string &path, bool state) {
-    if (saveFormat == "boxes") {
+    if (opt.saveFormat == "boxes") {
       BoxCheckpoint boxes;
       Status st = Status::ok();
       if (state) st = training->optimizerStateBoxes(boxes);
@@ -1301,16 +919,16 @@ int main(int argc, char **argv) {
   // checkpoint: each rank's chunks, nothing gathered.
   auto readDeviceState = [&]() {
     Status st = Status::ok();
-    if (!saveWeights.empty() && saveFormat == "boxes" && training->sharesState(optimizer)) {
+    if (!opt.saveWeights.empty() && opt.saveFormat == "boxes" && training->sharesState(opt.optimizer)) {
       auto chunks = gpus[0]->readMasterChunks();
       if (!chunks.isOk()) die(chunks.status().message());
       masterChunks.assign(exe.value().stages(stageIndex).outputs_size(), {});
       for (size_t i = 0; i < updates.size(); ++i) masterChunks[updates[i].output] = std::move(chunks.value()[i]);
-    } else if (!saveWeights.empty()) {
+    } else if (!opt.saveWeights.empty()) {
       st = gpus[0]->readMasters(masters);
     }
     if (!st.isOk()) die(st.message());
-    for (int which = 0; which < 2 && !saveOptimizer.empty(); ++which) {
+    for (int which = 0; which < 2 && !opt.saveOptimizer.empty(); ++which) {
       auto moments = gpus[0]->readMoments(which);
       if (!moments.isOk()) die(moments.status().message());
       for (size_t i = 0; i < updates.size(); ++i)
@@ -1326,27 +944,27 @@ int main(int argc, char **argv) {
     char tag[32];
     std::snprintf(tag, sizeof tag, "step-%08lld", static_cast<long long>(t));
     auto at = [&](const std::string &path) { // (a file's path has no trailing '/')
-      if (isFolderPath(path) || saveFormat == "boxes") return makeFolder(path) + "/" + tag + "/";
+      if (isFolderPath(path) || opt.saveFormat == "boxes") return makeFolder(path) + "/" + tag + "/";
       size_t dot = path.rfind(".safetensors");
       return (dot == std::string::npos ? path : path.substr(0, dot)) + "-" + tag + ".safetensors";
     };
 #ifdef PARAX_WITH_CUDA
     if (deviceOptimizer) readDeviceState();
 #endif
-    if (!saveWeights.empty()) save(at(saveWeights), false);
-    if (!saveOptimizer.empty()) save(at(saveOptimizer), true);
+    if (!opt.saveWeights.empty()) save(at(opt.saveWeights), false);
+    if (!opt.saveOptimizer.empty()) save(at(opt.saveOptimizer), true);
   };
-  if (generate > 0) {
+  if (opt.generate > 0) {
     GenerationLoop loop{exe.value(), step,          prefill,  runners,      prefills, size,
                         replica,     micro,         exeBatch, replicaWriter, sequence, promptLengths, rows,
-                        promptLength, generate,     chunks,   sampling,     stopToken, outputs.size() > 1,
-                        waits.get(), [&](const std::string &m) { die(m); }, barrier, !quiet};
+                        promptLength, opt.generate,     chunks,   opt.sampling,     opt.stopToken, opt.outputs.size() > 1,
+                        waits.get(), [&](const std::string &m) { die(m); }, barrier, !opt.quiet};
     GenerationLoop::Result done = loop.run();
     times = std::move(done.times);
     prefillSeconds = done.prefillSeconds;
     results = std::move(done.results);
   } else {
-    std::vector<std::vector<Tensor>> activations(device == "cpu" ? sets : 0); // the CPU backend's sets
+    std::vector<std::vector<Tensor>> activations(opt.device == "cpu" ? sets : 0); // the CPU backend's sets
     const int n = static_cast<int>(instructions);
     // Microbatch m's range r of the stage's program (pipelineRanges). Its
     // gradients are summed after each backward range, the step's last
@@ -1355,7 +973,7 @@ int main(int argc, char **argv) {
     auto part = [&](int64_t m, int r) {
       const int begin = ranges[r].begin, end = ranges[r].end;
       Status st = Status::ok();
-      if (device == "cpu") {
+      if (opt.device == "cpu") {
         std::vector<Tensor> &held = activations[m % sets];
         cpu.swapActivations(held);
         if (begin == 0) st = cpu.setInputs(microbatch(m));
@@ -1380,7 +998,7 @@ int main(int argc, char **argv) {
     // one group with the sends the step before held.
     auto runStep = [&](const std::vector<PipelineItem> &items) {
 #ifdef PARAX_WITH_CUDA
-      if (device == "cuda") {
+      if (opt.device == "cuda") {
         std::vector<std::pair<int64_t, int>> ahead;
         for (const PipelineItem &item : items) ahead.push_back({item.micro, ranges[item.range].begin});
         Status st = gpus[0]->exchange(ahead);
@@ -1390,19 +1008,19 @@ int main(int argc, char **argv) {
       for (const PipelineItem &item : items) part(item.micro, item.range);
     };
     const bool whole = !pipelined; // each microbatch by run()
-    for (int step = 0; step < steps; ++step) {
+    for (int step = 0; step < opt.steps; ++step) {
       barrier("the barrier before a step");
       auto start = std::chrono::steady_clock::now();
       // The last step's results' memory, for this step's.
-      if (device == "cpu") cpu.recycle(std::move(results));
+      if (opt.device == "cpu") cpu.recycle(std::move(results));
 #ifdef PARAX_WITH_CUDA
-      if (device == "cuda") gpus[0]->recycle(std::move(results));
+      if (opt.device == "cuda") gpus[0]->recycle(std::move(results));
 #endif
       results.clear();
       block = trains ? step % blocks : 0;
       if (labelsInput >= 0) {
         std::optional<float> count = stepLabelCount();
-        if (device == "cpu") cpu.setLabelCount(count);
+        if (opt.device == "cpu") cpu.setLabelCount(count);
 #ifdef PARAX_WITH_CUDA
         else gpus[0]->setLabelCount(count);
 #endif
@@ -1430,33 +1048,33 @@ int main(int argc, char **argv) {
         // parameters run again on the new values.
 #ifdef PARAX_WITH_CUDA
         if (deviceOptimizer) {
-          s = deviceStep(*gpus[0], *training, optimizer, updates, micro, gradNorm);
+          s = deviceStep(*gpus[0], *training, opt.optimizer, updates, micro, gradNorm);
         } else {
           auto began = std::chrono::steady_clock::now();
-          s = training->averageGradients(results, micro, optimizer.zero);
+          s = training->averageGradients(results, micro, opt.optimizer.zero);
           auto averaged = std::chrono::steady_clock::now();
-          if (s.isOk()) s = training->apply(optimizer, results, parameters, gradNorm);
-          if (s.isOk() && device == "cuda") s = gpus[0]->updateParameters(masters);
+          if (s.isOk()) s = training->apply(opt.optimizer, results, parameters, gradNorm);
+          if (s.isOk() && opt.device == "cuda") s = gpus[0]->updateParameters(masters);
           syncTimes.push_back(std::chrono::duration<double>(averaged - began).count());
           optimizerTimes.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - averaged).count());
           tallyReduces();
         }
 #else
         auto began = std::chrono::steady_clock::now();
-        s = training->averageGradients(results, micro, optimizer.zero);
+        s = training->averageGradients(results, micro, opt.optimizer.zero);
         auto averaged = std::chrono::steady_clock::now();
-        if (s.isOk()) s = training->apply(optimizer, results, parameters, gradNorm);
+        if (s.isOk()) s = training->apply(opt.optimizer, results, parameters, gradNorm);
         syncTimes.push_back(std::chrono::duration<double>(averaged - began).count());
         optimizerTimes.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - averaged).count());
         tallyReduces();
 #endif
-        if (s.isOk() && biasSpeed > 0) balanceExperts();
-        if (s.isOk() && device == "cpu") s = cpu.hoistParameterMoves();
+        if (s.isOk() && opt.biasSpeed > 0) balanceExperts();
+        if (s.isOk() && opt.device == "cpu") s = cpu.hoistParameterMoves();
         if (!s.isOk()) die(s.message());
         // The loss and its terms: each the mean over the microbatches and
         // the replicas.
-        for (auto [output, values] : {std::pair(lossOutput, &losses), std::pair(terms[0].output, &terms[0].values),
-                                      std::pair(terms[1].output, &terms[1].values)}) {
+        for (auto [output, values] : {std::pair(lossOutput, &losses), std::pair(opt.terms[0].output, &opt.terms[0].values),
+                                      std::pair(opt.terms[1].output, &opt.terms[1].values)}) {
           if (output < 0) continue;
           double mean = 0;
           for (float v : results[output].f) mean += v;
@@ -1468,9 +1086,9 @@ int main(int argc, char **argv) {
       }
       barrier("the barrier after a step");
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      if (trains && writer && (!quiet || logJson.is_open())) {
+      if (trains && writer && (!opt.quiet || logJson.is_open())) {
         std::string balance, balanceJson; // the loss's terms
-        for (const LossTerm &t : terms)
+        for (const LossTerm &t : opt.terms)
           if (!t.values.empty()) {
             char text[96];
             std::snprintf(text, sizeof text, " (%s %.6f)", t.label, t.values.back());
@@ -1482,11 +1100,11 @@ int main(int argc, char **argv) {
         // not of them all, which a long run would sort every step.
         std::vector<double> sorted(times.end() - std::min<size_t>(times.size(), 32), times.end());
         std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-        long long left = static_cast<long long>(std::llround(sorted[sorted.size() / 2] * (steps - step - 1)));
+        long long left = static_cast<long long>(std::llround(sorted[sorted.size() / 2] * (opt.steps - step - 1)));
         double tokens = static_cast<double>(rows) *
                         (!inputTensors.empty() && inputTensors[0].shape.size() > 1 ? inputTensors[0].shape[1] : 1);
-        bool clipped = optimizer.clipNorm > 0 && gradNorm > optimizer.clipNorm;
-        if (!quiet) {
+        bool clipped = opt.optimizer.clipNorm > 0 && gradNorm > opt.optimizer.clipNorm;
+        if (!opt.quiet) {
           std::printf("parax-run: step %lld: loss %.6f%s, gradient norm %.6f%s, learning rate %.6g; %.1f ms, "
                       "%.0f tokens/s, %lld:%02lld:%02lld left\n",
                       static_cast<long long>(training->steps()), losses.back(), balance.c_str(), gradNorm,
@@ -1502,16 +1120,16 @@ int main(int argc, char **argv) {
                   << jsonNumber(times.back()) << ", \"tokens_per_s\": " << jsonNumber(tokens / times.back())
                   << ", \"eta_s\": " << left << "}\n";
           logJson.flush();
-          if (!logJson) die("--log-json: writing '" + logJsonPath + "' failed");
+          if (!logJson) die("--log-json: writing '" + opt.logJsonPath + "' failed");
         }
       }
-      if (saveEvery > 0 && step + 1 < steps && training->steps() % saveEvery == 0) saveStep(training->steps());
+      if (opt.saveEvery > 0 && step + 1 < opt.steps && training->steps() % opt.saveEvery == 0) saveStep(training->steps());
     }
 #ifdef PARAX_WITH_CUDA
     // The device optimizer's gradients, masters and moments, read back
     // where something writes them (every rank: under ZeRO the gradients
     // and masters are all-gathered).
-    if (deviceOptimizer && steps > 0) {
+    if (deviceOptimizer && opt.steps > 0) {
       if (writesGradients) {
         auto sums = gpus[0]->gradientSums();
         if (!sums.isOk()) die(sums.status().message());
@@ -1524,7 +1142,7 @@ int main(int argc, char **argv) {
     // (with ZeRO each replica has only summed its own microbatches' yet;
     // the device optimizer's are the mean already).
     if (!trains) s = training->averageGradients(results, micro, false);
-    else if (optimizer.zero && !deviceOptimizer) s = training->meanOverReplicas(results);
+    else if (opt.optimizer.zero && !deviceOptimizer) s = training->meanOverReplicas(results);
     if (!s.isOk()) die(s.message());
   }
   meanOfScalars(results); // the loss: the mean over the microbatches
@@ -1534,7 +1152,7 @@ int main(int argc, char **argv) {
   std::string profile;
 #ifdef PARAX_WITH_CUDA
   const char *profiling = std::getenv("PARAX_CUDA_PROFILE");
-  if (device == "cuda" && profiling && std::string(profiling) == "1") {
+  if (opt.device == "cuda" && profiling && std::string(profiling) == "1") {
     auto times = gpus[0]->profileStep();
     if (!times.isOk()) die(times.status().message());
     double total = 0;
@@ -1565,7 +1183,7 @@ int main(int argc, char **argv) {
           if (training && training->isGrad(k)) continue;
           Tensor &r = results[k];
           Tensor part = receiveTensor(from);
-          if (generate > 0 && r.shape.size() == 3 && part.shape.size() == 3) {
+          if (opt.generate > 0 && r.shape.size() == 3 && part.shape.size() == 3) {
             // Logits of replicas whose rows stopped after different numbers
             // of positions: NaN at the positions a replica did not run.
             int64_t positions = std::max(r.shape[1], part.shape[1]);
@@ -1586,7 +1204,7 @@ int main(int argc, char **argv) {
   // The program's results in order, on the writer: the last stage's
   // outputs, and each gradient whole, gathered from its boxes (every rank
   // sends its own); with --save-weights the parameters likewise.
-  if (generate <= 0 && gradients) {
+  if (opt.generate <= 0 && gradients) {
     std::map<int, Tensor> whole;
     if (writesGradients) s = training->gatherGradients(results, writerOf(exe.value(), 0), whole);
     if (!s.isOk()) die(s.message());
@@ -1598,34 +1216,34 @@ int main(int argc, char **argv) {
       results = std::move(ordered);
     }
   }
-  if (!saveWeights.empty()) save(saveWeights, false);
-  if (!saveOptimizer.empty()) save(saveOptimizer, true);
+  if (!opt.saveWeights.empty()) save(opt.saveWeights, false);
+  if (!opt.saveOptimizer.empty()) save(opt.saveOptimizer, true);
   // The busiest expert-parallel rank of every rank's dispatches: the least
   // expert capacity (capacity= in the plan's workload) these steps fit.
   double expertLoad = 0;
-  if (device == "cpu") expertLoad = std::max(cpu.busiestExpertLoad(), cpuPrefill.busiestExpertLoad());
+  if (opt.device == "cpu") expertLoad = std::max(cpu.busiestExpertLoad(), cpuPrefill.busiestExpertLoad());
 #ifdef PARAX_WITH_CUDA
   for (const auto *all : {&gpuPrefills, &gpus})
     for (const auto &program : *all) expertLoad = std::max(expertLoad, program->busiestExpertLoad());
 #endif
   if (mpi) MPI_Allreduce(MPI_IN_PLACE, &expertLoad, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (writer) {
-    for (auto [path, values] : {std::pair(&lossesPath, &losses), std::pair(&terms[0].path, &terms[0].values),
-                                std::pair(&terms[1].path, &terms[1].values)}) {
+    for (auto [path, values] : {std::pair(&opt.lossesPath, &losses), std::pair(&opt.terms[0].path, &opt.terms[0].values),
+                                std::pair(&opt.terms[1].path, &opt.terms[1].values)}) {
       if (path->empty()) continue;
       Tensor t = Tensor::floats({static_cast<int64_t>(values->size())});
       t.f = *values;
       s = writeNpy(*path, t);
       if (!s.isOk()) die(s.message());
     }
-    if (outputs.size() > results.size())
+    if (opt.outputs.size() > results.size())
       die("the executable has " + std::to_string(results.size()) + " result(s) but " +
-          std::to_string(outputs.size()) + " --output files were given");
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      s = writeNpy(outputs[k], results[k]);
+          std::to_string(opt.outputs.size()) + " --output files were given");
+    for (size_t k = 0; k < opt.outputs.size(); ++k) {
+      s = writeNpy(opt.outputs[k], results[k]);
       if (!s.isOk()) die(s.message());
     }
-    if (!outputDir.empty())
+    if (!opt.outputDir.empty())
       for (size_t k = 0; k < results.size(); ++k) {
         // A gradient as its checkpoint name (a fused tensor's piece with
         // "@<offsets>", a stack of experts one file per expert), any other
@@ -1637,14 +1255,14 @@ int main(int argc, char **argv) {
           putParameter(resultNames[k], std::move(results[k]), files);
         else {
           std::string file = "result" + std::to_string(k);
-          for (const LossTerm &t : terms)
+          for (const LossTerm &t : opt.terms)
             if (static_cast<int>(k) == t.result) file = t.file;
           files[file] = std::move(results[k]);
         }
         for (auto &[file, tensor] : files) {
           std::string name = file;
           std::replace(name.begin(), name.end(), '/', '_');
-          s = writeNpy(outputDir + "/" + name + ".npy", tensor);
+          s = writeNpy(opt.outputDir + "/" + name + ".npy", tensor);
           if (!s.isOk()) die(s.message());
         }
       }
@@ -1667,7 +1285,7 @@ int main(int argc, char **argv) {
     }
     if (trains && !losses.empty()) {
       char balance[192] = "", line[416];
-      for (const LossTerm &t : terms)
+      for (const LossTerm &t : opt.terms)
         if (!t.values.empty()) {
           size_t used = std::strlen(balance);
           std::snprintf(balance + used, sizeof balance - used, " (%s %.6f -> %.6f)", t.label, t.values.front(),
@@ -1676,14 +1294,14 @@ int main(int argc, char **argv) {
       // (The device optimizer's moments: on the device, read back only to
       // be written.)
       size_t stateBytes = training->stateBytes();
-      if (deviceOptimizer && optimizer.kind == "adamw") {
+      if (deviceOptimizer && opt.optimizer.kind == "adamw") {
         stateBytes = 0;
         for (const Training::Update &u : updates) stateBytes += 2 * sizeof(float) * (u.end - u.begin);
       }
       std::snprintf(line, sizeof line,
                     ", %s: loss %.6f -> %.6f%s over %zu step(s), %zu bytes of optimizer state on rank %d%s",
-                    optimizer.kind.c_str(), losses.front(), losses.back(), balance, losses.size(), stateBytes, rank,
-                    zeroSummary(optimizer, training->sharesState(optimizer), deviceOptimizer).c_str());
+                    opt.optimizer.kind.c_str(), losses.front(), losses.back(), balance, losses.size(), stateBytes, rank,
+                    zeroSummary(opt.optimizer, training->sharesState(opt.optimizer), deviceOptimizer).c_str());
       how += line;
 #ifdef PARAX_WITH_CUDA
       if (deviceOptimizer)
@@ -1712,24 +1330,24 @@ int main(int argc, char **argv) {
       how += line;
     }
 #ifdef PARAX_WITH_CUDA
-    if (device == "cuda" && gpus[0]->replaysGraph()) how += ", steps after the first as one CUDA graph";
-    if (device == "cuda" && gpus[0]->cacheReadsInPlace() > 0)
+    if (opt.device == "cuda" && gpus[0]->replaysGraph()) how += ", steps after the first as one CUDA graph";
+    if (opt.device == "cuda" && gpus[0]->cacheReadsInPlace() > 0)
       how += ", " + std::to_string(gpus[0]->cacheReadsInPlace()) + " KV-cache concat(s) read in place by attention";
-    if (device == "cuda" && gpus[0]->cacheWritesInPlace() > 0)
+    if (opt.device == "cuda" && gpus[0]->cacheWritesInPlace() > 0)
       how += ", " + std::to_string(gpus[0]->cacheWritesInPlace()) + " KV cache(s) written in place";
-    if (device == "cuda" && gpus[0]->overlappedInstructions() > 0)
+    if (opt.device == "cuda" && gpus[0]->overlappedInstructions() > 0)
       how += ", " + std::to_string(gpus[0]->overlappedInstructions()) + " instruction(s) overlapping collectives";
 #endif
     double median = times.empty() ? 0 : times[times.size() / 2]; // (a prefill may leave no step)
-    if (generate > 0) {
+    if (opt.generate > 0) {
       // Every replica's rows (joined above): the most tokens a row gave
       // before its stop token (generate: some row never gave it).
-      int64_t stoppedAfter = stopToken >= 0 ? 0 : generate, width = promptLength + generate;
+      int64_t stoppedAfter = opt.stopToken >= 0 ? 0 : opt.generate, width = promptLength + opt.generate;
       const Tensor &all = results[0];
-      for (int64_t row = 0; row < all.shape[0] && stoppedAfter < generate; ++row) {
+      for (int64_t row = 0; row < all.shape[0] && stoppedAfter < opt.generate; ++row) {
         const int32_t *tokens = &all.i[row * width];
-        int64_t from = promptLengths[row], end = from + generate;
-        int64_t at = std::find(tokens + from, tokens + end, stopToken) - tokens;
+        int64_t from = promptLengths[row], end = from + opt.generate;
+        int64_t at = std::find(tokens + from, tokens + end, opt.stopToken) - tokens;
         stoppedAfter = std::max(stoppedAfter, at - from + 1);
       }
       int64_t shortest = *std::min_element(promptLengths.begin(), promptLengths.end());
@@ -1740,18 +1358,18 @@ int main(int argc, char **argv) {
       if (chunks > 0)
         std::snprintf(prefilled, sizeof prefilled, ", prefill of %lld chunk(s) of %lld tokens in %.3f ms",
                       static_cast<long long>(chunks), static_cast<long long>(prefill.tokens), 1e3 * prefillSeconds);
-      how = ", " + std::to_string(generate) + " token(s) generated for each of " + std::to_string(rows) +
+      how = ", " + std::to_string(opt.generate) + " token(s) generated for each of " + std::to_string(rows) +
             " row(s) after " + promptText + ", " +
             std::to_string(static_cast<long long>(median > 0 ? rows / median : 0)) + " tokens/s at the median step" +
             prefilled + sharing +
-            (stoppedAfter < generate
+            (stoppedAfter < opt.generate
                  ? ", every row gave the stop token after " + std::to_string(stoppedAfter) + " token(s)"
                  : std::string()) +
             how;
     }
     std::printf("parax-run: %d rank(s) on %s, %zu instructions on rank %d, %lld "
                 "microbatch(es), step time %.3f ms (median of %zu)%s\n",
-                size, device.c_str(), instructions, rank, static_cast<long long>(micro),
+                size, opt.device.c_str(), instructions, rank, static_cast<long long>(micro),
                 1e3 * median, times.size(), how.c_str());
     std::fputs(profile.c_str(), stdout);
     if (training && training->skippedSteps() > 0)
@@ -1760,12 +1378,12 @@ int main(int argc, char **argv) {
   }
   // --profile: rank 0 writes FILE, rank r FILE.rank<r>. On cuda, three
   // more steps, each instruction timed on the device by events.
-  if (!profilePath.empty()) {
-    std::string path = rank == 0 ? profilePath : profilePath + ".rank" + std::to_string(rank);
+  if (!opt.profilePath.empty()) {
+    std::string path = rank == 0 ? opt.profilePath : opt.profilePath + ".rank" + std::to_string(rank);
     const Executor *program = &cpu;
     std::vector<std::vector<double>> seconds = cpu.instructionSeconds();
 #ifdef PARAX_WITH_CUDA
-    if (device == "cuda") {
+    if (opt.device == "cuda") {
       program = &gpus[0]->hostExecutor();
       seconds.assign(program->instructionCount(), {});
       for (int run = 0; run < 3; ++run) {
@@ -1781,11 +1399,11 @@ int main(int argc, char **argv) {
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
     RunProfileTotals totals{median(times), static_cast<int>(times.size()), median(syncTimes),
-                            median(optimizerTimes), optimizerTimes.empty() ? std::string() : optimizer.kind};
+                            median(optimizerTimes), optimizerTimes.empty() ? std::string() : opt.optimizer.kind};
     for (const auto &[key, calls] : reduceCalls)
       totals.gradientReduces.push_back(
           {key.first, static_cast<double>(key.second) * calls, calls, median(reduceTimes[key])});
-    Status written = writeRunProfile(path, exe.value(), *program, seconds, rank, size, device, totals);
+    Status written = writeRunProfile(path, exe.value(), *program, seconds, rank, size, opt.device, totals);
     if (!written.isOk()) die(written.message());
   }
   training.reset(); // its MPI communicator, before MPI ends
