@@ -94,6 +94,87 @@ std::string zeroSummary(const OptimizerConfig &optimizer, bool shares, bool onDe
 
 } // namespace
 
+/// A checkpoint tensor no stage of `exe` reads is a model other than the
+/// program's (a bias, a layer, a norm it does not build): refused, named.
+void refuseUnusedWeights(const parax::pxe::Executable &exe, const Checkpoint &ckpt, const std::string &weights,
+                         const std::function<void(const std::string &)> &die) {
+  std::set<std::string> read;
+  for (const auto &stage : exe.stages())
+    for (const auto &buffer : stage.buffers())
+      if (buffer.role() == parax::pxe::PARAMETER) {
+        std::vector<int64_t> whole(buffer.global_shape().begin(), buffer.global_shape().end());
+        for (const std::string &name : checkpointNames(buffer.param_name(), whole))
+          read.insert(name);
+      }
+  std::vector<std::string> unused;
+  for (const std::string &name : ckpt.tensorNames())
+    if (!read.count(name)) unused.push_back(name);
+  if (!unused.empty()) {
+    std::string listed;
+    for (size_t k = 0; k < unused.size() && k < 8; ++k) listed += (k ? ", " : "") + unused[k];
+    if (unused.size() > 8) listed += ", ... (" + std::to_string(unused.size()) + " in all)";
+    die(weights + ": the program reads no tensor named " + listed +
+        ": this checkpoint holds a model other than the one compiled (build the model from its "
+        "config.json), or pass --allow-unused-weights to run without them");
+  }
+}
+
+/// --generate's prompts and programs: the step (and the prefill program
+/// for the prompt's whole chunks), every row's tokens [rows, prompt +
+/// generate] with its prompt in, and each row's prompt length (its tokens
+/// before the first -1).
+struct Prompts {
+  GenerationProgram step, prefill;
+  StatusOr<parax::pxe::Executable> prefillExe = parax::pxe::Executable();
+  int64_t promptLength = 0, chunks = 0;
+  std::vector<int32_t> sequence;      // [rows, promptLength + generate], on every rank
+  std::vector<int64_t> promptLengths; // each row's: its tokens before the first -1
+};
+
+Prompts readPrompts(const std::vector<Tensor> &inputTensors, const parax::pxe::Executable &exe, int64_t rows,
+                    long generate, const std::string &prefillPath,
+                    const std::function<void(const std::string &)> &die) {
+  Prompts p;
+  if (inputTensors.size() != 1) die("--generate takes one --input: the prompt's tokens [rows, L]");
+  const Tensor &prompt = inputTensors[0];
+  if (!prompt.isInt || prompt.shape.size() != 2)
+    die("--generate: the prompt must be integer tokens [rows, L], got " + prompt.shapeString());
+  auto checked = generationProgram(exe);
+  if (!checked.isOk()) die(checked.status().message());
+  p.step = checked.value();
+  p.promptLength = prompt.shape[1];
+  if (p.promptLength + generate - 1 > p.step.capacity)
+    die("the prompt's " + std::to_string(p.promptLength) + " tokens and " + std::to_string(generate) +
+        " generated ones need " + std::to_string(p.promptLength + generate - 1) +
+        " cache rows; the step's caches hold " + std::to_string(p.step.capacity) +
+        " (build it with a larger --cache)");
+  int64_t width = p.promptLength + generate;
+  p.sequence.assign(rows * width, -1);
+  p.promptLengths.assign(rows, p.promptLength);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t *row = &prompt.i[r * p.promptLength];
+    int64_t length = std::find_if(row, row + p.promptLength, [](int32_t t) { return t < 0; }) - row;
+    for (int64_t t = length; t < p.promptLength; ++t)
+      if (row[t] != -1)
+        die("--generate: prompt row " + std::to_string(r) + " has token " + std::to_string(row[t]) +
+            " at position " + std::to_string(t) + ", after the -1 that ends it (a shorter prompt is " +
+            "padded with -1 at its end)");
+    if (length == 0) die("--generate: prompt row " + std::to_string(r) + " is empty (it starts with -1)");
+    p.promptLengths[r] = length;
+    std::copy(row, row + length, &p.sequence[r * width]);
+  }
+  if (!prefillPath.empty()) {
+    p.prefillExe = loadExecutable(prefillPath);
+    if (!p.prefillExe.isOk()) die(p.prefillExe.status().message());
+    auto pairs = prefillProgram(p.prefillExe.value(), exe, p.step);
+    if (!pairs.isOk()) die(pairs.status().message());
+    p.prefill = pairs.value();
+    // Whole chunks of the shortest prompt; the rest of the prompts goes a token a step.
+    p.chunks = *std::min_element(p.promptLengths.begin(), p.promptLengths.end()) / p.prefill.tokens;
+  }
+  return p;
+}
+
 /// Started by an MPI launcher (Open MPI, MPICH, PMIx, Slurm)? A single rank
 /// started by hand runs without MPI: no launcher daemon is needed then.
 bool launchedByMpi() {
@@ -250,29 +331,7 @@ int main(int argc, char **argv) {
   }
   auto ckpt = Checkpoint::open(opt.weights);
   if (!ckpt.isOk()) die(ckpt.status().message());
-  if (!opt.allowUnusedWeights) {
-    // A checkpoint tensor no stage reads is a model other than the
-    // program's (a bias, a layer, a norm it does not build): refused.
-    std::set<std::string> read;
-    for (const auto &stage : exe.value().stages())
-      for (const auto &buffer : stage.buffers())
-        if (buffer.role() == parax::pxe::PARAMETER) {
-          std::vector<int64_t> whole(buffer.global_shape().begin(), buffer.global_shape().end());
-          for (const std::string &name : checkpointNames(buffer.param_name(), whole))
-            read.insert(name);
-        }
-    std::vector<std::string> unused;
-    for (const std::string &name : ckpt.value()->tensorNames())
-      if (!read.count(name)) unused.push_back(name);
-    if (!unused.empty()) {
-      std::string listed;
-      for (size_t k = 0; k < unused.size() && k < 8; ++k) listed += (k ? ", " : "") + unused[k];
-      if (unused.size() > 8) listed += ", ... (" + std::to_string(unused.size()) + " in all)";
-      die(opt.weights + ": the program reads no tensor named " + listed +
-          ": this checkpoint holds a model other than the one compiled (build the model from its "
-          "config.json), or pass --allow-unused-weights to run without them");
-    }
-  }
+  if (!opt.allowUnusedWeights) refuseUnusedWeights(exe.value(), *ckpt.value(), opt.weights, die);
   std::vector<Tensor> inputTensors;
   for (const std::string &path : opt.inputs) {
     auto t = readNpy(path);
@@ -321,50 +380,13 @@ int main(int argc, char **argv) {
   // prompt's, then the ones generated); the KV caches are given as shapes
   // without values, so each stage keeps its own where it runs. With
   // --prefill, the prompt's whole chunks go through that program instead.
-  GenerationProgram step, prefill;
-  StatusOr<parax::pxe::Executable> prefillExe = parax::pxe::Executable();
-  int64_t promptLength = 0, chunks = 0;
-  std::vector<int32_t> sequence; // [rows, promptLength + generate], on every rank
-  std::vector<int64_t> promptLengths; // each row's: its tokens before the first -1
-  if (opt.generate > 0) {
-    if (inputTensors.size() != 1) die("--generate takes one --input: the prompt's tokens [rows, L]");
-    const Tensor &prompt = inputTensors[0];
-    if (!prompt.isInt || prompt.shape.size() != 2)
-      die("--generate: the prompt must be integer tokens [rows, L], got " + prompt.shapeString());
-    auto checked = generationProgram(exe.value());
-    if (!checked.isOk()) die(checked.status().message());
-    step = checked.value();
-    promptLength = prompt.shape[1];
-    if (promptLength + opt.generate - 1 > step.capacity)
-      die("the prompt's " + std::to_string(promptLength) + " tokens and " + std::to_string(opt.generate) +
-          " generated ones need " + std::to_string(promptLength + opt.generate - 1) +
-          " cache rows; the step's caches hold " + std::to_string(step.capacity) +
-          " (build it with a larger --cache)");
-    int64_t width = promptLength + opt.generate;
-    sequence.assign(rows * width, -1);
-    promptLengths.assign(rows, promptLength);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int32_t *row = &prompt.i[r * promptLength];
-      int64_t length = std::find_if(row, row + promptLength, [](int32_t t) { return t < 0; }) - row;
-      for (int64_t t = length; t < promptLength; ++t)
-        if (row[t] != -1)
-          die("--generate: prompt row " + std::to_string(r) + " has token " + std::to_string(row[t]) +
-              " at position " + std::to_string(t) + ", after the -1 that ends it (a shorter prompt is " +
-              "padded with -1 at its end)");
-      if (length == 0) die("--generate: prompt row " + std::to_string(r) + " is empty (it starts with -1)");
-      promptLengths[r] = length;
-      std::copy(row, row + length, &sequence[r * width]);
-    }
-    if (!opt.prefillPath.empty()) {
-      prefillExe = loadExecutable(opt.prefillPath);
-      if (!prefillExe.isOk()) die(prefillExe.status().message());
-      auto pairs = prefillProgram(prefillExe.value(), exe.value(), step);
-      if (!pairs.isOk()) die(pairs.status().message());
-      prefill = pairs.value();
-      // Whole chunks of the shortest prompt; the rest of the prompts goes a token a step.
-      chunks = *std::min_element(promptLengths.begin(), promptLengths.end()) / prefill.tokens;
-    }
-  }
+  Prompts prompts;
+  if (opt.generate > 0) prompts = readPrompts(inputTensors, exe.value(), rows, opt.generate, opt.prefillPath, die);
+  GenerationProgram &step = prompts.step, &prefill = prompts.prefill;
+  StatusOr<parax::pxe::Executable> &prefillExe = prompts.prefillExe;
+  int64_t &promptLength = prompts.promptLength, &chunks = prompts.chunks;
+  std::vector<int32_t> &sequence = prompts.sequence;
+  std::vector<int64_t> &promptLengths = prompts.promptLengths;
   // Microbatch m of this replica: rows (replica * micro + m) * batch ..
   auto firstRowOf = [&](int64_t m) { return (replica * micro + m) * exeBatch; };
   auto inputsAt = [&](const GenerationProgram &program, int64_t t, int64_t m) {
