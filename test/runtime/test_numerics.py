@@ -431,6 +431,26 @@ def test_flags_take_their_value_after_an_equals_sign_too(tmp_path):
     assert np.array_equal(np.load(out), spaced)
 
 
+def test_the_help_lists_every_flag_it_parses():
+    """parax-run --help is generated from the flags it parses (Options.cpp):
+    each flag once, with its value's placeholder, in its section; a flag
+    it does not know, a switch given a value, a flag missing its value are
+    refused by name."""
+    import subprocess
+    proc = subprocess.run([tool("parax-run"), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    listed = re.findall(r"^  (--[a-z0-9-]+)", proc.stderr, re.M)
+    assert len(listed) == len(set(listed)) > 40, listed
+    for line in ("  --zero-stage 0|1|2|3", "  --save-every K", "  --temperature T", "  --quiet"):
+        assert line in proc.stderr, line
+    assert [s for s in ("run:", "generation:", "training:", "checkpoints:", "environment:") if s not in proc.stderr] == []
+    for args, text in ((["--frobnicate"], "unknown option --frobnicate"),
+                       (["--quiet=1"], "--quiet takes no value"),
+                       (["--steps"], "missing value after --steps")):
+        proc = subprocess.run([tool("parax-run"), "m.pxe", *args], capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and text in proc.stderr, (args, proc.stderr[-300:])
+
+
 def test_two_outputs_to_one_path_are_refused_before_a_step(tmp_path):
     """Issue 45 R5: --save-weights and --save-optimizer naming one file ran
     and kept only the optimizer's state: refused before any step."""

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,293 +21,340 @@ bool isFolderPath(const std::string &path) {
   return (!path.empty() && path.back() == '/') || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
 }
 
+
+namespace {
+
+using Die = std::function<void(const std::string &)>;
+
+// One flag: its name, its value's placeholder (null: a switch), the
+// section of the help it is in, its help text, and what it sets.
+struct Flag {
+  const char *name, *value, *section, *help;
+  std::function<void(Options &, const std::string &)> set;
+};
+
+// Values, checked: a count in [lo, hi] (`what` in the message), a number.
+long long count(const std::string &flag, const std::string &text, long long lo, long long hi, const std::string &what,
+                const Die &die) {
+  char *end = nullptr;
+  long long n = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end || n < lo || n > hi) die(flag + " must be " + what + ", got '" + text + "'");
+  return n;
+}
+
+double number(const std::string &text, bool *ok) {
+  char *end = nullptr;
+  double n = std::strtod(text.c_str(), &end);
+  *ok = !text.empty() && !*end && std::isfinite(n);
+  return n;
+}
+
+// Every flag parax-run takes, in the order --help lists them. `die` ends
+// the run naming a bad value (the help needs none of them).
+std::vector<Flag> flags(const Die &die) {
+  // --lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --min-lr
+  auto real = [&](const char *name, const char *help, double OptimizerConfig::*slot) {
+    return Flag{name, "X", "training", help, [=](Options &o, const std::string &text) {
+                  std::string arg = name;
+                  bool ok;
+                  double n = number(text, &ok);
+                  bool beta = arg == "--beta1" || arg == "--beta2";
+                  bool positive = arg == "--lr" || arg == "--eps";
+                  if (!ok || n < 0 || (beta && n >= 1) || (positive && n == 0))
+                    die(arg + " must be a " +
+                        (beta ? "number in [0, 1)" : positive ? "positive number" : "non-negative number") +
+                        ", got '" + text + "'");
+                  o.optimizer.*slot = n;
+                  o.optimizerSettings = true;
+                }};
+  };
+  auto path = [](const char *name, const char *value, const char *section, const char *help,
+                 std::string Options::*slot, bool training) {
+    return Flag{name, value, section, help, [=](Options &o, const std::string &text) {
+                  o.*slot = text;
+                  if (training) o.optimizerSettings = true;
+                }};
+  };
+  auto sampling = [&](const char *name, const char *value, const char *help) {
+    return Flag{name, value, "generation", help, [=](Options &o, const std::string &text) {
+                  std::string arg = name;
+                  bool ok;
+                  double n = number(text, &ok);
+                  bool whole = ok && n == static_cast<double>(static_cast<long long>(n));
+                  if (!ok || !(n >= 0) || (arg != "--temperature" && (!whole || n > 9e15)))
+                    die(arg + " must be a non-negative " + (arg == "--temperature" ? "number" : "integer") +
+                        ", got '" + text + "'");
+                  if (arg == "--temperature") o.sampling.temperature = n;
+                  else if (arg == "--top-k") o.sampling.topK = static_cast<int64_t>(n);
+                  else o.sampling.seed = static_cast<uint64_t>(n);
+                  o.samplingGiven = true;
+                }};
+  };
+  return {
+      {"--weights", "W", "run",
+       "the checkpoint: a .safetensors file, a sharded checkpoint's index (*.index.json), a box-wise one, or a "
+       "folder holding one",
+       [](Options &o, const std::string &v) { o.weights = v; }},
+      {"--input", "X.npy", "run", "an input, in the program's order (tokens, then labels, ...); once each",
+       [](Options &o, const std::string &v) { o.inputs.push_back(v); }},
+      {"--output", "OUT.npy", "run",
+       "a result, in the program's order (the logits; a decode step built --return-kv: then each layer's new keys "
+       "and values; a training step: the loss, then each parameter's gradient, averaged over microbatches and "
+       "replicas)",
+       [](Options &o, const std::string &v) { o.outputs.push_back(v); }},
+      path("--output-dir", "DIR", "run",
+           "every result into DIR (an existing folder): a gradient as <checkpoint name>.npy (a fused tensor's piece "
+           "<name>@<offsets>.npy), any other result as result<k>.npy",
+           &Options::outputDir, false),
+      {"--steps", "K", "run",
+       "run K steps (with --optimizer: K optimizer steps); 0: prepare only (load the weights, plan memory): every "
+       "rank reports the parameter values it holds and, on cuda, the device memory it took",
+       [&](Options &o, const std::string &v) {
+         o.steps = static_cast<int>(count("--steps", v, 0, 1000000000, "a count of steps", die));
+         o.stepsGiven = true;
+       }},
+      {"--device", "cpu|cuda", "run", "where the program runs (default cpu)",
+       [](Options &o, const std::string &v) { o.device = v; }},
+      {"--quiet", nullptr, "run", "no line a training step and no generation progress: the summary only",
+       [](Options &o, const std::string &) { o.quiet = true; }},
+      {"--allow-unused-weights", nullptr, "run",
+       "run although the checkpoint holds tensors the program never reads (refused otherwise: a model other "
+       "than the one compiled)",
+       [](Options &o, const std::string &) { o.allowUnusedWeights = true; }},
+      path("--profile", "P.json", "run",
+           "each instruction's wall time, the median over the steps (cuda: over 3 more steps timed by device "
+           "events), with its shapes, attributes and the ranks a collective spans (rank 0: P.json, rank r: "
+           "P.json.rank<r>): what parax-plan --calibrate fits a cluster and profile to",
+           &Options::profilePath, false),
+      {"--generate", "K", "generation",
+       "K tokens after each prompt row (--input: the prompt's tokens [rows, L], a shorter prompt ending in -1s) "
+       "with a generation step (built --seq 1 --cache C): outputs the tokens [rows, L + K] and each step's "
+       "logits [rows, L + K - 1, V]; rows of several batches a replica run as microbatches, each with its own "
+       "KV caches",
+       [&](Options &o, const std::string &v) {
+         o.generate = static_cast<long>(count("--generate", v, 1, 1000000, "a positive count of tokens", die));
+       }},
+      path("--prefill", "CHUNK.pxe", "generation",
+           "the prompt's first tokens in chunks of CHUNK's --seq (built like the step, with --seq P), writing the "
+           "same caches",
+           &Options::prefillPath, false),
+      sampling("--temperature", "T", "draw each token from softmax(logits / T) (default: the most likely)"),
+      sampling("--top-k", "K", "draw from the K most likely (0: all)"),
+      {"--top-p", "P", "generation",
+       "then from the fewest of them, most likely first, holding P of their probability (default 1: all)",
+       [&](Options &o, const std::string &v) {
+         bool ok;
+         double n = number(v, &ok);
+         if (!ok || !(n > 0 && n <= 1)) die("--top-p must be a probability in (0, 1], got '" + v + "'");
+         o.sampling.topP = n;
+         o.samplingGiven = true;
+       }},
+      sampling("--seed", "S", "draws reproducible from S"),
+      {"--stop-token", "ID", "generation",
+       "a row that generates ID generates nothing more (its later tokens are ID); the loop ends when every row "
+       "has",
+       [&](Options &o, const std::string &v) {
+         o.stopToken = count("--stop-token", v, 0, INT32_MAX, "a token id", die);
+       }},
+      {"--optimizer", "sgd|adamw", "training",
+       "with a training step (compile --train): each step's gradients (averaged over its microbatches and the "
+       "replicas) update every rank's parameter boxes in place, in fp32 (cuda: the device optimizer)",
+       [&](Options &o, const std::string &v) {
+         o.optimizer.kind = v;
+         if (v != "sgd" && v != "adamw") die("--optimizer must be sgd or adamw, got '" + v + "'");
+       }},
+      real("--lr", "the learning rate (default 1e-3)", &OptimizerConfig::lr),
+      real("--beta1", "AdamW's beta1 (default 0.9)", &OptimizerConfig::beta1),
+      real("--beta2", "AdamW's beta2 (default 0.999)", &OptimizerConfig::beta2),
+      real("--eps", "AdamW's epsilon (default 1e-8)", &OptimizerConfig::eps),
+      real("--weight-decay", "decoupled weight decay, matrices only (default 0)", &OptimizerConfig::weightDecay),
+      real("--clip-grad-norm", "the gradients' global L2 norm at most N (default: no clipping)",
+           &OptimizerConfig::clipNorm),
+      {"--lr-schedule", "constant|linear|cosine", "training", "the learning rate's schedule (default constant)",
+       [&](Options &o, const std::string &v) {
+         o.optimizer.schedule = v;
+         if (v != "constant" && v != "linear" && v != "cosine")
+           die("--lr-schedule must be constant, linear or cosine, got '" + v + "'");
+         o.optimizerSettings = true;
+       }},
+      {"--warmup-steps", "W", "training", "the learning rate t/W at first",
+       [&](Options &o, const std::string &v) {
+         o.optimizer.warmupSteps = count("--warmup-steps", v, 0, 1000000000, "a count of steps", die);
+         o.optimizerSettings = true;
+       }},
+      {"--decay-steps", "D", "training", "down to --min-lr by step D (default: the run's last step)",
+       [&](Options &o, const std::string &v) {
+         o.optimizer.decaySteps = count("--decay-steps", v, 0, 1000000000, "a count of steps", die);
+         o.optimizerSettings = true;
+       }},
+      real("--min-lr", "where a schedule decays to (default 0)", &OptimizerConfig::minLr),
+      {"--zero", nullptr, "training",
+       "ZeRO-1: AdamW's states split over the ranks holding each box, gradients reduce-scattered, parameters "
+       "all-gathered (by default the plan's stage)",
+       [&](Options &o, const std::string &) {
+         o.zeroGiven = o.optimizer.zero = true;
+         o.optimizer.zeroStage = 1;
+         o.optimizerSettings = true;
+       }},
+      {"--no-zero", nullptr, "training", "no ZeRO, whatever the plan says",
+       [&](Options &o, const std::string &) {
+         o.zeroGiven = true;
+         o.optimizer.zero = false;
+         o.optimizer.zeroStage = 0;
+         o.optimizerSettings = true;
+       }},
+      {"--zero-stage", "0|1|2|3", "training",
+       "the ZeRO stage (cuda's device optimizer, 2: the gradient sums split too; 3: the parameters too, each "
+       "gathered before the instructions that read it)",
+       [&](Options &o, const std::string &v) {
+         if (v != "0" && v != "1" && v != "2" && v != "3") die("--zero-stage must be 0, 1, 2 or 3, got '" + v + "'");
+         o.zeroGiven = true;
+         o.optimizer.zeroStage = std::stoi(v);
+         o.optimizer.zero = o.optimizer.zeroStage > 0;
+         o.optimizerSettings = true;
+       }},
+      {"--step-rows", "R", "training", "each step takes the next R rows of the inputs, cycling (default: all)",
+       [&](Options &o, const std::string &v) {
+         o.stepRows = count("--step-rows", v, 1, LLONG_MAX, "a positive count of rows", die);
+         o.optimizerSettings = true;
+       }},
+      {"--per-token-loss", nullptr, "training",
+       "with labels ignored (built with ignore_index): the loss the mean over every counted label of the step "
+       "(default: each microbatch's mean, averaged)",
+       [](Options &o, const std::string &) { o.perTokenLoss = true; }},
+      {"--bias-update-speed", "G", "training",
+       "DeepSeek-V3's auxiliary-loss-free balancing: after each step every router's correction bias moves G "
+       "towards balance",
+       [&](Options &o, const std::string &v) {
+         bool ok;
+         o.biasSpeed = number(v, &ok);
+         if (!ok || o.biasSpeed <= 0) die("--bias-update-speed must be a positive number, got '" + v + "'");
+         o.optimizerSettings = true;
+       }},
+      {"--skip-nonfinite", nullptr, "training",
+       "a step whose gradients are not finite is skipped (counted at the end) instead of stopping the run",
+       [&](Options &o, const std::string &) {
+         o.optimizer.skipNonfinite = true;
+         o.optimizerSettings = true;
+       }},
+      path("--losses", "L.npy", "training", "each step's loss", &Options::lossesPath, false),
+      {"--balance-losses", "B.npy", "training", "each step's MoE load-balancing loss (already in the loss)",
+       [](Options &o, const std::string &v) { o.terms[0].path = v; }},
+      {"--mtp-losses", "M.npy", "training", "each step's weighted multi-token prediction loss (already in the loss)",
+       [](Options &o, const std::string &v) { o.terms[1].path = v; }},
+      path("--log-json", "L.jsonl", "training",
+           "one JSON object a training step (step, loss and its terms, grad_norm, clipped, lr, seconds, "
+           "tokens_per_s, eta_s), quiet or not",
+           &Options::logJsonPath, false),
+      path("--save-weights", "OUT", "checkpoints",
+           "the updated parameters: OUT.safetensors (whole tensors), or OUT/ (a folder): a sharded checkpoint, "
+           "each rank writing its share",
+           &Options::saveWeights, false),
+      path("--save-optimizer", "S", "checkpoints",
+           "AdamW's moments and step count, to resume (a file or a folder, as --save-weights)",
+           &Options::saveOptimizer, true),
+      path("--load-optimizer", "S", "checkpoints", "resume from --save-optimizer's state", &Options::loadOptimizer,
+           true),
+      {"--save-format", "whole|boxes", "checkpoints",
+       "boxes: --save-weights OUT/ and --save-optimizer S/ write each rank's own boxes, nothing gathered "
+       "(boxes.index.json: each tensor's boxes), read back under any plan (default whole)",
+       [&](Options &o, const std::string &v) {
+         o.saveFormat = v;
+         if (v != "whole" && v != "boxes") die("--save-format must be whole or boxes, got '" + v + "'");
+         o.optimizerSettings = true;
+       }},
+      {"--save-every", "K", "checkpoints",
+       "also every K steps (but the last): OUT/ as OUT/step-0000000K/, OUT.safetensors as "
+       "OUT-step-0000000K.safetensors",
+       [&](Options &o, const std::string &v) {
+         o.saveEvery = count("--save-every", v, 1, LLONG_MAX, "a positive count of steps", die);
+         o.optimizerSettings = true;
+       }},
+  };
+}
+
+// The environment switches (none changes a result; checks and fallbacks).
+const std::pair<const char *, const char *> kEnvironment[] = {
+    {"PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT)",
+     "a collective not finished after S seconds ends the job, naming rank and operation (default 300)"},
+    {"PARAX_CUDA_OVERLAP=0", "the GPU waits for each collective right after it"},
+    {"PARAX_CUDA_GRAPHS=0", "no CUDA graphs"},
+    {"PARAX_ATTENTION=cuda-cores", "bf16 attention and its gradient without tensor cores"},
+    {"PARAX_CUDA_PROFILE=1", "after the timed steps, one more step timed op by op"},
+    {"PARAX_CUDA_FUSE_GELU=0", "no gelu in cuBLASLt's GELU_BIAS epilogue"},
+    {"PARAX_EXPERTS=grouped|per-expert", "MoE experts as one grouped GEMM a projection, or GEMMs per expert"},
+    {"PARAX_CUDA_SHARE_TEMPORARIES=0", "one device allocation a temporary"},
+    {"PARAX_CUDA_POISON_DEAD=1", "a check: every temporary filled with NaN after its last use"},
+    {"PARAX_CUDA_OPTIMIZER=host", "the optimizer on the host (fp32 masters there)"},
+    {"PARAX_CUDA_BUCKET_BYTES=N", "without ZeRO, the device optimizer's gradient buckets of up to N bytes"},
+};
+
+} // namespace
+
 void usage() {
   std::fprintf(stderr,
-               "usage: mpirun -np N parax-run MODEL.pxe --weights W.safetensors "
-               "--input X.npy [--input Y.npy] [--output OUT.npy [--output OUT2.npy]] [--steps K] "
-               "[--device cpu|cuda]\n"
-               "       mpirun -np N parax-run STEP.pxe --weights W.safetensors --input PROMPT.npy "
-               "--generate K [--output TOKENS.npy [--output LOGITS.npy]] [--device cpu|cuda]\n"
-               "  (every flag takes its value as --flag VALUE or --flag=VALUE; --quiet: no line a\n"
-               "  training step and no generation progress, the summary only)\n"
-               "  --log-json L.jsonl: with --optimizer, one JSON object a training step (step, loss and\n"
-               "  its terms, grad_norm, clipped, lr, seconds, tokens_per_s, eta_s), quiet or not\n"
-               "  --generate K: greedy generation of K tokens per prompt row with a generation\n"
-               "  step (built --seq 1 --cache C): the prompt's tokens are fed one step each,\n"
-               "  then each step's most likely token; the KV caches stay where the step runs\n"
-               "  (on the device) and are written in place. Outputs: the prompt and the\n"
-               "  generated tokens [rows, L + K], and each step's logits [rows, L + K - 1, V]. A\n"
-               "  shorter prompt ends with -1s: its row gets K tokens after its own prompt, then -1s\n"
-               "  (logits NaN past its last token). Rows of\n"
-               "  several batches per replica run as microbatches, each with its own caches, in\n"
-               "  turn on every pipeline stage (stage s+1 on one while stage s is on the next)\n"
-               "  --prefill CHUNK.pxe: the prompt's first tokens in chunks of CHUNK's --seq (built like\n"
-               "  the step, with --seq P, and planned alike), which writes the same caches; the\n"
-               "  CUDA backend shares the weights and caches of both programs\n"
-               "  --temperature T [--top-k K] [--top-p P] [--seed S]: draw each token from\n"
-               "  softmax(logits / T) over the K most likely (0: all), then over the fewest of them,\n"
-               "  most likely first, holding P of their probability (default 1: all),\n"
-               "  reproducibly from S (default: the most likely)\n"
-               "  --stop-token ID: a row that generates ID generates nothing more (its later tokens\n"
-               "  are ID); a microbatch whose rows all have runs no more steps (its LOGITS are NaN\n"
-               "  there), and the loop ends when every row has (LOGITS then holds the positions run)\n"
-               "  --output: the executable's results in order (the logits; with a decode step\n"
-               "  built --return-kv, then each layer's new keys and values; a training step's\n"
-               "  loss, then each parameter's gradient, averaged over microbatches and replicas)\n"
-               "  --output-dir DIR: every result into DIR (an existing folder): a gradient as\n"
-               "  <checkpoint name>.npy (a fused tensor's piece <name>@<offsets>.npy), any other\n"
-               "  result as result<k>.npy\n"
-               "  --optimizer sgd|adamw: with a training step (--parax-autodiff), --steps K optimizer\n"
-               "  steps: each step's gradients (averaged over its microbatches and the replicas)\n"
-               "  update every rank's parameter boxes in place, in fp32 (on cuda: the device optimizer,\n"
-               "  fp32 masters and moments in device memory; PARAX_CUDA_OPTIMIZER=host below: on the\n"
-               "  host). --lr (1e-3), --beta1 (0.9),\n"
-               "  --beta2 (0.999), --eps (1e-8), --weight-decay (0: decoupled, matrices only),\n"
-               "  --clip-grad-norm N (the gradients' global L2 norm at most N), --lr-schedule\n"
-               "  constant|linear|cosine (default constant) with --warmup-steps W (lr t/W at first),\n"
-               "  --decay-steps D (down to --min-lr by step D; default the run's last step),\n"
-               "  --zero (ZeRO-1: the\n"
-               "  AdamW states split over the ranks holding each box (dp, and ep, cp, tp where the\n"
-               "  box is replicated): gradients reduce-scattered, parameters all-gathered),\n"
-               "  --zero-stage 0|1|2|3 (on cuda's device optimizer, 2: the gradient sums split too,\n"
-               "  each microbatch's gradients reduce-scattered; 3: the parameters too, each gathered\n"
-               "  before the instructions that read it); by default the plan's stage; --no-zero: never). --step-rows R: each step takes the next R rows of the\n"
-               "  inputs, cycling (default: all rows every step). --losses L.npy: each step's loss.\n"
-               "  --balance-losses B.npy: each step's MoE load-balancing loss; --mtp-losses M.npy:\n"
-               "  each step's multi-token prediction loss, weighted (both already in the loss; also\n"
-               "  printed with it).\n"
-               "  --per-token-loss: with labels ignored (built with ignore_index), the loss the mean\n"
-               "  over every counted label of the step, all microbatches and replicas together\n"
-               "  (default: each microbatch's mean, averaged)\n"
-               "  --bias-update-speed G: DeepSeek-V3's auxiliary-loss-free balancing: after each\n"
-               "  step every router's correction bias moves G towards balance (b_e += G sign(mean\n"
-               "  load - load_e), the loads counted over the step's tokens on every rank)\n"
-               "  --save-weights OUT.safetensors: the updated parameters (F32, whole tensors); OUT/\n"
-               "  (a folder): a sharded checkpoint, each rank writing its share of the whole tensors\n"
-               "  (model-0000k-of-0000n.safetensors, model.safetensors.index.json)\n"
-               "  --save-optimizer S.safetensors / --load-optimizer S.safetensors: AdamW's moments\n"
-               "  (<name>.exp_avg, <name>.exp_avg_sq) and step count (optimizer.step), to resume\n"
-               "  (a folder: sharded likewise). --weights and --load-optimizer read a .safetensors\n"
-               "  file, a sharded checkpoint's index (*.index.json) or a folder holding one\n"
-               "  --save-format boxes: --save-weights OUT/ and --save-optimizer S/ write each rank's\n"
-               "  own boxes, nothing gathered (boxes-0000k-of-0000n.safetensors, one a rank holding\n"
-               "  boxes, and boxes.index.json: each tensor's boxes); read back under any plan\n"
-               "  (default: whole, gathered whole tensors)\n"
-               "  --save-every K: also every K steps (but the last), OUT/ as OUT/step-0000000K/ and\n"
-               "  OUT.safetensors as OUT-step-0000000K.safetensors (K counts a resumed run's steps)\n"
-               "  --steps 0: prepare only (load the weights, plan memory); every rank reports\n"
-               "  the parameter values it holds and, on cuda, the device memory it took (with\n"
-               "  --generate: every program of the loop, every microbatch's)\n"
-               "  --skip-nonfinite: with --optimizer, a step whose gradients are not finite is skipped (no\n"
-               "  update; counted at the end) instead of stopping the run, which is the default\n"
-               "  --allow-unused-weights: run although the checkpoint holds tensors the program never\n"
-               "  reads (refused otherwise: a model other than the one compiled)\n"
-               "  --profile P.json: each instruction's wall time, the median over the steps (cuda:\n"
-               "  over 3 more steps timed by device events), with its shapes, attributes and the\n"
-               "  ranks a collective spans (rank 0: P.json, rank r: P.json.rank<r>): what\n"
-               "  parax-plan --calibrate fits a cluster and profile to\n"
-               "  PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT): a collective not finished\n"
-               "  after S seconds ends the job, naming rank and operation (default 300)\n"
-               "  PARAX_CUDA_OVERLAP=0: the GPU waits for each collective right after it (by\n"
-               "  default only before the first instruction that touches its buffers)\n"
-               "  PARAX_CUDA_GRAPHS=0: no CUDA graphs (by default a stage without collectives\n"
-               "  or host synchronisations replays its steps after the first as one graph)\n"
-               "  PARAX_ATTENTION=cuda-cores: bf16 attention and its gradient without tensor cores\n"
-               "  PARAX_CUDA_PROFILE=1: after the timed steps, one more step timed op by op\n"
-               "  PARAX_CUDA_FUSE_GELU=0: no gelu in cuBLASLt's GELU_BIAS epilogue (by default\n"
-               "  fused into a biased linear when the epilogue computes the gelu's form)\n"
-               "  PARAX_EXPERTS=grouped|per-expert: MoE experts as one grouped GEMM per\n"
-               "  projection, or cuBLAS GEMMs per expert (by default grouped while experts\n"
-               "  average at most 128 rows)\n"
-               "  PARAX_CUDA_SHARE_TEMPORARIES=0: one device allocation per temporary (by\n"
-               "  default temporaries whose lifetimes do not meet share memory)\n"
-               "  PARAX_CUDA_POISON_DEAD=1: a check: every temporary is filled with NaN\n"
-               "  after its last use, so that a late reader computes NaN\n"
-               "  PARAX_CUDA_OPTIMIZER=host: the optimizer on the host (fp32 masters there, the\n"
-               "  gradients copied to the host and the parameters back each step; by default\n"
-               "  masters, moments and gradients stay on the device)\n"
-               "  PARAX_CUDA_BUCKET_BYTES=N: without ZeRO, the device optimizer all-reduces the\n"
-               "  gradient sums over dp in buckets of up to N bytes (default 25 MiB; 1: a box each)\n");
+               "usage: mpirun -np N parax-run MODEL.pxe --weights W --input X.npy [--output OUT.npy] [--steps K]\n"
+               "       mpirun -np N parax-run STEP.pxe --weights W --input PROMPT.npy --generate K [--output T.npy]\n"
+               "       mpirun -np N parax-run TRAIN.pxe --weights W --input X.npy --input Y.npy --optimizer adamw\n"
+               "(N: the executable's grid size; every flag takes its value as --flag VALUE or --flag=VALUE)\n");
+  const char *section = "";
+  for (const Flag &f : flags([](const std::string &) {})) {
+    if (std::string(section) != f.section)
+      std::fprintf(stderr, "\n%s:\n", section = f.section);
+    std::string head = std::string("  ") + f.name + (f.value ? std::string(" ") + f.value : std::string());
+    // the help in lines of at most 100 columns, under its own column
+    std::string line = head + std::string(head.size() < 29 ? 29 - head.size() : 1, ' ');
+    size_t indent = std::max<size_t>(29, head.size() + 1), at = 0;
+    std::string help = f.help;
+    while (at < help.size()) {
+      size_t room = 100 - std::min<size_t>(line.size(), 90), end = std::min(help.size(), at + room);
+      if (end < help.size())
+        if (size_t space = help.rfind(' ', end); space != std::string::npos && space > at) end = space;
+      line += help.substr(at, end - at);
+      std::fprintf(stderr, "%s\n", line.c_str());
+      at = end + (end < help.size() && help[end] == ' ');
+      line = std::string(indent, ' ');
+    }
+  }
+  std::fprintf(stderr, "\nenvironment:\n");
+  for (const auto &[name, help] : kEnvironment)
+    std::fprintf(stderr, "  %s: %s\n", name, help);
 }
 
 Options parseOptions(int argc, char **argv, const std::function<void(const std::string &)> &die) {
   Options o;
-  // --name=value is --name value.
-  std::vector<std::string> words;
-  for (int i = 1; i < argc; ++i) {
-    std::string word = argv[i];
-    size_t eq = word.find('=');
-    if (word.rfind("--", 0) == 0 && eq != std::string::npos) {
-      words.push_back(word.substr(0, eq));
-      words.push_back(word.substr(eq + 1));
-    } else {
-      words.push_back(word);
-    }
-  }
-  std::vector<char *> split = {argv[0]};
-  for (std::string &word : words) split.push_back(word.data());
-  split.push_back(nullptr);
-  argc = static_cast<int>(split.size()) - 1;
-  argv = split.data();
+  const std::vector<Flag> table = flags(die);
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    auto value = [&]() -> std::string {
+    if (arg == "--help" || arg == "-h") {
+      usage();
+      o.help = true;
+      return o;
+    }
+    if (arg.empty() || arg[0] != '-') {
+      o.model = arg;
+      continue;
+    }
+    // --name=value is --name value.
+    std::string given;
+    bool inline_ = false;
+    if (size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      given = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      inline_ = true;
+    }
+    auto flag = std::find_if(table.begin(), table.end(), [&](const Flag &f) { return arg == f.name; });
+    if (flag == table.end()) die("unknown option " + arg);
+    if (flag->value && !inline_) {
       if (i + 1 >= argc) {
         usage();
         die("missing value after " + arg);
       }
-      return argv[++i];
-    };
-    // The flag's value, a positive count of `what`.
-    auto positiveCount = [&](const char *what) {
-      std::string text = value();
-      char *end = nullptr;
-      long long n = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end || n < 1) die(arg + " must be a positive count of " + what + ", got '" + text + "'");
-      return n;
-    };
-    if (arg == "--weights") o.weights = value();
-    else if (arg == "--input") o.inputs.push_back(value());
-    else if (arg == "--output") o.outputs.push_back(value());
-    else if (arg == "--output-dir") o.outputDir = value();
-    else if (arg == "--steps") {
-      std::string text = value();
-      char *end = nullptr;
-      long n = std::strtol(text.c_str(), &end, 10);
-      if (text.empty() || *end || n < 0 || n > 1000000000) die("--steps must be a count of steps, got '" + text + "'");
-      o.steps = static_cast<int>(n);
-      o.stepsGiven = true;
+      given = argv[++i];
+    } else if (!flag->value && inline_) {
+      die(arg + " takes no value");
     }
-    else if (arg == "--generate") {
-      std::string text = value();
-      char *end = nullptr;
-      o.generate = std::strtol(text.c_str(), &end, 10);
-      if (text.empty() || *end || o.generate < 1 || o.generate > 1000000)
-        die("--generate must be a positive count of tokens, got '" + text + "'");
-    }
-    else if (arg == "--prefill") o.prefillPath = value();
-    else if (arg == "--profile") o.profilePath = value();
-    else if (arg == "--optimizer") {
-      o.optimizer.kind = value();
-      if (o.optimizer.kind != "sgd" && o.optimizer.kind != "adamw")
-        die("--optimizer must be sgd or adamw, got '" + o.optimizer.kind + "'");
-    }
-    else if (arg == "--bias-update-speed") {
-      std::string text = value();
-      char *end = nullptr;
-      o.biasSpeed = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end || !std::isfinite(o.biasSpeed) || o.biasSpeed <= 0)
-        die("--bias-update-speed must be a positive number, got '" + text + "'");
-      o.optimizerSettings = true;
-    }
-    else if (arg == "--lr" || arg == "--beta1" || arg == "--beta2" || arg == "--eps" || arg == "--weight-decay" ||
-             arg == "--clip-grad-norm" || arg == "--min-lr") {
-      std::string text = value();
-      char *end = nullptr;
-      double number = std::strtod(text.c_str(), &end);
-      bool beta = arg == "--beta1" || arg == "--beta2";
-      if (text.empty() || *end || !std::isfinite(number) || number < 0 || (beta && number >= 1) ||
-          ((arg == "--lr" || arg == "--eps") && number == 0))
-        die(arg + " must be a " + (beta ? "number in [0, 1)" : arg == "--lr" || arg == "--eps" ? "positive number"
-                                                                                              : "non-negative number") +
-            ", got '" + text + "'");
-      double &slot = arg == "--lr"      ? o.optimizer.lr
-                     : arg == "--beta1" ? o.optimizer.beta1
-                     : arg == "--beta2" ? o.optimizer.beta2
-                     : arg == "--eps"   ? o.optimizer.eps
-                     : arg == "--weight-decay" ? o.optimizer.weightDecay
-                     : arg == "--min-lr"       ? o.optimizer.minLr
-                                               : o.optimizer.clipNorm;
-      slot = number;
-      o.optimizerSettings = true;
-    }
-    else if (arg == "--warmup-steps" || arg == "--decay-steps") {
-      std::string text = value();
-      char *end = nullptr;
-      long long n = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end || n < 0 || n > 1000000000)
-        die(arg + " must be a count of steps, got '" + text + "'");
-      (arg == "--warmup-steps" ? o.optimizer.warmupSteps : o.optimizer.decaySteps) = n;
-      o.optimizerSettings = true;
-    }
-    else if (arg == "--lr-schedule") {
-      o.optimizer.schedule = value();
-      if (o.optimizer.schedule != "constant" && o.optimizer.schedule != "linear" && o.optimizer.schedule != "cosine")
-        die("--lr-schedule must be constant, linear or cosine, got '" + o.optimizer.schedule + "'");
-      o.optimizerSettings = true;
-    }
-    else if (arg == "--zero" || arg == "--no-zero") {
-      o.zeroGiven = true;
-      o.optimizer.zero = arg == "--zero";
-      o.optimizer.zeroStage = o.optimizer.zero ? 1 : 0;
-      o.optimizerSettings = true;
-    }
-    else if (arg == "--zero-stage") {
-      std::string text = value();
-      if (text != "0" && text != "1" && text != "2" && text != "3")
-        die("--zero-stage must be 0, 1, 2 or 3, got '" + text + "'");
-      o.zeroGiven = true;
-      o.optimizer.zeroStage = std::stoi(text);
-      o.optimizer.zero = o.optimizer.zeroStage > 0;
-      o.optimizerSettings = true;
-    }
-    else if (arg == "--save-weights") o.saveWeights = value();
-    else if (arg == "--save-every") {
-      o.saveEvery = positiveCount("steps");
-      o.optimizerSettings = true;
-    }
-    else if (arg == "--save-format") {
-      o.saveFormat = value();
-      if (o.saveFormat != "whole" && o.saveFormat != "boxes")
-        die("--save-format must be whole or boxes, got '" + o.saveFormat + "'");
-      o.optimizerSettings = true;
-    }
-    else if (arg == "--losses") o.lossesPath = value();
-    else if (arg == o.terms[0].flag) o.terms[0].path = value();
-    else if (arg == o.terms[1].flag) o.terms[1].path = value();
-    else if (arg == "--per-token-loss") o.perTokenLoss = true;
-    else if (arg == "--allow-unused-weights") o.allowUnusedWeights = true;
-    else if (arg == "--skip-nonfinite") { o.optimizer.skipNonfinite = true; o.optimizerSettings = true; }
-    else if (arg == "--quiet") o.quiet = true;
-    else if (arg == "--log-json") o.logJsonPath = value();
-    else if (arg == "--save-optimizer") { o.saveOptimizer = value(); o.optimizerSettings = true; }
-    else if (arg == "--load-optimizer") { o.loadOptimizer = value(); o.optimizerSettings = true; }
-    else if (arg == "--step-rows") {
-      o.stepRows = positiveCount("rows");
-      o.optimizerSettings = true;
-    }
-    else if (arg == "--stop-token") {
-      std::string text = value();
-      char *end = nullptr;
-      o.stopToken = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end || o.stopToken < 0 || o.stopToken > INT32_MAX)
-        die("--stop-token must be a token id, got '" + text + "'");
-    }
-    else if (arg == "--top-p") {
-      std::string text = value();
-      char *end = nullptr;
-      double p = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end || !(p > 0 && p <= 1))
-        die("--top-p must be a probability in (0, 1], got '" + text + "'");
-      o.sampling.topP = p;
-      o.samplingGiven = true;
-    }
-    else if (arg == "--temperature" || arg == "--top-k" || arg == "--seed") {
-      std::string text = value();
-      char *end = nullptr;
-      double number = std::strtod(text.c_str(), &end);
-      bool whole = number == static_cast<double>(static_cast<long long>(number));
-      if (text.empty() || *end || !(number >= 0) || (arg != "--temperature" && (!whole || number > 9e15)))
-        die(arg + " must be a non-negative " + (arg == "--temperature" ? "number" : "integer") + ", got '" + text + "'");
-      if (arg == "--temperature") o.sampling.temperature = number;
-      else if (arg == "--top-k") o.sampling.topK = static_cast<int64_t>(number);
-      else o.sampling.seed = static_cast<uint64_t>(number);
-      o.samplingGiven = true;
-    }
-    else if (arg == "--device") o.device = value();
-    else if (arg == "--help" || arg == "-h") { usage(); o.help = true; return o; }
-    else if (!arg.empty() && arg[0] == '-') die("unknown option " + arg);
-    else o.model = arg;
+    flag->set(o, given);
   }
   if (o.model.empty() || o.weights.empty()) {
     usage();
