@@ -113,6 +113,29 @@ double parax::plan::collectiveTime(const ClusterSpec &cluster,
   return 0;
 }
 
+double parax::plan::nodeDispatchTime(const ClusterSpec &cluster, double rows, int64_t k, int64_t numGroups,
+                                     int64_t topkGroups, Group group) {
+  double K = group.nodes(), g = group.perNode;
+  // Nodes a token reaches: K (1 - (1 - 1/K)^k) for k uniform experts; with
+  // G groups evenly on the nodes, t of them reachable (DeepSeek-V3: 8 on
+  // 8 nodes, 4), K (1 - C(G - G/K, t) / C(G, t)) (no chosen group on a
+  // given node).
+  double nodes = K * (1 - std::pow(1 - 1 / K, double(k)));
+  if (numGroups > 1 && numGroups % group.nodes() == 0) {
+    double none = 1, perNode = double(numGroups) / K;
+    for (int64_t i = 0; i < topkGroups; ++i)
+      none *= std::max(0.0, (numGroups - perNode - i) / (numGroups - i));
+    nodes = K * (1 - none);
+  }
+  // Off the node over the NICs, the k copies over NVLink, at once (as the
+  // all-to-all's).
+  double share = cluster.profile.kindEfficiency[static_cast<int>(CollectiveKind::AllToAll)];
+  double inter = cluster.collectiveLatency + (K - 1) * cluster.interNode.hopLatency +
+                 rows * nodes * (K - 1) / K / share / busBandwidth(cluster, cluster.interNode);
+  double intra = rows * k * (g - 1) / g / share / busBandwidth(cluster, cluster.intraNode);
+  return std::max(inter, intra);
+}
+
 double parax::plan::peakFlops(const ClusterSpec &cluster, llvm::StringRef dtype) {
   double peak = cluster.peak(dtype);
   return peak > 0 ? peak : cluster.peak("bf16");

@@ -170,42 +170,13 @@ private:
     if (ep <= 1 || lp.alltoallBytes <= 0)
       return 0;
     if (cluster.profile.epNodeDispatch && epGroup.nodes() > 1)
-      return nodeDispatchTime(lp, epGroup, gemmInputShare()) + nodeDispatchTime(lp, epGroup, 1);
+      return nodeDispatchTime(cluster, lp.dispatchedRows * gemmInputShare(), lp.expertTopK, lp.numGroups,
+                              lp.topkGroups, epGroup) +
+             nodeDispatchTime(cluster, lp.dispatchedRows, lp.expertTopK, lp.numGroups, lp.topkGroups, epGroup);
     return collectiveTime(cluster, CollectiveKind::AllToAll,
                           lp.alltoallBytes * gemmInputShare(), epGroup) +
            collectiveTime(cluster, CollectiveKind::AllToAll, lp.alltoallBytes,
                           epGroup);
-  }
-  /// One way of a node-deduplicating dispatch (Profile::epNodeDispatch):
-  /// each token sent once to every other node holding one of its k
-  /// experts, then copied over NVLink to those experts' ranks. The nodes
-  /// a token reaches: under group-limited routing whose G groups lie
-  /// evenly on the K nodes (G a multiple of K; DeepSeek-V3: 8 groups on 8
-  /// nodes, 4 reachable), the expected distinct nodes of t groups drawn
-  /// from G, K (1 - C(G - G/K, t) / C(G, t)); otherwise of k uniform
-  /// experts, K (1 - (1 - 1/K)^k). Off-node and NVLink traffic run at
-  /// once, as the all-to-all's.
-  double nodeDispatchTime(const LayerPlan &lp, Group epGroup, double share) const {
-    double K = epGroup.nodes(), g = epGroup.perNode, k = lp.expertTopK;
-    double nodes = K * (1 - std::pow(1 - 1 / K, k));
-    int64_t G = lp.numGroups, t = lp.topkGroups;
-    if (G > 1 && G % epGroup.nodes() == 0) {
-      // C(G - G/K, t) / C(G, t): no chosen group on a given node
-      double none = 1, perNode = double(G) / K;
-      for (int64_t i = 0; i < t; ++i)
-        none *= std::max(0.0, (G - perNode - i) / (G - i));
-      nodes = K * (1 - none);
-    }
-    double rows = lp.dispatchedRows * share;
-    double offNode = rows * nodes * (K - 1) / K;
-    double onNode = rows * k * (g - 1) / g;
-    const Profile &profile = cluster.profile;
-    double efficiency = profile.kindEfficiency[static_cast<int>(CollectiveKind::AllToAll)] *
-                        profile.collectiveEfficiency;
-    double inter = cluster.collectiveLatency + (K - 1) * cluster.interNode.hopLatency +
-                   offNode / (efficiency * cluster.interNode.bandwidth * cluster.interNode.efficiency);
-    double intra = onNode / (efficiency * cluster.intraNode.bandwidth * cluster.intraNode.efficiency);
-    return std::max(inter, intra);
   }
   /// Context parallelism: the keys and values of layer `lp` gathered over
   /// cp ranks, per device ({bytes of the gathered copy, seconds}).

@@ -137,6 +137,19 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
     return partitioned
 
 
+def planned_ir(model, workload, seq=None, layers=None, dtype="bf16", workdir="."):
+    """The IR parax-plan reads for `model`: a .mlir file as it is, else the
+    model built for the workload (a training step with its loss) in
+    `workdir`."""
+    if model.endswith(".mlir"):
+        return model
+    path = os.path.join(workdir, "model.mlir")
+    with open(path, "w") as f:
+        f.write(build_model(load_config(model, layers=layers), seq=seq, dtype=dtype,
+                            loss=workload.startswith("train")))
+    return path
+
+
 def plan_model(model, cluster, workload, profile=None, seq=None, layers=None, dtype="bf16", html=None,
                top=5, workdir=None):
     """parax-plan's ranked table for `model` (a preset, config.json or
@@ -145,12 +158,7 @@ def plan_model(model, cluster, workload, profile=None, seq=None, layers=None, dt
     Returns the table's text."""
     from .report import plan_html
     workdir = workdir or tempfile.mkdtemp(prefix="parax-")
-    ir = model
-    if not model.endswith(".mlir"):
-        ir = os.path.join(workdir, "model.mlir")
-        with open(ir, "w") as f:
-            f.write(build_model(load_config(model, layers=layers), seq=seq, dtype=dtype,
-                                loss=workload.startswith("train")))
+    ir = planned_ir(model, workload, seq, layers, dtype, workdir)
     cmd = [_tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload, "--top", str(top)]
     if profile:
         cmd += ["--profile", profile]

@@ -92,23 +92,13 @@ class Executable:
     partitioned: str
 
 
-def _ir(model, workload, seq, layers, dtype, workdir):
-    if model.endswith(".mlir"):
-        return model
-    path = os.path.join(workdir, "model.mlir")
-    with open(path, "w") as f:
-        f.write(front.build_model(front.load_config(model, layers=layers), seq=seq, dtype=dtype,
-                                  loss=workload.startswith("train")))
-    return path
-
-
 def plan(model, cluster, workload, profile=None, seq=None, layers=None, dtype="bf16", top=5):
     """Ranks the plans of `model` (a preset, config.json, Hugging Face
     folder or .mlir file) on `cluster` for `workload` (parax-plan's
     --workload), under `profile` (a stack's name or a profile JSON)."""
     with tempfile.TemporaryDirectory(prefix="parax-") as work:
-        cmd = [front._tool("parax-plan"), _ir(model, workload, seq, layers, dtype, work), "--cluster", cluster,
-               "--workload", workload, "--json", "--top", str(top)]
+        ir = front.planned_ir(model, workload, seq, layers, dtype, work)
+        cmd = [front._tool("parax-plan"), ir, "--cluster", cluster, "--workload", workload, "--json", "--top", str(top)]
         if profile:
             cmd += ["--profile", profile]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -35,6 +35,17 @@ Group makeGroup(const ClusterSpec &cluster, int64_t size, int64_t stride);
 double collectiveTime(const ClusterSpec &cluster, CollectiveKind kind,
                       double bytes, Group group);
 
+/// Seconds for one way of an expert dispatch that sends each token once to
+/// every other node holding one of its `k` experts (the profile's
+/// ep_node_dispatch: DeepSeek's DeepEP), then copies it over NVLink to
+/// those experts' ranks; `rows`: the bytes of a rank's tokens, one copy
+/// each. Under group-limited routing (`topkGroups` of `numGroups`) whose
+/// groups lie evenly on the group's nodes, a token reaches the expected
+/// distinct nodes of the groups it may choose; otherwise of k uniform
+/// experts.
+double nodeDispatchTime(const ClusterSpec &cluster, double rows, int64_t k, int64_t numGroups,
+                        int64_t topkGroups, Group group);
+
 /// Peak FLOP/s of `dtype` on the cluster's devices (bf16's when the device
 /// lists no figure for it).
 double peakFlops(const ClusterSpec &cluster, llvm::StringRef dtype);

@@ -20,7 +20,7 @@ namespace parax::run {
 
 void GenerationLoop::finish(Result &result, const std::vector<int64_t> &ranOf,
                             const std::vector<std::vector<std::vector<float>>> &stepLogits, int64_t vocab) {
-  int64_t width = promptLength + generate;
+  const int64_t width = this->width();
   int64_t ran = *std::max_element(ranOf.begin(), ranOf.end()); // fewer than total when every row stopped
   result.ran = ran;
   for (int64_t m = 0; m < micro; ++m) // the positions of its rows a stopped microbatch never ran
@@ -63,7 +63,7 @@ GenerationLoop::Result GenerationLoop::run() {
   // waits for microbatch m's tokens only before its next step of m).
   // Each position runs microbatch 0, 1, ... in turn on every stage, so
   // that stage s works on microbatch m while stage s + 1 works on m - 1.
-  int64_t width = promptLength + generate, total = promptLength + generate - 1;
+  const int64_t width = this->width(), total = width - 1;
   // With a second --output, per microbatch and position run: [batch, vocab].
   std::vector<std::vector<std::vector<float>>> stepLogits(micro);
   std::vector<int64_t> ranOf(micro, 0);   // positions each microbatch has run

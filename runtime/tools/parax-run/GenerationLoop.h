@@ -56,6 +56,8 @@ private:
   // Row r holds its prompt below promptLengths[r], its generated tokens
   // from there up to endOf(r), -1 after.
   int64_t endOf(int64_t row) const { return promptLengths[row] + generate; }
+  // A row's positions in `sequence`: its prompt's and the generated ones.
+  int64_t width() const { return promptLength + generate; }
   // After the loop: the positions a stopped microbatch never ran get the
   // stop token; the writer's results (the replica's rows, and with
   // wantLogits their logits, NaN where none ran) into `result`.
