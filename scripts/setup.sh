@@ -17,6 +17,8 @@ apt_packages=(
   cmake ninja-build ccache g++ pkg-config
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # the loaders' libFuzzer target (test/fuzz): clang and its fuzzer runtime
+  clang-14 libclang-rt-14-dev
   # runtime half
   libopenmpi-dev openmpi-bin libopenblas-dev libprotobuf-dev protobuf-compiler zlib1g-dev
   # python (the project venv is made from Debian's interpreter)

@@ -271,9 +271,16 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
       shape.push_back(size);
     }
   }
+  // (as the planner: a grid past 2^24 ranks is no cluster, and its rank
+  // table alone would not fit in memory)
+  constexpr int64_t kMaxRanks = int64_t(1) << 24;
   int64_t devices = 1;
-  for (int64_t s : shape)
+  for (int64_t s : shape) {
+    if (s > kMaxRanks / devices)
+      return (*grids.begin()).emitError("the grid has more than ")
+             << kMaxRanks << " ranks: no executable runs on that many";
     devices *= s;
+  }
   for (int64_t rank = 0; rank < devices; ++rank) {
     pxe::Coordinates *coords = exe.add_ranks();
     SmallVector<int64_t> c(shape.size());
@@ -295,7 +302,10 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
       continue;
     int64_t index = 0;
     if (auto pipeline = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPipelineAttrName)) {
-      index = cast<IntegerAttr>(pipeline.get("stage")).getInt();
+      auto stage = pipeline.getAs<IntegerAttr>("stage");
+      if (!stage)
+        return function.emitError("'") << ParaxDialect::kPipelineAttrName << "' has no integer 'stage'";
+      index = stage.getInt();
       if (auto kind = pipeline.getAs<StringAttr>("schedule"))
         scheduleKind = kind.getValue().str();
       if (auto micro = pipeline.getAs<IntegerAttr>("micro_batches"))

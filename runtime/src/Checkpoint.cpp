@@ -539,6 +539,14 @@ std::vector<std::string> Checkpoint::tensorNames() const {
   return names;
 }
 
+std::vector<int64_t> Checkpoint::shapeOf(const std::string &name) const {
+  auto boxed = boxed_.find(name);
+  if (boxed != boxed_.end())
+    return boxed->second.shape;
+  const Entry *entry = find(name);
+  return entry ? entry->shape : std::vector<int64_t>{};
+}
+
 const Checkpoint::Entry *Checkpoint::find(const std::string &name) const {
   auto it = entries_.find(name);
   return it == entries_.end() ? nullptr : &it->second;

@@ -718,12 +718,16 @@ StatusOr<pxe::Executable> loadExecutable(const std::string &path) {
     return PARAX_ERROR(path + ": cannot open the executable");
   std::stringstream bytes;
   bytes << in.rdbuf();
+  return parseExecutable(bytes.str(), path);
+}
+
+StatusOr<pxe::Executable> parseExecutable(const std::string &bytes, const std::string &name) {
   pxe::Executable exe;
-  if (!exe.ParseFromString(bytes.str()))
-    return PARAX_ERROR(path + ": not a parax executable (protobuf parse failed)");
+  if (!exe.ParseFromString(bytes))
+    return PARAX_ERROR(name + ": not a parax executable (protobuf parse failed)");
   Status status = validateExecutable(exe);
   if (!status.isOk())
-    return Status::error(path + ": " + status.message());
+    return Status::error(name + ": " + status.message());
   return exe;
 }
 

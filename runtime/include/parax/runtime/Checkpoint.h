@@ -54,6 +54,9 @@ public:
   /// The whole tensors it holds, by name (a box-wise checkpoint's, not its
   /// boxes').
   std::vector<std::string> tensorNames() const;
+  /// A whole tensor's shape (of a box-wise checkpoint's tensor, the shape
+  /// its boxes tile); empty when it holds none of that name.
+  std::vector<int64_t> shapeOf(const std::string &name) const;
 
   /// Copies the box [start, start + size) of tensor `name` (whole tensor
   /// shape `shape` expected, or a tensor whose dimensions `shape` splits:

@@ -20,6 +20,8 @@ namespace parax::runtime {
 
 /// Reads and validates `path`.
 StatusOr<pxe::Executable> loadExecutable(const std::string &path);
+/// Parses and validates an executable's bytes (`name`: what errors call it).
+StatusOr<pxe::Executable> parseExecutable(const std::string &bytes, const std::string &name);
 
 /// Validates a parsed executable (exposed for tests).
 Status validateExecutable(const pxe::Executable &exe);
