@@ -7,6 +7,7 @@ single rank 1e-5 absolute (only the order of floating-point sums differs).
 """
 
 import math
+import json
 import os
 import re
 
@@ -79,20 +80,53 @@ def test_sharded_matches_single_rank(tmp_path, preset, layers, pins, ranks):
     model = Model(str(tmp_path), preset, layers=layers, rows=2 * dp)
     single = model.run(model.compile("single"), 1)
     workload = f"prefill:batch={2 * dp if dp > 1 else max(2, ranks)},seq=8,{pins}"
-    sharded = model.run(model.compile("sharded", workload, ranks), ranks)
+    profile = os.path.join(str(tmp_path), "sharded-profile.json")
+    sharded = model.run(model.compile("sharded", workload, ranks), ranks, extra=["--profile", profile])
     assert np.abs(sharded - single).max() < SHARDED_TOL
     assert np.abs(sharded - model.reference()).max() < NUMPY_TOL
-    # ... and it ran sharded (issue 45: a partitioner that quietly kept every
-    # weight whole on every rank would pass the comparisons above): under
-    # tp, pp or ep rank 0 loads less than the whole model, under dp and cp
-    # alone all of it.
-    loaded = int(re.search(r", (\d+) parameter values loaded", model.stdout).group(1))
+    assert_ran_sharded(model, pins, ranks, profile)
+
+
+# The collectives a parallel dimension needs a rank to run (a forward pass):
+# tp's partial sums reduced (or sequence-parallel gathers and scatters), cp's
+# keys and values gathered, pp's activations sent and received, ep's tokens
+# exchanged (the MoE dispatch and combine: all-to-alls).
+NEEDS = {"tp": {"all_reduce", "reduce_scatter", "all_gather"}, "cp": {"all_gather"},
+         "pp": {"send", "recv"}, "ep": {"moe_dispatch", "moe_combine", "all_to_all"}}
+
+
+def assert_ran_sharded(model, pins, ranks, profile):
+    """What each rank held and exchanged (issue 45: a partitioner that
+    quietly kept every weight whole on every rank, or ran each rank's
+    work alone, would pass the comparisons of the outputs): every rank's
+    --profile gives the parameter values it loaded and the instructions it
+    ran. Under tp, pp or ep each rank holds less than the whole model and
+    the model-parallel ranks of a replica hold all of it between them; under
+    dp and cp alone each holds all of it. Each dimension of more than one
+    rank runs its collectives (pp: a stage sends or receives) over groups of
+    its size."""
     whole = sum(w.size for w in model.weights.values())
-    degrees = dict(item.split("=") for item in pins.split(","))
-    if any(int(degrees.get(axis, 1)) > 1 for axis in ("tp", "pp", "ep")):
-        assert loaded < whole, (loaded, whole)
+    degrees = {axis: int(size) for axis, size in (item.split("=") for item in pins.split(","))}
+    runs = [json.load(open(profile if r == 0 else f"{profile}.rank{r}")) for r in range(ranks)]
+    held = [int(run["parameter_values"]) for run in runs]
+    split = [axis for axis in ("tp", "pp", "ep") if degrees.get(axis, 1) > 1]
+    if split:
+        assert max(held) < whole, (held, whole)
+        # The ranks of one replica and one piece of the sequence: the model
+        # between them.
+        axes = runs[0]["grid"]["axes"]
+        first = [h for h, run in zip(held, runs)
+                 if all(c == 0 for axis, c in zip(axes, run["coordinates"]) if axis not in split)]
+        assert len(first) == int(np.prod([degrees[axis] for axis in split])) and sum(first) >= whole, (held, whole)
     else:
-        assert loaded == whole, (loaded, whole)
+        assert held == [whole] * ranks, (held, whole)
+    for axis, size in degrees.items():
+        if size <= 1 or axis not in NEEDS:
+            continue
+        for r, run in enumerate(runs):
+            ran = {inst["op"] for inst in run["instructions"] if inst["op"] in NEEDS[axis] and
+                   (axis == "pp" or axis in inst["attrs"].get("axes", []))}
+            assert ran, (axis, r, [inst["op"] for inst in run["instructions"]])
 
 
 @pytest.mark.parametrize("pins,ranks", [("cp=2,tp=1,dp=1", 2), ("tp=2,pp=2,dp=1", 4)])
