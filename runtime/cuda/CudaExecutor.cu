@@ -566,6 +566,32 @@ struct CudaExecutor::State {
   std::vector<int32_t> placed; // the temporaries placeTemporaries gave memory
   std::vector<std::vector<int32_t>> poisonAfter; // per instruction
   Status placeTemporaries();
+  // placeTemporaries' parts. Each temporary's lifetime (instructions first
+  // .. last) and what may share memory: an elementwise result in the
+  // memory of its operand (hostOf; guestOf the reverse), a temporary kept
+  // between pipeline ranges (pinned, or crossing a range's start).
+  struct TemporaryLives {
+    std::vector<int32_t> ids; // the temporaries still without memory
+    std::vector<int> first, last, lastUse;
+    std::vector<bool> takenAfterRange, pinned, reshaped, untouched;
+    std::vector<int32_t> hostOf, guestOf;
+    // collectTemporaries': the shared ones (not those in a host's memory)
+    // and the held ones with their lifetimes.
+    std::vector<int32_t> shared;
+    std::vector<BufferLifetime> lifetimes, heldLifetimes;
+    int32_t tailOf(int32_t id) const { // the last of the results that take id's memory in turn
+      while (guestOf[id] >= 0) id = guestOf[id];
+      return id;
+    }
+  };
+  bool crossesRange(const TemporaryLives &lives, int32_t id) const;
+  TemporaryLives temporaryLifetimes();
+  void resultsInPlace(TemporaryLives &lives);
+  BufferPlan collectTemporaries(TemporaryLives &lives, bool own);
+  void arrangeTemporaries(TemporaryLives &lives, bool own);
+  void reportMemoryPeak(const TemporaryLives &lives);
+  Status allocateTemporaries(const TemporaryLives &lives, bool own, bool poison);
+  Status placeHeldTemporaries(const TemporaryLives &lives, bool own, bool poison);
 
   bool conflictsWithPending(const pxe::Instruction &inst) const {
     if (isCollective(inst.op()) || !capturable(inst)) return true; // a collective, or a host synchronisation
@@ -1186,18 +1212,45 @@ Status CudaExecutor::State::hoistInvariants() {
 }
 
 Status CudaExecutor::State::placeTemporaries() {
+  TemporaryLives lives = temporaryLifetimes();
+  placed = lives.ids;
+  const bool own = envIs("PARAX_CUDA_SHARE_TEMPORARIES", "0"); // one allocation each
+  const bool poison = envIs("PARAX_CUDA_POISON_DEAD", "1");
+  resultsInPlace(lives);
+  arrangeTemporaries(lives, own);
+  reportMemoryPeak(lives);
+  Status st = allocateTemporaries(lives, own, poison);
+  if (!st.isOk() || ranges.empty()) return st;
+  return placeHeldTemporaries(lives, own, poison);
+}
+
+// Whether a temporary is live across the start of a range (kept between
+// ranges).
+bool CudaExecutor::State::crossesRange(const TemporaryLives &lives, int32_t id) const {
+  for (const PipelineRange &r : ranges)
+    if (r.begin > 0 && lives.first[id] < r.begin && lives.last[id] >= r.begin) return true;
+  return false;
+}
+
+// Each temporary's first and last instruction: a collective's operands and
+// results until its first result is read; an output to the step's end; a
+// gradient the device optimizer takes right after its range (or its
+// instruction) no longer; what begins or ends a range for the whole
+// program (pinned).
+CudaExecutor::State::TemporaryLives CudaExecutor::State::temporaryLifetimes() {
   const pxe::Stage &stage = host.stageProgram();
-  int n = stage.instructions_size();
-  std::vector<int32_t> ids; // the temporaries still without memory
+  const int n = stage.instructions_size(), count = stage.buffers_size();
+  TemporaryLives lives;
   for (const pxe::Buffer &b : stage.buffers())
-    if (b.role() == pxe::TEMPORARY && !buffers[b.id()].data) ids.push_back(b.id());
-  placed = ids;
-  std::vector<int> first(stage.buffers_size(), n), last(stage.buffers_size(), -1);
+    if (b.role() == pxe::TEMPORARY && !buffers[b.id()].data) lives.ids.push_back(b.id());
+  std::vector<int> &first = lives.first, &last = lives.last;
+  first.assign(count, n);
+  last.assign(count, -1);
   auto live = [&](int32_t id, int k) {
     first[id] = std::min(first[id], k);
     last[id] = std::max(last[id], k);
   };
-  std::vector<int> firstRead(stage.buffers_size(), n); // after its writer
+  std::vector<int> firstRead(count, n); // after its writer
   for (int k = 0; k < n; ++k) {
     if (skipped[k]) continue;
     const pxe::Instruction &inst = stage.instructions(k);
@@ -1216,20 +1269,20 @@ Status CudaExecutor::State::placeTemporaries() {
     for (const auto *list : {&inst.operands(), &inst.results()})
       for (int32_t id : *list) last[id] = std::max(last[id], until);
   }
-  const std::vector<int> lastUse = last; // (an output's, before it is kept past the run)
+  lives.lastUse = last; // (an output's, before it is kept past the run)
   for (int32_t id : stage.outputs()) last[id] = n; // read after the step
   // A gradient the device optimizer takes (adds to its sum) right after the
   // backward range that writes it is not kept past that range (not one
   // copy a microbatch in flight); nor poisoned at its end (it is read
   // after it).
-  std::vector<bool> takenAfterRange(stage.buffers_size(), false);
+  lives.takenAfterRange.assign(count, false);
   for (int k = 0; gradientsBound && k < stage.outputs_size() && k < stage.output_grads_size(); ++k) {
     int32_t id = stage.outputs(k);
     if (stage.output_grads(k).empty() || stage.buffers(id).role() != pxe::TEMPORARY) continue;
     for (const PipelineRange &r : ranges)
       if (first[id] >= r.begin && first[id] < r.end && r.backward) {
         last[id] = r.end - 1;
-        takenAfterRange[id] = true;
+        lives.takenAfterRange[id] = true;
       }
   }
   // Without ranges, every microbatch's run adds a gradient the device
@@ -1241,13 +1294,13 @@ Status CudaExecutor::State::placeTemporaries() {
   // fused into the one before writes (skipped), nor with
   // PARAX_CUDA_OVERLAP=0 (added after the run).
   if (gradientsBound && ranges.empty() && overlap) {
-    std::vector<int> writer(stage.buffers_size(), -1); // the last instruction writing each
+    std::vector<int> writer(count, -1); // the last instruction writing each
     for (int j = 0; j < n; ++j)
       for (int32_t r : stage.instructions(j).results()) writer[r] = j;
     for (int k = 0; k < stage.outputs_size() && k < stage.output_grads_size(); ++k) {
       int32_t id = stage.outputs(k), w = writer[id];
       if (stage.output_grads(k).empty() || stage.buffers(id).role() != pxe::TEMPORARY) continue;
-      if (w >= 0 && !skipped[w] && !isCollective(stage.instructions(w).op())) last[id] = lastUse[id];
+      if (w >= 0 && !skipped[w] && !isCollective(stage.instructions(w).op())) last[id] = lives.lastUse[id];
     }
   }
   // Ranges (holdActivations): what begins and ends a range -- received
@@ -1256,50 +1309,53 @@ Status CudaExecutor::State::placeTemporaries() {
   // into one microbatch's set while it sends from another's (or the same
   // set's, a microbatch later), and what it sends must not be what it
   // receives into.
-  std::vector<bool> pinned(stage.buffers_size(), false);
+  lives.pinned.assign(count, false);
   for (const PipelineRange &r : ranges) {
     int k = pastLeadingReceives(r.begin, r.end);
     for (int j = r.begin; j < k; ++j)
-      for (int32_t id : stage.instructions(j).results()) pinned[id] = true;
+      for (int32_t id : stage.instructions(j).results()) lives.pinned[id] = true;
     int lastReceive = k - 1;
     for (int j = k; j < r.end; ++j)
       if (!skipped[j] && stage.instructions(j).op() == "recv") lastReceive = j;
     for (int j = lastReceive + 1; j < r.end; ++j)
       if (!skipped[j] && stage.instructions(j).op() == "send")
-        for (int32_t id : stage.instructions(j).operands()) pinned[id] = true;
+        for (int32_t id : stage.instructions(j).operands()) lives.pinned[id] = true;
   }
-  for (int32_t id = 0; id < stage.buffers_size(); ++id)
-    if (pinned[id] && first[id] <= last[id]) {
+  for (int32_t id = 0; id < count; ++id)
+    if (lives.pinned[id] && first[id] <= last[id]) {
       first[id] = 0;
       last[id] = n;
     }
-  auto crosses = [&](int32_t id) {
-    for (const PipelineRange &r : ranges)
-      if (r.begin > 0 && first[id] < r.begin && last[id] >= r.begin) return true;
-    return false;
-  };
-  const bool own = envIs("PARAX_CUDA_SHARE_TEMPORARIES", "0"); // one allocation each
-  bool poison = envIs("PARAX_CUDA_POISON_DEAD", "1");
-  // An elementwise result takes the memory of an operand of its shape that
-  // it is the last reader of (each thread reads its element before it
-  // writes it; rope rotates each pair of a row in one thread): a
-  // gradient's two parts summed, a residual added, queries rotated, the
-  // gradient through a SwiGLU, sigmoid or GELU written over the last of
-  // its operands it reads (the up-projection's, or dy); a reshape's
-  // result, of an operand it is the last reader of. Not an
-  // operand a collective reads (it may still be in flight on its own
-  // stream), nor one the optimizer takes after its range, nor one kept
-  // between ranges. hostOf[result] = that operand; guestOf the reverse.
-  // (PARAX_CUDA_IN_PLACE=0: none, for side-by-side checks.)
-  std::vector<int32_t> hostOf(stage.buffers_size(), -1), guestOf(stage.buffers_size(), -1);
-  std::vector<bool> reshaped(stage.buffers_size(), false); // in place as a reshape's result
-  std::vector<bool> temporary(stage.buffers_size(), false), sentOrReduced(stage.buffers_size(), false);
-  for (int32_t id : ids) temporary[id] = true;
+  return lives;
+}
+
+// An elementwise result takes the memory of an operand of its shape that it
+// is the last reader of (each thread reads its element before it writes
+// it; rope rotates each pair of a row in one thread): a gradient's two
+// parts summed, a residual added, queries rotated, the gradient through a
+// SwiGLU, sigmoid or GELU written over the last of its operands it reads
+// (the up-projection's, or dy); a reshape's result, of an operand it is
+// the last reader of. Not an operand a collective reads (it may still be
+// in flight on its own stream), nor one the optimizer takes after its
+// range, nor one kept between ranges. hostOf[result] = that operand;
+// guestOf the reverse. (PARAX_CUDA_IN_PLACE=0: none, for side-by-side
+// checks.) Then a temporary no step touches (a fused concat's or linear's
+// result) gets no memory.
+void CudaExecutor::State::resultsInPlace(TemporaryLives &lives) {
+  const pxe::Stage &stage = host.stageProgram();
+  const int n = stage.instructions_size(), count = stage.buffers_size();
+  const std::vector<int> &first = lives.first, &last = lives.last;
+  lives.hostOf.assign(count, -1);
+  lives.guestOf.assign(count, -1);
+  lives.reshaped.assign(count, false); // in place as a reshape's result
+  std::vector<bool> temporary(count, false), sentOrReduced(count, false);
+  for (int32_t id : lives.ids) temporary[id] = true;
   for (int k = 0; k < n; ++k)
     if (!skipped[k] && isCollective(stage.instructions(k).op()))
       for (int32_t id : stage.instructions(k).operands()) sentOrReduced[id] = true;
   auto mayShare = [&](int32_t id) {
-    return temporary[id] && first[id] <= last[id] && !pinned[id] && !crosses(id) && !takenAfterRange[id];
+    return temporary[id] && first[id] <= last[id] && !lives.pinned[id] && !crossesRange(lives, id) &&
+           !lives.takenAfterRange[id];
   };
   const bool inPlaceOff = envIs("PARAX_CUDA_IN_PLACE", "0"); // (for side-by-side checks)
   for (int k = 0; k < n && !inPlaceOff; ++k) {
@@ -1312,91 +1368,103 @@ Status CudaExecutor::State::placeTemporaries() {
     if (!mayShare(result) || first[result] != k) continue;
     bool reshape = inst.op() == "reshape"; // (its result is then its operand's bytes: no copy)
     for (int32_t id : inst.operands()) {
-      if (!mayShare(id) || last[id] != k || first[id] >= k || sentOrReduced[id] || guestOf[id] >= 0 ||
+      if (!mayShare(id) || last[id] != k || first[id] >= k || sentOrReduced[id] || lives.guestOf[id] >= 0 ||
           buffers[id].elem != buffers[result].elem ||
           (reshape ? buffers[id].numel() != buffers[result].numel() : buffers[id].shape != buffers[result].shape))
         continue;
-      hostOf[result] = id;
-      guestOf[id] = result;
-      reshaped[result] = reshape;
+      lives.hostOf[result] = id;
+      lives.guestOf[id] = result;
+      lives.reshaped[result] = reshape;
       break;
     }
   }
-  auto tailOf = [&](int32_t id) { // the last of the results that take id's memory in turn
-    while (guestOf[id] >= 0) id = guestOf[id];
-    return id;
-  };
-  std::vector<bool> untouched(stage.buffers_size(), false); // by a step (a fused concat's or linear's result): no memory
-  for (int32_t id : ids)
-    if (first[id] > last[id]) {
-      untouched[id] = true;
-      first[id] = last[id] = 0;
+  lives.untouched.assign(count, false); // by a step: no memory
+  for (int32_t id : lives.ids)
+    if (lives.first[id] > lives.last[id]) {
+      lives.untouched[id] = true;
+      lives.first[id] = lives.last[id] = 0;
     }
-  // The shared temporaries (a result in place: in its host's memory, not
-  // listed) and the held ones (kept between ranges), with their lifetimes.
-  std::vector<int32_t> shared;
-  std::vector<BufferLifetime> lifetimes, heldLifetimes;
-  auto collect = [&] {
-    shared.clear(), lifetimes.clear(), held.clear(), heldLifetimes.clear();
-    inPlace = 0;
-    for (int32_t id : ids) {
-      if (!ranges.empty() && !untouched[id] && (pinned[id] || crosses(id))) {
-        held.push_back(id);
-        heldLifetimes.push_back({buffers[id].bytes(), first[id], last[id]});
-      } else if (hostOf[id] >= 0) {
-        ++inPlace;
-      } else {
-        shared.push_back(id);
-        lifetimes.push_back({untouched[id] ? 0 : buffers[id].bytes(), first[id], last[tailOf(id)]});
-      }
+}
+
+// The shared temporaries (a result in place: in its host's memory, not
+// listed) and the held ones (kept between ranges), with their lifetimes;
+// the shared ones placed in one arena.
+BufferPlan CudaExecutor::State::collectTemporaries(TemporaryLives &lives, bool own) {
+  lives.shared.clear(), lives.lifetimes.clear(), held.clear(), lives.heldLifetimes.clear();
+  inPlace = 0;
+  for (int32_t id : lives.ids) {
+    if (!ranges.empty() && !lives.untouched[id] && (lives.pinned[id] || crossesRange(lives, id))) {
+      held.push_back(id);
+      lives.heldLifetimes.push_back({buffers[id].bytes(), lives.first[id], lives.last[id]});
+    } else if (lives.hostOf[id] >= 0) {
+      ++inPlace;
+    } else {
+      lives.shared.push_back(id);
+      lives.lifetimes.push_back(
+          {lives.untouched[id] ? 0 : buffers[id].bytes(), lives.first[id], lives.last[lives.tailOf(id)]});
     }
-    return own ? BufferPlan{} : planBuffers(lifetimes, 256);
-  };
-  temporaries = collect();
-  // The greedy placement is not optimal: the buffers are placed again with
-  // only the reshapes in place, and with none, and the smallest arena kept
-  // (the first of equals).
-  const std::vector<int32_t> hosts = hostOf;
+  }
+  return own ? BufferPlan{} : planBuffers(lives.lifetimes, 256);
+}
+
+// The greedy placement is not optimal: the buffers are placed again with
+// only the reshapes in place, and with none, and the smallest arena kept
+// (the first of equals).
+void CudaExecutor::State::arrangeTemporaries(TemporaryLives &lives, bool own) {
+  temporaries = collectTemporaries(lives, own);
+  const std::vector<int32_t> hosts = lives.hostOf;
   auto only = [&](bool keepElementwise, bool keepReshapes) {
     for (size_t id = 0; id < hosts.size(); ++id) {
-      bool keep = hosts[id] >= 0 && (reshaped[id] ? keepReshapes : keepElementwise);
-      hostOf[id] = keep ? hosts[id] : -1;
-      if (hosts[id] >= 0) guestOf[hosts[id]] = keep ? static_cast<int32_t>(id) : -1;
+      bool keep = hosts[id] >= 0 && (lives.reshaped[id] ? keepReshapes : keepElementwise);
+      lives.hostOf[id] = keep ? hosts[id] : -1;
+      if (hosts[id] >= 0) lives.guestOf[hosts[id]] = keep ? static_cast<int32_t>(id) : -1;
     }
   };
   int bestChoice = 0;
   for (int choice = 1; choice < 3 && inPlace > 0; ++choice) {
     only(false, choice == 1);
-    BufferPlan other = collect();
+    BufferPlan other = collectTemporaries(lives, own);
     if (other.arenaBytes < temporaries.arenaBytes) temporaries = other, bestChoice = choice;
   }
   if (bestChoice != 2) { // (choice 2, none in place, is the last collected)
     only(bestChoice == 0, true);
-    temporaries = collect();
+    temporaries = collectTemporaries(lives, own);
   }
-  // PARAX_CUDA_MEMORY_PEAK=1: what is live where the shared temporaries
-  // peak (the arena's lower bound), the largest first -- for setting a
-  // memory model beside the runtime.
+}
+
+// PARAX_CUDA_MEMORY_PEAK=1: what is live where the shared temporaries peak
+// (the arena's lower bound), the largest first -- for setting a memory
+// model beside the runtime.
+void CudaExecutor::State::reportMemoryPeak(const TemporaryLives &lives) {
   peakReport.clear();
-  if (envIs("PARAX_CUDA_MEMORY_PEAK", "1") && temporaries.peakInstruction >= 0) {
-    const int at = temporaries.peakInstruction;
-    auto opOf = [&](int k) { return k < n ? stage.instructions(k).op() : std::string("the run's end"); };
-    std::vector<size_t> live;
-    for (size_t i = 0; i < lifetimes.size(); ++i)
-      if (lifetimes[i].bytes && lifetimes[i].first <= at && at <= lifetimes[i].last) live.push_back(i);
-    std::stable_sort(live.begin(), live.end(),
-                     [&](size_t a, size_t b) { return lifetimes[a].bytes > lifetimes[b].bytes; });
-    peakReport = "temporaries peak at instruction " + std::to_string(at) + " (" + opOf(at) + "): " +
-                 std::to_string(temporaries.peakLiveBytes) + " bytes live (each 256-byte aligned) in " +
-                 std::to_string(live.size()) +
-                 " buffers; the largest:";
-    for (size_t j = 0; j < live.size() && j < 12; ++j) {
-      const BufferLifetime &l = lifetimes[live[j]];
-      peakReport += "\n  " + std::to_string(l.bytes) + " bytes: buffer " + std::to_string(shared[live[j]]) +
-                    ", from instruction " + std::to_string(l.first) + " (" + opOf(l.first) + ") to " +
-                    std::to_string(l.last) + " (" + opOf(l.last) + ")";
-    }
+  if (!envIs("PARAX_CUDA_MEMORY_PEAK", "1") || temporaries.peakInstruction < 0) return;
+  const pxe::Stage &stage = host.stageProgram();
+  const int n = stage.instructions_size(), at = temporaries.peakInstruction;
+  const std::vector<BufferLifetime> &lifetimes = lives.lifetimes;
+  auto opOf = [&](int k) { return k < n ? stage.instructions(k).op() : std::string("the run's end"); };
+  std::vector<size_t> live;
+  for (size_t i = 0; i < lifetimes.size(); ++i)
+    if (lifetimes[i].bytes && lifetimes[i].first <= at && at <= lifetimes[i].last) live.push_back(i);
+  std::stable_sort(live.begin(), live.end(),
+                   [&](size_t a, size_t b) { return lifetimes[a].bytes > lifetimes[b].bytes; });
+  peakReport = "temporaries peak at instruction " + std::to_string(at) + " (" + opOf(at) + "): " +
+               std::to_string(temporaries.peakLiveBytes) + " bytes live (each 256-byte aligned) in " +
+               std::to_string(live.size()) + " buffers; the largest:";
+  for (size_t j = 0; j < live.size() && j < 12; ++j) {
+    const BufferLifetime &l = lifetimes[live[j]];
+    peakReport += "\n  " + std::to_string(l.bytes) + " bytes: buffer " + std::to_string(lives.shared[live[j]]) +
+                  ", from instruction " + std::to_string(l.first) + " (" + opOf(l.first) + ") to " +
+                  std::to_string(l.last) + " (" + opOf(l.last) + ")";
   }
+}
+
+// The arena (or the lender's, when it fits: the programs run one after the
+// other; or one allocation a temporary), each shared temporary and the
+// results in its memory placed in it, and the poisoning after each last
+// use.
+Status CudaExecutor::State::allocateTemporaries(const TemporaryLives &lives, bool own, bool poison) {
+  const int n = host.stageProgram().instructions_size();
+  const std::vector<int32_t> &shared = lives.shared;
   if (poison) poisonAfter.assign(n, {});
   if (own) {
     for (int32_t id : shared) {
@@ -1414,23 +1482,29 @@ Status CudaExecutor::State::placeTemporaries() {
     }
   }
   for (size_t j = 0; j < shared.size(); ++j) {
-    int32_t tail = tailOf(shared[j]);
+    int32_t tail = lives.tailOf(shared[j]);
     if (!own) {
       buffers[shared[j]].data = static_cast<char *>(arena) + temporaries.offsets[j];
       buffers[shared[j]].inArena = true;
     }
-    for (int32_t id = guestOf[shared[j]]; id >= 0; id = guestOf[id]) {
+    for (int32_t id = lives.guestOf[shared[j]]; id >= 0; id = lives.guestOf[id]) {
       buffers[id].data = buffers[shared[j]].data;
       buffers[id].inArena = !own;
       buffers[id].aliased = own;
     }
-    if (poison && last[tail] < n && !untouched[tail] && !takenAfterRange[tail])
-      poisonAfter[last[tail]].push_back(tail);
+    if (poison && lives.last[tail] < n && !lives.untouched[tail] && !lives.takenAfterRange[tail])
+      poisonAfter[lives.last[tail]].push_back(tail);
   }
-  if (ranges.empty()) return Status::ok();
-  // Pools (see `held`): each a block a slot (or one allocation a buffer),
-  // the held temporaries placed in it by their lifetimes; pool 0's slots
-  // also hold the inputs (slot 0: those prepare uploaded).
+  return Status::ok();
+}
+
+// Pools (see `held`): each a block a slot (or one allocation a buffer), the
+// held temporaries placed in it by their lifetimes; pool 0's slots also
+// hold the inputs (slot 0: those prepare uploaded).
+Status CudaExecutor::State::placeHeldTemporaries(const TemporaryLives &lives, bool own, bool poison) {
+  const pxe::Stage &stage = host.stageProgram();
+  const int n = stage.instructions_size();
+  const std::vector<BufferLifetime> &heldLifetimes = lives.heldLifetimes;
   int chunks = 1;
   for (const PipelineRange &r : ranges) chunks = std::max(chunks, r.chunk + 1);
   std::vector<int> chunkOf(n, 0);

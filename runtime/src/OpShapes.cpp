@@ -52,18 +52,55 @@ int64_t count(const Shape &s) {
 
 bool isInteger(pxe::DType t) { return t == pxe::I32 || t == pxe::I64; }
 
-} // namespace
-
-Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const pxe::Instruction &inst,
-                     const std::string &where) {
-  const std::string &op = inst.op();
-  const Attrs &a = inst.attrs();
-  auto shapeOf = [&](int32_t id) { return Shape(stage.buffers(id).shape().begin(), stage.buffers(id).shape().end()); };
+// One instruction's check: its op, attributes, operand and result shapes,
+// and where it is (the start of every error).
+struct OpCheck {
+  const pxe::Executable &exe;
+  const pxe::Stage &stage;
+  const pxe::Instruction &inst;
+  const std::string &op;
+  const Attrs &a;
+  const std::string &where;
   std::vector<Shape> in, out;
-  for (int32_t id : inst.operands()) in.push_back(shapeOf(id));
-  for (int32_t id : inst.results()) out.push_back(shapeOf(id));
-  auto fail = [&](const std::string &what) { return Status::error(where + ": " + what); };
 
+  Status fail(const std::string &what) const { return Status::error(where + ": " + what); }
+  // The group of a collective (or of a split op's axes attribute).
+  int64_t groupOf(const std::string &key) const {
+    int64_t n = 1;
+    for (const std::string &axis : attrStrings(a, key)) n *= std::max<int64_t>(1, axisSize(exe, axis));
+    return n;
+  }
+  bool dimAttr(const std::string &key, const Shape &s, int &dim) const {
+    int64_t d = attrInt(a, key, -1);
+    if (d < 0 || d >= static_cast<int64_t>(s.size())) return false;
+    dim = static_cast<int>(d);
+    return true;
+  }
+  // Equal except along `dim` (every dimension when dim < 0).
+  static bool alike(const Shape &x, const Shape &y, int dim) {
+    if (x.size() != y.size()) return false;
+    for (size_t d = 0; d < x.size(); ++d)
+      if (static_cast<int>(d) != dim && x[d] != y[d]) return false;
+    return true;
+  }
+  static bool broadcastsTo(const Shape &x, const Shape &y) {
+    if (x.size() != y.size()) return false;
+    for (size_t d = 0; d < x.size(); ++d)
+      if (x[d] != y[d] && x[d] != 1) return false;
+    return true;
+  }
+  static int64_t lastOf(const Shape &s) { return s.empty() ? int64_t(1) : s.back(); }
+
+  Status attributeValues() const;
+  Status dtypes() const;
+  Status layerShapes() const;
+  Status elementwiseShapes() const;
+  Status moeShapes() const;
+  Status lossAndGradientShapes() const;
+  Status collectiveShapes() const;
+};
+
+Status OpCheck::attributeValues() const {
   // Attribute values the dialect's verifiers require (ParaxOps.cpp), checked
   // again for an executable that did not come from verified IR: an eps of
   // -1 or a scale of NaN computed NaN without a word (parax-pxe-fuzz).
@@ -84,7 +121,10 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   if (auto it = a.find("offset"); it != a.end() && (op == "rms_norm" || op == "rms_norm_grad") &&
       (it->second.value_case() != pxe::Attr::kF || !std::isfinite(it->second.f())))
     return fail("offset must be a finite number");
+  return Status::ok();
+}
 
+Status OpCheck::dtypes() const {
   // Dtypes: the kernels read token ids, positions, labels and expert
   // indices as integers, everything else as floating point.
   std::set<int> intOperands, intResults;
@@ -136,34 +176,11 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   for (int k = 0; k < inst.results_size(); ++k)
     if (Status st = oneFloatType("result " + std::to_string(k), inst.results(k), f32Results.count(k)); !st.isOk())
       return st;
+  return Status::ok();
+}
 
-  // The group of a collective (or of a split op's axes attribute).
-  auto groupOf = [&](const std::string &key) {
-    int64_t n = 1;
-    for (const std::string &axis : attrStrings(a, key)) n *= std::max<int64_t>(1, axisSize(exe, axis));
-    return n;
-  };
-  auto dimAttr = [&](const std::string &key, const Shape &s, int &dim) -> bool {
-    int64_t d = attrInt(a, key, -1);
-    if (d < 0 || d >= static_cast<int64_t>(s.size())) return false;
-    dim = static_cast<int>(d);
-    return true;
-  };
-  // Equal except along `dim` (every dimension when dim < 0).
-  auto alike = [](const Shape &x, const Shape &y, int dim) {
-    if (x.size() != y.size()) return false;
-    for (size_t d = 0; d < x.size(); ++d)
-      if (static_cast<int>(d) != dim && x[d] != y[d]) return false;
-    return true;
-  };
-  auto broadcastsTo = [](const Shape &x, const Shape &y) {
-    if (x.size() != y.size()) return false;
-    for (size_t d = 0; d < x.size(); ++d)
-      if (x[d] != y[d] && x[d] != 1) return false;
-    return true;
-  };
-  auto lastOf = [](const Shape &s) { return s.empty() ? int64_t(1) : s.back(); };
-
+// Embeddings, projections, norms, rope, attention.
+Status OpCheck::layerShapes() const {
   if (op == "embedding") {
     Shape want = in[0];
     if (in[1].size() != 2) return fail("the table must be [vocabulary, hidden], got " + text(in[1]));
@@ -236,6 +253,11 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
   if ((op == "attention" || op == "rope" || op == "position_embedding") && positionOperand(inst) >= 0 &&
       a.count("seq_axes"))
     return fail("a sequence split over ranks (seq_axes) takes no run-time position");
+  return Status::ok();
+}
+
+// Elementwise ops and moves of data within a rank.
+Status OpCheck::elementwiseShapes() const {
   if (op == "add" || op == "mul" || op == "broadcast") {
     for (const Shape &x : in)
       if (!broadcastsTo(x, out[0])) return fail(text(x) + " does not broadcast to the result " + text(out[0]));
@@ -271,7 +293,13 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       total += x[dim];
     }
     if (total != out[0][dim]) return fail("the parts do not add up to " + text(out[0]));
-  } else if (op == "balance_loss") {
+  }
+  return Status::ok();
+}
+
+// The router, its load-balancing terms and the experts.
+Status OpCheck::moeShapes() const {
+  if (op == "balance_loss") {
     if (in[0].empty() || in[0].size() > 2 || in[1] != in[0] || !out[0].empty())
       return fail("the load and the scores must be [experts] or [sequences, experts] alike, the result a scalar");
     if (attrInt(a, "num_tokens") < 1 || attrInt(a, "num_sequences", 1) < 1)
@@ -315,7 +343,13 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (!shaped)
       return fail("x [.., H], weights and indices [tokens, K], gate/up [E, F, H], down [E, H, F] and the result "
                   "do not fit");
-  } else if (op == "cross_entropy" || op == "cross_entropy_grad") {
+  }
+  return Status::ok();
+}
+
+// The loss and the gradient ops.
+Status OpCheck::lossAndGradientShapes() const {
+  if (op == "cross_entropy" || op == "cross_entropy_grad") {
     int64_t V = lastOf(in[0]);
     if (in[0].empty() || count(in[1]) != count(in[0]) / V)
       return fail("logits [.., V] and one label per row do not fit");
@@ -382,7 +416,13 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
     if (out[0].size() != 2) return fail("the table's gradient must be [vocabulary, hidden], got " + text(out[0]));
     want.push_back(out[0][1]);
     if (in[1] != want) return fail("dy must be " + text(want) + ", got " + text(in[1]));
-  } else if (op == "shard_slice" || op == "all_gather" || op == "reduce_scatter") {
+  }
+  return Status::ok();
+}
+
+// Collectives and the MoE exchanges: parts of the group's.
+Status OpCheck::collectiveShapes() const {
+  if (op == "shard_slice" || op == "all_gather" || op == "reduce_scatter") {
     int dim = -1;
     int64_t P = groupOf("axes");
     bool gathers = op == "all_gather";
@@ -424,6 +464,22 @@ Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const 
       if (!shaped) return fail("the rows back, the indices and the result do not fit");
     }
   }
+  return Status::ok();
+}
+
+} // namespace
+
+Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const pxe::Instruction &inst,
+                     const std::string &where) {
+  OpCheck check{exe, stage, inst, inst.op(), inst.attrs(), where, {}, {}};
+  auto shapeOf = [&](int32_t id) { return Shape(stage.buffers(id).shape().begin(), stage.buffers(id).shape().end()); };
+  for (int32_t id : inst.operands()) check.in.push_back(shapeOf(id));
+  for (int32_t id : inst.results()) check.out.push_back(shapeOf(id));
+  for (Status (OpCheck::*part)() const :
+       {&OpCheck::attributeValues, &OpCheck::dtypes, &OpCheck::layerShapes, &OpCheck::elementwiseShapes,
+        &OpCheck::moeShapes, &OpCheck::lossAndGradientShapes, &OpCheck::collectiveShapes})
+    if (Status st = (check.*part)(); !st.isOk())
+      return st;
   return Status::ok();
 }
 

@@ -49,47 +49,52 @@ double number(const std::string &text, bool *ok) {
   return n;
 }
 
+// --lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --min-lr
+Flag real(const char *name, const char *help, double OptimizerConfig::*slot, const Die &die) {
+  return Flag{name, "X", "training", help, [=](Options &o, const std::string &text) {
+                std::string arg = name;
+                bool ok;
+                double n = number(text, &ok);
+                bool beta = arg == "--beta1" || arg == "--beta2";
+                bool positive = arg == "--lr" || arg == "--eps";
+                if (!ok || n < 0 || (beta && n >= 1) || (positive && n == 0))
+                  die(arg + " must be a " +
+                      (beta ? "number in [0, 1)" : positive ? "positive number" : "non-negative number") +
+                      ", got '" + text + "'");
+                o.optimizer.*slot = n;
+                o.optimizerSettings = true;
+              }};
+}
+
+// A path into `slot` (`training`: a setting of the optimizer's).
+Flag path(const char *name, const char *value, const char *section, const char *help, std::string Options::*slot,
+          bool training) {
+  return Flag{name, value, section, help, [=](Options &o, const std::string &text) {
+                o.*slot = text;
+                if (training) o.optimizerSettings = true;
+              }};
+}
+
+// --temperature, --top-k, --seed
+Flag sampling(const char *name, const char *value, const char *help, const Die &die) {
+  return Flag{name, value, "generation", help, [=](Options &o, const std::string &text) {
+                std::string arg = name;
+                bool ok;
+                double n = number(text, &ok);
+                bool whole = ok && n == static_cast<double>(static_cast<long long>(n));
+                if (!ok || !(n >= 0) || (arg != "--temperature" && (!whole || n > 9e15)))
+                  die(arg + " must be a non-negative " + (arg == "--temperature" ? "number" : "integer") +
+                      ", got '" + text + "'");
+                if (arg == "--temperature") o.sampling.temperature = n;
+                else if (arg == "--top-k") o.sampling.topK = static_cast<int64_t>(n);
+                else o.sampling.seed = static_cast<uint64_t>(n);
+                o.samplingGiven = true;
+              }};
+}
+
 // Every flag parax-run takes, in the order --help lists them. `die` ends
 // the run naming a bad value (the help needs none of them).
 std::vector<Flag> flags(const Die &die) {
-  // --lr, --beta1, --beta2, --eps, --weight-decay, --clip-grad-norm, --min-lr
-  auto real = [&](const char *name, const char *help, double OptimizerConfig::*slot) {
-    return Flag{name, "X", "training", help, [=](Options &o, const std::string &text) {
-                  std::string arg = name;
-                  bool ok;
-                  double n = number(text, &ok);
-                  bool beta = arg == "--beta1" || arg == "--beta2";
-                  bool positive = arg == "--lr" || arg == "--eps";
-                  if (!ok || n < 0 || (beta && n >= 1) || (positive && n == 0))
-                    die(arg + " must be a " +
-                        (beta ? "number in [0, 1)" : positive ? "positive number" : "non-negative number") +
-                        ", got '" + text + "'");
-                  o.optimizer.*slot = n;
-                  o.optimizerSettings = true;
-                }};
-  };
-  auto path = [](const char *name, const char *value, const char *section, const char *help,
-                 std::string Options::*slot, bool training) {
-    return Flag{name, value, section, help, [=](Options &o, const std::string &text) {
-                  o.*slot = text;
-                  if (training) o.optimizerSettings = true;
-                }};
-  };
-  auto sampling = [&](const char *name, const char *value, const char *help) {
-    return Flag{name, value, "generation", help, [=](Options &o, const std::string &text) {
-                  std::string arg = name;
-                  bool ok;
-                  double n = number(text, &ok);
-                  bool whole = ok && n == static_cast<double>(static_cast<long long>(n));
-                  if (!ok || !(n >= 0) || (arg != "--temperature" && (!whole || n > 9e15)))
-                    die(arg + " must be a non-negative " + (arg == "--temperature" ? "number" : "integer") +
-                        ", got '" + text + "'");
-                  if (arg == "--temperature") o.sampling.temperature = n;
-                  else if (arg == "--top-k") o.sampling.topK = static_cast<int64_t>(n);
-                  else o.sampling.seed = static_cast<uint64_t>(n);
-                  o.samplingGiven = true;
-                }};
-  };
   return {
       {"--weights", "W", "run",
        "the checkpoint: a .safetensors file, a sharded checkpoint's index (*.index.json), a box-wise one, or a "
@@ -138,8 +143,8 @@ std::vector<Flag> flags(const Die &die) {
            "the prompt's first tokens in chunks of CHUNK's --seq (built like the step, with --seq P), writing the "
            "same caches",
            &Options::prefillPath, false),
-      sampling("--temperature", "T", "draw each token from softmax(logits / T) (default: the most likely)"),
-      sampling("--top-k", "K", "draw from the K most likely (0: all)"),
+      sampling("--temperature", "T", "draw each token from softmax(logits / T) (default: the most likely)", die),
+      sampling("--top-k", "K", "draw from the K most likely (0: all)", die),
       {"--top-p", "P", "generation",
        "then from the fewest of them, most likely first, holding P of their probability (default 1: all)",
        [&](Options &o, const std::string &v) {
@@ -149,7 +154,7 @@ std::vector<Flag> flags(const Die &die) {
          o.sampling.topP = n;
          o.samplingGiven = true;
        }},
-      sampling("--seed", "S", "draws reproducible from S"),
+      sampling("--seed", "S", "draws reproducible from S", die),
       {"--stop-token", "ID", "generation",
        "a row that generates ID generates nothing more (its later tokens are ID); the loop ends when every row "
        "has",
@@ -163,13 +168,13 @@ std::vector<Flag> flags(const Die &die) {
          o.optimizer.kind = v;
          if (v != "sgd" && v != "adamw") die("--optimizer must be sgd or adamw, got '" + v + "'");
        }},
-      real("--lr", "the learning rate (default 1e-3)", &OptimizerConfig::lr),
-      real("--beta1", "AdamW's beta1 (default 0.9)", &OptimizerConfig::beta1),
-      real("--beta2", "AdamW's beta2 (default 0.999)", &OptimizerConfig::beta2),
-      real("--eps", "AdamW's epsilon (default 1e-8)", &OptimizerConfig::eps),
-      real("--weight-decay", "decoupled weight decay, matrices only (default 0)", &OptimizerConfig::weightDecay),
+      real("--lr", "the learning rate (default 1e-3)", &OptimizerConfig::lr, die),
+      real("--beta1", "AdamW's beta1 (default 0.9)", &OptimizerConfig::beta1, die),
+      real("--beta2", "AdamW's beta2 (default 0.999)", &OptimizerConfig::beta2, die),
+      real("--eps", "AdamW's epsilon (default 1e-8)", &OptimizerConfig::eps, die),
+      real("--weight-decay", "decoupled weight decay, matrices only (default 0)", &OptimizerConfig::weightDecay, die),
       real("--clip-grad-norm", "the gradients' global L2 norm at most N (default: no clipping)",
-           &OptimizerConfig::clipNorm),
+           &OptimizerConfig::clipNorm, die),
       {"--lr-schedule", "constant|linear|cosine", "training", "the learning rate's schedule (default constant)",
        [&](Options &o, const std::string &v) {
          o.optimizer.schedule = v;
@@ -187,7 +192,7 @@ std::vector<Flag> flags(const Die &die) {
          o.optimizer.decaySteps = count("--decay-steps", v, 0, 1000000000, "a count of steps", die);
          o.optimizerSettings = true;
        }},
-      real("--min-lr", "where a schedule decays to (default 0)", &OptimizerConfig::minLr),
+      real("--min-lr", "where a schedule decays to (default 0)", &OptimizerConfig::minLr, die),
       {"--zero", nullptr, "training",
        "ZeRO-1: AdamW's states split over the ranks holding each box, gradients reduce-scattered, parameters "
        "all-gathered (by default the plan's stage)",
