@@ -358,8 +358,13 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
     int checked = inst.op() == "embedding" ? 0 : positionOperand(inst);
-    if (checked >= 0 && stageProto_->buffers(inst.operands(checked)).role() == pxe::INPUT)
-      readsCheckedInputs_.push_back(k);
+    if (checked < 0 || stageProto_->buffers(inst.operands(checked)).role() != pxe::INPUT) continue;
+    CheckedRead read = inst.op() == "embedding"      ? CheckedRead::Tokens
+                       : inst.op() == "cache_update" ? CheckedRead::CacheUpdate
+                       : inst.op() == "attention"    ? CheckedRead::Attention
+                       : inst.op() == "rope"         ? CheckedRead::Rotary // (its position's sign alone)
+                                                     : CheckedRead::PositionTable;
+    readsCheckedInputs_.push_back({k, read});
   }
   runsElsewhere_ = hooks != nullptr; // this executor will not run the stage itself
   // With hooks, parameters that moves of parameters read stay on the host
@@ -526,13 +531,13 @@ Status Executor::setInputs(const std::vector<Tensor> &inputs) {
 // step's run-time position must leave room for its tokens (in the cache,
 // the attention's keys, the position table): the CUDA kernels rely on it.
 Status Executor::checkInputValues() const {
-  for (int k : readsCheckedInputs_) {
+  for (auto [k, read] : readsCheckedInputs_) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
     auto where = [&] {
       return " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + ", " + inst.op() + ")";
     };
     auto dim = [&](int32_t id, int d) { return stageProto_->buffers(id).shape(d); };
-    if (inst.op() == "embedding") {
+    if (read == CheckedRead::Tokens) {
       const pxe::Buffer &ids = stageProto_->buffers(inst.operands(0)), &table = stageProto_->buffers(inst.operands(1));
       const Tensor &values = buffers_[ids.id()];
       if (table.role() != pxe::PARAMETER || table.global_shape_size() != 2 ||
@@ -554,11 +559,11 @@ Status Executor::checkInputValues() const {
     std::string what;
     if (at < 0)
       return Status::error("position " + std::to_string(at) + " is negative" + where());
-    if (inst.op() == "cache_update") {
+    if (read == CheckedRead::CacheUpdate) {
       tokens = dim(inst.operands(1), 1), room = dim(inst.operands(0), 1), what = "a KV cache of";
-    } else if (inst.op() == "attention") {
+    } else if (read == CheckedRead::Attention) {
       tokens = dim(inst.operands(0), 1), room = dim(inst.operands(1), 1), what = "attention over a KV cache of";
-    } else if (inst.op() == "position_embedding") {
+    } else if (read == CheckedRead::PositionTable) {
       tokens = dim(inst.results(0), 1), room = dim(inst.operands(0), 0), what = "a position table of";
     }
     if (at + tokens > room)
