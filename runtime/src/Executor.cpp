@@ -5,6 +5,7 @@
 #include "parax/runtime/Executor.h"
 #include "parax/runtime/Executable.h"
 
+#include "FewRowsGemm.h"
 #include "GradientKernels.h"
 #include "MoeKernels.h"
 
@@ -844,6 +845,8 @@ Status Executor::Impl::runLinear(const pxe::Instruction &inst, int) {
   if (m == 1) // one row (a decode step of one sequence): a GEMV reads W without packing it
     cblas_sgemv(CblasRowMajor, t ? CblasNoTrans : CblasTrans, t ? n : k, t ? k : n, 1.0f, w.f.data(),
                 t ? k : n, x.f.data(), 1, 0.0f, y.f.data(), 1);
+  else if (t && fewRowsTimesTransposed(m, n, k, x.f.data(), w.f.data(), y.f.data()))
+    ; // (a few rows: the weight read once, not packed)
   else
     cblas_sgemm(CblasRowMajor, CblasNoTrans, t ? CblasTrans : CblasNoTrans, m, n, k,
                 1.0f, x.f.data(), k, w.f.data(), t ? k : n, 0.0f, y.f.data(), n);

@@ -1,0 +1,26 @@
+// FewRowsGemm.h - a projection of a few rows (a decode step of several
+// sequences) that reads its weight once. Internal to the CPU executor.
+
+#ifndef PARAX_RUNTIME_FEWROWSGEMM_H
+#define PARAX_RUNTIME_FEWROWSGEMM_H
+
+#include <cstdint>
+
+namespace parax::runtime {
+
+/// The most rows fewRowsTimesTransposed takes.
+inline constexpr int64_t kFewRows = 16;
+
+/// y[m, n] = x[m, k] · w[n, k]ᵀ (a weight stored [out, in], as Hugging Face
+/// stores projections) for 2 <= m <= kFewRows, each weight row read once
+/// for all m rows while they stay in cache: OpenBLAS's sgemm first copies
+/// the weight into its packed layout, every call, which a decode step of 8
+/// sequences spent most of its time on. AVX2 and FMA, on one thread (the
+/// caller's). False (nothing written) where it does not apply: other
+/// shapes, a CPU without AVX2/FMA, or OpenBLAS running several threads
+/// (its sgemm then splits the work; this kernel would not).
+bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, float *y);
+
+} // namespace parax::runtime
+
+#endif // PARAX_RUNTIME_FEWROWSGEMM_H
