@@ -61,16 +61,20 @@ inline std::string emptyCheckpoint(const std::string &path) {
 }
 
 /// A one-rank program: y[m, n] = x[m, k] @ w[k, n], x and w its inputs 0, 1.
-inline parax::pxe::Executable linearProgram(int64_t m, int64_t k, int64_t n) {
+/// y = x · w, w [k, n]; `transposed`: w [n, k] (transpose_w, a Hugging Face
+/// projection's layout).
+inline parax::pxe::Executable linearProgram(int64_t m, int64_t k, int64_t n, bool transposed = false) {
   parax::pxe::Executable exe;
   exe.set_format_version(1);
   exe.add_ranks();
   parax::pxe::Stage &s = *exe.add_stages();
   addBuffer(s, {m, k}, parax::pxe::INPUT)->set_input_index(0);
-  addBuffer(s, {k, n}, parax::pxe::INPUT)->set_input_index(1);
+  addBuffer(s, transposed ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, parax::pxe::INPUT)
+      ->set_input_index(1);
   addBuffer(s, {m, n}, parax::pxe::TEMPORARY);
   auto *inst = s.add_instructions();
   inst->set_op("linear");
+  if (transposed) (*inst->mutable_attrs())["transpose_w"].set_b(true);
   inst->add_operands(0);
   inst->add_operands(1);
   inst->add_results(2);
