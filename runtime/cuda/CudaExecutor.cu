@@ -593,8 +593,9 @@ struct CudaExecutor::State {
   Status allocateTemporaries(const TemporaryLives &lives, bool own, bool poison);
   Status placeHeldTemporaries(const TemporaryLives &lives, bool own, bool poison);
 
-  bool conflictsWithPending(const pxe::Instruction &inst) const {
-    if (isCollective(inst.op()) || !capturable(inst)) return true; // a collective, or a host synchronisation
+  bool conflictsWithPending(int k) const {
+    if (waitsForPending[k]) return true; // a collective, or a host synchronisation
+    const pxe::Instruction &inst = host.stageProgram().instructions(k);
     auto touched = [&](int32_t id) {
       return std::find(pending->buffers.begin(), pending->buffers.end(), id) != pending->buffers.end();
     };
@@ -755,9 +756,35 @@ struct CudaExecutor::State {
 
   /// Instruction k of the stage, by its kernel (kernels[k]).
   Status run(int k);
+  // Each op the backend runs, by kind: resolved once an instruction at
+  // prepare (resolveKernels), so that no step compares op names; a kernel
+  // serving several ops reads which from `current`.
+  enum class Op : uint8_t {
+    None,
+    Embedding, PositionEmbedding, Linear, HeadLinear, RmsNorm, LayerNorm,
+    Rope, Attention, Add, Mul, Silu, Sigmoid,
+    Gelu, Softcap, Swiglu, Reshape, Transpose, Broadcast,
+    Slice, CacheUpdate, Concat, BalanceLoss, Router, RouterGrad,
+    RouterLoad, RouterAuxGrad, ExpertsGrad, Experts, Shift, LabelCount,
+    Logsumexp, CrossEntropy, CrossEntropyGrad, LinearWeightGrad, RmsNormGrad, RmsNormWeightGrad,
+    LayerNormGrad, LayerNormWeightGrad, SumTo, SigmoidGrad, SoftcapGrad, GeluGrad,
+    PositionEmbeddingGrad, SwigluGrad, AttentionGrad, EmbeddingGrad, AllReduce, ShardSlice,
+    ToPartial, AllGather, ReduceScatter, AllToAll, Send, Recv,
+    MoeDispatch, MoeCombine
+  };
   using Kernel = Status (State::*)(const pxe::Instruction &inst);
-  static const std::pair<const char *, Kernel> kKernels[];
+  struct KernelEntry {
+    const char *name;
+    Op op;
+    Kernel kernel;
+  };
+  static const KernelEntry kKernels[];
   std::vector<Kernel> kernels; // per instruction: its op's kernel (nullptr: none)
+  std::vector<Op> ops;         // per instruction: its op
+  // Per instruction: a collective or a host synchronisation, which waits
+  // for the collectives in flight (conflictsWithPending).
+  std::vector<bool> waitsForPending;
+  Op current = Op::None;       // the running instruction's (run)
   void resolveKernels();
   // An instruction's operands or results by place (each kernel's first
   // lines: `Pick in{buffers, inst.operands()}, out{buffers, inst.results()};`).
@@ -868,8 +895,10 @@ struct CudaExecutor::State {
   std::vector<NcclCommunicator::PointToPoint> heldSends;
   /// A send's or recv's transfer: its buffer (in the activation set in
   /// use) and the peer's world rank.
-  NcclCommunicator::PointToPoint pointToPoint(const pxe::Instruction &inst) {
-    bool sending = inst.op() == "send";
+  NcclCommunicator::PointToPoint pointToPoint(int k) {
+    return pointToPoint(host.stageProgram().instructions(k), ops[k] == Op::Send);
+  }
+  NcclCommunicator::PointToPoint pointToPoint(const pxe::Instruction &inst, bool sending) {
     const DeviceBuffer &b = buffers[sending ? inst.operands(0) : inst.results(0)];
     return {b.data, static_cast<size_t>(b.numel()), b.elem,
             peerRank(attrStrings(inst.attrs(), "axes").at(0), attrInt(inst.attrs(), "peer")), sending};
@@ -914,8 +943,7 @@ struct CudaExecutor::State {
   /// Past the receives (and instructions run elsewhere) that begin the
   /// range [begin, end): what a step's group receives ahead.
   int pastLeadingReceives(int begin, int end) const {
-    const pxe::Stage &stage = host.stageProgram();
-    while (begin < end && (skipped[begin] || stage.instructions(begin).op() == "recv")) ++begin;
+    while (begin < end && (skipped[begin] || ops[begin] == Op::Recv)) ++begin;
     return begin;
   }
   /// The sends held so far and `receives` as one NCCL group, complete
@@ -1801,7 +1829,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
     from = pastLeadingReceives(begin, end);
     std::vector<NcclCommunicator::PointToPoint> receives;
     for (int k = begin; k < from; ++k)
-      if (!skipped[k]) receives.push_back(pointToPoint(stage.instructions(k)));
+      if (!skipped[k]) receives.push_back(pointToPoint(k));
     Status st = exchangeHeld(std::move(receives), begin);
     if (!st.isOk()) return st;
   }
@@ -1812,7 +1840,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
   if (holdSends && comm) {
     heldAfter = from;
     for (int k = from; k < end; ++k)
-      if (!skipped[k] && stage.instructions(k).op() == "recv") heldAfter = k + 1;
+      if (!skipped[k] && ops[k] == Op::Recv) heldAfter = k + 1;
   }
   for (int k = begin; k < from && !gathersAt.empty(); ++k) { // (issued before the leading receives ran)
     Status st = gatherBefore(k);
@@ -1825,8 +1853,8 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
       if (!st.isOk()) return failed(k, "gathering ZeRO-3 parameters", st);
     }
     if (skipped[k]) continue; // fused into the instruction before, or run once at prepare
-    if (k >= heldAfter && stage.instructions(k).op() == "send") {
-      heldSends.push_back(pointToPoint(stage.instructions(k)));
+    if (k >= heldAfter && ops[k] == Op::Send) {
+      heldSends.push_back(pointToPoint(k));
       continue;
     }
     if (comm) {
@@ -1834,7 +1862,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
       comm->issuerInstruction = k;
     }
     Status st = Status::ok();
-    if (pending && conflictsWithPending(stage.instructions(k)))
+    if (pending && conflictsWithPending(k))
       st = completePending();
     else if (pending)
       ++overlapped;
@@ -2729,7 +2757,7 @@ Status CudaExecutor::exchange(const std::vector<std::pair<int64_t, int>> &microA
     st = useActivations(micro); // (each receive into its microbatch's memory)
     const int past = s.pastLeadingReceives(begin, stage.instructions_size());
     for (int k = begin; st.isOk() && k < past; ++k)
-      if (!s.skipped[k]) receives.push_back(s.pointToPoint(stage.instructions(k)));
+      if (!s.skipped[k]) receives.push_back(s.pointToPoint(k));
   }
   if (st.isOk()) st = useActivations(current);
   if (!st.isOk()) return st;
@@ -2754,75 +2782,81 @@ Status CudaExecutor::runRange(int begin, int end, bool holdSends) {
 Status CudaExecutor::State::run(int k) {
   const pxe::Instruction &inst = host.stageProgram().instructions(k);
   if (!kernels[k]) return Status::error("no CUDA kernel for '" + inst.op() + "'");
+  current = ops[k];
   return (this->*kernels[k])(inst);
 }
 
 // Each op the CUDA backend runs, and its kernel.
-const std::pair<const char *, CudaExecutor::State::Kernel> CudaExecutor::State::kKernels[] = {
-    {"embedding", &State::runEmbedding},
-    {"position_embedding", &State::runPositionEmbedding},
-    {"linear", &State::runLinear},
-    {"head_linear", &State::runHeadLinear},
-    {"rms_norm", &State::runNorm},
-    {"layer_norm", &State::runNorm},
-    {"rope", &State::runRope},
-    {"attention", &State::runAttention},
-    {"add", &State::runBinary},
-    {"mul", &State::runBinary},
-    {"silu", &State::runUnary},
-    {"sigmoid", &State::runUnary},
-    {"gelu", &State::runUnary},
-    {"softcap", &State::runUnary},
-    {"swiglu", &State::runSwiglu},
-    {"reshape", &State::runReshape},
-    {"transpose", &State::runTranspose},
-    {"broadcast", &State::runBroadcast},
-    {"slice", &State::runSlice},
-    {"cache_update", &State::runCacheUpdate},
-    {"concat", &State::runConcat},
-    {"balance_loss", &State::runBalanceLoss},
-    {"router", &State::runRouter},
-    {"router_grad", &State::runRouter},
-    {"router_load", &State::runRouter},
-    {"router_aux_grad", &State::runRouter},
-    {"experts_grad", &State::runExpertsGrad},
-    {"experts", &State::runExperts},
-    {"shift", &State::runShift},
-    {"label_count", &State::runLabelCount},
-    {"logsumexp", &State::runLogsumexp},
-    {"cross_entropy", &State::runCrossEntropy},
-    {"cross_entropy_grad", &State::runCrossEntropy},
-    {"linear_weight_grad", &State::runLinearWeightGrad},
-    {"rms_norm_grad", &State::runNormGrad},
-    {"rms_norm_weight_grad", &State::runNormGrad},
-    {"layer_norm_grad", &State::runNormGrad},
-    {"layer_norm_weight_grad", &State::runNormGrad},
-    {"sum_to", &State::runSumTo},
-    {"sigmoid_grad", &State::runSigmoidGrad},
-    {"softcap_grad", &State::runSoftcapGrad},
-    {"gelu_grad", &State::runGeluGrad},
-    {"position_embedding_grad", &State::runPositionEmbeddingGrad},
-    {"swiglu_grad", &State::runSwigluGrad},
-    {"attention_grad", &State::runAttentionGrad},
-    {"embedding_grad", &State::runEmbeddingGrad},
-    {"all_reduce", &State::runAllReduce},
-    {"shard_slice", &State::runShardSlice},
-    {"to_partial", &State::runToPartial},
-    {"all_gather", &State::runGatherScatter},
-    {"reduce_scatter", &State::runGatherScatter},
-    {"all_to_all", &State::runGatherScatter},
-    {"send", &State::runSendRecv},
-    {"recv", &State::runSendRecv},
-    {"moe_dispatch", &State::runExpertExchange},
-    {"moe_combine", &State::runExpertExchange},
+const CudaExecutor::State::KernelEntry CudaExecutor::State::kKernels[] = {
+    {"embedding", Op::Embedding, &State::runEmbedding},
+    {"position_embedding", Op::PositionEmbedding, &State::runPositionEmbedding},
+    {"linear", Op::Linear, &State::runLinear},
+    {"head_linear", Op::HeadLinear, &State::runHeadLinear},
+    {"rms_norm", Op::RmsNorm, &State::runNorm},
+    {"layer_norm", Op::LayerNorm, &State::runNorm},
+    {"rope", Op::Rope, &State::runRope},
+    {"attention", Op::Attention, &State::runAttention},
+    {"add", Op::Add, &State::runBinary},
+    {"mul", Op::Mul, &State::runBinary},
+    {"silu", Op::Silu, &State::runUnary},
+    {"sigmoid", Op::Sigmoid, &State::runUnary},
+    {"gelu", Op::Gelu, &State::runUnary},
+    {"softcap", Op::Softcap, &State::runUnary},
+    {"swiglu", Op::Swiglu, &State::runSwiglu},
+    {"reshape", Op::Reshape, &State::runReshape},
+    {"transpose", Op::Transpose, &State::runTranspose},
+    {"broadcast", Op::Broadcast, &State::runBroadcast},
+    {"slice", Op::Slice, &State::runSlice},
+    {"cache_update", Op::CacheUpdate, &State::runCacheUpdate},
+    {"concat", Op::Concat, &State::runConcat},
+    {"balance_loss", Op::BalanceLoss, &State::runBalanceLoss},
+    {"router", Op::Router, &State::runRouter},
+    {"router_grad", Op::RouterGrad, &State::runRouter},
+    {"router_load", Op::RouterLoad, &State::runRouter},
+    {"router_aux_grad", Op::RouterAuxGrad, &State::runRouter},
+    {"experts_grad", Op::ExpertsGrad, &State::runExpertsGrad},
+    {"experts", Op::Experts, &State::runExperts},
+    {"shift", Op::Shift, &State::runShift},
+    {"label_count", Op::LabelCount, &State::runLabelCount},
+    {"logsumexp", Op::Logsumexp, &State::runLogsumexp},
+    {"cross_entropy", Op::CrossEntropy, &State::runCrossEntropy},
+    {"cross_entropy_grad", Op::CrossEntropyGrad, &State::runCrossEntropy},
+    {"linear_weight_grad", Op::LinearWeightGrad, &State::runLinearWeightGrad},
+    {"rms_norm_grad", Op::RmsNormGrad, &State::runNormGrad},
+    {"rms_norm_weight_grad", Op::RmsNormWeightGrad, &State::runNormGrad},
+    {"layer_norm_grad", Op::LayerNormGrad, &State::runNormGrad},
+    {"layer_norm_weight_grad", Op::LayerNormWeightGrad, &State::runNormGrad},
+    {"sum_to", Op::SumTo, &State::runSumTo},
+    {"sigmoid_grad", Op::SigmoidGrad, &State::runSigmoidGrad},
+    {"softcap_grad", Op::SoftcapGrad, &State::runSoftcapGrad},
+    {"gelu_grad", Op::GeluGrad, &State::runGeluGrad},
+    {"position_embedding_grad", Op::PositionEmbeddingGrad, &State::runPositionEmbeddingGrad},
+    {"swiglu_grad", Op::SwigluGrad, &State::runSwigluGrad},
+    {"attention_grad", Op::AttentionGrad, &State::runAttentionGrad},
+    {"embedding_grad", Op::EmbeddingGrad, &State::runEmbeddingGrad},
+    {"all_reduce", Op::AllReduce, &State::runAllReduce},
+    {"shard_slice", Op::ShardSlice, &State::runShardSlice},
+    {"to_partial", Op::ToPartial, &State::runToPartial},
+    {"all_gather", Op::AllGather, &State::runGatherScatter},
+    {"reduce_scatter", Op::ReduceScatter, &State::runGatherScatter},
+    {"all_to_all", Op::AllToAll, &State::runGatherScatter},
+    {"send", Op::Send, &State::runSendRecv},
+    {"recv", Op::Recv, &State::runSendRecv},
+    {"moe_dispatch", Op::MoeDispatch, &State::runExpertExchange},
+    {"moe_combine", Op::MoeCombine, &State::runExpertExchange},
 };
 
 void CudaExecutor::State::resolveKernels() {
   const pxe::Stage &stage = host.stageProgram();
   kernels.assign(stage.instructions_size(), nullptr);
-  for (int k = 0; k < stage.instructions_size(); ++k)
-    for (const auto &[op, kernel] : kKernels)
-      if (stage.instructions(k).op() == op) kernels[k] = kernel;
+  ops.assign(stage.instructions_size(), Op::None);
+  waitsForPending.assign(stage.instructions_size(), true);
+  for (int k = 0; k < stage.instructions_size(); ++k) {
+    const pxe::Instruction &inst = stage.instructions(k);
+    for (const KernelEntry &entry : kKernels)
+      if (inst.op() == entry.name) kernels[k] = entry.kernel, ops[k] = entry.op;
+    waitsForPending[k] = isCollective(inst.op()) || !capturable(inst);
+  }
 }
 
 Status CudaExecutor::State::runEmbedding(const pxe::Instruction &inst) {
@@ -2903,11 +2937,11 @@ Status CudaExecutor::State::runHeadLinear(const pxe::Instruction &inst) {
 
 Status CudaExecutor::State::runNorm(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const std::string &op = inst.op();
+  const Op op = current;
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &x = in(0), &y = out();
   int64_t h = x.shape.back(), rows = x.numel() / h;
-  bool layer = op == "layer_norm";
+  bool layer = op == Op::LayerNorm;
   return withFloat(y, [&](auto t) {
     using T = decltype(t);
     PARAX_LAUNCH(normKernel<T>, rows, kThreads, 0, stream)(
@@ -3035,24 +3069,24 @@ Status CudaExecutor::State::runAttention(const pxe::Instruction &inst) {
 }
 
 Status CudaExecutor::State::runBinary(const pxe::Instruction &inst) {
-  const std::string &op = inst.op();
+  const Op op = current;
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &l = in(0), &r = in(1), &y = out();
   return withFloat(y, [&](auto t) {
     using T = decltype(t);
     PARAX_LAUNCH(binaryKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
         l.as<T>(), r.as<T>(), y.as<T>(), dimsOf(l.shape), dimsOf(r.shape), dimsOf(y.shape), y.numel(),
-        op == "add", l.shape == y.shape, r.shape == y.shape);
+        op == Op::Add, l.shape == y.shape, r.shape == y.shape);
     return Status::ok();
   });
 }
 
 Status CudaExecutor::State::runUnary(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const std::string &op = inst.op();
+  const Op op = current;
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
-  int kind = op == "silu" ? 0 : op == "sigmoid" ? 1 : op == "softcap" ? 4 : attrString(a, "approximate") == "tanh" ? 2 : 3;
-  float cap = op == "softcap" ? static_cast<float>(attrFloat(a, "cap")) : 0.0f;
+  int kind = op == Op::Silu ? 0 : op == Op::Sigmoid ? 1 : op == Op::Softcap ? 4 : attrString(a, "approximate") == "tanh" ? 2 : 3;
+  float cap = op == Op::Softcap ? static_cast<float>(attrFloat(a, "cap")) : 0.0f;
   return withFloat(out(), [&](auto t) {
     using T = decltype(t);
     PARAX_LAUNCH(unaryKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(in(0).as<T>(), out().as<T>(),
@@ -3162,11 +3196,11 @@ Status CudaExecutor::State::runBalanceLoss(const pxe::Instruction &inst) {
 
 Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const std::string &op = inst.op();
+  const Op op = current;
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &x = in(0), &gate = in(1);
   int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0], K = attrInt(a, "top_k");
-  if (K > 64) return Status::error(op + ": top_k above 64");
+  if (K > 64) return Status::error(inst.op() + ": top_k above 64");
   // Logits [tokens, E] in fp32 = x . gate^T, then scores and choice (2E per token).
   Status st = ensureScratch(tokens * E * 3 + (tokens * h + 1) / 2);
   if (!st.isOk()) return st;
@@ -3177,7 +3211,7 @@ Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
   bool sigmoidScores = attrString(a, "score_func") == "sigmoid", normalize = attrInt(a, "normalize") != 0;
   float scaling = static_cast<float>(attrFloat(a, "scaling_factor", 1.0));
   int64_t groups = attrInt(a, "num_groups", 1), topkGroups = attrInt(a, "topk_groups", 1);
-  if (op == "router_aux_grad") {
+  if (op == Op::RouterAuxGrad) {
     // Per sequence: a row of the load [B, E] for each sequence's tokens.
     DeviceBuffer &load = in(2), &dl = out();
     int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
@@ -3190,7 +3224,7 @@ Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
-  if (op == "router_load") {
+  if (op == Op::RouterLoad) {
     DeviceBuffer &load = out();
     int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
     PARAX_CUDA(cudaMemsetAsync(load.data, 0, load.numel() * 4, stream));
@@ -3202,7 +3236,7 @@ Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
-  if (op == "router_grad") {
+  if (op == Op::RouterGrad) {
     DeviceBuffer &dw = in(2), &dl = out();
     return withFloat(dl, [&](auto t) {
       using T = decltype(t);
@@ -3464,7 +3498,7 @@ Status CudaExecutor::State::runLogsumexp(const pxe::Instruction &inst) {
 
 Status CudaExecutor::State::runCrossEntropy(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const std::string &op = inst.op();
+  const Op op = current;
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
   int64_t V = logits.shape.back(), tokens = logits.numel() / V;
@@ -3488,7 +3522,7 @@ Status CudaExecutor::State::runCrossEntropy(const pxe::Instruction &inst) {
   if (!st.isOk()) return st;
   auto *badToken = reinterpret_cast<int32_t *>(scratch);
   PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream)); // -1: every label is valid
-  if (op == "cross_entropy") {
+  if (op == Op::CrossEntropy) {
     PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
     st = withFloat(logits, [&](auto t) {
       using T = decltype(t);
@@ -3528,12 +3562,12 @@ Status CudaExecutor::State::runLinearWeightGrad(const pxe::Instruction &inst) {
 
 Status CudaExecutor::State::runNormGrad(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const std::string &op = inst.op();
+  const Op op = current;
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &x = in(0), &y = out();
   int64_t h = x.shape.back(), rows = x.numel() / h;
   float eps = static_cast<float>(attrFloat(a, "eps"));
-  bool centered = op.rfind("layer_norm", 0) == 0, input = op == "rms_norm_grad" || op == "layer_norm_grad";
+  bool centered = (op == Op::LayerNormGrad || op == Op::LayerNormWeightGrad), input = op == Op::RmsNormGrad || op == Op::LayerNormGrad;
   if (!input) {
     Status st = ensureScratch(2 * rows);
     if (!st.isOk()) return st;
@@ -3784,7 +3818,7 @@ Status CudaExecutor::State::runGatherScatter(const pxe::Instruction &inst) {
   int64_t P = group.value().ranks;
   unsigned mask = group.value().mask;
   const Attrs &a = inst.attrs();
-  const std::string &op = inst.op();
+  const Op op = current;
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &x = in(0), &y = out();
   int64_t largest = std::max(x.numel(), y.numel());
@@ -3792,14 +3826,14 @@ Status CudaExecutor::State::runGatherScatter(const pxe::Instruction &inst) {
   if (!st.isOk()) return st;
   void *a0 = commScratch, *a1 = commScratch + largest;
   std::vector<int32_t> touched = {inst.operands(0), inst.results(0)};
-  if (op == "all_gather") {
+  if (op == Op::AllGather) {
     int dim = static_cast<int>(attrInt(a, "dim"));
     if (!comm) return copy(y.data, x.data, y.numel(), y);
     st = comm->allGather(x.data, a0, x.numel(), x.elem, mask, stream);
     if (!st.isOk()) return st;
     return deferUntilNeeded(touched, [this, &y, dim, P, a0] { return pieces(true, y, dim, P, a0); });
   }
-  if (op == "reduce_scatter") {
+  if (op == Op::ReduceScatter) {
     int dim = static_cast<int>(attrInt(a, "dim"));
     st = pieces(false, x, dim, P, a0);
     if (!st.isOk()) return st;
@@ -3821,12 +3855,12 @@ Status CudaExecutor::State::runSendRecv(const pxe::Instruction &inst) {
   StatusOr<CollectiveGroup> group = collectiveGroup(inst.attrs());
   if (!group.isOk()) return group.status();
   const Attrs &a = inst.attrs();
-  const std::string &op = inst.op();
+  const Op op = current;
   if (!comm)
     return Status::error("send/recv needs a communicator");
-  Status st = comm->exchange({pointToPoint(inst)}, stream);
+  Status st = comm->exchange({pointToPoint(inst, op == Op::Send)}, stream);
   if (!st.isOk()) return st;
-  return deferUntilNeeded({op == "send" ? inst.operands(0) : inst.results(0)}, nullptr);
+  return deferUntilNeeded({op == Op::Send ? inst.operands(0) : inst.results(0)}, nullptr);
 }
 
 Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
@@ -3836,7 +3870,7 @@ Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
   int64_t P = group.value().ranks;
   unsigned mask = group.value().mask;
   const Attrs &a = inst.attrs();
-  const std::string &op = inst.op();
+  const Op op = current;
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   // As the CPU backend: this rank's pairs leave grouped by the member
   // owning their expert (moeSlotsKernel); the members' counts, all-gathered
@@ -3846,10 +3880,10 @@ Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
   // the dispatch's [router weight, local expert] of each in fp32 beside
   // them. A group of one keeps its rows in place (no host synchronisation).
   int64_t E = attrInt(a, "num_experts"), local = E / P;
-  DeviceBuffer &idx = in(op == "moe_dispatch" ? 2 : 1);
+  DeviceBuffer &idx = in(op == Op::MoeDispatch ? 2 : 1);
   DeviceBuffer &x = in(0); // the tokens, or the rows back
   const int64_t pairs = idx.numel(), K = idx.shape.back(), h = x.shape.back();
-  const int64_t capacity = (op == "moe_dispatch" ? out(0) : x).shape[0];
+  const int64_t capacity = (op == Op::MoeDispatch ? out(0) : x).shape[0];
   const Elem e = x.elem;
   const int64_t me = groupIndex(axes), ints = pairs + P + P * P;
   const int64_t rowFloats = (pairs * h * static_cast<int64_t>(elemBytes(e)) + 3) / 4;
@@ -3871,11 +3905,11 @@ Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
     PARAX_CUDA(cudaMemcpyAsync(all.data(), allCounts, P * P * 4, cudaMemcpyDeviceToHost, stream));
     st = sync();
     if (!st.isOk()) return st;
-    if (op == "moe_dispatch") expertLoad = std::max(expertLoad, busiestRankLoad(all, P, pairs));
-    st = expertCapacityCheck(op, all, P, capacity);
+    if (op == Op::MoeDispatch) expertLoad = std::max(expertLoad, busiestRankLoad(all, P, pairs));
+    st = expertCapacityCheck(inst.op(), all, P, capacity);
     if (!st.isOk()) return st;
   }
-  if (op == "moe_dispatch") {
+  if (op == Op::MoeDispatch) {
     // Filled in place (a group of one), or sent from the send side
     // straight into the result.
     DeviceBuffer &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);
