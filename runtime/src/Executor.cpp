@@ -185,12 +185,15 @@ struct Executor::Impl {
   // whole sequence (a rank's part of it split over N ranks: T - N * S
   // earlier keys), or over a cache from a run-time position, 0 ..
   // position + s. Query head h reads KV head (headOffset + h) / group.
-  StatusOr<AttentionGeometry> attentionGeometry(const pxe::Instruction &inst, const Tensor &q, const Tensor &k) {
+  // (`forward`: attention, whose fourth operand is a run-time position;
+  // attention_grad's is dout)
+  StatusOr<AttentionGeometry> attentionGeometry(const pxe::Instruction &inst, const Tensor &q, const Tensor &k,
+                                                bool forward) {
     const Attrs &a = inst.attrs();
     int64_t S = q.shape[1], H = q.shape[2], T = k.shape[1], KH = k.shape[2];
     SequenceRows rows = rowsOf(a, S);
     int64_t edge = T - S * rows.pieces;
-    if (inst.op() == "attention" && inst.operands_size() == 4) {
+    if (forward && inst.operands_size() == 4) {
       rows = SequenceRows{e.buffers_[inst.operands(3)].i[0], 1, 1};
       edge = 0;
       if (rows.start < 0 || rows.start + S > T)
@@ -945,7 +948,7 @@ Status Executor::Impl::runAttention(const pxe::Instruction &inst, int) {
   int64_t B = q.shape[0], S = q.shape[1], H = q.shape[2], D = q.shape[3];
   // The values: v's first DV channels of its VW (all of them, unless value_dim).
   int64_t T = k.shape[1], KH = k.shape[2], DV = y.shape[3], VW = v.shape[3];
-  StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, q, k);
+  StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, q, k, /*forward=*/true);
   if (!geometry.isOk())
     return geometry.status();
   const AttentionGeometry &geo = geometry.value();
@@ -1369,7 +1372,7 @@ Status Executor::Impl::runSwigluGrad(const pxe::Instruction &inst, int) {
 // attention_grad
 Status Executor::Impl::runAttentionGrad(const pxe::Instruction &inst, int) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, in(0), in(1));
+  StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, in(0), in(1), /*forward=*/false);
   if (!geometry.isOk())
     return geometry.status();
   attentionGrad(in(0), in(1), in(2), in(3), geometry.value(), out(0), out(1), out(2));
