@@ -65,7 +65,7 @@ inline std::string emptyCheckpoint(const std::string &path) {
 /// projection's layout).
 inline parax::pxe::Executable linearProgram(int64_t m, int64_t k, int64_t n, bool transposed = false) {
   parax::pxe::Executable exe;
-  exe.set_format_version(1);
+  exe.set_format_version(2);
   exe.add_ranks();
   parax::pxe::Stage &s = *exe.add_stages();
   addBuffer(s, {m, k}, parax::pxe::INPUT)->set_input_index(0);
@@ -73,7 +73,7 @@ inline parax::pxe::Executable linearProgram(int64_t m, int64_t k, int64_t n, boo
       ->set_input_index(1);
   addBuffer(s, {m, n}, parax::pxe::TEMPORARY);
   auto *inst = s.add_instructions();
-  inst->set_op("linear");
+  inst->set_kind(parax::pxe::OP_LINEAR);
   if (transposed) (*inst->mutable_attrs())["transpose_w"].set_b(true);
   inst->add_operands(0);
   inst->add_operands(1);

@@ -34,7 +34,7 @@ namespace {
 // A one-rank executable around `build`.
 parax::pxe::Executable program(const std::function<void(parax::pxe::Stage &)> &build) {
   parax::pxe::Executable exe;
-  exe.set_format_version(1);
+  exe.set_format_version(2);
   exe.add_ranks();
   build(*exe.add_stages());
   return exe;
@@ -50,7 +50,7 @@ void kernels() {
     for (int i = 0; i < n; ++i) {
       addBuffer(s, {1}, parax::pxe::TEMPORARY);
       auto *inst = s.add_instructions();
-      inst->set_op("add");
+      inst->set_kind(parax::pxe::OP_ADD);
       inst->add_operands(prev);
       inst->add_operands(0);
       inst->add_results(i + 1);

@@ -20,7 +20,7 @@ using namespace parax;
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
 
 FailureOr<pxe::DType> dtypeOf(Type type, Location loc) {
   Type element = cast<ShapedType>(type).getElementType();
@@ -225,7 +225,12 @@ LogicalResult translateStage(func::FuncOp function, int64_t stageIndex,
     if (!isa<ParaxDialect>(op.getDialect()))
       return op.emitError("executables hold parax ops only");
     pxe::Instruction *inst = stage.add_instructions();
-    inst->set_op(op.getName().stripDialect().str());
+    std::string name = op.getName().stripDialect().str(), upper = "OP_";
+    for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    pxe::OpKind kind;
+    if (!pxe::OpKind_Parse(upper, &kind) || kind == pxe::OP_UNKNOWN)
+      return op.emitError("the executable format has no op '") << name << "' (no runtime runs it)";
+    inst->set_kind(kind);
     for (Value operand : op.getOperands()) {
       auto it = ids.find(operand);
       if (it == ids.end())

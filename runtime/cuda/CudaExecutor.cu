@@ -422,11 +422,11 @@ struct CudaExecutor::State {
   // host) or locally (no communicator).
   bool capturable(const pxe::Instruction &inst) const {
     // (An expert exchange over several ranks reads its counts on the host.)
-    if ((inst.op() == "moe_dispatch" || inst.op() == "moe_combine") &&
+    if ((opName(inst) == "moe_dispatch" || opName(inst) == "moe_combine") &&
         groupSize(attrStrings(inst.attrs(), "axes")) > 1)
       return !comm;
-    if (isCollective(inst.op())) return !comm || !comm->staged;
-    return capturableOp(inst.op()) || (inst.op() == "experts" && groupedExperts(inst));
+    if (isCollective(opName(inst))) return !comm || !comm->staged;
+    return capturableOp(opName(inst)) || (opName(inst) == "experts" && groupedExperts(inst));
   }
 
   // A biased `linear` whose only use is the next instruction, a `gelu` of
@@ -509,7 +509,7 @@ struct CudaExecutor::State {
     std::vector<bool> only(stage.buffers_size(), true);
     for (const pxe::Instruction &inst : stage.instructions())
       for (int i = 0; i < inst.operands_size(); ++i)
-        if (inst.op() != "head_linear" || i != 1) only[inst.operands(i)] = false;
+        if (opName(inst) != "head_linear" || i != 1) only[inst.operands(i)] = false;
     for (int32_t id : stage.outputs()) only[id] = false;
     return only;
   }
@@ -656,7 +656,7 @@ struct CudaExecutor::State {
     for (int k = 0; k < stage.instructions_size(); ++k)
       for (int32_t result : stage.instructions(k).results())
         if (result == id)
-          return "the result of instruction " + std::to_string(k) + " (" + stage.instructions(k).op() + ") [" +
+          return "the result of instruction " + std::to_string(k) + " (" + opName(stage.instructions(k)) + ") [" +
                  shape + "]";
     return "buffer " + std::to_string(id) + " [" + shape + "]";
   }
@@ -882,7 +882,7 @@ struct CudaExecutor::State {
   }
   Status failed(int k, const char *how, const Status &st) {
     return Status::error("stage " + std::to_string(host.stage()) + " instruction " + std::to_string(k) + " (" +
-                         host.stageProgram().instructions(k).op() + ") " + how + ": " + st.message());
+                         opName(host.stageProgram().instructions(k)) + ") " + how + ": " + st.message());
   }
   /// Issues instructions [begin, end) of the stage (errors name the
   /// instruction); with `marks` (instructions + 1 events), records marks[k]
@@ -1117,7 +1117,7 @@ Status CudaExecutor::State::planGeluFusion() {
   std::optional<GeluProbe> probe; // run once, when a candidate appears
   for (int k = 0; k + 1 < n; ++k) {
     const pxe::Instruction &lin = stage.instructions(k), &act = stage.instructions(k + 1);
-    if (lin.op() != "linear" || lin.operands_size() != 3 || act.op() != "gelu" ||
+    if (opName(lin) != "linear" || lin.operands_size() != 3 || opName(act) != "gelu" ||
         act.operands(0) != lin.results(0) || uses[lin.results(0)] != 1 ||
         buffers[lin.results(0)].elem != buffers[act.results(0)].elem)
       continue;
@@ -1134,7 +1134,7 @@ void CudaExecutor::State::planDecodeAttention() {
   const pxe::Stage &stage = host.stageProgram();
   if (!splitDecodeAttention) return;
   for (const pxe::Instruction &inst : stage.instructions()) {
-    if (inst.op() != "attention") continue;
+    if (opName(inst) != "attention") continue;
     const DeviceBuffer &q = buffers[inst.operands(0)], &k = buffers[inst.operands(1)];
     int64_t S = q.shape[1], H = q.shape[2], D = q.shape[3], KH = k.shape[2];
     int64_t DV = buffers[inst.results(0)].shape[3]; // (v's first DV channels, with value_dim)
@@ -1156,7 +1156,7 @@ void CudaExecutor::State::planDecodeAttention() {
       readBy[stage.instructions(k).operands(i)] = {k, i};
   for (int k = 0; k < stage.instructions_size(); ++k) {
     const pxe::Instruction &cat = stage.instructions(k);
-    if (skipped[k] || cat.op() != "concat" || cat.operands_size() != 2 || attrInt(cat.attrs(), "dim") != 1 ||
+    if (skipped[k] || opName(cat) != "concat" || cat.operands_size() != 2 || attrInt(cat.attrs(), "dim") != 1 ||
         buffers[cat.results(0)].shape.size() != 4 || uses[cat.results(0)] != 1 || !readBy.count(cat.results(0)))
       continue;
     auto [reader, operand] = readBy[cat.results(0)];
@@ -1172,7 +1172,7 @@ void CudaExecutor::State::planDecodeAttention() {
 // step moves only the new rows and the input holds the cache afterwards.
 void CudaExecutor::State::aliasCacheUpdates() {
   for (const pxe::Instruction &inst : host.stageProgram().instructions()) {
-    if (inst.op() != "cache_update" || !host.isCacheState(inst.operands(0))) continue;
+    if (opName(inst) != "cache_update" || !host.isCacheState(inst.operands(0))) continue;
     DeviceBuffer &result = buffers[inst.results(0)];
     result.data = buffers[inst.operands(0)].data;
     result.aliased = true;
@@ -1206,7 +1206,7 @@ Status CudaExecutor::State::hoistInvariants() {
   for (int k = 0; k < host.stageProgram().instructions_size(); ++k) {
     if (!host.hoisted(k)) continue;
     const pxe::Instruction &inst = host.stageProgram().instructions(k);
-    std::string computed = inst.op() + "(";
+    std::string computed = opName(inst) + "(";
     for (int32_t id : inst.operands()) computed += valueName(id, moves) + ";";
     computed += ")";
     std::map<std::string, std::string> attrs; // (in key order: a protobuf map has none)
@@ -1291,7 +1291,7 @@ CudaExecutor::State::TemporaryLives CudaExecutor::State::temporaryLifetimes() {
   }
   for (int k = 0; k < n; ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
-    if (skipped[k] || !isCollective(inst.op())) continue;
+    if (skipped[k] || !isCollective(opName(inst))) continue;
     int until = n; // where the compute stream has surely waited for it
     for (int32_t id : inst.results()) until = std::min(until, firstRead[id]);
     for (const auto *list : {&inst.operands(), &inst.results()})
@@ -1328,7 +1328,7 @@ CudaExecutor::State::TemporaryLives CudaExecutor::State::temporaryLifetimes() {
     for (int k = 0; k < stage.outputs_size() && k < stage.output_grads_size(); ++k) {
       int32_t id = stage.outputs(k), w = writer[id];
       if (stage.output_grads(k).empty() || stage.buffers(id).role() != pxe::TEMPORARY) continue;
-      if (w >= 0 && !skipped[w] && !isCollective(stage.instructions(w).op())) last[id] = lives.lastUse[id];
+      if (w >= 0 && !skipped[w] && !isCollective(opName(stage.instructions(w)))) last[id] = lives.lastUse[id];
     }
   }
   // Ranges (holdActivations): what begins and ends a range -- received
@@ -1344,9 +1344,9 @@ CudaExecutor::State::TemporaryLives CudaExecutor::State::temporaryLifetimes() {
       for (int32_t id : stage.instructions(j).results()) lives.pinned[id] = true;
     int lastReceive = k - 1;
     for (int j = k; j < r.end; ++j)
-      if (!skipped[j] && stage.instructions(j).op() == "recv") lastReceive = j;
+      if (!skipped[j] && opName(stage.instructions(j)) == "recv") lastReceive = j;
     for (int j = lastReceive + 1; j < r.end; ++j)
-      if (!skipped[j] && stage.instructions(j).op() == "send")
+      if (!skipped[j] && opName(stage.instructions(j)) == "send")
         for (int32_t id : stage.instructions(j).operands()) lives.pinned[id] = true;
   }
   for (int32_t id = 0; id < count; ++id)
@@ -1379,7 +1379,7 @@ void CudaExecutor::State::resultsInPlace(TemporaryLives &lives) {
   std::vector<bool> temporary(count, false), sentOrReduced(count, false);
   for (int32_t id : lives.ids) temporary[id] = true;
   for (int k = 0; k < n; ++k)
-    if (!skipped[k] && isCollective(stage.instructions(k).op()))
+    if (!skipped[k] && isCollective(opName(stage.instructions(k))))
       for (int32_t id : stage.instructions(k).operands()) sentOrReduced[id] = true;
   auto mayShare = [&](int32_t id) {
     return temporary[id] && first[id] <= last[id] && !lives.pinned[id] && !crossesRange(lives, id) &&
@@ -1389,12 +1389,12 @@ void CudaExecutor::State::resultsInPlace(TemporaryLives &lives) {
   for (int k = 0; k < n && !inPlaceOff; ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
     if (skipped[k] || inst.results_size() != 1 ||
-        !among(inst.op(), {"add", "mul", "silu", "sigmoid", "gelu", "swiglu", "rope", "reshape", "swiglu_grad",
+        !among(opName(inst), {"add", "mul", "silu", "sigmoid", "gelu", "swiglu", "rope", "reshape", "swiglu_grad",
                            "sigmoid_grad", "gelu_grad"}))
       continue;
     int32_t result = inst.results(0);
     if (!mayShare(result) || first[result] != k) continue;
-    bool reshape = inst.op() == "reshape"; // (its result is then its operand's bytes: no copy)
+    bool reshape = opName(inst) == "reshape"; // (its result is then its operand's bytes: no copy)
     for (int32_t id : inst.operands()) {
       if (!mayShare(id) || last[id] != k || first[id] >= k || sentOrReduced[id] || lives.guestOf[id] >= 0 ||
           buffers[id].elem != buffers[result].elem ||
@@ -1469,7 +1469,7 @@ void CudaExecutor::State::reportMemoryPeak(const TemporaryLives &lives) {
   const pxe::Stage &stage = host.stageProgram();
   const int n = stage.instructions_size(), at = temporaries.peakInstruction;
   const std::vector<BufferLifetime> &lifetimes = lives.lifetimes;
-  auto opOf = [&](int k) { return k < n ? stage.instructions(k).op() : std::string("the run's end"); };
+  auto opOf = [&](int k) { return k < n ? opName(stage.instructions(k)) : std::string("the run's end"); };
   std::vector<size_t> live;
   for (size_t i = 0; i < lifetimes.size(); ++i)
     if (lifetimes[i].bytes && lifetimes[i].first <= at && at <= lifetimes[i].last) live.push_back(i);
@@ -1700,7 +1700,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   if (!st.isOk()) return st;
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
     s.graphs = s.graphs && s.capturable(inst);
-    s.collectives += isCollective(inst.op());
+    s.collectives += isCollective(opName(inst));
   }
   s.buffers.resize(s.host.stageProgram().buffers_size()); // a stage without parameters
   for (const pxe::Buffer &proto : s.host.stageProgram().buffers()) {
@@ -1733,7 +1733,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   if (!st.isOk()) return st;
   s.resolveKernels();
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
-    if (inst.op() != "rope") continue;
+    if (opName(inst) != "rope") continue;
     StatusOr<std::vector<double>> frequencies = ropeInverseFrequencies(inst.attrs());
     if (!frequencies.isOk()) return frequencies.status();
     double *device = nullptr;
@@ -2150,7 +2150,7 @@ StatusOr<std::vector<CudaExecutor::OpTime>> CudaExecutor::profileStep() {
   std::vector<OpTime> times; // by op, in order of first appearance
   for (int k = 0; k < stage.instructions_size(); ++k) {
     if (seconds.value()[k] < 0) continue;
-    const std::string &op = stage.instructions(k).op();
+    const std::string &op = opName(stage.instructions(k));
     auto it = std::find_if(times.begin(), times.end(), [&](const OpTime &t) { return t.op == op; });
     if (it == times.end()) it = times.insert(times.end(), OpTime{op, 0.0, 0});
     it->ms += 1e3 * seconds.value()[k];
@@ -2781,7 +2781,7 @@ Status CudaExecutor::runRange(int begin, int end, bool holdSends) {
 // The kernel of instruction k (resolveKernels: by its op, once).
 Status CudaExecutor::State::run(int k) {
   const pxe::Instruction &inst = host.stageProgram().instructions(k);
-  if (!kernels[k]) return Status::error("no CUDA kernel for '" + inst.op() + "'");
+  if (!kernels[k]) return Status::error("no CUDA kernel for '" + opName(inst) + "'");
   current = ops[k];
   return (this->*kernels[k])(inst);
 }
@@ -2854,8 +2854,8 @@ void CudaExecutor::State::resolveKernels() {
   for (int k = 0; k < stage.instructions_size(); ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
     for (const KernelEntry &entry : kKernels)
-      if (inst.op() == entry.name) kernels[k] = entry.kernel, ops[k] = entry.op;
-    waitsForPending[k] = isCollective(inst.op()) || !capturable(inst);
+      if (opName(inst) == entry.name) kernels[k] = entry.kernel, ops[k] = entry.op;
+    waitsForPending[k] = isCollective(opName(inst)) || !capturable(inst);
   }
 }
 
@@ -3200,7 +3200,7 @@ Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &x = in(0), &gate = in(1);
   int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0], K = attrInt(a, "top_k");
-  if (K > 64) return Status::error(inst.op() + ": top_k above 64");
+  if (K > 64) return Status::error(opName(inst) + ": top_k above 64");
   // Logits [tokens, E] in fp32 = x . gate^T, then scores and choice (2E per token).
   Status st = ensureScratch(tokens * E * 3 + (tokens * h + 1) / 2);
   if (!st.isOk()) return st;
@@ -3906,7 +3906,7 @@ Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
     st = sync();
     if (!st.isOk()) return st;
     if (op == Op::MoeDispatch) expertLoad = std::max(expertLoad, busiestRankLoad(all, P, pairs));
-    st = expertCapacityCheck(inst.op(), all, P, capacity);
+    st = expertCapacityCheck(opName(inst), all, P, capacity);
     if (!st.isOk()) return st;
   }
   if (op == Op::MoeDispatch) {

@@ -17,7 +17,7 @@ namespace parax::runtime {
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
 constexpr int64_t kMaxElements = int64_t(1) << 40;
 
 // Operand counts (at least, at most; -1: no limit) and result count of
@@ -67,10 +67,10 @@ Status fail(const std::string &where, const std::string &what) {
 } // namespace
 
 int positionOperand(const pxe::Instruction &inst) {
-  const std::string &op = inst.op();
-  if (op == "cache_update") return 2;
-  if (op == "attention" && inst.operands_size() == 4) return 3;
-  if ((op == "rope" || op == "position_embedding") && inst.operands_size() == 2) return 1;
+  const pxe::OpKind op = inst.kind();
+  if (op == pxe::OP_CACHE_UPDATE) return 2;
+  if (op == pxe::OP_ATTENTION && inst.operands_size() == 4) return 3;
+  if ((op == pxe::OP_ROPE || op == pxe::OP_POSITION_EMBEDDING) && inst.operands_size() == 2) return 1;
   return -1;
 }
 
@@ -81,7 +81,7 @@ std::vector<int32_t> cacheStateInputs(const pxe::Stage &stage) {
   for (int32_t id : stage.outputs()) ++reads[id];
   std::vector<int32_t> state;
   for (const pxe::Instruction &inst : stage.instructions())
-    if (inst.op() == "cache_update" && inst.operands_size() == 3) {
+    if (opName(inst) == "cache_update" && inst.operands_size() == 3) {
       int32_t id = inst.operands(0);
       if (id >= 0 && id < stage.buffers_size() && stage.buffers(id).role() == pxe::INPUT && reads[id] == 1)
         state.push_back(id);
@@ -135,7 +135,7 @@ StatusOr<std::vector<PipelineRange>> pipelineRanges(const pxe::Executable &exe, 
     }
   } else {
     for (int k = 1; k < n; ++k)
-      if (stage.instructions(k).op() == "recv" && stage.instructions(k).attrs().count("range_start"))
+      if (opName(stage.instructions(k)) == "recv" && stage.instructions(k).attrs().count("range_start"))
         starts.push_back(k);
   }
   // Forward passes of chunks 0 .. c-1, then backward passes in reverse; the
@@ -168,10 +168,10 @@ int tailStart(const pxe::Stage &stage) {
   for (int k = 0; k < stage.instructions_size(); ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
     int64_t peer = attrInt(inst.attrs(), "peer", -1);
-    if ((inst.op() != "send" && inst.op() != "recv") || peer < 0 || peer >= stage.index() ||
+    if ((opName(inst) != "send" && opName(inst) != "recv") || peer < 0 || peer >= stage.index() ||
         attrStrings(inst.attrs(), "axes") != std::vector<std::string>{"pp"})
       continue;
-    if (inst.op() == "send") sentBack = true;
+    if (opName(inst) == "send") sentBack = true;
     else if (sentBack) return k;
   }
   return -1;
@@ -180,7 +180,7 @@ int tailStart(const pxe::Stage &stage) {
 int backwardStart(const pxe::Stage &stage) {
   for (int k = 0; k < stage.instructions_size(); ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
-    if (inst.op() == "recv" && attrInt(inst.attrs(), "peer", -1) > stage.index())
+    if (opName(inst) == "recv" && attrInt(inst.attrs(), "peer", -1) > stage.index())
       return k;
   }
   return -1;
@@ -333,9 +333,12 @@ Status checkResultsCovered(const pxe::Executable &exe) {
 // The grid, the ranks' coordinates, the schedule and the stages' count.
 static Status validateGrid(const pxe::Executable &exe) {
   if (exe.format_version() != kFormatVersion)
-    return fail("format_version", "is " + std::to_string(exe.format_version()) +
-                                      ", this runtime reads " +
-                                      std::to_string(kFormatVersion));
+    return fail("format_version", "is " + std::to_string(exe.format_version()) + ", this runtime reads " +
+                                      std::to_string(kFormatVersion) +
+                                      (exe.format_version() == 1
+                                           ? " (format 1 named ops by strings: translate the IR again with this "
+                                             "parax-translate)"
+                                           : ""));
   const pxe::Grid &grid = exe.grid();
   if (grid.axis_names_size() != grid.shape_size())
     return fail("grid", "has " + std::to_string(grid.axis_names_size()) +
@@ -467,10 +470,11 @@ static Status validateBuffers(const pxe::Executable &exe, const pxe::Stage &stag
 static Status validateInstruction(const pxe::Executable &exe, const pxe::Stage &stage, int k,
                                   const std::string &where, std::vector<bool> &defined) {
   const pxe::Instruction &inst = stage.instructions(k);
-  std::string iw = where + ".instructions[" + std::to_string(k) + "] (" + inst.op() + ")";
-  auto arity = arities().find(inst.op());
+  std::string iw = where + ".instructions[" + std::to_string(k) + "] (" +
+                   (opName(inst).empty() ? "kind " + std::to_string(inst.kind()) : opName(inst)) + ")";
+  auto arity = arities().find(opName(inst));
   if (arity == arities().end())
-    return fail(iw + ".op", "is not an op this runtime knows");
+    return fail(iw + ".kind", "is not an op this runtime knows");
   const Arity &counts = arity->second;
   if (inst.operands_size() < counts.minOperands ||
       (counts.maxOperands >= 0 && inst.operands_size() > counts.maxOperands) ||
@@ -497,7 +501,7 @@ static Status validateInstruction(const pxe::Executable &exe, const pxe::Stage &
   }
   // (after the results' ids are checked: a mutant's result id past the
   // buffers was read here before, parax-pxe-fuzz 2026-12-01)
-  if (inst.op() == "cache_update") {
+  if (opName(inst) == "cache_update") {
     const pxe::Buffer &cache = stage.buffers(inst.operands(0)), &update = stage.buffers(inst.operands(1));
     const pxe::Buffer &result = stage.buffers(inst.results(0));
     bool fits = cache.shape_size() == 4 && update.shape_size() == 4 &&
@@ -517,7 +521,7 @@ static Status validateInstruction(const pxe::Executable &exe, const pxe::Stage &
   }
   // Pipeline stages run different programs: a group spanning them
   // would wait for ranks that never join it (only send/recv cross).
-  if (exe.stages_size() > 1 && inst.op() != "send" && inst.op() != "recv")
+  if (exe.stages_size() > 1 && opName(inst) != "send" && opName(inst) != "recv")
     for (const std::string &axis : attrStrings(inst.attrs(), "axes"))
       if (axis == "pp")
         return fail(iw + ".attrs[axes]", "a group over 'pp' spans pipeline stages, which run different "
@@ -623,9 +627,9 @@ Status checkTransfersComplete(const pxe::Executable &exe) {
   for (int s = 0; s < stages; ++s)
     for (int k = 0; k < exe.stages(s).instructions_size(); ++k) {
       const pxe::Instruction &inst = exe.stages(s).instructions(k);
-      if ((inst.op() == "send" || inst.op() == "recv") && attrStrings(inst.attrs(), "axes") ==
+      if ((opName(inst) == "send" || opName(inst) == "recv") && attrStrings(inst.attrs(), "axes") ==
                                                               std::vector<std::string>{"pp"})
-        order[s].push_back({inst.op() == "send", static_cast<int>(attrInt(inst.attrs(), "peer")), k});
+        order[s].push_back({opName(inst) == "send", static_cast<int>(attrInt(inst.attrs(), "peer")), k});
     }
   std::vector<size_t> at(stages, 0);
   for (bool moved = true; moved;) {
@@ -668,9 +672,9 @@ Status validatePipelineTransfers(const pxe::Executable &exe) {
     const pxe::Stage &stage = exe.stages(s);
     for (int k = 0; k < stage.instructions_size(); ++k) {
       const pxe::Instruction &inst = stage.instructions(k);
-      if (inst.op() != "send" && inst.op() != "recv")
+      if (opName(inst) != "send" && opName(inst) != "recv")
         continue;
-      std::string iw = "stages[" + std::to_string(s) + "].instructions[" + std::to_string(k) + "] (" + inst.op() + ")";
+      std::string iw = "stages[" + std::to_string(s) + "].instructions[" + std::to_string(k) + "] (" + opName(inst) + ")";
       std::vector<std::string> axes = attrStrings(inst.attrs(), "axes");
       if (axes.size() != 1)
         return fail(iw + ".attrs[axes]", "must name one grid axis");
@@ -681,7 +685,7 @@ Status validatePipelineTransfers(const pxe::Executable &exe) {
         continue; // within a stage: every rank runs the same program
       if (peer == s)
         return fail(iw + ".attrs[peer]", "is the stage itself");
-      bool sending = inst.op() == "send";
+      bool sending = opName(inst) == "send";
       int32_t id = sending ? inst.operands(0) : inst.results(0);
       int64_t elements = 1;
       for (int64_t d : stage.buffers(id).shape()) elements *= d;
@@ -707,6 +711,36 @@ Status validatePipelineTransfers(const pxe::Executable &exe) {
       }
     }
   return checkTransfersComplete(exe);
+}
+
+// The names, by kind, from the schema's enum: OP_LINEAR -> "linear".
+static const std::vector<std::string> &opNames() {
+  static const std::vector<std::string> names = [] {
+    const google::protobuf::EnumDescriptor *kinds = pxe::OpKind_descriptor();
+    int most = 0;
+    for (int i = 0; i < kinds->value_count(); ++i) most = std::max(most, kinds->value(i)->number());
+    std::vector<std::string> byKind(most + 1);
+    for (int i = 0; i < kinds->value_count(); ++i) {
+      std::string name = kinds->value(i)->name().substr(3); // (after OP_)
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (kinds->value(i)->number() != pxe::OP_UNKNOWN) byKind[kinds->value(i)->number()] = name;
+    }
+    return byKind;
+  }();
+  return names;
+}
+
+const std::string &opName(pxe::OpKind kind) {
+  static const std::string none;
+  const std::vector<std::string> &names = opNames();
+  return kind >= 0 && static_cast<size_t>(kind) < names.size() ? names[kind] : none;
+}
+
+pxe::OpKind opKind(const std::string &name) {
+  const std::vector<std::string> &names = opNames();
+  for (size_t k = 1; k < names.size(); ++k)
+    if (!name.empty() && names[k] == name) return static_cast<pxe::OpKind>(k);
+  return pxe::OP_UNKNOWN;
 }
 
 StatusOr<pxe::Executable> loadExecutable(const std::string &path) {

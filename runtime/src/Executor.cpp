@@ -100,7 +100,7 @@ CountedLabels countedLabels(const Attrs &a, const Tensor &labels, const Tensor *
 bool movesData(const pxe::Instruction &inst) {
   static const char *const moves[] = {"slice",     "shard_slice", "to_partial", "reshape",
                                       "transpose", "broadcast",   "concat",     "position_embedding"};
-  return std::find(std::begin(moves), std::end(moves), inst.op()) != std::end(moves);
+  return std::find(std::begin(moves), std::end(moves), opName(inst)) != std::end(moves);
 }
 
 // Broadcasting index of `out` flat index k into `in` (same rank, dims 1 or equal).
@@ -361,12 +361,12 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
   readsCheckedInputs_.clear();
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
-    int checked = inst.op() == "embedding" ? 0 : positionOperand(inst);
+    int checked = opName(inst) == "embedding" ? 0 : positionOperand(inst);
     if (checked < 0 || stageProto_->buffers(inst.operands(checked)).role() != pxe::INPUT) continue;
-    CheckedRead read = inst.op() == "embedding"      ? CheckedRead::Tokens
-                       : inst.op() == "cache_update" ? CheckedRead::CacheUpdate
-                       : inst.op() == "attention"    ? CheckedRead::Attention
-                       : inst.op() == "rope"         ? CheckedRead::Rotary // (its position's sign alone)
+    CheckedRead read = opName(inst) == "embedding"      ? CheckedRead::Tokens
+                       : opName(inst) == "cache_update" ? CheckedRead::CacheUpdate
+                       : opName(inst) == "attention"    ? CheckedRead::Attention
+                       : opName(inst) == "rope"         ? CheckedRead::Rotary // (its position's sign alone)
                                                      : CheckedRead::PositionTable;
     readsCheckedInputs_.push_back({k, read});
   }
@@ -444,7 +444,7 @@ Status Executor::hoistParameterMoves() {
   // when it runs, as a backend with hooks may never run it here).
   kernels_.resize(stageProto_->instructions_size());
   for (int k = 0; k < stageProto_->instructions_size(); ++k)
-    kernels_[k] = Impl::kernelIndex(stageProto_->instructions(k).op());
+    kernels_[k] = Impl::kernelIndex(opName(stageProto_->instructions(k)));
   Impl impl{*this, *exe_};
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
@@ -459,7 +459,7 @@ Status Executor::hoistParameterMoves() {
     Status s = impl.run(k);
     if (!s.isOk())
       return Status::error("stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + " (" +
-                           inst.op() + "), run once at prepare: " + s.message());
+                           opName(inst) + "), run once at prepare: " + s.message());
     for (int32_t id : inst.results())
       fixed[id] = true;
     hoisted_[k] = true;
@@ -538,7 +538,7 @@ Status Executor::checkInputValues() const {
   for (auto [k, read] : readsCheckedInputs_) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
     auto where = [&] {
-      return " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + ", " + inst.op() + ")";
+      return " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + ", " + opName(inst) + ")";
     };
     auto dim = [&](int32_t id, int d) { return stageProto_->buffers(id).shape(d); };
     if (read == CheckedRead::Tokens) {
@@ -697,7 +697,7 @@ Status Executor::runRange(int begin, int end) {
       s = comm_->progress(); // sends in flight move while this rank computes
     if (!s.isOk())
       status = Status::error("stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + " (" +
-                             inst.op() + "): " + s.message());
+                             opName(inst) + "): " + s.message());
   }
   // Caches that in-place cache_updates lent to their results go back to
   // their input buffers, however the run ended.
@@ -779,9 +779,9 @@ int Executor::Impl::kernelIndex(const std::string &op) {
 
 Status Executor::Impl::run(int k) {
   const pxe::Instruction &inst = e.stageProto_->instructions(k);
-  int kernel = k < static_cast<int>(e.kernels_.size()) ? e.kernels_[k] : kernelIndex(inst.op());
+  int kernel = k < static_cast<int>(e.kernels_.size()) ? e.kernels_[k] : kernelIndex(opName(inst));
   if (kernel < 0)
-    return Status::error("no CPU kernel for '" + inst.op() + "'");
+    return Status::error("no CPU kernel for '" + opName(inst) + "'");
   const Entry &entry = kKernels[kernel];
   return (this->*entry.run)(inst, entry.variant);
 }
@@ -1226,7 +1226,7 @@ Status Executor::Impl::runExpertsGrad(const pxe::Instruction &inst, int) {
 // cross_entropy, cross_entropy_grad
 Status Executor::Impl::runCrossEntropy(const pxe::Instruction &inst, int variant) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  const std::string &op = inst.op(); // (for messages)
+  const std::string &op = opName(inst); // (for messages)
   // After the labels: label_count's count (rank 0), then a vocab-parallel
   // op's lse (this rank's logits the vocabulary's columns offset ..).
   Tensor &logits = in(0), &labels = in(1);
@@ -1495,7 +1495,7 @@ Status Executor::Impl::runRecv(const pxe::Instruction &inst, int) {
 // moe_dispatch, moe_combine
 Status Executor::Impl::runMoeDispatch(const pxe::Instruction &inst, int variant) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  const std::string &op = inst.op(); // (for messages)
+  const std::string &op = opName(inst); // (for messages)
   Group g;
   if (Status s = groupOf(a, true, g); !s.isOk())
     return s;

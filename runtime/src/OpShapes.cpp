@@ -471,7 +471,7 @@ Status OpCheck::collectiveShapes() const {
 
 Status checkOpShapes(const pxe::Executable &exe, const pxe::Stage &stage, const pxe::Instruction &inst,
                      const std::string &where) {
-  OpCheck check{exe, stage, inst, inst.op(), inst.attrs(), where, {}, {}};
+  OpCheck check{exe, stage, inst, opName(inst), inst.attrs(), where, {}, {}};
   auto shapeOf = [&](int32_t id) { return Shape(stage.buffers(id).shape().begin(), stage.buffers(id).shape().end()); };
   for (int32_t id : inst.operands()) check.in.push_back(shapeOf(id));
   for (int32_t id : inst.results()) check.out.push_back(shapeOf(id));

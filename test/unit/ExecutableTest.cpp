@@ -48,7 +48,7 @@ void expectRefused(const pxe::Executable &exe, const std::string &text) {
 // An executable of one rank and one stage, without buffers yet.
 pxe::Executable oneRank() {
   pxe::Executable exe;
-  exe.set_format_version(1);
+  exe.set_format_version(2);
   exe.mutable_grid()->add_axis_names("tp");
   exe.mutable_grid()->add_shape(1);
   exe.add_ranks()->add_values(0);
@@ -66,7 +66,7 @@ pxe::Executable generationStep(pxe::DType positionType, int64_t rows, std::vecto
   addBuffer(*stage, pxe::INPUT, positionType, {});
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, result);
   pxe::Instruction *inst = stage->add_instructions();
-  inst->set_op("cache_update");
+  inst->set_kind(parax::pxe::OP_CACHE_UPDATE);
   for (int id : {0, 1, 2}) inst->add_operands(id);
   inst->add_results(3);
   stage->add_outputs(3);
@@ -118,7 +118,7 @@ pxe::Executable linearStep(std::vector<int64_t> bias, pxe::DType xType = pxe::F3
   }
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 3});
   pxe::Instruction *inst = stage->add_instructions();
-  inst->set_op("linear");
+  inst->set_kind(parax::pxe::OP_LINEAR);
   for (int id : {0, 1, 2}) inst->add_operands(id);
   inst->add_results(3);
   (*inst->mutable_attrs())["transpose_w"].set_b(true);
@@ -151,7 +151,7 @@ pxe::Executable labelsReshape(pxe::DType resultType) {
   addBuffer(*stage, pxe::INPUT, pxe::I32, {2, 8});
   addBuffer(*stage, pxe::TEMPORARY, resultType, {2, 4, 2});
   pxe::Instruction *inst = stage->add_instructions();
-  inst->set_op("reshape");
+  inst->set_kind(parax::pxe::OP_RESHAPE);
   inst->add_operands(0);
   inst->add_results(1);
   stage->add_outputs(1);
@@ -174,7 +174,7 @@ TEST(Executable, RefusesFloatTypesMixedInAnOp) {
   addBuffer(*stage, pxe::INPUT, pxe::F32, {2, 8});
   addBuffer(*stage, pxe::TEMPORARY, pxe::BF16, {2, 8});
   pxe::Instruction *inst = stage->add_instructions();
-  inst->set_op("add");
+  inst->set_kind(parax::pxe::OP_ADD);
   inst->add_operands(0);
   inst->add_operands(1);
   inst->add_results(2);
@@ -197,7 +197,7 @@ TEST(Executable, RefusesAWeightThatDoesNotTakeXToY) {
 // too when `position`).
 pxe::Executable contextParallelAttention(int64_t keys, bool position) {
   pxe::Executable exe;
-  exe.set_format_version(1);
+  exe.set_format_version(2);
   exe.mutable_grid()->add_axis_names("cp");
   exe.mutable_grid()->add_shape(2);
   exe.add_ranks()->add_values(0);
@@ -209,7 +209,7 @@ pxe::Executable contextParallelAttention(int64_t keys, bool position) {
   addBuffer(*stage, pxe::INPUT, pxe::I32, {});
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {1, 4, 2, 8});
   pxe::Instruction *inst = stage->add_instructions();
-  inst->set_op("attention");
+  inst->set_kind(parax::pxe::OP_ATTENTION);
   for (int id : {0, 1, 1}) inst->add_operands(id);
   if (position) inst->add_operands(2);
   inst->add_results(3);
@@ -248,7 +248,7 @@ pxe::Executable oneOp(const std::string &op, const std::vector<std::vector<int64
   pxe::Executable exe = oneRank();
   pxe::Stage *stage = exe.mutable_stages(0);
   pxe::Instruction *inst = stage->add_instructions();
-  inst->set_op(op);
+  inst->set_kind(opKind(op));
   for (size_t k = 0; k < operands.size(); ++k) {
     bool integer = std::find(ints.begin(), ints.end(), static_cast<int>(k)) != ints.end();
     inst->add_operands(addBuffer(*stage, pxe::INPUT, integer ? pxe::I32 : pxe::F32, operands[k])->id());
@@ -433,7 +433,7 @@ TEST(Executable, RefusesALossGradientOverFewerTokensThanItsRows) {
 // Two pipeline stages of one rank each, each with an input [4].
 pxe::Executable twoStages() {
   pxe::Executable exe;
-  exe.set_format_version(1);
+  exe.set_format_version(2);
   exe.mutable_grid()->add_axis_names("pp");
   exe.mutable_grid()->add_shape(2);
   for (int r = 0; r < 2; ++r) {
@@ -453,7 +453,7 @@ TEST(Executable, RefusesACollectiveAcrossPipelineStages) {
     pxe::Stage *stage = exe.mutable_stages(r);
     addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
     pxe::Instruction *inst = stage->add_instructions();
-    inst->set_op(r == 0 ? "all_reduce" : "silu");
+    inst->set_kind(opKind(r == 0 ? "all_reduce" : "silu"));
     inst->add_operands(0);
     inst->add_results(1);
     if (r == 0) (*inst->mutable_attrs())["axes"].mutable_strings()->add_values("pp");
@@ -469,7 +469,7 @@ pxe::Executable backAndForth(const std::vector<std::string> &first, const std::v
     pxe::Stage *stage = exe.mutable_stages(r);
     for (const std::string &op : r == 0 ? first : second) {
       pxe::Instruction *inst = stage->add_instructions();
-      inst->set_op(op);
+      inst->set_kind(opKind(op));
       if (op == "send") {
         inst->add_operands(0);
       } else {
@@ -511,14 +511,14 @@ pxe::Executable gradientsOnTwoStages() {
     w->add_split();
     addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
     pxe::Instruction *grad = stage->add_instructions();
-    grad->set_op("silu");
+    grad->set_kind(parax::pxe::OP_SILU);
     grad->add_operands(0);
     grad->add_results(2);
     if (r == 1) {
       addBuffer(*stage, pxe::INPUT, pxe::F32, {1});
       addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {});
       pxe::Instruction *loss = stage->add_instructions();
-      loss->set_op("reshape");
+      loss->set_kind(parax::pxe::OP_RESHAPE);
       loss->add_operands(3);
       loss->add_results(4);
       stage->add_outputs(4);
@@ -808,7 +808,7 @@ struct ExpertExchange {
 };
 ExpertExchange exchangeExperts(int64_t capacity, std::vector<int32_t> choices = {0, 1, 2, 3, 0, 2, 1, 0}) {
   pxe::Executable exe;
-  exe.set_format_version(1);
+  exe.set_format_version(2);
   exe.mutable_grid()->add_axis_names("ep");
   exe.mutable_grid()->add_shape(2);
   exe.add_ranks()->add_values(0);
@@ -824,7 +824,7 @@ ExpertExchange exchangeExperts(int64_t capacity, std::vector<int32_t> choices = 
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4, 3});       // 6: the tokens back
   for (const char *op : {"moe_dispatch", "moe_combine"}) {
     pxe::Instruction *inst = stage->add_instructions();
-    inst->set_op(op);
+    inst->set_kind(opKind(op));
     for (int id : std::string(op) == "moe_dispatch" ? std::vector<int>{0, 1, 2} : std::vector<int>{3, 2})
       inst->add_operands(id);
     for (int id : std::string(op) == "moe_dispatch" ? std::vector<int>{3, 4, 5} : std::vector<int>{6})
@@ -1085,7 +1085,7 @@ TEST(Executable, RefusesLongRopeFactorsUnlikeItsPairs) {
     addBuffer(*stage, pxe::INPUT, pxe::F32, {1, 4, 2, 8});
     addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {1, 4, 2, 8});
     pxe::Instruction *inst = stage->add_instructions();
-    inst->set_op("rope");
+    inst->set_kind(parax::pxe::OP_ROPE);
     inst->add_operands(0);
     inst->add_results(1);
     auto &attrs = *inst->mutable_attrs();
@@ -1106,7 +1106,7 @@ TEST(Executable, RefusesLongRopeFactorsUnlikeItsPairs) {
 // Two ranks over `tp`, one stage: an input [4] all-reduced over `axes`.
 pxe::Executable allReduceOver(const std::vector<std::string> &axes) {
   pxe::Executable exe;
-  exe.set_format_version(1);
+  exe.set_format_version(2);
   exe.mutable_grid()->add_axis_names("dp");
   exe.mutable_grid()->add_shape(1);
   exe.mutable_grid()->add_axis_names("tp");
@@ -1121,7 +1121,7 @@ pxe::Executable allReduceOver(const std::vector<std::string> &axes) {
   addBuffer(*stage, pxe::INPUT, pxe::F32, {4});
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
   pxe::Instruction *inst = stage->add_instructions();
-  inst->set_op("all_reduce");
+  inst->set_kind(parax::pxe::OP_ALL_REDUCE);
   inst->add_operands(0);
   inst->add_results(1);
   for (const std::string &axis : axes)
@@ -1167,7 +1167,7 @@ TEST(Executor, RefusesATransposeWithoutItsPermutation) {
   addBuffer(*stage, pxe::INPUT, pxe::F32, {2, 3});
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {3, 2});
   pxe::Instruction *inst = stage->add_instructions();
-  inst->set_op("transpose");
+  inst->set_kind(parax::pxe::OP_TRANSPOSE);
   inst->add_operands(0);
   inst->add_results(1);
   stage->add_outputs(1);
@@ -1200,4 +1200,34 @@ TEST(Executor, GreedyTokensNeedLogits) {
   ASSERT_FALSE(tokens.isOk());
   EXPECT_NE(tokens.status().message().find("greedy tokens: the first result is not logits [..., vocab]"),
             std::string::npos);
+}
+
+// Format 2 names each op by its kind (OpKind): a format-1 file (ops by
+// strings) is refused saying how to get a new one; a kind this runtime does
+// not know is refused by the instruction; the names and kinds agree both
+// ways for every op either backend runs.
+TEST(ExecutableFormatTest, OpsAreKindsAndFormatOneIsRefusedByName) {
+  pxe::Executable old = oneRank();
+  old.set_format_version(1);
+  expectRefused(old, "format 1 named ops by strings: translate the IR again");
+
+  pxe::Executable exe = oneRank();
+  pxe::Stage &stage = *exe.mutable_stages(0);
+  addBuffer(stage, pxe::INPUT, pxe::F32, {4});
+  addBuffer(stage, pxe::TEMPORARY, pxe::F32, {4});
+  pxe::Instruction *inst = stage.add_instructions();
+  inst->add_operands(0), inst->add_results(1);
+  stage.add_outputs(1);
+  inst->set_kind(pxe::OP_SILU);
+  EXPECT_TRUE(validateExecutable(exe).isOk()) << validateExecutable(exe).message();
+  inst->set_kind(static_cast<pxe::OpKind>(4096)); // (an open enum: any number parses)
+  expectRefused(exe, "instructions[0] (kind 4096).kind: is not an op this runtime knows");
+
+  EXPECT_EQ(opName(pxe::OP_LINEAR), "linear");
+  EXPECT_EQ(opKind("moe_dispatch"), pxe::OP_MOE_DISPATCH);
+  EXPECT_EQ(opKind("no_such_op"), pxe::OP_UNKNOWN);
+  EXPECT_EQ(opName(static_cast<pxe::OpKind>(-3)), "");
+  for (int k = 1; k < pxe::OpKind_ARRAYSIZE; ++k)
+    if (pxe::OpKind_IsValid(k))
+      EXPECT_EQ(opKind(opName(static_cast<pxe::OpKind>(k))), k) << k;
 }

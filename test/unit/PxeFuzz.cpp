@@ -216,7 +216,7 @@ std::string mutateAttribute(pxe::Executable &exe, std::mt19937_64 &rng) {
   int k = rng() % stage.instructions_size();
   pxe::Instruction &instruction = *stage.mutable_instructions(k);
   std::string where = "exe.stages[" + std::to_string(s) + "].instructions[" + std::to_string(k) + "] (" +
-                      instruction.op() + ")";
+                      opName(instruction) + ")";
   if (instruction.attrs().empty()) return where + ": no attributes";
   std::vector<std::string> names;
   for (const auto &[name, value] : instruction.attrs()) names.push_back(name);

@@ -506,7 +506,7 @@ void Run::bindTraining() {
 void Run::findRouterBiases() {
   for (const pxe::Stage &stage : exe.stages())
     for (const pxe::Instruction &inst : stage.instructions()) {
-      if (inst.op() != "router" || inst.operands_size() != 3) continue;
+      if (opName(inst) != "router" || inst.operands_size() != 3) continue;
       const pxe::Buffer &bias = stage.buffers(inst.operands(2));
       const bool whole = std::all_of(bias.split().begin(), bias.split().end(),
                                      [](const pxe::AxisList &axes) { return axes.axes_size() == 0; });
@@ -582,15 +582,15 @@ void Run::checkPerTokenLoss() {
   bool counts = false;
   for (const auto &st : exe.stages())
     for (const auto &inst : st.instructions())
-      counts |= inst.op() == "label_count";
+      counts |= opName(inst) == "label_count";
   if (!counts)
     die("--per-token-loss: the executable counts no labels (build the model with ignore_index: every "
         "microbatch then counts all its tokens, and the two means are one)");
   for (const auto &inst : exe.stages(stageIndex).instructions()) {
-    if (inst.op() == "shift")
+    if (opName(inst) == "shift")
       die("--per-token-loss: multi-token prediction's labels (shifted) are counted per microbatch only, not "
           "over the step yet; train it without --per-token-loss");
-    if (inst.op() != "label_count") continue;
+    if (opName(inst) != "label_count") continue;
     const auto &labels = exe.stages(stageIndex).buffers(inst.operands(0));
     if (labels.role() != pxe::INPUT || labels.global_shape_size() != labels.shape_size())
       die("--per-token-loss: label_count reads no whole input of labels on stage " + std::to_string(stageIndex));

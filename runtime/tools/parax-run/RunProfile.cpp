@@ -102,7 +102,7 @@ Status writeRunProfile(const std::string &path, const pxe::Executable &exe, cons
     std::vector<double> times = seconds[k];
     std::sort(times.begin(), times.end());
     const pxe::Instruction &inst = stage.instructions(k);
-    os << (first ? "\n" : ",\n") << "    {\"index\": " << k << ", \"op\": " << quoted(inst.op()) << ", \"operands\": [";
+    os << (first ? "\n" : ",\n") << "    {\"index\": " << k << ", \"op\": " << quoted(opName(inst)) << ", \"operands\": [";
     first = false;
     for (int j = 0; j < inst.operands_size(); ++j) os << (j ? ", " : "") << shapeOf(inst.operands(j));
     os << "], \"results\": [";

@@ -18,6 +18,12 @@
 
 namespace parax::runtime {
 
+/// An op's name ("linear" for OP_LINEAR; "" for a kind this runtime does
+/// not know), and the kind of a name (OP_UNKNOWN if none).
+const std::string &opName(pxe::OpKind kind);
+inline const std::string &opName(const pxe::Instruction &inst) { return opName(inst.kind()); }
+pxe::OpKind opKind(const std::string &name);
+
 /// Reads and validates `path`.
 StatusOr<pxe::Executable> loadExecutable(const std::string &path);
 /// Parses and validates an executable's bytes (`name`: what errors call it).
