@@ -16,11 +16,12 @@ The oracle, in two parts:
 import json
 import os
 import re
+import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, Model, tool
+from conftest import MPI_ENV, ROOT, Model, tool
 from parax import reference
 from parax.checkpoint import load_safetensors, save_safetensors
 
@@ -868,6 +869,43 @@ def test_training_steps_report_progress_unless_quiet(tmp_path):
     quiet = model.run(exe, 1, outputs=0, expect_ok=False, extra=[*ADAMW, "--steps", "3", "--quiet"])
     assert quiet.returncode == 0, quiet.stderr
     assert "step 1:" not in quiet.stdout and "adamw: loss" in quiet.stdout, quiet.stdout
+
+
+def test_on_a_terminal_the_steps_redraw_one_progress_line(tmp_path):
+    """Issue 48: attached to a terminal (a pseudo-terminal of 80 columns
+    here), one rank started by hand redraws one line in place -- a bar, the
+    step of the steps, the loss, tokens/s, the time left -- and the summary
+    starts on a line of its own; piped, or under mpirun (whose ranks get a
+    pseudo-terminal whatever mpirun's output is), every step is a line of
+    its own (the test above)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    model = Model(str(tmp_path), "tiny-llama", loss=True)
+    exe = model.compile("train", autodiff=True)
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen([tool("parax-run"), exe, "--weights", model.checkpoint,
+                             *[arg for path in model.inputs for arg in ("--input", path)], *ADAMW, "--steps", "3"],
+                            stdout=terminal, stderr=subprocess.PIPE, env=MPI_ENV)
+    os.close(terminal)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # (the terminal closed: the run ended)
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(controller)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    text = out.decode()
+    frames = re.findall(r"\r\[([#.]{20})\] step (\d)/3 loss [0-9.]+ \d+ tok/s \d+:\d\d:\d\d left\x1b\[K", text)
+    assert [f[1] for f in frames] == ["1", "2", "3"], repr(text)
+    assert frames[-1][0] == "#" * 20 and frames[0][0].count("#") == 7, frames
+    assert "parax-run: step" not in text and re.search(r"left\x1b\[K\r?\nparax-run: 1 rank\(s\)", text), repr(text)
 
 
 def test_log_json_writes_a_line_a_training_step(tmp_path):

@@ -2,6 +2,7 @@
 
 #define OMPI_SKIP_MPICXX 1
 #include "GenerationLoop.h"
+#include "Progress.h"
 
 #include "Grid.h"
 
@@ -52,6 +53,7 @@ void GenerationLoop::finish(Result &result, const std::vector<int64_t> &ranOf,
 GenerationLoop::Result GenerationLoop::run() {
   Result result;
   Status s = Status::ok();
+  Progress bar; // (its drawn line ended before the loop returns)
   auto inputsAt = [&](const GenerationProgram &program, int64_t t, int64_t m) {
     return generationInputs(program, sequence, promptLength + generate, firstRowOf(m), t);
   };
@@ -206,11 +208,15 @@ GenerationLoop::Result GenerationLoop::run() {
     if (progress && replicaWriter && replica == 0 && since >= 1.0 && t + 1 < total) {
       double rate = static_cast<double>(t + 1 - reportedAt) / since; // positions a second
       long long left = static_cast<long long>(std::llround(static_cast<double>(total - t - 1) / rate));
-      std::printf("parax-run: generating: position %lld of %lld, %.0f tokens/s (%lld rows), %lld:%02lld:%02lld "
-                  "left\n",
-                  static_cast<long long>(t + 1), static_cast<long long>(total), rate * micro * batch,
-                  static_cast<long long>(micro * batch), left / 3600, left / 60 % 60, left % 60);
-      std::fflush(stdout);
+      char text[192];
+      std::snprintf(text, sizeof text, "generating: position %lld of %lld, %.0f tokens/s (%lld rows), %lld:%02lld:%02lld left",
+                    static_cast<long long>(t + 1), static_cast<long long>(total), rate * micro * batch,
+                    static_cast<long long>(micro * batch), left / 3600, left / 60 % 60, left % 60);
+      char brief[96]; // (a terminal's line)
+      std::snprintf(brief, sizeof brief, "position %lld/%lld %.0f tok/s %lld:%02lld:%02lld left",
+                    static_cast<long long>(t + 1), static_cast<long long>(total), rate * micro * batch,
+                    left / 3600, left / 60 % 60, left % 60);
+      bar.show(static_cast<double>(t + 1) / static_cast<double>(total), text, brief);
       reported = now;
       reportedAt = t + 1;
     }

@@ -94,6 +94,7 @@ double median(std::vector<double> v) {
 } // namespace
 
 void Run::finish() {
+  progress.finish();
   meanOfScalars(results); // the loss: the mean over the microbatches
   std::string profile = cudaProfile();
   gatherReplicas();

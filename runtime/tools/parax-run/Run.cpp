@@ -96,6 +96,7 @@ void Run::finalize() {
 }
 
 void Run::die(const std::string &message) {
+  progress.finish(); // (a line drawn in place ended first)
   std::fprintf(stderr, "parax-run: rank %d: %s\n", rank, message.c_str());
   std::fflush(stderr);
   if (size > 1)

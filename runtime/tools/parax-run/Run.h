@@ -26,6 +26,7 @@
 #include "parax/runtime/StallWatchdog.h"
 
 #include "Options.h"
+#include "Progress.h"
 #include "Runner.h"
 #include "Training.h"
 #ifdef PARAX_WITH_CUDA
@@ -214,6 +215,7 @@ private:
   // Who writes, and what.
   bool replicaWriter = false, writer = false;
   std::ofstream logJson;
+  Progress progress; // each training step's line (a terminal: one line redrawn)
   std::vector<std::string> resultNames; // a gradient's checkpoint name, else ""
   std::vector<std::vector<runtime::ResultSource>> sources;
   bool gradients = false, writesGradients = false;

@@ -249,12 +249,18 @@ void Run::logStep(int step) {
                   (!inputTensors.empty() && inputTensors[0].shape.size() > 1 ? inputTensors[0].shape[1] : 1);
   bool clipped = opt.optimizer.clipNorm > 0 && gradNorm > opt.optimizer.clipNorm;
   if (!opt.quiet) {
-    std::printf("parax-run: step %lld: loss %.6f%s, gradient norm %.6f%s, learning rate %.6g; %.1f ms, "
-                "%.0f tokens/s, %lld:%02lld:%02lld left\n",
-                static_cast<long long>(training->steps()), losses.back(), balance.c_str(), gradNorm,
-                clipped ? " (clipped)" : "", training->lastLearningRate(), 1e3 * times.back(), tokens / times.back(),
-                left / 3600, left / 60 % 60, left % 60);
-    std::fflush(stdout);
+    char text[384];
+    std::snprintf(text, sizeof text,
+                  "step %lld: loss %.6f%s, gradient norm %.6f%s, learning rate %.6g; %.1f ms, %.0f tokens/s, "
+                  "%lld:%02lld:%02lld left",
+                  static_cast<long long>(training->steps()), losses.back(), balance.c_str(), gradNorm,
+                  clipped ? " (clipped)" : "", training->lastLearningRate(), 1e3 * times.back(),
+                  tokens / times.back(), left / 3600, left / 60 % 60, left % 60);
+    char brief[192]; // (a terminal's line: what changes first)
+    std::snprintf(brief, sizeof brief, "step %lld/%d loss %.4f %.0f tok/s %lld:%02lld:%02lld left",
+                  static_cast<long long>(training->steps()), opt.steps, losses.back(), tokens / times.back(),
+                  left / 3600, left / 60 % 60, left % 60);
+    progress.show(static_cast<double>(step + 1) / opt.steps, text, brief);
   }
   if (logJson.is_open()) {
     logJson << "{\"step\": " << training->steps() << ", \"loss\": " << jsonNumber(losses.back()) << balanceJson
