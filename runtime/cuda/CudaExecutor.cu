@@ -756,35 +756,18 @@ struct CudaExecutor::State {
 
   /// Instruction k of the stage, by its kernel (kernels[k]).
   Status run(int k);
-  // Each op the backend runs, by kind: resolved once an instruction at
-  // prepare (resolveKernels), so that no step compares op names; a kernel
-  // serving several ops reads which from `current`.
-  enum class Op : uint8_t {
-    None,
-    Embedding, PositionEmbedding, Linear, HeadLinear, RmsNorm, LayerNorm,
-    Rope, Attention, Add, Mul, Silu, Sigmoid,
-    Gelu, Softcap, Swiglu, Reshape, Transpose, Broadcast,
-    Slice, CacheUpdate, Concat, BalanceLoss, Router, RouterGrad,
-    RouterLoad, RouterAuxGrad, ExpertsGrad, Experts, Shift, LabelCount,
-    Logsumexp, CrossEntropy, CrossEntropyGrad, LinearWeightGrad, RmsNormGrad, RmsNormWeightGrad,
-    LayerNormGrad, LayerNormWeightGrad, SumTo, SigmoidGrad, SoftcapGrad, GeluGrad,
-    PositionEmbeddingGrad, SwigluGrad, AttentionGrad, EmbeddingGrad, AllReduce, ShardSlice,
-    ToPartial, AllGather, ReduceScatter, AllToAll, Send, Recv,
-    MoeDispatch, MoeCombine
-  };
   using Kernel = Status (State::*)(const pxe::Instruction &inst);
+  // Each op the backend runs (by the executable's kind) and its kernel; a
+  // kernel serving several ops reads which from the instruction's kind.
   struct KernelEntry {
-    const char *name;
-    Op op;
+    pxe::OpKind kind;
     Kernel kernel;
   };
   static const KernelEntry kKernels[];
-  std::vector<Kernel> kernels; // per instruction: its op's kernel (nullptr: none)
-  std::vector<Op> ops;         // per instruction: its op
+  std::vector<Kernel> kernels; // per instruction: its op's kernel (nullptr: none), resolved at prepare
   // Per instruction: a collective or a host synchronisation, which waits
   // for the collectives in flight (conflictsWithPending).
   std::vector<bool> waitsForPending;
-  Op current = Op::None;       // the running instruction's (run)
   void resolveKernels();
   // An instruction's operands or results by place (each kernel's first
   // lines: `Pick in{buffers, inst.operands()}, out{buffers, inst.results()};`).
@@ -896,7 +879,8 @@ struct CudaExecutor::State {
   /// A send's or recv's transfer: its buffer (in the activation set in
   /// use) and the peer's world rank.
   NcclCommunicator::PointToPoint pointToPoint(int k) {
-    return pointToPoint(host.stageProgram().instructions(k), ops[k] == Op::Send);
+    const pxe::Instruction &inst = host.stageProgram().instructions(k);
+    return pointToPoint(inst, inst.kind() == pxe::OP_SEND);
   }
   NcclCommunicator::PointToPoint pointToPoint(const pxe::Instruction &inst, bool sending) {
     const DeviceBuffer &b = buffers[sending ? inst.operands(0) : inst.results(0)];
@@ -943,7 +927,8 @@ struct CudaExecutor::State {
   /// Past the receives (and instructions run elsewhere) that begin the
   /// range [begin, end): what a step's group receives ahead.
   int pastLeadingReceives(int begin, int end) const {
-    while (begin < end && (skipped[begin] || ops[begin] == Op::Recv)) ++begin;
+    const pxe::Stage &stage = host.stageProgram();
+    while (begin < end && (skipped[begin] || stage.instructions(begin).kind() == pxe::OP_RECV)) ++begin;
     return begin;
   }
   /// The sends held so far and `receives` as one NCCL group, complete
@@ -1840,7 +1825,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
   if (holdSends && comm) {
     heldAfter = from;
     for (int k = from; k < end; ++k)
-      if (!skipped[k] && ops[k] == Op::Recv) heldAfter = k + 1;
+      if (!skipped[k] && stage.instructions(k).kind() == pxe::OP_RECV) heldAfter = k + 1;
   }
   for (int k = begin; k < from && !gathersAt.empty(); ++k) { // (issued before the leading receives ran)
     Status st = gatherBefore(k);
@@ -1853,7 +1838,7 @@ Status CudaExecutor::State::issue(int begin, int end, bool holdSends, const std:
       if (!st.isOk()) return failed(k, "gathering ZeRO-3 parameters", st);
     }
     if (skipped[k]) continue; // fused into the instruction before, or run once at prepare
-    if (k >= heldAfter && ops[k] == Op::Send) {
+    if (k >= heldAfter && stage.instructions(k).kind() == pxe::OP_SEND) {
       heldSends.push_back(pointToPoint(k));
       continue;
     }
@@ -2782,79 +2767,77 @@ Status CudaExecutor::runRange(int begin, int end, bool holdSends) {
 Status CudaExecutor::State::run(int k) {
   const pxe::Instruction &inst = host.stageProgram().instructions(k);
   if (!kernels[k]) return Status::error("no CUDA kernel for '" + opName(inst) + "'");
-  current = ops[k];
   return (this->*kernels[k])(inst);
 }
 
 // Each op the CUDA backend runs, and its kernel.
 const CudaExecutor::State::KernelEntry CudaExecutor::State::kKernels[] = {
-    {"embedding", Op::Embedding, &State::runEmbedding},
-    {"position_embedding", Op::PositionEmbedding, &State::runPositionEmbedding},
-    {"linear", Op::Linear, &State::runLinear},
-    {"head_linear", Op::HeadLinear, &State::runHeadLinear},
-    {"rms_norm", Op::RmsNorm, &State::runNorm},
-    {"layer_norm", Op::LayerNorm, &State::runNorm},
-    {"rope", Op::Rope, &State::runRope},
-    {"attention", Op::Attention, &State::runAttention},
-    {"add", Op::Add, &State::runBinary},
-    {"mul", Op::Mul, &State::runBinary},
-    {"silu", Op::Silu, &State::runUnary},
-    {"sigmoid", Op::Sigmoid, &State::runUnary},
-    {"gelu", Op::Gelu, &State::runUnary},
-    {"softcap", Op::Softcap, &State::runUnary},
-    {"swiglu", Op::Swiglu, &State::runSwiglu},
-    {"reshape", Op::Reshape, &State::runReshape},
-    {"transpose", Op::Transpose, &State::runTranspose},
-    {"broadcast", Op::Broadcast, &State::runBroadcast},
-    {"slice", Op::Slice, &State::runSlice},
-    {"cache_update", Op::CacheUpdate, &State::runCacheUpdate},
-    {"concat", Op::Concat, &State::runConcat},
-    {"balance_loss", Op::BalanceLoss, &State::runBalanceLoss},
-    {"router", Op::Router, &State::runRouter},
-    {"router_grad", Op::RouterGrad, &State::runRouter},
-    {"router_load", Op::RouterLoad, &State::runRouter},
-    {"router_aux_grad", Op::RouterAuxGrad, &State::runRouter},
-    {"experts_grad", Op::ExpertsGrad, &State::runExpertsGrad},
-    {"experts", Op::Experts, &State::runExperts},
-    {"shift", Op::Shift, &State::runShift},
-    {"label_count", Op::LabelCount, &State::runLabelCount},
-    {"logsumexp", Op::Logsumexp, &State::runLogsumexp},
-    {"cross_entropy", Op::CrossEntropy, &State::runCrossEntropy},
-    {"cross_entropy_grad", Op::CrossEntropyGrad, &State::runCrossEntropy},
-    {"linear_weight_grad", Op::LinearWeightGrad, &State::runLinearWeightGrad},
-    {"rms_norm_grad", Op::RmsNormGrad, &State::runNormGrad},
-    {"rms_norm_weight_grad", Op::RmsNormWeightGrad, &State::runNormGrad},
-    {"layer_norm_grad", Op::LayerNormGrad, &State::runNormGrad},
-    {"layer_norm_weight_grad", Op::LayerNormWeightGrad, &State::runNormGrad},
-    {"sum_to", Op::SumTo, &State::runSumTo},
-    {"sigmoid_grad", Op::SigmoidGrad, &State::runSigmoidGrad},
-    {"softcap_grad", Op::SoftcapGrad, &State::runSoftcapGrad},
-    {"gelu_grad", Op::GeluGrad, &State::runGeluGrad},
-    {"position_embedding_grad", Op::PositionEmbeddingGrad, &State::runPositionEmbeddingGrad},
-    {"swiglu_grad", Op::SwigluGrad, &State::runSwigluGrad},
-    {"attention_grad", Op::AttentionGrad, &State::runAttentionGrad},
-    {"embedding_grad", Op::EmbeddingGrad, &State::runEmbeddingGrad},
-    {"all_reduce", Op::AllReduce, &State::runAllReduce},
-    {"shard_slice", Op::ShardSlice, &State::runShardSlice},
-    {"to_partial", Op::ToPartial, &State::runToPartial},
-    {"all_gather", Op::AllGather, &State::runGatherScatter},
-    {"reduce_scatter", Op::ReduceScatter, &State::runGatherScatter},
-    {"all_to_all", Op::AllToAll, &State::runGatherScatter},
-    {"send", Op::Send, &State::runSendRecv},
-    {"recv", Op::Recv, &State::runSendRecv},
-    {"moe_dispatch", Op::MoeDispatch, &State::runExpertExchange},
-    {"moe_combine", Op::MoeCombine, &State::runExpertExchange},
+    {pxe::OP_EMBEDDING, &State::runEmbedding},
+    {pxe::OP_POSITION_EMBEDDING, &State::runPositionEmbedding},
+    {pxe::OP_LINEAR, &State::runLinear},
+    {pxe::OP_HEAD_LINEAR, &State::runHeadLinear},
+    {pxe::OP_RMS_NORM, &State::runNorm},
+    {pxe::OP_LAYER_NORM, &State::runNorm},
+    {pxe::OP_ROPE, &State::runRope},
+    {pxe::OP_ATTENTION, &State::runAttention},
+    {pxe::OP_ADD, &State::runBinary},
+    {pxe::OP_MUL, &State::runBinary},
+    {pxe::OP_SILU, &State::runUnary},
+    {pxe::OP_SIGMOID, &State::runUnary},
+    {pxe::OP_GELU, &State::runUnary},
+    {pxe::OP_SOFTCAP, &State::runUnary},
+    {pxe::OP_SWIGLU, &State::runSwiglu},
+    {pxe::OP_RESHAPE, &State::runReshape},
+    {pxe::OP_TRANSPOSE, &State::runTranspose},
+    {pxe::OP_BROADCAST, &State::runBroadcast},
+    {pxe::OP_SLICE, &State::runSlice},
+    {pxe::OP_CACHE_UPDATE, &State::runCacheUpdate},
+    {pxe::OP_CONCAT, &State::runConcat},
+    {pxe::OP_BALANCE_LOSS, &State::runBalanceLoss},
+    {pxe::OP_ROUTER, &State::runRouter},
+    {pxe::OP_ROUTER_GRAD, &State::runRouter},
+    {pxe::OP_ROUTER_LOAD, &State::runRouter},
+    {pxe::OP_ROUTER_AUX_GRAD, &State::runRouter},
+    {pxe::OP_EXPERTS_GRAD, &State::runExpertsGrad},
+    {pxe::OP_EXPERTS, &State::runExperts},
+    {pxe::OP_SHIFT, &State::runShift},
+    {pxe::OP_LABEL_COUNT, &State::runLabelCount},
+    {pxe::OP_LOGSUMEXP, &State::runLogsumexp},
+    {pxe::OP_CROSS_ENTROPY, &State::runCrossEntropy},
+    {pxe::OP_CROSS_ENTROPY_GRAD, &State::runCrossEntropy},
+    {pxe::OP_LINEAR_WEIGHT_GRAD, &State::runLinearWeightGrad},
+    {pxe::OP_RMS_NORM_GRAD, &State::runNormGrad},
+    {pxe::OP_RMS_NORM_WEIGHT_GRAD, &State::runNormGrad},
+    {pxe::OP_LAYER_NORM_GRAD, &State::runNormGrad},
+    {pxe::OP_LAYER_NORM_WEIGHT_GRAD, &State::runNormGrad},
+    {pxe::OP_SUM_TO, &State::runSumTo},
+    {pxe::OP_SIGMOID_GRAD, &State::runSigmoidGrad},
+    {pxe::OP_SOFTCAP_GRAD, &State::runSoftcapGrad},
+    {pxe::OP_GELU_GRAD, &State::runGeluGrad},
+    {pxe::OP_POSITION_EMBEDDING_GRAD, &State::runPositionEmbeddingGrad},
+    {pxe::OP_SWIGLU_GRAD, &State::runSwigluGrad},
+    {pxe::OP_ATTENTION_GRAD, &State::runAttentionGrad},
+    {pxe::OP_EMBEDDING_GRAD, &State::runEmbeddingGrad},
+    {pxe::OP_ALL_REDUCE, &State::runAllReduce},
+    {pxe::OP_SHARD_SLICE, &State::runShardSlice},
+    {pxe::OP_TO_PARTIAL, &State::runToPartial},
+    {pxe::OP_ALL_GATHER, &State::runGatherScatter},
+    {pxe::OP_REDUCE_SCATTER, &State::runGatherScatter},
+    {pxe::OP_ALL_TO_ALL, &State::runGatherScatter},
+    {pxe::OP_SEND, &State::runSendRecv},
+    {pxe::OP_RECV, &State::runSendRecv},
+    {pxe::OP_MOE_DISPATCH, &State::runExpertExchange},
+    {pxe::OP_MOE_COMBINE, &State::runExpertExchange},
 };
 
 void CudaExecutor::State::resolveKernels() {
   const pxe::Stage &stage = host.stageProgram();
   kernels.assign(stage.instructions_size(), nullptr);
-  ops.assign(stage.instructions_size(), Op::None);
   waitsForPending.assign(stage.instructions_size(), true);
   for (int k = 0; k < stage.instructions_size(); ++k) {
     const pxe::Instruction &inst = stage.instructions(k);
     for (const KernelEntry &entry : kKernels)
-      if (opName(inst) == entry.name) kernels[k] = entry.kernel, ops[k] = entry.op;
+      if (inst.kind() == entry.kind) kernels[k] = entry.kernel;
     waitsForPending[k] = isCollective(opName(inst)) || !capturable(inst);
   }
 }
@@ -2937,11 +2920,11 @@ Status CudaExecutor::State::runHeadLinear(const pxe::Instruction &inst) {
 
 Status CudaExecutor::State::runNorm(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const Op op = current;
+  const pxe::OpKind op = inst.kind();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &x = in(0), &y = out();
   int64_t h = x.shape.back(), rows = x.numel() / h;
-  bool layer = op == Op::LayerNorm;
+  bool layer = op == pxe::OP_LAYER_NORM;
   return withFloat(y, [&](auto t) {
     using T = decltype(t);
     PARAX_LAUNCH(normKernel<T>, rows, kThreads, 0, stream)(
@@ -3069,24 +3052,24 @@ Status CudaExecutor::State::runAttention(const pxe::Instruction &inst) {
 }
 
 Status CudaExecutor::State::runBinary(const pxe::Instruction &inst) {
-  const Op op = current;
+  const pxe::OpKind op = inst.kind();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &l = in(0), &r = in(1), &y = out();
   return withFloat(y, [&](auto t) {
     using T = decltype(t);
     PARAX_LAUNCH(binaryKernel<T>, blocksFor(y.numel()), kThreads, 0, stream)(
         l.as<T>(), r.as<T>(), y.as<T>(), dimsOf(l.shape), dimsOf(r.shape), dimsOf(y.shape), y.numel(),
-        op == Op::Add, l.shape == y.shape, r.shape == y.shape);
+        op == pxe::OP_ADD, l.shape == y.shape, r.shape == y.shape);
     return Status::ok();
   });
 }
 
 Status CudaExecutor::State::runUnary(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const Op op = current;
+  const pxe::OpKind op = inst.kind();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
-  int kind = op == Op::Silu ? 0 : op == Op::Sigmoid ? 1 : op == Op::Softcap ? 4 : attrString(a, "approximate") == "tanh" ? 2 : 3;
-  float cap = op == Op::Softcap ? static_cast<float>(attrFloat(a, "cap")) : 0.0f;
+  int kind = op == pxe::OP_SILU ? 0 : op == pxe::OP_SIGMOID ? 1 : op == pxe::OP_SOFTCAP ? 4 : attrString(a, "approximate") == "tanh" ? 2 : 3;
+  float cap = op == pxe::OP_SOFTCAP ? static_cast<float>(attrFloat(a, "cap")) : 0.0f;
   return withFloat(out(), [&](auto t) {
     using T = decltype(t);
     PARAX_LAUNCH(unaryKernel<T>, blocksFor(out().numel()), kThreads, 0, stream)(in(0).as<T>(), out().as<T>(),
@@ -3196,7 +3179,7 @@ Status CudaExecutor::State::runBalanceLoss(const pxe::Instruction &inst) {
 
 Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const Op op = current;
+  const pxe::OpKind op = inst.kind();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &x = in(0), &gate = in(1);
   int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0], K = attrInt(a, "top_k");
@@ -3211,7 +3194,7 @@ Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
   bool sigmoidScores = attrString(a, "score_func") == "sigmoid", normalize = attrInt(a, "normalize") != 0;
   float scaling = static_cast<float>(attrFloat(a, "scaling_factor", 1.0));
   int64_t groups = attrInt(a, "num_groups", 1), topkGroups = attrInt(a, "topk_groups", 1);
-  if (op == Op::RouterAuxGrad) {
+  if (op == pxe::OP_ROUTER_AUX_GRAD) {
     // Per sequence: a row of the load [B, E] for each sequence's tokens.
     DeviceBuffer &load = in(2), &dl = out();
     int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
@@ -3224,7 +3207,7 @@ Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
-  if (op == Op::RouterLoad) {
+  if (op == pxe::OP_ROUTER_LOAD) {
     DeviceBuffer &load = out();
     int64_t perRow = load.shape.size() == 2 ? tokens / load.shape[0] : 0;
     PARAX_CUDA(cudaMemsetAsync(load.data, 0, load.numel() * 4, stream));
@@ -3236,7 +3219,7 @@ Status CudaExecutor::State::runRouter(const pxe::Instruction &inst) {
       return Status::ok();
     });
   }
-  if (op == Op::RouterGrad) {
+  if (op == pxe::OP_ROUTER_GRAD) {
     DeviceBuffer &dw = in(2), &dl = out();
     return withFloat(dl, [&](auto t) {
       using T = decltype(t);
@@ -3498,7 +3481,7 @@ Status CudaExecutor::State::runLogsumexp(const pxe::Instruction &inst) {
 
 Status CudaExecutor::State::runCrossEntropy(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const Op op = current;
+  const pxe::OpKind op = inst.kind();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &logits = in(0), &labels = in(1), &y = out();
   int64_t V = logits.shape.back(), tokens = logits.numel() / V;
@@ -3522,7 +3505,7 @@ Status CudaExecutor::State::runCrossEntropy(const pxe::Instruction &inst) {
   if (!st.isOk()) return st;
   auto *badToken = reinterpret_cast<int32_t *>(scratch);
   PARAX_CUDA(cudaMemsetAsync(badToken, 0xff, 4, stream)); // -1: every label is valid
-  if (op == Op::CrossEntropy) {
+  if (op == pxe::OP_CROSS_ENTROPY) {
     PARAX_CUDA(cudaMemsetAsync(y.data, 0, 4, stream));
     st = withFloat(logits, [&](auto t) {
       using T = decltype(t);
@@ -3562,12 +3545,12 @@ Status CudaExecutor::State::runLinearWeightGrad(const pxe::Instruction &inst) {
 
 Status CudaExecutor::State::runNormGrad(const pxe::Instruction &inst) {
   const Attrs &a = inst.attrs();
-  const Op op = current;
+  const pxe::OpKind op = inst.kind();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &x = in(0), &y = out();
   int64_t h = x.shape.back(), rows = x.numel() / h;
   float eps = static_cast<float>(attrFloat(a, "eps"));
-  bool centered = (op == Op::LayerNormGrad || op == Op::LayerNormWeightGrad), input = op == Op::RmsNormGrad || op == Op::LayerNormGrad;
+  bool centered = (op == pxe::OP_LAYER_NORM_GRAD || op == pxe::OP_LAYER_NORM_WEIGHT_GRAD), input = op == pxe::OP_RMS_NORM_GRAD || op == pxe::OP_LAYER_NORM_GRAD;
   if (!input) {
     Status st = ensureScratch(2 * rows);
     if (!st.isOk()) return st;
@@ -3818,7 +3801,7 @@ Status CudaExecutor::State::runGatherScatter(const pxe::Instruction &inst) {
   int64_t P = group.value().ranks;
   unsigned mask = group.value().mask;
   const Attrs &a = inst.attrs();
-  const Op op = current;
+  const pxe::OpKind op = inst.kind();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &x = in(0), &y = out();
   int64_t largest = std::max(x.numel(), y.numel());
@@ -3826,14 +3809,14 @@ Status CudaExecutor::State::runGatherScatter(const pxe::Instruction &inst) {
   if (!st.isOk()) return st;
   void *a0 = commScratch, *a1 = commScratch + largest;
   std::vector<int32_t> touched = {inst.operands(0), inst.results(0)};
-  if (op == Op::AllGather) {
+  if (op == pxe::OP_ALL_GATHER) {
     int dim = static_cast<int>(attrInt(a, "dim"));
     if (!comm) return copy(y.data, x.data, y.numel(), y);
     st = comm->allGather(x.data, a0, x.numel(), x.elem, mask, stream);
     if (!st.isOk()) return st;
     return deferUntilNeeded(touched, [this, &y, dim, P, a0] { return pieces(true, y, dim, P, a0); });
   }
-  if (op == Op::ReduceScatter) {
+  if (op == pxe::OP_REDUCE_SCATTER) {
     int dim = static_cast<int>(attrInt(a, "dim"));
     st = pieces(false, x, dim, P, a0);
     if (!st.isOk()) return st;
@@ -3855,12 +3838,12 @@ Status CudaExecutor::State::runSendRecv(const pxe::Instruction &inst) {
   StatusOr<CollectiveGroup> group = collectiveGroup(inst.attrs());
   if (!group.isOk()) return group.status();
   const Attrs &a = inst.attrs();
-  const Op op = current;
+  const pxe::OpKind op = inst.kind();
   if (!comm)
     return Status::error("send/recv needs a communicator");
-  Status st = comm->exchange({pointToPoint(inst, op == Op::Send)}, stream);
+  Status st = comm->exchange({pointToPoint(inst, op == pxe::OP_SEND)}, stream);
   if (!st.isOk()) return st;
-  return deferUntilNeeded({op == Op::Send ? inst.operands(0) : inst.results(0)}, nullptr);
+  return deferUntilNeeded({op == pxe::OP_SEND ? inst.operands(0) : inst.results(0)}, nullptr);
 }
 
 Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
@@ -3870,7 +3853,7 @@ Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
   int64_t P = group.value().ranks;
   unsigned mask = group.value().mask;
   const Attrs &a = inst.attrs();
-  const Op op = current;
+  const pxe::OpKind op = inst.kind();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   // As the CPU backend: this rank's pairs leave grouped by the member
   // owning their expert (moeSlotsKernel); the members' counts, all-gathered
@@ -3880,10 +3863,10 @@ Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
   // the dispatch's [router weight, local expert] of each in fp32 beside
   // them. A group of one keeps its rows in place (no host synchronisation).
   int64_t E = attrInt(a, "num_experts"), local = E / P;
-  DeviceBuffer &idx = in(op == Op::MoeDispatch ? 2 : 1);
+  DeviceBuffer &idx = in(op == pxe::OP_MOE_DISPATCH ? 2 : 1);
   DeviceBuffer &x = in(0); // the tokens, or the rows back
   const int64_t pairs = idx.numel(), K = idx.shape.back(), h = x.shape.back();
-  const int64_t capacity = (op == Op::MoeDispatch ? out(0) : x).shape[0];
+  const int64_t capacity = (op == pxe::OP_MOE_DISPATCH ? out(0) : x).shape[0];
   const Elem e = x.elem;
   const int64_t me = groupIndex(axes), ints = pairs + P + P * P;
   const int64_t rowFloats = (pairs * h * static_cast<int64_t>(elemBytes(e)) + 3) / 4;
@@ -3905,11 +3888,11 @@ Status CudaExecutor::State::runExpertExchange(const pxe::Instruction &inst) {
     PARAX_CUDA(cudaMemcpyAsync(all.data(), allCounts, P * P * 4, cudaMemcpyDeviceToHost, stream));
     st = sync();
     if (!st.isOk()) return st;
-    if (op == Op::MoeDispatch) expertLoad = std::max(expertLoad, busiestRankLoad(all, P, pairs));
+    if (op == pxe::OP_MOE_DISPATCH) expertLoad = std::max(expertLoad, busiestRankLoad(all, P, pairs));
     st = expertCapacityCheck(opName(inst), all, P, capacity);
     if (!st.isOk()) return st;
   }
-  if (op == Op::MoeDispatch) {
+  if (op == pxe::OP_MOE_DISPATCH) {
     // Filled in place (a group of one), or sent from the send side
     // straight into the result.
     DeviceBuffer &w = in(1), &rows = out(0), &weights = out(1), &experts = out(2);

@@ -185,15 +185,12 @@ struct Executor::Impl {
   // whole sequence (a rank's part of it split over N ranks: T - N * S
   // earlier keys), or over a cache from a run-time position, 0 ..
   // position + s. Query head h reads KV head (headOffset + h) / group.
-  // (`forward`: attention, whose fourth operand is a run-time position;
-  // attention_grad's is dout)
-  StatusOr<AttentionGeometry> attentionGeometry(const pxe::Instruction &inst, const Tensor &q, const Tensor &k,
-                                                bool forward) {
+  StatusOr<AttentionGeometry> attentionGeometry(const pxe::Instruction &inst, const Tensor &q, const Tensor &k) {
     const Attrs &a = inst.attrs();
     int64_t S = q.shape[1], H = q.shape[2], T = k.shape[1], KH = k.shape[2];
     SequenceRows rows = rowsOf(a, S);
     int64_t edge = T - S * rows.pieces;
-    if (forward && inst.operands_size() == 4) {
+    if (inst.kind() == pxe::OP_ATTENTION && inst.operands_size() == 4) { // (attention_grad's fourth: dout)
       rows = SequenceRows{e.buffers_[inst.operands(3)].i[0], 1, 1};
       edge = 0;
       if (rows.start < 0 || rows.start + S > T)
@@ -361,14 +358,9 @@ Status Executor::prepare(const pxe::Executable &exe, int rank, Communicator *com
   readsCheckedInputs_.clear();
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
-    int checked = opName(inst) == "embedding" ? 0 : positionOperand(inst);
-    if (checked < 0 || stageProto_->buffers(inst.operands(checked)).role() != pxe::INPUT) continue;
-    CheckedRead read = opName(inst) == "embedding"      ? CheckedRead::Tokens
-                       : opName(inst) == "cache_update" ? CheckedRead::CacheUpdate
-                       : opName(inst) == "attention"    ? CheckedRead::Attention
-                       : opName(inst) == "rope"         ? CheckedRead::Rotary // (its position's sign alone)
-                                                     : CheckedRead::PositionTable;
-    readsCheckedInputs_.push_back({k, read});
+    int checked = inst.kind() == pxe::OP_EMBEDDING ? 0 : positionOperand(inst);
+    if (checked >= 0 && stageProto_->buffers(inst.operands(checked)).role() == pxe::INPUT)
+      readsCheckedInputs_.push_back(k);
   }
   runsElsewhere_ = hooks != nullptr; // this executor will not run the stage itself
   // With hooks, parameters that moves of parameters read stay on the host
@@ -535,13 +527,13 @@ Status Executor::setInputs(const std::vector<Tensor> &inputs) {
 // step's run-time position must leave room for its tokens (in the cache,
 // the attention's keys, the position table): the CUDA kernels rely on it.
 Status Executor::checkInputValues() const {
-  for (auto [k, read] : readsCheckedInputs_) {
+  for (int k : readsCheckedInputs_) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
     auto where = [&] {
       return " (stage " + std::to_string(stage_) + " instruction " + std::to_string(k) + ", " + opName(inst) + ")";
     };
     auto dim = [&](int32_t id, int d) { return stageProto_->buffers(id).shape(d); };
-    if (read == CheckedRead::Tokens) {
+    if (inst.kind() == pxe::OP_EMBEDDING) {
       const pxe::Buffer &ids = stageProto_->buffers(inst.operands(0)), &table = stageProto_->buffers(inst.operands(1));
       const Tensor &values = buffers_[ids.id()];
       if (table.role() != pxe::PARAMETER || table.global_shape_size() != 2 ||
@@ -563,11 +555,11 @@ Status Executor::checkInputValues() const {
     std::string what;
     if (at < 0)
       return Status::error("position " + std::to_string(at) + " is negative" + where());
-    if (read == CheckedRead::CacheUpdate) {
+    if (inst.kind() == pxe::OP_CACHE_UPDATE) {
       tokens = dim(inst.operands(1), 1), room = dim(inst.operands(0), 1), what = "a KV cache of";
-    } else if (read == CheckedRead::Attention) {
+    } else if (inst.kind() == pxe::OP_ATTENTION) {
       tokens = dim(inst.operands(0), 1), room = dim(inst.operands(1), 1), what = "attention over a KV cache of";
-    } else if (read == CheckedRead::PositionTable) {
+    } else if (inst.kind() == pxe::OP_POSITION_EMBEDDING) { // (rope: its position's sign alone)
       tokens = dim(inst.results(0), 1), room = dim(inst.operands(0), 0), what = "a position table of";
     }
     if (at + tokens > room)
@@ -848,9 +840,7 @@ Status Executor::Impl::runLinear(const pxe::Instruction &inst, int) {
   if (m == 1) // one row (a decode step of one sequence): a GEMV reads W without packing it
     cblas_sgemv(CblasRowMajor, t ? CblasNoTrans : CblasTrans, t ? n : k, t ? k : n, 1.0f, w.f.data(),
                 t ? k : n, x.f.data(), 1, 0.0f, y.f.data(), 1);
-  else if (t && fewRowsTimesTransposed(m, n, k, x.f.data(), w.f.data(), y.f.data()))
-    ; // (a few rows: the weight read once, not packed)
-  else
+  else if (!t || !fewRowsTimesTransposed(m, n, k, x.f.data(), w.f.data(), y.f.data())) // (a few rows: the weight read once)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, t ? CblasTrans : CblasNoTrans, m, n, k,
                 1.0f, x.f.data(), k, w.f.data(), t ? k : n, 0.0f, y.f.data(), n);
   if (inst.operands_size() == 3) {
@@ -948,7 +938,7 @@ Status Executor::Impl::runAttention(const pxe::Instruction &inst, int) {
   int64_t B = q.shape[0], S = q.shape[1], H = q.shape[2], D = q.shape[3];
   // The values: v's first DV channels of its VW (all of them, unless value_dim).
   int64_t T = k.shape[1], KH = k.shape[2], DV = y.shape[3], VW = v.shape[3];
-  StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, q, k, /*forward=*/true);
+  StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, q, k);
   if (!geometry.isOk())
     return geometry.status();
   const AttentionGeometry &geo = geometry.value();
@@ -1372,7 +1362,7 @@ Status Executor::Impl::runSwigluGrad(const pxe::Instruction &inst, int) {
 // attention_grad
 Status Executor::Impl::runAttentionGrad(const pxe::Instruction &inst, int) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, in(0), in(1), /*forward=*/false);
+  StatusOr<AttentionGeometry> geometry = attentionGeometry(inst, in(0), in(1));
   if (!geometry.isOk())
     return geometry.status();
   attentionGrad(in(0), in(1), in(2), in(3), geometry.value(), out(0), out(1), out(2));

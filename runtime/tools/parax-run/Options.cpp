@@ -16,6 +16,13 @@
 
 namespace parax::run {
 
+bool launchedByMpi() {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
+    if (std::getenv(name))
+      return true;
+  return false;
+}
+
 bool isFolderPath(const std::string &path) {
   struct stat st;
   return (!path.empty() && path.back() == '/') || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));

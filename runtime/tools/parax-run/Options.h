@@ -79,6 +79,10 @@ void usage();
 /// or an existing folder.
 bool isFolderPath(const std::string &path);
 
+/// Started by an MPI launcher (Open MPI, MPICH, PMIx, Slurm)? A single rank
+/// started by hand runs without MPI: no launcher daemon is needed then.
+bool launchedByMpi();
+
 } // namespace parax::run
 
 #endif // PARAX_RUN_OPTIONS_H

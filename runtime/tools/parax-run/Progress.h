@@ -6,12 +6,13 @@
 #ifndef PARAX_RUN_PROGRESS_H
 #define PARAX_RUN_PROGRESS_H
 
+#include "Options.h"
+
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 namespace parax::run {
@@ -19,7 +20,7 @@ namespace parax::run {
 class Progress {
 public:
   explicit Progress(std::FILE *out = stdout)
-      : out_(out), terminal_(isatty(fileno(out)) == 1 && !underLauncher()) {}
+      : out_(out), terminal_(isatty(fileno(out)) == 1 && !launchedByMpi()) {}
   ~Progress() { finish(); }
   /// `done` of the work in [0, 1], and what to say ("step 3 of 10: ...");
   /// `brief`, when given, instead of `text` on a terminal's one line.
@@ -50,11 +51,6 @@ public:
   bool terminal() const { return terminal_; }
 
 private:
-  static bool underLauncher() {
-    for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
-      if (std::getenv(name)) return true;
-    return false;
-  }
   std::FILE *out_;
   bool terminal_;
   bool drawn_ = false;

@@ -20,15 +20,6 @@ namespace parax::run {
 
 namespace {
 
-/// Started by an MPI launcher (Open MPI, MPICH, PMIx, Slurm)? A single rank
-/// started by hand runs without MPI: no launcher daemon is needed then.
-bool launchedByMpi() {
-  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
-    if (std::getenv(name))
-      return true;
-  return false;
-}
-
 /// PARAX_COLLECTIVE_TIMEOUT (or PARAX_NCCL_TIMEOUT) in seconds; 0 when set
 /// but not a positive number (the run then says so), 300 when unset.
 double collectiveTimeoutFromEnv() {

@@ -145,10 +145,7 @@ private:
   std::vector<bool> hoisted_; // per instruction
   std::vector<int32_t> activations_; // buffers swapActivations exchanges
   std::vector<int32_t> cacheState_; // cacheStateInputs of the stage
-  // Instructions reading token ids or a position from the inputs, with
-  // what they read them for (set at prepare: no op name compared a step).
-  enum class CheckedRead { Tokens, CacheUpdate, Attention, PositionTable, Rotary };
-  std::vector<std::pair<int, CheckedRead>> readsCheckedInputs_;
+  std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
   double busiestExpertLoad_ = 0;
   std::vector<float> gatherScratch_; // an all_gather's pieces, before they are joined
