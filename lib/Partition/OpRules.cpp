@@ -487,7 +487,7 @@ parax::partition::operandLayouts(Operation *op, ArrayRef<Layout> results,
                                          "that split the token ids";
         return SmallVector<Layout>{ids, dy};
       })
-      .Case<CacheUpdateOp>([&](auto) -> FailureOr<SmallVector<Layout>> {
+      .Case<CacheUpdateOp, RingCacheUpdateOp>([&](auto) -> FailureOr<SmallVector<Layout>> {
         if (failed(noPartial()) ||
             failed(wholeDim(1, "a KV cache written at a run-time position "
                                "needs its whole sequence")))
@@ -666,6 +666,9 @@ SmallVector<Layout> parax::partition::propagateLayouts(Operation *op,
     gateUp.partial = down.partial = tokens;
     return {dx, dweights, gateUp, gateUp, down};
   }
+  if (isa<RingCacheUpdateOp>(op) && !operands.empty() && operands[0].partial.empty() &&
+      operands[0].dims.size() == 4 && operands[0].dims[1].empty()) // (the window, the ring: as the ring)
+    return {operands[0], operands[0]};
   if (operands.empty() || op->getNumResults() != 1)
     return replicated();
   const Layout &in = operands.front();

@@ -934,13 +934,18 @@ LayerPlan Solver::solve() {
     }
     // The KV cache: what the program's cache updates write (a token's
     // heads x channels, in their layout), else what the attention reads.
-    if (op.kind == OpClass::Attention && !layer.cachedValues)
+    if (op.kind == OpClass::Attention && !layer.cachedValues) {
       plan.kvBytesPerToken +=
           op.kvHeads * op.cacheWidth * ctx.kvBytes * s.kvFrac;
+      plan.kvWindow = op.window; // (what parax builds for generation: a ring)
+    }
     if (op.kind == OpClass::CacheUpdate) {
-      const auto &shape = value(op.results[0]).shape;
-      plan.kvBytesPerToken +=
-          shape[2] * shape[3] * ctx.kvBytes * share(s.out[0]);
+      const auto &shape = value(op.results.back()).shape; // (the cache's)
+      double perToken = shape[2] * shape[3] * ctx.kvBytes * share(s.out.back());
+      if (op.ring)
+        plan.kvRingBytes += shape[1] * perToken;
+      else
+        plan.kvBytesPerToken += perToken;
     }
     // Inference: the peak of live values (those live into this op, in
     // their layouts here, and what it writes). An elementwise result

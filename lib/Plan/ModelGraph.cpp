@@ -41,7 +41,7 @@ static std::optional<OpClass> classify(Operation *op) {
       .Case<TransposeOp>([](auto) { return OpClass::Transpose; })
       .Case<SliceOp>([](auto) { return OpClass::Slice; })
       .Case<ConcatOp>([](auto) { return OpClass::Concat; })
-      .Case<CacheUpdateOp>([](auto) { return OpClass::CacheUpdate; })
+      .Case<CacheUpdateOp, RingCacheUpdateOp>([](auto) { return OpClass::CacheUpdate; })
       .Case<BroadcastOp>([](auto) { return OpClass::Broadcast; })
       .Case<RouterOp>([](auto) { return OpClass::Router; })
       .Case<ExpertsOp>([](auto) { return OpClass::Experts; })
@@ -308,13 +308,20 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         node.cacheView = joins && readInPlace(concat);
         if (node.cacheView)
           layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;
-      } else if (auto update = dyn_cast<CacheUpdateOp>(op)) {
+      } else if (isa<CacheUpdateOp, RingCacheUpdateOp>(op)) {
         node.dim = 1;
         node.cacheView = true;
-        auto cache = cast<RankedTensorType>(update.getCache().getType());
-        model.cachedTokens = model.cacheCapacity = cache.getDimSize(1);
+        // A ring: its window (a copy of its rows and the step's), then the
+        // ring itself.
+        node.ring = isa<RingCacheUpdateOp>(op);
+        auto cache = cast<RankedTensorType>(op->getOperand(0).getType());
+        if (node.ring)
+          model.ringCaches = true;
+        else
+          model.cacheCapacity = cache.getDimSize(1);
+        model.cachedTokens = std::max(model.cachedTokens, cache.getDimSize(1));
         layer.cachedValues += cache.getDimSize(2) * cache.getDimSize(3);
-        layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;
+        layer.values[node.inputs[0]].inKvCache = layer.values[node.results.back()].inKvCache = true;
       } else if (auto transpose = dyn_cast<TransposeOp>(op)) {
         node.permutation.assign(transpose.getPermutation().begin(),
                                 transpose.getPermutation().end());

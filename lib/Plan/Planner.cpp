@@ -987,9 +987,12 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         c.scratch = lp.scratchBytes[0];
         // Every microbatch keeps its KV cache. A generation step's caches
         // hold their capacity whatever the context (its time is the
-        // context's: the attention stops at the position).
-        c.kvCache = lp.kvBytesPerToken * sequences *
-                    std::max<double>(ctx.contextLen, static_cast<double>(model.cacheCapacity));
+        // context's: the attention stops at the position); a sliding
+        // window's the window's tokens, a ring its rows.
+        double span = std::max<double>(ctx.contextLen, static_cast<double>(model.cacheCapacity));
+        if (lp.kvWindow > 0)
+          span = std::min<double>(span, static_cast<double>(lp.kvWindow));
+        c.kvCache = (lp.kvBytesPerToken * span + lp.kvRingBytes) * sequences;
         c.denseParams = lp.weightParams;
       }
       if (!ok)
@@ -1112,8 +1115,8 @@ PlanResult Search::run() {
   // A generation step's chunk (--cache C --seq P, the prefill of a
   // generation loop) may be planned as a prefill of P tokens: its chunk
   // attends to itself (the first chunk; later ones also read the cache).
-  bool prefillChunk = model.cacheCapacity > 0 && w.kind == WorkloadKind::Prefill &&
-                      w.seq <= model.cacheCapacity;
+  bool prefillChunk = (model.cacheCapacity > 0 || model.ringCaches) && w.kind == WorkloadKind::Prefill &&
+                      (model.cacheCapacity == 0 || w.seq <= model.cacheCapacity);
   if (model.cachedTokens > 0 && w.kind != WorkloadKind::Decode && !prefillChunk) {
     result.explanation =
         formatv("this graph is a step over a KV cache of {0} tokens (built with --past or "

@@ -32,6 +32,7 @@ const std::map<std::string, Arity> &arities() {
       {"head_linear", {2, 2, 1}},
       {"layer_norm", {3, 3, 1}},     {"rope", {1, 2, 1}},
       {"attention", {3, 4, 1}},      {"cache_update", {3, 3, 1}},
+      {"ring_cache_update", {3, 3, 2}},
       {"add", {2, 2, 1}},            {"mul", {2, 2, 1}},
       {"silu", {1, 1, 1}},           {"sigmoid", {1, 1, 1}},        {"softcap", {1, 1, 1}},
       {"gelu", {1, 1, 1}},           {"swiglu", {2, 2, 1}},
@@ -68,7 +69,7 @@ Status fail(const std::string &where, const std::string &what) {
 
 int positionOperand(const pxe::Instruction &inst) {
   const pxe::OpKind op = inst.kind();
-  if (op == pxe::OP_CACHE_UPDATE) return 2;
+  if (op == pxe::OP_CACHE_UPDATE || op == pxe::OP_RING_CACHE_UPDATE) return 2;
   if (op == pxe::OP_ATTENTION && inst.operands_size() == 4) return 3;
   if ((op == pxe::OP_ROPE || op == pxe::OP_POSITION_EMBEDDING) && inst.operands_size() == 2) return 1;
   return -1;
@@ -81,7 +82,8 @@ std::vector<int32_t> cacheStateInputs(const pxe::Stage &stage) {
   for (int32_t id : stage.outputs()) ++reads[id];
   std::vector<int32_t> state;
   for (const pxe::Instruction &inst : stage.instructions())
-    if (opName(inst) == "cache_update" && inst.operands_size() == 3) {
+    if ((inst.kind() == pxe::OP_CACHE_UPDATE || inst.kind() == pxe::OP_RING_CACHE_UPDATE) &&
+        inst.operands_size() == 3) {
       int32_t id = inst.operands(0);
       if (id >= 0 && id < stage.buffers_size() && stage.buffers(id).role() == pxe::INPUT && reads[id] == 1)
         state.push_back(id);
@@ -511,6 +513,18 @@ static Status validateInstruction(const pxe::Executable &exe, const pxe::Stage &
     if (!fits)
       return fail(iw, "the cache, the update and the result must be [B, C, heads, D], "
                       "[B, S <= C, heads, D] and the cache's shape");
+  }
+  if (inst.kind() == pxe::OP_RING_CACHE_UPDATE) {
+    const pxe::Buffer &cache = stage.buffers(inst.operands(0)), &update = stage.buffers(inst.operands(1));
+    const pxe::Buffer &window = stage.buffers(inst.results(0)), &result = stage.buffers(inst.results(1));
+    bool fits = cache.shape_size() == 4 && update.shape_size() == 4 && window.shape_size() == 4 &&
+                result.shape_size() == 4 && window.shape(1) == cache.shape(1) + update.shape(1);
+    for (int d = 0; fits && d < 4; ++d)
+      fits = result.shape(d) == cache.shape(d) &&
+             (d == 1 || (window.shape(d) == cache.shape(d) && update.shape(d) == cache.shape(d)));
+    if (!fits)
+      return fail(iw, "the ring, the update, the window and the result must be [B, C, heads, D], "
+                      "[B, S, heads, D], [B, C + S, heads, D] and the ring's shape");
   }
   for (const auto &[name, attr] : inst.attrs()) { // axes, head_axes, vocab_axes, ...
     bool namesAxes = name.size() >= 4 && name.compare(name.size() - 4, 4, "axes") == 0;

@@ -190,7 +190,12 @@ struct Executor::Impl {
     int64_t S = q.shape[1], H = q.shape[2], T = k.shape[1], KH = k.shape[2];
     SequenceRows rows = rowsOf(a, S);
     int64_t edge = T - S * rows.pieces;
-    if (inst.kind() == pxe::OP_ATTENTION && inst.operands_size() == 4) { // (attention_grad's fourth: dout)
+    int64_t floor = 0;
+    if (inst.kind() == pxe::OP_ATTENTION && inst.operands_size() == 4 && attrFlag(a, "ring")) {
+      // A ring's window (ring_cache_update): row r at position p - (T - S) + r; those of
+      // negative position (the ring not yet full) are not seen.
+      floor = std::max<int64_t>(0, T - S - e.buffers_[inst.operands(3)].i[0]);
+    } else if (inst.kind() == pxe::OP_ATTENTION && inst.operands_size() == 4) { // (attention_grad's fourth: dout)
       rows = SequenceRows{e.buffers_[inst.operands(3)].i[0], 1, 1};
       edge = 0;
       if (rows.start < 0 || rows.start + S > T)
@@ -202,6 +207,7 @@ struct Executor::Impl {
     bool causal = attrFlag(a, "causal");
     g.visible = [causal, rows, edge, T](int64_t s) { return causal ? std::min(T, rows.position(s) + edge + 1) : T; };
     g.window = attrInt(a, "window"); // (a sliding window: the last keys alone)
+    g.floor = floor;
     g.softcap = attrFloat(a, "softcap"); // (Gemma 2: scores squashed into (-c, c))
     std::vector<std::string> headAxes = attrStrings(a, "head_axes");
     int64_t totalHeads = H;
@@ -253,6 +259,10 @@ struct Executor::Impl {
   Status runRope(const pxe::Instruction &inst, int variant);
   Status runAttention(const pxe::Instruction &inst, int variant);
   Status runCacheUpdate(const pxe::Instruction &inst, int variant);
+  Status runRingCacheUpdate(const pxe::Instruction &inst, int variant);
+  // A cache_update's result takes its cache input's storage when that is
+  // the generation loop's state (written in place).
+  void lendCache(const pxe::Instruction &inst, Tensor &cache, Tensor &y, int result);
   Status runAdd(const pxe::Instruction &inst, int variant);
   Status runSilu(const pxe::Instruction &inst, int variant);
   Status runSoftcap(const pxe::Instruction &inst, int variant);
@@ -555,7 +565,9 @@ Status Executor::checkInputValues() const {
     std::string what;
     if (at < 0)
       return Status::error("position " + std::to_string(at) + " is negative" + where());
-    if (inst.kind() == pxe::OP_CACHE_UPDATE) {
+    if (attrFlag(inst.attrs(), "ring") || inst.kind() == pxe::OP_RING_CACHE_UPDATE) {
+      // (a ring holds any position)
+    } else if (inst.kind() == pxe::OP_CACHE_UPDATE) {
       tokens = dim(inst.operands(1), 1), room = dim(inst.operands(0), 1), what = "a KV cache of";
     } else if (inst.kind() == pxe::OP_ATTENTION) {
       tokens = dim(inst.operands(0), 1), room = dim(inst.operands(1), 1), what = "attention over a KV cache of";
@@ -710,6 +722,7 @@ const Executor::Impl::Entry Executor::Impl::kKernels[] = {
     {"rope", &Executor::Impl::runRope, 0},
     {"attention", &Executor::Impl::runAttention, 0},
     {"cache_update", &Executor::Impl::runCacheUpdate, 0},
+    {"ring_cache_update", &Executor::Impl::runRingCacheUpdate, 0},
     {"add", &Executor::Impl::runAdd, 0},
     {"mul", &Executor::Impl::runAdd, 1},
     {"silu", &Executor::Impl::runSilu, 0},
@@ -1000,18 +1013,48 @@ Status Executor::Impl::runCacheUpdate(const pxe::Instruction &inst, int) {
   int64_t row = cache.shape[2] * cache.shape[3];
   for (int64_t bb = 0; bb < cache.shape[0]; ++bb)
     std::copy(&update.f[bb * S * row], &update.f[(bb + 1) * S * row], &target.f[(bb * C + at) * row]);
-  if (inPlace) {
-    // The result takes the cache's storage for the rest of the run (no
-    // copy of the whole cache a step); run() hands it back. A result the
-    // stage outputs must outlive the run, so it gets a copy.
-    const auto &outputs = e.stageProto_->outputs();
-    if (std::find(outputs.begin(), outputs.end(), inst.results(0)) != outputs.end()) {
-      y.f = cache.f;
-    } else {
-      std::swap(y.f, cache.f);
-      lentCaches.emplace_back(inst.operands(0), inst.results(0));
-    }
+  if (inPlace) lendCache(inst, cache, y, 0);
+  return Status::ok();
+}
+
+void Executor::Impl::lendCache(const pxe::Instruction &inst, Tensor &cache, Tensor &y, int result) {
+  // The result takes the cache's storage for the rest of the run (no copy
+  // of the whole cache a step); run() hands it back. A result the stage
+  // outputs must outlive the run, so it gets a copy.
+  const auto &outputs = e.stageProto_->outputs();
+  if (std::find(outputs.begin(), outputs.end(), inst.results(result)) != outputs.end()) {
+    y.f = cache.f;
+  } else {
+    std::swap(y.f, cache.f);
+    lentCaches.emplace_back(inst.operands(0), inst.results(result));
   }
+}
+
+// ring_cache_update: the window (the ring's tokens at positions p - C ..
+// p - 1, row t mod C holding position t, oldest first, then the update's
+// rows), then the update written into the ring (its last C rows), in place
+// as cache_update's.
+Status Executor::Impl::runRingCacheUpdate(const pxe::Instruction &inst, int) {
+  [[maybe_unused]] auto [a, in, out] = io(inst);
+  Tensor &ring = in(0), &update = in(1), &window = out(0), &y = out(1);
+  int64_t C = ring.shape[1], S = update.shape[1], at = in(2).i[0];
+  if (at < 0) return Status::error("position " + std::to_string(at) + " is negative");
+  int64_t row = ring.shape[2] * ring.shape[3];
+  auto rowOf = [row](std::vector<float> &t, int64_t r) { return t.begin() + r * row; };
+  for (int64_t bb = 0; bb < ring.shape[0]; ++bb) {
+    for (int64_t r = 0; r < C; ++r) { // (negative positions: a row no query sees)
+      int64_t slot = ((at - C + r) % C + C) % C;
+      std::copy(rowOf(ring.f, bb * C + slot), rowOf(ring.f, bb * C + slot + 1), rowOf(window.f, bb * (C + S) + r));
+    }
+    std::copy(rowOf(update.f, bb * S), rowOf(update.f, (bb + 1) * S), rowOf(window.f, bb * (C + S) + C));
+  }
+  bool inPlace = e.isCacheState(inst.operands(0));
+  Tensor &target = inPlace ? ring : y;
+  if (!inPlace) y.f = ring.f;
+  for (int64_t bb = 0; bb < ring.shape[0]; ++bb)
+    for (int64_t i = std::max<int64_t>(0, S - C); i < S; ++i)
+      std::copy(rowOf(update.f, bb * S + i), rowOf(update.f, bb * S + i + 1), rowOf(target.f, bb * C + (at + i) % C));
+  if (inPlace) lendCache(inst, ring, y, 1);
   return Status::ok();
 }
 

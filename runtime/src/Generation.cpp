@@ -5,13 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace parax::runtime {
 
 std::vector<InputSpec> inputSpecs(const pxe::Executable &exe) {
   std::vector<InputSpec> specs;
   for (const pxe::Stage &stage : exe.stages()) {
-    std::vector<int32_t> state = cacheStateInputs(stage);
+    std::vector<int32_t> state = cacheStateInputs(stage), rings;
+    for (const pxe::Instruction &inst : stage.instructions())
+      if (inst.kind() == pxe::OP_RING_CACHE_UPDATE && inst.operands_size() > 0) rings.push_back(inst.operands(0));
     for (const pxe::Buffer &b : stage.buffers()) {
       if (b.role() != pxe::INPUT || b.input_index() < 0) continue;
       if (specs.size() <= static_cast<size_t>(b.input_index())) specs.resize(b.input_index() + 1);
@@ -19,6 +22,7 @@ std::vector<InputSpec> inputSpecs(const pxe::Executable &exe) {
       spec.shape.assign(b.global_shape().begin(), b.global_shape().end());
       spec.isInt = b.dtype() == pxe::I32 || b.dtype() == pxe::I64;
       spec.cacheState = std::find(state.begin(), state.end(), b.id()) != state.end();
+      spec.ring = spec.cacheState && std::find(rings.begin(), rings.end(), b.id()) != rings.end();
       spec.found = true;
     }
   }
@@ -38,18 +42,24 @@ StatusOr<GenerationProgram> generationProgram(const pxe::Executable &exe) {
                          "(build it with --seq 1 --cache C)");
   program.batch = specs[0].shape[0];
   program.tokens = 1;
+  bool caches = false, full = false;
   for (size_t k = 1; k < specs.size(); ++k) {
     if (!specs[k].found) return Status::error("--generate: no stage reads input #" + std::to_string(k));
-    if (specs[k].shape.empty() && specs[k].isInt)
+    if (specs[k].shape.empty() && specs[k].isInt) {
       program.positionInput = static_cast<int64_t>(k);
-    else if (specs[k].cacheState && specs[k].shape.size() == 4)
-      program.capacity = specs[k].shape[1];
-    else
+    } else if (specs[k].cacheState && specs[k].shape.size() == 4) {
+      caches = true;
+      if (!specs[k].ring) { // (a ring holds its window's tokens at any position)
+        program.capacity = full ? std::min(program.capacity, specs[k].shape[1]) : specs[k].shape[1];
+        full = true;
+      }
+    } else
       return Status::error("--generate: input #" + std::to_string(k) + " " + shapeText(specs[k].shape) +
                            " is neither the step's position nor a KV cache the step writes in place");
   }
-  if (program.positionInput < 0 || program.capacity == 0)
+  if (program.positionInput < 0 || !caches)
     return Status::error("--generate needs a step with a run-time position and KV caches (build it with --cache C)");
+  if (!full) program.capacity = INT32_MAX; // (positions are 32-bit)
   return program;
 }
 

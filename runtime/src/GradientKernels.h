@@ -17,11 +17,14 @@ namespace parax::runtime {
 /// attention and its gradient share.
 struct AttentionGeometry {
   float scale = 1;
-  /// Keys query `s` sees: first(s) .. visible(s) - 1 (first: 0 but
+  /// Keys query `s` sees: first(s) .. visible(s) - 1 (first: `floor`,
+  /// the first key of non-negative position in a ring's window, or later
   /// under a sliding window of the last `window` keys).
   std::function<int64_t(int64_t)> visible;
-  int64_t window = 0;
-  int64_t first(int64_t s) const { return window > 0 ? std::max<int64_t>(0, visible(s) - window) : 0; }
+  int64_t window = 0, floor = 0;
+  int64_t first(int64_t s) const {
+    return std::max<int64_t>(floor, window > 0 ? visible(s) - window : 0);
+  }
   /// Soft-capping of the scaled scores, c · tanh(s / c) (0: none).
   double softcap = 0;
   void capScores(float *scores, int64_t n) const {

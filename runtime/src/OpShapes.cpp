@@ -249,6 +249,12 @@ Status OpCheck::layerShapes() const {
     if (attrFlag(a, "causal") && positionOperand(inst) < 0 && k[1] < queries)
       return fail("causal attention of " + std::to_string(queries) + " queries over " + std::to_string(k[1]) +
                   " keys");
+    // A ring's window (ring_cache_update's: the cache's last tokens, then
+    // the step's) holds every key the window sees.
+    if (!grad && attrFlag(a, "ring") &&
+        (positionOperand(inst) < 0 || attrInt(a, "window") <= 0 || k[1] - q[1] < attrInt(a, "window") - 1))
+      return fail("ring needs a position, a window and at least window - 1 cached rows, got " +
+                  std::to_string(k[1] - q[1]) + " for a window of " + std::to_string(attrInt(a, "window")));
   }
   if ((op == "attention" || op == "rope" || op == "position_embedding") && positionOperand(inst) >= 0 &&
       a.count("seq_axes"))

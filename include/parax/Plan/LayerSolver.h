@@ -133,6 +133,11 @@ struct LayerPlan {
   /// device: inference, training (the gradients' too).
   double scratchBytes[2] = {0, 0};
   double kvBytesPerToken = 0;   // per device per token of context
+  /// A sliding-window layer's cache holds at most its window's tokens
+  /// (0: every token of the context); a ring cache its fixed rows
+  /// (bytes per device per sequence, beside kvBytesPerToken).
+  int64_t kvWindow = 0;
+  double kvRingBytes = 0;
   double alltoallBytes = 0;     // expert dispatch (= combine) bytes per device
   double dispatchedRows = 0;    // of alltoallBytes: the tokens' bytes (one copy each)
   int64_t expertTopK = 0;       // the experts a token goes to

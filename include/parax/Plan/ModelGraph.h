@@ -101,6 +101,9 @@ struct OpNode {
   // values are ValueNode::inKvCache). Likewise a generation step's
   // cache_update, which the runtimes do in place (a few rows written).
   bool cacheView = false;
+  // A cache_update into a ring (a sliding-window layer's cache of its
+  // window's last tokens, whatever the context).
+  bool ring = false;
 };
 
 struct LayerGraph {
@@ -129,7 +132,8 @@ struct ModelGraph {
   int64_t cachedTokens = 0;       // a step over a KV cache (--past: its length,
                                   // --cache: its capacity)
   int64_t cacheCapacity = 0;      // a generation step's (--cache): the caches it
-                                  // allocates, whatever the context
+                                  // allocates, whatever the context (rings aside)
+  bool ringCaches = false;        // some caches are sliding-window rings
   int64_t elementBytes = 2;       // parameter/activation element size
   std::string dtype = "bf16";
   double params = 0, paramBytes = 0;

@@ -225,7 +225,14 @@ class _Builder:
         if self.past:
             k = self.join_cache(k, "key")
             v = k if shared else self.join_cache(v, "value")
-        if self.cache:
+        window = self.cfg.layer_window(self.e.layer)
+        # A sliding window's generation step keeps the window's last W - 1
+        # tokens in a ring, whatever the context.
+        ring = bool(self.cache and window and 2 <= window < self.cache)
+        if ring:
+            k = self.ring_cache(k, "key", window - 1)
+            v = k if shared else self.ring_cache(v, "value", window - 1)
+        elif self.cache:
             k = self.write_cache(k, "key")
             v = k if shared else self.write_cache(v, "value")
         operands = [q, k, v] + ([self.position] if self.cache else [])
@@ -236,10 +243,21 @@ class _Builder:
             attrs += f", value_dim = {value_dim} : i64"
         if self.cfg.attn_softcap:  # Gemma 2
             attrs += f", softcap = {f64(self.cfg.attn_softcap)}"
-        window = self.cfg.layer_window(self.e.layer)
         if window and max(self.past + self.S, self.cache) > window:  # (a shorter program sees all)
             attrs += f", window = {window} : i64"
+        if ring:
+            attrs += ", ring"
         return self.e.op("attention", operands, [shape], attrs)
+
+    def ring_cache(self, x, name, rows):
+        """This layer's ring cache of keys or values (an input of `rows`
+        tokens, `%cache_<layer>_<name>`): the window the step attends to
+        (the ring's last tokens, then `x`'s), `x` written into the ring."""
+        e = self.e
+        cache = e.arg(f"cache_{e.layer}_{name}", [self.B, rows] + x[1][2:], e.dtype)
+        window, _ = e.op("ring_cache_update", [cache, x, self.position],
+                         [[self.B, rows + x[1][1]] + x[1][2:], cache[1]])
+        return window
 
     def write_cache(self, x, name):
         """This layer's cache of keys or values (an input of capacity

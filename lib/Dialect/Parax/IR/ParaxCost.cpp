@@ -118,6 +118,10 @@ uint64_t BroadcastOp::getFlops() { return 0; }
 uint64_t CacheUpdateOp::getFlops() { return 0; }
 uint64_t CacheUpdateOp::getBytesRead() { return bytes(getUpdate()); }
 uint64_t CacheUpdateOp::getBytesWritten() { return bytes(getUpdate()); }
+// The window copied out of the ring, the new rows written into it.
+uint64_t RingCacheUpdateOp::getFlops() { return 0; }
+uint64_t RingCacheUpdateOp::getBytesRead() { return bytes(getCache()) + bytes(getUpdate()); }
+uint64_t RingCacheUpdateOp::getBytesWritten() { return bytes(getWindow()) + bytes(getUpdate()); }
 
 // The gate GEMM, then per score: the activation (about 4) and selection (1).
 uint64_t RouterOp::getFlops() {

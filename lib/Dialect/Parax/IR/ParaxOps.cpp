@@ -443,6 +443,15 @@ LogicalResult AttentionOp::verify() {
   if (getPosition() && !getCausal())
     return emitOpError("C8: attention over a KV cache at a run-time position "
                        "must be causal");
+  if (getRing()) {
+    if (!getPosition() || !getWindow())
+      return emitOpError("C13: ring needs a position operand and a window");
+    int64_t cached = tensorOf(getK()).getDimSize(1) - tensorOf(getQ()).getDimSize(1);
+    if (cached < static_cast<int64_t>(*getWindow()) - 1)
+      return emitOpError("C13: a ring's ")
+             << cached << " cached rows cannot hold the " << *getWindow() - 1
+             << " earlier keys a window of " << *getWindow() << " sees";
+  }
   return success();
 }
 
@@ -466,6 +475,32 @@ LogicalResult CacheUpdateOp::verify() {
     return emitOpError("C2: ")
            << update.getDimSize(1) << " new rows do not fit a cache of "
            << cache.getDimSize(1);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// RingCacheUpdateOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RingCacheUpdateOp::verify() {
+  RankedTensorType cache = tensorOf(getCache()), update = tensorOf(getUpdate()),
+                   result = tensorOf(getWindow());
+  bool agree = cache.getRank() == 4 && update.getRank() == 4 &&
+               cache.getElementType() == update.getElementType();
+  for (int64_t d : {0, 2, 3})
+    agree = agree && cache.getDimSize(d) == update.getDimSize(d);
+  SmallVector<int64_t> expected;
+  if (agree)
+    expected = {cache.getDimSize(0), cache.getDimSize(1) + update.getDimSize(1),
+                cache.getDimSize(2), cache.getDimSize(3)};
+  if (!agree || result.getShape() != ArrayRef<int64_t>(expected) ||
+      result.getElementType() != cache.getElementType() ||
+      getResult().getType() != cache)
+    return emitOpError("C1: cache and update must be rank-4 tensors of one "
+                       "element type that agree outside dimension 1, the "
+                       "window [B, C + S, heads, D] of that type and the "
+                       "result the cache's type, got ")
+           << cache << ", " << update << " and " << result;
   return success();
 }
 

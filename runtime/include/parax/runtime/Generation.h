@@ -20,6 +20,7 @@ struct InputSpec {
   std::vector<int64_t> shape; // global (one data-parallel replica's)
   bool isInt = false;
   bool cacheState = false;    // a KV cache a stage writes in place
+  bool ring = false;          // ... a sliding window's ring (any position fits)
   bool found = false;         // some stage reads it
 };
 std::vector<InputSpec> inputSpecs(const pxe::Executable &exe);
@@ -30,7 +31,7 @@ struct GenerationProgram {
   int64_t batch = 0;         // rows of one replica
   int64_t tokens = 0;        // per row and step: 1, or a prefill's chunk
   int64_t positionInput = -1;
-  int64_t capacity = 0;      // rows of each cache
+  int64_t capacity = 0;      // positions the caches hold (rings hold any)
 };
 
 /// Checks that `exe` is a generation step (tokens [batch, 1], a position,

@@ -354,6 +354,13 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
     `p + i`) sees keys `0 .. p + i`; rows beyond are never read. The runtime
     refuses `p + S > Skv`.
 
+    With `ring` and a `position` operand `p`, `k` and `v` are instead a
+    `parax.ring_cache_update`'s window: row `r` holds position `p - (Skv - S) + r` (a
+    ring cache's last `Skv - S` tokens, then the step's `S`); query `i`
+    sees rows `.. Skv - S + i` of non-negative position, under its window
+    (C13: `ring` needs `position` and `window`, and `Skv - S >= window -
+    1`, so that the rows hold every key a window sees).
+
     After partitioning with fewer KV heads than tensor-parallel ranks
     (Megatron replicates KV heads), `head_grid`/`head_axes` say that `q`'s
     heads are this rank's slice: local head `j` at coordinate `c` along
@@ -387,7 +394,8 @@ def Parax_AttentionOp : Parax_FunctionalOp<"attention"> {
                        OptionalAttr<StrArrayAttr>:$seq_axes,
                        UnitAttr:$seq_cyclic,
                        OptionalAttr<I64Attr>:$window,
-                       OptionalAttr<F64Attr>:$softcap);
+                       OptionalAttr<F64Attr>:$softcap,
+                       UnitAttr:$ring);
   let results = (outs Parax_FloatTensor:$result);
   let extraClassDeclaration = [{
     /// The values' width: `value_dim`, else `v`'s last dimension.
@@ -421,6 +429,44 @@ def Parax_CacheUpdateOp : Parax_FunctionalOp<"cache_update", [],
   let arguments = (ins Parax_FloatTensor:$cache, Parax_FloatTensor:$update,
                        Parax_Position:$position);
   let results = (outs Parax_FloatTensor:$result);
+}
+
+def Parax_RingCacheUpdateOp : Parax_FunctionalOp<"ring_cache_update", [],
+                                                ["getBytesRead", "getBytesWritten"]> {
+  let summary = "write a step's keys or values into a ring KV cache, and read the window";
+  let description = [{
+    A sliding-window layer's KV cache as a ring of the window's last tokens,
+    whatever the context: `cache : [B, C, heads, D]` holds the token at
+    position `t` in row `t mod C`, and `update : [B, S, heads, D]` holds
+    the tokens at positions `p .. p + S - 1` (`p` the run-time value of
+    `position`). Two results:
+    - `window : [B, C + S, heads, D]`, what the step's attention reads: the
+      cache's tokens at positions `p - C .. p - 1`, oldest first, then the
+      update's rows; row `r` holds position `p - C + r`. Rows of negative
+      position (`p < C`: the ring not yet full) hold whatever the ring holds
+      and are never read by the `parax.attention` with `ring` that takes
+      them;
+    - `result : [B, C, heads, D]`, the cache with row `(p + i) mod C`
+      replaced by the update's row `i` (when `S > C`, its last `C` rows).
+
+    A cache of `W - 1` rows so serves a window of `W` keys whatever the
+    context and whatever the step's `S` (a prefill chunk or one token).
+
+    ```mlir
+    %window, %ring = parax.ring_cache_update %cache, %new, %pos : (tensor<2x3x2x16xf32>, tensor<2x1x2x16xf32>, tensor<i32>) -> (tensor<2x4x2x16xf32>, tensor<2x3x2x16xf32>)
+    ```
+
+    C1: `cache` and `update` have rank 4 and one element type, and agree
+    outside dimension 1; `window` is `[B, C + S, heads, D]` and `result`
+    the cache's type.
+
+    As with `parax.cache_update`, the runtimes write the rows in place when
+    `cache` is a program input read by nothing else (the window is read
+    first): after a step, that input's buffer holds `result`.
+  }];
+  let arguments = (ins Parax_FloatTensor:$cache, Parax_FloatTensor:$update,
+                       Parax_Position:$position);
+  let results = (outs Parax_FloatTensor:$window, Parax_FloatTensor:$result);
 }
 
 //===----------------------------------------------------------------------===//
