@@ -146,7 +146,7 @@ bool among(const std::string &op, std::initializer_list<const char *> ops) {
 bool capturableOp(const std::string &op) {
   return among(op, {"embedding", "position_embedding", "linear", "head_linear", "rms_norm", "layer_norm", "rope", "attention",
                     "add", "mul", "silu", "sigmoid", "gelu", "softcap", "swiglu", "reshape", "transpose", "broadcast", "slice",
-                    "concat", "cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
+                    "concat", "cache_update", "ring_cache_update", "router", "shard_slice", "to_partial", "linear_weight_grad",
                     "rms_norm_grad", "rms_norm_weight_grad", "swiglu_grad", "attention_grad", "sum_to",
                     "gelu_grad", "layer_norm_grad", "layer_norm_weight_grad", "position_embedding_grad",
                     "sigmoid_grad", "softcap_grad", "router_grad", "router_load", "router_aux_grad", "balance_loss", "label_count", "shift", "logsumexp"});
@@ -814,6 +814,7 @@ struct CudaExecutor::State {
   Status runBroadcast(const pxe::Instruction &inst);
   Status runSlice(const pxe::Instruction &inst);
   Status runCacheUpdate(const pxe::Instruction &inst);
+  Status runRingCacheUpdate(const pxe::Instruction &inst);
   Status runConcat(const pxe::Instruction &inst);
   Status runBalanceLoss(const pxe::Instruction &inst);
   Status runRouter(const pxe::Instruction &inst);
@@ -1157,8 +1158,9 @@ void CudaExecutor::State::planDecodeAttention() {
 // step moves only the new rows and the input holds the cache afterwards.
 void CudaExecutor::State::aliasCacheUpdates() {
   for (const pxe::Instruction &inst : host.stageProgram().instructions()) {
-    if (opName(inst) != "cache_update" || !host.isCacheState(inst.operands(0))) continue;
-    DeviceBuffer &result = buffers[inst.results(0)];
+    bool ring = inst.kind() == pxe::OP_RING_CACHE_UPDATE; // (its second result, the ring)
+    if ((inst.kind() != pxe::OP_CACHE_UPDATE && !ring) || !host.isCacheState(inst.operands(0))) continue;
+    DeviceBuffer &result = buffers[inst.results(ring ? 1 : 0)];
     result.data = buffers[inst.operands(0)].data;
     result.aliased = true;
     ++cacheWritesInPlace;
@@ -2792,6 +2794,7 @@ const CudaExecutor::State::KernelEntry CudaExecutor::State::kKernels[] = {
     {pxe::OP_BROADCAST, &State::runBroadcast},
     {pxe::OP_SLICE, &State::runSlice},
     {pxe::OP_CACHE_UPDATE, &State::runCacheUpdate},
+    {pxe::OP_RING_CACHE_UPDATE, &State::runRingCacheUpdate},
     {pxe::OP_CONCAT, &State::runConcat},
     {pxe::OP_BALANCE_LOSS, &State::runBalanceLoss},
     {pxe::OP_ROUTER, &State::runRouter},
@@ -2978,6 +2981,7 @@ Status CudaExecutor::State::runAttention(const pxe::Instruction &inst) {
   float scale = static_cast<float>(attrFloat(a, "scale"));
   int64_t window = attrInt(a, "window");                          // (0: none)
   float softcap = static_cast<float>(attrFloat(a, "softcap"));  // (0: none)
+  bool ring = attrFlag(a, "ring"); // (k, v: a ring's window; see queryBase)
   // A few queries (a decode step: S = 1) over the keys: split over the
   // keys, every query head of a KV head in one block (unless
   // PARAX_ATTENTION=no-split).
@@ -3013,7 +3017,7 @@ Status CudaExecutor::State::runAttention(const pxe::Instruction &inst) {
           q.as<E>(), static_cast<const E *>(kCache), static_cast<const E *>(kNew), cachedK,
           static_cast<const E *>(vCache), static_cast<const E *>(vNew), cachedV, scratch, S, H, D, T, KH, DV,
           VW, causal, scale, headOffset, group, chunks, chunkKeys, keyTile, blockRows, position, past, stride,
-          window, softcap);
+          window, softcap, ring);
       PARAX_LAUNCH(decodeCombineKernel<E>, blocksFor(y.numel()), kThreads, 0, stream)(
           scratch, y.as<E>(), B, S, H, KH, DV, headOffset, group, chunks);
       return Status::ok();
@@ -3026,7 +3030,7 @@ Status CudaExecutor::State::runAttention(const pxe::Instruction &inst) {
     PARAX_LAUNCH(attentionTensorCoreKernel, blocks, TensorCoreTiles::kThreads, tcBytes, stream)(
         q.as<__nv_bfloat16>(), k.as<__nv_bfloat16>(), v.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), B, S, H, D,
         T, KH, DV, VW, causal, scale, headOffset, group, position, past, stride, nullptr, nullptr, window,
-        softcap);
+        softcap, ring);
     return Status::ok();
   }
   // Otherwise CUDA cores, with tiles that fit the device's shared memory
@@ -3046,7 +3050,7 @@ Status CudaExecutor::State::runAttention(const pxe::Instruction &inst) {
     using E = decltype(t);
     PARAX_LAUNCH(attentionKernel<E>, blocks, 256, sharedBytes, stream)(
         q.as<E>(), k.as<E>(), v.as<E>(), y.as<E>(), B, S, H, D, T, KH, DV, VW, causal, scale, headOffset,
-        group, tiles.queries, tiles.keys, position, past, stride, window, softcap);
+        group, tiles.queries, tiles.keys, position, past, stride, window, softcap, ring);
     return Status::ok();
   });
 }
@@ -3145,6 +3149,26 @@ Status CudaExecutor::State::runCacheUpdate(const pxe::Instruction &inst) {
     using W = decltype(w);
     PARAX_LAUNCH(cacheWriteKernel<W>, blocksFor(update.numel()), kThreads, 0, stream)(
         update.as<W>(), in(2).i(), y.as<W>(), y.shape[0], y.shape[1], update.shape[1], row);
+    return Status::ok();
+  });
+}
+
+// The window first (it reads the ring's rows the write replaces), then the
+// write, in place as runCacheUpdate's.
+Status CudaExecutor::State::runRingCacheUpdate(const pxe::Instruction &inst) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  DeviceBuffer &ring = in(0), &update = in(1), &window = out(0), &y = out(1);
+  int64_t B = ring.shape[0], C = ring.shape[1], S = update.shape[1], row = ring.shape[2] * ring.shape[3];
+  return withBits(y, [&](auto w) {
+    using W = decltype(w);
+    PARAX_LAUNCH(ringWindowKernel<W>, blocksFor(window.numel()), kThreads, 0, stream)(
+        ring.as<W>(), update.as<W>(), in(2).i(), window.as<W>(), B, C, S, row);
+    if (y.data != ring.data) {
+      Status st = copy(y.data, ring.data, y.numel(), y);
+      if (!st.isOk()) return st;
+    }
+    PARAX_LAUNCH(ringWriteKernel<W>, blocksFor(B * std::min(S, C) * row), kThreads, 0, stream)(
+        update.as<W>(), in(2).i(), y.as<W>(), B, C, S, row);
     return Status::ok();
   });
 }
@@ -3694,7 +3718,7 @@ Status CudaExecutor::State::runAttentionGrad(const pxe::Instruction &inst) {
                  stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), nullptr, shape.B, shape.S, shape.H, shape.D,
                          shape.T, shape.KH, shape.DV, shape.DV, shape.causal, shape.scale, shape.headOffset,
                          shape.group, nullptr, shape.past, shape.stride, dout.as<B16>(), scratch,
-                         shape.window, shape.softcap);
+                         shape.window, shape.softcap, false);
     PARAX_LAUNCH(attentionGradTensorCoreKeyValueKernel, shape.B * shape.H * ((shape.T + R - 1) / R), threads,
                  tc.keyValueBytes(), stream)(q.as<B16>(), k.as<B16>(), v.as<B16>(), dout.as<B16>(), scratch,
                                              out(1).as<B16>(), out(2).as<B16>(), dkPart, dvPart, shape, tc);

@@ -226,15 +226,31 @@ __device__ __forceinline__ void onlineSoftmaxTile(float *ps, float *os, const fl
 
 // Which keys a query sees (the CPU backend's AttentionGeometry): under a
 // causal mask those up to its position p, else all T; under a sliding
-// window of W (> 0) the last W of those. `firstKey` is the first it sees.
+// window of W (> 0) the last W of those; none before `floor` (a ring's
+// window: its rows of negative position). `firstKey` is the first it sees.
 __device__ __forceinline__ int64_t keysEndFor(bool causal, int64_t T, int64_t p) {
   return causal ? min(T, p + 1) : T;
 }
-__device__ __forceinline__ int64_t firstKey(bool causal, int64_t window, int64_t T, int64_t p) {
-  return window > 0 ? max((int64_t)0, keysEndFor(causal, T, p) - window) : 0;
+__device__ __forceinline__ int64_t firstKey(bool causal, int64_t window, int64_t T, int64_t p,
+                                            int64_t floor = 0) {
+  return max(floor, window > 0 ? max((int64_t)0, keysEndFor(causal, T, p) - window) : (int64_t)0);
 }
-__device__ __forceinline__ bool keyVisible(bool causal, int64_t window, int64_t T, int64_t t, int64_t p) {
-  return t < keysEndFor(causal, T, p) && t >= firstKey(causal, window, T, p);
+__device__ __forceinline__ bool keyVisible(bool causal, int64_t window, int64_t T, int64_t t, int64_t p,
+                                           int64_t floor = 0) {
+  return t < keysEndFor(causal, T, p) && t >= firstKey(causal, window, T, p, floor);
+}
+// A query's position: `past` (then its own offset), or a generation
+// step's run-time *position; with `ring` (a ring_cache_update's window,
+// whose row r holds position *position - past + r) the keys stay where
+// they are and those of negative position are not seen: the floor.
+__device__ __forceinline__ int64_t queryBase(const int32_t *position, bool ring, int64_t past, int64_t &floor) {
+  floor = 0;
+  if (!position) return past;
+  if (ring) {
+    floor = max((int64_t)0, past - (int64_t)*position);
+    return past;
+  }
+  return *position;
 }
 // A scaled score soft-capped (Gemma 2: c tanh(s / c)); c <= 0: as it is.
 __device__ __forceinline__ float capScore(float s, float cap) { return cap > 0 ? cap * tanhf(s / cap) : s; }
@@ -258,7 +274,7 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
                                 int64_t D, int64_t T_, int64_t KH, int64_t DV, int64_t VW, bool causal, float scale,
                                 int64_t headOffset, int64_t group, int qTile, int kTile,
                                 const int32_t *position, int64_t past, int64_t stride, int64_t window,
-                                float softcap) {
+                                float softcap, bool ring) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1; // padded rows: keys fall in different banks
   const int dv = static_cast<int>(DV), d0 = static_cast<int>(D);
@@ -278,11 +294,12 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v, T *y, int64_
   // queries split over ranks (context parallelism: in blocks, stride 1;
   // dealt out cyclically, stride the ranks), or (a generation step over a
   // cache) the run-time position.
-  if (position) past = *position;
+  int64_t floor;
+  past = queryBase(position, ring, past, floor);
   // Keys the tile's last query sees (causal), or all of them; from the
   // first its first query sees (a sliding window).
   int64_t keysEnd = causal ? min(T_, past + (q0 + rows - 1) * stride + 1) : T_;
-  int64_t keysBegin = firstKey(causal, window, T_, past + q0 * stride);
+  int64_t keysBegin = firstKey(causal, window, T_, past + q0 * stride, floor);
   const T *qTile0 = q + ((b * S + q0) * H + h) * D; // (the rows' padding columns are never read)
   loadFloatTile<T>(qs, ds, [&](int r) { return qTile0 + r * H * D; }, rows, qTile, d0, packable(qTile0, H * D, d0));
   for (int i = threadIdx.x; i < qTile * dv; i += blockDim.x) os[i] = 0.0f;
@@ -357,7 +374,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
                                       int64_t D, int64_t T_, int64_t KH, int64_t DV, int64_t VW, bool causal,
                                       float scale, int64_t headOffset, int64_t group, int64_t chunks, int64_t chunkKeys,
                                       int kTile, int blockRows, const int32_t *position, int64_t past,
-                                      int64_t stride, int64_t window, float softcap) {
+                                      int64_t stride, int64_t window, float softcap, bool ring) {
   PARAX_DYNAMIC_SHARED(float, shared);
   const int ds = static_cast<int>(D) + 1, dv = static_cast<int>(DV), d0 = static_cast<int>(D);
   // A KV head's rows on this rank (at most its group's heads, or the
@@ -378,11 +395,12 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
   int rows = hHi > hLo ? static_cast<int>((hHi - hLo) * S) : 0;
   const int row0 = static_cast<int>(g) * R;
   int here = max(0, min(R, rows - row0));
-  if (position) past = *position; // (else as attentionKernel's)
+  int64_t floor;
+  past = queryBase(position, ring, past, floor); // (as attentionKernel's)
   // A cache's rows beyond the last query's position are not read (a
   // generation step: the chunks past it only write empty partials).
   // (and under a sliding window, none before the first query's first)
-  int64_t k0 = max(c * chunkKeys, firstKey(causal, window, T_, past)),
+  int64_t k0 = max(c * chunkKeys, firstKey(causal, window, T_, past, floor)),
           k1 = min(causal ? min(T_, past + (S - 1) * stride + 1) : T_, c * chunkKeys + chunkKeys);
   for (int i = threadIdx.x; i < R * ds; i += blockDim.x) {
     int r = i / ds, d = i % ds;
@@ -406,7 +424,7 @@ __global__ void decodeAttentionKernel(const T *q, const T *k, const T *kNew, int
     for (int i = threadIdx.x; i < R * kTile; i += blockDim.x) {
       int r = i / kTile, j = i % kTile;
       float score = -INFINITY;
-      if (r < here && j < cols && keyVisible(causal, window, T_, t0 + j, past + ((row0 + r) % S) * stride)) {
+      if (r < here && j < cols && keyVisible(causal, window, T_, t0 + j, past + ((row0 + r) % S) * stride, floor)) {
         const float *qr = qs + r * ds, *kr = ks + j * ds;
         float dot = 0.0f;
         for (int d = 0; d < d0; ++d) dot += qr[d] * kr[d];
@@ -522,7 +540,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
                                           int64_t headOffset,
                                           int64_t group, const int32_t *position, int64_t past,
                                           int64_t stride, const __nv_bfloat16 *dout, float *stats,
-                                          int64_t window, float softcap) {
+                                          int64_t window, float softcap, bool ring) {
   using namespace nvcuda;
   constexpr int QT = TensorCoreTiles::kQueries, KT = TensorCoreTiles::kKeys;
   PARAX_DYNAMIC_SHARED(float, shared); // one name and type for every kernel's dynamic shared memory
@@ -543,9 +561,10 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
   int64_t q0 = qt * QT;
   int rows = static_cast<int>(min((int64_t)QT, S - q0));
   int64_t kh = (headOffset + h) / group;
-  if (position) past = *position; // (else as attentionKernel's)
+  int64_t floor;
+  past = queryBase(position, ring, past, floor); // (as attentionKernel's)
   int64_t keysEnd = causal ? min(T_, past + (q0 + rows - 1) * stride + 1) : T_;
-  int64_t keysBegin = firstKey(causal, window, T_, past + q0 * stride);
+  int64_t keysBegin = firstKey(causal, window, T_, past + q0 * stride, floor);
   int warp = threadIdx.x / 32;
   loadTile(qs, ldq, q + ((b * S + q0) * H + h) * D, H * D, rows, QT, dq);
   for (int i = threadIdx.x; i < QT * ldo; i += blockDim.x) os[i] = 0.0f;
@@ -571,7 +590,7 @@ __global__ void attentionTensorCoreKernel(const __nv_bfloat16 *q, const __nv_bfl
       float *sr = ss + r * lds;
       float m = -INFINITY;
       for (int j = half; j < cols; j += 2) {
-        bool visible = r < rows && keyVisible(causal, window, T_, t0 + j, past + (q0 + r) * stride);
+        bool visible = r < rows && keyVisible(causal, window, T_, t0 + j, past + (q0 + r) * stride, floor);
         sr[j] = visible ? capScore(sr[j] * scale, softcap) : -INFINITY;
         m = fmaxf(m, sr[j]);
       }
@@ -709,6 +728,31 @@ __global__ void strideRowsKernel(const W *table, W *y, int64_t n, int64_t h, int
 template <typename W>
 __global__ void positionRowsKernel(const W *table, const int32_t *position, W *y, int64_t n, int64_t h) {
   PARAX_GRID_STRIDE(k, n) y[k] = table[*position * h + k];
+}
+
+// A ring's window [B, C + S, row]: the ring's rows of positions *position -
+// C .. *position - 1 (position t in row t mod C), then the step's rows.
+template <typename W>
+__global__ void ringWindowKernel(const W *ring, const W *update, const int32_t *position, W *window, int64_t B,
+                                 int64_t C, int64_t S, int64_t row) {
+  int64_t at = *position;
+  PARAX_GRID_STRIDE(k, B * (C + S) * row) {
+    int64_t i = k % row, r = (k / row) % (C + S), b = k / (row * (C + S));
+    window[k] = r < C ? ring[(b * C + ((at - C + r) % C + C) % C) * row + i] : update[(b * S + r - C) * row + i];
+  }
+}
+
+// A step's rows [B, S, row] written into a ring [B, C, row]: row i at
+// (*position + i) mod C, the last C of them.
+template <typename W>
+__global__ void ringWriteKernel(const W *update, const int32_t *position, W *ring, int64_t B, int64_t C, int64_t S,
+                                int64_t row) {
+  int64_t at = *position, first = S > C ? S - C : 0;
+  if (at < 0) return;
+  PARAX_GRID_STRIDE(k, B * (S - first) * row) {
+    int64_t i = k % row, s = first + (k / row) % (S - first), b = k / (row * (S - first));
+    ring[(b * C + (at + s) % C) * row + i] = update[(b * S + s) * row + i];
+  }
 }
 
 // A step's rows [B, S, row] written into a cache [B, C, row] at *position

@@ -661,3 +661,29 @@ def test_the_python_api_returns_plans_as_objects():
     assert nothing.plans == [] and "nothing fits" in nothing.explanation
     with pytest.raises(ValueError, match="no plan"):
         nothing.best
+
+
+def test_a_sliding_window_keeps_its_windows_tokens_in_the_kv_cache(parax_plan, tmp_path):
+    """Decoding Mistral (2 layers, 2 KV heads of 16, bf16 caches) at a
+    context of 8,192 with a window of 1,024: each layer's cache holds the
+    window's tokens (parax's generation step keeps a ring), 2 layers x
+    (keys + values) x 2 heads x 16 x 2 bytes = 256 bytes a token, by 1,024
+    tokens by 4 sequences = 1,048,576 bytes; without the window the
+    context's and the step's 8,193 tokens: 8,389,632. The generation step built over its rings plans the
+    same: each ring of 1,023 tokens, plus nothing a token."""
+    kv = {}
+    for window in (None, 1024):
+        config = tmp_path / f"config-{window}.json"
+        config.write_text(json.dumps(dict(PRESETS["tiny-mistral"], sliding_window=window,
+                                          max_position_embeddings=8192)))
+        model = tmp_path / f"model-{window}.mlir"
+        model.write_text(build_model(load_config(str(config)), batch=4, seq=1))
+        out = plan(parax_plan, str(model), "dgx-h100:devices_per_node=1", "decode:batch=4,context=8192")
+        kv[window] = out["plans"][0]["memory_bytes"]["kv_cache"]
+    assert kv[None] == pytest.approx(2 * 2 * 2 * 16 * 2 * 8193 * 4, rel=1e-9)
+    assert kv[1024] == pytest.approx(2 * 2 * 2 * 16 * 2 * 1024 * 4, rel=1e-9)
+    step = tmp_path / "step.mlir"
+    step.write_text(build_model(load_config(str(tmp_path / "config-1024.json")), batch=4, seq=1, cache=8192))
+    assert "parax.ring_cache_update" in step.read_text()
+    out = plan(parax_plan, str(step), "dgx-h100:devices_per_node=1", "decode:batch=4,context=8192")
+    assert out["plans"][0]["memory_bytes"]["kv_cache"] == pytest.approx(2 * 2 * 2 * 16 * 2 * 1023 * 4, rel=1e-9)

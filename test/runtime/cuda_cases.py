@@ -186,6 +186,14 @@ GENERATE = {
     "generate-deepseek-v3-absorbed-tp2-prefill-expanded": (
         "tiny-deepseek-v3", 2, "tp=2,dp=1", 2, 32, 9, 6,
         {"chunk": 4, "model": ABSORBED_MLA, "prefill_model": dict(ABSORBED_MLA, mla="expanded")}),
+    # A sliding window of 37 keys over rings of its last 36 tokens: prefill
+    # chunks of 20 (more than the ring holds: the last 36 kept) and steps
+    # far past the ring's rows, over positions that wrap it twice; the
+    # first chunk's window rows of negative position unseen; under TP2 too.
+    "generate-mistral-ring-prefill": ("tiny-mistral", 2, None, 1, 96, 61, 24,
+                                      {"chunk": 20, "model": {"overrides": {"sliding_window": 37}}}),
+    "generate-mistral-ring-tp2-prefill": ("tiny-mistral", 2, "tp=2,dp=1", 2, 48, 9, 30,
+                                          {"chunk": 4, "model": {"overrides": {"sliding_window": 37}}}),
 }
 BF16_REL = 3e-2
 # Training steps (--parax-autodiff): name -> (preset, batch, seq, workload

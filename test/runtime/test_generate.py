@@ -864,3 +864,47 @@ def test_front_door_compiles_absorbed_attention(tmp_path):
     tokens = np.load(out)
     np.testing.assert_allclose(np.load(logits), reference.forward(cfg, weights, tokens[:, :-1]),
                                atol=1e-4, rtol=1e-4)
+
+
+RING_PLANS = [(None, 1), ("tp=2,dp=1", 2), ("pp=2,dp=1", 2)]
+
+
+@pytest.mark.parametrize("pins,ranks", RING_PLANS, ids=[p[0] or "single" for p in RING_PLANS])
+@pytest.mark.parametrize("chunk,prompt_len", [(3, 7), (5, 11)])
+def test_a_sliding_window_generates_over_a_ring_of_its_window(tmp_path, pins, ranks, chunk, prompt_len):
+    """Mistral's window of 4 keys: each layer's caches hold its last 3
+    tokens (a ring, `parax.ring_cache_update`), whatever the capacity asked
+    (16) and however far the loop goes (past 16: a ring holds any
+    position). Prefill chunks of 3 (the ring's rows) and 5 (more: the last 3
+    kept), then steps; every position's logits against numpy's."""
+    window = {"sliding_window": 4}
+    step = Model(str(tmp_path), "tiny-mistral", seq=1, cache=16, overrides=window)
+    chunked = Model(os.path.join(str(tmp_path), "prefill"), "tiny-mistral", seq=chunk, cache=16, overrides=window)
+    ir = open(step.ir).read()
+    assert ir.count("parax.ring_cache_update") == 4 and "parax.cache_update" not in ir
+    assert ir.count("tensor<2x3x2x16xf32>") >= 4  # (each layer's key and value rings: 3 rows)
+    workload = f"decode:batch=2,context=16,{pins}" if pins else None
+    exe = step.compile("step", workload, ranks)
+    prefill = chunked.compile("prefill", workload, ranks)
+    prompt = np.random.default_rng(8).integers(0, step.cfg.vocab, size=(2, prompt_len))
+    proc = step.generate(exe, ranks, prompt, 10, prefill=prefill, expect_ok=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"prefill of {prompt_len // chunk} chunk(s) of {chunk} tokens" in proc.stdout, proc.stdout
+    tokens, logits = step.generate(exe, ranks, prompt, 10, prefill=prefill)
+    assert tokens.shape == (2, prompt_len + 10) and prompt_len + 10 > 16
+    check_generation(step, tokens, logits, prompt_len)
+
+
+def test_local_layers_keep_rings_and_global_layers_their_capacity(tmp_path):
+    """Gemma 3: its local layers (window 4) keep rings of 3 tokens, its
+    global layer a cache of the capacity, which bounds the loop."""
+    window = {"sliding_window": 4}
+    step = Model(str(tmp_path), "tiny-gemma3", seq=1, cache=12, overrides=window)
+    ir = open(step.ir).read()
+    assert ir.count("parax.ring_cache_update") == 4 and ir.count("parax.cache_update") == 2
+    exe = step.compile("step")
+    prompt = prompt_for(step, 2)
+    tokens, logits = step.generate(exe, 1, prompt, 9)
+    check_generation(step, tokens, logits, PROMPT)
+    proc = step.generate(exe, 1, prompt, 11, expect_ok=False)
+    assert proc.returncode != 0 and "the step's caches hold 12" in proc.stdout + proc.stderr

@@ -243,7 +243,7 @@ class _Builder:
             attrs += f", value_dim = {value_dim} : i64"
         if self.cfg.attn_softcap:  # Gemma 2
             attrs += f", softcap = {f64(self.cfg.attn_softcap)}"
-        if window and max(self.past + self.S, self.cache) > window:  # (a shorter program sees all)
+        if window:  # (a decode step's too: the planner sizes its KV cache by it)
             attrs += f", window = {window} : i64"
         if ring:
             attrs += ", ring"

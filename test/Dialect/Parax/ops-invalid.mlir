@@ -1277,3 +1277,29 @@ func.func @negative_cross_entropy_lse_before_count(%l: tensor<2x4x16xf32>, %y: t
   %0 = parax.cross_entropy %l, %y, %lse, %n {ignore_index = -100 : i64, vocab_grid = @g, vocab_axes = ["tp"]} : (tensor<2x4x16xf32>, tensor<2x4xi32>, tensor<2x4x1xf32>, tensor<f32>) -> tensor<f32>
   return
 }
+
+// -----
+
+func.func @negative_ring_window_shape(%c: tensor<1x3x2x8xf32>, %u: tensor<1x2x2x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C1: cache and update must be rank-4 tensors of one element type that agree outside dimension 1, the window [B, C + S, heads, D] of that type and the result the cache's type}}
+  %0:2 = parax.ring_cache_update %c, %u, %p : (tensor<1x3x2x8xf32>, tensor<1x2x2x8xf32>, tensor<i32>) -> (tensor<1x3x2x8xf32>, tensor<1x3x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @negative_ring_attention_without_window(%q: tensor<1x1x2x8xf32>, %k: tensor<1x4x2x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C13: ring needs a position operand and a window}}
+  %0 = parax.attention %q, %k, %k, %p {causal, ring, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.25 : f64}
+      : (tensor<1x1x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<i32>) -> tensor<1x1x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_ring_shorter_than_its_window(%q: tensor<1x2x2x8xf32>, %k: tensor<1x4x2x8xf32>, %p: tensor<i32>) {
+  // expected-error @+1 {{C13: a ring's 2 cached rows cannot hold the 3 earlier keys a window of 4 sees}}
+  %0 = parax.attention %q, %k, %k, %p {causal, ring, window = 4, num_heads = 2, num_kv_heads = 2, head_dim = 8, scale = 0.25 : f64}
+      : (tensor<1x2x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<i32>) -> tensor<1x2x2x8xf32>
+  return
+}

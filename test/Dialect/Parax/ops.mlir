@@ -81,6 +81,19 @@ func.func @generation_step(%q: tensor<2x1x4x16xf32>, %k: tensor<2x1x2x16xf32>, %
   return %o, %p : tensor<2x1x4x16xf32>, tensor<1x1x64xf32>
 }
 
+// A sliding window's generation step: the window read out of a ring of its
+// last 3 tokens, the step's keys written in; the attention over the window.
+// CHECK-LABEL: func.func @ring_generation_step
+func.func @ring_generation_step(%q: tensor<2x1x4x16xf32>, %k: tensor<2x1x2x16xf32>, %ring: tensor<2x3x2x16xf32>,
+                                %pos: tensor<i32>) -> tensor<2x1x4x16xf32> {
+  // CHECK: %{{.*}}, %{{.*}} = parax.ring_cache_update %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x3x2x16xf32>, tensor<2x1x2x16xf32>, tensor<i32>) -> (tensor<2x4x2x16xf32>, tensor<2x3x2x16xf32>)
+  %w, %r = parax.ring_cache_update %ring, %k, %pos : (tensor<2x3x2x16xf32>, tensor<2x1x2x16xf32>, tensor<i32>) -> (tensor<2x4x2x16xf32>, tensor<2x3x2x16xf32>)
+  // CHECK: parax.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {causal, {{.*}}ring{{.*}}window = 4 : i64} : (tensor<2x1x4x16xf32>, tensor<2x4x2x16xf32>, tensor<2x4x2x16xf32>, tensor<i32>) -> tensor<2x1x4x16xf32>
+  %o = parax.attention %q, %w, %w, %pos {causal, ring, window = 4, num_heads = 4, num_kv_heads = 2, head_dim = 16, scale = 0.25 : f64}
+      : (tensor<2x1x4x16xf32>, tensor<2x4x2x16xf32>, tensor<2x4x2x16xf32>, tensor<i32>) -> tensor<2x1x4x16xf32>
+  return %o : tensor<2x1x4x16xf32>
+}
+
 // CHECK-LABEL: func.func @elementwise
 func.func @elementwise(%a: tensor<2x16x64xf32>, %b: tensor<1x16x64xf32>, %g: tensor<2x16x1xf32>)
     -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x64xf32>) {
