@@ -83,15 +83,18 @@ CASES = {
     "llama-bf16-cp2-seq200": ("tiny-llama", None, 1, 200, False, "cp=2,tp=1,dp=1", 2, "bf16"),
     "gpt2-cp2-tp2": ("tiny-gpt2", None, 2, 8, False, "cp=2,tp=2,dp=1", 4),
     # Sliding windows (37 keys over 100 positions: windows that begin
-    # mid-tile), on CUDA cores, tensor cores (bf16) and over a decode
-    # step's cache; Gemma 2's soft-capped scores, with its local layers
-    # windowed too (their gradients: the train-*-window cases).
+    # mid-tile), on CUDA cores, tensor cores (bf16), over a decode step's
+    # cache and with the queries split over 2 ranks (CP2); Gemma 2's
+    # soft-capped scores, with its local layers windowed too (their
+    # gradients: the train-*-window cases).
     "mistral-window": ("tiny-mistral", None, 1, 100, False, None, 1, "f32", 0, False, 0,
                        {"overrides": {"sliding_window": 37}}),
     "mistral-bf16-window": ("tiny-mistral", None, 1, 100, False, None, 1, "bf16", 0, False, 0,
                             {"overrides": {"sliding_window": 37}}),
     "mistral-decode-window": ("tiny-mistral", None, 2, 1, False, None, 1, "f32", 100, False, 0,
                               {"overrides": {"sliding_window": 37}}),
+    "mistral-window-cp2": ("tiny-mistral", None, 1, 100, False, "cp=2,tp=1,dp=1", 2, "f32", 0, False, 0,
+                           {"overrides": {"sliding_window": 37}}),
     "gemma2-window": ("tiny-gemma2", None, 1, 100, False, None, 1, "f32", 0, False, 0,
                       {"overrides": {"sliding_window": 37}}),
     "gemma2-bf16-window": ("tiny-gemma2", None, 1, 100, False, None, 1, "bf16", 0, False, 0,

@@ -212,3 +212,37 @@ def test_gpt2_exact_gelu_matches_transformers(tmp_path):
     assert "parax.gelu none" in open(model.ir).read()
     assert np.abs(model.reference() - expected).max() < TOL
     assert np.abs(model.run(model.compile("single"), 1) - expected).max() < TOL
+
+
+GENERATION_FAMILIES = [("tiny-llama", None), ("tiny-qwen2", None), ("tiny-qwen3", None), ("tiny-mistral", 4),
+                       ("tiny-phi3", None), ("tiny-gemma", None), ("tiny-gemma2", 4), ("tiny-gemma3", 4),
+                       ("tiny-gpt2", None), ("tiny-mixtral", 4), ("tiny-qwen3-moe", None), ("tiny-deepseek-v3", None)]
+
+
+@pytest.mark.parametrize("preset,window", GENERATION_FAMILIES, ids=[p[0] for p in GENERATION_FAMILIES])
+def test_greedy_generation_is_transformers_generate(tmp_path, preset, window):
+    """parax-run --generate against transformers' generate(do_sample=False)
+    on the same checkpoint: 2 prompts of 5 tokens, 8 new tokens, every
+    family; windows of 4 keys (Mistral, Mixtral: every layer; Gemma 2 and 3:
+    the local layers) generate over rings of 3 tokens that wrap 3 times
+    (transformers: its own sliding-window caches). The same tokens (neither
+    stopping at an end-of-text id), and each new token's logits within TOL
+    of transformers'."""
+    config = dict(PRESETS[preset], **({"sliding_window": window} if window else {}))
+    path = config_file(tmp_path, config)
+    step = Model(str(tmp_path / "parax"), path, seq=1, cache=16)
+    prompt = np.random.default_rng(5).integers(0, step.cfg.vocab, size=(2, 5))
+    tokens, logits = step.generate(step.compile("step"), 1, prompt, 8)
+    directory = str(tmp_path / "hf")
+    save_pretrained(directory, config, step.weights)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        directory, torch_dtype=torch.float32, attn_implementation="eager")
+    hf.eval()
+    hf.generation_config.eos_token_id = None  # (parax-run stops only at --stop-token)
+    with torch.no_grad():
+        out = hf.generate(torch.tensor(prompt, dtype=torch.long), attention_mask=torch.ones(prompt.shape, dtype=torch.long),
+                          max_new_tokens=8, do_sample=False, output_logits=True,
+                          return_dict_in_generate=True, pad_token_id=0)
+    assert (tokens == out.sequences.numpy()).all(), (tokens, out.sequences.numpy())
+    expected = np.stack([s.numpy() for s in out.logits], axis=1)  # [rows, 8, V]: each new token's logits
+    assert np.abs(logits[:, 4:] - expected).max() < TOL
