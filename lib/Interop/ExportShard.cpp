@@ -157,7 +157,11 @@ struct Exporter {
                            return arith::AddFOp::create(nb, l, a[0], a[1]).getResult();
                          });
     }
-    return op->emitError("export: no linalg form for this op");
+    return op->emitError("export: no linalg form for '")
+           << op->getName() << "' (the export covers 2-D linear, silu, swiglu, "
+              "add and attention's two contractions: a whole model's "
+              "embedding, norms and rope are refused here, the first of them "
+              "by name)";
   }
 };
 
