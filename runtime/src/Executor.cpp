@@ -6,6 +6,7 @@
 #include "parax/runtime/Executable.h"
 
 #include "FewRowsGemm.h"
+#include "VectorMath.h"
 #include "GradientKernels.h"
 #include "MoeKernels.h"
 
@@ -63,8 +64,6 @@ void joinAlong(const std::vector<float> &pieces, int dim, int parts, Tensor &out
       k += chunk * inner;
     }
 }
-
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // The cross-entropy's mean: its divisor (with ignore_index, label_count's
 // count, 1 where it is 0; else num_tokens or this rank's rows; over the
@@ -982,11 +981,7 @@ Status Executor::Impl::runAttention(const pxe::Instruction &inst, int) {
           float *row = &scores[r * seen];
           int64_t visible = visibleOf(s0 + r), first = geo.first(s0 + r);
           geo.capScores(row + first, visible - first);
-          float maxScore = -INFINITY;
-          for (int64_t t = first; t < visible; ++t) maxScore = std::max(maxScore, row[t]);
-          double sum = 0;
-          for (int64_t t = first; t < visible; ++t) sum += row[t] = std::exp(row[t] - maxScore);
-          for (int64_t t = first; t < visible; ++t) row[t] = static_cast<float>(row[t] / sum);
+          if (visible > first) softmax(row + first, visible - first);
           std::fill(row, row + first, 0.0f);
           std::fill(row + visible, row + seen, 0.0f);
         }
@@ -1103,12 +1098,14 @@ Status Executor::Impl::runAdd(const pxe::Instruction &inst, int variant) {
 Status Executor::Impl::runSilu(const pxe::Instruction &inst, int variant) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
   Tensor &x = in(0), &y = out();
+  if (variant == 0) { // silu
+    siluTimes(x.f.data(), nullptr, y.f.data(), x.numel());
+    return Status::ok();
+  }
   bool tanhApprox = attrString(a, "approximate") == "tanh";
   for (int64_t k = 0; k < x.numel(); ++k) {
     float v = x.f[k];
-    if (variant == 0)
-      y.f[k] = silu(v);
-    else if (variant == 1)
+    if (variant == 1)
       y.f[k] = 1.0f / (1.0f + std::exp(-v));
     else if (tanhApprox)
       y.f[k] = 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
@@ -1132,7 +1129,7 @@ Status Executor::Impl::runSoftcap(const pxe::Instruction &inst, int) {
 Status Executor::Impl::runSwiglu(const pxe::Instruction &inst, int) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
   Tensor &g = in(0), &u = in(1), &y = out();
-  for (int64_t k = 0; k < g.numel(); ++k) y.f[k] = silu(g.f[k]) * u.f[k];
+  siluTimes(g.f.data(), u.f.data(), y.f.data(), g.numel());
   return Status::ok();
 }
 
