@@ -409,16 +409,8 @@ static LogicalResult partitionRoutedExperts(OpBuilder &b, Operation *op,
   // routes more to a rank).
   int64_t pairs = indices.getNumElements(), rows = parts * pairs;
   auto function = op->getParentOfType<func::FuncOp>();
-  if (auto plan =
-          function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPlanAttrName))
-    if (Attribute given = plan.get("expert_capacity")) {
-      auto capacity = dyn_cast<FloatAttr>(given);
-      if (!capacity || !(capacity.getValueAsDouble() >= 1))
-        return function.emitError()
-               << "the plan's expert_capacity must be a number >= 1 (the rows "
-                  "a rank's expert dispatch holds, per (token, choice) pair of "
-                  "its own), got "
-               << given;
+  if (auto plan = function->getAttrOfType<PlanAttr>(ParaxDialect::kPlanAttrName))
+    if (FloatAttr capacity = plan.getExpertCapacity()) { // (>= 1: the verifier's)
       rows = std::clamp<int64_t>(
           static_cast<int64_t>(std::ceil(capacity.getValueAsDouble() * pairs)),
           pairs, rows);
@@ -853,23 +845,16 @@ LogicalResult FunctionPartitioner::buildStage(
       stageFunction.setResultAttr(k, ParaxDialect::kStagePartAttrName, builder.getUnitAttr());
   }
 
-  // The schedule, for the runtime.
-  NamedAttrList pipeline;
-  pipeline.append("stage", builder.getI64IntegerAttr(stage));
-  pipeline.append("stages", builder.getI64IntegerAttr(stages));
-  if (chunks > 1)
-    pipeline.append("chunks", builder.getI64IntegerAttr(chunks));
-  if (auto plan = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPlanAttrName)) {
-    if (Attribute schedule = plan.get("schedule"))
-      pipeline.append("schedule", schedule);
-    if (Attribute micro = plan.get("micro_batches"))
-      pipeline.append("micro_batches", micro);
-    if (Attribute zero = plan.get("zero"))
-      pipeline.append("zero", zero);
+  // The schedule, for the runtime: the plan's (or, unplanned, one
+  // microbatch, 1F1B, no ZeRO).
+  auto plan = function->getAttrOfType<PlanAttr>(ParaxDialect::kPlanAttrName);
+  if (plan)
     stageFunction->setAttr(ParaxDialect::kPlanAttrName, plan);
-  }
-  stageFunction->setAttr(ParaxDialect::kPipelineAttrName,
-                         pipeline.getDictionary(context));
+  stageFunction->setAttr(
+      ParaxDialect::kPipelineAttrName,
+      PipelineAttr::get(context, stage, stages, chunks,
+                        plan ? plan.getSchedule() : StringRef("1f1b"),
+                        plan ? plan.getMicroBatches() : 1, plan ? plan.getZero() : 0));
   return success();
 }
 

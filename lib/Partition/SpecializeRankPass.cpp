@@ -122,12 +122,9 @@ struct ParaxSpecializeRankPass
 
     for (auto function : module.getOps<func::FuncOp>()) {
       auto pipeline =
-          function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPipelineAttrName);
-      int64_t stage = 0, stages = 1;
-      if (pipeline) {
-        stage = cast<IntegerAttr>(pipeline.get("stage")).getInt();
-        stages = cast<IntegerAttr>(pipeline.get("stages")).getInt();
-      }
+          function->getAttrOfType<PipelineAttr>(ParaxDialect::kPipelineAttrName);
+      int64_t stage = pipeline ? pipeline.getStage() : 0,
+              stages = pipeline ? pipeline.getStages() : 1;
       if (stage != myStage)
         continue;
       os << formatv("runs @{0} (stage {1} of {2})\n", function.getSymName(),

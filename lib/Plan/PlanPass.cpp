@@ -228,34 +228,22 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
       }
     }
 
-    // The plan summary.
-    NamedAttrList summary;
-    summary.append("cluster", b.getStringAttr(clusterSpec.name));
-    summary.append("devices", b.getI64IntegerAttr(result.devices));
-    summary.append("workload", b.getStringAttr(work.toString()));
-    summary.append("pp", b.getI64IntegerAttr(plan.pp));
-    summary.append("dp", b.getI64IntegerAttr(plan.dp));
-    summary.append("ep", b.getI64IntegerAttr(plan.ep));
-    summary.append("tp", b.getI64IntegerAttr(plan.tp));
-    summary.append("cp", b.getI64IntegerAttr(plan.cp));
-    summary.append("sequence_parallel", b.getBoolAttr(plan.sequenceParallel));
-    summary.append("micro_batch", b.getI64IntegerAttr(plan.microBatch));
-    summary.append("micro_batches", b.getI64IntegerAttr(plan.microBatches));
-    summary.append("schedule", b.getStringAttr(toString(plan.schedule)));
-    if (plan.schedule == Schedule::Interleaved)
-      summary.append("virtual_stages", b.getI64IntegerAttr(plan.virtualStages));
-    summary.append("zero", b.getI64IntegerAttr(plan.zero));
-    summary.append("recompute", b.getStringAttr(toString(plan.recompute)));
-    if (work.expertCapacity && plan.ep > 1)
-      summary.append("expert_capacity",
-                     b.getF64FloatAttr(*work.expertCapacity));
-    summary.append("step_time_s", b.getF64FloatAttr(plan.stepTime));
-    summary.append("mfu", b.getF64FloatAttr(plan.mfu));
-    summary.append("memory_per_device_bytes", b.getF64FloatAttr(plan.memory.total()));
-    summary.append("exposed_comm_s",
-                   b.getF64FloatAttr(plan.tpComm + plan.ppComm + plan.dpComm +
-                                     plan.epComm + plan.cpComm));
-    function->setAttr("parax.plan", summary.getDictionary(context));
+    // The plan, for the passes after this one (#parax.plan).
+    FloatAttr capacity = work.expertCapacity && plan.ep > 1
+                             ? b.getF64FloatAttr(*work.expertCapacity)
+                             : FloatAttr();
+    function->setAttr(
+        ParaxDialect::kPlanAttrName,
+        PlanAttr::get(context, clusterSpec.name, result.devices, work.toString(),
+                      plan.pp, plan.dp, plan.ep, plan.tp, plan.cp,
+                      b.getBoolAttr(plan.sequenceParallel), plan.microBatch,
+                      plan.microBatches, toString(plan.schedule),
+                      plan.schedule == Schedule::Interleaved ? plan.virtualStages : 1,
+                      plan.zero, toString(plan.recompute), capacity,
+                      b.getF64FloatAttr(plan.stepTime), b.getF64FloatAttr(plan.mfu),
+                      b.getF64FloatAttr(std::round(plan.memory.total())), // (whole bytes: printed in decimal)
+                      b.getF64FloatAttr(plan.tpComm + plan.ppComm + plan.dpComm +
+                                        plan.epComm + plan.cpComm)));
     return success();
   }
 };

@@ -306,19 +306,12 @@ LogicalResult parax::translateToExecutable(ModuleOp module, llvm::raw_ostream &o
     if (function.isExternal())
       continue;
     int64_t index = 0;
-    if (auto pipeline = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPipelineAttrName)) {
-      auto stage = pipeline.getAs<IntegerAttr>("stage");
-      if (!stage)
-        return function.emitError("'") << ParaxDialect::kPipelineAttrName << "' has no integer 'stage'";
-      index = stage.getInt();
-      if (auto kind = pipeline.getAs<StringAttr>("schedule"))
-        scheduleKind = kind.getValue().str();
-      if (auto micro = pipeline.getAs<IntegerAttr>("micro_batches"))
-        microBatches = micro.getInt();
-      if (auto zero = pipeline.getAs<IntegerAttr>("zero"))
-        zeroStage = zero.getInt();
-      if (auto count = pipeline.getAs<IntegerAttr>("chunks"))
-        chunks = count.getInt();
+    if (auto pipeline = function->getAttrOfType<PipelineAttr>(ParaxDialect::kPipelineAttrName)) {
+      index = pipeline.getStage();
+      scheduleKind = pipeline.getSchedule().str();
+      microBatches = pipeline.getMicroBatches();
+      zeroStage = pipeline.getZero();
+      chunks = pipeline.getChunks();
     }
     if (!stages.emplace(index, function).second)
       return function.emitError("two functions for pipeline stage ") << index;

@@ -134,9 +134,8 @@ struct RecomputePass : parax::impl::ParaxRecomputePassBase<RecomputePass> {
         continue;
       std::string chosen = mode;
       if (chosen == "plan") {
-        auto plan = function->getAttrOfType<DictionaryAttr>(ParaxDialect::kPlanAttrName);
-        auto choice = plan ? plan.getAs<StringAttr>("recompute") : StringAttr();
-        chosen = choice ? choice.getValue().str() : "none";
+        auto plan = function->getAttrOfType<PlanAttr>(ParaxDialect::kPlanAttrName);
+        chosen = plan ? plan.getRecompute().str() : "none";
       }
       if (chosen == "none")
         continue;

@@ -172,12 +172,12 @@ func.func @negative_chunks_result_elsewhere(%x: tensor<4xf32>) -> tensor<4xf32> 
 // -----
 
 parax.grid @g(ep = 2)
-// expected-error @+1 {{the plan's expert_capacity must be a number >= 1 (the rows a rank's expert dispatch holds, per (token, choice) pair of its own), got 5.000000e-01 : f64}}
+// expected-error @+5 {{plan: expert_capacity must be a number >= 1 (the rows a rank's expert dispatch holds, per (token, choice) pair of its own), got 5.000000e-01}}
 func.func @negative_expert_capacity(%x: tensor<1x4x8xf32>, %w: tensor<1x4x2xf32>, %i: tensor<1x4x2xi32>,
     %wg: tensor<8x16x8xf32> {parax.param = "e.{e}.w1", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
     %wu: tensor<8x16x8xf32> {parax.param = "e.{e}.w3", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
     %wd: tensor<8x8x16xf32> {parax.param = "e.{e}.w2", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>}) -> tensor<1x4x8xf32>
-    attributes {parax.plan = {expert_capacity = 0.5 : f64}} {
+    attributes {parax.plan = #parax.plan<expert_capacity = 0.5 : f64>} {
   %y = parax.experts %x, %w, %i, %wg, %wu, %wd : (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<1x4x8xf32>
   return %y : tensor<1x4x8xf32>
 }

@@ -110,12 +110,12 @@ func.func @resplit(%x: tensor<8x8xf32> {parax.sharding = #parax.sharding<@g, [{}
 parax.grid @g(pp = 2, tp = 2)
 // Two pipeline stages: one program each, one send/recv pair at the boundary.
 // CHECK-LABEL: func.func @pipe_stage0
-// CHECK-SAME: parax.pipeline = {stage = 0 : i64, stages = 2 : i64}
+// CHECK-SAME: parax.pipeline = #parax.pipeline<stage = 0, stages = 2>
 // CHECK: parax.linear
 // CHECK: parax.send {{.*}} over @g ["pp"] to 1 : tensor<4x8xf32>
 // CHECK-NEXT: return
 // CHECK-LABEL: func.func @pipe_stage1
-// CHECK-SAME: parax.pipeline = {stage = 1 : i64, stages = 2 : i64}
+// CHECK-SAME: parax.pipeline = #parax.pipeline<stage = 1, stages = 2>
 // CHECK: parax.recv over @g ["pp"] from 0 : tensor<4x8xf32>
 // CHECK: parax.linear
 // CHECK: return {{.*}} : tensor<4x8xf32>
@@ -297,7 +297,7 @@ func.func @expert_capacity(%x: tensor<1x4x8xf32>, %w: tensor<1x4x2xf32>, %i: ten
     %wg: tensor<8x16x8xf32> {parax.param = "e.{e}.w1", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
     %wu: tensor<8x16x8xf32> {parax.param = "e.{e}.w3", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>},
     %wd: tensor<8x8x16xf32> {parax.param = "e.{e}.w2", parax.sharding = #parax.sharding<@g, [{ep}, {}, {}]>}) -> tensor<1x4x8xf32>
-    attributes {parax.plan = {ep = 4 : i64, expert_capacity = 1.5 : f64}} {
+    attributes {parax.plan = #parax.plan<ep = 4, expert_capacity = 1.5 : f64>} {
   %y = parax.experts %x, %w, %i, %wg, %wu, %wd : (tensor<1x4x8xf32>, tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<1x4x8xf32>
   return %y : tensor<1x4x8xf32>
 }
@@ -478,7 +478,7 @@ parax.grid @g(pp = 2)
 // chunk's begins the program), and the last chunk's activations travel
 // from stage 1 back to stage 0.
 // CHECK-LABEL: func.func @chunks_stage0
-// CHECK-SAME: parax.pipeline = {chunks = 2 : i64, stage = 0 : i64, stages = 2 : i64}
+// CHECK-SAME: parax.pipeline = #parax.pipeline<stage = 0, stages = 2, chunks = 2>
 // CHECK: parax.silu
 // CHECK-NEXT: parax.send {{.*}} to 1
 // CHECK-NEXT: parax.recv {{.*}} from 1 {range_start}
@@ -486,7 +486,7 @@ parax.grid @g(pp = 2)
 // CHECK-NEXT: parax.send {{.*}} to 1
 // CHECK-NEXT: return
 // CHECK-LABEL: func.func @chunks_stage1
-// CHECK-SAME: parax.pipeline = {chunks = 2 : i64, stage = 1 : i64, stages = 2 : i64}
+// CHECK-SAME: parax.pipeline = #parax.pipeline<stage = 1, stages = 2, chunks = 2>
 // CHECK: parax.recv {{.*}} from 0 :
 // CHECK-NEXT: parax.silu
 // CHECK-NEXT: parax.send {{.*}} to 0

@@ -77,7 +77,7 @@ func.func @planned(%x: tensor<2x4x16xf32>, %labels: tensor<2x4xi32>,
                    %gate: tensor<24x16xf32> {parax.param = "gate"},
                    %up: tensor<24x16xf32> {parax.param = "up"},
                    %down: tensor<32x24xf32> {parax.param = "down"}) -> tensor<f32>
-    attributes {parax.plan = {recompute = "selective"}} {
+    attributes {parax.plan = #parax.plan<recompute = "selective">} {
   %g = parax.linear %x, %gate {transpose_w, parax.layer = 0 : i64} : (tensor<2x4x16xf32>, tensor<24x16xf32>) -> tensor<2x4x24xf32>
   %u = parax.linear %x, %up {transpose_w, parax.layer = 0 : i64} : (tensor<2x4x16xf32>, tensor<24x16xf32>) -> tensor<2x4x24xf32>
   %s = parax.swiglu %g, %u {parax.layer = 0 : i64} : (tensor<2x4x24xf32>, tensor<2x4x24xf32>) -> tensor<2x4x24xf32>

@@ -245,3 +245,53 @@ func.func @negative_stage_part_not_a_gradient(%x: tensor<4xf32>) -> (tensor<4xf3
 func.func @negative_stage_part_value(%x: tensor<4xf32>) -> (tensor<4xf32> {parax.grad = "w", parax.stage_part = 1 : i64}) {
   return %x : tensor<4xf32>
 }
+
+// -----
+
+// The plan and the pipeline are typed attributes: each field checked.
+// expected-error @+1 {{pipeline: stage 2 is not one of 2 stages (0 .. stages - 1)}}
+func.func @stage_past_the_stages() attributes {parax.pipeline = #parax.pipeline<stage = 2, stages = 2>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{pipeline: schedule must be gpipe, 1f1b or interleaved, got 'zigzag'}}
+func.func @unknown_schedule() attributes {parax.pipeline = #parax.pipeline<stage = 0, stages = 2, schedule = "zigzag">} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{plan: zero must be a ZeRO stage, 0 to 3, got 4}}
+func.func @zero_four() attributes {parax.plan = #parax.plan<zero = 4>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{plan: tp must be at least 1, got 0}}
+func.func @no_tensor_parallel_ranks() attributes {parax.plan = #parax.plan<tp = 0>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{plan: recompute must be none, selective or full, got 'all'}}
+func.func @unknown_recompute() attributes {parax.plan = #parax.plan<recompute = "all">} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'parax.plan' must be a #parax.plan<...> on a function}}
+func.func @a_dictionary_plan() attributes {parax.plan = {tp = 2 : i64}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{struct is missing required parameter: stage}}
+func.func @a_pipeline_without_its_stage() attributes {parax.pipeline = #parax.pipeline<stages = 2>} {
+  return
+}

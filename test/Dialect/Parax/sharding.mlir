@@ -50,3 +50,16 @@ func.func @router_two_results(%x: tensor<8x64xf32>, %g: tensor<4x64xf32>) -> ten
 func.func @stacked(%w: tensor<8x16x64xbf16> {parax.param = "model.layers.0.mlp.experts.{e}.gate_proj.weight"}) {
   return
 }
+
+// The plan (a user's partial one: what it leaves out takes the defaults,
+// not printed) and a stage's pipeline round-trip.
+// CHECK-LABEL: func.func @planned
+// CHECK-SAME: parax.plan = #parax.plan<ep = 4, schedule = "interleaved", virtual_stages = 2, recompute = "selective", expert_capacity = 1.500000e+00 : f64>
+func.func @planned() attributes {parax.plan = #parax.plan<recompute = "selective", ep = 4, schedule = "interleaved", virtual_stages = 2, expert_capacity = 1.5 : f64>} {
+  return
+}
+// CHECK-LABEL: func.func @stage1
+// CHECK-SAME: parax.pipeline = #parax.pipeline<stage = 1, stages = 2, chunks = 2, schedule = "gpipe", micro_batches = 8, zero = 1>
+func.func @stage1() attributes {parax.pipeline = #parax.pipeline<stage = 1, stages = 2, chunks = 2, schedule = "gpipe", micro_batches = 8, zero = 1>} {
+  return
+}

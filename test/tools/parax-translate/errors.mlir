@@ -20,18 +20,19 @@ func.func @forward(%x: tensor<?xf32>) -> tensor<?xf32> {
 // -----
 
 // Two functions claim one pipeline stage.
-func.func @first(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = {stage = 0 : i64, stages = 1 : i64}} {
+func.func @first(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = #parax.pipeline<stage = 0, stages = 1>} {
   return %x : tensor<4xf32>
 }
 // expected-error @+1 {{two functions for pipeline stage 0}}
-func.func @second(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = {stage = 0 : i64, stages = 1 : i64}} {
+func.func @second(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = #parax.pipeline<stage = 0, stages = 1>} {
   return %x : tensor<4xf32>
 }
 
 // -----
 
-// A pipeline attribute without its stage.
-// expected-error @+1 {{'parax.pipeline' has no integer 'stage'}}
+// A pipeline attribute that is not a #parax.pipeline (a dictionary without
+// its stage: the translator once cast the missing entry unchecked).
+// expected-error @+1 {{'parax.pipeline' must be a #parax.pipeline<...> on a function}}
 func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = {stages = 2 : i64}} {
   return %x : tensor<4xf32>
 }
@@ -40,7 +41,7 @@ func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipelin
 
 // Stages that do not start at 0.
 // expected-error @+1 {{pipeline stages must be 0 .. n-1}}
-func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = {stage = 1 : i64, stages = 2 : i64}} {
+func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = #parax.pipeline<stage = 1, stages = 2>} {
   return %x : tensor<4xf32>
 }
 
@@ -74,12 +75,12 @@ func.func @forward(%x: tensor<4xf32> {parax.global_sharding = #parax.sharding<@g
 // -----
 
 // An earlier stage's results must say which of the program's they are.
-func.func @stage0(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = {stage = 0 : i64, stages = 2 : i64}} {
+func.func @stage0(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = #parax.pipeline<stage = 0, stages = 2>} {
   %y = parax.silu %x : (tensor<4xf32>) -> tensor<4xf32>
   // expected-error @+1 {{an earlier pipeline stage returns results that do not say which ('parax.result')}}
   return %y : tensor<4xf32>
 }
-func.func @stage1(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = {stage = 1 : i64, stages = 2 : i64}} {
+func.func @stage1(%x: tensor<4xf32>) -> tensor<4xf32> attributes {parax.pipeline = #parax.pipeline<stage = 1, stages = 2>} {
   return %x : tensor<4xf32>
 }
 

@@ -181,6 +181,66 @@ parax::verifySharding(ShardingAttr sharding, Type type, Operation *anchor,
 }
 
 //===----------------------------------------------------------------------===//
+// PlanAttr, PipelineAttr
+//===----------------------------------------------------------------------===//
+
+static bool isSchedule(StringRef schedule) {
+  return schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved";
+}
+
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               StringRef cluster, int64_t devices,
+                               StringRef workload, int64_t pp, int64_t dp,
+                               int64_t ep, int64_t tp, int64_t cp,
+                               BoolAttr sequenceParallel, int64_t microBatch,
+                               int64_t microBatches, StringRef schedule,
+                               int64_t virtualStages, int64_t zero,
+                               StringRef recompute, FloatAttr expertCapacity,
+                               FloatAttr stepTime, FloatAttr mfu,
+                               FloatAttr memory, FloatAttr exposed) {
+  for (auto [name, value] : {std::pair<StringRef, int64_t>{"pp", pp}, {"dp", dp}, {"ep", ep},
+                             {"tp", tp}, {"cp", cp}, {"micro_batch", microBatch},
+                             {"micro_batches", microBatches},
+                             {"virtual_stages", virtualStages}})
+    if (value < 1)
+      return emitError() << "plan: " << name << " must be at least 1, got " << value;
+  if (devices < 0)
+    return emitError() << "plan: devices must not be negative, got " << devices;
+  if (zero < 0 || zero > 3)
+    return emitError() << "plan: zero must be a ZeRO stage, 0 to 3, got " << zero;
+  if (!isSchedule(schedule))
+    return emitError() << "plan: schedule must be gpipe, 1f1b or interleaved, got '"
+                       << schedule << "'";
+  if (recompute != "none" && recompute != "selective" && recompute != "full")
+    return emitError() << "plan: recompute must be none, selective or full, got '"
+                       << recompute << "'";
+  if (expertCapacity && !(expertCapacity.getValueAsDouble() >= 1))
+    return emitError() << "plan: expert_capacity must be a number >= 1 (the rows a "
+                          "rank's expert dispatch holds, per (token, choice) pair of "
+                          "its own), got "
+                       << expertCapacity.getValueAsDouble();
+  return success();
+}
+
+LogicalResult PipelineAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   int64_t stage, int64_t stages, int64_t chunks,
+                                   StringRef schedule, int64_t microBatches,
+                                   int64_t zero) {
+  if (stages < 1 || stage < 0 || stage >= stages)
+    return emitError() << "pipeline: stage " << stage << " is not one of " << stages
+                       << " stages (0 .. stages - 1)";
+  if (chunks < 1 || microBatches < 1)
+    return emitError() << "pipeline: chunks and micro_batches must be at least 1, got "
+                       << chunks << " and " << microBatches;
+  if (zero < 0 || zero > 3)
+    return emitError() << "pipeline: zero must be a ZeRO stage, 0 to 3, got " << zero;
+  if (!isSchedule(schedule))
+    return emitError() << "pipeline: schedule must be gpipe, 1f1b or interleaved, got '"
+                       << schedule << "'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Discardable attribute verification
 //===----------------------------------------------------------------------===//
 
@@ -227,9 +287,11 @@ LogicalResult ParaxDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   if (name == kPlanAttrName || name == kPipelineAttrName) {
-    if (!isa<DictionaryAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
-      return op->emitError() << "'" << name
-                             << "' must be a dictionary on a function";
+    bool typed = name == kPlanAttrName ? isa<PlanAttr>(attr.getValue())
+                                       : isa<PipelineAttr>(attr.getValue());
+    if (!typed || !isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << name << "' must be a #" << name
+                             << "<...> on a function";
     return success();
   }
   return op->emitError() << "unknown parax attribute '" << name << "'";

@@ -148,4 +148,84 @@ def Parax_ShardingAttr : AttrDef<Parax_Dialect, "Sharding"> {
   }];
 }
 
+def Parax_PlanAttr : AttrDef<Parax_Dialect, "Plan"> {
+  let mnemonic = "plan";
+  let summary = "the plan a function was partitioned by";
+  let description = [{
+    `parax.plan = #parax.plan<...>` on a function: what `--parax-plan`
+    chose (the cluster, the degrees, the microbatching, the schedule, ZeRO,
+    recomputation) and what it predicts (step time, MFU, memory, exposed
+    communication), read by the passes after it: `--parax-partition` (the
+    schedule, microbatches and ZeRO stage it hands the runtime in
+    `#parax.pipeline`, the expert capacity), `--parax-recompute=plan`. A
+    user may write a partial plan; what it leaves out takes the default
+    (one of each degree, one microbatch, `1f1b`, ZeRO 0, no recomputation,
+    any expert capacity, no prediction).
+
+    ```mlir
+    func.func @model(...) attributes {parax.plan = #parax.plan<ep = 4, expert_capacity = 1.5 : f64>}
+    ```
+
+    Constraints (the verifier): degrees, microbatch sizes and counts and
+    virtual stages at least 1, `devices` not negative, `zero` 0 to 3,
+    `schedule` one of `gpipe`, `1f1b`, `interleaved`, `recompute` one of
+    `none`, `selective`, `full`, `expert_capacity` at least 1.
+  }];
+  let parameters = (ins
+    StringRefParameter<"the cluster's name", "\"\"">:$cluster,
+    DefaultValuedParameter<"int64_t", "0">:$devices,
+    StringRefParameter<"the workload, as parax-plan reads it", "\"\"">:$workload,
+    DefaultValuedParameter<"int64_t", "1">:$pp,
+    DefaultValuedParameter<"int64_t", "1">:$dp,
+    DefaultValuedParameter<"int64_t", "1">:$ep,
+    DefaultValuedParameter<"int64_t", "1">:$tp,
+    DefaultValuedParameter<"int64_t", "1">:$cp,
+    OptionalParameter<"::mlir::BoolAttr">:$sequence_parallel,
+    DefaultValuedParameter<"int64_t", "1">:$micro_batch,
+    DefaultValuedParameter<"int64_t", "1">:$micro_batches,
+    StringRefParameter<"the pipeline schedule", "\"1f1b\"">:$schedule,
+    DefaultValuedParameter<"int64_t", "1">:$virtual_stages,
+    DefaultValuedParameter<"int64_t", "0">:$zero,
+    StringRefParameter<"what the backward recomputes", "\"none\"">:$recompute,
+    OptionalParameter<"::mlir::FloatAttr">:$expert_capacity,
+    OptionalParameter<"::mlir::FloatAttr">:$step_time_s,
+    OptionalParameter<"::mlir::FloatAttr">:$mfu,
+    OptionalParameter<"::mlir::FloatAttr">:$memory_per_device_bytes,
+    OptionalParameter<"::mlir::FloatAttr">:$exposed_comm_s
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Parax_PipelineAttr : AttrDef<Parax_Dialect, "Pipeline"> {
+  let mnemonic = "pipeline";
+  let summary = "a partitioned function's pipeline stage and the runtime's schedule";
+  let description = [{
+    `parax.pipeline = #parax.pipeline<...>` on each function
+    `--parax-partition` makes: which of `stages` pipeline stages it is
+    (with `chunks` > 1, interleaved: the model chunks a stage holds), and
+    the schedule the runtime runs them by (`schedule`, `micro_batches`, the
+    ZeRO stage `zero`), taken from the function's `#parax.plan`.
+    `parax-translate --to-executable` writes them into the executable.
+
+    ```mlir
+    func.func @stage1(...) attributes {parax.pipeline = #parax.pipeline<stage = 1, stages = 2, micro_batches = 4>}
+    ```
+
+    Constraints (the verifier): `0 <= stage < stages`, `chunks` and
+    `micro_batches` at least 1, `zero` 0 to 3, `schedule` one of `gpipe`,
+    `1f1b`, `interleaved`.
+  }];
+  let parameters = (ins
+    "int64_t":$stage,
+    "int64_t":$stages,
+    DefaultValuedParameter<"int64_t", "1">:$chunks,
+    StringRefParameter<"the pipeline schedule", "\"1f1b\"">:$schedule,
+    DefaultValuedParameter<"int64_t", "1">:$micro_batches,
+    DefaultValuedParameter<"int64_t", "0">:$zero
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // PARAX_DIALECT_PARAX_IR_PARAXBASE_TD
