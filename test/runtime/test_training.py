@@ -467,7 +467,8 @@ def test_the_plans_pipeline_schedule_is_run_or_named(tmp_path, schedule, said):
     model = Model(str(tmp_path), "tiny-llama", loss=True, batch=2, rows=8, layers=4)
     whole = Model(str(tmp_path / "whole"), "tiny-llama", loss=True, batch=8, layers=4)
     exe = model.compile(schedule, f"train:batch=8,seq=8,pp=2,dp=1,mbs=2,schedule={schedule}", 2, autodiff=True)
-    assert f'schedule = "{schedule}"' in open(exe.replace(".pxe", ".mlir")).read()
+    ir = open(exe.replace(".pxe", ".mlir")).read()  # (1f1b, the default, is not printed)
+    assert ('schedule = ' not in ir) if schedule == "1f1b" else (f'schedule = "{schedule}"' in ir)
     loss, grads = gradients(model, exe, 2)
     whole_loss, want = gradients(whole, whole.compile("whole", autodiff=True), 1)
     assert abs(loss - whole_loss) < 1e-5
@@ -508,7 +509,7 @@ def test_interleaved_1f1b_gives_one_batchs_gradients(tmp_path, preset, pins, ran
     exe = model.compile("chunks", f"train:batch={rows},seq=8,mbs=2,schedule=interleaved,{pins}{extra}", ranks,
                         autodiff=True)
     text = open(exe.replace(".pxe", ".mlir")).read()
-    assert text.count(f"chunks = {chunks} : i64") == pp, "every stage function runs its chunks"
+    assert text.count(f"chunks = {chunks},") == pp, "every stage function runs its chunks"
     # Each stage's chunks begin their forward passes (but the first) and
     # their backward passes (but the last stage's last chunk) at a marked
     # receive.
