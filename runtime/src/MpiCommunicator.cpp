@@ -4,6 +4,7 @@
 
 #define OMPI_SKIP_MPICXX 1
 #include "parax/runtime/Communicator.h"
+#include "parax/runtime/MpiRing.h"
 #include "parax/runtime/StallWatchdog.h"
 
 #include <mpi.h>
@@ -120,37 +121,11 @@ public:
                  "MPI_Allgather");
   }
   Status reduceScatter(const float *in, float *out, size_t n, unsigned mask) override {
-    // A ring: chunk c's partial sum starts at rank c + 1 and goes round,
-    // each rank adding its own, to end summed at rank c after P - 1 steps
-    // of one chunk each (what an all-gather moves). Open MPI 4.1's
-    // MPI_Reduce_scatter took 1.45 ms for 2 MB over 2 ranks where an
-    // all-gather of as much took 0.25 (and MPI_Reduce_scatter_block 10-25x
-    // more again): the ring took 0.3.
-    int P = groupSize(mask);
-    if (P == 1) {
-      std::copy(in, in + n, out);
-      return Status::ok();
-    }
-    if (n > static_cast<size_t>(std::numeric_limits<int>::max()))
-      return Status::error("reduce_scatter: more than 2^31 - 1 values a rank (MPI's int counts)");
-    int r = 0;
-    MPI_Comm_rank(comms_[mask], &r);
-    int next = (r + 1) % P, prev = (r + P - 1) % P;
-    auto chunk = [&](int c) { return in + static_cast<size_t>(((c % P) + P) % P) * n; };
-    ringSend_.assign(chunk(r - 1), chunk(r - 1) + n);
-    ringReceived_.resize(n);
+    // (a ring: Open MPI 4.1's MPI_Reduce_scatter took 1.45 ms for 2 MB
+    // over 2 ranks where an all-gather of as much took 0.25, and
+    // MPI_Reduce_scatter_block 10-25x more again; the ring took 0.3)
     auto watched = watchdog_->watch("reduce_scatter");
-    for (int s = 0; s < P - 1; ++s) {
-      Status st = check(MPI_Sendrecv(ringSend_.data(), static_cast<int>(n), MPI_FLOAT, next, kRingTag,
-                                     ringReceived_.data(), static_cast<int>(n), MPI_FLOAT, prev, kRingTag,
-                                     comms_[mask], MPI_STATUS_IGNORE),
-                        "MPI_Sendrecv");
-      if (!st.isOk()) return st;
-      const float *own = chunk(r - 2 - s); // (the chunk received: its partial sum, plus this rank's)
-      float *sum = s == P - 2 ? out : ringSend_.data();
-      for (size_t i = 0; i < n; ++i) sum[i] = ringReceived_[i] + own[i];
-    }
-    return Status::ok();
+    return ringReduceScatter(in, out, n, comms_[mask], ringSend_, ringReceived_);
   }
   Status allToAll(const float *in, float *out, size_t n, unsigned mask) override {
     auto watched = watchdog_->watch("all_to_all");
@@ -227,6 +202,35 @@ private:
 };
 
 } // namespace
+
+Status ringReduceScatter(const float *in, float *out, size_t n, MPI_Comm comm, std::vector<float> &send,
+                         std::vector<float> &received) {
+  int P = 1, r = 0;
+  MPI_Comm_size(comm, &P);
+  MPI_Comm_rank(comm, &r);
+  if (P == 1) {
+    std::copy(in, in + n, out);
+    return Status::ok();
+  }
+  if (n > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return Status::error("reduce_scatter: more than 2^31 - 1 values a rank (MPI's int counts)");
+  // Chunk c's partial sum starts at rank c + 1 and goes round, each rank
+  // adding its own, to end summed at rank c after P - 1 steps.
+  int next = (r + 1) % P, prev = (r + P - 1) % P;
+  auto chunk = [&](int c) { return in + static_cast<size_t>(((c % P) + P) % P) * n; };
+  send.assign(chunk(r - 1), chunk(r - 1) + n);
+  received.resize(n);
+  for (int s = 0; s < P - 1; ++s) {
+    Status st = check(MPI_Sendrecv(send.data(), static_cast<int>(n), MPI_FLOAT, next, 1, received.data(),
+                                   static_cast<int>(n), MPI_FLOAT, prev, 1, comm, MPI_STATUS_IGNORE),
+                      "MPI_Sendrecv");
+    if (!st.isOk()) return st;
+    const float *own = chunk(r - 2 - s); // (the chunk received: its partial sum, plus this rank's)
+    float *sum = s == P - 2 ? out : send.data();
+    for (size_t i = 0; i < n; ++i) sum[i] = received[i] + own[i];
+  }
+  return Status::ok();
+}
 
 GroupSplit groupSplit(const std::vector<int64_t> &shape, int64_t rank, unsigned axesMask) {
   std::vector<int64_t> coords(shape.size());

@@ -4,6 +4,7 @@
 
 #include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
+#include "parax/runtime/MpiRing.h"
 
 #include <algorithm>
 #include <chrono>
@@ -459,10 +460,10 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
       std::vector<float> padded(c.size * group.members, 0.0f);
       std::copy(g.begin(), g.end(), padded.begin());
       share[k].assign(c.size, 0.0f);
-      auto watched = watch("the ZeRO gradient reduce-scatter (MPI_Reduce_scatter_block over the ranks holding the box)");
-      if (MPI_Reduce_scatter_block(padded.data(), share[k].data(), static_cast<int>(c.size), MPI_FLOAT, MPI_SUM,
-                                   group.comm) != MPI_SUCCESS)
-        return Status::error("the ZeRO gradient reduce-scatter failed");
+      auto watched = watch("the ZeRO gradient reduce-scatter (a ring over the ranks holding the box)");
+      if (Status ring = runtime::ringReduceScatter(padded.data(), share[k].data(), c.size, group.comm, ringSend_, ringReceived_);
+          !ring.isOk())
+        return Status::error("the ZeRO gradient reduce-scatter failed: " + ring.message());
       for (float &v : share[k]) v /= static_cast<float>(copiesOf(k, true));
       share[k].resize(c.end - c.begin);
       gradOf[k] = {share[k].data(), share[k].size()};

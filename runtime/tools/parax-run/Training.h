@@ -228,6 +228,7 @@ public:
   Status loadState(const runtime::Checkpoint &file, const std::string &path, bool zero);
 
 private:
+  std::vector<float> ringSend_, ringReceived_; // the ZeRO reduce-scatter's scratch (MpiRing.h)
   struct Item; // a box of a whole tensor, held by some ranks
   /// The boxes of an item: the first rank of replica 0 holding each, and
   /// where the box starts in the whole tensor.
