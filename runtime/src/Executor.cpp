@@ -259,8 +259,10 @@ struct Executor::Impl {
   Status runAttention(const pxe::Instruction &inst, int variant);
   Status runCacheUpdate(const pxe::Instruction &inst, int variant);
   Status runRingCacheUpdate(const pxe::Instruction &inst, int variant);
-  // A cache_update's result takes its cache input's storage when that is
-  // the generation loop's state (written in place).
+  // What a cache update writes: its cache input itself when that is the
+  // generation loop's state (in place), else its result, a copy of it.
+  Tensor &cacheTarget(const pxe::Instruction &inst, Tensor &cache, Tensor &y);
+  // After an in-place update, the result takes the cache input's storage.
   void lendCache(const pxe::Instruction &inst, Tensor &cache, Tensor &y, int result);
   Status runAdd(const pxe::Instruction &inst, int variant);
   Status runSilu(const pxe::Instruction &inst, int variant);
@@ -1002,14 +1004,18 @@ Status Executor::Impl::runCacheUpdate(const pxe::Instruction &inst, int) {
   if (at < 0 || at + S > C)
     return Status::error("position " + std::to_string(at) + ": " + std::to_string(S) +
                          " new row(s) do not fit the cache of " + std::to_string(C));
-  bool inPlace = e.isCacheState(inst.operands(0));
-  Tensor &target = inPlace ? cache : y;
-  if (!inPlace) y.f = cache.f;
+  Tensor &target = cacheTarget(inst, cache, y);
   int64_t row = cache.shape[2] * cache.shape[3];
   for (int64_t bb = 0; bb < cache.shape[0]; ++bb)
     std::copy(&update.f[bb * S * row], &update.f[(bb + 1) * S * row], &target.f[(bb * C + at) * row]);
-  if (inPlace) lendCache(inst, cache, y, 0);
+  if (&target == &cache) lendCache(inst, cache, y, 0);
   return Status::ok();
+}
+
+Tensor &Executor::Impl::cacheTarget(const pxe::Instruction &inst, Tensor &cache, Tensor &y) {
+  if (e.isCacheState(inst.operands(0))) return cache;
+  y.f = cache.f;
+  return y;
 }
 
 void Executor::Impl::lendCache(const pxe::Instruction &inst, Tensor &cache, Tensor &y, int result) {
@@ -1043,13 +1049,11 @@ Status Executor::Impl::runRingCacheUpdate(const pxe::Instruction &inst, int) {
     }
     std::copy(rowOf(update.f, bb * S), rowOf(update.f, (bb + 1) * S), rowOf(window.f, bb * (C + S) + C));
   }
-  bool inPlace = e.isCacheState(inst.operands(0));
-  Tensor &target = inPlace ? ring : y;
-  if (!inPlace) y.f = ring.f;
+  Tensor &target = cacheTarget(inst, ring, y);
   for (int64_t bb = 0; bb < ring.shape[0]; ++bb)
     for (int64_t i = std::max<int64_t>(0, S - C); i < S; ++i)
       std::copy(rowOf(update.f, bb * S + i), rowOf(update.f, bb * S + i + 1), rowOf(target.f, bb * C + (at + i) % C));
-  if (inPlace) lendCache(inst, ring, y, 1);
+  if (&target == &ring) lendCache(inst, ring, y, 1);
   return Status::ok();
 }
 

@@ -21,6 +21,9 @@ namespace parax::runtime {
 
 namespace {
 
+// The rings' messages (MPI_Sendrecv on a group's own communicator).
+constexpr int kRingTag = 1;
+
 Status check(int rc, const char *what) {
   if (rc == MPI_SUCCESS)
     return Status::ok();
@@ -196,7 +199,6 @@ private:
   std::list<Pending> pending_; // sends in flight (a list: their buffers stay put)
   // The reduce-scatter ring's partial sum sent on and the one received
   // (kept: one allocation a size, not one a call).
-  static constexpr int kRingTag = 1;
   static constexpr size_t kRingBytes = 64 << 10;
   std::vector<float> ringSend_, ringReceived_;
 };
@@ -221,8 +223,8 @@ Status ringReduceScatter(const float *in, float *out, size_t n, MPI_Comm comm, s
   send.assign(chunk(r - 1), chunk(r - 1) + n);
   received.resize(n);
   for (int s = 0; s < P - 1; ++s) {
-    Status st = check(MPI_Sendrecv(send.data(), static_cast<int>(n), MPI_FLOAT, next, 1, received.data(),
-                                   static_cast<int>(n), MPI_FLOAT, prev, 1, comm, MPI_STATUS_IGNORE),
+    Status st = check(MPI_Sendrecv(send.data(), static_cast<int>(n), MPI_FLOAT, next, kRingTag, received.data(),
+                                   static_cast<int>(n), MPI_FLOAT, prev, kRingTag, comm, MPI_STATUS_IGNORE),
                       "MPI_Sendrecv");
     if (!st.isOk()) return st;
     const float *own = chunk(r - 2 - s); // (the chunk received: its partial sum, plus this rank's)
