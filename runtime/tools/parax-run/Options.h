@@ -4,7 +4,7 @@
 #ifndef PARAX_RUN_OPTIONS_H
 #define PARAX_RUN_OPTIONS_H
 
-#include "Training.h"
+#include "parax/runtime/Trainer.h"
 
 #include "parax/runtime/Generation.h"
 
@@ -14,6 +14,8 @@
 #include <vector>
 
 namespace parax::run {
+
+using runtime::OptimizerConfig;
 
 // The loss terms a training step returns apart (already in its loss):
 // the MoE load-balancing losses' sum, multi-token prediction's weighted

@@ -5,7 +5,7 @@
 #define OMPI_SKIP_MPICXX 1
 #include "Run.h"
 
-#include "Grid.h"
+#include "parax/runtime/Grid.h"
 #include "RunProfile.h"
 
 #include <mpi.h>
@@ -304,7 +304,7 @@ std::string Run::trainingSummary() {
   size_t stateBytes = training->stateBytes();
   if (deviceOptimizer && opt.optimizer.kind == "adamw") {
     stateBytes = 0;
-    for (const Training::Update &u : updates) stateBytes += 2 * sizeof(float) * (u.end - u.begin);
+    for (const Trainer::Update &u : updates) stateBytes += 2 * sizeof(float) * (u.end - u.begin);
   }
   std::snprintf(line, sizeof line, ", %s: loss %.6f -> %.6f%s over %zu step(s), %zu bytes of optimizer state on rank %d%s",
                 opt.optimizer.kind.c_str(), losses.front(), losses.back(), balance, losses.size(), stateBytes, rank,

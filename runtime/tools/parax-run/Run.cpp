@@ -5,7 +5,7 @@
 #define OMPI_SKIP_MPICXX 1
 #include "Run.h"
 
-#include "Grid.h"
+#include "parax/runtime/Grid.h"
 
 #include <mpi.h>
 
@@ -36,31 +36,6 @@ int launcherRank() {
     if (const char *value = std::getenv(name))
       return std::atoi(value);
   return 0;
-}
-
-/// A checkpoint tensor no stage of `exe` reads is a model other than the
-/// program's (a bias, a layer, a norm it does not build): refused, named.
-void refuseUnusedWeights(const pxe::Executable &exe, const Checkpoint &ckpt, const std::string &weights,
-                         const std::function<void(const std::string &)> &die) {
-  std::set<std::string> read;
-  for (const auto &stage : exe.stages())
-    for (const auto &buffer : stage.buffers())
-      if (buffer.role() == pxe::PARAMETER) {
-        std::vector<int64_t> whole(buffer.global_shape().begin(), buffer.global_shape().end());
-        for (const std::string &name : checkpointNames(buffer.param_name(), whole))
-          read.insert(name);
-      }
-  std::vector<std::string> unused;
-  for (const std::string &name : ckpt.tensorNames())
-    if (!read.count(name)) unused.push_back(name);
-  if (!unused.empty()) {
-    std::string listed;
-    for (size_t k = 0; k < unused.size() && k < 8; ++k) listed += (k ? ", " : "") + unused[k];
-    if (unused.size() > 8) listed += ", ... (" + std::to_string(unused.size()) + " in all)";
-    die(weights + ": the program reads no tensor named " + listed +
-        ": this checkpoint holds a model other than the one compiled (build the model from its "
-        "config.json), or pass --allow-unused-weights to run without them");
-  }
 }
 
 } // namespace
@@ -179,7 +154,10 @@ void Run::load() {
   auto opened = Checkpoint::open(opt.weights);
   if (!opened.isOk()) die(opened.status().message());
   ckpt = opened.value();
-  if (!opt.allowUnusedWeights) refuseUnusedWeights(exe, *ckpt, opt.weights, dieFunction());
+  if (!opt.allowUnusedWeights) {
+    Status used = checkEveryWeightRead(exe, *ckpt, opt.weights);
+    if (!used.isOk()) die(used.message() + ", or pass --allow-unused-weights to run without them");
+  }
   for (const std::string &path : opt.inputs) {
     auto t = readNpy(path);
     if (!t.isOk()) die(t.status().message());
@@ -469,7 +447,7 @@ std::string Run::holdings() {
 // dtype), written back to the device after each step, or the device
 // optimizer's.
 void Run::bindTraining() {
-  training = std::make_unique<Training>(exe, rank, mpi, waits.get());
+  training = std::make_unique<Trainer>(exe, rank, mpi, waits.get());
 #ifdef PARAX_WITH_CUDA
   if (trains && opt.device == "cuda") masters = gpus[0]->takeLoadedParameters();
 #endif
@@ -516,7 +494,7 @@ void Run::bindDeviceOptimizer() {
 #ifdef PARAX_WITH_CUDA
   updates = training->updates(opt.optimizer);
   std::vector<CudaExecutor::Gradient> bound;
-  for (const Training::Update &u : updates)
+  for (const Trainer::Update &u : updates)
     bound.push_back({u.output, u.parameter, u.begin, u.end, u.size, u.axes, u.members, u.index, u.partRanks,
                      u.partialAxes, u.copies});
   CudaExecutor::OptimizerSetup setup;
@@ -529,7 +507,7 @@ void Run::bindDeviceOptimizer() {
   Status s = gpus[0]->bindOptimizer(bound, setup, masters);
   for (int which = 0; s.isOk() && which < 2 && !opt.loadOptimizer.empty(); ++which) {
     std::vector<std::vector<float>> moments;
-    for (const Training::Update &u : updates) moments.push_back(training->moment(u.output, which));
+    for (const Trainer::Update &u : updates) moments.push_back(training->moment(u.output, which));
     s = gpus[0]->writeMoments(which, moments);
   }
   if (!s.isOk()) die(s.message());
@@ -537,9 +515,9 @@ void Run::bindDeviceOptimizer() {
   // optimizer updates go (4 bytes a parameter of the rank's boxes), read
   // back only to be saved; the rest (a bias --bias-update-speed moves)
   // stay.
-  for (const Training::Update &u : updates) std::vector<float>().swap(masters[u.parameter].f);
+  for (const Trainer::Update &u : updates) std::vector<float>().swap(masters[u.parameter].f);
   for (int which = 0; which < 2 && !opt.loadOptimizer.empty(); ++which)
-    for (const Training::Update &u : updates) std::vector<float>().swap(training->moment(u.output, which));
+    for (const Trainer::Update &u : updates) std::vector<float>().swap(training->moment(u.output, which));
 #endif
 }
 

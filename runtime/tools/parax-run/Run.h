@@ -22,13 +22,15 @@
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
 #include "parax/runtime/Generation.h"
+#include "parax/runtime/Grid.h"
 #include "parax/runtime/PipelineSchedule.h"
+#include "parax/runtime/Runner.h"
+#include "parax/runtime/Session.h"
 #include "parax/runtime/StallWatchdog.h"
+#include "parax/runtime/Trainer.h"
 
 #include "Options.h"
 #include "Progress.h"
-#include "Runner.h"
-#include "Training.h"
 #ifdef PARAX_WITH_CUDA
 #include "parax/runtime/CudaExecutor.h"
 #endif
@@ -43,8 +45,18 @@
 
 namespace parax::run {
 
+using runtime::appendRows;
 using runtime::Checkpoint;
 using runtime::Executor;
+using runtime::rankWithReplica;
+using runtime::Runner;
+using runtime::runnerOf;
+using runtime::runnerWithCaches;
+using runtime::Status;
+using runtime::StatusOr;
+using runtime::Tensor;
+using runtime::Trainer;
+using runtime::writerOf;
 using runtime::GenerationProgram;
 using runtime::PipelineRange;
 using runtime::PipelineSteps;
@@ -197,15 +209,15 @@ private:
 
   // Training and the steps' record.
   std::vector<double> times, syncTimes, optimizerTimes;
-  std::map<Training::ReduceKey, std::vector<double>> reduceTimes;
-  std::map<Training::ReduceKey, int> reduceCalls;
+  std::map<Trainer::ReduceKey, std::vector<double>> reduceTimes;
+  std::map<Trainer::ReduceKey, int> reduceCalls;
   double prefillSeconds = 0;
   std::vector<Tensor> results; // this stage's outputs, microbatches joined
-  std::unique_ptr<Training> training;
+  std::unique_ptr<Trainer> training;
   std::vector<Tensor> masters; // CUDA's fp32 masters on the host
   std::map<std::string, size_t> biasAt; // a router bias's first expert among the loads
   size_t biasLoads = 0;
-  std::vector<Training::Update> updates; // what each bound gradient updates (deviceOptimizer)
+  std::vector<Trainer::Update> updates; // what each bound gradient updates (deviceOptimizer)
   std::vector<float> losses;
   double gradNorm = 0;
   int lossOutput = -1;

@@ -5,8 +5,8 @@
 #define OMPI_SKIP_MPICXX 1
 #include "Run.h"
 
-#include "GenerationLoop.h"
-#include "Grid.h"
+#include "parax/runtime/Generator.h"
+#include "parax/runtime/Grid.h"
 #include "RunProfile.h"
 
 #include <mpi.h>
@@ -34,8 +34,8 @@ double secondsSince(Clock::time_point start) {
 #ifdef PARAX_WITH_CUDA
 /// One optimizer step on the device: the step's gradient sums averaged
 /// there, the global norm from their squares, the update applied.
-Status deviceStep(CudaExecutor &gpu, Training &training, const OptimizerConfig &config,
-                  const std::vector<Training::Update> &updates, int64_t micro, double &gradNorm) {
+Status deviceStep(CudaExecutor &gpu, Trainer &training, const OptimizerConfig &config,
+                  const std::vector<Trainer::Update> &updates, int64_t micro, double &gradNorm) {
   auto squares = gpu.averageGradients(micro);
   if (!squares.isOk()) return squares.status();
   std::vector<double> perOutput;
@@ -43,12 +43,12 @@ Status deviceStep(CudaExecutor &gpu, Training &training, const OptimizerConfig &
     perOutput.resize(std::max<size_t>(perOutput.size(), updates[i].output + 1), 0.0);
     perOutput[updates[i].output] = squares.value()[i];
   }
-  Training::StepFactors f;
+  Trainer::StepFactors f;
   Status s = training.beginStep(config, perOutput, f, gradNorm);
   if (!s.isOk() || f.skip) return s;
   CudaExecutor::OptimizerStep step{f.lr, config.beta1, config.beta2, config.eps, config.weightDecay,
                                    f.clip, f.correction1, f.correction2, {}};
-  for (const Training::Update &u : updates) step.decays.push_back(u.decays);
+  for (const Trainer::Update &u : updates) step.decays.push_back(u.decays);
   return gpu.applyOptimizer(step);
 }
 #endif
@@ -62,30 +62,29 @@ void Run::barrier(const char *which) { // around each step, to time it
 }
 
 void Run::generate() {
-  GenerationLoop loop{exe,
-                      prompts.step,
-                      prompts.prefill,
-                      runners,
-                      prefills,
-                      size,
-                      replica,
-                      micro,
-                      exeBatch,
-                      replicaWriter,
-                      prompts.sequence,
-                      prompts.promptLengths,
-                      rows,
-                      prompts.promptLength,
-                      opt.generate,
-                      prompts.chunks,
-                      opt.sampling,
-                      opt.stopToken,
-                      opt.outputs.size() > 1,
-                      waits.get(),
-                      dieFunction(),
-                      [this](const char *which) { barrier(which); },
-                      !opt.quiet};
-  GenerationLoop::Result done = loop.run();
+  runtime::Generator loop{exe, prompts.step, prompts.prefill, runners, prefills, size, replica, micro, exeBatch,
+                          replicaWriter, prompts.sequence, prompts.promptLengths, rows, prompts.promptLength,
+                          opt.generate, prompts.chunks, opt.sampling, opt.stopToken, opt.outputs.size() > 1,
+                          waits.get(), [this](const char *which) { barrier(which); }};
+  if (!opt.quiet)
+    loop.progress = [this](int64_t position, int64_t total, double tokensPerSecond) {
+      double positions = tokensPerSecond / static_cast<double>(micro * exeBatch); // a second
+      long long left = std::llround(static_cast<double>(total - position) / positions);
+      char text[192];
+      std::snprintf(text, sizeof text,
+                    "generating: position %lld of %lld, %.0f tokens/s (%lld rows), %lld:%02lld:%02lld left",
+                    static_cast<long long>(position), static_cast<long long>(total), tokensPerSecond,
+                    static_cast<long long>(micro * exeBatch), left / 3600, left / 60 % 60, left % 60);
+      char brief[96]; // (a terminal's line)
+      std::snprintf(brief, sizeof brief, "position %lld/%lld %.0f tok/s %lld:%02lld:%02lld left",
+                    static_cast<long long>(position), static_cast<long long>(total), tokensPerSecond, left / 3600,
+                    left / 60 % 60, left % 60);
+      progress.show(static_cast<double>(position) / static_cast<double>(total), text, brief);
+    };
+  runtime::Generator::Result done;
+  Status s = loop.run(done);
+  progress.finish();
+  if (!s.isOk()) die("--generate: " + s.message());
   times = std::move(done.times);
   prefillSeconds = done.prefillSeconds;
   results = std::move(done.results);
@@ -308,7 +307,7 @@ float Run::stepLabelCount() {
 // The averaging's all-reduces, by the ranks they span and their message's
 // bytes (kept a step only for --profile: a long run's would grow).
 void Run::tallyReduces() {
-  std::map<Training::ReduceKey, Training::ReduceTally> step = training->takeReduceTally();
+  std::map<Trainer::ReduceKey, Trainer::ReduceTally> step = training->takeReduceTally();
   if (opt.profilePath.empty()) return;
   for (const auto &[key, tally] : step) {
     reduceTimes[key].push_back(tally.seconds);
@@ -433,9 +432,9 @@ void Run::saveBoxes(const std::string &path, bool state) {
 void Run::save(const std::string &path, bool state) {
   if (opt.saveFormat == "boxes") return saveBoxes(path, state);
   bool sharded = isFolderPath(path);
-  int to = sharded ? Training::kEveryRank : writerOf(exe, 0);
+  int to = sharded ? Trainer::kEveryRank : writerOf(exe, 0);
   std::map<std::string, Tensor> tensors;
-  Training::Layout layout;
+  Trainer::Layout layout;
   Status st = state ? training->gatherState(to, tensors, &layout)
                     : training->gatherParameters(parameters(), to, tensors, "", &layout);
   if (!st.isOk()) die(st.message());

@@ -1,5 +1,6 @@
-// Training.h - parax-run: a training step's gradients, where they are
-// averaged and gathered, and the optimizer that applies them.
+// Trainer.h - a training step's gradients, where they are averaged and
+// gathered, and the optimizer that applies them (parax-run and Session,
+// Session.h, train through it).
 //
 // A training step's program returns each parameter's gradient from every
 // stage that holds the parameter, in the parameter's split (each rank its
@@ -15,10 +16,12 @@
 // writer gathers whole tensors from the boxes (gradients for --output,
 // parameters for --save-weights).
 
-#ifndef PARAX_RUN_TRAINING_H
-#define PARAX_RUN_TRAINING_H
+#ifndef PARAX_RUNTIME_TRAINER_H
+#define PARAX_RUNTIME_TRAINER_H
 
+#ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
+#endif
 #include "parax/runtime/Checkpoint.h"
 #include "parax/runtime/StallWatchdog.h"
 #include "parax/runtime/Status.h"
@@ -33,10 +36,7 @@
 #include <utility>
 #include <vector>
 
-namespace parax::run {
-
-using runtime::Status;
-using runtime::Tensor;
+namespace parax::runtime {
 
 /// Joins a later microbatch's or replica's result to `into`: its rows
 /// appended; a scalar's value collected (for a mean).
@@ -78,12 +78,12 @@ double sumOfSquares(const float *x, size_t n);
 
 /// One rank's share of a training run. `mpi`: launched under MPI (else a
 /// single rank, no MPI calls); `waits` watches every blocking MPI call.
-class Training {
+class Trainer {
 public:
-  Training(const pxe::Executable &exe, int rank, bool mpi, runtime::StallWatchdog *waits);
-  ~Training();
-  Training(const Training &) = delete;
-  Training &operator=(const Training &) = delete;
+  Trainer(const pxe::Executable &exe, int rank, bool mpi, StallWatchdog *waits);
+  ~Trainer();
+  Trainer(const Trainer &) = delete;
+  Trainer &operator=(const Trainer &) = delete;
 
   /// Whether output `k` of this rank's stage is a gradient.
   bool isGrad(size_t k) const { return k < gradOf_.size() && !gradOf_[k].empty(); }
@@ -207,25 +207,25 @@ public:
   /// of which it is the first holder in replica 0, with their values. No
   /// communication.
   void parameterBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
-                      runtime::BoxCheckpoint &into) const;
+                      BoxCheckpoint &into) const;
   /// Likewise under ZeRO with the parameters a gradient updates given as
   /// this rank's chunks (`chunks`, per gradient output: the values it
   /// updates, as the device optimizer keeps its masters), each written as
   /// its run of the box's elements like the moments, nothing gathered; the
   /// other parameters (none updates them) from `buffers`.
   Status parameterChunkBoxes(const std::vector<Tensor> &buffers, const std::vector<std::vector<float>> &chunks,
-                             runtime::BoxCheckpoint &into) const;
+                             BoxCheckpoint &into) const;
   /// AdamW's state likewise (gatherState's names), and the step count on
   /// rank 0; under ZeRO every rank its own chunk of each box, a run of the
   /// box's elements. No communication.
-  Status optimizerStateBoxes(runtime::BoxCheckpoint &into);
+  Status optimizerStateBoxes(BoxCheckpoint &into);
   /// Every rank's records put together on rank 0 (for its index). Every
   /// rank takes part.
-  Status gatherRecords(std::vector<runtime::SavedBox> &records);
+  Status gatherRecords(std::vector<SavedBox> &records);
   /// Reads this rank's boxes (its share, under ZeRO) of such a state, to
   /// go on from where it was saved (the next step is t + 1). After
   /// `bindParameters`.
-  Status loadState(const runtime::Checkpoint &file, const std::string &path, bool zero);
+  Status loadState(const Checkpoint &file, const std::string &path, bool zero);
 
 private:
   std::vector<float> ringSend_, ringReceived_; // the ZeRO reduce-scatter's scratch (MpiRing.h)
@@ -277,12 +277,12 @@ private:
   /// put together into `box`.
   Status gatherChunks(size_t k, const std::vector<float> &mine, std::vector<float> &box, const char *what);
   /// `waits_` watching `operation` (nothing without MPI).
-  runtime::StallWatchdog::Scope watch(const char *operation);
+  StallWatchdog::Scope watch(const char *operation);
 
   const pxe::Executable &exe_;
   int rank_, stage_;
   bool mpi_;
-  runtime::StallWatchdog *waits_;
+  StallWatchdog *waits_;
   int64_t replicas_ = 1, replica_ = 0;
   MPI_Comm replicaComm_ = MPI_COMM_NULL; // the ranks that differ from this one only along "dp"
   std::vector<ShareGroup> shareOf_;      // per output of this stage (gradients')
@@ -306,11 +306,11 @@ private:
   /// first stage's, of a weight two stages hold), `values(k)` the chunk's
   /// values for gradient output k, as a run of the box's elements.
   void chunkBoxes(const std::string &suffix, const std::function<const float *(int k)> &values,
-                  runtime::BoxCheckpoint &into) const;
+                  BoxCheckpoint &into) const;
   /// Of the parameters in `buffers`, those not `skipped` (by this stage's
   /// buffer id), as parameterBoxes writes them.
   void wholeBoxes(const std::vector<Tensor> &buffers, const std::string &suffix, const std::vector<bool> &skipped,
-                  runtime::BoxCheckpoint &into) const;
+                  BoxCheckpoint &into) const;
   // Per output that is a stage's part of a gradient: the ranks whose parts
   // are added (Update::partRanks); and those outputs in result order.
   std::vector<std::vector<int>> partRanks_;
@@ -330,6 +330,6 @@ private:
   bool zeroShares_ = false; // the states hold this rank's chunk of each box
 };
 
-} // namespace parax::run
+} // namespace parax::runtime
 
-#endif // PARAX_RUN_TRAINING_H
+#endif // PARAX_RUNTIME_TRAINER_H

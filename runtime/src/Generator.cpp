@@ -1,10 +1,9 @@
-// GenerationLoop.cpp - parax-run --generate (GenerationLoop.h).
+// Generator.cpp - the generation loop (Generator.h).
 
 #define OMPI_SKIP_MPICXX 1
-#include "GenerationLoop.h"
-#include "Progress.h"
+#include "parax/runtime/Generator.h"
 
-#include "Grid.h"
+#include "parax/runtime/Grid.h"
 
 #include <mpi.h>
 
@@ -15,11 +14,9 @@
 #include <deque>
 #include <limits>
 
-using namespace parax::runtime;
+namespace parax::runtime {
 
-namespace parax::run {
-
-void GenerationLoop::finish(Result &result, const std::vector<int64_t> &ranOf,
+void Generator::finish(Result &result, const std::vector<int64_t> &ranOf,
                             const std::vector<std::vector<std::vector<float>>> &stepLogits, int64_t vocab) {
   const int64_t width = this->width();
   int64_t ran = *std::max_element(ranOf.begin(), ranOf.end()); // fewer than total when every row stopped
@@ -50,10 +47,8 @@ void GenerationLoop::finish(Result &result, const std::vector<int64_t> &ranOf,
   }
 }
 
-GenerationLoop::Result GenerationLoop::run() {
-  Result result;
-  Status s = Status::ok();
-  Progress bar; // (its drawn line ended before the loop returns)
+Status Generator::run(Result &result) {
+  result = Result();
   auto inputsAt = [&](const GenerationProgram &program, int64_t t, int64_t m) {
     return generationInputs(program, sequence, promptLength + generate, firstRowOf(m), t);
   };
@@ -111,7 +106,7 @@ GenerationLoop::Result GenerationLoop::run() {
     if (awaited[m] < 0) return;
     std::vector<int32_t> picked(batch);
     {
-      auto watched = waits->watch("receiving the generated tokens");
+      auto watched = watch("receiving the generated tokens");
       MPI_Recv(picked.data(), static_cast<int>(batch), MPI_INT32_T, replicaWriterRank, kTokensTag,
                MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
@@ -119,39 +114,37 @@ GenerationLoop::Result GenerationLoop::run() {
     awaited[m] = -1;
   };
   int64_t vocab = 0;
-  auto advance = [&](const GenerationProgram &program, int64_t t, int64_t m, Runner &running) {
+  const std::string notLogits =
+      "the generation step's first result must be logits [batch, tokens, vocab] or [batch, 1, vocab]";
+  auto advance = [&](const GenerationProgram &program, int64_t t, int64_t m, Runner &running) -> Status {
     int64_t tokens = program.tokens;
-    s = running.setInputs(inputsAt(program, t, m));
-    if (!s.isOk()) die(s.message());
-    s = running.run();
-    if (!s.isOk()) die(s.message());
+    Status s = running.setInputs(inputsAt(program, t, m));
+    if (s.isOk()) s = running.run();
+    if (!s.isOk()) return s;
     ranOf[m] = t + tokens;
     int64_t next = t + tokens;         // the position the chosen tokens take
     bool picks = next >= shortestPromptOf(m); // (before, every row's next token is its prompt's)
     if (!replicaWriter) {
       if (picks) awaited[m] = next;
-      return;
+      return Status::ok();
     }
     // The logits of every position run, or (a program built
-    // --last-logits) of the last one alone.
-    auto positionsOf = [&](int64_t n) {
-      if (n != batch * tokens && n != batch)
-        die("--generate: the first result must be logits [batch, tokens, vocab] or [batch, 1, vocab]");
-      return n / batch;
-    };
+    // --last-logits) of the last one alone: how many a row has (0: neither).
+    auto positionsOf = [&](int64_t n) -> int64_t { return n == batch * tokens || n == batch ? n / batch : 0; };
     std::vector<int32_t> chosen(batch);
     bool greedily = sampling.temperature <= 0;
     if (picks && greedily) { // where the logits are (the GPU: one index a row comes back)
       auto picked = running.greedyTokens();
-      if (!picked.isOk()) die(picked.status().message());
+      if (!picked.isOk()) return picked.status();
       int64_t returned = positionsOf(static_cast<int64_t>(picked.value().size()));
+      if (returned == 0) return Status::error(notLogits);
       for (int64_t b = 0; b < batch; ++b) chosen[b] = picked.value()[b * returned + returned - 1];
     }
     if (wantLogits || (picks && !greedily)) {
       Tensor logits = running.outputs()[0];
-      if (logits.isInt || logits.shape.size() != 3 || logits.shape[0] != batch)
-        die("--generate: the first result must be logits [batch, tokens, vocab] or [batch, 1, vocab]");
+      if (logits.isInt || logits.shape.size() != 3 || logits.shape[0] != batch) return Status::error(notLogits);
       int64_t returned = positionsOf(batch * logits.shape[1]);
+      if (returned == 0) return Status::error(notLogits);
       vocab = logits.shape.back();
       if (picks && !greedily) // drawn on the host, the same on any backend
         for (int64_t b = 0; b < batch; ++b)
@@ -168,7 +161,7 @@ GenerationLoop::Result GenerationLoop::run() {
         }
       }
     }
-    if (!picks) return;
+    if (!picks) return Status::ok();
     record(m, next, chosen);
     for (int peer : peers) {
       sent.push_back(chosen);
@@ -176,14 +169,17 @@ GenerationLoop::Result GenerationLoop::run() {
       MPI_Isend(sent.back().data(), static_cast<int>(batch), MPI_INT32_T, peer, kTokensTag, MPI_COMM_WORLD,
                 &sends.back());
     }
+    return Status::ok();
   };
+  Status failed = Status::ok();
   int64_t t = 0;
   if (chunks > 0) {
-    barrier("the barrier before the prefill");
+    if (barrier) barrier("the barrier before the prefill");
     auto start = std::chrono::steady_clock::now();
-    for (int64_t c = 0; c < chunks; ++c, t += prefill.tokens)
-      for (int64_t m = 0; m < micro; ++m) advance(prefill, t, m, prefills[m]);
-    barrier("the barrier after the prefill");
+    for (int64_t c = 0; c < chunks && failed.isOk(); ++c, t += prefill.tokens)
+      for (int64_t m = 0; m < micro && failed.isOk(); ++m) failed = advance(prefill, t, m, prefills[m]);
+    if (!failed.isOk()) return failed;
+    if (barrier) barrier("the barrier after the prefill");
     result.prefillSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   // A step's time: between the ends of two positions on this rank (no
@@ -196,7 +192,8 @@ GenerationLoop::Result GenerationLoop::run() {
       settle(m);
       if (microDone(m, t)) continue; // every row of it has its tokens or has given the stop token
       any = true;
-      advance(step, t, m, steps[m]);
+      failed = advance(step, t, m, steps[m]);
+      if (!failed.isOk()) return failed;
     }
     if (!any) break;
     auto now = std::chrono::steady_clock::now();
@@ -206,28 +203,18 @@ GenerationLoop::Result GenerationLoop::run() {
     // writer; nothing for a loop shorter than that).
     double since = std::chrono::duration<double>(now - reported).count();
     if (progress && replicaWriter && replica == 0 && since >= 1.0 && t + 1 < total) {
-      double rate = static_cast<double>(t + 1 - reportedAt) / since; // positions a second
-      long long left = static_cast<long long>(std::llround(static_cast<double>(total - t - 1) / rate));
-      char text[192];
-      std::snprintf(text, sizeof text, "generating: position %lld of %lld, %.0f tokens/s (%lld rows), %lld:%02lld:%02lld left",
-                    static_cast<long long>(t + 1), static_cast<long long>(total), rate * micro * batch,
-                    static_cast<long long>(micro * batch), left / 3600, left / 60 % 60, left % 60);
-      char brief[96]; // (a terminal's line)
-      std::snprintf(brief, sizeof brief, "position %lld/%lld %.0f tok/s %lld:%02lld:%02lld left",
-                    static_cast<long long>(t + 1), static_cast<long long>(total), rate * micro * batch,
-                    left / 3600, left / 60 % 60, left % 60);
-      bar.show(static_cast<double>(t + 1) / static_cast<double>(total), text, brief);
+      progress(t + 1, total, static_cast<double>(t + 1 - reportedAt) / since * static_cast<double>(micro * batch));
       reported = now;
       reportedAt = t + 1;
     }
   }
   for (int64_t m = 0; m < micro; ++m) settle(m);
   if (!sends.empty()) {
-    auto watched = waits->watch("sending the generated tokens");
+    auto watched = watch("sending the generated tokens");
     MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
   }
   finish(result, ranOf, stepLogits, vocab);
-  return result;
+  return Status::ok();
 }
 
-} // namespace parax::run
+} // namespace parax::runtime

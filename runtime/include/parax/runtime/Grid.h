@@ -1,14 +1,14 @@
-// Grid.h - parax-run: ranks found by their grid coordinates.
+// Grid.h - ranks found by their grid coordinates.
 
-#ifndef PARAX_RUN_GRID_H
-#define PARAX_RUN_GRID_H
+#ifndef PARAX_RUNTIME_GRID_H
+#define PARAX_RUNTIME_GRID_H
 
 #include "parax/runtime/executable.pb.h"
 
 #include <cstdint>
 #include <string>
 
-namespace parax::run {
+namespace parax::runtime {
 
 /// The rank whose grid coordinates are `rank`'s but `replica` along "dp".
 inline int rankWithReplica(const pxe::Executable &exe, int rank, int64_t replica) {
@@ -38,6 +38,6 @@ inline int writerOf(const pxe::Executable &exe, int64_t replica) {
   return 0;
 }
 
-} // namespace parax::run
+} // namespace parax::runtime
 
-#endif // PARAX_RUN_GRID_H
+#endif // PARAX_RUNTIME_GRID_H

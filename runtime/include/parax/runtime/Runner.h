@@ -1,20 +1,17 @@
-// Runner.h - parax-run: a prepared program, whichever backend runs it.
+// Runner.h - a prepared program, whichever backend runs it (what the
+// generation loop, Generator.h, and parax-run's steps ask of it).
 
-#ifndef PARAX_RUN_RUNNER_H
-#define PARAX_RUN_RUNNER_H
+#ifndef PARAX_RUNTIME_RUNNER_H
+#define PARAX_RUNTIME_RUNNER_H
 
 #include "parax/runtime/Executor.h"
 
 #include <functional>
 #include <vector>
 
-namespace parax::run {
+namespace parax::runtime {
 
-using runtime::Status;
-using runtime::StatusOr;
-using runtime::Tensor;
-
-/// What the loops of parax-run ask of a prepared program.
+/// What the loops ask of a prepared program.
 struct Runner {
   std::function<Status(const std::vector<Tensor> &)> setInputs;
   std::function<Status()> run;
@@ -30,7 +27,7 @@ template <typename E> Runner runnerOf(E &executor) {
 
 /// The CPU executor running one microbatch of a generation loop: each run
 /// takes that microbatch's KV caches and gives them back.
-inline Runner runnerWithCaches(runtime::Executor &executor, runtime::Executor::CacheSet &caches) {
+inline Runner runnerWithCaches(Executor &executor, Executor::CacheSet &caches) {
   Runner runner = runnerOf(executor);
   runner.run = [&executor, &caches] {
     Status s = executor.swapCacheState(caches);
@@ -42,6 +39,6 @@ inline Runner runnerWithCaches(runtime::Executor &executor, runtime::Executor::C
   return runner;
 }
 
-} // namespace parax::run
+} // namespace parax::runtime
 
-#endif // PARAX_RUN_RUNNER_H
+#endif // PARAX_RUNTIME_RUNNER_H

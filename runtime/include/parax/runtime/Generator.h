@@ -1,22 +1,22 @@
-// GenerationLoop.h - parax-run --generate: one replica's rows through a
+// Generator.h - the generation loop: one replica's rows through a
 // generation step (and a prefill program for the prompt's chunks), as
-// microbatches that each keep their own KV caches.
+// microbatches that each keep their own KV caches (parax-run --generate and
+// Session::generate, Session.h).
 
-#ifndef PARAX_RUN_GENERATIONLOOP_H
-#define PARAX_RUN_GENERATIONLOOP_H
-
-#include "Runner.h"
+#ifndef PARAX_RUNTIME_GENERATOR_H
+#define PARAX_RUNTIME_GENERATOR_H
 
 #include "parax/runtime/Generation.h"
+#include "parax/runtime/Runner.h"
 #include "parax/runtime/StallWatchdog.h"
 
 #include <functional>
 #include <string>
 #include <vector>
 
-namespace parax::run {
+namespace parax::runtime {
 
-struct GenerationLoop {
+struct Generator {
   // The programs: the step and the prefill (`chunks` > 0), a runner of
   // each per microbatch.
   const pxe::Executable &exe;
@@ -34,13 +34,16 @@ struct GenerationLoop {
   std::vector<int32_t> &sequence;
   const std::vector<int64_t> &promptLengths;
   int64_t rows = 0, promptLength = 0, generate = 0, chunks = 0;
-  runtime::Sampling sampling;
+  Sampling sampling;
   long long stopToken = -1; // -1: none
   bool wantLogits = false;  // every position's logits as a second result
-  runtime::StallWatchdog *waits = nullptr; // (null: one rank, nothing to wait for)
-  std::function<void(const std::string &)> die; // ends the job; never returns
+  StallWatchdog *waits = nullptr; // (null: one rank, nothing to wait for)
+  // Around the prefill, to time it (null: none).
   std::function<void(const char *)> barrier;
-  bool progress = true; // a progress line about once a second (--quiet: none)
+  // About once a second on the first replica's writer (null: none): the
+  // positions run of `total`, and the rows' tokens a second since the
+  // last call.
+  std::function<void(int64_t position, int64_t total, double tokensPerSecond)> progress;
 
   struct Result {
     std::vector<double> times;  // each position's step, on this rank
@@ -48,7 +51,9 @@ struct GenerationLoop {
     int64_t ran = 0;            // positions run (fewer when every row stopped)
     std::vector<Tensor> results; // the writer's: tokens [rows of the replica, width], then logits
   };
-  Result run();
+  /// The loop; an error names what failed (a program's, or logits of
+  /// the wrong shape).
+  Status run(Result &result);
 
 private:
   // Microbatch m's first row: rows (replica * micro + m) * batch ...
@@ -63,8 +68,11 @@ private:
   // wantLogits their logits, NaN where none ran) into `result`.
   void finish(Result &result, const std::vector<int64_t> &ranOf,
               const std::vector<std::vector<std::vector<float>>> &stepLogits, int64_t vocab);
+  StallWatchdog::Scope watch(const char *operation) {
+    return waits ? waits->watch(operation) : StallWatchdog::Scope(nullptr);
+  }
 };
 
-} // namespace parax::run
+} // namespace parax::runtime
 
-#endif // PARAX_RUN_GENERATIONLOOP_H
+#endif // PARAX_RUNTIME_GENERATOR_H

@@ -1,6 +1,7 @@
-// Training.cpp - parax-run: gradients averaged and gathered, the optimizer.
+// Trainer.cpp - gradients averaged and gathered, the optimizer (Trainer.h).
 
-#include "Training.h"
+#define OMPI_SKIP_MPICXX 1
+#include "parax/runtime/Trainer.h"
 
 #include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
@@ -13,12 +14,7 @@
 #include <set>
 #include <sstream>
 
-namespace parax::run {
-
-using runtime::boxStart;
-using runtime::outputResult;
-using runtime::resultSources;
-using runtime::wholeShape;
+namespace parax::runtime {
 
 namespace {
 
@@ -102,11 +98,11 @@ void appendRows(Tensor &into, const Tensor &part) {
   into.i.insert(into.i.end(), part.i.begin(), part.i.end());
 }
 
-runtime::StallWatchdog::Scope Training::watch(const char *operation) {
-  return waits_ ? waits_->watch(operation) : runtime::StallWatchdog::Scope(nullptr);
+StallWatchdog::Scope Trainer::watch(const char *operation) {
+  return waits_ ? waits_->watch(operation) : StallWatchdog::Scope(nullptr);
 }
 
-struct Training::Item {
+struct Trainer::Item {
   int stage;               // the stage whose ranks' boxes make the tensor
   int buffer;              // the box's buffer in that stage
   const Tensor *local;     // this rank's box (when it is in that stage)
@@ -115,7 +111,7 @@ struct Training::Item {
   int writer;              // the rank that puts the whole tensor together
 };
 
-Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::StallWatchdog *waits)
+Trainer::Trainer(const pxe::Executable &exe, int rank, bool mpi, StallWatchdog *waits)
     : exe_(exe), rank_(rank), stage_(0), mpi_(mpi), waits_(waits) {
   for (int i = 0; i < exe.grid().axis_names_size(); ++i) {
     if (exe.grid().axis_names(i) == "pp") stage_ = static_cast<int>(exe.ranks(rank).values(i));
@@ -147,15 +143,15 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
       const pxe::Buffer *param = held.output_grads(k).empty() ? nullptr : parameterNamed(held, held.output_grads(k));
       if (!param) continue; // (bindParameters names it)
       unsigned axes = shareAxes(exe, *param);
-      runtime::GroupSplit g = runtime::groupSplit(shape, rank, axes);
+      GroupSplit g = groupSplit(shape, rank, axes);
       largestShareGroup_ = std::max(largestShareGroup_, g.members);
       if (g.members > 1) groups.insert(axes);
       unsigned partial = k < held.outputs_size() ? partialAxes(exe, held.buffers(held.outputs(k))) : 0u;
       if (partial) groups.insert(dpAxes | partial);
       if (s != stage_ || k >= stage.outputs_size()) continue;
       shareOf_[k] = {axes, g.members, g.key, MPI_COMM_NULL};
-      int64_t ranks = runtime::groupSplit(shape, rank, partial).members;
-      partialOf_[k] = {partial, ranks, runtime::groupSplit(shape, rank, dpAxes | partial).members / ranks,
+      int64_t ranks = groupSplit(shape, rank, partial).members;
+      partialOf_[k] = {partial, ranks, groupSplit(shape, rank, dpAxes | partial).members / ranks,
                        MPI_COMM_NULL};
     }
   }
@@ -168,9 +164,9 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
   int ppAxis = exe.grid().axis_names_size() - 1;
   for (; ppAxis >= 0 && exe.grid().axis_names(ppAxis) != "pp"; --ppAxis) ppStride *= exe.grid().shape(ppAxis);
   for (int k = 0; k < stage.outputs_size(); ++k) {
-    if (!runtime::isStagePart(stage, k) || ppAxis < 0) continue; // (parts come from pipeline stages)
+    if (!isStagePart(stage, k) || ppAxis < 0) continue; // (parts come from pipeline stages)
     std::set<int> holders;
-    for (const runtime::ResultSource &source : sources[outputResult(stage, k)]) holders.insert(source.stage);
+    for (const ResultSource &source : sources[outputResult(stage, k)]) holders.insert(source.stage);
     for (int s : holders) partRanks_[k].push_back(static_cast<int>(rank + (s - stage_) * ppStride));
     partOutputs_.push_back(k);
   }
@@ -180,7 +176,7 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
   if (dpAxes) groups.insert(dpAxes);
   for (unsigned axes : groups) {
     // The ranks differing from this one only along `axes`, in grid order.
-    runtime::GroupSplit g = runtime::groupSplit(shape, rank, axes);
+    GroupSplit g = groupSplit(shape, rank, axes);
     auto watched = watch("the optimizer's groups' set-up (MPI_Comm_split)");
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(g.color), static_cast<int>(g.key), &shareComms_[axes]);
   }
@@ -190,12 +186,12 @@ Training::Training(const pxe::Executable &exe, int rank, bool mpi, runtime::Stal
   for (PartialSum &sum : partialOf_) sum.comm = sum.axes ? shareComms_[dpAxes | sum.axes] : replicaComm_;
 }
 
-Training::~Training() {
+Trainer::~Trainer() {
   for (auto &[axes, comm] : shareComms_)
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
 }
 
-Status Training::join(std::vector<Tensor> &into, std::vector<Tensor> part) const {
+Status Trainer::join(std::vector<Tensor> &into, std::vector<Tensor> part) const {
   if (into.empty()) { // (moved: a prefill's logits are a gigabyte)
     into = std::move(part);
     return Status::ok();
@@ -213,14 +209,14 @@ Status Training::join(std::vector<Tensor> &into, std::vector<Tensor> part) const
   return Status::ok();
 }
 
-Training::Chunk Training::chunkOf(size_t k, int64_t n) const {
+Trainer::Chunk Trainer::chunkOf(size_t k, int64_t n) const {
   const ShareGroup &g = shareOf_[k];
   int64_t size = (n + g.members - 1) / g.members;
   int64_t begin = std::min(n, g.index * size);
   return {begin, std::min(n, begin + size), size};
 }
 
-Status Training::gatherChunks(size_t k, const std::vector<float> &mine, std::vector<float> &box, const char *what) {
+Status Trainer::gatherChunks(size_t k, const std::vector<float> &mine, std::vector<float> &box, const char *what) {
   const ShareGroup &g = shareOf_[k];
   if (g.members == 1) {
     box = mine;
@@ -237,7 +233,7 @@ Status Training::gatherChunks(size_t k, const std::vector<float> &mine, std::vec
   return Status::ok();
 }
 
-Status Training::allReduceOverReplicas(size_t k, float *data, size_t n) {
+Status Trainer::allReduceOverReplicas(size_t k, float *data, size_t n) {
   MPI_Comm comm = k < partialOf_.size() ? partialOf_[k].comm : replicaComm_;
   if (comm == MPI_COMM_NULL) return Status::ok();
   auto watched = watch("the data-parallel gradient all-reduce (MPI_Allreduce over dp and the gradient's partial axes)");
@@ -252,7 +248,7 @@ Status Training::allReduceOverReplicas(size_t k, float *data, size_t n) {
   return Status::ok();
 }
 
-Status Training::sumStageParts(std::vector<Tensor> &outputs) {
+Status Trainer::sumStageParts(std::vector<Tensor> &outputs) {
   if (!mpi_) return Status::ok();
   constexpr int kPartTag = 7301; // (apart from the pipeline's transfers)
   for (int k : partOutputs_) {
@@ -287,7 +283,7 @@ Status Training::sumStageParts(std::vector<Tensor> &outputs) {
   return Status::ok();
 }
 
-Status Training::meanOf(std::vector<Tensor> &outputs, int64_t micro, bool overReplicas) {
+Status Trainer::meanOf(std::vector<Tensor> &outputs, int64_t micro, bool overReplicas) {
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!isGrad(k)) continue;
     std::vector<float> &g = outputs[k].f;
@@ -301,20 +297,20 @@ Status Training::meanOf(std::vector<Tensor> &outputs, int64_t micro, bool overRe
   return Status::ok();
 }
 
-int64_t Training::copiesOf(size_t k, bool shares) const {
+int64_t Trainer::copiesOf(size_t k, bool shares) const {
   const ShareGroup &g = shareOf_[k];
   return shares && g.members > 1 ? g.members / partialOf_[k].ranks : partialOf_[k].copies;
 }
 
-Status Training::meanOverReplicas(std::vector<Tensor> &outputs) { return meanOf(outputs, 1, true); }
+Status Trainer::meanOverReplicas(std::vector<Tensor> &outputs) { return meanOf(outputs, 1, true); }
 
-Status Training::averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares) {
+Status Trainer::averageGradients(std::vector<Tensor> &outputs, int64_t micro, bool zeroShares) {
   Status summed = sumStageParts(outputs);
   if (!summed.isOk()) return summed;
   return meanOf(outputs, micro, !(zeroShares && largestShareGroup_ > 1));
 }
 
-Status Training::bindParameters(const std::vector<Tensor> &buffers) {
+Status Trainer::bindParameters(const std::vector<Tensor> &buffers) {
   const pxe::Stage &stage = exe_.stages(stage_);
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
@@ -340,7 +336,7 @@ Status Training::bindParameters(const std::vector<Tensor> &buffers) {
   return Status::ok();
 }
 
-bool Training::ownsBoxIgnoringReplica(int output) const {
+bool Trainer::ownsBoxIgnoringReplica(int output) const {
   const pxe::Stage &stage = exe_.stages(stage_);
   int result = outputResult(stage, output);
   if (resultSources(exe_)[result][0].stage != stage_) return false; // counted by the first stage returning it
@@ -366,7 +362,7 @@ double sumOfSquares(const float *x, size_t n) {
 }
 
 void adamwUpdate(float *p, float *m, float *v, const float *g, size_t n, const AdamwFactors &f) {
-  // Over contiguous arrays, no branch: the loop vectorises (Training.cpp is
+  // Over contiguous arrays, no branch: the loop vectorises (Trainer.cpp is
   // built with -fno-math-errno for sqrt). The arithmetic in double, element
   // for element the CUDA backend's (OptimizerKernels.cuh, adamwElement):
   // the two optimizers agree to the bit (test_cuda_simt.py).
@@ -392,12 +388,12 @@ double learningRate(const OptimizerConfig &c, int64_t step) {
   return c.minLr + (c.lr - c.minLr) * fall;
 }
 
-std::vector<Training::Update> Training::updates(const OptimizerConfig &config) const {
+std::vector<Trainer::Update> Trainer::updates(const OptimizerConfig &config) const {
   const pxe::Stage &stage = exe_.stages(stage_);
   std::vector<Update> all;
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
-    int64_t n = runtime::numelOf({stage.buffers(paramOf_[k]).shape().begin(), stage.buffers(paramOf_[k]).shape().end()});
+    int64_t n = numelOf({stage.buffers(paramOf_[k]).shape().begin(), stage.buffers(paramOf_[k]).shape().end()});
     bool shares = sharesState(config);
     Chunk c = shares ? chunkOf(k, n) : Chunk{0, n, n};
     const ShareGroup &g = shareOf_[k];
@@ -407,9 +403,9 @@ std::vector<Training::Update> Training::updates(const OptimizerConfig &config) c
   return all;
 }
 
-bool Training::decays(int k) const { return exe_.stages(stage_).buffers(paramOf_[k]).shape_size() >= 2; }
+bool Trainer::decays(int k) const { return exe_.stages(stage_).buffers(paramOf_[k]).shape_size() >= 2; }
 
-Status Training::beginStep(const OptimizerConfig &config, const std::vector<double> &squares, StepFactors &factors,
+Status Trainer::beginStep(const OptimizerConfig &config, const std::vector<double> &squares, StepFactors &factors,
                            double &gradNorm) {
   ++step_;
   bool shares = zeroShares_ = sharesState(config);
@@ -440,7 +436,7 @@ Status Training::beginStep(const OptimizerConfig &config, const std::vector<doub
   return Status::ok();
 }
 
-Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outputs, std::vector<Tensor> &buffers,
+Status Trainer::apply(const OptimizerConfig &config, std::vector<Tensor> &outputs, std::vector<Tensor> &buffers,
                        double &gradNorm) {
   bool shares = sharesState(config);
   // Each gradient's share this rank updates: the whole box, or (ZeRO) the
@@ -461,7 +457,7 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
       std::copy(g.begin(), g.end(), padded.begin());
       share[k].assign(c.size, 0.0f);
       auto watched = watch("the ZeRO gradient reduce-scatter (a ring over the ranks holding the box)");
-      if (Status ring = runtime::ringReduceScatter(padded.data(), share[k].data(), c.size, group.comm, ringSend_, ringReceived_);
+      if (Status ring = ringReduceScatter(padded.data(), share[k].data(), c.size, group.comm, ringSend_, ringReceived_);
           !ring.isOk())
         return Status::error("the ZeRO gradient reduce-scatter failed: " + ring.message());
       for (float &v : share[k]) v /= static_cast<float>(copiesOf(k, true));
@@ -507,13 +503,13 @@ Status Training::apply(const OptimizerConfig &config, std::vector<Tensor> &outpu
   return Status::ok();
 }
 
-size_t Training::stateBytes() const {
+size_t Trainer::stateBytes() const {
   size_t bytes = 0;
   for (const State &s : states_) bytes += (s.m.size() + s.v.size()) * sizeof(float);
   return bytes;
 }
 
-Status Training::replicaMean(double &value) {
+Status Trainer::replicaMean(double &value) {
   if (replicaComm_ == MPI_COMM_NULL) return Status::ok();
   auto watched = watch("the loss's mean over the replicas (MPI_Allreduce over dp)");
   MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, replicaComm_);
@@ -521,7 +517,7 @@ Status Training::replicaMean(double &value) {
   return Status::ok();
 }
 
-std::vector<std::pair<int, std::vector<int64_t>>> Training::holders(const Item &item) const {
+std::vector<std::pair<int, std::vector<int64_t>>> Trainer::holders(const Item &item) const {
   const pxe::Buffer &buffer = exe_.stages(item.stage).buffers(item.buffer);
   std::vector<std::pair<int, std::vector<int64_t>>> boxes;
   std::vector<std::vector<int64_t>> seen;
@@ -536,7 +532,7 @@ std::vector<std::pair<int, std::vector<int64_t>>> Training::holders(const Item &
   return boxes;
 }
 
-Status Training::gather(const std::vector<Item> &items, std::vector<Tensor> &whole) {
+Status Trainer::gather(const std::vector<Item> &items, std::vector<Tensor> &whole) {
   auto watched = watch("gathering whole tensors from their boxes on the writer");
   for (const Item &item : items) {
     int writer = item.writer;
@@ -557,13 +553,13 @@ Status Training::gather(const std::vector<Item> &items, std::vector<Tensor> &who
   return Status::ok();
 }
 
-Status Training::gatherGradients(const std::vector<Tensor> &outputs, int writer, std::map<int, Tensor> &whole) {
+Status Trainer::gatherGradients(const std::vector<Tensor> &outputs, int writer, std::map<int, Tensor> &whole) {
   auto sources = resultSources(exe_);
   std::vector<Item> items;
   std::vector<int> results;
   std::vector<Tensor> tensors;
   for (size_t r = 0; r < sources.size(); ++r) {
-    const runtime::ResultSource &from = sources[r][0];
+    const ResultSource &from = sources[r][0];
     const pxe::Stage &stage = exe_.stages(from.stage);
     if (from.output >= stage.output_grads_size() || stage.output_grads(from.output).empty()) continue;
     const pxe::Buffer &buffer = stage.buffers(stage.outputs(from.output));
@@ -580,7 +576,7 @@ Status Training::gatherGradients(const std::vector<Tensor> &outputs, int writer,
   return Status::ok();
 }
 
-std::vector<Training::Item> Training::parameterItems(const std::vector<Tensor> &buffers,
+std::vector<Trainer::Item> Trainer::parameterItems(const std::vector<Tensor> &buffers,
                                                     std::vector<std::string> &names,
                                                     std::vector<std::vector<int64_t>> &shapes) const {
   std::vector<Item> items;
@@ -593,7 +589,7 @@ std::vector<Training::Item> Training::parameterItems(const std::vector<Tensor> &
       size_t index = std::find(names.begin(), names.end(), b.param_name()) - names.begin();
       if (index == names.size()) {
         names.push_back(b.param_name());
-        shapes.push_back(runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), b).shape);
+        shapes.push_back(checkpointBox(exe_, coordinatesOf(exe_, rank_), b).shape);
       }
       std::vector<int64_t> at(shapes[index].size(), 0);
       for (int d = 0; d < b.param_offset_size(); ++d) at[d] = b.param_offset(d);
@@ -602,7 +598,7 @@ std::vector<Training::Item> Training::parameterItems(const std::vector<Tensor> &
   return items;
 }
 
-Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer,
+Status Trainer::gatherParameters(const std::vector<Tensor> &buffers, int writer,
                                   std::map<std::string, Tensor> &whole, const std::string &suffix,
                                   Layout *layout) {
   std::vector<std::string> names;
@@ -619,28 +615,28 @@ Status Training::gatherParameters(const std::vector<Tensor> &buffers, int writer
   if (!st.isOk()) return st;
   for (size_t i = 0; i < names.size(); ++i) {
     if (layout) {
-      for (const std::string &name : runtime::checkpointNames(names[i] + suffix, shapes[i]))
+      for (const std::string &name : checkpointNames(names[i] + suffix, shapes[i]))
         layout->writer[name] = writerOfTensor(i);
-      layout->bytes += 4 * static_cast<uint64_t>(runtime::numelOf(shapes[i]));
+      layout->bytes += 4 * static_cast<uint64_t>(numelOf(shapes[i]));
     }
-    if (writerOfTensor(i) == rank_) runtime::putParameter(names[i] + suffix, std::move(tensors[i]), whole);
+    if (writerOfTensor(i) == rank_) putParameter(names[i] + suffix, std::move(tensors[i]), whole);
   }
   return Status::ok();
 }
 
-void Training::parameterBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
-                              runtime::BoxCheckpoint &into) const {
+void Trainer::parameterBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
+                              BoxCheckpoint &into) const {
   wholeBoxes(buffers, suffix, {}, into);
 }
 
-Status Training::parameterChunkBoxes(const std::vector<Tensor> &buffers, const std::vector<std::vector<float>> &chunks,
-                                     runtime::BoxCheckpoint &into) const {
+Status Trainer::parameterChunkBoxes(const std::vector<Tensor> &buffers, const std::vector<std::vector<float>> &chunks,
+                                     BoxCheckpoint &into) const {
   const pxe::Stage &stage = exe_.stages(stage_);
   std::vector<bool> updated(stage.buffers_size(), false);
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
     const pxe::Buffer &param = stage.buffers(paramOf_[k]);
-    Chunk c = chunkOf(k, runtime::numelOf(std::vector<int64_t>(param.shape().begin(), param.shape().end())));
+    Chunk c = chunkOf(k, numelOf(std::vector<int64_t>(param.shape().begin(), param.shape().end())));
     size_t given = k < static_cast<int>(chunks.size()) ? chunks[k].size() : 0;
     if (given != static_cast<size_t>(std::max<int64_t>(c.end - c.begin, 0)))
       return Status::error("a box-wise checkpoint of " + param.param_name() + ": " + std::to_string(given) +
@@ -653,8 +649,8 @@ Status Training::parameterChunkBoxes(const std::vector<Tensor> &buffers, const s
   return Status::ok();
 }
 
-void Training::wholeBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
-                          const std::vector<bool> &skipped, runtime::BoxCheckpoint &into) const {
+void Trainer::wholeBoxes(const std::vector<Tensor> &buffers, const std::string &suffix,
+                          const std::vector<bool> &skipped, BoxCheckpoint &into) const {
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
   for (const Item &item : parameterItems(buffers, names, shapes)) {
@@ -663,12 +659,12 @@ void Training::wholeBoxes(const std::vector<Tensor> &buffers, const std::string 
     std::vector<int64_t> size(buffer.shape().begin(), buffer.shape().end());
     for (const auto &[q, start] : holders(item))
       if (q == rank_)
-        runtime::putParameterBox(names[item.whole] + suffix, shapes[item.whole], start, size, q,
+        putParameterBox(names[item.whole] + suffix, shapes[item.whole], start, size, q,
                                  item.local->f.data(), into);
   }
 }
 
-Status Training::gatherRecords(std::vector<runtime::SavedBox> &records) {
+Status Trainer::gatherRecords(std::vector<SavedBox> &records) {
   if (!mpi_) return Status::ok();
   auto csv = [](const std::vector<int64_t> &dims) {
     std::string text;
@@ -676,7 +672,7 @@ Status Training::gatherRecords(std::vector<runtime::SavedBox> &records) {
     return text;
   };
   std::string mine;
-  for (const runtime::SavedBox &r : records)
+  for (const SavedBox &r : records)
     mine += r.name + "\t" + csv(r.shape) + "\t" + csv(r.start) + "\t" + csv(r.size) + "\t" +
             std::to_string(r.writer) + "\t" + std::to_string(r.begin) + "\t" + std::to_string(r.end) + "\n";
   int ranks = exe_.ranks_size(), length = static_cast<int>(mine.size());
@@ -718,7 +714,7 @@ Status Training::gatherRecords(std::vector<runtime::SavedBox> &records) {
 // Each gradient's moment `which` (0: m, 1: v) as its parameter's box, in a
 // vector indexed like the stage's buffers: under ZeRO the replicas'
 // chunks gathered back into the box first (every replica takes part).
-Status Training::stateBoxes(int which, std::vector<Tensor> &boxes) {
+Status Trainer::stateBoxes(int which, std::vector<Tensor> &boxes) {
   const pxe::Stage &stage = exe_.stages(stage_);
   boxes.assign(stage.buffers_size(), Tensor());
   for (int k = 0; k < stage.outputs_size(); ++k) {
@@ -737,7 +733,7 @@ Status Training::stateBoxes(int which, std::vector<Tensor> &boxes) {
   return Status::ok();
 }
 
-Status Training::gatherState(int writer, std::map<std::string, Tensor> &whole, Layout *layout) {
+Status Trainer::gatherState(int writer, std::map<std::string, Tensor> &whole, Layout *layout) {
   if (step_ == 0) return Status::error("--save-optimizer: no optimizer step ran, so there is no state");
   for (int which = 0; which < 2; ++which) {
     std::vector<Tensor> boxes;
@@ -758,7 +754,7 @@ Status Training::gatherState(int writer, std::map<std::string, Tensor> &whole, L
   return Status::ok();
 }
 
-Status Training::optimizerStateBoxes(runtime::BoxCheckpoint &into) {
+Status Trainer::optimizerStateBoxes(BoxCheckpoint &into) {
   if (step_ == 0) return Status::error("--save-optimizer: no optimizer step ran, so there is no state");
   for (int which = 0; which < 2; ++which) {
     const char *suffix = which == 0 ? ".exp_avg" : ".exp_avg_sq";
@@ -774,29 +770,29 @@ Status Training::optimizerStateBoxes(runtime::BoxCheckpoint &into) {
   }
   if (rank_ == 0) {
     float step = static_cast<float>(step_);
-    runtime::putParameterBox("optimizer.step", {1}, {0}, {1}, 0, &step, into);
+    putParameterBox("optimizer.step", {1}, {0}, {1}, 0, &step, into);
   }
   return Status::ok();
 }
 
-void Training::chunkBoxes(const std::string &suffix, const std::function<const float *(int k)> &values,
-                          runtime::BoxCheckpoint &into) const {
+void Trainer::chunkBoxes(const std::string &suffix, const std::function<const float *(int k)> &values,
+                          BoxCheckpoint &into) const {
   const pxe::Stage &stage = exe_.stages(stage_);
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k) || !firstStage_[k]) continue;
     const pxe::Buffer &param = stage.buffers(paramOf_[k]);
     std::vector<int64_t> size(param.shape().begin(), param.shape().end());
-    int64_t n = runtime::numelOf(size);
+    int64_t n = numelOf(size);
     Chunk c = chunkOf(k, n);
     if (c.begin >= c.end) continue;
-    runtime::CheckpointBox where = runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), param);
+    CheckpointBox where = checkpointBox(exe_, coordinatesOf(exe_, rank_), param);
     bool whole = c.begin == 0 && c.end == n;
-    runtime::putParameterBox(param.param_name() + suffix, where.shape, where.start, size, rank_, values(k), into,
+    putParameterBox(param.param_name() + suffix, where.shape, where.start, size, rank_, values(k), into,
                              whole ? 0 : c.begin, whole ? -1 : c.end);
   }
 }
 
-Status Training::loadState(const runtime::Checkpoint &file, const std::string &path, bool zero) {
+Status Trainer::loadState(const Checkpoint &file, const std::string &path, bool zero) {
   const pxe::Stage &stage = exe_.stages(stage_);
   Tensor step;
   Status s = file.readBox("optimizer.step", {1}, {0}, {1}, step);
@@ -809,7 +805,7 @@ Status Training::loadState(const runtime::Checkpoint &file, const std::string &p
   for (int k = 0; k < stage.outputs_size(); ++k) {
     if (!isGrad(k)) continue;
     const pxe::Buffer &b = stage.buffers(paramOf_[k]);
-    runtime::CheckpointBox where = runtime::checkpointBox(exe_, coordinatesOf(exe_, rank_), b);
+    CheckpointBox where = checkpointBox(exe_, coordinatesOf(exe_, rank_), b);
     std::vector<int64_t> shape(b.shape().begin(), b.shape().end());
     for (int which = 0; which < 2; ++which) {
       Tensor box;
@@ -832,4 +828,4 @@ Status Training::loadState(const runtime::Checkpoint &file, const std::string &p
   return Status::ok();
 }
 
-} // namespace parax::run
+} // namespace parax::runtime
