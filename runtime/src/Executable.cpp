@@ -105,6 +105,47 @@ int64_t axisSize(const pxe::Executable &exe, const std::string &axis) {
   return 0;
 }
 
+StatusOr<unsigned> groupMask(const pxe::Executable &exe, const std::vector<std::string> &axes) {
+  unsigned mask = 0;
+  int last = -1;
+  for (const std::string &axis : axes) {
+    int index = -1;
+    for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+      if (exe.grid().axis_names(i) == axis) index = i;
+    if (index <= last) {
+      std::string given, order;
+      for (const std::string &a : axes) given += (given.empty() ? "" : ", ") + a;
+      for (int i = 0; i < exe.grid().axis_names_size(); ++i) order += (i ? ", " : "") + exe.grid().axis_names(i);
+      return Status::error("collective axes [" + given + "] must be distinct grid axes in grid order (" + order + ")");
+    }
+    last = index;
+    mask |= 1u << index;
+  }
+  return mask;
+}
+
+int64_t groupSize(const pxe::Executable &exe, const std::vector<std::string> &axes) {
+  int64_t n = 1;
+  for (const std::string &axis : axes) n *= axisSize(exe, axis);
+  return n;
+}
+
+int64_t groupIndex(const pxe::Executable &exe, const std::vector<int64_t> &coords,
+                   const std::vector<std::string> &axes) {
+  int64_t index = 0;
+  for (const std::string &axis : axes)
+    for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+      if (exe.grid().axis_names(i) == axis) index = index * exe.grid().shape(i) + coords[i];
+  return index;
+}
+
+int peerRank(const pxe::Executable &exe, const std::vector<int64_t> &coords, const std::string &axis, int64_t peer) {
+  int64_t rank = 0;
+  for (int i = 0; i < exe.grid().axis_names_size(); ++i)
+    rank = rank * exe.grid().shape(i) + (exe.grid().axis_names(i) == axis ? peer : coords[i]);
+  return static_cast<int>(rank);
+}
+
 Status validatePipelineTransfers(const pxe::Executable &exe);
 
 int outputResult(const pxe::Stage &stage, int k) {

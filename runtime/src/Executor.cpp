@@ -518,10 +518,10 @@ Status Executor::Impl::run(int k) {
 
 Status Executor::Impl::groupOf(const Attrs &a, bool needsComm, Group &group) {
   group.axes = attrStrings(a, "axes");
-  Status maskStatus = Status::ok();
-  group.mask = axesMask(group.axes, maskStatus);
-  if (!maskStatus.isOk()) return maskStatus;
-  group.size = groupSizeOf(group.axes);
+  StatusOr<unsigned> mask = groupMask(exe, group.axes);
+  if (!mask.isOk()) return mask.status();
+  group.mask = mask.value();
+  group.size = groupSize(exe, group.axes);
   return needsComm ? needComm(group.size) : Status::ok();
 }
 

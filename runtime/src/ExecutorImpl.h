@@ -119,57 +119,13 @@ struct Executor::Impl {
   const pxe::Executable &exe;
   std::vector<std::pair<int32_t, int32_t>> lentCaches; // (cache input, result) of in-place cache_updates
 
-  unsigned axesMask(const std::vector<std::string> &axes, Status &status) {
-    unsigned mask = 0;
-    int last = -1;
-    for (const std::string &axis : axes) {
-      int index = -1;
-      for (int i = 0; i < exe.grid().axis_names_size(); ++i)
-        if (exe.grid().axis_names(i) == axis)
-          index = i;
-      if (index <= last) {
-        std::string given, order;
-        for (const std::string &a : axes)
-          given += (given.empty() ? "" : ", ") + a;
-        for (int i = 0; i < exe.grid().axis_names_size(); ++i)
-          order += (i ? ", " : "") + exe.grid().axis_names(i);
-        status = Status::error("collective axes [" + given + "] must be distinct grid axes in grid order (" +
-                               order + ")");
-        return 0;
-      }
-      last = index;
-      mask |= 1u << index;
-    }
-    return mask;
-  }
-
-  // This rank's index within the group of `axes` (major to minor).
-  int64_t groupIndex(const std::vector<std::string> &axes) {
-    int64_t index = 0;
-    for (const std::string &axis : axes)
-      for (int i = 0; i < exe.grid().axis_names_size(); ++i)
-        if (exe.grid().axis_names(i) == axis)
-          index = index * exe.grid().shape(i) + e.coords_[i];
-    return index;
-  }
-
-  int64_t groupSizeOf(const std::vector<std::string> &axes) {
-    int64_t n = 1;
-    for (const std::string &axis : axes)
-      n *= axisSize(exe, axis);
-    return n;
-  }
+  // This rank's place in the group of `axes`, its ranks (Executable.h).
+  int64_t groupIndex(const std::vector<std::string> &axes) { return runtime::groupIndex(exe, e.coords_, axes); }
+  int64_t groupSizeOf(const std::vector<std::string> &axes) { return groupSize(exe, axes); }
 
   SequenceRows rowsOf(const Attrs &a, int64_t rows) { return sequenceRows(exe, e.coords_, a, rows); }
 
-  int peerRank(const std::string &axis, int64_t peer) {
-    int64_t rank = 0;
-    for (int i = 0; i < exe.grid().axis_names_size(); ++i) {
-      int64_t c = exe.grid().axis_names(i) == axis ? peer : e.coords_[i];
-      rank = rank * exe.grid().shape(i) + c;
-    }
-    return static_cast<int>(rank);
-  }
+  int peerRank(const std::string &axis, int64_t peer) { return runtime::peerRank(exe, e.coords_, axis, peer); }
 
   Status needComm(int64_t groupSize) {
     if (groupSize > 1 && !e.comm_)

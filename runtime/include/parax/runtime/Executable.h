@@ -151,6 +151,19 @@ int64_t gridSize(const pxe::Executable &exe);
 /// Size of a grid axis, or 0 when the grid has no such axis.
 int64_t axisSize(const pxe::Executable &exe, const std::string &axis);
 
+/// A collective's group, by the grid axes it spans (`axes`, as its `axes`
+/// attribute lists them) -- the one implementation both executors use:
+/// - groupMask: the axes as a mask (bit i: the grid's axis i); an error
+///   unless they are distinct grid axes in grid order;
+/// - groupSize: the ranks of the group;
+/// - groupIndex: the place in it (major to minor) of the rank at `coords`;
+/// - peerRank: the rank at `coords` but `peer` along `axis`.
+StatusOr<unsigned> groupMask(const pxe::Executable &exe, const std::vector<std::string> &axes);
+int64_t groupSize(const pxe::Executable &exe, const std::vector<std::string> &axes);
+int64_t groupIndex(const pxe::Executable &exe, const std::vector<int64_t> &coords,
+                   const std::vector<std::string> &axes);
+int peerRank(const pxe::Executable &exe, const std::vector<int64_t> &coords, const std::string &axis, int64_t peer);
+
 /// An instruction's attributes, read with defaults (validation has checked
 /// the kinds): integers (booleans read as 0/1), floats, strings, string lists.
 using Attrs = google::protobuf::Map<std::string, pxe::Attr>;
