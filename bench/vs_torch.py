@@ -91,6 +91,7 @@ def main():
     from parax.checkpoint import random_weights, save_pretrained, save_safetensors
     from parax.models import build_model, load_config
     bin_ = os.path.join(args.build, "bin")
+    blas = set()  # parax-run's GEMM kernels, as it reports them
 
     def env(threads):
         return dict(os.environ, **MPI_ENV, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
@@ -125,6 +126,7 @@ def main():
             for i in inputs:
                 cmd += ["--input", i]
             text = sh(cmd + extra, env(threads))
+            blas.update(re.findall(r"(OpenBLAS [^,\n]*?kernels(?: \([^)]*\))?)", text))
             return float(re.search(r"step time ([0-9.]+) ms", text).group(1))
 
         def torch_(kind, toks, labels=None, threads=1, steps=STEPS):
@@ -171,7 +173,7 @@ def main():
         a, b = statistics.median(times[name][0]), statistics.median(times[name][1])
         print(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.2f} | <= {target} {'(met)' if a / b <= target else ''} |")
     print(f"(medians of {args.rounds} interleaved rounds; parax-run's step is the median of its steps, "
-          f"transformers' likewise)")
+          f"transformers' likewise; parax-run's GEMMs: {'; '.join(sorted(blas))})")
 
 
 if __name__ == "__main__":

@@ -18,10 +18,18 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace parax::runtime {
+
+/// The CPU executor's GEMM kernels: OpenBLAS's core for this CPU, and when
+/// that is its generic SSE3 fallback ("Prescott": an OpenBLAS 0.3.21 that
+/// does not know the CPU) on a CPU with AVX-512 or AVX2, the
+/// OPENBLAS_CORETYPE that would run its vector kernels (several times
+/// faster GEMMs). parax never sets it: the environment decides.
+std::string blasKernels();
 
 /// Whether two programs' input buffers are the same box of the same input
 /// on a rank: input index, dtype, shape and split axes.
