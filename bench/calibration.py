@@ -30,7 +30,7 @@
    predicted fastest is the measured fastest or within 5 % of it; last,
    the largest |error| and the ranking agreement.
 
-One OpenBLAS thread a rank, each rank bound to a core of its own, a
+One GEMM thread a rank (OMP_NUM_THREADS=1), each rank bound to a core of its own, a
 one-rank run to the slowest core (a synchronous step goes at its slowest
 rank's pace; on this VM one core's memory streams up to 30 % slower).
 Plans of more ranks than cores (4 on this machine's 2) run unbound and are
@@ -48,7 +48,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OPENBLAS_NUM_THREADS="1",
+ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1",
            OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_btl_vader_single_copy_mechanism="none")
 PY = os.path.join(ROOT, ".venv", "bin", "python")
@@ -62,7 +62,7 @@ MIXTRAL = {"model_type": "mixtral", "hidden_size": 384, "intermediate_size": 768
            "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 1e6,
            "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False}
 # A starting point for the fit: only its counts and memory are kept.
-BASE_CLUSTER = {"name": "this-cpu", "device": "one core (OpenBLAS, one thread)", "devices_per_node": 2,
+BASE_CLUSTER = {"name": "this-cpu", "device": "one core (oneDNN sgemm, one thread)", "devices_per_node": 2,
                 "nodes": 1, "peak_tflops": {"f32": 0.1}, "hbm_gb": 8, "hbm_bandwidth_gbps": 5,
                 "matmul_efficiency": 1, "memory_efficiency": 1,
                 "intra_node": {"bandwidth_gbps": 5, "efficiency": 1, "hop_latency_us": 10},

@@ -11,8 +11,8 @@
 #include "parax/runtime/Executor.h"
 #include "BenchUtil.h"
 
-#include <cblas.h>
 #include <mpi.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -68,7 +68,8 @@ void kernels() {
               1e9 * t / n);
 
   // 2. Linear vs sgemm on the same shapes.
-  std::printf("linear vs cblas_sgemm (one thread, median of 7, GFLOP/s):\n");
+  std::printf("linear vs oneDNN's sgemm called directly (one thread, median of "
+              "7, GFLOP/s):\n");
   // (transposed, few rows: a decode step of several sequences, whose weight
   // the runtime reads once instead of packing it: FewRowsGemm.h)
   for (auto [m, k, nn, t] : std::vector<std::tuple<int, int, int, bool>>{
@@ -84,10 +85,11 @@ void kernels() {
     std::vector<float> y(size_t(m) * nn);
     double flops = 2.0 * m * k * nn;
     double tRuntime = timeIt([&] { (void)ex.run(); }, 7);
-    double tBlas = timeIt([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, t ? CblasTrans : CblasNoTrans, m, nn, k, 1.0f, x.f.data(), k,
-                  w.f.data(), t ? k : nn, 0.0f, y.data(), nn);
-    }, 7);
+    double tBlas = timeIt(
+        [&] {
+          dnnl_sgemm('N', t ? 'T' : 'N', m, nn, k, 1.0f, x.f.data(), k, w.f.data(), t ? k : nn, 0.0f, y.data(), nn);
+        },
+        7);
     float maxDiff = 0;
     Tensor out = ex.outputs()[0];
     for (size_t i = 0; i < y.size(); ++i) maxDiff = std::max(maxDiff, std::fabs(out.f[i] - y[i]));

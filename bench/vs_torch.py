@@ -94,7 +94,7 @@ def main():
     blas = set()  # parax-run's GEMM kernels, as it reports them
 
     def env(threads):
-        return dict(os.environ, **MPI_ENV, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+        return dict(os.environ, **MPI_ENV, OMP_NUM_THREADS=str(threads))
 
     with tempfile.TemporaryDirectory() as tmp:
         path = lambda name: os.path.join(tmp, name)
@@ -126,7 +126,7 @@ def main():
             for i in inputs:
                 cmd += ["--input", i]
             text = sh(cmd + extra, env(threads))
-            blas.update(re.findall(r"(OpenBLAS [^,\n]*?kernels(?: \([^)]*\))?)", text))
+            blas.update(re.findall(r"(oneDNN [0-9.]+ sgemm, [^,\n]*? kernels)", text))
             return float(re.search(r"step time ([0-9.]+) ms", text).group(1))
 
         def torch_(kind, toks, labels=None, threads=1, steps=STEPS):

@@ -63,7 +63,7 @@ rm -rf "$out/shared"
 # (CUDA's own libraries come from the image). Unpacked there without
 # overwriting anything.
 packages="libevent-core-2.1-7 libevent-pthreads-2.1-7 libgfortran5 libhwloc15 libmunge2
-          libopenblas0-pthread libopenmpi3 libprotobuf32 libquadmath0 libpmix2 openmpi-bin
+          libdnnl2 ocl-icd-libopencl1 libopenmpi3 libprotobuf32 libquadmath0 libpmix2 openmpi-bin
           openmpi-common"
 (cd "$out/debs" && apt-get download $packages >/dev/null)
 # The device tool carries 64 MiB at most, the bundle with the working tree

@@ -43,7 +43,7 @@ for deb in "$bundle"/debs/*.deb; do dpkg -x "$deb" "$stage"; done
 cp -rn "$stage"/. / 2>/dev/null || true
 rm -rf "$stage"
 ldconfig 2>/dev/null || true
-libs=/usr/lib/x86_64-linux-gnu/openblas-pthread
+libs=/usr/lib/x86_64-linux-gnu
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib \
          $(python3 -c 'import glob, site; print(" ".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' 2>/dev/null); do
   [[ -d "$d" ]] && libs="$libs:$d"

@@ -20,7 +20,7 @@ apt_packages=(
   # the loaders' libFuzzer target (test/fuzz): clang and its fuzzer runtime
   clang-14 libclang-rt-14-dev
   # runtime half
-  libopenmpi-dev openmpi-bin libopenblas-dev libprotobuf-dev protobuf-compiler zlib1g-dev
+  libopenmpi-dev openmpi-bin libdnnl-dev libprotobuf-dev protobuf-compiler zlib1g-dev
   # python (the project venv is made from Debian's interpreter)
   python3 python3-venv
 )

@@ -58,7 +58,7 @@ BIN = os.path.join(os.environ.get("PARAX_BUILD_DIR", os.path.join(ROOT, "build")
 ORACLE_CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracle-cluster.json")
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none",
-               OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
 
 
 class ToolError(RuntimeError):

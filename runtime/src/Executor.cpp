@@ -1,8 +1,8 @@
 // Executor.cpp - the CPU executor: buffers placed and weights read at
 // prepare, each instruction's kernel resolved once (kKernels), then the
-// instruction loop. The kernels (fp32; OpenBLAS for matmuls), one file an
-// op family, are in runtime/src/kernels/; their semantics follow the parax
-// op descriptions (docs/dialect/ParaxDialect.md).
+// instruction loop. The kernels (fp32; oneDNN's sgemm for matmuls, Gemm.h), one
+// file an op family, are in runtime/src/kernels/; their semantics follow the
+// parax op descriptions (docs/dialect/ParaxDialect.md).
 
 #include "ExecutorImpl.h"
 
@@ -25,20 +25,6 @@ bool movesData(const pxe::Instruction &inst) {
 }
 
 } // namespace
-
-std::string blasKernels() {
-  std::string core = openblas_get_corename();
-  std::string kernels = "OpenBLAS " + core + " kernels";
-  if (core != "Prescott" || std::getenv("OPENBLAS_CORETYPE")) return kernels;
-  const char *better = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
-                           ? "SkylakeX"
-                       : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell"
-                                                                                          : nullptr;
-  if (!better) return kernels;
-  return kernels + " (its generic fallback: this OpenBLAS does not recognise the CPU; OPENBLAS_CORETYPE=" +
-         better + " runs its " + (std::string(better) == "SkylakeX" ? "AVX-512" : "AVX2") + " kernels)";
-}
 
 // Host memory this process may still take: the least of what its
 // address-space limit leaves and what the system has available (bytes;

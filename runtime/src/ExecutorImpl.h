@@ -10,12 +10,10 @@
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Executor.h"
 
-#include "FewRowsGemm.h"
+#include "Gemm.h"
 #include "GradientKernels.h"
 #include "MoeKernels.h"
 #include "VectorMath.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>

@@ -7,7 +7,6 @@
 
 #include "FewRowsGemm.h"
 
-#include <cblas.h>
 #include <immintrin.h>
 
 namespace parax::runtime {
@@ -81,7 +80,7 @@ bool supported() {
 } // namespace
 
 bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, float *y) {
-  if (m < 2 || m > kFewRows || n < 1 || k < 1 || !supported() || openblas_get_num_threads() > 1) return false;
+  if (m < 2 || m > kFewRows || n < 1 || k < 1 || !supported()) return false;
   fewRows(m, n, k, x, w, y);
   return true;
 }

@@ -13,12 +13,11 @@ inline constexpr int64_t kFewRows = 16;
 
 /// y[m, n] = x[m, k] · w[n, k]ᵀ (a weight stored [out, in], as Hugging Face
 /// stores projections) for 2 <= m <= kFewRows, each weight row read once
-/// for all m rows while they stay in cache: OpenBLAS's sgemm first copies
-/// the weight into its packed layout, every call, which a decode step of 8
-/// sequences spent most of its time on. AVX2 and FMA, on one thread (the
-/// caller's). False (nothing written) where it does not apply: other
-/// shapes, a CPU without AVX2/FMA, or OpenBLAS running several threads
-/// (its sgemm then splits the work; this kernel would not).
+/// for all m rows while they stay in cache: a general sgemm packs the
+/// weight first, every call, or (oneDNN's, for a transposed weight) takes
+/// a row at a time. AVX2 and FMA, on the caller's thread: Gemm.h calls it
+/// where it beats oneDNN's sgemm (one thread, up to 8 rows). False (nothing
+/// written) where it does not apply: other shapes or a CPU without AVX2/FMA.
 bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, float *y);
 
 } // namespace parax::runtime

@@ -2,8 +2,7 @@
 // gradient ops of docs/dialect/ParaxDialect.md.
 
 #include "GradientKernels.h"
-
-#include <cblas.h>
+#include "Gemm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -60,11 +59,9 @@ void linearWeightGrad(const Tensor &x, const Tensor &dy, bool transposeW, Tensor
   auto [m, k] = rowsCols(x);
   int64_t n = dy.shape.back();
   if (transposeW) // dW [n, k] = dyᵀ · x
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, k, m, 1.0f, dy.f.data(), n, x.f.data(), k, 0.0f,
-                dw.f.data(), k);
+    gemm(true, false, n, k, m, 1.0f, dy.f.data(), n, x.f.data(), k, 0.0f, dw.f.data(), k);
   else // dW [k, n] = xᵀ · dy
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, m, 1.0f, x.f.data(), k, dy.f.data(), n, 0.0f,
-                dw.f.data(), n);
+    gemm(true, false, k, n, m, 1.0f, x.f.data(), k, dy.f.data(), n, 0.0f, dw.f.data(), n);
 }
 
 // With x̂ = (x - mean)·r and g = dy·w: dx = r·(g - mean(g) - x̂·mean(g·x̂))
@@ -163,10 +160,8 @@ void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tens
           for (int64_t r = 0; r < block; ++r) std::fill(dqBlock + r * H * D, dqBlock + r * H * D + D, 0.0f);
           continue;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, block, seen, D, geometry.scale, qBlock, H * D, keys,
-                    KH * D, 0.0f, p.data(), seen);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, block, seen, DV, 1.0f, doBlock, H * DV, values,
-                    KH * DV, 0.0f, dp.data(), seen);
+        gemm(false, true, block, seen, D, geometry.scale, qBlock, H * D, keys, KH * D, 0.0f, p.data(), seen);
+        gemm(false, true, block, seen, DV, 1.0f, doBlock, H * DV, values, KH * DV, 0.0f, dp.data(), seen);
         for (int64_t r = 0; r < block; ++r) {
           float *row = &p[r * seen], *drow = &dp[r * seen];
           int64_t visible = geometry.visible(s0 + r), first = geometry.first(s0 + r);
@@ -194,12 +189,9 @@ void attentionGrad(const Tensor &q, const Tensor &k, const Tensor &v, const Tens
           std::fill(row + visible, row + seen, 0.0f);
           std::fill(drow + visible, drow + seen, 0.0f);
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seen, DV, block, 1.0f, p.data(), seen, doBlock, H * DV,
-                    1.0f, dvalues, KH * DV);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, block, D, seen, geometry.scale, dp.data(), seen, keys,
-                    KH * D, 0.0f, dqBlock, H * D);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, seen, D, block, geometry.scale, dp.data(), seen, qBlock,
-                    H * D, 1.0f, dkeys, KH * D);
+        gemm(true, false, seen, DV, block, 1.0f, p.data(), seen, doBlock, H * DV, 1.0f, dvalues, KH * DV);
+        gemm(false, false, block, D, seen, geometry.scale, dp.data(), seen, keys, KH * D, 0.0f, dqBlock, H * D);
+        gemm(true, false, seen, D, block, geometry.scale, dp.data(), seen, qBlock, H * D, 1.0f, dkeys, KH * D);
       }
     }
 }

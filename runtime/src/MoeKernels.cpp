@@ -2,10 +2,9 @@
 // gradients.
 
 #include "MoeKernels.h"
+#include "Gemm.h"
 
 #include "parax/runtime/ExpertChoice.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -44,8 +43,7 @@ void route(const float *logits, int64_t E, const Tensor *bias, const Routing &r,
 std::vector<float> logitsOf(const Tensor &x, const Tensor &gate) {
   int64_t h = x.shape.back(), tokens = x.numel() / h, E = gate.shape[0];
   std::vector<float> logits(tokens * E);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tokens, E, h, 1.0f, x.f.data(), h, gate.f.data(), h, 0.0f,
-              logits.data(), E);
+  gemm(false, true, tokens, E, h, 1.0f, x.f.data(), h, gate.f.data(), h, 0.0f, logits.data(), E);
   return logits;
 }
 
@@ -194,13 +192,10 @@ void experts(const Tensor &x, const Tensor &weights, const Tensor &indices, cons
     gatherRows(x, pairsOf[e], K, rows);
     g.resize(n * F);
     u.resize(n * F);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, &wGate.f[e * F * h], h,
-                0.0f, g.data(), F);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, &wUp.f[e * F * h], h, 0.0f,
-                u.data(), F);
+    gemm(false, true, n, F, h, 1.0f, rows.data(), h, &wGate.f[e * F * h], h, 0.0f, g.data(), F);
+    gemm(false, true, n, F, h, 1.0f, rows.data(), h, &wUp.f[e * F * h], h, 0.0f, u.data(), F);
     for (int64_t k = 0; k < n * F; ++k) g[k] = g[k] * sigmoidOf(g[k]) * u[k];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, h, F, 1.0f, g.data(), F, &wDown.f[e * h * F], F, 0.0f,
-                rows.data(), h);
+    gemm(false, true, n, h, F, 1.0f, g.data(), F, &wDown.f[e * h * F], F, 0.0f, rows.data(), h);
     for (int64_t r = 0; r < n; ++r) std::copy(&rows[r * h], &rows[(r + 1) * h], &done[pairsOf[e][r] * h]);
   }
   std::fill(y.f.begin(), y.f.end(), 0.0f);
@@ -239,14 +234,13 @@ void expertsGrad(const Tensor &x, const Tensor &weights, const Tensor &indices, 
     a.resize(n * F);
     o.resize(n * h);
     da.resize(n * F);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, wg, h, 0.0f, g.data(), F);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, h, 1.0f, rows.data(), h, wu, h, 0.0f, u.data(), F);
+    gemm(false, true, n, F, h, 1.0f, rows.data(), h, wg, h, 0.0f, g.data(), F);
+    gemm(false, true, n, F, h, 1.0f, rows.data(), h, wu, h, 0.0f, u.data(), F);
     for (int64_t k = 0; k < n * F; ++k) a[k] = g[k] * sigmoidOf(g[k]) * u[k];
     // dy · w_down [n, F]: the router weight's gradient is its dot with a
     // (dy · (a · w_downᵀ), without that product), and da is it scaled by
     // the pair's weight.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, F, h, 1.0f, dyRows.data(), h, wd, F, 0.0f, da.data(),
-                F);
+    gemm(false, false, n, F, h, 1.0f, dyRows.data(), h, wd, F, 0.0f, da.data(), F);
     for (int64_t r = 0; r < n; ++r) {
       double dot = 0;
       for (int64_t f = 0; f < F; ++f) dot += static_cast<double>(da[r * F + f]) * a[r * F + f];
@@ -255,20 +249,17 @@ void expertsGrad(const Tensor &x, const Tensor &weights, const Tensor &indices, 
       for (int64_t f = 0; f < F; ++f) da[r * F + f] *= weight;
       for (int64_t c = 0; c < h; ++c) dyRows[r * h + c] *= weight; // now do
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h, F, n, 1.0f, dyRows.data(), h, a.data(), F, 0.0f,
-                &dwDown.f[e * h * F], F);
+    gemm(true, false, h, F, n, 1.0f, dyRows.data(), h, a.data(), F, 0.0f, &dwDown.f[e * h * F], F);
     for (int64_t k = 0; k < n * F; ++k) {
       float s = sigmoidOf(g[k]);
       float dg = da[k] * u[k] * (s + g[k] * s * (1.0f - s)), du = da[k] * g[k] * s;
       g[k] = dg; // g now dg, u now du
       u[k] = du;
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, F, h, n, 1.0f, g.data(), F, rows.data(), h, 0.0f,
-                &dwGate.f[e * F * h], h);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, F, h, n, 1.0f, u.data(), F, rows.data(), h, 0.0f,
-                &dwUp.f[e * F * h], h);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h, F, 1.0f, g.data(), F, wg, h, 0.0f, o.data(), h);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h, F, 1.0f, u.data(), F, wu, h, 1.0f, o.data(), h);
+    gemm(true, false, F, h, n, 1.0f, g.data(), F, rows.data(), h, 0.0f, &dwGate.f[e * F * h], h);
+    gemm(true, false, F, h, n, 1.0f, u.data(), F, rows.data(), h, 0.0f, &dwUp.f[e * F * h], h);
+    gemm(false, false, n, h, F, 1.0f, g.data(), F, wg, h, 0.0f, o.data(), h);
+    gemm(false, false, n, h, F, 1.0f, u.data(), F, wu, h, 1.0f, o.data(), h);
     for (int64_t r = 0; r < n; ++r)
       for (int64_t c = 0; c < h; ++c) dx.f[pairs[r] / K * h + c] += o[r * h + c];
   }

@@ -37,7 +37,7 @@ TOL = 1e-4
 _SESSIONS = tempfile.mkdtemp(prefix="parax-ompi-")
 atexit.register(shutil.rmtree, _SESSIONS, True)
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_orte_tmpdir_base=_SESSIONS,
                # (When a rank exits with an error, mpirun sends the others
                # SIGTERM and waits this many seconds before SIGKILL: Open MPI

@@ -54,6 +54,21 @@ TEST(Communicator, AllGatherOrdersByCoordinate) {
   EXPECT_EQ(out[3], std::vector<float>({10, 30}));
 }
 
+// Two runs of 2 values a rank, into runs of 4: run r of rank g at (2r + g) * 2.
+TEST(Communicator, AllGatherRunsInterleavesTheRuns) {
+  std::vector<std::vector<float>> out(4);
+  onRanks({2, 2}, [&](int rank, Communicator &c) {
+    std::vector<float> mine = {10.0f * rank, 10.0f * rank + 1, 10.0f * rank + 2, 10.0f * rank + 3};
+    std::vector<float> all(8, -1);
+    ASSERT_TRUE(c.allGatherRuns(mine.data(), 2, 2, all.data(), kTp).isOk());
+    out[rank] = all;
+  });
+  // tp group {2, 3}: rank 2's first run, rank 3's first run, then the second
+  // runs.
+  EXPECT_EQ(out[2], std::vector<float>({20, 21, 30, 31, 22, 23, 32, 33}));
+  EXPECT_EQ(out[3], out[2]);
+}
+
 TEST(Communicator, ReduceScatterAndAllToAll) {
   std::vector<std::vector<float>> rs(4), a2a(4);
   onRanks({2, 2}, [&](int rank, Communicator &c) {

@@ -769,6 +769,9 @@ public:
   Status allGather(const float *in, size_t n, float *out, unsigned mask) override {
     return inner.allGather(in, n, out, mask);
   }
+  Status allGatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned mask) override {
+    return inner.allGatherRuns(in, rows, run, out, mask);
+  }
   Status reduceScatter(const float *in, float *out, size_t n, unsigned mask) override {
     return inner.reduceScatter(in, out, n, mask);
   }

@@ -3,7 +3,9 @@
 // test/runtime/test_collectives.py): every rank's values are small
 // integers, so any order of summation gives the same floats. Sizes below
 // and above the ring's threshold, divisible by the ranks and not, and
-// groups of the whole world and of one grid axis. Exit code 0 and "ok", or
+// groups of the whole world and of one grid axis; and the all-gather into an
+// inner dimension's layout (allGatherRuns: MPI's strided datatype), every
+// value where its run says. Exit code 0 and "ok", or
 // 1 and what differed.
 
 #define OMPI_SKIP_MPICXX 1
@@ -64,8 +66,21 @@ int main(int argc, char **argv) {
         if (!expect(out[i] == weight * (at % 97), "reduce_scatter", m, i, out[i], weight * (at % 97))) break;
       }
     }
+    // all_gather of `rows` runs of `run` a rank: run r of member g at
+    // (r * P + g) * run, holding (first + g + 1) * ((r * run + j) % 97).
+    for (auto [rows, run] : {std::pair<size_t, size_t>{1, 5}, {3, 1}, {7, 333}, {512, 1600}}) {
+      std::vector<float> in(rows * run), out(rows * run * P, -1);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = valueOf(rank, i);
+      if (!comm->allGatherRuns(in.data(), rows, run, out.data(), mask).isOk()) return 1;
+      for (size_t i = 0; i < out.size(); ++i) {
+        size_t r = i / (run * P), g = i / run % P, j = i % run;
+        float want = static_cast<float>((first + g + 1) * ((r * run + j) % 97));
+        if (!expect(out[i] == want, "all_gather of runs", rows * run, i, out[i], want)) break;
+      }
+    }
   }
-  if (rank == 0 && failures == 0) std::printf("ok: all_reduce and reduce_scatter on %d ranks\n", size);
+  if (rank == 0 && failures == 0)
+    std::printf("ok: all_reduce, reduce_scatter and all_gather of runs on %d ranks\n", size);
   MPI_Finalize();
   return failures == 0 ? 0 : 1;
 }

@@ -12,10 +12,11 @@
 // - Memory: cudaMalloc'ed bytes start as 0xff (NaN floats, -1 integers), so
 //   reading what was never written shows; copies and GEMM operands are
 //   checked against their allocations.
-// - cuBLAS: sgemm and bf16 GemmEx on OpenBLAS (column-major, the same
-//   argument checks as cuBLAS); cuBLASLt's matmul with the bias epilogue; NCCL on MPI (the unique id must reach every
-//   rank, splits, collectives, grouped send/recv); PARAX_SIMT_NCCL_FAULT
-//   injects an asynchronous error or a hang, for the watchdog's tests.
+// - cuBLAS: sgemm and bf16 GemmEx on oneDNN's sgemm (column-major, the same
+//   argument checks as cuBLAS); cuBLASLt's matmul with the bias epilogue; NCCL
+//   on MPI (the unique id must reach every rank, splits, collectives, grouped
+//   send/recv); PARAX_SIMT_NCCL_FAULT injects an asynchronous error or a hang,
+//   for the watchdog's tests.
 // - Streams and events: work runs when it is issued, except on a lazy
 //   stream (PARAX_SIMT_STREAMS=lazy: every stream created with
 //   cudaStreamNonBlocking), whose work waits in a queue until something

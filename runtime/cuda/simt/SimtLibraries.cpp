@@ -1,10 +1,10 @@
-// SimtLibraries.cpp - the SIMT emulator's cuBLAS (on OpenBLAS) and NCCL (on
-// MPI) subsets (see Simt.h). Arguments are checked as the libraries check
+// SimtLibraries.cpp - the SIMT emulator's cuBLAS (on oneDNN, Gemm.h) and NCCL
+// (on MPI) subsets (see Simt.h). Arguments are checked as the libraries check
 // them, and every buffer must lie inside device memory.
 
 #include "Simt.h"
 
-#include <cblas.h>
+#include "../../src/Gemm.h"
 
 #include <cmath>
 #include <cstdio>
@@ -63,7 +63,7 @@ cublasStatus_t checkGemm(const char *call, cublasHandle_t handle, cublasOperatio
   return CUBLAS_STATUS_SUCCESS;
 }
 
-CBLAS_TRANSPOSE blasOp(cublasOperation_t op) { return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans; }
+bool transposed(cublasOperation_t op) { return op != CUBLAS_OP_N; }
 
 std::vector<float> widen(const void *bf16, size_t elements) {
   std::vector<float> out(elements);
@@ -106,12 +106,13 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOp
                            int n, int k, const float *alpha, const float *A, int lda, const float *B,
                            int ldb, const float *beta, float *C, int ldc) {
   cublasStatus_t st = checkGemm("cublasSgemm", handle, ta, tb, m, n, k, A, 4, lda, B, 4, ldb, C, ldc);
-  if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0)
-    return st;
-  float a = *alpha, b = *beta; // host scalars: read when the call is made (or captured)
-  auto run = [=] { cblas_sgemm(CblasColMajor, blasOp(ta), blasOp(tb), m, n, k, a, A, lda, B, ldb, b, C, ldc); };
-  if (!record(run))
-    run();
+  if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0) return st;
+  float a = *alpha,
+        b = *beta; // host scalars: read when the call is made (or captured)
+  auto run = [=] {
+    parax::runtime::gemmColumnMajor(transposed(ta), transposed(tb), m, n, k, a, A, lda, B, ldb, b, C, ldc);
+  };
+  if (!record(run)) run();
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -145,8 +146,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
       wideC = widen(C, span(m, n, ldc));
       c = wideC.data();
     }
-    cblas_sgemm(CblasColMajor, blasOp(ta), blasOp(tb), m, n, k, alphaValue, a,
-                lda, b, ldb, betaValue, c, ldc);
+    parax::runtime::gemmColumnMajor(transposed(ta), transposed(tb), m, n, k, alphaValue, a, lda, b, ldb, betaValue, c,
+                                    ldc);
     auto *narrow = static_cast<__nv_bfloat16 *>(C);
     for (size_t i = 0; i < wideC.size(); ++i)
       narrow[i] = __float2bfloat16(wideC[i]); // fp32 accumulation, rounded once on the way out
@@ -344,9 +345,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   float alphaValue = *static_cast<const float *>(alpha), betaValue = *static_cast<const float *>(beta);
   auto run = [=] {
     std::vector<float> fa = asFloats(A, la), fb = asFloats(B, lb), fd = asFloats(C, lc);
-    cblas_sgemm(CblasColMajor, blasOp(ldesc.transa), blasOp(ldesc.transb), int(m), int(n), int(k),
-                alphaValue, fa.data(), int(la.ld), fb.data(), int(lb.ld),
-                betaValue, fd.data(), int(lc.ld));
+    parax::runtime::gemmColumnMajor(transposed(ldesc.transa), transposed(ldesc.transb), m, n, k, alphaValue, fa.data(),
+                                    int(la.ld), fb.data(), int(lb.ld), betaValue, fd.data(), int(lc.ld));
     if (bias) { // the bias (D's type) broadcast along D's columns
       std::vector<float> fbias = ld.type == CUDA_R_16BF ? widen(ldesc.bias, m)
                                                         : std::vector<float>(static_cast<const float *>(ldesc.bias),

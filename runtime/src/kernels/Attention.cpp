@@ -77,8 +77,8 @@ Status Executor::Impl::runAttention(const pxe::Instruction &inst, int) {
           for (int64_t r = 0; r < block; ++r) std::fill(yBlock + r * H * DV, yBlock + r * H * DV + DV, 0.0f);
           continue;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, block, seen, D, scale, &q.f[((bb * S + s0) * H + h) * D],
-                    H * D, keys, KH * D, 0.0f, scores.data(), seen);
+        gemm(false, true, block, seen, D, scale, &q.f[((bb * S + s0) * H + h) * D], H * D, keys, KH * D, 0.0f,
+             scores.data(), seen);
         for (int64_t r = 0; r < block; ++r) {
           float *row = &scores[r * seen];
           int64_t visible = visibleOf(s0 + r), first = geo.first(s0 + r);
@@ -87,8 +87,7 @@ Status Executor::Impl::runAttention(const pxe::Instruction &inst, int) {
           std::fill(row, row + first, 0.0f);
           std::fill(row + visible, row + seen, 0.0f);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, block, DV, seen, 1.0f, scores.data(), seen, values,
-                    KH * VW, 0.0f, yBlock, H * DV);
+        gemm(false, false, block, DV, seen, 1.0f, scores.data(), seen, values, KH * VW, 0.0f, yBlock, H * DV);
       }
     }
   return Status::ok();

@@ -1,6 +1,6 @@
 // Linear.cpp - the CPU executor's kernels of linear, head_linear and
-// linear_weight_grad: OpenBLAS sgemm, sgemv for one row, FewRowsGemm for 2 to
-// 16 (each an Executor::Impl member, called through Executor.cpp's kKernels).
+// linear_weight_grad: Gemm.h's products (each an Executor::Impl member,
+// called through Executor.cpp's kKernels).
 
 #include "../ExecutorImpl.h"
 
@@ -13,12 +13,7 @@ Status Executor::Impl::runLinear(const pxe::Instruction &inst, int) {
   bool t = attrFlag(a, "transpose_w");
   auto [m, k] = rowsCols(x);
   int64_t n = y.shape.back();
-  if (m == 1) // one row (a decode step of one sequence): a GEMV reads W without packing it
-    cblas_sgemv(CblasRowMajor, t ? CblasNoTrans : CblasTrans, t ? n : k, t ? k : n, 1.0f, w.f.data(),
-                t ? k : n, x.f.data(), 1, 0.0f, y.f.data(), 1);
-  else if (!t || !fewRowsTimesTransposed(m, n, k, x.f.data(), w.f.data(), y.f.data())) // (a few rows: the weight read once)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, t ? CblasTrans : CblasNoTrans, m, n, k,
-                1.0f, x.f.data(), k, w.f.data(), t ? k : n, 0.0f, y.f.data(), n);
+  gemm(false, t, m, n, k, 1.0f, x.f.data(), k, w.f.data(), t ? k : n, 0.0f, y.f.data(), n);
   if (inst.operands_size() == 3) {
     Tensor &bias = in(2);
     for (int64_t r = 0; r < m; ++r)
@@ -36,8 +31,8 @@ Status Executor::Impl::runHeadLinear(const pxe::Instruction &inst, int) {
   bool t = attrFlag(a, "transpose_w");
   int64_t g = x.shape[x.shape.size() - 2], k = x.shape.back(), n = y.shape.back(), m = x.numel() / (g * k);
   for (int64_t h = 0; h < g; ++h)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, t ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, x.f.data() + h * k,
-                g * k, w.f.data() + h * k * n, t ? k : n, 0.0f, y.f.data() + h * n, g * n);
+    gemm(false, t, m, n, k, 1.0f, x.f.data() + h * k, g * k, w.f.data() + h * k * n, t ? k : n, 0.0f,
+         y.f.data() + h * n, g * n);
   return Status::ok();
 }
 

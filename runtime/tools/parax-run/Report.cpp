@@ -332,7 +332,7 @@ std::string Run::trainingSummary() {
 
 std::string Run::deviceSummary() {
   std::string how;
-  if (opt.device == "cpu") how += ", " + runtime::blasKernels();
+  if (opt.device == "cpu") how += ", " + runtime::gemmKernels();
 #ifdef PARAX_WITH_CUDA
   if (opt.device != "cuda") return how;
   if (gpus[0]->replaysGraph()) how += ", steps after the first as one CUDA graph";

@@ -27,6 +27,10 @@ public:
   virtual Status allReduce(float *data, size_t n, unsigned axesMask) = 0;
   /// out holds groupSize * n values, block i from the group's rank i.
   virtual Status allGather(const float *in, size_t n, float *out, unsigned axesMask) = 0;
+  /// allGather into an inner dimension's layout, with no pass after to lay
+  /// it out: each rank's block is `rows` runs of `run` values, and run r of
+  /// the group's rank i lands at out[(r * groupSize + i) * run].
+  virtual Status allGatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned axesMask) = 0;
   /// in holds groupSize blocks of n; out receives the sum of block `my index`.
   virtual Status reduceScatter(const float *in, float *out, size_t n, unsigned axesMask) = 0;
   /// in holds groupSize blocks of n (block i to rank i); out likewise from them.

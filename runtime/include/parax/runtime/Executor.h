@@ -24,12 +24,10 @@
 
 namespace parax::runtime {
 
-/// The CPU executor's GEMM kernels: OpenBLAS's core for this CPU, and when
-/// that is its generic SSE3 fallback ("Prescott": an OpenBLAS 0.3.21 that
-/// does not know the CPU) on a CPU with AVX-512 or AVX2, the
-/// OPENBLAS_CORETYPE that would run its vector kernels (several times
-/// faster GEMMs). parax never sets it: the environment decides.
-std::string blasKernels();
+/// The CPU executor's GEMM kernels, for a run's summary: oneDNN's version,
+/// the instruction set its kernels use on this CPU and the threads each
+/// product takes (OMP_NUM_THREADS, or this rank's share of the cores).
+std::string gemmKernels();
 
 /// Whether two programs' input buffers are the same box of the same input
 /// on a rank: input index, dtype, shape and split axes.
@@ -156,8 +154,7 @@ private:
   std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
   bool runsElsewhere_ = false; // prepared for another backend, or its host copies released
   double busiestExpertLoad_ = 0;
-  std::vector<float> gatherScratch_; // an all_gather's pieces, before they are joined
-  std::vector<int> kernels_;         // each instruction's CPU kernel (Impl::kKernels' index)
+  std::vector<int> kernels_;                            // each instruction's CPU kernel (Impl::kKernels' index)
   std::map<int32_t, std::vector<double>> expertCounts_; // takeExpertCounts
   std::optional<float> labelCount_;                      // setLabelCount
   bool profiling_ = false;
