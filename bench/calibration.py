@@ -363,7 +363,7 @@ def main():
         texts = []
         for path in (p["ran"], chosen):
             with open(path) as f:
-                texts.append(re.sub(r"parax\.plan = \{[^}]*\}", "", f.read()))
+                texts.append(re.sub(r"parax\.plan = #parax\.plan<[^>]*>", "", f.read()))
         return texts[0] == texts[1]
 
     print(f"== {len(prepared)} plans, {args.rounds} rounds (each with the calibration runs again)", flush=True)
