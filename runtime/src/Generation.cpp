@@ -33,6 +33,36 @@ static std::string shapeText(const std::vector<int64_t> &shape) {
   return Tensor{false, shape, {}, {}}.shapeString();
 }
 
+StatusOr<PromptRows> promptRows(const Tensor &prompt, int64_t tokens, const GenerationProgram &step) {
+  if (!prompt.isInt || prompt.shape.size() != 2)
+    return Status::error("the prompt must be integer tokens [rows, L], got " + prompt.shapeString());
+  if (tokens < 1) return Status::error("asked for " + std::to_string(tokens) + " tokens");
+  PromptRows p;
+  p.rows = prompt.shape[0];
+  p.length = prompt.shape[1];
+  p.width = p.length + tokens;
+  if (p.width - 1 > step.capacity)
+    return Status::error("the prompt's " + std::to_string(p.length) + " tokens and " + std::to_string(tokens) +
+                         " generated ones need " + std::to_string(p.width - 1) +
+                         " cache rows; the step's caches hold " + std::to_string(step.capacity) +
+                         " (build it with a larger --cache)");
+  p.sequence.assign(p.rows * p.width, -1);
+  p.lengths.assign(p.rows, p.length);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const int32_t *row = &prompt.i[r * p.length];
+    int64_t length = std::find_if(row, row + p.length, [](int32_t t) { return t < 0; }) - row;
+    for (int64_t t = length; t < p.length; ++t)
+      if (row[t] != -1)
+        return Status::error("prompt row " + std::to_string(r) + " has token " + std::to_string(row[t]) +
+                             " at position " + std::to_string(t) +
+                             ", after the -1 that ends it (a shorter prompt is padded with -1 at its end)");
+    if (length == 0) return Status::error("prompt row " + std::to_string(r) + " is empty (it starts with -1)");
+    p.lengths[r] = length;
+    std::copy(row, row + length, &p.sequence[r * p.width]);
+  }
+  return p;
+}
+
 StatusOr<GenerationProgram> generationProgram(const pxe::Executable &exe) {
   GenerationProgram program;
   program.inputs = inputSpecs(exe);

@@ -215,40 +215,21 @@ Status Session::generate(const Tensor &prompt, int64_t tokens, const Sampling &s
   auto program = generationProgram(exe_);
   if (!program.isOk()) return program.status();
   const GenerationProgram &step = program.value();
-  if (!prompt.isInt || prompt.shape.size() != 2)
-    return Status::error("Session::generate: the prompt must be integer tokens [rows, L], got " +
-                         prompt.shapeString());
-  if (tokens < 1) return Status::error("Session::generate: asked for " + std::to_string(tokens) + " tokens");
-  const int64_t rows = prompt.shape[0], length = prompt.shape[1], width = length + tokens;
-  auto micro = microbatches(rows);
+  auto read = promptRows(prompt, tokens, step);
+  if (!read.isOk()) return Status::error("Session::generate: " + read.status().message());
+  PromptRows &p = read.value();
+  auto micro = microbatches(p.rows);
   if (!micro.isOk()) return micro.status();
-  if (width - 1 > step.capacity)
-    return Status::error("the prompt's " + std::to_string(length) + " tokens and " + std::to_string(tokens) +
-                         " generated ones need " + std::to_string(width - 1) + " cache rows; the step's caches hold " +
-                         std::to_string(step.capacity) + " (build it with a larger --cache)");
-  std::vector<int32_t> all(rows * width, -1);
-  std::vector<int64_t> lengths(rows, length);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t *row = &prompt.i[r * length];
-    lengths[r] = std::find_if(row, row + length, [](int32_t t) { return t < 0; }) - row;
-    for (int64_t t = lengths[r]; t < length; ++t)
-      if (row[t] != -1)
-        return Status::error("Session::generate: prompt row " + std::to_string(r) + " has token " +
-                             std::to_string(row[t]) + " at position " + std::to_string(t) + ", after the -1 that ends it");
-    if (lengths[r] == 0)
-      return Status::error("Session::generate: prompt row " + std::to_string(r) + " is empty (it starts with -1)");
-    std::copy(row, row + lengths[r], &all[r * width]);
-  }
-  Status s = prepare(generationInputs(step, all, width, replica_ * micro.value() * batch_, 0));
+  Status s = prepare(generationInputs(step, p.sequence, p.width, replica_ * micro.value() * batch_, 0));
   if (!s.isOk()) return s;
   // Each microbatch its own KV caches (zeros: a new sequence).
   std::vector<Executor::CacheSet> caches(micro.value());
   std::vector<Runner> runners, none;
   for (Executor::CacheSet &held : caches) runners.push_back(runnerWithCaches(executor_, held));
   GenerationProgram noPrefill;
-  Generator loop{exe_,    step,   noPrefill, runners, none,  size_,      replica_,   micro.value(), batch_,
-                 holdsResults_, all, lengths, rows,    length, tokens, 0,  sampling, -1,    false,
-                 waits_.get()};
+  Generator loop{exe_,          step,   noPrefill,     runners,    none,      size_,       replica_,
+                 micro.value(), batch_, holdsResults_, p.sequence, p.lengths, p.rows,      p.length,
+                 tokens,        0,      sampling,      -1,         false,     waits_.get()};
   if (size_ > 1)
     loop.barrier = [this](const char *which) {
       auto watched = waits_->watch(which);

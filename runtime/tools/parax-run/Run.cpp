@@ -201,34 +201,14 @@ void Run::splitRows() {
 void Run::readPrompts() {
   Prompts &p = prompts;
   if (inputTensors.size() != 1) die("--generate takes one --input: the prompt's tokens [rows, L]");
-  const Tensor &prompt = inputTensors[0];
-  if (!prompt.isInt || prompt.shape.size() != 2)
-    die("--generate: the prompt must be integer tokens [rows, L], got " + prompt.shapeString());
   auto checked = generationProgram(exe);
   if (!checked.isOk()) die(checked.status().message());
   p.step = checked.value();
-  p.promptLength = prompt.shape[1];
-  const long generate = opt.generate;
-  if (p.promptLength + generate - 1 > p.step.capacity)
-    die("the prompt's " + std::to_string(p.promptLength) + " tokens and " + std::to_string(generate) +
-        " generated ones need " + std::to_string(p.promptLength + generate - 1) +
-        " cache rows; the step's caches hold " + std::to_string(p.step.capacity) +
-        " (build it with a larger --cache)");
-  int64_t width = p.promptLength + generate;
-  p.sequence.assign(rows * width, -1);
-  p.promptLengths.assign(rows, p.promptLength);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t *row = &prompt.i[r * p.promptLength];
-    int64_t length = std::find_if(row, row + p.promptLength, [](int32_t t) { return t < 0; }) - row;
-    for (int64_t t = length; t < p.promptLength; ++t)
-      if (row[t] != -1)
-        die("--generate: prompt row " + std::to_string(r) + " has token " + std::to_string(row[t]) +
-            " at position " + std::to_string(t) + ", after the -1 that ends it (a shorter prompt is " +
-            "padded with -1 at its end)");
-    if (length == 0) die("--generate: prompt row " + std::to_string(r) + " is empty (it starts with -1)");
-    p.promptLengths[r] = length;
-    std::copy(row, row + length, &p.sequence[r * width]);
-  }
+  auto read = promptRows(inputTensors[0], opt.generate, p.step);
+  if (!read.isOk()) die("--generate: " + read.status().message());
+  p.promptLength = read.value().length;
+  p.sequence = std::move(read.value().sequence);
+  p.promptLengths = std::move(read.value().lengths);
   if (!opt.prefillPath.empty()) {
     auto loaded = loadExecutable(opt.prefillPath);
     if (!loaded.isOk()) die(loaded.status().message());

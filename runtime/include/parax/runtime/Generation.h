@@ -43,6 +43,21 @@ StatusOr<GenerationProgram> generationProgram(const pxe::Executable &exe);
 StatusOr<GenerationProgram> prefillProgram(const pxe::Executable &prefill, const pxe::Executable &step,
                                            const GenerationProgram &stepProgram);
 
+/// A prompt laid out for generation: `sequence` is [rows, width] tokens,
+/// width = the prompt's length + the tokens to generate, each row its
+/// prompt then -1s; `lengths` each row's prompt length.
+struct PromptRows {
+  std::vector<int32_t> sequence;
+  std::vector<int64_t> lengths;
+  int64_t rows = 0, length = 0, width = 0;
+};
+
+/// Reads `prompt` (integer tokens [rows, L], a shorter prompt padded with
+/// -1 at its end) for `tokens` more through `step`: errors name a prompt of
+/// another shape, more tokens than the step's caches hold, a token after
+/// the -1 that ends a row, an empty row.
+StatusOr<PromptRows> promptRows(const Tensor &prompt, int64_t tokens, const GenerationProgram &step);
+
 /// The inputs of one step of `program` at position `at`: rows `firstRow ..
 /// firstRow + batch - 1` of `sequence` ([rows, width] tokens), columns `at
 /// ..`; the caches as shapes without values (they keep their own). A
