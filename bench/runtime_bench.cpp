@@ -68,8 +68,7 @@ void kernels() {
               1e9 * t / n);
 
   // 2. Linear vs sgemm on the same shapes.
-  std::printf("linear vs oneDNN's sgemm called directly (one thread, median of "
-              "7, GFLOP/s):\n");
+  std::printf("linear vs oneDNN's sgemm called directly (one thread, median of 7, GFLOP/s):\n");
   // (transposed, few rows: a decode step of several sequences, whose weight
   // the runtime reads once instead of packing it: FewRowsGemm.h)
   for (auto [m, k, nn, t] : std::vector<std::tuple<int, int, int, bool>>{

@@ -62,12 +62,10 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
   }
   dnnl_status_t status =
       dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (status != dnnl_success) { // strides the runtime computed itself: a bug,
-                                // never an input's fault
+  if (status != dnnl_success) { // strides the runtime computed itself: a bug, never an input's fault
     std::fprintf(stderr,
-                 "parax: internal error: oneDNN refused sgemm %c%c m=%lld "
-                 "n=%lld k=%lld lda=%lld ldb=%lld "
-                 "ldc=%lld (status %d)\n",
+                 "parax: internal error: oneDNN refused sgemm %c%c m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld "
+                 "(status %d)\n",
                  transA ? 'T' : 'N', transB ? 'T' : 'N', (long long)m, (long long)n, (long long)k, (long long)lda,
                  (long long)ldb, (long long)ldc, int(status));
     std::abort();
@@ -77,23 +75,14 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
 std::string gemmKernels() {
   const char *isa = "SSE4.1";
   switch (dnnl_get_effective_cpu_isa()) {
-  case dnnl_cpu_isa_avx512_core_amx:
-    isa = "AVX-512 + AMX";
-    break;
+  case dnnl_cpu_isa_avx512_core_amx: isa = "AVX-512 + AMX"; break;
   case dnnl_cpu_isa_avx512_core_bf16:
   case dnnl_cpu_isa_avx512_core_vnni:
-  case dnnl_cpu_isa_avx512_core:
-    isa = "AVX-512";
-    break;
+  case dnnl_cpu_isa_avx512_core: isa = "AVX-512"; break;
   case dnnl_cpu_isa_avx2_vnni:
-  case dnnl_cpu_isa_avx2:
-    isa = "AVX2";
-    break;
-  case dnnl_cpu_isa_avx:
-    isa = "AVX";
-    break;
-  default:
-    break;
+  case dnnl_cpu_isa_avx2: isa = "AVX2"; break;
+  case dnnl_cpu_isa_avx: isa = "AVX"; break;
+  default: break;
   }
   const dnnl_version_t *v = dnnl_version();
   int threads = gemmThreads();

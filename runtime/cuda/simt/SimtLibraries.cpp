@@ -107,8 +107,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOp
                            int ldb, const float *beta, float *C, int ldc) {
   cublasStatus_t st = checkGemm("cublasSgemm", handle, ta, tb, m, n, k, A, 4, lda, B, 4, ldb, C, ldc);
   if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0) return st;
-  float a = *alpha,
-        b = *beta; // host scalars: read when the call is made (or captured)
+  float a = *alpha, b = *beta; // host scalars: read when the call is made (or captured)
   auto run = [=] {
     parax::runtime::gemmColumnMajor(transposed(ta), transposed(tb), m, n, k, a, A, lda, B, ldb, b, C, ldc);
   };

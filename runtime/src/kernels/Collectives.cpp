@@ -49,8 +49,7 @@ Status Executor::Impl::runShardSlice(const pxe::Instruction &inst, int variant) 
     int64_t rows = 1;
     for (int d = 0; d < dim; ++d) rows *= y.shape[d];
     y.f.resize(x.numel() * g.size);
-    return rows == 1 ? e.comm_->allGather(x.f.data(), x.numel(), y.f.data(), g.mask)
-                     : e.comm_->allGatherRuns(x.f.data(), rows, x.numel() / rows, y.f.data(), g.mask);
+    return e.comm_->allGatherRuns(x.f.data(), rows, x.numel() / rows, y.f.data(), g.mask);
   }
   if (g.size == 1) {
     y.f = piecesAlong(x, x.f, dim, g.size);

@@ -287,8 +287,7 @@ std::vector<Flag> flags(const Die &die) {
 
 // The environment switches (none changes a result; checks and fallbacks).
 const std::pair<const char *, const char *> kEnvironment[] = {
-    {"OMP_NUM_THREADS=T", "CPU: T threads a GEMM (oneDNN's, on OpenMP; "
-                          "default: the cores mpirun bound the rank "
+    {"OMP_NUM_THREADS=T", "CPU: T threads a GEMM (oneDNN's, on OpenMP; default: the cores mpirun bound the rank "
                           "to, else the node's cores shared among its ranks)"},
     {"PARAX_COLLECTIVE_TIMEOUT=S (or PARAX_NCCL_TIMEOUT)",
      "a collective not finished after S seconds ends the job, naming rank and operation (default 300)"},
