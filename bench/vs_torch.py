@@ -12,10 +12,11 @@ Rows (the issue's targets in brackets):
 - TP2: prefill of 512 tokens on 2 ranks of one thread against
   parax on one rank of 2 threads (parax / parax)              [<= 1.0]
 
-    .venv/bin/python bench/vs_torch.py [--build build] [--rounds 3] [--only NAME]
+    .venv/bin/python bench/vs_torch.py [--build build] [--rounds 3] [--only NAME] [--keep DIR]
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -86,6 +87,8 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", help="rows whose name contains this")
+    parser.add_argument("--keep", metavar="DIR", help="build the models, weights and executables in DIR and keep "
+                        "them (to profile a row by hand), instead of a temporary folder")
     args = parser.parse_args()
     import numpy as np
     from parax.checkpoint import random_weights, save_pretrained, save_safetensors
@@ -96,7 +99,9 @@ def main():
     def env(threads):
         return dict(os.environ, **MPI_ENV, OMP_NUM_THREADS=str(threads))
 
-    with tempfile.TemporaryDirectory() as tmp:
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+    with tempfile.TemporaryDirectory() if not args.keep else contextlib.nullcontext(args.keep) as tmp:
         path = lambda name: os.path.join(tmp, name)
         with open(path("config.json"), "w") as f:
             json.dump(CONFIG, f)

@@ -998,7 +998,7 @@ def test_planner_counts_a_tied_embedding_once_on_one_stage(tmp_path, tied):
     tokens = os.path.join(d, "tokens.npy")
     np.save(tokens, np.arange(2 * 32, dtype=np.int32).reshape(2, 32))
     plan, exe = planned_executable(d, "dgx-h100:devices_per_node=1",
-                                   "train:batch=2,seq=32,dp=1,tp=1,pp=1,cp=1,zero=0,recompute=none", recompute=False)
+                                   "train:batch=2,seq=128,dp=1,tp=1,pp=1,cp=1,zero=0,recompute=none", recompute=False)
     out = subprocess.run([tool("parax-run-simt"), exe, "--weights", os.path.join(d, "w.safetensors"),
                           "--input", tokens, "--input", tokens, "--device", "cuda", "--steps", "1",
                           "--optimizer", "adamw"],
@@ -1016,12 +1016,14 @@ def test_elementwise_results_in_place_make_a_tied_gradient_cost_nothing(tmp_path
     """On one stage a tied embedding's gradient is made in two parts, the
     head's and the embedding's, and summed: with the sum written into a
     part's memory (an elementwise result in an operand it is the last
-    reader of), a tied Llama (vocabulary 16,384 x hidden 512, bf16, 2
+    reader of), a tied Llama (vocabulary 16,384 x hidden 256, bf16, 2
     layers, 2 sequences of 128) has no more temporaries live at once than
-    the untied one (measured: 34.1 MB each live at once, the arenas 34.3
-    tied and 34.1 untied; 50.3 MB tied with PARAX_CUDA_IN_PLACE=0, the
-    head's gradient part, 16.8 MB, kept beside the sum; before gradients
-    were added to the sums as written: 45.9 and 62.4). An AdamW step with every dead
+    the untied one (measured: 21.4 MB each live at once; 25.2 MB tied with
+    PARAX_CUDA_IN_PLACE=0, the head's gradient part kept beside the sum;
+    with hidden 512, 34.1 MB each and 50.3 MB, at twice CI's time). At
+    these sizes the forward pass's logits set the untied peak; with
+    fewer tokens (2 x 64) the tied backward peaks higher (16.8 against
+    14.9 MB: in place still saves its 8.3 MB against 25.2). An AdamW step with every dead
     temporary poisoned (NaN after its last reader) gives the loss and
     weights of the run without in-place results, bit for bit."""
     import subprocess
@@ -1032,7 +1034,7 @@ def test_elementwise_results_in_place_make_a_tied_gradient_cost_nothing(tmp_path
     for tied in (False, True):
         d = str(tmp_path / ("tied" if tied else "untied"))
         os.makedirs(d)
-        cfg = llama_training_step(d, 2, 128, "bf16", hidden=512, ffn=1536, layers=2, heads=8, kv_heads=2,
+        cfg = llama_training_step(d, 2, 128, "bf16", hidden=256, ffn=768, layers=2, heads=4, kv_heads=2,
                                   vocab=16384, positions=128, theta=10000.0, tied=tied)
         rng = np.random.default_rng(0)
         save_safetensors(os.path.join(d, "w.safetensors"),
@@ -1076,34 +1078,36 @@ def test_gradients_summed_as_written_hold_no_memory_past_it(tmp_path, ranks, zer
     writes it (the last microbatch's also issuing its reduction over dp;
     ZeRO-2 reduce-scatters each), so a gradient has no memory past its
     last use, instead of every gradient held to the backward pass's end.
-    A Llama (hidden 512, 2 layers, vocabulary 8,192, untied: 14.7 M
-    parameters, 29.4 MB of bf16 gradients), bf16, two microbatches a
-    replica (DP1: of 2 x 128 tokens; DP2: 1 x 128), AdamW, every dead
+    A Llama (hidden 256, 2 layers, vocabulary 4,096, untied: 3.7 M
+    parameters, 7.3 MB of bf16 gradients), bf16, two microbatches a
+    replica (DP1: of 2 x 32 tokens; DP2: 1 x 32), AdamW, every dead
     temporary poisoned: the arena shrinks by more than a quarter of the
     gradients' bytes against PARAX_CUDA_OVERLAP=0 (every gradient summed
     after the run, so held to its end), and two steps give the same losses
-    and weights bit for bit. Measured: DP1 21.5 vs 29.1 MB (the forward's
-    end is the peak now), DP2 and DP2 ZeRO-2 14.9 vs 29.0 MB. CP2 (each
-    rank 64 positions of every sequence): every gradient is a partial sum
+    and weights bit for bit. Measured: DP1 3.77 vs 7.38 MB, DP2 and DP2
+    ZeRO-2 2.93 vs 7.36 MB. (Sizes chosen for CI's time, 2026-12-06: with
+    hidden 512, vocabulary 8,192 and 128 tokens a sequence, DP1 21.5 vs
+    29.1 MB, the forward's end the peak, at 4.5x the time.) CP2 (each
+    rank 16 positions of every sequence): every gradient is a partial sum
     over cp, returned so and all-reduced with the step's sums, where the
     program used to all-reduce each after the backward pass (so held to
-    its end either way): 15.2 vs 29.1 MB."""
+    its end either way): 2.97 vs 7.36 MB."""
     import subprocess
     from parax.checkpoint import load_safetensors, save_safetensors
     from parax.models.builder import parameter_shapes
     tool("parax-run-simt")
     d = str(tmp_path)
     mbs = 2 // ranks
-    cfg = llama_training_step(d, mbs, 128, "bf16", hidden=512, ffn=1536, layers=2, heads=8, kv_heads=2,
-                              vocab=8192, positions=128, theta=10000.0)
+    cfg = llama_training_step(d, mbs, 32, "bf16", hidden=256, ffn=768, layers=2, heads=4, kv_heads=2,
+                              vocab=4096, positions=128, theta=10000.0)
     rng = np.random.default_rng(0)
     shapes = parameter_shapes(cfg)
     save_safetensors(os.path.join(d, "w.safetensors"),
                      {k: 0.02 * rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}, dtype="bf16")
     gradient_bytes = 2 * sum(int(np.prod(s)) for s in shapes.values())
     tokens = os.path.join(d, "tokens.npy")
-    np.save(tokens, rng.integers(0, 8192, (4, 128)).astype(np.int32))
-    workload = f"train:batch=4,seq=128,dp={ranks},tp=1,pp=1,cp={cp},zero={zero},mbs={mbs},recompute=none"
+    np.save(tokens, rng.integers(0, 4096, (4, 32)).astype(np.int32))
+    workload = f"train:batch=4,seq=32,dp={ranks},tp=1,pp=1,cp={cp},zero={zero},mbs={mbs},recompute=none"
     _, exe = planned_executable(d, f"dgx-h100:devices_per_node={ranks * cp}", workload, recompute=False)
     launcher = ["mpirun", "-np", str(ranks * cp)] if ranks * cp > 1 else []
     arena, runs = {}, {}
