@@ -10,12 +10,17 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <limits>
 #include <list>
 #include <memory>
+#include <thread>
+
+#include <unistd.h>
 
 namespace parax::runtime {
 
@@ -31,6 +36,13 @@ Status check(int rc, const char *what) {
   int len = 0;
   MPI_Error_string(rc, text, &len);
   return Status::error(std::string(what) + " failed: " + std::string(text, len));
+}
+
+// A non-blocking call's return code, then its request waited for.
+Status finish(int rc, MPI_Request &request, const char *what) {
+  if (Status s = check(rc, what); !s.isOk())
+    return s;
+  return mpiWaitAll(1, &request, what);
 }
 
 class MpiCommunicator : public Communicator {
@@ -66,6 +78,16 @@ public:
         return s;
       sizes_[mask] = static_cast<int>(g.members);
     }
+    // Ranks on this node against its cores (collective, like the splits).
+    MPI_Comm node = MPI_COMM_NULL;
+    if (Status s = check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+                         "MPI_Comm_split_type");
+        !s.isOk())
+      return s;
+    int local = 1;
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    setRanksShareCores(local > sysconf(_SC_NPROCESSORS_ONLN));
     return Status::ok();
   }
 
@@ -85,9 +107,11 @@ public:
     // chunk summed once, on one rank, so every rank ends with the same
     // values): Open MPI 4.1's MPI_Allreduce moves less than half the
     // all-gather's bandwidth here.
-    if (n * sizeof(float) < kRingBytes)
-      return check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comms_[mask]),
-                   "MPI_Allreduce");
+    if (n * sizeof(float) < kRingBytes) {
+      MPI_Request request;
+      return finish(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comms_[mask], &request),
+                    request, "MPI_Iallreduce");
+    }
     int r = 0;
     MPI_Comm_rank(comms_[mask], &r);
     int next = (r + 1) % P, prev = (r + P - 1) % P;
@@ -99,29 +123,26 @@ public:
     ringReceived_.resize(n / P + 1);
     for (int s = 0; s < P - 1; ++s) { // reduce-scatter: chunk r - 2 - s gains this rank's part
       int out = r - 1 - s, in = r - 2 - s;
-      Status st = check(MPI_Sendrecv(data + begin(out), static_cast<int>(size(out)), MPI_FLOAT, next, kRingTag,
-                                     ringReceived_.data(), static_cast<int>(size(in)), MPI_FLOAT, prev, kRingTag,
-                                     comms_[mask], MPI_STATUS_IGNORE),
-                        "MPI_Sendrecv");
+      Status st = mpiSendRecv(data + begin(out), static_cast<int>(size(out)), next, ringReceived_.data(),
+                              static_cast<int>(size(in)), prev, kRingTag, comms_[mask]);
       if (!st.isOk()) return st;
       float *sum = data + begin(in);
       for (size_t i = 0; i < size(in); ++i) sum[i] += ringReceived_[i];
     }
     for (int s = 0; s < P - 1; ++s) { // all-gather: chunk r - s, whole, passed on
       int out = r - s, in = r - 1 - s;
-      Status st = check(MPI_Sendrecv(data + begin(out), static_cast<int>(size(out)), MPI_FLOAT, next, kRingTag,
-                                     data + begin(in), static_cast<int>(size(in)), MPI_FLOAT, prev, kRingTag,
-                                     comms_[mask], MPI_STATUS_IGNORE),
-                        "MPI_Sendrecv");
+      Status st = mpiSendRecv(data + begin(out), static_cast<int>(size(out)), next, data + begin(in),
+                              static_cast<int>(size(in)), prev, kRingTag, comms_[mask]);
       if (!st.isOk()) return st;
     }
     return Status::ok();
   }
   Status allGather(const float *in, size_t n, float *out, unsigned mask) override {
     auto watched = watchdog_->watch("all_gather");
-    return check(MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out,
-                               static_cast<int>(n), MPI_FLOAT, comms_[mask]),
-                 "MPI_Allgather");
+    MPI_Request request;
+    return finish(
+        MPI_Iallgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, comms_[mask], &request),
+        request, "MPI_Iallgather");
   }
   Status allGatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned mask) override {
     if (rows == 1) return allGather(in, run, out, mask); // (one run a rank: the blocks lie as gathered)
@@ -137,8 +158,10 @@ public:
     MPI_Type_vector(static_cast<int>(rows), static_cast<int>(run), static_cast<int>(run * members), MPI_FLOAT, &runs);
     MPI_Type_create_resized(runs, 0, static_cast<MPI_Aint>(run * sizeof(float)), &spaced);
     MPI_Type_commit(&spaced);
-    Status s = check(MPI_Allgather(in, static_cast<int>(rows * run), MPI_FLOAT, out, 1, spaced, comms_[mask]),
-                     "MPI_Allgather");
+    MPI_Request request;
+    Status s = finish(MPI_Iallgather(in, static_cast<int>(rows * run), MPI_FLOAT, out, 1, spaced, comms_[mask],
+                                     &request),
+                      request, "MPI_Iallgather");
     MPI_Type_free(&spaced);
     MPI_Type_free(&runs);
     return s;
@@ -152,9 +175,10 @@ public:
   }
   Status allToAll(const float *in, float *out, size_t n, unsigned mask) override {
     auto watched = watchdog_->watch("all_to_all");
-    return check(MPI_Alltoall(in, static_cast<int>(n), MPI_FLOAT, out,
-                              static_cast<int>(n), MPI_FLOAT, comms_[mask]),
-                 "MPI_Alltoall");
+    MPI_Request request;
+    return finish(
+        MPI_Ialltoall(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, comms_[mask], &request),
+        request, "MPI_Ialltoall");
   }
   Status allToAllv(const float *in, const std::vector<size_t> &sendCounts, float *out,
                    const std::vector<size_t> &recvCounts, unsigned mask) override {
@@ -163,9 +187,10 @@ public:
     if (!mpiBlocks(sendCounts, sc, sd) || !mpiBlocks(recvCounts, rc, rd))
       return Status::error("all_to_all: more than 2^31 - 1 values a rank (MPI_Alltoallv's int counts)");
     auto watched = watchdog_->watch("all_to_all");
-    return check(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_FLOAT, out, rc.data(), rd.data(), MPI_FLOAT,
-                               comms_[mask]),
-                 "MPI_Alltoallv");
+    MPI_Request request;
+    return finish(MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_FLOAT, out, rc.data(), rd.data(), MPI_FLOAT,
+                                 comms_[mask], &request),
+                  request, "MPI_Ialltoallv");
   }
   // A send does not wait for its receive: the values are copied and sent
   // with MPI_Isend, moved along by progress() (the executor calls it
@@ -194,9 +219,9 @@ public:
   }
   Status recv(float *data, size_t n, int peer) override {
     auto watched = watchdog_->watch("recv");
-    return check(MPI_Recv(data, static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD,
-                          MPI_STATUS_IGNORE),
-                 "MPI_Recv");
+    MPI_Request request;
+    return finish(MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, peer, 0, MPI_COMM_WORLD, &request), request,
+                  "MPI_Irecv");
   }
   [[noreturn]] void abort(const std::string &message) override {
     std::fprintf(stderr, "parax-run: rank %d: %s\n", rank_, message.c_str());
@@ -223,7 +248,45 @@ private:
   std::vector<float> ringSend_, ringReceived_;
 };
 
+std::atomic<bool> shareCores{false};
+
 } // namespace
+
+bool ranksShareCores() { return shareCores.load(std::memory_order_relaxed); }
+void setRanksShareCores(bool shared) { shareCores.store(shared, std::memory_order_relaxed); }
+
+Status mpiWaitAll(int count, MPI_Request *requests, const char *what) {
+  using Clock = std::chrono::steady_clock;
+  const bool sleepy = ranksShareCores();
+  const Clock::time_point start = sleepy ? Clock::now() : Clock::time_point();
+  auto nap = std::chrono::microseconds(10);
+  for (;;) {
+    int done = 0;
+    if (Status s = check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what); !s.isOk())
+      return s;
+    if (done)
+      return Status::ok();
+    if (sleepy && Clock::now() - start > std::chrono::microseconds(20)) {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(200));
+    }
+  }
+}
+
+Status mpiSendRecv(const float *send, int sendCount, int next, float *recv, int recvCount, int prev, int tag,
+                   MPI_Comm comm) {
+  MPI_Request requests[2];
+  if (Status s = check(MPI_Irecv(recv, recvCount, MPI_FLOAT, prev, tag, comm, &requests[0]), "MPI_Irecv");
+      !s.isOk())
+    return s;
+  if (Status s = check(MPI_Isend(send, sendCount, MPI_FLOAT, next, tag, comm, &requests[1]), "MPI_Isend");
+      !s.isOk()) {
+    MPI_Cancel(&requests[0]);
+    MPI_Request_free(&requests[0]);
+    return s;
+  }
+  return mpiWaitAll(2, requests, "MPI_Sendrecv");
+}
 
 Status ringReduceScatter(const float *in, float *out, size_t n, MPI_Comm comm, std::vector<float> &send,
                          std::vector<float> &received) {
@@ -243,9 +306,8 @@ Status ringReduceScatter(const float *in, float *out, size_t n, MPI_Comm comm, s
   send.assign(chunk(r - 1), chunk(r - 1) + n);
   received.resize(n);
   for (int s = 0; s < P - 1; ++s) {
-    Status st = check(MPI_Sendrecv(send.data(), static_cast<int>(n), MPI_FLOAT, next, kRingTag, received.data(),
-                                   static_cast<int>(n), MPI_FLOAT, prev, kRingTag, comm, MPI_STATUS_IGNORE),
-                      "MPI_Sendrecv");
+    Status st = mpiSendRecv(send.data(), static_cast<int>(n), next, received.data(), static_cast<int>(n), prev,
+                            kRingTag, comm);
     if (!st.isOk()) return st;
     const float *own = chunk(r - 2 - s); // (the chunk received: its partial sum, plus this rank's)
     float *sum = s == P - 2 ? out : send.data();

@@ -3,8 +3,14 @@ rings of MPI_Sendrecv for large messages, MPI's own for small ones) and its
 all-gather into an inner dimension's layout (a strided MPI datatype) against
 exact sums under a real mpirun, on 2, 3 and 4 ranks: sizes on both sides of
 the ring's threshold, divisible by the ranks and not, over the whole world
-and over one axis of a 2 x 2 grid (parax-mpi-collectives-check)."""
+and over one axis of a 2 x 2 grid (parax-mpi-collectives-check). Then
+ranks waiting 300 ms for a late one: where there are more ranks than cores,
+they sleep between tests of the request (MpiRing.h's mpiWaitAll) instead
+of spinning on cores the late rank needs (measured, 4 ranks on 2 cores:
+6 ms of CPU each over the 300 ms; spinning, 149-224 ms)."""
 
+import os
+import re
 import subprocess
 
 import pytest
@@ -19,3 +25,12 @@ def test_collectives_sum_exactly(ranks):
                           capture_output=True, text=True, timeout=120, env=MPI_ENV)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"ok: all_reduce, reduce_scatter and all_gather of runs on {ranks} ranks" in proc.stdout
+    waits = [tuple(map(float, m)) for m in
+             re.findall(r"rank \d+ waited ([0-9.]+) ms, on the CPU ([0-9.]+) ms, cores shared (\d)", proc.stdout)]
+    assert len(waits) == ranks, proc.stdout
+    shared = ranks > os.cpu_count()
+    assert all(flag == shared for _, _, flag in waits), (shared, waits)
+    if shared:
+        late = [(waited, cpu) for waited, cpu, _ in waits if waited > 200]
+        assert len(late) >= ranks - 1, waits
+        assert all(cpu < 0.25 * waited for waited, cpu in late), waits

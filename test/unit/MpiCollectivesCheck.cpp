@@ -5,16 +5,22 @@
 // and above the ring's threshold, divisible by the ranks and not, and
 // groups of the whole world and of one grid axis; and the all-gather into an
 // inner dimension's layout (allGatherRuns: MPI's strided datatype), every
-// value where its run says. Exit code 0 and "ok", or
-// 1 and what differed.
+// value where its run says. Then a wait: rank 0 joins an all-reduce 300 ms
+// late, and every rank prints whether ranks share this node's cores and
+// the CPU time it spent waiting (test_collectives.py: on shared cores the
+// waits sleep). Exit code 0 and "ok", or 1 and what differed.
 
 #define OMPI_SKIP_MPICXX 1
 #include "parax/runtime/Communicator.h"
+#include "parax/runtime/MpiRing.h"
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -78,6 +84,24 @@ int main(int argc, char **argv) {
         if (!expect(out[i] == want, "all_gather of runs", rows * run, i, out[i], want)) break;
       }
     }
+  }
+  {
+    StatusOr<std::unique_ptr<Communicator>> made = createMpiCommunicator({size}, 60);
+    if (!made.isOk()) return 1;
+    auto cpuSeconds = [] {
+      timespec t{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+      return t.tv_sec + 1e-9 * t.tv_nsec;
+    };
+    float one = 1;
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto wall = std::chrono::steady_clock::now();
+    double cpu = cpuSeconds();
+    if (!made.value()->allReduce(&one, 1, 1).isOk()) return 1;
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
+    std::printf("rank %d waited %.1f ms, on the CPU %.1f ms, cores shared %d\n", rank, 1e3 * waited,
+                1e3 * (cpuSeconds() - cpu), ranksShareCores() ? 1 : 0);
+    expect(one == size, "all_reduce after a wait", 1, 0, one, static_cast<float>(size));
   }
   if (rank == 0 && failures == 0)
     std::printf("ok: all_reduce, reduce_scatter and all_gather of runs on %d ranks\n", size);

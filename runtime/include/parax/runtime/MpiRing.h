@@ -17,6 +17,23 @@
 
 namespace parax::runtime {
 
+/// Whether this node runs more MPI ranks than it has cores (they then share
+/// cores by time slicing): set once by the MPI communicator's creation
+/// (MPI_Comm_split_type over shared memory, against the online cores).
+bool ranksShareCores();
+void setRanksShareCores(bool shared);
+
+/// Waits for `count` requests, testing them (each test moves them along).
+/// A rank with a core of its own spins, as MPI's blocking calls do; ranks
+/// that share cores sleep between tests after 20 us (10 us, doubling to
+/// 200 us), so that the rank whose work they wait for gets the core:
+/// spinning, even with sched_yield, kept it from running.
+Status mpiWaitAll(int count, MPI_Request *requests, const char *what);
+
+/// MPI_Sendrecv through mpiWaitAll.
+Status mpiSendRecv(const float *send, int sendCount, int next, float *recv, int recvCount, int prev, int tag,
+                   MPI_Comm comm);
+
 /// `in`: the group's size P chunks of `n` values; `out`: chunk r (this
 /// rank's place in `comm`) summed over the group. `send` and `received`
 /// are scratch a caller may keep from one call to the next.
