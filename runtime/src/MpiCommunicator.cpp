@@ -29,6 +29,9 @@ namespace {
 // The rings' messages (MPI_Sendrecv on a group's own communicator).
 constexpr int kRingTag = 1;
 
+// ranksShareCores(): set by the communicator's creation.
+std::atomic<bool> shareCores{false};
+
 Status check(int rc, const char *what) {
   if (rc == MPI_SUCCESS)
     return Status::ok();
@@ -87,7 +90,7 @@ public:
     int local = 1;
     MPI_Comm_size(node, &local);
     MPI_Comm_free(&node);
-    setRanksShareCores(local > sysconf(_SC_NPROCESSORS_ONLN));
+    shareCores.store(local > sysconf(_SC_NPROCESSORS_ONLN), std::memory_order_relaxed);
     return Status::ok();
   }
 
@@ -248,12 +251,9 @@ private:
   std::vector<float> ringSend_, ringReceived_;
 };
 
-std::atomic<bool> shareCores{false};
-
 } // namespace
 
 bool ranksShareCores() { return shareCores.load(std::memory_order_relaxed); }
-void setRanksShareCores(bool shared) { shareCores.store(shared, std::memory_order_relaxed); }
 
 Status mpiWaitAll(int count, MPI_Request *requests, const char *what) {
   using Clock = std::chrono::steady_clock;

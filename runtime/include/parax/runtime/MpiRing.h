@@ -21,7 +21,6 @@ namespace parax::runtime {
 /// cores by time slicing): set once by the MPI communicator's creation
 /// (MPI_Comm_split_type over shared memory, against the online cores).
 bool ranksShareCores();
-void setRanksShareCores(bool shared);
 
 /// Waits for `count` requests, testing them (each test moves them along).
 /// A rank with a core of its own spins, as MPI's blocking calls do; ranks
