@@ -20,6 +20,12 @@ inline constexpr int64_t kFewRows = 16;
 /// written) where it does not apply: other shapes or a CPU without AVX2/FMA.
 bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, float *y);
 
+/// y[n] = w[n, k] · x[k]: one row (a decode step of one sequence), bound by
+/// the weight's read. AVX-512F, on the caller's thread: Gemm.h calls it on
+/// one thread, where it reads the weight faster than oneDNN's sgemm
+/// (docs/executable.md). False (nothing written) on a CPU without AVX-512F.
+bool oneRowTimesTransposed(int64_t n, int64_t k, const float *x, const float *w, float *y);
+
 } // namespace parax::runtime
 
 #endif // PARAX_RUNTIME_FEWROWSGEMM_H

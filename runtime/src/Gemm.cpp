@@ -51,9 +51,10 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
           const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   int threads = gemmThreads();
-  if (threads == 1 && !transA && transB && alpha == 1 && beta == 0 && m >= 2 && m <= kFewRowsFaster && lda == k &&
-      ldb == k && ldc == n && fewRowsTimesTransposed(m, n, k, a, b, c))
-    return;
+  if (threads == 1 && !transA && transB && alpha == 1 && beta == 0 && ldb == k) {
+    if (m == 1 && oneRowTimesTransposed(n, k, a, b, c)) return;
+    if (m >= 2 && m <= kFewRowsFaster && lda == k && ldc == n && fewRowsTimesTransposed(m, n, k, a, b, c)) return;
+  }
   // OpenMP's thread count is each calling thread's own setting.
   thread_local int applied = 0;
   if (applied != threads) {

@@ -42,6 +42,32 @@ TEST(FewRowsGemmTest, EqualsTheProductForEveryRowCountAndRemainder) {
   EXPECT_GT(checked, 0);
 }
 
+TEST(FewRowsGemmTest, OneRowEqualsTheProductForEveryRemainder) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> draw(-1, 1);
+  int checked = 0;
+  // (blocks of 8, 4 and 1 weight rows; 16 columns a step, the rest masked)
+  for (int64_t n : {1, 3, 4, 5, 8, 9, 12, 13, 17, 31})
+    for (int64_t k : {1, 7, 15, 16, 17, 64, 1030}) {
+      std::vector<float> x(k), w(n * k), y(n + 1, NAN);
+      for (float &v : x) v = draw(rng);
+      for (float &v : w) v = draw(rng);
+      if (!oneRowTimesTransposed(n, k, x.data(), w.data(), y.data()))
+        GTEST_SKIP() << "this CPU has no AVX-512F: sgemm does one row";
+      for (int64_t c = 0; c < n; ++c) {
+        double want = 0, size = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          want += double(x[j]) * w[c * k + j];
+          size += std::fabs(double(x[j]) * w[c * k + j]);
+        }
+        ASSERT_NEAR(y[c], want, 1e-6 * size + 1e-7) << n << "x" << k << " at " << c;
+        ++checked;
+      }
+      EXPECT_TRUE(std::isnan(y[n])) << "wrote past its " << n << " results";
+    }
+  EXPECT_GT(checked, 0);
+}
+
 TEST(FewRowsGemmTest, LeavesOtherShapesAlone) {
   std::vector<float> x(17 * 8, 1), w(8, 1), y(17, -1);
   EXPECT_FALSE(fewRowsTimesTransposed(1, 1, 8, x.data(), w.data(), y.data())); // one row
