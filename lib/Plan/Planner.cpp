@@ -117,6 +117,9 @@ private:
     return it->second;
   }
   int64_t evaluated = 0;
+  /// Why a pinned interleaved schedule was never costed (a reason the
+  /// explanation names when nothing else applied); empty if it was.
+  std::string interleavedRefused;
   // The best objectives of feasible plans so far: a configuration whose
   // lower bound is worse than the top-k-th cannot make the list.
   std::vector<double> topObjectives;
@@ -635,9 +638,18 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             continue;
           if (pp == 1 && sched != Schedule::OneFOneB)
             continue;
-          if (sched == Schedule::Interleaved &&
-              (model.numDecoderLayers < pp * v || m % pp))
+          if (sched == Schedule::Interleaved && (model.numDecoderLayers < pp * v || m % pp)) {
+            if (w.schedule == Schedule::Interleaved || w.chunks)
+              interleavedRefused =
+                  model.numDecoderLayers < pp * v
+                      ? formatv("; interleaved with {0} chunks over pp {1} needs {2} decoder layers (a layer a "
+                                "chunk at least), the model has {3}",
+                                v, pp, pp * v, model.numDecoderLayers)
+                            .str()
+                      : formatv("; interleaved needs microbatches in a multiple of pp ({0}), a step has {1}", pp, m)
+                            .str();
             continue;
+          }
           // Interleaved: the chunks' activations each stage holds at once
           // under the schedule parax-run runs (runtime::pipelineSteps),
           // counted as the runtime keeps them -- a slot per microbatch a
@@ -1226,6 +1238,7 @@ PlanResult Search::run() {
                                       "own sequences of it",
                                       opt.epDivides)
                                   .str();
+      result.explanation += interleavedRefused;
     } else {
       // The least overflowing plan, and what overflows.
       const Plan *closest = nullptr;
