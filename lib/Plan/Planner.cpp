@@ -1238,6 +1238,10 @@ PlanResult Search::run() {
                                       "own sequences of it",
                                       opt.epDivides)
                                   .str();
+      if (w.pp && *w.pp > std::max<int64_t>(model.numDecoderLayers, 1))
+        result.explanation +=
+            formatv("; pp={0} is more stages than the model's {1} decoder layer(s)", *w.pp, model.numDecoderLayers)
+                .str();
       result.explanation += interleavedRefused;
     } else {
       // The least overflowing plan, and what overflows.
