@@ -395,8 +395,8 @@ def main():
         p["predicted"] = b.predict(p["ir"], cluster, final + ".profile.json", p["workload"])["step_time_s"]
         p["same"] = same_program(p, final)
 
-    print("\n| workload | plan | ranks | predicted ms | measured ms (median) | error |")
-    print("|---|---|---|---|---|---|")
+    print("\n| workload | plan | ranks | predicted ms | measured ms (median) | rounds' range ms | error |")
+    print("|---|---|---|---|---|---|---|")
     errors = []
     for p in prepared:
         m = statistics.median(p["measured"])
@@ -404,7 +404,8 @@ def main():
         e = p["predicted"] / m - 1
         errors.append(abs(e))
         print(f"| {p['group']} | {p['name']}{'' if p['same'] else ' *'} | {p['ranks']} | "
-              f"{1e3 * p['predicted']:.1f} | {1e3 * m:.1f} | {100 * e:+.1f} % |")
+              f"{1e3 * p['predicted']:.1f} | {1e3 * m:.1f} | {1e3 * min(p['measured']):.1f}-{1e3 * max(p['measured']):.1f} | "
+              f"{100 * e:+.1f} % |")
     differ = [p for p in prepared if not p["same"]]
     print(f"\n* the final fit would partition it otherwise than the program that ran: {len(differ)} plan(s)"
           if differ else "\n(each prediction is of the program that ran: the final fit partitions it alike)")

@@ -266,9 +266,13 @@ Status mpiWaitAll(int count, MPI_Request *requests, const char *what) {
       return s;
     if (done)
       return Status::ok();
-    if (sleepy && Clock::now() - start > std::chrono::microseconds(20)) {
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(200));
+    if (sleepy) {
+      if (Clock::now() - start < std::chrono::milliseconds(2)) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(200));
+      }
     }
   }
 }

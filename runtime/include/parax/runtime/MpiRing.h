@@ -24,9 +24,10 @@ bool ranksShareCores();
 
 /// Waits for `count` requests, testing them (each test moves them along).
 /// A rank with a core of its own spins, as MPI's blocking calls do; ranks
-/// that share cores sleep between tests after 20 us (10 us, doubling to
-/// 200 us), so that the rank whose work they wait for gets the core:
-/// spinning, even with sched_yield, kept it from running.
+/// that share cores yield the core between tests for the first 2 ms (a
+/// transfer over shared memory moves only while both sides test, so a nap
+/// in its middle stalls it), then sleep between tests (10 us, doubling to
+/// 200 us), so that a late rank they wait for gets the core.
 Status mpiWaitAll(int count, MPI_Request *requests, const char *what);
 
 /// MPI_Sendrecv through mpiWaitAll.
