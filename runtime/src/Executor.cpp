@@ -197,6 +197,19 @@ Status Executor::hoistParameterMoves() {
   for (const pxe::Buffer &b : stageProto_->buffers())
     if ((b.role() == pxe::INPUT || (b.role() == pxe::TEMPORARY && !fixed[b.id()])) && !isCacheState(b.id()))
       activations_.push_back(b.id());
+  // Outputs that every run writes afresh (a temporary no cache update
+  // writes, not a move run once here, named once among the outputs) are
+  // handed over by outputs() rather than copied.
+  handedOver_.assign(stageProto_->buffers_size(), false);
+  std::vector<int> named(stageProto_->buffers_size(), 0), written(stageProto_->buffers_size(), 0);
+  for (int32_t id : stageProto_->outputs()) ++named[id];
+  for (const pxe::Instruction &inst : stageProto_->instructions()) {
+    bool inPlace = inst.kind() == pxe::OP_CACHE_UPDATE || inst.kind() == pxe::OP_RING_CACHE_UPDATE;
+    for (int32_t id : inst.results()) written[id] += inPlace ? 2 : 1;
+  }
+  for (const pxe::Buffer &b : stageProto_->buffers())
+    handedOver_[b.id()] = !runsElsewhere_ && b.role() == pxe::TEMPORARY && !fixed[b.id()] && !isCacheState(b.id()) &&
+                          named[b.id()] == 1 && written[b.id()] == 1;
   return Status::ok();
 }
 
@@ -322,17 +335,21 @@ size_t Executor::instructionCount() const {
   return stageProto_ ? stageProto_->instructions_size() : 0;
 }
 
-std::vector<Tensor> Executor::outputs() const {
+std::vector<Tensor> Executor::outputs() {
   std::vector<Tensor> out;
   for (int32_t id : stageProto_->outputs()) {
-    const Tensor &b = buffers_[id];
+    Tensor &b = buffers_[id];
     if (!b.hasValues()) { // (a shape only)
       out.push_back(b);
       continue;
     }
     Tensor t = takeSpare(spare_, b.isInt, b.shape);
-    std::copy(b.f.begin(), b.f.end(), t.f.begin());
-    std::copy(b.i.begin(), b.i.end(), t.i.begin());
+    if (id < static_cast<int32_t>(handedOver_.size()) && handedOver_[id]) {
+      std::swap(t, b); // the next run writes the spare's memory
+    } else {
+      std::copy(b.f.begin(), b.f.end(), t.f.begin());
+      std::copy(b.i.begin(), b.i.end(), t.i.begin());
+    }
     out.push_back(std::move(t));
   }
   return out;

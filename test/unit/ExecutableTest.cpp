@@ -1182,6 +1182,56 @@ TEST(Executor, RefusesATransposeWithoutItsPermutation) {
       << s.message();
 }
 
+// outputs() hands over an output the run writes afresh (a temporary: the
+// memory the run wrote, the stage taking a recycled tensor's in its place)
+// and copies one it must keep (here an input returned as it is); results
+// held by the caller are never written by later runs.
+TEST(Executor, HandsOverFreshOutputsAndCopiesKeptOnes) {
+  auto weights = emptyCheckpoint();
+  pxe::Executable exe = oneRank();
+  pxe::Stage *stage = exe.mutable_stages(0);
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {4});
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
+  pxe::Instruction *inst = stage->add_instructions();
+  inst->set_kind(parax::pxe::OP_ADD);
+  inst->add_operands(0);
+  inst->add_operands(0);
+  inst->add_results(1);
+  stage->add_outputs(1); // x + x, handed over
+  stage->add_outputs(0); // x, copied
+  ASSERT_TRUE(validateExecutable(exe).isOk());
+  auto input = [](float v) {
+    Tensor t = Tensor::floats({4});
+    std::fill(t.f.begin(), t.f.end(), v);
+    return t;
+  };
+  auto expectStep = [](const std::vector<Tensor> &out, float v) {
+    ASSERT_EQ(out.size(), 2u);
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(out[0].f[j], 2 * v);
+      EXPECT_EQ(out[1].f[j], v);
+    }
+  };
+  Executor executor;
+  ASSERT_TRUE(executor.prepare(exe, 0, nullptr, *weights, {input(1)}).isOk());
+  ASSERT_TRUE(executor.run().isOk());
+  std::vector<Tensor> first = executor.outputs();
+  expectStep(first, 1);
+  const float *recycled[] = {first[0].f.data(), first[1].f.data()};
+  executor.recycle(std::move(first));
+  ASSERT_TRUE(executor.setInputs({input(3)}).isOk());
+  ASSERT_TRUE(executor.run().isOk());
+  std::vector<Tensor> second = executor.outputs();
+  expectStep(second, 3);
+  // the sum is the run's own memory, the copy a recycled tensor's
+  EXPECT_TRUE(second[0].f.data() != recycled[0] && second[0].f.data() != recycled[1]);
+  EXPECT_TRUE(second[1].f.data() == recycled[0] || second[1].f.data() == recycled[1]);
+  ASSERT_TRUE(executor.setInputs({input(5)}).isOk());
+  ASSERT_TRUE(executor.run().isOk());
+  expectStep(executor.outputs(), 5);
+  expectStep(second, 3); // held, not written by the later run
+}
+
 TEST(Executor, GreedyTokensNeedLogits) {
   auto weights = emptyCheckpoint();
   pxe::Executable none = oneRank();

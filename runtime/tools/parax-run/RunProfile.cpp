@@ -3,6 +3,7 @@
 #include "RunProfile.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -123,7 +124,8 @@ Status writeRunProfile(const std::string &path, const pxe::Executable &exe, cons
         for (int a = 0; a < exe.grid().axis_names_size(); ++a)
           if (exe.grid().axis_names(a) == axis) group *= exe.grid().shape(a);
     os << "}, \"group\": " << group << ", \"runs\": " << times.size()
-       << ", \"seconds_median\": " << jsonNumber(times[times.size() / 2]) << "}";
+       << ", \"seconds_median\": " << jsonNumber(times[times.size() / 2])
+       << ", \"seconds_mean\": " << jsonNumber(std::accumulate(times.begin(), times.end(), 0.0) / times.size()) << "}";
   }
   os << "\n  ]\n}\n";
   std::ofstream file(path);

@@ -75,10 +75,14 @@ public:
   /// per microbatch in flight.
   void swapActivations(std::vector<Tensor> &held);
   /// The stage's outputs: the last stage's results, and a training step's
-  /// gradients of the parameters the stage holds (in their split).
-  std::vector<Tensor> outputs() const;
-  /// An earlier step's results: outputs() copies into their memory
-  /// (recyclable(), Tensor.h).
+  /// gradients of the parameters the stage holds (in their split). Those
+  /// every run writes afresh are handed over (the buffer takes a recycled
+  /// tensor's memory in their place: no copy), the rest copied; so the
+  /// first output's logits are gone from the stage after it (greedyTokens
+  /// first).
+  std::vector<Tensor> outputs();
+  /// An earlier step's results: outputs() puts their memory back into the
+  /// stage or copies into it (recyclable(), Tensor.h).
   void recycle(std::vector<Tensor> results) { spare_ = recyclable(std::move(results)); }
   /// Each row's most likely token of the first output (logits [..., V]):
   /// the first of equal largest values. The last stage only.
@@ -149,6 +153,7 @@ private:
   std::vector<Tensor> buffers_;
   mutable std::vector<Tensor> spare_; // recycle()'s tensors, for outputs() to fill
   std::vector<bool> hoisted_; // per instruction
+  std::vector<bool> handedOver_; // per buffer: an output outputs() hands over
   std::vector<int32_t> activations_; // buffers swapActivations exchanges
   std::vector<int32_t> cacheState_; // cacheStateInputs of the stage
   std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
