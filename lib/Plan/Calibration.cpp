@@ -246,6 +246,11 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
         return where("not an object");
       std::optional<StringRef> op = inst->getString("op");
       std::optional<double> seconds = inst->getNumber("seconds_median");
+      // The mean where the profile has it: a step is the sum of its
+      // instructions, and means add where medians do not (a step that ran
+      // slow counts in the step's time, not in any instruction's median).
+      if (std::optional<double> mean = inst->getNumber("seconds_mean"); seconds && mean && std::isfinite(*mean))
+        seconds = mean;
       const json::Array *operands = inst->getArray("operands");
       const json::Array *results = inst->getArray("results");
       if (!op || !seconds || !operands || !results)

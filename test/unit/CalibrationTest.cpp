@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,34 @@ TEST(CalibrationTest, TheFitGivesBackTheFiguresThatMadeTheTimes) {
   EXPECT_EQ(c.hbmBytes, base().hbmBytes);
   EXPECT_NE(fit->report.find("GEMMs: 100.00 GFLOP/s (f32), streaming 10.00 GB/s"), std::string::npos)
       << fit->report;
+}
+
+// Where a profile has each instruction's mean beside its median, the fit
+// reads the means (they add up to the step; medians do not): the same
+// figures come back with every median halved.
+TEST(CalibrationTest, AnInstructionsMeanIsItsTimeWhereTheProfileHasIt) {
+  double parameters = 1e7;
+  std::string text = runProfile(48 * parameters / kStream, parameters, 8 * parameters / kStream);
+  std::regex median(R"("runs": 3, "seconds_median": ([0-9.e+-]+)\})");
+  std::string withMeans;
+  auto end = std::sregex_iterator();
+  size_t last = 0, replaced = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), median); it != end; ++it, ++replaced) {
+    double seconds = std::stod((*it)[1].str());
+    withMeans += text.substr(last, it->position() - last) +
+                 llvm::formatv(R"("runs": 3, "seconds_median": {0:e}, "seconds_mean": {1:e}})", seconds / 2, seconds)
+                     .str();
+    last = it->position() + it->length();
+  }
+  withMeans += text.substr(last);
+  ASSERT_GT(replaced, 20u);
+  llvm::Expected<Calibration> fit = calibrate(base(), {withMeans}, {"m.json"});
+  ASSERT_TRUE(static_cast<bool>(fit)) << llvm::toString(fit.takeError());
+  auto near = [](double got, double want) { EXPECT_NEAR(got / want, 1.0, 1e-6) << got << " vs " << want; };
+  near(fit->cluster.peak("f32"), kRate);
+  near(fit->cluster.hbmBandwidth, kStream);
+  near(fit->cluster.profile.flashEfficiency, kAttention / kRate);
+  near(fit->cluster.intraNode.bandwidth, kWire);
 }
 
 TEST(CalibrationTest, ACollectiveIsTheLastRanksTimeNotTheWaitOfTheOthers) {
