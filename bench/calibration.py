@@ -39,9 +39,11 @@ one: the ranks share the cores by time slicing.
 """
 
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -227,6 +229,8 @@ def main():
     args = parser.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="parax-calibration.")
     os.makedirs(work, exist_ok=True)
+    if not args.keep:  # (a run's programs, profiles and weights: about 200 MB)
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     b = Bench(args.build, work)
     b.model("llama", LLAMA)
     b.model("mixtral", MIXTRAL)
