@@ -2,10 +2,13 @@
 // gradient ops of docs/dialect/ParaxDialect.md.
 
 #include "GradientKernels.h"
+
+#include "VectorMath.h"
 #include "Gemm.h"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace parax::runtime {
 
@@ -31,9 +34,10 @@ std::pair<double, double> rowStats(const float *x, int64_t h, double eps, bool c
 } // namespace
 
 RowExp rowExp(const float *x, int64_t n) {
-  RowExp row{*std::max_element(x, x + n), 0.0};
-  for (int64_t c = 0; c < n; ++c) row.sum += std::exp(x[c] - row.max);
-  return row;
+  thread_local std::vector<float> scratch; // (expShifted writes its exponentials)
+  scratch.assign(x, x + n);
+  float largest = *std::max_element(x, x + n);
+  return RowExp{largest, expShifted(scratch.data(), n, largest)};
 }
 
 void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor, std::optional<int32_t> ignore,
@@ -48,8 +52,11 @@ void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor
     }
     // softmax = exp(l - logsumexp): the row's own, or (vocab-parallel: this
     // rank's columns `offset ..` of the vocabulary) the whole row's.
-    RowExp row = lse ? RowExp{lse->f[t], 1.0} : rowExp(l, V);
-    for (int64_t c = 0; c < V; ++c) d[c] = static_cast<float>(std::exp(l[c] - row.max) / row.sum / divisor);
+    float shift = lse ? lse->f[t] : *std::max_element(l, l + V);
+    std::copy(l, l + V, d);
+    double sum = expShifted(d, V, shift); // exp(l - shift), in place
+    float scale = static_cast<float>(1.0 / ((lse ? 1.0 : sum) * divisor));
+    for (int64_t c = 0; c < V; ++c) d[c] *= scale;
     if (int64_t label = labels.i[t] - offset; label >= 0 && label < V) // (checked by the caller: in range)
       d[label] -= static_cast<float>(1.0 / divisor);
   }
@@ -127,10 +134,7 @@ void geluGrad(const Tensor &x, const Tensor &dy, bool tanhApprox, Tensor &dx) {
 }
 
 void swigluGrad(const Tensor &gate, const Tensor &up, const Tensor &dy, int operand, Tensor &d) {
-  for (int64_t k = 0; k < gate.numel(); ++k) {
-    float g = gate.f[k], s = 1.0f / (1.0f + std::exp(-g));
-    d.f[k] = operand == 0 ? dy.f[k] * up.f[k] * (s + g * s * (1.0f - s)) : dy.f[k] * g * s;
-  }
+  swigluGradient(gate.f.data(), up.f.data(), dy.f.data(), operand, d.f.data(), gate.numel());
 }
 
 // Per batch and query head, blocks of queries: the scores and their softmax

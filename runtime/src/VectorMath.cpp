@@ -29,6 +29,21 @@ __attribute__((target("avx2,fma"))) int64_t siluTimes8(const float *g, const flo
   return k;
 }
 
+__attribute__((target("avx2,fma"))) int64_t swigluGradient8(const float *g, const float *u, const float *dy,
+                                                            int operand, float *d, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    __m256 v = _mm256_loadu_ps(g + k), grad = _mm256_loadu_ps(dy + k);
+    __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, _ZGVdN8v_expf(_mm256_sub_ps(zero, v))));
+    __m256 out = operand == 0 ? _mm256_mul_ps(_mm256_mul_ps(grad, _mm256_loadu_ps(u + k)),
+                                              _mm256_add_ps(s, _mm256_mul_ps(_mm256_mul_ps(v, s), _mm256_sub_ps(one, s))))
+                              : _mm256_mul_ps(_mm256_mul_ps(grad, v), s);
+    _mm256_storeu_ps(d + k, out);
+  }
+  return k;
+}
+
 __attribute__((target("avx2,fma"))) int64_t expShifted8(float *x, int64_t n, float shift, double &sum) {
   const __m256 by = _mm256_set1_ps(shift);
   __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
@@ -64,6 +79,14 @@ void siluTimes(const float *g, const float *u, float *y, int64_t n) {
   for (; k < n; ++k) {
     float s = g[k] / (1.0f + std::exp(-g[k]));
     y[k] = u ? s * u[k] : s;
+  }
+}
+
+void swigluGradient(const float *g, const float *u, const float *dy, int operand, float *d, int64_t n) {
+  int64_t k = haveAvx2() ? swigluGradient8(g, u, dy, operand, d, n) : 0;
+  for (; k < n; ++k) {
+    float s = 1.0f / (1.0f + std::exp(-g[k]));
+    d[k] = operand == 0 ? dy[k] * u[k] * (s + g[k] * s * (1.0f - s)) : dy[k] * g[k] * s;
   }
 }
 

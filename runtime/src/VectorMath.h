@@ -14,6 +14,11 @@ namespace parax::runtime {
 /// null: silu(g[k]) alone.
 void siluTimes(const float *g, const float *u, float *y, int64_t n);
 
+/// SwiGLU's backward over n elements, s = sigmoid(g[k]): the gate's
+/// gradient d[k] = dy[k] · u[k] · (s + g[k] · s · (1 - s)) (operand 0), or
+/// the up projection's d[k] = dy[k] · g[k] · s (operand 1).
+void swigluGradient(const float *g, const float *u, const float *dy, int operand, float *d, int64_t n);
+
 /// x[t] = exp(x[t] - shift) for t < n, and their sum (in double): a
 /// softmax row's numerators, `shift` its largest score.
 double expShifted(float *x, int64_t n, float shift);

@@ -30,6 +30,25 @@ TEST(VectorMathTest, SiluTimesIsTheFormulaAtEveryLengthAndExtreme) {
   }
 }
 
+TEST(VectorMathTest, SwigluGradientIsTheFormulaAtEveryLengthAndExtreme) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> draw(-12, 12);
+  for (int64_t n = 0; n <= 41; ++n) {
+    std::vector<float> g(n), u(n), dy(n), dGate(n, NAN), dUp(n, NAN);
+    for (int64_t k = 0; k < n; ++k) g[k] = draw(rng), u[k] = draw(rng), dy[k] = draw(rng);
+    if (n > 3) g[0] = -200, g[1] = 200, g[2] = 0; // (exp overflows to inf, underflows to 0)
+    swigluGradient(g.data(), u.data(), dy.data(), 0, dGate.data(), n);
+    swigluGradient(g.data(), u.data(), dy.data(), 1, dUp.data(), n);
+    for (int64_t k = 0; k < n; ++k) {
+      double x = g[k], s = 1 / (1 + std::exp(-x));
+      double gate = dy[k] * u[k] * (s + x * s * (1 - s)), up = dy[k] * x * s;
+      EXPECT_NEAR(dGate[k], gate, 1e-6 * std::max(1.0, std::fabs(dy[k] * u[k] * (1 + std::fabs(x)))))
+          << "n " << n << " k " << k;
+      EXPECT_NEAR(dUp[k], up, 1e-6 * std::max(1.0, std::fabs(dy[k] * x))) << "n " << n << " k " << k;
+    }
+  }
+}
+
 TEST(VectorMathTest, SoftmaxIsNormalisedExpOfTheShiftedRow) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> draw(-30, 30);
