@@ -138,6 +138,10 @@ private:
   }
 
   bool train() const { return w.kind == WorkloadKind::Train; }
+  /// Which pinned degrees no plan could take, in words ("; tp=16 ..."), for
+  /// the explanation when nothing applied: `n` devices, `experts` the
+  /// model's routed experts (0: none).
+  std::string pinnedRefusals(int64_t n, int64_t experts) const;
   /// Whether a training step with `stages` pipeline stages keeps ZeRO-3's
   /// parameters gathered a step (Profile::zero3PipelineUnsharded).
   bool zero3KeptUnsharded(int64_t stages) const {
@@ -1111,6 +1115,35 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
     }
 }
 
+std::string Search::pinnedRefusals(int64_t n, int64_t experts) const {
+  std::string why;
+  int64_t pinned = 1;
+  for (const std::optional<int64_t> &d : {w.tp, w.pp, w.dp, w.ep, w.cp})
+    pinned *= d.value_or(1);
+  if (n % pinned)
+    why += formatv("; the pinned degrees' product ({0}) does not divide the {1} devices", pinned, n).str();
+  if (w.tp && (*w.tp > cluster.devicesPerNode || cluster.devicesPerNode % *w.tp))
+    why += formatv("; tp={0} does not divide a node's {1} devices", *w.tp, cluster.devicesPerNode).str();
+  if (w.cp && *w.cp > 1) {
+    if (w.kind == WorkloadKind::Decode || model.cachedTokens > 0)
+      why += formatv("; cp={0} splits a prompt or a training sequence, not a step over a KV cache", *w.cp).str();
+    else if (shifts)
+      why += formatv("; cp={0} cannot split multi-token prediction's shifted sequences", *w.cp).str();
+    else if (w.seq % *w.cp)
+      why += formatv("; cp={0} does not divide the sequence ({1})", *w.cp, w.seq).str();
+  }
+  if (w.ep && *w.ep > 1 && (!experts || experts % *w.ep))
+    why += experts ? formatv("; ep={0} does not divide the model's {1} experts", *w.ep, experts).str()
+                   : formatv("; ep={0}: the model has no routed experts", *w.ep).str();
+  int64_t replicas = w.dp.value_or(1) * w.ep.value_or(1);
+  if ((w.dp || w.ep) && (train() ? w.batch % replicas != 0 : replicas > w.batch))
+    why += formatv(train() ? "; the batch ({0}) does not divide into dp x ep = {1} replicas"
+                           : "; the batch ({0}) is smaller than dp x ep = {1} replicas",
+                   w.batch, replicas)
+               .str();
+  return why;
+}
+
 PlanResult Search::run() {
   auto begin = std::chrono::steady_clock::now();
   PlanResult result;
@@ -1242,6 +1275,7 @@ PlanResult Search::run() {
         result.explanation +=
             formatv("; pp={0} is more stages than the model's {1} decoder layer(s)", *w.pp, model.numDecoderLayers)
                 .str();
+      result.explanation += pinnedRefusals(n, experts);
       result.explanation += interleavedRefused;
     } else {
       // The least overflowing plan, and what overflows.
