@@ -1122,6 +1122,9 @@ std::string Search::pinnedRefusals(int64_t n, int64_t experts) const {
     pinned *= d.value_or(1);
   if (n % pinned)
     why += formatv("; the pinned degrees' product ({0}) does not divide the {1} devices", pinned, n).str();
+  if (w.pp && *w.pp > std::max<int64_t>(model.numDecoderLayers, 1))
+    why += formatv("; pp={0} is more stages than the model's {1} decoder layer(s)", *w.pp, model.numDecoderLayers)
+               .str();
   if (w.tp && (*w.tp > cluster.devicesPerNode || cluster.devicesPerNode % *w.tp))
     why += formatv("; tp={0} does not divide a node's {1} devices", *w.tp, cluster.devicesPerNode).str();
   if (w.cp && *w.cp > 1) {
@@ -1271,10 +1274,6 @@ PlanResult Search::run() {
                                       "own sequences of it",
                                       opt.epDivides)
                                   .str();
-      if (w.pp && *w.pp > std::max<int64_t>(model.numDecoderLayers, 1))
-        result.explanation +=
-            formatv("; pp={0} is more stages than the model's {1} decoder layer(s)", *w.pp, model.numDecoderLayers)
-                .str();
       result.explanation += pinnedRefusals(n, experts);
       result.explanation += interleavedRefused;
     } else {

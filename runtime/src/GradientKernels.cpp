@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 namespace parax::runtime {
 
@@ -34,10 +33,8 @@ std::pair<double, double> rowStats(const float *x, int64_t h, double eps, bool c
 } // namespace
 
 RowExp rowExp(const float *x, int64_t n) {
-  thread_local std::vector<float> scratch; // (expShifted writes its exponentials)
-  scratch.assign(x, x + n);
-  float largest = *std::max_element(x, x + n);
-  return RowExp{largest, expShifted(scratch.data(), n, largest)};
+  float shift = largest(x, n);
+  return RowExp{shift, expSum(x, n, shift)};
 }
 
 void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor, std::optional<int32_t> ignore,
@@ -52,7 +49,7 @@ void crossEntropyGrad(const Tensor &logits, const Tensor &labels, double divisor
     }
     // softmax = exp(l - logsumexp): the row's own, or (vocab-parallel: this
     // rank's columns `offset ..` of the vocabulary) the whole row's.
-    float shift = lse ? lse->f[t] : *std::max_element(l, l + V);
+    float shift = lse ? lse->f[t] : largest(l, V);
     std::copy(l, l + V, d);
     double sum = expShifted(d, V, shift); // exp(l - shift), in place
     float scale = static_cast<float>(1.0 / ((lse ? 1.0 : sum) * divisor));

@@ -44,13 +44,15 @@ __attribute__((target("avx2,fma"))) int64_t swigluGradient8(const float *g, cons
   return k;
 }
 
-__attribute__((target("avx2,fma"))) int64_t expShifted8(float *x, int64_t n, float shift, double &sum) {
+// exp(x - shift) into `out` (null: not kept), their sum added to `sum`.
+__attribute__((target("avx2,fma"))) int64_t expShifted8(const float *x, float *out, int64_t n, float shift,
+                                                        double &sum) {
   const __m256 by = _mm256_set1_ps(shift);
   __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
   int64_t t = 0;
   for (; t + 8 <= n; t += 8) {
     __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + t), by));
-    _mm256_storeu_ps(x + t, e);
+    if (out) _mm256_storeu_ps(out + t, e);
     low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
   }
@@ -92,19 +94,27 @@ void swigluGradient(const float *g, const float *u, const float *dy, int operand
 
 double expShifted(float *x, int64_t n, float shift) {
   double sum = 0;
-  int64_t t = haveAvx2() ? expShifted8(x, n, shift, sum) : 0;
+  int64_t t = haveAvx2() ? expShifted8(x, x, n, shift, sum) : 0;
   for (; t < n; ++t) sum += x[t] = std::exp(x[t] - shift);
   return sum;
 }
 
+double expSum(const float *x, int64_t n, float shift) {
+  double sum = 0;
+  int64_t t = haveAvx2() ? expShifted8(x, nullptr, n, shift, sum) : 0;
+  for (; t < n; ++t) sum += std::exp(x[t] - shift);
+  return sum;
+}
+
+float largest(const float *x, int64_t n) {
+  if (haveAvx2()) return max8(x, n);
+  float best = -INFINITY;
+  for (int64_t t = 0; t < n; ++t) best = std::max(best, x[t]);
+  return best;
+}
+
 void softmax(float *x, int64_t n) {
-  float largest = -INFINITY;
-  if (haveAvx2()) {
-    largest = max8(x, n);
-  } else {
-    for (int64_t t = 0; t < n; ++t) largest = std::max(largest, x[t]);
-  }
-  const float scale = static_cast<float>(1.0 / expShifted(x, n, largest));
+  const float scale = static_cast<float>(1.0 / expShifted(x, n, largest(x, n)));
   for (int64_t t = 0; t < n; ++t) x[t] *= scale;
 }
 

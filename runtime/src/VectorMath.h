@@ -23,6 +23,12 @@ void swigluGradient(const float *g, const float *u, const float *dy, int operand
 /// softmax row's numerators, `shift` its largest score.
 double expShifted(float *x, int64_t n, float shift);
 
+/// The sum of exp(x[t] - shift) for t < n (in double), x left as it is.
+double expSum(const float *x, int64_t n, float shift);
+
+/// The largest of x[0 .. n) (-inf for none).
+float largest(const float *x, int64_t n);
+
 /// x[0 .. n) replaced by its softmax: exp(x - max) over their sum (in
 /// double), each scaled by the sum's reciprocal (n > 0).
 void softmax(float *x, int64_t n);
