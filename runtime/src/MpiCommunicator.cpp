@@ -257,6 +257,9 @@ bool ranksShareCores() { return shareCores.load(std::memory_order_relaxed); }
 
 Status mpiWaitAll(int count, MPI_Request *requests, const char *what) {
   using Clock = std::chrono::steady_clock;
+  // Longer than the waits inside a step (a core-mate's compute between two
+  // collectives: a few ms to tens of ms), shorter than a late rank's.
+  constexpr auto kYieldFor = std::chrono::milliseconds(50);
   const bool sleepy = ranksShareCores();
   const Clock::time_point start = sleepy ? Clock::now() : Clock::time_point();
   auto nap = std::chrono::microseconds(10);
@@ -267,7 +270,7 @@ Status mpiWaitAll(int count, MPI_Request *requests, const char *what) {
     if (done)
       return Status::ok();
     if (sleepy) {
-      if (Clock::now() - start < std::chrono::milliseconds(2)) {
+      if (Clock::now() - start < kYieldFor) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(nap);

@@ -5,10 +5,10 @@ exact sums under a real mpirun, on 2, 3 and 4 ranks: sizes on both sides of
 the ring's threshold, divisible by the ranks and not, over the whole world
 and over one axis of a 2 x 2 grid (parax-mpi-collectives-check). Then
 ranks waiting 300 ms for a late one: where there are more ranks than cores,
-they yield, then sleep, between tests of the request (MpiRing.h's
-mpiWaitAll) instead of spinning on cores the late rank needs (measured, 4
-ranks on 2 cores: 6-8 ms of CPU each over the 300 ms; spinning, 149-224
-ms)."""
+they yield for 50 ms, then sleep, between tests of the request (MpiRing.h's
+mpiWaitAll) instead of spinning all the while (measured, 4 ranks on 2
+cores: 30-55 ms of CPU each over the 300 ms; yielding throughout, 184-209;
+spinning, 149-224)."""
 
 import os
 import re

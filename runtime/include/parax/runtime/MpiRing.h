@@ -24,10 +24,12 @@ bool ranksShareCores();
 
 /// Waits for `count` requests, testing them (each test moves them along).
 /// A rank with a core of its own spins, as MPI's blocking calls do; ranks
-/// that share cores yield the core between tests for the first 2 ms (a
+/// that share cores yield the core between tests for the first 50 ms (a
 /// transfer over shared memory moves only while both sides test, so a nap
-/// in its middle stalls it), then sleep between tests (10 us, doubling to
-/// 200 us), so that a late rank they wait for gets the core.
+/// in its middle stalls it: waiting for a core-mate's compute and then
+/// napping, a TP4 prefill on 4 ranks over 2 cores ran 10-15 % slower with
+/// the naps from 2 ms), then sleep between tests (10 us, doubling to
+/// 200 us), so that a rank long late does not leave its waiters spinning.
 Status mpiWaitAll(int count, MPI_Request *requests, const char *what);
 
 /// MPI_Sendrecv through mpiWaitAll.
