@@ -350,10 +350,13 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
 
   // Compute: theta = [1/R, 1/B (plain), 1/B (norm, rope, swiglu, unary),
   // 1/A, 1/E (experts), 1/B (GEMM bytes), c]: a column a kind, in Kind's
-  // order, then the GEMMs' bytes and the overhead. A GEMM costs the larger
-  // of its FLOPs' and its bytes' time, as the planner's roofline prices
-  // it: a first fit takes both (their sum), and each GEMM is then fitted
-  // by the term that fit says is the larger, until that stops changing.
+  // order, then the GEMMs' bytes and the overhead. Two forms of a GEMM's
+  // time, the better kept (the smaller median |relative residual| over the
+  // GEMMs): the sum of its FLOPs' and its bytes' time (the profile's
+  // gemm_serial: a CPU BLAS packs its operands, then multiplies, on one
+  // core) -- the first fit -- or the larger of the two, as a GPU's
+  // roofline: each GEMM then fitted by the term the fit before says is
+  // the larger, until that stops changing.
   std::vector<bool> use(kColumns, false);
   use[kOverhead] = true;
   std::vector<const Sample *> fitted;
@@ -368,6 +371,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     t.push_back(s->seconds);
   std::vector<int> bound(fitted.size(), 2); // a GEMM's term: 0 FLOPs, 1 bytes, 2 both
   Expected<std::vector<double>> compute = std::vector<double>();
+  std::vector<double> serial; // the first fit: every GEMM the sum of its terms
   for (int round = 0; round < 8; ++round) {
     std::vector<std::vector<double>> rows;
     for (auto [i, s] : llvm::enumerate(fitted)) {
@@ -382,6 +386,8 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     compute = nonNegative(rows, t, use, "compute");
     if (!compute)
       return compute.takeError();
+    if (round == 0)
+      serial = *compute;
     // No positive FLOP rate (GEMMs too small to tell their arithmetic
     // from their bytes): nothing to take a GEMM's term by (a second fit
     // would have an empty column); the check below names it.
@@ -398,7 +404,19 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     if (!changed)
       break;
   }
-  const std::vector<double> &th = *compute;
+  auto gemmResidual = [&](const std::vector<double> &theta, bool sum) {
+    std::vector<double> r;
+    for (const Sample *s : fitted)
+      if (s->kind == Kind::Gemm) {
+        double flops = s->x * theta[0], bytes = s->bytes * theta[kGemmBytes];
+        r.push_back(std::abs(((sum ? flops + bytes : std::max(flops, bytes)) + theta[kOverhead]) / s->seconds - 1));
+      }
+    llvm::sort(r);
+    return r.empty() ? 0.0 : r[r.size() / 2];
+  };
+  const bool gemmSerial = !serial.empty() && serial[0] > 0 && serial != *compute &&
+                          gemmResidual(serial, true) < gemmResidual(*compute, false) - 1e-9;
+  const std::vector<double> &th = gemmSerial ? serial : *compute;
   auto slope = [&](Kind k) { return th[static_cast<int>(k)]; };
   if (!(slope(Kind::Gemm) > 0) || !(slope(Kind::Memory) > 0))
     return createStringError(inconvertibleErrorCode(),
@@ -453,6 +471,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   // (Training::averageGradients); the CUDA backend streams them in buckets
   // during the last backward.
   p.dpOverlap = !cpuRuns;
+  p.gemmSerial = gemmSerial;
 
   // Collectives: theta = [L, h, 1/W a kind (all-reduce, all-gather,
   // reduce-scatter, all-to-all)]; the link's bandwidth is the fastest
@@ -561,7 +580,9 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
       return s.calls * cth[0] + s.steps * cth[1] +
              s.wire * cth[2 + static_cast<int>(s.collective)] / share(s);
     if (s.kind == Kind::Gemm)
-      return std::max(s.x * slope(s.kind), s.bytes * th[kGemmBytes]) + th[kOverhead];
+      return (gemmSerial ? s.x * slope(s.kind) + s.bytes * th[kGemmBytes]
+                         : std::max(s.x * slope(s.kind), s.bytes * th[kGemmBytes])) +
+             th[kOverhead];
     return s.x * slope(s.kind) + th[kOverhead];
   };
   auto line = [&](Kind kind, const std::string &head) {
@@ -581,8 +602,9 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                               c.hbmBandwidth / passes / 1e9)
                           .str());
   };
-  out.report = line(Kind::Gemm, formatv("GEMMs: {0:F2} GFLOP/s ({1}), streaming {2:F2} GB/s", rate / 1e9, type,
-                                        c.hbmBandwidth / 1e9)
+  out.report = line(Kind::Gemm, formatv("GEMMs: {0:F2} GFLOP/s ({1}), streaming {2:F2} GB/s, {3}", rate / 1e9, type,
+                                        c.hbmBandwidth / 1e9,
+                                        gemmSerial ? "the two times added (gemm_serial)" : "the larger time")
                                     .str()) +
                passesLine(Kind::Memory, "plain memory-bound ops (add, mul, ...)", p.addPasses) +
                passesLine(Kind::Norm, "norms", p.normPasses) + passesLine(Kind::Rope, "rope", p.ropePasses) +

@@ -156,6 +156,9 @@ double parax::plan::gemmTime(const ClusterSpec &cluster, double flops, double by
     int64_t sms = cluster.multiprocessors > 0 ? cluster.multiprocessors : 108;
     peak *= gemmShapeEfficiency(m * std::max(batch, 1.0), n, k, sms, profile.gemmKOverhead);
   }
+  if (profile.gemmSerial)
+    return flops / (peak * cluster.matmulEfficiency) + bytes / (cluster.hbmBandwidth * cluster.memoryEfficiency) +
+           profile.kernelOverhead;
   return rooflineTime(cluster, flops, bytes, peak);
 }
 

@@ -161,7 +161,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     return createStringError(inconvertibleErrorCode(), "%s: a profile must be a JSON object",
                              source.str().c_str());
   static const StringRef known[] = {
-      "name", "description", "gemm_shapes", "gemm_k_overhead", "attention", "selective_recompute",
+      "name", "description", "gemm_shapes", "gemm_k_overhead", "gemm_serial", "attention", "selective_recompute",
       "flash_efficiency", "score_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
@@ -348,7 +348,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   if (!nccl)
     return nccl.takeError();
   p.ncclProtocols = *nccl;
-  for (auto [key, target] : {std::pair{"dp_overlap", &p.dpOverlap},
+  for (auto [key, target] : {std::pair{"gemm_serial", &p.gemmSerial}, std::pair{"dp_overlap", &p.dpOverlap},
                              std::pair{"zero3_tensor_messages", &p.zero3TensorMessages},
                              std::pair{"collective_list_copies", &p.collectiveListCopies},
                              std::pair{"gradient_fusion", &p.gradientFusion},
@@ -371,6 +371,7 @@ std::string Profile::toJson() const {
       {"description", description},
       {"gemm_shapes", gemmShapes},
       {"gemm_k_overhead", gemmKOverhead},
+      {"gemm_serial", gemmSerial},
       {"attention", toString(attention)},
       {"selective_recompute", toString(selectiveRecompute)},
       {"flash_efficiency", flashEfficiency},

@@ -59,10 +59,13 @@ double elements(const std::vector<int64_t> &dims) {
 // `wait`: what each collective waits for a later rank (0: the last to come);
 // `slowBeyond`: two all-reduces more, of 16 and 32 MB, at half the
 // bandwidth (a message past the cache).
+// `serialGemms`: a GEMM's time the sum of its FLOPs' and its bytes' (a
+// CPU BLAS packing its operands), not the larger.
 std::string runProfile(double optimizerSeconds, double parameters, double averageSeconds = 0, double wait = 0,
-                       bool slowBeyond = false) {
+                       bool slowBeyond = false, bool serialGemms = false) {
   std::vector<std::string> list;
-  // GEMMs y [m, n] = x [m, k] W [n, k]: the larger of FLOPs and bytes.
+  // GEMMs y [m, n] = x [m, k] W [n, k]: the larger of FLOPs and bytes
+  // (or their sum).
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1024, 512, 512},
                          {2048, 1024, 512},
                          {512, 2048, 256},
@@ -70,7 +73,8 @@ std::string runProfile(double optimizerSeconds, double parameters, double averag
                          {2, 2048, 2048},
                          {4, 1024, 4096}}) {
     double flops = 2.0 * m * n * k, bytes = 4 * (m * k + n * k + m * n);
-    list.push_back(inst("linear", {{m, k}, {n, k}}, {m, n}, std::max(flops / kRate, bytes / kStream) + kOverhead));
+    double seconds = serialGemms ? flops / kRate + bytes / kStream : std::max(flops / kRate, bytes / kStream);
+    list.push_back(inst("linear", {{m, k}, {n, k}}, {m, n}, seconds + kOverhead));
   }
   for (int64_t rows : {256, 1024, 4096}) {
     std::vector<int64_t> x = {rows, 512};
@@ -159,6 +163,7 @@ TEST(CalibrationTest, TheFitGivesBackTheFiguresThatMadeTheTimes) {
   near(c.collectiveLatency, kLaunch);
   near(c.intraNode.hopLatency, kStep);
   EXPECT_FALSE(p.ncclProtocols);
+  EXPECT_FALSE(p.gemmSerial);
   // (parax-run's CPU path averages the gradients after the backward)
   EXPECT_FALSE(p.dpOverlap);
   // What is not the fit's is the base cluster's.
@@ -166,6 +171,27 @@ TEST(CalibrationTest, TheFitGivesBackTheFiguresThatMadeTheTimes) {
   EXPECT_EQ(c.hbmBytes, base().hbmBytes);
   EXPECT_NE(fit->report.find("GEMMs: 100.00 GFLOP/s (f32), streaming 10.00 GB/s"), std::string::npos)
       << fit->report;
+}
+
+// GEMMs whose operand traffic adds to their arithmetic: the fit takes
+// that form (gemm_serial) and gives the same figures back; the planner's
+// gemmTime then adds the two terms.
+TEST(CalibrationTest, GemmsThatPackTheirOperandsFitTheSumOfTheTerms) {
+  double parameters = 1e7;
+  llvm::Expected<Calibration> fit =
+      calibrate(base(), {runProfile(48 * parameters / kStream, parameters, 0, 0, false, /*serialGemms=*/true)},
+                {"p.json"});
+  ASSERT_TRUE(static_cast<bool>(fit)) << llvm::toString(fit.takeError());
+  const ClusterSpec &c = fit->cluster;
+  EXPECT_TRUE(c.profile.gemmSerial);
+  EXPECT_NEAR(c.peak("f32") / kRate, 1.0, 1e-6);
+  EXPECT_NEAR(c.hbmBandwidth / kStream, 1.0, 1e-6);
+  EXPECT_NEAR(c.profile.kernelOverhead / kOverhead, 1.0, 1e-6);
+  EXPECT_NE(fit->report.find("the two times added (gemm_serial)"), std::string::npos) << fit->report;
+  // 1024 x 512 x 512: 0.537 GFLOP at 100 GFLOP/s, 5.24 MB at 10 GB/s.
+  double flops = 2.0 * 1024 * 512 * 512, bytes = 4.0 * (1024 * 512 + 512 * 512 + 1024 * 512);
+  EXPECT_NEAR(gemmTime(c, flops, bytes, c.peak("f32"), 1024, 512, 512) / (5.36870912e-3 + 5.24288e-4 + kOverhead),
+              1.0, 1e-6);
 }
 
 // Where a profile has each instruction's mean beside its median, the fit

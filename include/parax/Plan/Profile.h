@@ -71,6 +71,12 @@ struct Profile {
   /// every shape.
   bool gemmShapes = false;
   double gemmKOverhead = 0;
+  /// A GEMM's operand traffic does not overlap its arithmetic: its time is
+  /// the sum of its FLOPs' and its bytes' (a CPU BLAS packs the operands'
+  /// panels on the core that then multiplies them), not the larger of the
+  /// two (a GPU's loads run beside its tensor cores). A calibrated profile
+  /// takes the form that fits its GEMM timings better.
+  bool gemmSerial = false;
   AttentionKernel attention = AttentionKernel::Flash;
   SelectiveRecompute selectiveRecompute = SelectiveRecompute::Runtime;
   /// Flash attention's FLOP/s as a share of the GEMMs' (matmul_efficiency).
