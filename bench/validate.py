@@ -188,6 +188,21 @@ def rows():
             profile="fsdp-compile" if compiled else "fsdp",
             workload=f"train:batch={local * dp},seq={seq},{knobs}",
             published=tps, unit="tokens/s", memory_gib=gib))
+    # Trainy's June 2025 runs with torchtitan on H200s (pytorch/torchtitan,
+    # benchmarks/llama3_8b_h200_2025-06_torchtitan.md, read 2026-12-06):
+    # Llama 3.1 8B, llama3_8b.toml (seq 8192, op-level selective
+    # checkpointing), local batch 2, torch.compile, Float8 with fp8
+    # all-gathers, FSDP over 4 and 8 hosts of 8 H200 (400 Gb/s a GPU): TPS
+    # a GPU at the 100th step, memory. On fsdp-compile, the profile of
+    # torchtitan's December 2024 versions (these ran torch 2.8 of May
+    # 2025); the gathers are costed in bf16 (the fp8 ones send half).
+    for nodes, tps, gib in [(4, 10938, 47.96), (8, 10753, 46.97)]:
+        out.append(dict(
+            name=f"torchtitan Llama 3.1 8B, {8 * nodes} H200, FSDP + compile + Float8, seq 8192 (Trainy 2025-06)",
+            config="llama3-8b", seq=8192, cluster=f"dgx-h200:nodes={nodes}", profile="fsdp-compile",
+            workload=f"train:batch={2 * 8 * nodes},seq=8192,tp=1,pp=1,cp=1,dp={8 * nodes},mbs=2,zero=3,"
+                     "recompute=selective,gemm=fp8",
+            published=tps, unit="tokens/s", memory_gib=gib))
     out.append(dict(
         name="DeepSeek-V3, 2048 H800, PP16 EP64 DP2, FP8, MTP (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
         config="deepseek-v3", seq=4096, cluster="hgx-h800:nodes=256", profile="deepseek-v3",
