@@ -5,8 +5,8 @@
 # the largest |error| and whether the plan predicted best was the measured
 # best (bench/calibration.py says how).
 #
-#   bench/calibration.sh [build-dir] [rounds]
+#   bench/calibration.sh [build-dir] [rounds: 5, about 8 minutes on 2 cores]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 exec "${PARAX_PYTHON:-$root/.venv/bin/python}" "$root/bench/calibration.py" \
-    --build "${1:-$root/build}" --rounds "${2:-3}"
+    --build "${1:-$root/build}" --rounds "${2:-5}"
