@@ -1232,6 +1232,59 @@ TEST(Executor, HandsOverFreshOutputsAndCopiesKeptOnes) {
   expectStep(second, 3); // held, not written by the later run
 }
 
+// A reshape whose operand is read last there takes the operand's storage
+// (Executor::markReshapesInPlace); one whose operand is read after it
+// copies. Both right over several runs, the taken storage going back to
+// the operand's writer each time.
+TEST(Executor, AReshapeTakesAnOperandReadLastThereAndCopiesOneReadAfter) {
+  auto weights = emptyCheckpoint();
+  pxe::Executable exe = oneRank();
+  pxe::Stage *stage = exe.mutable_stages(0);
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {2, 4});     // 0: x
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 4}); // 1: x + x, read last by the reshape
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {8});    // 2: its reshape (takes 1's storage)
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 4}); // 3: x + x, read again after its reshape
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {8});    // 4: its reshape (a copy)
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 4}); // 5: (x + x) + x
+  auto add = [&](pxe::OpKind kind, std::vector<int32_t> operands, int32_t result) {
+    pxe::Instruction *inst = stage->add_instructions();
+    inst->set_kind(kind);
+    for (int32_t id : operands)
+      inst->add_operands(id);
+    inst->add_results(result);
+  };
+  add(parax::pxe::OP_ADD, {0, 0}, 1);
+  add(parax::pxe::OP_RESHAPE, {1}, 2);
+  add(parax::pxe::OP_ADD, {0, 0}, 3);
+  add(parax::pxe::OP_RESHAPE, {3}, 4);
+  add(parax::pxe::OP_ADD, {3, 0}, 5);
+  stage->add_outputs(2);
+  stage->add_outputs(4);
+  stage->add_outputs(5);
+  ASSERT_TRUE(validateExecutable(exe).isOk());
+  Executor executor;
+  auto input = [](float v) {
+    Tensor t = Tensor::floats({2, 4});
+    for (int j = 0; j < 8; ++j)
+      t.f[j] = v + j;
+    return t;
+  };
+  ASSERT_TRUE(executor.prepare(exe, 0, nullptr, *weights, {input(1)}).isOk());
+  for (float v : {1.0f, 10.0f, 100.0f}) {
+    ASSERT_TRUE(executor.setInputs({input(v)}).isOk());
+    ASSERT_TRUE(executor.run().isOk());
+    std::vector<Tensor> out = executor.outputs();
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_EQ(out[0].shape, std::vector<int64_t>{8});
+    for (int j = 0; j < 8; ++j) {
+      EXPECT_EQ(out[0].f[j], 2 * (v + j)) << v << " " << j;
+      EXPECT_EQ(out[1].f[j], 2 * (v + j)) << v << " " << j;
+      EXPECT_EQ(out[2].f[j], 3 * (v + j)) << v << " " << j;
+    }
+    executor.recycle(std::move(out));
+  }
+}
+
 TEST(Executor, GreedyTokensNeedLogits) {
   auto weights = emptyCheckpoint();
   pxe::Executable none = oneRank();

@@ -6,11 +6,24 @@
 
 namespace parax::runtime {
 
-// reshape
+// reshape (its operand's storage taken where the operand is read last
+// here: Executor::markReshapesInPlace; the operand gets the result's, of
+// the same size, for its writer's next run)
 Status Executor::Impl::runReshape(const pxe::Instruction &inst, int) {
   [[maybe_unused]] auto [a, in, out] = io(inst);
-  out().f = in(0).f;
-  out().i = in(0).i;
+  Tensor &x = in(0), &y = out();
+  const auto takes = static_cast<size_t>(inst.results(0));
+  if (takes < e.reshapeTakes_.size() && e.reshapeTakes_[takes]) {
+    std::swap(y.f, x.f);
+    std::swap(y.i, x.i);
+    if (x.isInt ? x.i.size() != static_cast<size_t>(x.numel()) : x.f.size() != static_cast<size_t>(x.numel())) {
+      x.f.assign(x.isInt ? 0 : x.numel(), 0.0f); // (the result held nothing yet)
+      x.i.assign(x.isInt ? x.numel() : 0, 0);
+    }
+    return Status::ok();
+  }
+  y.f = x.f;
+  y.i = x.i;
   return Status::ok();
 }
 

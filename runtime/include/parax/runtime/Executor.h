@@ -154,6 +154,9 @@ private:
   mutable std::vector<Tensor> spare_; // recycle()'s tensors, for outputs() to fill
   std::vector<bool> hoisted_; // per instruction
   std::vector<bool> handedOver_; // per buffer: an output outputs() hands over
+  std::vector<bool> reshapeTakes_; // per buffer: a reshape's result that takes its operand's storage
+  void markReshapesInPlace(const std::vector<bool> &fixed, const std::vector<int> &named,
+                           const std::vector<int> &written);
   std::vector<int32_t> activations_; // buffers swapActivations exchanges
   std::vector<int32_t> cacheState_; // cacheStateInputs of the stage
   std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
