@@ -404,13 +404,16 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     if (!changed)
       break;
   }
+  // A GEMM's seconds under a fit: its terms added (gemm_serial) or the larger.
+  auto gemmSeconds = [](const Sample &s, const std::vector<double> &theta, bool sum) {
+    double flops = s.x * theta[0], bytes = s.bytes * theta[kGemmBytes];
+    return (sum ? flops + bytes : std::max(flops, bytes)) + theta[kOverhead];
+  };
   auto gemmResidual = [&](const std::vector<double> &theta, bool sum) {
     std::vector<double> r;
     for (const Sample *s : fitted)
-      if (s->kind == Kind::Gemm) {
-        double flops = s->x * theta[0], bytes = s->bytes * theta[kGemmBytes];
-        r.push_back(std::abs(((sum ? flops + bytes : std::max(flops, bytes)) + theta[kOverhead]) / s->seconds - 1));
-      }
+      if (s->kind == Kind::Gemm)
+        r.push_back(std::abs(gemmSeconds(*s, theta, sum) / s->seconds - 1));
     llvm::sort(r);
     return r.empty() ? 0.0 : r[r.size() / 2];
   };
@@ -580,9 +583,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
       return s.calls * cth[0] + s.steps * cth[1] +
              s.wire * cth[2 + static_cast<int>(s.collective)] / share(s);
     if (s.kind == Kind::Gemm)
-      return (gemmSerial ? s.x * slope(s.kind) + s.bytes * th[kGemmBytes]
-                         : std::max(s.x * slope(s.kind), s.bytes * th[kGemmBytes])) +
-             th[kOverhead];
+      return gemmSeconds(s, th, gemmSerial);
     return s.x * slope(s.kind) + th[kOverhead];
   };
   auto line = [&](Kind kind, const std::string &head) {

@@ -221,6 +221,8 @@ Status Executor::hoistParameterMoves() {
 void Executor::markReshapesInPlace(const std::vector<bool> &fixed, const std::vector<int> &named,
                                    const std::vector<int> &written) {
   reshapeTakes_.assign(stageProto_->buffers_size(), false);
+  if (runsElsewhere_)
+    return;
   std::vector<int> lastRead(stageProto_->buffers_size(), -1);
   for (int k = 0; k < stageProto_->instructions_size(); ++k)
     for (int32_t id : stageProto_->instructions(k).operands())
@@ -231,8 +233,7 @@ void Executor::markReshapesInPlace(const std::vector<bool> &fixed, const std::ve
   };
   for (int k = 0; k < stageProto_->instructions_size(); ++k) {
     const pxe::Instruction &inst = stageProto_->instructions(k);
-    if (runsElsewhere_ || hoisted_[k] || opName(inst) != "reshape" || inst.operands_size() != 1 ||
-        inst.results_size() != 1)
+    if (hoisted_[k] || opName(inst) != "reshape" || inst.operands_size() != 1 || inst.results_size() != 1)
       continue;
     int32_t x = inst.operands(0), y = inst.results(0);
     reshapeTakes_[y] = x != y && plain(x) && plain(y) && named[x] == 0 && lastRead[x] == k;

@@ -38,6 +38,15 @@ pxe::Buffer *addBuffer(pxe::Stage &stage, pxe::Role role, pxe::DType dtype, std:
   return b;
 }
 
+pxe::Instruction *addInstruction(pxe::Stage &stage, pxe::OpKind kind, std::vector<int32_t> operands,
+                                 std::vector<int32_t> results) {
+  pxe::Instruction *inst = stage.add_instructions();
+  inst->set_kind(kind);
+  for (int32_t id : operands) inst->add_operands(id);
+  for (int32_t id : results) inst->add_results(id);
+  return inst;
+}
+
 // `exe` is refused by the validator with an error containing `text`.
 void expectRefused(const pxe::Executable &exe, const std::string &text) {
   Status s = validateExecutable(exe);
@@ -1192,11 +1201,7 @@ TEST(Executor, HandsOverFreshOutputsAndCopiesKeptOnes) {
   pxe::Stage *stage = exe.mutable_stages(0);
   addBuffer(*stage, pxe::INPUT, pxe::F32, {4});
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {4});
-  pxe::Instruction *inst = stage->add_instructions();
-  inst->set_kind(parax::pxe::OP_ADD);
-  inst->add_operands(0);
-  inst->add_operands(0);
-  inst->add_results(1);
+  addInstruction(*stage, pxe::OP_ADD, {0, 0}, {1});
   stage->add_outputs(1); // x + x, handed over
   stage->add_outputs(0); // x, copied
   ASSERT_TRUE(validateExecutable(exe).isOk());
@@ -1246,18 +1251,11 @@ TEST(Executor, AReshapeTakesAnOperandReadLastThereAndCopiesOneReadAfter) {
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 4}); // 3: x + x, read again after its reshape
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {8});    // 4: its reshape (a copy)
   addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 4}); // 5: (x + x) + x
-  auto add = [&](pxe::OpKind kind, std::vector<int32_t> operands, int32_t result) {
-    pxe::Instruction *inst = stage->add_instructions();
-    inst->set_kind(kind);
-    for (int32_t id : operands)
-      inst->add_operands(id);
-    inst->add_results(result);
-  };
-  add(parax::pxe::OP_ADD, {0, 0}, 1);
-  add(parax::pxe::OP_RESHAPE, {1}, 2);
-  add(parax::pxe::OP_ADD, {0, 0}, 3);
-  add(parax::pxe::OP_RESHAPE, {3}, 4);
-  add(parax::pxe::OP_ADD, {3, 0}, 5);
+  addInstruction(*stage, pxe::OP_ADD, {0, 0}, {1});
+  addInstruction(*stage, pxe::OP_RESHAPE, {1}, {2});
+  addInstruction(*stage, pxe::OP_ADD, {0, 0}, {3});
+  addInstruction(*stage, pxe::OP_RESHAPE, {3}, {4});
+  addInstruction(*stage, pxe::OP_ADD, {3, 0}, {5});
   stage->add_outputs(2);
   stage->add_outputs(4);
   stage->add_outputs(5);
