@@ -113,7 +113,9 @@ private:
     if (inserted)
       for (int64_t stage = 0; stage < pp; ++stage)
         it->second.push_back(parax::runtime::activationsInFlight(
-            "interleaved", static_cast<int>(stage), static_cast<int>(pp), static_cast<int>(v), m));
+            "interleaved", static_cast<int>(stage), static_cast<int>(pp), static_cast<int>(v), m,
+            cluster.profile.pipelineActivationSlots ? parax::runtime::InFlightMemory::Slots
+                                                    : parax::runtime::InFlightMemory::Peak));
     return it->second;
   }
   int64_t evaluated = 0;
@@ -655,9 +657,11 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             continue;
           }
           // Interleaved: the chunks' activations each stage holds at once
-          // under the schedule parax-run runs (runtime::pipelineSteps),
-          // counted as the runtime keeps them -- a slot per microbatch a
-          // chunk holds, in microbatches' worth of a stage's layers.
+          // under the schedule parax-run runs (runtime::pipelineSteps,
+          // Megatron-LM's order), in microbatches' worth of a stage's
+          // layers: counted as the profile's stack keeps them (parax's
+          // runtime a slot per microbatch a chunk holds; a caching
+          // allocator the most chunk passes at once).
           const std::vector<double> *interleavedInFlight =
               sched == Schedule::Interleaved ? &interleavedActivations(pp, v, m) : nullptr;
           auto inflight = [&](int64_t stage) -> double {

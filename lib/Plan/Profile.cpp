@@ -35,7 +35,8 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "selective_recompute": "core_attention",
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": false, "max_zero": 0,
-  "pipeline_outputs_kept": true, "pipeline_gradient_sets": false})json"},
+  "pipeline_outputs_kept": true, "pipeline_gradient_sets": false,
+  "pipeline_activation_slots": false})json"},
     {"deepspeed-zero3-2021", R"json({
   "name": "deepspeed-zero3-2021",
   "description": "DeepSpeed ZeRO-3 (v0.3, spring 2021) on Megatron's GPT kernels (Narayanan et al. 2021, Table 2's baseline): one all-gather a parameter tensor, each after a device synchronisation (no prefetch overlap), tensors under 100K elements kept whole, parameters re-gathered for the backward beyond a reuse distance of 1e9 elements, one fp16 reduce-scatter a gradient tensor, torch.distributed's list forms; its gathers and reduce-scatters at 0.3 of NCCL's bus bandwidth, the one figure chosen on a published run (Table 2's 384-GPU row)",
@@ -56,7 +57,8 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "fp8_casts": {"activations": 2, "weights": 0},
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": true, "max_zero": 1, "gradient_fusion": true,
-  "pipeline_outputs_kept": false, "pipeline_gradient_sets": false})json"},
+  "pipeline_outputs_kept": false, "pipeline_gradient_sets": false,
+  "pipeline_activation_slots": false})json"},
     {"deepseek-v3", R"json({
   "name": "deepseek-v3",
   "description": "DeepSeek's own stack as the DeepSeek-V3 report (sections 3.2-3.3) documents it: DualPipe overlapping the expert all-to-all with the other direction's compute (its bubble is costed as 1F1B's), 20 of 132 SMs given to communication, the dispatch sent once a node (group-limited routing: at most 4 nodes) and fanned out over NVLink, FP8 GEMMs with the activations quantised in the kernel before, RMSNorm and the up-projections recomputed, ZeRO-1",
@@ -67,7 +69,8 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "ep_overlap": 1, "ep_node_dispatch": true, "compute_share": 0.848,
   "dp_overlap": true, "max_zero": 1, "gradient_fusion": true,
-  "pipeline_outputs_kept": false, "pipeline_gradient_sets": false})json"},
+  "pipeline_outputs_kept": false, "pipeline_gradient_sets": false,
+  "pipeline_activation_slots": false})json"},
     {"fsdp", R"json({
   "name": "fsdp",
   "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead and its gradients reduce-scattered as one message",
@@ -78,7 +81,8 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "fp8_casts": {"activations": 3.75, "weights": 4},
   "kernel_overhead_us": 2, "loss_buffers": 3, "runtime_buffers": false,
   "dp_overlap": true,
-  "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true})json"},
+  "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true,
+  "pipeline_activation_slots": false})json"},
     {"fsdp-compile", R"json({
   "name": "fsdp-compile",
   "description": "the fsdp profile (torchtitan, December 2024) with each transformer block compiled by torch.compile: Inductor fuses each RMSNorm, RoPE and SwiGLU into one kernel; the loss, outside the blocks, stays eager",
@@ -89,7 +93,8 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "fp8_casts": {"activations": 3.75, "weights": 4},
   "kernel_overhead_us": 2, "loss_buffers": 3, "runtime_buffers": false,
   "dp_overlap": true,
-  "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true})json"},
+  "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true,
+  "pipeline_activation_slots": false})json"},
     {"parax-cuda", R"json({
   "name": "parax-cuda",
   "description": "parax's own CUDA backend as measured on one H200 (docs/cuda.md, 2026-12-04): cuBLAS GEMMs, its tensor-core attention kernel (5.3 TFLOP/s forward), one kernel an op, CUDA graphs, gradient buckets during the last backward, ZeRO-3 gathers one layer ahead",
@@ -168,7 +173,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds", "collective_size_curves",
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
-      "pipeline_outputs_kept", "pipeline_gradient_sets", "fp8_casts", "loss_buffers",
+      "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
       "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
@@ -354,6 +359,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"gradient_fusion", &p.gradientFusion},
                              std::pair{"pipeline_outputs_kept", &p.pipelineOutputsKept},
                              std::pair{"pipeline_gradient_sets", &p.pipelineGradientSets},
+                             std::pair{"pipeline_activation_slots", &p.pipelineActivationSlots},
                              std::pair{"runtime_buffers", &p.runtimeBuffers},
                              std::pair{"zero3_pipeline_unsharded", &p.zero3PipelineUnsharded},
                              std::pair{"ep_node_dispatch", &p.epNodeDispatch}}) {
@@ -414,6 +420,7 @@ std::string Profile::toJson() const {
       {"gradient_fusion", gradientFusion},
       {"pipeline_outputs_kept", pipelineOutputsKept},
       {"pipeline_gradient_sets", pipelineGradientSets},
+      {"pipeline_activation_slots", pipelineActivationSlots},
       {"loss_buffers", lossBuffers},
       {"runtime_buffers", runtimeBuffers},
       {"zero3_pipeline_unsharded", zero3PipelineUnsharded},

@@ -90,7 +90,12 @@ int64_t microbatchesInFlight(const PipelineSteps &steps, const std::vector<Pipel
   return most;
 }
 
-std::vector<int64_t> chunksInFlight(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges) {
+namespace {
+
+/// Per chunk, the most microbatches holding its activations at once, and
+/// last the most chunk passes holding theirs at once over all chunks
+/// (one entry in all with one chunk).
+std::vector<int64_t> liveChunkPasses(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges) {
   int chunks = 0;
   for (const PipelineRange &r : ranges) chunks = std::max(chunks, r.chunk + 1);
   if (chunks <= 1) return {microbatchesInFlight(steps, ranges)};
@@ -102,14 +107,24 @@ std::vector<int64_t> chunksInFlight(const PipelineSteps &steps, const std::vecto
     lastOf[ranges[i].chunk] = i;
   }
   std::vector<std::set<int64_t>> live(chunks);
-  std::vector<int64_t> most(chunks, 1);
+  std::vector<int64_t> most(chunks + 1, 1); // the chunks', then all at once
+  int64_t all = 0;
   for (const auto &step : steps)
     for (const PipelineItem &item : step) {
       int c = ranges[item.range].chunk;
-      if (item.range == firstOf[c]) live[c].insert(item.micro);
+      if (item.range == firstOf[c]) all += live[c].insert(item.micro).second;
       most[c] = std::max<int64_t>(most[c], static_cast<int64_t>(live[c].size()));
-      if (item.range == lastOf[c]) live[c].erase(item.micro);
+      most[chunks] = std::max(most[chunks], all);
+      if (item.range == lastOf[c]) all -= static_cast<int64_t>(live[c].erase(item.micro));
     }
+  return most;
+}
+
+} // namespace
+
+std::vector<int64_t> chunksInFlight(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges) {
+  std::vector<int64_t> most = liveChunkPasses(steps, ranges);
+  if (most.size() > 1) most.pop_back();
   return most;
 }
 
@@ -134,15 +149,19 @@ std::vector<PipelineRange> trainingRanges(int stage, int stages, int chunks) {
   return ranges;
 }
 
-double activationsInFlight(const std::string &kind, int stage, int stages, int chunks, int64_t micro) {
+double activationsInFlight(const std::string &kind, int stage, int stages, int chunks, int64_t micro,
+                           InFlightMemory memory) {
   if (chunks > 1) micro = std::min<int64_t>(micro, 2 * stages);
   std::vector<PipelineRange> ranges = trainingRanges(stage, stages, chunks);
   StatusOr<PipelineSteps> steps = pipelineSteps(ranges, kind, stage, stages, micro);
   if (!steps.isOk()) return static_cast<double>(micro); // (every microbatch: the most there can be)
-  std::vector<int64_t> counts = chunksInFlight(steps.value(), ranges);
+  std::vector<int64_t> counts = liveChunkPasses(steps.value(), ranges);
+  if (counts.size() == 1) return static_cast<double>(counts[0]);
+  const double chunkCount = static_cast<double>(counts.size() - 1);
+  if (memory == InFlightMemory::Peak) return static_cast<double>(counts.back()) / chunkCount;
   double total = 0;
-  for (int64_t n : counts) total += static_cast<double>(n);
-  return total / static_cast<double>(counts.size());
+  for (size_t c = 0; c + 1 < counts.size(); ++c) total += static_cast<double>(counts[c]);
+  return total / chunkCount;
 }
 
 } // namespace parax::runtime

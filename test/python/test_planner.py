@@ -543,6 +543,37 @@ def test_pipeline_exchange_memory_follows_the_stack(parax_plan, model_file, tmp_
     assert used[(True, True)][0] - base == pytest.approx(3 * x, rel=1e-6)
 
 
+def test_interleaved_activations_follow_the_stacks_allocator(parax_plan, model_file, tmp_path):
+    """An interleaved stage's activations as each stack holds them.
+    Llama-3-8B cut to 8 layers on two stages of two chunks, 8 microbatches
+    of one sequence: stage 0 (the fuller) warms up by 2 (p - 1) + (v - 1) p
+    = 4 chunk passes and holds 5 at once, 2.5 microbatches' worth of its
+    layers (Korthikanti et al. 2022: p (1 + (p - 1) / (p v))), where a
+    caching allocator frees each pass after its backward; parax's runtime,
+    a slot a microbatch in each chunk, holds chunk 0's 4 and chunk 1's 2:
+    3. 1F1B holds p = 2. With the exchanges' buffers the same (freed once
+    sent, one set), the slots lie twice as far above 1F1B as the peak."""
+    seq = 8192
+    used = {}
+    for slots in (True, False):
+        profile = tmp_path / f"p-{slots}.json"
+        profile.write_text(json.dumps({"name": "pipeline", "pipeline_outputs_kept": False,
+                                       "pipeline_gradient_sets": False, "pipeline_activation_slots": slots}))
+        for schedule in ("1f1b", "interleaved,chunks=2"):
+            out = plan(parax_plan, model_file("llama3-8b", seq, layers=8), "dgx-h100:devices_per_node=2",
+                       f"train:batch=8,seq={seq},tp=1,pp=2,dp=1,mbs=1,schedule={schedule},recompute=none",
+                       "--profile", str(profile), "--top", "1")
+            best = out["plans"][0]
+            used[(slots, schedule)] = (best["memory_bytes"]["activations"], best["stage_start"])
+    assert len({tuple(start) for _, start in used.values()}) == 1, used
+    one_f_one_b = used[(True, "1f1b")][0]
+    assert used[(False, "1f1b")][0] == one_f_one_b
+    slots = used[(True, "interleaved,chunks=2")][0] - one_f_one_b
+    peak = used[(False, "interleaved,chunks=2")][0] - one_f_one_b
+    assert peak > 0
+    assert slots == pytest.approx(2 * peak, rel=1e-6)
+
+
 def test_a_sliding_window_costs_the_pairs_it_sees(parax_plan, tmp_path):
     """Mistral's attention over a window of 1,024 keys in a prefill of 8,192
     tokens: a query at position p sees min(p + 1, 1024) keys, 7,864,832

@@ -193,7 +193,25 @@ TEST(PipelineSchedule, EachChunkHoldsItsOwnMicrobatches) {
             (std::vector<int64_t>{5, 1}));
   // 1F1B: as many as stages from here on; GPipe: all.
   EXPECT_DOUBLE_EQ(activationsInFlight("1f1b", 1, 4, 1, 8), 3.0);
+  EXPECT_DOUBLE_EQ(activationsInFlight("1f1b", 1, 4, 1, 8, InFlightMemory::Peak), 3.0);
   EXPECT_DOUBLE_EQ(activationsInFlight("gpipe", 1, 4, 1, 8), 8.0);
+}
+
+TEST(PipelineSchedule, ACachingAllocatorHoldsTheMostChunkPassesAtOnce) {
+  // Korthikanti et al. 2022 (arXiv 2205.05198, section 4.2.3): the first
+  // stage of an interleaved schedule holds p (1 + (p - 1) / (p v))
+  // microbatches' worth of its layers; Megatron-LM's warm-up of
+  // 2 (p - 1) + (v - 1) p chunk passes plus the steady state's one more,
+  // over v. p = 4, v = 2: 11 passes, 5.5 (the slots: 6); p = 16, v = 4:
+  // 79 passes, 19.75.
+  auto korthikanti = [](double p, double v) { return p * (1 + (p - 1) / (p * v)); };
+  EXPECT_DOUBLE_EQ(activationsInFlight("interleaved", 0, 4, 2, 8, InFlightMemory::Peak), korthikanti(4, 2));
+  EXPECT_DOUBLE_EQ(activationsInFlight("interleaved", 0, 16, 4, 32, InFlightMemory::Peak), korthikanti(16, 4));
+  EXPECT_DOUBLE_EQ(activationsInFlight("interleaved", 0, 16, 4, 64, InFlightMemory::Peak), korthikanti(16, 4));
+  // A later stage warms up by 2 passes fewer a stage after the first.
+  EXPECT_DOUBLE_EQ(activationsInFlight("interleaved", 3, 4, 2, 8, InFlightMemory::Peak), (2 * 0 + 4 + 1) / 2.0);
+  EXPECT_LT(activationsInFlight("interleaved", 0, 16, 4, 32, InFlightMemory::Peak),
+            activationsInFlight("interleaved", 0, 16, 4, 32));
 }
 
 TEST(PipelineSchedule, InterleavedCountsStopGrowingAtTwoGroups) {

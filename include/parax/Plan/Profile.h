@@ -187,6 +187,12 @@ struct Profile {
   /// back (parax's runtime's activation sets, docs/cuda.md), not one pair
   /// live during one microbatch's backward.
   bool pipelineOutputsKept = true, pipelineGradientSets = true;
+  /// An interleaved schedule's activations: a slot a microbatch in each
+  /// model chunk, as many as the chunk ever holds at once (parax's
+  /// runtime), or each chunk pass's own allocation freed after its
+  /// backward, the most passes at once (a caching allocator: Megatron-LM,
+  /// torch.distributed.pipelining). runtime::InFlightMemory.
+  bool pipelineActivationSlots = true;
   /// The loss's own buffers at its peak, in logits-sized buffers (the
   /// model's dtype) beyond the logits and their gradient: an eager fp32
   /// cross-entropy holds its fp32 copy and log-softmax (or, backward, the

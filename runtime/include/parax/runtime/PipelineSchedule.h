@@ -65,13 +65,21 @@ std::vector<int64_t> chunksInFlight(const PipelineSteps &steps, const std::vecto
 /// program, for costing a schedule before there is one.
 std::vector<PipelineRange> trainingRanges(int stage, int stages, int chunks);
 
+/// How a stack holds the activations of the chunk passes in flight:
+/// `Slots`, a slot a microbatch in each chunk, as many as that chunk ever
+/// holds at once (parax's runtime: chunksInFlight); `Peak`, each pass's
+/// own allocation, freed after its backward (a caching allocator, as
+/// Megatron-LM's interleaved schedule runs): the most passes at once.
+enum class InFlightMemory { Slots, Peak };
+
 /// Microbatches' worth of activations stage `stage` holds at once under a
 /// schedule (`kind` as pipelineSteps; chunks > 1: interleaved), each chunk
 /// a 1/chunks share of the stage's layers: what the planner costs. For
 /// interleaved schedules the counts stop growing at 2 x stages
 /// microbatches (test/unit/PipelineScheduleTest.cpp), so longer schedules
-/// are counted at that length.
-double activationsInFlight(const std::string &kind, int stage, int stages, int chunks, int64_t micro);
+/// are counted at that length. One chunk: the two forms agree.
+double activationsInFlight(const std::string &kind, int stage, int stages, int chunks, int64_t micro,
+                           InFlightMemory memory = InFlightMemory::Slots);
 
 } // namespace parax::runtime
 
