@@ -203,6 +203,23 @@ def rows():
             workload=f"train:batch={2 * 8 * nodes},seq=8192,tp=1,pp=1,cp=1,dp={8 * nodes},mbs=2,zero=3,"
                      "recompute=selective,gemm=fp8",
             published=tps, unit="tokens/s", memory_gib=gib))
+    # NVIDIA's Megatron-Bridge performance summary (NVIDIA-NeMo/Megatron-Bridge,
+    # docs/performance-summary-archive.md, "26.04.01 NeMo Container",
+    # DGX-H100, read 2026-12-06): FP8 (current scaling), seq 8192, MBS 1,
+    # no FSDP, tokens/s a GPU; the recipes (scripts/performance/configs/
+    # llama/llama3{,1}_workload_base_configs.py, the V2 presets at
+    # 3b7fd9d85 of 2026-04-30) set no recomputation, sequence parallelism
+    # with userbuffers TP overlap, and the distributed optimizer.
+    for model, gpus, gbs, tp_, pp_, cp_, vp, tps in [("llama3-70b", 64, 256, 4, 8, 1, 5, 1664),
+                                                      ("llama3-405b", 1024, 1536, 8, 8, 2, 8, 328)]:
+        dp = gpus // (tp_ * pp_ * cp_)
+        out.append(dict(
+            name=f"Megatron-Bridge Llama 3{'.1' if model.endswith('405b') else ''} {model[7:].upper()}, {gpus} H100, "
+                 f"FP8, TP{tp_} PP{pp_} CP{cp_} VP{vp} (NeMo 26.04.01)",
+            config=model, seq=8192, cluster=f"dgx-h100:nodes={gpus // 8}", profile="megatron-bridge",
+            workload=f"train:batch={gbs},seq=8192,tp={tp_},pp={pp_},cp={cp_},dp={dp},mbs=1,sp=1,"
+                     f"schedule=interleaved,chunks={vp},recompute=none,zero=1,gemm=fp8",
+            published=tps, unit="tokens/s"))
     out.append(dict(
         name="DeepSeek-V3, 2048 H800, PP16 EP64 DP2, FP8, MTP (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
         config="deepseek-v3", seq=4096, cluster="hgx-h800:nodes=256", profile="deepseek-v3",

@@ -908,7 +908,7 @@ LayerPlan Solver::solve() {
       auto [commTime, kind] = reshard(in, layoutOf(in), s.in[k]);
       plan.commTime += commTime;
       if (kind)
-        plan.collectives.push_back({*kind, fullBytes(in), i, commTime});
+        plan.collectives.push_back({*kind, fullBytes(in), i, commTime, in});
     }
     if (s.internal) {
       double seconds = collective(s.internal->first, s.internal->second * tokens);
@@ -1010,7 +1010,23 @@ LayerPlan Solver::solve() {
     auto [commTime, kind] = reshard(out, have, closingLayout(out, have));
     plan.commTime += commTime;
     if (kind)
-      plan.collectives.push_back({*kind, fullBytes(out), n, commTime});
+      plan.collectives.push_back({*kind, fullBytes(out), n, commTime, out});
+  }
+  // A collective decomposed with its GEMMs (TransformerEngine's userbuffers
+  // ring exchange: tp chunks, each chunk's transfer beside the GEMM on the
+  // one before) hides behind all of them but the first chunk's share:
+  // exposed where it outlasts (tp - 1)/tp of the GEMMs that read the
+  // gathered value or write the value reduce-scattered. The backward's
+  // conjugates pair with the same GEMMs' data gradients (the same FLOPs).
+  for (const CollectiveUse &c : plan.collectives) {
+    if (c.value < 0 || (c.kind != CollectiveKind::AllGather && c.kind != CollectiveKind::ReduceScatter))
+      continue;
+    double gemms = 0;
+    for (int j = 0; j < n; ++j)
+      if (isGemm(layer.ops[j]) && layer.ops[j].kind != OpClass::Experts &&
+          (is_contained(layer.ops[j].inputs, c.value) || is_contained(layer.ops[j].results, c.value)))
+        gemms += plan.opTimes[j];
+    plan.commBehindGemms += std::min(c.seconds, gemms * (ctx.tp - 1.0) / ctx.tp);
   }
   for (int out : layer.outputs) {
     if (!value(out).returned || value(out).inKvCache || rank(out) < 2 || ctx.train)

@@ -220,6 +220,13 @@ private:
                               makeGroup(cluster, ep, ctx.tp * cp));
     return {overCp, overEp};
   }
+  /// A layer's forward TP collectives the profile's stack leaves exposed:
+  /// those its GEMMs do not hide (decomposed with them), or the share of
+  /// them its overlap does not.
+  double exposedTp(const LayerPlan &lp) const {
+    const Profile &profile = cluster.profile;
+    return profile.tpOverlapGemms ? lp.commTime - lp.commBehindGemms : lp.commTime * (1 - profile.tpOverlap);
+  }
   /// The ranks whose partial losses the loss's layer sums (ep, cp and,
   /// vocab-parallel, tp; 1: none), and the seconds of that all-reduce of
   /// a scalar.
@@ -691,7 +698,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               double loss = summedLoss(lp, ctx, cp, ep);
               // (the profile's overlaps hide a share of the TP and expert
               // communication behind independent compute)
-              double tpTime = lp.commTime * (1 - cluster.profile.tpOverlap);
+              double tpTime = exposedTp(lp);
               a2a *= 1 - cluster.profile.epOverlap;
               c.forward = lp.computeTime + tpTime + a2a + cpTime + resultsOverCp + resultsOverEp + loss;
               c.backward = 2 * lp.computeTime + lp.backwardExtraTime + tpTime + a2a + cpTime;
@@ -835,7 +842,13 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               expertParams = std::max(expertParams, ex);
             }
             double pipeline = slots * slowest;
+            // Each chunk pass sends its activation on and its gradient back;
+            // a stack that overlaps them (interleaved only) waits along
+            // the fill and the drain, and where a transfer outlasts the
+            // next chunk's forward pass (a third of its share of the work).
             double ppComm = pp > 1 ? 2 * slots * p2p * v : 0;
+            if (pp > 1 && v > 1 && cluster.profile.ppOverlap)
+              ppComm = 2 * (pp - 1) * p2p + 2 * m * v * std::max(0.0, p2p - slowest / (3 * v));
             // Gradient synchronisation, overlapped with the last backward:
             // the step's gradient sums reduced (the profile's bytes a
             // parameter: 4, fp32, as the runtime and Megatron-LM's bf16
@@ -998,7 +1011,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
         auto [resultsOverCp, resultsOverEp] = gatheredResults(lp, ctx, cp, ep);
         c.compute = lp.computeTime;
-        c.tpComm = lp.commTime * (1 - cluster.profile.tpOverlap) + summedLoss(lp, ctx, cp, ep);
+        c.tpComm = exposedTp(lp) + summedLoss(lp, ctx, cp, ep);
         c.epComm = a2a * (1 - cluster.profile.epOverlap) + resultsOverEp;
         c.cpComm = cpTime + resultsOverCp;
         c.time = c.forward = lp.computeTime + c.tpComm + c.epComm + c.cpComm; // one microbatch

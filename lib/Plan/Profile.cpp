@@ -56,7 +56,19 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "selective_recompute": "core_attention",
   "fp8_casts": {"activations": 2, "weights": 0},
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
-  "dp_overlap": true, "max_zero": 1, "gradient_fusion": true,
+  "dp_overlap": true, "max_zero": 1, "gradient_fusion": true, "pp_overlap": true,
+  "pipeline_outputs_kept": false, "pipeline_gradient_sets": false,
+  "pipeline_activation_slots": false})json"},
+    {"megatron-bridge", R"json({
+  "name": "megatron-bridge",
+  "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling",
+  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "attention": "flash", "flash_efficiency": 0.7,
+  "selective_recompute": "core_attention",
+  "fp8_casts": {"activations": 2, "weights": 0},
+  "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
+  "dp_overlap": true, "max_zero": 1, "gradient_fusion": true, "pp_overlap": true,
+  "tp_overlap_gemms": true,
   "pipeline_outputs_kept": false, "pipeline_gradient_sets": false,
   "pipeline_activation_slots": false})json"},
     {"deepseek-v3", R"json({
@@ -174,7 +186,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "compute_share"};
+      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "pp_overlap", "tp_overlap_gemms", "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
       return fieldError(source, entry.first.str(),
@@ -362,7 +374,9 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"pipeline_activation_slots", &p.pipelineActivationSlots},
                              std::pair{"runtime_buffers", &p.runtimeBuffers},
                              std::pair{"zero3_pipeline_unsharded", &p.zero3PipelineUnsharded},
-                             std::pair{"ep_node_dispatch", &p.epNodeDispatch}}) {
+                             std::pair{"ep_node_dispatch", &p.epNodeDispatch},
+                             std::pair{"pp_overlap", &p.ppOverlap},
+                             std::pair{"tp_overlap_gemms", &p.tpOverlapGemms}}) {
     auto flag = boolean(*root, key, *target, source);
     if (!flag)
       return flag.takeError();
@@ -425,6 +439,8 @@ std::string Profile::toJson() const {
       {"runtime_buffers", runtimeBuffers},
       {"zero3_pipeline_unsharded", zero3PipelineUnsharded},
       {"ep_node_dispatch", epNodeDispatch},
+      {"pp_overlap", ppOverlap},
+      {"tp_overlap_gemms", tpOverlapGemms},
       {"compute_share", computeShare},
       {"max_zero", maxZero}};
   return formatv("{0:2}", json::Value(std::move(root))).str();
@@ -449,13 +465,16 @@ std::string Profile::summary() const {
       attention == AttentionKernel::Flash
           ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str()
           : formatv("materialised attention ({0} bytes a score)", format("%g", scoreBytes)).str();
-  return formatv("profile {0}: GEMMs {1}, {2}, {3} us a kernel, DP sync {4}, TP overlap {5:2}{6}",
+  std::string tpText = tpOverlapGemms ? std::string("TP collectives behind their GEMMs")
+                                      : formatv("TP overlap {0:2}", tpOverlap).str();
+  return formatv("profile {0}: GEMMs {1}, {2}, {3} us a kernel, DP sync {4}, {5}{7}{6}",
                  name, gemmShapes ? "by shape (tile/wave quantisation)" : "at a fixed efficiency",
                  attentionText, format("%g", kernelOverhead * 1e6),
-                 dpOverlap ? "behind the last backward" : "after the backward", tpOverlap,
+                 dpOverlap ? "behind the last backward" : "after the backward", tpText,
                  isRoofline() ? " -- ideal kernels, a lower bound on the step; --profile megatron-core, fsdp, "
                                 "... for a real stack's costs"
-                              : "")
+                              : "",
+                 ppOverlap ? ", interleaved stages' exchanges overlapped" : "")
       .str();
 }
 

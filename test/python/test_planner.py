@@ -574,6 +574,33 @@ def test_interleaved_activations_follow_the_stacks_allocator(parax_plan, model_f
     assert slots == pytest.approx(2 * peak, rel=1e-6)
 
 
+def test_overlapped_pipeline_exchanges_wait_along_the_fill_and_drain(parax_plan, model_file, tmp_path):
+    """Each chunk pass of an interleaved schedule sends its activation on
+    and its gradient back: 2 (m v + p - 1) transfers in a row on the
+    critical path (m = 8 microbatches, v = 2 chunks, p = 2 stages: 34).
+    A stack that overlaps them with the next chunk's compute
+    (Megatron-Core's overlap_p2p_comm) waits for the 2 (p - 1) = 2 along
+    the fill and drain alone, each transfer here far shorter than a
+    chunk's forward pass. 1F1B is not overlapped either way."""
+    seq = 8192
+    got = {}
+    for overlap in (False, True):
+        profile = tmp_path / f"p-{overlap}.json"
+        profile.write_text(json.dumps({"name": "pp", "pp_overlap": overlap}))
+        for schedule in ("1f1b", "interleaved,chunks=2"):
+            out = plan(parax_plan, model_file("llama3-8b", seq, layers=8), "dgx-h100:devices_per_node=2",
+                       f"train:batch=8,seq={seq},tp=1,pp=2,dp=1,mbs=1,schedule={schedule},recompute=full",
+                       "--profile", str(profile), "--top", "1")
+            best = out["plans"][0]
+            got[(overlap, schedule)] = (best["time_s"]["pp_comm"], best["transfer_s"])
+    for (overlap, schedule), (pp_comm, transfer) in got.items():
+        assert transfer > 0
+        if schedule == "1f1b":
+            assert pp_comm == pytest.approx(2 * (8 + 1) * transfer, rel=1e-9)
+        else:
+            assert pp_comm == pytest.approx(2 * (1 if overlap else 8 * 2 + 1) * transfer, rel=1e-9)
+
+
 def test_a_sliding_window_costs_the_pairs_it_sees(parax_plan, tmp_path):
     """Mistral's attention over a window of 1,024 keys in a prefill of 8,192
     tokens: a query at position p sees min(p + 1, 1024) keys, 7,864,832

@@ -170,6 +170,38 @@ TEST_F(PlannerTest, ResidualAddMaySplitTheAllReduce) {
   EXPECT_LT(plan.objective, whole.objective);
 }
 
+TEST_F(PlannerTest, DecomposedCollectivesHideBehindTheGemmsThatMakeOrReadTheirValue) {
+  // The residual MLP at TP4: the reduce-scatter of the down projection's
+  // partial sums (its result, %d) pairs with that GEMM, hidden up to 3/4
+  // of its time (a ring exchange's first chunk computes before any
+  // transfer); the all-gather closing the layer's output (%r, the add's)
+  // has no GEMM in the layer beside it and stays exposed.
+  ModelGraph model = analyze(mlp(/*residual=*/true));
+  LayerPlan plan = solveLayer(model.layers[1], tpContext(4));
+  ASSERT_EQ(kinds(plan), std::vector<std::string>({"reduce_scatter", "all_gather"}));
+  const CollectiveUse &scatter = plan.collectives[0];
+  ASSERT_GT(scatter.seconds, 0);
+  double down = plan.opTimes[1];
+  EXPECT_DOUBLE_EQ(plan.commBehindGemms, std::min(scatter.seconds, 0.75 * down));
+  EXPECT_LT(plan.commBehindGemms, plan.commTime);
+  // The planner leaves the rest exposed under a profile that decomposes
+  // them, and a share of all under one that overlaps by a share.
+  Workload w = cantFail(parseWorkload("train:batch=8,seq=2048,dp=1,tp=4,pp=1,ep=1,cp=1,mbs=8,sp=1,recompute=none,zero=0"));
+  ClusterSpec c = cantFail(resolveCluster("dgx-h100:devices_per_node=4,nodes=1"));
+  auto tpExposed = [&](const char *profile) {
+    ClusterSpec d = c;
+    d.profile = cantFail(parseProfile(profile));
+    PlanResult result = searchPlans(model, d, w, PlanOptions());
+    EXPECT_FALSE(result.plans.empty());
+    return result.plans.empty() ? 0.0 : result.plans.front().tpComm;
+  };
+  double none = tpExposed(R"({"name": "none"})");
+  double decomposed = tpExposed(R"({"name": "ub", "tp_overlap_gemms": true})");
+  double half = tpExposed(R"({"name": "half", "tp_overlap": 0.5})");
+  EXPECT_GT(none, decomposed);
+  EXPECT_NEAR(half, none / 2, 1e-12 + 1e-9 * none);
+}
+
 TEST_F(PlannerTest, ForcedPairingsCostTheirCollectives) {
   ModelGraph model = analyze(mlp());
   const LayerGraph &layer = model.layers[1];

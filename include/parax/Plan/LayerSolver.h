@@ -85,6 +85,7 @@ struct CollectiveUse {
   double bytes;
   int opIndex; // the consumer whose input needed it
   double seconds = 0; // forward, as costed
+  int value = -1; // the value it moves (-1: an op's own collective)
 };
 
 struct LayerPlan {
@@ -94,6 +95,10 @@ struct LayerPlan {
   double computeTime = 0; // forward, per device
   llvm::SmallVector<double> opTimes; // forward, per device, per op (--explain)
   double commTime = 0;    // forward tensor-parallel collectives
+  /// Of commTime, what a stack that decomposes each sequence-parallel
+  /// all-gather and reduce-scatter with the GEMMs that read or write its
+  /// value hides behind them (Profile::tpOverlapGemms).
+  double commBehindGemms = 0;
   /// The backward's time beyond twice the forward's: a flash-style
   /// attention's gradient recomputes the scores, 5 products a pair
   /// against the forward's 2 (AttentionGradOp::getFlops, 2.5x).

@@ -132,10 +132,19 @@ struct Profile {
   /// Shares of the tensor-parallel and expert all-to-all time hidden
   /// behind independent compute (0: the compute stream waits).
   double tpOverlap = 0, epOverlap = 0;
+  /// TP collectives decomposed with their GEMMs (TransformerEngine's
+  /// userbuffers, with sequence parallelism): each hidden up to its GEMMs'
+  /// time (LayerPlan::commBehindGemms) instead of by the tpOverlap share.
+  bool tpOverlapGemms = false;
   /// The expert dispatch sends a token once to each node holding its
   /// experts, over the scale-out network, and fans it out over NVLink there
   /// (DeepSeek's DeepEP); false: one copy an expert (an all-to-all).
   bool epNodeDispatch = false;
+  /// An interleaved schedule's exchanges between stages run beside the
+  /// next chunk's compute (Megatron-Core's overlap_p2p_comm, its default
+  /// with virtual stages): exposed only along the fill and drain, and
+  /// where a transfer outlasts a chunk's forward pass.
+  bool ppOverlap = false;
   /// The share of the SMs left to compute kernels while the stack's
   /// communication kernels run beside them (DeepSeek-V3: 20 of 132 SMs
   /// given to communication, 112/132): FLOP-bound ops run at that share
