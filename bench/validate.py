@@ -220,6 +220,18 @@ def rows():
             workload=f"train:batch={gbs},seq=8192,tp={tp_},pp={pp_},cp={cp_},dp={dp},mbs=1,sp=1,"
                      f"schedule=interleaved,chunks={vp},recompute=none,zero=1,gemm=fp8",
             published=tps, unit="tokens/s"))
+    # The same summary's Qwen3-30B-A3B row (DGX-H100, 16 GPUs, FP8, GBS 1024,
+    # MBS 1, seq 4096, EP16, 8,960 tokens/s a GPU): the recipe
+    # (scripts/performance/configs/qwen/qwen3_llm_pretrain.py at 3b7fd9d85)
+    # sets no recomputation, the flex dispatcher on HybridEP without
+    # all-to-all overlap, and forces the router's load balance (each rank
+    # receives its share of the tokens: capacity 1).
+    out.append(dict(
+        name="Megatron-Bridge Qwen3-30B-A3B, 16 H100, FP8, EP16 (NeMo 26.04.01)",
+        config="qwen3-30b-a3b", seq=4096, cluster="dgx-h100:nodes=2", profile="megatron-bridge",
+        workload="train:batch=1024,seq=4096,tp=1,pp=1,cp=1,dp=1,ep=16,mbs=1,recompute=none,zero=1,"
+                 "gemm=fp8,capacity=1",
+        published=8960, unit="tokens/s"))
     out.append(dict(
         name="DeepSeek-V3, 2048 H800, PP16 EP64 DP2, FP8, MTP (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
         config="deepseek-v3", seq=4096, cluster="hgx-h800:nodes=256", profile="deepseek-v3",

@@ -134,6 +134,16 @@ PRESETS = {
         "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
     },
+    # Qwen3-30B-A3B (sizes as Qwen/Qwen3-30B-A3B publishes them): 30.5 B,
+    # 3.3 B active.
+    "qwen3-30b-a3b": {
+        "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+        "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+        "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+        "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True,
+        "tie_word_embeddings": False,
+    },
     "qwen3-235b-a22b": {
         "model_type": "qwen3_moe", "hidden_size": 4096, "intermediate_size": 12288,
         "moe_intermediate_size": 1536, "num_hidden_layers": 94, "num_attention_heads": 64,
