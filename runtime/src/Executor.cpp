@@ -211,7 +211,27 @@ Status Executor::hoistParameterMoves() {
     handedOver_[b.id()] = !runsElsewhere_ && b.role() == pxe::TEMPORARY && !fixed[b.id()] && !isCacheState(b.id()) &&
                           named[b.id()] == 1 && written[b.id()] == 1;
   markReshapesInPlace(fixed, named, written);
+  markGathersToHolders(named);
   return Status::ok();
+}
+
+// An all-gather over model axes (not "dp", not "pp": its group's first
+// rank is then its replica's holder of results) whose result is an output
+// and no instruction's operand: setResultsOnHoldersOnly lets it gather onto
+// that rank alone (a TP prefill's logits: half the bytes moved, none into
+// the other ranks).
+void Executor::markGathersToHolders(const std::vector<int> &named) {
+  gathersToFirst_.assign(stageProto_->buffers_size(), false);
+  std::vector<bool> read(stageProto_->buffers_size(), false);
+  for (const pxe::Instruction &inst : stageProto_->instructions())
+    for (int32_t id : inst.operands()) read[id] = true;
+  for (const pxe::Instruction &inst : stageProto_->instructions()) {
+    if (opName(inst) != "all_gather" || inst.results_size() != 1) continue;
+    std::vector<std::string> axes = attrStrings(inst.attrs(), "axes");
+    bool modelAxes = std::none_of(axes.begin(), axes.end(), [](const std::string &a) { return a == "dp" || a == "pp"; });
+    int32_t y = inst.results(0);
+    gathersToFirst_[y] = modelAxes && named[y] > 0 && !read[y];
+  }
 }
 
 // A reshape whose operand is read last there takes the operand's storage

@@ -149,11 +149,19 @@ public:
   }
   Status allGatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned mask) override {
     if (rows == 1) return allGather(in, run, out, mask); // (one run a rank: the blocks lie as gathered)
-    auto watched = watchdog_->watch("all_gather");
+    return gatherRunsTo(in, rows, run, out, mask, /*everyRank=*/true);
+  }
+  Status gatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned mask) override {
+    return gatherRunsTo(in, rows, run, out, mask, /*everyRank=*/false);
+  }
+  // allGatherRuns, or its gather onto the group's first rank (key 0).
+  Status gatherRunsTo(const float *in, size_t rows, size_t run, float *out, unsigned mask, bool everyRank) {
+    const char *what = everyRank ? "all_gather" : "all_gather (onto the group's first rank)";
+    auto watched = watchdog_->watch(what);
     int members = 0;
     MPI_Comm_size(comms_[mask], &members);
     if (rows * run > size_t(std::numeric_limits<int>::max()) || run * members > size_t(std::numeric_limits<int>::max()))
-      return Status::error("all_gather of " + std::to_string(rows) + " runs of " + std::to_string(run) +
+      return Status::error(std::string(what) + " of " + std::to_string(rows) + " runs of " + std::to_string(run) +
                            " values: more than MPI's int counts hold");
     // The runs of one rank's block as they lie in `out`: a vector type
     // whose extent is one run, so that block i starts i runs in.
@@ -162,9 +170,12 @@ public:
     MPI_Type_create_resized(runs, 0, static_cast<MPI_Aint>(run * sizeof(float)), &spaced);
     MPI_Type_commit(&spaced);
     MPI_Request request;
-    Status s = finish(MPI_Iallgather(in, static_cast<int>(rows * run), MPI_FLOAT, out, 1, spaced, comms_[mask],
-                                     &request),
-                      request, "MPI_Iallgather");
+    const int count = static_cast<int>(rows * run);
+    Status s = everyRank
+                   ? finish(MPI_Iallgather(in, count, MPI_FLOAT, out, 1, spaced, comms_[mask], &request), request,
+                            "MPI_Iallgather")
+                   : finish(MPI_Igather(in, count, MPI_FLOAT, out, 1, spaced, 0, comms_[mask], &request), request,
+                            "MPI_Igather");
     MPI_Type_free(&spaced);
     MPI_Type_free(&runs);
     return s;

@@ -141,6 +141,8 @@ Status Session::run(const std::vector<Tensor> &inputs, std::vector<Tensor> &resu
   if (inputs.empty() || inputs[0].shape.empty()) return Status::error("Session::run: no input #0 with rows");
   auto micro = microbatches(inputs[0].shape[0]);
   if (!micro.isOk()) return micro.status();
+  // (only the holders return results: the last gathers go to them alone)
+  executor_.setResultsOnHoldersOnly(true);
   Status s = runMicrobatches(inputs, micro.value(), results);
   if (!s.isOk()) return s;
   if (!holdsResults_) {
@@ -176,6 +178,7 @@ Status Session::trainStep(const std::vector<Tensor> &inputs, const OptimizerConf
   if (!micro.isOk()) return micro.status();
   const bool first = !prepared_;
   std::vector<Tensor> outputs;
+  executor_.setResultsOnHoldersOnly(false); // (every rank's gradients)
   Status s = runMicrobatches(inputs, micro.value(), outputs);
   if (!s.isOk()) return s;
   const pxe::Stage &mine = exe_.stages(stage_);

@@ -128,6 +128,14 @@ public:
           std::copy(posts[j] + r * run, posts[j] + (r + 1) * run, out + (r * posts.size() + j) * run);
     });
   }
+  Status gatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned mask) override {
+    return exchange(in, mask, [&](auto &posts, int me) {
+      if (me != 0) return;
+      for (size_t j = 0; j < posts.size(); ++j)
+        for (size_t r = 0; r < rows; ++r)
+          std::copy(posts[j] + r * run, posts[j] + (r + 1) * run, out + (r * posts.size() + j) * run);
+    });
+  }
   Status reduceScatter(const float *in, float *out, size_t n, unsigned mask) override {
     return exchange(in, mask, [&](auto &posts, int me) {
       std::fill(out, out + n, 0.0f);

@@ -779,7 +779,12 @@ public:
     return inner.allGather(in, n, out, mask);
   }
   Status allGatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned mask) override {
+    ++allGathers;
     return inner.allGatherRuns(in, rows, run, out, mask);
+  }
+  Status gatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned mask) override {
+    ++gathers;
+    return inner.gatherRuns(in, rows, run, out, mask);
   }
   Status reduceScatter(const float *in, float *out, size_t n, unsigned mask) override {
     return inner.reduceScatter(in, out, n, mask);
@@ -801,6 +806,7 @@ public:
   }
   std::vector<size_t> allToAlls;
   std::vector<std::vector<size_t>> allToAllvs; // each one's send counts
+  int allGathers = 0, gathers = 0;             // allGatherRuns' and gatherRuns' calls
 
 private:
   Communicator &inner;
@@ -870,6 +876,71 @@ ExpertExchange exchangeExperts(int64_t capacity, std::vector<int32_t> choices = 
     out.back.push_back(out.status[r].isOk() ? executors[r].outputs().at(0) : Tensor());
   }
   return out;
+}
+
+// Two ranks over `tp` each take their half of x [2, 4] (columns 0-1, 2-3)
+// and all-gather it back twice: once into an output nothing reads, once
+// into a value the add reads (x + x, an output too). With the results on
+// their holders only, the first gathers onto rank 0 alone
+// (Executor::markGathersToHolders); the second, read on both ranks, stays
+// an all-gather.
+TEST(Executor, AnOutputNothingReadsIsGatheredOntoItsHolderAlone) {
+  pxe::Executable exe;
+  exe.set_format_version(2);
+  exe.mutable_grid()->add_axis_names("tp");
+  exe.mutable_grid()->add_shape(2);
+  exe.add_ranks()->add_values(0);
+  exe.add_ranks()->add_values(1);
+  pxe::Stage *stage = exe.add_stages();
+  stage->set_index(0);
+  addBuffer(*stage, pxe::INPUT, pxe::F32, {2, 4});     // 0: x, whole on both ranks
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 2}); // 1: this rank's columns
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 4}); // 2: gathered, an output alone
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 4}); // 3: gathered, read by the add
+  addBuffer(*stage, pxe::TEMPORARY, pxe::F32, {2, 4}); // 4: 3 + 3
+  auto collective = [&](pxe::OpKind kind, int32_t in, int32_t out) {
+    pxe::Instruction *inst = addInstruction(*stage, kind, {in}, {out});
+    (*inst->mutable_attrs())["axes"].mutable_strings()->add_values("tp");
+    (*inst->mutable_attrs())["dim"].set_i(1);
+  };
+  collective(pxe::OP_SHARD_SLICE, 0, 1);
+  collective(pxe::OP_ALL_GATHER, 1, 2);
+  collective(pxe::OP_ALL_GATHER, 1, 3);
+  addInstruction(*stage, pxe::OP_ADD, {3, 3}, {4});
+  stage->add_outputs(2);
+  stage->add_outputs(4);
+  ASSERT_TRUE(validateExecutable(exe).isOk()) << validateExecutable(exe).message();
+  Tensor x = Tensor::floats({2, 4});
+  for (size_t k = 0; k < x.f.size(); ++k) x.f[k] = static_cast<float>(k + 1);
+  auto weights = emptyCheckpoint();
+  for (bool holdersOnly : {false, true}) {
+    auto comms = createThreadCommunicators({2});
+    std::vector<std::unique_ptr<CountingCommunicator>> counting;
+    for (auto &c : comms) counting.push_back(std::make_unique<CountingCommunicator>(*c));
+    std::vector<Executor> executors(2);
+    std::vector<Status> status(2, Status::ok());
+    std::vector<std::vector<Tensor>> out(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        status[r] = executors[r].prepare(exe, r, counting[r].get(), *weights, {x});
+        executors[r].setResultsOnHoldersOnly(holdersOnly);
+        if (status[r].isOk()) status[r] = executors[r].run();
+        if (status[r].isOk()) out[r] = executors[r].outputs();
+        if (!status[r].isOk()) cancelThreadCommunicators(*comms[r]);
+      });
+    for (auto &t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(status[r].isOk()) << status[r].message();
+      EXPECT_EQ(counting[r]->gathers, holdersOnly ? 1 : 0) << "rank " << r;
+      EXPECT_EQ(counting[r]->allGathers, holdersOnly ? 1 : 2) << "rank " << r;
+      ASSERT_EQ(out[r].size(), 2u);
+      for (size_t k = 0; k < x.f.size(); ++k)
+        EXPECT_EQ(out[r][1].f[k], 2 * x.f[k]) << "rank " << r << " element " << k; // read: whole on both
+    }
+    for (int r = 0; r < (holdersOnly ? 1 : 2); ++r)
+      EXPECT_EQ(out[r][0].f, x.f) << "rank " << r; // the holder's (and, all-gathered, the other's)
+  }
 }
 
 TEST(Executor, ExpertExchangesSendTheRoutedRowsOnly) {

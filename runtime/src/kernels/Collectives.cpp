@@ -49,13 +49,14 @@ Status Executor::Impl::runShardSlice(const pxe::Instruction &inst, int variant) 
     int64_t rows = 1;
     for (int d = 0; d < dim; ++d) rows *= y.shape[d];
     y.f.resize(x.numel() * g.size);
+    if (e.resultsOnHoldersOnly_ && e.gathersToFirst_[inst.results(0)])
+      return e.comm_->gatherRuns(x.f.data(), rows, x.numel() / rows, y.f.data(), g.mask);
     return e.comm_->allGatherRuns(x.f.data(), rows, x.numel() / rows, y.f.data(), g.mask);
   }
   if (g.size == 1) {
     y.f = piecesAlong(x, x.f, dim, g.size);
     return Status::ok();
   }
-  if (g.size == 1) { y.f = piecesAlong(x, x.f, dim, g.size); return Status::ok(); }
   // (likewise: along the outermost dimension not 1, x is its pieces)
   if (std::all_of(x.shape.begin(), x.shape.begin() + dim, [](int64_t d) { return d == 1; }))
     return e.comm_->reduceScatter(x.f.data(), y.f.data(), y.numel(), g.mask);

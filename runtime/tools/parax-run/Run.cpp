@@ -258,6 +258,9 @@ void Run::prepareCpu() {
   Status s = cpu.prepare(exe, rank, comm.get(), *ckpt,
                          opt.generate > 0 ? inputsAt(prompts.step, 0, 0) : microbatch(0));
   if (!s.isOk()) die(s.message());
+  // A forward pass's results are written by the writers alone (and sent
+  // to the writer by the replicas'): its last gathers go to them only.
+  cpu.setResultsOnHoldersOnly(opt.generate <= 0 && !trains && !gradients);
   if (prompts.chunks > 0) {
     s = cpuPrefill.prepare(prompts.prefillExe, rank, comm.get(), *ckpt, inputsAt(prompts.prefill, 0, 0));
     if (!s.isOk()) die("--prefill: " + s.message());

@@ -31,6 +31,10 @@ public:
   /// it out: each rank's block is `rows` runs of `run` values, and run r of
   /// the group's rank i lands at out[(r * groupSize + i) * run].
   virtual Status allGatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned axesMask) = 0;
+  /// allGatherRuns onto the group's first rank alone (its coordinates on
+  /// the group's axes 0): `out` is written there, not read or written on
+  /// the others, which only send.
+  virtual Status gatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned axesMask) = 0;
   /// in holds groupSize blocks of n; out receives the sum of block `my index`.
   virtual Status reduceScatter(const float *in, float *out, size_t n, unsigned axesMask) = 0;
   /// in holds groupSize blocks of n (block i to rank i); out likewise from them.

@@ -139,6 +139,13 @@ public:
   /// recorded on every run (instructionSeconds: per instruction, one entry
   /// a run of it); off again with false (the records stay).
   void setProfiling(bool on);
+  /// The stage's outputs are read on the ranks that hold results alone
+  /// (Session::holdsResults: the first rank of each group over the model
+  /// axes): an all-gather that makes an output no instruction reads then
+  /// gathers onto its group's first rank, and the group's other ranks
+  /// leave that output unfilled. Off by default (every rank gets every
+  /// output whole); a training step's outputs are not gathered this way.
+  void setResultsOnHoldersOnly(bool on) { resultsOnHoldersOnly_ = on; }
   const std::vector<std::vector<double>> &instructionSeconds() const { return seconds_; }
 
 private:
@@ -157,6 +164,9 @@ private:
   std::vector<bool> reshapeTakes_; // per buffer: a reshape's result that takes its operand's storage
   void markReshapesInPlace(const std::vector<bool> &fixed, const std::vector<int> &named,
                            const std::vector<int> &written);
+  std::vector<bool> gathersToFirst_; // per buffer: an output all-gathered that no instruction reads
+  void markGathersToHolders(const std::vector<int> &named);
+  bool resultsOnHoldersOnly_ = false;
   std::vector<int32_t> activations_; // buffers swapActivations exchanges
   std::vector<int32_t> cacheState_; // cacheStateInputs of the stage
   std::vector<int> readsCheckedInputs_; // instructions reading token ids or a position from the inputs
