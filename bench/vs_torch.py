@@ -11,6 +11,7 @@ Rows (the issue's targets in brackets):
 - a training step with AdamW, 256 tokens, one thread          [<= 1.0]
 - TP2: prefill of 512 tokens on 2 ranks of one thread against
   parax on one rank of 2 threads (parax / parax)              [<= 1.0]
+  (the plan parax-plan picks for tp=2: sequence-parallel)
 
     .venv/bin/python bench/vs_torch.py [--build build] [--rounds 3] [--only NAME] [--keep DIR]
 """
@@ -146,7 +147,7 @@ def main():
         train = compile_("train", ["--parax-autodiff"], batch=1, seq=TRAIN, loss=True)
         oracle = os.path.join(ROOT, "python", "parax", "oracle-cluster.json")
         tp2 = compile_("prefill-tp2", [f"--parax-plan=cluster={oracle}:devices_per_node=2 "
-                                       f"workload=prefill:batch=1,seq={PREFILL},tp=2,pp=1,dp=1,sp=0",
+                                       f"workload=prefill:batch=1,seq={PREFILL},tp=2,pp=1,dp=1",
                                        "--parax-partition"], batch=1, seq=PREFILL)
         steps_arg = ["--steps", str(STEPS)]
         rows = [
