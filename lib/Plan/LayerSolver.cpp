@@ -205,6 +205,8 @@ double Solver::keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm:
     case SelectiveRecompute::CoreAttention:
       chosen = op.kind == OpClass::Attention;
       break;
+    case SelectiveRecompute::None:
+      break;
     case SelectiveRecompute::AlternateGemms:
       if (op.kind == OpClass::Linear || op.kind == OpClass::HeadLinear)
         chosen = ++gemms % 2 == 0;
@@ -838,6 +840,7 @@ LayerPlan Solver::solve() {
   SmallVector<double> heldBytes(layer.values.size(), 0);
   double dispatchedBytes = 0;
   std::set<int> castInputs; // (gemm=fp8) the GEMM inputs quantised so far
+  double keptScores[2] = {0, 0}; // a materialised attention's scores kept: without, with selective recomputation
   for (int i = 0; i < n; ++i) {
     const OpNode &op = layer.ops[i];
     const Strategy &s = options[i][choice[i]];
@@ -869,6 +872,17 @@ LayerPlan Solver::solve() {
     double time = opTime(op, s);
     plan.computeTime += time;
     plan.opTimes.push_back(time);
+    // A materialised attention keeps its scores for the backward pass
+    // (its softmax's output, the dropout's mask and output: every pair,
+    // whatever the mask), unless selective recomputation re-runs it.
+    if (op.kind == OpClass::Attention && ctx.cluster->profile.attention == AttentionKernel::Materialized) {
+      const Profile &stack = ctx.cluster->profile;
+      double scores = ctx.sequences * op.heads * s.computeFrac * ctx.queryLen * ctx.contextLen;
+      bool rerun = stack.selectiveRecompute == SelectiveRecompute::CoreAttention ||
+                   (stack.selectiveRecompute == SelectiveRecompute::Runtime && parax::isSelectivelyRecomputed(op.op));
+      keptScores[0] += stack.scoreKeptBytes * scores;
+      keptScores[1] += rerun ? 0 : stack.scoreKeptBytes * scores;
+    }
     // A flash-style kernel's backward runs its FLOPs (2.5x the forward's)
     // at about the forward's rate (FlashAttention-3 paper, H100 head dim
     // 128: FA2 318 against 333-370 TFLOP/s, cuDNN 516 against 529-600);
@@ -1001,9 +1015,9 @@ LayerPlan Solver::solve() {
   }
   for (int in : layer.inputs)
     heldBytes[in] = value(in).inKvCache ? 0 : fullBytes(in) * share(boundaryLayout(in));
-  plan.activationBytes[0] = keptBytes(/*selective=*/false, heldBytes, plan.opTimes) + dispatchedBytes;
-  plan.activationBytes[1] =
-      keptBytes(/*selective=*/true, heldBytes, plan.opTimes, &plan.selectiveRecomputeTime) + dispatchedBytes;
+  plan.activationBytes[0] = keptBytes(/*selective=*/false, heldBytes, plan.opTimes) + dispatchedBytes + keptScores[0];
+  plan.activationBytes[1] = keptBytes(/*selective=*/true, heldBytes, plan.opTimes, &plan.selectiveRecomputeTime) +
+                            dispatchedBytes + keptScores[1];
   // The last states' outputs closing back to the boundary.
   for (int out : layer.outputs) {
     int8_t have = layoutAt(n, *states[n][best].first, out);

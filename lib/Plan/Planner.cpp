@@ -632,7 +632,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                                            boundaryBytes, ppGroup)
                           : 0;
       for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-        if (w.recompute && *w.recompute != rc)
+        if (w.recompute ? *w.recompute != rc
+                        : rc == Recompute::Selective && cluster.profile.selectiveRecompute == SelectiveRecompute::None)
           continue;
         // Schedules; interleaved 1F1B with v model chunks per device needs
         // at least v layers per device and m a multiple of pp (Megatron's
@@ -1471,11 +1472,22 @@ static ClusterSpec withPins(const ClusterSpec &cluster, const Workload &workload
   return out;
 }
 
+// The parallelisms the profile's stack lacks, pinned off unless the
+// workload pins them.
+static Workload withStackLimits(Workload workload, const Profile &profile) {
+  if (!profile.sequenceParallel && !workload.sequenceParallel)
+    workload.sequenceParallel = false;
+  if (!profile.contextParallel && !workload.cp)
+    workload.cp = 1;
+  return workload;
+}
+
 PlanResult parax::plan::searchPlans(const ModelGraph &model,
                                     const ClusterSpec &pinnedCluster,
-                                    const Workload &workload,
+                                    const Workload &asked,
                                     const PlanOptions &options) {
-  ClusterSpec cluster = withPins(pinnedCluster, workload);
+  ClusterSpec cluster = withPins(pinnedCluster, asked);
+  const Workload workload = withStackLimits(asked, cluster.profile);
   PlanResult result = Search(model, cluster, workload, options).run();
   // Nothing even to explain by (every configuration's pipeline stages fit
   // in no split of the layers): again, keeping those with the split that

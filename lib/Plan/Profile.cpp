@@ -29,21 +29,31 @@ const std::pair<const char *, const char *> kProfiles[] = {
     {"roofline", R"json({"name": "roofline"})json"},
     {"megatron-2021", R"json({
   "name": "megatron-2021",
-  "description": "Megatron-LM as Narayanan et al. 2021 and Korthikanti et al. 2022 ran it: cuBLAS GEMMs, the score matrix materialised (fused scale-mask-softmax, dropout), fused LayerNorm and bias-GeLU, no TP overlap, gradients all-reduced after the backward pass",
+  "description": "Megatron-LM as Narayanan et al. 2021 ran it: cuBLAS GEMMs, the score matrix materialised (fused scale-mask-softmax, dropout), fused LayerNorm and bias-GeLU, no TP overlap, gradients all-reduced after the backward pass; no sequence or context parallelism, no selective recomputation",
   "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "materialized", "score_bytes": 13,
+  "attention": "materialized", "score_bytes": 13, "score_kept_bytes": 5,
+  "selective_recompute": "none",
+  "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
+  "dp_overlap": false, "max_zero": 0, "sequence_parallel": false, "context_parallel": false,
+  "pipeline_outputs_kept": true, "pipeline_gradient_sets": false,
+  "pipeline_activation_slots": false})json"},
+    {"megatron-2022", R"json({
+  "name": "megatron-2022",
+  "description": "Megatron-LM as Korthikanti et al. 2022 ran it: the megatron-2021 kernels with sequence parallelism and selective recomputation of the core attention; no context parallelism",
+  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "attention": "materialized", "score_bytes": 13, "score_kept_bytes": 5,
   "selective_recompute": "core_attention",
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
-  "dp_overlap": false, "max_zero": 0,
+  "dp_overlap": false, "max_zero": 0, "context_parallel": false,
   "pipeline_outputs_kept": true, "pipeline_gradient_sets": false,
   "pipeline_activation_slots": false})json"},
     {"deepspeed-zero3-2021", R"json({
   "name": "deepspeed-zero3-2021",
   "description": "DeepSpeed ZeRO-3 (v0.3, spring 2021) on Megatron's GPT kernels (Narayanan et al. 2021, Table 2's baseline): one all-gather a parameter tensor, each after a device synchronisation (no prefetch overlap), tensors under 100K elements kept whole, parameters re-gathered for the backward beyond a reuse distance of 1e9 elements, one fp16 reduce-scatter a gradient tensor, torch.distributed's list forms; its gathers and reduce-scatters at 0.3 of NCCL's bus bandwidth, the one figure chosen on a published run (Table 2's 384-GPU row)",
   "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "materialized", "score_bytes": 13,
+  "attention": "materialized", "score_bytes": 13, "score_kept_bytes": 5,
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
-  "dp_overlap": true,
+  "dp_overlap": true, "sequence_parallel": false, "context_parallel": false, "selective_recompute": "none",
   "zero3_prefetch_layers": 0, "zero3_tensor_messages": true,
   "zero3_persist_elements": 1e5, "zero3_reuse_elements": 1e9,
   "collective_list_copies": true, "reduce_bytes": 2,
@@ -164,6 +174,7 @@ StringRef parax::plan::toString(SelectiveRecompute policy) {
   case SelectiveRecompute::Runtime: return "runtime";
   case SelectiveRecompute::CoreAttention: return "core_attention";
   case SelectiveRecompute::AlternateGemms: return "alternate_gemms";
+  case SelectiveRecompute::None: return "none";
   }
   return "runtime";
 }
@@ -179,14 +190,15 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              source.str().c_str());
   static const StringRef known[] = {
       "name", "description", "gemm_shapes", "gemm_k_overhead", "gemm_serial", "attention", "selective_recompute",
-      "flash_efficiency", "score_bytes", "elementwise_passes", "kernel_overhead_us",
+      "flash_efficiency", "score_bytes", "score_kept_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
       "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds", "collective_size_curves",
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "pp_overlap", "tp_overlap_gemms", "compute_share"};
+      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "pp_overlap", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
+      "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
       return fieldError(source, entry.first.str(),
@@ -218,6 +230,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},
       {"flash_efficiency", &p.flashEfficiency, 1e-4, 1, 1},
       {"score_bytes", &p.scoreBytes, 0, 1e3, 1},
+      {"score_kept_bytes", &p.scoreKeptBytes, 0, 1e3, 1},
       {"kernel_overhead_us", &overheadUs, 0, 1e4, 1},
       {"collective_efficiency", &p.collectiveEfficiency, 1e-3, 1, 1},
       {"tp_overlap", &p.tpOverlap, 0, 1, 1},
@@ -261,17 +274,22 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                                .Case("runtime", SelectiveRecompute::Runtime)
                                .Case("core_attention", SelectiveRecompute::CoreAttention)
                                .Case("alternate_gemms", SelectiveRecompute::AlternateGemms)
+                               .Case("none", SelectiveRecompute::None)
                                .Default(std::nullopt)
                          : std::nullopt;
     if (!parsed)
       return fieldError(source, "selective_recompute",
-                        "must be \"runtime\", \"core_attention\" or \"alternate_gemms\"");
+                        "must be \"runtime\", \"core_attention\", \"alternate_gemms\" or \"none\"");
     p.selectiveRecompute = *parsed;
   }
   if (p.attention == AttentionKernel::Materialized && p.scoreBytes <= 0)
     return fieldError(source, "score_bytes",
                       "must be positive for a materialized attention (the bytes a score "
                       "element moves)");
+  if (p.attention == AttentionKernel::Materialized && p.scoreKeptBytes <= 0)
+    return fieldError(source, "score_kept_bytes",
+                      "must be positive for a materialized attention (the bytes a score "
+                      "element keeps for the backward pass)");
   if (const json::Value *passes = root->get("elementwise_passes")) {
     const json::Object *object = passes->getAsObject();
     if (!object)
@@ -376,7 +394,9 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"zero3_pipeline_unsharded", &p.zero3PipelineUnsharded},
                              std::pair{"ep_node_dispatch", &p.epNodeDispatch},
                              std::pair{"pp_overlap", &p.ppOverlap},
-                             std::pair{"tp_overlap_gemms", &p.tpOverlapGemms}}) {
+                             std::pair{"tp_overlap_gemms", &p.tpOverlapGemms},
+                             std::pair{"sequence_parallel", &p.sequenceParallel},
+                             std::pair{"context_parallel", &p.contextParallel}}) {
     auto flag = boolean(*root, key, *target, source);
     if (!flag)
       return flag.takeError();
@@ -396,6 +416,7 @@ std::string Profile::toJson() const {
       {"selective_recompute", toString(selectiveRecompute)},
       {"flash_efficiency", flashEfficiency},
       {"score_bytes", scoreBytes},
+      {"score_kept_bytes", scoreKeptBytes},
       {"elementwise_passes",
        json::Object{{"norm", normPasses}, {"rope", ropePasses}, {"swiglu", swigluPasses},
                     {"unary", unaryPasses}, {"add", addPasses}, {"cross_entropy", crossEntropyPasses}}},
@@ -441,6 +462,8 @@ std::string Profile::toJson() const {
       {"ep_node_dispatch", epNodeDispatch},
       {"pp_overlap", ppOverlap},
       {"tp_overlap_gemms", tpOverlapGemms},
+      {"sequence_parallel", sequenceParallel},
+      {"context_parallel", contextParallel},
       {"compute_share", computeShare},
       {"max_zero", maxZero}};
   return formatv("{0:2}", json::Value(std::move(root))).str();

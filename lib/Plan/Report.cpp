@@ -312,6 +312,7 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                 "the loss {6:G} logits-sized buffer(s) more; {7}\n",
                 profile.selectiveRecompute == SelectiveRecompute::Runtime         ? "what parax's runtime does"
                 : profile.selectiveRecompute == SelectiveRecompute::CoreAttention ? "the core attention"
+                : profile.selectiveRecompute == SelectiveRecompute::None          ? "nothing (the stack has none)"
                                                                                   : "all but the attention and every other GEMM",
                 profile.fp8ActivationPasses, profile.fp8WeightPasses, profile.computeShare,
                 profile.epNodeDispatch ? "once a node" : "one copy an expert", profile.epOverlap,

@@ -6,7 +6,7 @@
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,sp=2 2>&1 | FileCheck %s --check-prefix=SP
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,attention=paged 2>&1 | FileCheck %s --check-prefix=ATTN
 
-// NAME: profile 'nonesuch' is neither a shipped profile (deepseek-v3, deepspeed-zero3-2021, fsdp, fsdp-compile, megatron-2021, megatron-bridge, megatron-core, parax-cuda, roofline) nor a readable JSON file
+// NAME: profile 'nonesuch' is neither a shipped profile (deepseek-v3, deepspeed-zero3-2021, fsdp, fsdp-compile, megatron-2021, megatron-2022, megatron-bridge, megatron-core, parax-cuda, roofline) nor a readable JSON file
 // FIELD: bad-profile.json: profile field 'score_bytes' must be positive for a materialized attention
 // SP: sp (sequence parallelism) must be 0 or 1, got '2'
 // ATTN: attention (the kernel kind) must be flash or materialized, got 'paged'

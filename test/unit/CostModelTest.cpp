@@ -180,6 +180,10 @@ TEST(CostModelTest, ProfilesParseAndBadOnesNameTheField) {
             std::string::npos);
   EXPECT_NE(error(R"({"name": "x", "attention": "materialized"})").find("'score_bytes'"),
             std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "attention": "materialized", "score_bytes": 13})")
+                .find("'score_kept_bytes' must be positive for a materialized attention"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "selective_recompute": "most"})").find("\"none\""), std::string::npos);
   EXPECT_NE(error(R"({"name": "x", "tp_overlap": 1.5})").find("'tp_overlap' must be in [0, 1]"),
             std::string::npos);
   EXPECT_NE(error(R"({"name": "x", "elementwise_passes": {"softmax": 2}})")

@@ -331,8 +331,48 @@ TEST_F(PlannerTest, AFlashAttentionsBackwardRunsItsFiveProductsAPair) {
   EXPECT_NEAR(plan.opTimes[6], forward, 1e-9 * forward);
   EXPECT_NEAR(plan.backwardExtraTime, forward * (1290.0 / 517 - 2), 1e-9 * forward);
   // A materialised kernel's backward is four batched GEMMs against two.
-  cluster.profile = cantFail(parseProfile(R"({"name": "m", "attention": "materialized", "score_bytes": 13})"));
+  cluster.profile = cantFail(
+      parseProfile(R"({"name": "m", "attention": "materialized", "score_bytes": 13, "score_kept_bytes": 5})"));
   EXPECT_EQ(solveLayer(model.layers[1], ctx, true).backwardExtraTime, 0);
+}
+
+TEST_F(PlannerTest, AMaterialisedAttentionKeepsItsScoresUnlessRecomputed) {
+  // Korthikanti et al. 2022's 5 a s^2 b: the softmax's output (2 bytes),
+  // the dropout's mask (1) and output (2) for every (query, key) pair,
+  // causal or not: 2 sequences x 32 heads x 512 x 512 x 5 bytes = 83.9 MB
+  // more kept than a flash kernel keeps (its inputs and output alike);
+  // selective recomputation of the core attention keeps none of them.
+  ModelGraph model = analyze(attentionBlock());
+  TpContext ctx = attentionTraining();
+  LayerPlan flash = solveLayer(model.layers[1], ctx, /*lastLayer=*/true);
+  auto materialised = [&](const char *selective) {
+    cluster.profile = cantFail(parseProfile(
+        (R"({"name": "m", "attention": "materialized", "score_bytes": 13, "score_kept_bytes": 5, )"
+         R"("selective_recompute": ")" + std::string(selective) + "\"}")));
+    return solveLayer(model.layers[1], ctx, /*lastLayer=*/true);
+  };
+  double scores = 5.0 * 2 * 32 * 512 * 512;
+  LayerPlan core = materialised("core_attention");
+  EXPECT_NEAR(core.activationBytes[0] - flash.activationBytes[0], scores, 1e-6 * scores);
+  EXPECT_NEAR(core.activationBytes[1], flash.activationBytes[1], 1e-6 * scores);
+  // A stack without selective recomputation keeps them under it too (the
+  // search does not try it there; a pin costs it as none).
+  LayerPlan none = materialised("none");
+  EXPECT_NEAR(none.activationBytes[1], none.activationBytes[0], 1e-6 * scores);
+  // Split by heads over TP2, each rank keeps its heads' half.
+  LayerPlan split = solveLayer(model.layers[1], [&] {
+    TpContext two = attentionTraining();
+    two.tp = 2;
+    two.group = makeGroup(cluster, 2, 1);
+    return two;
+  }(), true);
+  ASSERT_EQ(split.strategy[6], "heads");
+  cluster.profile = Profile();
+  TpContext two = attentionTraining();
+  two.tp = 2;
+  two.group = makeGroup(cluster, 2, 1);
+  EXPECT_NEAR(split.activationBytes[0] - solveLayer(model.layers[1], two, true).activationBytes[0], scores / 2,
+              1e-6 * scores);
 }
 
 TEST_F(PlannerTest, Fp8GemmsPayTheirStacksQuantisation) {

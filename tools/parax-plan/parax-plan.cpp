@@ -66,7 +66,7 @@ static cl::opt<std::string> timelineOpt(
 static cl::opt<std::string> profileOpt(
     "profile", cl::init("roofline"), cl::value_desc("name|file.json"),
     cl::desc("the software stack's profile: roofline (default: ideal kernels), megatron-2021, "
-             "megatron-core, megatron-bridge, fsdp, fsdp-compile, deepseek-v3, deepspeed-zero3-2021, "
+             "megatron-2022, megatron-core, megatron-bridge, fsdp, fsdp-compile, deepseek-v3, deepspeed-zero3-2021, "
              "parax-cuda, or a JSON file "
              "(docs/cost-model.md, Profiles)"),
     cl::cat(planOptions));

@@ -56,6 +56,9 @@ enum class SelectiveRecompute {
   /// 1st, 3rd, ... kept, the 2nd, 4th, ... re-run): torchtitan's op-level
   /// selective checkpointing (`_save_list` with `mm_count % 2`).
   AlternateGemms,
+  /// None: the stack has no selective recomputation (Megatron-LM before
+  /// 2022): the search does not try it; pinned, it re-runs nothing.
+  None,
 };
 llvm::StringRef toString(SelectiveRecompute policy);
 
@@ -84,6 +87,12 @@ struct Profile {
   /// Materialised attention: HBM bytes moved per score element in the
   /// forward pass (the backward pass moves twice as much, as every op's).
   double scoreBytes = 0;
+  /// Materialised attention: bytes a score element the forward pass keeps
+  /// for the backward (Megatron-LM's fused kernels with attention dropout:
+  /// the softmax's output 2, the dropout's mask 1 and output 2 -- the
+  /// 5 a s^2 b of Korthikanti et al. 2022, section 4.1), unless the
+  /// attention is recomputed.
+  double scoreKeptBytes = 0;
   /// Memory-bound ops: HBM passes as a multiple of one fused kernel's
   /// (reads of the operands, one write of the result), per op class
   /// ("norm", "rope", "swiglu", "unary", "add": add and mul,
@@ -221,6 +230,11 @@ struct Profile {
   /// The highest ZeRO stage the stack implements (Megatron-LM 2021: none;
   /// Megatron-Core's distributed optimizer: 1): the search tries no other.
   int maxZero = 3;
+  /// The parallelisms the stack implements beyond TP, PP, DP and EP:
+  /// sequence parallelism (Megatron-LM since 2022) and context
+  /// parallelism (Megatron-Core since 2023). The search tries neither
+  /// where the stack has none; a pinned sp=1 or cp= is costed whatever.
+  bool sequenceParallel = true, contextParallel = true;
   /// The default: the kernels' lower bound.
   bool isRoofline() const { return name == "roofline"; }
 
