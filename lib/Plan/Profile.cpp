@@ -38,15 +38,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "pipeline_outputs_kept": true, "pipeline_gradient_sets": false,
   "pipeline_activation_slots": false})json"},
     {"megatron-2022", R"json({
-  "name": "megatron-2022",
+  "name": "megatron-2022", "extends": "megatron-2021",
   "description": "Megatron-LM as Korthikanti et al. 2022 ran it: the megatron-2021 kernels with sequence parallelism and selective recomputation of the core attention; no context parallelism",
-  "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "materialized", "score_bytes": 13, "score_kept_bytes": 5,
-  "selective_recompute": "core_attention",
-  "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
-  "dp_overlap": false, "max_zero": 0, "context_parallel": false,
-  "pipeline_outputs_kept": true, "pipeline_gradient_sets": false,
-  "pipeline_activation_slots": false})json"},
+  "selective_recompute": "core_attention", "sequence_parallel": true})json"},
     {"deepspeed-zero3-2021", R"json({
   "name": "deepspeed-zero3-2021",
   "description": "DeepSpeed ZeRO-3 (v0.3, spring 2021) on Megatron's GPT kernels (Narayanan et al. 2021, Table 2's baseline): one all-gather a parameter tensor, each after a device synchronisation (no prefetch overlap), tensors under 100K elements kept whole, parameters re-gathered for the backward beyond a reuse distance of 1e9 elements, one fp16 reduce-scatter a gradient tensor, torch.distributed's list forms; its gathers and reduce-scatters at 0.3 of NCCL's bus bandwidth, the one figure chosen on a published run (Table 2's 384-GPU row)",
@@ -70,17 +64,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "pipeline_outputs_kept": false, "pipeline_gradient_sets": false,
   "pipeline_activation_slots": false})json"},
     {"megatron-bridge", R"json({
-  "name": "megatron-bridge",
+  "name": "megatron-bridge", "extends": "megatron-core",
   "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling",
-  "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "flash", "flash_efficiency": 0.7,
-  "selective_recompute": "core_attention",
-  "fp8_casts": {"activations": 2, "weights": 0},
-  "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
-  "dp_overlap": true, "max_zero": 1, "gradient_fusion": true, "pp_overlap": true,
-  "tp_overlap_gemms": true,
-  "pipeline_outputs_kept": false, "pipeline_gradient_sets": false,
-  "pipeline_activation_slots": false})json"},
+  "tp_overlap_gemms": true})json"},
     {"deepseek-v3", R"json({
   "name": "deepseek-v3",
   "description": "DeepSeek's own stack as the DeepSeek-V3 report (sections 3.2-3.3) documents it: DualPipe overlapping the expert all-to-all with the other direction's compute (its bubble is costed as 1F1B's), 20 of 132 SMs given to communication, the dispatch sent once a node (group-limited routing: at most 4 nodes) and fanned out over NVLink, FP8 GEMMs with the activations quantised in the kernel before, RMSNorm and the up-projections recomputed, ZeRO-1",
@@ -106,17 +92,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true,
   "pipeline_activation_slots": false})json"},
     {"fsdp-compile", R"json({
-  "name": "fsdp-compile",
+  "name": "fsdp-compile", "extends": "fsdp",
   "description": "the fsdp profile (torchtitan, December 2024) with each transformer block compiled by torch.compile: Inductor fuses each RMSNorm, RoPE and SwiGLU into one kernel; the loss, outside the blocks, stays eager",
-  "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "flash", "flash_efficiency": 0.41,
-  "selective_recompute": "alternate_gemms",
-  "elementwise_passes": {"norm": 1, "rope": 1, "swiglu": 1, "unary": 1, "cross_entropy": 6.7},
-  "fp8_casts": {"activations": 3.75, "weights": 4},
-  "kernel_overhead_us": 2, "loss_buffers": 3, "runtime_buffers": false,
-  "dp_overlap": true,
-  "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true,
-  "pipeline_activation_slots": false})json"},
+  "elementwise_passes": {"norm": 1, "rope": 1, "swiglu": 1}})json"},
     {"parax-cuda", R"json({
   "name": "parax-cuda",
   "description": "parax's own CUDA backend as measured on one H200 (docs/cuda.md, 2026-12-04): cuBLAS GEMMs, its tensor-core attention kernel (5.3 TFLOP/s forward), one kernel an op, CUDA graphs, gradient buckets during the last backward, ZeRO-3 gathers one layer ahead",
@@ -189,7 +167,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     return createStringError(inconvertibleErrorCode(), "%s: a profile must be a JSON object",
                              source.str().c_str());
   static const StringRef known[] = {
-      "name", "description", "gemm_shapes", "gemm_k_overhead", "gemm_serial", "attention", "selective_recompute",
+      "name", "extends", "description", "gemm_shapes", "gemm_k_overhead", "gemm_serial", "attention", "selective_recompute",
       "flash_efficiency", "score_bytes", "score_kept_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
@@ -207,12 +185,23 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   std::optional<StringRef> name = root->getString("name");
   if (!name || name->empty())
     return fieldError(source, "name", "is missing (a profile must be named)");
+  // "extends": a shipped profile's fields, those given here replacing them.
+  if (const json::Value *base = root->get("extends")) {
+    std::optional<StringRef> baseName = base->getAsString();
+    std::vector<std::string> shipped = profileNames();
+    if (!baseName || !is_contained(shipped, baseName->str()))
+      return fieldError(source, "extends", "must name a shipped profile (" + join(shipped, ", ") + ")");
+    Expected<Profile> from = resolveProfile(*baseName);
+    if (!from)
+      return from.takeError();
+    p = std::move(*from);
+  }
   p.name = name->str();
   if (const json::Value *d = root->get("description")) {
     if (!d->getAsString())
       return fieldError(source, "description", "must be a string");
     p.description = d->getAsString()->str();
-  } else if (!p.isRoofline()) {
+  } else if (!root->get("extends")) {
     p.description = "";
   }
   auto shapes = boolean(*root, "gemm_shapes", p.gemmShapes, source);
@@ -224,7 +213,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     double *target;
     double lo, hi, scale;
   };
-  double bucket = 0, reduce = 0, overheadUs = 0, prefetch = p.zero3Prefetch,
+  double bucket = p.zero3BucketBytes / 1e6, reduce = p.reduceBucketBytes / 1e6,
+         overheadUs = p.kernelOverhead * 1e6, prefetch = p.zero3Prefetch,
          maxZero = p.maxZero;
   Field fields[] = {
       {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},

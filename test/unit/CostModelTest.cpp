@@ -203,4 +203,35 @@ TEST(CostModelTest, ProfilesParseAndBadOnesNameTheField) {
             std::string::npos);
 }
 
+TEST(CostModelTest, AProfileExtendsAShippedOneFieldByField) {
+  // A user's profile on top of a shipped one: its fields replace the
+  // base's, the rest (and the description, unless given) are the base's.
+  llvm::Expected<Profile> base = resolveProfile("megatron-core");
+  ASSERT_TRUE(static_cast<bool>(base)) << llvm::toString(base.takeError());
+  llvm::Expected<Profile> mine =
+      parseProfile(R"({"name": "mine", "extends": "megatron-core", "tp_overlap": 0.5, "kernel_overhead_us": 3})");
+  ASSERT_TRUE(static_cast<bool>(mine)) << llvm::toString(mine.takeError());
+  EXPECT_EQ(mine->name, "mine");
+  EXPECT_EQ(mine->description, base->description);
+  EXPECT_EQ(mine->tpOverlap, 0.5);
+  EXPECT_DOUBLE_EQ(mine->kernelOverhead, 3e-6);
+  // everything else as the base's
+  Profile same = *mine;
+  same.name = base->name;
+  same.tpOverlap = base->tpOverlap;
+  same.kernelOverhead = base->kernelOverhead;
+  EXPECT_EQ(same.toJson(), base->toJson());
+  // the base's values that are not the defaults stay (megatron-core's)
+  EXPECT_FALSE(mine->pipelineOutputsKept);
+  EXPECT_EQ(mine->maxZero, 1);
+  auto error = [](llvm::StringRef json) {
+    llvm::Expected<Profile> p = parseProfile(json, "p.json");
+    return p ? std::string() : llvm::toString(p.takeError());
+  };
+  EXPECT_NE(error(R"({"name": "x", "extends": "megatron-1999"})").find("'extends' must name a shipped profile ("),
+            std::string::npos);
+  EXPECT_NE(error(R"({"name": "x", "extends": 3})").find("'extends' must name a shipped profile"),
+            std::string::npos);
+}
+
 } // namespace
