@@ -131,6 +131,16 @@ func.func @forward(%tok: tensor<2x512xi32>,
     return ctx;
   }
 
+  // The best plan of `model` on `clusterSpec` for `workload` under the
+  // profile written `profileJson` (an empty plan, and a failure, if none).
+  static Plan bestUnder(const ModelGraph &model, ClusterSpec clusterSpec, const std::string &workload,
+                        const char *profileJson) {
+    clusterSpec.profile = cantFail(parseProfile(profileJson));
+    PlanResult result = searchPlans(model, clusterSpec, cantFail(parseWorkload(workload)), PlanOptions());
+    EXPECT_FALSE(result.plans.empty()) << profileJson;
+    return result.plans.empty() ? Plan() : result.plans.front();
+  }
+
   static std::vector<std::string> kinds(const LayerPlan &plan) {
     std::vector<std::string> out;
     for (const CollectiveUse &use : plan.collectives)
@@ -186,14 +196,10 @@ TEST_F(PlannerTest, DecomposedCollectivesHideBehindTheGemmsThatMakeOrReadTheirVa
   EXPECT_LT(plan.commBehindGemms, plan.commTime);
   // The planner leaves the rest exposed under a profile that decomposes
   // them, and a share of all under one that overlaps by a share.
-  Workload w = cantFail(parseWorkload("train:batch=8,seq=2048,dp=1,tp=4,pp=1,ep=1,cp=1,mbs=8,sp=1,recompute=none,zero=0"));
-  ClusterSpec c = cantFail(resolveCluster("dgx-h100:devices_per_node=4,nodes=1"));
   auto tpExposed = [&](const char *profile) {
-    ClusterSpec d = c;
-    d.profile = cantFail(parseProfile(profile));
-    PlanResult result = searchPlans(model, d, w, PlanOptions());
-    EXPECT_FALSE(result.plans.empty());
-    return result.plans.empty() ? 0.0 : result.plans.front().tpComm;
+    return bestUnder(model, cantFail(resolveCluster("dgx-h100:devices_per_node=4,nodes=1")),
+                     "train:batch=8,seq=2048,dp=1,tp=4,pp=1,ep=1,cp=1,mbs=8,sp=1,recompute=none,zero=0", profile)
+        .tpComm;
   };
   double none = tpExposed(R"({"name": "none"})");
   double decomposed = tpExposed(R"({"name": "ub", "tp_overlap_gemms": true})");
@@ -665,14 +671,10 @@ TEST_F(PlannerTest, EachStacksOwnBuffersAreItsMemory) {
 
   // parax's runtime's kernel scratch (the embedding's fp32 gradient, 4 MiB
   // here) is no other stack's.
-  Workload w = cantFail(parseWorkload("train:batch=8,seq=2048,dp=1,tp=1,pp=1,ep=1,cp=1,mbs=8,recompute=none,zero=0"));
-  ClusterSpec c = cantFail(resolveCluster("dgx-h100:devices_per_node=1,nodes=1"));
   auto memory = [&](const char *profile) {
-    ClusterSpec d = c;
-    d.profile = cantFail(parseProfile(profile));
-    PlanResult result = searchPlans(model, d, w, PlanOptions());
-    EXPECT_FALSE(result.plans.empty());
-    return result.plans.empty() ? MemoryBreakdown() : result.plans.front().memory;
+    return bestUnder(model, cantFail(resolveCluster("dgx-h100:devices_per_node=1,nodes=1")),
+                     "train:batch=8,seq=2048,dp=1,tp=1,pp=1,ep=1,cp=1,mbs=8,recompute=none,zero=0", profile)
+        .memory;
   };
   EXPECT_DOUBLE_EQ(memory(R"({"name": "parax"})").scratch, 1024.0 * 1024 * 4);
   EXPECT_EQ(memory(R"({"name": "other", "runtime_buffers": false})").scratch, 0);
