@@ -39,6 +39,17 @@ def plan(parax_plan, model, cluster, workload, *extra, expect=0):
     return json.loads(proc.stdout)
 
 
+def two_stages(parax_plan, model_file, tmp_path, profile, workload):
+    """The best plan of Llama-3-8B cut to 8 layers, sequences of 8,192, on
+    two devices under `profile` (a dict of profile fields) for `workload`'s
+    knobs (after train:batch=8,seq=8192,tp=1,pp=2,dp=1,mbs=1)."""
+    path = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps({"name": "pipeline", **profile}))
+    out = plan(parax_plan, model_file("llama3-8b", 8192, layers=8), "dgx-h100:devices_per_node=2",
+               f"train:batch=8,seq=8192,tp=1,pp=2,dp=1,mbs=1,{workload}", "--profile", str(path), "--top", "1")
+    return out["plans"][0]
+
+
 def test_llama31_70b_figures(parax_plan, model_file):
     # 70.6 B parameters, 141 GB of bf16 weights, 320 KiB of KV cache per token.
     out = plan(parax_plan, model_file("llama3-70b", 16), "dgx-h100",
@@ -528,13 +539,9 @@ def test_pipeline_exchange_memory_follows_the_stack(parax_plan, model_file, tmp_
     x = seq * hidden * 2
     used = {}
     for kept, sets in [(True, True), (True, False), (False, False)]:
-        profile = tmp_path / f"p-{kept}-{sets}.json"
-        profile.write_text(json.dumps({"name": "pipeline", "pipeline_outputs_kept": kept,
-                                       "pipeline_gradient_sets": sets}))
-        out = plan(parax_plan, model_file("llama3-8b", seq, layers=8), "dgx-h100:devices_per_node=2",
-                   f"train:batch=8,seq={seq},tp=1,pp=2,dp=1,mbs=1,schedule=1f1b,recompute=full",
-                   "--profile", str(profile), "--top", "1")
-        best = out["plans"][0]
+        best = two_stages(parax_plan, model_file, tmp_path,
+                          {"pipeline_outputs_kept": kept, "pipeline_gradient_sets": sets},
+                          "schedule=1f1b,recompute=full")
         used[(kept, sets)] = (best["memory_bytes"]["activations"], best["stage_start"])
     # the same split each time, so the differences are the exchanges alone
     assert len({tuple(start) for _, start in used.values()}) == 1, used
@@ -553,17 +560,13 @@ def test_interleaved_activations_follow_the_stacks_allocator(parax_plan, model_f
     a slot a microbatch in each chunk, holds chunk 0's 4 and chunk 1's 2:
     3. 1F1B holds p = 2. With the exchanges' buffers the same (freed once
     sent, one set), the slots lie twice as far above 1F1B as the peak."""
-    seq = 8192
     used = {}
     for slots in (True, False):
-        profile = tmp_path / f"p-{slots}.json"
-        profile.write_text(json.dumps({"name": "pipeline", "pipeline_outputs_kept": False,
-                                       "pipeline_gradient_sets": False, "pipeline_activation_slots": slots}))
         for schedule in ("1f1b", "interleaved,chunks=2"):
-            out = plan(parax_plan, model_file("llama3-8b", seq, layers=8), "dgx-h100:devices_per_node=2",
-                       f"train:batch=8,seq={seq},tp=1,pp=2,dp=1,mbs=1,schedule={schedule},recompute=none",
-                       "--profile", str(profile), "--top", "1")
-            best = out["plans"][0]
+            best = two_stages(parax_plan, model_file, tmp_path,
+                              {"pipeline_outputs_kept": False, "pipeline_gradient_sets": False,
+                               "pipeline_activation_slots": slots},
+                              f"schedule={schedule},recompute=none")
             used[(slots, schedule)] = (best["memory_bytes"]["activations"], best["stage_start"])
     assert len({tuple(start) for _, start in used.values()}) == 1, used
     one_f_one_b = used[(True, "1f1b")][0]
@@ -582,16 +585,11 @@ def test_overlapped_pipeline_exchanges_wait_along_the_fill_and_drain(parax_plan,
     (Megatron-Core's overlap_p2p_comm) waits for the 2 (p - 1) = 2 along
     the fill and drain alone, each transfer here far shorter than a
     chunk's forward pass. 1F1B is not overlapped either way."""
-    seq = 8192
     got = {}
     for overlap in (False, True):
-        profile = tmp_path / f"p-{overlap}.json"
-        profile.write_text(json.dumps({"name": "pp", "pp_overlap": overlap}))
         for schedule in ("1f1b", "interleaved,chunks=2"):
-            out = plan(parax_plan, model_file("llama3-8b", seq, layers=8), "dgx-h100:devices_per_node=2",
-                       f"train:batch=8,seq={seq},tp=1,pp=2,dp=1,mbs=1,schedule={schedule},recompute=full",
-                       "--profile", str(profile), "--top", "1")
-            best = out["plans"][0]
+            best = two_stages(parax_plan, model_file, tmp_path, {"pp_overlap": overlap},
+                              f"schedule={schedule},recompute=full")
             got[(overlap, schedule)] = (best["time_s"]["pp_comm"], best["transfer_s"])
     for (overlap, schedule), (pp_comm, transfer) in got.items():
         assert transfer > 0
