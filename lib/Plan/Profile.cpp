@@ -480,6 +480,18 @@ std::string Profile::summary() const {
           : formatv("materialised attention ({0} bytes a score)", format("%g", scoreBytes)).str();
   std::string tpText = tpOverlapGemms ? std::string("TP collectives behind their GEMMs")
                                       : formatv("TP overlap {0:2}", tpOverlap).str();
+  // What the stack lacks, which the search then does not try.
+  SmallVector<StringRef, 3> lacks;
+  if (!sequenceParallel)
+    lacks.push_back("sequence parallelism");
+  if (!contextParallel)
+    lacks.push_back("context parallelism");
+  if (selectiveRecompute == SelectiveRecompute::None)
+    lacks.push_back("selective recomputation");
+  if (!lacks.empty())
+    tpText += ", no " + join(lacks, ", no ");
+  if (maxZero < 3)
+    tpText += formatv(", ZeRO up to {0}", maxZero).str();
   return formatv("profile {0}: GEMMs {1}, {2}, {3} us a kernel, DP sync {4}, {5}{7}{6}",
                  name, gemmShapes ? "by shape (tile/wave quantisation)" : "at a fixed efficiency",
                  attentionText, format("%g", kernelOverhead * 1e6),
