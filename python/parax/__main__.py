@@ -534,8 +534,9 @@ def main(argv=None):
                    help="logits of the last position only (a prefill program for run --prefill)")
     pl = sub.add_parser("plan", help="rank the plans of a model on a cluster (and draw the best)")
     model_arguments(pl)
-    pl.add_argument("--profile", help="the software stack: roofline (default), megatron-core, fsdp, "
-                                      "fsdp-compile, deepseek-v3, parax-cuda, ... or a profile JSON")
+    pl.add_argument("--profile", help="the software stack: roofline (default), megatron-core, megatron-bridge, "
+                                      "fsdp, fsdp-compile, deepseek-v3, parax-cuda, ... or a profile JSON "
+                                      "(`parax-plan --help` lists them)")
     pl.add_argument("--seq", type=int, help="positions the model is built with (default: the config's)")
     pl.add_argument("--layers", type=int, help="the first N decoder layers only")
     pl.add_argument("--dtype", default="bf16", help="f32, bf16 or f16 (default bf16)")
