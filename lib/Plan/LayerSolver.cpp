@@ -89,6 +89,9 @@ private:
 
   double keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm::ArrayRef<double> opTimes,
                    double *recomputeTime = nullptr) const;
+  /// Whether the profile's selective recomputation picks `op` to re-run
+  /// (`gemms`: the layer's GEMMs before it, counted on, for AlternateGemms).
+  bool pickedForRecompute(const OpNode &op, int &gemms) const;
   void passThrough(const OpNode &op, SmallVector<Strategy> &out,
                    llvm::function_ref<bool(int)> dimAllowed) const;
   SmallVector<Strategy> strategies(const OpNode &op) const;
@@ -188,6 +191,23 @@ static bool gradientReadsInputs(OpClass kind) {
 // inputs in the boundary layout). `selective`: what selective
 // recomputation re-runs is not kept, the values it re-runs them from are;
 // `recomputeTime` gets the time of the ops re-run (`opTimes`, by op).
+bool Solver::pickedForRecompute(const OpNode &op, int &gemms) const {
+  switch (ctx.cluster->profile.selectiveRecompute) {
+  case SelectiveRecompute::Runtime:
+    return parax::isSelectivelyRecomputed(op.op);
+  case SelectiveRecompute::CoreAttention:
+    return op.kind == OpClass::Attention;
+  case SelectiveRecompute::None:
+    return false;
+  case SelectiveRecompute::AlternateGemms:
+    if (op.kind == OpClass::Linear || op.kind == OpClass::HeadLinear)
+      return ++gemms % 2 == 0;
+    return op.kind != OpClass::Attention && op.kind != OpClass::CrossEntropy && op.kind != OpClass::Embedding &&
+           op.kind != OpClass::Reshape && op.kind != OpClass::Slice && op.kind != OpClass::Transpose;
+  }
+  return false;
+}
+
 double Solver::keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm::ArrayRef<double> opTimes,
                          double *recomputeTime) const {
   const int n = layer.ops.size();
@@ -197,24 +217,7 @@ double Solver::keptBytes(bool selective, llvm::ArrayRef<double> heldBytes, llvm:
   for (int i = 0; i < n; ++i) {
     const OpNode &op = layer.ops[i];
     bool isView = op.kind == OpClass::Reshape || op.kind == OpClass::Slice || op.kind == OpClass::Transpose;
-    bool chosen = false;
-    switch (ctx.cluster->profile.selectiveRecompute) {
-    case SelectiveRecompute::Runtime:
-      chosen = parax::isSelectivelyRecomputed(op.op);
-      break;
-    case SelectiveRecompute::CoreAttention:
-      chosen = op.kind == OpClass::Attention;
-      break;
-    case SelectiveRecompute::None:
-      break;
-    case SelectiveRecompute::AlternateGemms:
-      if (op.kind == OpClass::Linear || op.kind == OpClass::HeadLinear)
-        chosen = ++gemms % 2 == 0;
-      else
-        chosen = op.kind != OpClass::Attention && op.kind != OpClass::CrossEntropy &&
-                 op.kind != OpClass::Embedding && !isView;
-      break;
-    }
+    bool chosen = pickedForRecompute(op, gemms);
     rerunnable[i] = selective && (chosen || (isView && !op.inputs.empty() &&
                                              writer[op.inputs[0]] >= 0 &&
                                              rerunnable[writer[op.inputs[0]]]));
@@ -876,12 +879,11 @@ LayerPlan Solver::solve() {
     // (its softmax's output, the dropout's mask and output: every pair,
     // whatever the mask), unless selective recomputation re-runs it.
     if (op.kind == OpClass::Attention && ctx.cluster->profile.attention == AttentionKernel::Materialized) {
-      const Profile &stack = ctx.cluster->profile;
-      double scores = ctx.sequences * op.heads * s.computeFrac * ctx.queryLen * ctx.contextLen;
-      bool rerun = stack.selectiveRecompute == SelectiveRecompute::CoreAttention ||
-                   (stack.selectiveRecompute == SelectiveRecompute::Runtime && parax::isSelectivelyRecomputed(op.op));
-      keptScores[0] += stack.scoreKeptBytes * scores;
-      keptScores[1] += rerun ? 0 : stack.scoreKeptBytes * scores;
+      double kept = ctx.cluster->profile.scoreKeptBytes * ctx.sequences * op.heads * s.computeFrac *
+                    ctx.queryLen * ctx.contextLen;
+      int gemms = 0; // (no policy picks an attention by its GEMM count)
+      keptScores[0] += kept;
+      keptScores[1] += pickedForRecompute(op, gemms) ? 0 : kept;
     }
     // A flash-style kernel's backward runs its FLOPs (2.5x the forward's)
     // at about the forward's rate (FlashAttention-3 paper, H100 head dim

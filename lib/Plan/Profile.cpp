@@ -186,7 +186,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   if (!name || name->empty())
     return fieldError(source, "name", "is missing (a profile must be named)");
   // "extends": a shipped profile's fields, those given here replacing them.
-  if (const json::Value *base = root->get("extends")) {
+  const json::Value *base = root->get("extends");
+  if (base) {
     std::optional<StringRef> baseName = base->getAsString();
     std::vector<std::string> shipped = profileNames();
     if (!baseName || !is_contained(shipped, baseName->str()))
@@ -201,7 +202,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     if (!d->getAsString())
       return fieldError(source, "description", "must be a string");
     p.description = d->getAsString()->str();
-  } else if (!root->get("extends")) {
+  } else if (!base && !p.isRoofline()) {
     p.description = "";
   }
   auto shapes = boolean(*root, "gemm_shapes", p.gemmShapes, source);

@@ -210,8 +210,13 @@ Status Executor::hoistParameterMoves() {
   for (const pxe::Buffer &b : stageProto_->buffers())
     handedOver_[b.id()] = !runsElsewhere_ && b.role() == pxe::TEMPORARY && !fixed[b.id()] && !isCacheState(b.id()) &&
                           named[b.id()] == 1 && written[b.id()] == 1;
-  markReshapesInPlace(fixed, named, written);
-  markGathersToHolders(named);
+  // The last instruction reading each buffer (-1: none).
+  std::vector<int> lastRead(stageProto_->buffers_size(), -1);
+  for (int k = 0; k < stageProto_->instructions_size(); ++k)
+    for (int32_t id : stageProto_->instructions(k).operands())
+      lastRead[id] = k;
+  markReshapesInPlace(fixed, named, written, lastRead);
+  markGathersToHolders(named, lastRead);
   return Status::ok();
 }
 
@@ -220,17 +225,14 @@ Status Executor::hoistParameterMoves() {
 // and no instruction's operand: setResultsOnHoldersOnly lets it gather onto
 // that rank alone (a TP prefill's logits: half the bytes moved, none into
 // the other ranks).
-void Executor::markGathersToHolders(const std::vector<int> &named) {
+void Executor::markGathersToHolders(const std::vector<int> &named, const std::vector<int> &lastRead) {
   gathersToFirst_.assign(stageProto_->buffers_size(), false);
-  std::vector<bool> read(stageProto_->buffers_size(), false);
-  for (const pxe::Instruction &inst : stageProto_->instructions())
-    for (int32_t id : inst.operands()) read[id] = true;
   for (const pxe::Instruction &inst : stageProto_->instructions()) {
-    if (opName(inst) != "all_gather" || inst.results_size() != 1) continue;
+    if (inst.kind() != pxe::OP_ALL_GATHER || inst.results_size() != 1) continue;
     std::vector<std::string> axes = attrStrings(inst.attrs(), "axes");
     bool modelAxes = std::none_of(axes.begin(), axes.end(), [](const std::string &a) { return a == "dp" || a == "pp"; });
     int32_t y = inst.results(0);
-    gathersToFirst_[y] = modelAxes && named[y] > 0 && !read[y];
+    gathersToFirst_[y] = modelAxes && named[y] > 0 && lastRead[y] < 0;
   }
 }
 
@@ -239,14 +241,10 @@ void Executor::markGathersToHolders(const std::vector<int> &named) {
 // the operand no output and no cache. (A sharded program's logits pass
 // through two such reshapes: 7.7 ms of a CP2 prefill of 1,024 tokens.)
 void Executor::markReshapesInPlace(const std::vector<bool> &fixed, const std::vector<int> &named,
-                                   const std::vector<int> &written) {
+                                   const std::vector<int> &written, const std::vector<int> &lastRead) {
   reshapeTakes_.assign(stageProto_->buffers_size(), false);
   if (runsElsewhere_)
     return;
-  std::vector<int> lastRead(stageProto_->buffers_size(), -1);
-  for (int k = 0; k < stageProto_->instructions_size(); ++k)
-    for (int32_t id : stageProto_->instructions(k).operands())
-      lastRead[id] = k;
   auto plain = [&](int32_t id) {
     const pxe::Buffer &b = stageProto_->buffers(id);
     return b.role() == pxe::TEMPORARY && !fixed[id] && !isCacheState(id) && written[id] == 1;

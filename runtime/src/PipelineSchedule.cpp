@@ -92,13 +92,20 @@ int64_t microbatchesInFlight(const PipelineSteps &steps, const std::vector<Pipel
 
 namespace {
 
-/// Per chunk, the most microbatches holding its activations at once, and
-/// last the most chunk passes holding theirs at once over all chunks
-/// (one entry in all with one chunk).
-std::vector<int64_t> liveChunkPasses(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges) {
+/// The most microbatches holding each chunk's activations at once, and the
+/// most chunk passes holding theirs at once over every chunk together.
+struct ChunkPasses {
+  std::vector<int64_t> perChunk;
+  int64_t together = 1;
+};
+
+ChunkPasses liveChunkPasses(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges) {
   int chunks = 0;
   for (const PipelineRange &r : ranges) chunks = std::max(chunks, r.chunk + 1);
-  if (chunks <= 1) return {microbatchesInFlight(steps, ranges)};
+  if (chunks <= 1) {
+    int64_t n = microbatchesInFlight(steps, ranges);
+    return {{n}, n};
+  }
   // Chunk c's first range (its forward) and last (its backward, or the
   // merged range of the last stage's last chunk).
   std::vector<int> firstOf(chunks, -1), lastOf(chunks, -1);
@@ -107,15 +114,15 @@ std::vector<int64_t> liveChunkPasses(const PipelineSteps &steps, const std::vect
     lastOf[ranges[i].chunk] = i;
   }
   std::vector<std::set<int64_t>> live(chunks);
-  std::vector<int64_t> most(chunks + 1, 1); // the chunks', then all at once
-  int64_t all = 0;
+  ChunkPasses most{std::vector<int64_t>(chunks, 1), 1};
+  int64_t together = 0;
   for (const auto &step : steps)
     for (const PipelineItem &item : step) {
       int c = ranges[item.range].chunk;
-      if (item.range == firstOf[c]) all += live[c].insert(item.micro).second;
-      most[c] = std::max<int64_t>(most[c], static_cast<int64_t>(live[c].size()));
-      most[chunks] = std::max(most[chunks], all);
-      if (item.range == lastOf[c]) all -= static_cast<int64_t>(live[c].erase(item.micro));
+      if (item.range == firstOf[c]) together += live[c].insert(item.micro).second;
+      most.perChunk[c] = std::max<int64_t>(most.perChunk[c], static_cast<int64_t>(live[c].size()));
+      most.together = std::max(most.together, together);
+      if (item.range == lastOf[c]) together -= static_cast<int64_t>(live[c].erase(item.micro));
     }
   return most;
 }
@@ -123,9 +130,7 @@ std::vector<int64_t> liveChunkPasses(const PipelineSteps &steps, const std::vect
 } // namespace
 
 std::vector<int64_t> chunksInFlight(const PipelineSteps &steps, const std::vector<PipelineRange> &ranges) {
-  std::vector<int64_t> most = liveChunkPasses(steps, ranges);
-  if (most.size() > 1) most.pop_back();
-  return most;
+  return liveChunkPasses(steps, ranges).perChunk;
 }
 
 std::vector<PipelineRange> trainingRanges(int stage, int stages, int chunks) {
@@ -155,12 +160,11 @@ double activationsInFlight(const std::string &kind, int stage, int stages, int c
   std::vector<PipelineRange> ranges = trainingRanges(stage, stages, chunks);
   StatusOr<PipelineSteps> steps = pipelineSteps(ranges, kind, stage, stages, micro);
   if (!steps.isOk()) return static_cast<double>(micro); // (every microbatch: the most there can be)
-  std::vector<int64_t> counts = liveChunkPasses(steps.value(), ranges);
-  if (counts.size() == 1) return static_cast<double>(counts[0]);
-  const double chunkCount = static_cast<double>(counts.size() - 1);
-  if (memory == InFlightMemory::Peak) return static_cast<double>(counts.back()) / chunkCount;
+  ChunkPasses counts = liveChunkPasses(steps.value(), ranges);
+  const double chunkCount = static_cast<double>(counts.perChunk.size());
+  if (memory == InFlightMemory::Peak) return static_cast<double>(counts.together) / chunkCount;
   double total = 0;
-  for (size_t c = 0; c + 1 < counts.size(); ++c) total += static_cast<double>(counts[c]);
+  for (int64_t n : counts.perChunk) total += static_cast<double>(n);
   return total / chunkCount;
 }
 

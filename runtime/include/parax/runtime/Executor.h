@@ -163,9 +163,9 @@ private:
   std::vector<bool> handedOver_; // per buffer: an output outputs() hands over
   std::vector<bool> reshapeTakes_; // per buffer: a reshape's result that takes its operand's storage
   void markReshapesInPlace(const std::vector<bool> &fixed, const std::vector<int> &named,
-                           const std::vector<int> &written);
+                           const std::vector<int> &written, const std::vector<int> &lastRead);
   std::vector<bool> gathersToFirst_; // per buffer: an output all-gathered that no instruction reads
-  void markGathersToHolders(const std::vector<int> &named);
+  void markGathersToHolders(const std::vector<int> &named, const std::vector<int> &lastRead);
   bool resultsOnHoldersOnly_ = false;
   std::vector<int32_t> activations_; // buffers swapActivations exchanges
   std::vector<int32_t> cacheState_; // cacheStateInputs of the stage
