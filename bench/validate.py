@@ -232,10 +232,16 @@ def rows():
     # (scripts/performance/configs/qwen/qwen3_llm_pretrain.py at 3b7fd9d85)
     # sets no recomputation, the flex dispatcher on HybridEP without
     # all-to-all overlap, and forces the router's load balance (each rank
-    # receives its share of the tokens: capacity 1).
+    # receives its share of the tokens: capacity 1). HybridEP sends a token
+    # once to each other node holding one of its experts and fans it out
+    # over NVLink there (DeepEP's docs/Hybrid-EP_Implementation.md: an RDMA
+    # buffer of max_tokens_per_rank x (num_nodes - 1) rows; its benchmark
+    # counts the RDMA sends a (token, node)), in bf16 (Megatron-LM's
+    # fused_a2a.py refuses an fp8 HybridEP dispatch).
     out.append(dict(
         name="Megatron-Bridge Qwen3-30B-A3B, 16 H100, FP8, EP16 (NeMo 26.04.01)",
         config="qwen3-30b-a3b", seq=4096, cluster="dgx-h100:nodes=2", profile="megatron-bridge",
+        profile_fields={"ep_node_dispatch": True},
         workload="train:batch=1024,seq=4096,tp=1,pp=1,cp=1,dp=1,ep=16,mbs=1,recompute=none,zero=1,"
                  "gemm=fp8,capacity=1",
         published=8960, unit="tokens/s"))
@@ -285,12 +291,26 @@ def main():
                 # (a training step: the loss built in, as every run computed it)
                 f.write(build_model(load_config(source), seq=row["seq"], **{"loss": True, **row.get("built", {})}))
             profile = replaced.get(row["profile"], row["profile"])
+            shown_profile = row["profile"]
+            if row.get("profile_fields"):
+                # The recipe's own settings over the stack's profile.
+                fields = row["profile_fields"]
+                profile_path = os.path.join(tmp, "profile.json")
+                if profile in replaced.values():  # a profile file: its fields, then the recipe's
+                    with open(profile) as f:
+                        base = json.load(f)
+                else:
+                    base = {"extends": profile}
+                with open(profile_path, "w") as f:
+                    json.dump({**base, "name": row["profile"] + "-recipe", **fields}, f)
+                profile = profile_path
+                shown_profile += " + " + ", ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
             out = subprocess.run([tool, path, "--cluster", row["cluster"], "--profile", profile,
                                   "--workload", row["workload"], "--json", "--top", "1"],
                                  capture_output=True, text=True, timeout=600)
             result = json.loads(out.stdout)
             if not result["plans"]:
-                print(f"| {row['name']} | {row['profile']} | | no plan: {result.get('explanation')} | | |")
+                print(f"| {row['name']} | {shown_profile} | | no plan: {result.get('explanation')} | | |")
                 continue
             p = result["plans"][0]
             t = p["time_s"]
@@ -319,7 +339,7 @@ def main():
                     f"pp {t['pp_comm']:.2f}, dp {t['dp_comm']:.2f}"
                     f"{', ep ' + format(t['ep_comm'], '.2f') if p['ep'] > 1 else ''}"
                     f"{', cp ' + format(t['cp_comm'], '.2f') if p['cp'] > 1 else ''}")
-            print(f"| {row['name']} | {row['profile']} | {shown[0]} | {shown[1]} | {100 * error:+.1f} %{' (fit row)' if row.get('fit') else ''} | {plan} |",
+            print(f"| {row['name']} | {shown_profile} | {shown[0]} | {shown[1]} | {100 * error:+.1f} %{' (fit row)' if row.get('fit') else ''} | {plan} |",
                   flush=True)
             # The search left free (the run's batch, sequence, GEMM dtype
             # and expert capacity kept; every degree, microbatch, schedule,
@@ -331,7 +351,7 @@ def main():
                                   capture_output=True, text=True, timeout=600)
             best = json.loads(free.stdout)["plans"]
             if best:
-                searched.append((row["name"], row["profile"], describe(p), p["step_time_s"], describe(best[0]),
+                searched.append((row["name"], shown_profile, describe(p), p["step_time_s"], describe(best[0]),
                                  best[0]["step_time_s"]))
     if errors:
         mean = sum(abs(e) for e in errors) / len(errors)

@@ -561,8 +561,16 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double local = double(op.numExperts) / ctx.ep;
     double rows = tokens * op.topK * ctx.ep / op.numExperts;
     double hidden = value(op.inputs[0]).shape.back();
+    // One grouped kernel: the local experts' GEMMs fill the device
+    // together. A GEMM an expert (expert_gemm_streams): as many at once as
+    // the stack's streams, and each of the 2 a local expert (the gated
+    // up-projection, the down-projection) a kernel of its own.
+    int64_t streams = profile.expertGemmStreams;
+    double together = streams > 0 ? std::min<double>(local, streams) : local;
+    double launches = streams > 0 ? (2 * local - 1) * profile.kernelOverhead : 0;
     return gemmTime(cluster, flops / profile.expertsEfficiency, bytes, peak, rows, op.ffn * s.weightFrac,
-                    hidden, local);
+                    hidden, together) +
+           launches;
   }
   case OpClass::Attention: {
     if (profile.attention == AttentionKernel::Flash)
@@ -890,7 +898,7 @@ LayerPlan Solver::solve() {
     // 128: FA2 318 against 333-370 TFLOP/s, cuDNN 516 against 529-600);
     // a materialised one's is four batched GEMMs against two.
     // gemm=fp8: the stack's quantisation of the GEMM's operands (the
-    // output head and the experts stay out of it), forward: the input (once
+    // output head stays out of it; the experts' below), forward: the input (once
     // for the GEMMs that share it, in the layout it is held in before a
     // gather: TransformerEngine and torchao cast a sequence-parallel shard
     // and gather it in fp8) and, training, the weights; backward: the
@@ -909,6 +917,22 @@ LayerPlan Solver::solve() {
         // alone)
         plan.backwardExtraTime += profile.fp8ActivationPasses * output / bandwidth - 2 * casts;
       }
+      plan.computeTime += casts;
+      plan.opTimes.back() += casts;
+    }
+    // The experts' GEMMs quantise their own rows where the dispatch leaves
+    // them in the model's dtype (TransformerEngine's GroupedLinear, after
+    // Megatron's dispatch): forward, the dispatched rows and the
+    // down-projection's input; backward, the gradients of the two GEMMs'
+    // outputs (the hidden rows, the gated pair).
+    if (op.kind == OpClass::Experts && ctx.gemmBytes == 1 && !profile.epDispatchFp8 &&
+        profile.fp8ActivationPasses > 0) {
+      double bandwidth = ctx.cluster->hbmBandwidth * ctx.cluster->memoryEfficiency;
+      double rows = op.topK * fullBytes(op.inputs[0]) * share(s.in[0]); // bytes, hidden wide
+      double widen = op.ffn * s.weightFrac / value(op.inputs[0]).shape.back();
+      double casts = profile.fp8ActivationPasses * rows * (1 + widen) / bandwidth;
+      if (ctx.train)
+        plan.backwardExtraTime += profile.fp8ActivationPasses * rows * (1 + 2 * widen) / bandwidth - 2 * casts;
       plan.computeTime += casts;
       plan.opTimes.back() += casts;
     }

@@ -173,17 +173,19 @@ private:
   /// Expert parallelism: a layer's dispatch and combine all-to-alls over
   /// the ep group, 0 without (each way of a training step: the backward's
   /// combine gradient goes the dispatch's way). With gemm=fp8 the
-  /// dispatched rows are FP8 (the experts' GEMMs read them so), the
-  /// combined ones the model's dtype, as DeepSeek-V3 exchanges them.
+  /// dispatched rows are FP8 where the stack quantises before the dispatch
+  /// (the profile's ep_dispatch_fp8, as DeepSeek-V3 exchanges them), the
+  /// combined ones the model's dtype.
   double expertExchangeTime(const LayerPlan &lp, int64_t ep, Group epGroup) const {
     if (ep <= 1 || lp.alltoallBytes <= 0)
       return 0;
+    double dispatchShare = cluster.profile.epDispatchFp8 ? gemmInputShare() : 1;
     if (cluster.profile.epNodeDispatch && epGroup.nodes() > 1)
-      return nodeDispatchTime(cluster, lp.dispatchedRows * gemmInputShare(), lp.expertTopK, lp.numGroups,
+      return nodeDispatchTime(cluster, lp.dispatchedRows * dispatchShare, lp.expertTopK, lp.numGroups,
                               lp.topkGroups, epGroup) +
              nodeDispatchTime(cluster, lp.dispatchedRows, lp.expertTopK, lp.numGroups, lp.topkGroups, epGroup);
     return collectiveTime(cluster, CollectiveKind::AllToAll,
-                          lp.alltoallBytes * gemmInputShare(), epGroup) +
+                          lp.alltoallBytes * dispatchShare, epGroup) +
            collectiveTime(cluster, CollectiveKind::AllToAll, lp.alltoallBytes,
                           epGroup);
   }

@@ -54,19 +54,19 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "collective_kinds": {"all_gather": 0.3, "reduce_scatter": 0.3}})json"},
     {"megatron-core", R"json({
   "name": "megatron-core",
-  "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned",
+  "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned, the expert all-to-all one copy an expert in the model's dtype, the experts' GEMMs one cuBLAS GEMM an expert on 4 streams (TransformerEngine's GroupedLinear on Hopper), each quantising its own rows under FP8",
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "flash", "flash_efficiency": 0.7,
   "selective_recompute": "core_attention",
-  "fp8_casts": {"activations": 2, "weights": 0},
+  "fp8_casts": {"activations": 2, "weights": 0}, "ep_dispatch_fp8": false, "expert_gemm_streams": 4,
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": true, "max_zero": 1, "gradient_fusion": true, "pp_overlap": true,
   "pipeline_outputs_kept": false, "pipeline_gradient_sets": false,
   "pipeline_activation_slots": false})json"},
     {"megatron-bridge", R"json({
   "name": "megatron-bridge", "extends": "megatron-core",
-  "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling",
-  "tp_overlap_gemms": true})json"},
+  "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling, gradients reduced in bf16 (every recipe's grad_reduce_in_fp32 = False)",
+  "tp_overlap_gemms": true, "reduce_bytes": 2})json"},
     {"deepseek-v3", R"json({
   "name": "deepseek-v3",
   "description": "DeepSeek's own stack as the DeepSeek-V3 report (sections 3.2-3.3) documents it: DualPipe overlapping the expert all-to-all with the other direction's compute (its bubble is costed as 1F1B's), 20 of 132 SMs given to communication, the dispatch sent once a node (group-limited routing: at most 4 nodes) and fanned out over NVLink, FP8 GEMMs with the activations quantised in the kernel before, RMSNorm and the up-projections recomputed, ZeRO-1",
@@ -171,11 +171,11 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "flash_efficiency", "score_bytes", "score_kept_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
-      "nccl_protocols", "optimizer_bytes", "experts_efficiency", "collective_kinds", "collective_size_curves",
+      "nccl_protocols", "optimizer_bytes", "experts_efficiency", "expert_gemm_streams", "collective_kinds", "collective_size_curves",
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "pp_overlap", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
+      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "pp_overlap", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
       "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
@@ -216,7 +216,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   };
   double bucket = p.zero3BucketBytes / 1e6, reduce = p.reduceBucketBytes / 1e6,
          overheadUs = p.kernelOverhead * 1e6, prefetch = p.zero3Prefetch,
-         maxZero = p.maxZero;
+         maxZero = p.maxZero, streams = p.expertGemmStreams;
   Field fields[] = {
       {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},
       {"flash_efficiency", &p.flashEfficiency, 1e-4, 1, 1},
@@ -232,6 +232,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"max_zero", &maxZero, 0, 3, 1},
       {"optimizer_bytes", &p.optimizerBytes, 1e-3, 1e6, 1},
       {"experts_efficiency", &p.expertsEfficiency, 1e-3, 1, 1},
+      {"expert_gemm_streams", &streams, 0, 1024, 1},
       {"loss_buffers", &p.lossBuffers, 0, 100, 1},
       {"compute_share", &p.computeShare, 0.05, 1, 1},
       {"zero3_persist_elements", &p.zero3PersistElements, 0, 1e15, 1},
@@ -250,6 +251,9 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   if (maxZero != std::floor(maxZero))
     return fieldError(source, "max_zero", "must be 0, 1, 2 or 3");
   p.maxZero = static_cast<int>(maxZero);
+  if (streams != std::floor(streams))
+    return fieldError(source, "expert_gemm_streams", "must be a whole number");
+  p.expertGemmStreams = static_cast<int>(streams);
   p.kernelOverhead = overheadUs * 1e-6;
   p.zero3BucketBytes = bucket * 1e6;
   p.reduceBucketBytes = reduce * 1e6;
@@ -384,6 +388,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"runtime_buffers", &p.runtimeBuffers},
                              std::pair{"zero3_pipeline_unsharded", &p.zero3PipelineUnsharded},
                              std::pair{"ep_node_dispatch", &p.epNodeDispatch},
+                             std::pair{"ep_dispatch_fp8", &p.epDispatchFp8},
                              std::pair{"pp_overlap", &p.ppOverlap},
                              std::pair{"tp_overlap_gemms", &p.tpOverlapGemms},
                              std::pair{"sequence_parallel", &p.sequenceParallel},
@@ -414,6 +419,7 @@ std::string Profile::toJson() const {
       {"fp8_casts", json::Object{{"activations", fp8ActivationPasses}, {"weights", fp8WeightPasses}}},
       {"optimizer_bytes", optimizerBytes},
       {"experts_efficiency", expertsEfficiency},
+      {"expert_gemm_streams", expertGemmStreams},
       {"kernel_overhead_us", kernelOverhead * 1e6},
       {"collective_efficiency", collectiveEfficiency},
       {"nccl_protocols", ncclProtocols},
@@ -451,6 +457,7 @@ std::string Profile::toJson() const {
       {"runtime_buffers", runtimeBuffers},
       {"zero3_pipeline_unsharded", zero3PipelineUnsharded},
       {"ep_node_dispatch", epNodeDispatch},
+      {"ep_dispatch_fp8", epDispatchFp8},
       {"pp_overlap", ppOverlap},
       {"tp_overlap_gemms", tpOverlapGemms},
       {"sequence_parallel", sequenceParallel},

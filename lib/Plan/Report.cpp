@@ -304,11 +304,14 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                 link(cluster.intraNode), link(cluster.interNode), cluster.collectiveLatency * 1e6);
   os << "  " << profile.summary() << "\n";
   os << formatv("  profile: passes norm {0:G}, rope {1:G}, swiglu {2:G}, activations {3:G}, add/mul {4:G}, "
-                "cross-entropy {5:G}; experts at {6:G} of the GEMM rate; optimizer {7:G} bytes a parameter\n",
+                "cross-entropy {5:G}; experts at {6:G} of the GEMM rate, {8}; optimizer {7:G} bytes a parameter\n",
                 profile.normPasses, profile.ropePasses, profile.swigluPasses, profile.unaryPasses,
-                profile.addPasses, profile.crossEntropyPasses, profile.expertsEfficiency, profile.optimizerBytes);
+                profile.addPasses, profile.crossEntropyPasses, profile.expertsEfficiency, profile.optimizerBytes,
+                profile.expertGemmStreams > 0
+                    ? formatv("a GEMM an expert, {0} at once", profile.expertGemmStreams).str()
+                    : std::string("one grouped kernel"));
   os << formatv("  profile: selective recomputation re-runs {0}; fp8 quantisation {1:G} passes an activation, "
-                "{2:G} over the weights; {3:G} of the SMs to compute; the expert dispatch {4}, {5:G} of it hidden; "
+                "{2:G} over the weights; {3:G} of the SMs to compute; the expert dispatch {4}{8}, {5:G} of it hidden; "
                 "the loss {6:G} logits-sized buffer(s) more; {7}\n",
                 profile.selectiveRecompute == SelectiveRecompute::Runtime         ? "what parax's runtime does"
                 : profile.selectiveRecompute == SelectiveRecompute::CoreAttention ? "the core attention"
@@ -317,7 +320,8 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                 profile.fp8ActivationPasses, profile.fp8WeightPasses, profile.computeShare,
                 profile.epNodeDispatch ? "once a node" : "one copy an expert", profile.epOverlap,
                 profile.lossBuffers,
-                profile.runtimeBuffers ? "parax's runtime's scratch and staging held" : "no runtime scratch");
+                profile.runtimeBuffers ? "parax's runtime's scratch and staging held" : "no runtime scratch",
+                profile.epDispatchFp8 ? "" : " in the model's dtype under fp8");
   std::vector<LayerPlan> plans = layerPlansFor(model, cluster, workload, plan);
   os << formatv("  each distinct layer, forward, one microbatch of {0} sequence(s) on one device (ms):\n",
                 plan.microBatch);

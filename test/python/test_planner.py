@@ -674,6 +674,81 @@ def test_a_node_deduplicating_dispatch_sends_a_token_once_a_node(parax_plan, mod
     assert plain["time_s"]["ep_comm"] > 1.8 * best["time_s"]["ep_comm"]
 
 
+def test_a_dispatch_in_the_models_dtype_under_fp8_gemms(parax_plan, model_file, tmp_path):
+    # With gemm=fp8, DeepSeek-V3 quantises the dispatched rows before they
+    # leave (1 byte an element); Megatron-Core's dispatchers send the bf16
+    # hidden states and quantise in the experts' GEMMs (ep_dispatch_fp8
+    # false, as megatron-core and megatron-bridge set it). The combine is
+    # bf16 either way. The previous test's DeepSeek-V3 layer on EP16 over 2
+    # H100 nodes, the dispatch once a node: off the node 22.4 us of latency
+    # and hops plus the rows' bytes, 2 x 69/70 nodes reached, half of them
+    # the other node, at 50 GB/s x 0.93 (NVLink's copies take less time).
+    model = model_file("deepseek-v3", 4096, layers=4)
+    work = "train:batch=16,seq=4096,dp=1,ep=16,tp=1,pp=1,mbs=1,zero=1,recompute=full,capacity=2,gemm=fp8"
+    runs = {}
+    for fp8 in (False, True):
+        profile = tmp_path / f"p{fp8}.json"
+        profile.write_text(json.dumps({"name": "p", "ep_node_dispatch": True, "ep_dispatch_fp8": fp8,
+                                       "runtime_buffers": False}))
+        runs[fp8] = plan(parax_plan, model, "dgx-h100:nodes=2", work, "--profile", str(profile))["plans"][0]
+
+    def off(element_bytes):
+        return 8.4e-6 + 14e-6 + 4096 * 7168 * element_bytes * (2 * 69 / 70) / 2 / (50e9 * 0.93)
+
+    # forward and backward, each a dispatch and a combine
+    assert runs[True]["time_s"]["ep_comm"] == pytest.approx(2 * (off(1) + off(2)), rel=1e-6)
+    assert runs[False]["time_s"]["ep_comm"] == pytest.approx(4 * off(2), rel=1e-6)
+    # megatron-core says so, and its report says which
+    shipped = subprocess.run([parax_plan, "--profile", "megatron-bridge", "--print-profile"],
+                             capture_output=True, text=True, timeout=60)
+    printed = json.loads(shipped.stdout)
+    assert printed["ep_dispatch_fp8"] is False and printed["reduce_bytes"] == 2
+
+
+def test_a_gemm_an_expert_on_a_few_streams(parax_plan, model_file, tmp_path):
+    # TransformerEngine's GroupedLinear on Hopper runs one cuBLAS GEMM an
+    # expert on 4 streams (expert_gemm_streams), not one grouped kernel:
+    # each of a rank's 128 Qwen3-30B-A3B experts launches its 2 GEMMs on
+    # its own. A prefill of 16,384 tokens through 2 MoE layers on one H100:
+    # 2 x (2 x 128 - 1) launches of 2 us more than the grouped kernel's one.
+    model = model_file("qwen3-30b-a3b", 16384, layers=2)
+    work = "prefill:batch=1,seq=16384,tp=1,pp=1,dp=1,ep=1"
+
+    def step(**fields):
+        profile = tmp_path / "p.json"
+        profile.write_text(json.dumps({"name": "p", "kernel_overhead_us": 2, **fields}))
+        return plan(parax_plan, model, "dgx-h100:devices_per_node=1", work, "--profile",
+                    str(profile))["plans"][0]["step_time_s"]
+
+    assert step(expert_gemm_streams=1) - step() == pytest.approx(2 * 255 * 2e-6, rel=1e-6)
+    # by shape (compute-bound: 1.2 TFLOP a layer against 1.2 GB of expert
+    # weights): an expert's 1,024 x 768 output is 48 tiles of 128 x 128,
+    # split-K in 2 to 96 of the 132 SMs (0.73); 4 at once, 192 tiles in 2
+    # waves (0.73 again); the grouped kernel's 128 experts, 47 waves
+    # nearly full
+    one, four, grouped = (step(gemm_shapes=True, expert_gemm_streams=n) for n in (1, 4, 0))
+    assert one == pytest.approx(four, rel=1e-9)
+    assert four - 2 * 255 * 2e-6 > grouped * 1.02
+
+
+def test_experts_quantising_their_own_rows(parax_plan, model_file, tmp_path):
+    # gemm=fp8 where the dispatch leaves the rows in bf16 (ep_dispatch_fp8
+    # false): the experts' GEMMs quantise their inputs themselves, 2 passes
+    # (megatron-core's fp8_casts) over the 2 x 128 dispatched rows of 4096
+    # and the down-projection's 2 x 128 rows of 14,336, bf16, at 3,350 GB/s
+    # x 0.85, in each of 2 layers of a Mixtral prefill on one H100.
+    model = model_file("mixtral-8x7b", 128, layers=2)
+    work = "prefill:batch=1,seq=128,tp=1,pp=1,dp=1,ep=1,gemm=fp8"
+    steps = {}
+    for fp8 in (True, False):
+        profile = tmp_path / "p.json"
+        profile.write_text(json.dumps({"name": "p", "fp8_casts": {"activations": 2}, "ep_dispatch_fp8": fp8}))
+        steps[fp8] = plan(parax_plan, model, "dgx-h100:devices_per_node=1", work, "--profile",
+                          str(profile))["plans"][0]["step_time_s"]
+    casts = 2 * 2 * 128 * (4096 + 14336) * 2 / (3350e9 * 0.85)
+    assert steps[False] - steps[True] == pytest.approx(2 * casts, rel=1e-6)
+
+
 def test_the_front_doors_plan_page_draws_the_best_plan(tmp_path):
     # `parax plan --html`: the best plan's time by term, each of its two
     # stages' memory by kind (the JSON's per-stage figures, stacked to their

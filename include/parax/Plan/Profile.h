@@ -114,6 +114,13 @@ struct Profile {
   /// The experts' GEMMs (gathered rows, a GEMM an expert) as a share of
   /// the dense GEMMs' rate.
   double expertsEfficiency = 1;
+  /// How the experts' GEMMs run: 0, one grouped kernel over a rank's
+  /// local experts (they fill the device together); n > 0, a GEMM an
+  /// expert, each launched on its own, n at once on as many streams
+  /// (TransformerEngine's GroupedLinear on Hopper under FP8: one cuBLAS
+  /// GEMM an expert on its pool of 4 compute streams; its docs, "Grouped
+  /// GEMM", and transformer_engine/common/util/multi_stream.h).
+  int expertGemmStreams = 0;
   /// Seconds each kernel costs beyond its work (launch gap, ramp-up, tail).
   double kernelOverhead = 0;
   // --- communication -----------------------------------------------------
@@ -149,6 +156,13 @@ struct Profile {
   /// experts, over the scale-out network, and fans it out over NVLink there
   /// (DeepSeek's DeepEP); false: one copy an expert (an all-to-all).
   bool epNodeDispatch = false;
+  /// With gemm=fp8, the expert dispatch sends its rows in FP8, quantised
+  /// before it (DeepSeek-V3, section 3.3); false: in the model's dtype,
+  /// the experts' GEMMs quantising them after (Megatron-Core's all-to-all
+  /// dispatcher permutes and exchanges the bf16 hidden states; its HybridEP
+  /// path refuses an fp8 dispatch). The combine is in the model's dtype
+  /// either way.
+  bool epDispatchFp8 = true;
   /// An interleaved schedule's exchanges between stages run beside the
   /// next chunk's compute (Megatron-Core's overlap_p2p_comm, its default
   /// with virtual stages): exposed only along the fill and drain, and
