@@ -245,6 +245,22 @@ def rows():
         workload="train:batch=1024,seq=4096,tp=1,pp=1,cp=1,dp=1,ep=16,mbs=1,recompute=none,zero=1,"
                  "gemm=fp8,capacity=1",
         published=8960, unit="tokens/s"))
+    # The same summary's Qwen3-235B-A22B row (DGX-H100, 256 GPUs, FP8, GBS
+    # 8192, MBS 1, seq 4096, TP2 PP8 VP4 EP32, 1,712 tokens/s a GPU): the
+    # recipe (qwen3_workload_base_configs.py, QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2,
+    # and qwen3_llm_pretrain.py at 3b7fd9d85) keeps the experts whole
+    # (expert_tensor_parallel_size = 1: EP32 folded over TP2 x DP16, parax's
+    # etp=1 with ep16 x tp2), the all-to-all dispatcher, no TP overlap
+    # (tp_comm_overlap=False), moe_a2a_overlap (overlap_moe_expert_parallel_comm:
+    # a microbatch's all-to-alls beside another's compute), no
+    # recomputation, the router's balance forced.
+    out.append(dict(
+        name="Megatron-Bridge Qwen3-235B-A22B, 256 H100, FP8, TP2 PP8 VP4 EP32 (NeMo 26.04.01)",
+        config="qwen3-235b-a22b", seq=4096, cluster="dgx-h100:nodes=32", profile="megatron-bridge",
+        profile_fields={"tp_overlap_gemms": False, "ep_overlap_compute": True},
+        workload="train:batch=8192,seq=4096,tp=2,pp=8,cp=1,ep=16,dp=1,etp=1,mbs=1,sp=1,schedule=interleaved,"
+                 "chunks=4,recompute=none,zero=1,gemm=fp8,capacity=1",
+        published=1712, unit="tokens/s"))
     out.append(dict(
         name="DeepSeek-V3, 2048 H800, PP16 EP64 DP2, FP8, MTP (DeepSeek-V3 report, 180K GPU hours a trillion tokens)",
         config="deepseek-v3", seq=4096, cluster="hgx-h800:nodes=256", profile="deepseek-v3",
@@ -256,7 +272,8 @@ def rows():
 def describe(p):
     """A plan's degrees and choices, as a short line."""
     degrees = " ".join(f"{axis}{p[axis]}" for axis in ("tp", "pp", "dp", "cp", "ep") if p[axis] > 1) or "1 rank"
-    return (f"{degrees}{' sp' if p.get('sequence_parallel') else ''}, mbs {p['micro_batch']}, {p['schedule']}"
+    return (f"{degrees}{' sp' if p.get('sequence_parallel') else ''}{' etp1' if p.get('experts_folded') else ''}, "
+            f"mbs {p['micro_batch']}, {p['schedule']}"
             f"{' v' + str(p['virtual_stages']) if p['virtual_stages'] > 1 else ''}, ZeRO-{p['zero']}, {p['recompute']}")
 
 

@@ -454,9 +454,28 @@ SmallVector<Strategy> Solver::strategies(const OpNode &op) const {
     // The router stays replicated (its gate is small, and its integer
     // choices are not communicated).
     list.push_back(Strategy{"replicated", {kReplicated}, {kReplicated, kReplicated}});
+    // Folded experts: each rank routes its own sequence shard.
+    if (ctx.foldExperts && t > 1 && splittable(op.inputs[0], 1) &&
+        llvm::all_of(op.results, [&](int r) { return splittable(r, 1); })) {
+      Strategy s{"sequence", {1}, {1, 1}};
+      s.computeFrac = 1.0 / t;
+      list.push_back(s);
+    }
     break;
   }
   case OpClass::Experts: {
+    if (ctx.foldExperts) {
+      // Folded over the TP ranks (Megatron's expert_tensor_parallel_size
+      // = 1): a rank's sequence shard dispatched to the ep x tp expert
+      // ranks, each expert whole on one of them; nothing else.
+      if (t > 1 && llvm::all_of(op.inputs, [&](int v) { return splittable(v, 1); }) &&
+          splittable(op.results[0], 1)) {
+        Strategy s{"folded", {1, 1, 1}, {1}};
+        s.computeFrac = s.weightFrac = 1.0 / t;
+        list.push_back(s);
+      }
+      break;
+    }
     list.push_back(Strategy{"replicated", {kReplicated, kReplicated, kReplicated},
                             {kReplicated}});
     if (t > 1 && op.ffn % t == 0) {
@@ -519,9 +538,10 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   flops *= s.computeFrac;
   double weights = weightBytes(op) * s.weightFrac;
   if (op.kind == OpClass::Experts) {
-    double local = double(op.numExperts) / ctx.ep;
-    double touched = std::min(local, tokens * op.topK);
-    weights *= touched / op.numExperts;
+    // (folded: the rank's share is its experts, each whole)
+    double local = double(op.numExperts) / ctx.expertRanks();
+    double touched = std::min(local, tokens * s.computeFrac * op.topK);
+    weights = weightBytes(op) * (ctx.foldExperts ? 1 : s.weightFrac) * touched / op.numExperts;
   }
   if (op.kind == OpClass::Embedding)
     weights -= unreadTableBytes(op, s);
@@ -558,9 +578,12 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   case OpClass::Experts: {
     // A rank's E / ep experts, each on its share of the (token, choice)
     // pairs (balanced routing): gate/up [rows, H] x [H, F], down back.
-    double local = double(op.numExperts) / ctx.ep;
+    // (folded: a rank's tokens / tp over ep x tp ranks, as many rows an
+    // expert; each expert whole)
+    double local = double(op.numExperts) / ctx.expertRanks();
     double rows = tokens * op.topK * ctx.ep / op.numExperts;
     double hidden = value(op.inputs[0]).shape.back();
+    double width = op.ffn * (ctx.foldExperts ? 1 : s.weightFrac);
     // One grouped kernel: the local experts' GEMMs fill the device
     // together. A GEMM an expert (expert_gemm_streams): as many at once as
     // the stack's streams, and each of the 2 a local expert (the gated
@@ -568,8 +591,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     int64_t streams = profile.expertGemmStreams;
     double together = streams > 0 ? std::min<double>(local, streams) : local;
     double launches = streams > 0 ? (2 * local - 1) * profile.kernelOverhead : 0;
-    return gemmTime(cluster, flops / profile.expertsEfficiency, bytes, peak, rows, op.ffn * s.weightFrac,
-                    hidden, together) +
+    return gemmTime(cluster, flops / profile.expertsEfficiency, bytes, peak, rows, width, hidden, together) +
            launches;
   }
   case OpClass::Attention: {
@@ -625,9 +647,10 @@ std::pair<double, double> Solver::scratchBytes(const OpNode &op, const Strategy 
     // Counts and permutations (ints), the rows, gate/up products (fp32), bf16
     // copies for the GEMMs; the gradient also dy's rows and one expert's stack
     // gradient [F, H].
-    double E = double(op.numExperts) / ctx.ep,
-           pairs = tokens * op.topK * ctx.dispatchedFactor();
-    double H = value(op.inputs[0]).shape.back(), F = op.ffn * s.weightFrac, widest = std::max(H, F);
+    double E = double(op.numExperts) / ctx.expertRanks(),
+           pairs = tokens * s.computeFrac * op.topK * ctx.dispatchedFactor();
+    double H = value(op.inputs[0]).shape.back(), F = op.ffn * (ctx.foldExperts ? 1 : s.weightFrac),
+           widest = std::max(H, F);
     double ints = 3 * E + 2 * pairs;
     return {f * (ints + pairs * (2 * H + 2 * F)) + 2 * pairs * widest,
             f * (ints + 2 * pairs * H + 3 * pairs * F + F * H) + 2 * pairs * widest};
@@ -929,7 +952,7 @@ LayerPlan Solver::solve() {
         profile.fp8ActivationPasses > 0) {
       double bandwidth = ctx.cluster->hbmBandwidth * ctx.cluster->memoryEfficiency;
       double rows = op.topK * fullBytes(op.inputs[0]) * share(s.in[0]); // bytes, hidden wide
-      double widen = op.ffn * s.weightFrac / value(op.inputs[0]).shape.back();
+      double widen = op.ffn * (ctx.foldExperts ? 1 : s.weightFrac) / value(op.inputs[0]).shape.back();
       double casts = profile.fp8ActivationPasses * rows * (1 + widen) / bandwidth;
       if (ctx.train)
         plan.backwardExtraTime += profile.fp8ActivationPasses * rows * (1 + 2 * widen) / bandwidth - 2 * casts;
@@ -968,8 +991,9 @@ LayerPlan Solver::solve() {
     if (op.kind == OpClass::Experts) {
       plan.expertWeightBytes += weightBytes(op) * weightShare;
       plan.expertParams += op.weightParams * weightShare;
-      plan.alltoallBytes += fullBytes(op.inputs[0]) * op.topK;
-      plan.dispatchedRows += fullBytes(op.inputs[0]);
+      // (folded: the rank's sequence shard)
+      plan.alltoallBytes += fullBytes(op.inputs[0]) * share(s.in[0]) * op.topK;
+      plan.dispatchedRows += fullBytes(op.inputs[0]) * share(s.in[0]);
       plan.expertTopK = std::max(plan.expertTopK, op.topK);
     }
     // The KV cache: what the program's cache updates write (a token's
@@ -1020,7 +1044,7 @@ LayerPlan Solver::solve() {
       if (!value(res).inKvCache)
         plan.backwardTransientBytes = std::max(plan.backwardTransientBytes, heldBytes[res]);
     }
-    if (op.kind == OpClass::Experts && ctx.ep > 1)
+    if (op.kind == OpClass::Experts && ctx.expertRanks() > 1)
       // Its backward: the output's gradient dispatched to this rank's
       // experts, the input's gradient rows sent back, the experts' weight
       // gradients (one instruction writes them all).
@@ -1028,7 +1052,7 @@ LayerPlan Solver::solve() {
           std::max(plan.backwardTransientBytes,
                    2 * ctx.dispatchedFactor() * op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) +
                        op.weightBytes * weightShare);
-    if (op.kind == OpClass::Experts && ctx.ep > 1 && op.inputs.size() >= 3)
+    if (op.kind == OpClass::Experts && ctx.expertRanks() > 1 && op.inputs.size() >= 3)
       // The dispatched rows, weights and experts the gradient reads: ep ·
       // tokens · k rows (the runtime sizes them for every token of the EP
       // group choosing this rank's experts), or the expert capacity's.
@@ -1037,7 +1061,7 @@ LayerPlan Solver::solve() {
       dispatchedBytes += ctx.dispatchedFactor() *
                          (op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) *
                               ctx.gemmInputShare +
-                          fullBytes(op.inputs[1]) + fullBytes(op.inputs[2]));
+                          fullBytes(op.inputs[1]) * share(s.in[1]) + fullBytes(op.inputs[2]) * share(s.in[2]));
   }
   for (int in : layer.inputs)
     heldBytes[in] = value(in).inKvCache ? 0 : fullBytes(in) * share(boundaryLayout(in));

@@ -114,6 +114,7 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
     if (failed(model))
       return failure();
     PlanOptions options;
+    options.lowering = true; // (what the partitioner and runtimes implement)
     options.topK = 1;
     // The program's batch is one microbatch of a data-parallel replica,
     // its sequences split over the replica's EP ranks (PlanPass's epDim):

@@ -83,6 +83,8 @@ public:
       hasExperts = hasExperts || layer.hasExperts;
       for (const OpNode &op : layer.ops) {
         shifts = shifts || op.kind == OpClass::Shift;
+        if (op.kind == OpClass::Experts)
+          numExperts = op.numExperts;
         if ((op.kind == OpClass::Linear && !op.outputHead) || op.kind == OpClass::HeadLinear ||
             op.kind == OpClass::Experts)
           gemmFlopsPerToken += op.flopsPerToken;
@@ -101,9 +103,10 @@ private:
   PlanOptions opt;
   std::vector<int> signature;
   bool hasExperts = false; // some layer routes tokens to experts
+  int64_t numExperts = 0;  // (their count)
   bool shifts = false;     // multi-token prediction's shifted tokens: no cp
   double gemmFlopsPerToken = 0; // of the GEMMs gemm= runs in its dtype (mfuPeak)
-  std::map<std::tuple<int, int64_t, int64_t, bool, double, bool, double>, LayerPlan> cache;
+  std::map<std::tuple<int, int64_t, int64_t, bool, double, bool, double, bool>, LayerPlan> cache;
   /// Interleaved 1F1B's activation sets each of `pp` stages holds at
   /// once with `v` chunks and `m` microbatches (the runtime's schedule,
   /// runtime::activationsInFlight), computed once a (pp, v, m).
@@ -161,6 +164,20 @@ private:
   /// batch and sequence merged) carry it only for one sequence.
   bool contextSplitFits(int64_t cp, int64_t rows) const {
     return cp <= 1 || rows == 1 || !hasExperts;
+  }
+  /// Whether this configuration's experts may be folded over the TP ranks
+  /// (`fold`: each whole on one of ep x tp ranks, Megatron's
+  /// expert_tensor_parallel_size = 1) or split like the MLP (etp = tp):
+  /// folding needs sequence parallelism (the caller's), no cp, the
+  /// experts dealt out evenly, and the stack's support or etp=1; never
+  /// when lowering for parax's runtime. A pinned etp allows one of the two.
+  bool expertsMayFold(bool fold, int64_t tp, int64_t ep, int64_t cp) const {
+    if (!hasExperts || tp == 1)
+      return !fold;
+    if (!fold)
+      return !w.etp || *w.etp == tp;
+    bool even = cp == 1 && numExperts % (ep * tp) == 0;
+    return even && !opt.lowering && (w.etp ? *w.etp == 1 : cluster.profile.expertFolding);
   }
   /// The GEMMs' input bytes an element (gemm=), as a share of the model's:
   /// what the expert dispatch sends and a training step keeps for the
@@ -378,7 +395,8 @@ const LayerPlan &Search::layerPlan(size_t layer, const TpContext &ctx) {
   // layer without them has one plan whatever the ep degree.
   bool experts = llvm::any_of(model.layers[layer].ops, [](const OpNode &op) { return op.kind == OpClass::Experts; });
   auto key = std::make_tuple(signature[layer], ctx.tp, experts ? ctx.ep : 1,
-                             ctx.sequenceParallel, ctx.sequences, last, ctx.queryLen);
+                             ctx.sequenceParallel, ctx.sequences, last, ctx.queryLen,
+                             experts && ctx.foldExperts);
   auto it = cache.find(key);
   if (it == cache.end())
     it = cache.emplace(key, solveLayer(model.layers[layer], ctx, last)).first;
@@ -603,8 +621,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
   Group denseGroup = makeGroup(cluster, replicas * cp, tp);
   Group expertGroup = makeGroup(cluster, dp * cp, tp);
   Group ppGroup = makeGroup(cluster, 2, tp * cp * ep * dp);
-  int tpLink = linkOf(makeGroup(cluster, tp, 1)), epLink = linkOf(epGroup),
-      cpLink = linkOf(makeGroup(cluster, cp, tp));
+  int tpLink = linkOf(makeGroup(cluster, tp, 1)), cpLink = linkOf(makeGroup(cluster, cp, tp));
   int64_t sharers = replicas * cp, expertSharers = dp * cp;
   double flopsPerToken = modelFlopsPerToken(w.seq, w.seq);
   double peak = mfuPeak(flopsPerToken);
@@ -614,12 +631,21 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       continue;
     int64_t m = local / mbs;
     std::vector<LayerCost> costs; // by layer, for one configuration at a time
-    for (bool sp : {false, true}) {
+    // Sequence parallelism off or on; on, the experts split like the MLP
+    // or folded over the TP ranks (their all-to-all then over the ep x tp
+    // ranks of a cp-less grid: adjacent).
+    for (auto [sp, fold] : {std::pair{false, false}, {true, false}, {true, true}}) {
       if (sp && (tp == 1 || (w.seq / cp) % tp))
         continue;
       if (w.sequenceParallel && *w.sequenceParallel != sp)
         continue;
+      if (!expertsMayFold(fold, tp, ep, cp))
+        continue;
       TpContext ctx = context(tp, ep, sp, mbs, cp);
+      ctx.foldExperts = fold;
+      Group exchangeGroup = fold ? makeGroup(cluster, ep * tp, 1) : epGroup;
+      int64_t expertRanks = ctx.expertRanks();
+      int epLink = linkOf(exchangeGroup);
       std::vector<const LayerPlan *> plans;
       bool ok = true;
       for (size_t l = 0; l < model.layers.size(); ++l) {
@@ -693,7 +719,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               const LayerPlan &lp = *plans[l];
               LayerCost &c = costs[l];
               c.kvCache = 0;
-              double a2a = expertExchangeTime(lp, ep, epGroup);
+              double a2a = expertExchangeTime(lp, expertRanks, exchangeGroup);
               // Keys and values gathered (forward), their gradients
               // reduce-scattered (backward).
               auto [gathered, cpTime] = gatheredKeysValues(lp, ctx, cp);
@@ -703,6 +729,11 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // communication behind independent compute)
               double tpTime = exposedTp(lp);
               a2a *= 1 - cluster.profile.epOverlap;
+              if (cluster.profile.epOverlapCompute)
+                // Beside another microbatch's compute (a forward merged
+                // with a backward): exposed where the layer's four
+                // exchanges outlast its forward and backward compute.
+                a2a = std::max(0.0, 2 * a2a - (3 * lp.computeTime + lp.backwardExtraTime)) / 2;
               c.forward = lp.computeTime + tpTime + a2a + cpTime + resultsOverCp + resultsOverEp + loss;
               c.backward = 2 * lp.computeTime + lp.backwardExtraTime + tpTime + a2a + cpTime;
               double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
@@ -773,6 +804,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 continue;
             }
             Plan plan = Plan::withDegrees(pp, dp, ep, tp, sp);
+            plan.expertsFolded = fold;
             plan.cp = cp;
             plan.microBatch = mbs;
             plan.microBatches = m;
@@ -968,7 +1000,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
 void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                                int64_t cp, std::vector<Plan> &out) {
   int64_t replicas = dp * ep;
-  if (replicas > w.batch)
+  if (replicas > w.batch || !expertsMayFold(false, tp, ep, cp)) // (no folding for inference)
     return;
   int64_t sequences = (w.batch + replicas - 1) / replicas;
   // Under PP a replica's requests may run as m microbatches, each with its
@@ -1158,6 +1190,16 @@ std::string Search::pinnedRefusals(int64_t n, int64_t experts) const {
   if (w.ep && *w.ep > 1 && (!experts || experts % *w.ep))
     why += experts ? formatv("; ep={0} does not divide the model's {1} experts", *w.ep, experts).str()
                    : formatv("; ep={0}: the model has no routed experts", *w.ep).str();
+  if (w.etp && *w.etp > 1 && w.tp && *w.etp != *w.tp)
+    why += formatv("; etp={0} (the experts' tensor parallelism) must be 1 or the tp ({1})", *w.etp, *w.tp).str();
+  if (w.etp && *w.etp == 1 && w.tp.value_or(2) > 1 && experts) {
+    if (!train())
+      why += "; etp=1 (the experts folded over the TP ranks) is costed for training only";
+    else if (w.cp.value_or(1) > 1 || w.sequenceParallel == false)
+      why += "; etp=1 (the experts folded over the TP ranks) needs sequence parallelism and no cp";
+    else if (opt.lowering)
+      why += "; etp=1 (the experts folded over the TP ranks) is a what-if parax's runtime does not run";
+  }
   int64_t replicas = w.dp.value_or(1) * w.ep.value_or(1);
   if ((w.dp || w.ep) && (train() ? w.batch % replicas != 0 : replicas > w.batch))
     why += formatv(train() ? "; the batch ({0}) does not divide into dp x ep = {1} replicas"
@@ -1458,6 +1500,8 @@ std::string Plan::degrees() const {
   text += formatv("tp{0}", tp).str();
   if (sequenceParallel)
     text += " sp";
+  if (expertsFolded)
+    text += " etp1";
   return text;
 }
 
@@ -1568,6 +1612,7 @@ std::vector<LayerPlan> parax::plan::layerPlansFor(const ModelGraph &model,
   Search search(model, cluster, workload, PlanOptions());
   double sequences = plan.microBatch; // (inference: a replica's rows over its microbatches)
   TpContext ctx = search.context(plan.tp, plan.ep, plan.sequenceParallel, sequences, plan.cp);
+  ctx.foldExperts = plan.expertsFolded;
   std::vector<LayerPlan> out;
   for (size_t l = 0; l < model.layers.size(); ++l)
     out.push_back(search.layerPlan(l, ctx));

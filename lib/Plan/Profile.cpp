@@ -59,6 +59,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "attention": "flash", "flash_efficiency": 0.7,
   "selective_recompute": "core_attention",
   "fp8_casts": {"activations": 2, "weights": 0}, "ep_dispatch_fp8": false, "expert_gemm_streams": 4,
+  "expert_folding": true,
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": true, "max_zero": 1, "gradient_fusion": true, "pp_overlap": true,
   "pipeline_outputs_kept": false, "pipeline_gradient_sets": false,
@@ -175,7 +176,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "pp_overlap", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
+      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "pp_overlap", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
       "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
@@ -389,6 +390,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"zero3_pipeline_unsharded", &p.zero3PipelineUnsharded},
                              std::pair{"ep_node_dispatch", &p.epNodeDispatch},
                              std::pair{"ep_dispatch_fp8", &p.epDispatchFp8},
+                             std::pair{"expert_folding", &p.expertFolding},
+                             std::pair{"ep_overlap_compute", &p.epOverlapCompute},
                              std::pair{"pp_overlap", &p.ppOverlap},
                              std::pair{"tp_overlap_gemms", &p.tpOverlapGemms},
                              std::pair{"sequence_parallel", &p.sequenceParallel},
@@ -458,6 +461,8 @@ std::string Profile::toJson() const {
       {"zero3_pipeline_unsharded", zero3PipelineUnsharded},
       {"ep_node_dispatch", epNodeDispatch},
       {"ep_dispatch_fp8", epDispatchFp8},
+      {"expert_folding", expertFolding},
+      {"ep_overlap_compute", epOverlapCompute},
       {"pp_overlap", ppOverlap},
       {"tp_overlap_gemms", tpOverlapGemms},
       {"sequence_parallel", sequenceParallel},

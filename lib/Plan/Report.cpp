@@ -170,6 +170,11 @@ std::string parax::plan::formatPlans(const PlanResult &result,
                   workload.kind == WorkloadKind::Decode ? ", each with its own KV cache" : "", perRank);
   else if (best.ep > 1)
     os << formatv("run: build the program with batch {0}{1}\n", programBatch, perRank);
+  if (best.expertsFolded)
+    os << formatv("experts folded over the TP ranks (etp=1, Megatron's expert_tensor_parallel_size = 1): each "
+                  "whole on one of {0} expert ranks (ep {1} x tp {2}), each rank's sequence shard dispatched over "
+                  "them; a what-if parax's runtime does not run\n",
+                  best.ep * best.tp, best.ep, best.tp);
   if (best.cp > 1)
     os << formatv("context parallelism: each sequence in {0} pieces of {1} tokens; every layer's keys and "
                   "values all-gathered over them ({2}): {3:F3} ms a step\n",
@@ -210,7 +215,7 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
       stages.push_back(s);
     return llvm::json::Object{
         {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"cp", p.cp}, {"tp", p.tp},
-        {"sequence_parallel", p.sequenceParallel},
+        {"sequence_parallel", p.sequenceParallel}, {"experts_folded", p.expertsFolded},
         {"micro_batch", p.microBatch}, {"micro_batches", p.microBatches},
         {"schedule", toString(p.schedule)}, {"virtual_stages", p.virtualStages},
         {"zero", p.zero}, {"recompute", toString(p.recompute)},
@@ -311,14 +316,16 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                     ? formatv("a GEMM an expert, {0} at once", profile.expertGemmStreams).str()
                     : std::string("one grouped kernel"));
   os << formatv("  profile: selective recomputation re-runs {0}; fp8 quantisation {1:G} passes an activation, "
-                "{2:G} over the weights; {3:G} of the SMs to compute; the expert dispatch {4}{8}, {5:G} of it hidden; "
+                "{2:G} over the weights; {3:G} of the SMs to compute; the expert dispatch {4}{8}, {5}; "
                 "the loss {6:G} logits-sized buffer(s) more; {7}\n",
                 profile.selectiveRecompute == SelectiveRecompute::Runtime         ? "what parax's runtime does"
                 : profile.selectiveRecompute == SelectiveRecompute::CoreAttention ? "the core attention"
                 : profile.selectiveRecompute == SelectiveRecompute::None          ? "nothing (the stack has none)"
                                                                                   : "all but the attention and every other GEMM",
                 profile.fp8ActivationPasses, profile.fp8WeightPasses, profile.computeShare,
-                profile.epNodeDispatch ? "once a node" : "one copy an expert", profile.epOverlap,
+                profile.epNodeDispatch ? "once a node" : "one copy an expert",
+                profile.epOverlapCompute ? std::string("hidden up to another microbatch's compute")
+                                         : formatv("{0:G} of it hidden", profile.epOverlap).str(),
                 profile.lossBuffers,
                 profile.runtimeBuffers ? "parax's runtime's scratch and staging held" : "no runtime scratch",
                 profile.epDispatchFp8 ? "" : " in the model's dtype under fp8");

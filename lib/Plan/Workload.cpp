@@ -127,6 +127,8 @@ Expected<Workload> parax::plan::parseWorkload(StringRef spec) {
       error = pin(w.ep);
     else if (key == "cp")
       error = pin(w.cp);
+    else if (key == "etp")
+      error = pin(w.etp);
     else if (key == "kv") {
       if (!dtypeBytes(value))
         return workloadError(spec, "kv dtype must be bf16, f16, f32, fp8 or "

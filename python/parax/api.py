@@ -32,6 +32,7 @@ class Plan:
     cp: int
     tp: int
     sequence_parallel: bool
+    experts_folded: bool
     micro_batch: int
     micro_batches: int
     schedule: str
@@ -48,15 +49,18 @@ class Plan:
 
     @property
     def degrees(self):
-        """"pp2 dp4 ep1 cp1 tp8" (and " sp" with sequence parallelism)."""
+        """"pp2 dp4 ep1 cp1 tp8" (and " sp" with sequence parallelism, " etp1"
+        with the experts folded over the TP ranks)."""
         return " ".join(f"{axis}{getattr(self, axis)}" for axis in ("pp", "dp", "ep", "cp", "tp")) + \
-            (" sp" if self.sequence_parallel else "")
+            (" sp" if self.sequence_parallel else "") + (" etp1" if self.experts_folded else "")
 
     @property
     def pins(self):
         """The workload keys that pin this plan (`parax.plan(..., workload + "," + pins)`)."""
         keys = [f"{k}={getattr(self, k)}" for k in ("tp", "pp", "dp", "ep", "cp")]
         keys += [f"mbs={self.micro_batch}", f"sp={int(self.sequence_parallel)}"]
+        if self.experts_folded:
+            keys.append("etp=1")
         return ",".join(keys)
 
     @classmethod

@@ -749,6 +749,44 @@ def test_experts_quantising_their_own_rows(parax_plan, model_file, tmp_path):
     assert steps[False] - steps[True] == pytest.approx(2 * casts, rel=1e-6)
 
 
+def test_experts_folded_over_the_tp_ranks(parax_plan, model_file, tmp_path):
+    # etp=1 (Megatron's expert_tensor_parallel_size = 1): each expert whole
+    # on one of ep x tp ranks, each rank dispatching its sequence shard;
+    # etp=tp splits every expert over the TP ranks, each of them sending
+    # the whole sequence. Qwen3-30B-A3B cut to 2 layers (both MoE) on 2
+    # H100 nodes, tp2 ep8 (grid [pp, dp, ep, cp, tp]), one sequence of 4096
+    # a rank. Split: the all-to-all over the 8 ep ranks at stride 2, 4 a
+    # node, 4096 x 8 choices x 2048 x 2 bytes a rank, half of it off the
+    # node. Folded: over all 16 ranks, 8 a node, half the rows, half of
+    # them off the node. Off the node 8.4 us of launch and 14 us a hop,
+    # the bytes at 50 GB/s x 0.93 (NVLink's share takes less); a layer's
+    # dispatch and combine, forward and backward.
+    model = model_file("qwen3-30b-a3b", 4096, layers=2)
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps({"name": "p", "expert_folding": True, "runtime_buffers": False}))
+    runs = {}
+    for etp in (1, 2):
+        work = f"train:batch=8,seq=4096,tp=2,ep=8,dp=1,pp=1,mbs=1,sp=1,etp={etp}"
+        runs[etp] = plan(parax_plan, model, "dgx-h100:nodes=2", work, "--profile", str(profile))["plans"][0]
+    rows = 4096 * 8 * 2048 * 2
+
+    def off(bytes_):
+        return 8.4e-6 + 14e-6 + bytes_ / (50e9 * 0.93)
+
+    assert runs[2]["experts_folded"] is False and runs[1]["experts_folded"] is True
+    assert runs[2]["time_s"]["ep_comm"] == pytest.approx(2 * 4 * off(rows / 2), rel=1e-6)
+    assert runs[1]["time_s"]["ep_comm"] == pytest.approx(2 * 4 * off(rows / 2 / 2), rel=1e-6)
+    # the experts' weights a rank holds are the same share (1/16 of them,
+    # whole or halved), and so is its compute
+    assert runs[1]["memory_bytes"]["weights"] == pytest.approx(runs[2]["memory_bytes"]["weights"], rel=1e-9)
+    # a stack without folding: etp=1 is refused, the free search does not fold
+    stock = tmp_path / "stock.json"
+    stock.write_text(json.dumps({"name": "stock"}))
+    free = plan(parax_plan, model, "dgx-h100:nodes=2", "train:batch=8,seq=4096", "--profile", str(stock),
+                "--top", "50")["plans"]
+    assert free and not any(p["experts_folded"] for p in free)
+
+
 def test_the_front_doors_plan_page_draws_the_best_plan(tmp_path):
     # `parax plan --html`: the best plan's time by term, each of its two
     # stages' memory by kind (the JSON's per-stage figures, stacked to their

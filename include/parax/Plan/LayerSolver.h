@@ -46,14 +46,20 @@ struct TpContext {
   int64_t tp = 1;
   Group group;                  // the tensor-parallel group
   int64_t ep = 1;               // expert-parallel degree (experts / ep here)
+  /// The experts folded over the TP ranks (Profile::expertFolding, etp=1):
+  /// each whole on one of ep x tp ranks, the router and the experts on the
+  /// rank's sequence shard.
+  bool foldExperts = false;
+  /// The ranks the experts are dealt out over: ep, or ep x tp folded.
+  int64_t expertRanks() const { return ep * (foldExperts ? tp : 1); }
   /// The rows an expert dispatch holds on a rank, as a multiple of the
-  /// rank's own (token, choice) pairs: ep (any routing) unless the
-  /// workload's expert capacity is less.
+  /// rank's own (token, choice) pairs: the expert ranks (any routing)
+  /// unless the workload's expert capacity is less.
   double expertCapacity = 0; // 0: none set
   double dispatchedFactor() const {
     return expertCapacity > 0
-               ? std::min<double>(ep, std::max(1.0, expertCapacity))
-               : double(ep);
+               ? std::min<double>(expertRanks(), std::max(1.0, expertCapacity))
+               : double(expertRanks());
   }
   bool sequenceParallel = false; // layer boundary split on the sequence
   /// Whether an activation may be split on the sequence inside a layer

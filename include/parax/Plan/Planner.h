@@ -40,6 +40,9 @@ struct PlanOptions {
   /// Skip configurations whose lower bound cannot reach the top k (the
   /// result is the same; tests compare both).
   bool prune = true;
+  /// Plans for parax's runtime to run (--parax-plan): no what-if it does
+  /// not implement (experts folded over the TP ranks).
+  bool lowering = false;
   /// When set (--parax-plan: the IR's batch), ep divides it: each EP rank
   /// of the program runs its own sequences, as the plan is costed.
   int64_t epDivides = 0;
@@ -68,6 +71,10 @@ struct Plan {
   // replicas; cp ranks split each sequence (context parallelism).
   int64_t pp = 1, dp = 1, ep = 1, tp = 1, cp = 1;
   bool sequenceParallel = false;
+  /// The experts folded over the TP ranks (etp=1): each whole on one of
+  /// ep x tp ranks (Profile::expertFolding; a what-if parax's runtime does
+  /// not run).
+  bool expertsFolded = false;
   int64_t microBatch = 1, microBatches = 1;
   Schedule schedule = Schedule::OneFOneB;
   int64_t virtualStages = 1;

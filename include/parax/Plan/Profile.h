@@ -121,6 +121,13 @@ struct Profile {
   /// GEMM an expert on its pool of 4 compute streams; its docs, "Grouped
   /// GEMM", and transformer_engine/common/util/multi_stream.h).
   int expertGemmStreams = 0;
+  /// The stack can fold its experts over the TP ranks (Megatron-Core's
+  /// expert_tensor_parallel_size = 1, its EP group drawn from the TP x DP
+  /// ranks): each expert whole on one rank, the TP ranks more expert ranks,
+  /// the router and the dispatch on each rank's sequence shard. The search
+  /// tries it beside experts split like the MLP (workload `etp=`); parax's
+  /// runtime does not run it.
+  bool expertFolding = false;
   /// Seconds each kernel costs beyond its work (launch gap, ramp-up, tail).
   double kernelOverhead = 0;
   // --- communication -----------------------------------------------------
@@ -148,6 +155,11 @@ struct Profile {
   /// Shares of the tensor-parallel and expert all-to-all time hidden
   /// behind independent compute (0: the compute stream waits).
   double tpOverlap = 0, epOverlap = 0;
+  /// Training: a microbatch's expert all-to-alls run beside another
+  /// microbatch's compute, a forward pass merged with a backward
+  /// (Megatron-Core's overlap_moe_expert_parallel_comm): hidden up to the
+  /// layer's compute, exposed where they outlast it.
+  bool epOverlapCompute = false;
   /// TP collectives decomposed with their GEMMs (TransformerEngine's
   /// userbuffers, with sequence parallelism): each hidden up to its GEMMs'
   /// time (LayerPlan::commBehindGemms) instead of by the tpOverlap share.

@@ -44,6 +44,12 @@ struct Workload {
   std::optional<Schedule> schedule;
   std::optional<int64_t> chunks; // interleaved 1F1B's model chunks a stage
   std::optional<int64_t> tp, pp, dp, ep, cp;
+  /// The experts' tensor parallelism (Megatron's expert_tensor_parallel_size):
+  /// the plan's tp (each expert split over the TP ranks like the MLP), or
+  /// 1 (each expert whole on one rank, the TP ranks more expert ranks: the
+  /// expert all-to-all over ep x tp ranks, each sending its sequence
+  /// shard). Unset: searched where the profile's stack folds experts.
+  std::optional<int64_t> etp;
   /// Expert parallelism: the rows a rank's expert dispatch holds, as a
   /// multiple of its own (token, choice) pairs (unset: every rank's, which
   /// any routing fits). Less memory; a step that routes more to one rank
@@ -68,7 +74,7 @@ struct Workload {
 /// `capacity=2` (the expert capacity, a number >= 1), `gemm=fp8` (the
 /// GEMMs' dtype: fp8, bf16, f16 or f32), `sp=0|1` (sequence parallelism),
 /// `attention=flash|materialized` (the kernel kind), and `tp=`, `pp=`,
-/// `dp=`, `ep=`, `cp=` to pin degrees.
+/// `dp=`, `ep=`, `cp=` to pin degrees, `etp=` the experts' (1 or the tp).
 llvm::Expected<Workload> parseWorkload(llvm::StringRef spec);
 
 /// Bytes per element of a dtype name (bf16, f16, f32, fp8, int8), 0 if unknown.
