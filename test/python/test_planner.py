@@ -39,6 +39,14 @@ def plan(parax_plan, model, cluster, workload, *extra, expect=0):
     return json.loads(proc.stdout)
 
 
+def profiled(parax_plan, tmp_path, model, cluster, workload, **fields):
+    """The best plan of `model` on `cluster` for `workload` under a profile
+    of these fields (the roofline's for the rest)."""
+    path = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps({"name": "p", **fields}))
+    return plan(parax_plan, model, cluster, workload, "--profile", str(path))["plans"][0]
+
+
 def two_stages(parax_plan, model_file, tmp_path, profile, workload):
     """The best plan of Llama-3-8B cut to 8 layers, sequences of 8,192, on
     two devices under `profile` (a dict of profile fields) for `workload`'s
@@ -628,12 +636,8 @@ def test_zero3_under_a_pipeline_kept_gathered(parax_plan, model_file, tmp_path):
     # decoder layers (218,112,000 parameters each): 1,179,672,576 in all.
     model = model_file("llama3-8b", 2048, layers=4)
     work = "train:batch=16,seq=2048,dp=4,tp=1,pp=2,mbs=1,zero=3,recompute=none,schedule=1f1b"
-    plans = {}
-    for kept in (False, True):
-        profile = tmp_path / f"p{kept}.json"
-        profile.write_text(json.dumps({"name": "p", "zero3_prefetch_layers": 1, "runtime_buffers": False,
-                                       "zero3_pipeline_unsharded": kept}))
-        plans[kept] = plan(parax_plan, model, "dgx-h100", work, "--profile", str(profile))["plans"][0]
+    plans = {kept: profiled(parax_plan, tmp_path, model, "dgx-h100", work, zero3_prefetch_layers=1,
+                            runtime_buffers=False, zero3_pipeline_unsharded=kept) for kept in (False, True)}
     each, once = plans[False], plans[True]
     assert each["stage_start"] == once["stage_start"] == [0, 4]
     assert once["time_s"]["dp_comm"] * 4 == pytest.approx(each["time_s"]["dp_comm"], rel=1e-9)
@@ -658,11 +662,8 @@ def test_a_node_deduplicating_dispatch_sends_a_token_once_a_node(parax_plan, mod
     # A layer's step: dispatch and combine, forward and backward.
     model = model_file("deepseek-v3", 4096, layers=4)
     work = "train:batch=16,seq=4096,dp=1,ep=16,tp=1,pp=1,mbs=1,zero=1,recompute=full,capacity=2"
-    runs = {}
-    for dedup in (False, True):
-        profile = tmp_path / f"p{dedup}.json"
-        profile.write_text(json.dumps({"name": "p", "ep_node_dispatch": dedup, "runtime_buffers": False}))
-        runs[dedup] = plan(parax_plan, model, "dgx-h100:nodes=2", work, "--profile", str(profile))["plans"][0]
+    runs = {dedup: profiled(parax_plan, tmp_path, model, "dgx-h100:nodes=2", work, ep_node_dispatch=dedup,
+                            runtime_buffers=False) for dedup in (False, True)}
     best, plain = runs[True], runs[False]
     rows = 4096 * 7168 * 2
     off = 8.4e-6 + 14e-6 + rows * (2 * 69 / 70) / 2 / (50e9 * 0.93)
@@ -685,12 +686,8 @@ def test_a_dispatch_in_the_models_dtype_under_fp8_gemms(parax_plan, model_file, 
     # the other node, at 50 GB/s x 0.93 (NVLink's copies take less time).
     model = model_file("deepseek-v3", 4096, layers=4)
     work = "train:batch=16,seq=4096,dp=1,ep=16,tp=1,pp=1,mbs=1,zero=1,recompute=full,capacity=2,gemm=fp8"
-    runs = {}
-    for fp8 in (False, True):
-        profile = tmp_path / f"p{fp8}.json"
-        profile.write_text(json.dumps({"name": "p", "ep_node_dispatch": True, "ep_dispatch_fp8": fp8,
-                                       "runtime_buffers": False}))
-        runs[fp8] = plan(parax_plan, model, "dgx-h100:nodes=2", work, "--profile", str(profile))["plans"][0]
+    runs = {fp8: profiled(parax_plan, tmp_path, model, "dgx-h100:nodes=2", work, ep_node_dispatch=True,
+                          ep_dispatch_fp8=fp8, runtime_buffers=False) for fp8 in (False, True)}
 
     def off(element_bytes):
         return 8.4e-6 + 14e-6 + 4096 * 7168 * element_bytes * (2 * 69 / 70) / 2 / (50e9 * 0.93)
@@ -715,10 +712,8 @@ def test_a_gemm_an_expert_on_a_few_streams(parax_plan, model_file, tmp_path):
     work = "prefill:batch=1,seq=16384,tp=1,pp=1,dp=1,ep=1"
 
     def step(**fields):
-        profile = tmp_path / "p.json"
-        profile.write_text(json.dumps({"name": "p", "kernel_overhead_us": 2, **fields}))
-        return plan(parax_plan, model, "dgx-h100:devices_per_node=1", work, "--profile",
-                    str(profile))["plans"][0]["step_time_s"]
+        return profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=1", work, kernel_overhead_us=2,
+                        **fields)["step_time_s"]
 
     assert step(expert_gemm_streams=1) - step() == pytest.approx(2 * 255 * 2e-6, rel=1e-6)
     # by shape (compute-bound: 1.2 TFLOP a layer against 1.2 GB of expert
@@ -739,12 +734,8 @@ def test_experts_quantising_their_own_rows(parax_plan, model_file, tmp_path):
     # x 0.85, in each of 2 layers of a Mixtral prefill on one H100.
     model = model_file("mixtral-8x7b", 128, layers=2)
     work = "prefill:batch=1,seq=128,tp=1,pp=1,dp=1,ep=1,gemm=fp8"
-    steps = {}
-    for fp8 in (True, False):
-        profile = tmp_path / "p.json"
-        profile.write_text(json.dumps({"name": "p", "fp8_casts": {"activations": 2}, "ep_dispatch_fp8": fp8}))
-        steps[fp8] = plan(parax_plan, model, "dgx-h100:devices_per_node=1", work, "--profile",
-                          str(profile))["plans"][0]["step_time_s"]
+    steps = {fp8: profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=1", work,
+                           fp8_casts={"activations": 2}, ep_dispatch_fp8=fp8)["step_time_s"] for fp8 in (True, False)}
     casts = 2 * 2 * 128 * (4096 + 14336) * 2 / (3350e9 * 0.85)
     assert steps[False] - steps[True] == pytest.approx(2 * casts, rel=1e-6)
 
@@ -762,12 +753,9 @@ def test_experts_folded_over_the_tp_ranks(parax_plan, model_file, tmp_path):
     # the bytes at 50 GB/s x 0.93 (NVLink's share takes less); a layer's
     # dispatch and combine, forward and backward.
     model = model_file("qwen3-30b-a3b", 4096, layers=2)
-    profile = tmp_path / "p.json"
-    profile.write_text(json.dumps({"name": "p", "expert_folding": True, "runtime_buffers": False}))
-    runs = {}
-    for etp in (1, 2):
-        work = f"train:batch=8,seq=4096,tp=2,ep=8,dp=1,pp=1,mbs=1,sp=1,etp={etp}"
-        runs[etp] = plan(parax_plan, model, "dgx-h100:nodes=2", work, "--profile", str(profile))["plans"][0]
+    runs = {etp: profiled(parax_plan, tmp_path, model, "dgx-h100:nodes=2",
+                          f"train:batch=8,seq=4096,tp=2,ep=8,dp=1,pp=1,mbs=1,sp=1,etp={etp}", expert_folding=True,
+                          runtime_buffers=False) for etp in (1, 2)}
     rows = 4096 * 8 * 2048 * 2
 
     def off(bytes_):
