@@ -172,7 +172,9 @@ private:
   /// experts dealt out evenly, and the stack's support or etp=1; never
   /// when lowering for parax's runtime. A pinned etp allows one of the two.
   bool expertsMayFold(bool fold, int64_t tp, int64_t ep, int64_t cp) const {
-    if (!hasExperts || tp == 1)
+    if (!hasExperts)
+      return !fold && !w.etp; // (etp= pins what a model without experts lacks)
+    if (tp == 1)
       return !fold;
     if (!fold)
       return !w.etp || *w.etp == tp;
@@ -1190,6 +1192,8 @@ std::string Search::pinnedRefusals(int64_t n, int64_t experts) const {
   if (w.ep && *w.ep > 1 && (!experts || experts % *w.ep))
     why += experts ? formatv("; ep={0} does not divide the model's {1} experts", *w.ep, experts).str()
                    : formatv("; ep={0}: the model has no routed experts", *w.ep).str();
+  if (w.etp && !experts)
+    why += formatv("; etp={0}: the model has no routed experts", *w.etp).str();
   if (w.etp && *w.etp > 1 && w.tp && *w.etp != *w.tp)
     why += formatv("; etp={0} (the experts' tensor parallelism) must be 1 or the tp ({1})", *w.etp, *w.tp).str();
   if (w.etp && *w.etp == 1 && w.tp.value_or(2) > 1 && experts) {
