@@ -35,6 +35,22 @@ static std::vector<AxisPlacement> placement(const Plan &p, const ClusterSpec &cl
   return out;
 }
 
+/// What the costs leave out or only suppose, a line each (the report prints
+/// them under the stack line; the JSON's `caveats`).
+static std::vector<std::string> caveats(const PlanResult &result, const ClusterSpec &cluster,
+                                        const Workload &workload) {
+  std::vector<std::string> out;
+  if (!workload.gemmDtype.empty())
+    out.push_back(formatv("the GEMMs costed in {0}: a what-if (parax's runtimes run them in the model's dtype)",
+                          workload.gemmDtype)
+                      .str());
+  if (result.activeParams < result.params && !cluster.profile.isRoofline())
+    out.push_back("experts: the host's share (kernel launches, the per-expert token counts read back every "
+                  "layer) is not costed; Megatron-Bridge's Qwen3 H100 recipes ran longer steps than costed "
+                  "(docs/cost-model.md, Validation)");
+  return out;
+}
+
 /// The best plan's placement line: each axis within a node or over nodes.
 static std::string placementText(const Plan &p, const ClusterSpec &cluster) {
   std::string text;
@@ -67,10 +83,8 @@ std::string parax::plan::formatPlans(const PlanResult &result,
   os << formatv("workload  {0}, objective {1}\n", workload.toString(),
                 toString(workload.objective));
   os << formatv("stack     {0}\n", cluster.profile.summary());
-  if (!workload.gemmDtype.empty())
-    os << formatv("          the GEMMs costed in {0}: a what-if (parax's "
-                  "runtimes run them in the model's dtype)\n",
-                  workload.gemmDtype);
+  for (const std::string &caveat : caveats(result, cluster, workload))
+    os << "          " << caveat << "\n";
   os << formatv("model     {0:F2} B parameters ({1:F2} B active per token), "
                 "{2:F1} GB; KV cache {3:F1} KiB per token; {4:F2} GFLOP per "
                 "token forward\n",
@@ -280,6 +294,7 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
                                    {"kv_bytes_per_token", result.kvBytesPerToken},
                                    {"flops_per_token", result.modelFlopsPerToken}}},
       {"evaluated", result.evaluated},
+      {"caveats", llvm::json::Array(caveats(result, cluster, workload))},
       {"plans", std::move(plans)}};
   if (result.plans.empty()) {
     root["explanation"] = result.explanation;

@@ -1,12 +1,13 @@
 // Experts folded over the TP ranks (etp=1, Megatron's expert_tensor_parallel_size
 // = 1): parax-plan costs it where the profile's stack has it (megatron-core),
-// and says so; the pass that lowers a plan for parax's runtime refuses it,
+// and says so (and that an MoE step's host side is not costed); the pass that lowers a plan for parax's runtime refuses it,
 // naming why; an etp that is neither 1 nor the tp is refused. Tiny Mixtral,
 // 1 layer, 4 experts, on 2 devices.
 // RUN: parax-opt %s -verify-diagnostics --parax-plan="cluster=%parax_src/python/parax/oracle-cluster.json:devices_per_node=2 profile=megatron-core workload=train:batch=1,seq=8,tp=2,sp=1,etp=1"
 // RUN: parax-plan %s --cluster %parax_src/python/parax/oracle-cluster.json:devices_per_node=2 --profile megatron-core --workload train:batch=1,seq=8,tp=2,sp=1,etp=1 --explain | FileCheck %s
 // RUN: not parax-plan %s --cluster %parax_src/python/parax/oracle-cluster.json:devices_per_node=2 --profile megatron-core --workload train:batch=1,seq=8,tp=2,etp=3 2>&1 | FileCheck %s --check-prefix=ETP
 
+// CHECK: experts: the host's share (kernel launches, the per-expert token counts read back every layer) is not costed
 // CHECK: 1  pp1 dp1 ep1 tp2 sp etp1
 // CHECK: experts folded over the TP ranks (etp=1, Megatron's expert_tensor_parallel_size = 1): each whole on one of 2 expert ranks (ep 1 x tp 2)
 // CHECK: parax.router sequence
