@@ -101,6 +101,16 @@ private:
   static bool isGemm(const OpNode &op);
   /// The bytes of `op`'s weights as it reads them (gemm=fp8: one an element).
   double weightBytes(const OpNode &op) const;
+  /// The experts' (token, choice) pairs a rank routes and the width of
+  /// the experts it holds: folded over the TP ranks, its sequence shard's
+  /// pairs and whole experts; else every token's pairs and the strategy's
+  /// share of an expert's width.
+  double expertPairs(const OpNode &op, const Strategy &s) const {
+    return ctx.tokens() * op.topK * (ctx.foldExperts ? s.computeFrac : 1);
+  }
+  double expertWidth(const OpNode &op, const Strategy &s) const {
+    return op.ffn * (ctx.foldExperts ? 1 : s.weightFrac);
+  }
   std::pair<double, double> scratchBytes(const OpNode &op, const Strategy &s) const;
   std::pair<double, std::optional<CollectiveKind>>
   reshard(int id, int8_t from, int8_t to) const;
@@ -538,10 +548,10 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   flops *= s.computeFrac;
   double weights = weightBytes(op) * s.weightFrac;
   if (op.kind == OpClass::Experts) {
-    // (folded: the rank's share is its experts, each whole)
+    // (the experts some pair chose, of the rank's)
     double local = double(op.numExperts) / ctx.expertRanks();
-    double touched = std::min(local, tokens * s.computeFrac * op.topK);
-    weights = weightBytes(op) * (ctx.foldExperts ? 1 : s.weightFrac) * touched / op.numExperts;
+    double touched = std::min(local, expertPairs(op, s));
+    weights = weightBytes(op) * (expertWidth(op, s) / op.ffn) * touched / op.numExperts;
   }
   if (op.kind == OpClass::Embedding)
     weights -= unreadTableBytes(op, s);
@@ -583,7 +593,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double local = double(op.numExperts) / ctx.expertRanks();
     double rows = tokens * op.topK * ctx.ep / op.numExperts;
     double hidden = value(op.inputs[0]).shape.back();
-    double width = op.ffn * (ctx.foldExperts ? 1 : s.weightFrac);
+    double width = expertWidth(op, s);
     // One grouped kernel: the local experts' GEMMs fill the device
     // together. A GEMM an expert (expert_gemm_streams): as many at once as
     // the stack's streams, and each of the 2 a local expert (the gated
@@ -648,9 +658,8 @@ std::pair<double, double> Solver::scratchBytes(const OpNode &op, const Strategy 
     // copies for the GEMMs; the gradient also dy's rows and one expert's stack
     // gradient [F, H].
     double E = double(op.numExperts) / ctx.expertRanks(),
-           pairs = tokens * s.computeFrac * op.topK * ctx.dispatchedFactor();
-    double H = value(op.inputs[0]).shape.back(), F = op.ffn * (ctx.foldExperts ? 1 : s.weightFrac),
-           widest = std::max(H, F);
+           pairs = expertPairs(op, s) * ctx.dispatchedFactor();
+    double H = value(op.inputs[0]).shape.back(), F = expertWidth(op, s), widest = std::max(H, F);
     double ints = 3 * E + 2 * pairs;
     return {f * (ints + pairs * (2 * H + 2 * F)) + 2 * pairs * widest,
             f * (ints + 2 * pairs * H + 3 * pairs * F + F * H) + 2 * pairs * widest};
@@ -952,7 +961,7 @@ LayerPlan Solver::solve() {
         profile.fp8ActivationPasses > 0) {
       double bandwidth = ctx.cluster->hbmBandwidth * ctx.cluster->memoryEfficiency;
       double rows = op.topK * fullBytes(op.inputs[0]) * share(s.in[0]); // bytes, hidden wide
-      double widen = op.ffn * (ctx.foldExperts ? 1 : s.weightFrac) / value(op.inputs[0]).shape.back();
+      double widen = expertWidth(op, s) / value(op.inputs[0]).shape.back();
       double casts = profile.fp8ActivationPasses * rows * (1 + widen) / bandwidth;
       if (ctx.train)
         plan.backwardExtraTime += profile.fp8ActivationPasses * rows * (1 + 2 * widen) / bandwidth - 2 * casts;
