@@ -89,28 +89,36 @@ KORTHIKANTI = [
 # benchmarks/llama3_h100_202412_torchtitan.md, read 2026-12-05): table,
 # model, GPUs, sequence, local batch, microbatch, activation checkpointing
 # (torchtitan's "selective" is its op-level policy), PP, TP, CP, schedule,
-# torch.compile, Float8, tokens/s a GPU, memory (GiB: the peak of the
-# caching allocator's reserved memory, the largest over the GPUs, which
+# torch.compile, Float8, AsyncTP, tokens/s a GPU, memory (GiB: the peak of
+# the caching allocator's reserved memory, the largest over the GPUs, which
 # includes its fragmentation). PP runs split the local batch into
-# as many microbatches as stages (pipelining_utils.py at 9dec370).
+# as many microbatches as stages (pipelining_utils.py at 9dec370). AsyncTP
+# (Table 4's second row, Tables 5 and 6): PyTorch's micro-pipelined TP,
+# each forward all-gather and reduce-scatter decomposed with the matmul
+# that reads or writes it, the backward's not (its announcement on
+# discuss.pytorch.org, "Introducing Async Tensor Parallelism": ~20 %
+# forward, ~8 % end to end on Llama 3 70B): the profile's tp_overlap_gemms
+# without tp_overlap_backward. (Counted exposed before 2026-12-06's second
+# session.)
 TORCHTITAN = [
-    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, 5762, 82.4),
-    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, 6667, 77.0),
-    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, 8532, 76.8),
-    (2, "llama3-8b", 8, 32768, 1, 1, "full", 1, 1, 1, None, True, True, 3890, 83.9),
-    (2, "llama3-8b", 8, 65536, 1, 1, "full", 1, 1, 2, None, True, True, 2540, 84.2),
-    (2, "llama3-8b", 8, 131072, 1, 1, "full", 1, 1, 4, None, True, True, 1071, 84.0),
-    (2, "llama3-8b", 8, 262144, 1, 1, "full", 1, 1, 8, None, True, True, 548, 84.5),
-    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, 5605, 67.0),
-    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, 6514, 62.0),
-    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, 8380, 61.8),
-    (4, "llama3-70b", 256, 8192, 16, 16, "full", 1, 8, 1, None, True, True, 829, 71.9),
-    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "1f1b", True, True, 100, 82.5),
-    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "interleaved", True, True, 128, 72.7),
-    (6, "llama3-405b", 512, 32768, 8, 1, "full", 8, 8, 1, "1f1b", True, True, 76, 75.3),
-    (6, "llama3-405b", 512, 65536, 8, 1, "full", 8, 8, 2, "1f1b", True, True, 47, 75.9),
-    (6, "llama3-405b", 512, 131072, 8, 1, "full", 8, 8, 4, "1f1b", True, True, 31, 77.1),
-    (6, "llama3-405b", 512, 262144, 8, 1, "full", 8, 8, 8, "1f1b", True, True, 16, 84.9),
+    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, False, 5762, 82.4),
+    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, False, 6667, 77.0),
+    (1, "llama3-8b", 8, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, False, 8532, 76.8),
+    (2, "llama3-8b", 8, 32768, 1, 1, "full", 1, 1, 1, None, True, True, False, 3890, 83.9),
+    (2, "llama3-8b", 8, 65536, 1, 1, "full", 1, 1, 2, None, True, True, False, 2540, 84.2),
+    (2, "llama3-8b", 8, 131072, 1, 1, "full", 1, 1, 4, None, True, True, False, 1071, 84.0),
+    (2, "llama3-8b", 8, 262144, 1, 1, "full", 1, 1, 8, None, True, True, False, 548, 84.5),
+    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, False, False, False, 5605, 67.0),
+    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, False, False, 6514, 62.0),
+    (3, "llama3-8b", 128, 8192, 2, 2, "selective", 1, 1, 1, None, True, True, False, 8380, 61.8),
+    (4, "llama3-70b", 256, 8192, 16, 16, "full", 1, 8, 1, None, True, True, False, 829, 71.9),
+    (4, "llama3-70b", 256, 8192, 16, 16, "full", 1, 8, 1, None, True, True, True, 876, 67.6),
+    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "1f1b", True, True, True, 100, 82.5),
+    (5, "llama3-405b", 512, 8192, 32, 4, "full", 8, 8, 1, "interleaved", True, True, True, 128, 72.7),
+    (6, "llama3-405b", 512, 32768, 8, 1, "full", 8, 8, 1, "1f1b", True, True, True, 76, 75.3),
+    (6, "llama3-405b", 512, 65536, 8, 1, "full", 8, 8, 2, "1f1b", True, True, True, 47, 75.9),
+    (6, "llama3-405b", 512, 131072, 8, 1, "full", 8, 8, 4, "1f1b", True, True, True, 31, 77.1),
+    (6, "llama3-405b", 512, 262144, 8, 1, "full", 8, 8, 8, "1f1b", True, True, True, 16, 84.9),
 ]
 
 
@@ -177,9 +185,9 @@ def rows():
     # benchmarks/llama3_h100_202412_torchtitan.md): Llama 3.1 8B/70B/405B on
     # Grand Teton H100s, seq 8192 unless stated, tokens/s a GPU. Eager rows
     # on the fsdp profile, torch.compile rows on fsdp-compile; Float8 is
-    # gemm=fp8. AsyncTP (Tables 5 and 6) is not modelled: its TP
-    # communication is counted exposed.
-    for table, model, gpus, seq, local, mbs, ac, pp_, tp_, cp_, schedule, compiled, fp8, tps, gib in TORCHTITAN:
+    # gemm=fp8; AsyncTP is the profile's tp_overlap_gemms.
+    for table, model, gpus, seq, local, mbs, ac, pp_, tp_, cp_, schedule, compiled, fp8, async_tp, tps, gib \
+            in TORCHTITAN:
         dp = gpus // (tp_ * pp_ * cp_)
         knobs = f"tp={tp_},pp={pp_},cp={cp_},dp={dp},mbs={mbs},zero=3,recompute={ac}"
         if schedule:
@@ -188,11 +196,12 @@ def rows():
             knobs += ",gemm=fp8"
         what = " + ".join(["FSDP"] + (["TP"] if tp_ > 1 else []) + (["PP " + schedule] if pp_ > 1 else [])
                           + (["CP"] if cp_ > 1 else []) + (["compile"] if compiled else [])
-                          + (["Float8"] if fp8 else []))
+                          + (["Float8"] if fp8 else []) + (["AsyncTP"] if async_tp else []))
         out.append(dict(
             name=f"torchtitan Llama 3.1 {model[7:].upper()}, {gpus} H100, {what}, seq {seq} (torchtitan 2024-12, Table {table})",
             config=model, seq=seq, cluster=f"grand-teton-h100:nodes={gpus // 8}",
             profile="fsdp-compile" if compiled else "fsdp",
+            **({"profile_fields": {"tp_overlap_gemms": True, "tp_overlap_backward": False}} if async_tp else {}),
             workload=f"train:batch={local * dp},seq={seq},{knobs}",
             published=tps, unit="tokens/s", memory_gib=gib))
     # Trainy's June 2025 runs with torchtitan on H200s (pytorch/torchtitan,

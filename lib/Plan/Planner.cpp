@@ -241,12 +241,13 @@ private:
                               makeGroup(cluster, ep, ctx.tp * cp));
     return {overCp, overEp};
   }
-  /// A layer's forward TP collectives the profile's stack leaves exposed:
-  /// those its GEMMs do not hide (decomposed with them), or the share of
-  /// them its overlap does not.
-  double exposedTp(const LayerPlan &lp) const {
+  /// A layer's TP collectives the profile's stack leaves exposed, forward
+  /// (or, `backward`, their conjugates): those its GEMMs do not hide
+  /// (decomposed with them), or the share of them its overlap does not.
+  double exposedTp(const LayerPlan &lp, bool backward = false) const {
     const Profile &profile = cluster.profile;
-    return profile.tpOverlapGemms ? lp.commTime - lp.commBehindGemms : lp.commTime * (1 - profile.tpOverlap);
+    bool decomposed = profile.tpOverlapGemms && (!backward || profile.tpOverlapBackward);
+    return decomposed ? lp.commTime - lp.commBehindGemms : lp.commTime * (1 - profile.tpOverlap);
   }
   /// The ranks whose partial losses the loss's layer sums (ep, cp and,
   /// vocab-parallel, tp; 1: none), and the seconds of that all-reduce of
@@ -729,7 +730,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               double loss = summedLoss(lp, ctx, cp, ep);
               // (the profile's overlaps hide a share of the TP and expert
               // communication behind independent compute)
-              double tpTime = exposedTp(lp);
+              double tpTime = exposedTp(lp), tpBack = exposedTp(lp, /*backward=*/true);
               a2a *= 1 - cluster.profile.epOverlap;
               if (cluster.profile.epOverlapCompute)
                 // Beside another microbatch's compute (a forward merged
@@ -737,18 +738,18 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 // exchanges outlast its forward and backward compute.
                 a2a = std::max(0.0, 2 * a2a - (3 * lp.computeTime + lp.backwardExtraTime)) / 2;
               c.forward = lp.computeTime + tpTime + a2a + cpTime + resultsOverCp + resultsOverEp + loss;
-              c.backward = 2 * lp.computeTime + lp.backwardExtraTime + tpTime + a2a + cpTime;
+              c.backward = 2 * lp.computeTime + lp.backwardExtraTime + tpBack + a2a + cpTime;
               double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
                              : rc == Recompute::Full    ? c.forward
                                                         : 0;
               c.time = c.forward + c.backward + extra;
               c.compute = 3 * lp.computeTime + lp.backwardExtraTime + extra;
-              c.tpComm = 2 * tpTime + loss;
+              c.tpComm = tpTime + tpBack + loss;
               c.epComm = 2 * a2a + resultsOverEp;
               c.cpComm = 2 * cpTime + resultsOverCp;
               for (int link : {0, 1})
                 c.forwardBusy[link] = c.backwardBusy[link] = 0;
-              c.backwardBusy[tpLink] += tpTime;
+              c.backwardBusy[tpLink] += tpBack;
               c.backwardBusy[epLink] += a2a;
               c.backwardBusy[cpLink] += cpTime;
               c.forwardBusy[tpLink] += tpTime + loss;

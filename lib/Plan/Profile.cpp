@@ -176,7 +176,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "pp_overlap", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
+      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "tp_overlap_backward", "pp_overlap", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
       "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
@@ -394,6 +394,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"ep_overlap_compute", &p.epOverlapCompute},
                              std::pair{"pp_overlap", &p.ppOverlap},
                              std::pair{"tp_overlap_gemms", &p.tpOverlapGemms},
+                             std::pair{"tp_overlap_backward", &p.tpOverlapBackward},
                              std::pair{"sequence_parallel", &p.sequenceParallel},
                              std::pair{"context_parallel", &p.contextParallel}}) {
     auto flag = boolean(*root, key, *target, source);
@@ -465,6 +466,7 @@ std::string Profile::toJson() const {
       {"ep_overlap_compute", epOverlapCompute},
       {"pp_overlap", ppOverlap},
       {"tp_overlap_gemms", tpOverlapGemms},
+      {"tp_overlap_backward", tpOverlapBackward},
       {"sequence_parallel", sequenceParallel},
       {"context_parallel", contextParallel},
       {"compute_share", computeShare},
@@ -491,7 +493,8 @@ std::string Profile::summary() const {
       attention == AttentionKernel::Flash
           ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str()
           : formatv("materialised attention ({0} bytes a score)", format("%g", scoreBytes)).str();
-  std::string tpText = tpOverlapGemms ? std::string("TP collectives behind their GEMMs")
+  std::string tpText = tpOverlapGemms ? std::string(tpOverlapBackward ? "TP collectives behind their GEMMs"
+                                                                      : "forward TP collectives behind their GEMMs")
                                       : formatv("TP overlap {0:2}", tpOverlap).str();
   // What the stack lacks, which the search then does not try.
   SmallVector<StringRef, 3> lacks;

@@ -206,6 +206,13 @@ TEST_F(PlannerTest, DecomposedCollectivesHideBehindTheGemmsThatMakeOrReadTheirVa
   double half = tpExposed(R"({"name": "half", "tp_overlap": 0.5})");
   EXPECT_GT(none, decomposed);
   EXPECT_NEAR(half, none / 2, 1e-12 + 1e-9 * none);
+  // PyTorch's AsyncTP decomposes the forward's collectives alone: the
+  // forward's share hidden, the backward's conjugates all exposed, half way
+  // between the two.
+  double forwardOnly =
+      tpExposed(R"({"name": "async", "tp_overlap_gemms": true, "tp_overlap_backward": false})");
+  EXPECT_NEAR(forwardOnly, (none + decomposed) / 2, 1e-12 + 1e-9 * none);
+  EXPECT_GT(forwardOnly, decomposed);
 }
 
 TEST_F(PlannerTest, ForcedPairingsCostTheirCollectives) {
