@@ -732,7 +732,7 @@ def test_a_stalled_rank_ends_a_host_staged_job(tmp_path):
     env = dict(MPI_ENV, PARAX_SIMT_DEVICES="1", PARAX_COLLECTIVE_TIMEOUT="2")
     out, err, code = run_with_a_stalled_rank(cmd, env, program="parax-run-simt")
     assert code != 0, out + err
-    assert re.search(r"parax-run: rank [01]: [\w ()-]+ has not finished after 2 s", err), err[-2000:]
+    assert re.search(r"parax-run: rank [01]: [\w ()'-]+ has not finished after 2 s", err), err[-2000:]
 
 
 def test_out_of_device_memory_names_what_did_not_fit(tmp_path):
