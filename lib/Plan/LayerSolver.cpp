@@ -105,6 +105,7 @@ private:
   /// the experts it holds: folded over the TP ranks, its sequence shard's
   /// pairs and whole experts; else every token's pairs and the strategy's
   /// share of an expert's width.
+  double localExperts(const OpNode &op) const { return double(op.numExperts) / ctx.expertRanks(); }
   double expertPairs(const OpNode &op, const Strategy &s) const {
     return ctx.tokens() * op.topK * (ctx.foldExperts ? s.computeFrac : 1);
   }
@@ -549,8 +550,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   double weights = weightBytes(op) * s.weightFrac;
   if (op.kind == OpClass::Experts) {
     // (the experts some pair chose, of the rank's)
-    double local = double(op.numExperts) / ctx.expertRanks();
-    double touched = std::min(local, expertPairs(op, s));
+    double touched = std::min(localExperts(op), expertPairs(op, s));
     weights = weightBytes(op) * (expertWidth(op, s) / op.ffn) * touched / op.numExperts;
   }
   if (op.kind == OpClass::Embedding)
@@ -590,7 +590,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     // pairs (balanced routing): gate/up [rows, H] x [H, F], down back.
     // (folded: a rank's tokens / tp over ep x tp ranks, as many rows an
     // expert; each expert whole)
-    double local = double(op.numExperts) / ctx.expertRanks();
+    double local = localExperts(op);
     double rows = tokens * op.topK * ctx.ep / op.numExperts;
     double hidden = value(op.inputs[0]).shape.back();
     double width = expertWidth(op, s);
@@ -657,8 +657,7 @@ std::pair<double, double> Solver::scratchBytes(const OpNode &op, const Strategy 
     // Counts and permutations (ints), the rows, gate/up products (fp32), bf16
     // copies for the GEMMs; the gradient also dy's rows and one expert's stack
     // gradient [F, H].
-    double E = double(op.numExperts) / ctx.expertRanks(),
-           pairs = expertPairs(op, s) * ctx.dispatchedFactor();
+    double E = localExperts(op), pairs = expertPairs(op, s) * ctx.dispatchedFactor();
     double H = value(op.inputs[0]).shape.back(), F = expertWidth(op, s), widest = std::max(H, F);
     double ints = 3 * E + 2 * pairs;
     return {f * (ints + pairs * (2 * H + 2 * F)) + 2 * pairs * widest,

@@ -122,15 +122,15 @@ public:
     });
   }
   Status allGatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned mask) override {
-    return exchange(in, mask, [&](auto &posts, int) {
-      for (size_t j = 0; j < posts.size(); ++j)
-        for (size_t r = 0; r < rows; ++r)
-          std::copy(posts[j] + r * run, posts[j] + (r + 1) * run, out + (r * posts.size() + j) * run);
-    });
+    return gatherRunsTo(in, rows, run, out, mask, /*everyRank=*/true);
   }
   Status gatherRuns(const float *in, size_t rows, size_t run, float *out, unsigned mask) override {
+    return gatherRunsTo(in, rows, run, out, mask, /*everyRank=*/false);
+  }
+  // allGatherRuns, or its gather onto the group's first rank.
+  Status gatherRunsTo(const float *in, size_t rows, size_t run, float *out, unsigned mask, bool everyRank) {
     return exchange(in, mask, [&](auto &posts, int me) {
-      if (me != 0) return;
+      if (!everyRank && me != 0) return;
       for (size_t j = 0; j < posts.size(); ++j)
         for (size_t r = 0; r < rows; ++r)
           std::copy(posts[j] + r * run, posts[j] + (r + 1) * run, out + (r * posts.size() + j) * run);
