@@ -52,6 +52,7 @@ struct Sample {
   Kind kind;
   double x = 0;       // FLOPs (GEMM, attention) or bytes (memory)
   double bytes = 0;   // GEMM: the bytes it reads and writes
+  double passes = 0;  // experts: their memory-bound kernels' bytes (at the plain ops' rate)
   double calls = 1;   // collectives: launches (a step's gradient all-reduces: one a tensor)
   double steps = 0;   // collectives: ring steps
   double wire = 0;    // collectives: bus-bandwidth factor x bytes
@@ -301,6 +302,9 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
           continue; // rows dispatched to this rank's experts (capacity rows, not the pairs routed)
         double h = last(*x), f = (*gate)[1].getAsNumber().value_or(0);
         s.x = numel(*routing) * (6 * h * f + 5 * f + 2 * h);
+        // (the planner's expertPassesTime: rows into expert order and
+        // back, the gated activation)
+        s.passes = numel(*routing) * (4 * h + 3 * f) * element;
       } else if (kind != Kind::Collective) { // memory-bound
         for (const json::Value &o : *operands)
           if (const json::Array *a = o.getAsArray())
@@ -378,6 +382,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
       std::vector<double> row(kColumns, 0);
       if (bound[i] != 1)
         row[static_cast<int>(s->kind)] = s->x;
+      row[static_cast<int>(Kind::Memory)] += s->passes;
       if (bound[i] != 0)
         row[kGemmBytes] = s->bytes;
       row[kOverhead] = 1;

@@ -112,6 +112,8 @@ private:
   double expertWidth(const OpNode &op, const Strategy &s) const {
     return op.ffn * (ctx.foldExperts ? 1 : s.weightFrac);
   }
+  /// The experts' memory-bound passes on a rank, beside their GEMMs.
+  double expertPassesTime(const OpNode &op, const Strategy &s) const;
   std::pair<double, double> scratchBytes(const OpNode &op, const Strategy &s) const;
   std::pair<double, std::optional<CollectiveKind>>
   reshard(int id, int8_t from, int8_t to) const;
@@ -533,6 +535,22 @@ bool Solver::isGemm(const OpNode &op) {
          op.kind == OpClass::HeadLinear || op.kind == OpClass::Experts;
 }
 
+// A grouped MLP's three memory-bound kernels between and around its GEMMs
+// (Megatron-Core's permute, bias-SwiGLU and unpermute; parax's runtime's
+// row gather, swiglu and scatter): the rank's (token, choice) rows read
+// and written into expert order and back (4 hidden rows a pair), the
+// gated pair read and the activation written (3 expert widths a pair), at
+// the plain memory-bound ops' passes.
+double Solver::expertPassesTime(const OpNode &op, const Strategy &s) const {
+  const ClusterSpec &cluster = *ctx.cluster;
+  const ValueNode &x = value(op.inputs[0]);
+  double pairs = ctx.tokens() * op.topK * ctx.ep / op.numExperts * localExperts(op);
+  double element = x.bytesPerToken / x.shape.back();
+  double bytes = pairs * (4 * x.bytesPerToken + 3 * expertWidth(op, s) * element);
+  return bytes * cluster.profile.addPasses / (cluster.hbmBandwidth * cluster.memoryEfficiency) +
+         3 * cluster.profile.kernelOverhead;
+}
+
 double Solver::weightBytes(const OpNode &op) const {
   return isGemm(op) && ctx.gemmBytes > 0 ? op.weightParams * ctx.gemmBytes
                                          : op.weightBytes;
@@ -602,7 +620,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double together = streams > 0 ? std::min<double>(local, streams) : local;
     double launches = streams > 0 ? (2 * local - 1) * profile.kernelOverhead : 0;
     return gemmTime(cluster, flops / profile.expertsEfficiency, bytes, peak, rows, width, hidden, together) +
-           launches;
+           launches + expertPassesTime(op, s);
   }
   case OpClass::Attention: {
     if (profile.attention == AttentionKernel::Flash)
