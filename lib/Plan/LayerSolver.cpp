@@ -112,6 +112,10 @@ private:
   double expertWidth(const OpNode &op, const Strategy &s) const {
     return op.ffn * (ctx.foldExperts ? 1 : s.weightFrac);
   }
+  /// The (token, choice) pairs a rank's experts compute (balanced routing).
+  double rankPairs(const OpNode &op) const {
+    return ctx.tokens() * op.topK * ctx.ep / op.numExperts * localExperts(op);
+  }
   /// The experts' memory-bound passes on a rank, beside their GEMMs.
   double expertPassesTime(const OpNode &op, const Strategy &s) const;
   std::pair<double, double> scratchBytes(const OpNode &op, const Strategy &s) const;
@@ -544,7 +548,7 @@ bool Solver::isGemm(const OpNode &op) {
 double Solver::expertPassesTime(const OpNode &op, const Strategy &s) const {
   const ClusterSpec &cluster = *ctx.cluster;
   const ValueNode &x = value(op.inputs[0]);
-  double pairs = ctx.tokens() * op.topK * ctx.ep / op.numExperts * localExperts(op);
+  double pairs = rankPairs(op);
   double element = x.bytesPerToken / x.shape.back();
   double bytes = pairs * (4 * x.bytesPerToken + 3 * expertWidth(op, s) * element);
   return bytes * cluster.profile.addPasses / (cluster.hbmBandwidth * cluster.memoryEfficiency) +
@@ -1078,6 +1082,10 @@ LayerPlan Solver::solve() {
           std::max(plan.backwardTransientBytes,
                    2 * ctx.dispatchedFactor() * op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) +
                        op.weightBytes * weightShare);
+    if (op.kind == OpClass::Experts)
+      // The intermediates the stack keeps for the experts' backward (the
+      // profile's expert_kept_bytes an element of a pair's expert width).
+      dispatchedBytes += ctx.cluster->profile.expertKeptBytes * rankPairs(op) * expertWidth(op, s);
     if (op.kind == OpClass::Experts && ctx.expertRanks() > 1 && op.inputs.size() >= 3)
       // The dispatched rows, weights and experts the gradient reads: ep ·
       // tokens · k rows (the runtime sizes them for every token of the EP
@@ -1091,6 +1099,7 @@ LayerPlan Solver::solve() {
   }
   for (int in : layer.inputs)
     heldBytes[in] = value(in).inKvCache ? 0 : fullBytes(in) * share(boundaryLayout(in));
+
   plan.activationBytes[0] = keptBytes(/*selective=*/false, heldBytes, plan.opTimes) + dispatchedBytes + keptScores[0];
   plan.activationBytes[1] = keptBytes(/*selective=*/true, heldBytes, plan.opTimes, &plan.selectiveRecomputeTime) +
                             dispatchedBytes + keptScores[1];

@@ -5,6 +5,8 @@
 // RUN: not parax-plan %s --cluster dgx-h100 --profile %S/Inputs/bad-profile.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=FIELD
 // RUN: echo '{"name": "p", "expert_gemm_streams": 2.5}' > %t.json
 // RUN: not parax-plan %s --cluster dgx-h100 --profile %t.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=STREAMS
+// RUN: echo '{"name": "p", "expert_kept_bytes": -1}' > %t.kept.json
+// RUN: not parax-plan %s --cluster dgx-h100 --profile %t.kept.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=KEPT
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,sp=2 2>&1 | FileCheck %s --check-prefix=SP
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,etp=1 2>&1 | FileCheck %s --check-prefix=ETP
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,attention=paged 2>&1 | FileCheck %s --check-prefix=ATTN
@@ -12,6 +14,7 @@
 // NAME: profile 'nonesuch' is neither a shipped profile (deepseek-v3, deepspeed-zero3-2021, fsdp, fsdp-compile, megatron-2021, megatron-2022, megatron-bridge, megatron-core, parax-cuda, roofline) nor a readable JSON file
 // FIELD: bad-profile.json: profile field 'score_bytes' must be positive for a materialized attention
 // STREAMS: profile field 'expert_gemm_streams' must be a whole number
+// KEPT: kept.json: profile field 'expert_kept_bytes' must be in [0, 1000], got -1
 // ETP: etp=1: the model has no routed experts
 // SP: sp (sequence parallelism) must be 0 or 1, got '2'
 // ATTN: attention (the kernel kind) must be flash or materialized, got 'paged'

@@ -744,6 +744,23 @@ def test_the_experts_memory_bound_kernels(parax_plan, model_file, tmp_path):
     assert steps[1] - steps[0] == pytest.approx(2 * 2 * (experts + adds) / (3350e9 * 0.85), rel=1e-6)
 
 
+def test_the_experts_kept_intermediates(parax_plan, model_file, tmp_path):
+    # Megatron-Core's grouped MLP keeps each pair's gated pair and
+    # activation in bf16 for its backward (expert_kept_bytes 6 an element
+    # of the expert's width); parax's runtime recomputes them (0). Mixtral
+    # training, one microbatch of 256 tokens, top 2 of 8 experts 14,336
+    # wide, 2 layers on one H100: 2 x 6 x 256 x 2 x 14,336 bytes more.
+    model = model_file("mixtral-8x7b", 256, layers=2)
+    work = "train:batch=1,seq=256,tp=1,pp=1,dp=1,ep=1,recompute=none"
+    kept = [profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=1", work,
+                     expert_kept_bytes=b)["memory_bytes"]["activations"] for b in (0, 6)]
+    assert kept[1] - kept[0] == pytest.approx(2 * 6 * 256 * 2 * 14336, rel=1e-9)
+    shipped = {name: json.loads(subprocess.run([parax_plan, "--profile", name, "--print-profile"],
+                                               capture_output=True, text=True, timeout=60).stdout)
+               for name in ("megatron-core", "deepseek-v3", "roofline")}
+    assert [shipped[n]["expert_kept_bytes"] for n in ("megatron-core", "deepseek-v3", "roofline")] == [6, 2, 0]
+
+
 def test_experts_quantising_their_own_rows(parax_plan, model_file, tmp_path):
     # gemm=fp8 where the dispatch leaves the rows in bf16 (ep_dispatch_fp8
     # false): the experts' GEMMs quantise their inputs themselves, 2 passes

@@ -93,6 +93,13 @@ struct Profile {
   /// 5 a s^2 b of Korthikanti et al. 2022, section 4.1), unless the
   /// attention is recomputed.
   double scoreKeptBytes = 0;
+  /// The experts' intermediates a (token, choice) pair keeps for the
+  /// backward, in bytes an element of the expert's width: 0 where the
+  /// backward recomputes them from the dispatched rows (parax's runtime);
+  /// 6 where the gated pair and the activation are kept in bf16
+  /// (Megatron-Core's grouped MLP: 2 F x 2 + F x 2); 2 where the gated
+  /// pair is kept in FP8 and the activation recomputed (DeepSeek-V3).
+  double expertKeptBytes = 0;
   /// Memory-bound ops: HBM passes as a multiple of one fused kernel's
   /// (reads of the operands, one write of the result), per op class
   /// ("norm", "rope", "swiglu", "unary", "add": add and mul,
