@@ -122,6 +122,32 @@ TORCHTITAN = [
 ]
 
 
+# The NeMo Framework's performance summary for its 24.12 container
+# (docs.nvidia.com/nemo-framework/user-guide/24.12/performance/
+# performance_summary.html, read 2026-12-07): pre-training on DGX H100,
+# FP8, tokens/s a GPU; model, GPUs, GBS, MBS, sequence, TP, PP, CP, VP.
+# NeMo's GPT3 configurations (GPTConfig5B/20B/175B: hidden, layers,
+# heads) and Llama 2 13B/70B's (HF configs: hidden, layers, heads, KV
+# heads, FFN).
+NEMO_2412 = [
+    ("GPT3-5B", (4096, 24, 32), 64, 2048, 4, 2048, 1, 1, 1, 1, 23406),
+    ("GPT3-20B", (6144, 44, 48), 64, 256, 2, 2048, 2, 1, 1, 1, 5851),
+    ("GPT3-175B", (12288, 96, 96), 128, 256, 1, 2048, 4, 8, 1, 6, 716),
+    ("GPT3-175B", (12288, 96, 96), 512, 2048, 2, 2048, 4, 8, 1, 6, 825),
+    ("LLAMA2-7B", "llama2-7b", 8, 128, 1, 4096, 1, 1, 1, 1, 16934),
+    ("LLAMA2-13B", (5120, 40, 40, 40, 13824), 16, 128, 1, 4096, 1, 4, 1, 10, 8715),
+    ("LLAMA2-70B", (8192, 80, 64, 8, 28672), 64, 128, 1, 4096, 4, 4, 1, 20, 1728),
+    ("LLAMA3-8B", "llama3-8b", 8, 128, 1, 8192, 1, 1, 2, 1, 12273),
+    ("LLAMA3-70B", "llama3-70b", 64, 128, 1, 8192, 4, 4, 2, 5, 1524),
+]
+
+
+def llama(hidden, layers, heads, kv_heads, ffn):
+    return {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": layers,
+            "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": ffn,
+            "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5}
+
+
 def gpt(hidden, layers, heads):
     return {"model_type": "gpt2", "n_embd": hidden, "n_layer": layers, "n_head": heads,
             "vocab_size": 51200, "n_positions": 2048, "layer_norm_epsilon": 1e-5}
@@ -219,6 +245,21 @@ def rows():
             workload=f"train:batch={2 * 8 * nodes},seq=8192,tp=1,pp=1,cp=1,dp={8 * nodes},mbs=2,zero=3,"
                      "recompute=selective,gemm=fp8",
             published=tps, unit="tokens/s", memory_gib=gib))
+    # The NeMo 24.12 rows, on megatron-bridge (Megatron-Core with
+    # TransformerEngine and userbuffers TP overlap, as NeMo 2.0's
+    # performance recipes ran it; FP8 there with delayed scaling, which
+    # fuses some casts the profile's current scaling counts), no
+    # recomputation pinned (the search's choice; none fits on every row).
+    for name, shape, gpus, gbs, mbs, seq, tp_, pp_, cp_, vp, tps in NEMO_2412:
+        dp = gpus // (tp_ * pp_ * cp_)
+        config = shape if isinstance(shape, str) else gpt(*shape) if len(shape) == 3 else llama(*shape)
+        out.append(dict(
+            name=f"NeMo {name}, {gpus} H100, FP8, TP{tp_} PP{pp_} CP{cp_} VP{vp} (NeMo 24.12)",
+            config=config, seq=seq, cluster=f"dgx-h100:nodes={gpus // 8}", profile="megatron-bridge",
+            workload=f"train:batch={gbs},seq={seq},tp={tp_},pp={pp_},cp={cp_},dp={dp},mbs={mbs},"
+                     f"sp={int(tp_ > 1)},zero=1,gemm=fp8"
+                     + (f",schedule=interleaved,chunks={vp}" if vp > 1 else ""),
+            published=tps, unit="tokens/s"))
     # NVIDIA's Megatron-Bridge performance summary (NVIDIA-NeMo/Megatron-Bridge,
     # docs/performance-summary-archive.md, "26.04.01 NeMo Container",
     # DGX-H100, read 2026-12-06): FP8 (current scaling), seq 8192, MBS 1,

@@ -774,10 +774,14 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 c.gradients = c.largestGradient = 0;
               c.transient = lp.backwardTransientBytes;
               // fp32 master, m and v (12 bytes a parameter), and the
-              // step's fp32 gradient sums (4: the sums over microbatches
-              // that the data-parallel mean and the update read).
+              // step's gradient sums (the sums over microbatches that the
+              // data-parallel mean and the update read): fp32, or where
+              // the weight-gradient GEMMs add into them, in the type the
+              // stack reduces them in (Megatron-Core's DDP buffer: bf16
+              // under grad_reduce_in_fp32 = False).
+              double sums = cluster.profile.gradientFusion ? cluster.profile.reduceBytes : 4;
               c.optimizer = (zero >= 1 ? 12 * shard : 12 * (dense + expert)) +
-                            (zero >= 2 ? 4 * shard : 4 * (dense + expert));
+                            (zero >= 2 ? sums * shard : sums * (dense + expert));
               // (the gathered keys and values are kept for the backward)
               c.activations = rc == Recompute::Full
                                   ? lp.activationBytes[2]

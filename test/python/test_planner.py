@@ -744,6 +744,25 @@ def test_the_experts_memory_bound_kernels(parax_plan, model_file, tmp_path):
     assert steps[1] - steps[0] == pytest.approx(2 * 2 * (experts + adds) / (3350e9 * 0.85), rel=1e-6)
 
 
+def test_gradient_sums_in_the_reduction_type_where_the_gemms_add_into_them(parax_plan, model_file, tmp_path):
+    # Megatron-Core's weight-gradient GEMMs add into its DDP buffer, which
+    # is bf16 under grad_reduce_in_fp32 = False (reduce_bytes 2): the
+    # step's gradient sums take 2 bytes a parameter, not 4. A stack that
+    # does not fuse keeps fp32 sums whatever it reduces in.
+    model = model_file("llama3-8b", 128, layers=2)
+    work = "train:batch=1,seq=128,tp=1,pp=1,dp=1,zero=1,recompute=none"
+    out = plan(parax_plan, model, "dgx-h100:devices_per_node=1", work)
+    params = out["model"]["parameters"]
+
+    def optimizer(**fields):
+        return profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=1", work,
+                        **fields)["memory_bytes"]["optimizer"]
+
+    assert optimizer(gradient_fusion=True, reduce_bytes=4) - optimizer(gradient_fusion=True, reduce_bytes=2) == \
+        pytest.approx(2 * params, rel=1e-6)
+    assert optimizer(gradient_fusion=False, reduce_bytes=2) == optimizer(gradient_fusion=False, reduce_bytes=4)
+
+
 def test_the_experts_kept_intermediates(parax_plan, model_file, tmp_path):
     # Megatron-Core's grouped MLP keeps each pair's gated pair and
     # activation in bf16 for its backward (expert_kept_bytes 6 an element
