@@ -116,6 +116,10 @@ private:
   double rankPairs(const OpNode &op) const {
     return ctx.tokens() * op.topK * ctx.ep / op.numExperts * localExperts(op);
   }
+  /// A linear `op` under `s` decomposed with a TP collective (its rows
+  /// in tp chunks; `besideReduceScatter`: on the SMs the profile's
+  /// tp_overlap_sms leave it).
+  double decomposedGemmTime(const OpNode &op, const Strategy &s, bool besideReduceScatter) const;
   /// The experts' memory-bound passes on a rank, beside their GEMMs.
   double expertPassesTime(const OpNode &op, const Strategy &s) const;
   std::pair<double, double> scratchBytes(const OpNode &op, const Strategy &s) const;
@@ -537,6 +541,36 @@ double Solver::attentionFlops(const OpNode &op) const {
 bool Solver::isGemm(const OpNode &op) {
   return (op.kind == OpClass::Linear && !op.outputHead) ||
          op.kind == OpClass::HeadLinear || op.kind == OpClass::Experts;
+}
+
+// TransformerEngine's userbuffers (and PyTorch's AsyncTP) run a GEMM
+// decomposed with its all-gather or reduce-scatter as tp GEMMs, one a
+// peer's chunk of the rows, each a kernel (TE's ring exchange: num_splits
+// = tp; its "pipeline" reduce-scatter in tp_overlap_splits, 4), and a
+// reduce-scatter's GEMMs with tp_overlap_sms of the SMs left to the
+// communication (set_sm_margin).
+double Solver::decomposedGemmTime(const OpNode &op, const Strategy &s, bool besideReduceScatter) const {
+  const ClusterSpec &cluster = *ctx.cluster;
+  double t = ctx.tp, chunks = besideReduceScatter && cluster.profile.tpOverlapSplits > 0
+                                  ? cluster.profile.tpOverlapSplits
+                                  : t;
+  double tokens = ctx.tokens() * s.computeFrac / chunks;
+  double flops = op.flopsPerToken * ctx.tokens() * s.computeFrac / chunks;
+  double bytes = weightBytes(op) * s.weightFrac;
+  for (auto [i, id] : llvm::enumerate(op.inputs))
+    bytes += fullBytes(id) * share(s.in[i]) / chunks;
+  for (auto [i, id] : llvm::enumerate(op.results))
+    bytes += fullBytes(id) * share(s.out[i]) / chunks;
+  double peak = ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
+  int sms = cluster.multiprocessors > 0 ? cluster.multiprocessors : 108;
+  if (besideReduceScatter && cluster.profile.tpOverlapSms > 0)
+    peak *= std::max(1, sms - cluster.profile.tpOverlapSms) / double(sms);
+  double n = op.out, k = op.in;
+  if (s.name == "column")
+    n /= t;
+  if (s.name == "row")
+    k /= t;
+  return chunks * gemmTime(cluster, flops, bytes, peak, tokens, n, k);
 }
 
 // A grouped MLP's three memory-bound kernels between and around its GEMMs
@@ -1117,9 +1151,32 @@ LayerPlan Solver::solve() {
   // exposed where it outlasts (tp - 1)/tp of the GEMMs that read the
   // gathered value or write the value reduce-scattered. The backward's
   // conjugates pair with the same GEMMs' data gradients (the same FLOPs).
+  const Profile &profile = ctx.cluster->profile;
   for (const CollectiveUse &c : plan.collectives) {
     if (c.value < 0 || (c.kind != CollectiveKind::AllGather && c.kind != CollectiveKind::ReduceScatter))
       continue;
+    // The decomposition's own cost. Forward: a GEMM reading the gathered
+    // value in tp chunks, one writing the value reduce-scattered in the
+    // profile's splits on the SMs it leaves. Backward (where decomposed
+    // too, as TransformerEngine does): the latter's data gradient gathers
+    // its input in tp chunks (a ring exchange); the former's data and
+    // weight gradients run whole beside bulk exchanges (the recipes'
+    // tuned configurations set no SM margin for them).
+    if (profile.tpOverlapGemms && ctx.tp > 1)
+      for (int j = 0; j < n; ++j) {
+        const OpNode &op = layer.ops[j];
+        bool scattered = c.kind == CollectiveKind::ReduceScatter;
+        if (op.kind != OpClass::Linear || op.outputHead ||
+            !is_contained(scattered ? op.results : op.inputs, c.value))
+          continue;
+        const Strategy &s = options[j][choice[j]];
+        double whole = opTime(op, s), extra = decomposedGemmTime(op, s, scattered) - whole;
+        plan.computeTime += extra;
+        plan.opTimes[j] += extra;
+        plan.backwardExtraTime -= 2 * extra; // (the backward is costed at twice the forward)
+        if (scattered && profile.tpOverlapBackward)
+          plan.backwardExtraTime += decomposedGemmTime(op, s, /*besideReduceScatter=*/false) - whole;
+      }
     double gemms = 0;
     for (int j = 0; j < n; ++j)
       if (isGemm(layer.ops[j]) && layer.ops[j].kind != OpClass::Experts &&

@@ -66,8 +66,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "pipeline_activation_slots": false})json"},
     {"megatron-bridge", R"json({
   "name": "megatron-bridge", "extends": "megatron-core",
-  "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling, gradients reduced in bf16 (every recipe's grad_reduce_in_fp32 = False)",
-  "tp_overlap_gemms": true, "reduce_bytes": 2})json"},
+  "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks, the reduce-scatters' GEMMs in 4 chunks leaving 16 SMs to them), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling, gradients reduced in bf16 (every recipe's grad_reduce_in_fp32 = False)",
+  "tp_overlap_gemms": true, "tp_overlap_sms": 16, "tp_overlap_splits": 4,
+  "reduce_bytes": 2})json"},
     {"deepseek-v3", R"json({
   "name": "deepseek-v3",
   "description": "DeepSeek's own stack as the DeepSeek-V3 report (sections 3.2-3.3) documents it: DualPipe overlapping the expert all-to-all with the other direction's compute (its bubble is costed as 1F1B's), 20 of 132 SMs given to communication, the dispatch sent once a node (group-limited routing: at most 4 nodes) and fanned out over NVLink, FP8 GEMMs with the activations quantised in the kernel before, RMSNorm and the up-projections recomputed, the experts' SwiGLU inputs cached in FP8 and their outputs recomputed, ZeRO-1",
@@ -176,7 +177,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "tp_overlap_backward", "pp_overlap", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
+      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "tp_overlap_backward", "tp_overlap_sms", "tp_overlap_splits", "pp_overlap", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
       "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
@@ -217,7 +218,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   };
   double bucket = p.zero3BucketBytes / 1e6, reduce = p.reduceBucketBytes / 1e6,
          overheadUs = p.kernelOverhead * 1e6, prefetch = p.zero3Prefetch,
-         maxZero = p.maxZero, streams = p.expertGemmStreams;
+         maxZero = p.maxZero, streams = p.expertGemmStreams, overlapSms = p.tpOverlapSms,
+         overlapSplits = p.tpOverlapSplits;
   Field fields[] = {
       {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},
       {"flash_efficiency", &p.flashEfficiency, 1e-4, 1, 1},
@@ -235,6 +237,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"optimizer_bytes", &p.optimizerBytes, 1e-3, 1e6, 1},
       {"experts_efficiency", &p.expertsEfficiency, 1e-3, 1, 1},
       {"expert_gemm_streams", &streams, 0, 1024, 1},
+      {"tp_overlap_sms", &overlapSms, 0, 1024, 1},
+      {"tp_overlap_splits", &overlapSplits, 0, 1024, 1},
       {"loss_buffers", &p.lossBuffers, 0, 100, 1},
       {"compute_share", &p.computeShare, 0.05, 1, 1},
       {"zero3_persist_elements", &p.zero3PersistElements, 0, 1e15, 1},
@@ -256,6 +260,12 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   if (streams != std::floor(streams))
     return fieldError(source, "expert_gemm_streams", "must be a whole number");
   p.expertGemmStreams = static_cast<int>(streams);
+  if (overlapSms != std::floor(overlapSms))
+    return fieldError(source, "tp_overlap_sms", "must be a whole number");
+  p.tpOverlapSms = static_cast<int>(overlapSms);
+  if (overlapSplits != std::floor(overlapSplits))
+    return fieldError(source, "tp_overlap_splits", "must be a whole number");
+  p.tpOverlapSplits = static_cast<int>(overlapSplits);
   p.kernelOverhead = overheadUs * 1e-6;
   p.zero3BucketBytes = bucket * 1e6;
   p.reduceBucketBytes = reduce * 1e6;
@@ -469,6 +479,8 @@ std::string Profile::toJson() const {
       {"pp_overlap", ppOverlap},
       {"tp_overlap_gemms", tpOverlapGemms},
       {"tp_overlap_backward", tpOverlapBackward},
+      {"tp_overlap_sms", tpOverlapSms},
+      {"tp_overlap_splits", tpOverlapSplits},
       {"sequence_parallel", sequenceParallel},
       {"context_parallel", contextParallel},
       {"compute_share", computeShare},

@@ -7,6 +7,10 @@
 // RUN: not parax-plan %s --cluster dgx-h100 --profile %t.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=STREAMS
 // RUN: echo '{"name": "p", "expert_kept_bytes": -1}' > %t.kept.json
 // RUN: not parax-plan %s --cluster dgx-h100 --profile %t.kept.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=KEPT
+// RUN: echo '{"name": "p", "tp_overlap_splits": 1.5}' > %t.splits.json
+// RUN: not parax-plan %s --cluster dgx-h100 --profile %t.splits.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=SPLITS
+// RUN: echo '{"name": "p", "tp_overlap_sms": -16}' > %t.sms.json
+// RUN: not parax-plan %s --cluster dgx-h100 --profile %t.sms.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=SMS
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,sp=2 2>&1 | FileCheck %s --check-prefix=SP
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,etp=1 2>&1 | FileCheck %s --check-prefix=ETP
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,attention=paged 2>&1 | FileCheck %s --check-prefix=ATTN
@@ -15,6 +19,8 @@
 // FIELD: bad-profile.json: profile field 'score_bytes' must be positive for a materialized attention
 // STREAMS: profile field 'expert_gemm_streams' must be a whole number
 // KEPT: kept.json: profile field 'expert_kept_bytes' must be in [0, 1000], got -1
+// SPLITS: splits.json: profile field 'tp_overlap_splits' must be a whole number
+// SMS: sms.json: profile field 'tp_overlap_sms' must be in [0, 1024], got -16
 // ETP: etp=1: the model has no routed experts
 // SP: sp (sequence parallelism) must be 0 or 1, got '2'
 // ATTN: attention (the kernel kind) must be flash or materialized, got 'paged'

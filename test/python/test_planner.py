@@ -744,6 +744,44 @@ def test_the_experts_memory_bound_kernels(parax_plan, model_file, tmp_path):
     assert steps[1] - steps[0] == pytest.approx(2 * 2 * (experts + adds) / (3350e9 * 0.85), rel=1e-6)
 
 
+def test_gemms_beside_a_decomposed_reduce_scatter_leave_it_sms(parax_plan, model_file, tmp_path):
+    # TransformerEngine's userbuffers "pipeline" overlap runs the GEMM that
+    # writes a reduce-scattered value on the SMs its communication leaves
+    # (num_sm 16, set_sm_margin): Llama-3-8B cut to 2 layers, TP2 with
+    # sequence parallelism on two H100s, 1,024 tokens: the attention's
+    # output projection and the MLP's down projection (row-parallel,
+    # 2 x 1024 x (4096 x 4096 + 14336 x 4096) / 2 FLOPs a layer, bound by
+    # their FLOPs at 989 TF x 0.763) take 132/116 as long in the forward;
+    # their backward's data gradients gather instead (no SMs held).
+    model = model_file("llama3-8b", 1024, layers=2)
+    work = "train:batch=1,seq=1024,tp=2,pp=1,dp=1,sp=1,recompute=none"
+
+    def compute(sms):
+        return profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=2", work, gemm_shapes=False,
+                        kernel_overhead_us=0, tp_overlap_gemms=True, tp_overlap_sms=sms)["time_s"]["compute"]
+
+    rows = 2 * 1024 * (4096 * 4096 + 14336 * 4096) / 2 / (989e12 * 0.763)
+    assert compute(16) - compute(0) == pytest.approx(2 * rows * (132 / 116 - 1), rel=1e-6)
+
+
+def test_a_decomposed_gemm_runs_in_chunks(parax_plan, model_file, tmp_path):
+    # Decomposed with its TP collective, a GEMM runs as tp GEMMs, one a
+    # peer's rows, each a kernel: TP2 (one kernel more, 1 us), Llama-3-8B
+    # cut to 2 layers, 8,192 tokens (every GEMM bound by its FLOPs, which
+    # the chunks split). Forward, a layer: q, k, v, gate and up read a
+    # gathered value, o and down write a reduce-scattered one: 7 more
+    # kernels. Backward: o's and down's data gradients gather their input
+    # in chunks (2 more); the others' gradients run whole.
+    model = model_file("llama3-8b", 8192, layers=2)
+    work = "train:batch=1,seq=8192,tp=2,pp=1,dp=1,sp=1,recompute=none"
+
+    def compute(decomposed):
+        return profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=2", work, gemm_shapes=False,
+                        kernel_overhead_us=1, tp_overlap_gemms=decomposed)["time_s"]["compute"]
+
+    assert compute(True) - compute(False) == pytest.approx(2 * (7 + 2) * 1e-6, rel=1e-6)
+
+
 def test_gradient_sums_in_the_reduction_type_where_the_gemms_add_into_them(parax_plan, model_file, tmp_path):
     # Megatron-Core's weight-gradient GEMMs add into its DDP buffer, which
     # is bf16 under grad_reduce_in_fp32 = False (reduce_bytes 2): the

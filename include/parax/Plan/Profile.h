@@ -176,6 +176,14 @@ struct Profile {
   /// backward's exposed (PyTorch's AsyncTP as torchtitan ran it in 2024:
   /// "~20% forward pass speedup and ~8% E2E speedup in Llama3 70B").
   bool tpOverlapBackward = true;
+  /// With tpOverlapGemms: a decomposed GEMM runs as tp chunks, one a
+  /// peer's rows; the GEMMs beside a decomposed reduce-scatter leave this
+  /// many SMs to it (TransformerEngine's userbuffers "pipeline" overlap:
+  /// num_sm 16 with set_sm_margin, its default; PyTorch's AsyncTP: 0).
+  int tpOverlapSms = 0;
+  /// The chunks a GEMM decomposed with a reduce-scatter runs in (0: tp;
+  /// TransformerEngine's "pipeline" overlap: num_splits 4).
+  int tpOverlapSplits = 0;
   /// The expert dispatch sends a token once to each node holding its
   /// experts, over the scale-out network, and fans it out over NVLink there
   /// (DeepSeek's DeepEP); false: one copy an expert (an all-to-all).
