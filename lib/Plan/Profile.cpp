@@ -251,21 +251,25 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       return v.takeError();
     *f.target = *v;
   }
-  if (prefetch != std::floor(prefetch))
-    return fieldError(source, "zero3_prefetch_layers", "must be a whole number");
-  p.zero3Prefetch = static_cast<int>(prefetch);
-  if (maxZero != std::floor(maxZero))
-    return fieldError(source, "max_zero", "must be 0, 1, 2 or 3");
-  p.maxZero = static_cast<int>(maxZero);
-  if (streams != std::floor(streams))
-    return fieldError(source, "expert_gemm_streams", "must be a whole number");
-  p.expertGemmStreams = static_cast<int>(streams);
-  if (overlapSms != std::floor(overlapSms))
-    return fieldError(source, "tp_overlap_sms", "must be a whole number");
-  p.tpOverlapSms = static_cast<int>(overlapSms);
-  if (overlapSplits != std::floor(overlapSplits))
-    return fieldError(source, "tp_overlap_splits", "must be a whole number");
-  p.tpOverlapSplits = static_cast<int>(overlapSplits);
+  // The counts (read as numbers above): whole.
+  struct Count {
+    StringRef key;
+    double value;
+    int *target;
+    StringRef rule;
+  };
+  Count counts[] = {
+      {"zero3_prefetch_layers", prefetch, &p.zero3Prefetch, "must be a whole number"},
+      {"max_zero", maxZero, &p.maxZero, "must be 0, 1, 2 or 3"},
+      {"expert_gemm_streams", streams, &p.expertGemmStreams, "must be a whole number"},
+      {"tp_overlap_sms", overlapSms, &p.tpOverlapSms, "must be a whole number"},
+      {"tp_overlap_splits", overlapSplits, &p.tpOverlapSplits, "must be a whole number"},
+  };
+  for (const Count &c : counts) {
+    if (c.value != std::floor(c.value))
+      return fieldError(source, c.key.str(), c.rule.str());
+    *c.target = static_cast<int>(c.value);
+  }
   p.kernelOverhead = overheadUs * 1e-6;
   p.zero3BucketBytes = bucket * 1e6;
   p.reduceBucketBytes = reduce * 1e6;
