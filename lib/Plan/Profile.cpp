@@ -511,9 +511,14 @@ std::string Profile::summary() const {
       attention == AttentionKernel::Flash
           ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str()
           : formatv("materialised attention ({0} bytes a score)", format("%g", scoreBytes)).str();
-  std::string tpText = tpOverlapGemms ? std::string(tpOverlapBackward ? "TP collectives behind their GEMMs"
-                                                                      : "forward TP collectives behind their GEMMs")
-                                      : formatv("TP overlap {0:2}", tpOverlap).str();
+  std::string tpText =
+      tpOverlapGemms ? std::string(tpOverlapBackward ? "TP collectives behind their GEMMs"
+                                                     : "forward TP collectives behind their GEMMs") +
+                           " (in chunks" +
+                           (tpOverlapSms > 0 ? formatv(", {0} SMs to a reduce-scatter", tpOverlapSms).str()
+                                             : std::string()) +
+                           ")"
+                     : formatv("TP overlap {0:2}", tpOverlap).str();
   // What the stack lacks, which the search then does not try.
   SmallVector<StringRef, 3> lacks;
   if (!sequenceParallel)
