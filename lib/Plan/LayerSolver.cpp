@@ -551,10 +551,10 @@ bool Solver::isGemm(const OpNode &op) {
 // communication (set_sm_margin).
 double Solver::decomposedGemmTime(const OpNode &op, const Strategy &s, bool besideReduceScatter) const {
   const ClusterSpec &cluster = *ctx.cluster;
-  double t = ctx.tp, chunks = besideReduceScatter && cluster.profile.tpOverlapSplits > 0
-                                  ? cluster.profile.tpOverlapSplits
-                                  : t;
-  double tokens = ctx.tokens() * s.computeFrac / chunks;
+  double t = ctx.tp, rows = ctx.tokens() * s.computeFrac;
+  double chunks = besideReduceScatter && cluster.profile.tpOverlapSplits > 0 ? cluster.profile.tpOverlapSplits : t;
+  chunks = std::max(1.0, std::min(chunks, std::floor(rows))); // (a chunk at least a row)
+  double tokens = rows / chunks;
   double flops = op.flopsPerToken * ctx.tokens() * s.computeFrac / chunks;
   double bytes = weightBytes(op) * s.weightFrac;
   for (auto [i, id] : llvm::enumerate(op.inputs))
