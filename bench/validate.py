@@ -224,6 +224,8 @@ def rows():
                           + (["CP"] if cp_ > 1 else []) + (["compile"] if compiled else [])
                           + (["Float8"] if fp8 else []) + (["AsyncTP"] if async_tp else []))
         out.append(dict(
+            # (Table 5: one model, cluster and batch under two schedules)
+            **({"group": "torchtitan Llama 3.1 405B, 512 H100, seq 8192: PP schedule"} if table == 5 else {}),
             name=f"torchtitan Llama 3.1 {model[7:].upper()}, {gpus} H100, {what}, seq {seq} (torchtitan 2024-12, Table {table})",
             config=model, seq=seq, cluster=f"grand-teton-h100:nodes={gpus // 8}",
             profile="fsdp-compile" if compiled else "fsdp",
@@ -245,6 +247,21 @@ def rows():
             workload=f"train:batch={2 * 8 * nodes},seq=8192,tp=1,pp=1,cp=1,dp={8 * nodes},mbs=2,zero=3,"
                      "recompute=selective,gemm=fp8",
             published=tps, unit="tokens/s", memory_gib=gib))
+    # A published ranking (Megatron-Bridge, skills/nemo-mbridge-perf-memory-
+    # tuning/SKILL.md at 067f987df, read 2026-12-07): Llama 3 70B SFT on 32
+    # H100, FP8 current scaling, seq 4096, MBS 1, GBS 32, the recipe's
+    # selective recomputation, three layouts: TP4 PP4 VP5 DP2 ~704 TFLOP/s
+    # a GPU, TP4 PP8 VP5 DP1 668.0, TP8 PP4 VP5 DP1 508.7. Ranking rows only:
+    # SFT packs sequences, which parax does not cost, so their times are
+    # not compared, only their order and ratios (the same tokens each).
+    for tp_, pp_, dp, tflops in [(4, 4, 2, 704), (4, 8, 1, 668.0), (8, 4, 1, 508.7)]:
+        out.append(dict(
+            ranking_only=True, group="Megatron-Bridge Llama 3 70B SFT, 32 H100, FP8: TP x PP",
+            name=f"Megatron-Bridge Llama 3 70B SFT, 32 H100, FP8, TP{tp_} PP{pp_} VP5 DP{dp} (skills, 2026)",
+            config="llama3-70b", seq=4096, cluster="dgx-h100:nodes=4", profile="megatron-bridge",
+            workload=f"train:batch=32,seq=4096,tp={tp_},pp={pp_},cp=1,dp={dp},mbs=1,sp=1,schedule=interleaved,"
+                     "chunks=5,recompute=selective,zero=1,gemm=fp8",
+            published=tflops, unit="model TFLOP/s"))
     # The NeMo 24.12 rows, on megatron-bridge (Megatron-Core with
     # TransformerEngine and userbuffers TP overlap, as NeMo 2.0's
     # performance recipes ran it; FP8 there with delayed scaling, which
@@ -360,6 +377,7 @@ def main():
     errors = []
     memory = []  # (name, published GiB, parax's GiB)
     searched = []  # (name, profile, the run's plan, its predicted step, the search's best, its predicted step)
+    groups = {}  # a published ranking: group -> [(name, published speed, parax's speed)]
     with tempfile.TemporaryDirectory() as tmp:
         for row in rows():
             if args.only and args.only not in row["name"]:
@@ -412,8 +430,13 @@ def main():
                 predicted = p["mfu"] * peak / 1e12
                 error = row["published"] / predicted - 1
                 shown = (f"{row['published']} TFLOP/s", f"{predicted:.0f} TFLOP/s")
-            if not row.get("fit"):
+            if not row.get("fit") and not row.get("ranking_only"):
                 errors.append(error)
+            if row.get("group"):
+                # (higher is better for a rate, lower for a step time)
+                speed = (lambda x: 1 / x) if row["unit"] == "s" else (lambda x: x)
+                groups.setdefault(row["group"], []).append(
+                    (row["name"], speed(row["published"]), 1 / p["step_time_s"]))
             if row.get("memory_gib"):
                 m = p["memory_bytes"]
                 memory.append((row["name"], row["memory_gib"], (m["total"] - m["reserved"]) / 2 ** 30))
@@ -424,7 +447,8 @@ def main():
                     f"pp {t['pp_comm']:.2f}, dp {t['dp_comm']:.2f}"
                     f"{', ep ' + format(t['ep_comm'], '.2f') if p['ep'] > 1 else ''}"
                     f"{', cp ' + format(t['cp_comm'], '.2f') if p['cp'] > 1 else ''}")
-            print(f"| {row['name']} | {shown_profile} | {shown[0]} | {shown[1]} | {100 * error:+.1f} %{' (fit row)' if row.get('fit') else ''} | {plan} |",
+            note = " (fit row)" if row.get("fit") else " (ranking row)" if row.get("ranking_only") else ""
+            print(f"| {row['name']} | {shown_profile} | {shown[0]} | {shown[1]} | {100 * error:+.1f} %{note} | {plan} |",
                   flush=True)
             # The search left free (the run's batch, sequence, GEMM dtype
             # and expert capacity kept; every degree, microbatch, schedule,
@@ -455,6 +479,22 @@ def main():
         over = [r for r in searched if r[3] / r[5] > 1.3]
         print(f"\n{len(searched)} rows searched: the run's plan within 1.1x of parax's pick on "
               f"{sum(r[3] / r[5] <= 1.1 for r in searched)}, beyond 1.3x on {len(over)}")
+    if groups:
+        # Published rankings: plans of one model, cluster and batch under
+        # one stack, each's slowdown against the group's fastest, published
+        # and predicted; issue 43's ranking check: no plan parax ranks first
+        # that the record shows more than 1.3x slower than another.
+        print("\n| ranking | plan | published slowdown | parax's slowdown |\n|---|---|---|---|")
+        broken = 0
+        for group, members in groups.items():
+            fastest, predicted_fastest = max(m[1] for m in members), max(m[2] for m in members)
+            for name, published, predicted in members:
+                print(f"| {group} | {name} | {fastest / published:.3f} | {predicted_fastest / predicted:.3f} |")
+            pick = max(members, key=lambda m: m[2])
+            broken += fastest / pick[1] > 1.3
+        print(f"\n{len(groups)} published rankings: parax's first choice more than 1.3x slower than the "
+              f"published best in {broken}; the same order in "
+              f"{sum(sorted(m, key=lambda x: -x[1]) == sorted(m, key=lambda x: -x[2]) for m in groups.values())}")
     if memory:
         # parax's figure is the live tensors (no allocator fragmentation,
         # no CUDA context): below the published reserved memory.
