@@ -1116,10 +1116,16 @@ LayerPlan Solver::solve() {
           std::max(plan.backwardTransientBytes,
                    2 * ctx.dispatchedFactor() * op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) +
                        op.weightBytes * weightShare);
-    if (op.kind == OpClass::Experts)
+    if (op.kind == OpClass::Experts && ctx.cluster->profile.expertKeptBytes > 0) {
       // The intermediates the stack keeps for the experts' backward (the
-      // profile's expert_kept_bytes an element of a pair's expert width).
+      // profile's expert_kept_bytes an element of a pair's expert width)
+      // and, without expert parallelism, the rows it permuted into expert
+      // order, which the first GEMM's weight gradient reads (with it, the
+      // dispatched rows below).
       dispatchedBytes += ctx.cluster->profile.expertKeptBytes * rankPairs(op) * expertWidth(op, s);
+      if (ctx.expertRanks() == 1)
+        dispatchedBytes += op.topK * fullBytes(op.inputs[0]) * share(s.in[0]) * ctx.gemmInputShare;
+    }
     if (op.kind == OpClass::Experts && ctx.expertRanks() > 1 && op.inputs.size() >= 3)
       // The dispatched rows, weights and experts the gradient reads: ep ·
       // tokens · k rows (the runtime sizes them for every token of the EP
