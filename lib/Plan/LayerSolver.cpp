@@ -1176,12 +1176,14 @@ LayerPlan Solver::solve() {
             !is_contained(scattered ? op.results : op.inputs, c.value))
           continue;
         const Strategy &s = options[j][choice[j]];
-        double whole = opTime(op, s), extra = decomposedGemmTime(op, s, scattered) - whole;
+        // (never faster than whole: a chunk's better wave fit is the
+        // shape model's artefact, not a gain)
+        double whole = opTime(op, s), extra = std::max(0.0, decomposedGemmTime(op, s, scattered) - whole);
         plan.computeTime += extra;
         plan.opTimes[j] += extra;
         plan.backwardExtraTime -= 2 * extra; // (the backward is costed at twice the forward)
         if (scattered && profile.tpOverlapBackward)
-          plan.backwardExtraTime += decomposedGemmTime(op, s, /*besideReduceScatter=*/false) - whole;
+          plan.backwardExtraTime += std::max(0.0, decomposedGemmTime(op, s, /*besideReduceScatter=*/false) - whole);
       }
     double gemms = 0;
     for (int j = 0; j < n; ++j)
