@@ -551,7 +551,7 @@ bool Solver::isGemm(const OpNode &op) {
 // communication (set_sm_margin).
 double Solver::decomposedGemmTime(const OpNode &op, const Strategy &s, bool besideReduceScatter) const {
   const ClusterSpec &cluster = *ctx.cluster;
-  double t = ctx.tp, rows = ctx.tokens() * s.computeFrac;
+  double t = ctx.tp, rows = ctx.tokens(); // (a column or row split divides n or k, not the rows)
   double chunks = besideReduceScatter && cluster.profile.tpOverlapSplits > 0 ? cluster.profile.tpOverlapSplits : t;
   chunks = std::max(1.0, std::min(chunks, std::floor(rows))); // (a chunk at least a row)
   double tokens = rows / chunks;
