@@ -116,6 +116,13 @@ private:
   double rankPairs(const OpNode &op) const {
     return ctx.tokens() * op.topK * ctx.ep / op.numExperts * localExperts(op);
   }
+  /// The bytes `op` reads and writes under `s` besides its weights (a
+  /// value held in the KV cache left to the attention's own count).
+  double ioBytes(const OpNode &op, const Strategy &s) const;
+  /// A linear `op`'s GEMM under `s` at `peak`, its rows in `chunks` GEMMs
+  /// (each reading the whole weight).
+  double linearTime(const OpNode &op, const Strategy &s, double flops, double weights, double io, double peak,
+                    double chunks) const;
   /// A linear `op` under `s` decomposed with a TP collective (its rows
   /// in tp chunks; `besideReduceScatter`: on the SMs the profile's
   /// tp_overlap_sms leave it).
@@ -550,27 +557,38 @@ bool Solver::isGemm(const OpNode &op) {
 // reduce-scatter's GEMMs with tp_overlap_sms of the SMs left to the
 // communication (set_sm_margin).
 double Solver::decomposedGemmTime(const OpNode &op, const Strategy &s, bool besideReduceScatter) const {
-  const ClusterSpec &cluster = *ctx.cluster;
-  double t = ctx.tp, rows = ctx.tokens(); // (a column or row split divides n or k, not the rows)
-  double chunks = besideReduceScatter && cluster.profile.tpOverlapSplits > 0 ? cluster.profile.tpOverlapSplits : t;
+  const Profile &profile = ctx.cluster->profile;
+  double rows = ctx.tokens(); // (a column or row split divides n or k, not the rows)
+  double chunks = besideReduceScatter && profile.tpOverlapSplits > 0 ? profile.tpOverlapSplits : ctx.tp;
   chunks = std::max(1.0, std::min(chunks, std::floor(rows))); // (a chunk at least a row)
-  double tokens = rows / chunks;
-  double flops = op.flopsPerToken * ctx.tokens() * s.computeFrac / chunks;
-  double bytes = weightBytes(op) * s.weightFrac;
-  for (auto [i, id] : llvm::enumerate(op.inputs))
-    bytes += fullBytes(id) * share(s.in[i]) / chunks;
-  for (auto [i, id] : llvm::enumerate(op.results))
-    bytes += fullBytes(id) * share(s.out[i]) / chunks;
   double peak = ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
-  int sms = cluster.multiprocessors > 0 ? cluster.multiprocessors : 108;
-  if (besideReduceScatter && cluster.profile.tpOverlapSms > 0)
-    peak *= std::max(1, sms - cluster.profile.tpOverlapSms) / double(sms);
+  int sms = ctx.cluster->multiprocessors > 0 ? ctx.cluster->multiprocessors : 108;
+  if (besideReduceScatter && profile.tpOverlapSms > 0)
+    peak *= std::max(1, sms - profile.tpOverlapSms) / double(sms);
+  return linearTime(op, s, op.flopsPerToken * rows * s.computeFrac, weightBytes(op) * s.weightFrac, ioBytes(op, s),
+                    peak, chunks);
+}
+
+double Solver::linearTime(const OpNode &op, const Strategy &s, double flops, double weights, double io,
+                          double peak, double chunks) const {
+  // y [tokens, out] = x [tokens, in] W: column-parallel splits out,
+  // row-parallel splits in.
   double n = op.out, k = op.in;
   if (s.name == "column")
-    n /= t;
+    n /= ctx.tp;
   if (s.name == "row")
-    k /= t;
-  return chunks * gemmTime(cluster, flops, bytes, peak, tokens, n, k);
+    k /= ctx.tp;
+  return chunks * gemmTime(*ctx.cluster, flops / chunks, weights + io / chunks, peak, ctx.tokens() / chunks, n, k);
+}
+
+double Solver::ioBytes(const OpNode &op, const Strategy &s) const {
+  double bytes = 0;
+  for (auto [i, id] : llvm::enumerate(op.inputs))
+    if (!value(id).inKvCache) // the attention's cache read apart
+      bytes += fullBytes(id) * share(s.in[i]);
+  for (auto [i, id] : llvm::enumerate(op.results))
+    bytes += fullBytes(id) * share(s.out[i]);
+  return bytes;
 }
 
 // A grouped MLP's three memory-bound kernels between and around its GEMMs
@@ -611,28 +629,15 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   }
   if (op.kind == OpClass::Embedding)
     weights -= unreadTableBytes(op, s);
-  double bytes = weights;
-  for (auto [i, id] : llvm::enumerate(op.inputs))
-    if (!value(id).inKvCache) // the attention's cache read below
-      bytes += fullBytes(id) * share(s.in[i]);
-  for (auto [i, id] : llvm::enumerate(op.results))
-    bytes += fullBytes(id) * share(s.out[i]);
+  double bytes = weights + ioBytes(op, s);
   if (op.kind == OpClass::Attention && ctx.decode) // (the window's rows of the cache)
     bytes += ctx.sequences *
              (op.window > 0 ? std::min<double>(ctx.contextLen, op.window) : ctx.contextLen) *
              op.kvHeads * op.cacheWidth * ctx.kvBytes * s.kvFrac;
   double peak = isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
   switch (op.kind) {
-  case OpClass::Linear: {
-    // y [tokens, out] = x [tokens, in] W: column-parallel splits out,
-    // row-parallel splits in.
-    double n = op.out, k = op.in;
-    if (s.name == "column")
-      n /= t;
-    if (s.name == "row")
-      k /= t;
-    return gemmTime(cluster, flops, bytes, peak, tokens, n, k);
-  }
+  case OpClass::Linear:
+    return linearTime(op, s, flops, weights, bytes - weights, peak, 1);
   case OpClass::HeadLinear: {
     // G heads, each [tokens, in] x [in, out]: G GEMMs side by side.
     const auto &in = value(op.inputs[0]).shape, &out = value(op.results[0]).shape;
