@@ -208,6 +208,17 @@ private:
            collectiveTime(cluster, CollectiveKind::AllToAll, lp.alltoallBytes,
                           epGroup);
   }
+  /// One pipeline boundary's transfer, `bytes` a rank holds (a
+  /// microbatch's hidden rows; 1/tp of them under sequence parallelism):
+  /// sent whole by each of the tp ranks to its peer, or, where the stack
+  /// scatters and gathers (pp_scatter_gather) a replicated boundary, 1/tp
+  /// of it each and all-gathered over the TP group on arrival.
+  double boundaryTime(double bytes, int64_t tp, bool split, const Group &ppGroup) const {
+    if (!cluster.profile.ppScatterGather || split || tp <= 1)
+      return collectiveTime(cluster, CollectiveKind::SendRecv, bytes, ppGroup);
+    return collectiveTime(cluster, CollectiveKind::SendRecv, bytes / tp, ppGroup) +
+           collectiveTime(cluster, CollectiveKind::AllGather, bytes, makeGroup(cluster, tp, 1));
+  }
   /// Context parallelism: the keys and values of layer `lp` gathered over
   /// cp ranks, per device ({bytes of the gathered copy, seconds}).
   std::pair<double, double> gatheredKeysValues(const LayerPlan &lp, const TpContext &ctx,
@@ -659,9 +670,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         continue;
       double boundaryBytes = model.hidden * model.elementBytes * ctx.tokens() /
                              (sp ? tp : 1);
-      double p2p = pp > 1 ? collectiveTime(cluster, CollectiveKind::SendRecv,
-                                           boundaryBytes, ppGroup)
-                          : 0;
+      double p2p = pp > 1 ? boundaryTime(boundaryBytes, tp, sp, ppGroup) : 0;
       for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
         if (w.recompute ? *w.recompute != rc
                         : rc == Recompute::Selective && cluster.profile.selectiveRecompute == SelectiveRecompute::None)
@@ -1119,7 +1128,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         plan.kvRoom += tp * std::max(0.0, capacity() - stages[st].held - working);
       }
       double boundaryBytes = model.hidden * model.elementBytes * ctx.tokens();
-      double hop = pp > 1 ? collectiveTime(cluster, CollectiveKind::SendRecv, boundaryBytes, ppGroup) : 0;
+      double hop = pp > 1 ? boundaryTime(boundaryBytes, tp, false, ppGroup) : 0;
       const Part *slowest = &stages.front();
       for (const Part &part : stages)
         if (part.time > slowest->time)

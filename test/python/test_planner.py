@@ -607,6 +607,34 @@ def test_overlapped_pipeline_exchanges_wait_along_the_fill_and_drain(parax_plan,
             assert pp_comm == pytest.approx(2 * (1 if overlap else 8 * 2 + 1) * transfer, rel=1e-9)
 
 
+def test_a_replicated_boundary_sent_in_tp_pieces(parax_plan, model_file, tmp_path):
+    # Megatron-LM's scatter/gather of a pipeline boundary (Narayanan et al.
+    # 2021, section 4.1; pp_scatter_gather): without sequence parallelism
+    # each of the tp ranks holds the whole boundary (4,096 tokens x 4,096 x
+    # 2 bytes here) and sends only its 1/tp piece over its own NIC, then the
+    # receiving stage all-gathers the pieces over NVLink. Llama-3-8B cut to
+    # 4 layers, tp2 inside a node of 2, pp2 over 2 nodes. Off the node:
+    # 8.4 us of launch, 14 us a hop, 50 GB/s x 0.93; the all-gather over 2
+    # NVLink ranks: 8.4 + 3.4 us, half the bytes at 450 GB/s x 0.82. Under
+    # sequence parallelism each rank already holds a piece: sent as it is.
+    model = model_file("llama3-8b", 4096, layers=4)
+    boundary = 4096 * 4096 * 2
+
+    def transfer(scatter_gather, sp):
+        return profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=2,nodes=2",
+                        f"train:batch=4,seq=4096,tp=2,pp=2,dp=1,mbs=1,sp={sp},recompute=full,schedule=1f1b",
+                        pp_scatter_gather=scatter_gather)["transfer_s"]
+
+    def off(bytes_):
+        return 8.4e-6 + 14e-6 + bytes_ / (50e9 * 0.93)
+
+    gather = 8.4e-6 + 3.4e-6 + boundary / 2 / (450e9 * 0.82)
+    assert transfer(False, 0) == pytest.approx(off(boundary), rel=1e-6)
+    assert transfer(True, 0) == pytest.approx(off(boundary / 2) + gather, rel=1e-6)
+    assert transfer(True, 1) == pytest.approx(off(boundary / 2), rel=1e-6)
+    assert transfer(False, 1) == pytest.approx(off(boundary / 2), rel=1e-6)
+
+
 def test_a_sliding_window_costs_the_pairs_it_sees(parax_plan, tmp_path):
     """Mistral's attention over a window of 1,024 keys in a prefill of 8,192
     tokens: a query at position p sees min(p + 1, 1024) keys, 7,864,832

@@ -200,6 +200,14 @@ struct Profile {
   /// with virtual stages): exposed only along the fill and drain, and
   /// where a transfer outlasts a chunk's forward pass.
   bool ppOverlap = false;
+  /// Without sequence parallelism, each of a stage's tp ranks sends its
+  /// 1/tp piece of the (replicated) boundary activation to its peer, and
+  /// the receiving stage all-gathers the pieces over its TP group
+  /// (Megatron-LM's scatter_gather_tensors_in_pipeline, on by default from
+  /// Narayanan et al. 2021, section 4.1, until Megatron-Core): a boundary
+  /// costs a send of 1/tp of it plus an all-gather over the TP links,
+  /// instead of every rank sending it whole.
+  bool ppScatterGather = false;
   /// The share of the SMs left to compute kernels while the stack's
   /// communication kernels run beside them (DeepSeek-V3: 20 of 132 SMs
   /// given to communication, 112/132): FLOP-bound ops run at that share
