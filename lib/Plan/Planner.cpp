@@ -284,6 +284,8 @@ private:
       states.push_back(c.weights + c.gradients + c.optimizer + c.kvCache);
       acts.push_back(c.activations);
     }
+    if (cluster.profile.pipelineEvenSplit)
+      return evenStages(time, states, acts, inflight, pp, maxStage, margin);
     std::vector<int64_t> starts =
         partitionStages(time, states, acts, inflight, capacity() - margin, pp, maxStage);
     if (margin > 0)
@@ -306,6 +308,39 @@ private:
       }
       starts = partitionStages(time, states, acts, inflight, hi, pp, maxStage);
     }
+    return starts;
+  }
+  /// Stage starts under the stack's even split (pipeline_even_split): stage
+  /// s from decoder layer s L/pp (the layers before the first decoder
+  /// layer on stage 0, those after the last on the last stage); empty
+  /// when a stage's counted memory overflows the capacity less `margin`,
+  /// unless unfit stages are asked for (and no margin is).
+  std::vector<int64_t> evenStages(llvm::ArrayRef<double> time, llvm::ArrayRef<double> states,
+                                  llvm::ArrayRef<double> acts, llvm::function_ref<double(int64_t)> inflight,
+                                  int64_t pp, double &maxStage, double margin) const {
+    int64_t decoders = model.numDecoderLayers, n = time.size();
+    std::vector<int64_t> starts(pp, 0);
+    for (int64_t s = 1; s < pp; ++s) {
+      int64_t first = s * decoders / pp;
+      starts[s] = std::find_if(model.layers.begin(), model.layers.end(),
+                               [&](const LayerGraph &layer) { return layer.index == first; }) -
+                  model.layers.begin();
+    }
+    maxStage = 0;
+    bool fits = true;
+    for (int64_t s = 0; s < pp; ++s) {
+      int64_t end = s + 1 < pp ? starts[s + 1] : n;
+      double t = 0, held = 0, kept = 0;
+      for (int64_t l = starts[s]; l < end; ++l) {
+        t += time[l];
+        held += states[l];
+        kept += acts[l];
+      }
+      maxStage = std::max(maxStage, t);
+      fits &= held + inflight(s) * kept <= capacity() - margin;
+    }
+    if (!fits && (margin > 0 || !opt.keepUnfitStages))
+      return {};
     return starts;
   }
   /// The plan's memory per stage (`stages`: each stage's layers, from
@@ -692,7 +727,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             continue;
           if (pp == 1 && sched != Schedule::OneFOneB)
             continue;
-          if (sched == Schedule::Interleaved && (model.numDecoderLayers < pp * v || m % pp)) {
+          bool unevenChunks = cluster.profile.pipelineEvenSplit && (model.numDecoderLayers / pp) % v != 0;
+          if (sched == Schedule::Interleaved && (model.numDecoderLayers < pp * v || m % pp || unevenChunks)) {
             if (w.schedule == Schedule::Interleaved || w.chunks)
               interleavedRefused =
                   model.numDecoderLayers < pp * v
@@ -700,7 +736,12 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                                 "chunk at least), the model has {3}",
                                 v, pp, pp * v, model.numDecoderLayers)
                             .str()
-                      : formatv("; interleaved needs microbatches in a multiple of pp ({0}), a step has {1}", pp, m)
+                  : m % pp
+                      ? formatv("; interleaved needs microbatches in a multiple of pp ({0}), a step has {1}", pp, m)
+                            .str()
+                      : formatv("; interleaved with {0} chunks: the profile's stack (pipeline_even_split) gives "
+                                "each chunk equal layers, and a stage's {1} decoder layers do not split in {0}",
+                                v, model.numDecoderLayers / pp)
                             .str();
             continue;
           }
@@ -1193,6 +1234,11 @@ std::string Search::pinnedRefusals(int64_t n, int64_t experts) const {
   if (w.pp && *w.pp > std::max<int64_t>(model.numDecoderLayers, 1))
     why += formatv("; pp={0} is more stages than the model's {1} decoder layer(s)", *w.pp, model.numDecoderLayers)
                .str();
+  if (w.pp && *w.pp > 1 && cluster.profile.pipelineEvenSplit && model.numDecoderLayers % *w.pp)
+    why += formatv("; pp={0} does not divide the model's {1} decoder layers, which the profile's stack "
+                   "(pipeline_even_split) splits evenly",
+                   *w.pp, model.numDecoderLayers)
+               .str();
   if (w.tp && (*w.tp > cluster.devicesPerNode || cluster.devicesPerNode % *w.tp))
     why += formatv("; tp={0} does not divide a node's {1} devices", *w.tp, cluster.devicesPerNode).str();
   if (w.cp && *w.cp > 1) {
@@ -1281,6 +1327,8 @@ PlanResult Search::run() {
     for (int64_t pp : divisorsOf(n / tp)) {
       if (pp > std::max<int64_t>(model.numDecoderLayers, 1) || (w.pp && *w.pp != pp))
         continue;
+      if (pp > 1 && cluster.profile.pipelineEvenSplit && model.numDecoderLayers % pp)
+        continue; // the stack splits the layers evenly
       for (int64_t cp : divisorsOf(n / tp / pp)) {
         // Context parallelism splits a long prompt or training sequence
         // (not a decode step's one token, not a step over a KV cache) into

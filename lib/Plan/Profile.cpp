@@ -29,14 +29,14 @@ const std::pair<const char *, const char *> kProfiles[] = {
     {"roofline", R"json({"name": "roofline"})json"},
     {"megatron-2021", R"json({
   "name": "megatron-2021",
-  "description": "Megatron-LM as Narayanan et al. 2021 ran it: cuBLAS GEMMs, the score matrix materialised (fused scale-mask-softmax, dropout), fused LayerNorm and bias-GeLU, no TP overlap, gradients all-reduced after the backward pass, pipeline boundaries sent in tp pieces and all-gathered on arrival; no sequence or context parallelism, no selective recomputation",
+  "description": "Megatron-LM as Narayanan et al. 2021 ran it: cuBLAS GEMMs, the score matrix materialised (fused scale-mask-softmax, dropout), fused LayerNorm and bias-GeLU, no TP overlap, gradients all-reduced after the backward pass, pipeline boundaries sent in tp pieces and all-gathered on arrival, stages and interleaved chunks of equal layer counts; no sequence or context parallelism, no selective recomputation",
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "materialized", "score_bytes": 13, "score_kept_bytes": 5,
   "selective_recompute": "none",
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": false, "max_zero": 0, "sequence_parallel": false, "context_parallel": false,
   "pipeline_outputs_kept": true, "pipeline_gradient_sets": false,
-  "pipeline_activation_slots": false, "pp_scatter_gather": true})json"},
+  "pipeline_activation_slots": false, "pp_scatter_gather": true, "pipeline_even_split": true})json"},
     {"megatron-2022", R"json({
   "name": "megatron-2022", "extends": "megatron-2021",
   "description": "Megatron-LM as Korthikanti et al. 2022 ran it: the megatron-2021 kernels with sequence parallelism and selective recomputation of the core attention; no context parallelism",
@@ -177,7 +177,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "tp_overlap_backward", "tp_overlap_sms", "tp_overlap_splits", "pp_overlap", "pp_scatter_gather", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
+      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "tp_overlap_backward", "tp_overlap_sms", "tp_overlap_splits", "pp_overlap", "pp_scatter_gather", "pipeline_even_split", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
       "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
@@ -409,6 +409,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"ep_overlap_compute", &p.epOverlapCompute},
                              std::pair{"pp_overlap", &p.ppOverlap},
                              std::pair{"pp_scatter_gather", &p.ppScatterGather},
+                             std::pair{"pipeline_even_split", &p.pipelineEvenSplit},
                              std::pair{"tp_overlap_gemms", &p.tpOverlapGemms},
                              std::pair{"tp_overlap_backward", &p.tpOverlapBackward},
                              std::pair{"sequence_parallel", &p.sequenceParallel},
@@ -483,6 +484,7 @@ std::string Profile::toJson() const {
       {"ep_overlap_compute", epOverlapCompute},
       {"pp_overlap", ppOverlap},
       {"pp_scatter_gather", ppScatterGather},
+      {"pipeline_even_split", pipelineEvenSplit},
       {"tp_overlap_gemms", tpOverlapGemms},
       {"tp_overlap_backward", tpOverlapBackward},
       {"tp_overlap_sms", tpOverlapSms},
@@ -541,7 +543,8 @@ std::string Profile::summary() const {
                                 "... for a real stack's costs"
                               : "",
                  std::string(ppOverlap ? ", interleaved stages' exchanges overlapped" : "") +
-                     (ppScatterGather ? ", pipeline boundaries sent in tp pieces" : ""))
+                     (ppScatterGather ? ", pipeline boundaries sent in tp pieces" : "") +
+                     (pipelineEvenSplit ? ", stages of equal layer counts" : ""))
       .str();
 }
 

@@ -635,6 +635,35 @@ def test_a_replicated_boundary_sent_in_tp_pieces(parax_plan, model_file, tmp_pat
     assert transfer(False, 1) == pytest.approx(off(boundary / 2), rel=1e-6)
 
 
+def test_a_stack_that_splits_the_layers_evenly(parax_plan, model_file, tmp_path):
+    # Megatron-LM gives each pipeline stage num_layers / pp decoder layers
+    # (the embedding on the first beside them, the output head and loss on
+    # the last) and each interleaved chunk a stage's layers / v
+    # (pipeline_even_split); parax's runtime splits by time. Llama-3-8B cut
+    # to 4 layers on 2 stages: its 128K-row output head outweighs a layer,
+    # so the split by time puts 3 layers on the first stage (layers index
+    # 0 the embedding, 1-4 the decoder layers, 5 the head), the even split
+    # 2 and 2, with the head on a stage of 2 layers: slower.
+    model = model_file("llama3-8b", 4096, layers=4)
+    work = "train:batch=8,seq=4096,tp=1,pp=2,dp=1,mbs=1,recompute=full,schedule=1f1b"
+    even = profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=2", work, pipeline_even_split=True)
+    timed = profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=2", work)
+    assert even["stage_start"] == [0, 3]
+    assert timed["stage_start"] == [0, 4]
+    assert even["step_time_s"] > timed["step_time_s"]
+    # Six layers on 8 devices: the even stack never takes 4 or 8 stages,
+    # nor 2 chunks of a stage's 3 layers; the other takes them pinned.
+    six = model_file("llama3-8b", 4096, layers=6)
+    path = tmp_path / "even.json"
+    path.write_text(json.dumps({"name": "even", "pipeline_even_split": True}))
+    free = plan(parax_plan, six, "dgx-h100", "train:batch=8,seq=4096", "--profile", str(path), "--top", "200")["plans"]
+    assert free and all(6 % p["pp"] == 0 for p in free)
+    assert all(p["schedule"] != "interleaved" or (6 // p["pp"]) % p["virtual_stages"] == 0 for p in free)
+    refused = plan(parax_plan, six, "dgx-h100", "train:batch=8,seq=4096,pp=4", "--profile", str(path), expect=2)
+    assert not refused["plans"] and "pp=4 does not divide the model's 6 decoder layers" in refused["explanation"]
+    assert plan(parax_plan, six, "dgx-h100", "train:batch=8,seq=4096,pp=4")["plans"]
+
+
 def test_a_sliding_window_costs_the_pairs_it_sees(parax_plan, tmp_path):
     """Mistral's attention over a window of 1,024 keys in a prefill of 8,192
     tokens: a query at position p sees min(p + 1, 1024) keys, 7,864,832

@@ -208,6 +208,13 @@ struct Profile {
   /// costs a send of 1/tp of it plus an all-gather over the TP links,
   /// instead of every rank sending it whole.
   bool ppScatterGather = false;
+  /// Pipeline stages hold equal counts of decoder layers (the embedding
+  /// on the first, the output head and loss on the last, beside them),
+  /// and an interleaved schedule's chunks equal counts of a stage's:
+  /// Megatron-LM's rule (arguments.py: the layers divisible by pp, a
+  /// stage's layers by the layers a virtual stage holds). Off, stages
+  /// are split by time (parax's runtime).
+  bool pipelineEvenSplit = false;
   /// The share of the SMs left to compute kernels while the stack's
   /// communication kernels run beside them (DeepSeek-V3: 20 of 132 SMs
   /// given to communication, 112/132): FLOP-bound ops run at that share
