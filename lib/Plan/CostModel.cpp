@@ -153,8 +153,7 @@ double parax::plan::gemmTime(const ClusterSpec &cluster, double flops, double by
   const Profile &profile = cluster.profile;
   if (profile.gemmShapes) {
     // `batch` independent GEMMs of one shape fill the device together.
-    int64_t sms = cluster.multiprocessors > 0 ? cluster.multiprocessors : 108;
-    peak *= gemmShapeEfficiency(m * std::max(batch, 1.0), n, k, sms, profile.gemmKOverhead);
+    peak *= gemmShapeEfficiency(m * std::max(batch, 1.0), n, k, cluster.smCount(), profile.gemmKOverhead);
   }
   if (profile.gemmSerial)
     return flops / (peak * cluster.matmulEfficiency) + bytes / (cluster.hbmBandwidth * cluster.memoryEfficiency) +

@@ -562,7 +562,7 @@ double Solver::decomposedGemmTime(const OpNode &op, const Strategy &s, bool besi
   double chunks = besideReduceScatter && profile.tpOverlapSplits > 0 ? profile.tpOverlapSplits : ctx.tp;
   chunks = std::max(1.0, std::min(chunks, std::floor(rows))); // (a chunk at least a row)
   double peak = ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
-  int sms = ctx.cluster->multiprocessors > 0 ? ctx.cluster->multiprocessors : 108;
+  int sms = ctx.cluster->smCount();
   if (besideReduceScatter && profile.tpOverlapSms > 0)
     peak *= std::max(1, sms - profile.tpOverlapSms) / double(sms);
   return linearTime(op, s, op.flopsPerToken * rows * s.computeFrac, weightBytes(op) * s.weightFrac, ioBytes(op, s),

@@ -782,18 +782,26 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // communication behind independent compute)
               double tpTime = exposedTp(lp), tpBack = exposedTp(lp, /*backward=*/true);
               a2a *= 1 - cluster.profile.epOverlap;
-              if (cluster.profile.epOverlapCompute)
+              double besideA2a = 0; // compute slowed by the exchanges beside it
+              if (cluster.profile.epOverlapCompute) {
                 // Beside another microbatch's compute (a forward merged
                 // with a backward): exposed where the layer's four
-                // exchanges outlast its forward and backward compute.
-                a2a = std::max(0.0, 2 * a2a - (3 * lp.computeTime + lp.backwardExtraTime)) / 2;
-              c.forward = lp.computeTime + tpTime + a2a + cpTime + resultsOverCp + resultsOverEp + loss;
-              c.backward = 2 * lp.computeTime + lp.backwardExtraTime + tpBack + a2a + cpTime;
+                // exchanges outlast its forward and backward compute; the
+                // compute beside the hidden rest runs on the SMs the
+                // exchange kernels leave (ep_overlap_sms of them held).
+                double exchanges = 2 * a2a;
+                double exposed = std::max(0.0, exchanges - (3 * lp.computeTime + lp.backwardExtraTime));
+                besideA2a = (exchanges - exposed) * cluster.profile.epOverlapSms / double(cluster.smCount());
+                a2a = exposed / 2;
+              }
+              c.forward = lp.computeTime + besideA2a / 3 + tpTime + a2a + cpTime + resultsOverCp + resultsOverEp +
+                          loss;
+              c.backward = 2 * lp.computeTime + 2 * besideA2a / 3 + lp.backwardExtraTime + tpBack + a2a + cpTime;
               double extra = rc == Recompute::Selective ? lp.selectiveRecomputeTime
                              : rc == Recompute::Full    ? c.forward
                                                         : 0;
               c.time = c.forward + c.backward + extra;
-              c.compute = 3 * lp.computeTime + lp.backwardExtraTime + extra;
+              c.compute = 3 * lp.computeTime + besideA2a + lp.backwardExtraTime + extra;
               c.tpComm = tpTime + tpBack + loss;
               c.epComm = 2 * a2a + resultsOverEp;
               c.cpComm = 2 * cpTime + resultsOverCp;

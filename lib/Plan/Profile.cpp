@@ -177,7 +177,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "tp_overlap_backward", "tp_overlap_sms", "tp_overlap_splits", "pp_overlap", "pp_scatter_gather", "pipeline_even_split", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
+      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "tp_overlap_backward", "tp_overlap_sms", "tp_overlap_splits", "ep_overlap_sms", "pp_overlap", "pp_scatter_gather", "pipeline_even_split", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
       "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
@@ -219,7 +219,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   double bucket = p.zero3BucketBytes / 1e6, reduce = p.reduceBucketBytes / 1e6,
          overheadUs = p.kernelOverhead * 1e6, prefetch = p.zero3Prefetch,
          maxZero = p.maxZero, streams = p.expertGemmStreams, overlapSms = p.tpOverlapSms,
-         overlapSplits = p.tpOverlapSplits;
+         overlapSplits = p.tpOverlapSplits, epSms = p.epOverlapSms;
   Field fields[] = {
       {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},
       {"flash_efficiency", &p.flashEfficiency, 1e-4, 1, 1},
@@ -239,6 +239,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"expert_gemm_streams", &streams, 0, 1024, 1},
       {"tp_overlap_sms", &overlapSms, 0, 1024, 1},
       {"tp_overlap_splits", &overlapSplits, 0, 1024, 1},
+      {"ep_overlap_sms", &epSms, 0, 1024, 1},
       {"loss_buffers", &p.lossBuffers, 0, 100, 1},
       {"compute_share", &p.computeShare, 0.05, 1, 1},
       {"zero3_persist_elements", &p.zero3PersistElements, 0, 1e15, 1},
@@ -264,6 +265,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"expert_gemm_streams", streams, &p.expertGemmStreams, "must be a whole number"},
       {"tp_overlap_sms", overlapSms, &p.tpOverlapSms, "must be a whole number"},
       {"tp_overlap_splits", overlapSplits, &p.tpOverlapSplits, "must be a whole number"},
+      {"ep_overlap_sms", epSms, &p.epOverlapSms, "must be a whole number"},
   };
   for (const Count &c : counts) {
     if (c.value != std::floor(c.value))
@@ -489,6 +491,7 @@ std::string Profile::toJson() const {
       {"tp_overlap_backward", tpOverlapBackward},
       {"tp_overlap_sms", tpOverlapSms},
       {"tp_overlap_splits", tpOverlapSplits},
+      {"ep_overlap_sms", epOverlapSms},
       {"sequence_parallel", sequenceParallel},
       {"context_parallel", contextParallel},
       {"compute_share", computeShare},

@@ -664,6 +664,33 @@ def test_a_stack_that_splits_the_layers_evenly(parax_plan, model_file, tmp_path)
     assert plan(parax_plan, six, "dgx-h100", "train:batch=8,seq=4096,pp=4")["plans"]
 
 
+def test_expert_exchanges_beside_another_microbatchs_compute(parax_plan, model_file, tmp_path):
+    # ep_overlap_compute (Megatron-Core's overlap_moe_expert_parallel_comm):
+    # a layer's four exchanges hide behind its forward and backward
+    # compute, exposed only where they outlast it; the compute beside a
+    # hidden exchange runs on the SMs the exchange kernels leave
+    # (ep_overlap_sms of an H100's 132: HybridEP's 32 in Megatron-Bridge's
+    # recipes), so each hidden second adds 32/132 s of compute. Qwen3-30B-A3B
+    # cut to 2 layers, EP8 in one node (exchanges far shorter than the
+    # compute: all hidden) and EP16 over two, a copy an expert (the
+    # network's exchanges outlast it: partly exposed).
+    model = model_file("qwen3-30b-a3b", 4096, layers=2)
+    for cluster, ep in (("dgx-h100", 8), ("dgx-h100:nodes=2", 16)):
+        work = f"train:batch={ep},seq=4096,tp=1,pp=1,dp=1,ep={ep},mbs=1,recompute=none,zero=1"
+        runs = {key: profiled(parax_plan, tmp_path, model, cluster, work, ep_node_dispatch=False, **fields)["time_s"]
+                for key, fields in (("off", {}), ("on", {"ep_overlap_compute": True}),
+                                    ("sms", {"ep_overlap_compute": True, "ep_overlap_sms": 32}))}
+        assert runs["off"]["ep_comm"] > 0
+        assert runs["on"]["compute"] == pytest.approx(runs["off"]["compute"], rel=1e-12)
+        assert runs["sms"]["ep_comm"] == pytest.approx(runs["on"]["ep_comm"], rel=1e-12)
+        hidden = runs["off"]["ep_comm"] - runs["on"]["ep_comm"]
+        assert runs["sms"]["compute"] - runs["on"]["compute"] == pytest.approx(hidden * 32 / 132, rel=1e-9)
+        if ep == 8:
+            assert runs["on"]["ep_comm"] == 0
+        else:
+            assert 0 < runs["on"]["ep_comm"] < runs["off"]["ep_comm"]
+
+
 def test_a_sliding_window_costs_the_pairs_it_sees(parax_plan, tmp_path):
     """Mistral's attention over a window of 1,024 keys in a prefill of 8,192
     tokens: a query at position p sees min(p + 1, 1024) keys, 7,864,832

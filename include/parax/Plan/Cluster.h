@@ -46,6 +46,8 @@ struct ClusterSpec {
   /// Streaming multiprocessors a device (GEMM wave quantisation); 0: unknown
   /// (a profile with gemm_shapes then assumes 108).
   int64_t multiprocessors = 0;
+  /// The SMs a device has, an A100's 108 where the cluster does not say.
+  int64_t smCount() const { return multiprocessors > 0 ? multiprocessors : 108; }
   /// The software stack that runs on it (not part of the cluster's JSON:
   /// parax-plan --profile, the pass's profile= option).
   Profile profile;

@@ -167,6 +167,12 @@ struct Profile {
   /// (Megatron-Core's overlap_moe_expert_parallel_comm): hidden up to the
   /// layer's compute, exposed where they outlast it.
   bool epOverlapCompute = false;
+  /// With epOverlapCompute: the SMs the expert dispatch and combine
+  /// kernels hold while compute runs beside them (HybridEP's
+  /// moe_hybridep_num_sms, 32 in Megatron-Bridge's performance recipes):
+  /// the compute beside an exchange runs on the rest, so each second of
+  /// exchange hidden costs this share of the SMs' second of compute.
+  int epOverlapSms = 0;
   /// TP collectives decomposed with their GEMMs (TransformerEngine's
   /// userbuffers, with sequence parallelism): each hidden up to its GEMMs'
   /// time (LayerPlan::commBehindGemms) instead of by the tpOverlap share.
