@@ -986,9 +986,11 @@ LayerPlan Solver::solve() {
       keptScores[1] += pickedForRecompute(op, gemms) ? 0 : kept;
     }
     // A flash-style kernel's backward runs its FLOPs (2.5x the forward's)
-    // at about the forward's rate (FlashAttention-3 paper, H100 head dim
-    // 128: FA2 318 against 333-370 TFLOP/s, cuDNN 516 against 529-600);
-    // a materialised one's is four batched GEMMs against two.
+    // at flash_backward_rate of the forward's FLOP/s (FlashAttention-3
+    // paper, H100 head dim 128, 4K-16K tokens: FA2 310-322 against
+    // 368-370 TFLOP/s, cuDNN 499-518 against 595-609, FA3 542-561 against
+    // 638-648: 0.82-0.87); a materialised one's is four batched GEMMs
+    // against two.
     // gemm=fp8: the stack's quantisation of the GEMM's operands (the
     // output head stays out of it; the experts' below), forward: the input (once
     // for the GEMMs that share it, in the layout it is held in before a
@@ -1031,7 +1033,8 @@ LayerPlan Solver::solve() {
     if (op.kind == OpClass::Attention && profile.attention == AttentionKernel::Flash) {
       double forward = 2.0 * op.headDim + 5 + 2.0 * op.valueDim;
       double backward = forward + 2.0 * op.valueDim + 5 + 4.0 * op.headDim;
-      plan.backwardExtraTime += time * (backward / forward - 2);
+      // (its kernel at flash_backward_rate of the forward's FLOP/s)
+      plan.backwardExtraTime += time * (backward / (forward * profile.flashBackwardRate) - 2);
     }
     auto [forwardScratch, backwardScratch] = scratchBytes(op, s);
     plan.scratchBytes[0] = std::max(plan.scratchBytes[0], forwardScratch);

@@ -56,7 +56,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "name": "megatron-core",
   "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned, the expert all-to-all one copy an expert in the model's dtype, the experts' GEMMs one cuBLAS GEMM an expert on 4 streams (TransformerEngine's GroupedLinear on Hopper), each quantising its own rows under FP8, their gated pair and activation kept in bf16 for the backward",
   "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "flash", "flash_efficiency": 0.7,
+  "attention": "flash", "flash_efficiency": 0.7, "flash_backward_rate": 0.86,
   "selective_recompute": "core_attention",
   "fp8_casts": {"activations": 2, "weights": 0}, "ep_dispatch_fp8": false, "expert_gemm_streams": 4,
   "expert_folding": true, "expert_kept_bytes": 6,
@@ -73,7 +73,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "name": "deepseek-v3",
   "description": "DeepSeek's own stack as the DeepSeek-V3 report (sections 3.2-3.3) documents it: DualPipe overlapping the expert all-to-all with the other direction's compute (its bubble is costed as 1F1B's), 20 of 132 SMs given to communication, the dispatch sent once a node (group-limited routing: at most 4 nodes) and fanned out over NVLink, FP8 GEMMs with the activations quantised in the kernel before, RMSNorm and the up-projections recomputed, the experts' SwiGLU inputs cached in FP8 and their outputs recomputed, ZeRO-1",
   "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "flash", "flash_efficiency": 0.7,
+  "attention": "flash", "flash_efficiency": 0.7, "flash_backward_rate": 0.86,
   "selective_recompute": "runtime",
   "fp8_casts": {"activations": 1, "weights": 0}, "expert_kept_bytes": 2,
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
@@ -85,7 +85,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "name": "fsdp",
   "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead and its gradients reduce-scattered as one message",
   "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "flash", "flash_efficiency": 0.436,
+  "attention": "flash", "flash_efficiency": 0.436, "flash_backward_rate": 0.86,
   "selective_recompute": "alternate_gemms",
   "elementwise_passes": {"norm": 9.5, "rope": 4, "swiglu": 1.7, "unary": 1, "cross_entropy": 6.7},
   "fp8_casts": {"activations": 3.75, "weights": 4},
@@ -101,7 +101,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "name": "parax-cuda",
   "description": "parax's own CUDA backend as measured on one H200 (docs/cuda.md, 2026-12-04): cuBLAS GEMMs, its tensor-core attention kernel (5.3 TFLOP/s forward), one kernel an op, CUDA graphs, gradient buckets during the last backward, ZeRO-3 gathers one layer ahead",
   "gemm_shapes": true, "gemm_k_overhead": 64,
-  "attention": "flash", "flash_efficiency": 0.0070,
+  "attention": "flash", "flash_efficiency": 0.0070, "flash_backward_rate": 0.77,
   "kernel_overhead_us": 1,
   "dp_overlap": true,
   "zero3_prefetch_layers": 1})json"},
@@ -170,7 +170,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              source.str().c_str());
   static const StringRef known[] = {
       "name", "extends", "description", "gemm_shapes", "gemm_k_overhead", "gemm_serial", "attention", "selective_recompute",
-      "flash_efficiency", "score_bytes", "score_kept_bytes", "expert_kept_bytes", "elementwise_passes", "kernel_overhead_us",
+      "flash_efficiency", "flash_backward_rate", "score_bytes", "score_kept_bytes", "expert_kept_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
       "nccl_protocols", "optimizer_bytes", "experts_efficiency", "expert_gemm_streams", "collective_kinds", "collective_size_curves",
@@ -223,6 +223,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   Field fields[] = {
       {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},
       {"flash_efficiency", &p.flashEfficiency, 1e-4, 1, 1},
+      {"flash_backward_rate", &p.flashBackwardRate, 0.01, 10, 1},
       {"score_bytes", &p.scoreBytes, 0, 1e3, 1},
       {"score_kept_bytes", &p.scoreKeptBytes, 0, 1e3, 1},
       {"expert_kept_bytes", &p.expertKeptBytes, 0, 1e3, 1},
@@ -434,6 +435,7 @@ std::string Profile::toJson() const {
       {"attention", toString(attention)},
       {"selective_recompute", toString(selectiveRecompute)},
       {"flash_efficiency", flashEfficiency},
+      {"flash_backward_rate", flashBackwardRate},
       {"score_bytes", scoreBytes},
       {"score_kept_bytes", scoreKeptBytes},
       {"expert_kept_bytes", expertKeptBytes},
@@ -516,7 +518,8 @@ double Profile::sizeShare(int kind, double bytes) const {
 std::string Profile::summary() const {
   std::string attentionText =
       attention == AttentionKernel::Flash
-          ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str()
+          ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str() +
+                (flashBackwardRate != 1 ? formatv(" (its backward at {0:2} of that)", flashBackwardRate).str() : "")
           : formatv("materialised attention ({0} bytes a score)", format("%g", scoreBytes)).str();
   std::string tpText =
       tpOverlapGemms ? std::string(tpOverlapBackward ? "TP collectives behind their GEMMs"

@@ -691,6 +691,31 @@ def test_expert_exchanges_beside_another_microbatchs_compute(parax_plan, model_f
             assert 0 < runs["on"]["ep_comm"] < runs["off"]["ep_comm"]
 
 
+def test_flash_attentions_backward_at_its_own_rate(parax_plan, model_file, tmp_path):
+    # A flash kernel's backward re-forms the scores and makes dv, dP, dq
+    # and dk: (2d + 5 + 2dv) + (2dv + 5 + 4d) FLOPs a pair against the
+    # forward's 2d + 5 + 2dv (d = dv = 128: 1290 / 517, about 2.5x), at
+    # flash_backward_rate of the forward's FLOP/s (about 0.86 for
+    # FlashAttention-2, cuDNN and FlashAttention-3 on an H100). So halving
+    # flash_efficiency adds the attention's forward time T once in the
+    # forward and r T in the backward (r = 1290 / 517), and halving
+    # flash_backward_rate adds r T in the backward alone.
+    # Llama-3-8B cut to 2 layers, 8,192 tokens on one H100, no recompute.
+    model = model_file("llama3-8b", 8192, layers=2)
+    work = "train:batch=1,seq=8192,tp=1,pp=1,dp=1,mbs=1,recompute=none"
+
+    def compute(**fields):
+        return profiled(parax_plan, tmp_path, model, "dgx-h100:devices_per_node=1", work, kernel_overhead_us=0,
+                        **fields)["time_s"]["compute"]
+
+    base = compute(flash_efficiency=0.5)
+    slower_forward = compute(flash_efficiency=0.25) - base
+    slower_backward = compute(flash_efficiency=0.5, flash_backward_rate=0.5) - base
+    assert slower_forward > 0
+    r = 1290 / 517
+    assert slower_backward / slower_forward == pytest.approx(r / (1 + r), rel=1e-9)
+
+
 def test_a_sliding_window_costs_the_pairs_it_sees(parax_plan, tmp_path):
     """Mistral's attention over a window of 1,024 keys in a prefill of 8,192
     tokens: a query at position p sees min(p + 1, 1024) keys, 7,864,832

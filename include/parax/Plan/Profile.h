@@ -84,6 +84,11 @@ struct Profile {
   SelectiveRecompute selectiveRecompute = SelectiveRecompute::Runtime;
   /// Flash attention's FLOP/s as a share of the GEMMs' (matmul_efficiency).
   double flashEfficiency = 1;
+  /// Flash attention's backward kernel's FLOP/s as a share of its forward
+  /// kernel's (FlashAttention-2, cuDNN and FlashAttention-3 alike about
+  /// 0.86 on an H100 at 4K-16K tokens: the FlashAttention-3 paper's
+  /// figures; 1: the same rate).
+  double flashBackwardRate = 1;
   /// Materialised attention: HBM bytes moved per score element in the
   /// forward pass (the backward pass moves twice as much, as every op's).
   double scoreBytes = 0;
