@@ -554,14 +554,13 @@ void Search::countCollectives(Plan &plan,
     int64_t index = model.layers[l].index;
     bool decoder = index >= 0 && index < model.numDecoderLayers;
     auto count = [&](CollectiveKind kind, int64_t n) {
-      std::string name = toString(kind).str();
-      plan.allCollectives[name] += n;
+      plan.allCollectives[kind] += n;
       if (decoder)
-        plan.decoderCollectives[name] += n;
+        plan.decoderCollectives[kind] += n;
     };
     for (const CollectiveUse &use : plans[l]->collectives) {
       count(use.kind, 1);
-      plan.tpCollectiveBytes[toString(use.kind).str()] += use.bytes;
+      plan.tpCollectiveBytes[use.kind] += use.bytes;
     }
     // Expert parallelism: dispatch and combine.
     if (plan.ep > 1 && plans[l]->alltoallBytes > 0)
@@ -582,7 +581,7 @@ void Search::countCollectives(Plan &plan,
       count(CollectiveKind::AllReduce, 1);
   }
   if (plan.pp > 1) // one boundary crossing per stage boundary
-    plan.allCollectives["send_recv"] += plan.pp - 1;
+    plan.allCollectives[CollectiveKind::SendRecv] += plan.pp - 1;
 }
 
 double Search::zero3Exposed(const std::vector<LayerCost> &costs,
@@ -1385,10 +1384,11 @@ PlanResult Search::run() {
                            rank(b.schedule), b.virtualStages, b.zero,
                            int(b.recompute), b.sequenceParallel);
   };
+  // (moved out: `all` is read below only when none fits)
   std::vector<Plan> feasible;
   for (Plan &plan : all)
     if (plan.fits)
-      feasible.push_back(plan);
+      feasible.push_back(std::move(plan));
   llvm::sort(feasible, order);
   if (feasible.size() > static_cast<size_t>(opt.topK))
     feasible.resize(opt.topK);

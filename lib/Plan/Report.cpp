@@ -63,9 +63,9 @@ static std::string placementText(const Plan &p, const ClusterSpec &cluster) {
   return text;
 }
 
-static std::string collectivesText(const std::map<std::string, int64_t> &counts) {
+static std::string collectivesText(const CollectiveTally<int64_t> &tally) {
   std::string text;
-  for (const auto &[kind, count] : counts)
+  for (const auto &[kind, count] : tally.byName())
     text += formatv("{0}{1} {2}", text.empty() ? "" : ", ", kind, count).str();
   return text.empty() ? "none" : text;
 }
@@ -219,10 +219,10 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
   llvm::json::Array plans;
   auto planJson = [&](const Plan &p) {
     llvm::json::Object collectives;
-    for (const auto &[kind, count] : p.allCollectives)
+    for (const auto &[kind, count] : p.allCollectives.byName())
       collectives[kind] = count;
     llvm::json::Object decoder;
-    for (const auto &[kind, count] : p.decoderCollectives)
+    for (const auto &[kind, count] : p.decoderCollectives.byName())
       decoder[kind] = count;
     llvm::json::Array stages;
     for (int64_t s : p.stageStart)
@@ -271,7 +271,7 @@ llvm::json::Value parax::plan::plansToJson(const PlanResult &result,
         {"tp_collective_bytes_per_microbatch",
          [&] {
            llvm::json::Object bytes;
-           for (const auto &[kind, b] : p.tpCollectiveBytes)
+           for (const auto &[kind, b] : p.tpCollectiveBytes.byName())
              bytes[kind] = b;
            return bytes;
          }()},

@@ -22,6 +22,7 @@
 
 #include "llvm/Support/JSON.h"
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -63,6 +64,27 @@ struct MemoryBreakdown {
   double total() const {
     return weights + gradients + optimizer + activations + kvCache + scratch +
            reserved;
+  }
+};
+
+/// Per-kind tallies of a plan's collectives, in an array (the search
+/// tallies every candidate it costs); a kind never tallied is absent from
+/// the reports.
+template <typename T> struct CollectiveTally {
+  static constexpr size_t kKinds = 5; // CollectiveKind's
+  std::array<T, kKinds> value{};
+  std::array<bool, kKinds> seen{};
+  T &operator[](CollectiveKind kind) {
+    seen[static_cast<size_t>(kind)] = true;
+    return value[static_cast<size_t>(kind)];
+  }
+  /// The tallied kinds by name (all_gather, all_reduce, ...), in name order.
+  std::map<std::string, T> byName() const {
+    std::map<std::string, T> out;
+    for (size_t k = 0; k < kKinds; ++k)
+      if (seen[k])
+        out[toString(static_cast<CollectiveKind>(k)).str()] = value[k];
+    return out;
   }
 };
 
@@ -125,12 +147,12 @@ struct Plan {
   bool fits = false;
   double objective = 0;       // smaller is better
   /// Forward collectives per step by kind, over decoder layers and overall.
-  std::map<std::string, int64_t> decoderCollectives, allCollectives;
+  CollectiveTally<int64_t> decoderCollectives, allCollectives;
   /// Bytes of the forward collectives over the tp group per microbatch on a
   /// device, by kind, as costed (all-gather: the gathered value;
   /// reduce-scatter, all-reduce: the input; all-to-all: the value whole
   /// over tp).
-  std::map<std::string, double> tpCollectiveBytes;
+  CollectiveTally<double> tpCollectiveBytes;
 
   std::string degrees() const;
   static Plan withDegrees(int64_t pp, int64_t dp, int64_t ep, int64_t tp,
