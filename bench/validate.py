@@ -200,21 +200,19 @@ def rows():
     for name, h, l, a, pp, gpus, batch, mfu in KORTHIKANTI:
         dp = gpus // (8 * pp)
         step = korthikanti_flops(batch, 2048, l, h) / (gpus * 312e12 * mfu)
-        group = f"Megatron-LM GPT {name}, {gpus} A100: recomputation (Korthikanti 2022, Table 5)"
-        out.append(dict(
-            group=group,
-            name=f"Megatron-LM GPT {name}, {gpus} A100, TP8 SP PP{pp} DP{dp}, selective recompute (Korthikanti 2022)",
-            config=gpt(h, l, a), seq=2048, cluster=f"dgx-a100-80gb:nodes={gpus // 8}",
-            profile="megatron-2022",
-            workload=f"train:batch={batch},seq=2048,tp=8,pp={pp},dp={dp},mbs=1,sp=1,recompute=selective,zero=0",
-            published=step, unit="s"))
-        out.append(dict(
-            group=group,
-            name=f"Megatron-LM GPT {name}, {gpus} A100, TP8 PP{pp} DP{dp}, full recompute (Korthikanti 2022, Table 5)",
-            config=gpt(h, l, a), seq=2048, cluster=f"dgx-a100-80gb:nodes={gpus // 8}",
-            profile="megatron-2022",
-            workload=f"train:batch={batch},seq=2048,tp=8,pp={pp},dp={dp},mbs=1,sp=0,recompute=full,zero=0",
-            published=FULL_RECOMPUTE_STEP[name], unit="s"))
+        # (selective recompute with sequence parallelism, then Table 5's
+        # full recompute without)
+        for sp, recompute, what, published in [(1, "selective", "SP ", step),
+                                               (0, "full", "", FULL_RECOMPUTE_STEP[name])]:
+            out.append(dict(
+                group=f"Megatron-LM GPT {name}, {gpus} A100: recomputation (Korthikanti 2022, Table 5)",
+                name=f"Megatron-LM GPT {name}, {gpus} A100, TP8 {what}PP{pp} DP{dp}, {recompute} recompute "
+                     f"(Korthikanti 2022{'' if sp else ', Table 5'})",
+                config=gpt(h, l, a), seq=2048, cluster=f"dgx-a100-80gb:nodes={gpus // 8}",
+                profile="megatron-2022",
+                workload=f"train:batch={batch},seq=2048,tp=8,pp={pp},dp={dp},mbs=1,sp={sp},"
+                         f"recompute={recompute},zero=0",
+                published=published, unit="s"))
     for gpus, mbs, tflops in ZERO3:
         step = megatron_flops(1536, 2048, 96, 12288) / (gpus * tflops * 1e12)
         out.append(dict(
