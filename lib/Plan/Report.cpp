@@ -339,8 +339,12 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                                                                                   : "all but the attention and every other GEMM",
                 profile.fp8ActivationPasses, profile.fp8WeightPasses, profile.computeShare,
                 profile.epNodeDispatch ? "once a node" : "one copy an expert",
-                profile.epOverlapCompute ? std::string("hidden up to another microbatch's compute")
-                                         : formatv("{0:G} of it hidden", profile.epOverlap).str(),
+                profile.epOverlapCompute
+                    ? std::string("hidden up to another microbatch's compute") +
+                          (profile.epOverlapSms > 0
+                               ? formatv(" (on {0} SMs, slowing the compute beside it)", profile.epOverlapSms).str()
+                               : std::string())
+                    : formatv("{0:G} of it hidden", profile.epOverlap).str(),
                 profile.lossBuffers,
                 profile.runtimeBuffers ? "parax's runtime's scratch and staging held" : "no runtime scratch",
                 profile.epDispatchFp8 ? "" : " in the model's dtype under fp8");
@@ -369,6 +373,14 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
         os << formatv("      {0,-24} {1,-22} {2,9:F3}  ({3:F2} MB, closing the layer)\n", toString(use.kind), "",
                       use.seconds * 1e3, use.bytes / 1e6);
   }
+  if (plan.pp > 1)
+    os << formatv("  pipeline: each transfer between stages {0:F3} ms (a microbatch's hidden rows{1})\n",
+                  plan.transferTime * 1e3,
+                  profile.ppScatterGather && !plan.sequenceParallel && plan.tp > 1
+                      ? formatv(", sent in {0} pieces, one a TP rank, and all-gathered over the TP group on arrival",
+                                plan.tp)
+                            .str()
+                      : std::string());
   os << formatv("  step {0:F3} ms = ", plan.stepTime * 1e3);
   if (workload.kind == WorkloadKind::Train)
     os << formatv("compute {0:F3} + bubble {1:F3} + tp {2:F3} + ep {3:F3} + cp {4:F3} (the slowest stage's {5} "

@@ -633,6 +633,15 @@ def test_a_replicated_boundary_sent_in_tp_pieces(parax_plan, model_file, tmp_pat
     assert transfer(True, 0) == pytest.approx(off(boundary / 2) + gather, rel=1e-6)
     assert transfer(True, 1) == pytest.approx(off(boundary / 2), rel=1e-6)
     assert transfer(False, 1) == pytest.approx(off(boundary / 2), rel=1e-6)
+    # --explain says how a transfer went
+    path = tmp_path / "scatter.json"
+    path.write_text(json.dumps({"name": "scatter", "pp_scatter_gather": True}))
+    proc = subprocess.run([parax_plan, model, "--cluster", "dgx-h100:devices_per_node=2,nodes=2", "--profile", str(path),
+                           "--workload", "train:batch=4,seq=4096,tp=2,pp=2,dp=1,mbs=1,sp=0,recompute=full,"
+                           "schedule=1f1b", "--explain"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if "pipeline: each transfer between stages" in line)
+    assert f"{1e3 * (off(boundary / 2) + gather):.3f} ms" in line and "sent in 2 pieces" in line
 
 
 def test_a_stack_that_splits_the_layers_evenly(parax_plan, model_file, tmp_path):
