@@ -713,12 +713,19 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         // at least v layers per device and m a multiple of pp (Megatron's
         // rule); chunks may differ by a layer.
         // A pinned chunks=v is tried whatever it is.
-        llvm::SmallVector<std::pair<Schedule, int64_t>, 6> schedules = {
+        llvm::SmallVector<std::pair<Schedule, int64_t>, 8> schedules = {
             {Schedule::OneFOneB, 1},    {Schedule::Interleaved, 2},
             {Schedule::Interleaved, 4}, {Schedule::Interleaved, 8},
             {Schedule::GPipe, 1}};
         if (w.chunks && *w.chunks != 2 && *w.chunks != 4 && *w.chunks != 8)
           schedules.push_back({Schedule::Interleaved, *w.chunks});
+        // A stack whose chunks hold a stage's layers evenly can run only
+        // the v that divide them: those up to 8 besides 2, 4 and 8 (a
+        // stage of 15 layers: 3 and 5; of 3: 3).
+        if (cluster.profile.pipelineEvenSplit && pp > 1 && !w.chunks)
+          for (int64_t v : {3, 5, 6, 7})
+            if ((model.numDecoderLayers / pp) % v == 0)
+              schedules.push_back({Schedule::Interleaved, v});
         for (auto [sched, v] : schedules) {
           if (w.schedule && *w.schedule != sched)
             continue;

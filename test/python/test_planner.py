@@ -668,6 +668,11 @@ def test_a_stack_that_splits_the_layers_evenly(parax_plan, model_file, tmp_path)
     free = plan(parax_plan, six, "dgx-h100", "train:batch=8,seq=4096", "--profile", str(path), "--top", "200")["plans"]
     assert free and all(6 % p["pp"] == 0 for p in free)
     assert all(p["schedule"] != "interleaved" or (6 // p["pp"]) % p["virtual_stages"] == 0 for p in free)
+    # ... and tries the v that do divide a stage's layers beyond 2, 4, 8:
+    # 2 stages of 3 layers interleaved in 3 chunks of one
+    three = plan(parax_plan, six, "dgx-h100", "train:batch=8,seq=4096,pp=2,schedule=interleaved", "--profile",
+                 str(path), "--top", "50")["plans"]
+    assert three and {p["virtual_stages"] for p in three} == {3}
     refused = plan(parax_plan, six, "dgx-h100", "train:batch=8,seq=4096,pp=4", "--profile", str(path), expect=2)
     assert not refused["plans"] and "pp=4 does not divide the model's 6 decoder layers" in refused["explanation"]
     assert plan(parax_plan, six, "dgx-h100", "train:batch=8,seq=4096,pp=4")["plans"]
