@@ -22,10 +22,12 @@ namespace {
 
 // The memory-bound classes have a rate each (a profile's
 // elementwise_passes relative to the plain ones'): Memory is the plain.
-enum class Kind { Gemm, Memory, Norm, Rope, Swiglu, Unary, CrossEntropy, Attention, Experts, Collective, Skip };
+enum class Kind {
+  Gemm, Memory, Norm, Rope, Swiglu, Unary, CrossEntropy, Attention, Experts, AttentionGrad, Collective, Skip
+};
 // Columns of the compute fit: a kind's work (in Kind's order, to
-// Experts), a GEMM's bytes, the overhead.
-constexpr int kGemmBytes = 9, kOverhead = 10, kColumns = 11;
+// AttentionGrad), a GEMM's bytes, the overhead.
+constexpr int kGemmBytes = 10, kOverhead = 11, kColumns = 12;
 
 // What the planner prices as a GEMM, as HBM traffic, as attention or as a
 // collective; the rest (views, sends and receives whose time is the
@@ -34,6 +36,7 @@ Kind kindOf(StringRef op) {
   return StringSwitch<Kind>(op)
       .Cases({"linear", "head_linear", "linear_weight_grad"}, Kind::Gemm)
       .Case("attention", Kind::Attention)
+      .Case("attention_grad", Kind::AttentionGrad)
       .Case("experts", Kind::Experts)
       .Cases({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "moe_dispatch", "moe_combine"},
              Kind::Collective)
@@ -279,10 +282,10 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
           for (const json::Value &v : *list)
             if (const json::Array *a = v.getAsArray())
               s.bytes += element * numel(*a);
-      } else if (kind == Kind::Attention) {
+      } else if (kind == Kind::Attention || kind == Kind::AttentionGrad) {
         const json::Array *q = shape(*operands, 0), *k = shape(*operands, 1), *v = shape(*operands, 2);
         if (!q || !k || !v || q->size() != 4 || k->size() != 4 || v->size() != 4)
-          return where("attention needs q, k and v of rank 4");
+          return where(*op + " needs q, k and v of rank 4");
         if ((*q)[1].getAsNumber().value_or(0) < 8)
           continue; // a decode step's: it reads its cache up to a run-time position, not its shape
         double b = (*q)[0].getAsNumber().value_or(0), sq = (*q)[1].getAsNumber().value_or(0),
@@ -292,6 +295,10 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
         bool causal = attrs && attrs->getBoolean("causal").value_or(false);
         double pairs = causal ? sq * (skv - sq) + sq * (sq + 1) / 2 : sq * skv;
         s.x = b * h * pairs * (2 * d + 5 + 2 * dv);
+        // (the backward: the scores again, then dv, dP, dq and dk: the
+        // planner's LayerSolver count)
+        if (kind == Kind::AttentionGrad)
+          s.x += b * h * pairs * (2 * dv + 5 + 4 * d);
       } else if (kind == Kind::Experts) {
         // x [.., H], the routing [.., k], the gate stack [E, F, H]: the
         // planner's T k (6 H F + 5 F + 2 H).
@@ -472,6 +479,8 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   }
   if (slope(Kind::Attention) > 0)
     p.flashEfficiency = std::min(1.0, slope(Kind::Gemm) / slope(Kind::Attention));
+  if (slope(Kind::Attention) > 0 && slope(Kind::AttentionGrad) > 0)
+    p.flashBackwardRate = std::clamp(slope(Kind::Attention) / slope(Kind::AttentionGrad), 0.01, 10.0);
   if (slope(Kind::Experts) > 0)
     p.expertsEfficiency = std::min(1.0, slope(Kind::Gemm) / slope(Kind::Experts));
   p.ncclProtocols = false;
@@ -623,6 +632,12 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                line(Kind::Attention, slope(Kind::Attention) > 0
                                          ? formatv("attention: {0:F2} GFLOP/s", 1 / slope(Kind::Attention) / 1e9).str()
                                          : std::string("attention: not fitted")) +
+               line(Kind::AttentionGrad,
+                    slope(Kind::AttentionGrad) > 0
+                        ? formatv("attention backward: {0:F2} GFLOP/s ({1:F2} of the forward's rate)",
+                                  1 / slope(Kind::AttentionGrad) / 1e9, p.flashBackwardRate)
+                              .str()
+                        : std::string("attention backward: not fitted")) +
                formatv("kernel overhead: {0:F2} us an instruction\n", th[kOverhead] * 1e6).str() +
                (optimizerBytes.empty() ? std::string("optimizer: not measured (16 bytes a parameter kept)\n")
                                        : formatv("optimizer: {0:F1} bytes a parameter at that bandwidth ({1} "

@@ -2,8 +2,9 @@
 //
 // Run profiles written here from known figures (a GEMM rate and the
 // bandwidth GEMMs stream at, the plain, the norms' and the cross-entropy's
-// memory rates, the attention's rate, a kernel's overhead, a collective's
-// launch, ring step and bandwidth, the host's work a parameter), each
+// memory rates, the attention's forward and backward rates, a kernel's
+// overhead, a collective's launch, ring step and bandwidth, the host's
+// work a parameter), each
 // instruction's time computed by the planner's own forms; calibrate() must
 // give those figures back.
 //
@@ -27,7 +28,7 @@ using namespace parax::plan;
 namespace {
 
 constexpr double kRate = 100e9, kStream = 10e9, kPlain = 1e9, kNorm = 2e9, kCrossEntropy = 0.5e9,
-                 kAttention = 40e9, kOverhead = 3e-6, kLaunch = 20e-6, kStep = 5e-6, kWire = 2e9;
+                 kAttention = 40e9, kAttentionGrad = 30e9, kOverhead = 3e-6, kLaunch = 20e-6, kStep = 5e-6, kWire = 2e9;
 
 std::string shape(std::vector<int64_t> dims) {
   std::string out = "[";
@@ -97,6 +98,11 @@ std::string runProfile(double optimizerSeconds, double parameters, double averag
     double flops = 1 * 2 * (s * (s + 1) / 2.0) * (2 * 64 + 5 + 2 * 64);
     list.push_back(inst("attention", {{1, s, 2, 64}, {1, s, 2, 64}, {1, s, 2, 64}}, {1, s, 2, 64},
                         flops / kAttention + kOverhead, 1, R"({"causal": true})"));
+    // its gradient (q, k, v and the output's gradient in; dq, dk, dv
+    // out): the scores again, then 2 x 64 + 5 + 4 x 64 FLOPs a pair
+    double grad = flops + 1 * 2 * (s * (s + 1) / 2.0) * (2 * 64 + 5 + 4 * 64);
+    list.push_back(inst("attention_grad", {{1, s, 2, 64}, {1, s, 2, 64}, {1, s, 2, 64}, {1, s, 2, 64}},
+                        {1, s, 2, 64}, grad / kAttentionGrad + kOverhead, 1, R"({"causal": true})"));
   }
   // All-gathers over 2 and 4 ranks ((n - 1)/n of the gathered bytes, n - 1
   // steps); all-reduces over 2 (2 (n - 1)/n, 2 (n - 1) steps).
@@ -157,6 +163,7 @@ TEST(CalibrationTest, TheFitGivesBackTheFiguresThatMadeTheTimes) {
   near(p.normPasses, kStream / kNorm);
   near(p.crossEntropyPasses, kStream / kCrossEntropy);
   near(p.flashEfficiency, kAttention / kRate);
+  near(p.flashBackwardRate, kAttentionGrad / kAttention);
   near(p.kernelOverhead, kOverhead);
   near(p.optimizerBytes, 56);
   near(c.intraNode.bandwidth, kWire);
