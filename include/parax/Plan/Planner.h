@@ -71,7 +71,7 @@ struct MemoryBreakdown {
 /// tallies every candidate it costs); a kind never tallied is absent from
 /// the reports.
 template <typename T> struct CollectiveTally {
-  static constexpr size_t kKinds = 5; // CollectiveKind's
+  static constexpr size_t kKinds = static_cast<size_t>(CollectiveKind::SendRecv) + 1; // (the last kind)
   std::array<T, kKinds> value{};
   std::array<bool, kKinds> seen{};
   T &operator[](CollectiveKind kind) {
