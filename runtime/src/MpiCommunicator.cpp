@@ -32,6 +32,10 @@ constexpr int kRingTag = 1;
 // ranksShareCores(): set by the communicator's creation.
 std::atomic<bool> shareCores{false};
 
+// abortMpiJob's meeting place: a duplicate of the world that only ranks
+// ending in an error use (set by the communicator's creation).
+MPI_Comm abortComm = MPI_COMM_NULL;
+
 Status check(int rc, const char *what) {
   if (rc == MPI_SUCCESS)
     return Status::ok();
@@ -91,6 +95,9 @@ public:
     MPI_Comm_size(node, &local);
     MPI_Comm_free(&node);
     shareCores.store(local > sysconf(_SC_NPROCESSORS_ONLN), std::memory_order_relaxed);
+    if (abortComm == MPI_COMM_NULL)
+      if (Status s = check(MPI_Comm_dup(MPI_COMM_WORLD, &abortComm), "MPI_Comm_dup"); !s.isOk())
+        return s;
     return Status::ok();
   }
 
@@ -240,8 +247,7 @@ public:
   [[noreturn]] void abort(const std::string &message) override {
     std::fprintf(stderr, "parax-run: rank %d: %s\n", rank_, message.c_str());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::exit(1);
+    abortMpiJob();
   }
 
 private:
@@ -361,6 +367,23 @@ bool mpiBlocks(const std::vector<size_t> &counts, std::vector<int> &sizes, std::
     at += n;
   }
   return true;
+}
+
+void abortMpiJob(double graceSeconds) {
+  if (abortComm != MPI_COMM_NULL) {
+    MPI_Request request;
+    if (MPI_Ibarrier(abortComm, &request) == MPI_SUCCESS) {
+      auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(graceSeconds);
+      int met = 0;
+      while (!met && std::chrono::steady_clock::now() < until) {
+        if (MPI_Test(&request, &met, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+          break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
 }
 
 StatusOr<std::unique_ptr<Communicator>>

@@ -66,7 +66,7 @@ void Run::die(const std::string &message) {
   std::fprintf(stderr, "parax-run: rank %d: %s\n", rank, message.c_str());
   std::fflush(stderr);
   if (size > 1)
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    abortMpiJob(); // (the other ranks that meet the same error report it first)
   finalize();
   std::exit(1);
 }

@@ -75,6 +75,14 @@ bool mpiBlocks(const std::vector<size_t> &counts, std::vector<int> &sizes, std::
 StatusOr<std::unique_ptr<Communicator>>
 createMpiCommunicator(const std::vector<int64_t> &shape, double stallTimeoutSeconds = 300);
 
+/// Ends an MPI job after this rank has reported an error: first gives the
+/// other ranks that meet the same error (a collective's check every rank
+/// makes) up to `graceSeconds` to report theirs -- a non-blocking barrier
+/// on a communicator kept for this by createMpiCommunicator, which only
+/// failing ranks enter -- then MPI_Abort. Without that communicator (an
+/// error before it), MPI_Abort at once.
+[[noreturn]] void abortMpiJob(double graceSeconds = 2);
+
 /// In-process communicators for a grid of `shape`, one per rank, to be used
 /// from one thread each (unit tests): the same group semantics as MPI's.
 std::vector<std::unique_ptr<Communicator>>
