@@ -797,7 +797,9 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 // exchange kernels leave (ep_overlap_sms of them held).
                 double exchanges = 2 * a2a;
                 double exposed = std::max(0.0, exchanges - (3 * lp.computeTime + lp.backwardExtraTime));
-                besideA2a = (exchanges - exposed) * cluster.profile.epOverlapSms / double(cluster.smCount());
+                // (all the SMs at most: the compute then waits out the exchange)
+                besideA2a = (exchanges - exposed) *
+                            std::min<double>(cluster.profile.epOverlapSms, cluster.smCount()) / cluster.smCount();
                 a2a = exposed / 2;
               }
               c.forward = lp.computeTime + besideA2a / 3 + tpTime + a2a + cpTime + resultsOverCp + resultsOverEp +

@@ -693,12 +693,15 @@ def test_expert_exchanges_beside_another_microbatchs_compute(parax_plan, model_f
         work = f"train:batch={ep},seq=4096,tp=1,pp=1,dp=1,ep={ep},mbs=1,recompute=none,zero=1"
         runs = {key: profiled(parax_plan, tmp_path, model, cluster, work, ep_node_dispatch=False, **fields)["time_s"]
                 for key, fields in (("off", {}), ("on", {"ep_overlap_compute": True}),
-                                    ("sms", {"ep_overlap_compute": True, "ep_overlap_sms": 32}))}
+                                    ("sms", {"ep_overlap_compute": True, "ep_overlap_sms": 32}),
+                                    ("all", {"ep_overlap_compute": True, "ep_overlap_sms": 1000}))}
         assert runs["off"]["ep_comm"] > 0
         assert runs["on"]["compute"] == pytest.approx(runs["off"]["compute"], rel=1e-12)
         assert runs["sms"]["ep_comm"] == pytest.approx(runs["on"]["ep_comm"], rel=1e-12)
         hidden = runs["off"]["ep_comm"] - runs["on"]["ep_comm"]
         assert runs["sms"]["compute"] - runs["on"]["compute"] == pytest.approx(hidden * 32 / 132, rel=1e-9)
+        # more SMs than the device has: the compute waits out the exchange, no more
+        assert runs["all"]["compute"] - runs["on"]["compute"] == pytest.approx(hidden, rel=1e-9)
         if ep == 8:
             assert runs["on"]["ep_comm"] == 0
         else:
