@@ -66,8 +66,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "pipeline_activation_slots": false})json"},
     {"megatron-bridge", R"json({
   "name": "megatron-bridge", "extends": "megatron-core",
-  "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks, the reduce-scatters' GEMMs in 4 chunks leaving 16 SMs to them), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling, gradients reduced in bf16 (every recipe's grad_reduce_in_fp32 = False)",
+  "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks, the reduce-scatters' GEMMs in 4 chunks leaving 16 SMs to them), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling (each cast reads its bf16 operand twice, the amax then the cast-transpose: 3 passes), gradients reduced in bf16 (every recipe's grad_reduce_in_fp32 = False)",
   "tp_overlap_gemms": true, "tp_overlap_sms": 16, "tp_overlap_splits": 4,
+  "fp8_casts": {"activations": 3, "weights": 0},
   "reduce_bytes": 2})json"},
     {"deepseek-v3", R"json({
   "name": "deepseek-v3",
