@@ -424,6 +424,7 @@ def main():
     memory = []  # (name, published GiB, parax's GiB)
     searched = []  # (name, profile, the run's plan, its predicted step, the search's best, its predicted step)
     groups = {}  # a published ranking: group -> [(name, published speed, parax's speed)]
+    by_device = {}  # device -> the validation rows' errors
     with tempfile.TemporaryDirectory() as tmp:
         for row in rows():
             if args.only and args.only not in row["name"]:
@@ -478,6 +479,10 @@ def main():
                 shown = (f"{row['published']} TFLOP/s", f"{predicted:.0f} TFLOP/s")
             if not row.get("fit") and not row.get("ranking_only"):
                 errors.append(error)
+                # (the device, from the cluster preset's name: dgx-a100-80gb, grand-teton-h100, ...)
+                device = next(part for part in row["cluster"].split(":")[0].split("-") if part[0] in "abh" and
+                              part[1:2].isdigit()).upper()
+                by_device.setdefault(device, []).append(error)
             if row.get("group"):
                 # (higher is better for a rate, lower for a step time)
                 speed = (lambda x: 1 / x) if row["unit"] == "s" else (lambda x: x)
@@ -514,6 +519,9 @@ def main():
         print(f"\n{len(errors)} validation rows: mean |error| of the step time {100 * mean:.1f} %, "
               f"largest {100 * worst:+.1f} %, within +-10 %: {sum(abs(e) <= 0.10 for e in errors)}, "
               f"within +-25 %: {sum(abs(e) <= 0.25 for e in errors)}")
+        print("by device: " + "; ".join(
+            f"{device} {len(es)} rows, mean |error| {100 * sum(abs(e) for e in es) / len(es):.1f} %, "
+            f"mean error {100 * sum(es) / len(es):+.1f} %" for device, es in sorted(by_device.items())))
     if searched:
         # A run whose own plan parax predicts more than 1.3x slower than
         # the plan it would recommend: parax's costs or the run's choice
