@@ -624,6 +624,7 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
   uses[linkOf(denseGroup)] = denseGroup.size > 1;
   uses[linkOf(expertGroup)] = uses[linkOf(expertGroup)] || expertGroup.size > 1;
   double e = model.elementBytes, g = profile.reduceBytes;
+  double copies = 0; // the copies out of the gathers' buffers (zero3_copy_out)
   for (size_t i = 0, r = n - 1; i < n; ++i, --r) {
     const LayerCost &c = costs[layers[i]];
     gather[i] = gatherBack[r] =
@@ -637,6 +638,16 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
         chunked(CollectiveKind::ReduceScatter, g * c.expertParams, expertGroup, profile.reduceBucketBytes);
     forward[i] = c.forward;
     backward[r] = c.time - c.forward;
+    // (a stack that copies a gathered layer out of the gather's buffer
+    // does it on the compute stream, before the layer: a read and a write
+    // of its gathered bytes, counted in what this returns)
+    if (profile.zero3CopyOut && gather[i] > 0) {
+      double copy = 2 * e * (c.denseParams + c.expertParams) / (cluster.hbmBandwidth * cluster.memoryEfficiency);
+      double backwardCopies = gatherBack[r] > gather[i] ? 2 : 1; // (gathered twice: beyond the reuse distance)
+      copies += copy * (1 + backwardCopies);
+      forward[i] += copy;
+      backward[r] += copy * backwardCopies;
+    }
     // (the links the layer's own collectives hold while the stream's
     // gathers and reduce-scatters want them)
     for (int link : {0, 1})
@@ -645,9 +656,8 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
         heldBackward[r] += c.backwardBusy[link] * (rc == Recompute::Full ? 2 : 1);
       }
   }
-  return streamedPassOverhead(gather, {}, forward, profile.zero3Prefetch, heldForward) +
-         streamedPassOverhead(gatherBack, reduceBack, backward, profile.zero3Prefetch,
-                              heldBackward);
+  return copies + streamedPassOverhead(gather, {}, forward, profile.zero3Prefetch, heldForward) +
+         streamedPassOverhead(gatherBack, reduceBack, backward, profile.zero3Prefetch, heldBackward);
 }
 
 void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,

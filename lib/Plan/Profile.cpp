@@ -84,7 +84,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "pipeline_activation_slots": false})json"},
     {"fsdp", R"json({
   "name": "fsdp",
-  "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead and its gradients reduce-scattered as one message",
+  "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead, copied out of the gather's buffer on the compute stream, and its gradients reduce-scattered as one message",
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "flash", "flash_efficiency": 0.436, "flash_backward_rate": 0.86,
   "selective_recompute": "alternate_gemms",
@@ -92,7 +92,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "fp8_casts": {"activations": 3.75, "weights": 4},
   "kernel_overhead_us": 2, "loss_buffers": 3, "runtime_buffers": false,
   "dp_overlap": true,
-  "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true,
+  "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true, "zero3_copy_out": true,
   "pipeline_activation_slots": false})json"},
     {"fsdp-compile", R"json({
   "name": "fsdp-compile", "extends": "fsdp",
@@ -178,7 +178,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
       "collective_list_copies", "reduce_bytes", "gradient_fusion",
       "pipeline_outputs_kept", "pipeline_gradient_sets", "pipeline_activation_slots", "fp8_casts", "loss_buffers",
-      "runtime_buffers", "zero3_pipeline_unsharded", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "tp_overlap_backward", "tp_overlap_sms", "tp_overlap_splits", "ep_overlap_sms", "pp_overlap", "pp_scatter_gather", "pipeline_even_split", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
+      "runtime_buffers", "zero3_pipeline_unsharded", "zero3_copy_out", "ep_node_dispatch", "ep_dispatch_fp8", "expert_folding", "ep_overlap_compute", "tp_overlap_backward", "tp_overlap_sms", "tp_overlap_splits", "ep_overlap_sms", "pp_overlap", "pp_scatter_gather", "pipeline_even_split", "tp_overlap_gemms", "sequence_parallel", "context_parallel",
       "compute_share"};
   for (const auto &entry : *root)
     if (!is_contained(known, StringRef(entry.first)))
@@ -407,6 +407,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              std::pair{"pipeline_activation_slots", &p.pipelineActivationSlots},
                              std::pair{"runtime_buffers", &p.runtimeBuffers},
                              std::pair{"zero3_pipeline_unsharded", &p.zero3PipelineUnsharded},
+                             std::pair{"zero3_copy_out", &p.zero3CopyOut},
                              std::pair{"ep_node_dispatch", &p.epNodeDispatch},
                              std::pair{"ep_dispatch_fp8", &p.epDispatchFp8},
                              std::pair{"expert_folding", &p.expertFolding},
@@ -483,6 +484,7 @@ std::string Profile::toJson() const {
       {"loss_buffers", lossBuffers},
       {"runtime_buffers", runtimeBuffers},
       {"zero3_pipeline_unsharded", zero3PipelineUnsharded},
+      {"zero3_copy_out", zero3CopyOut},
       {"ep_node_dispatch", epNodeDispatch},
       {"ep_dispatch_fp8", epDispatchFp8},
       {"expert_folding", expertFolding},

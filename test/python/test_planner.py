@@ -733,6 +733,30 @@ def test_flash_attentions_backward_at_its_own_rate(parax_plan, model_file, tmp_p
     assert slower_backward / slower_forward == pytest.approx(r / (1 + r), rel=1e-9)
 
 
+def test_fsdp_copies_each_gathered_layer_out_on_the_compute_stream(parax_plan, model_file, tmp_path):
+    # FSDP2 (zero3_copy_out) copies a layer's gathered parameters out of
+    # the all-gather's buffer on the compute stream before the layer runs
+    # (foreach_all_gather_copy_out): a read and a write of them, bf16, once
+    # for the forward and once for the backward's gather. Llama-3-8B cut to
+    # 2 layers under ZeRO-3 over 2 ranks whose links are all but free (the
+    # gathers themselves cost nothing to hide): the step grows by those
+    # copies exactly, every parameter twice, at HBM 3,350 GB/s x 0.85.
+    model = model_file("llama3-8b", 4096, layers=2)
+    cluster = tmp_path / "fast.json"
+    cluster.write_text(json.dumps({
+        "name": "fast", "multiprocessors": 132, "devices_per_node": 2, "nodes": 1, "peak_tflops": {"bf16": 989},
+        "hbm_gb": 80, "hbm_bandwidth_gbps": 3350, "matmul_efficiency": 1, "memory_efficiency": 0.85,
+        "intra_node": {"bandwidth_gbps": 1e7, "efficiency": 1, "hop_latency_us": 0.001},
+        "inter_node": {"bandwidth_gbps": 50, "efficiency": 1, "hop_latency_us": 0.001},
+        "collective_latency_us": 0.001}))
+    work = "train:batch=2,seq=4096,tp=1,pp=1,dp=2,mbs=1,zero=3,recompute=none"
+    steps = {copy: profiled(parax_plan, tmp_path, model, str(cluster), work, zero3_prefetch_layers=1,
+                            zero3_copy_out=copy)["step_time_s"] for copy in (False, True)}
+    h, f, v, kv = 4096, 14336, 128256, 1024
+    params = 2 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + 2 * v * h + h
+    assert steps[True] - steps[False] == pytest.approx(2 * 2 * 2 * params / (3350e9 * 0.85), rel=1e-4)
+
+
 def test_a_sliding_window_costs_the_pairs_it_sees(parax_plan, tmp_path):
     """Mistral's attention over a window of 1,024 keys in a prefill of 8,192
     tokens: a query at position p sees min(p + 1, 1024) keys, 7,864,832

@@ -299,6 +299,12 @@ struct Profile {
   /// once (torchtitan: `reshard_after_forward=False` with PP, the
   /// schedule's no-sync microbatches).
   bool zero3PipelineUnsharded = false;
+  /// ZeRO-3: each gathered layer's parameters copied out of the gather's
+  /// buffer into their own tensors on the compute stream before the layer
+  /// runs (FSDP2's foreach_all_gather_copy_out: a split_with_sizes_copy
+  /// after waiting for the gather), a read and a write of the gathered
+  /// bytes on the critical path.
+  bool zero3CopyOut = false;
   /// The highest ZeRO stage the stack implements (Megatron-LM 2021: none;
   /// Megatron-Core's distributed optimizer: 1): the search tries no other.
   int maxZero = 3;
