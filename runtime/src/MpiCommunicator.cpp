@@ -95,9 +95,7 @@ public:
     MPI_Comm_size(node, &local);
     MPI_Comm_free(&node);
     shareCores.store(local > sysconf(_SC_NPROCESSORS_ONLN), std::memory_order_relaxed);
-    if (abortComm == MPI_COMM_NULL)
-      if (Status s = check(MPI_Comm_dup(MPI_COMM_WORLD, &abortComm), "MPI_Comm_dup"); !s.isOk())
-        return s;
+    prepareMpiAbort();
     return Status::ok();
   }
 
@@ -369,6 +367,11 @@ bool mpiBlocks(const std::vector<size_t> &counts, std::vector<int> &sizes, std::
   return true;
 }
 
+void prepareMpiAbort() {
+  if (abortComm == MPI_COMM_NULL && MPI_Comm_dup(MPI_COMM_WORLD, &abortComm) != MPI_SUCCESS)
+    abortComm = MPI_COMM_NULL;
+}
+
 void abortMpiJob(double graceSeconds) {
   if (abortComm != MPI_COMM_NULL) {
     MPI_Request request;
@@ -380,6 +383,10 @@ void abortMpiJob(double graceSeconds) {
           break;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
+      // (every rank reported: mpirun forwards their lines before the abort
+      // ends them; without the pause a rank's can be lost with it)
+      if (met)
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
   }
   MPI_Abort(MPI_COMM_WORLD, 1);

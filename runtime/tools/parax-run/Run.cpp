@@ -50,6 +50,9 @@ Run::Run(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    // (every backend's error ends the job through abortMpiJob)
+    if (size > 1)
+      prepareMpiAbort();
   }
   opt = parseOptions(argc, argv, dieFunction());
   trains = opt.trains();

@@ -75,13 +75,18 @@ bool mpiBlocks(const std::vector<size_t> &counts, std::vector<int> &sizes, std::
 StatusOr<std::unique_ptr<Communicator>>
 createMpiCommunicator(const std::vector<int64_t> &shape, double stallTimeoutSeconds = 300);
 
+/// Keeps the communicator abortMpiJob meets other failing ranks on (a
+/// duplicate of the world): collective, every rank once after MPI_Init
+/// (createMpiCommunicator calls it too; later calls do nothing).
+void prepareMpiAbort();
+
 /// Ends an MPI job after this rank has reported an error: first gives the
 /// other ranks that meet the same error (a collective's check every rank
 /// makes) up to `graceSeconds` to report theirs -- a non-blocking barrier
-/// on a communicator kept for this by createMpiCommunicator, which only
-/// failing ranks enter -- then MPI_Abort. Without that communicator (an
-/// error before it), MPI_Abort at once.
-[[noreturn]] void abortMpiJob(double graceSeconds = 2);
+/// on prepareMpiAbort's communicator, which only failing ranks enter --
+/// and, when they all did, a moment for the launcher to forward what they
+/// printed; then MPI_Abort. Without that communicator, MPI_Abort at once.
+[[noreturn]] void abortMpiJob(double graceSeconds = 5);
 
 /// In-process communicators for a grid of `shape`, one per rank, to be used
 /// from one thread each (unit tests): the same group semantics as MPI's.
