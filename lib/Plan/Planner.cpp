@@ -214,7 +214,7 @@ private:
   /// scatters and gathers (pp_scatter_gather) a replicated boundary, 1/tp
   /// of it each and all-gathered over the TP group on arrival.
   double boundaryTime(double bytes, int64_t tp, bool split, const Group &ppGroup) const {
-    if (!cluster.profile.ppScatterGather || split || tp <= 1)
+    if (!cluster.profile.boundaryInPieces(tp, split))
       return collectiveTime(cluster, CollectiveKind::SendRecv, bytes, ppGroup);
     return collectiveTime(cluster, CollectiveKind::SendRecv, bytes / tp, ppGroup) +
            collectiveTime(cluster, CollectiveKind::AllGather, bytes, makeGroup(cluster, tp, 1));
@@ -630,9 +630,12 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
     gather[i] = gatherBack[r] =
         dense(CollectiveKind::AllGather, e, c, profile.zero3BucketBytes) +
         chunked(CollectiveKind::AllGather, e * c.expertParams, expertGroup, profile.zero3BucketBytes);
-    if (rc == Recompute::Full && profile.zero3ReuseElements > 0 &&
-        c.denseParams + c.expertParams > profile.zero3ReuseElements)
-      gatherBack[r] *= 2;
+    // (the backward's gathers: two beyond the reuse distance)
+    double backwardGathers = rc == Recompute::Full && profile.zero3ReuseElements > 0 &&
+                                     c.denseParams + c.expertParams > profile.zero3ReuseElements
+                                 ? 2
+                                 : 1;
+    gatherBack[r] *= backwardGathers;
     reduceBack[r] =
         dense(CollectiveKind::ReduceScatter, g, c, profile.reduceBucketBytes) +
         chunked(CollectiveKind::ReduceScatter, g * c.expertParams, expertGroup, profile.reduceBucketBytes);
@@ -643,10 +646,9 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
     // of its gathered bytes, counted in what this returns)
     if (profile.zero3CopyOut && gather[i] > 0) {
       double copy = 2 * e * (c.denseParams + c.expertParams) / (cluster.hbmBandwidth * cluster.memoryEfficiency);
-      double backwardCopies = gatherBack[r] > gather[i] ? 2 : 1; // (gathered twice: beyond the reuse distance)
-      copies += copy * (1 + backwardCopies);
+      copies += copy * (1 + backwardGathers);
       forward[i] += copy;
-      backward[r] += copy * backwardCopies;
+      backward[r] += copy * backwardGathers;
     }
     // (the links the layer's own collectives hold while the stream's
     // gathers and reduce-scatters want them)
@@ -732,9 +734,10 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
         // A stack whose chunks hold a stage's layers evenly can run only
         // the v that divide them: those up to 8 besides 2, 4 and 8 (a
         // stage of 15 layers: 3 and 5; of 3: 3).
+        int64_t perStage = model.numDecoderLayers / pp; // (under an even split)
         if (cluster.profile.pipelineEvenSplit && pp > 1 && !w.chunks)
           for (int64_t v : {3, 5, 6, 7})
-            if ((model.numDecoderLayers / pp) % v == 0)
+            if (perStage % v == 0)
               schedules.push_back({Schedule::Interleaved, v});
         for (auto [sched, v] : schedules) {
           if (w.schedule && *w.schedule != sched)
@@ -743,7 +746,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             continue;
           if (pp == 1 && sched != Schedule::OneFOneB)
             continue;
-          bool unevenChunks = cluster.profile.pipelineEvenSplit && (model.numDecoderLayers / pp) % v != 0;
+          bool unevenChunks = cluster.profile.pipelineEvenSplit && perStage % v != 0;
           if (sched == Schedule::Interleaved && (model.numDecoderLayers < pp * v || m % pp || unevenChunks)) {
             if (w.schedule == Schedule::Interleaved || w.chunks)
               interleavedRefused =
@@ -757,7 +760,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                             .str()
                       : formatv("; interleaved with {0} chunks: the profile's stack (pipeline_even_split) gives "
                                 "each chunk equal layers, and a stage's {1} decoder layers do not split in {0}",
-                                v, model.numDecoderLayers / pp)
+                                v, perStage)
                             .str();
             continue;
           }

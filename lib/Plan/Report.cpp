@@ -376,7 +376,7 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
   if (plan.pp > 1)
     os << formatv("  pipeline: each transfer between stages {0:F3} ms (a microbatch's hidden rows{1})\n",
                   plan.transferTime * 1e3,
-                  profile.ppScatterGather && !plan.sequenceParallel && plan.tp > 1
+                  profile.boundaryInPieces(plan.tp, plan.sequenceParallel)
                       ? formatv(", sent in {0} pieces, one a TP rank, and all-gathered over the TP group on arrival",
                                 plan.tp)
                             .str()

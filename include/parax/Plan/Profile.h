@@ -219,6 +219,11 @@ struct Profile {
   /// costs a send of 1/tp of it plus an all-gather over the TP links,
   /// instead of every rank sending it whole.
   bool ppScatterGather = false;
+  /// Whether a pipeline boundary goes in tp pieces (ppScatterGather): a
+  /// replicated one (no sequence parallelism) over tp > 1 ranks.
+  bool boundaryInPieces(int64_t tp, bool sequenceParallel) const {
+    return ppScatterGather && !sequenceParallel && tp > 1;
+  }
   /// Pipeline stages hold equal counts of decoder layers (the embedding
   /// on the first, the output head and loss on the last, beside them),
   /// and an interleaved schedule's chunks equal counts of a stage's:
