@@ -51,8 +51,10 @@ from parax.models import build_model, load_config  # noqa: E402
 
 # Narayanan et al. 2021, Table 1 (A100 80 GB, seq 2048, vocabulary 51,200):
 # hidden, layers, heads, TP, PP, GPUs, batch, achieved TFLOP/s a GPU. (Written
-# down from memory of the table, which the Megatron-LM README reproduces;
-# not re-read against the paper on 2026-12-05: check before trusting a row.)
+# down from memory on 2026-12-05; checked on 2026-12-07 against the table as
+# the Megatron-LM README showed it until July 2024, images/cases_april2021.png
+# at f2e5db402c^: hidden, layers, model-parallel size tp x pp, GPUs, batch
+# and TFLOP/s agree on every row; the heads are not in that table.)
 TABLE1 = [
     ("1.7B", 2304, 24, 24, 1, 1, 32, 512, 137),
     ("3.6B", 3072, 30, 32, 2, 1, 64, 512, 138),
@@ -76,7 +78,9 @@ ZERO3 = [(384, 4, 144), (768, 2, 88), (1536, 1, 44)]
 # parallelism with selective recompute, TP8, one sequence a microbatch, A100
 # 80 GB, seq 2048: hidden, layers, heads, PP, GPUs, batch, model FLOPs
 # utilisation (Eq. 7's FLOPs over 312 TFLOP/s). (Written down from memory of
-# the paper's tables, not re-read on 2026-12-05: check them against the PDF.)
+# the paper's tables on 2026-12-05; the four utilisations checked on
+# 2026-12-07 against the Megatron-LM README's MFU table of that time, at
+# f2e5db402c^: 41.5, 51.4, 56.0, 56.3 %.)
 KORTHIKANTI = [
     ("22B", 6144, 48, 64, 1, 8, 4, 0.415),
     ("175B", 12288, 96, 96, 8, 64, 64, 0.514),
@@ -95,6 +99,33 @@ KORTHIKANTI = [
 # (Written down from memory of the table on 2026-12-07, like the rows
 # above; its ratios and Table 3's utilisation agree to 0.1 %.)
 FULL_RECOMPUTE_STEP = {"22B": 1.42, "175B": 18.13, "530B": 49.05, "1T": 94.42}
+
+
+# Megatron-Core r0.8.0 on H100 (the Megatron-LM README's weak-scaling table,
+# images/model_table.png, added at f2e5db402c, July 2024; read 2026-12-07):
+# GPT models, vocabulary 131,072, seq 4096, BF16; heads, hidden, layers, TP,
+# PP, DP, GPUs, batch, TFLOP/s a GPU (Megatron's num_floating_point_operations
+# at core_r0.8.0: 12 B s L h^2 (1 + g/a + s/h + ffn/h + V/(2 L h)), the
+# score matrix counted whole; 72 B s L h^2 (1 + s/6h + V/12hL) at ffn = 4h,
+# MHA). The README states the overlaps: --overlap-grad-reduce and
+# --overlap-param-gather (the distributed optimizer), --tp-comm-overlap
+# (userbuffers; it requires sequence parallelism), PP's by default. The
+# micro-batch, recomputation and interleaving are not stated: the search's.
+MCORE_R08 = [
+    ("1.7B", 16, 2048, 24, 1, 1, 48, 48, 192, 408.8),
+    ("7.1B", 32, 4096, 30, 2, 1, 48, 96, 192, 465.9),
+    ("16B", 48, 6144, 32, 4, 1, 48, 192, 192, 489.1),
+    ("32B", 56, 7168, 48, 8, 1, 48, 384, 192, 459.6),
+    ("70B", 64, 8192, 84, 8, 2, 48, 768, 384, 419.7),
+    ("119B", 80, 10240, 92, 8, 4, 48, 1536, 768, 420.5),
+    ("177B", 96, 12288, 96, 8, 6, 48, 2304, 1152, 432.8),
+    ("314B", 128, 16384, 96, 8, 8, 48, 3072, 1536, 474.4),
+    ("462B", 144, 18432, 112, 8, 16, 48, 6144, 3072, 459.9),
+]
+
+# TransformerEngine's userbuffers defaults (the megatron-bridge profile's):
+# what --tp-comm-overlap runs on a stack otherwise megatron-core's.
+USERBUFFERS = {"tp_overlap_gemms": True, "tp_overlap_sms": 16, "tp_overlap_splits": 4}
 
 
 # torchtitan's benchmarks of December 2024 (pytorch/torchtitan,
@@ -177,9 +208,9 @@ def llama(hidden, layers, heads, kv_heads, ffn):
             "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5}
 
 
-def gpt(hidden, layers, heads):
+def gpt(hidden, layers, heads, vocab=51200, positions=2048):
     return {"model_type": "gpt2", "n_embd": hidden, "n_layer": layers, "n_head": heads,
-            "vocab_size": 51200, "n_positions": 2048, "layer_norm_epsilon": 1e-5}
+            "vocab_size": vocab, "n_positions": positions, "layer_norm_epsilon": 1e-5}
 
 
 def megatron_flops(batch, seq, layers, hidden, vocab=51200):
@@ -221,6 +252,14 @@ def rows():
                 workload=f"train:batch={batch},seq=2048,tp=8,pp={pp},dp={dp},mbs=1,sp={sp},"
                          f"recompute={recompute},zero=0",
                 published=published, unit="s"))
+    for name, a, h, l, tp, pp, dp, gpus, batch, tflops in MCORE_R08:
+        step = korthikanti_flops(batch, 4096, l, h, vocab=131072) / (gpus * tflops * 1e12)
+        out.append(dict(
+            name=f"Megatron-Core GPT {name}, {gpus} H100, TP{tp} PP{pp} DP{dp}, BF16 (Megatron-LM README, r0.8.0)",
+            config=gpt(h, l, a, vocab=131072, positions=4096), seq=4096, cluster=f"dgx-h100:nodes={gpus // 8}",
+            profile="megatron-core", profile_fields=USERBUFFERS,
+            workload=f"train:batch={batch},seq=4096,tp={tp},pp={pp},dp={dp},sp={int(tp > 1)},zero=1",
+            published=step, unit="s"))
     for gpus, mbs, tflops in ZERO3:
         step = megatron_flops(1536, 2048, 96, 12288) / (gpus * tflops * 1e12)
         out.append(dict(

@@ -113,10 +113,10 @@ TEST(CostModelTest, GemmEfficiencyFollowsTilesAndWaves) {
 TEST(CostModelTest, GemmTimeUsesTheShapeOnlyUnderAShapeProfile) {
   ClusterSpec c = h100(1);
   double flops = 2.0 * 100 * 4096 * 4096, peak = 989e12;
-  double fixed = flops / (peak * 0.763);
+  double fixed = flops / (peak * 0.716);
   EXPECT_NEAR(gemmTime(c, flops, 0, peak, 100, 4096, 4096), fixed, 1e-15);
   c.profile = llvm::cantFail(resolveProfile("megatron-core"));
-  double shaped = flops / (peak * 0.763 * (100.0 / 128 * 128 / 132 * 4096 / 4160)) + 2e-6;
+  double shaped = flops / (peak * 0.716 * (100.0 / 128 * 128 / 132 * 4096 / 4160)) + 2e-6;
   EXPECT_NEAR(gemmTime(c, flops, 0, peak, 100, 4096, 4096), shaped, 1e-12);
 }
 
