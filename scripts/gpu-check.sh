@@ -7,8 +7,9 @@
 # (prefill 2048, decode steps over a 4096-token KV cache joined by a concat,
 # and generation steps writing it in place) and DeepSeek-V3-shaped
 # experts at decode size (grouped GEMM vs per-expert cuBLAS). Results and
-# logs go to $OUT (default ./gpu-out), saved case by case. Timeouts sum to
-# 460 s (the issue allows 8 minutes).
+# logs go to $OUT (default ./gpu-out), saved case by case; then PyTorch's
+# SDPA backends on the bench's attention shapes (bench/torch_attention.py,
+# the anchor). Timeouts sum to 550 s (a device command may run 10 minutes).
 #
 # On this workplace's GPU machine (no compiler there): run
 # scripts/gpu-bundle.sh here first, then carry gpu-bundle/. Where the whole
@@ -84,6 +85,11 @@ date +"%T"; echo "== attention (and its gradient), Llama-3-8B layer, experts and
 if [[ "${PARAX_GPU_BENCH:-}" != none ]]; then
   timeout "${PARAX_GPU_BENCH_TIMEOUT:-270}" "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" --bin "$bundle/bin" \
     --json "$out/bench.json" ${PARAX_GPU_BENCH:+--cases "$PARAX_GPU_BENCH"} || echo "gpu-check: bench failed"
+fi
+date +"%T"; echo "== PyTorch's SDPA backends on the bench's attention shapes (the anchor; not pass/fail) =="
+if [[ "${PARAX_GPU_BENCH:-}" != none ]]; then
+  timeout 90 "$py" "$root/bench/torch_attention.py" "$out/torch-attention.json" ||
+    echo "gpu-check: torch attention failed"
 fi
 # Summary: pass counts, and each decode step against its HBM lower bound
 # (weight and KV-cache bytes / the copy bandwidth measured above).
@@ -174,6 +180,40 @@ for r in bench:
     if ops:  # one extra step, kernel by kernel: where the time goes
         top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]
         print("    by op: " + ", ".join(f"{op} {ms:.3f} ms" for op, ms in top))
+# Attention: which ops went through cuDNN in the correctness cases, and the
+# bench's attention against PyTorch's fastest SDPA backend at the shape.
+paths = [r["attention_path"] for r in check if r.get("attention_path")]
+if paths:
+    reasons = sorted({p[2] for p in paths if p[2]})
+    print(f"attention in the correctness cases: {sum(p[0] for p in paths)} of {sum(p[1] for p in paths)} op(s) "
+          f"through cuDNN over {len(paths)} case(s); parax's kernels for: " + ("; ".join(reasons) or "none"))
+torch_cases = load("torch-attention.json")
+if isinstance(torch_cases, dict):
+    print(f"PyTorch {torch_cases.get('torch')} (cuDNN {torch_cases.get('cudnn')}) on {torch_cases.get('device')}")
+    best = {}
+    for c in torch_cases.get("cases", []):
+        if "error" in c:
+            print(f"    torch {c['backend']} at {c['seq']}: refused ({c['error'][-120:]})")
+            continue
+        print(f"    torch {c['backend']} at {c['seq']}: forward {c['forward_ms']:.3f} ms "
+              f"({c['forward_tflops']:.0f} TFLOP/s), backward {c['backward_ms']:.3f} ms "
+              f"({c['backward_tflops']:.0f} TFLOP/s){'' if c['gqa'] else ', KV heads repeated'}")
+        for kind in ("forward", "backward"):
+            key = (c["seq"], kind)
+            if key not in best or c[kind + "_ms"] < best[key][0]:
+                best[key] = (c[kind + "_ms"], c["backend"])
+    for r in bench:
+        m = re.match(r"attention-(grad-)?llama3-8b-prefill(\d+)-bf16(-kernels)?$", r.get("case", ""))
+        if not m or "error" in r:
+            continue
+        key = (int(m.group(2)), "backward" if m.group(1) else "forward")
+        ms = r.get("kernel_ms") or r["step_ms_median_of_10"]
+        path = r.get("attention_path")
+        how = ("cuDNN" if path and path[0] else "parax's kernels") if path else "?"
+        if key in best:
+            print(f"{r['case']} ({how}): {ms:.3f} ms, {best[key][0] / ms:.2f}x the speed of torch's fastest "
+                  f"{key[1]} ({best[key][1]}, {best[key][0]:.3f} ms)"
+                  + (" [the grad op also re-runs the forward]" if key[1] == "backward" and how == "cuDNN" else ""))
 # The same rows generated in one batch and as microbatches (each re-reads
 # the weights): the planner's trade-off for inference, measured.
 loops = [r for r in bench if "prefill_ms" in r and "error" not in r]

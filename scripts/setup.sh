@@ -63,6 +63,34 @@ else
   echo "setup: Python packages present"
 fi
 
+# --- cudnn-frontend (header-only, pinned) -----------------------------------
+# The CUDA backend's attention through cuDNN's SDPA graphs needs the
+# frontend's headers (PyPI's nvidia-cudnn-frontend wheel; its Python half
+# and dependencies are not installed) beside the toolkit's cuDNN. Without
+# them the CUDA backend builds with its own attention kernels only.
+fe_version=1.32.0
+fe_dir="$venv/cudnn-frontend"
+if [ -f /usr/local/cuda/include/cudnn.h ] &&
+   [ "$(cat "$fe_dir/VERSION" 2>/dev/null)" != "$fe_version" ]; then
+  echo "setup: unpacking cudnn-frontend $fe_version's headers"
+  fe_tmp="$(mktemp -d)"
+  if "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+       -d "$fe_tmp" "nvidia-cudnn-frontend==$fe_version"; then
+    rm -rf "$fe_dir"
+    "$venv/bin/python" - "$fe_tmp" "$fe_dir" <<'PY'
+import glob, sys, zipfile
+with zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0]) as wheel:
+    for name in wheel.namelist():
+        if name.startswith("include/"):
+            wheel.extract(name, sys.argv[2])
+PY
+    echo "$fe_version" > "$fe_dir/VERSION"
+  else
+    echo "setup: cudnn-frontend not downloaded: the CUDA backend builds without cuDNN attention" >&2
+  fi
+  rm -rf "$fe_tmp"
+fi
+
 # --- configure + build -----------------------------------------------------
 if [ "${PARAX_SKIP_BUILD:-0}" = 1 ]; then exit 0; fi
 if [ ! -f "$build/build.ninja" ]; then

@@ -8,6 +8,7 @@
 
 #define OMPI_SKIP_MPICXX 1
 #include "CudaCommon.cuh"
+#include "CudnnAttention.h"
 #include "GeluEpilogue.cuh"
 #include "GradientKernels.cuh"
 #include "Kernels.cuh"
@@ -180,6 +181,7 @@ struct CudaExecutor::State {
   int sharedOptIn = 48 * 1024; // bytes of shared memory a block may opt into
   bool tensorCoreAttention = true; // bf16 attention on tensor cores (PARAX_ATTENTION)
   bool splitDecodeAttention = true; // a few queries over many keys: split over the keys (PARAX_ATTENTION)
+  bool cudnnAttentionOn = true; // cuDNN's SDPA where it takes the shape (PARAX_ATTENTION=kernels: never)
   int multiprocessors = 132;
   // Another program of this rank whose memory this one borrows (prepare's
   // `share`). The two never run at once, so they also share the workspaces
@@ -349,6 +351,8 @@ struct CudaExecutor::State {
     if (commScratch) cudaFree(commScratch);
     for (auto &[inst, frequencies] : ropeFrequencies) cudaFree(frequencies);
     for (auto &[bias, counts] : expertCounts) cudaFree(counts);
+    cudnnAttention.clear(); // before the handle
+    CudnnAttention::destroyHandle(cudnn);
     if (blas) cublasDestroy(blas);
     ltPlans.clear(); // before the handle
     if (lt) cublasLtDestroy(lt);
@@ -447,6 +451,15 @@ struct CudaExecutor::State {
   // Attentions that run split over the keys (their shapes allow it) -> their
   // tiles (keys, and query rows a block); decided once at prepare.
   std::map<const pxe::Instruction *, DecodeTiles> decodeKeyTiles;
+  // The attention and attention_grad instructions cuDNN runs (their graphs,
+  // built at prepare), its handle, and what attentionPath() reports.
+  void *cudnn = nullptr;
+  std::map<const pxe::Instruction *, std::unique_ptr<CudnnAttention>> cudnnAttention;
+  std::string attentionPath;
+  void planCudnnAttention();
+  std::string cudnnRefusal(const pxe::Instruction &inst, CudnnAttentionShape &shape);
+  Status runCudnnAttention(const pxe::Instruction &inst, const CudnnAttention &graphs);
+  bool ranCudnnAttention(const pxe::Instruction &inst);
   void planDecodeAttention();
   void aliasCacheUpdates();
   size_t cacheWritesInPlace = 0;
@@ -1135,6 +1148,123 @@ void CudaExecutor::State::planDecodeAttention() {
   }
 }
 
+// Why cuDNN's SDPA cannot run this attention or attention_grad ("" when it
+// can; then `shape` is its shape). It takes bf16 over whole
+// sequences: no decode step's run-time position or key-split tiles, no
+// queries split over ranks (context parallelism's rows) or a ring's window,
+// no sliding window or soft cap, the values' channels all read, and query
+// head h reading key/value head h / (H / KH) as GQA does (a rank's query
+// heads over replicated key/value heads read others: the own kernels).
+std::string CudaExecutor::State::cudnnRefusal(const pxe::Instruction &inst, CudnnAttentionShape &shape) {
+  const Attrs &a = inst.attrs();
+  const bool grad = opName(inst) == "attention_grad";
+  const DeviceBuffer &q = buffers[inst.operands(0)], &k = buffers[inst.operands(1)], &v = buffers[inst.operands(2)];
+  const DeviceBuffer &y = grad ? buffers[inst.operands(3)] : buffers[inst.results(0)]; // (dy: y's shape)
+  if (q.elem != Elem::BF16) return "fp32 (cuDNN's SDPA takes bf16 and fp16)";
+  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4 || y.shape.size() != 4)
+    return "not [B, S, H, D] tensors";
+  if (!grad && inst.operands_size() != 3) return "a generation step's run-time position";
+  if (decodeKeyTiles.count(&inst)) return "a decode step (split over the keys)";
+  if (attrFlag(a, "ring")) return "a ring's window of keys";
+  if (attrInt(a, "window") != 0) return "a sliding window";
+  if (attrFloat(a, "softcap") != 0) return "a soft cap";
+  shape.B = q.shape[0];
+  shape.S = q.shape[1];
+  shape.H = q.shape[2];
+  shape.D = q.shape[3];
+  shape.T = k.shape[1];
+  shape.KH = k.shape[2];
+  shape.DV = y.shape[3];
+  shape.causal = attrFlag(a, "causal");
+  shape.scale = static_cast<float>(attrFloat(a, "scale"));
+  shape.bf16 = true;
+  if (v.shape[3] != shape.DV) return "the values' channels read in part (value_dim)";
+  SequenceRows rows = rowsOf(a, shape.S);
+  if (rows.pieces != 1 || rows.start != 0 || rows.stride != 1) return "queries split over ranks";
+  if (shape.KH <= 0 || shape.H % shape.KH != 0) return "query heads not a multiple of the key/value heads";
+  std::vector<std::string> headAxes = attrStrings(a, "head_axes");
+  int64_t offset = headAxes.empty() ? 0 : groupIndex(headAxes) * shape.H;
+  int64_t group = (headAxes.empty() ? shape.H : shape.H * groupSize(headAxes)) / shape.KH;
+  for (int64_t h = 0; h < shape.H; ++h)
+    if ((offset + h) / group != h / (shape.H / shape.KH))
+      return "a rank's query heads over every key/value head";
+  if (shape.D % 8 != 0 || shape.DV % 8 != 0 || shape.D > 256 || shape.DV > 256)
+    return "head widths " + std::to_string(shape.D) + "/" + std::to_string(shape.DV) +
+           " (cuDNN: multiples of 8, at most 256)";
+  return "";
+}
+
+void CudaExecutor::State::planCudnnAttention() {
+  int total = 0, taken = 0;
+  std::string refused; // the first op cuDNN does not run, and why
+  for (const pxe::Instruction &inst : host.stageProgram().instructions()) {
+    std::string op = opName(inst);
+    if (op != "attention" && op != "attention_grad") continue;
+    ++total;
+    CudnnAttentionShape shape;
+    std::string why = cudnnRefusal(inst, shape);
+    if (why.empty() && !cudnnAttentionOn) why = "PARAX_ATTENTION=" + std::string(std::getenv("PARAX_ATTENTION"));
+    if (why.empty() && !CudnnAttention::available()) why = "cuDNN attention is not in this build";
+    if (why.empty() && !cudnn) {
+      StatusOr<void *> handle = CudnnAttention::createHandle(stream);
+      if (handle.isOk())
+        cudnn = handle.value();
+      else
+        why = handle.status().message();
+    }
+    if (why.empty()) {
+      StatusOr<std::unique_ptr<CudnnAttention>> built = CudnnAttention::create(cudnn, shape, op == "attention_grad");
+      if (built.isOk()) {
+        cudnnAttention[&inst] = std::move(built.value());
+        ++taken;
+        continue;
+      }
+      why = built.status().message();
+    }
+    if (refused.empty()) refused = op + ": " + why;
+  }
+  if (total == 0) return;
+  attentionPath = "attention: " + std::to_string(taken) + " of " + std::to_string(total) + " op(s) through cuDNN" +
+                  (taken ? " " + CudnnAttention::version() : "") +
+                  (refused.empty() ? "" : ", the rest on parax's kernels (" + refused + ")");
+}
+
+// An attention or attention_grad through its cuDNN graphs. The backward's
+// graph reads the forward's output and row statistics, which parax's
+// attention_grad does not receive: it runs the forward graph again first,
+// into scratch.
+Status CudaExecutor::State::runCudnnAttention(const pxe::Instruction &inst, const CudnnAttention &graphs) {
+  Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
+  auto up = [](int64_t bytes) { return (bytes + 255) / 256 * 256; }; // (each piece 256-byte aligned)
+  const int64_t work = up(graphs.workspaceBytes()), y = up(graphs.outputBytes()), stats = up(graphs.statsBytes());
+  Status st = ensureScratch(static_cast<size_t>((work + y + stats) / 4 + 64));
+  if (!st.isOk()) return st;
+  char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(scratch) + 255) / 256 * 256);
+  void *workspace = work ? base : nullptr;
+  if (opName(inst) == "attention")
+    return graphs.forward(cudnn, in(0).data, in(1).data, in(2).data, out().data, nullptr, workspace);
+  void *output = base + work;
+  float *rowStats = reinterpret_cast<float *>(base + work + y);
+  st = graphs.forward(cudnn, in(0).data, in(1).data, in(2).data, output, rowStats, workspace);
+  if (!st.isOk()) return st;
+  return graphs.backward(cudnn, in(0).data, in(1).data, in(2).data, output, rowStats, in(3).data, out(0).data,
+                         out(1).data, out(2).data, workspace);
+}
+
+// Whether cuDNN ran `inst` (its graphs planned, and their run succeeded). A
+// graph that fails when it runs sends its op to parax's kernels from then
+// on, which attentionPath reports.
+bool CudaExecutor::State::ranCudnnAttention(const pxe::Instruction &inst) {
+  auto planned = cudnnAttention.find(&inst);
+  if (planned == cudnnAttention.end()) return false;
+  Status st = runCudnnAttention(inst, *planned->second);
+  if (st.isOk()) return true;
+  (void)cudaGetLastError();
+  cudnnAttention.erase(planned);
+  attentionPath += "; " + opName(inst) + " failed in cuDNN (" + st.message() + "): on parax's kernels since";
+  return false;
+}
+
 // A cache_update of a KV cache the steps write in place (an input only it
 // reads) writes into the input's memory: its result is that memory, so the
 // step moves only the new rows and the input holds the cache afterwards.
@@ -1634,6 +1764,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
     return Status::error("PARAX_EXPERTS must be grouped or per-expert, got '" + s.expertsPath + "'");
   s.tensorCoreAttention = !envIs("PARAX_ATTENTION", "cuda-cores");
   s.splitDecodeAttention = !envIs("PARAX_ATTENTION", "no-split");
+  s.cudnnAttentionOn = !envIs("PARAX_ATTENTION", "kernels") && !envIs("PARAX_ATTENTION", "cuda-cores");
   // Each parameter goes to the device as soon as the host has read it (and
   // leaves the host then, unless a move of parameters reads it at prepare):
   // the host never holds every weight at once.
@@ -1715,6 +1846,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   st = s.hoistInvariants();
   if (!st.isOk()) return st;
   s.planDecodeAttention();
+  s.planCudnnAttention();
   st = s.placeTemporaries();
   if (!st.isOk()) return st;
   st = s.sync(); // the uploads have finished reading the host copies
@@ -2153,6 +2285,7 @@ StatusOr<std::map<int32_t, std::vector<double>>> CudaExecutor::takeExpertCounts(
 }
 size_t CudaExecutor::sharedMoves() const { return s_->sharedMoves; }
 size_t CudaExecutor::cacheReadsInPlace() const { return s_->cacheParts.size(); }
+const std::string &CudaExecutor::attentionPath() const { return s_->attentionPath; }
 const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
 
 const std::string &CudaExecutor::memoryPeak() const { return s_->peakReport; }

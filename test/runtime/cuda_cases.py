@@ -624,6 +624,7 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log), "profile_ms": profile_of(log),
             "hoisted": hoisted(log), "temporaries": temporaries_of(log),
             "cache_in_place": _counted(log, "KV-cache concat(s) read in place by attention"),
+            "attention_path": attention_path(log),
             "cache_writes_in_place": _counted(log, "KV cache(s) written in place"),
             "shared_parameters": _shared_parameters(log), "step_parameters": _counted(log, "parameter(s) and"),
             "shared_caches": _counted(log, "KV cache(s) shared with the prefill program"),
@@ -642,6 +643,19 @@ def _shared_parameters(log):
     import re
     m = re.search(r"(\d+) of \d+ parameter\(s\) and", log)
     return int(m.group(1)) if m else 0
+
+
+def attention_path(log):
+    """How parax-run says the attention ops ran: (ops through cuDNN, ops,
+    what it says of the rest: the first op on parax's kernels and why, an
+    op cuDNN failed at run time; None if nothing), or None without
+    attention ops."""
+    import re
+    m = re.search(r"attention: (\d+) of (\d+) op\(s\) through cuDNN(?: [0-9.]+)?(.*)$", log, re.M)
+    if not m:
+        return None
+    rest = re.sub(r"^, the rest on parax's kernels \((.*)\)$", r"\1", m.group(3).strip())
+    return int(m.group(1)), int(m.group(2)), rest or None
 
 
 def _counted(log, what):
@@ -742,13 +756,19 @@ def kv_values_per_token(cfg, mla="explicit"):
 
 # One op alone: name -> ((batch, seq, heads, kv heads, head width, keys),
 # dtype, PARAX_ATTENTION), causal attention with Llama-3-8B's shapes: fp32
-# (CUDA cores), bf16 on tensor cores and bf16 on CUDA cores; a decode step
-# over 4096 cached keys split over the keys, and not (at batch 1 the
-# unsplit kernels have 32 blocks for 132 SMs).
+# (CUDA cores), bf16 through cuDNN's SDPA (the default where it takes the
+# shape), bf16 on parax's tensor-core kernel (kernels) and on CUDA cores,
+# at 2,048 and 8,192 tokens (PyTorch's SDPA backends on the same shapes:
+# bench/gpu/torch_attention.py); a decode step over 4096 cached keys split
+# over the keys, and not (at batch 1 the unsplit kernels have 32 blocks for
+# 132 SMs).
 BENCH_ATTENTION = {
     "attention-llama3-8b-prefill2048": ((1, 2048, 32, 8, 128, 2048), "f32", ""),
     "attention-llama3-8b-prefill2048-bf16": ((1, 2048, 32, 8, 128, 2048), "bf16", ""),
+    "attention-llama3-8b-prefill2048-bf16-kernels": ((1, 2048, 32, 8, 128, 2048), "bf16", "kernels"),
     "attention-llama3-8b-prefill2048-bf16-cuda-cores": ((1, 2048, 32, 8, 128, 2048), "bf16", "cuda-cores"),
+    "attention-llama3-8b-prefill8192-bf16": ((1, 8192, 32, 8, 128, 8192), "bf16", ""),
+    "attention-llama3-8b-prefill8192-bf16-kernels": ((1, 8192, 32, 8, 128, 8192), "bf16", "kernels"),
     "attention-llama3-8b-decode1-ctx4096-bf16": ((1, 1, 32, 8, 128, 4097), "bf16", ""),
     "attention-llama3-8b-decode1-ctx4096-bf16-no-split": ((1, 1, 32, 8, 128, 4097), "bf16", "no-split"),
     "attention-llama3-8b-decode8-ctx4096-bf16": ((8, 1, 32, 8, 128, 4097), "bf16", ""),
@@ -759,12 +779,16 @@ BENCH_ATTENTION = {
 # The attention gradient alone (flash-style tiles), causal, Llama-3-8B's
 # shapes: name -> ((batch, seq, heads, kv heads, head width), dtype,
 # PARAX_ATTENTION); timed beside the forward of the same shape
-# (BENCH_ATTENTION's prefill cases): fp32 (CUDA cores), bf16 on tensor
-# cores and bf16 on CUDA cores.
+# (BENCH_ATTENTION's prefill cases): fp32 (CUDA cores), bf16 through
+# cuDNN (its forward graph again for the output and row statistics, then
+# its backward graph), on parax's tensor-core kernels and on CUDA cores.
 BENCH_ATTENTION_GRAD = {
     "attention-grad-llama3-8b-prefill2048": ((1, 2048, 32, 8, 128), "f32", ""),
     "attention-grad-llama3-8b-prefill2048-bf16": ((1, 2048, 32, 8, 128), "bf16", ""),
+    "attention-grad-llama3-8b-prefill2048-bf16-kernels": ((1, 2048, 32, 8, 128), "bf16", "kernels"),
     "attention-grad-llama3-8b-prefill2048-bf16-cuda-cores": ((1, 2048, 32, 8, 128), "bf16", "cuda-cores"),
+    "attention-grad-llama3-8b-prefill8192-bf16": ((1, 8192, 32, 8, 128), "bf16", ""),
+    "attention-grad-llama3-8b-prefill8192-bf16-kernels": ((1, 8192, 32, 8, 128), "bf16", "kernels"),
 }
 
 
@@ -1112,7 +1136,7 @@ def _bench_attention(name, root, bin_dir, device):
     tolerance = (1e-2 if dtype == "bf16" else 1e-4) * float(np.abs(want).max())
     return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9,
             **_kernel_time(log, flops), "kv_bytes": kv_bytes, "rows_vs_numpy": diff, "tolerance": tolerance,
-            "ok": diff < tolerance}
+            "ok": diff < tolerance, "attention_path": attention_path(log)}
 
 
 def _bench_attention_grad(name, root, bin_dir, device):
@@ -1154,7 +1178,8 @@ def _bench_attention_grad(name, root, bin_dir, device):
     diff = float(np.abs(got - want).max())
     tolerance = (2e-2 if dtype == "bf16" else 1e-3) * float(np.abs(want).max())
     return {"case": name, "step_ms_median_of_10": step_ms, "tflops": flops / step_ms / 1e9,
-            **_kernel_time(log, flops), "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance}
+            **_kernel_time(log, flops), "rows_vs_numpy": diff, "tolerance": tolerance, "ok": diff < tolerance,
+            "attention_path": attention_path(log)}
 
 
 def _experts_rows(block, x, w, idx, tokens, E, H, F):

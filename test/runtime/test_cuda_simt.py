@@ -637,6 +637,32 @@ def test_attention_gradient_kernels_by_type_and_width(tmp_path, case, setting, k
     assert {k for k in ran if k.startswith("attention")} == kernels, ran
 
 
+@pytest.mark.parametrize("case,setting,reason", [
+    ("op-attention-gqa-tiles-bf16", None, "cuDNN attention is not in this build"),
+    ("op-attention-full-dv-bf16", None, "cuDNN attention is not in this build"),
+    ("op-attention_grad-gqa-dk-bf16", None, "cuDNN attention is not in this build"),
+    ("op-attention-gqa-tiles-bf16", "kernels", "PARAX_ATTENTION=kernels"),
+    ("op-attention-gqa-tiles", None, "fp32"),
+    ("op-attention-decode-split-bf16", None, "a decode step"),
+    ("op-attention-tiles-position-bf16", None, "a generation step's run-time position"),
+    ("op-attention-latent-chunk-bf16", None, "the values' channels read in part"),
+    ("op-attention-wide-heads-bf16", None, "head widths 512/512"),
+    ("op-attention_grad-heads256-dq-bf16", None, "cuDNN attention is not in this build")])
+def test_each_attention_says_whether_cudnn_takes_it(tmp_path, case, setting, reason):
+    """Whether an attention op goes to cuDNN's SDPA (bf16 over whole
+    sequences, GQA, head widths in 8s up to 256) or stays on parax's
+    kernels, and why, is decided at prepare and said in parax-run's
+    summary; the emulator has no cuDNN, so what cuDNN would take says so,
+    and the op runs parax's kernels within the case's tolerance."""
+    tool("parax-run-simt")
+    cuda_cases.prepare_any(case, str(tmp_path), BIN)
+    result = cuda_cases.check(case, str(tmp_path), BIN, tool="parax-run-simt",
+                              env={"PARAX_ATTENTION": setting} if setting else {})
+    assert result["ok"], result
+    taken, total, why = result["attention_path"]
+    assert (taken, total) == (0, 1) and reason in why, result["attention_path"]
+
+
 @pytest.mark.parametrize("case", ["op-attention-latent-decode-16-heads", "op-attention-latent-decode-128-heads-bf16",
                                   "op-attention-decode-row-blocks"])
 def test_many_query_rows_of_a_kv_head_decode_split_over_the_keys(tmp_path, case):

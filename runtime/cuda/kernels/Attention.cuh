@@ -26,6 +26,7 @@ Status CudaExecutor::State::runRope(const pxe::Instruction &inst) {
 }
 
 Status CudaExecutor::State::runAttention(const pxe::Instruction &inst) {
+  if (ranCudnnAttention(inst)) return Status::ok();
   const Attrs &a = inst.attrs();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &y = out();
@@ -125,6 +126,7 @@ Status CudaExecutor::State::runAttention(const pxe::Instruction &inst) {
 }
 
 Status CudaExecutor::State::runAttentionGrad(const pxe::Instruction &inst) {
+  if (ranCudnnAttention(inst)) return Status::ok();
   const Attrs &a = inst.attrs();
   Pick in{buffers, inst.operands()}, out{buffers, inst.results()};
   DeviceBuffer &q = in(0), &k = in(1), &v = in(2), &dout = in(3);

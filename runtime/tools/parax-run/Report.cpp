@@ -342,6 +342,7 @@ std::string Run::deviceSummary() {
     how += ", " + std::to_string(gpus[0]->cacheWritesInPlace()) + " KV cache(s) written in place";
   if (gpus[0]->overlappedInstructions() > 0)
     how += ", " + std::to_string(gpus[0]->overlappedInstructions()) + " instruction(s) overlapping collectives";
+  if (!gpus[0]->attentionPath().empty()) how += ", " + gpus[0]->attentionPath();
 #endif
   return how;
 }

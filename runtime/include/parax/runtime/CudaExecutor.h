@@ -300,6 +300,10 @@ public:
   /// Concats of a KV cache and new keys or values that the decode attention
   /// reads in place (not issued).
   size_t cacheReadsInPlace() const;
+  /// Which kernels run the stage's attention and attention_grad ops: how
+  /// many through cuDNN's SDPA, the rest on the backend's own kernels and
+  /// the first reason why ("" when the stage has none).
+  const std::string &attentionPath() const;
   /// KV caches (inputs) that cache_update writes in place: the new rows
   /// only, and the input holds the updated cache after the step.
   size_t cacheWritesInPlace() const;
