@@ -40,6 +40,7 @@ parax's count where the source gives one.
 
 import argparse
 import json
+import re
 import os
 import subprocess
 import sys
@@ -378,6 +379,30 @@ def rows():
             workload=f"train:batch={gbs},seq=8192,tp={tp_},pp={pp_},cp={cp_},dp={dp},mbs=1,sp=1,"
                      f"schedule=interleaved,chunks={vp},recompute=none,zero=1,gemm=fp8",
             published=tps, unit="tokens/s"))
+    # Blackwell: the same archive's "25.11 NeMo Container" tables (read
+    # 2026-12-07 at 067f987df), DGX-B200 and DGX-GB200, FP8 current scaling
+    # (FP8-CS), no FSDP, tokens/s a GPU: the dense Llama rows whose layout
+    # parax can pin (the GB200 70B ran Megatron's FSDP, whose behaviour no
+    # profile here models: left out). The recomputation is the search's
+    # (the table does not say; today's B200 8B recipe sets none, with CUDA
+    # graphs over the whole iteration and no TP overlap). GB200's NVLink
+    # domain taken as 64 GPUs a rack where more than 8 ran (an assumption:
+    # NVL72 racks, the job's 256 GPUs four of them).
+    for system, model, gpus, gbs, mbs, tp_, pp_, cp_, vp, tps in [
+            ("B200", "llama3-8b", 8, 128, 2, 1, 1, 1, 1, 30624),
+            ("B200", "llama3-405b", 128, 64, 1, 4, 8, 2, 8, 661),
+            ("GB200", "llama3-8b", 8, 128, 2, 1, 1, 1, 1, 31508),
+            ("GB200", "llama3-405b", 256, 1536, 1, 4, 16, 1, 4, 813)]:
+        dp = gpus // (tp_ * pp_ * cp_)
+        cluster = (f"dgx-b200:nodes={gpus // 8}" if system == "B200" else
+                   f"gb200-nvl72:devices_per_node={min(gpus, 64)},nodes={max(1, gpus // 64)}")
+        out.append(dict(
+            name=f"Megatron-Bridge Llama 3{'.1' if model.endswith('405b') else ''} {model[7:].upper()}, {gpus} {system}, "
+                 f"FP8, TP{tp_} PP{pp_} CP{cp_} VP{vp} (NeMo 25.11)",
+            config=model, seq=8192, cluster=cluster, profile="megatron-bridge",
+            workload=f"train:batch={gbs},seq=8192,tp={tp_},pp={pp_},cp={cp_},dp={dp},mbs={mbs},sp={int(tp_ > 1)},"
+                     f"zero=1,gemm=fp8" + (f",schedule=interleaved,chunks={vp}" if vp > 1 else ""),
+            published=tps, unit="tokens/s"))
     # The same summary's Qwen3-30B-A3B row (DGX-H100, 16 GPUs, FP8, GBS 1024,
     # MBS 1, seq 4096, EP16, 8,960 tokens/s a GPU): the recipe
     # (scripts/performance/configs/qwen/qwen3_llm_pretrain.py at 3b7fd9d85)
@@ -518,9 +543,8 @@ def main():
                 shown = (f"{row['published']} TFLOP/s", f"{predicted:.0f} TFLOP/s")
             if not row.get("fit") and not row.get("ranking_only"):
                 errors.append(error)
-                # (the device, from the cluster preset's name: dgx-a100-80gb, grand-teton-h100, ...)
-                device = next(part for part in row["cluster"].split(":")[0].split("-") if part[0] in "abh" and
-                              part[1:2].isdigit()).upper()
+                # (the device, from the cluster preset's name: dgx-a100-80gb, grand-teton-h100, gb200-nvl72, ...)
+                device = re.search(r"\bg?[abh]\d+", row["cluster"].split(":")[0]).group(0).upper()
                 by_device.setdefault(device, []).append(error)
             if row.get("group"):
                 # (higher is better for a rate, lower for a step time)
