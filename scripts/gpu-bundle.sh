@@ -16,9 +16,9 @@ if ! ldd "$build/bin/parax-run" 2>/dev/null | grep -q libcudart; then
 fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/debs"
-cp "$build/bin/parax-run" "$build/bin/parax-cuda-bench" "$out/bin/"
+cp "$build/bin/parax-run" "$build/bin/parax-cuda-bench" "$build/bin/parax-cudnn-probe" "$out/bin/"
 # (their symbol tables stripped: 0.6 MB of the 64 MiB the device tool carries)
-if command -v strip >/dev/null; then strip "$out/bin/parax-run" "$out/bin/parax-cuda-bench"; fi
+if command -v strip >/dev/null; then strip "$out/bin/parax-run" "$out/bin/parax-cuda-bench" "$out/bin/parax-cudnn-probe"; fi
 # Every case but the 8-layer PP4 interleaved one (4 MB of weights and
 # results: the device tool carries at most 64 MiB; the DP2 x PP2
 # interleaved case covers the same paths on the GPU) and the two ZeRO-2

@@ -9,7 +9,8 @@
 # experts at decode size (grouped GEMM vs per-expert cuBLAS). Results and
 # logs go to $OUT (default ./gpu-out), saved case by case; then PyTorch's
 # SDPA backends on the bench's attention shapes (bench/torch_attention.py,
-# the anchor). Timeouts sum to 550 s (a device command may run 10 minutes).
+# the anchor); first, what cuDNN's attention finds (parax-cudnn-probe).
+# Timeouts sum to 580 s (a device command may run 10 minutes).
 #
 # On this workplace's GPU machine (no compiler there): run
 # scripts/gpu-bundle.sh here first, then carry gpu-bundle/. Where the whole
@@ -18,7 +19,7 @@
 # A second run may retry a subset: PARAX_GPU_CASES (comma-separated check
 # cases, or "none") and PARAX_GPU_BENCH (bench cases, or "none"); the
 # cuda bench runs unless PARAX_GPU_BENCH is set; PARAX_GPU_BENCH_TIMEOUT
-# (seconds, default 270) bounds the bench.
+# (seconds, default 240) bounds the bench.
 #
 # Exit status: 0 all cases pass, 1 a case failed, 77 no GPU (skip).
 set -uo pipefail
@@ -66,6 +67,12 @@ if [[ -f "$bundle/shared.tar.gz" && ! -d "$bundle/shared" ]]; then
     { echo "gpu-check: cannot unpack $bundle/shared.tar.gz"; exit 1; }
 fi
 status=0
+# What cuDNN's attention finds here (its version; whether the SDPA graphs of
+# the bench's and the cases' shapes build), and cuDNN's description of the
+# device: with it a machine without this GPU can build plans for it.
+date +"%T"; echo "== cuDNN attention probe (not pass/fail) =="
+timeout 60 "$bundle/bin/parax-cudnn-probe" "$out/cudnn-device-properties.json" 2>&1 | tee "$out/cudnn-probe.txt" ||
+  echo "gpu-check: cuDNN probe exit ${PIPESTATUS[0]}"
 date +"%T"; echo "== correctness: GPU vs CPU (and numpy for the models): 1e-4 fp32, 1e-5 relative per op, 3 % bf16 =="
 # Every temporary turns to NaN after its last use (PARAX_CUDA_POISON_DEAD):
 # on the GPU's real streams, a transfer or kernel that reads a temporary the
@@ -83,7 +90,7 @@ if [[ -z "${PARAX_GPU_BENCH:-}" ]]; then
 fi
 date +"%T"; echo "== attention (and its gradient), Llama-3-8B layer, experts and training-step timings (not pass/fail) =="
 if [[ "${PARAX_GPU_BENCH:-}" != none ]]; then
-  timeout "${PARAX_GPU_BENCH_TIMEOUT:-270}" "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" --bin "$bundle/bin" \
+  timeout "${PARAX_GPU_BENCH_TIMEOUT:-240}" "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" --bin "$bundle/bin" \
     --json "$out/bench.json" ${PARAX_GPU_BENCH:+--cases "$PARAX_GPU_BENCH"} || echo "gpu-check: bench failed"
 fi
 date +"%T"; echo "== PyTorch's SDPA backends on the bench's attention shapes (the anchor; not pass/fail) =="

@@ -134,6 +134,21 @@ StatusOr<void *> CudnnAttention::createHandle(void *stream) {
   }
 }
 
+StatusOr<std::string> CudnnAttention::deviceProperties(void *handle) {
+  try {
+    fe::DeviceProperties properties;
+    properties.set_handle(static_cast<cudnnHandle_t>(handle));
+    fe::error_object e = properties.build();
+    if (!e.is_good()) return failed("device properties", e);
+    std::vector<uint8_t> json;
+    e = properties.serialize(json);
+    if (!e.is_good()) return failed("device properties", e);
+    return std::string(json.begin(), json.end());
+  } catch (const std::exception &e) {
+    return Status::error(std::string("cuDNN device properties: ") + e.what());
+  }
+}
+
 void CudnnAttention::destroyHandle(void *handle) {
   if (!handle) return;
   try {

@@ -43,6 +43,11 @@ public:
   static bool available();
   static std::string version();
 
+  // cuDNN's description of the handle's device (its JSON serialisation,
+  // cuDNN 9.8 or later): what a machine without the GPU needs to build and
+  // check execution plans for it (the frontend's deviceless build).
+  static StatusOr<std::string> deviceProperties(void *handle);
+
   // A cuDNN handle on `stream` (a cudaStream_t); destroyHandle frees it.
   static StatusOr<void *> createHandle(void *stream);
   static void destroyHandle(void *handle);

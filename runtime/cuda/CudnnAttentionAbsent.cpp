@@ -18,6 +18,9 @@ StatusOr<void *> CudnnAttention::createHandle(void *) {
   return Status::error("cuDNN attention is not in this build");
 }
 void CudnnAttention::destroyHandle(void *) {}
+StatusOr<std::string> CudnnAttention::deviceProperties(void *) {
+  return Status::error("cuDNN attention is not in this build");
+}
 
 StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::create(void *, const CudnnAttentionShape &, bool) {
   return Status::error("cuDNN attention is not in this build");
