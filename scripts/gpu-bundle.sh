@@ -19,12 +19,20 @@ mkdir -p "$out/bin" "$out/debs"
 cp "$build/bin/parax-run" "$build/bin/parax-cuda-bench" "$build/bin/parax-cudnn-probe" "$out/bin/"
 # (their symbol tables stripped: 0.6 MB of the 64 MiB the device tool carries)
 if command -v strip >/dev/null; then strip "$out/bin/parax-run" "$out/bin/parax-cuda-bench" "$out/bin/parax-cudnn-probe"; fi
+# (and gzipped: 13.5 MB to about a third; gpu-check.sh unpacks them)
+gzip -9 "$out"/bin/*
 # Every case but the 8-layer PP4 interleaved one (4 MB of weights and
 # results: the device tool carries at most 64 MiB; the DP2 x PP2
 # interleaved case covers the same paths on the GPU) and the two ZeRO-2
-# ones (the ZeRO-3 case reduce-scatters its sums the same way).
+# ones (the ZeRO-3 case reduce-scatters its sums the same way); since
+# 2026-12-07 (the bundle had grown to 66 MiB with the working tree) also
+# PP4 1F1B (the PP2 cases run the schedule), Mixtral EP2 x PP2 (EP2 and
+# PP2 each run alone) and the fp32 latent decode ops (their bf16 twins
+# take the same split-decode paths).
 cases="$("$root/.venv/bin/python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import cuda_cases
-left_out = ("train-llama-pp4-chunks2-micro8", "train-llama-bf16-adamw-dp2-tp2-zero2", "train-mixtral-adamw-ep2-zero2")
+left_out = ("train-llama-pp4-chunks2-micro8", "train-llama-bf16-adamw-dp2-tp2-zero2", "train-mixtral-adamw-ep2-zero2",
+            "train-llama-pp4-micro6", "train-mixtral-ep2-pp2-micro2", "op-attention-latent-decode-128-heads",
+            "op-attention-latent-decode-16-heads")
 print(",".join(c for c in cuda_cases.all_cases() if c not in left_out))' "$root/test/runtime")"
 PARAX_BUILD_DIR="$build" "$root/.venv/bin/python" "$root/test/runtime/cuda_cases.py" \
   prepare "$out/cases" --bin "$build/bin" --cases "$cases"

@@ -34,6 +34,10 @@ if ! nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1 || ! grep -q '^GPU ' "$out/nvidia
   exit 77
 fi
 cat "$out/nvidia-smi.txt"
+# The executables, gzipped by gpu-bundle.sh (the device tool carries 64 MiB).
+for gz in "$bundle"/bin/*.gz; do
+  [[ -f "$gz" && ! -x "${gz%.gz}" ]] && gunzip -kf "$gz"
+done
 if [[ ! -x "$bundle/bin/parax-run" ]]; then
   echo "gpu-check: $bundle/bin/parax-run missing: run scripts/gpu-bundle.sh first"
   exit 1
