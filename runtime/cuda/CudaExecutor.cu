@@ -1204,7 +1204,6 @@ void CudaExecutor::State::planCudnnAttention() {
     CudnnAttentionShape shape;
     std::string why = cudnnRefusal(inst, shape);
     if (why.empty() && !cudnnAttentionOn) why = "PARAX_ATTENTION=" + std::string(std::getenv("PARAX_ATTENTION"));
-    if (why.empty() && !CudnnAttention::available()) why = "cuDNN attention is not in this build";
     if (why.empty() && !cudnn) {
       StatusOr<void *> handle = CudnnAttention::createHandle(stream);
       if (handle.isOk())

@@ -103,8 +103,6 @@ struct CudnnAttention::Graphs {
 CudnnAttention::CudnnAttention(std::unique_ptr<Graphs> graphs) : graphs_(std::move(graphs)) {}
 CudnnAttention::~CudnnAttention() = default;
 
-bool CudnnAttention::available() { return true; }
-
 std::string CudnnAttention::version() {
   if (!loadCudnn().empty()) return "";
   try {
@@ -168,9 +166,6 @@ StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::create(void *handle, c
 
 StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::build(cudnnHandle_t handle, const CudnnAttentionShape &shape,
                                                                  bool backward) {
-  if (shape.KH <= 0 || shape.H % shape.KH != 0)
-    return Status::error("cuDNN SDPA: " + std::to_string(shape.H) + " query heads over " +
-                         std::to_string(shape.KH) + " key/value heads");
   auto graphs = std::make_unique<Graphs>();
   graphs->shape = shape;
   graphs->hasBackward = backward;

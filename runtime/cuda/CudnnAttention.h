@@ -39,8 +39,8 @@ public:
   CudnnAttention(const CudnnAttention &) = delete;
   CudnnAttention &operator=(const CudnnAttention &) = delete;
 
-  // Whether this build has cuDNN's SDPA, and which cuDNN it runs ("" if none).
-  static bool available();
+  // Which cuDNN this build runs ("" if none; a build without cuDNN's SDPA
+  // says so when a handle is asked for).
   static std::string version();
 
   // cuDNN's description of the handle's device (its JSON serialisation,

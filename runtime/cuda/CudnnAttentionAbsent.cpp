@@ -11,7 +11,6 @@ struct CudnnAttention::Graphs {};
 CudnnAttention::CudnnAttention(std::unique_ptr<Graphs> graphs) : graphs_(std::move(graphs)) {}
 CudnnAttention::~CudnnAttention() = default;
 
-bool CudnnAttention::available() { return false; }
 std::string CudnnAttention::version() { return ""; }
 
 StatusOr<void *> CudnnAttention::createHandle(void *) {
