@@ -479,6 +479,8 @@ def main():
     parser.add_argument("--profile-as", action="append", default=[], metavar="NAME=PATH",
                         help="use the profile file PATH for the rows that name profile NAME "
                              "(a calibrated or edited profile)")
+    parser.add_argument("--explain", action="store_true",
+                        help="after each row, parax-plan's --explain of the plan it priced (its cost terms)")
     args = parser.parse_args()
     replaced = dict(item.split("=", 1) for item in args.profile_as)
     tool = os.path.join(args.build, "bin", "parax-plan")
@@ -528,6 +530,11 @@ def main():
                 continue
             p = result["plans"][0]
             t = p["time_s"]
+            if args.explain:
+                explained = subprocess.run([tool, path, "--cluster", row["cluster"], "--profile", profile,
+                                            "--workload", row["workload"], "--top", "1", "--explain"],
+                                           capture_output=True, text=True, timeout=600)
+                print(explained.stdout)
             if row["unit"] == "s":
                 predicted = p["step_time_s"]
                 error = predicted / row["published"] - 1

@@ -1029,6 +1029,8 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 overlap = std::max(0.0, window);
               }
               dpExposed = std::max(0.0, sync - overlap);
+              plan.dpSync = sync;
+              plan.dpWindow = overlap;
             }
             // A weight the first and the last stage both hold (a tied
             // embedding and head): the two exchange their parts of its

@@ -54,10 +54,11 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "collective_kinds": {"all_gather": 0.3, "reduce_scatter": 0.3}})json"},
     {"megatron-core", R"json({
   "name": "megatron-core",
-  "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned, the expert all-to-all one copy an expert in the model's dtype, the experts' GEMMs one cuBLAS GEMM an expert on 4 streams (TransformerEngine's GroupedLinear on Hopper), each quantising its own rows under FP8, their gated pair and activation kept in bf16 for the backward",
+  "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned, the loss as Megatron-Core's default unfused vocab-parallel cross-entropy (an fp32 copy of the logits, then max, subtract, exp, sum and divide in place, its gradient scaled and cast back: 52 bytes a bf16 logit against a fused kernel's 6), the expert all-to-all one copy an expert in the model's dtype, the experts' GEMMs one cuBLAS GEMM an expert on 4 streams (TransformerEngine's GroupedLinear on Hopper), each quantising its own rows under FP8, their gated pair and activation kept in bf16 for the backward",
   "gemm_shapes": true, "gemm_k_overhead": 64,
   "attention": "flash", "flash_efficiency": 0.7, "flash_backward_rate": 0.86,
   "selective_recompute": "core_attention",
+  "elementwise_passes": {"cross_entropy": 8.67},
   "fp8_casts": {"activations": 2, "weights": 0}, "ep_dispatch_fp8": false, "expert_gemm_streams": 4,
   "expert_folding": true, "expert_kept_bytes": 6,
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
@@ -66,9 +67,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "pipeline_activation_slots": false})json"},
     {"megatron-bridge", R"json({
   "name": "megatron-bridge", "extends": "megatron-core",
-  "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks, the reduce-scatters' GEMMs in 4 chunks leaving 16 SMs to them), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling (each cast reads its bf16 operand twice, the amax then the cast-transpose: 3 passes), gradients reduced in bf16 (every recipe's grad_reduce_in_fp32 = False)",
+  "description": "NVIDIA's Megatron-Bridge performance recipes (NeMo containers of 2026) on Megatron-Core with TransformerEngine: the megatron-core profile with the TP collectives decomposed with their GEMMs through userbuffers (sequence parallelism's all-gathers and reduce-scatters as ring exchanges beside the GEMM chunks, the reduce-scatters' GEMMs in 4 chunks leaving 16 SMs to them), pipeline exchanges overlapped with interleaved stages, FP8 with current scaling (each cast reads its bf16 operand twice, the amax then the cast-transpose: 3 passes), TransformerEngine's fused cross-entropy (two reads of the logits and the gradient written in the forward, scaled in the backward: 10 bytes a logit), gradients reduced in bf16 (every recipe's grad_reduce_in_fp32 = False)",
   "tp_overlap_gemms": true, "tp_overlap_sms": 16, "tp_overlap_splits": 4,
-  "fp8_casts": {"activations": 3, "weights": 0},
+  "fp8_casts": {"activations": 3, "weights": 0}, "elementwise_passes": {"cross_entropy": 1.67},
   "reduce_bytes": 2})json"},
     {"deepseek-v3", R"json({
   "name": "deepseek-v3",

@@ -381,6 +381,18 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                                 plan.tp)
                             .str()
                       : std::string());
+  if (workload.kind == WorkloadKind::Train && plan.zero < 3 && plan.dpSync > 0)
+    os << formatv("  data parallel: the step's gradient sync {0:F3} ms ({1}, the gradients at {2} bytes a "
+                  "parameter); {3}: {4:F3} ms exposed\n",
+                  plan.dpSync * 1e3,
+                  plan.zero == 0 ? "all-reduced" : "reduce-scattered, the updated parameters all-gathered",
+                  profile.reduceBytes,
+                  profile.dpOverlap ? formatv("hidden behind {0:F3} ms of the last backward (less its own "
+                                              "collectives' time on the same links)",
+                                              plan.dpWindow * 1e3)
+                                          .str()
+                                    : std::string("after the last backward (the stack does not overlap it)"),
+                  plan.dpComm * 1e3);
   os << formatv("  step {0:F3} ms = ", plan.stepTime * 1e3);
   if (workload.kind == WorkloadKind::Train)
     os << formatv("compute {0:F3} + bubble {1:F3} + tp {2:F3} + ep {3:F3} + cp {4:F3} (the slowest stage's {5} "

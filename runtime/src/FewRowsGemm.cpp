@@ -1,9 +1,16 @@
 // FewRowsGemm.cpp - FewRowsGemm.h.
 //
-// Blocks of 4 rows of x by 3 rows of w: 12 accumulators of 8 floats, 3
-// weight and 4 x vectors loaded a step of 8 columns (16 of the 16 AVX2
-// registers); the 3 weight rows stay in L1 while every block of x's rows
-// passes over them, so the weight streams from memory once.
+// Few rows (a decode step of several sequences), AVX-512: blocks of up to 4
+// rows of x by 6 rows of w (8 for 1-2 rows of x), 16 columns a step, each
+// weight row prefetched 8 KB ahead, so that 6-8 streams of the weight are
+// in flight from DRAM at once; the weight rows stay in L1/L2 while every
+// block of x's rows passes over them, so the weight streams from memory
+// once. Without the prefetch and with 3 streams (the AVX2 path below), a
+// weight read from DRAM went at 7-10 GB/s of one core's 16 (docs/executable.md).
+//
+// AVX2 (no AVX-512): blocks of 4 rows of x by 3 rows of w: 12 accumulators
+// of 8 floats, 3 weight and 4 x vectors loaded a step of 8 columns (16 of
+// the 16 AVX2 registers).
 //
 // One row of x (a decode step of one sequence) is a matrix-vector product
 // bound by the weight's read: 8 weight rows streamed at once, 16 columns a
@@ -76,6 +83,66 @@ __attribute__((target("avx2,fma"))) void fewRows(int64_t m, int64_t n, int64_t k
   else if (n - c == 1) columns<1>(m, x, w + c * k, k, y + c, n);
 }
 
+// y[r, c] for R rows of x and C rows of w, AVX-512: 16 columns a step, the
+// last ones masked, each weight row prefetched kAhead floats on.
+template <int R, int C>
+__attribute__((target("avx512f"))) void block16(const float *x, const float *w, int64_t k, float *y, int64_t n) {
+  constexpr int64_t kAhead = 2048; // floats: 8 KB a stream (measured: 2 KB 9-10 GB/s, 8 KB 11-14 at 4 rows)
+  __m512 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= k; j += 16) {
+    __m512 wv[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      _mm_prefetch(reinterpret_cast<const char *>(w + c * k + j + kAhead), _MM_HINT_T0);
+      wv[c] = _mm512_loadu_ps(w + c * k + j);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m512 xv = _mm512_loadu_ps(x + r * k + j);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  if (j < k) {
+    __mmask16 tail = static_cast<__mmask16>((1u << (k - j)) - 1);
+    for (int c = 0; c < C; ++c) {
+      __m512 wv = _mm512_maskz_loadu_ps(tail, w + c * k + j);
+      for (int r = 0; r < R; ++r)
+        acc[r][c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, x + r * k + j), wv, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[r * n + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+template <int C>
+__attribute__((target("avx512f"))) void columns16(int64_t m, const float *x, const float *w, int64_t k, float *y,
+                                                  int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4) block16<4, C>(x + r * k, w, k, y + r * n, n);
+  switch (m - r) {
+  case 3: block16<3, C>(x + r * k, w, k, y + r * n, n); break;
+  case 2: block16<2, C>(x + r * k, w, k, y + r * n, n); break;
+  case 1: block16<1, C>(x + r * k, w, k, y + r * n, n); break;
+  default: break;
+  }
+}
+
+// C weight rows a block: 6 (4 x 6 accumulators, 6 weight vectors and one
+// of x: 31 of the 32 registers), 8 for 2 rows (25).
+template <int C>
+__attribute__((target("avx512f"))) void fewRows16(int64_t m, int64_t n, int64_t k, const float *x, const float *w,
+                                                  float *y) {
+  int64_t c = 0;
+  for (; c + C <= n; c += C) columns16<C>(m, x, w + c * k, k, y + c, n);
+  for (; c < n; ++c) columns16<1>(m, x, w + c * k, k, y + c, n);
+}
+
 // y[c] = x · w[c] for C rows of w; 16 columns a step, the last ones masked.
 template <int C>
 __attribute__((target("avx512f"))) void rowsOfW(const float *x, const float *w, int64_t k, float *y) {
@@ -122,8 +189,14 @@ bool oneRowTimesTransposed(int64_t n, int64_t k, const float *x, const float *w,
 }
 
 bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, float *y) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (m < 2 || m > kFewRows || n < 1 || k < 1 || !supported()) return false;
-  fewRows(m, n, k, x, w, y);
+  if (avx512 && m <= 2)
+    fewRows16<8>(m, n, k, x, w, y);
+  else if (avx512)
+    fewRows16<6>(m, n, k, x, w, y);
+  else
+    fewRows(m, n, k, x, w, y);
   return true;
 }
 

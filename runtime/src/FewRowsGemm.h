@@ -15,7 +15,9 @@ inline constexpr int64_t kFewRows = 16;
 /// stores projections) for 2 <= m <= kFewRows, each weight row read once
 /// for all m rows while they stay in cache: a general sgemm packs the
 /// weight first, every call, or (oneDNN's, for a transposed weight) takes
-/// a row at a time. AVX2 and FMA, on the caller's thread: Gemm.h calls it
+/// a row at a time. AVX-512F where the CPU has it (6-8 weight rows
+/// streamed at once, prefetched), else AVX2 and FMA, on the caller's
+/// thread: Gemm.h calls it
 /// where it beats oneDNN's sgemm (one thread, up to 8 rows). False (nothing
 /// written) where it does not apply: other shapes or a CPU without AVX2/FMA.
 bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, float *y);

@@ -1064,7 +1064,7 @@ def test_the_python_api_returns_plans_as_objects():
     # parax.plan: parax-plan's ranked plans as Plan objects; a pinned
     # workload gives back the pinned plan, and a plan's pins reproduce it.
     import parax
-    result = parax.plan("llama3-8b", "dgx-h100:nodes=2", "train:batch=64,seq=4096,tp=2,pp=2",
+    result = parax.plan("llama3-8b", "dgx-h100:nodes=2", "train:batch=64,seq=4096,tp=2,pp=2,cp=1",
                         profile="megatron-core", layers=4, top=3)
     best = result.best
     assert (best.tp, best.pp, best.dp, best.ep, best.cp) == (2, 2, 4, 1, 1)

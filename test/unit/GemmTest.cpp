@@ -20,8 +20,8 @@ TEST(FewRowsGemmTest, EqualsTheProductForEveryRowCountAndRemainder) {
   std::uniform_real_distribution<float> draw(-1, 1);
   int checked = 0;
   for (int64_t m = 2; m <= kFewRows; ++m)
-    for (int64_t n : {1, 2, 3, 4, 5, 7, 11})
-      for (int64_t k : {1, 7, 8, 9, 17, 64, 1030}) {
+    for (int64_t n : {1, 2, 3, 4, 5, 7, 11, 13, 17}) // (blocks of 3, 6 and 8 weight rows and what is left)
+      for (int64_t k : {1, 7, 8, 9, 15, 17, 31, 64, 1030}) {
         std::vector<float> x(m * k), w(n * k), y(m * n, NAN);
         for (float &v : x) v = draw(rng);
         for (float &v : w) v = draw(rng);

@@ -123,6 +123,12 @@ struct Plan {
   /// cp ranks (and, training, their gradients reduce-scattered back).
   double cpComm = 0;
   double optimizerTime = 0;
+  /// Training without ZeRO-3: the step's gradient synchronisation (its
+  /// reduction and, under ZeRO-1/2, the updated parameters' all-gather)
+  /// over the data-parallel group, and the time that hides it (the last
+  /// backward's, less its own collectives' use of the links; 0 without
+  /// dp_overlap). dpComm is what the window leaves exposed. For --explain.
+  double dpSync = 0, dpWindow = 0;
   /// Training: per virtual stage (pp x virtualStages of them, virtual
   /// stage c on stage c % pp), one microbatch's forward and backward pass
   /// (the backward with its recomputation), seconds; one pipeline
