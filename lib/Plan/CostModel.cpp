@@ -141,6 +141,10 @@ double parax::plan::peakFlops(const ClusterSpec &cluster, llvm::StringRef dtype)
   return peak > 0 ? peak : cluster.peak("bf16");
 }
 
+double parax::plan::pipelineTime(double m, double v, double slowest, double everyStage) {
+  return m * slowest + std::max(0.0, everyStage - slowest) / std::max(v, 1.0);
+}
+
 double parax::plan::rooflineTime(const ClusterSpec &cluster, double flops,
                                  double bytes, double peak) {
   double compute = flops / (peak * cluster.matmulEfficiency);

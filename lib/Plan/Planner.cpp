@@ -928,6 +928,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,
                    stageCp = 0, stageCompute = 0, denseParams = 0, expertParams = 0;
             double slowestBackwardBusy[2] = {0, 0}, slowestBusy[2] = {0, 0};
+            double everyStage = 0; // one microbatch's passes through every stage
             for (const std::vector<int64_t> &layers : stages) {
               double t = 0, b = 0, tpc = 0, epc = 0, cpc = 0, comp = 0, dn = 0, ex = 0;
               double bb[2] = {0, 0}, bt[2] = {0, 0};
@@ -946,6 +947,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 dn += costs[l].denseParams;
                 ex += costs[l].expertParams;
               }
+              everyStage += t;
               if (t > slowest) {
                 slowestLayers = &layers;
                 slowest = t;
@@ -962,7 +964,9 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               denseParams = std::max(denseParams, dn);
               expertParams = std::max(expertParams, ex);
             }
-            double pipeline = slots * slowest;
+            // (unequal stages -- a head or an embedding beside fewer layers
+            // -- take less than m + (pp - 1) / v slots of the slowest)
+            double pipeline = pipelineTime(m, v, slowest, everyStage);
             // Each chunk pass sends its activation on and its gradient back;
             // a stack that overlaps them (interleaved only) waits along
             // the fill and the drain, and where a transfer outlasts the
@@ -1063,7 +1067,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               plan.tailTime = tied + dpExposed + plan.optimizerTime;
             }
             plan.computeTime = m * stageCompute;
-            plan.bubbleTime = (slots - m) * slowest;
+            plan.bubbleTime = pipeline - m * slowest;
             plan.tpComm = m * stageTp;
             plan.epComm = m * stageEp;
             plan.cpComm = m * stageCp;

@@ -2,11 +2,11 @@
 //
 // Few rows (a decode step of several sequences), AVX-512: blocks of up to 4
 // rows of x by 6 rows of w (8 for 1-2 rows of x), 16 columns a step, each
-// weight row prefetched 8 KB ahead, so that 6-8 streams of the weight are
+// weight row prefetched, so that 6-8 streams of the weight are
 // in flight from DRAM at once; the weight rows stay in L1/L2 while every
 // block of x's rows passes over them, so the weight streams from memory
-// once. Without the prefetch and with 3 streams (the AVX2 path below), a
-// weight read from DRAM went at 7-10 GB/s of one core's 16 (docs/executable.md).
+// once. Each stream is prefetched 32 KB ahead into L2: nearer, or into L1,
+// the loads waited on DRAM (docs/executable.md).
 //
 // AVX2 (no AVX-512): blocks of 4 rows of x by 3 rows of w: 12 accumulators
 // of 8 floats, 3 weight and 4 x vectors loaded a step of 8 columns (16 of
@@ -14,7 +14,7 @@
 //
 // One row of x (a decode step of one sequence) is a matrix-vector product
 // bound by the weight's read: 8 weight rows streamed at once, 16 columns a
-// step (AVX-512), each stream prefetched 2 KB ahead.
+// step (AVX-512), each stream prefetched 32 KB ahead into L2.
 
 #include "FewRowsGemm.h"
 
@@ -84,10 +84,11 @@ __attribute__((target("avx2,fma"))) void fewRows(int64_t m, int64_t n, int64_t k
 }
 
 // y[r, c] for R rows of x and C rows of w, AVX-512: 16 columns a step, the
-// last ones masked, each weight row prefetched kAhead floats on.
+// last ones masked, each weight row prefetched kAhead floats on (a prefetch
+// past the weight's end is harmless: prefetches do not fault).
 template <int R, int C>
 __attribute__((target("avx512f"))) void block16(const float *x, const float *w, int64_t k, float *y, int64_t n) {
-  constexpr int64_t kAhead = 2048; // floats: 8 KB a stream (measured: 2 KB 9-10 GB/s, 8 KB 11-14 at 4 rows)
+  constexpr int64_t kAhead = 8192; // floats: 32 KB a stream, into L2 (docs/executable.md)
   __m512 acc[R][C];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -98,7 +99,7 @@ __attribute__((target("avx512f"))) void block16(const float *x, const float *w, 
     __m512 wv[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      _mm_prefetch(reinterpret_cast<const char *>(w + c * k + j + kAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char *>(w + c * k + j + kAhead), _MM_HINT_T1);
       wv[c] = _mm512_loadu_ps(w + c * k + j);
     }
 #pragma GCC unroll 4
@@ -146,7 +147,7 @@ __attribute__((target("avx512f"))) void fewRows16(int64_t m, int64_t n, int64_t 
 // y[c] = x · w[c] for C rows of w; 16 columns a step, the last ones masked.
 template <int C>
 __attribute__((target("avx512f"))) void rowsOfW(const float *x, const float *w, int64_t k, float *y) {
-  constexpr int64_t kAhead = 512; // floats: 2 KB a stream
+  constexpr int64_t kAhead = 8192; // floats: 32 KB a stream, into L2
   __m512 acc[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -155,7 +156,7 @@ __attribute__((target("avx512f"))) void rowsOfW(const float *x, const float *w, 
     __m512 xv = _mm512_loadu_ps(x + j);
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      _mm_prefetch(reinterpret_cast<const char *>(w + c * k + j + kAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char *>(w + c * k + j + kAhead), _MM_HINT_T1);
       acc[c] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + c * k + j), acc[c]);
     }
   }

@@ -50,6 +50,15 @@ double nodeDispatchTime(const ClusterSpec &cluster, double rows, int64_t k, int6
 /// lists no figure for it).
 double peakFlops(const ClusterSpec &cluster, llvm::StringRef dtype);
 
+/// A training step's pipeline: the slowest stage's `m` microbatches back to
+/// back, plus one microbatch's passes through every other stage (the first
+/// one's forward reaching the slowest, the last one's backward leaving it),
+/// a chunk at a time under interleaving (1/v of them exposed). `slowest`:
+/// the slowest stage's forward and backward of one microbatch; `everyStage`:
+/// the sum of that over all stages. Equal stages: (m + (pp - 1) / v) x
+/// `slowest`, Narayanan et al. 2021's formula.
+double pipelineTime(double m, double v, double slowest, double everyStage);
+
 /// Seconds for `flops` of arithmetic at `peak` FLOP/s, reading/writing
 /// `bytes` of HBM: the larger of the two, each at its achievable fraction,
 /// plus the profile's cost of a kernel.
