@@ -380,7 +380,7 @@ def rows():
                      f"schedule=interleaved,chunks={vp},recompute=none,zero=1,gemm=fp8",
             published=tps, unit="tokens/s"))
     # Blackwell: the same archive's "25.11 NeMo Container" tables (read
-    # 2026-12-07 at 067f987df), DGX-B200 and DGX-GB200, FP8 current scaling
+    # 2026-12-07 at 067f987df), DGX-B200 and DGX-GB200 (and DGX-H100), FP8 current scaling
     # (FP8-CS), no FSDP, tokens/s a GPU: the dense Llama rows whose layout
     # parax can pin (the GB200 70B ran Megatron's FSDP, whose behaviour no
     # profile here models: left out). The recomputation is the search's
@@ -392,9 +392,15 @@ def rows():
             ("B200", "llama3-8b", 8, 128, 2, 1, 1, 1, 1, 30624),
             ("B200", "llama3-405b", 128, 64, 1, 4, 8, 2, 8, 661),
             ("GB200", "llama3-8b", 8, 128, 2, 1, 1, 1, 1, 31508),
-            ("GB200", "llama3-405b", 256, 1536, 1, 4, 16, 1, 4, 813)]:
+            ("GB200", "llama3-405b", 256, 1536, 1, 4, 16, 1, 4, 813),
+            # (and its DGX-H100 table's dense rows that ran without FSDP,
+            # added in the session after these, once the profile's figures
+            # of that session were set: no figure moved to meet them)
+            ("H100", "llama3-70b", 64, 128, 1, 4, 8, 1, 5, 1602),
+            ("H100", "llama3-405b", 1024, 512, 1, 8, 8, 2, 8, 292)]:
         dp = gpus // (tp_ * pp_ * cp_)
         cluster = (f"dgx-b200:nodes={gpus // 8}" if system == "B200" else
+                   f"dgx-h100:nodes={gpus // 8}" if system == "H100" else
                    f"gb200-nvl72:devices_per_node={min(gpus, 64)},nodes={max(1, gpus // 64)}")
         out.append(dict(
             name=f"Megatron-Bridge Llama 3{'.1' if model.endswith('405b') else ''} {model[7:].upper()}, {gpus} {system}, "

@@ -33,7 +33,7 @@ __attribute__((target("avx2,fma"))) inline float sum8(__m256 v) {
 
 // y[r, c] for R rows of x (from `x`) and C rows of w (from `w`).
 template <int R, int C>
-__attribute__((target("avx2,fma"))) void block(const float *x, const float *w, int64_t k, float *y, int64_t n) {
+__attribute__((target("avx2,fma"))) void block(const float *x, const float *w, int64_t k, int64_t ldw, float *y, int64_t n) {
   // (The loops over r and c unrolled whatever the optimisation level, so
   // that the accumulators stay in registers: at -O2 GCC kept them in
   // memory, a third of the speed.)
@@ -46,7 +46,7 @@ __attribute__((target("avx2,fma"))) void block(const float *x, const float *w, i
   for (; j + 8 <= k; j += 8) {
     __m256 wv[C];
 #pragma GCC unroll 3
-    for (int c = 0; c < C; ++c) wv[c] = _mm256_loadu_ps(w + c * k + j);
+    for (int c = 0; c < C; ++c) wv[c] = _mm256_loadu_ps(w + c * ldw + j);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       __m256 xv = _mm256_loadu_ps(x + r * k + j);
@@ -63,31 +63,31 @@ __attribute__((target("avx2,fma"))) void block(const float *x, const float *w, i
 }
 
 template <int C>
-__attribute__((target("avx2,fma"))) void columns(int64_t m, const float *x, const float *w, int64_t k, float *y,
+__attribute__((target("avx2,fma"))) void columns(int64_t m, const float *x, const float *w, int64_t k, int64_t ldw, float *y,
                                                  int64_t n) {
   int64_t r = 0;
-  for (; r + 4 <= m; r += 4) block<4, C>(x + r * k, w, k, y + r * n, n);
+  for (; r + 4 <= m; r += 4) block<4, C>(x + r * k, w, k, ldw, y + r * n, n);
   switch (m - r) {
-  case 3: block<3, C>(x + r * k, w, k, y + r * n, n); break;
-  case 2: block<2, C>(x + r * k, w, k, y + r * n, n); break;
-  case 1: block<1, C>(x + r * k, w, k, y + r * n, n); break;
+  case 3: block<3, C>(x + r * k, w, k, ldw, y + r * n, n); break;
+  case 2: block<2, C>(x + r * k, w, k, ldw, y + r * n, n); break;
+  case 1: block<1, C>(x + r * k, w, k, ldw, y + r * n, n); break;
   default: break;
   }
 }
 
-__attribute__((target("avx2,fma"))) void fewRows(int64_t m, int64_t n, int64_t k, const float *x, const float *w,
+__attribute__((target("avx2,fma"))) void fewRows(int64_t m, int64_t n, int64_t k, const float *x, const float *w, int64_t ldw,
                                                  float *y) {
   int64_t c = 0;
-  for (; c + 3 <= n; c += 3) columns<3>(m, x, w + c * k, k, y + c, n);
-  if (n - c == 2) columns<2>(m, x, w + c * k, k, y + c, n);
-  else if (n - c == 1) columns<1>(m, x, w + c * k, k, y + c, n);
+  for (; c + 3 <= n; c += 3) columns<3>(m, x, w + c * ldw, k, ldw, y + c, n);
+  if (n - c == 2) columns<2>(m, x, w + c * ldw, k, ldw, y + c, n);
+  else if (n - c == 1) columns<1>(m, x, w + c * ldw, k, ldw, y + c, n);
 }
 
 // y[r, c] for R rows of x and C rows of w, AVX-512: 16 columns a step, the
 // last ones masked, each weight row prefetched kAhead floats on (a prefetch
 // past the weight's end is harmless: prefetches do not fault).
 template <int R, int C>
-__attribute__((target("avx512f"))) void block16(const float *x, const float *w, int64_t k, float *y, int64_t n) {
+__attribute__((target("avx512f"))) void block16(const float *x, const float *w, int64_t k, int64_t ldw, float *y, int64_t n) {
   constexpr int64_t kAhead = 8192; // floats: 32 KB a stream, into L2 (docs/executable.md)
   __m512 acc[R][C];
 #pragma GCC unroll 4
@@ -99,8 +99,8 @@ __attribute__((target("avx512f"))) void block16(const float *x, const float *w, 
     __m512 wv[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      _mm_prefetch(reinterpret_cast<const char *>(w + c * k + j + kAhead), _MM_HINT_T1);
-      wv[c] = _mm512_loadu_ps(w + c * k + j);
+      _mm_prefetch(reinterpret_cast<const char *>(w + c * ldw + j + kAhead), _MM_HINT_T1);
+      wv[c] = _mm512_loadu_ps(w + c * ldw + j);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -112,7 +112,7 @@ __attribute__((target("avx512f"))) void block16(const float *x, const float *w, 
   if (j < k) {
     __mmask16 tail = static_cast<__mmask16>((1u << (k - j)) - 1);
     for (int c = 0; c < C; ++c) {
-      __m512 wv = _mm512_maskz_loadu_ps(tail, w + c * k + j);
+      __m512 wv = _mm512_maskz_loadu_ps(tail, w + c * ldw + j);
       for (int r = 0; r < R; ++r)
         acc[r][c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, x + r * k + j), wv, acc[r][c]);
     }
@@ -122,14 +122,14 @@ __attribute__((target("avx512f"))) void block16(const float *x, const float *w, 
 }
 
 template <int C>
-__attribute__((target("avx512f"))) void columns16(int64_t m, const float *x, const float *w, int64_t k, float *y,
+__attribute__((target("avx512f"))) void columns16(int64_t m, const float *x, const float *w, int64_t k, int64_t ldw, float *y,
                                                   int64_t n) {
   int64_t r = 0;
-  for (; r + 4 <= m; r += 4) block16<4, C>(x + r * k, w, k, y + r * n, n);
+  for (; r + 4 <= m; r += 4) block16<4, C>(x + r * k, w, k, ldw, y + r * n, n);
   switch (m - r) {
-  case 3: block16<3, C>(x + r * k, w, k, y + r * n, n); break;
-  case 2: block16<2, C>(x + r * k, w, k, y + r * n, n); break;
-  case 1: block16<1, C>(x + r * k, w, k, y + r * n, n); break;
+  case 3: block16<3, C>(x + r * k, w, k, ldw, y + r * n, n); break;
+  case 2: block16<2, C>(x + r * k, w, k, ldw, y + r * n, n); break;
+  case 1: block16<1, C>(x + r * k, w, k, ldw, y + r * n, n); break;
   default: break;
   }
 }
@@ -137,16 +137,16 @@ __attribute__((target("avx512f"))) void columns16(int64_t m, const float *x, con
 // C weight rows a block: 6 (4 x 6 accumulators, 6 weight vectors and one
 // of x: 31 of the 32 registers), 8 for 2 rows (25).
 template <int C>
-__attribute__((target("avx512f"))) void fewRows16(int64_t m, int64_t n, int64_t k, const float *x, const float *w,
+__attribute__((target("avx512f"))) void fewRows16(int64_t m, int64_t n, int64_t k, const float *x, const float *w, int64_t ldw,
                                                   float *y) {
   int64_t c = 0;
-  for (; c + C <= n; c += C) columns16<C>(m, x, w + c * k, k, y + c, n);
-  for (; c < n; ++c) columns16<1>(m, x, w + c * k, k, y + c, n);
+  for (; c + C <= n; c += C) columns16<C>(m, x, w + c * ldw, k, ldw, y + c, n);
+  for (; c < n; ++c) columns16<1>(m, x, w + c * ldw, k, ldw, y + c, n);
 }
 
 // y[c] = x · w[c] for C rows of w; 16 columns a step, the last ones masked.
 template <int C>
-__attribute__((target("avx512f"))) void rowsOfW(const float *x, const float *w, int64_t k, float *y) {
+__attribute__((target("avx512f"))) void rowsOfW(const float *x, const float *w, int64_t k, int64_t ldw, float *y) {
   constexpr int64_t kAhead = 8192; // floats: 32 KB a stream, into L2
   __m512 acc[C];
 #pragma GCC unroll 8
@@ -156,23 +156,47 @@ __attribute__((target("avx512f"))) void rowsOfW(const float *x, const float *w, 
     __m512 xv = _mm512_loadu_ps(x + j);
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      _mm_prefetch(reinterpret_cast<const char *>(w + c * k + j + kAhead), _MM_HINT_T1);
-      acc[c] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + c * k + j), acc[c]);
+      _mm_prefetch(reinterpret_cast<const char *>(w + c * ldw + j + kAhead), _MM_HINT_T1);
+      acc[c] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + c * ldw + j), acc[c]);
     }
   }
   if (j < k) {
     __mmask16 tail = static_cast<__mmask16>((1u << (k - j)) - 1);
     __m512 xv = _mm512_maskz_loadu_ps(tail, x + j);
-    for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(tail, w + c * k + j), acc[c]);
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(tail, w + c * ldw + j), acc[c]);
   }
   for (int c = 0; c < C; ++c) y[c] = _mm512_reduce_add_ps(acc[c]);
 }
 
-__attribute__((target("avx512f"))) void oneRow(int64_t n, int64_t k, const float *x, const float *w, float *y) {
+__attribute__((target("avx512f"))) void oneRow(int64_t n, int64_t k, const float *x, const float *w, int64_t ldw, float *y) {
   int64_t c = 0;
-  for (; c + 8 <= n; c += 8) rowsOfW<8>(x, w + c * k, k, y + c);
-  for (; c + 4 <= n; c += 4) rowsOfW<4>(x, w + c * k, k, y + c);
-  for (; c < n; ++c) rowsOfW<1>(x, w + c * k, k, y + c);
+  for (; c + 8 <= n; c += 8) rowsOfW<8>(x, w + c * ldw, k, ldw, y + c);
+  for (; c + 4 <= n; c += 4) rowsOfW<4>(x, w + c * ldw, k, ldw, y + c);
+  for (; c < n; ++c) rowsOfW<1>(x, w + c * ldw, k, ldw, y + c);
+}
+
+// y[0 .. n) = x · w for x of k values and w k rows of n (row stride ldw):
+// 64 columns of y at once in 4 registers, each row of w's 64 added in
+// with x[j] broadcast; the rest 16 (then fewer, masked) at a time.
+__attribute__((target("avx512f"))) void oneRowOfRows(int64_t n, int64_t k, const float *x, const float *w,
+                                                     int64_t ldw, float *y) {
+  int64_t c = 0;
+  for (; c + 64 <= n; c += 64) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t j = 0; j < k; ++j) {
+      __m512 xv = _mm512_set1_ps(x[j]);
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) acc[q] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + j * ldw + c + 16 * q), acc[q]);
+    }
+    for (int q = 0; q < 4; ++q) _mm512_storeu_ps(y + c + 16 * q, acc[q]);
+  }
+  for (; c < n; c += 16) {
+    __mmask16 mask = n - c >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - c)) - 1);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < k; ++j)
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(x[j]), _mm512_maskz_loadu_ps(mask, w + j * ldw + c), acc);
+    _mm512_mask_storeu_ps(y + c, mask, acc);
+  }
 }
 
 bool supported() {
@@ -182,22 +206,30 @@ bool supported() {
 
 } // namespace
 
-bool oneRowTimesTransposed(int64_t n, int64_t k, const float *x, const float *w, float *y) {
+bool oneRowTimesTransposed(int64_t n, int64_t k, const float *x, const float *w, int64_t ldw, float *y) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (n < 1 || k < 1 || !avx512) return false;
-  oneRow(n, k, x, w, y);
+  if (n < 1 || k < 1 || ldw < k || !avx512) return false;
+  oneRow(n, k, x, w, ldw, y);
   return true;
 }
 
-bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, float *y) {
+bool oneRowTimes(int64_t n, int64_t k, const float *x, const float *w, int64_t ldw, float *y) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (m < 2 || m > kFewRows || n < 1 || k < 1 || !supported()) return false;
+  if (n < 1 || k < 1 || ldw < n || !avx512) return false;
+  oneRowOfRows(n, k, x, w, ldw, y);
+  return true;
+}
+
+bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, int64_t ldw,
+                            float *y) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (m < 2 || m > kFewRows || n < 1 || k < 1 || ldw < k || !supported()) return false;
   if (avx512 && m <= 2)
-    fewRows16<8>(m, n, k, x, w, y);
+    fewRows16<8>(m, n, k, x, w, ldw, y);
   else if (avx512)
-    fewRows16<6>(m, n, k, x, w, y);
+    fewRows16<6>(m, n, k, x, w, ldw, y);
   else
-    fewRows(m, n, k, x, w, y);
+    fewRows(m, n, k, x, w, ldw, y);
   return true;
 }
 

@@ -12,7 +12,8 @@ namespace parax::runtime {
 inline constexpr int64_t kFewRows = 16;
 
 /// y[m, n] = x[m, k] · w[n, k]ᵀ (a weight stored [out, in], as Hugging Face
-/// stores projections) for 2 <= m <= kFewRows, each weight row read once
+/// stores projections; its rows ldw >= k apart, x's k and y's n) for
+/// 2 <= m <= kFewRows, each weight row read once
 /// for all m rows while they stay in cache: a general sgemm packs the
 /// weight first, every call, or (oneDNN's, for a transposed weight) takes
 /// a row at a time. AVX-512F where the CPU has it (6-8 weight rows
@@ -20,13 +21,22 @@ inline constexpr int64_t kFewRows = 16;
 /// thread: Gemm.h calls it
 /// where it beats oneDNN's sgemm (one thread, up to 8 rows). False (nothing
 /// written) where it does not apply: other shapes or a CPU without AVX2/FMA.
-bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, float *y);
+bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, int64_t ldw,
+                            float *y);
 
-/// y[n] = w[n, k] · x[k]: one row (a decode step of one sequence), bound by
+/// y[n] = w[n, k] · x[k] (w's rows ldw >= k apart): one row (a decode step
+/// of one sequence, or a decode step's query against its keys), bound by
 /// the weight's read. AVX-512F, on the caller's thread: Gemm.h calls it on
 /// one thread, where it reads the weight faster than oneDNN's sgemm
 /// (docs/executable.md). False (nothing written) on a CPU without AVX-512F.
-bool oneRowTimesTransposed(int64_t n, int64_t k, const float *x, const float *w, float *y);
+bool oneRowTimesTransposed(int64_t n, int64_t k, const float *x, const float *w, int64_t ldw, float *y);
+
+/// y[n] = x[k] · w[k, n] (a weight stored [in, out], row stride ldw >= n):
+/// one row times a matrix as it is stored, a decode step's attention
+/// weights times its values, where a library's sgemm call costs more than
+/// the arithmetic. AVX-512F, on the caller's thread. False (nothing
+/// written) on a CPU without AVX-512F.
+bool oneRowTimes(int64_t n, int64_t k, const float *x, const float *w, int64_t ldw, float *y);
 
 } // namespace parax::runtime
 

@@ -51,9 +51,21 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
           const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   int threads = gemmThreads();
-  if (threads == 1 && !transA && transB && alpha == 1 && beta == 0 && ldb == k) {
-    if (m == 1 && oneRowTimesTransposed(n, k, a, b, c)) return;
-    if (m >= 2 && m <= kFewRowsFaster && lda == k && ldc == n && fewRowsTimesTransposed(m, n, k, a, b, c)) return;
+  // A few rows on one thread: FewRowsGemm.h, alpha applied after.
+  if (threads == 1 && !transA && beta == 0) {
+    bool done = false;
+    if (transB && m == 1)
+      done = oneRowTimesTransposed(n, k, a, b, ldb, c);
+    else if (transB && m <= kFewRowsFaster && lda == k && ldc == n)
+      done = fewRowsTimesTransposed(m, n, k, a, b, ldb, c);
+    else if (!transB && m == 1)
+      done = oneRowTimes(n, k, a, b, ldb, c);
+    if (done) {
+      if (alpha != 1)
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t j = 0; j < n; ++j) c[r * ldc + j] *= alpha;
+      return;
+    }
   }
   // OpenMP's thread count is each calling thread's own setting.
   thread_local int applied = 0;
