@@ -105,11 +105,11 @@ class Bench:
 
     def collective_sweep(self):
         """A program of collectives only, over 2 ranks -- all-reduce,
-        all-gather, reduce-scatter and all-to-all of 64 KB to 32 MB a rank,
+        all-gather, reduce-scatter and all-to-all of 4 KB to 32 MB a rank,
         a power of two apart (what nccl-tests measures for NCCL) -- with
         its inputs and an empty weights file: (exe, inputs, weights)."""
         args, body, results, types, inputs = [], [], [], [], []
-        for i, k in enumerate(range(14, 24)):
+        for i, k in enumerate(range(10, 24)):
             half = 2 ** k // 2
             t = f"tensor<2x{half}xf32>"
             args.append(f"%x{i}: {t} {{parax.input = {i} : i64}}")
