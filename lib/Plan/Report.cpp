@@ -393,6 +393,13 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                                           .str()
                                     : std::string("after the last backward (the stack does not overlap it)"),
                   plan.dpComm * 1e3);
+  if (workload.kind == WorkloadKind::Train && plan.zero == 3 && plan.dp * plan.ep > 1)
+    os << formatv("  data parallel (ZeRO-3): each layer's parameters all-gathered {0} for its forward and "
+                  "backward, its gradients reduce-scattered after its backward, beside the compute: {1:F3} ms "
+                  "exposed a step\n",
+                  profile.zero3Prefetch > 0 ? formatv("{0} layer(s) ahead", profile.zero3Prefetch).str()
+                                            : std::string("when it is reached (no prefetch)"),
+                  plan.dpComm * 1e3);
   os << formatv("  step {0:F3} ms = ", plan.stepTime * 1e3);
   if (workload.kind == WorkloadKind::Train)
     os << formatv("compute {0:F3} + bubble {1:F3} + tp {2:F3} + ep {3:F3} + cp {4:F3} (the slowest stage's {5} "
