@@ -6,6 +6,9 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
+#include <numeric>
+
 using namespace parax::plan;
 using llvm::formatv;
 
@@ -381,6 +384,24 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                                 plan.tp)
                             .str()
                       : std::string());
+  // The pipeline's formula with its inputs (pipelineTime): each stage's
+  // forward and backward of one microbatch, its communication within.
+  size_t chunks = static_cast<size_t>(plan.pp * plan.virtualStages);
+  if (workload.kind == WorkloadKind::Train && plan.pp > 1 && plan.stageForward.size() == chunks &&
+      plan.stageBackward.size() == chunks) {
+    std::vector<double> stage(plan.pp, 0);
+    for (size_t c = 0; c < chunks; ++c)
+      stage[c % plan.pp] += plan.stageForward[c] + plan.stageBackward[c];
+    size_t slowest = std::max_element(stage.begin(), stage.end()) - stage.begin();
+    double every = std::accumulate(stage.begin(), stage.end(), 0.0);
+    double v = double(plan.virtualStages), m = double(plan.microBatches);
+    os << formatv("  pipeline: one microbatch's forward and backward {0:F3} to {1:F3} ms a stage (the slowest "
+                  "stage {2}); {3} microbatches x {1:F3} + the other stages' {4:F3}{5} = {6:F3} ms\n",
+                  *std::min_element(stage.begin(), stage.end()) * 1e3, stage[slowest] * 1e3, slowest,
+                  plan.microBatches, (every - stage[slowest]) * 1e3,
+                  plan.virtualStages > 1 ? formatv(" / {0} chunks", plan.virtualStages).str() : std::string(),
+                  pipelineTime(m, v, stage[slowest], every) * 1e3);
+  }
   if (workload.kind == WorkloadKind::Train && plan.zero < 3 && plan.dpSync > 0)
     os << formatv("  data parallel: the step's gradient sync {0:F3} ms ({1}, the gradients at {2} bytes a "
                   "parameter); {3}: {4:F3} ms exposed\n",

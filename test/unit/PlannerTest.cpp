@@ -613,6 +613,60 @@ TEST_F(PlannerTest, ZeroTwoSplitsTheSumsAndReduceScattersEveryMicrobatch) {
   EXPECT_NEAR(two.dpComm - one.dpComm, 3 * (reduceScatter - microbatch), 1e-9 * two.stepTime);
 }
 
+TEST_F(PlannerTest, APipelineOfUnequalStagesTakesItsSlowestStagesMicrobatchesAndTheOthersOnce) {
+  // Two unequal stages: the step's compute, bubble and TP terms are
+  // pipelineTime of the stages' own passes, m x the slowest + the lighter
+  // one once, not (m + 1) x the slowest.
+  // Three decoder layers (attentionBlock's, one after the other) and a head
+  // on two stages: two layers on one, one and the head on the other.
+  std::string args, body = "  %r0 = parax.embedding %tok, %emb {parax.layer = -1 : i64} : (tensor<2x512xi32>, "
+                           "tensor<512x4096xbf16>) -> tensor<2x512x4096xbf16>\n";
+  const std::string x = "tensor<2x512x4096xbf16>";
+  for (int l = 0; l < 3; ++l) {
+    std::string i = std::to_string(l), in = "%r" + i, out = "%r" + std::to_string(l + 1),
+                at = " {transpose_w, parax.layer = " + i + " : i64} : ", tag = " {parax.layer = " + i + " : i64} : ";
+    args += ", %wq" + i + ": tensor<4096x4096xbf16> {parax.param = \"q" + i + "\"}, %wk" + i +
+            ": tensor<256x4096xbf16> {parax.param = \"k" + i + "\"}, %wv" + i +
+            ": tensor<256x4096xbf16> {parax.param = \"v" + i + "\"}, %wo" + i +
+            ": tensor<4096x4096xbf16> {parax.param = \"o" + i + "\"}";
+    body += "  %q" + i + " = parax.linear " + in + ", %wq" + i + at + "(" + x + ", tensor<4096x4096xbf16>) -> " + x + "\n" +
+            "  %k" + i + " = parax.linear " + in + ", %wk" + i + at + "(" + x +
+            ", tensor<256x4096xbf16>) -> tensor<2x512x256xbf16>\n" +
+            "  %v" + i + " = parax.linear " + in + ", %wv" + i + at + "(" + x +
+            ", tensor<256x4096xbf16>) -> tensor<2x512x256xbf16>\n" +
+            "  %q4" + i + " = parax.reshape %q" + i + tag + "(" + x + ") -> tensor<2x512x32x128xbf16>\n" +
+            "  %k4" + i + " = parax.reshape %k" + i + tag + "(tensor<2x512x256xbf16>) -> tensor<2x512x2x128xbf16>\n" +
+            "  %v4" + i + " = parax.reshape %v" + i + tag + "(tensor<2x512x256xbf16>) -> tensor<2x512x2x128xbf16>\n" +
+            "  %o" + i + " = parax.attention %q4" + i + ", %k4" + i + ", %v4" + i +
+            " {causal, num_heads = 32, num_kv_heads = 2, head_dim = 128, scale = 0.088 : f64, parax.layer = " + i +
+            " : i64} : (tensor<2x512x32x128xbf16>, tensor<2x512x2x128xbf16>, tensor<2x512x2x128xbf16>) -> "
+            "tensor<2x512x32x128xbf16>\n" +
+            "  %o3" + i + " = parax.reshape %o" + i + tag + "(tensor<2x512x32x128xbf16>) -> " + x + "\n" +
+            "  %y" + i + " = parax.linear %o3" + i + ", %wo" + i + at + "(" + x + ", tensor<4096x4096xbf16>) -> " + x +
+            "\n" + "  " + out + " = parax.add " + in + ", %y" + i + tag + "(" + x + ", " + x + ") -> " + x + "\n";
+  }
+  std::string text = "func.func @forward(%tok: tensor<2x512xi32>, %emb: tensor<512x4096xbf16> {parax.param = "
+                     "\"emb\"}" + args + ", %head: tensor<512x4096xbf16> {parax.param = \"head\"}) -> "
+                     "tensor<2x512x512xbf16> {\n" + body +
+                     "  %l = parax.linear %r3, %head {transpose_w, parax.layer = 3 : i64} : (" + x +
+                     ", tensor<512x4096xbf16>) -> tensor<2x512x512xbf16>\n  return %l : tensor<2x512x512xbf16>\n}\n";
+  ModelGraph model = analyze(text);
+  Workload w = cantFail(parseWorkload("train:batch=2,seq=512,pp=2,dp=1,tp=4,ep=1,cp=1,mbs=1,recompute=none,"
+                                      "schedule=1f1b,zero=0"));
+  PlanResult result = searchPlans(model, cluster, w, PlanOptions());
+  ASSERT_FALSE(result.plans.empty()) << result.explanation;
+  const Plan &plan = result.plans.front();
+  ASSERT_EQ(plan.pp, 2);
+  ASSERT_EQ(plan.microBatches, 2);
+  ASSERT_EQ(plan.stageForward.size(), 2u);
+  double stage[2] = {plan.stageForward[0] + plan.stageBackward[0], plan.stageForward[1] + plan.stageBackward[1]};
+  double slowest = std::max(stage[0], stage[1]), lighter = std::min(stage[0], stage[1]);
+  ASSERT_LT(lighter, 0.8 * slowest); // (one layer and the head against two layers)
+  double pipeline = plan.computeTime + plan.bubbleTime + plan.tpComm + plan.epComm + plan.cpComm;
+  EXPECT_NEAR(pipeline, 2 * slowest + lighter, 1e-9 * pipeline);
+  EXPECT_NEAR(plan.bubbleTime, lighter, 1e-9 * pipeline);
+}
+
 TEST_F(PlannerTest, GradientSyncWaitsWhileTheBackwardsCollectivesHoldItsLinks) {
   // One node: TP2 and DP4 share the node's links (NVLink, slowed 20x so
   // the sync outlasts the backward). The sync is overlapped with the last
