@@ -33,7 +33,8 @@ __attribute__((target("avx2,fma"))) inline float sum8(__m256 v) {
 
 // y[r, c] for R rows of x (from `x`) and C rows of w (from `w`).
 template <int R, int C>
-__attribute__((target("avx2,fma"))) void block(const float *x, const float *w, int64_t k, int64_t ldw, float *y, int64_t n) {
+__attribute__((target("avx2,fma"))) void block(const float *x, const float *w, int64_t k, int64_t ldw,
+                                               float *y, int64_t n) {
   // (The loops over r and c unrolled whatever the optimisation level, so
   // that the accumulators stay in registers: at -O2 GCC kept them in
   // memory, a third of the speed.)
@@ -57,37 +58,17 @@ __attribute__((target("avx2,fma"))) void block(const float *x, const float *w, i
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
       float s = sum8(acc[r][c]);
-      for (int64_t t = j; t < k; ++t) s += x[r * k + t] * w[c * k + t];
+      for (int64_t t = j; t < k; ++t) s += x[r * k + t] * w[c * ldw + t];
       y[r * n + c] = s;
     }
-}
-
-template <int C>
-__attribute__((target("avx2,fma"))) void columns(int64_t m, const float *x, const float *w, int64_t k, int64_t ldw, float *y,
-                                                 int64_t n) {
-  int64_t r = 0;
-  for (; r + 4 <= m; r += 4) block<4, C>(x + r * k, w, k, ldw, y + r * n, n);
-  switch (m - r) {
-  case 3: block<3, C>(x + r * k, w, k, ldw, y + r * n, n); break;
-  case 2: block<2, C>(x + r * k, w, k, ldw, y + r * n, n); break;
-  case 1: block<1, C>(x + r * k, w, k, ldw, y + r * n, n); break;
-  default: break;
-  }
-}
-
-__attribute__((target("avx2,fma"))) void fewRows(int64_t m, int64_t n, int64_t k, const float *x, const float *w, int64_t ldw,
-                                                 float *y) {
-  int64_t c = 0;
-  for (; c + 3 <= n; c += 3) columns<3>(m, x, w + c * ldw, k, ldw, y + c, n);
-  if (n - c == 2) columns<2>(m, x, w + c * ldw, k, ldw, y + c, n);
-  else if (n - c == 1) columns<1>(m, x, w + c * ldw, k, ldw, y + c, n);
 }
 
 // y[r, c] for R rows of x and C rows of w, AVX-512: 16 columns a step, the
 // last ones masked, each weight row prefetched kAhead floats on (a prefetch
 // past the weight's end is harmless: prefetches do not fault).
 template <int R, int C>
-__attribute__((target("avx512f"))) void block16(const float *x, const float *w, int64_t k, int64_t ldw, float *y, int64_t n) {
+__attribute__((target("avx512f"))) void block16(const float *x, const float *w, int64_t k, int64_t ldw,
+                                                float *y, int64_t n) {
   constexpr int64_t kAhead = 8192; // floats: 32 KB a stream, into L2 (docs/executable.md)
   __m512 acc[R][C];
 #pragma GCC unroll 4
@@ -121,27 +102,50 @@ __attribute__((target("avx512f"))) void block16(const float *x, const float *w, 
     for (int c = 0; c < C; ++c) y[r * n + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-template <int C>
-__attribute__((target("avx512f"))) void columns16(int64_t m, const float *x, const float *w, int64_t k, int64_t ldw, float *y,
-                                                  int64_t n) {
+// The AVX2 and AVX-512 blocks, for rowBlocks.
+struct Avx2 {
+  template <int R, int C>
+  static void run(const float *x, const float *w, int64_t k, int64_t ldw, float *y, int64_t n) {
+    block<R, C>(x, w, k, ldw, y, n);
+  }
+};
+struct Avx512 {
+  template <int R, int C>
+  static void run(const float *x, const float *w, int64_t k, int64_t ldw, float *y, int64_t n) {
+    block16<R, C>(x, w, k, ldw, y, n);
+  }
+};
+
+// Every row of x against the C weight rows at w: blocks of 4 rows, then
+// the 3, 2 or 1 left.
+template <typename Block, int C>
+void rowBlocks(int64_t m, const float *x, const float *w, int64_t k, int64_t ldw, float *y, int64_t n) {
   int64_t r = 0;
-  for (; r + 4 <= m; r += 4) block16<4, C>(x + r * k, w, k, ldw, y + r * n, n);
+  for (; r + 4 <= m; r += 4) Block::template run<4, C>(x + r * k, w, k, ldw, y + r * n, n);
   switch (m - r) {
-  case 3: block16<3, C>(x + r * k, w, k, ldw, y + r * n, n); break;
-  case 2: block16<2, C>(x + r * k, w, k, ldw, y + r * n, n); break;
-  case 1: block16<1, C>(x + r * k, w, k, ldw, y + r * n, n); break;
+  case 3: Block::template run<3, C>(x + r * k, w, k, ldw, y + r * n, n); break;
+  case 2: Block::template run<2, C>(x + r * k, w, k, ldw, y + r * n, n); break;
+  case 1: Block::template run<1, C>(x + r * k, w, k, ldw, y + r * n, n); break;
   default: break;
   }
+}
+
+__attribute__((target("avx2,fma"))) void fewRows(int64_t m, int64_t n, int64_t k, const float *x,
+                                                 const float *w, int64_t ldw, float *y) {
+  int64_t c = 0;
+  for (; c + 3 <= n; c += 3) rowBlocks<Avx2, 3>(m, x, w + c * ldw, k, ldw, y + c, n);
+  if (n - c == 2) rowBlocks<Avx2, 2>(m, x, w + c * ldw, k, ldw, y + c, n);
+  else if (n - c == 1) rowBlocks<Avx2, 1>(m, x, w + c * ldw, k, ldw, y + c, n);
 }
 
 // C weight rows a block: 6 (4 x 6 accumulators, 6 weight vectors and one
 // of x: 31 of the 32 registers), 8 for 2 rows (25).
 template <int C>
-__attribute__((target("avx512f"))) void fewRows16(int64_t m, int64_t n, int64_t k, const float *x, const float *w, int64_t ldw,
-                                                  float *y) {
+__attribute__((target("avx512f"))) void fewRows16(int64_t m, int64_t n, int64_t k, const float *x,
+                                                  const float *w, int64_t ldw, float *y) {
   int64_t c = 0;
-  for (; c + C <= n; c += C) columns16<C>(m, x, w + c * ldw, k, ldw, y + c, n);
-  for (; c < n; ++c) columns16<1>(m, x, w + c * ldw, k, ldw, y + c, n);
+  for (; c + C <= n; c += C) rowBlocks<Avx512, C>(m, x, w + c * ldw, k, ldw, y + c, n);
+  for (; c < n; ++c) rowBlocks<Avx512, 1>(m, x, w + c * ldw, k, ldw, y + c, n);
 }
 
 // y[c] = x · w[c] for C rows of w; 16 columns a step, the last ones masked.
@@ -168,7 +172,8 @@ __attribute__((target("avx512f"))) void rowsOfW(const float *x, const float *w, 
   for (int c = 0; c < C; ++c) y[c] = _mm512_reduce_add_ps(acc[c]);
 }
 
-__attribute__((target("avx512f"))) void oneRow(int64_t n, int64_t k, const float *x, const float *w, int64_t ldw, float *y) {
+__attribute__((target("avx512f"))) void oneRow(int64_t n, int64_t k, const float *x, const float *w,
+                                               int64_t ldw, float *y) {
   int64_t c = 0;
   for (; c + 8 <= n; c += 8) rowsOfW<8>(x, w + c * ldw, k, ldw, y + c);
   for (; c + 4 <= n; c += 4) rowsOfW<4>(x, w + c * ldw, k, ldw, y + c);
@@ -217,6 +222,13 @@ bool oneRowTimes(int64_t n, int64_t k, const float *x, const float *w, int64_t l
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (n < 1 || k < 1 || ldw < n || !avx512) return false;
   oneRowOfRows(n, k, x, w, ldw, y);
+  return true;
+}
+
+bool fewRowsTimesTransposedAvx2(int64_t m, int64_t n, int64_t k, const float *x, const float *w, int64_t ldw,
+                                float *y) {
+  if (m < 2 || m > kFewRows || n < 1 || k < 1 || ldw < k || !supported()) return false;
+  fewRows(m, n, k, x, w, ldw, y);
   return true;
 }
 

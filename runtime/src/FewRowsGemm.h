@@ -24,6 +24,11 @@ inline constexpr int64_t kFewRows = 16;
 bool fewRowsTimesTransposed(int64_t m, int64_t n, int64_t k, const float *x, const float *w, int64_t ldw,
                             float *y);
 
+/// The same product through the AVX2 kernel whatever else the CPU has (the
+/// tests' way to check it on an AVX-512 machine).
+bool fewRowsTimesTransposedAvx2(int64_t m, int64_t n, int64_t k, const float *x, const float *w, int64_t ldw,
+                                float *y);
+
 /// y[n] = w[n, k] · x[k] (w's rows ldw >= k apart): one row (a decode step
 /// of one sequence, or a decode step's query against its keys), bound by
 /// the weight's read. AVX-512F, on the caller's thread: Gemm.h calls it on

@@ -19,23 +19,30 @@ TEST(FewRowsGemmTest, EqualsTheProductForEveryRowCountAndRemainder) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> draw(-1, 1);
   int checked = 0;
+  // The kernel the CPU gets, then the AVX2 one on any CPU that has AVX2;
+  // weight rows packed and strided.
+  for (bool avx2 : {false, true})
   for (int64_t m = 2; m <= kFewRows; ++m)
     for (int64_t n : {1, 2, 3, 4, 5, 7, 11, 13, 17}) // (blocks of 3, 6 and 8 weight rows and what is left)
       for (int64_t k : {1, 7, 8, 9, 15, 17, 31, 64, 1030}) {
-        std::vector<float> x(m * k), w(n * k), y(m * n, NAN);
+        int64_t ldw = k + (n % 2 ? 0 : 5);
+        std::vector<float> x(m * k), w(n * ldw), y(m * n, NAN);
         for (float &v : x) v = draw(rng);
         for (float &v : w) v = draw(rng);
-        if (!fewRowsTimesTransposed(m, n, k, x.data(), w.data(), k, y.data()))
+        bool done = avx2 ? fewRowsTimesTransposedAvx2(m, n, k, x.data(), w.data(), ldw, y.data())
+                         : fewRowsTimesTransposed(m, n, k, x.data(), w.data(), ldw, y.data());
+        if (!done)
           GTEST_SKIP() << "this CPU has no AVX2/FMA: sgemm does these";
         for (int64_t r = 0; r < m; ++r)
           for (int64_t c = 0; c < n; ++c) {
             double want = 0, size = 0;
             for (int64_t j = 0; j < k; ++j) {
-              want += double(x[r * k + j]) * w[c * k + j];
-              size += std::fabs(double(x[r * k + j]) * w[c * k + j]);
+              want += double(x[r * k + j]) * w[c * ldw + j];
+              size += std::fabs(double(x[r * k + j]) * w[c * ldw + j]);
             }
             ASSERT_NEAR(y[r * n + c], want, 1e-6 * size + 1e-7)
-                << m << "x" << n << "x" << k << " at " << r << ", " << c;
+                << m << "x" << n << "x" << k << " ldw " << ldw << (avx2 ? " (AVX2)" : "") << " at " << r << ", "
+                << c;
             ++checked;
           }
       }
