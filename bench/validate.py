@@ -477,22 +477,12 @@ def rows():
     return out
 
 
-def palm_flops_per_token(config, seq):
+def palm_flops_per_token(parameters, config, seq):
     """A training step's model FLOPs a token as the PaLM paper defines MFU
-    (Appendix B): 6 N + 12 L H Q T, N every parameter (the embedding and an
-    untied head included), the score matrix whole."""
-    c = config
-    head_dim = c.head_dim or c.hidden // c.heads
-    attention = c.hidden * head_dim * (c.heads + 2 * c.kv_heads) + c.heads * head_dim * c.hidden
-    layer = attention + 3 * c.hidden * c.ffn + 2 * c.hidden
-    n = c.layers * layer + c.vocab * c.hidden * (1 if c.tie_embeddings else 2) + c.hidden
-    return 6 * n + 12 * c.layers * c.heads * head_dim * seq
-
-
-def tokens_of(workload):
-    """A training workload's tokens a step (batch x seq)."""
-    fields = dict(kv.split("=") for kv in workload.split(":", 1)[1].split(","))
-    return int(fields["batch"]) * int(fields["seq"])
+    (Appendix B): 6 N + 12 L H Q T, N every parameter (parax-plan's count:
+    the embedding and an untied head included), the score matrix whole."""
+    head_dim = config.head_dim or config.hidden // config.heads
+    return 6 * parameters + 12 * config.layers * config.heads * head_dim * seq
 
 
 def describe(p):
@@ -576,7 +566,8 @@ def main():
                 shown = (f"{row['published']:.0f} tokens/s", f"{predicted:.0f} tokens/s")
             elif row.get("flops") == "palm":
                 # the published rate in the source's FLOPs: its step against parax's
-                flops = palm_flops_per_token(load_config(source), row["seq"]) * tokens_of(row["workload"])
+                flops = (palm_flops_per_token(result["model"]["parameters"], load_config(source), row["seq"])
+                         * p["tokens_per_s"] * p["step_time_s"])  # (the step's tokens)
                 devices = round(p["tokens_per_s"] / p["tokens_per_s_per_device"])
                 published_step = flops / (row["published"] * 1e12 * devices)
                 error = p["step_time_s"] / published_step - 1
