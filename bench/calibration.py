@@ -6,10 +6,12 @@
 1. Calibration runs (parax-run --profile): a small Llama's prefill on one
    rank at two sizes and under TP2 (its collectives), its training step
    with AdamW under TP2 with sequence parallelism and under DP2 (the
-   gradient all-reduces), a generation loop of 2 rows (GEMMs streaming
-   their weights), a small Mixtral's prefill on one rank and under EP2,
-   and a sweep of each collective kind over message sizes (64 KB to 32 MB
-   a rank), as nccl-tests measures NCCL.
+   gradient all-reduces), generation loops of 2 and of 8 rows (GEMMs
+   streaming their weights, beside little and beside as much arithmetic)
+   and of a row on each of 2 ranks (the memory two cores share), a small
+   Mixtral's prefill on one rank and under EP2, and a sweep of each
+   collective kind over message sizes (64 KB to 32 MB a rank), as
+   nccl-tests measures NCCL.
 2. parax-plan --calibrate fits a cluster and a profile to them
    (docs/cost-model.md, "Calibration").
 3. Other plans -- other shapes, other layouts, other workloads: prefill,
@@ -204,7 +206,8 @@ def cluster_file(bench, calibrated, ranks):
     """The calibrated cluster for `ranks` ranks a node. More ranks than
     cores share them: each rank computes, streams memory and copies
     messages at cores / ranks of its own rate (time slicing), which the
-    cluster says so (a derived file)."""
+    cluster says so (a derived file); the memory the node's cores share
+    (node_memory_bandwidth_gbps) stays the node's, shared by the ranks."""
     if ranks <= CORES:
         return f"{calibrated}.cluster.json:devices_per_node={ranks}"
     share = CORES / ranks
@@ -259,6 +262,12 @@ def main():
         "cal-mixtral-prefill-ep2": ("mixtral", 4, 128, 2, "prefill:batch=4,seq=128,ep=2,tp=1,pp=1,dp=1", False),
         # A generation step of 2 rows: GEMMs that stream their weights.
         "cal-generate": ("llama", 2, 1, 1, "decode:batch=2,context=48", False),
+        # ... and of 8: the weights' stream beside as much arithmetic,
+        # which one core does not wholly hide (the GEMMs' gemm_unhidden).
+        "cal-generate-8": ("llama", 8, 1, 1, "decode:batch=8,context=48", False),
+        # ... and a row on each of 2 ranks at once: both cores streaming
+        # the whole weight, the memory they share.
+        "cal-generate-dp2": ("llama", 1, 1, 2, "decode:batch=2,context=48,tp=1,pp=1,dp=2", False),
     }.items():
         generate = workload.startswith("decode")
         ir = b.ir(model, batch, 1, cache=128) if generate else b.ir(model, batch, seq, loss=train)

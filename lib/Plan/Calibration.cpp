@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -51,11 +52,18 @@ Kind kindOf(StringRef op) {
       .Default(Kind::Skip);
 }
 
+// The kinds priced by their bytes alone.
+bool memoryBound(Kind kind) {
+  return kind == Kind::Memory || kind == Kind::Norm || kind == Kind::Rope || kind == Kind::Swiglu ||
+         kind == Kind::Unary || kind == Kind::CrossEntropy;
+}
+
 struct Sample {
   Kind kind;
   double x = 0;       // FLOPs (GEMM, attention) or bytes (memory)
   double bytes = 0;   // GEMM: the bytes it reads and writes
   double passes = 0;  // experts: their memory-bound kernels' bytes (at the plain ops' rate)
+  double sharers = 1; // the run's ranks on one node (a memory they may share)
   double calls = 1;   // collectives: launches (a step's gradient all-reduces: one a tensor)
   double steps = 0;   // collectives: ring steps
   double wire = 0;    // collectives: bus-bandwidth factor x bytes
@@ -209,6 +217,9 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     if (root->getString("device") == std::optional<StringRef>("cpu"))
       cpuRuns = true;
     int64_t stage = static_cast<int64_t>(root->getNumber("stage").value_or(0));
+    // The run's ranks on a node of the base cluster: they stream from one
+    // memory where the node's devices share it (CPU cores).
+    double sharers = std::clamp(root->getNumber("ranks").value_or(1), 1.0, double(std::max<int64_t>(base.devicesPerNode, 1)));
     // The gradient averaging's all-reduces (MPI_Allreduce a gradient
     // tensor): collective samples of `calls` launches each. The rest of the
     // averaging (the division by the microbatches and replicas, a pass over
@@ -281,6 +292,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
         dtype = type->str();
       Sample s{kind};
       s.seconds = *seconds;
+      s.sharers = sharers;
       s.run = runs.try_emplace(runOf(name).str(), static_cast<int>(runs.size())).first->second;
       if (kind == Kind::Gemm) {
         const json::Array &x = *shape(*operands, 0), &y = *shape(*results, 0);
@@ -368,13 +380,13 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
 
   // Compute: theta = [1/R, 1/B (plain), 1/B (norm, rope, swiglu, unary),
   // 1/A, 1/E (experts), 1/B (GEMM bytes), c]: a column a kind, in Kind's
-  // order, then the GEMMs' bytes and the overhead. Two forms of a GEMM's
-  // time, the better kept (the smaller mean |error| of the runs' GEMM
-  // totals, below): the sum of its FLOPs' and its bytes' time (the profile's
-  // gemm_serial: a CPU BLAS packs its operands, then multiplies, on one
-  // core) -- the first fit -- or the larger of the two, as a GPU's
-  // roofline: each GEMM then fitted by the term the fit before says is
-  // the larger, until that stops changing.
+  // order, then the GEMMs' bytes and the overhead. A GEMM's time: the
+  // larger of its FLOPs' and its bytes' time plus a share u of the smaller
+  // (the profile's gemm_unhidden: 0 a GPU's roofline, 1 a CPU BLAS that
+  // packs its operands, then multiplies). For each u of 0, 0.05, ..., 1 a
+  // fit, each GEMM taken by the term the fit before says is the larger
+  // (both at first) until that stops changing; the u kept is the one whose
+  // GEMMs add up closest to the runs' (below).
   std::vector<bool> use(kColumns, false);
   use[kOverhead] = true;
   std::vector<const Sample *> fitted;
@@ -387,59 +399,66 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   std::vector<double> t;
   for (const Sample *s : fitted)
     t.push_back(s->seconds);
-  std::vector<int> bound(fitted.size(), 2); // a GEMM's term: 0 FLOPs, 1 bytes, 2 both
-  Expected<std::vector<double>> compute = std::vector<double>();
-  std::vector<double> serial; // the first fit: every GEMM the sum of its terms
-  for (int round = 0; round < 8; ++round) {
-    std::vector<std::vector<double>> rows;
-    for (auto [i, s] : llvm::enumerate(fitted)) {
-      std::vector<double> row(kColumns, 0);
-      if (bound[i] != 1)
-        row[static_cast<int>(s->kind)] = s->x;
-      row[static_cast<int>(Kind::Memory)] += s->passes;
-      if (bound[i] != 0)
-        row[kGemmBytes] = s->bytes;
-      row[kOverhead] = 1;
-      rows.push_back(row);
+  // A node whose ranks share one memory (CPU cores): a run of r ranks a
+  // node streams at the node's rate over r where that is less than one
+  // rank's alone, n = the node's rate over one rank's (1 .. the most ranks
+  // a run has on a node): its memory-bound terms (a GEMM's bytes, the
+  // memory-bound classes, the experts' passes) r / n times longer.
+  auto slower = [](const Sample &s, double n) { return std::max(1.0, s.sharers / n); };
+  auto fitFor = [&](double u, double n) -> Expected<std::vector<double>> {
+    std::vector<int> bound(fitted.size(), 2); // a GEMM's larger term: 0 FLOPs, 1 bytes, 2 not yet known
+    Expected<std::vector<double>> theta = std::vector<double>();
+    for (int round = 0; round < 8; ++round) {
+      std::vector<std::vector<double>> rows;
+      for (auto [i, s] : llvm::enumerate(fitted)) {
+        std::vector<double> row(kColumns, 0);
+        double shared = slower(*s, n);
+        row[static_cast<int>(s->kind)] = s->x * (bound[i] == 1 ? u : 1) * (memoryBound(s->kind) ? shared : 1);
+        row[static_cast<int>(Kind::Memory)] += s->passes * shared;
+        row[kGemmBytes] = s->bytes * shared * (bound[i] == 0 ? u : 1);
+        row[kOverhead] = 1;
+        rows.push_back(row);
+      }
+      theta = nonNegative(rows, t, use, "compute");
+      // (No positive FLOP rate -- GEMMs too small to tell their arithmetic
+      // from their bytes -- leaves nothing to take a GEMM's term by; the
+      // check below names it.)
+      if (!theta || !((*theta)[0] > 0))
+        return theta;
+      bool changed = false;
+      for (auto [i, s] : llvm::enumerate(fitted)) {
+        if (s->kind != Kind::Gemm)
+          continue;
+        int term = s->x * (*theta)[0] >= s->bytes * slower(*s, n) * (*theta)[kGemmBytes] ? 0 : 1;
+        changed = changed || term != bound[i];
+        bound[i] = term;
+      }
+      if (!changed)
+        break;
     }
-    compute = nonNegative(rows, t, use, "compute");
-    if (!compute)
-      return compute.takeError();
-    if (round == 0)
-      serial = *compute;
-    // No positive FLOP rate (GEMMs too small to tell their arithmetic
-    // from their bytes): nothing to take a GEMM's term by (a second fit
-    // would have an empty column); the check below names it.
-    if (!((*compute)[0] > 0))
-      break;
-    bool changed = false;
-    for (auto [i, s] : llvm::enumerate(fitted)) {
-      if (s->kind != Kind::Gemm)
-        continue;
-      int term = s->x * (*compute)[0] >= s->bytes * (*compute)[kGemmBytes] ? 0 : 1;
-      changed = changed || term != bound[i];
-      bound[i] = term;
-    }
-    if (!changed)
-      break;
-  }
-  // A GEMM's seconds under a fit: its terms added (gemm_serial) or the larger.
-  auto gemmSeconds = [](const Sample &s, const std::vector<double> &theta, bool sum) {
-    double flops = s.x * theta[0], bytes = s.bytes * theta[kGemmBytes];
-    return (sum ? flops + bytes : std::max(flops, bytes)) + theta[kOverhead];
+    return theta;
   };
-  // A form's error: each run's GEMMs together (their predicted seconds
-  // against their measured sum), the mean |relative error| over the runs.
-  // Run by run, not GEMM by GEMM: a median over the GEMMs follows the runs
-  // with the most of them (the prefills'), where the two forms differ by a
-  // few percent, and not a decode step's few-row GEMMs, which stream their
-  // weights beside little arithmetic and where they differ most (a 4-row
-  // generation step here 1.27x its prediction under the larger time).
-  auto gemmResidual = [&](const std::vector<double> &theta, bool sum) {
+  // An instruction's seconds under a fit (not a collective's).
+  auto computeSeconds = [&](const Sample &s, const std::vector<double> &theta, double u, double n) {
+    double shared = slower(s, n), tail = s.passes * shared * theta[static_cast<int>(Kind::Memory)] + theta[kOverhead];
+    if (s.kind != Kind::Gemm)
+      return s.x * theta[static_cast<int>(s.kind)] * (memoryBound(s.kind) ? shared : 1) + tail;
+    double flops = s.x * theta[0], bytes = s.bytes * shared * theta[kGemmBytes];
+    return std::max(flops, bytes) + u * std::min(flops, bytes) + tail;
+  };
+  // A fit's error: each run's instructions together (their predicted
+  // seconds against their measured sum), the mean |relative error| over
+  // the runs; `gemms`: their GEMMs alone. Run by run, not instruction by
+  // instruction: a median over the GEMMs follows the runs with the most of
+  // them (the prefills'), where the shares differ by a few percent, and
+  // not a decode step's few-row GEMMs, which stream their weights beside
+  // arithmetic and where they differ most (a 4-row generation step here
+  // 1.27x its prediction under the larger time).
+  auto residual = [&](const std::vector<double> &theta, double u, double n, bool gemms) {
     std::map<int, std::pair<double, double>> byRun; // predicted, measured
     for (const Sample *s : fitted)
-      if (s->kind == Kind::Gemm) {
-        byRun[s->run].first += gemmSeconds(*s, theta, sum);
+      if (!gemms || s->kind == Kind::Gemm) {
+        byRun[s->run].first += computeSeconds(*s, theta, u, n);
         byRun[s->run].second += s->seconds;
       }
     double total = 0;
@@ -447,9 +466,44 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
       total += std::abs(entry.second.first / entry.second.second - 1);
     return byRun.empty() ? 0.0 : total / byRun.size();
   };
-  const bool gemmSerial = !serial.empty() && serial[0] > 0 && serial != *compute &&
-                          gemmResidual(serial, true) < gemmResidual(*compute, false) - 1e-9;
-  const std::vector<double> &th = gemmSerial ? serial : *compute;
+  // The share u of 0, 0.05, ..., 1 whose GEMMs add up closest to the
+  // runs' (a tie keeps the smaller); for each node rate n of 1, 1.05, ...,
+  // up to the most ranks a run has on a node, the u so kept and the n
+  // whose instructions add up closest (a tie keeps the larger: no sharing
+  // where the runs do not show it).
+  double most = 1;
+  for (const Sample *s : fitted)
+    most = std::max(most, s->sharers);
+  std::vector<double> th;
+  double unhidden = 0, nodeRate = most, closestNode = std::numeric_limits<double>::infinity();
+  for (int nStep = static_cast<int>(std::round((most - 1) * 20)); nStep >= 0; --nStep) {
+    double n = 1 + nStep / 20.0;
+    std::vector<double> best;
+    double bestU = 0, closest = std::numeric_limits<double>::infinity();
+    for (int step = 0; step <= 20; ++step) {
+      double u = step / 20.0;
+      Expected<std::vector<double>> theta = fitFor(u, n);
+      if (!theta)
+        return theta.takeError();
+      if (best.empty())
+        best = *theta; // (the roofline's, should no share give a positive rate)
+      if (!((*theta)[0] > 0))
+        continue;
+      double r = residual(*theta, u, n, true);
+      if (r < closest - 1e-9) {
+        closest = r;
+        best = *theta;
+        bestU = u;
+      }
+    }
+    double r = best[0] > 0 ? residual(best, bestU, n, false) : std::numeric_limits<double>::infinity();
+    if (th.empty() || r < closestNode - 1e-9) {
+      closestNode = r;
+      th = best;
+      unhidden = bestU;
+      nodeRate = n;
+    }
+  }
   auto slope = [&](Kind k) { return th[static_cast<int>(k)]; };
   if (!(slope(Kind::Gemm) > 0) || !(slope(Kind::Memory) > 0))
     return createStringError(inconvertibleErrorCode(),
@@ -476,6 +530,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   double perByte = th[kGemmBytes] > 0 ? th[kGemmBytes] : slope(Kind::Memory);
   c.hbmBandwidth = 1 / perByte;
   c.memoryEfficiency = 1;
+  c.nodeMemoryBandwidth = nodeRate < most ? nodeRate * c.hbmBandwidth : 0;
   for (auto [kind, passes] : {std::pair<Kind, double *>{Kind::Memory, &p.addPasses},
                               {Kind::Norm, &p.normPasses},
                               {Kind::CrossEntropy, &p.crossEntropyPasses},
@@ -506,7 +561,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   // (Training::averageGradients); the CUDA backend streams them in buckets
   // during the last backward.
   p.dpOverlap = !cpuRuns;
-  p.gemmSerial = gemmSerial;
+  p.gemmUnhidden = unhidden;
 
   // Collectives: theta = [L, h, 1/W a kind (all-reduce, all-gather,
   // reduce-scatter, all-to-all)]; the link's bandwidth is the fastest
@@ -614,9 +669,7 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     if (s.kind == Kind::Collective)
       return s.calls * cth[0] + s.steps * cth[1] +
              s.wire * cth[2 + static_cast<int>(s.collective)] / share(s);
-    if (s.kind == Kind::Gemm)
-      return gemmSeconds(s, th, gemmSerial);
-    return s.x * slope(s.kind) + th[kOverhead];
+    return computeSeconds(s, th, unhidden, nodeRate);
   };
   auto line = [&](Kind kind, const std::string &head) {
     std::vector<double> r;
@@ -635,10 +688,18 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                               c.hbmBandwidth / passes / 1e9)
                           .str());
   };
-  out.report = line(Kind::Gemm, formatv("GEMMs: {0:F2} GFLOP/s ({1}), streaming {2:F2} GB/s, {3}", rate / 1e9, type,
-                                        c.hbmBandwidth / 1e9,
-                                        gemmSerial ? "the two times added (gemm_serial)" : "the larger time")
+  out.report = line(Kind::Gemm, formatv("GEMMs: {0:F2} GFLOP/s ({1}), streaming {2:F2} GB/s, the larger time plus "
+                                        "{3:F2} of the smaller (gemm_unhidden)",
+                                        rate / 1e9, type, c.hbmBandwidth / 1e9, unhidden)
                                     .str()) +
+               (most <= 1 ? std::string("memory: no run of several ranks on a node (not known if they share it)\n")
+                : c.nodeMemoryBandwidth > 0
+                    ? formatv("memory: a node's ranks share {0:F2} GB/s ({1:F2} x one rank's; {2:F2} GB/s a rank "
+                              "when {3} stream at once)\n",
+                              c.nodeMemoryBandwidth / 1e9, nodeRate, c.nodeMemoryBandwidth / most / 1e9, static_cast<int>(most))
+                          .str()
+                    : formatv("memory: {0} ranks on a node stream each at one rank's rate (not shared)\n", static_cast<int>(most))
+                          .str()) +
                passesLine(Kind::Memory, "plain memory-bound ops (add, mul, ...)", p.addPasses) +
                passesLine(Kind::Norm, "norms", p.normPasses) + passesLine(Kind::Rope, "rope", p.ropePasses) +
                passesLine(Kind::Swiglu, "swiglu", p.swigluPasses) +

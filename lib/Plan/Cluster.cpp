@@ -175,6 +175,12 @@ double ClusterSpec::gemmPeak(StringRef dtype) const {
   return peak(dtype);
 }
 
+double ClusterSpec::memoryBandwidth() const {
+  if (nodeMemoryBandwidth > 0 && devicesPerNode > 0)
+    return std::min(hbmBandwidth, nodeMemoryBandwidth / devicesPerNode);
+  return hbmBandwidth;
+}
+
 std::string ClusterSpec::toJson() const {
   json::Object peaks;
   for (const auto &[dtype, flops] : peakFlops)
@@ -201,6 +207,8 @@ std::string ClusterSpec::toJson() const {
     root["multiprocessors"] = multiprocessors;
   if (fp8MatmulEfficiency > 0)
     root["fp8_matmul_efficiency"] = fp8MatmulEfficiency;
+  if (nodeMemoryBandwidth > 0)
+    root["node_memory_bandwidth_gbps"] = nodeMemoryBandwidth / 1e9;
   return formatv("{0:2}", json::Value(std::move(root))).str();
 }
 
@@ -221,7 +229,7 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
                            "peak_tflops", "hbm_gb", "hbm_bandwidth_gbps",
                            "matmul_efficiency", "fp8_matmul_efficiency", "memory_efficiency",
                            "intra_node", "inter_node", "collective_latency_us",
-                           "multiprocessors"},
+                           "multiprocessors", "node_memory_bandwidth_gbps"},
                           "", source))
     return std::move(e);
 
@@ -272,6 +280,12 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
     if (*fp8 > 1)
       return fieldError(source, "fp8_matmul_efficiency", "must be at most 1");
     spec.fp8MatmulEfficiency = *fp8;
+  }
+  if (root->get("node_memory_bandwidth_gbps")) {
+    auto node = positive(*root, "node_memory_bandwidth_gbps", "", source);
+    if (!node)
+      return node.takeError();
+    spec.nodeMemoryBandwidth = *node * 1e9;
   }
   spec.collectiveLatency = *lat * 1e-6;
   auto intra = parseLink(*root, "intra_node", source);

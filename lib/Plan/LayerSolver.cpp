@@ -603,7 +603,7 @@ double Solver::expertPassesTime(const OpNode &op, const Strategy &s) const {
   double pairs = rankPairs(op);
   double element = x.bytesPerToken / x.shape.back();
   double bytes = pairs * (4 * x.bytesPerToken + 3 * expertWidth(op, s) * element);
-  return bytes * cluster.profile.addPasses / (cluster.hbmBandwidth * cluster.memoryEfficiency) +
+  return bytes * cluster.profile.addPasses / (cluster.memoryBandwidth() * cluster.memoryEfficiency) +
          3 * cluster.profile.kernelOverhead;
 }
 
@@ -677,7 +677,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double qk = gemmTime(cluster, 2 * scores * op.headDim, 0, peak, q, c, op.headDim, heads);
     double pv = gemmTime(cluster, 2 * scores * op.valueDim, 0, peak, q, op.valueDim, c, heads);
     double memory = (bytes + scores * profile.scoreBytes) /
-                    (cluster.hbmBandwidth * cluster.memoryEfficiency);
+                    (cluster.memoryBandwidth() * cluster.memoryEfficiency);
     return qk + pv + memory + 2 * profile.kernelOverhead;
   }
   case OpClass::Norm:
@@ -999,7 +999,7 @@ LayerPlan Solver::solve() {
     // output's gradient (a sequence-parallel shard likewise).
     const Profile &profile = ctx.cluster->profile;
     if (isGemm(op) && op.kind != OpClass::Experts && ctx.gemmBytes == 1) {
-      double bandwidth = ctx.cluster->hbmBandwidth * ctx.cluster->memoryEfficiency;
+      double bandwidth = ctx.cluster->memoryBandwidth() * ctx.cluster->memoryEfficiency;
       int in = op.inputs[0];
       double input = castInputs.insert(in).second ? fullBytes(in) * share(layoutOf(in)) : 0;
       double output = fullBytes(op.results[0]) *
@@ -1021,7 +1021,7 @@ LayerPlan Solver::solve() {
     // outputs (the hidden rows, the gated pair).
     if (op.kind == OpClass::Experts && ctx.gemmBytes == 1 && !profile.epDispatchFp8 &&
         profile.fp8ActivationPasses > 0) {
-      double bandwidth = ctx.cluster->hbmBandwidth * ctx.cluster->memoryEfficiency;
+      double bandwidth = ctx.cluster->memoryBandwidth() * ctx.cluster->memoryEfficiency;
       double rows = op.topK * fullBytes(op.inputs[0]) * share(s.in[0]); // bytes, hidden wide
       double widen = expertWidth(op, s) / value(op.inputs[0]).shape.back();
       double casts = profile.fp8ActivationPasses * rows * (1 + widen) / bandwidth;

@@ -645,7 +645,7 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
     // does it on the compute stream, before the layer: a read and a write
     // of its gathered bytes, counted in what this returns)
     if (profile.zero3CopyOut && gather[i] > 0) {
-      double copy = 2 * e * (c.denseParams + c.expertParams) / (cluster.hbmBandwidth * cluster.memoryEfficiency);
+      double copy = 2 * e * (c.denseParams + c.expertParams) / (cluster.memoryBandwidth() * cluster.memoryEfficiency);
       copies += copy * (1 + backwardGathers);
       forward[i] += copy;
       backward[r] += copy * backwardGathers;
@@ -1051,7 +1051,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 zero >= 1 ? denseParams / sharers + expertParams / expertSharers
                           : denseParams + expertParams;
             plan.optimizerTime = cluster.profile.optimizerBytes * optimizerParams /
-                                 (cluster.hbmBandwidth * cluster.memoryEfficiency);
+                                 (cluster.memoryBandwidth() * cluster.memoryEfficiency);
             plan.stepTime = pipeline + ppComm + tied + dpExposed + plan.optimizerTime;
             // Each virtual stage's passes, for simulatePipeline: only for a
             // plan the search may return (not on the search's hot path).
@@ -1248,7 +1248,7 @@ void Search::evaluateInference(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
       double slowestWeights = 0;
       for (const Part &part : stages)
         slowestWeights = std::max(slowestWeights, part.weights);
-      plan.weightReadBound = std::max(all.weights, micro * slowestWeights) / cluster.hbmBandwidth;
+      plan.weightReadBound = std::max(all.weights, micro * slowestWeights) / cluster.memoryBandwidth();
       if (w.latencyBound > 0 && plan.stepTime > w.latencyBound)
         plan.fits = false;
       plan.objective = w.objective == Objective::Latency ? plan.stepTime

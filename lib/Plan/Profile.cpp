@@ -171,7 +171,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     return createStringError(inconvertibleErrorCode(), "%s: a profile must be a JSON object",
                              source.str().c_str());
   static const StringRef known[] = {
-      "name", "extends", "description", "gemm_shapes", "gemm_k_overhead", "gemm_serial", "attention", "selective_recompute",
+      "name", "extends", "description", "gemm_shapes", "gemm_k_overhead", "gemm_unhidden", "attention", "selective_recompute",
       "flash_efficiency", "flash_backward_rate", "score_bytes", "score_kept_bytes", "expert_kept_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
@@ -224,6 +224,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
          overlapSplits = p.tpOverlapSplits, epSms = p.epOverlapSms;
   Field fields[] = {
       {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},
+      {"gemm_unhidden", &p.gemmUnhidden, 0, 1, 1},
       {"flash_efficiency", &p.flashEfficiency, 1e-4, 1, 1},
       {"flash_backward_rate", &p.flashBackwardRate, 0.01, 10, 1},
       {"score_bytes", &p.scoreBytes, 0, 1e3, 1},
@@ -399,7 +400,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   if (!nccl)
     return nccl.takeError();
   p.ncclProtocols = *nccl;
-  for (auto [key, target] : {std::pair{"gemm_serial", &p.gemmSerial}, std::pair{"dp_overlap", &p.dpOverlap},
+  for (auto [key, target] : {std::pair{"dp_overlap", &p.dpOverlap},
                              std::pair{"zero3_tensor_messages", &p.zero3TensorMessages},
                              std::pair{"collective_list_copies", &p.collectiveListCopies},
                              std::pair{"gradient_fusion", &p.gradientFusion},
@@ -434,7 +435,7 @@ std::string Profile::toJson() const {
       {"description", description},
       {"gemm_shapes", gemmShapes},
       {"gemm_k_overhead", gemmKOverhead},
-      {"gemm_serial", gemmSerial},
+      {"gemm_unhidden", gemmUnhidden},
       {"attention", toString(attention)},
       {"selective_recompute", toString(selectiveRecompute)},
       {"flash_efficiency", flashEfficiency},

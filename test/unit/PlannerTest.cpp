@@ -835,6 +835,37 @@ TEST(ClusterTest, PresetsParseAndOverridesApply) {
   EXPECT_EQ(h100.peak("fp8"), 1979e12); // (MFU's denominator stays the datasheet's)
 }
 
+// CPU cores share one memory: a device streams at the node's rate over its
+// devices where that is less than its own; the field reads back from the
+// JSON and a bad value names the field.
+TEST(ClusterTest, ANodesDevicesShareItsMemoryWhereTheClusterSaysSo) {
+  ClusterSpec gpus = cantFail(resolveCluster("dgx-h100"));
+  EXPECT_EQ(gpus.nodeMemoryBandwidth, 0);
+  EXPECT_DOUBLE_EQ(gpus.memoryBandwidth(), 3.35e12); // (each GPU its own HBM)
+  std::string json = R"({"name": "cpu", "devices_per_node": 2, "nodes": 1, "peak_tflops": {"f32": 0.1},
+    "hbm_gb": 8, "hbm_bandwidth_gbps": 20, "node_memory_bandwidth_gbps": 30, "matmul_efficiency": 1,
+    "memory_efficiency": 1, "intra_node": {"bandwidth_gbps": 5, "efficiency": 1, "hop_latency_us": 3},
+    "inter_node": {"bandwidth_gbps": 5, "efficiency": 1, "hop_latency_us": 3}, "collective_latency_us": 5})";
+  ClusterSpec cpu = cantFail(parseCluster(json));
+  EXPECT_DOUBLE_EQ(cpu.nodeMemoryBandwidth, 30e9);
+  EXPECT_DOUBLE_EQ(cpu.memoryBandwidth(), 15e9); // 30 GB/s over 2 cores, less than one's 20
+  EXPECT_DOUBLE_EQ(cantFail(parseCluster(cpu.toJson())).nodeMemoryBandwidth, 30e9);
+  cpu.devicesPerNode = 1;
+  EXPECT_DOUBLE_EQ(cpu.memoryBandwidth(), 20e9); // alone: its own rate
+  // A decode-sized GEMM bound by its weight's read: 4 x 4096 x 4096 f32,
+  // 67.2 MB at 15 GB/s = 4.48 ms (its 134 MFLOP at 100 GFLOP/s, 1.34 ms,
+  // hidden under the roofline profile).
+  cpu.devicesPerNode = 2;
+  double bytes = 4.0 * (4 * 4096 + 4096 * 4096 + 4 * 4096), flops = 2.0 * 4 * 4096 * 4096;
+  EXPECT_NEAR(gemmTime(cpu, flops, bytes, cpu.peak("f32"), 4, 4096, 4096), bytes / 15e9, 1e-12);
+  std::string bad = json;
+  bad.replace(bad.find("\"node_memory_bandwidth_gbps\": 30"), 32, "\"node_memory_bandwidth_gbps\": -3");
+  llvm::Expected<ClusterSpec> rejected = parseCluster(bad, "c.json");
+  ASSERT_FALSE(static_cast<bool>(rejected));
+  EXPECT_NE(llvm::toString(rejected.takeError()).find("c.json: field 'node_memory_bandwidth_gbps' must be positive"),
+            std::string::npos);
+}
+
 TEST(ClusterTest, BadInputNamesTheProblem) {
   auto message = [](Expected<ClusterSpec> spec) {
     return spec ? std::string("ok") : llvm::toString(spec.takeError());

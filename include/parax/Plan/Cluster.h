@@ -40,6 +40,13 @@ struct ClusterSpec {
   /// matmulEfficiency.
   double fp8MatmulEfficiency = 0;
   double memoryEfficiency = 1; // achievable fraction of HBM bandwidth
+  /// The memory bandwidth a node's devices share (bytes/s), where they
+  /// share one memory (CPU cores on a socket's channels); 0: each device
+  /// has its own (a GPU's HBM).
+  double nodeMemoryBandwidth = 0;
+  /// What a device streams at while every device of its node streams:
+  /// hbmBandwidth, or its share of the node's memory where that is less.
+  double memoryBandwidth() const;
   LinkSpec intraNode;
   LinkSpec interNode;
   double collectiveLatency = 8.4e-6; // fixed launch cost of a collective

@@ -67,8 +67,9 @@ double rooflineTime(const ClusterSpec &cluster, double flops, double bytes,
 
 /// rooflineTime for `batch` GEMMs of an (m x k) by (k x n) shape: under a
 /// profile with gemm_shapes, at the efficiency of that shape
-/// (gemmShapeEfficiency) rather than the cluster's fixed one; under one
-/// with gemm_serial, the FLOPs' time plus the bytes' (not the larger).
+/// (gemmShapeEfficiency) rather than the cluster's fixed one; the larger
+/// of the FLOPs' and the bytes' time plus the profile's gemm_unhidden share
+/// of the smaller.
 double gemmTime(const ClusterSpec &cluster, double flops, double bytes, double peak,
                 double m, double n, double k, double batch = 1);
 

@@ -74,12 +74,15 @@ struct Profile {
   /// every shape.
   bool gemmShapes = false;
   double gemmKOverhead = 0;
-  /// A GEMM's operand traffic does not overlap its arithmetic: its time is
-  /// the sum of its FLOPs' and its bytes' (a CPU BLAS packs the operands'
-  /// panels on the core that then multiplies them), not the larger of the
-  /// two (a GPU's loads run beside its tensor cores). A calibrated profile
-  /// takes the form that fits its GEMM timings better.
-  bool gemmSerial = false;
+  /// The share of the shorter of a GEMM's two times (its FLOPs' at the
+  /// peak, its bytes' at the HBM rate) that its kernel does not hide under
+  /// the longer: its time is the longer plus this share of the shorter.
+  /// 0: the roofline (a GPU's loads run beside its tensor cores); 1: their
+  /// sum (a CPU BLAS packs the operands' panels on the core that then
+  /// multiplies them); between: a core that streams its weight while it
+  /// multiplies, until the arithmetic takes most of the time. A calibrated
+  /// profile takes the share that fits its GEMM timings best.
+  double gemmUnhidden = 0;
   AttentionKernel attention = AttentionKernel::Flash;
   SelectiveRecompute selectiveRecompute = SelectiveRecompute::Runtime;
   /// Flash attention's FLOP/s as a share of the GEMMs' (matmul_efficiency).
