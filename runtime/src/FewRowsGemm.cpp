@@ -12,6 +12,11 @@
 // of 8 floats, 3 weight and 4 x vectors loaded a step of 8 columns (16 of
 // the 16 AVX2 registers).
 //
+// A few rows times a matrix as it is stored ([in, out]: a decode step's
+// attention weights times its values, the query heads that share a KV
+// head together): the matrix read once for all the rows, 32 columns of
+// each row's result in registers (64 for one row).
+//
 // One row of x (a decode step of one sequence) is a matrix-vector product
 // bound by the weight's read: 8 weight rows streamed at once, 16 columns a
 // step (AVX-512), each stream prefetched 32 KB ahead into L2.
@@ -180,27 +185,55 @@ __attribute__((target("avx512f"))) void oneRow(int64_t n, int64_t k, const float
   for (; c < n; ++c) rowsOfW<1>(x, w + c * ldw, k, ldw, y + c);
 }
 
-// y[0 .. n) = x · w for x of k values and w k rows of n (row stride ldw):
-// 64 columns of y at once in 4 registers, each row of w's 64 added in
-// with x[j] broadcast; the rest 16 (then fewer, masked) at a time.
-__attribute__((target("avx512f"))) void oneRowOfRows(int64_t n, int64_t k, const float *x, const float *w,
-                                                     int64_t ldw, float *y) {
-  int64_t c = 0;
-  for (; c + 64 <= n; c += 64) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int64_t j = 0; j < k; ++j) {
-      __m512 xv = _mm512_set1_ps(x[j]);
+// y[r, c] = x[r] · w[:, c] for R rows of x (ldx apart) and w k rows of n
+// (ldw apart), 16 Q columns of y at once: R x Q accumulators, each row of
+// w's Q vectors loaded once and added into every row of y with that row's
+// x[j] broadcast, so that w is read once whatever R; the last columns
+// masked.
+template <int R, int Q>
+__attribute__((target("avx512f"))) void rowsOfRows(int64_t n, int64_t k, const float *x, int64_t ldx,
+                                                   const float *w, int64_t ldw, float *y, int64_t ldy) {
+  for (int64_t c = 0; c < n; c += 16 * Q) {
+    __mmask16 mask[Q];
 #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) acc[q] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + j * ldw + c + 16 * q), acc[q]);
+    for (int q = 0; q < Q; ++q) {
+      int64_t left = n - c - 16 * q;
+      mask[q] = left >= 16 ? __mmask16(0xFFFF) : left > 0 ? static_cast<__mmask16>((1u << left) - 1) : 0;
     }
-    for (int q = 0; q < 4; ++q) _mm512_storeu_ps(y + c + 16 * q, acc[q]);
+    __m512 acc[R][Q];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; ++q) acc[r][q] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < k; ++j) {
+      __m512 wv[Q];
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; ++q) wv[q] = _mm512_maskz_loadu_ps(mask[q], w + j * ldw + c + 16 * q);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        __m512 xv = _mm512_set1_ps(x[r * ldx + j]);
+#pragma GCC unroll 4
+        for (int q = 0; q < Q; ++q) acc[r][q] = _mm512_fmadd_ps(xv, wv[q], acc[r][q]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int q = 0; q < Q; ++q) _mm512_mask_storeu_ps(y + r * ldy + c + 16 * q, mask[q], acc[r][q]);
   }
-  for (; c < n; c += 16) {
-    __mmask16 mask = n - c >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - c)) - 1);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t j = 0; j < k; ++j)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(x[j]), _mm512_maskz_loadu_ps(mask, w + j * ldw + c), acc);
-    _mm512_mask_storeu_ps(y + c, mask, acc);
+}
+
+// One row: 64 columns at once; 2-8 rows: 32 (16-18 accumulators, 2
+// vectors of w).
+__attribute__((target("avx512f"))) void rowsTimes(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx,
+                                                  const float *w, int64_t ldw, float *y, int64_t ldy) {
+  switch (m) {
+  case 1: rowsOfRows<1, 4>(n, k, x, ldx, w, ldw, y, ldy); break;
+  case 2: rowsOfRows<2, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
+  case 3: rowsOfRows<3, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
+  case 4: rowsOfRows<4, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
+  case 5: rowsOfRows<5, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
+  case 6: rowsOfRows<6, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
+  case 7: rowsOfRows<7, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
+  default: rowsOfRows<8, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
   }
 }
 
@@ -218,10 +251,11 @@ bool oneRowTimesTransposed(int64_t n, int64_t k, const float *x, const float *w,
   return true;
 }
 
-bool oneRowTimes(int64_t n, int64_t k, const float *x, const float *w, int64_t ldw, float *y) {
+bool fewRowsTimes(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx, const float *w, int64_t ldw,
+                  float *y, int64_t ldy) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (n < 1 || k < 1 || ldw < n || !avx512) return false;
-  oneRowOfRows(n, k, x, w, ldw, y);
+  if (m < 1 || m > kFewRowsTimes || n < 1 || k < 1 || ldx < k || ldw < n || ldy < n || !avx512) return false;
+  rowsTimes(m, n, k, x, ldx, w, ldw, y, ldy);
   return true;
 }
 

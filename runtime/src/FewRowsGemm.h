@@ -36,12 +36,18 @@ bool fewRowsTimesTransposedAvx2(int64_t m, int64_t n, int64_t k, const float *x,
 /// (docs/executable.md). False (nothing written) on a CPU without AVX-512F.
 bool oneRowTimesTransposed(int64_t n, int64_t k, const float *x, const float *w, int64_t ldw, float *y);
 
-/// y[n] = x[k] · w[k, n] (a weight stored [in, out], row stride ldw >= n):
-/// one row times a matrix as it is stored, a decode step's attention
-/// weights times its values, where a library's sgemm call costs more than
-/// the arithmetic. AVX-512F, on the caller's thread. False (nothing
-/// written) on a CPU without AVX-512F.
-bool oneRowTimes(int64_t n, int64_t k, const float *x, const float *w, int64_t ldw, float *y);
+/// The most rows fewRowsTimes takes.
+inline constexpr int64_t kFewRowsTimes = 8;
+
+/// y[m, n] = x[m, k] · w[k, n] (w stored [in, out], rows ldw >= n apart; x's
+/// rows ldx >= k apart, y's ldy >= n) for 1 <= m <= kFewRowsTimes: a few
+/// rows times a matrix as it is stored, each of its rows read once for all
+/// of them -- a decode step's attention weights times its values, the
+/// query heads that share a KV head together -- where a library's sgemm
+/// call costs more than the arithmetic. AVX-512F, on the caller's thread.
+/// False (nothing written) for other shapes or on a CPU without AVX-512F.
+bool fewRowsTimes(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx, const float *w, int64_t ldw,
+                  float *y, int64_t ldy);
 
 } // namespace parax::runtime
 

@@ -58,8 +58,8 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
       done = oneRowTimesTransposed(n, k, a, b, ldb, c);
     else if (transB && m <= kFewRowsFaster && lda == k && ldc == n)
       done = fewRowsTimesTransposed(m, n, k, a, b, ldb, c);
-    else if (!transB && m == 1)
-      done = oneRowTimes(n, k, a, b, ldb, c);
+    else if (!transB && m <= kFewRowsTimes)
+      done = fewRowsTimes(m, n, k, a, lda, b, ldb, c, ldc);
     if (done) {
       if (alpha != 1)
         for (int64_t r = 0; r < m; ++r)

@@ -75,33 +75,44 @@ TEST(FewRowsGemmTest, OneRowEqualsTheProductForEveryRemainder) {
   EXPECT_GT(checked, 0);
 }
 
-TEST(FewRowsGemmTest, OneRowTimesAStoredMatrixForEveryWidthAndStride) {
-  // y = x · w with w k rows of n, ldw apart: blocks of 64 columns, then 16,
-  // the last masked; nothing written past n.
+TEST(FewRowsGemmTest, FewRowsTimesAStoredMatrixForEveryRowCountWidthAndStride) {
+  // y = x · w for 1-8 rows of x (ldx apart) and w k rows of n (ldw apart),
+  // y's rows ldy apart: blocks of 64 columns for one row, 32 for more, the
+  // last masked; nothing written past n in a row, nor between the rows.
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> draw(-1, 1);
   int checked = 0;
-  for (int64_t n : {1, 15, 16, 17, 63, 64, 65, 130, 200})
-    for (int64_t k : {1, 5, 96})
-      for (int64_t pad : {0, 3}) {
-        int64_t ldw = n + pad;
-        std::vector<float> x(k), w(k * ldw), y(n + 1, NAN);
-        for (float &v : x) v = draw(rng);
-        for (float &v : w) v = draw(rng);
-        if (!oneRowTimes(n, k, x.data(), w.data(), ldw, y.data()))
-          GTEST_SKIP() << "this CPU has no AVX-512F: sgemm does one row";
-        for (int64_t c = 0; c < n; ++c) {
-          double want = 0, size = 0;
-          for (int64_t j = 0; j < k; ++j) {
-            want += double(x[j]) * w[j * ldw + c];
-            size += std::fabs(double(x[j]) * w[j * ldw + c]);
+  for (int64_t m = 1; m <= kFewRowsTimes; ++m)
+    for (int64_t n : {1, 15, 16, 17, 31, 33, 63, 64, 65, 130, 200})
+      for (int64_t k : {1, 5, 96})
+        for (int64_t pad : {0, 3}) {
+          int64_t ldw = n + pad, ldx = k + pad, ldy = n + pad + 1;
+          std::vector<float> x(m * ldx), w(k * ldw), y(m * ldy, NAN);
+          for (float &v : x) v = draw(rng);
+          for (float &v : w) v = draw(rng);
+          if (!fewRowsTimes(m, n, k, x.data(), ldx, w.data(), ldw, y.data(), ldy))
+            GTEST_SKIP() << "this CPU has no AVX-512F: sgemm does these";
+          for (int64_t r = 0; r < m; ++r) {
+            for (int64_t c = 0; c < n; ++c) {
+              double want = 0, size = 0;
+              for (int64_t j = 0; j < k; ++j) {
+                want += double(x[r * ldx + j]) * w[j * ldw + c];
+                size += std::fabs(double(x[r * ldx + j]) * w[j * ldw + c]);
+              }
+              ASSERT_NEAR(y[r * ldy + c], want, 1e-6 * size + 1e-7)
+                  << m << "x" << n << "x" << k << " ldw " << ldw << " at " << r << ", " << c;
+              ++checked;
+            }
+            for (int64_t c = n; c < ldy; ++c)
+              EXPECT_TRUE(std::isnan(y[r * ldy + c])) << "wrote past row " << r << "'s " << n << " results";
           }
-          ASSERT_NEAR(y[c], want, 1e-6 * size + 1e-7) << n << "x" << k << " ldw " << ldw << " at " << c;
-          ++checked;
         }
-        EXPECT_TRUE(std::isnan(y[n])) << "wrote past its " << n << " results";
-      }
   EXPECT_GT(checked, 0);
+  // Beyond its rows, or strides shorter than the rows: not its shape.
+  std::vector<float> x(9 * 8, 1), w(8 * 8, 1), y(9 * 8);
+  EXPECT_FALSE(fewRowsTimes(9, 8, 8, x.data(), 8, w.data(), 8, y.data(), 8));
+  EXPECT_FALSE(fewRowsTimes(2, 8, 8, x.data(), 7, w.data(), 8, y.data(), 8));
+  EXPECT_FALSE(fewRowsTimes(2, 8, 8, x.data(), 8, w.data(), 8, y.data(), 7));
 }
 
 TEST(FewRowsGemmTest, LeavesOtherShapesAlone) {

@@ -65,6 +65,35 @@ Status Executor::Impl::runAttention(const pxe::Instruction &inst, int) {
   // by the heads, those of k and v by the KV heads.
   constexpr int64_t kBlock = 64;
   std::vector<float> scores(std::min(kBlock, S) * T);
+  if (S == 1) {
+    // A decode step: the query heads that share a KV head (a row of q
+    // each, D apart) as the rows of one product, so that the head's keys
+    // and values are read once for the group, not once a query head.
+    scores.resize(H * T);
+    int64_t seen = visibleOf(0), first = geo.first(0);
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t h = 0; h < H;) {
+        int64_t kh = (headOffset + h) / group, n = 1;
+        while (h + n < H && (headOffset + h + n) / group == kh) ++n;
+        float *yGroup = &y.f[(bb * H + h) * DV];
+        if (seen <= 0) {
+          std::fill(yGroup, yGroup + n * DV, 0.0f);
+        } else {
+          gemm(false, true, n, seen, D, scale, &q.f[(bb * H + h) * D], D, &k.f[(bb * T * KH + kh) * D], KH * D,
+               0.0f, scores.data(), seen);
+          for (int64_t r = 0; r < n; ++r) {
+            float *row = &scores[r * seen];
+            geo.capScores(row + first, seen - first);
+            if (seen > first) softmax(row + first, seen - first);
+            std::fill(row, row + first, 0.0f);
+          }
+          gemm(false, false, n, DV, seen, 1.0f, scores.data(), seen, &v.f[(bb * T * KH + kh) * VW], KH * VW, 0.0f,
+               yGroup, DV);
+        }
+        h += n;
+      }
+    return Status::ok();
+  }
   for (int64_t bb = 0; bb < B; ++bb)
     for (int64_t h = 0; h < H; ++h) {
       int64_t kh = (headOffset + h) / group;
