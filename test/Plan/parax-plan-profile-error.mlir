@@ -11,6 +11,8 @@
 // RUN: not parax-plan %s --cluster dgx-h100 --profile %t.splits.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=SPLITS
 // RUN: echo '{"name": "p", "tp_overlap_sms": -16}' > %t.sms.json
 // RUN: not parax-plan %s --cluster dgx-h100 --profile %t.sms.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=SMS
+// RUN: echo '{"name": "p", "gemm_unhidden": 1.5}' > %t.unhidden.json
+// RUN: not parax-plan %s --cluster dgx-h100 --profile %t.unhidden.json --workload train:batch=8,seq=16 2>&1 | FileCheck %s --check-prefix=UNHIDDEN
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,sp=2 2>&1 | FileCheck %s --check-prefix=SP
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,etp=1 2>&1 | FileCheck %s --check-prefix=ETP
 // RUN: not parax-plan %s --cluster dgx-h100 --workload train:batch=8,seq=16,attention=paged 2>&1 | FileCheck %s --check-prefix=ATTN
@@ -21,6 +23,7 @@
 // KEPT: kept.json: profile field 'expert_kept_bytes' must be in [0, 1000], got -1
 // SPLITS: splits.json: profile field 'tp_overlap_splits' must be a whole number
 // SMS: sms.json: profile field 'tp_overlap_sms' must be in [0, 1024], got -16
+// UNHIDDEN: unhidden.json: profile field 'gemm_unhidden' must be in [0, 1], got 1.5
 // ETP: etp=1: the model has no routed experts
 // SP: sp (sequence parallelism) must be 0 or 1, got '2'
 // ATTN: attention (the kernel kind) must be flash or materialized, got 'paged'

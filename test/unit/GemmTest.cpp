@@ -11,9 +11,28 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 using namespace parax::runtime;
+
+namespace {
+
+// Sum over j < k of x[xAt(j)] * w[wAt(j)] in double, and the sum of the
+// terms' magnitudes (the scale of a float sum's rounding).
+template <typename XAt, typename WAt>
+std::pair<double, double> product(int64_t k, const std::vector<float> &x, XAt xAt, const std::vector<float> &w,
+                                  WAt wAt) {
+  double sum = 0, size = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    double term = double(x[xAt(j)]) * w[wAt(j)];
+    sum += term;
+    size += std::fabs(term);
+  }
+  return {sum, size};
+}
+
+} // namespace
 
 TEST(FewRowsGemmTest, EqualsTheProductForEveryRowCountAndRemainder) {
   std::mt19937 rng(7);
@@ -35,11 +54,8 @@ TEST(FewRowsGemmTest, EqualsTheProductForEveryRowCountAndRemainder) {
           GTEST_SKIP() << "this CPU has no AVX2/FMA: sgemm does these";
         for (int64_t r = 0; r < m; ++r)
           for (int64_t c = 0; c < n; ++c) {
-            double want = 0, size = 0;
-            for (int64_t j = 0; j < k; ++j) {
-              want += double(x[r * k + j]) * w[c * ldw + j];
-              size += std::fabs(double(x[r * k + j]) * w[c * ldw + j]);
-            }
+            auto [want, size] = product(k, x, [&](int64_t j) { return r * k + j; }, w,
+                                        [&](int64_t j) { return c * ldw + j; });
             ASSERT_NEAR(y[r * n + c], want, 1e-6 * size + 1e-7)
                 << m << "x" << n << "x" << k << " ldw " << ldw << (avx2 ? " (AVX2)" : "") << " at " << r << ", "
                 << c;
@@ -62,11 +78,7 @@ TEST(FewRowsGemmTest, OneRowEqualsTheProductForEveryRemainder) {
       if (!oneRowTimesTransposed(n, k, x.data(), w.data(), k, y.data()))
         GTEST_SKIP() << "this CPU has no AVX-512F: sgemm does one row";
       for (int64_t c = 0; c < n; ++c) {
-        double want = 0, size = 0;
-        for (int64_t j = 0; j < k; ++j) {
-          want += double(x[j]) * w[c * k + j];
-          size += std::fabs(double(x[j]) * w[c * k + j]);
-        }
+        auto [want, size] = product(k, x, [](int64_t j) { return j; }, w, [&](int64_t j) { return c * k + j; });
         ASSERT_NEAR(y[c], want, 1e-6 * size + 1e-7) << n << "x" << k << " at " << c;
         ++checked;
       }
@@ -94,11 +106,8 @@ TEST(FewRowsGemmTest, FewRowsTimesAStoredMatrixForEveryRowCountWidthAndStride) {
             GTEST_SKIP() << "this CPU has no AVX-512F: sgemm does these";
           for (int64_t r = 0; r < m; ++r) {
             for (int64_t c = 0; c < n; ++c) {
-              double want = 0, size = 0;
-              for (int64_t j = 0; j < k; ++j) {
-                want += double(x[r * ldx + j]) * w[j * ldw + c];
-                size += std::fabs(double(x[r * ldx + j]) * w[j * ldw + c]);
-              }
+              auto [want, size] = product(k, x, [&](int64_t j) { return r * ldx + j; }, w,
+                                          [&](int64_t j) { return j * ldw + c; });
               ASSERT_NEAR(y[r * ldy + c], want, 1e-6 * size + 1e-7)
                   << m << "x" << n << "x" << k << " ldw " << ldw << " at " << r << ", " << c;
               ++checked;

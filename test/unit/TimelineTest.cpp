@@ -107,8 +107,9 @@ TEST(TimelineTest, InferenceRunsTheMicrobatchesThroughTheStages) {
   for (const PipelineEvent &e : timeline->events) {
     EXPECT_TRUE(e.forward && !e.backward);
     EXPECT_GE(e.start, free[e.stage] - 1e-12);
-    if (e.stage > 0)
+    if (e.stage > 0) {
       EXPECT_GE(e.start, left[e.micro] + 0.1 - 1e-12);
+    }
     free[e.stage] = left[e.micro] = e.end;
   }
   // A slower middle stage paces the rest: 1 + 4 x 2 + 1 + 2 x 0.1.
