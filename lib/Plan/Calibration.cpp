@@ -219,7 +219,8 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     int64_t stage = static_cast<int64_t>(root->getNumber("stage").value_or(0));
     // The run's ranks on a node of the base cluster: they stream from one
     // memory where the node's devices share it (CPU cores).
-    double sharers = std::clamp(root->getNumber("ranks").value_or(1), 1.0, double(std::max<int64_t>(base.devicesPerNode, 1)));
+    double sharers = std::clamp(root->getNumber("ranks").value_or(1), 1.0,
+                                double(std::max<int64_t>(base.devicesPerNode, 1)));
     // The gradient averaging's all-reduces (MPI_Allreduce a gradient
     // tensor): collective samples of `calls` launches each. The rest of the
     // averaging (the division by the microbatches and replicas, a pass over
@@ -696,9 +697,11 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                 : c.nodeMemoryBandwidth > 0
                     ? formatv("memory: a node's ranks share {0:F2} GB/s ({1:F2} x one rank's; {2:F2} GB/s a rank "
                               "when {3} stream at once)\n",
-                              c.nodeMemoryBandwidth / 1e9, nodeRate, c.nodeMemoryBandwidth / most / 1e9, static_cast<int>(most))
+                              c.nodeMemoryBandwidth / 1e9, nodeRate, c.nodeMemoryBandwidth / most / 1e9,
+                              static_cast<int>(most))
                           .str()
-                    : formatv("memory: {0} ranks on a node stream each at one rank's rate (not shared)\n", static_cast<int>(most))
+                    : formatv("memory: {0} ranks on a node stream each at one rank's rate (not shared)\n",
+                              static_cast<int>(most))
                           .str()) +
                passesLine(Kind::Memory, "plain memory-bound ops (add, mul, ...)", p.addPasses) +
                passesLine(Kind::Norm, "norms", p.normPasses) + passesLine(Kind::Rope, "rope", p.ropePasses) +
