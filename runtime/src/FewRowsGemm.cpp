@@ -14,8 +14,8 @@
 //
 // A few rows times a matrix as it is stored ([in, out]: a decode step's
 // attention weights times its values, the query heads that share a KV
-// head together): the matrix read once for all the rows, 32 columns of
-// each row's result in registers (64 for one row).
+// head together): the matrix read once for all the rows, 64 columns of
+// each row's result in registers (32 beyond 4 rows).
 //
 // One row of x (a decode step of one sequence) is a matrix-vector product
 // bound by the weight's read: 8 weight rows streamed at once, 16 columns a
@@ -216,20 +216,24 @@ __attribute__((target("avx512f"))) void rowsOfRows(int64_t n, int64_t k, const f
         for (int q = 0; q < Q; ++q) acc[r][q] = _mm512_fmadd_ps(xv, wv[q], acc[r][q]);
       }
     }
+    // (every loop over r and q unrolled, this one too: else GCC keeps the
+    // accumulators in memory, stored every step, at -O2)
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
       for (int q = 0; q < Q; ++q) _mm512_mask_storeu_ps(y + r * ldy + c + 16 * q, mask[q], acc[r][q]);
   }
 }
 
-// One row: 64 columns at once; 2-8 rows: 32 (16-18 accumulators, 2
-// vectors of w).
+// 1-4 rows: 64 columns at once (at most 16 accumulators, 4 vectors of w);
+// 5-8 rows: 32 (2 vectors of w).
 __attribute__((target("avx512f"))) void rowsTimes(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx,
                                                   const float *w, int64_t ldw, float *y, int64_t ldy) {
   switch (m) {
   case 1: rowsOfRows<1, 4>(n, k, x, ldx, w, ldw, y, ldy); break;
-  case 2: rowsOfRows<2, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
-  case 3: rowsOfRows<3, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
-  case 4: rowsOfRows<4, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
+  case 2: rowsOfRows<2, 4>(n, k, x, ldx, w, ldw, y, ldy); break;
+  case 3: rowsOfRows<3, 4>(n, k, x, ldx, w, ldw, y, ldy); break;
+  case 4: rowsOfRows<4, 4>(n, k, x, ldx, w, ldw, y, ldy); break;
   case 5: rowsOfRows<5, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
   case 6: rowsOfRows<6, 2>(n, k, x, ldx, w, ldw, y, ldy); break;
   case 7: rowsOfRows<7, 2>(n, k, x, ldx, w, ldw, y, ldy); break;

@@ -44,8 +44,9 @@ inline constexpr int64_t kFewRowsTimes = 8;
 /// rows times a matrix as it is stored, each of its rows read once for all
 /// of them -- a decode step's attention weights times its values, the
 /// query heads that share a KV head together -- where a library's sgemm
-/// call costs more than the arithmetic. AVX-512F, on the caller's thread.
-/// False (nothing written) for other shapes or on a CPU without AVX-512F.
+/// call costs more than the arithmetic (Gemm.h calls it for n <= 64).
+/// AVX-512F, on the caller's thread. False (nothing written) for other
+/// shapes or on a CPU without AVX-512F.
 bool fewRowsTimes(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx, const float *w, int64_t ldw,
                   float *y, int64_t ldy);
 

@@ -40,6 +40,14 @@ int readThreads() {
 // 2816 and 32000 outputs: 2-8 rows 0.6-0.9x of oneDNN's time, 16 rows 0.8-1.3x.
 constexpr int64_t kFewRowsFaster = 8;
 
+// The widest product of a few rows and a stored (not transposed) matrix
+// that FewRowsGemm's fewRowsTimes does faster than oneDNN's sgemm: on the
+// AMD EPYC machine (2026-12-07, one thread, medians of 2,001 calls) 1-8
+// rows times k x 64 took 0.54-0.99x oneDNN's time for k of 96 to 1,024;
+// k x 128 and wider 0.84-1.35x (its column strips walk the matrix's rows
+// once each), and one row times 1,024 x 32,000 3.4x.
+constexpr int64_t kFewRowsTimesWidest = 64;
+
 } // namespace
 
 int gemmThreads() {
@@ -58,7 +66,7 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
       done = oneRowTimesTransposed(n, k, a, b, ldb, c);
     else if (transB && m <= kFewRowsFaster && lda == k && ldc == n)
       done = fewRowsTimesTransposed(m, n, k, a, b, ldb, c);
-    else if (!transB && m <= kFewRowsTimes)
+    else if (!transB && m <= kFewRowsTimes && n <= kFewRowsTimesWidest)
       done = fewRowsTimes(m, n, k, a, lda, b, ldb, c, ldc);
     if (done) {
       if (alpha != 1)
