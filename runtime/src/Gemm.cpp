@@ -48,6 +48,15 @@ constexpr int64_t kFewRowsFaster = 8;
 // once each), and one row times 1,024 x 32,000 3.4x.
 constexpr int64_t kFewRowsTimesWidest = 64;
 
+// The shortest inner dimension at which the transposed few-row kernels
+// (a decode step's projections, its attention's scores) beat oneDNN's
+// sgemm: each of their dot products ends in a horizontal sum, which a
+// short one does not amortise. The AMD EPYC machine (2026-12-07, one
+// thread, medians of 501 calls), against keys 256 or 1,024 floats apart:
+// k = 64, 1-8 rows times 96 or 1,536 keys, 1.02-1.99x oneDNN's time;
+// k = 128, 1,536 or 8,192 keys, 0.45-1.28x (0.45-0.88x at 8,192).
+constexpr int64_t kFewRowsShortest = 128;
+
 } // namespace
 
 int gemmThreads() {
@@ -62,9 +71,9 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
   // A few rows on one thread: FewRowsGemm.h, alpha applied after.
   if (threads == 1 && !transA && beta == 0) {
     bool done = false;
-    if (transB && m == 1)
+    if (transB && m == 1 && k >= kFewRowsShortest)
       done = oneRowTimesTransposed(n, k, a, b, ldb, c);
-    else if (transB && m <= kFewRowsFaster && lda == k && ldc == n)
+    else if (transB && m <= kFewRowsFaster && k >= kFewRowsShortest && lda == k && ldc == n)
       done = fewRowsTimesTransposed(m, n, k, a, b, ldb, c);
     else if (!transB && m <= kFewRowsTimes && n <= kFewRowsTimesWidest)
       done = fewRowsTimes(m, n, k, a, lda, b, ldb, c, ldc);
