@@ -64,12 +64,21 @@ Status Executor::Impl::runAttention(const pxe::Instruction &inst, int) {
   // (sums in double), then Y = P V (sgemm). Rows of q and y are strided
   // by the heads, those of k and v by the KV heads.
   constexpr int64_t kBlock = 64;
-  std::vector<float> scores(std::min(kBlock, S) * T);
+  // (a decode step's: a KV head's group of query heads; else a block of a
+  // head's queries)
+  std::vector<float> scores((S == 1 ? H : std::min(kBlock, S)) * T);
+  // A row of scores over the `seen` keys: those from `first` to `visible`
+  // capped and normalised, the others 0.
+  auto normalise = [&](float *row, int64_t first, int64_t visible, int64_t seen) {
+    geo.capScores(row + first, visible - first);
+    if (visible > first) softmax(row + first, visible - first);
+    std::fill(row, row + first, 0.0f);
+    std::fill(row + visible, row + seen, 0.0f);
+  };
   if (S == 1) {
     // A decode step: the query heads that share a KV head (a row of q
     // each, D apart) as the rows of one product, so that the head's keys
     // and values are read once for the group, not once a query head.
-    scores.resize(H * T);
     int64_t seen = visibleOf(0), first = geo.first(0);
     for (int64_t bb = 0; bb < B; ++bb)
       for (int64_t h = 0; h < H;) {
@@ -81,12 +90,7 @@ Status Executor::Impl::runAttention(const pxe::Instruction &inst, int) {
         } else {
           gemm(false, true, n, seen, D, scale, &q.f[(bb * H + h) * D], D, &k.f[(bb * T * KH + kh) * D], KH * D,
                0.0f, scores.data(), seen);
-          for (int64_t r = 0; r < n; ++r) {
-            float *row = &scores[r * seen];
-            geo.capScores(row + first, seen - first);
-            if (seen > first) softmax(row + first, seen - first);
-            std::fill(row, row + first, 0.0f);
-          }
+          for (int64_t r = 0; r < n; ++r) normalise(&scores[r * seen], first, seen, seen);
           gemm(false, false, n, DV, seen, 1.0f, scores.data(), seen, &v.f[(bb * T * KH + kh) * VW], KH * VW, 0.0f,
                yGroup, DV);
         }
@@ -108,14 +112,8 @@ Status Executor::Impl::runAttention(const pxe::Instruction &inst, int) {
         }
         gemm(false, true, block, seen, D, scale, &q.f[((bb * S + s0) * H + h) * D], H * D, keys, KH * D, 0.0f,
              scores.data(), seen);
-        for (int64_t r = 0; r < block; ++r) {
-          float *row = &scores[r * seen];
-          int64_t visible = visibleOf(s0 + r), first = geo.first(s0 + r);
-          geo.capScores(row + first, visible - first);
-          if (visible > first) softmax(row + first, visible - first);
-          std::fill(row, row + first, 0.0f);
-          std::fill(row + visible, row + seen, 0.0f);
-        }
+        for (int64_t r = 0; r < block; ++r)
+          normalise(&scores[r * seen], geo.first(s0 + r), visibleOf(s0 + r), seen);
         gemm(false, false, block, DV, seen, 1.0f, scores.data(), seen, values, KH * VW, 0.0f, yBlock, H * DV);
       }
     }
