@@ -76,6 +76,11 @@ static void appendSignature(std::string &signature, const OpNode &node) {
   os << '\n';
 }
 
+// The workload's name of an element type (bf16 where none fits).
+static std::string dtypeName(Type type) {
+  return type.isBF16() ? "bf16" : type.isF16() ? "f16" : type.isF32() ? "f32" : "bf16";
+}
+
 // A KV cache (a data argument) joined along the sequence with a step's new
 // keys or values, read by attention only (as its k or v).
 static bool joinsKvCache(func::FuncOp function, ConcatOp concat) {
@@ -140,10 +145,7 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
       model.paramBytes += getTensorBytes(arg.getType());
       auto type = cast<RankedTensorType>(arg.getType());
       model.elementBytes = (type.getElementTypeBitWidth() + 7) / 8;
-      model.dtype = type.getElementType().isBF16()  ? "bf16"
-                    : type.getElementType().isF16() ? "f16"
-                    : type.getElementType().isF32() ? "f32"
-                                                    : "bf16";
+      model.dtype = dtypeName(type.getElementType());
     } else if (!model.irBatch) {
       auto type = dyn_cast<RankedTensorType>(arg.getType());
       if (type && type.getRank() == 2 && type.getElementType().isInteger()) {
@@ -303,8 +305,11 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
       } else if (auto concat = dyn_cast<ConcatOp>(op)) {
         node.dim = concat.getDim();
         bool joins = joinsKvCache(function, concat);
-        if (joins)
-          model.cachedTokens = cast<RankedTensorType>(concat.getOperand(0).getType()).getDimSize(1);
+        if (joins) {
+          auto cache = cast<RankedTensorType>(concat.getOperand(0).getType());
+          model.cachedTokens = cache.getDimSize(1);
+          model.cacheDtype = dtypeName(cache.getElementType());
+        }
         node.cacheView = joins && readInPlace(concat);
         if (node.cacheView)
           layer.values[node.inputs[0]].inKvCache = layer.values[node.results[0]].inKvCache = true;
@@ -320,6 +325,7 @@ FailureOr<ModelGraph> parax::plan::analyzeModel(func::FuncOp function) {
         else
           model.cacheCapacity = cache.getDimSize(1);
         model.cachedTokens = std::max(model.cachedTokens, cache.getDimSize(1));
+        model.cacheDtype = dtypeName(cache.getElementType());
         layer.cachedValues += cache.getDimSize(2) * cache.getDimSize(3);
         layer.values[node.inputs[0]].inKvCache = layer.values[node.results.back()].inKvCache = true;
       } else if (auto transpose = dyn_cast<TransposeOp>(op)) {

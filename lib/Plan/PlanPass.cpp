@@ -106,13 +106,14 @@ struct ParaxPlanPass : public parax::impl::ParaxPlanPassBase<ParaxPlanPass> {
 
   LogicalResult planFunction(ModuleOp module, func::FuncOp function,
                              const ClusterSpec &clusterSpec,
-                             const Workload &work) {
+                             const Workload &asked) {
     // Each slice of a fused weight gets a layout (and a box to load) of
     // its own.
     splitFusedParams(function);
     FailureOr<ModelGraph> model = analyzeModel(function);
     if (failed(model))
       return failure();
+    const Workload work = resolveWorkload(asked, *model);
     PlanOptions options;
     options.lowering = true; // (what the partitioner and runtimes implement)
     options.topK = 1;

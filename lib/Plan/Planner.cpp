@@ -1630,12 +1630,18 @@ static Workload withStackLimits(Workload workload, const Profile &profile) {
   return workload;
 }
 
+Workload parax::plan::resolveWorkload(Workload workload, const ModelGraph &model) {
+  if (workload.kvDtype.empty())
+    workload.kvDtype = model.cacheDtype.empty() ? "bf16" : model.cacheDtype;
+  return workload;
+}
+
 PlanResult parax::plan::searchPlans(const ModelGraph &model,
                                     const ClusterSpec &pinnedCluster,
                                     const Workload &asked,
                                     const PlanOptions &options) {
   ClusterSpec cluster = withPins(pinnedCluster, asked);
-  const Workload workload = withStackLimits(asked, cluster.profile);
+  const Workload workload = withStackLimits(resolveWorkload(asked, model), cluster.profile);
   PlanResult result = Search(model, cluster, workload, options).run();
   // Nothing even to explain by (every configuration's pipeline stages fit
   // in no split of the layers): again, keeping those with the split that
@@ -1708,9 +1714,10 @@ PlanResult parax::plan::searchPlans(const ModelGraph &model,
 
 std::vector<LayerPlan> parax::plan::layerPlansFor(const ModelGraph &model,
                                                   const ClusterSpec &pinnedCluster,
-                                                  const Workload &workload,
+                                                  const Workload &asked,
                                                   const Plan &plan) {
-  ClusterSpec cluster = withPins(pinnedCluster, workload);
+  ClusterSpec cluster = withPins(pinnedCluster, asked);
+  const Workload workload = resolveWorkload(asked, model);
   Search search(model, cluster, workload, PlanOptions());
   double sequences = plan.microBatch; // (inference: a replica's rows over its microbatches)
   TpContext ctx = search.context(plan.tp, plan.ep, plan.sequenceParallel, sequences, plan.cp);

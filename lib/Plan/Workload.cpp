@@ -52,7 +52,7 @@ std::string Workload::toString() const {
   std::string text =
       formatv("{0}:batch={1}", plan::toString(kind), batch).str();
   if (kind == WorkloadKind::Decode)
-    text += formatv(",context={0},kv={1}", context, kvDtype).str();
+    text += formatv(",context={0}", context).str() + (kvDtype.empty() ? "" : ",kv=" + kvDtype);
   else
     text += formatv(",seq={0}", seq).str();
   if (microBatch)

@@ -270,11 +270,12 @@ private:
 
 bool ranksShareCores() { return shareCores.load(std::memory_order_relaxed); }
 
-Status mpiWaitAll(int count, MPI_Request *requests, const char *what) {
+namespace {
+
+// mpiWaitAll's and mpiBarrier's wait: ranks that share cores yield for
+// `yieldFor`, then sleep between tests.
+Status waitFor(int count, MPI_Request *requests, const char *what, std::chrono::milliseconds yieldFor) {
   using Clock = std::chrono::steady_clock;
-  // Longer than the waits inside a step (a core-mate's compute between two
-  // collectives: a few ms to tens of ms), shorter than a late rank's.
-  constexpr auto kYieldFor = std::chrono::milliseconds(50);
   const bool sleepy = ranksShareCores();
   const Clock::time_point start = sleepy ? Clock::now() : Clock::time_point();
   auto nap = std::chrono::microseconds(10);
@@ -285,7 +286,7 @@ Status mpiWaitAll(int count, MPI_Request *requests, const char *what) {
     if (done)
       return Status::ok();
     if (sleepy) {
-      if (Clock::now() - start < kYieldFor) {
+      if (Clock::now() - start < yieldFor) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(nap);
@@ -293,6 +294,21 @@ Status mpiWaitAll(int count, MPI_Request *requests, const char *what) {
       }
     }
   }
+}
+
+} // namespace
+
+Status mpiWaitAll(int count, MPI_Request *requests, const char *what) {
+  // Longer than the waits inside a step (a core-mate's compute between two
+  // collectives: a few ms to tens of ms), shorter than a late rank's.
+  return waitFor(count, requests, what, std::chrono::milliseconds(50));
+}
+
+Status mpiBarrier(MPI_Comm comm, const char *what) {
+  MPI_Request request;
+  if (Status s = check(MPI_Ibarrier(comm, &request), what); !s.isOk())
+    return s;
+  return waitFor(1, &request, what, std::chrono::milliseconds(0));
 }
 
 Status mpiSendRecv(const float *send, int sendCount, int next, float *recv, int recvCount, int prev, int tag,

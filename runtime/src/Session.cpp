@@ -3,14 +3,17 @@
 #define OMPI_SKIP_MPICXX 1
 #include "parax/runtime/Session.h"
 
+#include "parax/runtime/Communicator.h"
 #include "parax/runtime/Executable.h"
 #include "parax/runtime/Generator.h"
 #include "parax/runtime/Grid.h"
+#include "parax/runtime/MpiRing.h"
 #include "parax/runtime/Runner.h"
 
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 namespace parax::runtime {
@@ -236,7 +239,10 @@ Status Session::generate(const Tensor &prompt, int64_t tokens, const Sampling &s
   if (size_ > 1)
     loop.barrier = [this](const char *which) {
       auto watched = waits_->watch(which);
-      MPI_Barrier(MPI_COMM_WORLD);
+      if (Status s = mpiBarrier(MPI_COMM_WORLD, which); !s.isOk()) {
+        std::fprintf(stderr, "parax: %s\n", s.message().c_str());
+        abortMpiJob();
+      }
     };
   Generator::Result done;
   s = loop.run(done);

@@ -8,7 +8,8 @@ ranks waiting 300 ms for a late one: where there are more ranks than cores,
 they yield for 50 ms, then sleep, between tests of the request (MpiRing.h's
 mpiWaitAll) instead of spinning all the while (measured, 4 ranks on 2
 cores: 30-55 ms of CPU each over the 300 ms; yielding throughout, 184-209;
-spinning, 149-224)."""
+spinning, 149-224); at a barrier (a step's end: mpiBarrier) they sleep from
+the first test (7-31 ms of CPU over the 300 ms)."""
 
 import os
 import re
@@ -35,3 +36,8 @@ def test_collectives_sum_exactly(ranks):
         late = [(waited, cpu) for waited, cpu, _ in waits if waited > 200]
         assert len(late) >= ranks - 1, waits
         assert all(cpu < 0.25 * waited for waited, cpu in late), waits
+        barrier = [tuple(map(float, m)) for m in
+                   re.findall(r"rank \d+ waited at the barrier ([0-9.]+) ms, on the CPU ([0-9.]+) ms", proc.stdout)]
+        late = [(waited, cpu) for waited, cpu in barrier if waited > 200]
+        assert len(late) >= ranks - 1, barrier
+        assert all(cpu < 0.15 * waited for waited, cpu in late), barrier

@@ -102,6 +102,15 @@ int main(int argc, char **argv) {
     std::printf("rank %d waited %.1f ms, on the CPU %.1f ms, cores shared %d\n", rank, 1e3 * waited,
                 1e3 * (cpuSeconds() - cpu), ranksShareCores() ? 1 : 0);
     expect(one == size, "all_reduce after a wait", 1, 0, one, static_cast<float>(size));
+    // The same wait at a barrier (a step's end): nothing of a waiting
+    // rank's moves, so where ranks share cores it sleeps from the first.
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    wall = std::chrono::steady_clock::now();
+    cpu = cpuSeconds();
+    if (!mpiBarrier(MPI_COMM_WORLD, "the check's barrier").isOk()) return 1;
+    waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
+    std::printf("rank %d waited at the barrier %.1f ms, on the CPU %.1f ms\n", rank, 1e3 * waited,
+                1e3 * (cpuSeconds() - cpu));
   }
   if (rank == 0 && failures == 0)
     std::printf("ok: all_reduce, reduce_scatter and all_gather of runs on %d ranks\n", size);

@@ -235,6 +235,7 @@ int main(int argc, char **argv) {
   mlir::FailureOr<ModelGraph> graph = analyzeModel(model);
   if (mlir::failed(graph))
     return 1;
+  *workload = resolveWorkload(*workload, *graph);
   if (workload->kind != WorkloadKind::Decode && graph->irSeq != workload->seq)
     errs() << formatv("parax-plan: note: the IR was built for sequence {0}; "
                       "costs are scaled to the workload's {1}\n",

@@ -134,6 +134,7 @@ struct ModelGraph {
   int64_t cacheCapacity = 0;      // a generation step's (--cache): the caches it
                                   // allocates, whatever the context (rings aside)
   bool ringCaches = false;        // some caches are sliding-window rings
+  std::string cacheDtype;         // the KV caches' element type (empty: no caches)
   int64_t elementBytes = 2;       // parameter/activation element size
   std::string dtype = "bf16";
   double params = 0, paramBytes = 0;

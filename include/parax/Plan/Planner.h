@@ -178,6 +178,12 @@ struct PlanResult {
   int64_t decoderLayers = 0;
 };
 
+/// `workload` with what it leaves to the graph filled in from `model`: a
+/// decode's KV cache dtype, where unstated, the element type of the caches
+/// the graph holds (else bf16). searchPlans and layerPlansFor apply it
+/// themselves; a caller that reports the workload applies it first.
+Workload resolveWorkload(Workload workload, const ModelGraph &model);
+
 PlanResult searchPlans(const ModelGraph &model, const ClusterSpec &cluster,
                        const Workload &workload,
                        const PlanOptions &options = {});

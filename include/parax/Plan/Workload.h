@@ -34,7 +34,9 @@ struct Workload {
   int64_t context = 0;
   /// Train: sequences per microbatch; 0 lets the planner choose.
   int64_t microBatch = 0;
-  std::string kvDtype = "bf16";
+  /// Decode: the KV cache's dtype; empty: the element type of the caches
+  /// the graph holds, else bf16 (resolveWorkload).
+  std::string kvDtype;
   Objective objective = Objective::Throughput;
   /// Decode/prefill: the step latency must not exceed this (seconds; 0: none).
   double latencyBound = 0;

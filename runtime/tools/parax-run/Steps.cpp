@@ -7,6 +7,7 @@
 
 #include "parax/runtime/Generator.h"
 #include "parax/runtime/Grid.h"
+#include "parax/runtime/MpiRing.h"
 #include "RunProfile.h"
 
 #include <mpi.h>
@@ -58,7 +59,7 @@ Status deviceStep(CudaExecutor &gpu, Trainer &training, const OptimizerConfig &c
 void Run::barrier(const char *which) { // around each step, to time it
   if (size == 1) return;
   auto watched = waits->watch(which);
-  MPI_Barrier(MPI_COMM_WORLD);
+  if (Status s = runtime::mpiBarrier(MPI_COMM_WORLD, which); !s.isOk()) die(s.message());
 }
 
 void Run::generate() {

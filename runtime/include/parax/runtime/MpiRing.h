@@ -32,6 +32,16 @@ bool ranksShareCores();
 /// 200 us), so that a rank long late does not leave its waiters spinning.
 Status mpiWaitAll(int count, MPI_Request *requests, const char *what);
 
+/// MPI_Barrier over `comm` (a step's end, to time it). Where ranks share
+/// cores, a rank that arrives sleeps between tests from the first (10 us,
+/// doubling to 200 us): nothing of its own moves in a barrier, and a
+/// rank that yields instead still takes its turns on the core from a
+/// core-mate that has not finished its step (4 ranks over 2 cores, a DP4
+/// prefill of 4 x 256 tokens, no collective in its step: 216-223 ms a
+/// step with MPI_Barrier, 184-212 with this; 178 if the cores were shared
+/// evenly, docs/executable.md). Elsewhere it spins, as MPI_Barrier does.
+Status mpiBarrier(MPI_Comm comm, const char *what);
+
 /// MPI_Sendrecv through mpiWaitAll.
 Status mpiSendRecv(const float *send, int sendCount, int next, float *recv, int recvCount, int prev, int tag,
                    MPI_Comm comm);
