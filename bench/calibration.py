@@ -6,7 +6,8 @@
 1. Calibration runs (parax-run --profile): a small Llama's prefill on one
    rank at two sizes and under TP2 (its collectives), its training step
    with AdamW under TP2 with sequence parallelism and under DP2 (the
-   gradient all-reduces), generation loops of 2 and of 8 rows (GEMMs
+   gradient all-reduces), generation loops of a wider Llama (254 MB of
+   weights, past the last-level cache) of 2 and of 8 rows (GEMMs
    streaming their weights, beside little and beside as much arithmetic)
    and of a row on each of 2 ranks (the memory two cores share), a small
    Mixtral's prefill on one rank and under EP2, and a sweep of each
@@ -61,6 +62,15 @@ LLAMA = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "
          "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8192,
          "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
          "tie_word_embeddings": False}
+# The generation runs' and plans' Llama: 254 MB of weights, so that even a
+# TP2 rank's half streams from DRAM. This machine's last-level cache is 32
+# MB, and a few-row GEMM over a weight set that fits it streams at 33-36
+# GB/s against 13-20 from DRAM (session 54, one core, 4 rows, 8-128 MB of
+# [1024, 512] blocks): the 64 MB Llama above, split over TP2, ran its
+# generation step at 1.6-2.4 ms where the planner, which has no cache
+# tier, said 2.4 (docs/cost-model.md, "Calibration").
+LLAMA_GEN = dict(LLAMA, hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
+                 num_key_value_heads=8)
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 384, "intermediate_size": 768, "num_hidden_layers": 2,
            "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 8192,
            "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 1e6,
@@ -232,14 +242,15 @@ def main():
     args = parser.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="parax-calibration.")
     os.makedirs(work, exist_ok=True)
-    if not args.keep:  # (a run's programs, profiles and weights: about 200 MB)
+    if not args.keep:  # (a run's programs, profiles and weights: about 500 MB)
         atexit.register(shutil.rmtree, work, ignore_errors=True)
     b = Bench(args.build, work)
     b.model("llama", LLAMA)
+    b.model("llama-gen", LLAMA_GEN)
     b.model("mixtral", MIXTRAL)
     with open(b.path("base.json"), "w") as f:
         json.dump(BASE_CLUSTER, f)
-    llama_w, mixtral_w = b.path("llama.safetensors"), b.path("mixtral.safetensors")
+    weights_of = {name: b.path(name + ".safetensors") for name in ("llama", "llama-gen", "mixtral")}
     oracle = os.path.join(ROOT, "python", "parax", "oracle-cluster.json")
 
     # 1. Calibration runs, each profiled (the plans pinned, on the base
@@ -261,13 +272,13 @@ def main():
         "cal-mixtral-prefill": ("mixtral", 2, 128, 1, "prefill:batch=2,seq=128", False),
         "cal-mixtral-prefill-ep2": ("mixtral", 4, 128, 2, "prefill:batch=4,seq=128,ep=2,tp=1,pp=1,dp=1", False),
         # A generation step of 2 rows: GEMMs that stream their weights.
-        "cal-generate": ("llama", 2, 1, 1, "decode:batch=2,context=48", False),
+        "cal-generate": ("llama-gen", 2, 1, 1, "decode:batch=2,context=48", False),
         # ... and of 8: the weights' stream beside as much arithmetic,
         # which one core does not wholly hide (the GEMMs' gemm_unhidden).
-        "cal-generate-8": ("llama", 8, 1, 1, "decode:batch=8,context=48", False),
+        "cal-generate-8": ("llama-gen", 8, 1, 1, "decode:batch=8,context=48", False),
         # ... and a row on each of 2 ranks at once: both cores streaming
         # the whole weight, the memory they share.
-        "cal-generate-dp2": ("llama", 1, 1, 2, "decode:batch=2,context=48,tp=1,pp=1,dp=2", False),
+        "cal-generate-dp2": ("llama-gen", 1, 1, 2, "decode:batch=2,context=48,tp=1,pp=1,dp=2", False),
     }.items():
         generate = workload.startswith("decode")
         ir = b.ir(model, batch, 1, cache=128) if generate else b.ir(model, batch, seq, loss=train)
@@ -276,7 +287,7 @@ def main():
         rows = int(re.search(r"batch=(\d+)", workload).group(1))  # (the IR's batch is a replica's)
         inputs, extra = b.run_arguments("generate" if generate else "train" if train else "prefill", rows, seq,
                                         prompt=32, steps=5)
-        cal_runs.append(dict(name=name, exe=exe, ranks=ranks, weights=llama_w if model == "llama" else mixtral_w,
+        cal_runs.append(dict(name=name, exe=exe, ranks=ranks, weights=weights_of[model],
                              inputs=inputs, extra=extra))
 
     # Each collective kind over message sizes (on this VM an all-reduce
@@ -336,8 +347,8 @@ def main():
         ("prefill 4x256, 4 ranks", "TP4", "llama", 4, 256, 4, "prefill:batch=4,seq=256,tp=4,pp=1,dp=1,cp=1,sp=0", "prefill", 4),
         ("prefill 4x256, 4 ranks", "TP2 DP2", "llama", 2, 256, 4, "prefill:batch=4,seq=256,tp=2,pp=1,dp=2,cp=1,sp=0", "prefill", 4),
         ("prefill 4x256, 4 ranks", "DP4", "llama", 1, 256, 4, "prefill:batch=4,seq=256,tp=1,pp=1,dp=4,cp=1", "prefill", 4),
-        ("generate 4 rows", "1 rank", "llama", 4, 1, 1, "decode:batch=4,context=96,tp=1,pp=1,dp=1", "generate", 4),
-        ("generate 4 rows", "TP2", "llama", 4, 1, 2, "decode:batch=4,context=96,tp=2,pp=1,dp=1", "generate", 4),
+        ("generate 4 rows", "1 rank", "llama-gen", 4, 1, 1, "decode:batch=4,context=96,tp=1,pp=1,dp=1", "generate", 4),
+        ("generate 4 rows", "TP2", "llama-gen", 4, 1, 2, "decode:batch=4,context=96,tp=2,pp=1,dp=1", "generate", 4),
         ("mixtral prefill 4x256", "1 rank", "mixtral", 4, 256, 1, "prefill:batch=4,seq=256,tp=1,pp=1,dp=1,ep=1", "prefill", 4),
         ("mixtral prefill 4x256", "EP2", "mixtral", 4, 256, 2, "prefill:batch=4,seq=256,tp=1,pp=1,dp=1,ep=2", "prefill", 4),
         ("mixtral prefill 4x256", "TP2", "mixtral", 4, 256, 2, "prefill:batch=4,seq=256,tp=2,pp=1,dp=1,ep=1,sp=0", "prefill", 4),
@@ -351,7 +362,7 @@ def main():
         cluster = cluster_file(b, calibrated, ranks)
         stem = f"{group}-{name}".replace(" ", "_")
         exe = b.compile(ir, stem, cluster, profile, workload, train)
-        weights = llama_w if model == "llama" else mixtral_w
+        weights = weights_of[model]
         # (generation: a prompt of 64, 64 tokens generated: contexts 1 ..
         # 128, 96 on average over the generated half, the median step's)
         inputs, extra = b.run_arguments(kind, rows, seq, prompt=64, steps=4)
