@@ -30,7 +30,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
     {"megatron-2021", R"json({
   "name": "megatron-2021",
   "description": "Megatron-LM as Narayanan et al. 2021 ran it: cuBLAS GEMMs, the score matrix materialised (fused scale-mask-softmax, dropout), fused LayerNorm and bias-GeLU, no TP overlap, gradients all-reduced after the backward pass, pipeline boundaries sent in tp pieces and all-gathered on arrival, stages and interleaved chunks of equal layer counts; no sequence or context parallelism, no selective recomputation",
-  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "gemm_shapes": true, "gemm_k_overhead": 140,
   "attention": "materialized", "score_bytes": 13, "score_kept_bytes": 5,
   "selective_recompute": "none",
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
@@ -44,7 +44,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
     {"deepspeed-zero3-2021", R"json({
   "name": "deepspeed-zero3-2021",
   "description": "DeepSpeed ZeRO-3 (v0.3, spring 2021) on Megatron's GPT kernels (Narayanan et al. 2021, Table 2's baseline): one all-gather a parameter tensor, each after a device synchronisation (no prefetch overlap), tensors under 100K elements kept whole, parameters re-gathered for the backward beyond a reuse distance of 1e9 elements, one fp16 reduce-scatter a gradient tensor, torch.distributed's list forms; its gathers and reduce-scatters at 0.3 of NCCL's bus bandwidth, the one figure chosen on a published run (Table 2's 384-GPU row)",
-  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "gemm_shapes": true, "gemm_k_overhead": 140,
   "attention": "materialized", "score_bytes": 13, "score_kept_bytes": 5,
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
   "dp_overlap": true, "sequence_parallel": false, "context_parallel": false, "selective_recompute": "none",
@@ -55,7 +55,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
     {"megatron-core", R"json({
   "name": "megatron-core",
   "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned, the loss as Megatron-Core's default unfused vocab-parallel cross-entropy (an fp32 copy of the logits, then max, subtract, exp, sum and divide in place, its gradient scaled and cast back: 52 bytes a bf16 logit against a fused kernel's 6), the expert all-to-all one copy an expert in the model's dtype, the experts' GEMMs one cuBLAS GEMM an expert on 4 streams (TransformerEngine's GroupedLinear on Hopper), each quantising its own rows under FP8, their gated pair and activation kept in bf16 for the backward",
-  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "gemm_shapes": true, "gemm_k_overhead": 140,
   "attention": "flash", "flash_efficiency": 0.7, "flash_backward_rate": 0.86,
   "selective_recompute": "core_attention",
   "elementwise_passes": {"cross_entropy": 8.67},
@@ -74,7 +74,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
     {"deepseek-v3", R"json({
   "name": "deepseek-v3",
   "description": "DeepSeek's own stack as the DeepSeek-V3 report (sections 3.2-3.3) documents it: DualPipe overlapping the expert all-to-all with the other direction's compute (its bubble is costed as 1F1B's), 20 of 132 SMs given to communication, the dispatch sent once a node (group-limited routing: at most 4 nodes) and fanned out over NVLink, FP8 GEMMs with the activations quantised in the kernel before, RMSNorm and the up-projections recomputed, the experts' SwiGLU inputs cached in FP8 and their outputs recomputed, ZeRO-1",
-  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "gemm_shapes": true, "gemm_k_overhead": 140,
   "attention": "flash", "flash_efficiency": 0.7, "flash_backward_rate": 0.86,
   "selective_recompute": "runtime",
   "fp8_casts": {"activations": 1, "weights": 0}, "expert_kept_bytes": 2,
@@ -86,7 +86,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
     {"fsdp", R"json({
   "name": "fsdp",
   "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead, copied out of the gather's buffer on the compute stream, and its gradients reduce-scattered as one message",
-  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "gemm_shapes": true, "gemm_k_overhead": 140,
   "attention": "flash", "flash_efficiency": 0.465, "flash_backward_rate": 0.86,
   "selective_recompute": "alternate_gemms",
   "elementwise_passes": {"norm": 9.5, "rope": 4, "swiglu": 1.7, "unary": 1, "cross_entropy": 6.7},
@@ -102,7 +102,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
     {"parax-cuda", R"json({
   "name": "parax-cuda",
   "description": "parax's own CUDA backend as measured on one H200 (docs/cuda.md, 2026-12-04): cuBLAS GEMMs, its tensor-core attention kernel (5.3 TFLOP/s forward), one kernel an op, CUDA graphs, gradient buckets during the last backward, ZeRO-3 gathers one layer ahead",
-  "gemm_shapes": true, "gemm_k_overhead": 64,
+  "gemm_shapes": true, "gemm_k_overhead": 140,
   "attention": "flash", "flash_efficiency": 0.0075, "flash_backward_rate": 0.77,
   "kernel_overhead_us": 1,
   "dp_overlap": true,
