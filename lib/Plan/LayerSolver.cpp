@@ -666,8 +666,14 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
            launches + expertPassesTime(op, s);
   }
   case OpClass::Attention: {
-    if (profile.attention == AttentionKernel::Flash)
-      return rooflineTime(cluster, flops, bytes, peak * profile.flashEfficiency);
+    if (profile.attention == AttentionKernel::Flash) {
+      // (its fixed cost a query: flash_key_overhead keys more than the T
+      // a query sees on average)
+      double queries = ctx.queryLen * ctx.queryPieces;
+      double keys = queries > 0 ? op.attentionPairs(queries, ctx.contextLen) / queries : 0;
+      double share = keys > 0 ? keys / (keys + profile.flashKeyOverhead) : 1;
+      return rooflineTime(cluster, flops, bytes, peak * profile.flashEfficiency * share);
+    }
     // Materialised: Q K^T and P V as batched GEMMs over every (query, key)
     // pair whatever the mask, and the score matrix through HBM in between
     // (softmax, dropout): four kernels.

@@ -56,7 +56,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "name": "megatron-core",
   "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned, the loss as Megatron-Core's default unfused vocab-parallel cross-entropy (an fp32 copy of the logits, then max, subtract, exp, sum and divide in place, its gradient scaled and cast back: 52 bytes a bf16 logit against a fused kernel's 6), the expert all-to-all one copy an expert in the model's dtype, the experts' GEMMs one cuBLAS GEMM an expert on 4 streams (TransformerEngine's GroupedLinear on Hopper), each quantising its own rows under FP8, their gated pair and activation kept in bf16 for the backward",
   "gemm_shapes": true, "gemm_k_overhead": 140,
-  "attention": "flash", "flash_efficiency": 0.7, "flash_backward_rate": 0.86,
+  "attention": "flash", "flash_efficiency": 0.7, "flash_key_overhead": 135, "flash_backward_rate": 0.86,
   "selective_recompute": "core_attention",
   "elementwise_passes": {"cross_entropy": 8.67},
   "fp8_casts": {"activations": 2, "weights": 0}, "ep_dispatch_fp8": false, "expert_gemm_streams": 4,
@@ -75,7 +75,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "name": "deepseek-v3",
   "description": "DeepSeek's own stack as the DeepSeek-V3 report (sections 3.2-3.3) documents it: DualPipe overlapping the expert all-to-all with the other direction's compute (its bubble is costed as 1F1B's), 20 of 132 SMs given to communication, the dispatch sent once a node (group-limited routing: at most 4 nodes) and fanned out over NVLink, FP8 GEMMs with the activations quantised in the kernel before, RMSNorm and the up-projections recomputed, the experts' SwiGLU inputs cached in FP8 and their outputs recomputed, ZeRO-1",
   "gemm_shapes": true, "gemm_k_overhead": 140,
-  "attention": "flash", "flash_efficiency": 0.7, "flash_backward_rate": 0.86,
+  "attention": "flash", "flash_efficiency": 0.7, "flash_key_overhead": 160, "flash_backward_rate": 0.86,
   "selective_recompute": "runtime",
   "fp8_casts": {"activations": 1, "weights": 0}, "expert_kept_bytes": 2,
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
@@ -87,7 +87,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "name": "fsdp",
   "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead, copied out of the gather's buffer on the compute stream, and its gradients reduce-scattered as one message",
   "gemm_shapes": true, "gemm_k_overhead": 140,
-  "attention": "flash", "flash_efficiency": 0.465, "flash_backward_rate": 0.86,
+  "attention": "flash", "flash_efficiency": 0.465, "flash_key_overhead": 160, "flash_backward_rate": 0.86,
   "selective_recompute": "alternate_gemms",
   "elementwise_passes": {"norm": 9.5, "rope": 4, "swiglu": 1.7, "unary": 1, "cross_entropy": 6.7},
   "fp8_casts": {"activations": 3.75, "weights": 4},
@@ -172,7 +172,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
                              source.str().c_str());
   static const StringRef known[] = {
       "name", "extends", "description", "gemm_shapes", "gemm_k_overhead", "gemm_unhidden", "attention", "selective_recompute",
-      "flash_efficiency", "flash_backward_rate", "score_bytes", "score_kept_bytes", "expert_kept_bytes", "elementwise_passes", "kernel_overhead_us",
+      "flash_efficiency", "flash_key_overhead", "flash_backward_rate", "score_bytes", "score_kept_bytes", "expert_kept_bytes", "elementwise_passes", "kernel_overhead_us",
       "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
       "nccl_protocols", "optimizer_bytes", "experts_efficiency", "expert_gemm_streams", "collective_kinds", "collective_size_curves",
@@ -226,6 +226,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},
       {"gemm_unhidden", &p.gemmUnhidden, 0, 1, 1},
       {"flash_efficiency", &p.flashEfficiency, 1e-4, 1, 1},
+      {"flash_key_overhead", &p.flashKeyOverhead, 0, 1e6, 1},
       {"flash_backward_rate", &p.flashBackwardRate, 0.01, 10, 1},
       {"score_bytes", &p.scoreBytes, 0, 1e3, 1},
       {"score_kept_bytes", &p.scoreKeptBytes, 0, 1e3, 1},
@@ -439,6 +440,7 @@ std::string Profile::toJson() const {
       {"attention", toString(attention)},
       {"selective_recompute", toString(selectiveRecompute)},
       {"flash_efficiency", flashEfficiency},
+      {"flash_key_overhead", flashKeyOverhead},
       {"flash_backward_rate", flashBackwardRate},
       {"score_bytes", scoreBytes},
       {"score_kept_bytes", scoreKeptBytes},
@@ -524,6 +526,9 @@ std::string Profile::summary() const {
   std::string attentionText =
       attention == AttentionKernel::Flash
           ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str() +
+                (flashKeyOverhead > 0
+                     ? formatv(" (times T / (T + {0}), T the keys a query sees)", format("%g", flashKeyOverhead)).str()
+                     : "") +
                 (flashBackwardRate != 1 ? formatv(" (its backward at {0:2} of that)", flashBackwardRate).str() : "")
           : formatv("materialised attention ({0} bytes a score)", format("%g", scoreBytes)).str();
   std::string tpText =

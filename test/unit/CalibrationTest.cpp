@@ -66,8 +66,11 @@ double elements(const std::vector<int64_t> &dims) {
 // `ranks` ranks on a node whose memory streams at `node` times one rank's
 // rate (0: not shared): the memory-bound terms ranks / node times longer
 // where that is more than 1.
+// `keyOverhead`: attention's fixed cost a query, in keys (its FLOPs'
+// time x (1 + keyOverhead / T), T the keys a query sees).
 std::string runProfile(double optimizerSeconds, double parameters, double averageSeconds = 0, double wait = 0,
-                       bool slowBeyond = false, double unhidden = 0, int ranks = 1, double node = 0) {
+                       bool slowBeyond = false, double unhidden = 0, int ranks = 1, double node = 0,
+                       double keyOverhead = 0) {
   double shared = node > 0 ? std::max(1.0, ranks / node) : 1;
   std::vector<std::string> list;
   // GEMMs y [m, n] = x [m, k] W [n, k]: the larger of FLOPs and bytes
@@ -101,15 +104,17 @@ std::string runProfile(double optimizerSeconds, double parameters, double averag
     list.push_back(inst("cross_entropy", {{rows, vocab}, {rows}, {rows, 1}}, {}, 1.0));
   }
   for (int64_t s : {64, 128, 256}) {
-    // causal: s (s + 1) / 2 pairs of 2 heads of 64, 2 x 64 + 5 + 2 x 64 FLOPs a pair
+    // causal: s (s + 1) / 2 pairs of 2 heads of 64, 2 x 64 + 5 + 2 x 64
+    // FLOPs a pair; a query sees (s + 1) / 2 keys on average
     double flops = 1 * 2 * (s * (s + 1) / 2.0) * (2 * 64 + 5 + 2 * 64);
+    double longer = 1 + keyOverhead / ((s + 1) / 2.0);
     list.push_back(inst("attention", {{1, s, 2, 64}, {1, s, 2, 64}, {1, s, 2, 64}}, {1, s, 2, 64},
-                        flops / kAttention + kOverhead, 1, R"({"causal": true})"));
+                        flops * longer / kAttention + kOverhead, 1, R"({"causal": true})"));
     // its gradient (q, k, v and the output's gradient in; dq, dk, dv
     // out): the scores again, then 2 x 64 + 5 + 4 x 64 FLOPs a pair
     double grad = flops + 1 * 2 * (s * (s + 1) / 2.0) * (2 * 64 + 5 + 4 * 64);
     list.push_back(inst("attention_grad", {{1, s, 2, 64}, {1, s, 2, 64}, {1, s, 2, 64}, {1, s, 2, 64}},
-                        {1, s, 2, 64}, grad / kAttentionGrad + kOverhead, 1, R"({"causal": true})"));
+                        {1, s, 2, 64}, grad * longer / kAttentionGrad + kOverhead, 1, R"({"causal": true})"));
   }
   // All-gathers over 2 and 4 ranks ((n - 1)/n of the gathered bytes, n - 1
   // steps); all-reduces over 2 (2 (n - 1)/n, 2 (n - 1) steps).
@@ -171,6 +176,7 @@ TEST(CalibrationTest, TheFitGivesBackTheFiguresThatMadeTheTimes) {
   near(p.crossEntropyPasses, kStream / kCrossEntropy);
   near(p.flashEfficiency, kAttention / kRate);
   near(p.flashBackwardRate, kAttentionGrad / kAttention);
+  EXPECT_EQ(p.flashKeyOverhead, 0);
   near(p.kernelOverhead, kOverhead);
   near(p.optimizerBytes, 56);
   near(c.intraNode.bandwidth, kWire);
@@ -230,6 +236,26 @@ TEST(CalibrationTest, TheShareOfAGemmsSmallerTimeLeftUnhiddenIsFitted) {
   double flops = 2.0 * 4 * 1024 * 4096, bytes = 4.0 * (4 * 4096 + 1024 * 4096 + 4 * 1024);
   EXPECT_NEAR(gemmTime(c, flops, bytes, c.peak("f32"), 4, 1024, 4096) / (1.6859136e-3 + 0.4 * 3.3554432e-4 + kOverhead),
               1.0, 1e-6);
+}
+
+// Attention whose rate grows with the keys a query sees (a fixed cost a
+// query of 96 keys: at 64 tokens, 32.5 keys on average, 3.95x its FLOPs'
+// time): the fit finds the 96 and the rates (a fit without it gave the
+// shared overhead 17x its value and the attention 0.71x its rate).
+TEST(CalibrationTest, AttentionsFixedCostAQueryIsFitted) {
+  double parameters = 1e7;
+  llvm::Expected<Calibration> fit = calibrate(
+      base(), {runProfile(48 * parameters / kStream, parameters, 0, 0, false, 0, 1, 0, /*keyOverhead=*/96)},
+      {"p.json"});
+  ASSERT_TRUE(static_cast<bool>(fit)) << llvm::toString(fit.takeError());
+  const Profile &p = fit->cluster.profile;
+  EXPECT_EQ(p.flashKeyOverhead, 96);
+  EXPECT_NEAR(p.flashEfficiency / (kAttention / kRate), 1.0, 1e-6);
+  EXPECT_NEAR(p.flashBackwardRate / (kAttentionGrad / kAttention), 1.0, 1e-6);
+  EXPECT_NEAR(p.kernelOverhead / kOverhead, 1.0, 1e-6);
+  EXPECT_NE(fit->report.find("attention: 40.00 GFLOP/s times T / (T + 96), T the keys a query sees"),
+            std::string::npos)
+      << fit->report;
 }
 
 // Two ranks on a node whose memory streams at 1.5 times one rank's rate

@@ -87,6 +87,12 @@ struct Profile {
   SelectiveRecompute selectiveRecompute = SelectiveRecompute::Runtime;
   /// Flash attention's FLOP/s as a share of the GEMMs' (matmul_efficiency).
   double flashEfficiency = 1;
+  /// Flash attention's fixed cost a query, in keys: its FLOP/s are
+  /// flashEfficiency's times T / (T + flashKeyOverhead), T the keys a
+  /// query sees on average (a causal sequence's half; a query block's
+  /// load, pipeline fill, masked diagonal block and final rescale cost
+  /// about this many keys more). 0: every length at flashEfficiency.
+  double flashKeyOverhead = 0;
   /// Flash attention's backward kernel's FLOP/s as a share of its forward
   /// kernel's (FlashAttention-2, cuDNN and FlashAttention-3 alike about
   /// 0.86 on an H100 at 4K-16K tokens: the FlashAttention-3 paper's
