@@ -36,9 +36,10 @@
 One GEMM thread a rank (OMP_NUM_THREADS=1), each rank bound to a core of its own, a
 one-rank run to the slowest core (a synchronous step goes at its slowest
 rank's pace; on this VM one core's memory streams up to 30 % slower).
-Plans of more ranks than cores (4 on this machine's 2) run unbound and are
-costed on a cluster whose every rate is cores / ranks of the calibrated
-one: the ranks share the cores by time slicing.
+Plans of more ranks than cores (4 on this machine's 2) run with
+consecutive ranks on one core (a TP group together) and are costed on a
+cluster whose every rate is cores / ranks of the calibrated one: the ranks
+share the cores by time slicing.
 """
 
 import argparse
@@ -194,10 +195,20 @@ class Bench:
         (rank r to core r), a one-rank run to `core` (default self.core);
         more ranks than cores share them unbound."""
         core = self.core if core is None else core
-        bind = (["--oversubscribe", "--bind-to", "none"] if ranks > CORES
-                else ["--bind-to", "core"] + (["--cpu-set", str(core)] if ranks == 1 and core is not None else []))
-        cmd = ["timeout", "600", "mpirun", "-np", str(ranks)] + bind + [
-               os.path.join(self.bin, "parax-run"), exe, "--weights", weights] + list(extra)
+        run = [os.path.join(self.bin, "parax-run"), exe, "--weights", weights] + list(extra)
+        if ranks > CORES:
+            # More ranks than cores: consecutive ranks share a core (rank r
+            # on core r x cores / ranks), so that a TP group (the grid's
+            # minor axis) time-slices one core and a rank waiting for its
+            # partner yields to it. Unbound, a waiting rank yielded beside
+            # another group's rank on the other core and took its turns
+            # there: a TP2 x DP2 prefill 235-271 ms a step against 197-208
+            # paired (TP4 215-261 against 215-228; DP4 alike), session 54.
+            bind = ["--oversubscribe", "--bind-to", "none", "sh", "-c",
+                    f'exec taskset -c $((OMPI_COMM_WORLD_RANK * {CORES} / {ranks})) "$@"', "sh"]
+        else:
+            bind = ["--bind-to", "core"] + (["--cpu-set", str(core)] if ranks == 1 and core is not None else [])
+        cmd = ["timeout", "600", "mpirun", "-np", str(ranks)] + bind + run
         for path in inputs:
             cmd += ["--input", path]
         if profile:
