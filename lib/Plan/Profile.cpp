@@ -527,7 +527,7 @@ std::string Profile::summary() const {
       attention == AttentionKernel::Flash
           ? formatv("flash attention at {0:2} of the GEMM rate", flashEfficiency).str() +
                 (flashKeyOverhead > 0
-                     ? formatv(" (times T / (T + {0}), T the keys a query sees)", format("%g", flashKeyOverhead)).str()
+                     ? formatv(" times T / (T + {0}), T the keys a query sees", format("%g", flashKeyOverhead)).str()
                      : "") +
                 (flashBackwardRate != 1 ? formatv(" (its backward at {0:2} of that)", flashBackwardRate).str() : "")
           : formatv("materialised attention ({0} bytes a score)", format("%g", scoreBytes)).str();
