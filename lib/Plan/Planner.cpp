@@ -72,6 +72,21 @@ struct LayerCost {
   llvm::ArrayRef<double> denseTensors; // its LayerPlan's (the search's cache holds it)
 };
 
+/// The parameters (a device's) of the bucket holding a stage's first layer
+/// when buckets are filled walking the stage backwards from its last
+/// layer, each closed once it holds `bucket` (Megatron-Core's
+/// param_and_grad_buffer.py, at layer granularity): the last one formed.
+static double firstBucketParams(const std::vector<LayerCost> &costs, llvm::ArrayRef<int64_t> layers,
+                                double bucket) {
+  double held = 0;
+  for (size_t i = layers.size(); i-- > 0;) {
+    held += costs[layers[i]].denseParams;
+    if (held >= bucket && i > 0)
+      held = 0;
+  }
+  return held;
+}
+
 class Search {
 public:
   Search(const ModelGraph &model, const ClusterSpec &cluster,
@@ -384,10 +399,16 @@ private:
   void countCollectives(Plan &plan, const std::vector<const LayerPlan *> &plans);
   /// ZeRO-3: the seconds one microbatch's forward and backward pass over
   /// `layers` wait for their parameters' gathers and gradients'
-  /// reduce-scatters, on one communication stream beside the compute.
-  double zero3Exposed(const std::vector<LayerCost> &costs, const std::vector<int64_t> &layers,
+  /// reduce-scatters, on one communication stream beside the compute,
+  /// and (second) what the hidden ones cost the compute beside them
+  /// (Profile::dpOverlapSms), included in the first.
+  std::pair<double, double> zero3Exposed(const std::vector<LayerCost> &costs, const std::vector<int64_t> &layers,
                       Recompute rc,
                       Group denseGroup, Group expertGroup) const;
+  /// What `hidden` seconds of data-parallel collectives beside the
+  /// compute cost it: the share of the SMs their kernels hold
+  /// (Profile::dpOverlapSms).
+  double besideCompute(double hidden) const;
   double modelFlopsPerToken(double contextLen, double queryLen) const;
   /// The FLOP/s at which `flopsPerToken` of the model's FLOPs would run
   /// at the devices' peaks: the GEMMs' share at the gemm= dtype's peak,
@@ -584,7 +605,7 @@ void Search::countCollectives(Plan &plan,
     plan.allCollectives[CollectiveKind::SendRecv] += plan.pp - 1;
 }
 
-double Search::zero3Exposed(const std::vector<LayerCost> &costs,
+std::pair<double, double> Search::zero3Exposed(const std::vector<LayerCost> &costs,
                             const std::vector<int64_t> &layers, Recompute rc,
                             Group denseGroup, Group expertGroup) const {
   const Profile &profile = cluster.profile;
@@ -658,8 +679,18 @@ double Search::zero3Exposed(const std::vector<LayerCost> &costs,
         heldBackward[r] += c.backwardBusy[link] * (rc == Recompute::Full ? 2 : 1);
       }
   }
-  return copies + streamedPassOverhead(gather, {}, forward, profile.zero3Prefetch, heldForward) +
-         streamedPassOverhead(gatherBack, reduceBack, backward, profile.zero3Prefetch, heldBackward);
+  double waits = streamedPassOverhead(gather, {}, forward, profile.zero3Prefetch, heldForward) +
+                 streamedPassOverhead(gatherBack, reduceBack, backward, profile.zero3Prefetch, heldBackward);
+  // (the collectives' time the compute did not wait for ran beside it)
+  double streamed = 0;
+  for (size_t i = 0; i < n; ++i)
+    streamed += gather[i] + gatherBack[i] + reduceBack[i];
+  double beside = besideCompute(std::max(0.0, streamed - waits));
+  return {copies + waits + beside, beside};
+}
+
+double Search::besideCompute(double hidden) const {
+  return hidden * std::min<double>(cluster.profile.dpOverlapSms, cluster.smCount()) / cluster.smCount();
 }
 
 void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
@@ -927,14 +958,16 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             const std::vector<int64_t> *slowestLayers = &stages.front();
             double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,
                    stageCp = 0, stageCompute = 0, denseParams = 0, expertParams = 0;
-            double slowestBackwardBusy[2] = {0, 0}, slowestBusy[2] = {0, 0};
+            double slowestBackwardBusy[2] = {0, 0}, slowestBusy[2] = {0, 0},
+                   slowestForwardBusy[2] = {0, 0};
             double everyStage = 0; // one microbatch's passes through every stage
             for (const std::vector<int64_t> &layers : stages) {
               double t = 0, b = 0, tpc = 0, epc = 0, cpc = 0, comp = 0, dn = 0, ex = 0;
-              double bb[2] = {0, 0}, bt[2] = {0, 0};
+              double bb[2] = {0, 0}, bt[2] = {0, 0}, fb[2] = {0, 0};
               for (int64_t l : layers) {
                 for (int link : {0, 1}) {
                   bb[link] += costs[l].backwardBusy[link];
+                  fb[link] += costs[l].forwardBusy[link];
                   bt[link] += costs[l].forwardBusy[link] + costs[l].backwardBusy[link] *
                                                                 (rc == Recompute::Full ? 2 : 1);
                 }
@@ -959,6 +992,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 for (int link : {0, 1}) {
                   slowestBackwardBusy[link] = bb[link];
                   slowestBusy[link] = bt[link];
+                  slowestForwardBusy[link] = fb[link];
                 }
               }
               denseParams = std::max(denseParams, dn);
@@ -987,18 +1021,25 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               double pieces = bucket > 0 ? std::ceil(bytes / bucket) : 1;
               return pieces * collectiveTime(cluster, kind, bytes / pieces, group);
             };
-            auto syncOver = [&](double params, Group group) {
+            // The gradients' reduction (ZeRO-1 reduce-scatters the step's
+            // sums once; ZeRO-2 each microbatch's gradients, the sums being
+            // split) and, ZeRO-1/2, the updated parameters' gather, once a
+            // step.
+            auto reduceOf = [&](double params, Group group) {
               if (group.size <= 1 || params <= 0)
                 return 0.0;
               if (zero == 0)
                 return messages(CollectiveKind::AllReduce, cluster.profile.reduceBytes * params, group);
-              double gather = messages(CollectiveKind::AllGather, e * params, group);
-              // ZeRO-1 reduce-scatters the step's sums once; ZeRO-2/3 each
-              // microbatch's gradients (the sums are split).
-              double t = messages(CollectiveKind::ReduceScatter, cluster.profile.reduceBytes * params, group) *
-                         (zero >= 2 ? m : 1);
-              // ZeRO-1/2 gather the updated parameters once per step.
-              return t + gather;
+              return messages(CollectiveKind::ReduceScatter, cluster.profile.reduceBytes * params, group) *
+                     (zero >= 2 ? m : 1);
+            };
+            auto gatherOf = [&](double params, Group group) {
+              if (group.size <= 1 || params <= 0 || zero == 0)
+                return 0.0;
+              return messages(CollectiveKind::AllGather, e * params, group);
+            };
+            auto syncOver = [&](double params, Group group) {
+              return reduceOf(params, group) + gatherOf(params, group);
             };
             double dpExposed = 0;
             if (zero == 3) {
@@ -1007,8 +1048,10 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // streams leave exposed on the slowest stage.
               // (a stack that keeps a pipeline stage's parameters gathered
               // gathers and reduces once a step)
-              dpExposed = (zero3KeptUnsharded(pp) ? 1 : m) *
-                          zero3Exposed(costs, *slowestLayers, rc, denseGroup, expertGroup);
+              double passes = zero3KeptUnsharded(pp) ? 1 : m;
+              auto [exposed, beside] = zero3Exposed(costs, *slowestLayers, rc, denseGroup, expertGroup);
+              dpExposed = passes * exposed;
+              plan.dpBeside = passes * beside;
             } else {
               double dense = syncOver(denseParams, denseGroup);
               double expert = syncOver(expertParams, expertGroup);
@@ -1033,6 +1076,35 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 overlap = std::max(0.0, window);
               }
               dpExposed = std::max(0.0, sync - overlap);
+              // Megatron-Core's buckets (Profile::dpBucketParams): the
+              // first stage's bucket of its first layers is reduced after
+              // the backward and (overlap_param_gather) gathered before
+              // the next forward, exposed; the other buckets' gathers run
+              // behind the first microbatch's forward (or, not
+              // overlapped, after the optimizer step).
+              double bucket = std::max(cluster.profile.dpBucketParams,
+                                       cluster.profile.dpBucketParamsPerRank * dp);
+              if (cluster.profile.dpOverlap && bucket > 0 && dense > 0) {
+                double tail = std::min(firstBucketParams(costs, stages.front(), bucket), denseParams);
+                double reduce = reduceOf(denseParams, denseGroup), gather = gatherOf(denseParams, denseGroup);
+                double tailReduce = reduceOf(tail, denseGroup) / (zero >= 2 ? m : 1);
+                double exposedGather = gather;
+                if (cluster.profile.dpParamGatherOverlap && gather > 0) {
+                  double tailGather = gatherOf(tail, denseGroup);
+                  double forward = slowest - slowestBackward -
+                                   slowestForwardBusy[linkOf(denseGroup)];
+                  exposedGather = tailGather + std::max(0.0, gather - tailGather - std::max(0.0, forward));
+                }
+                // (the reductions but the tail's behind the backward, as
+                // above, the expert parameters' with them)
+                dpExposed = tailReduce + std::max(0.0, reduce - tailReduce + expert - overlap) + exposedGather;
+                plan.dpTail = tail;
+              }
+              // (what the hidden part costs the compute beside it)
+              if (cluster.profile.dpOverlap) {
+                plan.dpBeside = besideCompute(std::max(0.0, sync - dpExposed));
+                dpExposed += plan.dpBeside;
+              }
               plan.dpSync = sync;
               plan.dpWindow = overlap;
             }

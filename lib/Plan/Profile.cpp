@@ -54,7 +54,7 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "collective_kinds": {"all_gather": 0.3, "reduce_scatter": 0.3}})json"},
     {"megatron-core", R"json({
   "name": "megatron-core",
-  "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped, no TP communication overlap unless pinned, the loss as Megatron-Core's default unfused vocab-parallel cross-entropy (an fp32 copy of the logits, then max, subtract, exp, sum and divide in place, its gradient scaled and cast back: 52 bytes a bf16 logit against a fused kernel's 6), the expert all-to-all one copy an expert in the model's dtype, the experts' GEMMs one cuBLAS GEMM an expert on 4 streams (TransformerEngine's GroupedLinear on Hopper), each quantising its own rows under FP8, their gated pair and activation kept in bf16 for the backward",
+  "description": "Megatron-Core with TransformerEngine: cuBLAS GEMMs, flash attention (cuDNN), fused norms and activations, distributed optimizer with gradient reduction overlapped in buckets of max(40M, 1M x DP) parameters and the updated parameters gathered bucket by bucket in the next forward (overlap_param_gather, as the Megatron-LM README's runs and Megatron-Bridge's recipes set it), NCCL's 16 channels (SMs) held while a data-parallel collective runs beside the compute, no TP communication overlap unless pinned, the loss as Megatron-Core's default unfused vocab-parallel cross-entropy (an fp32 copy of the logits, then max, subtract, exp, sum and divide in place, its gradient scaled and cast back: 52 bytes a bf16 logit against a fused kernel's 6), the expert all-to-all one copy an expert in the model's dtype, the experts' GEMMs one cuBLAS GEMM an expert on 4 streams (TransformerEngine's GroupedLinear on Hopper), each quantising its own rows under FP8, their gated pair and activation kept in bf16 for the backward",
   "gemm_shapes": true, "gemm_k_overhead": 140,
   "attention": "flash", "flash_efficiency": 0.7, "flash_key_overhead": 135, "flash_backward_rate": 0.86,
   "selective_recompute": "core_attention",
@@ -62,7 +62,9 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "fp8_casts": {"activations": 2, "weights": 0}, "ep_dispatch_fp8": false, "expert_gemm_streams": 4,
   "expert_folding": true, "expert_kept_bytes": 6,
   "kernel_overhead_us": 2, "loss_buffers": 1, "runtime_buffers": false,
-  "dp_overlap": true, "max_zero": 1, "gradient_fusion": true, "pp_overlap": true,
+  "dp_overlap": true, "dp_bucket_params": 4e7, "dp_bucket_params_per_rank": 1e6, "dp_param_gather_overlap": true,
+  "dp_overlap_sms": 16,
+  "max_zero": 1, "gradient_fusion": true, "pp_overlap": true,
   "pipeline_outputs_kept": false, "pipeline_gradient_sets": false,
   "pipeline_activation_slots": false})json"},
     {"megatron-bridge", R"json({
@@ -85,14 +87,14 @@ const std::pair<const char *, const char *> kProfiles[] = {
   "pipeline_activation_slots": false})json"},
     {"fsdp", R"json({
   "name": "fsdp",
-  "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead, copied out of the gather's buffer on the compute stream, and its gradients reduce-scattered as one message",
+  "description": "PyTorch FSDP2 in eager mode as torchtitan ran it in December 2024: cuBLAS GEMMs, SDPA's FlashAttention-2 kernels, RMSNorm, RoPE, SwiGLU and the fp32 loss as eager kernels, op-level selective checkpointing (every other GEMM and every elementwise op re-run), a layer's parameters gathered one layer ahead, copied out of the gather's buffer on the compute stream, and its gradients reduce-scattered as one message, NCCL's 16 channels (SMs) held while they run beside the compute",
   "gemm_shapes": true, "gemm_k_overhead": 140,
   "attention": "flash", "flash_efficiency": 0.465, "flash_key_overhead": 160, "flash_backward_rate": 0.86,
   "selective_recompute": "alternate_gemms",
   "elementwise_passes": {"norm": 9.5, "rope": 4, "swiglu": 1.7, "unary": 1, "cross_entropy": 6.7},
   "fp8_casts": {"activations": 3.75, "weights": 4},
   "kernel_overhead_us": 2, "loss_buffers": 3, "runtime_buffers": false,
-  "dp_overlap": true,
+  "dp_overlap": true, "dp_overlap_sms": 16,
   "zero3_prefetch_layers": 1, "zero3_pipeline_unsharded": true, "zero3_copy_out": true,
   "pipeline_activation_slots": false})json"},
     {"fsdp-compile", R"json({
@@ -173,7 +175,8 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   static const StringRef known[] = {
       "name", "extends", "description", "gemm_shapes", "gemm_k_overhead", "gemm_unhidden", "attention", "selective_recompute",
       "flash_efficiency", "flash_key_overhead", "flash_backward_rate", "score_bytes", "score_kept_bytes", "expert_kept_bytes", "elementwise_passes", "kernel_overhead_us",
-      "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap",
+      "collective_efficiency", "tp_overlap", "ep_overlap", "dp_overlap", "dp_bucket_params",
+      "dp_bucket_params_per_rank", "dp_param_gather_overlap", "dp_overlap_sms",
       "zero3_prefetch_layers", "zero3_bucket_mb", "reduce_bucket_mb", "max_zero",
       "nccl_protocols", "optimizer_bytes", "experts_efficiency", "expert_gemm_streams", "collective_kinds", "collective_size_curves",
       "zero3_tensor_messages", "zero3_persist_elements", "zero3_reuse_elements",
@@ -221,7 +224,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
   double bucket = p.zero3BucketBytes / 1e6, reduce = p.reduceBucketBytes / 1e6,
          overheadUs = p.kernelOverhead * 1e6, prefetch = p.zero3Prefetch,
          maxZero = p.maxZero, streams = p.expertGemmStreams, overlapSms = p.tpOverlapSms,
-         overlapSplits = p.tpOverlapSplits, epSms = p.epOverlapSms;
+         overlapSplits = p.tpOverlapSplits, epSms = p.epOverlapSms, dpSms = p.dpOverlapSms;
   Field fields[] = {
       {"gemm_k_overhead", &p.gemmKOverhead, 0, 1e5, 1},
       {"gemm_unhidden", &p.gemmUnhidden, 0, 1, 1},
@@ -245,11 +248,14 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"tp_overlap_sms", &overlapSms, 0, 1024, 1},
       {"tp_overlap_splits", &overlapSplits, 0, 1024, 1},
       {"ep_overlap_sms", &epSms, 0, 1024, 1},
+      {"dp_overlap_sms", &dpSms, 0, 1024, 1},
       {"loss_buffers", &p.lossBuffers, 0, 100, 1},
       {"compute_share", &p.computeShare, 0.05, 1, 1},
       {"zero3_persist_elements", &p.zero3PersistElements, 0, 1e15, 1},
       {"zero3_reuse_elements", &p.zero3ReuseElements, 0, 1e15, 1},
       {"reduce_bytes", &p.reduceBytes, 0.5, 8, 1},
+      {"dp_bucket_params", &p.dpBucketParams, 0, 1e15, 1},
+      {"dp_bucket_params_per_rank", &p.dpBucketParamsPerRank, 0, 1e15, 1},
   };
   for (Field &f : fields) {
     auto v = number(*root, f.key, f.lo, f.hi, *f.target, source);
@@ -271,6 +277,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
       {"tp_overlap_sms", overlapSms, &p.tpOverlapSms, "must be a whole number"},
       {"tp_overlap_splits", overlapSplits, &p.tpOverlapSplits, "must be a whole number"},
       {"ep_overlap_sms", epSms, &p.epOverlapSms, "must be a whole number"},
+      {"dp_overlap_sms", dpSms, &p.dpOverlapSms, "must be a whole number"},
   };
   for (const Count &c : counts) {
     if (c.value != std::floor(c.value))
@@ -402,6 +409,7 @@ Expected<Profile> parax::plan::parseProfile(StringRef text, StringRef source) {
     return nccl.takeError();
   p.ncclProtocols = *nccl;
   for (auto [key, target] : {std::pair{"dp_overlap", &p.dpOverlap},
+                             std::pair{"dp_param_gather_overlap", &p.dpParamGatherOverlap},
                              std::pair{"zero3_tensor_messages", &p.zero3TensorMessages},
                              std::pair{"collective_list_copies", &p.collectiveListCopies},
                              std::pair{"gradient_fusion", &p.gradientFusion},
@@ -473,6 +481,9 @@ std::string Profile::toJson() const {
       {"tp_overlap", tpOverlap},
       {"ep_overlap", epOverlap},
       {"dp_overlap", dpOverlap},
+      {"dp_bucket_params", dpBucketParams},
+      {"dp_bucket_params_per_rank", dpBucketParamsPerRank},
+      {"dp_param_gather_overlap", dpParamGatherOverlap},
       {"zero3_prefetch_layers", zero3Prefetch},
       {"zero3_bucket_mb", zero3BucketBytes / 1e6},
       {"reduce_bucket_mb", reduceBucketBytes / 1e6},
@@ -501,6 +512,7 @@ std::string Profile::toJson() const {
       {"tp_overlap_sms", tpOverlapSms},
       {"tp_overlap_splits", tpOverlapSplits},
       {"ep_overlap_sms", epOverlapSms},
+      {"dp_overlap_sms", dpOverlapSms},
       {"sequence_parallel", sequenceParallel},
       {"context_parallel", contextParallel},
       {"compute_share", computeShare},
@@ -554,7 +566,15 @@ std::string Profile::summary() const {
   return formatv("profile {0}: GEMMs {1}, {2}, {3} us a kernel, DP sync {4}, {5}{7}{6}",
                  name, gemmShapes ? "by shape (tile/wave quantisation)" : "at a fixed efficiency",
                  attentionText, format("%g", kernelOverhead * 1e6),
-                 dpOverlap ? "behind the last backward" : "after the backward", tpText,
+                 !dpOverlap ? std::string("after the backward")
+                 : dpBucketParams > 0 || dpBucketParamsPerRank > 0
+                     ? formatv("behind the last backward in buckets of max({0}, {1} x DP) parameters, the first "
+                               "layers' exposed{2}",
+                               format("%g", dpBucketParams), format("%g", dpBucketParamsPerRank),
+                               dpParamGatherOverlap ? ", the parameters gathered in the next forward" : "")
+                           .str()
+                     : std::string("behind the last backward"),
+                 tpText,
                  isRoofline() ? " -- ideal kernels, a lower bound on the step; --profile megatron-core, fsdp, "
                                 "... for a real stack's costs"
                               : "",

@@ -407,9 +407,28 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                   plan.virtualStages > 1 ? formatv(" / {0} chunks", plan.virtualStages).str() : std::string(),
                   pipelineTime(m, v, stage[slowest], every) * 1e3);
   }
-  if (workload.kind == WorkloadKind::Train && plan.zero < 3 && plan.dpSync > 0)
+  if (workload.kind == WorkloadKind::Train && plan.zero < 3 && plan.dpSync > 0) {
+    std::string buckets;
+    if (plan.dpTail > 0)
+      buckets = formatv(" (in buckets of {0:F1} M parameters; the first stage's first bucket, {1:F2} M, {2}, "
+                        "exposed{3})",
+                        std::max(profile.dpBucketParams, profile.dpBucketParamsPerRank * plan.dp) / 1e6,
+                        plan.dpTail / 1e6,
+                        plan.zero == 0 ? "reduced after it" : "reduced after it and gathered before the next "
+                                                              "forward",
+                        plan.zero == 0 ? ""
+                        : profile.dpParamGatherOverlap
+                            ? "; the other gathers behind the first microbatch's forward"
+                            : "; the other gathers after the optimizer step, exposed")
+                    .str();
+    std::string beside =
+        plan.dpBeside > 0 ? formatv(" (with {0:F3} ms the compute beside the hidden part loses to its kernels' {1} "
+                                    "SMs)",
+                                    plan.dpBeside * 1e3, profile.dpOverlapSms)
+                                .str()
+                          : std::string();
     os << formatv("  data parallel: the step's gradient sync {0:F3} ms ({1}, the gradients at {2} bytes a "
-                  "parameter); {3}: {4:F3} ms exposed\n",
+                  "parameter); {3}{5}: {4:F3} ms exposed{6}\n",
                   plan.dpSync * 1e3,
                   plan.zero == 0 ? "all-reduced" : "reduce-scattered, the updated parameters all-gathered",
                   profile.reduceBytes,
@@ -418,14 +437,20 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                                               plan.dpWindow * 1e3)
                                           .str()
                                     : std::string("after the last backward (the stack does not overlap it)"),
-                  plan.dpComm * 1e3);
+                  plan.dpComm * 1e3, buckets, beside);
+  }
   if (workload.kind == WorkloadKind::Train && plan.zero == 3 && plan.dp * plan.ep > 1)
     os << formatv("  data parallel (ZeRO-3): each layer's parameters all-gathered {0} for its forward and "
                   "backward, its gradients reduce-scattered after its backward, beside the compute: {1:F3} ms "
-                  "exposed a step\n",
+                  "exposed a step{2}\n",
                   profile.zero3Prefetch > 0 ? formatv("{0} layer(s) ahead", profile.zero3Prefetch).str()
                                             : std::string("when it is reached (no prefetch)"),
-                  plan.dpComm * 1e3);
+                  plan.dpComm * 1e3,
+                  plan.dpBeside > 0 ? formatv(" (with {0:F3} ms the compute beside the hidden part loses to "
+                                              "their kernels' {1} SMs)",
+                                              plan.dpBeside * 1e3, profile.dpOverlapSms)
+                                          .str()
+                                    : std::string());
   os << formatv("  step {0:F3} ms = ", plan.stepTime * 1e3);
   if (workload.kind == WorkloadKind::Train)
     os << formatv("compute {0:F3} + bubble {1:F3} + tp {2:F3} + ep {3:F3} + cp {4:F3} (the slowest stage's {5} "

@@ -129,6 +129,13 @@ struct Plan {
   /// backward's, less its own collectives' use of the links; 0 without
   /// dp_overlap). dpComm is what the window leaves exposed. For --explain.
   double dpSync = 0, dpWindow = 0;
+  /// Megatron-Core's buckets: the parameters (a device's) of the first
+  /// stage's first bucket, reduced after the backward and gathered before
+  /// the next forward (0: no buckets).
+  double dpTail = 0;
+  /// What the hidden data-parallel collectives cost the compute beside
+  /// them (Profile::dpOverlapSms), seconds a step, in dpComm.
+  double dpBeside = 0;
   /// Training: per virtual stage (pp x virtualStages of them, virtual
   /// stage c on stage c % pp), one microbatch's forward and backward pass
   /// (the backward with its recomputation), seconds; one pipeline

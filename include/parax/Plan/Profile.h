@@ -249,6 +249,28 @@ struct Profile {
   /// last microbatch's backward pass (Megatron-Core's overlap_grad_reduce,
   /// DDP's buckets); false: it starts after the backward pass.
   bool dpOverlap = true;
+  /// Megatron-Core's gradient buckets (distributed_data_parallel.py,
+  /// param_and_grad_buffer.py): filled walking a stage's parameters
+  /// backwards from its last layer, each closed once it holds
+  /// max(`dpBucketParams`, `dpBucketParamsPerRank` x DP) parameters (a
+  /// device's). The last one formed holds the stage's first layers (the
+  /// embedding on the first stage): its reduction starts only when the
+  /// backward is done, so it is exposed whatever the overlap. With
+  /// `dpParamGatherOverlap` (overlap_param_gather, ZeRO-1/2) the updated
+  /// parameters are gathered bucket by bucket in the next forward, the
+  /// first (that same bucket) before any layer runs, the rest behind the
+  /// first microbatch's forward; without it they are gathered after the
+  /// optimizer step, all exposed. 0: no buckets modelled (the whole sync
+  /// hides behind the last backward).
+  double dpBucketParams = 0, dpBucketParamsPerRank = 0;
+  bool dpParamGatherOverlap = false;
+  /// SMs a data-parallel collective's kernels hold while it runs beside
+  /// the compute (the gradient sync's hidden part, ZeRO-3's gathers and
+  /// reduce-scatters): NCCL runs a CTA a channel for the whole
+  /// collective, and a GEMM's CTA (~200 KB of shared memory on Hopper)
+  /// cannot share its SM. The compute beside it takes that share of the
+  /// SMs' time longer (hidden time x sms / SMs). 0: free.
+  int dpOverlapSms = 0;
   /// ZeRO-3 / FSDP: parameters gathered layer by layer, `zero3Prefetch`
   /// layers ahead (0: none, the compute waits for each gather), in
   /// messages of at most `zero3BucketBytes` (0: a layer's parameters in
