@@ -197,6 +197,10 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
   // same stage program -- the last arrival's.
   std::map<std::tuple<std::string, int64_t, int64_t>, Sample> collectives;
   std::map<std::string, int> runs; // a run's name -> its index
+  // Under expert parallelism, each rank's experts' seconds (its file's),
+  // by run and stage: the busiest rank's over the mean is the router's
+  // imbalance on that run's data.
+  std::map<std::pair<std::string, int64_t>, std::map<std::string, double>> expertSeconds;
   auto collective = [&](StringRef file, int64_t stage, int64_t index, const Sample &s) {
     auto [it, added] = collectives.try_emplace({runOf(file).str(), stage, index}, s);
     if (!added && s.seconds < it->second.seconds)
@@ -327,8 +331,12 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
         const json::Array *x = shape(*operands, 0), *routing = shape(*operands, 1), *gate = shape(*operands, 3);
         if (!x || !routing || !gate || gate->size() != 3)
           return where("experts needs x, the routing and the expert stacks");
-        if (last(*routing) == 1)
-          continue; // rows dispatched to this rank's experts (capacity rows, not the pairs routed)
+        if (last(*routing) == 1) {
+          // rows dispatched to this rank's experts (capacity rows, not the
+          // pairs routed): its time is the rank's share of the routing
+          expertSeconds[{runOf(name).str(), stage}][name] += *seconds;
+          continue;
+        }
         double h = last(*x), f = (*gate)[1].getAsNumber().value_or(0);
         s.x = numel(*routing) * (6 * h * f + 5 * f + 2 * h);
         // (the planner's expertPassesTime: rows into expert order and
@@ -599,6 +607,25 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     p.flashBackwardRate = std::clamp(slope(Kind::Attention) / slope(Kind::AttentionGrad), 0.01, 10.0);
   if (slope(Kind::Experts) > 0)
     p.expertsEfficiency = std::min(1.0, slope(Kind::Gemm) / slope(Kind::Experts));
+  // The routing's imbalance: each EP run's busiest rank's experts' time
+  // over its ranks' mean, the median over the runs (none: the base's).
+  std::vector<double> imbalances;
+  for (const auto &entry : expertSeconds) {
+    const std::map<std::string, double> &ranks = entry.second;
+    if (ranks.size() < 2)
+      continue;
+    double most = 0, sum = 0;
+    for (const auto &rank : ranks) {
+      most = std::max(most, rank.second);
+      sum += rank.second;
+    }
+    if (sum > 0)
+      imbalances.push_back(most * ranks.size() / sum);
+  }
+  if (!imbalances.empty()) {
+    llvm::sort(imbalances);
+    p.expertImbalance = imbalances[imbalances.size() / 2];
+  }
   p.ncclProtocols = false;
   // parax-run's CPU path averages a step's gradients after its backward
   // (Training::averageGradients); the CUDA backend streams them in buckets
@@ -753,6 +780,12 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
                line(Kind::Experts, slope(Kind::Experts) > 0
                                        ? formatv("experts: {0:F2} GFLOP/s", 1 / slope(Kind::Experts) / 1e9).str()
                                        : std::string("experts: not fitted")) +
+               (imbalances.empty()
+                    ? std::string("experts under EP: no run (balanced routing kept)\n")
+                    : formatv("experts under EP: the busiest rank's time {0:F3}x the mean's ({1} run(s), {2:F3} to "
+                              "{3:F3})\n",
+                              p.expertImbalance, imbalances.size(), imbalances.front(), imbalances.back())
+                          .str()) +
                line(Kind::Attention, slope(Kind::Attention) > 0
                                          ? formatv("attention: {0:F2} GFLOP/s", 1 / slope(Kind::Attention) / 1e9).str() +
                                                (keyOverhead > 0

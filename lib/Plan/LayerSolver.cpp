@@ -648,7 +648,8 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   }
   case OpClass::Experts: {
     // A rank's E / ep experts, each on its share of the (token, choice)
-    // pairs (balanced routing): gate/up [rows, H] x [H, F], down back.
+    // pairs (balanced routing, then the profile's expert_imbalance on an
+    // EP rank): gate/up [rows, H] x [H, F], down back.
     // (folded: a rank's tokens / tp over ep x tp ranks, as many rows an
     // expert; each expert whole)
     double local = localExperts(op);
@@ -662,8 +663,12 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     int64_t streams = profile.expertGemmStreams;
     double together = streams > 0 ? std::min<double>(local, streams) : local;
     double launches = streams > 0 ? (2 * local - 1) * profile.kernelOverhead : 0;
-    return gemmTime(cluster, flops / profile.expertsEfficiency, bytes, peak, rows, width, hidden, together) +
-           launches + expertPassesTime(op, s);
+    // (the busiest expert rank's work: the combine waits for it)
+    double busiest = ctx.expertRanks() > 1 ? profile.expertImbalance : 1;
+    return busiest * (gemmTime(cluster, flops / profile.expertsEfficiency, bytes, peak, rows, width, hidden,
+                               together) +
+                      expertPassesTime(op, s)) +
+           launches;
   }
   case OpClass::Attention: {
     if (profile.attention == AttentionKernel::Flash) {

@@ -332,12 +332,16 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                 link(cluster.intraNode), link(cluster.interNode), cluster.collectiveLatency * 1e6);
   os << "  " << profile.summary() << "\n";
   os << formatv("  profile: passes norm {0:G}, rope {1:G}, swiglu {2:G}, activations {3:G}, add/mul {4:G}, "
-                "cross-entropy {5:G}; experts at {6:G} of the GEMM rate, {8}; optimizer {7:G} bytes a parameter\n",
+                "cross-entropy {5:G}; experts at {6:G} of the GEMM rate, {8}{9}; optimizer {7:G} bytes a "
+                "parameter\n",
                 profile.normPasses, profile.ropePasses, profile.swigluPasses, profile.unaryPasses,
                 profile.addPasses, profile.crossEntropyPasses, profile.expertsEfficiency, profile.optimizerBytes,
                 profile.expertGemmStreams > 0
                     ? formatv("a GEMM an expert, {0} at once", profile.expertGemmStreams).str()
-                    : std::string("one grouped kernel"));
+                    : std::string("one grouped kernel"),
+                profile.expertImbalance != 1
+                    ? formatv(", the busiest EP rank's {0:F3}x the mean's", profile.expertImbalance).str()
+                    : std::string());
   os << formatv("  profile: selective recomputation re-runs {0}; fp8 quantisation {1:G} passes an activation, "
                 "{2:G} over the weights; {3:G} of the SMs to compute; the expert dispatch {4}{8}, {5}; "
                 "the loss {6:G} logits-sized buffer(s) more; {7}\n",

@@ -258,6 +258,48 @@ TEST(CalibrationTest, AttentionsFixedCostAQueryIsFitted) {
       << fit->report;
 }
 
+// A run profile with its EP rank's experts: two layers' dispatched rows
+// (the routing's last dimension 1: rows an expert rank holds), `seconds`
+// each.
+std::string withExperts(std::string profile, double seconds) {
+  std::string experts;
+  for (int layer = 0; layer < 2; ++layer)
+    experts += ",\n" + inst("experts", {{64, 32}, {64, 1}, {64, 1}, {4, 48, 32}, {4, 48, 32}, {4, 32, 48}},
+                            {64, 32}, seconds);
+  size_t end = profile.rfind("]}");
+  return profile.insert(end, experts);
+}
+
+// Under EP each rank's experts take its share of the routing: the busiest
+// rank's time over the ranks' mean is the router's imbalance on the run's
+// data. Two EP2 runs whose rank 1 takes 1.2x and 1.5x rank 0's, and one
+// 1.3x: the median run's, 1.3 / 1.15. Runs without EP leave it balanced.
+TEST(CalibrationTest, TheBusiestExpertRanksShareIsMeasured) {
+  double parameters = 1e7, update = 48 * parameters / kStream;
+  std::string plain = runProfile(update, parameters);
+  std::vector<std::string> files, names;
+  for (auto [run, ratio] : {std::pair<const char *, double>{"a.json", 1.2}, {"b.json", 1.5}, {"c.json", 1.3}}) {
+    files.push_back(withExperts(plain, 1e-3));
+    names.push_back(run);
+    files.push_back(withExperts(plain, ratio * 1e-3));
+    names.push_back(std::string(run) + ".rank1");
+  }
+  llvm::Expected<Calibration> fit = calibrate(base(), files, names);
+  ASSERT_TRUE(static_cast<bool>(fit)) << llvm::toString(fit.takeError());
+  EXPECT_NEAR(fit->cluster.profile.expertImbalance, 1.3 / 1.15, 1e-9);
+  EXPECT_NE(fit->report.find("experts under EP: the busiest rank's time 1.130x the mean's (3 run(s), 1.091 to "
+                             "1.200)"),
+            std::string::npos)
+      << fit->report;
+  // (the dispatched rows are no sample of the experts' rate: the fit of
+  // the rest is the figures')
+  EXPECT_NEAR(fit->cluster.peakFlops["f32"] / kRate, 1.0, 1e-6);
+  llvm::Expected<Calibration> balanced = calibrate(base(), {plain}, {"p.json"});
+  ASSERT_TRUE(static_cast<bool>(balanced)) << llvm::toString(balanced.takeError());
+  EXPECT_EQ(balanced->cluster.profile.expertImbalance, 1);
+  EXPECT_NE(balanced->report.find("experts under EP: no run (balanced routing kept)"), std::string::npos);
+}
+
 // Two ranks on a node whose memory streams at 1.5 times one rank's rate
 // (a run alone beside a run of two): their memory-bound terms 2 / 1.5
 // times longer. The fit finds the node's rate, 15 GB/s (1.5 x 10), and

@@ -135,6 +135,13 @@ struct Profile {
   /// The experts' GEMMs (gathered rows, a GEMM an expert) as a share of
   /// the dense GEMMs' rate.
   double expertsEfficiency = 1;
+  /// Under expert parallelism, the busiest rank's routed work over the
+  /// mean rank's (a router's imbalance on its data; 1: balanced routing).
+  /// The experts' time on an EP rank is the mean's times this: the
+  /// combine waits for the busiest. `--calibrate` measures it (the EP
+  /// runs' experts' time, the busiest rank's over the mean); the
+  /// exchange's bytes are not scaled.
+  double expertImbalance = 1;
   /// How the experts' GEMMs run: 0, one grouped kernel over a rank's
   /// local experts (they fill the device together); n > 0, a GEMM an
   /// expert, each launched on its own, n at once on as many streams
