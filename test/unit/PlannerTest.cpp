@@ -794,6 +794,40 @@ TEST_F(PlannerTest, ZeroThreeAsDeepSpeedRanItGathersTensorByTensorWithoutOverlap
   EXPECT_NEAR(recomputed.dpComm, 3 * gather + reduce, 1e-12);
 }
 
+TEST_F(PlannerTest, HiddenZeroThreeCollectivesCostTheComputeTheSmsTheyHold) {
+  // ZeRO-3 a layer ahead over 16 ranks on 2 nodes: each layer's bf16
+  // parameters gathered for its forward and again for its backward, its
+  // fp32 gradients reduce-scattered (the embedding's and the head's 1M
+  // elements, layer 0's 8M). What the layers' passes hide of that stream
+  // runs beside them on dp_overlap_sms of the H100's 132 SMs: at 66 the
+  // compute beside it loses half the hidden time (the collectives' times
+  // are collectiveTime's: the share is what is tested here).
+  ModelGraph model = analyze(mlp());
+  Workload w = cantFail(parseWorkload("train:batch=16,seq=2048,dp=16,tp=1,pp=1,ep=1,cp=1,mbs=1,"
+                                      "recompute=none,zero=3"));
+  auto planned = [&](int sms) {
+    ClusterSpec c = cantFail(resolveCluster("dgx-h100:nodes=2"));
+    c.profile = cantFail(parseProfile(
+        llvm::formatv(R"({{"name": "z3", "zero3_prefetch_layers": 1, "dp_overlap_sms": {0}})", sms).str()));
+    PlanResult result = searchPlans(model, c, w, PlanOptions());
+    EXPECT_FALSE(result.plans.empty());
+    return result.plans.empty() ? Plan() : result.plans.front();
+  };
+  ClusterSpec c = cantFail(resolveCluster("dgx-h100:nodes=2"));
+  Group replicas = makeGroup(c, 16, 1);
+  double streamed = 0;
+  for (double elements : {1024.0 * 1024, 8 * 1024.0 * 1024, 1024.0 * 1024})
+    streamed += 2 * collectiveTime(c, CollectiveKind::AllGather, 2 * elements, replicas) +
+                collectiveTime(c, CollectiveKind::ReduceScatter, 4 * elements, replicas);
+  Plan free = planned(0), held = planned(66);
+  ASSERT_EQ(free.microBatches, 1);
+  ASSERT_LT(free.dpComm, 0.9 * streamed); // (some of it hidden)
+  EXPECT_EQ(free.dpBeside, 0);
+  double beside = 0.5 * (streamed - free.dpComm);
+  EXPECT_NEAR(held.dpBeside, beside, 1e-9 * beside);
+  EXPECT_NEAR(held.dpComm - free.dpComm, beside, 1e-9 * beside);
+}
+
 TEST_F(PlannerTest, GradientFusionHoldsNoGradientInTheModelsType) {
   // Megatron's gradient_accumulation_fusion: the weight-gradient GEMM adds
   // into the fp32 sums, so no bf16 gradient is held (without it one stage
