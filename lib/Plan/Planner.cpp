@@ -956,13 +956,13 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               continue;
             // The slowest stage sets the pace.
             const std::vector<int64_t> *slowestLayers = &stages.front();
-            double slowest = 0, slowestBackward = 0, stageTp = 0, stageEp = 0,
+            double slowest = 0, slowestBackward = 0, slowestForward = 0, stageTp = 0, stageEp = 0,
                    stageCp = 0, stageCompute = 0, denseParams = 0, expertParams = 0;
             double slowestBackwardBusy[2] = {0, 0}, slowestBusy[2] = {0, 0},
                    slowestForwardBusy[2] = {0, 0};
             double everyStage = 0; // one microbatch's passes through every stage
             for (const std::vector<int64_t> &layers : stages) {
-              double t = 0, b = 0, tpc = 0, epc = 0, cpc = 0, comp = 0, dn = 0, ex = 0;
+              double t = 0, f = 0, b = 0, tpc = 0, epc = 0, cpc = 0, comp = 0, dn = 0, ex = 0;
               double bb[2] = {0, 0}, bt[2] = {0, 0}, fb[2] = {0, 0};
               for (int64_t l : layers) {
                 for (int link : {0, 1}) {
@@ -972,6 +972,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                                                                 (rc == Recompute::Full ? 2 : 1);
                 }
                 t += costs[l].time;
+                f += costs[l].forward;
                 b += costs[l].backward;
                 tpc += costs[l].tpComm;
                 epc += costs[l].epComm;
@@ -984,6 +985,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               if (t > slowest) {
                 slowestLayers = &layers;
                 slowest = t;
+                slowestForward = f;
                 slowestBackward = b;
                 stageTp = tpc;
                 stageEp = epc;
@@ -1091,8 +1093,7 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
                 double exposedGather = gather;
                 if (cluster.profile.dpParamGatherOverlap && gather > 0) {
                   double tailGather = gatherOf(tail, denseGroup);
-                  double forward = slowest - slowestBackward -
-                                   slowestForwardBusy[linkOf(denseGroup)];
+                  double forward = slowestForward - slowestForwardBusy[linkOf(denseGroup)];
                   exposedGather = tailGather + std::max(0.0, gather - tailGather - std::max(0.0, forward));
                 }
                 // (the reductions but the tail's behind the backward, as
