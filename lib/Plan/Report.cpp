@@ -413,18 +413,18 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
   }
   if (workload.kind == WorkloadKind::Train && plan.zero < 3 && plan.dpSync > 0) {
     std::string buckets;
-    if (plan.dpTail > 0)
+    if (plan.dpTail > 0) {
+      bool overlapped = plan.zero > 0 && profile.dpParamGatherOverlap;
       buckets = formatv(" (in buckets of {0:F1} M parameters; the first stage's first bucket, {1:F2} M, {2}, "
                         "exposed{3})",
                         std::max(profile.dpBucketParams, profile.dpBucketParamsPerRank * plan.dp) / 1e6,
                         plan.dpTail / 1e6,
-                        plan.zero == 0 ? "reduced after it" : "reduced after it and gathered before the next "
-                                                              "forward",
+                        overlapped ? "reduced after it and gathered before the next forward" : "reduced after it",
                         plan.zero == 0 ? ""
-                        : profile.dpParamGatherOverlap
-                            ? "; the other gathers behind the first microbatch's forward"
-                            : "; the other gathers after the optimizer step, exposed")
+                        : overlapped   ? "; the other gathers behind the first microbatch's forward"
+                                       : "; the gathers after the optimizer step, exposed")
                     .str();
+    }
     std::string beside =
         plan.dpBeside > 0 ? formatv(" (with {0:F3} ms the compute beside the hidden part loses to its kernels' {1} "
                                     "SMs)",
