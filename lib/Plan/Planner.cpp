@@ -1027,13 +1027,14 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
             // sums once; ZeRO-2 each microbatch's gradients, the sums being
             // split) and, ZeRO-1/2, the updated parameters' gather, once a
             // step.
-            auto reduceOf = [&](double params, Group group) {
+            auto reduceOnce = [&](double params, Group group) {
               if (group.size <= 1 || params <= 0)
                 return 0.0;
-              if (zero == 0)
-                return messages(CollectiveKind::AllReduce, cluster.profile.reduceBytes * params, group);
-              return messages(CollectiveKind::ReduceScatter, cluster.profile.reduceBytes * params, group) *
-                     (zero >= 2 ? m : 1);
+              return messages(zero == 0 ? CollectiveKind::AllReduce : CollectiveKind::ReduceScatter,
+                              cluster.profile.reduceBytes * params, group);
+            };
+            auto reduceOf = [&](double params, Group group) {
+              return reduceOnce(params, group) * (zero >= 2 ? m : 1);
             };
             auto gatherOf = [&](double params, Group group) {
               if (group.size <= 1 || params <= 0 || zero == 0)
@@ -1084,12 +1085,11 @@ void Search::evaluateTrain(int64_t tp, int64_t pp, int64_t dp, int64_t ep,
               // the next forward, exposed; the other buckets' gathers run
               // behind the first microbatch's forward (or, not
               // overlapped, after the optimizer step).
-              double bucket = std::max(cluster.profile.dpBucketParams,
-                                       cluster.profile.dpBucketParamsPerRank * dp);
+              double bucket = cluster.profile.dpBucketFor(dp);
               if (cluster.profile.dpOverlap && bucket > 0 && dense > 0) {
                 double tail = std::min(firstBucketParams(costs, stages.front(), bucket), denseParams);
                 double reduce = reduceOf(denseParams, denseGroup), gather = gatherOf(denseParams, denseGroup);
-                double tailReduce = reduceOf(tail, denseGroup) / (zero >= 2 ? m : 1);
+                double tailReduce = reduceOnce(tail, denseGroup); // (the last microbatch's)
                 double exposedGather = gather;
                 if (cluster.profile.dpParamGatherOverlap && gather > 0) {
                   double tailGather = gatherOf(tail, denseGroup);

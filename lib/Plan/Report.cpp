@@ -417,7 +417,7 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
       bool overlapped = plan.zero > 0 && profile.dpParamGatherOverlap;
       buckets = formatv(" (in buckets of {0:F1} M parameters; the first stage's first bucket, {1:F2} M, {2}, "
                         "exposed{3})",
-                        std::max(profile.dpBucketParams, profile.dpBucketParamsPerRank * plan.dp) / 1e6,
+                        profile.dpBucketFor(plan.dp) / 1e6,
                         plan.dpTail / 1e6,
                         overlapped ? "reduced after it and gathered before the next forward" : "reduced after it",
                         plan.zero == 0 ? ""

@@ -25,6 +25,8 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -271,6 +273,8 @@ struct Profile {
   /// hides behind the last backward).
   double dpBucketParams = 0, dpBucketParamsPerRank = 0;
   bool dpParamGatherOverlap = false;
+  /// The bucket's parameters over `dp` ranks (0: no buckets).
+  double dpBucketFor(int64_t dp) const { return std::max(dpBucketParams, dpBucketParamsPerRank * dp); }
   /// SMs a data-parallel collective's kernels hold while it runs beside
   /// the compute (the gradient sync's hidden part, ZeRO-3's gathers and
   /// reduce-scatters): NCCL runs a CTA a channel for the whole
