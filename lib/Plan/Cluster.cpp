@@ -41,7 +41,8 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
   "hbm_gb": 85.52, "hbm_bandwidth_gbps": 3350,
-  "matmul_efficiency": 0.716, "fp8_matmul_efficiency": 0.651, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.716, "fp8_matmul_efficiency": 0.651, "busy_node_matmul_share": 0.972,
+  "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 450, "efficiency": 0.82, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -50,7 +51,8 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
   "hbm_gb": 150.75, "hbm_bandwidth_gbps": 4800,
-  "matmul_efficiency": 0.716, "fp8_matmul_efficiency": 0.651, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.716, "fp8_matmul_efficiency": 0.651, "busy_node_matmul_share": 0.972,
+  "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 450, "efficiency": 0.82, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -59,7 +61,8 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 912, "f16": 912, "f32": 456, "fp8": 1824},
   "hbm_gb": 103.08, "hbm_bandwidth_gbps": 2400,
-  "matmul_efficiency": 0.716, "fp8_matmul_efficiency": 0.651, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.716, "fp8_matmul_efficiency": 0.651, "busy_node_matmul_share": 0.972,
+  "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 450, "efficiency": 0.82, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -68,7 +71,8 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 989, "f16": 989, "f32": 494.5, "fp8": 1979},
   "hbm_gb": 85.52, "hbm_bandwidth_gbps": 3350,
-  "matmul_efficiency": 0.716, "fp8_matmul_efficiency": 0.651, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.716, "fp8_matmul_efficiency": 0.651, "busy_node_matmul_share": 0.972,
+  "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 200, "efficiency": 0.8, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.93, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -77,7 +81,8 @@ const std::pair<const char *, const char *> kPresets[] = {
   "devices_per_node": 8, "nodes": 1,
   "peak_tflops": {"bf16": 2250, "f16": 2250, "f32": 1125, "fp8": 4500},
   "hbm_gb": 180, "hbm_bandwidth_gbps": 8000,
-  "matmul_efficiency": 0.647, "fp8_matmul_efficiency": 0.621, "memory_efficiency": 0.85,
+  "matmul_efficiency": 0.647, "fp8_matmul_efficiency": 0.621, "busy_node_matmul_share": 0.929,
+  "memory_efficiency": 0.85,
   "intra_node": {"bandwidth_gbps": 900, "efficiency": 0.94, "hop_latency_us": 3.4},
   "inter_node": {"bandwidth_gbps": 50, "efficiency": 0.74, "hop_latency_us": 14},
   "collective_latency_us": 8.4})json"},
@@ -175,6 +180,10 @@ double ClusterSpec::gemmPeak(StringRef dtype) const {
   return peak(dtype);
 }
 
+double ClusterSpec::sustainedMatmulEfficiency() const {
+  return matmulEfficiency * (devicesPerNode > 1 ? busyNodeMatmulShare : 1.0);
+}
+
 double ClusterSpec::memoryBandwidth() const {
   if (nodeMemoryBandwidth > 0 && devicesPerNode > 0)
     return std::min(hbmBandwidth, nodeMemoryBandwidth / devicesPerNode);
@@ -207,6 +216,8 @@ std::string ClusterSpec::toJson() const {
     root["multiprocessors"] = multiprocessors;
   if (fp8MatmulEfficiency > 0)
     root["fp8_matmul_efficiency"] = fp8MatmulEfficiency;
+  if (busyNodeMatmulShare != 1)
+    root["busy_node_matmul_share"] = busyNodeMatmulShare;
   if (nodeMemoryBandwidth > 0)
     root["node_memory_bandwidth_gbps"] = nodeMemoryBandwidth / 1e9;
   return formatv("{0:2}", json::Value(std::move(root))).str();
@@ -227,8 +238,8 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
   if (Error e = checkKeys(*root,
                           {"name", "device", "devices_per_node", "nodes",
                            "peak_tflops", "hbm_gb", "hbm_bandwidth_gbps",
-                           "matmul_efficiency", "fp8_matmul_efficiency", "memory_efficiency",
-                           "intra_node", "inter_node", "collective_latency_us",
+                           "matmul_efficiency", "fp8_matmul_efficiency", "busy_node_matmul_share",
+                           "memory_efficiency", "intra_node", "inter_node", "collective_latency_us",
                            "multiprocessors", "node_memory_bandwidth_gbps"},
                           "", source))
     return std::move(e);
@@ -280,6 +291,14 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
     if (*fp8 > 1)
       return fieldError(source, "fp8_matmul_efficiency", "must be at most 1");
     spec.fp8MatmulEfficiency = *fp8;
+  }
+  if (root->get("busy_node_matmul_share")) {
+    auto share = positive(*root, "busy_node_matmul_share", "", source);
+    if (!share)
+      return share.takeError();
+    if (*share > 1)
+      return fieldError(source, "busy_node_matmul_share", "must be at most 1");
+    spec.busyNodeMatmulShare = *share;
   }
   if (root->get("node_memory_bandwidth_gbps")) {
     auto node = positive(*root, "node_memory_bandwidth_gbps", "", source);

@@ -147,7 +147,7 @@ double parax::plan::pipelineTime(double m, double v, double slowest, double ever
 
 double parax::plan::rooflineTime(const ClusterSpec &cluster, double flops,
                                  double bytes, double peak) {
-  double compute = flops / (peak * cluster.matmulEfficiency);
+  double compute = flops / (peak * cluster.sustainedMatmulEfficiency());
   double memory = bytes / (cluster.memoryBandwidth() * cluster.memoryEfficiency);
   return std::max(compute, memory) + cluster.profile.kernelOverhead;
 }
@@ -159,7 +159,7 @@ double parax::plan::gemmTime(const ClusterSpec &cluster, double flops, double by
     // `batch` independent GEMMs of one shape fill the device together.
     peak *= gemmShapeEfficiency(m * std::max(batch, 1.0), n, k, cluster.smCount(), profile.gemmKOverhead);
   }
-  double compute = flops / (peak * cluster.matmulEfficiency);
+  double compute = flops / (peak * cluster.sustainedMatmulEfficiency());
   double memory = bytes / (cluster.memoryBandwidth() * cluster.memoryEfficiency);
   return std::max(compute, memory) + profile.gemmUnhidden * std::min(compute, memory) + profile.kernelOverhead;
 }

@@ -318,7 +318,8 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
         .str();
   };
   os << formatv("\nexplain: {0}\n", plan.degrees());
-  os << formatv("  device: {0} TFLOP/s ({1}) x matmul efficiency {2:F3}{3}; HBM {4:F1} GB/s x {5:F2}{6}\n",
+  double busy = cluster.sustainedMatmulEfficiency() / cluster.matmulEfficiency;
+  os << formatv("  device: {0} TFLOP/s ({1}) x matmul efficiency {2:F3}{7}{3}; HBM {4:F1} GB/s x {5:F2}{6}\n",
                 peakFlops(cluster, model.dtype) / 1e12, model.dtype, cluster.matmulEfficiency,
                 profile.gemmShapes ? formatv(" x the GEMM's shape ({0} SMs)", cluster.multiprocessors).str()
                                    : std::string(),
@@ -327,7 +328,11 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
                     ? formatv(" (the node's {0:F1} GB/s shared by its {1} devices; {2:F1} a device alone)",
                               cluster.nodeMemoryBandwidth / 1e9, cluster.devicesPerNode, cluster.hbmBandwidth / 1e9)
                           .str()
-                    : std::string());
+                    : std::string(),
+                busy != 1 ? formatv(" x {0:F3} (the slowest of a node's {1} devices, all busy)", busy,
+                                    cluster.devicesPerNode)
+                                .str()
+                          : std::string());
   os << formatv("  links: in a node {0}; between nodes {1}; {2:F1} us a collective's launch\n",
                 link(cluster.intraNode), link(cluster.interNode), cluster.collectiveLatency * 1e6);
   os << "  " << profile.summary() << "\n";

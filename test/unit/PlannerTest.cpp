@@ -332,15 +332,16 @@ TEST_F(PlannerTest, AFlashAttentionsBackwardRunsItsFiveProductsAPair) {
   // dk: per (query, key) pair 2d + 5 + 2Dv again, then 2Dv + 5 + 4d,
   // against the forward's 2d + 5 + 2Dv (d = Dv = 128: 1290 against 517),
   // at the forward's rate. By hand: at 512 tokens the forward is bound by
-  // its bytes (q and the output [2, 512, 32, 128], k and v [2, 512, 2, 128],
-  // bf16, at 3,350 GB/s x 0.85: 6.26 us), not its FLOPs (2 sequences x 32
-  // heads x 512·513/2 causal pairs x 517 at 989 TF x 0.716: 6.14 us).
+  // its FLOPs (2 sequences x 32 heads x 512·513/2 causal pairs x 517 at
+  // 989 TF x 0.716 x 0.972, a busy node's slowest H100: 6.32 us), not its
+  // bytes (q and the output [2, 512, 32, 128], k and v [2, 512, 2, 128],
+  // bf16, at 3,350 GB/s x 0.85: 6.26 us).
   ModelGraph model = analyze(attentionBlock());
   TpContext ctx = attentionTraining();
   LayerPlan plan = solveLayer(model.layers[1], ctx, /*lastLayer=*/true);
-  double flops = 2.0 * 32 * (512.0 * 513 / 2) * 517 / (989e12 * 0.716);
-  double forward = 2.0 * (2 * 2 * 512 * 32 * 128 + 2 * 2 * 512 * 2 * 128) / (3350e9 * 0.85);
-  ASSERT_GT(forward, flops);
+  double forward = 2.0 * 32 * (512.0 * 513 / 2) * 517 / (989e12 * 0.716 * 0.972);
+  double bytes = 2.0 * (2 * 2 * 512 * 32 * 128 + 2 * 2 * 512 * 2 * 128) / (3350e9 * 0.85);
+  ASSERT_GT(forward, bytes);
   EXPECT_NEAR(plan.opTimes[6], forward, 1e-9 * forward);
   EXPECT_NEAR(plan.backwardExtraTime, forward * (1290.0 / 517 - 2), 1e-9 * forward);
   // A materialised kernel's backward is four batched GEMMs against two.

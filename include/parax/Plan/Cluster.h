@@ -39,6 +39,15 @@ struct ClusterSpec {
   /// The same for fp8 GEMMs (their own measured share of the fp8 peak); 0:
   /// matmulEfficiency.
   double fp8MatmulEfficiency = 0;
+  /// The share of those rates the slowest device of a node keeps while
+  /// every device of the node runs GEMMs at once (they share the board's
+  /// power and cooling, and a synchronous step waits for the slowest); 1:
+  /// a device's own rate holds.
+  double busyNodeMatmulShare = 1;
+  /// The share of a GEMM dtype's achievable rate a step gets:
+  /// matmulEfficiency, times busyNodeMatmulShare where a node has more
+  /// than one device (each busy: the plans use every device).
+  double sustainedMatmulEfficiency() const;
   double memoryEfficiency = 1; // achievable fraction of HBM bandwidth
   /// The memory bandwidth a node's devices share (bytes/s), where they
   /// share one memory (CPU cores on a socket's channels); 0: each device
