@@ -284,21 +284,17 @@ Expected<ClusterSpec> parax::plan::parseCluster(StringRef text,
   spec.hbmBandwidth = *hbmBw * 1e9;
   spec.matmulEfficiency = *mm;
   spec.memoryEfficiency = *mem;
-  if (root->get("fp8_matmul_efficiency")) {
-    auto fp8 = positive(*root, "fp8_matmul_efficiency", "", source);
-    if (!fp8)
-      return fp8.takeError();
-    if (*fp8 > 1)
-      return fieldError(source, "fp8_matmul_efficiency", "must be at most 1");
-    spec.fp8MatmulEfficiency = *fp8;
-  }
-  if (root->get("busy_node_matmul_share")) {
-    auto share = positive(*root, "busy_node_matmul_share", "", source);
+  // Optional shares: in (0, 1] where given.
+  for (auto [key, field] : {std::pair<StringRef, double *>{"fp8_matmul_efficiency", &spec.fp8MatmulEfficiency},
+                            {"busy_node_matmul_share", &spec.busyNodeMatmulShare}}) {
+    if (!root->get(key))
+      continue;
+    auto share = positive(*root, key, "", source);
     if (!share)
       return share.takeError();
     if (*share > 1)
-      return fieldError(source, "busy_node_matmul_share", "must be at most 1");
-    spec.busyNodeMatmulShare = *share;
+      return fieldError(source, key, "must be at most 1");
+    *field = *share;
   }
   if (root->get("node_memory_bandwidth_gbps")) {
     auto node = positive(*root, "node_memory_bandwidth_gbps", "", source);
