@@ -63,7 +63,9 @@ inline std::string emptyCheckpoint(const std::string &path) {
 /// A one-rank program: y[m, n] = x[m, k] @ w[k, n], x and w its inputs 0, 1.
 /// y = x · w, w [k, n]; `transposed`: w [n, k] (transpose_w, a Hugging Face
 /// projection's layout).
-inline parax::pxe::Executable linearProgram(int64_t m, int64_t k, int64_t n, bool transposed = false) {
+/// `dtype`: the three buffers' storage (the inputs are given in fp32).
+inline parax::pxe::Executable linearProgram(int64_t m, int64_t k, int64_t n, bool transposed = false,
+                                            parax::pxe::DType dtype = parax::pxe::F32) {
   parax::pxe::Executable exe;
   exe.set_format_version(2);
   exe.add_ranks();
@@ -72,6 +74,7 @@ inline parax::pxe::Executable linearProgram(int64_t m, int64_t k, int64_t n, boo
   addBuffer(s, transposed ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, parax::pxe::INPUT)
       ->set_input_index(1);
   addBuffer(s, {m, n}, parax::pxe::TEMPORARY);
+  for (int b = 0; b < 3; ++b) s.mutable_buffers(b)->set_dtype(dtype);
   auto *inst = s.add_instructions();
   inst->set_kind(parax::pxe::OP_LINEAR);
   if (transposed) (*inst->mutable_attrs())["transpose_w"].set_b(true);

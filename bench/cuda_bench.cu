@@ -8,7 +8,12 @@
 //    ceilings the fp32 path leaves on the table;
 // 2. HBM: device-to-device copy bandwidth (bytes read + written), the
 //    denominator of the decode lower bound (weight bytes / bandwidth);
-// 3. which GELU cuBLASLt's GELU_BIAS epilogue computes (tanh or erf form).
+// 3. which GELU cuBLASLt's GELU_BIAS epilogue computes (tanh or erf form);
+// 4. few-row linears (a decode step's, bf16): the backend's few-row kernel
+//    against the same program on cuBLAS (PARAX_FEW_ROWS=0), wall clock a
+//    step (one CUDA graph launch), and cublasGemmEx alone (device time),
+//    each as the weight bytes it streams a second, the few-row kernel's
+//    against the copy's traffic (issue 47's bar: 0.8).
 // Medians of repeated runs, timed with CUDA events (the backend: wall clock
 // around run(), which returns when the GPU is done). Correctness of the
 // linear output against cublasSgemm is checked in the same run.
@@ -144,6 +149,67 @@ void gemms() {
   cublasDestroy(blas);
 }
 
+void fewRowLinears(double copyBandwidth) {
+  auto ckpt = Checkpoint::open(emptyCheckpoint("/tmp/parax-cuda-bench-empty.safetensors"));
+  if (!ckpt.isOk()) { std::printf("%s\n", ckpt.status().message().c_str()); std::exit(1); }
+  cublasHandle_t blas;
+  CHECK(cublasCreate(&blas));
+  std::printf("few-row linears, bf16, the weight's bytes a second in TB/s (median of 50; copy %.2f TB/s;\n"
+              "W [n, k]: every model's projections; W [k, n]: GPT-2's):\n"
+              "  %-28s %10s %10s %10s %10s %10s\n", copyBandwidth / 1e12, "m x k x n, W", "few-row", "cuBLAS",
+              "cublasEx", "vs copy", "max diff");
+  for (const auto &mknt : std::vector<std::tuple<int, int, int, bool>>{
+           {1, 4096, 4096, true}, {1, 4096, 14336, true}, {1, 14336, 4096, true}, {8, 4096, 4096, true},
+           {8, 4096, 14336, true}, {8, 14336, 4096, true}, {1, 4096, 14336, false}, {8, 4096, 14336, false}}) {
+    const int m = std::get<0>(mknt), k = std::get<1>(mknt), n = std::get<2>(mknt);
+    const bool transposed = std::get<3>(mknt);
+    parax::pxe::Executable exe = linearProgram(m, k, n, transposed, parax::pxe::BF16);
+    Tensor x = Tensor::floats({m, k}), w = Tensor::floats(transposed ? std::vector<int64_t>{n, k}
+                                                                     : std::vector<int64_t>{k, n});
+    for (size_t i = 0; i < x.f.size(); ++i) x.f[i] = std::sin(0.001 * i);
+    for (size_t i = 0; i < w.f.size(); ++i) w.f[i] = 0.01f * std::cos(0.001 * i);
+    auto timed = [&](const char *fewRows, std::vector<float> &out) {
+      setenv("PARAX_FEW_ROWS", fewRows, 1); // (read at prepare)
+      CudaExecutor ex;
+      Status st = ex.prepare(exe, 0, nullptr, *ckpt.value(), {x, w}, 0);
+      if (!st.isOk()) { std::printf("prepare: %s\n", st.message().c_str()); std::exit(1); }
+      double t = timeIt([&] { (void)ex.run(); }, 50);
+      out = ex.outputs()[0].f;
+      return t;
+    };
+    std::vector<float> few, blasOut;
+    double tFew = timed("1", few), tBlas = timed("0", blasOut);
+    unsetenv("PARAX_FEW_ROWS");
+    float diff = 0;
+    for (size_t i = 0; i < few.size(); ++i) diff = std::max(diff, std::fabs(few[i] - blasOut[i]));
+    __nv_bfloat16 *bx, *bw;
+    float *dy, *fx, *fw;
+    size_t nx = size_t(m) * k, nw = size_t(k) * n;
+    CHECK(cudaMalloc(&fx, nx * 4));
+    CHECK(cudaMalloc(&fw, nw * 4));
+    CHECK(cudaMalloc(&bx, nx * 2));
+    CHECK(cudaMalloc(&bw, nw * 2));
+    CHECK(cudaMalloc(&dy, size_t(m) * n * 4));
+    CHECK(cudaMemcpy(fx, x.f.data(), nx * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(fw, w.f.data(), nw * 4, cudaMemcpyHostToDevice));
+    toBf16<<<1024, 256>>>(fx, bx, nx);
+    toBf16<<<1024, 256>>>(fw, bw, nw);
+    const float one = 1, zero = 0;
+    double tEx = gpuTime([&] {
+      CHECK(cublasGemmEx(blas, transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, bw,
+                         CUDA_R_16BF, transposed ? k : n, bx, CUDA_R_16BF, k, &zero, dy, CUDA_R_32F, n,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }, 50);
+    cudaFree(fx); cudaFree(fw); cudaFree(bx); cudaFree(bw); cudaFree(dy);
+    const double bytes = 2.0 * k * n;
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "%d x %d x %d, %s", m, k, n, transposed ? "[n, k]" : "[k, n]");
+    std::printf("  %-28s %10.2f %10.2f %10.2f %9.0f%% %10.1e\n", shape, bytes / tFew / 1e12, bytes / tBlas / 1e12,
+                bytes / tEx / 1e12, 100 * bytes / tFew / copyBandwidth, diff);
+  }
+  cublasDestroy(blas);
+}
+
 // Which GELU cuBLASLt's GELU_BIAS epilogue computes (its documentation does
 // not say; the backend fuses a gelu into it only for the form found).
 void geluEpilogueProbe() {
@@ -162,7 +228,8 @@ void geluEpilogueProbe() {
               "(the forms differ by up to 4.7e-4): %s\n", probe.vsTanh, probe.vsErf, form);
 }
 
-void bandwidth() {
+/// Device-to-device copy bandwidth (bytes read + written a second).
+double bandwidth() {
   size_t bytes = size_t(4) << 30;
   void *a, *b;
   CHECK(cudaMalloc(&a, bytes));
@@ -173,6 +240,7 @@ void bandwidth() {
               2.0 * bytes / t / 1e12);
   cudaFree(a);
   cudaFree(b);
+  return 2.0 * bytes / t;
 }
 
 } // namespace
@@ -187,7 +255,8 @@ int main() {
   CHECK(cudaGetDeviceProperties(&p, 0));
   std::printf("device: %s, %d SMs\n", p.name, p.multiProcessorCount);
   gemms();
-  bandwidth();
+  double copy = bandwidth();
   geluEpilogueProbe();
+  fewRowLinears(copy);
   return 0;
 }

@@ -178,6 +178,10 @@ struct CudaExecutor::State {
   size_t scratchSize = 0;
   float *commScratch = nullptr; // for collectives only (see PendingCollective)
   size_t commScratchSize = 0;
+  float *fewRowsPartials = nullptr; // the few-row linear's k splits' sums (see FewRows)
+  size_t fewRowsSize = 0;
+  bool fewRowsKernel = true; // an inference step's linears of at most 8 rows through fewRowsLinearKernel
+                             // (PARAX_FEW_ROWS=0, or a training step: cuBLAS)
   int sharedOptIn = 48 * 1024; // bytes of shared memory a block may opt into
   bool tensorCoreAttention = true; // bf16 attention on tensor cores (PARAX_ATTENTION)
   bool splitDecodeAttention = true; // a few queries over many keys: split over the keys (PARAX_ATTENTION)
@@ -349,6 +353,7 @@ struct CudaExecutor::State {
     if (scratch) cudaFree(scratch);
     if (tokens) cudaFree(tokens);
     if (commScratch) cudaFree(commScratch);
+    if (fewRowsPartials) cudaFree(fewRowsPartials);
     for (auto &[inst, frequencies] : ropeFrequencies) cudaFree(frequencies);
     for (auto &[bias, counts] : expertCounts) cudaFree(counts);
     cudnnAttention.clear(); // before the handle
@@ -967,6 +972,8 @@ struct CudaExecutor::State {
     int ldw = static_cast<int>(transposeW ? k : n);
     if (we == Elem::F32 && (xe != Elem::F32 || ye != Elem::F32))
       return Status::error("a GEMM with fp32 weights needs fp32 activations");
+    if (fewRowsKernel && !gelu && !accumulate && FewRows::fits(m, k, n, transposeW, elemBytes(we), w))
+      return fewRowsGemm(x, xe, m, k, w, we, transposeW, n, y, ye, bias);
     if (we == Elem::BF16 && xe == Elem::F32) {
       PARAX_LAUNCH(toBf16Kernel, blocksFor(m * k), kThreads, 0, stream)(static_cast<const float *>(x), xb, m * k);
       x = xb;
@@ -982,6 +989,77 @@ struct CudaExecutor::State {
     }
     PARAX_CUBLAS(cublasSgemm(blas, op, CUBLAS_OP_N, n, m, k, &one, static_cast<const float *>(w), ldw,
                              static_cast<const float *>(x), k, &beta, static_cast<float *>(y), n));
+    return Status::ok();
+  }
+
+  /// gemm's y[m, n] = x[m, k] · op(W) (+ bias[n]) for m <= 8 rows, each
+  /// byte of W read once: W [n, k] (`transposeW`) by
+  /// fewRowsLinearTransposedKernel, W [k, n] by fewRowsLinearKernel over
+  /// splits of k whose sums fewRowsCombineKernel adds; x in either type,
+  /// read as it is.
+  Status fewRowsGemm(const void *x, Elem xe, int64_t m, int64_t k, const void *w, Elem we, bool transposeW,
+                     int64_t n, void *y, Elem ye, const void *bias) {
+    const int64_t wBytes = elemBytes(we);
+    int64_t splits = 0, kPerSplit = 0;
+    dim3 grid;
+    if (transposeW) {
+      const int64_t columns = FewRows::kWarps * FewRows::kWarpColumns; // a block's
+      grid = dim3(static_cast<unsigned>((n + columns - 1) / columns));
+    } else {
+      splits = FewRows::splits(m, k, n, wBytes, multiprocessors);
+      Status st = ensureScratch(static_cast<size_t>(splits * m * n), fewRowsPartials, fewRowsSize);
+      if (!st.isOk()) return st;
+      kPerSplit = (k + splits - 1) / splits;
+      grid = dim3(static_cast<unsigned>((n + FewRows::columns(wBytes) - 1) / FewRows::columns(wBytes)),
+                  static_cast<unsigned>(splits));
+    }
+    auto launch = [&](auto rows) {
+      constexpr int R = decltype(rows)::value;
+      using BF16 = __nv_bfloat16;
+      auto transposed = [&](auto xs, auto ws, auto ys) {
+        using Shape = FewRowsShape<R, decltype(xs), decltype(ws), decltype(ys)>;
+        PARAX_LAUNCH(fewRowsLinearTransposedKernel<Shape>, grid, FewRows::kThreads, 0, stream)(
+            static_cast<const typename Shape::TX *>(x), static_cast<const typename Shape::TW *>(w),
+            static_cast<const typename Shape::TY *>(bias), static_cast<typename Shape::TY *>(y), k, n);
+      };
+      auto split = [&](auto xs, auto ws) {
+        using Shape = FewRowsShape<R, decltype(xs), decltype(ws)>;
+        PARAX_LAUNCH(fewRowsLinearKernel<Shape>, grid, FewRows::kThreads, 0, stream)(
+            static_cast<const typename Shape::TX *>(x), static_cast<const typename Shape::TW *>(w),
+            fewRowsPartials, k, n, kPerSplit);
+      };
+      // (an fp32 W has fp32 x and y: gemm checked)
+      if (!transposeW) {
+        if (we == Elem::F32) split(float{}, float{});
+        else if (xe == Elem::F32) split(float{}, BF16{});
+        else split(BF16{}, BF16{});
+      } else if (we == Elem::F32) {
+        transposed(float{}, float{}, float{});
+      } else if (xe == Elem::F32) {
+        if (ye == Elem::BF16) transposed(float{}, BF16{}, BF16{});
+        else transposed(float{}, BF16{}, float{});
+      } else {
+        if (ye == Elem::BF16) transposed(BF16{}, BF16{}, BF16{});
+        else transposed(BF16{}, BF16{}, float{});
+      }
+    };
+    switch (m) {
+    case 1: launch(std::integral_constant<int, 1>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    case 3: launch(std::integral_constant<int, 3>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    case 5: launch(std::integral_constant<int, 5>{}); break;
+    case 6: launch(std::integral_constant<int, 6>{}); break;
+    case 7: launch(std::integral_constant<int, 7>{}); break;
+    default: launch(std::integral_constant<int, 8>{}); break; // (FewRows::fits: m <= 8)
+    }
+    if (transposeW) return Status::ok();
+    if (ye == Elem::BF16)
+      PARAX_LAUNCH(fewRowsCombineKernel<__nv_bfloat16>, blocksFor(m * n), kThreads, 0, stream)(
+          fewRowsPartials, static_cast<const __nv_bfloat16 *>(bias), static_cast<__nv_bfloat16 *>(y), m, n, splits);
+    else
+      PARAX_LAUNCH(fewRowsCombineKernel<float>, blocksFor(m * n), kThreads, 0, stream)(
+          fewRowsPartials, static_cast<const float *>(bias), static_cast<float *>(y), m, n, splits);
     return Status::ok();
   }
 
@@ -1756,6 +1834,7 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   if (!st.isOk()) return st;
   PARAX_CUBLAS(cublasSetWorkspace(s.blas, s.blasWorkspace, kBlasWorkspace));
   s.graphs = !envIs("PARAX_CUDA_GRAPHS", "0");
+  s.fewRowsKernel = !envIs("PARAX_FEW_ROWS", "0");
   s.overlap = !envIs("PARAX_CUDA_OVERLAP", "0");
   const char *experts = std::getenv("PARAX_EXPERTS");
   s.expertsPath = experts ? experts : "";
@@ -1800,6 +1879,10 @@ Status CudaExecutor::prepare(const pxe::Executable &exe, int rank, NcclCommunica
   for (const pxe::Instruction &inst : s.host.stageProgram().instructions()) {
     s.graphs = s.graphs && s.capturable(inst);
     s.collectives += isCollective(opName(inst));
+    // A training step keeps its linears on cuBLAS: the few-row kernel is
+    // for decode steps, and a training check's tolerance after optimizer
+    // steps is the cuBLAS order's (see docs/cuda.md).
+    if (inst.kind() == pxe::OP_LINEAR_WEIGHT_GRAD) s.fewRowsKernel = false;
   }
   s.buffers.resize(s.host.stageProgram().buffers_size()); // a stage without parameters
   for (const pxe::Buffer &proto : s.host.stageProgram().buffers()) {
@@ -2290,7 +2373,7 @@ const BufferPlan &CudaExecutor::temporaries() const { return s_->temporaries; }
 const std::string &CudaExecutor::memoryPeak() const { return s_->peakReport; }
 size_t CudaExecutor::inPlaceTemporaries() const { return s_->inPlace; }
 size_t CudaExecutor::deviceBytes() const { return s_->deviceBytes; }
-size_t CudaExecutor::scratchBytes() const { return s_->scratchSize * sizeof(float); }
+size_t CudaExecutor::scratchBytes() const { return (s_->scratchSize + s_->fewRowsSize) * sizeof(float); }
 
 void CudaExecutor::keepLoadedParameters() { s_->keepParameters = true; }
 

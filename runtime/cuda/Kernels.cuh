@@ -880,6 +880,151 @@ __global__ void expertOffsetsKernel(const int32_t *count, int32_t *offset, int32
 }
 
 //===----------------------------------------------------------------------===//
+// Few-row linears (a decode step's: m <= FewRows::kMaxRows rows), y[m, n] =
+// x[m, k] . W: a GEMM's tiles of 64-128 rows would hold mostly nothing,
+// where these read each byte of W once, 16 bytes a load.
+// W stored [k, n] (fewRowsLinearKernel), block (column tile c, k split
+// p): each lane owns V = 16 / sizeof(W)
+// neighbouring columns of the tile's 32 V, each of the kWarps warps every
+// kWarps-th row of the split's k range, every x value read by a whole warp
+// at one address; the warps' sums meet in shared memory and
+// partial[p][r][col] gets the block's. fewRowsCombineKernel adds the
+// splits (and the bias) into y. The splits give the device enough blocks
+// (about 4 a multiprocessor) while the partials stay small against W.
+//===----------------------------------------------------------------------===//
+
+struct FewRows {
+  static constexpr int kMaxRows = 8, kWarps = 8, kThreads = 32 * kWarps;
+  /// W stored [n, k]: the columns (rows of W) a warp computes.
+  static constexpr int kWarpColumns = 4;
+  /// Columns a block covers (32 lanes of 16 bytes of W each).
+  static constexpr int64_t columns(int64_t wBytes) { return 32 * (16 / wBytes); }
+  /// The k splits for an [m, k] x [k, n] product on `sms` multiprocessors:
+  /// enough blocks for about 4 a multiprocessor, each warp at least 16 rows
+  /// of k, the partials (splits x m x n floats) at most 1/16 of W's bytes.
+  static int64_t splits(int64_t m, int64_t k, int64_t n, int64_t wBytes, int64_t sms) {
+    int64_t tiles = (n + columns(wBytes) - 1) / columns(wBytes);
+    int64_t wanted = (4 * sms + tiles - 1) / tiles;
+    int64_t rowsCap = std::max<int64_t>(1, k / (16 * kWarps));
+    int64_t bytesCap = std::max<int64_t>(1, k * wBytes / (16 * 4 * m));
+    return std::max<int64_t>(1, std::min({wanted, rowsCap, bytesCap}));
+  }
+  /// Whether W ([k, n], or `transposed` [n, k]) can be read 16 bytes at a
+  /// time: its rows' length a multiple of 16 bytes, its start aligned.
+  static bool fits(int64_t m, int64_t k, int64_t n, bool transposed, int64_t wBytes, const void *w) {
+    return m >= 1 && m <= kMaxRows && (transposed ? k : n) % (16 / wBytes) == 0 &&
+           reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  }
+};
+
+// The rows (R) and the x, W and y storage types of one few-row kernel.
+template <int Rows, typename X, typename W, typename Y = float> struct FewRowsShape {
+  static constexpr int R = Rows;
+  using TX = X;
+  using TW = W;
+  using TY = Y;
+};
+
+// x[r, kk] as the product takes it: in bf16 for a bf16 W, as the GEMMs'
+// tensor cores do.
+template <typename TW, typename TX> __device__ __forceinline__ float fewRowsX(const TX *x, int64_t i) {
+  return sizeof(TW) == 2 ? __bfloat162float(__float2bfloat16(ld(x, i))) : ld(x, i);
+}
+
+// W stored [n, k] (transpose_w: a Hugging Face projection's layout): each
+// warp computes FewRows::kWarpColumns neighbouring columns of y over the
+// whole of k, its lanes reading each column's row of W 16 bytes at a time
+// (32 lanes, 512 bytes a step) and the matching V values of each x row
+// once for all the warp's columns; the lanes' sums meet in shared memory
+// and one lane a (column, row) writes y (+ bias). No splits, no scratch.
+template <typename Shape>
+__global__ void fewRowsLinearTransposedKernel(const typename Shape::TX *x, const typename Shape::TW *w,
+                                              const typename Shape::TY *bias, typename Shape::TY *y, int64_t k,
+                                              int64_t n) {
+  using TW = typename Shape::TW;
+  constexpr int R = Shape::R, V = 16 / sizeof(TW), C = FewRows::kWarpColumns;
+  __shared__ float sums[FewRows::kWarps][C * R][33]; // (33: a lane's words in different banks)
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t col0 = ((int64_t)blockIdx.x * FewRows::kWarps + warp) * C;
+  float acc[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r] = 0.0f;
+  for (int64_t kk = (int64_t)lane * V; kk < k; kk += 32 * V) {
+    float xs[R][V];
+    for (int r = 0; r < R; ++r)
+      for (int e = 0; e < V; ++e) xs[r][e] = fewRowsX<TW>(x, r * k + kk + e);
+    for (int c = 0; c < C; ++c) {
+      if (col0 + c >= n) break;
+      Pack16 pack = *reinterpret_cast<const Pack16 *>(w + (col0 + c) * k + kk);
+      TW values[V];
+      std::memcpy(values, &pack, sizeof pack);
+      for (int r = 0; r < R; ++r)
+        for (int e = 0; e < V; ++e) acc[c][r] += xs[r][e] * ld(values, e);
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) sums[warp][c * R + r][lane] = acc[c][r];
+  __syncthreads();
+  if (lane < C * R) {
+    const int c = lane / R, r = lane % R;
+    const int64_t col = col0 + c;
+    if (col < n) {
+      float sum = 0.0f;
+      for (int l = 0; l < 32; ++l) sum += sums[warp][lane][l];
+      if (bias) sum += ld(bias, col);
+      st(y, r * n + col, sum);
+    }
+  }
+}
+
+template <typename Shape>
+__global__ void fewRowsLinearKernel(const typename Shape::TX *x, const typename Shape::TW *w, float *partial,
+                                    int64_t k, int64_t n, int64_t kPerSplit) {
+  using TW = typename Shape::TW;
+  constexpr int R = Shape::R, V = 16 / sizeof(TW), C = 32 * V;
+  __shared__ float sums[R * C]; // [r][e][lane]: a warp's lanes add to 32 neighbouring words
+  for (int i = threadIdx.x; i < R * C; i += blockDim.x) sums[i] = 0.0f;
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t col = blockIdx.x * (int64_t)C + lane * V;
+  const int64_t k0 = blockIdx.y * kPerSplit, k1 = min(k, k0 + kPerSplit);
+  float acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int e = 0; e < V; ++e) acc[r][e] = 0.0f;
+  if (col < n) {
+    for (int64_t kk = k0 + warp; kk < k1; kk += FewRows::kWarps) {
+      Pack16 pack = *reinterpret_cast<const Pack16 *>(w + kk * n + col);
+      TW values[V];
+      std::memcpy(values, &pack, sizeof pack);
+      for (int r = 0; r < R; ++r) {
+        float xr = fewRowsX<TW>(x, r * k + kk);
+        for (int e = 0; e < V; ++e) acc[r][e] += xr * ld(values, e);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int e = 0; e < V; ++e) atomicAdd(&sums[(r * V + e) * 32 + lane], acc[r][e]);
+  __syncthreads();
+  const int64_t base = blockIdx.x * (int64_t)C;
+  for (int i = threadIdx.x; i < R * C; i += blockDim.x) {
+    int r = i / C, c = i % C;
+    if (base + c < n) partial[((int64_t)blockIdx.y * R + r) * n + base + c] = sums[(r * V + c % V) * 32 + c / V];
+  }
+}
+
+// y[r, col] = the splits' partials summed (+ bias[col]).
+template <typename TY>
+__global__ void fewRowsCombineKernel(const float *partial, const TY *bias, TY *y, int64_t m, int64_t n,
+                                     int64_t splits) {
+  PARAX_GRID_STRIDE(i, m * n) {
+    float sum = 0.0f;
+    for (int64_t p = 0; p < splits; ++p) sum += partial[p * m * n + i];
+    if (bias) sum += ld(bias, i % n);
+    st(y, i, sum);
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Grouped expert GEMM: y[r, :] = x[r, :] . W_e^T for every row r of every
 // expert e (rows offset[e] .. offset[e] + count[e], sizes on the device),
 // W stacked [E, N, K], x [rows, K], y [rows, N] fp32. One launch for all

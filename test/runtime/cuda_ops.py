@@ -36,6 +36,26 @@ OPS = {
     "linear": (
         [("x", t(3, 5, 70), None), ("w", t(70, 90), "w")],
         "parax.linear %x, %w", t(3, 5, 90), {}),
+    # A few rows (a decode step's, at most 8): fewRowsLinearKernel reads
+    # each byte of W once over splits of k -- 3 rows, 520 columns (the
+    # third tile of 256 bf16 or 128 fp32 columns partial), k = 1100 in
+    # uneven splits (rows not a multiple of the 8 warps'); 8 rows with a
+    # bias; 9 rows (cuBLAS again).
+    "linear-few-rows": (
+        [("x", t(1, 3, 1100), None), ("w", t(1100, 520), "w")],
+        "parax.linear %x, %w", t(1, 3, 520), {}),
+    "linear-few-rows-bias": (
+        [("x", t(8, 1, 96), None), ("w", t(96, 40), "w"), ("b", t(40), "b")],
+        "parax.linear %x, %w, %b", t(8, 1, 40), {}),
+    # The same with W stored [n, k] (a Hugging Face projection's layout,
+    # every model's): 5 rows, a bias, 70 columns (a partial block of 32 and
+    # warp of 4), k = 600 (the lanes' third step of 256 bf16 values partial).
+    "linear-few-rows-transposed-bias": (
+        [("x", t(5, 1, 600), None), ("w", t(70, 600), "w"), ("b", t(70), "b")],
+        "parax.linear %x, %w, %b {transpose_w}", t(5, 1, 70), {}),
+    "linear-nine-rows": (
+        [("x", t(9, 1, 64), None), ("w", t(64, 48), "w")],
+        "parax.linear %x, %w", t(9, 1, 48), {}),
     "linear-transposed-bias": (
         [("x", t(3, 5, 70), None), ("w", t(90, 70), "w"), ("b", t(90), "b")],
         "parax.linear %x, %w, %b {transpose_w}", t(3, 5, 90), {}),

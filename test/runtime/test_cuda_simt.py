@@ -601,6 +601,18 @@ def test_decode_attention_reads_the_kv_cache_in_place(tmp_path, name, concats):
     assert in_place["temporaries"]["unshared_bytes"] < copied["temporaries"]["unshared_bytes"]
 
 
+def kernels_run(tmp_path, case, env):
+    """The names of the kernels case `case` launched on the emulator with
+    `env` (after checking its results against the CPU backend's)."""
+    tool("parax-run-simt")
+    cuda_cases.prepare_any(case, str(tmp_path), BIN)
+    log = tmp_path / "kernels.txt"
+    result = cuda_cases.check(case, str(tmp_path), BIN, tool="parax-run-simt",
+                              env=dict(env, PARAX_SIMT_KERNELS=str(log)))
+    assert result["ok"], result
+    return set(log.read_text().split()) if log.exists() else set()
+
+
 ATTENTION_GRAD_TENSOR_CORES = {"attentionTensorCoreKernel", "attentionGradTensorCoreKeyValueKernel",
                                "attentionGradTensorCoreQueryKernel"}
 ATTENTION_GRAD_CUDA_CORES = {"attentionGradStatsKernel<T>", "attentionGradKeyValueKernel<T>",
@@ -625,16 +637,34 @@ def test_attention_gradient_kernels_by_type_and_width(tmp_path, case, setting, k
     memory; on CUDA cores in fp32, with PARAX_ATTENTION=cuda-cores, or with
     256-wide heads. Each way within the case's tolerance of the CPU
     backend."""
-    tool("parax-run-simt")
-    cuda_cases.prepare_any(case, str(tmp_path), BIN)
-    log = tmp_path / "kernels.txt"
-    env = {"PARAX_SIMT_KERNELS": str(log)}
-    if setting:
-        env["PARAX_ATTENTION"] = setting
-    result = cuda_cases.check(case, str(tmp_path), BIN, tool="parax-run-simt", env=env)
-    assert result["ok"], result
-    ran = set(log.read_text().split())
+    ran = kernels_run(tmp_path, case, {"PARAX_ATTENTION": setting} if setting else {})
     assert {k for k in ran if k.startswith("attention")} == kernels, ran
+
+
+SPLIT_K = {"fewRowsLinearKernel", "fewRowsCombineKernel"}
+TRANSPOSED = {"fewRowsLinearTransposedKernel"}
+
+
+@pytest.mark.parametrize("case,setting,kernels", [
+    ("op-linear-few-rows", None, SPLIT_K), ("op-linear-few-rows-bf16", None, SPLIT_K),
+    ("op-linear-few-rows-bias", None, SPLIT_K), ("op-linear-few-rows-bias-bf16", None, SPLIT_K),
+    ("op-linear-few-rows-transposed-bias", None, TRANSPOSED),
+    ("op-linear-few-rows-transposed-bias-bf16", None, TRANSPOSED),
+    ("llama-decode", None, TRANSPOSED), ("gpt2-decode-bf16", None, SPLIT_K | TRANSPOSED),
+    ("op-linear-few-rows", "0", set()), ("op-linear-nine-rows", None, set()),
+    ("op-linear-transposed-bias", None, set()),
+    ("train-llama-bf16-adamw-dp2-pp2-chunks2-micro4", None, set())])
+def test_few_row_linears_read_each_weight_once(tmp_path, case, setting, kernels):
+    """A linear of at most 8 rows (a decode step's) runs parax's few-row
+    kernels, not a cuBLAS GEMM: with its weight stored [n, k] (Llama's
+    projections, a tied head) each warp's columns over the whole of k;
+    stored [k, n] (GPT-2's Conv1D weights), over splits of k and a kernel
+    adding the splits (and the bias). 9 rows (15 in
+    op-linear-transposed-bias), PARAX_FEW_ROWS=0 or a training step (its
+    microbatches of 4 rows here) go to cuBLAS. Each way within the case's
+    tolerance of the CPU backend."""
+    ran = kernels_run(tmp_path, case, {"PARAX_FEW_ROWS": setting} if setting else {})
+    assert {k.split("<")[0] for k in ran if k.startswith("fewRows")} == kernels, ran
 
 
 @pytest.mark.parametrize("case,setting,reason", [
