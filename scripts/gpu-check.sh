@@ -10,7 +10,7 @@
 # logs go to $OUT (default ./gpu-out), saved case by case; then PyTorch's
 # SDPA backends on the bench's attention shapes (bench/torch_attention.py,
 # the anchor); first, what cuDNN's attention finds (parax-cudnn-probe).
-# Timeouts sum to 580 s (a device command may run 10 minutes).
+# Timeouts sum to 590 s (a device command may run 10 minutes).
 #
 # On this workplace's GPU machine (no compiler there): run
 # scripts/gpu-bundle.sh here first, then carry gpu-bundle/. Where the whole
@@ -19,7 +19,7 @@
 # A second run may retry a subset: PARAX_GPU_CASES (comma-separated check
 # cases, or "none") and PARAX_GPU_BENCH (bench cases, or "none"); the
 # cuda bench runs unless PARAX_GPU_BENCH is set; PARAX_GPU_BENCH_TIMEOUT
-# (seconds, default 240) bounds the bench.
+# (seconds, default 230) bounds the bench.
 #
 # Exit status: 0 all cases pass, 1 a case failed, 77 no GPU (skip).
 set -uo pipefail
@@ -90,11 +90,11 @@ if [[ "$cases" != none ]]; then
 fi
 date +"%T"; echo "== GEMM and HBM figures (not pass/fail) =="
 if [[ -z "${PARAX_GPU_BENCH:-}" ]]; then
-  timeout 60 "$bundle/bin/parax-cuda-bench" 2>&1 | tee "$out/cuda-bench.txt" || echo "gpu-check: cuda bench failed"
+  timeout 80 "$bundle/bin/parax-cuda-bench" 2>&1 | tee "$out/cuda-bench.txt" || echo "gpu-check: cuda bench failed"
 fi
 date +"%T"; echo "== attention (and its gradient), Llama-3-8B layer, experts and training-step timings (not pass/fail) =="
 if [[ "${PARAX_GPU_BENCH:-}" != none ]]; then
-  timeout "${PARAX_GPU_BENCH_TIMEOUT:-240}" "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" --bin "$bundle/bin" \
+  timeout "${PARAX_GPU_BENCH_TIMEOUT:-230}" "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" --bin "$bundle/bin" \
     --json "$out/bench.json" ${PARAX_GPU_BENCH:+--cases "$PARAX_GPU_BENCH"} || echo "gpu-check: bench failed"
 fi
 date +"%T"; echo "== PyTorch's SDPA backends on the bench's attention shapes (the anchor; not pass/fail) =="
