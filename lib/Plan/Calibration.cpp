@@ -574,7 +574,8 @@ Expected<Calibration> parax::plan::calibrate(const ClusterSpec &base, ArrayRef<s
     c.peakFlops["bf16"] = rate; // (a model's other dtype runs no faster here)
   c.matmulEfficiency = 1;
   c.fp8MatmulEfficiency = 0; // (no fp8 peak fitted)
-  c.busyNodeMatmulShare = 1;  // (the runs' ranks ran side by side: the fit has it)
+  // (the base's busy_node_matmul_share stays: the fitted rate is what the
+  // runs' devices reached, and a base whose runs filled a node says 1)
   // The memory's bandwidth: what the GEMMs stream at (their bytes' slope),
   // or where no GEMM fits one, the plain ops'; a class's passes: its time a
   // byte over that (a class with no samples keeps 1).

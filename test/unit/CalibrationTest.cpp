@@ -215,6 +215,21 @@ TEST(CalibrationTest, GemmsThatPackTheirOperandsFitTheSumOfTheTerms) {
               1.0, 1e-6);
 }
 
+// The fitted rate is what the runs' devices reached; the base cluster's
+// share for a node whose devices all compute at once stays (runs of one
+// GPU, planned for a node of eight), and says so in the written JSON.
+TEST(CalibrationTest, TheBaseClustersBusyNodeShareStays) {
+  double parameters = 1e7;
+  ClusterSpec node = base();
+  node.busyNodeMatmulShare = 0.9;
+  llvm::Expected<Calibration> fit =
+      calibrate(node, {runProfile(48 * parameters / kStream, parameters, 0, 0, false, /*unhidden=*/1)}, {"p.json"});
+  ASSERT_TRUE(static_cast<bool>(fit)) << llvm::toString(fit.takeError());
+  EXPECT_EQ(fit->cluster.busyNodeMatmulShare, 0.9);
+  EXPECT_EQ(fit->cluster.sustainedMatmulEfficiency(), 0.9); // (the fitted peak is the rate: efficiency 1)
+  EXPECT_NE(fit->cluster.toJson().find("\"busy_node_matmul_share\": 0.9"), std::string::npos);
+}
+
 // GEMMs that hide part of the smaller term (a core streaming a weight
 // while it multiplies, until the arithmetic takes most of its time): the
 // fit finds the share, 0.4, and the figures; gemmTime adds 0.4 of the
