@@ -882,15 +882,8 @@ __global__ void expertOffsetsKernel(const int32_t *count, int32_t *offset, int32
 //===----------------------------------------------------------------------===//
 // Few-row linears (a decode step's: m <= FewRows::kMaxRows rows), y[m, n] =
 // x[m, k] . W: a GEMM's tiles of 64-128 rows would hold mostly nothing,
-// where these read each byte of W once, 16 bytes a load.
-// W stored [k, n] (fewRowsLinearKernel), block (column tile c, k split
-// p): each lane owns V = 16 / sizeof(W)
-// neighbouring columns of the tile's 32 V, each of the kWarps warps every
-// kWarps-th row of the split's k range, every x value read by a whole warp
-// at one address; the warps' sums meet in shared memory and
-// partial[p][r][col] gets the block's. fewRowsCombineKernel adds the
-// splits (and the bias) into y. The splits give the device enough blocks
-// (about 4 a multiprocessor) while the partials stay small against W.
+// where these read each byte of W once, 16 bytes a load; one kernel for
+// each way W is stored.
 //===----------------------------------------------------------------------===//
 
 struct FewRows {
@@ -977,6 +970,14 @@ __global__ void fewRowsLinearTransposedKernel(const typename Shape::TX *x, const
   }
 }
 
+// W stored [k, n]: block (column tile c, k split p), each lane owning
+// V = 16 / sizeof(W) neighbouring columns of the tile's 32 V, each of the
+// kWarps warps every kWarps-th row of the split's k range, every x value
+// read by a whole warp at one address; the warps' sums meet in shared
+// memory and partial[p][r][col] gets the block's. fewRowsCombineKernel
+// adds the splits (and the bias) into y. The splits give the device
+// enough blocks (about 4 a multiprocessor) while the partials stay small
+// against W.
 template <typename Shape>
 __global__ void fewRowsLinearKernel(const typename Shape::TX *x, const typename Shape::TW *w, float *partial,
                                     int64_t k, int64_t n, int64_t kPerSplit) {
