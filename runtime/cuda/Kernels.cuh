@@ -942,10 +942,27 @@ __global__ void fewRowsLinearTransposedKernel(const typename Shape::TX *x, const
   float acc[C][R];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r] = 0.0f;
+  using TX = typename Shape::TX;
+  // x's V values a row a step in whole 16-byte loads where its rows allow
+  // (every row start aligned; else one value at a time: a view of x that
+  // does not start on 16 bytes).
+  constexpr int XE = 16 / sizeof(TX);
+  static_assert(V % XE == 0, "an fp32 W takes fp32 x");
+  const bool xPacked = aligned16(x) && (k * sizeof(TX)) % 16 == 0;
   for (int64_t kk = (int64_t)lane * V; kk < k; kk += 32 * V) {
     float xs[R][V];
-    for (int r = 0; r < R; ++r)
-      for (int e = 0; e < V; ++e) xs[r][e] = fewRowsX<TW>(x, r * k + kk + e);
+    for (int r = 0; r < R; ++r) {
+      if (xPacked) {
+        for (int e0 = 0; e0 < V; e0 += XE) {
+          Pack16 pack = *reinterpret_cast<const Pack16 *>(x + r * k + kk + e0);
+          TX part[XE];
+          std::memcpy(part, &pack, sizeof pack);
+          for (int e = 0; e < XE; ++e) xs[r][e0 + e] = fewRowsX<TW>(part, e);
+        }
+      } else {
+        for (int e = 0; e < V; ++e) xs[r][e] = fewRowsX<TW>(x, r * k + kk + e);
+      }
+    }
     for (int c = 0; c < C; ++c) {
       if (col0 + c >= n) break;
       Pack16 pack = *reinterpret_cast<const Pack16 *>(w + (col0 + c) * k + kk);
