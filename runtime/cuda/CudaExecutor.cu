@@ -180,7 +180,7 @@ struct CudaExecutor::State {
   size_t commScratchSize = 0;
   float *fewRowsPartials = nullptr; // the few-row linear's k splits' sums (see FewRows)
   size_t fewRowsSize = 0;
-  bool fewRowsKernel = true; // an inference step's linears of at most 8 rows through fewRowsLinearKernel
+  bool fewRowsKernel = true; // an inference step's linears of at most 8 rows through the few-row kernels
                              // (PARAX_FEW_ROWS=0, or a training step: cuBLAS)
   int sharedOptIn = 48 * 1024; // bytes of shared memory a block may opt into
   bool tensorCoreAttention = true; // bf16 attention on tensor cores (PARAX_ATTENTION)
