@@ -96,6 +96,8 @@ private:
                    llvm::function_ref<bool(int)> dimAllowed) const;
   SmallVector<Strategy> strategies(const OpNode &op) const;
   double opTime(const OpNode &op, const Strategy &s) const;
+  /// What `op` computes under `s` (OpWork), `seconds` its forward time.
+  OpWork workOf(const OpNode &op, const Strategy &s, double seconds) const;
   /// A GEMM (linear, head_linear, experts) but the output head: what the
   /// workload's gemm= dtype applies to.
   static bool isGemm(const OpNode &op);
@@ -716,6 +718,42 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   return rooflineTime(cluster, flops, bytes, peak);
 }
 
+OpWork Solver::workOf(const OpNode &op, const Strategy &s, double seconds) const {
+  OpWork w;
+  double tokens = ctx.tokens();
+  switch (op.kind) {
+  case OpClass::Linear: // (as linearTime splits it)
+    w = {1, tokens, double(op.out), double(op.in)};
+    if (s.name == "column")
+      w.n /= ctx.tp;
+    if (s.name == "row")
+      w.k /= ctx.tp;
+    w.flops = op.flopsPerToken * tokens * s.computeFrac;
+    break;
+  case OpClass::HeadLinear: {
+    const auto &in = value(op.inputs[0]).shape, &out = value(op.results[0]).shape;
+    double heads = in.size() >= 2 ? double(in[in.size() - 2]) : 1;
+    w = {s.name == "heads" ? heads / t : heads, tokens, double(out.back()), double(in.back())};
+    w.flops = op.flopsPerToken * tokens * s.computeFrac;
+    break;
+  }
+  case OpClass::Experts:
+    w = {localExperts(op), tokens * op.topK * ctx.ep / op.numExperts, expertWidth(op, s),
+         double(value(op.inputs[0]).shape.back())};
+    w.flops = op.flopsPerToken * tokens * s.computeFrac;
+    break;
+  case OpClass::Attention:
+    w = {ctx.sequences * op.heads * s.computeFrac, ctx.queryLen, ctx.contextLen, double(op.headDim)};
+    w.flops = attentionFlops(op) * s.computeFrac;
+    break;
+  default:
+    return w;
+  }
+  w.seconds = seconds;
+  w.gemmDtype = isGemm(op) && ctx.gemmPeak > 0;
+  return w;
+}
+
 // The CUDA backend's kernel scratch for `op` under `s` on one device, in
 // bytes: {its forward, its gradient's} (CudaExecutor.cu's ensureScratch
 // calls, the ops whose scratch grows with the model: a stage holds one
@@ -986,6 +1024,7 @@ LayerPlan Solver::solve() {
     double time = opTime(op, s);
     plan.computeTime += time;
     plan.opTimes.push_back(time);
+    plan.opWork.push_back(workOf(op, s, time));
     // A materialised attention keeps its scores for the backward pass
     // (its softmax's output, the dropout's mask and output: every pair,
     // whatever the mask), unless selective recomputation re-runs it.

@@ -7,6 +7,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 using namespace parax::plan;
@@ -23,6 +24,26 @@ struct AxisPlacement {
   int64_t size, perNode, nodes;
 };
 } // namespace
+
+// What an op computes on one device and the rate its forward is costed
+// at (OpWork): "  [m x k] x [k x n] bf16, 612 TFLOP/s".
+static void printWork(llvm::raw_ostream &os, const OpNode &op, const OpWork &w, llvm::StringRef dtype) {
+  if (w.flops <= 0 || w.seconds <= 0)
+    return;
+  auto count = [](double x) { return formatv("{0}", int64_t(std::llround(x))).str(); };
+  std::string batch = w.batch > 1 ? count(w.batch) + " x " : "";
+  if (op.kind == OpClass::Attention) {
+    std::string mask = op.window > 0 ? formatv(", window {0}", op.window).str() : op.causal ? ", causal" : "";
+    os << formatv("  {0}{1} queries over {2} keys{3}, head width {4}", batch, count(w.m), count(w.n), mask,
+                  count(w.k));
+  } else if (op.kind == OpClass::Experts) {
+    os << formatv("  {0}expert(s) of {1} rows: [{1} x {2}] x [{2} x {3}] and back", batch, count(w.m),
+                  count(w.k), count(w.n));
+  } else {
+    os << formatv("  {0}[{1} x {2}] x [{2} x {3}]", batch, count(w.m), count(w.k), count(w.n));
+  }
+  os << formatv(" {0}, {1:F0} TFLOP/s", dtype, w.flops / w.seconds / 1e12);
+}
 
 static std::vector<AxisPlacement> placement(const Plan &p, const ClusterSpec &cluster) {
   std::vector<AxisPlacement> out;
@@ -383,7 +404,10 @@ std::string parax::plan::explainPlan(const ModelGraph &model, const ClusterSpec 
           os << formatv("      {0,-24} {1,-22} {2,9:F3}  ({3:F2} MB)\n", toString(use.kind), "", use.seconds * 1e3,
                         use.bytes / 1e6);
       std::string name = layer.ops[i].op ? layer.ops[i].op->getName().getStringRef().str() : "?";
-      os << formatv("      {0,-24} {1,-22} {2,9:F3}\n", name, lp.strategy[i], lp.opTimes[i] * 1e3);
+      os << formatv("      {0,-24} {1,-22} {2,9:F3}", name, lp.strategy[i], lp.opTimes[i] * 1e3);
+      if (i < lp.opWork.size())
+        printWork(os, layer.ops[i], lp.opWork[i], lp.opWork[i].gemmDtype ? workload.gemmDtype : model.dtype);
+      os << "\n";
     }
     for (const CollectiveUse &use : lp.collectives)
       if (use.opIndex >= static_cast<int>(layer.ops.size()))

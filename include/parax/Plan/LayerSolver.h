@@ -94,12 +94,24 @@ struct CollectiveUse {
   int value = -1; // the value it moves (-1: an op's own collective)
 };
 
+/// What an op computes on one device, for --explain: a GEMM's [m x k] x
+/// [k x n], `batch` of them (a head linear's heads; the experts on a rank,
+/// each its up- and down-projection), an attention's `batch` (sequence,
+/// head) pairs of m queries over n keys of head width k; their `flops` and
+/// the forward's `seconds` for them (a GEMM's without its fp8 casts). All
+/// zero for other ops.
+struct OpWork {
+  double batch = 0, m = 0, n = 0, k = 0, flops = 0, seconds = 0;
+  bool gemmDtype = false; // a GEMM in the workload's gemm= dtype
+};
+
 struct LayerPlan {
   bool feasible = false;
   llvm::SmallVector<std::string> strategy;           // per op
   llvm::SmallVector<llvm::SmallVector<int8_t>> layouts; // per op, per result
   double computeTime = 0; // forward, per device
   llvm::SmallVector<double> opTimes; // forward, per device, per op (--explain)
+  llvm::SmallVector<OpWork> opWork;  // per op (--explain)
   double commTime = 0;    // forward tensor-parallel collectives
   /// Of commTime, what a stack that decomposes each sequence-parallel
   /// all-gather and reduce-scatter with the GEMMs that read or write its
