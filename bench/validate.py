@@ -493,6 +493,41 @@ def describe(p):
             f"{' v' + str(p['virtual_stages']) if p['virtual_stages'] > 1 else ''}, ZeRO-{p['zero']}, {p['recompute']}")
 
 
+def prepare(row, tmp, replaced=None):
+    """A row's model (its training step, the loss built in) and profile
+    written into `tmp`: the model's path, the profile to pass parax-plan
+    (a name, or a file with the recipe's fields over the stack's) and the
+    profile as the tables show it. `replaced`: profile name -> file."""
+    replaced = replaced or {}
+    config = row["config"]
+    if isinstance(config, dict):
+        source = os.path.join(tmp, "config.json")
+        with open(source, "w") as f:
+            json.dump(config, f)
+    else:
+        source = config
+    path = os.path.join(tmp, "model.mlir")
+    with open(path, "w") as f:
+        # (a training step: the loss built in, as every run computed it)
+        f.write(build_model(load_config(source), seq=row["seq"], **{"loss": True, **row.get("built", {})}))
+    profile = replaced.get(row["profile"], row["profile"])
+    shown_profile = row["profile"]
+    if row.get("profile_fields"):
+        # The recipe's own settings over the stack's profile.
+        fields = row["profile_fields"]
+        profile_path = os.path.join(tmp, "profile.json")
+        if profile in replaced.values():  # a profile file: its fields, then the recipe's
+            with open(profile) as f:
+                base = json.load(f)
+        else:
+            base = {"extends": profile}
+        with open(profile_path, "w") as f:
+            json.dump({**base, "name": row["profile"] + "-recipe", **fields}, f)
+        profile = profile_path
+        shown_profile += " + " + ", ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
+    return path, profile, shown_profile
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -516,32 +551,7 @@ def main():
         for row in rows():
             if args.only and args.only not in row["name"]:
                 continue
-            config = row["config"]
-            if isinstance(config, dict):
-                source = os.path.join(tmp, "config.json")
-                with open(source, "w") as f:
-                    json.dump(config, f)
-            else:
-                source = config
-            path = os.path.join(tmp, "model.mlir")
-            with open(path, "w") as f:
-                # (a training step: the loss built in, as every run computed it)
-                f.write(build_model(load_config(source), seq=row["seq"], **{"loss": True, **row.get("built", {})}))
-            profile = replaced.get(row["profile"], row["profile"])
-            shown_profile = row["profile"]
-            if row.get("profile_fields"):
-                # The recipe's own settings over the stack's profile.
-                fields = row["profile_fields"]
-                profile_path = os.path.join(tmp, "profile.json")
-                if profile in replaced.values():  # a profile file: its fields, then the recipe's
-                    with open(profile) as f:
-                        base = json.load(f)
-                else:
-                    base = {"extends": profile}
-                with open(profile_path, "w") as f:
-                    json.dump({**base, "name": row["profile"] + "-recipe", **fields}, f)
-                profile = profile_path
-                shown_profile += " + " + ", ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
+            path, profile, shown_profile = prepare(row, tmp, replaced)
             out = subprocess.run([tool, path, "--cluster", row["cluster"], "--profile", profile,
                                   "--workload", row["workload"], "--json", "--top", "1"],
                                  capture_output=True, text=True, timeout=600)

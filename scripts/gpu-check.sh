@@ -21,6 +21,12 @@
 # cuda bench runs unless PARAX_GPU_BENCH is set; PARAX_GPU_BENCH_TIMEOUT
 # (seconds, default 230) bounds the bench.
 #
+# PARAX_GPU_RATES=1 also times, at the end, the GEMMs and attentions of the
+# Hopper validation rows' layers against the rates parax's cost model
+# charges (bench/kernel_rates.py, PyTorch only, at most 170 s: give the
+# bench a subset then); PARAX_GPU_RATES=only runs that alone, without the
+# bundle, and exits.
+#
 # Exit status: 0 all cases pass, 1 a case failed, 77 no GPU (skip).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +40,16 @@ if ! nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1 || ! grep -q '^GPU ' "$out/nvidia
   exit 77
 fi
 cat "$out/nvidia-smi.txt"
+py="${PARAX_PYTHON:-python3}" # the image's python3 has numpy (and PyTorch)
+kernel_rates() {
+  date +"%T"; echo "== the validation rows' GEMMs and attentions against parax's rates (not pass/fail) =="
+  timeout 170 "$py" "$root/bench/kernel_rates.py" measure "$root/bench/kernel_rates.json" \
+    "$out/kernel-rates.json" --budget 130 2>&1 | tee "$out/kernel-rates.txt" || echo "gpu-check: kernel rates failed"
+}
+if [[ "${PARAX_GPU_RATES:-}" == only ]]; then
+  kernel_rates
+  exit 0
+fi
 # The executables, gzipped by gpu-bundle.sh (the device tool carries 64 MiB).
 for gz in "$bundle"/bin/*.gz; do
   [[ -f "$gz" && ! -x "${gz%.gz}" ]] && gunzip -kf "$gz"
@@ -61,7 +77,6 @@ if grep -q "not found" "$out/ldd.txt"; then
 fi
 (mpirun --version | head -1) 2>&1 || echo "gpu-check: no mpirun (multi-rank cases will fail)"
 
-py="${PARAX_PYTHON:-python3}" # the image's python3 has numpy
 # The cases' shared weights and results, gzipped by gpu-bundle.sh (the
 # device tool carries 64 MiB): unpacked once into the bundle.
 if [[ -f "$bundle/shared.tar.gz" && ! -d "$bundle/shared" ]]; then
@@ -102,6 +117,7 @@ if [[ "${PARAX_GPU_BENCH:-}" != none ]]; then
   timeout 90 "$py" "$root/bench/torch_attention.py" "$out/torch-attention.json" ||
     echo "gpu-check: torch attention failed"
 fi
+[[ "${PARAX_GPU_RATES:-}" == 1 ]] && kernel_rates
 # Summary: pass counts, and each decode step against its HBM lower bound
 # (weight and KV-cache bytes / the copy bandwidth measured above).
 "$py" - "$out" "$bundle/cases" "$cases" >"$out/summary.txt" <<'PY' 2>&1

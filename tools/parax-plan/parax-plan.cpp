@@ -80,7 +80,8 @@ static cl::opt<std::string> calibratedOpt(
     cl::cat(planOptions));
 static cl::opt<bool> explainOpt("explain",
                                 cl::desc("after the table: the best plan's cost terms with their inputs "
-                                         "(each distinct layer's ops and collectives, how the step adds up)"),
+                                         "(each distinct layer's ops and collectives, each GEMM's and attention's work on a device "
+                                         "and the rate it is costed at, how the step adds up)"),
                                 cl::cat(planOptions));
 static cl::opt<bool> printProfile("print-profile",
                                   cl::desc("print the profile as JSON and exit"), cl::cat(planOptions));
