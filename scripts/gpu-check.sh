@@ -10,7 +10,7 @@
 # logs go to $OUT (default ./gpu-out), saved case by case; then PyTorch's
 # SDPA backends on the bench's attention shapes (bench/torch_attention.py,
 # the anchor); first, what cuDNN's attention finds (parax-cudnn-probe).
-# Timeouts sum to 590 s (a device command may run 10 minutes).
+# Timeouts sum to 600 s (a device command may run 10 minutes).
 #
 # On this workplace's GPU machine (no compiler there): run
 # scripts/gpu-bundle.sh here first, then carry gpu-bundle/. Where the whole
@@ -19,7 +19,7 @@
 # A second run may retry a subset: PARAX_GPU_CASES (comma-separated check
 # cases, or "none") and PARAX_GPU_BENCH (bench cases, or "none"); the
 # cuda bench runs unless PARAX_GPU_BENCH is set; PARAX_GPU_BENCH_TIMEOUT
-# (seconds, default 230) bounds the bench.
+# (seconds, default 200) bounds the bench.
 #
 # PARAX_GPU_RATES=1 also times, at the end, the GEMMs and attentions of the
 # Hopper validation rows' layers against the rates parax's cost model
@@ -100,8 +100,17 @@ date +"%T"; echo "== correctness: GPU vs CPU (and numpy for the models): 1e-4 fp
 cases="$(cd "$bundle/cases" && for d in */; do [ -f "$d/case.json" ] && printf '%s,' "${d%/}"; done)"
 cases="${PARAX_GPU_CASES:-${cases%,}}"
 if [[ "$cases" != none ]]; then
-  PARAX_CUDA_POISON_DEAD=1 timeout 130 "$py" "$root/test/runtime/cuda_cases.py" check "$bundle/cases" \
+  PARAX_CUDA_POISON_DEAD=1 timeout 120 "$py" "$root/test/runtime/cuda_cases.py" check "$bundle/cases" \
     --bin "$bundle/bin" --json "$out/check.json" --case-timeout 60 --jobs 8 --cases "$cases" || status=1
+fi
+# Two ranks on the one GPU through NCCL itself (PARAX_COLLECTIVES=nccl: NCCL
+# 2.30 or newer, NCCL_MULTI_RANK_GPU_ENABLE=1; an older NCCL stages them
+# and the run names its version): TP2, PP2, EP2.
+date +"%T"; echo "== ranks sharing the GPU through NCCL (PARAX_COLLECTIVES=nccl) =="
+if [[ "${PARAX_GPU_CASES:-}" != none ]]; then
+  PARAX_COLLECTIVES=nccl PARAX_CUDA_POISON_DEAD=1 timeout 50 "$py" "$root/test/runtime/cuda_cases.py" check \
+    "$bundle/cases" --bin "$bundle/bin" --json "$out/check-nccl.json" --case-timeout 40 --jobs 3 \
+    --cases llama-tp2,llama-pp2,qwen2-moe-ep2 || status=1
 fi
 date +"%T"; echo "== GEMM and HBM figures (not pass/fail) =="
 if [[ -z "${PARAX_GPU_BENCH:-}" ]]; then
@@ -109,7 +118,7 @@ if [[ -z "${PARAX_GPU_BENCH:-}" ]]; then
 fi
 date +"%T"; echo "== attention (and its gradient), Llama-3-8B layer, experts and training-step timings (not pass/fail) =="
 if [[ "${PARAX_GPU_BENCH:-}" != none ]]; then
-  timeout "${PARAX_GPU_BENCH_TIMEOUT:-230}" "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" --bin "$bundle/bin" \
+  timeout "${PARAX_GPU_BENCH_TIMEOUT:-200}" "$py" "$root/test/runtime/cuda_cases.py" bench "$bundle/cases" --bin "$bundle/bin" \
     --json "$out/bench.json" ${PARAX_GPU_BENCH:+--cases "$PARAX_GPU_BENCH"} || echo "gpu-check: bench failed"
 fi
 date +"%T"; echo "== PyTorch's SDPA backends on the bench's attention shapes (the anchor; not pass/fail) =="
@@ -137,7 +146,12 @@ if check:
           + (f"; {expected - len(check)} of {expected} did not run" if expected else ""))
 else:
     print("correctness: no results (the check did not run: see gpu-check.log)")
-for r in check:
+nccl = load("check-nccl.json")
+if nccl:
+    notes = sorted({r.get("collectives_note", "") for r in nccl} - {""})
+    print(f"ranks sharing the GPU, PARAX_COLLECTIVES=nccl: {sum(r.get('ok', False) for r in nccl)} of {len(nccl)} "
+          f"pass, {sum(not r.get('host_staged', True) for r in nccl)} through NCCL; " + ("; ".join(notes) or "no note"))
+for r in check + nccl:
     if not r.get("ok"):
         error = r.get("error")
         print("  FAILED", r.get("case"), error[-400:].strip() if isinstance(error, str) else r)

@@ -39,6 +39,7 @@ public:
   // through MPI. Slower, same results; it lets a one-GPU machine run every
   // sharded program.
   bool staged = false;
+  std::string note; // how the ranks' collectives run where they share GPUs (parax-run prints it)
   ncclComm_t world = nullptr;
   std::vector<ncclComm_t> comms; // per axis mask (NCCL)
   std::vector<MPI_Comm> mpiComms; // per axis mask (host-staged)
@@ -393,6 +394,7 @@ private:
 };
 
 bool isHostStaged(const NcclCommunicator *comm) { return comm && comm->staged; }
+std::string collectivesNote(const NcclCommunicator *comm) { return comm ? comm->note : std::string(); }
 
 StatusOr<NcclCommunicator *>
 createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, int device,
@@ -410,9 +412,31 @@ createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, in
   MPI_Comm_size(node, &onNode);
   MPI_Comm_free(&node);
   const char *forced = std::getenv("PARAX_COLLECTIVES");
-  int staged = (onNode > cudaDeviceCount()) || (forced && std::string(forced) == "mpi");
+  std::string choice = forced ? forced : "";
+  if (!choice.empty() && choice != "mpi" && choice != "nccl")
+    return PARAX_ERROR("PARAX_COLLECTIVES='" + choice +
+                       "': expected mpi (collectives staged through host memory) or nccl (NCCL even where "
+                       "ranks share a GPU: NCCL 2.30 or newer)");
+  // More ranks than GPUs: NCCL before 2.30 refuses a communicator with two
+  // ranks on one device; 2.30 runs them when asked (NCCL_MULTI_RANK_GPU_ENABLE,
+  // its init.cc), which PARAX_COLLECTIVES=nccl does.
+  bool shared = onNode > cudaDeviceCount();
+  int version = 0;
+  PARAX_NCCL(ncclGetVersion(&version));
+  bool severalRanksAGpu = version >= 23000;
+  int staged = choice == "mpi" || (shared && !(choice == "nccl" && severalRanksAGpu));
   MPI_Allreduce(MPI_IN_PLACE, &staged, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   comm->staged = staged != 0;
+  std::string named = std::to_string(version / 10000) + "." + std::to_string(version % 10000 / 100) + "." +
+                      std::to_string(version % 100);
+  if (shared && choice == "nccl" && comm->staged)
+    comm->note = "PARAX_COLLECTIVES=nccl: NCCL " + named +
+                 " runs one rank a GPU (2.30 or newer runs several): collectives go through host memory and MPI";
+  if (shared && !comm->staged) {
+    setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", /*overwrite=*/0);
+    comm->note = std::to_string(onNode) + " ranks share " + std::to_string(cudaDeviceCount()) +
+                 " GPU(s) through NCCL " + named + " (PARAX_COLLECTIVES=nccl, NCCL_MULTI_RANK_GPU_ENABLE=1)";
+  }
   if (comm->staged)
     comm->stalls = std::make_unique<StallWatchdog>(rank, timeoutSeconds);
   if (!comm->staged) {

@@ -621,6 +621,8 @@ def check(name, root, bin_dir, device="cuda", tool="parax-run", env=None, timeou
             "device_optimizer": device_optimizer,
             "same_tokens": same_tokens,
             "host_staged": "host memory and MPI" in log, "cuda_graph": "as one CUDA graph" in log,
+            # (ranks sharing a GPU under PARAX_COLLECTIVES=nccl: how, and NCCL's version)
+            "collectives_note": next((l for l in log.splitlines() if "PARAX_COLLECTIVES=nccl" in l), ""),
             "graph_refused": "no CUDA graph" in log, "overlap": overlapping(log), "profile_ms": profile_of(log),
             "hoisted": hoisted(log), "temporaries": temporaries_of(log),
             "cache_in_place": _counted(log, "KV-cache concat(s) read in place by attention"),

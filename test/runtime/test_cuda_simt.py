@@ -69,6 +69,29 @@ def simt_cases():
     return cases
 
 
+@pytest.mark.parametrize("name", ["llama-tp2", "llama-pp2", "qwen2-moe-ep2"])
+def test_ranks_sharing_a_gpu_through_nccl(tmp_path, name):
+    """PARAX_COLLECTIVES=nccl where ranks outnumber GPUs (the one-GPU
+    machine's TP2, PP2 and EP2 cases): NCCL 2.30 or newer runs them, asked
+    to with NCCL_MULTI_RANK_GPU_ENABLE=1 (the emulated NCCL refuses without
+    it, as NCCL does); an older NCCL refuses two ranks a GPU, so the
+    collectives are staged through MPI and the run names the version; a
+    value other than mpi or nccl is an error."""
+    tool("parax-run-simt")
+    cuda_cases.prepare_any(name, str(tmp_path), BIN)
+    shared = {"PARAX_SIMT_DEVICES": "1", "PARAX_COLLECTIVES": "nccl", "PARAX_CUDA_POISON_DEAD": "1"}
+    result = cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt",
+                              env=dict(shared, PARAX_SIMT_NCCL_VERSION="23001"))
+    assert result["ok"] and not result["host_staged"], result
+    assert "2 ranks share 1 GPU(s) through NCCL 2.30.1" in result["collectives_note"], result
+    result = cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt",
+                              env=dict(shared, PARAX_SIMT_NCCL_VERSION="22105"))
+    assert result["ok"] and result["host_staged"], result
+    assert "NCCL 2.21.5 runs one rank a GPU" in result["collectives_note"], result
+    with pytest.raises(RuntimeError, match="PARAX_COLLECTIVES='nvlink': expected mpi"):
+        cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt", env=dict(shared, PARAX_COLLECTIVES="nvlink"))
+
+
 @pytest.mark.parametrize("name", simt_cases())
 def test_simt_matches_cpu_and_numpy(tmp_path, name):
     tool("parax-run-simt")

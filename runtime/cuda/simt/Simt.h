@@ -16,7 +16,10 @@
 //   argument checks as cuBLAS); cuBLASLt's matmul with the bias epilogue; NCCL
 //   on MPI (the unique id must reach every rank, splits, collectives, grouped
 //   send/recv); PARAX_SIMT_NCCL_FAULT injects an asynchronous error or a hang,
-//   for the watchdog's tests.
+//   for the watchdog's tests. Like NCCL, a communicator with more ranks on a
+//   node than GPUs is refused, unless the version (PARAX_SIMT_NCCL_VERSION,
+//   NCCL's code, default 23000: 2.30.0) is 2.30 or newer and
+//   NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL's init.cc).
 // - Streams and events: work runs when it is issued, except on a lazy
 //   stream (PARAX_SIMT_STREAMS=lazy: every stream created with
 //   cudaStreamNonBlocking), whose work waits in a queue until something
@@ -458,6 +461,7 @@ typedef struct SimtNcclConfig ncclConfig_t;
 #define NCCL_SPLIT_NOCOLOR -1
 
 const char *ncclGetErrorString(ncclResult_t result);
+ncclResult_t ncclGetVersion(int *version);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,

@@ -480,6 +480,14 @@ const char *ncclGetErrorString(ncclResult_t result) {
   return "unknown result code";
 }
 
+ncclResult_t ncclGetVersion(int *version) {
+  if (!version)
+    return complain(ncclInvalidArgument, "ncclGetVersion", "null version pointer");
+  const char *env = std::getenv("PARAX_SIMT_NCCL_VERSION");
+  *version = env ? std::atoi(env) : 23000;
+  return ncclSuccess;
+}
+
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   std::random_device random;
   for (char &c : id->internal)
@@ -505,6 +513,26 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
   if (lo != hi)
     return complain(ncclInvalidUsage, "ncclCommInitRank",
                     "the ranks hold different unique ids (a real NCCL hangs here)");
+  // More ranks on this node than GPUs: NCCL before 2.30 refuses ("Duplicate
+  // GPU detected"), 2.30 and later unless NCCL_MULTI_RANK_GPU_ENABLE=1.
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, worldRank, MPI_INFO_NULL, &node);
+  int onNode = 1, devices = 0;
+  MPI_Comm_size(node, &onNode);
+  MPI_Comm_free(&node);
+  cudaGetDeviceCount(&devices);
+  if (onNode > devices) {
+    int version = 0;
+    ncclGetVersion(&version);
+    const char *enable = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    if (version < 23000)
+      return complain(ncclInvalidUsage, "ncclCommInitRank",
+                      "Duplicate GPU detected: " + std::to_string(onNode) + " ranks on " + std::to_string(devices) +
+                          " GPU(s) (NCCL " + std::to_string(version) + " runs one rank a GPU)");
+    if (!enable || std::string(enable) != "1")
+      return complain(ncclInvalidUsage, "ncclCommInitRank",
+                      "Multiple Ranks are using the same GPU: set NCCL_MULTI_RANK_GPU_ENABLE=1");
+  }
   auto *c = new SimtNcclComm;
   MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi);
   c->rank = rank;

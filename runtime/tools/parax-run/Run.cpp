@@ -300,6 +300,9 @@ void Run::prepareCuda() {
     auto created = createNcclCommunicator(shape, rank, size, gpuIndex, collectiveTimeout);
     if (!created.isOk()) die(created.status().message());
     nccl = created.value();
+    std::string note = collectivesNote(nccl);
+    if (rank == 0 && !note.empty())
+      std::fprintf(stderr, "parax-run: %s\n", note.c_str());
     if (rank == 0 && isHostStaged(nccl))
       std::fprintf(stderr, "parax-run: %d ranks share %d GPU(s): collectives go through host "
                            "memory and MPI, not NCCL\n", size, devices);

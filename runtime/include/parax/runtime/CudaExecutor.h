@@ -31,9 +31,12 @@ int cudaDeviceCount();
 /// over MPI) split into one communicator per set of grid axes, and a
 /// watchdog that aborts them and reports rank and operation on an
 /// asynchronous error or after `timeoutSeconds`.
-/// When this node has more ranks than GPUs (NCCL allows one rank per device
-/// in a communicator), or PARAX_COLLECTIVES=mpi, every rank instead stages
-/// collectives through host memory and MPI: same results, lower bandwidth.
+/// When this node has more ranks than GPUs (NCCL before 2.30 allows one
+/// rank per device in a communicator), or PARAX_COLLECTIVES=mpi, every rank
+/// instead stages collectives through host memory and MPI: same results,
+/// lower bandwidth. PARAX_COLLECTIVES=nccl keeps NCCL where ranks share a
+/// GPU if NCCL is 2.30 or newer (NCCL_MULTI_RANK_GPU_ENABLE=1), and stages
+/// otherwise; any other value is an error.
 /// Release with destroyNcclCommunicator (before MPI_Finalize).
 class NcclCommunicator;
 class Executor;
@@ -43,6 +46,9 @@ createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size,
 void destroyNcclCommunicator(NcclCommunicator *comm);
 /// True when `comm` stages collectives through MPI (see above).
 bool isHostStaged(const NcclCommunicator *comm);
+/// Where ranks share a GPU under PARAX_COLLECTIVES=nccl: how their
+/// collectives run, with NCCL's version (empty otherwise).
+std::string collectivesNote(const NcclCommunicator *comm);
 
 class CudaExecutor {
 public:
