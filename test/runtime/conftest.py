@@ -159,18 +159,19 @@ class Model:
         """Which labels the loss counts (all but ignore_index's)."""
         return self.labels != self.ignore_index if self.ignore_index is not None else np.ones(self.labels.shape, bool)
 
-    def compile(self, name, workload=None, devices=1, autodiff=False, recompute=None):
+    def compile(self, name, workload=None, devices=1, autodiff=False, recompute=None, after=()):
         """plan (oracle cluster) -> partition -> translate; returns the .pxe.
         With `autodiff`, a training step (--parax-autodiff after the plan):
         the loss, then every parameter's gradient; `recompute`: then
-        --parax-recompute in that mode."""
+        --parax-recompute in that mode; `after`: passes after the partition
+        (its IR is `name`.mlir)."""
         ir = self.ir
         passes = ["--parax-autodiff"] if autodiff else []
         if recompute:
             passes.append(f"--parax-recompute=mode={recompute}")
         if workload:
             passes = [f"--parax-plan=cluster={ORACLE_CLUSTER}:devices_per_node={devices} "
-                      f"workload={workload}"] + passes + ["--parax-partition"]
+                      f"workload={workload}"] + passes + ["--parax-partition", *after]
         if passes:
             ir = os.path.join(self.dir, f"{name}.mlir")
             run([tool("parax-opt"), self.ir, *passes, "-o", ir])

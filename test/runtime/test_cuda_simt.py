@@ -92,6 +92,30 @@ def test_ranks_sharing_a_gpu_through_nccl(tmp_path, name):
         cuda_cases.check(name, str(tmp_path), BIN, tool="parax-run-simt", env=dict(shared, PARAX_COLLECTIVES="nvlink"))
 
 
+def test_tp_overlap_chunks_overlap_their_collectives(tmp_path):
+    """A TP2 Llama prefill on the CUDA backend: unsplit, each collective's
+    result is the next instruction's operand, so nothing runs beside one;
+    with --parax-tp-overlap=chunks=2 a GEMM's second chunk runs while its
+    first chunk's collective travels (the collectives' stream lazy: a
+    missing wait would read an unfinished transfer), and the logits are the
+    same."""
+    import subprocess
+    from conftest import MPI_ENV, Model
+    model = Model(str(tmp_path), "tiny-llama", rows=2)
+    runs = {}
+    for name, after in (("plain", ()), ("chunked", ["--parax-tp-overlap=chunks=2"])):
+        exe = model.compile(name, "prefill:batch=2,seq=8,tp=2,dp=1", 2, after=after)
+        out = os.path.join(str(tmp_path), f"{name}.npy")
+        proc = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", tool("parax-run-simt"),
+                               exe, "--weights", model.checkpoint, *[a for p in model.inputs for a in ("--input", p)],
+                               "--output", out, "--device", "cuda"], capture_output=True, text=True, timeout=300,
+                              env=dict(MPI_ENV, PARAX_SIMT_STREAMS="lazy", PARAX_CUDA_POISON_DEAD="1"))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs[name] = (np.load(out), cuda_cases.overlapping(proc.stdout + proc.stderr))
+    assert runs["plain"][1] == 0 and runs["chunked"][1] > 0, {k: v[1] for k, v in runs.items()}
+    assert np.abs(runs["chunked"][0] - runs["plain"][0]).max() < 1e-5
+
+
 @pytest.mark.parametrize("name", simt_cases())
 def test_simt_matches_cpu_and_numpy(tmp_path, name):
     tool("parax-run-simt")

@@ -30,6 +30,39 @@ def ParaxPartitionPass : Pass<"parax-partition", "mlir::ModuleOp"> {
   ];
 }
 
+def ParaxTpOverlapPass : Pass<"parax-tp-overlap", "mlir::ModuleOp"> {
+  let summary = "Split each GEMM that feeds a collective into row chunks, so that a chunk's transfer runs beside the next chunk's GEMM";
+  let description = [{
+    For every `parax.linear` of a partitioned program whose one use is an
+    `all_reduce`, a `reduce_scatter` or an `all_gather` (a row-parallel
+    GEMM's partial sum; a column-parallel GEMM's piece gathered), splits
+    its rows into `chunks` pieces along the first leading dimension that
+    divides by `chunks` and is not the collective's own: each piece sliced,
+    multiplied and sent by a collective of its own, then the results joined
+    (`parax.concat`). The runtime issues each collective on its own stream
+    and waits for it only where its result is read, so the transfer of
+    chunk i runs while chunk i + 1 multiplies (Megatron-Core's and
+    TransformerEngine's TP communication overlap, by decomposition). The
+    same rows reach the same ranks: results are unchanged. A GEMM with no
+    such dimension is left whole.
+
+    ```mlir
+    %p = parax.linear %x, %w {transpose_w} : (tensor<2x16x64xf32>, tensor<32x64xf32>) -> tensor<2x16x32xf32>
+    %y = parax.all_reduce %p over @g ["tp"] : tensor<2x16x32xf32> -> tensor<2x16x32xf32>
+    // chunks=2:
+    %x0 = parax.slice %x {dim = 0, start = 0} : (tensor<2x16x64xf32>) -> tensor<1x16x64xf32>
+    %p0 = parax.linear %x0, %w {transpose_w} : ...
+    %y0 = parax.all_reduce %p0 over @g ["tp"] : ...
+    (the same for rows 1..1)
+    %y = parax.concat %y0, %y1 {dim = 0} : ...
+    ```
+  }];
+  let options = [
+    Option<"chunks", "chunks", "int64_t", /*default=*/"2",
+           "Pieces each GEMM's rows are split into (at least 2)">,
+  ];
+}
+
 def ParaxSpecializeRankPass : Pass<"parax-specialize-rank", "mlir::ModuleOp"> {
   let summary = "Print what one rank of a partitioned program runs";
   let description = [{

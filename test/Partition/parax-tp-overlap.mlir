@@ -1,0 +1,72 @@
+// RUN: parax-opt %s -split-input-file --parax-tp-overlap=chunks=2 | FileCheck %s
+// RUN: parax-opt %s -split-input-file --parax-tp-overlap=chunks=4 | FileCheck %s --check-prefix=FOUR
+
+// A row-parallel GEMM's partial sum, all-reduced: two row chunks along the
+// batch (dim 0), each multiplied and all-reduced alone, then joined.
+// CHECK-LABEL: func.func @row_parallel
+// CHECK: %[[X0:.*]] = parax.slice %arg0 {dim = 0 : i64, start = 0 : i64} : (tensor<2x8x16xf32>) -> tensor<1x8x16xf32>
+// CHECK: %[[P0:.*]] = parax.linear %[[X0]], %arg1 {transpose_w} : (tensor<1x8x16xf32>, tensor<32x16xf32>) -> tensor<1x8x32xf32>
+// CHECK: %[[Y0:.*]] = parax.all_reduce %[[P0]] over @g ["tp"] : tensor<1x8x32xf32> -> tensor<1x8x32xf32>
+// CHECK: %[[X1:.*]] = parax.slice %arg0 {dim = 0 : i64, start = 1 : i64}
+// CHECK: %[[P1:.*]] = parax.linear %[[X1]], %arg1
+// CHECK: %[[Y1:.*]] = parax.all_reduce %[[P1]]
+// CHECK: %[[J:.*]] = parax.concat %[[Y0]], %[[Y1]] {dim = 0 : i64} : (tensor<1x8x32xf32>, tensor<1x8x32xf32>) -> tensor<2x8x32xf32>
+// CHECK: parax.add %[[J]], %arg2
+// Four chunks: of the leading dimensions only the sequence (8) divides by
+// 4: split there, 2 positions a chunk.
+// FOUR-LABEL: func.func @row_parallel
+// FOUR-COUNT-4: parax.all_reduce {{.*}} : tensor<2x2x32xf32> -> tensor<2x2x32xf32>
+// FOUR: parax.concat {{.*}} {dim = 1 : i64}
+// FOUR-LABEL: func.func @reduce_scatter_keeps_its_dim
+parax.grid @g(tp = 2)
+func.func @row_parallel(%x: tensor<2x8x16xf32>, %w: tensor<32x16xf32>, %r: tensor<2x8x32xf32>) -> tensor<2x8x32xf32> {
+  %p = parax.linear %x, %w {transpose_w} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %y = parax.all_reduce %p over @g ["tp"] : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+  %z = parax.add %y, %r : (tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  return %z : tensor<2x8x32xf32>
+}
+
+// -----
+
+// Sequence parallelism's reduce-scatter along the sequence (dim 1): the
+// chunks are along the batch, so each rank keeps the same rows.
+// CHECK-LABEL: func.func @reduce_scatter_keeps_its_dim
+// CHECK: parax.reduce_scatter {{.*}} dim 1 : tensor<1x8x32xf32> -> tensor<1x4x32xf32>
+// CHECK: parax.reduce_scatter {{.*}} dim 1 : tensor<1x8x32xf32> -> tensor<1x4x32xf32>
+// CHECK: parax.concat {{.*}} {dim = 0 : i64} : (tensor<1x4x32xf32>, tensor<1x4x32xf32>) -> tensor<2x4x32xf32>
+// A column-parallel head's logits gathered on the features: chunks along
+// the batch too.
+// CHECK: parax.all_gather {{.*}} dim 2 : tensor<1x4x32xf32> -> tensor<1x4x64xf32>
+// CHECK: parax.all_gather {{.*}} dim 2 : tensor<1x4x32xf32> -> tensor<1x4x64xf32>
+// CHECK: parax.concat {{.*}} {dim = 0 : i64} : (tensor<1x4x64xf32>, tensor<1x4x64xf32>) -> tensor<2x4x64xf32>
+// (with 4 chunks: the batch does not divide, the sequence is the
+// reduce-scatter's own: left whole; the gather splits the sequence)
+// FOUR: parax.reduce_scatter {{.*}} : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+// FOUR-COUNT-4: parax.all_gather {{.*}} dim 2 : tensor<2x1x32xf32> -> tensor<2x1x64xf32>
+parax.grid @g(tp = 2)
+func.func @reduce_scatter_keeps_its_dim(%x: tensor<2x8x16xf32>, %w: tensor<32x16xf32>, %h: tensor<32x32xf32>) -> tensor<2x4x64xf32> {
+  %p = parax.linear %x, %w {transpose_w} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %y = parax.reduce_scatter %p over @g ["tp"] dim 1 : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+  %l = parax.linear %y, %h {transpose_w} : (tensor<2x4x32xf32>, tensor<32x32xf32>) -> tensor<2x4x32xf32>
+  %g = parax.all_gather %l over @g ["tp"] dim 2 : tensor<2x4x32xf32> -> tensor<2x4x64xf32>
+  return %g : tensor<2x4x64xf32>
+}
+
+// -----
+
+// Left whole: a GEMM whose result is read by more than its collective, and
+// one with no leading dimension that divides (3 rows), and a collective
+// not fed by a GEMM.
+// CHECK-LABEL: func.func @left_whole
+// CHECK-NOT: parax.slice
+// CHECK-NOT: parax.concat
+// CHECK: return
+parax.grid @g(tp = 2)
+func.func @left_whole(%x: tensor<2x8x16xf32>, %w: tensor<32x16xf32>, %o: tensor<3x16xf32>, %v: tensor<2x8x32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<3x32xf32>, tensor<2x8x32xf32>) {
+  %p = parax.linear %x, %w {transpose_w} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %y = parax.all_reduce %p over @g ["tp"] : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+  %q = parax.linear %o, %w {transpose_w} : (tensor<3x16xf32>, tensor<32x16xf32>) -> tensor<3x32xf32>
+  %s = parax.all_reduce %q over @g ["tp"] : tensor<3x32xf32> -> tensor<3x32xf32>
+  %t = parax.all_reduce %v over @g ["tp"] : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
+  return %y, %p, %s, %t : tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<3x32xf32>, tensor<2x8x32xf32>
+}
