@@ -49,14 +49,86 @@ RankedTensorType chunkOf(Type type, int64_t dim, int64_t chunks) {
   return RankedTensorType::get(shape, ranked.getElementType(), ranked.getEncoding());
 }
 
+/// Whether `linear`'s operands other than its input are defined before
+/// `gather` (its chunks then move up to the gather).
+bool everyOtherOperandBefore(LinearOp linear, AllGatherOp gather) {
+  for (Value v : linear->getOperands().drop_front()) {
+    Operation *def = v.getDefiningOp();
+    if (def && (def->getBlock() != gather->getBlock() || !def->isBeforeInBlock(gather)))
+      return false;
+  }
+  return linear->getBlock() == gather->getBlock();
+}
+
 struct TpOverlapPass : parax::impl::ParaxTpOverlapPassBase<TpOverlapPass> {
   using ParaxTpOverlapPassBase::ParaxTpOverlapPassBase;
+
+  /// The gather in chunks, each chunk's GEMMs issued after the next
+  /// chunk's gather: gather 0, gather 1, chunk 0's GEMMs, gather 2, chunk
+  /// 1's GEMMs, ... (a gather travels while the chunk before it
+  /// multiplies); each GEMM's chunks joined where the gather stood.
+  void splitGather(AllGatherOp gather, ArrayRef<LinearOp> users) {
+    auto xType = cast<RankedTensorType>(gather.getX().getType());
+    std::optional<int64_t> dim = chunkDim(xType, gather.getDim(), chunks);
+    if (!dim)
+      return;
+    OpBuilder b(gather);
+    Location loc = gather.getLoc();
+    int64_t rows = xType.getDimSize(*dim) / chunks;
+    SmallVector<Value> gathered;
+    SmallVector<SmallVector<Value>> products(users.size());
+    auto multiply = [&](Value piece) {
+      for (auto [k, user] : llvm::enumerate(users)) {
+        LinearOp linear = user;
+        Operation *gemm = b.clone(*linear);
+        gemm->setOperand(0, piece);
+        gemm->getResult(0).setType(chunkOf(linear.getType(), *dim, chunks));
+        products[k].push_back(gemm->getResult(0));
+      }
+    };
+    for (int64_t i = 0; i < chunks; ++i) {
+      Value x = SliceOp::create(b, loc, chunkOf(xType, *dim, chunks), gather.getX(), *dim, i * rows);
+      Operation *sent = b.clone(*gather);
+      sent->setOperand(0, x);
+      sent->getResult(0).setType(chunkOf(gather.getType(), *dim, chunks));
+      gathered.push_back(sent->getResult(0));
+      if (i > 0)
+        multiply(gathered[i - 1]);
+    }
+    multiply(gathered.back());
+    for (auto [k, user] : llvm::enumerate(users)) {
+      LinearOp linear = user;
+      Value joined = ConcatOp::create(b, linear.getLoc(), linear.getType(), products[k], *dim);
+      linear.getResult().replaceAllUsesWith(joined);
+      linear.erase();
+    }
+    gather.erase();
+  }
 
   void runOnOperation() override {
     if (chunks < 2) {
       getOperation().emitError() << "parax-tp-overlap: chunks must be at least 2 (got " << static_cast<int64_t>(chunks) << ")";
       return signalPassFailure();
     }
+    // A gather whose every use is a GEMM's input (the sequence-parallel
+    // all-gather before the column-parallel projections).
+    SmallVector<std::pair<AllGatherOp, SmallVector<LinearOp>>> gathers;
+    getOperation().walk([&](AllGatherOp gather) {
+      SmallVector<LinearOp> users;
+      for (OpOperand &use : gather.getResult().getUses()) {
+        auto linear = dyn_cast<LinearOp>(use.getOwner());
+        if (!linear || use.getOperandNumber() != 0 || !everyOtherOperandBefore(linear, gather))
+          return;
+        users.push_back(linear);
+      }
+      llvm::sort(users, [](LinearOp a, LinearOp b) { return a->isBeforeInBlock(b); });
+      if (!users.empty())
+        gathers.push_back({gather, users});
+    });
+    for (auto &[gather, users] : gathers)
+      splitGather(gather, users);
+    // (after the gathers: a GEMM between a gather and another collective,
+    // an output head's, is split on the gather's side)
     SmallVector<std::pair<LinearOp, Operation *>> found;
     getOperation().walk([&](LinearOp linear) {
       Value result = linear.getResult();

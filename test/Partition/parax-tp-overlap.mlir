@@ -70,3 +70,40 @@ func.func @left_whole(%x: tensor<2x8x16xf32>, %w: tensor<32x16xf32>, %o: tensor<
   %t = parax.all_reduce %v over @g ["tp"] : tensor<2x8x32xf32> -> tensor<2x8x32xf32>
   return %y, %p, %s, %t : tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<3x32xf32>, tensor<2x8x32xf32>
 }
+
+// -----
+
+// Sequence parallelism's all-gather before two column-parallel GEMMs: the
+// gather in chunks along the batch, the second chunk's gather issued
+// before the first chunk's GEMMs (it travels while they multiply), each
+// GEMM's chunks joined.
+// CHECK-LABEL: func.func @gather_then_gemms
+// CHECK: %[[X0:.*]] = parax.slice %arg0 {dim = 0 : i64, start = 0 : i64} : (tensor<2x4x16xf32>) -> tensor<1x4x16xf32>
+// CHECK: %[[G0:.*]] = parax.all_gather %[[X0]] over @g ["tp"] dim 1 : tensor<1x4x16xf32> -> tensor<1x8x16xf32>
+// CHECK: %[[X1:.*]] = parax.slice %arg0 {dim = 0 : i64, start = 1 : i64}
+// CHECK: %[[G1:.*]] = parax.all_gather %[[X1]]
+// CHECK: %[[Q0:.*]] = parax.linear %[[G0]], %arg1
+// CHECK: %[[K0:.*]] = parax.linear %[[G0]], %arg2
+// CHECK: %[[Q1:.*]] = parax.linear %[[G1]], %arg1
+// CHECK: %[[K1:.*]] = parax.linear %[[G1]], %arg2
+// CHECK: %[[Q:.*]] = parax.concat %[[Q0]], %[[Q1]] {dim = 0 : i64} : (tensor<1x8x32xf32>, tensor<1x8x32xf32>) -> tensor<2x8x32xf32>
+// CHECK: %[[K:.*]] = parax.concat %[[K0]], %[[K1]] {dim = 0 : i64}
+// CHECK: parax.add %[[Q]], %[[K]]
+// A gather something else reads too stays whole.
+// CHECK-LABEL: func.func @gather_read_by_more
+// CHECK-NOT: parax.slice
+// CHECK: return
+parax.grid @g(tp = 2)
+func.func @gather_then_gemms(%x: tensor<2x4x16xf32>, %wq: tensor<32x16xf32>, %wk: tensor<32x16xf32>) -> tensor<2x8x32xf32> {
+  %g = parax.all_gather %x over @g ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+  %q = parax.linear %g, %wq {transpose_w} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %k = parax.linear %g, %wk {transpose_w} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %s = parax.add %q, %k : (tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  return %s : tensor<2x8x32xf32>
+}
+func.func @gather_read_by_more(%x: tensor<2x4x16xf32>, %wq: tensor<32x16xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x16xf32>) {
+  %g = parax.all_gather %x over @g ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+  %q = parax.linear %g, %wq {transpose_w} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %h = parax.add %g, %g : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %q, %h : tensor<2x8x32xf32>, tensor<2x8x16xf32>
+}

@@ -31,7 +31,7 @@ def ParaxPartitionPass : Pass<"parax-partition", "mlir::ModuleOp"> {
 }
 
 def ParaxTpOverlapPass : Pass<"parax-tp-overlap", "mlir::ModuleOp"> {
-  let summary = "Split each GEMM that feeds a collective into row chunks, so that a chunk's transfer runs beside the next chunk's GEMM";
+  let summary = "Split the GEMMs beside each TP collective into row chunks, so that a chunk's transfer runs beside the next chunk's GEMMs";
   let description = [{
     For every `parax.linear` of a partitioned program whose one use is an
     `all_reduce`, a `reduce_scatter` or an `all_gather` (a row-parallel
@@ -44,7 +44,9 @@ def ParaxTpOverlapPass : Pass<"parax-tp-overlap", "mlir::ModuleOp"> {
     chunk i runs while chunk i + 1 multiplies (Megatron-Core's and
     TransformerEngine's TP communication overlap, by decomposition). The
     same rows reach the same ranks: results are unchanged. A GEMM with no
-    such dimension is left whole.
+    such dimension is left whole. Likewise an `all_gather` whose every use
+    is a `parax.linear`'s input: gathered in chunks, chunk i's GEMMs issued
+    after chunk i + 1's gather, each GEMM's chunks joined.
 
     ```mlir
     %p = parax.linear %x, %w {transpose_w} : (tensor<2x16x64xf32>, tensor<32x64xf32>) -> tensor<2x16x32xf32>
