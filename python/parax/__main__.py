@@ -87,14 +87,16 @@ def _run(cmd, env=None, timeout=600, capture=True):
 
 def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=None,
                   dtype="bf16", workdir=None, show_plans=True, past=0, return_kv=False, cache=0,
-                  last_logits=False, train=False, mla="explicit", ignore_index=None, mtp_weight=None):
+                  last_logits=False, train=False, mla="explicit", ignore_index=None, mtp_weight=None,
+                  tp_overlap=0):
     """Builds (if needed), plans, partitions and translates; returns the
     partitioned IR path. `train`: a training step (the model takes labels
     after the tokens; the program returns the loss, then the gradient of
     every parameter; the activations the plan chose to recompute are
     recomputed); `ignore_index`: labels of that value not counted;
     `mtp_weight`: multi-token prediction's loss weighted so (the config's
-    depths)."""
+    depths); `tp_overlap` N >= 2: the GEMMs beside each tensor-parallel
+    collective in N row chunks (--parax-tp-overlap, docs/partitioning.md)."""
     workdir = workdir or tempfile.mkdtemp(prefix="parax-")
     ir = model
     if not model.endswith(".mlir"):
@@ -132,7 +134,8 @@ def compile_model(model, cluster, workload, output, batch=1, seq=None, layers=No
                     "--top", "3"]), end="")
     partitioned = os.path.join(workdir, "partitioned.mlir")
     _run([_tool("parax-opt"), ir, f"--parax-plan=cluster={cluster} workload={workload}",
-          *(["--parax-autodiff", "--parax-recompute"] if train else []), "--parax-partition", "-o", partitioned])
+          *(["--parax-autodiff", "--parax-recompute"] if train else []), "--parax-partition",
+          *([f"--parax-tp-overlap=chunks={tp_overlap}"] if tp_overlap else []), "-o", partitioned])
     _run([_tool("parax-translate"), "--to-executable", partitioned, "-o", output])
     return partitioned
 
@@ -530,6 +533,9 @@ def main(argv=None):
     c.add_argument("--mla", default="explicit", choices=["explicit", "absorbed", "expanded"],
                    help="DeepSeek-V3's attention: absorbed caches the latent (inference); expanded "
                         "reads that cache in the explicit form (a prefill)")
+    c.add_argument("--tp-overlap", type=int, default=0, metavar="N",
+                   help="the GEMMs beside each tensor-parallel collective in N row chunks, so that a chunk's "
+                        "transfer runs beside the next chunk's GEMMs (N >= 2; docs/partitioning.md)")
     c.add_argument("--last-logits", action="store_true",
                    help="logits of the last position only (a prefill program for run --prefill)")
     pl = sub.add_parser("plan", help="rank the plans of a model on a cluster (and draw the best)")
@@ -615,7 +621,7 @@ def main(argv=None):
                           args.seq, args.layers, args.dtype, past=args.past,
                           return_kv=args.return_kv, cache=args.cache, last_logits=args.last_logits,
                           train=args.train, mla=args.mla, ignore_index=args.ignore_index,
-                          mtp_weight=args.mtp_weight)
+                          mtp_weight=args.mtp_weight, tp_overlap=args.tp_overlap)
             return 0
         if args.command == "plan":
             print(plan_model(args.model, args.cluster, args.workload, args.profile, args.seq, args.layers,

@@ -1,7 +1,7 @@
 """python3 -m parax's helpers that need no tools: how a launcher line
 becomes the command that starts the ranks, and how a plan's degrees are
 pinned onto a workload (the program built with the batch one replica
-runs)."""
+runs); and compile's options that change the program."""
 import pytest
 
 from parax.__main__ import ToolError, _pinned, launcher_command
@@ -49,3 +49,22 @@ def test_pip_install_gives_the_parax_command_which_finds_the_tools_on_path(tmp_p
                          capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
     assert (tmp_path / "m.pxe").stat().st_size > 0
+
+
+def test_compile_with_tp_overlap_chunks_the_gemms_beside_collectives(parax_opt, tmp_path):
+    """`parax compile --tp-overlap 2` (the API's tp_overlap=2): the
+    partitioned program holds the GEMMs beside its TP collectives in two row
+    chunks (--parax-tp-overlap), joined by concats; without it, none."""
+    import os
+    import parax
+    from conftest import ROOT
+    cluster = os.path.join(ROOT, "python", "parax", "oracle-cluster.json") + ":devices_per_node=2"
+    counts = {}
+    for chunks in (0, 2):
+        (tmp_path / str(chunks)).mkdir()
+        exe = parax.compile("tiny-llama", cluster, "prefill:batch=2,seq=8,tp=2", str(tmp_path / f"m{chunks}.pxe"),
+                            batch=2, seq=8, dtype="f32", tp_overlap=chunks, workdir=str(tmp_path / str(chunks)))
+        with open(exe.partitioned) as f:
+            counts[chunks] = f.read().count("parax.concat")
+        assert exe.ranks == 2
+    assert counts[0] == 0 and counts[2] >= 4, counts
