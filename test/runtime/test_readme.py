@@ -61,6 +61,8 @@ def test_the_readme_pieces_run_as_written(tmp_path):
     assert json.load(open(walk / "decode-plans.json"))["plans"]
     assert json.load(open(walk / "step.json"))["traceEvents"]
     assert "rank 5 of 32" in (walk / "rank5.txt").read_text()
+    # a TP2 program with the GEMMs beside its collectives in chunks, joined
+    assert "parax.concat" in (walk / "tp2-overlap.mlir").read_text()
     # a calibrated cluster and profile that parax-plan read back
     assert json.load(open(walk / "fit.profile.json"))["name"] == "calibrated"
     # the box-wise checkpoints (every 2 steps, and the last) put together
