@@ -39,9 +39,16 @@ func.func @row_parallel(%x: tensor<2x8x16xf32>, %w: tensor<32x16xf32>, %r: tenso
 // CHECK: parax.all_gather {{.*}} dim 2 : tensor<1x4x32xf32> -> tensor<1x4x64xf32>
 // CHECK: parax.all_gather {{.*}} dim 2 : tensor<1x4x32xf32> -> tensor<1x4x64xf32>
 // CHECK: parax.concat {{.*}} {dim = 0 : i64} : (tensor<1x4x64xf32>, tensor<1x4x64xf32>) -> tensor<2x4x64xf32>
-// (with 4 chunks: the batch does not divide, the sequence is the
-// reduce-scatter's own: left whole; the gather splits the sequence)
-// FOUR: parax.reduce_scatter {{.*}} : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+// With 4 chunks the batch does not divide and the sequence is the
+// reduce-scatter's own: the sequence viewed as [2 ranks' pieces, 4 rows],
+// each piece's rows cut alike, so each rank still keeps its 4 contiguous
+// rows; the gather then splits the sequence.
+// FOUR: %[[V:.*]] = parax.reshape %arg0 : (tensor<2x8x16xf32>) -> tensor<2x2x4x16xf32>
+// FOUR: parax.slice %[[V]] {dim = 2 : i64, start = 0 : i64} : (tensor<2x2x4x16xf32>) -> tensor<2x2x1x16xf32>
+// FOUR: parax.reduce_scatter {{.*}} dim 1 : tensor<2x2x1x32xf32> -> tensor<2x1x1x32xf32>
+// FOUR: parax.slice %[[V]] {dim = 2 : i64, start = 3 : i64}
+// FOUR: %[[J:.*]] = parax.concat {{.*}} {dim = 2 : i64} : ({{.*}}) -> tensor<2x1x4x32xf32>
+// FOUR: parax.reshape %[[J]] : (tensor<2x1x4x32xf32>) -> tensor<2x4x32xf32>
 // FOUR-COUNT-4: parax.all_gather {{.*}} dim 2 : tensor<2x1x32xf32> -> tensor<2x1x64xf32>
 parax.grid @g(tp = 2)
 func.func @reduce_scatter_keeps_its_dim(%x: tensor<2x8x16xf32>, %w: tensor<32x16xf32>, %h: tensor<32x32xf32>) -> tensor<2x4x64xf32> {
@@ -106,4 +113,36 @@ func.func @gather_read_by_more(%x: tensor<2x4x16xf32>, %wq: tensor<32x16xf32>) -
   %q = parax.linear %g, %wq {transpose_w} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
   %h = parax.add %g, %g : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %q, %h : tensor<2x8x32xf32>, tensor<2x8x16xf32>
+}
+
+// -----
+
+// A sequence-parallel microbatch of one sequence: only the sequence is left
+// to cut, and it is the collectives' dimension. Gathered: each rank's piece
+// viewed as [1, 4 rows], chunk i the rows i of every rank's piece, the
+// GEMMs on [2 ranks, 2 rows], joined [2, 4] and seen as the 8 positions.
+// Scattered likewise (the view's outer extent the 2 ranks).
+// CHECK-LABEL: func.func @one_sequence
+// CHECK: %[[V:.*]] = parax.reshape %arg0 : (tensor<1x4x16xf32>) -> tensor<1x1x4x16xf32>
+// CHECK: %[[X0:.*]] = parax.slice %[[V]] {dim = 2 : i64, start = 0 : i64} : (tensor<1x1x4x16xf32>) -> tensor<1x1x2x16xf32>
+// CHECK: %[[G0:.*]] = parax.all_gather %[[X0]] over @g ["tp"] dim 1 : tensor<1x1x2x16xf32> -> tensor<1x2x2x16xf32>
+// CHECK: %[[X1:.*]] = parax.slice %[[V]] {dim = 2 : i64, start = 2 : i64}
+// CHECK: %[[G1:.*]] = parax.all_gather %[[X1]]
+// CHECK: %[[Q0:.*]] = parax.linear %[[G0]], %arg1 {transpose_w} : (tensor<1x2x2x16xf32>, tensor<32x16xf32>) -> tensor<1x2x2x32xf32>
+// CHECK: %[[Q1:.*]] = parax.linear %[[G1]], %arg1
+// CHECK: %[[J:.*]] = parax.concat %[[Q0]], %[[Q1]] {dim = 2 : i64} : (tensor<1x2x2x32xf32>, tensor<1x2x2x32xf32>) -> tensor<1x2x4x32xf32>
+// CHECK: %[[Q:.*]] = parax.reshape %[[J]] : (tensor<1x2x4x32xf32>) -> tensor<1x8x32xf32>
+// CHECK: %[[W:.*]] = parax.reshape %[[Q]] : (tensor<1x8x32xf32>) -> tensor<1x2x4x32xf32>
+// CHECK: parax.reduce_scatter {{.*}} dim 1 : tensor<1x2x2x16xf32> -> tensor<1x1x2x16xf32>
+// CHECK: parax.reduce_scatter {{.*}} dim 1 : tensor<1x2x2x16xf32> -> tensor<1x1x2x16xf32>
+// CHECK: %[[S:.*]] = parax.concat {{.*}} {dim = 2 : i64} : (tensor<1x1x2x16xf32>, tensor<1x1x2x16xf32>) -> tensor<1x1x4x16xf32>
+// CHECK: %[[Y:.*]] = parax.reshape %[[S]] : (tensor<1x1x4x16xf32>) -> tensor<1x4x16xf32>
+// CHECK: return %[[Y]]
+parax.grid @g(tp = 2)
+func.func @one_sequence(%x: tensor<1x4x16xf32>, %wq: tensor<32x16xf32>, %wo: tensor<16x32xf32>) -> tensor<1x4x16xf32> {
+  %g = parax.all_gather %x over @g ["tp"] dim 1 : tensor<1x4x16xf32> -> tensor<1x8x16xf32>
+  %q = parax.linear %g, %wq {transpose_w} : (tensor<1x8x16xf32>, tensor<32x16xf32>) -> tensor<1x8x32xf32>
+  %p = parax.linear %q, %wo {transpose_w} : (tensor<1x8x32xf32>, tensor<16x32xf32>) -> tensor<1x8x16xf32>
+  %y = parax.reduce_scatter %p over @g ["tp"] dim 1 : tensor<1x8x16xf32> -> tensor<1x4x16xf32>
+  return %y : tensor<1x4x16xf32>
 }

@@ -87,14 +87,18 @@ def test_sharded_matches_single_rank(tmp_path, preset, layers, pins, ranks):
     assert_ran_sharded(model, pins, ranks, profile)
 
 
-@pytest.mark.parametrize("preset,pins,ranks", [("tiny-llama", "tp=2,dp=1", 2), ("tiny-gpt2", "tp=2,dp=1", 2),
-                                               ("tiny-llama", "tp=2,pp=2,dp=1", 4)])
-def test_tp_overlap_chunks_compute_the_same(tmp_path, preset, pins, ranks):
-    """--parax-tp-overlap splits each GEMM that feeds a collective into row
-    chunks, each sent by a collective of its own: the program computes what
-    the unsplit one does (the same rows reach the same ranks) and numpy."""
-    model = Model(str(tmp_path), preset, rows=max(2, ranks))
-    workload = f"prefill:batch={max(2, ranks)},seq=8,{pins}"
+@pytest.mark.parametrize("preset,pins,ranks,batch", [("tiny-llama", "tp=2,dp=1", 2, 2), ("tiny-gpt2", "tp=2,dp=1", 2, 2),
+                                                     ("tiny-llama", "tp=2,pp=2,dp=1", 4, 4),
+                                                     ("tiny-llama", "tp=2,dp=1,sp=1", 2, 1)],
+                         ids=["llama-tp2", "gpt2-tp2", "llama-tp2-pp2", "llama-tp2-sp-one-sequence"])
+def test_tp_overlap_chunks_compute_the_same(tmp_path, preset, pins, ranks, batch):
+    """--parax-tp-overlap splits the GEMMs beside each TP collective into
+    row chunks, each chunk with a collective of its own (one sequence under
+    sequence parallelism: along the sequence, viewed as the ranks' pieces):
+    the program computes what the unsplit one does (the same rows reach the
+    same ranks) and numpy."""
+    model = Model(str(tmp_path), preset, batch=batch, rows=batch)
+    workload = f"prefill:batch={batch},seq=8,{pins}"
     plain = model.run(model.compile("sharded", workload, ranks), ranks)
     chunked = model.run(model.compile("chunked", workload, ranks, after=["--parax-tp-overlap=chunks=2"]), ranks)
     with open(os.path.join(str(tmp_path), "chunked.mlir")) as f:

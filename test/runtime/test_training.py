@@ -267,16 +267,16 @@ def test_sharded_gradients_match_single_rank(tmp_path, preset, pins, ranks):
     check_sharded_against_single_rank(tmp_path, preset, pins, ranks)
 
 
-def check_sharded_against_single_rank(tmp_path, preset, pins, ranks, after=(), **options):
-    """`pins` on `ranks` ranks (dp replicas of 2 rows each): the loss and
-    every gradient equal one rank's over all the rows (within SHARDED_TOL, or
-    SHARDED_REL_TOL of the largest |gradient| where that is more). `after`:
-    passes after the partition. Returns the sharded model."""
+def check_sharded_against_single_rank(tmp_path, preset, pins, ranks, after=(), batch=2, **options):
+    """`pins` on `ranks` ranks (dp replicas of `batch` rows each): the loss
+    and every gradient equal one rank's over all the rows (within
+    SHARDED_TOL, or SHARDED_REL_TOL of the largest |gradient| where that is
+    more). `after`: passes after the partition. Returns the sharded model."""
     dp = int(re.search(r"dp=(\d+)", pins).group(1))
-    model = Model(str(tmp_path), preset, loss=True, batch=2, rows=2 * dp, **options)
-    single_model = Model(str(tmp_path / "one"), preset, loss=True, batch=2 * dp, **options)
+    model = Model(str(tmp_path), preset, loss=True, batch=batch, rows=batch * dp, **options)
+    single_model = Model(str(tmp_path / "one"), preset, loss=True, batch=batch * dp, **options)
     single_loss, single = gradients(single_model, single_model.compile("train", autodiff=True), 1)
-    exe = model.compile("sharded", f"prefill:batch={2 * dp},seq=8,{pins}", ranks, autodiff=True, after=after)
+    exe = model.compile("sharded", f"prefill:batch={batch * dp},seq=8,{pins}", ranks, autodiff=True, after=after)
     loss, sharded = gradients(model, exe, ranks)
     assert abs(loss - single_loss) < 1e-5
     assert set(sharded) == set(single)
@@ -286,13 +286,19 @@ def check_sharded_against_single_rank(tmp_path, preset, pins, ranks, after=(), *
     return model
 
 
-@pytest.mark.parametrize("preset,pins,ranks", [("tiny-llama", "tp=2,dp=1", 2), ("tiny-gpt2", "tp=2,pp=2,dp=1", 4)])
-def test_tp_overlap_chunks_keep_the_gradients(tmp_path, preset, pins, ranks):
-    """--parax-tp-overlap (each GEMM that feeds a collective split into two
-    row chunks, each sent by a collective of its own): the training step's
-    loss and gradients still equal one rank's, and the program holds the
-    chunks (the forward's and the backward's GEMMs)."""
-    model = check_sharded_against_single_rank(tmp_path, preset, pins, ranks, after=["--parax-tp-overlap=chunks=2"])
+@pytest.mark.parametrize("preset,pins,ranks,batch", [("tiny-llama", "tp=2,dp=1", 2, 2),
+                                                     ("tiny-llama", "tp=2,dp=1,sp=1", 2, 1),
+                                                     ("tiny-gpt2", "tp=2,pp=2,dp=1", 4, 2)],
+                         ids=["llama-tp2", "llama-tp2-sp-one-sequence", "gpt2-tp2-pp2"])
+def test_tp_overlap_chunks_keep_the_gradients(tmp_path, preset, pins, ranks, batch):
+    """--parax-tp-overlap (the GEMMs beside each TP collective in two row
+    chunks, each chunk with a collective of its own; one sequence under
+    sequence parallelism: the sequence viewed as the ranks' pieces, each
+    piece's rows cut alike): the training step's loss and gradients still
+    equal one rank's, and the program holds the chunks (the forward's and
+    the backward's GEMMs)."""
+    model = check_sharded_against_single_rank(tmp_path, preset, pins, ranks, batch=batch,
+                                              after=["--parax-tp-overlap=chunks=2"])
     with open(os.path.join(model.dir, "sharded.mlir")) as f:
         ir = f.read()
     assert ir.count("parax.concat") >= 4, ir.count("parax.concat")
