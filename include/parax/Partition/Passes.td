@@ -37,7 +37,10 @@ def ParaxTpOverlapPass : Pass<"parax-tp-overlap", "mlir::ModuleOp"> {
     `all_reduce`, a `reduce_scatter` or an `all_gather` (a row-parallel
     GEMM's partial sum; a column-parallel GEMM's piece gathered), splits
     its rows into `chunks` pieces along the first leading dimension that
-    divides by `chunks` and is not the collective's own: each piece sliced,
+    divides by `chunks` and is not the collective's own (where none does,
+    a sequence-parallel microbatch of one sequence, along the collective's
+    dimension viewed as [ranks' pieces, rows], each piece's rows cut
+    alike, so each rank keeps one contiguous piece): each piece sliced,
     multiplied and sent by a collective of its own, then the results joined
     (`parax.concat`). The runtime issues each collective on its own stream
     and waits for it only where its result is read, so the transfer of
