@@ -1244,7 +1244,8 @@ std::string CudaExecutor::State::cudnnRefusal(const pxe::Instruction &inst, Cudn
   if (!grad && inst.operands_size() != 3) return "a generation step's run-time position";
   if (decodeKeyTiles.count(&inst)) return "a decode step (split over the keys)";
   if (attrFlag(a, "ring")) return "a ring's window of keys";
-  if (attrInt(a, "window") != 0) return "a sliding window";
+  shape.window = attrInt(a, "window");
+  if (shape.window != 0 && !attrFlag(a, "causal")) return "a sliding window without the causal mask";
   if (attrFloat(a, "softcap") != 0) return "a soft cap";
   shape.B = q.shape[0];
   shape.S = q.shape[1];

@@ -77,6 +77,10 @@ template <typename Attributes> Attributes &masked(Attributes &a, const CudnnAtte
       a.set_causal_mask(true);
     else
       a.set_causal_mask_bottom_right(true); // the queries are the last S positions
+    // A sliding window: cuDNN keeps key column c for query row r where
+    // c + left bound > r (its diagonal band mask), parax's p - t < window.
+    if (shape.window > 0)
+      a.set_diagonal_band_left_bound(static_cast<int>(shape.window));
   }
   return a;
 }

@@ -31,6 +31,8 @@ struct CudnnAttentionShape {
                        // last query the last key (bottom-right where S < T)
   float scale = 1;
   bool bf16 = true;    // else fp16
+  int64_t window = 0;  // causal: only the last `window` of those (a sliding
+                       // window: key t for query p where p - t < window); 0: all
 };
 
 class CudnnAttention {

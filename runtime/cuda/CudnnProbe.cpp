@@ -43,9 +43,11 @@ int main(int argc, char **argv) {
       std::printf("device properties: %s\n", json.status().message().c_str());
     }
   }
-  // (B, S, H, D, T, KH, DV, causal): the bench's Llama-3-8B layer at two
-  // lengths, and the kinds the correctness cases hold: GQA with values
-  // narrower than keys, queries the last S of T keys, no mask, head width 256.
+  // (B, S, H, D, T, KH, DV, causal, scale, bf16, window): the bench's
+  // Llama-3-8B layer at two lengths, and the kinds the correctness cases
+  // hold: GQA with values narrower than keys, queries the last S of T keys,
+  // no mask, head width 256, a sliding window (Mistral's, Gemma 2's local
+  // layers), over a whole sequence and as its last S queries.
   const CudnnAttentionShape shapes[] = {
       {1, 2048, 32, 128, 2048, 8, 128, true, 0.0884f, true},
       {1, 8192, 32, 128, 8192, 8, 128, true, 0.0884f, true},
@@ -53,15 +55,19 @@ int main(int argc, char **argv) {
       {2, 5, 4, 8, 9, 4, 8, true, 0.35f, true},
       {2, 20, 2, 160, 37, 2, 96, false, 0.08f, true},
       {1, 20, 2, 256, 26, 1, 256, true, 0.06f, true},
+      {2, 150, 6, 32, 150, 2, 32, true, 0.18f, true, 64},
+      {2, 5, 4, 8, 9, 4, 8, true, 0.35f, true, 4},
   };
   int failed = 0;
   for (const CudnnAttentionShape &s : shapes)
     for (bool backward : {false, true}) {
       StatusOr<std::unique_ptr<CudnnAttention>> graphs = CudnnAttention::create(handle.value(), s, backward);
-      std::printf("B%lld S%lld H%lld D%lld T%lld KH%lld DV%lld %s %s: %s", static_cast<long long>(s.B),
+      std::printf("B%lld S%lld H%lld D%lld T%lld KH%lld DV%lld %s%s %s: %s", static_cast<long long>(s.B),
                   static_cast<long long>(s.S), static_cast<long long>(s.H), static_cast<long long>(s.D),
                   static_cast<long long>(s.T), static_cast<long long>(s.KH), static_cast<long long>(s.DV),
-                  s.causal ? "causal" : "full", backward ? "forward+backward" : "forward",
+                  s.causal ? "causal" : "full",
+                  s.window ? (" window " + std::to_string(s.window)).c_str() : "",
+                  backward ? "forward+backward" : "forward",
                   graphs.isOk() ? "built" : graphs.status().message().c_str());
       if (graphs.isOk())
         std::printf(", workspace %lld bytes", static_cast<long long>(graphs.value()->workspaceBytes()));
