@@ -417,15 +417,21 @@ struct CudaExecutor::State {
   // gap: small weights (the 64 MB in bf16 here is a guess until a GPU
   // measures the crossover).
   // PARAX_EXPERTS=grouped or per-expert forces one.
+  // At decode size (an inference step's experts of at most FewRows::kMaxRows
+  // rows on average) the grouped path runs groupedFewRowsKernel whatever
+  // the weights' size: each expert's weights read once, no host
+  // synchronisation (the per-expert path's 3E few-row GEMMs read them once
+  // too, after a synchronising copy of the counts).
   static constexpr int64_t kGroupedRows = 128;
   static constexpr int64_t kGroupedWeights = int64_t(32) << 20; // values of gate, up and down together
   std::string expertsPath; // PARAX_EXPERTS
+  bool fewRowExperts(int64_t pairs, int64_t E) const { return fewRowsKernel && pairs <= FewRows::kMaxRows * E; }
   bool groupedExperts(const pxe::Instruction &inst) const {
     if (!expertsPath.empty()) return expertsPath == "grouped"; // validated by prepare
     const std::vector<Tensor> &b = host.hostBuffers();
     const Tensor &gate = b[inst.operands(3)]; // [E, F, H], as up; down [E, H, F]
     int64_t pairs = b[inst.operands(2)].numel(), E = gate.shape[0];
-    return pairs <= kGroupedRows * E && 3 * gate.numel() <= kGroupedWeights;
+    return fewRowExperts(pairs, E) || (pairs <= kGroupedRows * E && 3 * gate.numel() <= kGroupedWeights);
   }
   // Collectives too, through NCCL (a host-staged one copies through the
   // host) or locally (no communicator).

@@ -924,21 +924,21 @@ template <typename TW, typename TX> __device__ __forceinline__ float fewRowsX(co
   return sizeof(TW) == 2 ? __bfloat162float(__float2bfloat16(ld(x, i))) : ld(x, i);
 }
 
-// W stored [n, k] (transpose_w: a Hugging Face projection's layout): each
-// warp computes FewRows::kWarpColumns neighbouring columns of y over the
-// whole of k, its lanes reading each column's row of W 16 bytes at a time
-// (32 lanes, 512 bytes a step) and the matching V values of each x row
-// once for all the warp's columns; the lanes' sums meet in shared memory
-// and one lane a (column, row) writes y (+ bias). No splits, no scratch.
+// W stored [n, k] (transpose_w: a Hugging Face projection's layout): this
+// warp's FewRows::kWarpColumns neighbouring columns of y from col0, over
+// the whole of k, for `rows` (at most R) rows of x; its lanes read each
+// column's row of W 16 bytes at a time (32 lanes, 512 bytes a step) and the
+// matching V values of each x row once for all the warp's columns; the
+// lanes' sums meet in `sums` (the warp's own) and one lane a (column, row)
+// writes y (+ bias). Every warp of the block calls it (a barrier inside).
 template <typename Shape>
-__global__ void fewRowsLinearTransposedKernel(const typename Shape::TX *x, const typename Shape::TW *w,
-                                              const typename Shape::TY *bias, typename Shape::TY *y, int64_t k,
-                                              int64_t n) {
+__device__ __forceinline__ void fewRowsTransposedColumns(const typename Shape::TX *x, const typename Shape::TW *w,
+                                                         const typename Shape::TY *bias, typename Shape::TY *y,
+                                                         int64_t k, int64_t n, int rows, int64_t col0,
+                                                         float (*sums)[33]) {
   using TW = typename Shape::TW;
   constexpr int R = Shape::R, V = 16 / sizeof(TW), C = FewRows::kWarpColumns;
-  __shared__ float sums[FewRows::kWarps][C * R][33]; // (33: a lane's words in different banks)
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t col0 = ((int64_t)blockIdx.x * FewRows::kWarps + warp) * C;
+  const int lane = threadIdx.x % 32;
   float acc[C][R];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r] = 0.0f;
@@ -952,7 +952,9 @@ __global__ void fewRowsLinearTransposedKernel(const typename Shape::TX *x, const
   for (int64_t kk = (int64_t)lane * V; kk < k; kk += 32 * V) {
     float xs[R][V];
     for (int r = 0; r < R; ++r) {
-      if (xPacked) {
+      if (r >= rows) {
+        for (int e = 0; e < V; ++e) xs[r][e] = 0.0f;
+      } else if (xPacked) {
         for (int e0 = 0; e0 < V; e0 += XE) {
           Pack16 pack = *reinterpret_cast<const Pack16 *>(x + r * k + kk + e0);
           TX part[XE];
@@ -973,17 +975,51 @@ __global__ void fewRowsLinearTransposedKernel(const typename Shape::TX *x, const
     }
   }
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) sums[warp][c * R + r][lane] = acc[c][r];
+    for (int r = 0; r < R; ++r) sums[c * R + r][lane] = acc[c][r];
   __syncthreads();
   if (lane < C * R) {
     const int c = lane / R, r = lane % R;
     const int64_t col = col0 + c;
-    if (col < n) {
+    if (col < n && r < rows) {
       float sum = 0.0f;
-      for (int l = 0; l < 32; ++l) sum += sums[warp][lane][l];
+      for (int l = 0; l < 32; ++l) sum += sums[lane][l];
       if (bias) sum += ld(bias, col);
       st(y, r * n + col, sum);
     }
+  }
+}
+
+// Each warp kWarpColumns columns of y for x's R rows (fewRowsTransposedColumns).
+// No splits, no scratch.
+template <typename Shape>
+__global__ void fewRowsLinearTransposedKernel(const typename Shape::TX *x, const typename Shape::TW *w,
+                                              const typename Shape::TY *bias, typename Shape::TY *y, int64_t k,
+                                              int64_t n) {
+  __shared__ float sums[FewRows::kWarps][FewRows::kWarpColumns * Shape::R][33]; // (33: a lane's words in different banks)
+  const int warp = threadIdx.x / 32;
+  const int64_t col0 = ((int64_t)blockIdx.x * FewRows::kWarps + warp) * FewRows::kWarpColumns;
+  fewRowsTransposedColumns<Shape>(x, w, bias, y, k, n, Shape::R, col0, sums[warp]);
+}
+
+// The experts' projections at decode size (experts' weights stacked [E, n,
+// k]): block (column tile, expert e) reads e's row count and first row
+// from the device (no host synchronisation) and runs its rows R at a time
+// through fewRowsTransposedColumns, so each expert's weights are read once
+// for every R of its rows, an expert without rows not at all.
+template <typename Shape>
+__global__ void groupedFewRowsKernel(const typename Shape::TX *x, const typename Shape::TW *w, typename Shape::TY *y,
+                                     const int32_t *count, const int32_t *offset, int64_t n, int64_t k) {
+  constexpr int R = Shape::R;
+  __shared__ float sums[FewRows::kWarps][FewRows::kWarpColumns * R][33];
+  const int64_t e = blockIdx.y;
+  const int64_t m = count[e], first = offset[e]; // (the same for the whole block)
+  const int warp = threadIdx.x / 32;
+  const int64_t col0 = ((int64_t)blockIdx.x * FewRows::kWarps + warp) * FewRows::kWarpColumns;
+  const typename Shape::TW *weights = w + e * n * k;
+  for (int64_t r0 = 0; r0 < m; r0 += R) {
+    fewRowsTransposedColumns<Shape>(x + (first + r0) * k, weights, nullptr, y + (first + r0) * n, k, n,
+                                    static_cast<int>(m - r0 < R ? m - r0 : R), col0, sums[warp]);
+    __syncthreads(); // (the next rows' sums overwrite these)
   }
 }
 

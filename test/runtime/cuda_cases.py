@@ -805,11 +805,15 @@ def _attention_grad_mlir(B, S, H, KH, D, dtype):
 
 # MoE experts alone at decode size, bf16: name -> ((tokens, top_k, experts,
 # hidden, ffn), PARAX_EXPERTS). DeepSeek-V3's expert shape (hidden 7168,
-# ffn 2048, top-8), 16 experts on the rank: 1.4 GB of weights, ~8 rows per
-# expert -- the grouped GEMM against per-expert cuBLAS calls.
+# ffn 2048, top-8), 16 experts on the rank: 1.4 GB of weights. 32 tokens:
+# 16 rows an expert on average, the grouped GEMM's tiles against
+# per-expert cuBLAS calls; 16 tokens: 8 rows, the grouped few-row kernel
+# (groupedFewRowsKernel) against per-expert few-row GEMMs.
 BENCH_EXPERTS = {
     "experts-deepseek-v3-decode32-grouped": ((32, 8, 16, 7168, 2048), "grouped"),
     "experts-deepseek-v3-decode32-per-expert": ((32, 8, 16, 7168, 2048), "per-expert"),
+    "experts-deepseek-v3-decode16-grouped": ((16, 8, 16, 7168, 2048), "grouped"),
+    "experts-deepseek-v3-decode16-per-expert": ((16, 8, 16, 7168, 2048), "per-expert"),
 }
 
 

@@ -714,6 +714,22 @@ def test_few_row_linears_read_each_weight_once(tmp_path, case, setting, kernels)
     assert {k.split("<")[0] for k in ran if k.startswith("fewRows")} == kernels, ran
 
 
+@pytest.mark.parametrize("case,env,grouped_few_rows", [
+    ("op-experts", {}, True), ("op-experts-bf16", {}, True), ("op-experts-unused-rows", {}, True),
+    ("deepseek-v3-decode", {}, True), ("deepseek-v3-cache-step", {}, True),
+    ("op-experts", {"PARAX_FEW_ROWS": "0"}, False), ("op-experts-many-rows", {}, False),
+    ("op-experts", {"PARAX_EXPERTS": "per-expert"}, False), ("train-mixtral-ep2", {}, False)])
+def test_experts_at_decode_size_read_each_experts_weights_once(tmp_path, case, env, grouped_few_rows):
+    """An inference step's experts of at most 8 rows on average (a decode
+    step's) run grouped through groupedFewRowsKernel (each expert's
+    weights read once for every 8 of its rows, the counts kept on the
+    device), whatever the weights' size; more rows, PARAX_FEW_ROWS=0,
+    PARAX_EXPERTS=per-expert or a training step do not. Each way within the
+    case's tolerance of the CPU backend."""
+    ran = kernels_run(tmp_path, case, env)
+    assert any(k.startswith("groupedFewRowsKernel") for k in ran) == grouped_few_rows, ran
+
+
 @pytest.mark.parametrize("case,setting,reason", [
     ("op-attention-gqa-tiles-bf16", None, "cuDNN attention is not in this build"),
     ("op-attention-full-dv-bf16", None, "cuDNN attention is not in this build"),

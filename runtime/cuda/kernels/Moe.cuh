@@ -129,9 +129,26 @@ Status CudaExecutor::State::runExperts(const pxe::Instruction &inst) {
     // x . W_e^T for every expert's rows, gate/up [E, F, H] and down [E, H, F].
     auto project = [&](const void *in, Elem inElem, int64_t width, const DeviceBuffer &weights, int64_t n,
                        float *result) -> Status {
+      if (weights.elem == Elem::F32 && inElem != Elem::F32)
+        return Status::error("experts: fp32 weights need fp32 activations");
+      if (fewRowExperts(pairs, E) && FewRows::fits(1, width, n, true, elemBytes(weights.elem), weights.data)) {
+        // At most 8 rows an expert on average (decode): each expert's
+        // weights read once for every 8 of its rows.
+        const int64_t columns = FewRows::kWarps * FewRows::kWarpColumns;
+        dim3 few(static_cast<unsigned>((n + columns - 1) / columns), static_cast<unsigned>(E));
+        auto launch = [&](auto xs, auto ws) {
+          using Shape = FewRowsShape<FewRows::kMaxRows, decltype(xs), decltype(ws)>;
+          PARAX_LAUNCH(groupedFewRowsKernel<Shape>, few, FewRows::kThreads, 0, stream)(
+              static_cast<const typename Shape::TX *>(in), static_cast<const typename Shape::TW *>(weights.data),
+              result, count, offset, n, width);
+        };
+        if (weights.elem == Elem::F32) launch(float{}, float{});
+        else if (inElem == Elem::F32) launch(float{}, __nv_bfloat16{});
+        else launch(__nv_bfloat16{}, __nv_bfloat16{});
+        return Status::ok();
+      }
       dim3 grid(GroupedTiles::blocks(pairs, E), (n + GroupedTiles::kCols - 1) / GroupedTiles::kCols);
       if (weights.elem == Elem::F32) {
-        if (inElem != Elem::F32) return Status::error("experts: fp32 weights need fp32 activations");
         PARAX_LAUNCH(groupedGemmKernel, grid, GroupedTiles::kThreads, GroupedTiles::bytes(), stream)(
             static_cast<const float *>(in), weights.f(), result, count, offset, E, n, width);
         return Status::ok();
