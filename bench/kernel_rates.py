@@ -167,7 +167,7 @@ def shapes(args):
     flash_rates = {}
     for row in rows:
         with tempfile.TemporaryDirectory() as tmp:
-            path, profile, _ = validate.prepare(row, tmp)
+            path, profile, _, _ = validate.prepare(row, tmp)
             uses = {}  # entry key -> this row's use of it
             for preset in PRESETS.values():
                 cluster = one_device_cluster(tool, row["cluster"], preset, tmp)

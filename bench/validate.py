@@ -337,6 +337,33 @@ def rows():
             workload=f"train:batch={2 * 8 * nodes},seq=8192,tp=1,pp=1,cp=1,dp={8 * nodes},mbs=2,zero=3,"
                      "recompute=selective,gemm=fp8",
             published=tps, unit="tokens/s", memory_gib=gib))
+    # torchtitan's async-TP benchmark of June 2025 (pytorch/torchtitan,
+    # benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md and its table,
+    # assets/images/async-tp-perf-06-14-2025.png at 5ecb74e5, read
+    # 2026-12-07; added after every figure here was set, no figure moved
+    # for them): Grand Teton H100s at 500 W, torch of 2025-06-14,
+    # torch.compile, seq 8192 (llama3_*b.toml at 820504e), bf16 FSDP
+    # all-gathers; Llama 3.1 70B on 256 GPUs, FSDP 32 x TP 8, local batch
+    # 16, full checkpointing; 8B on 64, FSDP 8 x TP 8, local batch 12,
+    # op-level selective checkpointing; vanilla TP against AsyncTP, bf16
+    # and Float8 tensorwise: TPS a GPU. (Its Float8 rowwise rows are left
+    # out: the page says their vanilla baseline is low for a reason being
+    # fixed, and parax has no cost of rowwise scaling.) Each pair is a
+    # published ranking too.
+    for model, gpus, local, ac, fp8, vanilla, async_tps in [
+            ("llama3-70b", 256, 16, "full", False, 597.3, 652.4), ("llama3-70b", 256, 16, "full", True, 809.8, 942.4),
+            ("llama3-8b", 64, 12, "selective", False, 4378, 4809.4), ("llama3-8b", 64, 12, "selective", True, 5078.1, 5570.1)]:
+        dp = gpus // 8
+        for async_tp, tps in [(False, vanilla), (True, async_tps)]:
+            what = "FSDP + TP + compile" + (" + Float8" if fp8 else "") + (" + AsyncTP" if async_tp else "")
+            out.append(dict(
+                group=f"torchtitan Llama 3.1 {model[7:].upper()}, {gpus} H100, {'Float8' if fp8 else 'bf16'}: AsyncTP",
+                name=f"torchtitan Llama 3.1 {model[7:].upper()}, {gpus} H100, {what}, seq 8192 (torchtitan 2025-06)",
+                config=model, seq=8192, cluster=f"grand-teton-h100:nodes={gpus // 8}", profile="fsdp-compile",
+                **({"profile_fields": {"tp_overlap_gemms": True, "tp_overlap_backward": False}} if async_tp else {}),
+                workload=f"train:batch={local * dp},seq=8192,tp=8,pp=1,cp=1,dp={dp},mbs={local},zero=3,"
+                         f"recompute={ac}" + (",gemm=fp8" if fp8 else ""),
+                published=tps, unit="tokens/s"))
     # A published ranking (Megatron-Bridge, skills/nemo-mbridge-perf-memory-
     # tuning/SKILL.md at 067f987df, read 2026-12-07): Llama 3 70B SFT on 32
     # H100, FP8 current scaling, seq 4096, MBS 1, GBS 32, the recipe's
@@ -496,8 +523,9 @@ def describe(p):
 def prepare(row, tmp, replaced=None):
     """A row's model (its training step, the loss built in) and profile
     written into `tmp`: the model's path, the profile to pass parax-plan
-    (a name, or a file with the recipe's fields over the stack's) and the
-    profile as the tables show it. `replaced`: profile name -> file."""
+    (a name, or a file with the recipe's fields over the stack's), the
+    profile as the tables show it and the model's config (a preset or a
+    config.json). `replaced`: profile name -> file."""
     replaced = replaced or {}
     config = row["config"]
     if isinstance(config, dict):
@@ -525,7 +553,7 @@ def prepare(row, tmp, replaced=None):
             json.dump({**base, "name": row["profile"] + "-recipe", **fields}, f)
         profile = profile_path
         shown_profile += " + " + ", ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
-    return path, profile, shown_profile
+    return path, profile, shown_profile, source
 
 
 def main():
@@ -551,7 +579,7 @@ def main():
         for row in rows():
             if args.only and args.only not in row["name"]:
                 continue
-            path, profile, shown_profile = prepare(row, tmp, replaced)
+            path, profile, shown_profile, source = prepare(row, tmp, replaced)
             out = subprocess.run([tool, path, "--cluster", row["cluster"], "--profile", profile,
                                   "--workload", row["workload"], "--json", "--top", "1"],
                                  capture_output=True, text=True, timeout=600)
