@@ -191,9 +191,9 @@ def shapes(args):
                     "validation rows, parax's forward rate for one device of each preset",
            "flash_backward_rate": flash_rates,
            "entries": sorted(entries.values(), key=lambda e: (e["kind"], -flops(e)))}
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
-        f.write("\n")
+    with open(args.out, "w") as f:  # (an entry a line)
+        f.write("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in out.items() if k != "entries")
+                + ',\n "entries": [\n' + ",\n".join("  " + json.dumps(e) for e in out["entries"]) + "\n ]\n}\n")
     print(f"{len(out['entries'])} entries from {len(rows)} rows -> {args.out}")
 
 
