@@ -28,11 +28,14 @@ gzip -9 "$out"/bin/*
 # 2026-12-07 (the bundle had grown to 66 MiB with the working tree) also
 # PP4 1F1B (the PP2 cases run the schedule), Mixtral EP2 x PP2 (EP2 and
 # PP2 each run alone) and the fp32 latent decode ops (their bf16 twins
-# take the same split-decode paths).
+# take the same split-decode paths); since 2026-12-07's eighth session
+# (67 MiB: the few-row cases' weights, since shrunk, and larger binaries)
+# GPT-2's AdamW DP2 x PP2 interleaved step (Llama's bf16 AdamW DP2 x PP2
+# interleaved one runs the same paths).
 cases="$("$root/.venv/bin/python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import cuda_cases
 left_out = ("train-llama-pp4-chunks2-micro8", "train-llama-bf16-adamw-dp2-tp2-zero2", "train-mixtral-adamw-ep2-zero2",
             "train-llama-pp4-micro6", "train-mixtral-ep2-pp2-micro2", "op-attention-latent-decode-128-heads",
-            "op-attention-latent-decode-16-heads")
+            "op-attention-latent-decode-16-heads", "train-gpt2-adamw-dp2-pp2-chunks2-micro2")
 print(",".join(c for c in cuda_cases.all_cases() if c not in left_out))' "$root/test/runtime")"
 PARAX_BUILD_DIR="$build" "$root/.venv/bin/python" "$root/test/runtime/cuda_cases.py" \
   prepare "$out/cases" --bin "$build/bin" --cases "$cases"
