@@ -127,7 +127,8 @@ struct TpOverlapPass : parax::impl::ParaxTpOverlapPassBase<TpOverlapPass> {
   /// A gather in chunks, each chunk's GEMMs issued after the next chunk's
   /// gather: gather 0, gather 1, chunk 0's GEMMs, gather 2, chunk 1's
   /// GEMMs, ... (a gather travels while the chunk before it multiplies);
-  /// each GEMM's chunks joined where the gather stood.
+  /// each GEMM's chunks joined where the gather stood, and the gathered
+  /// chunks too where something else reads the gathered value.
   void splitGather(AllGatherOp gather, ArrayRef<LinearOp> users) {
     auto xType = cast<RankedTensorType>(gather.getX().getType());
     int64_t d = gather.getDim();
@@ -158,6 +159,10 @@ struct TpOverlapPass : parax::impl::ParaxTpOverlapPassBase<TpOverlapPass> {
       linear.getResult().replaceAllUsesWith(joined(b, linear.getLoc(), products[k], *cut, chunks, linear.getType()));
       linear.erase();
     }
+    // What else reads the gathered value (a weight's gradient) gets the
+    // gathered chunks joined.
+    if (!gather.getResult().use_empty())
+      gather.getResult().replaceAllUsesWith(joined(b, loc, gathered, *cut, chunks, gather.getType()));
     gather.erase();
   }
 
@@ -194,16 +199,17 @@ struct TpOverlapPass : parax::impl::ParaxTpOverlapPassBase<TpOverlapPass> {
                                  << static_cast<int64_t>(chunks) << ")";
       return signalPassFailure();
     }
-    // A gather whose every use is a GEMM's input (the sequence-parallel
-    // all-gather before the column-parallel projections).
+    // A gather that GEMMs read (the sequence-parallel all-gather before the
+    // column-parallel projections; a training step's weight gradients read
+    // it too, and get the gathered chunks joined).
     SmallVector<std::pair<AllGatherOp, SmallVector<LinearOp>>> gathers;
     getOperation().walk([&](AllGatherOp gather) {
       SmallVector<LinearOp> users;
       for (OpOperand &use : gather.getResult().getUses()) {
         auto linear = dyn_cast<LinearOp>(use.getOwner());
-        if (!linear || use.getOperandNumber() != 0 || !everyOtherOperandBefore(linear, gather))
-          return;
-        users.push_back(linear);
+        if (linear && use.getOperandNumber() == 0 && everyOtherOperandBefore(linear, gather) &&
+            !llvm::is_contained(users, linear))
+          users.push_back(linear);
       }
       llvm::sort(users, [](LinearOp a, LinearOp b) { return a->isBeforeInBlock(b); });
       if (!users.empty())

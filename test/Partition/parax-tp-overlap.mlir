@@ -96,8 +96,18 @@ func.func @left_whole(%x: tensor<2x8x16xf32>, %w: tensor<32x16xf32>, %o: tensor<
 // CHECK: %[[Q:.*]] = parax.concat %[[Q0]], %[[Q1]] {dim = 0 : i64} : (tensor<1x8x32xf32>, tensor<1x8x32xf32>) -> tensor<2x8x32xf32>
 // CHECK: %[[K:.*]] = parax.concat %[[K0]], %[[K1]] {dim = 0 : i64}
 // CHECK: parax.add %[[Q]], %[[K]]
-// A gather something else reads too stays whole.
+// A gather something else reads too (a training step's weight gradient):
+// the GEMM in chunks as above, the other reader given the gathered chunks
+// joined.
 // CHECK-LABEL: func.func @gather_read_by_more
+// CHECK: %[[G0:.*]] = parax.all_gather {{.*}} : tensor<1x4x16xf32> -> tensor<1x8x16xf32>
+// CHECK: %[[G1:.*]] = parax.all_gather
+// CHECK: %[[Q:.*]] = parax.concat {{.*}} -> tensor<2x8x32xf32>
+// CHECK: %[[G:.*]] = parax.concat %[[G0]], %[[G1]] {dim = 0 : i64} : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
+// CHECK: %[[H:.*]] = parax.add %[[G]], %[[G]]
+// CHECK: return %[[Q]], %[[H]]
+// A gather no GEMM reads stays whole.
+// CHECK-LABEL: func.func @gather_read_by_no_gemm
 // CHECK-NOT: parax.slice
 // CHECK: return
 parax.grid @g(tp = 2)
@@ -113,6 +123,11 @@ func.func @gather_read_by_more(%x: tensor<2x4x16xf32>, %wq: tensor<32x16xf32>) -
   %q = parax.linear %g, %wq {transpose_w} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
   %h = parax.add %g, %g : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %q, %h : tensor<2x8x32xf32>, tensor<2x8x16xf32>
+}
+func.func @gather_read_by_no_gemm(%x: tensor<2x4x16xf32>) -> tensor<2x8x16xf32> {
+  %g = parax.all_gather %x over @g ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+  %h = parax.add %g, %g : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %h : tensor<2x8x16xf32>
 }
 
 // -----

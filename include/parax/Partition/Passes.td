@@ -47,9 +47,10 @@ def ParaxTpOverlapPass : Pass<"parax-tp-overlap", "mlir::ModuleOp"> {
     chunk i runs while chunk i + 1 multiplies (Megatron-Core's and
     TransformerEngine's TP communication overlap, by decomposition). The
     same rows reach the same ranks: results are unchanged. A GEMM with no
-    such dimension is left whole. Likewise an `all_gather` whose every use
-    is a `parax.linear`'s input: gathered in chunks, chunk i's GEMMs issued
-    after chunk i + 1's gather, each GEMM's chunks joined.
+    such dimension is left whole. Likewise an `all_gather` that
+    `parax.linear`s read as their input: gathered in chunks, chunk i's GEMMs
+    issued after chunk i + 1's gather, each GEMM's chunks joined, and its
+    other readers given the gathered chunks joined.
 
     ```mlir
     %p = parax.linear %x, %w {transpose_w} : (tensor<2x16x64xf32>, tensor<32x64xf32>) -> tensor<2x16x32xf32>
