@@ -420,7 +420,8 @@ createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, in
   // More ranks than GPUs: NCCL before 2.30 refuses a communicator with two
   // ranks on one device; 2.30 runs them when asked (NCCL_MULTI_RANK_GPU_ENABLE,
   // its init.cc), which PARAX_COLLECTIVES=nccl does.
-  bool shared = onNode > cudaDeviceCount();
+  const int devices = cudaDeviceCount();
+  bool shared = onNode > devices;
   int version = 0;
   PARAX_NCCL(ncclGetVersion(&version));
   bool severalRanksAGpu = version >= 23000;
@@ -434,7 +435,7 @@ createNcclCommunicator(const std::vector<int64_t> &shape, int rank, int size, in
                  " runs one rank a GPU (2.30 or newer runs several): collectives go through host memory and MPI";
   if (shared && !comm->staged) {
     setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", /*overwrite=*/0);
-    comm->note = std::to_string(onNode) + " ranks share " + std::to_string(cudaDeviceCount()) +
+    comm->note = std::to_string(onNode) + " ranks share " + std::to_string(devices) +
                  " GPU(s) through NCCL " + named + " (PARAX_COLLECTIVES=nccl, NCCL_MULTI_RANK_GPU_ENABLE=1)";
   }
   if (comm->staged)
