@@ -178,17 +178,52 @@ private:
       bytes /= t;
     return collectiveTime(*ctx.cluster, kind, bytes, ctx.group);
   }
-  // collective() over the whole of value `id`, memoised (the inner loop of
-  // the dynamic program asks for the same few again and again).
-  double valueCollective(int id, CollectiveKind kind) const {
-    size_t slot = id * 5 + static_cast<int>(kind);
+  /// The linears reading value `id`, where only linears read it (0: some
+  /// other op reads it too, or none; `head`: the output head counts as
+  /// one, else as another op).
+  int linearReadersOnly(int id, bool head) const {
+    int linears = 0;
+    for (const OpNode &op : layer.ops)
+      if (is_contained(op.inputs, id)) {
+        if (op.kind != OpClass::Linear || (op.outputHead && !head))
+          return 0;
+        ++linears;
+      }
+    return linears;
+  }
+  /// The bytes a `kind` collective moves of value `id` held in layout
+  /// `from`: the whole value, or (gemm=fp8, the profile's tp_gather_fp8)
+  /// its quantised bytes where it gathers a sequence-parallel shard (split
+  /// along the sequence, dimension 1) that GEMMs alone read.
+  double movedBytes(int id, CollectiveKind kind, int8_t from) const {
+    bool quantised = kind == CollectiveKind::AllGather && from == 1 && rank(id) >= 3 && ctx.gemmBytes == 1 &&
+                     ctx.cluster->profile.tpGatherFp8 && linearReadersOnly(id, /*head=*/false) > 0;
+    return fullBytes(id) * (quantised ? ctx.gemmInputShare : 1);
+  }
+  // collective() over movedBytes of value `id`, memoised (the inner loop
+  // of the dynamic program asks for the same few again and again; a
+  // gather's bytes turn on the dimension it gathers along).
+  double valueCollective(int id, CollectiveKind kind, int8_t from) const {
+    size_t slot = id * 6 + (kind == CollectiveKind::AllGather && from == 1 ? 5 : static_cast<int>(kind));
     if (collectiveCache.size() <= slot)
-      collectiveCache.resize(layer.values.size() * 5, -1);
+      collectiveCache.resize(layer.values.size() * 6, -1);
     double &cached = collectiveCache[slot];
     if (cached < 0)
-      cached = collective(kind, fullBytes(id));
+      cached = collective(kind, movedBytes(id, kind, from));
     return cached;
   }
+  /// The dimension a reshard from `from` to `to` gathers or scatters along
+  /// (-1: neither, or an all-to-all).
+  static int8_t alongOf(CollectiveKind kind, int8_t from, int8_t to) {
+    if (kind == CollectiveKind::AllGather)
+      return from;
+    if (kind == CollectiveKind::ReduceScatter)
+      return to;
+    return -1;
+  }
+  /// The copies sequence-parallel collectives along the sequence cost the
+  /// profile's stack (sp_gather_copies), charged to the GEMMs beside them.
+  void chargeSequenceCopies(LayerPlan &plan) const;
   mutable std::vector<double> collectiveCache;
 };
 
@@ -809,7 +844,62 @@ Solver::reshard(int id, int8_t from, int8_t to) const {
     kind = CollectiveKind::AllGather;
   else
     kind = from == kPartial ? CollectiveKind::ReduceScatter : CollectiveKind::AllToAll;
-  return {valueCollective(id, *kind), kind};
+  // (a stack without it has no such move: no plan takes it)
+  if (kind == CollectiveKind::AllToAll && !ctx.cluster->profile.tpAllToAll)
+    return {kInf, kind};
+  return {valueCollective(id, *kind, from), kind};
+}
+
+// torchtitan's sequence parallelism (DTensor's Shard(1) on [batch,
+// sequence, hidden]) gathers and scatters along the sequence, which
+// PyTorch's functional collectives do along dimension 0 and a torch.cat of
+// the pieces (torchtitan PR #437: "an extra aten.cat after each
+// collective"). The cat is a kernel of its own where a GEMM reads the
+// gathered value or writes the one scattered (an extern kernel the
+// compiler fuses nothing into); elementwise neighbours take it in (the
+// backward's fp8 cast of a gathered gradient, the sum of several GEMMs'
+// data gradients scattered). AsyncTP's fused kernels (tp_overlap_gemms)
+// read and write the pieces in place.
+void Solver::chargeSequenceCopies(LayerPlan &plan) const {
+  const Profile &profile = ctx.cluster->profile;
+  if (!profile.spGatherCopies || t <= 1)
+    return;
+  double bandwidth = ctx.cluster->memoryBandwidth() * ctx.cluster->memoryEfficiency;
+  const int n = layer.ops.size();
+  for (const CollectiveUse &c : plan.collectives) {
+    if (c.value < 0 || c.along <= 0 ||
+        (c.kind != CollectiveKind::AllGather && c.kind != CollectiveKind::ReduceScatter))
+      continue;
+    bool gather = c.kind == CollectiveKind::AllGather;
+    // The GEMM beside it: the one reading the gathered value (the first
+    // of its readers), or the one writing the value scattered.
+    int gemm = -1;
+    for (int j = 0; j < n && gemm < 0; ++j) {
+      const OpNode &op = layer.ops[j];
+      if (op.kind == OpClass::Linear && is_contained(gather ? op.inputs : op.results, c.value))
+        gemm = j;
+    }
+    if (gemm < 0)
+      continue;
+    // A read and a write of the whole value as it moved (fp8 where
+    // gathered in fp8).
+    double copy = 2 * c.bytes / bandwidth;
+    bool fused = profile.tpOverlapGemms && !layer.ops[gemm].outputHead;
+    double forward = fused ? 0 : copy;
+    // The backward's conjugate: a gather's is the reduce-scatter of the
+    // input's gradient, a GEMM's data gradient alone where one GEMM reads
+    // it (several: their sum, elementwise, writes the pieces); a
+    // reduce-scatter's is the gather of the output's gradient, which the
+    // GEMMs' gradients read (quantised before the gather where the stack
+    // gathers in fp8: torchao's NoopFwToFloat8BwDynamic).
+    double backward = gather ? (linearReadersOnly(c.value, /*head=*/true) == 1 ? fullBytes(c.value) : 0)
+                             : fullBytes(c.value) * (ctx.gemmBytes == 1 && profile.tpGatherFp8 ? ctx.gemmInputShare : 1);
+    backward = fused && profile.tpOverlapBackward ? 0 : 2 * backward / bandwidth;
+    plan.opTimes[gemm] += forward;
+    plan.computeTime += forward;
+    // (the backward is costed at twice the forward)
+    plan.backwardExtraTime += backward - 2 * forward;
+  }
 }
 
 // Every combination of strategies, costed exactly as solve() costs them.
@@ -1060,6 +1150,12 @@ LayerPlan Solver::solve() {
         // (the backward, costed at twice the forward, casts the gradient
         // alone)
         plan.backwardExtraTime += profile.fp8ActivationPasses * output / bandwidth - 2 * casts;
+        // A shard gathered in fp8 (tp_gather_fp8) has its transposed copy,
+        // which the weight's gradient reads, made of the whole gathered
+        // value, a read and a write of a byte an element: the rest of the
+        // value beyond the shard the passes above count.
+        if (input > 0 && layoutOf(in) == 1 && s.in[0] == kReplicated && profile.tpGatherFp8 && rank(in) >= 3)
+          plan.backwardExtraTime += 2 * (fullBytes(in) - input) * ctx.gemmInputShare / bandwidth;
       }
       plan.computeTime += casts;
       plan.opTimes.back() += casts;
@@ -1093,7 +1189,8 @@ LayerPlan Solver::solve() {
       auto [commTime, kind] = reshard(in, layoutOf(in), s.in[k]);
       plan.commTime += commTime;
       if (kind)
-        plan.collectives.push_back({*kind, fullBytes(in), i, commTime, in});
+        plan.collectives.push_back({*kind, movedBytes(in, *kind, layoutOf(in)), i, commTime, in,
+                                    alongOf(*kind, layoutOf(in), s.in[k])});
     }
     if (s.internal) {
       double seconds = collective(s.internal->first, s.internal->second * tokens);
@@ -1207,8 +1304,10 @@ LayerPlan Solver::solve() {
     auto [commTime, kind] = reshard(out, have, closingLayout(out, have));
     plan.commTime += commTime;
     if (kind)
-      plan.collectives.push_back({*kind, fullBytes(out), n, commTime, out});
+      plan.collectives.push_back(
+          {*kind, movedBytes(out, *kind, have), n, commTime, out, alongOf(*kind, have, closingLayout(out, have))});
   }
+  chargeSequenceCopies(plan);
   // A collective decomposed with its GEMMs (TransformerEngine's userbuffers
   // ring exchange: tp chunks, each chunk's transfer beside the GEMM on the
   // one before) hides behind all of them but the first chunk's share:

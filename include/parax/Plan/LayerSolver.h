@@ -92,6 +92,8 @@ struct CollectiveUse {
   int opIndex; // the consumer whose input needed it
   double seconds = 0; // forward, as costed
   int value = -1; // the value it moves (-1: an op's own collective)
+  /// The dimension it gathers or scatters along (-1: neither).
+  int8_t along = -1;
 };
 
 /// What an op computes on one device, for --explain: a GEMM's [m x k] x

@@ -352,6 +352,35 @@ struct Profile {
   /// after waiting for the gather), a read and a write of the gathered
   /// bytes on the critical path.
   bool zero3CopyOut = false;
+  /// gemm=fp8: a sequence-parallel all-gather that GEMMs read moves the
+  /// shard after its quantisation, one byte an element (TransformerEngine's
+  /// gather_along_first_dim with the input's quantizer; torchao's
+  /// Float8ColwiseParallel casts before redistributing), and so does the
+  /// backward's gather of the output gradient (TransformerEngine's
+  /// grad_output quantizer; torchao's NoopFwToFloat8BwDynamic).
+  bool tpGatherFp8 = false;
+  /// Sequence-parallel collectives along the sequence of [batch, sequence,
+  /// hidden] values (DTensor's Shard(1): torchtitan), not along their
+  /// first dimension: PyTorch's functional all-gather gathers along
+  /// dimension 0 and cats the pieces along the sequence, its
+  /// reduce-scatter cats its input's pieces first (torch.cat of
+  /// torch.chunk: a read and a write of the whole value). Where a GEMM
+  /// reads the gathered value or writes the one scattered the copy is a
+  /// kernel of its own: the forward's gathers and reduce-scatters, the
+  /// backward's gathers of output gradients, and its reduce-scatters of
+  /// an input's gradient where one GEMM reads the input (where several
+  /// do, the compiler writes their data gradients' sum in the scattered
+  /// order). AsyncTP's fused
+  /// gather-GEMM and GEMM-reduce-scatter (tp_overlap_gemms) take the
+  /// pieces as they are.
+  bool spGatherCopies = false;
+  /// Whether the stack can move a layer's value from one split to another
+  /// by an all-to-all over the TP group (parax's partitioner can).
+  /// Megatron's and DTensor's tensor parallelism cannot: their layers
+  /// split and join values only by the column and row layouts'
+  /// all-gathers, reduce-scatters and all-reduces, and the search keeps
+  /// to those.
+  bool tpAllToAll = true;
   /// The highest ZeRO stage the stack implements (Megatron-LM 2021: none;
   /// Megatron-Core's distributed optimizer: 1): the search tries no other.
   int maxZero = 3;
