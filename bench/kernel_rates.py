@@ -28,8 +28,9 @@ settled at the power limit, as in a training step).
 The comparison: each entry's measured forward TFLOP/s against parax's
 (the same FLOP count for both: 2mnk a GEMM, parax's (2d + 5 + 2d) a
 (query, key) pair an attention), the measured backward against the
-forward (parax: a GEMM's backward 2x its forward; an attention's 2.5x the
-FLOPs at the profile's flash_backward_rate of the forward's rate), and
+forward (parax: a GEMM's data and weight gradients by their own shapes,
+as --explain's "backward Nx" says; an attention's 2.5x the FLOPs at the
+profile's flash_backward_rate of the forward's rate), and
 per row, parax's time for its layer's timed kernels over the measured:
 below 1, parax is optimistic about these kernels by that much.
 What it leaves out: the experts' grouped GEMMs and the CP rows'
@@ -59,7 +60,7 @@ DEVICE = "cuda"  # (a dry run of `measure` elsewhere sets another)
 STACK_KERNEL = {"megatron-core": "cudnn", "megatron-bridge": "cudnn", "fsdp": "flash", "fsdp-compile": "flash"}
 
 GEMM_LINE = re.compile(r"^\s+parax\.(linear|head_linear)\s+\S+\s+[0-9.]+\s+(?:(\d+) x )?\[(\d+) x (\d+)\] x "
-                       r"\[\d+ x (\d+)\] (\S+), (\d+) TFLOP/s$")
+                       r"\[\d+ x (\d+)\] (\S+), (\d+) TFLOP/s(?:, backward ([0-9.]+)x)?$")
 ATTENTION_LINE = re.compile(r"^\s+parax\.attention\s+\S+\s+[0-9.]+\s+(?:(\d+) x )?(\d+) queries over (\d+) keys"
                             r"(, causal|, window \d+)?, head width (\d+) (\S+), (\d+) TFLOP/s$")
 
@@ -105,8 +106,9 @@ def explain(tool, path, cluster, profile, workload):
 
 def parse_layers(text):
     """The decoder layers' GEMMs and attentions of an --explain: (entry,
-    how many of it the model runs) and whether the plan splits the
-    sequence (cp > 1)."""
+    parax's forward TFLOP/s, how many of it the model runs, a GEMM's
+    backward over its forward where the explain gives it, else None);
+    the attention left out where the plan splits the sequence (cp > 1)."""
     best = re.search(r"^best: (.*?);", text, re.M)
     cp = bool(best and re.search(r"\bcp([2-9]|\d\d+)\b", best.group(1)))
     found = []
@@ -120,7 +122,7 @@ def parse_layers(text):
         if g:
             found.append(({"kind": "gemm", "batch": int(g.group(2) or 1), "m": int(g.group(3)),
                            "k": int(g.group(4)), "n": int(g.group(5)), "dtype": g.group(6)},
-                          int(g.group(7)), layers))
+                          int(g.group(7)), layers, float(g.group(8)) if g.group(8) else None))
             continue
         a = ATTENTION_LINE.match(line)
         if a and not cp:
@@ -128,7 +130,7 @@ def parse_layers(text):
                 continue  # (no sliding window among the rows; SDPA has no such mask)
             found.append(({"kind": "attention", "batch": int(a.group(1) or 1), "queries": int(a.group(2)),
                            "keys": int(a.group(3)), "causal": bool(a.group(4)), "head_width": int(a.group(5)),
-                           "dtype": a.group(6)}, int(a.group(7)), layers))
+                           "dtype": a.group(6)}, int(a.group(7)), layers, None))
     return found
 
 
@@ -172,12 +174,15 @@ def shapes(args):
             for preset in PRESETS.values():
                 cluster = one_device_cluster(tool, row["cluster"], preset, tmp)
                 counted = {}
-                for entry, rate, count in parse_layers(explain(tool, path, cluster, profile, row["workload"])):
+                for entry, rate, count, backward in parse_layers(
+                        explain(tool, path, cluster, profile, row["workload"])):
                     key = json.dumps(entry, sort_keys=True)
                     entries.setdefault(key, dict(entry, uses=[]))
                     use = uses.setdefault(key, {"row": row["name"], "profile": row["profile"], "count": 0,
                                                 "parax_tflops": {}})
                     use["parax_tflops"][preset] = rate
+                    if backward:  # (its backward over its forward)
+                        use.setdefault("parax_backward", {})[preset] = backward
                     counted[key] = counted.get(key, 0) + count
                 for key, count in counted.items():
                     uses[key]["count"] = count
@@ -381,7 +386,8 @@ def report(result):
                 seen.add(line_key)
                 continue
             if r["kind"] == "gemm":
-                back = f"{(r['dgrad_s'] + r['wgrad_s']) / fwd:.2f} (parax 2.00)"
+                ratio = use.get("parax_backward", {}).get(preset) if preset else None
+                back = f"{(r['dgrad_s'] + r['wgrad_s']) / fwd:.2f} (parax {f'{ratio:.2f}' if ratio else '2.00'})"
             else:
                 rate = result["flash_backward_rate"].get(use["profile"], 1)
                 back = f"{r[f'{kernel}_backward_s'] / fwd:.2f} (parax 2.5x the FLOPs at {rate:g} of the rate)"

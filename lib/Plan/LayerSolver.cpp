@@ -125,6 +125,21 @@ private:
   /// (each reading the whole weight).
   double linearTime(const OpNode &op, const Strategy &s, double flops, double weights, double io, double peak,
                     double chunks) const;
+  /// A linear `op`'s y [tokens, n] = x [tokens, k] W on one device under
+  /// `s` ({n, k}): column-parallel splits n (out), row-parallel k (in).
+  std::pair<double, double> linearDims(const OpNode &op, const Strategy &s) const {
+    double n = op.out, k = op.in;
+    if (s.name == "column")
+      n /= ctx.tp;
+    if (s.name == "row")
+      k /= ctx.tp;
+    return {n, k};
+  }
+  /// A linear `op`'s backward under `s`: its two GEMMs, each costed by
+  /// its own shape (the data gradient dx = dy W^T, [tokens x out] x [out x
+  /// in]; the weight's dW = x^T dy, [in x tokens] x [tokens x out]), the
+  /// forward's FLOPs and bytes each.
+  double linearBackwardTime(const OpNode &op, const Strategy &s) const;
   /// A linear `op` under `s` decomposed with a TP collective (its rows
   /// in tp chunks; `besideReduceScatter`: on the SMs the profile's
   /// tp_overlap_sms leave it).
@@ -608,14 +623,17 @@ double Solver::decomposedGemmTime(const OpNode &op, const Strategy &s, bool besi
 
 double Solver::linearTime(const OpNode &op, const Strategy &s, double flops, double weights, double io,
                           double peak, double chunks) const {
-  // y [tokens, out] = x [tokens, in] W: column-parallel splits out,
-  // row-parallel splits in.
-  double n = op.out, k = op.in;
-  if (s.name == "column")
-    n /= ctx.tp;
-  if (s.name == "row")
-    k /= ctx.tp;
+  auto [n, k] = linearDims(op, s);
   return chunks * gemmTime(*ctx.cluster, flops / chunks, weights + io / chunks, peak, ctx.tokens() / chunks, n, k);
+}
+
+double Solver::linearBackwardTime(const OpNode &op, const Strategy &s) const {
+  auto [n, k] = linearDims(op, s);
+  double m = ctx.tokens();
+  double flops = op.flopsPerToken * m * s.computeFrac;
+  double bytes = weightBytes(op) * s.weightFrac + ioBytes(op, s);
+  double peak = isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
+  return gemmTime(*ctx.cluster, flops, bytes, peak, m, k, n) + gemmTime(*ctx.cluster, flops, bytes, peak, k, n, m);
 }
 
 double Solver::ioBytes(const OpNode &op, const Strategy &s) const {
@@ -757,14 +775,12 @@ OpWork Solver::workOf(const OpNode &op, const Strategy &s, double seconds) const
   OpWork w;
   double tokens = ctx.tokens();
   switch (op.kind) {
-  case OpClass::Linear: // (as linearTime splits it)
-    w = {1, tokens, double(op.out), double(op.in)};
-    if (s.name == "column")
-      w.n /= ctx.tp;
-    if (s.name == "row")
-      w.k /= ctx.tp;
+  case OpClass::Linear: {
+    auto [n, k] = linearDims(op, s);
+    w = {1, tokens, n, k};
     w.flops = op.flopsPerToken * tokens * s.computeFrac;
     break;
+  }
   case OpClass::HeadLinear: {
     const auto &in = value(op.inputs[0]).shape, &out = value(op.results[0]).shape;
     double heads = in.size() >= 2 ? double(in[in.size() - 2]) : 1;
@@ -1115,6 +1131,14 @@ LayerPlan Solver::solve() {
     plan.computeTime += time;
     plan.opTimes.push_back(time);
     plan.opWork.push_back(workOf(op, s, time));
+    // A linear's backward by its two GEMMs' own shapes (costed at twice
+    // the forward otherwise): a skinny forward's data gradient runs a
+    // short inner dimension, its weight gradient few output tiles.
+    if (op.kind == OpClass::Linear && ctx.train) {
+      double backward = linearBackwardTime(op, s);
+      plan.backwardExtraTime += backward - 2 * time;
+      plan.opWork.back().backwardSeconds = backward;
+    }
     // A materialised attention keeps its scores for the backward pass
     // (its softmax's output, the dropout's mask and output: every pair,
     // whatever the mask), unless selective recomputation re-runs it.

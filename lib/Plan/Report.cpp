@@ -43,6 +43,8 @@ static void printWork(llvm::raw_ostream &os, const OpNode &op, const OpWork &w, 
     os << formatv("  {0}[{1} x {2}] x [{2} x {3}]", batch, count(w.m), count(w.k), count(w.n));
   }
   os << formatv(" {0}, {1:F0} TFLOP/s", dtype, w.flops / w.seconds / 1e12);
+  if (w.backwardSeconds > 0) // (its data and weight gradients by their own shapes)
+    os << formatv(", backward {0:F2}x", w.backwardSeconds / w.seconds);
 }
 
 static std::vector<AxisPlacement> placement(const Plan &p, const ClusterSpec &cluster) {

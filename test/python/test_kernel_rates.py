@@ -46,8 +46,22 @@ def test_a_rows_gemms_and_attention_with_parax_rates(shapes):
     # (no busy node): 643 TFLOP/s of arithmetic, plus the profile's 2 us a
     # kernel over 137.4 GFLOP: 213.8 + 2 us, 637 TFLOP/s.
     assert use["parax_tflops"] == {"dgx-h100": 637, "dgx-h200": 637}
+    # Its backward by the two gradients' shapes: the data gradient
+    # [16384 x 2048] x [2048 x 2048] as the forward (215.8 us); the
+    # weight's [2048 x 2048] x [2048 x 16384], 128 or 256 tiles (0.9697)
+    # and k / (k + 140) = 0.9915: 680.8 TFLOP/s, 201.8 + 2 us. 419.6 us
+    # over 215.8: 1.94x.
+    assert use["parax_backward"] == {"dgx-h100": 1.94, "dgx-h200": 1.94}
     assert entries[("gemm", 16384, 2048, 8192)]["uses"][0]["count"] == 24
-    assert entries[("gemm", 16384, 8192, 2048)]["uses"][0]["count"] == 24
+    down = entries[("gemm", 16384, 8192, 2048)]["uses"][0]
+    assert down["count"] == 24
+    # The MLP's down-projection, 549.8 GFLOP: forward 128 x 128 tiles
+    # (0.9697) at k = 8192 (0.9832), 675.1 TFLOP/s, 814.4 + 2 us (673);
+    # its data gradient [16384 x 2048] x [2048 x 8192], 8,192 tiles in 63
+    # waves (0.9851) at k = 2048 (0.936), 842.0 + 2 us; its weight's [8192 x
+    # 2048] x [2048 x 16384], 0.9697 at k = 16384 (0.9915), 807.6 + 2 us:
+    # 1653.6 over 816.4, 2.03x.
+    assert down["parax_tflops"]["dgx-h100"] == 673 and down["parax_backward"]["dgx-h100"] == 2.03
     assert entries[("gemm", 16384, 2048, 131072)]["uses"][0]["count"] == 1  # the output head
     (attention,) = [e for e in shapes["entries"] if e["kind"] == "attention"]
     assert (attention["batch"], attention["queries"], attention["keys"], attention["causal"],
@@ -61,7 +75,7 @@ def test_a_rows_gemms_and_attention_with_parax_rates(shapes):
 
 def test_the_comparison_of_a_measurement(shapes, tmp_path):
     # A card 0.8x parax's rate on every kernel, its GEMMs' backward 2.2x
-    # the forward, cuDNN's attention backward 3x.
+    # the forward (parax's 1.94x, above), cuDNN's attention backward 3x.
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import kernel_rates
     measured = []
@@ -80,7 +94,7 @@ def test_the_comparison_of_a_measurement(shapes, tmp_path):
     out = run("compare", str(path))
     lines = out.splitlines()
     qkvo = next(l for l in lines if "[16384 x 2048] x [2048 x 2048]" in l)
-    assert [c.strip() for c in qkvo.split("|")][4:8] == ["637 (megatron-core)", "510", "0.80", "2.20 (parax 2.00)"]
+    assert [c.strip() for c in qkvo.split("|")][4:8] == ["637 (megatron-core)", "510", "0.80", "2.20 (parax 1.94)"]
     attention = next(l for l in lines if l.startswith("| attention (cudnn)"))
     assert "| 0.80 | 3.00 (parax 2.5x the FLOPs at 0.86 of the rate) |" in attention
     assert "  GEMM bf16: 0.80" in lines and "  attention (cudnn) bf16: 0.80" in lines

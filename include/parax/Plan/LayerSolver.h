@@ -104,6 +104,9 @@ struct CollectiveUse {
 /// zero for other ops.
 struct OpWork {
   double batch = 0, m = 0, n = 0, k = 0, flops = 0, seconds = 0;
+  /// A training step's linear: its backward's two GEMMs (0: not costed
+  /// apart).
+  double backwardSeconds = 0;
   bool gemmDtype = false; // a GEMM in the workload's gemm= dtype
 };
 
