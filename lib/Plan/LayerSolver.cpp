@@ -6,6 +6,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <array>
 #include <functional>
 #include <limits>
 #include <set>
@@ -135,10 +136,15 @@ private:
       k /= ctx.tp;
     return {n, k};
   }
+  /// The bytes besides its weights a linear `op` under `s` reads and
+  /// writes in its forward GEMM, its data gradient's and its weight
+  /// gradient's: x and y (dx and dy) whole, but the operands a GEMM in fp8
+  /// reads (gemm=fp8: the quantised copies).
+  std::array<double, 3> linearIoBytes(const OpNode &op, const Strategy &s) const;
   /// A linear `op`'s backward under `s`: its two GEMMs, each costed by
   /// its own shape (the data gradient dx = dy W^T, [tokens x out] x [out x
   /// in]; the weight's dW = x^T dy, [in x tokens] x [tokens x out]), the
-  /// forward's FLOPs and bytes each.
+  /// forward's FLOPs each.
   double linearBackwardTime(const OpNode &op, const Strategy &s) const;
   /// A linear `op` under `s` decomposed with a TP collective (its rows
   /// in tp chunks; `besideReduceScatter`: on the SMs the profile's
@@ -617,8 +623,8 @@ double Solver::decomposedGemmTime(const OpNode &op, const Strategy &s, bool besi
   int sms = ctx.cluster->smCount();
   if (besideReduceScatter && profile.tpOverlapSms > 0)
     peak *= std::max(1, sms - profile.tpOverlapSms) / double(sms);
-  return linearTime(op, s, op.flopsPerToken * rows * s.computeFrac, weightBytes(op) * s.weightFrac, ioBytes(op, s),
-                    peak, chunks);
+  return linearTime(op, s, op.flopsPerToken * rows * s.computeFrac, weightBytes(op) * s.weightFrac,
+                    linearIoBytes(op, s)[0], peak, chunks);
 }
 
 double Solver::linearTime(const OpNode &op, const Strategy &s, double flops, double weights, double io,
@@ -627,13 +633,22 @@ double Solver::linearTime(const OpNode &op, const Strategy &s, double flops, dou
   return chunks * gemmTime(*ctx.cluster, flops / chunks, weights + io / chunks, peak, ctx.tokens() / chunks, n, k);
 }
 
+std::array<double, 3> Solver::linearIoBytes(const OpNode &op, const Strategy &s) const {
+  double x = fullBytes(op.inputs[0]) * share(s.in[0]), y = fullBytes(op.results[0]) * share(s.out[0]);
+  double rest = ioBytes(op, s) - x - y;
+  double q = isGemm(op) && ctx.gemmBytes == 1 ? ctx.gemmInputShare : 1;
+  return {x * q + y + rest, y * q + x + rest, (x + y) * q + rest};
+}
+
 double Solver::linearBackwardTime(const OpNode &op, const Strategy &s) const {
   auto [n, k] = linearDims(op, s);
   double m = ctx.tokens();
   double flops = op.flopsPerToken * m * s.computeFrac;
-  double bytes = weightBytes(op) * s.weightFrac + ioBytes(op, s);
+  double weights = weightBytes(op) * s.weightFrac;
+  auto io = linearIoBytes(op, s);
   double peak = isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
-  return gemmTime(*ctx.cluster, flops, bytes, peak, m, k, n) + gemmTime(*ctx.cluster, flops, bytes, peak, k, n, m);
+  return gemmTime(*ctx.cluster, flops, weights + io[1], peak, m, k, n) +
+         gemmTime(*ctx.cluster, flops, weights + io[2], peak, k, n, m);
 }
 
 double Solver::ioBytes(const OpNode &op, const Strategy &s) const {
@@ -692,7 +707,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   double peak = isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
   switch (op.kind) {
   case OpClass::Linear:
-    return linearTime(op, s, flops, weights, bytes - weights, peak, 1);
+    return linearTime(op, s, flops, weights, linearIoBytes(op, s)[0], peak, 1);
   case OpClass::HeadLinear: {
     // G heads, each [tokens, in] x [in, out]: G GEMMs side by side.
     const auto &in = value(op.inputs[0]).shape, &out = value(op.results[0]).shape;
