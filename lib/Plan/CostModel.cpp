@@ -153,11 +153,12 @@ double parax::plan::rooflineTime(const ClusterSpec &cluster, double flops,
 }
 
 double parax::plan::gemmTime(const ClusterSpec &cluster, double flops, double bytes, double peak,
-                             double m, double n, double k, double batch) {
+                             double m, double n, double k, double batch, double kScale) {
   const Profile &profile = cluster.profile;
   if (profile.gemmShapes) {
     // `batch` independent GEMMs of one shape fill the device together.
-    peak *= gemmShapeEfficiency(m * std::max(batch, 1.0), n, k, cluster.smCount(), profile.gemmKOverhead);
+    peak *= gemmShapeEfficiency(m * std::max(batch, 1.0), n, k, cluster.smCount(),
+                                profile.gemmKOverhead * kScale);
   }
   double compute = flops / (peak * cluster.sustainedMatmulEfficiency());
   double memory = bytes / (cluster.memoryBandwidth() * cluster.memoryEfficiency);

@@ -126,6 +126,11 @@ private:
   /// (each reading the whole weight).
   double linearTime(const OpNode &op, const Strategy &s, double flops, double weights, double io, double peak,
                     double chunks) const;
+  /// The k-overhead's scale for `op`'s GEMMs (gemmTime's kScale): a GEMM
+  /// in the workload's gemm= dtype runs its k steps at that dtype's
+  /// datasheet peak over the model's (a clock's work), its tiles' fixed
+  /// time the same.
+  double kScale(const OpNode &op) const { return isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmKScale : 1; }
   /// A linear `op`'s y [tokens, n] = x [tokens, k] W on one device under
   /// `s` ({n, k}): column-parallel splits n (out), row-parallel k (in).
   std::pair<double, double> linearDims(const OpNode &op, const Strategy &s) const {
@@ -630,7 +635,8 @@ double Solver::decomposedGemmTime(const OpNode &op, const Strategy &s, bool besi
 double Solver::linearTime(const OpNode &op, const Strategy &s, double flops, double weights, double io,
                           double peak, double chunks) const {
   auto [n, k] = linearDims(op, s);
-  return chunks * gemmTime(*ctx.cluster, flops / chunks, weights + io / chunks, peak, ctx.tokens() / chunks, n, k);
+  return chunks * gemmTime(*ctx.cluster, flops / chunks, weights + io / chunks, peak, ctx.tokens() / chunks, n, k, 1,
+                           kScale(op));
 }
 
 std::array<double, 3> Solver::linearIoBytes(const OpNode &op, const Strategy &s) const {
@@ -647,8 +653,8 @@ double Solver::linearBackwardTime(const OpNode &op, const Strategy &s) const {
   double weights = weightBytes(op) * s.weightFrac;
   auto io = linearIoBytes(op, s);
   double peak = isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
-  return gemmTime(*ctx.cluster, flops, weights + io[1], peak, m, k, n) +
-         gemmTime(*ctx.cluster, flops, weights + io[2], peak, k, n, m);
+  return gemmTime(*ctx.cluster, flops, weights + io[1], peak, m, k, n, 1, kScale(op)) +
+         gemmTime(*ctx.cluster, flops, weights + io[2], peak, k, n, m, 1, kScale(op));
 }
 
 double Solver::ioBytes(const OpNode &op, const Strategy &s) const {
@@ -714,7 +720,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     double heads = in.size() >= 2 ? double(in[in.size() - 2]) : 1;
     if (s.name == "heads")
       heads /= t;
-    return gemmTime(cluster, flops, bytes, peak, tokens, out.back(), in.back(), heads);
+    return gemmTime(cluster, flops, bytes, peak, tokens, out.back(), in.back(), heads, kScale(op));
   }
   case OpClass::Experts: {
     // A rank's E / ep experts, each on its share of the (token, choice)
@@ -736,7 +742,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
     // (the busiest expert rank's work: the combine waits for it)
     double busiest = ctx.expertRanks() > 1 ? profile.expertImbalance : 1;
     return busiest * (gemmTime(cluster, flops / profile.expertsEfficiency, bytes, peak, rows, width, hidden,
-                               together) +
+                               together, kScale(op)) +
                       expertPassesTime(op, s)) +
            launches;
   }

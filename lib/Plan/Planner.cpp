@@ -434,6 +434,8 @@ TpContext Search::context(int64_t tp, int64_t ep, bool sp,
     ctx.gemmPeak = cluster.gemmPeak(w.gemmDtype) * cluster.profile.computeShare;
     ctx.gemmBytes = dtypeBytes(w.gemmDtype);
     ctx.gemmInputShare = gemmInputShare();
+    double own = peakFlops(cluster, model.dtype);
+    ctx.gemmKScale = own > 0 ? cluster.peak(w.gemmDtype) / own : 1;
   }
   ctx.tp = tp;
   ctx.group = makeGroup(cluster, tp, 1);

@@ -121,6 +121,10 @@ TEST(CostModelTest, GemmTimeUsesTheShapeOnlyUnderAShapeProfile) {
   // (megatron-core's gemm_k_overhead: 140)
   double shaped = flops / (peak * 0.716 * 0.972 * (100.0 / 128 * 128 / 132 * 4096 / 4236)) + 2e-6;
   EXPECT_NEAR(gemmTime(c, flops, 0, peak, 100, 4096, 4096), shaped, 1e-12);
+  // A dtype twice as fast (kScale 2: fp8 on a bf16 model) has a tile's
+  // fixed time over twice the k steps, 280: 4096 / 4376.
+  double doubled = flops / (peak * 0.716 * 0.972 * (100.0 / 128 * 128 / 132 * 4096 / 4376)) + 2e-6;
+  EXPECT_NEAR(gemmTime(c, flops, 0, peak, 100, 4096, 4096, 1, 2), doubled, 1e-12);
 }
 
 TEST(CostModelTest, ABusyNodesSlowestDeviceSetsTheGemmRate) {

@@ -69,9 +69,11 @@ double rooflineTime(const ClusterSpec &cluster, double flops, double bytes,
 /// profile with gemm_shapes, at the efficiency of that shape
 /// (gemmShapeEfficiency) rather than the cluster's fixed one; the larger
 /// of the FLOPs' and the bytes' time plus the profile's gemm_unhidden share
-/// of the smaller.
+/// of the smaller. `kScale`: the GEMM's dtype's rate over the one the
+/// profile's gemm_k_overhead was measured in (a tile's fixed time, in k
+/// steps, grows with the rate of a step: fp8 on a bf16 model, 2).
 double gemmTime(const ClusterSpec &cluster, double flops, double bytes, double peak,
-                double m, double n, double k, double batch = 1);
+                double m, double n, double k, double batch = 1, double kScale = 1);
 
 /// One pass over layers, a compute stream beside one communication stream
 /// (ZeRO-3 / FSDP): layer j computes for `work[j]` once its `gather[j]` is

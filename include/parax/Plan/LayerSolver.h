@@ -38,6 +38,9 @@ struct TpContext {
   /// The workload's gemm= dtype (0: the model's): the GEMMs' FLOP/s and
   /// their weights' bytes an element.
   double gemmPeak = 0, gemmBytes = 0;
+  /// The gemm= dtype's datasheet peak over the model dtype's (fp8 on bf16:
+  /// 2): the rate of a tile's k steps, whose fixed time is the same.
+  double gemmKScale = 1;
   /// A training step keeps what only the GEMMs' gradients read of a value
   /// (their inputs x) in the GEMMs' dtype, this share of its bytes when
   /// narrower than the model's (gemm=fp8 on bf16: 1/2), as DeepSeek-V3
