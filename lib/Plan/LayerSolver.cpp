@@ -893,10 +893,10 @@ Solver::reshard(int id, int8_t from, int8_t to) const {
 // the pieces (torchtitan PR #437: "an extra aten.cat after each
 // collective"). The cat is a kernel of its own where a GEMM reads the
 // gathered value or writes the one scattered (an extern kernel the
-// compiler fuses nothing into); elementwise neighbours take it in (the
-// backward's fp8 cast of a gathered gradient, the sum of several GEMMs'
-// data gradients scattered). AsyncTP's fused kernels (tp_overlap_gemms)
-// read and write the pieces in place.
+// compiler fuses nothing into); an elementwise producer takes it in (the
+// sum of several GEMMs' data gradients, written in the scattered order).
+// AsyncTP's fused kernels (tp_overlap_gemms) read and write the pieces in
+// place.
 void Solver::chargeSequenceCopies(LayerPlan &plan) const {
   const Profile &profile = ctx.cluster->profile;
   if (!profile.spGatherCopies || t <= 1)

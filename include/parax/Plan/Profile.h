@@ -370,9 +370,8 @@ struct Profile {
   /// backward's gathers of output gradients, and its reduce-scatters of
   /// an input's gradient where one GEMM reads the input (where several
   /// do, the compiler writes their data gradients' sum in the scattered
-  /// order). AsyncTP's fused
-  /// gather-GEMM and GEMM-reduce-scatter (tp_overlap_gemms) take the
-  /// pieces as they are.
+  /// order). AsyncTP's fused gather-GEMM and GEMM-reduce-scatter
+  /// (tp_overlap_gemms) take the pieces as they are.
   bool spGatherCopies = false;
   /// Whether the stack can move a layer's value from one split to another
   /// by an all-to-all over the TP group (parax's partitioner can).
