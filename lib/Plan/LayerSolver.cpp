@@ -144,8 +144,8 @@ private:
   /// The bytes besides its weights a linear `op` under `s` reads and
   /// writes in its forward GEMM, its data gradient's and its weight
   /// gradient's: x and y (dx and dy) whole, but the operands a GEMM in fp8
-  /// reads (gemm=fp8: the quantised copies).
-  std::array<double, 3> linearIoBytes(const OpNode &op, const Strategy &s) const;
+  /// reads (gemm=fp8: the quantised copies). `io`: ioBytes(op, s).
+  std::array<double, 3> linearIoBytes(const OpNode &op, const Strategy &s, double io) const;
   /// A linear `op`'s backward under `s`: its two GEMMs, each costed by
   /// its own shape (the data gradient dx = dy W^T, [tokens x out] x [out x
   /// in]; the weight's dW = x^T dy, [in x tokens] x [tokens x out]), the
@@ -629,7 +629,7 @@ double Solver::decomposedGemmTime(const OpNode &op, const Strategy &s, bool besi
   if (besideReduceScatter && profile.tpOverlapSms > 0)
     peak *= std::max(1, sms - profile.tpOverlapSms) / double(sms);
   return linearTime(op, s, op.flopsPerToken * rows * s.computeFrac, weightBytes(op) * s.weightFrac,
-                    linearIoBytes(op, s)[0], peak, chunks);
+                    linearIoBytes(op, s, ioBytes(op, s))[0], peak, chunks);
 }
 
 double Solver::linearTime(const OpNode &op, const Strategy &s, double flops, double weights, double io,
@@ -639,9 +639,9 @@ double Solver::linearTime(const OpNode &op, const Strategy &s, double flops, dou
                            kScale(op));
 }
 
-std::array<double, 3> Solver::linearIoBytes(const OpNode &op, const Strategy &s) const {
+std::array<double, 3> Solver::linearIoBytes(const OpNode &op, const Strategy &s, double io) const {
   double x = fullBytes(op.inputs[0]) * share(s.in[0]), y = fullBytes(op.results[0]) * share(s.out[0]);
-  double rest = ioBytes(op, s) - x - y;
+  double rest = io - x - y;
   double q = isGemm(op) && ctx.gemmBytes == 1 ? ctx.gemmInputShare : 1;
   return {x * q + y + rest, y * q + x + rest, (x + y) * q + rest};
 }
@@ -651,7 +651,7 @@ double Solver::linearBackwardTime(const OpNode &op, const Strategy &s) const {
   double m = ctx.tokens();
   double flops = op.flopsPerToken * m * s.computeFrac;
   double weights = weightBytes(op) * s.weightFrac;
-  auto io = linearIoBytes(op, s);
+  auto io = linearIoBytes(op, s, ioBytes(op, s));
   double peak = isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
   return gemmTime(*ctx.cluster, flops, weights + io[1], peak, m, k, n, 1, kScale(op)) +
          gemmTime(*ctx.cluster, flops, weights + io[2], peak, k, n, m, 1, kScale(op));
@@ -713,7 +713,7 @@ double Solver::opTime(const OpNode &op, const Strategy &s) const {
   double peak = isGemm(op) && ctx.gemmPeak > 0 ? ctx.gemmPeak : ctx.peak;
   switch (op.kind) {
   case OpClass::Linear:
-    return linearTime(op, s, flops, weights, linearIoBytes(op, s)[0], peak, 1);
+    return linearTime(op, s, flops, weights, linearIoBytes(op, s, bytes - weights)[0], peak, 1);
   case OpClass::HeadLinear: {
     // G heads, each [tokens, in] x [in, out]: G GEMMs side by side.
     const auto &in = value(op.inputs[0]).shape, &out = value(op.results[0]).shape;
